@@ -1,0 +1,2 @@
+//! `xpu-alloc`: see the crate description; the body comes with its issue.
+#![forbid(unsafe_code)]

@@ -1,0 +1,161 @@
+//! Size rules of the caching allocator: rounding, pool choice and segment sizes
+//! (PyTorch reference §4.2–§4.4), plus PyTorch's `format_size` for messages.
+
+use crate::config::AllocConfig;
+
+/// One mebibyte (2^20 bytes).
+pub const MIB: u64 = 1 << 20;
+/// One gibibyte (2^30 bytes).
+pub const GIB: u64 = 1 << 30;
+/// Minimum block size and rounding granule, in bytes (PyTorch `kMinBlockSize`).
+pub const MIN_BLOCK_SIZE: u64 = 512;
+/// Largest rounded request served by the small pool, in bytes (PyTorch `kSmallSize`).
+pub const SMALL_SIZE: u64 = MIB;
+/// Segment size for small-pool requests, in bytes (PyTorch `kSmallBuffer`).
+pub const SMALL_BUFFER: u64 = 2 * MIB;
+/// Default segment size for large requests below [`MIN_LARGE_ALLOC`], in bytes
+/// (PyTorch `kLargeBuffer`; configurable by `large_segment_size_mb`).
+pub const LARGE_BUFFER: u64 = 20 * MIB;
+/// Requests below this size get a `large_segment_size` segment, in bytes (PyTorch `kMinLargeAlloc`).
+pub const MIN_LARGE_ALLOC: u64 = 10 * MIB;
+/// Larger requests get a segment rounded up to this multiple, in bytes (PyTorch `kRoundLarge`).
+pub const ROUND_LARGE: u64 = 2 * MIB;
+/// Requests larger than this (1 EiB) are rejected outright, as CUDA's allocator does.
+pub const MAX_REQUEST: u64 = 1 << 60;
+/// Number of power-of-two intervals of `roundup_power2_divisions` (1 MiB .. 32 GiB and above).
+pub const ROUNDUP_INTERVALS: usize = 16;
+
+/// Which free pool a block belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PoolKind {
+    /// Rounded requests of at most 1 MiB, served from 2 MiB segments.
+    Small,
+    /// Everything else.
+    Large,
+}
+
+impl PoolKind {
+    /// The pool of a rounded request: small iff `rounded <= 1 MiB` (CUDA 2026 rule).
+    #[must_use]
+    pub fn for_size(rounded: u64) -> Self {
+        if rounded <= SMALL_SIZE {
+            Self::Small
+        } else {
+            Self::Large
+        }
+    }
+
+    /// The statistics key of this pool: `"small_pool"` or `"large_pool"`.
+    #[must_use]
+    pub fn stat_name(self) -> &'static str {
+        match self {
+            Self::Small => "small_pool",
+            Self::Large => "large_pool",
+        }
+    }
+}
+
+/// Index of the `roundup_power2_divisions` interval of `size` bytes:
+/// `clamp(floor(log2(size)) - 20, 0, 15)` (reference §4.3).
+#[must_use]
+pub fn roundup_interval(size: u64) -> usize {
+    if size == 0 {
+        return 0;
+    }
+    let log = 63 - u64::from(size.leading_zeros());
+    (log.saturating_sub(20) as usize).min(ROUNDUP_INTERVALS - 1)
+}
+
+/// Rounds `size` up to the next of `divisions` equal steps between two powers of two
+/// (PyTorch `roundup_power2_next_division`). An exact power of two is unchanged.
+#[must_use]
+pub fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
+    if size.is_power_of_two() {
+        return size;
+    }
+    let floor = 1u64 << (63 - size.leading_zeros());
+    let step = floor / divisions.max(1);
+    if step == 0 {
+        return floor.saturating_mul(2);
+    }
+    let down = size & !(step - 1);
+    if down == size {
+        size
+    } else {
+        down.saturating_add(step)
+    }
+}
+
+/// Rounds a requested size in bytes as PyTorch's `round_size` does (reference §4.3):
+/// below 512 bytes gives 512; with a division count `div > 1` for the size's interval and
+/// `size > 512 * div`, rounds to the next power-of-two division; else to a multiple of 512.
+#[must_use]
+pub fn round_size(size: u64, config: &AllocConfig) -> u64 {
+    if size < MIN_BLOCK_SIZE {
+        return MIN_BLOCK_SIZE;
+    }
+    let div = config.roundup_power2_divisions[roundup_interval(size)];
+    if div > 1 && size > MIN_BLOCK_SIZE.saturating_mul(div) {
+        roundup_power2_next_division(size, div)
+    } else {
+        size.div_ceil(MIN_BLOCK_SIZE).saturating_mul(MIN_BLOCK_SIZE)
+    }
+}
+
+/// Size in bytes of a new segment for a rounded request (reference §4.4): 2 MiB for small
+/// requests, `large_segment_size` (20 MiB by default) below 10 MiB, else the request
+/// rounded up to a multiple of 2 MiB.
+#[must_use]
+pub fn segment_size(rounded: u64, config: &AllocConfig) -> u64 {
+    if rounded <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if rounded < MIN_LARGE_ALLOC {
+        config.large_segment_size
+    } else {
+        rounded.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
+    }
+}
+
+/// Whether a free block of `block_size` bytes may serve a rounded request of `rounded` bytes
+/// under the oversize rules (reference §4.5): a request below `max_split_size` never takes
+/// an oversize block, and an oversize request never takes a block at least
+/// `max_non_split_rounding` bytes larger than itself.
+#[must_use]
+pub fn oversize_allows(rounded: u64, block_size: u64, config: &AllocConfig) -> bool {
+    let max_split = config.max_split_size;
+    if max_split != u64::MAX && rounded < max_split && block_size >= max_split {
+        return false;
+    }
+    !(rounded >= max_split
+        && block_size >= rounded.saturating_add(config.max_non_split_rounding))
+}
+
+/// Whether a block of `block_size` bytes in pool `pool` is split when it serves a rounded
+/// request of `rounded` bytes (reference §4.6): small pool iff the remainder is at least
+/// 512 bytes; large pool iff `rounded < max_split_size` and the remainder exceeds 1 MiB.
+#[must_use]
+pub fn should_split(pool: PoolKind, block_size: u64, rounded: u64, config: &AllocConfig) -> bool {
+    let remaining = block_size.saturating_sub(rounded);
+    match pool {
+        PoolKind::Small => remaining >= MIN_BLOCK_SIZE,
+        PoolKind::Large => rounded < config.max_split_size && remaining > SMALL_SIZE,
+    }
+}
+
+/// Formats a byte count as PyTorch's `format_size`: "{n} bytes" up to 1024, then KiB up to
+/// 1 MiB, MiB up to 1 GiB, else GiB, with two decimals.
+#[must_use]
+pub fn format_size(bytes: u64) -> String {
+    // Precision loss above 2^53 bytes is irrelevant for a two-decimal message.
+    #[allow(clippy::cast_precision_loss)]
+    let b = bytes as f64;
+    if bytes <= 1024 {
+        format!("{bytes} bytes")
+    } else if bytes <= MIB {
+        format!("{:.2} KiB", b / 1024.0)
+    } else if bytes <= GIB {
+        format!("{:.2} MiB", b / MIB as f64)
+    } else {
+        format!("{:.2} GiB", b / GIB as f64)
+    }
+}

@@ -1,0 +1,6 @@
+//! The `xpu` command.
+#![forbid(unsafe_code)]
+
+fn main() {
+    println!("xpu");
+}

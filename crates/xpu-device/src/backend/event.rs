@@ -1,0 +1,186 @@
+//! OpenCL events (`cl_event`): markers, barriers, user events, status and profiling.
+
+use opencl3::event as cle;
+
+use super::{cl, raw, release, Context};
+use crate::error::ClError;
+
+const EXECUTION_STATUS: u32 = 0x11D3;
+
+/// `CL_EVENT_COMMAND_EXECUTION_STATUS` (OpenCL 3.0 §5.11, table 37).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventStatus {
+    /// `CL_QUEUED`.
+    Queued,
+    /// `CL_SUBMITTED`.
+    Submitted,
+    /// `CL_RUNNING`.
+    Running,
+    /// `CL_COMPLETE`.
+    Complete,
+    /// A negative code: the command terminated abnormally.
+    Error(i32),
+}
+
+/// `clGetEventProfilingInfo` timestamps (OpenCL 3.0 §5.14), device time in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProfilingInfo {
+    /// `CL_PROFILING_COMMAND_QUEUED`.
+    Queued,
+    /// `CL_PROFILING_COMMAND_SUBMIT`.
+    Submit,
+    /// `CL_PROFILING_COMMAND_START`.
+    Start,
+    /// `CL_PROFILING_COMMAND_END`.
+    End,
+}
+
+/// A reference-counted OpenCL event. `Clone` retains, `Drop` releases.
+#[derive(Debug)]
+pub struct ClEvent(raw::cl_event);
+
+// SAFETY: cl_event is reference counted and clGetEventInfo / clWaitForEvents /
+// clSetUserEventStatus are thread-safe (OpenCL 3.0 appendix A.2); we own one reference.
+unsafe impl Send for ClEvent {}
+// SAFETY: as above.
+unsafe impl Sync for ClEvent {}
+
+impl ClEvent {
+    /// Takes ownership of a reference returned by an enqueue call.
+    pub(crate) fn from_owned(raw: raw::cl_event) -> Self {
+        Self(raw)
+    }
+
+    /// Wraps a raw event, retaining it (the caller keeps its own reference).
+    ///
+    /// # Safety
+    /// `raw` must be a valid `cl_event`.
+    ///
+    /// # Errors
+    /// A failed `clRetainEvent`.
+    pub unsafe fn from_raw_retained(raw: raw::cl_event) -> Result<ClEvent, ClError> {
+        // SAFETY: the caller guarantees `raw` is a valid event (clRetainEvent precondition).
+        cl("clRetainEvent", unsafe { cle::retain_event(raw) })?;
+        Ok(ClEvent(raw))
+    }
+
+    /// A user event (`clCreateUserEvent`, OpenCL 3.0 §5.11.2): host-controlled, starts
+    /// `CL_SUBMITTED`; commands that wait on it stay blocked until [`ClEvent::set_complete`].
+    ///
+    /// # Errors
+    /// A failed `clCreateUserEvent`.
+    pub fn user(context: &Context) -> Result<ClEvent, ClError> {
+        Ok(ClEvent(cl(
+            "clCreateUserEvent",
+            cle::create_user_event(context.as_raw()),
+        )?))
+    }
+
+    /// Sets a user event to `CL_COMPLETE`, releasing every command waiting on it.
+    ///
+    /// # Errors
+    /// `CL_INVALID_EVENT` for a non-user event, `CL_INVALID_OPERATION` when already set.
+    pub fn set_complete(&self) -> Result<(), ClError> {
+        cl(
+            "clSetUserEventStatus",
+            cle::set_user_event_status(self.0, 0),
+        )
+    }
+
+    /// Sets a user event to a negative error status: commands waiting on it terminate.
+    ///
+    /// # Errors
+    /// As [`ClEvent::set_complete`]; `CL_INVALID_VALUE` when `code >= 0`.
+    pub fn set_failed(&self, code: i32) -> Result<(), ClError> {
+        cl(
+            "clSetUserEventStatus",
+            cle::set_user_event_status(self.0, code),
+        )
+    }
+
+    /// The execution status (`clGetEventInfo(CL_EVENT_COMMAND_EXECUTION_STATUS)`): one driver
+    /// call, no host blocking.
+    ///
+    /// # Errors
+    /// A failed `clGetEventInfo`.
+    pub fn status(&self) -> Result<EventStatus, ClError> {
+        let v = cl(
+            "clGetEventInfo",
+            cle::get_event_info(self.0, EXECUTION_STATUS),
+        )?;
+        Ok(match v.to_int() {
+            0 => EventStatus::Complete,
+            1 => EventStatus::Running,
+            2 => EventStatus::Submitted,
+            3 => EventStatus::Queued,
+            e => EventStatus::Error(e),
+        })
+    }
+
+    /// True once the command completed.
+    ///
+    /// # Errors
+    /// A failed query, or the command's own negative status (reported as a `ClError` of
+    /// `"command execution"`).
+    pub fn is_complete(&self) -> Result<bool, ClError> {
+        match self.status()? {
+            EventStatus::Complete => Ok(true),
+            EventStatus::Error(code) => Err(ClError::new("command execution", code)),
+            _ => Ok(false),
+        }
+    }
+
+    /// Blocks the host until the command completes (`clWaitForEvents`).
+    ///
+    /// # Errors
+    /// A failed wait, e.g. `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`.
+    pub fn wait(&self) -> Result<(), ClError> {
+        cl("clWaitForEvents", cle::wait_for_events(&[self.0]))
+    }
+
+    /// A profiling timestamp in device nanoseconds. Needs a queue created with profiling and a
+    /// completed command (OpenCL 3.0 §5.14).
+    ///
+    /// # Errors
+    /// `CL_PROFILING_INFO_NOT_AVAILABLE` when profiling is off or the command is not complete.
+    pub fn profiling(&self, what: ProfilingInfo) -> Result<u64, ClError> {
+        let param = match what {
+            ProfilingInfo::Queued => 0x1280,
+            ProfilingInfo::Submit => 0x1281,
+            ProfilingInfo::Start => 0x1282,
+            ProfilingInfo::End => 0x1283,
+        };
+        let v = cl(
+            "clGetEventProfilingInfo",
+            cle::get_event_profiling_info(self.0, param),
+        )?;
+        Ok(v.to_ulong())
+    }
+
+    /// The raw `cl_event`, valid while `self` lives.
+    pub fn as_raw(&self) -> raw::cl_event {
+        self.0
+    }
+}
+
+impl Clone for ClEvent {
+    fn clone(&self) -> Self {
+        // SAFETY: self.0 is live (we own a reference), so retaining it is valid.
+        release::note("clRetainEvent", unsafe { cle::retain_event(self.0) });
+        ClEvent(self.0)
+    }
+}
+
+impl Drop for ClEvent {
+    fn drop(&mut self) {
+        // SAFETY: we own exactly one reference to a live event; releasing it once is valid.
+        release::note("clReleaseEvent", unsafe { cle::release_event(self.0) });
+    }
+}
+
+impl PartialEq for ClEvent {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl Eq for ClEvent {}

@@ -1,0 +1,130 @@
+//! Device buffers (`cl_mem`) and sub-buffers.
+
+use std::ptr;
+
+use opencl3::memory as clm;
+
+use super::{cl, raw, release, Context};
+use crate::error::{ClError, DeviceError, Result};
+
+const CREATE_TYPE_REGION: u32 = 0x1220;
+
+/// `cl_mem_flags` the runtime uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemFlags {
+    /// `CL_MEM_ALLOC_HOST_PTR`: the driver allocates the backing store in host-accessible
+    /// (on GPUs: pinned) memory.
+    pub alloc_host_ptr: bool,
+}
+
+impl MemFlags {
+    fn bits(self) -> u64 {
+        let read_write = 1;
+        let host = if self.alloc_host_ptr { 1 << 4 } else { 0 };
+        read_write | host
+    }
+}
+
+/// A reference-counted read-write buffer. `Clone` retains, `Drop` releases. The driver keeps
+/// the memory alive until commands that use it complete (OpenCL 3.0 §5.5.1), so dropping a
+/// buffer with work in flight is safe.
+#[derive(Debug)]
+pub struct Buffer {
+    mem: raw::cl_mem,
+    size: usize,
+}
+
+// SAFETY: cl_mem is reference counted and every memory-object API is thread-safe
+// (OpenCL 3.0 appendix A.2); we own one reference.
+unsafe impl Send for Buffer {}
+// SAFETY: as above.
+unsafe impl Sync for Buffer {}
+
+impl Buffer {
+    /// Creates a buffer of `size` bytes (`clCreateBuffer`). Many drivers allocate the backing
+    /// store lazily, at first use.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for size 0; a failed `clCreateBuffer` (`CL_INVALID_BUFFER_SIZE` above
+    /// the device's max allocation, `CL_MEM_OBJECT_ALLOCATION_FAILURE` when memory is exhausted).
+    pub fn new(context: &Context, size: usize, flags: MemFlags) -> Result<Buffer> {
+        if size == 0 {
+            return Err(DeviceError::InvalidArgument(
+                "buffer size must be at least 1 byte".into(),
+            ));
+        }
+        // SAFETY: live context, no host pointer (null with neither USE_HOST_PTR nor
+        // COPY_HOST_PTR, as §5.2.1 requires).
+        let mem = cl("clCreateBuffer", unsafe {
+            clm::create_buffer(context.as_raw(), flags.bits(), size, ptr::null_mut())
+        })?;
+        Ok(Buffer { mem, size })
+    }
+
+    /// A sub-buffer viewing `size` bytes at `offset` (`clCreateSubBuffer`). `offset` must be a
+    /// multiple of the device's base address alignment (`mem_base_addr_align`), else OpenCL
+    /// answers `CL_MISALIGNED_SUB_BUFFER_OFFSET`.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for an empty or out-of-range region; a failed `clCreateSubBuffer`.
+    pub fn sub_buffer(&self, offset: usize, size: usize) -> Result<Buffer> {
+        if size == 0 || offset.checked_add(size).is_none_or(|end| end > self.size) {
+            return Err(DeviceError::InvalidArgument(format!(
+                "sub-buffer {offset}+{size} outside a buffer of {} bytes",
+                self.size
+            )));
+        }
+        let region: [usize; 2] = [offset, size];
+        // SAFETY: live parent buffer; `region` is a cl_buffer_region {origin, size} that
+        // outlives the call (clCreateSubBuffer, §5.2.1).
+        let mem = cl("clCreateSubBuffer", unsafe {
+            clm::create_sub_buffer(self.mem, 1, CREATE_TYPE_REGION, region.as_ptr().cast())
+        })?;
+        Ok(Buffer { mem, size })
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The raw `cl_mem`, valid while `self` lives; pass it as a kernel argument.
+    pub fn as_raw(&self) -> raw::cl_mem {
+        self.mem
+    }
+
+    /// Wraps a raw buffer, retaining it.
+    ///
+    /// # Safety
+    /// `mem` must be a valid buffer object of at least `size` bytes.
+    ///
+    /// # Errors
+    /// A failed `clRetainMemObject`.
+    pub unsafe fn from_raw_retained(mem: raw::cl_mem, size: usize) -> Result<Buffer, ClError> {
+        // SAFETY: the caller guarantees `mem` is valid (clRetainMemObject precondition).
+        cl("clRetainMemObject", unsafe { clm::retain_mem_object(mem) })?;
+        Ok(Buffer { mem, size })
+    }
+}
+
+impl Clone for Buffer {
+    fn clone(&self) -> Self {
+        // SAFETY: self.mem is live (we own a reference).
+        release::note("clRetainMemObject", unsafe {
+            clm::retain_mem_object(self.mem)
+        });
+        Buffer {
+            mem: self.mem,
+            size: self.size,
+        }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: we own exactly one reference to a live memory object.
+        release::note("clReleaseMemObject", unsafe {
+            clm::release_mem_object(self.mem)
+        });
+    }
+}

@@ -1,0 +1,548 @@
+//! In-order OpenCL command queues (`cl_command_queue`) and the commands the runtime enqueues.
+
+use std::ffi::c_void;
+use std::ptr;
+
+use opencl3::command_queue as clq;
+
+use super::{
+    cl, raw, release, wait_list, Buffer, ClEvent, Context, DeviceId, Kernel, PinnedBuffer,
+};
+use crate::error::{ClError, DeviceError, Result};
+
+const QUEUE_CONTEXT: u32 = 0x1090;
+const QUEUE_DEVICE: u32 = 0x1091;
+const QUEUE_PROPERTIES: u32 = 0x1093;
+const QUEUE_PRIORITY_KHR: u64 = 0x1096;
+const OUT_OF_ORDER: u64 = 1 << 0;
+const PROFILING_ENABLE: u64 = 1 << 1;
+
+/// `cl_khr_priority_hints` levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QueuePriority {
+    /// `CL_QUEUE_PRIORITY_HIGH_KHR`.
+    High,
+    /// `CL_QUEUE_PRIORITY_MED_KHR`.
+    Medium,
+    /// `CL_QUEUE_PRIORITY_LOW_KHR`.
+    Low,
+}
+
+/// How to create a queue. Queues are always in-order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueOptions {
+    /// `CL_QUEUE_PROFILING_ENABLE`: needed for event timing.
+    pub profiling: bool,
+    /// A `cl_khr_priority_hints` hint; only pass it when the device reports the extension.
+    pub priority: Option<QueuePriority>,
+}
+
+/// A reference-counted in-order command queue. `Clone` retains, `Drop` releases.
+#[derive(Debug)]
+pub struct CommandQueue(raw::cl_command_queue);
+
+// SAFETY: cl_command_queue is reference counted and enqueue calls are thread-safe
+// (OpenCL 3.0 appendix A.2); we own one reference.
+unsafe impl Send for CommandQueue {}
+// SAFETY: as above; commands from several threads are serialized by the driver.
+unsafe impl Sync for CommandQueue {}
+
+fn check_range(what: &str, offset: usize, len: usize, size: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(DeviceError::InvalidArgument(format!(
+            "{what}: range {offset}..{offset}+{len} exceeds the buffer's {size} bytes"
+        ))),
+    }
+}
+
+extern "C" fn drop_boxed_pinned(_event: raw::cl_event, _status: i32, user_data: *mut c_void) {
+    // SAFETY: user_data is the Box<PinnedBuffer> leaked in `keep_alive_until`, handed to this
+    // callback exactly once (OpenCL calls a CL_COMPLETE callback once, §5.11.4).
+    drop(unsafe { Box::from_raw(user_data.cast::<PinnedBuffer>()) });
+}
+
+fn keep_alive_until(event: &ClEvent, buffer: &PinnedBuffer) {
+    let boxed = Box::into_raw(Box::new(buffer.share())).cast::<c_void>();
+    let r = opencl3::event::set_event_callback(event.as_raw(), 0, drop_boxed_pinned, boxed);
+    if r.is_err() {
+        // No callback: keep the memory valid by waiting here, then drop our clone.
+        let _ = event.wait();
+        // SAFETY: the callback was not registered, so we still own the box.
+        drop(unsafe { Box::from_raw(boxed.cast::<PinnedBuffer>()) });
+    }
+}
+
+impl CommandQueue {
+    /// Creates an in-order queue (`clCreateCommandQueueWithProperties`).
+    ///
+    /// # Errors
+    /// A failed `clCreateCommandQueueWithProperties`.
+    pub fn new(context: &Context, device: DeviceId, options: QueueOptions) -> Result<CommandQueue> {
+        let mut props: Vec<u64> = Vec::with_capacity(5);
+        if options.profiling {
+            props.extend([QUEUE_PROPERTIES as u64, PROFILING_ENABLE]);
+        }
+        if let Some(p) = options.priority {
+            let v = match p {
+                QueuePriority::High => 1,
+                QueuePriority::Medium => 2,
+                QueuePriority::Low => 4,
+            };
+            props.extend([QUEUE_PRIORITY_KHR, v]);
+        }
+        props.push(0);
+        // SAFETY: context and device are live handles and `props` is a 0-terminated property
+        // list that outlives the call (clCreateCommandQueueWithProperties, §5.1).
+        let q = cl("clCreateCommandQueueWithProperties", unsafe {
+            clq::create_command_queue_with_properties(
+                context.as_raw(),
+                device.as_raw(),
+                props.as_ptr(),
+            )
+        })?;
+        Ok(CommandQueue(q))
+    }
+
+    /// Wraps a user's queue without taking over the user's reference: the wrapper retains its
+    /// own reference and releases only that one, so the user's queue is never released by us.
+    ///
+    /// # Safety
+    /// `raw` must be a valid `cl_command_queue` (or null, which is rejected with an error).
+    ///
+    /// # Errors
+    /// `CL_INVALID_COMMAND_QUEUE` for null; a failed `clRetainCommandQueue`.
+    pub unsafe fn from_raw_borrowed(raw: raw::cl_command_queue) -> Result<CommandQueue, ClError> {
+        if raw.is_null() {
+            return Err(ClError::new("clRetainCommandQueue", -36));
+        }
+        // SAFETY: the caller guarantees `raw` is a valid queue (clRetainCommandQueue precondition).
+        cl("clRetainCommandQueue", unsafe {
+            clq::retain_command_queue(raw)
+        })?;
+        Ok(CommandQueue(raw))
+    }
+
+    /// Wraps a user's queue taking over the caller's reference: dropping the last clone
+    /// releases the queue.
+    ///
+    /// # Safety
+    /// `raw` must be a valid, non-null `cl_command_queue` whose reference the caller owns and
+    /// gives up.
+    pub unsafe fn from_raw_owned(raw: raw::cl_command_queue) -> CommandQueue {
+        CommandQueue(raw)
+    }
+
+    /// The raw `cl_command_queue`, valid while `self` lives.
+    pub fn as_raw(&self) -> raw::cl_command_queue {
+        self.0
+    }
+
+    fn info_u64(&self, param: u32) -> Result<u64, ClError> {
+        let v = cl(
+            "clGetCommandQueueInfo",
+            clq::get_command_queue_data(self.0, param),
+        )?;
+        let mut a = [0u8; 8];
+        let n = v.len().min(8);
+        a[..n].copy_from_slice(&v[..n]);
+        Ok(u64::from_ne_bytes(a))
+    }
+
+    /// `CL_QUEUE_PROPERTIES` bits.
+    ///
+    /// # Errors
+    /// A failed `clGetCommandQueueInfo`.
+    pub fn properties(&self) -> Result<u64, ClError> {
+        self.info_u64(QUEUE_PROPERTIES)
+    }
+
+    /// True unless `CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE` is set.
+    ///
+    /// # Errors
+    /// A failed `clGetCommandQueueInfo`.
+    pub fn is_in_order(&self) -> Result<bool, ClError> {
+        Ok(self.properties()? & OUT_OF_ORDER == 0)
+    }
+
+    /// True when `CL_QUEUE_PROFILING_ENABLE` is set.
+    ///
+    /// # Errors
+    /// A failed `clGetCommandQueueInfo`.
+    pub fn has_profiling(&self) -> Result<bool, ClError> {
+        Ok(self.properties()? & PROFILING_ENABLE != 0)
+    }
+
+    /// The raw context the queue was created on.
+    ///
+    /// # Errors
+    /// A failed `clGetCommandQueueInfo`.
+    pub fn context_raw(&self) -> Result<raw::cl_context, ClError> {
+        Ok(self.info_u64(QUEUE_CONTEXT)? as usize as raw::cl_context)
+    }
+
+    /// The raw device the queue was created for.
+    ///
+    /// # Errors
+    /// A failed `clGetCommandQueueInfo`.
+    pub fn device_raw(&self) -> Result<raw::cl_device_id, ClError> {
+        Ok(self.info_u64(QUEUE_DEVICE)? as usize as raw::cl_device_id)
+    }
+
+    /// Submits queued commands to the device (`clFlush`).
+    ///
+    /// # Errors
+    /// A failed `clFlush`.
+    pub fn flush(&self) -> Result<(), ClError> {
+        cl("clFlush", clq::flush(self.0))
+    }
+
+    /// Blocks until every command on the queue completed (`clFinish`), then reports a release
+    /// failure kept from an earlier `Drop`, if any.
+    ///
+    /// # Errors
+    /// A failed `clFinish`, or the kept release failure.
+    pub fn finish(&self) -> Result<(), ClError> {
+        cl("clFinish", clq::finish(self.0))?;
+        match super::take_release_error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// A marker (`clEnqueueMarkerWithWaitList`): completes when all earlier commands of this
+    /// queue (or, with a wait list, those events) complete. Does not block later commands.
+    ///
+    /// # Errors
+    /// A failed `clEnqueueMarkerWithWaitList`.
+    pub fn enqueue_marker(&self, wait: &[&ClEvent]) -> Result<ClEvent, ClError> {
+        let list = wait_list(wait);
+        let ptr = if list.is_empty() {
+            ptr::null()
+        } else {
+            list.as_ptr()
+        };
+        // SAFETY: the queue is live and `list` holds `list.len()` live events for the call
+        // (clEnqueueMarkerWithWaitList, §5.12).
+        let e = cl("clEnqueueMarkerWithWaitList", unsafe {
+            clq::enqueue_marker_with_wait_list(self.0, list.len() as u32, ptr)
+        })?;
+        Ok(ClEvent::from_owned(e))
+    }
+
+    /// A barrier (`clEnqueueBarrierWithWaitList`): later commands of this queue wait for the
+    /// listed events (or, with an empty list, for all earlier commands). The host never blocks.
+    ///
+    /// # Errors
+    /// A failed `clEnqueueBarrierWithWaitList`.
+    pub fn enqueue_barrier(&self, wait: &[&ClEvent]) -> Result<ClEvent, ClError> {
+        let list = wait_list(wait);
+        let ptr = if list.is_empty() {
+            ptr::null()
+        } else {
+            list.as_ptr()
+        };
+        // SAFETY: as in enqueue_marker (clEnqueueBarrierWithWaitList, §5.12).
+        let e = cl("clEnqueueBarrierWithWaitList", unsafe {
+            clq::enqueue_barrier_with_wait_list(self.0, list.len() as u32, ptr)
+        })?;
+        Ok(ClEvent::from_owned(e))
+    }
+
+    /// Blocking write of `data` into `dst` at byte `offset`.
+    ///
+    /// # Errors
+    /// `InvalidArgument` when the range exceeds the buffer; a failed `clEnqueueWriteBuffer`.
+    pub fn write(&self, dst: &Buffer, offset: usize, data: &[u8]) -> Result<()> {
+        check_range("write", offset, data.len(), dst.size())?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: blocking write (CL_TRUE): `data` is read before the call returns, the range
+        // was checked against the buffer size (clEnqueueWriteBuffer, §5.2.2).
+        let e = cl("clEnqueueWriteBuffer", unsafe {
+            clq::enqueue_write_buffer(
+                self.0,
+                dst.as_raw(),
+                1,
+                offset,
+                data.len(),
+                data.as_ptr().cast(),
+                0,
+                ptr::null(),
+            )
+        })?;
+        drop(ClEvent::from_owned(e));
+        Ok(())
+    }
+
+    /// Blocking read of `out.len()` bytes of `src` at byte `offset`.
+    ///
+    /// # Errors
+    /// `InvalidArgument` when the range exceeds the buffer; a failed `clEnqueueReadBuffer`.
+    pub fn read(&self, src: &Buffer, offset: usize, out: &mut [u8]) -> Result<()> {
+        check_range("read", offset, out.len(), src.size())?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: blocking read (CL_TRUE): `out` is written before the call returns and is
+        // exclusively borrowed; the range was checked (clEnqueueReadBuffer, §5.2.2).
+        let e = cl("clEnqueueReadBuffer", unsafe {
+            clq::enqueue_read_buffer(
+                self.0,
+                src.as_raw(),
+                1,
+                offset,
+                out.len(),
+                out.as_mut_ptr().cast(),
+                0,
+                ptr::null(),
+            )
+        })?;
+        drop(ClEvent::from_owned(e));
+        Ok(())
+    }
+
+    /// Device-side copy of `len` bytes (`clEnqueueCopyBuffer`); non-blocking.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for out-of-range regions; a failed `clEnqueueCopyBuffer`
+    /// (`CL_MEM_COPY_OVERLAP` for overlapping regions of one buffer).
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy(
+        &self,
+        src: &Buffer,
+        src_offset: usize,
+        dst: &Buffer,
+        dst_offset: usize,
+        len: usize,
+        wait: &[&ClEvent],
+    ) -> Result<ClEvent> {
+        check_range("copy source", src_offset, len, src.size())?;
+        check_range("copy destination", dst_offset, len, dst.size())?;
+        let list = wait_list(wait);
+        let lp = if list.is_empty() {
+            ptr::null()
+        } else {
+            list.as_ptr()
+        };
+        // SAFETY: both buffers are live cl_mem objects (the runtime keeps them alive until the
+        // command completes, §5.5.1), ranges were checked, and `list` outlives the call.
+        let e = cl("clEnqueueCopyBuffer", unsafe {
+            clq::enqueue_copy_buffer(
+                self.0,
+                src.as_raw(),
+                dst.as_raw(),
+                src_offset,
+                dst_offset,
+                len,
+                list.len() as u32,
+                lp,
+            )
+        })?;
+        Ok(ClEvent::from_owned(e))
+    }
+
+    /// Fills `len` bytes at `offset` with a repeated `pattern` (`clEnqueueFillBuffer`);
+    /// non-blocking. `pattern.len()` must be 1, 2, 4, ..., 128 and divide `offset` and `len`.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a bad pattern or range; a failed `clEnqueueFillBuffer`.
+    pub fn fill(
+        &self,
+        dst: &Buffer,
+        pattern: &[u8],
+        offset: usize,
+        len: usize,
+        wait: &[&ClEvent],
+    ) -> Result<ClEvent> {
+        let p = pattern.len();
+        if !p.is_power_of_two() || p > 128 || offset % p != 0 || len % p != 0 {
+            return Err(DeviceError::InvalidArgument(format!(
+                "fill: pattern of {p} bytes must be a power of two <= 128 dividing offset {offset} and length {len}"
+            )));
+        }
+        check_range("fill", offset, len, dst.size())?;
+        let list = wait_list(wait);
+        let lp = if list.is_empty() {
+            ptr::null()
+        } else {
+            list.as_ptr()
+        };
+        // SAFETY: the pattern is copied by the driver before the call returns (§5.2.3: "the
+        // memory associated with pattern can be reused or freed after the function returns"),
+        // the range was checked, and the buffer is kept alive by the runtime.
+        let e = cl("clEnqueueFillBuffer", unsafe {
+            clq::enqueue_fill_buffer(
+                self.0,
+                dst.as_raw(),
+                pattern.as_ptr().cast(),
+                p,
+                offset,
+                len,
+                list.len() as u32,
+                lp,
+            )
+        })?;
+        Ok(ClEvent::from_owned(e))
+    }
+
+    /// Non-blocking host-to-device copy from pinned host memory (`clEnqueueWriteBuffer` from
+    /// the mapped pointer, the fastest path on every driver measured). The pinned buffer is
+    /// kept alive until the copy completes, whatever the caller does with its handle.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for out-of-range regions; a failed `clEnqueueWriteBuffer`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_from_pinned(
+        &self,
+        src: &PinnedBuffer,
+        src_offset: usize,
+        dst: &Buffer,
+        dst_offset: usize,
+        len: usize,
+        wait: &[&ClEvent],
+    ) -> Result<ClEvent> {
+        check_range("pinned write source", src_offset, len, src.len())?;
+        check_range("pinned write destination", dst_offset, len, dst.size())?;
+        let list = wait_list(wait);
+        let lp = if list.is_empty() {
+            ptr::null()
+        } else {
+            list.as_ptr()
+        };
+        // SAFETY: `src.host_ptr()+src_offset .. +len` lies inside the live mapping (checked);
+        // `keep_alive_until` holds a clone of the mapping until the command completes, which
+        // the non-blocking write requires (§5.2.2: ptr must stay valid until completion).
+        let e = cl("clEnqueueWriteBuffer", unsafe {
+            clq::enqueue_write_buffer(
+                self.0,
+                dst.as_raw(),
+                0,
+                dst_offset,
+                len,
+                src.host_ptr().add(src_offset).cast_const().cast(),
+                list.len() as u32,
+                lp,
+            )
+        })?;
+        let ev = ClEvent::from_owned(e);
+        keep_alive_until(&ev, src);
+        Ok(ev)
+    }
+
+    /// Non-blocking device-to-host copy into pinned host memory (`clEnqueueReadBuffer` into the
+    /// mapped pointer). The pinned buffer is kept alive until the copy completes.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for out-of-range regions; a failed `clEnqueueReadBuffer`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_into_pinned(
+        &self,
+        src: &Buffer,
+        src_offset: usize,
+        dst: &PinnedBuffer,
+        dst_offset: usize,
+        len: usize,
+        wait: &[&ClEvent],
+    ) -> Result<ClEvent> {
+        check_range("pinned read source", src_offset, len, src.size())?;
+        check_range("pinned read destination", dst_offset, len, dst.len())?;
+        let list = wait_list(wait);
+        let lp = if list.is_empty() {
+            ptr::null()
+        } else {
+            list.as_ptr()
+        };
+        // SAFETY: the destination range lies inside the live mapping (checked) and stays valid
+        // until completion through `keep_alive_until` (§5.2.2).
+        let e = cl("clEnqueueReadBuffer", unsafe {
+            clq::enqueue_read_buffer(
+                self.0,
+                src.as_raw(),
+                0,
+                src_offset,
+                len,
+                dst.host_ptr().add(dst_offset).cast(),
+                list.len() as u32,
+                lp,
+            )
+        })?;
+        let ev = ClEvent::from_owned(e);
+        keep_alive_until(&ev, dst);
+        Ok(ev)
+    }
+
+    /// Blocking host-to-device copy from ordinary (pageable) host memory.
+    ///
+    /// # Errors
+    /// As [`CommandQueue::write`].
+    pub fn write_pageable(&self, dst: &Buffer, offset: usize, data: &[u8]) -> Result<()> {
+        self.write(dst, offset, data)
+    }
+
+    /// Launches `kernel` over an N-dimensional range (`clEnqueueNDRangeKernel`), N = 1..=3.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a bad dimension count; a failed `clEnqueueNDRangeKernel`.
+    pub fn enqueue_kernel(
+        &self,
+        kernel: &Kernel,
+        global: &[usize],
+        local: Option<&[usize]>,
+        wait: &[&ClEvent],
+    ) -> Result<ClEvent> {
+        if global.is_empty() || global.len() > 3 || local.is_some_and(|l| l.len() != global.len()) {
+            return Err(DeviceError::InvalidArgument(
+                "enqueue_kernel: 1 to 3 dimensions, local size of the same rank".into(),
+            ));
+        }
+        let list = wait_list(wait);
+        let lp = if list.is_empty() {
+            ptr::null()
+        } else {
+            list.as_ptr()
+        };
+        // SAFETY: the kernel is live with its arguments set by the caller through Kernel's
+        // safe setters; the work sizes and wait list outlive the call (§5.10).
+        let e = cl("clEnqueueNDRangeKernel", unsafe {
+            clq::enqueue_nd_range_kernel(
+                self.0,
+                kernel.as_raw(),
+                global.len() as u32,
+                ptr::null(),
+                global.as_ptr(),
+                local.map_or(ptr::null(), |l| l.as_ptr()),
+                list.len() as u32,
+                lp,
+            )
+        })?;
+        Ok(ClEvent::from_owned(e))
+    }
+}
+
+impl Clone for CommandQueue {
+    fn clone(&self) -> Self {
+        // SAFETY: self.0 is a live queue (we own a reference).
+        release::note("clRetainCommandQueue", unsafe {
+            clq::retain_command_queue(self.0)
+        });
+        CommandQueue(self.0)
+    }
+}
+
+impl Drop for CommandQueue {
+    fn drop(&mut self) {
+        // SAFETY: we own exactly one reference to a live queue.
+        release::note("clReleaseCommandQueue", unsafe {
+            clq::release_command_queue(self.0)
+        });
+    }
+}
+
+impl PartialEq for CommandQueue {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl Eq for CommandQueue {}

@@ -1,0 +1,206 @@
+//! Device discovery: enumerate once per process, create contexts lazily per device.
+//!
+//! Selection (read once, at the first call that needs devices):
+//! - `XPU_DEVICE_TYPE=gpu|cpu|all`: which device types to take. Unset: all GPU devices of all
+//!   platforms, or, when there is none, the CPU devices (the embedded default, PoCL).
+//! - `XPU_PLATFORM=<substring>`: only platforms whose name contains it (case-insensitive).
+
+use std::sync::OnceLock;
+
+use crate::backend::device_id::device_type as dt;
+use crate::backend::{ClEvent, CommandQueue, Context, DeviceId, Platform, QueueOptions};
+use crate::error::{ClError, DeviceError, Result};
+use crate::properties::DeviceProperties;
+
+/// One device the runtime sees: its OpenCL ids, its properties and its lazily created context.
+#[derive(Debug)]
+pub struct Device {
+    index: usize,
+    platform: Platform,
+    id: DeviceId,
+    properties: DeviceProperties,
+    context: OnceLock<std::result::Result<Context, ClError>>,
+}
+
+impl Device {
+    /// The device index (position in the runtime's list).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The OpenCL platform.
+    pub fn platform(&self) -> Platform {
+        self.platform
+    }
+
+    /// The OpenCL device id.
+    pub fn id(&self) -> DeviceId {
+        self.id
+    }
+
+    /// The properties read at enumeration.
+    pub fn properties(&self) -> &DeviceProperties {
+        &self.properties
+    }
+
+    /// The device's context, created on first call (NVIDIA: ~325 ms) and shared afterwards.
+    ///
+    /// # Errors
+    /// A failed `clCreateContext` (the failure is kept: later calls return it too).
+    pub fn context(&self) -> Result<&Context> {
+        match self.context.get_or_init(|| Context::new(self.id)) {
+            Ok(c) => Ok(c),
+            Err(e) => Err(DeviceError::OpenCl(*e)),
+        }
+    }
+
+    /// True once the context exists (no context is created by asking).
+    pub fn has_context(&self) -> bool {
+        self.context.get().is_some_and(|c| c.is_ok())
+    }
+
+    /// A new in-order queue on this device's context.
+    ///
+    /// # Errors
+    /// Context creation or `clCreateCommandQueueWithProperties` failures.
+    pub fn create_queue(&self, options: QueueOptions) -> Result<CommandQueue> {
+        CommandQueue::new(self.context()?, self.id, options)
+    }
+
+    /// A host-controlled user event on this device's context.
+    ///
+    /// # Errors
+    /// Context creation or `clCreateUserEvent` failures.
+    pub fn create_user_event(&self) -> Result<ClEvent> {
+        Ok(ClEvent::user(self.context()?)?)
+    }
+}
+
+/// Which device types to enumerate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TypeSelection {
+    GpuElseCpu,
+    Gpu,
+    Cpu,
+    All,
+}
+
+fn read_env() -> Result<(TypeSelection, Option<String>)> {
+    let ty = match std::env::var("XPU_DEVICE_TYPE") {
+        Err(_) => TypeSelection::GpuElseCpu,
+        Ok(v) => match v.to_ascii_lowercase().as_str() {
+            "" => TypeSelection::GpuElseCpu,
+            "gpu" => TypeSelection::Gpu,
+            "cpu" => TypeSelection::Cpu,
+            "all" => TypeSelection::All,
+            _ => {
+                return Err(DeviceError::InvalidEnv {
+                    name: "XPU_DEVICE_TYPE",
+                    value: v,
+                    expected: "gpu, cpu or all",
+                })
+            }
+        },
+    };
+    let platform = std::env::var("XPU_PLATFORM").ok().filter(|s| !s.is_empty());
+    Ok((ty, platform))
+}
+
+fn enumerate() -> Result<Vec<Device>> {
+    let (selection, platform_filter) = read_env()?;
+    let platforms = Platform::all().map_err(|e| {
+        if e.is_runtime_missing() {
+            DeviceError::NoRuntime { source: e }
+        } else {
+            DeviceError::OpenCl(e)
+        }
+    })?;
+    let mut chosen: Vec<(Platform, String)> = Vec::new();
+    for p in platforms {
+        let name = p.name()?;
+        let keep = platform_filter
+            .as_ref()
+            .is_none_or(|f| name.to_lowercase().contains(&f.to_lowercase()));
+        if keep {
+            chosen.push((p, name));
+        }
+    }
+    let collect = |mask: u64| -> Result<Vec<(Platform, String, DeviceId)>> {
+        let mut out = Vec::new();
+        for (p, name) in &chosen {
+            for d in p.devices(mask)? {
+                out.push((*p, name.clone(), d));
+            }
+        }
+        Ok(out)
+    };
+    let found = match selection {
+        TypeSelection::Gpu => collect(dt::GPU)?,
+        TypeSelection::Cpu => collect(dt::CPU)?,
+        TypeSelection::All => collect(dt::ALL)?,
+        TypeSelection::GpuElseCpu => {
+            let gpus = collect(dt::GPU)?;
+            if gpus.is_empty() {
+                collect(dt::CPU)?
+            } else {
+                gpus
+            }
+        }
+    };
+    let mut devices = Vec::with_capacity(found.len());
+    for (index, (platform, pname, id)) in found.into_iter().enumerate() {
+        devices.push(Device {
+            index,
+            platform,
+            id,
+            properties: DeviceProperties::query(id, &pname)?,
+            context: OnceLock::new(),
+        });
+    }
+    Ok(devices)
+}
+
+static DEVICES: OnceLock<Result<Vec<Device>>> = OnceLock::new();
+
+/// Every device the runtime sees, enumerated on the first call (no context is created).
+///
+/// # Errors
+/// `NoRuntime` when no OpenCL runtime is installed (with the install command),
+/// `InvalidEnv` for a bad `XPU_DEVICE_TYPE`, or a failed enumeration call. The outcome is kept
+/// for the process.
+pub fn devices() -> Result<&'static [Device]> {
+    match DEVICES.get_or_init(enumerate) {
+        Ok(v) => Ok(v.as_slice()),
+        Err(e) => Err(e.clone()),
+    }
+}
+
+/// The device at `index`.
+///
+/// # Errors
+/// `InvalidDevice { index, count }` when out of range; enumeration errors as [`devices`].
+pub fn device(index: usize) -> Result<&'static Device> {
+    let all = devices()?;
+    all.get(index).ok_or(DeviceError::InvalidDevice {
+        index,
+        count: all.len(),
+    })
+}
+
+/// The number of devices, as `torch.xpu.device_count`: 0 (with a `tracing` warning) when no
+/// runtime is installed or enumeration fails; never an error, never creates a context.
+pub fn device_count() -> usize {
+    match devices() {
+        Ok(d) => d.len(),
+        Err(e) => {
+            static WARNED: OnceLock<()> = OnceLock::new();
+            WARNED.get_or_init(|| tracing::warn!(%e, "xpu: no devices"));
+            0
+        }
+    }
+}
+
+/// `device_count() > 0`, as `torch.xpu.is_available`. Never creates a context.
+pub fn is_available() -> bool {
+    device_count() > 0
+}

@@ -1,0 +1,74 @@
+//! `xpu-device`: the OpenCL backend and the device layer of the xpu runtime.
+//!
+//! This crate is the only one of the workspace that talks to OpenCL, and the only one with
+//! `unsafe` code (all of it in [`backend`]). It owns:
+//! - [`backend`]: RAII wrappers for platforms, devices, contexts, in-order command queues,
+//!   events (markers, barriers, user events, profiling), buffers and sub-buffers, pinned host
+//!   buffers, coarse-grained SVM, programs and kernels. Every failure is a typed
+//!   [`ClError`] naming the OpenCL function and the symbolic status code.
+//! - discovery ([`devices`], [`device_count`], [`is_available`]): one enumeration per process;
+//!   contexts are created lazily, on a device's first use.
+//! - [`DeviceProperties`] and [`get_device_capability`].
+//! - the current device of each thread ([`current_device`], [`set_device`], [`DeviceGuard`],
+//!   [`device_of`]).
+//! - [`mem_get_info`], with what "free" can mean under OpenCL.
+//!
+//! Contract with the layers above: everything here is `Send + Sync` except `Kernel` and the
+//! guards; nothing here allocates device memory on its own; no call creates a context except
+//! [`Device::context`] and what needs it.
+//!
+//! ```
+//! // Never fails: 0 when no OpenCL runtime is installed.
+//! let n = xpu_device::device_count();
+//! for i in 0..n {
+//!     let p = xpu_device::get_device_properties(i).unwrap();
+//!     println!("{i}: {} on {} ({} bytes)", p.name, p.platform_name, p.total_memory);
+//! }
+//! ```
+
+pub mod backend;
+mod current;
+mod discovery;
+mod error;
+mod memory;
+mod properties;
+
+pub use current::{
+    check_device, current_device, device_of, exchange_device, set_device, DeviceGuard, HasDevice,
+};
+pub use discovery::{device, device_count, devices, is_available, Device};
+pub use error::{ClError, DeviceError, Result, INSTALL_HINT};
+pub use memory::{mem_get_info, note_reserved, reserved_by_runtime};
+pub use properties::{DeviceProperties, DeviceType};
+
+use std::collections::BTreeMap;
+
+/// The device's name, as `torch.xpu.get_device_name`.
+///
+/// # Errors
+/// `InvalidDevice` for a bad index.
+pub fn get_device_name(index: usize) -> Result<String> {
+    Ok(device(index)?.properties().name.clone())
+}
+
+/// The device's properties, as `torch.xpu.get_device_properties`.
+///
+/// # Errors
+/// `InvalidDevice` for a bad index.
+pub fn get_device_properties(index: usize) -> Result<DeviceProperties> {
+    Ok(device(index)?.properties().clone())
+}
+
+/// The device's feature flags, as `torch.xpu.get_device_capability` (a map).
+///
+/// # Errors
+/// `InvalidDevice` for a bad index.
+pub fn get_device_capability(index: usize) -> Result<BTreeMap<String, bool>> {
+    Ok(device(index)?.properties().capability())
+}
+
+/// True when device tests must fail rather than skip without a device (`XPU_REQUIRE_DEVICE=1`,
+/// set by `cargo xtask test`).
+pub fn require_device() -> bool {
+    std::env::var("XPU_REQUIRE_DEVICE").is_ok_and(|v| v == "1")
+}

@@ -1,0 +1,271 @@
+//! Tests of the layer rules on small in-memory inputs.
+
+use super::*;
+use serde_json::json;
+
+fn package(name: &str, deps: &[(&str, DepKind)]) -> Package {
+    let dir = if name == "xtask" {
+        "xtask".to_owned()
+    } else {
+        format!("crates/{name}")
+    };
+    Package {
+        name: name.to_owned(),
+        manifest: PathBuf::from(format!("{dir}/Cargo.toml")),
+        deps: deps
+            .iter()
+            .map(|&(n, kind)| Dep {
+                name: n.to_owned(),
+                kind,
+            })
+            .collect(),
+        roots: vec![PathBuf::from(format!("{dir}/src/lib.rs"))],
+    }
+}
+
+/// The intended workspace: each layer depends on the one below it.
+fn good_workspace() -> Vec<Package> {
+    let mut packages = vec![package(
+        "xpu-device",
+        &[("opencl3", DepKind::Normal), ("thiserror", DepKind::Normal)],
+    )];
+    for pair in LAYERS.windows(2) {
+        packages.push(package(
+            pair[1],
+            &[(pair[0], DepKind::Normal), (pair[1], DepKind::Dev)],
+        ));
+    }
+    packages.push(package("xtask", &[("anyhow", DepKind::Normal)]));
+    packages
+}
+
+fn no_manifest(_: &Path) -> Option<String> {
+    None
+}
+
+#[test]
+fn the_intended_layering_passes() {
+    assert_eq!(check_dependencies(&good_workspace(), no_manifest), vec![]);
+}
+
+#[test]
+fn a_dependency_on_a_later_layer_is_named() {
+    let mut ws = good_workspace();
+    ws[1].deps.push(Dep {
+        name: "xpu-event".to_owned(),
+        kind: DepKind::Normal,
+    });
+    let manifest = "[package]\nname = \"xpu-stream\"\n\n[dependencies]\n\
+                    xpu-device.workspace = true\nxpu-event = { workspace = true }\n";
+    let v = check_dependencies(&ws, |p| {
+        (p == Path::new("crates/xpu-stream/Cargo.toml")).then(|| manifest.to_owned())
+    });
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].krate, "xpu-stream");
+    assert_eq!(v[0].location, "crates/xpu-stream/Cargo.toml:6");
+    assert!(v[0]
+        .message
+        .starts_with("depends on xpu-event (dependencies), which is not before it"));
+}
+
+#[test]
+fn dev_dependencies_may_use_earlier_crates_only() {
+    let mut ws = good_workspace();
+    // xpu-alloc's tests may use xpu-device (earlier) ...
+    ws[3].deps.push(Dep {
+        name: "xpu-device".to_owned(),
+        kind: DepKind::Dev,
+    });
+    assert_eq!(check_dependencies(&ws, no_manifest), vec![]);
+    // ... but not the facade (later).
+    ws[3].deps.push(Dep {
+        name: "xpu".to_owned(),
+        kind: DepKind::Dev,
+    });
+    let v = check_dependencies(&ws, no_manifest);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].krate, "xpu-alloc");
+    assert!(v[0].message.contains("xpu (dev-dependencies)"));
+    // A normal dependency on itself is not allowed either (cargo would reject it anyway).
+    let mut ws = good_workspace();
+    ws[2].deps.push(Dep {
+        name: "xpu-event".to_owned(),
+        kind: DepKind::Build,
+    });
+    assert_eq!(check_dependencies(&ws, no_manifest).len(), 1);
+}
+
+#[test]
+fn only_the_device_crate_may_use_opencl() {
+    let mut ws = good_workspace();
+    ws[5].deps.push(Dep {
+        name: "cl3".to_owned(),
+        kind: DepKind::Dev,
+    });
+    ws[6].deps.push(Dep {
+        name: "opencl3".to_owned(),
+        kind: DepKind::Normal,
+    });
+    let v = check_dependencies(&ws, no_manifest);
+    let named: Vec<(&str, &str)> = v
+        .iter()
+        .map(|v| (v.krate.as_str(), v.message.as_str()))
+        .collect();
+    assert_eq!(
+        named,
+        vec![
+            (
+                "xpu",
+                "depends on cl3 (dev-dependencies); only xpu-device may use the OpenCL bindings"
+            ),
+            (
+                "xpu-cli",
+                "depends on opencl3 (dependencies); only xpu-device may use the OpenCL bindings"
+            ),
+        ]
+    );
+}
+
+#[test]
+fn xtask_must_not_depend_on_layers_and_layers_must_exist() {
+    let mut ws = good_workspace();
+    ws.last_mut().unwrap().deps.push(Dep {
+        name: "xpu-device".to_owned(),
+        kind: DepKind::Normal,
+    });
+    ws.retain(|p| p.name != "xpu-lazy");
+    // xpu depends on the removed xpu-lazy: still fine by order; the missing layer is reported.
+    let v = check_dependencies(&ws, no_manifest);
+    let crates: Vec<&str> = v.iter().map(|v| v.krate.as_str()).collect();
+    assert_eq!(crates, vec!["xpu-lazy", "xtask"], "{v:?}");
+    assert!(v[0].message.contains("not a workspace member"));
+    assert!(v[1].message.contains("packages outside the layers (xtask)"));
+}
+
+#[test]
+fn metadata_is_parsed_with_kinds_roots_and_relative_paths() {
+    let meta = json!({
+        "packages": [{
+            "name": "xpu-cli",
+            "manifest_path": "/ws/crates/xpu-cli/Cargo.toml",
+            "dependencies": [
+                {"name": "xpu", "kind": null},
+                {"name": "proptest", "kind": "dev"},
+                {"name": "cc", "kind": "build"}
+            ],
+            "targets": [
+                {"kind": ["bin"], "src_path": "/ws/crates/xpu-cli/src/main.rs"},
+                {"kind": ["test"], "src_path": "/ws/crates/xpu-cli/tests/cli.rs"},
+                {"kind": ["custom-build"], "src_path": "/ws/crates/xpu-cli/build.rs"}
+            ]
+        }]
+    });
+    let packages = parse_metadata(&meta, Path::new("/ws")).unwrap();
+    assert_eq!(packages.len(), 1);
+    let p = &packages[0];
+    assert_eq!(p.name, "xpu-cli");
+    assert_eq!(p.manifest, PathBuf::from("crates/xpu-cli/Cargo.toml"));
+    assert_eq!(p.dir(), Path::new("crates/xpu-cli"));
+    assert_eq!(p.roots, vec![PathBuf::from("crates/xpu-cli/src/main.rs")]);
+    let kinds: Vec<(&str, DepKind)> = p.deps.iter().map(|d| (d.name.as_str(), d.kind)).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            ("xpu", DepKind::Normal),
+            ("proptest", DepKind::Dev),
+            ("cc", DepKind::Build)
+        ]
+    );
+    assert!(parse_metadata(&json!({}), Path::new("/ws")).is_err());
+}
+
+#[test]
+fn manifest_lines_are_found_per_section() {
+    let manifest = "[package]\nname = \"x\"\n\n[dependencies]\nopencl3.workspace = true\n\
+                    xpu-device = { path = \"../d\" }\n\n[dev-dependencies]\nxpu-device.workspace = true\n\
+                    \n[target.'cfg(unix)'.build-dependencies]\ncc = \"1\"\n[dependencies.libc]\n";
+    let dep = |name: &str, kind| Dep {
+        name: name.to_owned(),
+        kind,
+    };
+    assert_eq!(manifest_line(manifest, &dep("opencl3", DepKind::Normal)), Some(5));
+    assert_eq!(manifest_line(manifest, &dep("xpu-device", DepKind::Normal)), Some(6));
+    assert_eq!(manifest_line(manifest, &dep("xpu-device", DepKind::Dev)), Some(9));
+    assert_eq!(manifest_line(manifest, &dep("cc", DepKind::Build)), Some(12));
+    assert_eq!(manifest_line(manifest, &dep("libc", DepKind::Normal)), Some(13));
+    assert_eq!(manifest_line(manifest, &dep("serde", DepKind::Normal)), None);
+}
+
+#[test]
+fn unsafe_outside_the_device_crate_is_named_with_its_line() {
+    let text = "//! Streams.\n#![forbid(unsafe_code)]\n\npub fn f() {\n    unsafe { g() }\n}\n";
+    let v = check_source("xpu-stream", "crates/xpu-stream/src/lib.rs", text, true);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(
+        v[0].to_string(),
+        "xpu-stream: crates/xpu-stream/src/lib.rs:5: `unsafe` outside xpu-device: only \
+         xpu-device may hold unsafe code"
+    );
+}
+
+#[test]
+fn unsafe_in_comments_strings_and_lint_names_is_not_code() {
+    let text = "//! Never `unsafe`.\n#![forbid(unsafe_code)]\n#![deny(unsafe_op_in_unsafe_fn)]\n\
+                /* unsafe { } */\nconst S: &str = \"unsafe { }\";\nconst R: &str = r#\"\nunsafe {\n\"#;\n\
+                // unsafe impl Send for X {}\n";
+    assert_eq!(check_source("xpu", "src/lib.rs", text, true), vec![]);
+}
+
+#[test]
+fn crate_roots_must_forbid_unsafe_code() {
+    let v = check_source("xpu-cli", "crates/xpu-cli/src/main.rs", "fn main() {}\n", true);
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].location, "crates/xpu-cli/src/main.rs:1");
+    assert_eq!(v[0].message, "crate root lacks `#![forbid(unsafe_code)]`");
+    // Non-root files need no attribute; the device crate needs none either.
+    assert_eq!(check_source("xpu-cli", "src/run.rs", "fn x() {}\n", false), vec![]);
+    assert_eq!(check_source("xpu-device", "src/lib.rs", "fn x() {}\n", true), vec![]);
+}
+
+#[test]
+fn device_unsafe_blocks_need_a_nearby_safety_comment() {
+    let good = "fn f(p: *const u8) -> u8 {\n    // SAFETY: p is valid (clGetDeviceInfo wrote it).\n\
+                \n    let v = unsafe { *p };\n    v\n}\n";
+    assert_eq!(check_source("xpu-device", "src/a.rs", good, false), vec![]);
+
+    let far = "// SAFETY: too far away.\nlet a = 1;\nlet b = 2;\nlet c = 3;\nlet v = unsafe { g() };\n";
+    let v = check_source("xpu-device", "crates/xpu-device/src/a.rs", far, false);
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].location, "crates/xpu-device/src/a.rs:5");
+    assert!(v[0].message.starts_with("`unsafe` block without a `// SAFETY:` comment"));
+
+    let missing = "fn f() {\n    unsafe {\n        g()\n    }\n}\n";
+    assert_eq!(check_source("xpu-device", "a.rs", missing, false).len(), 1);
+
+    // A word in a string is not a SAFETY comment.
+    let in_string = "let s = \"SAFETY: no\";\nunsafe { g() };\n";
+    assert_eq!(check_source("xpu-device", "a.rs", in_string, false).len(), 1);
+}
+
+#[test]
+fn a_long_safety_comment_block_counts_as_a_whole() {
+    let text = "// SAFETY: the queue handle is retained by `Queue` (clRetainCommandQueue),\n\
+                // and OpenCL allows concurrent use of a queue from several threads\n\
+                // as long as each enqueue names a valid event wait list, which\n\
+                // `WaitList` guarantees.\n\
+                unsafe impl Send for Queue {}\n";
+    assert_eq!(check_source("xpu-device", "a.rs", text, false), vec![]);
+    let bare = "struct Queue;\nunsafe impl Sync for Queue {}\n";
+    let v = check_source("xpu-device", "a.rs", bare, false);
+    assert_eq!(v.len(), 1);
+    assert!(v[0].message.starts_with("`unsafe` impl without"));
+}
+
+#[test]
+fn unsafe_fn_and_block_on_the_next_line() {
+    // `unsafe fn` needs `# Safety` docs (clippy), not a SAFETY comment.
+    let text = "/// # Safety\n/// p must be valid.\npub unsafe fn f(p: *const u8) {}\n";
+    assert_eq!(check_source("xpu-device", "a.rs", text, false), vec![]);
+    let split = "let v = unsafe\n{\n    g()\n};\n";
+    assert_eq!(check_source("xpu-device", "a.rs", split, false).len(), 1);
+}

@@ -1,0 +1,6 @@
+//! Project automation.
+#![forbid(unsafe_code)]
+
+fn main() {
+    println!("xtask");
+}
