@@ -108,6 +108,7 @@ fn read_env() -> Result<(TypeSelection, Option<String>)> {
 
 fn enumerate() -> Result<Vec<Device>> {
     let (selection, platform_filter) = read_env()?;
+    crate::fork::note_driver_touched();
     let platforms = Platform::all().map_err(|e| {
         if e.is_runtime_missing() {
             DeviceError::NoRuntime { source: e }
@@ -166,9 +167,12 @@ static DEVICES: OnceLock<Result<Vec<Device>>> = OnceLock::new();
 ///
 /// # Errors
 /// `NoRuntime` when no OpenCL runtime is installed (with the install command),
-/// `InvalidEnv` for a bad `XPU_DEVICE_TYPE`, or a failed enumeration call. The outcome is kept
-/// for the process.
+/// `InvalidEnv` for a bad `XPU_DEVICE_TYPE`, or a failed enumeration call (the outcome is kept
+/// for the process); `BadFork` in a child forked after the driver was touched.
 pub fn devices() -> Result<&'static [Device]> {
+    if crate::fork::is_in_bad_fork() {
+        return Err(DeviceError::BadFork);
+    }
     match DEVICES.get_or_init(enumerate) {
         Ok(v) => Ok(v.as_slice()),
         Err(e) => Err(e.clone()),

@@ -135,6 +135,9 @@ pub enum DeviceError {
         /// The compiler's build log.
         log: String,
     },
+    /// The process is a child forked after its parent touched the OpenCL driver.
+    #[error("{}", crate::fork::BAD_FORK_MESSAGE)]
+    BadFork,
     /// Any other failed OpenCL call.
     #[error(transparent)]
     OpenCl(#[from] ClError),

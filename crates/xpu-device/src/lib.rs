@@ -30,6 +30,7 @@ pub mod backend;
 mod current;
 mod discovery;
 mod error;
+pub mod fork;
 mod memory;
 mod properties;
 

@@ -1,2 +1,48 @@
-//! `xpu-lazy`: see the crate description; the body comes with its issue.
+//! `xpu-lazy`: lazy process-wide initialization, queued calls and fork safety.
+//!
+//! Contract: nothing touches the OpenCL runtime until the first call that needs it. The facade
+//! (`xpu`) runs [`lazy_init`] at the start of every call that needs the runtime; once
+//! initialized that costs one atomic load.
+//!
+//! - [`lazy_init`] / [`init`]: thread-safe (a second thread waits for the first to finish),
+//!   re-entrant (a queued call that calls back into the runtime does not deadlock), retried
+//!   after a failure.
+//! - [`lazy_call`]: queue work until initialization (as `torch.xpu._lazy_call`).
+//! - [`register_backend`] / [`device_lazy_init`]: a registry of init routines by device type.
+//! - Fork safety: in a child forked after the parent touched the driver, every call returns
+//!   [`LazyError::BadFork`] telling the user to spawn processes instead ([`is_in_bad_fork`]).
+//!
+//! Which calls initialize (as torch): `current_device`, `set_device`, `synchronize`, stream and
+//! event calls, `get_device_properties`, `mem_get_info`, memory-fraction setters. Which do not:
+//! `is_available` and `device_count` (they enumerate devices, which installs the fork handler,
+//! but create no context), `memory_stats` & co before init (empty / zero), `empty_cache` before
+//! init (a no-op).
 #![forbid(unsafe_code)]
+
+mod error;
+mod registry;
+mod state;
+
+pub use error::{BoxError, LazyError};
+pub use registry::{
+    device_lazy_init, is_backend_initialized, register_backend, registered_backends, InitFn,
+};
+pub use state::{init, is_in_bad_fork, is_initialized, lazy_call, lazy_init, queued_calls, OPENCL};
+
+fn opencl_init() -> Result<(), BoxError> {
+    // Enumerate devices (this installs the fork handler). As torch's init, zero devices is an
+    // error ("No XPU devices are available"); without a runtime the error carries the install
+    // command.
+    let devices = xpu_device::devices()?;
+    if devices.is_empty() {
+        return Err(Box::new(xpu_device::DeviceError::NoDevices {
+            selection: "no OpenCL device matched XPU_DEVICE_TYPE / XPU_PLATFORM".into(),
+        }));
+    }
+    Ok(())
+}
+
+fn register_builtin_backends() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| register_backend(OPENCL, opencl_init));
+}

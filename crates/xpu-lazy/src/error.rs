@@ -1,0 +1,37 @@
+//! Errors of lazy initialization.
+
+/// A boxed error from an init routine or a queued call.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Errors of [`lazy_init`](crate::lazy_init) and friends.
+#[derive(Debug, thiserror::Error)]
+pub enum LazyError {
+    /// The process is a child forked after the parent initialized the runtime.
+    #[error("{}", xpu_device::fork::BAD_FORK_MESSAGE)]
+    BadFork,
+    /// A backend's init routine failed; nothing was marked initialized, the next call retries.
+    #[error("xpu initialization of backend '{backend}' failed: {source}")]
+    InitFailed {
+        /// The device type whose routine failed.
+        backend: &'static str,
+        /// What it reported.
+        #[source]
+        source: BoxError,
+    },
+    /// A call queued with [`lazy_call`](crate::lazy_call) failed when initialization ran it.
+    /// The runtime stays uninitialized and keeps its queue: the next init re-runs every call.
+    #[error(
+        "xpu call failed lazily at initialization with error: {source}\n\n\
+         xpu call was originally queued at: {origin}"
+    )]
+    QueuedCallFailed {
+        /// Where `lazy_call` was invoked (`file:line:column`).
+        origin: String,
+        /// The call's error.
+        #[source]
+        source: BoxError,
+    },
+    /// No backend is registered under this device type.
+    #[error("no backend registered for device type '{0}'")]
+    UnknownBackend(String),
+}
