@@ -386,7 +386,9 @@ pub(crate) fn check_source(krate: &str, file: &str, text: &str, is_root: bool) -
             if !source::word_positions(&line.code, "unsafe").is_empty() {
                 out.push(violation(
                     i + 1,
-                    format!("`unsafe` outside {UNSAFE_CRATE}: only {UNSAFE_CRATE} may hold unsafe code"),
+                    format!(
+                        "`unsafe` outside {UNSAFE_CRATE}: only {UNSAFE_CRATE} may hold unsafe code"
+                    ),
                 ));
             }
         }

@@ -52,8 +52,8 @@ pub(crate) fn detect() -> Detection {
                 .to_owned(),
         ),
         (Some(_), true) => Detection::Missing(format!(
-            "no ICD vendor file (*.icd) in {} or $OCL_ICD_VENDORS: no OpenCL platform is registered",
-            SYSTEM_VENDOR_DIR
+            "no ICD vendor file (*.icd) in {}: no OpenCL platform is registered",
+            vendor_source()
         )),
         (Some(loader), false) => Detection::Found(format!(
             "loader {} and vendor file(s) {}",
@@ -81,7 +81,10 @@ pub(crate) fn find_loader() -> Option<PathBuf> {
     let ldconfig = ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]
         .into_iter()
         .find_map(|p| Cmd::new(p).arg("-p").stdout_if_ok());
-    if let Some(found) = ldconfig.as_deref().and_then(|o| parse_ldconfig(o, "libOpenCL.so.1")) {
+    if let Some(found) = ldconfig
+        .as_deref()
+        .and_then(|o| parse_ldconfig(o, "libOpenCL.so.1"))
+    {
         return Some(found);
     }
     LOADER_DIRS
@@ -97,10 +100,19 @@ pub(crate) fn parse_ldconfig(out: &str, name: &str) -> Option<PathBuf> {
         .find_map(|l| l.split_once("=>").map(|(_, p)| PathBuf::from(p.trim())))
 }
 
+/// Where the loader takes its vendor files from, for messages.
+fn vendor_source() -> String {
+    match std::env::var("OCL_ICD_VENDORS") {
+        Ok(v) if !v.is_empty() => format!("OCL_ICD_VENDORS={v}"),
+        _ => SYSTEM_VENDOR_DIR.to_owned(),
+    }
+}
+
 /// The ICD vendor files the loader reads: those of `$OCL_ICD_VENDORS` (a directory, or one
 /// file) when it is set, else those of /etc/OpenCL/vendors.
 pub(crate) fn vendor_files() -> Vec<PathBuf> {
     match std::env::var_os("OCL_ICD_VENDORS") {
+        Some(v) if v.is_empty() => icd_files_in(Path::new(SYSTEM_VENDOR_DIR)),
         Some(v) if Path::new(&v).is_file() => vec![PathBuf::from(v)],
         Some(v) => icd_files_in(Path::new(&v)),
         None => icd_files_in(Path::new(SYSTEM_VENDOR_DIR)),
@@ -159,14 +171,21 @@ pub(crate) fn ensure() -> Result<()> {
             Ok(())
         }
         Detection::Missing(reason) => {
-            bail!("installed {} but still no OpenCL runtime: {reason}", PACKAGES.join(" "))
+            bail!(
+                "installed {} but still no OpenCL runtime: {reason}",
+                PACKAGES.join(" ")
+            )
         }
     }
 }
 
 /// What to tell a user who has to install the runtime themselves.
 pub(crate) fn install_advice(root: bool, apt: bool) -> String {
-    let (sudo, sudo_env) = if root { ("", "") } else { ("sudo ", "sudo env ") };
+    let (sudo, sudo_env) = if root {
+        ("", "")
+    } else {
+        ("sudo ", "sudo env ")
+    };
     let cmd = format!(
         "{sudo}apt-get update && {sudo_env}DEBIAN_FRONTEND=noninteractive apt-get install -y {}",
         PACKAGES.join(" ")
@@ -174,7 +193,7 @@ pub(crate) fn install_advice(root: bool, apt: bool) -> String {
     if apt {
         format!(
             "Install PoCL (a CPU OpenCL platform) and the ICD loader:\n    {cmd}\n\
-             (run as root, `cargo xtask` installs them itself)"
+             (or run `cargo xtask` as root with apt-get: it installs them itself)"
         )
     } else {
         format!(
@@ -247,7 +266,10 @@ mod tests {
         std::fs::write(dir.join("b.icd"), "libb.so\n").unwrap();
         std::fs::write(dir.join("a.icd"), "liba.so\n").unwrap();
         std::fs::write(dir.join("notes.txt"), "x").unwrap();
-        assert_eq!(icd_files_in(&dir), vec![dir.join("a.icd"), dir.join("b.icd")]);
+        assert_eq!(
+            icd_files_in(&dir),
+            vec![dir.join("a.icd"), dir.join("b.icd")]
+        );
         assert!(icd_files_in(&dir.join("missing")).is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }

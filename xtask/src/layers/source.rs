@@ -68,16 +68,13 @@ pub(crate) fn split(text: &str) -> Vec<Line> {
                     line.code.push_str("r\"");
                     i += len;
                 } else if c == '\'' {
-                    i += char_literal_len(&chars, i).map_or_else(
-                        || {
-                            line.code.push('\'');
-                            1
-                        },
-                        |len| {
-                            line.code.push_str("' '");
-                            len
-                        },
-                    );
+                    if let Some(len) = char_literal_len(&chars, i) {
+                        line.code.push_str("' '");
+                        i += len;
+                    } else {
+                        line.code.push('\'');
+                        i += 1;
+                    }
                 } else {
                     line.code.push(c);
                     i += 1;
@@ -251,12 +248,16 @@ mod tests {
 
     #[test]
     fn forbid_attribute_is_found_in_code_only() {
-        assert!(forbids_unsafe_code(&split("//! doc\n#![forbid(unsafe_code)]\n")));
+        assert!(forbids_unsafe_code(&split(
+            "//! doc\n#![forbid(unsafe_code)]\n"
+        )));
         assert!(forbids_unsafe_code(&split(
             "#![forbid(\n    missing_docs,\n    unsafe_code,\n)]"
         )));
         assert!(!forbids_unsafe_code(&split("// #![forbid(unsafe_code)]\n")));
         assert!(!forbids_unsafe_code(&split("#![deny(unsafe_code)]\n")));
-        assert!(!forbids_unsafe_code(&split("#![forbid(unsafe_op_in_unsafe_fn)]\n")));
+        assert!(!forbids_unsafe_code(&split(
+            "#![forbid(unsafe_op_in_unsafe_fn)]\n"
+        )));
     }
 }

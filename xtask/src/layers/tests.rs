@@ -188,12 +188,30 @@ fn manifest_lines_are_found_per_section() {
         name: name.to_owned(),
         kind,
     };
-    assert_eq!(manifest_line(manifest, &dep("opencl3", DepKind::Normal)), Some(5));
-    assert_eq!(manifest_line(manifest, &dep("xpu-device", DepKind::Normal)), Some(6));
-    assert_eq!(manifest_line(manifest, &dep("xpu-device", DepKind::Dev)), Some(9));
-    assert_eq!(manifest_line(manifest, &dep("cc", DepKind::Build)), Some(12));
-    assert_eq!(manifest_line(manifest, &dep("libc", DepKind::Normal)), Some(13));
-    assert_eq!(manifest_line(manifest, &dep("serde", DepKind::Normal)), None);
+    assert_eq!(
+        manifest_line(manifest, &dep("opencl3", DepKind::Normal)),
+        Some(5)
+    );
+    assert_eq!(
+        manifest_line(manifest, &dep("xpu-device", DepKind::Normal)),
+        Some(6)
+    );
+    assert_eq!(
+        manifest_line(manifest, &dep("xpu-device", DepKind::Dev)),
+        Some(9)
+    );
+    assert_eq!(
+        manifest_line(manifest, &dep("cc", DepKind::Build)),
+        Some(12)
+    );
+    assert_eq!(
+        manifest_line(manifest, &dep("libc", DepKind::Normal)),
+        Some(13)
+    );
+    assert_eq!(
+        manifest_line(manifest, &dep("serde", DepKind::Normal)),
+        None
+    );
 }
 
 #[test]
@@ -218,33 +236,51 @@ fn unsafe_in_comments_strings_and_lint_names_is_not_code() {
 
 #[test]
 fn crate_roots_must_forbid_unsafe_code() {
-    let v = check_source("xpu-cli", "crates/xpu-cli/src/main.rs", "fn main() {}\n", true);
+    let v = check_source(
+        "xpu-cli",
+        "crates/xpu-cli/src/main.rs",
+        "fn main() {}\n",
+        true,
+    );
     assert_eq!(v.len(), 1);
     assert_eq!(v[0].location, "crates/xpu-cli/src/main.rs:1");
     assert_eq!(v[0].message, "crate root lacks `#![forbid(unsafe_code)]`");
     // Non-root files need no attribute; the device crate needs none either.
-    assert_eq!(check_source("xpu-cli", "src/run.rs", "fn x() {}\n", false), vec![]);
-    assert_eq!(check_source("xpu-device", "src/lib.rs", "fn x() {}\n", true), vec![]);
+    assert_eq!(
+        check_source("xpu-cli", "src/run.rs", "fn x() {}\n", false),
+        vec![]
+    );
+    assert_eq!(
+        check_source("xpu-device", "src/lib.rs", "fn x() {}\n", true),
+        vec![]
+    );
 }
 
 #[test]
 fn device_unsafe_blocks_need_a_nearby_safety_comment() {
-    let good = "fn f(p: *const u8) -> u8 {\n    // SAFETY: p is valid (clGetDeviceInfo wrote it).\n\
+    let good =
+        "fn f(p: *const u8) -> u8 {\n    // SAFETY: p is valid (clGetDeviceInfo wrote it).\n\
                 \n    let v = unsafe { *p };\n    v\n}\n";
     assert_eq!(check_source("xpu-device", "src/a.rs", good, false), vec![]);
 
-    let far = "// SAFETY: too far away.\nlet a = 1;\nlet b = 2;\nlet c = 3;\nlet v = unsafe { g() };\n";
+    let far =
+        "// SAFETY: too far away.\nlet a = 1;\nlet b = 2;\nlet c = 3;\nlet v = unsafe { g() };\n";
     let v = check_source("xpu-device", "crates/xpu-device/src/a.rs", far, false);
     assert_eq!(v.len(), 1, "{v:?}");
     assert_eq!(v[0].location, "crates/xpu-device/src/a.rs:5");
-    assert!(v[0].message.starts_with("`unsafe` block without a `// SAFETY:` comment"));
+    assert!(v[0]
+        .message
+        .starts_with("`unsafe` block without a `// SAFETY:` comment"));
 
     let missing = "fn f() {\n    unsafe {\n        g()\n    }\n}\n";
     assert_eq!(check_source("xpu-device", "a.rs", missing, false).len(), 1);
 
     // A word in a string is not a SAFETY comment.
     let in_string = "let s = \"SAFETY: no\";\nunsafe { g() };\n";
-    assert_eq!(check_source("xpu-device", "a.rs", in_string, false).len(), 1);
+    assert_eq!(
+        check_source("xpu-device", "a.rs", in_string, false).len(),
+        1
+    );
 }
 
 #[test]

@@ -1,0 +1,363 @@
+//! `cargo xtask gpu-archive`: everything a GPU machine without cargo needs to run the test
+//! suite and the benchmarks (../shared/gpu/README.md), in one directory under 64 MiB.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use crate::cmd::{which, Cmd};
+use crate::gpu::GPU_ENV_SH;
+use crate::{layers, opencl_runtime};
+
+/// The runner script template (ci/gpu-run.sh.tmpl).
+const RUN_SH_TEMPLATE: &str = include_str!("../../ci/gpu-run.sh.tmpl");
+
+/// The most the archive directory may weigh (the device tool carries 64 MiB).
+pub(crate) const MAX_BYTES: u64 = 64 << 20;
+
+/// What `build` writes into the output directory (removed first, nothing else is touched).
+const OUTPUTS: [&str; 8] = [
+    "tests.tar.zst",
+    "xpu",
+    "cargo-nextest",
+    "cl_floor",
+    "cl_floor.c",
+    "torch_alloc_bench.py",
+    "run.sh",
+    "traces",
+];
+
+/// Release settings for small binaries: no debug info, stripped.
+const SMALL_RELEASE: [(&str, &str); 4] = [
+    ("CARGO_PROFILE_RELEASE_DEBUG", "false"),
+    ("CARGO_PROFILE_RELEASE_STRIP", "true"),
+    ("CARGO_PROFILE_BENCH_DEBUG", "false"),
+    ("CARGO_PROFILE_BENCH_STRIP", "true"),
+];
+
+/// Builds the GPU archive into `out`.
+pub(crate) fn build(root: &Path, out: &Path) -> Result<()> {
+    let out = if out.is_absolute() {
+        out.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(out)
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    for name in OUTPUTS {
+        let p = out.join(name);
+        if p.is_dir() {
+            std::fs::remove_dir_all(&p)?;
+        } else if p.exists() {
+            std::fs::remove_file(&p)?;
+        }
+    }
+    let envs: Vec<(String, String)> = SMALL_RELEASE
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let nextest = which("cargo-nextest")
+        .or_else(|| {
+            let home = std::env::var_os("CARGO_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
+            Some(home.join("bin/cargo-nextest")).filter(|p| p.is_file())
+        })
+        .context(
+            "cargo-nextest is needed to build the archive: cargo install cargo-nextest --locked",
+        )?;
+
+    Cmd::cargo()
+        .args([
+            "nextest",
+            "archive",
+            "--workspace",
+            "--release",
+            "--archive-file",
+        ])
+        .arg(out.join("tests.tar.zst"))
+        .envs(&envs)
+        .current_dir(root)
+        .run_step("archive-tests")?;
+    Cmd::cargo()
+        .args(["build", "--release", "-p", "xpu-cli", "--bin", "xpu"])
+        .envs(&envs)
+        .current_dir(root)
+        .run_step("build-xpu")?;
+    let target_dir = layers::metadata(root)?["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .context("cargo metadata gives no target_directory")?;
+    copy(&target_dir.join("release/xpu"), &out.join("xpu"))?;
+    copy(&nextest, &out.join("cargo-nextest"))?;
+    strip(&out.join("cargo-nextest"));
+
+    let shared = root.join("../shared");
+    build_floor(&shared.join("gpu/cl_floor.c"), &out)?;
+    let torch = shared.join("gpu/torch_alloc_bench.py");
+    if torch.is_file() {
+        copy(&torch, &out.join("torch_alloc_bench.py"))?;
+    } else {
+        println!("==> {} not found: no PyTorch comparison", torch.display());
+    }
+    copy_traces(&shared.join("traces"), &out.join("traces"))?;
+
+    let run_sh = out.join("run.sh");
+    std::fs::write(&run_sh, render_run_sh(&remap_expr(root, &out)))
+        .with_context(|| format!("cannot write {}", run_sh.display()))?;
+    set_executable(&run_sh)?;
+    exclude_from_git(root, &out)?;
+    report_size(&out)
+}
+
+fn copy(from: &Path, to: &Path) -> Result<()> {
+    std::fs::copy(from, to)
+        .with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
+    Ok(())
+}
+
+fn set_executable(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("cannot make {} executable", path.display()))
+}
+
+/// Strips a copied binary when `strip` exists (best effort: an unstripped one still works).
+fn strip(path: &Path) {
+    if which("strip").is_some() {
+        let _ = Cmd::new("strip").arg(path).output();
+    }
+}
+
+/// Builds the raw OpenCL floor (`gcc -O2 cl_floor.c -lOpenCL`) and ships its source too, so
+/// run.sh can build it there when it could not be built here.
+fn build_floor(source: &Path, out: &Path) -> Result<()> {
+    if !source.is_file() {
+        println!(
+            "==> {} not found: skipping the raw OpenCL floor",
+            source.display()
+        );
+        return Ok(());
+    }
+    copy(source, &out.join("cl_floor.c"))?;
+    let gcc = |lib: &str| {
+        Cmd::new("gcc")
+            .args(["-O2"])
+            .arg(source)
+            .arg(lib)
+            .arg("-o")
+            .arg(out.join("cl_floor"))
+    };
+    if which("gcc").is_none() {
+        println!(
+            "==> gcc not found: cl_floor.c is shipped and run.sh builds it on the GPU machine"
+        );
+        return Ok(());
+    }
+    if !has_cl_headers() && opencl_runtime::is_root() && which("apt-get").is_some() {
+        println!("==> the OpenCL C headers are missing: installing opencl-c-headers with apt-get");
+        Cmd::new("apt-get")
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .args(["install", "-y", "opencl-c-headers"])
+            .run_step("install-cl-headers")?;
+    }
+    let cmd = gcc("-lOpenCL");
+    println!("==> [cl-floor] {}", cmd.display());
+    let built = cmd.output().is_some_and(|o| o.status.success()) || {
+        // Without the -dev package there is no libOpenCL.so: link the loader by soname.
+        let cmd = gcc("-l:libOpenCL.so.1");
+        println!("==> [cl-floor] {}", cmd.display());
+        cmd.output().is_some_and(|o| o.status.success())
+    };
+    if built {
+        strip(&out.join("cl_floor"));
+    } else {
+        println!(
+            "==> could not build cl_floor here (OpenCL headers: apt-get install opencl-c-headers); \
+             run.sh builds it on the GPU machine from cl_floor.c"
+        );
+    }
+    Ok(())
+}
+
+fn has_cl_headers() -> bool {
+    ["/usr/include/CL/cl.h", "/usr/local/include/CL/cl.h"]
+        .iter()
+        .any(|p| Path::new(p).is_file())
+}
+
+fn copy_traces(from: &Path, to: &Path) -> Result<()> {
+    let Ok(entries) = std::fs::read_dir(from) else {
+        println!("==> {} not found: no traces to replay", from.display());
+        return Ok(());
+    };
+    std::fs::create_dir_all(to)?;
+    let mut n = 0;
+    for entry in entries {
+        let path = entry?.path();
+        let is_trace = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(".trace.gz"));
+        if is_trace {
+            copy(&path, &to.join(path.file_name().expect("has a file name")))?;
+            n += 1;
+        }
+    }
+    println!("==> copied {n} trace(s) from {}", from.display());
+    Ok(())
+}
+
+/// The shell expression run.sh uses for the workspace root: the directory above the archive
+/// when it sits inside the workspace (`$HERE/..`), else the working directory.
+pub(crate) fn remap_expr(root: &Path, out: &Path) -> String {
+    match out.strip_prefix(root) {
+        Ok(rel) if rel.components().count() > 0 => {
+            let up = vec![".."; rel.components().count()].join("/");
+            format!("$(cd \"$HERE/{up}\" && pwd)")
+        }
+        _ => "$PWD".to_owned(),
+    }
+}
+
+/// run.sh: the template with ci/gpu-env.sh embedded and the workspace root expression.
+pub(crate) fn render_run_sh(repo_root_expr: &str) -> String {
+    let env = GPU_ENV_SH
+        .lines()
+        .map(|l| {
+            if l.is_empty() {
+                String::new()
+            } else {
+                format!("    {l}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    RUN_SH_TEMPLATE
+        .replace("@GPU_ENV@", &env)
+        .replace("@REPO_ROOT@", repo_root_expr)
+}
+
+/// Adds `/.gpu/` (and the output directory, when it is another one inside the workspace) to
+/// .git/info/exclude.
+fn exclude_from_git(root: &Path, out: &Path) -> Result<()> {
+    let info = root.join(".git/info");
+    if !root.join(".git").is_dir() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&info)?;
+    let exclude = info.join("exclude");
+    let mut text = std::fs::read_to_string(&exclude).unwrap_or_default();
+    let mut wanted = vec!["/.gpu/".to_owned()];
+    if let Ok(rel) = out.strip_prefix(root) {
+        if rel.components().count() > 0 {
+            wanted.push(format!("/{}/", rel.display()));
+        }
+    }
+    let mut changed = false;
+    for line in wanted {
+        if !text.lines().any(|l| l.trim() == line) {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&line);
+            text.push('\n');
+            changed = true;
+        }
+    }
+    if changed {
+        std::fs::write(&exclude, text)
+            .with_context(|| format!("cannot write {}", exclude.display()))?;
+    }
+    Ok(())
+}
+
+fn dir_size(path: &Path, files: &mut Vec<(PathBuf, u64)>) -> Result<()> {
+    for entry in std::fs::read_dir(path)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            dir_size(&entry.path(), files)?;
+        } else {
+            files.push((entry.path(), meta.len()));
+        }
+    }
+    Ok(())
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+}
+
+fn report_size(out: &Path) -> Result<()> {
+    let mut files = Vec::new();
+    dir_size(out, &mut files)?;
+    files.sort_by_key(|f| std::cmp::Reverse(f.1));
+    let total: u64 = files.iter().map(|f| f.1).sum();
+    for (path, size) in files.iter().take(6) {
+        let name = path.strip_prefix(out).unwrap_or(path);
+        println!("    {:>10}  {}", mib(*size), name.display());
+    }
+    println!(
+        "==> GPU archive {}: {} in {} files (limit {})",
+        out.display(),
+        mib(total),
+        files.len(),
+        mib(MAX_BYTES)
+    );
+    if total >= MAX_BYTES {
+        bail!(
+            "the GPU archive is {} but must stay under {}: drop debug info or large files",
+            mib(total),
+            mib(MAX_BYTES)
+        );
+    }
+    println!(
+        "==> on the GPU machine: `bash {}/run.sh` (results under $OUT)",
+        out.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_sh_embeds_the_vendor_registration_and_the_root() {
+        let script = render_run_sh("$(cd \"$HERE/..\" && pwd)");
+        assert!(!script.contains("@GPU_ENV@") && !script.contains("@REPO_ROOT@"));
+        assert!(script.contains("    xpu_register_nvidia_icd() {"));
+        assert!(script.contains("REPO_ROOT=\"${XPU_REPO_ROOT:-$(cd \"$HERE/..\" && pwd)}\""));
+        assert!(script.contains("--archive-file tests.tar.zst --workspace-remap \"$REPO_ROOT\""));
+        assert!(script.contains("./xpu bench --json > \"$RESULTS/bench.json\""));
+    }
+
+    #[test]
+    fn run_sh_is_valid_bash() {
+        let script = render_run_sh("$PWD");
+        let out = Cmd::new("bash")
+            .args(["-n", "-c"])
+            .arg(script)
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[test]
+    fn remap_is_relative_inside_the_workspace() {
+        let root = Path::new("/w/main");
+        assert_eq!(
+            remap_expr(root, Path::new("/w/main/.gpu")),
+            "$(cd \"$HERE/..\" && pwd)"
+        );
+        assert_eq!(
+            remap_expr(root, Path::new("/w/main/out/gpu")),
+            "$(cd \"$HERE/../..\" && pwd)"
+        );
+        assert_eq!(remap_expr(root, Path::new("/tmp/gpu")), "$PWD");
+    }
+}

@@ -1,0 +1,89 @@
+//! `cargo xtask test`: runtime check, fmt, clippy, check-layers, rustdoc, then every test.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::cmd::Cmd;
+use crate::{layers, opencl_runtime};
+
+/// PoCL's device list that gives two CPU devices, for the multi-device tests.
+pub(crate) const TWO_POCL_DEVICES: &str = "pthread pthread";
+
+/// The whole local suite, failing fast at the first failed step.
+pub(crate) fn run(root: &Path, extra: &[String]) -> Result<()> {
+    opencl_runtime::ensure()?;
+    Cmd::cargo()
+        .args(["fmt", "--all", "--check"])
+        .current_dir(root)
+        .hint("run `cargo fmt --all` to fix it (no rustfmt? `rustup component add rustfmt`)")
+        .run_step("fmt")?;
+    Cmd::cargo()
+        .args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .current_dir(root)
+        .hint("fix the warnings above (no clippy? `rustup component add clippy`)")
+        .run_step("clippy")?;
+    println!("==> [check-layers] cargo xtask check-layers");
+    layers::check(root).context("step `check-layers` failed")?;
+    let rustdocflags = match std::env::var("RUSTDOCFLAGS") {
+        Ok(flags) if !flags.trim().is_empty() => format!("{flags} -D warnings"),
+        _ => "-D warnings".to_owned(),
+    };
+    Cmd::cargo()
+        .env("RUSTDOCFLAGS", rustdocflags)
+        .args(["doc", "--workspace", "--no-deps"])
+        .current_dir(root)
+        .hint("fix the rustdoc warnings above (broken links, missing docs)")
+        .run_step("doc")?;
+    let mut envs = vec![("XPU_REQUIRE_DEVICE".to_owned(), "1".to_owned())];
+    match std::env::var("POCL_DEVICES") {
+        Ok(devices) => println!("==> POCL_DEVICES is set ({devices:?}): keeping it"),
+        Err(_) => envs.push(("POCL_DEVICES".to_owned(), TWO_POCL_DEVICES.to_owned())),
+    }
+    run_tests(root, &envs, extra)
+}
+
+/// Whether `cargo nextest` is installed.
+pub(crate) fn nextest_installed() -> bool {
+    Cmd::cargo()
+        .args(["nextest", "--version"])
+        .stdout_if_ok()
+        .is_some()
+}
+
+/// Every test of the workspace with `envs` set: cargo-nextest plus the doctests when
+/// nextest is installed, else `cargo test`. `extra` goes to the runner.
+pub(crate) fn run_tests(root: &Path, envs: &[(String, String)], extra: &[String]) -> Result<()> {
+    if nextest_installed() {
+        Cmd::cargo()
+            .args(["nextest", "run", "--workspace"])
+            .args(extra)
+            .envs(envs)
+            .current_dir(root)
+            .run_step("tests")?;
+        // nextest does not run doctests.
+        Cmd::cargo()
+            .args(["test", "--workspace", "--doc"])
+            .envs(envs)
+            .current_dir(root)
+            .run_step("doctests")
+    } else {
+        println!(
+            "==> cargo-nextest is not installed: using cargo test \
+             (`cargo install cargo-nextest --locked` for nextest)"
+        );
+        Cmd::cargo()
+            .args(["test", "--workspace"])
+            .args(extra)
+            .envs(envs)
+            .current_dir(root)
+            .run_step("tests")
+    }
+}
