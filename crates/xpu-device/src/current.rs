@@ -30,11 +30,10 @@ pub fn set_device(index: usize) -> Result<()> {
 /// # Errors
 /// As [`set_device`].
 pub fn exchange_device(index: usize) -> Result<usize> {
-    let prev = current_device();
-    if prev != index {
-        set_device(index)?;
-    }
-    Ok(prev)
+    // Validate even when `index` is already current: with no device, the "current" 0 is no
+    // device, and a guard to it must fail like `set_device(0)`.
+    device(index)?;
+    Ok(CURRENT.with(|c| c.replace(index)))
 }
 
 /// Anything that lives on one device (streams, events, allocations).

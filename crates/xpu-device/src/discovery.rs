@@ -116,6 +116,13 @@ fn enumerate() -> Result<Vec<Device>> {
             DeviceError::OpenCl(e)
         }
     })?;
+    if platforms.is_empty() {
+        // Some ICD loaders answer CL_SUCCESS with no platform instead of
+        // CL_PLATFORM_NOT_FOUND_KHR: the same situation, so the same error.
+        return Err(DeviceError::NoRuntime {
+            source: ClError::new("clGetPlatformIDs", crate::error::CODE_PLATFORM_NOT_FOUND),
+        });
+    }
     let mut chosen: Vec<(Platform, String)> = Vec::new();
     for p in platforms {
         let name = p.name()?;
@@ -148,6 +155,11 @@ fn enumerate() -> Result<Vec<Device>> {
             }
         }
     };
+    if found.is_empty() {
+        return Err(DeviceError::NoDevices {
+            selection: describe_selection(selection, platform_filter.as_deref(), &chosen),
+        });
+    }
     let mut devices = Vec::with_capacity(found.len());
     for (index, (platform, pname, id)) in found.into_iter().enumerate() {
         devices.push(Device {
@@ -161,13 +173,34 @@ fn enumerate() -> Result<Vec<Device>> {
     Ok(devices)
 }
 
+/// What was searched for and where, for `NoDevices`.
+fn describe_selection(
+    selection: TypeSelection,
+    platform_filter: Option<&str>,
+    searched: &[(Platform, String)],
+) -> String {
+    let types = match selection {
+        TypeSelection::GpuElseCpu => "no GPU or CPU device",
+        TypeSelection::Gpu => "no device of XPU_DEVICE_TYPE=gpu",
+        TypeSelection::Cpu => "no device of XPU_DEVICE_TYPE=cpu",
+        TypeSelection::All => "no device",
+    };
+    let names: Vec<&str> = searched.iter().map(|(_, n)| n.as_str()).collect();
+    match platform_filter {
+        Some(f) if names.is_empty() => format!("{types}: no platform matches XPU_PLATFORM={f}"),
+        Some(f) => format!("{types} on the platforms matching XPU_PLATFORM={f} {names:?}"),
+        None => format!("{types} on the platforms {names:?}"),
+    }
+}
+
 static DEVICES: OnceLock<Result<Vec<Device>>> = OnceLock::new();
 
 /// Every device the runtime sees, enumerated on the first call (no context is created).
 ///
 /// # Errors
 /// `NoRuntime` when no OpenCL runtime is installed (with the install command),
-/// `InvalidEnv` for a bad `XPU_DEVICE_TYPE`, or a failed enumeration call (the outcome is kept
+/// `InvalidEnv` for a bad `XPU_DEVICE_TYPE`, `NoDevices` when no device matches the selection,
+/// or a failed enumeration call (the outcome is kept
 /// for the process); `BadFork` in a child forked after the driver was touched.
 pub fn devices() -> Result<&'static [Device]> {
     if crate::fork::is_in_bad_fork() {

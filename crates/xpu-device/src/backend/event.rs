@@ -1,11 +1,26 @@
 //! OpenCL events (`cl_event`): markers, barriers, user events, status and profiling.
 
+use std::ffi::c_void;
+
 use opencl3::event as cle;
 
 use super::{cl, raw, release, Context};
 use crate::error::ClError;
 
 const EXECUTION_STATUS: u32 = 0x11D3;
+const CL_COMPLETE: i32 = 0;
+
+/// A callback registered with [`ClEvent::on_complete`].
+type CompleteFn = Box<dyn FnOnce(i32) + Send + 'static>;
+
+extern "C" fn run_on_complete(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
+    // SAFETY: user_data is the Box<CompleteFn> leaked by `on_complete`; OpenCL calls a callback
+    // registered for CL_COMPLETE exactly once (clSetEventCallback, OpenCL 3.0 §5.11.4), so the
+    // box is reclaimed exactly once.
+    let f = unsafe { Box::from_raw(user_data.cast::<CompleteFn>()) };
+    // A panic must never unwind into the driver's thread.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(status)));
+}
 
 /// `CL_EVENT_COMMAND_EXECUTION_STATUS` (OpenCL 3.0 §5.11, table 37).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +170,32 @@ impl ClEvent {
             cle::get_event_profiling_info(self.0, param),
         )?;
         Ok(v.to_ulong())
+    }
+
+    /// Runs `f` once when the command completes or terminates abnormally
+    /// (`clSetEventCallback` for `CL_COMPLETE`, OpenCL 3.0 §5.11.4). `f` receives the final
+    /// execution status: 0 (`CL_COMPLETE`) or the negative error code.
+    ///
+    /// `f` runs on a driver thread (or inline, when the event is already complete): it must be
+    /// short and must not call blocking OpenCL functions (`clFinish`, `clWaitForEvents`, blocking
+    /// enqueues), which the specification leaves undefined in callbacks. Setting a user event's
+    /// status from it is allowed; this is how a queue of one context waits for an event of
+    /// another context.
+    ///
+    /// # Errors
+    /// A failed `clSetEventCallback` (then `f` is dropped without running).
+    pub fn on_complete(&self, f: impl FnOnce(i32) + Send + 'static) -> Result<(), ClError> {
+        let boxed: Box<CompleteFn> = Box::new(Box::new(f));
+        let data = Box::into_raw(boxed);
+        match cle::set_event_callback(self.0, CL_COMPLETE, run_on_complete, data.cast()) {
+            Ok(()) => Ok(()),
+            Err(code) => {
+                // SAFETY: registration failed, so the driver never saw `data` and we still own
+                // the box created above.
+                drop(unsafe { Box::from_raw(data) });
+                Err(ClError::new("clSetEventCallback", code))
+            }
+        }
     }
 
     /// The raw `cl_event`, valid while `self` lives.

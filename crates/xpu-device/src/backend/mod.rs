@@ -3,7 +3,7 @@
 //! Every handle here is RAII: `Clone` retains the OpenCL object, `Drop` releases it, and a
 //! failed release never panics: it is logged with `tracing` and kept, and the next
 //! [`CommandQueue::finish`] reports it (see [`take_release_error`]). Every failed call becomes a
-//! [`ClError`](crate::ClError) naming the OpenCL function and the symbolic status code.
+//! [`ClError`] naming the OpenCL function and the symbolic status code.
 //!
 //! The raw handles (`as_raw()`) are for interop with other OpenCL or SYCL code that shares the
 //! platform, device, context or queue; they stay valid as long as the wrapper that returned them.

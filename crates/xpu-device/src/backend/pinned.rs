@@ -37,11 +37,13 @@ impl Drop for Inner {
                 ptr::null(),
             )
         };
+        // No wait for the unmap: the last reference is often dropped inside the CL_COMPLETE
+        // callback of a copy (`keep_alive_until`), where blocking calls such as clWaitForEvents
+        // are undefined behavior (OpenCL 3.0 §5.11.4) and can deadlock a driver's callback
+        // thread. Nothing needs the wait: the buffer released right after stays alive until
+        // the enqueued unmap completes (§5.5.1).
         match r {
-            Ok(e) => {
-                let ev = ClEvent::from_owned(e);
-                release::note("clWaitForEvents", ev.wait().map_err(|e| e.code));
-            }
+            Ok(e) => drop(ClEvent::from_owned(e)),
             Err(code) => release::note("clEnqueueUnmapMemObject", Err(code)),
         }
     }

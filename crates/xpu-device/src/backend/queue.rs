@@ -104,6 +104,27 @@ impl CommandQueue {
         Ok(CommandQueue(q))
     }
 
+    /// Creates an out-of-order queue (`CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE`). The runtime's
+    /// streams never use one; it exists for interop code and for testing that external-queue
+    /// validation rejects it.
+    ///
+    /// # Errors
+    /// A failed `clCreateCommandQueueWithProperties` (`CL_INVALID_QUEUE_PROPERTIES` where the
+    /// device has no out-of-order support).
+    pub fn new_out_of_order(context: &Context, device: DeviceId) -> Result<CommandQueue> {
+        let props: [u64; 3] = [QUEUE_PROPERTIES as u64, OUT_OF_ORDER, 0];
+        // SAFETY: context and device are live handles and `props` is a 0-terminated property
+        // list that outlives the call (clCreateCommandQueueWithProperties, §5.1).
+        let q = cl("clCreateCommandQueueWithProperties", unsafe {
+            clq::create_command_queue_with_properties(
+                context.as_raw(),
+                device.as_raw(),
+                props.as_ptr(),
+            )
+        })?;
+        Ok(CommandQueue(q))
+    }
+
     /// Wraps a user's queue without taking over the user's reference: the wrapper retains its
     /// own reference and releases only that one, so the user's queue is never released by us.
     ///

@@ -1,0 +1,173 @@
+//! Device buffers: write/read, sub-buffers, fill, copy and their argument errors.
+
+mod common;
+
+use xpu_device::backend::{Buffer, MemFlags};
+use xpu_device::DeviceError;
+
+const CL_MISALIGNED_SUB_BUFFER_OFFSET: i32 = -13;
+const CL_MEM_COPY_OVERLAP: i32 = -8;
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + 3) as u8).collect()
+}
+
+#[test]
+fn write_read_round_trip() {
+    let Some(dev) = common::device0("write_read_round_trip") else {
+        return;
+    };
+    let q = common::queue(dev);
+    let buf = Buffer::new(dev.context().unwrap(), 4096, MemFlags::default()).unwrap();
+    assert_eq!(buf.size(), 4096);
+    let data = pattern(4096);
+    q.write(&buf, 0, &data).unwrap();
+    let mut back = vec![0u8; 4096];
+    q.read(&buf, 0, &mut back).unwrap();
+    assert_eq!(back, data);
+    // Partial write at an offset, partial read.
+    q.write(&buf, 100, &[0xAA; 10]).unwrap();
+    let mut part = [0u8; 12];
+    q.read(&buf, 99, &mut part).unwrap();
+    assert_eq!(part[0], data[99]);
+    assert_eq!(&part[1..11], &[0xAA; 10]);
+    assert_eq!(part[11], data[110]);
+    // A clone is another reference to the same memory.
+    let alias = buf.clone();
+    assert_eq!(alias.as_raw(), buf.as_raw());
+    drop(buf);
+    q.read(&alias, 100, &mut part[..1]).unwrap();
+    assert_eq!(part[0], 0xAA);
+}
+
+#[test]
+fn sub_buffer_at_an_aligned_offset_views_the_parent() {
+    let Some(dev) = common::device0("sub_buffer_at_an_aligned_offset_views_the_parent") else {
+        return;
+    };
+    let align = dev.properties().mem_base_addr_align as usize;
+    let q = common::queue(dev);
+    let parent = Buffer::new(dev.context().unwrap(), 4 * align, MemFlags::default()).unwrap();
+    let data = pattern(4 * align);
+    q.write(&parent, 0, &data).unwrap();
+
+    let sub = parent.sub_buffer(align, 2 * align).unwrap();
+    assert_eq!(sub.size(), 2 * align);
+    let mut back = vec![0u8; 2 * align];
+    q.read(&sub, 0, &mut back).unwrap();
+    assert_eq!(back, &data[align..3 * align]);
+
+    q.write(&sub, 0, &[0x5A; 16]).unwrap();
+    let mut p = [0u8; 17];
+    q.read(&parent, align - 1, &mut p).unwrap();
+    assert_eq!(p[0], data[align - 1]);
+    assert_eq!(&p[1..], &[0x5A; 16]);
+    // Reads past the sub-buffer's own size are rejected, though the parent is larger.
+    let mut one = [0u8; 1];
+    assert!(matches!(
+        q.read(&sub, 2 * align, &mut one),
+        Err(DeviceError::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn sub_buffer_at_a_misaligned_offset_is_a_cl_error() {
+    let Some(dev) = common::device0("sub_buffer_at_a_misaligned_offset_is_a_cl_error") else {
+        return;
+    };
+    let align = dev.properties().mem_base_addr_align as usize;
+    let parent = Buffer::new(dev.context().unwrap(), 4 * align, MemFlags::default()).unwrap();
+    let err = parent.sub_buffer(align / 2, 64).unwrap_err();
+    let cl = err.cl_error().expect("an OpenCL error");
+    assert_eq!(cl.function, "clCreateSubBuffer");
+    assert_eq!(cl.code, CL_MISALIGNED_SUB_BUFFER_OFFSET);
+    assert!(
+        err.to_string().contains("CL_MISALIGNED_SUB_BUFFER_OFFSET"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_sizes_and_ranges_are_invalid_arguments() {
+    let Some(dev) = common::device0("bad_sizes_and_ranges_are_invalid_arguments") else {
+        return;
+    };
+    let ctx = dev.context().unwrap();
+    let q = common::queue(dev);
+    let err = Buffer::new(ctx, 0, MemFlags::default()).unwrap_err();
+    assert_eq!(
+        err,
+        DeviceError::InvalidArgument("buffer size must be at least 1 byte".into())
+    );
+
+    let buf = Buffer::new(ctx, 64, MemFlags::default()).unwrap();
+    let mut out = [0u8; 8];
+    let err = q.read(&buf, 60, &mut out).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid argument: read: range 60..60+8 exceeds the buffer's 64 bytes"
+    );
+    assert!(matches!(
+        q.read(&buf, usize::MAX, &mut out),
+        Err(DeviceError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        q.write(&buf, 57, &[0; 8]),
+        Err(DeviceError::InvalidArgument(_))
+    ));
+    for (off, len) in [(0, 0), (0, 65), (64, 1), (usize::MAX, 2)] {
+        assert!(
+            matches!(
+                buf.sub_buffer(off, len),
+                Err(DeviceError::InvalidArgument(_))
+            ),
+            "sub_buffer({off}, {len})"
+        );
+    }
+    // Larger than the device's largest allocation: the driver's own error.
+    let too_big = dev.properties().max_alloc_size as usize + 1;
+    let err = Buffer::new(ctx, too_big, MemFlags::default()).unwrap_err();
+    let cl = err.cl_error().expect("an OpenCL error");
+    assert_eq!(cl.function, "clCreateBuffer");
+    assert!(err.is_out_of_memory(), "{err}");
+}
+
+#[test]
+fn fill_then_copy() {
+    let Some(dev) = common::device0("fill_then_copy") else {
+        return;
+    };
+    let ctx = dev.context().unwrap();
+    let q = common::queue(dev);
+    let a = Buffer::new(ctx, 256, MemFlags::default()).unwrap();
+    let b = Buffer::new(ctx, 256, MemFlags::default()).unwrap();
+    let zero = q.fill(&a, &[0], 0, 256, &[]).unwrap();
+    let fill = q
+        .fill(&a, &[0xDE, 0xAD, 0xBE, 0xEF], 64, 128, &[&zero])
+        .unwrap();
+    let copy = q.copy(&a, 32, &b, 0, 192, &[&fill]).unwrap();
+    copy.wait().unwrap();
+    assert!(copy.is_complete().unwrap());
+    let mut out = vec![0u8; 192];
+    q.read(&b, 0, &mut out).unwrap();
+    assert_eq!(&out[..32], &[0; 32]);
+    for chunk in out[32..160].chunks(4) {
+        assert_eq!(chunk, &[0xDE, 0xAD, 0xBE, 0xEF]);
+    }
+    assert_eq!(&out[160..], &[0; 32]);
+
+    // Pattern rules and overlapping copies.
+    for (pat, off, len) in [(&[1u8, 2, 3][..], 0, 6), (&[1, 2], 1, 2), (&[1, 2], 0, 3)] {
+        assert!(matches!(
+            q.fill(&a, pat, off, len, &[]),
+            Err(DeviceError::InvalidArgument(_))
+        ));
+    }
+    assert!(matches!(
+        q.copy(&a, 200, &b, 0, 57, &[]),
+        Err(DeviceError::InvalidArgument(_))
+    ));
+    let err = q.copy(&a, 0, &a, 16, 32, &[]).unwrap_err();
+    assert_eq!(err.cl_error().unwrap().code, CL_MEM_COPY_OVERLAP, "{err}");
+    q.finish().unwrap();
+}

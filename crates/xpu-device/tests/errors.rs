@@ -1,0 +1,69 @@
+//! Error values and their messages (no device needed).
+
+use xpu_device::{ClError, DeviceError, INSTALL_HINT};
+
+#[test]
+fn cl_error_names_known_codes() {
+    let e = ClError::new("clCreateBuffer", -4);
+    assert_eq!(
+        e.to_string(),
+        "clCreateBuffer failed: CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)"
+    );
+    assert_eq!(e.code_name(), Some("CL_MEM_OBJECT_ALLOCATION_FAILURE"));
+    assert!(e.is_out_of_memory());
+    assert!(!e.is_runtime_missing());
+    assert_eq!(
+        ClError::new("clGetPlatformIDs", -1001).to_string(),
+        "clGetPlatformIDs failed: CL_PLATFORM_NOT_FOUND_KHR (-1001)"
+    );
+    assert!(ClError::new("clGetPlatformIDs", -1001).is_runtime_missing());
+    assert!(ClError::new("clGetPlatformIDs", -2000).is_runtime_missing());
+    assert!(ClError::new("clCreateBuffer", -5).is_out_of_memory());
+    assert!(ClError::new("clCreateBuffer", -61).is_out_of_memory());
+    assert!(!ClError::new("clCreateBuffer", -30).is_out_of_memory());
+}
+
+#[test]
+fn cl_error_keeps_unknown_codes_as_numbers() {
+    let e = ClError::new("clFoo", -9999);
+    assert_eq!(e.code_name(), None);
+    assert_eq!(e.code, -9999);
+    assert_eq!(
+        e.to_string(),
+        "clFoo failed: unknown OpenCL error code (-9999)"
+    );
+}
+
+#[test]
+fn device_error_messages() {
+    assert_eq!(
+        DeviceError::InvalidDevice { index: 7, count: 2 }.to_string(),
+        "device 7 is out of range: 2 device(s) available"
+    );
+    let no_rt = DeviceError::NoRuntime {
+        source: ClError::new("clGetPlatformIDs", -1001),
+    };
+    let msg = no_rt.to_string();
+    assert!(
+        msg.contains("apt-get install pocl-opencl-icd ocl-icd-libopencl1"),
+        "{msg}"
+    );
+    assert!(msg.contains(INSTALL_HINT));
+    assert_eq!(no_rt.cl_error().unwrap().code, -1001);
+    let wrapped = DeviceError::from(ClError::new("clEnqueueReadBuffer", -5));
+    assert_eq!(
+        wrapped.to_string(),
+        "clEnqueueReadBuffer failed: CL_OUT_OF_RESOURCES (-5)"
+    );
+    assert!(wrapped.is_out_of_memory());
+    assert_eq!(DeviceError::InvalidArgument("x".into()).cl_error(), None);
+    assert_eq!(
+        DeviceError::InvalidEnv {
+            name: "XPU_DEVICE_TYPE",
+            value: "bogus".into(),
+            expected: "gpu, cpu or all",
+        }
+        .to_string(),
+        "invalid value \"bogus\" for XPU_DEVICE_TYPE: expected gpu, cpu or all"
+    );
+}
