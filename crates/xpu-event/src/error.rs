@@ -1,0 +1,63 @@
+//! Typed errors of the event layer.
+
+use xpu_device::{ClError, DeviceError};
+use xpu_stream::StreamError;
+
+/// Errors of events, cross-stream waits, timing and the test gate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventError {
+    /// Re-recording on a stream of another device than the first record's (torch: "Event
+    /// device {d} does not match recording stream's device {s}.").
+    #[error("event device {event} does not match recording stream's device {stream}")]
+    DeviceMismatch {
+        /// The device fixed by the event's first record.
+        event: usize,
+        /// The device of the stream passed to `record`.
+        stream: usize,
+    },
+    /// A timing event recorded on an external stream whose queue has no profiling.
+    #[error(
+        "event has enable_timing but the queue of stream {stream:#x} on device {device} was \
+         created without CL_QUEUE_PROFILING_ENABLE"
+    )]
+    TimingUnavailable {
+        /// The stream id.
+        stream: u64,
+        /// The device index.
+        device: usize,
+    },
+    /// `elapsed_time` check 1: an event lacks `enable_timing`.
+    #[error("both events must be created with enable_timing = true")]
+    TimingNotEnabled,
+    /// `elapsed_time` check 2: an event was never recorded.
+    #[error("both events must be recorded before calculating elapsed time")]
+    NotRecorded,
+    /// `elapsed_time` check 3: the events are on different devices (their clocks differ).
+    #[error("both events must be on the same device to calculate elapsed time (start on device {start}, end on device {end})")]
+    DifferentDevices {
+        /// The start event's device.
+        start: usize,
+        /// The end event's device.
+        end: usize,
+    },
+    /// `elapsed_time` check 4: an event's work has not completed.
+    #[error("both events must be completed before calculating elapsed time")]
+    NotCompleted,
+    /// A gate blocked a stream of another device than its own.
+    #[error("gate of device {gate} cannot block a stream of device {stream}")]
+    GateDevice {
+        /// The gate's device.
+        gate: usize,
+        /// The stream's device.
+        stream: usize,
+    },
+    /// A stream-layer failure.
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    /// A device-layer failure.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// A failed OpenCL call.
+    #[error(transparent)]
+    OpenCl(#[from] ClError),
+}

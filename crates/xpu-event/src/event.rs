@@ -1,0 +1,277 @@
+//! `Event`: a lazily created marker on a stream, as `torch.xpu.Event`.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use xpu_device::backend::{raw, ClEvent};
+use xpu_device::HasDevice;
+use xpu_stream::{QueueRef, Stream};
+
+use crate::error::EventError;
+use crate::wait;
+
+/// How an event behaves, as `torch.cuda.Event(enable_timing, blocking)`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct EventFlags {
+    /// Allow [`Event::elapsed_time`] (profiling timestamps). Streams of the runtime always have
+    /// profiling enabled, so this costs nothing on them.
+    pub enable_timing: bool,
+    /// [`Event::synchronize`] sleeps in `clWaitForEvents` instead of polling (CUDA's
+    /// `cudaEventBlockingSync`).
+    pub blocking: bool,
+}
+
+/// Polls of [`Event::synchronize`] before it falls back to `clWaitForEvents`.
+const POLLS_BEFORE_BLOCKING: u32 = 256;
+
+/// Flush state of a recording: see [`Event::query`].
+const FRESH: u8 = 0;
+const SEEN_INCOMPLETE: u8 = 1;
+const FLUSHED: u8 = 2;
+
+/// One recorded point.
+#[derive(Debug)]
+pub(crate) struct Recorded {
+    pub(crate) stream: Stream,
+    pub(crate) queue: QueueRef,
+    pub(crate) event: ClEvent,
+    flush: AtomicU8,
+}
+
+impl Recorded {
+    /// Flushes the recording queue once per recording.
+    pub(crate) fn flush_once(&self) -> Result<(), EventError> {
+        if self.flush.swap(FLUSHED, Ordering::AcqRel) != FLUSHED {
+            self.queue.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Non-blocking completion check; the second incomplete answer flushes the queue so that a
+    /// polling loop is guaranteed to finish.
+    pub(crate) fn poll(&self) -> Result<bool, EventError> {
+        if self.event.is_complete()? {
+            return Ok(true);
+        }
+        if self.flush.load(Ordering::Acquire) == FRESH {
+            self.flush.store(SEEN_INCOMPLETE, Ordering::Release);
+        } else {
+            self.flush_once()?;
+        }
+        Ok(false)
+    }
+}
+
+/// An event: a point in a stream's work, as `torch.xpu.Event` / `torch.cuda.Event`.
+///
+/// - [`Event::new`] creates nothing (no driver call); the OpenCL event is a marker enqueued by
+///   the first [`Event::record`], which also fixes the event's device. Re-recording captures a
+///   new point (a new marker; the old one is released).
+/// - `Send + Sync`, move-only; the OpenCL event is released on drop.
+///
+/// Flushing: OpenCL only guarantees progress for flushed commands, but a flush is a driver call
+/// the common `record` + `query` pair does not need on drivers that submit at enqueue time. So
+/// `record` never flushes; `query` flushes the queue the second time it finds the recording
+/// incomplete (so a polling loop always terminates, and one `query` costs exactly one status
+/// call); `synchronize`, `wait` on another stream and `elapsed_time` flush as needed.
+pub struct Event {
+    flags: EventFlags,
+    recorded: Option<Recorded>,
+}
+
+impl Event {
+    /// A new, unrecorded event. Creates nothing.
+    pub const fn new(flags: EventFlags) -> Event {
+        Event {
+            flags,
+            recorded: None,
+        }
+    }
+
+    /// A new event with timing enabled (`Event::new(EventFlags { enable_timing: true, .. })`).
+    pub const fn timing() -> Event {
+        Event::new(EventFlags {
+            enable_timing: true,
+            blocking: false,
+        })
+    }
+
+    /// The flags given at creation.
+    pub fn flags(&self) -> EventFlags {
+        self.flags
+    }
+
+    /// The device fixed by the first record; `None` before it.
+    pub fn device(&self) -> Option<usize> {
+        self.recorded.as_ref().map(|r| r.stream.device())
+    }
+
+    /// The stream of the latest record.
+    pub fn stream(&self) -> Option<Stream> {
+        self.recorded.as_ref().map(|r| r.stream)
+    }
+
+    /// True once recorded.
+    pub fn is_recorded(&self) -> bool {
+        self.recorded.is_some()
+    }
+
+    /// The raw `cl_event` of the latest record (`None` before the first), valid while the event
+    /// is not re-recorded or dropped.
+    pub fn as_raw(&self) -> Option<raw::cl_event> {
+        self.recorded.as_ref().map(|r| r.event.as_raw())
+    }
+
+    /// Captures the work submitted to `stream` so far: one marker (`clEnqueueMarkerWithWaitList`,
+    /// one driver call, no flush).
+    ///
+    /// # Errors
+    /// `DeviceMismatch` when the event was recorded before on another device;
+    /// `TimingUnavailable` for a timing event on an external queue without profiling;
+    /// `Stream(ExternalReleased)`; a failed enqueue.
+    pub fn record(&mut self, stream: &Stream) -> Result<(), EventError> {
+        if let Some(r) = &self.recorded {
+            if r.stream.device() != stream.device() {
+                return Err(EventError::DeviceMismatch {
+                    event: r.stream.device(),
+                    stream: stream.device(),
+                });
+            }
+        }
+        if self.flags.enable_timing && !stream.has_profiling()? {
+            return Err(EventError::TimingUnavailable {
+                stream: stream.id(),
+                device: stream.device(),
+            });
+        }
+        let queue = stream.queue()?;
+        let event = queue.enqueue_marker(&[])?;
+        self.recorded = Some(Recorded {
+            stream: *stream,
+            queue,
+            event,
+            flush: AtomicU8::new(FRESH),
+        });
+        Ok(())
+    }
+
+    /// Records on the current stream of the current device.
+    ///
+    /// # Errors
+    /// As [`Event::record`] and [`xpu_stream::current_stream`].
+    pub fn record_current(&mut self) -> Result<(), EventError> {
+        let s = xpu_stream::current_stream_here()?;
+        self.record(&s)
+    }
+
+    /// True when the captured work has completed; true when never recorded. One status call
+    /// (plus one flush on the second incomplete answer, see the type docs). Never blocks.
+    ///
+    /// # Errors
+    /// A failed query or the abnormal status of the captured work.
+    #[inline]
+    pub fn query(&self) -> Result<bool, EventError> {
+        match &self.recorded {
+            None => Ok(true),
+            Some(r) => r.poll(),
+        }
+    }
+
+    /// Blocks the host until the captured work completes; a no-op when never recorded.
+    /// Without `blocking`, polls the status a few hundred times (yielding the CPU) before
+    /// sleeping in `clWaitForEvents`; with `blocking`, sleeps at once.
+    ///
+    /// # Errors
+    /// A failed wait or the abnormal status of the captured work.
+    pub fn synchronize(&self) -> Result<(), EventError> {
+        let Some(r) = &self.recorded else {
+            return Ok(());
+        };
+        r.flush_once()?;
+        if !self.flags.blocking {
+            for i in 0..POLLS_BEFORE_BLOCKING {
+                if r.event.is_complete()? {
+                    return Ok(());
+                }
+                if i < 16 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        Ok(r.event.wait()?)
+    }
+
+    /// Makes all future work on `stream` wait for the captured work, without blocking the host;
+    /// a no-op when never recorded. Same device: a barrier with this event in its wait list
+    /// (`clEnqueueBarrierWithWaitList`). Another device (another OpenCL context): a user event
+    /// of the waiting device, completed by a callback when this event completes, in the
+    /// barrier's wait list.
+    ///
+    /// # Errors
+    /// A failed enqueue, flush or callback registration; `Stream(ExternalReleased)`.
+    pub fn wait(&self, stream: &Stream) -> Result<(), EventError> {
+        match &self.recorded {
+            None => Ok(()),
+            Some(r) => wait::stream_waits_for(stream, r),
+        }
+    }
+
+    /// Milliseconds from this event to `end`, from the devices' profiling `END` timestamps of
+    /// the two markers (as torch.xpu: `(end - start) * 1e-6`). Negative when `end` was
+    /// captured first.
+    ///
+    /// Checks, in CUDA's order (timing first; torch.xpu checks it last), each with its error:
+    /// 1. both have `enable_timing` (`TimingNotEnabled`);
+    /// 2. both recorded (`NotRecorded`);
+    /// 3. same device (`DifferentDevices`; needs both recorded);
+    /// 4. both completed (`NotCompleted`; not waited for: synchronize `end` first).
+    ///
+    /// # Errors
+    /// The four above; a failed profiling query.
+    pub fn elapsed_time(&self, end: &Event) -> Result<f64, EventError> {
+        if !self.flags.enable_timing || !end.flags.enable_timing {
+            return Err(EventError::TimingNotEnabled);
+        }
+        let (Some(a), Some(b)) = (&self.recorded, &end.recorded) else {
+            return Err(EventError::NotRecorded);
+        };
+        let (da, db) = (a.stream.device(), b.stream.device());
+        if da != db {
+            return Err(EventError::DifferentDevices { start: da, end: db });
+        }
+        if !a.poll()? || !b.poll()? {
+            return Err(EventError::NotCompleted);
+        }
+        let t0 = a.event.profiling(xpu_device::backend::ProfilingInfo::End)?;
+        let t1 = b.event.profiling(xpu_device::backend::ProfilingInfo::End)?;
+        Ok((t1 as f64 - t0 as f64) * 1e-6)
+    }
+}
+
+impl Default for Event {
+    fn default() -> Event {
+        Event::new(EventFlags::default())
+    }
+}
+
+impl HasDevice for Event {
+    fn device_index(&self) -> Option<usize> {
+        self.device()
+    }
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Event");
+        d.field("flags", &self.flags);
+        match &self.recorded {
+            None => d.field("cl_event", &"uninitialized"),
+            Some(r) => d
+                .field("device", &r.stream.device())
+                .field("cl_event", &r.event.as_raw()),
+        };
+        d.finish()
+    }
+}

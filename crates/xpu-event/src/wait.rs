@@ -1,0 +1,39 @@
+//! Making a stream wait for a recorded point, within one OpenCL context or across two.
+
+use xpu_stream::Stream;
+
+use crate::error::EventError;
+use crate::event::Recorded;
+
+/// Enqueues on `stream` a barrier that waits for `r`. No host blocking.
+pub(crate) fn stream_waits_for(stream: &Stream, r: &Recorded) -> Result<(), EventError> {
+    if *stream == r.stream {
+        // In-order: later work on the same queue already follows the marker.
+        return Ok(());
+    }
+    // OpenCL 3.0 §5.13: an event used in another queue's wait list must have been flushed.
+    r.flush_once()?;
+    let queue = stream.queue()?;
+    if stream.device() == r.stream.device() {
+        // One context per device: the event can sit in the wait list directly.
+        queue.enqueue_barrier(&[&r.event])?;
+        return Ok(());
+    }
+    // Another device means another context, whose wait lists cannot hold this event
+    // (CL_INVALID_CONTEXT). Bridge with a user event of the waiting device.
+    if r.event.is_complete()? {
+        return Ok(());
+    }
+    let bridge = xpu_device::device(stream.device())?.create_user_event()?;
+    let gate = bridge.clone();
+    r.event.on_complete(move |status| {
+        // A user event accepts one status; a negative one fails the waiting commands too.
+        let _ = if status == 0 {
+            gate.set_complete()
+        } else {
+            gate.set_failed(status)
+        };
+    })?;
+    queue.enqueue_barrier(&[&bridge])?;
+    Ok(())
+}

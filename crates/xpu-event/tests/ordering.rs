@@ -1,0 +1,114 @@
+//! Cross-stream ordering, made deterministic with gates, and concurrent use from 8 threads.
+
+mod common;
+
+use std::sync::Arc;
+
+use xpu_event::test_support::Gate;
+use xpu_event::{Event, StreamExt};
+use xpu_stream::{current_stream, get_stream_from_pool};
+
+#[test]
+fn wait_stream_orders_work() {
+    if !common::devices(1) {
+        return;
+    }
+    let (ea, eb, ec) = (
+        common::fresh_stream(0),
+        common::fresh_stream(0),
+        common::fresh_stream(0),
+    );
+    let (a, b, control) = (ea.stream(), eb.stream(), ec.stream());
+    let gate = Gate::new(0).unwrap();
+    gate.block(&a).unwrap();
+    b.wait_stream(&a).unwrap();
+    let waiting = b.record_event().unwrap();
+    // The same marker on a stream that did not wait completes: the gate alone does not hold b.
+    let free = control.record_event().unwrap();
+    free.synchronize().unwrap();
+    assert!(!common::ever_true(2_000, || waiting.query().unwrap()));
+    gate.open().unwrap();
+    waiting.synchronize().unwrap();
+    assert!(waiting.query().unwrap());
+}
+
+#[test]
+fn wait_event_and_self_wait() {
+    if !common::devices(1) {
+        return;
+    }
+    let (ea, eb) = (common::fresh_stream(0), common::fresh_stream(0));
+    let (a, b) = (ea.stream(), eb.stream());
+    let gate = Gate::new(0).unwrap();
+    gate.block(&a).unwrap();
+    let on_a = a.record_event().unwrap();
+    b.wait_event(&on_a).unwrap();
+    a.wait_stream(&a).unwrap(); // no-op
+    let after = b.record_event().unwrap();
+    assert!(!common::ever_true(2_000, || after.query().unwrap()));
+    gate.open().unwrap();
+    after.synchronize().unwrap();
+    assert!(on_a.query().unwrap());
+}
+
+#[test]
+fn wait_event_across_devices() {
+    if !common::devices(2) {
+        return;
+    }
+    let (e0, e1) = (common::fresh_stream(0), common::fresh_stream(1));
+    let (s0, s1) = (e0.stream(), e1.stream());
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s0).unwrap();
+    let on0 = s0.record_event().unwrap();
+    s1.wait_event(&on0).unwrap();
+    let after = s1.record_event().unwrap();
+    assert!(!common::ever_true(2_000, || after.query().unwrap()));
+    gate.open().unwrap();
+    after.synchronize().unwrap();
+    assert!(on0.query().unwrap());
+    // A completed event of another device: nothing left to wait for.
+    s1.wait_stream(&s0).unwrap();
+    s1.record_event().unwrap().synchronize().unwrap();
+}
+
+#[test]
+fn streams_and_events_from_8_threads() {
+    if !common::devices(1) {
+        return;
+    }
+    let shared = {
+        let mut e = Event::timing();
+        e.record(&get_stream_from_pool(0, 0).unwrap()).unwrap();
+        Arc::new(e)
+    };
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let shared = Arc::clone(&shared);
+            std::thread::spawn(move || {
+                assert!(current_stream(0).unwrap().is_default());
+                let mine = get_stream_from_pool(t % 3 - 1, 0).unwrap();
+                let next = get_stream_from_pool(0, 0).unwrap();
+                let mut last = Event::timing();
+                for i in 0..50 {
+                    shared.wait(&mine).unwrap();
+                    mine.wait_stream(&next).unwrap();
+                    let _ = shared.query().unwrap();
+                    last.record(&mine).unwrap();
+                    if i % 10 == 0 {
+                        last.synchronize().unwrap();
+                        assert!(last.query().unwrap());
+                    }
+                }
+                shared.synchronize().unwrap();
+                mine.synchronize().unwrap();
+                assert!(last.query().unwrap());
+                assert!(shared.elapsed_time(&last).unwrap() >= 0.0);
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    xpu_stream::synchronize(0).unwrap();
+}

@@ -1,0 +1,54 @@
+//! Typed errors of the stream layer.
+
+use xpu_device::{ClError, DeviceError};
+
+/// Errors of streams, pools, the current stream and external streams.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    /// A device-layer failure (bad index, context creation...).
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// A failed OpenCL call on a stream's queue.
+    #[error(transparent)]
+    OpenCl(#[from] ClError),
+    /// The device index is valid but above what the stream layer supports.
+    #[error("device {index} is beyond the {max} devices the stream layer supports")]
+    TooManyDevices {
+        /// The device index.
+        index: usize,
+        /// [`MAX_DEVICES`](crate::MAX_DEVICES).
+        max: usize,
+    },
+    /// External stream check 1: the queue handle is null.
+    #[error("external queue must not be null")]
+    ExternalNull,
+    /// External stream check 2: the queue is out-of-order.
+    #[error("external queue must be in-order (it has CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)")]
+    ExternalNotInOrder,
+    /// External stream check 3: the queue belongs to another device.
+    #[error("external queue doesn't match device {device}: it was created for another device")]
+    ExternalDeviceMismatch {
+        /// The device index the caller gave.
+        device: usize,
+    },
+    /// External stream check 4: the queue was created on another context.
+    #[error(
+        "external queue must be created with the same context as the runtime uses for device \
+         {device} (see xpu_device::Device::context)"
+    )]
+    ExternalContextMismatch {
+        /// The device index the caller gave.
+        device: usize,
+    },
+    /// The stream is an external stream whose [`ExternalStream`](crate::ExternalStream) owner
+    /// was dropped.
+    #[error(
+        "external stream {id:#x} on device {device} was dropped; its queue is no longer registered"
+    )]
+    ExternalReleased {
+        /// The stream id.
+        id: u64,
+        /// The device index.
+        device: usize,
+    },
+}

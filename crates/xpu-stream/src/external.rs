@@ -1,0 +1,164 @@
+//! External streams: a user's `cl_command_queue` registered with the runtime.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use xpu_device::backend::CommandQueue;
+
+use crate::error::StreamError;
+use crate::id;
+use crate::pool::MAX_DEVICES;
+use crate::priority::{level_of, PRIORITY_NORMAL};
+use crate::stream::Stream;
+
+/// A registered external queue.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub(crate) device: usize,
+    pub(crate) queue: Arc<CommandQueue>,
+    pub(crate) profiling: bool,
+}
+
+static REGISTRY: RwLock<BTreeMap<u64, Entry>> = RwLock::new(BTreeMap::new());
+static SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// The entry of an external stream id, if still registered.
+pub(crate) fn lookup(stream_id: u64) -> Option<Entry> {
+    REGISTRY.read().get(&stream_id).cloned()
+}
+
+/// The queues of every external stream registered on `device`.
+pub(crate) fn queues_of(device: usize) -> Vec<Arc<CommandQueue>> {
+    REGISTRY
+        .read()
+        .values()
+        .filter(|e| e.device == device)
+        .map(|e| Arc::clone(&e.queue))
+        .collect()
+}
+
+/// A user's in-order `cl_command_queue` registered as a stream of the runtime, like
+/// `torch.xpu.get_stream_from_external`. It can be a current stream, an allocation stream and
+/// an event's recording stream; [`synchronize`](crate::synchronize) waits on it.
+///
+/// # The unsafe constructor
+/// Wrapping a raw handle is the one unsafe step, and it happens in the device layer:
+/// [`CommandQueue::from_raw_borrowed`] (the runtime retains its own reference and releases
+/// only that one: the user's queue is never released by the runtime) or
+/// [`CommandQueue::from_raw_owned`] (the caller hands its reference over: the queue is
+/// released when the runtime drops it). Both have a `# Safety` section: the handle must be a
+/// live `cl_command_queue`. [`ExternalStream::new`] is then safe and validates, in this order:
+/// 1. non-null ([`StreamError::ExternalNull`]);
+/// 2. in-order ([`StreamError::ExternalNotInOrder`]);
+/// 3. created for the given device ([`StreamError::ExternalDeviceMismatch`]);
+/// 4. created on the runtime's context of that device, [`xpu_device::Device::context`]
+///    ([`StreamError::ExternalContextMismatch`]).
+///
+/// torch.xpu checks the context before the device; here every device has its own context, so
+/// that order would report a queue of the wrong device as a context error. Checking the device
+/// first names the actual mistake.
+///
+/// # Lifetime
+/// The registration lives as long as this value. Dropping it unregisters the stream (and
+/// drops the runtime's reference to the queue once no operation in flight still holds it);
+/// afterwards, [`Stream`] handles copied from it report [`StreamError::ExternalReleased`].
+/// Ids are never reused, so a stale handle never aliases another queue. [`ExternalStream::leak`]
+/// keeps the registration for the whole process.
+///
+/// ```
+/// use xpu_device::backend::{CommandQueue, QueueOptions};
+/// use xpu_stream::ExternalStream;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # if xpu_device::device_count() == 0 { return Ok(()); }
+/// // A queue made by other OpenCL code on the runtime's context of device 0.
+/// let theirs = xpu_device::device(0)?.create_queue(QueueOptions { profiling: true, priority: None })?;
+/// let raw = theirs.as_raw();
+/// // SAFETY: `raw` is a live queue (`theirs` holds a reference for the whole block).
+/// let queue = unsafe { CommandQueue::from_raw_borrowed(raw) }?;
+/// let ext = ExternalStream::new(queue, 0)?;
+/// assert_eq!(ext.stream().as_raw()?, raw);
+/// ext.stream().synchronize()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "dropping an ExternalStream unregisters it"]
+pub struct ExternalStream {
+    stream: Stream,
+}
+
+impl ExternalStream {
+    /// Validates and registers `queue` as a stream of `device`, with normal priority.
+    ///
+    /// # Errors
+    /// `Device(InvalidDevice)` for a bad index, the four validation errors above in that
+    /// order, or a failed `clGetCommandQueueInfo`.
+    pub fn new(queue: CommandQueue, device: usize) -> Result<ExternalStream, StreamError> {
+        ExternalStream::with_priority(queue, device, PRIORITY_NORMAL)
+    }
+
+    /// As [`ExternalStream::new`], recording `priority` (clamped) on the stream. The runtime
+    /// does not read the queue's own priority hint.
+    ///
+    /// # Errors
+    /// As [`ExternalStream::new`].
+    pub fn with_priority(
+        queue: CommandQueue,
+        device: usize,
+        priority: i32,
+    ) -> Result<ExternalStream, StreamError> {
+        if queue.as_raw().is_null() {
+            // Releasing a null handle would only record a spurious release failure.
+            std::mem::forget(queue);
+            return Err(StreamError::ExternalNull);
+        }
+        let dev = xpu_device::device(device)?;
+        if device >= MAX_DEVICES {
+            return Err(StreamError::TooManyDevices {
+                index: device,
+                max: MAX_DEVICES,
+            });
+        }
+        if !queue.is_in_order()? {
+            return Err(StreamError::ExternalNotInOrder);
+        }
+        if queue.device_raw()? != dev.id().as_raw() {
+            return Err(StreamError::ExternalDeviceMismatch { device });
+        }
+        if queue.context_raw()? != dev.context()?.as_raw() {
+            return Err(StreamError::ExternalContextMismatch { device });
+        }
+        let profiling = queue.has_profiling()?;
+        let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+        let stream = Stream::from_parts(device, id::external(level_of(priority), serial));
+        let entry = Entry {
+            device,
+            queue: Arc::new(queue),
+            profiling,
+        };
+        REGISTRY.write().insert(stream.id(), entry);
+        Ok(ExternalStream { stream })
+    }
+
+    /// The stream handle (copyable; valid while `self` lives).
+    pub fn stream(&self) -> Stream {
+        self.stream
+    }
+
+    /// Keeps the registration for the rest of the process and returns the handle.
+    pub fn leak(self) -> Stream {
+        let s = self.stream;
+        std::mem::forget(self);
+        s
+    }
+}
+
+impl Drop for ExternalStream {
+    fn drop(&mut self) {
+        let removed = REGISTRY.write().remove(&self.stream.id());
+        // Dropped outside the lock: releasing a queue is a driver call.
+        drop(removed);
+    }
+}

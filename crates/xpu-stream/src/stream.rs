@@ -1,0 +1,177 @@
+//! The `Stream` handle and its queue.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use xpu_device::backend::{raw, CommandQueue};
+use xpu_device::HasDevice;
+
+use crate::error::StreamError;
+use crate::priority::{priority_of_level, PRIORITY_NORMAL};
+use crate::{external, id, pool};
+
+/// A stream: an in-order OpenCL command queue with profiling enabled, identified by
+/// (device index, stream id). A `Copy` handle (16 bytes); the queue lives in the device's pool
+/// (native streams, never destroyed) or in the external-stream registry.
+///
+/// Equality and hashing use (device, id), as torch's `Stream`. `Debug` shows the device, the
+/// id, the priority and the queue handle.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Stream {
+    id: u64,
+    device: u32,
+}
+
+/// A resolved queue: a `&'static` pool queue for native streams, a shared reference for
+/// external ones (which keeps the queue alive while the `QueueRef` lives). Derefs to
+/// [`CommandQueue`].
+#[derive(Debug, Clone)]
+pub struct QueueRef(Inner);
+
+#[derive(Debug, Clone)]
+enum Inner {
+    Native(&'static CommandQueue),
+    External(Arc<CommandQueue>),
+}
+
+impl Deref for QueueRef {
+    type Target = CommandQueue;
+    fn deref(&self) -> &CommandQueue {
+        match &self.0 {
+            Inner::Native(q) => q,
+            Inner::External(q) => q,
+        }
+    }
+}
+
+impl Stream {
+    /// Builds a handle; `device < MAX_DEVICES` is checked by every caller.
+    pub(crate) const fn from_parts(device: usize, id: u64) -> Stream {
+        Stream {
+            id,
+            device: device as u32,
+        }
+    }
+
+    /// The device index.
+    pub fn device(&self) -> usize {
+        self.device as usize
+    }
+
+    /// The stream id (never 0; layout: bit 0 set for native streams, bits 1..=3 the level,
+    /// then the pool index or the external serial number).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The priority: 1 (low), 0 (normal) or -1 (high). Default and external streams are
+    /// normal unless an external stream was registered with another priority.
+    pub fn priority(&self) -> i32 {
+        match id::level(self.id) {
+            id::DEFAULT_LEVEL => PRIORITY_NORMAL,
+            l => priority_of_level(l as usize),
+        }
+    }
+
+    /// True for the device's default stream.
+    pub fn is_default(&self) -> bool {
+        self.id == id::DEFAULT_ID
+    }
+
+    /// True for a stream wrapping a user's queue ([`ExternalStream`](crate::ExternalStream)).
+    pub fn is_external(&self) -> bool {
+        !id::is_native(self.id)
+    }
+
+    /// The stream's queue. Native streams: lock-free (an atomic load and an index), no driver
+    /// call. External streams: a registry lookup under a read lock.
+    ///
+    /// # Errors
+    /// `ExternalReleased` when the external stream's owner was dropped.
+    #[inline]
+    pub fn queue(&self) -> Result<QueueRef, StreamError> {
+        if id::is_native(self.id) {
+            // A native handle exists only once its device's pool does.
+            if let Some(p) = pool::existing(self.device()) {
+                return Ok(QueueRef(Inner::Native(p.queue(self.id))));
+            }
+        } else if let Some(q) = external::lookup(self.id) {
+            return Ok(QueueRef(Inner::External(q.queue)));
+        }
+        Err(self.released())
+    }
+
+    fn released(&self) -> StreamError {
+        StreamError::ExternalReleased {
+            id: self.id,
+            device: self.device(),
+        }
+    }
+
+    /// True when the queue has `CL_QUEUE_PROFILING_ENABLE` (always for native streams), which
+    /// event timing needs. No driver call.
+    ///
+    /// # Errors
+    /// `ExternalReleased` as [`Stream::queue`].
+    pub fn has_profiling(&self) -> Result<bool, StreamError> {
+        if id::is_native(self.id) {
+            return Ok(true);
+        }
+        external::lookup(self.id)
+            .map(|e| e.profiling)
+            .ok_or_else(|| self.released())
+    }
+
+    /// The raw `cl_command_queue`, for interop (as `torch.xpu.Stream.sycl_queue`); valid while
+    /// the stream is (native streams: for the process).
+    ///
+    /// # Errors
+    /// `ExternalReleased` as [`Stream::queue`].
+    pub fn as_raw(&self) -> Result<raw::cl_command_queue, StreamError> {
+        Ok(self.queue()?.as_raw())
+    }
+
+    /// True when all work submitted so far has completed, as `torch.xpu.Stream.query`. OpenCL
+    /// has no "queue empty" query, so this enqueues a marker, flushes the queue and reads the
+    /// marker's status (three driver calls, no blocking). A stream that has just gone idle can
+    /// report `false` once; poll.
+    ///
+    /// # Errors
+    /// A failed OpenCL call, or the abnormal status of a command on the stream.
+    pub fn query(&self) -> Result<bool, StreamError> {
+        let q = self.queue()?;
+        let marker = q.enqueue_marker(&[])?;
+        q.flush()?;
+        Ok(marker.is_complete()?)
+    }
+
+    /// Blocks the host until all work submitted so far has completed (`clFinish`), then
+    /// reports a deferred release failure if any, as `torch.xpu.Stream.synchronize`.
+    ///
+    /// # Errors
+    /// A failed `clFinish` or a kept release failure.
+    pub fn synchronize(&self) -> Result<(), StreamError> {
+        Ok(self.queue()?.finish()?)
+    }
+}
+
+impl HasDevice for Stream {
+    fn device_index(&self) -> Option<usize> {
+        Some(self.device())
+    }
+}
+
+impl fmt::Debug for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Stream");
+        d.field("device", &self.device)
+            .field("id", &format_args!("{:#x}", self.id))
+            .field("priority", &self.priority());
+        match self.as_raw() {
+            Ok(q) => d.field("queue", &q),
+            Err(_) => d.field("queue", &"released"),
+        };
+        d.finish()
+    }
+}

@@ -1,0 +1,30 @@
+//! Device-wide synchronization.
+
+use crate::error::StreamError;
+use crate::{external, pool};
+
+/// Blocks until every stream of `device` the runtime knows has finished its work: the default
+/// stream, the 96 pool streams (when the pool exists) and every registered external stream.
+/// Like `torch.cuda.synchronize`, external streams are included (torch.xpu skips them). All
+/// queues are waited on even if one fails; the first error is returned.
+///
+/// # Errors
+/// `Device(InvalidDevice)` for a bad index; the first failed `clFinish`.
+pub fn synchronize(device: usize) -> Result<(), StreamError> {
+    xpu_device::check_device(device)?;
+    let mut first: Option<StreamError> = None;
+    let mut note = |r: Result<(), xpu_device::ClError>| {
+        if let (Err(e), None) = (r, &first) {
+            first = Some(e.into());
+        }
+    };
+    if let Some(p) = pool::existing(device) {
+        for q in p.all() {
+            note(q.finish());
+        }
+    }
+    for q in external::queues_of(device) {
+        note(q.finish());
+    }
+    first.map_or(Ok(()), Err)
+}

@@ -1,0 +1,85 @@
+//! Stream handles: identity, queries, synchronization and errors.
+
+mod common;
+
+use std::collections::HashSet;
+
+use xpu_stream::{
+    current_stream, default_stream, get_stream_from_pool, synchronize, StreamError, MAX_DEVICES,
+    PRIORITY_HIGH,
+};
+
+#[test]
+fn identity_debug_and_queue() {
+    if !common::devices(1) {
+        return;
+    }
+    let s = get_stream_from_pool(PRIORITY_HIGH, 0).unwrap();
+    let copy = s;
+    assert_eq!(s, copy);
+    let set: HashSet<_> = [s, copy, default_stream(0).unwrap()].into_iter().collect();
+    assert_eq!(set.len(), 2);
+    assert_eq!(s.priority(), -1);
+    assert!(!s.is_default() && !s.is_external());
+    assert_eq!(s.as_raw().unwrap(), s.queue().unwrap().as_raw());
+    let q = s.queue().unwrap();
+    assert!(q.is_in_order().unwrap() && q.has_profiling().unwrap());
+    let dbg = format!("{s:?}");
+    assert!(dbg.contains("device: 0"), "{dbg}");
+    assert!(
+        dbg.contains(&format!("queue: {:?}", s.as_raw().unwrap())),
+        "{dbg}"
+    );
+    assert!(dbg.contains("priority: -1"), "{dbg}");
+    assert_eq!(xpu_device::HasDevice::device_index(&s), Some(0));
+}
+
+#[test]
+fn query_and_synchronize() {
+    if !common::devices(1) {
+        return;
+    }
+    let s = get_stream_from_pool(0, 0).unwrap();
+    s.synchronize().unwrap();
+    // Idle after synchronize: a query loop must answer true (a marker, flushed).
+    let mut done = false;
+    for _ in 0..100_000 {
+        if s.query().unwrap() {
+            done = true;
+            break;
+        }
+        std::thread::yield_now();
+    }
+    assert!(done, "an idle stream reports query() == true");
+    synchronize(0).unwrap();
+    current_stream(0).unwrap().synchronize().unwrap();
+}
+
+#[test]
+fn invalid_devices_are_typed_errors() {
+    if !common::devices(1) {
+        return;
+    }
+    let n = xpu_device::device_count();
+    for r in [
+        get_stream_from_pool(0, n).map(|_| ()),
+        default_stream(n).map(|_| ()),
+        current_stream(n).map(|_| ()),
+        synchronize(n),
+    ] {
+        let e = r.unwrap_err();
+        assert!(matches!(e, StreamError::Device(_)), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!("device {n} is out of range: {n} device(s) available")
+        );
+    }
+    let e = StreamError::TooManyDevices {
+        index: MAX_DEVICES,
+        max: MAX_DEVICES,
+    };
+    assert_eq!(
+        e.to_string(),
+        "device 128 is beyond the 128 devices the stream layer supports"
+    );
+}
