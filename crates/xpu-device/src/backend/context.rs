@@ -7,9 +7,54 @@ use opencl3::context::context as clc;
 use super::{cl, raw, release, DeviceId};
 use crate::error::ClError;
 
+/// Limits of the context's device that the backend enforces itself, because some drivers do
+/// not (NVIDIA's OpenCL accepts buffers above `CL_DEVICE_MAX_MEM_ALLOC_SIZE`, allocating
+/// lazily, and sub-buffers at misaligned offsets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// `CL_DEVICE_MAX_MEM_ALLOC_SIZE`, bytes.
+    pub max_alloc_size: u64,
+    /// `CL_DEVICE_MEM_BASE_ADDR_ALIGN` in bytes.
+    pub base_addr_align: u64,
+}
+
+impl DeviceLimits {
+    /// No limits (used when the context's device cannot be queried).
+    pub const NONE: DeviceLimits = DeviceLimits {
+        max_alloc_size: u64::MAX,
+        base_addr_align: 1,
+    };
+
+    fn of(device: DeviceId) -> DeviceLimits {
+        use super::device_id::param;
+        DeviceLimits {
+            max_alloc_size: device
+                .info_u64(param::MAX_MEM_ALLOC_SIZE)
+                .unwrap_or(u64::MAX),
+            base_addr_align: device
+                .info_u64(param::MEM_BASE_ADDR_ALIGN)
+                .map_or(1, |bits| (bits / 8).max(1)),
+        }
+    }
+
+    fn of_context(ctx: raw::cl_context) -> DeviceLimits {
+        const CONTEXT_DEVICES: u32 = 0x1081;
+        match clc::get_context_data(ctx, CONTEXT_DEVICES) {
+            Ok(b) if b.len() >= std::mem::size_of::<usize>() => {
+                let mut a = [0u8; std::mem::size_of::<usize>()];
+                let n = a.len();
+                a.copy_from_slice(&b[..n]);
+                let id = usize::from_ne_bytes(a) as raw::cl_device_id;
+                DeviceLimits::of(DeviceId::from_raw(id))
+            }
+            _ => DeviceLimits::NONE,
+        }
+    }
+}
+
 /// A reference-counted OpenCL context for one device. `Clone` retains, `Drop` releases.
 #[derive(Debug)]
-pub struct Context(raw::cl_context);
+pub struct Context(raw::cl_context, DeviceLimits);
 
 // SAFETY: cl_context is reference counted by the driver and every context API is thread-safe
 // (OpenCL 3.0 appendix A.2); this wrapper owns exactly one reference.
@@ -28,7 +73,7 @@ impl Context {
             "clCreateContext",
             clc::create_context(&[device.as_raw()], ptr::null(), None, ptr::null_mut()),
         )?;
-        Ok(Context(ctx))
+        Ok(Context(ctx, DeviceLimits::of(device)))
     }
 
     /// Wraps a raw context, taking over one reference (the caller's).
@@ -37,7 +82,7 @@ impl Context {
     /// `raw` must be a valid `cl_context` and the caller must own one reference to it, which
     /// this wrapper will release on drop.
     pub unsafe fn from_raw_owned(raw: raw::cl_context) -> Context {
-        Context(raw)
+        Context(raw, DeviceLimits::of_context(raw))
     }
 
     /// Wraps a raw context, retaining it first (the caller keeps its own reference).
@@ -50,7 +95,12 @@ impl Context {
     pub unsafe fn from_raw_retained(raw: raw::cl_context) -> Result<Context, ClError> {
         // SAFETY: the caller guarantees `raw` is a valid context (clRetainContext precondition).
         cl("clRetainContext", unsafe { clc::retain_context(raw) })?;
-        Ok(Context(raw))
+        Ok(Context(raw, DeviceLimits::of_context(raw)))
+    }
+
+    /// The device limits the backend enforces for buffers of this context.
+    pub fn limits(&self) -> DeviceLimits {
+        self.1
     }
 
     /// The raw `cl_context`, valid while `self` lives.
@@ -63,7 +113,7 @@ impl Clone for Context {
     fn clone(&self) -> Self {
         // SAFETY: self.0 is a live context (we own a reference), so retaining it is valid.
         release::note("clRetainContext", unsafe { clc::retain_context(self.0) });
-        Context(self.0)
+        Context(self.0, self.1)
     }
 }
 

@@ -8,6 +8,7 @@ use super::{cl, raw, release, Context};
 use crate::error::{ClError, DeviceError, Result};
 
 const CREATE_TYPE_REGION: u32 = 0x1220;
+const CODE_MISALIGNED_SUB_BUFFER_OFFSET: i32 = -13;
 
 /// `cl_mem_flags` the runtime uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -32,6 +33,7 @@ impl MemFlags {
 pub struct Buffer {
     mem: raw::cl_mem,
     size: usize,
+    base_addr_align: u64,
 }
 
 // SAFETY: cl_mem is reference counted and every memory-object API is thread-safe
@@ -47,23 +49,36 @@ impl Buffer {
     /// # Errors
     /// `InvalidArgument` for size 0; a failed `clCreateBuffer` (`CL_INVALID_BUFFER_SIZE` above
     /// the device's max allocation, `CL_MEM_OBJECT_ALLOCATION_FAILURE` when memory is exhausted).
+    /// The size limit is checked here too, as OpenCL 3.0 §5.2.1 requires, because some drivers
+    /// (NVIDIA's) accept larger sizes and fail only at first use.
     pub fn new(context: &Context, size: usize, flags: MemFlags) -> Result<Buffer> {
         if size == 0 {
             return Err(DeviceError::InvalidArgument(
                 "buffer size must be at least 1 byte".into(),
             ));
         }
+        let limits = context.limits();
+        if size as u64 > limits.max_alloc_size {
+            return Err(
+                ClError::new("clCreateBuffer", crate::error::CODE_INVALID_BUFFER_SIZE).into(),
+            );
+        }
         // SAFETY: live context, no host pointer (null with neither USE_HOST_PTR nor
         // COPY_HOST_PTR, as §5.2.1 requires).
         let mem = cl("clCreateBuffer", unsafe {
             clm::create_buffer(context.as_raw(), flags.bits(), size, ptr::null_mut())
         })?;
-        Ok(Buffer { mem, size })
+        Ok(Buffer {
+            mem,
+            size,
+            base_addr_align: limits.base_addr_align,
+        })
     }
 
     /// A sub-buffer viewing `size` bytes at `offset` (`clCreateSubBuffer`). `offset` must be a
-    /// multiple of the device's base address alignment (`mem_base_addr_align`), else OpenCL
-    /// answers `CL_MISALIGNED_SUB_BUFFER_OFFSET`.
+    /// multiple of the device's base address alignment (`mem_base_addr_align`), else the call
+    /// fails with `CL_MISALIGNED_SUB_BUFFER_OFFSET` (checked here as well, as OpenCL 3.0 §5.2.1
+    /// requires, since some drivers accept misaligned offsets).
     ///
     /// # Errors
     /// `InvalidArgument` for an empty or out-of-range region; a failed `clCreateSubBuffer`.
@@ -74,13 +89,22 @@ impl Buffer {
                 self.size
             )));
         }
+        if offset as u64 % self.base_addr_align != 0 {
+            return Err(
+                ClError::new("clCreateSubBuffer", CODE_MISALIGNED_SUB_BUFFER_OFFSET).into(),
+            );
+        }
         let region: [usize; 2] = [offset, size];
         // SAFETY: live parent buffer; `region` is a cl_buffer_region {origin, size} that
         // outlives the call (clCreateSubBuffer, §5.2.1).
         let mem = cl("clCreateSubBuffer", unsafe {
             clm::create_sub_buffer(self.mem, 1, CREATE_TYPE_REGION, region.as_ptr().cast())
         })?;
-        Ok(Buffer { mem, size })
+        Ok(Buffer {
+            mem,
+            size,
+            base_addr_align: self.base_addr_align,
+        })
     }
 
     /// Size in bytes.
@@ -103,7 +127,11 @@ impl Buffer {
     pub unsafe fn from_raw_retained(mem: raw::cl_mem, size: usize) -> Result<Buffer, ClError> {
         // SAFETY: the caller guarantees `mem` is valid (clRetainMemObject precondition).
         cl("clRetainMemObject", unsafe { clm::retain_mem_object(mem) })?;
-        Ok(Buffer { mem, size })
+        Ok(Buffer {
+            mem,
+            size,
+            base_addr_align: 1,
+        })
     }
 }
 
@@ -116,6 +144,7 @@ impl Clone for Buffer {
         Buffer {
             mem: self.mem,
             size: self.size,
+            base_addr_align: self.base_addr_align,
         }
     }
 }

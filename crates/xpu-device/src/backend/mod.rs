@@ -23,7 +23,7 @@ mod queue;
 mod release;
 mod svm;
 
-pub use context::Context;
+pub use context::{Context, DeviceLimits};
 pub use device_id::DeviceId;
 pub use event::{ClEvent, EventStatus, ProfilingInfo};
 pub use memory::{Buffer, MemFlags};
