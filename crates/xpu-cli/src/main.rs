@@ -5,8 +5,11 @@
 //! variant to [`Command`] and an arm to [`dispatch`]. Nothing else here needs to change.
 #![forbid(unsafe_code)]
 
+mod bench;
 mod demo;
 mod info;
+mod plot;
+mod replay;
 
 use std::process::ExitCode;
 
@@ -26,10 +29,16 @@ struct Cli {
 enum Command {
     /// Print the device table (`--json` for a machine-readable list).
     Info(info::Args),
-    /// Show the runtime at work: today the device table; later stages add a trace replay and
-    /// a stream/event pipeline.
+    /// Show the runtime at work: the device table, a real replay of a bundled allocator
+    /// trace with its memory summary and plot, and a two-stream event pipeline.
     Demo(demo::Args),
-    // Later subcommands (`bench`, `replay`) go here, each with its own module.
+    /// Replay an allocator trace through the caching allocator (real device or simulated).
+    Replay(replay::Args),
+    /// Measure the runtime's speed figures (`--json` for one object).
+    Bench(bench::Args),
+    /// Time device enumeration and context creation in a fresh process (used by `bench`).
+    #[command(hide = true)]
+    LazyInitProbe(bench::ProbeArgs),
 }
 
 /// Runs one subcommand.
@@ -37,6 +46,9 @@ fn dispatch(command: &Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Info(args) => info::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Replay(args) => replay::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::LazyInitProbe(args) => bench::run_probe(args),
     }
 }
 

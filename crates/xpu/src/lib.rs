@@ -1,2 +1,87 @@
-//! `xpu`: see the crate description; the body comes with its issue.
+//! `xpu`: a GPU runtime over OpenCL with the surface of PyTorch's `torch.xpu` / `torch.cuda`.
+//!
+//! This facade re-exports every layer and adds free functions with torch.xpu's names. Every
+//! function that needs the runtime runs [`lazy_init`] first (one atomic load once initialized).
+//!
+//! | layer | crate | re-exported as |
+//! |---|---|---|
+//! | OpenCL backend, devices, current device | `xpu-device` | [`xpu_device`], [`DeviceGuard`], [`DeviceProperties`] |
+//! | streams, pools, current stream | `xpu-stream` | [`xpu_stream`], [`Stream`], [`StreamGuard`], [`ExternalStream`] |
+//! | events | `xpu-event` | [`xpu_event`], [`Event`], [`EventFlags`], [`StreamExt`] |
+//! | caching device and pinned-host allocators (feature `alloc`) | `xpu-alloc` | `xpu_alloc`, `DataPtr`, `HostPtr` |
+//! | lazy init, fork safety | `xpu-lazy` | [`xpu_lazy`], [`init`], [`is_initialized`] |
+//!
+//! # Cargo features
+//! - `alloc` (default): the caching device allocator, the pinned-host allocator and the memory
+//!   functions below. Turn it off (`default-features = false`) when your framework brings its
+//!   own allocator and only needs devices, streams and events.
+//!
+//! Logging goes through `tracing` in every layer; install any subscriber to see it.
+//!
+//! # torch.xpu / torch.cuda → xpu
+//! | torch | xpu | initializes? |
+//! |---|---|---|
+//! | `is_available()` | [`is_available`] | no |
+//! | `device_count()` | [`device_count`] | no |
+//! | `init()`, `is_initialized()` | [`init`], [`is_initialized`] | yes / no |
+//! | `current_device()` | [`current_device`] | yes |
+//! | `set_device(i)` | [`set_device`] | yes |
+//! | `device(i)` (context manager) | [`device`] → [`DeviceGuard`] | yes |
+//! | `device_of(obj)` | [`device_of`] | yes |
+//! | `get_device_name(i)` | [`get_device_name`] | yes |
+//! | `get_device_capability(i)` | [`get_device_capability`] (a map, like torch.xpu) | yes |
+//! | `get_device_properties(i)` | [`get_device_properties`] | yes |
+//! | `synchronize(i)` | [`synchronize`] (external streams included, as CUDA) | yes |
+//! | `current_stream(i)` | [`current_stream`] | yes |
+//! | `set_stream(s)` | [`set_stream`] (does not switch the device: C++ semantics) | yes |
+//! | `stream(s)` (context manager) | [`stream`] → [`StreamGuard`] | yes |
+//! | `Stream(device, priority)` | [`new_stream`], [`xpu_stream::get_stream_from_pool`] | yes |
+//! | `ExternalStream(ptr)` / `get_stream_from_external` | [`ExternalStream`] (+ the backend's `unsafe CommandQueue::from_raw_borrowed`) | — |
+//! | `Stream.query/synchronize/wait_event/wait_stream/record_event` | [`Stream`], [`StreamExt`] | — |
+//! | `Event(enable_timing, blocking)` + record/wait/query/synchronize/elapsed_time | [`Event`], [`EventFlags`] | — |
+//! | `empty_cache()` | `empty_cache` (no-op before init) | no |
+//! | `memory_stats(i)` | `memory_stats` (typed) / `memory_stats_flat` (dotted keys); empty before init | no |
+//! | `memory_summary(i, abbreviated)` | `memory_summary` | no |
+//! | `memory_snapshot()` | `memory_snapshot` | no |
+//! | `memory_allocated`, `max_memory_allocated`, `memory_reserved`, `max_memory_reserved` | same names (0 before init) | no |
+//! | `reset_peak_memory_stats(i)` | `reset_peak_memory_stats` | no |
+//! | `mem_get_info(i)` | `mem_get_info` (free = total − reserved by xpu: OpenCL has no free-memory query) | yes |
+//! | `set_per_process_memory_fraction(f, i)` | `set_per_process_memory_fraction` (0 < f ≤ 1) | yes |
+//! | `caching_allocator_alloc` / `caching_allocator_delete` | `xpu_alloc` `raw_alloc` / `raw_delete` | — |
+//! | `Tensor.record_stream(s)` | `xpu_alloc` `record_stream` | — |
+//!
+//! No equivalent, and why:
+//! - `get_arch_list`, `is_bf16_supported`, `get_gencode_flags`: tied to ahead-of-time compiled
+//!   kernels; xpu builds OpenCL C at run time. `has_fp16` / `has_fp64` are in the properties.
+//! - `Event.ipc_handle`, `MemPool`, CUDA graphs, expandable segments, pluggable allocators:
+//!   OpenCL 3.0 has no IPC handles, graph capture or virtual-memory mapping to build them on.
+//! - `can_device_access_peer`: OpenCL contexts here are per device; cross-device waits are
+//!   supported by events (a completion callback sets a user event on the waiting device).
+//! - `torch.xpu.manual_seed*` and random generators: no RNG lives in the runtime layer.
 #![forbid(unsafe_code)]
+
+mod device;
+mod error;
+#[cfg(feature = "alloc")]
+mod memory;
+mod stream;
+
+pub use xpu_device;
+pub use xpu_event;
+pub use xpu_lazy;
+pub use xpu_stream;
+#[cfg(feature = "alloc")]
+pub use xpu_alloc;
+
+pub use device::{
+    current_device, device, device_count, device_of, get_device_capability, get_device_name,
+    get_device_properties, is_available, set_device, synchronize,
+};
+pub use error::{Error, Result};
+#[cfg(feature = "alloc")]
+pub use memory::*;
+pub use stream::{current_stream, new_stream, set_stream, stream};
+pub use xpu_device::{DeviceGuard, DeviceProperties, DeviceType, HasDevice};
+pub use xpu_event::{Event, EventFlags, StreamExt};
+pub use xpu_lazy::{init, is_in_bad_fork, is_initialized, lazy_call, lazy_init};
+pub use xpu_stream::{ExternalStream, Stream, StreamGuard};

@@ -1,0 +1,213 @@
+//! Allocator micro-benchmarks for `xpu bench --json` (the criterion bench `benches/alloc.rs`
+//! measures the same loops).
+//!
+//! Figures (ns): `cached_alloc_free_ns` (4 KiB) and `cached_alloc_free_8m_ns` (8 MiB):
+//! one allocate + free of the same size on one thread, served from the cache;
+//! `mixed64_alloc_free_ns`: 64 live blocks of mixed sizes, then frees in interleaved order,
+//! per allocate + free; `threads{1,2,4,8,16}_pair_ns`: N threads, each on its own stream,
+//! 4 KiB allocate + free pairs, wall time per pair (all threads together).
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use crate::config::AllocConfig;
+use crate::core::DeviceCore;
+use crate::error::AllocError;
+use crate::sim_stream::SimStream;
+use crate::source::SimulatedSource;
+use crate::stream::{StreamKey, StreamRef};
+
+/// Where the benchmark allocates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchTarget {
+    /// A simulated 64 GiB device (the cached path makes no device call either way).
+    Simulated,
+    /// OpenCL device `index`, with pool streams.
+    Device(usize),
+}
+
+/// The thread counts of the `threads*` figures.
+pub const THREADS: [usize; 5] = [1, 2, 4, 8, 16];
+
+/// Sizes of the mixed workload (bytes), cycled over 64 blocks.
+pub const MIXED_SIZES: [u64; 8] = [512, 4 << 10, 96 << 10, 1 << 20, 3 << 20, 700, 12 << 20, 256 << 10];
+
+/// An allocator plus a way to name streams.
+struct Bench {
+    core: DeviceCore,
+    streams: Vec<(StreamKey, StreamRef)>,
+}
+
+impl Bench {
+    fn new(target: BenchTarget) -> Result<Self, AllocError> {
+        let streams_needed = THREADS[THREADS.len() - 1];
+        match target {
+            BenchTarget::Simulated => {
+                let source = SimulatedSource::new(0, 64 << 30, 64 << 30);
+                let core = DeviceCore::new(Box::new(source), AllocConfig::default());
+                let streams = (0..streams_needed as u64)
+                    .map(|i| {
+                        let key = StreamKey::new(0, i);
+                        (key, SimStream::new(key).as_ref())
+                    })
+                    .collect();
+                Ok(Self { core, streams })
+            }
+            BenchTarget::Device(index) => {
+                let allocator = crate::device_allocator::DeviceAllocator::new(index, AllocConfig::default())?;
+                let mut streams = Vec::new();
+                for _ in 0..streams_needed {
+                    let s = xpu_stream::get_stream_from_pool(0, index).map_err(|e| AllocError::Device(e.to_string()))?;
+                    streams.push((crate::cl_stream::stream_key(&s), crate::cl_stream::ClStream::shared(s)));
+                }
+                Ok(Self { core: allocator.core().clone(), streams })
+            }
+        }
+    }
+
+    fn pair(&self, stream: usize, size: u64) -> Result<(), AllocError> {
+        let (key, s) = &self.streams[stream];
+        let p = self.core.allocate_with(size, *key, || s.clone())?;
+        black_box(p.address());
+        drop(p);
+        Ok(())
+    }
+}
+
+/// Runs `body(iterations)` with growing iteration counts until it takes `budget`; returns
+/// ns per iteration of the last run.
+fn per_iteration(budget: Duration, mut body: impl FnMut(u64) -> Result<(), AllocError>) -> Result<f64, AllocError> {
+    let mut n: u64 = 64;
+    loop {
+        let t = Instant::now();
+        body(n)?;
+        let elapsed = t.elapsed();
+        if elapsed >= budget || n >= 1 << 30 {
+            #[allow(clippy::cast_precision_loss)]
+            return Ok(elapsed.as_nanos() as f64 / n as f64);
+        }
+        let grow = (budget.as_secs_f64() / elapsed.as_secs_f64().max(1e-9)).clamp(2.0, 100.0);
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+        let next = (n as f64 * grow) as u64;
+        n = next;
+    }
+}
+
+/// One allocate + free of `size` bytes from the cache, ns.
+fn cached(bench: &Bench, size: u64, budget: Duration) -> Result<f64, AllocError> {
+    bench.pair(0, size)?;
+    per_iteration(budget, |n| (0..n).try_for_each(|_| bench.pair(0, size)))
+}
+
+/// 64 live blocks of mixed sizes, freed in interleaved order; ns per allocate + free.
+fn mixed64(bench: &Bench, budget: Duration) -> Result<f64, AllocError> {
+    let (key, s) = &bench.streams[0];
+    let round = |_: u64| -> Result<(), AllocError> {
+        let mut live: Vec<Option<crate::DataPtr>> = Vec::with_capacity(64);
+        for i in 0..64 {
+            live.push(Some(bench.core.allocate_with(MIXED_SIZES[i % MIXED_SIZES.len()], *key, || s.clone())?));
+        }
+        for start in [0, 1] {
+            for slot in live.iter_mut().skip(start).step_by(2) {
+                drop(slot.take());
+            }
+        }
+        Ok(())
+    };
+    round(0)?;
+    let per_round = per_iteration(budget, |n| (0..n).try_for_each(round))?;
+    Ok(per_round / 64.0)
+}
+
+/// `threads` threads on their own streams, 4 KiB pairs; wall ns per pair.
+fn threads(bench: &Bench, threads: usize, budget: Duration) -> Result<f64, AllocError> {
+    for t in 0..threads {
+        bench.pair(t, 4096)?;
+    }
+    let per = per_iteration(budget, |n| {
+        let results: Vec<Result<(), AllocError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads).map(|t| scope.spawn(move || (0..n).try_for_each(|_| bench.pair(t, 4096)))).collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(AllocError::Device("benchmark thread panicked".into())))).collect()
+        });
+        results.into_iter().collect()
+    })?;
+    #[allow(clippy::cast_precision_loss)]
+    Ok(per / threads as f64)
+}
+
+/// Measures every figure, spending about `budget` on each; keys as in the module docs.
+///
+/// # Errors
+/// An allocator or device error (e.g. no such device).
+pub fn run(target: BenchTarget, budget: Duration) -> Result<BTreeMap<String, f64>, AllocError> {
+    let bench = Bench::new(target)?;
+    let mut out = BTreeMap::new();
+    out.insert("cached_alloc_free_ns".to_owned(), cached(&bench, 4096, budget)?);
+    out.insert("cached_alloc_free_8m_ns".to_owned(), cached(&bench, 8 << 20, budget)?);
+    out.insert("mixed64_alloc_free_ns".to_owned(), mixed64(&bench, budget)?);
+    for n in THREADS {
+        out.insert(format!("threads{n}_pair_ns"), threads(&bench, n, budget)?);
+    }
+    Ok(out)
+}
+
+/// Entry points for the criterion bench (same loops as [`run`]).
+#[doc(hidden)]
+pub mod criterion_support {
+    use super::{AllocError, Bench, BenchTarget};
+
+    /// A prepared allocator with 16 streams.
+    pub struct Prepared(Bench);
+
+    /// Prepares an allocator.
+    ///
+    /// # Errors
+    /// As [`super::run`].
+    pub fn prepare(target: BenchTarget) -> Result<Prepared, AllocError> {
+        Bench::new(target).map(Prepared)
+    }
+
+    impl Prepared {
+        /// One cached allocate + free of `size` bytes on stream `stream` (0..16).
+        ///
+        /// # Errors
+        /// Allocator errors.
+        pub fn pair(&self, stream: usize, size: u64) -> Result<(), AllocError> {
+            self.0.pair(stream, size)
+        }
+
+        /// One round of the mixed workload (64 allocations, interleaved frees).
+        ///
+        /// # Errors
+        /// Allocator errors.
+        pub fn mixed_round(&self) -> Result<(), AllocError> {
+            super::mixed64(&self.0, std::time::Duration::ZERO).map(|_| ())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_reports_every_key() {
+        let figures = run(BenchTarget::Simulated, Duration::from_millis(1)).unwrap();
+        let keys: Vec<&str> = figures.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "cached_alloc_free_8m_ns",
+                "cached_alloc_free_ns",
+                "mixed64_alloc_free_ns",
+                "threads16_pair_ns",
+                "threads1_pair_ns",
+                "threads2_pair_ns",
+                "threads4_pair_ns",
+                "threads8_pair_ns"
+            ]
+        );
+        assert!(figures.values().all(|v| v.is_finite() && *v > 0.0));
+    }
+}

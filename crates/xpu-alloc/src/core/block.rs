@@ -1,0 +1,72 @@
+//! Blocks (pieces of a segment) and segments of one shard.
+
+use crate::size::PoolKind;
+use crate::source::SourceSegment;
+use crate::stream::StreamRef;
+
+/// "No neighbour" in `prev`/`next`.
+pub(crate) const NIL: u32 = u32::MAX;
+
+/// A contiguous piece of a segment: allocated, free in a pool, or pending (freed by the
+/// user, waiting for stream markers).
+pub(crate) struct Block {
+    /// Device address of the first byte.
+    pub addr: u64,
+    /// Size in bytes (rounded).
+    pub size: u64,
+    /// Requested size in bytes of the current allocation.
+    pub requested: u64,
+    /// Index of the segment in the shard.
+    pub segment: u32,
+    /// Lower-address neighbour in the segment.
+    pub prev: u32,
+    /// Higher-address neighbour in the segment.
+    pub next: u32,
+    /// The pool of the segment.
+    pub pool: PoolKind,
+    /// Handed out and not freed by the user.
+    pub allocated: bool,
+    /// Outstanding stream markers (pending free).
+    pub event_count: u32,
+    /// Streams other than the allocation stream that used the block (record_stream).
+    pub stream_uses: Vec<StreamRef>,
+    /// Pool search count when the block entered the pool (garbage collection age).
+    pub gc_base: u64,
+}
+
+impl Block {
+    /// A block covering a whole segment.
+    pub(crate) fn whole(addr: u64, size: u64, segment: u32, pool: PoolKind) -> Self {
+        Self {
+            addr,
+            size,
+            requested: 0,
+            segment,
+            prev: NIL,
+            next: NIL,
+            pool,
+            allocated: false,
+            event_count: 0,
+            stream_uses: Vec::new(),
+            gc_base: 0,
+        }
+    }
+
+    /// Whether the block is part of a split segment.
+    pub(crate) fn is_split(&self) -> bool {
+        self.prev != NIL || self.next != NIL
+    }
+
+    /// Whether the block can merge with a neighbour / be reused: free with no pending uses.
+    pub(crate) fn is_idle(&self) -> bool {
+        !self.allocated && self.event_count == 0 && self.stream_uses.is_empty()
+    }
+}
+
+/// One device allocation owned by a shard.
+pub(crate) struct Segment {
+    /// The memory as the source handed it out.
+    pub source: SourceSegment,
+    /// The pool its blocks belong to.
+    pub pool: PoolKind,
+}

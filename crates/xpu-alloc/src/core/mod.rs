@@ -1,0 +1,426 @@
+//! [`DeviceCore`]: the caching allocator of one device, independent of OpenCL.
+//!
+//! # Sharding
+//! State is sharded per stream: each stream's blocks, segments, free pools and pending
+//! frees live in its own shard behind its own lock, so threads on different streams never
+//! contend. The cached allocate/free path takes the stream's shard lock and the calling
+//! thread's statistics cell (see [`crate::stats`] and the module `local`), reads one
+//! read-mostly config epoch, and writes nothing shared by other streams. Only the OOM path
+//! and [`DeviceCore::empty_cache`] take every shard (in creation order, under one OOM lock).
+//!
+//! # Cross-stream reuse under memory pressure
+//! When a request cannot be served from its stream's cache nor by a new segment, and
+//! before releasing every cached segment, the allocator looks for a cached *whole* free
+//! segment of another stream that fits the request (same pool, best fit, oversize rules).
+//! It records a marker on the owner stream, makes the allocating stream wait for it
+//! (device-side wait, no host synchronization) and moves the segment to the allocating
+//! stream. Contract: all work that used the segment was enqueued on its owner stream (or
+//! covered by `record_stream`, whose markers completed before the blocks became free), so
+//! every kernel enqueued later on the allocating stream runs after that work. Work on other
+//! streams that used the memory without `record_stream` is the caller's responsibility, as
+//! in PyTorch.
+//!
+//! # Fragmentation policy
+//! See the module `policy`: with `release_policy:before_grow` (default) idle cached large
+//! segments are consolidated instead of growing past the reserved high-water mark, and
+//! small-pool segments grow with the stream's small-pool usage. With `on_oom`, segment
+//! sizes are PyTorch's and cached segments are released only on the OOM path and by
+//! `empty_cache` (PyTorch's behavior; replays match PyTorch's traces exactly).
+
+pub(crate) mod block;
+pub(crate) mod local;
+mod oom;
+mod policy;
+pub(crate) mod pending;
+pub(crate) mod pool;
+mod raw;
+pub(crate) mod shard;
+pub(crate) mod shared;
+pub(crate) mod slab;
+mod snapshot;
+pub(crate) mod state;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+pub use snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
+
+use self::local::with_local;
+use self::shard::Shard;
+use self::shared::{DeviceShared, SegmentFailure};
+use self::state::{Handed, Request, ShardState};
+use crate::config::{AllocConfig, ReleasePolicy};
+use crate::data_ptr::DataPtr;
+use crate::error::AllocError;
+use crate::size::MAX_REQUEST;
+use crate::source::SegmentSource;
+use crate::stats::MemoryStats;
+use crate::stats::MemoryStats as Stats;
+use crate::stream::{StreamKey, StreamRef};
+
+/// Shards cached per thread (most recently used first).
+const SHARD_CACHE: usize = 8;
+
+#[derive(Default)]
+struct ShardMap {
+    by_key: HashMap<StreamKey, Arc<Shard>>,
+    ordered: Vec<Arc<Shard>>,
+}
+
+struct CoreInner {
+    shared: Arc<DeviceShared>,
+    shards: Mutex<ShardMap>,
+    oom_lock: Mutex<()>,
+    raw: raw::RawTable,
+}
+
+/// The caching allocator of one device over any [`SegmentSource`] (cheap to clone: clones
+/// share the allocator).
+#[derive(Clone)]
+pub struct DeviceCore {
+    inner: Arc<CoreInner>,
+}
+
+/// Result of the per-stream part of an allocation.
+pub(crate) enum Outcome {
+    Done(Handed),
+    Exhausted(Request),
+}
+
+impl DeviceCore {
+    /// An allocator over `source` with `config`.
+    #[must_use]
+    pub fn new(source: Box<dyn SegmentSource>, config: AllocConfig) -> Self {
+        let shared = Arc::new(DeviceShared::new(source, config));
+        Self {
+            inner: Arc::new(CoreInner {
+                shared,
+                shards: Mutex::new(ShardMap::default()),
+                oom_lock: Mutex::new(()),
+                raw: raw::RawTable::default(),
+            }),
+        }
+    }
+
+    /// Device index.
+    #[must_use]
+    pub fn device(&self) -> u32 {
+        self.inner.shared.device()
+    }
+
+    /// The segment source.
+    #[must_use]
+    pub fn source(&self) -> &dyn SegmentSource {
+        self.inner.shared.source.as_ref()
+    }
+
+    /// Allocates `size` bytes for use on `stream`.
+    ///
+    /// # Errors
+    /// See [`DeviceCore::allocate_with`].
+    pub fn allocate(&self, size: u64, stream: &StreamRef) -> Result<DataPtr, AllocError> {
+        self.allocate_with(size, stream.key(), || stream.clone())
+    }
+
+    /// Allocates `size` bytes for use on the stream `key`; `stream` is called only the
+    /// first time this stream is seen, to get its handle. A zero size gives an empty
+    /// [`DataPtr`] without touching the allocator.
+    ///
+    /// # Errors
+    /// [`AllocError::TooLarge`] when the request exceeds the device's largest allocation or
+    /// 1 EiB; [`AllocError::OutOfMemory`] / [`AllocError::MemoryFractionExceeded`] after the
+    /// full OOM sequence; [`AllocError::Device`] for other device errors.
+    pub fn allocate_with(&self, size: u64, key: StreamKey, stream: impl FnOnce() -> StreamRef) -> Result<DataPtr, AllocError> {
+        let shared = &self.inner.shared;
+        if size == 0 {
+            return Ok(DataPtr::empty(shared.device()));
+        }
+        let max_alloc = shared.max_alloc;
+        if size > MAX_REQUEST || size > max_alloc {
+            return Err(AllocError::TooLarge { device: shared.device(), requested: size, max: max_alloc.min(MAX_REQUEST) });
+        }
+        with_local(shared, |local| {
+            let shard = self.cached_shard(local.shard, key, stream);
+            let outcome = {
+                let mut state = shard.lock();
+                let mut stats = local.stats.stats.lock();
+                fast_path(&shard, &mut state, size, &mut stats)?
+            };
+            let handed = match outcome {
+                Outcome::Done(h) => h,
+                Outcome::Exhausted(req) => self.oom_path(&shard, req, local.stats)?,
+            };
+            shared.history.record(crate::observe::TraceAction::Alloc, handed.addr, size, key.id);
+            Ok(DataPtr::new(shard, handed.block, handed.addr, handed.size, size))
+        })
+    }
+
+    fn cached_shard(&self, cache: &mut Vec<(StreamKey, Weak<Shard>)>, key: StreamKey, stream: impl FnOnce() -> StreamRef) -> Arc<Shard> {
+        if let Some((k, weak)) = cache.first() {
+            if *k == key {
+                if let Some(shard) = weak.upgrade() {
+                    return shard;
+                }
+            }
+        }
+        if let Some(pos) = cache.iter().position(|(k, _)| *k == key) {
+            let entry = cache.remove(pos);
+            if let Some(shard) = entry.1.upgrade() {
+                cache.insert(0, entry);
+                return shard;
+            }
+        }
+        let shard = self.shard(key, stream);
+        cache.insert(0, (key, Arc::downgrade(&shard)));
+        cache.truncate(SHARD_CACHE);
+        shard
+    }
+
+    fn shard(&self, key: StreamKey, stream: impl FnOnce() -> StreamRef) -> Arc<Shard> {
+        let mut map = self.inner.shards.lock();
+        if let Some(shard) = map.by_key.get(&key) {
+            return shard.clone();
+        }
+        let rank = map.ordered.len();
+        let shard = Arc::new(Shard::new(key, stream(), self.inner.shared.clone(), rank));
+        map.by_key.insert(key, shard.clone());
+        map.ordered.push(shard.clone());
+        shard
+    }
+
+    fn all_shards(&self) -> Vec<Arc<Shard>> {
+        self.inner.shards.lock().ordered.clone()
+    }
+
+    /// Marks `ptr` as used on `stream` (as `Tensor.record_stream`): when `ptr` is freed, its
+    /// block is reused only after a marker recorded then on `stream` completes. Ignored for
+    /// an empty pointer and for the allocation stream.
+    ///
+    /// # Errors
+    /// [`AllocError::InvalidDevicePointer`] when `ptr` comes from another allocator.
+    pub fn record_stream(&self, ptr: &DataPtr, stream: &StreamRef) -> Result<(), AllocError> {
+        if let Some(live) = &ptr.live {
+            if !Arc::ptr_eq(&live.shard.shared, &self.inner.shared) {
+                return Err(AllocError::InvalidDevicePointer { address: live.address });
+            }
+        }
+        ptr.record_stream_ref(stream);
+        Ok(())
+    }
+
+    /// Allocates `size` bytes on stream `key` and returns the device address, to be freed
+    /// by [`DeviceCore::raw_delete`] (as `raw_alloc`). Size 0 returns address 0.
+    ///
+    /// # Errors
+    /// As [`DeviceCore::allocate_with`].
+    pub fn raw_alloc(&self, size: u64, key: StreamKey, stream: impl FnOnce() -> StreamRef) -> Result<u64, AllocError> {
+        let ptr = self.allocate_with(size, key, stream)?;
+        let address = ptr.address();
+        if address != 0 {
+            self.inner.raw.insert(address, ptr);
+        }
+        Ok(address)
+    }
+
+    /// Frees an address returned by [`DeviceCore::raw_alloc`] (address 0 is ignored).
+    ///
+    /// # Errors
+    /// [`AllocError::InvalidDevicePointer`] for an address not live from `raw_alloc`.
+    pub fn raw_delete(&self, address: u64) -> Result<(), AllocError> {
+        if address == 0 {
+            return Ok(());
+        }
+        self.inner.raw.remove(address).map(drop).ok_or(AllocError::InvalidDevicePointer { address })
+    }
+
+    /// Runs `f` on the live [`DataPtr`] of a raw address.
+    ///
+    /// # Errors
+    /// [`AllocError::InvalidDevicePointer`] for an address not live from `raw_alloc`.
+    pub fn with_raw<R>(&self, address: u64, f: impl FnOnce(&DataPtr) -> R) -> Result<R, AllocError> {
+        self.inner.raw.with(address, f).ok_or(AllocError::InvalidDevicePointer { address })
+    }
+
+    /// Waits for every pending stream marker and releases every cached whole segment to
+    /// the device (as `torch.cuda.empty_cache`). Blocks in split segments with a live part
+    /// stay cached.
+    pub fn empty_cache(&self) {
+        let shared = &self.inner.shared;
+        let _oom = self.inner.oom_lock.lock();
+        let shards = self.all_shards();
+        let mut guards: Vec<_> = shards.iter().map(|s| s.lock()).collect();
+        with_local(shared, |local| {
+            let mut stats = local.stats.stats.lock();
+            release_everything(&mut guards, shared, &mut stats);
+        });
+    }
+
+    /// Limits reserved memory to `fraction` of the device total (as
+    /// `set_per_process_memory_fraction`): a new segment that would take the reserved bytes
+    /// above the limit fails (after the usual cache release) with
+    /// [`AllocError::MemoryFractionExceeded`].
+    ///
+    /// # Errors
+    /// [`AllocError::InvalidFraction`] unless `0 < fraction <= 1`.
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), AllocError> {
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            return Err(AllocError::InvalidFraction { fraction });
+        }
+        self.inner.shared.set_fraction(fraction);
+        Ok(())
+    }
+
+    /// The memory fraction (1.0 when none is set).
+    #[must_use]
+    pub fn memory_fraction(&self) -> f64 {
+        self.inner.shared.fraction().unwrap_or(1.0)
+    }
+
+    /// Replaces the configuration (applies to the following allocations).
+    pub fn set_config(&self, config: AllocConfig) {
+        self.inner.shared.set_config(config);
+    }
+
+    /// The current configuration.
+    #[must_use]
+    pub fn config(&self) -> Arc<AllocConfig> {
+        self.inner.shared.config()
+    }
+
+    /// All statistics (as `torch.cuda.memory_stats`); see [`crate::stats`] for how peaks
+    /// are aggregated across threads.
+    #[must_use]
+    pub fn memory_stats(&self) -> MemoryStats {
+        let mut stats = self.inner.shared.stats.aggregate();
+        let max_split = self.config().max_split_size;
+        stats.max_split_size = i64::try_from(max_split).unwrap_or(-1);
+        stats
+    }
+
+    /// Bytes handed out (as `torch.cuda.memory_allocated`).
+    #[must_use]
+    pub fn memory_allocated(&self) -> u64 {
+        nonneg(self.memory_stats().allocated_bytes.all.current)
+    }
+
+    /// Peak bytes handed out (as `torch.cuda.max_memory_allocated`).
+    #[must_use]
+    pub fn max_memory_allocated(&self) -> u64 {
+        nonneg(self.memory_stats().allocated_bytes.all.peak)
+    }
+
+    /// Bytes reserved from the device (as `torch.cuda.memory_reserved`).
+    #[must_use]
+    pub fn memory_reserved(&self) -> u64 {
+        nonneg(self.memory_stats().reserved_bytes.all.current)
+    }
+
+    /// Peak bytes reserved (as `torch.cuda.max_memory_reserved`).
+    #[must_use]
+    pub fn max_memory_reserved(&self) -> u64 {
+        nonneg(self.memory_stats().reserved_bytes.all.peak)
+    }
+
+    /// Sets every peak to its current value (as `torch.cuda.reset_peak_memory_stats`).
+    pub fn reset_peak_stats(&self) {
+        self.inner.shared.stats.reset_peak();
+    }
+
+    /// Zeroes accumulated statistics and counters (as
+    /// `torch.cuda.reset_accumulated_memory_stats`).
+    pub fn reset_accumulated_stats(&self) {
+        self.inner.shared.stats.reset_accumulated();
+    }
+
+    /// (free, total) device memory in bytes (as `torch.cuda.mem_get_info`): the device's
+    /// free-memory query when it has one, else total minus this allocator's reserved bytes.
+    #[must_use]
+    pub fn mem_get_info(&self) -> (u64, u64) {
+        let shared = &self.inner.shared;
+        let total = shared.source.total_memory();
+        let free = shared.source.free_memory().unwrap_or_else(|| total.saturating_sub(shared.reserved()));
+        (free, total)
+    }
+
+    /// The history of this allocator's events (as `torch.cuda.memory._record_memory_history`;
+    /// off by default). See [`crate::observe::history`].
+    #[must_use]
+    pub fn memory_history(&self) -> &crate::observe::History {
+        &self.inner.shared.history
+    }
+
+    /// Device-wide reserved bytes as the segment accounting sees them (no statistics
+    /// aggregation; used by the replay to sample every event).
+    #[must_use]
+    pub fn reserved_bytes(&self) -> u64 {
+        self.inner.shared.reserved()
+    }
+}
+
+fn nonneg(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// Waits for all markers, then releases every whole free segment of every shard.
+fn release_everything(guards: &mut [parking_lot::MutexGuard<'_, ShardState>], shared: &DeviceShared, st: &mut Stats) {
+    st.num_sync_all_streams += 1;
+    for g in guards.iter_mut() {
+        g.synchronize_and_free_events(st);
+    }
+    for g in guards.iter_mut() {
+        g.release_cached(shared, st);
+    }
+}
+
+/// Obtains a new segment for `req` and hands out its first block.
+fn new_segment(state: &mut ShardState, req: &Request, shared: &DeviceShared, st: &mut Stats) -> Result<Handed, SegmentFailure> {
+    let segment = shared.allocate_segment(req.segment_size)?;
+    let block = state.add_segment(segment, req.pool, st);
+    Ok(state.alloc_found_block(block, req, st))
+}
+
+/// The per-stream part of an allocation: events, best fit, garbage collection, release
+/// policy, new segment, oversize release.
+fn fast_path(shard: &Shard, state: &mut ShardState, size: u64, st: &mut Stats) -> Result<Outcome, AllocError> {
+    let shared = &*shard.shared;
+    state.refresh_config(shared);
+    state.process_events(st);
+    let max_alloc = shared.max_alloc;
+    let req = state.request(size, max_alloc);
+    if req.rounded > max_alloc {
+        return Err(AllocError::TooLarge { device: shared.device(), requested: size, max: max_alloc });
+    }
+    let gc = shared.gc_enabled();
+    if let Some(block) = state.search(&req, gc) {
+        return Ok(Outcome::Done(state.alloc_found_block(block, &req, st)));
+    }
+    if gc {
+        state.garbage_collect(shared, st);
+    }
+    let mut grow = req;
+    if state.config.release_policy == ReleasePolicy::BeforeGrow {
+        grow.segment_size = policy::segment_size_before_grow(state, &req, shared, st);
+    }
+    match new_segment(state, &grow, shared, st) {
+        Ok(h) => return Ok(Outcome::Done(h)),
+        Err(SegmentFailure::Device(msg)) => return Err(AllocError::Device(msg)),
+        Err(_) => {}
+    }
+    if grow.segment_size != req.segment_size {
+        match new_segment(state, &req, shared, st) {
+            Ok(h) => return Ok(Outcome::Done(h)),
+            Err(SegmentFailure::Device(msg)) => return Err(AllocError::Device(msg)),
+            Err(_) => {}
+        }
+    }
+    if state.release_available_cached_blocks(&req, shared, st) {
+        match new_segment(state, &req, shared, st) {
+            Ok(h) => return Ok(Outcome::Done(h)),
+            Err(SegmentFailure::Device(msg)) => return Err(AllocError::Device(msg)),
+            Err(_) => {}
+        }
+    }
+    Ok(Outcome::Exhausted(req))
+}

@@ -1,0 +1,63 @@
+//! Pending frees: per-stream FIFOs of (marker, block) recorded when a block used on other
+//! streams (record_stream) is freed.
+
+use std::collections::VecDeque;
+
+use crate::stream::{Marker, StreamKey};
+
+/// Markers waiting to complete, one FIFO per stream they were recorded on.
+#[derive(Default)]
+pub(crate) struct Pending {
+    fifos: Vec<(StreamKey, VecDeque<(Box<dyn Marker>, u32)>)>,
+    count: usize,
+}
+
+impl Pending {
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    pub(crate) fn push(&mut self, stream: StreamKey, marker: Box<dyn Marker>, block: u32) {
+        self.count += 1;
+        if let Some((_, fifo)) = self.fifos.iter_mut().find(|(k, _)| *k == stream) {
+            fifo.push_back((marker, block));
+        } else {
+            self.fifos.push((stream, VecDeque::from([(marker, block)])));
+        }
+    }
+
+    /// Pops the completed markers at the front of every FIFO, stopping each FIFO at its
+    /// first incomplete marker (no head-of-line blocking across streams), and returns their
+    /// blocks in order. Emptied FIFOs are dropped (a stream's FIFO is re-created, last in
+    /// order, by its next pending free).
+    pub(crate) fn pop_completed(&mut self) -> Vec<u32> {
+        let mut done = Vec::new();
+        for (_, fifo) in &mut self.fifos {
+            while fifo.front().is_some_and(|(m, _)| m.is_complete()) {
+                if let Some((_, block)) = fifo.pop_front() {
+                    done.push(block);
+                }
+            }
+        }
+        self.count -= done.len();
+        self.fifos.retain(|(_, fifo)| !fifo.is_empty());
+        done
+    }
+
+    /// Waits for every marker and returns all blocks in order, emptying the FIFOs.
+    pub(crate) fn wait_all(&mut self) -> Vec<u32> {
+        let mut done = Vec::with_capacity(self.count);
+        for (stream, fifo) in &mut self.fifos {
+            for (marker, block) in fifo.drain(..) {
+                if let Err(e) = marker.wait() {
+                    tracing::warn!(stream = ?stream, error = %e, "waiting for a stream marker failed");
+                }
+                done.push(block);
+            }
+        }
+        self.fifos.clear();
+        self.count = 0;
+        done
+    }
+}

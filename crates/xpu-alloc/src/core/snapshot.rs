@@ -1,0 +1,86 @@
+//! A snapshot of the segments and blocks (as `torch.cuda.memory_snapshot`, reduced).
+
+use crate::size::PoolKind;
+use crate::stream::StreamKey;
+
+use super::DeviceCore;
+
+/// State of a block in a [`SegmentSnapshot`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockState {
+    /// Handed out ("active_allocated").
+    Allocated,
+    /// Freed by the user, waiting for stream markers ("active_pending_free").
+    PendingFree,
+    /// Free in a pool ("inactive").
+    Inactive,
+}
+
+/// One block of a segment. Sizes in bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockSnapshot {
+    /// Device address.
+    pub address: u64,
+    /// Size (rounded).
+    pub size: u64,
+    /// Requested size (0 unless allocated).
+    pub requested: u64,
+    /// State.
+    pub state: BlockState,
+}
+
+/// One segment. Sizes in bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentSnapshot {
+    /// Stream owning the segment.
+    pub stream: StreamKey,
+    /// Device address of the first byte.
+    pub address: u64,
+    /// Size.
+    pub size: u64,
+    /// Pool of its blocks.
+    pub pool: PoolKind,
+    /// Blocks by address; their sizes add up to `size`.
+    pub blocks: Vec<BlockSnapshot>,
+}
+
+impl DeviceCore {
+    /// Every segment with its blocks, sorted by address.
+    #[must_use]
+    pub fn snapshot(&self) -> Vec<SegmentSnapshot> {
+        let mut out = Vec::new();
+        for shard in self.all_shards() {
+            let state = shard.lock();
+            let mut segments: Vec<SegmentSnapshot> = Vec::new();
+            let mut index_of = std::collections::HashMap::new();
+            for (i, segment) in state.segments.iter() {
+                index_of.insert(i, segments.len());
+                segments.push(SegmentSnapshot {
+                    stream: state.key,
+                    address: segment.source.address,
+                    size: segment.source.size,
+                    pool: segment.pool,
+                    blocks: Vec::new(),
+                });
+            }
+            for (_, b) in state.blocks.iter() {
+                let block_state = if b.allocated {
+                    BlockState::Allocated
+                } else if b.event_count > 0 || !b.stream_uses.is_empty() {
+                    BlockState::PendingFree
+                } else {
+                    BlockState::Inactive
+                };
+                if let Some(&s) = index_of.get(&b.segment) {
+                    segments[s].blocks.push(BlockSnapshot { address: b.addr, size: b.size, requested: b.requested, state: block_state });
+                }
+            }
+            for s in &mut segments {
+                s.blocks.sort_by_key(|b| b.address);
+            }
+            out.extend(segments);
+        }
+        out.sort_by_key(|s| s.address);
+        out
+    }
+}

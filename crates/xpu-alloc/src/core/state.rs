@@ -1,0 +1,477 @@
+//! The blocks, segments, free pools and pending frees of one stream (one shard), and the
+//! PyTorch rules applied to them: best fit, split, coalescing, deferred frees, release.
+
+use std::sync::Arc;
+
+use super::block::{Block, Segment, NIL};
+use super::pending::Pending;
+use super::pool::FreePool;
+use super::shared::DeviceShared;
+use super::slab::Slab;
+use crate::config::AllocConfig;
+use crate::observe::TraceAction;
+use crate::size::{self, PoolKind};
+use crate::source::SourceSegment;
+use crate::stats::MemoryStats;
+use crate::stream::{StreamKey, StreamRef};
+
+/// A request after rounding.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Request {
+    /// Requested bytes.
+    pub size: u64,
+    /// Rounded bytes.
+    pub rounded: u64,
+    /// Pool of the rounded size.
+    pub pool: PoolKind,
+    /// Size of a new segment for it.
+    pub segment_size: u64,
+}
+
+/// A block handed out: index in the shard, address and rounded size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Handed {
+    pub block: u32,
+    pub addr: u64,
+    pub size: u64,
+}
+
+/// Everything one stream owns.
+pub(crate) struct ShardState {
+    pub key: StreamKey,
+    /// The stream, for synchronizing before freeing memory whose free does not wait.
+    pub stream: StreamRef,
+    pub blocks: Slab<Block>,
+    pub segments: Slab<Segment>,
+    small: FreePool,
+    large: FreePool,
+    pending: Pending,
+    pub config: Arc<AllocConfig>,
+    config_epoch: u64,
+    /// The allocator's history (see [`crate::observe::history`]).
+    history: Arc<crate::observe::History>,
+}
+
+impl ShardState {
+    pub(crate) fn new(key: StreamKey, stream: StreamRef, shared: &DeviceShared) -> Self {
+        Self {
+            key,
+            stream,
+            blocks: Slab::default(),
+            segments: Slab::default(),
+            small: FreePool::default(),
+            large: FreePool::default(),
+            pending: Pending::default(),
+            config: shared.config(),
+            config_epoch: shared.config_epoch(),
+            history: shared.history.clone(),
+        }
+    }
+
+    fn pool_mut(&mut self, kind: PoolKind) -> &mut FreePool {
+        match kind {
+            PoolKind::Small => &mut self.small,
+            PoolKind::Large => &mut self.large,
+        }
+    }
+
+    pub(crate) fn pool(&self, kind: PoolKind) -> &FreePool {
+        match kind {
+            PoolKind::Small => &self.small,
+            PoolKind::Large => &self.large,
+        }
+    }
+
+    /// Picks up a configuration change (one atomic load when unchanged).
+    pub(crate) fn refresh_config(&mut self, shared: &DeviceShared) {
+        let epoch = shared.config_epoch();
+        if epoch != self.config_epoch {
+            self.config = shared.config();
+            self.config_epoch = epoch;
+        }
+    }
+
+    /// Rounds a request and sizes its segment (a segment never exceeds the device's
+    /// largest allocation when the rounded request itself fits).
+    pub(crate) fn request(&self, size: u64, max_alloc: u64) -> Request {
+        let rounded = size::round_size(size, &self.config);
+        let mut segment_size = size::segment_size(rounded, &self.config);
+        if segment_size > max_alloc {
+            segment_size = rounded;
+        }
+        Request { size, rounded, pool: PoolKind::for_size(rounded), segment_size }
+    }
+
+    fn insert_free(&mut self, block: u32) {
+        let (size, addr, kind) = {
+            let b = &self.blocks[block];
+            (b.size, b.addr, b.pool)
+        };
+        let pool = self.pool_mut(kind);
+        let searches = pool.searches;
+        pool.insert(size, addr, block);
+        self.blocks[block].gc_base = searches;
+    }
+
+    fn remove_free(&mut self, block: u32) {
+        let (size, addr, kind) = {
+            let b = &self.blocks[block];
+            (b.size, b.addr, b.pool)
+        };
+        self.pool_mut(kind).remove(size, addr, block);
+    }
+
+    /// Best fit in the request's pool under the oversize rules; removes the block found.
+    pub(crate) fn search(&mut self, req: &Request, gc_enabled: bool) -> Option<u32> {
+        if gc_enabled {
+            self.pool_mut(req.pool).searches += 1;
+        }
+        let (size, addr, block) = self.pool(req.pool).best_fit(req.rounded)?;
+        if !size::oversize_allows(req.rounded, size, &self.config) {
+            return None;
+        }
+        self.pool_mut(req.pool).remove(size, addr, block);
+        Some(block)
+    }
+
+    /// Hands out a block taken from a pool or a new segment, splitting it when the rules
+    /// say so, and updates the statistics.
+    pub(crate) fn alloc_found_block(&mut self, block: u32, req: &Request, st: &mut MemoryStats) -> Handed {
+        let kind = req.pool;
+        let (already_split, block_size) = {
+            let b = &self.blocks[block];
+            (b.is_split(), b.size)
+        };
+        if size::should_split(kind, block_size, req.rounded, &self.config) {
+            let remaining = block_size - req.rounded;
+            let (addr, segment, next) = {
+                let b = &self.blocks[block];
+                (b.addr, b.segment, b.next)
+            };
+            let mut rest = Block::whole(addr + req.rounded, remaining, segment, kind);
+            rest.prev = block;
+            rest.next = next;
+            let rest_index = self.blocks.insert(rest);
+            if next != NIL {
+                self.blocks[next].prev = rest_index;
+            }
+            let b = &mut self.blocks[block];
+            b.next = rest_index;
+            b.size = req.rounded;
+            self.insert_free(rest_index);
+            if already_split {
+                st.inactive_split_bytes.decrease(kind, req.rounded);
+            } else {
+                st.inactive_split.increase(kind, 1);
+                st.inactive_split_bytes.increase(kind, remaining);
+            }
+        } else if already_split {
+            st.inactive_split.decrease(kind, 1);
+            st.inactive_split_bytes.decrease(kind, block_size);
+        }
+        let b = &mut self.blocks[block];
+        b.allocated = true;
+        b.requested = req.size;
+        let (addr, size) = (b.addr, b.size);
+        st.allocation.increase(kind, 1);
+        st.allocated_bytes.increase(kind, size);
+        st.active.increase(kind, 1);
+        st.active_bytes.increase(kind, size);
+        st.requested_bytes.increase(kind, req.size);
+        if size >= self.config.max_split_size {
+            st.oversize_allocations.increase(1);
+        }
+        Handed { block, addr, size }
+    }
+
+    /// Takes ownership of a new segment: returns its whole block (not in a pool).
+    pub(crate) fn add_segment(&mut self, source: SourceSegment, kind: PoolKind, st: &mut MemoryStats) -> u32 {
+        let size = source.size;
+        self.history.record(TraceAction::SegmentAlloc, source.address, size, self.key.id);
+        st.segment.increase(kind, 1);
+        st.reserved_bytes.increase(kind, size);
+        st.num_device_alloc += 1;
+        if size >= self.config.max_split_size {
+            st.oversize_segments.increase(1);
+        }
+        self.adopt_segment(Segment { source, pool: kind })
+    }
+
+    /// Inserts a segment (new or moved from another shard) as one whole free block that is
+    /// not yet in a pool; no statistics change.
+    pub(crate) fn adopt_segment(&mut self, segment: Segment) -> u32 {
+        let (addr, size, kind) = (segment.source.address, segment.source.size, segment.pool);
+        let index = self.segments.insert(segment);
+        self.blocks.insert(Block::whole(addr, size, index, kind))
+    }
+
+    /// Removes a whole free segment from this shard without releasing it (cross-stream
+    /// reuse); no statistics change.
+    pub(crate) fn take_segment(&mut self, block: u32) -> Option<Segment> {
+        let b = self.blocks.get(block)?;
+        if b.is_split() || !b.is_idle() {
+            return None;
+        }
+        self.remove_free(block);
+        let b = self.blocks.remove(block)?;
+        self.segments.remove(b.segment)
+    }
+
+    /// The user frees a block: allocation stats drop now; the block is reusable now, or once
+    /// markers on the streams it was used on complete.
+    pub(crate) fn free(&mut self, block: u32, st: &mut MemoryStats) {
+        let b = &mut self.blocks[block];
+        b.allocated = false;
+        let (kind, size) = (b.pool, b.size);
+        st.allocation.decrease(kind, 1);
+        st.allocated_bytes.decrease(kind, size);
+        if self.blocks[block].stream_uses.is_empty() {
+            self.free_block(block, st);
+        } else {
+            self.insert_events(block, st);
+        }
+    }
+
+    fn insert_events(&mut self, block: u32, st: &mut MemoryStats) {
+        let uses = std::mem::take(&mut self.blocks[block].stream_uses);
+        for stream in uses {
+            match stream.record_marker() {
+                Ok(marker) => {
+                    self.blocks[block].event_count += 1;
+                    self.pending.push(stream.key(), marker, block);
+                }
+                Err(e) => {
+                    tracing::warn!(stream = ?stream.key(), error = %e, "recording a free marker failed; synchronizing the stream");
+                    if let Err(e) = stream.synchronize() {
+                        tracing::warn!(stream = ?stream.key(), error = %e, "stream synchronize failed");
+                    }
+                }
+            }
+        }
+        if self.blocks[block].event_count == 0 {
+            self.free_block(block, st);
+        }
+    }
+
+    fn marker_done(&mut self, block: u32, st: &mut MemoryStats) {
+        let b = &mut self.blocks[block];
+        b.event_count -= 1;
+        if b.event_count == 0 {
+            self.free_block(block, st);
+        }
+    }
+
+    /// Frees the blocks whose markers completed (per stream, in order).
+    #[inline]
+    pub(crate) fn process_events(&mut self, st: &mut MemoryStats) {
+        if !self.pending.is_empty() {
+            self.process_events_slow(st);
+        }
+    }
+
+    fn process_events_slow(&mut self, st: &mut MemoryStats) {
+        for block in self.pending.pop_completed() {
+            self.marker_done(block, st);
+        }
+    }
+
+    /// Waits for every pending marker and frees their blocks.
+    pub(crate) fn synchronize_and_free_events(&mut self, st: &mut MemoryStats) {
+        if self.pending.is_empty() {
+            return;
+        }
+        for block in self.pending.wait_all() {
+            self.marker_done(block, st);
+        }
+    }
+
+    /// Adds `stream` to the streams a live block is used on (ignored for the allocation
+    /// stream and for a stream already recorded).
+    pub(crate) fn record_stream(&mut self, block: u32, stream: &StreamRef) {
+        let key = stream.key();
+        if key == self.key {
+            return;
+        }
+        if let Some(b) = self.blocks.get(block) {
+            if b.allocated && !b.stream_uses.iter().any(|s| s.key() == key) {
+                self.blocks[block].stream_uses.push(stream.clone());
+            }
+        }
+    }
+
+    /// Merges `src` into `dst` when `src` is an idle neighbour; returns the bytes subsumed.
+    fn try_merge(&mut self, dst: u32, src: u32) -> u64 {
+        if src == NIL || !self.blocks[src].is_idle() {
+            return 0;
+        }
+        self.remove_free(src);
+        let Some(s) = self.blocks.remove(src) else { return 0 };
+        let d = &mut self.blocks[dst];
+        if d.prev == src {
+            d.addr = s.addr;
+            d.prev = s.prev;
+            if s.prev != NIL {
+                self.blocks[s.prev].next = dst;
+            }
+        } else {
+            d.next = s.next;
+            if s.next != NIL {
+                self.blocks[s.next].prev = dst;
+            }
+        }
+        self.blocks[dst].size += s.size;
+        s.size
+    }
+
+    /// A block becomes reusable: merge with idle neighbours, back into its pool.
+    fn free_block(&mut self, block: u32, st: &mut MemoryStats) {
+        if self.history.is_enabled() {
+            let b = &self.blocks[block];
+            self.history.record(TraceAction::FreeCompleted, b.addr, b.requested, self.key.id);
+        }
+        let (kind, original, requested, prev, next) = {
+            let b = &self.blocks[block];
+            (b.pool, b.size, b.requested, b.prev, b.next)
+        };
+        let mut net_blocks: i64 = 0;
+        let mut net_bytes: i64 = 0;
+        for neighbour in [prev, next] {
+            let subsumed = self.try_merge(block, neighbour);
+            if subsumed > 0 {
+                net_blocks -= 1;
+                net_bytes -= i64::try_from(subsumed).unwrap_or(i64::MAX);
+            }
+        }
+        self.blocks[block].requested = 0;
+        self.insert_free(block);
+        let b = &self.blocks[block];
+        if b.is_split() {
+            net_blocks += 1;
+            net_bytes += i64::try_from(b.size).unwrap_or(i64::MAX);
+        }
+        apply_net(&mut st.inactive_split, kind, net_blocks);
+        apply_net(&mut st.inactive_split_bytes, kind, net_bytes);
+        st.active.decrease(kind, 1);
+        st.active_bytes.decrease(kind, original);
+        st.requested_bytes.decrease(kind, requested);
+        if original >= self.config.max_split_size {
+            st.oversize_allocations.decrease(1);
+        }
+    }
+
+    /// Releases a whole free block's segment to the device.
+    pub(crate) fn release_block(&mut self, block: u32, shared: &DeviceShared, st: &mut MemoryStats) {
+        let Some(segment) = self.take_segment(block) else { return };
+        let (kind, size) = (segment.pool, segment.source.size);
+        self.history.record(TraceAction::SegmentFree, segment.source.address, size, self.key.id);
+        st.segment.decrease(kind, 1);
+        st.reserved_bytes.decrease(kind, size);
+        st.num_device_free += 1;
+        if size >= self.config.max_split_size {
+            st.oversize_segments.decrease(1);
+        }
+        if shared.source.free_needs_sync() {
+            if let Err(e) = self.stream.synchronize() {
+                tracing::warn!(stream = ?self.key, error = %e, "synchronize before freeing a segment failed");
+            }
+        }
+        shared.release_segment(segment.source);
+    }
+
+    /// Whole free blocks of one pool, smallest first: (size, address, block).
+    pub(crate) fn whole_free(&self, kind: PoolKind) -> Vec<(u64, u64, u32)> {
+        self.pool(kind).iter().filter(|(_, _, b)| !self.blocks[*b].is_split()).copied().collect()
+    }
+
+    /// Releases every whole free segment of both pools; returns the bytes released.
+    pub(crate) fn release_cached(&mut self, shared: &DeviceShared, st: &mut MemoryStats) -> u64 {
+        let mut released = 0;
+        for kind in [PoolKind::Small, PoolKind::Large] {
+            for (size, _, block) in self.whole_free(kind) {
+                self.release_block(block, shared, st);
+                released += size;
+            }
+        }
+        released
+    }
+
+    /// PyTorch's `release_available_cached_blocks` (only with `max_split_size` set): release
+    /// one whole oversize block of at least max(request, max_split_size), or else oversize
+    /// whole blocks from the largest down until that many bytes are freed.
+    pub(crate) fn release_available_cached_blocks(&mut self, req: &Request, shared: &DeviceShared, st: &mut MemoryStats) -> bool {
+        let max_split = self.config.max_split_size;
+        if max_split == u64::MAX {
+            return false;
+        }
+        let key = req.rounded.max(max_split);
+        let pool = self.pool(req.pool);
+        let single = pool.iter_from(key).find(|(_, _, b)| !self.blocks[*b].is_split()).copied();
+        if let Some((_, _, block)) = single {
+            self.release_block(block, shared, st);
+            return true;
+        }
+        let candidates: Vec<(u64, u32)> = pool
+            .iter()
+            .rev()
+            .take_while(|(size, _, _)| *size >= max_split)
+            .filter(|(_, _, b)| !self.blocks[*b].is_split())
+            .map(|(size, _, b)| (*size, *b))
+            .collect();
+        let mut released = 0;
+        for (size, block) in candidates {
+            if released >= key {
+                break;
+            }
+            self.release_block(block, shared, st);
+            released += size;
+        }
+        released >= key
+    }
+
+    /// PyTorch's garbage collection (§4.11) on this shard's large pool: release whole free
+    /// blocks of at least the mean age until reserved drops below the threshold.
+    pub(crate) fn garbage_collect(&mut self, shared: &DeviceShared, st: &mut MemoryStats) {
+        let Some(allowed) = shared.allowed() else { return };
+        #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let threshold = (self.config.garbage_collection_threshold * allowed as f64) as u64;
+        let reserved = shared.reserved();
+        if reserved <= threshold {
+            return;
+        }
+        let target = reserved - threshold;
+        let now = self.large.searches;
+        let mut candidates: Vec<(u32, u64, u64)> = self
+            .whole_free(PoolKind::Large)
+            .into_iter()
+            .map(|(size, _, b)| (b, size, now - self.blocks[b].gc_base))
+            .collect();
+        let mut reclaimed = 0;
+        let mut freed = true;
+        while reclaimed < target && freed && !candidates.is_empty() {
+            let total_age: u64 = candidates.iter().map(|c| c.2).sum();
+            #[allow(clippy::cast_precision_loss)]
+            let mean = total_age as f64 / candidates.len() as f64;
+            freed = false;
+            let (old, young): (Vec<_>, Vec<_>) = candidates.into_iter().partition(|c| {
+                #[allow(clippy::cast_precision_loss)]
+                let age = c.2 as f64;
+                age >= mean
+            });
+            for (block, size, _) in old {
+                self.release_block(block, shared, st);
+                reclaimed += size;
+                freed = true;
+            }
+            candidates = young;
+        }
+    }
+
+}
+
+fn apply_net(stat: &mut crate::stats::StatArray, kind: PoolKind, net: i64) {
+    match net.cmp(&0) {
+        std::cmp::Ordering::Greater => stat.increase(kind, net.unsigned_abs()),
+        std::cmp::Ordering::Less => stat.decrease(kind, net.unsigned_abs()),
+        std::cmp::Ordering::Equal => {}
+    }
+}

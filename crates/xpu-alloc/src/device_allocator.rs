@@ -1,0 +1,141 @@
+//! [`DeviceAllocator`]: the caching allocator of one OpenCL device, over real streams.
+
+use xpu_stream::Stream;
+
+use crate::cl_stream::{stream_key, ClStream};
+use crate::config::{AllocConfig, MemoryKind};
+use crate::core::DeviceCore;
+use crate::data_ptr::DataPtr;
+use crate::device_ptr::DevicePtr;
+use crate::error::AllocError;
+use crate::source::{BufferSource, SegmentSource, SvmSource};
+use crate::stats::MemoryStats;
+use crate::stream::MarkerError;
+
+fn device_error(e: impl std::fmt::Display) -> AllocError {
+    AllocError::Device(e.to_string())
+}
+
+/// The caching allocator of one device: segments are OpenCL buffers (default) or
+/// coarse-grained SVM (`memory_kind:svm` where the device supports it; otherwise buffers,
+/// with a warning). One per device is created on first use by the crate-level functions
+/// ([`crate::device_allocator`]); more can be built for private use (tests, replays).
+pub struct DeviceAllocator {
+    core: DeviceCore,
+    device: usize,
+    memory_kind: MemoryKind,
+}
+
+impl DeviceAllocator {
+    /// An allocator for `device` with `config`.
+    ///
+    /// # Errors
+    /// [`AllocError::InvalidDevice`] for a bad index; [`AllocError::Device`] when the
+    /// device's context cannot be created.
+    pub fn new(device: usize, config: AllocConfig) -> Result<Self, AllocError> {
+        let index = u32::try_from(device).map_err(|_| AllocError::InvalidDevice { device: u32::MAX })?;
+        if device >= xpu_device::device_count() {
+            return Err(AllocError::InvalidDevice { device: index });
+        }
+        let svm = config.memory_kind == MemoryKind::Svm && xpu_device::device(device).is_ok_and(|d| d.properties().supports_svm);
+        if config.memory_kind == MemoryKind::Svm && !svm {
+            tracing::warn!(device, "memory_kind:svm requested but the device has no coarse-grained SVM; using buffers");
+        }
+        let (source, memory_kind): (Box<dyn SegmentSource>, MemoryKind) = if svm {
+            (Box::new(SvmSource::new(device).map_err(device_error)?), MemoryKind::Svm)
+        } else {
+            (Box::new(BufferSource::new(device).map_err(device_error)?), MemoryKind::Buffer)
+        };
+        Ok(Self { core: DeviceCore::new(source, config), device, memory_kind })
+    }
+
+    /// The device-independent allocator inside.
+    #[must_use]
+    pub fn core(&self) -> &DeviceCore {
+        &self.core
+    }
+
+    /// Device index.
+    #[must_use]
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    /// The memory kind its segments are made of.
+    #[must_use]
+    pub fn memory_kind(&self) -> MemoryKind {
+        self.memory_kind
+    }
+
+    fn check_stream(&self, stream: &Stream) -> Result<(), AllocError> {
+        if stream.device() == self.device {
+            Ok(())
+        } else {
+            Err(AllocError::StreamDevice { stream: stream.device(), device: self.device })
+        }
+    }
+
+    /// Allocates `size` bytes for use on `stream` (reused without synchronization by later
+    /// allocations on the same stream once freed).
+    ///
+    /// # Errors
+    /// [`AllocError::StreamDevice`] for a stream of another device; see
+    /// [`DeviceCore::allocate_with`].
+    pub fn allocate(&self, size: u64, stream: &Stream) -> Result<DataPtr, AllocError> {
+        self.check_stream(stream)?;
+        let stream = *stream;
+        self.core.allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
+    }
+
+    /// Allocates `size` bytes on this device's current stream of the calling thread.
+    ///
+    /// # Errors
+    /// As [`DeviceAllocator::allocate`]; a stream error resolving the current stream.
+    pub fn allocate_current(&self, size: u64) -> Result<DataPtr, AllocError> {
+        let stream = xpu_stream::current_stream(self.device).map_err(|e| MarkerError(e.to_string()))?;
+        self.allocate(size, &stream)
+    }
+
+    /// Marks `ptr` as used on `stream` (as `Tensor.record_stream`).
+    ///
+    /// # Errors
+    /// [`AllocError::InvalidDevicePointer`] for a pointer of another allocator;
+    /// [`AllocError::StreamDevice`] for a stream of another device.
+    pub fn record_stream(&self, ptr: &DataPtr, stream: &Stream) -> Result<(), AllocError> {
+        self.check_stream(stream)?;
+        self.core.record_stream(ptr, &ClStream::shared(*stream))
+    }
+
+    /// Raw allocation on `stream` (as `raw_alloc_with_stream`).
+    ///
+    /// # Errors
+    /// As [`DeviceAllocator::allocate`].
+    pub fn raw_alloc(&self, size: u64, stream: &Stream) -> Result<DevicePtr, AllocError> {
+        self.check_stream(stream)?;
+        let stream = *stream;
+        let address = self.core.raw_alloc(size, stream_key(&stream), || ClStream::shared(stream))?;
+        Ok(DevicePtr::new(self.device, address))
+    }
+
+    /// Frees a pointer from [`DeviceAllocator::raw_alloc`].
+    ///
+    /// # Errors
+    /// [`AllocError::InvalidDevicePointer`] for a pointer not live from `raw_alloc` here.
+    pub fn raw_delete(&self, ptr: DevicePtr) -> Result<(), AllocError> {
+        if ptr.device() != self.device && !ptr.is_null() {
+            return Err(AllocError::InvalidDevicePointer { address: ptr.address() });
+        }
+        self.core.raw_delete(ptr.address())
+    }
+
+    /// See [`DeviceCore::empty_cache`].
+    pub fn empty_cache(&self) {
+        self.core.empty_cache();
+    }
+
+    /// See [`DeviceCore::memory_stats`].
+    #[must_use]
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.core.memory_stats()
+    }
+}

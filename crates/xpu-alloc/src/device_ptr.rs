@@ -1,0 +1,36 @@
+//! [`DevicePtr`]: an address handed out by the raw interface.
+
+/// A device address from [`crate::raw_alloc`], freed by [`crate::raw_delete`] (as
+/// `caching_allocator_alloc` / `caching_allocator_delete`). Address 0 is the null pointer
+/// (zero-size allocation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DevicePtr {
+    device: usize,
+    address: u64,
+}
+
+impl DevicePtr {
+    /// The pointer `address` on `device`.
+    #[must_use]
+    pub const fn new(device: usize, address: u64) -> Self {
+        Self { device, address }
+    }
+
+    /// Device index.
+    #[must_use]
+    pub const fn device(&self) -> usize {
+        self.device
+    }
+
+    /// Device address (unique on the device while allocated).
+    #[must_use]
+    pub const fn address(&self) -> u64 {
+        self.address
+    }
+
+    /// Whether this is the null pointer.
+    #[must_use]
+    pub const fn is_null(&self) -> bool {
+        self.address == 0
+    }
+}

@@ -1,0 +1,276 @@
+//! The per-device allocators of the process and the `torch.xpu`-style functions over them.
+//!
+//! Each device's [`DeviceAllocator`] is created on first use with the current
+//! configuration: `XPU_ALLOC_CONF` (read once, at the first use of any allocator) or the
+//! last [`set_config`]. Query functions on a device whose allocator does not exist yet
+//! return zeros without creating it (as PyTorch before initialization).
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
+use xpu_stream::Stream;
+
+use crate::config::{AllocConfig, ConfigError};
+use crate::data_ptr::DataPtr;
+use crate::device_allocator::DeviceAllocator;
+use crate::device_ptr::DevicePtr;
+use crate::error::AllocError;
+use crate::stats::MemoryStats;
+use crate::stream::MarkerError;
+
+/// Name of the environment variable holding the allocator configuration.
+pub const CONFIG_ENV: &str = "XPU_ALLOC_CONF";
+
+struct Registry {
+    slots: Vec<OnceLock<DeviceAllocator>>,
+    create: Mutex<()>,
+}
+
+fn registry() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| Registry { slots: (0..xpu_device::device_count()).map(|_| OnceLock::new()).collect(), create: Mutex::new(()) })
+}
+
+/// The configuration for new allocators: the environment's (or its parse error) until
+/// [`set_config`] replaces it.
+fn config_state() -> &'static Mutex<Result<AllocConfig, ConfigError>> {
+    static C: OnceLock<Mutex<Result<AllocConfig, ConfigError>>> = OnceLock::new();
+    C.get_or_init(|| {
+        let parsed = match std::env::var(CONFIG_ENV) {
+            Ok(text) => AllocConfig::parse(&text),
+            Err(_) => Ok(AllocConfig::default()),
+        };
+        Mutex::new(parsed)
+    })
+}
+
+fn slot(device: usize) -> Result<&'static OnceLock<DeviceAllocator>, AllocError> {
+    registry().slots.get(device).ok_or(AllocError::InvalidDevice { device: u32::try_from(device).unwrap_or(u32::MAX) })
+}
+
+/// The allocator of `device`, created on first use.
+///
+/// # Errors
+/// [`AllocError::InvalidDevice`]; [`AllocError::Config`] when `XPU_ALLOC_CONF` is invalid
+/// (until [`set_config`] succeeds); [`AllocError::Device`] when the device cannot be used.
+pub fn device_allocator(device: usize) -> Result<&'static DeviceAllocator, AllocError> {
+    let slot = slot(device)?;
+    if let Some(a) = slot.get() {
+        return Ok(a);
+    }
+    let _creating = registry().create.lock();
+    if let Some(a) = slot.get() {
+        return Ok(a);
+    }
+    let config = config_state().lock().clone()?;
+    let allocator = DeviceAllocator::new(device, config)?;
+    Ok(slot.get_or_init(|| allocator))
+}
+
+pub(crate) fn existing(device: usize) -> Result<Option<&'static DeviceAllocator>, AllocError> {
+    Ok(slot(device)?.get())
+}
+
+/// Replaces the allocator configuration (same grammar as `XPU_ALLOC_CONF`); applies to
+/// every existing allocator from its next allocation, and to allocators created later.
+/// `memory_kind` only affects allocators created later.
+///
+/// # Errors
+/// [`ConfigError`] naming the key and the allowed values; nothing changes then.
+pub fn set_config(text: &str) -> Result<(), ConfigError> {
+    let config = AllocConfig::parse(text)?;
+    for a in registry().slots.iter().filter_map(OnceLock::get) {
+        a.core().set_config(config.clone());
+    }
+    *config_state().lock() = Ok(config);
+    Ok(())
+}
+
+/// The configuration new allocators get.
+///
+/// # Errors
+/// The parse error of `XPU_ALLOC_CONF`, until [`set_config`] succeeds.
+pub fn config() -> Result<AllocConfig, ConfigError> {
+    config_state().lock().clone()
+}
+
+/// Allocates `size` bytes on `stream`'s device for use on `stream`; freed when the
+/// [`DataPtr`] drops. Size 0 gives an empty pointer.
+///
+/// # Errors
+/// See [`DeviceAllocator::allocate`].
+pub fn allocate(size: u64, stream: &Stream) -> Result<DataPtr, AllocError> {
+    device_allocator(stream.device())?.allocate(size, stream)
+}
+
+fn current() -> Result<(usize, Stream), AllocError> {
+    let device = xpu_device::current_device();
+    let stream = xpu_stream::current_stream(device).map_err(|e| MarkerError(e.to_string()))?;
+    Ok((device, stream))
+}
+
+/// Allocates `size` bytes on the current device for its current stream (as PyTorch's
+/// allocations do).
+///
+/// # Errors
+/// See [`allocate`].
+pub fn allocate_current(size: u64) -> Result<DataPtr, AllocError> {
+    let (_, stream) = current()?;
+    allocate(size, &stream)
+}
+
+/// Raw allocation on the current device and stream (as `caching_allocator_alloc`).
+///
+/// # Errors
+/// See [`allocate`].
+pub fn raw_alloc(size: u64) -> Result<DevicePtr, AllocError> {
+    let (device, stream) = current()?;
+    device_allocator(device)?.raw_alloc(size, &stream)
+}
+
+/// Raw allocation on `stream` (as `raw_alloc_with_stream`).
+///
+/// # Errors
+/// See [`allocate`].
+pub fn raw_alloc_with_stream(size: u64, stream: &Stream) -> Result<DevicePtr, AllocError> {
+    device_allocator(stream.device())?.raw_alloc(size, stream)
+}
+
+/// Frees a pointer from [`raw_alloc`] (as `caching_allocator_delete`); null is ignored.
+///
+/// # Errors
+/// [`AllocError::InvalidDevicePointer`] ("invalid device pointer") for any other pointer.
+pub fn raw_delete(ptr: DevicePtr) -> Result<(), AllocError> {
+    if ptr.is_null() {
+        return Ok(());
+    }
+    match existing(ptr.device()) {
+        Ok(Some(a)) => a.raw_delete(ptr),
+        _ => Err(AllocError::InvalidDevicePointer { address: ptr.address() }),
+    }
+}
+
+/// Marks `ptr` as used on `stream` (as `Tensor.record_stream`): its block is reused only
+/// after the work enqueued on `stream` before the free completes.
+///
+/// # Errors
+/// See [`DeviceAllocator::record_stream`].
+pub fn record_stream(ptr: &DataPtr, stream: &Stream) -> Result<(), AllocError> {
+    if ptr.is_empty() {
+        return Ok(());
+    }
+    device_allocator(ptr.device() as usize)?.record_stream(ptr, stream)
+}
+
+/// Releases every cached unused segment of every device (as `torch.xpu.empty_cache`); a
+/// no-op for devices whose allocator does not exist yet.
+pub fn empty_cache() {
+    for a in registry().slots.iter().filter_map(OnceLock::get) {
+        a.empty_cache();
+    }
+}
+
+/// Limits `device`'s reserved memory to `fraction` of its total (as
+/// `set_per_process_memory_fraction`); creates the allocator.
+///
+/// # Errors
+/// [`AllocError::InvalidFraction`] unless `0 < fraction <= 1`; see [`device_allocator`].
+pub fn set_memory_fraction(fraction: f64, device: usize) -> Result<(), AllocError> {
+    device_allocator(device)?.core().set_memory_fraction(fraction)
+}
+
+/// The memory fraction of `device` (1.0 when unset).
+///
+/// # Errors
+/// [`AllocError::InvalidDevice`].
+pub fn memory_fraction(device: usize) -> Result<f64, AllocError> {
+    Ok(existing(device)?.map_or(1.0, |a| a.core().memory_fraction()))
+}
+
+/// Statistics of `device` (as `torch.xpu.memory_stats`); zeros before first use.
+///
+/// # Errors
+/// [`AllocError::InvalidDevice`].
+pub fn memory_stats(device: usize) -> Result<MemoryStats, AllocError> {
+    Ok(existing(device)?.map(DeviceAllocator::memory_stats).unwrap_or_default())
+}
+
+/// Statistics of `device` as sorted dotted keys (`allocated_bytes.all.current`, ...); empty
+/// before first use (as Python's `memory_stats()`).
+///
+/// # Errors
+/// [`AllocError::InvalidDevice`].
+pub fn memory_stats_flat(device: usize) -> Result<BTreeMap<String, i64>, AllocError> {
+    Ok(existing(device)?.map(|a| a.memory_stats().flat()).unwrap_or_default())
+}
+
+fn stat(device: usize, f: impl FnOnce(&MemoryStats) -> i64) -> Result<u64, AllocError> {
+    Ok(u64::try_from(f(&memory_stats(device)?)).unwrap_or(0))
+}
+
+/// Bytes allocated on `device` (as `torch.xpu.memory_allocated`).
+///
+/// # Errors
+/// [`AllocError::InvalidDevice`].
+pub fn memory_allocated(device: usize) -> Result<u64, AllocError> {
+    stat(device, |s| s.allocated_bytes.all.current)
+}
+
+/// Peak bytes allocated on `device` (as `torch.xpu.max_memory_allocated`).
+///
+/// # Errors
+/// [`AllocError::InvalidDevice`].
+pub fn max_memory_allocated(device: usize) -> Result<u64, AllocError> {
+    stat(device, |s| s.allocated_bytes.all.peak)
+}
+
+/// Bytes reserved on `device` (as `torch.xpu.memory_reserved`).
+///
+/// # Errors
+/// [`AllocError::InvalidDevice`].
+pub fn memory_reserved(device: usize) -> Result<u64, AllocError> {
+    stat(device, |s| s.reserved_bytes.all.current)
+}
+
+/// Peak bytes reserved on `device` (as `torch.xpu.max_memory_reserved`).
+///
+/// # Errors
+/// [`AllocError::InvalidDevice`].
+pub fn max_memory_reserved(device: usize) -> Result<u64, AllocError> {
+    stat(device, |s| s.reserved_bytes.all.peak)
+}
+
+/// Resets `device`'s peaks to the current values (as `torch.xpu.reset_peak_memory_stats`).
+///
+/// # Errors
+/// [`AllocError::InvalidDevice`].
+pub fn reset_peak_stats(device: usize) -> Result<(), AllocError> {
+    if let Some(a) = existing(device)? {
+        a.core().reset_peak_stats();
+    }
+    Ok(())
+}
+
+/// Zeroes `device`'s accumulated statistics (as `torch.xpu.reset_accumulated_memory_stats`).
+///
+/// # Errors
+/// [`AllocError::InvalidDevice`].
+pub fn reset_accumulated_stats(device: usize) -> Result<(), AllocError> {
+    if let Some(a) = existing(device)? {
+        a.core().reset_accumulated_stats();
+    }
+    Ok(())
+}
+
+/// `(free, total)` bytes of `device` (as `torch.xpu.mem_get_info`): OpenCL has no
+/// free-memory query, so free is the total minus what xpu's allocators reserve.
+///
+/// # Errors
+/// [`AllocError::InvalidDevice`].
+pub fn mem_get_info(device: usize) -> Result<(u64, u64), AllocError> {
+    match existing(device)? {
+        Some(a) => Ok(a.core().mem_get_info()),
+        None => xpu_device::mem_get_info(device).map_err(|e| AllocError::Device(e.to_string())),
+    }
+}

@@ -1,0 +1,283 @@
+//! The caching pinned-host allocator (reference §5), keyed by (device, power-of-two size
+//! class).
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use xpu_device::backend::PinnedBuffer;
+use xpu_device::DeviceError;
+
+use super::block::Block;
+use super::class::class_of;
+use super::device::DeviceCache;
+use super::error::HostError;
+use super::pending::{Parked, PendingQueue};
+use super::ptr::HostPtr;
+use super::stats::{Counters, HostMemoryStats};
+
+/// State shared by an allocator and the [`HostPtr`]s it handed out.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    devices: Box<[OnceLock<DeviceCache>]>,
+    pending: PendingQueue,
+    counters: Counters,
+}
+
+/// A caching allocator of pinned host memory, as PyTorch's `CachingHostAllocator`.
+///
+/// - Requests round up to a power of two and are served only by a cached block of exactly
+///   that size on the same device (blocks are never split or merged); a miss allocates a new
+///   `CL_MEM_ALLOC_HOST_PTR` buffer mapped for the host.
+/// - Blocks are host memory, but each buffer belongs to one device's OpenCL context, and a
+///   device copies at full speed only from its own context's pinned memory: the cache is keyed
+///   by (device, size class). A block may still be used with another device's streams (the
+///   copy is then an ordinary host copy for that device), and the use is tracked the same way.
+/// - A freed block whose use recorded streams ([`HostPtr::record_stream`], or automatically by
+///   [`HostCopy`](super::HostCopy)) gets one marker per stream and rejoins its free list only
+///   once all of them completed; pending blocks are processed, oldest first, at the start of
+///   every allocation. Blocks in use or pending are never reused or released.
+/// - The cached path (allocate + free of a cached size) makes no driver call and locks only
+///   its size class's free list; statistics are atomics.
+///
+/// [`HostAllocator::global`] is the process-wide instance behind the `host_*` functions;
+/// [`HostAllocator::new`] makes an independent one (its own blocks and statistics).
+#[derive(Debug, Clone)]
+pub struct HostAllocator(Arc<Shared>);
+
+impl Default for HostAllocator {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+static GLOBAL: OnceLock<HostAllocator> = OnceLock::new();
+
+impl HostAllocator {
+    /// A new, empty allocator. Creates nothing on any device until the first allocation there.
+    #[must_use]
+    pub fn new() -> HostAllocator {
+        let devices = (0..xpu_stream::MAX_DEVICES)
+            .map(|_| OnceLock::new())
+            .collect();
+        HostAllocator(Arc::new(Shared {
+            devices,
+            pending: PendingQueue::default(),
+            counters: Counters::default(),
+        }))
+    }
+
+    /// The process-wide allocator.
+    pub fn global() -> &'static HostAllocator {
+        GLOBAL.get_or_init(HostAllocator::new)
+    }
+
+    /// `size` bytes of pinned host memory for copies with the current device
+    /// ([`xpu_device::current_device`]); see [`HostAllocator::allocate_on`].
+    ///
+    /// # Errors
+    /// As [`HostAllocator::allocate_on`].
+    pub fn allocate(&self, size: usize) -> Result<HostPtr, HostError> {
+        self.allocate_on(xpu_device::current_device(), size)
+    }
+
+    /// `size` bytes of pinned host memory owned by `device`'s context, as
+    /// `CachingHostAllocator::allocate`. Size 0 returns an empty pointer without touching
+    /// the allocator. Otherwise processes pending blocks, then takes the most recently freed
+    /// block of the size class (`size` rounded up to a power of two), else allocates one.
+    /// The contents of a reused block are whatever its last user left.
+    ///
+    /// # Errors
+    /// `TooLarge` when the rounded size is above the device's largest allocation or above
+    /// 2^48; `Device(InvalidDevice)` for a bad index; `OutOfMemory` when the driver has no
+    /// room even after this device's cached blocks were released; other `Device` errors for
+    /// failed driver calls.
+    pub fn allocate_on(&self, device: usize, size: usize) -> Result<HostPtr, HostError> {
+        if size == 0 {
+            return Ok(HostPtr::empty(device));
+        }
+        let shared = &self.0;
+        let cache = shared.cache(device)?;
+        let requested = size as u64;
+        let (class, rounded) = match class_of(requested) {
+            Some((c, r)) if r <= cache.max_block => (c, r),
+            other => {
+                return Err(HostError::TooLarge {
+                    device,
+                    requested,
+                    rounded: other.map_or(0, |(_, r)| r),
+                    max: cache.max_block,
+                })
+            }
+        };
+        shared.process_pending(false);
+        let block = match cache.pop(class) {
+            Some(b) => b,
+            None => shared.new_block(cache, class, rounded)?,
+        };
+        shared.counters.on_allocate(rounded);
+        Ok(HostPtr::new(Arc::clone(shared), block, size))
+    }
+
+    /// Releases every cached block to the driver, as `CachingHostAllocator::empty_cache`:
+    /// first processes pending blocks (waiting for the queue lock), then empties every free
+    /// list. Blocks in use, or freed but still waiting for stream markers, are kept.
+    pub fn empty_cache(&self) {
+        self.0.process_pending(true);
+        for cache in self.0.devices.iter().filter_map(OnceLock::get) {
+            self.0.release_cached(cache, false);
+        }
+    }
+
+    /// Processes pending blocks now (waiting for the queue lock): every block whose markers
+    /// all completed rejoins its free list, oldest first, stopping at the first one still
+    /// waiting. Allocation does this on its own; this is for reading exact statistics.
+    pub fn process_events(&self) {
+        self.0.process_pending(true);
+    }
+
+    /// A snapshot of the statistics, as `torch.cuda.host_memory_stats()`. Does not process
+    /// pending blocks.
+    #[must_use]
+    pub fn memory_stats(&self) -> HostMemoryStats {
+        self.0.counters.snapshot()
+    }
+
+    /// Sets every peak to its current value and clears the min/max durations, as
+    /// `torch.cuda.reset_peak_host_memory_stats()`.
+    pub fn reset_peak_stats(&self) {
+        self.0.counters.reset_peak();
+    }
+
+    /// Clears the accumulated values (`allocated`, `freed`, `num_host_alloc`,
+    /// `num_host_free`, duration totals and counts), as
+    /// `torch.cuda.reset_accumulated_host_memory_stats()`.
+    pub fn reset_accumulated_stats(&self) {
+        self.0.counters.reset_accumulated();
+    }
+}
+
+impl Shared {
+    /// The cache of `device`, created on first use.
+    fn cache(&self, device: usize) -> Result<&DeviceCache, HostError> {
+        let cell = self
+            .devices
+            .get(device)
+            .ok_or_else(|| DeviceError::InvalidDevice {
+                index: device,
+                count: xpu_device::device_count(),
+            })?;
+        if let Some(c) = cell.get() {
+            return Ok(c);
+        }
+        // Two racing threads may both build one; the loser's (empty) cache is dropped.
+        let built = DeviceCache::new(device)?;
+        Ok(cell.get_or_init(move || built))
+    }
+
+    fn process_pending(&self, wait_for_lock: bool) {
+        self.pending
+            .process(&self.counters, wait_for_lock, |b| self.make_reusable(b));
+    }
+
+    /// A block back on its free list.
+    fn make_reusable(&self, block: Block) {
+        self.counters.on_returned(block.size);
+        match self.devices.get(block.device).and_then(OnceLock::get) {
+            Some(cache) => cache.push(block),
+            // Unreachable (a block exists only once its cache does); release rather than leak.
+            None => self.release_one(block),
+        }
+    }
+
+    /// A new block from the driver; on out-of-memory, releases this device's cached blocks
+    /// and retries once.
+    fn new_block(&self, cache: &DeviceCache, class: usize, size: u64) -> Result<Block, HostError> {
+        let len = usize::try_from(size).map_err(|_| HostError::TooLarge {
+            device: cache.device,
+            requested: size,
+            rounded: size,
+            max: cache.max_block,
+        })?;
+        let mut retried = false;
+        loop {
+            let t = Instant::now();
+            match PinnedBuffer::new(cache.context, &cache.queue, len) {
+                Ok(buffer) => {
+                    self.counters.on_segment_alloc(size, t.elapsed());
+                    return Ok(Block::new(cache.device, class, size, buffer));
+                }
+                Err(e) if is_out_of_memory(&e) && !retried => {
+                    retried = true;
+                    self.process_pending(true);
+                    self.release_cached(cache, true);
+                }
+                Err(e) if is_out_of_memory(&e) => {
+                    return Err(HostError::OutOfMemory {
+                        device: cache.device,
+                        size,
+                        source: e,
+                    })
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Returns a block's memory to the driver (timed). The unmap is enqueued on the
+    /// allocator's queue of the block's device; the caller flushes it.
+    fn release(&self, block: Block) {
+        let size = block.size;
+        let t = Instant::now();
+        drop(block);
+        self.counters.on_segment_free(size, t.elapsed());
+    }
+
+    /// Releases every cached block of `cache`, then submits the unmaps (`clFlush`), or, with
+    /// `wait`, waits for them (a marker) so that the memory is back before a retry.
+    fn release_cached(&self, cache: &DeviceCache, wait: bool) {
+        let blocks = cache.drain();
+        if blocks.is_empty() {
+            return;
+        }
+        for block in blocks {
+            self.release(block);
+        }
+        // A marker wait rather than clFinish, which would also take (and hide) a release
+        // failure kept for the user's next finish.
+        let r = if wait {
+            cache.queue.enqueue_marker(&[]).and_then(|m| m.wait())
+        } else {
+            cache.queue.flush()
+        };
+        if let Err(e) = r {
+            tracing::warn!("pinned host cache of device {}: {e}", cache.device);
+        }
+    }
+
+    /// Releases one block and submits its unmap.
+    fn release_one(&self, block: Block) {
+        let cache = self.devices.get(block.device).and_then(OnceLock::get);
+        self.release(block);
+        if let Some(Err(e)) = cache.map(|c| c.queue.flush()) {
+            tracing::warn!("pinned host cache: {e}");
+        }
+    }
+
+    /// Takes back a block from a dropped [`HostPtr`].
+    pub(crate) fn free(&self, mut block: Block) {
+        if block.streams_mut().is_empty() {
+            return self.make_reusable(block);
+        }
+        match self.pending.park(block, &self.counters) {
+            Parked::Waiting => {}
+            Parked::Unsafe(block) => {
+                self.counters.on_returned(block.size);
+                self.release_one(block);
+            }
+        }
+    }
+}
+
+fn is_out_of_memory(e: &DeviceError) -> bool {
+    matches!(e, DeviceError::OpenCl(c) if c.is_out_of_memory())
+}

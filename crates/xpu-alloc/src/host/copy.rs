@@ -1,0 +1,176 @@
+//! Non-blocking host<->device copies through pinned blocks, recording the use automatically.
+
+use xpu_device::backend::Buffer;
+use xpu_stream::Stream;
+
+use super::error::HostError;
+use super::ptr::HostPtr;
+
+fn check(what: &'static str, offset: usize, len: usize, size: usize) -> Result<(), HostError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(HostError::OutOfRange {
+            what,
+            offset: offset as u64,
+            len: len as u64,
+            size: size as u64,
+        }),
+    }
+}
+
+/// Device memory a [`HostCopy`] can copy to or from: an OpenCL buffer region. Implemented
+/// for [`Buffer`] (the whole buffer); the device allocator's allocations implement it once
+/// they expose their buffer.
+pub trait DeviceMemory {
+    /// The buffer, the byte offset of the region's first byte in it, and the region's length
+    /// in bytes; `None` when there is no OpenCL buffer behind the memory (an empty or
+    /// simulated allocation).
+    fn cl_region(&self) -> Option<(&Buffer, usize, usize)>;
+}
+
+impl DeviceMemory for Buffer {
+    fn cl_region(&self) -> Option<(&Buffer, usize, usize)> {
+        Some((self, 0, self.size()))
+    }
+}
+
+/// Copies between pinned host memory and device buffers on a [`Stream`], as PyTorch's
+/// `non_blocking=True` copies: the copy is enqueued on the stream's queue and the call
+/// returns at once; the stream is recorded on the host block
+/// ([`HostPtr::record_stream`]), so dropping the [`HostPtr`] right after is safe: its block
+/// is not reused before the copy completed.
+///
+/// Ranges are in bytes; the host range must lie within the requested length
+/// ([`HostPtr::len`]). A zero-length copy does nothing. The device buffer must belong to the
+/// stream's device (its context); the host block may belong to any device.
+pub trait HostCopy {
+    /// Host to device, whole host allocation: `src.len()` bytes into the start of `dst`'s
+    /// region (see [`HostCopy::copy_from_host_to_buffer`]).
+    ///
+    /// # Errors
+    /// `NoBuffer` when `dst` has no OpenCL buffer and `src` is not empty; `OutOfRange` when
+    /// the region is shorter than `src`; otherwise as
+    /// [`HostCopy::copy_from_host_to_buffer`].
+    fn copy_from_host(&self, src: &HostPtr, dst: &impl DeviceMemory) -> Result<(), HostError>;
+
+    /// Device to host, whole host allocation: `dst.len()` bytes from the start of `src`'s
+    /// region (see [`HostCopy::copy_to_host_from_buffer`]).
+    ///
+    /// # Errors
+    /// As [`HostCopy::copy_from_host`], with the roles swapped.
+    fn copy_to_host(&self, src: &impl DeviceMemory, dst: &mut HostPtr) -> Result<(), HostError>;
+
+    /// Host to device: `len` bytes from `src[src_offset..]` into `dst` at `dst_offset`
+    /// (`clEnqueueWriteBuffer` from the mapped pinned pointer, non-blocking).
+    ///
+    /// # Errors
+    /// `OutOfRange` for a range outside either side; `Stream` for a released external
+    /// stream; `Device` for a failed enqueue (e.g. a buffer of another context).
+    fn copy_from_host_to_buffer(
+        &self,
+        src: &HostPtr,
+        src_offset: usize,
+        dst: &Buffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), HostError>;
+
+    /// Device to host: `len` bytes of `src` at `src_offset` into `dst[dst_offset..]`
+    /// (`clEnqueueReadBuffer` into the mapped pinned pointer, non-blocking). The bytes are
+    /// there once the stream is synchronized.
+    ///
+    /// # Errors
+    /// As [`HostCopy::copy_from_host_to_buffer`].
+    fn copy_to_host_from_buffer(
+        &self,
+        src: &Buffer,
+        src_offset: usize,
+        dst: &mut HostPtr,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), HostError>;
+
+    /// Host to device from ordinary (pageable) memory: a blocking write, the slow path that
+    /// pinned memory avoids (returns once `src` has been read).
+    ///
+    /// # Errors
+    /// `OutOfRange`, `Stream` or `Device` as above.
+    fn copy_from_pageable(
+        &self,
+        src: &[u8],
+        dst: &Buffer,
+        dst_offset: usize,
+    ) -> Result<(), HostError>;
+}
+
+impl HostCopy for Stream {
+    fn copy_from_host(&self, src: &HostPtr, dst: &impl DeviceMemory) -> Result<(), HostError> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let (buffer, offset, len) = dst.cl_region().ok_or(HostError::NoBuffer)?;
+        check("device destination", 0, src.len(), len)?;
+        self.copy_from_host_to_buffer(src, 0, buffer, offset, src.len())
+    }
+
+    fn copy_to_host(&self, src: &impl DeviceMemory, dst: &mut HostPtr) -> Result<(), HostError> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let (buffer, offset, len) = src.cl_region().ok_or(HostError::NoBuffer)?;
+        check("device source", 0, dst.len(), len)?;
+        let n = dst.len();
+        self.copy_to_host_from_buffer(buffer, offset, dst, 0, n)
+    }
+
+    fn copy_from_host_to_buffer(
+        &self,
+        src: &HostPtr,
+        src_offset: usize,
+        dst: &Buffer,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), HostError> {
+        check("host source", src_offset, len, src.len())?;
+        check("device destination", dst_offset, len, dst.size())?;
+        let Some(pinned) = src.pinned().filter(|_| len > 0) else {
+            return Ok(());
+        };
+        let queue = self.queue()?;
+        drop(queue.write_from_pinned(pinned, src_offset, dst, dst_offset, len, &[])?);
+        src.record_stream(self);
+        Ok(())
+    }
+
+    fn copy_to_host_from_buffer(
+        &self,
+        src: &Buffer,
+        src_offset: usize,
+        dst: &mut HostPtr,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), HostError> {
+        check("device source", src_offset, len, src.size())?;
+        check("host destination", dst_offset, len, dst.len())?;
+        let Some(pinned) = dst.pinned().filter(|_| len > 0) else {
+            return Ok(());
+        };
+        let queue = self.queue()?;
+        drop(queue.read_into_pinned(src, src_offset, pinned, dst_offset, len, &[])?);
+        dst.record_stream(self);
+        Ok(())
+    }
+
+    fn copy_from_pageable(
+        &self,
+        src: &[u8],
+        dst: &Buffer,
+        dst_offset: usize,
+    ) -> Result<(), HostError> {
+        check("device destination", dst_offset, src.len(), dst.size())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        Ok(self.queue()?.write_pageable(dst, dst_offset, src)?)
+    }
+}

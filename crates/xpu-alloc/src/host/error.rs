@@ -1,0 +1,70 @@
+//! Typed errors of the pinned-host allocator and its copies.
+
+use xpu_device::DeviceError;
+use xpu_event::EventError;
+use xpu_stream::StreamError;
+
+/// A failure of the pinned-host allocator or of a host<->device copy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostError {
+    /// The request can never be served: its power-of-two size class is above the device's
+    /// largest single allocation (`CL_DEVICE_MAX_MEM_ALLOC_SIZE`) or above 2^48 bytes.
+    #[error(
+        "pinned host allocation of {requested} bytes can never succeed on device {device}: it rounds \
+         up to {rounded} bytes and the largest pinned block is {max} bytes"
+    )]
+    TooLarge {
+        /// Device index.
+        device: usize,
+        /// Requested size in bytes.
+        requested: u64,
+        /// The size class the request rounds up to, in bytes (0 when above 2^48).
+        rounded: u64,
+        /// Largest possible block on the device, in bytes.
+        max: u64,
+    },
+    /// The driver had no memory for a new pinned block, even after releasing this device's
+    /// cached blocks.
+    #[error(
+        "out of pinned host memory on device {device}: a block of {size} bytes could not be \
+         allocated ({source})"
+    )]
+    OutOfMemory {
+        /// Device index.
+        device: usize,
+        /// The block size tried, in bytes.
+        size: u64,
+        /// The driver's failure.
+        source: DeviceError,
+    },
+    /// A copy range outside the host block or the device buffer.
+    #[error("{what}: range {offset}..{offset}+{len} exceeds the {size} bytes available")]
+    OutOfRange {
+        /// Which side of which copy.
+        what: &'static str,
+        /// Start of the range, bytes.
+        offset: u64,
+        /// Length of the range, bytes.
+        len: u64,
+        /// Size of the memory, bytes.
+        size: u64,
+    },
+    /// The device memory has no OpenCL buffer behind it (an empty or simulated allocation).
+    #[error("device memory without an OpenCL buffer cannot be copied to or from")]
+    NoBuffer,
+    /// A device-layer failure (bad index, context or queue creation, a failed copy...).
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// A stream-layer failure (e.g. a released external stream).
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    /// An event-layer failure (recording a marker).
+    #[error(transparent)]
+    Event(#[from] EventError),
+}
+
+impl From<xpu_device::ClError> for HostError {
+    fn from(e: xpu_device::ClError) -> Self {
+        HostError::Device(DeviceError::OpenCl(e))
+    }
+}

@@ -1,0 +1,177 @@
+//! [`HostPtr`]: a pinned host allocation that returns its block to the allocator on drop.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+use xpu_device::backend::PinnedBuffer;
+use xpu_stream::Stream;
+
+use super::allocator::Shared;
+use super::block::Block;
+
+struct Live {
+    shared: Arc<Shared>,
+    block: Block,
+}
+
+/// Pinned host memory from the caching host allocator, as the `DataPtr` of PyTorch's
+/// `CachingHostAllocator`: a byte slice view (`Deref<Target = [u8]>`), `Send + Sync`, and
+/// freed on drop. Freeing returns the block to its size class at once, or, when queued work
+/// recorded a use ([`HostPtr::record_stream`], or a [`HostCopy`](super::HostCopy) copy), only
+/// after that work completed.
+///
+/// The slice is the requested length; the block behind it is the next power of two
+/// ([`HostPtr::allocated_size`]). Bytes a non-blocking copy is still writing are unspecified
+/// until the copy's stream is synchronized (as `non_blocking=True` copies in PyTorch).
+pub struct HostPtr {
+    live: Option<Live>,
+    device: usize,
+    len: usize,
+}
+
+impl HostPtr {
+    pub(crate) fn new(shared: Arc<Shared>, block: Block, len: usize) -> HostPtr {
+        let device = block.device;
+        HostPtr {
+            live: Some(Live { shared, block }),
+            device,
+            len,
+        }
+    }
+
+    /// An empty pointer for `device` (what a zero-size allocation returns): no block, no
+    /// allocator involved.
+    #[must_use]
+    pub fn empty(device: usize) -> HostPtr {
+        HostPtr {
+            live: None,
+            device,
+            len: 0,
+        }
+    }
+
+    pub(crate) fn block(&self) -> Option<&Block> {
+        self.live.as_ref().map(|l| &l.block)
+    }
+
+    /// Requested size in bytes.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-size allocation.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Size of the block in bytes (the request rounded up to a power of two); 0 when empty.
+    #[must_use]
+    pub fn allocated_size(&self) -> u64 {
+        self.block().map_or(0, |b| b.size)
+    }
+
+    /// The device whose context owns the block.
+    #[must_use]
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    /// Host address of the first byte (null when empty). Unique among live allocations.
+    #[must_use]
+    pub fn as_ptr(&self) -> *const u8 {
+        self.block()
+            .map_or(std::ptr::null(), |b| b.buffer.host_ptr().cast_const())
+    }
+
+    /// Host address of the first byte as an integer (0 when empty), e.g. to see whether a
+    /// block was reused.
+    #[must_use]
+    pub fn address(&self) -> usize {
+        self.as_ptr() as usize
+    }
+
+    /// The bytes.
+    #[must_use]
+    pub fn as_slice(&self) -> &[u8] {
+        match &self.live {
+            Some(l) => l.block.buffer.as_slice().get(..self.len).unwrap_or(&[]),
+            None => &[],
+        }
+    }
+
+    /// The bytes, mutable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        let len = self.len;
+        match &mut self.live {
+            Some(l) => l
+                .block
+                .buffer
+                .as_mut_slice()
+                .get_mut(..len)
+                .unwrap_or(&mut []),
+            None => &mut [],
+        }
+    }
+
+    /// The pinned buffer behind the allocation (`None` when empty), for copies made with the
+    /// backend directly; such copies must call [`HostPtr::record_stream`] themselves.
+    #[must_use]
+    pub fn pinned(&self) -> Option<&PinnedBuffer> {
+        self.block().map(|b| &b.buffer)
+    }
+
+    /// Marks a use by work queued on `stream` so far, as
+    /// `CachingHostAllocator_recordEvent`: when this pointer is freed, the block is reused
+    /// only after a marker recorded on `stream` at that moment completes. Returns false (and
+    /// does nothing) for an empty pointer. The set lasts for this allocation only.
+    pub fn record_stream(&self, stream: &Stream) -> bool {
+        match self.block() {
+            Some(b) => {
+                b.record(stream);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The streams recorded during this allocation, in recording order.
+    #[must_use]
+    pub fn recorded_streams(&self) -> Vec<Stream> {
+        self.block().map_or_else(Vec::new, Block::streams)
+    }
+}
+
+impl Deref for HostPtr {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl DerefMut for HostPtr {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.as_mut_slice()
+    }
+}
+
+impl fmt::Debug for HostPtr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostPtr")
+            .field("device", &self.device)
+            .field("address", &format_args!("{:#x}", self.address()))
+            .field("len", &self.len)
+            .field("allocated_size", &self.allocated_size())
+            .finish()
+    }
+}
+
+impl Drop for HostPtr {
+    fn drop(&mut self) {
+        if let Some(Live { shared, block }) = self.live.take() {
+            shared.free(block);
+        }
+    }
+}

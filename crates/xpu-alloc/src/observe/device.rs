@@ -1,0 +1,67 @@
+//! The observability functions over the process's device allocators (one per device,
+//! [`crate::device_allocator`]), as `torch.cuda.memory_summary(device)`,
+//! `torch.cuda.memory._snapshot()` and `torch.cuda.memory._record_memory_history`.
+
+use super::history::TraceEntry;
+use super::snapshot::MemorySnapshot;
+use crate::config::AllocConfig;
+use crate::error::AllocError;
+use crate::global::{device_allocator, existing};
+
+/// The summary table of `device`'s allocator (see [`super::memory_summary`]); all zeros
+/// when the allocator does not exist yet (it is not created).
+///
+/// # Errors
+/// [`AllocError::InvalidDevice`] for a bad index.
+pub fn memory_summary(device: usize, abbreviated: bool) -> Result<String, AllocError> {
+    let index = u32::try_from(device).unwrap_or(u32::MAX);
+    Ok(match existing(device)? {
+        Some(a) => a.core().memory_summary(abbreviated),
+        None => super::memory_summary(&crate::MemoryStats::default(), index, abbreviated),
+    })
+}
+
+/// The snapshot of every existing device allocator (segments sorted by device and
+/// address; one trace list per device). Allocators are not created.
+#[must_use]
+pub fn memory_snapshot() -> MemorySnapshot {
+    let mut out = MemorySnapshot::new(0, &[], &[], &AllocConfig::default());
+    let mut first = true;
+    for device in 0..xpu_device::device_count() {
+        if let Ok(Some(a)) = existing(device) {
+            let snap = a.core().memory_snapshot();
+            if first {
+                out.allocator_settings = snap.allocator_settings.clone();
+                first = false;
+            }
+            out.merge(snap);
+        }
+    }
+    out
+}
+
+/// Turns history recording on or off for every device's allocator, creating those that do
+/// not exist yet (see [`super::History::record_memory_history`]).
+///
+/// # Errors
+/// The first allocator that could not be created.
+pub fn record_memory_history(enabled: bool, max_entries: usize) -> Result<(), AllocError> {
+    for device in 0..xpu_device::device_count() {
+        device_allocator(device)?
+            .core()
+            .memory_history()
+            .record_memory_history(enabled, max_entries);
+    }
+    Ok(())
+}
+
+/// The recorded history of `device`'s allocator, oldest first (empty when it does not exist
+/// yet or recording is off).
+///
+/// # Errors
+/// [`AllocError::InvalidDevice`] for a bad index.
+pub fn memory_history(device: usize) -> Result<Vec<TraceEntry>, AllocError> {
+    Ok(existing(device)?
+        .map(|a| a.core().memory_history().entries())
+        .unwrap_or_default())
+}

@@ -1,0 +1,298 @@
+//! [`MemorySnapshot`]: every segment with its blocks, and the recorded history, in the
+//! dictionary shape of `torch.cuda.memory._snapshot()` (reference §4.15), so that the same
+//! value serializes to JSON (here) and to the pickle PyTorch's memory visualizer reads
+//! ([`super::pickle`]).
+
+use serde::{Deserialize, Serialize};
+
+use super::history::{TraceAction, TraceEntry};
+use super::ObserveError;
+use crate::config::AllocConfig;
+use crate::core::{BlockState, DeviceCore, SegmentSnapshot};
+use crate::size::PoolKind;
+
+/// A stack frame (`filename`, `line`, `name`). The allocator records no stacks, so every
+/// `frames` list is empty; the type keeps the visualizer's schema.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameDict {
+    /// Source file.
+    pub filename: String,
+    /// Line number.
+    pub line: u64,
+    /// Function name.
+    pub name: String,
+}
+
+/// One block of a segment. Sizes in bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockDict {
+    /// Device address.
+    pub address: u64,
+    /// Size (rounded).
+    pub size: u64,
+    /// Requested size (0 for a free block).
+    pub requested_size: u64,
+    /// `"active_allocated"`, `"active_pending_free"` or `"inactive"`.
+    pub state: String,
+    /// Stack of the allocation (always empty).
+    pub frames: Vec<FrameDict>,
+}
+
+/// One segment (one device allocation). Sizes in bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentDict {
+    /// Device index.
+    pub device: u32,
+    /// Device address of the first byte.
+    pub address: u64,
+    /// Sum of the block sizes.
+    pub total_size: u64,
+    /// Sum of the sizes of allocated blocks.
+    pub allocated_size: u64,
+    /// Sum of the sizes of active blocks (allocated or pending free).
+    pub active_size: u64,
+    /// Sum of the requested sizes of active blocks.
+    pub requested_size: u64,
+    /// Id of the stream owning the segment.
+    pub stream: u64,
+    /// `"small"` or `"large"`.
+    pub segment_type: String,
+    /// Memory pool id; `(0, 0)` for the default pools.
+    pub segment_pool_id: (u64, u64),
+    /// Whether the segment is expandable (never, here).
+    pub is_expandable: bool,
+    /// Stack of the segment allocation (always empty).
+    pub frames: Vec<FrameDict>,
+    /// Blocks by address.
+    pub blocks: Vec<BlockDict>,
+}
+
+/// One history entry as the visualizer reads it. An `oom` entry carries `device_free`
+/// (free device bytes) instead of `addr`, as PyTorch's does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceEntryDict {
+    /// Action name (`alloc`, `free_requested`, ...).
+    pub action: String,
+    /// Device address (absent for `oom`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<u64>,
+    /// Free device bytes (only for `oom`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_free: Option<u64>,
+    /// Bytes.
+    pub size: u64,
+    /// Stream id.
+    pub stream: u64,
+    /// Microseconds since the Unix epoch.
+    pub time_us: u64,
+    /// Stack (always empty).
+    pub frames: Vec<FrameDict>,
+}
+
+impl From<&TraceEntry> for TraceEntryDict {
+    fn from(e: &TraceEntry) -> Self {
+        let oom = e.action == TraceAction::Oom;
+        Self {
+            action: e.action.name().to_owned(),
+            addr: (!oom).then_some(e.addr),
+            device_free: oom.then_some(e.addr),
+            size: e.size,
+            stream: e.stream,
+            time_us: e.time_us,
+            frames: Vec::new(),
+        }
+    }
+}
+
+impl TraceEntryDict {
+    /// The entry as recorded (`None` for an action name this crate does not record).
+    #[must_use]
+    pub fn to_entry(&self) -> Option<TraceEntry> {
+        Some(TraceEntry {
+            action: TraceAction::from_name(&self.action)?,
+            addr: self.addr.or(self.device_free).unwrap_or(0),
+            size: self.size,
+            stream: self.stream,
+            time_us: self.time_us,
+        })
+    }
+}
+
+/// The allocator settings shown beside the snapshot.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AllocatorSettings {
+    /// `max_split_size` in bytes, −1 when unlimited.
+    pub max_split_size: i64,
+    /// `garbage_collection_threshold` (0: off).
+    pub garbage_collection_threshold: f64,
+    /// `expandable_segments`.
+    pub expandable_segments: bool,
+}
+
+impl From<&AllocConfig> for AllocatorSettings {
+    fn from(c: &AllocConfig) -> Self {
+        Self {
+            max_split_size: i64::try_from(c.max_split_size).unwrap_or(-1),
+            garbage_collection_threshold: c.garbage_collection_threshold,
+            expandable_segments: c.expandable_segments,
+        }
+    }
+}
+
+/// Segments and history of one or more devices, as `torch.cuda.memory._snapshot()`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemorySnapshot {
+    /// Every segment, sorted by (device, address).
+    pub segments: Vec<SegmentDict>,
+    /// Per device index, the recorded history, oldest first (empty while recording is off).
+    pub device_traces: Vec<Vec<TraceEntryDict>>,
+    /// The allocator settings.
+    pub allocator_settings: AllocatorSettings,
+}
+
+fn state_name(state: BlockState) -> &'static str {
+    match state {
+        BlockState::Allocated => "active_allocated",
+        BlockState::PendingFree => "active_pending_free",
+        BlockState::Inactive => "inactive",
+    }
+}
+
+fn segment_dict(device: u32, s: &SegmentSnapshot) -> SegmentDict {
+    let (mut allocated, mut active, mut requested) = (0, 0, 0);
+    for b in &s.blocks {
+        if b.state == BlockState::Allocated {
+            allocated += b.size;
+        }
+        if b.state != BlockState::Inactive {
+            active += b.size;
+            requested += b.requested;
+        }
+    }
+    SegmentDict {
+        device,
+        address: s.address,
+        total_size: s.blocks.iter().map(|b| b.size).sum(),
+        allocated_size: allocated,
+        active_size: active,
+        requested_size: requested,
+        stream: s.stream.id,
+        segment_type: match s.pool {
+            PoolKind::Small => "small",
+            PoolKind::Large => "large",
+        }
+        .to_owned(),
+        segment_pool_id: (0, 0),
+        is_expandable: false,
+        frames: Vec::new(),
+        blocks: s
+            .blocks
+            .iter()
+            .map(|b| BlockDict {
+                address: b.address,
+                size: b.size,
+                requested_size: b.requested,
+                state: state_name(b.state).to_owned(),
+                frames: Vec::new(),
+            })
+            .collect(),
+    }
+}
+
+impl MemorySnapshot {
+    /// The snapshot of device `device` from its segments, its history (oldest first) and its
+    /// configuration. `device_traces` gets one list per device index up to `device`.
+    #[must_use]
+    pub fn new(
+        device: u32,
+        segments: &[SegmentSnapshot],
+        history: &[TraceEntry],
+        config: &AllocConfig,
+    ) -> Self {
+        let mut segments: Vec<SegmentDict> =
+            segments.iter().map(|s| segment_dict(device, s)).collect();
+        segments.sort_by_key(|s| s.address);
+        let mut device_traces = vec![Vec::new(); device as usize + 1];
+        device_traces[device as usize] = history.iter().map(TraceEntryDict::from).collect();
+        Self {
+            segments,
+            device_traces,
+            allocator_settings: AllocatorSettings::from(config),
+        }
+    }
+
+    /// Adds the segments and history of another device's snapshot (its settings are
+    /// dropped).
+    pub fn merge(&mut self, other: MemorySnapshot) {
+        self.segments.extend(other.segments);
+        self.segments.sort_by_key(|s| (s.device, s.address));
+        if self.device_traces.len() < other.device_traces.len() {
+            self.device_traces
+                .resize(other.device_traces.len(), Vec::new());
+        }
+        for (mine, theirs) in self.device_traces.iter_mut().zip(other.device_traces) {
+            mine.extend(theirs);
+        }
+    }
+
+    /// Sum of the segment sizes (the reserved bytes), in bytes.
+    #[must_use]
+    pub fn reserved_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.total_size).sum()
+    }
+
+    /// Sum of the allocated block sizes, in bytes.
+    #[must_use]
+    pub fn allocated_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.allocated_size).sum()
+    }
+
+    /// Sum of the active block sizes, in bytes.
+    #[must_use]
+    pub fn active_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.active_size).sum()
+    }
+
+    /// The snapshot as pretty-printed JSON (the same keys as the pickle).
+    ///
+    /// # Errors
+    /// [`ObserveError::Json`] when encoding fails.
+    pub fn to_json(&self) -> Result<String, ObserveError> {
+        Ok(serde_json::to_string_pretty(self)?)
+    }
+
+    /// A snapshot read from [`MemorySnapshot::to_json`]'s output.
+    ///
+    /// # Errors
+    /// [`ObserveError::Json`] when the text is not such a snapshot.
+    pub fn from_json(text: &str) -> Result<Self, ObserveError> {
+        Ok(serde_json::from_str(text)?)
+    }
+}
+
+/// The snapshot of `core`: its segments and blocks, its recorded history and its settings
+/// (as `torch.cuda.memory._snapshot()`). While history recording is on, a `snapshot` entry
+/// (size: the active bytes) is recorded first.
+#[must_use]
+pub fn memory_snapshot(core: &DeviceCore) -> MemorySnapshot {
+    let segments = core.snapshot();
+    let history = core.memory_history();
+    if history.is_enabled() {
+        let active: u64 = segments
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .filter(|b| b.state != BlockState::Inactive)
+            .map(|b| b.size)
+            .sum();
+        history.record(TraceAction::Snapshot, 0, active, 0);
+    }
+    MemorySnapshot::new(core.device(), &segments, &history.entries(), &core.config())
+}
+
+impl DeviceCore {
+    /// [`memory_snapshot`] of this allocator.
+    #[must_use]
+    pub fn memory_snapshot(&self) -> MemorySnapshot {
+        memory_snapshot(self)
+    }
+}

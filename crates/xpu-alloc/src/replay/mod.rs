@@ -1,0 +1,307 @@
+//! Trace replay: drive an allocator with a recorded PyTorch allocator trace and measure
+//! peaks, segment counts and call times.
+//!
+//! Every `alloc` is replayed as a request of its size on its stream; every `free_requested`
+//! frees the live block allocated at that address. A free whose `free_completed` does not
+//! follow at once is held back like a `record_stream`'d block: a marker gated until the
+//! trace reaches its `free_completed`. Peaks are sampled from the allocator's totals after
+//! every event.
+
+mod parse;
+mod report;
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use thiserror::Error;
+
+pub use parse::{read_trace, Action, Trace, TraceEvent};
+pub use report::{ReplayReport, ReplaySeries};
+
+use crate::config::{AllocConfig, ConfigError};
+use crate::core::DeviceCore;
+use crate::error::AllocError;
+use crate::sim_stream::SimStream;
+use crate::size::GIB;
+use crate::source::SimulatedSource;
+use crate::stream::{StreamKey, StreamRef};
+use crate::DataPtr;
+
+/// Capacity of the simulated H200 (139.8 GiB), in bytes.
+// 139.8 GiB is not an integer number of bytes: truncated.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+pub const H200_CAPACITY: u64 = (139.8 * GIB as f64) as u64;
+/// Largest single allocation of the simulated H200 (34.95 GiB), in bytes.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+pub const H200_MAX_ALLOC: u64 = (34.95 * GIB as f64) as u64;
+
+/// Stream ids used for held-back frees start here (far from trace stream numbers).
+const HOLD_STREAM_BASE: u64 = 1 << 48;
+
+/// A replay failure.
+#[derive(Debug, Error)]
+pub enum ReplayError {
+    /// The trace could not be read.
+    #[error("reading the trace failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// A line of a known action is not `ACTION ADDR SIZE STREAM`.
+    #[error("malformed trace line {line}: '{text}'")]
+    Malformed {
+        /// 1-based line number.
+        line: u64,
+        /// The line.
+        text: String,
+    },
+    /// The allocator configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The allocator failed with an error other than out-of-memory.
+    #[error("allocator error during replay: {0}")]
+    Alloc(#[from] AllocError),
+}
+
+/// Produces the stream handle for a trace stream number.
+pub type StreamFactory = Arc<dyn Fn(u32) -> StreamRef + Send + Sync>;
+
+/// Where the replay allocates.
+#[derive(Clone)]
+pub enum ReplayTarget {
+    /// A simulated device (`xpu replay --simulate`).
+    Simulate {
+        /// Capacity in bytes.
+        capacity: u64,
+        /// Largest single allocation in bytes.
+        max_alloc: u64,
+    },
+    /// An existing allocator (a real device), with its streams.
+    Core {
+        /// The allocator.
+        core: DeviceCore,
+        /// Device description for the report.
+        name: String,
+        /// Stream of each trace stream number.
+        streams: StreamFactory,
+    },
+}
+
+impl ReplayTarget {
+    /// A simulated H200: 139.8 GiB, largest allocation 34.95 GiB.
+    #[must_use]
+    pub fn h200() -> Self {
+        Self::Simulate { capacity: H200_CAPACITY, max_alloc: H200_MAX_ALLOC }
+    }
+}
+
+/// Options of a replay.
+#[derive(Clone)]
+pub struct ReplayOptions {
+    /// Where to allocate.
+    pub target: ReplayTarget,
+    /// Allocator configuration string (`XPU_ALLOC_CONF` grammar) for a simulated target;
+    /// `None`: defaults. Ignored for [`ReplayTarget::Core`] (configure the allocator).
+    pub config: Option<String>,
+    /// Record the per-event series.
+    pub record_series: bool,
+    /// Called as `(events done, events in all)` every [`PROGRESS_EVERY`] events and at the
+    /// end (for a progress bar).
+    pub progress: Option<ProgressFn>,
+}
+
+/// Progress callback of a replay: `(events done, events in all)`.
+pub type ProgressFn = Arc<dyn Fn(usize, usize) + Send + Sync>;
+
+/// Events between two calls of [`ReplayOptions::progress`].
+pub const PROGRESS_EVERY: usize = 256;
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        Self { target: ReplayTarget::h200(), config: None, record_series: false, progress: None }
+    }
+}
+
+/// Result of a replay.
+#[derive(Clone, Debug)]
+pub struct ReplayOutcome {
+    /// The figures.
+    pub report: ReplayReport,
+    /// Totals after every event (empty unless requested).
+    pub series: ReplaySeries,
+}
+
+/// Replays the trace file at `path` (gzip or plain).
+///
+/// # Errors
+/// See [`ReplayError`].
+pub fn run(path: &Path, options: &ReplayOptions) -> Result<ReplayOutcome, ReplayError> {
+    let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    run_reader(&name, std::fs::File::open(path)?, options)
+}
+
+/// Replays a trace read from `reader`, reported under the name `name`.
+///
+/// # Errors
+/// See [`ReplayError`].
+pub fn run_reader(name: &str, reader: impl Read, options: &ReplayOptions) -> Result<ReplayOutcome, ReplayError> {
+    let trace = read_trace(reader)?;
+    replay_trace(name, &trace, options)
+}
+
+struct Held {
+    stream: Arc<SimStream>,
+}
+
+/// Replays a parsed trace.
+///
+/// # Errors
+/// See [`ReplayError`].
+pub fn replay_trace(name: &str, trace: &Trace, options: &ReplayOptions) -> Result<ReplayOutcome, ReplayError> {
+    let (core, device, mode, streams): (DeviceCore, String, &str, StreamFactory) = match &options.target {
+        ReplayTarget::Simulate { capacity, max_alloc } => {
+            let config = options.config.as_deref().map(AllocConfig::parse).transpose()?.unwrap_or_default();
+            let source = SimulatedSource::new(0, *capacity, *max_alloc);
+            let device = format!("simulated ({capacity} bytes, max allocation {max_alloc} bytes)");
+            let streams: StreamFactory = Arc::new(|s| SimStream::new(StreamKey::new(0, u64::from(s))) as StreamRef);
+            (DeviceCore::new(Box::new(source), config), device, "simulate", streams)
+        }
+        ReplayTarget::Core { core, name, streams } => (core.clone(), name.clone(), "device", streams.clone()),
+    };
+    let dev = core.device();
+    let start = Instant::now();
+    let mut live: HashMap<u64, (DataPtr, u64)> = HashMap::new();
+    let mut held: HashMap<u64, Held> = HashMap::new();
+    let mut stream_refs: HashMap<u32, StreamRef> = HashMap::new();
+    let mut alloc_ns: Vec<u64> = Vec::new();
+    let mut free_ns: Vec<u64> = Vec::new();
+    let mut series = ReplaySeries::default();
+    let (mut requested, mut peak_requested, mut peak_allocated, mut peak_reserved) = (0u64, 0u64, 0u64, 0u64);
+    let mut allocs = 0u64;
+    let mut failed = 0u64;
+    let mut holds = 0u64;
+    let mut skip_next_completion: Option<u64> = None;
+    for (i, event) in trace.events.iter().enumerate() {
+        if let Some(progress) = options.progress.as_ref().filter(|_| i % PROGRESS_EVERY == 0) {
+            progress(i, trace.events.len());
+        }
+        match event.action {
+            Action::Alloc => {
+                allocs += 1;
+                let stream = stream_refs.entry(event.stream).or_insert_with(|| streams(event.stream)).clone();
+                let key = StreamKey::new(dev, u64::from(event.stream));
+                let t = Instant::now();
+                let result = core.allocate_with(event.size, key, || stream);
+                alloc_ns.push(elapsed_ns(t));
+                match result {
+                    Ok(ptr) => {
+                        requested += event.size;
+                        if let Some((old, size)) = live.insert(event.addr, (ptr, event.size)) {
+                            requested -= size;
+                            drop(old);
+                        }
+                    }
+                    Err(AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_) | AllocError::TooLarge { .. }) => {
+                        failed += 1;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Action::FreeRequested => {
+                if let Some((ptr, size)) = live.remove(&event.addr) {
+                    requested -= size;
+                    let next = trace.events.get(i + 1);
+                    let immediate = next.is_some_and(|n| n.action == Action::FreeCompleted && n.addr == event.addr);
+                    if immediate {
+                        skip_next_completion = Some(event.addr);
+                    } else {
+                        holds += 1;
+                        let stream = SimStream::new(StreamKey::new(dev, HOLD_STREAM_BASE + holds));
+                        stream.close_gate();
+                        core.record_stream(&ptr, &stream.as_ref())?;
+                        held.insert(event.addr, Held { stream });
+                    }
+                    let t = Instant::now();
+                    drop(ptr);
+                    free_ns.push(elapsed_ns(t));
+                }
+            }
+            Action::FreeCompleted => {
+                if skip_next_completion.take() != Some(event.addr) {
+                    if let Some(h) = held.remove(&event.addr) {
+                        h.stream.open_gate();
+                    }
+                }
+            }
+            Action::SegmentAlloc | Action::SegmentFree => {}
+        }
+        let allocated = core.memory_allocated();
+        let reserved = core.reserved_bytes();
+        peak_requested = peak_requested.max(requested);
+        peak_allocated = peak_allocated.max(allocated);
+        peak_reserved = peak_reserved.max(reserved);
+        if options.record_series {
+            series.allocated.push(allocated);
+            series.reserved.push(reserved);
+            series.requested.push(requested);
+        }
+    }
+    if let Some(progress) = &options.progress {
+        progress(trace.events.len(), trace.events.len());
+    }
+    let wall_s = start.elapsed().as_secs_f64();
+    let stats = core.memory_stats();
+    drop(live);
+    let report = ReplayReport {
+        trace: name.to_owned(),
+        device,
+        mode: mode.to_owned(),
+        events: trace.lines,
+        allocs,
+        peak_requested,
+        peak_allocated,
+        peak_reserved,
+        reserved_over_requested: ratio(peak_reserved, peak_requested),
+        segment_allocs: stats.num_device_alloc,
+        segment_frees: stats.num_device_free,
+        alloc_retries: stats.num_alloc_retries,
+        ooms: stats.num_ooms.max(failed),
+        alloc_ns_mean: mean(&alloc_ns),
+        alloc_ns_p99: percentile(&mut alloc_ns, 0.99),
+        free_ns_mean: mean(&free_ns),
+        wall_s,
+    };
+    Ok(ReplayOutcome { report, series })
+}
+
+fn elapsed_ns(t: Instant) -> u64 {
+    u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn mean(values: &[u64]) -> f64 {
+    if values.is_empty() {
+        0.0
+    } else {
+        values.iter().map(|&v| v as f64).sum::<f64>() / values.len() as f64
+    }
+}
+
+#[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+fn percentile(values: &mut [u64], p: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_unstable();
+    let rank = ((p * values.len() as f64).ceil() as usize).clamp(1, values.len());
+    values[rank - 1] as f64
+}

@@ -1,0 +1,53 @@
+//! The JSON report of a replay and the per-event series.
+
+use serde::{Deserialize, Serialize};
+
+/// Figures of one replay (`xpu replay --json`). Bytes, nanoseconds and seconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplayReport {
+    /// Trace name (file name).
+    pub trace: String,
+    /// Device description.
+    pub device: String,
+    /// `"device"` or `"simulate"`.
+    pub mode: String,
+    /// Event lines in the trace (every action, including skipped ones).
+    pub events: u64,
+    /// Allocations replayed.
+    pub allocs: u64,
+    /// Highest sum of live requested sizes.
+    pub peak_requested: u64,
+    /// Highest allocated bytes seen after any event.
+    pub peak_allocated: u64,
+    /// Highest reserved bytes seen after any event.
+    pub peak_reserved: u64,
+    /// `peak_reserved / peak_requested`.
+    pub reserved_over_requested: f64,
+    /// Segments obtained from the device.
+    pub segment_allocs: u64,
+    /// Segments released to the device.
+    pub segment_frees: u64,
+    /// Allocations that succeeded only after releasing every cached segment.
+    pub alloc_retries: u64,
+    /// Allocations that failed for lack of memory.
+    pub ooms: u64,
+    /// Mean time of one allocation call.
+    pub alloc_ns_mean: f64,
+    /// 99th percentile time of one allocation call.
+    pub alloc_ns_p99: f64,
+    /// Mean time of one free (drop of the allocation).
+    pub free_ns_mean: f64,
+    /// Wall time of the whole replay.
+    pub wall_s: f64,
+}
+
+/// Allocator totals after every trace event of a known action (for plotting).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplaySeries {
+    /// Allocated bytes after each event.
+    pub allocated: Vec<u64>,
+    /// Reserved bytes after each event.
+    pub reserved: Vec<u64>,
+    /// Sum of live requested sizes after each event.
+    pub requested: Vec<u64>,
+}

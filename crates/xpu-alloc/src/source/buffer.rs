@@ -1,0 +1,84 @@
+//! Segments made of OpenCL buffers (`cl_mem`), the default memory kind.
+
+use parking_lot::Mutex;
+use xpu_device::backend::{Buffer, MemFlags};
+use xpu_device::DeviceError;
+
+use super::{SegmentMemory, SegmentSource, SourceError, SourceSegment};
+
+/// Segment start alignment of the assigned address ranges.
+const RANGE_ALIGN: u64 = 2 << 20;
+
+/// OpenCL buffers on one device. A buffer has no device address a host can see, so the
+/// source assigns each segment a range of a per-device address space (a bump counter,
+/// never reused): block addresses are unique on the device and are turned back into
+/// `(cl_mem, offset)` for kernels.
+pub struct BufferSource {
+    device: &'static xpu_device::Device,
+    index: u32,
+    next_address: Mutex<u64>,
+}
+
+impl BufferSource {
+    /// Buffers on device `index` (creates the device's context if needed).
+    ///
+    /// # Errors
+    /// A bad device index or a failed context creation.
+    pub fn new(index: usize) -> Result<Self, DeviceError> {
+        let device = xpu_device::device(index)?;
+        device.context()?;
+        let index = u32::try_from(index).map_err(|_| DeviceError::InvalidArgument(format!("device index {index}")))?;
+        Ok(Self { device, index, next_address: Mutex::new((u64::from(index) + 1) << 44) })
+    }
+}
+
+/// Maps a device error of an allocation to the allocator's classification.
+pub(super) fn classify(error: &DeviceError) -> SourceError {
+    if error.is_out_of_memory() {
+        SourceError::OutOfMemory
+    } else {
+        SourceError::Device(error.to_string())
+    }
+}
+
+impl SegmentSource for BufferSource {
+    fn device(&self) -> u32 {
+        self.index
+    }
+
+    fn name(&self) -> String {
+        self.device.properties().name.clone()
+    }
+
+    fn total_memory(&self) -> u64 {
+        self.device.properties().total_memory
+    }
+
+    fn max_alloc_size(&self) -> u64 {
+        self.device.properties().max_alloc_size
+    }
+
+    fn base_addr_align(&self) -> u64 {
+        self.device.properties().mem_base_addr_align.max(1)
+    }
+
+    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
+        let bytes = usize::try_from(size).map_err(|_| SourceError::OutOfMemory)?;
+        let context = self.device.context().map_err(|e| classify(&e))?;
+        let buffer = Buffer::new(context, bytes, MemFlags::default()).map_err(|e| classify(&e))?;
+        let address = {
+            let mut next = self.next_address.lock();
+            let address = *next;
+            *next = next.saturating_add(size.div_ceil(RANGE_ALIGN).saturating_mul(RANGE_ALIGN));
+            address
+        };
+        xpu_device::note_reserved(self.index as usize, i64::try_from(size).unwrap_or(i64::MAX));
+        Ok(SourceSegment { address, size, memory: SegmentMemory::Buffer(buffer) })
+    }
+
+    fn free(&self, segment: SourceSegment) {
+        xpu_device::note_reserved(self.index as usize, -i64::try_from(segment.size).unwrap_or(i64::MAX));
+        // Dropping the buffer releases it; the driver keeps it until queued work is done.
+        drop(segment);
+    }
+}

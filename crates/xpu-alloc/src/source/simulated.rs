@@ -1,0 +1,144 @@
+//! A segment source without a device: a capacity, unique fake addresses, fault injection.
+
+use std::collections::BTreeSet;
+
+use parking_lot::Mutex;
+
+use super::{SegmentMemory, SegmentSource, SourceError, SourceSegment};
+
+/// Base of the simulated address range (never 0, 2 MiB aligned).
+const BASE_ADDRESS: u64 = 0x7f00_0000_0000;
+/// Segments start at multiples of this, like device allocations.
+const SEGMENT_ALIGN: u64 = 2 << 20;
+
+/// What a planned fault makes the segment allocation return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// [`SourceError::OutOfMemory`] (the allocator frees cached memory and retries).
+    OutOfMemory,
+    /// [`SourceError::Device`] (reported to the caller at once).
+    DeviceError,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    used: u64,
+    live_segments: u64,
+    attempts: u64,
+    next_address: u64,
+    faults: BTreeSet<(u64, FaultKey)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum FaultKey {
+    OutOfMemory,
+    DeviceError,
+}
+
+/// A simulated device: segments succeed while their total stays within the capacity.
+/// Addresses are unique and never reused. Used by `xpu replay --simulate`, by tests and
+/// by benchmarks.
+#[derive(Debug)]
+pub struct SimulatedSource {
+    device: u32,
+    capacity: u64,
+    max_alloc: u64,
+    state: Mutex<State>,
+}
+
+impl SimulatedSource {
+    /// A simulated device `device` of `capacity` bytes whose largest single allocation is
+    /// `max_alloc` bytes.
+    #[must_use]
+    pub fn new(device: u32, capacity: u64, max_alloc: u64) -> Self {
+        Self {
+            device,
+            capacity,
+            max_alloc,
+            state: Mutex::new(State { next_address: BASE_ADDRESS, ..State::default() }),
+        }
+    }
+
+    /// Makes the `n`-th segment allocation from now on fail (`n = 1`: the next one).
+    pub fn fail_nth(&self, n: u64, fault: Fault) {
+        let mut state = self.state.lock();
+        let at = state.attempts + n.max(1);
+        let key = match fault {
+            Fault::OutOfMemory => FaultKey::OutOfMemory,
+            Fault::DeviceError => FaultKey::DeviceError,
+        };
+        state.faults.insert((at, key));
+    }
+
+    /// Bytes currently allocated from this device.
+    #[must_use]
+    pub fn used(&self) -> u64 {
+        self.state.lock().used
+    }
+
+    /// Segments currently allocated from this device.
+    #[must_use]
+    pub fn live_segments(&self) -> u64 {
+        self.state.lock().live_segments
+    }
+
+    /// Segment allocation attempts so far (successful or not).
+    #[must_use]
+    pub fn attempts(&self) -> u64 {
+        self.state.lock().attempts
+    }
+}
+
+impl SegmentSource for SimulatedSource {
+    fn device(&self) -> u32 {
+        self.device
+    }
+
+    fn name(&self) -> String {
+        format!("simulated device {} ({} bytes)", self.device, self.capacity)
+    }
+
+    fn total_memory(&self) -> u64 {
+        self.capacity
+    }
+
+    fn max_alloc_size(&self) -> u64 {
+        self.max_alloc
+    }
+
+    fn base_addr_align(&self) -> u64 {
+        512
+    }
+
+    fn free_memory(&self) -> Option<u64> {
+        Some(self.capacity.saturating_sub(self.state.lock().used))
+    }
+
+    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
+        let mut state = self.state.lock();
+        state.attempts += 1;
+        let attempt = state.attempts;
+        for key in [FaultKey::OutOfMemory, FaultKey::DeviceError] {
+            if state.faults.remove(&(attempt, key)) {
+                return Err(match key {
+                    FaultKey::OutOfMemory => SourceError::OutOfMemory,
+                    FaultKey::DeviceError => SourceError::Device(format!("injected fault on segment allocation {attempt}")),
+                });
+            }
+        }
+        if size == 0 || size > self.max_alloc || state.used.saturating_add(size) > self.capacity {
+            return Err(SourceError::OutOfMemory);
+        }
+        let address = state.next_address;
+        state.next_address = address.saturating_add(size.div_ceil(SEGMENT_ALIGN).saturating_mul(SEGMENT_ALIGN));
+        state.used += size;
+        state.live_segments += 1;
+        Ok(SourceSegment { address, size, memory: SegmentMemory::Simulated })
+    }
+
+    fn free(&self, segment: SourceSegment) {
+        let mut state = self.state.lock();
+        state.used = state.used.saturating_sub(segment.size);
+        state.live_segments = state.live_segments.saturating_sub(1);
+    }
+}

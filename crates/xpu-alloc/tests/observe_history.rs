@@ -1,0 +1,101 @@
+//! History recording: off by default, a ring buffer that keeps the newest entries, and a
+//! text export that replays to the same peaks as the recorded run.
+
+use xpu_alloc::observe::history::trace_text;
+use xpu_alloc::observe::TraceAction;
+use xpu_alloc::replay::{self, ReplayOptions, H200_CAPACITY, H200_MAX_ALLOC};
+use xpu_alloc::sim_stream::SimStream;
+use xpu_alloc::stream::StreamKey;
+use xpu_alloc::{AllocConfig, DeviceCore, SimulatedSource};
+
+fn core() -> DeviceCore {
+    DeviceCore::new(
+        Box::new(SimulatedSource::new(0, H200_CAPACITY, H200_MAX_ALLOC)),
+        AllocConfig::default(),
+    )
+}
+
+#[test]
+fn off_by_default_records_nothing() {
+    let core = core();
+    let s = SimStream::new(StreamKey::new(0, 0)).as_ref();
+    assert!(!core.memory_history().is_enabled());
+    drop(core.allocate(4096, &s).unwrap());
+    assert!(core.memory_history().is_empty());
+}
+
+#[test]
+fn ring_buffer_keeps_the_newest_entries_in_order() {
+    let core = core();
+    let s = SimStream::new(StreamKey::new(0, 7)).as_ref();
+    drop(core.allocate(512, &s).unwrap()); // segment_alloc happens before recording
+    core.memory_history().record_memory_history(true, 5);
+    for i in 1..=4u64 {
+        drop(core.allocate(512 * i, &s).unwrap());
+    }
+    let entries = core.memory_history().entries();
+    assert_eq!(entries.len(), 5);
+    let seen: Vec<(TraceAction, u64)> = entries.iter().map(|e| (e.action, e.size)).collect();
+    // Each pair records alloc, free_requested, free_completed: 12 entries, the last 5 kept.
+    assert_eq!(
+        seen,
+        [
+            (TraceAction::FreeRequested, 1536),
+            (TraceAction::FreeCompleted, 1536),
+            (TraceAction::Alloc, 2048),
+            (TraceAction::FreeRequested, 2048),
+            (TraceAction::FreeCompleted, 2048),
+        ]
+    );
+    assert!(entries.iter().all(|e| e.stream == 7));
+    assert!(entries.windows(2).all(|w| w[0].time_us <= w[1].time_us));
+    core.memory_history().record_memory_history(false, 5);
+    assert!(core.memory_history().is_empty());
+}
+
+#[test]
+fn exported_history_replays_to_the_same_peaks() {
+    let core = core();
+    core.memory_history()
+        .record_memory_history(true, usize::MAX);
+    let s0 = SimStream::new(StreamKey::new(0, 0)).as_ref();
+    let side = SimStream::new(StreamKey::new(0, 1));
+    let mut live = Vec::new();
+    // A deterministic mix of small and large sizes with interleaved frees, and a block used
+    // on a side stream whose free completes only after later allocations.
+    let mut x: u64 = 12345;
+    for step in 0..400u64 {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let size = match x >> 62 {
+            0 => 1 + (x >> 40) % 4096,
+            1 => 1 + (x >> 30) % (1 << 20),
+            2 => (1 << 20) + (x >> 30) % (9 << 20),
+            _ => (10 << 20) + (x >> 30) % (60 << 20),
+        };
+        live.push(core.allocate(size, &s0).unwrap());
+        if step == 50 {
+            side.close_gate();
+            core.record_stream(&live[0], &side.as_ref()).unwrap();
+            drop(live.remove(0));
+        }
+        if step == 90 {
+            side.open_gate();
+        }
+        if live.len() > 12 || (x >> 20) % 3 == 0 {
+            let at = usize::try_from((x >> 8) % live.len() as u64).unwrap();
+            drop(live.remove(at));
+        }
+    }
+    drop(live);
+    let stats = core.memory_stats();
+    let text = trace_text(&core.memory_history().entries(), 0);
+    assert!(text.lines().any(|l| l.starts_with("segment_alloc ")));
+    let out = replay::run_reader("recorded", text.as_bytes(), &ReplayOptions::default()).unwrap();
+    let r = out.report;
+    assert_eq!(r.allocs, 400);
+    assert_eq!(r.peak_allocated, core.max_memory_allocated());
+    assert_eq!(r.peak_reserved, core.max_memory_reserved());
+    assert_eq!(r.segment_allocs, stats.num_device_alloc);
+}

@@ -1,0 +1,175 @@
+//! Snapshots: segments and blocks with their states, JSON round trip, and the pickle export
+//! read back (by serde-pickle, and by Python's `pickle` where `python3` is present).
+
+use std::process::Command;
+
+use xpu_alloc::observe::{snapshot_from_pickle, snapshot_to_pickle, MemorySnapshot, TraceAction};
+use xpu_alloc::sim_stream::SimStream;
+use xpu_alloc::stream::StreamKey;
+use xpu_alloc::{AllocConfig, DataPtr, DeviceCore, SimulatedSource};
+
+const GIB: u64 = 1 << 30;
+
+/// A core on simulated device 1 with: stream 0 holding a live 1000 B block and a 3 MiB
+/// block freed while a gated use on stream 2 is outstanding (pending free); stream 1
+/// holding a live 5000 B block. History recording on.
+fn scene() -> (DeviceCore, Vec<DataPtr>, std::sync::Arc<SimStream>) {
+    let core = DeviceCore::new(
+        Box::new(SimulatedSource::new(1, 80 * GIB, 20 * GIB)),
+        AllocConfig::default(),
+    );
+    core.memory_history().record_memory_history(true, 1000);
+    let s0 = SimStream::new(StreamKey::new(1, 0)).as_ref();
+    let s1 = SimStream::new(StreamKey::new(1, 1)).as_ref();
+    let user = SimStream::new(StreamKey::new(1, 2));
+    user.close_gate();
+    let a = core.allocate(1000, &s0).unwrap();
+    let b = core.allocate(3 << 20, &s0).unwrap();
+    core.record_stream(&b, &user.as_ref()).unwrap();
+    drop(b);
+    let c = core.allocate(5000, &s1).unwrap();
+    (core, vec![a, c], user)
+}
+
+#[test]
+fn snapshot_lists_segments_blocks_and_states() {
+    let (core, live, _user) = scene();
+    let snap = core.memory_snapshot();
+    assert_eq!(snap.segments.len(), 3);
+    assert_eq!(snap.reserved_bytes(), core.memory_reserved());
+    assert_eq!(snap.reserved_bytes(), (2 << 20) + (20 << 20) + (2 << 20));
+    assert_eq!(snap.allocated_bytes(), 1024 + 5120);
+    assert_eq!(snap.active_bytes(), 1024 + 5120 + (3 << 20));
+    for s in &snap.segments {
+        assert_eq!(s.device, 1);
+        assert_eq!(s.total_size, s.blocks.iter().map(|b| b.size).sum::<u64>());
+        assert_eq!(s.segment_pool_id, (0, 0));
+        assert!(!s.is_expandable);
+        assert_eq!(
+            s.segment_type,
+            if s.total_size == 20 << 20 {
+                "large"
+            } else {
+                "small"
+            }
+        );
+        assert!(
+            s.blocks
+                .windows(2)
+                .all(|w| w[0].address + w[0].size == w[1].address),
+            "blocks tile the segment"
+        );
+        assert_eq!(s.blocks[0].address, s.address);
+    }
+    let states: Vec<(u64, &str)> = snap
+        .segments
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .map(|b| (b.size, b.state.as_str()))
+        .filter(|(_, st)| *st != "inactive")
+        .collect();
+    assert!(states.contains(&(1024, "active_allocated")), "{states:?}");
+    assert!(states.contains(&(5120, "active_allocated")), "{states:?}");
+    assert!(
+        states.contains(&(3 << 20, "active_pending_free")),
+        "{states:?}"
+    );
+    assert_eq!(states.len(), 3);
+    let ptrs: Vec<u64> = live.iter().map(DataPtr::address).collect();
+    let allocated: Vec<u64> = snap
+        .segments
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .filter(|b| b.state == "active_allocated")
+        .map(|b| b.address)
+        .collect();
+    assert!(ptrs.iter().all(|p| allocated.contains(p)));
+    let large = snap
+        .segments
+        .iter()
+        .find(|s| s.segment_type == "large")
+        .unwrap();
+    assert_eq!((large.allocated_size, large.active_size), (0, 3 << 20));
+    // History: allocs of a, b, c, b's free request, three segments; the snapshot entry last.
+    let trace = &snap.device_traces[1];
+    assert!(snap.device_traces[0].is_empty());
+    let count = |a: &str| trace.iter().filter(|e| e.action == a).count();
+    assert_eq!(
+        (
+            count("alloc"),
+            count("free_requested"),
+            count("free_completed")
+        ),
+        (3, 1, 0)
+    );
+    assert_eq!(count("segment_alloc"), 3);
+    let last = trace.last().unwrap();
+    assert_eq!(
+        (last.action.as_str(), last.size),
+        ("snapshot", 1024 + 5120 + (3 << 20))
+    );
+    assert_eq!(last.to_entry().unwrap().action, TraceAction::Snapshot);
+}
+
+#[test]
+fn snapshot_round_trips_through_json_and_pickle() {
+    let (core, _live, _user) = scene();
+    let snap = core.memory_snapshot();
+    let json = snap.to_json().unwrap();
+    assert!(json.contains("\"active_pending_free\""));
+    assert_eq!(MemorySnapshot::from_json(&json).unwrap(), snap);
+    let bytes = snapshot_to_pickle(&snap).unwrap();
+    assert_eq!(bytes[..2], [0x80, 3], "pickle protocol 3");
+    assert_eq!(snapshot_from_pickle(&bytes).unwrap(), snap);
+}
+
+/// Python reads the pickle as PyTorch's visualizer would: a dict whose segments' block sizes
+/// add up, with a tuple pool id, Python bools and str states, and per-device trace lists.
+#[test]
+fn python_reads_the_pickle() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("python3 not found: skipping the Python pickle check");
+        return;
+    }
+    let (core, _live, _user) = scene();
+    let snap = core.memory_snapshot();
+    let dir = std::env::temp_dir().join(format!("xpu-observe-pickle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("snapshot.pickle");
+    snap.save(&path).unwrap();
+    let script = r#"
+import pickle, sys
+s = pickle.load(open(sys.argv[1], 'rb'))
+assert isinstance(s, dict) and {'segments', 'device_traces', 'allocator_settings'} <= set(s), s.keys()
+total = 0
+for seg in s['segments']:
+    assert sum(b['size'] for b in seg['blocks']) == seg['total_size']
+    assert seg['segment_pool_id'] == (0, 0) and isinstance(seg['segment_pool_id'], tuple)
+    assert seg['is_expandable'] is False and seg['frames'] == []
+    assert seg['segment_type'] in ('small', 'large')
+    for b in seg['blocks']:
+        assert b['state'] in ('active_allocated', 'active_pending_free', 'inactive')
+        assert isinstance(b['state'], str) and b['frames'] == []
+    total += seg['total_size']
+traces = s['device_traces']
+assert isinstance(traces, list) and all(isinstance(t, list) for t in traces)
+actions = [e['action'] for e in traces[1]]
+assert actions.count('alloc') == 3 and actions[-1] == 'snapshot', actions
+assert all('addr' in e and 'time_us' in e and 'stream' in e for e in traces[1] if e['action'] != 'oom')
+print(len(s['segments']), total)
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&path)
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        out.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(printed.trim(), format!("3 {}", snap.reserved_bytes()));
+}

@@ -1,0 +1,136 @@
+//! Trace replay: parsing, and the real PyTorch traces against PyTorch's own figures.
+
+use std::path::PathBuf;
+
+use xpu_alloc::replay::{self, ReplayError, ReplayOptions};
+
+/// The traces directory: `../shared/traces` beside the repository (CI), else the copy
+/// bundled in `data/traces`.
+fn traces_dir() -> Option<PathBuf> {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let shared = manifest.join("../../../shared/traces");
+    if shared.is_dir() {
+        return Some(shared);
+    }
+    None
+}
+
+fn bundled_trace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/traces/resnet18_train_small.trace.gz")
+}
+
+/// (file, PyTorch peak reserved, PyTorch segment allocations), from the traces README.
+const PYTORCH: [(&str, u64, u64); 4] = [
+    ("gpt2_train.trace.gz", 15_286_140_928, 154),
+    ("resnet50_train.trace.gz", 3_797_942_272, 104),
+    ("resnet18_train_small.trace.gz", 411_041_792, 32),
+    ("prefetch_multistream_train.trace.gz", 503_316_480, 18),
+];
+
+fn options(config: &str) -> ReplayOptions {
+    ReplayOptions { config: Some(config.to_owned()), ..ReplayOptions::default() }
+}
+
+#[test]
+fn real_traces_beat_or_match_pytorch() {
+    let Some(dir) = traces_dir() else {
+        eprintln!("skipping: no shared traces directory next to the repository");
+        return;
+    };
+    for (file, torch_reserved, torch_segments) in PYTORCH {
+        let path = dir.join(file);
+        let ours = replay::run(&path, &ReplayOptions::default()).unwrap().report;
+        assert_eq!(ours.mode, "simulate");
+        assert_eq!(ours.ooms, 0, "{file}");
+        assert!(ours.peak_reserved <= torch_reserved, "{file}: {} > {torch_reserved}", ours.peak_reserved);
+        assert!(ours.segment_allocs <= torch_segments, "{file}: {} > {torch_segments}", ours.segment_allocs);
+        assert!(ours.peak_allocated >= ours.peak_requested);
+        // PyTorch's own policy reproduces PyTorch's figures exactly.
+        let torch = replay::run(&path, &options("release_policy:on_oom")).unwrap().report;
+        assert_eq!((torch.peak_reserved, torch.segment_allocs, torch.segment_frees), (torch_reserved, torch_segments, 0), "{file}");
+    }
+}
+
+#[test]
+fn policy_lowers_resnet50_peak() {
+    let Some(dir) = traces_dir() else {
+        eprintln!("skipping: no shared traces directory next to the repository");
+        return;
+    };
+    let r = replay::run(&dir.join("resnet50_train.trace.gz"), &ReplayOptions::default()).unwrap().report;
+    assert_eq!((r.peak_reserved, r.segment_allocs), (3_282_042_880, 92));
+}
+
+#[test]
+fn bundled_trace_replays_with_series() {
+    let path = bundled_trace();
+    if !path.exists() {
+        eprintln!("skipping: {} is absent", path.display());
+        return;
+    }
+    let opts = ReplayOptions { record_series: true, ..ReplayOptions::default() };
+    let out = replay::run(&path, &opts).unwrap();
+    let r = &out.report;
+    assert_eq!(r.trace, "resnet18_train_small.trace.gz");
+    assert_eq!((r.events, r.allocs), (4622, 1532));
+    assert_eq!(out.series.reserved.len(), 4622);
+    assert_eq!(out.series.reserved.iter().max().copied(), Some(r.peak_reserved));
+    assert_eq!(out.series.allocated.iter().max().copied(), Some(r.peak_allocated));
+    assert_eq!(r.peak_requested, 321_184_728);
+    assert!((r.reserved_over_requested - r.peak_reserved as f64 / r.peak_requested as f64).abs() < 1e-12);
+    let json = serde_json::to_value(r).unwrap();
+    let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut want = vec![
+        "trace", "device", "mode", "events", "allocs", "peak_requested", "peak_allocated", "peak_reserved",
+        "reserved_over_requested", "segment_allocs", "segment_frees", "alloc_retries", "ooms", "alloc_ns_mean",
+        "alloc_ns_p99", "free_ns_mean", "wall_s",
+    ];
+    want.sort_unstable();
+    let mut keys = keys;
+    keys.sort_unstable();
+    assert_eq!(keys, want);
+}
+
+fn replay_text(text: &str) -> Result<replay::ReplayOutcome, ReplayError> {
+    replay::run_reader("inline", text.as_bytes(), &ReplayOptions { record_series: true, ..ReplayOptions::default() })
+}
+
+#[test]
+fn plain_text_trace_with_held_back_free() {
+    let text = "# header\n\
+        segment_alloc 1000 2097152 1\n\
+        alloc 1000 4096 1\n\
+        free_requested 1000 4096 1\n\
+        oom 0 0 0\n\
+        alloc 5000 4096 1\n\
+        free_completed 1000 4096 1\n\
+        alloc 9000 4096 1\n\
+        snapshot 0 0 0\n";
+    let out = replay_text(text).unwrap();
+    let r = out.report;
+    assert_eq!((r.events, r.allocs, r.segment_allocs), (8, 3, 1));
+    assert_eq!(r.peak_requested, 8192);
+    assert_eq!(r.peak_allocated, 8192);
+    // One sample per event of a known action (`oom` and `snapshot` are skipped).
+    assert_eq!(out.series.allocated, vec![0, 4096, 0, 4096, 4096, 8192]);
+    assert_eq!(out.series.requested, vec![0, 4096, 0, 4096, 4096, 8192]);
+    assert_eq!(out.series.reserved, vec![2 << 20; 6][..].iter().enumerate().map(|(i, r)| if i == 0 { 0 } else { *r }).collect::<Vec<_>>());
+}
+
+#[test]
+fn malformed_line_names_its_number_and_text() {
+    let err = replay_text("# h\nalloc 1 2 0\nalloc 1 two 0\n").unwrap_err();
+    match err {
+        ReplayError::Malformed { line, text } => assert_eq!((line, text.as_str()), (3, "alloc 1 two 0")),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(replay_text("alloc 1 2\n"), Err(ReplayError::Malformed { line: 1, .. })));
+    assert!(matches!(replay_text("free_requested 1 2 0 9\n"), Err(ReplayError::Malformed { line: 1, .. })));
+    assert!(replay_text("segment_map 1 2 0\nuser_defined whatever\n").is_ok());
+}
+
+#[test]
+fn bad_config_is_an_error() {
+    let err = replay::run_reader("x", &b"alloc 1 2 0\n"[..], &options("nope:1")).unwrap_err();
+    assert!(matches!(err, ReplayError::Config(_)));
+}

@@ -1,0 +1,96 @@
+//! 16 threads allocating and freeing concurrently, each on its own stream, some sharing a
+//! stream, some freeing blocks allocated by others, with and without memory pressure.
+
+mod common;
+
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use common::{sim_core, stream, GIB, MIB};
+use xpu_alloc::{AllocError, DataPtr, DeviceCore, SimulatedSource};
+
+fn sizes(seed: u64) -> impl Iterator<Item = u64> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    std::iter::from_fn(move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        Some(match x % 10 {
+            0..=5 => 1 + x % 8192,
+            6..=8 => 8192 + x % MIB,
+            _ => MIB + x % (24 * MIB),
+        })
+    })
+}
+
+fn hammer(core: &DeviceCore, source: &Arc<SimulatedSource>, threads: u64, ops: usize) {
+    let (tx, rx) = mpsc::channel::<DataPtr>();
+    let rx = Arc::new(parking_lot::Mutex::new(rx));
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let core = core.clone();
+            let tx = tx.clone();
+            let rx = rx.clone();
+            scope.spawn(move || {
+                // Threads 12..16 share stream 12; the others have their own.
+                let (_, s) = stream(t.min(12));
+                let mut live: Vec<DataPtr> = Vec::new();
+                for (i, size) in sizes(t).take(ops).enumerate() {
+                    match core.allocate(size, &s) {
+                        Ok(p) => {
+                            assert!(p.allocated_size() >= size);
+                            live.push(p);
+                        }
+                        Err(AllocError::OutOfMemory(_)) => {}
+                        Err(e) => panic!("unexpected {e:?}"),
+                    }
+                    if !live.is_empty() && (live.len() > 24 || i % 3 == 0) {
+                        let victim = live.swap_remove(i % live.len());
+                        if i % 5 == 0 {
+                            tx.send(victim).unwrap(); // freed by another thread
+                        }
+                    }
+                    if i % 7 == 0 {
+                        while let Ok(p) = rx.lock().try_recv() {
+                            drop(p);
+                        }
+                    }
+                    if i % 500 == 499 && t == 0 {
+                        core.empty_cache();
+                    }
+                }
+            });
+        }
+    });
+    drop(tx);
+    while let Ok(p) = rx.lock().try_recv() {
+        drop(p);
+    }
+    let st = core.memory_stats();
+    assert_eq!(st.allocated_bytes.all.current, 0);
+    assert_eq!(st.allocation.all.current, 0);
+    assert_eq!(st.active.all.current, 0);
+    assert_eq!(st.requested_bytes.all.current, 0);
+    assert_eq!(st.allocation.all.allocated, st.allocation.all.freed);
+    assert!(st.allocated_bytes.all.peak as u64 >= 24 * MIB);
+    let reserved: u64 = core.snapshot().iter().map(|s| s.size).sum();
+    assert_eq!(reserved, source.used());
+    assert_eq!(core.memory_reserved(), source.used());
+    core.empty_cache();
+    assert_eq!((source.used(), source.live_segments(), core.memory_reserved()), (0, 0, 0));
+}
+
+#[test]
+fn sixteen_threads_without_pressure() {
+    let (core, source) = sim_core(256 * GIB, "");
+    hammer(&core, &source, 16, 3000);
+    assert_eq!(core.memory_stats().num_ooms, 0);
+}
+
+#[test]
+fn sixteen_threads_under_memory_pressure() {
+    let (core, source) = sim_core(768 * MIB, "");
+    hammer(&core, &source, 16, 1500);
+    let st = core.memory_stats();
+    assert!(st.num_alloc_retries > 0, "the OOM path ran: {st:?}");
+}

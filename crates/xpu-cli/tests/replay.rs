@@ -1,0 +1,245 @@
+//! `xpu replay`, `xpu demo` and `xpu bench` run as a user runs them.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn xpu(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xpu"))
+        .args(args)
+        .output()
+        .expect("xpu runs")
+}
+
+fn bundled_trace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../data/traces/resnet18_train_small.trace.gz")
+}
+
+/// Whether a device test may run: false (with a message) when no device is found, unless
+/// `XPU_REQUIRE_DEVICE=1`, which makes that a failure.
+fn have_device() -> bool {
+    if xpu_device::device_count() > 0 {
+        return true;
+    }
+    assert!(
+        std::env::var("XPU_REQUIRE_DEVICE").as_deref() != Ok("1"),
+        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
+    );
+    eprintln!("no OpenCL device found: skipping");
+    false
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("xpu-cli-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    assert_eq!(
+        text.trim_end().lines().count(),
+        1,
+        "one JSON object: {text}"
+    );
+    serde_json::from_str(&text).expect("valid JSON")
+}
+
+const REPORT_KEYS: [&str; 17] = [
+    "trace",
+    "device",
+    "mode",
+    "events",
+    "allocs",
+    "peak_requested",
+    "peak_allocated",
+    "peak_reserved",
+    "reserved_over_requested",
+    "segment_allocs",
+    "segment_frees",
+    "alloc_retries",
+    "ooms",
+    "alloc_ns_mean",
+    "alloc_ns_p99",
+    "free_ns_mean",
+    "wall_s",
+];
+
+#[test]
+fn simulated_replay_of_the_bundled_trace_beats_pytorch() {
+    let trace = bundled_trace();
+    let v = json(&xpu(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--simulate",
+        "--json",
+        "--compare",
+    ]));
+    let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    let mut want: Vec<&str> = REPORT_KEYS.iter().copied().chain(["pytorch"]).collect();
+    want.sort_unstable();
+    assert_eq!(keys, want);
+    assert_eq!(v["trace"], "resnet18_train_small.trace.gz");
+    assert_eq!(v["mode"], "simulate");
+    assert_eq!(v["events"], 4622);
+    assert_eq!(v["allocs"], 1532);
+    assert_eq!(v["ooms"], 0);
+    let peak = |k: &str| v[k].as_u64().unwrap();
+    assert!(
+        peak("peak_reserved") <= 411_041_792,
+        "PyTorch reserved 411041792 B, we {}",
+        peak("peak_reserved")
+    );
+    assert!(peak("segment_allocs") <= 32);
+    assert!(
+        peak("peak_requested") <= peak("peak_allocated")
+            && peak("peak_allocated") <= peak("peak_reserved")
+    );
+    assert_eq!(v["pytorch"]["peak_reserved"], 411_041_792);
+    assert_eq!(v["pytorch"]["segment_allocs"], 32);
+}
+
+#[test]
+fn replay_writes_a_plot_and_the_human_summary() {
+    let dir = scratch("plot");
+    let svg = dir.join("r.svg");
+    let trace = bundled_trace();
+    let out = xpu(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--simulate",
+        "--plot",
+        svg.to_str().unwrap(),
+        "--compare",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("peak reserved"), "{text}");
+    assert!(text.contains("compared with PyTorch"), "{text}");
+    assert!(text.contains("411041792"), "{text}");
+    let svg_text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        svg_text.starts_with("<svg") && svg_text.contains("reserved (peak"),
+        "not the plot"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn malformed_line_is_an_error_naming_the_line() {
+    let dir = scratch("bad");
+    let bad = dir.join("bad.trace");
+    std::fs::write(
+        &bad,
+        "# test\nalloc 4096 512 0\nsegment_map 1 2 0\nfree_requested 4096 five 0\n",
+    )
+    .unwrap();
+    let out = xpu(&["replay", bad.to_str().unwrap(), "--simulate", "--json"]);
+    std::fs::remove_dir_all(dir).unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "no JSON on failure");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 4") && err.contains("free_requested 4096 five 0"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn device_replay_matches_the_simulated_peaks() {
+    if !have_device() {
+        return;
+    }
+    let trace = bundled_trace();
+    let real = json(&xpu(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--device",
+        "0",
+        "--json",
+    ]));
+    let sim = json(&xpu(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--simulate",
+        "--json",
+    ]));
+    assert_eq!(real["mode"], "device");
+    for k in [
+        "peak_requested",
+        "peak_allocated",
+        "peak_reserved",
+        "segment_allocs",
+        "segment_frees",
+        "ooms",
+    ] {
+        assert_eq!(real[k], sim[k], "{k}");
+    }
+}
+
+#[test]
+fn demo_runs_and_prints_the_plot_path() {
+    if !have_device() {
+        return;
+    }
+    let dir = scratch("demo");
+    let out = xpu(&["demo", "--quick", "--out", dir.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "stdout: {text}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = dir.join("resnet18_replay.svg");
+    assert!(text.contains(&svg.display().to_string()), "{text}");
+    assert!(svg.is_file());
+    assert!(
+        text.contains("real and simulated peaks agree: yes"),
+        "{text}"
+    );
+    assert!(text.contains("xpu memory summary, device ID 0"), "{text}");
+    assert!(text.contains("result checked on the host: ok"), "{text}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn bench_quick_json_has_every_figure() {
+    if !have_device() {
+        return;
+    }
+    let v = json(&xpu(&["bench", "--quick", "--json"]));
+    assert!(v.get("errors").is_none(), "{v}");
+    assert!(v["device"]["name"].is_string() && v["device"]["platform"].is_string());
+    assert!(v["date"].as_str().unwrap().ends_with('Z'));
+    for k in [
+        "lazy_init_ms",
+        "current_stream_ns",
+        "event_record_query_ns",
+        "raw_marker_query_ns",
+        "event_record_query_over_raw",
+        "cached_alloc_free_ns",
+        "cached_alloc_free_8m_ns",
+        "mixed64_alloc_free_ns",
+        "threads1_pair_ns",
+        "threads16_pair_ns",
+        "host_cached_alloc_free_ns",
+        "h2d_pinned_gbps",
+        "h2d_pageable_gbps",
+        "raw_h2d_pinned_gbps",
+        "h2d_pinned_over_raw",
+    ] {
+        let x = v[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {v}"));
+        assert!(x.is_finite() && x > 0.0, "{k} = {x}");
+    }
+}

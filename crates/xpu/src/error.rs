@@ -1,0 +1,26 @@
+//! The facade's error: every layer's error, unchanged, behind one type.
+
+/// Any error of the xpu runtime. Each variant wraps the layer's own typed error, whose message
+/// is shown unchanged.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Lazy initialization failed, or the process is a bad fork child.
+    #[error(transparent)]
+    Lazy(#[from] xpu_lazy::LazyError),
+    /// Device layer: invalid index, no runtime, OpenCL failure.
+    #[error(transparent)]
+    Device(#[from] xpu_device::DeviceError),
+    /// Stream layer.
+    #[error(transparent)]
+    Stream(#[from] xpu_stream::StreamError),
+    /// Event layer.
+    #[error(transparent)]
+    Event(#[from] xpu_event::EventError),
+    /// Caching device allocator (out of memory, bad size, bad config, unknown pointer).
+    #[cfg(feature = "alloc")]
+    #[error(transparent)]
+    Alloc(#[from] xpu_alloc::AllocError),
+}
+
+/// Result alias of the facade.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,49 @@
+//! Streams: `torch.xpu.current_stream`, `set_stream`, `stream`, `Stream(priority=...)`.
+
+use xpu_stream::{Stream, StreamGuard};
+
+use crate::error::Result;
+
+/// The calling thread's current stream on `device` (`None` = current device), as
+/// `torch.xpu.current_stream`. Initializes the runtime; afterwards a thread-local read.
+///
+/// # Errors
+/// Initialization errors; `InvalidDevice`.
+pub fn current_stream(device: Option<usize>) -> Result<Stream> {
+    xpu_lazy::lazy_init()?;
+    let index = device.unwrap_or_else(xpu_device::current_device);
+    Ok(xpu_stream::current_stream(index)?)
+}
+
+/// Makes `stream` the current stream of its device for the calling thread, as
+/// `torch.xpu.set_stream`. Unlike Python's binding it does not switch the current device (as
+/// the C++ setter); use [`stream`] for a scoped switch of both.
+///
+/// # Errors
+/// Initialization errors.
+pub fn set_stream(stream: Stream) -> Result<()> {
+    xpu_lazy::lazy_init()?;
+    xpu_stream::set_stream(stream);
+    Ok(())
+}
+
+/// A guard making `stream` current (and its device current) until dropped, as the
+/// `torch.xpu.stream(s)` context manager (`StreamContext`).
+///
+/// # Errors
+/// Initialization errors; stream errors.
+pub fn stream(stream: Stream) -> Result<StreamGuard> {
+    xpu_lazy::lazy_init()?;
+    Ok(StreamGuard::new(stream)?)
+}
+
+/// A stream from the device's pool with the given priority (1 low, 0 normal, -1 high; others
+/// clamp), as `torch.xpu.Stream(device, priority)`.
+///
+/// # Errors
+/// Initialization errors; `InvalidDevice`.
+pub fn new_stream(device: Option<usize>, priority: i32) -> Result<Stream> {
+    xpu_lazy::lazy_init()?;
+    let index = device.unwrap_or_else(xpu_device::current_device);
+    Ok(xpu_stream::get_stream_from_pool(priority, index)?)
+}
