@@ -2,6 +2,9 @@
 //! makes no device call). `xpu bench --json` reports the same figures through
 //! `xpu_alloc::bench::run`.
 
+// criterion_group! generates an undocumented function.
+#![allow(missing_docs)]
+
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
@@ -15,7 +18,10 @@ fn cached(c: &mut Criterion) {
         group.bench_function(name, |b| b.iter(|| bench.pair(0, size).expect("allocate")));
     }
     group.finish();
-    c.bench_function("mixed64_round", |b| b.iter(|| bench.mixed_round().expect("allocate")));
+    // One round = 64 allocations and 64 frees.
+    c.bench_function("mixed64_round", |b| {
+        b.iter(|| bench.mixed_round().expect("allocate"))
+    });
 }
 
 fn threads(c: &mut Criterion) {
@@ -28,7 +34,9 @@ fn threads(c: &mut Criterion) {
                 std::thread::scope(|scope| {
                     for t in 0..n {
                         let bench = &bench;
-                        scope.spawn(move || (0..iters).for_each(|_| bench.pair(t, 4096).expect("allocate")));
+                        scope.spawn(move || {
+                            (0..iters).for_each(|_| bench.pair(t, 4096).expect("allocate"))
+                        });
                     }
                 });
                 // Wall time per pair across all threads.

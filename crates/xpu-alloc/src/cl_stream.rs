@@ -12,7 +12,10 @@ use crate::stream::{Marker, MarkerError, MarkerStream, StreamKey, StreamRef};
 /// The allocator's key of a stream.
 #[must_use]
 pub fn stream_key(stream: &Stream) -> StreamKey {
-    StreamKey::new(u32::try_from(stream.device()).unwrap_or(u32::MAX), stream.id())
+    StreamKey::new(
+        u32::try_from(stream.device()).unwrap_or(u32::MAX),
+        stream.id(),
+    )
 }
 
 /// A real stream as the allocator sees it.
@@ -65,7 +68,9 @@ impl MarkerStream for ClStream {
         let marker = marker
             .as_any()
             .downcast_ref::<EventMarker>()
-            .ok_or_else(|| MarkerError("a stream can only wait for markers of device streams".to_owned()))?;
+            .ok_or_else(|| {
+                MarkerError("a stream can only wait for markers of device streams".to_owned())
+            })?;
         self.0.wait_event(&marker.0).map_err(marker_error)
     }
 

@@ -36,15 +36,34 @@ pub struct DataPtr {
 }
 
 impl DataPtr {
-    pub(crate) fn new(shard: Arc<Shard>, block: u32, address: u64, block_size: u64, size: u64) -> Self {
+    pub(crate) fn new(
+        shard: Arc<Shard>,
+        block: u32,
+        address: u64,
+        block_size: u64,
+        size: u64,
+    ) -> Self {
         let device = shard.key.device;
-        Self { live: Some(Live { shard, block, address, block_size }), device, size }
+        Self {
+            live: Some(Live {
+                shard,
+                block,
+                address,
+                block_size,
+            }),
+            device,
+            size,
+        }
     }
 
     /// An empty pointer (zero-size allocation) on `device`.
     #[must_use]
     pub fn empty(device: u32) -> Self {
-        Self { live: None, device, size: 0 }
+        Self {
+            live: None,
+            device,
+            size: 0,
+        }
     }
 
     /// Requested size in bytes.
@@ -104,27 +123,48 @@ impl DataPtr {
     /// As [`DataPtr::cl_mem_and_offset`]; [`AllocError::Device`] when the driver refuses.
     pub fn sub_buffer(&self) -> Result<SubBuffer, AllocError> {
         let size = self.size;
-        let align = self.live.as_ref().map_or(1, |l| l.shard.shared.source.base_addr_align().max(1));
+        let align = self
+            .live
+            .as_ref()
+            .map_or(1, |l| l.shard.shared.source.base_addr_align().max(1));
         self.with_buffer(|buffer, offset| {
             let origin = offset - offset % align;
             let inner = offset - origin;
-            let to_usize = |v: u64| usize::try_from(v).map_err(|_| AllocError::Unsupported(format!("offset {v} exceeds the address space")));
-            let sub = buffer.sub_buffer(to_usize(origin)?, to_usize(inner + size)?).map_err(|e| AllocError::Device(e.to_string()))?;
-            Ok(SubBuffer { buffer: sub, offset: inner })
+            let to_usize = |v: u64| {
+                usize::try_from(v).map_err(|_| {
+                    AllocError::Unsupported(format!("offset {v} exceeds the address space"))
+                })
+            };
+            let sub = buffer
+                .sub_buffer(to_usize(origin)?, to_usize(inner + size)?)
+                .map_err(|e| AllocError::Device(e.to_string()))?;
+            Ok(SubBuffer {
+                buffer: sub,
+                offset: inner,
+            })
         })?
     }
 
     fn with_buffer<R>(&self, f: impl FnOnce(&Buffer, u64) -> R) -> Result<R, AllocError> {
-        let live = self.live.as_ref().ok_or_else(|| AllocError::Unsupported("an empty allocation has no buffer".to_owned()))?;
+        let live = self.live.as_ref().ok_or_else(|| {
+            AllocError::Unsupported("an empty allocation has no buffer".to_owned())
+        })?;
         live.shard
             .with_segment(live.block, |segment, address| match &segment.memory {
                 SegmentMemory::Buffer(buffer) => Ok(f(buffer, address - segment.address)),
                 SegmentMemory::Svm(_) => Err(AllocError::Unsupported(
-                    "SVM memory has no cl_mem: pass address() with clSetKernelArgSVMPointer".to_owned(),
+                    "SVM memory has no cl_mem: pass address() with clSetKernelArgSVMPointer"
+                        .to_owned(),
                 )),
-                SegmentMemory::Simulated => Err(AllocError::Unsupported("simulated memory has no cl_mem".to_owned())),
+                SegmentMemory::Simulated => Err(AllocError::Unsupported(
+                    "simulated memory has no cl_mem".to_owned(),
+                )),
             })
-            .unwrap_or_else(|| Err(AllocError::InvalidDevicePointer { address: live.address }))
+            .unwrap_or_else(|| {
+                Err(AllocError::InvalidDevicePointer {
+                    address: live.address,
+                })
+            })
     }
 
     pub(crate) fn record_stream_ref(&self, stream: &StreamRef) {
@@ -148,7 +188,12 @@ impl std::fmt::Debug for DataPtr {
 impl Drop for DataPtr {
     fn drop(&mut self) {
         if let Some(live) = self.live.take() {
-            live.shard.shared.history.record(crate::observe::TraceAction::FreeRequested, live.address, self.size, live.shard.key.id);
+            live.shard.shared.history.record(
+                crate::observe::TraceAction::FreeRequested,
+                live.address,
+                self.size,
+                live.shard.key.id,
+            );
             live.shard.free(live.block);
         }
     }

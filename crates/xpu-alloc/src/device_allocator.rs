@@ -33,20 +33,35 @@ impl DeviceAllocator {
     /// [`AllocError::InvalidDevice`] for a bad index; [`AllocError::Device`] when the
     /// device's context cannot be created.
     pub fn new(device: usize, config: AllocConfig) -> Result<Self, AllocError> {
-        let index = u32::try_from(device).map_err(|_| AllocError::InvalidDevice { device: u32::MAX })?;
+        let index =
+            u32::try_from(device).map_err(|_| AllocError::InvalidDevice { device: u32::MAX })?;
         if device >= xpu_device::device_count() {
             return Err(AllocError::InvalidDevice { device: index });
         }
-        let svm = config.memory_kind == MemoryKind::Svm && xpu_device::device(device).is_ok_and(|d| d.properties().supports_svm);
+        let svm = config.memory_kind == MemoryKind::Svm
+            && xpu_device::device(device).is_ok_and(|d| d.properties().supports_svm);
         if config.memory_kind == MemoryKind::Svm && !svm {
-            tracing::warn!(device, "memory_kind:svm requested but the device has no coarse-grained SVM; using buffers");
+            tracing::warn!(
+                device,
+                "memory_kind:svm requested but the device has no coarse-grained SVM; using buffers"
+            );
         }
         let (source, memory_kind): (Box<dyn SegmentSource>, MemoryKind) = if svm {
-            (Box::new(SvmSource::new(device).map_err(device_error)?), MemoryKind::Svm)
+            (
+                Box::new(SvmSource::new(device).map_err(device_error)?),
+                MemoryKind::Svm,
+            )
         } else {
-            (Box::new(BufferSource::new(device).map_err(device_error)?), MemoryKind::Buffer)
+            (
+                Box::new(BufferSource::new(device).map_err(device_error)?),
+                MemoryKind::Buffer,
+            )
         };
-        Ok(Self { core: DeviceCore::new(source, config), device, memory_kind })
+        Ok(Self {
+            core: DeviceCore::new(source, config),
+            device,
+            memory_kind,
+        })
     }
 
     /// The device-independent allocator inside.
@@ -71,7 +86,10 @@ impl DeviceAllocator {
         if stream.device() == self.device {
             Ok(())
         } else {
-            Err(AllocError::StreamDevice { stream: stream.device(), device: self.device })
+            Err(AllocError::StreamDevice {
+                stream: stream.device(),
+                device: self.device,
+            })
         }
     }
 
@@ -84,7 +102,8 @@ impl DeviceAllocator {
     pub fn allocate(&self, size: u64, stream: &Stream) -> Result<DataPtr, AllocError> {
         self.check_stream(stream)?;
         let stream = *stream;
-        self.core.allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
+        self.core
+            .allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
     }
 
     /// Allocates `size` bytes on this device's current stream of the calling thread.
@@ -92,7 +111,8 @@ impl DeviceAllocator {
     /// # Errors
     /// As [`DeviceAllocator::allocate`]; a stream error resolving the current stream.
     pub fn allocate_current(&self, size: u64) -> Result<DataPtr, AllocError> {
-        let stream = xpu_stream::current_stream(self.device).map_err(|e| MarkerError(e.to_string()))?;
+        let stream =
+            xpu_stream::current_stream(self.device).map_err(|e| MarkerError(e.to_string()))?;
         self.allocate(size, &stream)
     }
 
@@ -113,7 +133,9 @@ impl DeviceAllocator {
     pub fn raw_alloc(&self, size: u64, stream: &Stream) -> Result<DevicePtr, AllocError> {
         self.check_stream(stream)?;
         let stream = *stream;
-        let address = self.core.raw_alloc(size, stream_key(&stream), || ClStream::shared(stream))?;
+        let address = self
+            .core
+            .raw_alloc(size, stream_key(&stream), || ClStream::shared(stream))?;
         Ok(DevicePtr::new(self.device, address))
     }
 
@@ -123,7 +145,9 @@ impl DeviceAllocator {
     /// [`AllocError::InvalidDevicePointer`] for a pointer not live from `raw_alloc` here.
     pub fn raw_delete(&self, ptr: DevicePtr) -> Result<(), AllocError> {
         if ptr.device() != self.device && !ptr.is_null() {
-            return Err(AllocError::InvalidDevicePointer { address: ptr.address() });
+            return Err(AllocError::InvalidDevicePointer {
+                address: ptr.address(),
+            });
         }
         self.core.raw_delete(ptr.address())
     }

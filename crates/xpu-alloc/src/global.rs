@@ -29,7 +29,12 @@ struct Registry {
 
 fn registry() -> &'static Registry {
     static R: OnceLock<Registry> = OnceLock::new();
-    R.get_or_init(|| Registry { slots: (0..xpu_device::device_count()).map(|_| OnceLock::new()).collect(), create: Mutex::new(()) })
+    R.get_or_init(|| Registry {
+        slots: (0..xpu_device::device_count())
+            .map(|_| OnceLock::new())
+            .collect(),
+        create: Mutex::new(()),
+    })
 }
 
 /// The configuration for new allocators: the environment's (or its parse error) until
@@ -46,7 +51,12 @@ fn config_state() -> &'static Mutex<Result<AllocConfig, ConfigError>> {
 }
 
 fn slot(device: usize) -> Result<&'static OnceLock<DeviceAllocator>, AllocError> {
-    registry().slots.get(device).ok_or(AllocError::InvalidDevice { device: u32::try_from(device).unwrap_or(u32::MAX) })
+    registry()
+        .slots
+        .get(device)
+        .ok_or(AllocError::InvalidDevice {
+            device: u32::try_from(device).unwrap_or(u32::MAX),
+        })
 }
 
 /// The allocator of `device`, created on first use.
@@ -91,7 +101,7 @@ pub fn set_config(text: &str) -> Result<(), ConfigError> {
 ///
 /// # Errors
 /// The parse error of `XPU_ALLOC_CONF`, until [`set_config`] succeeds.
-pub fn config() -> Result<AllocConfig, ConfigError> {
+pub fn current_config() -> Result<AllocConfig, ConfigError> {
     config_state().lock().clone()
 }
 
@@ -147,7 +157,9 @@ pub fn raw_delete(ptr: DevicePtr) -> Result<(), AllocError> {
     }
     match existing(ptr.device()) {
         Ok(Some(a)) => a.raw_delete(ptr),
-        _ => Err(AllocError::InvalidDevicePointer { address: ptr.address() }),
+        _ => Err(AllocError::InvalidDevicePointer {
+            address: ptr.address(),
+        }),
     }
 }
 
@@ -177,7 +189,9 @@ pub fn empty_cache() {
 /// # Errors
 /// [`AllocError::InvalidFraction`] unless `0 < fraction <= 1`; see [`device_allocator`].
 pub fn set_memory_fraction(fraction: f64, device: usize) -> Result<(), AllocError> {
-    device_allocator(device)?.core().set_memory_fraction(fraction)
+    device_allocator(device)?
+        .core()
+        .set_memory_fraction(fraction)
 }
 
 /// The memory fraction of `device` (1.0 when unset).
@@ -193,7 +207,9 @@ pub fn memory_fraction(device: usize) -> Result<f64, AllocError> {
 /// # Errors
 /// [`AllocError::InvalidDevice`].
 pub fn memory_stats(device: usize) -> Result<MemoryStats, AllocError> {
-    Ok(existing(device)?.map(DeviceAllocator::memory_stats).unwrap_or_default())
+    Ok(existing(device)?
+        .map(DeviceAllocator::memory_stats)
+        .unwrap_or_default())
 }
 
 /// Statistics of `device` as sorted dotted keys (`allocated_bytes.all.current`, ...); empty
@@ -202,7 +218,9 @@ pub fn memory_stats(device: usize) -> Result<MemoryStats, AllocError> {
 /// # Errors
 /// [`AllocError::InvalidDevice`].
 pub fn memory_stats_flat(device: usize) -> Result<BTreeMap<String, i64>, AllocError> {
-    Ok(existing(device)?.map(|a| a.memory_stats().flat()).unwrap_or_default())
+    Ok(existing(device)?
+        .map(|a| a.memory_stats().flat())
+        .unwrap_or_default())
 }
 
 fn stat(device: usize, f: impl FnOnce(&MemoryStats) -> i64) -> Result<u64, AllocError> {
@@ -264,13 +282,12 @@ pub fn reset_accumulated_stats(device: usize) -> Result<(), AllocError> {
 }
 
 /// `(free, total)` bytes of `device` (as `torch.xpu.mem_get_info`): OpenCL has no
-/// free-memory query, so free is the total minus what xpu's allocators reserve.
+/// free-memory query, so free is the total minus what every xpu allocator of this process
+/// reserves on the device (see `xpu_device::mem_get_info`).
 ///
 /// # Errors
 /// [`AllocError::InvalidDevice`].
 pub fn mem_get_info(device: usize) -> Result<(u64, u64), AllocError> {
-    match existing(device)? {
-        Some(a) => Ok(a.core().mem_get_info()),
-        None => xpu_device::mem_get_info(device).map_err(|e| AllocError::Device(e.to_string())),
-    }
+    slot(device)?;
+    xpu_device::mem_get_info(device).map_err(|e| AllocError::Device(e.to_string()))
 }

@@ -3,7 +3,7 @@
 //! replay.
 //!
 //! Layers:
-//! - [`config`], [`size`], [`stats`]: PyTorch's configuration grammar, size rules and
+//! - [`config`](mod@config), [`size`], [`stats`]: PyTorch's configuration grammar, size rules and
 //!   statistics;
 //! - [`source`]: where segments come from ([`SegmentSource`]; [`SimulatedSource`]);
 //! - [`stream`], [`sim_stream`]: the stream/marker seam and device-less streams;
@@ -11,7 +11,9 @@
 //! - [`DeviceAllocator`] and the crate-level functions ([`allocate`], [`record_stream`],
 //!   [`empty_cache`], [`memory_stats`], ...): one allocator per OpenCL device, created on
 //!   first use, over `xpu_stream` streams;
-//! - [`replay`]: trace replay and its report; [`bench`]: allocator micro-benchmarks.
+//! - [`replay`]: trace replay and its report; [`bench`](mod@bench): allocator micro-benchmarks.
+//! - [`observe`]: `memory_summary`, snapshots (JSON, and the pickle of PyTorch's memory
+//!   visualizer) and history recording ([`record_memory_history`]).
 //!
 //! ```
 //! # fn main() -> Result<(), xpu_alloc::AllocError> {
@@ -44,29 +46,33 @@ pub mod source;
 pub mod stats;
 pub mod stream;
 
-pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
 pub use crate::cl_stream::{stream_key, ClStream, EventMarker};
+pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
 pub use crate::core::{BlockSnapshot, BlockState, DeviceCore, SegmentSnapshot};
 pub use crate::data_ptr::{DataPtr, SubBuffer};
 pub use crate::device_allocator::DeviceAllocator;
 pub use crate::device_ptr::DevicePtr;
 pub use crate::error::{AllocError, OomReport};
 pub use crate::global::{
-    allocate, allocate_current, config, device_allocator, empty_cache, max_memory_allocated, max_memory_reserved,
-    mem_get_info, memory_allocated, memory_fraction, memory_reserved, memory_stats, memory_stats_flat, raw_alloc,
-    raw_alloc_with_stream, raw_delete, record_stream, reset_accumulated_stats, reset_peak_stats, set_config,
-    set_memory_fraction, CONFIG_ENV,
+    allocate, allocate_current, current_config, device_allocator, empty_cache,
+    max_memory_allocated, max_memory_reserved, mem_get_info, memory_allocated, memory_fraction,
+    memory_reserved, memory_stats, memory_stats_flat, raw_alloc, raw_alloc_with_stream, raw_delete,
+    record_stream, reset_accumulated_stats, reset_peak_stats, set_config, set_memory_fraction,
+    CONFIG_ENV,
 };
-pub use crate::observe::device::{memory_history, memory_snapshot, memory_summary, record_memory_history};
-pub use crate::observe::{History, MemorySnapshot, TraceAction, TraceEntry};
-pub use crate::size::PoolKind;
-pub use crate::source::{
-    BufferSource, Fault, SegmentMemory, SegmentSource, SimulatedSource, SourceError, SourceSegment, SvmSource,
-};
-pub use crate::stats::{MemoryStats, Stat, StatArray};
-pub use crate::stream::{Marker, MarkerError, MarkerStream, StreamKey, StreamRef};
 pub use crate::host::{
     host_allocate, host_allocate_on, host_empty_cache, host_memory_stats, host_record_event,
     host_reset_accumulated_stats, host_reset_peak_stats, DeviceMemory, HostAllocator, HostCopy,
     HostError, HostMemoryStats, HostPtr,
 };
+pub use crate::observe::device::{
+    memory_history, memory_snapshot, memory_summary, record_memory_history,
+};
+pub use crate::observe::{History, MemorySnapshot, TraceAction, TraceEntry};
+pub use crate::size::PoolKind;
+pub use crate::source::{
+    BufferSource, Fault, SegmentMemory, SegmentSource, SimulatedSource, SourceError, SourceSegment,
+    SvmSource,
+};
+pub use crate::stats::{MemoryStats, Stat, StatArray};
+pub use crate::stream::{Marker, MarkerError, MarkerStream, StreamKey, StreamRef};

@@ -42,7 +42,8 @@ pub struct SimMarker {
 
 impl SimMarker {
     fn complete(&self) -> bool {
-        self.gate.as_ref().map_or(true, |g| g.is_open()) && self.dependencies.iter().all(SimMarker::complete)
+        self.gate.as_ref().is_none_or(|g| g.is_open())
+            && self.dependencies.iter().all(SimMarker::complete)
     }
 
     fn finish(&self) {
@@ -87,7 +88,10 @@ impl SimStream {
     /// A stream with key `key` and no outstanding work.
     #[must_use]
     pub fn new(key: StreamKey) -> Arc<Self> {
-        Arc::new(Self { key, state: Mutex::new(SimState::default()) })
+        Arc::new(Self {
+            key,
+            state: Mutex::new(SimState::default()),
+        })
     }
 
     /// The same stream as a [`StreamRef`].
@@ -133,14 +137,16 @@ impl MarkerStream for SimStream {
         let mut state = self.state.lock();
         state.markers_recorded += 1;
         state.dependencies.retain(|d| !d.complete());
-        Ok(Box::new(SimMarker { gate: state.gate.clone(), dependencies: state.dependencies.clone() }))
+        Ok(Box::new(SimMarker {
+            gate: state.gate.clone(),
+            dependencies: state.dependencies.clone(),
+        }))
     }
 
     fn wait_marker(&self, marker: &dyn Marker) -> Result<(), MarkerError> {
-        let marker = marker
-            .as_any()
-            .downcast_ref::<SimMarker>()
-            .ok_or_else(|| MarkerError("a SimStream can only wait for SimStream markers".to_owned()))?;
+        let marker = marker.as_any().downcast_ref::<SimMarker>().ok_or_else(|| {
+            MarkerError("a SimStream can only wait for SimStream markers".to_owned())
+        })?;
         let mut state = self.state.lock();
         state.waits += 1;
         if !marker.complete() {

@@ -126,8 +126,7 @@ pub fn oversize_allows(rounded: u64, block_size: u64, config: &AllocConfig) -> b
     if max_split != u64::MAX && rounded < max_split && block_size >= max_split {
         return false;
     }
-    !(rounded >= max_split
-        && block_size >= rounded.saturating_add(config.max_non_split_rounding))
+    !(rounded >= max_split && block_size >= rounded.saturating_add(config.max_non_split_rounding))
 }
 
 /// Whether a block of `block_size` bytes in pool `pool` is split when it serves a rounded

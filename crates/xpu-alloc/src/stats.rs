@@ -1,7 +1,7 @@
 //! Allocator statistics with PyTorch's definitions (reference §4.13).
 //!
-//! Every counter is kept where it is updated without shared writes (see
-//! [`crate::DeviceCore`] for how per-thread cells are aggregated on read) and summed here.
+//! Each thread keeps its own cell of these statistics and readers sum the cells: see
+//! "Statistics under concurrency" on [`crate::DeviceCore`] for what a peak means then.
 
 use std::collections::BTreeMap;
 
@@ -131,8 +131,10 @@ impl StatArray {
 
     fn flatten(&self, prefix: &str, out: &mut BTreeMap<String, i64>) {
         self.all.flatten(&format!("{prefix}.all"), out);
-        self.small_pool.flatten(&format!("{prefix}.small_pool"), out);
-        self.large_pool.flatten(&format!("{prefix}.large_pool"), out);
+        self.small_pool
+            .flatten(&format!("{prefix}.small_pool"), out);
+        self.large_pool
+            .flatten(&format!("{prefix}.large_pool"), out);
     }
 }
 
@@ -293,7 +295,8 @@ impl MemoryStats {
         }
         self.oversize_allocations
             .flatten("oversize_allocations", &mut out);
-        self.oversize_segments.flatten("oversize_segments", &mut out);
+        self.oversize_segments
+            .flatten("oversize_segments", &mut out);
         out.insert("max_split_size".to_owned(), self.max_split_size);
         out
     }

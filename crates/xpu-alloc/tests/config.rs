@@ -11,7 +11,10 @@ fn defaults() {
     assert_eq!(c.max_split_size, u64::MAX);
     assert_eq!(c.max_non_split_rounding, 20 * MIB);
     assert_eq!(c.roundup_power2_divisions, [0; 16]);
-    assert_eq!((c.memory_kind, c.release_policy, c.expandable_segments), (MemoryKind::Buffer, ReleasePolicy::BeforeGrow, false));
+    assert_eq!(
+        (c.memory_kind, c.release_policy, c.expandable_segments),
+        (MemoryKind::Buffer, ReleasePolicy::BeforeGrow, false)
+    );
 }
 
 #[test]
@@ -20,18 +23,40 @@ fn values() {
     assert_eq!(c.max_split_size, 256 * MIB);
     assert_eq!(c.max_split_size_mb(), Some(256));
     assert!((c.garbage_collection_threshold - 0.6).abs() < 1e-12);
-    assert_eq!((c.memory_kind, c.release_policy), (MemoryKind::Svm, ReleasePolicy::OnOom));
+    assert_eq!(
+        (c.memory_kind, c.release_policy),
+        (MemoryKind::Svm, ReleasePolicy::OnOom)
+    );
     let c = AllocConfig::parse("large_segment_size_mb:32").unwrap();
-    assert_eq!((c.large_segment_size, c.max_non_split_rounding), (32 * MIB, 32 * MIB));
+    assert_eq!(
+        (c.large_segment_size, c.max_non_split_rounding),
+        (32 * MIB, 32 * MIB)
+    );
     let c = AllocConfig::parse("max_non_split_rounding_mb:64,pinned_use_background_threads:True,pinned_num_register_threads:8,pinned_reserve_segment_size_mb:16").unwrap();
-    assert_eq!((c.max_non_split_rounding, c.pinned_use_background_threads, c.pinned_num_register_threads, c.pinned_reserve_segment_size), (64 * MIB, true, 8, 16 * MIB));
+    assert_eq!(
+        (
+            c.max_non_split_rounding,
+            c.pinned_use_background_threads,
+            c.pinned_num_register_threads,
+            c.pinned_reserve_segment_size
+        ),
+        (64 * MIB, true, 8, 16 * MIB)
+    );
 }
 
 #[test]
 fn roundup_power2_divisions() {
-    assert_eq!(AllocConfig::parse("roundup_power2_divisions:4").unwrap().roundup_power2_divisions, [4; 16]);
+    assert_eq!(
+        AllocConfig::parse("roundup_power2_divisions:4")
+            .unwrap()
+            .roundup_power2_divisions,
+        [4; 16]
+    );
     let c = AllocConfig::parse("roundup_power2_divisions:[64:8,256:4,1024:4,>:1]").unwrap();
-    assert_eq!(c.roundup_power2_divisions, [8, 8, 8, 8, 8, 8, 8, 0, 4, 0, 4, 1, 1, 1, 1, 1]);
+    assert_eq!(
+        c.roundup_power2_divisions,
+        [8, 8, 8, 8, 8, 8, 8, 0, 4, 0, 4, 1, 1, 1, 1, 1]
+    );
     let c = AllocConfig::parse("roundup_power2_divisions:[1:2, 2:0, 65536:16]").unwrap();
     assert_eq!(c.roundup_power2_divisions[..3], [2, 0, 0]);
     assert_eq!(c.roundup_power2_divisions[15], 16);
@@ -50,48 +75,88 @@ fn bad_values_name_the_key_and_allowed_values() {
         ("max_split_size_mb:19", "max_split_size_mb"),
         ("max_split_size_mb:abc", "max_split_size_mb"),
         ("max_split_size_mb:99999999999999999", "max_split_size_mb"),
-        ("large_segment_size_mb:32,max_split_size_mb:31", "max_split_size_mb"),
+        (
+            "large_segment_size_mb:32,max_split_size_mb:31",
+            "max_split_size_mb",
+        ),
         ("max_non_split_rounding_mb:10", "max_non_split_rounding_mb"),
         ("large_segment_size_mb:10", "large_segment_size_mb"),
-        ("garbage_collection_threshold:0", "garbage_collection_threshold"),
-        ("garbage_collection_threshold:1.0", "garbage_collection_threshold"),
+        (
+            "garbage_collection_threshold:0",
+            "garbage_collection_threshold",
+        ),
+        (
+            "garbage_collection_threshold:1.0",
+            "garbage_collection_threshold",
+        ),
         ("roundup_power2_divisions:3", "roundup_power2_divisions"),
         ("roundup_power2_divisions:0", "roundup_power2_divisions"),
         ("roundup_power2_divisions:[3:4]", "roundup_power2_divisions"),
         ("roundup_power2_divisions:[4:3]", "roundup_power2_divisions"),
         ("expandable_segments:true", "expandable_segments"),
-        ("pinned_use_background_threads:1", "pinned_use_background_threads"),
-        ("pinned_num_register_threads:256", "pinned_num_register_threads"),
+        (
+            "pinned_use_background_threads:1",
+            "pinned_use_background_threads",
+        ),
+        (
+            "pinned_num_register_threads:256",
+            "pinned_num_register_threads",
+        ),
         ("memory_kind:usm", "memory_kind"),
         ("release_policy:never", "release_policy"),
         ("max_split_size_mb:[1:2]", "max_split_size_mb"),
     ] {
         assert_eq!(invalid_key(text), key, "{text}");
     }
-    let msg = AllocConfig::parse("memory_kind:usm").unwrap_err().to_string();
-    assert_eq!(msg, "invalid value 'usm' for allocator config key 'memory_kind': expected buffer or svm");
-    let msg = AllocConfig::parse("expandable_segments:TRUE").unwrap_err().to_string();
+    let msg = AllocConfig::parse("memory_kind:usm")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        msg,
+        "invalid value 'usm' for allocator config key 'memory_kind': expected buffer or svm"
+    );
+    let msg = AllocConfig::parse("expandable_segments:TRUE")
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("True or False (case-sensitive)"), "{msg}");
 }
 
 #[test]
 fn unknown_key_lists_the_allowed_keys() {
     let err = AllocConfig::parse("max_split_size_mb:64,backend:cudaMallocAsync").unwrap_err();
-    let ConfigError::UnknownKey { key, allowed } = &err else { panic!("{err:?}") };
+    let ConfigError::UnknownKey { key, allowed } = &err else {
+        panic!("{err:?}")
+    };
     assert_eq!(key, "backend");
     assert!(allowed.contains("max_split_size_mb") && allowed.contains("memory_kind"));
-    assert!(err.to_string().starts_with("unknown key 'backend' in the allocator config; allowed keys: "));
+    assert!(err
+        .to_string()
+        .starts_with("unknown key 'backend' in the allocator config; allowed keys: "));
 }
 
 #[test]
 fn expandable_segments_true_is_unsupported() {
     let err = AllocConfig::parse("expandable_segments:True").unwrap_err();
-    assert!(matches!(&err, ConfigError::Unsupported { key, value, .. } if key == "expandable_segments" && value == "True"));
+    assert!(
+        matches!(&err, ConfigError::Unsupported { key, value, .. } if key == "expandable_segments" && value == "True")
+    );
 }
 
 #[test]
 fn syntax_errors() {
-    for text in ["max_split_size_mb", "max_split_size_mb:", "max_split_size_mb:64,", ":64", "roundup_power2_divisions:[64:8", "a:1:2", "roundup_power2_divisions:[64]"] {
-        assert!(matches!(AllocConfig::parse(text), Err(ConfigError::Syntax { .. })), "{text}: {:?}", AllocConfig::parse(text));
+    for text in [
+        "max_split_size_mb",
+        "max_split_size_mb:",
+        "max_split_size_mb:64,",
+        ":64",
+        "roundup_power2_divisions:[64:8",
+        "a:1:2",
+        "roundup_power2_divisions:[64]",
+    ] {
+        assert!(
+            matches!(AllocConfig::parse(text), Err(ConfigError::Syntax { .. })),
+            "{text}: {:?}",
+            AllocConfig::parse(text)
+        );
     }
 }

@@ -15,7 +15,10 @@ fn devices(n: usize) -> bool {
     if count >= n {
         return true;
     }
-    assert!(!(count == 0 && xpu_device::require_device()), "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found");
+    assert!(
+        !(count == 0 && xpu_device::require_device()),
+        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
+    );
     eprintln!("skipped: needs {n} device(s), found {count} (two PoCL devices: POCL_DEVICES=\"pthread pthread\")");
     false
 }
@@ -24,7 +27,10 @@ fn devices(n: usize) -> bool {
 fn fresh_stream(device: usize) -> ExternalStream {
     let q = xpu_device::device(device)
         .unwrap()
-        .create_queue(xpu_device::backend::QueueOptions { profiling: true, priority: None })
+        .create_queue(xpu_device::backend::QueueOptions {
+            profiling: true,
+            priority: None,
+        })
         .unwrap();
     ExternalStream::new(q, device).unwrap()
 }
@@ -52,22 +58,39 @@ fn buffers_kernel_arguments_and_sub_buffers() {
     // Write a's and b's bytes through sub-buffers, read both back: the regions are the
     // blocks' own (no overlap, right offsets).
     let queue = s.queue().unwrap();
-    let align = xpu_device::get_device_properties(0).unwrap().mem_base_addr_align;
+    let align = xpu_device::get_device_properties(0)
+        .unwrap()
+        .mem_base_addr_align;
     let sub_a = a.sub_buffer().unwrap();
     let sub_b = b.sub_buffer().unwrap();
     assert_eq!((sub_a.offset, sub_b.offset), (0, 1024 % align));
     let da = vec![0xA5u8; 1000];
     let db: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
     queue.write(&sub_a.buffer, 0, &da).unwrap();
-    queue.write(&sub_b.buffer, sub_b.offset as usize, &db).unwrap();
+    queue
+        .write(&sub_b.buffer, sub_b.offset as usize, &db)
+        .unwrap();
     let (mut ra, mut rb) = (vec![0u8; 1000], vec![0u8; 3000]);
-    queue.read(&a.sub_buffer().unwrap().buffer, 0, &mut ra).unwrap();
+    queue
+        .read(&a.sub_buffer().unwrap().buffer, 0, &mut ra)
+        .unwrap();
     let again = b.sub_buffer().unwrap();
-    queue.read(&again.buffer, again.offset as usize, &mut rb).unwrap();
+    queue
+        .read(&again.buffer, again.offset as usize, &mut rb)
+        .unwrap();
     assert_eq!((ra, rb), (da, db));
     let st = alloc.memory_stats();
-    assert_eq!((st.allocated_bytes.all.current, st.reserved_bytes.all.current), (1024 + 3072, 2 * MIB as i64));
-    assert_eq!(xpu_alloc::PoolKind::for_size(1024), xpu_alloc::PoolKind::Small);
+    assert_eq!(
+        (
+            st.allocated_bytes.all.current,
+            st.reserved_bytes.all.current
+        ),
+        (1024 + 3072, 2 * MIB as i64)
+    );
+    assert_eq!(
+        xpu_alloc::PoolKind::for_size(1024),
+        xpu_alloc::PoolKind::Small
+    );
 }
 
 #[test]
@@ -86,7 +109,11 @@ fn record_stream_waits_for_gated_work() {
     drop(a);
     assert_eq!(alloc.memory_stats().active.all.current, 1);
     let b = alloc.allocate(64 * 1024, &s0.stream()).unwrap();
-    assert_ne!(b.address(), addr, "the block is pending while stream 1 is blocked");
+    assert_ne!(
+        b.address(),
+        addr,
+        "the block is pending while stream 1 is blocked"
+    );
     gate.open().unwrap();
     s1.stream().synchronize().unwrap();
     let c = alloc.allocate(64 * 1024, &s0.stream()).unwrap();
@@ -101,7 +128,10 @@ fn cross_stream_reuse_with_real_markers() {
     }
     let alloc = private("release_policy:on_oom");
     let total = xpu_device::get_device_properties(0).unwrap().total_memory;
-    alloc.core().set_memory_fraction(64.0 * MIB as f64 / total as f64).unwrap();
+    alloc
+        .core()
+        .set_memory_fraction(64.0 * MIB as f64 / total as f64)
+        .unwrap();
     let s0 = fresh_stream(0);
     let s1 = fresh_stream(0);
     let gate = Gate::new(0).unwrap();
@@ -110,9 +140,20 @@ fn cross_stream_reuse_with_real_markers() {
     drop(a);
     gate.block(&s0.stream()).unwrap(); // stream 0's work on the segment is still "running"
     let b = alloc.allocate(40 * MIB, &s1.stream()).unwrap();
-    assert_eq!(b.address(), addr, "stream 1 reuses stream 0's cached segment");
+    assert_eq!(
+        b.address(),
+        addr,
+        "stream 1 reuses stream 0's cached segment"
+    );
     let st = alloc.memory_stats();
-    assert_eq!((st.num_device_alloc, st.num_device_free, st.num_alloc_retries), (1, 0, 0));
+    assert_eq!(
+        (
+            st.num_device_alloc,
+            st.num_device_free,
+            st.num_alloc_retries
+        ),
+        (1, 0, 0)
+    );
     // Stream 1 now waits for stream 0: its later work is held back by the gate.
     let e = s1.stream().record_event().unwrap();
     assert!(!e.query().unwrap());
@@ -130,10 +171,18 @@ fn fraction_exceeded_and_too_large_on_a_device() {
     let alloc = private("");
     let props = xpu_device::get_device_properties(0).unwrap();
     let s = fresh_stream(0);
-    assert!(matches!(alloc.allocate(props.max_alloc_size + 1, &s.stream()), Err(AllocError::TooLarge { .. })));
-    alloc.core().set_memory_fraction(16.0 * MIB as f64 / props.total_memory as f64).unwrap();
+    assert!(matches!(
+        alloc.allocate(props.max_alloc_size + 1, &s.stream()),
+        Err(AllocError::TooLarge { .. })
+    ));
+    alloc
+        .core()
+        .set_memory_fraction(16.0 * MIB as f64 / props.total_memory as f64)
+        .unwrap();
     let err = alloc.allocate(20 * MIB, &s.stream()).unwrap_err();
-    let AllocError::MemoryFractionExceeded(r) = err else { panic!("{err:?}") };
+    let AllocError::MemoryFractionExceeded(r) = err else {
+        panic!("{err:?}")
+    };
     assert_eq!((r.requested, r.total), (20 * MIB, props.total_memory));
 }
 
@@ -151,19 +200,30 @@ fn crate_level_api() {
     assert!(xpu_alloc::memory_reserved(0).unwrap() >= 20 * MIB);
     let (free, total) = xpu_alloc::mem_get_info(0).unwrap();
     assert!(free <= total - 20 * MIB);
-    assert!(xpu_alloc::memory_stats_flat(0).unwrap()["allocated_bytes.all.current"] >= 3 * MIB as i64);
+    assert!(
+        xpu_alloc::memory_stats_flat(0).unwrap()["allocated_bytes.all.current"] >= 3 * MIB as i64
+    );
     let raw = xpu_alloc::raw_alloc(4096).unwrap();
     assert!(!raw.is_null());
     xpu_alloc::raw_delete(raw).unwrap();
     let err = xpu_alloc::raw_delete(raw).unwrap_err();
-    assert_eq!(err.to_string(), format!("invalid device pointer: {:#x}", raw.address()));
+    assert_eq!(
+        err.to_string(),
+        format!("invalid device pointer: {:#x}", raw.address())
+    );
     assert!(xpu_alloc::raw_delete(DevicePtr::new(0, 0)).is_ok());
     let empty = xpu_alloc::allocate_current(0).unwrap();
     assert!(empty.is_empty());
     xpu_alloc::record_stream(&p, &xpu_stream::get_stream_from_pool(0, 0).unwrap()).unwrap();
     drop(p);
-    assert!(matches!(xpu_alloc::set_memory_fraction(0.0, 0), Err(AllocError::InvalidFraction { .. })));
-    assert!(matches!(xpu_alloc::memory_stats(99), Err(AllocError::InvalidDevice { device: 99 })));
+    assert!(matches!(
+        xpu_alloc::set_memory_fraction(0.0, 0),
+        Err(AllocError::InvalidFraction { .. })
+    ));
+    assert!(matches!(
+        xpu_alloc::memory_stats(99),
+        Err(AllocError::InvalidDevice { device: 99 })
+    ));
     let err = xpu_alloc::set_config("max_split_size_mb:1").unwrap_err();
     assert!(err.to_string().contains("max_split_size_mb"));
     xpu_alloc::empty_cache();
@@ -184,7 +244,10 @@ fn svm_segments_where_supported() {
     }
     assert_eq!(alloc.memory_kind(), MemoryKind::Svm);
     assert_ne!(p.address(), 0);
-    assert!(matches!(p.cl_mem_and_offset(), Err(AllocError::Unsupported(_))));
+    assert!(matches!(
+        p.cl_mem_and_offset(),
+        Err(AllocError::Unsupported(_))
+    ));
     let q = alloc.allocate(MIB, &s.stream()).unwrap();
     assert_eq!(q.address(), p.address() + MIB, "blocks of one SVM segment");
     drop((p, q));
@@ -201,5 +264,11 @@ fn second_device_and_stream_device_mismatch() {
     let p = xpu_alloc::allocate(MIB, &s1).unwrap();
     assert_eq!(p.device(), 1);
     let alloc0 = private("");
-    assert!(matches!(alloc0.allocate(MIB, &s1), Err(AllocError::StreamDevice { stream: 1, device: 0 })));
+    assert!(matches!(
+        alloc0.allocate(MIB, &s1),
+        Err(AllocError::StreamDevice {
+            stream: 1,
+            device: 0
+        })
+    ));
 }

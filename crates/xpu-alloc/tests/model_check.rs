@@ -11,7 +11,9 @@ use std::sync::Arc;
 use model::{Model, ModelAlloc};
 use proptest::prelude::*;
 use xpu_alloc::sim_stream::SimStream;
-use xpu_alloc::{AllocConfig, AllocError, DataPtr, DeviceCore, SimulatedSource, StreamKey, StreamRef};
+use xpu_alloc::{
+    AllocConfig, AllocError, DataPtr, DeviceCore, SimulatedSource, StreamKey, StreamRef,
+};
 
 const MIB: u64 = 1 << 20;
 const STREAMS: usize = 4; // streams 0..3 allocate; stream 3 is also used by record_stream
@@ -53,10 +55,15 @@ fn config_strategy() -> impl Strategy<Value = (&'static str, u64)> {
         Just("max_split_size_mb:20,release_policy:on_oom"),
         Just("max_split_size_mb:24"),
         Just("roundup_power2_divisions:4"),
-        Just("roundup_power2_divisions:[2:8,>:2],max_non_split_rounding_mb:20,max_split_size_mb:32"),
+        Just(
+            "roundup_power2_divisions:[2:8,>:2],max_non_split_rounding_mb:20,max_split_size_mb:32"
+        ),
     ];
     // A small device exercises the OOM path (cross-stream reuse, release and retry).
-    (configs, prop_oneof![Just(96 * MIB), Just(160 * MIB), Just(1024 * MIB)])
+    (
+        configs,
+        prop_oneof![Just(96 * MIB), Just(160 * MIB), Just(1024 * MIB)],
+    )
 }
 
 struct Live {
@@ -70,7 +77,11 @@ fn check(core: &DeviceCore, model: &Model, live: &[Live]) -> Result<(), TestCase
     let view: Vec<_> = snapshot
         .iter()
         .map(|s| {
-            let blocks: Vec<_> = s.blocks.iter().map(|b| (b.address, b.size, b.requested, b.state)).collect();
+            let blocks: Vec<_> = s
+                .blocks
+                .iter()
+                .map(|b| (b.address, b.size, b.requested, b.state))
+                .collect();
             (s.stream.id as usize, s.address, s.size, blocks)
         })
         .collect();
@@ -86,7 +97,10 @@ fn check(core: &DeviceCore, model: &Model, live: &[Live]) -> Result<(), TestCase
         }
         prop_assert_eq!(at, s.address + s.size);
     }
-    let mut ranges: Vec<(u64, u64)> = live.iter().map(|l| (l.ptr.address(), l.ptr.address() + l.ptr.allocated_size())).collect();
+    let mut ranges: Vec<(u64, u64)> = live
+        .iter()
+        .map(|l| (l.ptr.address(), l.ptr.address() + l.ptr.allocated_size()))
+        .collect();
     ranges.sort_unstable();
     for w in ranges.windows(2) {
         prop_assert!(w[0].1 <= w[1].0, "live blocks overlap: {:?}", w);
@@ -99,7 +113,9 @@ fn run(config_text: &str, capacity: u64, ops: &[Op]) -> Result<(), TestCaseError
     let source = Arc::new(SimulatedSource::new(0, capacity, capacity));
     let core = DeviceCore::new(Box::new(source.clone()), config.clone());
     let mut model = Model::new(config, capacity, capacity, STREAMS);
-    let streams: Vec<Arc<SimStream>> = (0..STREAMS).map(|i| SimStream::new(StreamKey::new(0, i as u64))).collect();
+    let streams: Vec<Arc<SimStream>> = (0..STREAMS)
+        .map(|i| SimStream::new(StreamKey::new(0, i as u64)))
+        .collect();
     let refs: Vec<StreamRef> = streams.iter().map(|s| s.as_ref()).collect();
     let mut live: Vec<Live> = Vec::new();
     for op in ops {
@@ -119,7 +135,10 @@ fn run(config_text: &str, capacity: u64, ops: &[Op]) -> Result<(), TestCaseError
                         prop_assert_eq!(r.total, capacity);
                     }
                     (Err(AllocError::TooLarge { .. }), ModelAlloc::TooLarge) => {}
-                    (got, want) => prop_assert!(false, "allocate({size}) on {stream}: got {got:?}, model {want:?}"),
+                    (got, want) => prop_assert!(
+                        false,
+                        "allocate({size}) on {stream}: got {got:?}, model {want:?}"
+                    ),
                 }
             }
             Op::Free { pick } => {
@@ -132,7 +151,8 @@ fn run(config_text: &str, capacity: u64, ops: &[Op]) -> Result<(), TestCaseError
             Op::RecordStream { pick, stream } => {
                 if !live.is_empty() {
                     let l = &live[pick % live.len()];
-                    core.record_stream(&l.ptr, &refs[stream]).expect("own pointer");
+                    core.record_stream(&l.ptr, &refs[stream])
+                        .expect("own pointer");
                     model.record_stream(l.id, stream);
                 }
             }
@@ -154,7 +174,12 @@ fn run(config_text: &str, capacity: u64, ops: &[Op]) -> Result<(), TestCaseError
     for l in live.drain(..) {
         model.free(l.id);
         drop(l.ptr);
-        prop_assert_eq!(core.memory_stats(), model.stats, "after final free of {}", l.id);
+        prop_assert_eq!(
+            core.memory_stats(),
+            model.stats,
+            "after final free of {}",
+            l.id
+        );
     }
     core.empty_cache();
     model.empty_cache();

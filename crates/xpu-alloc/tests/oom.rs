@@ -14,10 +14,24 @@ fn oom_error_reports_every_figure() {
     let small = core.allocate(MIB, &s).unwrap();
     drop(small);
     let err = core.allocate(30 * MIB, &s).unwrap_err();
-    let AllocError::OutOfMemory(r) = &err else { panic!("expected OutOfMemory, got {err:?}") };
-    assert_eq!((r.device, r.requested, r.segment_size, r.total), (0, 30 * MIB, 30 * MIB, 64 * MIB));
+    let AllocError::OutOfMemory(r) = &err else {
+        panic!("expected OutOfMemory, got {err:?}")
+    };
+    assert_eq!(
+        (r.device, r.requested, r.segment_size, r.total),
+        (0, 30 * MIB, 30 * MIB, 64 * MIB)
+    );
     // The cached 2 MiB small segment was released by the last retry.
-    assert_eq!((r.free, r.allocated, r.reserved, r.reserved_unallocated(), r.allowed), (24 * MIB, 40 * MIB, 40 * MIB, 0, None));
+    assert_eq!(
+        (
+            r.free,
+            r.allocated,
+            r.reserved,
+            r.reserved_unallocated(),
+            r.allowed
+        ),
+        (24 * MIB, 40 * MIB, 40 * MIB, 0, None)
+    );
     assert_eq!(
         err.to_string(),
         "XPU out of memory. Tried to allocate 30.00 MiB (a segment of 30.00 MiB). Device 0 has a total capacity of \
@@ -26,7 +40,15 @@ fn oom_error_reports_every_figure() {
          cached memory."
     );
     let st = core.memory_stats();
-    assert_eq!((st.num_ooms, st.num_alloc_retries, st.num_sync_all_streams, st.num_device_free), (1, 1, 1, 1));
+    assert_eq!(
+        (
+            st.num_ooms,
+            st.num_alloc_retries,
+            st.num_sync_all_streams,
+            st.num_device_free
+        ),
+        (1, 1, 1, 1)
+    );
     // Still usable.
     assert!(core.allocate(20 * MIB, &s).is_ok());
 }
@@ -40,7 +62,15 @@ fn release_and_retry_serves_a_request_that_fits_after_flushing() {
     let b = core.allocate(50 * MIB, &s).unwrap();
     assert_eq!(b.allocated_size(), 50 * MIB);
     let st = core.memory_stats();
-    assert_eq!((st.num_alloc_retries, st.num_ooms, st.num_device_alloc, st.num_device_free), (1, 0, 2, 1));
+    assert_eq!(
+        (
+            st.num_alloc_retries,
+            st.num_ooms,
+            st.num_device_alloc,
+            st.num_device_free
+        ),
+        (1, 0, 2, 1)
+    );
     assert_eq!(source.used(), 50 * MIB);
 }
 
@@ -48,17 +78,35 @@ fn release_and_retry_serves_a_request_that_fits_after_flushing() {
 fn never_fitting_requests_are_a_distinct_error() {
     let (core, source) = sim_core(64 * MIB, "");
     let (_, s) = stream(0);
-    assert!(matches!(core.allocate(64 * MIB + 1, &s), Err(AllocError::TooLarge { requested, max, .. }) if requested == 64 * MIB + 1 && max == 64 * MIB));
-    assert!(matches!(core.allocate(u64::MAX, &s), Err(AllocError::TooLarge { .. })));
-    assert!(matches!(core.allocate(1 << 61, &s), Err(AllocError::TooLarge { .. })));
-    assert_eq!(source.attempts(), 0, "no device call for a request that can never fit");
+    assert!(
+        matches!(core.allocate(64 * MIB + 1, &s), Err(AllocError::TooLarge { requested, max, .. }) if requested == 64 * MIB + 1 && max == 64 * MIB)
+    );
+    assert!(matches!(
+        core.allocate(u64::MAX, &s),
+        Err(AllocError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        core.allocate(1 << 61, &s),
+        Err(AllocError::TooLarge { .. })
+    ));
+    assert_eq!(
+        source.attempts(),
+        0,
+        "no device call for a request that can never fit"
+    );
     assert_eq!(core.memory_stats().num_ooms, 0);
     // Rounding past the largest allocation.
     let source = std::sync::Arc::new(xpu_alloc::SimulatedSource::new(0, GIB, 10 * MIB + 100));
     let core = xpu_alloc::DeviceCore::new(Box::new(source), Default::default());
-    assert!(matches!(core.allocate(10 * MIB + 1, &s), Err(AllocError::TooLarge { .. })));
+    assert!(matches!(
+        core.allocate(10 * MIB + 1, &s),
+        Err(AllocError::TooLarge { .. })
+    ));
     // A segment larger than the max allocation is clamped to the request.
-    assert_eq!(core.allocate(10 * MIB, &s).unwrap().allocated_size(), 10 * MIB);
+    assert_eq!(
+        core.allocate(10 * MIB, &s).unwrap().allocated_size(),
+        10 * MIB
+    );
 }
 
 #[test]
@@ -66,15 +114,26 @@ fn memory_fraction_limits_reserved_memory() {
     let (core, _) = sim_core(64 * MIB, "");
     let (_, s) = stream(0);
     for bad in [0.0, -0.5, 1.5, f64::NAN] {
-        assert!(matches!(core.set_memory_fraction(bad), Err(AllocError::InvalidFraction { .. })), "{bad}");
+        assert!(
+            matches!(
+                core.set_memory_fraction(bad),
+                Err(AllocError::InvalidFraction { .. })
+            ),
+            "{bad}"
+        );
     }
     assert_eq!(core.memory_fraction(), 1.0);
     core.set_memory_fraction(0.5).unwrap();
     assert_eq!(core.memory_fraction(), 0.5);
     let _a = core.allocate(20 * MIB, &s).unwrap();
     let err = core.allocate(20 * MIB, &s).unwrap_err();
-    let AllocError::MemoryFractionExceeded(r) = &err else { panic!("expected MemoryFractionExceeded, got {err:?}") };
-    assert_eq!((r.allowed, r.reserved, r.free), (Some(32 * MIB), 20 * MIB, 44 * MIB));
+    let AllocError::MemoryFractionExceeded(r) = &err else {
+        panic!("expected MemoryFractionExceeded, got {err:?}")
+    };
+    assert_eq!(
+        (r.allowed, r.reserved, r.free),
+        (Some(32 * MIB), 20 * MIB, 44 * MIB)
+    );
     assert!(err.to_string().contains("32.00 MiB allowed; "), "{err}");
     core.set_memory_fraction(1.0).unwrap();
     assert!(core.allocate(20 * MIB, &s).is_ok());
@@ -87,7 +146,10 @@ fn oom_fault_on_segment_allocation_is_retried_after_release() {
     source.fail_nth(1, Fault::OutOfMemory);
     let p = core.allocate(MIB, &s).unwrap();
     let st = core.memory_stats();
-    assert_eq!((st.num_alloc_retries, st.num_ooms, st.num_device_alloc), (1, 0, 1));
+    assert_eq!(
+        (st.num_alloc_retries, st.num_ooms, st.num_device_alloc),
+        (1, 0, 1)
+    );
     assert_eq!(source.attempts(), 2);
     drop(p);
 }
@@ -99,13 +161,23 @@ fn device_fault_is_reported_and_leaks_nothing() {
     let keep = core.allocate(MIB, &s).unwrap();
     source.fail_nth(1, Fault::DeviceError);
     let err = core.allocate(30 * MIB, &s).unwrap_err();
-    assert!(matches!(&err, AllocError::Device(m) if m.contains("injected fault")), "{err:?}");
+    assert!(
+        matches!(&err, AllocError::Device(m) if m.contains("injected fault")),
+        "{err:?}"
+    );
     assert_eq!(source.live_segments(), 1);
     assert_eq!(core.memory_reserved(), 2 * MIB);
     let again = core.allocate(30 * MIB, &s).unwrap();
     drop((keep, again));
     core.empty_cache();
-    assert_eq!((source.used(), source.live_segments(), core.memory_reserved()), (0, 0, 0));
+    assert_eq!(
+        (
+            source.used(),
+            source.live_segments(),
+            core.memory_reserved()
+        ),
+        (0, 0, 0)
+    );
 }
 
 #[test]
@@ -117,7 +189,21 @@ fn fault_injection_at_every_point_keeps_the_allocator_consistent() {
             let (_, s1) = stream(1);
             source.fail_nth(n, fault);
             let mut live = Vec::new();
-            for (i, size) in [512u64, 3 * MIB, 700_000, 25 * MIB, 12 * MIB, 4096, 40 * MIB, MIB].iter().cycle().take(24).enumerate() {
+            for (i, size) in [
+                512u64,
+                3 * MIB,
+                700_000,
+                25 * MIB,
+                12 * MIB,
+                4096,
+                40 * MIB,
+                MIB,
+            ]
+            .iter()
+            .cycle()
+            .take(24)
+            .enumerate()
+            {
                 let s = if i % 3 == 0 { &s1 } else { &s0 };
                 match core.allocate(*size, s) {
                     Ok(p) => live.push(p),
@@ -133,7 +219,11 @@ fn fault_injection_at_every_point_keeps_the_allocator_consistent() {
             assert_eq!(core.memory_reserved(), source.used());
             drop(live);
             core.empty_cache();
-            assert_eq!((source.used(), source.live_segments()), (0, 0), "fault {fault:?} at {n}");
+            assert_eq!(
+                (source.used(), source.live_segments()),
+                (0, 0),
+                "fault {fault:?} at {n}"
+            );
             assert_eq!(core.memory_allocated(), 0);
         }
     }
@@ -179,7 +269,10 @@ fn gc_run(config: &str, fraction: Option<f64>) -> xpu_alloc::MemoryStats {
         core.set_memory_fraction(f).unwrap();
     }
     let (_, s) = stream(0);
-    let blocks: Vec<_> = [12, 14, 16].iter().map(|m| core.allocate(m * MIB, &s).unwrap()).collect();
+    let blocks: Vec<_> = [12, 14, 16]
+        .iter()
+        .map(|m| core.allocate(m * MIB, &s).unwrap())
+        .collect();
     drop(blocks);
     let _big = core.allocate(30 * MIB, &s).unwrap();
     core.memory_stats()
@@ -188,14 +281,29 @@ fn gc_run(config: &str, fraction: Option<f64>) -> xpu_alloc::MemoryStats {
 #[test]
 fn garbage_collection_releases_old_cached_blocks_above_the_threshold() {
     // Reserved 42 MiB > 0.5 x 80 MiB allowed: the cached blocks (all of the mean age) go.
-    let st = gc_run("garbage_collection_threshold:0.5,release_policy:on_oom", Some(0.8));
-    assert_eq!((st.num_device_free, st.reserved_bytes.all.current), (3, 30 * MIB as i64));
+    let st = gc_run(
+        "garbage_collection_threshold:0.5,release_policy:on_oom",
+        Some(0.8),
+    );
+    assert_eq!(
+        (st.num_device_free, st.reserved_bytes.all.current),
+        (3, 30 * MIB as i64)
+    );
     // No collection without a threshold, or without a fraction below 1.
     let st = gc_run("release_policy:on_oom", Some(0.8));
-    assert_eq!((st.num_device_free, st.reserved_bytes.all.current), (0, 72 * MIB as i64));
-    let st = gc_run("garbage_collection_threshold:0.5,release_policy:on_oom", None);
+    assert_eq!(
+        (st.num_device_free, st.reserved_bytes.all.current),
+        (0, 72 * MIB as i64)
+    );
+    let st = gc_run(
+        "garbage_collection_threshold:0.5,release_policy:on_oom",
+        None,
+    );
     assert_eq!(st.num_device_free, 0);
     // Under the threshold nothing is collected.
-    let st = gc_run("garbage_collection_threshold:0.9,release_policy:on_oom", Some(0.8));
+    let st = gc_run(
+        "garbage_collection_threshold:0.9,release_policy:on_oom",
+        Some(0.8),
+    );
     assert_eq!(st.num_device_free, 0);
 }

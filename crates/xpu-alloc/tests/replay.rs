@@ -16,7 +16,8 @@ fn traces_dir() -> Option<PathBuf> {
 }
 
 fn bundled_trace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/traces/resnet18_train_small.trace.gz")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../data/traces/resnet18_train_small.trace.gz")
 }
 
 /// (file, PyTorch peak reserved, PyTorch segment allocations), from the traces README.
@@ -28,7 +29,10 @@ const PYTORCH: [(&str, u64, u64); 4] = [
 ];
 
 fn options(config: &str) -> ReplayOptions {
-    ReplayOptions { config: Some(config.to_owned()), ..ReplayOptions::default() }
+    ReplayOptions {
+        config: Some(config.to_owned()),
+        ..ReplayOptions::default()
+    }
 }
 
 #[test]
@@ -39,15 +43,35 @@ fn real_traces_beat_or_match_pytorch() {
     };
     for (file, torch_reserved, torch_segments) in PYTORCH {
         let path = dir.join(file);
-        let ours = replay::run(&path, &ReplayOptions::default()).unwrap().report;
+        let ours = replay::run(&path, &ReplayOptions::default())
+            .unwrap()
+            .report;
         assert_eq!(ours.mode, "simulate");
         assert_eq!(ours.ooms, 0, "{file}");
-        assert!(ours.peak_reserved <= torch_reserved, "{file}: {} > {torch_reserved}", ours.peak_reserved);
-        assert!(ours.segment_allocs <= torch_segments, "{file}: {} > {torch_segments}", ours.segment_allocs);
+        assert!(
+            ours.peak_reserved <= torch_reserved,
+            "{file}: {} > {torch_reserved}",
+            ours.peak_reserved
+        );
+        assert!(
+            ours.segment_allocs <= torch_segments,
+            "{file}: {} > {torch_segments}",
+            ours.segment_allocs
+        );
         assert!(ours.peak_allocated >= ours.peak_requested);
         // PyTorch's own policy reproduces PyTorch's figures exactly.
-        let torch = replay::run(&path, &options("release_policy:on_oom")).unwrap().report;
-        assert_eq!((torch.peak_reserved, torch.segment_allocs, torch.segment_frees), (torch_reserved, torch_segments, 0), "{file}");
+        let torch = replay::run(&path, &options("release_policy:on_oom"))
+            .unwrap()
+            .report;
+        assert_eq!(
+            (
+                torch.peak_reserved,
+                torch.segment_allocs,
+                torch.segment_frees
+            ),
+            (torch_reserved, torch_segments, 0),
+            "{file}"
+        );
     }
 }
 
@@ -57,7 +81,12 @@ fn policy_lowers_resnet50_peak() {
         eprintln!("skipping: no shared traces directory next to the repository");
         return;
     };
-    let r = replay::run(&dir.join("resnet50_train.trace.gz"), &ReplayOptions::default()).unwrap().report;
+    let r = replay::run(
+        &dir.join("resnet50_train.trace.gz"),
+        &ReplayOptions::default(),
+    )
+    .unwrap()
+    .report;
     assert_eq!((r.peak_reserved, r.segment_allocs), (3_282_042_880, 92));
 }
 
@@ -68,22 +97,53 @@ fn bundled_trace_replays_with_series() {
         eprintln!("skipping: {} is absent", path.display());
         return;
     }
-    let opts = ReplayOptions { record_series: true, ..ReplayOptions::default() };
+    let opts = ReplayOptions {
+        record_series: true,
+        ..ReplayOptions::default()
+    };
     let out = replay::run(&path, &opts).unwrap();
     let r = &out.report;
     assert_eq!(r.trace, "resnet18_train_small.trace.gz");
     assert_eq!((r.events, r.allocs), (4622, 1532));
     assert_eq!(out.series.reserved.len(), 4622);
-    assert_eq!(out.series.reserved.iter().max().copied(), Some(r.peak_reserved));
-    assert_eq!(out.series.allocated.iter().max().copied(), Some(r.peak_allocated));
+    assert_eq!(
+        out.series.reserved.iter().max().copied(),
+        Some(r.peak_reserved)
+    );
+    assert_eq!(
+        out.series.allocated.iter().max().copied(),
+        Some(r.peak_allocated)
+    );
     assert_eq!(r.peak_requested, 321_184_728);
-    assert!((r.reserved_over_requested - r.peak_reserved as f64 / r.peak_requested as f64).abs() < 1e-12);
+    assert!(
+        (r.reserved_over_requested - r.peak_reserved as f64 / r.peak_requested as f64).abs()
+            < 1e-12
+    );
     let json = serde_json::to_value(r).unwrap();
-    let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+    let keys: Vec<&str> = json
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     let mut want = vec![
-        "trace", "device", "mode", "events", "allocs", "peak_requested", "peak_allocated", "peak_reserved",
-        "reserved_over_requested", "segment_allocs", "segment_frees", "alloc_retries", "ooms", "alloc_ns_mean",
-        "alloc_ns_p99", "free_ns_mean", "wall_s",
+        "trace",
+        "device",
+        "mode",
+        "events",
+        "allocs",
+        "peak_requested",
+        "peak_allocated",
+        "peak_reserved",
+        "reserved_over_requested",
+        "segment_allocs",
+        "segment_frees",
+        "alloc_retries",
+        "ooms",
+        "alloc_ns_mean",
+        "alloc_ns_p99",
+        "free_ns_mean",
+        "wall_s",
     ];
     want.sort_unstable();
     let mut keys = keys;
@@ -92,7 +152,14 @@ fn bundled_trace_replays_with_series() {
 }
 
 fn replay_text(text: &str) -> Result<replay::ReplayOutcome, ReplayError> {
-    replay::run_reader("inline", text.as_bytes(), &ReplayOptions { record_series: true, ..ReplayOptions::default() })
+    replay::run_reader(
+        "inline",
+        text.as_bytes(),
+        &ReplayOptions {
+            record_series: true,
+            ..ReplayOptions::default()
+        },
+    )
 }
 
 #[test]
@@ -114,18 +181,27 @@ fn plain_text_trace_with_held_back_free() {
     // One sample per event of a known action (`oom` and `snapshot` are skipped).
     assert_eq!(out.series.allocated, vec![0, 4096, 0, 4096, 4096, 8192]);
     assert_eq!(out.series.requested, vec![0, 4096, 0, 4096, 4096, 8192]);
-    assert_eq!(out.series.reserved, vec![2 << 20; 6][..].iter().enumerate().map(|(i, r)| if i == 0 { 0 } else { *r }).collect::<Vec<_>>());
+    const SEG: u64 = 2 << 20;
+    assert_eq!(out.series.reserved, vec![0, SEG, SEG, SEG, SEG, SEG]);
 }
 
 #[test]
 fn malformed_line_names_its_number_and_text() {
     let err = replay_text("# h\nalloc 1 2 0\nalloc 1 two 0\n").unwrap_err();
     match err {
-        ReplayError::Malformed { line, text } => assert_eq!((line, text.as_str()), (3, "alloc 1 two 0")),
+        ReplayError::Malformed { line, text } => {
+            assert_eq!((line, text.as_str()), (3, "alloc 1 two 0"))
+        }
         other => panic!("{other:?}"),
     }
-    assert!(matches!(replay_text("alloc 1 2\n"), Err(ReplayError::Malformed { line: 1, .. })));
-    assert!(matches!(replay_text("free_requested 1 2 0 9\n"), Err(ReplayError::Malformed { line: 1, .. })));
+    assert!(matches!(
+        replay_text("alloc 1 2\n"),
+        Err(ReplayError::Malformed { line: 1, .. })
+    ));
+    assert!(matches!(
+        replay_text("free_requested 1 2 0 9\n"),
+        Err(ReplayError::Malformed { line: 1, .. })
+    ));
     assert!(replay_text("segment_map 1 2 0\nuser_defined whatever\n").is_ok());
 }
 

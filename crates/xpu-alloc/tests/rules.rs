@@ -63,26 +63,49 @@ fn split_predicate() {
     let c = AllocConfig::default();
     assert!(size::should_split(PoolKind::Small, 1024, 512, &c));
     assert!(!size::should_split(PoolKind::Small, 512, 512, &c));
-    assert!(!size::should_split(PoolKind::Large, 20 * MIB, 19 * MIB, &c), "remainder of exactly 1 MiB");
-    assert!(size::should_split(PoolKind::Large, 20 * MIB, 19 * MIB - 512, &c));
+    assert!(
+        !size::should_split(PoolKind::Large, 20 * MIB, 19 * MIB, &c),
+        "remainder of exactly 1 MiB"
+    );
+    assert!(size::should_split(
+        PoolKind::Large,
+        20 * MIB,
+        19 * MIB - 512,
+        &c
+    ));
     let capped = AllocConfig::parse("max_split_size_mb:20").unwrap();
-    assert!(!size::should_split(PoolKind::Large, 60 * MIB, 30 * MIB, &capped), "request >= max_split_size");
+    assert!(
+        !size::should_split(PoolKind::Large, 60 * MIB, 30 * MIB, &capped),
+        "request >= max_split_size"
+    );
 }
 
-/// (segment size, block sizes) of every segment, by address.
-fn layout(core: &DeviceCore) -> Vec<(u64, Vec<(u64, BlockState)>)> {
-    core.snapshot().into_iter().map(|s| (s.size, s.blocks.iter().map(|b| (b.size, b.state)).collect())).collect()
+/// (segment size, (block size, state) of its blocks), by address.
+type Layout = Vec<(u64, Vec<(u64, BlockState)>)>;
+
+/// The layout of every segment.
+fn layout(core: &DeviceCore) -> Layout {
+    core.snapshot()
+        .into_iter()
+        .map(|s| (s.size, s.blocks.iter().map(|b| (b.size, b.state)).collect()))
+        .collect()
 }
 
 #[test]
 fn split_vectors_on_a_fresh_allocator() {
     use BlockState::{Allocated as A, Inactive as I};
-    let cases: [(u64, Vec<(u64, Vec<(u64, BlockState)>)>); 5] = [
+    let cases: [(u64, Layout); 5] = [
         (1, vec![(2 * MIB, vec![(512, A), (2 * MIB - 512, I)])]),
         (MIB, vec![(2 * MIB, vec![(MIB, A), (MIB, I)])]),
-        (MIB + 1, vec![(20 * MIB, vec![(MIB + 512, A), (19 * MIB - 512, I)])]),
+        (
+            MIB + 1,
+            vec![(20 * MIB, vec![(MIB + 512, A), (19 * MIB - 512, I)])],
+        ),
         (10 * MIB, vec![(10 * MIB, vec![(10 * MIB, A)])]),
-        (12 * MIB + 1, vec![(14 * MIB, vec![(12 * MIB + 512, A), (2 * MIB - 512, I)])]),
+        (
+            12 * MIB + 1,
+            vec![(14 * MIB, vec![(12 * MIB + 512, A), (2 * MIB - 512, I)])],
+        ),
     ];
     for (request, want) in cases {
         let (core, _) = sim_core(GIB, "");
@@ -137,7 +160,12 @@ fn oversize_rules() {
     assert_ne!(q.address(), big_addr);
     assert_eq!(source.live_segments(), 3);
     // With a larger max_non_split_rounding the same request takes it.
-    core.set_config(AllocConfig::parse("max_split_size_mb:20,max_non_split_rounding_mb:40,release_policy:on_oom").unwrap());
+    core.set_config(
+        AllocConfig::parse(
+            "max_split_size_mb:20,max_non_split_rounding_mb:40,release_policy:on_oom",
+        )
+        .unwrap(),
+    );
     let r = core.allocate(20 * MIB, &s).unwrap();
     assert_eq!((r.address(), r.allocated_size()), (big_addr, 40 * MIB));
     drop(q);
@@ -153,14 +181,35 @@ fn coalescing_within_a_segment() {
     assert_eq!(b.address(), a.address() + 1024);
     drop(b);
     let st = core.memory_stats();
-    assert_eq!((st.inactive_split.all.current, st.inactive_split_bytes.all.current), (2, 1024 + (2 * MIB as i64 - 3072)));
+    assert_eq!(
+        (
+            st.inactive_split.all.current,
+            st.inactive_split_bytes.all.current
+        ),
+        (2, 1024 + (2 * MIB as i64 - 3072))
+    );
     drop(a);
     let st = core.memory_stats();
-    assert_eq!((st.inactive_split.all.current, st.inactive_split_bytes.all.current), (2, 2048 + (2 * MIB as i64 - 3072)));
+    assert_eq!(
+        (
+            st.inactive_split.all.current,
+            st.inactive_split_bytes.all.current
+        ),
+        (2, 2048 + (2 * MIB as i64 - 3072))
+    );
     drop(c);
     let st = core.memory_stats();
-    assert_eq!((st.inactive_split.all.current, st.inactive_split_bytes.all.current), (0, 0));
-    assert_eq!(layout(&core), vec![(2 * MIB, vec![(2 * MIB, BlockState::Inactive)])]);
+    assert_eq!(
+        (
+            st.inactive_split.all.current,
+            st.inactive_split_bytes.all.current
+        ),
+        (0, 0)
+    );
+    assert_eq!(
+        layout(&core),
+        vec![(2 * MIB, vec![(2 * MIB, BlockState::Inactive)])]
+    );
 }
 
 #[test]
@@ -172,7 +221,11 @@ fn blocks_stay_with_their_stream() {
     let addr = a.address();
     drop(a);
     let b = core.allocate(4096, &s1).unwrap();
-    assert_ne!(b.address(), addr, "a cached block of another stream is not reused while memory is available");
+    assert_ne!(
+        b.address(),
+        addr,
+        "a cached block of another stream is not reused while memory is available"
+    );
     let c = core.allocate(4096, &s0).unwrap();
     assert_eq!(c.address(), addr);
 }
@@ -192,11 +245,23 @@ fn format_size_vectors() {
 fn before_grow_consolidates_idle_segments_instead_of_growing() {
     let (core, source) = sim_core(GIB, "");
     let (_, s) = stream(0);
-    let blocks: Vec<_> = [12, 14, 16].iter().map(|m| core.allocate(m * MIB, &s).unwrap()).collect();
+    let blocks: Vec<_> = [12, 14, 16]
+        .iter()
+        .map(|m| core.allocate(m * MIB, &s).unwrap())
+        .collect();
     drop(blocks);
     // 42 MiB cached in three idle segments; a 30 MiB request would raise the high-water mark.
     let p = core.allocate(30 * MIB, &s).unwrap();
-    assert_eq!(layout(&core), vec![(42 * MIB, vec![(30 * MIB, BlockState::Allocated), (12 * MIB, BlockState::Inactive)])]);
+    assert_eq!(
+        layout(&core),
+        vec![(
+            42 * MIB,
+            vec![
+                (30 * MIB, BlockState::Allocated),
+                (12 * MIB, BlockState::Inactive)
+            ]
+        )]
+    );
     assert_eq!(core.max_memory_reserved(), 42 * MIB);
     let st = core.memory_stats();
     assert_eq!((st.num_device_alloc, st.num_device_free), (4, 3));
@@ -204,7 +269,10 @@ fn before_grow_consolidates_idle_segments_instead_of_growing() {
     drop(p);
     // PyTorch's policy grows instead.
     let (core, _) = sim_core(GIB, "release_policy:on_oom");
-    let blocks: Vec<_> = [12, 14, 16].iter().map(|m| core.allocate(m * MIB, &s).unwrap()).collect();
+    let blocks: Vec<_> = [12, 14, 16]
+        .iter()
+        .map(|m| core.allocate(m * MIB, &s).unwrap())
+        .collect();
     drop(blocks);
     let _p = core.allocate(30 * MIB, &s).unwrap();
     assert_eq!(core.max_memory_reserved(), 72 * MIB);

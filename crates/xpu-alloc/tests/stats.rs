@@ -7,7 +7,12 @@ use common::{sim_core, stream, GIB, MIB};
 use xpu_alloc::{Stat, StatArray};
 
 fn stat(current: u64, peak: u64, allocated: u64, freed: u64) -> Stat {
-    Stat { current: current as i64, peak: peak as i64, allocated: allocated as i64, freed: freed as i64 }
+    Stat {
+        current: current as i64,
+        peak: peak as i64,
+        allocated: allocated as i64,
+        freed: freed as i64,
+    }
 }
 
 #[test]
@@ -18,16 +23,39 @@ fn stats_after_a_known_sequence() {
     let b = core.allocate(3 * MIB, &s).unwrap(); // large: 3 MiB from a 20 MiB segment
     drop(a);
     let st = core.memory_stats();
-    let counts = StatArray { all: stat(1, 2, 2, 1), small_pool: stat(0, 1, 1, 1), large_pool: stat(1, 1, 1, 0) };
+    let counts = StatArray {
+        all: stat(1, 2, 2, 1),
+        small_pool: stat(0, 1, 1, 1),
+        large_pool: stat(1, 1, 1, 0),
+    };
     assert_eq!(st.allocation, counts);
     assert_eq!(st.active, counts);
-    assert_eq!(st.segment, StatArray { all: stat(2, 2, 2, 0), small_pool: stat(1, 1, 1, 0), large_pool: stat(1, 1, 1, 0) });
-    assert_eq!(st.inactive_split, StatArray { all: stat(1, 2, 2, 1), small_pool: stat(0, 1, 1, 1), large_pool: stat(1, 1, 1, 0) });
+    assert_eq!(
+        st.segment,
+        StatArray {
+            all: stat(2, 2, 2, 0),
+            small_pool: stat(1, 1, 1, 0),
+            large_pool: stat(1, 1, 1, 0)
+        }
+    );
+    assert_eq!(
+        st.inactive_split,
+        StatArray {
+            all: stat(1, 2, 2, 1),
+            small_pool: stat(0, 1, 1, 1),
+            large_pool: stat(1, 1, 1, 0)
+        }
+    );
     let small_rest = 2 * MIB - 1024;
     assert_eq!(
         st.inactive_split_bytes,
         StatArray {
-            all: stat(17 * MIB, small_rest + 17 * MIB, small_rest + 17 * MIB, small_rest),
+            all: stat(
+                17 * MIB,
+                small_rest + 17 * MIB,
+                small_rest + 17 * MIB,
+                small_rest
+            ),
             small_pool: stat(0, small_rest, small_rest, small_rest),
             large_pool: stat(17 * MIB, 17 * MIB, 17 * MIB, 0),
         }
@@ -41,13 +69,30 @@ fn stats_after_a_known_sequence() {
     assert_eq!(st.active_bytes, bytes);
     assert_eq!(
         st.reserved_bytes,
-        StatArray { all: stat(22 * MIB, 22 * MIB, 22 * MIB, 0), small_pool: stat(2 * MIB, 2 * MIB, 2 * MIB, 0), large_pool: stat(20 * MIB, 20 * MIB, 20 * MIB, 0) }
+        StatArray {
+            all: stat(22 * MIB, 22 * MIB, 22 * MIB, 0),
+            small_pool: stat(2 * MIB, 2 * MIB, 2 * MIB, 0),
+            large_pool: stat(20 * MIB, 20 * MIB, 20 * MIB, 0)
+        }
     );
     assert_eq!(
         st.requested_bytes,
-        StatArray { all: stat(3 * MIB, 3 * MIB + 1000, 3 * MIB + 1000, 1000), small_pool: stat(0, 1000, 1000, 1000), large_pool: stat(3 * MIB, 3 * MIB, 3 * MIB, 0) }
+        StatArray {
+            all: stat(3 * MIB, 3 * MIB + 1000, 3 * MIB + 1000, 1000),
+            small_pool: stat(0, 1000, 1000, 1000),
+            large_pool: stat(3 * MIB, 3 * MIB, 3 * MIB, 0)
+        }
     );
-    assert_eq!((st.num_device_alloc, st.num_device_free, st.num_alloc_retries, st.num_ooms, st.num_sync_all_streams), (2, 0, 0, 0, 0));
+    assert_eq!(
+        (
+            st.num_device_alloc,
+            st.num_device_free,
+            st.num_alloc_retries,
+            st.num_ooms,
+            st.num_sync_all_streams
+        ),
+        (2, 0, 0, 0, 0)
+    );
     assert_eq!(st.max_split_size, -1);
     assert_eq!(core.memory_allocated(), 3 * MIB);
     assert_eq!(core.max_memory_allocated(), 3 * MIB + 1024);
@@ -64,7 +109,10 @@ fn stats_after_a_known_sequence() {
 
     core.reset_peak_stats();
     assert_eq!(core.max_memory_allocated(), 3 * MIB);
-    assert_eq!(core.memory_stats().inactive_split_bytes.all.peak, 17 * MIB as i64);
+    assert_eq!(
+        core.memory_stats().inactive_split_bytes.all.peak,
+        17 * MIB as i64
+    );
     core.reset_accumulated_stats();
     let st = core.memory_stats();
     assert_eq!(st.allocation.all, stat(1, 1, 0, 0));
@@ -80,7 +128,10 @@ fn stats_after_a_known_sequence() {
 fn max_split_size_is_reported() {
     let (core, _) = sim_core(GIB, "max_split_size_mb:64");
     assert_eq!(core.memory_stats().max_split_size, 64 * MIB as i64);
-    assert_eq!(core.memory_stats().flat()["max_split_size"], 64 * MIB as i64);
+    assert_eq!(
+        core.memory_stats().flat()["max_split_size"],
+        64 * MIB as i64
+    );
 }
 
 #[test]
@@ -89,7 +140,10 @@ fn zero_size_allocation_touches_nothing() {
     let (_, s) = stream(0);
     let p = core.allocate(0, &s).unwrap();
     assert!(p.is_empty());
-    assert_eq!((p.address(), p.size(), p.allocated_size(), p.stream()), (0, 0, 0, None));
+    assert_eq!(
+        (p.address(), p.size(), p.allocated_size(), p.stream()),
+        (0, 0, 0, None)
+    );
     drop(p);
     assert_eq!(core.memory_stats().allocation.all.allocated, 0);
     assert_eq!(source.attempts(), 0);

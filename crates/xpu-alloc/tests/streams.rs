@@ -17,8 +17,18 @@ fn record_stream_defers_reuse_until_the_marker_completes() {
     core.record_stream(&a, &s1).unwrap();
     drop(a);
     let st = core.memory_stats();
-    assert_eq!((st.allocation.all.current, st.allocated_bytes.all.current), (0, 0));
-    assert_eq!((st.active.all.current, st.active_bytes.all.current, st.requested_bytes.all.current), (1, 4096, 4096));
+    assert_eq!(
+        (st.allocation.all.current, st.allocated_bytes.all.current),
+        (0, 0)
+    );
+    assert_eq!(
+        (
+            st.active.all.current,
+            st.active_bytes.all.current,
+            st.requested_bytes.all.current
+        ),
+        (1, 4096, 4096)
+    );
     assert_eq!(side.markers_recorded(), 1);
     let b = core.allocate(4096, &s0).unwrap();
     assert_ne!(b.address(), addr, "pending block not reused");
@@ -48,7 +58,10 @@ fn record_stream_of_a_foreign_pointer_is_an_error() {
     let (other, _) = sim_core(GIB, "");
     let (_, s) = stream(0);
     let p = other.allocate(4096, &s).unwrap();
-    assert!(matches!(core.record_stream(&p, &s), Err(xpu_alloc::AllocError::InvalidDevicePointer { .. })));
+    assert!(matches!(
+        core.record_stream(&p, &s),
+        Err(xpu_alloc::AllocError::InvalidDevicePointer { .. })
+    ));
 }
 
 #[test]
@@ -68,7 +81,11 @@ fn pending_frees_of_different_streams_do_not_block_each_other() {
     drop(x); // pending on the slow stream
     drop(y); // pending on an idle stream, freed later than x
     let p = core.allocate(1 << 16, &s0).unwrap();
-    assert_eq!(p.address(), ya, "y is reusable although x, freed first, is still pending");
+    assert_eq!(
+        p.address(),
+        ya,
+        "y is reusable although x, freed first, is still pending"
+    );
     let q = core.allocate(1 << 16, &s0).unwrap();
     assert_ne!(q.address(), xa);
     slow.open_gate();
@@ -122,10 +139,22 @@ fn cross_stream_reuse_under_pressure_orders_by_a_marker() {
     drop(a);
     owner.close_gate(); // work that used the segment is still running on stream 0
     let b = core.allocate(40 * MIB, &s1).unwrap();
-    assert_eq!(b.address(), addr, "the cached segment of stream 0 is reused");
+    assert_eq!(
+        b.address(),
+        addr,
+        "the cached segment of stream 0 is reused"
+    );
     assert_eq!((owner.markers_recorded(), taker.waits()), (1, 1));
     let st = core.memory_stats();
-    assert_eq!((st.num_device_alloc, st.num_device_free, st.num_alloc_retries, st.num_sync_all_streams), (1, 0, 0, 0));
+    assert_eq!(
+        (
+            st.num_device_alloc,
+            st.num_device_free,
+            st.num_alloc_retries,
+            st.num_sync_all_streams
+        ),
+        (1, 0, 0, 0)
+    );
     // Work enqueued on stream 1 now runs after stream 0's work.
     let later = taker.record_marker().unwrap();
     assert!(!later.is_complete());

@@ -10,7 +10,9 @@ use common::{sim_core, stream, GIB, MIB};
 use xpu_alloc::{AllocError, DataPtr, DeviceCore, SimulatedSource};
 
 fn sizes(seed: u64) -> impl Iterator<Item = u64> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     std::iter::from_fn(move || {
         x ^= x << 13;
         x ^= x >> 7;
@@ -77,7 +79,14 @@ fn hammer(core: &DeviceCore, source: &Arc<SimulatedSource>, threads: u64, ops: u
     assert_eq!(reserved, source.used());
     assert_eq!(core.memory_reserved(), source.used());
     core.empty_cache();
-    assert_eq!((source.used(), source.live_segments(), core.memory_reserved()), (0, 0, 0));
+    assert_eq!(
+        (
+            source.used(),
+            source.live_segments(),
+            core.memory_reserved()
+        ),
+        (0, 0, 0)
+    );
 }
 
 #[test]

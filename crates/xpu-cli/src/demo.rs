@@ -6,7 +6,8 @@
 //!    default device with real OpenCL memory (progress bar), its summary next to the
 //!    simulated replay's peaks and PyTorch's, and the allocator's `memory_summary`;
 //! 3. the two-stream pipeline with event timings;
-//! 4. an SVG plot of the replay, written to a path it prints.
+//! 4. an SVG plot of the replay and a snapshot pickle for PyTorch's memory visualizer,
+//!    written to paths it prints.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -15,7 +16,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 
 use crate::info::format_bytes;
-use crate::replay::{self, compare, Mode};
+use crate::replay::{self, compare, Mode, Record};
 
 /// File name of the bundled trace.
 const TRACE: &str = "resnet18_train_small.trace.gz";
@@ -37,7 +38,8 @@ pub struct Args {
 
 /// The repository root this binary was built from.
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.canonicalize().unwrap_or(root)
 }
 
 /// The bundled trace: under `data/traces` of the working directory, of an ancestor of the
@@ -92,11 +94,20 @@ fn replay_stage(args: &Args, device: usize) -> anyhow::Result<bool> {
         "\n== replay of {} on device {device} with real OpenCL memory (the caching allocator)\n",
         trace.display()
     ))?;
-    let real = replay::replay_file(&trace, Mode::Device(device), None, true, true)?;
+    let real = replay::replay_file(
+        &trace,
+        Mode::Device(device),
+        None,
+        Record {
+            series: true,
+            progress: true,
+            history: true,
+        },
+    )?;
     let r = &real.outcome.report;
     say(&replay::render_summary(r))?;
     say("\n== the same trace on a simulated device (no memory touched)\n")?;
-    let sim = replay::replay_file(&trace, Mode::H200, None, false, false)?;
+    let sim = replay::replay_file(&trace, Mode::H200, None, Record::default())?;
     let s = &sim.outcome.report;
     let same = (s.peak_allocated, s.peak_reserved, s.segment_allocs)
         == (r.peak_allocated, r.peak_reserved, r.segment_allocs);
@@ -130,6 +141,16 @@ fn replay_stage(args: &Args, device: usize) -> anyhow::Result<bool> {
         "\n== plot of allocated and reserved bytes over the trace: {}\n",
         path.display()
     ))?;
+    if let Some(snapshot) = &real.outcome.snapshot {
+        let pickle = path.with_extension("pickle");
+        snapshot.save(&pickle)?;
+        say(&format!(
+            "== snapshot with the replay's {} history entries, for PyTorch's memory visualizer \
+             (pytorch.org/memory_viz): {}\n",
+            snapshot.device_traces.iter().map(Vec::len).sum::<usize>(),
+            pickle.display()
+        ))?;
+    }
     Ok(same)
 }
 

@@ -46,6 +46,11 @@ pub struct Args {
     /// Show PyTorch's figures for the trace next to ours.
     #[arg(long)]
     pub compare: bool,
+    /// Record the allocator's history during the replay and write a snapshot with it at the
+    /// end: a pickle for PyTorch's memory visualizer when the name ends in `.pickle` or
+    /// `.pkl`, JSON otherwise.
+    #[arg(long, value_name = "FILE")]
+    pub snapshot: Option<PathBuf>,
 }
 
 /// Where a replay allocates.
@@ -122,8 +127,18 @@ fn device_target(
     ))
 }
 
-/// Replays the trace at `path` in `mode`. With `progress`, draws a progress bar on stderr
-/// (hidden when stderr is not a terminal).
+/// What a replay records besides its report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Record {
+    /// Allocated and reserved bytes after every event (for a plot).
+    pub series: bool,
+    /// A progress bar on stderr (hidden when stderr is not a terminal).
+    pub progress: bool,
+    /// The allocator's history, and a snapshot with it at the end.
+    pub history: bool,
+}
+
+/// Replays the trace at `path` in `mode`, recording what `record` asks for.
 ///
 /// # Errors
 /// An unreadable or malformed trace (the error names the line number and the line), a bad
@@ -132,8 +147,7 @@ pub fn replay_file(
     path: &Path,
     mode: Mode,
     config: Option<&str>,
-    series: bool,
-    progress: bool,
+    record: Record,
 ) -> anyhow::Result<Replayed> {
     let (target, core) = match mode {
         Mode::Simulate {
@@ -151,7 +165,7 @@ pub fn replay_file(
             (target, Some(core))
         }
     };
-    let bar = progress.then(|| {
+    let bar = record.progress.then(|| {
         let bar = ProgressBar::new(0);
         bar.set_style(
             ProgressStyle::with_template("  replaying {bar:40} {pos}/{len} events ({elapsed})")
@@ -162,13 +176,14 @@ pub fn replay_file(
     let options = ReplayOptions {
         target,
         config: config.map(str::to_owned),
-        record_series: series,
+        record_series: record.series,
         progress: bar.clone().map(|bar| -> replay::ProgressFn {
             Arc::new(move |done, total| {
                 bar.set_length(total as u64);
                 bar.set_position(done as u64);
             })
         }),
+        history: record.history.then_some(usize::MAX),
     };
     let result =
         replay::run(path, &options).with_context(|| format!("replaying {}", path.display()));
@@ -232,14 +247,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     } else {
         Mode::Device(args.device.unwrap_or_else(xpu_device::current_device))
     };
-    let progress = matches!(mode, Mode::Device(_));
-    let replayed = replay_file(
-        &args.trace,
-        mode,
-        args.config.as_deref(),
-        args.plot.is_some(),
-        progress,
-    )?;
+    let record = Record {
+        series: args.plot.is_some(),
+        progress: matches!(mode, Mode::Device(_)),
+        history: args.snapshot.is_some(),
+    };
+    let replayed = replay_file(&args.trace, mode, args.config.as_deref(), record)?;
     let report = &replayed.outcome.report;
     let reference = if args.compare {
         compare::reference_for(&args.trace)
@@ -253,6 +266,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             &format!("{} ({})", report.trace, report.mode),
         )?;
         eprintln!("plot written to {}", path.display());
+    }
+    if let (Some(path), Some(snapshot)) = (&args.snapshot, &replayed.outcome.snapshot) {
+        snapshot
+            .save(path)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("snapshot written to {}", path.display());
     }
     if args.json {
         let mut value = serde_json::to_value(report)?;

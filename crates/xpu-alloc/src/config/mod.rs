@@ -41,9 +41,22 @@ pub enum ReleasePolicy {
     /// PyTorch's behavior: cached segments are released only on the OOM path and by
     /// `empty_cache`.
     OnOom,
-    /// Before allocating a new segment that would raise the reserved bytes above their
-    /// previous high-water mark, release this stream's idle cached whole segments that
-    /// cannot serve the request (lowers the peak reserved; see the crate docs).
+    /// Beyond PyTorch, lowers the peak reserved memory without more segment allocations:
+    /// 1. **Consolidation (large pool).** When a new large segment of `S` bytes would raise
+    ///    the device's reserved bytes above their highest value so far, and the stream's
+    ///    idle cached whole large segments (none of which could serve the request) add up to
+    ///    at least `S`, they are released and one segment of their total size is allocated
+    ///    instead: the request is served without the reserved bytes growing, and the rest of
+    ///    the new segment is one contiguous free block. Skipped when the merged segment
+    ///    would exceed the device's largest allocation or be an oversize block for a
+    ///    request below `max_split_size`.
+    /// 2. **Small-pool growth.** A new small-pool segment is 2 MiB while the stream's small
+    ///    pool holds less than 16 MiB, then `floor_pow2(small pool bytes / 4)`, at most
+    ///    16 MiB: overhead stays within a quarter of the small pool's use while segment
+    ///    allocations grow logarithmically instead of linearly.
+    ///
+    /// Releasing idle segments without consolidating (a plain "release before growing")
+    /// also lowered the peaks on the traces but made up to 2.6x more segment allocations.
     #[default]
     BeforeGrow,
 }

@@ -52,10 +52,14 @@ struct Tokens {
 
 impl Tokens {
     fn next(&mut self, what: &str) -> Result<String, ConfigError> {
-        let token = self.tokens.get(self.index).cloned().ok_or_else(|| ConfigError::Syntax {
-            index: self.index,
-            message: format!("expected {what} but reached the end of the config"),
-        })?;
+        let token = self
+            .tokens
+            .get(self.index)
+            .cloned()
+            .ok_or_else(|| ConfigError::Syntax {
+                index: self.index,
+                message: format!("expected {what} but reached the end of the config"),
+            })?;
         self.index += 1;
         Ok(token)
     }
@@ -66,7 +70,10 @@ impl Tokens {
         if token == separator {
             Ok(())
         } else {
-            Err(ConfigError::Syntax { index: at, message: format!("expected '{separator}' but got '{token}'") })
+            Err(ConfigError::Syntax {
+                index: at,
+                message: format!("expected '{separator}' but got '{token}'"),
+            })
         }
     }
 
@@ -74,7 +81,10 @@ impl Tokens {
         let at = self.index;
         let token = self.next(what)?;
         if is_separator(&token) {
-            return Err(ConfigError::Syntax { index: at, message: format!("expected {what} but got '{token}'") });
+            return Err(ConfigError::Syntax {
+                index: at,
+                message: format!("expected {what} but got '{token}'"),
+            });
         }
         Ok(token)
     }
@@ -95,7 +105,10 @@ impl Tokens {
                 continue;
             }
             if is_separator(&first) && first != ">" {
-                return Err(ConfigError::Syntax { index: at, message: format!("expected a list entry but got '{first}'") });
+                return Err(ConfigError::Syntax {
+                    index: at,
+                    message: format!("expected a list entry but got '{first}'"),
+                });
             }
             self.expect(":")?;
             let second = self.word("a list value")?;
@@ -105,7 +118,11 @@ impl Tokens {
 }
 
 fn invalid(key: &str, value: &Value, expected: &str) -> ConfigError {
-    ConfigError::InvalidValue { key: key.to_owned(), value: value.text(), expected: expected.to_owned() }
+    ConfigError::InvalidValue {
+        key: key.to_owned(),
+        value: value.text(),
+        expected: expected.to_owned(),
+    }
 }
 
 fn scalar<'v>(key: &str, value: &'v Value, expected: &str) -> Result<&'v str, ConfigError> {
@@ -116,7 +133,9 @@ fn scalar<'v>(key: &str, value: &'v Value, expected: &str) -> Result<&'v str, Co
 }
 
 fn integer(key: &str, value: &Value, expected: &str) -> Result<u64, ConfigError> {
-    scalar(key, value, expected)?.parse::<u64>().map_err(|_| invalid(key, value, expected))
+    scalar(key, value, expected)?
+        .parse::<u64>()
+        .map_err(|_| invalid(key, value, expected))
 }
 
 fn megabytes(key: &str, value: &Value, min_mb: u64, expected: &str) -> Result<u64, ConfigError> {
@@ -124,7 +143,8 @@ fn megabytes(key: &str, value: &Value, min_mb: u64, expected: &str) -> Result<u6
     if mb < min_mb {
         return Err(invalid(key, value, expected));
     }
-    mb.checked_mul(MIB).ok_or_else(|| invalid(key, value, expected))
+    mb.checked_mul(MIB)
+        .ok_or_else(|| invalid(key, value, expected))
 }
 
 fn boolean(key: &str, value: &Value) -> Result<bool, ConfigError> {
@@ -140,7 +160,8 @@ fn interval_index(mb: u64) -> usize {
 }
 
 fn roundup_divisions(key: &str, value: &Value) -> Result<[u64; ROUNDUP_INTERVALS], ConfigError> {
-    const SINGLE: &str = "a power of two, or a list [MB:N,...,>:N] with MB a power of two and N 0 or a power of two";
+    const SINGLE: &str =
+        "a power of two, or a list [MB:N,...,>:N] with MB a power of two and N 0 or a power of two";
     let mut out = [0u64; ROUNDUP_INTERVALS];
     match value {
         Value::Scalar(_) => {
@@ -202,13 +223,17 @@ fn apply(config: &mut AllocConfig, key: &str, value: &Value) -> Result<(), Confi
         }
         "garbage_collection_threshold" => {
             const EXPECTED: &str = "a number in the open interval (0.0, 1.0)";
-            let x: f64 = scalar(key, value, EXPECTED)?.parse().map_err(|_| invalid(key, value, EXPECTED))?;
+            let x: f64 = scalar(key, value, EXPECTED)?
+                .parse()
+                .map_err(|_| invalid(key, value, EXPECTED))?;
             if !(x > 0.0 && x < 1.0) {
                 return Err(invalid(key, value, EXPECTED));
             }
             config.garbage_collection_threshold = x;
         }
-        "roundup_power2_divisions" => config.roundup_power2_divisions = roundup_divisions(key, value)?,
+        "roundup_power2_divisions" => {
+            config.roundup_power2_divisions = roundup_divisions(key, value)?
+        }
         "expandable_segments" => {
             if boolean(key, value)? {
                 return Err(ConfigError::Unsupported {
@@ -221,7 +246,9 @@ fn apply(config: &mut AllocConfig, key: &str, value: &Value) -> Result<(), Confi
             }
             config.expandable_segments = false;
         }
-        "pinned_use_background_threads" => config.pinned_use_background_threads = boolean(key, value)?,
+        "pinned_use_background_threads" => {
+            config.pinned_use_background_threads = boolean(key, value)?
+        }
         "pinned_num_register_threads" => {
             const EXPECTED: &str = "a power of two between 1 and 128";
             let n = integer(key, value, EXPECTED)?;
@@ -231,7 +258,8 @@ fn apply(config: &mut AllocConfig, key: &str, value: &Value) -> Result<(), Confi
             config.pinned_num_register_threads = n;
         }
         "pinned_reserve_segment_size_mb" => {
-            config.pinned_reserve_segment_size = megabytes(key, value, 1, "an integer number of MiB > 0")?;
+            config.pinned_reserve_segment_size =
+                megabytes(key, value, 1, "an integer number of MiB > 0")?;
         }
         "memory_kind" => {
             config.memory_kind = match scalar(key, value, "buffer or svm")? {
@@ -248,14 +276,20 @@ fn apply(config: &mut AllocConfig, key: &str, value: &Value) -> Result<(), Confi
             };
         }
         _ => {
-            return Err(ConfigError::UnknownKey { key: key.to_owned(), allowed: AllocConfig::KEYS.join(", ") });
+            return Err(ConfigError::UnknownKey {
+                key: key.to_owned(),
+                allowed: AllocConfig::KEYS.join(", "),
+            });
         }
     }
     Ok(())
 }
 
 pub(super) fn parse(text: &str) -> Result<AllocConfig, ConfigError> {
-    let mut tokens = Tokens { tokens: tokenize(text), index: 0 };
+    let mut tokens = Tokens {
+        tokens: tokenize(text),
+        index: 0,
+    };
     let mut entries: Vec<(String, Value)> = Vec::new();
     let mut more = !tokens.tokens.is_empty();
     while more {

@@ -108,7 +108,12 @@ fn entry<'v>(entries: &'v mut Vec<Entry>, shared: &Arc<DeviceShared>) -> &'v mut
         return &mut entries[pos];
     }
     entries.retain(|e| e.shared.strong_count() > 0);
-    entries.push(Entry { id: shared.id, shared: Arc::downgrade(shared), cell: shared.stats.register(), shard: Vec::new() });
+    entries.push(Entry {
+        id: shared.id,
+        shared: Arc::downgrade(shared),
+        cell: shared.stats.register(),
+        shard: Vec::new(),
+    });
     let last = entries.len() - 1;
     &mut entries[last]
 }
@@ -120,14 +125,20 @@ pub(crate) fn with_local<R>(shared: &Arc<DeviceShared>, f: impl FnOnce(Local<'_>
         let mut entries = local.try_borrow_mut().ok()?;
         let f = slot.take()?;
         let e = entry(&mut entries, shared);
-        Some(f(Local { stats: &e.cell, shard: &mut e.shard }))
+        Some(f(Local {
+            stats: &e.cell,
+            shard: &mut e.shard,
+        }))
     });
     if let Ok(Some(result)) = done {
         return result;
     }
     let mut no_cache = Vec::new();
     match slot.take() {
-        Some(f) => f(Local { stats: &shared.stats.fallback, shard: &mut no_cache }),
+        Some(f) => f(Local {
+            stats: &shared.stats.fallback,
+            shard: &mut no_cache,
+        }),
         // `slot` is only emptied right before `f` runs and returns `Some`.
         None => unreachable!("thread-local closure consumed without a result"),
     }

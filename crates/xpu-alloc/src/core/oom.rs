@@ -16,12 +16,18 @@ use crate::stats::MemoryStats;
 
 impl DeviceCore {
     /// Called when the stream's own cache and a new segment both failed.
-    pub(super) fn oom_path(&self, shard: &Arc<Shard>, req: Request, cell: &StatsCell) -> Result<Handed, AllocError> {
+    pub(super) fn oom_path(
+        &self,
+        shard: &Arc<Shard>,
+        req: Request,
+        cell: &StatsCell,
+    ) -> Result<Handed, AllocError> {
         let shared = &*self.inner.shared;
         let failure = {
             let _oom = self.inner.oom_lock.lock();
             let shards = self.all_shards();
-            let mut guards: Vec<MutexGuard<'_, ShardState>> = shards.iter().map(|s| s.lock()).collect();
+            let mut guards: Vec<MutexGuard<'_, ShardState>> =
+                shards.iter().map(|s| s.lock()).collect();
             let me = shard.rank;
             let mut st = cell.stats.lock();
             for g in &mut guards {
@@ -53,13 +59,21 @@ impl DeviceCore {
             requested: req.size,
             segment_size: req.segment_size,
             total,
-            free: shared.source.free_memory().unwrap_or_else(|| total.saturating_sub(shared.reserved())),
+            free: shared
+                .source
+                .free_memory()
+                .unwrap_or_else(|| total.saturating_sub(shared.reserved())),
             allocated: u64::try_from(stats.allocated_bytes.all.current).unwrap_or(0),
             reserved,
             allowed: shared.allowed(),
         };
         tracing::debug!(%report, "allocation failed");
-        shared.history.record(crate::observe::TraceAction::Oom, report.free, req.rounded, shard.key.id);
+        shared.history.record(
+            crate::observe::TraceAction::Oom,
+            report.free,
+            req.rounded,
+            shard.key.id,
+        );
         Err(match failure {
             SegmentFailure::Fraction => AllocError::MemoryFractionExceeded(report),
             _ => AllocError::OutOfMemory(report),
@@ -69,19 +83,23 @@ impl DeviceCore {
 
 /// Moves the best-fitting cached whole free segment of another stream to stream `me`,
 /// ordered after the owner stream's work by a marker, and hands out a block from it.
-fn steal(guards: &mut [MutexGuard<'_, ShardState>], me: usize, req: &Request, st: &mut MemoryStats) -> Option<Handed> {
+fn steal(
+    guards: &mut [MutexGuard<'_, ShardState>],
+    me: usize,
+    req: &Request,
+    st: &mut MemoryStats,
+) -> Option<Handed> {
     let config = guards[me].config.clone();
     let mut best: Option<(u64, u64, usize, u32)> = None;
     for (i, g) in guards.iter().enumerate() {
         if i == me {
             continue;
         }
-        let found = g
-            .whole_free(req.pool)
-            .into_iter()
-            .find(|&(size, _, _)| size >= req.rounded && size::oversize_allows(req.rounded, size, &config));
+        let found = g.whole_free(req.pool).into_iter().find(|&(size, _, _)| {
+            size >= req.rounded && size::oversize_allows(req.rounded, size, &config)
+        });
         if let Some((size, addr, block)) = found {
-            if best.is_none_or_larger(size, addr) {
+            if best.is_none_or(|(s, a, _, _)| (size, addr) < (s, a)) {
                 best = Some((size, addr, i, block));
             }
         }
@@ -101,14 +119,4 @@ fn steal(guards: &mut [MutexGuard<'_, ShardState>], me: usize, req: &Request, st
     let segment = guards[owner].take_segment(block)?;
     let adopted = guards[me].adopt_segment(segment);
     Some(guards[me].alloc_found_block(adopted, req, st))
-}
-
-trait BestCandidate {
-    fn is_none_or_larger(&self, size: u64, addr: u64) -> bool;
-}
-
-impl BestCandidate for Option<(u64, u64, usize, u32)> {
-    fn is_none_or_larger(&self, size: u64, addr: u64) -> bool {
-        self.map_or(true, |(s, a, _, _)| (size, addr) < (s, a))
-    }
 }

@@ -5,10 +5,13 @@ use std::collections::VecDeque;
 
 use crate::stream::{Marker, StreamKey};
 
+/// Markers of one stream with the blocks they free, oldest first.
+type Fifo = VecDeque<(Box<dyn Marker>, u32)>;
+
 /// Markers waiting to complete, one FIFO per stream they were recorded on.
 #[derive(Default)]
 pub(crate) struct Pending {
-    fifos: Vec<(StreamKey, VecDeque<(Box<dyn Marker>, u32)>)>,
+    fifos: Vec<(StreamKey, Fifo)>,
     count: usize,
 }
 

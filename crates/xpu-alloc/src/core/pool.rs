@@ -31,7 +31,10 @@ pub(crate) struct FreePool {
 
 impl Default for FreePool {
     fn default() -> Self {
-        Self { set: Set::Sorted(Vec::new()), searches: 0 }
+        Self {
+            set: Set::Sorted(Vec::new()),
+            searches: 0,
+        }
     }
 }
 
@@ -41,7 +44,11 @@ impl FreePool {
         match &mut self.set {
             Set::Sorted(v) => {
                 let at = v.partition_point(|k| *k < key);
-                v.insert(at, key);
+                if at == v.len() {
+                    v.push(key);
+                } else {
+                    v.insert(at, key);
+                }
                 if v.len() > PROMOTE {
                     self.set = Set::Tree(v.drain(..).collect());
                 }
@@ -57,7 +64,11 @@ impl FreePool {
         match &mut self.set {
             Set::Sorted(v) => {
                 if let Ok(at) = v.binary_search(&key) {
-                    v.remove(at);
+                    if at + 1 == v.len() {
+                        v.pop();
+                    } else {
+                        v.remove(at);
+                    }
                 }
             }
             Set::Tree(t) => {
@@ -87,7 +98,10 @@ impl FreePool {
     }
 
     /// Free blocks of at least `size` bytes, from the smallest.
-    pub(crate) fn iter_from(&self, size: u64) -> Box<dyn DoubleEndedIterator<Item = &FreeKey> + '_> {
+    pub(crate) fn iter_from(
+        &self,
+        size: u64,
+    ) -> Box<dyn DoubleEndedIterator<Item = &FreeKey> + '_> {
         match &self.set {
             Set::Sorted(v) => Box::new(v[v.partition_point(|k| k.0 < size)..].iter()),
             Set::Tree(t) => Box::new(t.range((size, 0, 0)..)),
@@ -102,7 +116,9 @@ mod tests {
     #[test]
     fn vector_and_tree_agree() {
         let mut pool = FreePool::default();
-        let keys: Vec<FreeKey> = (0..600u32).map(|i| (u64::from(i % 37) * 512, u64::from(i) * 4096, i)).collect();
+        let keys: Vec<FreeKey> = (0..600u32)
+            .map(|i| (u64::from(i % 37) * 512, u64::from(i) * 4096, i))
+            .collect();
         for &(s, a, b) in &keys {
             pool.insert(s, a, b);
         }

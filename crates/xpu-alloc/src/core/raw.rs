@@ -15,7 +15,9 @@ pub(super) struct RawTable {
 
 impl Default for RawTable {
     fn default() -> Self {
-        Self { buckets: (0..BUCKETS).map(|_| Mutex::new(HashMap::new())).collect() }
+        Self {
+            buckets: (0..BUCKETS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
     }
 }
 

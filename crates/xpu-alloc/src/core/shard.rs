@@ -19,9 +19,19 @@ pub(crate) struct Shard {
 }
 
 impl Shard {
-    pub(crate) fn new(key: StreamKey, stream: StreamRef, shared: Arc<DeviceShared>, rank: usize) -> Self {
+    pub(crate) fn new(
+        key: StreamKey,
+        stream: StreamRef,
+        shared: Arc<DeviceShared>,
+        rank: usize,
+    ) -> Self {
         let state = ShardState::new(key, stream, &shared);
-        Self { key, shared, rank, state: Mutex::new(state) }
+        Self {
+            key,
+            shared,
+            rank,
+            state: Mutex::new(state),
+        }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, ShardState> {
@@ -38,7 +48,11 @@ impl Shard {
     }
 
     /// Runs `f` on the segment of a live `block` and the block's address.
-    pub(crate) fn with_segment<R>(&self, block: u32, f: impl FnOnce(&crate::source::SourceSegment, u64) -> R) -> Option<R> {
+    pub(crate) fn with_segment<R>(
+        &self,
+        block: u32,
+        f: impl FnOnce(&crate::source::SourceSegment, u64) -> R,
+    ) -> Option<R> {
         let state = self.state.lock();
         let b = state.blocks.get(block)?;
         let segment = state.segments.get(b.segment)?;

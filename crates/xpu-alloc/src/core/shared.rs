@@ -82,7 +82,8 @@ impl DeviceShared {
         let gc = config.garbage_collection_threshold > 0.0;
         *self.config.lock() = Arc::new(config);
         let fraction_below_one = self.reserved.lock().fraction.is_some_and(|f| f < 1.0);
-        self.gc_enabled.store(gc && fraction_below_one, Ordering::Release);
+        self.gc_enabled
+            .store(gc && fraction_below_one, Ordering::Release);
         self.config_epoch.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -96,11 +97,16 @@ impl DeviceShared {
         let mut reserved = self.reserved.lock();
         reserved.fraction = Some(fraction);
         // Truncation is the intended rounding of an allowed byte count.
-        #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
         let allowed = (fraction * total as f64) as u64;
         reserved.allowed = Some(allowed);
         let gc = self.config.lock().garbage_collection_threshold > 0.0;
-        self.gc_enabled.store(gc && fraction < 1.0, Ordering::Release);
+        self.gc_enabled
+            .store(gc && fraction < 1.0, Ordering::Release);
     }
 
     /// Bytes allowed by the memory fraction (`None` when none is set).
@@ -128,7 +134,9 @@ impl DeviceShared {
     pub(crate) fn allocate_segment(&self, size: u64) -> Result<SourceSegment, SegmentFailure> {
         {
             let mut r = self.reserved.lock();
-            if r.allowed.is_some_and(|allowed| r.bytes.saturating_add(size) > allowed) {
+            if r.allowed
+                .is_some_and(|allowed| r.bytes.saturating_add(size) > allowed)
+            {
                 return Err(SegmentFailure::Fraction);
             }
             r.bytes += size;

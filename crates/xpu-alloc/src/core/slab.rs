@@ -9,7 +9,10 @@ pub(crate) struct Slab<T> {
 
 impl<T> Default for Slab<T> {
     fn default() -> Self {
-        Self { items: Vec::new(), vacant: Vec::new() }
+        Self {
+            items: Vec::new(),
+            vacant: Vec::new(),
+        }
     }
 }
 
@@ -37,7 +40,10 @@ impl<T> Slab<T> {
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
-        self.items.iter().enumerate().filter_map(|(i, v)| Some((u32::try_from(i).ok()?, v.as_ref()?)))
+        self.items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| Some((u32::try_from(i).ok()?, v.as_ref()?)))
     }
 }
 
@@ -45,12 +51,16 @@ impl<T> std::ops::Index<u32> for Slab<T> {
     type Output = T;
     fn index(&self, index: u32) -> &T {
         // Internal invariant: indices come from live blocks/segments of the same shard.
-        self.items[index as usize].as_ref().expect("slab index of a live entry")
+        self.items[index as usize]
+            .as_ref()
+            .expect("slab index of a live entry")
     }
 }
 
 impl<T> std::ops::IndexMut<u32> for Slab<T> {
     fn index_mut(&mut self, index: u32) -> &mut T {
-        self.items[index as usize].as_mut().expect("slab index of a live entry")
+        self.items[index as usize]
+            .as_mut()
+            .expect("slab index of a live entry")
     }
 }

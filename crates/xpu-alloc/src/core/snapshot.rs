@@ -72,7 +72,12 @@ impl DeviceCore {
                     BlockState::Inactive
                 };
                 if let Some(&s) = index_of.get(&b.segment) {
-                    segments[s].blocks.push(BlockSnapshot { address: b.addr, size: b.size, requested: b.requested, state: block_state });
+                    segments[s].blocks.push(BlockSnapshot {
+                        address: b.addr,
+                        size: b.size,
+                        requested: b.requested,
+                        state: block_state,
+                    });
                 }
             }
             for s in &mut segments {

@@ -99,7 +99,12 @@ impl ShardState {
         if segment_size > max_alloc {
             segment_size = rounded;
         }
-        Request { size, rounded, pool: PoolKind::for_size(rounded), segment_size }
+        Request {
+            size,
+            rounded,
+            pool: PoolKind::for_size(rounded),
+            segment_size,
+        }
     }
 
     fn insert_free(&mut self, block: u32) {
@@ -136,7 +141,12 @@ impl ShardState {
 
     /// Hands out a block taken from a pool or a new segment, splitting it when the rules
     /// say so, and updates the statistics.
-    pub(crate) fn alloc_found_block(&mut self, block: u32, req: &Request, st: &mut MemoryStats) -> Handed {
+    pub(crate) fn alloc_found_block(
+        &mut self,
+        block: u32,
+        req: &Request,
+        st: &mut MemoryStats,
+    ) -> Handed {
         let kind = req.pool;
         let (already_split, block_size) = {
             let b = &self.blocks[block];
@@ -185,9 +195,15 @@ impl ShardState {
     }
 
     /// Takes ownership of a new segment: returns its whole block (not in a pool).
-    pub(crate) fn add_segment(&mut self, source: SourceSegment, kind: PoolKind, st: &mut MemoryStats) -> u32 {
+    pub(crate) fn add_segment(
+        &mut self,
+        source: SourceSegment,
+        kind: PoolKind,
+        st: &mut MemoryStats,
+    ) -> u32 {
         let size = source.size;
-        self.history.record(TraceAction::SegmentAlloc, source.address, size, self.key.id);
+        self.history
+            .record(TraceAction::SegmentAlloc, source.address, size, self.key.id);
         st.segment.increase(kind, 1);
         st.reserved_bytes.increase(kind, size);
         st.num_device_alloc += 1;
@@ -305,7 +321,9 @@ impl ShardState {
             return 0;
         }
         self.remove_free(src);
-        let Some(s) = self.blocks.remove(src) else { return 0 };
+        let Some(s) = self.blocks.remove(src) else {
+            return 0;
+        };
         let d = &mut self.blocks[dst];
         if d.prev == src {
             d.addr = s.addr;
@@ -327,7 +345,8 @@ impl ShardState {
     fn free_block(&mut self, block: u32, st: &mut MemoryStats) {
         if self.history.is_enabled() {
             let b = &self.blocks[block];
-            self.history.record(TraceAction::FreeCompleted, b.addr, b.requested, self.key.id);
+            self.history
+                .record(TraceAction::FreeCompleted, b.addr, b.requested, self.key.id);
         }
         let (kind, original, requested, prev, next) = {
             let b = &self.blocks[block];
@@ -360,10 +379,22 @@ impl ShardState {
     }
 
     /// Releases a whole free block's segment to the device.
-    pub(crate) fn release_block(&mut self, block: u32, shared: &DeviceShared, st: &mut MemoryStats) {
-        let Some(segment) = self.take_segment(block) else { return };
+    pub(crate) fn release_block(
+        &mut self,
+        block: u32,
+        shared: &DeviceShared,
+        st: &mut MemoryStats,
+    ) {
+        let Some(segment) = self.take_segment(block) else {
+            return;
+        };
         let (kind, size) = (segment.pool, segment.source.size);
-        self.history.record(TraceAction::SegmentFree, segment.source.address, size, self.key.id);
+        self.history.record(
+            TraceAction::SegmentFree,
+            segment.source.address,
+            size,
+            self.key.id,
+        );
         st.segment.decrease(kind, 1);
         st.reserved_bytes.decrease(kind, size);
         st.num_device_free += 1;
@@ -380,7 +411,11 @@ impl ShardState {
 
     /// Whole free blocks of one pool, smallest first: (size, address, block).
     pub(crate) fn whole_free(&self, kind: PoolKind) -> Vec<(u64, u64, u32)> {
-        self.pool(kind).iter().filter(|(_, _, b)| !self.blocks[*b].is_split()).copied().collect()
+        self.pool(kind)
+            .iter()
+            .filter(|(_, _, b)| !self.blocks[*b].is_split())
+            .copied()
+            .collect()
     }
 
     /// Releases every whole free segment of both pools; returns the bytes released.
@@ -398,14 +433,22 @@ impl ShardState {
     /// PyTorch's `release_available_cached_blocks` (only with `max_split_size` set): release
     /// one whole oversize block of at least max(request, max_split_size), or else oversize
     /// whole blocks from the largest down until that many bytes are freed.
-    pub(crate) fn release_available_cached_blocks(&mut self, req: &Request, shared: &DeviceShared, st: &mut MemoryStats) -> bool {
+    pub(crate) fn release_available_cached_blocks(
+        &mut self,
+        req: &Request,
+        shared: &DeviceShared,
+        st: &mut MemoryStats,
+    ) -> bool {
         let max_split = self.config.max_split_size;
         if max_split == u64::MAX {
             return false;
         }
         let key = req.rounded.max(max_split);
         let pool = self.pool(req.pool);
-        let single = pool.iter_from(key).find(|(_, _, b)| !self.blocks[*b].is_split()).copied();
+        let single = pool
+            .iter_from(key)
+            .find(|(_, _, b)| !self.blocks[*b].is_split())
+            .copied();
         if let Some((_, _, block)) = single {
             self.release_block(block, shared, st);
             return true;
@@ -431,8 +474,14 @@ impl ShardState {
     /// PyTorch's garbage collection (§4.11) on this shard's large pool: release whole free
     /// blocks of at least the mean age until reserved drops below the threshold.
     pub(crate) fn garbage_collect(&mut self, shared: &DeviceShared, st: &mut MemoryStats) {
-        let Some(allowed) = shared.allowed() else { return };
-        #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let Some(allowed) = shared.allowed() else {
+            return;
+        };
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
         let threshold = (self.config.garbage_collection_threshold * allowed as f64) as u64;
         let reserved = shared.reserved();
         if reserved <= threshold {
@@ -465,7 +514,6 @@ impl ShardState {
             candidates = young;
         }
     }
-
 }
 
 fn apply_net(stat: &mut crate::stats::StatArray, kind: PoolKind, net: i64) {

@@ -32,10 +32,18 @@ use crate::DataPtr;
 
 /// Capacity of the simulated H200 (139.8 GiB), in bytes.
 // 139.8 GiB is not an integer number of bytes: truncated.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_precision_loss
+)]
 pub const H200_CAPACITY: u64 = (139.8 * GIB as f64) as u64;
 /// Largest single allocation of the simulated H200 (34.95 GiB), in bytes.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_precision_loss
+)]
 pub const H200_MAX_ALLOC: u64 = (34.95 * GIB as f64) as u64;
 
 /// Stream ids used for held-back frees start here (far from trace stream numbers).
@@ -91,7 +99,10 @@ impl ReplayTarget {
     /// A simulated H200: 139.8 GiB, largest allocation 34.95 GiB.
     #[must_use]
     pub fn h200() -> Self {
-        Self::Simulate { capacity: H200_CAPACITY, max_alloc: H200_MAX_ALLOC }
+        Self::Simulate {
+            capacity: H200_CAPACITY,
+            max_alloc: H200_MAX_ALLOC,
+        }
     }
 }
 
@@ -108,6 +119,9 @@ pub struct ReplayOptions {
     /// Called as `(events done, events in all)` every [`PROGRESS_EVERY`] events and at the
     /// end (for a progress bar).
     pub progress: Option<ProgressFn>,
+    /// Record the allocator's history during the replay (a ring of this many entries) and
+    /// return a snapshot taken at the end ([`ReplayOutcome::snapshot`]).
+    pub history: Option<usize>,
 }
 
 /// Progress callback of a replay: `(events done, events in all)`.
@@ -118,7 +132,13 @@ pub const PROGRESS_EVERY: usize = 256;
 
 impl Default for ReplayOptions {
     fn default() -> Self {
-        Self { target: ReplayTarget::h200(), config: None, record_series: false, progress: None }
+        Self {
+            target: ReplayTarget::h200(),
+            config: None,
+            record_series: false,
+            progress: None,
+            history: None,
+        }
     }
 }
 
@@ -129,6 +149,8 @@ pub struct ReplayOutcome {
     pub report: ReplayReport,
     /// Totals after every event (empty unless requested).
     pub series: ReplaySeries,
+    /// Snapshot with the recorded history at the end ([`ReplayOptions::history`]).
+    pub snapshot: Option<crate::observe::MemorySnapshot>,
 }
 
 /// Replays the trace file at `path` (gzip or plain).
@@ -136,7 +158,10 @@ pub struct ReplayOutcome {
 /// # Errors
 /// See [`ReplayError`].
 pub fn run(path: &Path, options: &ReplayOptions) -> Result<ReplayOutcome, ReplayError> {
-    let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     run_reader(&name, std::fs::File::open(path)?, options)
 }
 
@@ -144,7 +169,11 @@ pub fn run(path: &Path, options: &ReplayOptions) -> Result<ReplayOutcome, Replay
 ///
 /// # Errors
 /// See [`ReplayError`].
-pub fn run_reader(name: &str, reader: impl Read, options: &ReplayOptions) -> Result<ReplayOutcome, ReplayError> {
+pub fn run_reader(
+    name: &str,
+    reader: impl Read,
+    options: &ReplayOptions,
+) -> Result<ReplayOutcome, ReplayError> {
     let trace = read_trace(reader)?;
     replay_trace(name, &trace, options)
 }
@@ -157,18 +186,45 @@ struct Held {
 ///
 /// # Errors
 /// See [`ReplayError`].
-pub fn replay_trace(name: &str, trace: &Trace, options: &ReplayOptions) -> Result<ReplayOutcome, ReplayError> {
-    let (core, device, mode, streams): (DeviceCore, String, &str, StreamFactory) = match &options.target {
-        ReplayTarget::Simulate { capacity, max_alloc } => {
-            let config = options.config.as_deref().map(AllocConfig::parse).transpose()?.unwrap_or_default();
+pub fn replay_trace(
+    name: &str,
+    trace: &Trace,
+    options: &ReplayOptions,
+) -> Result<ReplayOutcome, ReplayError> {
+    let (core, device, mode, streams): (DeviceCore, String, &str, StreamFactory) = match &options
+        .target
+    {
+        ReplayTarget::Simulate {
+            capacity,
+            max_alloc,
+        } => {
+            let config = options
+                .config
+                .as_deref()
+                .map(AllocConfig::parse)
+                .transpose()?
+                .unwrap_or_default();
             let source = SimulatedSource::new(0, *capacity, *max_alloc);
             let device = format!("simulated ({capacity} bytes, max allocation {max_alloc} bytes)");
-            let streams: StreamFactory = Arc::new(|s| SimStream::new(StreamKey::new(0, u64::from(s))) as StreamRef);
-            (DeviceCore::new(Box::new(source), config), device, "simulate", streams)
+            let streams: StreamFactory =
+                Arc::new(|s| SimStream::new(StreamKey::new(0, u64::from(s))) as StreamRef);
+            (
+                DeviceCore::new(Box::new(source), config),
+                device,
+                "simulate",
+                streams,
+            )
         }
-        ReplayTarget::Core { core, name, streams } => (core.clone(), name.clone(), "device", streams.clone()),
+        ReplayTarget::Core {
+            core,
+            name,
+            streams,
+        } => (core.clone(), name.clone(), "device", streams.clone()),
     };
     let dev = core.device();
+    if let Some(entries) = options.history {
+        core.memory_history().record_memory_history(true, entries);
+    }
     let start = Instant::now();
     let mut live: HashMap<u64, (DataPtr, u64)> = HashMap::new();
     let mut held: HashMap<u64, Held> = HashMap::new();
@@ -176,19 +232,27 @@ pub fn replay_trace(name: &str, trace: &Trace, options: &ReplayOptions) -> Resul
     let mut alloc_ns: Vec<u64> = Vec::new();
     let mut free_ns: Vec<u64> = Vec::new();
     let mut series = ReplaySeries::default();
-    let (mut requested, mut peak_requested, mut peak_allocated, mut peak_reserved) = (0u64, 0u64, 0u64, 0u64);
+    let (mut requested, mut peak_requested, mut peak_allocated, mut peak_reserved) =
+        (0u64, 0u64, 0u64, 0u64);
     let mut allocs = 0u64;
     let mut failed = 0u64;
     let mut holds = 0u64;
     let mut skip_next_completion: Option<u64> = None;
     for (i, event) in trace.events.iter().enumerate() {
-        if let Some(progress) = options.progress.as_ref().filter(|_| i % PROGRESS_EVERY == 0) {
+        if let Some(progress) = options
+            .progress
+            .as_ref()
+            .filter(|_| i % PROGRESS_EVERY == 0)
+        {
             progress(i, trace.events.len());
         }
         match event.action {
             Action::Alloc => {
                 allocs += 1;
-                let stream = stream_refs.entry(event.stream).or_insert_with(|| streams(event.stream)).clone();
+                let stream = stream_refs
+                    .entry(event.stream)
+                    .or_insert_with(|| streams(event.stream))
+                    .clone();
                 let key = StreamKey::new(dev, u64::from(event.stream));
                 let t = Instant::now();
                 let result = core.allocate_with(event.size, key, || stream);
@@ -201,7 +265,11 @@ pub fn replay_trace(name: &str, trace: &Trace, options: &ReplayOptions) -> Resul
                             drop(old);
                         }
                     }
-                    Err(AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_) | AllocError::TooLarge { .. }) => {
+                    Err(
+                        AllocError::OutOfMemory(_)
+                        | AllocError::MemoryFractionExceeded(_)
+                        | AllocError::TooLarge { .. },
+                    ) => {
                         failed += 1;
                     }
                     Err(e) => return Err(e.into()),
@@ -211,7 +279,8 @@ pub fn replay_trace(name: &str, trace: &Trace, options: &ReplayOptions) -> Resul
                 if let Some((ptr, size)) = live.remove(&event.addr) {
                     requested -= size;
                     let next = trace.events.get(i + 1);
-                    let immediate = next.is_some_and(|n| n.action == Action::FreeCompleted && n.addr == event.addr);
+                    let immediate = next
+                        .is_some_and(|n| n.action == Action::FreeCompleted && n.addr == event.addr);
                     if immediate {
                         skip_next_completion = Some(event.addr);
                     } else {
@@ -252,6 +321,7 @@ pub fn replay_trace(name: &str, trace: &Trace, options: &ReplayOptions) -> Resul
     let wall_s = start.elapsed().as_secs_f64();
     let stats = core.memory_stats();
     drop(live);
+    let snapshot = options.history.map(|_| core.memory_snapshot());
     let report = ReplayReport {
         trace: name.to_owned(),
         device,
@@ -271,7 +341,11 @@ pub fn replay_trace(name: &str, trace: &Trace, options: &ReplayOptions) -> Resul
         free_ns_mean: mean(&free_ns),
         wall_s,
     };
-    Ok(ReplayOutcome { report, series })
+    Ok(ReplayOutcome {
+        report,
+        series,
+        snapshot,
+    })
 }
 
 fn elapsed_ns(t: Instant) -> u64 {
@@ -296,7 +370,11 @@ fn mean(values: &[u64]) -> f64 {
     }
 }
 
-#[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+#[allow(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss
+)]
 fn percentile(values: &mut [u64], p: f64) -> f64 {
     if values.is_empty() {
         return 0.0;

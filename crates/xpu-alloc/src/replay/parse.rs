@@ -43,7 +43,10 @@ pub struct Trace {
 }
 
 fn parse_line(number: u64, text: &str) -> Result<Option<TraceEvent>, ReplayError> {
-    let malformed = || ReplayError::Malformed { line: number, text: text.to_owned() };
+    let malformed = || ReplayError::Malformed {
+        line: number,
+        text: text.to_owned(),
+    };
     let mut fields = text.split(' ');
     let action = match fields.next().unwrap_or("") {
         "alloc" => Action::Alloc,
@@ -54,14 +57,24 @@ fn parse_line(number: u64, text: &str) -> Result<Option<TraceEvent>, ReplayError
         "" => return Err(malformed()),
         _ => return Ok(None),
     };
-    let mut number_field = || fields.next().and_then(|f| f.parse::<u64>().ok()).ok_or_else(malformed);
+    let mut number_field = || {
+        fields
+            .next()
+            .and_then(|f| f.parse::<u64>().ok())
+            .ok_or_else(malformed)
+    };
     let addr = number_field()?;
     let size = number_field()?;
     let stream = u32::try_from(number_field()?).map_err(|_| malformed())?;
     if fields.next().is_some() {
         return Err(malformed());
     }
-    Ok(Some(TraceEvent { action, addr, size, stream }))
+    Ok(Some(TraceEvent {
+        action,
+        addr,
+        size,
+        stream,
+    }))
 }
 
 /// Reads a trace, decompressing it when it starts with the gzip magic bytes.
@@ -72,8 +85,11 @@ fn parse_line(number: u64, text: &str) -> Result<Option<TraceEvent>, ReplayError
 pub fn read_trace(reader: impl Read) -> Result<Trace, ReplayError> {
     let mut reader = BufReader::new(reader);
     let gzip = reader.fill_buf()?.starts_with(&[0x1f, 0x8b]);
-    let lines: Box<dyn BufRead> =
-        if gzip { Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(reader))) } else { Box::new(reader) };
+    let lines: Box<dyn BufRead> = if gzip {
+        Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(reader)))
+    } else {
+        Box::new(reader)
+    };
     let mut trace = Trace::default();
     for (i, line) in lines.lines().enumerate() {
         let line = line?;

@@ -27,8 +27,13 @@ impl BufferSource {
     pub fn new(index: usize) -> Result<Self, DeviceError> {
         let device = xpu_device::device(index)?;
         device.context()?;
-        let index = u32::try_from(index).map_err(|_| DeviceError::InvalidArgument(format!("device index {index}")))?;
-        Ok(Self { device, index, next_address: Mutex::new((u64::from(index) + 1) << 44) })
+        let index = u32::try_from(index)
+            .map_err(|_| DeviceError::InvalidArgument(format!("device index {index}")))?;
+        Ok(Self {
+            device,
+            index,
+            next_address: Mutex::new((u64::from(index) + 1) << 44),
+        })
     }
 }
 
@@ -73,11 +78,18 @@ impl SegmentSource for BufferSource {
             address
         };
         xpu_device::note_reserved(self.index as usize, i64::try_from(size).unwrap_or(i64::MAX));
-        Ok(SourceSegment { address, size, memory: SegmentMemory::Buffer(buffer) })
+        Ok(SourceSegment {
+            address,
+            size,
+            memory: SegmentMemory::Buffer(buffer),
+        })
     }
 
     fn free(&self, segment: SourceSegment) {
-        xpu_device::note_reserved(self.index as usize, -i64::try_from(segment.size).unwrap_or(i64::MAX));
+        xpu_device::note_reserved(
+            self.index as usize,
+            -i64::try_from(segment.size).unwrap_or(i64::MAX),
+        );
         // Dropping the buffer releases it; the driver keeps it until queued work is done.
         drop(segment);
     }

@@ -55,7 +55,10 @@ impl SimulatedSource {
             device,
             capacity,
             max_alloc,
-            state: Mutex::new(State { next_address: BASE_ADDRESS, ..State::default() }),
+            state: Mutex::new(State {
+                next_address: BASE_ADDRESS,
+                ..State::default()
+            }),
         }
     }
 
@@ -122,7 +125,9 @@ impl SegmentSource for SimulatedSource {
             if state.faults.remove(&(attempt, key)) {
                 return Err(match key {
                     FaultKey::OutOfMemory => SourceError::OutOfMemory,
-                    FaultKey::DeviceError => SourceError::Device(format!("injected fault on segment allocation {attempt}")),
+                    FaultKey::DeviceError => SourceError::Device(format!(
+                        "injected fault on segment allocation {attempt}"
+                    )),
                 });
             }
         }
@@ -130,10 +135,15 @@ impl SegmentSource for SimulatedSource {
             return Err(SourceError::OutOfMemory);
         }
         let address = state.next_address;
-        state.next_address = address.saturating_add(size.div_ceil(SEGMENT_ALIGN).saturating_mul(SEGMENT_ALIGN));
+        state.next_address =
+            address.saturating_add(size.div_ceil(SEGMENT_ALIGN).saturating_mul(SEGMENT_ALIGN));
         state.used += size;
         state.live_segments += 1;
-        Ok(SourceSegment { address, size, memory: SegmentMemory::Simulated })
+        Ok(SourceSegment {
+            address,
+            size,
+            memory: SegmentMemory::Simulated,
+        })
     }
 
     fn free(&self, segment: SourceSegment) {

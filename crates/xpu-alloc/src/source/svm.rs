@@ -24,10 +24,13 @@ impl SvmSource {
     pub fn new(index: usize) -> Result<Self, DeviceError> {
         let device = xpu_device::device(index)?;
         if !device.properties().supports_svm {
-            return Err(DeviceError::InvalidArgument(format!("device {index} does not support coarse-grained SVM")));
+            return Err(DeviceError::InvalidArgument(format!(
+                "device {index} does not support coarse-grained SVM"
+            )));
         }
         device.context()?;
-        let index = u32::try_from(index).map_err(|_| DeviceError::InvalidArgument(format!("device index {index}")))?;
+        let index = u32::try_from(index)
+            .map_err(|_| DeviceError::InvalidArgument(format!("device index {index}")))?;
         Ok(Self { device, index })
     }
 }
@@ -64,11 +67,18 @@ impl SegmentSource for SvmSource {
         let svm = SvmBuffer::new(context, bytes, align).map_err(|e| classify(&e))?;
         let address = svm.address();
         xpu_device::note_reserved(self.index as usize, i64::try_from(size).unwrap_or(i64::MAX));
-        Ok(SourceSegment { address, size, memory: SegmentMemory::Svm(svm) })
+        Ok(SourceSegment {
+            address,
+            size,
+            memory: SegmentMemory::Svm(svm),
+        })
     }
 
     fn free(&self, segment: SourceSegment) {
-        xpu_device::note_reserved(self.index as usize, -i64::try_from(segment.size).unwrap_or(i64::MAX));
+        xpu_device::note_reserved(
+            self.index as usize,
+            -i64::try_from(segment.size).unwrap_or(i64::MAX),
+        );
         drop(segment);
     }
 }

@@ -19,8 +19,16 @@ type Marker = Vec<usize>;
 #[derive(Clone, Debug)]
 enum State {
     Free,
-    Alloc { id: u64, requested: u64, uses: Vec<usize> },
-    Pending { id: u64, count: u32, requested: u64 },
+    Alloc {
+        id: u64,
+        requested: u64,
+        uses: Vec<usize>,
+    },
+    Pending {
+        id: u64,
+        count: u32,
+        requested: u64,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -94,8 +102,10 @@ fn dec(a: &mut StatArray, pool: PoolKind, n: u64) {
 
 impl Model {
     pub fn new(config: AllocConfig, capacity: u64, max_alloc: u64, streams: usize) -> Self {
-        let mut stats = MemoryStats::default();
-        stats.max_split_size = i64::try_from(config.max_split_size).unwrap_or(-1);
+        let stats = MemoryStats {
+            max_split_size: i64::try_from(config.max_split_size).unwrap_or(-1),
+            ..MemoryStats::default()
+        };
         Self {
             config,
             capacity,
@@ -129,7 +139,12 @@ impl Model {
     }
 
     fn record(&mut self, stream: usize) -> Marker {
-        let deps: Vec<Marker> = self.streams[stream].deps.iter().filter(|d| !self.complete(d)).cloned().collect();
+        let deps: Vec<Marker> = self.streams[stream]
+            .deps
+            .iter()
+            .filter(|d| !self.complete(d))
+            .cloned()
+            .collect();
         self.streams[stream].deps = deps.clone();
         let mut m: Marker = self.streams[stream].gate.into_iter().collect();
         for d in deps {
@@ -156,7 +171,10 @@ impl Model {
         if let Some(i) = self.shards.iter().position(|s| s.stream == stream) {
             return i;
         }
-        self.shards.push(Shard { stream, ..Shard::default() });
+        self.shards.push(Shard {
+            stream,
+            ..Shard::default()
+        });
         self.shards.len() - 1
     }
 
@@ -210,7 +228,10 @@ impl Model {
             net_bytes += seg.blocks[bi].size as i64;
         }
         let st = &mut self.stats;
-        for (arr, net) in [(&mut st.inactive_split, net_blocks), (&mut st.inactive_split_bytes, net_bytes)] {
+        for (arr, net) in [
+            (&mut st.inactive_split, net_blocks),
+            (&mut st.inactive_split_bytes, net_bytes),
+        ] {
             if net > 0 {
                 inc(arr, pool, net as u64);
             } else if net < 0 {
@@ -226,7 +247,9 @@ impl Model {
     }
 
     fn marker_done(&mut self, id: u64) {
-        let Some((si, gi, bi)) = self.find_block(id) else { panic!("model: pending block {id} missing") };
+        let Some((si, gi, bi)) = self.find_block(id) else {
+            panic!("model: pending block {id} missing")
+        };
         let done = match &mut self.shards[si].segments[gi].blocks[bi].state {
             State::Pending { count, .. } => {
                 *count -= 1;
@@ -291,7 +314,16 @@ impl Model {
         if size >= self.config.max_split_size {
             st.oversize_segments.increase(1);
         }
-        self.shards[si].segments.push(Segment { addr, size, pool, blocks: vec![Block { addr, size, state: State::Free }] });
+        self.shards[si].segments.push(Segment {
+            addr,
+            size,
+            pool,
+            blocks: vec![Block {
+                addr,
+                size,
+                state: State::Free,
+            }],
+        });
         self.shards[si].segments.len() - 1
     }
 
@@ -320,7 +352,11 @@ impl Model {
     }
 
     fn release_by_addr(&mut self, si: usize, addr: u64) {
-        let gi = self.shards[si].segments.iter().position(|s| s.addr == addr).unwrap();
+        let gi = self.shards[si]
+            .segments
+            .iter()
+            .position(|s| s.addr == addr)
+            .unwrap();
         self.release_segment(si, gi);
     }
 
@@ -332,7 +368,14 @@ impl Model {
         }
     }
 
-    fn alloc_found(&mut self, si: usize, gi: usize, bi: usize, size: u64, rounded: u64) -> (u64, u64, u64) {
+    fn alloc_found(
+        &mut self,
+        si: usize,
+        gi: usize,
+        bi: usize,
+        size: u64,
+        rounded: u64,
+    ) -> (u64, u64, u64) {
         let config = self.config.clone();
         let id = self.next_id;
         self.next_id += 1;
@@ -345,7 +388,14 @@ impl Model {
             let remaining = block_size - rounded;
             let addr = seg.blocks[bi].addr;
             seg.blocks[bi].size = rounded;
-            seg.blocks.insert(bi + 1, Block { addr: addr + rounded, size: remaining, state: State::Free });
+            seg.blocks.insert(
+                bi + 1,
+                Block {
+                    addr: addr + rounded,
+                    size: remaining,
+                    state: State::Free,
+                },
+            );
             if already_split {
                 dec(&mut st.inactive_split_bytes, pool, rounded);
             } else {
@@ -357,7 +407,11 @@ impl Model {
             dec(&mut st.inactive_split_bytes, pool, block_size);
         }
         let b = &mut seg.blocks[bi];
-        b.state = State::Alloc { id, requested: size, uses: Vec::new() };
+        b.state = State::Alloc {
+            id,
+            requested: size,
+            uses: Vec::new(),
+        };
         let (addr, bsize) = (b.addr, b.size);
         inc(&mut st.allocation, pool, 1);
         inc(&mut st.allocated_bytes, pool, bsize);
@@ -377,7 +431,10 @@ impl Model {
                 continue;
             }
             for (bi, b) in seg.blocks.iter().enumerate() {
-                if matches!(b.state, State::Free) && b.size >= rounded && best.map_or(true, |(s, a, _, _)| (b.size, b.addr) < (s, a)) {
+                if matches!(b.state, State::Free)
+                    && b.size >= rounded
+                    && best.is_none_or(|(s, a, _, _)| (b.size, b.addr) < (s, a))
+                {
                     best = Some((b.size, b.addr, gi, bi));
                 }
             }
@@ -386,7 +443,14 @@ impl Model {
         size::oversize_allows(rounded, bsize, &self.config).then_some((gi, bi))
     }
 
-    fn try_new_segment(&mut self, si: usize, seg_size: u64, pool: PoolKind, size: u64, rounded: u64) -> Option<(u64, u64, u64)> {
+    fn try_new_segment(
+        &mut self,
+        si: usize,
+        seg_size: u64,
+        pool: PoolKind,
+        size: u64,
+        rounded: u64,
+    ) -> Option<(u64, u64, u64)> {
         let addr = self.allocate_segment(seg_size)?;
         let gi = self.add_segment(si, addr, seg_size, pool);
         Some(self.alloc_found(si, gi, 0, size, rounded))
@@ -395,7 +459,12 @@ impl Model {
     fn policy_size(&mut self, si: usize, pool: PoolKind, seg_size: u64, rounded: u64) -> u64 {
         match pool {
             PoolKind::Small => {
-                let small: u64 = self.shards[si].segments.iter().filter(|s| s.pool == PoolKind::Small).map(|s| s.size).sum();
+                let small: u64 = self.shards[si]
+                    .segments
+                    .iter()
+                    .filter(|s| s.pool == PoolKind::Small)
+                    .map(|s| s.size)
+                    .sum();
                 let target = small / 4;
                 if target < SMALL_BUFFER {
                     SMALL_BUFFER
@@ -410,7 +479,8 @@ impl Model {
                 let idle = self.whole_free(si, PoolKind::Large);
                 let total: u64 = idle.iter().map(|w| w.0).sum();
                 let merged = total.div_ceil(ROUND_LARGE) * ROUND_LARGE;
-                let oversize = rounded < self.config.max_split_size && merged >= self.config.max_split_size;
+                let oversize =
+                    rounded < self.config.max_split_size && merged >= self.config.max_split_size;
                 if total < seg_size || merged > self.max_alloc || oversize {
                     return seg_size;
                 }
@@ -443,8 +513,13 @@ impl Model {
             }
         }
         all_free.sort_unstable();
-        let candidates: Vec<(u64, u64)> =
-            all_free.iter().rev().take_while(|f| f.0 >= max_split).filter(|f| f.2).map(|f| (f.0, f.1)).collect();
+        let candidates: Vec<(u64, u64)> = all_free
+            .iter()
+            .rev()
+            .take_while(|f| f.0 >= max_split)
+            .filter(|f| f.2)
+            .map(|f| (f.0, f.1))
+            .collect();
         let mut released = 0;
         for (size, addr) in candidates {
             if released >= key {
@@ -466,7 +541,13 @@ impl Model {
         }
     }
 
-    fn steal(&mut self, me: usize, pool: PoolKind, size: u64, rounded: u64) -> Option<(u64, u64, u64)> {
+    fn steal(
+        &mut self,
+        me: usize,
+        pool: PoolKind,
+        size: u64,
+        rounded: u64,
+    ) -> Option<(u64, u64, u64)> {
         let mut best: Option<(u64, u64, usize)> = None;
         for si in 0..self.shards.len() {
             if si == me {
@@ -477,7 +558,7 @@ impl Model {
                 .into_iter()
                 .find(|&(s, _)| s >= rounded && size::oversize_allows(rounded, s, &self.config));
             if let Some((s, a)) = found {
-                if best.map_or(true, |(bs, ba, _)| (s, a) < (bs, ba)) {
+                if best.is_none_or(|(bs, ba, _)| (s, a) < (bs, ba)) {
                     best = Some((s, a, si));
                 }
             }
@@ -487,7 +568,11 @@ impl Model {
         let my_stream = self.shards[me].stream;
         let marker = self.record(owner_stream);
         self.stream_wait(my_stream, marker);
-        let gi = self.shards[owner].segments.iter().position(|s| s.addr == addr).unwrap();
+        let gi = self.shards[owner]
+            .segments
+            .iter()
+            .position(|s| s.addr == addr)
+            .unwrap();
         let seg = self.shards[owner].segments.remove(gi);
         self.shards[me].segments.push(seg);
         let gi = self.shards[me].segments.len() - 1;
@@ -572,16 +657,29 @@ impl Model {
         let pool = seg.pool;
         let b = &mut seg.blocks[bi];
         let size = b.size;
-        let State::Alloc { requested, uses, .. } = std::mem::replace(&mut b.state, State::Free) else { panic!("not allocated") };
+        let State::Alloc {
+            requested, uses, ..
+        } = std::mem::replace(&mut b.state, State::Free)
+        else {
+            panic!("not allocated")
+        };
         dec(&mut self.stats.allocation, pool, 1);
         dec(&mut self.stats.allocated_bytes, pool, size);
         if uses.is_empty() {
-            self.shards[si].segments[gi].blocks[bi].state = State::Alloc { id, requested, uses };
+            self.shards[si].segments[gi].blocks[bi].state = State::Alloc {
+                id,
+                requested,
+                uses,
+            };
             self.free_block(si, gi, bi);
             return;
         }
         let count = uses.len() as u32;
-        self.shards[si].segments[gi].blocks[bi].state = State::Pending { id, count, requested };
+        self.shards[si].segments[gi].blocks[bi].state = State::Pending {
+            id,
+            count,
+            requested,
+        };
         for u in uses {
             let m = self.record(u);
             let fifos = &mut self.shards[si].fifos;
@@ -608,8 +706,12 @@ impl Model {
                     .iter()
                     .map(|b| match b.state {
                         State::Free => (b.addr, b.size, 0, BlockState::Inactive),
-                        State::Alloc { requested, .. } => (b.addr, b.size, requested, BlockState::Allocated),
-                        State::Pending { requested, .. } => (b.addr, b.size, requested, BlockState::PendingFree),
+                        State::Alloc { requested, .. } => {
+                            (b.addr, b.size, requested, BlockState::Allocated)
+                        }
+                        State::Pending { requested, .. } => {
+                            (b.addr, b.size, requested, BlockState::PendingFree)
+                        }
                     })
                     .collect();
                 out.push((shard.stream, seg.addr, seg.size, blocks));
