@@ -47,7 +47,31 @@ pub(crate) fn run(root: &Path, extra: &[String]) -> Result<()> {
         Ok(devices) => println!("==> POCL_DEVICES is set ({devices:?}): keeping it"),
         Err(_) => envs.push(("POCL_DEVICES".to_owned(), TWO_POCL_DEVICES.to_owned())),
     }
+    run_examples(root, &envs)?;
     run_tests(root, &envs, extra)
+}
+
+/// Runs every example of the facade crate (`crates/xpu/examples/*.rs`), so the documented
+/// entry points keep working. Runs before the tests, so the test runner's summary stays last.
+pub(crate) fn run_examples(root: &Path, envs: &[(String, String)]) -> Result<()> {
+    let dir = root.join("crates/xpu/examples");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_suffix(".rs").map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    for name in names {
+        Cmd::cargo()
+            .args(["run", "--quiet", "--package", "xpu", "--example", &name])
+            .envs(envs)
+            .current_dir(root)
+            .run_step(&format!("example {name}"))?;
+    }
+    Ok(())
 }
 
 /// Whether `cargo nextest` is installed.

@@ -115,6 +115,15 @@ impl DataPtr {
         self.with_buffer(|buffer, offset| (buffer.as_raw(), offset))
     }
 
+    /// A retained handle to the buffer holding this allocation and the allocation's byte
+    /// offset in it (one `clRetainMemObject`), for enqueueing copies.
+    ///
+    /// # Errors
+    /// As [`DataPtr::cl_mem_and_offset`].
+    pub fn buffer_and_offset(&self) -> Result<(Buffer, u64), AllocError> {
+        self.with_buffer(|buffer, offset| (buffer.clone(), offset))
+    }
+
     /// A sub-buffer covering the allocation (`clCreateSubBuffer`), created only when asked:
     /// its origin is the allocation's offset rounded down to the device's base address
     /// alignment, and [`SubBuffer::offset`] says where the allocation starts inside it.

@@ -163,6 +163,26 @@ pub fn raw_delete(ptr: DevicePtr) -> Result<(), AllocError> {
     }
 }
 
+/// The buffer holding a [`raw_alloc`] pointer and its byte offset in it, for kernel arguments
+/// and copies (a retained buffer handle; no allocation).
+///
+/// # Errors
+/// [`AllocError::InvalidDevicePointer`] for a pointer not live from `raw_alloc`;
+/// [`AllocError::Unsupported`] for SVM or simulated memory.
+pub fn raw_buffer_and_offset(
+    ptr: DevicePtr,
+) -> Result<(xpu_device::backend::Buffer, u64), AllocError> {
+    let invalid = || AllocError::InvalidDevicePointer {
+        address: ptr.address(),
+    };
+    match existing(ptr.device()) {
+        Ok(Some(a)) => a
+            .core()
+            .with_raw(ptr.address(), |d| d.buffer_and_offset())?,
+        _ => Err(invalid()),
+    }
+}
+
 /// Marks `ptr` as used on `stream` (as `Tensor.record_stream`): its block is reused only
 /// after the work enqueued on `stream` before the free completes.
 ///

@@ -66,12 +66,12 @@ mod error;
 mod memory;
 mod stream;
 
+#[cfg(feature = "alloc")]
+pub use xpu_alloc;
 pub use xpu_device;
 pub use xpu_event;
 pub use xpu_lazy;
 pub use xpu_stream;
-#[cfg(feature = "alloc")]
-pub use xpu_alloc;
 
 pub use device::{
     current_device, device, device_count, device_of, get_device_capability, get_device_name,

@@ -16,7 +16,9 @@ fn devices_streams_and_events_through_the_facade() {
     );
     let name = xpu::get_device_name(None).unwrap();
     assert_eq!(name, xpu::get_device_properties(Some(0)).unwrap().name);
-    assert!(xpu::get_device_capability(None).unwrap().contains_key("has_fp64"));
+    assert!(xpu::get_device_capability(None)
+        .unwrap()
+        .contains_key("has_fp64"));
 
     let default = xpu::current_stream(None).unwrap();
     let side = xpu::new_stream(None, -1).unwrap();
@@ -28,8 +30,14 @@ fn devices_streams_and_events_through_the_facade() {
     }
     assert_eq!(xpu::current_stream(None).unwrap(), default);
 
-    let mut start = xpu::Event::new(EventFlags { enable_timing: true, blocking: false });
-    let mut end = xpu::Event::new(EventFlags { enable_timing: true, blocking: false });
+    let mut start = xpu::Event::new(EventFlags {
+        enable_timing: true,
+        blocking: false,
+    });
+    let mut end = xpu::Event::new(EventFlags {
+        enable_timing: true,
+        blocking: false,
+    });
     start.record(&side).unwrap();
     side.wait_stream(&default).unwrap();
     end.record(&side).unwrap();

@@ -19,18 +19,29 @@ fn check(what: &'static str, offset: usize, len: usize, size: usize) -> Result<(
 }
 
 /// Device memory a [`HostCopy`] can copy to or from: an OpenCL buffer region. Implemented
-/// for [`Buffer`] (the whole buffer); the device allocator's allocations implement it once
-/// they expose their buffer.
+/// for [`Buffer`] (the whole buffer) and for the device allocator's [`DataPtr`] (its block
+/// inside the segment's buffer).
 pub trait DeviceMemory {
-    /// The buffer, the byte offset of the region's first byte in it, and the region's length
-    /// in bytes; `None` when there is no OpenCL buffer behind the memory (an empty or
-    /// simulated allocation).
-    fn cl_region(&self) -> Option<(&Buffer, usize, usize)>;
+    /// A handle to the buffer (a retained clone), the byte offset of the region's first byte
+    /// in it, and the region's length in bytes; `None` when there is no OpenCL buffer behind
+    /// the memory (an empty, SVM or simulated allocation).
+    fn cl_region(&self) -> Option<(Buffer, usize, usize)>;
 }
 
 impl DeviceMemory for Buffer {
-    fn cl_region(&self) -> Option<(&Buffer, usize, usize)> {
-        Some((self, 0, self.size()))
+    fn cl_region(&self) -> Option<(Buffer, usize, usize)> {
+        Some((self.clone(), 0, self.size()))
+    }
+}
+
+impl DeviceMemory for crate::DataPtr {
+    fn cl_region(&self) -> Option<(Buffer, usize, usize)> {
+        let (buffer, offset) = self.buffer_and_offset().ok()?;
+        Some((
+            buffer,
+            usize::try_from(offset).ok()?,
+            usize::try_from(self.size()).ok()?,
+        ))
     }
 }
 
@@ -110,7 +121,7 @@ impl HostCopy for Stream {
         }
         let (buffer, offset, len) = dst.cl_region().ok_or(HostError::NoBuffer)?;
         check("device destination", 0, src.len(), len)?;
-        self.copy_from_host_to_buffer(src, 0, buffer, offset, src.len())
+        self.copy_from_host_to_buffer(src, 0, &buffer, offset, src.len())
     }
 
     fn copy_to_host(&self, src: &impl DeviceMemory, dst: &mut HostPtr) -> Result<(), HostError> {
@@ -120,7 +131,7 @@ impl HostCopy for Stream {
         let (buffer, offset, len) = src.cl_region().ok_or(HostError::NoBuffer)?;
         check("device source", 0, dst.len(), len)?;
         let n = dst.len();
-        self.copy_to_host_from_buffer(buffer, offset, dst, 0, n)
+        self.copy_to_host_from_buffer(&buffer, offset, dst, 0, n)
     }
 
     fn copy_from_host_to_buffer(
