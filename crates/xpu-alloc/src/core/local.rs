@@ -1,8 +1,8 @@
 //! Per-thread statistics cells and the thread-local cache of shards.
 //!
 //! Each thread that touches a device allocator gets its own statistics cell: every update
-//! the thread makes (on any stream of the device) goes to its cell, under a mutex no other
-//! thread takes on the cached path. Readers sum the cells. Currents, accumulations and
+//! the thread makes (on any stream of the device) goes to its cell with plain loads and
+//! stores (no lock, no read-modify-write: see [`super::cell`]). Readers sum the cells. Currents, accumulations and
 //! counters are exact sums; a device-wide peak is the sum of the per-thread peaks, which is
 //! the exact peak when one thread makes every call (since creation or the last peak reset)
 //! and an upper bound of it otherwise. When a thread exits, its cell is folded into a
@@ -11,27 +11,29 @@
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, ReentrantMutex};
 
+pub(crate) use super::cell::StatsCell;
+use super::cell::{Generations, StatsWriter};
 use super::shard::Shard;
 use super::shared::DeviceShared;
 use crate::stats::MemoryStats;
 use crate::stream::StreamKey;
 
-/// Statistics updated by one thread.
-#[derive(Default)]
-pub(crate) struct StatsCell {
-    pub stats: Mutex<MemoryStats>,
-}
-
 /// All cells of one device allocator.
 #[derive(Default)]
 pub(crate) struct StatsRegistry {
+    /// Cells of live threads. Readers hold this lock while summing (so a retiring cell is
+    /// counted once); the cached path never takes it.
     cells: Mutex<Vec<Arc<StatsCell>>>,
-    /// Cells of exited threads, folded together.
+    /// Cells of exited threads, folded together (written under `cells`).
     retired: StatsCell,
-    /// Used when the thread-local cache is unavailable (thread exiting, re-entrancy).
-    pub fallback: StatsCell,
+    /// Used when the thread-local cache is unavailable (thread exiting, re-entrancy);
+    /// written under `fallback_lock`.
+    fallback: StatsCell,
+    fallback_lock: ReentrantMutex<()>,
+    /// Reset generations.
+    pub gens: Generations,
 }
 
 impl StatsRegistry {
@@ -45,34 +47,33 @@ impl StatsRegistry {
         let mut cells = self.cells.lock();
         if let Some(pos) = cells.iter().position(|c| Arc::ptr_eq(c, cell)) {
             cells.swap_remove(pos);
-            drop(cells);
-            let stats = *cell.stats.lock();
-            self.retired.stats.lock().merge(&stats);
+            let stats = cell.read(&self.gens);
+            self.retired.write(&self.gens).merge(&stats);
         }
     }
 
-    fn for_each(&self, mut f: impl FnMut(&mut MemoryStats)) {
-        let cells: Vec<Arc<StatsCell>> = self.cells.lock().clone();
-        for cell in &cells {
-            f(&mut cell.stats.lock());
-        }
-        f(&mut self.retired.stats.lock());
-        f(&mut self.fallback.stats.lock());
+    /// Runs `f` with a write on the shared fallback cell.
+    pub(crate) fn with_fallback<R>(&self, f: impl FnOnce(&mut StatsWriter<'_>) -> R) -> R {
+        let _guard = self.fallback_lock.lock();
+        f(&mut self.fallback.write(&self.gens))
     }
 
     /// The sum of every cell.
     pub(crate) fn aggregate(&self) -> MemoryStats {
         let mut total = MemoryStats::default();
-        self.for_each(|s| total.merge(s));
+        let cells = self.cells.lock();
+        for cell in cells.iter().map(AsRef::as_ref).chain([&self.retired, &self.fallback]) {
+            total.merge(&cell.read(&self.gens));
+        }
         total
     }
 
     pub(crate) fn reset_peak(&self) {
-        self.for_each(MemoryStats::reset_peak);
+        self.gens.bump_peak();
     }
 
     pub(crate) fn reset_accumulated(&self) {
-        self.for_each(MemoryStats::reset_accumulated);
+        self.gens.bump_accumulated();
     }
 }
 
@@ -97,10 +98,19 @@ thread_local! {
 
 /// What a thread has for one device allocator.
 pub(crate) struct Local<'a> {
-    /// The thread's statistics cell.
-    pub stats: &'a StatsCell,
+    /// The thread's statistics cell (or the fallback cell, locked).
+    cell: &'a StatsCell,
+    gens: &'a Generations,
     /// The shards this thread allocated from recently on this device (most recent first).
     pub shard: &'a mut Vec<(StreamKey, Weak<Shard>)>,
+}
+
+impl<'a> Local<'a> {
+    /// Opens a write on the thread's statistics cell.
+    #[inline]
+    pub(crate) fn stats(&self) -> StatsWriter<'a> {
+        self.cell.write(self.gens)
+    }
 }
 
 fn entry<'v>(entries: &'v mut Vec<Entry>, shared: &Arc<DeviceShared>) -> &'v mut Entry {
@@ -126,7 +136,8 @@ pub(crate) fn with_local<R>(shared: &Arc<DeviceShared>, f: impl FnOnce(Local<'_>
         let f = slot.take()?;
         let e = entry(&mut entries, shared);
         Some(f(Local {
-            stats: &e.cell,
+            cell: &e.cell,
+            gens: &shared.stats.gens,
             shard: &mut e.shard,
         }))
     });
@@ -134,9 +145,12 @@ pub(crate) fn with_local<R>(shared: &Arc<DeviceShared>, f: impl FnOnce(Local<'_>
         return result;
     }
     let mut no_cache = Vec::new();
+    let stats = &shared.stats;
+    let _guard = stats.fallback_lock.lock();
     match slot.take() {
         Some(f) => f(Local {
-            stats: &shared.stats.fallback,
+            cell: &stats.fallback,
+            gens: &stats.gens,
             shard: &mut no_cache,
         }),
         // `slot` is only emptied right before `f` runs and returns `Some`.

@@ -4,6 +4,7 @@
 //! on [`DeviceCore`].
 
 pub(crate) mod block;
+pub(crate) mod cell;
 pub(crate) mod local;
 mod oom;
 pub(crate) mod pending;
@@ -23,6 +24,7 @@ use parking_lot::Mutex;
 
 pub use snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
 
+use self::cell::StatsWriter;
 use self::local::with_local;
 use self::shard::Shard;
 use self::shared::{DeviceShared, SegmentFailure};
@@ -33,7 +35,6 @@ use crate::error::AllocError;
 use crate::size::MAX_REQUEST;
 use crate::source::SegmentSource;
 use crate::stats::MemoryStats;
-use crate::stats::MemoryStats as Stats;
 use crate::stream::{StreamKey, StreamRef};
 
 /// Shards cached per thread (most recently used first).
@@ -176,12 +177,12 @@ impl DeviceCore {
             let shard = self.cached_shard(local.shard, key, stream);
             let outcome = {
                 let mut state = shard.lock();
-                let mut stats = local.stats.stats.lock();
+                let mut stats = local.stats();
                 fast_path(&shard, &mut state, size, &mut stats)?
             };
             let handed = match outcome {
                 Outcome::Done(h) => h,
-                Outcome::Exhausted(req) => self.oom_path(&shard, req, local.stats)?,
+                Outcome::Exhausted(req) => self.oom_path(&shard, req, &local)?,
             };
             shared.history.record(
                 crate::observe::TraceAction::Alloc,
@@ -317,7 +318,7 @@ impl DeviceCore {
         let shards = self.all_shards();
         let mut guards: Vec<_> = shards.iter().map(|s| s.lock()).collect();
         with_local(shared, |local| {
-            let mut stats = local.stats.stats.lock();
+            let mut stats = local.stats();
             release_everything(&mut guards, shared, &mut stats);
         });
     }
@@ -435,9 +436,9 @@ fn nonneg(v: i64) -> u64 {
 fn release_everything(
     guards: &mut [parking_lot::MutexGuard<'_, ShardState>],
     shared: &DeviceShared,
-    st: &mut Stats,
+    st: &mut StatsWriter<'_>,
 ) {
-    st.num_sync_all_streams += 1;
+    st.num_sync_all_streams.bump();
     for g in guards.iter_mut() {
         g.synchronize_and_free_events(st);
     }
@@ -451,7 +452,7 @@ fn new_segment(
     state: &mut ShardState,
     req: &Request,
     shared: &DeviceShared,
-    st: &mut Stats,
+    st: &mut StatsWriter<'_>,
 ) -> Result<Handed, SegmentFailure> {
     let segment = shared.allocate_segment(req.segment_size)?;
     let block = state.add_segment(segment, req.pool, st);
@@ -464,7 +465,7 @@ fn fast_path(
     shard: &Shard,
     state: &mut ShardState,
     size: u64,
-    st: &mut Stats,
+    st: &mut StatsWriter<'_>,
 ) -> Result<Outcome, AllocError> {
     let shared = &*shard.shared;
     state.refresh_config(shared);

@@ -5,14 +5,14 @@ use std::sync::Arc;
 
 use parking_lot::MutexGuard;
 
-use super::local::StatsCell;
+use super::cell::StatsWriter;
+use super::local::Local;
 use super::shard::Shard;
 use super::shared::SegmentFailure;
 use super::state::{Handed, Request, ShardState};
 use super::{new_segment, release_everything, DeviceCore};
 use crate::error::{AllocError, OomReport};
 use crate::size;
-use crate::stats::MemoryStats;
 
 impl DeviceCore {
     /// Called when the stream's own cache and a new segment both failed.
@@ -20,7 +20,7 @@ impl DeviceCore {
         &self,
         shard: &Arc<Shard>,
         req: Request,
-        cell: &StatsCell,
+        local: &Local<'_>,
     ) -> Result<Handed, AllocError> {
         let shared = &*self.inner.shared;
         let failure = {
@@ -29,7 +29,7 @@ impl DeviceCore {
             let mut guards: Vec<MutexGuard<'_, ShardState>> =
                 shards.iter().map(|s| s.lock()).collect();
             let me = shard.rank;
-            let mut st = cell.stats.lock();
+            let mut st = local.stats();
             for g in &mut guards {
                 g.process_events(&mut st);
             }
@@ -41,12 +41,12 @@ impl DeviceCore {
                 return Ok(handed);
             }
             release_everything(&mut guards, shared, &mut st);
-            st.num_alloc_retries += 1;
+            st.num_alloc_retries.bump();
             match new_segment(&mut guards[me], &req, shared, &mut st) {
                 Ok(handed) => return Ok(handed),
                 Err(SegmentFailure::Device(msg)) => return Err(AllocError::Device(msg)),
                 Err(failure) => {
-                    st.num_ooms += 1;
+                    st.num_ooms.bump();
                     failure
                 }
             }
@@ -87,7 +87,7 @@ fn steal(
     guards: &mut [MutexGuard<'_, ShardState>],
     me: usize,
     req: &Request,
-    st: &mut MemoryStats,
+    st: &mut StatsWriter<'_>,
 ) -> Option<Handed> {
     let config = guards[me].config.clone();
     let mut best: Option<(u64, u64, usize, u32)> = None;

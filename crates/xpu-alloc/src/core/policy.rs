@@ -4,7 +4,7 @@
 use super::shared::DeviceShared;
 use super::state::{Request, ShardState};
 use crate::size::{PoolKind, ROUND_LARGE, SMALL_BUFFER};
-use crate::stats::MemoryStats;
+use super::cell::StatsWriter;
 
 /// Largest small-pool segment, in bytes.
 pub(crate) const SMALL_SEGMENT_MAX: u64 = 16 << 20;
@@ -26,7 +26,7 @@ pub(crate) fn segment_size_before_grow(
     state: &mut ShardState,
     req: &Request,
     shared: &DeviceShared,
-    st: &mut MemoryStats,
+    st: &mut StatsWriter<'_>,
 ) -> u64 {
     match req.pool {
         PoolKind::Small => {

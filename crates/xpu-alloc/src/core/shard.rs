@@ -42,7 +42,7 @@ impl Shard {
     pub(crate) fn free(&self, block: u32) {
         with_local(&self.shared, |local| {
             let mut state = self.state.lock();
-            let mut stats = local.stats.stats.lock();
+            let mut stats = local.stats();
             state.free(block, &mut stats);
         });
     }
@@ -71,8 +71,9 @@ impl Drop for Shard {
         // every segment to the device.
         let shared = self.shared.clone();
         let state = self.state.get_mut();
-        let mut stats = shared.stats.fallback.stats.lock();
-        state.synchronize_and_free_events(&mut stats);
-        state.release_cached(&shared, &mut stats);
+        shared.stats.with_fallback(|stats| {
+            state.synchronize_and_free_events(stats);
+            state.release_cached(&shared, stats);
+        });
     }
 }

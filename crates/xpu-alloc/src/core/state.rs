@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::block::{Block, Segment, NIL};
+use super::cell::{CellArray, StatsWriter};
 use super::pending::Pending;
 use super::pool::FreePool;
 use super::shared::DeviceShared;
@@ -12,7 +13,6 @@ use crate::config::AllocConfig;
 use crate::observe::TraceAction;
 use crate::size::{self, PoolKind};
 use crate::source::SourceSegment;
-use crate::stats::MemoryStats;
 use crate::stream::{StreamKey, StreamRef};
 
 /// A request after rounding.
@@ -145,7 +145,7 @@ impl ShardState {
         &mut self,
         block: u32,
         req: &Request,
-        st: &mut MemoryStats,
+        st: &mut StatsWriter<'_>,
     ) -> Handed {
         let kind = req.pool;
         let (already_split, block_size) = {
@@ -199,14 +199,14 @@ impl ShardState {
         &mut self,
         source: SourceSegment,
         kind: PoolKind,
-        st: &mut MemoryStats,
+        st: &mut StatsWriter<'_>,
     ) -> u32 {
         let size = source.size;
         self.history
             .record(TraceAction::SegmentAlloc, source.address, size, self.key.id);
         st.segment.increase(kind, 1);
         st.reserved_bytes.increase(kind, size);
-        st.num_device_alloc += 1;
+        st.num_device_alloc.bump();
         if size >= self.config.max_split_size {
             st.oversize_segments.increase(1);
         }
@@ -235,7 +235,7 @@ impl ShardState {
 
     /// The user frees a block: allocation stats drop now; the block is reusable now, or once
     /// markers on the streams it was used on complete.
-    pub(crate) fn free(&mut self, block: u32, st: &mut MemoryStats) {
+    pub(crate) fn free(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         let b = &mut self.blocks[block];
         b.allocated = false;
         let (kind, size) = (b.pool, b.size);
@@ -248,7 +248,7 @@ impl ShardState {
         }
     }
 
-    fn insert_events(&mut self, block: u32, st: &mut MemoryStats) {
+    fn insert_events(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         let uses = std::mem::take(&mut self.blocks[block].stream_uses);
         for stream in uses {
             match stream.record_marker() {
@@ -269,7 +269,7 @@ impl ShardState {
         }
     }
 
-    fn marker_done(&mut self, block: u32, st: &mut MemoryStats) {
+    fn marker_done(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         let b = &mut self.blocks[block];
         b.event_count -= 1;
         if b.event_count == 0 {
@@ -279,20 +279,20 @@ impl ShardState {
 
     /// Frees the blocks whose markers completed (per stream, in order).
     #[inline]
-    pub(crate) fn process_events(&mut self, st: &mut MemoryStats) {
+    pub(crate) fn process_events(&mut self, st: &mut StatsWriter<'_>) {
         if !self.pending.is_empty() {
             self.process_events_slow(st);
         }
     }
 
-    fn process_events_slow(&mut self, st: &mut MemoryStats) {
+    fn process_events_slow(&mut self, st: &mut StatsWriter<'_>) {
         for block in self.pending.pop_completed() {
             self.marker_done(block, st);
         }
     }
 
     /// Waits for every pending marker and frees their blocks.
-    pub(crate) fn synchronize_and_free_events(&mut self, st: &mut MemoryStats) {
+    pub(crate) fn synchronize_and_free_events(&mut self, st: &mut StatsWriter<'_>) {
         if self.pending.is_empty() {
             return;
         }
@@ -342,7 +342,7 @@ impl ShardState {
     }
 
     /// A block becomes reusable: merge with idle neighbours, back into its pool.
-    fn free_block(&mut self, block: u32, st: &mut MemoryStats) {
+    fn free_block(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         if self.history.is_enabled() {
             let b = &self.blocks[block];
             self.history
@@ -368,8 +368,8 @@ impl ShardState {
             net_blocks += 1;
             net_bytes += i64::try_from(b.size).unwrap_or(i64::MAX);
         }
-        apply_net(&mut st.inactive_split, kind, net_blocks);
-        apply_net(&mut st.inactive_split_bytes, kind, net_bytes);
+        apply_net(&st.inactive_split, kind, net_blocks);
+        apply_net(&st.inactive_split_bytes, kind, net_bytes);
         st.active.decrease(kind, 1);
         st.active_bytes.decrease(kind, original);
         st.requested_bytes.decrease(kind, requested);
@@ -383,7 +383,7 @@ impl ShardState {
         &mut self,
         block: u32,
         shared: &DeviceShared,
-        st: &mut MemoryStats,
+        st: &mut StatsWriter<'_>,
     ) {
         let Some(segment) = self.take_segment(block) else {
             return;
@@ -397,7 +397,7 @@ impl ShardState {
         );
         st.segment.decrease(kind, 1);
         st.reserved_bytes.decrease(kind, size);
-        st.num_device_free += 1;
+        st.num_device_free.bump();
         if size >= self.config.max_split_size {
             st.oversize_segments.decrease(1);
         }
@@ -419,7 +419,7 @@ impl ShardState {
     }
 
     /// Releases every whole free segment of both pools; returns the bytes released.
-    pub(crate) fn release_cached(&mut self, shared: &DeviceShared, st: &mut MemoryStats) -> u64 {
+    pub(crate) fn release_cached(&mut self, shared: &DeviceShared, st: &mut StatsWriter<'_>) -> u64 {
         let mut released = 0;
         for kind in [PoolKind::Small, PoolKind::Large] {
             for (size, _, block) in self.whole_free(kind) {
@@ -437,7 +437,7 @@ impl ShardState {
         &mut self,
         req: &Request,
         shared: &DeviceShared,
-        st: &mut MemoryStats,
+        st: &mut StatsWriter<'_>,
     ) -> bool {
         let max_split = self.config.max_split_size;
         if max_split == u64::MAX {
@@ -473,7 +473,7 @@ impl ShardState {
 
     /// PyTorch's garbage collection (§4.11) on this shard's large pool: release whole free
     /// blocks of at least the mean age until reserved drops below the threshold.
-    pub(crate) fn garbage_collect(&mut self, shared: &DeviceShared, st: &mut MemoryStats) {
+    pub(crate) fn garbage_collect(&mut self, shared: &DeviceShared, st: &mut StatsWriter<'_>) {
         let Some(allowed) = shared.allowed() else {
             return;
         };
@@ -516,7 +516,7 @@ impl ShardState {
     }
 }
 
-fn apply_net(stat: &mut crate::stats::StatArray, kind: PoolKind, net: i64) {
+fn apply_net(stat: &CellArray, kind: PoolKind, net: i64) {
     match net.cmp(&0) {
         std::cmp::Ordering::Greater => stat.increase(kind, net.unsigned_abs()),
         std::cmp::Ordering::Less => stat.decrease(kind, net.unsigned_abs()),

@@ -1,0 +1,377 @@
+//! A statistics cell with one writer at a time and lock-free readers (a sequence lock).
+//!
+//! Each thread's cell is written only by its thread (the cached path then makes plain
+//! relaxed loads and stores: no read-modify-write, no lock); readers copy a cell between
+//! two reads of its sequence word and retry while a write is in progress, so a read sees
+//! the cell between two operations. Resets requested by other threads are not written into
+//! the cell: they bump a generation that readers apply to their copy and the owner applies
+//! at its next write.
+
+use std::sync::atomic::{fence, AtomicI64, AtomicU64, Ordering};
+
+use crate::size::PoolKind;
+use crate::stats::{MemoryStats, Stat, StatArray};
+
+const R: Ordering = Ordering::Relaxed;
+
+/// One [`Stat`] of a cell; updated by the cell's single writer with load + store.
+#[derive(Default)]
+pub(crate) struct CellStat {
+    current: AtomicI64,
+    peak: AtomicI64,
+    allocated: AtomicI64,
+    freed: AtomicI64,
+}
+
+fn add(word: &AtomicI64, n: i64) {
+    word.store(word.load(R).wrapping_add(n), R);
+}
+
+impl CellStat {
+    /// As [`Stat::increase`].
+    #[inline]
+    pub(crate) fn increase(&self, n: u64) {
+        // Byte counts stay far below 2^63 (requests are capped at 1 EiB).
+        #[allow(clippy::cast_possible_wrap)]
+        let n = n as i64;
+        let current = self.current.load(R).wrapping_add(n);
+        self.current.store(current, R);
+        if current > self.peak.load(R) {
+            self.peak.store(current, R);
+        }
+        add(&self.allocated, n);
+    }
+
+    /// As [`Stat::decrease`].
+    #[inline]
+    pub(crate) fn decrease(&self, n: u64) {
+        #[allow(clippy::cast_possible_wrap)]
+        let n = n as i64;
+        add(&self.current, n.wrapping_neg());
+        add(&self.freed, n);
+    }
+
+    fn load(&self) -> Stat {
+        Stat {
+            current: self.current.load(R),
+            peak: self.peak.load(R),
+            allocated: self.allocated.load(R),
+            freed: self.freed.load(R),
+        }
+    }
+
+    fn merge(&self, other: &Stat) {
+        let mut s = self.load();
+        s.merge(other);
+        self.current.store(s.current, R);
+        self.peak.store(s.peak, R);
+        self.allocated.store(s.allocated, R);
+        self.freed.store(s.freed, R);
+    }
+
+    fn reset_peak(&self) {
+        self.peak.store(self.current.load(R), R);
+    }
+
+    fn reset_accumulated(&self) {
+        self.allocated.store(0, R);
+        self.freed.store(0, R);
+    }
+}
+
+/// One [`StatArray`] of a cell.
+#[derive(Default)]
+pub(crate) struct CellArray {
+    all: CellStat,
+    small_pool: CellStat,
+    large_pool: CellStat,
+}
+
+impl CellArray {
+    #[inline]
+    fn pool(&self, pool: PoolKind) -> &CellStat {
+        match pool {
+            PoolKind::Small => &self.small_pool,
+            PoolKind::Large => &self.large_pool,
+        }
+    }
+
+    /// As [`StatArray::increase`].
+    #[inline]
+    pub(crate) fn increase(&self, pool: PoolKind, n: u64) {
+        self.all.increase(n);
+        self.pool(pool).increase(n);
+    }
+
+    /// As [`StatArray::decrease`].
+    #[inline]
+    pub(crate) fn decrease(&self, pool: PoolKind, n: u64) {
+        self.all.decrease(n);
+        self.pool(pool).decrease(n);
+    }
+
+    fn each(&self) -> [&CellStat; 3] {
+        [&self.all, &self.small_pool, &self.large_pool]
+    }
+
+    fn load(&self) -> StatArray {
+        StatArray {
+            all: self.all.load(),
+            small_pool: self.small_pool.load(),
+            large_pool: self.large_pool.load(),
+        }
+    }
+
+    fn merge(&self, other: &StatArray) {
+        self.all.merge(&other.all);
+        self.small_pool.merge(&other.small_pool);
+        self.large_pool.merge(&other.large_pool);
+    }
+}
+
+/// A counter of a cell (`num_*`).
+#[derive(Default)]
+pub(crate) struct CellCounter(AtomicU64);
+
+impl CellCounter {
+    /// Adds one.
+    #[inline]
+    pub(crate) fn bump(&self) {
+        self.0.store(self.0.load(R).wrapping_add(1), R);
+    }
+
+    fn load(&self) -> u64 {
+        self.0.load(R)
+    }
+
+    fn merge(&self, n: u64) {
+        self.0.store(self.0.load(R).wrapping_add(n), R);
+    }
+}
+
+/// The statistics of a cell, field for field as [`MemoryStats`].
+#[derive(Default)]
+pub(crate) struct CellStats {
+    pub allocation: CellArray,
+    pub segment: CellArray,
+    pub active: CellArray,
+    pub inactive_split: CellArray,
+    pub allocated_bytes: CellArray,
+    pub reserved_bytes: CellArray,
+    pub active_bytes: CellArray,
+    pub inactive_split_bytes: CellArray,
+    pub requested_bytes: CellArray,
+    pub num_alloc_retries: CellCounter,
+    pub num_ooms: CellCounter,
+    pub num_sync_all_streams: CellCounter,
+    pub num_device_alloc: CellCounter,
+    pub num_device_free: CellCounter,
+    pub oversize_allocations: CellStat,
+    pub oversize_segments: CellStat,
+}
+
+impl CellStats {
+    fn arrays(&self) -> [&CellArray; 9] {
+        [
+            &self.allocation,
+            &self.segment,
+            &self.active,
+            &self.inactive_split,
+            &self.allocated_bytes,
+            &self.reserved_bytes,
+            &self.active_bytes,
+            &self.inactive_split_bytes,
+            &self.requested_bytes,
+        ]
+    }
+
+    fn counters(&self) -> [&CellCounter; 5] {
+        [
+            &self.num_alloc_retries,
+            &self.num_ooms,
+            &self.num_sync_all_streams,
+            &self.num_device_alloc,
+            &self.num_device_free,
+        ]
+    }
+
+    fn stats(&self) -> impl Iterator<Item = &CellStat> {
+        self.arrays()
+            .into_iter()
+            .flat_map(CellArray::each)
+            .chain([&self.oversize_allocations, &self.oversize_segments])
+    }
+
+    fn load(&self) -> MemoryStats {
+        MemoryStats {
+            allocation: self.allocation.load(),
+            segment: self.segment.load(),
+            active: self.active.load(),
+            inactive_split: self.inactive_split.load(),
+            allocated_bytes: self.allocated_bytes.load(),
+            reserved_bytes: self.reserved_bytes.load(),
+            active_bytes: self.active_bytes.load(),
+            inactive_split_bytes: self.inactive_split_bytes.load(),
+            requested_bytes: self.requested_bytes.load(),
+            num_alloc_retries: self.num_alloc_retries.load(),
+            num_ooms: self.num_ooms.load(),
+            num_sync_all_streams: self.num_sync_all_streams.load(),
+            num_device_alloc: self.num_device_alloc.load(),
+            num_device_free: self.num_device_free.load(),
+            oversize_allocations: self.oversize_allocations.load(),
+            oversize_segments: self.oversize_segments.load(),
+            max_split_size: -1,
+        }
+    }
+
+    /// Adds every statistic of `other` (as [`MemoryStats::merge`]).
+    pub(crate) fn merge(&self, other: &MemoryStats) {
+        self.allocation.merge(&other.allocation);
+        self.segment.merge(&other.segment);
+        self.active.merge(&other.active);
+        self.inactive_split.merge(&other.inactive_split);
+        self.allocated_bytes.merge(&other.allocated_bytes);
+        self.reserved_bytes.merge(&other.reserved_bytes);
+        self.active_bytes.merge(&other.active_bytes);
+        self.inactive_split_bytes.merge(&other.inactive_split_bytes);
+        self.requested_bytes.merge(&other.requested_bytes);
+        self.num_alloc_retries.merge(other.num_alloc_retries);
+        self.num_ooms.merge(other.num_ooms);
+        self.num_sync_all_streams.merge(other.num_sync_all_streams);
+        self.num_device_alloc.merge(other.num_device_alloc);
+        self.num_device_free.merge(other.num_device_free);
+        self.oversize_allocations.merge(&other.oversize_allocations);
+        self.oversize_segments.merge(&other.oversize_segments);
+    }
+
+    fn reset_peak(&self) {
+        self.stats().for_each(CellStat::reset_peak);
+    }
+
+    fn reset_accumulated(&self) {
+        self.stats().for_each(CellStat::reset_accumulated);
+        for c in self.counters() {
+            c.0.store(0, R);
+        }
+    }
+}
+
+/// Reset generations of a device allocator: bumped by `reset_peak_stats` /
+/// `reset_accumulated_stats`, applied lazily by every cell.
+#[derive(Default)]
+pub(crate) struct Generations {
+    peak: AtomicU64,
+    accumulated: AtomicU64,
+}
+
+impl Generations {
+    pub(crate) fn bump_peak(&self) {
+        self.peak.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn bump_accumulated(&self) {
+        self.accumulated.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn load(&self) -> (u64, u64) {
+        (
+            self.peak.load(Ordering::Acquire),
+            self.accumulated.load(Ordering::Acquire),
+        )
+    }
+}
+
+/// Statistics written by one writer at a time (see the module docs).
+#[derive(Default)]
+pub(crate) struct StatsCell {
+    /// Odd while a write is in progress.
+    seq: AtomicU64,
+    /// Reset generations already applied to `stats`.
+    peak_gen: AtomicU64,
+    accumulated_gen: AtomicU64,
+    stats: CellStats,
+}
+
+impl StatsCell {
+    /// Opens a write. The caller guarantees that no other thread writes this cell at the
+    /// same time (the cell is the thread's own, or the caller holds the cell's lock); a
+    /// nested write on the same thread joins the outer one.
+    #[inline]
+    pub(crate) fn write<'a>(&'a self, gens: &Generations) -> StatsWriter<'a> {
+        let seq = self.seq.load(R);
+        let outer = seq & 1 == 0;
+        if outer {
+            self.seq.store(seq.wrapping_add(1), R);
+            fence(Ordering::Release);
+        }
+        let (peak, accumulated) = gens.load();
+        if peak != self.peak_gen.load(R) {
+            self.stats.reset_peak();
+            self.peak_gen.store(peak, R);
+        }
+        if accumulated != self.accumulated_gen.load(R) {
+            self.stats.reset_accumulated();
+            self.accumulated_gen.store(accumulated, R);
+        }
+        StatsWriter {
+            cell: self,
+            end: outer.then(|| seq.wrapping_add(2)),
+        }
+    }
+
+    /// A copy of the cell between two writes, with resets of `gens` not yet applied by the
+    /// writer applied to the copy.
+    pub(crate) fn read(&self, gens: &Generations) -> MemoryStats {
+        let (peak, accumulated) = gens.load();
+        let mut spins = 0u32;
+        loop {
+            let before = self.seq.load(Ordering::Acquire);
+            if before & 1 == 0 {
+                let mut stats = self.stats.load();
+                let applied = (self.peak_gen.load(R), self.accumulated_gen.load(R));
+                fence(Ordering::Acquire);
+                if self.seq.load(R) == before {
+                    // Generations only grow: a cell ahead of `gens` was reset after `gens`
+                    // was read, and needs nothing.
+                    if applied.0 < peak {
+                        stats.reset_peak();
+                    }
+                    if applied.1 < accumulated {
+                        stats.reset_accumulated();
+                    }
+                    return stats;
+                }
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// An open write on a [`StatsCell`]; closes it on drop. Dereferences to the statistics.
+pub(crate) struct StatsWriter<'a> {
+    cell: &'a StatsCell,
+    /// Sequence value to publish at the end (`None` for a nested write).
+    end: Option<u64>,
+}
+
+impl std::ops::Deref for StatsWriter<'_> {
+    type Target = CellStats;
+    #[inline]
+    fn deref(&self) -> &CellStats {
+        &self.cell.stats
+    }
+}
+
+impl Drop for StatsWriter<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(end) = self.end {
+            self.cell.seq.store(end, Ordering::Release);
+        }
+    }
+}
