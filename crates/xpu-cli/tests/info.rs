@@ -2,8 +2,16 @@
 
 use std::process::{Command, Output};
 
+/// The `xpu` binary: cargo's build path, or nextest's remapped path when the tests run from a
+/// nextest archive on another machine (`NEXTEST_BIN_EXE_xpu`).
+fn xpu_exe() -> std::path::PathBuf {
+    std::env::var_os("NEXTEST_BIN_EXE_xpu")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_xpu").into())
+}
+
 fn xpu(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xpu"));
+    let mut cmd = Command::new(xpu_exe());
     cmd.args(args);
     for (k, v) in env {
         cmd.env(k, v);

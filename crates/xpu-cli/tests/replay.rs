@@ -3,8 +3,16 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+/// The `xpu` binary: cargo's build path, or nextest's remapped path when the tests run from a
+/// nextest archive on another machine (`NEXTEST_BIN_EXE_xpu`).
+fn xpu_exe() -> std::path::PathBuf {
+    std::env::var_os("NEXTEST_BIN_EXE_xpu")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_xpu").into())
+}
+
 fn xpu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xpu"))
+    Command::new(xpu_exe())
         .args(args)
         .output()
         .expect("xpu runs")

@@ -110,7 +110,11 @@ fn platform_filter_is_a_case_insensitive_substring() {
         return;
     }
     let base = run_probe(&[], &["XPU_PLATFORM"]);
-    let platforms: Vec<&str> = base["platforms"].split('|').collect();
+    let platforms: Vec<&str> = base
+        .get("platforms")
+        .unwrap_or_else(|| panic!("the probe found no device: {base:?}"))
+        .split('|')
+        .collect();
     let first = platforms[0];
     let expected = platforms.iter().filter(|p| **p == first).count();
     let r = run_probe(&[("XPU_PLATFORM", &first.to_uppercase())], &[]);

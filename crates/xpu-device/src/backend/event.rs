@@ -96,10 +96,22 @@ impl ClEvent {
     /// # Errors
     /// `CL_INVALID_EVENT` for a non-user event, `CL_INVALID_OPERATION` when already set.
     pub fn set_complete(&self) -> Result<(), ClError> {
+        self.check_unset()?;
         cl(
             "clSetUserEventStatus",
             cle::set_user_event_status(self.0, 0),
         )
+    }
+
+    /// OpenCL 3.0 §5.11.2: a user event's status can be set only once
+    /// (`CL_INVALID_OPERATION` otherwise). NVIDIA's driver accepts a second call, so the check
+    /// is made here for every driver: a user event not in its initial `CL_SUBMITTED` state has
+    /// been set.
+    fn check_unset(&self) -> Result<(), ClError> {
+        match self.status()? {
+            EventStatus::Submitted => Ok(()),
+            _ => Err(ClError::new("clSetUserEventStatus", -59)),
+        }
     }
 
     /// Sets a user event to a negative error status: commands waiting on it terminate.
@@ -107,6 +119,7 @@ impl ClEvent {
     /// # Errors
     /// As [`ClEvent::set_complete`]; `CL_INVALID_VALUE` when `code >= 0`.
     pub fn set_failed(&self, code: i32) -> Result<(), ClError> {
+        self.check_unset()?;
         cl(
             "clSetUserEventStatus",
             cle::set_user_event_status(self.0, code),
