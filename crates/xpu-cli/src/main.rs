@@ -10,6 +10,7 @@ mod demo;
 mod info;
 mod plot;
 mod replay;
+mod scaling;
 
 use std::process::ExitCode;
 
@@ -36,6 +37,8 @@ enum Command {
     Replay(replay::Args),
     /// Measure the runtime's speed figures (`--json` for one object).
     Bench(bench::Args),
+    /// Plot the allocator's thread scaling (ours vs PyTorch) from bench JSON files as SVG.
+    PlotScaling(scaling::Args),
     /// Time device enumeration and context creation in a fresh process (used by `bench`).
     #[command(hide = true)]
     LazyInitProbe(bench::ProbeArgs),
@@ -48,6 +51,7 @@ fn dispatch(command: &Command) -> anyhow::Result<ExitCode> {
         Command::Demo(args) => demo::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::PlotScaling(args) => scaling::run(args),
         Command::LazyInitProbe(args) => bench::run_probe(args),
     }
 }
