@@ -4,7 +4,7 @@
 mod common;
 
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 
 use common::{sim_core, stream, GIB, MIB};
 use xpu_alloc::{AllocError, DataPtr, DeviceCore, SimulatedSource};
@@ -28,16 +28,24 @@ fn sizes(seed: u64) -> impl Iterator<Item = u64> {
 fn hammer(core: &DeviceCore, source: &Arc<SimulatedSource>, threads: u64, ops: usize) {
     let (tx, rx) = mpsc::channel::<DataPtr>();
     let rx = Arc::new(parking_lot::Mutex::new(rx));
+    // Every thread stops halfway while holding its live blocks, so all threads' memory is
+    // live at once whatever the scheduler does (on 2 cores the threads could otherwise run one
+    // after another and never meet memory pressure).
+    let halfway = Arc::new(Barrier::new(threads as usize));
     std::thread::scope(|scope| {
         for t in 0..threads {
             let core = core.clone();
             let tx = tx.clone();
             let rx = rx.clone();
+            let halfway = halfway.clone();
             scope.spawn(move || {
                 // Threads 12..16 share stream 12; the others have their own.
                 let (_, s) = stream(t.min(12));
                 let mut live: Vec<DataPtr> = Vec::new();
                 for (i, size) in sizes(t).take(ops).enumerate() {
+                    if i == ops / 2 {
+                        halfway.wait();
+                    }
                     match core.allocate(size, &s) {
                         Ok(p) => {
                             assert!(p.allocated_size() >= size);

@@ -79,53 +79,76 @@ impl CellStat {
     }
 }
 
-/// One [`StatArray`] of a cell.
+/// One [`StatArray`] of a cell. `all` is not stored but derived: its current, allocated
+/// and freed values are the sums of the two pools'; only its peak is kept.
 #[derive(Default)]
 pub(crate) struct CellArray {
-    all: CellStat,
+    all_peak: AtomicI64,
     small_pool: CellStat,
     large_pool: CellStat,
 }
 
 impl CellArray {
-    #[inline]
-    fn pool(&self, pool: PoolKind) -> &CellStat {
-        match pool {
-            PoolKind::Small => &self.small_pool,
-            PoolKind::Large => &self.large_pool,
-        }
-    }
-
     /// As [`StatArray::increase`].
     #[inline]
     pub(crate) fn increase(&self, pool: PoolKind, n: u64) {
-        self.all.increase(n);
-        self.pool(pool).increase(n);
+        let (this, other) = match pool {
+            PoolKind::Small => (&self.small_pool, &self.large_pool),
+            PoolKind::Large => (&self.large_pool, &self.small_pool),
+        };
+        this.increase(n);
+        let all = this.current.load(R).wrapping_add(other.current.load(R));
+        if all > self.all_peak.load(R) {
+            self.all_peak.store(all, R);
+        }
     }
 
     /// As [`StatArray::decrease`].
     #[inline]
     pub(crate) fn decrease(&self, pool: PoolKind, n: u64) {
-        self.all.decrease(n);
-        self.pool(pool).decrease(n);
-    }
-
-    fn each(&self) -> [&CellStat; 3] {
-        [&self.all, &self.small_pool, &self.large_pool]
+        match pool {
+            PoolKind::Small => self.small_pool.decrease(n),
+            PoolKind::Large => self.large_pool.decrease(n),
+        }
     }
 
     fn load(&self) -> StatArray {
+        let small_pool = self.small_pool.load();
+        let large_pool = self.large_pool.load();
+        let all = Stat {
+            current: small_pool.current.wrapping_add(large_pool.current),
+            peak: self.all_peak.load(R),
+            allocated: small_pool.allocated.wrapping_add(large_pool.allocated),
+            freed: small_pool.freed.wrapping_add(large_pool.freed),
+        };
         StatArray {
-            all: self.all.load(),
-            small_pool: self.small_pool.load(),
-            large_pool: self.large_pool.load(),
+            all,
+            small_pool,
+            large_pool,
         }
     }
 
     fn merge(&self, other: &StatArray) {
-        self.all.merge(&other.all);
+        self.all_peak
+            .store(self.all_peak.load(R).saturating_add(other.all.peak), R);
         self.small_pool.merge(&other.small_pool);
         self.large_pool.merge(&other.large_pool);
+    }
+
+    fn reset_peak(&self) {
+        self.small_pool.reset_peak();
+        self.large_pool.reset_peak();
+        let all = self
+            .small_pool
+            .current
+            .load(R)
+            .wrapping_add(self.large_pool.current.load(R));
+        self.all_peak.store(all, R);
+    }
+
+    fn reset_accumulated(&self) {
+        self.small_pool.reset_accumulated();
+        self.large_pool.reset_accumulated();
     }
 }
 
@@ -195,13 +218,6 @@ impl CellStats {
         ]
     }
 
-    fn stats(&self) -> impl Iterator<Item = &CellStat> {
-        self.arrays()
-            .into_iter()
-            .flat_map(CellArray::each)
-            .chain([&self.oversize_allocations, &self.oversize_segments])
-    }
-
     fn load(&self) -> MemoryStats {
         MemoryStats {
             allocation: self.allocation.load(),
@@ -245,11 +261,17 @@ impl CellStats {
     }
 
     fn reset_peak(&self) {
-        self.stats().for_each(CellStat::reset_peak);
+        self.arrays().into_iter().for_each(CellArray::reset_peak);
+        self.oversize_allocations.reset_peak();
+        self.oversize_segments.reset_peak();
     }
 
     fn reset_accumulated(&self) {
-        self.stats().for_each(CellStat::reset_accumulated);
+        self.arrays()
+            .into_iter()
+            .for_each(CellArray::reset_accumulated);
+        self.oversize_allocations.reset_accumulated();
+        self.oversize_segments.reset_accumulated();
         for c in self.counters() {
             c.0.store(0, R);
         }

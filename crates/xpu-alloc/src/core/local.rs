@@ -62,7 +62,11 @@ impl StatsRegistry {
     pub(crate) fn aggregate(&self) -> MemoryStats {
         let mut total = MemoryStats::default();
         let cells = self.cells.lock();
-        for cell in cells.iter().map(AsRef::as_ref).chain([&self.retired, &self.fallback]) {
+        for cell in cells
+            .iter()
+            .map(AsRef::as_ref)
+            .chain([&self.retired, &self.fallback])
+        {
             total.merge(&cell.read(&self.gens));
         }
         total
@@ -113,7 +117,16 @@ impl<'a> Local<'a> {
     }
 }
 
+#[inline]
 fn entry<'v>(entries: &'v mut Vec<Entry>, shared: &Arc<DeviceShared>) -> &'v mut Entry {
+    if entries.first().is_some_and(|e| e.id == shared.id) {
+        return &mut entries[0];
+    }
+    entry_slow(entries, shared)
+}
+
+#[cold]
+fn entry_slow<'v>(entries: &'v mut Vec<Entry>, shared: &Arc<DeviceShared>) -> &'v mut Entry {
     if let Some(pos) = entries.iter().position(|e| e.id == shared.id) {
         return &mut entries[pos];
     }

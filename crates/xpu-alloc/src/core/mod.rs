@@ -62,9 +62,10 @@ struct CoreInner {
 /// # Sharding
 /// State is sharded per stream: each stream's blocks, segments, free pools and pending
 /// frees live in its own shard behind its own lock, so threads on different streams never
-/// contend. The cached allocate/free path takes the stream's shard lock and the calling
-/// thread's statistics cell, reads a few read-mostly words (config epoch, flags) and writes
-/// nothing shared with other streams or threads. Pending frees are processed at the start
+/// contend. The cached allocate/free path takes the stream's shard lock (its only
+/// read-modify-write atomics besides the shard's reference count), updates the calling
+/// thread's statistics cell with plain stores (see `cell`), reads a few read-mostly words
+/// (config epoch, flags) and writes nothing shared with other streams or threads. Pending frees are processed at the start
 /// of each allocation on the allocating stream's shard, one FIFO per marker stream (no
 /// head-of-line blocking across streams). Only the OOM path and
 /// [`DeviceCore::empty_cache`] take every shard (in creation order, under one OOM lock).
@@ -76,7 +77,8 @@ struct CoreInner {
 /// call since creation or the last [`DeviceCore::reset_peak_stats`] (whatever the number of
 /// streams), and an upper bound of it when several threads allocate (their individual highs
 /// need not coincide). Cells of exited threads are folded into one (peaks keep adding up).
-/// A read concurrent with allocations sees each cell at some instant between operations.
+/// A read concurrent with allocations sees each cell at some instant between operations
+/// (a sequence lock: readers retry, writers never wait for readers).
 ///
 /// # Cross-stream reuse under memory pressure
 /// When a request can be served neither from its stream's cache nor by a new segment, and
@@ -480,8 +482,8 @@ fn fast_path(
         });
     }
     let gc = shared.gc_enabled();
-    if let Some(block) = state.search(&req, gc) {
-        return Ok(Outcome::Done(state.alloc_found_block(block, &req, st)));
+    if let Some(found) = state.search(&req, gc) {
+        return Ok(Outcome::Done(state.alloc_pooled(found, &req, st)));
     }
     if gc {
         state.garbage_collect(shared, st);

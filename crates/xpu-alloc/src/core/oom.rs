@@ -34,8 +34,8 @@ impl DeviceCore {
                 g.process_events(&mut st);
             }
             // Another thread may have freed blocks of this stream since the first search.
-            if let Some(block) = guards[me].search(&req, shared.gc_enabled()) {
-                return Ok(guards[me].alloc_found_block(block, &req, &mut st));
+            if let Some(found) = guards[me].search(&req, shared.gc_enabled()) {
+                return Ok(guards[me].alloc_pooled(found, &req, &mut st));
             }
             if let Some(handed) = steal(&mut guards, me, &req, &mut st) {
                 return Ok(handed);

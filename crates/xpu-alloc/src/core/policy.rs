@@ -1,10 +1,10 @@
 //! The fragmentation policy of `release_policy:before_grow` (beyond PyTorch); the rules
 //! are documented on [`crate::config::ReleasePolicy::BeforeGrow`].
 
+use super::cell::StatsWriter;
 use super::shared::DeviceShared;
 use super::state::{Request, ShardState};
 use crate::size::{PoolKind, ROUND_LARGE, SMALL_BUFFER};
-use super::cell::StatsWriter;
 
 /// Largest small-pool segment, in bytes.
 pub(crate) const SMALL_SEGMENT_MAX: u64 = 16 << 20;

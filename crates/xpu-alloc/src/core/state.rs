@@ -28,6 +28,16 @@ pub(crate) struct Request {
     pub segment_size: u64,
 }
 
+/// A free block found by a search, still in its pool.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pooled {
+    pub block: u32,
+    pub size: u64,
+    pub addr: u64,
+    /// Position in a vector pool.
+    pub hint: Option<usize>,
+}
+
 /// A block handed out: index in the shard, address and rounded size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Handed {
@@ -107,17 +117,6 @@ impl ShardState {
         }
     }
 
-    fn insert_free(&mut self, block: u32) {
-        let (size, addr, kind) = {
-            let b = &self.blocks[block];
-            (b.size, b.addr, b.pool)
-        };
-        let pool = self.pool_mut(kind);
-        let searches = pool.searches;
-        pool.insert(size, addr, block);
-        self.blocks[block].gc_base = searches;
-    }
-
     fn remove_free(&mut self, block: u32) {
         let (size, addr, kind) = {
             let b = &self.blocks[block];
@@ -126,63 +125,107 @@ impl ShardState {
         self.pool_mut(kind).remove(size, addr, block);
     }
 
-    /// Best fit in the request's pool under the oversize rules; removes the block found.
-    pub(crate) fn search(&mut self, req: &Request, gc_enabled: bool) -> Option<u32> {
+    /// Best fit in the request's pool under the oversize rules; the block stays in its pool
+    /// until [`ShardState::alloc_pooled`] hands it out.
+    #[inline]
+    pub(crate) fn search(&mut self, req: &Request, gc_enabled: bool) -> Option<Pooled> {
         if gc_enabled {
             self.pool_mut(req.pool).searches += 1;
         }
-        let (size, addr, block) = self.pool(req.pool).best_fit(req.rounded)?;
+        let ((size, addr, block), hint) = self.pool(req.pool).best_fit_at(req.rounded)?;
         if !size::oversize_allows(req.rounded, size, &self.config) {
             return None;
         }
-        self.pool_mut(req.pool).remove(size, addr, block);
-        Some(block)
+        Some(Pooled {
+            block,
+            size,
+            addr,
+            hint,
+        })
     }
 
-    /// Hands out a block taken from a pool or a new segment, splitting it when the rules
-    /// say so, and updates the statistics.
+    /// Hands out a block found by [`ShardState::search`] (see
+    /// [`ShardState::alloc_found_block`]).
+    #[inline]
+    pub(crate) fn alloc_pooled(
+        &mut self,
+        found: Pooled,
+        req: &Request,
+        st: &mut StatsWriter<'_>,
+    ) -> Handed {
+        self.alloc_block(found.block, Some(found), req, st)
+    }
+
+    /// Hands out a block that is in no pool (a new or adopted segment), splitting it when
+    /// the rules say so, and updates the statistics.
     pub(crate) fn alloc_found_block(
         &mut self,
         block: u32,
         req: &Request,
         st: &mut StatsWriter<'_>,
     ) -> Handed {
+        self.alloc_block(block, None, req, st)
+    }
+
+    fn alloc_block(
+        &mut self,
+        block: u32,
+        pooled: Option<Pooled>,
+        req: &Request,
+        st: &mut StatsWriter<'_>,
+    ) -> Handed {
         let kind = req.pool;
-        let (already_split, block_size) = {
-            let b = &self.blocks[block];
-            (b.is_split(), b.size)
-        };
-        if size::should_split(kind, block_size, req.rounded, &self.config) {
+        let config = &*self.config;
+        let b = &self.blocks[block];
+        let (already_split, block_size, addr, segment, next) =
+            (b.is_split(), b.size, b.addr, b.segment, b.next);
+        let size = if size::should_split(kind, block_size, req.rounded, config) {
             let remaining = block_size - req.rounded;
-            let (addr, segment, next) = {
-                let b = &self.blocks[block];
-                (b.addr, b.segment, b.next)
-            };
             let mut rest = Block::whole(addr + req.rounded, remaining, segment, kind);
             rest.prev = block;
             rest.next = next;
+            let pool = match kind {
+                PoolKind::Small => &mut self.small,
+                PoolKind::Large => &mut self.large,
+            };
+            rest.gc_base = pool.searches;
             let rest_index = self.blocks.insert(rest);
+            match pooled {
+                Some(p) => pool.replace(
+                    (p.size, p.addr),
+                    p.hint,
+                    remaining,
+                    addr + req.rounded,
+                    rest_index,
+                ),
+                None => pool.insert(remaining, addr + req.rounded, rest_index),
+            }
             if next != NIL {
                 self.blocks[next].prev = rest_index;
             }
             let b = &mut self.blocks[block];
             b.next = rest_index;
             b.size = req.rounded;
-            self.insert_free(rest_index);
             if already_split {
                 st.inactive_split_bytes.decrease(kind, req.rounded);
             } else {
                 st.inactive_split.increase(kind, 1);
                 st.inactive_split_bytes.increase(kind, remaining);
             }
-        } else if already_split {
-            st.inactive_split.decrease(kind, 1);
-            st.inactive_split_bytes.decrease(kind, block_size);
-        }
+            req.rounded
+        } else {
+            if let Some(p) = pooled {
+                self.pool_mut(kind).remove(p.size, p.addr, p.block);
+            }
+            if already_split {
+                st.inactive_split.decrease(kind, 1);
+                st.inactive_split_bytes.decrease(kind, block_size);
+            }
+            block_size
+        };
         let b = &mut self.blocks[block];
         b.allocated = true;
         b.requested = req.size;
-        let (addr, size) = (b.addr, b.size);
         st.allocation.increase(kind, 1);
         st.allocated_bytes.increase(kind, size);
         st.active.increase(kind, 1);
@@ -315,58 +358,69 @@ impl ShardState {
         }
     }
 
-    /// Merges `src` into `dst` when `src` is an idle neighbour; returns the bytes subsumed.
-    fn try_merge(&mut self, dst: u32, src: u32) -> u64 {
-        if src == NIL || !self.blocks[src].is_idle() {
-            return 0;
+    /// Merges `src` into `dst` when `src` is an idle neighbour (removing it from the slab
+    /// but not from its pool); returns its pool key (size, address, block).
+    fn try_merge(&mut self, dst: u32, src: u32) -> Option<(u64, u64, u32)> {
+        if src == NIL || !self.blocks.get(src)?.is_idle() {
+            return None;
         }
-        self.remove_free(src);
-        let Some(s) = self.blocks.remove(src) else {
-            return 0;
-        };
+        let s = self.blocks.remove(src)?;
         let d = &mut self.blocks[dst];
         if d.prev == src {
             d.addr = s.addr;
             d.prev = s.prev;
+            d.size += s.size;
             if s.prev != NIL {
                 self.blocks[s.prev].next = dst;
             }
         } else {
             d.next = s.next;
+            d.size += s.size;
             if s.next != NIL {
                 self.blocks[s.next].prev = dst;
             }
         }
-        self.blocks[dst].size += s.size;
-        s.size
+        Some((s.size, s.addr, src))
     }
 
-    /// A block becomes reusable: merge with idle neighbours, back into its pool.
+    /// A block becomes reusable: merge with idle neighbours, back into its pool (in place of
+    /// a merged neighbour's entry when there is one).
     fn free_block(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         if self.history.is_enabled() {
             let b = &self.blocks[block];
             self.history
                 .record(TraceAction::FreeCompleted, b.addr, b.requested, self.key.id);
         }
-        let (kind, original, requested, prev, next) = {
-            let b = &self.blocks[block];
-            (b.pool, b.size, b.requested, b.prev, b.next)
-        };
+        let b = &mut self.blocks[block];
+        let (kind, original, requested, prev, next) = (b.pool, b.size, b.requested, b.prev, b.next);
+        b.requested = 0;
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
+        let mut stale: Option<(u64, u64, u32)> = None;
         for neighbour in [prev, next] {
-            let subsumed = self.try_merge(block, neighbour);
-            if subsumed > 0 {
+            if let Some(merged) = self.try_merge(block, neighbour) {
                 net_blocks -= 1;
-                net_bytes -= i64::try_from(subsumed).unwrap_or(i64::MAX);
+                net_bytes -= i64::try_from(merged.0).unwrap_or(i64::MAX);
+                if let Some((s, a, b)) = stale.replace(merged) {
+                    self.pool_mut(kind).remove(s, a, b);
+                }
             }
         }
-        self.blocks[block].requested = 0;
-        self.insert_free(block);
         let b = &self.blocks[block];
-        if b.is_split() {
+        let (size, addr, split) = (b.size, b.addr, b.is_split());
+        let pool = match kind {
+            PoolKind::Small => &mut self.small,
+            PoolKind::Large => &mut self.large,
+        };
+        match stale {
+            Some((s, a, _)) => pool.replace((s, a), None, size, addr, block),
+            None => pool.insert(size, addr, block),
+        }
+        let searches = pool.searches;
+        self.blocks[block].gc_base = searches;
+        if split {
             net_blocks += 1;
-            net_bytes += i64::try_from(b.size).unwrap_or(i64::MAX);
+            net_bytes += i64::try_from(size).unwrap_or(i64::MAX);
         }
         apply_net(&st.inactive_split, kind, net_blocks);
         apply_net(&st.inactive_split_bytes, kind, net_bytes);
@@ -413,13 +467,16 @@ impl ShardState {
     pub(crate) fn whole_free(&self, kind: PoolKind) -> Vec<(u64, u64, u32)> {
         self.pool(kind)
             .iter()
-            .filter(|(_, _, b)| !self.blocks[*b].is_split())
-            .copied()
+            .filter(|&(_, _, b)| !self.blocks[b].is_split())
             .collect()
     }
 
     /// Releases every whole free segment of both pools; returns the bytes released.
-    pub(crate) fn release_cached(&mut self, shared: &DeviceShared, st: &mut StatsWriter<'_>) -> u64 {
+    pub(crate) fn release_cached(
+        &mut self,
+        shared: &DeviceShared,
+        st: &mut StatsWriter<'_>,
+    ) -> u64 {
         let mut released = 0;
         for kind in [PoolKind::Small, PoolKind::Large] {
             for (size, _, block) in self.whole_free(kind) {
@@ -447,8 +504,7 @@ impl ShardState {
         let pool = self.pool(req.pool);
         let single = pool
             .iter_from(key)
-            .find(|(_, _, b)| !self.blocks[*b].is_split())
-            .copied();
+            .find(|&(_, _, b)| !self.blocks[b].is_split());
         if let Some((_, _, block)) = single {
             self.release_block(block, shared, st);
             return true;
@@ -456,9 +512,9 @@ impl ShardState {
         let candidates: Vec<(u64, u32)> = pool
             .iter()
             .rev()
-            .take_while(|(size, _, _)| *size >= max_split)
-            .filter(|(_, _, b)| !self.blocks[*b].is_split())
-            .map(|(size, _, b)| (*size, *b))
+            .take_while(|&(size, _, _)| size >= max_split)
+            .filter(|&(_, _, b)| !self.blocks[b].is_split())
+            .map(|(size, _, b)| (size, b))
             .collect();
         let mut released = 0;
         for (size, block) in candidates {
