@@ -19,7 +19,7 @@ fn check(what: &'static str, offset: usize, len: usize, size: usize) -> Result<(
 }
 
 /// Device memory a [`HostCopy`] can copy to or from: an OpenCL buffer region. Implemented
-/// for [`Buffer`] (the whole buffer) and for the device allocator's [`DataPtr`] (its block
+/// for [`Buffer`] (the whole buffer) and for the device allocator's [`DataPtr`](crate::DataPtr) (its block
 /// inside the segment's buffer).
 pub trait DeviceMemory {
     /// A handle to the buffer (a retained clone), the byte offset of the region's first byte
