@@ -109,7 +109,7 @@ fn read_env() -> Result<(TypeSelection, Option<String>)> {
 fn enumerate() -> Result<Vec<Device>> {
     let (selection, platform_filter) = read_env()?;
     crate::fork::note_driver_touched();
-    let platforms = Platform::all().map_err(|e| {
+    let platforms = with_icd_env_preserved(Platform::all).map_err(|e| {
         if e.is_runtime_missing() {
             DeviceError::NoRuntime { source: e }
         } else {
@@ -191,6 +191,34 @@ fn describe_selection(
         Some(f) => format!("{types} on the platforms matching XPU_PLATFORM={f} {names:?}"),
         None => format!("{types} on the platforms {names:?}"),
     }
+}
+
+/// ICD loader variables that the loader may damage in place while it enumerates platforms.
+const ICD_ENV: [&str; 2] = ["OCL_ICD_FILENAMES", "OCL_ICD_VENDORS"];
+
+/// Runs the first platform enumeration and then restores the ICD loader's variables.
+///
+/// The ocl-icd loader splits `OCL_ICD_FILENAMES` with `strtok` on the string `getenv` returned,
+/// so after the first `clGetPlatformIDs` the process environment holds only the first file name
+/// (`libpocl.so.2:libnvidia-opencl.so.1` becomes `libpocl.so.2`). Every child process started
+/// afterwards (a user's subprocess, a test's helper) would then miss the other platforms:
+/// seen on the GPU machine, where NVIDIA's driver vanished for every child. The values are
+/// saved before the call and put back after it.
+fn with_icd_env_preserved<T>(f: impl FnOnce() -> T) -> T {
+    let saved: Vec<(&str, Option<std::ffi::OsString>)> = ICD_ENV
+        .iter()
+        .map(|k| (*k, std::env::var_os(k)))
+        .collect();
+    let out = f();
+    for (key, value) in saved {
+        if let Some(value) = value {
+            if std::env::var_os(key).as_ref() != Some(&value) {
+                tracing::debug!(key, "restoring an ICD loader variable damaged by enumeration");
+                std::env::set_var(key, value);
+            }
+        }
+    }
+    out
 }
 
 static DEVICES: OnceLock<Result<Vec<Device>>> = OnceLock::new();
