@@ -205,15 +205,16 @@ const ICD_ENV: [&str; 2] = ["OCL_ICD_FILENAMES", "OCL_ICD_VENDORS"];
 /// seen on the GPU machine, where NVIDIA's driver vanished for every child. The values are
 /// saved before the call and put back after it.
 fn with_icd_env_preserved<T>(f: impl FnOnce() -> T) -> T {
-    let saved: Vec<(&str, Option<std::ffi::OsString>)> = ICD_ENV
-        .iter()
-        .map(|k| (*k, std::env::var_os(k)))
-        .collect();
+    let saved: Vec<(&str, Option<std::ffi::OsString>)> =
+        ICD_ENV.iter().map(|k| (*k, std::env::var_os(k))).collect();
     let out = f();
     for (key, value) in saved {
         if let Some(value) = value {
             if std::env::var_os(key).as_ref() != Some(&value) {
-                tracing::debug!(key, "restoring an ICD loader variable damaged by enumeration");
+                tracing::debug!(
+                    key,
+                    "restoring an ICD loader variable damaged by enumeration"
+                );
                 std::env::set_var(key, value);
             }
         }
