@@ -94,10 +94,13 @@ fn replay_stage(args: &Args, device: usize) -> anyhow::Result<bool> {
         "\n== replay of {} on device {device} with real OpenCL memory (the caching allocator)\n",
         trace.display()
     ))?;
+    // The allocator's configuration comes from XPU_ALLOC_CONF, as in any program using xpu.
+    let env_config = std::env::var(xpu_alloc::CONFIG_ENV).ok();
+    let config = env_config.as_deref();
     let real = replay::replay_file(
         &trace,
         Mode::Device(device),
-        None,
+        config,
         Record {
             series: true,
             progress: true,
@@ -107,7 +110,7 @@ fn replay_stage(args: &Args, device: usize) -> anyhow::Result<bool> {
     let r = &real.outcome.report;
     say(&replay::render_summary(r))?;
     say("\n== the same trace on a simulated device (no memory touched)\n")?;
-    let sim = replay::replay_file(&trace, Mode::H200, None, Record::default())?;
+    let sim = replay::replay_file(&trace, Mode::H200, config, Record::default())?;
     let s = &sim.outcome.report;
     let same = (s.peak_allocated, s.peak_reserved, s.segment_allocs)
         == (r.peak_allocated, r.peak_reserved, r.segment_allocs);

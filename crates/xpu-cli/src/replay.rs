@@ -34,7 +34,8 @@ pub struct Args {
     /// Capacity in bytes of the simulated device.
     #[arg(long, requires = "simulate")]
     pub capacity: Option<u64>,
-    /// Allocator configuration (`XPU_ALLOC_CONF` grammar, e.g. `max_split_size_mb:128`).
+    /// Allocator configuration (`XPU_ALLOC_CONF` grammar, e.g. `max_split_size_mb:128`);
+    /// default: the `XPU_ALLOC_CONF` environment variable.
     #[arg(long)]
     pub config: Option<String>,
     /// Print one JSON object instead of the human summary.
@@ -252,7 +253,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         progress: matches!(mode, Mode::Device(_)),
         history: args.snapshot.is_some(),
     };
-    let replayed = replay_file(&args.trace, mode, args.config.as_deref(), record)?;
+    // `--config` wins; otherwise the allocator's environment variable, as in a real program.
+    let env_config = std::env::var(xpu_alloc::CONFIG_ENV).ok();
+    let config = args.config.as_deref().or(env_config.as_deref());
+    let replayed = replay_file(&args.trace, mode, config, record)?;
     let report = &replayed.outcome.report;
     let reference = if args.compare {
         compare::reference_for(&args.trace)

@@ -3,7 +3,7 @@
 //!
 //! `cargo run -p xpu --example caching_allocator`
 
-fn main() -> Result<(), xpu::Error> {
+fn run() -> Result<(), xpu::Error> {
     let a = xpu::allocate(1 << 20)?; // small pool: a 2 MiB segment is reserved
     let address = a.address();
     let b = xpu::allocate(30 << 20)?; // large pool: its own segment
@@ -32,4 +32,14 @@ fn main() -> Result<(), xpu::Error> {
         flat["allocation.all.allocated"]
     );
     Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //!
 //! `cargo run -p xpu --example devices`
 
-fn main() -> Result<(), xpu::Error> {
+fn run() -> Result<(), xpu::Error> {
     println!(
         "{} device(s), available: {}",
         xpu::device_count(),
@@ -28,4 +28,14 @@ fn main() -> Result<(), xpu::Error> {
     }
     println!("after: {}", xpu::current_device()?);
     Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -52,7 +52,7 @@ impl Drop for Storage {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let t = Storage::new(3000)?;
     t.fill(7)?;
     let data = t.read()?;
@@ -73,4 +73,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let err = raw_delete(DevicePtr::new(0, 0xdead_beef)).unwrap_err();
     println!("freeing an unknown pointer is a typed error: {err}");
     Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -4,7 +4,7 @@
 
 use xpu::xpu_alloc::{host_allocate, host_memory_stats, HostCopy};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let bytes = 4 << 20;
     let stream = xpu::current_stream(None)?;
     let mut src = host_allocate(bytes)?;
@@ -29,4 +29,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("round trip mismatch".into());
     }
     Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -6,7 +6,7 @@
 use xpu::xpu_device::backend::{Buffer, MemFlags};
 use xpu::{Event, EventFlags, StreamExt};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let device = xpu::current_device()?;
     let ctx = xpu::xpu_device::device(device)?.context()?;
     let bytes = 16 << 20;
@@ -42,4 +42,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("pipeline result mismatch".into());
     }
     Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

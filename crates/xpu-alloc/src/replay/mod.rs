@@ -52,11 +52,11 @@ const HOLD_STREAM_BASE: u64 = 1 << 48;
 /// A replay failure.
 #[derive(Debug, Error)]
 pub enum ReplayError {
-    /// The trace could not be read.
-    #[error("reading the trace failed: {0}")]
+    /// The trace could not be read (the I/O error is the source).
+    #[error("reading the trace failed")]
     Io(#[from] std::io::Error),
     /// A line of a known action is not `ACTION ADDR SIZE STREAM`.
-    #[error("malformed trace line {line}: '{text}'")]
+    #[error("malformed trace line {line}: '{text}' (expected `ACTION ADDR SIZE STREAM`, decimal integers)")]
     Malformed {
         /// 1-based line number.
         line: u64,
