@@ -86,18 +86,18 @@ pub(crate) fn nextest_installed() -> bool {
 /// nextest is installed, else `cargo test`. `extra` goes to the runner.
 pub(crate) fn run_tests(root: &Path, envs: &[(String, String)], extra: &[String]) -> Result<()> {
     if nextest_installed() {
+        // nextest does not run doctests: run them first, so nextest's summary closes the run.
+        Cmd::cargo()
+            .args(["test", "--workspace", "--doc"])
+            .envs(envs)
+            .current_dir(root)
+            .run_step("doctests")?;
         Cmd::cargo()
             .args(["nextest", "run", "--workspace"])
             .args(extra)
             .envs(envs)
             .current_dir(root)
-            .run_step("tests")?;
-        // nextest does not run doctests.
-        Cmd::cargo()
-            .args(["test", "--workspace", "--doc"])
-            .envs(envs)
-            .current_dir(root)
-            .run_step("doctests")
+            .run_step("tests")
     } else {
         println!(
             "==> cargo-nextest is not installed: using cargo test \
