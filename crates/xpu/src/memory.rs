@@ -44,12 +44,12 @@ pub fn memory_stats_flat(device: Option<usize>) -> Result<BTreeMap<String, i64>>
     Ok(xpu_alloc::memory_stats_flat(current(device))?)
 }
 
-/// A table a person reads, as `torch.cuda.memory_summary`.
+/// A table a person reads, as `torch.cuda.memory_summary`; all zero before initialization
+/// (this call initializes nothing, like the other statistics functions).
 ///
 /// # Errors
 /// `InvalidDevice` for a bad index.
 pub fn memory_summary(device: Option<usize>, abbreviated: bool) -> Result<String> {
-    xpu_lazy::lazy_init()?;
     Ok(xpu_alloc::memory_summary(current(device), abbreviated)?)
 }
 

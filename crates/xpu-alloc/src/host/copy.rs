@@ -182,6 +182,6 @@ impl HostCopy for Stream {
         if src.is_empty() {
             return Ok(());
         }
-        Ok(self.queue()?.write_pageable(dst, dst_offset, src)?)
+        Ok(self.queue()?.write(dst, dst_offset, src)?)
     }
 }

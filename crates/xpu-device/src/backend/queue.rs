@@ -494,14 +494,6 @@ impl CommandQueue {
         Ok(ev)
     }
 
-    /// Blocking host-to-device copy from ordinary (pageable) host memory.
-    ///
-    /// # Errors
-    /// As [`CommandQueue::write`].
-    pub fn write_pageable(&self, dst: &Buffer, offset: usize, data: &[u8]) -> Result<()> {
-        self.write(dst, offset, data)
-    }
-
     /// Launches `kernel` over an N-dimensional range (`clEnqueueNDRangeKernel`), N = 1..=3.
     ///
     /// # Errors
