@@ -73,3 +73,20 @@ fn pinned_memory_outlives_its_handle_while_a_copy_waits() {
     assert!(out.iter().all(|&b| b == 0x3C));
     q.finish().unwrap();
 }
+
+#[test]
+fn a_pinned_buffer_hands_out_no_buffer_to_write_behind_a_borrow() {
+    let Some(dev) = common::device0("a_pinned_buffer_hands_out_no_buffer_to_write_behind_a_borrow")
+    else {
+        return;
+    };
+    let ctx = dev.context().unwrap();
+    let q = common::queue(dev);
+    let mut p = PinnedBuffer::new(ctx, &q, 256).unwrap();
+    p.as_mut_slice().fill(0);
+    let view: &[u8] = p.as_slice();
+    let before = view.to_vec();
+    let handle = p.buffer().clone();
+    q.write(&handle, 0, &[9u8; 256]).unwrap();
+    assert_eq!(view, &before[..], "a blocking write changed bytes behind a live &[u8]");
+}
