@@ -124,7 +124,7 @@ fn a_freed_block_is_not_reused_while_a_backend_copy_still_writes_into_it() -> Re
     let copy = queue.read_into_pinned(
         &dev,
         0,
-        old.pinned().expect("a block"),
+        old.pinned_mut().expect("a block"),
         0,
         N,
         &[gate.as_cl_event()],

@@ -3,6 +3,9 @@
 
 mod common;
 
+use std::sync::mpsc;
+use std::time::Duration;
+
 use xpu_device::backend::{Buffer, MemFlags, PinnedBuffer};
 use xpu_device::DeviceError;
 
@@ -28,7 +31,7 @@ fn pinned_write_and_read_round_trip() {
     dst.as_mut_slice().fill(0);
     // Read the second half of the device buffer into the pinned buffer, after the write.
     let r = q
-        .read_into_pinned(&dev_buf, 4096, &dst, 0, 4096, &[&w])
+        .read_into_pinned(&dev_buf, 4096, &mut dst, 0, 4096, &[&w])
         .unwrap();
     r.wait().unwrap();
     assert!(w.is_complete().unwrap());
@@ -39,7 +42,7 @@ fn pinned_write_and_read_round_trip() {
         Err(DeviceError::InvalidArgument(_))
     ));
     assert!(matches!(
-        q.read_into_pinned(&dev_buf, 0, &dst, 4000, 100, &[]),
+        q.read_into_pinned(&dev_buf, 0, &mut dst, 4000, 100, &[]),
         Err(DeviceError::InvalidArgument(_))
     ));
     assert!(matches!(
@@ -74,19 +77,84 @@ fn pinned_memory_outlives_its_handle_while_a_copy_waits() {
     q.finish().unwrap();
 }
 
+/// Runs `access` while `gate` is closed; a helper thread opens the gate once `access` returned,
+/// or after a timeout when `access` is blocked waiting for the gated copy. The outcome never
+/// depends on the timeout, only on whether `access` waits for the copy.
+fn with_gate_opened_meanwhile<R: Send>(
+    gate: &mut common::Gate,
+    access: impl FnOnce() -> R + Send,
+) -> R {
+    let (tx, rx) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let _ = rx.recv_timeout(Duration::from_millis(200));
+            gate.open();
+        });
+        let r = access();
+        let _ = tx.send(());
+        r
+    })
+}
+
 #[test]
-fn a_pinned_buffer_hands_out_no_buffer_to_write_behind_a_borrow() {
-    let Some(dev) = common::device0("a_pinned_buffer_hands_out_no_buffer_to_write_behind_a_borrow")
-    else {
+fn pinned_reads_wait_for_a_copy_into_the_buffer() {
+    let Some(dev) = common::device0("pinned_reads_wait_for_a_copy_into_the_buffer") else {
         return;
     };
     let ctx = dev.context().unwrap();
     let q = common::queue(dev);
-    let mut p = PinnedBuffer::new(ctx, &q, 256).unwrap();
+    let mut gate = common::Gate::new(dev);
+    let dev_buf = Buffer::new(ctx, 512, MemFlags::default()).unwrap();
+    q.write(&dev_buf, 0, &[0xAB; 512]).unwrap();
+    let mut p = PinnedBuffer::new(ctx, &q, 512).unwrap();
     p.as_mut_slice().fill(0);
-    let view: &[u8] = p.as_slice();
-    let before = view.to_vec();
-    let handle = p.buffer().clone();
-    q.write(&handle, 0, &[9u8; 256]).unwrap();
-    assert_eq!(view, &before[..], "a blocking write changed bytes behind a live &[u8]");
+    assert!(!p.has_copies_in_flight());
+    let r = q
+        .read_into_pinned(&dev_buf, 0, &mut p, 0, 512, &[gate.event()])
+        .unwrap();
+    q.flush().unwrap();
+    assert!(p.has_copies_in_flight());
+    let p = &p;
+    let (view, first) = with_gate_opened_meanwhile(&mut gate, || {
+        let view: &[u8] = p.as_slice();
+        (view, view.to_vec())
+    });
+    r.wait().unwrap();
+    assert!(
+        first.iter().all(|&b| b == 0xAB),
+        "as_slice returned before the copy into the buffer completed"
+    );
+    assert_eq!(view, &first[..], "bytes changed under a live &[u8]");
+    q.finish().unwrap();
+}
+
+#[test]
+fn pinned_writes_wait_for_a_copy_from_the_buffer() {
+    let Some(dev) = common::device0("pinned_writes_wait_for_a_copy_from_the_buffer") else {
+        return;
+    };
+    let ctx = dev.context().unwrap();
+    let q = common::queue(dev);
+    let mut gate = common::Gate::new(dev);
+    let dev_buf = Buffer::new(ctx, 512, MemFlags::default()).unwrap();
+    q.write(&dev_buf, 0, &[0; 512]).unwrap();
+    let mut p = PinnedBuffer::new(ctx, &q, 512).unwrap();
+    p.as_mut_slice().fill(1);
+    let w = q
+        .write_from_pinned(&p, 0, &dev_buf, 0, 512, &[gate.event()])
+        .unwrap();
+    q.flush().unwrap();
+    // Reading does not wait for a copy that only reads the host bytes.
+    assert!(p.as_slice().iter().all(|&b| b == 1));
+    assert!(!w.is_complete().unwrap());
+    with_gate_opened_meanwhile(&mut gate, || p.as_mut_slice().fill(2));
+    w.wait().unwrap();
+    let mut out = vec![0u8; 512];
+    q.read(&dev_buf, 0, &mut out).unwrap();
+    assert!(
+        out.iter().all(|&b| b == 1),
+        "the device received {:#x}, written after the copy was enqueued",
+        out[0]
+    );
+    q.finish().unwrap();
 }

@@ -34,7 +34,8 @@ pub(crate) struct Shared {
 ///   copy is then an ordinary host copy for that device), and the use is tracked the same way.
 /// - A freed block whose use recorded streams ([`HostPtr::record_stream`], or automatically by
 ///   [`HostCopy`](super::HostCopy)) gets one marker per stream and rejoins its free list only
-///   once all of them completed; pending blocks are processed, oldest first, at the start of
+///   once all of them completed, and once every copy tracked on its buffer (any
+///   `write_from_pinned` / `read_into_pinned` of it, even without `record_stream`) completed; pending blocks are processed, oldest first, at the start of
 ///   every allocation. Blocks in use or pending are never reused or released.
 /// - The cached path (allocate + free of a cached size) makes no driver call and locks only
 ///   its size class's free list; statistics are atomics.
@@ -263,9 +264,16 @@ impl Shared {
         }
     }
 
-    /// Takes back a block from a dropped [`HostPtr`].
+    /// Takes back a block from a dropped [`HostPtr`]. A block with recorded streams, or with
+    /// copies still in flight on its buffer (made with the backend directly, without
+    /// `record_stream`), waits in the pending queue; a block whose buffer was replaced through
+    /// [`HostPtr::pinned_mut`] (its size no longer matches) is released, not cached.
     pub(crate) fn free(&self, mut block: Block) {
-        if block.streams_mut().is_empty() {
+        if u64::try_from(block.buffer.len()).ok() != Some(block.size) {
+            self.counters.on_returned(block.size);
+            return self.release_one(block);
+        }
+        if block.streams_mut().is_empty() && !block.buffer.has_copies_in_flight() {
             return self.make_reusable(block);
         }
         match self.pending.park(block, &self.counters) {

@@ -49,7 +49,10 @@ impl DeviceMemory for crate::DataPtr {
 /// `non_blocking=True` copies: the copy is enqueued on the stream's queue and the call
 /// returns at once; the stream is recorded on the host block
 /// ([`HostPtr::record_stream`]), so dropping the [`HostPtr`] right after is safe: its block
-/// is not reused before the copy completed.
+/// is not reused before the copy completed. The copy is also tracked on the block: reading the
+/// [`HostPtr`] waits for a device-to-host copy into it, and writing it waits for any copy in
+/// flight on it (see [`HostPtr`]), so the host never sees bytes change under a borrow nor
+/// changes bytes a queued copy has yet to read.
 ///
 /// Ranges are in bytes; the host range must lie within the requested length
 /// ([`HostPtr::len`]). A zero-length copy does nothing. The device buffer must belong to the
@@ -87,8 +90,9 @@ pub trait HostCopy {
     ) -> Result<(), HostError>;
 
     /// Device to host: `len` bytes of `src` at `src_offset` into `dst[dst_offset..]`
-    /// (`clEnqueueReadBuffer` into the mapped pinned pointer, non-blocking). The bytes are
-    /// there once the stream is synchronized.
+    /// (`clEnqueueReadBuffer` into the mapped pinned pointer, non-blocking). Reading `dst`
+    /// ([`HostPtr::as_slice`]) waits for the copy; synchronizing the stream first makes that
+    /// wait free.
     ///
     /// # Errors
     /// As [`HostCopy::copy_from_host_to_buffer`].
@@ -163,7 +167,7 @@ impl HostCopy for Stream {
     ) -> Result<(), HostError> {
         check("device source", src_offset, len, src.size())?;
         check("host destination", dst_offset, len, dst.len())?;
-        let Some(pinned) = dst.pinned().filter(|_| len > 0) else {
+        let Some(pinned) = dst.pinned_mut().filter(|_| len > 0) else {
             return Ok(());
         };
         let queue = self.queue()?;

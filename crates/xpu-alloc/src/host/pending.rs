@@ -68,8 +68,9 @@ fn mark(stream: &Stream) -> Result<Option<Event>, ()> {
 }
 
 impl PendingQueue {
-    /// Parks a freed block whose use recorded `streams` (non-empty): one marker per stream,
-    /// then the block waits at the back of the queue. The stream set is cleared.
+    /// Parks a freed block whose use recorded streams, or whose buffer has copies in flight:
+    /// one marker per recorded stream, then the block waits at the back of the queue until
+    /// its markers and its copies completed. The stream set is cleared.
     pub(crate) fn park(&self, mut block: Block, counters: &Counters) -> Parked {
         let streams = block.streams_mut();
         let mut markers = Vec::with_capacity(streams.len());
@@ -120,7 +121,9 @@ impl PendingQueue {
             front.markers.retain(|m| !finished(m));
             let done = (before - front.markers.len()) as u64;
             counters.pending_markers.fetch_sub(done, Ordering::Relaxed);
-            if !front.markers.is_empty() {
+            // A copy made on the block's buffer without record_stream still counts as a use
+            // (an atomic load: reported by the copy's completion callback).
+            if !front.markers.is_empty() || front.block.buffer.has_copies_in_flight() {
                 break;
             }
             if let Some(entry) = queue.pop_front() {

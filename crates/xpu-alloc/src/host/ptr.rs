@@ -22,8 +22,15 @@ struct Live {
 /// after that work completed.
 ///
 /// The slice is the requested length; the block behind it is the next power of two
-/// ([`HostPtr::allocated_size`]). Bytes a non-blocking copy is still writing are unspecified
-/// until the copy's stream is synchronized (as `non_blocking=True` copies in PyTorch).
+/// ([`HostPtr::allocated_size`]).
+///
+/// Host access is tied to copy completion (the block's [`PinnedBuffer`] tracks every copy
+/// made on it, by [`HostCopy`](super::HostCopy) or by the backend directly): reading
+/// ([`HostPtr::as_slice`], `Deref`) waits for the device-to-host copies into the block, and
+/// writing ([`HostPtr::as_mut_slice`], `DerefMut`) waits for every copy in flight on it. Where
+/// PyTorch leaves the bytes of a `non_blocking=True` copy unspecified until the stream is
+/// synchronized, xpu waits instead, so the bytes never change under a live borrow. When no copy
+/// is in flight, access makes no driver call.
 pub struct HostPtr {
     live: Option<Live>,
     device: usize,
@@ -93,7 +100,9 @@ impl HostPtr {
         self.as_ptr() as usize
     }
 
-    /// The bytes.
+    /// The bytes. Waits first for the device-to-host copies into this block that are still in
+    /// flight ([`PinnedBuffer::as_slice`]): a copy held back by an unset user event blocks the
+    /// caller until the event is set.
     #[must_use]
     pub fn as_slice(&self) -> &[u8] {
         match &self.live {
@@ -102,7 +111,8 @@ impl HostPtr {
         }
     }
 
-    /// The bytes, mutable.
+    /// The bytes, mutable. Waits first for every copy in flight on this block, in either
+    /// direction ([`PinnedBuffer::as_mut_slice`]).
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         let len = self.len;
         match &mut self.live {
@@ -116,11 +126,29 @@ impl HostPtr {
         }
     }
 
-    /// The pinned buffer behind the allocation (`None` when empty), for copies made with the
-    /// backend directly; such copies must call [`HostPtr::record_stream`] themselves.
+    /// The pinned buffer behind the allocation (`None` when empty), for host-to-device copies
+    /// made with the backend directly ([`CommandQueue::write_from_pinned`]). The copy is
+    /// tracked on the buffer: host writes wait for it, and a freed block whose copies are
+    /// still in flight is not reused before they complete, even without
+    /// [`HostPtr::record_stream`]. The buffer may be longer than [`HostPtr::len`]
+    /// ([`HostPtr::allocated_size`]).
+    ///
+    /// [`CommandQueue::write_from_pinned`]: xpu_device::backend::CommandQueue::write_from_pinned
     #[must_use]
     pub fn pinned(&self) -> Option<&PinnedBuffer> {
         self.block().map(|b| &b.buffer)
+    }
+
+    /// The pinned buffer behind the allocation, exclusively (`None` when empty), for
+    /// device-to-host copies made with the backend directly
+    /// ([`CommandQueue::read_into_pinned`]); tracked as for [`HostPtr::pinned`].
+    ///
+    /// Replacing the buffer (`std::mem::swap`) is allowed but pointless: a block whose
+    /// buffer no longer has the block's size is released when freed instead of being cached.
+    ///
+    /// [`CommandQueue::read_into_pinned`]: xpu_device::backend::CommandQueue::read_into_pinned
+    pub fn pinned_mut(&mut self) -> Option<&mut PinnedBuffer> {
+        self.live.as_mut().map(|l| &mut l.block.buffer)
     }
 
     /// Marks a use by work queued on `stream` so far, as

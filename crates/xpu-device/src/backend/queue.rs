@@ -1,10 +1,10 @@
 //! In-order OpenCL command queues (`cl_command_queue`) and the commands the runtime enqueues.
 
-use std::ffi::c_void;
 use std::ptr;
 
 use opencl3::command_queue as clq;
 
+use super::pinned::DeviceAccess;
 use super::{
     cl, raw, release, wait_list, Buffer, ClEvent, Context, DeviceId, Kernel, PinnedBuffer,
 };
@@ -53,23 +53,6 @@ fn check_range(what: &str, offset: usize, len: usize, size: usize) -> Result<()>
         _ => Err(DeviceError::InvalidArgument(format!(
             "{what}: range {offset}..{offset}+{len} exceeds the buffer's {size} bytes"
         ))),
-    }
-}
-
-extern "C" fn drop_boxed_pinned(_event: raw::cl_event, _status: i32, user_data: *mut c_void) {
-    // SAFETY: user_data is the Box<PinnedBuffer> leaked in `keep_alive_until`, handed to this
-    // callback exactly once (OpenCL calls a CL_COMPLETE callback once, §5.11.4).
-    drop(unsafe { Box::from_raw(user_data.cast::<PinnedBuffer>()) });
-}
-
-fn keep_alive_until(event: &ClEvent, buffer: &PinnedBuffer) {
-    let boxed = Box::into_raw(Box::new(buffer.share())).cast::<c_void>();
-    let r = opencl3::event::set_event_callback(event.as_raw(), 0, drop_boxed_pinned, boxed);
-    if r.is_err() {
-        // No callback: keep the memory valid by waiting here, then drop our clone.
-        let _ = event.wait();
-        // SAFETY: the callback was not registered, so we still own the box.
-        drop(unsafe { Box::from_raw(boxed.cast::<PinnedBuffer>()) });
     }
 }
 
@@ -409,8 +392,11 @@ impl CommandQueue {
     }
 
     /// Non-blocking host-to-device copy from pinned host memory (`clEnqueueWriteBuffer` from
-    /// the mapped pointer, the fastest path on every driver measured). The pinned buffer is
-    /// kept alive until the copy completes, whatever the caller does with its handle.
+    /// the mapped pointer, the fastest path on every driver measured). The copy is tracked on
+    /// `src`: until it completes, [`PinnedBuffer::as_mut_slice`] waits (the host cannot change
+    /// bytes the device has yet to read, OpenCL 3.0 §5.2.2), while
+    /// [`PinnedBuffer::as_slice`] does not. The pinned memory is kept alive until the copy
+    /// completes, whatever the caller does with its handle.
     ///
     /// # Errors
     /// `InvalidArgument` for out-of-range regions; a failed `clEnqueueWriteBuffer`.
@@ -432,9 +418,10 @@ impl CommandQueue {
         } else {
             list.as_ptr()
         };
-        // SAFETY: `src.host_ptr()+src_offset .. +len` lies inside the live mapping (checked);
-        // `keep_alive_until` holds a clone of the mapping until the command completes, which
-        // the non-blocking write requires (§5.2.2: ptr must stay valid until completion).
+        // SAFETY: `src.host_ptr()+src_offset .. +len` lies inside the live mapping (checked).
+        // The device only reads it, as may other holders of `&src`; `track` below holds a
+        // clone of the mapping until the command completes (§5.2.2: ptr must stay valid until
+        // completion) and makes host writes (`as_mut_slice`, which needs `&mut`) wait for it.
         let e = cl("clEnqueueWriteBuffer", unsafe {
             clq::enqueue_write_buffer(
                 self.0,
@@ -448,12 +435,15 @@ impl CommandQueue {
             )
         })?;
         let ev = ClEvent::from_owned(e);
-        keep_alive_until(&ev, src);
+        src.track(&ev, DeviceAccess::Reads);
         Ok(ev)
     }
 
     /// Non-blocking device-to-host copy into pinned host memory (`clEnqueueReadBuffer` into the
-    /// mapped pointer). The pinned buffer is kept alive until the copy completes.
+    /// mapped pointer). Takes `dst` exclusively, so no host borrow of its bytes is live at the
+    /// enqueue; the copy is then tracked on `dst`: [`PinnedBuffer::as_slice`] and
+    /// [`PinnedBuffer::as_mut_slice`] wait for it, so the bytes never change under a borrow.
+    /// The pinned memory is kept alive until the copy completes.
     ///
     /// # Errors
     /// `InvalidArgument` for out-of-range regions; a failed `clEnqueueReadBuffer`.
@@ -462,7 +452,7 @@ impl CommandQueue {
         &self,
         src: &Buffer,
         src_offset: usize,
-        dst: &PinnedBuffer,
+        dst: &mut PinnedBuffer,
         dst_offset: usize,
         len: usize,
         wait: &[&ClEvent],
@@ -475,8 +465,10 @@ impl CommandQueue {
         } else {
             list.as_ptr()
         };
-        // SAFETY: the destination range lies inside the live mapping (checked) and stays valid
-        // until completion through `keep_alive_until` (§5.2.2).
+        // SAFETY: the destination range lies inside the live mapping (checked); `&mut dst`
+        // means no host borrow of the bytes is live now, and `track` below makes every later
+        // host access wait for the command and keeps the mapping alive until it completes
+        // (§5.2.2).
         let e = cl("clEnqueueReadBuffer", unsafe {
             clq::enqueue_read_buffer(
                 self.0,
@@ -490,7 +482,7 @@ impl CommandQueue {
             )
         })?;
         let ev = ClEvent::from_owned(e);
-        keep_alive_until(&ev, dst);
+        dst.track(&ev, DeviceAccess::Writes);
         Ok(ev)
     }
 
