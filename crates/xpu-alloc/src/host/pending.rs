@@ -122,7 +122,7 @@ impl PendingQueue {
             let done = (before - front.markers.len()) as u64;
             counters.pending_markers.fetch_sub(done, Ordering::Relaxed);
             // A copy made on the block's buffer without record_stream still counts as a use
-            // (an atomic load: reported by the copy's completion callback).
+            // (atomic loads when none was made; else status queries, never a wait).
             if !front.markers.is_empty() || front.block.buffer.has_copies_in_flight() {
                 break;
             }

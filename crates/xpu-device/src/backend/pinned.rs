@@ -222,14 +222,26 @@ impl PinnedBuffer {
     }
 
     /// True while a tracked copy (a [`CommandQueue::write_from_pinned`] or
-    /// [`CommandQueue::read_into_pinned`] of this buffer) has not reported its completion yet.
-    /// Two atomic loads, no driver call: the host allocator uses it to keep a freed block out
-    /// of its cache until its copies completed. The completion is reported by a driver
-    /// callback shortly after the command completes, so this can stay true for a moment after
-    /// a wait on the copy's event returned.
+    /// [`CommandQueue::read_into_pinned`] of this buffer) has not finished (completed or
+    /// terminated abnormally). The host allocator uses it to keep a freed block out of its
+    /// cache until its copies finished. No driver call when no copy was tracked since the
+    /// last completion callbacks ran (two atomic loads); otherwise one non-blocking status
+    /// query (`clGetEventInfo`) per tracked event, never a wait.
     pub fn has_copies_in_flight(&self) -> bool {
-        self.0.reads_pending.load(Ordering::Acquire) != 0
-            || self.0.writes_pending.load(Ordering::Acquire) != 0
+        let inner = &*self.0;
+        if inner.reads_pending.load(Ordering::Acquire) == 0
+            && inner.writes_pending.load(Ordering::Acquire) == 0
+        {
+            return false;
+        }
+        // A completion callback runs shortly after its command completed: the status is the
+        // authority (an unfinished tracked copy is always in the lists).
+        let in_flight = inner.in_flight.lock();
+        in_flight
+            .reads
+            .iter()
+            .chain(in_flight.writes.iter())
+            .any(|e| !finished(e))
     }
 
     /// Records a copy enqueued on this buffer: `event` is waited for by the accessors that
@@ -301,6 +313,10 @@ impl PinnedBuffer {
             }
             v
         };
+        if events.is_empty() {
+            // Already waited for by an earlier access; only the callbacks are still to run.
+            return;
+        }
         for event in &events {
             // The copy's events may belong to different contexts (a block used with another
             // device's stream): one wait per event, as clWaitForEvents requires one context.
