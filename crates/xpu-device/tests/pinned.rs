@@ -158,3 +158,40 @@ fn pinned_writes_wait_for_a_copy_from_the_buffer() {
     );
     q.finish().unwrap();
 }
+
+#[test]
+fn pinned_copies_on_two_queues_keep_their_order_on_the_host_bytes() {
+    let Some(dev) =
+        common::device0("pinned_copies_on_two_queues_keep_their_order_on_the_host_bytes")
+    else {
+        return;
+    };
+    let ctx = dev.context().unwrap();
+    let (qa, qb) = (common::queue(dev), common::queue(dev));
+    let mut gate = common::Gate::new(dev);
+    let out_a = Buffer::new(ctx, 256, MemFlags::default()).unwrap();
+    let in_b = Buffer::new(ctx, 256, MemFlags::default()).unwrap();
+    qa.write(&out_a, 0, &[0; 256]).unwrap();
+    qb.write(&in_b, 0, &[7; 256]).unwrap();
+    let mut p = PinnedBuffer::new(ctx, &qa, 256).unwrap();
+    p.as_mut_slice().fill(1);
+    // Queue A reads the host bytes once the gate opens; queue B then overwrites them. The
+    // second copy must not overtake the first one on the host bytes.
+    let h2d = qa
+        .write_from_pinned(&p, 0, &out_a, 0, 256, &[gate.event()])
+        .unwrap();
+    let d2h = qb.read_into_pinned(&in_b, 0, &mut p, 0, 256, &[]).unwrap();
+    qa.flush().unwrap();
+    qb.flush().unwrap();
+    gate.open();
+    h2d.wait().unwrap();
+    d2h.wait().unwrap();
+    let mut got = vec![0u8; 256];
+    qa.read(&out_a, 0, &mut got).unwrap();
+    assert!(
+        got.iter().all(|&b| b == 1),
+        "the host-to-device copy read {:#x}: the later device-to-host copy overtook it",
+        got[0]
+    );
+    assert!(p.as_slice().iter().all(|&b| b == 7));
+}

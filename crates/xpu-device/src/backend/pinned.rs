@@ -24,6 +24,8 @@ use super::{cl, release, Buffer, ClEvent, CommandQueue, Context, EventStatus, Me
 use crate::error::{DeviceError, Result};
 
 const MAP_READ_WRITE: u64 = 1 | 2;
+/// `CL_EVENT_CONTEXT`.
+const EVENT_CONTEXT: u32 = 0x11D4;
 
 /// What a tracked copy does with the host bytes of a pinned buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,6 +244,62 @@ impl PinnedBuffer {
             .iter()
             .chain(in_flight.writes.iter())
             .any(|e| !finished(e))
+    }
+
+    /// Orders a new copy with `access`, about to be enqueued on `queue`, after the unfinished
+    /// tracked copies it conflicts with on the host bytes (a device write conflicts with every
+    /// copy, a device read with the device writes), so that two copies on different queues never
+    /// race on the bytes. Returns the conflicting events of `queue`'s context, for the new
+    /// command's wait list; a conflicting copy of another context (whose event cannot be in
+    /// the wait list, OpenCL 3.0 §5.11) is waited for on the host here. No driver call when
+    /// nothing is in flight.
+    ///
+    /// # Errors
+    /// A failed `clGetCommandQueueInfo` for the queue's context.
+    pub(crate) fn order_after_conflicts(
+        &self,
+        access: DeviceAccess,
+        queue: &CommandQueue,
+    ) -> Result<Vec<ClEvent>> {
+        let inner = &*self.0;
+        let writes = inner.writes_pending.load(Ordering::Acquire) != 0;
+        let reads =
+            access == DeviceAccess::Writes && inner.reads_pending.load(Ordering::Acquire) != 0;
+        if !writes && !reads {
+            return Ok(Vec::new());
+        }
+        let mut events: Vec<ClEvent> = {
+            let in_flight = inner.in_flight.lock();
+            let mut v = Vec::new();
+            if writes {
+                v.extend(in_flight.writes.iter().cloned());
+            }
+            if reads {
+                v.extend(in_flight.reads.iter().cloned());
+            }
+            v
+        };
+        events.retain(|e| !finished(e));
+        if events.is_empty() {
+            return Ok(events);
+        }
+        let context = queue.context_raw()? as isize;
+        let mut same = Vec::with_capacity(events.len());
+        for e in events {
+            let of_event =
+                opencl3::event::get_event_info(e.as_raw(), EVENT_CONTEXT).map(|i| i.to_ptr());
+            match of_event {
+                Ok(c) if c == context => same.push(e),
+                // Another context, or unknown: wait on the host (a failed wait means the
+                // command terminated, or a failing driver, for which the status decides).
+                _ => {
+                    while !settle(&e) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            }
+        }
+        Ok(same)
     }
 
     /// Records a copy enqueued on this buffer: `event` is waited for by the accessors that

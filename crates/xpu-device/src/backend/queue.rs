@@ -395,11 +395,14 @@ impl CommandQueue {
     /// the mapped pointer, the fastest path on every driver measured). The copy is tracked on
     /// `src`: until it completes, [`PinnedBuffer::as_mut_slice`] waits (the host cannot change
     /// bytes the device has yet to read, OpenCL 3.0 §5.2.2), while
-    /// [`PinnedBuffer::as_slice`] does not. The pinned memory is kept alive until the copy
-    /// completes, whatever the caller does with its handle.
+    /// [`PinnedBuffer::as_slice`] does not. The copy starts after the unfinished
+    /// device-to-host copies into `src` made on any queue (added to the wait list, or waited
+    /// for on the host when of another context). The pinned memory is kept alive until the
+    /// copy completes, whatever the caller does with its handle.
     ///
     /// # Errors
-    /// `InvalidArgument` for out-of-range regions; a failed `clEnqueueWriteBuffer`.
+    /// `InvalidArgument` for out-of-range regions; a failed `clGetCommandQueueInfo` or
+    /// `clEnqueueWriteBuffer`.
     #[allow(clippy::too_many_arguments)]
     pub fn write_from_pinned(
         &self,
@@ -412,7 +415,9 @@ impl CommandQueue {
     ) -> Result<ClEvent> {
         check_range("pinned write source", src_offset, len, src.len())?;
         check_range("pinned write destination", dst_offset, len, dst.size())?;
-        let list = wait_list(wait);
+        let after = src.order_after_conflicts(DeviceAccess::Reads, self)?;
+        let mut list = wait_list(wait);
+        list.extend(after.iter().map(ClEvent::as_raw));
         let lp = if list.is_empty() {
             ptr::null()
         } else {
@@ -443,10 +448,13 @@ impl CommandQueue {
     /// mapped pointer). Takes `dst` exclusively, so no host borrow of its bytes is live at the
     /// enqueue; the copy is then tracked on `dst`: [`PinnedBuffer::as_slice`] and
     /// [`PinnedBuffer::as_mut_slice`] wait for it, so the bytes never change under a borrow.
-    /// The pinned memory is kept alive until the copy completes.
+    /// The copy starts after every unfinished copy from or into `dst` made on any queue (added
+    /// to the wait list, or waited for on the host when of another context). The pinned memory
+    /// is kept alive until the copy completes.
     ///
     /// # Errors
-    /// `InvalidArgument` for out-of-range regions; a failed `clEnqueueReadBuffer`.
+    /// `InvalidArgument` for out-of-range regions; a failed `clGetCommandQueueInfo` or
+    /// `clEnqueueReadBuffer`.
     #[allow(clippy::too_many_arguments)]
     pub fn read_into_pinned(
         &self,
@@ -459,7 +467,9 @@ impl CommandQueue {
     ) -> Result<ClEvent> {
         check_range("pinned read source", src_offset, len, src.size())?;
         check_range("pinned read destination", dst_offset, len, dst.len())?;
-        let list = wait_list(wait);
+        let after = dst.order_after_conflicts(DeviceAccess::Writes, self)?;
+        let mut list = wait_list(wait);
+        list.extend(after.iter().map(ClEvent::as_raw));
         let lp = if list.is_empty() {
             ptr::null()
         } else {
