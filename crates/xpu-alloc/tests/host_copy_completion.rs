@@ -146,3 +146,33 @@ fn a_freed_block_is_not_reused_while_a_backend_copy_still_writes_into_it() -> Re
     alloc.process_events();
     Ok(())
 }
+
+#[test]
+fn a_block_whose_buffer_was_swapped_out_is_released_not_cached() -> Result<(), HostError> {
+    if !have_devices(
+        1,
+        "a_block_whose_buffer_was_swapped_out_is_released_not_cached",
+    ) {
+        return Ok(());
+    }
+    let alloc = HostAllocator::new();
+    let dev = xpu_device::device(0)?;
+    let queue = dev.create_queue(Default::default())?;
+    let mut small = xpu_device::backend::PinnedBuffer::new(dev.context()?, &queue, 64)?;
+    let mut a = alloc.allocate_on(0, N)?;
+    let a_address = a.address();
+    std::mem::swap(a.pinned_mut().expect("a block"), &mut small);
+    // The HostPtr never hands out more than its (now smaller) buffer.
+    assert!(a.as_slice().len() <= 64);
+    drop(a);
+    let b = alloc.allocate_on(0, N)?;
+    assert_eq!(
+        b.as_slice().len(),
+        N,
+        "a cached block of the wrong size was reused"
+    );
+    assert_ne!(b.address(), a_address);
+    // The original block's buffer is now the caller's, intact.
+    assert_eq!(small.len(), N);
+    Ok(())
+}

@@ -16,7 +16,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     stream.copy_from_host(&src, &device)?; // returns at once; the use is recorded
     drop(src); // safe: the block is not reused before the copy completes
     stream.copy_to_host(&device, &mut back)?;
-    stream.synchronize()?;
+    stream.synchronize()?; // optional: reading `back` waits for the copy into it anyway
     let ok = back.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8);
     let stats = host_memory_stats();
     println!(

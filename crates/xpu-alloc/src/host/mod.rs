@@ -9,6 +9,9 @@
 //!   [`HostPtr`] and device memory ([`DeviceMemory`]: an OpenCL buffer region) and records
 //!   the stream on the block, so a block freed while its copy runs is reused only after the
 //!   copy completed.
+//! - Host access waits for the copies in flight on the block: reading a [`HostPtr`] waits for
+//!   a device-to-host copy into it, writing for any copy (see [`HostPtr`]); the bytes never
+//!   change under a borrow.
 //! - [`host_record_event`] records a use by other queued work.
 //! - [`host_empty_cache`], [`host_memory_stats`], [`host_reset_peak_stats`],
 //!   [`host_reset_accumulated_stats`] as their `torch.cuda` namesakes.
