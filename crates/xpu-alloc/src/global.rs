@@ -168,6 +168,20 @@ pub fn raw_delete(ptr: DevicePtr) -> Result<(), AllocError> {
 /// without any allocator lock held (it may call the allocator) and the block stays
 /// allocated until `f` returns: a [`raw_delete`] of `ptr` meanwhile takes effect then.
 ///
+/// ```no_run
+/// # fn f(ptr: xpu_alloc::DevicePtr, stream: &xpu_stream::Stream) -> Result<(), xpu_alloc::AllocError> {
+/// let mut head = [0u8; 16];
+/// xpu_alloc::with_raw_view(ptr, |view| view.read(stream, 0, &mut head))??;
+/// # Ok(()) }
+/// ```
+///
+/// The view cannot leave the closure (so it cannot be used after [`raw_delete`]):
+/// ```compile_fail
+/// # fn f(ptr: xpu_alloc::DevicePtr) {
+/// let escaped = xpu_alloc::with_raw_view(ptr, |view| view); // error: borrowed data escapes
+/// # }
+/// ```
+///
 /// # Errors
 /// [`AllocError::InvalidDevicePointer`] for a pointer not live from `raw_alloc`;
 /// [`AllocError::Unsupported`] for SVM or simulated memory.
