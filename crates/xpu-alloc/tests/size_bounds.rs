@@ -225,3 +225,30 @@ mod props {
         }
     }
 }
+
+#[test]
+fn statistics_arithmetic_saturates_instead_of_wrapping() {
+    use xpu_alloc::{MemoryStats, Stat};
+    let mut st = Stat::default();
+    st.increase(u64::MAX);
+    st.increase(1 << 62);
+    assert_eq!(
+        (st.current, st.peak, st.allocated),
+        (i64::MAX, i64::MAX, i64::MAX)
+    );
+    st.decrease(u64::MAX);
+    st.decrease(u64::MAX);
+    assert_eq!((st.current, st.freed), (i64::MIN + 1, i64::MAX));
+    let mut a = MemoryStats {
+        num_ooms: u64::MAX,
+        num_alloc_retries: u64::MAX - 1,
+        ..MemoryStats::default()
+    };
+    let b = MemoryStats {
+        num_ooms: 5,
+        num_alloc_retries: 5,
+        ..MemoryStats::default()
+    };
+    a.merge(&b);
+    assert_eq!((a.num_ooms, a.num_alloc_retries), (u64::MAX, u64::MAX));
+}

@@ -156,13 +156,16 @@ impl DeviceCore {
         self.allocate_with(size, stream.key(), || stream.clone())
     }
 
-    /// Allocates `size` bytes for use on the stream `key`; `stream` is called only the
-    /// first time this stream is seen, to get its handle. A zero size gives an empty
-    /// [`DataPtr`] without touching the allocator.
+    /// Allocates `size` bytes for use on the stream `key`; `stream` is called only while
+    /// this stream is not yet known, to get its handle. `stream` runs under no allocator
+    /// lock, so it may call the allocator; when two threads register the same stream at once,
+    /// one handle is kept and the other dropped (also under no lock). A zero size gives an
+    /// empty [`DataPtr`] without touching the allocator.
     ///
     /// # Errors
     /// [`AllocError::TooLarge`] when the request exceeds the device's largest allocation or
-    /// 1 EiB; [`AllocError::OutOfMemory`] / [`AllocError::MemoryFractionExceeded`] after the
+    /// 1 EiB; [`AllocError::OutOfMemory`] also when the reserved bytes would pass `i64::MAX`
+    /// (the statistics' range); [`AllocError::OutOfMemory`] / [`AllocError::MemoryFractionExceeded`] after the
     /// full OOM sequence; [`AllocError::Device`] for other device errors.
     pub fn allocate_with(
         &self,
@@ -317,7 +320,9 @@ impl DeviceCore {
         Ok(address)
     }
 
-    /// Frees an address returned by [`DeviceCore::raw_alloc`] (address 0 is ignored).
+    /// Frees an address returned by [`DeviceCore::raw_alloc`] (address 0 is ignored). While a
+    /// [`DeviceCore::with_raw`] closure on the address runs, the address is forgotten at once
+    /// and the block freed when the closure returns.
     ///
     /// # Errors
     /// [`AllocError::InvalidDevicePointer`] for an address not live from `raw_alloc`.
