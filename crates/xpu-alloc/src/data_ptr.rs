@@ -3,21 +3,12 @@
 use std::sync::Arc;
 
 use xpu_device::backend::{raw, Buffer};
+use xpu_stream::Stream;
 
 use crate::core::shard::Shard;
 use crate::error::AllocError;
 use crate::source::SegmentMemory;
 use crate::stream::{StreamKey, StreamRef};
-
-/// A sub-buffer viewing an allocation (see [`DataPtr::sub_buffer`]).
-#[derive(Debug)]
-pub struct SubBuffer {
-    /// The sub-buffer; its origin is aligned to the device's base address alignment.
-    pub buffer: Buffer,
-    /// Where the allocation starts inside `buffer`, in bytes (0 when the allocation itself
-    /// is aligned).
-    pub offset: u64,
-}
 
 pub(crate) struct Live {
     pub shard: Arc<Shard>,
@@ -104,9 +95,16 @@ impl DataPtr {
         self.live.as_ref().map(|l| l.shard.key)
     }
 
-    /// The buffer holding this allocation and the allocation's byte offset in it, for
-    /// kernel arguments (`clSetKernelArg` with the buffer, the offset as a separate
-    /// argument). No driver call.
+    /// The raw `cl_mem` of the segment holding this allocation and the allocation's byte
+    /// offset in it, for kernel arguments (`clSetKernelArg` with the buffer, the offset as a
+    /// separate argument) and other interop. No driver call.
+    ///
+    /// Raw access: the handle is not retained and covers the whole segment, which other
+    /// allocations share. It may be used only while this [`DataPtr`] lives, and only for
+    /// the bytes `offset..offset + size()`; using it (which takes `unsafe` code, e.g.
+    /// `Buffer::from_raw_retained`) after the pointer is dropped, or beyond its bytes,
+    /// touches memory of other allocations. Safe code reads and writes through
+    /// [`DataPtr::view`].
     ///
     /// # Errors
     /// [`AllocError::Unsupported`] for an empty pointer or memory that is not an OpenCL
@@ -115,43 +113,39 @@ impl DataPtr {
         self.with_buffer(|buffer, offset| (buffer.as_raw(), offset))
     }
 
-    /// A retained handle to the buffer holding this allocation and the allocation's byte
-    /// offset in it (one `clRetainMemObject`), for enqueueing copies.
-    ///
-    /// # Errors
-    /// As [`DataPtr::cl_mem_and_offset`].
-    pub fn buffer_and_offset(&self) -> Result<(Buffer, u64), AllocError> {
+    /// A retained handle to the whole segment buffer holding this allocation and the
+    /// allocation's byte offset in it. Crate-internal: the handle outlives the allocation
+    /// and reaches other blocks, so every use must stay within `offset..offset + size()`
+    /// and be ordered before the block's reuse.
+    pub(crate) fn buffer_and_offset(&self) -> Result<(Buffer, u64), AllocError> {
         self.with_buffer(|buffer, offset| (buffer.clone(), offset))
     }
 
-    /// A sub-buffer covering the allocation (`clCreateSubBuffer`), created only when asked:
-    /// its origin is the allocation's offset rounded down to the device's base address
-    /// alignment, and [`SubBuffer::offset`] says where the allocation starts inside it.
+    /// A view of this allocation's bytes for copies, borrowing the pointer: it cannot
+    /// outlive the allocation, and every access is checked against the requested size
+    /// ([`DataPtr::size`]), never the rounded block or the segment. One
+    /// `clRetainMemObject`, released when the view drops.
+    ///
+    /// A handle never outlives its [`DataPtr`]:
+    /// ```compile_fail
+    /// # fn f(ptr: xpu_alloc::DataPtr) {
+    /// let view = ptr.view().unwrap();
+    /// drop(ptr); // error: `ptr` is borrowed by `view`
+    /// drop(view);
+    /// # }
+    /// ```
     ///
     /// # Errors
-    /// As [`DataPtr::cl_mem_and_offset`]; [`AllocError::Device`] when the driver refuses.
-    pub fn sub_buffer(&self) -> Result<SubBuffer, AllocError> {
-        let size = self.size;
-        let align = self
-            .live
-            .as_ref()
-            .map_or(1, |l| l.shard.shared.source.base_addr_align().max(1));
-        self.with_buffer(|buffer, offset| {
-            let origin = offset - offset % align;
-            let inner = offset - origin;
-            let to_usize = |v: u64| {
-                usize::try_from(v).map_err(|_| {
-                    AllocError::Unsupported(format!("offset {v} exceeds the address space"))
-                })
-            };
-            let sub = buffer
-                .sub_buffer(to_usize(origin)?, to_usize(inner + size)?)
-                .map_err(|e| AllocError::Device(e.to_string()))?;
-            Ok(SubBuffer {
-                buffer: sub,
-                offset: inner,
-            })
-        })?
+    /// [`AllocError::Unsupported`] for an empty pointer or memory that is not an OpenCL
+    /// buffer (SVM, simulated).
+    pub fn view(&self) -> Result<BlockView<'_>, AllocError> {
+        let (buffer, offset) = self.buffer_and_offset()?;
+        Ok(BlockView {
+            ptr: self,
+            buffer,
+            offset: to_usize(offset)?,
+            len: to_usize(self.size)?,
+        })
     }
 
     fn with_buffer<R>(&self, f: impl FnOnce(&Buffer, u64) -> R) -> Result<R, AllocError> {
@@ -205,5 +199,159 @@ impl Drop for DataPtr {
             );
             live.shard.free(live.block);
         }
+    }
+}
+
+fn to_usize(v: u64) -> Result<usize, AllocError> {
+    usize::try_from(v)
+        .map_err(|_| AllocError::Unsupported(format!("{v} bytes exceed the address space")))
+}
+
+/// The bytes of one allocation, borrowed from its [`DataPtr`] (see [`DataPtr::view`]):
+/// bounds-checked blocking reads and writes, fills and device-side copies. Offsets and
+/// lengths are in bytes, relative to the allocation's first byte, and must lie within its
+/// requested size ([`BlockView::len`]).
+///
+/// Commands are enqueued on the given stream, which must belong to the allocation's device.
+/// As with any allocator memory (PyTorch's rule), work on a stream other than the allocation
+/// stream must be recorded with `record_stream` before the [`DataPtr`] is freed, or
+/// synchronized: non-blocking commands ([`BlockView::fill`], [`BlockView::copy_from`]) run
+/// after the call returns.
+pub struct BlockView<'a> {
+    ptr: &'a DataPtr,
+    /// The segment buffer (private: it reaches other blocks).
+    buffer: Buffer,
+    /// The allocation's first byte in `buffer`.
+    offset: usize,
+    /// The requested size.
+    len: usize,
+}
+
+impl BlockView<'_> {
+    /// The allocation's requested size in bytes (the view's extent).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the view has no bytes.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The allocation viewed.
+    #[must_use]
+    pub fn data_ptr(&self) -> &DataPtr {
+        self.ptr
+    }
+
+    /// The view's range `offset..offset + len` as a range of the segment buffer.
+    fn range(&self, offset: usize, len: usize) -> Result<usize, AllocError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(self.offset + offset),
+            _ => Err(AllocError::OutOfRange {
+                offset: offset as u64,
+                len: len as u64,
+                size: self.len as u64,
+            }),
+        }
+    }
+
+    fn queue(&self, stream: &Stream) -> Result<xpu_stream::QueueRef, AllocError> {
+        let device = self.ptr.device() as usize;
+        if stream.device() != device {
+            return Err(AllocError::StreamDevice {
+                stream: stream.device(),
+                device,
+            });
+        }
+        stream
+            .queue()
+            .map_err(|e| AllocError::Device(e.to_string()))
+    }
+
+    /// Blocking write of `data` at byte `offset` of the allocation, on `stream`
+    /// (`clEnqueueWriteBuffer`, blocking: `data` has been read when the call returns).
+    ///
+    /// # Errors
+    /// [`AllocError::OutOfRange`] when `offset + data.len()` exceeds [`BlockView::len`];
+    /// [`AllocError::StreamDevice`] for a stream of another device; [`AllocError::Device`]
+    /// for a released stream or a failed enqueue.
+    pub fn write(&self, stream: &Stream, offset: usize, data: &[u8]) -> Result<(), AllocError> {
+        let at = self.range(offset, data.len())?;
+        self.queue(stream)?
+            .write(&self.buffer, at, data)
+            .map_err(|e| AllocError::Device(e.to_string()))
+    }
+
+    /// Blocking read of `out.len()` bytes at byte `offset` of the allocation, on `stream`
+    /// (`clEnqueueReadBuffer`, blocking: after the work enqueued on `stream` before it).
+    ///
+    /// # Errors
+    /// As [`BlockView::write`].
+    pub fn read(&self, stream: &Stream, offset: usize, out: &mut [u8]) -> Result<(), AllocError> {
+        let at = self.range(offset, out.len())?;
+        self.queue(stream)?
+            .read(&self.buffer, at, out)
+            .map_err(|e| AllocError::Device(e.to_string()))
+    }
+
+    /// Fills `len` bytes at byte `offset` with the repeated `pattern` on `stream`
+    /// (`clEnqueueFillBuffer`, non-blocking). `pattern.len()` must be a power of two up to
+    /// 128 that divides `offset` and `len` (OpenCL 3.0 §5.2.3; the allocation's start is
+    /// 512-byte aligned).
+    ///
+    /// # Errors
+    /// As [`BlockView::write`]; [`AllocError::Device`] for a bad pattern.
+    pub fn fill(
+        &self,
+        stream: &Stream,
+        pattern: &[u8],
+        offset: usize,
+        len: usize,
+    ) -> Result<(), AllocError> {
+        let at = self.range(offset, len)?;
+        self.queue(stream)?
+            .fill(&self.buffer, pattern, at, len, &[])
+            .map(drop)
+            .map_err(|e| AllocError::Device(e.to_string()))
+    }
+
+    /// Device-side copy of `len` bytes from `src` at `src_offset` to this allocation at
+    /// `dst_offset`, on `stream` (`clEnqueueCopyBuffer`, non-blocking). Both allocations
+    /// must be on the stream's device.
+    ///
+    /// # Errors
+    /// [`AllocError::OutOfRange`] when either range exceeds its allocation; as
+    /// [`BlockView::write`] otherwise (`CL_MEM_COPY_OVERLAP` for overlapping ranges of one
+    /// allocation).
+    pub fn copy_from(
+        &self,
+        stream: &Stream,
+        src: &BlockView<'_>,
+        src_offset: usize,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), AllocError> {
+        let from = src.range(src_offset, len)?;
+        let to = self.range(dst_offset, len)?;
+        src.queue(stream)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.queue(stream)?
+            .copy(&src.buffer, from, &self.buffer, to, len, &[])
+            .map(drop)
+            .map_err(|e| AllocError::Device(e.to_string()))
+    }
+}
+
+impl std::fmt::Debug for BlockView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockView")
+            .field("ptr", self.ptr)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
     }
 }

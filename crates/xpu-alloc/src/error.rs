@@ -106,7 +106,17 @@ pub enum AllocError {
         /// The allocator's device.
         device: usize,
     },
-    /// The operation does not apply (e.g. a sub-buffer of simulated memory).
+    /// A byte range outside an allocation (a [`crate::BlockView`] access).
+    #[error("byte range {offset}+{len} is outside an allocation of {size} bytes")]
+    OutOfRange {
+        /// First byte of the range, from the allocation's start.
+        offset: u64,
+        /// Length of the range in bytes.
+        len: u64,
+        /// The allocation's requested size in bytes.
+        size: u64,
+    },
+    /// The operation does not apply (e.g. a view of simulated memory).
     #[error("unsupported: {0}")]
     Unsupported(String),
     /// A device error other than out-of-memory.

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use xpu_stream::Stream;
 
 use crate::config::{AllocConfig, ConfigError};
-use crate::data_ptr::DataPtr;
+use crate::data_ptr::{BlockView, DataPtr};
 use crate::device_allocator::DeviceAllocator;
 use crate::device_ptr::DevicePtr;
 use crate::error::AllocError;
@@ -163,23 +163,60 @@ pub fn raw_delete(ptr: DevicePtr) -> Result<(), AllocError> {
     }
 }
 
-/// The buffer holding a [`raw_alloc`] pointer and its byte offset in it, for kernel arguments
-/// and copies (a retained buffer handle; no allocation).
+/// Runs `f` on a [`BlockView`] of a [`raw_alloc`] pointer's bytes (reads, writes, fills
+/// and copies checked against the requested size). The view cannot escape `f`; `f` runs
+/// without any allocator lock held (it may call the allocator) and the block stays
+/// allocated until `f` returns: a [`raw_delete`] of `ptr` meanwhile takes effect then.
+///
+/// ```no_run
+/// # fn f(ptr: xpu_alloc::DevicePtr, stream: &xpu_stream::Stream) -> Result<(), xpu_alloc::AllocError> {
+/// let mut head = [0u8; 16];
+/// xpu_alloc::with_raw_view(ptr, |view| view.read(stream, 0, &mut head))??;
+/// # Ok(()) }
+/// ```
+///
+/// The view cannot leave the closure (so it cannot be used after [`raw_delete`]):
+/// ```compile_fail
+/// # fn f(ptr: xpu_alloc::DevicePtr) {
+/// let escaped = xpu_alloc::with_raw_view(ptr, |view| view); // error: borrowed data escapes
+/// # }
+/// ```
 ///
 /// # Errors
 /// [`AllocError::InvalidDevicePointer`] for a pointer not live from `raw_alloc`;
 /// [`AllocError::Unsupported`] for SVM or simulated memory.
-pub fn raw_buffer_and_offset(
+pub fn with_raw_view<R>(
     ptr: DevicePtr,
-) -> Result<(xpu_device::backend::Buffer, u64), AllocError> {
-    let invalid = || AllocError::InvalidDevicePointer {
-        address: ptr.address(),
-    };
+    f: impl FnOnce(BlockView<'_>) -> R,
+) -> Result<R, AllocError> {
+    match existing(ptr.device()) {
+        Ok(Some(a)) => a.core().with_raw(ptr.address(), |d| d.view().map(f))?,
+        _ => Err(AllocError::InvalidDevicePointer {
+            address: ptr.address(),
+        }),
+    }
+}
+
+/// The raw `cl_mem` of the segment holding a [`raw_alloc`] pointer and the pointer's byte
+/// offset in it, for kernel arguments and interop (no retain, no driver call).
+///
+/// Raw access (see [`DataPtr::cl_mem_and_offset`]): the handle covers the whole segment,
+/// which other allocations share, and may be used only for the pointer's bytes and only
+/// until [`raw_delete`]; safe code accesses the bytes through [`with_raw_view`].
+///
+/// # Errors
+/// [`AllocError::InvalidDevicePointer`] for a pointer not live from `raw_alloc`;
+/// [`AllocError::Unsupported`] for SVM or simulated memory.
+pub fn raw_cl_mem_and_offset(
+    ptr: DevicePtr,
+) -> Result<(xpu_device::backend::raw::cl_mem, u64), AllocError> {
     match existing(ptr.device()) {
         Ok(Some(a)) => a
             .core()
-            .with_raw(ptr.address(), |d| d.buffer_and_offset())?,
-        _ => Err(invalid()),
+            .with_raw(ptr.address(), DataPtr::cl_mem_and_offset)?,
+        _ => Err(AllocError::InvalidDevicePointer {
+            address: ptr.address(),
+        }),
     }
 }
 

@@ -49,7 +49,7 @@ pub mod stream;
 pub use crate::cl_stream::{stream_key, ClStream, EventMarker};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
 pub use crate::core::{BlockSnapshot, BlockState, DeviceCore, SegmentSnapshot};
-pub use crate::data_ptr::{DataPtr, SubBuffer};
+pub use crate::data_ptr::{BlockView, DataPtr};
 pub use crate::device_allocator::DeviceAllocator;
 pub use crate::device_ptr::DevicePtr;
 pub use crate::error::{AllocError, OomReport};
@@ -57,8 +57,8 @@ pub use crate::global::{
     allocate, allocate_current, current_config, device_allocator, empty_cache,
     max_memory_allocated, max_memory_reserved, mem_get_info, memory_allocated, memory_fraction,
     memory_reserved, memory_stats, memory_stats_flat, raw_alloc, raw_alloc_with_stream,
-    raw_buffer_and_offset, raw_delete, record_stream, reset_accumulated_stats, reset_peak_stats,
-    set_config, set_memory_fraction, CONFIG_ENV,
+    raw_cl_mem_and_offset, raw_delete, record_stream, reset_accumulated_stats, reset_peak_stats,
+    set_config, set_memory_fraction, with_raw_view, CONFIG_ENV,
 };
 pub use crate::host::{
     host_allocate, host_allocate_on, host_empty_cache, host_memory_stats, host_record_event,

@@ -66,8 +66,13 @@ pub fn roundup_interval(size: u64) -> usize {
     (log.saturating_sub(20) as usize).min(ROUNDUP_INTERVALS - 1)
 }
 
+/// Largest size [`round_size`] returns: the largest multiple of 512 (results that would
+/// exceed `u64::MAX` saturate here; see [`checked_round_size`]).
+pub const MAX_ROUNDED: u64 = u64::MAX - (MIN_BLOCK_SIZE - 1);
+
 /// Rounds `size` up to the next of `divisions` equal steps between two powers of two
-/// (PyTorch `roundup_power2_next_division`). An exact power of two is unchanged.
+/// (PyTorch `roundup_power2_next_division`). An exact power of two is unchanged. A result
+/// above `u64::MAX` saturates at the last step below it.
 #[must_use]
 pub fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
     if size.is_power_of_two() {
@@ -82,29 +87,40 @@ pub fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
     if down == size {
         size
     } else {
-        down.saturating_add(step)
+        down.checked_add(step).unwrap_or(down)
     }
 }
 
 /// Rounds a requested size in bytes as PyTorch's `round_size` does (reference §4.3):
 /// below 512 bytes gives 512; with a division count `div > 1` for the size's interval and
 /// `size > 512 * div`, rounds to the next power-of-two division; else to a multiple of 512.
+/// The result is always a multiple of 512; a size whose rounding would exceed `u64::MAX`
+/// gives [`MAX_ROUNDED`] (below the size: the allocator rejects such requests before
+/// rounding, see [`MAX_REQUEST`]). [`checked_round_size`] tells these apart.
 #[must_use]
 pub fn round_size(size: u64, config: &AllocConfig) -> u64 {
+    checked_round_size(size, config).unwrap_or(MAX_ROUNDED)
+}
+
+/// [`round_size`], or `None` when the rounded size would exceed `u64::MAX`.
+#[must_use]
+pub fn checked_round_size(size: u64, config: &AllocConfig) -> Option<u64> {
     if size < MIN_BLOCK_SIZE {
-        return MIN_BLOCK_SIZE;
+        return Some(MIN_BLOCK_SIZE);
     }
     let div = config.roundup_power2_divisions[roundup_interval(size)];
     if div > 1 && size > MIN_BLOCK_SIZE.saturating_mul(div) {
-        roundup_power2_next_division(size, div)
+        let r = roundup_power2_next_division(size, div);
+        (r >= size).then_some(r)
     } else {
-        size.div_ceil(MIN_BLOCK_SIZE).saturating_mul(MIN_BLOCK_SIZE)
+        size.checked_next_multiple_of(MIN_BLOCK_SIZE)
     }
 }
 
 /// Size in bytes of a new segment for a rounded request (reference §4.4): 2 MiB for small
 /// requests, `large_segment_size` (20 MiB by default) below 10 MiB, else the request
-/// rounded up to a multiple of 2 MiB.
+/// rounded up to a multiple of 2 MiB (saturating at the largest multiple of 2 MiB; the
+/// allocator never asks beyond [`MAX_REQUEST`]).
 #[must_use]
 pub fn segment_size(rounded: u64, config: &AllocConfig) -> u64 {
     if rounded <= SMALL_SIZE {
@@ -112,7 +128,9 @@ pub fn segment_size(rounded: u64, config: &AllocConfig) -> u64 {
     } else if rounded < MIN_LARGE_ALLOC {
         config.large_segment_size
     } else {
-        rounded.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
+        rounded
+            .checked_next_multiple_of(ROUND_LARGE)
+            .unwrap_or(u64::MAX - (ROUND_LARGE - 1))
     }
 }
 

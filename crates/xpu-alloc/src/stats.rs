@@ -28,24 +28,22 @@ fn signed(n: u64) -> i64 {
 }
 
 impl Stat {
-    /// Adds `n`: `current += n`, `peak = max(peak, current)`, `allocated += n`.
+    /// Adds `n`: `current += n`, `peak = max(peak, current)`, `allocated += n`. Saturates
+    /// at the `i64` range (an `n` above `i64::MAX` counts as `i64::MAX`).
     #[inline]
     pub fn increase(&mut self, n: u64) {
-        // Byte counts stay far below 2^63 (requests are capped at 1 EiB).
-        #[allow(clippy::cast_possible_wrap)]
-        let n = n as i64;
-        self.current = self.current.wrapping_add(n);
+        let n = signed(n);
+        self.current = self.current.saturating_add(n);
         self.peak = self.peak.max(self.current);
-        self.allocated = self.allocated.wrapping_add(n);
+        self.allocated = self.allocated.saturating_add(n);
     }
 
-    /// Subtracts `n`: `current -= n`, `freed += n`.
+    /// Subtracts `n`: `current -= n`, `freed += n`. Saturates as [`Stat::increase`].
     #[inline]
     pub fn decrease(&mut self, n: u64) {
-        #[allow(clippy::cast_possible_wrap)]
-        let n = n as i64;
-        self.current = self.current.wrapping_sub(n);
-        self.freed = self.freed.wrapping_add(n);
+        let n = signed(n);
+        self.current = self.current.saturating_sub(n);
+        self.freed = self.freed.saturating_add(n);
     }
 
     /// Sets `peak = current`.
@@ -255,11 +253,15 @@ impl MemoryStats {
         self.active_bytes.merge(&other.active_bytes);
         self.inactive_split_bytes.merge(&other.inactive_split_bytes);
         self.requested_bytes.merge(&other.requested_bytes);
-        self.num_alloc_retries += other.num_alloc_retries;
-        self.num_ooms += other.num_ooms;
-        self.num_sync_all_streams += other.num_sync_all_streams;
-        self.num_device_alloc += other.num_device_alloc;
-        self.num_device_free += other.num_device_free;
+        self.num_alloc_retries = self
+            .num_alloc_retries
+            .saturating_add(other.num_alloc_retries);
+        self.num_ooms = self.num_ooms.saturating_add(other.num_ooms);
+        self.num_sync_all_streams = self
+            .num_sync_all_streams
+            .saturating_add(other.num_sync_all_streams);
+        self.num_device_alloc = self.num_device_alloc.saturating_add(other.num_device_alloc);
+        self.num_device_free = self.num_device_free.saturating_add(other.num_device_free);
         self.oversize_allocations.merge(&other.oversize_allocations);
         self.oversize_segments.merge(&other.oversize_segments);
     }

@@ -1,5 +1,5 @@
 //! The allocator on a real OpenCL device (PoCL in CI): buffers, kernel arguments,
-//! sub-buffers, record_stream with a gate, cross-stream reuse with real markers, the
+//! views, record_stream with a gate, cross-stream reuse with real markers, the
 //! crate-level API, SVM and a second device. Skipped without a device unless
 //! `XPU_REQUIRE_DEVICE=1`.
 
@@ -40,7 +40,7 @@ fn private(config: &str) -> DeviceAllocator {
 }
 
 #[test]
-fn buffers_kernel_arguments_and_sub_buffers() {
+fn buffers_kernel_arguments_and_views() {
     if !devices(1) {
         return;
     }
@@ -55,29 +55,15 @@ fn buffers_kernel_arguments_and_sub_buffers() {
     assert_eq!(mem_a, mem_b, "both blocks live in one 2 MiB segment buffer");
     assert_eq!((off_a, off_b), (0, 1024));
     assert_eq!(b.address(), a.address() + 1024);
-    // Write a's and b's bytes through sub-buffers, read both back: the regions are the
+    // Write a's and b's bytes through their views, read both back: the regions are the
     // blocks' own (no overlap, right offsets).
-    let queue = s.queue().unwrap();
-    let align = xpu_device::get_device_properties(0)
-        .unwrap()
-        .mem_base_addr_align;
-    let sub_a = a.sub_buffer().unwrap();
-    let sub_b = b.sub_buffer().unwrap();
-    assert_eq!((sub_a.offset, sub_b.offset), (0, 1024 % align));
     let da = vec![0xA5u8; 1000];
     let db: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
-    queue.write(&sub_a.buffer, 0, &da).unwrap();
-    queue
-        .write(&sub_b.buffer, sub_b.offset as usize, &db)
-        .unwrap();
+    a.view().unwrap().write(&s, 0, &da).unwrap();
+    b.view().unwrap().write(&s, 0, &db).unwrap();
     let (mut ra, mut rb) = (vec![0u8; 1000], vec![0u8; 3000]);
-    queue
-        .read(&a.sub_buffer().unwrap().buffer, 0, &mut ra)
-        .unwrap();
-    let again = b.sub_buffer().unwrap();
-    queue
-        .read(&again.buffer, again.offset as usize, &mut rb)
-        .unwrap();
+    a.view().unwrap().read(&s, 0, &mut ra).unwrap();
+    b.view().unwrap().read(&s, 0, &mut rb).unwrap();
     assert_eq!((ra, rb), (da, db));
     let st = alloc.memory_stats();
     assert_eq!(

@@ -34,7 +34,7 @@ fn scene() -> (DeviceCore, Vec<DataPtr>, std::sync::Arc<SimStream>) {
 #[test]
 fn snapshot_lists_segments_blocks_and_states() {
     let (core, live, _user) = scene();
-    let snap = core.memory_snapshot();
+    let snap = core.memory_snapshot().unwrap();
     assert_eq!(snap.segments.len(), 3);
     assert_eq!(snap.reserved_bytes(), core.memory_reserved());
     assert_eq!(snap.reserved_bytes(), (2 << 20) + (20 << 20) + (2 << 20));
@@ -114,7 +114,7 @@ fn snapshot_lists_segments_blocks_and_states() {
 #[test]
 fn snapshot_round_trips_through_json_and_pickle() {
     let (core, _live, _user) = scene();
-    let snap = core.memory_snapshot();
+    let snap = core.memory_snapshot().unwrap();
     let json = snap.to_json().unwrap();
     assert!(json.contains("\"active_pending_free\""));
     assert_eq!(MemorySnapshot::from_json(&json).unwrap(), snap);
@@ -132,7 +132,7 @@ fn python_reads_the_pickle() {
         return;
     }
     let (core, _live, _user) = scene();
-    let snap = core.memory_snapshot();
+    let snap = core.memory_snapshot().unwrap();
     let dir = std::env::temp_dir().join(format!("xpu-observe-pickle-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("snapshot.pickle");

@@ -3,7 +3,7 @@
 //!
 //! `cargo run -p xpu --example embedding`
 
-use xpu::xpu_alloc::{raw_alloc, raw_buffer_and_offset, raw_delete, DevicePtr};
+use xpu::xpu_alloc::{raw_alloc, raw_delete, with_raw_view, DevicePtr};
 
 /// A framework's storage: owns a raw device pointer; frees it on drop.
 struct Storage {
@@ -23,22 +23,20 @@ impl Storage {
     }
 
     /// Fills the storage with a byte on the current stream (a real OpenCL command on the
-    /// block's buffer at its offset).
+    /// block's bytes, through a view scoped to the allocation: it cannot outlive
+    /// `raw_delete` nor reach past the storage's end).
     fn fill(&self, value: u8) -> Result<(), Box<dyn std::error::Error>> {
-        let (buffer, offset) = raw_buffer_and_offset(self.ptr)?;
         let stream = xpu::current_stream(Some(self.ptr.device()))?;
-        stream
-            .queue()?
-            .fill(&buffer, &[value], offset as usize, self.bytes as usize, &[])?;
+        with_raw_view(self.ptr, |view| {
+            view.fill(&stream, &[value], 0, self.bytes as usize)
+        })??;
         Ok(())
     }
 
     fn read(&self) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
-        let (buffer, offset) = raw_buffer_and_offset(self.ptr)?;
+        let stream = xpu::current_stream(Some(self.ptr.device()))?;
         let mut out = vec![0; self.bytes as usize];
-        xpu::current_stream(Some(self.ptr.device()))?
-            .queue()?
-            .read(&buffer, offset as usize, &mut out)?;
+        with_raw_view(self.ptr, |view| view.read(&stream, 0, &mut out))??;
         Ok(out)
     }
 }

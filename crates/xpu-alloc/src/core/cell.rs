@@ -27,11 +27,18 @@ fn add(word: &AtomicI64, n: i64) {
     word.store(word.load(R).wrapping_add(n), R);
 }
 
+/// Adds to an accumulated total (`allocated`, `freed`): saturates at `i64::MAX` instead of
+/// wrapping negative after 8 EiB of traffic.
+fn accumulate(word: &AtomicI64, n: i64) {
+    word.store(word.load(R).saturating_add(n), R);
+}
+
 impl CellStat {
     /// As [`Stat::increase`].
     #[inline]
     pub(crate) fn increase(&self, n: u64) {
-        // Byte counts stay far below 2^63 (requests are capped at 1 EiB).
+        // Currents stay within i64: requests are capped at 1 EiB and reserved bytes at
+        // `i64::MAX` (see `shared::MAX_RESERVED`).
         #[allow(clippy::cast_possible_wrap)]
         let n = n as i64;
         let current = self.current.load(R).wrapping_add(n);
@@ -39,7 +46,7 @@ impl CellStat {
         if current > self.peak.load(R) {
             self.peak.store(current, R);
         }
-        add(&self.allocated, n);
+        accumulate(&self.allocated, n);
     }
 
     /// As [`Stat::decrease`].
@@ -48,7 +55,7 @@ impl CellStat {
         #[allow(clippy::cast_possible_wrap)]
         let n = n as i64;
         add(&self.current, n.wrapping_neg());
-        add(&self.freed, n);
+        accumulate(&self.freed, n);
     }
 
     fn load(&self) -> Stat {

@@ -40,6 +40,13 @@ use crate::stream::{StreamKey, StreamRef};
 /// Shards cached per thread (most recently used first).
 const SHARD_CACHE: usize = 8;
 
+/// Puts `shard` first in a thread's shard cache.
+fn remember_shard(cache: &mut Vec<(StreamKey, Weak<Shard>)>, key: StreamKey, shard: &Arc<Shard>) {
+    cache.retain(|(k, _)| *k != key);
+    cache.insert(0, (key, Arc::downgrade(shard)));
+    cache.truncate(SHARD_CACHE);
+}
+
 #[derive(Default)]
 struct ShardMap {
     by_key: HashMap<StreamKey, Arc<Shard>>,
@@ -149,13 +156,16 @@ impl DeviceCore {
         self.allocate_with(size, stream.key(), || stream.clone())
     }
 
-    /// Allocates `size` bytes for use on the stream `key`; `stream` is called only the
-    /// first time this stream is seen, to get its handle. A zero size gives an empty
-    /// [`DataPtr`] without touching the allocator.
+    /// Allocates `size` bytes for use on the stream `key`; `stream` is called only while
+    /// this stream is not yet known, to get its handle. `stream` runs under no allocator
+    /// lock, so it may call the allocator; when two threads register the same stream at once,
+    /// one handle is kept and the other dropped (also under no lock). A zero size gives an
+    /// empty [`DataPtr`] without touching the allocator.
     ///
     /// # Errors
     /// [`AllocError::TooLarge`] when the request exceeds the device's largest allocation or
-    /// 1 EiB; [`AllocError::OutOfMemory`] / [`AllocError::MemoryFractionExceeded`] after the
+    /// 1 EiB; [`AllocError::OutOfMemory`] also when the reserved bytes would pass `i64::MAX`
+    /// (the statistics' range); [`AllocError::OutOfMemory`] / [`AllocError::MemoryFractionExceeded`] after the
     /// full OOM sequence; [`AllocError::Device`] for other device errors.
     pub fn allocate_with(
         &self,
@@ -175,43 +185,66 @@ impl DeviceCore {
                 max: max_alloc.min(MAX_REQUEST),
             });
         }
+        // The stream closure is user code: it runs before any allocator lock is taken
+        // (and outside the thread-local state), so it may itself call the allocator.
+        let found = with_local(shared, |local| {
+            let shard = self.cached_shard(local.shard, key)?;
+            Some(self.allocate_on(shard, size, key, &local))
+        });
+        if let Some(result) = found {
+            return result;
+        }
+        let shard = self.insert_shard(key, stream());
         with_local(shared, |local| {
-            let shard = self.cached_shard(local.shard, key, stream);
-            let outcome = {
-                let mut state = shard.lock();
-                let mut stats = local.stats();
-                fast_path(&shard, &mut state, size, &mut stats)?
-            };
-            let handed = match outcome {
-                Outcome::Done(h) => h,
-                Outcome::Exhausted(req) => self.oom_path(&shard, req, &local)?,
-            };
-            shared.history.record(
-                crate::observe::TraceAction::Alloc,
-                handed.addr,
-                size,
-                key.id,
-            );
-            Ok(DataPtr::new(
-                shard,
-                handed.block,
-                handed.addr,
-                handed.size,
-                size,
-            ))
+            remember_shard(local.shard, key, &shard);
+            self.allocate_on(shard, size, key, &local)
         })
     }
 
+    /// The allocation proper, on the stream's shard.
+    fn allocate_on(
+        &self,
+        shard: Arc<Shard>,
+        size: u64,
+        key: StreamKey,
+        local: &local::Local<'_>,
+    ) -> Result<DataPtr, AllocError> {
+        let shared = &self.inner.shared;
+        let outcome = {
+            let mut state = shard.lock();
+            let mut stats = local.stats();
+            fast_path(&shard, &mut state, size, &mut stats)?
+        };
+        let handed = match outcome {
+            Outcome::Done(h) => h,
+            Outcome::Exhausted(req) => self.oom_path(&shard, req, local)?,
+        };
+        shared.history.record(
+            crate::observe::TraceAction::Alloc,
+            handed.addr,
+            size,
+            key.id,
+        );
+        Ok(DataPtr::new(
+            shard,
+            handed.block,
+            handed.addr,
+            handed.size,
+            size,
+        ))
+    }
+
+    /// The shard of `key` from the thread's cache or the shard map, if it exists (no user
+    /// code runs here).
     fn cached_shard(
         &self,
         cache: &mut Vec<(StreamKey, Weak<Shard>)>,
         key: StreamKey,
-        stream: impl FnOnce() -> StreamRef,
-    ) -> Arc<Shard> {
+    ) -> Option<Arc<Shard>> {
         if let Some((k, weak)) = cache.first() {
             if *k == key {
                 if let Some(shard) = weak.upgrade() {
-                    return shard;
+                    return Some(shard);
                 }
             }
         }
@@ -219,24 +252,30 @@ impl DeviceCore {
             let entry = cache.remove(pos);
             if let Some(shard) = entry.1.upgrade() {
                 cache.insert(0, entry);
-                return shard;
+                return Some(shard);
             }
         }
-        let shard = self.shard(key, stream);
-        cache.insert(0, (key, Arc::downgrade(&shard)));
-        cache.truncate(SHARD_CACHE);
-        shard
+        let shard = self.inner.shards.lock().by_key.get(&key).cloned()?;
+        remember_shard(cache, key, &shard);
+        Some(shard)
     }
 
-    fn shard(&self, key: StreamKey, stream: impl FnOnce() -> StreamRef) -> Arc<Shard> {
-        let mut map = self.inner.shards.lock();
-        if let Some(shard) = map.by_key.get(&key) {
-            return shard.clone();
-        }
-        let rank = map.ordered.len();
-        let shard = Arc::new(Shard::new(key, stream(), self.inner.shared.clone(), rank));
-        map.by_key.insert(key, shard.clone());
-        map.ordered.push(shard.clone());
+    /// The shard of `key`, created with `stream` unless another thread created it since the
+    /// lookup (then `stream` is dropped after the map lock is released: dropping a user's
+    /// stream handle is user code).
+    fn insert_shard(&self, key: StreamKey, stream: StreamRef) -> Arc<Shard> {
+        let (shard, _unused) = {
+            let mut map = self.inner.shards.lock();
+            if let Some(shard) = map.by_key.get(&key) {
+                (shard.clone(), Some(stream))
+            } else {
+                let rank = map.ordered.len();
+                let shard = Arc::new(Shard::new(key, stream, self.inner.shared.clone(), rank));
+                map.by_key.insert(key, shard.clone());
+                map.ordered.push(shard.clone());
+                (shard, None)
+            }
+        };
         shard
     }
 
@@ -281,7 +320,9 @@ impl DeviceCore {
         Ok(address)
     }
 
-    /// Frees an address returned by [`DeviceCore::raw_alloc`] (address 0 is ignored).
+    /// Frees an address returned by [`DeviceCore::raw_alloc`] (address 0 is ignored). While a
+    /// [`DeviceCore::with_raw`] closure on the address runs, the address is forgotten at once
+    /// and the block freed when the closure returns.
     ///
     /// # Errors
     /// [`AllocError::InvalidDevicePointer`] for an address not live from `raw_alloc`.
@@ -296,7 +337,9 @@ impl DeviceCore {
             .ok_or(AllocError::InvalidDevicePointer { address })
     }
 
-    /// Runs `f` on the live [`DataPtr`] of a raw address.
+    /// Runs `f` on the live [`DataPtr`] of a raw address. `f` runs without any allocator
+    /// lock held (it may call the allocator, `raw_delete` of this address included), and the
+    /// allocation stays alive until `f` returns: a `raw_delete` meanwhile takes effect then.
     ///
     /// # Errors
     /// [`AllocError::InvalidDevicePointer`] for an address not live from `raw_alloc`.
@@ -305,10 +348,12 @@ impl DeviceCore {
         address: u64,
         f: impl FnOnce(&DataPtr) -> R,
     ) -> Result<R, AllocError> {
-        self.inner
+        let ptr = self
+            .inner
             .raw
-            .with(address, f)
-            .ok_or(AllocError::InvalidDevicePointer { address })
+            .get(address)
+            .ok_or(AllocError::InvalidDevicePointer { address })?;
+        Ok(f(&ptr))
     }
 
     /// Waits for every pending stream marker and releases every cached whole segment to

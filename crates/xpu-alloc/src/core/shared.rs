@@ -12,6 +12,11 @@ use crate::source::{SegmentSource, SourceError, SourceSegment};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Most bytes one allocator reserves: the statistics count bytes in `i64` (as PyTorch's),
+/// so a reservation past `i64::MAX` bytes is refused as out of memory rather than wrapping
+/// the counters.
+pub(crate) const MAX_RESERVED: u64 = i64::MAX as u64;
+
 /// Why a segment could not be obtained.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum SegmentFailure {
@@ -130,16 +135,18 @@ impl DeviceShared {
         r.bytes.saturating_add(size) > r.high_water
     }
 
-    /// Obtains a segment, enforcing the memory fraction (reserved + size <= allowed).
+    /// Obtains a segment, enforcing the memory fraction (reserved + size <= allowed) and
+    /// [`MAX_RESERVED`] (out of memory beyond it).
     pub(crate) fn allocate_segment(&self, size: u64) -> Result<SourceSegment, SegmentFailure> {
         {
             let mut r = self.reserved.lock();
-            if r.allowed
-                .is_some_and(|allowed| r.bytes.saturating_add(size) > allowed)
-            {
+            let Some(total) = r.bytes.checked_add(size).filter(|&t| t <= MAX_RESERVED) else {
+                return Err(SegmentFailure::OutOfMemory);
+            };
+            if r.allowed.is_some_and(|allowed| total > allowed) {
                 return Err(SegmentFailure::Fraction);
             }
-            r.bytes += size;
+            r.bytes = total;
         }
         match self.source.allocate(size) {
             Ok(segment) => {
@@ -148,7 +155,9 @@ impl DeviceShared {
                 Ok(segment)
             }
             Err(e) => {
-                self.reserved.lock().bytes -= size;
+                let mut r = self.reserved.lock();
+                r.bytes = r.bytes.saturating_sub(size);
+                drop(r);
                 Err(match e {
                     SourceError::OutOfMemory => SegmentFailure::OutOfMemory,
                     SourceError::Device(msg) => SegmentFailure::Device(msg),

@@ -22,14 +22,17 @@ pub fn memory_summary(device: usize, abbreviated: bool) -> Result<String, AllocE
 }
 
 /// The snapshot of every existing device allocator (segments sorted by device and
-/// address; one trace list per device). Allocators are not created.
+/// address; one trace list per device). Allocators are not created. Devices above
+/// [`super::MAX_SNAPSHOT_DEVICE`] are left out.
 #[must_use]
 pub fn memory_snapshot() -> MemorySnapshot {
-    let mut out = MemorySnapshot::new(0, &[], &[], &AllocConfig::default());
+    let mut out = MemorySnapshot::empty(&AllocConfig::default());
     let mut first = true;
     for device in 0..xpu_device::device_count() {
         if let Ok(Some(a)) = existing(device) {
-            let snap = a.core().memory_snapshot();
+            let Ok(snap) = a.core().memory_snapshot() else {
+                continue;
+            };
             if first {
                 out.allocator_settings = snap.allocator_settings.clone();
                 first = false;

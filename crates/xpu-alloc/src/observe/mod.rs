@@ -25,6 +25,7 @@ pub use history::{History, TraceAction, TraceEntry};
 pub use pickle::{snapshot_from_pickle, snapshot_to_pickle, write_pickle};
 pub use snapshot::{
     memory_snapshot, BlockDict, FrameDict, MemorySnapshot, SegmentDict, TraceEntryDict,
+    MAX_SNAPSHOT_DEVICE,
 };
 pub use summary::memory_summary;
 
@@ -40,4 +41,12 @@ pub enum ObserveError {
     /// The JSON encoder or decoder failed.
     #[error("JSON error: {0}")]
     Json(#[from] serde_json::Error),
+    /// A snapshot of a device index beyond [`snapshot::MAX_SNAPSHOT_DEVICE`].
+    #[error("device index {device} is beyond the largest a snapshot describes ({max})")]
+    DeviceIndex {
+        /// The device index.
+        device: u32,
+        /// The largest index allowed.
+        max: u32,
+    },
 }

@@ -199,24 +199,42 @@ fn segment_dict(device: u32, s: &SegmentSnapshot) -> SegmentDict {
     }
 }
 
+/// Largest device index a [`MemorySnapshot`] describes: `device_traces` holds one list per
+/// index up to the device's, so the index bounds the snapshot's size.
+pub const MAX_SNAPSHOT_DEVICE: u32 = 1023;
+
 impl MemorySnapshot {
     /// The snapshot of device `device` from its segments, its history (oldest first) and its
     /// configuration. `device_traces` gets one list per device index up to `device`.
-    #[must_use]
+    ///
+    /// # Errors
+    /// [`ObserveError::DeviceIndex`] when `device` exceeds [`MAX_SNAPSHOT_DEVICE`].
     pub fn new(
         device: u32,
         segments: &[SegmentSnapshot],
         history: &[TraceEntry],
         config: &AllocConfig,
-    ) -> Self {
-        let mut segments: Vec<SegmentDict> =
-            segments.iter().map(|s| segment_dict(device, s)).collect();
-        segments.sort_by_key(|s| s.address);
-        let mut device_traces = vec![Vec::new(); device as usize + 1];
-        device_traces[device as usize] = history.iter().map(TraceEntryDict::from).collect();
+    ) -> Result<Self, ObserveError> {
+        if device > MAX_SNAPSHOT_DEVICE {
+            return Err(ObserveError::DeviceIndex {
+                device,
+                max: MAX_SNAPSHOT_DEVICE,
+            });
+        }
+        let mut out = Self::empty(config);
+        out.segments = segments.iter().map(|s| segment_dict(device, s)).collect();
+        out.segments.sort_by_key(|s| s.address);
+        let index = device as usize;
+        out.device_traces.resize(index + 1, Vec::new());
+        out.device_traces[index] = history.iter().map(TraceEntryDict::from).collect();
+        Ok(out)
+    }
+
+    /// A snapshot with no segment and one empty trace list (device 0).
+    pub(crate) fn empty(config: &AllocConfig) -> Self {
         Self {
-            segments,
-            device_traces,
+            segments: Vec::new(),
+            device_traces: vec![Vec::new()],
             allocator_settings: AllocatorSettings::from(config),
         }
     }
@@ -273,8 +291,11 @@ impl MemorySnapshot {
 /// The snapshot of `core`: its segments and blocks, its recorded history and its settings
 /// (as `torch.cuda.memory._snapshot()`). While history recording is on, a `snapshot` entry
 /// (size: the active bytes) is recorded first.
-#[must_use]
-pub fn memory_snapshot(core: &DeviceCore) -> MemorySnapshot {
+///
+/// # Errors
+/// [`ObserveError::DeviceIndex`] for a device index above [`MAX_SNAPSHOT_DEVICE`] (a
+/// simulated device can have any index).
+pub fn memory_snapshot(core: &DeviceCore) -> Result<MemorySnapshot, ObserveError> {
     let segments = core.snapshot();
     let history = core.memory_history();
     if history.is_enabled() {
@@ -291,8 +312,10 @@ pub fn memory_snapshot(core: &DeviceCore) -> MemorySnapshot {
 
 impl DeviceCore {
     /// [`memory_snapshot`] of this allocator.
-    #[must_use]
-    pub fn memory_snapshot(&self) -> MemorySnapshot {
+    ///
+    /// # Errors
+    /// As [`memory_snapshot`].
+    pub fn memory_snapshot(&self) -> Result<MemorySnapshot, ObserveError> {
         memory_snapshot(self)
     }
 }

@@ -321,7 +321,8 @@ pub fn replay_trace(
     let wall_s = start.elapsed().as_secs_f64();
     let stats = core.memory_stats();
     drop(live);
-    let snapshot = options.history.map(|_| core.memory_snapshot());
+    // A replay device index is a real device's or 0: always within a snapshot's bound.
+    let snapshot = options.history.and_then(|_| core.memory_snapshot().ok());
     let report = ReplayReport {
         trace: name.to_owned(),
         device,

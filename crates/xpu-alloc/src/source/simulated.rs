@@ -36,7 +36,8 @@ enum FaultKey {
 }
 
 /// A simulated device: segments succeed while their total stays within the capacity.
-/// Addresses are unique and never reused. Used by `xpu replay --simulate`, by tests and
+/// Addresses are unique and never reused; a segment that would end past `u64::MAX` (the
+/// address range exhausted, after about 16 EiB of segments) is out of memory. Used by `xpu replay --simulate`, by tests and
 /// by benchmarks.
 #[derive(Debug)]
 pub struct SimulatedSource {
@@ -65,7 +66,8 @@ impl SimulatedSource {
     /// Makes the `n`-th segment allocation from now on fail (`n = 1`: the next one).
     pub fn fail_nth(&self, n: u64, fault: Fault) {
         let mut state = self.state.lock();
-        let at = state.attempts + n.max(1);
+        // A fault planned beyond the last attempt countable never fires.
+        let at = state.attempts.saturating_add(n.max(1));
         let key = match fault {
             Fault::OutOfMemory => FaultKey::OutOfMemory,
             Fault::DeviceError => FaultKey::DeviceError,
@@ -119,7 +121,7 @@ impl SegmentSource for SimulatedSource {
 
     fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
         let mut state = self.state.lock();
-        state.attempts += 1;
+        state.attempts = state.attempts.saturating_add(1);
         let attempt = state.attempts;
         for key in [FaultKey::OutOfMemory, FaultKey::DeviceError] {
             if state.faults.remove(&(attempt, key)) {
@@ -131,13 +133,23 @@ impl SegmentSource for SimulatedSource {
                 });
             }
         }
-        if size == 0 || size > self.max_alloc || state.used.saturating_add(size) > self.capacity {
+        let Some(used) = state.used.checked_add(size) else {
+            return Err(SourceError::OutOfMemory);
+        };
+        if size == 0 || size > self.max_alloc || used > self.capacity {
             return Err(SourceError::OutOfMemory);
         }
+        // Addresses are never reused: once the address range is exhausted, the device is
+        // out of memory.
         let address = state.next_address;
-        state.next_address =
-            address.saturating_add(size.div_ceil(SEGMENT_ALIGN).saturating_mul(SEGMENT_ALIGN));
-        state.used += size;
+        let Some(next) = size
+            .checked_next_multiple_of(SEGMENT_ALIGN)
+            .and_then(|span| address.checked_add(span))
+        else {
+            return Err(SourceError::OutOfMemory);
+        };
+        state.next_address = next;
+        state.used = used;
         state.live_segments += 1;
         Ok(SourceSegment {
             address,
