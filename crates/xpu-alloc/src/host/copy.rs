@@ -18,24 +18,58 @@ fn check(what: &'static str, offset: usize, len: usize, size: usize) -> Result<(
     }
 }
 
-/// Device memory a [`HostCopy`] can copy to or from: an OpenCL buffer region. Implemented
-/// for [`Buffer`] (the whole buffer) and for the device allocator's [`DataPtr`](crate::DataPtr) (its block
-/// inside the segment's buffer).
-pub trait DeviceMemory {
-    /// A handle to the buffer (a retained clone), the byte offset of the region's first byte
-    /// in it, and the region's length in bytes; `None` when there is no OpenCL buffer behind
-    /// the memory (an empty, SVM or simulated allocation).
-    fn cl_region(&self) -> Option<(Buffer, usize, usize)>;
+/// The region behind a [`DeviceMemory`]: crate-private, so no safe caller outside xpu-alloc can
+/// obtain the segment's whole `Buffer` (which would outlive the block and reach past its end).
+mod sealed {
+    use xpu_device::backend::Buffer;
+
+    /// A value only xpu-alloc can make: the region accessor takes one, so not even a caller
+    /// generic over `T: DeviceMemory` (which sees the supertrait's methods) can call it.
+    pub struct Token(pub(in crate::host) ());
+
+    pub trait Region {
+        /// A handle to the buffer (a retained clone), the byte offset of the region's first
+        /// byte in it, and the region's length in bytes; `None` when there is no OpenCL buffer
+        /// behind the memory (an empty, SVM or simulated allocation).
+        fn cl_region(&self, _: Token) -> Option<(Buffer, usize, usize)>;
+    }
 }
 
-impl DeviceMemory for Buffer {
-    fn cl_region(&self) -> Option<(Buffer, usize, usize)> {
+/// Device memory a [`HostCopy`] can copy to or from: an OpenCL buffer region. Implemented
+/// for [`Buffer`] (the whole buffer) and for the device allocator's [`DataPtr`](crate::DataPtr)
+/// (its block inside the segment's buffer).
+///
+/// The trait is sealed: its region accessor is private to xpu-alloc, so it cannot be used to
+/// obtain the segment buffer behind a [`DataPtr`](crate::DataPtr) (a handle that would outlive
+/// the allocation and reach past its end). This does not compile:
+///
+/// ```compile_fail
+/// use xpu_alloc::{DataPtr, DeviceMemory};
+/// fn leak(ptr: &DataPtr) {
+///     let _whole_segment = ptr.cl_region();
+/// }
+/// ```
+///
+/// Nor does reaching the accessor through a generic bound:
+///
+/// ```compile_fail
+/// use xpu_alloc::DeviceMemory;
+/// fn leak<T: DeviceMemory>(memory: &T) {
+///     let _whole_segment = memory.cl_region();
+/// }
+/// ```
+pub trait DeviceMemory: sealed::Region {}
+
+impl sealed::Region for Buffer {
+    fn cl_region(&self, _: sealed::Token) -> Option<(Buffer, usize, usize)> {
         Some((self.clone(), 0, self.size()))
     }
 }
 
-impl DeviceMemory for crate::DataPtr {
-    fn cl_region(&self) -> Option<(Buffer, usize, usize)> {
+impl DeviceMemory for Buffer {}
+
+impl sealed::Region for crate::DataPtr {
+    fn cl_region(&self, _: sealed::Token) -> Option<(Buffer, usize, usize)> {
         let (buffer, offset) = self.buffer_and_offset().ok()?;
         Some((
             buffer,
@@ -44,6 +78,8 @@ impl DeviceMemory for crate::DataPtr {
         ))
     }
 }
+
+impl DeviceMemory for crate::DataPtr {}
 
 /// Copies between pinned host memory and device buffers on a [`Stream`], as PyTorch's
 /// `non_blocking=True` copies: the copy is enqueued on the stream's queue and the call
@@ -123,7 +159,9 @@ impl HostCopy for Stream {
         if src.is_empty() {
             return Ok(());
         }
-        let (buffer, offset, len) = dst.cl_region().ok_or(HostError::NoBuffer)?;
+        let (buffer, offset, len) = dst
+            .cl_region(sealed::Token(()))
+            .ok_or(HostError::NoBuffer)?;
         check("device destination", 0, src.len(), len)?;
         self.copy_from_host_to_buffer(src, 0, &buffer, offset, src.len())
     }
@@ -132,7 +170,9 @@ impl HostCopy for Stream {
         if dst.is_empty() {
             return Ok(());
         }
-        let (buffer, offset, len) = src.cl_region().ok_or(HostError::NoBuffer)?;
+        let (buffer, offset, len) = src
+            .cl_region(sealed::Token(()))
+            .ok_or(HostError::NoBuffer)?;
         check("device source", 0, dst.len(), len)?;
         let n = dst.len();
         self.copy_to_host_from_buffer(&buffer, offset, dst, 0, n)
