@@ -195,9 +195,17 @@ pub fn fork_report(timeout: Duration) -> std::io::Result<ForkReport> {
 /// points meet this in a bad-fork child: they return `BadFork` after one atomic load. When
 /// the calling process is single-threaded, `child` may do anything.
 ///
-/// ```compile_fail
-/// // Not callable from safe code any more.
-/// let _ = xpu_device::fork::run_in_forked_child(|| 0, std::time::Duration::from_secs(1));
+/// ```no_run
+/// use xpu_device::fork::{run_in_forked_child, ChildExit};
+/// // SAFETY: the child only returns a constant.
+/// let exit = unsafe { run_in_forked_child(|| 7, std::time::Duration::from_secs(5)) }.unwrap();
+/// assert_eq!(exit, ChildExit::Exited(7));
+/// ```
+///
+/// The same call from safe code does not compile (E0133: call to unsafe function):
+///
+/// ```compile_fail,E0133
+/// let _ = xpu_device::fork::run_in_forked_child(|| 7, std::time::Duration::from_secs(5));
 /// ```
 ///
 /// # Errors

@@ -12,7 +12,10 @@ fn enumeration_is_what_makes_a_forked_child_a_bad_fork() {
     assert!(!fork::driver_touched(), "nothing touched the driver yet");
     assert!(!fork::driver_initialized());
     let before = fork::fork_report(BOUND).unwrap();
-    assert!(!before.in_bad_fork, "a child forked before enumeration is clean");
+    assert!(
+        !before.in_bad_fork,
+        "a child forked before enumeration is clean"
+    );
 
     // SAFETY: the parent has not loaded the OpenCL driver, so the child loads its own copy;
     // it touches no lock or state of the parent's other threads (the test harness's).
@@ -29,7 +32,10 @@ fn enumeration_is_what_makes_a_forked_child_a_bad_fork() {
     .unwrap();
     let n = xpu_device::device_count();
     if n == 0 {
-        assert!(!xpu_device::require_device(), "XPU_REQUIRE_DEVICE=1 but no device");
+        assert!(
+            !xpu_device::require_device(),
+            "XPU_REQUIRE_DEVICE=1 but no device"
+        );
         eprintln!("fork: skipped, no OpenCL device");
         return;
     }

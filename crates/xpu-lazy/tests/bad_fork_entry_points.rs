@@ -24,7 +24,11 @@ fn bad_fork_refuses_without_waiting_for_init_lock() {
         "init-lock-held",
         Duration::from_secs(20),
     );
-    assert_eq!(code, Some(0), "scenario failed or hung (None = killed):\n{out}");
+    assert_eq!(
+        code,
+        Some(0),
+        "scenario failed or hung (None = killed):\n{out}"
+    );
     assert!(out.contains("SCENARIO DONE"), "{out}");
 }
 
@@ -46,7 +50,10 @@ fn run() {
     let r = xpu_lazy::lazy_init();
     println!("lazy_init={r:?}");
     assert!(matches!(r, Err(xpu_lazy::LazyError::BadFork)));
-    assert!(matches!(xpu_lazy::init(), Err(xpu_lazy::LazyError::BadFork)));
+    assert!(matches!(
+        xpu_lazy::init(),
+        Err(xpu_lazy::LazyError::BadFork)
+    ));
     let r = xpu_lazy::lazy_call(|| Ok(()));
     println!("lazy_call={r:?}");
     assert!(matches!(r, Err(xpu_lazy::LazyError::BadFork)));

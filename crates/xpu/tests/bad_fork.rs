@@ -26,7 +26,11 @@ fn every_layer_refuses_at_once_in_a_bad_fork_child() {
         "bad-fork",
         Duration::from_secs(30),
     );
-    assert_eq!(code, Some(0), "scenario failed or hung (None = killed):\n{out}");
+    assert_eq!(
+        code,
+        Some(0),
+        "scenario failed or hung (None = killed):\n{out}"
+    );
     assert!(out.contains("SCENARIO DONE"), "{out}");
 }
 
@@ -61,29 +65,105 @@ fn run() {
 
     // xpu-stream
     assert_eq!(show("Stream::query", &s.query()), "Err(BadFork)");
-    assert_eq!(show("Stream::synchronize", &s.synchronize()), "Err(BadFork)");
-    assert_eq!(show("xpu_stream::synchronize", &xpu::xpu_stream::synchronize(0)), "Err(BadFork)");
-    assert_eq!(show("current_stream", &xpu::xpu_stream::current_stream(0)), "Err(BadFork)");
-    assert_eq!(show("get_stream_from_pool", &xpu::xpu_stream::get_stream_from_pool(0, 0)), "Err(BadFork)");
-    assert_eq!(show("default_stream", &xpu::xpu_stream::default_stream(0)), "Err(BadFork)");
-    assert_eq!(show("StreamGuard::new", &xpu::StreamGuard::new(s).map(|_| ())), "Err(BadFork)");
+    assert_eq!(
+        show("Stream::synchronize", &s.synchronize()),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show("xpu_stream::synchronize", &xpu::xpu_stream::synchronize(0)),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show("current_stream", &xpu::xpu_stream::current_stream(0)),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show(
+            "get_stream_from_pool",
+            &xpu::xpu_stream::get_stream_from_pool(0, 0)
+        ),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show("default_stream", &xpu::xpu_stream::default_stream(0)),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show("StreamGuard::new", &xpu::StreamGuard::new(s).map(|_| ())),
+        "Err(BadFork)"
+    );
     // xpu-alloc
-    assert_eq!(show("xpu_alloc::allocate", &xpu::xpu_alloc::allocate(1000, &s)), "Err(BadFork)");
-    assert_eq!(show("xpu_alloc::allocate_current", &xpu::xpu_alloc::allocate_current(1000)), "Err(BadFork)");
-    assert_eq!(show("xpu_alloc::raw_alloc", &xpu::xpu_alloc::raw_alloc(1000)), "Err(BadFork)");
-    assert_eq!(show("xpu_alloc::device_allocator", &xpu::xpu_alloc::device_allocator(0).map(|_| ())), "Err(BadFork)");
-    assert_eq!(show("xpu_alloc::record_stream", &xpu::xpu_alloc::record_stream(&p, &s)), "Err(BadFork)");
-    assert_eq!(show("xpu_alloc::memory_stats", &xpu::xpu_alloc::memory_stats(0).map(|_| ())), "Err(BadFork)");
-    assert_eq!(show("xpu_alloc::memory_reserved", &xpu::xpu_alloc::memory_reserved(0)), "Err(BadFork)");
-    assert_eq!(show("xpu_alloc::mem_get_info", &xpu::xpu_alloc::mem_get_info(0)), "Err(BadFork)");
+    assert_eq!(
+        show("xpu_alloc::allocate", &xpu::xpu_alloc::allocate(1000, &s)),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show(
+            "xpu_alloc::allocate_current",
+            &xpu::xpu_alloc::allocate_current(1000)
+        ),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show("xpu_alloc::raw_alloc", &xpu::xpu_alloc::raw_alloc(1000)),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show(
+            "xpu_alloc::device_allocator",
+            &xpu::xpu_alloc::device_allocator(0).map(|_| ())
+        ),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show(
+            "xpu_alloc::record_stream",
+            &xpu::xpu_alloc::record_stream(&p, &s)
+        ),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show(
+            "xpu_alloc::memory_stats",
+            &xpu::xpu_alloc::memory_stats(0).map(|_| ())
+        ),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show(
+            "xpu_alloc::memory_reserved",
+            &xpu::xpu_alloc::memory_reserved(0)
+        ),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show("xpu_alloc::mem_get_info", &xpu::xpu_alloc::mem_get_info(0)),
+        "Err(BadFork)"
+    );
     xpu::xpu_alloc::empty_cache();
     drop(p); // returns at once: the block is left to the parent's allocator
-    // xpu-device
-    assert_eq!(show("xpu_device::devices", &xpu::xpu_device::devices().map(|d| d.len())), "Err(BadFork)");
-    assert_eq!(show("xpu_device::set_device", &xpu::xpu_device::set_device(0)), "Err(BadFork)");
-    assert_eq!(xpu::xpu_device::device_count(), n, "the parent's count, not 0");
+             // xpu-device
+    assert_eq!(
+        show(
+            "xpu_device::devices",
+            &xpu::xpu_device::devices().map(|d| d.len())
+        ),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show("xpu_device::set_device", &xpu::xpu_device::set_device(0)),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        xpu::xpu_device::device_count(),
+        n,
+        "the parent's count, not 0"
+    );
     // xpu-lazy and the facade
-    assert_eq!(show("xpu_lazy::lazy_init", &xpu::lazy_init()), "Err(BadFork)");
+    assert_eq!(
+        show("xpu_lazy::lazy_init", &xpu::lazy_init()),
+        "Err(BadFork)"
+    );
     assert!(!xpu::is_initialized());
     assert!(xpu::is_in_bad_fork());
     assert_eq!(xpu::device_count(), n);
@@ -92,9 +172,15 @@ fn run() {
         ("xpu::current_stream", xpu::current_stream(None).map(|_| ())),
         ("xpu::set_stream", xpu::set_stream(s)),
         ("xpu::synchronize", xpu::synchronize(None)),
-        ("xpu::get_device_properties", xpu::get_device_properties(None).map(|_| ())),
+        (
+            "xpu::get_device_properties",
+            xpu::get_device_properties(None).map(|_| ()),
+        ),
         ("xpu::allocate", xpu::allocate(1000).map(|_| ())),
-        ("xpu::memory_reserved", xpu::memory_reserved(None).map(|_| ())),
+        (
+            "xpu::memory_reserved",
+            xpu::memory_reserved(None).map(|_| ()),
+        ),
         ("xpu::memory_stats", xpu::memory_stats(None).map(|_| ())),
     ] {
         let e = r.expect_err(name);

@@ -59,7 +59,11 @@ fn call(entry: &str) {
 fn scenario(entry: &str) {
     let bound = Duration::from_secs(20);
     assert!(!xpu::is_initialized(), "fresh process");
-    assert!(!xpu::xpu_device::fork::fork_report(bound).unwrap().in_bad_fork);
+    assert!(
+        !xpu::xpu_device::fork::fork_report(bound)
+            .unwrap()
+            .in_bad_fork
+    );
     call(entry);
     let initialized = xpu::is_initialized();
     let child = xpu::xpu_device::fork::fork_report(bound).unwrap();
@@ -72,7 +76,10 @@ fn scenario(entry: &str) {
         "{entry}: the flag and the forked child disagree"
     );
     if child.in_bad_fork {
-        assert!(child.devices_refused, "{entry}: the child refuses the driver");
+        assert!(
+            child.devices_refused,
+            "{entry}: the child refuses the driver"
+        );
         assert_eq!(
             child.device_count,
             xpu::xpu_device::device_count().min(63),
@@ -99,9 +106,8 @@ fn every_entry_point_agrees_with_a_forked_child() {
             .unwrap_or("(no report)")
             .to_string();
         eprintln!("{line}");
-        let expected = format!(
-            "ENTRY {entry}: is_initialized={initializes} child_in_bad_fork={initializes}"
-        );
+        let expected =
+            format!("ENTRY {entry}: is_initialized={initializes} child_in_bad_fork={initializes}");
         if code != Some(0) || !line.starts_with(&expected) {
             failures.push(format!(
                 "{entry}: exit {code:?}, expected `{expected}`, got `{line}`\n{out}"

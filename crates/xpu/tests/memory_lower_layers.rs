@@ -13,10 +13,17 @@ fn facade_memory_functions_see_allocators_created_by_lower_layers() {
     assert_eq!(xpu::memory_allocated(Some(0)).unwrap(), 1024);
     assert_eq!(xpu::max_memory_reserved(Some(0)).unwrap(), 2 << 20);
     assert_eq!(
-        xpu::memory_stats(Some(0)).unwrap().reserved_bytes.all.current,
+        xpu::memory_stats(Some(0))
+            .unwrap()
+            .reserved_bytes
+            .all
+            .current,
         2 << 20
     );
-    assert_eq!(xpu::memory_stats_flat(Some(0)).unwrap()["allocation.all.current"], 1);
+    assert_eq!(
+        xpu::memory_stats_flat(Some(0)).unwrap()["allocation.all.current"],
+        1
+    );
     drop(p);
     assert_eq!(xpu::memory_reserved(Some(0)).unwrap(), 2 << 20, "cached");
     xpu::empty_cache();

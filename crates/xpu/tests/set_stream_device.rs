@@ -8,14 +8,20 @@ fn set_stream_of_another_device_switches_the_current_device() {
         return;
     }
     if xpu::device_count() < 2 {
-        eprintln!("set_stream_device: skipped, needs two devices (POCL_DEVICES=\"pthread pthread\")");
+        eprintln!(
+            "set_stream_device: skipped, needs two devices (POCL_DEVICES=\"pthread pthread\")"
+        );
         return;
     }
     assert_eq!(xpu::current_device().unwrap(), 0);
     let before_on_0 = xpu::current_stream(Some(0)).unwrap();
     let s = xpu::new_stream(Some(1), 0).unwrap();
     xpu::set_stream(s).unwrap();
-    assert_eq!(xpu::current_device().unwrap(), 1, "the stream's device became current");
+    assert_eq!(
+        xpu::current_device().unwrap(),
+        1,
+        "the stream's device became current"
+    );
     assert_eq!(xpu::current_stream(None).unwrap(), s);
     assert_eq!(
         xpu::current_stream(Some(0)).unwrap(),
