@@ -30,7 +30,12 @@ impl Error {
             Error::Lazy(e) => matches!(e, xpu_lazy::LazyError::BadFork),
             Error::Device(e) => matches!(e, xpu_device::DeviceError::BadFork),
             Error::Stream(e) => matches!(e, xpu_stream::StreamError::BadFork),
-            Error::Event(e) => e.to_string() == xpu_device::fork::BAD_FORK_MESSAGE,
+            Error::Event(e) => matches!(
+                e,
+                xpu_event::EventError::BadFork
+                    | xpu_event::EventError::Stream(xpu_stream::StreamError::BadFork)
+                    | xpu_event::EventError::Device(xpu_device::DeviceError::BadFork)
+            ),
             #[cfg(feature = "alloc")]
             Error::Alloc(e) => matches!(e, xpu_alloc::AllocError::BadFork),
         }

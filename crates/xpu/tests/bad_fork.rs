@@ -49,6 +49,8 @@ fn run() {
     let p = xpu::xpu_alloc::allocate(1000, &s).unwrap();
     let gate = Gate::new(0).unwrap();
     gate.block(&s).unwrap();
+    let mut gated = xpu::Event::new(xpu::EventFlags::default());
+    gated.record(&s).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let st = Arc::clone(&stop);
     let other = xpu::xpu_stream::get_stream_from_pool(0, 0).unwrap();
@@ -92,7 +94,17 @@ fn run() {
         show("StreamGuard::new", &xpu::StreamGuard::new(s).map(|_| ())),
         "Err(BadFork)"
     );
-    // xpu-alloc
+    // xpu-event
+    assert_eq!(show("Event::query", &gated.query()), "Err(BadFork)");
+    assert_eq!(
+        show("Event::synchronize", &gated.synchronize()),
+        "Err(BadFork)"
+    );
+    assert_eq!(show("Event::wait", &gated.wait(&other)), "Err(BadFork)");
+    let mut fresh = xpu::Event::new(xpu::EventFlags::default());
+    assert_eq!(show("Event::record", &fresh.record(&s)), "Err(BadFork)");
+    drop(gated); // leaked, not released
+                 // xpu-alloc
     assert_eq!(
         show("xpu_alloc::allocate", &xpu::xpu_alloc::allocate(1000, &s)),
         "Err(BadFork)"
