@@ -190,6 +190,12 @@ impl std::fmt::Debug for DataPtr {
 
 impl Drop for DataPtr {
     fn drop(&mut self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            // A child forked after OpenCL was initialized: the block stays with the parent's
+            // copy of the allocator (leaked here); taking its lock could hang.
+            std::mem::forget(self.live.take());
+            return;
+        }
         if let Some(live) = self.live.take() {
             live.shard.shared.history.record(
                 crate::observe::TraceAction::FreeRequested,

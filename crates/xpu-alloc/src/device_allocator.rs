@@ -7,7 +7,7 @@ use crate::config::{AllocConfig, MemoryKind};
 use crate::core::DeviceCore;
 use crate::data_ptr::DataPtr;
 use crate::device_ptr::DevicePtr;
-use crate::error::AllocError;
+use crate::error::{check_fork, AllocError};
 use crate::source::{BufferSource, SegmentSource, SvmSource};
 use crate::stats::MemoryStats;
 use crate::stream::MarkerError;
@@ -33,6 +33,7 @@ impl DeviceAllocator {
     /// [`AllocError::InvalidDevice`] for a bad index; [`AllocError::Device`] when the
     /// device's context cannot be created.
     pub fn new(device: usize, config: AllocConfig) -> Result<Self, AllocError> {
+        check_fork()?;
         let index =
             u32::try_from(device).map_err(|_| AllocError::InvalidDevice { device: u32::MAX })?;
         if device >= xpu_device::device_count() {
@@ -82,7 +83,9 @@ impl DeviceAllocator {
         self.memory_kind
     }
 
+    /// Also the bad-fork check of every method taking a stream (before any lock).
     fn check_stream(&self, stream: &Stream) -> Result<(), AllocError> {
+        check_fork()?;
         if stream.device() == self.device {
             Ok(())
         } else {
@@ -111,6 +114,7 @@ impl DeviceAllocator {
     /// # Errors
     /// As [`DeviceAllocator::allocate`]; a stream error resolving the current stream.
     pub fn allocate_current(&self, size: u64) -> Result<DataPtr, AllocError> {
+        check_fork()?;
         let stream =
             xpu_stream::current_stream(self.device).map_err(|e| MarkerError(e.to_string()))?;
         self.allocate(size, &stream)
@@ -144,6 +148,7 @@ impl DeviceAllocator {
     /// # Errors
     /// [`AllocError::InvalidDevicePointer`] for a pointer not live from `raw_alloc` here.
     pub fn raw_delete(&self, ptr: DevicePtr) -> Result<(), AllocError> {
+        check_fork()?;
         if ptr.device() != self.device && !ptr.is_null() {
             return Err(AllocError::InvalidDevicePointer {
                 address: ptr.address(),
@@ -152,14 +157,21 @@ impl DeviceAllocator {
         self.core.raw_delete(ptr.address())
     }
 
-    /// See [`DeviceCore::empty_cache`].
+    /// See [`DeviceCore::empty_cache`]. Does nothing in a bad fork child.
     pub fn empty_cache(&self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            return;
+        }
         self.core.empty_cache();
     }
 
-    /// See [`DeviceCore::memory_stats`].
+    /// See [`DeviceCore::memory_stats`]. All zero in a bad fork child (the statistics'
+    /// locks may have been held at the fork); the crate-level functions return `BadFork`.
     #[must_use]
     pub fn memory_stats(&self) -> MemoryStats {
+        if xpu_device::fork::is_in_bad_fork() {
+            return MemoryStats::default();
+        }
         self.core.memory_stats()
     }
 }

@@ -63,6 +63,11 @@ impl std::fmt::Display for OomReport {
 /// An allocator failure.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum AllocError {
+    /// The process is a child forked after its parent initialized OpenCL: the allocators
+    /// cannot be used (see `xpu_device::fork`). Returned at once, before any allocator lock
+    /// (a thread of the parent may have held it at the fork) or driver call.
+    #[error("{}", xpu_device::fork::BAD_FORK_MESSAGE)]
+    BadFork,
     /// The device has no room even after releasing every cached segment.
     #[error("XPU out of memory. {0}")]
     OutOfMemory(OomReport),
@@ -128,4 +133,15 @@ pub enum AllocError {
     /// A bad allocator configuration.
     #[error(transparent)]
     Config(#[from] ConfigError),
+}
+
+/// `Err(BadFork)` in a bad fork child: the first check of the allocator's public entry points
+/// (one atomic load).
+#[inline]
+pub(crate) fn check_fork() -> Result<(), AllocError> {
+    if xpu_device::fork::is_in_bad_fork() {
+        Err(AllocError::BadFork)
+    } else {
+        Ok(())
+    }
 }

@@ -4,6 +4,11 @@
 //! configuration: `XPU_ALLOC_CONF` (read once, at the first use of any allocator) or the
 //! last [`set_config`]. Query functions on a device whose allocator does not exist yet
 //! return zeros without creating it (as PyTorch before initialization).
+//!
+//! In a child forked after the parent initialized OpenCL every function here returns
+//! [`AllocError::BadFork`] (or does nothing, for those without a result) before taking any
+//! lock or calling the driver: a thread of the parent may have held an allocator lock at the
+//! fork.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -15,7 +20,7 @@ use crate::config::{AllocConfig, ConfigError};
 use crate::data_ptr::{BlockView, DataPtr};
 use crate::device_allocator::DeviceAllocator;
 use crate::device_ptr::DevicePtr;
-use crate::error::AllocError;
+use crate::error::{check_fork, AllocError};
 use crate::stats::MemoryStats;
 use crate::stream::MarkerError;
 
@@ -65,6 +70,7 @@ fn slot(device: usize) -> Result<&'static OnceLock<DeviceAllocator>, AllocError>
 /// [`AllocError::InvalidDevice`]; [`AllocError::Config`] when `XPU_ALLOC_CONF` is invalid
 /// (until [`set_config`] succeeds); [`AllocError::Device`] when the device cannot be used.
 pub fn device_allocator(device: usize) -> Result<&'static DeviceAllocator, AllocError> {
+    check_fork()?;
     let slot = slot(device)?;
     if let Some(a) = slot.get() {
         return Ok(a);
@@ -79,6 +85,7 @@ pub fn device_allocator(device: usize) -> Result<&'static DeviceAllocator, Alloc
 }
 
 pub(crate) fn existing(device: usize) -> Result<Option<&'static DeviceAllocator>, AllocError> {
+    check_fork()?;
     Ok(slot(device)?.get())
 }
 
@@ -90,6 +97,10 @@ pub(crate) fn existing(device: usize) -> Result<Option<&'static DeviceAllocator>
 /// [`ConfigError`] naming the key and the allowed values; nothing changes then.
 pub fn set_config(text: &str) -> Result<(), ConfigError> {
     let config = AllocConfig::parse(text)?;
+    if xpu_device::fork::is_in_bad_fork() {
+        // Nothing can allocate in a bad fork child; the locks may have been held at the fork.
+        return Ok(());
+    }
     for a in registry().slots.iter().filter_map(OnceLock::get) {
         a.core().set_config(config.clone());
     }
@@ -111,10 +122,12 @@ pub fn current_config() -> Result<AllocConfig, ConfigError> {
 /// # Errors
 /// See [`DeviceAllocator::allocate`].
 pub fn allocate(size: u64, stream: &Stream) -> Result<DataPtr, AllocError> {
+    check_fork()?;
     device_allocator(stream.device())?.allocate(size, stream)
 }
 
 fn current() -> Result<(usize, Stream), AllocError> {
+    check_fork()?;
     let device = xpu_device::current_device();
     let stream = xpu_stream::current_stream(device).map_err(|e| MarkerError(e.to_string()))?;
     Ok((device, stream))
@@ -152,6 +165,7 @@ pub fn raw_alloc_with_stream(size: u64, stream: &Stream) -> Result<DevicePtr, Al
 /// # Errors
 /// [`AllocError::InvalidDevicePointer`] ("invalid device pointer") for any other pointer.
 pub fn raw_delete(ptr: DevicePtr) -> Result<(), AllocError> {
+    check_fork()?;
     if ptr.is_null() {
         return Ok(());
     }
@@ -235,6 +249,9 @@ pub fn record_stream(ptr: &DataPtr, stream: &Stream) -> Result<(), AllocError> {
 /// Releases every cached unused segment of every device (as `torch.xpu.empty_cache`); a
 /// no-op for devices whose allocator does not exist yet.
 pub fn empty_cache() {
+    if xpu_device::fork::is_in_bad_fork() {
+        return;
+    }
     for a in registry().slots.iter().filter_map(OnceLock::get) {
         a.empty_cache();
     }
@@ -345,6 +362,7 @@ pub fn reset_accumulated_stats(device: usize) -> Result<(), AllocError> {
 /// # Errors
 /// [`AllocError::InvalidDevice`].
 pub fn mem_get_info(device: usize) -> Result<(u64, u64), AllocError> {
+    check_fork()?;
     slot(device)?;
     xpu_device::mem_get_info(device).map_err(|e| AllocError::Device(e.to_string()))
 }

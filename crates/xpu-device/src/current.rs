@@ -111,8 +111,11 @@ pub fn device_of(obj: &impl HasDevice) -> Result<DeviceGuard> {
 /// Checks an index without changing anything.
 ///
 /// # Errors
-/// `InvalidDevice` when out of range.
+/// `InvalidDevice` when out of range; `BadFork` in a bad-fork child.
 pub fn check_device(index: usize) -> Result<()> {
+    if crate::fork::is_in_bad_fork() {
+        return Err(DeviceError::BadFork);
+    }
     let count = device_count();
     if index < count {
         Ok(())

@@ -235,7 +235,10 @@ pub fn devices() -> Result<&'static [Device]> {
     if crate::fork::is_in_bad_fork() {
         return Err(DeviceError::BadFork);
     }
-    match DEVICES.get_or_init(enumerate) {
+    let outcome = DEVICES.get_or_init(enumerate);
+    // After the outcome is stored: a child forked from now on reads it instead of enumerating.
+    crate::fork::note_enumerated(outcome.is_ok());
+    match outcome {
         Ok(v) => Ok(v.as_slice()),
         Err(e) => Err(e.clone()),
     }
@@ -255,7 +258,20 @@ pub fn device(index: usize) -> Result<&'static Device> {
 
 /// The number of devices, as `torch.xpu.device_count`: 0 (with a `tracing` warning) when no
 /// runtime is installed or enumeration fails; never an error, never creates a context.
+///
+/// The first call enumerates, which initializes the OpenCL driver: a child forked afterwards
+/// is a bad fork (see [`crate::fork`]). In such a child this answers the parent's count
+/// (copied into the child with its memory) without calling the driver or taking a lock, as
+/// torch's cached `device_count` does; 0 only if the fork happened while the parent was
+/// still enumerating.
 pub fn device_count() -> usize {
+    if crate::fork::is_in_bad_fork() {
+        // No driver call, no lock, no logging: only the copied, completed outcome.
+        return match DEVICES.get() {
+            Some(Ok(d)) => d.len(),
+            _ => 0,
+        };
+    }
     match devices() {
         Ok(d) => d.len(),
         Err(e) => {
@@ -266,7 +282,8 @@ pub fn device_count() -> usize {
     }
 }
 
-/// `device_count() > 0`, as `torch.xpu.is_available`. Never creates a context.
+/// `device_count() > 0`, as `torch.xpu.is_available`. Never creates a context; enumerates
+/// (see [`device_count`] for what that means for `fork`).
 pub fn is_available() -> bool {
     device_count() > 0
 }

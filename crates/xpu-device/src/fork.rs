@@ -1,27 +1,60 @@
-//! Fork safety: once the process has touched the OpenCL driver, a child created by `fork()`
-//! inherits driver state it cannot use (PoCL's worker threads do not survive a fork and the
-//! child hangs; GPU drivers fail similarly). As torch does, a `pthread_atfork` child handler
-//! is installed the first time the runtime touches the driver (device enumeration), and in such
-//! a child every runtime entry point reports a "bad fork" error instead of calling the driver.
-//! A child forked before the driver was touched initializes normally.
+//! Fork safety.
+//!
+//! # The rule
+//! OpenCL has no driver-free device count (CUDA has NVML): `clGetPlatformIDs` /
+//! `clGetDeviceIDs` load and initialize the vendor driver (PoCL starts its worker threads,
+//! NVIDIA's library initializes CUDA), and a child created by `fork()` inherits driver state it
+//! cannot use (PoCL's workers do not survive a fork and the child hangs; GPU drivers fail
+//! similarly). So, in xpu, **enumerating devices is initializing the driver**:
+//!
+//! - the first device enumeration (from any layer: `device_count`, `is_available`,
+//!   `get_device_properties`, `xpu_lazy::init`, the first stream or allocation...) installs a
+//!   `pthread_atfork` child handler, as torch does;
+//! - a child forked after enumeration started is a **bad fork**: [`is_in_bad_fork`] is true
+//!   and every runtime entry point of every layer returns its `BadFork` error at once, without
+//!   calling the driver or taking a lock that a thread of the parent may have held;
+//! - [`driver_initialized`] (which `xpu_lazy::is_initialized` reports) is true exactly when a
+//!   child forked now would be a bad fork, so the flag and the child always agree (torch.xpu
+//!   disagrees: its `device_count` poisons later forks while `is_initialized()` stays false).
+//!   The one exception is an enumeration that failed (no runtime, no device): its outcome is
+//!   kept for the process, a child never calls the driver either, so it is not a bad fork;
+//! - in a bad-fork child, [`device_count`](crate::device_count) and
+//!   [`is_available`](crate::is_available) answer the parent's enumeration, copied into the
+//!   child (as torch's cached `device_count`), without calling the driver. Only a child forked
+//!   while the parent was still enumerating answers 0.
+//!
+//! A child forked before any enumeration initializes normally.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Once;
+use std::time::{Duration, Instant};
 
 static BAD_FORK: AtomicBool = AtomicBool::new(false);
 static REGISTER: Once = Once::new();
 
+/// Enumeration not finished (or not started: see `REGISTER`).
+const PENDING: u8 = 0;
+/// Enumeration found at least one device.
+const READY: u8 = 1;
+/// Enumeration failed; its error is kept and no later call touches the driver.
+const FAILED: u8 = 2;
+static DRIVER: AtomicU8 = AtomicU8::new(PENDING);
+
 extern "C" fn child_after_fork() {
-    // Async-signal-safe: a single atomic store.
-    BAD_FORK.store(true, Ordering::SeqCst);
+    // Async-signal-safe: one atomic load and one atomic store. The handler is installed right
+    // before the first driver call, so "installed and not failed" means the driver was (or is
+    // being) initialized in the parent.
+    if DRIVER.load(Ordering::SeqCst) != FAILED {
+        BAD_FORK.store(true, Ordering::SeqCst);
+    }
 }
 
 /// Installs the child handler once. Called by discovery before the first driver call.
 pub(crate) fn note_driver_touched() {
     REGISTER.call_once(|| {
-        // SAFETY: pthread_atfork with a plain `extern "C"` child handler that performs only an
-        // atomic store, which is async-signal-safe as POSIX requires of handlers run in the
-        // child; the prepare and parent handlers are absent (None).
+        // SAFETY: pthread_atfork with a plain `extern "C"` child handler that performs only
+        // atomic loads and stores, which are async-signal-safe as POSIX requires of handlers
+        // run in the child; the prepare and parent handlers are absent (None).
         let rc = unsafe { libc::pthread_atfork(None, None, Some(child_after_fork)) };
         if rc != 0 {
             tracing::warn!(rc, "pthread_atfork failed: fork safety checks are off");
@@ -29,14 +62,47 @@ pub(crate) fn note_driver_touched() {
     });
 }
 
-/// True in a child process forked after this process touched the OpenCL driver.
+/// Records the outcome of the process's enumeration (called by discovery after the cached
+/// outcome exists; cheap when unchanged).
+pub(crate) fn note_enumerated(found_devices: bool) {
+    let state = if found_devices { READY } else { FAILED };
+    if DRIVER.load(Ordering::Relaxed) != state {
+        DRIVER.store(state, Ordering::SeqCst);
+    }
+}
+
+/// True in a child process forked after this process initialized the OpenCL driver (device
+/// enumeration), as `torch.xpu._is_in_bad_fork`. One atomic load: every layer checks it first.
+#[inline]
 pub fn is_in_bad_fork() -> bool {
     BAD_FORK.load(Ordering::Relaxed)
 }
 
-/// True once the fork handler is installed (the driver was touched).
+/// Alias of [`is_in_bad_fork`].
+#[inline]
+pub fn in_bad_fork() -> bool {
+    is_in_bad_fork()
+}
+
+/// True once the fork handler is installed: enumeration started (it may have failed).
 pub fn driver_touched() -> bool {
     REGISTER.is_completed()
+}
+
+/// True once device enumeration succeeded in this process (the OpenCL driver is initialized)
+/// and this process is not a bad-fork child. Exactly then a child forked now is a bad fork
+/// (see the module docs). `xpu_lazy::is_initialized` reports this.
+pub fn driver_initialized() -> bool {
+    DRIVER.load(Ordering::Acquire) == READY && !is_in_bad_fork()
+}
+
+/// Test support: makes this process behave as a bad-fork child from now on (irreversible):
+/// every entry point of every layer returns `BadFork`. It lets the crates above, whose tests
+/// may not fork (only this crate may hold `unsafe`), exercise their `BadFork` paths in a
+/// subprocess; the real fork is tested here and through [`fork_report`].
+#[doc(hidden)]
+pub fn simulate_bad_fork() {
+    BAD_FORK.store(true, Ordering::SeqCst);
 }
 
 /// The message of the bad-fork error.
@@ -45,19 +111,113 @@ pub const BAD_FORK_MESSAGE: &str = "cannot use the xpu runtime in a forked subpr
      them with spawn (std::process::Command, or multiprocessing's 'spawn' start method) \
      instead of fork";
 
-/// Test support: runs `child` in a forked child process and returns its exit code.
-///
-/// The child runs `child` and exits with its return value through `_exit` (no atexit handlers,
-/// no unwinding into the parent's frames; a panic in the child exits with 101). Only for tests
-/// of fork behavior: call it from a test binary whose other threads hold no locks that `child`
-/// needs.
+/// How a forked child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildExit {
+    /// It exited with this status.
+    Exited(i32),
+    /// A signal (this number) killed it.
+    Signaled(i32),
+    /// It had not finished within the timeout and was killed with `SIGKILL`.
+    TimedOut,
+}
+
+/// What a child forked now sees, from [`fork_report`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForkReport {
+    /// [`is_in_bad_fork`] in the child.
+    pub in_bad_fork: bool,
+    /// In a bad-fork child: [`devices`](crate::devices) returned `BadFork` (at once).
+    pub devices_refused: bool,
+    /// In a bad-fork child: [`device_count`](crate::device_count) (capped at 63). 0 in a
+    /// child that is not a bad fork (the scenario does not enumerate there).
+    pub device_count: usize,
+}
+
+/// Forks a child that runs a fixed scenario and reports it: whether it is a bad fork and, if
+/// so, what `devices()` and `device_count()` answer there. The child runs only
+/// async-signal-safe code (atomic loads, then `_exit`; in a bad fork neither call reaches the
+/// driver, a lock or the allocator), so this is safe to call from any thread of a
+/// multi-threaded process. The parent waits at most `timeout`, then kills the child.
 ///
 /// # Errors
-/// The `fork` or `waitpid` failure as an `io::Error`.
+/// A failed `fork` or `waitpid`; `TimedOut` (as an `io::Error`) when the child did not finish
+/// in time, or an exit status the scenario never produces.
+pub fn fork_report(timeout: Duration) -> std::io::Result<ForkReport> {
+    // SAFETY: the child runs only the closure below: atomic loads (`is_in_bad_fork`, the
+    // `OnceLock` state and length read by `devices` / `device_count` in a bad fork, which
+    // return before any lock, allocation or driver call) and then `_exit` — all
+    // async-signal-safe, as POSIX requires in the child of a multi-threaded process. When the
+    // child is not a bad fork it calls nothing at all.
+    let exit = unsafe {
+        run_in_forked_child(
+            || {
+                if !is_in_bad_fork() {
+                    return 0;
+                }
+                let refused = matches!(
+                    crate::discovery::devices(),
+                    Err(crate::error::DeviceError::BadFork)
+                );
+                let count = crate::discovery::device_count().min(63) as i32;
+                1 | (i32::from(refused) << 1) | (count << 2)
+            },
+            timeout,
+        )
+    }?;
+    match exit {
+        ChildExit::Exited(code) if (0..256).contains(&code) => Ok(ForkReport {
+            in_bad_fork: code & 1 != 0,
+            devices_refused: code & 2 != 0,
+            device_count: (code >> 2) as usize,
+        }),
+        other => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("fork_report: the child ended with {other:?}"),
+        )),
+    }
+}
+
+/// Test support: runs `child` in a forked child process, waits at most `timeout` for it
+/// (polling `waitpid(WNOHANG)`; then `SIGKILL`), and returns how it ended.
+///
+/// The child runs `child` and exits with its return value through `_exit` (no atexit handlers,
+/// no unwinding into the parent's frames; a panic in the child exits with 101).
+///
+/// # Safety
+/// The child is a copy of the calling process in which only the calling thread exists. When
+/// the process has other threads (the test harness, OpenCL's worker threads, a thread inside
+/// the allocator), POSIX allows the child only async-signal-safe functions until it exits, and
+/// the caller must ensure `child` respects this: it must not use an OpenCL driver that the
+/// parent had loaded (nor another library that is not fork-safe), and must not depend on a lock, a `OnceLock` being
+/// initialized, or any state another thread of the parent may have been changing at the time
+/// of the fork (such a child may hang — bounded here by `timeout` — or worse). xpu's entry
+/// points meet this in a bad-fork child: they return `BadFork` after one atomic load. When
+/// the calling process is single-threaded, `child` may do anything.
+///
+/// ```no_run
+/// use xpu_device::fork::{run_in_forked_child, ChildExit};
+/// // SAFETY: the child only returns a constant.
+/// let exit = unsafe { run_in_forked_child(|| 7, std::time::Duration::from_secs(5)) }.unwrap();
+/// assert_eq!(exit, ChildExit::Exited(7));
+/// ```
+///
+/// The same call from safe code does not compile (E0133: call to unsafe function):
+///
+/// ```compile_fail,E0133
+/// let _ = xpu_device::fork::run_in_forked_child(|| 7, std::time::Duration::from_secs(5));
+/// ```
+///
+/// # Errors
+/// The `fork`, `waitpid` or `kill` failure as an `io::Error`.
 #[doc(hidden)]
-pub fn run_in_forked_child(child: impl FnOnce() -> i32) -> std::io::Result<i32> {
-    // SAFETY: fork() has no memory-safety preconditions; in the child we only run `child` and
-    // then _exit, never returning into the parent's stack frames.
+pub unsafe fn run_in_forked_child(
+    child: impl FnOnce() -> i32,
+    timeout: Duration,
+) -> std::io::Result<ChildExit> {
+    // SAFETY: fork() has no memory-safety preconditions of its own; what the child may do is
+    // the caller's obligation (see # Safety). In the child we run `child` and then _exit,
+    // never returning into the parent's stack frames.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(std::io::Error::last_os_error());
@@ -65,18 +225,45 @@ pub fn run_in_forked_child(child: impl FnOnce() -> i32) -> std::io::Result<i32> 
     if pid == 0 {
         let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(101);
         // SAFETY: _exit terminates the child immediately without running the parent's atexit
-        // handlers or destructors, which is what a forked test child needs.
+        // handlers or destructors, which is what a forked child needs.
         unsafe { libc::_exit(code) };
     }
+    wait_bounded(pid, timeout)
+}
+
+/// Waits for child `pid` at most `timeout`, then kills it.
+fn wait_bounded(pid: libc::pid_t, timeout: Duration) -> std::io::Result<ChildExit> {
+    let start = Instant::now();
     let mut status: libc::c_int = 0;
-    // SAFETY: `pid` is our child; `status` is a valid out-pointer for waitpid.
-    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
+    loop {
+        // SAFETY: `pid` is our child; `status` is a valid out-pointer for waitpid.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if r == pid {
+            break;
+        }
+        if start.elapsed() >= timeout {
+            // SAFETY: kill and waitpid on our own child, which has not been reaped yet;
+            // `status` is a valid out-pointer.
+            let (k, w) = unsafe {
+                (
+                    libc::kill(pid, libc::SIGKILL),
+                    libc::waitpid(pid, &mut status, 0),
+                )
+            };
+            if k < 0 || w < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            return Ok(ChildExit::TimedOut);
+        }
+        // A bound on the wait, not an ordering: the child's result does not depend on it.
+        std::thread::sleep(Duration::from_millis(2));
     }
     if libc::WIFEXITED(status) {
-        Ok(libc::WEXITSTATUS(status))
+        Ok(ChildExit::Exited(libc::WEXITSTATUS(status)))
     } else {
-        Ok(128 + libc::WTERMSIG(status))
+        Ok(ChildExit::Signaled(libc::WTERMSIG(status)))
     }
 }

@@ -6,6 +6,10 @@ use xpu_stream::StreamError;
 /// Errors of events, cross-stream waits, timing and the test gate.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EventError {
+    /// The process is a child forked after its parent initialized OpenCL: events cannot be
+    /// used (see `xpu_device::fork`). Returned at once, without a driver call.
+    #[error("{}", xpu_device::fork::BAD_FORK_MESSAGE)]
+    BadFork,
     /// Re-recording on a stream of another device than the first record's (torch: "Event
     /// device {d} does not match recording stream's device {s}.").
     #[error("event device {event} does not match recording stream's device {stream}")]

@@ -29,6 +29,17 @@ const FRESH: u8 = 0;
 const SEEN_INCOMPLETE: u8 = 1;
 const FLUSHED: u8 = 2;
 
+/// `Err(BadFork)` in a bad fork child: the first check of the event entry points (waiting
+/// there on the parent's work could hang forever).
+#[inline]
+fn check_fork() -> Result<(), EventError> {
+    if xpu_device::fork::is_in_bad_fork() {
+        Err(EventError::BadFork)
+    } else {
+        Ok(())
+    }
+}
+
 /// One recorded point.
 #[derive(Debug)]
 pub(crate) struct Recorded {
@@ -130,6 +141,7 @@ impl Event {
     /// `TimingUnavailable` for a timing event on an external queue without profiling;
     /// `Stream(ExternalReleased)`; a failed enqueue.
     pub fn record(&mut self, stream: &Stream) -> Result<(), EventError> {
+        check_fork()?;
         if let Some(r) = &self.recorded {
             if r.stream.device() != stream.device() {
                 return Err(EventError::DeviceMismatch {
@@ -171,6 +183,7 @@ impl Event {
     /// A failed query or the abnormal status of the captured work.
     #[inline]
     pub fn query(&self) -> Result<bool, EventError> {
+        check_fork()?;
         match &self.recorded {
             None => Ok(true),
             Some(r) => r.poll(),
@@ -184,6 +197,7 @@ impl Event {
     /// # Errors
     /// A failed wait or the abnormal status of the captured work.
     pub fn synchronize(&self) -> Result<(), EventError> {
+        check_fork()?;
         let Some(r) = &self.recorded else {
             return Ok(());
         };
@@ -212,6 +226,7 @@ impl Event {
     /// # Errors
     /// A failed enqueue, flush or callback registration; `Stream(ExternalReleased)`.
     pub fn wait(&self, stream: &Stream) -> Result<(), EventError> {
+        check_fork()?;
         match &self.recorded {
             None => Ok(()),
             Some(r) => wait::stream_waits_for(stream, r),
@@ -231,6 +246,7 @@ impl Event {
     /// # Errors
     /// The four above; a failed profiling query.
     pub fn elapsed_time(&self, end: &Event) -> Result<f64, EventError> {
+        check_fork()?;
         if !self.flags.enable_timing || !end.flags.enable_timing {
             return Err(EventError::TimingNotEnabled);
         }
@@ -247,6 +263,15 @@ impl Event {
         let t0 = a.event.profiling(xpu_device::backend::ProfilingInfo::End)?;
         let t1 = b.event.profiling(xpu_device::backend::ProfilingInfo::End)?;
         Ok((t1 as f64 - t0 as f64) * 1e-6)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            // A bad fork child: the parent's marker is leaked, not released (a driver call).
+            std::mem::forget(self.recorded.take());
+        }
     }
 }
 

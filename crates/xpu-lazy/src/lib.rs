@@ -9,14 +9,18 @@
 //!   after a failure.
 //! - [`lazy_call`]: queue work until initialization (as `torch.xpu._lazy_call`).
 //! - [`register_backend`] / [`device_lazy_init`]: a registry of init routines by device type.
-//! - Fork safety: in a child forked after the parent touched the driver, every call returns
-//!   [`LazyError::BadFork`] telling the user to spawn processes instead ([`is_in_bad_fork`]).
+//! - Fork safety: in a child forked after the parent initialized the OpenCL driver, every call
+//!   returns [`LazyError::BadFork`] at once, before any lock, telling the user to spawn
+//!   processes instead ([`is_in_bad_fork`]).
 //!
 //! Which calls initialize (as torch): `current_device`, `set_device`, `synchronize`, stream and
-//! event calls, `get_device_properties`, `mem_get_info`, memory-fraction setters. Which do not:
-//! `is_available` and `device_count` (they enumerate devices, which installs the fork handler,
-//! but create no context), `memory_stats` & co before init (empty / zero), `empty_cache` before
-//! init (a no-op).
+//! event calls, `get_device_properties`, `mem_get_info`, memory-fraction setters. One
+//! difference with torch, made so that [`is_initialized`] and a forked child always agree:
+//! OpenCL cannot count devices without initializing its driver, so `is_available` and
+//! `device_count` (and any lower-layer call that enumerates) initialize the driver —
+//! [`is_initialized`] is then true and a forked child is a bad fork — though they run no
+//! queued call (the next [`lazy_init`] does). `memory_stats` & co before any allocator exists
+//! answer empty / zero without enumerating, and `empty_cache` is then a no-op.
 #![forbid(unsafe_code)]
 
 mod error;

@@ -22,6 +22,10 @@ static BACKENDS: Mutex<Vec<Backend>> = Mutex::new(Vec::new());
 /// Registers `init` under `device_type` (e.g. `"opencl"`). Registering a type twice replaces
 /// the routine if it has not run yet; otherwise the new routine is ignored.
 pub fn register_backend(device_type: &'static str, init: InitFn) {
+    if xpu_device::fork::is_in_bad_fork() {
+        // Never initialized here; and the parent may have held the lock at the fork.
+        return;
+    }
     let mut b = BACKENDS.lock();
     if let Some(existing) = b.iter_mut().find(|x| x.device_type == device_type) {
         if !existing.done.load(Ordering::Acquire) {
@@ -38,8 +42,15 @@ pub fn register_backend(device_type: &'static str, init: InitFn) {
 }
 
 /// Device types registered so far.
+/// In a bad fork child: those visible without waiting for a lock the parent may have held.
 pub fn registered_backends() -> Vec<&'static str> {
-    BACKENDS.lock().iter().map(|b| b.device_type).collect()
+    let list = if xpu_device::fork::is_in_bad_fork() {
+        BACKENDS.try_lock()
+    } else {
+        Some(BACKENDS.lock())
+    };
+    list.map(|b| b.iter().map(|b| b.device_type).collect())
+        .unwrap_or_default()
 }
 
 /// Initializes the backend registered under `device_type`, once per process. Concurrent
@@ -76,7 +87,11 @@ pub fn device_lazy_init(device_type: &str) -> Result<(), LazyError> {
 }
 
 /// True once `device_type`'s routine succeeded.
+/// False in a bad fork child, as [`crate::is_initialized`].
 pub fn is_backend_initialized(device_type: &str) -> bool {
+    if xpu_device::fork::is_in_bad_fork() {
+        return false;
+    }
     BACKENDS
         .lock()
         .iter()

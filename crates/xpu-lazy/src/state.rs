@@ -16,6 +16,8 @@ pub const OPENCL: &str = "opencl";
 /// A queued call: run at initialization, re-run if a later call of the same init failed.
 type QueuedCall = Arc<dyn Fn() -> Result<(), BoxError> + Send + Sync>;
 
+/// Set once `lazy_init` ran every queued call; set under the `QUEUE` lock, so a call queued
+/// before it is set is run by that init, and a call arriving after it runs at once.
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 static INIT_LOCK: Mutex<()> = Mutex::new(());
 static QUEUE: Mutex<Vec<(QueuedCall, &'static Location<'static>)>> = Mutex::new(Vec::new());
@@ -24,10 +26,17 @@ thread_local! {
     static INITIALIZING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// True once initialization finished and this process is not a bad fork child, as
-/// `torch.xpu.is_initialized`.
+/// True once the OpenCL driver is initialized in this process and this process is not a bad
+/// fork child: exactly when a child forked now would be a bad fork. Close to
+/// `torch.xpu.is_initialized`, with one deliberate difference: OpenCL cannot count devices
+/// without initializing the driver (there is no NVML), so enumeration by any layer
+/// (`device_count`, `is_available`, `get_device_properties`, a stream, an allocation) counts
+/// as initialization here, where torch.xpu answers `False` although such a fork is already
+/// poisoned. Calls queued with [`lazy_call`] still run at the next [`lazy_init`] (every
+/// facade call that needs the runtime runs it). See `xpu_device::fork`.
 pub fn is_initialized() -> bool {
-    INITIALIZED.load(Ordering::Acquire) && !xpu_device::fork::is_in_bad_fork()
+    (INITIALIZED.load(Ordering::Acquire) || xpu_device::fork::driver_initialized())
+        && !xpu_device::fork::is_in_bad_fork()
 }
 
 /// True in a child forked after the parent touched the OpenCL driver, as
@@ -51,20 +60,22 @@ fn clear_flag() {
 /// Initializes the runtime on first use; what every facade call runs first. Cheap once
 /// initialized (one atomic load).
 ///
-/// Steps: return if initialized or if this thread is initializing (re-entrancy: a queued call
-/// that calls into the runtime does not deadlock); take the init lock (other threads wait
-/// here); fail with `BadFork` in a bad fork child; initialize the OpenCL backend (device
-/// enumeration; at least one device is not required); run the queued calls in order; mark
+/// Steps: fail with `BadFork` in a bad fork child (before any lock: a parent's thread may have
+/// held it at the fork); return if initialized or if this thread is initializing
+/// (re-entrancy: a queued call that calls into the runtime does not deadlock); take the init
+/// lock (other threads wait here); initialize the OpenCL backend (device enumeration; at least
+/// one device is required); run the queued calls in order, including calls queued meanwhile
+/// (by the queued calls themselves or by other threads): each runs exactly once; mark
 /// initialized. A failing queued call leaves the runtime uninitialized with its queue intact,
 /// so the next call retries everything (as torch's `_lazy_init`).
 ///
 /// # Errors
 /// `BadFork`, `InitFailed` (backend routine), `QueuedCallFailed` (with the queuing location).
 pub fn lazy_init() -> Result<(), LazyError> {
+    if xpu_device::fork::is_in_bad_fork() {
+        return Err(LazyError::BadFork);
+    }
     if INITIALIZED.load(Ordering::Acquire) {
-        if xpu_device::fork::is_in_bad_fork() {
-            return Err(LazyError::BadFork);
-        }
         return Ok(());
     }
     if INITIALIZING.with(Cell::get) {
@@ -74,54 +85,85 @@ pub fn lazy_init() -> Result<(), LazyError> {
     if INITIALIZED.load(Ordering::Acquire) {
         return Ok(());
     }
-    if xpu_device::fork::is_in_bad_fork() {
-        return Err(LazyError::BadFork);
-    }
     crate::register_builtin_backends();
     INITIALIZING.with(|f| f.set(true));
     let result = run_init();
     clear_flag();
-    result?;
-    INITIALIZED.store(true, Ordering::Release);
-    Ok(())
+    result
 }
 
 fn run_init() -> Result<(), LazyError> {
     device_lazy_init(OPENCL)?;
-    let calls: Vec<_> = QUEUE.lock().clone();
-    for (call, origin) in calls {
+    // Run the queue by position, re-reading it after each call: calls appended while earlier
+    // ones run (by them, or by another thread) are run too. The queue is cleared, and
+    // INITIALIZED set, under the queue lock once no call is left, so `lazy_call` either
+    // appends before that (and the call runs here) or sees INITIALIZED (and runs it itself).
+    let mut next = 0;
+    loop {
+        let item = {
+            let mut queue = QUEUE.lock();
+            match queue.get(next) {
+                Some((call, origin)) => Some((Arc::clone(call), *origin)),
+                None => {
+                    queue.clear();
+                    INITIALIZED.store(true, Ordering::Release);
+                    None
+                }
+            }
+        };
+        let Some((call, origin)) = item else {
+            return Ok(());
+        };
+        // No lock is held while user code runs.
         call().map_err(|source| LazyError::QueuedCallFailed {
             origin: origin.to_string(),
             source,
         })?;
+        next += 1;
     }
-    QUEUE.lock().clear();
-    Ok(())
 }
 
-/// Runs `f` now when the runtime is initialized, else queues it to run, in order, at
-/// initialization (as `torch.xpu._lazy_call`). The call site is kept for error messages.
-/// `f` may run more than once if an earlier initialization attempt failed.
+/// Runs `f` now when the runtime is initialized (its queue has run), else queues it to run,
+/// in order, at initialization (as `torch.xpu._lazy_call`); a call queued while another thread
+/// initializes runs in that initialization, exactly once. The call site is kept for error
+/// messages. `f` may run more than once if an earlier initialization attempt failed. Never
+/// blocks on an initialization in progress.
 ///
 /// # Errors
-/// When initialized: `f`'s error, as `QueuedCallFailed` with this call site.
+/// `BadFork` in a bad fork child (nothing is queued); when initialized: `f`'s error, as
+/// `QueuedCallFailed` with this call site.
 #[track_caller]
 pub fn lazy_call<F>(f: F) -> Result<(), LazyError>
 where
     F: Fn() -> Result<(), BoxError> + Send + Sync + 'static,
 {
     let origin = Location::caller();
-    if is_initialized() {
-        return f().map_err(|source| LazyError::QueuedCallFailed {
+    if xpu_device::fork::is_in_bad_fork() {
+        return Err(LazyError::BadFork);
+    }
+    let run_now = |f: F| {
+        f().map_err(|source| LazyError::QueuedCallFailed {
             origin: origin.to_string(),
             source,
-        });
+        })
+    };
+    if INITIALIZED.load(Ordering::Acquire) {
+        return run_now(f);
     }
-    QUEUE.lock().push((Arc::new(f), origin));
+    let mut queue = QUEUE.lock();
+    if INITIALIZED.load(Ordering::Acquire) {
+        drop(queue);
+        return run_now(f);
+    }
+    queue.push((Arc::new(f), origin));
     Ok(())
 }
 
-/// Number of calls waiting for initialization.
+/// Number of calls waiting for initialization (0 in a bad fork child, where the queue is
+/// never run and its lock is not taken).
 pub fn queued_calls() -> usize {
+    if xpu_device::fork::is_in_bad_fork() {
+        return 0;
+    }
     QUEUE.lock().len()
 }

@@ -40,7 +40,8 @@ fn failed_queued_call_keeps_queue_and_retries() {
         msg.contains(&format!("queued_failure.rs:{queued_line}")),
         "{msg}"
     );
-    assert!(!xpu_lazy::is_initialized());
+    // The driver is initialized (a fork would be a bad fork), but the queue is kept.
+    assert!(xpu_lazy::is_initialized());
     assert_eq!(xpu_lazy::queued_calls(), 2, "queue is kept after a failure");
 
     xpu_lazy::init().unwrap();

@@ -6,7 +6,7 @@
 
 use std::cell::Cell;
 
-use crate::error::StreamError;
+use crate::error::{check_fork, StreamError};
 use crate::id;
 use crate::pool::{self, MAX_DEVICES};
 use crate::stream::Stream;
@@ -22,9 +22,10 @@ thread_local! {
 ///
 /// # Errors
 /// `Device(InvalidDevice)` for a bad index; pool creation failures on the first touch of the
-/// device.
+/// device; `BadFork` in a bad fork child.
 #[inline]
 pub fn current_stream(device: usize) -> Result<Stream, StreamError> {
+    check_fork()?;
     let id = CURRENT.with(|c| c.get(device).map(Cell::get));
     match id {
         Some(id) if id != 0 => Ok(Stream::from_parts(device, id)),

@@ -5,9 +5,14 @@ use xpu_device::{ClError, DeviceError};
 /// Errors of streams, pools, the current stream and external streams.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StreamError {
-    /// A device-layer failure (bad index, context creation...).
+    /// The process is a child forked after its parent initialized OpenCL: no stream can be
+    /// used (see `xpu_device::fork`). Returned at once, without a driver call or a lock.
+    #[error("{}", xpu_device::fork::BAD_FORK_MESSAGE)]
+    BadFork,
+    /// A device-layer failure (bad index, context creation...). A device-layer `BadFork`
+    /// converts to [`StreamError::BadFork`].
     #[error(transparent)]
-    Device(#[from] DeviceError),
+    Device(DeviceError),
     /// A failed OpenCL call on a stream's queue.
     #[error(transparent)]
     OpenCl(#[from] ClError),
@@ -51,4 +56,23 @@ pub enum StreamError {
         /// The device index.
         device: usize,
     },
+}
+
+impl From<DeviceError> for StreamError {
+    fn from(e: DeviceError) -> Self {
+        match e {
+            DeviceError::BadFork => StreamError::BadFork,
+            e => StreamError::Device(e),
+        }
+    }
+}
+
+/// `Err(BadFork)` in a bad fork child: the first check of every entry point (one atomic load).
+#[inline]
+pub(crate) fn check_fork() -> Result<(), StreamError> {
+    if xpu_device::fork::is_in_bad_fork() {
+        Err(StreamError::BadFork)
+    } else {
+        Ok(())
+    }
 }

@@ -94,7 +94,8 @@ impl ExternalStream {
     ///
     /// # Errors
     /// `Device(InvalidDevice)` for a bad index, the four validation errors above in that
-    /// order, or a failed `clGetCommandQueueInfo`.
+    /// order, or a failed `clGetCommandQueueInfo`; `BadFork` in a bad fork child (the queue
+    /// is then leaked, not released).
     pub fn new(queue: CommandQueue, device: usize) -> Result<ExternalStream, StreamError> {
         ExternalStream::with_priority(queue, device, PRIORITY_NORMAL)
     }
@@ -109,6 +110,11 @@ impl ExternalStream {
         device: usize,
         priority: i32,
     ) -> Result<ExternalStream, StreamError> {
+        if xpu_device::fork::is_in_bad_fork() {
+            // Releasing the queue would be a driver call in a bad fork child.
+            std::mem::forget(queue);
+            return Err(StreamError::BadFork);
+        }
         if queue.as_raw().is_null() {
             // Releasing a null handle would only record a spurious release failure.
             std::mem::forget(queue);
@@ -157,6 +163,10 @@ impl ExternalStream {
 
 impl Drop for ExternalStream {
     fn drop(&mut self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            // In a bad fork child: no registry lock (the parent may have held it), no release.
+            return;
+        }
         let removed = REGISTRY.write().remove(&self.stream.id());
         // Dropped outside the lock: releasing a queue is a driver call.
         drop(removed);

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use parking_lot::Mutex;
 use xpu_device::backend::{CommandQueue, QueueOptions};
 
-use crate::error::StreamError;
+use crate::error::{check_fork, StreamError};
 use crate::id;
 use crate::priority::{hint_of_level, level_of, LEVELS};
 use crate::stream::Stream;
@@ -108,8 +108,9 @@ fn create(device: usize) -> Result<&'static DevicePool, StreamError> {
 ///
 /// # Errors
 /// `Device(InvalidDevice)` for a bad index; queue or context creation failures on the first
-/// call for the device.
+/// call for the device; `BadFork` in a bad fork child.
 pub fn get_stream_from_pool(priority: i32, device: usize) -> Result<Stream, StreamError> {
+    check_fork()?;
     let pool = get(device)?;
     let level = level_of(priority);
     let k = pool.next[level].fetch_add(1, Ordering::Relaxed) % STREAMS_PER_LEVEL;
@@ -123,6 +124,7 @@ pub fn get_stream_from_pool(priority: i32, device: usize) -> Result<Stream, Stre
 /// # Errors
 /// As [`get_stream_from_pool`].
 pub fn default_stream(device: usize) -> Result<Stream, StreamError> {
+    check_fork()?;
     get(device)?;
     Ok(Stream::from_parts(device, id::DEFAULT_ID))
 }

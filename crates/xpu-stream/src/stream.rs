@@ -7,7 +7,7 @@ use std::sync::Arc;
 use xpu_device::backend::{raw, CommandQueue};
 use xpu_device::HasDevice;
 
-use crate::error::StreamError;
+use crate::error::{check_fork, StreamError};
 use crate::priority::{priority_of_level, PRIORITY_NORMAL};
 use crate::{external, id, pool};
 
@@ -88,9 +88,11 @@ impl Stream {
     /// call. External streams: a registry lookup under a read lock.
     ///
     /// # Errors
-    /// `ExternalReleased` when the external stream's owner was dropped.
+    /// `ExternalReleased` when the external stream's owner was dropped; `BadFork` in a child
+    /// forked after the parent initialized OpenCL (no lock taken, no driver call).
     #[inline]
     pub fn queue(&self) -> Result<QueueRef, StreamError> {
+        check_fork()?;
         if id::is_native(self.id) {
             // A native handle exists only once its device's pool does.
             if let Some(p) = pool::existing(self.device()) {
@@ -115,6 +117,7 @@ impl Stream {
     /// # Errors
     /// `ExternalReleased` as [`Stream::queue`].
     pub fn has_profiling(&self) -> Result<bool, StreamError> {
+        check_fork()?;
         if id::is_native(self.id) {
             return Ok(true);
         }
@@ -138,7 +141,8 @@ impl Stream {
     /// report `false` once; poll.
     ///
     /// # Errors
-    /// A failed OpenCL call, or the abnormal status of a command on the stream.
+    /// A failed OpenCL call, or the abnormal status of a command on the stream; `BadFork` in a
+    /// bad fork child (at once: the parent's queue is never touched there).
     pub fn query(&self) -> Result<bool, StreamError> {
         let q = self.queue()?;
         let marker = q.enqueue_marker(&[])?;
@@ -150,7 +154,8 @@ impl Stream {
     /// reports a deferred release failure if any, as `torch.xpu.Stream.synchronize`.
     ///
     /// # Errors
-    /// A failed `clFinish` or a kept release failure.
+    /// A failed `clFinish` or a kept release failure; `BadFork` in a bad fork child (at once:
+    /// waiting there could hang forever).
     pub fn synchronize(&self) -> Result<(), StreamError> {
         Ok(self.queue()?.finish()?)
     }

@@ -1,6 +1,6 @@
 //! Device-wide synchronization.
 
-use crate::error::StreamError;
+use crate::error::{check_fork, StreamError};
 use crate::{external, pool};
 
 /// Blocks until every stream of `device` the runtime knows has finished its work: the default
@@ -9,8 +9,10 @@ use crate::{external, pool};
 /// queues are waited on even if one fails; the first error is returned.
 ///
 /// # Errors
-/// `Device(InvalidDevice)` for a bad index; the first failed `clFinish`.
+/// `Device(InvalidDevice)` for a bad index; the first failed `clFinish`; `BadFork` in a bad
+/// fork child (at once).
 pub fn synchronize(device: usize) -> Result<(), StreamError> {
+    check_fork()?;
     xpu_device::check_device(device)?;
     let mut first: Option<StreamError> = None;
     let mut note = |r: Result<(), xpu_device::ClError>| {

@@ -8,15 +8,17 @@ use xpu_device::{DeviceGuard, DeviceProperties, HasDevice};
 
 use crate::error::Result;
 
-/// True when at least one device is visible, as `torch.xpu.is_available`. Never fails, does
-/// not initialize the runtime and creates no context (it enumerates devices, which installs the
-/// fork handler, as torch's device count does).
+/// True when at least one device is visible, as `torch.xpu.is_available`. Never fails and
+/// creates no context, runs no queued call; it enumerates devices, which initializes the
+/// OpenCL driver: [`is_initialized`](crate::is_initialized) is true afterwards and a forked
+/// child is a bad fork (see the crate docs). In a bad fork child: the parent's answer.
 pub fn is_available() -> bool {
     xpu_device::is_available()
 }
 
 /// Number of visible devices, as `torch.xpu.device_count`: 0 when no OpenCL runtime is
-/// installed. Does not initialize the runtime.
+/// installed. Enumerates like [`is_available`] (the driver is initialized afterwards, no
+/// queued call runs); in a bad fork child, the parent's count without a driver call.
 pub fn device_count() -> usize {
     xpu_device::device_count()
 }

@@ -22,5 +22,25 @@ pub enum Error {
     Alloc(#[from] xpu_alloc::AllocError),
 }
 
+impl Error {
+    /// True when the error is a layer's `BadFork`: this process is a child forked after its
+    /// parent initialized OpenCL (see `xpu_device::fork`).
+    pub fn is_bad_fork(&self) -> bool {
+        match self {
+            Error::Lazy(e) => matches!(e, xpu_lazy::LazyError::BadFork),
+            Error::Device(e) => matches!(e, xpu_device::DeviceError::BadFork),
+            Error::Stream(e) => matches!(e, xpu_stream::StreamError::BadFork),
+            Error::Event(e) => matches!(
+                e,
+                xpu_event::EventError::BadFork
+                    | xpu_event::EventError::Stream(xpu_stream::StreamError::BadFork)
+                    | xpu_event::EventError::Device(xpu_device::DeviceError::BadFork)
+            ),
+            #[cfg(feature = "alloc")]
+            Error::Alloc(e) => matches!(e, xpu_alloc::AllocError::BadFork),
+        }
+    }
+}
+
 /// Result alias of the facade.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

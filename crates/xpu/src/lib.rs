@@ -21,8 +21,8 @@
 //! # torch.xpu / torch.cuda → xpu
 //! | torch | xpu | initializes? |
 //! |---|---|---|
-//! | `is_available()` | [`is_available`] | no |
-//! | `device_count()` | [`device_count`] | no |
+//! | `is_available()` | [`is_available`] | driver only (see below) |
+//! | `device_count()` | [`device_count`] | driver only (see below) |
 //! | `init()`, `is_initialized()` | [`init`], [`is_initialized`] | yes / no |
 //! | `current_device()` | [`current_device`] | yes |
 //! | `set_device(i)` | [`set_device`] | yes |
@@ -33,14 +33,14 @@
 //! | `get_device_properties(i)` | [`get_device_properties`] | yes |
 //! | `synchronize(i)` | [`synchronize`] (external streams included, as CUDA) | yes |
 //! | `current_stream(i)` | [`current_stream`] | yes |
-//! | `set_stream(s)` | [`set_stream`] (does not switch the device: C++ semantics) | yes |
+//! | `set_stream(s)` | [`set_stream`] (switches to the stream's device, as Python's; `xpu_stream::set_stream` keeps C++ semantics) | yes |
 //! | `stream(s)` (context manager) | [`stream`] → [`StreamGuard`] | yes |
 //! | `Stream(device, priority)` | [`new_stream`], [`xpu_stream::get_stream_from_pool`] | yes |
 //! | `ExternalStream(ptr)` / `get_stream_from_external` | [`ExternalStream`] (+ the backend's `unsafe CommandQueue::from_raw_borrowed`) | — |
 //! | `Stream.query/synchronize/wait_event/wait_stream/record_event` | [`Stream`], [`StreamExt`] | — |
 //! | `Event(enable_timing, blocking)` + record/wait/query/synchronize/elapsed_time | [`Event`], [`EventFlags`] | — |
-//! | `empty_cache()` | `empty_cache` (no-op before init) | no |
-//! | `memory_stats(i)` | `memory_stats` (typed) / `memory_stats_flat` (dotted keys); empty before init | no |
+//! | `empty_cache()` | `empty_cache` (every allocator, whoever created it; no-op while none exists) | no |
+//! | `memory_stats(i)` | `memory_stats` (typed) / `memory_stats_flat` (dotted keys); empty while no allocator exists | no |
 //! | `memory_summary(i, abbreviated)` | `memory_summary` | no |
 //! | `memory_snapshot()` | `memory_snapshot` | no |
 //! | `memory_allocated`, `max_memory_allocated`, `memory_reserved`, `max_memory_reserved` | same names (0 before init) | no |
@@ -49,6 +49,18 @@
 //! | `set_per_process_memory_fraction(f, i)` | `set_per_process_memory_fraction` (0 < f ≤ 1) | yes |
 //! | `caching_allocator_alloc` / `caching_allocator_delete` | `xpu_alloc` `raw_alloc` / `raw_delete` | — |
 //! | `Tensor.record_stream(s)` | `xpu_alloc` `record_stream` | — |
+//!
+//! # Initialization and `fork`
+//! OpenCL cannot count devices without initializing its driver (there is no NVML), so the
+//! first enumeration — `device_count`, `is_available`, `get_device_properties`, or any call of
+//! a lower layer that needs a device — initializes the driver, and from then on
+//! [`is_initialized`] is true and a child created by `fork()` is a bad fork: every entry point
+//! of every layer returns its `BadFork` error there at once ([`Error::is_bad_fork`]), and
+//! `device_count` answers the parent's count. The flag and the child always agree (torch.xpu's
+//! `is_initialized()` stays `False` after `device_count()` although the fork is already
+//! poisoned). Calls queued with [`lazy_call`] run at [`lazy_init`], which every function marked
+//! "yes" runs first. Use spawned processes (`std::process::Command`), not `fork`, once the
+//! runtime was used.
 //!
 //! No equivalent, and why:
 //! - `get_arch_list`, `is_bf16_supported`, `get_gencode_flags`: tied to ahead-of-time compiled

@@ -1,6 +1,11 @@
-//! Memory functions with torch.xpu's names (feature `alloc`). As torch, the statistics
-//! functions neither initialize the runtime nor fail before initialization: they answer zero /
-//! empty, and `empty_cache` is then a no-op.
+//! Memory functions with torch.xpu's names (feature `alloc`).
+//!
+//! They report and release what the device allocators hold, whoever created them (the facade,
+//! or `xpu_alloc` directly): they read the allocator registry itself, not the facade's init
+//! flag. As torch, the statistics functions neither initialize the runtime nor fail before
+//! it: while the OpenCL driver is not initialized no allocator can exist, so they answer zero /
+//! empty without enumerating devices, and `empty_cache` is a no-op. In a bad fork child they
+//! return `BadFork` (`empty_cache` does nothing).
 
 use std::collections::BTreeMap;
 
@@ -12,51 +17,72 @@ fn current(device: Option<usize>) -> usize {
     device.unwrap_or_else(xpu_device::current_device)
 }
 
-/// Releases every cached, unused segment of every device, as `torch.xpu.empty_cache`. A no-op
-/// before initialization.
+/// `Ok(false)` when no allocator can exist yet (the driver is not initialized: reading the
+/// registry would enumerate devices, i.e. initialize), `Ok(true)` when they may, `BadFork` in
+/// a bad fork child.
+fn allocators_may_exist() -> Result<bool> {
+    if xpu_device::fork::is_in_bad_fork() {
+        return Err(xpu_lazy::LazyError::BadFork.into());
+    }
+    Ok(xpu_device::fork::driver_initialized())
+}
+
+/// Releases every cached, unused segment of every device's allocator, whoever created it, as
+/// `torch.xpu.empty_cache`. A no-op before any allocator exists and in a bad fork child.
 pub fn empty_cache() {
-    if xpu_lazy::is_initialized() {
+    if let Ok(true) = allocators_may_exist() {
         xpu_alloc::empty_cache();
     }
 }
 
 /// The typed statistics of a device's caching allocator (`None` = current device), as
-/// `torch.xpu.memory_stats`; all zero before initialization.
+/// `torch.xpu.memory_stats`; all zero while no allocator exists.
 ///
 /// # Errors
-/// `InvalidDevice` for a bad index after initialization.
+/// `InvalidDevice` for a bad index once the driver is initialized; `BadFork`.
 pub fn memory_stats(device: Option<usize>) -> Result<MemoryStats> {
-    if !xpu_lazy::is_initialized() {
+    if !allocators_may_exist()? {
         return Ok(MemoryStats::default());
     }
     Ok(xpu_alloc::memory_stats(current(device))?)
 }
 
 /// The statistics as flat dotted keys (`allocated_bytes.all.current`, ...), as
-/// `torch.xpu.memory_stats` returns them; empty before initialization.
+/// `torch.xpu.memory_stats` returns them; empty while no allocator exists.
 ///
 /// # Errors
-/// `InvalidDevice` for a bad index after initialization.
+/// `InvalidDevice` for a bad index once the driver is initialized; `BadFork`.
 pub fn memory_stats_flat(device: Option<usize>) -> Result<BTreeMap<String, i64>> {
-    if !xpu_lazy::is_initialized() {
+    if !allocators_may_exist()? {
         return Ok(BTreeMap::new());
     }
     Ok(xpu_alloc::memory_stats_flat(current(device))?)
 }
 
-/// A table a person reads, as `torch.cuda.memory_summary`; all zero before initialization
+/// A table a person reads, as `torch.cuda.memory_summary`; all zero while no allocator exists
 /// (this call initializes nothing, like the other statistics functions).
 ///
 /// # Errors
-/// `InvalidDevice` for a bad index.
+/// `InvalidDevice` for a bad index once the driver is initialized; `BadFork`.
 pub fn memory_summary(device: Option<usize>, abbreviated: bool) -> Result<String> {
+    if !allocators_may_exist()? {
+        let index = u32::try_from(current(device)).unwrap_or(u32::MAX);
+        return Ok(xpu_alloc::observe::memory_summary(
+            &MemoryStats::default(),
+            index,
+            abbreviated,
+        ));
+    }
     Ok(xpu_alloc::memory_summary(current(device), abbreviated)?)
 }
 
 /// Every segment with its blocks, as `torch.xpu.memory_snapshot`; empty before any allocator
-/// exists (this call creates none).
+/// exists and in a bad fork child (this call creates none).
 pub fn memory_snapshot() -> MemorySnapshot {
-    xpu_alloc::memory_snapshot()
+    if let Ok(true) = allocators_may_exist() {
+        return xpu_alloc::memory_snapshot();
+    }
+    MemorySnapshot::new(0, &[], &[], &xpu_alloc::AllocConfig::default())
 }
 
 macro_rules! stat_fn {
@@ -64,9 +90,9 @@ macro_rules! stat_fn {
         $(#[$doc])*
         ///
         /// # Errors
-        /// `InvalidDevice` for a bad index after initialization.
+        /// `InvalidDevice` for a bad index once the driver is initialized; `BadFork`.
         pub fn $name(device: Option<usize>) -> Result<u64> {
-            if !xpu_lazy::is_initialized() {
+            if !allocators_may_exist()? {
                 return Ok(0);
             }
             Ok(xpu_alloc::$name(current(device))?)
@@ -76,7 +102,7 @@ macro_rules! stat_fn {
 
 stat_fn!(
     /// Bytes held by live allocations (`allocated_bytes.all.current`), as
-    /// `torch.xpu.memory_allocated`; 0 before initialization.
+    /// `torch.xpu.memory_allocated`; 0 while no allocator exists.
     memory_allocated
 );
 stat_fn!(
@@ -94,24 +120,24 @@ stat_fn!(
 );
 
 /// Resets every peak statistic to its current value, as `torch.xpu.reset_peak_memory_stats`.
-/// A no-op before initialization.
+/// A no-op while no allocator exists.
 ///
 /// # Errors
-/// `InvalidDevice` for a bad index after initialization.
+/// `InvalidDevice` for a bad index once the driver is initialized; `BadFork`.
 pub fn reset_peak_memory_stats(device: Option<usize>) -> Result<()> {
-    if !xpu_lazy::is_initialized() {
+    if !allocators_may_exist()? {
         return Ok(());
     }
     Ok(xpu_alloc::reset_peak_stats(current(device))?)
 }
 
 /// Resets the accumulated (allocated / freed) counters, as
-/// `torch.xpu.reset_accumulated_memory_stats`. A no-op before initialization.
+/// `torch.xpu.reset_accumulated_memory_stats`. A no-op while no allocator exists.
 ///
 /// # Errors
-/// `InvalidDevice` for a bad index after initialization.
+/// `InvalidDevice` for a bad index once the driver is initialized; `BadFork`.
 pub fn reset_accumulated_memory_stats(device: Option<usize>) -> Result<()> {
-    if !xpu_lazy::is_initialized() {
+    if !allocators_may_exist()? {
         return Ok(());
     }
     Ok(xpu_alloc::reset_accumulated_stats(current(device))?)

@@ -15,14 +15,20 @@ pub fn current_stream(device: Option<usize>) -> Result<Stream> {
     Ok(xpu_stream::current_stream(index)?)
 }
 
-/// Makes `stream` the current stream of its device for the calling thread, as
-/// `torch.xpu.set_stream`. Unlike Python's binding it does not switch the current device (as
-/// the C++ setter); use [`stream`] for a scoped switch of both.
+/// Makes `stream`'s device the calling thread's current device (when it is another), then
+/// `stream` the current stream of that device, as torch.xpu's Python `set_stream` — so
+/// implicit work (`allocate`, `current_stream(None)`, `synchronize(None)`) goes where the
+/// stream is. The lower layer's [`xpu_stream::set_stream`] keeps the C++
+/// `setCurrentXPUStream` semantics (the device is left unchanged). Use [`stream`] for a scoped
+/// switch of both.
 ///
 /// # Errors
-/// Initialization errors.
+/// Initialization errors; `InvalidDevice` (nothing is changed then).
 pub fn set_stream(stream: Stream) -> Result<()> {
     xpu_lazy::lazy_init()?;
+    if xpu_device::current_device() != stream.device() {
+        xpu_device::set_device(stream.device())?;
+    }
     xpu_stream::set_stream(stream);
     Ok(())
 }

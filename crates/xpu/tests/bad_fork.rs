@@ -1,0 +1,209 @@
+//! In a bad fork child every layer's entry points return `BadFork` at once: no driver call,
+//! no wait, no lock. The parent's state is reproduced in a fresh process — a stream blocked by
+//! a closed gate (so `synchronize` there would wait forever), a live allocation, a thread
+//! allocating and emptying the cache in a loop — and the process then becomes a bad fork
+//! (`simulate_bad_fork` sets the flag the `pthread_atfork` child handler sets; the tests of
+//! this crate may not fork). A hang is a failed assertion, caught by the bound.
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use xpu::xpu_event::test_support::Gate;
+
+#[test]
+fn every_layer_refuses_at_once_in_a_bad_fork_child() {
+    if common::scenario().is_some() {
+        run();
+        return;
+    }
+    if !common::have_device("bad_fork") {
+        return;
+    }
+    let (code, out) = common::run_scenario(
+        "every_layer_refuses_at_once_in_a_bad_fork_child",
+        "bad-fork",
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        code,
+        Some(0),
+        "scenario failed or hung (None = killed):\n{out}"
+    );
+    assert!(out.contains("SCENARIO DONE"), "{out}");
+}
+
+fn show<T: std::fmt::Debug, E: std::fmt::Debug>(name: &str, r: &Result<T, E>) -> String {
+    let s = match r {
+        Ok(v) => format!("Ok({v:?})"),
+        Err(e) => format!("Err({e:?})"),
+    };
+    println!("{name} = {s}");
+    s
+}
+
+fn run() {
+    let n = xpu::device_count();
+    let s = xpu::xpu_stream::get_stream_from_pool(0, 0).unwrap();
+    let p = xpu::xpu_alloc::allocate(1000, &s).unwrap();
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s).unwrap();
+    let mut gated = xpu::Event::new(xpu::EventFlags::default());
+    gated.record(&s).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = Arc::clone(&stop);
+    let other = xpu::xpu_stream::get_stream_from_pool(0, 0).unwrap();
+    let busy = std::thread::spawn(move || {
+        while !st.load(Ordering::Relaxed) {
+            if let Ok(q) = xpu::xpu_alloc::allocate(3 << 20, &other) {
+                drop(q);
+            }
+            xpu::xpu_alloc::empty_cache();
+        }
+    });
+
+    xpu::xpu_device::fork::simulate_bad_fork();
+
+    // xpu-stream
+    assert_eq!(show("Stream::query", &s.query()), "Err(BadFork)");
+    assert_eq!(
+        show("Stream::synchronize", &s.synchronize()),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show("xpu_stream::synchronize", &xpu::xpu_stream::synchronize(0)),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show("current_stream", &xpu::xpu_stream::current_stream(0)),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show(
+            "get_stream_from_pool",
+            &xpu::xpu_stream::get_stream_from_pool(0, 0)
+        ),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show("default_stream", &xpu::xpu_stream::default_stream(0)),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show("StreamGuard::new", &xpu::StreamGuard::new(s).map(|_| ())),
+        "Err(BadFork)"
+    );
+    // xpu-event
+    assert_eq!(show("Event::query", &gated.query()), "Err(BadFork)");
+    assert_eq!(
+        show("Event::synchronize", &gated.synchronize()),
+        "Err(BadFork)"
+    );
+    assert_eq!(show("Event::wait", &gated.wait(&other)), "Err(BadFork)");
+    let mut fresh = xpu::Event::new(xpu::EventFlags::default());
+    assert_eq!(show("Event::record", &fresh.record(&s)), "Err(BadFork)");
+    drop(gated); // leaked, not released
+                 // xpu-alloc
+    assert_eq!(
+        show("xpu_alloc::allocate", &xpu::xpu_alloc::allocate(1000, &s)),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show(
+            "xpu_alloc::allocate_current",
+            &xpu::xpu_alloc::allocate_current(1000)
+        ),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show("xpu_alloc::raw_alloc", &xpu::xpu_alloc::raw_alloc(1000)),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show(
+            "xpu_alloc::device_allocator",
+            &xpu::xpu_alloc::device_allocator(0).map(|_| ())
+        ),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show(
+            "xpu_alloc::record_stream",
+            &xpu::xpu_alloc::record_stream(&p, &s)
+        ),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show(
+            "xpu_alloc::memory_stats",
+            &xpu::xpu_alloc::memory_stats(0).map(|_| ())
+        ),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show(
+            "xpu_alloc::memory_reserved",
+            &xpu::xpu_alloc::memory_reserved(0)
+        ),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show("xpu_alloc::mem_get_info", &xpu::xpu_alloc::mem_get_info(0)),
+        "Err(BadFork)"
+    );
+    xpu::xpu_alloc::empty_cache();
+    drop(p); // returns at once: the block is left to the parent's allocator
+             // xpu-device
+    assert_eq!(
+        show(
+            "xpu_device::devices",
+            &xpu::xpu_device::devices().map(|d| d.len())
+        ),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        show("xpu_device::set_device", &xpu::xpu_device::set_device(0)),
+        "Err(BadFork)"
+    );
+    assert_eq!(
+        xpu::xpu_device::device_count(),
+        n,
+        "the parent's count, not 0"
+    );
+    // xpu-lazy and the facade
+    assert_eq!(
+        show("xpu_lazy::lazy_init", &xpu::lazy_init()),
+        "Err(BadFork)"
+    );
+    assert!(!xpu::is_initialized());
+    assert!(xpu::is_in_bad_fork());
+    assert_eq!(xpu::device_count(), n);
+    for (name, r) in [
+        ("xpu::current_device", xpu::current_device().map(|_| ())),
+        ("xpu::current_stream", xpu::current_stream(None).map(|_| ())),
+        ("xpu::set_stream", xpu::set_stream(s)),
+        ("xpu::synchronize", xpu::synchronize(None)),
+        (
+            "xpu::get_device_properties",
+            xpu::get_device_properties(None).map(|_| ()),
+        ),
+        ("xpu::allocate", xpu::allocate(1000).map(|_| ())),
+        (
+            "xpu::memory_reserved",
+            xpu::memory_reserved(None).map(|_| ()),
+        ),
+        ("xpu::memory_stats", xpu::memory_stats(None).map(|_| ())),
+    ] {
+        let e = r.expect_err(name);
+        println!("{name} = Err({e:?})");
+        assert!(e.is_bad_fork(), "{name}: {e:?}");
+    }
+    xpu::empty_cache();
+
+    // Leave the process cleanly (the driver still works here: the fork is simulated).
+    stop.store(true, Ordering::Relaxed);
+    busy.join().unwrap();
+    gate.open().unwrap();
+    println!("SCENARIO DONE");
+}
