@@ -82,7 +82,7 @@ pub fn memory_snapshot() -> MemorySnapshot {
     if let Ok(true) = allocators_may_exist() {
         return xpu_alloc::memory_snapshot();
     }
-    MemorySnapshot::new(0, &[], &[], &xpu_alloc::AllocConfig::default())
+    MemorySnapshot::empty(&xpu_alloc::AllocConfig::default())
 }
 
 macro_rules! stat_fn {

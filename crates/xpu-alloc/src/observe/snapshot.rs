@@ -231,7 +231,7 @@ impl MemorySnapshot {
     }
 
     /// A snapshot with no segment and one empty trace list (device 0).
-    pub(crate) fn empty(config: &AllocConfig) -> Self {
+    pub fn empty(config: &AllocConfig) -> Self {
         Self {
             segments: Vec::new(),
             device_traces: vec![Vec::new()],
