@@ -494,22 +494,37 @@ fn fast_path(
     }
     match new_segment(state, &grow, shared, st) {
         Ok(h) => return Ok(Outcome::Done(h)),
-        Err(SegmentFailure::Device(msg)) => return Err(AllocError::Device(msg)),
-        Err(_) => {}
+        Err(f) => hard_error(f, shared, size)?,
     }
     if grow.segment_size != req.segment_size {
         match new_segment(state, &req, shared, st) {
             Ok(h) => return Ok(Outcome::Done(h)),
-            Err(SegmentFailure::Device(msg)) => return Err(AllocError::Device(msg)),
-            Err(_) => {}
+            Err(f) => hard_error(f, shared, size)?,
         }
     }
     if state.release_available_cached_blocks(&req, shared, st) {
         match new_segment(state, &req, shared, st) {
             Ok(h) => return Ok(Outcome::Done(h)),
-            Err(SegmentFailure::Device(msg)) => return Err(AllocError::Device(msg)),
-            Err(_) => {}
+            Err(f) => hard_error(f, shared, size)?,
         }
     }
     Ok(Outcome::Exhausted(req))
+}
+
+/// The error of a segment failure that no release of cached memory can cure (a device
+/// error, or a size the device can never allocate); `Ok` for a failure worth a retry.
+pub(crate) fn hard_error(
+    failure: SegmentFailure,
+    shared: &DeviceShared,
+    size: u64,
+) -> Result<(), AllocError> {
+    match failure {
+        SegmentFailure::Device(msg) => Err(AllocError::Device(msg)),
+        SegmentFailure::TooLarge => Err(AllocError::TooLarge {
+            device: shared.device(),
+            requested: size,
+            max: shared.max_alloc.min(MAX_REQUEST),
+        }),
+        SegmentFailure::OutOfMemory | SegmentFailure::Fraction => Ok(()),
+    }
 }

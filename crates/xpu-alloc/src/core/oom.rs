@@ -10,7 +10,7 @@ use super::local::Local;
 use super::shard::Shard;
 use super::shared::SegmentFailure;
 use super::state::{Handed, Request, ShardState};
-use super::{new_segment, release_everything, DeviceCore};
+use super::{hard_error, new_segment, release_everything, DeviceCore};
 use crate::error::{AllocError, OomReport};
 use crate::size;
 
@@ -44,8 +44,8 @@ impl DeviceCore {
             st.num_alloc_retries.bump();
             match new_segment(&mut guards[me], &req, shared, &mut st) {
                 Ok(handed) => return Ok(handed),
-                Err(SegmentFailure::Device(msg)) => return Err(AllocError::Device(msg)),
                 Err(failure) => {
+                    hard_error(failure.clone(), shared, req.size)?;
                     st.num_ooms.bump();
                     failure
                 }

@@ -19,6 +19,8 @@ pub(crate) enum SegmentFailure {
     OutOfMemory,
     /// The memory fraction forbids it.
     Fraction,
+    /// The size can never be allocated (no retry).
+    TooLarge,
     /// Another device error.
     Device(String),
 }
@@ -151,6 +153,7 @@ impl DeviceShared {
                 self.reserved.lock().bytes -= size;
                 Err(match e {
                     SourceError::OutOfMemory => SegmentFailure::OutOfMemory,
+                    SourceError::TooLarge { .. } => SegmentFailure::TooLarge,
                     SourceError::Device(msg) => SegmentFailure::Device(msg),
                 })
             }
