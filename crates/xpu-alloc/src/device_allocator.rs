@@ -126,7 +126,8 @@ impl DeviceAllocator {
     /// [`AllocError::Stream`] for a stream whose queue is already released.
     pub fn record_stream(&self, ptr: &DataPtr, stream: &Stream) -> Result<(), AllocError> {
         self.check_stream(stream)?;
-        self.core.record_stream(ptr, &ClStream::try_shared(*stream)?)
+        self.core
+            .record_stream(ptr, &ClStream::try_shared(*stream)?)
     }
 
     /// Raw allocation on `stream` (as `raw_alloc_with_stream`).

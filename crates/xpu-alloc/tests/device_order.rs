@@ -6,8 +6,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use xpu_alloc::{
-    AllocConfig, AllocError, BufferSource, DeviceAllocator, DeviceCore, SegmentSource,
-    SourceError, SourceSegment,
+    AllocConfig, AllocError, BufferSource, DeviceAllocator, DeviceCore, SegmentSource, SourceError,
+    SourceSegment,
 };
 use xpu_device::backend::{Buffer, MemFlags};
 use xpu_event::test_support::Gate;
@@ -67,7 +67,9 @@ fn recorded_use_on_a_dropped_stream_still_orders_reuse() {
     let read = {
         let eq = e.stream().queue().unwrap();
         gate.block(&e.stream()).unwrap();
-        let ev = eq.copy(&xbuf, xoff as usize, &out, 0, N as usize, &[]).unwrap();
+        let ev = eq
+            .copy(&xbuf, xoff as usize, &out, 0, N as usize, &[])
+            .unwrap();
         eq.flush().unwrap();
         ev
     };
@@ -108,7 +110,9 @@ fn empty_cache_waits_for_queued_work_on_the_segment() {
     let gate = Gate::new(0).unwrap();
     gate.block(&s.stream()).unwrap();
     let q = s.stream().queue().unwrap();
-    let copy = q.copy(&xbuf, xoff as usize, &out, 0, MIB as usize, &[]).unwrap();
+    let copy = q
+        .copy(&xbuf, xoff as usize, &out, 0, MIB as usize, &[])
+        .unwrap();
     q.flush().unwrap();
     drop(xbuf);
     drop(x);
@@ -196,4 +200,43 @@ fn a_request_the_driver_can_never_serve_is_too_large_without_retries() {
         "no free-and-retry for a request that can never fit"
     );
     assert_eq!(core.memory_reserved(), 2 * MIB, "the cache was kept");
+}
+
+/// As `empty_cache`: dropping an allocator releases a segment only once the work queued
+/// on its stream has completed (the drop waits for it).
+#[test]
+fn dropping_an_allocator_waits_for_queued_work_on_its_segments() {
+    if !device() {
+        return;
+    }
+    let alloc = private("");
+    let s = fresh_stream();
+    let x = alloc.allocate(12 * MIB, &s.stream()).unwrap();
+    let (xbuf, xoff) = x.buffer_and_offset().unwrap();
+    let out = scratch(MIB);
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s.stream()).unwrap();
+    let q = s.stream().queue().unwrap();
+    let copy = q
+        .copy(&xbuf, xoff as usize, &out, 0, MIB as usize, &[])
+        .unwrap();
+    q.flush().unwrap();
+    drop(xbuf);
+    drop(x);
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            drop(alloc);
+            let _ = tx.send(());
+        });
+        // A correct drop cannot return before the gate opens, whatever the timing.
+        let early = rx.recv_timeout(Duration::from_millis(300)).is_ok();
+        gate.open().unwrap();
+        assert!(
+            !early,
+            "the allocator was dropped (its segments released) while a queued copy still reads one"
+        );
+        rx.recv().unwrap();
+    });
+    copy.wait().unwrap();
 }

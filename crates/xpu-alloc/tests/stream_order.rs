@@ -66,7 +66,11 @@ fn oom_path_reuses_a_pending_whole_segment_without_releasing_it() {
     assert_eq!(y.address(), addr, "the pending block itself is reused");
     let st = core.memory_stats();
     assert_eq!(
-        (st.num_device_alloc, st.num_device_free, st.segment.all.current),
+        (
+            st.num_device_alloc,
+            st.num_device_free,
+            st.segment.all.current
+        ),
         (2, 0, 2),
         "no segment released, none allocated"
     );
@@ -158,7 +162,9 @@ fn statistics_do_not_wait_for_an_allocation_waiting_on_device_work() {
         std::thread::spawn(move || core.allocate(40 * MIB, &a).map(|p| p.address()))
     };
     // The allocating thread is now inside the OOM path, waiting for stream B.
-    started.recv_timeout(HANG).expect("the OOM path waits for B");
+    started
+        .recv_timeout(HANG)
+        .expect("the OOM path waits for B");
     let reader = core.clone();
     let stats = returns(move || reader.memory_stats());
     held.release();

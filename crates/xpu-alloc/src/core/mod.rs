@@ -70,6 +70,21 @@ struct CoreInner {
 /// head-of-line blocking across streams). Only the OOM path and
 /// [`DeviceCore::empty_cache`] take every shard (in creation order, under one OOM lock).
 ///
+/// # Waits and driver calls
+/// No device wait runs under an allocator lock: the OOM path and `empty_cache` collect the
+/// markers to wait for under the locks, release them, wait, then lock again. No driver call
+/// or wait runs while a statistics write is open (see `cell`), so statistics readers never
+/// wait for an allocation in progress, and a segment source may read statistics.
+///
+/// # The OOM sequence
+/// After the stream's pool, a new segment and (with `max_split_size`) the release of
+/// oversize blocks: every stream's completed frees, this stream's pool again, another
+/// stream's whole cached segment (below); then wait for every pending free, **search again**
+/// (a block that was only waiting for another stream is reused as it is, with no segment
+/// released), release every cached whole segment (each once a marker on its stream
+/// completes), and allocate a segment once more. A size the device can never allocate
+/// ([`AllocError::TooLarge`]) and other device errors end the sequence at once.
+///
 /// # Statistics under concurrency
 /// Each thread updates its own statistics cell; [`DeviceCore::memory_stats`] sums the
 /// cells. Currents, accumulated `allocated`/`freed` and counters are exact sums. A peak is
@@ -340,7 +355,10 @@ impl DeviceCore {
     }
 
     /// Runs `f` with the OOM lock and every shard locked (in creation order: index = rank).
-    fn with_all<R>(&self, f: impl FnOnce(&mut [parking_lot::MutexGuard<'_, ShardState>]) -> R) -> R {
+    fn with_all<R>(
+        &self,
+        f: impl FnOnce(&mut [parking_lot::MutexGuard<'_, ShardState>]) -> R,
+    ) -> R {
         let _oom = self.inner.oom_lock.lock();
         let shards = self.all_shards();
         let mut guards: Vec<_> = shards.iter().map(|s| s.lock()).collect();
@@ -467,7 +485,11 @@ pub(crate) fn wait_markers(markers: &[(StreamKey, Arc<dyn crate::stream::Marker>
 
 /// Waits for the work that may use the segments of `batches` (without any allocator lock),
 /// then frees them.
-pub(crate) fn release_batches(batches: Vec<ReleaseBatch>, shared: &DeviceShared, local: &Local<'_>) {
+pub(crate) fn release_batches(
+    batches: Vec<ReleaseBatch>,
+    shared: &DeviceShared,
+    local: &Local<'_>,
+) {
     if batches.is_empty() {
         return;
     }

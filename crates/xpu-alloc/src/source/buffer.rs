@@ -81,7 +81,8 @@ impl SegmentSource for BufferSource {
     fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
         let bytes = usize::try_from(size).map_err(|_| SourceError::OutOfMemory)?;
         let context = self.device.context().map_err(|e| classify(&e, size))?;
-        let buffer = Buffer::new(context, bytes, MemFlags::default()).map_err(|e| classify(&e, size))?;
+        let buffer =
+            Buffer::new(context, bytes, MemFlags::default()).map_err(|e| classify(&e, size))?;
         let address = {
             let mut next = self.next_address.lock();
             let address = *next;

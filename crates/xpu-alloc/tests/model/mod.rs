@@ -283,7 +283,11 @@ impl Model {
         let markers: Vec<Marker> = self
             .shards
             .iter()
-            .flat_map(|s| s.fifos.iter().flat_map(|(_, f)| f.iter().map(|(m, _)| m.clone())))
+            .flat_map(|s| {
+                s.fifos
+                    .iter()
+                    .flat_map(|(_, f)| f.iter().map(|(m, _)| m.clone()))
+            })
             .collect();
         for m in &markers {
             self.wait(m);
