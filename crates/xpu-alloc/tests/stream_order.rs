@@ -267,3 +267,49 @@ fn oversize_rule_holds_under_every_release_policy() {
         );
     }
 }
+
+/// A stream on which no marker can be recorded (nor a synchronize done).
+struct Broken(StreamKey);
+
+impl MarkerStream for Broken {
+    fn key(&self) -> StreamKey {
+        self.0
+    }
+    fn record_marker(&self) -> Result<Box<dyn Marker>, MarkerError> {
+        Err(MarkerError("queue lost".into()))
+    }
+    fn wait_marker(&self, _: &dyn Marker) -> Result<(), MarkerError> {
+        Err(MarkerError("queue lost".into()))
+    }
+    fn synchronize(&self) -> Result<(), MarkerError> {
+        Err(MarkerError("queue lost".into()))
+    }
+}
+
+/// When the marker of a recorded use cannot be recorded, nothing orders a reuse after that
+/// use: the block must stay out of the cache, not be freed silently.
+#[test]
+fn a_block_whose_free_marker_fails_is_never_reused() {
+    let (core, _) = sim_core(1 << 30, "");
+    let (_, a) = stream(1);
+    let (b_sim, b) = stream(2);
+    let broken: StreamRef = Arc::new(Broken(StreamKey::new(0, 3)));
+    let x = core.allocate(MIB, &a).unwrap();
+    let addr = x.address();
+    core.record_stream(&x, &broken).unwrap();
+    core.record_stream(&x, &b).unwrap(); // a use whose marker completes
+    drop(x);
+    b_sim.open_gate();
+    for _ in 0..3 {
+        let y = core.allocate(MIB, &a).unwrap();
+        assert_ne!(y.address(), addr, "the block was reused");
+    }
+    core.empty_cache();
+    let y = core.allocate(MIB, &a).unwrap();
+    assert_ne!(y.address(), addr, "the block was reused after empty_cache");
+    assert_eq!(
+        core.memory_stats().active.all.current,
+        2,
+        "y and the kept block"
+    );
+}

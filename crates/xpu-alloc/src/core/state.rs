@@ -320,7 +320,8 @@ impl ShardState {
     fn marker_done(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         let b = &mut self.blocks[block];
         b.event_count -= 1;
-        if b.event_count == 0 {
+        // A use whose marker could not be recorded stays in `stream_uses`: never free.
+        if b.event_count == 0 && b.stream_uses.is_empty() {
             self.free_block(block, st);
         }
     }
