@@ -120,14 +120,18 @@ impl DeviceAllocator {
         self.allocate(size, &stream)
     }
 
-    /// Marks `ptr` as used on `stream` (as `Tensor.record_stream`).
+    /// Marks `ptr` as used on `stream` (as `Tensor.record_stream`). The allocator keeps a
+    /// reference to the stream's queue from now on, so a stream dropped before `ptr` is
+    /// freed still orders the block's reuse after the work enqueued on it.
     ///
     /// # Errors
     /// [`AllocError::InvalidDevicePointer`] for a pointer of another allocator;
-    /// [`AllocError::StreamDevice`] for a stream of another device.
+    /// [`AllocError::StreamDevice`] for a stream of another device;
+    /// [`AllocError::Stream`] for a stream whose queue is already released.
     pub fn record_stream(&self, ptr: &DataPtr, stream: &Stream) -> Result<(), AllocError> {
         self.check_stream(stream)?;
-        self.core.record_stream(ptr, &ClStream::shared(*stream))
+        self.core
+            .record_stream(ptr, &ClStream::try_shared(*stream)?)
     }
 
     /// Raw allocation on `stream` (as `raw_alloc_with_stream`).

@@ -48,8 +48,10 @@ pub enum ReleasePolicy {
     ///    at least `S`, they are released and one segment of their total size is allocated
     ///    instead: the request is served without the reserved bytes growing, and the rest of
     ///    the new segment is one contiguous free block. Skipped when the merged segment
-    ///    would exceed the device's largest allocation or be an oversize block for a
-    ///    request below `max_split_size`.
+    ///    would exceed the device's largest allocation or could not serve the request as a
+    ///    cached block under the oversize rule (an oversize block for a request below
+    ///    `max_split_size`, or one exceeding an oversize request by `max_non_split_rounding`
+    ///    or more).
     /// 2. **Small-pool growth.** A new small-pool segment is 2 MiB while the stream's small
     ///    pool holds less than 16 MiB, then `floor_pow2(small pool bytes / 4)`, at most
     ///    16 MiB: overhead stays within a quarter of the small pool's use while segment

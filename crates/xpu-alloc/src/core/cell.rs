@@ -326,13 +326,25 @@ impl StatsCell {
     /// same time (the cell is the thread's own, or the caller holds the cell's lock); a
     /// nested write on the same thread joins the outer one.
     #[inline]
-    pub(crate) fn write<'a>(&'a self, gens: &Generations) -> StatsWriter<'a> {
+    pub(crate) fn write<'a>(&'a self, gens: &'a Generations) -> StatsWriter<'a> {
         let seq = self.seq.load(R);
         let outer = seq & 1 == 0;
         if outer {
-            self.seq.store(seq.wrapping_add(1), R);
-            fence(Ordering::Release);
+            self.open(seq, gens);
         }
+        StatsWriter {
+            cell: self,
+            gens,
+            outer,
+        }
+    }
+
+    /// Marks a write in progress (`seq` is the current, even, sequence value) and applies
+    /// the resets requested since the last write.
+    #[inline]
+    fn open(&self, seq: u64, gens: &Generations) {
+        self.seq.store(seq.wrapping_add(1), R);
+        fence(Ordering::Release);
         let (peak, accumulated) = gens.load();
         if peak != self.peak_gen.load(R) {
             self.stats.reset_peak();
@@ -342,10 +354,13 @@ impl StatsCell {
             self.stats.reset_accumulated();
             self.accumulated_gen.store(accumulated, R);
         }
-        StatsWriter {
-            cell: self,
-            end: outer.then(|| seq.wrapping_add(2)),
-        }
+    }
+
+    /// Publishes the write in progress (the sequence value becomes even).
+    #[inline]
+    fn close(&self) {
+        let seq = self.seq.load(R);
+        self.seq.store(seq.wrapping_add(1), Ordering::Release);
     }
 
     /// A copy of the cell between two writes, with resets of `gens` not yet applied by the
@@ -384,8 +399,29 @@ impl StatsCell {
 /// An open write on a [`StatsCell`]; closes it on drop. Dereferences to the statistics.
 pub(crate) struct StatsWriter<'a> {
     cell: &'a StatsCell,
-    /// Sequence value to publish at the end (`None` for a nested write).
-    end: Option<u64>,
+    gens: &'a Generations,
+    /// Whether this writer opened the write (a nested writer joins the outer one).
+    outer: bool,
+}
+
+impl StatsWriter<'_> {
+    /// Runs `f` with the write closed, so that statistics readers (which wait while a write
+    /// is in progress) never wait for `f`: every driver call and device wait made while a
+    /// writer is held runs inside this. The statistics are consistent at this point (no
+    /// update in progress); the write is reopened afterwards.
+    pub(crate) fn unlocked<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let open = self.cell.seq.load(R) & 1 == 1;
+        if open {
+            self.cell.close();
+        }
+        let result = f();
+        if open {
+            // Writes nested in `f` on this thread have closed theirs: the value is even.
+            let seq = self.cell.seq.load(R);
+            self.cell.open(seq, self.gens);
+        }
+        result
+    }
 }
 
 impl std::ops::Deref for StatsWriter<'_> {
@@ -399,8 +435,8 @@ impl std::ops::Deref for StatsWriter<'_> {
 impl Drop for StatsWriter<'_> {
     #[inline]
     fn drop(&mut self) {
-        if let Some(end) = self.end {
-            self.cell.seq.store(end, Ordering::Release);
+        if self.outer && self.cell.seq.load(R) & 1 == 1 {
+            self.cell.close();
         }
     }
 }

@@ -25,10 +25,10 @@ use parking_lot::Mutex;
 pub use snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
 
 use self::cell::StatsWriter;
-use self::local::with_local;
+use self::local::{with_local, Local};
 use self::shard::Shard;
 use self::shared::{DeviceShared, SegmentFailure};
-use self::state::{Handed, Request, ShardState};
+use self::state::{Handed, ReleaseBatch, Request, ShardState};
 use crate::config::{AllocConfig, ReleasePolicy};
 use crate::data_ptr::DataPtr;
 use crate::error::AllocError;
@@ -76,6 +76,21 @@ struct CoreInner {
 /// of each allocation on the allocating stream's shard, one FIFO per marker stream (no
 /// head-of-line blocking across streams). Only the OOM path and
 /// [`DeviceCore::empty_cache`] take every shard (in creation order, under one OOM lock).
+///
+/// # Waits and driver calls
+/// No device wait runs under an allocator lock: the OOM path and `empty_cache` collect the
+/// markers to wait for under the locks, release them, wait, then lock again. No driver call
+/// or wait runs while a statistics write is open (see `cell`), so statistics readers never
+/// wait for an allocation in progress, and a segment source may read statistics.
+///
+/// # The OOM sequence
+/// After the stream's pool, a new segment and (with `max_split_size`) the release of
+/// oversize blocks: every stream's completed frees, this stream's pool again, another
+/// stream's whole cached segment (below); then wait for every pending free, **search again**
+/// (a block that was only waiting for another stream is reused as it is, with no segment
+/// released), release every cached whole segment (each once a marker on its stream
+/// completes), and allocate a segment once more. A size the device can never allocate
+/// ([`AllocError::TooLarge`]) and other device errors end the sequence at once.
 ///
 /// # Statistics under concurrency
 /// Each thread updates its own statistics cell; [`DeviceCore::memory_stats`] sums the
@@ -358,16 +373,41 @@ impl DeviceCore {
 
     /// Waits for every pending stream marker and releases every cached whole segment to
     /// the device (as `torch.cuda.empty_cache`). Blocks in split segments with a live part
-    /// stay cached.
+    /// stay cached. A segment is released only after the work enqueued on its stream before
+    /// this call has completed (a marker waited for without any allocator lock); until then
+    /// it counts as reserved. Returns once every released segment is freed.
     pub fn empty_cache(&self) {
         let shared = &self.inner.shared;
+        with_local(shared, |local| {
+            local.stats().num_sync_all_streams.bump();
+            let markers = self.with_all(|gs| {
+                gs.iter()
+                    .flat_map(|g| g.pending_markers())
+                    .collect::<Vec<_>>()
+            });
+            wait_markers(&markers);
+            let batches = self.with_all(|gs| {
+                let mut st = local.stats();
+                for g in gs.iter_mut() {
+                    g.process_events(&mut st);
+                }
+                gs.iter_mut()
+                    .filter_map(|g| g.take_releasable(&mut st))
+                    .collect::<Vec<_>>()
+            });
+            release_batches(batches, shared, &local);
+        });
+    }
+
+    /// Runs `f` with the OOM lock and every shard locked (in creation order: index = rank).
+    fn with_all<R>(
+        &self,
+        f: impl FnOnce(&mut [parking_lot::MutexGuard<'_, ShardState>]) -> R,
+    ) -> R {
         let _oom = self.inner.oom_lock.lock();
         let shards = self.all_shards();
         let mut guards: Vec<_> = shards.iter().map(|s| s.lock()).collect();
-        with_local(shared, |local| {
-            let mut stats = local.stats();
-            release_everything(&mut guards, shared, &mut stats);
-        });
+        f(&mut guards)
     }
 
     /// Limits reserved memory to `fraction` of the device total (as
@@ -479,18 +519,31 @@ fn nonneg(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
-/// Waits for all markers, then releases every whole free segment of every shard.
-fn release_everything(
-    guards: &mut [parking_lot::MutexGuard<'_, ShardState>],
-    shared: &DeviceShared,
-    st: &mut StatsWriter<'_>,
-) {
-    st.num_sync_all_streams.bump();
-    for g in guards.iter_mut() {
-        g.synchronize_and_free_events(st);
+/// Waits for `markers` (call without any allocator lock or open statistics write).
+pub(crate) fn wait_markers(markers: &[(StreamKey, Arc<dyn crate::stream::Marker>)]) {
+    for (stream, marker) in markers {
+        if let Err(e) = marker.wait() {
+            tracing::warn!(stream = ?stream, error = %e, "waiting for a stream marker failed");
+        }
     }
-    for g in guards.iter_mut() {
-        g.release_cached(shared, st);
+}
+
+/// Waits for the work that may use the segments of `batches` (without any allocator lock),
+/// then frees them.
+pub(crate) fn release_batches(
+    batches: Vec<ReleaseBatch>,
+    shared: &DeviceShared,
+    local: &Local<'_>,
+) {
+    if batches.is_empty() {
+        return;
+    }
+    for batch in &batches {
+        batch.wait();
+    }
+    let mut st = local.stats();
+    for batch in batches {
+        batch.free(shared, &mut st);
     }
 }
 
@@ -501,7 +554,7 @@ fn new_segment(
     shared: &DeviceShared,
     st: &mut StatsWriter<'_>,
 ) -> Result<Handed, SegmentFailure> {
-    let segment = shared.allocate_segment(req.segment_size)?;
+    let segment = st.unlocked(|| shared.allocate_segment(req.segment_size))?;
     let block = state.add_segment(segment, req.pool, st);
     Ok(state.alloc_found_block(block, req, st))
 }
@@ -539,22 +592,37 @@ fn fast_path(
     }
     match new_segment(state, &grow, shared, st) {
         Ok(h) => return Ok(Outcome::Done(h)),
-        Err(SegmentFailure::Device(msg)) => return Err(AllocError::Device(msg)),
-        Err(_) => {}
+        Err(f) => hard_error(f, shared, size)?,
     }
     if grow.segment_size != req.segment_size {
         match new_segment(state, &req, shared, st) {
             Ok(h) => return Ok(Outcome::Done(h)),
-            Err(SegmentFailure::Device(msg)) => return Err(AllocError::Device(msg)),
-            Err(_) => {}
+            Err(f) => hard_error(f, shared, size)?,
         }
     }
     if state.release_available_cached_blocks(&req, shared, st) {
         match new_segment(state, &req, shared, st) {
             Ok(h) => return Ok(Outcome::Done(h)),
-            Err(SegmentFailure::Device(msg)) => return Err(AllocError::Device(msg)),
-            Err(_) => {}
+            Err(f) => hard_error(f, shared, size)?,
         }
     }
     Ok(Outcome::Exhausted(req))
+}
+
+/// The error of a segment failure that no release of cached memory can cure (a device
+/// error, or a size the device can never allocate); `Ok` for a failure worth a retry.
+pub(crate) fn hard_error(
+    failure: SegmentFailure,
+    shared: &DeviceShared,
+    size: u64,
+) -> Result<(), AllocError> {
+    match failure {
+        SegmentFailure::Device(msg) => Err(AllocError::Device(msg)),
+        SegmentFailure::TooLarge => Err(AllocError::TooLarge {
+            device: shared.device(),
+            requested: size,
+            max: shared.max_alloc.min(MAX_REQUEST),
+        }),
+        SegmentFailure::OutOfMemory | SegmentFailure::Fraction => Ok(()),
+    }
 }

@@ -10,7 +10,7 @@ use super::local::Local;
 use super::shard::Shard;
 use super::shared::SegmentFailure;
 use super::state::{Handed, Request, ShardState};
-use super::{new_segment, release_everything, DeviceCore};
+use super::{hard_error, new_segment, release_batches, wait_markers, DeviceCore};
 use crate::error::{AllocError, OomReport};
 use crate::size;
 
@@ -23,29 +23,69 @@ impl DeviceCore {
         local: &Local<'_>,
     ) -> Result<Handed, AllocError> {
         let shared = &*self.inner.shared;
-        let failure = {
-            let _oom = self.inner.oom_lock.lock();
-            let shards = self.all_shards();
-            let mut guards: Vec<MutexGuard<'_, ShardState>> =
-                shards.iter().map(|s| s.lock()).collect();
-            let me = shard.rank;
+        let me = shard.rank;
+        let gc = shared.gc_enabled();
+        // 1. Frees completed on every stream, this stream's pool (another thread may have
+        //    freed blocks since the first search), then another stream's whole segment.
+        let markers = match self.with_all(|gs| {
             let mut st = local.stats();
-            for g in &mut guards {
+            for g in gs.iter_mut() {
                 g.process_events(&mut st);
             }
-            // Another thread may have freed blocks of this stream since the first search.
-            if let Some(found) = guards[me].search(&req, shared.gc_enabled()) {
-                return Ok(guards[me].alloc_pooled(found, &req, &mut st));
+            if let Some(found) = gs[me].search(&req, gc) {
+                return Ok(gs[me].alloc_pooled(found, &req, &mut st));
             }
-            if let Some(handed) = steal(&mut guards, me, &req, &mut st) {
+            if let Some(handed) = steal(gs, me, &req, &mut st) {
                 return Ok(handed);
             }
-            release_everything(&mut guards, shared, &mut st);
+            Err(gs
+                .iter()
+                .flat_map(|g| g.pending_markers())
+                .collect::<Vec<_>>())
+        }) {
+            Ok(handed) => return Ok(handed),
+            Err(markers) => markers,
+        };
+        // 2. Wait for every pending free (no allocator lock held), as PyTorch's
+        //    synchronize_and_free_events; 3. search again before releasing anything: a
+        //    block that was only waiting for another stream is reused as it is.
+        local.stats().num_sync_all_streams.bump();
+        wait_markers(&markers);
+        let batches = match self.with_all(|gs| {
+            let mut st = local.stats();
+            if !markers.is_empty() {
+                for g in gs.iter_mut() {
+                    g.process_events(&mut st);
+                }
+                if let Some(found) = gs[me].search(&req, gc) {
+                    return Ok(gs[me].alloc_pooled(found, &req, &mut st));
+                }
+                if let Some(handed) = steal(gs, me, &req, &mut st) {
+                    return Ok(handed);
+                }
+            }
+            // 4. Release every cached whole segment (once its stream's work is done).
+            Err(gs
+                .iter_mut()
+                .filter_map(|g| g.take_releasable(&mut st))
+                .collect::<Vec<_>>())
+        }) {
+            Ok(handed) => return Ok(handed),
+            Err(batches) => batches,
+        };
+        release_batches(batches, shared, local);
+        // 5. Allocate again.
+        let failure = {
+            let mut state = shard.lock();
+            let mut st = local.stats();
+            if let Some(found) = state.search(&req, gc) {
+                return Ok(state.alloc_pooled(found, &req, &mut st));
+            }
             st.num_alloc_retries.bump();
-            match new_segment(&mut guards[me], &req, shared, &mut st) {
+            match new_segment(&mut state, &req, shared, &mut st) {
                 Ok(handed) => return Ok(handed),
-                Err(SegmentFailure::Device(msg)) => return Err(AllocError::Device(msg)),
                 Err(failure) => {
+                    hard_error(failure.clone(), shared, req.size)?;
                     st.num_ooms.bump();
                     failure
                 }
@@ -105,14 +145,14 @@ fn steal(
         }
     }
     let (_, _, owner, block) = best?;
-    let marker = match guards[owner].stream.record_marker() {
+    let marker = match st.unlocked(|| guards[owner].stream.record_marker()) {
         Ok(m) => m,
         Err(e) => {
             tracing::warn!(error = %e, "cross-stream reuse: recording a marker failed");
             return None;
         }
     };
-    if let Err(e) = guards[me].stream.wait_marker(marker.as_ref()) {
+    if let Err(e) = st.unlocked(|| guards[me].stream.wait_marker(marker.as_ref())) {
         tracing::warn!(error = %e, "cross-stream reuse: waiting for a marker failed");
         return None;
     }

@@ -2,11 +2,12 @@
 //! streams (record_stream) is freed.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use crate::stream::{Marker, StreamKey};
 
 /// Markers of one stream with the blocks they free, oldest first.
-type Fifo = VecDeque<(Box<dyn Marker>, u32)>;
+type Fifo = VecDeque<(Arc<dyn Marker>, u32)>;
 
 /// Markers waiting to complete, one FIFO per stream they were recorded on.
 #[derive(Default)]
@@ -21,7 +22,7 @@ impl Pending {
         self.count == 0
     }
 
-    pub(crate) fn push(&mut self, stream: StreamKey, marker: Box<dyn Marker>, block: u32) {
+    pub(crate) fn push(&mut self, stream: StreamKey, marker: Arc<dyn Marker>, block: u32) {
         self.count += 1;
         if let Some((_, fifo)) = self.fifos.iter_mut().find(|(k, _)| *k == stream) {
             fifo.push_back((marker, block));
@@ -48,19 +49,11 @@ impl Pending {
         done
     }
 
-    /// Waits for every marker and returns all blocks in order, emptying the FIFOs.
-    pub(crate) fn wait_all(&mut self) -> Vec<u32> {
-        let mut done = Vec::with_capacity(self.count);
-        for (stream, fifo) in &mut self.fifos {
-            for (marker, block) in fifo.drain(..) {
-                if let Err(e) = marker.wait() {
-                    tracing::warn!(stream = ?stream, error = %e, "waiting for a stream marker failed");
-                }
-                done.push(block);
-            }
-        }
-        self.fifos.clear();
-        self.count = 0;
-        done
+    /// Every marker (oldest first per stream), to be waited for without the shard's lock.
+    pub(crate) fn markers(&self) -> Vec<(StreamKey, Arc<dyn Marker>)> {
+        self.fifos
+            .iter()
+            .flat_map(|(k, fifo)| fifo.iter().map(move |(m, _)| (*k, m.clone())))
+            .collect()
     }
 }

@@ -4,7 +4,7 @@
 use super::cell::StatsWriter;
 use super::shared::DeviceShared;
 use super::state::{Request, ShardState};
-use crate::size::{PoolKind, ROUND_LARGE, SMALL_BUFFER};
+use crate::size::{self, PoolKind, ROUND_LARGE, SMALL_BUFFER};
 
 /// Largest small-pool segment, in bytes.
 pub(crate) const SMALL_SEGMENT_MAX: u64 = 16 << 20;
@@ -45,8 +45,10 @@ pub(crate) fn segment_size_before_grow(
             let idle = state.whole_free(PoolKind::Large);
             let total: u64 = idle.iter().map(|w| w.0).sum();
             let merged = total.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE);
-            let max_split = state.config.max_split_size;
-            let oversize = req.rounded < max_split && merged >= max_split;
+            // The merged segment must obey the oversize rule of a cached block serving
+            // this request (reference §4.5), or it would be handed out whole to a request
+            // it exceeds by the tolerance or more, and re-created every round.
+            let oversize = !size::oversize_allows(req.rounded, merged, &state.config);
             if total < req.segment_size || merged > shared.max_alloc || oversize {
                 return req.segment_size;
             }

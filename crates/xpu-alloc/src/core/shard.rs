@@ -67,13 +67,19 @@ impl Shard {
 
 impl Drop for Shard {
     fn drop(&mut self) {
-        // No block is live (each DataPtr holds the shard); finish pending frees and return
-        // every segment to the device.
+        // No block is live (each DataPtr holds the shard): finish pending frees and return
+        // every cached segment to the device once the stream's work is done. No lock is
+        // held (`&mut self`); statistics writes are closed while waiting.
         let shared = self.shared.clone();
         let state = self.state.get_mut();
-        shared.stats.with_fallback(|stats| {
-            state.synchronize_and_free_events(stats);
-            state.release_cached(&shared, stats);
+        super::wait_markers(&state.pending_markers());
+        let batch = shared.stats.with_fallback(|st| {
+            state.process_events(st);
+            state.take_releasable(st)
         });
+        if let Some(batch) = batch {
+            batch.wait();
+            shared.stats.with_fallback(|st| batch.free(&shared, st));
+        }
     }
 }

@@ -24,6 +24,8 @@ pub(crate) enum SegmentFailure {
     OutOfMemory,
     /// The memory fraction forbids it.
     Fraction,
+    /// The size can never be allocated (no retry).
+    TooLarge,
     /// Another device error.
     Device(String),
 }
@@ -160,6 +162,7 @@ impl DeviceShared {
                 drop(r);
                 Err(match e {
                     SourceError::OutOfMemory => SegmentFailure::OutOfMemory,
+                    SourceError::TooLarge { .. } => SegmentFailure::TooLarge,
                     SourceError::Device(msg) => SegmentFailure::Device(msg),
                 })
             }

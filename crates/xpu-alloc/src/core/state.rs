@@ -13,7 +13,7 @@ use crate::config::AllocConfig;
 use crate::observe::TraceAction;
 use crate::size::{self, PoolKind};
 use crate::source::SourceSegment;
-use crate::stream::{StreamKey, StreamRef};
+use crate::stream::{Marker, StreamKey, StreamRef};
 
 /// A request after rounding.
 #[derive(Clone, Copy, Debug)]
@@ -293,29 +293,35 @@ impl ShardState {
 
     fn insert_events(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         let uses = std::mem::take(&mut self.blocks[block].stream_uses);
+        let mut failed = Vec::new();
         for stream in uses {
-            match stream.record_marker() {
+            match st.unlocked(|| stream.record_marker()) {
                 Ok(marker) => {
                     self.blocks[block].event_count += 1;
-                    self.pending.push(stream.key(), marker, block);
+                    self.pending.push(stream.key(), Arc::from(marker), block);
                 }
                 Err(e) => {
-                    tracing::warn!(stream = ?stream.key(), error = %e, "recording a free marker failed; synchronizing the stream");
-                    if let Err(e) = stream.synchronize() {
-                        tracing::warn!(stream = ?stream.key(), error = %e, "stream synchronize failed");
-                    }
+                    // Without a marker nothing orders a reuse after that stream's work: the
+                    // block stays out of the cache (never reused, merged or released).
+                    tracing::error!(stream = ?stream.key(), error = %e, "recording a free marker failed; the block is kept out of the cache");
+                    failed.push(stream);
                 }
             }
         }
-        if self.blocks[block].event_count == 0 {
-            self.free_block(block, st);
+        if failed.is_empty() {
+            if self.blocks[block].event_count == 0 {
+                self.free_block(block, st);
+            }
+        } else {
+            self.blocks[block].stream_uses = failed;
         }
     }
 
     fn marker_done(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         let b = &mut self.blocks[block];
         b.event_count -= 1;
-        if b.event_count == 0 {
+        // A use whose marker could not be recorded stays in `stream_uses`: never free.
+        if b.event_count == 0 && b.stream_uses.is_empty() {
             self.free_block(block, st);
         }
     }
@@ -329,18 +335,20 @@ impl ShardState {
     }
 
     fn process_events_slow(&mut self, st: &mut StatsWriter<'_>) {
-        for block in self.pending.pop_completed() {
+        // Querying markers is a driver call: statistics readers must not wait for it.
+        let pending = &mut self.pending;
+        for block in st.unlocked(|| pending.pop_completed()) {
             self.marker_done(block, st);
         }
     }
 
-    /// Waits for every pending marker and frees their blocks.
-    pub(crate) fn synchronize_and_free_events(&mut self, st: &mut StatsWriter<'_>) {
+    /// Every pending marker, to be waited for without any allocator lock (then
+    /// [`ShardState::process_events`] frees their blocks).
+    pub(crate) fn pending_markers(&self) -> Vec<(StreamKey, Arc<dyn Marker>)> {
         if self.pending.is_empty() {
-            return;
-        }
-        for block in self.pending.wait_all() {
-            self.marker_done(block, st);
+            Vec::new()
+        } else {
+            self.pending.markers()
         }
     }
 
@@ -432,7 +440,11 @@ impl ShardState {
         }
     }
 
-    /// Releases a whole free block's segment to the device.
+    /// Releases a whole free block's segment to the device now (fast-path releases: the
+    /// memory is reused only by this stream; an OpenCL buffer is deleted by the driver only
+    /// once the commands using it have finished, OpenCL 3.0 §5.5.1; a source whose free
+    /// does not wait has the stream synchronized first). The statistics count the segment
+    /// as reserved until it is freed.
     pub(crate) fn release_block(
         &mut self,
         block: u32,
@@ -442,25 +454,44 @@ impl ShardState {
         let Some(segment) = self.take_segment(block) else {
             return;
         };
-        let (kind, size) = (segment.pool, segment.source.size);
-        self.history.record(
-            TraceAction::SegmentFree,
-            segment.source.address,
-            size,
-            self.key.id,
-        );
-        st.segment.decrease(kind, 1);
-        st.reserved_bytes.decrease(kind, size);
-        st.num_device_free.bump();
-        if size >= self.config.max_split_size {
-            st.oversize_segments.decrease(1);
-        }
         if shared.source.free_needs_sync() {
-            if let Err(e) = self.stream.synchronize() {
+            if let Err(e) = st.unlocked(|| self.stream.synchronize()) {
                 tracing::warn!(stream = ?self.key, error = %e, "synchronize before freeing a segment failed");
             }
         }
-        shared.release_segment(segment.source);
+        free_segment(segment, self.key, self.config.max_split_size, shared, st);
+    }
+
+    /// Takes every whole free segment out of this shard for release, after recording a
+    /// marker on the stream (the only stream whose work may still use them: uses on other
+    /// streams completed before their blocks became free). `None` when there is nothing to
+    /// release, or when the marker cannot be recorded (the segments then stay cached).
+    pub(crate) fn take_releasable(&mut self, st: &mut StatsWriter<'_>) -> Option<ReleaseBatch> {
+        let blocks: Vec<u32> = [PoolKind::Small, PoolKind::Large]
+            .into_iter()
+            .flat_map(|kind| self.whole_free(kind))
+            .map(|(_, _, block)| block)
+            .collect();
+        if blocks.is_empty() {
+            return None;
+        }
+        let marker = match st.unlocked(|| self.stream.record_marker()) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(stream = ?self.key, error = %e, "cannot order a release after the stream's work; its cached segments stay cached");
+                return None;
+            }
+        };
+        let segments = blocks
+            .into_iter()
+            .filter_map(|block| self.take_segment(block))
+            .collect();
+        Some(ReleaseBatch {
+            key: self.key,
+            marker,
+            segments,
+            max_split_size: self.config.max_split_size,
+        })
     }
 
     /// Whole free blocks of one pool, smallest first: (size, address, block).
@@ -469,22 +500,6 @@ impl ShardState {
             .iter()
             .filter(|&(_, _, b)| !self.blocks[b].is_split())
             .collect()
-    }
-
-    /// Releases every whole free segment of both pools; returns the bytes released.
-    pub(crate) fn release_cached(
-        &mut self,
-        shared: &DeviceShared,
-        st: &mut StatsWriter<'_>,
-    ) -> u64 {
-        let mut released = 0;
-        for kind in [PoolKind::Small, PoolKind::Large] {
-            for (size, _, block) in self.whole_free(kind) {
-                self.release_block(block, shared, st);
-                released += size;
-            }
-        }
-        released
     }
 
     /// PyTorch's `release_available_cached_blocks` (only with `max_split_size` set): release
@@ -569,6 +584,56 @@ impl ShardState {
             }
             candidates = young;
         }
+    }
+}
+
+/// Whole free segments taken out of a shard, to be freed once the work enqueued on their
+/// stream before the release has completed.
+pub(crate) struct ReleaseBatch {
+    key: StreamKey,
+    marker: Box<dyn Marker>,
+    segments: Vec<Segment>,
+    max_split_size: u64,
+}
+
+impl ReleaseBatch {
+    /// Waits for the work that may use the segments. Call without any allocator lock or
+    /// open statistics write.
+    pub(crate) fn wait(&self) {
+        if let Err(e) = self.marker.wait() {
+            tracing::warn!(stream = ?self.key, error = %e, "waiting for a stream before releasing its segments failed");
+        }
+    }
+
+    /// Frees the segments (after [`ReleaseBatch::wait`]); returns the bytes released.
+    pub(crate) fn free(self, shared: &DeviceShared, st: &mut StatsWriter<'_>) -> u64 {
+        let mut released = 0;
+        for segment in self.segments {
+            released += segment.source.size;
+            free_segment(segment, self.key, self.max_split_size, shared, st);
+        }
+        released
+    }
+}
+
+/// Returns a segment taken out of its shard to the device, then updates the statistics.
+fn free_segment(
+    segment: Segment,
+    key: StreamKey,
+    max_split_size: u64,
+    shared: &DeviceShared,
+    st: &mut StatsWriter<'_>,
+) {
+    let (kind, size, address) = (segment.pool, segment.source.size, segment.source.address);
+    shared
+        .history
+        .record(TraceAction::SegmentFree, address, size, key.id);
+    st.unlocked(|| shared.release_segment(segment.source));
+    st.segment.decrease(kind, 1);
+    st.reserved_bytes.decrease(kind, size);
+    st.num_device_free.bump();
+    if size >= max_split_size {
+        st.oversize_segments.decrease(1);
     }
 }
 

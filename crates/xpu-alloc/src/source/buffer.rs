@@ -37,9 +37,20 @@ impl BufferSource {
     }
 }
 
-/// Maps a device error of an allocation to the allocator's classification.
-pub(super) fn classify(error: &DeviceError) -> SourceError {
-    if error.is_out_of_memory() {
+/// `CL_INVALID_BUFFER_SIZE` (OpenCL 3.0 §5.2.1).
+const CL_INVALID_BUFFER_SIZE: i32 = -61;
+
+/// Maps a device error of an allocation of `size` bytes to the allocator's
+/// classification: `CL_INVALID_BUFFER_SIZE` (OpenCL 3.0 §5.2.1: above the device's largest
+/// allocation) can never succeed and is [`SourceError::TooLarge`]; exhausted memory is
+/// [`SourceError::OutOfMemory`] (retried after releasing cached memory).
+pub(super) fn classify(error: &DeviceError, size: u64) -> SourceError {
+    if error
+        .cl_error()
+        .is_some_and(|e| e.code == CL_INVALID_BUFFER_SIZE)
+    {
+        SourceError::TooLarge { size }
+    } else if error.is_out_of_memory() {
         SourceError::OutOfMemory
     } else {
         SourceError::Device(error.to_string())
@@ -69,8 +80,9 @@ impl SegmentSource for BufferSource {
 
     fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
         let bytes = usize::try_from(size).map_err(|_| SourceError::OutOfMemory)?;
-        let context = self.device.context().map_err(|e| classify(&e))?;
-        let buffer = Buffer::new(context, bytes, MemFlags::default()).map_err(|e| classify(&e))?;
+        let context = self.device.context().map_err(|e| classify(&e, size))?;
+        let buffer =
+            Buffer::new(context, bytes, MemFlags::default()).map_err(|e| classify(&e, size))?;
         let address = {
             let mut next = self.next_address.lock();
             let address = *next;

@@ -43,6 +43,14 @@ pub enum SourceError {
     /// The device has not enough memory: the allocator frees cached memory and retries.
     #[error("device out of memory")]
     OutOfMemory,
+    /// The size can never be allocated (OpenCL `CL_INVALID_BUFFER_SIZE`: above the
+    /// device's largest allocation): reported to the caller at once as
+    /// [`crate::AllocError::TooLarge`], without releasing cached memory or retrying.
+    #[error("a segment of {size} bytes exceeds the device's largest allocation")]
+    TooLarge {
+        /// The segment size asked for, in bytes.
+        size: u64,
+    },
     /// Any other device error: reported to the caller at once.
     #[error("device error: {0}")]
     Device(String),
@@ -76,7 +84,8 @@ pub trait SegmentSource: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`SourceError::OutOfMemory`] when the device has no room (the allocator then frees
-    /// cached memory and retries), [`SourceError::Device`] for any other failure.
+    /// cached memory and retries), [`SourceError::TooLarge`] when `size` can never be
+    /// allocated, [`SourceError::Device`] for any other failure.
     fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError>;
     /// Returns a segment to the device. Work that used it has completed or is ordered
     /// before any later use of the memory (the caller guarantees it).

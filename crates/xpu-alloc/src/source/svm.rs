@@ -62,9 +62,9 @@ impl SegmentSource for SvmSource {
 
     fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
         let bytes = usize::try_from(size).map_err(|_| SourceError::OutOfMemory)?;
-        let context = self.device.context().map_err(|e| classify(&e))?;
+        let context = self.device.context().map_err(|e| classify(&e, size))?;
         let align = u32::try_from(self.base_addr_align()).unwrap_or(0);
-        let svm = SvmBuffer::new(context, bytes, align).map_err(|e| classify(&e))?;
+        let svm = SvmBuffer::new(context, bytes, align).map_err(|e| classify(&e, size))?;
         let address = svm.address();
         xpu_device::note_reserved(self.index as usize, i64::try_from(size).unwrap_or(i64::MAX));
         Ok(SourceSegment {

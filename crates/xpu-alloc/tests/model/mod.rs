@@ -277,18 +277,22 @@ impl Model {
         }
     }
 
-    fn synchronize_and_free_events(&mut self, si: usize) {
-        let fifos = std::mem::take(&mut self.shards[si].fifos);
-        let mut done = Vec::new();
-        for (_, fifo) in fifos {
-            for (m, id) in fifo {
-                self.wait(&m);
-                done.push(id);
-            }
+    /// Waits for every pending marker (the allocator does it without its locks); the
+    /// following `process_events` frees their blocks. Returns whether there was any.
+    fn wait_pending(&mut self) -> bool {
+        let markers: Vec<Marker> = self
+            .shards
+            .iter()
+            .flat_map(|s| {
+                s.fifos
+                    .iter()
+                    .flat_map(|(_, f)| f.iter().map(|(m, _)| m.clone()))
+            })
+            .collect();
+        for m in &markers {
+            self.wait(m);
         }
-        for id in done {
-            self.marker_done(id);
-        }
+        !markers.is_empty()
     }
 
     fn reserved(&self) -> u64 {
@@ -360,7 +364,16 @@ impl Model {
         self.release_segment(si, gi);
     }
 
+    /// Releases every whole free segment of a shard once the work enqueued on its stream
+    /// has completed (a marker recorded on the stream and waited for).
     fn release_cached(&mut self, si: usize) {
+        if self.whole_free(si, PoolKind::Small).is_empty()
+            && self.whole_free(si, PoolKind::Large).is_empty()
+        {
+            return;
+        }
+        let m = self.record(self.shards[si].stream);
+        self.wait(&m);
         for pool in [PoolKind::Small, PoolKind::Large] {
             for (_, addr) in self.whole_free(si, pool) {
                 self.release_by_addr(si, addr);
@@ -479,8 +492,7 @@ impl Model {
                 let idle = self.whole_free(si, PoolKind::Large);
                 let total: u64 = idle.iter().map(|w| w.0).sum();
                 let merged = total.div_ceil(ROUND_LARGE) * ROUND_LARGE;
-                let oversize =
-                    rounded < self.config.max_split_size && merged >= self.config.max_split_size;
+                let oversize = !size::oversize_allows(rounded, merged, &self.config);
                 if total < seg_size || merged > self.max_alloc || oversize {
                     return seg_size;
                 }
@@ -531,11 +543,7 @@ impl Model {
         released >= key
     }
 
-    fn release_everything(&mut self) {
-        self.stats.num_sync_all_streams += 1;
-        for si in 0..self.shards.len() {
-            self.synchronize_and_free_events(si);
-        }
+    fn release_cached_all(&mut self) {
         for si in 0..self.shards.len() {
             self.release_cached(si);
         }
@@ -628,7 +636,23 @@ impl Model {
         if let Some(r) = self.steal(si, pool, size, rounded) {
             return ok(r);
         }
-        self.release_everything();
+        // Wait for the pending frees, search again, then release cached segments.
+        self.stats.num_sync_all_streams += 1;
+        if self.wait_pending() {
+            for s in 0..self.shards.len() {
+                self.process_events(s);
+            }
+            if let Some((gi, bi)) = self.search(si, pool, rounded) {
+                return ok(self.alloc_found(si, gi, bi, size, rounded));
+            }
+            if let Some(r) = self.steal(si, pool, size, rounded) {
+                return ok(r);
+            }
+        }
+        self.release_cached_all();
+        if let Some((gi, bi)) = self.search(si, pool, rounded) {
+            return ok(self.alloc_found(si, gi, bi, size, rounded));
+        }
         self.stats.num_alloc_retries += 1;
         if let Some(r) = self.try_new_segment(si, seg_size, pool, size, rounded) {
             return ok(r);
@@ -693,7 +717,12 @@ impl Model {
 
     /// `empty_cache()`.
     pub fn empty_cache(&mut self) {
-        self.release_everything();
+        self.stats.num_sync_all_streams += 1;
+        self.wait_pending();
+        for s in 0..self.shards.len() {
+            self.process_events(s);
+        }
+        self.release_cached_all();
     }
 
     /// Segments sorted by address, as the snapshot shows them.

@@ -1,0 +1,242 @@
+//! Stream-ordered correctness on a real OpenCL device (PoCL in CI): a recorded use
+//! survives its stream, `empty_cache` waits for queued work, driver error classes. Skipped
+//! without a device unless `XPU_REQUIRE_DEVICE=1`.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use xpu_alloc::{
+    AllocConfig, AllocError, BufferSource, DeviceAllocator, DeviceCore, SegmentSource, SourceError,
+    SourceSegment,
+};
+use xpu_device::backend::{Buffer, MemFlags};
+use xpu_event::test_support::Gate;
+use xpu_stream::ExternalStream;
+
+const MIB: u64 = 1 << 20;
+
+fn device() -> bool {
+    let count = xpu_device::device_count();
+    assert!(
+        !(count == 0 && xpu_device::require_device()),
+        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
+    );
+    count > 0
+}
+
+/// A stream on its own queue, so gating it never holds back a pool stream of another test.
+fn fresh_stream() -> ExternalStream {
+    let q = xpu_device::device(0)
+        .unwrap()
+        .create_queue(xpu_device::backend::QueueOptions {
+            profiling: true,
+            priority: None,
+        })
+        .unwrap();
+    ExternalStream::new(q, 0).unwrap()
+}
+
+fn private(config: &str) -> DeviceAllocator {
+    DeviceAllocator::new(0, AllocConfig::parse(config).unwrap()).unwrap()
+}
+
+fn scratch(len: u64) -> Buffer {
+    let context = xpu_device::device(0).unwrap().context().unwrap();
+    Buffer::new(context, len as usize, MemFlags::default()).unwrap()
+}
+
+/// Allocate X on D; gated stream E reads X; record_stream(X, E); drop E; drop X; allocate
+/// the same size on D and fill it: E's read must still see X's contents.
+#[test]
+fn recorded_use_on_a_dropped_stream_still_orders_reuse() {
+    if !device() {
+        return;
+    }
+    const N: u64 = 64 * 1024;
+    let alloc = private("");
+    let d = fresh_stream();
+    let e = fresh_stream();
+    let x = alloc.allocate(N, &d.stream()).unwrap();
+    let x_addr = x.address();
+    let (xbuf, xoff) = x.buffer_and_offset().unwrap();
+    let dq = d.stream().queue().unwrap();
+    dq.write(&xbuf, xoff as usize, &vec![0xAA; N as usize])
+        .unwrap();
+    let out = scratch(N);
+    let gate = Gate::new(0).unwrap();
+    let read = {
+        let eq = e.stream().queue().unwrap();
+        gate.block(&e.stream()).unwrap();
+        let ev = eq
+            .copy(&xbuf, xoff as usize, &out, 0, N as usize, &[])
+            .unwrap();
+        eq.flush().unwrap();
+        ev
+    };
+    drop(xbuf);
+    alloc.record_stream(&x, &e.stream()).unwrap();
+    drop(e);
+    drop(x);
+    let y = alloc.allocate(N, &d.stream()).unwrap();
+    let reused = y.address() == x_addr;
+    let (ybuf, yoff) = y.buffer_and_offset().unwrap();
+    dq.write(&ybuf, yoff as usize, &vec![0x55; N as usize])
+        .unwrap();
+    gate.open().unwrap();
+    read.wait().unwrap();
+    let mut seen = vec![0u8; N as usize];
+    dq.read(&out, 0, &mut seen).unwrap();
+    assert!(
+        seen.iter().all(|&b| b == 0xAA),
+        "E's gated read saw D's fill (block reused at once: {reused})"
+    );
+    assert!(!reused);
+}
+
+/// Gate stream S; S copies from X; drop X; `empty_cache` must not release X's segment
+/// while that copy is queued (reserved stays 24 MiB until the work completes).
+#[test]
+fn empty_cache_waits_for_queued_work_on_the_segment() {
+    if !device() {
+        return;
+    }
+    let alloc = private("");
+    let s = fresh_stream();
+    let x = alloc.allocate(12 * MIB, &s.stream()).unwrap();
+    let _keep = alloc.allocate(12 * MIB, &s.stream()).unwrap();
+    assert_eq!(alloc.core().memory_reserved(), 24 * MIB);
+    let (xbuf, xoff) = x.buffer_and_offset().unwrap();
+    let out = scratch(MIB);
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s.stream()).unwrap();
+    let q = s.stream().queue().unwrap();
+    let copy = q
+        .copy(&xbuf, xoff as usize, &out, 0, MIB as usize, &[])
+        .unwrap();
+    q.flush().unwrap();
+    drop(xbuf);
+    drop(x);
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|scope| {
+        let core = alloc.core().clone();
+        scope.spawn(move || {
+            core.empty_cache();
+            let _ = tx.send(core.memory_reserved());
+        });
+        // A correct empty_cache cannot return before the gate opens, whatever the timing.
+        let early = rx.recv_timeout(Duration::from_millis(300)).ok();
+        let during = alloc.core().memory_reserved();
+        gate.open().unwrap();
+        assert_eq!(
+            early, None,
+            "empty_cache returned while a queued copy still reads the segment"
+        );
+        assert_eq!(during, 24 * MIB, "reserved while the work is queued");
+        assert_eq!(rx.recv().unwrap(), 12 * MIB);
+    });
+    copy.wait().unwrap();
+}
+
+#[test]
+fn buffer_source_reports_a_size_above_the_max_allocation_as_too_large() {
+    if !device() {
+        return;
+    }
+    let source = BufferSource::new(0).unwrap();
+    let max = source.max_alloc_size();
+    let err = source.allocate(max + 512).unwrap_err();
+    assert!(
+        matches!(err, SourceError::TooLarge { size } if size == max + 512),
+        "{err:?}"
+    );
+}
+
+/// A source that claims a larger max allocation than the device's.
+struct Claims(BufferSource);
+
+impl SegmentSource for Claims {
+    fn device(&self) -> u32 {
+        self.0.device()
+    }
+    fn name(&self) -> String {
+        self.0.name()
+    }
+    fn total_memory(&self) -> u64 {
+        self.0.total_memory().max(self.0.max_alloc_size() * 4)
+    }
+    fn max_alloc_size(&self) -> u64 {
+        self.0.max_alloc_size() * 2
+    }
+    fn base_addr_align(&self) -> u64 {
+        self.0.base_addr_align()
+    }
+    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
+        self.0.allocate(size)
+    }
+    fn free(&self, segment: SourceSegment) {
+        self.0.free(segment);
+    }
+}
+
+#[test]
+fn a_request_the_driver_can_never_serve_is_too_large_without_retries() {
+    if !device() {
+        return;
+    }
+    let max = BufferSource::new(0).unwrap().max_alloc_size();
+    let core = DeviceCore::new(
+        Box::new(Claims(BufferSource::new(0).unwrap())),
+        AllocConfig::default(),
+    );
+    let s = fresh_stream();
+    let sr = xpu_alloc::ClStream::shared(s.stream());
+    drop(core.allocate(MIB, &sr).unwrap());
+    let err = core.allocate(max + 4 * MIB, &sr).unwrap_err();
+    assert!(matches!(err, AllocError::TooLarge { .. }), "{err:?}");
+    let st = core.memory_stats();
+    assert_eq!(
+        (st.num_alloc_retries, st.num_ooms, st.num_device_free),
+        (0, 0, 0),
+        "no free-and-retry for a request that can never fit"
+    );
+    assert_eq!(core.memory_reserved(), 2 * MIB, "the cache was kept");
+}
+
+/// As `empty_cache`: dropping an allocator releases a segment only once the work queued
+/// on its stream has completed (the drop waits for it).
+#[test]
+fn dropping_an_allocator_waits_for_queued_work_on_its_segments() {
+    if !device() {
+        return;
+    }
+    let alloc = private("");
+    let s = fresh_stream();
+    let x = alloc.allocate(12 * MIB, &s.stream()).unwrap();
+    let (xbuf, xoff) = x.buffer_and_offset().unwrap();
+    let out = scratch(MIB);
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s.stream()).unwrap();
+    let q = s.stream().queue().unwrap();
+    let copy = q
+        .copy(&xbuf, xoff as usize, &out, 0, MIB as usize, &[])
+        .unwrap();
+    q.flush().unwrap();
+    drop(xbuf);
+    drop(x);
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            drop(alloc);
+            let _ = tx.send(());
+        });
+        // A correct drop cannot return before the gate opens, whatever the timing.
+        let early = rx.recv_timeout(Duration::from_millis(300)).is_ok();
+        gate.open().unwrap();
+        assert!(
+            !early,
+            "the allocator was dropped (its segments released) while a queued copy still reads one"
+        );
+        rx.recv().unwrap();
+    });
+    copy.wait().unwrap();
+}

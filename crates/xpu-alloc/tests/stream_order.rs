@@ -1,0 +1,315 @@
+//! Stream-ordered correctness on simulated devices: the OOM path drains pending frees and
+//! searches the pool again before releasing cached segments; statistics readers never wait
+//! for an allocation in progress; the oversize rule under every release policy.
+
+mod common;
+
+use std::any::Any;
+use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use common::{sim_core, stream, MIB};
+use parking_lot::{Condvar, Mutex};
+use xpu_alloc::{
+    AllocConfig, DeviceCore, Marker, MarkerError, MarkerStream, SegmentSource, SimulatedSource,
+    SourceError, SourceSegment, StreamKey, StreamRef,
+};
+
+/// Hang detection only (never an ordering): a call that should return at once.
+const HANG: Duration = Duration::from_secs(20);
+
+/// With a 64 MiB limit, a 40 MiB block sharing its segment with a live 16 MiB block is
+/// freed after being used on a gated stream: the next 40 MiB request must wait for the
+/// pending free and take that block, not fail.
+#[test]
+fn oom_path_reuses_a_pending_block_of_a_split_segment_after_draining() {
+    let (core, _) = sim_core(128 * MIB, "");
+    core.set_memory_fraction(0.5).unwrap();
+    let (_, a) = stream(1);
+    let (b_sim, b) = stream(2);
+    drop(core.allocate(56 * MIB, &a).unwrap());
+    let x = core.allocate(40 * MIB, &a).unwrap();
+    let _live = core.allocate(16 * MIB, &a).unwrap();
+    let addr = x.address();
+    let _gate = b_sim.close_gate(); // stream B's work on x is still queued
+    core.record_stream(&x, &b).unwrap();
+    drop(x);
+    let before = core.memory_stats();
+    let y = core
+        .allocate(40 * MIB, &a)
+        .expect("the pending 40 MiB block fits once B's work is done");
+    assert_eq!(y.address(), addr);
+    let st = core.memory_stats();
+    assert_eq!(
+        (st.num_device_alloc, st.num_device_free),
+        (before.num_device_alloc, before.num_device_free)
+    );
+    assert_eq!(core.memory_reserved(), 56 * MIB);
+}
+
+/// The same with the block alone in its segment: the request reuses that very block (same
+/// address, no new segment, no segment release).
+#[test]
+fn oom_path_reuses_a_pending_whole_segment_without_releasing_it() {
+    let (core, _) = sim_core(128 * MIB, "");
+    core.set_memory_fraction(0.5).unwrap();
+    let (_, a) = stream(1);
+    let (b_sim, b) = stream(2);
+    let x = core.allocate(40 * MIB, &a).unwrap();
+    let _live = core.allocate(16 * MIB, &a).unwrap();
+    let addr = x.address();
+    let _gate = b_sim.close_gate();
+    core.record_stream(&x, &b).unwrap();
+    drop(x);
+    let y = core.allocate(40 * MIB, &a).unwrap();
+    assert_eq!(y.address(), addr, "the pending block itself is reused");
+    let st = core.memory_stats();
+    assert_eq!(
+        (
+            st.num_device_alloc,
+            st.num_device_free,
+            st.segment.all.current
+        ),
+        (2, 0, 2),
+        "no segment released, none allocated"
+    );
+}
+
+/// A marker whose wait blocks until the test releases it, and tells the test when a wait
+/// starts (the "device" is busy until then).
+#[derive(Default)]
+struct Held {
+    released: Mutex<bool>,
+    cv: Condvar,
+    waiting: Mutex<Option<mpsc::Sender<()>>>,
+}
+
+impl Held {
+    fn release(&self) {
+        *self.released.lock() = true;
+        self.cv.notify_all();
+    }
+}
+
+struct HeldMarker(Arc<Held>);
+
+impl Marker for HeldMarker {
+    fn is_complete(&self) -> bool {
+        *self.0.released.lock()
+    }
+    fn wait(&self) -> Result<(), MarkerError> {
+        if let Some(tx) = self.0.waiting.lock().take() {
+            let _ = tx.send(());
+        }
+        let mut released = self.0.released.lock();
+        while !*released {
+            self.0.cv.wait(&mut released);
+        }
+        Ok(())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+struct HeldStream {
+    key: StreamKey,
+    held: Arc<Held>,
+}
+
+impl MarkerStream for HeldStream {
+    fn key(&self) -> StreamKey {
+        self.key
+    }
+    fn record_marker(&self) -> Result<Box<dyn Marker>, MarkerError> {
+        Ok(Box::new(HeldMarker(self.held.clone())))
+    }
+    fn wait_marker(&self, _: &dyn Marker) -> Result<(), MarkerError> {
+        Err(MarkerError("not supported".into()))
+    }
+    fn synchronize(&self) -> Result<(), MarkerError> {
+        HeldMarker(self.held.clone()).wait()
+    }
+}
+
+/// Runs `f` on another thread and returns its result, or `None` when it did not return
+/// within [`HANG`].
+fn returns<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> Option<R> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(HANG).ok()
+}
+
+#[test]
+fn statistics_do_not_wait_for_an_allocation_waiting_on_device_work() {
+    let (core, _) = sim_core(64 * MIB, "");
+    let (_, a) = stream(1);
+    let held = Arc::new(Held::default());
+    let (tx, started) = mpsc::channel();
+    *held.waiting.lock() = Some(tx);
+    let b: StreamRef = Arc::new(HeldStream {
+        key: StreamKey::new(0, 2),
+        held: held.clone(),
+    });
+    let x = core.allocate(40 * MIB, &a).unwrap();
+    core.record_stream(&x, &b).unwrap();
+    drop(x);
+    let alloc = {
+        let core = core.clone();
+        std::thread::spawn(move || core.allocate(40 * MIB, &a).map(|p| p.address()))
+    };
+    // The allocating thread is now inside the OOM path, waiting for stream B.
+    started
+        .recv_timeout(HANG)
+        .expect("the OOM path waits for B");
+    let reader = core.clone();
+    let stats = returns(move || reader.memory_stats());
+    held.release();
+    let stats = stats.expect("memory_stats() returned while an allocation waits for the device");
+    assert_eq!(stats.reserved_bytes.all.current, 40 * (MIB as i64));
+    assert!(alloc.join().unwrap().is_ok());
+}
+
+/// A source that reads the allocator's statistics from inside `allocate`.
+struct ReadingSource {
+    inner: SimulatedSource,
+    core: Arc<OnceLock<DeviceCore>>,
+    seen: Arc<Mutex<Vec<i64>>>,
+}
+
+impl SegmentSource for ReadingSource {
+    fn device(&self) -> u32 {
+        self.inner.device()
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn total_memory(&self) -> u64 {
+        self.inner.total_memory()
+    }
+    fn max_alloc_size(&self) -> u64 {
+        self.inner.max_alloc_size()
+    }
+    fn base_addr_align(&self) -> u64 {
+        self.inner.base_addr_align()
+    }
+    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
+        if let Some(core) = self.core.get() {
+            self.seen
+                .lock()
+                .push(core.memory_stats().reserved_bytes.all.current);
+        }
+        self.inner.allocate(size)
+    }
+    fn free(&self, segment: SourceSegment) {
+        if let Some(core) = self.core.get() {
+            self.seen
+                .lock()
+                .push(core.memory_stats().reserved_bytes.all.current);
+        }
+        self.inner.free(segment);
+    }
+}
+
+#[test]
+fn statistics_can_be_read_from_inside_a_segment_source() {
+    let cell = Arc::new(OnceLock::new());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let source = ReadingSource {
+        inner: SimulatedSource::new(0, 64 * MIB, 64 * MIB),
+        core: cell.clone(),
+        seen: seen.clone(),
+    };
+    let core = DeviceCore::new(Box::new(source), AllocConfig::default());
+    let _ = cell.set(core.clone());
+    let (_, s) = stream(1);
+    let done = returns(move || {
+        let p = core.allocate(20 * MIB, &s).unwrap();
+        drop(p);
+        core.empty_cache();
+        core.memory_reserved()
+    });
+    assert_eq!(
+        done,
+        Some(0),
+        "a statistics read inside the source callback returned"
+    );
+    assert_eq!(*seen.lock(), [0, 20 * (MIB as i64)]);
+}
+
+/// With `max_split_size_mb:64` a cached 100 MiB block does not serve a 70 MiB request (it
+/// exceeds it by the 20 MiB tolerance or more), under every release policy, and a loop of
+/// identical rounds reaches a steady state with no new segments.
+#[test]
+fn oversize_rule_holds_under_every_release_policy() {
+    for policy in ["", ",release_policy:before_grow", ",release_policy:on_oom"] {
+        let (core, _) = sim_core(1 << 40, &format!("max_split_size_mb:64{policy}"));
+        let (_, s) = stream(1);
+        drop(core.allocate(100 * MIB, &s).unwrap());
+        let p = core.allocate(70 * MIB, &s).unwrap();
+        assert_eq!(p.allocated_size(), 70 * MIB, "{policy}");
+        drop(p);
+        let after_first = core.memory_stats().num_device_alloc;
+        for _ in 0..100 {
+            let big = core.allocate(100 * MIB, &s).unwrap();
+            let p = core.allocate(70 * MIB, &s).unwrap();
+            assert_eq!(p.allocated_size(), 70 * MIB, "{policy}");
+            drop((big, p));
+        }
+        let st = core.memory_stats();
+        assert_eq!(
+            (st.num_device_alloc, st.num_device_free),
+            (after_first, 0),
+            "steady state without new segments ({policy})"
+        );
+    }
+}
+
+/// A stream on which no marker can be recorded (nor a synchronize done).
+struct Broken(StreamKey);
+
+impl MarkerStream for Broken {
+    fn key(&self) -> StreamKey {
+        self.0
+    }
+    fn record_marker(&self) -> Result<Box<dyn Marker>, MarkerError> {
+        Err(MarkerError("queue lost".into()))
+    }
+    fn wait_marker(&self, _: &dyn Marker) -> Result<(), MarkerError> {
+        Err(MarkerError("queue lost".into()))
+    }
+    fn synchronize(&self) -> Result<(), MarkerError> {
+        Err(MarkerError("queue lost".into()))
+    }
+}
+
+/// When the marker of a recorded use cannot be recorded, nothing orders a reuse after that
+/// use: the block must stay out of the cache, not be freed silently.
+#[test]
+fn a_block_whose_free_marker_fails_is_never_reused() {
+    let (core, _) = sim_core(1 << 30, "");
+    let (_, a) = stream(1);
+    let (b_sim, b) = stream(2);
+    let broken: StreamRef = Arc::new(Broken(StreamKey::new(0, 3)));
+    let x = core.allocate(MIB, &a).unwrap();
+    let addr = x.address();
+    core.record_stream(&x, &broken).unwrap();
+    core.record_stream(&x, &b).unwrap(); // a use whose marker completes
+    drop(x);
+    b_sim.open_gate();
+    for _ in 0..3 {
+        let y = core.allocate(MIB, &a).unwrap();
+        assert_ne!(y.address(), addr, "the block was reused");
+    }
+    core.empty_cache();
+    let y = core.allocate(MIB, &a).unwrap();
+    assert_ne!(y.address(), addr, "the block was reused after empty_cache");
+    assert_eq!(
+        core.memory_stats().active.all.current,
+        2,
+        "y and the kept block"
+    );
+}
