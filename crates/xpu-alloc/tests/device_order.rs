@@ -6,12 +6,12 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use xpu_alloc::{
-    AllocConfig, AllocError, BufferSource, DeviceAllocator, DeviceCore, SegmentSource, SourceError,
-    SourceSegment,
+    AllocConfig, AllocError, BufferSource, DataPtr, DeviceAllocator, DeviceCore, SegmentSource,
+    SourceError, SourceSegment,
 };
-use xpu_device::backend::{Buffer, MemFlags};
 use xpu_event::test_support::Gate;
-use xpu_stream::ExternalStream;
+use xpu_event::Event;
+use xpu_stream::{ExternalStream, Stream};
 
 const MIB: u64 = 1 << 20;
 
@@ -40,9 +40,24 @@ fn private(config: &str) -> DeviceAllocator {
     DeviceAllocator::new(0, AllocConfig::parse(config).unwrap()).unwrap()
 }
 
-fn scratch(len: u64) -> Buffer {
-    let context = xpu_device::device(0).unwrap().context().unwrap();
-    Buffer::new(context, len as usize, MemFlags::default()).unwrap()
+/// Enqueues on `stream` a copy of `len` bytes of `src` into a block of the separate allocator
+/// `out_alloc` (so it counts in no statistic of the allocator under test); returns that block
+/// and an event recorded after the copy.
+fn copy_out(
+    src: &DataPtr,
+    stream: &Stream,
+    out_alloc: &DeviceAllocator,
+    len: u64,
+) -> (DataPtr, Event) {
+    let out = out_alloc.allocate(len, stream).unwrap();
+    out.view()
+        .unwrap()
+        .copy_from(stream, &src.view().unwrap(), 0, 0, len as usize)
+        .unwrap();
+    let mut done = Event::new(Default::default());
+    done.record(stream).unwrap();
+    stream.queue().unwrap().flush().unwrap();
+    (out, done)
 }
 
 /// Allocate X on D; gated stream E reads X; record_stream(X, E); drop E; drop X; allocate
@@ -58,34 +73,27 @@ fn recorded_use_on_a_dropped_stream_still_orders_reuse() {
     let e = fresh_stream();
     let x = alloc.allocate(N, &d.stream()).unwrap();
     let x_addr = x.address();
-    let (xbuf, xoff) = x.buffer_and_offset().unwrap();
-    let dq = d.stream().queue().unwrap();
-    dq.write(&xbuf, xoff as usize, &vec![0xAA; N as usize])
+    x.view()
+        .unwrap()
+        .write(&d.stream(), 0, &vec![0xAA; N as usize])
         .unwrap();
-    let out = scratch(N);
+    let outs = private("");
     let gate = Gate::new(0).unwrap();
-    let read = {
-        let eq = e.stream().queue().unwrap();
-        gate.block(&e.stream()).unwrap();
-        let ev = eq
-            .copy(&xbuf, xoff as usize, &out, 0, N as usize, &[])
-            .unwrap();
-        eq.flush().unwrap();
-        ev
-    };
-    drop(xbuf);
+    gate.block(&e.stream()).unwrap();
+    let (out, read) = copy_out(&x, &e.stream(), &outs, N);
     alloc.record_stream(&x, &e.stream()).unwrap();
     drop(e);
     drop(x);
     let y = alloc.allocate(N, &d.stream()).unwrap();
     let reused = y.address() == x_addr;
-    let (ybuf, yoff) = y.buffer_and_offset().unwrap();
-    dq.write(&ybuf, yoff as usize, &vec![0x55; N as usize])
+    y.view()
+        .unwrap()
+        .write(&d.stream(), 0, &vec![0x55; N as usize])
         .unwrap();
     gate.open().unwrap();
-    read.wait().unwrap();
+    read.synchronize().unwrap();
     let mut seen = vec![0u8; N as usize];
-    dq.read(&out, 0, &mut seen).unwrap();
+    out.view().unwrap().read(&d.stream(), 0, &mut seen).unwrap();
     assert!(
         seen.iter().all(|&b| b == 0xAA),
         "E's gated read saw D's fill (block reused at once: {reused})"
@@ -105,16 +113,10 @@ fn empty_cache_waits_for_queued_work_on_the_segment() {
     let x = alloc.allocate(12 * MIB, &s.stream()).unwrap();
     let _keep = alloc.allocate(12 * MIB, &s.stream()).unwrap();
     assert_eq!(alloc.core().memory_reserved(), 24 * MIB);
-    let (xbuf, xoff) = x.buffer_and_offset().unwrap();
-    let out = scratch(MIB);
+    let outs = private("");
     let gate = Gate::new(0).unwrap();
     gate.block(&s.stream()).unwrap();
-    let q = s.stream().queue().unwrap();
-    let copy = q
-        .copy(&xbuf, xoff as usize, &out, 0, MIB as usize, &[])
-        .unwrap();
-    q.flush().unwrap();
-    drop(xbuf);
+    let (_out, copy) = copy_out(&x, &s.stream(), &outs, MIB);
     drop(x);
     let (tx, rx) = mpsc::channel();
     std::thread::scope(|scope| {
@@ -134,7 +136,7 @@ fn empty_cache_waits_for_queued_work_on_the_segment() {
         assert_eq!(during, 24 * MIB, "reserved while the work is queued");
         assert_eq!(rx.recv().unwrap(), 12 * MIB);
     });
-    copy.wait().unwrap();
+    copy.synchronize().unwrap();
 }
 
 #[test]
@@ -212,16 +214,10 @@ fn dropping_an_allocator_waits_for_queued_work_on_its_segments() {
     let alloc = private("");
     let s = fresh_stream();
     let x = alloc.allocate(12 * MIB, &s.stream()).unwrap();
-    let (xbuf, xoff) = x.buffer_and_offset().unwrap();
-    let out = scratch(MIB);
+    let outs = private("");
     let gate = Gate::new(0).unwrap();
     gate.block(&s.stream()).unwrap();
-    let q = s.stream().queue().unwrap();
-    let copy = q
-        .copy(&xbuf, xoff as usize, &out, 0, MIB as usize, &[])
-        .unwrap();
-    q.flush().unwrap();
-    drop(xbuf);
+    let (_out, copy) = copy_out(&x, &s.stream(), &outs, MIB);
     drop(x);
     let (tx, rx) = mpsc::channel();
     std::thread::scope(|scope| {
@@ -238,5 +234,5 @@ fn dropping_an_allocator_waits_for_queued_work_on_its_segments() {
         );
         rx.recv().unwrap();
     });
-    copy.wait().unwrap();
+    copy.synchronize().unwrap();
 }
