@@ -5,6 +5,7 @@ mod common;
 use xpu_device::backend::{EventStatus, ProfilingInfo, QueueOptions};
 
 const CL_INVALID_OPERATION: i32 = -59;
+const CL_INVALID_VALUE: i32 = -30;
 const CL_PROFILING_INFO_NOT_AVAILABLE: i32 = -7;
 
 #[test]
@@ -85,4 +86,23 @@ fn marker_profiling_timestamps_are_ordered() {
     m.wait().unwrap();
     let err = m.profiling(ProfilingInfo::End).unwrap_err();
     assert_eq!(err.code, CL_PROFILING_INFO_NOT_AVAILABLE);
+}
+
+#[test]
+fn user_event_refuses_a_non_negative_failure_status_and_stays_unset() {
+    let Some(dev) =
+        common::device0("user_event_refuses_a_non_negative_failure_status_and_stays_unset")
+    else {
+        return;
+    };
+    let user = dev.create_user_event().unwrap();
+    for code in [0, 1, 42] {
+        let err = user.set_failed(code).unwrap_err();
+        assert_eq!(err.code, CL_INVALID_VALUE, "set_failed({code})");
+        assert_eq!(err.function, "clSetUserEventStatus");
+        assert_eq!(user.status().unwrap(), EventStatus::Submitted);
+    }
+    // Untouched: it can still be failed with a negative status.
+    user.set_failed(-5).unwrap();
+    assert_eq!(user.status().unwrap(), EventStatus::Error(-5));
 }

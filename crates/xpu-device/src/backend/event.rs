@@ -9,6 +9,7 @@ use crate::error::ClError;
 
 const EXECUTION_STATUS: u32 = 0x11D3;
 const CL_COMPLETE: i32 = 0;
+const CODE_INVALID_VALUE: i32 = -30;
 
 /// A callback registered with [`ClEvent::on_complete`].
 type CompleteFn = Box<dyn FnOnce(i32) + Send + 'static>;
@@ -114,11 +115,17 @@ impl ClEvent {
         }
     }
 
-    /// Sets a user event to a negative error status: commands waiting on it terminate.
+    /// Sets a user event to a negative error status: commands waiting on it terminate
+    /// (OpenCL 3.0 §5.11.2: a negative `execution_status` is an error status).
     ///
     /// # Errors
-    /// As [`ClEvent::set_complete`]; `CL_INVALID_VALUE` when `code >= 0`.
+    /// As [`ClEvent::set_complete`]; `CL_INVALID_VALUE` when `code >= 0` (0 would mean
+    /// `CL_COMPLETE`, positive values are not final states), checked before the driver is
+    /// called, so the event is left untouched.
     pub fn set_failed(&self, code: i32) -> Result<(), ClError> {
+        if code >= 0 {
+            return Err(ClError::new("clSetUserEventStatus", CODE_INVALID_VALUE));
+        }
         self.check_unset()?;
         cl(
             "clSetUserEventStatus",
