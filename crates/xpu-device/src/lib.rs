@@ -38,7 +38,7 @@ pub use current::{
     check_device, current_device, device_of, exchange_device, set_device, DeviceGuard, HasDevice,
 };
 pub use discovery::{device, device_count, devices, is_available, Device};
-pub use error::{ClError, DeviceError, Result, INSTALL_HINT};
+pub use error::{ClError, DeviceError, KernelArgProblem, Result, INSTALL_HINT};
 pub use memory::{mem_get_info, note_reserved, reserved_by_runtime};
 pub use properties::{DeviceProperties, DeviceType};
 

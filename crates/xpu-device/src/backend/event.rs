@@ -8,6 +8,7 @@ use super::{cl, raw, release, Context};
 use crate::error::ClError;
 
 const EXECUTION_STATUS: u32 = 0x11D3;
+const EVENT_CONTEXT: u32 = 0x11D4;
 const CL_COMPLETE: i32 = 0;
 const CODE_INVALID_VALUE: i32 = -30;
 
@@ -216,6 +217,15 @@ impl ClEvent {
                 Err(ClError::new("clSetEventCallback", code))
             }
         }
+    }
+
+    /// The raw context of the event (`clGetEventInfo(CL_EVENT_CONTEXT)`).
+    ///
+    /// # Errors
+    /// A failed `clGetEventInfo`.
+    pub fn context_raw(&self) -> Result<raw::cl_context, ClError> {
+        let v = cl("clGetEventInfo", cle::get_event_info(self.0, EVENT_CONTEXT))?;
+        Ok(v.to_ptr() as raw::cl_context)
     }
 
     /// The raw `cl_event`, valid while `self` lives.

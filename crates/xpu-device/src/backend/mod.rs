@@ -15,6 +15,7 @@
 mod context;
 pub mod device_id;
 mod event;
+mod live;
 mod memory;
 mod pinned;
 mod platform;
@@ -26,6 +27,7 @@ mod svm;
 pub use context::{Context, DeviceLimits};
 pub use device_id::DeviceId;
 pub use event::{ClEvent, EventStatus, ProfilingInfo};
+pub use live::{live_objects, LiveObjects};
 pub use memory::{Buffer, MemFlags};
 pub use pinned::PinnedBuffer;
 pub use platform::Platform;
