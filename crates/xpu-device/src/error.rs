@@ -261,7 +261,10 @@ impl fmt::Display for KernelArgProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KernelArgProblem::IndexOutOfRange { count } => {
-                write!(f, "index out of range: the kernel has {count} argument(s) (CL_INVALID_ARG_INDEX)")
+                write!(
+                    f,
+                    "index out of range: the kernel has {count} argument(s) (CL_INVALID_ARG_INDEX)"
+                )
             }
             KernelArgProblem::InfoUnavailable => f.write_str(
                 "the driver reports no argument information, so the argument cannot be checked \

@@ -222,7 +222,10 @@ fn a_buffer_of_another_context_is_refused() {
     if !common::is_child(NAME) {
         return assert_child_ok(NAME);
     }
-    let (d0, d1) = (xpu_device::device(0).unwrap(), xpu_device::device(1).unwrap());
+    let (d0, d1) = (
+        xpu_device::device(0).unwrap(),
+        xpu_device::device(1).unwrap(),
+    );
     let foreign = Buffer::new(d0.context().unwrap(), 1024, MemFlags::default()).unwrap();
     let ctx1 = d1.context().unwrap();
     let program = Program::build(ctx1, d1.id(), SCALE).unwrap();
@@ -232,7 +235,11 @@ fn a_buffer_of_another_context_is_refused() {
     assert!(
         matches!(
             &err,
-            DeviceError::KernelArg { index: 0, problem: KernelArgProblem::OtherContext, .. }
+            DeviceError::KernelArg {
+                index: 0,
+                problem: KernelArgProblem::OtherContext,
+                ..
+            }
         ),
         "{err:?}"
     );

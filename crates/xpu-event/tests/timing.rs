@@ -44,7 +44,11 @@ fn elapsed_time_is_positive_and_ordered_around_device_work() {
     for at in [0usize, n / 2, n - 16] {
         q.read(&out, at, &mut host).unwrap();
         for c in host.chunks_exact(4) {
-            assert_eq!(u32::from_ne_bytes(c.try_into().unwrap()), 0x2233_4455, "at {at}");
+            assert_eq!(
+                u32::from_ne_bytes(c.try_into().unwrap()),
+                0x2233_4455,
+                "at {at}"
+            );
         }
     }
 }

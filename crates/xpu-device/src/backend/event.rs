@@ -11,17 +11,34 @@ const EXECUTION_STATUS: u32 = 0x11D3;
 const EVENT_CONTEXT: u32 = 0x11D4;
 const CL_COMPLETE: i32 = 0;
 const CODE_INVALID_VALUE: i32 = -30;
+const CODE_OUT_OF_HOST_MEMORY: i32 = -6;
 
 /// A callback registered with [`ClEvent::on_complete`].
 type CompleteFn = Box<dyn FnOnce(i32) + Send + 'static>;
 
-extern "C" fn run_on_complete(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
+extern "C" fn post_on_complete(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
     // SAFETY: user_data is the Box<CompleteFn> leaked by `on_complete`; OpenCL calls a callback
     // registered for CL_COMPLETE exactly once (clSetEventCallback, OpenCL 3.0 §5.11.4), so the
     // box is reclaimed exactly once.
     let f = unsafe { Box::from_raw(user_data.cast::<CompleteFn>()) };
-    // A panic must never unwind into the driver's thread.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(status)));
+    // Only a channel send here: the closure runs on the runtime's callback thread.
+    super::callbacks::post(*f, status);
+}
+
+extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
+    // SAFETY: user_data is the Box<ClEvent> leaked by `forward_to`, reclaimed exactly once as
+    // above.
+    let target = unsafe { Box::from_raw(user_data.cast::<ClEvent>()) };
+    let status = if status > 0 {
+        CODE_INVALID_VALUE
+    } else {
+        status
+    };
+    // clSetUserEventStatus is non-blocking and allowed in a callback (§5.11.4); a target
+    // already set refuses the second status, which is all there is to do then.
+    let _ = cle::set_user_event_status(target.0, status);
+    // Dropping the clone releases one reference (clReleaseEvent, non-blocking).
+    drop(target);
 }
 
 /// `CL_EVENT_COMMAND_EXECUTION_STATUS` (OpenCL 3.0 §5.11, table 37).
@@ -197,22 +214,52 @@ impl ClEvent {
     /// (`clSetEventCallback` for `CL_COMPLETE`, OpenCL 3.0 §5.11.4). `f` receives the final
     /// execution status: 0 (`CL_COMPLETE`) or the negative error code.
     ///
-    /// `f` runs on a driver thread (or inline, when the event is already complete): it must be
-    /// short and must not call blocking OpenCL functions (`clFinish`, `clWaitForEvents`, blocking
-    /// enqueues), which the specification leaves undefined in callbacks. Setting a user event's
-    /// status from it is allowed; this is how a queue of one context waits for an event of
-    /// another context.
+    /// `f` runs on the runtime's callback thread (`xpu-callbacks`, one per process, started by
+    /// the first registration), never on a driver thread: the driver's callback only hands it
+    /// over. So `f` may block, call `finish()` or wait for events. Closures run one at a time,
+    /// in the order the driver reports completions: a slow closure delays the others, and a
+    /// closure that waits for something only a later callback provides never returns. A panic
+    /// in `f` is caught and logged (its payload dropped safely); it never aborts the process.
+    /// [`wait_for_callbacks`](super::wait_for_callbacks) waits for the closures handed over.
     ///
     /// # Errors
-    /// A failed `clSetEventCallback` (then `f` is dropped without running).
+    /// A failed `clSetEventCallback` (then `f` is dropped without running);
+    /// `CL_OUT_OF_HOST_MEMORY` (reported as from `clSetEventCallback`) when the callback thread
+    /// cannot be started.
     pub fn on_complete(&self, f: impl FnOnce(i32) + Send + 'static) -> Result<(), ClError> {
+        if let Err(e) = super::callbacks::start() {
+            tracing::error!(%e, "cannot start the xpu-callbacks thread");
+            return Err(ClError::new("clSetEventCallback", CODE_OUT_OF_HOST_MEMORY));
+        }
         let boxed: Box<CompleteFn> = Box::new(Box::new(f));
         let data = Box::into_raw(boxed);
-        match cle::set_event_callback(self.0, CL_COMPLETE, run_on_complete, data.cast()) {
+        super::callbacks::registered();
+        match cle::set_event_callback(self.0, CL_COMPLETE, post_on_complete, data.cast()) {
             Ok(()) => Ok(()),
             Err(code) => {
+                super::callbacks::unregistered();
                 // SAFETY: registration failed, so the driver never saw `data` and we still own
                 // the box created above.
+                drop(unsafe { Box::from_raw(data) });
+                Err(ClError::new("clSetEventCallback", code))
+            }
+        }
+    }
+
+    /// Sets the user event `target` (of this event's context or another one) to this event's
+    /// final status when this event completes: `CL_COMPLETE`, or the negative error code.
+    /// Runs no user code: the driver's callback sets the status directly (allowed in callbacks,
+    /// OpenCL 3.0 §5.11.4), independent of the callback thread. This is how a queue of one
+    /// context waits for an event of another context. A target already set keeps its status.
+    ///
+    /// # Errors
+    /// A failed `clSetEventCallback`.
+    pub fn forward_to(&self, target: &ClEvent) -> Result<(), ClError> {
+        let data = Box::into_raw(Box::new(target.clone()));
+        match cle::set_event_callback(self.0, CL_COMPLETE, forward_status, data.cast()) {
+            Ok(()) => Ok(()),
+            Err(code) => {
+                // SAFETY: registration failed: the driver never saw `data`, we own the box.
                 drop(unsafe { Box::from_raw(data) });
                 Err(ClError::new("clSetEventCallback", code))
             }

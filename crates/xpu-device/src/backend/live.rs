@@ -52,6 +52,8 @@ pub struct LiveObjects {
     pub programs: usize,
     /// Kernels.
     pub kernels: usize,
+    /// Closures registered with `ClEvent::on_complete` that have not run yet.
+    pub callbacks: usize,
 }
 
 /// The live object counts (a few relaxed atomic loads). After every queue has been finished
@@ -66,5 +68,6 @@ pub fn live_objects() -> LiveObjects {
         queues: c(Kind::Queue),
         programs: c(Kind::Program),
         kernels: c(Kind::Kernel),
+        callbacks: super::callbacks::pending(),
     }
 }

@@ -12,6 +12,7 @@
 //! `clSetKernelExecInfo` (OpenCL 3.0 specification, appendix A.2 "Multiple Host Threads"), so
 //! every handle is `Send + Sync` except [`Kernel`], which is `Send` only.
 
+mod callbacks;
 mod context;
 pub mod device_id;
 mod event;
@@ -24,6 +25,7 @@ mod queue;
 mod release;
 mod svm;
 
+pub use callbacks::wait_for_callbacks;
 pub use context::{Context, DeviceLimits};
 pub use device_id::DeviceId;
 pub use event::{ClEvent, EventStatus, ProfilingInfo};

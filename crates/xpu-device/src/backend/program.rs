@@ -192,11 +192,8 @@ impl Kernel {
             clk::get_kernel_info(raw, KERNEL_NUM_ARGS),
         )?
         .to_uint();
-        kernel.context = cl(
-            "clGetKernelInfo",
-            clk::get_kernel_info(raw, KERNEL_CONTEXT),
-        )?
-        .to_ptr() as raw::cl_context;
+        kernel.context = cl("clGetKernelInfo", clk::get_kernel_info(raw, KERNEL_CONTEXT))?.to_ptr()
+            as raw::cl_context;
         kernel.args = arg_infos(raw, kernel.count);
         kernel.set = vec![false; kernel.count as usize];
         kernel.buffers = (0..kernel.count).map(|_| None).collect();
