@@ -71,20 +71,42 @@ fn sub_buffer_at_an_aligned_offset_views_the_parent() {
 }
 
 #[test]
-fn sub_buffer_at_a_misaligned_offset_is_a_cl_error() {
-    let Some(dev) = common::device0("sub_buffer_at_a_misaligned_offset_is_a_cl_error") else {
+fn sub_buffer_at_a_misaligned_origin_is_a_typed_error() {
+    let Some(dev) = common::device0("sub_buffer_at_a_misaligned_origin_is_a_typed_error") else {
         return;
     };
     let align = dev.properties().mem_base_addr_align as usize;
     let parent = Buffer::new(dev.context().unwrap(), 4 * align, MemFlags::default()).unwrap();
     let err = parent.sub_buffer(align / 2, 64).unwrap_err();
-    let cl = err.cl_error().expect("an OpenCL error");
+    assert_eq!(
+        err,
+        DeviceError::MisalignedSubBuffer {
+            origin: align / 2,
+            align: align as u64
+        }
+    );
+    let cl = err.cl_error().expect("the OpenCL code it stands for");
     assert_eq!(cl.function, "clCreateSubBuffer");
     assert_eq!(cl.code, CL_MISALIGNED_SUB_BUFFER_OFFSET);
-    assert!(
-        err.to_string().contains("CL_MISALIGNED_SUB_BUFFER_OFFSET"),
-        "{err}"
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "sub-buffer origin {} is not a multiple of the device's base address alignment \
+             ({align} bytes)",
+            align / 2
+        )
     );
+    // A buffer wrapped from a raw handle knows its device's alignment too.
+    // SAFETY: `parent` is a live buffer of 4 * align bytes for the whole scope.
+    let wrapped = unsafe { Buffer::from_raw_retained(parent.as_raw(), 4 * align) }.unwrap();
+    assert_eq!(
+        wrapped.sub_buffer(1, 8).unwrap_err(),
+        DeviceError::MisalignedSubBuffer {
+            origin: 1,
+            align: align as u64
+        }
+    );
+    assert_eq!(wrapped.sub_buffer(align, 8).unwrap().size(), 8);
 }
 
 #[test]
