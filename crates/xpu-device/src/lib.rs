@@ -34,6 +34,7 @@ pub mod fork;
 mod memory;
 mod properties;
 
+pub use backend::{live_objects, LiveObjects};
 pub use current::{
     check_device, current_device, device_of, exchange_device, set_device, DeviceGuard, HasDevice,
 };

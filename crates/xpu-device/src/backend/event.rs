@@ -29,6 +29,10 @@ extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut
     // SAFETY: user_data is the Box<ClEvent> leaked by `forward_to`, reclaimed exactly once as
     // above.
     let target = unsafe { Box::from_raw(user_data.cast::<ClEvent>()) };
+    let raw = std::mem::ManuallyDrop::new(*target).0;
+    // The reference is uncounted before the status is set, so that a thread that observed the
+    // status (a waiter on the target) sees the live counts settled.
+    super::live::released(super::live::Kind::Event);
     let status = if status > 0 {
         CODE_INVALID_VALUE
     } else {
@@ -36,9 +40,10 @@ extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut
     };
     // clSetUserEventStatus is non-blocking and allowed in a callback (§5.11.4); a target
     // already set refuses the second status, which is all there is to do then.
-    let _ = cle::set_user_event_status(target.0, status);
-    // Dropping the clone releases one reference (clReleaseEvent, non-blocking).
-    drop(target);
+    let _ = cle::set_user_event_status(raw, status);
+    // SAFETY: the reference owned by the boxed clone, released once (clReleaseEvent is
+    // non-blocking and allowed in a callback).
+    release::note("clReleaseEvent", unsafe { cle::release_event(raw) });
 }
 
 /// `CL_EVENT_COMMAND_EXECUTION_STATUS` (OpenCL 3.0 §5.11, table 37).
@@ -80,9 +85,15 @@ unsafe impl Send for ClEvent {}
 unsafe impl Sync for ClEvent {}
 
 impl ClEvent {
+    /// Wraps one owned reference, counted in [`super::live_objects`].
+    fn counted(raw: raw::cl_event) -> Self {
+        super::live::created(super::live::Kind::Event);
+        ClEvent(raw)
+    }
+
     /// Takes ownership of a reference returned by an enqueue call.
     pub(crate) fn from_owned(raw: raw::cl_event) -> Self {
-        Self(raw)
+        ClEvent::counted(raw)
     }
 
     /// Wraps a raw event, retaining it (the caller keeps its own reference).
@@ -95,7 +106,7 @@ impl ClEvent {
     pub unsafe fn from_raw_retained(raw: raw::cl_event) -> Result<ClEvent, ClError> {
         // SAFETY: the caller guarantees `raw` is a valid event (clRetainEvent precondition).
         cl("clRetainEvent", unsafe { cle::retain_event(raw) })?;
-        Ok(ClEvent(raw))
+        Ok(ClEvent::counted(raw))
     }
 
     /// A user event (`clCreateUserEvent`, OpenCL 3.0 §5.11.2): host-controlled, starts
@@ -104,7 +115,7 @@ impl ClEvent {
     /// # Errors
     /// A failed `clCreateUserEvent`.
     pub fn user(context: &Context) -> Result<ClEvent, ClError> {
-        Ok(ClEvent(cl(
+        Ok(ClEvent::counted(cl(
             "clCreateUserEvent",
             cle::create_user_event(context.as_raw()),
         )?))
@@ -285,12 +296,13 @@ impl Clone for ClEvent {
     fn clone(&self) -> Self {
         // SAFETY: self.0 is live (we own a reference), so retaining it is valid.
         release::note("clRetainEvent", unsafe { cle::retain_event(self.0) });
-        ClEvent(self.0)
+        ClEvent::counted(self.0)
     }
 }
 
 impl Drop for ClEvent {
     fn drop(&mut self) {
+        super::live::released(super::live::Kind::Event);
         // SAFETY: we own exactly one reference to a live event; releasing it once is valid.
         release::note("clReleaseEvent", unsafe { cle::release_event(self.0) });
     }

@@ -75,6 +75,12 @@ fn keep_alive_until(event: &ClEvent, buffer: &PinnedBuffer) {
 }
 
 impl CommandQueue {
+    /// Wraps one owned reference, counted in [`super::live_objects`].
+    fn counted(raw: raw::cl_command_queue) -> Self {
+        super::live::created(super::live::Kind::Queue);
+        CommandQueue(raw)
+    }
+
     /// Creates an in-order queue (`clCreateCommandQueueWithProperties`).
     ///
     /// # Errors
@@ -102,7 +108,7 @@ impl CommandQueue {
                 props.as_ptr(),
             )
         })?;
-        Ok(CommandQueue(q))
+        Ok(CommandQueue::counted(q))
     }
 
     /// Creates an out-of-order queue (`CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE`). The runtime's
@@ -123,7 +129,7 @@ impl CommandQueue {
                 props.as_ptr(),
             )
         })?;
-        Ok(CommandQueue(q))
+        Ok(CommandQueue::counted(q))
     }
 
     /// Wraps a user's queue without taking over the user's reference: the wrapper retains its
@@ -142,7 +148,7 @@ impl CommandQueue {
         cl("clRetainCommandQueue", unsafe {
             clq::retain_command_queue(raw)
         })?;
-        Ok(CommandQueue(raw))
+        Ok(CommandQueue::counted(raw))
     }
 
     /// Wraps a user's queue taking over the caller's reference: dropping the last clone
@@ -152,7 +158,7 @@ impl CommandQueue {
     /// `raw` must be a valid, non-null `cl_command_queue` whose reference the caller owns and
     /// gives up.
     pub unsafe fn from_raw_owned(raw: raw::cl_command_queue) -> CommandQueue {
-        CommandQueue(raw)
+        CommandQueue::counted(raw)
     }
 
     /// The raw wait list of a command of this queue. Events of another context are refused
@@ -590,12 +596,13 @@ impl Clone for CommandQueue {
         release::note("clRetainCommandQueue", unsafe {
             clq::retain_command_queue(self.0)
         });
-        CommandQueue(self.0)
+        CommandQueue::counted(self.0)
     }
 }
 
 impl Drop for CommandQueue {
     fn drop(&mut self) {
+        super::live::released(super::live::Kind::Queue);
         // SAFETY: we own exactly one reference to a live queue.
         release::note("clReleaseCommandQueue", unsafe {
             clq::release_command_queue(self.0)
