@@ -6,6 +6,7 @@ use xpu_device::backend::{EventStatus, ProfilingInfo, QueueOptions};
 
 const CL_INVALID_OPERATION: i32 = -59;
 const CL_INVALID_VALUE: i32 = -30;
+const CL_INVALID_EVENT: i32 = -58;
 const CL_PROFILING_INFO_NOT_AVAILABLE: i32 = -7;
 
 #[test]
@@ -255,4 +256,32 @@ fn forward_to_gives_a_user_event_of_another_context_the_final_status() {
             after.wait().unwrap();
         }
     }
+}
+
+#[test]
+fn setting_the_status_of_a_command_event_is_refused() {
+    const NAME: &str = "setting_the_status_of_a_command_event_is_refused";
+    let Some(dev) = common::device0(NAME) else {
+        return;
+    };
+    if !common::is_child(NAME) {
+        return assert_child_ok(NAME);
+    }
+    let q = common::queue(dev);
+    let mut gate = common::Gate::new(dev);
+    let marker = q.enqueue_marker(&[gate.event()]).unwrap();
+    q.flush().unwrap();
+    let r = marker.set_complete();
+    println!("set_complete on a marker: {r:?}");
+    assert_eq!(r.unwrap_err().code, CL_INVALID_EVENT);
+    assert_eq!(marker.set_failed(-3).unwrap_err().code, CL_INVALID_EVENT);
+    // forward_to a command event: the forwarding is refused too, the marker keeps its course.
+    let source = dev.create_user_event().unwrap();
+    let r = source.forward_to(&marker);
+    println!("forward_to a marker: {r:?}");
+    assert_eq!(r.unwrap_err().code, CL_INVALID_EVENT);
+    source.set_complete().unwrap();
+    gate.open();
+    marker.wait().unwrap();
+    println!("scenario-ok");
 }

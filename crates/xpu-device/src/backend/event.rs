@@ -9,6 +9,9 @@ use crate::error::ClError;
 
 const EXECUTION_STATUS: u32 = 0x11D3;
 const EVENT_CONTEXT: u32 = 0x11D4;
+const EVENT_COMMAND_TYPE: u32 = 0x11D2;
+const COMMAND_USER: u32 = 0x1204;
+const CODE_INVALID_EVENT: i32 = -58;
 const CL_COMPLETE: i32 = 0;
 const CODE_INVALID_VALUE: i32 = -30;
 const CODE_OUT_OF_HOST_MEMORY: i32 = -6;
@@ -76,7 +79,7 @@ pub enum ProfilingInfo {
 
 /// A reference-counted OpenCL event. `Clone` retains, `Drop` releases.
 #[derive(Debug)]
-pub struct ClEvent(raw::cl_event);
+pub struct ClEvent(raw::cl_event, bool);
 
 // SAFETY: cl_event is reference counted and clGetEventInfo / clWaitForEvents /
 // clSetUserEventStatus are thread-safe (OpenCL 3.0 appendix A.2); we own one reference.
@@ -86,17 +89,19 @@ unsafe impl Sync for ClEvent {}
 
 impl ClEvent {
     /// Wraps one owned reference, counted in [`super::live_objects`].
-    fn counted(raw: raw::cl_event) -> Self {
+    fn counted(raw: raw::cl_event, user: bool) -> Self {
         super::live::created(super::live::Kind::Event);
-        ClEvent(raw)
+        ClEvent(raw, user)
     }
 
     /// Takes ownership of a reference returned by an enqueue call.
     pub(crate) fn from_owned(raw: raw::cl_event) -> Self {
-        ClEvent::counted(raw)
+        ClEvent::counted(raw, false)
     }
 
-    /// Wraps a raw event, retaining it (the caller keeps its own reference).
+    /// Wraps a raw event, retaining it (the caller keeps its own reference). The wrapper can set
+    /// the status ([`ClEvent::set_complete`]) only when the driver reports the event as a user
+    /// event (`CL_COMMAND_USER`).
     ///
     /// # Safety
     /// `raw` must be a valid `cl_event`.
@@ -106,7 +111,9 @@ impl ClEvent {
     pub unsafe fn from_raw_retained(raw: raw::cl_event) -> Result<ClEvent, ClError> {
         // SAFETY: the caller guarantees `raw` is a valid event (clRetainEvent precondition).
         cl("clRetainEvent", unsafe { cle::retain_event(raw) })?;
-        Ok(ClEvent::counted(raw))
+        let user =
+            cle::get_event_info(raw, EVENT_COMMAND_TYPE).is_ok_and(|t| t.to_uint() == COMMAND_USER);
+        Ok(ClEvent::counted(raw, user))
     }
 
     /// A user event (`clCreateUserEvent`, OpenCL 3.0 §5.11.2): host-controlled, starts
@@ -115,16 +122,20 @@ impl ClEvent {
     /// # Errors
     /// A failed `clCreateUserEvent`.
     pub fn user(context: &Context) -> Result<ClEvent, ClError> {
-        Ok(ClEvent::counted(cl(
-            "clCreateUserEvent",
-            cle::create_user_event(context.as_raw()),
-        )?))
+        Ok(ClEvent::counted(
+            cl(
+                "clCreateUserEvent",
+                cle::create_user_event(context.as_raw()),
+            )?,
+            true,
+        ))
     }
 
     /// Sets a user event to `CL_COMPLETE`, releasing every command waiting on it.
     ///
     /// # Errors
-    /// `CL_INVALID_EVENT` for a non-user event, `CL_INVALID_OPERATION` when already set.
+    /// `CL_INVALID_EVENT` for a non-user event (checked before the driver is called),
+    /// `CL_INVALID_OPERATION` when already set.
     pub fn set_complete(&self) -> Result<(), ClError> {
         self.check_unset()?;
         cl(
@@ -138,9 +149,22 @@ impl ClEvent {
     /// is made here for every driver: a user event not in its initial `CL_SUBMITTED` state has
     /// been set.
     fn check_unset(&self) -> Result<(), ClError> {
+        self.check_user()?;
         match self.status()? {
             EventStatus::Submitted => Ok(()),
             _ => Err(ClError::new("clSetUserEventStatus", -59)),
+        }
+    }
+
+    /// `CL_INVALID_EVENT` unless this is a user event: one made by [`ClEvent::user`], or wrapped
+    /// from a raw event whose `CL_EVENT_COMMAND_TYPE` is `CL_COMMAND_USER` (PoCL reports
+    /// another type for its user events, so the wrapper remembers how it was made). The status
+    /// of a command's event is the driver's alone (§5.11.2).
+    fn check_user(&self) -> Result<(), ClError> {
+        if self.1 {
+            Ok(())
+        } else {
+            Err(ClError::new("clSetUserEventStatus", CODE_INVALID_EVENT))
         }
     }
 
@@ -264,8 +288,9 @@ impl ClEvent {
     /// context waits for an event of another context. A target already set keeps its status.
     ///
     /// # Errors
-    /// A failed `clSetEventCallback`.
+    /// `CL_INVALID_EVENT` when `target` is not a user event; a failed `clSetEventCallback`.
     pub fn forward_to(&self, target: &ClEvent) -> Result<(), ClError> {
+        target.check_user()?;
         let data = Box::into_raw(Box::new(target.clone()));
         match cle::set_event_callback(self.0, CL_COMPLETE, forward_status, data.cast()) {
             Ok(()) => Ok(()),
@@ -296,7 +321,7 @@ impl Clone for ClEvent {
     fn clone(&self) -> Self {
         // SAFETY: self.0 is live (we own a reference), so retaining it is valid.
         release::note("clRetainEvent", unsafe { cle::retain_event(self.0) });
-        ClEvent::counted(self.0)
+        ClEvent::counted(self.0, self.1)
     }
 }
 
