@@ -249,7 +249,9 @@ impl IcdVar {
 /// returned, so after the first `clGetPlatformIDs` the process environment holds only the first
 /// file name (`libpocl.so.2:libnvidia-opencl.so.1` becomes `libpocl.so.2`). Every child process
 /// started afterwards (a user's subprocess, a test's helper) would then miss the other
-/// platforms: seen on the GPU machine, where NVIDIA's driver vanished for every child.
+/// platforms: seen on the GPU machine, where NVIDIA's driver vanished for every child. (On the
+/// H200 machine, CUDA's `libOpenCL.so.1`, the Khronos loader, does this; ocl-icd 2.3 does not.
+/// The in-place repair below was checked there: a child process then sees the whole list.)
 ///
 /// The repair never calls `setenv`/`std::env::set_var`, which may reallocate the environment
 /// while another thread's C code reads it (why Rust 2024 made `set_var` unsafe): it writes back

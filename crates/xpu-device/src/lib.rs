@@ -17,6 +17,13 @@
 //! guards; nothing here allocates device memory on its own; no call creates a context except
 //! [`Device::context`] and what needs it.
 //!
+//! Soundness: safe functions are sound for any input and any interleaving; what cannot be made
+//! sound is an `unsafe fn` with a `# Safety` section naming the caller's obligations: running
+//! kernel code ([`backend::CommandQueue::enqueue_kernel`]) and wrapping raw handles (the
+//! `from_raw_*` constructors). Event completion closures run on the runtime's own
+//! `xpu-callbacks` thread, never on a driver thread. [`live_objects`] counts the OpenCL objects
+//! the backend holds, for leak checks.
+//!
 //! ```
 //! // Never fails: 0 when no OpenCL runtime is installed.
 //! let n = xpu_device::device_count();
