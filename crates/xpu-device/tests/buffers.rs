@@ -193,3 +193,41 @@ fn fill_then_copy() {
     assert_eq!(err.cl_error().unwrap().code, CL_MEM_COPY_OVERLAP, "{err}");
     q.finish().unwrap();
 }
+
+#[test]
+fn commands_on_buffers_of_another_context_are_errors_not_aborts() {
+    const NAME: &str = "commands_on_buffers_of_another_context_are_errors_not_aborts";
+    if !common::have_devices(NAME, 2) {
+        return;
+    }
+    if !common::is_child(NAME) {
+        let out = common::run_in_child(NAME, std::time::Duration::from_secs(60));
+        assert!(
+            out.succeeded_with("scenario-ok"),
+            "child: {:?}\n{}\n{}",
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+        return;
+    }
+    let (d0, d1) = (
+        xpu_device::device(0).unwrap(),
+        xpu_device::device(1).unwrap(),
+    );
+    let foreign = Buffer::new(d0.context().unwrap(), 256, MemFlags::default()).unwrap();
+    let own = Buffer::new(d1.context().unwrap(), 256, MemFlags::default()).unwrap();
+    let q1 = common::queue(d1);
+    let mut bytes = vec![0u8; 16];
+    assert!(q1.write(&foreign, 0, &bytes).is_err(), "write");
+    assert!(q1.read(&foreign, 0, &mut bytes).is_err(), "read");
+    assert!(q1.copy(&foreign, 0, &own, 0, 16, &[]).is_err(), "copy from");
+    assert!(q1.copy(&own, 0, &foreign, 0, 16, &[]).is_err(), "copy to");
+    assert!(q1.fill(&foreign, &[1u8], 0, 16, &[]).is_err(), "fill");
+    let foreign_event = common::queue(d0).enqueue_marker(&[]).unwrap();
+    let err = q1.enqueue_marker(&[&foreign_event]).unwrap_err();
+    assert_eq!(err.code, -34, "CL_INVALID_CONTEXT");
+    assert!(q1.fill(&own, &[1u8], 0, 16, &[&foreign_event]).is_err());
+    q1.finish().unwrap();
+    println!("scenario-ok");
+}
