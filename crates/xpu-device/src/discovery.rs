@@ -194,29 +194,82 @@ fn describe_selection(
 }
 
 /// ICD loader variables that the loader may damage in place while it enumerates platforms.
-const ICD_ENV: [&str; 2] = ["OCL_ICD_FILENAMES", "OCL_ICD_VENDORS"];
+const ICD_ENV: [&std::ffi::CStr; 2] = [c"OCL_ICD_FILENAMES", c"OCL_ICD_VENDORS"];
 
-/// Runs the first platform enumeration and then restores the ICD loader's variables.
+/// An ICD loader variable as the process had it before the first enumeration.
+struct IcdVar {
+    key: &'static std::ffi::CStr,
+    /// Where `getenv` found the value: the bytes the loader may overwrite.
+    at: *mut libc::c_char,
+    value: Vec<u8>,
+}
+
+impl IcdVar {
+    fn snapshot(key: &'static std::ffi::CStr) -> Option<IcdVar> {
+        // SAFETY: `key` is NUL-terminated; the environment is only read (see
+        // `with_icd_env_preserved` for the threads constraint, the loader's own).
+        let at = unsafe { libc::getenv(key.as_ptr()) };
+        if at.is_null() {
+            return None;
+        }
+        // SAFETY: getenv returned a NUL-terminated string; it is copied at once.
+        let value = unsafe { std::ffi::CStr::from_ptr(at) }.to_bytes().to_vec();
+        Some(IcdVar { key, at, value })
+    }
+
+    /// Puts back the bytes the loader overwrote with NULs, in place. Does nothing when the
+    /// variable was replaced meanwhile (another storage) or changed in another way.
+    fn repair_in_place(&self) -> bool {
+        // SAFETY: as in `snapshot`.
+        let now = unsafe { libc::getenv(self.key.as_ptr()) };
+        if now != self.at {
+            return false;
+        }
+        // SAFETY: the same storage as before the enumeration, which held `value.len()` bytes
+        // and its NUL: every byte read here lies inside that string.
+        let byte = |i: usize| unsafe { self.at.add(i).cast::<u8>().read() };
+        let damaged: Vec<usize> = (0..self.value.len())
+            .filter(|&i| byte(i) != self.value[i])
+            .collect();
+        if damaged.is_empty() || damaged.iter().any(|&i| byte(i) != 0) {
+            return false;
+        }
+        for i in damaged {
+            // SAFETY: inside the variable's own string (above), which the C library hands out
+            // writable; the loader wrote a NUL at exactly this byte during the enumeration.
+            unsafe { self.at.add(i).cast::<u8>().write(self.value[i]) };
+        }
+        true
+    }
+}
+
+/// Runs the first platform enumeration and then repairs the ICD loader's variables.
 ///
-/// The ocl-icd loader splits `OCL_ICD_FILENAMES` with `strtok` on the string `getenv` returned,
-/// so after the first `clGetPlatformIDs` the process environment holds only the first file name
-/// (`libpocl.so.2:libnvidia-opencl.so.1` becomes `libpocl.so.2`). Every child process started
-/// afterwards (a user's subprocess, a test's helper) would then miss the other platforms:
-/// seen on the GPU machine, where NVIDIA's driver vanished for every child. The values are
-/// saved before the call and put back after it.
+/// Some ICD loaders split `OCL_ICD_FILENAMES` with `strtok` on the very string `getenv`
+/// returned, so after the first `clGetPlatformIDs` the process environment holds only the first
+/// file name (`libpocl.so.2:libnvidia-opencl.so.1` becomes `libpocl.so.2`). Every child process
+/// started afterwards (a user's subprocess, a test's helper) would then miss the other
+/// platforms: seen on the GPU machine, where NVIDIA's driver vanished for every child. (On the
+/// H200 machine, CUDA's `libOpenCL.so.1`, the Khronos loader, does this; ocl-icd 2.3 does not.
+/// The in-place repair below was checked there: a child process then sees the whole list.)
+///
+/// The repair never calls `setenv`/`std::env::set_var`, which may reallocate the environment
+/// while another thread's C code reads it (why Rust 2024 made `set_var` unsafe): it writes back
+/// the separators the loader overwrote with NULs, byte for byte, into the same storage, right
+/// after the loader wrote them, inside the one-time enumeration. Constraint, documented for
+/// users: like the ICD loader itself, the first device query reads (and the loader may write)
+/// the ICD variables without std's environment lock, so do not change `OCL_ICD_FILENAMES` or
+/// `OCL_ICD_VENDORS` from another thread while the first device query runs (set them before
+/// using the runtime, or pass them to child processes with `Command::env`).
 fn with_icd_env_preserved<T>(f: impl FnOnce() -> T) -> T {
-    let saved: Vec<(&str, Option<std::ffi::OsString>)> =
-        ICD_ENV.iter().map(|k| (*k, std::env::var_os(k))).collect();
+    let saved: Vec<IcdVar> = ICD_ENV.iter().filter_map(|k| IcdVar::snapshot(k)).collect();
     let out = f();
-    for (key, value) in saved {
-        if let Some(value) = value {
-            if std::env::var_os(key).as_ref() != Some(&value) {
-                tracing::debug!(
-                    key,
-                    "restoring an ICD loader variable damaged by enumeration"
-                );
-                std::env::set_var(key, value);
-            }
+    for var in &saved {
+        if var.repair_in_place() {
+            tracing::debug!(
+                key = ?var.key,
+                "repaired an ICD loader variable truncated in place by enumeration"
+            );
         }
     }
     out
@@ -225,6 +278,11 @@ fn with_icd_env_preserved<T>(f: impl FnOnce() -> T) -> T {
 static DEVICES: OnceLock<Result<Vec<Device>>> = OnceLock::new();
 
 /// Every device the runtime sees, enumerated on the first call (no context is created).
+///
+/// The first call loads the OpenCL ICD loader, which reads `OCL_ICD_FILENAMES` and
+/// `OCL_ICD_VENDORS` from the C environment (some loaders truncate the first one in place; the
+/// runtime repairs it in place, never with `set_var`). Do not change those two variables from
+/// another thread while the first device query runs.
 ///
 /// # Errors
 /// `NoRuntime` when no OpenCL runtime is installed (with the install command),
@@ -286,4 +344,70 @@ pub fn device_count() -> usize {
 /// (see [`device_count`] for what that means for `fork`).
 pub fn is_available() -> bool {
     device_count() > 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHILD: &str = "XPU_DISCOVERY_TEST_CHILD";
+    const FILES: &str = "libfirst-icd.so:libsecond-icd.so:libthird-icd.so";
+
+    /// The loader's damage, simulated: `strtok(getenv("OCL_ICD_FILENAMES"), ":")` over the
+    /// whole string writes a NUL over every separator, in place.
+    fn strtok_in_place() {
+        // SAFETY: single-threaded child; the pointer is the variable's own string.
+        unsafe {
+            let p = libc::getenv(c"OCL_ICD_FILENAMES".as_ptr());
+            let len = std::ffi::CStr::from_ptr(p).to_bytes().len();
+            for i in 0..len {
+                if *p.add(i) == b':' as libc::c_char {
+                    *p.add(i) = 0;
+                }
+            }
+        }
+    }
+
+    fn getenv_ptr() -> usize {
+        // SAFETY: read-only getenv of a NUL-terminated name.
+        unsafe { libc::getenv(c"OCL_ICD_FILENAMES".as_ptr()) as usize }
+    }
+
+    #[test]
+    fn icd_variables_truncated_by_the_loader_are_repaired_in_place_without_set_var() {
+        if std::env::var_os(CHILD).is_some() {
+            let before = getenv_ptr();
+            with_icd_env_preserved(strtok_in_place);
+            // The value is whole again, and in the same storage: no setenv reallocated it.
+            assert_eq!(std::env::var("OCL_ICD_FILENAMES").unwrap(), FILES);
+            assert_eq!(
+                getenv_ptr(),
+                before,
+                "the variable was replaced, not repaired"
+            );
+            // Not damaged: nothing to do, nothing written.
+            with_icd_env_preserved(|| ());
+            assert_eq!(getenv_ptr(), before);
+            println!("scenario-ok");
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "discovery::tests::icd_variables_truncated_by_the_loader_are_repaired_in_place_without_set_var",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .env("OCL_ICD_FILENAMES", FILES)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("scenario-ok"),
+            "child: {:?}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -135,6 +135,31 @@ pub enum DeviceError {
         /// The compiler's build log.
         log: String,
     },
+    /// A kernel argument was refused before reaching the driver (or the driver refused it).
+    #[error("kernel {kernel:?}, argument {index} ({name}): {problem}")]
+    KernelArg {
+        /// The kernel's function name.
+        kernel: String,
+        /// The argument index.
+        index: u32,
+        /// The argument's name as declared (`CL_KERNEL_ARG_NAME`), or `"?"` when unknown.
+        name: String,
+        /// What is wrong.
+        problem: KernelArgProblem,
+    },
+    /// A sub-buffer origin that is not a multiple of the device's base address alignment
+    /// (`CL_DEVICE_MEM_BASE_ADDR_ALIGN`, OpenCL 3.0 §5.2.1 `CL_MISALIGNED_SUB_BUFFER_OFFSET`),
+    /// checked by the runtime on every driver, including those that accept it silently.
+    #[error(
+        "sub-buffer origin {origin} is not a multiple of the device's base address alignment \
+         ({align} bytes)"
+    )]
+    MisalignedSubBuffer {
+        /// The requested origin, bytes.
+        origin: usize,
+        /// `CL_DEVICE_MEM_BASE_ADDR_ALIGN`, in bytes.
+        align: u64,
+    },
     /// The process is a child forked after its parent touched the OpenCL driver.
     #[error("{}", crate::fork::BAD_FORK_MESSAGE)]
     BadFork,
@@ -149,6 +174,11 @@ impl DeviceError {
         match self {
             DeviceError::NoRuntime { source } | DeviceError::Build { source, .. } => Some(*source),
             DeviceError::OpenCl(e) => Some(*e),
+            DeviceError::KernelArg { problem, .. } => Some(problem.cl_error()),
+            DeviceError::MisalignedSubBuffer { .. } => Some(ClError::new(
+                "clCreateSubBuffer",
+                CODE_MISALIGNED_SUB_BUFFER_OFFSET,
+            )),
             _ => None,
         }
     }
@@ -156,6 +186,132 @@ impl DeviceError {
     /// True when the underlying OpenCL error means device memory is exhausted.
     pub fn is_out_of_memory(&self) -> bool {
         self.cl_error().is_some_and(|e| e.is_out_of_memory())
+    }
+}
+
+/// Why a kernel argument was refused ([`DeviceError::KernelArg`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelArgProblem {
+    /// The index is not below the kernel's argument count (`CL_INVALID_ARG_INDEX`).
+    IndexOutOfRange {
+        /// `CL_KERNEL_NUM_ARGS`.
+        count: u32,
+    },
+    /// The driver did not report argument information (`CL_KERNEL_ARG_INFO_NOT_AVAILABLE`),
+    /// so the argument's kind cannot be checked and is refused.
+    InfoUnavailable,
+    /// A scalar for a pointer parameter (`__global`, `__constant` or `__local`): the driver
+    /// would read the value as a memory object handle (`CL_INVALID_ARG_VALUE`).
+    ScalarForPointer {
+        /// The parameter's declared type, e.g. `uint*`.
+        type_name: String,
+    },
+    /// A buffer for a parameter that is not a `__global` or `__constant` pointer
+    /// (`CL_INVALID_ARG_VALUE`).
+    BufferForNonPointer {
+        /// The parameter's declared type.
+        type_name: String,
+    },
+    /// A `__local` size for a parameter that is not a `__local` pointer
+    /// (`CL_INVALID_ARG_VALUE`).
+    LocalForNonLocal {
+        /// The parameter's declared type.
+        type_name: String,
+    },
+    /// A scalar whose size differs from the declared type's (`CL_INVALID_ARG_SIZE`).
+    SizeMismatch {
+        /// The parameter's declared type.
+        type_name: String,
+        /// The declared type's size in bytes, when known.
+        declared: Option<usize>,
+        /// The size of the value given, bytes.
+        given: usize,
+    },
+    /// A buffer of another OpenCL context than the kernel's (`CL_INVALID_CONTEXT`), e.g. a
+    /// buffer of device 0 for a kernel built for device 1.
+    OtherContext,
+    /// The argument was never set before a launch (`CL_INVALID_KERNEL_ARGS`).
+    NotSet,
+    /// The driver refused the argument.
+    Driver(ClError),
+}
+
+/// `CL_MISALIGNED_SUB_BUFFER_OFFSET`.
+pub const CODE_MISALIGNED_SUB_BUFFER_OFFSET: i32 = -13;
+
+impl KernelArgProblem {
+    /// The OpenCL error this problem corresponds to (function `clSetKernelArg`).
+    pub fn cl_error(&self) -> ClError {
+        let code = match self {
+            KernelArgProblem::IndexOutOfRange { .. } => -49,
+            KernelArgProblem::InfoUnavailable => -19,
+            KernelArgProblem::ScalarForPointer { .. }
+            | KernelArgProblem::BufferForNonPointer { .. }
+            | KernelArgProblem::LocalForNonLocal { .. } => -50,
+            KernelArgProblem::SizeMismatch { .. } => -51,
+            KernelArgProblem::OtherContext => -34,
+            KernelArgProblem::NotSet => return ClError::new("clEnqueueNDRangeKernel", -52),
+            KernelArgProblem::Driver(e) => return *e,
+        };
+        ClError::new("clSetKernelArg", code)
+    }
+}
+
+impl fmt::Display for KernelArgProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelArgProblem::IndexOutOfRange { count } => {
+                write!(
+                    f,
+                    "index out of range: the kernel has {count} argument(s) (CL_INVALID_ARG_INDEX)"
+                )
+            }
+            KernelArgProblem::InfoUnavailable => f.write_str(
+                "the driver reports no argument information, so the argument cannot be checked \
+                 (CL_KERNEL_ARG_INFO_NOT_AVAILABLE)",
+            ),
+            KernelArgProblem::ScalarForPointer { type_name } => write!(
+                f,
+                "a scalar cannot be passed for the pointer parameter of type {type_name} \
+                 (CL_INVALID_ARG_VALUE)"
+            ),
+            KernelArgProblem::BufferForNonPointer { type_name } => write!(
+                f,
+                "a buffer can only be passed for a __global or __constant pointer parameter, \
+                 not {type_name} (CL_INVALID_ARG_VALUE)"
+            ),
+            KernelArgProblem::LocalForNonLocal { type_name } => write!(
+                f,
+                "a __local size can only be passed for a __local pointer parameter, not \
+                 {type_name} (CL_INVALID_ARG_VALUE)"
+            ),
+            KernelArgProblem::SizeMismatch {
+                type_name,
+                declared: Some(d),
+                given,
+            } => write!(
+                f,
+                "a {given}-byte value for a parameter of type {type_name} ({d} bytes) \
+                 (CL_INVALID_ARG_SIZE)"
+            ),
+            KernelArgProblem::SizeMismatch {
+                type_name,
+                declared: None,
+                given,
+            } => write!(
+                f,
+                "a {given}-byte scalar for a parameter of type {type_name}, which is not a \
+                 scalar type the runtime can check (CL_INVALID_ARG_SIZE)"
+            ),
+            KernelArgProblem::OtherContext => f.write_str(
+                "the buffer belongs to another OpenCL context (another device) than the kernel \
+                 (CL_INVALID_CONTEXT)",
+            ),
+            KernelArgProblem::NotSet => {
+                f.write_str("never set before the launch (CL_INVALID_KERNEL_ARGS)")
+            }
+            KernelArgProblem::Driver(e) => write!(f, "{e}"),
+        }
     }
 }
 

@@ -17,6 +17,13 @@
 //! guards; nothing here allocates device memory on its own; no call creates a context except
 //! [`Device::context`] and what needs it.
 //!
+//! Soundness: safe functions are sound for any input and any interleaving; what cannot be made
+//! sound is an `unsafe fn` with a `# Safety` section naming the caller's obligations: running
+//! kernel code ([`backend::CommandQueue::enqueue_kernel`]) and wrapping raw handles (the
+//! `from_raw_*` constructors). Event completion closures run on the runtime's own
+//! `xpu-callbacks` thread, never on a driver thread. [`live_objects`] counts the OpenCL objects
+//! the backend holds, for leak checks.
+//!
 //! ```
 //! // Never fails: 0 when no OpenCL runtime is installed.
 //! let n = xpu_device::device_count();
@@ -34,11 +41,12 @@ pub mod fork;
 mod memory;
 mod properties;
 
+pub use backend::{live_objects, LiveObjects};
 pub use current::{
     check_device, current_device, device_of, exchange_device, set_device, DeviceGuard, HasDevice,
 };
 pub use discovery::{device, device_count, devices, is_available, Device};
-pub use error::{ClError, DeviceError, Result, INSTALL_HINT};
+pub use error::{ClError, DeviceError, KernelArgProblem, Result, INSTALL_HINT};
 pub use memory::{mem_get_info, note_reserved, reserved_by_runtime};
 pub use properties::{DeviceProperties, DeviceType};
 

@@ -71,20 +71,42 @@ fn sub_buffer_at_an_aligned_offset_views_the_parent() {
 }
 
 #[test]
-fn sub_buffer_at_a_misaligned_offset_is_a_cl_error() {
-    let Some(dev) = common::device0("sub_buffer_at_a_misaligned_offset_is_a_cl_error") else {
+fn sub_buffer_at_a_misaligned_origin_is_a_typed_error() {
+    let Some(dev) = common::device0("sub_buffer_at_a_misaligned_origin_is_a_typed_error") else {
         return;
     };
     let align = dev.properties().mem_base_addr_align as usize;
     let parent = Buffer::new(dev.context().unwrap(), 4 * align, MemFlags::default()).unwrap();
     let err = parent.sub_buffer(align / 2, 64).unwrap_err();
-    let cl = err.cl_error().expect("an OpenCL error");
+    assert_eq!(
+        err,
+        DeviceError::MisalignedSubBuffer {
+            origin: align / 2,
+            align: align as u64
+        }
+    );
+    let cl = err.cl_error().expect("the OpenCL code it stands for");
     assert_eq!(cl.function, "clCreateSubBuffer");
     assert_eq!(cl.code, CL_MISALIGNED_SUB_BUFFER_OFFSET);
-    assert!(
-        err.to_string().contains("CL_MISALIGNED_SUB_BUFFER_OFFSET"),
-        "{err}"
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "sub-buffer origin {} is not a multiple of the device's base address alignment \
+             ({align} bytes)",
+            align / 2
+        )
     );
+    // A buffer wrapped from a raw handle knows its device's alignment too.
+    // SAFETY: `parent` is a live buffer of 4 * align bytes for the whole scope.
+    let wrapped = unsafe { Buffer::from_raw_retained(parent.as_raw(), 4 * align) }.unwrap();
+    assert_eq!(
+        wrapped.sub_buffer(1, 8).unwrap_err(),
+        DeviceError::MisalignedSubBuffer {
+            origin: 1,
+            align: align as u64
+        }
+    );
+    assert_eq!(wrapped.sub_buffer(align, 8).unwrap().size(), 8);
 }
 
 #[test]
@@ -170,4 +192,42 @@ fn fill_then_copy() {
     let err = q.copy(&a, 0, &a, 16, 32, &[]).unwrap_err();
     assert_eq!(err.cl_error().unwrap().code, CL_MEM_COPY_OVERLAP, "{err}");
     q.finish().unwrap();
+}
+
+#[test]
+fn commands_on_buffers_of_another_context_are_errors_not_aborts() {
+    const NAME: &str = "commands_on_buffers_of_another_context_are_errors_not_aborts";
+    if !common::have_devices(NAME, 2) {
+        return;
+    }
+    if !common::is_child(NAME) {
+        let out = common::run_in_child(NAME, std::time::Duration::from_secs(60));
+        assert!(
+            out.succeeded_with("scenario-ok"),
+            "child: {:?}\n{}\n{}",
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+        return;
+    }
+    let (d0, d1) = (
+        xpu_device::device(0).unwrap(),
+        xpu_device::device(1).unwrap(),
+    );
+    let foreign = Buffer::new(d0.context().unwrap(), 256, MemFlags::default()).unwrap();
+    let own = Buffer::new(d1.context().unwrap(), 256, MemFlags::default()).unwrap();
+    let q1 = common::queue(d1);
+    let mut bytes = vec![0u8; 16];
+    assert!(q1.write(&foreign, 0, &bytes).is_err(), "write");
+    assert!(q1.read(&foreign, 0, &mut bytes).is_err(), "read");
+    assert!(q1.copy(&foreign, 0, &own, 0, 16, &[]).is_err(), "copy from");
+    assert!(q1.copy(&own, 0, &foreign, 0, 16, &[]).is_err(), "copy to");
+    assert!(q1.fill(&foreign, &[1u8], 0, 16, &[]).is_err(), "fill");
+    let foreign_event = common::queue(d0).enqueue_marker(&[]).unwrap();
+    let err = q1.enqueue_marker(&[&foreign_event]).unwrap_err();
+    assert_eq!(err.code, -34, "CL_INVALID_CONTEXT");
+    assert!(q1.fill(&own, &[1u8], 0, 16, &[&foreign_event]).is_err());
+    q1.finish().unwrap();
+    println!("scenario-ok");
 }

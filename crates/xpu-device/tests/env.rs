@@ -17,6 +17,10 @@ fn probe() {
         return;
     }
     println!("probe:count={}", xpu_device::device_count());
+    // After the enumeration: what a child process of this one would inherit.
+    if let Some(v) = std::env::var_os("OCL_ICD_FILENAMES") {
+        println!("probe:icd_filenames={}", v.to_string_lossy());
+    }
     match xpu_device::devices() {
         Ok(devs) => {
             let types: Vec<&str> = devs
@@ -150,4 +154,19 @@ fn device_type_selects_cpu_or_all() {
         Some(types) => assert!(types.split(',').all(|t| t == "gpu"), "{types}"),
         None => assert_eq!(gpu["kind"], "NoDevices"), // PoCL: CPU devices only
     }
+}
+
+#[test]
+fn enumeration_leaves_the_icd_file_list_whole_for_child_processes() {
+    if !common::have_devices(
+        "enumeration_leaves_the_icd_file_list_whole_for_child_processes",
+        1,
+    ) {
+        return;
+    }
+    // A list of two files (the second one missing): the loader reads both, and the process
+    // environment must still hold both afterwards (some loaders truncate it in place).
+    let files = "libpocl.so.2:/nonexistent/libno-such-icd.so";
+    let r = run_probe(&[("OCL_ICD_FILENAMES", files)], &["XPU_PLATFORM"]);
+    assert_eq!(r["icd_filenames"], files);
 }

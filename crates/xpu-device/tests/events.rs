@@ -5,6 +5,8 @@ mod common;
 use xpu_device::backend::{EventStatus, ProfilingInfo, QueueOptions};
 
 const CL_INVALID_OPERATION: i32 = -59;
+const CL_INVALID_VALUE: i32 = -30;
+const CL_INVALID_EVENT: i32 = -58;
 const CL_PROFILING_INFO_NOT_AVAILABLE: i32 = -7;
 
 #[test]
@@ -85,4 +87,201 @@ fn marker_profiling_timestamps_are_ordered() {
     m.wait().unwrap();
     let err = m.profiling(ProfilingInfo::End).unwrap_err();
     assert_eq!(err.code, CL_PROFILING_INFO_NOT_AVAILABLE);
+}
+
+#[test]
+fn user_event_refuses_a_non_negative_failure_status_and_stays_unset() {
+    let Some(dev) =
+        common::device0("user_event_refuses_a_non_negative_failure_status_and_stays_unset")
+    else {
+        return;
+    };
+    let user = dev.create_user_event().unwrap();
+    for code in [0, 1, 42] {
+        let err = user.set_failed(code).unwrap_err();
+        assert_eq!(err.code, CL_INVALID_VALUE, "set_failed({code})");
+        assert_eq!(err.function, "clSetUserEventStatus");
+        assert_eq!(user.status().unwrap(), EventStatus::Submitted);
+    }
+    // Untouched: it can still be failed with a negative status.
+    user.set_failed(-5).unwrap();
+    assert_eq!(user.status().unwrap(), EventStatus::Error(-5));
+}
+
+const CHILD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn assert_child_ok(test: &str) {
+    let out = common::run_in_child(test, CHILD_TIMEOUT);
+    assert!(
+        out.succeeded_with("scenario-ok"),
+        "child scenario failed: status {:?} (None: killed after {CHILD_TIMEOUT:?})\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+}
+
+#[test]
+fn a_completion_callback_runs_on_the_runtime_thread_and_may_finish_the_queue() {
+    const NAME: &str = "a_completion_callback_runs_on_the_runtime_thread_and_may_finish_the_queue";
+    let Some(dev) = common::device0(NAME) else {
+        return;
+    };
+    if !common::is_child(NAME) {
+        return assert_child_ok(NAME);
+    }
+    let q = common::queue(dev);
+    let mut gate = common::Gate::new(dev);
+    let ev = q.enqueue_marker(&[gate.event()]).unwrap();
+    // More work after the marker, which a finish() inside the callback waits for.
+    let buf = xpu_device::backend::Buffer::new(
+        dev.context().unwrap(),
+        1 << 20,
+        xpu_device::backend::MemFlags::default(),
+    )
+    .unwrap();
+    q.fill(&buf, &[7u8], 0, 1 << 20, &[]).unwrap();
+    let after = q.enqueue_marker(&[]).unwrap();
+    let q2 = q.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    ev.on_complete(move |status| {
+        let finished = q2.finish();
+        let thread = std::thread::current().name().map(String::from);
+        let _ = tx.send((status, finished, thread));
+    })
+    .unwrap();
+    q.flush().unwrap();
+    gate.open();
+    let (status, finished, thread) = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the callback calling finish() did not complete within 20 s");
+    assert_eq!(status, 0);
+    assert_eq!(finished, Ok(()));
+    assert!(after.is_complete().unwrap());
+    assert_eq!(thread.as_deref(), Some("xpu-callbacks"));
+    println!("scenario-ok");
+}
+
+/// A panic payload whose own `Drop` panics.
+struct PanickingPayload(std::sync::mpsc::Sender<()>);
+
+impl Drop for PanickingPayload {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+        panic!("the payload's drop panics too");
+    }
+}
+
+#[test]
+fn a_panicking_callback_with_a_panicking_payload_does_not_abort() {
+    const NAME: &str = "a_panicking_callback_with_a_panicking_payload_does_not_abort";
+    let Some(dev) = common::device0(NAME) else {
+        return;
+    };
+    if !common::is_child(NAME) {
+        return assert_child_ok(NAME);
+    }
+    let user = dev.create_user_event().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    user.on_complete(move |_| std::panic::panic_any(PanickingPayload(tx)))
+        .unwrap();
+    user.set_complete().unwrap();
+    rx.recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the payload was dropped");
+    // The payload's drop panicked on the callback thread; once the thread is past it, the
+    // process is still alive.
+    xpu_device::backend::wait_for_callbacks();
+    assert_eq!(xpu_device::backend::live_objects().callbacks, 0);
+    // And callbacks keep running afterwards.
+    let (tx3, rx3) = std::sync::mpsc::channel();
+    let q = common::queue(dev);
+    q.enqueue_marker(&[])
+        .unwrap()
+        .on_complete(move |s| {
+            let _ = tx3.send(s);
+        })
+        .unwrap();
+    q.flush().unwrap();
+    assert_eq!(rx3.recv_timeout(std::time::Duration::from_secs(20)), Ok(0));
+    println!("scenario-ok");
+}
+
+#[test]
+fn forward_to_gives_a_user_event_of_another_context_the_final_status() {
+    if !common::have_devices(
+        "forward_to_gives_a_user_event_of_another_context_the_final_status",
+        2,
+    ) {
+        return;
+    }
+    let (d0, d1) = (
+        xpu_device::device(0).unwrap(),
+        xpu_device::device(1).unwrap(),
+    );
+    let (q0, q1) = (common::queue(d0), common::queue(d1));
+    // Success only: PoCL 3.1 never calls CL_COMPLETE callbacks of an event that terminated
+    // abnormally (a marker after a failed user event stays without callback), so the failure
+    // forwarding cannot be observed there.
+    for fail in [false] {
+        let gate = d0.create_user_event().unwrap();
+        let source = q0.enqueue_marker(&[&gate]).unwrap();
+        q0.flush().unwrap();
+        let bridge = d1.create_user_event().unwrap();
+        source.forward_to(&bridge).unwrap();
+        let after = q1.enqueue_marker(&[&bridge]).unwrap();
+        q1.flush().unwrap();
+        assert_eq!(bridge.status().unwrap(), EventStatus::Submitted);
+        if fail {
+            gate.set_failed(-7).unwrap();
+        } else {
+            gate.set_complete().unwrap();
+        }
+        // The forwarding is asynchronous (the driver's callback): wait for a final status.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let status = loop {
+            match bridge.status().unwrap() {
+                EventStatus::Submitted if std::time::Instant::now() < deadline => {
+                    std::thread::yield_now()
+                }
+                s => break s,
+            }
+        };
+        let source_status = source.status().unwrap();
+        assert_eq!(status, source_status);
+        if fail {
+            assert!(matches!(status, EventStatus::Error(_)), "{status:?}");
+            assert!(after.wait().is_err());
+        } else {
+            assert_eq!(status, EventStatus::Complete);
+            after.wait().unwrap();
+        }
+    }
+}
+
+#[test]
+fn setting_the_status_of_a_command_event_is_refused() {
+    const NAME: &str = "setting_the_status_of_a_command_event_is_refused";
+    let Some(dev) = common::device0(NAME) else {
+        return;
+    };
+    if !common::is_child(NAME) {
+        return assert_child_ok(NAME);
+    }
+    let q = common::queue(dev);
+    let mut gate = common::Gate::new(dev);
+    let marker = q.enqueue_marker(&[gate.event()]).unwrap();
+    q.flush().unwrap();
+    let r = marker.set_complete();
+    println!("set_complete on a marker: {r:?}");
+    assert_eq!(r.unwrap_err().code, CL_INVALID_EVENT);
+    assert_eq!(marker.set_failed(-3).unwrap_err().code, CL_INVALID_EVENT);
+    // forward_to a command event: the forwarding is refused too, the marker keeps its course.
+    let source = dev.create_user_event().unwrap();
+    let r = source.forward_to(&marker);
+    println!("forward_to a marker: {r:?}");
+    assert_eq!(r.unwrap_err().code, CL_INVALID_EVENT);
+    source.set_complete().unwrap();
+    gate.open();
+    marker.wait().unwrap();
+    println!("scenario-ok");
 }

@@ -3,7 +3,7 @@
 mod common;
 
 use xpu_device::backend::{Buffer, Kernel, MemFlags, Program};
-use xpu_device::DeviceError;
+use xpu_device::{DeviceError, KernelArgProblem};
 
 const SCALE: &str = r"
 __kernel void scale_index(__global uint *out, uint k) {
@@ -15,6 +15,8 @@ __kernel void scale_index(__global uint *out, uint k) {
 const CL_BUILD_PROGRAM_FAILURE: i32 = -11;
 const CL_INVALID_KERNEL_NAME: i32 = -46;
 const CL_INVALID_ARG_SIZE: i32 = -51;
+const CL_INVALID_ARG_VALUE: i32 = -50;
+const CL_INVALID_CONTEXT: i32 = -34;
 
 #[test]
 fn kernel_from_source_writes_expected_values() {
@@ -28,7 +30,8 @@ fn kernel_from_source_writes_expected_values() {
     let out = Buffer::new(ctx, 256 * 4, MemFlags::default()).unwrap();
     kernel.set_arg_buffer(0, &out).unwrap();
     kernel.set_arg(1, 3u32).unwrap();
-    let ev = q.enqueue_kernel(&kernel, &[256], None, &[]).unwrap();
+    // SAFETY: 256 work-items write out[0..256), the 1024-byte buffer; nothing borrows it.
+    let ev = unsafe { q.enqueue_kernel(&kernel, &[256], None, &[]) }.unwrap();
     let mut bytes = vec![0u8; 256 * 4];
     q.read(&out, 0, &mut bytes).unwrap(); // in-order: after the kernel
     assert!(ev.is_complete().unwrap());
@@ -40,18 +43,46 @@ fn kernel_from_source_writes_expected_values() {
     assert_eq!(values, want);
 
     // Argument and launch errors.
+    let err = kernel.set_arg(1, 3u64).unwrap_err();
+    assert_eq!(err.cl_error().unwrap().code, CL_INVALID_ARG_SIZE);
     assert_eq!(
-        kernel.set_arg(1, 3u64).unwrap_err().code,
-        CL_INVALID_ARG_SIZE
+        err.to_string(),
+        "kernel \"scale_index\", argument 1 (k): a 8-byte value for a parameter of type uint \
+         (4 bytes) (CL_INVALID_ARG_SIZE)"
     );
+    let err = kernel.set_arg(2, 3u32).unwrap_err();
     assert!(matches!(
-        q.enqueue_kernel(&kernel, &[], None, &[]),
-        Err(DeviceError::InvalidArgument(_))
+        err,
+        DeviceError::KernelArg {
+            index: 2,
+            problem: KernelArgProblem::IndexOutOfRange { count: 2 },
+            ..
+        }
     ));
-    assert!(matches!(
-        q.enqueue_kernel(&kernel, &[4, 4], Some(&[4]), &[]),
-        Err(DeviceError::InvalidArgument(_))
-    ));
+    // SAFETY: both launches are refused before reaching the driver.
+    unsafe {
+        assert!(matches!(
+            q.enqueue_kernel(&kernel, &[], None, &[]),
+            Err(DeviceError::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            q.enqueue_kernel(&kernel, &[4, 4], Some(&[4]), &[]),
+            Err(DeviceError::InvalidArgument(_))
+        ));
+    }
+    // A launch with an argument never set is refused, naming it.
+    let mut fresh = Kernel::new(&program, "scale_index").unwrap();
+    fresh.set_arg(1, 1u32).unwrap();
+    // SAFETY: refused before reaching the driver (argument 0 is not set).
+    let err = unsafe { q.enqueue_kernel(&fresh, &[4], None, &[]) }.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            DeviceError::KernelArg { index: 0, name, problem: KernelArgProblem::NotSet, .. }
+                if name == "out"
+        ),
+        "{err:?}"
+    );
     let err = Kernel::new(&program, "no_such_kernel").unwrap_err();
     assert_eq!(err.cl_error().unwrap().code, CL_INVALID_KERNEL_NAME);
     assert!(matches!(
@@ -79,4 +110,162 @@ fn syntax_error_gives_the_build_log() {
     assert!(err.to_string().starts_with(
         "OpenCL program build failed (clBuildProgram failed: CL_BUILD_PROGRAM_FAILURE (-11)):\n"
     ));
+}
+
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+fn assert_child_ok(test: &str) {
+    let out = common::run_in_child(test, TIMEOUT);
+    assert!(
+        out.succeeded_with("scenario-ok"),
+        "child scenario failed: status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+}
+
+#[test]
+fn a_buffer_dropped_after_set_arg_stays_alive_for_the_launch() {
+    const NAME: &str = "a_buffer_dropped_after_set_arg_stays_alive_for_the_launch";
+    let Some(dev) = common::device0(NAME) else {
+        return;
+    };
+    if !common::is_child(NAME) {
+        return assert_child_ok(NAME);
+    }
+    let ctx = dev.context().unwrap();
+    let q = common::queue(dev);
+    let program = Program::build(ctx, dev.id(), SCALE).unwrap();
+    let mut kernel = Kernel::new(&program, "scale_index").unwrap();
+    let out = Buffer::new(ctx, 1 << 20, MemFlags::default()).unwrap();
+    kernel.set_arg_buffer(0, &out).unwrap();
+    kernel.set_arg(1, 3u32).unwrap();
+    drop(out);
+    // Churn the allocator so that freed memory would be reused.
+    let others: Vec<Buffer> = (0..8)
+        .map(|_| Buffer::new(ctx, 1 << 20, MemFlags::default()).unwrap())
+        .collect();
+    // SAFETY: the kernel writes out[0..256), inside the 1 MiB argument buffer.
+    unsafe { q.enqueue_kernel(&kernel, &[256], None, &[]) }.unwrap();
+    q.finish().unwrap();
+    // Gated launch, then the kernel (and its buffers) dropped before the launch runs.
+    let out2 = Buffer::new(ctx, 1024, MemFlags::default()).unwrap();
+    kernel.set_arg_buffer(0, &out2).unwrap();
+    let mut gate = common::Gate::new(dev);
+    // SAFETY: as above, 256 u32 = 1024 bytes.
+    unsafe { q.enqueue_kernel(&kernel, &[256], None, &[gate.event()]) }.unwrap();
+    let check = out2.clone();
+    drop((kernel, out2));
+    gate.open();
+    let mut bytes = vec![0u8; 1024];
+    q.read(&check, 0, &mut bytes).unwrap();
+    assert_eq!(u32::from_ne_bytes(bytes[40..44].try_into().unwrap()), 30);
+    drop(others);
+    println!("scenario-ok");
+}
+
+#[test]
+fn a_scalar_for_a_pointer_parameter_is_refused() {
+    const NAME: &str = "a_scalar_for_a_pointer_parameter_is_refused";
+    let Some(dev) = common::device0(NAME) else {
+        return;
+    };
+    if !common::is_child(NAME) {
+        return assert_child_ok(NAME);
+    }
+    let ctx = dev.context().unwrap();
+    let program = Program::build(ctx, dev.id(), SCALE).unwrap();
+    let mut kernel = Kernel::new(&program, "scale_index").unwrap();
+    let err = kernel.set_arg(0, 0xdead_beef_u64).unwrap_err();
+    match &err {
+        DeviceError::KernelArg {
+            kernel,
+            index: 0,
+            name,
+            problem: KernelArgProblem::ScalarForPointer { type_name },
+        } => {
+            assert_eq!((kernel.as_str(), name.as_str()), ("scale_index", "out"));
+            assert_eq!(type_name, "uint*");
+        }
+        other => panic!("expected ScalarForPointer, got {other:?}"),
+    }
+    assert_eq!(err.cl_error().unwrap().code, CL_INVALID_ARG_VALUE);
+    // Every scalar type is refused for the pointer, and a buffer for the scalar.
+    assert!(kernel.set_arg(0, 1u32).is_err());
+    assert!(kernel.set_arg(0, 1.0f64).is_err());
+    let buf = Buffer::new(ctx, 64, MemFlags::default()).unwrap();
+    assert!(matches!(
+        kernel.set_arg_buffer(1, &buf),
+        Err(DeviceError::KernelArg {
+            index: 1,
+            problem: KernelArgProblem::BufferForNonPointer { .. },
+            ..
+        })
+    ));
+    assert!(matches!(
+        kernel.set_arg_local(1, 64),
+        Err(DeviceError::KernelArg {
+            problem: KernelArgProblem::LocalForNonLocal { .. },
+            ..
+        })
+    ));
+    println!("scenario-ok");
+}
+
+#[test]
+fn a_buffer_of_another_context_is_refused() {
+    const NAME: &str = "a_buffer_of_another_context_is_refused";
+    if !common::have_devices(NAME, 2) {
+        return;
+    }
+    if !common::is_child(NAME) {
+        return assert_child_ok(NAME);
+    }
+    let (d0, d1) = (
+        xpu_device::device(0).unwrap(),
+        xpu_device::device(1).unwrap(),
+    );
+    let foreign = Buffer::new(d0.context().unwrap(), 1024, MemFlags::default()).unwrap();
+    let ctx1 = d1.context().unwrap();
+    let program = Program::build(ctx1, d1.id(), SCALE).unwrap();
+    let mut kernel = Kernel::new(&program, "scale_index").unwrap();
+    let q1 = common::queue(d1);
+    let err = kernel.set_arg_buffer(0, &foreign).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            DeviceError::KernelArg {
+                index: 0,
+                problem: KernelArgProblem::OtherContext,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.cl_error().unwrap().code, CL_INVALID_CONTEXT);
+    assert!(err.to_string().contains("another OpenCL context"), "{err}");
+    // The kernel stays usable with a buffer of its own context.
+    let own = Buffer::new(ctx1, 1024, MemFlags::default()).unwrap();
+    kernel.set_arg_buffer(0, &own).unwrap();
+    kernel.set_arg(1, 2u32).unwrap();
+    // SAFETY: 256 u32 fit the 1024-byte buffer.
+    unsafe { q1.enqueue_kernel(&kernel, &[256], None, &[]) }.unwrap();
+    let mut bytes = vec![0u8; 1024];
+    q1.read(&own, 0, &mut bytes).unwrap();
+    assert_eq!(u32::from_ne_bytes(bytes[8..12].try_into().unwrap()), 4);
+    // A queue of another context: the driver's typed error, no abort.
+    let q0 = common::queue(d0);
+    // SAFETY: refused by the driver (CL_INVALID_CONTEXT); otherwise in bounds as above.
+    let r = unsafe { q0.enqueue_kernel(&kernel, &[256], None, &[]) };
+    println!("queue of another context: {r:?}");
+    assert!(r.is_err());
+    // A wait-list event of another context.
+    let foreign_event = q0.enqueue_marker(&[]).unwrap();
+    // SAFETY: as above.
+    let r = unsafe { q1.enqueue_kernel(&kernel, &[256], None, &[&foreign_event]) };
+    println!("event of another context: {r:?}");
+    assert!(r.is_err());
+    q1.finish().unwrap();
+    println!("scenario-ok");
 }

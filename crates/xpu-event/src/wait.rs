@@ -25,15 +25,9 @@ pub(crate) fn stream_waits_for(stream: &Stream, r: &Recorded) -> Result<(), Even
         return Ok(());
     }
     let bridge = xpu_device::device(stream.device())?.create_user_event()?;
-    let gate = bridge.clone();
-    r.event.on_complete(move |status| {
-        // A user event accepts one status; a negative one fails the waiting commands too.
-        let _ = if status == 0 {
-            gate.set_complete()
-        } else {
-            gate.set_failed(status)
-        };
-    })?;
+    // The driver's callback sets the bridge to the event's final status (a negative one fails
+    // the waiting commands too), without going through the callback thread of user closures.
+    r.event.forward_to(&bridge)?;
     queue.enqueue_barrier(&[&bridge])?;
     Ok(())
 }

@@ -52,6 +52,11 @@ impl DeviceLimits {
     }
 }
 
+/// The limits of the (first) device of a raw context.
+pub(crate) fn limits_of_context(ctx: raw::cl_context) -> DeviceLimits {
+    DeviceLimits::of_context(ctx)
+}
+
 /// A reference-counted OpenCL context for one device. `Clone` retains, `Drop` releases.
 #[derive(Debug)]
 pub struct Context(raw::cl_context, DeviceLimits);

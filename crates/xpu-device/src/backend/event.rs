@@ -8,18 +8,45 @@ use super::{cl, raw, release, Context};
 use crate::error::ClError;
 
 const EXECUTION_STATUS: u32 = 0x11D3;
+const EVENT_CONTEXT: u32 = 0x11D4;
+const EVENT_COMMAND_TYPE: u32 = 0x11D2;
+const COMMAND_USER: u32 = 0x1204;
+const CODE_INVALID_EVENT: i32 = -58;
 const CL_COMPLETE: i32 = 0;
+const CODE_INVALID_VALUE: i32 = -30;
+const CODE_OUT_OF_HOST_MEMORY: i32 = -6;
 
 /// A callback registered with [`ClEvent::on_complete`].
 type CompleteFn = Box<dyn FnOnce(i32) + Send + 'static>;
 
-extern "C" fn run_on_complete(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
+extern "C" fn post_on_complete(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
     // SAFETY: user_data is the Box<CompleteFn> leaked by `on_complete`; OpenCL calls a callback
     // registered for CL_COMPLETE exactly once (clSetEventCallback, OpenCL 3.0 §5.11.4), so the
     // box is reclaimed exactly once.
     let f = unsafe { Box::from_raw(user_data.cast::<CompleteFn>()) };
-    // A panic must never unwind into the driver's thread.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(status)));
+    // Only a channel send here: the closure runs on the runtime's callback thread.
+    super::callbacks::post(*f, status);
+}
+
+extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
+    // SAFETY: user_data is the Box<ClEvent> leaked by `forward_to`, reclaimed exactly once as
+    // above.
+    let target = unsafe { Box::from_raw(user_data.cast::<ClEvent>()) };
+    let raw = std::mem::ManuallyDrop::new(*target).0;
+    // The reference is uncounted before the status is set, so that a thread that observed the
+    // status (a waiter on the target) sees the live counts settled.
+    super::live::released(super::live::Kind::Event);
+    let status = if status > 0 {
+        CODE_INVALID_VALUE
+    } else {
+        status
+    };
+    // clSetUserEventStatus is non-blocking and allowed in a callback (§5.11.4); a target
+    // already set refuses the second status, which is all there is to do then.
+    let _ = cle::set_user_event_status(raw, status);
+    // SAFETY: the reference owned by the boxed clone, released once (clReleaseEvent is
+    // non-blocking and allowed in a callback).
+    release::note("clReleaseEvent", unsafe { cle::release_event(raw) });
 }
 
 /// `CL_EVENT_COMMAND_EXECUTION_STATUS` (OpenCL 3.0 §5.11, table 37).
@@ -52,7 +79,7 @@ pub enum ProfilingInfo {
 
 /// A reference-counted OpenCL event. `Clone` retains, `Drop` releases.
 #[derive(Debug)]
-pub struct ClEvent(raw::cl_event);
+pub struct ClEvent(raw::cl_event, bool);
 
 // SAFETY: cl_event is reference counted and clGetEventInfo / clWaitForEvents /
 // clSetUserEventStatus are thread-safe (OpenCL 3.0 appendix A.2); we own one reference.
@@ -61,12 +88,20 @@ unsafe impl Send for ClEvent {}
 unsafe impl Sync for ClEvent {}
 
 impl ClEvent {
-    /// Takes ownership of a reference returned by an enqueue call.
-    pub(crate) fn from_owned(raw: raw::cl_event) -> Self {
-        Self(raw)
+    /// Wraps one owned reference, counted in [`super::live_objects`].
+    fn counted(raw: raw::cl_event, user: bool) -> Self {
+        super::live::created(super::live::Kind::Event);
+        ClEvent(raw, user)
     }
 
-    /// Wraps a raw event, retaining it (the caller keeps its own reference).
+    /// Takes ownership of a reference returned by an enqueue call.
+    pub(crate) fn from_owned(raw: raw::cl_event) -> Self {
+        ClEvent::counted(raw, false)
+    }
+
+    /// Wraps a raw event, retaining it (the caller keeps its own reference). The wrapper can set
+    /// the status ([`ClEvent::set_complete`]) only when the driver reports the event as a user
+    /// event (`CL_COMMAND_USER`).
     ///
     /// # Safety
     /// `raw` must be a valid `cl_event`.
@@ -76,7 +111,9 @@ impl ClEvent {
     pub unsafe fn from_raw_retained(raw: raw::cl_event) -> Result<ClEvent, ClError> {
         // SAFETY: the caller guarantees `raw` is a valid event (clRetainEvent precondition).
         cl("clRetainEvent", unsafe { cle::retain_event(raw) })?;
-        Ok(ClEvent(raw))
+        let user =
+            cle::get_event_info(raw, EVENT_COMMAND_TYPE).is_ok_and(|t| t.to_uint() == COMMAND_USER);
+        Ok(ClEvent::counted(raw, user))
     }
 
     /// A user event (`clCreateUserEvent`, OpenCL 3.0 §5.11.2): host-controlled, starts
@@ -85,16 +122,20 @@ impl ClEvent {
     /// # Errors
     /// A failed `clCreateUserEvent`.
     pub fn user(context: &Context) -> Result<ClEvent, ClError> {
-        Ok(ClEvent(cl(
-            "clCreateUserEvent",
-            cle::create_user_event(context.as_raw()),
-        )?))
+        Ok(ClEvent::counted(
+            cl(
+                "clCreateUserEvent",
+                cle::create_user_event(context.as_raw()),
+            )?,
+            true,
+        ))
     }
 
     /// Sets a user event to `CL_COMPLETE`, releasing every command waiting on it.
     ///
     /// # Errors
-    /// `CL_INVALID_EVENT` for a non-user event, `CL_INVALID_OPERATION` when already set.
+    /// `CL_INVALID_EVENT` for a non-user event (checked before the driver is called),
+    /// `CL_INVALID_OPERATION` when already set.
     pub fn set_complete(&self) -> Result<(), ClError> {
         self.check_unset()?;
         cl(
@@ -108,17 +149,36 @@ impl ClEvent {
     /// is made here for every driver: a user event not in its initial `CL_SUBMITTED` state has
     /// been set.
     fn check_unset(&self) -> Result<(), ClError> {
+        self.check_user()?;
         match self.status()? {
             EventStatus::Submitted => Ok(()),
             _ => Err(ClError::new("clSetUserEventStatus", -59)),
         }
     }
 
-    /// Sets a user event to a negative error status: commands waiting on it terminate.
+    /// `CL_INVALID_EVENT` unless this is a user event: one made by [`ClEvent::user`], or wrapped
+    /// from a raw event whose `CL_EVENT_COMMAND_TYPE` is `CL_COMMAND_USER` (PoCL reports
+    /// another type for its user events, so the wrapper remembers how it was made). The status
+    /// of a command's event is the driver's alone (§5.11.2).
+    fn check_user(&self) -> Result<(), ClError> {
+        if self.1 {
+            Ok(())
+        } else {
+            Err(ClError::new("clSetUserEventStatus", CODE_INVALID_EVENT))
+        }
+    }
+
+    /// Sets a user event to a negative error status: commands waiting on it terminate
+    /// (OpenCL 3.0 §5.11.2: a negative `execution_status` is an error status).
     ///
     /// # Errors
-    /// As [`ClEvent::set_complete`]; `CL_INVALID_VALUE` when `code >= 0`.
+    /// As [`ClEvent::set_complete`]; `CL_INVALID_VALUE` when `code >= 0` (0 would mean
+    /// `CL_COMPLETE`, positive values are not final states), checked before the driver is
+    /// called, so the event is left untouched.
     pub fn set_failed(&self, code: i32) -> Result<(), ClError> {
+        if code >= 0 {
+            return Err(ClError::new("clSetUserEventStatus", CODE_INVALID_VALUE));
+        }
         self.check_unset()?;
         cl(
             "clSetUserEventStatus",
@@ -189,26 +249,66 @@ impl ClEvent {
     /// (`clSetEventCallback` for `CL_COMPLETE`, OpenCL 3.0 §5.11.4). `f` receives the final
     /// execution status: 0 (`CL_COMPLETE`) or the negative error code.
     ///
-    /// `f` runs on a driver thread (or inline, when the event is already complete): it must be
-    /// short and must not call blocking OpenCL functions (`clFinish`, `clWaitForEvents`, blocking
-    /// enqueues), which the specification leaves undefined in callbacks. Setting a user event's
-    /// status from it is allowed; this is how a queue of one context waits for an event of
-    /// another context.
+    /// `f` runs on the runtime's callback thread (`xpu-callbacks`, one per process, started by
+    /// the first registration), never on a driver thread: the driver's callback only hands it
+    /// over. So `f` may block, call `finish()` or wait for events. Closures run one at a time,
+    /// in the order the driver reports completions: a slow closure delays the others, and a
+    /// closure that waits for something only a later callback provides never returns. A panic
+    /// in `f` is caught and logged (its payload dropped safely); it never aborts the process.
+    /// [`wait_for_callbacks`](super::wait_for_callbacks) waits for the closures handed over.
     ///
     /// # Errors
-    /// A failed `clSetEventCallback` (then `f` is dropped without running).
+    /// A failed `clSetEventCallback` (then `f` is dropped without running);
+    /// `CL_OUT_OF_HOST_MEMORY` (reported as from `clSetEventCallback`) when the callback thread
+    /// cannot be started.
     pub fn on_complete(&self, f: impl FnOnce(i32) + Send + 'static) -> Result<(), ClError> {
+        if let Err(e) = super::callbacks::start() {
+            tracing::error!(%e, "cannot start the xpu-callbacks thread");
+            return Err(ClError::new("clSetEventCallback", CODE_OUT_OF_HOST_MEMORY));
+        }
         let boxed: Box<CompleteFn> = Box::new(Box::new(f));
         let data = Box::into_raw(boxed);
-        match cle::set_event_callback(self.0, CL_COMPLETE, run_on_complete, data.cast()) {
+        super::callbacks::registered();
+        match cle::set_event_callback(self.0, CL_COMPLETE, post_on_complete, data.cast()) {
             Ok(()) => Ok(()),
             Err(code) => {
+                super::callbacks::unregistered();
                 // SAFETY: registration failed, so the driver never saw `data` and we still own
                 // the box created above.
                 drop(unsafe { Box::from_raw(data) });
                 Err(ClError::new("clSetEventCallback", code))
             }
         }
+    }
+
+    /// Sets the user event `target` (of this event's context or another one) to this event's
+    /// final status when this event completes: `CL_COMPLETE`, or the negative error code.
+    /// Runs no user code: the driver's callback sets the status directly (allowed in callbacks,
+    /// OpenCL 3.0 §5.11.4), independent of the callback thread. This is how a queue of one
+    /// context waits for an event of another context. A target already set keeps its status.
+    ///
+    /// # Errors
+    /// `CL_INVALID_EVENT` when `target` is not a user event; a failed `clSetEventCallback`.
+    pub fn forward_to(&self, target: &ClEvent) -> Result<(), ClError> {
+        target.check_user()?;
+        let data = Box::into_raw(Box::new(target.clone()));
+        match cle::set_event_callback(self.0, CL_COMPLETE, forward_status, data.cast()) {
+            Ok(()) => Ok(()),
+            Err(code) => {
+                // SAFETY: registration failed: the driver never saw `data`, we own the box.
+                drop(unsafe { Box::from_raw(data) });
+                Err(ClError::new("clSetEventCallback", code))
+            }
+        }
+    }
+
+    /// The raw context of the event (`clGetEventInfo(CL_EVENT_CONTEXT)`).
+    ///
+    /// # Errors
+    /// A failed `clGetEventInfo`.
+    pub fn context_raw(&self) -> Result<raw::cl_context, ClError> {
+        let v = cl("clGetEventInfo", cle::get_event_info(self.0, EVENT_CONTEXT))?;
+        Ok(v.to_ptr() as raw::cl_context)
     }
 
     /// The raw `cl_event`, valid while `self` lives.
@@ -221,12 +321,13 @@ impl Clone for ClEvent {
     fn clone(&self) -> Self {
         // SAFETY: self.0 is live (we own a reference), so retaining it is valid.
         release::note("clRetainEvent", unsafe { cle::retain_event(self.0) });
-        ClEvent(self.0)
+        ClEvent::counted(self.0, self.1)
     }
 }
 
 impl Drop for ClEvent {
     fn drop(&mut self) {
+        super::live::released(super::live::Kind::Event);
         // SAFETY: we own exactly one reference to a live event; releasing it once is valid.
         release::note("clReleaseEvent", unsafe { cle::release_event(self.0) });
     }

@@ -8,7 +8,8 @@ use super::{cl, raw, release, Context};
 use crate::error::{ClError, DeviceError, Result};
 
 const CREATE_TYPE_REGION: u32 = 0x1220;
-const CODE_MISALIGNED_SUB_BUFFER_OFFSET: i32 = -13;
+const MEM_CONTEXT: u32 = 0x1106;
+const MEM_ASSOCIATED_MEMOBJECT: u32 = 0x1107;
 
 /// `cl_mem_flags` the runtime uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -34,6 +35,7 @@ pub struct Buffer {
     mem: raw::cl_mem,
     size: usize,
     base_addr_align: u64,
+    sub: bool,
 }
 
 // SAFETY: cl_mem is reference counted and every memory-object API is thread-safe
@@ -68,20 +70,17 @@ impl Buffer {
         let mem = cl("clCreateBuffer", unsafe {
             clm::create_buffer(context.as_raw(), flags.bits(), size, ptr::null_mut())
         })?;
-        Ok(Buffer {
-            mem,
-            size,
-            base_addr_align: limits.base_addr_align,
-        })
+        Ok(Buffer::counted(mem, size, limits.base_addr_align, false))
     }
 
     /// A sub-buffer viewing `size` bytes at `offset` (`clCreateSubBuffer`). `offset` must be a
-    /// multiple of the device's base address alignment (`mem_base_addr_align`), else the call
-    /// fails with `CL_MISALIGNED_SUB_BUFFER_OFFSET` (checked here as well, as OpenCL 3.0 §5.2.1
-    /// requires, since some drivers accept misaligned offsets).
+    /// multiple of the device's base address alignment (`CL_DEVICE_MEM_BASE_ADDR_ALIGN`, in
+    /// bytes), checked here on every driver, as OpenCL 3.0 §5.2.1 requires
+    /// (`CL_MISALIGNED_SUB_BUFFER_OFFSET`), since some drivers accept misaligned offsets.
     ///
     /// # Errors
-    /// `InvalidArgument` for an empty or out-of-range region; a failed `clCreateSubBuffer`.
+    /// `InvalidArgument` for an empty or out-of-range region; `MisalignedSubBuffer { origin,
+    /// align }` for a misaligned `offset`; a failed `clCreateSubBuffer`.
     pub fn sub_buffer(&self, offset: usize, size: usize) -> Result<Buffer> {
         if size == 0 || offset.checked_add(size).is_none_or(|end| end > self.size) {
             return Err(DeviceError::InvalidArgument(format!(
@@ -90,9 +89,10 @@ impl Buffer {
             )));
         }
         if offset as u64 % self.base_addr_align != 0 {
-            return Err(
-                ClError::new("clCreateSubBuffer", CODE_MISALIGNED_SUB_BUFFER_OFFSET).into(),
-            );
+            return Err(DeviceError::MisalignedSubBuffer {
+                origin: offset,
+                align: self.base_addr_align,
+            });
         }
         let region: [usize; 2] = [offset, size];
         // SAFETY: live parent buffer; `region` is a cl_buffer_region {origin, size} that
@@ -100,11 +100,31 @@ impl Buffer {
         let mem = cl("clCreateSubBuffer", unsafe {
             clm::create_sub_buffer(self.mem, 1, CREATE_TYPE_REGION, region.as_ptr().cast())
         })?;
-        Ok(Buffer {
+        Ok(Buffer::counted(mem, size, self.base_addr_align, true))
+    }
+
+    /// Wraps an owned reference and counts it in [`super::live_objects`].
+    fn counted(mem: raw::cl_mem, size: usize, base_addr_align: u64, sub: bool) -> Buffer {
+        super::live::created(Buffer::kind(sub));
+        Buffer {
             mem,
             size,
-            base_addr_align: self.base_addr_align,
-        })
+            base_addr_align,
+            sub,
+        }
+    }
+
+    fn kind(sub: bool) -> super::live::Kind {
+        if sub {
+            super::live::Kind::SubBuffer
+        } else {
+            super::live::Kind::Buffer
+        }
+    }
+
+    /// True for a sub-buffer.
+    pub fn is_sub_buffer(&self) -> bool {
+        self.sub
     }
 
     /// Size in bytes.
@@ -117,21 +137,26 @@ impl Buffer {
         self.mem
     }
 
-    /// Wraps a raw buffer, retaining it.
+    /// Wraps a raw buffer, retaining it. The sub-buffer alignment is that of the buffer's
+    /// context's device (`CL_MEM_CONTEXT`, then `CL_DEVICE_MEM_BASE_ADDR_ALIGN`).
     ///
     /// # Safety
     /// `mem` must be a valid buffer object of at least `size` bytes.
     ///
     /// # Errors
-    /// A failed `clRetainMemObject`.
+    /// A failed `clRetainMemObject` or `clGetMemObjectInfo`.
     pub unsafe fn from_raw_retained(mem: raw::cl_mem, size: usize) -> Result<Buffer, ClError> {
+        let ctx = cl(
+            "clGetMemObjectInfo",
+            clm::get_mem_object_info(mem, MEM_CONTEXT),
+        )?
+        .to_ptr() as raw::cl_context;
+        let sub =
+            clm::get_mem_object_info(mem, MEM_ASSOCIATED_MEMOBJECT).is_ok_and(|p| p.to_ptr() != 0);
+        let align = super::context::limits_of_context(ctx).base_addr_align;
         // SAFETY: the caller guarantees `mem` is valid (clRetainMemObject precondition).
         cl("clRetainMemObject", unsafe { clm::retain_mem_object(mem) })?;
-        Ok(Buffer {
-            mem,
-            size,
-            base_addr_align: 1,
-        })
+        Ok(Buffer::counted(mem, size, align, sub))
     }
 }
 
@@ -141,16 +166,13 @@ impl Clone for Buffer {
         release::note("clRetainMemObject", unsafe {
             clm::retain_mem_object(self.mem)
         });
-        Buffer {
-            mem: self.mem,
-            size: self.size,
-            base_addr_align: self.base_addr_align,
-        }
+        Buffer::counted(self.mem, self.size, self.base_addr_align, self.sub)
     }
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
+        super::live::released(Buffer::kind(self.sub));
         // SAFETY: we own exactly one reference to a live memory object.
         release::note("clReleaseMemObject", unsafe {
             clm::release_mem_object(self.mem)

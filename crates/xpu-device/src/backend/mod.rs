@@ -12,9 +12,11 @@
 //! `clSetKernelExecInfo` (OpenCL 3.0 specification, appendix A.2 "Multiple Host Threads"), so
 //! every handle is `Send + Sync` except [`Kernel`], which is `Send` only.
 
+mod callbacks;
 mod context;
 pub mod device_id;
 mod event;
+mod live;
 mod memory;
 mod pinned;
 mod platform;
@@ -23,9 +25,11 @@ mod queue;
 mod release;
 mod svm;
 
+pub use callbacks::wait_for_callbacks;
 pub use context::{Context, DeviceLimits};
 pub use device_id::DeviceId;
 pub use event::{ClEvent, EventStatus, ProfilingInfo};
+pub use live::{live_objects, LiveObjects};
 pub use memory::{Buffer, MemFlags};
 pub use pinned::PinnedBuffer;
 pub use platform::Platform;

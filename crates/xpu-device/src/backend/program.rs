@@ -1,16 +1,39 @@
-//! Programs built from OpenCL C source, and kernels.
+//! Programs built from OpenCL C source, and kernels with checked arguments.
+//!
+//! Argument checks (the driver's own are not enough: PoCL dereferences an integer given for a
+//! pointer parameter as a `cl_mem` and crashes, and aborts on a buffer of another context):
+//! programs are built with `-cl-kernel-arg-info`, so every kernel knows each parameter's
+//! address qualifier, type name and name (`clGetKernelArgInfo`, OpenCL 3.0 §5.9.4). Scalars
+//! are accepted only for by-value parameters of a known scalar type of the same size, buffers
+//! only for `__global`/`__constant` pointers of the kernel's own context, `__local` sizes only
+//! for `__local` pointers. Where the driver reports no argument information, every argument is
+//! refused ([`KernelArgProblem::InfoUnavailable`]): sound rather than permissive.
 
 use std::ffi::CString;
 use std::ptr;
 
 use opencl3::kernel as clk;
+use opencl3::memory as clm;
 use opencl3::program as clp;
 use opencl3::types::{cl_kernel, cl_program};
 
-use super::{cl, release, Buffer, Context, DeviceId};
-use crate::error::{ClError, DeviceError, Result};
+use super::{cl, raw, release, Buffer, Context, DeviceId};
+use crate::error::{ClError, DeviceError, KernelArgProblem, Result};
 
 const BUILD_LOG: u32 = 0x1183;
+const KERNEL_NUM_ARGS: u32 = 0x1191;
+const KERNEL_CONTEXT: u32 = 0x1193;
+const KERNEL_ARG_ADDRESS_QUALIFIER: u32 = 0x1196;
+const KERNEL_ARG_TYPE_NAME: u32 = 0x1198;
+const KERNEL_ARG_NAME: u32 = 0x119A;
+const ADDRESS_GLOBAL: u32 = 0x119B;
+const ADDRESS_LOCAL: u32 = 0x119C;
+const ADDRESS_CONSTANT: u32 = 0x119D;
+const MEM_CONTEXT: u32 = 0x1106;
+
+/// The build options of every program: argument information is what the argument checks of
+/// [`Kernel`] rely on.
+const BUILD_OPTIONS: &str = "-cl-kernel-arg-info";
 
 /// A program built for one device. `Drop` releases it.
 #[derive(Debug)]
@@ -24,7 +47,7 @@ unsafe impl Sync for Program {}
 
 impl Program {
     /// Compiles and links OpenCL C `source` for `device` (`clCreateProgramWithSource` +
-    /// `clBuildProgram`).
+    /// `clBuildProgram` with `-cl-kernel-arg-info`, so kernels can check their arguments).
     ///
     /// # Errors
     /// `DeviceError::Build` with the compiler log when the build fails.
@@ -33,8 +56,9 @@ impl Program {
             "clCreateProgramWithSource",
             clp::create_program_with_source(context.as_raw(), &[source]),
         )?;
+        super::live::created(super::live::Kind::Program);
         let program = Program(p);
-        let opts = CString::default();
+        let opts = CString::new(BUILD_OPTIONS).expect("no NUL in the build options");
         if let Err(code) = clp::build_program(p, &[device.as_raw()], &opts, None, ptr::null_mut()) {
             let log = clp::get_program_build_info(p, device.as_raw(), BUILD_LOG)
                 .map(String::from)
@@ -50,6 +74,7 @@ impl Program {
 
 impl Drop for Program {
     fn drop(&mut self) {
+        super::live::released(super::live::Kind::Program);
         // SAFETY: we own exactly one reference to a live program.
         release::note("clReleaseProgram", unsafe { clp::release_program(self.0) });
     }
@@ -65,73 +90,274 @@ macro_rules! scalar {
 }
 scalar!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 
-/// A kernel of a built program. `Send` but not `Sync`: `clSetKernelArg` is not thread-safe
-/// (OpenCL 3.0 appendix A.2), so argument setting takes `&mut self`.
+/// The size in bytes of an OpenCL C scalar type as `CL_KERNEL_ARG_TYPE_NAME` reports it
+/// (whitespace removed, OpenCL 3.0 §5.9.4), or `None` for any other type (vectors, structs,
+/// typedefs, images...), which the scalar setter refuses.
+fn scalar_size(type_name: &str) -> Option<usize> {
+    Some(match type_name {
+        "char" | "uchar" | "unsignedchar" | "signedchar" => 1,
+        "short" | "ushort" | "unsignedshort" | "half" => 2,
+        "int" | "uint" | "unsignedint" | "unsigned" | "float" => 4,
+        "long" | "ulong" | "unsignedlong" | "double" => 8,
+        _ => return None,
+    })
+}
+
+/// What the driver reports about one kernel parameter.
+#[derive(Debug, Clone)]
+struct ArgInfo {
+    name: String,
+    address: u32,
+    type_name: String,
+}
+
+impl ArgInfo {
+    fn is_pointer(&self) -> bool {
+        self.type_name.ends_with('*')
+            || matches!(
+                self.address,
+                ADDRESS_GLOBAL | ADDRESS_LOCAL | ADDRESS_CONSTANT
+            )
+    }
+}
+
+fn arg_string(kernel: cl_kernel, index: u32, param: u32) -> std::result::Result<String, i32> {
+    let bytes = clk::get_kernel_arg_data(kernel, index, param)?;
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())
+}
+
+fn arg_infos(kernel: cl_kernel, count: u32) -> Option<Vec<ArgInfo>> {
+    (0..count)
+        .map(|i| {
+            let address = clk::get_kernel_arg_info(kernel, i, KERNEL_ARG_ADDRESS_QUALIFIER)
+                .ok()?
+                .to_uint();
+            Some(ArgInfo {
+                name: arg_string(kernel, i, KERNEL_ARG_NAME).ok()?,
+                address,
+                type_name: arg_string(kernel, i, KERNEL_ARG_TYPE_NAME).ok()?,
+            })
+        })
+        .collect()
+}
+
+/// A kernel of a built program, with checked arguments. `Send` but not `Sync`:
+/// `clSetKernelArg` is not thread-safe (OpenCL 3.0 appendix A.2), so argument setting takes
+/// `&mut self`.
+///
+/// Keeps a reference to every buffer set as an argument until the argument is replaced or the
+/// kernel dropped, so a buffer dropped by the caller after `set_arg_buffer` is still alive at
+/// the launch; from the launch on, the driver keeps the buffers of the queued command alive
+/// until it completes (OpenCL 3.0 §5.5.1, `clReleaseMemObject`).
 #[derive(Debug)]
-pub struct Kernel(cl_kernel);
+pub struct Kernel {
+    raw: cl_kernel,
+    name: String,
+    context: raw::cl_context,
+    args: Option<Vec<ArgInfo>>,
+    count: u32,
+    set: Vec<bool>,
+    buffers: Vec<Option<Buffer>>,
+}
 
 // SAFETY: a kernel may move between threads; only concurrent clSetKernelArg is forbidden,
-// which `&mut self` on the setters and the missing Sync impl prevent.
+// which `&mut self` on the setters and the missing Sync impl prevent. The raw context is only
+// compared, never used as a handle.
 unsafe impl Send for Kernel {}
 
 impl Kernel {
-    /// The kernel called `name` in `program` (`clCreateKernel`).
+    /// The kernel called `name` in `program` (`clCreateKernel`), with its parameters' argument
+    /// information (`clGetKernelArgInfo`).
     ///
     /// # Errors
-    /// `InvalidArgument` for a name with a NUL byte; `CL_INVALID_KERNEL_NAME` when absent.
+    /// `InvalidArgument` for a name with a NUL byte; `CL_INVALID_KERNEL_NAME` when absent;
+    /// failed `clGetKernelInfo` queries.
     pub fn new(program: &Program, name: &str) -> Result<Kernel> {
         let cname = CString::new(name)
             .map_err(|_| DeviceError::InvalidArgument(format!("kernel name {name:?}")))?;
-        Ok(Kernel(cl(
-            "clCreateKernel",
-            clk::create_kernel(program.0, &cname),
-        )?))
+        let raw = cl("clCreateKernel", clk::create_kernel(program.0, &cname))?;
+        super::live::created(super::live::Kind::Kernel);
+        let mut kernel = Kernel {
+            raw,
+            name: name.to_string(),
+            context: ptr::null_mut(),
+            args: None,
+            count: 0,
+            set: Vec::new(),
+            buffers: Vec::new(),
+        };
+        kernel.count = cl(
+            "clGetKernelInfo",
+            clk::get_kernel_info(raw, KERNEL_NUM_ARGS),
+        )?
+        .to_uint();
+        kernel.context = cl("clGetKernelInfo", clk::get_kernel_info(raw, KERNEL_CONTEXT))?.to_ptr()
+            as raw::cl_context;
+        kernel.args = arg_infos(raw, kernel.count);
+        kernel.set = vec![false; kernel.count as usize];
+        kernel.buffers = (0..kernel.count).map(|_| None).collect();
+        Ok(kernel)
     }
 
-    /// Sets argument `index` to a buffer.
+    /// The kernel's function name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The number of parameters (`CL_KERNEL_NUM_ARGS`).
+    pub fn num_args(&self) -> u32 {
+        self.count
+    }
+
+    fn error(&self, index: u32, problem: KernelArgProblem) -> DeviceError {
+        let name = self
+            .args
+            .as_ref()
+            .and_then(|a| a.get(index as usize))
+            .map_or_else(|| "?".to_string(), |a| a.name.clone());
+        DeviceError::KernelArg {
+            kernel: self.name.clone(),
+            index,
+            name,
+            problem,
+        }
+    }
+
+    fn arg(&self, index: u32) -> Result<&ArgInfo> {
+        if index >= self.count {
+            return Err(self.error(
+                index,
+                KernelArgProblem::IndexOutOfRange { count: self.count },
+            ));
+        }
+        match &self.args {
+            Some(a) => Ok(&a[index as usize]),
+            None => Err(self.error(index, KernelArgProblem::InfoUnavailable)),
+        }
+    }
+
+    fn set_raw(&mut self, index: u32, size: usize, value: *const std::ffi::c_void) -> Result<()> {
+        // SAFETY: the index is in range and the argument's kind was checked against the
+        // parameter's declaration by the caller; `value` is null (a __local size) or points to
+        // `size` readable bytes that the driver copies before returning (§5.9.2).
+        let r = unsafe { clk::set_kernel_arg(self.raw, index, size, value) };
+        match r {
+            Ok(()) => {
+                self.set[index as usize] = true;
+                Ok(())
+            }
+            Err(code) => Err(self.error(
+                index,
+                KernelArgProblem::Driver(ClError::new("clSetKernelArg", code)),
+            )),
+        }
+    }
+
+    /// Sets argument `index` to a buffer (a `__global` or `__constant` pointer parameter). The
+    /// kernel keeps a reference to the buffer until the argument is replaced or the kernel is
+    /// dropped.
     ///
     /// # Errors
-    /// A failed `clSetKernelArg` (wrong index or type).
-    pub fn set_arg_buffer(&mut self, index: u32, buffer: &Buffer) -> Result<(), ClError> {
+    /// [`DeviceError::KernelArg`] naming the kernel and the argument: index out of range, a
+    /// parameter that is not a `__global`/`__constant` pointer, a buffer of another context
+    /// (another device), no argument information, or a failed `clSetKernelArg`.
+    pub fn set_arg_buffer(&mut self, index: u32, buffer: &Buffer) -> Result<()> {
+        let info = self.arg(index)?;
+        if !(matches!(info.address, ADDRESS_GLOBAL | ADDRESS_CONSTANT)
+            && info.type_name.ends_with('*'))
+        {
+            let type_name = info.type_name.clone();
+            return Err(self.error(index, KernelArgProblem::BufferForNonPointer { type_name }));
+        }
         let mem = buffer.as_raw();
-        // SAFETY: the argument is a cl_mem passed by address with its exact size, as §5.9.2
-        // requires for buffer arguments; the driver copies the value before returning.
-        cl("clSetKernelArg", unsafe {
-            clk::set_kernel_arg(
-                self.0,
+        let ctx = clm::get_mem_object_info(mem, MEM_CONTEXT).map_err(|code| {
+            self.error(
                 index,
-                std::mem::size_of_val(&mem),
-                ptr::addr_of!(mem).cast(),
+                KernelArgProblem::Driver(ClError::new("clGetMemObjectInfo", code)),
             )
-        })
+        })?;
+        if ctx.to_ptr() as raw::cl_context != self.context {
+            return Err(self.error(index, KernelArgProblem::OtherContext));
+        }
+        self.set_raw(
+            index,
+            std::mem::size_of_val(&mem),
+            ptr::addr_of!(mem).cast(),
+        )?;
+        self.buffers[index as usize] = Some(buffer.clone());
+        Ok(())
     }
 
-    /// Sets argument `index` to a scalar value.
+    /// Sets argument `index` to a scalar value (a by-value parameter of an OpenCL C scalar
+    /// type of the same size: `uint` for `u32`/`i32`/`f32`...).
     ///
     /// # Errors
-    /// A failed `clSetKernelArg` (`CL_INVALID_ARG_SIZE` when the kernel's type differs).
-    pub fn set_arg<T: KernelScalar>(&mut self, index: u32, value: T) -> Result<(), ClError> {
-        // SAFETY: `value` is a plain scalar passed by address with its exact size; the driver
-        // checks the size against the kernel's parameter and copies it (§5.9.2).
-        cl("clSetKernelArg", unsafe {
-            clk::set_kernel_arg(
-                self.0,
+    /// [`DeviceError::KernelArg`] naming the kernel and the argument: index out of range, a
+    /// pointer parameter (`ScalarForPointer`), a size that differs from the declared type's or
+    /// a type that is not an OpenCL C scalar (`SizeMismatch`, `CL_INVALID_ARG_SIZE`), no
+    /// argument information, or a failed `clSetKernelArg`.
+    pub fn set_arg<T: KernelScalar>(&mut self, index: u32, value: T) -> Result<()> {
+        let info = self.arg(index)?;
+        let given = std::mem::size_of::<T>();
+        if info.is_pointer() {
+            let type_name = info.type_name.clone();
+            return Err(self.error(index, KernelArgProblem::ScalarForPointer { type_name }));
+        }
+        let declared = scalar_size(&info.type_name);
+        if declared != Some(given) {
+            let type_name = info.type_name.clone();
+            return Err(self.error(
                 index,
-                std::mem::size_of::<T>(),
-                ptr::addr_of!(value).cast(),
-            )
-        })
+                KernelArgProblem::SizeMismatch {
+                    type_name,
+                    declared,
+                    given,
+                },
+            ));
+        }
+        self.set_raw(index, given, ptr::addr_of!(value).cast())?;
+        self.buffers[index as usize] = None;
+        Ok(())
     }
 
-    /// The raw `cl_kernel`.
+    /// Sets argument `index`, a `__local` pointer parameter, to `bytes` of local memory per
+    /// work-group (`clSetKernelArg` with a null value, OpenCL 3.0 §5.9.2).
+    ///
+    /// # Errors
+    /// [`DeviceError::KernelArg`]: index out of range, a parameter that is not a `__local`
+    /// pointer, no argument information, or a failed `clSetKernelArg` (`CL_INVALID_ARG_SIZE`
+    /// for 0 bytes).
+    pub fn set_arg_local(&mut self, index: u32, bytes: usize) -> Result<()> {
+        let info = self.arg(index)?;
+        if !(info.address == ADDRESS_LOCAL && info.type_name.ends_with('*')) {
+            let type_name = info.type_name.clone();
+            return Err(self.error(index, KernelArgProblem::LocalForNonLocal { type_name }));
+        }
+        self.set_raw(index, bytes, ptr::null())?;
+        self.buffers[index as usize] = None;
+        Ok(())
+    }
+
+    /// The first argument never set, if any (a launch needs all of them).
+    pub(crate) fn check_all_set(&self) -> Result<()> {
+        match self.set.iter().position(|s| !s) {
+            None => Ok(()),
+            Some(i) => Err(self.error(i as u32, KernelArgProblem::NotSet)),
+        }
+    }
+
+    /// The raw `cl_kernel`, valid while `self` lives. Setting arguments through it bypasses the
+    /// checks and the buffer references kept here.
     pub fn as_raw(&self) -> cl_kernel {
-        self.0
+        self.raw
     }
 }
 
 impl Drop for Kernel {
     fn drop(&mut self) {
+        super::live::released(super::live::Kind::Kernel);
         // SAFETY: we own exactly one reference to a live kernel.
-        release::note("clReleaseKernel", unsafe { clk::release_kernel(self.0) });
+        release::note("clReleaseKernel", unsafe { clk::release_kernel(self.raw) });
     }
 }

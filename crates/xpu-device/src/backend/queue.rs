@@ -15,6 +15,7 @@ const QUEUE_DEVICE: u32 = 0x1091;
 const QUEUE_PROPERTIES: u32 = 0x1093;
 const QUEUE_PRIORITY_KHR: u64 = 0x1096;
 const OUT_OF_ORDER: u64 = 1 << 0;
+const CODE_INVALID_CONTEXT: i32 = -34;
 const PROFILING_ENABLE: u64 = 1 << 1;
 
 /// `cl_khr_priority_hints` levels.
@@ -57,6 +58,12 @@ fn check_range(what: &str, offset: usize, len: usize, size: usize) -> Result<()>
 }
 
 impl CommandQueue {
+    /// Wraps one owned reference, counted in [`super::live_objects`].
+    fn counted(raw: raw::cl_command_queue) -> Self {
+        super::live::created(super::live::Kind::Queue);
+        CommandQueue(raw)
+    }
+
     /// Creates an in-order queue (`clCreateCommandQueueWithProperties`).
     ///
     /// # Errors
@@ -84,7 +91,7 @@ impl CommandQueue {
                 props.as_ptr(),
             )
         })?;
-        Ok(CommandQueue(q))
+        Ok(CommandQueue::counted(q))
     }
 
     /// Creates an out-of-order queue (`CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE`). The runtime's
@@ -105,7 +112,7 @@ impl CommandQueue {
                 props.as_ptr(),
             )
         })?;
-        Ok(CommandQueue(q))
+        Ok(CommandQueue::counted(q))
     }
 
     /// Wraps a user's queue without taking over the user's reference: the wrapper retains its
@@ -124,7 +131,7 @@ impl CommandQueue {
         cl("clRetainCommandQueue", unsafe {
             clq::retain_command_queue(raw)
         })?;
-        Ok(CommandQueue(raw))
+        Ok(CommandQueue::counted(raw))
     }
 
     /// Wraps a user's queue taking over the caller's reference: dropping the last clone
@@ -134,7 +141,27 @@ impl CommandQueue {
     /// `raw` must be a valid, non-null `cl_command_queue` whose reference the caller owns and
     /// gives up.
     pub unsafe fn from_raw_owned(raw: raw::cl_command_queue) -> CommandQueue {
-        CommandQueue(raw)
+        CommandQueue::counted(raw)
+    }
+
+    /// The raw wait list of a command of this queue. Events of another context are refused
+    /// with `CL_INVALID_CONTEXT`, as OpenCL 3.0 §5.13 specifies for every enqueue call: PoCL
+    /// accepts them without checking. Costs one info query per event (none for an empty list).
+    fn checked_wait_list(
+        &self,
+        function: &'static str,
+        wait: &[&ClEvent],
+    ) -> Result<Vec<raw::cl_event>, ClError> {
+        if wait.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ctx = self.context_raw()?;
+        for e in wait {
+            if e.context_raw()? != ctx {
+                return Err(ClError::new(function, CODE_INVALID_CONTEXT));
+            }
+        }
+        Ok(wait_list(wait))
     }
 
     /// The raw `cl_command_queue`, valid while `self` lives.
@@ -220,7 +247,7 @@ impl CommandQueue {
     /// # Errors
     /// A failed `clEnqueueMarkerWithWaitList`.
     pub fn enqueue_marker(&self, wait: &[&ClEvent]) -> Result<ClEvent, ClError> {
-        let list = wait_list(wait);
+        let list = self.checked_wait_list("clEnqueueMarkerWithWaitList", wait)?;
         let ptr = if list.is_empty() {
             ptr::null()
         } else {
@@ -240,7 +267,7 @@ impl CommandQueue {
     /// # Errors
     /// A failed `clEnqueueBarrierWithWaitList`.
     pub fn enqueue_barrier(&self, wait: &[&ClEvent]) -> Result<ClEvent, ClError> {
-        let list = wait_list(wait);
+        let list = self.checked_wait_list("clEnqueueBarrierWithWaitList", wait)?;
         let ptr = if list.is_empty() {
             ptr::null()
         } else {
@@ -324,7 +351,7 @@ impl CommandQueue {
     ) -> Result<ClEvent> {
         check_range("copy source", src_offset, len, src.size())?;
         check_range("copy destination", dst_offset, len, dst.size())?;
-        let list = wait_list(wait);
+        let list = self.checked_wait_list("clEnqueueCopyBuffer", wait)?;
         let lp = if list.is_empty() {
             ptr::null()
         } else {
@@ -367,7 +394,7 @@ impl CommandQueue {
             )));
         }
         check_range("fill", offset, len, dst.size())?;
-        let list = wait_list(wait);
+        let list = self.checked_wait_list("clEnqueueFillBuffer", wait)?;
         let lp = if list.is_empty() {
             ptr::null()
         } else {
@@ -496,11 +523,37 @@ impl CommandQueue {
         Ok(ev)
     }
 
-    /// Launches `kernel` over an N-dimensional range (`clEnqueueNDRangeKernel`), N = 1..=3.
+    /// Launches `kernel` over an N-dimensional range (`clEnqueueNDRangeKernel`, OpenCL 3.0
+    /// §5.10), N = 1..=3, after the events of `wait`. Non-blocking: the returned event completes
+    /// with the kernel. The buffers set as arguments stay alive until the command completes,
+    /// whatever the caller drops: the kernel holds them until the launch, and the driver keeps
+    /// the memory objects of a queued command (§5.5.1, `clReleaseMemObject`).
+    ///
+    /// A call outside `unsafe` does not compile:
+    /// ```compile_fail,E0133
+    /// fn launch(q: &xpu_device::backend::CommandQueue, k: &xpu_device::backend::Kernel) {
+    ///     let _ = q.enqueue_kernel(k, &[1], None, &[]);
+    /// }
+    /// ```
+    ///
+    /// # Safety
+    /// The kernel is arbitrary code that the runtime cannot check. The caller guarantees that:
+    /// - every memory access of the kernel, for every work-item of `global`, stays inside the
+    ///   buffer (or sub-buffer) set for the pointer argument it goes through, and inside the
+    ///   size given to [`Kernel::set_arg_local`] for `__local` arguments (on a CPU device an
+    ///   out-of-bounds access reaches the host process's memory);
+    /// - no memory the kernel writes is borrowed by Rust code (`&`/`&mut`) before the returned
+    ///   event completes, and no memory it reads is written by the host meanwhile: this
+    ///   concerns memory the host can see (pinned host buffers, SVM, buffers wrapping host
+    ///   memory); device-only buffers are reached by the host only through the queue's copies;
+    /// - the kernel terminates (a kernel that never ends hangs every later synchronization
+    ///   of the queue and of its device).
     ///
     /// # Errors
-    /// `InvalidArgument` for a bad dimension count; a failed `clEnqueueNDRangeKernel`.
-    pub fn enqueue_kernel(
+    /// `InvalidArgument` for a bad dimension count; [`DeviceError::KernelArg`] for an
+    /// argument never set; a failed `clEnqueueNDRangeKernel` (`CL_INVALID_CONTEXT` for a queue
+    /// or wait-list event of another context).
+    pub unsafe fn enqueue_kernel(
         &self,
         kernel: &Kernel,
         global: &[usize],
@@ -512,14 +565,17 @@ impl CommandQueue {
                 "enqueue_kernel: 1 to 3 dimensions, local size of the same rank".into(),
             ));
         }
-        let list = wait_list(wait);
+        kernel.check_all_set()?;
+        let list = self.checked_wait_list("clEnqueueNDRangeKernel", wait)?;
         let lp = if list.is_empty() {
             ptr::null()
         } else {
             list.as_ptr()
         };
-        // SAFETY: the kernel is live with its arguments set by the caller through Kernel's
-        // safe setters; the work sizes and wait list outlive the call (§5.10).
+        // SAFETY: the kernel is live with every argument set through Kernel's checked setters
+        // (kinds and contexts match the parameters; buffers held by the kernel); the work
+        // sizes and wait list outlive the call (§5.10). What the kernel code does is the
+        // caller's obligation (this function's `# Safety`).
         let e = cl("clEnqueueNDRangeKernel", unsafe {
             clq::enqueue_nd_range_kernel(
                 self.0,
@@ -542,12 +598,13 @@ impl Clone for CommandQueue {
         release::note("clRetainCommandQueue", unsafe {
             clq::retain_command_queue(self.0)
         });
-        CommandQueue(self.0)
+        CommandQueue::counted(self.0)
     }
 }
 
 impl Drop for CommandQueue {
     fn drop(&mut self) {
+        super::live::released(super::live::Kind::Queue);
         // SAFETY: we own exactly one reference to a live queue.
         release::note("clReleaseCommandQueue", unsafe {
             clq::release_command_queue(self.0)

@@ -67,3 +67,71 @@ impl Drop for Gate {
         }
     }
 }
+
+/// The environment variable that marks a child process started by [`run_in_child`].
+pub const CHILD_SCENARIO: &str = "XPU_TEST_CHILD_SCENARIO";
+
+/// True in the child process started by [`run_in_child`] for `test`.
+pub fn is_child(test: &str) -> bool {
+    std::env::var(CHILD_SCENARIO).is_ok_and(|v| v == test)
+}
+
+/// The outcome of a child process: exit status (None when killed after the timeout), output.
+#[derive(Debug)]
+pub struct ChildOutcome {
+    pub status: Option<std::process::ExitStatus>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl ChildOutcome {
+    /// True when the child exited with status 0 and printed `marker`.
+    pub fn succeeded_with(&self, marker: &str) -> bool {
+        self.status.is_some_and(|s| s.success()) && self.stdout.contains(marker)
+    }
+}
+
+/// Runs the test `test` of this binary again in a child process (with [`CHILD_SCENARIO`] set
+/// to its name), for a scenario that could abort or hang the process. Kills the child after
+/// `timeout`.
+pub fn run_in_child(test: &str, timeout: std::time::Duration) -> ChildOutcome {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(exe)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_SCENARIO, test)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the test binary");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = std::time::Instant::now() + timeout;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    ChildOutcome {
+        status,
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
+}

@@ -1,0 +1,73 @@
+//! Counts of the live OpenCL objects the backend holds, for leak tests and diagnostics.
+//!
+//! Every wrapper counts one per reference it owns: creation, `Clone` (a retain) and wrapping a
+//! raw handle add one; `Drop` (a release) subtracts one. Relaxed atomics: a count is exact once
+//! the threads that create and drop objects have synchronized with the reader.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kind {
+    Buffer,
+    SubBuffer,
+    Event,
+    Queue,
+    Program,
+    Kernel,
+}
+
+static COUNTS: [AtomicUsize; 6] = [
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+];
+
+#[inline]
+pub(crate) fn created(kind: Kind) {
+    COUNTS[kind as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+#[inline]
+pub(crate) fn released(kind: Kind) {
+    COUNTS[kind as usize].fetch_sub(1, Ordering::Relaxed);
+}
+
+/// How many references to OpenCL objects the backend's wrappers hold right now
+/// ([`live_objects`]). A reference count per wrapper, not per driver object: two clones of a
+/// buffer count two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LiveObjects {
+    /// Buffers (`clCreateBuffer`, including the buffers behind pinned host memory).
+    pub buffers: usize,
+    /// Sub-buffers (`clCreateSubBuffer`).
+    pub sub_buffers: usize,
+    /// Events: commands' events, markers, barriers and user events.
+    pub events: usize,
+    /// Command queues.
+    pub queues: usize,
+    /// Programs.
+    pub programs: usize,
+    /// Kernels.
+    pub kernels: usize,
+    /// Closures registered with `ClEvent::on_complete` that have not run yet.
+    pub callbacks: usize,
+}
+
+/// The live object counts (a few relaxed atomic loads). After every queue has been finished
+/// and every completion callback has run ([`super::wait_for_callbacks`]), a leak-free program
+/// returns to the counts it had before.
+pub fn live_objects() -> LiveObjects {
+    let c = |k: Kind| COUNTS[k as usize].load(Ordering::Relaxed);
+    LiveObjects {
+        buffers: c(Kind::Buffer),
+        sub_buffers: c(Kind::SubBuffer),
+        events: c(Kind::Event),
+        queues: c(Kind::Queue),
+        programs: c(Kind::Program),
+        kernels: c(Kind::Kernel),
+        callbacks: super::callbacks::pending(),
+    }
+}
