@@ -2,7 +2,7 @@
 
 mod common;
 
-use xpu_device::backend::{Buffer, MemFlags};
+use xpu_device::backend::{Buffer, MemFlags, PinnedBuffer};
 use xpu_device::DeviceError;
 
 const CL_MISALIGNED_SUB_BUFFER_OFFSET: i32 = -13;
@@ -228,6 +228,31 @@ fn commands_on_buffers_of_another_context_are_errors_not_aborts() {
     let err = q1.enqueue_marker(&[&foreign_event]).unwrap_err();
     assert_eq!(err.code, -34, "CL_INVALID_CONTEXT");
     assert!(q1.fill(&own, &[1u8], 0, 16, &[&foreign_event]).is_err());
+    let mut pinned = PinnedBuffer::new(d1.context().unwrap(), &q1, 64).unwrap();
+    assert!(
+        q1.write_from_pinned(&pinned, 0, &foreign, 0, 16, &[])
+            .is_err(),
+        "pinned write into a buffer of another context"
+    );
+    assert!(
+        q1.read_into_pinned(&foreign, 0, &mut pinned, 0, 16, &[])
+            .is_err(),
+        "pinned read from a buffer of another context"
+    );
+    let err = q1
+        .write_from_pinned(&pinned, 0, &own, 0, 16, &[&foreign_event])
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("-34") || format!("{err:?}").contains("-34"),
+        "{err:?}"
+    );
+    let err = q1
+        .read_into_pinned(&own, 0, &mut pinned, 0, 16, &[&foreign_event])
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("-34") || format!("{err:?}").contains("-34"),
+        "{err:?}"
+    );
     q1.finish().unwrap();
     println!("scenario-ok");
 }

@@ -443,7 +443,7 @@ impl CommandQueue {
         check_range("pinned write source", src_offset, len, src.len())?;
         check_range("pinned write destination", dst_offset, len, dst.size())?;
         let after = src.order_after_conflicts(DeviceAccess::Reads, self)?;
-        let mut list = wait_list(wait);
+        let mut list = self.checked_wait_list("clEnqueueWriteBuffer", wait)?;
         list.extend(after.iter().map(ClEvent::as_raw));
         let lp = if list.is_empty() {
             ptr::null()
@@ -495,7 +495,7 @@ impl CommandQueue {
         check_range("pinned read source", src_offset, len, src.size())?;
         check_range("pinned read destination", dst_offset, len, dst.len())?;
         let after = dst.order_after_conflicts(DeviceAccess::Writes, self)?;
-        let mut list = wait_list(wait);
+        let mut list = self.checked_wait_list("clEnqueueReadBuffer", wait)?;
         list.extend(after.iter().map(ClEvent::as_raw));
         let lp = if list.is_empty() {
             ptr::null()
