@@ -23,11 +23,12 @@ use crate::cmd::Cmd;
 use source::Line;
 
 /// The layer crates, lowest first: each may depend only on crates before it.
-pub(crate) const LAYERS: [&str; 7] = [
+pub(crate) const LAYERS: [&str; 8] = [
     "xpu-device",
     "xpu-stream",
     "xpu-event",
     "xpu-alloc",
+    "xpu-kernel",
     "xpu-lazy",
     "xpu",
     "xpu-cli",
