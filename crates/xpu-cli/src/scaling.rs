@@ -101,7 +101,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Ok(())
     };
     draw().map_err(|e| anyhow::anyhow!("drawing {}: {e}", args.out.display()))?;
-    println!("wrote {}", args.out.display());
+    crate::print_out(&format!("wrote {}\n", args.out.display()))?;
     Ok(ExitCode::SUCCESS)
 }
 
