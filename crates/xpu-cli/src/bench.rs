@@ -168,9 +168,9 @@ fn measure(
 /// # Errors
 /// No such device, an invalid allocator configuration, or a failed write.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let (conf_text, config) = crate::replay::alloc_config(args.config.as_deref())?;
     let device = crate::resolve_device(args.device)?;
     let props = xpu_device::get_device_properties(device)?;
-    let (conf_text, config) = crate::replay::alloc_config(args.config.as_deref())?;
     if !args.json {
         crate::print_err(&format!(
             "measuring on device {device} ({}); this takes a few seconds",
