@@ -449,6 +449,30 @@ mod tests {
         assert!(script.contains("REPO_ROOT=\"${XPU_REPO_ROOT:-$(cd \"$HERE/..\" && pwd)}\""));
         assert!(script.contains("--archive-file tests.tar.zst --workspace-remap \"$REPO_ROOT\""));
         assert!(script.contains("./xpu bench --json > \"$RESULTS/bench.json\""));
+        assert!(script.contains("is not the xpu workspace (no Cargo.toml or data/traces there)"));
+    }
+
+    #[test]
+    fn run_sh_names_a_missing_workspace_instead_of_running_the_tests() {
+        let dir = crate::test_util::scratch_dir("run-sh-no-workspace");
+        let run_sh = dir.join("run.sh");
+        std::fs::write(&run_sh, render_run_sh("$PWD")).unwrap();
+        let results = dir.join("results");
+        let out = Cmd::new("bash")
+            .arg(&run_sh)
+            .arg("tests")
+            .env("XPU_REPO_ROOT", dir.join("nowhere").display().to_string())
+            .env("OUT", results.display().to_string())
+            .output()
+            .expect("bash runs");
+        let log = std::fs::read_to_string(results.join("run.log")).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{log}");
+        assert!(
+            log.contains("nowhere is not the xpu workspace") && log.contains("== tests: FAILED"),
+            "{log}"
+        );
+        assert!(!results.join("tests.log").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
