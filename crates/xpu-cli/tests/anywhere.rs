@@ -19,7 +19,9 @@ fn demo_runs_from_another_directory_with_only_the_binary() {
     std::fs::create_dir_all(&tmp).unwrap();
     let out = Command::new(&exe)
         .args(["demo", "--quick"])
-        .current_dir(&tmp)
+        // The working directory is the system's temporary directory (no source tree there);
+        // TMPDIR keeps this test's output apart.
+        .current_dir(std::env::temp_dir())
         .env("TMPDIR", &tmp)
         .env_remove("CARGO_MANIFEST_DIR")
         .output()
