@@ -175,6 +175,27 @@ mod tests {
     }
 
     #[test]
+    fn reference_lines_are_pytorchs_peak_reserved_and_the_expandable_figure() {
+        let gpt2 = crate::replay::compare::from_table("gpt2_train.trace.gz");
+        assert_eq!(
+            reference_lines(gpt2.as_ref()),
+            vec![
+                ("PyTorch peak reserved".to_owned(), 15_286_140_928),
+                (
+                    "PyTorch peak reserved, expandable_segments".to_owned(),
+                    14_543_749_120
+                ),
+            ]
+        );
+        let small = crate::replay::compare::from_table("resnet18_train_small.trace.gz");
+        assert_eq!(
+            reference_lines(small.as_ref()),
+            vec![("PyTorch peak reserved".to_owned(), 411_041_792)]
+        );
+        assert!(reference_lines(None).is_empty());
+    }
+
+    #[test]
     fn writes_an_svg_with_both_lines() {
         let dir = std::env::temp_dir().join(format!("xpu-plot-test-{}", std::process::id()));
         let path = dir.join("p.svg");
