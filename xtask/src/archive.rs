@@ -496,12 +496,14 @@ mod tests {
     /// About 15 s on two cores once the tests are built.
     #[test]
     fn archived_cli_tests_pass_from_another_directory() {
-        if nextest_binary().is_none() {
-            assert!(
-                std::env::var("XPU_REQUIRE_DEVICE").as_deref() != Ok("1"),
-                "cargo-nextest is needed for the archive check"
-            );
-            eprintln!("skipping: cargo-nextest is not installed");
+        // The check builds an archive: it needs cargo and cargo-nextest (absent where the
+        // GPU archive itself runs, or under a plain `cargo test` without nextest).
+        let cargo_runs = Cmd::cargo()
+            .arg("--version")
+            .output()
+            .is_some_and(|o| o.status.success());
+        if nextest_binary().is_none() || !cargo_runs {
+            eprintln!("skipping: cargo and cargo-nextest are needed to build an archive");
             return;
         }
         let work = crate::test_util::scratch_dir("relocated-archive");
