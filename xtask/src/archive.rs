@@ -55,16 +55,9 @@ pub(crate) fn build(root: &Path, out: &Path) -> Result<()> {
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
-    let nextest = which("cargo-nextest")
-        .or_else(|| {
-            let home = std::env::var_os("CARGO_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
-            Some(home.join("bin/cargo-nextest")).filter(|p| p.is_file())
-        })
-        .context(
-            "cargo-nextest is needed to build the archive: cargo install cargo-nextest --locked",
-        )?;
+    let nextest = nextest_binary().context(
+        "cargo-nextest is needed to build the archive: cargo install cargo-nextest --locked",
+    )?;
 
     Cmd::cargo()
         .args([
@@ -107,6 +100,132 @@ pub(crate) fn build(root: &Path, out: &Path) -> Result<()> {
     set_executable(&run_sh)?;
     exclude_from_git(root, &out)?;
     report_size(&out)
+}
+
+/// The `cargo-nextest` binary: in `PATH`, else in `$CARGO_HOME/bin` (`~/.cargo/bin`).
+pub(crate) fn nextest_binary() -> Option<PathBuf> {
+    which("cargo-nextest").or_else(|| {
+        let home = std::env::var_os("CARGO_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
+        Some(home.join("bin/cargo-nextest")).filter(|p| p.is_file())
+    })
+}
+
+#[cfg(test)]
+/// What a relocated archive run needs of the workspace: the root manifest (nextest checks
+/// it), the package directories (the tests' working directories) and the data they read.
+const RELOCATED_TREE: [&str; 3] = ["Cargo.toml", "crates/xpu-cli", "data/traces"];
+
+#[cfg(test)]
+/// Whether a mount namespace can be made here (`unshare -rm`): then a relocated run can hide
+/// the build tree, so a test that reads a build-time path fails as it would on another
+/// machine.
+fn can_hide_build_tree() -> bool {
+    which("unshare").is_some()
+        && Cmd::new("unshare")
+            .args(["-rm", "true"])
+            .output()
+            .is_some_and(|o| o.status.success())
+}
+
+#[cfg(test)]
+/// The archive's promise, checked on one package: archives the `package` tests (debug,
+/// `cargo nextest archive`) into `work/archive.tar.zst`, copies what they read of the
+/// workspace ([`RELOCATED_TREE`]) to `work/tree`, and runs the archive from `work/run` with
+/// `--workspace-remap work/tree`, with the build tree hidden (an empty directory mounted
+/// over it in a mount namespace) where `unshare -rm` works. `envs` go to the run. Returns
+/// whether the build tree was hidden and the run's output.
+///
+/// # Errors
+/// No cargo-nextest, a failed archive, or a failed run (its output in the error).
+pub(crate) fn relocated_run(
+    root: &Path,
+    package: &str,
+    work: &Path,
+    envs: &[(&str, &str)],
+) -> Result<(bool, String)> {
+    let nextest = nextest_binary()
+        .context("cargo-nextest is not installed: cargo install cargo-nextest --locked")?;
+    let archive = work.join("archive.tar.zst");
+    let out = Cmd::new(&nextest)
+        .args(["nextest", "archive", "-p", package, "--archive-file"])
+        .arg(&archive)
+        .current_dir(root)
+        .output()
+        .context("cannot run cargo-nextest")?;
+    if !out.status.success() {
+        bail!(
+            "cargo nextest archive -p {package} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let tree = work.join("tree");
+    for rel in RELOCATED_TREE {
+        copy_tree(&root.join(rel), &tree.join(rel))?;
+    }
+    let run_dir = work.join("run");
+    std::fs::create_dir_all(&run_dir)?;
+    let hide = can_hide_build_tree() && !work.starts_with(root);
+    let mut cmd = if hide {
+        let empty = work.join("empty");
+        std::fs::create_dir_all(&empty)?;
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.args([
+            "-rm",
+            "sh",
+            "-c",
+            "mount --bind \"$1\" \"$2\" && shift 2 && exec \"$@\"",
+            "sh",
+        ])
+        .arg(&empty)
+        .arg(root)
+        .arg(&nextest);
+        cmd
+    } else {
+        std::process::Command::new(&nextest)
+    };
+    cmd.args(["nextest", "run", "--no-fail-fast", "--archive-file"])
+        .arg(&archive)
+        .arg("--workspace-remap")
+        .arg(&tree)
+        .current_dir(&run_dir);
+    // Nothing of this (test) process's cargo or nextest environment leaks into the run.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("NEXTEST") || key.starts_with("CARGO_") || key == "CARGO" {
+            cmd.env_remove(key.as_ref());
+        }
+    }
+    cmd.envs(envs.iter().copied());
+    let out = cmd.output().context("cannot run cargo-nextest")?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        bail!("the relocated archive run failed (build tree hidden: {hide}):\n{text}");
+    }
+    Ok((hide, text))
+}
+
+#[cfg(test)]
+/// Copies a file, or a directory recursively.
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    if from.is_dir() {
+        std::fs::create_dir_all(to)?;
+        for entry in std::fs::read_dir(from)? {
+            let entry = entry?;
+            copy_tree(&entry.path(), &to.join(entry.file_name()))?;
+        }
+        Ok(())
+    } else {
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        copy(from, to)
+    }
 }
 
 fn copy(from: &Path, to: &Path) -> Result<()> {
@@ -330,6 +449,30 @@ mod tests {
         assert!(script.contains("REPO_ROOT=\"${XPU_REPO_ROOT:-$(cd \"$HERE/..\" && pwd)}\""));
         assert!(script.contains("--archive-file tests.tar.zst --workspace-remap \"$REPO_ROOT\""));
         assert!(script.contains("./xpu bench --json > \"$RESULTS/bench.json\""));
+        assert!(script.contains("is not the xpu workspace (no Cargo.toml or data/traces there)"));
+    }
+
+    #[test]
+    fn run_sh_names_a_missing_workspace_instead_of_running_the_tests() {
+        let dir = crate::test_util::scratch_dir("run-sh-no-workspace");
+        let run_sh = dir.join("run.sh");
+        std::fs::write(&run_sh, render_run_sh("$PWD")).unwrap();
+        let results = dir.join("results");
+        let out = Cmd::new("bash")
+            .arg(&run_sh)
+            .arg("tests")
+            .env("XPU_REPO_ROOT", dir.join("nowhere").display().to_string())
+            .env("OUT", results.display().to_string())
+            .output()
+            .expect("bash runs");
+        let log = std::fs::read_to_string(results.join("run.log")).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{log}");
+        assert!(
+            log.contains("nowhere is not the xpu workspace") && log.contains("== tests: FAILED"),
+            "{log}"
+        );
+        assert!(!results.join("tests.log").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -345,6 +488,41 @@ mod tests {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    /// The archive built in one folder runs from another: the xpu-cli tests (which read
+    /// the trace data and run the `xpu` binary) pass from a nextest archive run elsewhere
+    /// with `--workspace-remap`, the build tree hidden where a mount namespace can be made.
+    /// About 15 s on two cores once the tests are built.
+    #[test]
+    fn archived_cli_tests_pass_from_another_directory() {
+        // The check builds an archive: it needs cargo and cargo-nextest (absent where the
+        // GPU archive itself runs, or under a plain `cargo test` without nextest).
+        let cargo_runs = Cmd::cargo()
+            .arg("--version")
+            .output()
+            .is_some_and(|o| o.status.success());
+        if nextest_binary().is_none() || !cargo_runs {
+            eprintln!("skipping: cargo and cargo-nextest are needed to build an archive");
+            return;
+        }
+        let work = crate::test_util::scratch_dir("relocated-archive");
+        let pocl = std::env::var("POCL_DEVICES").unwrap_or_else(|_| "pthread pthread".into());
+        let require = std::env::var("XPU_REQUIRE_DEVICE").unwrap_or_default();
+        let (hidden, text) = relocated_run(
+            &crate::repo_root(),
+            "xpu-cli",
+            &work,
+            &[("POCL_DEVICES", &pocl), ("XPU_REQUIRE_DEVICE", &require)],
+        )
+        .unwrap_or_else(|e| panic!("{e:#}"));
+        eprintln!("build tree hidden during the run: {hidden}");
+        assert!(text.contains(" passed"), "{text}");
+        assert!(
+            text.contains("demo_runs_and_prints_the_plot_path"),
+            "{text}"
+        );
+        std::fs::remove_dir_all(&work).unwrap();
     }
 
     #[test]

@@ -49,12 +49,12 @@ struct Bench {
 }
 
 impl Bench {
-    fn new(target: BenchTarget) -> Result<Self, AllocError> {
+    fn new(target: BenchTarget, config: AllocConfig) -> Result<Self, AllocError> {
         let streams_needed = THREADS[THREADS.len() - 1];
         match target {
             BenchTarget::Simulated => {
                 let source = SimulatedSource::new(0, 64 << 30, 64 << 30);
-                let core = DeviceCore::new(Box::new(source), AllocConfig::default());
+                let core = DeviceCore::new(Box::new(source), config);
                 let streams = (0..streams_needed as u64)
                     .map(|i| {
                         let key = StreamKey::new(0, i);
@@ -64,8 +64,7 @@ impl Bench {
                 Ok(Self { core, streams })
             }
             BenchTarget::Device(index) => {
-                let allocator =
-                    crate::device_allocator::DeviceAllocator::new(index, AllocConfig::default())?;
+                let allocator = crate::device_allocator::DeviceAllocator::new(index, config)?;
                 let mut streams = Vec::new();
                 for _ in 0..streams_needed {
                     let s = xpu_stream::get_stream_from_pool(0, index)
@@ -173,12 +172,25 @@ fn threads(bench: &Bench, threads: usize, budget: Duration) -> Result<f64, Alloc
     Ok(per / threads as f64)
 }
 
-/// Measures every figure, spending about `budget` on each; keys as in the module docs.
+/// Measures every figure with the default configuration, spending about `budget` on each;
+/// keys as in the module docs.
 ///
 /// # Errors
 /// An allocator or device error (e.g. no such device).
 pub fn run(target: BenchTarget, budget: Duration) -> Result<BTreeMap<String, f64>, AllocError> {
-    let bench = Bench::new(target)?;
+    run_with_config(target, budget, AllocConfig::default())
+}
+
+/// [`run`] with the allocator configured by `config` (`xpu bench` passes `XPU_ALLOC_CONF`'s).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_with_config(
+    target: BenchTarget,
+    budget: Duration,
+    config: AllocConfig,
+) -> Result<BTreeMap<String, f64>, AllocError> {
+    let bench = Bench::new(target, config)?;
     let mut out = BTreeMap::new();
     out.insert(
         "cached_alloc_free_ns".to_owned(),
@@ -208,7 +220,7 @@ pub mod criterion_support {
     /// # Errors
     /// As [`super::run`].
     pub fn prepare(target: BenchTarget) -> Result<Prepared, AllocError> {
-        Bench::new(target).map(Prepared)
+        Bench::new(target, super::AllocConfig::default()).map(Prepared)
     }
 
     impl Prepared {

@@ -7,7 +7,7 @@ use xpu_alloc::replay::{self, ReplayError, ReplayOptions};
 /// The traces directory: `../shared/traces` beside the repository (CI), else the copy
 /// bundled in `data/traces`.
 fn traces_dir() -> Option<PathBuf> {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let manifest = manifest_dir();
     let shared = manifest.join("../../../shared/traces");
     if shared.is_dir() {
         return Some(shared);
@@ -15,9 +15,15 @@ fn traces_dir() -> Option<PathBuf> {
     None
 }
 
+/// This crate's directory: `CARGO_MANIFEST_DIR` at run time (cargo and nextest set it; a
+/// nextest archive run with `--workspace-remap` sets the remapped path), else at build time.
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
+
 fn bundled_trace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../data/traces/resnet18_train_small.trace.gz")
+    manifest_dir().join("../../data/traces/resnet18_train_small.trace.gz")
 }
 
 /// (file, PyTorch peak reserved, PyTorch segment allocations), from the traces README.
@@ -105,6 +111,8 @@ fn bundled_trace_replays_with_series() {
     let r = &out.report;
     assert_eq!(r.trace, "resnet18_train_small.trace.gz");
     assert_eq!((r.events, r.allocs), (4622, 1532));
+    assert_eq!(r.unmatched_frees, 0);
+    assert!(r.skipped.is_empty(), "{:?}", r.skipped);
     assert_eq!(out.series.reserved.len(), 4622);
     assert_eq!(
         out.series.reserved.iter().max().copied(),
@@ -132,6 +140,8 @@ fn bundled_trace_replays_with_series() {
         "mode",
         "events",
         "allocs",
+        "skipped",
+        "unmatched_frees",
         "peak_requested",
         "peak_allocated",
         "peak_reserved",
@@ -189,8 +199,9 @@ fn plain_text_trace_with_held_back_free() {
 fn malformed_line_names_its_number_and_text() {
     let err = replay_text("# h\nalloc 1 2 0\nalloc 1 two 0\n").unwrap_err();
     match err {
-        ReplayError::Malformed { line, text } => {
-            assert_eq!((line, text.as_str()), (3, "alloc 1 two 0"))
+        ReplayError::Malformed { line, text, reason } => {
+            assert_eq!((line, text.as_str()), (3, "alloc 1 two 0"));
+            assert_eq!(reason, "SIZE `two` is not a decimal integer");
         }
         other => panic!("{other:?}"),
     }
@@ -202,7 +213,36 @@ fn malformed_line_names_its_number_and_text() {
         replay_text("free_requested 1 2 0 9\n"),
         Err(ReplayError::Malformed { line: 1, .. })
     ));
-    assert!(replay_text("segment_map 1 2 0\nuser_defined whatever\n").is_ok());
+    // An unknown action is skipped only with the four fields.
+    assert!(matches!(
+        replay_text("alloc 1 2 0\nuser_defined whatever\n"),
+        Err(ReplayError::Malformed { line: 2, .. })
+    ));
+    let out = replay_text("alloc 1 2 0\nsegment_map 1 2 0\n").unwrap();
+    assert_eq!(out.report.skipped.get("segment_map"), Some(&1));
+}
+
+#[test]
+fn free_of_an_unknown_address_is_counted() {
+    let out = replay_text(
+        "alloc 1 512 0\nfree_requested 7 512 0\nfree_completed 7 512 0\n\
+         free_requested 1 512 0\nfree_completed 1 512 0\n",
+    )
+    .unwrap();
+    assert_eq!(out.report.unmatched_frees, 1);
+    assert_eq!(out.report.allocs, 1);
+}
+
+#[test]
+fn empty_trace_and_trace_without_alloc_are_errors() {
+    let err = replay_text("# header only\n").unwrap_err();
+    assert!(matches!(err, ReplayError::Empty), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "the trace is empty: no `ACTION ADDR SIZE STREAM` line"
+    );
+    let err = replay_text("segment_alloc 1 2 0\n").unwrap_err();
+    assert!(matches!(err, ReplayError::NoAlloc { lines: 1 }), "{err:?}");
 }
 
 #[test]

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use serde_json::{json, Value};
+use xpu_alloc::AllocConfig;
 
 /// Options of `xpu bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -21,6 +22,12 @@ pub struct Args {
     /// CI-sized runs: fewer iterations and smaller copies (figures are noisier).
     #[arg(long)]
     pub quick: bool,
+    /// Configuration of the measured device allocator (`XPU_ALLOC_CONF` grammar, e.g.
+    /// `max_split_size_mb:128`); default: the `XPU_ALLOC_CONF` environment variable, as in
+    /// `xpu replay`. An invalid one is an error; the one used is in the output
+    /// (`alloc_conf`).
+    #[arg(long)]
+    pub config: Option<String>,
 }
 
 /// Options of the hidden `xpu lazy-init-probe` used by `xpu bench` for `lazy_init_ms`.
@@ -75,14 +82,20 @@ fn lazy_init_ms(device: usize) -> anyhow::Result<f64> {
 }
 
 /// The allocator figures of [`xpu_alloc::bench`] on `device` (cached and mixed alloc/free,
-/// thread scaling), about 250 ms per figure (20 ms when `quick`).
-fn alloc_figures(device: usize, quick: bool) -> anyhow::Result<Vec<(String, f64)>> {
+/// thread scaling) with `config`, about 250 ms per figure (20 ms when `quick`).
+fn alloc_figures(
+    device: usize,
+    quick: bool,
+    config: &AllocConfig,
+) -> anyhow::Result<Vec<(String, f64)>> {
     let budget = Duration::from_millis(if quick { 20 } else { 250 });
-    Ok(
-        xpu_alloc::bench::run(xpu_alloc::bench::BenchTarget::Device(device), budget)?
-            .into_iter()
-            .collect(),
-    )
+    Ok(xpu_alloc::bench::run_with_config(
+        xpu_alloc::bench::BenchTarget::Device(device),
+        budget,
+        config.clone(),
+    )?
+    .into_iter()
+    .collect())
 }
 
 /// The date and time now, UTC, as `YYYY-MM-DDTHH:MM:SSZ`.
@@ -110,7 +123,11 @@ fn utc_now() -> String {
 }
 
 /// All figures: name -> value, plus the failures of parts that could not run.
-fn measure(device: usize, quick: bool) -> (BTreeMap<String, f64>, BTreeMap<String, String>) {
+fn measure(
+    device: usize,
+    quick: bool,
+    config: &AllocConfig,
+) -> (BTreeMap<String, f64>, BTreeMap<String, String>) {
     let mut figures = BTreeMap::new();
     let mut errors = BTreeMap::new();
     let mut take = |part: &str, result: anyhow::Result<Vec<(String, f64)>>| match result {
@@ -127,7 +144,7 @@ fn measure(device: usize, quick: bool) -> (BTreeMap<String, f64>, BTreeMap<Strin
         "stream_event",
         xpu_event::bench::run(device).map_err(Into::into),
     );
-    take("device_alloc", alloc_figures(device, quick));
+    take("device_alloc", alloc_figures(device, quick, config));
     let host_cfg = if quick {
         xpu_alloc::host::bench::BenchConfig {
             copy_bytes: 16 << 20,
@@ -143,40 +160,24 @@ fn measure(device: usize, quick: bool) -> (BTreeMap<String, f64>, BTreeMap<Strin
         "host_alloc",
         xpu_alloc::host::bench::run_with(device, &host_cfg).map_err(Into::into),
     );
-    let ratio =
-        |a: &str, b: &str| Some(figures.get(a)? / figures.get(b)?).filter(|r| r.is_finite());
-    let ratios = [
-        (
-            "event_record_query_over_raw",
-            ratio("event_record_query_ns", "raw_marker_query_ns"),
-        ),
-        (
-            "h2d_pinned_over_raw",
-            ratio("h2d_pinned_gbps", "raw_h2d_pinned_gbps"),
-        ),
-    ];
-    for (name, value) in ratios {
-        if let Some(v) = value {
-            figures.insert(name.to_owned(), v);
-        }
-    }
     (figures, errors)
 }
 
 /// Runs `xpu bench`: exit code 1 when a part failed (its error is in the output).
 ///
 /// # Errors
-/// No such device, or a failed write.
+/// No such device, an invalid allocator configuration, or a failed write.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let device = args.device.unwrap_or_else(xpu_device::current_device);
+    let (conf_text, config) = crate::replay::alloc_config(args.config.as_deref())?;
+    let device = crate::resolve_device(args.device)?;
     let props = xpu_device::get_device_properties(device)?;
     if !args.json {
-        eprintln!(
+        crate::print_err(&format!(
             "measuring on device {device} ({}); this takes a few seconds",
             props.name
-        );
+        ));
     }
-    let (figures, errors) = measure(device, args.quick);
+    let (figures, errors) = measure(device, args.quick, &config);
     let mut out = serde_json::Map::new();
     out.insert(
         "device".into(),
@@ -184,6 +185,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     );
     out.insert("date".into(), Value::String(utc_now()));
     out.insert("quick".into(), Value::Bool(args.quick));
+    out.insert("alloc_conf".into(), Value::String(conf_text.clone()));
     for (name, value) in &figures {
         out.insert(name.clone(), json!(value));
     }
@@ -194,7 +196,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         crate::print_out(&(Value::Object(out).to_string() + "\n"))?;
     } else {
         let mut text = format!(
-            "device {device}: {} ({})\n",
+            "device {device}: {} ({}), allocator configuration '{conf_text}'\n",
             props.name, props.platform_name
         );
         for (name, value) in &figures {

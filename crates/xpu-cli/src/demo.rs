@@ -9,17 +9,21 @@
 //! 4. an SVG plot of the replay and a snapshot pickle for PyTorch's memory visualizer,
 //!    written to paths it prints.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context as _;
 
 use crate::info::format_bytes;
-use crate::replay::{self, compare, Mode, Record};
+use crate::replay::{self, compare, Mode, Record, TraceSource};
 
 /// File name of the bundled trace.
 const TRACE: &str = "resnet18_train_small.trace.gz";
+
+/// The bundled trace, built into the binary (13 KB), so the demo runs wherever the binary
+/// is, with no source tree.
+const TRACE_BYTES: &[u8] = include_bytes!("../../../data/traces/resnet18_train_small.trace.gz");
 
 /// Options of `xpu demo`.
 #[derive(Debug, Clone, clap::Args)]
@@ -27,56 +31,23 @@ pub struct Args {
     /// Smaller pipeline buffer (for CI); the replay is the same.
     #[arg(long)]
     pub quick: bool,
-    /// The trace to replay (default: the bundled `data/traces/resnet18_train_small.trace.gz`).
+    /// The trace to replay (default: `resnet18_train_small.trace.gz`, built into xpu).
     #[arg(long)]
     pub trace: Option<PathBuf>,
-    /// Directory for the plot (default: `target/xpu-demo` of the repository, else a
-    /// temporary directory).
+    /// Directory for the plot and the snapshot, created when missing (default: `xpu-demo`
+    /// in the system's temporary directory).
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
 
-/// The repository root this binary was built from.
-fn repo_root() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    root.canonicalize().unwrap_or(root)
-}
-
-/// The bundled trace: under `data/traces` of the working directory, of an ancestor of the
-/// executable, or of the repository this binary was built from.
-fn bundled_trace() -> anyhow::Result<PathBuf> {
-    let rel = Path::new("data/traces").join(TRACE);
-    let mut roots: Vec<PathBuf> = Vec::new();
-    if let Ok(cwd) = std::env::current_dir() {
-        roots.push(cwd);
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        roots.extend(exe.ancestors().skip(1).map(Path::to_path_buf));
-    }
-    roots.push(repo_root());
-    roots
-        .iter()
-        .map(|r| r.join(&rel))
-        .find(|p| p.is_file())
-        .with_context(|| {
-            format!(
-                "bundled trace {} not found (pass --trace PATH)",
-                rel.display()
-            )
-        })
-}
-
-/// Where the plot goes.
-fn out_dir(args: &Args) -> PathBuf {
-    if let Some(dir) = &args.out {
-        return dir.clone();
-    }
-    let root = repo_root();
-    if root.join("Cargo.toml").is_file() {
-        root.join("target/xpu-demo")
-    } else {
-        std::env::temp_dir().join("xpu-demo")
-    }
+/// Where the plot goes (created when missing: it is the demo's own output directory).
+fn out_dir(args: &Args) -> anyhow::Result<PathBuf> {
+    let dir = args
+        .out
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("xpu-demo"));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
 }
 
 fn say(text: &str) -> anyhow::Result<()> {
@@ -87,18 +58,22 @@ fn say(text: &str) -> anyhow::Result<()> {
 /// the plot.
 fn replay_stage(args: &Args, device: usize) -> anyhow::Result<bool> {
     let trace = match &args.trace {
-        Some(t) => t.clone(),
-        None => bundled_trace()?,
+        Some(t) => TraceSource::File(t),
+        None => TraceSource::Embedded {
+            name: TRACE,
+            bytes: TRACE_BYTES,
+        },
     };
+    let out = out_dir(args)?;
     say(&format!(
         "\n== replay of {} on device {device} with real OpenCL memory (the caching allocator)\n",
-        trace.display()
+        trace.describe()
     ))?;
     // The allocator's configuration comes from XPU_ALLOC_CONF, as in any program using xpu.
-    let env_config = std::env::var(xpu_alloc::CONFIG_ENV).ok();
-    let config = env_config.as_deref();
+    let (config_text, _) = replay::alloc_config(None)?;
+    let config = (!config_text.is_empty()).then_some(config_text.as_str());
     let real = replay::replay_file(
-        &trace,
+        trace,
         Mode::Device(device),
         config,
         Record {
@@ -110,7 +85,7 @@ fn replay_stage(args: &Args, device: usize) -> anyhow::Result<bool> {
     let r = &real.outcome.report;
     say(&replay::render_summary(r))?;
     say("\n== the same trace on a simulated device (no memory touched)\n")?;
-    let sim = replay::replay_file(&trace, Mode::H200, config, Record::default())?;
+    let sim = replay::replay_file(trace, Mode::H200, config, Record::default())?;
     let s = &sim.outcome.report;
     let same = (s.peak_allocated, s.peak_reserved, s.segment_allocs)
         == (r.peak_allocated, r.peak_reserved, r.segment_allocs);
@@ -125,8 +100,9 @@ fn replay_stage(args: &Args, device: usize) -> anyhow::Result<bool> {
         s.wall_s,
         if same { "yes" } else { "NO" }
     ))?;
-    if let Some(reference) = compare::reference_for(&trace) {
-        say(&compare::render(r, &reference))?;
+    let reference = trace.reference();
+    if let Some(reference) = &reference {
+        say(&compare::render(r, reference))?;
     }
     if let Some(core) = &real.core {
         say(&format!(
@@ -134,11 +110,12 @@ fn replay_stage(args: &Args, device: usize) -> anyhow::Result<bool> {
         ))?;
         say(&core.memory_summary(false))?;
     }
-    let path = out_dir(args).join("resnet18_replay.svg");
+    let path = out.join("resnet18_replay.svg");
     crate::plot::replay_svg(
         &path,
         &real.outcome.series,
         &format!("{} on device {device} (real OpenCL memory)", r.trace),
+        &crate::plot::reference_lines(reference.as_ref()),
     )?;
     say(&format!(
         "\n== plot of allocated and reserved bytes over the trace: {}\n",
@@ -176,7 +153,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if !crate::info::print_table()? {
         return Ok(ExitCode::FAILURE);
     }
-    let device = xpu_device::current_device();
+    let device = crate::resolve_device(None)?;
     let replay_ok = replay_stage(args, device)?;
     let pipeline_ok = pipeline_stage(args, device)?;
     say(&format!(

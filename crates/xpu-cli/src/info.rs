@@ -183,9 +183,9 @@ pub fn print_table() -> anyhow::Result<bool> {
             Ok(true)
         }
         Err(e) => {
-            eprintln!("xpu: {e}");
+            crate::print_err(&format!("xpu: {e}"));
             if matches!(e, DeviceError::NoDevices { .. }) {
-                eprintln!("xpu: check XPU_DEVICE_TYPE (gpu, cpu or all) and XPU_PLATFORM");
+                crate::print_err("xpu: check XPU_DEVICE_TYPE (gpu, cpu or all) and XPU_PLATFORM");
             }
             Ok(false)
         }

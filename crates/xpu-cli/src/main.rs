@@ -4,6 +4,8 @@
 //! `pub fn run(args: &Args) -> anyhow::Result<ExitCode>`, declare the module below, add a
 //! variant to [`Command`] and an arm to [`dispatch`]. Nothing else here needs to change.
 #![forbid(unsafe_code)]
+// Output goes through `print_out` / `print_err`, which survive a closed pipe.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod bench;
 mod demo;
@@ -56,27 +58,57 @@ fn dispatch(command: &Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Writes `text` to stdout. A closed pipe (`xpu info | head -1`) ends the output quietly
-/// instead of panicking as `println!` does.
+/// The marker error of a closed stdout: the reader went away (`xpu demo | head -6`), so the
+/// command stops quietly (exit code 0, nothing on stderr).
+#[derive(Debug, thiserror::Error)]
+#[error("stdout was closed")]
+pub(crate) struct StdoutClosed;
+
+/// Writes `text` to stdout. The only way the `xpu` command writes to stdout (never
+/// `println!`, which panics on a closed pipe).
 ///
 /// # Errors
-/// Any other write failure.
+/// [`StdoutClosed`] when stdout is a closed pipe (`xpu info | head -1`): the caller
+/// propagates it with `?` and [`main`] ends the command quietly; any other write failure.
 pub(crate) fn print_out(text: &str) -> anyhow::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-        _ => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        other => Ok(other?),
     }
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default: warnings).
+/// Writes `text` and a newline to stderr, ignoring failures (a closed stderr must not turn a
+/// message into a panic, as `eprintln!` does).
+pub(crate) fn print_err(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
+/// The device a command runs on: `requested`, else the thread's current device, checked
+/// against the runtime first, so every command reports the same causes with the same words:
+/// the discovery error (no OpenCL runtime, a bad `XPU_DEVICE_TYPE`, no matching device) or
+/// an out-of-range index ("device 9 is out of range: 2 device(s) available").
+///
+/// # Errors
+/// The discovery error or the out-of-range index, as `xpu_device::device` gives them.
+pub(crate) fn resolve_device(requested: Option<usize>) -> anyhow::Result<usize> {
+    let index = requested.unwrap_or_else(xpu_device::current_device);
+    xpu_device::device(index)?;
+    Ok(index)
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default: warnings), coloured only when stderr is
+/// a terminal.
 fn init_tracing() {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 
@@ -85,8 +117,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match dispatch(&cli.command) {
         Ok(code) => code,
+        Err(e) if e.chain().any(|c| c.is::<StdoutClosed>()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("xpu: error: {e:#}");
+            print_err(&format!("xpu: error: {e:#}"));
             ExitCode::FAILURE
         }
     }

@@ -1,10 +1,11 @@
-//! SVG plots of a replay: allocated and reserved bytes over the trace's event index, with
-//! both peaks marked, so a reader sees where the reserved bytes outgrow the allocated ones
-//! (fragmentation).
+//! SVG plots of a replay: allocated and reserved bytes over the trace's events, with both
+//! peaks marked, so a reader sees where the reserved bytes outgrow the allocated ones
+//! (fragmentation), and PyTorch's peak reserved bytes as horizontal reference lines when
+//! known. The x axis is the trace's event index: the trace format
+//! (`ACTION ADDR SIZE STREAM`) records no times, and the axis says so.
 
 use std::path::Path;
 
-use anyhow::Context as _;
 use plotters::prelude::*;
 use xpu_alloc::replay::ReplaySeries;
 
@@ -29,6 +30,31 @@ fn reduced(values: &[u64], scale: f64) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// Label of the x axis: the trace format records no times, so events are counted.
+pub const X_LABEL: &str = "trace event (the trace records no timestamps)";
+
+/// A horizontal reference line: its legend label and its height in bytes.
+pub type ReferenceLine = (String, u64);
+
+/// PyTorch's reference lines for the plot: its peak reserved bytes and, where known, its peak
+/// reserved bytes with `expandable_segments:True`.
+#[must_use]
+pub fn reference_lines(
+    reference: Option<&crate::replay::compare::Reference>,
+) -> Vec<ReferenceLine> {
+    let Some(r) = reference else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    if let Some(b) = r.peak_reserved {
+        lines.push(("PyTorch peak reserved".to_owned(), b));
+    }
+    if let Some(b) = r.expandable_peak_reserved {
+        lines.push(("PyTorch peak reserved, expandable_segments".to_owned(), b));
+    }
+    lines
+}
+
 /// Index and value of the first maximum of `values`.
 fn peak(values: &[u64]) -> (usize, u64) {
     values.iter().copied().enumerate().fold(
@@ -38,28 +64,34 @@ fn peak(values: &[u64]) -> (usize, u64) {
 }
 
 /// Draws `series` (allocated and reserved bytes after each event) into the SVG file
-/// `path`, titled `title`, with each peak marked by a dot and given in the legend.
+/// `path`, titled `title`, with each peak marked by a dot and given in the legend, and each
+/// of `references` as a dashed horizontal line with its label and value in the legend.
 ///
 /// # Errors
-/// An empty series, or a failure to create or write the file.
+/// An empty series, a missing directory of `path` (none is created), or a failure to write
+/// the file.
 #[allow(clippy::cast_precision_loss)]
-pub fn replay_svg(path: &Path, series: &ReplaySeries, title: &str) -> anyhow::Result<()> {
+pub fn replay_svg(
+    path: &Path,
+    series: &ReplaySeries,
+    title: &str,
+    references: &[ReferenceLine],
+) -> anyhow::Result<()> {
     anyhow::ensure!(
         !series.reserved.is_empty(),
         "nothing to plot: the replay recorded no events"
     );
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
+    crate::replay::check_parent("plot", path)?;
     let (alloc_at, alloc_peak) = peak(&series.allocated);
     let (res_at, res_peak) = peak(&series.reserved);
-    let (scale, unit) = if res_peak >= 4 << 30 {
+    let ref_peak = references.iter().map(|r| r.1).max().unwrap_or(0);
+    let (scale, unit) = if res_peak.max(ref_peak) >= 4 << 30 {
         ((1u64 << 30) as f64, "GiB")
     } else {
         ((1u64 << 20) as f64, "MiB")
     };
     let events = series.reserved.len() as f64;
-    let top = (res_peak.max(alloc_peak) as f64 / scale * 1.12).max(1.0);
+    let top = (res_peak.max(alloc_peak).max(ref_peak) as f64 / scale * 1.12).max(1.0);
     let draw = || -> Result<(), Box<dyn std::error::Error + '_>> {
         let root = SVGBackend::new(path, (1100, 560)).into_drawing_area();
         root.fill(&WHITE)?;
@@ -71,7 +103,7 @@ pub fn replay_svg(path: &Path, series: &ReplaySeries, title: &str) -> anyhow::Re
             .build_cartesian_2d(0f64..events, 0f64..top)?;
         chart
             .configure_mesh()
-            .x_desc("event index")
+            .x_desc(X_LABEL)
             .y_desc(format!("bytes ({unit})"))
             .x_label_formatter(&|x| format!("{x:.0}"))
             .y_label_formatter(&|y| format!("{y:.0}"))
@@ -96,6 +128,23 @@ pub fn replay_svg(path: &Path, series: &ReplaySeries, title: &str) -> anyhow::Re
                 });
             let point = (at as f64, value as f64 / scale);
             chart.draw_series(std::iter::once(Circle::new(point, 5, color.filled())))?;
+        }
+        let ref_colors = [GREEN.mix(0.9), MAGENTA.mix(0.9)];
+        for (i, (name, bytes)) in references.iter().enumerate() {
+            let color = ref_colors[i % ref_colors.len()];
+            let y = *bytes as f64 / scale;
+            let label = format!("{name} ({:.1} {unit}, {bytes} B)", y);
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(0.0, y), (events, y)],
+                    8,
+                    5,
+                    color.stroke_width(2),
+                ))?
+                .label(label)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
         }
         chart
             .configure_series_labels()
@@ -126,6 +175,27 @@ mod tests {
     }
 
     #[test]
+    fn reference_lines_are_pytorchs_peak_reserved_and_the_expandable_figure() {
+        let gpt2 = crate::replay::compare::from_table("gpt2_train.trace.gz");
+        assert_eq!(
+            reference_lines(gpt2.as_ref()),
+            vec![
+                ("PyTorch peak reserved".to_owned(), 15_286_140_928),
+                (
+                    "PyTorch peak reserved, expandable_segments".to_owned(),
+                    14_543_749_120
+                ),
+            ]
+        );
+        let small = crate::replay::compare::from_table("resnet18_train_small.trace.gz");
+        assert_eq!(
+            reference_lines(small.as_ref()),
+            vec![("PyTorch peak reserved".to_owned(), 411_041_792)]
+        );
+        assert!(reference_lines(None).is_empty());
+    }
+
+    #[test]
     fn writes_an_svg_with_both_lines() {
         let dir = std::env::temp_dir().join(format!("xpu-plot-test-{}", std::process::id()));
         let path = dir.join("p.svg");
@@ -134,7 +204,14 @@ mod tests {
             reserved: vec![0, 2 << 20, 2 << 20, 2 << 20],
             requested: vec![0; 4],
         };
-        replay_svg(&path, &series, "test").unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        replay_svg(
+            &path,
+            &series,
+            "test",
+            &[("PyTorch peak reserved".to_owned(), 3 << 20)],
+        )
+        .unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.starts_with("<svg"), "{}", &text[..40.min(text.len())]);
         assert!(
@@ -142,7 +219,12 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("allocated (peak 0.0 MiB at event 2)"));
+        assert!(
+            text.contains("PyTorch peak reserved (3.0 MiB, 3145728 B)"),
+            "{text}"
+        );
+        assert!(text.contains(X_LABEL), "{text}");
         std::fs::remove_dir_all(dir).unwrap();
-        assert!(replay_svg(&path, &ReplaySeries::default(), "empty").is_err());
+        assert!(replay_svg(&path, &ReplaySeries::default(), "empty", &[]).is_err());
     }
 }

@@ -41,7 +41,9 @@ pub struct Args {
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     pub json: bool,
-    /// Draw allocated and reserved bytes over the event index into this SVG file.
+    /// Draw allocated and reserved bytes over the trace's events into this SVG file (with
+    /// `--compare`, PyTorch's peak reserved bytes as reference lines). Its directory must
+    /// exist.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
     /// Show PyTorch's figures for the trace next to ours.
@@ -49,7 +51,7 @@ pub struct Args {
     pub compare: bool,
     /// Record the allocator's history during the replay and write a snapshot with it at the
     /// end: a pickle for PyTorch's memory visualizer when the name ends in `.pickle` or
-    /// `.pkl`, JSON otherwise.
+    /// `.pkl`, JSON otherwise. Its directory must exist.
     #[arg(long, value_name = "FILE")]
     pub snapshot: Option<PathBuf>,
 }
@@ -128,6 +130,76 @@ fn device_target(
     ))
 }
 
+/// The trace a replay reads.
+#[derive(Debug, Clone, Copy)]
+pub enum TraceSource<'a> {
+    /// A file (gzip or plain).
+    File(&'a Path),
+    /// Bytes built into the binary (the demo's trace), under a file name.
+    Embedded {
+        /// File name, for the report and PyTorch's figures.
+        name: &'a str,
+        /// The file's bytes (gzip or plain).
+        bytes: &'static [u8],
+    },
+}
+
+impl TraceSource<'_> {
+    /// How the trace is named in messages: the path, or the name with "(built in)".
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match self {
+            TraceSource::File(p) => p.display().to_string(),
+            TraceSource::Embedded { name, .. } => format!("{name} (built into xpu)"),
+        }
+    }
+
+    /// PyTorch's figures for the trace (see [`compare::reference_for`]).
+    #[must_use]
+    pub fn reference(&self) -> Option<compare::Reference> {
+        match self {
+            TraceSource::File(p) => compare::reference_for(p),
+            TraceSource::Embedded { name, .. } => compare::from_table(name),
+        }
+    }
+}
+
+/// The allocator configuration: `cli` (a `--config` value) when given, else the
+/// `XPU_ALLOC_CONF` environment variable, else the defaults; returned with its text (empty
+/// for the defaults).
+///
+/// # Errors
+/// An invalid configuration, naming where it came from.
+pub fn alloc_config(cli: Option<&str>) -> anyhow::Result<(String, AllocConfig)> {
+    let (text, origin) = match cli {
+        Some(t) => (t.to_owned(), "--config"),
+        None => match std::env::var(xpu_alloc::CONFIG_ENV) {
+            Ok(t) => (t, xpu_alloc::CONFIG_ENV),
+            Err(_) => return Ok((String::new(), AllocConfig::default())),
+        },
+    };
+    let config = AllocConfig::parse(&text).with_context(|| format!("invalid {origin} '{text}'"))?;
+    Ok((text, config))
+}
+
+/// Checks before the work starts that the file `path` (named by `option`) can be created:
+/// its directory exists (none is created).
+///
+/// # Errors
+/// The directory does not exist or is not a directory.
+pub fn check_parent(option: &str, path: &Path) -> anyhow::Result<()> {
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    anyhow::ensure!(
+        dir.is_dir(),
+        "{option} {}: the directory {} does not exist (create it first)",
+        path.display(),
+        dir.display()
+    );
+    Ok(())
+}
+
 /// What a replay records besides its report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Record {
@@ -139,13 +211,13 @@ pub struct Record {
     pub history: bool,
 }
 
-/// Replays the trace at `path` in `mode`, recording what `record` asks for.
+/// Replays the trace `source` in `mode`, recording what `record` asks for.
 ///
 /// # Errors
 /// An unreadable or malformed trace (the error names the line number and the line), a bad
 /// configuration, or a device failure.
 pub fn replay_file(
-    path: &Path,
+    source: TraceSource<'_>,
     mode: Mode,
     config: Option<&str>,
     record: Record,
@@ -186,8 +258,11 @@ pub fn replay_file(
         }),
         history: record.history.then_some(usize::MAX),
     };
-    let result =
-        replay::run(path, &options).with_context(|| format!("replaying {}", path.display()));
+    let result = match source {
+        TraceSource::File(path) => replay::run(path, &options),
+        TraceSource::Embedded { name, bytes } => replay::run_reader(name, bytes, &options),
+    }
+    .with_context(|| format!("replaying {}", source.describe()));
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
@@ -197,13 +272,35 @@ pub fn replay_file(
     })
 }
 
+/// The lines a replay did not act on, as a note for the summary: skipped actions by name and
+/// frees of addresses with no live allocation.
+fn notes(r: &ReplayReport) -> String {
+    let mut out = String::new();
+    if !r.skipped.is_empty() {
+        let by_name: Vec<String> = r.skipped.iter().map(|(a, n)| format!("{a} {n}")).collect();
+        out.push_str(&format!(
+            "\n  skipped lines      {} ({})",
+            r.skipped.values().sum::<u64>(),
+            by_name.join(", ")
+        ));
+    }
+    if r.unmatched_frees > 0 {
+        out.push_str(&format!(
+            "\n  unmatched frees    {} (free_requested of an address with no live allocation: \
+             ignored)",
+            r.unmatched_frees
+        ));
+    }
+    out
+}
+
 /// The report as a few readable lines.
 #[must_use]
 pub fn render_summary(r: &ReplayReport) -> String {
     let bytes = |b: u64| format!("{:>10} ({b} B)", format_bytes(b));
     format!(
         "replay of {} ({} mode) on {}\n  \
-         events             {} ({} allocations)\n  \
+         events             {} ({} allocations){}\n  \
          peak requested     {}\n  \
          peak allocated     {}\n  \
          peak reserved      {}\n  \
@@ -217,6 +314,7 @@ pub fn render_summary(r: &ReplayReport) -> String {
         r.device,
         r.events,
         r.allocs,
+        notes(r),
         bytes(r.peak_requested),
         bytes(r.peak_allocated),
         bytes(r.peak_reserved),
@@ -237,6 +335,15 @@ pub fn render_summary(r: &ReplayReport) -> String {
 /// # Errors
 /// See [`replay_file`]; a failed plot or write.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    if let Some(path) = &args.plot {
+        check_parent("--plot", path)?;
+    }
+    if let Some(path) = &args.snapshot {
+        check_parent("--snapshot", path)?;
+    }
+    // `--config` wins; otherwise the allocator's environment variable, as in a real program.
+    let (config_text, _) = alloc_config(args.config.as_deref())?;
+    let config = (!config_text.is_empty()).then_some(config_text.as_str());
     let mode = if args.simulate {
         match args.capacity {
             Some(capacity) => Mode::Simulate {
@@ -246,20 +353,18 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             None => Mode::H200,
         }
     } else {
-        Mode::Device(args.device.unwrap_or_else(xpu_device::current_device))
+        Mode::Device(crate::resolve_device(args.device)?)
     };
     let record = Record {
         series: args.plot.is_some(),
         progress: matches!(mode, Mode::Device(_)),
         history: args.snapshot.is_some(),
     };
-    // `--config` wins; otherwise the allocator's environment variable, as in a real program.
-    let env_config = std::env::var(xpu_alloc::CONFIG_ENV).ok();
-    let config = args.config.as_deref().or(env_config.as_deref());
-    let replayed = replay_file(&args.trace, mode, config, record)?;
+    let source = TraceSource::File(&args.trace);
+    let replayed = replay_file(source, mode, config, record)?;
     let report = &replayed.outcome.report;
     let reference = if args.compare {
-        compare::reference_for(&args.trace)
+        source.reference()
     } else {
         None
     };
@@ -268,14 +373,15 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             path,
             &replayed.outcome.series,
             &format!("{} ({})", report.trace, report.mode),
+            &crate::plot::reference_lines(reference.as_ref()),
         )?;
-        eprintln!("plot written to {}", path.display());
+        crate::print_err(&format!("plot written to {}", path.display()));
     }
     if let (Some(path), Some(snapshot)) = (&args.snapshot, &replayed.outcome.snapshot) {
         snapshot
             .save(path)
             .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("snapshot written to {}", path.display());
+        crate::print_err(&format!("snapshot written to {}", path.display()));
     }
     if args.json {
         let mut value = serde_json::to_value(report)?;

@@ -19,7 +19,7 @@ pub struct Args {
     /// PyTorch's `torch_alloc_bench.py` output.
     #[arg(long)]
     pub torch: Option<PathBuf>,
-    /// SVG file to write.
+    /// SVG file to write (its directory must exist).
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -48,6 +48,7 @@ fn curve(v: &Value, key: impl Fn(u32) -> String) -> Vec<(f64, f64)> {
 /// # Errors
 /// Unreadable inputs, no thread figures, or a drawing failure.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    crate::replay::check_parent("--out", &args.out)?;
     let ours = curve(&read(&args.ours)?, |n| format!("threads{n}_pair_ns"));
     anyhow::ensure!(
         !ours.is_empty(),
@@ -101,7 +102,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Ok(())
     };
     draw().map_err(|e| anyhow::anyhow!("drawing {}: {e}", args.out.display()))?;
-    println!("wrote {}", args.out.display());
+    crate::print_out(&format!("wrote {}\n", args.out.display()))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,22 +1,11 @@
 //! `xpu info` and `xpu demo` as a user runs them: the real binary on the real OpenCL runtime.
 
-use std::process::{Command, Output};
+mod common;
 
-/// The `xpu` binary: cargo's build path, or nextest's remapped path when the tests run from a
-/// nextest archive on another machine (`NEXTEST_BIN_EXE_xpu`).
-fn xpu_exe() -> std::path::PathBuf {
-    std::env::var_os("NEXTEST_BIN_EXE_xpu")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_xpu").into())
-}
+use std::process::Output;
 
 fn xpu(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(xpu_exe());
-    cmd.args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run the xpu binary")
+    common::xpu_env(args, env)
 }
 
 /// The environment of a process that finds no OpenCL implementation.

@@ -1,47 +1,10 @@
 //! `xpu replay`, `xpu demo` and `xpu bench` run as a user runs them.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-/// The `xpu` binary: cargo's build path, or nextest's remapped path when the tests run from a
-/// nextest archive on another machine (`NEXTEST_BIN_EXE_xpu`).
-fn xpu_exe() -> std::path::PathBuf {
-    std::env::var_os("NEXTEST_BIN_EXE_xpu")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_BIN_EXE_xpu").into())
-}
+use std::process::Output;
 
-fn xpu(args: &[&str]) -> Output {
-    Command::new(xpu_exe())
-        .args(args)
-        .output()
-        .expect("xpu runs")
-}
-
-fn bundled_trace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../data/traces/resnet18_train_small.trace.gz")
-}
-
-/// Whether a device test may run: false (with a message) when no device is found, unless
-/// `XPU_REQUIRE_DEVICE=1`, which makes that a failure.
-fn have_device() -> bool {
-    if xpu_device::device_count() > 0 {
-        return true;
-    }
-    assert!(
-        std::env::var("XPU_REQUIRE_DEVICE").as_deref() != Ok("1"),
-        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
-    );
-    eprintln!("no OpenCL device found: skipping");
-    false
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("xpu-cli-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use common::{bundled_trace, have_device, scratch, xpu, xpu_env};
 
 fn json(out: &Output) -> serde_json::Value {
     assert!(
@@ -58,12 +21,14 @@ fn json(out: &Output) -> serde_json::Value {
     serde_json::from_str(&text).expect("valid JSON")
 }
 
-const REPORT_KEYS: [&str; 17] = [
+const REPORT_KEYS: [&str; 19] = [
     "trace",
     "device",
     "mode",
     "events",
     "allocs",
+    "skipped",
+    "unmatched_frees",
     "peak_requested",
     "peak_allocated",
     "peak_reserved",
@@ -140,6 +105,28 @@ fn replay_writes_a_plot_and_the_human_summary() {
         svg_text.starts_with("<svg") && svg_text.contains("reserved (peak"),
         "not the plot"
     );
+    // PyTorch's peak reserved as a reference line; the x axis says what it counts.
+    assert!(
+        svg_text.contains("PyTorch peak reserved (392.0 MiB, 411041792 B)"),
+        "no PyTorch reference line"
+    );
+    assert!(
+        svg_text.contains("trace event (the trace records no timestamps)"),
+        "x axis label"
+    );
+    // Without --compare: no reference line.
+    let plain = dir.join("plain.svg");
+    let out = xpu(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--simulate",
+        "--plot",
+        plain.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    assert!(!std::fs::read_to_string(&plain)
+        .unwrap()
+        .contains("PyTorch peak reserved"));
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -226,8 +213,21 @@ fn bench_quick_json_has_every_figure() {
     if !have_device() {
         return;
     }
-    let v = json(&xpu(&["bench", "--quick", "--json"]));
+    let v = json(&xpu_env(
+        &["bench", "--quick", "--json"],
+        &[("XPU_ALLOC_CONF", "max_split_size_mb:64")],
+    ));
     assert!(v.get("errors").is_none(), "{v}");
+    // The allocator configuration of the environment is used and reported.
+    assert_eq!(v["alloc_conf"], "max_split_size_mb:64");
+    // One name per figure: no duplicate `*_ratio` / `*_vs_raw` spellings of a ratio.
+    let names: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert!(
+        !names
+            .iter()
+            .any(|k| k.ends_with("_ratio") || k.ends_with("_vs_raw")),
+        "{names:?}"
+    );
     assert!(v["device"]["name"].is_string() && v["device"]["platform"].is_string());
     assert!(v["date"].as_str().unwrap().ends_with('Z'));
     for k in [

@@ -188,7 +188,7 @@ fn bench_reports_every_figure() {
         "event_record_sync_ns",
         "stream_sync_idle_ns",
         "cross_stream_wait_ns",
-        "event_record_query_ratio",
+        "event_record_query_over_raw",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }

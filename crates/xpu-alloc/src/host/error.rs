@@ -10,8 +10,8 @@ pub enum HostError {
     /// The request can never be served: its power-of-two size class is above the device's
     /// largest single allocation (`CL_DEVICE_MAX_MEM_ALLOC_SIZE`) or above 2^48 bytes.
     #[error(
-        "pinned host allocation of {requested} bytes can never succeed on device {device}: it rounds \
-         up to {rounded} bytes and the largest pinned block is {max} bytes"
+        "pinned host allocation of {requested} bytes can never succeed on device {device}: {}",
+        too_large_reason(*rounded, *max)
     )]
     TooLarge {
         /// Device index.
@@ -66,5 +66,57 @@ pub enum HostError {
 impl From<xpu_device::ClError> for HostError {
     fn from(e: xpu_device::ClError) -> Self {
         HostError::Device(DeviceError::OpenCl(e))
+    }
+}
+
+/// Why a request is [`HostError::TooLarge`]: the size class it rounds up to, or, when it has
+/// none (`rounded == 0`: above the 2^48-byte limit), that limit.
+fn too_large_reason(rounded: u64, max: u64) -> String {
+    if rounded == 0 {
+        format!(
+            "it is above the largest pinned request, {} bytes (2^48), and the largest pinned block \
+             on the device is {max} bytes",
+            super::class::MAX_HOST_ALLOC
+        )
+    } else {
+        format!("it rounds up to {rounded} bytes and the largest pinned block is {max} bytes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_above_the_limit_reports_its_size_not_a_zero_rounding() {
+        let e = HostError::TooLarge {
+            device: 0,
+            requested: u64::MAX,
+            rounded: 0,
+            max: 8 << 30,
+        };
+        let text = e.to_string();
+        assert!(!text.contains("rounds up to 0"), "{text}");
+        assert_eq!(
+            text,
+            format!(
+                "pinned host allocation of {} bytes can never succeed on device 0: it is above \
+                 the largest pinned request, {} bytes (2^48), and the largest pinned block on \
+                 the device is {} bytes",
+                u64::MAX,
+                1u64 << 48,
+                8u64 << 30
+            )
+        );
+        let e = HostError::TooLarge {
+            device: 1,
+            requested: 5,
+            rounded: 8,
+            max: 4,
+        };
+        assert!(e.to_string().ends_with(
+            "of 5 bytes can never succeed on device 1: it rounds up to 8 bytes and the largest \
+             pinned block is 4 bytes"
+        ));
     }
 }

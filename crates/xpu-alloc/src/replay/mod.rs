@@ -2,7 +2,9 @@
 //! peaks, segment counts and call times.
 //!
 //! Every `alloc` is replayed as a request of its size on its stream; every `free_requested`
-//! frees the live block allocated at that address. A free whose `free_completed` does not
+//! frees the live block allocated at that address (a free of an address with no live block
+//! is counted in [`ReplayReport::unmatched_frees`]; lines of other actions are skipped and
+//! counted in [`ReplayReport::skipped`]). A free whose `free_completed` does not
 //! follow at once is held back like a `record_stream`'d block: a marker gated until the
 //! trace reaches its `free_completed`. Peaks are sampled from the allocator's totals after
 //! every event.
@@ -55,13 +57,25 @@ pub enum ReplayError {
     /// The trace could not be read (the I/O error is the source).
     #[error("reading the trace failed")]
     Io(#[from] std::io::Error),
-    /// A line of a known action is not `ACTION ADDR SIZE STREAM`.
-    #[error("malformed trace line {line}: '{text}' (expected `ACTION ADDR SIZE STREAM`, decimal integers)")]
+    /// A line is not `ACTION ADDR SIZE STREAM` (single spaces, a lowercase action name,
+    /// decimal integers).
+    #[error("malformed trace line {line}: '{text}': {reason} (expected `ACTION ADDR SIZE STREAM`: a lowercase action name and three decimal integers, separated by single spaces)")]
     Malformed {
         /// 1-based line number.
         line: u64,
         /// The line.
         text: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The trace has no event line (an empty file, or only `#` comments).
+    #[error("the trace is empty: no `ACTION ADDR SIZE STREAM` line")]
+    Empty,
+    /// The trace has event lines but no `alloc`: nothing to replay.
+    #[error("the trace has no `alloc` line ({lines} event lines): nothing to replay")]
+    NoAlloc {
+        /// Event lines read.
+        lines: u64,
     },
     /// The allocator configuration is invalid.
     #[error(transparent)]
@@ -237,6 +251,7 @@ pub fn replay_trace(
     let mut allocs = 0u64;
     let mut failed = 0u64;
     let mut holds = 0u64;
+    let mut unmatched_frees = 0u64;
     let mut skip_next_completion: Option<u64> = None;
     for (i, event) in trace.events.iter().enumerate() {
         if let Some(progress) = options
@@ -293,6 +308,8 @@ pub fn replay_trace(
                     let t = Instant::now();
                     drop(ptr);
                     free_ns.push(elapsed_ns(t));
+                } else {
+                    unmatched_frees += 1;
                 }
             }
             Action::FreeCompleted => {
@@ -329,6 +346,8 @@ pub fn replay_trace(
         mode: mode.to_owned(),
         events: trace.lines,
         allocs,
+        skipped: trace.skipped.clone(),
+        unmatched_frees,
         peak_requested,
         peak_allocated,
         peak_reserved,

@@ -1,6 +1,16 @@
 //! Reader of the allocator trace format (`/shared/traces/README.md`): a `#` header, then
-//! `ACTION ADDR SIZE STREAM` lines, gzip-compressed or plain.
+//! `ACTION ADDR SIZE STREAM` lines (single spaces, decimal integers), gzip-compressed or
+//! plain.
+//!
+//! Validation, following the README: action names are lowercase (`[a-z][a-z0-9_]*`) and
+//! case-sensitive; the five actions the replay needs are parsed, any other action with the
+//! four fields (`oom`, `snapshot`, `segment_map`, ...) is skipped and counted in
+//! [`Trace::skipped`]. Every other line (a wrong number of fields, tabs, an upper-case
+//! action, a non-numeric field) is [`ReplayError::Malformed`] naming the line; a trace
+//! without event lines is [`ReplayError::Empty`] and one without an `alloc` line
+//! [`ReplayError::NoAlloc`].
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 
 use super::ReplayError;
@@ -20,6 +30,20 @@ pub enum Action {
     SegmentFree,
 }
 
+impl Action {
+    /// The action of a known name (case-sensitive, as the trace README writes them).
+    fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "alloc" => Self::Alloc,
+            "free_requested" => Self::FreeRequested,
+            "free_completed" => Self::FreeCompleted,
+            "segment_alloc" => Self::SegmentAlloc,
+            "segment_free" => Self::SegmentFree,
+            _ => return None,
+        })
+    }
+}
+
 /// One trace event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TraceEvent {
@@ -36,52 +60,84 @@ pub struct TraceEvent {
 /// A parsed trace.
 #[derive(Clone, Debug, Default)]
 pub struct Trace {
-    /// Events the replay acts on or reports, in order (unknown actions removed).
+    /// Events the replay acts on or reports, in order (skipped actions removed).
     pub events: Vec<TraceEvent>,
     /// Event lines read, including skipped actions.
     pub lines: u64,
+    /// Lines of actions the replay does not need, skipped: action name -> count.
+    pub skipped: BTreeMap<String, u64>,
 }
 
-fn parse_line(number: u64, text: &str) -> Result<Option<TraceEvent>, ReplayError> {
-    let malformed = || ReplayError::Malformed {
+/// A valid action name: lowercase ASCII letters, digits and `_`, starting with a letter.
+fn is_action_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// One event line: `Ok(Err(name))` for a well-formed line of an action the replay skips.
+fn parse_line(number: u64, text: &str) -> Result<Result<TraceEvent, String>, ReplayError> {
+    let malformed = |reason: String| ReplayError::Malformed {
         line: number,
         text: text.to_owned(),
+        reason,
     };
-    let mut fields = text.split(' ');
-    let action = match fields.next().unwrap_or("") {
-        "alloc" => Action::Alloc,
-        "free_requested" => Action::FreeRequested,
-        "free_completed" => Action::FreeCompleted,
-        "segment_alloc" => Action::SegmentAlloc,
-        "segment_free" => Action::SegmentFree,
-        "" => return Err(malformed()),
-        _ => return Ok(None),
-    };
-    let mut number_field = || {
-        fields
-            .next()
-            .and_then(|f| f.parse::<u64>().ok())
-            .ok_or_else(malformed)
-    };
-    let addr = number_field()?;
-    let size = number_field()?;
-    let stream = u32::try_from(number_field()?).map_err(|_| malformed())?;
-    if fields.next().is_some() {
-        return Err(malformed());
+    let fields: Vec<&str> = text.split(' ').collect();
+    if text.contains('\t') {
+        return Err(malformed(
+            "fields are separated by tabs, not single spaces".to_owned(),
+        ));
     }
-    Ok(Some(TraceEvent {
-        action,
-        addr,
-        size,
-        stream,
-    }))
+    if fields.iter().any(|f| f.is_empty()) {
+        return Err(malformed(
+            "fields must be separated by single spaces".to_owned(),
+        ));
+    }
+    if fields.len() != 4 {
+        return Err(malformed(format!("{} fields, not 4", fields.len())));
+    }
+    let name = fields[0];
+    if !is_action_name(name) {
+        let hint = Action::from_name(&name.to_ascii_lowercase())
+            .map(|_| {
+                format!(
+                    " (actions are case-sensitive: did you mean `{}`?)",
+                    name.to_ascii_lowercase()
+                )
+            })
+            .unwrap_or_default();
+        return Err(malformed(format!(
+            "`{name}` is not an action name (lowercase letters, digits and `_`){hint}"
+        )));
+    }
+    let number_field = |i: usize, what: &str| {
+        fields[i]
+            .parse::<u64>()
+            .map_err(|_| malformed(format!("{what} `{}` is not a decimal integer", fields[i])))
+    };
+    let addr = number_field(1, "ADDR")?;
+    let size = number_field(2, "SIZE")?;
+    let stream = number_field(3, "STREAM")?;
+    let stream = u32::try_from(stream)
+        .map_err(|_| malformed(format!("STREAM {stream} is above {}", u32::MAX)))?;
+    Ok(match Action::from_name(name) {
+        Some(action) => Ok(TraceEvent {
+            action,
+            addr,
+            size,
+            stream,
+        }),
+        None => Err(name.to_owned()),
+    })
 }
 
 /// Reads a trace, decompressing it when it starts with the gzip magic bytes.
 ///
 /// # Errors
-/// [`ReplayError::Io`] on read errors; [`ReplayError::Malformed`] with the line number
-/// (1-based) and text for a line of a known action that is not `ACTION ADDR SIZE STREAM`.
+/// [`ReplayError::Io`] on read errors (a corrupt gzip stream included);
+/// [`ReplayError::Malformed`] with the line number (1-based), the text and the reason for a
+/// line that is not `ACTION ADDR SIZE STREAM`; [`ReplayError::Empty`] when there is no event
+/// line; [`ReplayError::NoAlloc`] when no line is an `alloc`.
 pub fn read_trace(reader: impl Read) -> Result<Trace, ReplayError> {
     let mut reader = BufReader::new(reader);
     let gzip = reader.fill_buf()?.starts_with(&[0x1f, 0x8b]);
@@ -98,9 +154,87 @@ pub fn read_trace(reader: impl Read) -> Result<Trace, ReplayError> {
             continue;
         }
         trace.lines += 1;
-        if let Some(event) = parse_line(i as u64 + 1, text)? {
-            trace.events.push(event);
+        match parse_line(i as u64 + 1, text)? {
+            Ok(event) => trace.events.push(event),
+            Err(skipped) => *trace.skipped.entry(skipped).or_default() += 1,
         }
     }
+    if trace.lines == 0 {
+        return Err(ReplayError::Empty);
+    }
+    if !trace.events.iter().any(|e| e.action == Action::Alloc) {
+        return Err(ReplayError::NoAlloc { lines: trace.lines });
+    }
     Ok(trace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> Result<Trace, ReplayError> {
+        read_trace(text.as_bytes())
+    }
+
+    fn reason(text: &str) -> (u64, String) {
+        match read(text) {
+            Err(ReplayError::Malformed { line, reason, .. }) => (line, reason),
+            other => panic!("{text:?}: expected Malformed, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn lines_that_are_not_four_fields_are_errors_naming_the_line() {
+        let ok = "# h\nalloc 1 2 0\n";
+        assert_eq!(
+            reason(&format!("{ok}alloc\t1\t2\t3\n")),
+            (
+                3,
+                "fields are separated by tabs, not single spaces".to_owned()
+            )
+        );
+        assert_eq!(
+            reason(&format!("{ok}oom 1 2\n")),
+            (3, "3 fields, not 4".to_owned())
+        );
+        assert_eq!(
+            reason(&format!("{ok}user_defined whatever\n")),
+            (3, "2 fields, not 4".to_owned())
+        );
+        assert_eq!(
+            reason(&format!("{ok}alloc  1 2 0\n")).1,
+            "fields must be separated by single spaces"
+        );
+        let (line, why) = reason(&format!("{ok}ALLOC 1 2 3\n"));
+        assert_eq!(line, 3);
+        assert!(why.contains("did you mean `alloc`"), "{why}");
+        assert_eq!(
+            reason(&format!("{ok}snapshot x 2 3\n")).1,
+            "ADDR `x` is not a decimal integer"
+        );
+    }
+
+    #[test]
+    fn other_actions_with_four_fields_are_skipped_and_counted() {
+        let t = read("alloc 1 2 0\noom 0 0 0\nsegment_map 1 2 0\noom 0 0 0\n").unwrap();
+        assert_eq!(t.lines, 4);
+        assert_eq!(t.events.len(), 1);
+        assert_eq!(
+            t.skipped.into_iter().collect::<Vec<_>>(),
+            vec![("oom".to_owned(), 2), ("segment_map".to_owned(), 1)]
+        );
+    }
+
+    #[test]
+    fn an_empty_trace_and_one_without_alloc_are_errors() {
+        assert!(matches!(read(""), Err(ReplayError::Empty)));
+        assert!(matches!(
+            read("# only a header\n\n"),
+            Err(ReplayError::Empty)
+        ));
+        assert!(matches!(
+            read("segment_alloc 1 2 0\noom 0 0 0\n"),
+            Err(ReplayError::NoAlloc { lines: 2 })
+        ));
+    }
 }

@@ -1,5 +1,7 @@
 //! The JSON report of a replay and the per-event series.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Figures of one replay (`xpu replay --json`). Bytes, nanoseconds and seconds.
@@ -15,6 +17,11 @@ pub struct ReplayReport {
     pub events: u64,
     /// Allocations replayed.
     pub allocs: u64,
+    /// Lines of actions the replay does not need (`oom`, `snapshot`, ...), skipped:
+    /// action name -> count.
+    pub skipped: BTreeMap<String, u64>,
+    /// `free_requested` lines whose address had no live allocation (not replayed).
+    pub unmatched_frees: u64,
     /// Highest sum of live requested sizes.
     pub peak_requested: u64,
     /// Highest allocated bytes seen after any event.

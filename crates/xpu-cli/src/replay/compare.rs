@@ -25,7 +25,7 @@ pub struct Reference {
 
 /// The README table: file, peak allocated, peak reserved, segment allocations, peak
 /// reserved with expandable segments.
-const TABLE: [(&str, u64, u64, u64, Option<u64>); 4] = [
+const TABLE: [(&str, u64, u64, u64, Option<u64>); 7] = [
     (
         "gpt2_train.trace.gz",
         13_614_942_720,
@@ -52,6 +52,27 @@ const TABLE: [(&str, u64, u64, u64, Option<u64>); 4] = [
         490_673_152,
         503_316_480,
         18,
+        None,
+    ),
+    (
+        "bert_varlen_infer.trace.gz",
+        1_006_901_760,
+        2_610_954_240,
+        43,
+        Some(1_182_793_728),
+    ),
+    (
+        "llama_generate.trace.gz",
+        393_634_304,
+        452_984_832,
+        31,
+        Some(432_013_312),
+    ),
+    (
+        "gpt_tiny_train.trace.gz",
+        1_057_201_152,
+        1_191_182_336,
+        73,
         None,
     ),
 ];
@@ -115,6 +136,7 @@ pub fn from_summary(text: &str, source: &str) -> Option<Reference> {
             &v,
             &[
                 "peak_allocated",
+                "max_allocated",
                 "max_memory_allocated",
                 "allocated_bytes.all.peak",
             ],
@@ -123,6 +145,7 @@ pub fn from_summary(text: &str, source: &str) -> Option<Reference> {
             &v,
             &[
                 "peak_reserved",
+                "max_reserved",
                 "max_memory_reserved",
                 "reserved_bytes.all.peak",
             ],
@@ -231,7 +254,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn table_knows_the_four_traces() {
+    fn table_knows_the_shared_traces() {
         let r = from_table("resnet18_train_small.trace.gz").unwrap();
         assert_eq!(r.peak_reserved, Some(411_041_792));
         assert_eq!(r.segment_allocs, Some(32));
@@ -240,6 +263,12 @@ mod tests {
                 .unwrap()
                 .expandable_peak_reserved,
             Some(14_543_749_120)
+        );
+        assert_eq!(
+            from_table("llama_generate.trace.gz")
+                .unwrap()
+                .expandable_peak_reserved,
+            Some(432_013_312)
         );
         assert!(from_table("other.trace.gz").is_none());
     }
@@ -263,6 +292,16 @@ mod tests {
         assert_eq!(
             (r.peak_allocated, r.peak_reserved, r.segment_allocs),
             (Some(5), Some(8), None)
+        );
+        // The keys `record_trace.py` writes.
+        let r = from_summary(
+            r#"{"max_reserved": 30, "max_allocated": 20, "segment_allocs": 4, "wall_s": 1.5}"#,
+            "s",
+        )
+        .unwrap();
+        assert_eq!(
+            (r.peak_allocated, r.peak_reserved, r.segment_allocs),
+            (Some(20), Some(30), Some(4))
         );
         assert!(from_summary(r#"{"x": 1}"#, "s").is_none());
         assert!(from_summary("not json", "s").is_none());
