@@ -62,6 +62,27 @@
 //! "yes" runs first. Use spawned processes (`std::process::Command`), not `fork`, once the
 //! runtime was used.
 //!
+//! # Safety: what is `unsafe`, and why
+//! Every safe function of every layer is sound for any input and any interleaving of calls
+//! (no data race, use-after-free, write behind a live borrow, crash or hang). What cannot be
+//! made sound is an `unsafe fn` whose `# Safety` section names the caller's obligations; all
+//! of them live in `xpu-device`, the only crate with `unsafe` code:
+//!
+//! | function | why it is `unsafe` | the caller guarantees |
+//! |---|---|---|
+//! | `xpu_device::backend::CommandQueue::enqueue_kernel` | kernel code is arbitrary | every access stays inside the argument buffers and `__local` sizes; nothing it writes is borrowed by Rust and nothing it reads is written by the host until its event completes; it terminates |
+//! | `CommandQueue::from_raw_borrowed` / `from_raw_owned` | wraps a raw `cl_command_queue` | a valid queue (owned: one reference handed over) |
+//! | `Context::from_raw_retained` / `from_raw_owned` | wraps a raw `cl_context` | a valid context (owned: one reference handed over) |
+//! | `ClEvent::from_raw_retained` | wraps a raw `cl_event` | a valid event |
+//! | `Buffer::from_raw_retained` | wraps a raw `cl_mem` | a valid buffer of at least the given size |
+//! | `xpu_device::fork::run_in_forked_child` | runs code in a child forked from a multi-threaded process | the child code only does what is safe after `fork` (no lock the parent may hold, no driver call) |
+//!
+//! Raw interop values (`DataPtr::cl_mem_and_offset`, `raw_cl_mem_and_offset`) are plain values
+//! (no retained handle): using them as handles is the raw, `unsafe` side of the line.
+//! Allocator memory is reached safely through allocation-scoped views (`DataPtr::view`,
+//! `with_raw_view`), and pinned host memory through accessors that wait for the copies in
+//! flight on it.
+//!
 //! No equivalent, and why:
 //! - `get_arch_list`, `is_bf16_supported`, `get_gencode_flags`: tied to ahead-of-time compiled
 //!   kernels; xpu builds OpenCL C at run time. `has_fp16` / `has_fp64` are in the properties.
