@@ -220,6 +220,28 @@ impl DataPtr {
         Ok(live.sub_buffer.get().expect("set above"))
     }
 
+    /// Marks this allocation as used on `stream` (as `Tensor.record_stream`), in the
+    /// allocator that made it (global or private): when it is freed, its block is reused only
+    /// after the work enqueued on `stream` before the free completes. Ignored for an empty
+    /// allocation and for the allocation stream.
+    ///
+    /// # Errors
+    /// [`AllocError::StreamDevice`] for a stream of another device; [`AllocError::Stream`]
+    /// for a stream whose queue is already released.
+    pub fn record_stream(&self, stream: &Stream) -> Result<(), AllocError> {
+        if self.live.is_none() {
+            return Ok(());
+        }
+        if stream.device() != self.device as usize {
+            return Err(AllocError::StreamDevice {
+                stream: stream.device(),
+                device: self.device as usize,
+            });
+        }
+        self.record_stream_ref(&crate::cl_stream::ClStream::try_shared(*stream)?);
+        Ok(())
+    }
+
     pub(crate) fn record_stream_ref(&self, stream: &StreamRef) {
         if let Some(live) = &self.live {
             live.shard.record_stream(live.block, stream);

@@ -264,7 +264,7 @@ impl<'a> Launch<'a> {
             });
         }
         for ptr in &self.foreign_blocks {
-            xpu_alloc::record_stream(ptr, &self.stream)?;
+            ptr.record_stream(&self.stream)?;
         }
         let queue = self.stream.queue()?;
         let local = self.local.as_ref().map(|l| &l[..self.dims]);

@@ -15,7 +15,7 @@ use crate::error::KernelError;
 use crate::function::Function;
 
 /// The first bytes of a cache file (format version 1).
-const MAGIC: &[u8; 8] = b"XPUKBIN1";
+const MAGIC: &[u8; 8] = b"XPUKBIN2";
 
 /// Where built programs are kept between processes: a directory of program binaries
 /// (`clGetProgramInfo(CL_PROGRAM_BINARIES)`, loaded again with `clCreateProgramWithBinary`,
@@ -23,8 +23,9 @@ const MAGIC: &[u8; 8] = b"XPUKBIN1";
 ///
 /// Each file is named after a 64-bit FNV-1a hash of its key and holds the full key (device
 /// name, driver version, platform, OpenCL version, build options, source) before the binary:
-/// a file whose key differs (hash collision), that cannot be read, or whose binary the driver
-/// refuses is ignored and the program compiled from source (then the file rewritten). Files
+/// and the binary's FNV-1a checksum (drivers do not all survive a damaged binary: PoCL 5
+/// crashes on a truncated one). A file whose key differs (hash collision), that cannot be
+/// read, whose checksum does not match, or whose binary the driver refuses is ignored and the program compiled from source (then the file rewritten). Files
 /// are written to a temporary name and renamed, so a concurrent reader never sees half a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelCache {
@@ -262,8 +263,10 @@ fn read_entry(file: &Path, key: &str) -> Option<Vec<u8>> {
     if rest.len() < len || &rest[..len] != key.as_bytes() {
         return None;
     }
-    let binary = &rest[len..];
-    (!binary.is_empty()).then(|| binary.to_vec())
+    let (sum, binary) = rest[len..].split_first_chunk::<8>()?;
+    // Drivers do not all survive a damaged binary (PoCL crashes on a truncated one): only a
+    // binary whose checksum matches reaches clCreateProgramWithBinary.
+    (!binary.is_empty() && u64::from_le_bytes(*sum) == fnv1a64(binary)).then(|| binary.to_vec())
 }
 
 fn write_entry(file: &Path, key: &str, binary: &[u8]) -> std::io::Result<()> {
@@ -280,6 +283,7 @@ fn write_entry(file: &Path, key: &str, binary: &[u8]) -> std::io::Result<()> {
         f.write_all(MAGIC)?;
         f.write_all(&(key.len() as u64).to_le_bytes())?;
         f.write_all(key.as_bytes())?;
+        f.write_all(&fnv1a64(binary).to_le_bytes())?;
         f.write_all(binary)?;
         f.sync_all()?;
         fs::rename(&tmp, file)
@@ -308,7 +312,11 @@ mod tests {
         write_entry(&file, "key", b"binary").unwrap();
         assert_eq!(read_entry(&file, "key").as_deref(), Some(&b"binary"[..]));
         assert_eq!(read_entry(&file, "other"), None);
-        fs::write(&file, b"XPUKBIN1\xff\xff").unwrap();
+        let mut bytes = fs::read(&file).unwrap();
+        *bytes.last_mut().unwrap() ^= 1;
+        fs::write(&file, &bytes).unwrap();
+        assert_eq!(read_entry(&file, "key"), None, "a damaged binary is refused");
+        fs::write(&file, b"XPUKBIN2\xff\xff").unwrap();
         assert_eq!(read_entry(&file, "key"), None);
         fs::write(&file, b"garbage").unwrap();
         assert_eq!(read_entry(&file, "key"), None);
