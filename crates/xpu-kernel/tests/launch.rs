@@ -430,3 +430,24 @@ fn a_block_used_on_another_stream_is_reused_only_after_the_launch() {
     let again = alloc.allocate(64 * 4, &s0).unwrap();
     assert_eq!(again.address(), addr);
 }
+
+#[test]
+fn svm_blocks_are_refused_with_a_typed_error() {
+    if !devices(1) {
+        return;
+    }
+    let alloc = DeviceAllocator::new(0, AllocConfig::parse("memory_kind:svm").unwrap()).unwrap();
+    if alloc.memory_kind() != xpu_alloc::MemoryKind::Svm {
+        eprintln!("device 0 has no SVM: nothing to refuse");
+        return;
+    }
+    let s = fresh_stream(0).leak();
+    let x = alloc.allocate(256, &s).unwrap();
+    let f = saxpy_program(0).function("saxpy").unwrap();
+    let err = s.launch(&f, &[64], None).unwrap().arg(&x).unwrap_err();
+    assert!(
+        matches!(&err, KernelError::Block { index: 0, source: xpu_alloc::AllocError::Unsupported(_), .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().starts_with("kernel \"saxpy\", argument 0: "), "{err}");
+}
