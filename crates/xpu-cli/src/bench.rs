@@ -1,6 +1,6 @@
 //! `xpu bench`: the runtime's speed figures in one JSON object (streams and events with
 //! their raw OpenCL floors, the caching device allocator, the pinned host allocator, lazy
-//! initialization), with the device and the date.
+//! initialization, kernel launches and program caching), with the device and the date.
 
 use std::collections::BTreeMap;
 use std::process::{Command, ExitCode};
@@ -142,6 +142,10 @@ fn measure(device: usize, quick: bool) -> (BTreeMap<String, f64>, BTreeMap<Strin
     take(
         "host_alloc",
         xpu_alloc::host::bench::run_with(device, &host_cfg).map_err(Into::into),
+    );
+    take(
+        "kernel",
+        xpu::xpu_kernel::bench::run(device, quick).map_err(Into::into),
     );
     let ratio =
         |a: &str, b: &str| Some(figures.get(a)? / figures.get(b)?).filter(|r| r.is_finite());

@@ -34,6 +34,7 @@
 //! `# Safety` and every `unsafe` block with a `// SAFETY:` comment, no `unsafe impl`.
 #![deny(unsafe_code)]
 
+pub mod bench;
 mod error;
 mod function;
 mod launch;
