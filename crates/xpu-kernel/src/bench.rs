@@ -38,9 +38,10 @@ __kernel void axpy4(__global float *y, __global const float *x, float a, uint n)
 /// Device, allocator or build failures.
 pub fn run(device: usize, quick: bool) -> Result<Vec<(String, f64)>, KernelError> {
     let mut out = Vec::new();
-    let (launch_ns, raw_ns) = launch_figures(device, if quick { 200 } else { 2000 })?;
+    let (launch_ns, raw_ns, sub_ns) = launch_figures(device, if quick { 200 } else { 2000 })?;
     out.push(("launch_4args_ns".to_owned(), launch_ns));
     out.push(("raw_launch_4args_ns".to_owned(), raw_ns));
+    out.push(("raw_launch_4args_subbuf_ns".to_owned(), sub_ns));
     out.push(("launch_over_raw".to_owned(), launch_ns / raw_ns));
     let (cold, cached) = program_figures(device)?;
     out.push(("program_cold_ms".to_owned(), cold));
@@ -50,7 +51,7 @@ pub fn run(device: usize, quick: bool) -> Result<Vec<(String, f64)>, KernelError
 }
 
 #[allow(unsafe_code)]
-fn launch_figures(device: usize, launches: u32) -> Result<(f64, f64), KernelError> {
+fn launch_figures(device: usize, launches: u32) -> Result<(f64, f64, f64), KernelError> {
     let dev = xpu_device::device(device)?;
     let queue = dev.create_queue(QueueOptions {
         profiling: true,
@@ -68,6 +69,9 @@ fn launch_figures(device: usize, launches: u32) -> Result<(f64, f64), KernelErro
     let ctx = dev.context()?;
     let rb_y = Buffer::new(ctx, 4096, MemFlags::default())?;
     let rb_x = Buffer::new(ctx, 4096, MemFlags::default())?;
+    let seg = Buffer::new(ctx, 8192, MemFlags::default())?;
+    let sb_y = seg.sub_buffer(0, 4096)?;
+    let sb_x = seg.sub_buffer(4096, 4096)?;
     let mut raw = Kernel::new(program.raw(), "axpy4")?;
     let q = s.queue()?;
     q.fill(&rb_y, &[0; 4], 0, 4096, &[])?;
@@ -88,11 +92,12 @@ fn launch_figures(device: usize, launches: u32) -> Result<(f64, f64), KernelErro
         s.synchronize()?;
         Ok(t.elapsed().as_nanos() as f64 / f64::from(n))
     };
-    let mut theirs = |n: u32| -> Result<f64, KernelError> {
+    let mut theirs = |n: u32, sub: bool| -> Result<f64, KernelError> {
+        let (by, bx) = if sub { (&sb_y, &sb_x) } else { (&rb_y, &rb_x) };
         let t = Instant::now();
         for _ in 0..n {
-            raw.set_arg_buffer(0, &rb_y)?;
-            raw.set_arg_buffer(1, &rb_x)?;
+            raw.set_arg_buffer(0, by)?;
+            raw.set_arg_buffer(1, bx)?;
             raw.set_arg(2, 1.0f32)?;
             raw.set_arg(3, 1u32)?;
             // SAFETY: one work-item touches y[0] and x[0] of 1024-float buffers.
@@ -102,13 +107,14 @@ fn launch_figures(device: usize, launches: u32) -> Result<(f64, f64), KernelErro
         Ok(t.elapsed().as_nanos() as f64 / f64::from(n))
     };
     ours(launches / 10 + 1)?;
-    theirs(launches / 10 + 1)?;
-    let (mut best_ours, mut best_raw) = (f64::INFINITY, f64::INFINITY);
+    theirs(launches / 10 + 1, false)?;
+    let (mut best_ours, mut best_raw, mut best_sub) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
     for _ in 0..5 {
-        best_raw = best_raw.min(theirs(launches)?);
+        best_raw = best_raw.min(theirs(launches, false)?);
+        best_sub = best_sub.min(theirs(launches, true)?);
         best_ours = best_ours.min(ours(launches)?);
     }
-    Ok((best_ours, best_raw))
+    Ok((best_ours, best_raw, best_sub))
 }
 
 fn program_figures(device: usize) -> Result<(f64, f64), KernelError> {
