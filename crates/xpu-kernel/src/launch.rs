@@ -204,15 +204,14 @@ impl<'a> Launch<'a> {
                         stream_device: self.stream.device(),
                     });
                 }
-                ptr.set_kernel_arg(kernel, index)
-                    .map_err(|e| match e {
-                        BlockArgError::Alloc(source) => KernelError::Block {
-                            kernel: self.function.name().to_owned(),
-                            index,
-                            source,
-                        },
-                        BlockArgError::Device(d) => KernelError::Device(d),
-                    })?;
+                ptr.set_kernel_arg(kernel, index).map_err(|e| match e {
+                    BlockArgError::Alloc(source) => KernelError::Block {
+                        kernel: self.function.name().to_owned(),
+                        index,
+                        source,
+                    },
+                    BlockArgError::Device(d) => KernelError::Device(d),
+                })?;
                 if ptr.stream().is_some_and(|k| k.id != self.stream.id()) {
                     self.foreign_blocks.push(ptr);
                 }

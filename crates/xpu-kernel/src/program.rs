@@ -199,7 +199,12 @@ fn build_uncached(
     let props = dev.properties();
     let key = format!(
         "device={}\0driver={}\0platform={}\0opencl={}\0options={}\0source={}",
-        props.name, props.driver_version, props.platform_name, props.opencl_version, options, source
+        props.name,
+        props.driver_version,
+        props.platform_name,
+        props.opencl_version,
+        options,
+        source
     );
     let file = cache
         .dir
@@ -315,7 +320,11 @@ mod tests {
         let mut bytes = fs::read(&file).unwrap();
         *bytes.last_mut().unwrap() ^= 1;
         fs::write(&file, &bytes).unwrap();
-        assert_eq!(read_entry(&file, "key"), None, "a damaged binary is refused");
+        assert_eq!(
+            read_entry(&file, "key"),
+            None,
+            "a damaged binary is refused"
+        );
         fs::write(&file, b"XPUKBIN2\xff\xff").unwrap();
         assert_eq!(read_entry(&file, "key"), None);
         fs::write(&file, b"garbage").unwrap();

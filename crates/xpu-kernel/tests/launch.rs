@@ -144,7 +144,10 @@ fn build_options_and_local_memory_reach_the_kernel() {
             .enqueue()
             .unwrap();
     }
-    assert_eq!(read_u32(&out, &s, 64), (0..64).map(|i| i * 7).collect::<Vec<u32>>());
+    assert_eq!(
+        read_u32(&out, &s, 64),
+        (0..64).map(|i| i * 7).collect::<Vec<u32>>()
+    );
     let g = p.function("with_local").unwrap();
     // SAFETY: 64 work-items in groups of 16 write out[0..64) and tmp[0..16) (64 bytes).
     unsafe {
@@ -174,9 +177,13 @@ fn build_errors_carry_the_compiler_log() {
         other => panic!("expected a build error, got {other:?}"),
     }
     assert!(err.to_string().contains("undeclared_name"));
-    let err = Program::build_with_cache(0, SAXPY, "-D K=7 -no-such-option", &KernelCache::disabled())
-        .unwrap_err();
-    assert!(matches!(err, KernelError::Device(DeviceError::Build { .. })), "{err:?}");
+    let err =
+        Program::build_with_cache(0, SAXPY, "-D K=7 -no-such-option", &KernelCache::disabled())
+            .unwrap_err();
+    assert!(
+        matches!(err, KernelError::Device(DeviceError::Build { .. })),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -189,7 +196,10 @@ fn programs_come_from_memory_then_disk_and_corrupt_entries_are_recompiled() {
     let cache = KernelCache::at(&dir);
     let a = Program::build_with_cache(0, &src, "-D K=7", &cache).unwrap();
     assert_eq!(a.origin(), ProgramOrigin::Compiled);
-    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     assert_eq!(files.len(), 1, "one entry, no temporary left: {files:?}");
     // Same key in this process: the same program from memory.
     let b = Program::build_with_cache(0, &src, "-D K=7", &cache).unwrap();
@@ -212,7 +222,10 @@ fn programs_come_from_memory_then_disk_and_corrupt_entries_are_recompiled() {
             .enqueue()
             .unwrap();
     }
-    assert_eq!(read_u32(&out, &s, 16), (0..16).map(|i| i * 7).collect::<Vec<u32>>());
+    assert_eq!(
+        read_u32(&out, &s, 16),
+        (0..16).map(|i| i * 7).collect::<Vec<u32>>()
+    );
     // Other options: another entry.
     let d = Program::build_with_cache(0, &src, "-D K=8", &disk).unwrap();
     assert_eq!(d.origin(), ProgramOrigin::Compiled);
@@ -267,7 +280,11 @@ fn eight_threads_launch_one_function_concurrently() {
                             .unwrap();
                     }
                     let got = read_u32(&out, &s, n as usize);
-                    assert_eq!(got, (0..n).map(|i| i * 7).collect::<Vec<u32>>(), "thread {t}");
+                    assert_eq!(
+                        got,
+                        (0..n).map(|i| i * 7).collect::<Vec<u32>>(),
+                        "thread {t}"
+                    );
                 }
             });
         }
@@ -292,7 +309,10 @@ fn misuse_is_a_typed_error_naming_kernel_and_argument() {
         matches!(&err, KernelError::ArgCount { kernel, expected: 4, given: 1 } if kernel == "saxpy"),
         "{err:?}"
     );
-    assert_eq!(err.to_string(), "kernel \"saxpy\" takes 4 arguments, 1 given");
+    assert_eq!(
+        err.to_string(),
+        "kernel \"saxpy\" takes 4 arguments, 1 given"
+    );
 
     // Too many.
     let err = s
@@ -308,19 +328,32 @@ fn misuse_is_a_typed_error_naming_kernel_and_argument() {
         .unwrap()
         .arg(1u32)
         .unwrap_err();
-    assert!(matches!(err, KernelError::ArgCount { expected: 4, given: 5, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            KernelError::ArgCount {
+                expected: 4,
+                given: 5,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 
     // A scalar for a pointer.
     let err = s.launch(&f, &[64], None).unwrap().arg(3u64).unwrap_err();
     assert_eq!(err.arg().map(|(k, i, _)| (k, i)), Some(("saxpy", 0)));
-    assert!(matches!(
-        err,
-        KernelError::Device(DeviceError::KernelArg {
-            index: 0,
-            problem: KernelArgProblem::ScalarForPointer { .. },
-            ..
-        })
-    ), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            KernelError::Device(DeviceError::KernelArg {
+                index: 0,
+                problem: KernelArgProblem::ScalarForPointer { .. },
+                ..
+            })
+        ),
+        "{err:?}"
+    );
 
     // A scalar of the wrong size (u64 for uint n).
     let err = s
@@ -334,15 +367,25 @@ fn misuse_is_a_typed_error_naming_kernel_and_argument() {
         .unwrap()
         .arg(1u64)
         .unwrap_err();
-    assert!(matches!(
-        err,
-        KernelError::Device(DeviceError::KernelArg {
-            index: 3,
-            problem: KernelArgProblem::SizeMismatch { declared: Some(4), given: 8, .. },
-            ..
-        })
-    ), "{err:?}");
-    assert!(err.to_string().contains("kernel \"saxpy\", argument 3 (n)"), "{err}");
+    assert!(
+        matches!(
+            err,
+            KernelError::Device(DeviceError::KernelArg {
+                index: 3,
+                problem: KernelArgProblem::SizeMismatch {
+                    declared: Some(4),
+                    given: 8,
+                    ..
+                },
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("kernel \"saxpy\", argument 3 (n)"),
+        "{err}"
+    );
 
     // A block for a scalar parameter.
     let err = s
@@ -354,19 +397,25 @@ fn misuse_is_a_typed_error_naming_kernel_and_argument() {
         .unwrap()
         .arg(&x)
         .unwrap_err();
-    assert!(matches!(
-        err,
-        KernelError::Device(DeviceError::KernelArg {
-            index: 2,
-            problem: KernelArgProblem::BufferForNonPointer { .. },
-            ..
-        })
-    ), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            KernelError::Device(DeviceError::KernelArg {
+                index: 2,
+                problem: KernelArgProblem::BufferForNonPointer { .. },
+                ..
+            })
+        ),
+        "{err:?}"
+    );
 
     // An empty allocation.
     let empty = alloc.allocate(0, &s).unwrap();
     let err = s.launch(&f, &[64], None).unwrap().arg(&empty).unwrap_err();
-    assert!(matches!(err, KernelError::Block { index: 0, .. }), "{err:?}");
+    assert!(
+        matches!(err, KernelError::Block { index: 0, .. }),
+        "{err:?}"
+    );
 
     // Bad work sizes.
     let err = s.launch(&f, &[], None).unwrap_err();
@@ -387,12 +436,27 @@ fn blocks_and_functions_of_another_device_are_refused() {
     let f0 = saxpy_program(0).function("saxpy").unwrap();
     let err = s0.launch(&f0, &[64], None).unwrap().arg(&x1).unwrap_err();
     assert!(
-        matches!(err, KernelError::OtherDevice { index: 0, block_device: 1, stream_device: 0, .. }),
+        matches!(
+            err,
+            KernelError::OtherDevice {
+                index: 0,
+                block_device: 1,
+                stream_device: 0,
+                ..
+            }
+        ),
         "{err:?}"
     );
     let err = s1.launch(&f0, &[64], None).unwrap_err();
     assert!(
-        matches!(err, KernelError::StreamDevice { function_device: 0, stream_device: 1, .. }),
+        matches!(
+            err,
+            KernelError::StreamDevice {
+                function_device: 0,
+                stream_device: 1,
+                ..
+            }
+        ),
         "{err:?}"
     );
 }
@@ -424,7 +488,11 @@ fn a_block_used_on_another_stream_is_reused_only_after_the_launch() {
     drop(out);
     // The launch on s1 is held by the gate: the block must not come back to s0 yet.
     let other = alloc.allocate(64 * 4, &s0).unwrap();
-    assert_ne!(other.address(), addr, "block reused while its kernel is pending on s1");
+    assert_ne!(
+        other.address(),
+        addr,
+        "block reused while its kernel is pending on s1"
+    );
     gate.open().unwrap();
     s1.synchronize().unwrap();
     let again = alloc.allocate(64 * 4, &s0).unwrap();
@@ -446,8 +514,19 @@ fn svm_blocks_are_refused_with_a_typed_error() {
     let f = saxpy_program(0).function("saxpy").unwrap();
     let err = s.launch(&f, &[64], None).unwrap().arg(&x).unwrap_err();
     assert!(
-        matches!(&err, KernelError::Block { index: 0, source: xpu_alloc::AllocError::Unsupported(_), .. }),
+        matches!(
+            &err,
+            KernelError::Block {
+                index: 0,
+                source: xpu_alloc::AllocError::Unsupported(_),
+                ..
+            }
+        ),
         "{err:?}"
     );
-    assert!(err.to_string().starts_with("kernel \"saxpy\", argument 0: "), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("kernel \"saxpy\", argument 0: "),
+        "{err}"
+    );
 }

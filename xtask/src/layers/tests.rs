@@ -317,7 +317,10 @@ fn the_launch_crate_may_declare_documented_unsafe_fns_and_commented_unsafe_block
     assert_eq!(check_source("xpu-kernel", "src/lib.rs", good, true), vec![]);
     // Its tests call the unsafe fn from commented blocks too.
     let test = "fn t() {\n    // SAFETY: in bounds.\n    unsafe { l.enqueue() }\n}\n";
-    assert_eq!(check_source("xpu-kernel", "tests/launch.rs", test, false), vec![]);
+    assert_eq!(
+        check_source("xpu-kernel", "tests/launch.rs", test, false),
+        vec![]
+    );
 
     let bad = "#![forbid(unsafe_code)]\n\
                pub unsafe fn enqueue() {}\n\
