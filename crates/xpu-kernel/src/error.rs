@@ -77,9 +77,10 @@ pub enum KernelError {
 }
 
 impl KernelError {
-    /// For an argument error: the kernel name, the argument index and the device layer's
-    /// description of the problem (`None` for the layer's own argument errors, such as
-    /// [`KernelError::ArgCount`] or [`KernelError::OtherDevice`]).
+    /// For an error about one argument: the kernel name, the argument index and the device
+    /// layer's description of the problem (`None` for this layer's own argument errors,
+    /// [`KernelError::OtherDevice`] and [`KernelError::Block`]). `None` for other errors,
+    /// [`KernelError::ArgCount`] included (it is about the count, not one argument).
     pub fn arg(&self) -> Option<(&str, u32, Option<&KernelArgProblem>)> {
         match self {
             KernelError::Device(DeviceError::KernelArg {
@@ -90,9 +91,6 @@ impl KernelError {
             }) => Some((kernel, *index, Some(problem))),
             KernelError::OtherDevice { kernel, index, .. }
             | KernelError::Block { kernel, index, .. } => Some((kernel, *index, None)),
-            KernelError::ArgCount { kernel, given, .. } => {
-                Some((kernel, given.saturating_sub(1), None))
-            }
             _ => None,
         }
     }

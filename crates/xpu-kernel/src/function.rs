@@ -78,6 +78,9 @@ impl Function {
         let mut pool = self.inner.pool.lock();
         if pool.len() < POOL_MAX {
             pool.push(kernel);
+        } else {
+            drop(pool); // clReleaseKernel outside the lock
+            drop(kernel);
         }
     }
 }
