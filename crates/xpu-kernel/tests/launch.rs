@@ -530,3 +530,37 @@ fn svm_blocks_are_refused_with_a_typed_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_block_gets_one_sub_buffer_released_with_the_allocation() {
+    if !devices(1) {
+        return;
+    }
+    let alloc = allocator(0);
+    let s = fresh_stream(0).leak();
+    let f = saxpy_program(0).function("fill_k").unwrap();
+    let before = xpu_device::live_objects().sub_buffers;
+    let out = alloc.allocate(64 * 4, &s).unwrap();
+    for _ in 0..3 {
+        // SAFETY: 64 work-items write out[0..64).
+        unsafe {
+            s.launch(&f, &[64], None)
+                .unwrap()
+                .arg(&out)
+                .unwrap()
+                .arg(64u32)
+                .unwrap()
+                .enqueue()
+                .unwrap();
+        }
+    }
+    s.synchronize().unwrap();
+    assert_eq!(
+        xpu_device::live_objects().sub_buffers,
+        before + 1,
+        "one sub-buffer for three launches; idle pooled kernels hold none"
+    );
+    assert_eq!(read_u32(&out, &s, 64), (0..64).map(|i| i * 7).collect::<Vec<u32>>());
+    drop(out);
+    assert_eq!(xpu_device::live_objects().sub_buffers, before);
+}
