@@ -560,7 +560,10 @@ fn a_block_gets_one_sub_buffer_released_with_the_allocation() {
         before + 1,
         "one sub-buffer for three launches; idle pooled kernels hold none"
     );
-    assert_eq!(read_u32(&out, &s, 64), (0..64).map(|i| i * 7).collect::<Vec<u32>>());
+    assert_eq!(
+        read_u32(&out, &s, 64),
+        (0..64).map(|i| i * 7).collect::<Vec<u32>>()
+    );
     drop(out);
     assert_eq!(xpu_device::live_objects().sub_buffers, before);
 }
