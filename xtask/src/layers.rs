@@ -10,6 +10,13 @@
 //!   `#![forbid(unsafe_code)]`.
 //! - (d) every `unsafe {` block and `unsafe impl` in [`UNSAFE_CRATE`] has a `// SAFETY:`
 //!   comment within the [`SAFETY_WINDOW`] lines above it (or a comment block reaching them).
+//! - (e) the exception to (c): the [`UNSAFE_CALLER_CRATES`] (the launch layer, whose
+//!   `Launch::enqueue` must be an `unsafe fn` because a kernel is arbitrary code) may hold
+//!   `unsafe fn` declarations, each documented with a `# Safety` section, and `unsafe {}`
+//!   blocks, each with a `// SAFETY:` comment as in (d), that call the unsafe API of
+//!   [`UNSAFE_CRATE`]; nothing else unsafe (no `unsafe impl`/`trait`/`extern`, no `extern`
+//!   blocks), no OpenCL bindings (b), and the crate root says `#![deny(unsafe_code)]` so that
+//!   every such item also carries an `#[allow(unsafe_code)]`.
 
 mod source;
 
@@ -36,6 +43,10 @@ pub(crate) const LAYERS: [&str; 8] = [
 
 /// The one crate allowed to contain `unsafe` code and to use the OpenCL bindings.
 pub(crate) const UNSAFE_CRATE: &str = "xpu-device";
+
+/// Crates that may declare `unsafe fn`s and call the unsafe API of [`UNSAFE_CRATE`] from
+/// `unsafe {}` blocks, nothing more (rule (e)).
+pub(crate) const UNSAFE_CALLER_CRATES: [&str; 1] = ["xpu-kernel"];
 
 /// The OpenCL binding crates.
 pub(crate) const FFI_CRATES: [&str; 3] = ["opencl3", "cl3", "opencl-sys"];
@@ -112,9 +123,11 @@ pub(crate) fn check(root: &Path) -> Result<()> {
     }
     if violations.is_empty() {
         println!(
-            "check-layers: ok ({} packages; order {}; only {UNSAFE_CRATE} uses OpenCL and unsafe)",
+            "check-layers: ok ({} packages; order {}; only {UNSAFE_CRATE} uses OpenCL and unsafe; \
+             {} only call its unsafe API)",
             packages.len(),
-            LAYERS.join(" < ")
+            LAYERS.join(" < "),
+            UNSAFE_CALLER_CRATES.join(", ")
         );
         return Ok(());
     }
@@ -382,6 +395,56 @@ pub(crate) fn check_source(krate: &str, file: &str, text: &str, is_root: bool) -
         message,
     };
     let mut out = Vec::new();
+    if UNSAFE_CALLER_CRATES.contains(&krate) {
+        for (i, line) in lines.iter().enumerate() {
+            for pos in source::word_positions(&line.code, "extern") {
+                let rest = line.code[pos + "extern".len()..].trim_start();
+                if rest.starts_with(['"', '{']) {
+                    out.push(violation(
+                        i + 1,
+                        format!("`extern` block in {krate}: only {UNSAFE_CRATE} may declare FFI"),
+                    ));
+                }
+            }
+            for pos in source::word_positions(&line.code, "unsafe") {
+                let rest = next_code(&lines, i, pos);
+                if rest.starts_with('{') {
+                    if !has_safety_comment(&lines, i) {
+                        out.push(violation(
+                            i + 1,
+                            format!(
+                                "`unsafe` block without a `// SAFETY:` comment in the \
+                                 {SAFETY_WINDOW} lines above it"
+                            ),
+                        ));
+                    }
+                } else if source::word_positions(rest, "fn").first() == Some(&0) {
+                    if !has_safety_doc(&lines, i) {
+                        out.push(violation(
+                            i + 1,
+                            "`unsafe fn` without a `# Safety` section in its doc comment"
+                                .to_owned(),
+                        ));
+                    }
+                } else {
+                    out.push(violation(
+                        i + 1,
+                        format!(
+                            "`unsafe` item in {krate}: only `unsafe fn` and `unsafe {{}}` blocks \
+                             calling {UNSAFE_CRATE}'s unsafe API are allowed here"
+                        ),
+                    ));
+                }
+            }
+        }
+        if is_root && !source::unsafe_code_lint_is(&lines, "deny") {
+            out.push(violation(
+                1,
+                "crate root lacks `#![deny(unsafe_code)]`".to_owned(),
+            ));
+        }
+        return out;
+    }
     if krate != UNSAFE_CRATE {
         for (i, line) in lines.iter().enumerate() {
             if !source::word_positions(&line.code, "unsafe").is_empty() {
@@ -393,7 +456,7 @@ pub(crate) fn check_source(krate: &str, file: &str, text: &str, is_root: bool) -
                 ));
             }
         }
-        if is_root && !source::forbids_unsafe_code(&lines) {
+        if is_root && !source::unsafe_code_lint_is(&lines, "forbid") {
             out.push(violation(
                 1,
                 "crate root lacks `#![forbid(unsafe_code)]`".to_owned(),
@@ -423,16 +486,7 @@ pub(crate) fn check_source(krate: &str, file: &str, text: &str, is_root: bool) -
 /// `Some("block")` or `Some("impl")` when the `unsafe` at `lines[i].code[pos..]` opens a block
 /// or an impl; `None` for `unsafe fn`, `unsafe trait`, `unsafe extern`.
 fn unsafe_item(lines: &[Line], i: usize, pos: usize) -> Option<&'static str> {
-    let rest = lines[i].code[pos + "unsafe".len()..].trim_start();
-    let rest = if rest.is_empty() {
-        lines[i + 1..]
-            .iter()
-            .map(|l| l.code.trim_start())
-            .find(|c| !c.is_empty())
-            .unwrap_or("")
-    } else {
-        rest
-    };
+    let rest = next_code(lines, i, pos);
     if rest.starts_with('{') {
         Some("block")
     } else if source::word_positions(rest, "impl").first() == Some(&0) {
@@ -440,6 +494,31 @@ fn unsafe_item(lines: &[Line], i: usize, pos: usize) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// The code after the `unsafe` at `lines[i].code[pos..]`, on the next non-empty line when
+/// nothing follows it on its own.
+fn next_code(lines: &[Line], i: usize, pos: usize) -> &str {
+    let rest = lines[i].code[pos + "unsafe".len()..].trim_start();
+    if rest.is_empty() {
+        lines[i + 1..]
+            .iter()
+            .map(|l| l.code.trim_start())
+            .find(|c| !c.is_empty())
+            .unwrap_or("")
+    } else {
+        rest
+    }
+}
+
+/// Whether the doc comment and attributes right above line `i` (an `unsafe fn`) hold a
+/// `# Safety` section.
+fn has_safety_doc(lines: &[Line], i: usize) -> bool {
+    lines[..i]
+        .iter()
+        .rev()
+        .take_while(|l| l.is_comment_only() || l.code.trim_start().starts_with("#["))
+        .any(|l| l.comment.contains("# Safety"))
 }
 
 /// Whether a comment holding `SAFETY:` sits in the [`SAFETY_WINDOW`] lines above line `i`, or

@@ -1,8 +1,9 @@
 //! [`DataPtr`]: an allocation that frees itself on drop.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use xpu_device::backend::{raw, Buffer};
+use xpu_device::backend::{raw, Buffer, Kernel};
+use xpu_device::DeviceError;
 use xpu_stream::Stream;
 
 use crate::core::shard::Shard;
@@ -15,6 +16,10 @@ pub(crate) struct Live {
     pub block: u32,
     pub address: u64,
     pub block_size: u64,
+    /// The sub-buffer of exactly this allocation, created at its first use as a kernel
+    /// argument ([`DataPtr::set_kernel_arg`]) and released with the allocation (queued
+    /// commands keep their own reference until they complete, OpenCL 3.0 §5.5.1).
+    pub sub_buffer: OnceLock<Buffer>,
 }
 
 /// A device allocation from the caching allocator; returns its block to the allocator when
@@ -41,6 +46,7 @@ impl DataPtr {
                 block,
                 address,
                 block_size,
+                sub_buffer: OnceLock::new(),
             }),
             device,
             size,
@@ -170,6 +176,72 @@ impl DataPtr {
             })
     }
 
+    /// Sets argument `index` of `kernel` (a `__global`/`__constant` pointer parameter) to
+    /// exactly this allocation: one argument, the kernel sees the allocation's first byte at
+    /// its pointer's index 0 and the allocation's requested size ([`DataPtr::size`]) as the
+    /// buffer's extent. The sub-buffer (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1) is created at
+    /// the first call and cached with the allocation: later calls cost one `clSetKernelArg`.
+    /// The kernel keeps a reference to it until the argument is replaced or the kernel is
+    /// dropped; the allocation may be freed meanwhile (the block is then reused, so the
+    /// stale argument must be replaced before the next launch, as launch layers do by
+    /// setting every argument).
+    ///
+    /// # Errors
+    /// [`BlockArgError::Alloc`] for an empty allocation or memory without a `cl_mem` (SVM,
+    /// simulated); [`BlockArgError::Device`] with `DeviceError::MisalignedSubBuffer` when
+    /// the device's `CL_DEVICE_MEM_BASE_ADDR_ALIGN` exceeds the block alignment (512 bytes),
+    /// or the kernel's [`DeviceError::KernelArg`] (wrong parameter kind, another device's
+    /// context, index out of range).
+    pub fn set_kernel_arg(&self, kernel: &mut Kernel, index: u32) -> Result<(), BlockArgError> {
+        let sub = self.sub_buffer()?;
+        kernel
+            .set_arg_buffer(index, sub)
+            .map_err(BlockArgError::Device)
+    }
+
+    fn sub_buffer(&self) -> Result<&Buffer, BlockArgError> {
+        let live = self.live.as_ref().ok_or_else(|| {
+            BlockArgError::Alloc(AllocError::Unsupported(
+                "an empty allocation cannot be a kernel argument".to_owned(),
+            ))
+        })?;
+        if let Some(b) = live.sub_buffer.get() {
+            return Ok(b);
+        }
+        // Created outside any allocator lock (the segment buffer is retained here).
+        let (segment, offset) = self.buffer_and_offset().map_err(BlockArgError::Alloc)?;
+        let offset = to_usize(offset).map_err(BlockArgError::Alloc)?;
+        let size = to_usize(self.size).map_err(BlockArgError::Alloc)?;
+        let sub = segment
+            .sub_buffer(offset, size)
+            .map_err(BlockArgError::Device)?;
+        // A concurrent first use may have stored its own: keep that one, drop ours.
+        let _ = live.sub_buffer.set(sub);
+        Ok(live.sub_buffer.get().expect("set above"))
+    }
+
+    /// Marks this allocation as used on `stream` (as `Tensor.record_stream`), in the
+    /// allocator that made it (global or private): when it is freed, its block is reused only
+    /// after the work enqueued on `stream` before the free completes. Ignored for an empty
+    /// allocation and for the allocation stream.
+    ///
+    /// # Errors
+    /// [`AllocError::StreamDevice`] for a stream of another device; [`AllocError::Stream`]
+    /// for a stream whose queue is already released.
+    pub fn record_stream(&self, stream: &Stream) -> Result<(), AllocError> {
+        if self.live.is_none() {
+            return Ok(());
+        }
+        if stream.device() != self.device as usize {
+            return Err(AllocError::StreamDevice {
+                stream: stream.device(),
+                device: self.device as usize,
+            });
+        }
+        self.record_stream_ref(&crate::cl_stream::ClStream::try_shared(*stream)?);
+        Ok(())
+    }
+
     pub(crate) fn record_stream_ref(&self, stream: &StreamRef) {
         if let Some(live) = &self.live {
             live.shard.record_stream(live.block, stream);
@@ -206,6 +278,18 @@ impl Drop for DataPtr {
             live.shard.free(live.block);
         }
     }
+}
+
+/// Why an allocation could not become a kernel argument ([`DataPtr::set_kernel_arg`]).
+#[derive(Debug, thiserror::Error)]
+pub enum BlockArgError {
+    /// The allocation has no OpenCL buffer (empty, SVM or simulated memory).
+    #[error(transparent)]
+    Alloc(AllocError),
+    /// The sub-buffer or the argument was refused (misaligned block, wrong parameter,
+    /// another device's context).
+    #[error(transparent)]
+    Device(DeviceError),
 }
 
 fn to_usize(v: u64) -> Result<usize, AllocError> {

@@ -49,7 +49,7 @@ pub mod stream;
 pub use crate::cl_stream::{stream_key, ClStream, EventMarker};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
 pub use crate::core::{BlockSnapshot, BlockState, DeviceCore, SegmentSnapshot};
-pub use crate::data_ptr::{BlockView, DataPtr};
+pub use crate::data_ptr::{BlockArgError, BlockView, DataPtr};
 pub use crate::device_allocator::DeviceAllocator;
 pub use crate::device_ptr::DevicePtr;
 pub use crate::error::{AllocError, OomReport};

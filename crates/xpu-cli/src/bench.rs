@@ -1,6 +1,6 @@
 //! `xpu bench`: the runtime's speed figures in one JSON object (streams and events with
 //! their raw OpenCL floors, the caching device allocator, the pinned host allocator, lazy
-//! initialization), with the device and the date.
+//! initialization, kernel launches and program caching), with the device and the date.
 
 use std::collections::BTreeMap;
 use std::process::{Command, ExitCode};
@@ -159,6 +159,10 @@ fn measure(
     take(
         "host_alloc",
         xpu_alloc::host::bench::run_with(device, &host_cfg).map_err(Into::into),
+    );
+    take(
+        "kernel",
+        xpu::xpu_kernel::bench::run(device, quick).map_err(Into::into),
     );
     (figures, errors)
 }

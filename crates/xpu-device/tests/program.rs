@@ -112,6 +112,63 @@ fn syntax_error_gives_the_build_log() {
     ));
 }
 
+fn read_u32s(q: &xpu_device::backend::CommandQueue, b: &Buffer, n: usize) -> Vec<u32> {
+    let mut bytes = vec![0u8; n * 4];
+    q.read(b, 0, &mut bytes).unwrap();
+    bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[test]
+fn build_options_and_program_binaries_round_trip() {
+    let Some(dev) = common::device0("build_options_and_program_binaries_round_trip") else {
+        return;
+    };
+    let ctx = dev.context().unwrap();
+    let q = common::queue(dev);
+    let src = "__kernel void k(__global uint *out) { out[get_global_id(0)] = K; }";
+    // Without the option the macro is undefined: a build error with the log.
+    assert!(matches!(
+        Program::build(ctx, dev.id(), src),
+        Err(DeviceError::Build { .. })
+    ));
+    let program = Program::build_with_options(ctx, dev.id(), src, "-D K=41").unwrap();
+    let binary = program.binary().unwrap();
+    assert!(!binary.is_empty());
+    let again = Program::from_binary(ctx, dev.id(), &binary, "-D K=41").unwrap();
+    let out = Buffer::new(ctx, 16, MemFlags::default()).unwrap();
+    for p in [&program, &again] {
+        // Arguments are checked on the reloaded program too (-cl-kernel-arg-info applies).
+        let mut kernel = Kernel::new(p, "k").unwrap();
+        assert!(kernel.set_arg(0, 1u32).is_err());
+        kernel.set_arg_buffer(0, &out).unwrap();
+        // SAFETY: 4 work-items write out[0..4), the 16-byte buffer.
+        drop(unsafe { q.enqueue_kernel(&kernel, &[4], None, &[]) }.unwrap());
+        assert_eq!(read_u32s(&q, &out, 4), vec![41; 4]);
+        // Reset: every argument must be set again before a launch.
+        kernel.reset_args();
+        // SAFETY: refused before reaching the driver.
+        let err = unsafe { q.enqueue_kernel(&kernel, &[4], None, &[]) }.unwrap_err();
+        assert!(matches!(
+            err,
+            DeviceError::KernelArg {
+                problem: KernelArgProblem::NotSet,
+                ..
+            }
+        ));
+    }
+    assert!(matches!(
+        Program::from_binary(ctx, dev.id(), &[], ""),
+        Err(DeviceError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Program::build_with_options(ctx, dev.id(), src, "-D K=1\0"),
+        Err(DeviceError::InvalidArgument(_))
+    ));
+}
+
 const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn assert_child_ok(test: &str) {

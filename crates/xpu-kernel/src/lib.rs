@@ -2,4 +2,45 @@
 //! allocator: OpenCL C programs built and cached per device, `Send + Sync` kernel functions,
 //! an `unsafe` launch builder on a stream that takes allocator blocks as single arguments,
 //! and typed device memory.
-#![forbid(unsafe_code)]
+//!
+//! ```no_run
+//! use xpu_kernel::{LaunchExt, Program};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! const SRC: &str = "__kernel void scale(__global float *x, float a, uint n) {
+//!     size_t i = get_global_id(0); if (i < n) x[i] *= a; }";
+//! let program = Program::build(0, SRC, "-cl-fast-relaxed-math")?; // cached on disk
+//! let scale = program.function("scale")?; // Send + Sync, cheap Clone
+//! let stream = xpu_stream::current_stream(0)?;
+//! let x = xpu_alloc::allocate(1024 * 4, &stream)?; // one kernel argument
+//! // SAFETY: 1024 work-items touch x[0..1024), the allocation's 4096 bytes; nothing borrows
+//! // them; the kernel terminates.
+//! unsafe {
+//!     stream
+//!         .launch(&scale, &[1024], None)?
+//!         .arg(&x)?
+//!         .arg(2.0f32)?
+//!         .arg(1024u32)?
+//!         .enqueue()?;
+//! }
+//! stream.synchronize()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `unsafe` here: this crate has no OpenCL bindings and no raw handles; its only `unsafe` is
+//! [`Launch::enqueue`] (an `unsafe fn`, since the kernel is arbitrary code) and the one call
+//! to `xpu_device`'s `CommandQueue::enqueue_kernel` inside it. `cargo xtask check-layers`
+//! holds the crate to that: `#![deny(unsafe_code)]`, every `unsafe fn` documented with
+//! `# Safety` and every `unsafe` block with a `// SAFETY:` comment, no `unsafe impl`.
+#![deny(unsafe_code)]
+
+pub mod bench;
+mod error;
+mod function;
+mod launch;
+mod program;
+
+pub use error::KernelError;
+pub use function::Function;
+pub use launch::{Arg, Launch, LaunchExt, LocalMem, Scalar};
+pub use program::{KernelCache, Program, ProgramOrigin};

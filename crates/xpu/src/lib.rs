@@ -9,12 +9,17 @@
 //! | streams, pools, current stream | `xpu-stream` | [`xpu_stream`], [`Stream`], [`StreamGuard`], [`ExternalStream`] |
 //! | events | `xpu-event` | [`xpu_event`], [`Event`], [`EventFlags`], [`StreamExt`] |
 //! | caching device and pinned-host allocators (feature `alloc`) | `xpu-alloc` | `xpu_alloc`, `DataPtr`, `HostPtr` |
+//! | programs, kernel functions, launches on streams (feature `kernel`) | `xpu-kernel` | `xpu_kernel`, `Program`, `Function`, `LaunchExt`, `KernelCache`, `KernelError` |
 //! | lazy init, fork safety | `xpu-lazy` | [`xpu_lazy`], [`init`], [`is_initialized`] |
 //!
 //! # Cargo features
 //! - `alloc` (default): the caching device allocator, the pinned-host allocator and the memory
 //!   functions below. Turn it off (`default-features = false`) when your framework brings its
 //!   own allocator and only needs devices, streams and events.
+//! - `kernel` (default, needs `alloc`): OpenCL C programs built with options and cached in
+//!   memory and on disk (`XPU_KERNEL_CACHE`), `Send + Sync` kernel functions and the `unsafe`
+//!   launch builder on streams (`stream.launch(&f, global, local)?.arg(&block)?...enqueue()`),
+//!   allocator blocks passed as one argument each.
 //!
 //! Logging goes through `tracing` in every layer; install any subscriber to see it.
 //!
@@ -103,6 +108,10 @@ mod stream;
 pub use xpu_alloc;
 pub use xpu_device;
 pub use xpu_event;
+#[cfg(feature = "kernel")]
+pub use xpu_kernel;
+#[cfg(feature = "kernel")]
+pub use xpu_kernel::{Function, KernelCache, KernelError, LaunchExt, Program};
 pub use xpu_lazy;
 pub use xpu_stream;
 

@@ -173,13 +173,21 @@ pub(crate) fn word_positions(code: &str, word: &str) -> Vec<usize> {
 }
 
 /// Whether the code holds `#![forbid(..., unsafe_code, ...)]`, spaces and line breaks allowed.
+#[cfg(test)]
 pub(crate) fn forbids_unsafe_code(lines: &[Line]) -> bool {
+    unsafe_code_lint_is(lines, "forbid")
+}
+
+/// Whether the code holds `#![<level>(..., unsafe_code, ...)]` (`level`: `forbid`, `deny`),
+/// spaces and line breaks allowed.
+pub(crate) fn unsafe_code_lint_is(lines: &[Line], level: &str) -> bool {
     let code: String = lines
         .iter()
         .flat_map(|l| l.code.chars())
         .filter(|c| !c.is_whitespace())
         .collect();
-    code.match_indices("#![forbid(").any(|(pos, open)| {
+    let open = format!("#![{level}(");
+    code.match_indices(open.as_str()).any(|(pos, open)| {
         let rest = &code[pos + open.len()..];
         rest.split_once(")]")
             .is_some_and(|(list, _)| list.split(',').any(|lint| lint == "unsafe_code"))

@@ -99,12 +99,11 @@ fn dev_dependencies_may_use_earlier_crates_only() {
 fn only_the_device_crate_may_use_opencl() {
     let mut ws = good_workspace();
     let at = |name: &str| LAYERS.iter().position(|l| *l == name).unwrap();
-    let (xpu_at, cli_at) = (at("xpu"), at("xpu-cli"));
-    ws[xpu_at].deps.push(Dep {
+    ws[at("xpu")].deps.push(Dep {
         name: "cl3".to_owned(),
         kind: DepKind::Dev,
     });
-    ws[cli_at].deps.push(Dep {
+    ws[at("xpu-cli")].deps.push(Dep {
         name: "opencl3".to_owned(),
         kind: DepKind::Normal,
     });
@@ -306,4 +305,60 @@ fn unsafe_fn_and_block_on_the_next_line() {
     assert_eq!(check_source("xpu-device", "a.rs", text, false), vec![]);
     let split = "let v = unsafe\n{\n    g()\n};\n";
     assert_eq!(check_source("xpu-device", "a.rs", split, false).len(), 1);
+}
+
+#[test]
+fn the_launch_crate_may_declare_documented_unsafe_fns_and_commented_unsafe_blocks() {
+    let good = "#![deny(unsafe_code)]\n\
+                /// Queues it.\n/// # Safety\n/// The kernel stays in bounds.\n\
+                #[allow(unsafe_code)]\npub unsafe fn enqueue() {\n\
+                \x20   // SAFETY: forwarded from this function's contract.\n\
+                \x20   unsafe { q.enqueue_kernel() }\n}\n";
+    assert_eq!(check_source("xpu-kernel", "src/lib.rs", good, true), vec![]);
+    // Its tests call the unsafe fn from commented blocks too.
+    let test = "fn t() {\n    // SAFETY: in bounds.\n    unsafe { l.enqueue() }\n}\n";
+    assert_eq!(
+        check_source("xpu-kernel", "tests/launch.rs", test, false),
+        vec![]
+    );
+
+    let bad = "#![forbid(unsafe_code)]\n\
+               pub unsafe fn enqueue() {}\n\
+               fn f() {\n    unsafe { g() }\n}\n\
+               unsafe impl Send for X {}\n\
+               extern \"C\" { fn clFinish(); }\n";
+    let v = check_source("xpu-kernel", "src/lib.rs", bad, true);
+    let got: Vec<(&str, &str)> = v
+        .iter()
+        .map(|v| (v.location.as_str(), v.message.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                "src/lib.rs:2",
+                "`unsafe fn` without a `# Safety` section in its doc comment"
+            ),
+            (
+                "src/lib.rs:4",
+                "`unsafe` block without a `// SAFETY:` comment in the 3 lines above it"
+            ),
+            (
+                "src/lib.rs:6",
+                "`unsafe` item in xpu-kernel: only `unsafe fn` and `unsafe {}` blocks calling \
+                 xpu-device's unsafe API are allowed here"
+            ),
+            (
+                "src/lib.rs:7",
+                "`extern` block in xpu-kernel: only xpu-device may declare FFI"
+            ),
+            ("src/lib.rs:1", "crate root lacks `#![deny(unsafe_code)]`"),
+        ]
+    );
+    // Other crates keep the strict rule.
+    assert_eq!(
+        check_source("xpu-lazy", "src/lib.rs", good, true).len(),
+        3,
+        "unsafe fn, block, and the missing forbid"
+    );
 }

@@ -52,15 +52,72 @@ impl Program {
     /// # Errors
     /// `DeviceError::Build` with the compiler log when the build fails.
     pub fn build(context: &Context, device: DeviceId, source: &str) -> Result<Program> {
+        Program::build_with_options(context, device, source, "")
+    }
+
+    /// As [`Program::build`] with extra build `options` (`-D NAME=VALUE`, `-cl-std=CL2.0`,
+    /// `-cl-fast-relaxed-math`..., OpenCL 3.0 §5.8.6); `-cl-kernel-arg-info` is always
+    /// appended.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for options with a NUL byte; `DeviceError::Build` with the compiler
+    /// log when the build fails (`CL_INVALID_BUILD_OPTIONS` for options the compiler refuses).
+    pub fn build_with_options(
+        context: &Context,
+        device: DeviceId,
+        source: &str,
+        options: &str,
+    ) -> Result<Program> {
         let p = cl(
             "clCreateProgramWithSource",
             clp::create_program_with_source(context.as_raw(), &[source]),
         )?;
         super::live::created(super::live::Kind::Program);
         let program = Program(p);
-        let opts = CString::new(BUILD_OPTIONS).expect("no NUL in the build options");
-        if let Err(code) = clp::build_program(p, &[device.as_raw()], &opts, None, ptr::null_mut()) {
-            let log = clp::get_program_build_info(p, device.as_raw(), BUILD_LOG)
+        program.build_for(device, options)?;
+        Ok(program)
+    }
+
+    /// A program from a binary that [`Program::binary`] returned for the same device and
+    /// driver (`clCreateProgramWithBinary` + `clBuildProgram` with `options`, OpenCL 3.0
+    /// §5.8.1): no compilation of OpenCL C, so much faster than [`Program::build`].
+    ///
+    /// # Errors
+    /// `CL_INVALID_BINARY` (or a build error) for a binary the driver does not accept
+    /// (another device, another driver version, corrupt bytes): callers fall back to source.
+    pub fn from_binary(
+        context: &Context,
+        device: DeviceId,
+        binary: &[u8],
+        options: &str,
+    ) -> Result<Program> {
+        if binary.is_empty() {
+            return Err(DeviceError::InvalidArgument("empty program binary".into()));
+        }
+        // SAFETY: `device` is a device of `context` (Context::new(device) made it for that
+        // device, and DeviceId values come from the platform's enumeration); the binary slice
+        // outlives the call, which copies it.
+        let p = cl("clCreateProgramWithBinary", unsafe {
+            clp::create_program_with_binary(context.as_raw(), &[device.as_raw()], &[binary])
+        })?;
+        super::live::created(super::live::Kind::Program);
+        let program = Program(p);
+        program.build_for(device, options)?;
+        Ok(program)
+    }
+
+    fn build_for(&self, device: DeviceId, options: &str) -> Result<()> {
+        let all = if options.trim().is_empty() {
+            BUILD_OPTIONS.to_string()
+        } else {
+            format!("{options} {BUILD_OPTIONS}")
+        };
+        let opts = CString::new(all)
+            .map_err(|_| DeviceError::InvalidArgument(format!("build options {options:?}")))?;
+        if let Err(code) =
+            clp::build_program(self.0, &[device.as_raw()], &opts, None, ptr::null_mut())
+        {
+            let log = clp::get_program_build_info(self.0, device.as_raw(), BUILD_LOG)
                 .map(String::from)
                 .unwrap_or_default();
             return Err(DeviceError::Build {
@@ -68,7 +125,26 @@ impl Program {
                 log,
             });
         }
-        Ok(program)
+        Ok(())
+    }
+
+    /// The built program's binary for its (single) device (`CL_PROGRAM_BINARIES`, OpenCL 3.0
+    /// §5.8.9), for an on-disk cache: [`Program::from_binary`] loads it again.
+    ///
+    /// # Errors
+    /// A failed `clGetProgramInfo`; `InvalidArgument` when the driver returns no binary.
+    pub fn binary(&self) -> Result<Vec<u8>> {
+        let info = cl(
+            "clGetProgramInfo",
+            clp::get_program_info(self.0, clp::CL_PROGRAM_BINARIES),
+        )?;
+        let mut binaries: Vec<Vec<u8>> = info.into();
+        match binaries.first() {
+            Some(b) if !b.is_empty() => Ok(binaries.swap_remove(0)),
+            _ => Err(DeviceError::InvalidArgument(
+                "the driver returned no program binary".into(),
+            )),
+        }
     }
 }
 
@@ -337,6 +413,16 @@ impl Kernel {
         self.set_raw(index, bytes, ptr::null())?;
         self.buffers[index as usize] = None;
         Ok(())
+    }
+
+    /// Forgets every argument: drops the buffer references the kernel keeps and marks every
+    /// argument unset, so the next launch must set them all again. Launches already
+    /// enqueued are unaffected: the driver keeps the buffers of a queued command alive until
+    /// it completes (OpenCL 3.0 §5.5.1). For kernels kept in a pool between launches, so that
+    /// an idle kernel holds no memory.
+    pub fn reset_args(&mut self) {
+        self.set.iter_mut().for_each(|s| *s = false);
+        self.buffers.iter_mut().for_each(|b| *b = None);
     }
 
     /// The first argument never set, if any (a launch needs all of them).

@@ -1,0 +1,152 @@
+//! Speed figures of the launch layer for `xpu bench`, with their floors measured in the same
+//! run: `launch_4args_ns` vs `raw_launch_4args_ns`, `program_cold_ms` vs `program_cached_ms`.
+
+use std::time::Instant;
+
+use xpu_alloc::{AllocConfig, DeviceAllocator};
+use xpu_device::backend::{Buffer, Kernel, MemFlags, QueueOptions};
+use xpu_stream::ExternalStream;
+
+use crate::error::KernelError;
+use crate::launch::LaunchExt;
+use crate::program::{KernelCache, Program, ProgramOrigin};
+
+const SRC: &str = r"
+__kernel void axpy4(__global float *y, __global const float *x, float a, uint n) {
+    size_t i = get_global_id(0);
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+";
+
+/// Runs the figures on `device`; `launches` per measured round (`quick`: fewer).
+///
+/// - `launch_4args_ns`: one launch through [`LaunchExt::launch`] with four arguments (two
+///   caching-allocator blocks, a float, a uint), per launch, including the stream's
+///   execution of a one-work-item kernel (the queue is drained at the end of each round).
+/// - `raw_launch_4args_ns`: the same kernel launched through `xpu-device` directly: the four
+///   checked `clSetKernelArg` of [`Kernel`] on two pre-made buffers and
+///   `clEnqueueNDRangeKernel` (this crate may not call OpenCL itself; `Kernel`'s checks cost one
+///   `clGetMemObjectInfo` per buffer). Rounds alternate with the previous figure; each is the
+///   best of 9 rounds.
+/// - `raw_launch_4args_subbuf_ns`: as the raw figure with two sub-buffers of one buffer, what
+///   an allocator block is as one argument (PoCL's launches cost more with sub-buffers).
+/// - `program_cold_ms`: building a new source (a fresh comment, so no cache of ours knows it)
+///   and creating its kernel; `program_cached_ms`: the same source and options again with the
+///   in-memory cache off, so from the disk cache in a fresh directory, as a new process would.
+///   The driver's own caches are not controlled (PoCL keeps compiled kernels in
+///   `~/.cache/pocl`, so its cold figure may be lower than a first build ever).
+///
+/// # Errors
+/// Device, allocator or build failures.
+pub fn run(device: usize, quick: bool) -> Result<Vec<(String, f64)>, KernelError> {
+    let mut out = Vec::new();
+    let (launch_ns, raw_ns, sub_ns) = launch_figures(device, if quick { 200 } else { 2000 })?;
+    out.push(("launch_4args_ns".to_owned(), launch_ns));
+    out.push(("raw_launch_4args_ns".to_owned(), raw_ns));
+    out.push(("raw_launch_4args_subbuf_ns".to_owned(), sub_ns));
+    out.push(("launch_over_raw".to_owned(), launch_ns / raw_ns));
+    let (cold, cached) = program_figures(device)?;
+    out.push(("program_cold_ms".to_owned(), cold));
+    out.push(("program_cached_ms".to_owned(), cached));
+    out.push(("program_cached_over_cold".to_owned(), cached / cold));
+    Ok(out)
+}
+
+#[allow(unsafe_code)]
+fn launch_figures(device: usize, launches: u32) -> Result<(f64, f64, f64), KernelError> {
+    let dev = xpu_device::device(device)?;
+    let queue = dev.create_queue(QueueOptions {
+        profiling: true,
+        priority: None,
+    })?;
+    let stream = ExternalStream::new(queue, device)?;
+    let s = stream.stream();
+    let program = Program::build_with_cache(device, SRC, "", &KernelCache::disabled())?;
+    let f = program.function("axpy4")?;
+    let alloc = DeviceAllocator::new(device, AllocConfig::default())?;
+    let y = alloc.allocate(4096, &s)?;
+    let x = alloc.allocate(4096, &s)?;
+    y.view()?.fill(&s, &[0; 4], 0, 4096)?;
+    x.view()?.fill(&s, &[0; 4], 0, 4096)?;
+    let ctx = dev.context()?;
+    let rb_y = Buffer::new(ctx, 4096, MemFlags::default())?;
+    let rb_x = Buffer::new(ctx, 4096, MemFlags::default())?;
+    let seg = Buffer::new(ctx, 8192, MemFlags::default())?;
+    let sb_y = seg.sub_buffer(0, 4096)?;
+    let sb_x = seg.sub_buffer(4096, 4096)?;
+    let mut raw = Kernel::new(program.raw(), "axpy4")?;
+    let q = s.queue()?;
+    q.fill(&rb_y, &[0; 4], 0, 4096, &[])?;
+    q.fill(&rb_x, &[0; 4], 0, 4096, &[])?;
+    let ours = |n: u32| -> Result<f64, KernelError> {
+        let t = Instant::now();
+        for _ in 0..n {
+            // SAFETY: one work-item touches y[0] and x[0] of 1024-float allocations.
+            unsafe {
+                s.launch(&f, &[1], None)?
+                    .arg(&y)?
+                    .arg(&x)?
+                    .arg(1.0f32)?
+                    .arg(1u32)?
+                    .enqueue()?;
+            }
+        }
+        s.synchronize()?;
+        Ok(t.elapsed().as_nanos() as f64 / f64::from(n))
+    };
+    let mut theirs = |n: u32, sub: bool| -> Result<f64, KernelError> {
+        let (by, bx) = if sub { (&sb_y, &sb_x) } else { (&rb_y, &rb_x) };
+        let t = Instant::now();
+        for _ in 0..n {
+            raw.set_arg_buffer(0, by)?;
+            raw.set_arg_buffer(1, bx)?;
+            raw.set_arg(2, 1.0f32)?;
+            raw.set_arg(3, 1u32)?;
+            // SAFETY: one work-item touches y[0] and x[0] of 1024-float buffers.
+            drop(unsafe { q.enqueue_kernel(&raw, &[1], None, &[]) }?);
+        }
+        q.finish().map_err(xpu_device::DeviceError::from)?;
+        Ok(t.elapsed().as_nanos() as f64 / f64::from(n))
+    };
+    ours(launches / 10 + 1)?;
+    theirs(launches / 10 + 1, false)?;
+    let (mut best_ours, mut best_raw, mut best_sub) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
+    for _ in 0..9 {
+        best_raw = best_raw.min(theirs(launches, false)?);
+        best_sub = best_sub.min(theirs(launches, true)?);
+        best_ours = best_ours.min(ours(launches)?);
+    }
+    Ok((best_ours, best_raw, best_sub))
+}
+
+fn program_figures(device: usize) -> Result<(f64, f64), KernelError> {
+    let nonce = format!(
+        "// xpu bench {} {:?}\n",
+        std::process::id(),
+        std::time::SystemTime::now()
+    );
+    let source = format!("{nonce}{SRC}");
+    let dir = std::env::temp_dir().join(format!(
+        "xpu-bench-kernels-{}-{}",
+        std::process::id(),
+        crate::program::fnv1a64(nonce.as_bytes())
+    ));
+    let cache = KernelCache::at(&dir).memory(false);
+    let t = Instant::now();
+    let cold = Program::build_with_cache(device, &source, "", &cache)?;
+    cold.function("axpy4")?;
+    let cold_ms = t.elapsed().as_secs_f64() * 1e3;
+    let t = Instant::now();
+    let cached = Program::build_with_cache(device, &source, "", &cache)?;
+    cached.function("axpy4")?;
+    let cached_ms = t.elapsed().as_secs_f64() * 1e3;
+    let _ = std::fs::remove_dir_all(&dir);
+    if cached.origin() != ProgramOrigin::DiskCache {
+        return Err(KernelError::Device(
+            xpu_device::DeviceError::InvalidArgument(
+                "the kernel cache did not serve the second build".to_owned(),
+            ),
+        ));
+    }
+    Ok((cold_ms, cached_ms))
+}

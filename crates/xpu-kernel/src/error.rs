@@ -1,0 +1,97 @@
+//! [`KernelError`]: what the program, function and launch layer can fail with.
+
+use xpu_alloc::AllocError;
+use xpu_device::{DeviceError, KernelArgProblem};
+use xpu_stream::StreamError;
+
+/// An error of the program / function / launch layer. Argument errors name the kernel and the
+/// argument index ([`KernelError::arg`] gives them back as values).
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// A device-layer failure: a build error with the compiler log
+    /// ([`DeviceError::Build`]), an argument refused by the kernel's signature
+    /// ([`DeviceError::KernelArg`], naming kernel, index and parameter), a failed enqueue...
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// The stream could not be resolved (released external stream, bad device...).
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    /// A caching-allocator failure (`record_stream` on a stream of another allocator...).
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+    /// The launch did not give the kernel exactly its number of arguments.
+    #[error("kernel {kernel:?} takes {expected} arguments, {given} given")]
+    ArgCount {
+        /// The kernel's function name.
+        kernel: String,
+        /// `CL_KERNEL_NUM_ARGS`.
+        expected: u32,
+        /// Arguments given (counting the one refused, when too many).
+        given: u32,
+    },
+    /// An allocation of one device given to a launch on another device's stream.
+    #[error(
+        "kernel {kernel:?}, argument {index}: an allocation of device {block_device} given to a \
+         launch on device {stream_device}"
+    )]
+    OtherDevice {
+        /// The kernel's function name.
+        kernel: String,
+        /// The argument index.
+        index: u32,
+        /// The allocation's device.
+        block_device: usize,
+        /// The stream's device.
+        stream_device: usize,
+    },
+    /// An allocation that cannot be a kernel argument: empty (zero-size), or memory without
+    /// an OpenCL buffer (`memory_kind:svm`, simulated).
+    #[error("kernel {kernel:?}, argument {index}: {source}")]
+    Block {
+        /// The kernel's function name.
+        kernel: String,
+        /// The argument index.
+        index: u32,
+        /// Why the allocation was refused.
+        #[source]
+        source: AllocError,
+    },
+    /// A function built for one device launched on a stream of another device.
+    #[error("function {kernel:?} was built for device {function_device}, launched on a stream of device {stream_device}")]
+    StreamDevice {
+        /// The kernel's function name.
+        kernel: String,
+        /// The device the program was built for.
+        function_device: usize,
+        /// The stream's device.
+        stream_device: usize,
+    },
+    /// Bad work sizes: 1 to 3 dimensions, nonzero, a local size of the same rank.
+    #[error("launch of {kernel:?}: {reason}")]
+    WorkSize {
+        /// The kernel's function name.
+        kernel: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl KernelError {
+    /// For an error about one argument: the kernel name, the argument index and the device
+    /// layer's description of the problem (`None` for this layer's own argument errors,
+    /// [`KernelError::OtherDevice`] and [`KernelError::Block`]). `None` for other errors,
+    /// [`KernelError::ArgCount`] included (it is about the count, not one argument).
+    pub fn arg(&self) -> Option<(&str, u32, Option<&KernelArgProblem>)> {
+        match self {
+            KernelError::Device(DeviceError::KernelArg {
+                kernel,
+                index,
+                problem,
+                ..
+            }) => Some((kernel, *index, Some(problem))),
+            KernelError::OtherDevice { kernel, index, .. }
+            | KernelError::Block { kernel, index, .. } => Some((kernel, *index, None)),
+            _ => None,
+        }
+    }
+}

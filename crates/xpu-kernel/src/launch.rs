@@ -1,0 +1,302 @@
+//! The launch builder: [`LaunchExt::launch`] on a [`Stream`], arguments checked one by one,
+//! [`Launch::enqueue`] (`unsafe`: the kernel is arbitrary code).
+
+use std::marker::PhantomData;
+
+use xpu_alloc::{BlockArgError, DataPtr};
+use xpu_device::backend::Kernel;
+use xpu_stream::Stream;
+
+use crate::error::KernelError;
+use crate::function::Function;
+
+/// One kernel argument: an allocation of the caching allocator (one `__global`/`__constant`
+/// pointer argument covering exactly the allocation), a scalar by value, or a size of
+/// `__local` memory. Built with `From`: `&DataPtr`, `u8`...`u64`, `i8`...`i64`, `f32`, `f64`,
+/// [`LocalMem`].
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum Arg<'a> {
+    /// An allocation, borrowed until the launch is enqueued (see [`Launch`]).
+    Block(&'a DataPtr),
+    /// A by-value scalar.
+    Scalar(Scalar),
+    /// `__local` memory of this many bytes per work-group.
+    Local(usize),
+}
+
+/// A by-value scalar argument.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[allow(missing_docs)]
+pub enum Scalar {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    U64(u64),
+    I64(i64),
+    F32(f32),
+    F64(f64),
+}
+
+/// `__local` memory for a `__local` pointer parameter: this many bytes per work-group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalMem(pub usize);
+
+macro_rules! scalar_from {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<$t> for Arg<'_> {
+            fn from(x: $t) -> Self {
+                Arg::Scalar(Scalar::$v(x))
+            }
+        }
+    )*};
+}
+scalar_from!(u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32,
+             u64 => U64, i64 => I64, f32 => F32, f64 => F64);
+
+impl<'a> From<&'a DataPtr> for Arg<'a> {
+    fn from(p: &'a DataPtr) -> Self {
+        Arg::Block(p)
+    }
+}
+
+impl From<LocalMem> for Arg<'_> {
+    fn from(l: LocalMem) -> Self {
+        Arg::Local(l.0)
+    }
+}
+
+/// Launching on a [`Stream`] (an extension trait: streams live in `xpu-stream`).
+pub trait LaunchExt {
+    /// Starts a launch of `function` with `global` work-items (1 to 3 dimensions) in
+    /// work-groups of `local` (same rank; `None`: the driver chooses), as `clEnqueueNDRangeKernel`
+    /// (OpenCL 3.0 §5.10) — CUDA's grid is `global / local` here. Arguments follow with
+    /// [`Launch::arg`], in parameter order; [`Launch::enqueue`] queues the kernel.
+    ///
+    /// # Errors
+    /// [`KernelError::StreamDevice`] when the function was built for another device;
+    /// [`KernelError::WorkSize`] for 0 or more than 3 dimensions, a zero size or a local size
+    /// of another rank; [`KernelError::Device`] when a kernel cannot be created.
+    fn launch<'a>(
+        &self,
+        function: &Function,
+        global: &[usize],
+        local: Option<&[usize]>,
+    ) -> Result<Launch<'a>, KernelError>;
+}
+
+impl LaunchExt for Stream {
+    fn launch<'a>(
+        &self,
+        function: &Function,
+        global: &[usize],
+        local: Option<&[usize]>,
+    ) -> Result<Launch<'a>, KernelError> {
+        let bad = |reason: &str| KernelError::WorkSize {
+            kernel: function.name().to_owned(),
+            reason: reason.to_owned(),
+        };
+        if self.device() != function.device() {
+            return Err(KernelError::StreamDevice {
+                kernel: function.name().to_owned(),
+                function_device: function.device(),
+                stream_device: self.device(),
+            });
+        }
+        if global.is_empty() || global.len() > 3 {
+            return Err(bad("the global size has 1 to 3 dimensions"));
+        }
+        if global.contains(&0) || local.is_some_and(|l| l.contains(&0)) {
+            return Err(bad("work sizes are nonzero"));
+        }
+        if local.is_some_and(|l| l.len() != global.len()) {
+            return Err(bad("the local size has the rank of the global size"));
+        }
+        let mut g = [1; 3];
+        g[..global.len()].copy_from_slice(global);
+        let l = local.map(|l| {
+            let mut a = [1; 3];
+            a[..l.len()].copy_from_slice(l);
+            a
+        });
+        Ok(Launch {
+            stream: *self,
+            kernel: Some(function.take()?),
+            function: function.clone(),
+            next: 0,
+            dims: global.len(),
+            global: g,
+            local: l,
+            foreign_blocks: Vec::new(),
+            _args: PhantomData,
+        })
+    }
+}
+
+/// A kernel launch being assembled on a stream ([`LaunchExt::launch`]).
+///
+/// The allocations given as arguments stay borrowed until the launch is enqueued or dropped,
+/// so an allocation cannot be freed between setting it and launching:
+/// ```compile_fail
+/// # use xpu_kernel::{Function, LaunchExt};
+/// # fn f(stream: xpu_stream::Stream, func: Function, x: xpu_alloc::DataPtr) -> Result<(), xpu_kernel::KernelError> {
+/// let launch = stream.launch(&func, &[64], None)?.arg(&x)?;
+/// drop(x); // error: `x` is borrowed by `launch`
+/// unsafe { launch.enqueue() }
+/// # }
+/// ```
+/// After the enqueue, freeing is safe: the block is reused only after the stream's work
+/// completes (the caching allocator's stream-ordered reuse; uses on a stream other than the
+/// allocation's are recorded with `record_stream` by [`Launch::enqueue`]), and the driver keeps
+/// the argument buffers alive until the kernel completes.
+///
+/// Dropping a launch without enqueueing it returns its kernel to the function's pool.
+#[derive(Debug)]
+pub struct Launch<'a> {
+    stream: Stream,
+    function: Function,
+    kernel: Option<Kernel>,
+    next: u32,
+    dims: usize,
+    global: [usize; 3],
+    local: Option<[usize; 3]>,
+    /// Allocations of other streams than the launch's: recorded on it at the enqueue.
+    foreign_blocks: Vec<&'a DataPtr>,
+    _args: PhantomData<&'a DataPtr>,
+}
+
+impl<'a> Launch<'a> {
+    /// Sets the next argument (parameter order), checked against the kernel's signature as the
+    /// driver reports it (`-cl-kernel-arg-info`): an allocation only for a `__global` or
+    /// `__constant` pointer, a scalar only for a by-value parameter of the same size,
+    /// [`LocalMem`] only for a `__local` pointer.
+    ///
+    /// An allocation is passed as one argument, a sub-buffer of exactly the allocation
+    /// ([`DataPtr::set_kernel_arg`], created once per allocation and cached with it).
+    ///
+    /// # Errors
+    /// [`KernelError::ArgCount`] past the kernel's last parameter; [`KernelError::OtherDevice`]
+    /// for an allocation of another device than the stream's; [`KernelError::Block`] for an
+    /// empty allocation or one without an OpenCL buffer (SVM, simulated);
+    /// [`KernelError::Device`] with [`xpu_device::DeviceError::KernelArg`] naming the kernel,
+    /// the argument index and parameter for a kind or size that does not match.
+    pub fn arg(mut self, arg: impl Into<Arg<'a>>) -> Result<Launch<'a>, KernelError> {
+        let index = self.next;
+        let kernel = self.kernel.as_mut().expect("present until enqueue or drop");
+        if index >= kernel.num_args() {
+            return Err(KernelError::ArgCount {
+                kernel: self.function.name().to_owned(),
+                expected: kernel.num_args(),
+                given: index + 1,
+            });
+        }
+        match arg.into() {
+            Arg::Block(ptr) => {
+                let device = ptr.device() as usize;
+                if device != self.stream.device() {
+                    return Err(KernelError::OtherDevice {
+                        kernel: self.function.name().to_owned(),
+                        index,
+                        block_device: device,
+                        stream_device: self.stream.device(),
+                    });
+                }
+                ptr.set_kernel_arg(kernel, index).map_err(|e| match e {
+                    BlockArgError::Alloc(source) => KernelError::Block {
+                        kernel: self.function.name().to_owned(),
+                        index,
+                        source,
+                    },
+                    BlockArgError::Device(d) => KernelError::Device(d),
+                })?;
+                if ptr.stream().is_some_and(|k| k.id != self.stream.id()) {
+                    self.foreign_blocks.push(ptr);
+                }
+            }
+            Arg::Scalar(s) => set_scalar(kernel, index, s)?,
+            Arg::Local(bytes) => kernel.set_arg_local(index, bytes)?,
+        }
+        self.next += 1;
+        Ok(self)
+    }
+
+    /// Queues the kernel on the stream (`clEnqueueNDRangeKernel`, OpenCL 3.0 §5.10), after the
+    /// work enqueued on the stream before it. Allocations of other streams are first recorded
+    /// on this one (as `Tensor.record_stream`), so freeing them waits for the kernel.
+    /// Non-blocking: synchronize the stream (or record an event) to wait for it.
+    ///
+    /// # Safety
+    /// The kernel is arbitrary code that the runtime cannot check. The caller guarantees that:
+    /// - every memory access of every work-item stays inside the allocation (its requested
+    ///   size, [`DataPtr::size`]) given for the pointer parameter it goes through, and inside
+    ///   the [`LocalMem`] size for `__local` parameters (on a CPU device an out-of-bounds
+    ///   access reaches the host process's memory);
+    /// - no memory the kernel writes is borrowed by Rust code before the kernel completes, and
+    ///   no memory it reads is written by the host meanwhile (allocator blocks are reached by
+    ///   the host only through stream-ordered copies; this concerns host-visible memory);
+    /// - the kernel terminates (one that never ends hangs every later synchronization of the
+    ///   stream and of its device).
+    ///
+    /// # Errors
+    /// [`KernelError::ArgCount`] when fewer arguments than the kernel's parameters were given;
+    /// [`KernelError::Stream`] for a released stream; [`KernelError::Alloc`] when recording a
+    /// foreign-stream allocation fails; [`KernelError::Device`] for a failed enqueue
+    /// (`CL_INVALID_WORK_GROUP_SIZE`...).
+    #[allow(unsafe_code)]
+    pub unsafe fn enqueue(mut self) -> Result<(), KernelError> {
+        let kernel = self.kernel.take().expect("present until enqueue or drop");
+        let result = self.enqueue_with(&kernel);
+        self.function.put(kernel);
+        result
+    }
+
+    #[allow(unsafe_code)]
+    fn enqueue_with(&self, kernel: &Kernel) -> Result<(), KernelError> {
+        if self.next != kernel.num_args() {
+            return Err(KernelError::ArgCount {
+                kernel: self.function.name().to_owned(),
+                expected: kernel.num_args(),
+                given: self.next,
+            });
+        }
+        for ptr in &self.foreign_blocks {
+            ptr.record_stream(&self.stream)?;
+        }
+        let queue = self.stream.queue()?;
+        let local = self.local.as_ref().map(|l| &l[..self.dims]);
+        // SAFETY: every argument was set through the kernel's checked setters (kinds, sizes
+        // and contexts match its parameters; allocations as sub-buffers of exactly their
+        // bytes, kept alive by the kernel and then by the driver until the command completes);
+        // the function's program was built for the stream's device. What the kernel code does
+        // is the obligation of `enqueue`'s caller, the only caller of this function.
+        unsafe { queue.enqueue_kernel(kernel, &self.global[..self.dims], local, &[]) }?;
+        Ok(())
+    }
+}
+
+impl Drop for Launch<'_> {
+    fn drop(&mut self) {
+        if let Some(k) = self.kernel.take() {
+            self.function.put(k);
+        }
+    }
+}
+
+fn set_scalar(kernel: &mut Kernel, index: u32, s: Scalar) -> Result<(), KernelError> {
+    match s {
+        Scalar::U8(v) => kernel.set_arg(index, v),
+        Scalar::I8(v) => kernel.set_arg(index, v),
+        Scalar::U16(v) => kernel.set_arg(index, v),
+        Scalar::I16(v) => kernel.set_arg(index, v),
+        Scalar::U32(v) => kernel.set_arg(index, v),
+        Scalar::I32(v) => kernel.set_arg(index, v),
+        Scalar::U64(v) => kernel.set_arg(index, v),
+        Scalar::I64(v) => kernel.set_arg(index, v),
+        Scalar::F32(v) => kernel.set_arg(index, v),
+        Scalar::F64(v) => kernel.set_arg(index, v),
+    }?;
+    Ok(())
+}

@@ -1,0 +1,569 @@
+//! Programs, functions and launches on a real OpenCL device (PoCL in CI, two devices for the
+//! cross-device cases). Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
+
+use std::path::PathBuf;
+
+use xpu_alloc::{AllocConfig, DataPtr, DeviceAllocator};
+use xpu_device::{DeviceError, KernelArgProblem};
+use xpu_event::test_support::Gate;
+use xpu_kernel::{Function, KernelCache, KernelError, LaunchExt, LocalMem, Program, ProgramOrigin};
+use xpu_stream::{ExternalStream, Stream};
+
+const SAXPY: &str = r"
+__kernel void saxpy(__global float *y, __global const float *x, float a, uint n) {
+    size_t i = get_global_id(0);
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+__kernel void fill_k(__global uint *out, uint n) {
+    size_t i = get_global_id(0);
+    if (i < n) out[i] = (uint)i * K;
+}
+__kernel void with_local(__global uint *out, __local uint *tmp) {
+    size_t i = get_global_id(0);
+    tmp[get_local_id(0)] = (uint)i;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    out[i] = tmp[get_local_id(0)] + 1;
+}
+";
+
+fn devices(n: usize) -> bool {
+    let count = xpu_device::device_count();
+    if count >= n {
+        return true;
+    }
+    assert!(
+        !(count == 0 && xpu_device::require_device()),
+        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
+    );
+    false
+}
+
+fn fresh_stream(device: usize) -> ExternalStream {
+    let q = xpu_device::device(device)
+        .unwrap()
+        .create_queue(xpu_device::backend::QueueOptions {
+            profiling: true,
+            priority: None,
+        })
+        .unwrap();
+    ExternalStream::new(q, device).unwrap()
+}
+
+fn allocator(device: usize) -> DeviceAllocator {
+    DeviceAllocator::new(device, AllocConfig::parse("").unwrap()).unwrap()
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("xpu-kernel-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn saxpy_program(device: usize) -> Program {
+    Program::build_with_cache(device, SAXPY, "-D K=7", &KernelCache::disabled()).unwrap()
+}
+
+fn write_f32(p: &DataPtr, s: &Stream, v: &[f32]) {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_ne_bytes()).collect();
+    p.view().unwrap().write(s, 0, &bytes).unwrap();
+}
+
+fn read_f32(p: &DataPtr, s: &Stream, n: usize) -> Vec<f32> {
+    let mut bytes = vec![0u8; n * 4];
+    p.view().unwrap().read(s, 0, &mut bytes).unwrap();
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn read_u32(p: &DataPtr, s: &Stream, n: usize) -> Vec<u32> {
+    read_f32(p, s, n).into_iter().map(f32::to_bits).collect()
+}
+
+#[test]
+fn saxpy_on_allocator_blocks_takes_one_argument_per_block() {
+    if !devices(1) {
+        return;
+    }
+    let alloc = allocator(0);
+    let s = fresh_stream(0).leak();
+    // Blocks at nonzero offsets of one segment: one argument each, indexed from 0.
+    let _pad = alloc.allocate(512, &s).unwrap();
+    let n = 1000usize;
+    let x = alloc.allocate(n as u64 * 4, &s).unwrap();
+    let y = alloc.allocate(n as u64 * 4, &s).unwrap();
+    assert_eq!(x.stream(), y.stream());
+    let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let ys: Vec<f32> = (0..n).map(|i| 1.0 - i as f32).collect();
+    write_f32(&x, &s, &xs);
+    write_f32(&y, &s, &ys);
+    let saxpy = saxpy_program(0).function("saxpy").unwrap();
+    assert_eq!(saxpy.num_args(), 4);
+    for _ in 0..2 {
+        // SAFETY: n work-items read x[0..n) and write y[0..n), both n floats; nothing
+        // borrows them; the kernel terminates.
+        unsafe {
+            s.launch(&saxpy, &[1024], Some(&[64]))
+                .unwrap()
+                .arg(&y)
+                .unwrap()
+                .arg(&x)
+                .unwrap()
+                .arg(2.0f32)
+                .unwrap()
+                .arg(n as u32)
+                .unwrap()
+                .enqueue()
+                .unwrap();
+        }
+    }
+    let got = read_f32(&y, &s, n);
+    let want: Vec<f32> = (0..n).map(|i| 1.0 - i as f32 + 4.0 * i as f32).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn build_options_and_local_memory_reach_the_kernel() {
+    if !devices(1) {
+        return;
+    }
+    let alloc = allocator(0);
+    let s = fresh_stream(0).leak();
+    let p = saxpy_program(0);
+    let out = alloc.allocate(64 * 4, &s).unwrap();
+    let f = p.function("fill_k").unwrap();
+    // SAFETY: 64 work-items write out[0..64), 64 uints.
+    unsafe {
+        s.launch(&f, &[64], None)
+            .unwrap()
+            .arg(&out)
+            .unwrap()
+            .arg(64u32)
+            .unwrap()
+            .enqueue()
+            .unwrap();
+    }
+    assert_eq!(
+        read_u32(&out, &s, 64),
+        (0..64).map(|i| i * 7).collect::<Vec<u32>>()
+    );
+    let g = p.function("with_local").unwrap();
+    // SAFETY: 64 work-items in groups of 16 write out[0..64) and tmp[0..16) (64 bytes).
+    unsafe {
+        s.launch(&g, &[64], Some(&[16]))
+            .unwrap()
+            .arg(&out)
+            .unwrap()
+            .arg(LocalMem(16 * 4))
+            .unwrap()
+            .enqueue()
+            .unwrap();
+    }
+    assert_eq!(read_u32(&out, &s, 64), (1..=64).collect::<Vec<u32>>());
+}
+
+#[test]
+fn build_errors_carry_the_compiler_log() {
+    if !devices(1) {
+        return;
+    }
+    let bad = "__kernel void k(__global int *o) { o[0] = undeclared_name; }";
+    let err = Program::build_with_cache(0, bad, "", &KernelCache::disabled()).unwrap_err();
+    match &err {
+        KernelError::Device(DeviceError::Build { log, .. }) => {
+            assert!(log.contains("undeclared_name"), "log: {log}");
+        }
+        other => panic!("expected a build error, got {other:?}"),
+    }
+    assert!(err.to_string().contains("undeclared_name"));
+    let err =
+        Program::build_with_cache(0, SAXPY, "-D K=7 -no-such-option", &KernelCache::disabled())
+            .unwrap_err();
+    assert!(
+        matches!(err, KernelError::Device(DeviceError::Build { .. })),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn programs_come_from_memory_then_disk_and_corrupt_entries_are_recompiled() {
+    if !devices(1) {
+        return;
+    }
+    let dir = temp_dir("cache");
+    let src = format!("{SAXPY}\n// cache test {}\n", std::process::id());
+    let cache = KernelCache::at(&dir);
+    let a = Program::build_with_cache(0, &src, "-D K=7", &cache).unwrap();
+    assert_eq!(a.origin(), ProgramOrigin::Compiled);
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "one entry, no temporary left: {files:?}");
+    // Same key in this process: the same program from memory.
+    let b = Program::build_with_cache(0, &src, "-D K=7", &cache).unwrap();
+    assert_eq!(b.origin(), ProgramOrigin::Compiled);
+    // As a new process: from the disk cache, and it runs.
+    let disk = cache.clone().memory(false);
+    let c = Program::build_with_cache(0, &src, "-D K=7", &disk).unwrap();
+    assert_eq!(c.origin(), ProgramOrigin::DiskCache);
+    let alloc = allocator(0);
+    let s = fresh_stream(0).leak();
+    let out = alloc.allocate(16 * 4, &s).unwrap();
+    // SAFETY: 16 work-items write out[0..16).
+    unsafe {
+        s.launch(&c.function("fill_k").unwrap(), &[16], None)
+            .unwrap()
+            .arg(&out)
+            .unwrap()
+            .arg(16u32)
+            .unwrap()
+            .enqueue()
+            .unwrap();
+    }
+    assert_eq!(
+        read_u32(&out, &s, 16),
+        (0..16).map(|i| i * 7).collect::<Vec<u32>>()
+    );
+    // Other options: another entry.
+    let d = Program::build_with_cache(0, &src, "-D K=8", &disk).unwrap();
+    assert_eq!(d.origin(), ProgramOrigin::Compiled);
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
+    // A corrupt entry (right key, garbage binary) falls back to compiling and is rewritten.
+    for f in &files {
+        let mut bytes = std::fs::read(f).unwrap();
+        let len = bytes.len();
+        bytes.truncate(len - len / 2);
+        bytes.extend_from_slice(&[0xA5; 64]);
+        std::fs::write(f, bytes).unwrap();
+    }
+    let e = Program::build_with_cache(0, &src, "-D K=7", &disk).unwrap();
+    assert_eq!(e.origin(), ProgramOrigin::Compiled);
+    let f = Program::build_with_cache(0, &src, "-D K=7", &disk).unwrap();
+    assert_eq!(f.origin(), ProgramOrigin::DiskCache);
+    // An unreadable cache directory: compiled, no error.
+    let blocked = dir.join("not-a-dir");
+    std::fs::write(&blocked, b"x").unwrap();
+    let g = Program::build_with_cache(0, &src, "-D K=9", &KernelCache::at(&blocked).memory(false))
+        .unwrap();
+    assert_eq!(g.origin(), ProgramOrigin::Compiled);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn eight_threads_launch_one_function_concurrently() {
+    if !devices(1) {
+        return;
+    }
+    let f: Function = saxpy_program(0).function("fill_k").unwrap();
+    fn assert_send_sync<T: Send + Sync>(_: &T) {}
+    assert_send_sync(&f);
+    std::thread::scope(|scope| {
+        for t in 0..8u32 {
+            let f = f.clone();
+            scope.spawn(move || {
+                let alloc = allocator(0);
+                let s = fresh_stream(0).leak();
+                for round in 0..20u32 {
+                    let n = 256 + t * 8 + round;
+                    let out = alloc.allocate(u64::from(n) * 4, &s).unwrap();
+                    // SAFETY: n work-items (rounded up, guarded by `i < n`) write out[0..n).
+                    unsafe {
+                        s.launch(&f, &[n as usize], None)
+                            .unwrap()
+                            .arg(&out)
+                            .unwrap()
+                            .arg(n)
+                            .unwrap()
+                            .enqueue()
+                            .unwrap();
+                    }
+                    let got = read_u32(&out, &s, n as usize);
+                    assert_eq!(
+                        got,
+                        (0..n).map(|i| i * 7).collect::<Vec<u32>>(),
+                        "thread {t}"
+                    );
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn misuse_is_a_typed_error_naming_kernel_and_argument() {
+    if !devices(1) {
+        return;
+    }
+    let alloc = allocator(0);
+    let s = fresh_stream(0).leak();
+    let f = saxpy_program(0).function("saxpy").unwrap();
+    let x = alloc.allocate(256, &s).unwrap();
+
+    // Too few arguments: refused at the enqueue.
+    let l = s.launch(&f, &[64], None).unwrap().arg(&x).unwrap();
+    // SAFETY: refused before reaching the driver.
+    let err = unsafe { l.enqueue() }.unwrap_err();
+    assert!(
+        matches!(&err, KernelError::ArgCount { kernel, expected: 4, given: 1 } if kernel == "saxpy"),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "kernel \"saxpy\" takes 4 arguments, 1 given"
+    );
+
+    // Too many.
+    let err = s
+        .launch(&f, &[64], None)
+        .unwrap()
+        .arg(&x)
+        .unwrap()
+        .arg(&x)
+        .unwrap()
+        .arg(1.0f32)
+        .unwrap()
+        .arg(1u32)
+        .unwrap()
+        .arg(1u32)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            KernelError::ArgCount {
+                expected: 4,
+                given: 5,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+
+    // A scalar for a pointer.
+    let err = s.launch(&f, &[64], None).unwrap().arg(3u64).unwrap_err();
+    assert_eq!(err.arg().map(|(k, i, _)| (k, i)), Some(("saxpy", 0)));
+    assert!(
+        matches!(
+            err,
+            KernelError::Device(DeviceError::KernelArg {
+                index: 0,
+                problem: KernelArgProblem::ScalarForPointer { .. },
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+
+    // A scalar of the wrong size (u64 for uint n).
+    let err = s
+        .launch(&f, &[64], None)
+        .unwrap()
+        .arg(&x)
+        .unwrap()
+        .arg(&x)
+        .unwrap()
+        .arg(1.0f32)
+        .unwrap()
+        .arg(1u64)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            KernelError::Device(DeviceError::KernelArg {
+                index: 3,
+                problem: KernelArgProblem::SizeMismatch {
+                    declared: Some(4),
+                    given: 8,
+                    ..
+                },
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("kernel \"saxpy\", argument 3 (n)"),
+        "{err}"
+    );
+
+    // A block for a scalar parameter.
+    let err = s
+        .launch(&f, &[64], None)
+        .unwrap()
+        .arg(&x)
+        .unwrap()
+        .arg(&x)
+        .unwrap()
+        .arg(&x)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            KernelError::Device(DeviceError::KernelArg {
+                index: 2,
+                problem: KernelArgProblem::BufferForNonPointer { .. },
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+
+    // An empty allocation.
+    let empty = alloc.allocate(0, &s).unwrap();
+    let err = s.launch(&f, &[64], None).unwrap().arg(&empty).unwrap_err();
+    assert!(
+        matches!(err, KernelError::Block { index: 0, .. }),
+        "{err:?}"
+    );
+
+    // Bad work sizes.
+    let err = s.launch(&f, &[], None).unwrap_err();
+    assert!(matches!(err, KernelError::WorkSize { .. }), "{err:?}");
+    let err = s.launch(&f, &[64, 2], Some(&[8])).unwrap_err();
+    assert!(matches!(err, KernelError::WorkSize { .. }), "{err:?}");
+}
+
+#[test]
+fn blocks_and_functions_of_another_device_are_refused() {
+    if !devices(2) {
+        return;
+    }
+    let s0 = fresh_stream(0).leak();
+    let s1 = fresh_stream(1).leak();
+    let a1 = allocator(1);
+    let x1 = a1.allocate(256, &s1).unwrap();
+    let f0 = saxpy_program(0).function("saxpy").unwrap();
+    let err = s0.launch(&f0, &[64], None).unwrap().arg(&x1).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            KernelError::OtherDevice {
+                index: 0,
+                block_device: 1,
+                stream_device: 0,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = s1.launch(&f0, &[64], None).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            KernelError::StreamDevice {
+                function_device: 0,
+                stream_device: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_block_used_on_another_stream_is_reused_only_after_the_launch() {
+    if !devices(1) {
+        return;
+    }
+    let alloc = allocator(0);
+    let s0 = fresh_stream(0).leak();
+    let s1 = fresh_stream(0).leak();
+    let f = saxpy_program(0).function("fill_k").unwrap();
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s1).unwrap();
+    let out = alloc.allocate(64 * 4, &s0).unwrap();
+    let addr = out.address();
+    // SAFETY: 64 work-items write out[0..64).
+    unsafe {
+        s1.launch(&f, &[64], None)
+            .unwrap()
+            .arg(&out)
+            .unwrap()
+            .arg(64u32)
+            .unwrap()
+            .enqueue()
+            .unwrap();
+    }
+    drop(out);
+    // The launch on s1 is held by the gate: the block must not come back to s0 yet.
+    let other = alloc.allocate(64 * 4, &s0).unwrap();
+    assert_ne!(
+        other.address(),
+        addr,
+        "block reused while its kernel is pending on s1"
+    );
+    gate.open().unwrap();
+    s1.synchronize().unwrap();
+    let again = alloc.allocate(64 * 4, &s0).unwrap();
+    assert_eq!(again.address(), addr);
+}
+
+#[test]
+fn svm_blocks_are_refused_with_a_typed_error() {
+    if !devices(1) {
+        return;
+    }
+    let alloc = DeviceAllocator::new(0, AllocConfig::parse("memory_kind:svm").unwrap()).unwrap();
+    if alloc.memory_kind() != xpu_alloc::MemoryKind::Svm {
+        eprintln!("device 0 has no SVM: nothing to refuse");
+        return;
+    }
+    let s = fresh_stream(0).leak();
+    let x = alloc.allocate(256, &s).unwrap();
+    let f = saxpy_program(0).function("saxpy").unwrap();
+    let err = s.launch(&f, &[64], None).unwrap().arg(&x).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            KernelError::Block {
+                index: 0,
+                source: xpu_alloc::AllocError::Unsupported(_),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("kernel \"saxpy\", argument 0: "),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_block_gets_one_sub_buffer_released_with_the_allocation() {
+    if !devices(1) {
+        return;
+    }
+    let alloc = allocator(0);
+    let s = fresh_stream(0).leak();
+    let f = saxpy_program(0).function("fill_k").unwrap();
+    let before = xpu_device::live_objects().sub_buffers;
+    let out = alloc.allocate(64 * 4, &s).unwrap();
+    for _ in 0..3 {
+        // SAFETY: 64 work-items write out[0..64).
+        unsafe {
+            s.launch(&f, &[64], None)
+                .unwrap()
+                .arg(&out)
+                .unwrap()
+                .arg(64u32)
+                .unwrap()
+                .enqueue()
+                .unwrap();
+        }
+    }
+    s.synchronize().unwrap();
+    assert_eq!(
+        xpu_device::live_objects().sub_buffers,
+        before + 1,
+        "one sub-buffer for three launches; idle pooled kernels hold none"
+    );
+    assert_eq!(
+        read_u32(&out, &s, 64),
+        (0..64).map(|i| i * 7).collect::<Vec<u32>>()
+    );
+    drop(out);
+    assert_eq!(xpu_device::live_objects().sub_buffers, before);
+}
