@@ -3,3 +3,10 @@
 //! an `unsafe` launch builder on a stream that takes allocator blocks as single arguments,
 //! and typed device memory.
 #![forbid(unsafe_code)]
+
+pub mod memory;
+
+pub use memory::{
+    DeviceBuffer, DeviceRegion, DeviceRegionMut, DeviceSlice, DeviceSliceMut, MemoryError,
+    StreamMemoryExt,
+};
