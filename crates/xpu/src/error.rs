@@ -16,10 +16,42 @@ pub enum Error {
     /// Event layer.
     #[error(transparent)]
     Event(#[from] xpu_event::EventError),
+    /// A raw OpenCL call of the backend failed (`xpu_device::backend`, kernels, programs).
+    #[error(transparent)]
+    Cl(#[from] xpu_device::ClError),
     /// Caching device allocator (out of memory, bad size, bad config, unknown pointer).
     #[cfg(feature = "alloc")]
     #[error(transparent)]
     Alloc(#[from] xpu_alloc::AllocError),
+    /// A bad allocator configuration (`XPU_ALLOC_CONF`, `set_config`); [`init`](crate::init)
+    /// reports it.
+    #[cfg(feature = "alloc")]
+    #[error(transparent)]
+    Config(#[from] xpu_alloc::ConfigError),
+    /// Pinned host allocator and host<->device copies.
+    #[cfg(feature = "alloc")]
+    #[error(transparent)]
+    Host(#[from] xpu_alloc::HostError),
+    /// A segment source (device memory behind the allocator).
+    #[cfg(feature = "alloc")]
+    #[error(transparent)]
+    Source(#[from] xpu_alloc::SourceError),
+    /// A stream operation the allocator needed.
+    #[cfg(feature = "alloc")]
+    #[error(transparent)]
+    Marker(#[from] xpu_alloc::MarkerError),
+    /// Exporting a memory snapshot or history.
+    #[cfg(feature = "alloc")]
+    #[error(transparent)]
+    Observe(#[from] xpu_alloc::observe::ObserveError),
+    /// Replaying an allocator trace.
+    #[cfg(feature = "alloc")]
+    #[error(transparent)]
+    Replay(#[from] xpu_alloc::replay::ReplayError),
+    /// Typed device memory (`xpu_kernel::memory`: ranges, lengths, copies).
+    #[cfg(feature = "kernel")]
+    #[error(transparent)]
+    Memory(#[from] xpu_kernel::MemoryError),
 }
 
 impl Error {
@@ -38,6 +70,22 @@ impl Error {
             ),
             #[cfg(feature = "alloc")]
             Error::Alloc(e) => matches!(e, xpu_alloc::AllocError::BadFork),
+            #[cfg(feature = "alloc")]
+            Error::Host(e) => matches!(
+                e,
+                xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)
+                    | xpu_alloc::HostError::Stream(xpu_stream::StreamError::BadFork)
+            ),
+            #[cfg(feature = "kernel")]
+            Error::Memory(e) => matches!(
+                e,
+                xpu_kernel::MemoryError::Alloc(xpu_alloc::AllocError::BadFork)
+                    | xpu_kernel::MemoryError::Host(
+                        xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)
+                            | xpu_alloc::HostError::Stream(xpu_stream::StreamError::BadFork)
+                    )
+            ),
+            _ => false,
         }
     }
 }

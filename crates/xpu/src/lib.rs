@@ -9,12 +9,19 @@
 //! | streams, pools, current stream | `xpu-stream` | [`xpu_stream`], [`Stream`], [`StreamGuard`], [`ExternalStream`] |
 //! | events | `xpu-event` | [`xpu_event`], [`Event`], [`EventFlags`], [`StreamExt`] |
 //! | caching device and pinned-host allocators (feature `alloc`) | `xpu-alloc` | `xpu_alloc`, `DataPtr`, `HostPtr` |
+//! | typed device memory (feature `kernel`) | `xpu-kernel` | `xpu_kernel`, `DeviceBuffer`, `DeviceSlice`, `DeviceSliceMut`, `StreamMemoryExt` |
 //! | lazy init, fork safety | `xpu-lazy` | [`xpu_lazy`], [`init`], [`is_initialized`] |
 //!
 //! # Cargo features
 //! - `alloc` (default): the caching device allocator, the pinned-host allocator and the memory
 //!   functions below. Turn it off (`default-features = false`) when your framework brings its
 //!   own allocator and only needs devices, streams and events.
+//!
+//! - `kernel` (default, needs `alloc`): typed device memory on the caching allocator
+//!   (`xpu_kernel`).
+//!
+//! Every layer's error converts into [`Error`] (`From`), so `?` works on any of them in a
+//! function returning [`Result`].
 //!
 //! Logging goes through `tracing` in every layer; install any subscriber to see it.
 //!
@@ -80,13 +87,20 @@ mod stream;
 
 #[cfg(feature = "alloc")]
 pub use xpu_alloc;
+#[cfg(feature = "kernel")]
+pub use xpu_kernel;
+#[cfg(feature = "kernel")]
+pub use xpu_kernel::{
+    DeviceBuffer, DeviceRegion, DeviceRegionMut, DeviceSlice, DeviceSliceMut, MemoryError,
+    StreamMemoryExt,
+};
 pub use xpu_device;
 pub use xpu_event;
 pub use xpu_lazy;
 pub use xpu_stream;
 
 pub use device::{
-    current_device, device, device_count, device_of, get_device_capability, get_device_name,
+    init, current_device, device, device_count, device_of, get_device_capability, get_device_name,
     get_device_properties, is_available, set_device, synchronize,
 };
 pub use error::{Error, Result};
@@ -95,5 +109,5 @@ pub use memory::*;
 pub use stream::{current_stream, new_stream, set_stream, stream};
 pub use xpu_device::{DeviceGuard, DeviceProperties, DeviceType, HasDevice};
 pub use xpu_event::{Event, EventFlags, StreamExt};
-pub use xpu_lazy::{init, is_in_bad_fork, is_initialized, lazy_call, lazy_init};
+pub use xpu_lazy::{is_in_bad_fork, is_initialized, lazy_call, lazy_init};
 pub use xpu_stream::{ExternalStream, Stream, StreamGuard};
