@@ -107,8 +107,7 @@ impl DataPtr {
     /// [`DataPtr::view`].
     ///
     /// # Errors
-    /// [`AllocError::Unsupported`] for an empty pointer or memory that is not an OpenCL
-    /// buffer (SVM: pass [`DataPtr::address`] with `clSetKernelArgSVMPointer`; simulated).
+    /// [`AllocError::Unsupported`] for an empty pointer or simulated memory.
     pub fn cl_mem_and_offset(&self) -> Result<(raw::cl_mem, u64), AllocError> {
         self.with_buffer(|buffer, offset| (buffer.as_raw(), offset))
     }
@@ -136,8 +135,7 @@ impl DataPtr {
     /// ```
     ///
     /// # Errors
-    /// [`AllocError::Unsupported`] for an empty pointer or memory that is not an OpenCL
-    /// buffer (SVM, simulated).
+    /// [`AllocError::Unsupported`] for an empty pointer or simulated memory.
     pub fn view(&self) -> Result<BlockView<'_>, AllocError> {
         let (buffer, offset) = self.buffer_and_offset()?;
         Ok(BlockView {
@@ -155,10 +153,6 @@ impl DataPtr {
         live.shard
             .with_segment(live.block, |segment, address| match &segment.memory {
                 SegmentMemory::Buffer(buffer) => Ok(f(buffer, address - segment.address)),
-                SegmentMemory::Svm(_) => Err(AllocError::Unsupported(
-                    "SVM memory has no cl_mem: pass address() with clSetKernelArgSVMPointer"
-                        .to_owned(),
-                )),
                 SegmentMemory::Simulated => Err(AllocError::Unsupported(
                     "simulated memory has no cl_mem".to_owned(),
                 )),
