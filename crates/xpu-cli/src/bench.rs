@@ -143,6 +143,7 @@ fn measure(device: usize, quick: bool) -> (BTreeMap<String, f64>, BTreeMap<Strin
         "host_alloc",
         xpu_alloc::host::bench::run_with(device, &host_cfg).map_err(Into::into),
     );
+    take("typed_memory", crate::bench_typed::figures(device, quick));
     let ratio =
         |a: &str, b: &str| Some(figures.get(a)? / figures.get(b)?).filter(|r| r.is_finite());
     let ratios = [

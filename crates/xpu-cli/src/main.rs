@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod bench_typed;
 mod demo;
 mod info;
 mod plot;
