@@ -348,13 +348,19 @@ impl BlockView<'_> {
 }
 
 impl BlockView<'_> {
-    fn host_range(&self, what: &'static str, offset: usize, len: usize) -> Result<usize, crate::host::HostError> {
-        self.range(offset, len).map_err(|_| crate::host::HostError::OutOfRange {
-            what,
-            offset: offset as u64,
-            len: len as u64,
-            size: self.len as u64,
-        })
+    fn host_range(
+        &self,
+        what: &'static str,
+        offset: usize,
+        len: usize,
+    ) -> Result<usize, crate::host::HostError> {
+        self.range(offset, len)
+            .map_err(|_| crate::host::HostError::OutOfRange {
+                what,
+                offset: offset as u64,
+                len: len as u64,
+                size: self.len as u64,
+            })
     }
 
     /// Non-blocking host-to-device copy of `len` bytes of pinned `src` at `src_offset` into

@@ -17,7 +17,11 @@ use xpu::xpu_stream::{get_stream_from_pool, Stream};
 
 const COPIES: usize = 2;
 
-fn gbps(stream: &Stream, bytes: usize, mut copy: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+fn gbps(
+    stream: &Stream,
+    bytes: usize,
+    mut copy: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
     stream.synchronize()?;
     let start = Instant::now();
     for _ in 0..COPIES {

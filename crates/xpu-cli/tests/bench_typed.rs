@@ -33,6 +33,7 @@ fn bench_json_reports_typed_upload_against_the_raw_pinned_floor() {
         let x = v[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {v}"));
         assert!(x.is_finite() && x > 0.0, "{k} = {x}");
     }
-    let ratio = v["htod_typed_gbps"].as_f64().unwrap() / v["htod_typed_raw_h2d_pinned_gbps"].as_f64().unwrap();
+    let ratio = v["htod_typed_gbps"].as_f64().unwrap()
+        / v["htod_typed_raw_h2d_pinned_gbps"].as_f64().unwrap();
     assert!((v["htod_typed_over_raw"].as_f64().unwrap() - ratio).abs() < 1e-9);
 }

@@ -376,7 +376,11 @@ impl<T: Pod> DeviceBuffer<T> {
             return Ok(());
         }
         if s < d + len && d < s + len {
-            return Err(MemoryError::Overlap { src: s, dst: d, len });
+            return Err(MemoryError::Overlap {
+                src: s,
+                dst: d,
+                len,
+            });
         }
         check_stream(stream, &self.ptr)?;
         let view = self.ptr.view()?;
@@ -805,7 +809,11 @@ pub trait StreamMemoryExt {
     ///
     /// # Errors
     /// As [`fill`].
-    fn memset<T: Pod>(&self, dst: &mut impl DeviceRegionMut<T>, value: T) -> Result<(), MemoryError>;
+    fn memset<T: Pod>(
+        &self,
+        dst: &mut impl DeviceRegionMut<T>,
+        value: T,
+    ) -> Result<(), MemoryError>;
     /// [`memset_zeros`].
     ///
     /// # Errors
@@ -841,7 +849,11 @@ impl StreamMemoryExt for Stream {
     ) -> Result<(), MemoryError> {
         copy_dtod(self, src, dst)
     }
-    fn memset<T: Pod>(&self, dst: &mut impl DeviceRegionMut<T>, value: T) -> Result<(), MemoryError> {
+    fn memset<T: Pod>(
+        &self,
+        dst: &mut impl DeviceRegionMut<T>,
+        value: T,
+    ) -> Result<(), MemoryError> {
         fill(self, dst, value)
     }
     fn memset_zeros<T: Pod>(&self, dst: &mut impl DeviceRegionMut<T>) -> Result<(), MemoryError> {

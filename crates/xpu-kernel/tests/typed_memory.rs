@@ -51,7 +51,10 @@ fn htod_and_dtoh_round_trip_at_odd_offsets_and_lengths() {
     assert_eq!(buf.len(), 1001);
     assert_eq!(buf.to_vec(&s).unwrap(), host);
     let view = buf.slice(3..994).unwrap();
-    assert_eq!((view.offset(), view.len(), view.byte_offset()), (3, 991, 12));
+    assert_eq!(
+        (view.offset(), view.len(), view.byte_offset()),
+        (3, 991, 12)
+    );
     assert_eq!(s.dtoh_sync_copy(&view).unwrap(), host[3..994]);
     let inner = view.slice(5..=6).unwrap();
     assert_eq!(inner.offset(), 8);
@@ -168,7 +171,12 @@ fn dtod_copies_between_buffers_and_within_one() {
     let host = ramp_f32(64);
     let a = DeviceBuffer::from_slice(&host, &s).unwrap();
     let mut b = DeviceBuffer::<f32>::zeroed(64, &s).unwrap();
-    copy_dtod(&s, &a.slice(5..17).unwrap(), &mut b.slice_mut(40..52).unwrap()).unwrap();
+    copy_dtod(
+        &s,
+        &a.slice(5..17).unwrap(),
+        &mut b.slice_mut(40..52).unwrap(),
+    )
+    .unwrap();
     let v = b.to_vec(&s).unwrap();
     assert_eq!(v[39], 0.0);
     assert_eq!(v[40..52], host[5..17]);
@@ -241,7 +249,10 @@ fn misuse_is_a_typed_error_and_zero_length_does_nothing() {
     let mut none = buf.slice_mut(10..10).unwrap();
     fill(&s, &mut none, 3.0).unwrap();
     copy_htod(&s, &[], &mut none).unwrap();
-    assert_eq!(s.dtoh_sync_copy(&buf.slice(4..4).unwrap()).unwrap(), Vec::<f32>::new());
+    assert_eq!(
+        s.dtoh_sync_copy(&buf.slice(4..4).unwrap()).unwrap(),
+        Vec::<f32>::new()
+    );
     assert_eq!(buf.to_vec(&s).unwrap(), vec![0.0; 10]);
 }
 

@@ -28,10 +28,10 @@ pub enum Error {
     #[cfg(feature = "alloc")]
     #[error(transparent)]
     Config(#[from] xpu_alloc::ConfigError),
-    /// Pinned host allocator and host<->device copies.
+    /// Pinned host allocator and host<->device copies (boxed: it is the largest layer error).
     #[cfg(feature = "alloc")]
     #[error(transparent)]
-    Host(#[from] xpu_alloc::HostError),
+    Host(Box<xpu_alloc::HostError>),
     /// A segment source (device memory behind the allocator).
     #[cfg(feature = "alloc")]
     #[error(transparent)]
@@ -48,10 +48,24 @@ pub enum Error {
     #[cfg(feature = "alloc")]
     #[error(transparent)]
     Replay(#[from] xpu_alloc::replay::ReplayError),
-    /// Typed device memory (`xpu_kernel::memory`: ranges, lengths, copies).
+    /// Typed device memory (`xpu_kernel::memory`: ranges, lengths, copies; boxed, as `Host`).
     #[cfg(feature = "kernel")]
     #[error(transparent)]
-    Memory(#[from] xpu_kernel::MemoryError),
+    Memory(Box<xpu_kernel::MemoryError>),
+}
+
+#[cfg(feature = "alloc")]
+impl From<xpu_alloc::HostError> for Error {
+    fn from(e: xpu_alloc::HostError) -> Self {
+        Error::Host(Box::new(e))
+    }
+}
+
+#[cfg(feature = "kernel")]
+impl From<xpu_kernel::MemoryError> for Error {
+    fn from(e: xpu_kernel::MemoryError) -> Self {
+        Error::Memory(Box::new(e))
+    }
 }
 
 impl Error {
@@ -72,13 +86,13 @@ impl Error {
             Error::Alloc(e) => matches!(e, xpu_alloc::AllocError::BadFork),
             #[cfg(feature = "alloc")]
             Error::Host(e) => matches!(
-                e,
+                **e,
                 xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)
                     | xpu_alloc::HostError::Stream(xpu_stream::StreamError::BadFork)
             ),
             #[cfg(feature = "kernel")]
             Error::Memory(e) => matches!(
-                e,
+                **e,
                 xpu_kernel::MemoryError::Alloc(xpu_alloc::AllocError::BadFork)
                     | xpu_kernel::MemoryError::Host(
                         xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)

@@ -87,6 +87,8 @@ mod stream;
 
 #[cfg(feature = "alloc")]
 pub use xpu_alloc;
+pub use xpu_device;
+pub use xpu_event;
 #[cfg(feature = "kernel")]
 pub use xpu_kernel;
 #[cfg(feature = "kernel")]
@@ -94,14 +96,12 @@ pub use xpu_kernel::{
     DeviceBuffer, DeviceRegion, DeviceRegionMut, DeviceSlice, DeviceSliceMut, MemoryError,
     StreamMemoryExt,
 };
-pub use xpu_device;
-pub use xpu_event;
 pub use xpu_lazy;
 pub use xpu_stream;
 
 pub use device::{
-    init, current_device, device, device_count, device_of, get_device_capability, get_device_name,
-    get_device_properties, is_available, set_device, synchronize,
+    current_device, device, device_count, device_of, get_device_capability, get_device_name,
+    get_device_properties, init, is_available, set_device, synchronize,
 };
 pub use error::{Error, Result};
 #[cfg(feature = "alloc")]

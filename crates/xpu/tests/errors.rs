@@ -90,11 +90,11 @@ fn init_fails_on_a_bad_alloc_conf() {
         out.contains("CONFIG ERROR") && out.contains("max_split_size_mb"),
         "init must fail with the config error naming the key: {out}"
     );
-    let (code, out) = common::run_scenario(
-        INIT_TEST,
-        "max_split_size_mb:64",
-        Duration::from_secs(60),
-    );
+    let (code, out) =
+        common::run_scenario(INIT_TEST, "max_split_size_mb:64", Duration::from_secs(60));
     assert_eq!(code, Some(0), "{out}");
-    assert!(out.contains("INIT OK"), "a good configuration initializes: {out}");
+    assert!(
+        out.contains("INIT OK"),
+        "a good configuration initializes: {out}"
+    );
 }
