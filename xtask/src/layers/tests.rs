@@ -98,11 +98,11 @@ fn dev_dependencies_may_use_earlier_crates_only() {
 #[test]
 fn only_the_device_crate_may_use_opencl() {
     let mut ws = good_workspace();
-    ws[5].deps.push(Dep {
+    ws[6].deps.push(Dep {
         name: "cl3".to_owned(),
         kind: DepKind::Dev,
     });
-    ws[6].deps.push(Dep {
+    ws[7].deps.push(Dep {
         name: "opencl3".to_owned(),
         kind: DepKind::Normal,
     });
