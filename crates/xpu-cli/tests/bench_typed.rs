@@ -29,6 +29,8 @@ fn bench_json_reports_typed_upload_against_the_raw_pinned_floor() {
         "htod_typed_gbps",
         "htod_typed_raw_h2d_pinned_gbps",
         "htod_typed_over_raw",
+        "htod_typed_pinned_gbps",
+        "htod_typed_pinned_over_raw",
     ] {
         let x = v[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {v}"));
         assert!(x.is_finite() && x > 0.0, "{k} = {x}");

@@ -17,6 +17,7 @@
 //! |---|---|---|
 //! | allocate | [`DeviceBuffer::new`] (contents unspecified), [`DeviceBuffer::zeroed`] | no |
 //! | host → device | [`DeviceBuffer::from_slice`], [`copy_htod`] / [`StreamMemoryExt::htod_copy`] | no (the host slice is copied into pinned staging before the call returns) |
+//! | pinned host → device | [`copy_htod_pinned`] (no staging: the raw pinned bandwidth) | no |
 //! | device → host | [`copy_dtoh`], [`DeviceBuffer::to_vec`] / [`StreamMemoryExt::dtoh_sync_copy`] | yes (after the work enqueued on the stream before it) |
 //! | device → device | [`copy_dtod`], [`DeviceBuffer::copy_within`] | no |
 //! | fill | [`fill`], [`memset_zeros`] | no |
@@ -36,7 +37,7 @@ use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 
 use bytemuck::Pod;
-use xpu_alloc::host::{host_allocate_on, HostError};
+use xpu_alloc::host::{host_allocate_on, HostError, HostPtr};
 use xpu_alloc::{stream_key, AllocError, DataPtr};
 use xpu_stream::Stream;
 
@@ -91,6 +92,14 @@ pub enum MemoryError {
         dst: usize,
         /// Elements copied.
         len: usize,
+    },
+    /// A pinned host source whose byte length is not the destination's.
+    #[error("pinned source of {bytes} bytes copied into {expected} bytes of device memory")]
+    PinnedLength {
+        /// The pinned allocation's length, bytes.
+        bytes: usize,
+        /// The destination's length, bytes.
+        expected: usize,
     },
     /// The caching device allocator failed (out of memory, a bad stream, ...).
     #[error(transparent)]
@@ -590,6 +599,37 @@ pub fn copy_htod<T: Pod>(
             chunk.len(),
         )?;
     }
+    note_use(ptr, stream)
+}
+
+/// Host-to-device copy from pinned memory the caller already holds (as torch's
+/// `pinned.to(device, non_blocking=True)`): one `clEnqueueWriteBuffer` from the pinned block,
+/// no staging copy, so it runs at the raw pinned bandwidth. `src` holds the elements' bytes
+/// (fill it with `bytemuck::cast_slice_mut` or `copy_from_slice`); its use is recorded, so
+/// dropping it at once is safe, and writing it waits for the copy (see `HostPtr`).
+///
+/// # Errors
+/// [`MemoryError::PinnedLength`] unless `src.len() == dst.byte_len()`;
+/// [`MemoryError::StreamDevice`]; [`MemoryError::Host`] for a failed enqueue.
+pub fn copy_htod_pinned<T: Pod>(
+    stream: &Stream,
+    src: &HostPtr,
+    dst: &mut impl DeviceRegionMut<T>,
+) -> Result<(), MemoryError> {
+    let expected = dst.byte_len();
+    if src.len() != expected {
+        return Err(MemoryError::PinnedLength {
+            bytes: src.len(),
+            expected,
+        });
+    }
+    let ptr = dst.data_ptr();
+    check_stream(stream, ptr)?;
+    if expected == 0 {
+        return Ok(());
+    }
+    ptr.view()?
+        .write_from_host(stream, src, 0, dst.byte_offset(), expected)?;
     note_use(ptr, stream)
 }
 

@@ -6,7 +6,8 @@
 
 use xpu_event::test_support::Gate;
 use xpu_kernel::memory::{
-    copy_dtod, copy_dtoh, copy_htod, copy_peer, fill, memset_zeros, to_vec, STAGING_CHUNK_BYTES,
+    copy_dtod, copy_dtoh, copy_htod, copy_htod_pinned, copy_peer, fill, memset_zeros, to_vec,
+    STAGING_CHUNK_BYTES,
 };
 use xpu_kernel::{DeviceBuffer, DeviceRegion, MemoryError, StreamMemoryExt};
 use xpu_stream::{ExternalStream, Stream};
@@ -338,6 +339,35 @@ fn copies_across_devices_are_staged_through_pinned_memory() {
         MemoryError::StreamDevice {
             stream: 0,
             device: 1
+        }
+    );
+}
+
+#[test]
+fn pinned_uploads_copy_the_callers_pinned_bytes_without_staging() {
+    if !devices(1) {
+        return;
+    }
+    let s = fresh_stream(0);
+    let s = s.stream();
+    let host = ramp_f32(37);
+    let mut pinned = xpu_alloc::host::host_allocate_on(0, 37 * 4).unwrap();
+    pinned.copy_from_slice(bytemuck::cast_slice(&host));
+    let mut buf = DeviceBuffer::<f32>::zeroed(40, &s).unwrap();
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s).unwrap();
+    copy_htod_pinned(&s, &pinned, &mut buf.slice_mut(3..).unwrap()).unwrap();
+    drop(pinned); // safe: the block is not reused before the gated copy ran
+    gate.open().unwrap();
+    let v = buf.to_vec(&s).unwrap();
+    assert_eq!(v[..3], [0.0; 3]);
+    assert_eq!(v[3..], host[..]);
+    let short = xpu_alloc::host::host_allocate_on(0, 7).unwrap();
+    assert_eq!(
+        copy_htod_pinned(&s, &short, &mut buf).unwrap_err(),
+        MemoryError::PinnedLength {
+            bytes: 7,
+            expected: 160
         }
     );
 }
