@@ -394,8 +394,8 @@ impl<T: Pod> DeviceBuffer<T> {
         check_stream(stream, &self.ptr)?;
         let view = self.ptr.view()?;
         let size = std::mem::size_of::<T>();
-        view.copy_from(stream, &view, s * size, d * size, len * size)?;
-        note_use(&self.ptr, stream)
+        note_use(&self.ptr, stream)?;
+        Ok(view.copy_from(stream, &view, s * size, d * size, len * size)?)
     }
 
     /// A copy of this buffer on `dst_stream`'s device (see [`copy_peer`]). As torch's
@@ -549,7 +549,9 @@ fn check_stream(stream: &Stream, ptr: &DataPtr) -> Result<(), MemoryError> {
 }
 
 /// Records `stream` on `ptr`'s block when it is not the allocation stream (as
-/// `Tensor.record_stream`), after enqueuing work on it.
+/// `Tensor.record_stream`). Called before enqueuing, so a failure part-way (e.g. the third of
+/// five staged chunks) still leaves the enqueued part recorded: the marker that orders the
+/// block's reuse is taken on `stream` when the block is freed.
 fn note_use(ptr: &DataPtr, stream: &Stream) -> Result<(), MemoryError> {
     if !ptr.is_empty() && ptr.stream() != Some(stream_key(stream)) {
         xpu_alloc::record_stream(ptr, stream)?;
@@ -588,6 +590,7 @@ pub fn copy_htod<T: Pod>(
     }
     let view = ptr.view()?;
     let base = dst.byte_offset();
+    note_use(ptr, stream)?;
     for (i, chunk) in bytes.chunks(STAGING_CHUNK_BYTES).enumerate() {
         let mut staging = host_allocate_on(stream.device(), chunk.len())?;
         staging.as_mut_slice().copy_from_slice(chunk);
@@ -599,7 +602,7 @@ pub fn copy_htod<T: Pod>(
             chunk.len(),
         )?;
     }
-    note_use(ptr, stream)
+    Ok(())
 }
 
 /// Host-to-device copy from pinned memory the caller already holds (as torch's
@@ -628,9 +631,9 @@ pub fn copy_htod_pinned<T: Pod>(
     if expected == 0 {
         return Ok(());
     }
-    ptr.view()?
-        .write_from_host(stream, src, 0, dst.byte_offset(), expected)?;
-    note_use(ptr, stream)
+    let view = ptr.view()?;
+    note_use(ptr, stream)?;
+    Ok(view.write_from_host(stream, src, 0, dst.byte_offset(), expected)?)
 }
 
 /// Device-to-host copy of `src` into `dst`, on `stream`: blocking (`clEnqueueReadBuffer`
@@ -707,9 +710,9 @@ pub fn copy_dtod<T: Pod>(
         });
     }
     let (sv, dv) = (sp.view()?, dp.view()?);
-    dv.copy_from(stream, &sv, s, d, len)?;
     note_use(sp, stream)?;
-    note_use(dp, stream)
+    note_use(dp, stream)?;
+    Ok(dv.copy_from(stream, &sv, s, d, len)?)
 }
 
 /// Fills `dst` with `value` on `stream` (non-blocking). When `size_of::<T>()` is a power of
@@ -758,8 +761,9 @@ fn fill_pattern<T: Pod>(
     if len == 0 {
         return Ok(());
     }
-    ptr.view()?.fill(stream, pattern, dst.byte_offset(), len)?;
-    note_use(ptr, stream)
+    let view = ptr.view()?;
+    note_use(ptr, stream)?;
+    Ok(view.fill(stream, pattern, dst.byte_offset(), len)?)
 }
 
 /// Copy across devices (or within one), staged through pinned host memory since OpenCL has
@@ -797,12 +801,11 @@ pub fn copy_peer<T: Pod>(
         return Ok(());
     }
     let mut staging = host_allocate_on(dst_stream.device(), len)?;
-    sp.view()?
-        .read_into_host(src_stream, src.byte_offset(), &mut staging, 0, len)?;
+    let (sv, dv) = (sp.view()?, dp.view()?);
     note_use(sp, src_stream)?;
-    dp.view()?
-        .write_from_host(dst_stream, &staging, 0, dst.byte_offset(), len)?;
-    note_use(dp, dst_stream)
+    note_use(dp, dst_stream)?;
+    sv.read_into_host(src_stream, src.byte_offset(), &mut staging, 0, len)?;
+    Ok(dv.write_from_host(dst_stream, &staging, 0, dst.byte_offset(), len)?)
 }
 
 /// cudarc-style copies as methods of a [`Stream`] (`stream.htod_copy(&v)?`, ...). Each is the
