@@ -6,6 +6,14 @@
 //! bytes can be read back as `T` without checks. Lengths, offsets and ranges are in
 //! **elements of `T`** unless a name says bytes.
 //!
+//! Panics: none on user input; every misuse (a range outside a buffer, mismatched lengths, a
+//! stream of another device, overlapping ranges, a byte size that overflows) is a
+//! [`MemoryError`]. As for any `Vec`, the host buffers built by [`to_vec`] and by the staged
+//! [`fill`] abort the process if the host is out of memory.
+//!
+//! SVM: the allocator's `memory_kind:svm` was removed (a typed `ConfigError::Unsupported`), so
+//! every block is an OpenCL buffer region and every copy here applies to every block.
+//!
 //! The anchor is cudarc's safe API (`htod_copy`, `dtoh_sync_copy`, `memcpy_dtod`,
 //! `memset_zeros`) and torch's `Tensor.to(device, non_blocking=True)`; unlike cudarc, the
 //! memory comes from xpu's stream-ordered caching allocator, and every copy on a stream
