@@ -113,8 +113,7 @@ impl DataPtr {
     /// [`DataPtr::view`].
     ///
     /// # Errors
-    /// [`AllocError::Unsupported`] for an empty pointer or memory that is not an OpenCL
-    /// buffer (SVM: pass [`DataPtr::address`] with `clSetKernelArgSVMPointer`; simulated).
+    /// [`AllocError::Unsupported`] for an empty pointer or simulated memory.
     pub fn cl_mem_and_offset(&self) -> Result<(raw::cl_mem, u64), AllocError> {
         self.with_buffer(|buffer, offset| (buffer.as_raw(), offset))
     }
@@ -142,8 +141,7 @@ impl DataPtr {
     /// ```
     ///
     /// # Errors
-    /// [`AllocError::Unsupported`] for an empty pointer or memory that is not an OpenCL
-    /// buffer (SVM, simulated).
+    /// [`AllocError::Unsupported`] for an empty pointer or simulated memory.
     pub fn view(&self) -> Result<BlockView<'_>, AllocError> {
         let (buffer, offset) = self.buffer_and_offset()?;
         Ok(BlockView {
@@ -161,10 +159,6 @@ impl DataPtr {
         live.shard
             .with_segment(live.block, |segment, address| match &segment.memory {
                 SegmentMemory::Buffer(buffer) => Ok(f(buffer, address - segment.address)),
-                SegmentMemory::Svm(_) => Err(AllocError::Unsupported(
-                    "SVM memory has no cl_mem: pass address() with clSetKernelArgSVMPointer"
-                        .to_owned(),
-                )),
                 SegmentMemory::Simulated => Err(AllocError::Unsupported(
                     "simulated memory has no cl_mem".to_owned(),
                 )),
@@ -434,6 +428,66 @@ impl BlockView<'_> {
             .copy(&src.buffer, from, &self.buffer, to, len, &[])
             .map(drop)
             .map_err(|e| AllocError::Device(e.to_string()))
+    }
+}
+
+impl BlockView<'_> {
+    fn host_range(
+        &self,
+        what: &'static str,
+        offset: usize,
+        len: usize,
+    ) -> Result<usize, crate::host::HostError> {
+        self.range(offset, len)
+            .map_err(|_| crate::host::HostError::OutOfRange {
+                what,
+                offset: offset as u64,
+                len: len as u64,
+                size: self.len as u64,
+            })
+    }
+
+    /// Non-blocking host-to-device copy of `len` bytes of pinned `src` at `src_offset` into
+    /// this allocation at byte `offset`, on `stream` (see
+    /// [`HostCopy::copy_from_host_to_buffer`](crate::host::HostCopy::copy_from_host_to_buffer)):
+    /// the use of `src` is recorded, so dropping it at once is safe. A zero-length copy does
+    /// nothing.
+    ///
+    /// # Errors
+    /// [`HostError::OutOfRange`](crate::host::HostError::OutOfRange) for a range outside
+    /// either side; `Stream`/`Device` for a released stream, a stream of another device or a
+    /// failed enqueue.
+    pub fn write_from_host(
+        &self,
+        stream: &Stream,
+        src: &crate::host::HostPtr,
+        src_offset: usize,
+        offset: usize,
+        len: usize,
+    ) -> Result<(), crate::host::HostError> {
+        use crate::host::HostCopy;
+        let at = self.host_range("device destination", offset, len)?;
+        stream.copy_from_host_to_buffer(src, src_offset, &self.buffer, at, len)
+    }
+
+    /// Non-blocking device-to-host copy of `len` bytes of this allocation at byte `offset`
+    /// into pinned `dst` at `dst_offset`, on `stream` (see
+    /// [`HostCopy::copy_to_host_from_buffer`](crate::host::HostCopy::copy_to_host_from_buffer)):
+    /// reading `dst` waits for the copy.
+    ///
+    /// # Errors
+    /// As [`BlockView::write_from_host`].
+    pub fn read_into_host(
+        &self,
+        stream: &Stream,
+        offset: usize,
+        dst: &mut crate::host::HostPtr,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), crate::host::HostError> {
+        use crate::host::HostCopy;
+        let at = self.host_range("device source", offset, len)?;
+        stream.copy_to_host_from_buffer(&self.buffer, at, dst, dst_offset, len)
     }
 }
 

@@ -8,7 +8,7 @@ use crate::core::DeviceCore;
 use crate::data_ptr::DataPtr;
 use crate::device_ptr::DevicePtr;
 use crate::error::{check_fork, AllocError};
-use crate::source::{BufferSource, SegmentSource, SvmSource};
+use crate::source::BufferSource;
 use crate::stats::MemoryStats;
 use crate::stream::MarkerError;
 
@@ -16,9 +16,7 @@ fn device_error(e: impl std::fmt::Display) -> AllocError {
     AllocError::Device(e.to_string())
 }
 
-/// The caching allocator of one device: segments are OpenCL buffers (default) or
-/// coarse-grained SVM (`memory_kind:svm` where the device supports it; otherwise buffers,
-/// with a warning). One per device is created on first use by the crate-level functions
+/// The caching allocator of one device: segments are OpenCL buffers. One per device is created on first use by the crate-level functions
 /// ([`crate::device_allocator`]); more can be built for private use (tests, replays).
 pub struct DeviceAllocator {
     core: DeviceCore,
@@ -39,25 +37,8 @@ impl DeviceAllocator {
         if device >= xpu_device::device_count() {
             return Err(AllocError::InvalidDevice { device: index });
         }
-        let svm = config.memory_kind == MemoryKind::Svm
-            && xpu_device::device(device).is_ok_and(|d| d.properties().supports_svm);
-        if config.memory_kind == MemoryKind::Svm && !svm {
-            tracing::warn!(
-                device,
-                "memory_kind:svm requested but the device has no coarse-grained SVM; using buffers"
-            );
-        }
-        let (source, memory_kind): (Box<dyn SegmentSource>, MemoryKind) = if svm {
-            (
-                Box::new(SvmSource::new(device).map_err(device_error)?),
-                MemoryKind::Svm,
-            )
-        } else {
-            (
-                Box::new(BufferSource::new(device).map_err(device_error)?),
-                MemoryKind::Buffer,
-            )
-        };
+        let source = Box::new(BufferSource::new(device).map_err(device_error)?);
+        let memory_kind = MemoryKind::Buffer;
         Ok(Self {
             core: DeviceCore::new(source, config),
             device,

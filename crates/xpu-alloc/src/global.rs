@@ -198,7 +198,7 @@ pub fn raw_delete(ptr: DevicePtr) -> Result<(), AllocError> {
 ///
 /// # Errors
 /// [`AllocError::InvalidDevicePointer`] for a pointer not live from `raw_alloc`;
-/// [`AllocError::Unsupported`] for SVM or simulated memory.
+/// [`AllocError::Unsupported`] for simulated memory.
 pub fn with_raw_view<R>(
     ptr: DevicePtr,
     f: impl FnOnce(BlockView<'_>) -> R,
@@ -220,7 +220,7 @@ pub fn with_raw_view<R>(
 ///
 /// # Errors
 /// [`AllocError::InvalidDevicePointer`] for a pointer not live from `raw_alloc`;
-/// [`AllocError::Unsupported`] for SVM or simulated memory.
+/// [`AllocError::Unsupported`] for simulated memory.
 pub fn raw_cl_mem_and_offset(
     ptr: DevicePtr,
 ) -> Result<(xpu_device::backend::raw::cl_mem, u64), AllocError> {

@@ -72,7 +72,6 @@ pub use crate::observe::{History, MemorySnapshot, TraceAction, TraceEntry};
 pub use crate::size::PoolKind;
 pub use crate::source::{
     BufferSource, Fault, SegmentMemory, SegmentSource, SimulatedSource, SourceError, SourceSegment,
-    SvmSource,
 };
 pub use crate::stats::{MemoryStats, Stat, StatArray};
 pub use crate::stream::{Marker, MarkerError, MarkerStream, StreamKey, StreamRef};

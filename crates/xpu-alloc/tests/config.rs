@@ -19,13 +19,13 @@ fn defaults() {
 
 #[test]
 fn values() {
-    let c = AllocConfig::parse(" max_split_size_mb : 256 , garbage_collection_threshold:0.6,memory_kind:svm,release_policy:on_oom,expandable_segments:False").unwrap();
+    let c = AllocConfig::parse(" max_split_size_mb : 256 , garbage_collection_threshold:0.6,memory_kind:buffer,release_policy:on_oom,expandable_segments:False").unwrap();
     assert_eq!(c.max_split_size, 256 * MIB);
     assert_eq!(c.max_split_size_mb(), Some(256));
     assert!((c.garbage_collection_threshold - 0.6).abs() < 1e-12);
     assert_eq!(
         (c.memory_kind, c.release_policy),
-        (MemoryKind::Svm, ReleasePolicy::OnOom)
+        (MemoryKind::Buffer, ReleasePolicy::OnOom)
     );
     let c = AllocConfig::parse("large_segment_size_mb:32").unwrap();
     assert_eq!(
@@ -113,8 +113,17 @@ fn bad_values_name_the_key_and_allowed_values() {
         .to_string();
     assert_eq!(
         msg,
-        "invalid value 'usm' for allocator config key 'memory_kind': expected buffer or svm"
+        "invalid value 'usm' for allocator config key 'memory_kind': expected buffer"
     );
+    // SVM segments were removed (their blocks could be neither copied nor passed to kernels):
+    // asking for them is a typed error naming the replacement, not a silent fallback.
+    let err = AllocConfig::parse("memory_kind:svm").unwrap_err();
+    assert!(
+        matches!(&err, xpu_alloc::ConfigError::Unsupported { key, value, .. } if key == "memory_kind" && value == "svm"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("use memory_kind:buffer"), "{err}");
+    assert!(xpu_alloc::set_config("memory_kind:svm").is_err());
     let msg = AllocConfig::parse("expandable_segments:TRUE")
         .unwrap_err()
         .to_string();

@@ -164,6 +164,7 @@ fn measure(
         "kernel",
         xpu::xpu_kernel::bench::run(device, quick).map_err(Into::into),
     );
+    take("typed_memory", crate::bench_typed::figures(device, quick));
     (figures, errors)
 }
 

@@ -8,6 +8,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod bench;
+mod bench_typed;
 mod demo;
 mod info;
 mod plot;

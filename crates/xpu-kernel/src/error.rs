@@ -45,7 +45,7 @@ pub enum KernelError {
         stream_device: usize,
     },
     /// An allocation that cannot be a kernel argument: empty (zero-size), or memory without
-    /// an OpenCL buffer (`memory_kind:svm`, simulated).
+    /// an OpenCL buffer (a simulated allocator).
     #[error("kernel {kernel:?}, argument {index}: {source}")]
     Block {
         /// The kernel's function name.

@@ -63,6 +63,13 @@ impl<'a> From<&'a DataPtr> for Arg<'a> {
     }
 }
 
+/// A typed buffer is one argument, its whole allocation (a `__global T *` parameter).
+impl<'a, T: bytemuck::Pod> From<&'a crate::memory::DeviceBuffer<T>> for Arg<'a> {
+    fn from(b: &'a crate::memory::DeviceBuffer<T>) -> Self {
+        Arg::Block(b.data_ptr())
+    }
+}
+
 impl From<LocalMem> for Arg<'_> {
     fn from(l: LocalMem) -> Self {
         Arg::Local(l.0)

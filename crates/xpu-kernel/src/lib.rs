@@ -44,3 +44,9 @@ pub use error::KernelError;
 pub use function::Function;
 pub use launch::{Arg, Launch, LaunchExt, LocalMem, Scalar};
 pub use program::{KernelCache, Program, ProgramOrigin};
+pub mod memory;
+
+pub use memory::{
+    DeviceBuffer, DeviceRegion, DeviceRegionMut, DeviceSlice, DeviceSliceMut, MemoryError,
+    StreamMemoryExt,
+};

@@ -8,6 +8,22 @@ use xpu_device::{DeviceGuard, DeviceProperties, HasDevice};
 
 use crate::error::Result;
 
+/// Initializes the runtime, as `torch.xpu.init()`: [`xpu_lazy::init`] (OpenCL driver, device
+/// enumeration, queued calls), then, with the `alloc` feature, validates the allocator
+/// configuration (`XPU_ALLOC_CONF`, or the last `xpu_alloc::set_config`), so a bad
+/// configuration fails here rather than at the first allocation. Checks again on every call
+/// (cheap once initialized).
+///
+/// # Errors
+/// [`Error::Lazy`](crate::Error::Lazy) (no device, bad fork, a failing queued call);
+/// [`Error::Config`](crate::Error::Config) naming the bad key and its allowed values.
+pub fn init() -> Result<()> {
+    xpu_lazy::init()?;
+    #[cfg(feature = "alloc")]
+    xpu_alloc::current_config()?;
+    Ok(())
+}
+
 /// True when at least one device is visible, as `torch.xpu.is_available`. Never fails and
 /// creates no context, runs no queued call; it enumerates devices, which initializes the
 /// OpenCL driver: [`is_initialized`](crate::is_initialized) is true afterwards and a forked

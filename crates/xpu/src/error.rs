@@ -16,10 +16,56 @@ pub enum Error {
     /// Event layer.
     #[error(transparent)]
     Event(#[from] xpu_event::EventError),
+    /// A raw OpenCL call of the backend failed (`xpu_device::backend`, kernels, programs).
+    #[error(transparent)]
+    Cl(#[from] xpu_device::ClError),
     /// Caching device allocator (out of memory, bad size, bad config, unknown pointer).
     #[cfg(feature = "alloc")]
     #[error(transparent)]
     Alloc(#[from] xpu_alloc::AllocError),
+    /// A bad allocator configuration (`XPU_ALLOC_CONF`, `set_config`); [`init`](crate::init)
+    /// reports it.
+    #[cfg(feature = "alloc")]
+    #[error(transparent)]
+    Config(#[from] xpu_alloc::ConfigError),
+    /// Pinned host allocator and host<->device copies (boxed: it is the largest layer error).
+    #[cfg(feature = "alloc")]
+    #[error(transparent)]
+    Host(Box<xpu_alloc::HostError>),
+    /// A segment source (device memory behind the allocator).
+    #[cfg(feature = "alloc")]
+    #[error(transparent)]
+    Source(#[from] xpu_alloc::SourceError),
+    /// A stream operation the allocator needed.
+    #[cfg(feature = "alloc")]
+    #[error(transparent)]
+    Marker(#[from] xpu_alloc::MarkerError),
+    /// Exporting a memory snapshot or history.
+    #[cfg(feature = "alloc")]
+    #[error(transparent)]
+    Observe(#[from] xpu_alloc::observe::ObserveError),
+    /// Replaying an allocator trace.
+    #[cfg(feature = "alloc")]
+    #[error(transparent)]
+    Replay(#[from] xpu_alloc::replay::ReplayError),
+    /// Typed device memory (`xpu_kernel::memory`: ranges, lengths, copies; boxed, as `Host`).
+    #[cfg(feature = "kernel")]
+    #[error(transparent)]
+    Memory(Box<xpu_kernel::MemoryError>),
+}
+
+#[cfg(feature = "alloc")]
+impl From<xpu_alloc::HostError> for Error {
+    fn from(e: xpu_alloc::HostError) -> Self {
+        Error::Host(Box::new(e))
+    }
+}
+
+#[cfg(feature = "kernel")]
+impl From<xpu_kernel::MemoryError> for Error {
+    fn from(e: xpu_kernel::MemoryError) -> Self {
+        Error::Memory(Box::new(e))
+    }
 }
 
 impl Error {
@@ -38,6 +84,22 @@ impl Error {
             ),
             #[cfg(feature = "alloc")]
             Error::Alloc(e) => matches!(e, xpu_alloc::AllocError::BadFork),
+            #[cfg(feature = "alloc")]
+            Error::Host(e) => matches!(
+                **e,
+                xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)
+                    | xpu_alloc::HostError::Stream(xpu_stream::StreamError::BadFork)
+            ),
+            #[cfg(feature = "kernel")]
+            Error::Memory(e) => matches!(
+                **e,
+                xpu_kernel::MemoryError::Alloc(xpu_alloc::AllocError::BadFork)
+                    | xpu_kernel::MemoryError::Host(
+                        xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)
+                            | xpu_alloc::HostError::Stream(xpu_stream::StreamError::BadFork)
+                    )
+            ),
+            _ => false,
         }
     }
 }

@@ -9,7 +9,7 @@
 //! | streams, pools, current stream | `xpu-stream` | [`xpu_stream`], [`Stream`], [`StreamGuard`], [`ExternalStream`] |
 //! | events | `xpu-event` | [`xpu_event`], [`Event`], [`EventFlags`], [`StreamExt`] |
 //! | caching device and pinned-host allocators (feature `alloc`) | `xpu-alloc` | `xpu_alloc`, `DataPtr`, `HostPtr` |
-//! | programs, kernel functions, launches on streams (feature `kernel`) | `xpu-kernel` | `xpu_kernel`, `Program`, `Function`, `LaunchExt`, `KernelCache`, `KernelError` |
+//! | programs, kernel functions, launches on streams, typed device memory (feature `kernel`) | `xpu-kernel` | `xpu_kernel`, `Program`, `Function`, `LaunchExt`, `KernelCache`, `KernelError`, `DeviceBuffer`, `DeviceSlice`, `DeviceSliceMut`, `StreamMemoryExt` |
 //! | lazy init, fork safety | `xpu-lazy` | [`xpu_lazy`], [`init`], [`is_initialized`] |
 //!
 //! # Cargo features
@@ -19,7 +19,11 @@
 //! - `kernel` (default, needs `alloc`): OpenCL C programs built with options and cached in
 //!   memory and on disk (`XPU_KERNEL_CACHE`), `Send + Sync` kernel functions and the `unsafe`
 //!   launch builder on streams (`stream.launch(&f, global, local)?.arg(&block)?...enqueue()`),
-//!   allocator blocks passed as one argument each.
+//!   allocator blocks passed as one argument each; typed device memory on the caching
+//!   allocator (`DeviceBuffer<T>`, views, typed copies and fills).
+//!
+//! Every layer's error converts into [`Error`] (`From`), so `?` works on any of them in a
+//! function returning [`Result`].
 //!
 //! Logging goes through `tracing` in every layer; install any subscriber to see it.
 //!
@@ -110,6 +114,10 @@ pub use xpu_device;
 pub use xpu_event;
 #[cfg(feature = "kernel")]
 pub use xpu_kernel;
+pub use xpu_kernel::{
+    DeviceBuffer, DeviceRegion, DeviceRegionMut, DeviceSlice, DeviceSliceMut, MemoryError,
+    StreamMemoryExt,
+};
 #[cfg(feature = "kernel")]
 pub use xpu_kernel::{Function, KernelCache, KernelError, LaunchExt, Program};
 pub use xpu_lazy;
@@ -117,7 +125,7 @@ pub use xpu_stream;
 
 pub use device::{
     current_device, device, device_count, device_of, get_device_capability, get_device_name,
-    get_device_properties, is_available, set_device, synchronize,
+    get_device_properties, init, is_available, set_device, synchronize,
 };
 pub use error::{Error, Result};
 #[cfg(feature = "alloc")]
@@ -125,5 +133,5 @@ pub use memory::*;
 pub use stream::{current_stream, new_stream, set_stream, stream};
 pub use xpu_device::{DeviceGuard, DeviceProperties, DeviceType, HasDevice};
 pub use xpu_event::{Event, EventFlags, StreamExt};
-pub use xpu_lazy::{init, is_in_bad_fork, is_initialized, lazy_call, lazy_init};
+pub use xpu_lazy::{is_in_bad_fork, is_initialized, lazy_call, lazy_init};
 pub use xpu_stream::{ExternalStream, Stream, StreamGuard};

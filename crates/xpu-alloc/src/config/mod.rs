@@ -12,7 +12,7 @@
 //! | `pinned_use_background_threads` | `True`/`False` (for the host allocator) | `False` |
 //! | `pinned_num_register_threads` | power of two ≤ 128 (for the host allocator) | 1 |
 //! | `pinned_reserve_segment_size_mb` | integer MiB > 0 (for the host allocator) | 0 |
-//! | `memory_kind` | `buffer` (OpenCL buffers) or `svm` (coarse-grained SVM) | `buffer` |
+//! | `memory_kind` | `buffer` (OpenCL buffers); `svm` is rejected (`ConfigError::Unsupported`: removed, SVM blocks had no copy or kernel-argument path) | `buffer` |
 //! | `release_policy` | `on_oom` (PyTorch's) or `before_grow` | `before_grow` |
 //!
 //! Booleans are case-sensitive `True`/`False`; whitespace is ignored. Each parse starts
@@ -31,8 +31,6 @@ pub enum MemoryKind {
     /// OpenCL buffers (`cl_mem`); block addresses are assigned by the allocator.
     #[default]
     Buffer,
-    /// Coarse-grained shared virtual memory; block addresses are the SVM pointers.
-    Svm,
 }
 
 /// What the allocator does with idle cached segments when it must grow.

@@ -262,10 +262,18 @@ fn apply(config: &mut AllocConfig, key: &str, value: &Value) -> Result<(), Confi
                 megabytes(key, value, 1, "an integer number of MiB > 0")?;
         }
         "memory_kind" => {
-            config.memory_kind = match scalar(key, value, "buffer or svm")? {
+            config.memory_kind = match scalar(key, value, "buffer")? {
                 "buffer" => MemoryKind::Buffer,
-                "svm" => MemoryKind::Svm,
-                _ => return Err(invalid(key, value, "buffer or svm")),
+                "svm" => {
+                    return Err(ConfigError::Unsupported {
+                        key: key.to_owned(),
+                        value: "svm".to_owned(),
+                        reason: "SVM segments were removed: copies and kernel arguments of SVM \
+                                 blocks had no path; use memory_kind:buffer (the default)"
+                            .to_owned(),
+                    })
+                }
+                _ => return Err(invalid(key, value, "buffer")),
             };
         }
         "release_policy" => {

@@ -30,7 +30,7 @@ mod sealed {
     pub trait Region {
         /// A handle to the buffer (a retained clone), the byte offset of the region's first
         /// byte in it, and the region's length in bytes; `None` when there is no OpenCL buffer
-        /// behind the memory (an empty, SVM or simulated allocation).
+        /// behind the memory (an empty or simulated allocation).
         fn cl_region(&self, _: Token) -> Option<(Buffer, usize, usize)>;
     }
 }

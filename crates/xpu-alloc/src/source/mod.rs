@@ -2,15 +2,13 @@
 //!
 //! A [`SegmentSource`] hands out segments (one device allocation each) and takes them back.
 //! Implementations: [`SimulatedSource`] (a capacity and fake addresses, with fault
-//! injection), and the OpenCL buffer and SVM sources of the device allocator.
+//! injection), and the OpenCL buffer source of the device allocator.
 
 mod buffer;
 mod simulated;
-mod svm;
 
 pub use buffer::BufferSource;
 pub use simulated::{Fault, SimulatedSource};
-pub use svm::SvmSource;
 
 use thiserror::Error;
 
@@ -21,15 +19,13 @@ pub enum SegmentMemory {
     Simulated,
     /// An OpenCL buffer.
     Buffer(xpu_device::backend::Buffer),
-    /// A coarse-grained SVM allocation.
-    Svm(xpu_device::backend::SvmBuffer),
 }
 
 /// One device allocation handed out by a [`SegmentSource`].
 #[derive(Debug)]
 pub struct SourceSegment {
     /// Device address of the first byte. Addresses are unique on the device for as long as
-    /// the segment lives: the SVM pointer, or an address the source assigns to the range.
+    /// the segment lives: an address the source assigns to the range.
     pub address: u64,
     /// Size in bytes.
     pub size: u64,

@@ -1,0 +1,373 @@
+//! Typed device memory on a real OpenCL device (PoCL in CI; two devices for the cross-device
+//! copies: `POCL_DEVICES="pthread pthread"`): values round-trip exactly at odd offsets and
+//! lengths, non-blocking uploads do not reference the caller's slice, reads are ordered after
+//! earlier work, misuse is a typed error, and uses on other streams are recorded.
+//! Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
+
+use xpu_event::test_support::Gate;
+use xpu_kernel::memory::{
+    copy_dtod, copy_dtoh, copy_htod, copy_htod_pinned, copy_peer, fill, memset_zeros, to_vec,
+    STAGING_CHUNK_BYTES,
+};
+use xpu_kernel::{DeviceBuffer, DeviceRegion, MemoryError, StreamMemoryExt};
+use xpu_stream::{ExternalStream, Stream};
+
+fn devices(n: usize) -> bool {
+    let count = xpu_device::device_count();
+    if count >= n {
+        return true;
+    }
+    assert!(
+        !(count == 0 && xpu_device::require_device()),
+        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
+    );
+    eprintln!("skipped: needs {n} device(s), found {count}");
+    false
+}
+
+fn fresh_stream(device: usize) -> ExternalStream {
+    let q = xpu_device::device(device)
+        .unwrap()
+        .create_queue(xpu_device::backend::QueueOptions {
+            profiling: false,
+            priority: None,
+        })
+        .unwrap();
+    ExternalStream::new(q, device).unwrap()
+}
+
+fn ramp_f32(n: usize) -> Vec<f32> {
+    (0..n).map(|i| i as f32 * 0.5 - 7.25).collect()
+}
+
+#[test]
+fn htod_and_dtoh_round_trip_at_odd_offsets_and_lengths() {
+    if !devices(1) {
+        return;
+    }
+    let s = fresh_stream(0);
+    let s = s.stream();
+    let host = ramp_f32(1001);
+    let buf = s.htod_copy(&host).unwrap();
+    assert_eq!(buf.len(), 1001);
+    assert_eq!(buf.to_vec(&s).unwrap(), host);
+    let view = buf.slice(3..994).unwrap();
+    assert_eq!(
+        (view.offset(), view.len(), view.byte_offset()),
+        (3, 991, 12)
+    );
+    assert_eq!(s.dtoh_sync_copy(&view).unwrap(), host[3..994]);
+    let inner = view.slice(5..=6).unwrap();
+    assert_eq!(inner.offset(), 8);
+    let mut two = [0f32; 2];
+    copy_dtoh(&s, &inner, &mut two).unwrap();
+    assert_eq!(two, [host[8], host[9]]);
+
+    // An upload into an odd sub-range leaves its neighbours alone.
+    let mut buf = buf;
+    let patch = [100.0f32, 200.0, 300.0];
+    copy_htod(&s, &patch, &mut buf.slice_mut(997..1000).unwrap()).unwrap();
+    let back = buf.to_vec(&s).unwrap();
+    assert_eq!(back[996], host[996]);
+    assert_eq!(back[997..1000], patch);
+    assert_eq!(back[1000], host[1000]);
+
+    // Odd element sizes: 3-byte elements at an odd offset.
+    let rgb: Vec<[u8; 3]> = (0..77u8).map(|i| [i, i ^ 0x55, 255 - i]).collect();
+    let mut img = DeviceBuffer::<[u8; 3]>::zeroed(80, &s).unwrap();
+    copy_htod(&s, &rgb, &mut img.slice_mut(1..78).unwrap()).unwrap();
+    let back = img.to_vec(&s).unwrap();
+    assert_eq!(back[0], [0, 0, 0]);
+    assert_eq!(back[1..78], rgb[..]);
+    assert_eq!(back[78..], [[0, 0, 0], [0, 0, 0]]);
+}
+
+#[test]
+fn htod_does_not_reference_the_callers_slice_after_returning() {
+    if !devices(1) {
+        return;
+    }
+    let s = fresh_stream(0);
+    let s = s.stream();
+    // More than two staging chunks, with a ragged tail.
+    let n = 2 * STAGING_CHUNK_BYTES + 12_345;
+    let mut host: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+    let expected = host.clone();
+    let mut buf = DeviceBuffer::<u8>::new(n, &s).unwrap();
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s).unwrap(); // the uploads cannot run before the gate opens
+    copy_htod(&s, &host, &mut buf).unwrap();
+    host.iter_mut().for_each(|b| *b = 0xEE); // the caller reuses its slice at once
+    drop(host);
+    gate.open().unwrap();
+    assert!(buf.to_vec(&s).unwrap() == expected);
+}
+
+#[test]
+fn dtoh_is_ordered_after_earlier_work_on_the_stream() {
+    if !devices(1) {
+        return;
+    }
+    let s = fresh_stream(0);
+    let s = s.stream();
+    let mut buf = DeviceBuffer::<u32>::zeroed(1000, &s).unwrap();
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s).unwrap();
+    fill(&s, &mut buf.slice_mut(10..20).unwrap(), 0xDEAD_BEEF).unwrap();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            gate.open().unwrap();
+        });
+        // Blocks until the gate opens and the fill ran, whatever the thread's timing.
+        let v = to_vec(&s, &buf).unwrap();
+        assert_eq!(v[9], 0);
+        assert!(v[10..20].iter().all(|&x| x == 0xDEAD_BEEF));
+        assert_eq!(v[20], 0);
+    });
+}
+
+#[test]
+fn fills_of_every_element_size_and_zeroing() {
+    if !devices(1) {
+        return;
+    }
+    let s = fresh_stream(0);
+    let s = s.stream();
+    let mut f = DeviceBuffer::<f32>::new(101, &s).unwrap();
+    s.memset(&mut f, 1.5).unwrap();
+    s.memset(&mut f.slice_mut(33..34).unwrap(), -2.0).unwrap();
+    let v = f.to_vec(&s).unwrap();
+    assert!(v[..33].iter().chain(&v[34..]).all(|&x| x == 1.5));
+    assert_eq!(v[33], -2.0);
+    memset_zeros(&s, &mut f.slice_mut(100..).unwrap()).unwrap();
+    assert_eq!(f.to_vec(&s).unwrap()[99..], [1.5, 0.0]);
+
+    // 12-byte elements: no OpenCL fill pattern has that size (staged upload instead).
+    let mut t = DeviceBuffer::<[f32; 3]>::zeroed(7, &s).unwrap();
+    fill(&s, &mut t.slice_mut(1..6).unwrap(), [1.0, 2.0, 3.0]).unwrap();
+    let v = t.to_vec(&s).unwrap();
+    assert_eq!(v[0], [0.0; 3]);
+    assert!(v[1..6].iter().all(|&x| x == [1.0, 2.0, 3.0]));
+    assert_eq!(v[6], [0.0; 3]);
+
+    // 128-byte elements: the largest pattern.
+    let mut w = DeviceBuffer::<[u64; 16]>::new(3, &s).unwrap();
+    let big: [u64; 16] = std::array::from_fn(|i| i as u64 * 0x0101_0101);
+    fill(&s, &mut w, big).unwrap();
+    assert_eq!(w.to_vec(&s).unwrap(), vec![big; 3]);
+
+    let mut b = DeviceBuffer::<u8>::zeroed(5, &s).unwrap();
+    fill(&s, &mut b.slice_mut(1..4).unwrap(), 9).unwrap();
+    assert_eq!(b.to_vec(&s).unwrap(), [0, 9, 9, 9, 0]);
+}
+
+#[test]
+fn dtod_copies_between_buffers_and_within_one() {
+    if !devices(1) {
+        return;
+    }
+    let s = fresh_stream(0);
+    let s = s.stream();
+    let host = ramp_f32(64);
+    let a = DeviceBuffer::from_slice(&host, &s).unwrap();
+    let mut b = DeviceBuffer::<f32>::zeroed(64, &s).unwrap();
+    copy_dtod(
+        &s,
+        &a.slice(5..17).unwrap(),
+        &mut b.slice_mut(40..52).unwrap(),
+    )
+    .unwrap();
+    let v = b.to_vec(&s).unwrap();
+    assert_eq!(v[39], 0.0);
+    assert_eq!(v[40..52], host[5..17]);
+    assert_eq!(v[52], 0.0);
+    s.memcpy_dtod(&a, &mut b).unwrap();
+    assert_eq!(b.to_vec(&s).unwrap(), host);
+
+    let mut c = DeviceBuffer::from_slice(&host, &s).unwrap();
+    c.copy_within(&s, 0..10, 30).unwrap();
+    let v = c.to_vec(&s).unwrap();
+    assert_eq!(v[30..40], host[0..10]);
+    assert_eq!(v[29], host[29]);
+    assert_eq!(v[40], host[40]);
+    assert_eq!(
+        c.copy_within(&s, 0..10, 5).unwrap_err(),
+        MemoryError::Overlap {
+            src: 0,
+            dst: 5,
+            len: 10
+        }
+    );
+}
+
+#[test]
+fn misuse_is_a_typed_error_and_zero_length_does_nothing() {
+    if !devices(1) {
+        return;
+    }
+    let s = fresh_stream(0);
+    let s = s.stream();
+    let mut buf = DeviceBuffer::<f32>::zeroed(10, &s).unwrap();
+    assert_eq!(
+        buf.slice(8..11).unwrap_err(),
+        MemoryError::OutOfRange {
+            start: 8,
+            end: 11,
+            len: 10
+        }
+    );
+    #[allow(clippy::reversed_empty_ranges)]
+    let reversed = buf.slice(5..4).unwrap_err();
+    assert!(matches!(reversed, MemoryError::OutOfRange { .. }));
+    assert!(matches!(
+        buf.slice(..).unwrap().slice(3..=10).unwrap_err(),
+        MemoryError::OutOfRange { len: 10, .. }
+    ));
+    assert_eq!(
+        copy_htod(&s, &[1.0; 3], &mut buf).unwrap_err(),
+        MemoryError::LengthMismatch { src: 3, dst: 10 }
+    );
+    let mut out = [0f32; 4];
+    assert_eq!(
+        copy_dtoh(&s, &buf.slice(0..5).unwrap(), &mut out).unwrap_err(),
+        MemoryError::LengthMismatch { src: 5, dst: 4 }
+    );
+    assert!(matches!(
+        DeviceBuffer::<u64>::new(usize::MAX / 4, &s).unwrap_err(),
+        MemoryError::TooLarge { .. }
+    ));
+    assert!(matches!(
+        DeviceBuffer::<u8>::new(usize::MAX / 4, &s).unwrap_err(),
+        MemoryError::Alloc(xpu_alloc::AllocError::TooLarge { .. })
+    ));
+
+    // Zero lengths: empty buffers, empty views, empty copies.
+    let mut empty = DeviceBuffer::<f32>::zeroed(0, &s).unwrap();
+    assert!(empty.is_empty() && empty.data_ptr().is_empty());
+    copy_htod(&s, &[], &mut empty).unwrap();
+    assert_eq!(empty.to_vec(&s).unwrap(), Vec::<f32>::new());
+    let mut none = buf.slice_mut(10..10).unwrap();
+    fill(&s, &mut none, 3.0).unwrap();
+    copy_htod(&s, &[], &mut none).unwrap();
+    assert_eq!(
+        s.dtoh_sync_copy(&buf.slice(4..4).unwrap()).unwrap(),
+        Vec::<f32>::new()
+    );
+    assert_eq!(buf.to_vec(&s).unwrap(), vec![0.0; 10]);
+}
+
+#[test]
+fn a_copy_on_another_stream_records_that_stream_on_the_block() {
+    if !devices(1) {
+        return;
+    }
+    let s0 = fresh_stream(0);
+    let s1 = fresh_stream(0);
+    let (s0, s1): (Stream, Stream) = (s0.stream(), s1.stream());
+    let n = 1 << 16;
+    let mut buf = DeviceBuffer::<u32>::new(n, &s0).unwrap();
+    let addr = buf.data_ptr().address();
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s1).unwrap();
+    fill(&s1, &mut buf, 7).unwrap(); // held back on stream 1
+    drop(buf);
+    let again = DeviceBuffer::<u32>::new(n, &s0).unwrap();
+    assert_ne!(
+        again.data_ptr().address(),
+        addr,
+        "the block was reused while stream 1's fill of it was still queued"
+    );
+    gate.open().unwrap();
+    s1.synchronize().unwrap();
+}
+
+#[test]
+fn copies_across_devices_are_staged_through_pinned_memory() {
+    if !devices(2) {
+        return;
+    }
+    let a = fresh_stream(0);
+    let b = fresh_stream(1);
+    let (a, b) = (a.stream(), b.stream());
+    let host = ramp_f32(333);
+    let src = DeviceBuffer::from_slice(&host, &a).unwrap();
+    let copy = src.to_device(&a, &b).unwrap();
+    assert_eq!(copy.device(), 1);
+    assert_eq!(copy.to_vec(&b).unwrap(), host);
+
+    // Odd offsets on both sides; the source write is still gated when the copy is called.
+    let mut dst = DeviceBuffer::<f32>::zeroed(100, &b).unwrap();
+    let mut src = src;
+    let gate = Gate::new(0).unwrap();
+    gate.block(&a).unwrap();
+    fill(&a, &mut src.slice_mut(11..14).unwrap(), 42.0).unwrap();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            gate.open().unwrap();
+        });
+        copy_peer(
+            &a,
+            &src.slice(7..50).unwrap(),
+            &b,
+            &mut dst.slice_mut(1..44).unwrap(),
+        )
+        .unwrap();
+    });
+    let v = dst.to_vec(&b).unwrap();
+    let mut want = host[7..50].to_vec();
+    want[4..7].copy_from_slice(&[42.0; 3]);
+    assert_eq!(v[0], 0.0);
+    assert_eq!(v[1..44], want[..]);
+    assert!(v[44..].iter().all(|&x| x == 0.0));
+
+    // A stream of the wrong device is a typed error, on either side.
+    assert_eq!(
+        copy_peer(&b, &src, &b, &mut dst.slice_mut(0..0).unwrap()).unwrap_err(),
+        MemoryError::LengthMismatch { src: 333, dst: 0 }
+    );
+    assert_eq!(
+        to_vec(&b, &src).unwrap_err(),
+        MemoryError::StreamDevice {
+            stream: 1,
+            device: 0
+        }
+    );
+    assert_eq!(
+        copy_dtod(&a, &src.slice(0..100).unwrap(), &mut dst).unwrap_err(),
+        MemoryError::StreamDevice {
+            stream: 0,
+            device: 1
+        }
+    );
+}
+
+#[test]
+fn pinned_uploads_copy_the_callers_pinned_bytes_without_staging() {
+    if !devices(1) {
+        return;
+    }
+    let s = fresh_stream(0);
+    let s = s.stream();
+    let host = ramp_f32(37);
+    let mut pinned = xpu_alloc::host::host_allocate_on(0, 37 * 4).unwrap();
+    pinned.copy_from_slice(bytemuck::cast_slice(&host));
+    let mut buf = DeviceBuffer::<f32>::zeroed(40, &s).unwrap();
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s).unwrap();
+    copy_htod_pinned(&s, &pinned, &mut buf.slice_mut(3..).unwrap()).unwrap();
+    drop(pinned); // safe: the block is not reused before the gated copy ran
+    gate.open().unwrap();
+    let v = buf.to_vec(&s).unwrap();
+    assert_eq!(v[..3], [0.0; 3]);
+    assert_eq!(v[3..], host[..]);
+    let short = xpu_alloc::host::host_allocate_on(0, 7).unwrap();
+    assert_eq!(
+        copy_htod_pinned(&s, &short, &mut buf).unwrap_err(),
+        MemoryError::PinnedLength {
+            bytes: 7,
+            expected: 160
+        }
+    );
+}
