@@ -14,6 +14,7 @@
 //! | `pinned_reserve_segment_size_mb` | integer MiB > 0 (for the host allocator) | 0 |
 //! | `memory_kind` | `buffer` (OpenCL buffers) or `svm` (coarse-grained SVM) | `buffer` |
 //! | `release_policy` | `on_oom` (PyTorch's) or `before_grow` | `before_grow` |
+//! | `regrow_factor` | integer ≥ 1 (`before_grow` only) | 4 |
 //!
 //! Booleans are case-sensitive `True`/`False`; whitespace is ignored. Each parse starts
 //! from the defaults, so a key not given again returns to its default.
@@ -89,6 +90,9 @@ pub struct AllocConfig {
     pub memory_kind: MemoryKind,
     /// Release policy for idle cached segments.
     pub release_policy: ReleasePolicy,
+    /// `before_grow` regrowth: the largest segment regrown after a consolidation, as a
+    /// multiple of the request's own segment size (see [`ReleasePolicy::BeforeGrow`]).
+    pub regrow_factor: u64,
 }
 
 impl Default for AllocConfig {
@@ -105,6 +109,7 @@ impl Default for AllocConfig {
             pinned_reserve_segment_size: 0,
             memory_kind: MemoryKind::Buffer,
             release_policy: ReleasePolicy::default(),
+            regrow_factor: 4,
         }
     }
 }
@@ -123,6 +128,7 @@ impl AllocConfig {
         "pinned_reserve_segment_size_mb",
         "memory_kind",
         "release_policy",
+        "regrow_factor",
     ];
 
     /// Parses a configuration string such as
