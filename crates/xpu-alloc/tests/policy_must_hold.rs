@@ -19,7 +19,10 @@ fn manifest_dir() -> PathBuf {
 /// traces folder beside the repository (large traces are not copied); `None` when neither
 /// exists.
 fn trace(sub: &str, file: &str) -> Option<PathBuf> {
-    let repo = manifest_dir().join("../../data/traces").join(sub).join(file);
+    let repo = manifest_dir()
+        .join("../../data/traces")
+        .join(sub)
+        .join(file);
     if repo.is_file() {
         return Some(repo);
     }
@@ -41,13 +44,7 @@ fn check(sub: &str, file: &str, torch_reserved: u64, torch_segments: u64) {
 
 /// As [`check`], with the figures PyTorch's policy gives in the replay when they differ
 /// from the recording.
-fn check_with(
-    sub: &str,
-    file: &str,
-    torch_reserved: u64,
-    torch_segments: u64,
-    on_oom: (u64, u64),
-) {
+fn check_with(sub: &str, file: &str, torch_reserved: u64, torch_segments: u64, on_oom: (u64, u64)) {
     let Some(path) = trace(sub, file) else {
         eprintln!("skipping {file}: not in data/traces/{sub} nor in ../shared/traces");
         return;

@@ -521,9 +521,7 @@ impl Model {
                 if total < seg_size || merged > self.max_alloc || oversize {
                     return seg_size;
                 }
-                self.shards[si]
-                    .released
-                    .extend(idle.iter().map(|w| w.0));
+                self.shards[si].released.extend(idle.iter().map(|w| w.0));
                 for (_, addr) in idle {
                     self.release_by_addr(si, addr);
                 }

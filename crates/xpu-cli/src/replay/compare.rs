@@ -277,16 +277,24 @@ pub fn reference_for(trace: &Path) -> Option<Reference> {
         let text = std::fs::read_to_string(&path).ok()?;
         from_summary(&text, &path.display().to_string())
     });
-    let expandable = expandable_summary_paths(trace).into_iter().find_map(|path| {
-        let text = std::fs::read_to_string(&path).ok()?;
-        from_summary(&text, &path.display().to_string())?.peak_reserved
-    });
+    let expandable = expandable_summary_paths(trace)
+        .into_iter()
+        .find_map(|path| {
+            let text = std::fs::read_to_string(&path).ok()?;
+            from_summary(&text, &path.display().to_string())?.peak_reserved
+        });
     if let (Some(r), Some(e)) = (found.as_mut(), expandable) {
         r.expandable_peak_reserved = r.expandable_peak_reserved.or(Some(e));
     }
-    let readme = trace.parent().unwrap_or_else(|| Path::new("")).join("README.md");
+    let readme = trace
+        .parent()
+        .unwrap_or_else(|| Path::new(""))
+        .join("README.md");
     if let Ok(text) = std::fs::read_to_string(&readme) {
-        found = fill(found, from_readme(&text, &name, &readme.display().to_string()));
+        found = fill(
+            found,
+            from_readme(&text, &name, &readme.display().to_string()),
+        );
     }
     fill(found, from_table(&name))
 }
@@ -422,18 +430,35 @@ mod tests {
                       | resnet18_train_small.trace.gz | R18 | 329,989,120 B | 411,041,792 B | 1.246 | 32 | not recorded |\n";
         let r = from_readme(shared, "gpt2_train.trace.gz", "README").unwrap();
         assert_eq!(
-            (r.peak_allocated, r.peak_reserved, r.segment_allocs, r.expandable_peak_reserved),
-            (Some(13_614_942_720), Some(15_286_140_928), Some(154), Some(14_543_749_120))
+            (
+                r.peak_allocated,
+                r.peak_reserved,
+                r.segment_allocs,
+                r.expandable_peak_reserved
+            ),
+            (
+                Some(13_614_942_720),
+                Some(15_286_140_928),
+                Some(154),
+                Some(14_543_749_120)
+            )
         );
         let r = from_readme(shared, "resnet18_train_small.trace.gz", "README").unwrap();
-        assert_eq!((r.segment_allocs, r.expandable_peak_reserved), (Some(32), None));
+        assert_eq!(
+            (r.segment_allocs, r.expandable_peak_reserved),
+            (Some(32), None)
+        );
         // The validation README: names without suffix, expandable last.
         let validation = "| trace | workload | peak allocated | PyTorch peak reserved | segment allocations | expandable segments: peak reserved |\n\
                           |---|---|---|---|---|---|\n\
                           | vit_train | ViT | 3,561,254,912 | 3,892,314,112 | 135 | 3,659,530,240 |\n";
         let r = from_readme(validation, "vit_train.trace.gz", "README").unwrap();
         assert_eq!(
-            (r.peak_reserved, r.segment_allocs, r.expandable_peak_reserved),
+            (
+                r.peak_reserved,
+                r.segment_allocs,
+                r.expandable_peak_reserved
+            ),
             (Some(3_892_314_112), Some(135), Some(3_659_530_240))
         );
         assert!(from_readme(validation, "other.trace.gz", "README").is_none());
@@ -446,7 +471,11 @@ mod tests {
             panic!("no figures for {}", dir.display());
         };
         assert_eq!(
-            (r.peak_reserved, r.segment_allocs, r.expandable_peak_reserved),
+            (
+                r.peak_reserved,
+                r.segment_allocs,
+                r.expandable_peak_reserved
+            ),
             (Some(3_892_314_112), Some(135), Some(3_659_530_240))
         );
     }
