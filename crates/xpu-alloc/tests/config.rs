@@ -15,6 +15,7 @@ fn defaults() {
         (c.memory_kind, c.release_policy, c.expandable_segments),
         (MemoryKind::Buffer, ReleasePolicy::BeforeGrow, false)
     );
+    assert_eq!(c.regrow_factor, 4);
 }
 
 #[test]
@@ -26,6 +27,10 @@ fn values() {
     assert_eq!(
         (c.memory_kind, c.release_policy),
         (MemoryKind::Buffer, ReleasePolicy::OnOom)
+    );
+    assert_eq!(
+        AllocConfig::parse("regrow_factor:2").unwrap().regrow_factor,
+        2
     );
     let c = AllocConfig::parse("large_segment_size_mb:32").unwrap();
     assert_eq!(
@@ -104,6 +109,8 @@ fn bad_values_name_the_key_and_allowed_values() {
         ),
         ("memory_kind:usm", "memory_kind"),
         ("release_policy:never", "release_policy"),
+        ("regrow_factor:0", "regrow_factor"),
+        ("regrow_factor:x", "regrow_factor"),
         ("max_split_size_mb:[1:2]", "max_split_size_mb"),
     ] {
         assert_eq!(invalid_key(text), key, "{text}");

@@ -13,6 +13,7 @@ mod demo;
 mod info;
 mod plot;
 mod replay;
+mod replay_all;
 mod scaling;
 
 use std::process::ExitCode;
@@ -38,6 +39,9 @@ enum Command {
     Demo(demo::Args),
     /// Replay an allocator trace through the caching allocator (real device or simulated).
     Replay(replay::Args),
+    /// Replay every trace of a folder (simulated H200) and print xpu's figures next to
+    /// PyTorch's, with the geometric mean of peak reserved over the expandable-segments figure.
+    ReplayAll(replay_all::Args),
     /// Measure the runtime's speed figures (`--json` for one object).
     Bench(bench::Args),
     /// Plot the allocator's thread scaling (ours vs PyTorch) from bench JSON files as SVG.
@@ -53,6 +57,7 @@ fn dispatch(command: &Command) -> anyhow::Result<ExitCode> {
         Command::Info(args) => info::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Replay(args) => replay::run(args),
+        Command::ReplayAll(args) => replay_all::run(args),
         Command::Bench(args) => bench::run(args),
         Command::PlotScaling(args) => scaling::run(args),
         Command::LazyInitProbe(args) => bench::run_probe(args),

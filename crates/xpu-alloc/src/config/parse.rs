@@ -283,6 +283,14 @@ fn apply(config: &mut AllocConfig, key: &str, value: &Value) -> Result<(), Confi
                 _ => return Err(invalid(key, value, "on_oom or before_grow")),
             };
         }
+        "regrow_factor" => {
+            const EXPECTED: &str = "an integer >= 1";
+            let n = integer(key, value, EXPECTED)?;
+            if n == 0 {
+                return Err(invalid(key, value, EXPECTED));
+            }
+            config.regrow_factor = n;
+        }
         _ => {
             return Err(ConfigError::UnknownKey {
                 key: key.to_owned(),

@@ -58,6 +58,8 @@ pub(crate) struct ShardState {
     pending: Pending,
     pub config: Arc<AllocConfig>,
     config_epoch: u64,
+    /// What the fragmentation policy learned about this stream (see [`super::policy`]).
+    pub policy: super::policy::PolicyState,
     /// The allocator's history (see [`crate::observe::history`]).
     history: Arc<crate::observe::History>,
 }
@@ -74,6 +76,7 @@ impl ShardState {
             pending: Pending::default(),
             config: shared.config(),
             config_epoch: shared.config_epoch(),
+            policy: super::policy::PolicyState::default(),
             history: shared.history.clone(),
         }
     }

@@ -11,7 +11,7 @@ use xpu_alloc::{AllocConfig, BlockState, MemoryStats, ReleasePolicy, StatArray};
 
 const BASE_ADDRESS: u64 = 0x7f00_0000_0000;
 const SEGMENT_ALIGN: u64 = 2 << 20;
-const SMALL_SEGMENT_MAX: u64 = 16 << 20;
+const SMALL_SEGMENT_MAX: u64 = 4 << 20;
 
 /// Gates that must all be open.
 type Marker = Vec<usize>;
@@ -57,6 +57,8 @@ struct Shard {
     stream: usize,
     segments: Vec<Segment>,
     fifos: Vec<(usize, VecDeque<(Marker, u64)>)>,
+    /// Sizes released by consolidations and not regrown since (before_grow).
+    released: Vec<u64>,
 }
 
 #[derive(Default, Debug, Clone)]
@@ -478,7 +480,7 @@ impl Model {
                     .filter(|s| s.pool == PoolKind::Small)
                     .map(|s| s.size)
                     .sum();
-                let target = small / 4;
+                let target = small / 8;
                 if target < SMALL_BUFFER {
                     SMALL_BUFFER
                 } else {
@@ -486,6 +488,29 @@ impl Model {
                 }
             }
             PoolKind::Large => {
+                let released = &mut self.shards[si].released;
+                if released.iter().any(|&r| r >= seg_size) {
+                    let total: u64 = released.iter().sum();
+                    let size = (total.div_ceil(ROUND_LARGE) * ROUND_LARGE)
+                        .min(seg_size * self.config.regrow_factor);
+                    if size >= seg_size
+                        && size <= self.max_alloc
+                        && size::oversize_allows(rounded, size, &self.config)
+                    {
+                        released.sort_unstable();
+                        let mut left = size;
+                        while left > 0 {
+                            let Some(last) = released.pop() else { break };
+                            if last > left {
+                                released.push(last - left);
+                                left = 0;
+                            } else {
+                                left -= last;
+                            }
+                        }
+                        return size;
+                    }
+                }
                 if self.reserved() + seg_size <= self.high_water {
                     return seg_size;
                 }
@@ -496,6 +521,7 @@ impl Model {
                 if total < seg_size || merged > self.max_alloc || oversize {
                     return seg_size;
                 }
+                self.shards[si].released.extend(idle.iter().map(|w| w.0));
                 for (_, addr) in idle {
                     self.release_by_addr(si, addr);
                 }

@@ -1,6 +1,8 @@
-//! PyTorch's figures for a trace, for `xpu replay --compare`: from the trace's
-//! `.summary.json` when one sits beside it, else from the table of the shared traces'
-//! README (embedded here).
+//! PyTorch's figures for a trace, for `xpu replay --compare` and `xpu replay-all`: from
+//! the trace's `.summary.json` when one sits beside it (and the expandable-segments run's
+//! `.exp.gz.summary.json`), then from a `README.md` table in the trace's folder, then from
+//! the table of the shared traces' README (embedded here); each source fills only the
+//! figures the previous ones lacked.
 
 use std::path::{Path, PathBuf};
 
@@ -170,18 +172,131 @@ pub fn from_summary(text: &str, source: &str) -> Option<Reference> {
     (r.peak_allocated.is_some() || r.peak_reserved.is_some()).then_some(r)
 }
 
-/// PyTorch's figures for the trace at `trace`: a readable `.summary.json` beside it, else
-/// the README table entry for its file name.
+/// Candidate summary files of the expandable-segments run of `trace`:
+/// `NAME.exp.gz.summary.json` and `NAME.exp.summary.json`.
+fn expandable_summary_paths(trace: &Path) -> Vec<PathBuf> {
+    let Some(name) = trace.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return Vec::new();
+    };
+    let stem = trace_stem(&name);
+    let dir = trace.parent().unwrap_or_else(|| Path::new(""));
+    vec![
+        dir.join(format!("{stem}.exp.gz.summary.json")),
+        dir.join(format!("{stem}.exp.summary.json")),
+    ]
+}
+
+/// A trace file name without its `.gz` / `.trace` suffixes.
+fn trace_stem(name: &str) -> &str {
+    name.trim_end_matches(".gz").trim_end_matches(".trace")
+}
+
+/// An integer cell of a README table: digits with `,` / `_` separators, optionally
+/// followed by a unit or a parenthesized note (`14,543,749,120 B (1.070)`); `None` for `-`
+/// or text.
+fn cell_number(cell: &str) -> Option<u64> {
+    let first = cell.trim().split(['(', ' ']).next()?;
+    let digits: String = first.chars().filter(|c| *c != ',' && *c != '_').collect();
+    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// PyTorch's figures for the trace `file_name` from the Markdown table(s) of a README
+/// `text`: the row whose first cell names the trace (with or without `.trace.gz`, in
+/// backquotes or not), columns found by their headers ("peak allocated", "peak reserved",
+/// "segment allocations", and a header mentioning "expandable" for the
+/// expandable-segments figure).
 #[must_use]
-pub fn reference_for(trace: &Path) -> Option<Reference> {
-    for path in summary_paths(trace) {
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            if let Some(r) = from_summary(&text, &path.display().to_string()) {
-                return Some(r);
-            }
+pub fn from_readme(text: &str, file_name: &str, source: &str) -> Option<Reference> {
+    let stem = trace_stem(file_name);
+    let cells = |line: &str| -> Vec<String> {
+        line.trim()
+            .trim_matches('|')
+            .split('|')
+            .map(|c| c.trim().trim_matches('`').trim().to_owned())
+            .collect()
+    };
+    let mut header: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if !line.starts_with('|') {
+            header.clear();
+            continue;
+        }
+        let row = cells(line);
+        if header.is_empty() {
+            header = row.iter().map(|c| c.to_lowercase()).collect();
+            continue;
+        }
+        let Some(first) = row.first() else { continue };
+        if first.starts_with("---") || trace_stem(first) != stem {
+            continue;
+        }
+        let column = |want: &dyn Fn(&str) -> bool| -> Option<u64> {
+            let i = header.iter().position(|h| want(h))?;
+            row.get(i).and_then(|c| cell_number(c))
+        };
+        let r = Reference {
+            source: source.to_owned(),
+            peak_allocated: column(&|h| h.contains("peak allocated") && !h.contains("expandable")),
+            peak_reserved: column(&|h| h.contains("peak reserved") && !h.contains("expandable")),
+            segment_allocs: column(&|h| h.contains("segment alloc")),
+            expandable_peak_reserved: column(&|h| h.contains("expandable")),
+        };
+        if r.peak_allocated.is_some() || r.peak_reserved.is_some() {
+            return Some(r);
         }
     }
-    from_table(&trace.file_name()?.to_string_lossy())
+    None
+}
+
+/// `a`'s figures, with the ones it lacks taken from `b`.
+fn fill(a: Option<Reference>, b: Option<Reference>) -> Option<Reference> {
+    match (a, b) {
+        (Some(mut a), Some(b)) => {
+            a.peak_allocated = a.peak_allocated.or(b.peak_allocated);
+            a.peak_reserved = a.peak_reserved.or(b.peak_reserved);
+            a.segment_allocs = a.segment_allocs.or(b.segment_allocs);
+            a.expandable_peak_reserved = a.expandable_peak_reserved.or(b.expandable_peak_reserved);
+            Some(a)
+        }
+        (a, b) => a.or(b),
+    }
+}
+
+/// PyTorch's figures for the trace at `trace`: a readable `.summary.json` beside it (with
+/// the expandable-segments figure from the `.exp.gz.summary.json` beside it), then the
+/// `README.md` table of its folder, then the shared traces' README table entry for its
+/// file name.
+#[must_use]
+pub fn reference_for(trace: &Path) -> Option<Reference> {
+    let name = trace.file_name()?.to_string_lossy().into_owned();
+    let mut found = summary_paths(trace).into_iter().find_map(|path| {
+        let text = std::fs::read_to_string(&path).ok()?;
+        from_summary(&text, &path.display().to_string())
+    });
+    let expandable = expandable_summary_paths(trace)
+        .into_iter()
+        .find_map(|path| {
+            let text = std::fs::read_to_string(&path).ok()?;
+            from_summary(&text, &path.display().to_string())?.peak_reserved
+        });
+    if let (Some(r), Some(e)) = (found.as_mut(), expandable) {
+        r.expandable_peak_reserved = r.expandable_peak_reserved.or(Some(e));
+    }
+    let readme = trace
+        .parent()
+        .unwrap_or_else(|| Path::new(""))
+        .join("README.md");
+    if let Ok(text) = std::fs::read_to_string(&readme) {
+        found = fill(
+            found,
+            from_readme(&text, &name, &readme.display().to_string()),
+        );
+    }
+    fill(found, from_table(&name))
 }
 
 #[allow(clippy::cast_precision_loss)]
@@ -193,33 +308,42 @@ fn ratio(a: u64, b: u64) -> String {
     }
 }
 
-/// Our figures next to PyTorch's as a small table.
+/// Our figures next to PyTorch's as a small table, with PyTorch's expandable-segments
+/// peak reserved bytes next to its default ones where known.
 #[must_use]
 pub fn render(ours: &ReplayReport, theirs: &Reference) -> String {
     let mut out = format!(
-        "compared with PyTorch ({}):\n  {:<22}{:>18}{:>18}{:>10}\n",
-        theirs.source, "", "xpu", "PyTorch", "ratio"
+        "compared with PyTorch ({}):\n  {:<22}{:>18}{:>18}{:>10}{:>18}{:>10}\n",
+        theirs.source, "", "xpu", "PyTorch", "ratio", "PyTorch expand.", "ratio"
     );
-    let mut row = |name: &str, a: u64, b: Option<u64>| {
+    let mut row = |name: &str, a: u64, b: Option<u64>, e: Option<u64>| {
         let (b_text, r) = b.map_or(("-".to_owned(), "-".to_owned()), |b| {
             (b.to_string(), ratio(a, b))
         });
-        out.push_str(&format!("  {name:<22}{a:>18}{b_text:>18}{r:>10}\n"));
+        let (e_text, re) = e.map_or((String::new(), String::new()), |e| {
+            (e.to_string(), ratio(a, e))
+        });
+        let line = format!("  {name:<22}{a:>18}{b_text:>18}{r:>10}{e_text:>18}{re:>10}");
+        out.push_str(line.trim_end());
+        out.push('\n');
     };
     row(
         "peak allocated (B)",
         ours.peak_allocated,
         theirs.peak_allocated,
+        None,
     );
     row(
         "peak reserved (B)",
         ours.peak_reserved,
         theirs.peak_reserved,
+        theirs.expandable_peak_reserved,
     );
     row(
         "segment allocations",
         ours.segment_allocs,
         theirs.segment_allocs,
+        None,
     );
     let their_ratio = match (theirs.peak_reserved, theirs.peak_allocated) {
         (Some(r), Some(a)) => ratio(r, a),
@@ -231,15 +355,6 @@ pub fn render(ours: &ReplayReport, theirs: &Reference) -> String {
         ratio(ours.peak_reserved, ours.peak_allocated),
         their_ratio
     ));
-    if let Some(e) = theirs.expandable_peak_reserved {
-        out.push_str(&format!(
-            "  {:<22}{:>18}{:>18}{:>10}\n",
-            "  (expandable segs)",
-            "",
-            e,
-            ratio(ours.peak_reserved, e)
-        ));
-    }
     let verdict = match theirs.peak_reserved {
         Some(r) if ours.peak_reserved <= r => "peak reserved: matches or beats PyTorch",
         Some(_) => "peak reserved: ABOVE PyTorch's",
@@ -305,6 +420,68 @@ mod tests {
         );
         assert!(from_summary(r#"{"x": 1}"#, "s").is_none());
         assert!(from_summary("not json", "s").is_none());
+    }
+
+    #[test]
+    fn readme_tables_give_default_and_expandable_figures() {
+        let shared = "| file | workload | PyTorch peak allocated | PyTorch peak reserved | reserved/allocated | segment allocations | with expandable_segments: peak reserved |\n\
+                      |---|---|---|---|---|---|---|\n\
+                      | gpt2_train.trace.gz | GPT-2 | 13,614,942,720 B | 15,286,140,928 B | 1.123 | 154 | 14,543,749,120 B (1.070) |\n\
+                      | resnet18_train_small.trace.gz | R18 | 329,989,120 B | 411,041,792 B | 1.246 | 32 | not recorded |\n";
+        let r = from_readme(shared, "gpt2_train.trace.gz", "README").unwrap();
+        assert_eq!(
+            (
+                r.peak_allocated,
+                r.peak_reserved,
+                r.segment_allocs,
+                r.expandable_peak_reserved
+            ),
+            (
+                Some(13_614_942_720),
+                Some(15_286_140_928),
+                Some(154),
+                Some(14_543_749_120)
+            )
+        );
+        let r = from_readme(shared, "resnet18_train_small.trace.gz", "README").unwrap();
+        assert_eq!(
+            (r.segment_allocs, r.expandable_peak_reserved),
+            (Some(32), None)
+        );
+        // The validation README: names without suffix, expandable last.
+        let validation = "| trace | workload | peak allocated | PyTorch peak reserved | segment allocations | expandable segments: peak reserved |\n\
+                          |---|---|---|---|---|---|\n\
+                          | vit_train | ViT | 3,561,254,912 | 3,892,314,112 | 135 | 3,659,530,240 |\n";
+        let r = from_readme(validation, "vit_train.trace.gz", "README").unwrap();
+        assert_eq!(
+            (
+                r.peak_reserved,
+                r.segment_allocs,
+                r.expandable_peak_reserved
+            ),
+            (Some(3_892_314_112), Some(135), Some(3_659_530_240))
+        );
+        assert!(from_readme(validation, "other.trace.gz", "README").is_none());
+    }
+
+    #[test]
+    fn validation_folder_gives_the_expandable_figure() {
+        // CARGO_MANIFEST_DIR at run time (a relocated nextest archive sets it), else at
+        // build time.
+        let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+            .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+        let dir = manifest.join("../../data/traces/validation");
+        let Some(r) = reference_for(&dir.join("vit_train.trace.gz")) else {
+            panic!("no figures for {}", dir.display());
+        };
+        assert_eq!(
+            (
+                r.peak_reserved,
+                r.segment_allocs,
+                r.expandable_peak_reserved
+            ),
+            (Some(3_892_314_112), Some(135), Some(3_659_530_240))
+        );
     }
 
     #[test]

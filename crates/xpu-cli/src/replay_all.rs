@@ -1,0 +1,225 @@
+//! `xpu replay-all DIR`: replays every trace of a folder on a simulated H200 and prints
+//! xpu's peak reserved bytes and segment allocations next to PyTorch's (default settings
+//! and expandable segments), with the geometric mean of xpu's peak reserved bytes over
+//! PyTorch's expandable-segments figure.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::replay::{alloc_config, compare, replay_file, Mode, Record, TraceSource};
+
+/// Arguments of `xpu replay-all`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Folder of traces (`*.trace.gz` or `*.trace`); PyTorch's figures come from
+    /// `*.summary.json` files beside them, the folder's `README.md` table, or the shared
+    /// traces' table (see `xpu replay --compare`)
+    pub dir: PathBuf,
+    /// Allocator configuration (`XPU_ALLOC_CONF` grammar); default: the `XPU_ALLOC_CONF`
+    /// environment variable
+    #[arg(long)]
+    pub config: Option<String>,
+    /// Print one JSON object instead of the table
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One trace's row. Bytes.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Trace file name.
+    pub trace: String,
+    /// xpu's peak reserved bytes.
+    pub peak_reserved: u64,
+    /// xpu's segment allocations.
+    pub segment_allocs: u64,
+    /// PyTorch's peak reserved bytes (default settings).
+    pub pytorch_peak_reserved: Option<u64>,
+    /// PyTorch's segment allocations (default settings).
+    pub pytorch_segment_allocs: Option<u64>,
+    /// PyTorch's peak reserved bytes with `expandable_segments:True`.
+    pub expandable_peak_reserved: Option<u64>,
+    /// xpu's peak reserved over PyTorch's default.
+    pub over_pytorch: Option<f64>,
+    /// xpu's peak reserved over PyTorch's expandable-segments figure.
+    pub over_expandable: Option<f64>,
+    /// Peak reserved and segment allocations both at most PyTorch's default.
+    pub within_pytorch: Option<bool>,
+}
+
+/// The table of a folder.
+#[derive(Debug, Clone, Serialize)]
+pub struct Table {
+    /// One row per trace, by file name.
+    pub rows: Vec<Row>,
+    /// Geometric mean of xpu's peak reserved over the expandable-segments figure, over the
+    /// traces that have one.
+    pub geomean_over_expandable: Option<f64>,
+    /// The same for PyTorch's default peak reserved (the reference point).
+    pub pytorch_geomean_over_expandable: Option<f64>,
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn ratio(a: u64, b: u64) -> Option<f64> {
+    (b > 0).then(|| a as f64 / b as f64)
+}
+
+/// Geometric mean of positive values; `None` when there are none.
+#[must_use]
+pub fn geomean(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let n = values.len() as f64;
+    Some((values.iter().map(|v| v.ln()).sum::<f64>() / n).exp())
+}
+
+/// The traces of `dir`, by file name.
+fn traces(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading the folder {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file()
+                && p.file_name().is_some_and(|n| {
+                    let n = n.to_string_lossy();
+                    n.ends_with(".trace.gz") || n.ends_with(".trace")
+                })
+        })
+        .collect();
+    files.sort();
+    anyhow::ensure!(
+        !files.is_empty(),
+        "no *.trace.gz or *.trace files in {}",
+        dir.display()
+    );
+    Ok(files)
+}
+
+/// Replays every trace of `dir` on a simulated H200 with `config` and builds the table.
+///
+/// # Errors
+/// An unreadable folder, a folder without traces, or a trace that cannot be replayed.
+pub fn table(dir: &Path, config: Option<&str>) -> anyhow::Result<Table> {
+    let mut rows = Vec::new();
+    for path in traces(dir)? {
+        let replayed = replay_file(
+            TraceSource::File(&path),
+            Mode::H200,
+            config,
+            Record::default(),
+        )?;
+        let r = &replayed.outcome.report;
+        let theirs = compare::reference_for(&path);
+        let torch_reserved = theirs.as_ref().and_then(|t| t.peak_reserved);
+        let torch_segments = theirs.as_ref().and_then(|t| t.segment_allocs);
+        let expandable = theirs.as_ref().and_then(|t| t.expandable_peak_reserved);
+        rows.push(Row {
+            trace: r.trace.clone(),
+            peak_reserved: r.peak_reserved,
+            segment_allocs: r.segment_allocs,
+            pytorch_peak_reserved: torch_reserved,
+            pytorch_segment_allocs: torch_segments,
+            expandable_peak_reserved: expandable,
+            over_pytorch: torch_reserved.and_then(|t| ratio(r.peak_reserved, t)),
+            over_expandable: expandable.and_then(|e| ratio(r.peak_reserved, e)),
+            within_pytorch: torch_reserved
+                .zip(torch_segments)
+                .map(|(t, s)| r.peak_reserved <= t && r.segment_allocs <= s),
+        });
+    }
+    let ours: Vec<f64> = rows.iter().filter_map(|r| r.over_expandable).collect();
+    let theirs: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| ratio(r.pytorch_peak_reserved?, r.expandable_peak_reserved?))
+        .collect();
+    Ok(Table {
+        rows,
+        geomean_over_expandable: geomean(&ours),
+        pytorch_geomean_over_expandable: geomean(&theirs),
+    })
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn opt_ratio(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"))
+}
+
+/// The table as Markdown.
+#[must_use]
+pub fn render(table: &Table) -> String {
+    let mut out = String::from(
+        "| trace | xpu peak reserved (B) / segments | PyTorch default (B) / segments | \
+         PyTorch expandable (B) | xpu / PyTorch | xpu / expandable | within PyTorch |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for r in &table.rows {
+        let within = match r.within_pytorch {
+            Some(true) => "yes",
+            Some(false) => "NO",
+            None => "-",
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} / {} | {} / {} | {} | {} | {} | {} |",
+            r.trace,
+            r.peak_reserved,
+            r.segment_allocs,
+            opt(r.pytorch_peak_reserved),
+            opt(r.pytorch_segment_allocs),
+            opt(r.expandable_peak_reserved),
+            opt_ratio(r.over_pytorch),
+            opt_ratio(r.over_expandable),
+            within
+        );
+    }
+    let counted = table
+        .rows
+        .iter()
+        .filter(|r| r.over_expandable.is_some())
+        .count();
+    let _ = writeln!(
+        out,
+        "\ngeometric mean of peak reserved / expandable-segments figure over {counted} traces: \
+         xpu {}, PyTorch default {}",
+        opt_ratio(table.geomean_over_expandable),
+        opt_ratio(table.pytorch_geomean_over_expandable)
+    );
+    out
+}
+
+/// Runs `xpu replay-all`.
+///
+/// # Errors
+/// See [`table`]; a bad configuration.
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let (config_text, _) = alloc_config(args.config.as_deref())?;
+    let config = (!config_text.is_empty()).then_some(config_text.as_str());
+    let t = table(&args.dir, config)?;
+    if args.json {
+        crate::print_out(&(serde_json::to_string(&t)? + "\n"))?;
+    } else {
+        crate::print_out(&render(&t))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geomean_of_ratios() {
+        assert_eq!(geomean(&[]), None);
+        let g = geomean(&[1.0, 4.0]).unwrap();
+        assert!((g - 2.0).abs() < 1e-12, "{g}");
+    }
+}

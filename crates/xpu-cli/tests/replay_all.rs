@@ -1,0 +1,95 @@
+//! `xpu replay-all DIR` and the expandable-segments figure of `xpu replay --compare`, run
+//! as a user runs them (simulated H200; the repository's trace folders).
+
+mod common;
+
+use common::{bundled_trace, xpu};
+
+fn stdout(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn replay_all_tables_the_repository_traces_within_pytorch() {
+    let dir = bundled_trace().parent().unwrap().to_path_buf();
+    let text = stdout(&xpu(&["replay-all", dir.to_str().unwrap(), "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("one JSON object");
+    let rows = v["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["trace"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "bert_varlen_infer.trace.gz",
+            "gpt2_train.trace.gz",
+            "gpt_tiny_train.trace.gz",
+            "prefetch_multistream_train.trace.gz",
+            "resnet18_train_small.trace.gz",
+            "resnet50_train.trace.gz",
+        ]
+    );
+    for r in rows {
+        assert_eq!(r["within_pytorch"], true, "{r}");
+    }
+    // PyTorch's figures from the shared traces' table (no summary files here).
+    assert_eq!(rows[1]["pytorch_peak_reserved"], 15_286_140_928_u64);
+    assert_eq!(rows[1]["expandable_peak_reserved"], 14_543_749_120_u64);
+    assert!(rows[2]["expandable_peak_reserved"].is_null());
+    // Three traces have an expandable figure; the mean is well below PyTorch's default.
+    let ours = v["geomean_over_expandable"].as_f64().unwrap();
+    let theirs = v["pytorch_geomean_over_expandable"].as_f64().unwrap();
+    assert!(ours < theirs && ours < 1.1, "{ours} vs {theirs}");
+}
+
+#[test]
+fn replay_all_reads_the_validation_folder_summaries() {
+    let dir = bundled_trace().parent().unwrap().join("validation");
+    let text = stdout(&xpu(&["replay-all", dir.to_str().unwrap()]));
+    assert!(
+        text.contains("| vit_train.trace.gz | 3850371072 / 135 | 3892314112 / 135 | 3659530240 |"),
+        "{text}"
+    );
+    assert_eq!(text.matches("| yes |").count(), 4, "{text}");
+    assert!(
+        text.contains("geometric mean of peak reserved / expandable-segments figure over 4 traces"),
+        "{text}"
+    );
+}
+
+#[test]
+fn compare_shows_the_expandable_figure_next_to_pytorch_default() {
+    let trace = bundled_trace()
+        .parent()
+        .unwrap()
+        .join("validation/vit_train.trace.gz");
+    let text = stdout(&xpu(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--simulate",
+        "--compare",
+    ]));
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("peak reserved (B)"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells[3..],
+        ["3850371072", "3892314112", "0.989", "3659530240", "1.052"]
+    );
+}
+
+#[test]
+fn replay_all_of_a_folder_without_traces_fails_clearly() {
+    let dir = std::env::temp_dir().join(format!("xpu-replay-all-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = xpu(&["replay-all", dir.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no *.trace.gz or *.trace files"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
