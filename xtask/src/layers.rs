@@ -23,10 +23,11 @@ use crate::cmd::Cmd;
 use source::Line;
 
 /// The layer crates, lowest first: each may depend only on crates before it.
-pub(crate) const LAYERS: [&str; 8] = [
+pub(crate) const LAYERS: [&str; 9] = [
     "xpu-device",
     "xpu-stream",
     "xpu-event",
+    "xpu-host",
     "xpu-alloc",
     "xpu-kernel",
     "xpu-lazy",

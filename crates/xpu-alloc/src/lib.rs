@@ -37,7 +37,7 @@ mod device_allocator;
 mod device_ptr;
 mod error;
 mod global;
-pub mod host;
+mod host_copy;
 pub mod observe;
 pub mod replay;
 pub mod sim_stream;
@@ -60,11 +60,6 @@ pub use crate::global::{
     raw_cl_mem_and_offset, raw_delete, record_stream, reset_accumulated_stats, reset_peak_stats,
     set_config, set_memory_fraction, with_raw_view, CONFIG_ENV,
 };
-pub use crate::host::{
-    host_allocate, host_allocate_on, host_empty_cache, host_memory_stats, host_record_event,
-    host_reset_accumulated_stats, host_reset_peak_stats, DeviceMemory, HostAllocator, HostCopy,
-    HostError, HostMemoryStats, HostPtr,
-};
 pub use crate::observe::device::{
     memory_history, memory_snapshot, memory_summary, record_memory_history,
 };
@@ -76,3 +71,10 @@ pub use crate::source::{
 };
 pub use crate::stats::{MemoryStats, Stat, StatArray};
 pub use crate::stream::{Marker, MarkerError, MarkerStream, StreamKey, StreamRef};
+/// The pinned-host allocator, re-exported from the `xpu-host` crate.
+pub use xpu_host as host;
+pub use xpu_host::{
+    host_allocate, host_allocate_on, host_empty_cache, host_memory_stats, host_record_event,
+    host_reset_accumulated_stats, host_reset_peak_stats, DeviceMemory, DeviceRegion, HostAllocator,
+    HostCopy, HostError, HostMemoryStats, HostPtr,
+};

@@ -9,69 +9,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::size::PoolKind;
 
-/// One statistic: current value, peak of the current value, and accumulated increases
-/// (`allocated`) and decreases (`freed`), as PyTorch's `Stat`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stat {
-    /// Current value.
-    pub current: i64,
-    /// Highest `current` since creation or the last [`Stat::reset_peak`].
-    pub peak: i64,
-    /// Sum of all increases since creation or the last [`Stat::reset_accumulated`].
-    pub allocated: i64,
-    /// Sum of all decreases since creation or the last [`Stat::reset_accumulated`].
-    pub freed: i64,
-}
+pub use xpu_host::Stat;
 
 fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-impl Stat {
-    /// Adds `n`: `current += n`, `peak = max(peak, current)`, `allocated += n`. Saturates
-    /// at the `i64` range (an `n` above `i64::MAX` counts as `i64::MAX`).
-    #[inline]
-    pub fn increase(&mut self, n: u64) {
-        let n = signed(n);
-        self.current = self.current.saturating_add(n);
-        self.peak = self.peak.max(self.current);
-        self.allocated = self.allocated.saturating_add(n);
-    }
-
-    /// Subtracts `n`: `current -= n`, `freed += n`. Saturates as [`Stat::increase`].
-    #[inline]
-    pub fn decrease(&mut self, n: u64) {
-        let n = signed(n);
-        self.current = self.current.saturating_sub(n);
-        self.freed = self.freed.saturating_add(n);
-    }
-
-    /// Sets `peak = current`.
-    pub fn reset_peak(&mut self) {
-        self.peak = self.current;
-    }
-
-    /// Sets `allocated = freed = 0`.
-    pub fn reset_accumulated(&mut self) {
-        self.allocated = 0;
-        self.freed = 0;
-    }
-
-    /// Adds every field of `other` (aggregation of per-thread cells; peaks add up to an
-    /// upper bound of the combined peak).
-    pub fn merge(&mut self, other: &Stat) {
-        self.current = self.current.saturating_add(other.current);
-        self.peak = self.peak.saturating_add(other.peak);
-        self.allocated = self.allocated.saturating_add(other.allocated);
-        self.freed = self.freed.saturating_add(other.freed);
-    }
-
-    fn flatten(&self, prefix: &str, out: &mut BTreeMap<String, i64>) {
-        out.insert(format!("{prefix}.current"), self.current);
-        out.insert(format!("{prefix}.peak"), self.peak);
-        out.insert(format!("{prefix}.allocated"), self.allocated);
-        out.insert(format!("{prefix}.freed"), self.freed);
-    }
+/// Writes `stat`'s four fields under `prefix` (`{prefix}.current`, ...).
+fn flatten_stat(stat: &Stat, prefix: &str, out: &mut BTreeMap<String, i64>) {
+    out.insert(format!("{prefix}.current"), stat.current);
+    out.insert(format!("{prefix}.peak"), stat.peak);
+    out.insert(format!("{prefix}.allocated"), stat.allocated);
+    out.insert(format!("{prefix}.freed"), stat.freed);
 }
 
 /// One [`Stat`] for all pools together and one per pool, as PyTorch's `StatArray`.
@@ -128,11 +77,9 @@ impl StatArray {
     }
 
     fn flatten(&self, prefix: &str, out: &mut BTreeMap<String, i64>) {
-        self.all.flatten(&format!("{prefix}.all"), out);
-        self.small_pool
-            .flatten(&format!("{prefix}.small_pool"), out);
-        self.large_pool
-            .flatten(&format!("{prefix}.large_pool"), out);
+        flatten_stat(&self.all, &format!("{prefix}.all"), out);
+        flatten_stat(&self.small_pool, &format!("{prefix}.small_pool"), out);
+        flatten_stat(&self.large_pool, &format!("{prefix}.large_pool"), out);
     }
 }
 
@@ -295,10 +242,8 @@ impl MemoryStats {
         for (name, value) in counters {
             out.insert(name.to_owned(), signed(value));
         }
-        self.oversize_allocations
-            .flatten("oversize_allocations", &mut out);
-        self.oversize_segments
-            .flatten("oversize_segments", &mut out);
+        flatten_stat(&self.oversize_allocations, "oversize_allocations", &mut out);
+        flatten_stat(&self.oversize_segments, "oversize_segments", &mut out);
         out.insert("max_split_size".to_owned(), self.max_split_size);
         out
     }

@@ -146,7 +146,7 @@ fn measure(
     );
     take("device_alloc", alloc_figures(device, quick, config));
     let host_cfg = if quick {
-        xpu_alloc::host::bench::BenchConfig {
+        crate::host_bench::BenchConfig {
             copy_bytes: 16 << 20,
             copies: 4,
             rounds: 2,
@@ -154,11 +154,11 @@ fn measure(
             alloc_size: 4096,
         }
     } else {
-        xpu_alloc::host::bench::BenchConfig::default()
+        crate::host_bench::BenchConfig::default()
     };
     take(
         "host_alloc",
-        xpu_alloc::host::bench::run_with(device, &host_cfg).map_err(Into::into),
+        crate::host_bench::run_with(device, &host_cfg).map_err(Into::into),
     );
     (figures, errors)
 }

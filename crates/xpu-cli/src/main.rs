@@ -9,6 +9,7 @@
 
 mod bench;
 mod demo;
+mod host_bench;
 mod info;
 mod plot;
 mod replay;

@@ -71,14 +71,15 @@ fn a_dependency_on_a_later_layer_is_named() {
 #[test]
 fn dev_dependencies_may_use_earlier_crates_only() {
     let mut ws = good_workspace();
+    let alloc = ws.iter().position(|p| p.name == "xpu-alloc").unwrap();
     // xpu-alloc's tests may use xpu-device (earlier) ...
-    ws[3].deps.push(Dep {
+    ws[alloc].deps.push(Dep {
         name: "xpu-device".to_owned(),
         kind: DepKind::Dev,
     });
     assert_eq!(check_dependencies(&ws, no_manifest), vec![]);
     // ... but not the facade (later).
-    ws[3].deps.push(Dep {
+    ws[alloc].deps.push(Dep {
         name: "xpu".to_owned(),
         kind: DepKind::Dev,
     });
@@ -98,11 +99,13 @@ fn dev_dependencies_may_use_earlier_crates_only() {
 #[test]
 fn only_the_device_crate_may_use_opencl() {
     let mut ws = good_workspace();
-    ws[5].deps.push(Dep {
+    let at = |ws: &[Package], name: &str| ws.iter().position(|p| p.name == name).unwrap();
+    let (facade, cli) = (at(&ws, "xpu"), at(&ws, "xpu-cli"));
+    ws[facade].deps.push(Dep {
         name: "cl3".to_owned(),
         kind: DepKind::Dev,
     });
-    ws[6].deps.push(Dep {
+    ws[cli].deps.push(Dep {
         name: "opencl3".to_owned(),
         kind: DepKind::Normal,
     });

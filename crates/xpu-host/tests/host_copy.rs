@@ -4,7 +4,7 @@
 mod host_common;
 
 use host_common::{device_buffer, have_devices, pattern};
-use xpu_alloc::host::{HostAllocator, HostCopy, HostError};
+use xpu_host::{HostAllocator, HostCopy, HostError};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 
 #[test]

@@ -3,9 +3,9 @@
 mod host_common;
 
 use host_common::have_devices;
-use xpu_alloc::host::{HostAllocator, HostError, HostMemoryStats};
-use xpu_alloc::Stat;
 use xpu_event::test_support::Gate;
+use xpu_host::Stat;
+use xpu_host::{HostAllocator, HostError, HostMemoryStats};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 
 fn stat(current: i64, peak: i64, allocated: i64, freed: i64) -> Stat {

@@ -1,8 +1,8 @@
 //! Shared helpers of the pinned-host allocator tests.
 #![allow(dead_code)]
 
-use xpu_alloc::host::HostError;
 use xpu_device::backend::{Buffer, MemFlags};
+use xpu_host::HostError;
 
 /// True when at least `n` devices exist. Otherwise prints why the test is skipped, or
 /// panics when `XPU_REQUIRE_DEVICE=1` and there is no device at all (a test needing two

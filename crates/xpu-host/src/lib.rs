@@ -1,4 +1,4 @@
-//! The caching pinned-host allocator (reference §5, PyTorch's `CachingHostAllocator`):
+//! `xpu-host`: the caching pinned-host allocator (reference §5, PyTorch's `CachingHostAllocator`):
 //! host memory that devices copy from at full speed, reused safely across non-blocking
 //! copies.
 //!
@@ -15,13 +15,12 @@
 //! - [`host_record_event`] records a use by other queued work.
 //! - [`host_empty_cache`], [`host_memory_stats`], [`host_reset_peak_stats`],
 //!   [`host_reset_accumulated_stats`] as their `torch.cuda` namesakes.
-//! - [`bench::run`]: the figures of `xpu bench`.
 //!
 //! The `host_*` functions use the process-wide [`HostAllocator::global`].
 //!
 //! ```
-//! use xpu_alloc::host::{host_allocate_on, HostCopy};
-//! # fn main() -> Result<(), xpu_alloc::host::HostError> {
+//! use xpu_host::{host_allocate_on, HostCopy};
+//! # fn main() -> Result<(), xpu_host::HostError> {
 //! # if xpu_device::device_count() == 0 { return Ok(()); }
 //! let stream = xpu_stream::get_stream_from_pool(0, 0)?;
 //! let ctx = xpu_device::device(0)?.context()?;
@@ -37,8 +36,9 @@
 //! # Ok(()) }
 //! ```
 
+#![forbid(unsafe_code)]
+
 mod allocator;
-pub mod bench;
 mod block;
 mod class;
 mod copy;
@@ -50,10 +50,10 @@ mod stats;
 
 pub use allocator::HostAllocator;
 pub use class::{MAX_CLASS_LOG2, MAX_HOST_ALLOC};
-pub use copy::{DeviceMemory, HostCopy};
+pub use copy::{DeviceMemory, DeviceRegion, HostCopy};
 pub use error::HostError;
 pub use ptr::HostPtr;
-pub use stats::{DurationStat, HostMemoryStats};
+pub use stats::{DurationStat, HostMemoryStats, Stat};
 
 use xpu_stream::Stream;
 

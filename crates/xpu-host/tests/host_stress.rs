@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use host_common::{device_buffer, have_devices};
 use parking_lot::Mutex;
-use xpu_alloc::host::{HostAllocator, HostCopy, HostError};
+use xpu_host::{HostAllocator, HostCopy, HostError};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 
 const THREADS: usize = 8;

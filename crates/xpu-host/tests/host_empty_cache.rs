@@ -4,8 +4,8 @@
 mod host_common;
 
 use host_common::{device_buffer, have_devices};
-use xpu_alloc::host::{HostAllocator, HostCopy, HostError};
 use xpu_event::test_support::Gate;
+use xpu_host::{HostAllocator, HostCopy, HostError};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 
 #[test]

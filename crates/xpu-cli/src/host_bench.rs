@@ -8,9 +8,7 @@ use std::time::Instant;
 use xpu_device::backend::{Buffer, MemFlags, PinnedBuffer};
 use xpu_stream::{get_stream_from_pool, Stream, PRIORITY_NORMAL};
 
-use super::copy::HostCopy;
-use super::error::HostError;
-use super::host_allocate_on;
+use xpu_host::{host_allocate_on, HostCopy, HostError};
 
 /// What [`run_with`] measures. [`Default`]: the `xpu bench` sizes (256 MiB copies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,16 +37,6 @@ impl Default for BenchConfig {
             alloc_size: 4096,
         }
     }
-}
-
-/// [`run_with`] at the default sizes: `host_cached_alloc_free_ns` (goal <= 150),
-/// `h2d_pinned_gbps`, `h2d_pageable_gbps`, `raw_h2d_pinned_gbps` and
-/// `h2d_pinned_over_raw` (goal >= 0.95), for 256 MiB copies.
-///
-/// # Errors
-/// Any failed allocation, copy or synchronization.
-pub fn run(device: usize) -> Result<Vec<(String, f64)>, HostError> {
-    run_with(device, &BenchConfig::default())
 }
 
 /// Mean nanoseconds of one cached allocate + free pair (best batch of five) through
@@ -89,7 +77,7 @@ fn bandwidth(
 /// Measures every figure on `device` with `cfg` and returns `(name, value)` pairs:
 /// `host_cached_alloc_free_ns` (ns), then, in GB/s (bytes/ns) for `cfg.copy_bytes` copies:
 /// `raw_h2d_pinned_gbps` (a bare [`PinnedBuffer`] and `write_from_pinned` on the stream's
-/// queue, no caching layer), `h2d_pinned_gbps` (a [`HostPtr`](super::HostPtr) from the
+/// queue, no caching layer), `h2d_pinned_gbps` (a [`HostPtr`](xpu_host::HostPtr) from the
 /// allocator and [`HostCopy::copy_from_host_to_buffer`]), `h2d_pageable_gbps`
 /// ([`HostCopy::copy_from_pageable`] from a `Vec`), and `h2d_pinned_over_raw` (ratio).
 ///

@@ -6,8 +6,8 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use xpu_alloc::host::{host_allocate_on, HostCopy};
 use xpu_device::backend::{Buffer, MemFlags, PinnedBuffer};
+use xpu_host::{host_allocate_on, HostCopy};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 
 /// Copy size of the copy benches: small, PoCL is slow.

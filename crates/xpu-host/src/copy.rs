@@ -1,5 +1,7 @@
 //! Non-blocking host<->device copies through pinned blocks, recording the use automatically.
 
+use std::marker::PhantomData;
+
 use xpu_device::backend::Buffer;
 use xpu_stream::Stream;
 
@@ -18,68 +20,99 @@ fn check(what: &'static str, offset: usize, len: usize, size: usize) -> Result<(
     }
 }
 
-/// The region behind a [`DeviceMemory`]: crate-private, so no safe caller outside xpu-alloc can
-/// obtain the segment's whole `Buffer` (which would outlive the block and reach past its end).
-mod sealed {
-    use xpu_device::backend::Buffer;
+/// A borrowed region of an OpenCL buffer: what a [`DeviceMemory`] lends a [`HostCopy`].
+///
+/// Opaque: only this crate's copies read the buffer, offset and length inside, so a region
+/// lent by the device allocator's `DataPtr` never hands out the segment's whole `Buffer` (a
+/// handle that would outlive the block and reach past its end). The lifetime ties the region
+/// to the borrow of the memory that lent it, so it cannot outlive the allocation either.
+#[derive(Debug)]
+pub struct DeviceRegion<'a> {
+    buffer: Buffer,
+    offset: usize,
+    len: usize,
+    _borrow: PhantomData<&'a ()>,
+}
 
-    /// A value only xpu-alloc can make: the region accessor takes one, so not even a caller
-    /// generic over `T: DeviceMemory` (which sees the supertrait's methods) can call it.
-    pub struct Token(pub(in crate::host) ());
+impl<'a> DeviceRegion<'a> {
+    /// The whole of `buffer`.
+    #[must_use]
+    pub fn whole(buffer: &'a Buffer) -> Self {
+        Self::lend(buffer, buffer.clone(), 0, buffer.size())
+    }
 
-    pub trait Region {
-        /// A handle to the buffer (a retained clone), the byte offset of the region's first
-        /// byte in it, and the region's length in bytes; `None` when there is no OpenCL buffer
-        /// behind the memory (an empty, SVM or simulated allocation).
-        fn cl_region(&self, _: Token) -> Option<(Buffer, usize, usize)>;
+    /// `len` bytes of `buffer` from byte `offset`, lent for as long as `owner` is borrowed.
+    /// For implementations of [`DeviceMemory`] (the device allocator's `DataPtr`): the caller
+    /// already holds `buffer`, and the region gives nothing back but copies, which check
+    /// `offset + len` against the buffer's size.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn lend<T: ?Sized>(_owner: &'a T, buffer: Buffer, offset: usize, len: usize) -> Self {
+        Self {
+            buffer,
+            offset,
+            len,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// The region's length in bytes.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length region.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 
 /// Device memory a [`HostCopy`] can copy to or from: an OpenCL buffer region. Implemented
-/// for [`Buffer`] (the whole buffer) and for the device allocator's [`DataPtr`](crate::DataPtr)
-/// (its block inside the segment's buffer).
+/// for [`Buffer`] (the whole buffer) and, in xpu-alloc, for the device allocator's
+/// `DataPtr` (its block inside the segment's buffer).
 ///
-/// The trait is sealed: its region accessor is private to xpu-alloc, so it cannot be used to
-/// obtain the segment buffer behind a [`DataPtr`](crate::DataPtr) (a handle that would outlive
-/// the allocation and reach past its end). This does not compile:
-///
-/// ```compile_fail
-/// use xpu_alloc::{DataPtr, DeviceMemory};
-/// fn leak(ptr: &DataPtr) {
-///     let _whole_segment = ptr.cl_region();
-/// }
-/// ```
-///
-/// Nor does reaching the accessor through a generic bound:
+/// The region is lent as an opaque [`DeviceRegion`] borrowed from the memory, so the trait
+/// cannot be used to obtain the segment buffer behind a `DataPtr` (a handle that would
+/// outlive the allocation and reach past its end). There is no accessor to the region's
+/// buffer:
 ///
 /// ```compile_fail
-/// use xpu_alloc::DeviceMemory;
+/// use xpu_host::DeviceMemory;
 /// fn leak<T: DeviceMemory>(memory: &T) {
 ///     let _whole_segment = memory.cl_region();
 /// }
 /// ```
-pub trait DeviceMemory: sealed::Region {}
-
-impl sealed::Region for Buffer {
-    fn cl_region(&self, _: sealed::Token) -> Option<(Buffer, usize, usize)> {
-        Some((self.clone(), 0, self.size()))
-    }
+///
+/// The region's buffer is private:
+///
+/// ```compile_fail
+/// use xpu_host::DeviceMemory;
+/// fn leak<T: DeviceMemory>(memory: &T) -> Option<xpu_device::backend::Buffer> {
+///     memory.device_region().map(|region| region.buffer)
+/// }
+/// ```
+///
+/// And a region cannot outlive the memory it was lent by:
+///
+/// ```compile_fail
+/// use xpu_host::{DeviceMemory, DeviceRegion};
+/// fn keep<T: DeviceMemory>(memory: T) -> Option<DeviceRegion<'static>> {
+///     memory.device_region()
+/// }
+/// ```
+pub trait DeviceMemory {
+    /// The region, borrowed from `self`; `None` when there is no OpenCL buffer behind the
+    /// memory (an empty, SVM or simulated allocation).
+    fn device_region(&self) -> Option<DeviceRegion<'_>>;
 }
 
-impl DeviceMemory for Buffer {}
-
-impl sealed::Region for crate::DataPtr {
-    fn cl_region(&self, _: sealed::Token) -> Option<(Buffer, usize, usize)> {
-        let (buffer, offset) = self.buffer_and_offset().ok()?;
-        Some((
-            buffer,
-            usize::try_from(offset).ok()?,
-            usize::try_from(self.size()).ok()?,
-        ))
+impl DeviceMemory for Buffer {
+    fn device_region(&self) -> Option<DeviceRegion<'_>> {
+        Some(DeviceRegion::whole(self))
     }
 }
-
-impl DeviceMemory for crate::DataPtr {}
 
 /// Copies between pinned host memory and device buffers on a [`Stream`], as PyTorch's
 /// `non_blocking=True` copies: the copy is enqueued on the stream's queue and the call
@@ -159,23 +192,19 @@ impl HostCopy for Stream {
         if src.is_empty() {
             return Ok(());
         }
-        let (buffer, offset, len) = dst
-            .cl_region(sealed::Token(()))
-            .ok_or(HostError::NoBuffer)?;
-        check("device destination", 0, src.len(), len)?;
-        self.copy_from_host_to_buffer(src, 0, &buffer, offset, src.len())
+        let region = dst.device_region().ok_or(HostError::NoBuffer)?;
+        check("device destination", 0, src.len(), region.len)?;
+        self.copy_from_host_to_buffer(src, 0, &region.buffer, region.offset, src.len())
     }
 
     fn copy_to_host(&self, src: &impl DeviceMemory, dst: &mut HostPtr) -> Result<(), HostError> {
         if dst.is_empty() {
             return Ok(());
         }
-        let (buffer, offset, len) = src
-            .cl_region(sealed::Token(()))
-            .ok_or(HostError::NoBuffer)?;
-        check("device source", 0, dst.len(), len)?;
+        let region = src.device_region().ok_or(HostError::NoBuffer)?;
+        check("device source", 0, dst.len(), region.len)?;
         let n = dst.len();
-        self.copy_to_host_from_buffer(&buffer, offset, dst, 0, n)
+        self.copy_to_host_from_buffer(&region.buffer, region.offset, dst, 0, n)
     }
 
     fn copy_from_host_to_buffer(

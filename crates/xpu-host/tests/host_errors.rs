@@ -3,11 +3,11 @@
 mod host_common;
 
 use host_common::have_devices;
-use xpu_alloc::host::{
+use xpu_device::DeviceError;
+use xpu_host::{
     host_allocate, host_allocate_on, host_empty_cache, host_memory_stats, HostAllocator, HostError,
     HostPtr, MAX_HOST_ALLOC,
 };
-use xpu_device::DeviceError;
 
 #[test]
 fn zero_size_is_empty_and_touches_nothing() -> Result<(), HostError> {

@@ -4,8 +4,8 @@
 mod host_common;
 
 use host_common::{device_buffer, have_devices, pattern};
-use xpu_alloc::host::{HostAllocator, HostCopy, HostError};
 use xpu_event::test_support::Gate;
+use xpu_host::{HostAllocator, HostCopy, HostError};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 
 #[test]
@@ -122,7 +122,7 @@ fn record_event_alone_defers_reuse() -> Result<(), HostError> {
     gate.block(&stream)?;
     let a = alloc.allocate_on(0, 64)?;
     let a_addr = a.address();
-    assert!(xpu_alloc::host::host_record_event(&a, &stream));
+    assert!(xpu_host::host_record_event(&a, &stream));
     assert!(a.record_stream(&stream)); // recorded once per stream
     assert_eq!(a.recorded_streams().len(), 1);
     drop(a);
