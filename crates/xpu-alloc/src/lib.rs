@@ -11,7 +11,7 @@
 //! - [`DeviceAllocator`] and the crate-level functions ([`allocate`], [`record_stream`],
 //!   [`empty_cache`], [`memory_stats`], ...): one allocator per OpenCL device, created on
 //!   first use, over `xpu_stream` streams;
-//! - [`replay`]: trace replay and its report; [`bench`](mod@bench): allocator micro-benchmarks.
+//! - [`replay`]: trace replay and its report.
 //! - [`observe`]: `memory_summary`, snapshots (JSON, and the pickle of PyTorch's memory
 //!   visualizer) and history recording ([`record_memory_history`]).
 //!
@@ -28,7 +28,6 @@
 //! ```
 #![forbid(unsafe_code)]
 
-pub mod bench;
 mod cl_stream;
 pub mod config;
 mod core;

@@ -7,10 +7,13 @@
 // Output goes through `print_out` / `print_err`, which survive a closed pipe.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod alloc_bench;
 mod bench;
 mod demo;
+mod event_bench;
 mod host_bench;
 mod info;
+mod pipeline;
 mod plot;
 mod replay;
 mod scaling;
@@ -130,6 +133,21 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    /// True when a device exists; otherwise prints a skip message, or panics under
+    /// `XPU_REQUIRE_DEVICE=1`.
+    #[allow(clippy::print_stderr)]
+    pub(crate) fn device() -> bool {
+        if xpu_device::device_count() > 0 {
+            return true;
+        }
+        assert!(
+            !xpu_device::require_device(),
+            "no OpenCL device found and XPU_REQUIRE_DEVICE=1"
+        );
+        eprintln!("skipped: no OpenCL device");
+        false
+    }
 
     #[test]
     fn cli_definition_is_valid() {

@@ -1,7 +1,5 @@
 //! `xpu-event`: events (record, query, synchronize, wait, elapsed_time), the stream methods
-//! that need them ([`StreamExt`]), a test [`Gate`](test_support::Gate), the figures of
-//! `xpu bench` ([`bench::run`]) and the two-stream pipeline of `xpu demo`
-//! ([`demo::two_stream_pipeline`]). Modeled on `torch.xpu.Event` / `torch.cuda.Event`.
+//! that need them ([`StreamExt`]) and a test [`Gate`](test_support::Gate). Modeled on `torch.xpu.Event` / `torch.cuda.Event`.
 //!
 //! An [`Event`] is an OpenCL marker enqueued on a stream's queue at record time; creating an
 //! event creates nothing. Waiting is a barrier with a wait list, so the host never blocks.
@@ -23,8 +21,6 @@
 //! ```
 #![forbid(unsafe_code)]
 
-pub mod bench;
-pub mod demo;
 mod error;
 mod event;
 mod ext;

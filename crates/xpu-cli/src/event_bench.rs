@@ -9,9 +9,7 @@ use std::time::Instant;
 
 use xpu_stream::{current_stream, get_stream_from_pool, PRIORITY_NORMAL};
 
-use crate::error::EventError;
-use crate::event::{Event, EventFlags};
-use crate::ext::StreamExt;
+use xpu_event::{Event, EventError, EventFlags, StreamExt};
 
 type Step<'a> = Box<dyn FnMut() -> Result<(), EventError> + 'a>;
 
@@ -167,4 +165,33 @@ pub fn run(device: usize) -> Result<Vec<(String, f64)>, EventError> {
     push(&["cross_stream_wait_ns", "raw_cross_queue_wait_ns"], v);
     figs.push(("event_record_query_over_raw".to_string(), ratio));
     Ok(figs)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bench_reports_every_figure() {
+        if !crate::tests::device() {
+            return;
+        }
+        let figs = super::run(0).unwrap();
+        let names: Vec<&str> = figs.iter().map(|(n, _)| n.as_str()).collect();
+        for want in [
+            "current_stream_ns",
+            "stream_from_pool_ns",
+            "event_new_ns",
+            "event_record_query_ns",
+            "raw_marker_query_ns",
+            "event_record_sync_ns",
+            "stream_sync_idle_ns",
+            "cross_stream_wait_ns",
+            "event_record_query_over_raw",
+        ] {
+            assert!(names.contains(&want), "{want} missing from {names:?}");
+        }
+        assert!(
+            figs.iter().all(|(_, v)| v.is_finite() && *v > 0.0),
+            "{figs:?}"
+        );
+    }
 }

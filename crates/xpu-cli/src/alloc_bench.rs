@@ -1,5 +1,5 @@
-//! Allocator micro-benchmarks for `xpu bench --json` (the criterion bench `benches/alloc.rs`
-//! measures the same loops).
+//! Allocator micro-benchmarks for `xpu bench --json` (xpu-alloc's criterion bench
+//! `benches/alloc.rs` times the same pair and mixed loops).
 //!
 //! Figures (ns): `cached_alloc_free_ns` (4 KiB) and `cached_alloc_free_8m_ns` (8 MiB):
 //! one allocate + free of the same size on one thread, served from the cache;
@@ -11,17 +11,18 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use crate::config::AllocConfig;
-use crate::core::DeviceCore;
-use crate::error::AllocError;
-use crate::sim_stream::SimStream;
-use crate::source::SimulatedSource;
-use crate::stream::{StreamKey, StreamRef};
+use xpu_alloc::sim_stream::SimStream;
+use xpu_alloc::{
+    AllocConfig, AllocError, ClStream, DataPtr, DeviceAllocator, DeviceCore, SimulatedSource,
+    StreamKey, StreamRef,
+};
 
 /// Where the benchmark allocates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BenchTarget {
-    /// A simulated 64 GiB device (the cached path makes no device call either way).
+    /// A simulated 64 GiB device (the cached path makes no device call either way); used by
+    /// the unit test, which needs no device.
+    #[cfg_attr(not(test), allow(dead_code))]
     Simulated,
     /// OpenCL device `index`, with pool streams.
     Device(usize),
@@ -64,15 +65,12 @@ impl Bench {
                 Ok(Self { core, streams })
             }
             BenchTarget::Device(index) => {
-                let allocator = crate::device_allocator::DeviceAllocator::new(index, config)?;
+                let allocator = DeviceAllocator::new(index, config)?;
                 let mut streams = Vec::new();
                 for _ in 0..streams_needed {
                     let s = xpu_stream::get_stream_from_pool(0, index)
                         .map_err(|e| AllocError::Device(e.to_string()))?;
-                    streams.push((
-                        crate::cl_stream::stream_key(&s),
-                        crate::cl_stream::ClStream::shared(s),
-                    ));
+                    streams.push((xpu_alloc::stream_key(&s), ClStream::shared(s)));
                 }
                 Ok(Self {
                     core: allocator.core().clone(),
@@ -127,7 +125,7 @@ fn cached(bench: &Bench, size: u64, budget: Duration) -> Result<f64, AllocError>
 /// then the odd ones.
 fn mixed_round(bench: &Bench) -> Result<(), AllocError> {
     let (key, s) = &bench.streams[0];
-    let mut live: Vec<Option<crate::DataPtr>> = Vec::with_capacity(64);
+    let mut live: Vec<Option<DataPtr>> = Vec::with_capacity(64);
     for i in 0..64 {
         let size = MIXED_SIZES[i % MIXED_SIZES.len()];
         live.push(Some(bench.core.allocate_with(size, *key, || s.clone())?));
@@ -172,19 +170,11 @@ fn threads(bench: &Bench, threads: usize, budget: Duration) -> Result<f64, Alloc
     Ok(per / threads as f64)
 }
 
-/// Measures every figure with the default configuration, spending about `budget` on each;
-/// keys as in the module docs.
+/// Measures every figure with the allocator configured by `config` (`xpu bench` passes
+/// `XPU_ALLOC_CONF`'s), spending about `budget` on each; keys as in the module docs.
 ///
 /// # Errors
 /// An allocator or device error (e.g. no such device).
-pub fn run(target: BenchTarget, budget: Duration) -> Result<BTreeMap<String, f64>, AllocError> {
-    run_with_config(target, budget, AllocConfig::default())
-}
-
-/// [`run`] with the allocator configured by `config` (`xpu bench` passes `XPU_ALLOC_CONF`'s).
-///
-/// # Errors
-/// As [`run`].
 pub fn run_with_config(
     target: BenchTarget,
     budget: Duration,
@@ -207,48 +197,18 @@ pub fn run_with_config(
     Ok(out)
 }
 
-/// Entry points for the criterion bench (same loops as [`run`]).
-#[doc(hidden)]
-pub mod criterion_support {
-    use super::{AllocError, Bench, BenchTarget};
-
-    /// A prepared allocator with 16 streams.
-    pub struct Prepared(Bench);
-
-    /// Prepares an allocator.
-    ///
-    /// # Errors
-    /// As [`super::run`].
-    pub fn prepare(target: BenchTarget) -> Result<Prepared, AllocError> {
-        Bench::new(target, super::AllocConfig::default()).map(Prepared)
-    }
-
-    impl Prepared {
-        /// One cached allocate + free of `size` bytes on stream `stream` (0..16).
-        ///
-        /// # Errors
-        /// Allocator errors.
-        pub fn pair(&self, stream: usize, size: u64) -> Result<(), AllocError> {
-            self.0.pair(stream, size)
-        }
-
-        /// One round of the mixed workload (64 allocations, interleaved frees).
-        ///
-        /// # Errors
-        /// Allocator errors.
-        pub fn mixed_round(&self) -> Result<(), AllocError> {
-            super::mixed_round(&self.0)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn run_reports_every_key() {
-        let figures = run(BenchTarget::Simulated, Duration::from_millis(1)).unwrap();
+        let figures = run_with_config(
+            BenchTarget::Simulated,
+            Duration::from_millis(1),
+            AllocConfig::default(),
+        )
+        .unwrap();
         let keys: Vec<&str> = figures.keys().map(String::as_str).collect();
         assert_eq!(
             keys,

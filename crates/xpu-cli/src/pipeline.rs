@@ -5,9 +5,7 @@ use std::fmt;
 use xpu_device::backend::{Buffer, MemFlags};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 
-use crate::error::EventError;
-use crate::event::Event;
-use crate::ext::StreamExt;
+use xpu_event::{Event, EventError, StreamExt};
 
 /// The 4-byte pattern stream A writes.
 const PATTERN: [u8; 4] = [0xA5, 0x5A, 0xC3, 0x3C];
@@ -109,4 +107,20 @@ pub fn two_stream_pipeline(device: usize, bytes: usize) -> Result<PipelineReport
         total_ms: start.elapsed_time(&copied)?,
         mismatched_bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn demo_pipeline_verifies_on_the_host() {
+        if !crate::tests::device() {
+            return;
+        }
+        let r = super::two_stream_pipeline(0, (1 << 20) + 3).unwrap();
+        assert_eq!(r.bytes, 1 << 20);
+        assert_eq!(r.mismatched_bytes, 0);
+        assert!(r.fill_ms > 0.0 && r.copy_ms > 0.0, "{r:?}");
+        assert!(r.total_ms >= r.fill_ms && r.total_ms >= r.copy_ms, "{r:?}");
+        assert!(r.to_string().contains("result checked on the host: ok"));
+    }
 }
