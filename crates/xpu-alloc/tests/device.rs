@@ -4,7 +4,7 @@
 //! `XPU_REQUIRE_DEVICE=1`.
 
 use xpu_alloc::{AllocConfig, AllocError, DeviceAllocator, DevicePtr, MemoryKind, StreamKey};
-use xpu_event::test_support::Gate;
+use xpu_event::Gate;
 use xpu_event::StreamExt;
 use xpu_stream::{ExternalStream, Stream};
 

@@ -9,8 +9,8 @@ use xpu_alloc::{
     AllocConfig, AllocError, BufferSource, DataPtr, DeviceAllocator, DeviceCore, SegmentSource,
     SourceError, SourceSegment,
 };
-use xpu_event::test_support::Gate;
 use xpu_event::Event;
+use xpu_event::Gate;
 use xpu_stream::{ExternalStream, Stream};
 
 const MIB: u64 = 1 << 20;

@@ -2,7 +2,7 @@
 
 mod common;
 
-use xpu_event::test_support::Gate;
+use xpu_event::Gate;
 use xpu_event::{Event, EventError, EventFlags, StreamExt};
 use xpu_stream::{get_stream_from_pool, ExternalStream, StreamGuard};
 

@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use host_common::{device_buffer, have_devices};
-use xpu_event::test_support::Gate;
+use xpu_event::Gate;
 use xpu_host::{HostAllocator, HostCopy, HostError};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 

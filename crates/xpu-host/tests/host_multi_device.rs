@@ -4,7 +4,7 @@
 mod host_common;
 
 use host_common::{device_buffer, have_devices, pattern};
-use xpu_event::test_support::Gate;
+use xpu_event::Gate;
 use xpu_host::{HostAllocator, HostCopy, HostError};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 

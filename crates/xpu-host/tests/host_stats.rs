@@ -3,7 +3,7 @@
 mod host_common;
 
 use host_common::have_devices;
-use xpu_event::test_support::Gate;
+use xpu_event::Gate;
 use xpu_host::Stat;
 use xpu_host::{HostAllocator, HostError, HostMemoryStats};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};

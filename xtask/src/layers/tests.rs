@@ -39,6 +39,13 @@ fn good_workspace() -> Vec<Package> {
     packages
 }
 
+fn dep(name: &str, kind: DepKind) -> Dep {
+    Dep {
+        name: name.to_owned(),
+        kind,
+    }
+}
+
 fn no_manifest(_: &Path) -> Option<String> {
     None
 }
@@ -66,6 +73,31 @@ fn a_dependency_on_a_later_layer_is_named() {
     assert!(v[0]
         .message
         .starts_with("depends on xpu-event (dependencies), which is not before it"));
+}
+
+#[test]
+fn the_test_crate_is_a_dev_dependency_above_the_device_crate_only() {
+    let mut ws = good_workspace();
+    ws.push(package(TEST_CRATE, &[(TEST_CRATE_ABOVE, DepKind::Normal)]));
+    let at = |ws: &[Package], name: &str| ws.iter().position(|p| p.name == name).unwrap();
+    let (stream, alloc, testing) = (
+        at(&ws, "xpu-stream"),
+        at(&ws, "xpu-alloc"),
+        at(&ws, TEST_CRATE),
+    );
+    ws[stream].deps.push(dep(TEST_CRATE, DepKind::Dev));
+    ws[alloc].deps.push(dep(TEST_CRATE, DepKind::Dev));
+    assert_eq!(check_dependencies(&ws, no_manifest), vec![]);
+    // Not as a normal dependency ...
+    ws[alloc].deps.push(dep(TEST_CRATE, DepKind::Normal));
+    // ... nor in the device crate it depends on ...
+    ws[0].deps.push(dep(TEST_CRATE, DepKind::Dev));
+    // ... and it depends on nothing above the device crate.
+    ws[testing].deps.push(dep("xpu-stream", DepKind::Normal));
+    let v = check_dependencies(&ws, no_manifest);
+    let named: Vec<&str> = v.iter().map(|v| v.krate.as_str()).collect();
+    assert_eq!(named, ["xpu-device", "xpu-alloc", TEST_CRATE], "{v:?}");
+    assert!(v[1].message.contains("dev-dependency only"), "{v:?}");
 }
 
 #[test]

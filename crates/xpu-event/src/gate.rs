@@ -1,7 +1,9 @@
-//! Deterministic ordering for tests: a host-controlled [`Gate`].
+//! A host-controlled [`Gate`]: deterministic ordering of device work, for tests.
 //!
-//! Public so that other crates' tests (the allocator's `record_stream` tests, the host
-//! allocator's reuse tests) can hold a stream's work back without relying on timing.
+//! Public API (re-exported as `xpu_event::Gate`), not test-only support: users need it to
+//! hold a stream's work back in their own tests without relying on timing, as the
+//! workspace's tests do (the allocator's `record_stream` tests, the host allocator's reuse
+//! tests).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -14,7 +16,7 @@ use crate::error::EventError;
 /// blocked stream after [`Gate::block`] does not start before [`Gate::open`].
 ///
 /// ```
-/// use xpu_event::{test_support::Gate, StreamExt};
+/// use xpu_event::{Gate, StreamExt};
 /// # fn main() -> Result<(), xpu_event::EventError> {
 /// # if xpu_device::device_count() == 0 { return Ok(()); }
 /// let s = xpu_stream::get_stream_from_pool(0, 0)?;
