@@ -22,7 +22,7 @@ pub(crate) struct Live {
 /// empty: no block, address 0.
 pub struct DataPtr {
     pub(crate) live: Option<Live>,
-    device: u32,
+    device: usize,
     size: u64,
 }
 
@@ -49,7 +49,7 @@ impl DataPtr {
 
     /// An empty pointer (zero-size allocation) on `device`.
     #[must_use]
-    pub fn empty(device: u32) -> Self {
+    pub fn empty(device: usize) -> Self {
         Self {
             live: None,
             device,
@@ -72,7 +72,7 @@ impl DataPtr {
 
     /// Device index.
     #[must_use]
-    pub fn device(&self) -> u32 {
+    pub fn device(&self) -> usize {
         self.device
     }
 
@@ -265,7 +265,7 @@ impl BlockView<'_> {
     }
 
     fn queue(&self, stream: &Stream) -> Result<xpu_stream::QueueRef, AllocError> {
-        let device = self.ptr.device() as usize;
+        let device = self.ptr.device();
         if stream.device() != device {
             return Err(AllocError::StreamDevice {
                 stream: stream.device(),

@@ -34,10 +34,8 @@ impl DeviceAllocator {
     /// device's context cannot be created.
     pub fn new(device: usize, config: AllocConfig) -> Result<Self, AllocError> {
         check_fork()?;
-        let index =
-            u32::try_from(device).map_err(|_| AllocError::InvalidDevice { device: u32::MAX })?;
         if device >= xpu_device::device_count() {
-            return Err(AllocError::InvalidDevice { device: index });
+            return Err(AllocError::InvalidDevice { device });
         }
         let svm = config.memory_kind == MemoryKind::Svm
             && xpu_device::device(device).is_ok_and(|d| d.properties().supports_svm);

@@ -157,7 +157,7 @@ fn buffer_source_reports_a_size_above_the_max_allocation_as_too_large() {
 struct Claims(BufferSource);
 
 impl SegmentSource for Claims {
-    fn device(&self) -> u32 {
+    fn device(&self) -> usize {
         self.0.device()
     }
     fn name(&self) -> String {

@@ -153,7 +153,7 @@ impl DeviceCore {
 
     /// Device index.
     #[must_use]
-    pub fn device(&self) -> u32 {
+    pub fn device(&self) -> usize {
         self.inner.shared.device()
     }
 

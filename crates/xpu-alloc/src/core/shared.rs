@@ -46,7 +46,7 @@ pub(crate) struct DeviceShared {
     /// `source.max_alloc_size()`, read once.
     pub max_alloc: u64,
     /// `source.device()`, read once.
-    pub device: u32,
+    pub device: usize,
     config_epoch: AtomicU64,
     config: Mutex<Arc<AllocConfig>>,
     gc_enabled: AtomicBool,
@@ -72,7 +72,7 @@ impl DeviceShared {
         }
     }
 
-    pub(crate) fn device(&self) -> u32 {
+    pub(crate) fn device(&self) -> usize {
         self.device
     }
 

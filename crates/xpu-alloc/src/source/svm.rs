@@ -12,7 +12,7 @@ use super::{SegmentMemory, SegmentSource, SourceError, SourceSegment};
 /// ([`SegmentSource::free_needs_sync`]).
 pub struct SvmSource {
     device: &'static xpu_device::Device,
-    index: u32,
+    index: usize,
 }
 
 impl SvmSource {
@@ -29,14 +29,12 @@ impl SvmSource {
             )));
         }
         device.context()?;
-        let index = u32::try_from(index)
-            .map_err(|_| DeviceError::InvalidArgument(format!("device index {index}")))?;
         Ok(Self { device, index })
     }
 }
 
 impl SegmentSource for SvmSource {
-    fn device(&self) -> u32 {
+    fn device(&self) -> usize {
         self.index
     }
 
@@ -66,7 +64,7 @@ impl SegmentSource for SvmSource {
         let align = u32::try_from(self.base_addr_align()).unwrap_or(0);
         let svm = SvmBuffer::new(context, bytes, align).map_err(|e| classify(&e, size))?;
         let address = svm.address();
-        xpu_device::note_reserved(self.index as usize, i64::try_from(size).unwrap_or(i64::MAX));
+        xpu_device::note_reserved(self.index, i64::try_from(size).unwrap_or(i64::MAX));
         Ok(SourceSegment {
             address,
             size,
@@ -75,10 +73,7 @@ impl SegmentSource for SvmSource {
     }
 
     fn free(&self, segment: SourceSegment) {
-        xpu_device::note_reserved(
-            self.index as usize,
-            -i64::try_from(segment.size).unwrap_or(i64::MAX),
-        );
+        xpu_device::note_reserved(self.index, -i64::try_from(segment.size).unwrap_or(i64::MAX));
         drop(segment);
     }
 }
