@@ -5,7 +5,7 @@ use std::sync::Arc;
 use xpu_device::backend::{raw, Buffer};
 use xpu_stream::Stream;
 
-use crate::core::shard::Shard;
+use crate::caching::shard::Shard;
 use crate::error::AllocError;
 use crate::source::SegmentMemory;
 use crate::stream::{StreamKey, StreamRef};

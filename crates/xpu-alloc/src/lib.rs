@@ -30,7 +30,7 @@
 
 mod cl_stream;
 pub mod config;
-mod core;
+mod caching;
 mod data_ptr;
 mod device_allocator;
 mod device_ptr;
@@ -47,7 +47,7 @@ pub mod stream;
 
 pub use crate::cl_stream::{stream_key, ClStream, EventMarker};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
-pub use crate::core::{BlockSnapshot, BlockState, DeviceCore, SegmentSnapshot};
+pub use crate::caching::{BlockSnapshot, BlockState, DeviceCore, SegmentSnapshot};
 pub use crate::data_ptr::{BlockView, DataPtr};
 pub use crate::device_allocator::DeviceAllocator;
 pub use crate::device_ptr::DevicePtr;

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::history::{TraceAction, TraceEntry};
 use super::ObserveError;
 use crate::config::AllocConfig;
-use crate::core::{BlockState, DeviceCore, SegmentSnapshot};
+use crate::caching::{BlockState, DeviceCore, SegmentSnapshot};
 use crate::size::PoolKind;
 
 /// A stack frame (`filename`, `line`, `name`). The allocator records no stacks, so every
