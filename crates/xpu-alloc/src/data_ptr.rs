@@ -6,6 +6,7 @@ use xpu_device::backend::{raw, Buffer};
 use xpu_stream::Stream;
 
 use crate::caching::shard::Shard;
+use crate::caching::thread_cache::with_local;
 use crate::error::AllocError;
 use crate::source::SegmentMemory;
 use crate::stream::{StreamKey, StreamRef};
@@ -203,7 +204,10 @@ impl Drop for DataPtr {
                 self.size,
                 live.shard.key.id,
             );
-            live.shard.free(live.block);
+            let shard = &live.shard;
+            with_local(&shard.shared, |local| {
+                shard.free(live.block, || local.stats())
+            });
         }
     }
 }

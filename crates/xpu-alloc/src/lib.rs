@@ -28,9 +28,9 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod caching;
 mod cl_stream;
 pub mod config;
-mod caching;
 mod data_ptr;
 mod device_allocator;
 mod device_ptr;
@@ -45,9 +45,9 @@ pub mod source;
 pub mod stats;
 pub mod stream;
 
+pub use crate::caching::{BlockSnapshot, BlockState, DeviceCore, SegmentSnapshot};
 pub use crate::cl_stream::{stream_key, ClStream, EventMarker};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
-pub use crate::caching::{BlockSnapshot, BlockState, DeviceCore, SegmentSnapshot};
 pub use crate::data_ptr::{BlockView, DataPtr};
 pub use crate::device_allocator::DeviceAllocator;
 pub use crate::device_ptr::DevicePtr;

@@ -38,7 +38,7 @@ impl CellStat {
     #[inline]
     pub(crate) fn increase(&self, n: u64) {
         // Currents stay within i64: requests are capped at 1 EiB and reserved bytes at
-        // `i64::MAX` (see `shared::MAX_RESERVED`).
+        // `i64::MAX` (see `device_wide::MAX_RESERVED`).
         #[allow(clippy::cast_possible_wrap)]
         let n = n as i64;
         let current = self.current.load(R).wrapping_add(n);

@@ -5,17 +5,18 @@
 
 pub(crate) mod block;
 pub(crate) mod cell;
-pub(crate) mod local;
+pub(crate) mod device_wide;
 mod oom;
 pub(crate) mod pending;
 mod policy;
 pub(crate) mod pool;
 mod raw;
+pub(crate) mod registry;
 pub(crate) mod shard;
-pub(crate) mod shared;
 pub(crate) mod slab;
 mod snapshot;
 pub(crate) mod state;
+pub(crate) mod thread_cache;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -25,10 +26,10 @@ use parking_lot::Mutex;
 pub use snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
 
 use self::cell::StatsWriter;
-use self::local::{with_local, Local};
+use self::device_wide::{DeviceShared, SegmentFailure};
 use self::shard::Shard;
-use self::shared::{DeviceShared, SegmentFailure};
 use self::state::{Handed, ReleaseBatch, Request, ShardState};
+use self::thread_cache::{with_local, Local};
 use crate::config::{AllocConfig, ReleasePolicy};
 use crate::data_ptr::DataPtr;
 use crate::error::AllocError;
@@ -222,7 +223,7 @@ impl DeviceCore {
         shard: Arc<Shard>,
         size: u64,
         key: StreamKey,
-        local: &local::Local<'_>,
+        local: &thread_cache::Local<'_>,
     ) -> Result<DataPtr, AllocError> {
         let shared = &self.inner.shared;
         let outcome = {

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use parking_lot::MutexGuard;
 
 use super::cell::StatsWriter;
-use super::local::Local;
+use super::device_wide::SegmentFailure;
 use super::shard::Shard;
-use super::shared::SegmentFailure;
 use super::state::{Handed, Request, ShardState};
+use super::thread_cache::Local;
 use super::{hard_error, new_segment, release_batches, wait_markers, DeviceCore};
 use crate::error::{AllocError, OomReport};
 use crate::size;

@@ -2,7 +2,7 @@
 //! are documented on [`crate::config::ReleasePolicy::BeforeGrow`].
 
 use super::cell::StatsWriter;
-use super::shared::DeviceShared;
+use super::device_wide::DeviceShared;
 use super::state::{Request, ShardState};
 use crate::size::{self, PoolKind, ROUND_LARGE, SMALL_BUFFER};
 

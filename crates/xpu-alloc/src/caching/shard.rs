@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::local::with_local;
-use super::shared::DeviceShared;
+use super::cell::StatsWriter;
+use super::device_wide::DeviceShared;
 use super::state::ShardState;
 use crate::stream::{StreamKey, StreamRef};
 
@@ -38,13 +38,14 @@ impl Shard {
         self.state.lock()
     }
 
-    /// The user frees `block` (DataPtr drop / raw_delete).
-    pub(crate) fn free(&self, block: u32) {
-        with_local(&self.shared, |local| {
-            let mut state = self.state.lock();
-            let mut stats = local.stats();
-            state.free(block, &mut stats);
-        });
+    /// The user frees `block` (DataPtr drop / raw_delete). `open_stats` opens the write on
+    /// the caller's statistics cell; it runs only once the shard is locked, so readers never
+    /// wait on a write that waits for the lock.
+    #[inline]
+    pub(crate) fn free<'a>(&self, block: u32, open_stats: impl FnOnce() -> StatsWriter<'a>) {
+        let mut state = self.state.lock();
+        let mut stats = open_stats();
+        state.free(block, &mut stats);
     }
 
     /// Runs `f` on the segment of a live `block` and the block's address.

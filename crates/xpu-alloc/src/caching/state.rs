@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use super::block::{Block, Segment, NIL};
 use super::cell::{CellArray, StatsWriter};
+use super::device_wide::DeviceShared;
 use super::pending::Pending;
 use super::pool::FreePool;
-use super::shared::DeviceShared;
 use super::slab::Slab;
 use crate::config::AllocConfig;
 use crate::observe::TraceAction;

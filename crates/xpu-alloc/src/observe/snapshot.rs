@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::history::{TraceAction, TraceEntry};
 use super::ObserveError;
-use crate::config::AllocConfig;
 use crate::caching::{BlockState, DeviceCore, SegmentSnapshot};
+use crate::config::AllocConfig;
 use crate::size::PoolKind;
 
 /// A stack frame (`filename`, `line`, `name`). The allocator records no stacks, so every

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::local::StatsRegistry;
+use super::registry::StatsRegistry;
 use crate::config::AllocConfig;
 use crate::source::{SegmentSource, SourceError, SourceSegment};
 
