@@ -3,22 +3,11 @@
 //! CI); skipped without one unless `XPU_REQUIRE_DEVICE=1`.
 
 use xpu_alloc::{AllocConfig, DeviceAllocator, HostCopy, HostError};
-
-fn device() -> bool {
-    if xpu_device::device_count() >= 1 {
-        return true;
-    }
-    assert!(
-        !xpu_device::require_device(),
-        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
-    );
-    eprintln!("skipped: needs an OpenCL device");
-    false
-}
+use xpu_testing::devices;
 
 #[test]
 fn a_round_trip_through_a_data_ptr_copies_its_bytes_and_stays_inside_its_block() {
-    if !device() {
+    if !devices(1) {
         return;
     }
     let stream = xpu_stream::get_stream_from_pool(0, 0).unwrap();
@@ -45,7 +34,7 @@ fn a_round_trip_through_a_data_ptr_copies_its_bytes_and_stays_inside_its_block()
 
 #[test]
 fn a_copy_longer_than_the_data_ptr_is_refused() {
-    if !device() {
+    if !devices(1) {
         return;
     }
     let stream = xpu_stream::get_stream_from_pool(0, 0).unwrap();

@@ -134,19 +134,9 @@ mod tests {
     use super::*;
     use clap::CommandFactory;
 
-    /// True when a device exists; otherwise prints a skip message, or panics under
-    /// `XPU_REQUIRE_DEVICE=1`.
-    #[allow(clippy::print_stderr)]
+    /// True when a device exists (see `xpu_testing::devices`).
     pub(crate) fn device() -> bool {
-        if xpu_device::device_count() > 0 {
-            return true;
-        }
-        assert!(
-            !xpu_device::require_device(),
-            "no OpenCL device found and XPU_REQUIRE_DEVICE=1"
-        );
-        eprintln!("skipped: no OpenCL device");
-        false
+        xpu_testing::devices(1)
     }
 
     #[test]
