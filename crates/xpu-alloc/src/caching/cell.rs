@@ -10,7 +10,7 @@
 use std::sync::atomic::{fence, AtomicI64, AtomicU64, Ordering};
 
 use crate::size::PoolKind;
-use crate::stats::{MemoryStats, Stat, StatArray};
+use crate::stats::{memory_stats_fields, MemoryStats, Stat, StatArray};
 
 const R: Ordering = Ordering::Relaxed;
 
@@ -179,111 +179,53 @@ impl CellCounter {
     }
 }
 
-/// The statistics of a cell, field for field as [`MemoryStats`].
-#[derive(Default)]
-pub(crate) struct CellStats {
-    pub allocation: CellArray,
-    pub segment: CellArray,
-    pub active: CellArray,
-    pub inactive_split: CellArray,
-    pub allocated_bytes: CellArray,
-    pub reserved_bytes: CellArray,
-    pub active_bytes: CellArray,
-    pub inactive_split_bytes: CellArray,
-    pub requested_bytes: CellArray,
-    pub num_alloc_retries: CellCounter,
-    pub num_ooms: CellCounter,
-    pub num_sync_all_streams: CellCounter,
-    pub num_device_alloc: CellCounter,
-    pub num_device_free: CellCounter,
-    pub oversize_allocations: CellStat,
-    pub oversize_segments: CellStat,
+macro_rules! define_cell_stats {
+    (
+        arrays: [$($(#[$ad:meta])* $a:ident,)*],
+        counters: [$($(#[$cd:meta])* $c:ident,)*],
+        stats: [$($(#[$sd:meta])* $s:ident,)*],
+    ) => {
+        /// The statistics of a cell, field for field as [`MemoryStats`] (both expand the one
+        /// field list, `memory_stats_fields!`).
+        #[derive(Default)]
+        pub(crate) struct CellStats {
+            $(pub $a: CellArray,)*
+            $(pub $c: CellCounter,)*
+            $(pub $s: CellStat,)*
+        }
+
+        impl CellStats {
+            fn load(&self) -> MemoryStats {
+                MemoryStats {
+                    $($a: self.$a.load(),)*
+                    $($c: self.$c.load(),)*
+                    $($s: self.$s.load(),)*
+                    max_split_size: -1,
+                }
+            }
+
+            /// Adds every statistic of `other` (as [`MemoryStats::merge`]).
+            pub(crate) fn merge(&self, other: &MemoryStats) {
+                $(self.$a.merge(&other.$a);)*
+                $(self.$c.merge(other.$c);)*
+                $(self.$s.merge(&other.$s);)*
+            }
+
+            fn reset_peak(&self) {
+                $(self.$a.reset_peak();)*
+                $(self.$s.reset_peak();)*
+            }
+
+            fn reset_accumulated(&self) {
+                $(self.$a.reset_accumulated();)*
+                $(self.$s.reset_accumulated();)*
+                $(self.$c.0.store(0, R);)*
+            }
+        }
+    };
 }
 
-impl CellStats {
-    fn arrays(&self) -> [&CellArray; 9] {
-        [
-            &self.allocation,
-            &self.segment,
-            &self.active,
-            &self.inactive_split,
-            &self.allocated_bytes,
-            &self.reserved_bytes,
-            &self.active_bytes,
-            &self.inactive_split_bytes,
-            &self.requested_bytes,
-        ]
-    }
-
-    fn counters(&self) -> [&CellCounter; 5] {
-        [
-            &self.num_alloc_retries,
-            &self.num_ooms,
-            &self.num_sync_all_streams,
-            &self.num_device_alloc,
-            &self.num_device_free,
-        ]
-    }
-
-    fn load(&self) -> MemoryStats {
-        MemoryStats {
-            allocation: self.allocation.load(),
-            segment: self.segment.load(),
-            active: self.active.load(),
-            inactive_split: self.inactive_split.load(),
-            allocated_bytes: self.allocated_bytes.load(),
-            reserved_bytes: self.reserved_bytes.load(),
-            active_bytes: self.active_bytes.load(),
-            inactive_split_bytes: self.inactive_split_bytes.load(),
-            requested_bytes: self.requested_bytes.load(),
-            num_alloc_retries: self.num_alloc_retries.load(),
-            num_ooms: self.num_ooms.load(),
-            num_sync_all_streams: self.num_sync_all_streams.load(),
-            num_device_alloc: self.num_device_alloc.load(),
-            num_device_free: self.num_device_free.load(),
-            oversize_allocations: self.oversize_allocations.load(),
-            oversize_segments: self.oversize_segments.load(),
-            max_split_size: -1,
-        }
-    }
-
-    /// Adds every statistic of `other` (as [`MemoryStats::merge`]).
-    pub(crate) fn merge(&self, other: &MemoryStats) {
-        self.allocation.merge(&other.allocation);
-        self.segment.merge(&other.segment);
-        self.active.merge(&other.active);
-        self.inactive_split.merge(&other.inactive_split);
-        self.allocated_bytes.merge(&other.allocated_bytes);
-        self.reserved_bytes.merge(&other.reserved_bytes);
-        self.active_bytes.merge(&other.active_bytes);
-        self.inactive_split_bytes.merge(&other.inactive_split_bytes);
-        self.requested_bytes.merge(&other.requested_bytes);
-        self.num_alloc_retries.merge(other.num_alloc_retries);
-        self.num_ooms.merge(other.num_ooms);
-        self.num_sync_all_streams.merge(other.num_sync_all_streams);
-        self.num_device_alloc.merge(other.num_device_alloc);
-        self.num_device_free.merge(other.num_device_free);
-        self.oversize_allocations.merge(&other.oversize_allocations);
-        self.oversize_segments.merge(&other.oversize_segments);
-    }
-
-    fn reset_peak(&self) {
-        self.arrays().into_iter().for_each(CellArray::reset_peak);
-        self.oversize_allocations.reset_peak();
-        self.oversize_segments.reset_peak();
-    }
-
-    fn reset_accumulated(&self) {
-        self.arrays()
-            .into_iter()
-            .for_each(CellArray::reset_accumulated);
-        self.oversize_allocations.reset_accumulated();
-        self.oversize_segments.reset_accumulated();
-        for c in self.counters() {
-            c.0.store(0, R);
-        }
-    }
-}
+memory_stats_fields!(define_cell_stats);
 
 /// Reset generations of a device allocator: bumped by `reset_peak_stats` /
 /// `reset_accumulated_stats`, applied lazily by every cell.
