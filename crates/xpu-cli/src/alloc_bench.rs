@@ -6,6 +6,12 @@
 //! `mixed64_alloc_free_ns`: 64 live blocks of mixed sizes, then frees in interleaved order,
 //! per allocate + free; `threads{1,2,4,8,16}_pair_ns`: N threads, each on its own stream,
 //! 4 KiB allocate + free pairs, wall time per pair (all threads together).
+//!
+//! The floor, measured in the same run on the same thread: `malloc_free_ns`, the C library's
+//! `malloc` + `free` of 4 KiB (Rust's system allocator, which calls them for these sizes and
+//! alignments), and `mixed64_malloc_free_ns`, the mixed workload through `malloc`/`free`;
+//! `cached_alloc_free_over_malloc` and `mixed64_over_malloc` are the allocator's figures over
+//! them (1.0 would be a cached block handed back as cheaply as a thread-local free-list pop).
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -138,6 +144,46 @@ fn mixed_round(bench: &Bench) -> Result<(), AllocError> {
     Ok(())
 }
 
+/// One `malloc` + `free` of `size` bytes (the system allocator; the pointer escapes, so the
+/// pair is not optimized away).
+fn malloc_pair(size: usize) {
+    let block: Vec<u8> = Vec::with_capacity(size);
+    black_box(block.as_ptr());
+    drop(block);
+}
+
+/// The mixed workload through `malloc` / `free`: 64 blocks of [`MIXED_SIZES`], then frees
+/// of the even then the odd ones, as [`mixed_round`].
+fn malloc_mixed_round() {
+    let mut live: Vec<Option<Vec<u8>>> = Vec::with_capacity(64);
+    for i in 0..64 {
+        let size = usize::try_from(MIXED_SIZES[i % MIXED_SIZES.len()]).unwrap_or(usize::MAX);
+        let block: Vec<u8> = Vec::with_capacity(size);
+        black_box(block.as_ptr());
+        live.push(Some(block));
+    }
+    for start in [0, 1] {
+        for slot in live.iter_mut().skip(start).step_by(2) {
+            drop(slot.take());
+        }
+    }
+}
+
+/// `malloc_free_ns` and `mixed64_malloc_free_ns` (see the module docs).
+fn malloc_floor(budget: Duration) -> Result<(f64, f64), AllocError> {
+    malloc_pair(4096);
+    let pair = per_iteration(budget, |n| {
+        (0..n).for_each(|_| malloc_pair(4096));
+        Ok(())
+    })?;
+    malloc_mixed_round();
+    let round = per_iteration(budget, |n| {
+        (0..n).for_each(|_| malloc_mixed_round());
+        Ok(())
+    })?;
+    Ok((pair, round / 64.0))
+}
+
 /// 64 live blocks of mixed sizes, freed in interleaved order; ns per allocate + free.
 fn mixed64(bench: &Bench, budget: Duration) -> Result<f64, AllocError> {
     mixed_round(bench)?;
@@ -191,6 +237,17 @@ pub fn run_with_config(
         cached(&bench, 8 << 20, budget)?,
     );
     out.insert("mixed64_alloc_free_ns".to_owned(), mixed64(&bench, budget)?);
+    let (malloc_ns, mixed_malloc_ns) = malloc_floor(budget)?;
+    out.insert("malloc_free_ns".to_owned(), malloc_ns);
+    out.insert("mixed64_malloc_free_ns".to_owned(), mixed_malloc_ns);
+    out.insert(
+        "cached_alloc_free_over_malloc".to_owned(),
+        out["cached_alloc_free_ns"] / malloc_ns,
+    );
+    out.insert(
+        "mixed64_over_malloc".to_owned(),
+        out["mixed64_alloc_free_ns"] / mixed_malloc_ns,
+    );
     for n in THREADS {
         out.insert(format!("threads{n}_pair_ns"), threads(&bench, n, budget)?);
     }
@@ -215,7 +272,11 @@ mod tests {
             [
                 "cached_alloc_free_8m_ns",
                 "cached_alloc_free_ns",
+                "cached_alloc_free_over_malloc",
+                "malloc_free_ns",
                 "mixed64_alloc_free_ns",
+                "mixed64_malloc_free_ns",
+                "mixed64_over_malloc",
                 "threads16_pair_ns",
                 "threads1_pair_ns",
                 "threads2_pair_ns",
