@@ -55,18 +55,6 @@ impl<'a> DeviceRegion<'a> {
             _borrow: PhantomData,
         }
     }
-
-    /// The region's length in bytes.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for a zero-length region.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 /// Device memory a [`HostCopy`] can copy to or from: an OpenCL buffer region. Implemented
