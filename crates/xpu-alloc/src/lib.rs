@@ -14,6 +14,13 @@
 //! - [`replay`]: trace replay and its report.
 //! - [`observe`]: `memory_summary`, snapshots (JSON, and the pickle of PyTorch's memory
 //!   visualizer) and history recording ([`record_memory_history`]).
+//! - [`host`]: the pinned-host allocator, re-exported from the `xpu-host` crate (also at the
+//!   root: [`HostPtr`], [`HostCopy`], ...); [`DataPtr`] implements its [`DeviceMemory`].
+//!
+//! Contract: safe code cannot reach memory outside its own allocation (views and copy
+//! regions are borrowed from the [`DataPtr`] and bounded by its requested size); a block
+//! returns to the cache only after the markers of every stream that used it completed; no
+//! user code and no driver wait runs under an allocator lock.
 //!
 //! ```
 //! # fn main() -> Result<(), xpu_alloc::AllocError> {

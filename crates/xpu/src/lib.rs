@@ -8,7 +8,7 @@
 //! | OpenCL backend, devices, current device | `xpu-device` | [`xpu_device`], [`DeviceGuard`], [`DeviceProperties`] |
 //! | streams, pools, current stream | `xpu-stream` | [`xpu_stream`], [`Stream`], [`StreamGuard`], [`ExternalStream`] |
 //! | events | `xpu-event` | [`xpu_event`], [`Event`], [`EventFlags`], [`StreamExt`] |
-//! | caching device and pinned-host allocators (feature `alloc`) | `xpu-alloc` | `xpu_alloc`, `DataPtr`, `HostPtr` |
+//! | caching device and pinned-host allocators (feature `alloc`) | `xpu-alloc` (re-exporting `xpu-host`) | `xpu_alloc`, `DataPtr`, `HostPtr` |
 //! | lazy init, fork safety | `xpu-lazy` | [`xpu_lazy`], [`init`], [`is_initialized`] |
 //!
 //! # Cargo features
