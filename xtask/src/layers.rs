@@ -4,7 +4,8 @@
 //! Rules:
 //! - (a) a layer crate depends (normal and build dependencies) only on layer crates before it
 //!   in [`LAYERS`]; its dev-dependencies may also name itself. Other workspace packages
-//!   (xtask) depend on no layer crate.
+//!   (xtask) depend on no layer crate, except [`TEST_CRATE`], which depends only on layers up to
+//!   [`TEST_CRATE_ABOVE`] and which the layers above it name as a dev-dependency only.
 //! - (b) only [`UNSAFE_CRATE`] depends on the OpenCL bindings ([`FFI_CRATES`]).
 //! - (c) only [`UNSAFE_CRATE`] contains `unsafe`; every other crate root has
 //!   `#![forbid(unsafe_code)]`.
@@ -30,16 +31,24 @@ use crate::cmd::Cmd;
 use source::Line;
 
 /// The layer crates, lowest first: each may depend only on crates before it.
-pub(crate) const LAYERS: [&str; 8] = [
+pub(crate) const LAYERS: [&str; 9] = [
     "xpu-device",
     "xpu-stream",
     "xpu-event",
+    "xpu-host",
     "xpu-alloc",
     "xpu-kernel",
     "xpu-lazy",
     "xpu",
     "xpu-cli",
 ];
+
+/// The test-support crate: it depends (normally) only on layers up to [`TEST_CRATE_ABOVE`],
+/// and layer crates above that may name it under `[dev-dependencies]` only.
+pub(crate) const TEST_CRATE: &str = "xpu-testing";
+
+/// The highest layer [`TEST_CRATE`] may depend on.
+pub(crate) const TEST_CRATE_ABOVE: &str = "xpu-device";
 
 /// The one crate allowed to contain `unsafe` code and to use the OpenCL bindings.
 pub(crate) const UNSAFE_CRATE: &str = "xpu-device";
@@ -275,9 +284,47 @@ pub(crate) fn check_dependencies(
                     ),
                 });
             }
+            let above = layer_index(TEST_CRATE_ABOVE);
+            if dep.name == TEST_CRATE {
+                let message = if dep.kind != DepKind::Dev {
+                    Some(format!(
+                        "depends on {TEST_CRATE} ({}); test support is a dev-dependency only",
+                        dep.kind.section()
+                    ))
+                } else if layer_index(&p.name).is_some_and(|own| Some(own) <= above) {
+                    Some(format!(
+                        "depends on {TEST_CRATE} (dev-dependencies), which depends on it"
+                    ))
+                } else {
+                    None
+                };
+                if let Some(message) = message {
+                    out.push(Violation {
+                        krate: p.name.clone(),
+                        location: at(dep),
+                        message,
+                    });
+                }
+                continue;
+            }
             let Some(dep_index) = layer_index(&dep.name) else {
                 continue;
             };
+            if p.name == TEST_CRATE {
+                if Some(dep_index) > above {
+                    out.push(Violation {
+                        krate: p.name.clone(),
+                        location: at(dep),
+                        message: format!(
+                            "depends on {} ({}); {TEST_CRATE} may depend only on layers up to \
+                             {TEST_CRATE_ABOVE}",
+                            dep.name,
+                            dep.kind.section()
+                        ),
+                    });
+                }
+                continue;
+            }
             let message = match layer_index(&p.name) {
                 Some(own) => {
                     let allowed = match dep.kind {

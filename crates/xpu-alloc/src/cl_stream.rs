@@ -16,10 +16,7 @@ use crate::stream::{Marker, MarkerError, MarkerStream, StreamKey, StreamRef};
 /// The allocator's key of a stream.
 #[must_use]
 pub fn stream_key(stream: &Stream) -> StreamKey {
-    StreamKey::new(
-        u32::try_from(stream.device()).unwrap_or(u32::MAX),
-        stream.id(),
-    )
+    StreamKey::new(stream.device(), stream.id())
 }
 
 /// A real stream as the allocator sees it: the handle and, when it could be resolved at

@@ -6,7 +6,8 @@ use xpu_device::backend::{raw, Buffer, Kernel};
 use xpu_device::DeviceError;
 use xpu_stream::Stream;
 
-use crate::core::shard::Shard;
+use crate::caching::shard::Shard;
+use crate::caching::thread_cache::with_local;
 use crate::error::AllocError;
 use crate::source::SegmentMemory;
 use crate::stream::{StreamKey, StreamRef};
@@ -27,7 +28,7 @@ pub(crate) struct Live {
 /// empty: no block, address 0.
 pub struct DataPtr {
     pub(crate) live: Option<Live>,
-    device: u32,
+    device: usize,
     size: u64,
 }
 
@@ -55,7 +56,7 @@ impl DataPtr {
 
     /// An empty pointer (zero-size allocation) on `device`.
     #[must_use]
-    pub fn empty(device: u32) -> Self {
+    pub fn empty(device: usize) -> Self {
         Self {
             live: None,
             device,
@@ -78,7 +79,7 @@ impl DataPtr {
 
     /// Device index.
     #[must_use]
-    pub fn device(&self) -> u32 {
+    pub fn device(&self) -> usize {
         self.device
     }
 
@@ -226,10 +227,10 @@ impl DataPtr {
         if self.live.is_none() {
             return Ok(());
         }
-        if stream.device() != self.device as usize {
+        if stream.device() != self.device {
             return Err(AllocError::StreamDevice {
                 stream: stream.device(),
-                device: self.device as usize,
+                device: self.device,
             });
         }
         self.record_stream_ref(&crate::cl_stream::ClStream::try_shared(*stream)?);
@@ -269,7 +270,10 @@ impl Drop for DataPtr {
                 self.size,
                 live.shard.key.id,
             );
-            live.shard.free(live.block);
+            let shard = &live.shard;
+            with_local(&shard.shared, |local| {
+                shard.free(live.block, || local.stats())
+            });
         }
     }
 }
@@ -343,7 +347,7 @@ impl BlockView<'_> {
     }
 
     fn queue(&self, stream: &Stream) -> Result<xpu_stream::QueueRef, AllocError> {
-        let device = self.ptr.device() as usize;
+        let device = self.ptr.device();
         if stream.device() != device {
             return Err(AllocError::StreamDevice {
                 stream: stream.device(),

@@ -2,9 +2,9 @@
 
 use xpu_stream::Stream;
 
+use crate::caching::DeviceCore;
 use crate::cl_stream::{stream_key, ClStream};
 use crate::config::{AllocConfig, MemoryKind};
-use crate::core::DeviceCore;
 use crate::data_ptr::DataPtr;
 use crate::device_ptr::DevicePtr;
 use crate::error::{check_fork, AllocError};
@@ -32,10 +32,8 @@ impl DeviceAllocator {
     /// device's context cannot be created.
     pub fn new(device: usize, config: AllocConfig) -> Result<Self, AllocError> {
         check_fork()?;
-        let index =
-            u32::try_from(device).map_err(|_| AllocError::InvalidDevice { device: u32::MAX })?;
         if device >= xpu_device::device_count() {
-            return Err(AllocError::InvalidDevice { device: index });
+            return Err(AllocError::InvalidDevice { device });
         }
         let source = Box::new(BufferSource::new(device).map_err(device_error)?);
         let memory_kind = MemoryKind::Buffer;

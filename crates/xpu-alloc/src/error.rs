@@ -11,7 +11,7 @@ use crate::stream::MarkerError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OomReport {
     /// Device index.
-    pub device: u32,
+    pub device: usize,
     /// The requested size.
     pub requested: u64,
     /// The segment size the allocator tried to obtain (PyTorch's "Tried to allocate").
@@ -79,7 +79,7 @@ pub enum AllocError {
     #[error("XPU allocation of {requested} bytes can never succeed on device {device}: the largest single allocation is {max} bytes")]
     TooLarge {
         /// Device index.
-        device: u32,
+        device: usize,
         /// Requested size in bytes.
         requested: u64,
         /// Largest possible allocation in bytes.
@@ -101,7 +101,7 @@ pub enum AllocError {
     #[error("invalid device argument {device}: no such device")]
     InvalidDevice {
         /// The index given.
-        device: u32,
+        device: usize,
     },
     /// A stream of another device was given to a device's allocator.
     #[error("stream of device {stream} given to the allocator of device {device}")]

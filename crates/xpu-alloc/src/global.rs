@@ -59,9 +59,7 @@ fn slot(device: usize) -> Result<&'static OnceLock<DeviceAllocator>, AllocError>
     registry()
         .slots
         .get(device)
-        .ok_or(AllocError::InvalidDevice {
-            device: u32::try_from(device).unwrap_or(u32::MAX),
-        })
+        .ok_or(AllocError::InvalidDevice { device })
 }
 
 /// The allocator of `device`, created on first use.
@@ -243,7 +241,7 @@ pub fn record_stream(ptr: &DataPtr, stream: &Stream) -> Result<(), AllocError> {
     if ptr.is_empty() {
         return Ok(());
     }
-    device_allocator(ptr.device() as usize)?.record_stream(ptr, stream)
+    device_allocator(ptr.device())?.record_stream(ptr, stream)
 }
 
 /// Releases every cached unused segment of every device (as `torch.xpu.empty_cache`); a

@@ -11,9 +11,16 @@
 //! - [`DeviceAllocator`] and the crate-level functions ([`allocate`], [`record_stream`],
 //!   [`empty_cache`], [`memory_stats`], ...): one allocator per OpenCL device, created on
 //!   first use, over `xpu_stream` streams;
-//! - [`replay`]: trace replay and its report; [`bench`](mod@bench): allocator micro-benchmarks.
+//! - [`replay`]: trace replay and its report.
 //! - [`observe`]: `memory_summary`, snapshots (JSON, and the pickle of PyTorch's memory
 //!   visualizer) and history recording ([`record_memory_history`]).
+//! - [`host`]: the pinned-host allocator, re-exported from the `xpu-host` crate (also at the
+//!   root: [`HostPtr`], [`HostCopy`], ...); [`DataPtr`] implements its [`DeviceMemory`].
+//!
+//! Contract: safe code cannot reach memory outside its own allocation (views and copy
+//! regions are borrowed from the [`DataPtr`] and bounded by its requested size); a block
+//! returns to the cache only after the markers of every stream that used it completed; no
+//! user code and no driver wait runs under an allocator lock.
 //!
 //! ```
 //! # fn main() -> Result<(), xpu_alloc::AllocError> {
@@ -28,16 +35,15 @@
 //! ```
 #![forbid(unsafe_code)]
 
-pub mod bench;
+mod caching;
 mod cl_stream;
 pub mod config;
-mod core;
 mod data_ptr;
 mod device_allocator;
 mod device_ptr;
 mod error;
 mod global;
-pub mod host;
+mod host_copy;
 pub mod observe;
 pub mod replay;
 pub mod sim_stream;
@@ -46,9 +52,9 @@ pub mod source;
 pub mod stats;
 pub mod stream;
 
+pub use crate::caching::{BlockSnapshot, BlockState, DeviceCore, SegmentSnapshot};
 pub use crate::cl_stream::{stream_key, ClStream, EventMarker};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
-pub use crate::core::{BlockSnapshot, BlockState, DeviceCore, SegmentSnapshot};
 pub use crate::data_ptr::{BlockArgError, BlockView, DataPtr};
 pub use crate::device_allocator::DeviceAllocator;
 pub use crate::device_ptr::DevicePtr;
@@ -60,11 +66,6 @@ pub use crate::global::{
     raw_cl_mem_and_offset, raw_delete, record_stream, reset_accumulated_stats, reset_peak_stats,
     set_config, set_memory_fraction, with_raw_view, CONFIG_ENV,
 };
-pub use crate::host::{
-    host_allocate, host_allocate_on, host_empty_cache, host_memory_stats, host_record_event,
-    host_reset_accumulated_stats, host_reset_peak_stats, DeviceMemory, HostAllocator, HostCopy,
-    HostError, HostMemoryStats, HostPtr,
-};
 pub use crate::observe::device::{
     memory_history, memory_snapshot, memory_summary, record_memory_history,
 };
@@ -75,3 +76,10 @@ pub use crate::source::{
 };
 pub use crate::stats::{MemoryStats, Stat, StatArray};
 pub use crate::stream::{Marker, MarkerError, MarkerStream, StreamKey, StreamRef};
+/// The pinned-host allocator, re-exported from the `xpu-host` crate.
+pub use xpu_host as host;
+pub use xpu_host::{
+    host_allocate, host_allocate_on, host_empty_cache, host_memory_stats, host_record_event,
+    host_reset_accumulated_stats, host_reset_peak_stats, DeviceMemory, DeviceRegion, HostAllocator,
+    HostCopy, HostError, HostMemoryStats, HostPtr,
+};

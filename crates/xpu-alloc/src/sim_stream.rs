@@ -1,6 +1,6 @@
 //! Host streams for device-less use: markers complete when a test-controlled gate opens.
 //!
-//! A [`SimStream`] models a stream's pending work as a [`Gate`]: while the stream's current
+//! A [`SimStream`] models a stream's pending work as a [`SimGate`]: while the stream's current
 //! gate is closed, every marker recorded on it is incomplete; opening the gate completes
 //! them. [`Marker::wait`] models the device finishing the work: it opens the gate.
 //! [`MarkerStream::wait_marker`] makes later markers of the waiting stream also depend on
@@ -14,13 +14,14 @@ use parking_lot::Mutex;
 
 use crate::stream::{Marker, MarkerError, MarkerStream, StreamKey, StreamRef};
 
-/// A switch standing for a stream's outstanding work.
+/// A switch standing for a simulated stream's outstanding work (a plain flag; the device
+/// counterpart, a user event holding a real queue back, is `xpu_event::Gate`).
 #[derive(Debug, Default)]
-pub struct Gate {
+pub struct SimGate {
     open: AtomicBool,
 }
 
-impl Gate {
+impl SimGate {
     /// Opens the gate: markers waiting on it complete.
     pub fn open(&self) {
         self.open.store(true, Ordering::Release);
@@ -36,7 +37,7 @@ impl Gate {
 /// A marker of a [`SimStream`].
 #[derive(Debug, Clone)]
 pub struct SimMarker {
-    gate: Option<Arc<Gate>>,
+    gate: Option<Arc<SimGate>>,
     dependencies: Vec<SimMarker>,
 }
 
@@ -71,7 +72,7 @@ impl Marker for SimMarker {
 
 #[derive(Debug, Default)]
 struct SimState {
-    gate: Option<Arc<Gate>>,
+    gate: Option<Arc<SimGate>>,
     dependencies: Vec<SimMarker>,
     markers_recorded: u64,
     waits: u64,
@@ -102,8 +103,8 @@ impl SimStream {
 
     /// Starts outstanding work: markers recorded from now on stay incomplete until the
     /// returned gate (also reachable through [`SimStream::open_gate`]) opens.
-    pub fn close_gate(&self) -> Arc<Gate> {
-        let gate = Arc::new(Gate::default());
+    pub fn close_gate(&self) -> Arc<SimGate> {
+        let gate = Arc::new(SimGate::default());
         self.state.lock().gate = Some(gate.clone());
         gate
     }

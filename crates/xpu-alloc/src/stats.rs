@@ -9,69 +9,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::size::PoolKind;
 
-/// One statistic: current value, peak of the current value, and accumulated increases
-/// (`allocated`) and decreases (`freed`), as PyTorch's `Stat`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stat {
-    /// Current value.
-    pub current: i64,
-    /// Highest `current` since creation or the last [`Stat::reset_peak`].
-    pub peak: i64,
-    /// Sum of all increases since creation or the last [`Stat::reset_accumulated`].
-    pub allocated: i64,
-    /// Sum of all decreases since creation or the last [`Stat::reset_accumulated`].
-    pub freed: i64,
-}
+pub use xpu_host::Stat;
 
 fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-impl Stat {
-    /// Adds `n`: `current += n`, `peak = max(peak, current)`, `allocated += n`. Saturates
-    /// at the `i64` range (an `n` above `i64::MAX` counts as `i64::MAX`).
-    #[inline]
-    pub fn increase(&mut self, n: u64) {
-        let n = signed(n);
-        self.current = self.current.saturating_add(n);
-        self.peak = self.peak.max(self.current);
-        self.allocated = self.allocated.saturating_add(n);
-    }
-
-    /// Subtracts `n`: `current -= n`, `freed += n`. Saturates as [`Stat::increase`].
-    #[inline]
-    pub fn decrease(&mut self, n: u64) {
-        let n = signed(n);
-        self.current = self.current.saturating_sub(n);
-        self.freed = self.freed.saturating_add(n);
-    }
-
-    /// Sets `peak = current`.
-    pub fn reset_peak(&mut self) {
-        self.peak = self.current;
-    }
-
-    /// Sets `allocated = freed = 0`.
-    pub fn reset_accumulated(&mut self) {
-        self.allocated = 0;
-        self.freed = 0;
-    }
-
-    /// Adds every field of `other` (aggregation of per-thread cells; peaks add up to an
-    /// upper bound of the combined peak).
-    pub fn merge(&mut self, other: &Stat) {
-        self.current = self.current.saturating_add(other.current);
-        self.peak = self.peak.saturating_add(other.peak);
-        self.allocated = self.allocated.saturating_add(other.allocated);
-        self.freed = self.freed.saturating_add(other.freed);
-    }
-
-    fn flatten(&self, prefix: &str, out: &mut BTreeMap<String, i64>) {
-        out.insert(format!("{prefix}.current"), self.current);
-        out.insert(format!("{prefix}.peak"), self.peak);
-        out.insert(format!("{prefix}.allocated"), self.allocated);
-        out.insert(format!("{prefix}.freed"), self.freed);
-    }
+/// Writes `stat`'s four fields under `prefix` (`{prefix}.current`, ...).
+fn flatten_stat(stat: &Stat, prefix: &str, out: &mut BTreeMap<String, i64>) {
+    out.insert(format!("{prefix}.current"), stat.current);
+    out.insert(format!("{prefix}.peak"), stat.peak);
+    out.insert(format!("{prefix}.allocated"), stat.allocated);
+    out.insert(format!("{prefix}.freed"), stat.freed);
 }
 
 /// One [`Stat`] for all pools together and one per pool, as PyTorch's `StatArray`.
@@ -128,178 +77,124 @@ impl StatArray {
     }
 
     fn flatten(&self, prefix: &str, out: &mut BTreeMap<String, i64>) {
-        self.all.flatten(&format!("{prefix}.all"), out);
-        self.small_pool
-            .flatten(&format!("{prefix}.small_pool"), out);
-        self.large_pool
-            .flatten(&format!("{prefix}.large_pool"), out);
+        flatten_stat(&self.all, &format!("{prefix}.all"), out);
+        flatten_stat(&self.small_pool, &format!("{prefix}.small_pool"), out);
+        flatten_stat(&self.large_pool, &format!("{prefix}.large_pool"), out);
     }
 }
 
-/// All statistics of one device's allocator, as `torch.cuda.memory_stats` reports them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemoryStats {
-    /// Blocks handed out (count): +1 at hand-out, −1 at the free call.
-    pub allocation: StatArray,
-    /// Segments obtained from the device (count).
-    pub segment: StatArray,
-    /// Blocks handed out and not yet reusable (count): −1 when the free completes.
-    pub active: StatArray,
-    /// Free blocks inside split segments, which cannot be released (count).
-    pub inactive_split: StatArray,
-    /// Bytes of handed-out blocks (rounded sizes).
-    pub allocated_bytes: StatArray,
-    /// Bytes of segments obtained from the device.
-    pub reserved_bytes: StatArray,
-    /// Bytes of active blocks.
-    pub active_bytes: StatArray,
-    /// Bytes of inactive split blocks.
-    pub inactive_split_bytes: StatArray,
-    /// Requested (unrounded) bytes of active blocks.
-    pub requested_bytes: StatArray,
-    /// Allocations that succeeded only after releasing every cached segment.
-    pub num_alloc_retries: u64,
-    /// Allocations that failed with an out-of-memory error.
-    pub num_ooms: u64,
-    /// Times every outstanding stream marker was waited for (empty_cache, last OOM retry).
-    pub num_sync_all_streams: u64,
-    /// Segment allocations made on the device.
-    pub num_device_alloc: u64,
-    /// Segment releases made on the device.
-    pub num_device_free: u64,
-    /// Handed-out blocks of at least `max_split_size` bytes (count).
-    pub oversize_allocations: Stat,
-    /// Segments of at least `max_split_size` bytes (count).
-    pub oversize_segments: Stat,
-    /// The configured `max_split_size` in bytes, −1 when unlimited (as PyTorch reports it).
-    pub max_split_size: i64,
-}
-
-impl Default for MemoryStats {
-    fn default() -> Self {
-        Self {
-            allocation: StatArray::default(),
-            segment: StatArray::default(),
-            active: StatArray::default(),
-            inactive_split: StatArray::default(),
-            allocated_bytes: StatArray::default(),
-            reserved_bytes: StatArray::default(),
-            active_bytes: StatArray::default(),
-            inactive_split_bytes: StatArray::default(),
-            requested_bytes: StatArray::default(),
-            num_alloc_retries: 0,
-            num_ooms: 0,
-            num_sync_all_streams: 0,
-            num_device_alloc: 0,
-            num_device_free: 0,
-            oversize_allocations: Stat::default(),
-            oversize_segments: Stat::default(),
-            max_split_size: -1,
+/// The one list of [`MemoryStats`]' fields, by kind (per-pool arrays, counters, single
+/// statistics), with their docs: `memory_stats_fields!(m)` calls `m!` with the list. Every
+/// per-field definition and loop expands it: [`MemoryStats`] and its methods here, the
+/// per-thread statistics cell of the caching allocator (`caching/cell.rs`).
+macro_rules! memory_stats_fields {
+    ($then:ident) => {
+        $then! {
+            arrays: [
+                /// Blocks handed out (count): +1 at hand-out, −1 at the free call.
+                allocation,
+                /// Segments obtained from the device (count).
+                segment,
+                /// Blocks handed out and not yet reusable (count): −1 when the free completes.
+                active,
+                /// Free blocks inside split segments, which cannot be released (count).
+                inactive_split,
+                /// Bytes of handed-out blocks (rounded sizes).
+                allocated_bytes,
+                /// Bytes of segments obtained from the device.
+                reserved_bytes,
+                /// Bytes of active blocks.
+                active_bytes,
+                /// Bytes of inactive split blocks.
+                inactive_split_bytes,
+                /// Requested (unrounded) bytes of active blocks.
+                requested_bytes,
+            ],
+            counters: [
+                /// Allocations that succeeded only after releasing every cached segment.
+                num_alloc_retries,
+                /// Allocations that failed with an out-of-memory error.
+                num_ooms,
+                /// Times every outstanding stream marker was waited for (empty_cache, last OOM retry).
+                num_sync_all_streams,
+                /// Segment allocations made on the device.
+                num_device_alloc,
+                /// Segment releases made on the device.
+                num_device_free,
+            ],
+            stats: [
+                /// Handed-out blocks of at least `max_split_size` bytes (count).
+                oversize_allocations,
+                /// Segments of at least `max_split_size` bytes (count).
+                oversize_segments,
+            ],
         }
-    }
+    };
 }
+pub(crate) use memory_stats_fields;
 
-impl MemoryStats {
-    fn arrays_mut(&mut self) -> [&mut StatArray; 9] {
-        [
-            &mut self.allocation,
-            &mut self.segment,
-            &mut self.active,
-            &mut self.inactive_split,
-            &mut self.allocated_bytes,
-            &mut self.reserved_bytes,
-            &mut self.active_bytes,
-            &mut self.inactive_split_bytes,
-            &mut self.requested_bytes,
-        ]
-    }
+macro_rules! define_memory_stats {
+    (
+        arrays: [$($(#[$ad:meta])* $a:ident,)*],
+        counters: [$($(#[$cd:meta])* $c:ident,)*],
+        stats: [$($(#[$sd:meta])* $s:ident,)*],
+    ) => {
+        /// All statistics of one device's allocator, as `torch.cuda.memory_stats` reports them.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+        pub struct MemoryStats {
+            $($(#[$ad])* pub $a: StatArray,)*
+            $($(#[$cd])* pub $c: u64,)*
+            $($(#[$sd])* pub $s: Stat,)*
+            /// The configured `max_split_size` in bytes, −1 when unlimited (as PyTorch reports it).
+            pub max_split_size: i64,
+        }
 
-    /// Sets every peak to its current value (as `torch.cuda.reset_peak_memory_stats`).
-    pub fn reset_peak(&mut self) {
-        for array in self.arrays_mut() {
-            for stat in array.each_mut() {
-                stat.reset_peak();
+        impl Default for MemoryStats {
+            fn default() -> Self {
+                Self {
+                    $($a: StatArray::default(),)*
+                    $($c: 0,)*
+                    $($s: Stat::default(),)*
+                    max_split_size: -1,
+                }
             }
         }
-        self.oversize_allocations.reset_peak();
-        self.oversize_segments.reset_peak();
-    }
 
-    /// Zeroes every accumulated `allocated`/`freed` and the counters (`num_*`), as
-    /// `torch.cuda.reset_accumulated_memory_stats`.
-    pub fn reset_accumulated(&mut self) {
-        for array in self.arrays_mut() {
-            for stat in array.each_mut() {
-                stat.reset_accumulated();
+        impl MemoryStats {
+            /// Sets every peak to its current value (as `torch.cuda.reset_peak_memory_stats`).
+            pub fn reset_peak(&mut self) {
+                $(self.$a.each_mut().into_iter().for_each(Stat::reset_peak);)*
+                $(self.$s.reset_peak();)*
+            }
+
+            /// Zeroes every accumulated `allocated`/`freed` and the counters (`num_*`), as
+            /// `torch.cuda.reset_accumulated_memory_stats`.
+            pub fn reset_accumulated(&mut self) {
+                $(self.$a.each_mut().into_iter().for_each(Stat::reset_accumulated);)*
+                $(self.$s.reset_accumulated();)*
+                $(self.$c = 0;)*
+            }
+
+            /// Adds every statistic of `other` into `self` (`max_split_size` is left alone).
+            pub fn merge(&mut self, other: &MemoryStats) {
+                $(self.$a.merge(&other.$a);)*
+                $(self.$c = self.$c.saturating_add(other.$c);)*
+                $(self.$s.merge(&other.$s);)*
+            }
+
+            /// The statistics as sorted dotted keys, as Python's `torch.cuda.memory_stats()`
+            /// flattens them (e.g. `allocated_bytes.all.current`, `num_ooms`).
+            #[must_use]
+            pub fn flat(&self) -> BTreeMap<String, i64> {
+                let mut out = BTreeMap::new();
+                $(self.$a.flatten(stringify!($a), &mut out);)*
+                $(out.insert(stringify!($c).to_owned(), signed(self.$c));)*
+                $(flatten_stat(&self.$s, stringify!($s), &mut out);)*
+                out.insert("max_split_size".to_owned(), self.max_split_size);
+                out
             }
         }
-        self.oversize_allocations.reset_accumulated();
-        self.oversize_segments.reset_accumulated();
-        self.num_alloc_retries = 0;
-        self.num_ooms = 0;
-        self.num_sync_all_streams = 0;
-        self.num_device_alloc = 0;
-        self.num_device_free = 0;
-    }
-
-    /// Adds every statistic of `other` into `self` (`max_split_size` is left alone).
-    pub fn merge(&mut self, other: &MemoryStats) {
-        self.allocation.merge(&other.allocation);
-        self.segment.merge(&other.segment);
-        self.active.merge(&other.active);
-        self.inactive_split.merge(&other.inactive_split);
-        self.allocated_bytes.merge(&other.allocated_bytes);
-        self.reserved_bytes.merge(&other.reserved_bytes);
-        self.active_bytes.merge(&other.active_bytes);
-        self.inactive_split_bytes.merge(&other.inactive_split_bytes);
-        self.requested_bytes.merge(&other.requested_bytes);
-        self.num_alloc_retries = self
-            .num_alloc_retries
-            .saturating_add(other.num_alloc_retries);
-        self.num_ooms = self.num_ooms.saturating_add(other.num_ooms);
-        self.num_sync_all_streams = self
-            .num_sync_all_streams
-            .saturating_add(other.num_sync_all_streams);
-        self.num_device_alloc = self.num_device_alloc.saturating_add(other.num_device_alloc);
-        self.num_device_free = self.num_device_free.saturating_add(other.num_device_free);
-        self.oversize_allocations.merge(&other.oversize_allocations);
-        self.oversize_segments.merge(&other.oversize_segments);
-    }
-
-    /// The statistics as sorted dotted keys, as Python's `torch.cuda.memory_stats()`
-    /// flattens them (e.g. `allocated_bytes.all.current`, `num_ooms`).
-    #[must_use]
-    pub fn flat(&self) -> BTreeMap<String, i64> {
-        let mut out = BTreeMap::new();
-        let arrays: [(&str, &StatArray); 9] = [
-            ("allocation", &self.allocation),
-            ("segment", &self.segment),
-            ("active", &self.active),
-            ("inactive_split", &self.inactive_split),
-            ("allocated_bytes", &self.allocated_bytes),
-            ("reserved_bytes", &self.reserved_bytes),
-            ("active_bytes", &self.active_bytes),
-            ("inactive_split_bytes", &self.inactive_split_bytes),
-            ("requested_bytes", &self.requested_bytes),
-        ];
-        for (name, array) in arrays {
-            array.flatten(name, &mut out);
-        }
-        let counters = [
-            ("num_alloc_retries", self.num_alloc_retries),
-            ("num_ooms", self.num_ooms),
-            ("num_sync_all_streams", self.num_sync_all_streams),
-            ("num_device_alloc", self.num_device_alloc),
-            ("num_device_free", self.num_device_free),
-        ];
-        for (name, value) in counters {
-            out.insert(name.to_owned(), signed(value));
-        }
-        self.oversize_allocations
-            .flatten("oversize_allocations", &mut out);
-        self.oversize_segments
-            .flatten("oversize_segments", &mut out);
-        out.insert("max_split_size".to_owned(), self.max_split_size);
-        out
-    }
+    };
 }
+
+memory_stats_fields!(define_memory_stats);

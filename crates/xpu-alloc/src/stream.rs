@@ -14,7 +14,7 @@ use thiserror::Error;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StreamKey {
     /// Device index.
-    pub device: u32,
+    pub device: usize,
     /// Stream id, unique per device.
     pub id: u64,
 }
@@ -22,7 +22,7 @@ pub struct StreamKey {
 impl StreamKey {
     /// The key of stream `id` on device `device`.
     #[must_use]
-    pub const fn new(device: u32, id: u64) -> Self {
+    pub const fn new(device: usize, id: u64) -> Self {
         Self { device, id }
     }
 }

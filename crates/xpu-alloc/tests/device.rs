@@ -4,35 +4,16 @@
 //! `XPU_REQUIRE_DEVICE=1`.
 
 use xpu_alloc::{AllocConfig, AllocError, DeviceAllocator, DevicePtr, MemoryKind, StreamKey};
-use xpu_event::test_support::Gate;
+use xpu_event::Gate;
 use xpu_event::StreamExt;
 use xpu_stream::{ExternalStream, Stream};
+use xpu_testing::devices;
 
 const MIB: u64 = 1 << 20;
 
-fn devices(n: usize) -> bool {
-    let count = xpu_device::device_count();
-    if count >= n {
-        return true;
-    }
-    assert!(
-        !(count == 0 && xpu_device::require_device()),
-        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
-    );
-    eprintln!("skipped: needs {n} device(s), found {count} (two PoCL devices: POCL_DEVICES=\"pthread pthread\")");
-    false
-}
-
 /// A stream on its own queue, so gating it never holds back a pool stream of another test.
 fn fresh_stream(device: usize) -> ExternalStream {
-    let q = xpu_device::device(device)
-        .unwrap()
-        .create_queue(xpu_device::backend::QueueOptions {
-            profiling: true,
-            priority: None,
-        })
-        .unwrap();
-    ExternalStream::new(q, device).unwrap()
+    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
 }
 
 fn private(config: &str) -> DeviceAllocator {

@@ -9,31 +9,20 @@ use xpu_alloc::{
     AllocConfig, AllocError, BufferSource, DataPtr, DeviceAllocator, DeviceCore, SegmentSource,
     SourceError, SourceSegment,
 };
-use xpu_event::test_support::Gate;
 use xpu_event::Event;
+use xpu_event::Gate;
 use xpu_stream::{ExternalStream, Stream};
 
 const MIB: u64 = 1 << 20;
 
+/// Whether a device is there (quietly skipped otherwise; `XPU_REQUIRE_DEVICE=1` fails).
 fn device() -> bool {
-    let count = xpu_device::device_count();
-    assert!(
-        !(count == 0 && xpu_device::require_device()),
-        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
-    );
-    count > 0
+    xpu_testing::devices(1)
 }
 
 /// A stream on its own queue, so gating it never holds back a pool stream of another test.
 fn fresh_stream() -> ExternalStream {
-    let q = xpu_device::device(0)
-        .unwrap()
-        .create_queue(xpu_device::backend::QueueOptions {
-            profiling: true,
-            priority: None,
-        })
-        .unwrap();
-    ExternalStream::new(q, 0).unwrap()
+    ExternalStream::new(xpu_testing::fresh_queue(0), 0).unwrap()
 }
 
 fn private(config: &str) -> DeviceAllocator {
@@ -157,7 +146,7 @@ fn buffer_source_reports_a_size_above_the_max_allocation_as_too_large() {
 struct Claims(BufferSource);
 
 impl SegmentSource for Claims {
-    fn device(&self) -> u32 {
+    fn device(&self) -> usize {
         self.0.device()
     }
     fn name(&self) -> String {

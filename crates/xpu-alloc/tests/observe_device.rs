@@ -1,23 +1,11 @@
 //! The observability functions over the process's device allocators, on a real device.
 
 use xpu_alloc::TraceAction;
-
-/// Whether a device is there; skips with a message unless `XPU_REQUIRE_DEVICE=1`.
-fn have_device() -> bool {
-    if xpu_device::device_count() > 0 {
-        return true;
-    }
-    assert!(
-        !xpu_device::require_device(),
-        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
-    );
-    eprintln!("no OpenCL device found: skipping");
-    false
-}
+use xpu_testing::devices;
 
 #[test]
 fn history_snapshot_and_summary_of_the_device_allocator() {
-    if !have_device() {
+    if !devices(1) {
         return;
     }
     xpu_alloc::record_memory_history(true, 64).unwrap();

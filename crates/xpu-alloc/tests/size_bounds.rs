@@ -11,7 +11,7 @@ use xpu_alloc::{AllocConfig, AllocError, DeviceCore, Fault, SegmentSource, Simul
 
 const EIB: u64 = 1 << 60;
 
-fn huge_core(device: u32) -> (DeviceCore, Arc<SimulatedSource>) {
+fn huge_core(device: usize) -> (DeviceCore, Arc<SimulatedSource>) {
     let source = Arc::new(SimulatedSource::new(device, u64::MAX, u64::MAX));
     (
         DeviceCore::new(Box::new(source.clone()), AllocConfig::default()),
@@ -134,7 +134,7 @@ fn rounding_near_u64_max_stays_a_multiple_of_512() {
 #[test]
 fn snapshot_of_a_huge_device_index_is_a_typed_error() {
     if std::env::var("XPU_SCENARIO").as_deref() == Ok("huge_index_snapshot") {
-        let (core, _) = huge_core(u32::MAX);
+        let (core, _) = huge_core(u32::MAX as usize);
         let snapshot = core.memory_snapshot();
         println!("RESULT {:?}", snapshot.as_ref().map(|s| s.segments.len()));
         return;

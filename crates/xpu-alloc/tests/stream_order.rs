@@ -181,7 +181,7 @@ struct ReadingSource {
 }
 
 impl SegmentSource for ReadingSource {
-    fn device(&self) -> u32 {
+    fn device(&self) -> usize {
         self.inner.device()
     }
     fn name(&self) -> String {

@@ -8,28 +8,10 @@
 
 use xpu_alloc::{AllocConfig, AllocError, DeviceAllocator};
 use xpu_stream::ExternalStream;
-
-fn device() -> bool {
-    if xpu_device::device_count() >= 1 {
-        return true;
-    }
-    assert!(
-        !xpu_device::require_device(),
-        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
-    );
-    eprintln!("skipped: needs an OpenCL device");
-    false
-}
+use xpu_testing::devices;
 
 fn fresh_stream() -> ExternalStream {
-    let q = xpu_device::device(0)
-        .unwrap()
-        .create_queue(xpu_device::backend::QueueOptions {
-            profiling: false,
-            priority: None,
-        })
-        .unwrap();
-    ExternalStream::new(q, 0).unwrap()
+    ExternalStream::new(xpu_testing::fresh_queue(0), 0).unwrap()
 }
 
 fn private() -> DeviceAllocator {
@@ -38,7 +20,7 @@ fn private() -> DeviceAllocator {
 
 #[test]
 fn a_view_reads_and_writes_only_its_own_allocation() {
-    if !device() {
+    if !devices(1) {
         return;
     }
     let alloc = private();
@@ -112,7 +94,7 @@ fn a_view_refuses_a_stream_of_another_device() {
 
 #[test]
 fn raw_delete_during_a_raw_view_frees_the_block_when_the_view_ends() {
-    if !device() {
+    if !devices(1) {
         return;
     }
     let owner = fresh_stream();
@@ -165,7 +147,7 @@ fn raw_delete_during_a_raw_view_frees_the_block_when_the_view_ends() {
 
 #[test]
 fn empty_cache_during_a_raw_view_keeps_the_viewed_segment() {
-    if !device() {
+    if !devices(1) {
         return;
     }
     let owner = fresh_stream();

@@ -81,7 +81,7 @@ fn lazy_init_ms(device: usize) -> anyhow::Result<f64> {
     }
 }
 
-/// The allocator figures of [`xpu_alloc::bench`] on `device` (cached and mixed alloc/free,
+/// The allocator figures of [`crate::alloc_bench`] on `device` (cached and mixed alloc/free,
 /// thread scaling) with `config`, about 250 ms per figure (20 ms when `quick`).
 fn alloc_figures(
     device: usize,
@@ -89,8 +89,8 @@ fn alloc_figures(
     config: &AllocConfig,
 ) -> anyhow::Result<Vec<(String, f64)>> {
     let budget = Duration::from_millis(if quick { 20 } else { 250 });
-    Ok(xpu_alloc::bench::run_with_config(
-        xpu_alloc::bench::BenchTarget::Device(device),
+    Ok(crate::alloc_bench::run_with_config(
+        crate::alloc_bench::BenchTarget::Device(device),
         budget,
         config.clone(),
     )?
@@ -142,11 +142,11 @@ fn measure(
     );
     take(
         "stream_event",
-        xpu_event::bench::run(device).map_err(Into::into),
+        crate::event_bench::run(device).map_err(Into::into),
     );
     take("device_alloc", alloc_figures(device, quick, config));
     let host_cfg = if quick {
-        xpu_alloc::host::bench::BenchConfig {
+        crate::host_bench::BenchConfig {
             copy_bytes: 16 << 20,
             copies: 4,
             rounds: 2,
@@ -154,11 +154,11 @@ fn measure(
             alloc_size: 4096,
         }
     } else {
-        xpu_alloc::host::bench::BenchConfig::default()
+        crate::host_bench::BenchConfig::default()
     };
     take(
         "host_alloc",
-        xpu_alloc::host::bench::run_with(device, &host_cfg).map_err(Into::into),
+        crate::host_bench::run_with(device, &host_cfg).map_err(Into::into),
     );
     take(
         "kernel",

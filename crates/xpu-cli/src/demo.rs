@@ -138,7 +138,7 @@ fn replay_stage(args: &Args, device: usize) -> anyhow::Result<bool> {
 fn pipeline_stage(args: &Args, device: usize) -> anyhow::Result<bool> {
     let bytes = if args.quick { 1 << 20 } else { 64 << 20 };
     say("\n== two-stream pipeline (events order the streams; timings from profiling)\n")?;
-    let report = xpu_event::demo::two_stream_pipeline(device, bytes)?;
+    let report = crate::pipeline::two_stream_pipeline(device, bytes)?;
     say(&format!("{report}\n"))?;
     Ok(report.mismatched_bytes == 0)
 }

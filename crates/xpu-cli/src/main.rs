@@ -7,10 +7,14 @@
 // Output goes through `print_out` / `print_err`, which survive a closed pipe.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+mod alloc_bench;
 mod bench;
 mod bench_typed;
 mod demo;
+mod event_bench;
+mod host_bench;
 mod info;
+mod pipeline;
 mod plot;
 mod replay;
 mod replay_all;
@@ -135,6 +139,11 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    /// True when a device exists (see `xpu_testing::devices`).
+    pub(crate) fn device() -> bool {
+        xpu_testing::devices(1)
+    }
 
     #[test]
     fn cli_definition_is_valid() {

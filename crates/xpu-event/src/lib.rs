@@ -1,7 +1,6 @@
 //! `xpu-event`: events (record, query, synchronize, wait, elapsed_time), the stream methods
-//! that need them ([`StreamExt`]), a test [`Gate`](test_support::Gate), the figures of
-//! `xpu bench` ([`bench::run`]) and the two-stream pipeline of `xpu demo`
-//! ([`demo::two_stream_pipeline`]). Modeled on `torch.xpu.Event` / `torch.cuda.Event`.
+//! that need them ([`StreamExt`]) and a [`Gate`]: a user event that holds a stream's work
+//! back until the host opens it (for deterministic tests, ours and users'). Modeled on `torch.xpu.Event` / `torch.cuda.Event`.
 //!
 //! An [`Event`] is an OpenCL marker enqueued on a stream's queue at record time; creating an
 //! event creates nothing. Waiting is a barrier with a wait list, so the host never blocks.
@@ -23,14 +22,20 @@
 //! ```
 #![forbid(unsafe_code)]
 
-pub mod bench;
-pub mod demo;
 mod error;
 mod event;
 mod ext;
-pub mod test_support;
+mod gate;
 mod wait;
 
 pub use error::EventError;
 pub use event::{Event, EventFlags};
 pub use ext::StreamExt;
+pub use gate::Gate;
+
+/// The former home of [`Gate`], kept as an alias so `xpu_event::test_support::Gate` still
+/// names it.
+#[doc(hidden)]
+pub mod test_support {
+    pub use crate::gate::Gate;
+}

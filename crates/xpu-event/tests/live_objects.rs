@@ -7,7 +7,7 @@ mod common;
 
 use xpu_device::backend::wait_for_callbacks;
 use xpu_device::live_objects;
-use xpu_event::test_support::Gate;
+use xpu_event::Gate;
 use xpu_event::StreamExt;
 
 const WAITS: usize = 10_000;

@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::Arc;
 
-use xpu_event::test_support::Gate;
+use xpu_event::Gate;
 use xpu_event::{Event, StreamExt};
 use xpu_stream::{current_stream, get_stream_from_pool};
 

@@ -3,7 +3,7 @@
 mod common;
 
 use xpu_device::backend::{Buffer, MemFlags};
-use xpu_event::test_support::Gate;
+use xpu_event::Gate;
 use xpu_event::{Event, EventError, StreamExt};
 use xpu_stream::get_stream_from_pool;
 

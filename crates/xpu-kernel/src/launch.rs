@@ -202,7 +202,7 @@ impl<'a> Launch<'a> {
         }
         match arg.into() {
             Arg::Block(ptr) => {
-                let device = ptr.device() as usize;
+                let device = ptr.device();
                 if device != self.stream.device() {
                     return Err(KernelError::OtherDevice {
                         kernel: self.function.name().to_owned(),

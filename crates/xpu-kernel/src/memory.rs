@@ -171,7 +171,7 @@ pub trait DeviceRegion<T: Pod> {
     }
     /// The device index.
     fn device(&self) -> usize {
-        self.data_ptr().device() as usize
+        self.data_ptr().device()
     }
 }
 
@@ -298,7 +298,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// The device index.
     #[must_use]
     pub fn device(&self) -> usize {
-        self.ptr.device() as usize
+        self.ptr.device()
     }
 
     /// The allocator block (for the launch layer and `xpu_alloc` functions).
@@ -545,7 +545,7 @@ impl<T: Pod> std::fmt::Debug for DeviceSliceMut<'_, T> {
 }
 
 fn check_stream(stream: &Stream, ptr: &DataPtr) -> Result<(), MemoryError> {
-    let device = ptr.device() as usize;
+    let device = ptr.device();
     if stream.device() == device {
         Ok(())
     } else {

@@ -66,10 +66,9 @@ pub fn memory_stats_flat(device: Option<usize>) -> Result<BTreeMap<String, i64>>
 /// `InvalidDevice` for a bad index once the driver is initialized; `BadFork`.
 pub fn memory_summary(device: Option<usize>, abbreviated: bool) -> Result<String> {
     if !allocators_may_exist()? {
-        let index = u32::try_from(current(device)).unwrap_or(u32::MAX);
         return Ok(xpu_alloc::observe::memory_summary(
             &MemoryStats::default(),
-            index,
+            current(device),
             abbreviated,
         ));
     }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use xpu::xpu_event::test_support::Gate;
+use xpu::xpu_event::Gate;
 
 #[test]
 fn every_layer_refuses_at_once_in_a_bad_fork_child() {

@@ -39,6 +39,13 @@ fn good_workspace() -> Vec<Package> {
     packages
 }
 
+fn dep(name: &str, kind: DepKind) -> Dep {
+    Dep {
+        name: name.to_owned(),
+        kind,
+    }
+}
+
 fn no_manifest(_: &Path) -> Option<String> {
     None
 }
@@ -69,16 +76,42 @@ fn a_dependency_on_a_later_layer_is_named() {
 }
 
 #[test]
+fn the_test_crate_is_a_dev_dependency_above_the_device_crate_only() {
+    let mut ws = good_workspace();
+    ws.push(package(TEST_CRATE, &[(TEST_CRATE_ABOVE, DepKind::Normal)]));
+    let at = |ws: &[Package], name: &str| ws.iter().position(|p| p.name == name).unwrap();
+    let (stream, alloc, testing) = (
+        at(&ws, "xpu-stream"),
+        at(&ws, "xpu-alloc"),
+        at(&ws, TEST_CRATE),
+    );
+    ws[stream].deps.push(dep(TEST_CRATE, DepKind::Dev));
+    ws[alloc].deps.push(dep(TEST_CRATE, DepKind::Dev));
+    assert_eq!(check_dependencies(&ws, no_manifest), vec![]);
+    // Not as a normal dependency ...
+    ws[alloc].deps.push(dep(TEST_CRATE, DepKind::Normal));
+    // ... nor in the device crate it depends on ...
+    ws[0].deps.push(dep(TEST_CRATE, DepKind::Dev));
+    // ... and it depends on nothing above the device crate.
+    ws[testing].deps.push(dep("xpu-stream", DepKind::Normal));
+    let v = check_dependencies(&ws, no_manifest);
+    let named: Vec<&str> = v.iter().map(|v| v.krate.as_str()).collect();
+    assert_eq!(named, ["xpu-device", "xpu-alloc", TEST_CRATE], "{v:?}");
+    assert!(v[1].message.contains("dev-dependency only"), "{v:?}");
+}
+
+#[test]
 fn dev_dependencies_may_use_earlier_crates_only() {
     let mut ws = good_workspace();
+    let alloc = ws.iter().position(|p| p.name == "xpu-alloc").unwrap();
     // xpu-alloc's tests may use xpu-device (earlier) ...
-    ws[3].deps.push(Dep {
+    ws[alloc].deps.push(Dep {
         name: "xpu-device".to_owned(),
         kind: DepKind::Dev,
     });
     assert_eq!(check_dependencies(&ws, no_manifest), vec![]);
     // ... but not the facade (later).
-    ws[3].deps.push(Dep {
+    ws[alloc].deps.push(Dep {
         name: "xpu".to_owned(),
         kind: DepKind::Dev,
     });
@@ -98,12 +131,13 @@ fn dev_dependencies_may_use_earlier_crates_only() {
 #[test]
 fn only_the_device_crate_may_use_opencl() {
     let mut ws = good_workspace();
-    let at = |name: &str| LAYERS.iter().position(|l| *l == name).unwrap();
-    ws[at("xpu")].deps.push(Dep {
+    let at = |ws: &[Package], name: &str| ws.iter().position(|p| p.name == name).unwrap();
+    let (facade, cli) = (at(&ws, "xpu"), at(&ws, "xpu-cli"));
+    ws[facade].deps.push(Dep {
         name: "cl3".to_owned(),
         kind: DepKind::Dev,
     });
-    ws[at("xpu-cli")].deps.push(Dep {
+    ws[cli].deps.push(Dep {
         name: "opencl3".to_owned(),
         kind: DepKind::Normal,
     });

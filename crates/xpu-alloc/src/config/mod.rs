@@ -9,12 +9,18 @@
 //! | `roundup_power2_divisions` | power of two N, or `[MB:N,...,>:N]` (N power of two or 0) | 0 (off) |
 //! | `garbage_collection_threshold` | real in (0, 1) | 0 (off) |
 //! | `expandable_segments` | `False` (`True` is rejected as unsupported) | `False` |
-//! | `pinned_use_background_threads` | `True`/`False` (for the host allocator) | `False` |
-//! | `pinned_num_register_threads` | power of two ≤ 128 (for the host allocator) | 1 |
-//! | `pinned_reserve_segment_size_mb` | integer MiB > 0 (for the host allocator) | 0 |
+//! | `pinned_use_background_threads` | `True`/`False`: validated, no effect (see below) | `False` |
+//! | `pinned_num_register_threads` | power of two ≤ 128: validated, no effect | 1 |
+//! | `pinned_reserve_segment_size_mb` | integer MiB > 0: validated, no effect | 0 |
 //! | `memory_kind` | `buffer` (OpenCL buffers); `svm` is rejected (`ConfigError::Unsupported`: removed, SVM blocks had no copy or kernel-argument path) | `buffer` |
 //! | `release_policy` | `on_oom` (PyTorch's) or `before_grow` | `before_grow` |
 //! | `regrow_factor` | integer ≥ 1 (`before_grow` only) | 4 |
+//!
+//! The `pinned_*` keys configure PyTorch's pinned-host allocator. They are accepted (and their
+//! values checked) so that a PyTorch configuration string parses unchanged, but nothing reads
+//! them: the pinned-host allocator (xpu-host) registers no memory (OpenCL pins at creation,
+//! so there are no registration threads), frees on the caller's thread and reserves no
+//! segment up front.
 //!
 //! Booleans are case-sensitive `True`/`False`; whitespace is ignored. Each parse starts
 //! from the defaults, so a key not given again returns to its default.
@@ -86,12 +92,6 @@ pub struct AllocConfig {
     pub garbage_collection_threshold: f64,
     /// Always `false`: expandable segments are not provided.
     pub expandable_segments: bool,
-    /// Host allocator: free pinned blocks on a background thread.
-    pub pinned_use_background_threads: bool,
-    /// Host allocator: threads used to register pinned memory.
-    pub pinned_num_register_threads: u64,
-    /// Host allocator: size of a pinned segment reserved up front, in bytes (0: none).
-    pub pinned_reserve_segment_size: u64,
     /// Kind of device memory for new device allocators.
     pub memory_kind: MemoryKind,
     /// Release policy for idle cached segments.
@@ -110,9 +110,6 @@ impl Default for AllocConfig {
             roundup_power2_divisions: [0; ROUNDUP_INTERVALS],
             garbage_collection_threshold: 0.0,
             expandable_segments: false,
-            pinned_use_background_threads: false,
-            pinned_num_register_threads: 1,
-            pinned_reserve_segment_size: 0,
             memory_kind: MemoryKind::Buffer,
             release_policy: ReleasePolicy::default(),
             regrow_factor: 4,

@@ -246,8 +246,9 @@ fn apply(config: &mut AllocConfig, key: &str, value: &Value) -> Result<(), Confi
             }
             config.expandable_segments = false;
         }
+        // PyTorch's pinned-host keys: checked, then ignored (see the module docs).
         "pinned_use_background_threads" => {
-            config.pinned_use_background_threads = boolean(key, value)?
+            boolean(key, value)?;
         }
         "pinned_num_register_threads" => {
             const EXPECTED: &str = "a power of two between 1 and 128";
@@ -255,11 +256,9 @@ fn apply(config: &mut AllocConfig, key: &str, value: &Value) -> Result<(), Confi
             if !n.is_power_of_two() || n > 128 {
                 return Err(invalid(key, value, EXPECTED));
             }
-            config.pinned_num_register_threads = n;
         }
         "pinned_reserve_segment_size_mb" => {
-            config.pinned_reserve_segment_size =
-                megabytes(key, value, 1, "an integer number of MiB > 0")?;
+            megabytes(key, value, 1, "an integer number of MiB > 0")?;
         }
         "memory_kind" => {
             config.memory_kind = match scalar(key, value, "buffer")? {

@@ -14,10 +14,9 @@ use crate::global::{device_allocator, existing};
 /// # Errors
 /// [`AllocError::InvalidDevice`] for a bad index.
 pub fn memory_summary(device: usize, abbreviated: bool) -> Result<String, AllocError> {
-    let index = u32::try_from(device).unwrap_or(u32::MAX);
     Ok(match existing(device)? {
         Some(a) => a.core().memory_summary(abbreviated),
-        None => super::memory_summary(&crate::MemoryStats::default(), index, abbreviated),
+        None => super::memory_summary(&crate::MemoryStats::default(), device, abbreviated),
     })
 }
 

@@ -197,7 +197,7 @@ impl History {
 ///
 /// # Errors
 /// Any write error of `out`.
-pub fn write_trace(entries: &[TraceEntry], device: u32, out: &mut impl Write) -> io::Result<()> {
+pub fn write_trace(entries: &[TraceEntry], device: usize, out: &mut impl Write) -> io::Result<()> {
     writeln!(
         out,
         "# xpu-alloc memory history, device {device}, {} entries",
@@ -214,7 +214,7 @@ pub fn write_trace(entries: &[TraceEntry], device: u32, out: &mut impl Write) ->
 
 /// [`write_trace`] into a string.
 #[must_use]
-pub fn trace_text(entries: &[TraceEntry], device: u32) -> String {
+pub fn trace_text(entries: &[TraceEntry], device: usize) -> String {
     let mut out = Vec::new();
     // Writing to a Vec cannot fail.
     let _ = write_trace(entries, device, &mut out);

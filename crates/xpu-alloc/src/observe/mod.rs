@@ -45,8 +45,8 @@ pub enum ObserveError {
     #[error("device index {device} is beyond the largest a snapshot describes ({max})")]
     DeviceIndex {
         /// The device index.
-        device: u32,
+        device: usize,
         /// The largest index allowed.
-        max: u32,
+        max: usize,
     },
 }

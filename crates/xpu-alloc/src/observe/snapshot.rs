@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::history::{TraceAction, TraceEntry};
 use super::ObserveError;
+use crate::caching::{BlockState, DeviceCore, SegmentSnapshot};
 use crate::config::AllocConfig;
-use crate::core::{BlockState, DeviceCore, SegmentSnapshot};
 use crate::size::PoolKind;
 
 /// A stack frame (`filename`, `line`, `name`). The allocator records no stacks, so every
@@ -42,7 +42,7 @@ pub struct BlockDict {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SegmentDict {
     /// Device index.
-    pub device: u32,
+    pub device: usize,
     /// Device address of the first byte.
     pub address: u64,
     /// Sum of the block sizes.
@@ -158,7 +158,7 @@ fn state_name(state: BlockState) -> &'static str {
     }
 }
 
-fn segment_dict(device: u32, s: &SegmentSnapshot) -> SegmentDict {
+fn segment_dict(device: usize, s: &SegmentSnapshot) -> SegmentDict {
     let (mut allocated, mut active, mut requested) = (0, 0, 0);
     for b in &s.blocks {
         if b.state == BlockState::Allocated {
@@ -201,7 +201,7 @@ fn segment_dict(device: u32, s: &SegmentSnapshot) -> SegmentDict {
 
 /// Largest device index a [`MemorySnapshot`] describes: `device_traces` holds one list per
 /// index up to the device's, so the index bounds the snapshot's size.
-pub const MAX_SNAPSHOT_DEVICE: u32 = 1023;
+pub const MAX_SNAPSHOT_DEVICE: usize = 1023;
 
 impl MemorySnapshot {
     /// The snapshot of device `device` from its segments, its history (oldest first) and its
@@ -210,7 +210,7 @@ impl MemorySnapshot {
     /// # Errors
     /// [`ObserveError::DeviceIndex`] when `device` exceeds [`MAX_SNAPSHOT_DEVICE`].
     pub fn new(
-        device: u32,
+        device: usize,
         segments: &[SegmentSnapshot],
         history: &[TraceEntry],
         config: &AllocConfig,
@@ -224,7 +224,7 @@ impl MemorySnapshot {
         let mut out = Self::empty(config);
         out.segments = segments.iter().map(|s| segment_dict(device, s)).collect();
         out.segments.sort_by_key(|s| s.address);
-        let index = device as usize;
+        let index = device;
         out.device_traces.resize(index + 1, Vec::new());
         out.device_traces[index] = history.iter().map(TraceEntryDict::from).collect();
         Ok(out)

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::core::DeviceCore;
+use crate::caching::DeviceCore;
 use crate::stats::{MemoryStats, Stat, StatArray};
 
 /// Width of every line inside the surrounding `|` characters.
@@ -89,7 +89,7 @@ fn padded(text: String) -> String {
 /// cells use no prefix, K or M (the next while it is at least 750,000). Every line is
 /// wrapped in `|` and ends with a newline.
 #[must_use]
-pub fn memory_summary(stats: &MemoryStats, device: u32, abbreviated: bool) -> String {
+pub fn memory_summary(stats: &MemoryStats, device: usize, abbreviated: bool) -> String {
     let heavy = "=".repeat(WIDTH);
     let light = "-".repeat(WIDTH);
     let mut lines = vec![

@@ -23,8 +23,8 @@ use thiserror::Error;
 pub use parse::{read_trace, Action, Trace, TraceEvent};
 pub use report::{ReplayReport, ReplaySeries};
 
+use crate::caching::DeviceCore;
 use crate::config::{AllocConfig, ConfigError};
-use crate::core::DeviceCore;
 use crate::error::AllocError;
 use crate::sim_stream::SimStream;
 use crate::size::GIB;

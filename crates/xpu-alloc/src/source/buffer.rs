@@ -15,7 +15,7 @@ const RANGE_ALIGN: u64 = 2 << 20;
 /// `(cl_mem, offset)` for kernels.
 pub struct BufferSource {
     device: &'static xpu_device::Device,
-    index: u32,
+    index: usize,
     next_address: Mutex<u64>,
 }
 
@@ -27,12 +27,10 @@ impl BufferSource {
     pub fn new(index: usize) -> Result<Self, DeviceError> {
         let device = xpu_device::device(index)?;
         device.context()?;
-        let index = u32::try_from(index)
-            .map_err(|_| DeviceError::InvalidArgument(format!("device index {index}")))?;
         Ok(Self {
             device,
             index,
-            next_address: Mutex::new((u64::from(index) + 1) << 44),
+            next_address: Mutex::new((index as u64 + 1) << 44),
         })
     }
 }
@@ -58,7 +56,7 @@ pub(super) fn classify(error: &DeviceError, size: u64) -> SourceError {
 }
 
 impl SegmentSource for BufferSource {
-    fn device(&self) -> u32 {
+    fn device(&self) -> usize {
         self.index
     }
 
@@ -89,7 +87,7 @@ impl SegmentSource for BufferSource {
             *next = next.saturating_add(size.div_ceil(RANGE_ALIGN).saturating_mul(RANGE_ALIGN));
             address
         };
-        xpu_device::note_reserved(self.index as usize, i64::try_from(size).unwrap_or(i64::MAX));
+        xpu_device::note_reserved(self.index, i64::try_from(size).unwrap_or(i64::MAX));
         Ok(SourceSegment {
             address,
             size,
@@ -98,10 +96,7 @@ impl SegmentSource for BufferSource {
     }
 
     fn free(&self, segment: SourceSegment) {
-        xpu_device::note_reserved(
-            self.index as usize,
-            -i64::try_from(segment.size).unwrap_or(i64::MAX),
-        );
+        xpu_device::note_reserved(self.index, -i64::try_from(segment.size).unwrap_or(i64::MAX));
         // Dropping the buffer releases it; the driver keeps it until queued work is done.
         drop(segment);
     }

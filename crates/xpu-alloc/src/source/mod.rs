@@ -55,7 +55,7 @@ pub enum SourceError {
 /// A provider of device memory segments for one device.
 pub trait SegmentSource: Send + Sync + 'static {
     /// Index of the device.
-    fn device(&self) -> u32;
+    fn device(&self) -> usize;
     /// Short description for messages and reports (e.g. the device name).
     fn name(&self) -> String;
     /// Total device memory in bytes.
@@ -90,7 +90,7 @@ pub trait SegmentSource: Send + Sync + 'static {
 
 /// A shared source (lets a caller keep a handle on the source an allocator owns).
 impl<T: SegmentSource + ?Sized> SegmentSource for std::sync::Arc<T> {
-    fn device(&self) -> u32 {
+    fn device(&self) -> usize {
         (**self).device()
     }
     fn name(&self) -> String {

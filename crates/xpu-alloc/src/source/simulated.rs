@@ -41,7 +41,7 @@ enum FaultKey {
 /// by benchmarks.
 #[derive(Debug)]
 pub struct SimulatedSource {
-    device: u32,
+    device: usize,
     capacity: u64,
     max_alloc: u64,
     state: Mutex<State>,
@@ -51,7 +51,7 @@ impl SimulatedSource {
     /// A simulated device `device` of `capacity` bytes whose largest single allocation is
     /// `max_alloc` bytes.
     #[must_use]
-    pub fn new(device: u32, capacity: u64, max_alloc: u64) -> Self {
+    pub fn new(device: usize, capacity: u64, max_alloc: u64) -> Self {
         Self {
             device,
             capacity,
@@ -95,7 +95,7 @@ impl SimulatedSource {
 }
 
 impl SegmentSource for SimulatedSource {
-    fn device(&self) -> u32 {
+    fn device(&self) -> usize {
         self.device
     }
 

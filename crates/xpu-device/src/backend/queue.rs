@@ -151,9 +151,9 @@ impl CommandQueue {
         &self,
         function: &'static str,
         wait: &[&ClEvent],
-    ) -> Result<Vec<raw::cl_event>, ClError> {
+    ) -> Result<WaitList, ClError> {
         if wait.is_empty() {
-            return Ok(Vec::new());
+            return Ok(WaitList(Vec::new()));
         }
         let ctx = self.context_raw()?;
         for e in wait {
@@ -161,7 +161,7 @@ impl CommandQueue {
                 return Err(ClError::new(function, CODE_INVALID_CONTEXT));
             }
         }
-        Ok(wait_list(wait))
+        Ok(WaitList(wait_list(wait)))
     }
 
     /// The raw `cl_command_queue`, valid while `self` lives.
@@ -248,15 +248,10 @@ impl CommandQueue {
     /// A failed `clEnqueueMarkerWithWaitList`.
     pub fn enqueue_marker(&self, wait: &[&ClEvent]) -> Result<ClEvent, ClError> {
         let list = self.checked_wait_list("clEnqueueMarkerWithWaitList", wait)?;
-        let ptr = if list.is_empty() {
-            ptr::null()
-        } else {
-            list.as_ptr()
-        };
-        // SAFETY: the queue is live and `list` holds `list.len()` live events for the call
+        // SAFETY: the queue is live and `list` holds `list.count()` live events for the call
         // (clEnqueueMarkerWithWaitList, §5.12).
         let e = cl("clEnqueueMarkerWithWaitList", unsafe {
-            clq::enqueue_marker_with_wait_list(self.0, list.len() as u32, ptr)
+            clq::enqueue_marker_with_wait_list(self.0, list.count(), list.ptr())
         })?;
         Ok(ClEvent::from_owned(e))
     }
@@ -268,14 +263,9 @@ impl CommandQueue {
     /// A failed `clEnqueueBarrierWithWaitList`.
     pub fn enqueue_barrier(&self, wait: &[&ClEvent]) -> Result<ClEvent, ClError> {
         let list = self.checked_wait_list("clEnqueueBarrierWithWaitList", wait)?;
-        let ptr = if list.is_empty() {
-            ptr::null()
-        } else {
-            list.as_ptr()
-        };
         // SAFETY: as in enqueue_marker (clEnqueueBarrierWithWaitList, §5.12).
         let e = cl("clEnqueueBarrierWithWaitList", unsafe {
-            clq::enqueue_barrier_with_wait_list(self.0, list.len() as u32, ptr)
+            clq::enqueue_barrier_with_wait_list(self.0, list.count(), list.ptr())
         })?;
         Ok(ClEvent::from_owned(e))
     }
@@ -352,11 +342,6 @@ impl CommandQueue {
         check_range("copy source", src_offset, len, src.size())?;
         check_range("copy destination", dst_offset, len, dst.size())?;
         let list = self.checked_wait_list("clEnqueueCopyBuffer", wait)?;
-        let lp = if list.is_empty() {
-            ptr::null()
-        } else {
-            list.as_ptr()
-        };
         // SAFETY: both buffers are live cl_mem objects (the runtime keeps them alive until the
         // command completes, §5.5.1), ranges were checked, and `list` outlives the call.
         let e = cl("clEnqueueCopyBuffer", unsafe {
@@ -367,8 +352,8 @@ impl CommandQueue {
                 src_offset,
                 dst_offset,
                 len,
-                list.len() as u32,
-                lp,
+                list.count(),
+                list.ptr(),
             )
         })?;
         Ok(ClEvent::from_owned(e))
@@ -395,11 +380,6 @@ impl CommandQueue {
         }
         check_range("fill", offset, len, dst.size())?;
         let list = self.checked_wait_list("clEnqueueFillBuffer", wait)?;
-        let lp = if list.is_empty() {
-            ptr::null()
-        } else {
-            list.as_ptr()
-        };
         // SAFETY: the pattern is copied by the driver before the call returns (§5.2.3: "the
         // memory associated with pattern can be reused or freed after the function returns"),
         // the range was checked, and the buffer is kept alive by the runtime.
@@ -411,8 +391,8 @@ impl CommandQueue {
                 p,
                 offset,
                 len,
-                list.len() as u32,
-                lp,
+                list.count(),
+                list.ptr(),
             )
         })?;
         Ok(ClEvent::from_owned(e))
@@ -444,12 +424,7 @@ impl CommandQueue {
         check_range("pinned write destination", dst_offset, len, dst.size())?;
         let after = src.order_after_conflicts(DeviceAccess::Reads, self)?;
         let mut list = self.checked_wait_list("clEnqueueWriteBuffer", wait)?;
-        list.extend(after.iter().map(ClEvent::as_raw));
-        let lp = if list.is_empty() {
-            ptr::null()
-        } else {
-            list.as_ptr()
-        };
+        list.0.extend(after.iter().map(ClEvent::as_raw));
         // SAFETY: `src.host_ptr()+src_offset .. +len` lies inside the live mapping (checked).
         // The device only reads it, as may other holders of `&src`; `track` below holds a
         // clone of the mapping until the command completes (§5.2.2: ptr must stay valid until
@@ -462,8 +437,8 @@ impl CommandQueue {
                 dst_offset,
                 len,
                 src.host_ptr().add(src_offset).cast_const().cast(),
-                list.len() as u32,
-                lp,
+                list.count(),
+                list.ptr(),
             )
         })?;
         let ev = ClEvent::from_owned(e);
@@ -496,12 +471,7 @@ impl CommandQueue {
         check_range("pinned read destination", dst_offset, len, dst.len())?;
         let after = dst.order_after_conflicts(DeviceAccess::Writes, self)?;
         let mut list = self.checked_wait_list("clEnqueueReadBuffer", wait)?;
-        list.extend(after.iter().map(ClEvent::as_raw));
-        let lp = if list.is_empty() {
-            ptr::null()
-        } else {
-            list.as_ptr()
-        };
+        list.0.extend(after.iter().map(ClEvent::as_raw));
         // SAFETY: the destination range lies inside the live mapping (checked); `&mut dst`
         // means no host borrow of the bytes is live now, and `track` below makes every later
         // host access wait for the command and keeps the mapping alive until it completes
@@ -514,8 +484,8 @@ impl CommandQueue {
                 src_offset,
                 len,
                 dst.host_ptr().add(dst_offset).cast(),
-                list.len() as u32,
-                lp,
+                list.count(),
+                list.ptr(),
             )
         })?;
         let ev = ClEvent::from_owned(e);
@@ -567,11 +537,6 @@ impl CommandQueue {
         }
         kernel.check_all_set()?;
         let list = self.checked_wait_list("clEnqueueNDRangeKernel", wait)?;
-        let lp = if list.is_empty() {
-            ptr::null()
-        } else {
-            list.as_ptr()
-        };
         // SAFETY: the kernel is live with every argument set through Kernel's checked setters
         // (kinds and contexts match the parameters; buffers held by the kernel); the work
         // sizes and wait list outlive the call (§5.10). What the kernel code does is the
@@ -584,8 +549,8 @@ impl CommandQueue {
                 ptr::null(),
                 global.as_ptr(),
                 local.map_or(ptr::null(), |l| l.as_ptr()),
-                list.len() as u32,
-                lp,
+                list.count(),
+                list.ptr(),
             )
         })?;
         Ok(ClEvent::from_owned(e))
@@ -618,3 +583,26 @@ impl PartialEq for CommandQueue {
     }
 }
 impl Eq for CommandQueue {}
+
+/// A command's raw wait list in the form every `clEnqueue*` call takes: a count, and a pointer
+/// that is null for an empty list (OpenCL 3.0 §5.13: a non-null list with a zero count is
+/// `CL_INVALID_EVENT_WAIT_LIST`). The events stay retained by their `ClEvent`s, which the
+/// caller borrows for the call.
+struct WaitList(Vec<raw::cl_event>);
+
+impl WaitList {
+    /// The number of events, as the `num_events_in_wait_list` argument.
+    #[allow(clippy::cast_possible_truncation)] // a wait list never holds 2^32 events
+    fn count(&self) -> u32 {
+        self.0.len() as u32
+    }
+
+    /// The `event_wait_list` argument: null when empty, else valid while `self` lives.
+    fn ptr(&self) -> *const raw::cl_event {
+        if self.0.is_empty() {
+            ptr::null()
+        } else {
+            self.0.as_ptr()
+        }
+    }
+}

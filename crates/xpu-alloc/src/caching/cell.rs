@@ -1,0 +1,384 @@
+//! A statistics cell with one writer at a time and lock-free readers (a sequence lock).
+//!
+//! Each thread's cell is written only by its thread (the cached path then makes plain
+//! relaxed loads and stores: no read-modify-write, no lock); readers copy a cell between
+//! two reads of its sequence word and retry while a write is in progress, so a read sees
+//! the cell between two operations. Resets requested by other threads are not written into
+//! the cell: they bump a generation that readers apply to their copy and the owner applies
+//! at its next write.
+
+use std::sync::atomic::{fence, AtomicI64, AtomicU64, Ordering};
+
+use crate::size::PoolKind;
+use crate::stats::{memory_stats_fields, MemoryStats, Stat, StatArray};
+
+const R: Ordering = Ordering::Relaxed;
+
+/// One [`Stat`] of a cell; updated by the cell's single writer with load + store.
+#[derive(Default)]
+pub(crate) struct CellStat {
+    current: AtomicI64,
+    peak: AtomicI64,
+    allocated: AtomicI64,
+    freed: AtomicI64,
+}
+
+fn add(word: &AtomicI64, n: i64) {
+    word.store(word.load(R).wrapping_add(n), R);
+}
+
+/// Adds to an accumulated total (`allocated`, `freed`): saturates at `i64::MAX` instead of
+/// wrapping negative after 8 EiB of traffic.
+fn accumulate(word: &AtomicI64, n: i64) {
+    word.store(word.load(R).saturating_add(n), R);
+}
+
+impl CellStat {
+    /// As [`Stat::increase`].
+    #[inline]
+    pub(crate) fn increase(&self, n: u64) {
+        // Currents stay within i64: requests are capped at 1 EiB and reserved bytes at
+        // `i64::MAX` (see `device_wide::MAX_RESERVED`).
+        #[allow(clippy::cast_possible_wrap)]
+        let n = n as i64;
+        let current = self.current.load(R).wrapping_add(n);
+        self.current.store(current, R);
+        if current > self.peak.load(R) {
+            self.peak.store(current, R);
+        }
+        accumulate(&self.allocated, n);
+    }
+
+    /// As [`Stat::decrease`].
+    #[inline]
+    pub(crate) fn decrease(&self, n: u64) {
+        #[allow(clippy::cast_possible_wrap)]
+        let n = n as i64;
+        add(&self.current, n.wrapping_neg());
+        accumulate(&self.freed, n);
+    }
+
+    fn load(&self) -> Stat {
+        Stat {
+            current: self.current.load(R),
+            peak: self.peak.load(R),
+            allocated: self.allocated.load(R),
+            freed: self.freed.load(R),
+        }
+    }
+
+    fn merge(&self, other: &Stat) {
+        let mut s = self.load();
+        s.merge(other);
+        self.current.store(s.current, R);
+        self.peak.store(s.peak, R);
+        self.allocated.store(s.allocated, R);
+        self.freed.store(s.freed, R);
+    }
+
+    fn reset_peak(&self) {
+        self.peak.store(self.current.load(R), R);
+    }
+
+    fn reset_accumulated(&self) {
+        self.allocated.store(0, R);
+        self.freed.store(0, R);
+    }
+}
+
+/// One [`StatArray`] of a cell. `all` is not stored but derived: its current, allocated
+/// and freed values are the sums of the two pools'; only its peak is kept.
+#[derive(Default)]
+pub(crate) struct CellArray {
+    all_peak: AtomicI64,
+    small_pool: CellStat,
+    large_pool: CellStat,
+}
+
+impl CellArray {
+    /// As [`StatArray::increase`].
+    #[inline]
+    pub(crate) fn increase(&self, pool: PoolKind, n: u64) {
+        let (this, other) = match pool {
+            PoolKind::Small => (&self.small_pool, &self.large_pool),
+            PoolKind::Large => (&self.large_pool, &self.small_pool),
+        };
+        this.increase(n);
+        let all = this.current.load(R).wrapping_add(other.current.load(R));
+        if all > self.all_peak.load(R) {
+            self.all_peak.store(all, R);
+        }
+    }
+
+    /// As [`StatArray::decrease`].
+    #[inline]
+    pub(crate) fn decrease(&self, pool: PoolKind, n: u64) {
+        match pool {
+            PoolKind::Small => self.small_pool.decrease(n),
+            PoolKind::Large => self.large_pool.decrease(n),
+        }
+    }
+
+    fn load(&self) -> StatArray {
+        let small_pool = self.small_pool.load();
+        let large_pool = self.large_pool.load();
+        let all = Stat {
+            current: small_pool.current.wrapping_add(large_pool.current),
+            peak: self.all_peak.load(R),
+            allocated: small_pool.allocated.wrapping_add(large_pool.allocated),
+            freed: small_pool.freed.wrapping_add(large_pool.freed),
+        };
+        StatArray {
+            all,
+            small_pool,
+            large_pool,
+        }
+    }
+
+    fn merge(&self, other: &StatArray) {
+        self.all_peak
+            .store(self.all_peak.load(R).saturating_add(other.all.peak), R);
+        self.small_pool.merge(&other.small_pool);
+        self.large_pool.merge(&other.large_pool);
+    }
+
+    fn reset_peak(&self) {
+        self.small_pool.reset_peak();
+        self.large_pool.reset_peak();
+        let all = self
+            .small_pool
+            .current
+            .load(R)
+            .wrapping_add(self.large_pool.current.load(R));
+        self.all_peak.store(all, R);
+    }
+
+    fn reset_accumulated(&self) {
+        self.small_pool.reset_accumulated();
+        self.large_pool.reset_accumulated();
+    }
+}
+
+/// A counter of a cell (`num_*`).
+#[derive(Default)]
+pub(crate) struct CellCounter(AtomicU64);
+
+impl CellCounter {
+    /// Adds one.
+    #[inline]
+    pub(crate) fn bump(&self) {
+        self.0.store(self.0.load(R).wrapping_add(1), R);
+    }
+
+    fn load(&self) -> u64 {
+        self.0.load(R)
+    }
+
+    fn merge(&self, n: u64) {
+        self.0.store(self.0.load(R).wrapping_add(n), R);
+    }
+}
+
+macro_rules! define_cell_stats {
+    (
+        arrays: [$($(#[$ad:meta])* $a:ident,)*],
+        counters: [$($(#[$cd:meta])* $c:ident,)*],
+        stats: [$($(#[$sd:meta])* $s:ident,)*],
+    ) => {
+        /// The statistics of a cell, field for field as [`MemoryStats`] (both expand the one
+        /// field list, `memory_stats_fields!`).
+        #[derive(Default)]
+        pub(crate) struct CellStats {
+            $(pub $a: CellArray,)*
+            $(pub $c: CellCounter,)*
+            $(pub $s: CellStat,)*
+        }
+
+        impl CellStats {
+            fn load(&self) -> MemoryStats {
+                MemoryStats {
+                    $($a: self.$a.load(),)*
+                    $($c: self.$c.load(),)*
+                    $($s: self.$s.load(),)*
+                    max_split_size: -1,
+                }
+            }
+
+            /// Adds every statistic of `other` (as [`MemoryStats::merge`]).
+            pub(crate) fn merge(&self, other: &MemoryStats) {
+                $(self.$a.merge(&other.$a);)*
+                $(self.$c.merge(other.$c);)*
+                $(self.$s.merge(&other.$s);)*
+            }
+
+            fn reset_peak(&self) {
+                $(self.$a.reset_peak();)*
+                $(self.$s.reset_peak();)*
+            }
+
+            fn reset_accumulated(&self) {
+                $(self.$a.reset_accumulated();)*
+                $(self.$s.reset_accumulated();)*
+                $(self.$c.0.store(0, R);)*
+            }
+        }
+    };
+}
+
+memory_stats_fields!(define_cell_stats);
+
+/// Reset generations of a device allocator: bumped by `reset_peak_stats` /
+/// `reset_accumulated_stats`, applied lazily by every cell.
+#[derive(Default)]
+pub(crate) struct Generations {
+    peak: AtomicU64,
+    accumulated: AtomicU64,
+}
+
+impl Generations {
+    pub(crate) fn bump_peak(&self) {
+        self.peak.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn bump_accumulated(&self) {
+        self.accumulated.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn load(&self) -> (u64, u64) {
+        (
+            self.peak.load(Ordering::Acquire),
+            self.accumulated.load(Ordering::Acquire),
+        )
+    }
+}
+
+/// Statistics written by one writer at a time (see the module docs).
+#[derive(Default)]
+pub(crate) struct StatsCell {
+    /// Odd while a write is in progress.
+    seq: AtomicU64,
+    /// Reset generations already applied to `stats`.
+    peak_gen: AtomicU64,
+    accumulated_gen: AtomicU64,
+    stats: CellStats,
+}
+
+impl StatsCell {
+    /// Opens a write. The caller guarantees that no other thread writes this cell at the
+    /// same time (the cell is the thread's own, or the caller holds the cell's lock); a
+    /// nested write on the same thread joins the outer one.
+    #[inline]
+    pub(crate) fn write<'a>(&'a self, gens: &'a Generations) -> StatsWriter<'a> {
+        let seq = self.seq.load(R);
+        let outer = seq & 1 == 0;
+        if outer {
+            self.open(seq, gens);
+        }
+        StatsWriter {
+            cell: self,
+            gens,
+            outer,
+        }
+    }
+
+    /// Marks a write in progress (`seq` is the current, even, sequence value) and applies
+    /// the resets requested since the last write.
+    #[inline]
+    fn open(&self, seq: u64, gens: &Generations) {
+        self.seq.store(seq.wrapping_add(1), R);
+        fence(Ordering::Release);
+        let (peak, accumulated) = gens.load();
+        if peak != self.peak_gen.load(R) {
+            self.stats.reset_peak();
+            self.peak_gen.store(peak, R);
+        }
+        if accumulated != self.accumulated_gen.load(R) {
+            self.stats.reset_accumulated();
+            self.accumulated_gen.store(accumulated, R);
+        }
+    }
+
+    /// Publishes the write in progress (the sequence value becomes even).
+    #[inline]
+    fn close(&self) {
+        let seq = self.seq.load(R);
+        self.seq.store(seq.wrapping_add(1), Ordering::Release);
+    }
+
+    /// A copy of the cell between two writes, with resets of `gens` not yet applied by the
+    /// writer applied to the copy.
+    pub(crate) fn read(&self, gens: &Generations) -> MemoryStats {
+        let (peak, accumulated) = gens.load();
+        let mut spins = 0u32;
+        loop {
+            let before = self.seq.load(Ordering::Acquire);
+            if before & 1 == 0 {
+                let mut stats = self.stats.load();
+                let applied = (self.peak_gen.load(R), self.accumulated_gen.load(R));
+                fence(Ordering::Acquire);
+                if self.seq.load(R) == before {
+                    // Generations only grow: a cell ahead of `gens` was reset after `gens`
+                    // was read, and needs nothing.
+                    if applied.0 < peak {
+                        stats.reset_peak();
+                    }
+                    if applied.1 < accumulated {
+                        stats.reset_accumulated();
+                    }
+                    return stats;
+                }
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// An open write on a [`StatsCell`]; closes it on drop. Dereferences to the statistics.
+pub(crate) struct StatsWriter<'a> {
+    cell: &'a StatsCell,
+    gens: &'a Generations,
+    /// Whether this writer opened the write (a nested writer joins the outer one).
+    outer: bool,
+}
+
+impl StatsWriter<'_> {
+    /// Runs `f` with the write closed, so that statistics readers (which wait while a write
+    /// is in progress) never wait for `f`: every driver call and device wait made while a
+    /// writer is held runs inside this. The statistics are consistent at this point (no
+    /// update in progress); the write is reopened afterwards.
+    pub(crate) fn unlocked<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        let open = self.cell.seq.load(R) & 1 == 1;
+        if open {
+            self.cell.close();
+        }
+        let result = f();
+        if open {
+            // Writes nested in `f` on this thread have closed theirs: the value is even.
+            let seq = self.cell.seq.load(R);
+            self.cell.open(seq, self.gens);
+        }
+        result
+    }
+}
+
+impl std::ops::Deref for StatsWriter<'_> {
+    type Target = CellStats;
+    #[inline]
+    fn deref(&self) -> &CellStats {
+        &self.cell.stats
+    }
+}
+
+impl Drop for StatsWriter<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.outer && self.cell.seq.load(R) & 1 == 1 {
+            self.cell.close();
+        }
+    }
+}

@@ -1,0 +1,629 @@
+//! [`DeviceCore`]: the caching allocator of one device, independent of OpenCL.
+//!
+//! The design (sharding, statistics, cross-stream reuse, fragmentation policy) is documented
+//! on [`DeviceCore`].
+
+pub(crate) mod block;
+pub(crate) mod cell;
+pub(crate) mod device_wide;
+mod oom;
+pub(crate) mod pending;
+mod policy;
+pub(crate) mod pool;
+mod raw;
+pub(crate) mod registry;
+pub(crate) mod shard;
+pub(crate) mod slab;
+mod snapshot;
+pub(crate) mod state;
+pub(crate) mod thread_cache;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+pub use snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
+
+use self::cell::StatsWriter;
+use self::device_wide::{DeviceShared, SegmentFailure};
+use self::shard::Shard;
+use self::state::{Handed, ReleaseBatch, Request, ShardState};
+use self::thread_cache::{with_local, Local};
+use crate::config::{AllocConfig, ReleasePolicy};
+use crate::data_ptr::DataPtr;
+use crate::error::AllocError;
+use crate::size::MAX_REQUEST;
+use crate::source::SegmentSource;
+use crate::stats::MemoryStats;
+use crate::stream::{StreamKey, StreamRef};
+
+/// Shards cached per thread (most recently used first).
+const SHARD_CACHE: usize = 8;
+
+/// Puts `shard` first in a thread's shard cache.
+fn remember_shard(cache: &mut Vec<(StreamKey, Weak<Shard>)>, key: StreamKey, shard: &Arc<Shard>) {
+    cache.retain(|(k, _)| *k != key);
+    cache.insert(0, (key, Arc::downgrade(shard)));
+    cache.truncate(SHARD_CACHE);
+}
+
+#[derive(Default)]
+struct ShardMap {
+    by_key: HashMap<StreamKey, Arc<Shard>>,
+    ordered: Vec<Arc<Shard>>,
+}
+
+struct CoreInner {
+    shared: Arc<DeviceShared>,
+    shards: Mutex<ShardMap>,
+    oom_lock: Mutex<()>,
+    raw: raw::RawTable,
+}
+
+/// The caching allocator of one device over any [`SegmentSource`] (cheap to clone: clones
+/// share the allocator). PyTorch's rules (reference §4): 512-byte rounding, optional
+/// power-of-two divisions, small (<= 1 MiB) and large pools, best fit by (size, address)
+/// per stream, split and oversize rules, coalescing, record_stream with deferred frees,
+/// the OOM sequence, empty_cache, memory fraction, garbage collection and statistics.
+///
+/// # Sharding
+/// State is sharded per stream: each stream's blocks, segments, free pools and pending
+/// frees live in its own shard behind its own lock, so threads on different streams never
+/// contend. The cached allocate/free path takes the stream's shard lock (its only
+/// read-modify-write atomics besides the shard's reference count), updates the calling
+/// thread's statistics cell with plain stores (see `cell`), reads a few read-mostly words
+/// (config epoch, flags) and writes nothing shared with other streams or threads. Pending frees are processed at the start
+/// of each allocation on the allocating stream's shard, one FIFO per marker stream (no
+/// head-of-line blocking across streams). Only the OOM path and
+/// [`DeviceCore::empty_cache`] take every shard (in creation order, under one OOM lock).
+///
+/// # Waits and driver calls
+/// No device wait runs under an allocator lock: the OOM path and `empty_cache` collect the
+/// markers to wait for under the locks, release them, wait, then lock again. No driver call
+/// or wait runs while a statistics write is open (see `cell`), so statistics readers never
+/// wait for an allocation in progress, and a segment source may read statistics.
+///
+/// # The OOM sequence
+/// After the stream's pool, a new segment and (with `max_split_size`) the release of
+/// oversize blocks: every stream's completed frees, this stream's pool again, another
+/// stream's whole cached segment (below); then wait for every pending free, **search again**
+/// (a block that was only waiting for another stream is reused as it is, with no segment
+/// released), release every cached whole segment (each once a marker on its stream
+/// completes), and allocate a segment once more. A size the device can never allocate
+/// ([`AllocError::TooLarge`]) and other device errors end the sequence at once.
+///
+/// # Statistics under concurrency
+/// Each thread updates its own statistics cell; [`DeviceCore::memory_stats`] sums the
+/// cells. Currents, accumulated `allocated`/`freed` and counters are exact sums. A peak is
+/// the sum of the per-thread peaks: exactly the device-wide peak when one thread makes every
+/// call since creation or the last [`DeviceCore::reset_peak_stats`] (whatever the number of
+/// streams), and an upper bound of it when several threads allocate (their individual highs
+/// need not coincide). Cells of exited threads are folded into one (peaks keep adding up).
+/// A read concurrent with allocations sees each cell at some instant between operations
+/// (a sequence lock: readers retry, writers never wait for readers).
+///
+/// # Cross-stream reuse under memory pressure
+/// When a request can be served neither from its stream's cache nor by a new segment, and
+/// before releasing every cached segment (PyTorch's last resort), the allocator looks for a
+/// cached *whole* free segment of another stream that fits the request (same pool, best
+/// fit, oversize rules). It records a marker on the owner stream, makes the allocating
+/// stream wait for it (a device-side wait: no host synchronization) and moves the segment
+/// to the allocating stream for good. Contract: all work that used the segment was enqueued
+/// on its owner stream, or on streams named by `record_stream`, whose markers completed
+/// before its blocks became free; so every command enqueued on the allocating stream after
+/// the allocation runs after that work. Work on other streams that used the memory without
+/// `record_stream` is the caller's responsibility, as in PyTorch.
+///
+/// # Fragmentation policy
+/// With `release_policy:before_grow` (the default), idle cached large segments are
+/// consolidated into one instead of growing the reserved memory past its high-water mark,
+/// what a consolidation released is regrown as one segment when needed again, and
+/// small-pool segments grow with the stream's small-pool use (2 MiB up to 4 MiB); see
+/// [`crate::config::ReleasePolicy`]. On the seven shared PyTorch traces and four held-out
+/// validation traces (simulated H200), peak reserved bytes and segment allocations stay at
+/// or below PyTorch's default (`tests/policy_must_hold.rs`; `xpu replay-all DIR` prints the
+/// figures). With `release_policy:on_oom`, segment sizes are PyTorch's and cached segments
+/// are released only on the OOM path and by `empty_cache`: replays then reproduce PyTorch's
+/// figures exactly.
+#[derive(Clone)]
+pub struct DeviceCore {
+    inner: Arc<CoreInner>,
+}
+
+/// Result of the per-stream part of an allocation.
+pub(crate) enum Outcome {
+    Done(Handed),
+    Exhausted(Request),
+}
+
+impl DeviceCore {
+    /// An allocator over `source` with `config`.
+    #[must_use]
+    pub fn new(source: Box<dyn SegmentSource>, config: AllocConfig) -> Self {
+        let shared = Arc::new(DeviceShared::new(source, config));
+        Self {
+            inner: Arc::new(CoreInner {
+                shared,
+                shards: Mutex::new(ShardMap::default()),
+                oom_lock: Mutex::new(()),
+                raw: raw::RawTable::default(),
+            }),
+        }
+    }
+
+    /// Device index.
+    #[must_use]
+    pub fn device(&self) -> usize {
+        self.inner.shared.device()
+    }
+
+    /// The segment source.
+    #[must_use]
+    pub fn source(&self) -> &dyn SegmentSource {
+        self.inner.shared.source.as_ref()
+    }
+
+    /// Allocates `size` bytes for use on `stream`.
+    ///
+    /// # Errors
+    /// See [`DeviceCore::allocate_with`].
+    pub fn allocate(&self, size: u64, stream: &StreamRef) -> Result<DataPtr, AllocError> {
+        self.allocate_with(size, stream.key(), || stream.clone())
+    }
+
+    /// Allocates `size` bytes for use on the stream `key`; `stream` is called only while
+    /// this stream is not yet known, to get its handle. `stream` runs under no allocator
+    /// lock, so it may call the allocator; when two threads register the same stream at once,
+    /// one handle is kept and the other dropped (also under no lock). A zero size gives an
+    /// empty [`DataPtr`] without touching the allocator.
+    ///
+    /// # Errors
+    /// [`AllocError::TooLarge`] when the request exceeds the device's largest allocation or
+    /// 1 EiB; [`AllocError::OutOfMemory`] also when the reserved bytes would pass `i64::MAX`
+    /// (the statistics' range); [`AllocError::OutOfMemory`] / [`AllocError::MemoryFractionExceeded`] after the
+    /// full OOM sequence; [`AllocError::Device`] for other device errors.
+    pub fn allocate_with(
+        &self,
+        size: u64,
+        key: StreamKey,
+        stream: impl FnOnce() -> StreamRef,
+    ) -> Result<DataPtr, AllocError> {
+        let shared = &self.inner.shared;
+        if size == 0 {
+            return Ok(DataPtr::empty(shared.device()));
+        }
+        let max_alloc = shared.max_alloc;
+        if size > MAX_REQUEST || size > max_alloc {
+            return Err(AllocError::TooLarge {
+                device: shared.device(),
+                requested: size,
+                max: max_alloc.min(MAX_REQUEST),
+            });
+        }
+        // The stream closure is user code: it runs before any allocator lock is taken
+        // (and outside the thread-local state), so it may itself call the allocator.
+        let found = with_local(shared, |local| {
+            let shard = self.cached_shard(local.shard, key)?;
+            Some(self.allocate_on(shard, size, key, &local))
+        });
+        if let Some(result) = found {
+            return result;
+        }
+        let shard = self.insert_shard(key, stream());
+        with_local(shared, |local| {
+            remember_shard(local.shard, key, &shard);
+            self.allocate_on(shard, size, key, &local)
+        })
+    }
+
+    /// The allocation proper, on the stream's shard.
+    fn allocate_on(
+        &self,
+        shard: Arc<Shard>,
+        size: u64,
+        key: StreamKey,
+        local: &thread_cache::Local<'_>,
+    ) -> Result<DataPtr, AllocError> {
+        let shared = &self.inner.shared;
+        let outcome = {
+            let mut state = shard.lock();
+            let mut stats = local.stats();
+            fast_path(&shard, &mut state, size, &mut stats)?
+        };
+        let handed = match outcome {
+            Outcome::Done(h) => h,
+            Outcome::Exhausted(req) => self.oom_path(&shard, req, local)?,
+        };
+        shared.history.record(
+            crate::observe::TraceAction::Alloc,
+            handed.addr,
+            size,
+            key.id,
+        );
+        Ok(DataPtr::new(
+            shard,
+            handed.block,
+            handed.addr,
+            handed.size,
+            size,
+        ))
+    }
+
+    /// The shard of `key` from the thread's cache or the shard map, if it exists (no user
+    /// code runs here).
+    fn cached_shard(
+        &self,
+        cache: &mut Vec<(StreamKey, Weak<Shard>)>,
+        key: StreamKey,
+    ) -> Option<Arc<Shard>> {
+        if let Some((k, weak)) = cache.first() {
+            if *k == key {
+                if let Some(shard) = weak.upgrade() {
+                    return Some(shard);
+                }
+            }
+        }
+        if let Some(pos) = cache.iter().position(|(k, _)| *k == key) {
+            let entry = cache.remove(pos);
+            if let Some(shard) = entry.1.upgrade() {
+                cache.insert(0, entry);
+                return Some(shard);
+            }
+        }
+        let shard = self.inner.shards.lock().by_key.get(&key).cloned()?;
+        remember_shard(cache, key, &shard);
+        Some(shard)
+    }
+
+    /// The shard of `key`, created with `stream` unless another thread created it since the
+    /// lookup (then `stream` is dropped after the map lock is released: dropping a user's
+    /// stream handle is user code).
+    fn insert_shard(&self, key: StreamKey, stream: StreamRef) -> Arc<Shard> {
+        let (shard, _unused) = {
+            let mut map = self.inner.shards.lock();
+            if let Some(shard) = map.by_key.get(&key) {
+                (shard.clone(), Some(stream))
+            } else {
+                let rank = map.ordered.len();
+                let shard = Arc::new(Shard::new(key, stream, self.inner.shared.clone(), rank));
+                map.by_key.insert(key, shard.clone());
+                map.ordered.push(shard.clone());
+                (shard, None)
+            }
+        };
+        shard
+    }
+
+    fn all_shards(&self) -> Vec<Arc<Shard>> {
+        self.inner.shards.lock().ordered.clone()
+    }
+
+    /// Marks `ptr` as used on `stream` (as `Tensor.record_stream`): when `ptr` is freed, its
+    /// block is reused only after a marker recorded then on `stream` completes. Ignored for
+    /// an empty pointer and for the allocation stream.
+    ///
+    /// # Errors
+    /// [`AllocError::InvalidDevicePointer`] when `ptr` comes from another allocator.
+    pub fn record_stream(&self, ptr: &DataPtr, stream: &StreamRef) -> Result<(), AllocError> {
+        if let Some(live) = &ptr.live {
+            if !Arc::ptr_eq(&live.shard.shared, &self.inner.shared) {
+                return Err(AllocError::InvalidDevicePointer {
+                    address: live.address,
+                });
+            }
+        }
+        ptr.record_stream_ref(stream);
+        Ok(())
+    }
+
+    /// Allocates `size` bytes on stream `key` and returns the device address, to be freed
+    /// by [`DeviceCore::raw_delete`] (as `raw_alloc`). Size 0 returns address 0.
+    ///
+    /// # Errors
+    /// As [`DeviceCore::allocate_with`].
+    pub fn raw_alloc(
+        &self,
+        size: u64,
+        key: StreamKey,
+        stream: impl FnOnce() -> StreamRef,
+    ) -> Result<u64, AllocError> {
+        let ptr = self.allocate_with(size, key, stream)?;
+        let address = ptr.address();
+        if address != 0 {
+            self.inner.raw.insert(address, ptr);
+        }
+        Ok(address)
+    }
+
+    /// Frees an address returned by [`DeviceCore::raw_alloc`] (address 0 is ignored). While a
+    /// [`DeviceCore::with_raw`] closure on the address runs, the address is forgotten at once
+    /// and the block freed when the closure returns.
+    ///
+    /// # Errors
+    /// [`AllocError::InvalidDevicePointer`] for an address not live from `raw_alloc`.
+    pub fn raw_delete(&self, address: u64) -> Result<(), AllocError> {
+        if address == 0 {
+            return Ok(());
+        }
+        self.inner
+            .raw
+            .remove(address)
+            .map(drop)
+            .ok_or(AllocError::InvalidDevicePointer { address })
+    }
+
+    /// Runs `f` on the live [`DataPtr`] of a raw address. `f` runs without any allocator
+    /// lock held (it may call the allocator, `raw_delete` of this address included), and the
+    /// allocation stays alive until `f` returns: a `raw_delete` meanwhile takes effect then.
+    ///
+    /// # Errors
+    /// [`AllocError::InvalidDevicePointer`] for an address not live from `raw_alloc`.
+    pub fn with_raw<R>(
+        &self,
+        address: u64,
+        f: impl FnOnce(&DataPtr) -> R,
+    ) -> Result<R, AllocError> {
+        let ptr = self
+            .inner
+            .raw
+            .get(address)
+            .ok_or(AllocError::InvalidDevicePointer { address })?;
+        Ok(f(&ptr))
+    }
+
+    /// Waits for every pending stream marker and releases every cached whole segment to
+    /// the device (as `torch.cuda.empty_cache`). Blocks in split segments with a live part
+    /// stay cached. A segment is released only after the work enqueued on its stream before
+    /// this call has completed (a marker waited for without any allocator lock); until then
+    /// it counts as reserved. Returns once every released segment is freed.
+    pub fn empty_cache(&self) {
+        let shared = &self.inner.shared;
+        with_local(shared, |local| {
+            local.stats().num_sync_all_streams.bump();
+            let markers = self.with_all(|gs| {
+                gs.iter()
+                    .flat_map(|g| g.pending_markers())
+                    .collect::<Vec<_>>()
+            });
+            wait_markers(&markers);
+            let batches = self.with_all(|gs| {
+                let mut st = local.stats();
+                for g in gs.iter_mut() {
+                    g.process_events(&mut st);
+                }
+                gs.iter_mut()
+                    .filter_map(|g| g.take_releasable(&mut st))
+                    .collect::<Vec<_>>()
+            });
+            release_batches(batches, shared, &local);
+        });
+    }
+
+    /// Runs `f` with the OOM lock and every shard locked (in creation order: index = rank).
+    fn with_all<R>(
+        &self,
+        f: impl FnOnce(&mut [parking_lot::MutexGuard<'_, ShardState>]) -> R,
+    ) -> R {
+        let _oom = self.inner.oom_lock.lock();
+        let shards = self.all_shards();
+        let mut guards: Vec<_> = shards.iter().map(|s| s.lock()).collect();
+        f(&mut guards)
+    }
+
+    /// Limits reserved memory to `fraction` of the device total (as
+    /// `set_per_process_memory_fraction`): a new segment that would take the reserved bytes
+    /// above the limit fails (after the usual cache release) with
+    /// [`AllocError::MemoryFractionExceeded`].
+    ///
+    /// # Errors
+    /// [`AllocError::InvalidFraction`] unless `0 < fraction <= 1`.
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), AllocError> {
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            return Err(AllocError::InvalidFraction { fraction });
+        }
+        self.inner.shared.set_fraction(fraction);
+        Ok(())
+    }
+
+    /// The memory fraction (1.0 when none is set).
+    #[must_use]
+    pub fn memory_fraction(&self) -> f64 {
+        self.inner.shared.fraction().unwrap_or(1.0)
+    }
+
+    /// Replaces the configuration (applies to the following allocations).
+    pub fn set_config(&self, config: AllocConfig) {
+        self.inner.shared.set_config(config);
+    }
+
+    /// The current configuration.
+    #[must_use]
+    pub fn config(&self) -> Arc<AllocConfig> {
+        self.inner.shared.config()
+    }
+
+    /// All statistics (as `torch.cuda.memory_stats`); see [`crate::stats`] for how peaks
+    /// are aggregated across threads.
+    #[must_use]
+    pub fn memory_stats(&self) -> MemoryStats {
+        let mut stats = self.inner.shared.stats.aggregate();
+        let max_split = self.config().max_split_size;
+        stats.max_split_size = i64::try_from(max_split).unwrap_or(-1);
+        stats
+    }
+
+    /// Bytes handed out (as `torch.cuda.memory_allocated`).
+    #[must_use]
+    pub fn memory_allocated(&self) -> u64 {
+        nonneg(self.memory_stats().allocated_bytes.all.current)
+    }
+
+    /// Peak bytes handed out (as `torch.cuda.max_memory_allocated`).
+    #[must_use]
+    pub fn max_memory_allocated(&self) -> u64 {
+        nonneg(self.memory_stats().allocated_bytes.all.peak)
+    }
+
+    /// Bytes reserved from the device (as `torch.cuda.memory_reserved`).
+    #[must_use]
+    pub fn memory_reserved(&self) -> u64 {
+        nonneg(self.memory_stats().reserved_bytes.all.current)
+    }
+
+    /// Peak bytes reserved (as `torch.cuda.max_memory_reserved`).
+    #[must_use]
+    pub fn max_memory_reserved(&self) -> u64 {
+        nonneg(self.memory_stats().reserved_bytes.all.peak)
+    }
+
+    /// Sets every peak to its current value (as `torch.cuda.reset_peak_memory_stats`).
+    pub fn reset_peak_stats(&self) {
+        self.inner.shared.stats.reset_peak();
+    }
+
+    /// Zeroes accumulated statistics and counters (as
+    /// `torch.cuda.reset_accumulated_memory_stats`).
+    pub fn reset_accumulated_stats(&self) {
+        self.inner.shared.stats.reset_accumulated();
+    }
+
+    /// (free, total) device memory in bytes (as `torch.cuda.mem_get_info`): the device's
+    /// free-memory query when it has one, else total minus this allocator's reserved bytes.
+    #[must_use]
+    pub fn mem_get_info(&self) -> (u64, u64) {
+        let shared = &self.inner.shared;
+        let total = shared.source.total_memory();
+        let free = shared
+            .source
+            .free_memory()
+            .unwrap_or_else(|| total.saturating_sub(shared.reserved()));
+        (free, total)
+    }
+
+    /// The history of this allocator's events (as `torch.cuda.memory._record_memory_history`;
+    /// off by default). See [`crate::observe::history`].
+    #[must_use]
+    pub fn memory_history(&self) -> &crate::observe::History {
+        &self.inner.shared.history
+    }
+
+    /// Device-wide reserved bytes as the segment accounting sees them (no statistics
+    /// aggregation; used by the replay to sample every event).
+    #[must_use]
+    pub fn reserved_bytes(&self) -> u64 {
+        self.inner.shared.reserved()
+    }
+}
+
+fn nonneg(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// Waits for `markers` (call without any allocator lock or open statistics write).
+pub(crate) fn wait_markers(markers: &[(StreamKey, Arc<dyn crate::stream::Marker>)]) {
+    for (stream, marker) in markers {
+        if let Err(e) = marker.wait() {
+            tracing::warn!(stream = ?stream, error = %e, "waiting for a stream marker failed");
+        }
+    }
+}
+
+/// Waits for the work that may use the segments of `batches` (without any allocator lock),
+/// then frees them.
+pub(crate) fn release_batches(
+    batches: Vec<ReleaseBatch>,
+    shared: &DeviceShared,
+    local: &Local<'_>,
+) {
+    if batches.is_empty() {
+        return;
+    }
+    for batch in &batches {
+        batch.wait();
+    }
+    let mut st = local.stats();
+    for batch in batches {
+        batch.free(shared, &mut st);
+    }
+}
+
+/// Obtains a new segment for `req` and hands out its first block.
+fn new_segment(
+    state: &mut ShardState,
+    req: &Request,
+    shared: &DeviceShared,
+    st: &mut StatsWriter<'_>,
+) -> Result<Handed, SegmentFailure> {
+    let segment = st.unlocked(|| shared.allocate_segment(req.segment_size))?;
+    let block = state.add_segment(segment, req.pool, st);
+    Ok(state.alloc_found_block(block, req, st))
+}
+
+/// The per-stream part of an allocation: events, best fit, garbage collection, release
+/// policy, new segment, oversize release.
+fn fast_path(
+    shard: &Shard,
+    state: &mut ShardState,
+    size: u64,
+    st: &mut StatsWriter<'_>,
+) -> Result<Outcome, AllocError> {
+    let shared = &*shard.shared;
+    state.refresh_config(shared);
+    state.process_events(st);
+    let max_alloc = shared.max_alloc;
+    let req = state.request(size, max_alloc);
+    if req.rounded > max_alloc {
+        return Err(AllocError::TooLarge {
+            device: shared.device(),
+            requested: size,
+            max: max_alloc,
+        });
+    }
+    let gc = shared.gc_enabled();
+    if let Some(found) = state.search(&req, gc) {
+        return Ok(Outcome::Done(state.alloc_pooled(found, &req, st)));
+    }
+    if gc {
+        state.garbage_collect(shared, st);
+    }
+    let mut grow = req;
+    if state.config.release_policy == ReleasePolicy::BeforeGrow {
+        grow.segment_size = policy::segment_size_before_grow(state, &req, shared, st);
+    }
+    match new_segment(state, &grow, shared, st) {
+        Ok(h) => return Ok(Outcome::Done(h)),
+        Err(f) => hard_error(f, shared, size)?,
+    }
+    if grow.segment_size != req.segment_size {
+        match new_segment(state, &req, shared, st) {
+            Ok(h) => return Ok(Outcome::Done(h)),
+            Err(f) => hard_error(f, shared, size)?,
+        }
+    }
+    if state.release_available_cached_blocks(&req, shared, st) {
+        match new_segment(state, &req, shared, st) {
+            Ok(h) => return Ok(Outcome::Done(h)),
+            Err(f) => hard_error(f, shared, size)?,
+        }
+    }
+    Ok(Outcome::Exhausted(req))
+}
+
+/// The error of a segment failure that no release of cached memory can cure (a device
+/// error, or a size the device can never allocate); `Ok` for a failure worth a retry.
+pub(crate) fn hard_error(
+    failure: SegmentFailure,
+    shared: &DeviceShared,
+    size: u64,
+) -> Result<(), AllocError> {
+    match failure {
+        SegmentFailure::Device(msg) => Err(AllocError::Device(msg)),
+        SegmentFailure::TooLarge => Err(AllocError::TooLarge {
+            device: shared.device(),
+            requested: size,
+            max: shared.max_alloc.min(MAX_REQUEST),
+        }),
+        SegmentFailure::OutOfMemory | SegmentFailure::Fraction => Ok(()),
+    }
+}

@@ -1,0 +1,162 @@
+//! The device-wide part of an allocation: every shard locked, cross-stream reuse, full
+//! release and retry, and the out-of-memory error.
+
+use std::sync::Arc;
+
+use parking_lot::MutexGuard;
+
+use super::cell::StatsWriter;
+use super::device_wide::SegmentFailure;
+use super::shard::Shard;
+use super::state::{Handed, Request, ShardState};
+use super::thread_cache::Local;
+use super::{hard_error, new_segment, release_batches, wait_markers, DeviceCore};
+use crate::error::{AllocError, OomReport};
+use crate::size;
+
+impl DeviceCore {
+    /// Called when the stream's own cache and a new segment both failed.
+    pub(super) fn oom_path(
+        &self,
+        shard: &Arc<Shard>,
+        req: Request,
+        local: &Local<'_>,
+    ) -> Result<Handed, AllocError> {
+        let shared = &*self.inner.shared;
+        let me = shard.rank;
+        let gc = shared.gc_enabled();
+        // 1. Frees completed on every stream, this stream's pool (another thread may have
+        //    freed blocks since the first search), then another stream's whole segment.
+        let markers = match self.with_all(|gs| {
+            let mut st = local.stats();
+            for g in gs.iter_mut() {
+                g.process_events(&mut st);
+            }
+            if let Some(found) = gs[me].search(&req, gc) {
+                return Ok(gs[me].alloc_pooled(found, &req, &mut st));
+            }
+            if let Some(handed) = steal(gs, me, &req, &mut st) {
+                return Ok(handed);
+            }
+            Err(gs
+                .iter()
+                .flat_map(|g| g.pending_markers())
+                .collect::<Vec<_>>())
+        }) {
+            Ok(handed) => return Ok(handed),
+            Err(markers) => markers,
+        };
+        // 2. Wait for every pending free (no allocator lock held), as PyTorch's
+        //    synchronize_and_free_events; 3. search again before releasing anything: a
+        //    block that was only waiting for another stream is reused as it is.
+        local.stats().num_sync_all_streams.bump();
+        wait_markers(&markers);
+        let batches = match self.with_all(|gs| {
+            let mut st = local.stats();
+            if !markers.is_empty() {
+                for g in gs.iter_mut() {
+                    g.process_events(&mut st);
+                }
+                if let Some(found) = gs[me].search(&req, gc) {
+                    return Ok(gs[me].alloc_pooled(found, &req, &mut st));
+                }
+                if let Some(handed) = steal(gs, me, &req, &mut st) {
+                    return Ok(handed);
+                }
+            }
+            // 4. Release every cached whole segment (once its stream's work is done).
+            Err(gs
+                .iter_mut()
+                .filter_map(|g| g.take_releasable(&mut st))
+                .collect::<Vec<_>>())
+        }) {
+            Ok(handed) => return Ok(handed),
+            Err(batches) => batches,
+        };
+        release_batches(batches, shared, local);
+        // 5. Allocate again.
+        let failure = {
+            let mut state = shard.lock();
+            let mut st = local.stats();
+            if let Some(found) = state.search(&req, gc) {
+                return Ok(state.alloc_pooled(found, &req, &mut st));
+            }
+            st.num_alloc_retries.bump();
+            match new_segment(&mut state, &req, shared, &mut st) {
+                Ok(handed) => return Ok(handed),
+                Err(failure) => {
+                    hard_error(failure.clone(), shared, req.size)?;
+                    st.num_ooms.bump();
+                    failure
+                }
+            }
+        };
+        let stats = self.memory_stats();
+        let total = shared.source.total_memory();
+        let reserved = u64::try_from(stats.reserved_bytes.all.current).unwrap_or(0);
+        let report = OomReport {
+            device: shared.device(),
+            requested: req.size,
+            segment_size: req.segment_size,
+            total,
+            free: shared
+                .source
+                .free_memory()
+                .unwrap_or_else(|| total.saturating_sub(shared.reserved())),
+            allocated: u64::try_from(stats.allocated_bytes.all.current).unwrap_or(0),
+            reserved,
+            allowed: shared.allowed(),
+        };
+        tracing::debug!(%report, "allocation failed");
+        shared.history.record(
+            crate::observe::TraceAction::Oom,
+            report.free,
+            req.rounded,
+            shard.key.id,
+        );
+        Err(match failure {
+            SegmentFailure::Fraction => AllocError::MemoryFractionExceeded(report),
+            _ => AllocError::OutOfMemory(report),
+        })
+    }
+}
+
+/// Moves the best-fitting cached whole free segment of another stream to stream `me`,
+/// ordered after the owner stream's work by a marker, and hands out a block from it.
+fn steal(
+    guards: &mut [MutexGuard<'_, ShardState>],
+    me: usize,
+    req: &Request,
+    st: &mut StatsWriter<'_>,
+) -> Option<Handed> {
+    let config = guards[me].config.clone();
+    let mut best: Option<(u64, u64, usize, u32)> = None;
+    for (i, g) in guards.iter().enumerate() {
+        if i == me {
+            continue;
+        }
+        let found = g.whole_free(req.pool).into_iter().find(|&(size, _, _)| {
+            size >= req.rounded && size::oversize_allows(req.rounded, size, &config)
+        });
+        if let Some((size, addr, block)) = found {
+            if best.is_none_or(|(s, a, _, _)| (size, addr) < (s, a)) {
+                best = Some((size, addr, i, block));
+            }
+        }
+    }
+    let (_, _, owner, block) = best?;
+    let marker = match st.unlocked(|| guards[owner].stream.record_marker()) {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::warn!(error = %e, "cross-stream reuse: recording a marker failed");
+            return None;
+        }
+    };
+    if let Err(e) = st.unlocked(|| guards[me].stream.wait_marker(marker.as_ref())) {
+        tracing::warn!(error = %e, "cross-stream reuse: waiting for a marker failed");
+        return None;
+    }
+    let segment = guards[owner].take_segment(block)?;
+    let adopted = guards[me].adopt_segment(segment);
+    Some(guards[me].alloc_found_block(adopted, req, st))
+}

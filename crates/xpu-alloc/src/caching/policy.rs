@@ -1,0 +1,138 @@
+//! The fragmentation policy of `release_policy:before_grow` (beyond PyTorch); the rules
+//! are documented on [`crate::config::ReleasePolicy::BeforeGrow`].
+
+use super::cell::StatsWriter;
+use super::device_wide::DeviceShared;
+use super::state::{Request, ShardState};
+use crate::size::{self, PoolKind, ROUND_LARGE, SMALL_BUFFER};
+
+/// Largest small-pool segment, in bytes.
+pub(crate) const SMALL_SEGMENT_MAX: u64 = 4 << 20;
+
+/// A new small-pool segment is at most this fraction (1/N) of the stream's small pool.
+const SMALL_SEGMENT_SHARE: u64 = 8;
+
+/// What the policy remembers about one stream.
+#[derive(Debug, Default)]
+pub(crate) struct PolicyState {
+    /// Sizes in bytes of the segments released by consolidations and not regrown since
+    /// (an entry is reduced by what a regrowth takes from it).
+    released: Vec<u64>,
+}
+
+impl PolicyState {
+    /// Bytes released by consolidations and not regrown since.
+    fn released_total(&self) -> u64 {
+        self.released.iter().sum()
+    }
+
+    /// Takes `bytes` from the released entries, largest first.
+    fn take_released(&mut self, bytes: u64) {
+        self.released.sort_unstable();
+        let mut left = bytes;
+        while left > 0 {
+            let Some(last) = self.released.pop() else {
+                break;
+            };
+            if last > left {
+                self.released.push(last - left);
+                left = 0;
+            } else {
+                left -= last;
+            }
+        }
+    }
+}
+
+/// Size in bytes of the small-pool segment to allocate for a shard whose small pool holds
+/// `small_reserved` bytes: `floor_pow2(small_reserved / 8)` within [2 MiB, 4 MiB].
+pub(crate) fn small_segment_size(small_reserved: u64) -> u64 {
+    let target = small_reserved / SMALL_SEGMENT_SHARE;
+    if target < SMALL_BUFFER {
+        SMALL_BUFFER
+    } else {
+        (1u64 << (63 - target.leading_zeros())).min(SMALL_SEGMENT_MAX)
+    }
+}
+
+/// The segment size to allocate for `req` under `before_grow`; may release idle segments
+/// of this shard (consolidation).
+pub(crate) fn segment_size_before_grow(
+    state: &mut ShardState,
+    req: &Request,
+    shared: &DeviceShared,
+    st: &mut StatsWriter<'_>,
+) -> u64 {
+    match req.pool {
+        PoolKind::Small => {
+            let small: u64 = state
+                .segments
+                .iter()
+                .filter(|(_, s)| s.pool == PoolKind::Small)
+                .map(|(_, s)| s.source.size)
+                .sum();
+            small_segment_size(small)
+        }
+        PoolKind::Large => {
+            if let Some(size) = regrowth(state, req, shared) {
+                return size;
+            }
+            if !shared.would_raise_high_water(req.segment_size) {
+                return req.segment_size;
+            }
+            consolidate(state, req, shared, st).unwrap_or(req.segment_size)
+        }
+    }
+}
+
+/// Regrowth: a request that one of the segments released by a consolidation would have
+/// served gets one segment sized for several such requests (the released bytes, at most
+/// `regrow_factor` times its own segment size), instead of one segment per request.
+fn regrowth(state: &mut ShardState, req: &Request, shared: &DeviceShared) -> Option<u64> {
+    let p = &state.policy;
+    if !p.released.iter().any(|&r| r >= req.segment_size) {
+        return None;
+    }
+    let cap = req
+        .segment_size
+        .saturating_mul(state.config.regrow_factor.max(1));
+    let size = p
+        .released_total()
+        .div_ceil(ROUND_LARGE)
+        .saturating_mul(ROUND_LARGE)
+        .min(cap);
+    if size < req.segment_size
+        || size > shared.max_alloc
+        || !size::oversize_allows(req.rounded, size, &state.config)
+    {
+        return None;
+    }
+    state.policy.take_released(size);
+    Some(size)
+}
+
+/// Consolidation: releases the idle whole large segments and returns the size of one
+/// segment of their total, when that serves the request without raising the reserved
+/// high-water mark.
+fn consolidate(
+    state: &mut ShardState,
+    req: &Request,
+    shared: &DeviceShared,
+    st: &mut StatsWriter<'_>,
+) -> Option<u64> {
+    let idle = state.whole_free(PoolKind::Large);
+    let total: u64 = idle.iter().map(|w| w.0).sum();
+    let merged = total.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE);
+    // The merged segment must obey the oversize rule of a cached block serving this
+    // request (reference §4.5), or it would be handed out whole to a request it exceeds by
+    // the tolerance or more, and re-created every round.
+    let oversize = !size::oversize_allows(req.rounded, merged, &state.config);
+    if total < req.segment_size || merged > shared.max_alloc || oversize {
+        return None;
+    }
+    state.policy.released.extend(idle.iter().map(|w| w.0));
+    for (_, _, block) in idle {
+        state.release_block(block, shared, st);
+    }
+    Some(merged.max(req.segment_size))
+}

@@ -1,0 +1,649 @@
+//! The blocks, segments, free pools and pending frees of one stream (one shard), and the
+//! PyTorch rules applied to them: best fit, split, coalescing, deferred frees, release.
+
+use std::sync::Arc;
+
+use super::block::{Block, Segment, NIL};
+use super::cell::{CellArray, StatsWriter};
+use super::device_wide::DeviceShared;
+use super::pending::Pending;
+use super::pool::FreePool;
+use super::slab::Slab;
+use crate::config::AllocConfig;
+use crate::observe::TraceAction;
+use crate::size::{self, PoolKind};
+use crate::source::SourceSegment;
+use crate::stream::{Marker, StreamKey, StreamRef};
+
+/// A request after rounding.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Request {
+    /// Requested bytes.
+    pub size: u64,
+    /// Rounded bytes.
+    pub rounded: u64,
+    /// Pool of the rounded size.
+    pub pool: PoolKind,
+    /// Size of a new segment for it.
+    pub segment_size: u64,
+}
+
+/// A free block found by a search, still in its pool.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pooled {
+    pub block: u32,
+    pub size: u64,
+    pub addr: u64,
+    /// Position in a vector pool.
+    pub hint: Option<usize>,
+}
+
+/// A block handed out: index in the shard, address and rounded size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Handed {
+    pub block: u32,
+    pub addr: u64,
+    pub size: u64,
+}
+
+/// Everything one stream owns.
+pub(crate) struct ShardState {
+    pub key: StreamKey,
+    /// The stream, for synchronizing before freeing memory whose free does not wait.
+    pub stream: StreamRef,
+    pub blocks: Slab<Block>,
+    pub segments: Slab<Segment>,
+    small: FreePool,
+    large: FreePool,
+    pending: Pending,
+    pub config: Arc<AllocConfig>,
+    config_epoch: u64,
+    /// What the fragmentation policy learned about this stream (see [`super::policy`]).
+    pub policy: super::policy::PolicyState,
+    /// The allocator's history (see [`crate::observe::history`]).
+    history: Arc<crate::observe::History>,
+}
+
+impl ShardState {
+    pub(crate) fn new(key: StreamKey, stream: StreamRef, shared: &DeviceShared) -> Self {
+        Self {
+            key,
+            stream,
+            blocks: Slab::default(),
+            segments: Slab::default(),
+            small: FreePool::default(),
+            large: FreePool::default(),
+            pending: Pending::default(),
+            config: shared.config(),
+            config_epoch: shared.config_epoch(),
+            policy: super::policy::PolicyState::default(),
+            history: shared.history.clone(),
+        }
+    }
+
+    fn pool_mut(&mut self, kind: PoolKind) -> &mut FreePool {
+        match kind {
+            PoolKind::Small => &mut self.small,
+            PoolKind::Large => &mut self.large,
+        }
+    }
+
+    pub(crate) fn pool(&self, kind: PoolKind) -> &FreePool {
+        match kind {
+            PoolKind::Small => &self.small,
+            PoolKind::Large => &self.large,
+        }
+    }
+
+    /// Picks up a configuration change (one atomic load when unchanged).
+    pub(crate) fn refresh_config(&mut self, shared: &DeviceShared) {
+        let epoch = shared.config_epoch();
+        if epoch != self.config_epoch {
+            self.config = shared.config();
+            self.config_epoch = epoch;
+        }
+    }
+
+    /// Rounds a request and sizes its segment (a segment never exceeds the device's
+    /// largest allocation when the rounded request itself fits).
+    pub(crate) fn request(&self, size: u64, max_alloc: u64) -> Request {
+        let rounded = size::round_size(size, &self.config);
+        let mut segment_size = size::segment_size(rounded, &self.config);
+        if segment_size > max_alloc {
+            segment_size = rounded;
+        }
+        Request {
+            size,
+            rounded,
+            pool: PoolKind::for_size(rounded),
+            segment_size,
+        }
+    }
+
+    fn remove_free(&mut self, block: u32) {
+        let (size, addr, kind) = {
+            let b = &self.blocks[block];
+            (b.size, b.addr, b.pool)
+        };
+        self.pool_mut(kind).remove(size, addr, block);
+    }
+
+    /// Best fit in the request's pool under the oversize rules; the block stays in its pool
+    /// until [`ShardState::alloc_pooled`] hands it out.
+    #[inline]
+    pub(crate) fn search(&mut self, req: &Request, gc_enabled: bool) -> Option<Pooled> {
+        if gc_enabled {
+            self.pool_mut(req.pool).searches += 1;
+        }
+        let ((size, addr, block), hint) = self.pool(req.pool).best_fit_at(req.rounded)?;
+        if !size::oversize_allows(req.rounded, size, &self.config) {
+            return None;
+        }
+        Some(Pooled {
+            block,
+            size,
+            addr,
+            hint,
+        })
+    }
+
+    /// Hands out a block found by [`ShardState::search`] (see
+    /// [`ShardState::alloc_found_block`]).
+    #[inline]
+    pub(crate) fn alloc_pooled(
+        &mut self,
+        found: Pooled,
+        req: &Request,
+        st: &mut StatsWriter<'_>,
+    ) -> Handed {
+        self.alloc_block(found.block, Some(found), req, st)
+    }
+
+    /// Hands out a block that is in no pool (a new or adopted segment), splitting it when
+    /// the rules say so, and updates the statistics.
+    pub(crate) fn alloc_found_block(
+        &mut self,
+        block: u32,
+        req: &Request,
+        st: &mut StatsWriter<'_>,
+    ) -> Handed {
+        self.alloc_block(block, None, req, st)
+    }
+
+    fn alloc_block(
+        &mut self,
+        block: u32,
+        pooled: Option<Pooled>,
+        req: &Request,
+        st: &mut StatsWriter<'_>,
+    ) -> Handed {
+        let kind = req.pool;
+        let config = &*self.config;
+        let b = &self.blocks[block];
+        let (already_split, block_size, addr, segment, next) =
+            (b.is_split(), b.size, b.addr, b.segment, b.next);
+        let size = if size::should_split(kind, block_size, req.rounded, config) {
+            let remaining = block_size - req.rounded;
+            let mut rest = Block::whole(addr + req.rounded, remaining, segment, kind);
+            rest.prev = block;
+            rest.next = next;
+            let pool = match kind {
+                PoolKind::Small => &mut self.small,
+                PoolKind::Large => &mut self.large,
+            };
+            rest.gc_base = pool.searches;
+            let rest_index = self.blocks.insert(rest);
+            match pooled {
+                Some(p) => pool.replace(
+                    (p.size, p.addr),
+                    p.hint,
+                    remaining,
+                    addr + req.rounded,
+                    rest_index,
+                ),
+                None => pool.insert(remaining, addr + req.rounded, rest_index),
+            }
+            if next != NIL {
+                self.blocks[next].prev = rest_index;
+            }
+            let b = &mut self.blocks[block];
+            b.next = rest_index;
+            b.size = req.rounded;
+            if already_split {
+                st.inactive_split_bytes.decrease(kind, req.rounded);
+            } else {
+                st.inactive_split.increase(kind, 1);
+                st.inactive_split_bytes.increase(kind, remaining);
+            }
+            req.rounded
+        } else {
+            if let Some(p) = pooled {
+                self.pool_mut(kind).remove(p.size, p.addr, p.block);
+            }
+            if already_split {
+                st.inactive_split.decrease(kind, 1);
+                st.inactive_split_bytes.decrease(kind, block_size);
+            }
+            block_size
+        };
+        let b = &mut self.blocks[block];
+        b.allocated = true;
+        b.requested = req.size;
+        st.allocation.increase(kind, 1);
+        st.allocated_bytes.increase(kind, size);
+        st.active.increase(kind, 1);
+        st.active_bytes.increase(kind, size);
+        st.requested_bytes.increase(kind, req.size);
+        if size >= self.config.max_split_size {
+            st.oversize_allocations.increase(1);
+        }
+        Handed { block, addr, size }
+    }
+
+    /// Takes ownership of a new segment: returns its whole block (not in a pool).
+    pub(crate) fn add_segment(
+        &mut self,
+        source: SourceSegment,
+        kind: PoolKind,
+        st: &mut StatsWriter<'_>,
+    ) -> u32 {
+        let size = source.size;
+        self.history
+            .record(TraceAction::SegmentAlloc, source.address, size, self.key.id);
+        st.segment.increase(kind, 1);
+        st.reserved_bytes.increase(kind, size);
+        st.num_device_alloc.bump();
+        if size >= self.config.max_split_size {
+            st.oversize_segments.increase(1);
+        }
+        self.adopt_segment(Segment { source, pool: kind })
+    }
+
+    /// Inserts a segment (new or moved from another shard) as one whole free block that is
+    /// not yet in a pool; no statistics change.
+    pub(crate) fn adopt_segment(&mut self, segment: Segment) -> u32 {
+        let (addr, size, kind) = (segment.source.address, segment.source.size, segment.pool);
+        let index = self.segments.insert(segment);
+        self.blocks.insert(Block::whole(addr, size, index, kind))
+    }
+
+    /// Removes a whole free segment from this shard without releasing it (cross-stream
+    /// reuse); no statistics change.
+    pub(crate) fn take_segment(&mut self, block: u32) -> Option<Segment> {
+        let b = self.blocks.get(block)?;
+        if b.is_split() || !b.is_idle() {
+            return None;
+        }
+        self.remove_free(block);
+        let b = self.blocks.remove(block)?;
+        self.segments.remove(b.segment)
+    }
+
+    /// The user frees a block: allocation stats drop now; the block is reusable now, or once
+    /// markers on the streams it was used on complete.
+    pub(crate) fn free(&mut self, block: u32, st: &mut StatsWriter<'_>) {
+        let b = &mut self.blocks[block];
+        b.allocated = false;
+        let (kind, size) = (b.pool, b.size);
+        st.allocation.decrease(kind, 1);
+        st.allocated_bytes.decrease(kind, size);
+        if self.blocks[block].stream_uses.is_empty() {
+            self.free_block(block, st);
+        } else {
+            self.insert_events(block, st);
+        }
+    }
+
+    fn insert_events(&mut self, block: u32, st: &mut StatsWriter<'_>) {
+        let uses = std::mem::take(&mut self.blocks[block].stream_uses);
+        let mut failed = Vec::new();
+        for stream in uses {
+            match st.unlocked(|| stream.record_marker()) {
+                Ok(marker) => {
+                    self.blocks[block].event_count += 1;
+                    self.pending.push(stream.key(), Arc::from(marker), block);
+                }
+                Err(e) => {
+                    // Without a marker nothing orders a reuse after that stream's work: the
+                    // block stays out of the cache (never reused, merged or released).
+                    tracing::error!(stream = ?stream.key(), error = %e, "recording a free marker failed; the block is kept out of the cache");
+                    failed.push(stream);
+                }
+            }
+        }
+        if failed.is_empty() {
+            if self.blocks[block].event_count == 0 {
+                self.free_block(block, st);
+            }
+        } else {
+            self.blocks[block].stream_uses = failed;
+        }
+    }
+
+    fn marker_done(&mut self, block: u32, st: &mut StatsWriter<'_>) {
+        let b = &mut self.blocks[block];
+        b.event_count -= 1;
+        // A use whose marker could not be recorded stays in `stream_uses`: never free.
+        if b.event_count == 0 && b.stream_uses.is_empty() {
+            self.free_block(block, st);
+        }
+    }
+
+    /// Frees the blocks whose markers completed (per stream, in order).
+    #[inline]
+    pub(crate) fn process_events(&mut self, st: &mut StatsWriter<'_>) {
+        if !self.pending.is_empty() {
+            self.process_events_slow(st);
+        }
+    }
+
+    fn process_events_slow(&mut self, st: &mut StatsWriter<'_>) {
+        // Querying markers is a driver call: statistics readers must not wait for it.
+        let pending = &mut self.pending;
+        for block in st.unlocked(|| pending.pop_completed()) {
+            self.marker_done(block, st);
+        }
+    }
+
+    /// Every pending marker, to be waited for without any allocator lock (then
+    /// [`ShardState::process_events`] frees their blocks).
+    pub(crate) fn pending_markers(&self) -> Vec<(StreamKey, Arc<dyn Marker>)> {
+        if self.pending.is_empty() {
+            Vec::new()
+        } else {
+            self.pending.markers()
+        }
+    }
+
+    /// Adds `stream` to the streams a live block is used on (ignored for the allocation
+    /// stream and for a stream already recorded).
+    pub(crate) fn record_stream(&mut self, block: u32, stream: &StreamRef) {
+        let key = stream.key();
+        if key == self.key {
+            return;
+        }
+        if let Some(b) = self.blocks.get(block) {
+            if b.allocated && !b.stream_uses.iter().any(|s| s.key() == key) {
+                self.blocks[block].stream_uses.push(stream.clone());
+            }
+        }
+    }
+
+    /// Merges `src` into `dst` when `src` is an idle neighbour (removing it from the slab
+    /// but not from its pool); returns its pool key (size, address, block).
+    fn try_merge(&mut self, dst: u32, src: u32) -> Option<(u64, u64, u32)> {
+        if src == NIL || !self.blocks.get(src)?.is_idle() {
+            return None;
+        }
+        let s = self.blocks.remove(src)?;
+        let d = &mut self.blocks[dst];
+        if d.prev == src {
+            d.addr = s.addr;
+            d.prev = s.prev;
+            d.size += s.size;
+            if s.prev != NIL {
+                self.blocks[s.prev].next = dst;
+            }
+        } else {
+            d.next = s.next;
+            d.size += s.size;
+            if s.next != NIL {
+                self.blocks[s.next].prev = dst;
+            }
+        }
+        Some((s.size, s.addr, src))
+    }
+
+    /// A block becomes reusable: merge with idle neighbours, back into its pool (in place of
+    /// a merged neighbour's entry when there is one).
+    fn free_block(&mut self, block: u32, st: &mut StatsWriter<'_>) {
+        if self.history.is_enabled() {
+            let b = &self.blocks[block];
+            self.history
+                .record(TraceAction::FreeCompleted, b.addr, b.requested, self.key.id);
+        }
+        let b = &mut self.blocks[block];
+        let (kind, original, requested, prev, next) = (b.pool, b.size, b.requested, b.prev, b.next);
+        b.requested = 0;
+        let mut net_blocks: i64 = 0;
+        let mut net_bytes: i64 = 0;
+        let mut stale: Option<(u64, u64, u32)> = None;
+        for neighbour in [prev, next] {
+            if let Some(merged) = self.try_merge(block, neighbour) {
+                net_blocks -= 1;
+                net_bytes -= i64::try_from(merged.0).unwrap_or(i64::MAX);
+                if let Some((s, a, b)) = stale.replace(merged) {
+                    self.pool_mut(kind).remove(s, a, b);
+                }
+            }
+        }
+        let b = &self.blocks[block];
+        let (size, addr, split) = (b.size, b.addr, b.is_split());
+        let pool = match kind {
+            PoolKind::Small => &mut self.small,
+            PoolKind::Large => &mut self.large,
+        };
+        match stale {
+            Some((s, a, _)) => pool.replace((s, a), None, size, addr, block),
+            None => pool.insert(size, addr, block),
+        }
+        let searches = pool.searches;
+        self.blocks[block].gc_base = searches;
+        if split {
+            net_blocks += 1;
+            net_bytes += i64::try_from(size).unwrap_or(i64::MAX);
+        }
+        apply_net(&st.inactive_split, kind, net_blocks);
+        apply_net(&st.inactive_split_bytes, kind, net_bytes);
+        st.active.decrease(kind, 1);
+        st.active_bytes.decrease(kind, original);
+        st.requested_bytes.decrease(kind, requested);
+        if original >= self.config.max_split_size {
+            st.oversize_allocations.decrease(1);
+        }
+    }
+
+    /// Releases a whole free block's segment to the device now (fast-path releases: the
+    /// memory is reused only by this stream; an OpenCL buffer is deleted by the driver only
+    /// once the commands using it have finished, OpenCL 3.0 §5.5.1; a source whose free
+    /// does not wait has the stream synchronized first). The statistics count the segment
+    /// as reserved until it is freed.
+    pub(crate) fn release_block(
+        &mut self,
+        block: u32,
+        shared: &DeviceShared,
+        st: &mut StatsWriter<'_>,
+    ) {
+        let Some(segment) = self.take_segment(block) else {
+            return;
+        };
+        if shared.source.free_needs_sync() {
+            if let Err(e) = st.unlocked(|| self.stream.synchronize()) {
+                tracing::warn!(stream = ?self.key, error = %e, "synchronize before freeing a segment failed");
+            }
+        }
+        free_segment(segment, self.key, self.config.max_split_size, shared, st);
+    }
+
+    /// Takes every whole free segment out of this shard for release, after recording a
+    /// marker on the stream (the only stream whose work may still use them: uses on other
+    /// streams completed before their blocks became free). `None` when there is nothing to
+    /// release, or when the marker cannot be recorded (the segments then stay cached).
+    pub(crate) fn take_releasable(&mut self, st: &mut StatsWriter<'_>) -> Option<ReleaseBatch> {
+        let blocks: Vec<u32> = [PoolKind::Small, PoolKind::Large]
+            .into_iter()
+            .flat_map(|kind| self.whole_free(kind))
+            .map(|(_, _, block)| block)
+            .collect();
+        if blocks.is_empty() {
+            return None;
+        }
+        let marker = match st.unlocked(|| self.stream.record_marker()) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(stream = ?self.key, error = %e, "cannot order a release after the stream's work; its cached segments stay cached");
+                return None;
+            }
+        };
+        let segments = blocks
+            .into_iter()
+            .filter_map(|block| self.take_segment(block))
+            .collect();
+        Some(ReleaseBatch {
+            key: self.key,
+            marker,
+            segments,
+            max_split_size: self.config.max_split_size,
+        })
+    }
+
+    /// Whole free blocks of one pool, smallest first: (size, address, block).
+    pub(crate) fn whole_free(&self, kind: PoolKind) -> Vec<(u64, u64, u32)> {
+        self.pool(kind)
+            .iter()
+            .filter(|&(_, _, b)| !self.blocks[b].is_split())
+            .collect()
+    }
+
+    /// PyTorch's `release_available_cached_blocks` (only with `max_split_size` set): release
+    /// one whole oversize block of at least max(request, max_split_size), or else oversize
+    /// whole blocks from the largest down until that many bytes are freed.
+    pub(crate) fn release_available_cached_blocks(
+        &mut self,
+        req: &Request,
+        shared: &DeviceShared,
+        st: &mut StatsWriter<'_>,
+    ) -> bool {
+        let max_split = self.config.max_split_size;
+        if max_split == u64::MAX {
+            return false;
+        }
+        let key = req.rounded.max(max_split);
+        let pool = self.pool(req.pool);
+        let single = pool
+            .iter_from(key)
+            .find(|&(_, _, b)| !self.blocks[b].is_split());
+        if let Some((_, _, block)) = single {
+            self.release_block(block, shared, st);
+            return true;
+        }
+        let candidates: Vec<(u64, u32)> = pool
+            .iter()
+            .rev()
+            .take_while(|&(size, _, _)| size >= max_split)
+            .filter(|&(_, _, b)| !self.blocks[b].is_split())
+            .map(|(size, _, b)| (size, b))
+            .collect();
+        let mut released = 0;
+        for (size, block) in candidates {
+            if released >= key {
+                break;
+            }
+            self.release_block(block, shared, st);
+            released += size;
+        }
+        released >= key
+    }
+
+    /// PyTorch's garbage collection (§4.11) on this shard's large pool: release whole free
+    /// blocks of at least the mean age until reserved drops below the threshold.
+    pub(crate) fn garbage_collect(&mut self, shared: &DeviceShared, st: &mut StatsWriter<'_>) {
+        let Some(allowed) = shared.allowed() else {
+            return;
+        };
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
+        let threshold = (self.config.garbage_collection_threshold * allowed as f64) as u64;
+        let reserved = shared.reserved();
+        if reserved <= threshold {
+            return;
+        }
+        let target = reserved - threshold;
+        let now = self.large.searches;
+        let mut candidates: Vec<(u32, u64, u64)> = self
+            .whole_free(PoolKind::Large)
+            .into_iter()
+            .map(|(size, _, b)| (b, size, now - self.blocks[b].gc_base))
+            .collect();
+        let mut reclaimed = 0;
+        let mut freed = true;
+        while reclaimed < target && freed && !candidates.is_empty() {
+            let total_age: u64 = candidates.iter().map(|c| c.2).sum();
+            #[allow(clippy::cast_precision_loss)]
+            let mean = total_age as f64 / candidates.len() as f64;
+            freed = false;
+            let (old, young): (Vec<_>, Vec<_>) = candidates.into_iter().partition(|c| {
+                #[allow(clippy::cast_precision_loss)]
+                let age = c.2 as f64;
+                age >= mean
+            });
+            for (block, size, _) in old {
+                self.release_block(block, shared, st);
+                reclaimed += size;
+                freed = true;
+            }
+            candidates = young;
+        }
+    }
+}
+
+/// Whole free segments taken out of a shard, to be freed once the work enqueued on their
+/// stream before the release has completed.
+pub(crate) struct ReleaseBatch {
+    key: StreamKey,
+    marker: Box<dyn Marker>,
+    segments: Vec<Segment>,
+    max_split_size: u64,
+}
+
+impl ReleaseBatch {
+    /// Waits for the work that may use the segments. Call without any allocator lock or
+    /// open statistics write.
+    pub(crate) fn wait(&self) {
+        if let Err(e) = self.marker.wait() {
+            tracing::warn!(stream = ?self.key, error = %e, "waiting for a stream before releasing its segments failed");
+        }
+    }
+
+    /// Frees the segments (after [`ReleaseBatch::wait`]); returns the bytes released.
+    pub(crate) fn free(self, shared: &DeviceShared, st: &mut StatsWriter<'_>) -> u64 {
+        let mut released = 0;
+        for segment in self.segments {
+            released += segment.source.size;
+            free_segment(segment, self.key, self.max_split_size, shared, st);
+        }
+        released
+    }
+}
+
+/// Returns a segment taken out of its shard to the device, then updates the statistics.
+fn free_segment(
+    segment: Segment,
+    key: StreamKey,
+    max_split_size: u64,
+    shared: &DeviceShared,
+    st: &mut StatsWriter<'_>,
+) {
+    let (kind, size, address) = (segment.pool, segment.source.size, segment.source.address);
+    shared
+        .history
+        .record(TraceAction::SegmentFree, address, size, key.id);
+    st.unlocked(|| shared.release_segment(segment.source));
+    st.segment.decrease(kind, 1);
+    st.reserved_bytes.decrease(kind, size);
+    st.num_device_free.bump();
+    if size >= max_split_size {
+        st.oversize_segments.decrease(1);
+    }
+}
+
+fn apply_net(stat: &CellArray, kind: PoolKind, net: i64) {
+    match net.cmp(&0) {
+        std::cmp::Ordering::Greater => stat.increase(kind, net.unsigned_abs()),
+        std::cmp::Ordering::Less => stat.decrease(kind, net.unsigned_abs()),
+        std::cmp::Ordering::Equal => {}
+    }
+}

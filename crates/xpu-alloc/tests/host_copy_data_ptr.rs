@@ -1,0 +1,56 @@
+//! Pinned-host copies (xpu-host's `HostCopy`) to and from a device allocation: the `DataPtr`
+//! lends its block (not the segment) as the copy's region. On a real OpenCL device (PoCL in
+//! CI); skipped without one unless `XPU_REQUIRE_DEVICE=1`.
+
+use xpu_alloc::{AllocConfig, DeviceAllocator, HostCopy, HostError};
+use xpu_testing::devices;
+
+#[test]
+fn a_round_trip_through_a_data_ptr_copies_its_bytes_and_stays_inside_its_block() {
+    if !devices(1) {
+        return;
+    }
+    let stream = xpu_stream::get_stream_from_pool(0, 0).unwrap();
+    let alloc = DeviceAllocator::new(0, AllocConfig::default()).unwrap();
+    // Two blocks of one segment: the copy into `b` must not touch `a`.
+    let a = alloc.allocate(4096, &stream).unwrap();
+    let b = alloc.allocate(4096, &stream).unwrap();
+    let mut zeros = xpu_alloc::host_allocate_on(0, 4096).unwrap();
+    zeros.fill(0);
+    stream.copy_from_host(&zeros, &a).unwrap();
+    let mut src = xpu_alloc::host_allocate_on(0, 4096).unwrap();
+    for (i, byte) in src.iter_mut().enumerate() {
+        *byte = (i % 251) as u8;
+    }
+    stream.copy_from_host(&src, &b).unwrap();
+    let mut back = xpu_alloc::host_allocate_on(0, 4096).unwrap();
+    stream.copy_to_host(&b, &mut back).unwrap();
+    let mut other = xpu_alloc::host_allocate_on(0, 4096).unwrap();
+    stream.copy_to_host(&a, &mut other).unwrap();
+    stream.synchronize().unwrap();
+    assert!(back.iter().enumerate().all(|(i, &x)| x == (i % 251) as u8));
+    assert!(other.iter().all(|&x| x == 0));
+}
+
+#[test]
+fn a_copy_longer_than_the_data_ptr_is_refused() {
+    if !devices(1) {
+        return;
+    }
+    let stream = xpu_stream::get_stream_from_pool(0, 0).unwrap();
+    let alloc = DeviceAllocator::new(0, AllocConfig::default()).unwrap();
+    let small = alloc.allocate(1000, &stream).unwrap();
+    let src = xpu_alloc::host_allocate_on(0, 4096).unwrap();
+    let err = stream.copy_from_host(&src, &small).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            HostError::OutOfRange {
+                len: 4096,
+                size: 1000,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+}

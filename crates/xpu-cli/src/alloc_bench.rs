@@ -1,0 +1,289 @@
+//! Allocator micro-benchmarks for `xpu bench --json` (xpu-alloc's criterion bench
+//! `benches/alloc.rs` times the same pair and mixed loops).
+//!
+//! Figures (ns): `cached_alloc_free_ns` (4 KiB) and `cached_alloc_free_8m_ns` (8 MiB):
+//! one allocate + free of the same size on one thread, served from the cache;
+//! `mixed64_alloc_free_ns`: 64 live blocks of mixed sizes, then frees in interleaved order,
+//! per allocate + free; `threads{1,2,4,8,16}_pair_ns`: N threads, each on its own stream,
+//! 4 KiB allocate + free pairs, wall time per pair (all threads together).
+//!
+//! The floor, measured in the same run on the same thread: `malloc_free_ns`, the C library's
+//! `malloc` + `free` of 4 KiB (Rust's system allocator, which calls them for these sizes and
+//! alignments), and `mixed64_malloc_free_ns`, the mixed workload through `malloc`/`free`;
+//! `cached_alloc_free_over_malloc` and `mixed64_over_malloc` are the allocator's figures over
+//! them (1.0 would be a cached block handed back as cheaply as a thread-local free-list pop).
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use xpu_alloc::sim_stream::SimStream;
+use xpu_alloc::{
+    AllocConfig, AllocError, ClStream, DataPtr, DeviceAllocator, DeviceCore, SimulatedSource,
+    StreamKey, StreamRef,
+};
+
+/// Where the benchmark allocates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchTarget {
+    /// A simulated 64 GiB device (the cached path makes no device call either way); used by
+    /// the unit test, which needs no device.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Simulated,
+    /// OpenCL device `index`, with pool streams.
+    Device(usize),
+}
+
+/// The thread counts of the `threads*` figures.
+pub const THREADS: [usize; 5] = [1, 2, 4, 8, 16];
+
+/// Sizes of the mixed workload (bytes), cycled over 64 blocks.
+pub const MIXED_SIZES: [u64; 8] = [
+    512,
+    4 << 10,
+    96 << 10,
+    1 << 20,
+    3 << 20,
+    700,
+    12 << 20,
+    256 << 10,
+];
+
+/// An allocator plus a way to name streams.
+struct Bench {
+    core: DeviceCore,
+    streams: Vec<(StreamKey, StreamRef)>,
+}
+
+impl Bench {
+    fn new(target: BenchTarget, config: AllocConfig) -> Result<Self, AllocError> {
+        let streams_needed = THREADS[THREADS.len() - 1];
+        match target {
+            BenchTarget::Simulated => {
+                let source = SimulatedSource::new(0, 64 << 30, 64 << 30);
+                let core = DeviceCore::new(Box::new(source), config);
+                let streams = (0..streams_needed as u64)
+                    .map(|i| {
+                        let key = StreamKey::new(0, i);
+                        (key, SimStream::new(key).as_ref())
+                    })
+                    .collect();
+                Ok(Self { core, streams })
+            }
+            BenchTarget::Device(index) => {
+                let allocator = DeviceAllocator::new(index, config)?;
+                let mut streams = Vec::new();
+                for _ in 0..streams_needed {
+                    let s = xpu_stream::get_stream_from_pool(0, index)
+                        .map_err(|e| AllocError::Device(e.to_string()))?;
+                    streams.push((xpu_alloc::stream_key(&s), ClStream::shared(s)));
+                }
+                Ok(Self {
+                    core: allocator.core().clone(),
+                    streams,
+                })
+            }
+        }
+    }
+
+    fn pair(&self, stream: usize, size: u64) -> Result<(), AllocError> {
+        let (key, s) = &self.streams[stream];
+        let p = self.core.allocate_with(size, *key, || s.clone())?;
+        black_box(p.address());
+        drop(p);
+        Ok(())
+    }
+}
+
+/// Runs `body(iterations)` with growing iteration counts until it takes `budget`; returns
+/// ns per iteration of the last run.
+fn per_iteration(
+    budget: Duration,
+    mut body: impl FnMut(u64) -> Result<(), AllocError>,
+) -> Result<f64, AllocError> {
+    let mut n: u64 = 64;
+    loop {
+        let t = Instant::now();
+        body(n)?;
+        let elapsed = t.elapsed();
+        if elapsed >= budget || n >= 1 << 30 {
+            #[allow(clippy::cast_precision_loss)]
+            return Ok(elapsed.as_nanos() as f64 / n as f64);
+        }
+        let grow = (budget.as_secs_f64() / elapsed.as_secs_f64().max(1e-9)).clamp(2.0, 100.0);
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let next = (n as f64 * grow) as u64;
+        n = next;
+    }
+}
+
+/// One allocate + free of `size` bytes from the cache, ns.
+fn cached(bench: &Bench, size: u64, budget: Duration) -> Result<f64, AllocError> {
+    bench.pair(0, size)?;
+    per_iteration(budget, |n| (0..n).try_for_each(|_| bench.pair(0, size)))
+}
+
+/// One round of the mixed workload: 64 allocations of mixed sizes, then frees of the even
+/// then the odd ones.
+fn mixed_round(bench: &Bench) -> Result<(), AllocError> {
+    let (key, s) = &bench.streams[0];
+    let mut live: Vec<Option<DataPtr>> = Vec::with_capacity(64);
+    for i in 0..64 {
+        let size = MIXED_SIZES[i % MIXED_SIZES.len()];
+        live.push(Some(bench.core.allocate_with(size, *key, || s.clone())?));
+    }
+    for start in [0, 1] {
+        for slot in live.iter_mut().skip(start).step_by(2) {
+            drop(slot.take());
+        }
+    }
+    Ok(())
+}
+
+/// One `malloc` + `free` of `size` bytes (the system allocator; the pointer escapes, so the
+/// pair is not optimized away).
+fn malloc_pair(size: usize) {
+    let block: Vec<u8> = Vec::with_capacity(size);
+    black_box(block.as_ptr());
+    drop(block);
+}
+
+/// The mixed workload through `malloc` / `free`: 64 blocks of [`MIXED_SIZES`], then frees
+/// of the even then the odd ones, as [`mixed_round`].
+fn malloc_mixed_round() {
+    let mut live: Vec<Option<Vec<u8>>> = Vec::with_capacity(64);
+    for i in 0..64 {
+        let size = usize::try_from(MIXED_SIZES[i % MIXED_SIZES.len()]).unwrap_or(usize::MAX);
+        let block: Vec<u8> = Vec::with_capacity(size);
+        black_box(block.as_ptr());
+        live.push(Some(block));
+    }
+    for start in [0, 1] {
+        for slot in live.iter_mut().skip(start).step_by(2) {
+            drop(slot.take());
+        }
+    }
+}
+
+/// `malloc_free_ns` and `mixed64_malloc_free_ns` (see the module docs).
+fn malloc_floor(budget: Duration) -> Result<(f64, f64), AllocError> {
+    malloc_pair(4096);
+    let pair = per_iteration(budget, |n| {
+        (0..n).for_each(|_| malloc_pair(4096));
+        Ok(())
+    })?;
+    malloc_mixed_round();
+    let round = per_iteration(budget, |n| {
+        (0..n).for_each(|_| malloc_mixed_round());
+        Ok(())
+    })?;
+    Ok((pair, round / 64.0))
+}
+
+/// 64 live blocks of mixed sizes, freed in interleaved order; ns per allocate + free.
+fn mixed64(bench: &Bench, budget: Duration) -> Result<f64, AllocError> {
+    mixed_round(bench)?;
+    let per_round = per_iteration(budget, |n| (0..n).try_for_each(|_| mixed_round(bench)))?;
+    Ok(per_round / 64.0)
+}
+
+/// `threads` threads on their own streams, 4 KiB pairs; wall ns per pair.
+fn threads(bench: &Bench, threads: usize, budget: Duration) -> Result<f64, AllocError> {
+    for t in 0..threads {
+        bench.pair(t, 4096)?;
+    }
+    let per = per_iteration(budget, |n| {
+        let results: Vec<Result<(), AllocError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| scope.spawn(move || (0..n).try_for_each(|_| bench.pair(t, 4096))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(AllocError::Device("benchmark thread panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        results.into_iter().collect()
+    })?;
+    #[allow(clippy::cast_precision_loss)]
+    Ok(per / threads as f64)
+}
+
+/// Measures every figure with the allocator configured by `config` (`xpu bench` passes
+/// `XPU_ALLOC_CONF`'s), spending about `budget` on each; keys as in the module docs.
+///
+/// # Errors
+/// An allocator or device error (e.g. no such device).
+pub fn run_with_config(
+    target: BenchTarget,
+    budget: Duration,
+    config: AllocConfig,
+) -> Result<BTreeMap<String, f64>, AllocError> {
+    let bench = Bench::new(target, config)?;
+    let mut out = BTreeMap::new();
+    out.insert(
+        "cached_alloc_free_ns".to_owned(),
+        cached(&bench, 4096, budget)?,
+    );
+    out.insert(
+        "cached_alloc_free_8m_ns".to_owned(),
+        cached(&bench, 8 << 20, budget)?,
+    );
+    out.insert("mixed64_alloc_free_ns".to_owned(), mixed64(&bench, budget)?);
+    let (malloc_ns, mixed_malloc_ns) = malloc_floor(budget)?;
+    out.insert("malloc_free_ns".to_owned(), malloc_ns);
+    out.insert("mixed64_malloc_free_ns".to_owned(), mixed_malloc_ns);
+    out.insert(
+        "cached_alloc_free_over_malloc".to_owned(),
+        out["cached_alloc_free_ns"] / malloc_ns,
+    );
+    out.insert(
+        "mixed64_over_malloc".to_owned(),
+        out["mixed64_alloc_free_ns"] / mixed_malloc_ns,
+    );
+    for n in THREADS {
+        out.insert(format!("threads{n}_pair_ns"), threads(&bench, n, budget)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_reports_every_key() {
+        let figures = run_with_config(
+            BenchTarget::Simulated,
+            Duration::from_millis(1),
+            AllocConfig::default(),
+        )
+        .unwrap();
+        let keys: Vec<&str> = figures.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "cached_alloc_free_8m_ns",
+                "cached_alloc_free_ns",
+                "cached_alloc_free_over_malloc",
+                "malloc_free_ns",
+                "mixed64_alloc_free_ns",
+                "mixed64_malloc_free_ns",
+                "mixed64_over_malloc",
+                "threads16_pair_ns",
+                "threads1_pair_ns",
+                "threads2_pair_ns",
+                "threads4_pair_ns",
+                "threads8_pair_ns"
+            ]
+        );
+        assert!(figures.values().all(|v| v.is_finite() && *v > 0.0));
+    }
+}

@@ -1,0 +1,106 @@
+//! A host-controlled [`Gate`]: deterministic ordering of device work, for tests.
+//!
+//! Public API (re-exported as `xpu_event::Gate`), not test-only support: users need it to
+//! hold a stream's work back in their own tests without relying on timing, as the
+//! workspace's tests do (the allocator's `record_stream` tests, the host allocator's reuse
+//! tests).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use xpu_device::backend::ClEvent;
+use xpu_stream::Stream;
+
+use crate::error::EventError;
+
+/// A user event (`clCreateUserEvent`) that streams can be made to wait on: work enqueued on a
+/// blocked stream after [`Gate::block`] does not start before [`Gate::open`].
+///
+/// ```
+/// use xpu_event::{Gate, StreamExt};
+/// # fn main() -> Result<(), xpu_event::EventError> {
+/// # if xpu_device::device_count() == 0 { return Ok(()); }
+/// let s = xpu_stream::get_stream_from_pool(0, 0)?;
+/// let gate = Gate::new(0)?;
+/// gate.block(&s)?;
+/// let e = s.record_event()?;
+/// assert!(!e.query()?); // held back by the gate
+/// gate.open()?;
+/// e.synchronize()?;
+/// assert!(e.query()?);
+/// # Ok(()) }
+/// ```
+///
+/// Dropping an unopened gate opens it, so a failing test never leaves a queue blocked forever
+/// (which would hang every later `synchronize`). Never `synchronize` a blocked stream (or its
+/// device) before opening the gate from another thread: that waits forever.
+#[derive(Debug)]
+pub struct Gate {
+    device: usize,
+    event: ClEvent,
+    open: AtomicBool,
+}
+
+impl Gate {
+    /// A closed gate on `device`'s context.
+    ///
+    /// # Errors
+    /// `Device` errors for a bad index or a failed `clCreateUserEvent`.
+    pub fn new(device: usize) -> Result<Gate, EventError> {
+        let event = xpu_device::device(device)?.create_user_event()?;
+        Ok(Gate {
+            device,
+            event,
+            open: AtomicBool::new(false),
+        })
+    }
+
+    /// The gate's device.
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    /// Makes `stream`'s later work wait for the gate (a barrier with the user event in its wait
+    /// list). A no-op for the stream once the gate is open.
+    ///
+    /// # Errors
+    /// `GateDevice` for a stream of another device; a failed enqueue.
+    pub fn block(&self, stream: &Stream) -> Result<(), EventError> {
+        if stream.device() != self.device {
+            return Err(EventError::GateDevice {
+                gate: self.device,
+                stream: stream.device(),
+            });
+        }
+        stream.queue()?.enqueue_barrier(&[&self.event])?;
+        Ok(())
+    }
+
+    /// Opens the gate: blocked streams proceed. Opening twice is a no-op.
+    ///
+    /// # Errors
+    /// A failed `clSetUserEventStatus`.
+    pub fn open(&self) -> Result<(), EventError> {
+        if !self.open.swap(true, Ordering::AcqRel) {
+            self.event.set_complete()?;
+        }
+        Ok(())
+    }
+
+    /// True once opened.
+    pub fn is_open(&self) -> bool {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// The user event, for wait lists of other commands.
+    pub fn as_cl_event(&self) -> &ClEvent {
+        &self.event
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        if !self.open.swap(true, Ordering::AcqRel) {
+            let _ = self.event.set_complete();
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! Statistics of the pinned-host allocator, as `torch.cuda.host_memory_stats` (reference §5).
+//!
+//! Counters are atomics (no lock on the cached path); the timing statistics are only updated
+//! when the driver is called (a new block, a released block) and sit behind a mutex.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+
+/// One statistic: current value, peak of the current value, and accumulated increases
+/// (`allocated`) and decreases (`freed`), as PyTorch's `Stat`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stat {
+    /// Current value.
+    pub current: i64,
+    /// Highest `current` since creation or the last [`Stat::reset_peak`].
+    pub peak: i64,
+    /// Sum of all increases since creation or the last [`Stat::reset_accumulated`].
+    pub allocated: i64,
+    /// Sum of all decreases since creation or the last [`Stat::reset_accumulated`].
+    pub freed: i64,
+}
+
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Stat {
+    /// Adds `n`: `current += n`, `peak = max(peak, current)`, `allocated += n`. Saturates
+    /// at the `i64` range (an `n` above `i64::MAX` counts as `i64::MAX`).
+    #[inline]
+    pub fn increase(&mut self, n: u64) {
+        let n = signed(n);
+        self.current = self.current.saturating_add(n);
+        self.peak = self.peak.max(self.current);
+        self.allocated = self.allocated.saturating_add(n);
+    }
+
+    /// Subtracts `n`: `current -= n`, `freed += n`. Saturates as [`Stat::increase`].
+    #[inline]
+    pub fn decrease(&mut self, n: u64) {
+        let n = signed(n);
+        self.current = self.current.saturating_sub(n);
+        self.freed = self.freed.saturating_add(n);
+    }
+
+    /// Sets `peak = current`.
+    pub fn reset_peak(&mut self) {
+        self.peak = self.current;
+    }
+
+    /// Sets `allocated = freed = 0`.
+    pub fn reset_accumulated(&mut self) {
+        self.allocated = 0;
+        self.freed = 0;
+    }
+
+    /// Adds every field of `other` (aggregation of per-thread cells; peaks add up to an
+    /// upper bound of the combined peak).
+    pub fn merge(&mut self, other: &Stat) {
+        self.current = self.current.saturating_add(other.current);
+        self.peak = self.peak.saturating_add(other.peak);
+        self.allocated = self.allocated.saturating_add(other.allocated);
+        self.freed = self.freed.saturating_add(other.freed);
+    }
+}
+
+/// A [`Stat`] updated with atomics: `peak` is kept with `fetch_max`, so it is exact.
+#[derive(Debug, Default)]
+pub(crate) struct AtomicStat {
+    current: AtomicI64,
+    peak: AtomicI64,
+    allocated: AtomicI64,
+    freed: AtomicI64,
+}
+
+impl AtomicStat {
+    pub(crate) fn increase(&self, n: u64) {
+        let n = signed(n);
+        let now = self.current.fetch_add(n, Ordering::Relaxed) + n;
+        // A plain load first: in steady state the peak is not exceeded and no second
+        // read-modify-write is needed.
+        if now > self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(now, Ordering::Relaxed);
+        }
+        self.allocated.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn decrease(&self, n: u64) {
+        let n = signed(n);
+        self.current.fetch_sub(n, Ordering::Relaxed);
+        self.freed.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> Stat {
+        Stat {
+            current: self.current.load(Ordering::Relaxed),
+            peak: self.peak.load(Ordering::Relaxed),
+            allocated: self.allocated.load(Ordering::Relaxed),
+            freed: self.freed.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn reset_peak(&self) {
+        self.peak
+            .store(self.current.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    pub(crate) fn reset_accumulated(&self) {
+        self.allocated.store(0, Ordering::Relaxed);
+        self.freed.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Durations of driver calls, as PyTorch's `DurationStat`; all fields in microseconds
+/// (rounded down from nanosecond sums).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DurationStat {
+    /// Sum of all durations since creation or the last accumulated reset, µs.
+    pub total: u64,
+    /// Longest duration since creation or the last peak reset, µs.
+    pub max: u64,
+    /// Shortest duration since creation or the last peak reset, µs (0 before any).
+    pub min: u64,
+    /// Number of durations since creation or the last accumulated reset.
+    pub count: u64,
+    /// `total / count`, µs (0 before any).
+    pub avg: u64,
+}
+
+/// Nanosecond accumulator behind [`DurationStat`].
+#[derive(Debug, Default)]
+pub(crate) struct Durations {
+    total_ns: u64,
+    max_ns: u64,
+    min_ns: Option<u64>,
+    count: u64,
+}
+
+impl Durations {
+    pub(crate) fn add(&mut self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.total_ns = self.total_ns.saturating_add(ns);
+        self.max_ns = self.max_ns.max(ns);
+        self.min_ns = Some(self.min_ns.map_or(ns, |m| m.min(ns)));
+        self.count += 1;
+    }
+
+    fn snapshot(&self) -> DurationStat {
+        DurationStat {
+            total: self.total_ns / 1000,
+            max: self.max_ns / 1000,
+            min: self.min_ns.unwrap_or(0) / 1000,
+            count: self.count,
+            avg: self.total_ns.checked_div(self.count).unwrap_or(0) / 1000,
+        }
+    }
+
+    fn reset_peak(&mut self) {
+        self.max_ns = 0;
+        self.min_ns = None;
+    }
+
+    fn reset_accumulated(&mut self) {
+        self.total_ns = 0;
+        self.count = 0;
+    }
+}
+
+/// What [`host_memory_stats`](super::host_memory_stats) returns, as
+/// `torch.cuda.host_memory_stats()`. Sizes are the rounded block sizes, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostMemoryStats {
+    /// Blocks handed out. A freed block counts until the markers of its recorded streams
+    /// complete (as PyTorch: it leaves the count when it rejoins its free list).
+    pub allocation: Stat,
+    /// Bytes of the blocks counted by `allocation`.
+    pub allocated_bytes: Stat,
+    /// Pinned blocks obtained from the driver and not yet released.
+    pub segment: Stat,
+    /// Bytes of the blocks counted by `segment`.
+    pub reserved_bytes: Stat,
+    /// Driver allocations (`CL_MEM_ALLOC_HOST_PTR` buffer + map) since the last accumulated
+    /// reset.
+    pub num_host_alloc: u64,
+    /// Driver releases (unmap + release) since the last accumulated reset.
+    pub num_host_free: u64,
+    /// Durations of the driver allocations, µs.
+    pub host_alloc_time: DurationStat,
+    /// Durations of the driver releases, µs.
+    pub host_free_time: DurationStat,
+    /// Freed blocks still waiting for stream markers (not reusable yet). Not in PyTorch.
+    pub pending_blocks: u64,
+    /// Stream markers those blocks wait for. Not in PyTorch.
+    pub pending_markers: u64,
+}
+
+/// All counters of one allocator.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub allocation: AtomicStat,
+    pub allocated_bytes: AtomicStat,
+    pub segment: AtomicStat,
+    pub reserved_bytes: AtomicStat,
+    pub num_host_alloc: AtomicU64,
+    pub num_host_free: AtomicU64,
+    pub pending_blocks: AtomicU64,
+    pub pending_markers: AtomicU64,
+    pub alloc_time: Mutex<Durations>,
+    pub free_time: Mutex<Durations>,
+}
+
+impl Counters {
+    /// A block handed out (cached or new).
+    pub(crate) fn on_allocate(&self, size: u64) {
+        self.allocation.increase(1);
+        self.allocated_bytes.increase(size);
+    }
+
+    /// A block back on its free list.
+    pub(crate) fn on_returned(&self, size: u64) {
+        self.allocation.decrease(1);
+        self.allocated_bytes.decrease(size);
+    }
+
+    /// A new block from the driver, which took `took`.
+    pub(crate) fn on_segment_alloc(&self, size: u64, took: Duration) {
+        self.segment.increase(1);
+        self.reserved_bytes.increase(size);
+        self.num_host_alloc.fetch_add(1, Ordering::Relaxed);
+        self.alloc_time.lock().add(took);
+    }
+
+    /// A block released to the driver, which took `took`.
+    pub(crate) fn on_segment_free(&self, size: u64, took: Duration) {
+        self.segment.decrease(1);
+        self.reserved_bytes.decrease(size);
+        self.num_host_free.fetch_add(1, Ordering::Relaxed);
+        self.free_time.lock().add(took);
+    }
+
+    pub(crate) fn snapshot(&self) -> HostMemoryStats {
+        HostMemoryStats {
+            allocation: self.allocation.snapshot(),
+            allocated_bytes: self.allocated_bytes.snapshot(),
+            segment: self.segment.snapshot(),
+            reserved_bytes: self.reserved_bytes.snapshot(),
+            num_host_alloc: self.num_host_alloc.load(Ordering::Relaxed),
+            num_host_free: self.num_host_free.load(Ordering::Relaxed),
+            host_alloc_time: self.alloc_time.lock().snapshot(),
+            host_free_time: self.free_time.lock().snapshot(),
+            pending_blocks: self.pending_blocks.load(Ordering::Relaxed),
+            pending_markers: self.pending_markers.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn reset_peak(&self) {
+        for s in self.stats() {
+            s.reset_peak();
+        }
+        self.alloc_time.lock().reset_peak();
+        self.free_time.lock().reset_peak();
+    }
+
+    pub(crate) fn reset_accumulated(&self) {
+        for s in self.stats() {
+            s.reset_accumulated();
+        }
+        self.num_host_alloc.store(0, Ordering::Relaxed);
+        self.num_host_free.store(0, Ordering::Relaxed);
+        self.alloc_time.lock().reset_accumulated();
+        self.free_time.lock().reset_accumulated();
+    }
+
+    fn stats(&self) -> [&AtomicStat; 4] {
+        [
+            &self.allocation,
+            &self.allocated_bytes,
+            &self.segment,
+            &self.reserved_bytes,
+        ]
+    }
+}

@@ -1,0 +1,168 @@
+//! Data integrity of host<->device copies through pinned blocks, both ways, and their
+//! argument checks.
+
+mod host_common;
+
+use host_common::{device_buffer, have_devices, pattern};
+use xpu_host::{HostAllocator, HostCopy, HostError};
+use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
+
+#[test]
+fn round_trip_preserves_the_bytes() -> Result<(), HostError> {
+    if !have_devices(1, "round_trip_preserves_the_bytes") {
+        return Ok(());
+    }
+    let alloc = HostAllocator::new();
+    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    for &n in &[1usize, 3, 4096, 100_000, 1 << 20] {
+        let dev = device_buffer(0, n)?;
+        let want = pattern(n as u8, n);
+        let mut src = alloc.allocate_on(0, n)?;
+        src.copy_from_slice(&want);
+        stream.copy_from_host_to_buffer(&src, 0, &dev, 0, n)?;
+        drop(src); // freed before the copy is known to be done: must stay intact
+        let mut back = alloc.allocate_on(0, n)?;
+        back.fill(0);
+        stream.copy_to_host_from_buffer(&dev, 0, &mut back, 0, n)?;
+        stream.synchronize()?;
+        assert_eq!(&back[..], &want[..], "{n} bytes");
+        // Cross-check against the device through a plain blocking read.
+        let mut direct = vec![0u8; n];
+        stream.queue()?.read(&dev, 0, &mut direct)?;
+        assert_eq!(direct, want);
+    }
+    Ok(())
+}
+
+#[test]
+fn offsets_select_the_right_bytes() -> Result<(), HostError> {
+    if !have_devices(1, "offsets_select_the_right_bytes") {
+        return Ok(());
+    }
+    let alloc = HostAllocator::new();
+    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    let dev = device_buffer(0, 1000)?;
+    stream.queue()?.write(&dev, 0, &[0u8; 1000])?;
+    let mut src = alloc.allocate_on(0, 300)?;
+    src.copy_from_slice(&pattern(9, 300));
+    // src[100..250] -> dev[500..650]
+    stream.copy_from_host_to_buffer(&src, 100, &dev, 500, 150)?;
+    let mut back = alloc.allocate_on(0, 400)?;
+    back.fill(0xAA);
+    // dev[490..660] -> back[10..180]
+    stream.copy_to_host_from_buffer(&dev, 490, &mut back, 10, 170)?;
+    stream.synchronize()?;
+    assert!(back[..10].iter().all(|&b| b == 0xAA));
+    assert!(back[10..20].iter().all(|&b| b == 0));
+    assert_eq!(&back[20..170], &src[100..250]);
+    assert!(back[170..180].iter().all(|&b| b == 0));
+    assert!(back[180..].iter().all(|&b| b == 0xAA));
+    Ok(())
+}
+
+#[test]
+fn pageable_copy_writes_the_bytes() -> Result<(), HostError> {
+    if !have_devices(1, "pageable_copy_writes_the_bytes") {
+        return Ok(());
+    }
+    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    let dev = device_buffer(0, 512)?;
+    let want = pattern(3, 256);
+    stream.copy_from_pageable(&want, &dev, 256)?;
+    let mut got = vec![0u8; 256];
+    stream.queue()?.read(&dev, 256, &mut got)?;
+    assert_eq!(got, want);
+    Ok(())
+}
+
+#[test]
+fn ranges_are_checked_against_the_requested_length() -> Result<(), HostError> {
+    if !have_devices(1, "ranges_are_checked_against_the_requested_length") {
+        return Ok(());
+    }
+    let alloc = HostAllocator::new();
+    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    let dev = device_buffer(0, 4096)?;
+    let mut h = alloc.allocate_on(0, 1000)?; // a 1024-byte block
+    let err = stream.copy_from_host_to_buffer(&h, 0, &dev, 0, 1001);
+    assert!(matches!(
+        err,
+        Err(HostError::OutOfRange {
+            what: "host source",
+            offset: 0,
+            len: 1001,
+            size: 1000
+        })
+    ));
+    let err = stream.copy_from_host_to_buffer(&h, 900, &dev, 4000, 100);
+    assert!(matches!(
+        err,
+        Err(HostError::OutOfRange {
+            what: "device destination",
+            ..
+        })
+    ));
+    let err = stream.copy_to_host_from_buffer(&dev, 4095, &mut h, 0, 2);
+    assert!(matches!(
+        err,
+        Err(HostError::OutOfRange {
+            what: "device source",
+            ..
+        })
+    ));
+    let err = stream.copy_to_host_from_buffer(&dev, 0, &mut h, usize::MAX, 2);
+    assert!(matches!(
+        err,
+        Err(HostError::OutOfRange {
+            what: "host destination",
+            ..
+        })
+    ));
+    let err = stream.copy_from_pageable(&[0u8; 10], &dev, 4090);
+    assert!(matches!(err, Err(HostError::OutOfRange { .. })));
+    // Failed copies record nothing; zero-length copies enqueue and record nothing.
+    stream.copy_from_host_to_buffer(&h, 1000, &dev, 0, 0)?;
+    let mut empty = alloc.allocate_on(0, 0)?;
+    stream.copy_to_host_from_buffer(&dev, 0, &mut empty, 0, 0)?;
+    assert!(h.recorded_streams().is_empty());
+    Ok(())
+}
+
+#[test]
+fn whole_allocation_copies_through_device_memory() -> Result<(), HostError> {
+    if !have_devices(1, "whole_allocation_copies_through_device_memory") {
+        return Ok(());
+    }
+    let alloc = HostAllocator::new();
+    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    let dev = device_buffer(0, 5000)?;
+    let mut src = alloc.allocate_on(0, 3000)?;
+    src.copy_from_slice(&pattern(11, 3000));
+    stream.copy_from_host(&src, &dev)?;
+    assert_eq!(src.recorded_streams(), vec![stream]);
+    let mut back = alloc.allocate_on(0, 3000)?;
+    stream.copy_to_host(&dev, &mut back)?;
+    stream.synchronize()?;
+    assert_eq!(&back[..], &src[..]);
+    // The region must hold the whole host allocation.
+    let mut big = alloc.allocate_on(0, 6000)?;
+    assert!(matches!(
+        stream.copy_from_host(&big, &dev),
+        Err(HostError::OutOfRange {
+            what: "device destination",
+            len: 6000,
+            size: 5000,
+            ..
+        })
+    ));
+    assert!(matches!(
+        stream.copy_to_host(&dev, &mut big),
+        Err(HostError::OutOfRange {
+            what: "device source",
+            len: 6000,
+            size: 5000,
+            ..
+        })
+    ));
+    Ok(())
+}

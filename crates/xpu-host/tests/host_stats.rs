@@ -1,0 +1,164 @@
+//! Exact statistics after known sequences (each test uses its own allocator).
+
+mod host_common;
+
+use host_common::have_devices;
+use xpu_event::Gate;
+use xpu_host::Stat;
+use xpu_host::{HostAllocator, HostError, HostMemoryStats};
+use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
+
+fn stat(current: i64, peak: i64, allocated: i64, freed: i64) -> Stat {
+    Stat {
+        current,
+        peak,
+        allocated,
+        freed,
+    }
+}
+
+fn counts(s: &HostMemoryStats) -> (Stat, Stat, Stat, Stat) {
+    (s.allocation, s.allocated_bytes, s.segment, s.reserved_bytes)
+}
+
+#[test]
+fn stats_follow_a_known_sequence() -> Result<(), HostError> {
+    if !have_devices(1, "stats_follow_a_known_sequence") {
+        return Ok(());
+    }
+    let alloc = HostAllocator::new();
+    assert_eq!(alloc.memory_stats(), HostMemoryStats::default());
+
+    let p1 = alloc.allocate_on(0, 1000)?; // new 1024-byte block
+    let s = alloc.memory_stats();
+    assert_eq!(
+        counts(&s),
+        (
+            stat(1, 1, 1, 0),
+            stat(1024, 1024, 1024, 0),
+            stat(1, 1, 1, 0),
+            stat(1024, 1024, 1024, 0)
+        )
+    );
+    assert_eq!((s.num_host_alloc, s.num_host_free), (1, 0));
+    assert_eq!((s.host_alloc_time.count, s.host_free_time.count), (1, 0));
+
+    let p2 = alloc.allocate_on(0, 3000)?; // new 4096-byte block
+    let s = alloc.memory_stats();
+    assert_eq!(
+        counts(&s),
+        (
+            stat(2, 2, 2, 0),
+            stat(5120, 5120, 5120, 0),
+            stat(2, 2, 2, 0),
+            stat(5120, 5120, 5120, 0)
+        )
+    );
+
+    drop(p1);
+    let s = alloc.memory_stats();
+    assert_eq!(s.allocation, stat(1, 2, 2, 1));
+    assert_eq!(s.allocated_bytes, stat(4096, 5120, 5120, 1024));
+    assert_eq!(s.segment, stat(2, 2, 2, 0));
+
+    let p3 = alloc.allocate_on(0, 600)?; // the cached 1024-byte block
+    let s = alloc.memory_stats();
+    assert_eq!(s.allocation, stat(2, 2, 3, 1));
+    assert_eq!(s.allocated_bytes, stat(5120, 5120, 6144, 1024));
+    assert_eq!(s.segment, stat(2, 2, 2, 0));
+    assert_eq!(s.num_host_alloc, 2);
+    let t = s.host_alloc_time;
+    assert_eq!(t.count, 2);
+    assert!(t.min <= t.avg && t.avg <= t.max && t.max <= t.total);
+
+    drop(p2);
+    drop(p3);
+    let s = alloc.memory_stats();
+    assert_eq!(s.allocation, stat(0, 2, 3, 3));
+    assert_eq!(s.allocated_bytes, stat(0, 5120, 6144, 6144));
+
+    alloc.reset_peak_stats();
+    let s = alloc.memory_stats();
+    assert_eq!(s.allocation, stat(0, 0, 3, 3));
+    assert_eq!(s.allocated_bytes, stat(0, 0, 6144, 6144));
+    assert_eq!(s.segment, stat(2, 2, 2, 0));
+    assert_eq!(s.reserved_bytes, stat(5120, 5120, 5120, 0));
+
+    alloc.empty_cache();
+    let s = alloc.memory_stats();
+    assert_eq!(s.segment, stat(0, 2, 2, 2));
+    assert_eq!(s.reserved_bytes, stat(0, 5120, 5120, 5120));
+    assert_eq!((s.num_host_alloc, s.num_host_free), (2, 2));
+    assert_eq!((s.host_alloc_time.count, s.host_free_time.count), (2, 2));
+    let t = s.host_free_time;
+    assert!(t.min <= t.avg && t.avg <= t.max && t.max <= t.total);
+    // Peaks of the allocation durations were reset above, before any new allocation.
+    assert_eq!((s.host_alloc_time.max, s.host_alloc_time.min), (0, 0));
+
+    alloc.reset_accumulated_stats();
+    let s = alloc.memory_stats();
+    assert_eq!(s.allocation, stat(0, 0, 0, 0));
+    assert_eq!(s.allocated_bytes, stat(0, 0, 0, 0));
+    assert_eq!(s.segment, stat(0, 2, 0, 0));
+    assert_eq!(s.reserved_bytes, stat(0, 5120, 0, 0));
+    assert_eq!((s.num_host_alloc, s.num_host_free), (0, 0));
+    assert_eq!((s.host_alloc_time.count, s.host_alloc_time.total), (0, 0));
+    assert_eq!((s.host_free_time.count, s.host_free_time.avg), (0, 0));
+
+    alloc.reset_peak_stats();
+    let s = alloc.memory_stats();
+    assert_eq!(s.segment, stat(0, 0, 0, 0));
+    assert_eq!((s.host_alloc_time.max, s.host_alloc_time.min), (0, 0));
+
+    // Zero size touches nothing.
+    let z = alloc.allocate_on(0, 0)?;
+    assert!(z.is_empty());
+    assert_eq!(z.address(), 0);
+    drop(z);
+    assert_eq!(alloc.memory_stats(), s);
+    Ok(())
+}
+
+#[test]
+fn pending_blocks_stay_allocated_until_their_markers_complete() -> Result<(), HostError> {
+    if !have_devices(
+        1,
+        "pending_blocks_stay_allocated_until_their_markers_complete",
+    ) {
+        return Ok(());
+    }
+    let alloc = HostAllocator::new();
+    let s1 = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    let s2 = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    let gate = Gate::new(0)?;
+    gate.block(&s1)?;
+    gate.block(&s2)?;
+    let p = alloc.allocate_on(0, 100)?; // 128-byte block
+    p.record_stream(&s1);
+    p.record_stream(&s2);
+    p.record_stream(&s1);
+    drop(p);
+    let s = alloc.memory_stats();
+    // As PyTorch: the block counts as allocated until it rejoins its free list.
+    assert_eq!(s.allocation, stat(1, 1, 1, 0));
+    assert_eq!(s.allocated_bytes, stat(128, 128, 128, 0));
+    assert_eq!((s.pending_blocks, s.pending_markers), (1, 2));
+    // Reading statistics does not process markers; empty_cache keeps the pending block.
+    alloc.empty_cache();
+    let s = alloc.memory_stats();
+    assert_eq!(
+        (s.pending_blocks, s.segment.current, s.num_host_free),
+        (1, 1, 0)
+    );
+
+    gate.open()?;
+    s1.synchronize()?;
+    s2.synchronize()?;
+    alloc.process_events();
+    let s = alloc.memory_stats();
+    assert_eq!((s.pending_blocks, s.pending_markers), (0, 0));
+    assert_eq!(s.allocation, stat(0, 1, 1, 1));
+    assert_eq!(s.allocated_bytes, stat(0, 128, 128, 128));
+    assert_eq!(s.segment, stat(1, 1, 1, 0));
+    Ok(())
+}

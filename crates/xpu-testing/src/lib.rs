@@ -1,0 +1,151 @@
+//! `xpu-testing`: what the tests of the xpu crates share: skipping (or failing, under
+//! `XPU_REQUIRE_DEVICE=1`) without enough devices, re-running a test in a child process,
+//! fresh queues and test patterns.
+//!
+//! A dev-dependency only: `cargo xtask check-layers` refuses it as a normal dependency of
+//! any crate. It sits right above xpu-device so that every crate above can use it in its
+//! tests. The user-event gate that orders device work in tests is public API of the runtime
+//! instead ([`xpu_event::Gate`](https://docs.rs/xpu-event)), since users need it for their
+//! own tests.
+#![forbid(unsafe_code)]
+#![allow(clippy::print_stderr)]
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use xpu_device::backend::{CommandQueue, QueueOptions};
+
+/// The environment variable naming the scenario a re-executed test binary must run.
+pub const SCENARIO_ENV: &str = "XPU_TEST_SCENARIO";
+
+/// True when at least `n` devices exist. Otherwise prints why `test` is skipped and returns
+/// false, except that it panics when there is no device at all and `XPU_REQUIRE_DEVICE=1`
+/// (a test needing two devices skips on a one-device machine: run with
+/// `POCL_DEVICES="pthread pthread"`).
+///
+/// # Panics
+/// Under `XPU_REQUIRE_DEVICE=1` without any device.
+#[must_use]
+pub fn have_devices(n: usize, test: &str) -> bool {
+    let count = xpu_device::device_count();
+    if count >= n {
+        return true;
+    }
+    assert!(
+        !(count == 0 && xpu_device::require_device()),
+        "{test}: XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
+    );
+    eprintln!(
+        "skipping {test}: needs {n} device(s), found {count} (PoCL: POCL_DEVICES=\"pthread pthread\")"
+    );
+    false
+}
+
+/// [`have_devices`] for one device.
+///
+/// # Panics
+/// As [`have_devices`].
+#[must_use]
+pub fn have_device(test: &str) -> bool {
+    have_devices(1, test)
+}
+
+/// [`have_devices`] without a test name.
+///
+/// # Panics
+/// As [`have_devices`].
+#[must_use]
+pub fn devices(n: usize) -> bool {
+    have_devices(n, "this test")
+}
+
+/// An in-order queue of its own on `device` (profiling on), so that gating it never holds
+/// back a pool stream that another test running concurrently may use.
+///
+/// # Panics
+/// When `device` does not exist or the queue cannot be created.
+#[must_use]
+pub fn fresh_queue(device: usize) -> CommandQueue {
+    xpu_device::device(device)
+        .expect("device exists")
+        .create_queue(QueueOptions {
+            profiling: true,
+            priority: None,
+        })
+        .expect("create queue")
+}
+
+/// Polls `query` `n` times (yielding between polls) and returns true if it ever answered true.
+pub fn ever_true(n: usize, mut query: impl FnMut() -> bool) -> bool {
+    (0..n).any(|_| {
+        let r = query();
+        std::thread::yield_now();
+        r
+    })
+}
+
+/// A recognizable byte pattern of `len` bytes.
+#[must_use]
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    #[allow(clippy::cast_possible_truncation)]
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// The scenario this process must run ([`SCENARIO_ENV`]), when a test re-executed its own
+/// binary for it.
+#[must_use]
+pub fn scenario() -> Option<String> {
+    std::env::var(SCENARIO_ENV).ok()
+}
+
+/// Runs this test binary again with only `test` selected and [`SCENARIO_ENV`]` = scenario` (a
+/// fresh process: nothing initialized), waits at most `bound` for it (then kills it, so a hang
+/// is a failed assertion, not a hung suite) and returns its exit code (`None` when killed)
+/// and its output (stdout then stderr).
+///
+/// # Panics
+/// When the test binary cannot be re-run.
+#[must_use]
+pub fn run_scenario(test: &str, scenario: &str, bound: Duration) -> (Option<i32>, String) {
+    let mut child = Command::new(std::env::current_exe().expect("test binary path"))
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(SCENARIO_ENV, scenario)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("re-run the test binary");
+    let mut out = child.stdout.take().expect("piped stdout");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let code = loop {
+        if let Some(status) = child.try_wait().expect("wait for the scenario") {
+            break status.code();
+        }
+        if start.elapsed() >= bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        // A bound on the wait, not an ordering.
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let text = format!(
+        "{}{}",
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default()
+    );
+    (code, text)
+}
