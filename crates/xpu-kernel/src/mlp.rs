@@ -245,8 +245,24 @@ impl MlpState {
         // The teacher: the same shape, other weights, biases of 0.1.
         let tw1 = rng.fill(c.inputs * c.hidden, s1);
         let tw2 = rng.fill(c.hidden * c.outputs, s2);
-        let th = linear(&x, &tw1, &vec![0.1; c.hidden], c.samples, c.inputs, c.hidden, true);
-        let y = linear(&th, &tw2, &vec![0.1; c.outputs], c.samples, c.hidden, c.outputs, false);
+        let th = linear(
+            &x,
+            &tw1,
+            &vec![0.1; c.hidden],
+            c.samples,
+            c.inputs,
+            c.hidden,
+            true,
+        );
+        let y = linear(
+            &th,
+            &tw2,
+            &vec![0.1; c.outputs],
+            c.samples,
+            c.hidden,
+            c.outputs,
+            false,
+        );
         MlpState {
             w1,
             b1: vec![0.0; c.hidden],
@@ -702,7 +718,11 @@ pub fn compare_losses(gpu: &[f32], cpu: &[f32], tolerance: f64) -> Result<(), Lo
     }
     for (step, (&g, &c)) in gpu.iter().zip(cpu).enumerate() {
         let diff = (f64::from(g) - f64::from(c)).abs();
-        let relative = if c == 0.0 { diff } else { diff / f64::from(c).abs() };
+        let relative = if c == 0.0 {
+            diff
+        } else {
+            diff / f64::from(c).abs()
+        };
         if relative.is_nan() || relative > tolerance {
             return Err(LossMismatch {
                 step,

@@ -36,7 +36,12 @@ fn rng_is_splitmix64() {
 #[test]
 fn cpu_reference_learns() {
     let losses = CpuMlp::new(MlpConfig::default()).train(200);
-    assert!(losses[199] < losses[0] * 0.5, "{} -> {}", losses[0], losses[199]);
+    assert!(
+        losses[199] < losses[0] * 0.5,
+        "{} -> {}",
+        losses[0],
+        losses[199]
+    );
 }
 
 #[test]
@@ -86,7 +91,10 @@ fn a_wrong_learning_rate_on_the_device_fails_the_check() {
 #[test]
 fn compare_losses_catches_length_and_nan() {
     assert!(compare_losses(&[1.0], &[1.0, 2.0], 1e-4).is_err());
-    assert_eq!(compare_losses(&[f32::NAN], &[1.0], 1e-4).unwrap_err().step, 0);
+    assert_eq!(
+        compare_losses(&[f32::NAN], &[1.0], 1e-4).unwrap_err().step,
+        0
+    );
     assert!(compare_losses(&[1.00001], &[1.0], 1e-4).is_ok());
     assert!(compare_losses(&[1.001], &[1.0], 1e-4).is_err());
 }
@@ -97,9 +105,19 @@ fn invalid_configs_are_typed_errors() {
         return;
     }
     for bad in [
-        MlpConfig { hidden: 0, ..small() },
-        MlpConfig { samples: 1 << 20, inputs: 1 << 10, ..small() },
-        MlpConfig { learning_rate: f32::NAN, ..small() },
+        MlpConfig {
+            hidden: 0,
+            ..small()
+        },
+        MlpConfig {
+            samples: 1 << 20,
+            inputs: 1 << 10,
+            ..small()
+        },
+        MlpConfig {
+            learning_rate: f32::NAN,
+            ..small()
+        },
     ] {
         let err = GpuMlp::new(0, bad).unwrap_err();
         assert!(matches!(err, MlpError::Config(_)), "{err}");
