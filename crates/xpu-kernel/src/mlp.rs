@@ -281,7 +281,7 @@ fn linear(x: &[f32], w: &[f32], b: &[f32], m: usize, k: usize, n: usize, relu: b
         for c in 0..n {
             let mut acc = b[c];
             for i in 0..k {
-                acc = acc + x[r * k + i] * w[i * n + c];
+                acc += x[r * k + i] * w[i * n + c];
             }
             out[r * n + c] = if relu && acc < 0.0 { 0.0 } else { acc };
         }
@@ -296,7 +296,7 @@ fn grad_w(x: &[f32], g: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
         let (kk, nn) = (i / n, i % n);
         let mut acc = 0.0f32;
         for r in 0..m {
-            acc = acc + x[r * k + kk] * g[r * n + nn];
+            acc += x[r * k + kk] * g[r * n + nn];
         }
         *d = acc;
     }
@@ -309,7 +309,7 @@ fn grad_b(g: &[f32], m: usize, n: usize) -> Vec<f32> {
         .map(|c| {
             let mut acc = 0.0f32;
             for r in 0..m {
-                acc = acc + g[r * n + c];
+                acc += g[r * n + c];
             }
             acc
         })
@@ -318,7 +318,7 @@ fn grad_b(g: &[f32], m: usize, n: usize) -> Vec<f32> {
 
 fn sgd(w: &mut [f32], g: &[f32], lr: f32) {
     for (w, g) in w.iter_mut().zip(g) {
-        *w = *w - lr * *g;
+        *w -= lr * *g;
     }
 }
 
@@ -349,7 +349,7 @@ impl CpuMlp {
         let mut sum = 0.0f32;
         for (p, t) in out.iter().zip(&s.y) {
             let d = p - t;
-            sum = sum + d * d;
+            sum += d * d;
         }
         let loss = sum / n as f32;
         let scale = c.grad_scale();
@@ -361,7 +361,7 @@ impl CpuMlp {
             let (r, j) = (idx / hd, idx % hd);
             let mut acc = 0.0f32;
             for k in 0..o {
-                acc = acc + g[r * o + k] * s.w2[j * o + k];
+                acc += g[r * o + k] * s.w2[j * o + k];
             }
             *d = if h[idx] > 0.0 { acc } else { 0.0 };
         }
