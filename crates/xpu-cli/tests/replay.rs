@@ -205,6 +205,15 @@ fn demo_runs_and_prints_the_plot_path() {
     );
     assert!(text.contains("xpu memory summary, device ID 0"), "{text}");
     assert!(text.contains("result checked on the host: ok"), "{text}");
+    // The MLP stage: a loss curve every 10 steps, checked against the CPU.
+    for step in ["step   0: loss", "step  40: loss", "step  49: loss"] {
+        assert!(text.contains(step), "{text}");
+    }
+    assert!(
+        text.contains("every step's loss within 1e-4 of the CPU: yes"),
+        "{text}"
+    );
+    assert!(text.contains("after the training"), "{text}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 

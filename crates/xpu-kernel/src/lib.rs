@@ -45,6 +45,7 @@ pub use function::Function;
 pub use launch::{Arg, Launch, LaunchExt, LocalMem, Scalar};
 pub use program::{KernelCache, Program, ProgramOrigin};
 pub mod memory;
+pub mod mlp;
 
 pub use memory::{
     DeviceBuffer, DeviceRegion, DeviceRegionMut, DeviceSlice, DeviceSliceMut, MemoryError,

@@ -1,0 +1,737 @@
+//! A two-layer MLP trained with full-batch SGD on the device, and the same training on the
+//! CPU, step for step: the runtime at work as a small framework would use it (the example
+//! `crates/xpu/examples/mlp_training.rs` and `xpu demo`).
+//!
+//! The model: `h = relu(x·W1 + b1)`, `o = h·W2 + b2`, loss `mean((o - y)²)` over the
+//! `samples × outputs` elements; `W` are `in × out` row-major `f32`. Parameters and data come
+//! from [`Rng`], a hand-written fixed-seed generator, so the device and the CPU start from
+//! the same bits.
+//!
+//! The device side ([`GpuMlp`]) runs seven OpenCL C kernels (forward linear with bias and
+//! optional ReLU, loss, loss gradient, weight and bias gradients, ReLU backward, SGD update):
+//! the parameters and data are uploaded on a copy stream from the pool, an [`Event`] recorded
+//! there is waited on by the compute stream, and every step's loss is written by the device
+//! into a loss buffer read back once at the end.
+//!
+//! Same numbers on both sides: every kernel computes each output element in one work-item,
+//! summing in the CPU reference's order, with `#pragma OPENCL FP_CONTRACT OFF` (no fused
+//! multiply-add, which the CPU code does not use either) and without `-cl-fast-relaxed-math`;
+//! constants (the gradient scale `2 / (samples·outputs)`) are computed on the host once and
+//! passed to both. On PoCL the losses agree bit for bit; [`compare_losses`] allows a
+//! relative difference (1e-4 in the example) for devices whose `+`/`*` differ in the last bit.
+//!
+//! Soundness: the kernels, their work sizes and their buffers are fixed by this module. Every
+//! buffer is private to [`GpuMlp`], allocated with the length its config gives, and each
+//! kernel receives the element counts it loops over and guards its work-item index by them,
+//! so every access stays inside its buffer; the loops are bounded, so each kernel ends;
+//! the host reaches the buffers only through stream-ordered copies. That discharges
+//! [`Launch::enqueue`](crate::Launch::enqueue)'s contract, so the API here is safe.
+
+use xpu_event::{Event, EventError};
+use xpu_stream::{Stream, StreamError};
+
+use crate::memory::{copy_htod, DeviceBuffer, MemoryError};
+use crate::{Function, KernelError, LaunchExt, Program};
+
+/// The kernels (OpenCL C 1.2). Each guards its index by the counts it is given.
+pub const KERNELS: &str = r"
+#pragma OPENCL FP_CONTRACT OFF
+// out[m,n] = act(b[n] + sum_k x[m,k] * w[k,n]), k in order; act = relu when relu != 0.
+__kernel void linear_fwd(__global float *out, __global const float *x, __global const float *w,
+                         __global const float *b, uint m_rows, uint k_dim, uint n_dim, uint relu) {
+    size_t i = get_global_id(0);
+    if (i >= (size_t)m_rows * n_dim) return;
+    uint m = i / n_dim, n = i % n_dim;
+    float acc = b[n];
+    for (uint k = 0; k < k_dim; k++) acc = acc + x[m * k_dim + k] * w[k * n_dim + n];
+    out[i] = (relu != 0 && acc < 0.0f) ? 0.0f : acc;
+}
+// losses[step] = sum_i (o[i] - y[i])^2, i in order (one work-item); the host divides by n.
+__kernel void mse_loss(__global float *losses, uint step, uint n_losses,
+                       __global const float *o, __global const float *y, uint n) {
+    if (get_global_id(0) != 0 || step >= n_losses) return;
+    float s = 0.0f;
+    for (uint i = 0; i < n; i++) { float d = o[i] - y[i]; s = s + d * d; }
+    losses[step] = s;
+}
+// g[i] = scale * (o[i] - y[i])
+__kernel void mse_grad(__global float *g, __global const float *o, __global const float *y,
+                       float scale, uint n) {
+    size_t i = get_global_id(0);
+    if (i < n) g[i] = scale * (o[i] - y[i]);
+}
+// dw[k,n] = sum_m x[m,k] * g[m,n], m in order.
+__kernel void grad_w(__global float *dw, __global const float *x, __global const float *g,
+                     uint m_rows, uint k_dim, uint n_dim) {
+    size_t i = get_global_id(0);
+    if (i >= (size_t)k_dim * n_dim) return;
+    uint k = i / n_dim, n = i % n_dim;
+    float acc = 0.0f;
+    for (uint m = 0; m < m_rows; m++) acc = acc + x[m * k_dim + k] * g[m * n_dim + n];
+    dw[i] = acc;
+}
+// db[n] = sum_m g[m,n], m in order.
+__kernel void grad_b(__global float *db, __global const float *g, uint m_rows, uint n_dim) {
+    size_t n = get_global_id(0);
+    if (n >= n_dim) return;
+    float acc = 0.0f;
+    for (uint m = 0; m < m_rows; m++) acc = acc + g[m * n_dim + n];
+    db[n] = acc;
+}
+// dh[m,j] = h[m,j] > 0 ? sum_o g[m,o] * w2[j,o] : 0, o in order.
+__kernel void relu_backward(__global float *dh, __global const float *g,
+                            __global const float *w2, __global const float *h,
+                            uint m_rows, uint h_dim, uint o_dim) {
+    size_t i = get_global_id(0);
+    if (i >= (size_t)m_rows * h_dim) return;
+    uint m = i / h_dim, j = i % h_dim;
+    float acc = 0.0f;
+    for (uint o = 0; o < o_dim; o++) acc = acc + g[m * o_dim + o] * w2[j * o_dim + o];
+    dh[i] = h[i] > 0.0f ? acc : 0.0f;
+}
+// w[i] = w[i] - lr * g[i]
+__kernel void sgd(__global float *w, __global const float *g, float lr, uint n) {
+    size_t i = get_global_id(0);
+    if (i < n) w[i] = w[i] - lr * g[i];
+}
+";
+
+/// Sizes, learning rate and seed of the model and its data set.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MlpConfig {
+    /// Features per sample.
+    pub inputs: usize,
+    /// Hidden units.
+    pub hidden: usize,
+    /// Outputs per sample.
+    pub outputs: usize,
+    /// Samples in the (full) batch.
+    pub samples: usize,
+    /// SGD learning rate.
+    pub learning_rate: f32,
+    /// Seed of [`Rng`] for the parameters and the data.
+    pub seed: u64,
+}
+
+impl Default for MlpConfig {
+    /// 16 inputs, 64 hidden units, 4 outputs, 256 samples, learning rate 0.05, seed 42.
+    fn default() -> Self {
+        MlpConfig {
+            inputs: 16,
+            hidden: 64,
+            outputs: 4,
+            samples: 256,
+            learning_rate: 0.05,
+            seed: 42,
+        }
+    }
+}
+
+/// Largest dimension product accepted (elements of one buffer), so that every index fits the
+/// kernels' `uint`.
+const MAX_ELEMENTS: usize = 1 << 28;
+
+impl MlpConfig {
+    fn check(&self) -> Result<(), MlpError> {
+        let dims = [self.inputs, self.hidden, self.outputs, self.samples];
+        if dims.contains(&0) {
+            return Err(MlpError::Config("every dimension is at least 1".into()));
+        }
+        let products = [
+            self.samples.checked_mul(self.inputs),
+            self.samples.checked_mul(self.hidden),
+            self.samples.checked_mul(self.outputs),
+            self.inputs.checked_mul(self.hidden),
+            self.hidden.checked_mul(self.outputs),
+        ];
+        if products.iter().any(|p| p.is_none_or(|p| p > MAX_ELEMENTS)) {
+            return Err(MlpError::Config(format!(
+                "a buffer would exceed {MAX_ELEMENTS} elements"
+            )));
+        }
+        if !self.learning_rate.is_finite() {
+            return Err(MlpError::Config("the learning rate is finite".into()));
+        }
+        Ok(())
+    }
+
+    /// The gradient scale of the mean squared error, `2 / (samples · outputs)`, computed once
+    /// for both sides.
+    fn grad_scale(&self) -> f32 {
+        2.0 / (self.samples * self.outputs) as f32
+    }
+}
+
+/// What training on the device can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum MlpError {
+    /// An invalid [`MlpConfig`].
+    #[error("invalid MLP configuration: {0}")]
+    Config(String),
+    /// Building the program, or a launch.
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    /// An allocation or a copy.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// Getting a stream, or synchronizing one.
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    /// Recording or waiting on the upload event.
+    #[error(transparent)]
+    Event(#[from] EventError),
+}
+
+/// The fixed-seed generator of the parameters and data: SplitMix64 (Steele, Lea, Flood 2014),
+/// written out here so that both sides (and any reader) get the same stream of numbers.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded with `seed`.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[-1, 1)`, exactly representable (24 random bits).
+    pub fn next_f32(&mut self) -> f32 {
+        let bits = (self.next_u64() >> 40) as u32; // 24 bits
+        bits as f32 / (1u32 << 23) as f32 - 1.0
+    }
+
+    fn fill(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.next_f32() * scale).collect()
+    }
+}
+
+/// Initial parameters and the data set, generated from the config's seed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MlpState {
+    /// `inputs × hidden`.
+    pub w1: Vec<f32>,
+    /// `hidden`.
+    pub b1: Vec<f32>,
+    /// `hidden × outputs`.
+    pub w2: Vec<f32>,
+    /// `outputs`.
+    pub b2: Vec<f32>,
+    /// `samples × inputs`.
+    pub x: Vec<f32>,
+    /// `samples × outputs`: a fixed random "teacher" MLP's outputs on `x`.
+    pub y: Vec<f32>,
+}
+
+impl MlpState {
+    /// The initial state for `config` (weights uniform in `±1/sqrt(fan_in)`, biases zero;
+    /// inputs uniform in `[-1, 1)`; targets from a teacher network drawn from the same
+    /// generator).
+    pub fn new(config: &MlpConfig) -> MlpState {
+        let c = config;
+        let mut rng = Rng::new(c.seed);
+        let s1 = 1.0 / (c.inputs as f32).sqrt();
+        let s2 = 1.0 / (c.hidden as f32).sqrt();
+        let w1 = rng.fill(c.inputs * c.hidden, s1);
+        let w2 = rng.fill(c.hidden * c.outputs, s2);
+        let x = rng.fill(c.samples * c.inputs, 1.0);
+        // The teacher: the same shape, other weights, biases of 0.1.
+        let tw1 = rng.fill(c.inputs * c.hidden, s1);
+        let tw2 = rng.fill(c.hidden * c.outputs, s2);
+        let th = linear(
+            &x,
+            &tw1,
+            &vec![0.1; c.hidden],
+            c.samples,
+            c.inputs,
+            c.hidden,
+            true,
+        );
+        let y = linear(
+            &th,
+            &tw2,
+            &vec![0.1; c.outputs],
+            c.samples,
+            c.hidden,
+            c.outputs,
+            false,
+        );
+        MlpState {
+            w1,
+            b1: vec![0.0; c.hidden],
+            w2,
+            b2: vec![0.0; c.outputs],
+            x,
+            y,
+        }
+    }
+}
+
+/// CPU twin of `linear_fwd`.
+fn linear(x: &[f32], w: &[f32], b: &[f32], m: usize, k: usize, n: usize, relu: bool) -> Vec<f32> {
+    let mut out = vec![0.0; m * n];
+    for r in 0..m {
+        for c in 0..n {
+            let mut acc = b[c];
+            for i in 0..k {
+                acc += x[r * k + i] * w[i * n + c];
+            }
+            out[r * n + c] = if relu && acc < 0.0 { 0.0 } else { acc };
+        }
+    }
+    out
+}
+
+/// CPU twin of `grad_w`.
+fn grad_w(x: &[f32], g: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+    let mut dw = vec![0.0; k * n];
+    for (i, d) in dw.iter_mut().enumerate() {
+        let (kk, nn) = (i / n, i % n);
+        let mut acc = 0.0f32;
+        for r in 0..m {
+            acc += x[r * k + kk] * g[r * n + nn];
+        }
+        *d = acc;
+    }
+    dw
+}
+
+/// CPU twin of `grad_b`.
+fn grad_b(g: &[f32], m: usize, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|c| {
+            let mut acc = 0.0f32;
+            for r in 0..m {
+                acc += g[r * n + c];
+            }
+            acc
+        })
+        .collect()
+}
+
+fn sgd(w: &mut [f32], g: &[f32], lr: f32) {
+    for (w, g) in w.iter_mut().zip(g) {
+        *w -= lr * *g;
+    }
+}
+
+/// The CPU reference: the same model, data and operation order as [`GpuMlp`].
+#[derive(Debug, Clone)]
+pub struct CpuMlp {
+    config: MlpConfig,
+    state: MlpState,
+}
+
+impl CpuMlp {
+    /// The reference model at its initial state.
+    pub fn new(config: MlpConfig) -> CpuMlp {
+        CpuMlp {
+            state: MlpState::new(&config),
+            config,
+        }
+    }
+
+    /// One SGD step; returns the loss of the forward pass before the update.
+    pub fn step(&mut self) -> f32 {
+        let c = self.config;
+        let s = &mut self.state;
+        let (m, i, hd, o) = (c.samples, c.inputs, c.hidden, c.outputs);
+        let h = linear(&s.x, &s.w1, &s.b1, m, i, hd, true);
+        let out = linear(&h, &s.w2, &s.b2, m, hd, o, false);
+        let n = m * o;
+        let mut sum = 0.0f32;
+        for (p, t) in out.iter().zip(&s.y) {
+            let d = p - t;
+            sum += d * d;
+        }
+        let loss = sum / n as f32;
+        let scale = c.grad_scale();
+        let g: Vec<f32> = out.iter().zip(&s.y).map(|(p, t)| scale * (p - t)).collect();
+        let dw2 = grad_w(&h, &g, m, hd, o);
+        let db2 = grad_b(&g, m, o);
+        let mut dh = vec![0.0f32; m * hd];
+        for (idx, d) in dh.iter_mut().enumerate() {
+            let (r, j) = (idx / hd, idx % hd);
+            let mut acc = 0.0f32;
+            for k in 0..o {
+                acc += g[r * o + k] * s.w2[j * o + k];
+            }
+            *d = if h[idx] > 0.0 { acc } else { 0.0 };
+        }
+        let dw1 = grad_w(&s.x, &dh, m, i, hd);
+        let db1 = grad_b(&dh, m, hd);
+        let lr = c.learning_rate;
+        sgd(&mut s.w1, &dw1, lr);
+        sgd(&mut s.b1, &db1, lr);
+        sgd(&mut s.w2, &dw2, lr);
+        sgd(&mut s.b2, &db2, lr);
+        loss
+    }
+
+    /// `steps` steps; the loss of each.
+    pub fn train(&mut self, steps: usize) -> Vec<f32> {
+        (0..steps).map(|_| self.step()).collect()
+    }
+
+    /// The current parameters and data.
+    pub fn state(&self) -> &MlpState {
+        &self.state
+    }
+}
+
+/// The program's functions.
+#[derive(Debug, Clone)]
+struct Kernels {
+    linear_fwd: Function,
+    mse_loss: Function,
+    mse_grad: Function,
+    grad_w: Function,
+    grad_b: Function,
+    relu_backward: Function,
+    sgd: Function,
+}
+
+/// The model on a device: its parameters, data, activations and gradients in private
+/// [`DeviceBuffer`]s, trained by the [`KERNELS`] on a compute stream.
+#[derive(Debug)]
+pub struct GpuMlp {
+    config: MlpConfig,
+    compute: Stream,
+    k: Kernels,
+    w1: DeviceBuffer<f32>,
+    b1: DeviceBuffer<f32>,
+    w2: DeviceBuffer<f32>,
+    b2: DeviceBuffer<f32>,
+    x: DeviceBuffer<f32>,
+    y: DeviceBuffer<f32>,
+    h: DeviceBuffer<f32>,
+    out: DeviceBuffer<f32>,
+    g: DeviceBuffer<f32>,
+    dh: DeviceBuffer<f32>,
+    dw1: DeviceBuffer<f32>,
+    db1: DeviceBuffer<f32>,
+    dw2: DeviceBuffer<f32>,
+    db2: DeviceBuffer<f32>,
+}
+
+/// `n` as the kernels' `uint` (the config check bounds every count by [`MAX_ELEMENTS`]).
+fn u(n: usize) -> u32 {
+    u32::try_from(n).expect("bounded by MlpConfig::check")
+}
+
+impl GpuMlp {
+    /// Builds the kernels for `device` (through the program cache), uploads the initial
+    /// state of `config` ([`MlpState::new`]) on a copy stream from the pool and makes a
+    /// compute stream from the pool wait for the upload (an [`Event`] recorded on the copy
+    /// stream, as `torch.cuda.Event.record` / `wait`).
+    ///
+    /// # Errors
+    /// [`MlpError::Config`] for a zero dimension, a buffer over 2^28 elements or a non-finite
+    /// learning rate; build, allocation, stream and event errors.
+    pub fn new(device: usize, config: MlpConfig) -> Result<GpuMlp, MlpError> {
+        config.check()?;
+        let program = Program::build(device, KERNELS, "-cl-std=CL1.2")?;
+        let f = |name: &str| program.function(name);
+        let k = Kernels {
+            linear_fwd: f("linear_fwd")?,
+            mse_loss: f("mse_loss")?,
+            mse_grad: f("mse_grad")?,
+            grad_w: f("grad_w")?,
+            grad_b: f("grad_b")?,
+            relu_backward: f("relu_backward")?,
+            sgd: f("sgd")?,
+        };
+        let copy = xpu_stream::get_stream_from_pool(0, device)?;
+        let compute = xpu_stream::get_stream_from_pool(0, device)?;
+        let state = MlpState::new(&config);
+        let c = config;
+        // Uploads on the copy stream; the buffers are allocated for the compute stream (their
+        // allocation stream, where they are used and freed), so the copies are recorded uses.
+        let up = |v: &[f32]| -> Result<DeviceBuffer<f32>, MemoryError> {
+            let mut buf = DeviceBuffer::new(v.len(), &compute)?;
+            copy_htod(&copy, v, &mut buf)?;
+            Ok(buf)
+        };
+        let w1 = up(&state.w1)?;
+        let b1 = up(&state.b1)?;
+        let w2 = up(&state.w2)?;
+        let b2 = up(&state.b2)?;
+        let x = up(&state.x)?;
+        let y = up(&state.y)?;
+        let mut uploaded = Event::default();
+        uploaded.record(&copy)?;
+        uploaded.wait(&compute)?;
+        let new = |n: usize| DeviceBuffer::<f32>::new(n, &compute);
+        Ok(GpuMlp {
+            h: new(c.samples * c.hidden)?,
+            out: new(c.samples * c.outputs)?,
+            g: new(c.samples * c.outputs)?,
+            dh: new(c.samples * c.hidden)?,
+            dw1: new(c.inputs * c.hidden)?,
+            db1: new(c.hidden)?,
+            dw2: new(c.hidden * c.outputs)?,
+            db2: new(c.outputs)?,
+            config,
+            compute,
+            k,
+            w1,
+            b1,
+            w2,
+            b2,
+            x,
+            y,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MlpConfig {
+        &self.config
+    }
+
+    /// The compute stream.
+    pub fn stream(&self) -> Stream {
+        self.compute
+    }
+
+    /// `out = act(x·w + b)` for `m × k` by `k × n`.
+    #[allow(unsafe_code)]
+    #[allow(clippy::too_many_arguments)]
+    fn linear(
+        &self,
+        out: &DeviceBuffer<f32>,
+        x: &DeviceBuffer<f32>,
+        w: &DeviceBuffer<f32>,
+        b: &DeviceBuffer<f32>,
+        (m, k, n): (usize, usize, usize),
+        relu: bool,
+    ) -> Result<(), KernelError> {
+        debug_assert!(out.len() == m * n && x.len() == m * k && w.len() == k * n && b.len() == n);
+        // SAFETY: the callers pass buffers of exactly m·n, m·k, k·n and n elements (the
+        // config's sizes; asserted above in debug builds); work-items at or past m·n return;
+        // the others read x[m·k..], w[..k·n], b[..n] inside them and write out[i], i < m·n;
+        // the buffers are private, reached by the host only through stream-ordered copies;
+        // the loop over k ends.
+        unsafe {
+            self.compute
+                .launch(&self.k.linear_fwd, &[m * n], None)?
+                .arg(out)?
+                .arg(x)?
+                .arg(w)?
+                .arg(b)?
+                .arg(u(m))?
+                .arg(u(k))?
+                .arg(u(n))?
+                .arg(u32::from(relu))?
+                .enqueue()
+        }
+    }
+
+    /// `dw = xᵀ·g` (`k × n`) and `db = Σ_rows g` (`n`), for `x` of `m × k`, `g` of `m × n`.
+    #[allow(unsafe_code)]
+    fn grads(
+        &self,
+        dw: &DeviceBuffer<f32>,
+        db: &DeviceBuffer<f32>,
+        x: &DeviceBuffer<f32>,
+        g: &DeviceBuffer<f32>,
+        (m, k, n): (usize, usize, usize),
+    ) -> Result<(), KernelError> {
+        debug_assert!(dw.len() == k * n && db.len() == n && x.len() == m * k && g.len() == m * n);
+        // SAFETY: buffers of k·n, m·k, m·n elements (the config's sizes); work-items past k·n
+        // return; the others read x and g at rows < m inside them and write dw[i], i < k·n;
+        // private buffers; bounded loop.
+        unsafe {
+            self.compute
+                .launch(&self.k.grad_w, &[k * n], None)?
+                .arg(dw)?
+                .arg(x)?
+                .arg(g)?
+                .arg(u(m))?
+                .arg(u(k))?
+                .arg(u(n))?
+                .enqueue()?;
+        }
+        // SAFETY: db has n elements, g m·n; work-items past n return; reads g[r·n + c] with
+        // r < m, c < n; private buffers; bounded loop.
+        unsafe {
+            self.compute
+                .launch(&self.k.grad_b, &[n], None)?
+                .arg(db)?
+                .arg(g)?
+                .arg(u(m))?
+                .arg(u(n))?
+                .enqueue()
+        }
+    }
+
+    /// `w -= lr · g`, both of `w.len()` elements.
+    #[allow(unsafe_code)]
+    fn sgd(&self, w: &DeviceBuffer<f32>, g: &DeviceBuffer<f32>) -> Result<(), KernelError> {
+        let n = w.len();
+        debug_assert_eq!(g.len(), n);
+        // SAFETY: w and g both have n elements (parameter and its gradient, the same config
+        // size); work-items past n return; private buffers; no loop.
+        unsafe {
+            self.compute
+                .launch(&self.k.sgd, &[n], None)?
+                .arg(w)?
+                .arg(g)?
+                .arg(self.config.learning_rate)?
+                .arg(u(n))?
+                .enqueue()
+        }
+    }
+
+    /// Enqueues one SGD step on the compute stream; its loss goes to `losses[index]`.
+    #[allow(unsafe_code)]
+    fn step_into(&mut self, losses: &DeviceBuffer<f32>, index: usize) -> Result<(), MlpError> {
+        let c = self.config;
+        let (m, i, hd, o) = (c.samples, c.inputs, c.hidden, c.outputs);
+        let n = m * o;
+        self.linear(&self.h, &self.x, &self.w1, &self.b1, (m, i, hd), true)?;
+        self.linear(&self.out, &self.h, &self.w2, &self.b2, (m, hd, o), false)?;
+        // SAFETY: one work-item; it writes losses[index] only when index < losses.len()
+        // (passed as n_losses) and reads out[..n], y[..n], both m·o = n elements; private
+        // buffers (losses is borrowed by this call and not host-visible); bounded loop.
+        unsafe {
+            self.compute
+                .launch(&self.k.mse_loss, &[1], None)?
+                .arg(losses)?
+                .arg(u32::try_from(index).unwrap_or(u32::MAX))?
+                .arg(u32::try_from(losses.len()).unwrap_or(u32::MAX))?
+                .arg(&self.out)?
+                .arg(&self.y)?
+                .arg(u(n))?
+                .enqueue()?;
+        }
+        // SAFETY: g, out, y have n = m·o elements; work-items past n return; private
+        // buffers; no loop.
+        unsafe {
+            self.compute
+                .launch(&self.k.mse_grad, &[n], None)?
+                .arg(&self.g)?
+                .arg(&self.out)?
+                .arg(&self.y)?
+                .arg(c.grad_scale())?
+                .arg(u(n))?
+                .enqueue()?;
+        }
+        self.grads(&self.dw2, &self.db2, &self.h, &self.g, (m, hd, o))?;
+        // SAFETY: dh and h have m·hd elements, g m·o, w2 hd·o; work-items past m·hd return;
+        // reads g[r·o + k], w2[j·o + k] with r < m, j < hd, k < o; private buffers; bounded.
+        unsafe {
+            self.compute
+                .launch(&self.k.relu_backward, &[m * hd], None)?
+                .arg(&self.dh)?
+                .arg(&self.g)?
+                .arg(&self.w2)?
+                .arg(&self.h)?
+                .arg(u(m))?
+                .arg(u(hd))?
+                .arg(u(o))?
+                .enqueue()?;
+        }
+        self.grads(&self.dw1, &self.db1, &self.x, &self.dh, (m, i, hd))?;
+        self.sgd(&self.w1, &self.dw1)?;
+        self.sgd(&self.b1, &self.db1)?;
+        self.sgd(&self.w2, &self.dw2)?;
+        self.sgd(&self.b2, &self.db2)?;
+        Ok(())
+    }
+
+    /// Trains `steps` SGD steps (enqueued back to back, no host round trip), then reads the
+    /// per-step losses back (the loss of each forward pass before its update).
+    ///
+    /// # Errors
+    /// Launch, allocation and copy errors.
+    pub fn train(&mut self, steps: usize) -> Result<Vec<f32>, MlpError> {
+        if steps == 0 {
+            return Ok(Vec::new());
+        }
+        let losses = DeviceBuffer::<f32>::zeroed(steps, &self.compute)?;
+        for s in 0..steps {
+            self.step_into(&losses, s)?;
+        }
+        // The device sums the squared errors; the mean is taken here as on the CPU (an OpenCL
+        // division may be off by 2.5 ulp, OpenCL C 1.2 §7.4).
+        let n = (self.config.samples * self.config.outputs) as f32;
+        let sums = losses.to_vec(&self.compute)?;
+        Ok(sums.into_iter().map(|s| s / n).collect())
+    }
+
+    /// The current parameters `(w1, b1, w2, b2)`, read back on the compute stream.
+    ///
+    /// # Errors
+    /// Copy errors.
+    pub fn parameters(&self) -> Result<[Vec<f32>; 4], MlpError> {
+        let s = &self.compute;
+        Ok([
+            self.w1.to_vec(s)?,
+            self.b1.to_vec(s)?,
+            self.w2.to_vec(s)?,
+            self.b2.to_vec(s)?,
+        ])
+    }
+}
+
+/// Where the device's losses leave the reference's: the first step off by more than the
+/// tolerance.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "step {step}: device loss {gpu:e} vs CPU loss {cpu:e} (relative difference {relative:e} > \
+     {tolerance:e})"
+)]
+pub struct LossMismatch {
+    /// The step (0-based); `usize::MAX` when the lengths differ.
+    pub step: usize,
+    /// The device's loss.
+    pub gpu: f32,
+    /// The reference's loss.
+    pub cpu: f32,
+    /// `|gpu - cpu| / |cpu|` (`|gpu - cpu|` when `cpu` is 0).
+    pub relative: f64,
+    /// The tolerance given.
+    pub tolerance: f64,
+}
+
+/// Checks every step's loss: `|gpu - cpu| <= tolerance · |cpu|` (absolute for a zero CPU
+/// loss). A NaN fails.
+///
+/// # Errors
+/// The first [`LossMismatch`], also when the lengths differ.
+pub fn compare_losses(gpu: &[f32], cpu: &[f32], tolerance: f64) -> Result<(), LossMismatch> {
+    if gpu.len() != cpu.len() {
+        return Err(LossMismatch {
+            step: usize::MAX,
+            gpu: gpu.len() as f32,
+            cpu: cpu.len() as f32,
+            relative: f64::INFINITY,
+            tolerance,
+        });
+    }
+    for (step, (&g, &c)) in gpu.iter().zip(cpu).enumerate() {
+        let diff = (f64::from(g) - f64::from(c)).abs();
+        let relative = if c == 0.0 {
+            diff
+        } else {
+            diff / f64::from(c).abs()
+        };
+        if relative.is_nan() || relative > tolerance {
+            return Err(LossMismatch {
+                step,
+                gpu: g,
+                cpu: c,
+                relative,
+                tolerance,
+            });
+        }
+    }
+    Ok(())
+}

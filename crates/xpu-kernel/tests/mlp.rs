@@ -1,0 +1,140 @@
+//! The MLP trainer on a real OpenCL device against its CPU reference. Skipped without a device
+//! unless `XPU_REQUIRE_DEVICE=1`.
+
+use xpu_kernel::mlp::{compare_losses, CpuMlp, GpuMlp, MlpConfig, MlpError, MlpState, Rng};
+
+fn have_device() -> bool {
+    let count = xpu_device::device_count();
+    assert!(
+        !(count == 0 && xpu_device::require_device()),
+        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
+    );
+    count > 0
+}
+
+fn small() -> MlpConfig {
+    MlpConfig {
+        inputs: 5,
+        hidden: 7,
+        outputs: 3,
+        samples: 11,
+        learning_rate: 0.1,
+        seed: 7,
+    }
+}
+
+#[test]
+fn rng_is_splitmix64() {
+    // SplitMix64's first outputs for seed 0 (reference implementation by Vigna).
+    let mut r = Rng::new(0);
+    assert_eq!(r.next_u64(), 0xE220_A839_7B1D_CDAF);
+    assert_eq!(r.next_u64(), 0x6E78_9E6A_A1B9_65F4);
+    let v: Vec<f32> = (0..1000).map(|_| r.next_f32()).collect();
+    assert!(v.iter().all(|x| (-1.0..1.0).contains(x)));
+}
+
+#[test]
+fn cpu_reference_learns() {
+    let losses = CpuMlp::new(MlpConfig::default()).train(200);
+    assert!(
+        losses[199] < losses[0] * 0.5,
+        "{} -> {}",
+        losses[0],
+        losses[199]
+    );
+}
+
+#[test]
+fn device_losses_match_the_cpu_step_for_step() {
+    if !have_device() {
+        return;
+    }
+    let config = small();
+    let mut gpu = GpuMlp::new(0, config).unwrap();
+    let gpu_losses = gpu.train(20).unwrap();
+    let mut cpu = CpuMlp::new(config);
+    let cpu_losses = cpu.train(20);
+    compare_losses(&gpu_losses, &cpu_losses, 1e-5).unwrap();
+    assert!(gpu_losses[19] < gpu_losses[0]);
+    // The parameters too, not only the loss.
+    let [w1, b1, w2, b2] = gpu.parameters().unwrap();
+    let s: &MlpState = cpu.state();
+    for (g, c) in [(&w1, &s.w1), (&b1, &s.b1), (&w2, &s.w2), (&b2, &s.b2)] {
+        assert_eq!(g.len(), c.len());
+        for (a, b) in g.iter().zip(c.iter()) {
+            assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
+        }
+    }
+    // A second call continues from the trained state.
+    let more = gpu.train(5).unwrap();
+    compare_losses(&more, &cpu.train(5), 1e-5).unwrap();
+}
+
+/// The example's run (the default model, 300 steps): the final loss within 1e-4 relative of
+/// the CPU's, every step too; part of the GPU archive's tests.
+#[test]
+fn default_model_trains_300_steps_to_the_cpu_loss() {
+    if !have_device() {
+        return;
+    }
+    let config = MlpConfig::default();
+    let gpu = GpuMlp::new(0, config).unwrap().train(300).unwrap();
+    let cpu = CpuMlp::new(config).train(300);
+    compare_losses(&gpu, &cpu, 1e-4).unwrap();
+    assert!(gpu[299] < gpu[0] * 0.5, "{} -> {}", gpu[0], gpu[299]);
+    eprintln!("final loss: device {:e}, CPU {:e}", gpu[299], cpu[299]);
+}
+
+#[test]
+fn a_wrong_learning_rate_on_the_device_fails_the_check() {
+    if !have_device() {
+        return;
+    }
+    let config = small();
+    let broken = MlpConfig {
+        learning_rate: config.learning_rate * 1.01,
+        ..config
+    };
+    let gpu_losses = GpuMlp::new(0, broken).unwrap().train(20).unwrap();
+    let cpu_losses = CpuMlp::new(config).train(20);
+    let err = compare_losses(&gpu_losses, &cpu_losses, 1e-4).unwrap_err();
+    // Step 0 is before any update: equal; the first update makes them differ.
+    assert_eq!(err.step, 1, "{err}");
+    assert!(err.to_string().contains("relative difference"), "{err}");
+}
+
+#[test]
+fn compare_losses_catches_length_and_nan() {
+    assert!(compare_losses(&[1.0], &[1.0, 2.0], 1e-4).is_err());
+    assert_eq!(
+        compare_losses(&[f32::NAN], &[1.0], 1e-4).unwrap_err().step,
+        0
+    );
+    assert!(compare_losses(&[1.00001], &[1.0], 1e-4).is_ok());
+    assert!(compare_losses(&[1.001], &[1.0], 1e-4).is_err());
+}
+
+#[test]
+fn invalid_configs_are_typed_errors() {
+    if !have_device() {
+        return;
+    }
+    for bad in [
+        MlpConfig {
+            hidden: 0,
+            ..small()
+        },
+        MlpConfig {
+            samples: 1 << 20,
+            inputs: 1 << 10,
+            ..small()
+        },
+        MlpConfig {
+            learning_rate: f32::NAN,
+            ..small()
+        },
+    ] {
+        let err = GpuMlp::new(0, bad).unwrap_err();
+        assert!(matches!(err, MlpError::Config(_)), "{err}");
+    }
+}
