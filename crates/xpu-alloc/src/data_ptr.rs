@@ -193,6 +193,21 @@ impl DataPtr {
             .map_err(BlockArgError::Device)
     }
 
+    /// The OpenCL buffer of exactly this allocation: a sub-buffer of its segment covering
+    /// the allocation's requested bytes (`CL_MEM_SIZE` = [`DataPtr::size`]), the one
+    /// [`DataPtr::set_kernel_arg`] passes, created at the first call (`clCreateSubBuffer`,
+    /// OpenCL 3.0 §5.2.1) and cached with the allocation. For interop with OpenCL libraries:
+    /// a library that checks its buffers' sizes sees this allocation's bound, not the segment's.
+    /// Borrowed from the allocation: it cannot outlive it (raw uses of its handle must end
+    /// before the allocation's reuse, i.e. be stream-ordered before the free).
+    ///
+    /// # Errors
+    /// As [`DataPtr::set_kernel_arg`]: [`BlockArgError::Alloc`] for an empty allocation or
+    /// memory without a `cl_mem`; [`BlockArgError::Device`] for a failed `clCreateSubBuffer`.
+    pub fn block_buffer(&self) -> Result<&Buffer, BlockArgError> {
+        self.sub_buffer()
+    }
+
     fn sub_buffer(&self) -> Result<&Buffer, BlockArgError> {
         let live = self.live.as_ref().ok_or_else(|| {
             BlockArgError::Alloc(AllocError::Unsupported(

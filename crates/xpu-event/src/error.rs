@@ -55,6 +55,15 @@ pub enum EventError {
         /// The stream's device.
         stream: usize,
     },
+    /// An OpenCL event adopted with `Event::from_cl_event` belongs to another context than
+    /// the queue of the stream it was said to come from.
+    #[error(
+        "the adopted cl_event does not belong to the OpenCL context of device {device}'s stream"
+    )]
+    ForeignContext {
+        /// The stream's device.
+        device: usize,
+    },
     /// A stream-layer failure.
     #[error(transparent)]
     Stream(#[from] StreamError),

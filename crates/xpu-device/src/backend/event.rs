@@ -99,6 +99,20 @@ impl ClEvent {
         ClEvent::counted(raw, false)
     }
 
+    /// Takes over one reference to a raw event that the caller owns and hands over (an event
+    /// returned by a foreign OpenCL library's enqueue call, which the caller would otherwise
+    /// release): no `clRetainEvent`; the wrapper releases it on drop. Status setting as
+    /// [`ClEvent::from_raw_retained`].
+    ///
+    /// # Safety
+    /// `raw` must be a valid `cl_event` and the caller must own one reference to it, which it
+    /// gives up (it must not release it itself).
+    pub unsafe fn from_raw_owned(raw: raw::cl_event) -> ClEvent {
+        let user =
+            cle::get_event_info(raw, EVENT_COMMAND_TYPE).is_ok_and(|t| t.to_uint() == COMMAND_USER);
+        ClEvent::counted(raw, user)
+    }
+
     /// Wraps a raw event, retaining it (the caller keeps its own reference). The wrapper can set
     /// the status ([`ClEvent::set_complete`]) only when the driver reports the event as a user
     /// event (`CL_COMMAND_USER`).
@@ -314,6 +328,16 @@ impl ClEvent {
     /// The raw `cl_event`, valid while `self` lives.
     pub fn as_raw(&self) -> raw::cl_event {
         self.0
+    }
+
+    /// Gives up the wrapper's reference without releasing it: the caller now owns one
+    /// reference to the returned event (release it with `clReleaseEvent`, or hand it to
+    /// [`ClEvent::from_raw_owned`]). Leaks the event if dropped unused.
+    pub fn into_raw(self) -> raw::cl_event {
+        super::live::released(super::live::Kind::Event);
+        let raw = self.0;
+        std::mem::forget(self);
+        raw
     }
 }
 
