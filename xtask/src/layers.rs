@@ -17,6 +17,12 @@
 //!   [`UNSAFE_CRATE`]; nothing else unsafe (no `unsafe impl`/`trait`/`extern`, no `extern`
 //!   blocks), no OpenCL bindings (b), and the crate root says `#![deny(unsafe_code)]` so that
 //!   every such item also carries an `#[allow(unsafe_code)]`.
+//! - (f) the exception to (c) for examples: files under the `examples/` directory of
+//!   [`FACADE_CRATE`] (never its `src/`, `tests/` or `benches/`) may hold `unsafe {}` blocks,
+//!   each with a `// SAFETY:` comment as in (d), so that an example can show a foreign C
+//!   library (loaded at run time) on xpu's streams and memory; nothing else unsafe there (no
+//!   `unsafe fn`/`impl`/`trait`, no `extern` blocks: such a library's entry points are
+//!   function pointers from `libloading`).
 
 mod source;
 
@@ -47,6 +53,9 @@ pub(crate) const UNSAFE_CRATE: &str = "xpu-device";
 /// Crates that may declare `unsafe fn`s and call the unsafe API of [`UNSAFE_CRATE`] from
 /// `unsafe {}` blocks, nothing more (rule (e)).
 pub(crate) const UNSAFE_CALLER_CRATES: [&str; 1] = ["xpu-kernel"];
+
+/// The facade crate, whose examples may hold commented `unsafe {}` blocks (rule (f)).
+pub(crate) const FACADE_CRATE: &str = "xpu";
 
 /// The OpenCL binding crates.
 pub(crate) const FFI_CRATES: [&str; 3] = ["opencl3", "cl3", "opencl-sys"];
@@ -445,6 +454,41 @@ pub(crate) fn check_source(krate: &str, file: &str, text: &str, is_root: bool) -
         }
         return out;
     }
+    if krate == FACADE_CRATE && is_example_file(file) {
+        for (i, line) in lines.iter().enumerate() {
+            for pos in source::word_positions(&line.code, "extern") {
+                let rest = line.code[pos + "extern".len()..].trim_start();
+                if rest.starts_with(['"', '{']) {
+                    out.push(violation(
+                        i + 1,
+                        format!(
+                            "`extern` block in an example of {krate}: load the library at run time"
+                        ),
+                    ));
+                }
+            }
+            for pos in source::word_positions(&line.code, "unsafe") {
+                if !next_code(&lines, i, pos).starts_with('{') {
+                    out.push(violation(
+                        i + 1,
+                        format!(
+                            "`unsafe` item in an example of {krate}: only commented `unsafe {{}}` \
+                             blocks are allowed in its examples"
+                        ),
+                    ));
+                } else if !has_safety_comment(&lines, i) {
+                    out.push(violation(
+                        i + 1,
+                        format!(
+                            "`unsafe` block without a `// SAFETY:` comment in the \
+                             {SAFETY_WINDOW} lines above it"
+                        ),
+                    ));
+                }
+            }
+        }
+        return out;
+    }
     if krate != UNSAFE_CRATE {
         for (i, line) in lines.iter().enumerate() {
             if !source::word_positions(&line.code, "unsafe").is_empty() {
@@ -481,6 +525,20 @@ pub(crate) fn check_source(krate: &str, file: &str, text: &str, is_root: bool) -
         }
     }
     out
+}
+
+/// Whether `file` (a path relative to the workspace root or to the package) lies in a
+/// package's `examples/` directory: an `examples` component, and no `src`, `tests` or
+/// `benches` component before it.
+fn is_example_file(file: &str) -> bool {
+    for c in Path::new(file).components() {
+        match c.as_os_str().to_str() {
+            Some("examples") => return true,
+            Some("src" | "tests" | "benches") => return false,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// `Some("block")` or `Some("impl")` when the `unsafe` at `lines[i].code[pos..]` opens a block
