@@ -22,7 +22,7 @@
 //!   each with a `// SAFETY:` comment as in (d), so that an example can show a foreign C
 //!   library (loaded at run time) on xpu's streams and memory; nothing else unsafe there (no
 //!   `unsafe fn`/`impl`/`trait`, no `extern` blocks: such a library's entry points are
-//!   function pointers from `libloading`).
+//!   function pointers (`unsafe extern "C" fn(..)` types) loaded at run time).
 
 mod source;
 
@@ -458,7 +458,7 @@ pub(crate) fn check_source(krate: &str, file: &str, text: &str, is_root: bool) -
         for (i, line) in lines.iter().enumerate() {
             for pos in source::word_positions(&line.code, "extern") {
                 let rest = line.code[pos + "extern".len()..].trim_start();
-                if rest.starts_with(['"', '{']) {
+                if rest.starts_with(['"', '{']) && !is_fn_pointer_type(&line.code[pos..]) {
                     out.push(violation(
                         i + 1,
                         format!(
@@ -468,7 +468,11 @@ pub(crate) fn check_source(krate: &str, file: &str, text: &str, is_root: bool) -
                 }
             }
             for pos in source::word_positions(&line.code, "unsafe") {
-                if !next_code(&lines, i, pos).starts_with('{') {
+                let rest = next_code(&lines, i, pos);
+                if is_fn_pointer_type(rest) {
+                    continue;
+                }
+                if !rest.starts_with('{') {
                     out.push(violation(
                         i + 1,
                         format!(
@@ -525,6 +529,23 @@ pub(crate) fn check_source(krate: &str, file: &str, text: &str, is_root: bool) -
         }
     }
     out
+}
+
+/// Whether `code` starts a function pointer type (`fn(`, `extern "C" fn(`), the type of a
+/// symbol loaded at run time, not an item.
+fn is_fn_pointer_type(code: &str) -> bool {
+    let mut rest = code.trim_start();
+    if let Some(r) = rest.strip_prefix("extern") {
+        rest = r.trim_start();
+        if let Some(r) = rest.strip_prefix('"') {
+            rest = r
+                .split_once('"')
+                .map_or("", |(_, after)| after)
+                .trim_start();
+        }
+    }
+    rest.strip_prefix("fn")
+        .is_some_and(|r| r.trim_start().starts_with('('))
 }
 
 /// Whether `file` (a path relative to the workspace root or to the package) lies in a

@@ -9,7 +9,7 @@
 //! | streams, pools, current stream | `xpu-stream` | [`xpu_stream`], [`Stream`], [`StreamGuard`], [`ExternalStream`] |
 //! | events | `xpu-event` | [`xpu_event`], [`Event`], [`EventFlags`], [`StreamExt`] |
 //! | caching device and pinned-host allocators (feature `alloc`) | `xpu-alloc` | `xpu_alloc`, `DataPtr`, `HostPtr` |
-//! | programs, kernel functions, launches on streams, typed device memory (feature `kernel`) | `xpu-kernel` | `xpu_kernel`, `Program`, `Function`, `LaunchExt`, `KernelCache`, `KernelError`, `DeviceBuffer`, `DeviceSlice`, `DeviceSliceMut`, `StreamMemoryExt` |
+//! | programs, kernel functions, launches on streams, typed device memory (feature `kernel`) | `xpu-kernel` | `xpu_kernel`, `Program`, `Function`, `LaunchExt`, `KernelCache`, `KernelError`, `DeviceBuffer`, `DeviceSlice`, `DeviceSliceMut`, `StreamMemoryExt`, foreign OpenCL libraries: `ClRegion`, `ForeignExt`, `InteropError` |
 //! | lazy init, fork safety | `xpu-lazy` | [`xpu_lazy`], [`init`], [`is_initialized`] |
 //!
 //! # Cargo features
@@ -114,12 +114,15 @@ pub use xpu_device;
 pub use xpu_event;
 #[cfg(feature = "kernel")]
 pub use xpu_kernel;
+#[cfg(feature = "kernel")]
+pub use xpu_kernel::{
+    ClRegion, ForeignCall, ForeignExt, ForeignQueue, Function, InteropError, KernelCache,
+    KernelError, LaunchExt, Program,
+};
 pub use xpu_kernel::{
     DeviceBuffer, DeviceRegion, DeviceRegionMut, DeviceSlice, DeviceSliceMut, MemoryError,
     StreamMemoryExt,
 };
-#[cfg(feature = "kernel")]
-pub use xpu_kernel::{Function, KernelCache, KernelError, LaunchExt, Program};
 pub use xpu_lazy;
 pub use xpu_stream;
 
