@@ -381,6 +381,13 @@ fn run(blas: &Clblast) -> xpu::Result<bool> {
             pad: 5,
             offsets: (13, 17, 19),
         },
+        Case {
+            m: 517,
+            n: 515,
+            k: 513,
+            pad: 1,
+            offsets: (1, 2, 3),
+        },
     ];
     let mut ok = true;
     for (i, case) in cases.iter().enumerate() {
