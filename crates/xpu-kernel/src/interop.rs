@@ -411,11 +411,12 @@ impl<'a> ForeignCall<'a> {
             enable_timing: self.stream.has_profiling()?,
             blocking: false,
         };
-        let returned = f(&foreign).map_err(|code| InteropError::Library { code })?;
-        // The workspace is freed here: allocated on this stream, its block is reused only by
-        // work ordered after the library's (the caching allocator's stream-ordered reuse).
-        drop(foreign);
+        let returned = f(&foreign).map_err(|code| InteropError::Library { code });
+        // The workspace is freed here (also on failure): allocated on this stream, its block
+        // is reused only by work ordered after the library's (stream-ordered reuse).
+        let ForeignQueue { .. } = foreign;
         drop(workspace);
+        let returned = returned?;
         match returned {
             Some(raw_event) => {
                 // SAFETY: `call`'s caller guarantees that `raw_event` is a valid event the

@@ -245,7 +245,6 @@ fn a_foreign_call_records_blocks_of_other_streams_and_frees_its_workspace_stream
         "the workspace is counted by the caching allocator ({before} -> {during})"
     );
     assert_eq!(xpu_alloc::memory_allocated(0).unwrap(), before);
-    drop(region);
     drop(buf);
     let again = DeviceBuffer::<u32>::new(n, &s0).unwrap();
     assert_ne!(

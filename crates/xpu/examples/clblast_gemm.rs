@@ -320,7 +320,6 @@ fn run_case(blas: &Clblast, s1: &Stream, s2: &Stream, case: &Case, seed: u32) ->
         (&rc, ldc),
         true,
     )?;
-    drop(rc);
     // Stream 1 reads C after CLBlast's event (an xpu Event now).
     done.wait(s1)?;
     let got = dc.to_vec(s1)?;
@@ -455,7 +454,6 @@ fn run(blas: &Clblast) -> xpu::Result<bool> {
             ok = false;
         }
     }
-    drop(rc);
     let intact = neighbour.to_vec(&s2)? == neighbour_values;
     println!("neighbouring block intact: {intact}");
     ok &= intact;
