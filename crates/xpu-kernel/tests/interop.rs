@@ -270,3 +270,21 @@ fn a_library_failure_is_a_typed_error() {
         "{err}"
     );
 }
+
+#[test]
+fn an_event_of_another_device_is_not_adopted_for_a_stream() {
+    if !devices(2) {
+        return;
+    }
+    let (s0, s1) = (fresh_stream(0), fresh_stream(1));
+    let (s0, s1): (Stream, Stream) = (s0.stream(), s1.stream());
+    let marker = s1.queue().unwrap().enqueue_marker(&[]).unwrap();
+    let err = xpu_event::Event::from_cl_event(marker.clone(), &s0, Default::default()).unwrap_err();
+    assert!(
+        matches!(err, xpu_event::EventError::ForeignContext { device: 0 }),
+        "{err}"
+    );
+    let ok = xpu_event::Event::from_cl_event(marker, &s1, Default::default()).unwrap();
+    ok.synchronize().unwrap();
+    assert_eq!(ok.device(), Some(1));
+}
