@@ -493,6 +493,120 @@ fn run(blas: &Clblast) -> xpu::Result<bool> {
     Ok(ok)
 }
 
+/// `--bench [n] [reps]`: GFLOP/s of `reps` row-major n^3 SGEMMs through xpu (caching-allocator
+/// blocks, `foreign` calls on a stream, events adopted) and on a plain queue with plain buffers
+/// (the same CLBlast call), best of three rounds each, interleaved; one JSON line.
+fn bench(blas: &Clblast, n: usize, reps: usize) -> xpu::Result<()> {
+    use xpu::xpu_device::backend::{Buffer, MemFlags, QueueOptions};
+    let flops = 2.0 * (n * n * n) as f64 * reps as f64;
+    let host_a = values(n * n, 7);
+    let host_b = values(n * n, 8);
+
+    // Plain: its own queue and buffers.
+    let dev = xpu::xpu_device::device(0)?;
+    let queue = dev.create_queue(QueueOptions {
+        profiling: true,
+        priority: None,
+    })?;
+    let bytes = n * n * 4;
+    let plain: Vec<Buffer> = (0..3)
+        .map(|_| Buffer::new(dev.context()?, bytes, MemFlags::default()))
+        .collect::<Result<_, _>>()?;
+    queue.write(&plain[0], 0, bytemuck_bytes(&host_a))?;
+    queue.write(&plain[1], 0, bytemuck_bytes(&host_b))?;
+    let plain_round = || -> xpu::Result<f64> {
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            let mut q = queue.as_raw();
+            let mut event: cl_event = ptr::null_mut();
+            // SAFETY: the three buffers hold n*n floats each, what a row-major n^3 SGEMM with
+            // leading dimensions n touches; `q` is a live in-order queue; the returned event is
+            // ours, taken over (and released) by `from_raw_owned`.
+            let status = unsafe {
+                (blas.sgemm)(
+                    ROW_MAJOR,
+                    NO_TRANSPOSE,
+                    NO_TRANSPOSE,
+                    n,
+                    n,
+                    n,
+                    1.0,
+                    plain[0].as_raw(),
+                    0,
+                    n,
+                    plain[1].as_raw(),
+                    0,
+                    n,
+                    0.0,
+                    plain[2].as_raw(),
+                    0,
+                    n,
+                    &mut q,
+                    &mut event,
+                )
+            };
+            if status != 0 {
+                return Err(InteropError::Library {
+                    code: status.into(),
+                }
+                .into());
+            }
+            if !event.is_null() {
+                // SAFETY: CLBlast returned this event and its reference is ours.
+                drop(unsafe { xpu::xpu_device::backend::ClEvent::from_raw_owned(event) });
+            }
+        }
+        queue.finish()?;
+        Ok(flops / t.elapsed().as_secs_f64() / 1e9)
+    };
+
+    // Through xpu: caching-allocator blocks on a stream.
+    let s = xpu::new_stream(None, 0)?;
+    let a = s.htod_copy(&host_a)?;
+    let b = s.htod_copy(&host_b)?;
+    let mut c = DeviceBuffer::<f32>::zeroed(n * n, &s)?;
+    s.synchronize()?;
+    let mut xpu_round = || -> xpu::Result<f64> {
+        let (ra, rb) = (ClRegion::new(&a)?, ClRegion::new(&b)?);
+        let rc = ClRegion::new_mut(&mut c)?;
+        let t = std::time::Instant::now();
+        for _ in 0..reps {
+            sgemm(
+                blas,
+                &s,
+                (n, n, n),
+                1.0,
+                (&ra, n),
+                (&rb, n),
+                0.0,
+                (&rc, n),
+                true,
+            )?;
+        }
+        s.synchronize()?;
+        Ok(flops / t.elapsed().as_secs_f64() / 1e9)
+    };
+    plain_round()?; // warm-up: CLBlast compiles its kernels once per device
+    xpu_round()?;
+    let (mut best_plain, mut best_xpu) = (0.0f64, 0.0f64);
+    for _ in 0..3 {
+        best_plain = best_plain.max(plain_round()?);
+        best_xpu = best_xpu.max(xpu_round()?);
+    }
+    println!(
+        "{{\"clblast_sgemm_n\": {n}, \"clblast_sgemm_reps\": {reps}, \
+         \"clblast_sgemm_xpu_gflops\": {best_xpu:.3}, \"clblast_sgemm_plain_gflops\": {best_plain:.3}, \
+         \"clblast_xpu_over_plain\": {:.4}}}",
+        best_xpu / best_plain
+    );
+    Ok(())
+}
+
+/// The bytes of a float slice.
+fn bytemuck_bytes(v: &[f32]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
+
 fn main() -> std::process::ExitCode {
     let required = std::env::var("XPU_REQUIRE_CLBLAST").is_ok_and(|v| v == "1");
     let blas = match load() {
@@ -509,6 +623,18 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--bench") {
+        let n = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(512);
+        let reps = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(20);
+        return match bench(&blas, n, reps) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     match run(&blas) {
         Ok(true) => std::process::ExitCode::SUCCESS,
         Ok(false) => {
