@@ -117,6 +117,8 @@ impl Event {
     /// # Errors
     /// [`EventError::ForeignContext`] when the event belongs to another OpenCL context than
     /// the stream's queue (it was not made on that stream's device);
+    /// [`EventError::ForeignQueue`] when it is the event of a command of another queue (a
+    /// user event, which has no queue, is accepted);
     /// [`EventError::TimingUnavailable`] for `enable_timing` on a queue without profiling;
     /// `Stream(ExternalReleased)`; a failed `clGetEventInfo` / `clGetCommandQueueInfo`.
     pub fn from_cl_event(
@@ -128,6 +130,15 @@ impl Event {
         let queue = stream.queue()?;
         if event.context_raw()? != queue.context_raw()? {
             return Err(EventError::ForeignContext {
+                device: stream.device(),
+            });
+        }
+        // Flushes go to the stream's queue: an event of another queue could then never be
+        // submitted by a polling `query` (OpenCL 3.0 §5.15). User events have no queue.
+        let of = event.queue_raw()?;
+        if !of.is_null() && of != queue.as_raw() {
+            return Err(EventError::ForeignQueue {
+                stream: stream.id(),
                 device: stream.device(),
             });
         }

@@ -186,14 +186,16 @@ impl<'a, T> ClRegion<'a, T> {
         I: TryFrom<usize> + num_max::Max,
     {
         let end = self.offset.checked_add(self.len);
+        let overflow = || InteropError::OffsetOverflow {
+            offset: self.offset,
+            end: end.unwrap_or(usize::MAX),
+            ty: I::NAME,
+            max: I::MAX_TEXT.to_owned(),
+        };
         match end.map(I::try_from) {
-            Some(Ok(_)) => I::try_from(self.offset).map_err(|_| unreachable_overflow()),
-            _ => Err(InteropError::OffsetOverflow {
-                offset: self.offset,
-                end: end.unwrap_or(usize::MAX),
-                ty: I::NAME,
-                max: I::MAX_TEXT.to_owned(),
-            }),
+            // offset <= end, so it fits too.
+            Some(Ok(_)) => I::try_from(self.offset).map_err(|_| overflow()),
+            _ => Err(overflow()),
         }
     }
 
@@ -232,16 +234,6 @@ impl<'a, T> ClRegion<'a, T> {
                 .unwrap_or(usize::MAX)
         };
         self.require(needed)
-    }
-}
-
-fn unreachable_overflow() -> InteropError {
-    // offset <= offset + len, which fits: cannot happen; a typed error rather than a panic.
-    InteropError::OffsetOverflow {
-        offset: 0,
-        end: 0,
-        ty: "index",
-        max: String::new(),
     }
 }
 

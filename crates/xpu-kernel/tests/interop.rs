@@ -272,7 +272,7 @@ fn a_library_failure_is_a_typed_error() {
 }
 
 #[test]
-fn an_event_of_another_device_is_not_adopted_for_a_stream() {
+fn an_event_of_another_device_or_queue_is_not_adopted_for_a_stream() {
     if !devices(2) {
         return;
     }
@@ -282,6 +282,14 @@ fn an_event_of_another_device_is_not_adopted_for_a_stream() {
     let err = xpu_event::Event::from_cl_event(marker.clone(), &s0, Default::default()).unwrap_err();
     assert!(
         matches!(err, xpu_event::EventError::ForeignContext { device: 0 }),
+        "{err}"
+    );
+    // Of the right device, but of another stream's queue.
+    let s1b = fresh_stream(1);
+    let err = xpu_event::Event::from_cl_event(marker.clone(), &s1b.stream(), Default::default())
+        .unwrap_err();
+    assert!(
+        matches!(err, xpu_event::EventError::ForeignQueue { device: 1, .. }),
         "{err}"
     );
     let ok = xpu_event::Event::from_cl_event(marker, &s1, Default::default()).unwrap();

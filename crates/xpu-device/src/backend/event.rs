@@ -9,6 +9,7 @@ use crate::error::ClError;
 
 const EXECUTION_STATUS: u32 = 0x11D3;
 const EVENT_CONTEXT: u32 = 0x11D4;
+const EVENT_COMMAND_QUEUE: u32 = 0x11D0;
 const EVENT_COMMAND_TYPE: u32 = 0x11D2;
 const COMMAND_USER: u32 = 0x1204;
 const CODE_INVALID_EVENT: i32 = -58;
@@ -323,6 +324,19 @@ impl ClEvent {
     pub fn context_raw(&self) -> Result<raw::cl_context, ClError> {
         let v = cl("clGetEventInfo", cle::get_event_info(self.0, EVENT_CONTEXT))?;
         Ok(v.to_ptr() as raw::cl_context)
+    }
+
+    /// The raw queue of the event's command (`clGetEventInfo(CL_EVENT_COMMAND_QUEUE)`); null
+    /// for a user event.
+    ///
+    /// # Errors
+    /// A failed `clGetEventInfo`.
+    pub fn queue_raw(&self) -> Result<raw::cl_command_queue, ClError> {
+        let v = cl(
+            "clGetEventInfo",
+            cle::get_event_info(self.0, EVENT_COMMAND_QUEUE),
+        )?;
+        Ok(v.to_ptr() as raw::cl_command_queue)
     }
 
     /// The raw `cl_event`, valid while `self` lives.
