@@ -18,6 +18,12 @@
 //!   [`UNSAFE_CRATE`]; nothing else unsafe (no `unsafe impl`/`trait`/`extern`, no `extern`
 //!   blocks), no OpenCL bindings (b), and the crate root says `#![deny(unsafe_code)]` so that
 //!   every such item also carries an `#[allow(unsafe_code)]`.
+//! - (f) the exception to (c) for examples: files under the `examples/` directory of
+//!   [`FACADE_CRATE`] (never its `src/`, `tests/` or `benches/`) may hold `unsafe {}` blocks,
+//!   each with a `// SAFETY:` comment as in (d), so that an example can show a foreign C
+//!   library (loaded at run time) on xpu's streams and memory; nothing else unsafe there (no
+//!   `unsafe fn`/`impl`/`trait`, no `extern` blocks: such a library's entry points are
+//!   function pointers (`unsafe extern "C" fn(..)` types) loaded at run time).
 
 mod source;
 
@@ -56,6 +62,9 @@ pub(crate) const UNSAFE_CRATE: &str = "xpu-device";
 /// Crates that may declare `unsafe fn`s and call the unsafe API of [`UNSAFE_CRATE`] from
 /// `unsafe {}` blocks, nothing more (rule (e)).
 pub(crate) const UNSAFE_CALLER_CRATES: [&str; 1] = ["xpu-kernel"];
+
+/// The facade crate, whose examples may hold commented `unsafe {}` blocks (rule (f)).
+pub(crate) const FACADE_CRATE: &str = "xpu";
 
 /// The OpenCL binding crates.
 pub(crate) const FFI_CRATES: [&str; 3] = ["opencl3", "cl3", "opencl-sys"];
@@ -492,6 +501,45 @@ pub(crate) fn check_source(krate: &str, file: &str, text: &str, is_root: bool) -
         }
         return out;
     }
+    if krate == FACADE_CRATE && is_example_file(file) {
+        for (i, line) in lines.iter().enumerate() {
+            for pos in source::word_positions(&line.code, "extern") {
+                let rest = line.code[pos + "extern".len()..].trim_start();
+                if rest.starts_with(['"', '{']) && !is_fn_pointer_type(&line.code[pos..]) {
+                    out.push(violation(
+                        i + 1,
+                        format!(
+                            "`extern` block in an example of {krate}: load the library at run time"
+                        ),
+                    ));
+                }
+            }
+            for pos in source::word_positions(&line.code, "unsafe") {
+                let rest = next_code(&lines, i, pos);
+                if is_fn_pointer_type(rest) {
+                    continue;
+                }
+                if !rest.starts_with('{') {
+                    out.push(violation(
+                        i + 1,
+                        format!(
+                            "`unsafe` item in an example of {krate}: only commented `unsafe {{}}` \
+                             blocks are allowed in its examples"
+                        ),
+                    ));
+                } else if !has_safety_comment(&lines, i) {
+                    out.push(violation(
+                        i + 1,
+                        format!(
+                            "`unsafe` block without a `// SAFETY:` comment in the \
+                             {SAFETY_WINDOW} lines above it"
+                        ),
+                    ));
+                }
+            }
+        }
+        return out;
+    }
     if krate != UNSAFE_CRATE {
         for (i, line) in lines.iter().enumerate() {
             if !source::word_positions(&line.code, "unsafe").is_empty() {
@@ -528,6 +576,37 @@ pub(crate) fn check_source(krate: &str, file: &str, text: &str, is_root: bool) -
         }
     }
     out
+}
+
+/// Whether `code` starts a function pointer type (`fn(`, `extern "C" fn(`), the type of a
+/// symbol loaded at run time, not an item.
+fn is_fn_pointer_type(code: &str) -> bool {
+    let mut rest = code.trim_start();
+    if let Some(r) = rest.strip_prefix("extern") {
+        rest = r.trim_start();
+        if let Some(r) = rest.strip_prefix('"') {
+            rest = r
+                .split_once('"')
+                .map_or("", |(_, after)| after)
+                .trim_start();
+        }
+    }
+    rest.strip_prefix("fn")
+        .is_some_and(|r| r.trim_start().starts_with('('))
+}
+
+/// Whether `file` (a path relative to the workspace root or to the package) lies in a
+/// package's `examples/` directory: an `examples` component, and no `src`, `tests` or
+/// `benches` component before it.
+fn is_example_file(file: &str) -> bool {
+    for c in Path::new(file).components() {
+        match c.as_os_str().to_str() {
+            Some("examples") => return true,
+            Some("src" | "tests" | "benches") => return false,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// `Some("block")` or `Some("impl")` when the `unsafe` at `lines[i].code[pos..]` opens a block

@@ -179,6 +179,70 @@ pub(crate) fn ensure() -> Result<()> {
     }
 }
 
+/// The Debian package of CLBlast, the OpenCL BLAS that the `clblast_gemm` example loads at
+/// run time (no crate links it).
+pub(crate) const CLBLAST_PACKAGE: &str = "libclblast1";
+
+/// The shared library the example loads.
+pub(crate) const CLBLAST_LIBRARY: &str = "libclblast.so.1";
+
+/// Where CLBlast is, from `ldconfig -p`, else the usual library directories.
+pub(crate) fn find_clblast() -> Option<PathBuf> {
+    let ldconfig = ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]
+        .into_iter()
+        .find_map(|p| Cmd::new(p).arg("-p").stdout_if_ok());
+    if let Some(found) = ldconfig
+        .as_deref()
+        .and_then(|o| parse_ldconfig(o, CLBLAST_LIBRARY))
+    {
+        return Some(found);
+    }
+    LOADER_DIRS
+        .iter()
+        .map(|d| Path::new(d).join(CLBLAST_LIBRARY))
+        .find(|p| p.exists())
+}
+
+/// Makes CLBlast available for the `clblast_gemm` example, as [`ensure`] does PoCL: found,
+/// or installed with apt-get when running as root (`true`: the example must run it for
+/// real); otherwise prints the install command and returns `false` (the example skips).
+///
+/// # Errors
+/// A failed `apt-get` run as root, or CLBlast still missing after installing it.
+pub(crate) fn ensure_clblast() -> Result<bool> {
+    if let Some(path) = find_clblast() {
+        println!("==> CLBlast found: {}", path.display());
+        return Ok(true);
+    }
+    let root = is_root();
+    if !(root && which("apt-get").is_some()) {
+        let sudo = if root { "" } else { "sudo " };
+        println!(
+            "==> CLBlast ({CLBLAST_LIBRARY}) is not installed: the clblast_gemm example will \
+             skip. Install it with:\n    {sudo}apt-get install -y {CLBLAST_PACKAGE}"
+        );
+        return Ok(false);
+    }
+    println!("==> installing CLBlast ({CLBLAST_PACKAGE}) with apt-get, as root");
+    let hint = "check the network and the apt sources, or install libclblast1 by hand";
+    Cmd::new("apt-get")
+        .arg("update")
+        .hint(hint)
+        .run_step("install-clblast")?;
+    Cmd::new("apt-get")
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["install", "-y", CLBLAST_PACKAGE])
+        .hint(hint)
+        .run_step("install-clblast")?;
+    match find_clblast() {
+        Some(path) => {
+            println!("==> installed CLBlast: {}", path.display());
+            Ok(true)
+        }
+        None => bail!("installed {CLBLAST_PACKAGE} but {CLBLAST_LIBRARY} is still not found"),
+    }
+}
+
 /// What to tell a user who has to install the runtime themselves.
 pub(crate) fn install_advice(root: bool, apt: bool) -> String {
     let (sudo, sudo_env) = if root {
@@ -241,6 +305,15 @@ mod tests {
             Some(PathBuf::from("/lib/x86_64-linux-gnu/libOpenCL.so"))
         );
         assert_eq!(parse_ldconfig(out, "libnvidia-opencl.so.1"), None);
+    }
+
+    #[test]
+    fn ldconfig_output_gives_clblast() {
+        let out = "\tlibclblast.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libclblast.so.1\n";
+        assert_eq!(
+            parse_ldconfig(out, CLBLAST_LIBRARY),
+            Some(PathBuf::from("/lib/x86_64-linux-gnu/libclblast.so.1"))
+        );
     }
 
     #[test]

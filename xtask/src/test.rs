@@ -47,6 +47,10 @@ pub(crate) fn run(root: &Path, extra: &[String]) -> Result<()> {
         Ok(devices) => println!("==> POCL_DEVICES is set ({devices:?}): keeping it"),
         Err(_) => envs.push(("POCL_DEVICES".to_owned(), TWO_POCL_DEVICES.to_owned())),
     }
+    // CI runs as root with apt-get: CLBlast is installed there and the example must run it.
+    if opencl_runtime::ensure_clblast()? {
+        envs.push(("XPU_REQUIRE_CLBLAST".to_owned(), "1".to_owned()));
+    }
     run_examples(root, &envs)?;
     run_tests(root, &envs, extra)
 }

@@ -194,6 +194,26 @@ impl DataPtr {
             .map_err(BlockArgError::Device)
     }
 
+    /// The raw `cl_mem` of exactly this allocation and its size in bytes: a sub-buffer of its
+    /// segment covering the allocation's requested bytes (`CL_MEM_SIZE` = [`DataPtr::size`]),
+    /// the one [`DataPtr::set_kernel_arg`] passes, created at the first call
+    /// (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1) and cached with the allocation. For interop
+    /// with OpenCL libraries: a library that checks its buffers' sizes sees this allocation's
+    /// bound, not the segment's.
+    ///
+    /// A plain value, not a retained handle (no safe `Buffer` that could be cloned and kept
+    /// past the allocation's reuse): wrapping it (`Buffer::from_raw_retained`, `unsafe`) and
+    /// every raw use of it must end before the allocation is freed, i.e. be stream-ordered
+    /// before the free.
+    ///
+    /// # Errors
+    /// As [`DataPtr::set_kernel_arg`]: [`BlockArgError::Alloc`] for an empty allocation or
+    /// memory without a `cl_mem`; [`BlockArgError::Device`] for a failed `clCreateSubBuffer`.
+    pub fn block_cl_mem(&self) -> Result<(raw::cl_mem, usize), BlockArgError> {
+        let b = self.sub_buffer()?;
+        Ok((b.as_raw(), b.size()))
+    }
+
     fn sub_buffer(&self) -> Result<&Buffer, BlockArgError> {
         let live = self.live.as_ref().ok_or_else(|| {
             BlockArgError::Alloc(AllocError::Unsupported(

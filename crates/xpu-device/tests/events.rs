@@ -285,3 +285,28 @@ fn setting_the_status_of_a_command_event_is_refused() {
     marker.wait().unwrap();
     println!("scenario-ok");
 }
+
+#[test]
+fn an_event_handed_out_raw_and_taken_back_owned_keeps_one_reference() {
+    let Some(dev) =
+        common::device0("an_event_handed_out_raw_and_taken_back_owned_keeps_one_reference")
+    else {
+        return;
+    };
+    let q = common::queue(dev);
+    let mut gate = common::Gate::new(dev);
+    let marker = q.enqueue_marker(&[gate.event()]).unwrap();
+    let watcher = marker.clone();
+    let raw = marker.into_raw();
+    assert_eq!(raw, watcher.as_raw());
+    // SAFETY: `raw` is a live event whose one reference `into_raw` handed over.
+    let back = unsafe { xpu_device::backend::ClEvent::from_raw_owned(raw) };
+    q.flush().unwrap();
+    assert!(!back.is_complete().unwrap());
+    gate.open();
+    back.wait().unwrap();
+    drop(back);
+    // The watcher's reference is still valid: the round trip did not release an extra one.
+    assert!(watcher.is_complete().unwrap());
+    assert_eq!(watcher.status().unwrap(), EventStatus::Complete);
+}

@@ -55,6 +55,24 @@ pub enum EventError {
         /// The stream's device.
         stream: usize,
     },
+    /// An OpenCL event adopted with `Event::from_cl_event` belongs to another context than
+    /// the queue of the stream it was said to come from.
+    #[error(
+        "the adopted cl_event does not belong to the OpenCL context of device {device}'s stream"
+    )]
+    ForeignContext {
+        /// The stream's device.
+        device: usize,
+    },
+    /// An OpenCL event adopted with `Event::from_cl_event` is the event of a command of
+    /// another queue than the stream's.
+    #[error("the adopted cl_event is of a command of another queue than stream {stream:#x} on device {device}")]
+    ForeignQueue {
+        /// The stream id.
+        stream: u64,
+        /// The stream's device.
+        device: usize,
+    },
     /// A stream-layer failure.
     #[error(transparent)]
     Stream(#[from] StreamError),

@@ -107,6 +107,58 @@ impl Event {
         })
     }
 
+    /// Adopts an OpenCL event made by foreign code on `stream`'s queue (an OpenCL library's
+    /// returned `cl_event`, wrapped first with `ClEvent::from_raw_retained`, which is where
+    /// the `unsafe` is) as a recorded xpu event: [`Event::query`], [`Event::synchronize`],
+    /// [`Event::wait`] on any stream (another device's included) and, with `flags.enable_timing`
+    /// on a profiling queue, [`Event::elapsed_time`] work on it as on a recorded marker.
+    /// Re-recording replaces it with a marker of its own, as usual.
+    ///
+    /// # Errors
+    /// [`EventError::ForeignContext`] when the event belongs to another OpenCL context than
+    /// the stream's queue (it was not made on that stream's device);
+    /// [`EventError::ForeignQueue`] when it is the event of a command of another queue (a
+    /// user event, which has no queue, is accepted);
+    /// [`EventError::TimingUnavailable`] for `enable_timing` on a queue without profiling;
+    /// `Stream(ExternalReleased)`; a failed `clGetEventInfo` / `clGetCommandQueueInfo`.
+    pub fn from_cl_event(
+        event: ClEvent,
+        stream: &Stream,
+        flags: EventFlags,
+    ) -> Result<Event, EventError> {
+        check_fork()?;
+        let queue = stream.queue()?;
+        if event.context_raw()? != queue.context_raw()? {
+            return Err(EventError::ForeignContext {
+                device: stream.device(),
+            });
+        }
+        // Flushes go to the stream's queue: an event of another queue could then never be
+        // submitted by a polling `query` (OpenCL 3.0 §5.15). User events have no queue.
+        let of = event.queue_raw()?;
+        if !of.is_null() && of != queue.as_raw() {
+            return Err(EventError::ForeignQueue {
+                stream: stream.id(),
+                device: stream.device(),
+            });
+        }
+        if flags.enable_timing && !stream.has_profiling()? {
+            return Err(EventError::TimingUnavailable {
+                stream: stream.id(),
+                device: stream.device(),
+            });
+        }
+        Ok(Event {
+            flags,
+            recorded: Some(Recorded {
+                stream: *stream,
+                queue,
+                event,
+                flush: AtomicU8::new(FRESH),
+            }),
+        })
+    }
+
     /// The flags given at creation.
     pub fn flags(&self) -> EventFlags {
         self.flags

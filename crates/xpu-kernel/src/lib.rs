@@ -27,9 +27,11 @@
 //! # }
 //! ```
 //!
-//! `unsafe` here: this crate has no OpenCL bindings and no raw handles; its only `unsafe` is
-//! [`Launch::enqueue`] (an `unsafe fn`, since the kernel is arbitrary code) and the one call
-//! to `xpu_device`'s `CommandQueue::enqueue_kernel` inside it. `cargo xtask check-layers`
+//! `unsafe` here: this crate has no OpenCL bindings; its only `unsafe` is
+//! [`Launch::enqueue`] (an `unsafe fn`, since the kernel is arbitrary code) with the one call
+//! to `xpu_device`'s `CommandQueue::enqueue_kernel` inside it, and [`ForeignCall::call`] (an
+//! `unsafe fn`: it hands raw handles to foreign code) with its call to
+//! `ClEvent::from_raw_owned`. `cargo xtask check-layers`
 //! holds the crate to that: `#![deny(unsafe_code)]`, every `unsafe fn` documented with
 //! `# Safety` and every `unsafe` block with a `// SAFETY:` comment, no `unsafe impl`.
 #![deny(unsafe_code)]
@@ -37,11 +39,13 @@
 pub mod bench;
 mod error;
 mod function;
+pub mod interop;
 mod launch;
 mod program;
 
 pub use error::KernelError;
 pub use function::Function;
+pub use interop::{ClRegion, ForeignCall, ForeignExt, ForeignQueue, InteropError};
 pub use launch::{Arg, Launch, LaunchExt, LocalMem, Scalar};
 pub use program::{KernelCache, Program, ProgramOrigin};
 pub mod memory;

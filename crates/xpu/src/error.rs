@@ -52,6 +52,11 @@ pub enum Error {
     #[cfg(feature = "kernel")]
     #[error(transparent)]
     Memory(Box<xpu_kernel::MemoryError>),
+    /// A foreign OpenCL library on xpu's streams and memory (`xpu_kernel::interop`: region
+    /// bounds, index-type overflows, the library's status code).
+    #[cfg(feature = "kernel")]
+    #[error(transparent)]
+    Interop(#[from] xpu_kernel::InteropError),
 }
 
 #[cfg(feature = "alloc")]

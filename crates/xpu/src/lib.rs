@@ -9,7 +9,7 @@
 //! | streams, pools, current stream | `xpu-stream` | [`xpu_stream`], [`Stream`], [`StreamGuard`], [`ExternalStream`] |
 //! | events | `xpu-event` | [`xpu_event`], [`Event`], [`EventFlags`], [`StreamExt`] |
 //! | caching device and pinned-host allocators (feature `alloc`) | `xpu-alloc` (re-exporting `xpu-host`) | `xpu_alloc`, `DataPtr`, `HostPtr` |
-//! | programs, kernel functions, launches on streams, typed device memory (feature `kernel`) | `xpu-kernel` | `xpu_kernel`, `Program`, `Function`, `LaunchExt`, `KernelCache`, `KernelError`, `DeviceBuffer`, `DeviceSlice`, `DeviceSliceMut`, `StreamMemoryExt` |
+//! | programs, kernel functions, launches on streams, typed device memory (feature `kernel`) | `xpu-kernel` | `xpu_kernel`, `Program`, `Function`, `LaunchExt`, `KernelCache`, `KernelError`, `DeviceBuffer`, `DeviceSlice`, `DeviceSliceMut`, `StreamMemoryExt`, foreign OpenCL libraries: `ClRegion`, `ForeignExt`, `InteropError` |
 //! | lazy init, fork safety | `xpu-lazy` | [`xpu_lazy`], [`init`], [`is_initialized`] |
 //!
 //! # Cargo features
@@ -83,6 +83,8 @@
 //! | `CommandQueue::from_raw_borrowed` / `from_raw_owned` | wraps a raw `cl_command_queue` | a valid queue (owned: one reference handed over) |
 //! | `Context::from_raw_retained` / `from_raw_owned` | wraps a raw `cl_context` | a valid context (owned: one reference handed over) |
 //! | `ClEvent::from_raw_retained` | wraps a raw `cl_event` | a valid event |
+//! | `ClEvent::from_raw_owned` | takes over a raw `cl_event` | a valid event, one reference handed over |
+//! | `xpu_kernel::ForeignCall::call` | hands a stream's raw queue and regions' `cl_mem`s to foreign code (CLBlast...) | the code touches only the declared regions (writes only `ClRegion::new_mut` ones) and the workspace, enqueues on that queue only, keeps no handle, returns `None` or an owned event of a command on that queue |
 //! | `Buffer::from_raw_retained` | wraps a raw `cl_mem` | a valid buffer of at least the given size |
 //! | `xpu_device::fork::run_in_forked_child` | runs code in a child forked from a multi-threaded process | the child code only does what is safe after `fork` (no lock the parent may hold, no driver call) |
 //!
@@ -114,12 +116,15 @@ pub use xpu_device;
 pub use xpu_event;
 #[cfg(feature = "kernel")]
 pub use xpu_kernel;
+#[cfg(feature = "kernel")]
+pub use xpu_kernel::{
+    ClRegion, ForeignCall, ForeignExt, ForeignQueue, Function, InteropError, KernelCache,
+    KernelError, LaunchExt, Program,
+};
 pub use xpu_kernel::{
     DeviceBuffer, DeviceRegion, DeviceRegionMut, DeviceSlice, DeviceSliceMut, MemoryError,
     StreamMemoryExt,
 };
-#[cfg(feature = "kernel")]
-pub use xpu_kernel::{Function, KernelCache, KernelError, LaunchExt, Program};
 pub use xpu_lazy;
 pub use xpu_stream;
 

@@ -396,3 +396,40 @@ fn the_launch_crate_may_declare_documented_unsafe_fns_and_commented_unsafe_block
         "unsafe fn, block, and the missing forbid"
     );
 }
+
+#[test]
+fn facade_examples_may_hold_commented_unsafe_blocks_only() {
+    let good = "type F = unsafe extern \"C\" fn(i32) -> i32;\n\
+                fn main() {\n    // SAFETY: the symbol has this C signature.\n\
+                \x20   let f = unsafe { lib.get::<F>(b\"f\") };\n}\n";
+    assert_eq!(
+        check_source("xpu", "crates/xpu/examples/clblast_gemm.rs", good, false),
+        vec![]
+    );
+    let bad = "fn main() {\n    unsafe { g() }\n}\n\
+               unsafe fn h() {}\n\
+               unsafe impl Send for X {}\n\
+               extern \"C\" { fn f(); }\n";
+    let v = check_source("xpu", "crates/xpu/examples/clblast_gemm.rs", bad, false);
+    let lines: Vec<&str> = v.iter().map(|v| v.location.as_str()).collect();
+    assert_eq!(
+        lines,
+        vec![
+            "crates/xpu/examples/clblast_gemm.rs:2",
+            "crates/xpu/examples/clblast_gemm.rs:4",
+            "crates/xpu/examples/clblast_gemm.rs:5",
+            "crates/xpu/examples/clblast_gemm.rs:6",
+        ]
+    );
+    // Never in the facade's library, tests or benches, nor in another crate's examples.
+    for (krate, file) in [
+        ("xpu", "crates/xpu/src/lib.rs"),
+        ("xpu", "crates/xpu/src/examples/a.rs"),
+        ("xpu", "crates/xpu/tests/a.rs"),
+        ("xpu-cli", "crates/xpu-cli/examples/a.rs"),
+    ] {
+        let v = check_source(krate, file, good, false);
+        assert_eq!(v.len(), 2, "{krate} {file}: {v:?}");
+        assert!(v[0].message.starts_with("`unsafe` outside xpu-device"));
+    }
+}

@@ -9,6 +9,7 @@ use crate::error::ClError;
 
 const EXECUTION_STATUS: u32 = 0x11D3;
 const EVENT_CONTEXT: u32 = 0x11D4;
+const EVENT_COMMAND_QUEUE: u32 = 0x11D0;
 const EVENT_COMMAND_TYPE: u32 = 0x11D2;
 const COMMAND_USER: u32 = 0x1204;
 const CODE_INVALID_EVENT: i32 = -58;
@@ -97,6 +98,20 @@ impl ClEvent {
     /// Takes ownership of a reference returned by an enqueue call.
     pub(crate) fn from_owned(raw: raw::cl_event) -> Self {
         ClEvent::counted(raw, false)
+    }
+
+    /// Takes over one reference to a raw event that the caller owns and hands over (an event
+    /// returned by a foreign OpenCL library's enqueue call, which the caller would otherwise
+    /// release): no `clRetainEvent`; the wrapper releases it on drop. Status setting as
+    /// [`ClEvent::from_raw_retained`].
+    ///
+    /// # Safety
+    /// `raw` must be a valid `cl_event` and the caller must own one reference to it, which it
+    /// gives up (it must not release it itself).
+    pub unsafe fn from_raw_owned(raw: raw::cl_event) -> ClEvent {
+        let user =
+            cle::get_event_info(raw, EVENT_COMMAND_TYPE).is_ok_and(|t| t.to_uint() == COMMAND_USER);
+        ClEvent::counted(raw, user)
     }
 
     /// Wraps a raw event, retaining it (the caller keeps its own reference). The wrapper can set
@@ -311,9 +326,32 @@ impl ClEvent {
         Ok(v.to_ptr() as raw::cl_context)
     }
 
+    /// The raw queue of the event's command (`clGetEventInfo(CL_EVENT_COMMAND_QUEUE)`); null
+    /// for a user event.
+    ///
+    /// # Errors
+    /// A failed `clGetEventInfo`.
+    pub fn queue_raw(&self) -> Result<raw::cl_command_queue, ClError> {
+        let v = cl(
+            "clGetEventInfo",
+            cle::get_event_info(self.0, EVENT_COMMAND_QUEUE),
+        )?;
+        Ok(v.to_ptr() as raw::cl_command_queue)
+    }
+
     /// The raw `cl_event`, valid while `self` lives.
     pub fn as_raw(&self) -> raw::cl_event {
         self.0
+    }
+
+    /// Gives up the wrapper's reference without releasing it: the caller now owns one
+    /// reference to the returned event (release it with `clReleaseEvent`, or hand it to
+    /// [`ClEvent::from_raw_owned`]). Leaks the event if dropped unused.
+    pub fn into_raw(self) -> raw::cl_event {
+        super::live::released(super::live::Kind::Event);
+        let raw = self.0;
+        std::mem::forget(self);
+        raw
     }
 }
 

@@ -1,0 +1,426 @@
+//! Foreign OpenCL libraries (CLBlast, clFFT, vendor BLAS...) on xpu's streams and caching
+//! allocator: block-exact typed regions ([`ClRegion`]), one call that hands a stream's queue to
+//! the library ([`ForeignExt::foreign`], [`ForeignCall::call`]) and adopts the `cl_event` it
+//! returns as an [`Event`], and workspace memory from the caching allocator.
+//!
+//! A region's `cl_mem` is a sub-buffer of exactly its allocation ([`DataPtr::block_cl_mem`]),
+//! never the allocator's segment: a library that checks its buffer sizes (`CL_MEM_SIZE`) sees
+//! the allocation's bound, so an over-long matrix is refused instead of overwriting the
+//! neighbouring block. Offsets are in elements of `T`, as BLAS takes them, and
+//! [`ClRegion::require`] / [`ClRegion::offset_as`] check what a call will touch before the
+//! library sees it.
+
+use std::marker::PhantomData;
+
+use bytemuck::Pod;
+use xpu_alloc::{BlockArgError, DataPtr};
+use xpu_device::backend::{raw, ClEvent};
+use xpu_event::{Event, EventFlags};
+use xpu_stream::Stream;
+
+use crate::memory::{DeviceRegion, DeviceRegionMut};
+
+/// What interop with a foreign library can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InteropError {
+    /// A call would touch more elements than the region holds (checked before the library
+    /// runs).
+    #[error(
+        "the call needs {needed} elements from a region of {len} elements (offset {offset} in \
+         its allocation)"
+    )]
+    RegionTooShort {
+        /// Elements the call touches, from the region's start.
+        needed: usize,
+        /// The region's length, elements.
+        len: usize,
+        /// The region's offset in its allocation, elements.
+        offset: usize,
+    },
+    /// The region's offset plus length does not fit the library's index type (`int` offsets
+    /// of a C API...).
+    #[error("region elements {offset}..{end} do not fit the library's {ty} offsets (max {max})")]
+    OffsetOverflow {
+        /// The region's offset in its allocation, elements.
+        offset: usize,
+        /// One past its last element.
+        end: usize,
+        /// The index type's name.
+        ty: &'static str,
+        /// The largest value of the index type.
+        max: String,
+    },
+    /// A region of another device than the stream's.
+    #[error("a region of device {region} used on a stream of device {stream}")]
+    OtherDevice {
+        /// The region's device.
+        region: usize,
+        /// The stream's device.
+        stream: usize,
+    },
+    /// An external stream whose queue is out of order: a foreign call on it would not be
+    /// ordered after the stream's earlier work.
+    #[error(
+        "the queue of stream {stream:#x} is out of order; foreign calls need an in-order queue"
+    )]
+    OutOfOrderQueue {
+        /// The stream id.
+        stream: u64,
+    },
+    /// The library reported a failure (its own status code, e.g. a `CLBlastStatusCode`).
+    #[error("the foreign library returned status {code}")]
+    Library {
+        /// The library's status code.
+        code: i64,
+    },
+    /// The region's allocation has no OpenCL buffer (empty, simulated) or its sub-buffer
+    /// could not be created.
+    #[error(transparent)]
+    Block(#[from] BlockArgError),
+    /// A caching-allocator failure (workspace allocation, `record_stream`).
+    #[error(transparent)]
+    Alloc(#[from] xpu_alloc::AllocError),
+    /// A stream-layer failure (released external stream...).
+    #[error(transparent)]
+    Stream(#[from] xpu_stream::StreamError),
+    /// Adopting or recording the call's event failed.
+    #[error(transparent)]
+    Event(#[from] xpu_event::EventError),
+    /// A failed OpenCL call.
+    #[error(transparent)]
+    OpenCl(#[from] xpu_device::ClError),
+}
+
+/// A typed region of one allocation for a foreign OpenCL library: the `cl_mem` of exactly the
+/// allocation, the region's offset and length in elements of `T`. Borrows the allocation (and,
+/// for [`ClRegion::new_mut`], the typed memory mutably), so the allocation cannot be freed
+/// while the region exists.
+#[derive(Debug)]
+pub struct ClRegion<'a, T> {
+    block: &'a DataPtr,
+    mem: raw::cl_mem,
+    offset: usize,
+    len: usize,
+    writable: bool,
+    _t: PhantomData<&'a [T]>,
+}
+
+impl<'a, T: Pod> ClRegion<'a, T> {
+    /// A region a foreign call may only read.
+    ///
+    /// # Errors
+    /// [`InteropError::Block`] for an empty allocation or one without an OpenCL buffer, or a
+    /// failed `clCreateSubBuffer` (the first time the allocation's buffer is made).
+    pub fn new(region: &'a impl DeviceRegion<T>) -> Result<Self, InteropError> {
+        Self::make(region.data_ptr(), region.offset(), region.len(), false)
+    }
+
+    /// A region a foreign call may read and write (borrows the typed memory mutably).
+    ///
+    /// # Errors
+    /// As [`ClRegion::new`].
+    pub fn new_mut(region: &'a mut impl DeviceRegionMut<T>) -> Result<Self, InteropError> {
+        let (offset, len) = (region.offset(), region.len());
+        Self::make(region.data_ptr(), offset, len, true)
+    }
+
+    fn make(
+        block: &'a DataPtr,
+        offset: usize,
+        len: usize,
+        writable: bool,
+    ) -> Result<Self, InteropError> {
+        let (mem, _) = block.block_cl_mem()?;
+        Ok(ClRegion {
+            block,
+            mem,
+            offset,
+            len,
+            writable,
+            _t: PhantomData,
+        })
+    }
+}
+
+impl<'a, T> ClRegion<'a, T> {
+    /// The `cl_mem` of exactly the allocation (its size is the allocation's requested size),
+    /// not retained: valid while the region lives. Element `i` of the region is element
+    /// `offset() + i` of this buffer.
+    pub fn cl_mem(&self) -> raw::cl_mem {
+        self.mem
+    }
+
+    /// The region's first element in the buffer, in elements of `T` (not bytes).
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The region's length, elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the region has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether a foreign call may write the region (made with [`ClRegion::new_mut`]).
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    /// The allocation.
+    pub fn data_ptr(&self) -> &'a DataPtr {
+        self.block
+    }
+
+    /// The offset converted to a library's index type (`i32` for C `int` offsets, `usize` for
+    /// `size_t`), checking that every element of the region (`offset + len`) fits that type.
+    ///
+    /// # Errors
+    /// [`InteropError::OffsetOverflow`].
+    pub fn offset_as<I>(&self) -> Result<I, InteropError>
+    where
+        I: TryFrom<usize> + num_max::Max,
+    {
+        let end = self.offset.checked_add(self.len);
+        let overflow = || InteropError::OffsetOverflow {
+            offset: self.offset,
+            end: end.unwrap_or(usize::MAX),
+            ty: I::NAME,
+            max: I::MAX_TEXT.to_owned(),
+        };
+        match end.map(I::try_from) {
+            // offset <= end, so it fits too.
+            Some(Ok(_)) => I::try_from(self.offset).map_err(|_| overflow()),
+            _ => Err(overflow()),
+        }
+    }
+
+    /// Checks that a call touching `needed` elements from the region's start stays inside it.
+    ///
+    /// # Errors
+    /// [`InteropError::RegionTooShort`].
+    pub fn require(&self, needed: usize) -> Result<(), InteropError> {
+        if needed > self.len {
+            return Err(InteropError::RegionTooShort {
+                needed,
+                len: self.len,
+                offset: self.offset,
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks a `rows` x `cols` matrix with leading dimension `ld` (both in the storage
+    /// order's sense: `rows` lines of `ld` elements, `cols` of them used per line), the
+    /// extent BLAS touches: `(rows - 1) * ld + cols` elements; an empty matrix touches none.
+    ///
+    /// # Errors
+    /// [`InteropError::RegionTooShort`] (also for `ld < cols` or an overflowing extent,
+    /// reported as needing `usize::MAX` elements).
+    pub fn require_matrix(&self, rows: usize, cols: usize, ld: usize) -> Result<(), InteropError> {
+        if rows == 0 || cols == 0 {
+            return Ok(());
+        }
+        let needed = if ld < cols {
+            usize::MAX
+        } else {
+            (rows - 1)
+                .checked_mul(ld)
+                .and_then(|n| n.checked_add(cols))
+                .unwrap_or(usize::MAX)
+        };
+        self.require(needed)
+    }
+}
+
+/// Index types of C library offsets, for [`ClRegion::offset_as`].
+pub mod num_max {
+    /// An index type's name and largest value, for error messages.
+    pub trait Max {
+        /// The type's name.
+        const NAME: &'static str;
+        /// Its largest value, as text.
+        const MAX_TEXT: &'static str;
+    }
+    macro_rules! max {
+        ($($t:ty => $max:literal),*) => {$(
+            impl Max for $t {
+                const NAME: &'static str = stringify!($t);
+                const MAX_TEXT: &'static str = $max;
+            }
+        )*};
+    }
+    max!(i8 => "127", u8 => "255", i16 => "32767", u16 => "65535", i32 => "2147483647", u32 => "4294967295", i64 => "9223372036854775807",
+         u64 => "18446744073709551615", usize => "usize::MAX");
+}
+
+/// Starting a foreign library call on a [`Stream`] (an extension trait: streams live in
+/// `xpu-stream`).
+pub trait ForeignExt {
+    /// A foreign call on this stream: declare the regions it uses with [`ForeignCall::uses`],
+    /// optionally a workspace with [`ForeignCall::workspace`], then run it with
+    /// [`ForeignCall::call`].
+    fn foreign<'a>(&self) -> ForeignCall<'a>;
+}
+
+impl ForeignExt for Stream {
+    fn foreign<'a>(&self) -> ForeignCall<'a> {
+        ForeignCall {
+            stream: *self,
+            uses: Vec::new(),
+            workspace: 0,
+        }
+    }
+}
+
+/// A foreign library call being assembled ([`ForeignExt::foreign`]).
+#[derive(Debug)]
+pub struct ForeignCall<'a> {
+    stream: Stream,
+    uses: Vec<&'a DataPtr>,
+    workspace: usize,
+}
+
+/// What the foreign code receives: the stream's queue and the workspace.
+#[derive(Debug)]
+pub struct ForeignQueue<'w> {
+    queue: raw::cl_command_queue,
+    workspace: Option<ClRegion<'w, u8>>,
+}
+
+impl ForeignQueue<'_> {
+    /// The stream's `cl_command_queue` (in order; not retained, valid during the call).
+    pub fn queue(&self) -> raw::cl_command_queue {
+        self.queue
+    }
+
+    /// The workspace asked for with [`ForeignCall::workspace`] (`None` when 0 bytes): an
+    /// allocation of the caching allocator on the call's stream, freed stream-ordered after
+    /// the call (reused only after the stream's work, the library's included, completes).
+    pub fn workspace(&self) -> Option<&ClRegion<'_, u8>> {
+        self.workspace.as_ref()
+    }
+}
+
+impl<'a> ForeignCall<'a> {
+    /// Declares a region the call uses: checked to be of the stream's device, and recorded on
+    /// the stream (as `Tensor.record_stream`) when its allocation belongs to another stream,
+    /// so freeing it waits for the call's work.
+    ///
+    /// # Errors
+    /// [`InteropError::OtherDevice`].
+    pub fn uses<T>(mut self, region: &ClRegion<'a, T>) -> Result<Self, InteropError> {
+        let device = region.block.device();
+        if device != self.stream.device() {
+            return Err(InteropError::OtherDevice {
+                region: device,
+                stream: self.stream.device(),
+            });
+        }
+        self.uses.push(region.block);
+        Ok(self)
+    }
+
+    /// [`ForeignCall::uses`] after checking that the call touches at most `needed` elements
+    /// from the region's start ([`ClRegion::require`]): an over-long extent is refused here,
+    /// before the library sees the region.
+    ///
+    /// # Errors
+    /// [`InteropError::RegionTooShort`], [`InteropError::OtherDevice`].
+    pub fn uses_elements<T>(
+        self,
+        region: &ClRegion<'a, T>,
+        needed: usize,
+    ) -> Result<Self, InteropError> {
+        region.require(needed)?;
+        self.uses(region)
+    }
+
+    /// Asks for a workspace of `bytes` bytes from the caching allocator (counted in its
+    /// statistics and limits), handed to the call in [`ForeignQueue::workspace`].
+    pub fn workspace(mut self, bytes: usize) -> Self {
+        self.workspace = bytes;
+        self
+    }
+
+    /// Runs `f` with the stream's queue: the foreign library enqueues its work there, after
+    /// everything enqueued on the stream before (the queue is in order, and xpu enqueues
+    /// cross-stream waits as barriers at once, so no wait is pending), and returns the
+    /// `cl_event` of its last command, or `None`. The event is adopted as an [`Event`] (timing
+    /// enabled when the queue profiles); for `None`, a marker is recorded after the call.
+    /// Allocations of other streams declared with [`ForeignCall::uses`] are recorded on this
+    /// stream first.
+    ///
+    /// # Safety
+    /// The foreign code is arbitrary; the caller guarantees that it:
+    /// - touches only the regions declared with [`ForeignCall::uses`] (within
+    ///   `offset..offset + len` of each, which [`ClRegion::require`] /
+    ///   [`ClRegion::require_matrix`] check for a call's shapes) and the workspace, and writes
+    ///   only regions made with [`ClRegion::new_mut`];
+    /// - enqueues its device work on the given queue only (or orders other queues' work before
+    ///   returning), does not keep the raw handles past the call, and does not release them;
+    /// - returns either `None`, or an event it owns one reference to (which is handed over:
+    ///   the library's caller must not release it) of a command on that queue;
+    /// - returns `Err(code)` only with nothing left enqueued that uses the regions past the
+    ///   call, or with such work ordered on the queue.
+    ///
+    /// # Errors
+    /// [`InteropError::Library`] with the code `f` returned; [`InteropError::OutOfOrderQueue`]
+    /// for an external stream with an out-of-order queue; allocation, stream and event errors.
+    #[allow(unsafe_code)]
+    pub unsafe fn call<F>(self, f: F) -> Result<Event, InteropError>
+    where
+        F: FnOnce(&ForeignQueue<'_>) -> Result<Option<raw::cl_event>, i64>,
+    {
+        let queue = self.stream.queue()?;
+        if self.stream.is_external() && !queue.is_in_order()? {
+            return Err(InteropError::OutOfOrderQueue {
+                stream: self.stream.id(),
+            });
+        }
+        for block in &self.uses {
+            if block.stream().is_some_and(|k| k.id != self.stream.id()) {
+                block.record_stream(&self.stream)?;
+            }
+        }
+        let workspace = match self.workspace {
+            0 => None,
+            n => Some(xpu_alloc::allocate(n as u64, &self.stream)?),
+        };
+        let region = match &workspace {
+            None => None,
+            Some(w) => Some(ClRegion::<u8>::make(w, 0, self.workspace, true)?),
+        };
+        let foreign = ForeignQueue {
+            queue: queue.as_raw(),
+            workspace: region,
+        };
+        let flags = EventFlags {
+            enable_timing: self.stream.has_profiling()?,
+            blocking: false,
+        };
+        let returned = f(&foreign).map_err(|code| InteropError::Library { code });
+        // The workspace is freed here (also on failure): allocated on this stream, its block
+        // is reused only by work ordered after the library's (stream-ordered reuse).
+        let ForeignQueue { .. } = foreign;
+        drop(workspace);
+        let returned = returned?;
+        match returned {
+            Some(raw_event) => {
+                // SAFETY: `call`'s caller guarantees that `raw_event` is a valid event the
+                // foreign code owned one reference to and handed over.
+                let event = unsafe { ClEvent::from_raw_owned(raw_event) };
+                Ok(Event::from_cl_event(event, &self.stream, flags)?)
+            }
+            None => {
+                let mut event = Event::new(flags);
+                event.record(&self.stream)?;
+                Ok(event)
+            }
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! Foreign OpenCL code on xpu's streams and caching-allocator blocks (PoCL in CI). The
+//! "foreign library" here is raw OpenCL through `xpu_device`'s unsafe API, as a C library
+//! would use it: it gets the stream's raw queue and the regions' raw `cl_mem`s, and returns
+//! an owned `cl_event`. CLBlast itself runs in `crates/xpu/examples/clblast_gemm.rs`.
+//! Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use xpu_device::backend::{Buffer, CommandQueue, QueueOptions};
+use xpu_event::test_support::Gate;
+use xpu_kernel::{ClRegion, DeviceBuffer, ForeignExt, ForeignQueue, InteropError, StreamMemoryExt};
+use xpu_stream::{ExternalStream, Stream};
+
+fn devices(n: usize) -> bool {
+    let count = xpu_device::device_count();
+    if count >= n {
+        return true;
+    }
+    assert!(
+        !(count == 0 && xpu_device::require_device()),
+        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
+    );
+    eprintln!("skipped: needs {n} device(s), found {count}");
+    false
+}
+
+fn fresh_stream(device: usize) -> ExternalStream {
+    let q = xpu_device::device(device)
+        .unwrap()
+        .create_queue(QueueOptions {
+            profiling: true,
+            priority: None,
+        })
+        .unwrap();
+    ExternalStream::new(q, device).unwrap()
+}
+
+fn ramp(n: usize) -> Vec<f32> {
+    (0..n).map(|i| i as f32 * 0.25 - 3.0).collect()
+}
+
+#[test]
+fn a_region_is_the_exact_block_with_offsets_in_elements() {
+    if !devices(1) {
+        return;
+    }
+    let s = fresh_stream(0);
+    let s = s.stream();
+    let mut buf = DeviceBuffer::from_slice(&ramp(1000), &s).unwrap();
+    let (block_mem, block_size) = buf.data_ptr().block_cl_mem().unwrap();
+    assert_eq!(
+        block_size, 4000,
+        "the cl_mem covers exactly the 1000 floats"
+    );
+    let mut view = buf.slice_mut(10..300).unwrap();
+    let region = ClRegion::new_mut(&mut view).unwrap();
+    assert_eq!((region.offset(), region.len()), (10, 290));
+    assert_eq!(region.cl_mem(), block_mem);
+    assert!(region.is_writable());
+    let (mem, offset) = (region.cl_mem(), region.offset());
+    let library = |q: &ForeignQueue<'_>| {
+        // SAFETY: `q.queue()` is the stream's live queue and `mem` a live buffer of 4000
+        // bytes, both valid during the call.
+        let (queue, buffer) = unsafe {
+            (
+                CommandQueue::from_raw_borrowed(q.queue()).map_err(|_| -1)?,
+                Buffer::from_raw_retained(mem, block_size).map_err(|_| -2)?,
+            )
+        };
+        let data: Vec<u8> = [100.0f32, 101.0, 102.0, 103.0, 104.0]
+            .iter()
+            .flat_map(|x| x.to_ne_bytes())
+            .collect();
+        queue.write(&buffer, offset * 4, &data).map_err(|_| -3)?;
+        Ok(None)
+    };
+    // SAFETY: `library` writes 5 floats at elements 10..15 of the region's buffer (inside
+    // the region, which is writable), on the given queue, blocking; it keeps no handle.
+    let event = unsafe { s.foreign().uses_elements(&region, 5).unwrap().call(library) }.unwrap();
+    event.synchronize().unwrap();
+    let mut want = ramp(1000);
+    want[10..15].copy_from_slice(&[100.0, 101.0, 102.0, 103.0, 104.0]);
+    assert_eq!(buf.to_vec(&s).unwrap(), want);
+}
+
+#[test]
+fn offsets_beyond_a_library_index_type_are_refused() {
+    if !devices(1) {
+        return;
+    }
+    let s = fresh_stream(0);
+    let s = s.stream();
+    let buf = DeviceBuffer::<u8>::zeroed(200, &s).unwrap();
+    let view = buf.slice(100..150).unwrap();
+    let region = ClRegion::new(&view).unwrap();
+    assert_eq!(region.offset_as::<i32>().unwrap(), 100);
+    assert_eq!(region.offset_as::<usize>().unwrap(), 100);
+    match region.offset_as::<i8>() {
+        Err(InteropError::OffsetOverflow {
+            offset: 100,
+            end: 150,
+            ty: "i8",
+            ..
+        }) => {}
+        other => panic!("expected OffsetOverflow, got {other:?}"),
+    }
+    let low = buf.slice(0..127).unwrap();
+    assert_eq!(ClRegion::new(&low).unwrap().offset_as::<i8>().unwrap(), 0);
+}
+
+#[test]
+fn an_over_long_matrix_is_refused_before_the_library_sees_it() {
+    if !devices(1) {
+        return;
+    }
+    let s = fresh_stream(0);
+    let s = s.stream();
+    let mut a = DeviceBuffer::<f32>::zeroed(100, &s).unwrap();
+    let neighbour = DeviceBuffer::from_slice(&ramp(512), &s).unwrap();
+    let region = ClRegion::new_mut(&mut a).unwrap();
+    let ran = AtomicBool::new(false);
+    // 512 floats past a 100-float block: refused while building the call.
+    let refused = s.foreign().uses_elements(&region, 612).map(|call| {
+        // SAFETY: never reached in a passing test; the closure touches nothing.
+        unsafe {
+            call.call(|_| {
+                ran.store(true, Ordering::SeqCst);
+                Ok(None)
+            })
+        }
+    });
+    match refused {
+        Err(InteropError::RegionTooShort {
+            needed: 612,
+            len: 100,
+            offset: 0,
+        }) => {}
+        other => panic!("expected RegionTooShort, got {other:?}"),
+    }
+    assert!(!ran.load(Ordering::SeqCst));
+    // The BLAS extent of a matrix: (rows - 1) * ld + cols.
+    assert!(region.require_matrix(10, 10, 10).is_ok());
+    assert!(matches!(
+        region.require_matrix(16, 16, 32),
+        Err(InteropError::RegionTooShort { needed: 496, .. })
+    ));
+    assert!(matches!(
+        region.require_matrix(2, 8, 4),
+        Err(InteropError::RegionTooShort {
+            needed: usize::MAX,
+            ..
+        })
+    ));
+    assert!(region.require_matrix(0, 1000, 1000).is_ok());
+    assert_eq!(neighbour.to_vec(&s).unwrap(), ramp(512));
+}
+
+#[test]
+fn a_foreign_event_is_an_event_that_other_streams_wait_for() {
+    if !devices(1) {
+        return;
+    }
+    let (s1, s2) = (fresh_stream(0), fresh_stream(0));
+    let (s1, s2): (Stream, Stream) = (s1.stream(), s2.stream());
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s1).unwrap();
+    let library = |q: &ForeignQueue<'_>| {
+        // SAFETY: `q.queue()` is the stream's live queue during the call.
+        let queue = unsafe { CommandQueue::from_raw_borrowed(q.queue()) }.map_err(|_| -1)?;
+        let marker = queue.enqueue_marker(&[]).map_err(|_| -2)?;
+        Ok(Some(marker.into_raw()))
+    };
+    // SAFETY: `library` enqueues one marker on the given queue and hands over its one
+    // reference; it touches no memory and keeps no handle.
+    let foreign = unsafe { s1.foreign().call(library) }.unwrap();
+    assert!(foreign.is_recorded());
+    assert_eq!(foreign.stream().map(|s| s.id()), Some(s1.id()));
+    assert!(foreign.flags().enable_timing, "the queue profiles");
+    assert!(
+        !foreign.query().unwrap(),
+        "the marker is behind the closed gate"
+    );
+
+    let mut out = DeviceBuffer::<u32>::zeroed(64, &s2).unwrap();
+    foreign.wait(&s2).unwrap();
+    s2.memset_zeros(&mut out).unwrap();
+    xpu_kernel::memory::fill(&s2, &mut out, 9).unwrap();
+    let mut after = xpu_event::Event::timing();
+    after.record(&s2).unwrap();
+    for _ in 0..3 {
+        assert!(
+            !after.query().unwrap(),
+            "stream 2 ran past the foreign event"
+        );
+    }
+    gate.open().unwrap();
+    after.synchronize().unwrap();
+    assert!(foreign.query().unwrap());
+    assert_eq!(out.to_vec(&s2).unwrap(), vec![9; 64]);
+    assert!(foreign.elapsed_time(&after).unwrap() >= 0.0);
+
+    if devices(2) {
+        let other = fresh_stream(1);
+        let other = other.stream();
+        foreign.wait(&other).unwrap();
+        other.synchronize().unwrap();
+    }
+}
+
+#[test]
+fn a_foreign_call_records_blocks_of_other_streams_and_frees_its_workspace_stream_ordered() {
+    if !devices(1) {
+        return;
+    }
+    let (s0, s1) = (fresh_stream(0), fresh_stream(0));
+    let (s0, s1): (Stream, Stream) = (s0.stream(), s1.stream());
+    let n = 1 << 16;
+    let buf = DeviceBuffer::<u32>::zeroed(n, &s0).unwrap();
+    s0.synchronize().unwrap();
+    let addr = buf.data_ptr().address();
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s1).unwrap();
+    let region = ClRegion::new(&buf).unwrap();
+    let before = xpu_alloc::memory_allocated(0).unwrap();
+    let seen = std::sync::Mutex::new((0u64, 0usize));
+    // SAFETY: the closure only reads the allocator statistics and the workspace's length.
+    let event = unsafe {
+        s1.foreign()
+            .uses(&region)
+            .unwrap()
+            .workspace(3000)
+            .call(|q| {
+                let ws = q.workspace().expect("3000 bytes asked");
+                *seen.lock().unwrap() = (xpu_alloc::memory_allocated(0).unwrap(), ws.len());
+                Ok(None)
+            })
+    }
+    .unwrap();
+    let (during, ws_len) = *seen.lock().unwrap();
+    assert_eq!(ws_len, 3000);
+    assert!(
+        during >= before + 3000,
+        "the workspace is counted by the caching allocator ({before} -> {during})"
+    );
+    assert_eq!(xpu_alloc::memory_allocated(0).unwrap(), before);
+    drop(buf);
+    let again = DeviceBuffer::<u32>::new(n, &s0).unwrap();
+    assert_ne!(
+        again.data_ptr().address(),
+        addr,
+        "the block was reused while the foreign call on stream 1 was still queued"
+    );
+    gate.open().unwrap();
+    event.synchronize().unwrap();
+}
+
+#[test]
+fn a_library_failure_is_a_typed_error() {
+    if !devices(1) {
+        return;
+    }
+    let s = fresh_stream(0);
+    let s = s.stream();
+    // SAFETY: the closure does nothing.
+    let err = unsafe { s.foreign().call(|_| Err(-1011)) }.unwrap_err();
+    assert!(
+        matches!(err, InteropError::Library { code: -1011 }),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_event_of_another_device_or_queue_is_not_adopted_for_a_stream() {
+    if !devices(2) {
+        return;
+    }
+    let (s0, s1) = (fresh_stream(0), fresh_stream(1));
+    let (s0, s1): (Stream, Stream) = (s0.stream(), s1.stream());
+    let marker = s1.queue().unwrap().enqueue_marker(&[]).unwrap();
+    let err = xpu_event::Event::from_cl_event(marker.clone(), &s0, Default::default()).unwrap_err();
+    assert!(
+        matches!(err, xpu_event::EventError::ForeignContext { device: 0 }),
+        "{err}"
+    );
+    // Of the right device, but of another stream's queue.
+    let s1b = fresh_stream(1);
+    let err = xpu_event::Event::from_cl_event(marker.clone(), &s1b.stream(), Default::default())
+        .unwrap_err();
+    assert!(
+        matches!(err, xpu_event::EventError::ForeignQueue { device: 1, .. }),
+        "{err}"
+    );
+    let ok = xpu_event::Event::from_cl_event(marker, &s1, Default::default()).unwrap();
+    ok.synchronize().unwrap();
+    assert_eq!(ok.device(), Some(1));
+}
