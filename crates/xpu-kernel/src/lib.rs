@@ -37,6 +37,7 @@
 pub mod bench;
 mod error;
 mod function;
+pub mod graph;
 mod launch;
 mod program;
 
