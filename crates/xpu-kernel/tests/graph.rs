@@ -1,0 +1,311 @@
+//! Captured graphs on a real OpenCL device (PoCL in CI, two devices for the cross-device
+//! case): replay matches direct launches, arguments stay alive, capture errors are typed and
+//! leave the stream usable. Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
+
+use std::sync::Arc;
+
+use xpu_kernel::graph::{command_buffer_supported, Graph, GraphError};
+use xpu_kernel::{DeviceBuffer, Function, KernelError, LaunchExt, MemoryError, Program};
+use xpu_stream::ExternalStream;
+
+const SAXPY: &str = r"
+__kernel void saxpy(__global float *y, __global const float *x, float a, uint n) {
+    size_t i = get_global_id(0);
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+";
+
+const N: usize = 1000;
+
+fn devices(n: usize) -> bool {
+    let count = xpu_device::device_count();
+    if count >= n {
+        return true;
+    }
+    assert!(
+        !(count == 0 && xpu_device::require_device()),
+        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
+    );
+    false
+}
+
+fn fresh_stream(device: usize) -> ExternalStream {
+    let q = xpu_device::device(device)
+        .unwrap()
+        .create_queue(xpu_device::backend::QueueOptions {
+            profiling: false,
+            priority: None,
+        })
+        .unwrap();
+    ExternalStream::new(q, device).unwrap()
+}
+
+fn saxpy(device: usize) -> Function {
+    Program::build(device, SAXPY, "").unwrap().function("saxpy").unwrap()
+}
+
+fn xs() -> Vec<f32> {
+    (0..N).map(|i| (i % 17) as f32 * 0.25).collect()
+}
+
+/// The chain step: y = a_k * x + y for the five a_k, as the CPU computes it.
+const AS: [f32; 5] = [0.5, -1.0, 2.0, 0.25, 1.5];
+
+fn cpu_chain(steps: usize) -> Vec<f32> {
+    let x = xs();
+    let mut y = vec![1.0f32; N];
+    for _ in 0..steps {
+        for a in AS {
+            for i in 0..N {
+                y[i] = a * x[i] + y[i];
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn graph_replay_matches_direct_launches_and_the_cpu() {
+    if !devices(1) {
+        return;
+    }
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let f = saxpy(0);
+    // Direct: ten rounds of the five launches.
+    let x1 = DeviceBuffer::from_slice(&xs(), &s).unwrap();
+    let y1 = DeviceBuffer::from_slice(&vec![1.0f32; N], &s).unwrap();
+    for _ in 0..10 {
+        for a in AS {
+            // SAFETY: N work-items touch y1[0..N), x1[0..N).
+            unsafe {
+                s.launch(&f, &[N], None)
+                    .unwrap()
+                    .arg(&y1)
+                    .unwrap()
+                    .arg(&x1)
+                    .unwrap()
+                    .arg(a)
+                    .unwrap()
+                    .arg(N as u32)
+                    .unwrap()
+                    .enqueue()
+                    .unwrap();
+            }
+        }
+    }
+    let direct = y1.to_vec(&s).unwrap();
+    // Graph: the same five launches captured once (plus a copy of y into an output allocated
+    // during capture), replayed ten times.
+    let x2 = Arc::new(DeviceBuffer::from_slice(&xs(), &s).unwrap());
+    let y2 = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s).unwrap());
+    let mut out = None;
+    let graph = Graph::capture(&s, |c| {
+        for a in AS {
+            // SAFETY: N work-items touch y2[0..N), x2[0..N), at every replay.
+            unsafe {
+                c.launch(&s, &f, &[N], None)?
+                    .arg(&y2)?
+                    .arg(&x2)?
+                    .arg(a)?
+                    .arg(N as u32)?
+                    .enqueue()?;
+            }
+        }
+        let o = c.alloc::<f32>(&s, N)?;
+        c.copy(&s, &y2, 0, &o, 0, N)?;
+        out = Some(o);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(graph.len(), 6);
+    assert!(!graph.uses_command_buffer());
+    // Nothing ran during capture.
+    assert_eq!(y2.to_vec(&s).unwrap(), vec![1.0f32; N]);
+    for _ in 0..10 {
+        graph.replay(&s).unwrap();
+    }
+    let replayed = y2.to_vec(&s).unwrap();
+    let copied = out.unwrap().to_vec(&s).unwrap();
+    let cpu = cpu_chain(10);
+    assert_eq!(replayed, direct, "replay differs from direct launches");
+    assert_eq!(copied, direct, "the captured copy holds the last replay's y");
+    for (g, c) in replayed.iter().zip(&cpu) {
+        assert!((g - c).abs() <= 1e-4 * c.abs().max(1.0), "{g} vs cpu {c}");
+    }
+    println!(
+        "cl_khr_command_buffer on device 0: {}",
+        command_buffer_supported(0).unwrap()
+    );
+}
+
+#[test]
+fn graph_keeps_its_arguments_alive_after_the_handles_drop() {
+    if !devices(1) {
+        return;
+    }
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let f = saxpy(0);
+    let x = Arc::new(DeviceBuffer::from_slice(&xs(), &s).unwrap());
+    let y = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s).unwrap());
+    let graph = Graph::capture(&s, |c| {
+        c.fill(&s, &y, 1.0f32)?;
+        // SAFETY: N work-items touch y[0..N), x[0..N), at every replay.
+        unsafe {
+            c.launch(&s, &f, &[N], None)?
+                .arg(&y)?
+                .arg(&x)?
+                .arg(2.0f32)?
+                .arg(N as u32)?
+                .enqueue()
+        }
+    })
+    .unwrap();
+    let y_addr = y.data_ptr().address();
+    let weak_y = Arc::downgrade(&y);
+    drop(x);
+    drop(y);
+    assert!(weak_y.upgrade().is_some(), "the graph holds y");
+    // Allocations of the same size now: had x or y been freed, one would get its block.
+    let others: Vec<_> = (0..4)
+        .map(|_| DeviceBuffer::from_slice(&vec![-7.0f32; N], &s).unwrap())
+        .collect();
+    assert!(others.iter().all(|o| o.data_ptr().address() != y_addr));
+    graph.replay(&s).unwrap();
+    graph.replay(&s).unwrap();
+    let y = weak_y.upgrade().unwrap();
+    let want: Vec<f32> = xs().iter().map(|x| 2.0 * x + 1.0).collect();
+    assert_eq!(y.to_vec(&s).unwrap(), want);
+    for o in &others {
+        assert_eq!(o.to_vec(&s).unwrap(), vec![-7.0f32; N]);
+    }
+    drop(y);
+    drop(graph);
+    assert!(weak_y.upgrade().is_none(), "dropping the graph frees y");
+}
+
+#[test]
+fn capture_errors_are_typed_and_leave_the_stream_usable() {
+    if !devices(1) {
+        return;
+    }
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let other_ext = fresh_stream(0);
+    let other = other_ext.stream();
+    let f = saxpy(0);
+    let x = Arc::new(DeviceBuffer::from_slice(&xs(), &s).unwrap());
+    let y = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s).unwrap());
+    let mut plain = DeviceBuffer::<f32>::new(N, &s).unwrap();
+    let graph = Graph::capture(&s, |c| {
+        // A direct launch on the capturing stream.
+        // SAFETY: refused before anything is enqueued (and would touch y[0..N), x[0..N)).
+        let e = unsafe {
+            s.launch(&f, &[N], None)
+                .and_then(|l| l.arg(&*y)?.arg(&*x)?.arg(1.0f32)?.arg(N as u32)?.enqueue())
+        }
+        .unwrap_err();
+        assert!(matches!(e, KernelError::Capturing { .. }), "{e}");
+        // A typed-memory command on it.
+        let e = xpu_kernel::memory::fill(&s, &mut plain, 3.0f32).unwrap_err();
+        assert!(matches!(e, MemoryError::Capturing { .. }), "{e}");
+        // Synchronizing it.
+        let e = c.synchronize(&s).unwrap_err();
+        assert!(matches!(e, GraphError::SynchronizeWhileCapturing { .. }), "{e}");
+        // A command on a stream that is not part of the capture.
+        let e = c.fill(&other, &y, 0.0f32).unwrap_err();
+        assert!(matches!(e, GraphError::NotCaptured { .. }), "{e}");
+        // A second capture of the same stream.
+        let e = Graph::capture(&s, |_| Ok(())).unwrap_err();
+        assert!(matches!(e, GraphError::AlreadyCapturing { .. }), "{e}");
+        // The other stream is not captured: direct work on it runs.
+        xpu_kernel::memory::fill(&other, &mut plain, 5.0f32).unwrap();
+        // It joins through an event and then records.
+        let ev = c.record_event(&s)?;
+        c.wait_event(&other, &ev)?;
+        c.fill(&other, &y, 4.0f32)?;
+        let ev2 = c.record_event(&other)?;
+        c.wait_event(&s, &ev2)?;
+        // SAFETY: N work-items touch y[0..N), x[0..N), at every replay.
+        unsafe {
+            c.launch(&s, &f, &[N], None)?
+                .arg(&y)?
+                .arg(&x)?
+                .arg(1.0f32)?
+                .arg(N as u32)?
+                .enqueue()
+        }
+    })
+    .unwrap();
+    other.synchronize().unwrap();
+    assert_eq!(plain.to_vec(&other).unwrap(), vec![5.0f32; N]);
+    // After the capture: the streams are usable directly again.
+    xpu_kernel::memory::fill(&s, &mut plain, 3.0f32).unwrap();
+    assert_eq!(plain.to_vec(&s).unwrap(), vec![3.0f32; N]);
+    s.synchronize().unwrap();
+    graph.replay(&s).unwrap();
+    let want: Vec<f32> = xs().iter().map(|x| x + 4.0).collect();
+    assert_eq!(y.to_vec(&s).unwrap(), want);
+    // A closure error ends the capture without a graph, and releases the stream.
+    let e = Graph::capture(&s, |c| c.synchronize(&s)).unwrap_err();
+    assert!(matches!(e, GraphError::SynchronizeWhileCapturing { .. }));
+    // SAFETY: N work-items touch y[0..N), x[0..N).
+    unsafe {
+        s.launch(&f, &[N], None)
+            .unwrap()
+            .arg(&*y)
+            .unwrap()
+            .arg(&*x)
+            .unwrap()
+            .arg(1.0f32)
+            .unwrap()
+            .arg(N as u32)
+            .unwrap()
+            .enqueue()
+            .unwrap();
+    }
+    let want: Vec<f32> = xs().iter().map(|x| 2.0 * x + 4.0).collect();
+    assert_eq!(y.to_vec(&s).unwrap(), want);
+}
+
+#[test]
+fn graph_replay_on_another_device_is_refused() {
+    if !devices(2) {
+        return;
+    }
+    let e0 = fresh_stream(0);
+    let e1 = fresh_stream(1);
+    let (s0, s1) = (e0.stream(), e1.stream());
+    let f = saxpy(0);
+    let x = Arc::new(DeviceBuffer::from_slice(&xs(), &s0).unwrap());
+    let y = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s0).unwrap());
+    let graph = Graph::capture(&s0, |c| {
+        // SAFETY: N work-items touch y[0..N), x[0..N), at every replay.
+        unsafe {
+            c.launch(&s0, &f, &[N], None)?
+                .arg(&y)?
+                .arg(&x)?
+                .arg(3.0f32)?
+                .arg(N as u32)?
+                .enqueue()
+        }
+    })
+    .unwrap();
+    let e = graph.replay(&s1).unwrap_err();
+    assert!(
+        matches!(e, GraphError::OtherDevice { graph_device: 0, stream_device: 1 }),
+        "{e}"
+    );
+    // A launch of device 0's function captured on device 1 is refused too.
+    let e = Graph::capture(&s1, |c| c.launch(&s1, &f, &[N], None).map(drop)).unwrap_err();
+    assert!(
+        matches!(e, GraphError::Kernel(KernelError::StreamDevice { .. })),
+        "{e}"
+    );
+    // Both streams still work; the graph replays on its device.
+    s1.synchronize().unwrap();
+    graph.replay(&s0).unwrap();
+    let want: Vec<f32> = xs().iter().map(|x| 3.0 * x + 1.0).collect();
+    assert_eq!(y.to_vec(&s0).unwrap(), want);
+}
