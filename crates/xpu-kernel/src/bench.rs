@@ -196,7 +196,11 @@ fn graph_figures(device: usize, rounds: u32) -> Result<(f64, f64, f64), KernelEr
         best_direct = best_direct.min(direct()?);
         best_graph = best_graph.min(replay()?);
     }
-    let cb = if graph.uses_command_buffer() { 1.0 } else { 0.0 };
+    let cb = if graph.uses_command_buffer() {
+        1.0
+    } else {
+        0.0
+    };
     Ok((best_direct, best_graph, cb))
 }
 

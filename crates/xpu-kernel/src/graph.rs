@@ -472,8 +472,7 @@ impl Capture {
                 }
             }
         }
-        if Arc::ptr_eq(src, dst) && src_offset < dst_offset + len && dst_offset < src_offset + len
-        {
+        if Arc::ptr_eq(src, dst) && src_offset < dst_offset + len && dst_offset < src_offset + len {
             return Err(MemoryError::Overlap {
                 src: src_offset,
                 dst: dst_offset,

@@ -126,6 +126,9 @@ impl LaunchExt for Stream {
     }
 }
 
+/// A launch's rank, global size and optional local size, padded to three dimensions.
+pub(crate) type WorkSizes = (usize, [usize; 3], Option<[usize; 3]>);
+
 /// The checks of [`LaunchExt::launch`] (device, work sizes), shared with graph capture: the
 /// rank and the sizes padded to three dimensions.
 pub(crate) fn check_launch(
@@ -133,7 +136,7 @@ pub(crate) fn check_launch(
     function: &Function,
     global: &[usize],
     local: Option<&[usize]>,
-) -> Result<(usize, [usize; 3], Option<[usize; 3]>), KernelError> {
+) -> Result<WorkSizes, KernelError> {
     let bad = |reason: &str| KernelError::WorkSize {
         kernel: function.name().to_owned(),
         reason: reason.to_owned(),

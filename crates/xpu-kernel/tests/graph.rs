@@ -41,7 +41,10 @@ fn fresh_stream(device: usize) -> ExternalStream {
 }
 
 fn saxpy(device: usize) -> Function {
-    Program::build(device, SAXPY, "").unwrap().function("saxpy").unwrap()
+    Program::build(device, SAXPY, "")
+        .unwrap()
+        .function("saxpy")
+        .unwrap()
 }
 
 fn xs() -> Vec<f32> {
@@ -56,8 +59,8 @@ fn cpu_chain(steps: usize) -> Vec<f32> {
     let mut y = vec![1.0f32; N];
     for _ in 0..steps {
         for a in AS {
-            for i in 0..N {
-                y[i] = a * x[i] + y[i];
+            for (yi, xi) in y.iter_mut().zip(&x) {
+                *yi += a * xi;
             }
         }
     }
@@ -129,7 +132,10 @@ fn graph_replay_matches_direct_launches_and_the_cpu() {
     let copied = out.unwrap().to_vec(&s).unwrap();
     let cpu = cpu_chain(10);
     assert_eq!(replayed, direct, "replay differs from direct launches");
-    assert_eq!(copied, direct, "the captured copy holds the last replay's y");
+    assert_eq!(
+        copied, direct,
+        "the captured copy holds the last replay's y"
+    );
     for (g, c) in replayed.iter().zip(&cpu) {
         assert!((g - c).abs() <= 1e-4 * c.abs().max(1.0), "{g} vs cpu {c}");
     }
@@ -212,7 +218,10 @@ fn capture_errors_are_typed_and_leave_the_stream_usable() {
         assert!(matches!(e, MemoryError::Capturing { .. }), "{e}");
         // Synchronizing it.
         let e = c.synchronize(&s).unwrap_err();
-        assert!(matches!(e, GraphError::SynchronizeWhileCapturing { .. }), "{e}");
+        assert!(
+            matches!(e, GraphError::SynchronizeWhileCapturing { .. }),
+            "{e}"
+        );
         // A command on a stream that is not part of the capture.
         let e = c.fill(&other, &y, 0.0f32).unwrap_err();
         assert!(matches!(e, GraphError::NotCaptured { .. }), "{e}");
@@ -294,7 +303,13 @@ fn graph_replay_on_another_device_is_refused() {
     .unwrap();
     let e = graph.replay(&s1).unwrap_err();
     assert!(
-        matches!(e, GraphError::OtherDevice { graph_device: 0, stream_device: 1 }),
+        matches!(
+            e,
+            GraphError::OtherDevice {
+                graph_device: 0,
+                stream_device: 1
+            }
+        ),
         "{e}"
     );
     // A launch of device 0's function captured on device 1 is refused too.
