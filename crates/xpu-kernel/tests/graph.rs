@@ -324,3 +324,53 @@ fn graph_replay_on_another_device_is_refused() {
     let want: Vec<f32> = xs().iter().map(|x| 3.0 * x + 1.0).collect();
     assert_eq!(y.to_vec(&s0).unwrap(), want);
 }
+
+#[test]
+fn dropping_a_graph_frees_its_blocks_after_replays_on_other_streams() {
+    if !devices(1) {
+        return;
+    }
+    let e1 = fresh_stream(0);
+    let e2 = fresh_stream(0);
+    let (s1, s2) = (e1.stream(), e2.stream());
+    let f = saxpy(0);
+    // x is allocated on s1 and held only by the graph; the graph is replayed on s2.
+    let x = Arc::new(DeviceBuffer::from_slice(&xs(), &s1).unwrap());
+    let out = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s2).unwrap());
+    s1.synchronize().unwrap();
+    s2.synchronize().unwrap();
+    let graph = Graph::capture(&s2, |c| {
+        // SAFETY: N work-items touch out[0..N), x[0..N), at every replay.
+        unsafe {
+            c.launch(&s2, &f, &[N], None)?
+                .arg(&out)?
+                .arg(&x)?
+                .arg(2.0f32)?
+                .arg(N as u32)?
+                .enqueue()
+        }
+    })
+    .unwrap();
+    let x_addr = x.data_ptr().address();
+    drop(x);
+    let gate = xpu_event::Gate::new(0).unwrap();
+    gate.block(&s2).unwrap(); // the replay cannot run before the gate opens
+    graph.replay(&s2).unwrap();
+    drop(graph); // frees x: its block must wait for the gated replay on s2
+    let z = DeviceBuffer::from_slice(&vec![-7.0f32; N], &s1).unwrap();
+    s1.synchronize().unwrap(); // s1 is not gated: the -7s are written now
+    gate.open().unwrap();
+    let want: Vec<f32> = xs().iter().map(|x| 2.0 * x + 1.0).collect();
+    let got = out.to_vec(&s2).unwrap();
+    assert!(
+        got == want,
+        "the replay read x's block after its reuse: out[0] = {} (2 * -7 + 1 = -13), want {}",
+        got[0],
+        want[0]
+    );
+    assert_eq!(z.to_vec(&s1).unwrap(), vec![-7.0f32; N]);
+    println!(
+        "z reused x's block after the replay: {}",
+        z.data_ptr().address() == x_addr
+    );
+}
