@@ -374,3 +374,155 @@ fn dropping_a_graph_frees_its_blocks_after_replays_on_other_streams() {
         z.data_ptr().address() == x_addr
     );
 }
+
+/// One SGD step of `xpu_kernel::mlp`'s two-layer MLP, captured from the module's seven
+/// kernels in `GpuMlp`'s order, replayed ten times: the losses and parameters equal ten
+/// direct steps of `GpuMlp` (same kernels, same order: bit for bit) and follow the CPU.
+#[test]
+fn mlp_step_replayed_ten_times_equals_ten_direct_steps() {
+    use xpu_kernel::mlp::{compare_losses, CpuMlp, GpuMlp, MlpConfig, MlpState, KERNELS};
+    if !devices(1) {
+        return;
+    }
+    let c = MlpConfig::default();
+    let mut direct = GpuMlp::new(0, c).unwrap();
+    let direct_losses = direct.train(10).unwrap();
+    let direct_params = direct.parameters().unwrap();
+    let cpu_losses = CpuMlp::new(c).train(10);
+
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let p = Program::build(0, KERNELS, "-cl-std=CL1.2").unwrap();
+    let k = |n: &str| p.function(n).unwrap();
+    let (linear_fwd, mse_loss, mse_grad) = (k("linear_fwd"), k("mse_loss"), k("mse_grad"));
+    let (grad_w, grad_b, relu_backward, sgd) =
+        (k("grad_w"), k("grad_b"), k("relu_backward"), k("sgd"));
+    let st = MlpState::new(&c);
+    let up = |v: &[f32]| Arc::new(DeviceBuffer::from_slice(v, &s).unwrap());
+    let (w1, b1, w2, b2, x, y) = (
+        up(&st.w1),
+        up(&st.b1),
+        up(&st.w2),
+        up(&st.b2),
+        up(&st.x),
+        up(&st.y),
+    );
+    let (m, i, hd, o) = (c.samples, c.inputs, c.hidden, c.outputs);
+    let n = m * o;
+    let u = |v: usize| u32::try_from(v).unwrap();
+    let grad_scale = 2.0 / (m * o) as f32;
+    let mut loss = None;
+    let graph = Graph::capture(&s, |g| {
+        let new = |g: &mut xpu_kernel::graph::Capture, len| g.alloc::<f32>(&s, len);
+        let (h, out, gr, dh) = (new(g, m * hd)?, new(g, n)?, new(g, n)?, new(g, m * hd)?);
+        let (dw1, db1, dw2, db2) = (new(g, i * hd)?, new(g, hd)?, new(g, hd * o)?, new(g, o)?);
+        let l = new(g, 1)?;
+        // SAFETY (all launches below, at every replay): the sizes and index bounds of
+        // GpuMlp's launches (xpu_kernel::mlp), with buffers of exactly those lengths held by
+        // the graph; the kernels' loops are bounded by the scalar sizes.
+        unsafe {
+            let lin = |g: &mut xpu_kernel::graph::Capture,
+                       out: &Arc<DeviceBuffer<f32>>,
+                       xx: &Arc<DeviceBuffer<f32>>,
+                       w: &Arc<DeviceBuffer<f32>>,
+                       b: &Arc<DeviceBuffer<f32>>,
+                       (mm, kk, nn): (usize, usize, usize),
+                       relu: bool| {
+                g.launch(&s, &linear_fwd, &[mm * nn], None)?
+                    .arg(out)?
+                    .arg(xx)?
+                    .arg(w)?
+                    .arg(b)?
+                    .arg(u(mm))?
+                    .arg(u(kk))?
+                    .arg(u(nn))?
+                    .arg(u32::from(relu))?
+                    .enqueue()
+            };
+            let grads = |g: &mut xpu_kernel::graph::Capture,
+                         dw: &Arc<DeviceBuffer<f32>>,
+                         db: &Arc<DeviceBuffer<f32>>,
+                         xx: &Arc<DeviceBuffer<f32>>,
+                         gg: &Arc<DeviceBuffer<f32>>,
+                         (mm, kk, nn): (usize, usize, usize)| {
+                g.launch(&s, &grad_w, &[kk * nn], None)?
+                    .arg(dw)?
+                    .arg(xx)?
+                    .arg(gg)?
+                    .arg(u(mm))?
+                    .arg(u(kk))?
+                    .arg(u(nn))?
+                    .enqueue()?;
+                g.launch(&s, &grad_b, &[nn], None)?
+                    .arg(db)?
+                    .arg(gg)?
+                    .arg(u(mm))?
+                    .arg(u(nn))?
+                    .enqueue()
+            };
+            let step = |g: &mut xpu_kernel::graph::Capture,
+                        w: &Arc<DeviceBuffer<f32>>,
+                        d: &Arc<DeviceBuffer<f32>>| {
+                g.launch(&s, &sgd, &[w.len()], None)?
+                    .arg(w)?
+                    .arg(d)?
+                    .arg(c.learning_rate)?
+                    .arg(u(w.len()))?
+                    .enqueue()
+            };
+            lin(g, &h, &x, &w1, &b1, (m, i, hd), true)?;
+            lin(g, &out, &h, &w2, &b2, (m, hd, o), false)?;
+            g.launch(&s, &mse_loss, &[1], None)?
+                .arg(&l)?
+                .arg(0u32)?
+                .arg(1u32)?
+                .arg(&out)?
+                .arg(&y)?
+                .arg(u(n))?
+                .enqueue()?;
+            g.launch(&s, &mse_grad, &[n], None)?
+                .arg(&gr)?
+                .arg(&out)?
+                .arg(&y)?
+                .arg(grad_scale)?
+                .arg(u(n))?
+                .enqueue()?;
+            grads(g, &dw2, &db2, &h, &gr, (m, hd, o))?;
+            g.launch(&s, &relu_backward, &[m * hd], None)?
+                .arg(&dh)?
+                .arg(&gr)?
+                .arg(&w2)?
+                .arg(&h)?
+                .arg(u(m))?
+                .arg(u(hd))?
+                .arg(u(o))?
+                .enqueue()?;
+            grads(g, &dw1, &db1, &x, &dh, (m, i, hd))?;
+            step(g, &w1, &dw1)?;
+            step(g, &b1, &db1)?;
+            step(g, &w2, &dw2)?;
+            step(g, &b2, &db2)?;
+        }
+        loss = Some(l);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(graph.len(), 13, "seven kernels, thirteen launches per step");
+    let loss = loss.unwrap();
+    let mut losses = Vec::new();
+    for _ in 0..10 {
+        graph.replay(&s).unwrap();
+        losses.push(loss.to_vec(&s).unwrap()[0] / n as f32);
+    }
+    assert_eq!(
+        losses, direct_losses,
+        "replayed losses vs direct GpuMlp steps"
+    );
+    let params = [&w1, &b1, &w2, &b2].map(|b| b.to_vec(&s).unwrap());
+    assert!(
+        params == direct_params,
+        "replayed parameters vs direct GpuMlp steps"
+    );
+    compare_losses(&losses, &cpu_losses, 1e-4).unwrap();
+    assert!(losses[9] < losses[0], "the loss decreases: {losses:?}");
+}
