@@ -417,7 +417,7 @@ fn mlp_step_replayed_ten_times_equals_ten_direct_steps() {
         let (h, out, gr, dh) = (new(g, m * hd)?, new(g, n)?, new(g, n)?, new(g, m * hd)?);
         let (dw1, db1, dw2, db2) = (new(g, i * hd)?, new(g, hd)?, new(g, hd * o)?, new(g, o)?);
         let l = new(g, 1)?;
-        // SAFETY (all launches below, at every replay): the sizes and index bounds of
+        // SAFETY: (all launches below, at every replay) the sizes and index bounds of
         // GpuMlp's launches (xpu_kernel::mlp), with buffers of exactly those lengths held by
         // the graph; the kernels' loops are bounded by the scalar sizes.
         unsafe {
