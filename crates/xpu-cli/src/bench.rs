@@ -1,6 +1,7 @@
 //! `xpu bench`: the runtime's speed figures in one JSON object (streams and events with
 //! their raw OpenCL floors, the caching device allocator, the pinned host allocator, lazy
-//! initialization, kernel launches and program caching), with the device and the date.
+//! initialization, kernel launches, graph replay vs launches, and program caching), with the
+//! device and the date.
 
 use std::collections::BTreeMap;
 use std::process::{Command, ExitCode};

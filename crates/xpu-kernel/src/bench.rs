@@ -8,7 +8,9 @@ use xpu_device::backend::{Buffer, Kernel, MemFlags, QueueOptions};
 use xpu_stream::ExternalStream;
 
 use crate::error::KernelError;
+use crate::graph::Graph;
 use crate::launch::LaunchExt;
+use crate::memory::DeviceBuffer;
 use crate::program::{KernelCache, Program, ProgramOrigin};
 
 const SRC: &str = r"
@@ -30,6 +32,12 @@ __kernel void axpy4(__global float *y, __global const float *x, float a, uint n)
 ///   best of 9 rounds.
 /// - `raw_launch_4args_subbuf_ns`: as the raw figure with two sub-buffers of one buffer, what
 ///   an allocator block is as one argument (PoCL's launches cost more with sub-buffers).
+/// - `launch_100_ns`: 100 one-work-item `axpy4` launches through [`LaunchExt::launch`]
+///   (arguments set each time) and the stream drained, per round of 100;
+///   `graph_replay_100_ns`: the same 100 launches captured once in a [`Graph`] and replayed
+///   with one [`Graph::replay`], the stream drained, per replay; best of `rounds` alternated
+///   rounds each; `graph_replay_over_launch` their ratio; `graph_command_buffer`: 1 when the
+///   graph replayed through `cl_khr_command_buffer`, 0 for the recorded replay (always 0 now).
 /// - `program_cold_ms`: building a new source (a fresh comment, so no cache of ours knows it)
 ///   and creating its kernel; `program_cached_ms`: the same source and options again with the
 ///   in-memory cache off, so from the disk cache in a fresh directory, as a new process would.
@@ -45,6 +53,11 @@ pub fn run(device: usize, quick: bool) -> Result<Vec<(String, f64)>, KernelError
     out.push(("raw_launch_4args_ns".to_owned(), raw_ns));
     out.push(("raw_launch_4args_subbuf_ns".to_owned(), sub_ns));
     out.push(("launch_over_raw".to_owned(), launch_ns / raw_ns));
+    let (launch100, graph100, cb) = graph_figures(device, if quick { 5 } else { 30 })?;
+    out.push(("launch_100_ns".to_owned(), launch100));
+    out.push(("graph_replay_100_ns".to_owned(), graph100));
+    out.push(("graph_replay_over_launch".to_owned(), graph100 / launch100));
+    out.push(("graph_command_buffer".to_owned(), cb));
     let (cold, cached) = program_figures(device)?;
     out.push(("program_cold_ms".to_owned(), cold));
     out.push(("program_cached_ms".to_owned(), cached));
@@ -117,6 +130,78 @@ fn launch_figures(device: usize, launches: u32) -> Result<(f64, f64, f64), Kerne
         best_ours = best_ours.min(ours(launches)?);
     }
     Ok((best_ours, best_raw, best_sub))
+}
+
+#[allow(unsafe_code)]
+fn graph_figures(device: usize, rounds: u32) -> Result<(f64, f64, f64), KernelError> {
+    let graph_err = |e: crate::graph::GraphError| {
+        KernelError::Device(xpu_device::DeviceError::InvalidArgument(e.to_string()))
+    };
+    let mem_err = |e: crate::memory::MemoryError| {
+        KernelError::Device(xpu_device::DeviceError::InvalidArgument(e.to_string()))
+    };
+    let dev = xpu_device::device(device)?;
+    let queue = dev.create_queue(QueueOptions {
+        profiling: false,
+        priority: None,
+    })?;
+    let stream = ExternalStream::new(queue, device)?;
+    let s = stream.stream();
+    let program = Program::build_with_cache(device, SRC, "", &KernelCache::disabled())?;
+    let f = program.function("axpy4")?;
+    let y = std::sync::Arc::new(DeviceBuffer::<f32>::zeroed(1024, &s).map_err(mem_err)?);
+    let x = std::sync::Arc::new(DeviceBuffer::<f32>::zeroed(1024, &s).map_err(mem_err)?);
+    let graph = Graph::capture(&s, |c| {
+        for _ in 0..100 {
+            // SAFETY: one work-item touches y[0] and x[0] of 1024-float buffers, at every
+            // replay.
+            unsafe {
+                c.launch(&s, &f, &[1], None)?
+                    .arg(&y)?
+                    .arg(&x)?
+                    .arg(1.0f32)?
+                    .arg(1u32)?
+                    .enqueue()?;
+            }
+        }
+        Ok(())
+    })
+    .map_err(graph_err)?;
+    let direct = || -> Result<f64, KernelError> {
+        let t = Instant::now();
+        for _ in 0..100 {
+            // SAFETY: one work-item touches y[0] and x[0] of 1024-float buffers.
+            unsafe {
+                s.launch(&f, &[1], None)?
+                    .arg(&*y)?
+                    .arg(&*x)?
+                    .arg(1.0f32)?
+                    .arg(1u32)?
+                    .enqueue()?;
+            }
+        }
+        s.synchronize()?;
+        Ok(t.elapsed().as_nanos() as f64)
+    };
+    let replay = || -> Result<f64, KernelError> {
+        let t = Instant::now();
+        graph.replay(&s).map_err(graph_err)?;
+        s.synchronize()?;
+        Ok(t.elapsed().as_nanos() as f64)
+    };
+    direct()?;
+    replay()?;
+    let (mut best_direct, mut best_graph) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..rounds.max(1) {
+        best_direct = best_direct.min(direct()?);
+        best_graph = best_graph.min(replay()?);
+    }
+    let cb = if graph.uses_command_buffer() {
+        1.0
+    } else {
+        0.0
+    };
+    Ok((best_direct, best_graph, cb))
 }
 
 fn program_figures(device: usize) -> Result<(f64, f64), KernelError> {

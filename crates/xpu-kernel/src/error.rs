@@ -66,6 +66,22 @@ pub enum KernelError {
         /// The stream's device.
         stream_device: usize,
     },
+    /// A direct launch on a stream that a graph is capturing (as torch.cuda's "operation not
+    /// permitted when stream is capturing"): during a capture, launches go through the
+    /// capture handle ([`crate::graph::Capture::launch`]). Nothing was enqueued; the stream
+    /// stays usable.
+    #[error(
+        "launch of {kernel:?} on stream {stream} of device {device}, which a graph is \
+         capturing: launch through the capture handle"
+    )]
+    Capturing {
+        /// The kernel's function name.
+        kernel: String,
+        /// The stream's device.
+        device: usize,
+        /// The stream's id.
+        stream: u64,
+    },
     /// Bad work sizes: 1 to 3 dimensions, nonzero, a local size of the same rank.
     #[error("launch of {kernel:?}: {reason}")]
     WorkSize {

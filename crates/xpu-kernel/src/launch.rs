@@ -84,6 +84,8 @@ pub trait LaunchExt {
     /// [`Launch::arg`], in parameter order; [`Launch::enqueue`] queues the kernel.
     ///
     /// # Errors
+    /// [`KernelError::Capturing`] on a stream that a graph is capturing (launch through the
+    /// capture handle, [`crate::graph::Capture::launch`]);
     /// [`KernelError::StreamDevice`] when the function was built for another device;
     /// [`KernelError::WorkSize`] for 0 or more than 3 dimensions, a zero size or a local size
     /// of another rank; [`KernelError::Device`] when a kernel cannot be created.
@@ -102,45 +104,109 @@ impl LaunchExt for Stream {
         global: &[usize],
         local: Option<&[usize]>,
     ) -> Result<Launch<'a>, KernelError> {
-        let bad = |reason: &str| KernelError::WorkSize {
-            kernel: function.name().to_owned(),
-            reason: reason.to_owned(),
-        };
-        if self.device() != function.device() {
-            return Err(KernelError::StreamDevice {
+        if crate::graph::is_capturing(self) {
+            return Err(KernelError::Capturing {
                 kernel: function.name().to_owned(),
-                function_device: function.device(),
-                stream_device: self.device(),
+                device: self.device(),
+                stream: self.id(),
             });
         }
-        if global.is_empty() || global.len() > 3 {
-            return Err(bad("the global size has 1 to 3 dimensions"));
-        }
-        if global.contains(&0) || local.is_some_and(|l| l.contains(&0)) {
-            return Err(bad("work sizes are nonzero"));
-        }
-        if local.is_some_and(|l| l.len() != global.len()) {
-            return Err(bad("the local size has the rank of the global size"));
-        }
-        let mut g = [1; 3];
-        g[..global.len()].copy_from_slice(global);
-        let l = local.map(|l| {
-            let mut a = [1; 3];
-            a[..l.len()].copy_from_slice(l);
-            a
-        });
+        let (dims, g, l) = check_launch(self, function, global, local)?;
         Ok(Launch {
             stream: *self,
             kernel: Some(function.take()?),
             function: function.clone(),
             next: 0,
-            dims: global.len(),
+            dims,
             global: g,
             local: l,
             foreign_blocks: Vec::new(),
             _args: PhantomData,
         })
     }
+}
+
+/// A launch's rank, global size and optional local size, padded to three dimensions.
+pub(crate) type WorkSizes = (usize, [usize; 3], Option<[usize; 3]>);
+
+/// The checks of [`LaunchExt::launch`] (device, work sizes), shared with graph capture: the
+/// rank and the sizes padded to three dimensions.
+pub(crate) fn check_launch(
+    stream: &Stream,
+    function: &Function,
+    global: &[usize],
+    local: Option<&[usize]>,
+) -> Result<WorkSizes, KernelError> {
+    let bad = |reason: &str| KernelError::WorkSize {
+        kernel: function.name().to_owned(),
+        reason: reason.to_owned(),
+    };
+    if stream.device() != function.device() {
+        return Err(KernelError::StreamDevice {
+            kernel: function.name().to_owned(),
+            function_device: function.device(),
+            stream_device: stream.device(),
+        });
+    }
+    if global.is_empty() || global.len() > 3 {
+        return Err(bad("the global size has 1 to 3 dimensions"));
+    }
+    if global.contains(&0) || local.is_some_and(|l| l.contains(&0)) {
+        return Err(bad("work sizes are nonzero"));
+    }
+    if local.is_some_and(|l| l.len() != global.len()) {
+        return Err(bad("the local size has the rank of the global size"));
+    }
+    let mut g = [1; 3];
+    g[..global.len()].copy_from_slice(global);
+    let l = local.map(|l| {
+        let mut a = [1; 3];
+        a[..l.len()].copy_from_slice(l);
+        a
+    });
+    Ok((global.len(), g, l))
+}
+
+/// Sets argument `index` of `kernel` (a kernel of `function`, launched on `stream`), checked
+/// as [`Launch::arg`] documents; shared with graph capture.
+pub(crate) fn set_checked_arg(
+    kernel: &mut Kernel,
+    function: &Function,
+    stream: &Stream,
+    index: u32,
+    arg: Arg<'_>,
+) -> Result<(), KernelError> {
+    if index >= kernel.num_args() {
+        return Err(KernelError::ArgCount {
+            kernel: function.name().to_owned(),
+            expected: kernel.num_args(),
+            given: index + 1,
+        });
+    }
+    match arg {
+        Arg::Block(ptr) => {
+            let device = ptr.device();
+            if device != stream.device() {
+                return Err(KernelError::OtherDevice {
+                    kernel: function.name().to_owned(),
+                    index,
+                    block_device: device,
+                    stream_device: stream.device(),
+                });
+            }
+            ptr.set_kernel_arg(kernel, index).map_err(|e| match e {
+                BlockArgError::Alloc(source) => KernelError::Block {
+                    kernel: function.name().to_owned(),
+                    index,
+                    source,
+                },
+                BlockArgError::Device(d) => KernelError::Device(d),
+            })?;
+        }
+        Arg::Scalar(s) => set_scalar(kernel, index, s)?,
+        Arg::Local(bytes) => kernel.set_arg_local(index, bytes)?,
+    }
+    Ok(())
 }
 
 /// A kernel launch being assembled on a stream ([`LaunchExt::launch`]).
@@ -193,38 +259,12 @@ impl<'a> Launch<'a> {
     pub fn arg(mut self, arg: impl Into<Arg<'a>>) -> Result<Launch<'a>, KernelError> {
         let index = self.next;
         let kernel = self.kernel.as_mut().expect("present until enqueue or drop");
-        if index >= kernel.num_args() {
-            return Err(KernelError::ArgCount {
-                kernel: self.function.name().to_owned(),
-                expected: kernel.num_args(),
-                given: index + 1,
-            });
-        }
-        match arg.into() {
-            Arg::Block(ptr) => {
-                let device = ptr.device();
-                if device != self.stream.device() {
-                    return Err(KernelError::OtherDevice {
-                        kernel: self.function.name().to_owned(),
-                        index,
-                        block_device: device,
-                        stream_device: self.stream.device(),
-                    });
-                }
-                ptr.set_kernel_arg(kernel, index).map_err(|e| match e {
-                    BlockArgError::Alloc(source) => KernelError::Block {
-                        kernel: self.function.name().to_owned(),
-                        index,
-                        source,
-                    },
-                    BlockArgError::Device(d) => KernelError::Device(d),
-                })?;
-                if ptr.stream().is_some_and(|k| k.id != self.stream.id()) {
-                    self.foreign_blocks.push(ptr);
-                }
+        let arg = arg.into();
+        set_checked_arg(kernel, &self.function, &self.stream, index, arg)?;
+        if let Arg::Block(ptr) = arg {
+            if ptr.stream().is_some_and(|k| k.id != self.stream.id()) {
+                self.foreign_blocks.push(ptr);
             }
-            Arg::Scalar(s) => set_scalar(kernel, index, s)?,
-            Arg::Local(bytes) => kernel.set_arg_local(index, bytes)?,
         }
         self.next += 1;
         Ok(self)

@@ -39,6 +39,7 @@
 pub mod bench;
 mod error;
 mod function;
+pub mod graph;
 pub mod interop;
 mod launch;
 mod program;

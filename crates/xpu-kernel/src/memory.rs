@@ -109,6 +109,20 @@ pub enum MemoryError {
         /// The destination's length, bytes.
         expected: usize,
     },
+    /// A typed-memory command enqueued directly on a stream that a graph is capturing
+    /// (as torch.cuda's "operation not permitted when stream is capturing"): during a
+    /// capture, commands go through the capture handle ([`crate::graph::Capture`]). Nothing
+    /// was enqueued; the stream stays usable.
+    #[error(
+        "stream {stream} of device {device} is being captured into a graph: enqueue through \
+         the capture handle"
+    )]
+    Capturing {
+        /// The stream's device.
+        device: usize,
+        /// The stream's id.
+        stream: u64,
+    },
     /// The caching device allocator failed (out of memory, a bad stream, ...).
     #[error(transparent)]
     Alloc(#[from] AllocError),
@@ -545,6 +559,12 @@ impl<T: Pod> std::fmt::Debug for DeviceSliceMut<'_, T> {
 }
 
 fn check_stream(stream: &Stream, ptr: &DataPtr) -> Result<(), MemoryError> {
+    if crate::graph::is_capturing(stream) {
+        return Err(MemoryError::Capturing {
+            device: stream.device(),
+            stream: stream.id(),
+        });
+    }
     let device = ptr.device();
     if stream.device() == device {
         Ok(())

@@ -97,8 +97,9 @@
 //! No equivalent, and why:
 //! - `get_arch_list`, `is_bf16_supported`, `get_gencode_flags`: tied to ahead-of-time compiled
 //!   kernels; xpu builds OpenCL C at run time. `has_fp16` / `has_fp64` are in the properties.
-//! - `Event.ipc_handle`, `MemPool`, CUDA graphs, expandable segments, pluggable allocators:
-//!   OpenCL 3.0 has no IPC handles, graph capture or virtual-memory mapping to build them on.
+//! - `Event.ipc_handle`, `MemPool`, expandable segments, pluggable allocators:
+//!   OpenCL 3.0 has no IPC handles or virtual-memory mapping to build them on. (CUDA graphs
+//!   are `xpu_kernel::graph`: captured through a handle and replayed from a recording.)
 //! - `can_device_access_peer`: OpenCL contexts here are per device; cross-device waits are
 //!   supported by events (a completion callback sets a user event on the waiting device).
 //! - `torch.xpu.manual_seed*` and random generators: no RNG lives in the runtime layer.

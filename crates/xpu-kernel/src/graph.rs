@@ -1,0 +1,869 @@
+//! Captured stream graphs (as `torch.cuda.CUDAGraph` / `torch.cuda.graph`):
+//! [`Graph::capture`] records the commands enqueued on a stream through the capture handle
+//! ([`Capture`]: kernel launches, device copies, fills, uploads of constant host data, event
+//! records and waits between captured streams) without running them, and
+//! [`Graph::replay`] enqueues them again, in capture order, with one call.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use xpu_kernel::{graph::Graph, DeviceBuffer, Program};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! const SRC: &str = "__kernel void scale(__global float *x, float a, uint n) {
+//!     size_t i = get_global_id(0); if (i < n) x[i] *= a; }";
+//! let scale = Program::build(0, SRC, "")?.function("scale")?;
+//! let stream = xpu_stream::current_stream(0)?;
+//! let x = Arc::new(DeviceBuffer::from_slice(&[1.0f32; 1024], &stream)?);
+//! let graph = Graph::capture(&stream, |c| {
+//!     // SAFETY: 1024 work-items touch x[0..1024), at every replay; the kernel terminates.
+//!     unsafe { c.launch(&stream, &scale, &[1024], None)?.arg(&x)?.arg(2.0f32)?.arg(1024u32)?.enqueue() }
+//! })?;
+//! drop(x); // the graph keeps the buffer alive
+//! for _ in 0..10 {
+//!     graph.replay(&stream)?; // x *= 2, ten times
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Recording, not command buffers
+//! Every device replays the recorded commands one by one: each captured kernel keeps its own
+//! `cl_kernel` with its arguments set once at capture, so a replay is one
+//! `clEnqueueNDRangeKernel` per kernel (no argument setting, no checks) plus the copies and
+//! fills. `cl_khr_command_buffer` (which PoCL reports, see [`command_buffer_supported`]) is
+//! not used yet: [`Graph::uses_command_buffer`] says so. The semantics are those a command
+//! buffer would have: the captured commands run in capture order on the replay stream.
+//!
+//! # Memory held by a graph
+//! Allocation arguments are given as `Arc`s ([`GraphArg`]): the graph keeps a clone of each
+//! for its lifetime, so a block a replay uses is never freed, and never handed to another
+//! allocation, while the graph lives (torch's graph-private pool, at the level of the blocks
+//! the graph uses). [`Capture::alloc`] allocates during capture: the buffer belongs to the
+//! graph (and to the `Arc`s the caller keeps). When a graph is dropped its blocks are freed
+//! stream-ordered: each replay stream is recorded on each block (as `record_stream`), so a
+//! block is reused only after the replays enqueued before the drop complete.
+//!
+//! # Why replay is safe
+//! The captured launches are [`CaptureLaunch::enqueue`], an `unsafe fn` whose contract covers
+//! every replay of the graph (the same kernel, work sizes and arguments on whichever stream
+//! of the device the graph is replayed). A replay enqueues exactly those launches: the same
+//! `cl_kernel`s with the same arguments and sizes, the same allocations (kept alive by the
+//! graph, never resized), no host memory (host data given at capture is copied into the
+//! graph; device-to-host copies cannot be captured). So [`Graph::replay`] adds no obligation
+//! of its own and is safe.
+//!
+//! # Errors during capture
+//! Typed, and nothing is enqueued, so the stream stays usable: a direct launch or typed-memory
+//! command on a capturing stream ([`crate::KernelError::Capturing`],
+//! [`crate::MemoryError::Capturing`]), [`Capture::synchronize`]
+//! ([`GraphError::SynchronizeWhileCapturing`]), a command on a stream that is not part of the
+//! capture ([`GraphError::NotCaptured`]), capturing a stream another capture holds
+//! ([`GraphError::AlreadyCapturing`]). A closure that returns an error ends the capture
+//! without a graph.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytemuck::Pod;
+use parking_lot::Mutex;
+use xpu_alloc::{AllocError, DataPtr};
+use xpu_device::backend::Kernel;
+use xpu_device::DeviceError;
+use xpu_stream::{Stream, StreamError};
+
+use crate::error::KernelError;
+use crate::function::Function;
+use crate::launch::{check_launch, set_checked_arg, Arg, LocalMem, Scalar};
+use crate::memory::{DeviceBuffer, MemoryError};
+
+/// Streams being captured: `(device, stream id)`. `ACTIVE` counts them, so the check on every
+/// launch and typed-memory command is one atomic load while nothing is captured.
+static CAPTURING: Mutex<Option<HashSet<(usize, u64)>>> = Mutex::new(None);
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+static NEXT_CAPTURE: AtomicU64 = AtomicU64::new(1);
+
+/// Whether a graph is capturing `stream` (then direct launches and typed-memory commands on
+/// it are refused).
+pub fn is_capturing(stream: &Stream) -> bool {
+    if ACTIVE.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    CAPTURING
+        .lock()
+        .as_ref()
+        .is_some_and(|s| s.contains(&(stream.device(), stream.id())))
+}
+
+fn register(stream: &Stream) -> Result<(), GraphError> {
+    let mut set = CAPTURING.lock();
+    let set = set.get_or_insert_with(HashSet::new);
+    if !set.insert((stream.device(), stream.id())) {
+        return Err(GraphError::AlreadyCapturing {
+            device: stream.device(),
+            stream: stream.id(),
+        });
+    }
+    ACTIVE.fetch_add(1, Ordering::AcqRel);
+    Ok(())
+}
+
+fn unregister(key: (usize, u64)) {
+    let mut set = CAPTURING.lock();
+    if set.as_mut().is_some_and(|s| s.remove(&key)) {
+        ACTIVE.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Whether `device` reports `cl_khr_command_buffer` in its extension string
+/// (`CL_DEVICE_EXTENSIONS`, read at run time). Graphs do not use it yet
+/// ([`Graph::uses_command_buffer`]).
+///
+/// # Errors
+/// [`DeviceError`] for a bad device index or failed discovery.
+pub fn command_buffer_supported(device: usize) -> Result<bool, DeviceError> {
+    Ok(xpu_device::get_device_properties(device)?
+        .extensions
+        .iter()
+        .any(|e| e == "cl_khr_command_buffer"))
+}
+
+/// A failure of graph capture or replay.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GraphError {
+    /// [`Graph::capture`] (or a join through [`Capture::wait_event`]) on a stream that a
+    /// capture already holds, or [`Graph::replay`] on a capturing stream.
+    #[error("stream {stream} of device {device} is already being captured into a graph")]
+    AlreadyCapturing {
+        /// The stream's device.
+        device: usize,
+        /// The stream's id.
+        stream: u64,
+    },
+    /// A command of a capture on a stream that is not part of it: neither the stream the
+    /// capture began on nor one joined by waiting on a captured event (as torch.cuda's
+    /// capture, which follows streams through events).
+    #[error(
+        "stream {stream} of device {device} is not part of this capture (join it with \
+         Capture::wait_event on an event recorded on a captured stream)"
+    )]
+    NotCaptured {
+        /// The stream's device.
+        device: usize,
+        /// The stream's id.
+        stream: u64,
+    },
+    /// [`Capture::synchronize`]: a capturing stream has nothing to wait for (its commands
+    /// are recorded, not run), as torch.cuda refuses `synchronize` during capture.
+    #[error("synchronize on stream {stream} of device {device}, which is being captured")]
+    SynchronizeWhileCapturing {
+        /// The stream's device.
+        device: usize,
+        /// The stream's id.
+        stream: u64,
+    },
+    /// [`Graph::replay`] (or a join) on a stream of another device than the graph's.
+    #[error("graph of device {graph_device} used on a stream of device {stream_device}")]
+    OtherDevice {
+        /// The device the graph was captured on.
+        graph_device: usize,
+        /// The stream's device.
+        stream_device: usize,
+    },
+    /// [`Capture::wait_event`] with an event of another capture.
+    #[error("event of another capture")]
+    ForeignEvent,
+    /// A captured fill of an element size that `clEnqueueFillBuffer` does not take as a
+    /// pattern (a power of two up to 128 bytes, OpenCL 3.0 §5.2.3).
+    #[error("fill of {size}-byte elements: the pattern is a power of two up to 128 bytes")]
+    FillPattern {
+        /// `size_of::<T>()`.
+        size: usize,
+    },
+    /// A launch-layer failure (argument checks, work sizes, enqueue).
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    /// A typed-memory failure (range, length, overlap, allocation).
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// An allocator failure (a view or `record_stream` at replay).
+    #[error(transparent)]
+    Alloc(#[from] AllocError),
+    /// The stream could not be resolved.
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    /// A device-layer failure.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// Memory a graph can hold: an allocation ([`DataPtr`]) or a typed buffer ([`DeviceBuffer`]).
+/// Sealed.
+pub trait GraphBlock: sealed::Sealed + Send + Sync + fmt::Debug + 'static {
+    /// The allocation.
+    fn block(&self) -> &DataPtr;
+}
+
+impl sealed::Sealed for DataPtr {}
+impl GraphBlock for DataPtr {
+    fn block(&self) -> &DataPtr {
+        self
+    }
+}
+impl<T: Pod + Send + Sync> sealed::Sealed for DeviceBuffer<T> {}
+impl<T: Pod + Send + Sync> GraphBlock for DeviceBuffer<T> {
+    fn block(&self) -> &DataPtr {
+        self.data_ptr()
+    }
+}
+
+/// One argument of a captured launch: an allocation shared with the graph (which keeps it
+/// alive for its lifetime), a scalar, or `__local` memory. Built with `From`:
+/// `&Arc<DataPtr>`, `&Arc<DeviceBuffer<T>>`, the scalar types, [`LocalMem`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum GraphArg {
+    /// An allocation; the graph holds a clone of the `Arc`.
+    Block(Arc<dyn GraphBlock>),
+    /// A by-value scalar.
+    Scalar(Scalar),
+    /// `__local` memory of this many bytes per work-group.
+    Local(usize),
+}
+
+impl<B: GraphBlock> From<&Arc<B>> for GraphArg {
+    fn from(b: &Arc<B>) -> Self {
+        GraphArg::Block(Arc::clone(b) as Arc<dyn GraphBlock>)
+    }
+}
+
+impl From<LocalMem> for GraphArg {
+    fn from(l: LocalMem) -> Self {
+        GraphArg::Local(l.0)
+    }
+}
+
+macro_rules! graph_scalar_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for GraphArg {
+            fn from(x: $t) -> Self {
+                match Arg::from(x) {
+                    Arg::Scalar(s) => GraphArg::Scalar(s),
+                    _ => unreachable!("a scalar converts to Arg::Scalar"),
+                }
+            }
+        }
+    )*};
+}
+graph_scalar_from!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+
+enum Node {
+    Kernel {
+        function: Function,
+        /// Arguments set at capture, kept until the graph drops.
+        kernel: Kernel,
+        dims: usize,
+        global: [usize; 3],
+        local: Option<[usize; 3]>,
+    },
+    Fill {
+        dst: usize,
+        pattern: Vec<u8>,
+        offset: usize,
+        len: usize,
+    },
+    Copy {
+        src: usize,
+        dst: usize,
+        src_offset: usize,
+        dst_offset: usize,
+        len: usize,
+    },
+    Write {
+        dst: usize,
+        offset: usize,
+        data: Vec<u8>,
+    },
+    /// Event record / wait between captured streams: replayed on one stream in capture order,
+    /// the order they imposed holds without them.
+    Sync,
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Node::Kernel {
+                function, global, ..
+            } => write!(f, "Kernel({:?}, {:?})", function.name(), global),
+            Node::Fill { dst, len, .. } => write!(f, "Fill(block {dst}, {len} B)"),
+            Node::Copy { src, dst, len, .. } => write!(f, "Copy({src} -> {dst}, {len} B)"),
+            Node::Write { dst, data, .. } => write!(f, "Write(block {dst}, {} B)", data.len()),
+            Node::Sync => write!(f, "Sync"),
+        }
+    }
+}
+
+/// The capture handle given to [`Graph::capture`]'s closure: every command goes through it,
+/// on the capture's stream or a stream joined with [`Capture::wait_event`].
+#[derive(Debug)]
+pub struct Capture {
+    id: u64,
+    device: usize,
+    /// Captured streams (ids), the first being the one the capture began on; all registered.
+    streams: Vec<u64>,
+    nodes: Vec<Node>,
+    blocks: Vec<Arc<dyn GraphBlock>>,
+    events: usize,
+}
+
+/// An event recorded during a capture ([`Capture::record_event`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapturedEvent {
+    capture: u64,
+    index: usize,
+}
+
+impl Capture {
+    fn check(&self, stream: &Stream) -> Result<(), GraphError> {
+        if stream.device() == self.device && self.streams.contains(&stream.id()) {
+            Ok(())
+        } else {
+            Err(GraphError::NotCaptured {
+                device: stream.device(),
+                stream: stream.id(),
+            })
+        }
+    }
+
+    fn keep(&mut self, b: Arc<dyn GraphBlock>) -> Result<usize, GraphError> {
+        let ptr = b.block();
+        if ptr.device() != self.device {
+            return Err(MemoryError::StreamDevice {
+                stream: self.device,
+                device: ptr.device(),
+            }
+            .into());
+        }
+        if let Some(i) = self
+            .blocks
+            .iter()
+            .position(|k| std::ptr::addr_eq(Arc::as_ptr(k), Arc::as_ptr(&b)))
+        {
+            return Ok(i);
+        }
+        self.blocks.push(b);
+        Ok(self.blocks.len() - 1)
+    }
+
+    /// The device being captured.
+    #[must_use]
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    /// Starts a captured launch of `function` on `stream` (checked as
+    /// [`crate::LaunchExt::launch`]); [`CaptureLaunch::arg`] adds the arguments and
+    /// [`CaptureLaunch::enqueue`] records it. Nothing runs until [`Graph::replay`].
+    ///
+    /// # Errors
+    /// [`GraphError::NotCaptured`] for a stream outside the capture; the launch layer's
+    /// errors ([`KernelError::StreamDevice`], [`KernelError::WorkSize`]...).
+    pub fn launch(
+        &mut self,
+        stream: &Stream,
+        function: &Function,
+        global: &[usize],
+        local: Option<&[usize]>,
+    ) -> Result<CaptureLaunch<'_>, GraphError> {
+        self.check(stream)?;
+        let (dims, global, local) = check_launch(stream, function, global, local)?;
+        Ok(CaptureLaunch {
+            kernel: Some(function.take()?),
+            function: function.clone(),
+            stream: *stream,
+            capture: self,
+            next: 0,
+            blocks: Vec::new(),
+            dims,
+            global,
+            local,
+        })
+    }
+
+    /// Allocates `len` elements on `stream` for the graph (contents unspecified, as
+    /// [`DeviceBuffer::new`]): the graph holds the buffer for its lifetime, so its block stays
+    /// reserved for the replays (torch's graph-private pool); the returned `Arc` may be kept
+    /// to read results or dropped.
+    ///
+    /// # Errors
+    /// [`GraphError::NotCaptured`]; [`MemoryError`] as [`DeviceBuffer::new`].
+    pub fn alloc<T: Pod + Send + Sync>(
+        &mut self,
+        stream: &Stream,
+        len: usize,
+    ) -> Result<Arc<DeviceBuffer<T>>, GraphError> {
+        self.check(stream)?;
+        let b = Arc::new(DeviceBuffer::<T>::new(len, stream)?);
+        self.keep(Arc::clone(&b) as Arc<dyn GraphBlock>)?;
+        Ok(b)
+    }
+
+    /// Records a fill of all of `dst` with `value` (`clEnqueueFillBuffer` at each replay).
+    ///
+    /// # Errors
+    /// [`GraphError::NotCaptured`]; [`GraphError::FillPattern`] unless `size_of::<T>()` is a
+    /// power of two up to 128; [`MemoryError::StreamDevice`] for a buffer of another device.
+    pub fn fill<T: Pod + Send + Sync>(
+        &mut self,
+        stream: &Stream,
+        dst: &Arc<DeviceBuffer<T>>,
+        value: T,
+    ) -> Result<(), GraphError> {
+        self.check(stream)?;
+        let size = std::mem::size_of::<T>();
+        if !(size.is_power_of_two() && size <= 128) {
+            return Err(GraphError::FillPattern { size });
+        }
+        let len = dst.len() * size;
+        let dst = self.keep(Arc::clone(dst) as Arc<dyn GraphBlock>)?;
+        if len > 0 {
+            self.nodes.push(Node::Fill {
+                dst,
+                pattern: bytemuck::bytes_of(&value).to_vec(),
+                offset: 0,
+                len,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records a device copy of `len` elements from `src[src_offset..]` to
+    /// `dst[dst_offset..]` (`clEnqueueCopyBuffer` at each replay).
+    ///
+    /// # Errors
+    /// [`GraphError::NotCaptured`]; [`MemoryError::OutOfRange`] for a range outside a buffer,
+    /// [`MemoryError::Overlap`] for overlapping ranges of one buffer,
+    /// [`MemoryError::StreamDevice`] for a buffer of another device.
+    pub fn copy<T: Pod + Send + Sync>(
+        &mut self,
+        stream: &Stream,
+        src: &Arc<DeviceBuffer<T>>,
+        src_offset: usize,
+        dst: &Arc<DeviceBuffer<T>>,
+        dst_offset: usize,
+        len: usize,
+    ) -> Result<(), GraphError> {
+        self.check(stream)?;
+        for (off, buf) in [(src_offset, src), (dst_offset, dst)] {
+            match off.checked_add(len) {
+                Some(end) if end <= buf.len() => {}
+                _ => {
+                    return Err(MemoryError::OutOfRange {
+                        start: off,
+                        end: off.saturating_add(len),
+                        len: buf.len(),
+                    }
+                    .into())
+                }
+            }
+        }
+        if Arc::ptr_eq(src, dst) && src_offset < dst_offset + len && dst_offset < src_offset + len {
+            return Err(MemoryError::Overlap {
+                src: src_offset,
+                dst: dst_offset,
+                len,
+            }
+            .into());
+        }
+        let size = std::mem::size_of::<T>();
+        let s = self.keep(Arc::clone(src) as Arc<dyn GraphBlock>)?;
+        let d = self.keep(Arc::clone(dst) as Arc<dyn GraphBlock>)?;
+        if len > 0 {
+            self.nodes.push(Node::Copy {
+                src: s,
+                dst: d,
+                src_offset: src_offset * size,
+                dst_offset: dst_offset * size,
+                len: len * size,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records an upload of `data` into `dst[offset..]`: `data` is copied into the graph now,
+    /// and each replay writes that copy (a blocking `clEnqueueWriteBuffer`: the replay returns
+    /// after the upload, which runs after the replay's earlier commands).
+    ///
+    /// # Errors
+    /// [`GraphError::NotCaptured`]; [`MemoryError::OutOfRange`];
+    /// [`MemoryError::StreamDevice`].
+    pub fn write<T: Pod + Send + Sync>(
+        &mut self,
+        stream: &Stream,
+        dst: &Arc<DeviceBuffer<T>>,
+        offset: usize,
+        data: &[T],
+    ) -> Result<(), GraphError> {
+        self.check(stream)?;
+        match offset.checked_add(data.len()) {
+            Some(end) if end <= dst.len() => {}
+            _ => {
+                return Err(MemoryError::OutOfRange {
+                    start: offset,
+                    end: offset.saturating_add(data.len()),
+                    len: dst.len(),
+                }
+                .into())
+            }
+        }
+        let d = self.keep(Arc::clone(dst) as Arc<dyn GraphBlock>)?;
+        if !data.is_empty() {
+            self.nodes.push(Node::Write {
+                dst: d,
+                offset: offset * std::mem::size_of::<T>(),
+                data: bytemuck::cast_slice(data).to_vec(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Records an event on captured `stream` (as `torch.cuda.Event.record` during capture);
+    /// another stream joins the capture by waiting on it ([`Capture::wait_event`]).
+    ///
+    /// # Errors
+    /// [`GraphError::NotCaptured`].
+    pub fn record_event(&mut self, stream: &Stream) -> Result<CapturedEvent, GraphError> {
+        self.check(stream)?;
+        self.nodes.push(Node::Sync);
+        self.events += 1;
+        Ok(CapturedEvent {
+            capture: self.id,
+            index: self.events - 1,
+        })
+    }
+
+    /// Makes `stream` wait for `event` (recorded in this capture). A stream of the device
+    /// that is not captured yet joins the capture (as torch.cuda's capture follows a stream
+    /// that waits on a capturing stream's event): its later commands through this handle are
+    /// recorded, and direct launches on it are refused until the capture ends.
+    ///
+    /// # Errors
+    /// [`GraphError::ForeignEvent`] for an event of another capture;
+    /// [`GraphError::OtherDevice`] for a stream of another device;
+    /// [`GraphError::AlreadyCapturing`] for a stream another capture holds.
+    pub fn wait_event(&mut self, stream: &Stream, event: &CapturedEvent) -> Result<(), GraphError> {
+        if event.capture != self.id || event.index >= self.events {
+            return Err(GraphError::ForeignEvent);
+        }
+        if stream.device() != self.device {
+            return Err(GraphError::OtherDevice {
+                graph_device: self.device,
+                stream_device: stream.device(),
+            });
+        }
+        if !self.streams.contains(&stream.id()) {
+            register(stream)?;
+            self.streams.push(stream.id());
+        }
+        self.nodes.push(Node::Sync);
+        Ok(())
+    }
+
+    /// Synchronizing a capturing stream is refused (its commands are recorded, not run), as
+    /// torch.cuda raises on `synchronize` during capture. Nothing happens to the stream.
+    ///
+    /// # Errors
+    /// Always: [`GraphError::SynchronizeWhileCapturing`] for a captured stream,
+    /// [`GraphError::NotCaptured`] for another one (synchronize it directly).
+    pub fn synchronize(&self, stream: &Stream) -> Result<(), GraphError> {
+        self.check(stream)?;
+        Err(GraphError::SynchronizeWhileCapturing {
+            device: stream.device(),
+            stream: stream.id(),
+        })
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        for &id in &self.streams {
+            unregister((self.device, id));
+        }
+    }
+}
+
+/// A launch being captured ([`Capture::launch`]).
+#[derive(Debug)]
+pub struct CaptureLaunch<'c> {
+    capture: &'c mut Capture,
+    function: Function,
+    stream: Stream,
+    kernel: Option<Kernel>,
+    next: u32,
+    blocks: Vec<Arc<dyn GraphBlock>>,
+    dims: usize,
+    global: [usize; 3],
+    local: Option<[usize; 3]>,
+}
+
+impl CaptureLaunch<'_> {
+    /// Sets the next argument (parameter order), checked as [`crate::Launch::arg`]. An
+    /// allocation is shared with the graph, which keeps it alive for its lifetime.
+    ///
+    /// # Errors
+    /// As [`crate::Launch::arg`].
+    pub fn arg(mut self, arg: impl Into<GraphArg>) -> Result<Self, GraphError> {
+        let index = self.next;
+        let kernel = self.kernel.as_mut().expect("present until enqueue or drop");
+        match arg.into() {
+            GraphArg::Block(b) => {
+                set_checked_arg(
+                    kernel,
+                    &self.function,
+                    &self.stream,
+                    index,
+                    Arg::Block(b.block()),
+                )?;
+                self.blocks.push(b);
+            }
+            GraphArg::Scalar(s) => {
+                set_checked_arg(kernel, &self.function, &self.stream, index, Arg::Scalar(s))?;
+            }
+            GraphArg::Local(n) => {
+                set_checked_arg(kernel, &self.function, &self.stream, index, Arg::Local(n))?;
+            }
+        }
+        self.next += 1;
+        Ok(self)
+    }
+
+    /// Records the launch in the graph (nothing runs now; each [`Graph::replay`] enqueues it).
+    ///
+    /// # Safety
+    /// The obligations of [`crate::Launch::enqueue`], for **every replay** of the graph, on
+    /// whichever stream of the device it is replayed, with the memory contents that the
+    /// graph's earlier commands and the work ordered before the replay leave: every access of
+    /// every work-item stays inside the allocation given for its pointer parameter (its
+    /// requested size) and inside the [`LocalMem`] sizes; no memory the kernel writes is
+    /// borrowed by Rust code while a replay runs, and none it reads is written by the host
+    /// meanwhile; the kernel terminates.
+    ///
+    /// # Errors
+    /// [`KernelError::ArgCount`] when fewer arguments than the kernel's parameters were
+    /// given; [`GraphError::OtherDevice`] cannot occur (checked at [`CaptureLaunch::arg`]).
+    #[allow(unsafe_code)]
+    pub unsafe fn enqueue(mut self) -> Result<(), GraphError> {
+        let kernel = self.kernel.take().expect("present until enqueue or drop");
+        if self.next != kernel.num_args() {
+            let e = KernelError::ArgCount {
+                kernel: self.function.name().to_owned(),
+                expected: kernel.num_args(),
+                given: self.next,
+            };
+            self.function.put(kernel);
+            return Err(e.into());
+        }
+        for b in std::mem::take(&mut self.blocks) {
+            self.capture.keep(b)?;
+        }
+        self.capture.nodes.push(Node::Kernel {
+            function: self.function.clone(),
+            kernel,
+            dims: self.dims,
+            global: self.global,
+            local: self.local,
+        });
+        Ok(())
+    }
+}
+
+impl Drop for CaptureLaunch<'_> {
+    fn drop(&mut self) {
+        if let Some(k) = self.kernel.take() {
+            self.function.put(k);
+        }
+    }
+}
+
+/// A captured command sequence of one device, replayed with [`Graph::replay`] (as
+/// `torch.cuda.CUDAGraph`). `Send + Sync`; concurrent replays are serialized by the graph's
+/// lock (each replay's enqueues stay together).
+pub struct Graph {
+    device: usize,
+    inner: Mutex<GraphInner>,
+}
+
+struct GraphInner {
+    nodes: Vec<Node>,
+    blocks: Vec<Arc<dyn GraphBlock>>,
+    /// Replay streams already recorded on the blocks (`record_stream`).
+    recorded: HashSet<u64>,
+}
+
+impl fmt::Debug for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = self.inner.lock();
+        f.debug_struct("Graph")
+            .field("device", &self.device)
+            .field("nodes", &inner.nodes)
+            .field("blocks", &inner.blocks.len())
+            .finish()
+    }
+}
+
+impl Graph {
+    /// Captures the commands `f` enqueues through the [`Capture`] handle on `stream` (and on
+    /// streams it joins) into a graph, as `torch.cuda.graph(g, stream=...)`. Nothing runs
+    /// during capture. While `f` runs, direct launches and typed-memory commands on the
+    /// captured streams are refused with typed errors; when it returns (or panics) the
+    /// streams are released, usable as before.
+    ///
+    /// # Errors
+    /// [`GraphError::AlreadyCapturing`] for a stream another capture holds; `f`'s error.
+    pub fn capture<F>(stream: &Stream, f: F) -> Result<Graph, GraphError>
+    where
+        F: FnOnce(&mut Capture) -> Result<(), GraphError>,
+    {
+        stream.queue()?;
+        register(stream)?;
+        let mut capture = Capture {
+            id: NEXT_CAPTURE.fetch_add(1, Ordering::Relaxed),
+            device: stream.device(),
+            streams: vec![stream.id()],
+            nodes: Vec::new(),
+            blocks: Vec::new(),
+            events: 0,
+        };
+        f(&mut capture)?;
+        let nodes = std::mem::take(&mut capture.nodes);
+        let blocks = std::mem::take(&mut capture.blocks);
+        Ok(Graph {
+            device: capture.device,
+            inner: Mutex::new(GraphInner {
+                nodes,
+                blocks,
+                recorded: HashSet::new(),
+            }),
+        })
+    }
+
+    /// The device the graph was captured on.
+    #[must_use]
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    /// Number of captured commands (kernels, copies, fills, uploads, event records/waits).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.inner.lock().nodes.len()
+    }
+
+    /// Whether nothing was captured.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether replays go through a `cl_khr_command_buffer`: always `false` for now (every
+    /// device replays the recorded commands one by one; see the module docs).
+    #[must_use]
+    pub fn uses_command_buffer(&self) -> bool {
+        false
+    }
+
+    /// Enqueues the captured commands on `stream`, in capture order, after the work enqueued
+    /// on it before (as `CUDAGraph.replay`). Non-blocking, except that a captured upload
+    /// ([`Capture::write`]) is a blocking write. The first replay on a stream records it on
+    /// the graph's allocations (`record_stream`), so they are freed after its work when the
+    /// graph is dropped. Safe: see the module docs ("Why replay is safe").
+    ///
+    /// # Errors
+    /// [`GraphError::OtherDevice`] for a stream of another device and
+    /// [`GraphError::AlreadyCapturing`] for a stream being captured, before anything is
+    /// enqueued; [`GraphError::Stream`] for a released stream; a device error of an enqueue
+    /// (then the commands before it were enqueued).
+    #[allow(unsafe_code)]
+    pub fn replay(&self, stream: &Stream) -> Result<(), GraphError> {
+        if stream.device() != self.device {
+            return Err(GraphError::OtherDevice {
+                graph_device: self.device,
+                stream_device: stream.device(),
+            });
+        }
+        if is_capturing(stream) {
+            return Err(GraphError::AlreadyCapturing {
+                device: stream.device(),
+                stream: stream.id(),
+            });
+        }
+        let queue = stream.queue()?;
+        let mut inner = self.inner.lock();
+        let inner = &mut *inner;
+        if !inner.recorded.contains(&stream.id()) {
+            for b in &inner.blocks {
+                let p = b.block();
+                if p.stream().is_some_and(|k| k.id != stream.id()) {
+                    p.record_stream(stream)?;
+                }
+            }
+            inner.recorded.insert(stream.id());
+        }
+        for node in &inner.nodes {
+            match node {
+                Node::Kernel {
+                    kernel,
+                    dims,
+                    global,
+                    local,
+                    ..
+                } => {
+                    let local = local.as_ref().map(|l| &l[..*dims]);
+                    // SAFETY: the kernel's arguments were set through the checked setters at
+                    // capture and are unchanged (the graph owns this `cl_kernel`); the
+                    // allocations they name are kept alive by `inner.blocks`; the sizes are
+                    // the captured ones and the stream is of the graph's device (checked
+                    // above). What the kernel does at every replay is the obligation
+                    // `CaptureLaunch::enqueue`'s caller took on.
+                    drop(unsafe { queue.enqueue_kernel(kernel, &global[..*dims], local, &[]) }?);
+                }
+                Node::Fill {
+                    dst,
+                    pattern,
+                    offset,
+                    len,
+                } => inner.blocks[*dst]
+                    .block()
+                    .view()?
+                    .fill(stream, pattern, *offset, *len)?,
+                Node::Copy {
+                    src,
+                    dst,
+                    src_offset,
+                    dst_offset,
+                    len,
+                } => {
+                    let s = inner.blocks[*src].block().view()?;
+                    inner.blocks[*dst].block().view()?.copy_from(
+                        stream,
+                        &s,
+                        *src_offset,
+                        *dst_offset,
+                        *len,
+                    )?;
+                }
+                Node::Write { dst, offset, data } => inner.blocks[*dst]
+                    .block()
+                    .view()?
+                    .write(stream, *offset, data)?,
+                Node::Sync => {}
+            }
+        }
+        Ok(())
+    }
+}

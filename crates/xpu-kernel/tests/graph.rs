@@ -1,0 +1,528 @@
+//! Captured graphs on a real OpenCL device (PoCL in CI, two devices for the cross-device
+//! case): replay matches direct launches, arguments stay alive, capture errors are typed and
+//! leave the stream usable. Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
+
+use std::sync::Arc;
+
+use xpu_kernel::graph::{command_buffer_supported, Graph, GraphError};
+use xpu_kernel::{DeviceBuffer, Function, KernelError, LaunchExt, MemoryError, Program};
+use xpu_stream::ExternalStream;
+
+const SAXPY: &str = r"
+__kernel void saxpy(__global float *y, __global const float *x, float a, uint n) {
+    size_t i = get_global_id(0);
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+";
+
+const N: usize = 1000;
+
+fn devices(n: usize) -> bool {
+    let count = xpu_device::device_count();
+    if count >= n {
+        return true;
+    }
+    assert!(
+        !(count == 0 && xpu_device::require_device()),
+        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
+    );
+    false
+}
+
+fn fresh_stream(device: usize) -> ExternalStream {
+    let q = xpu_device::device(device)
+        .unwrap()
+        .create_queue(xpu_device::backend::QueueOptions {
+            profiling: false,
+            priority: None,
+        })
+        .unwrap();
+    ExternalStream::new(q, device).unwrap()
+}
+
+fn saxpy(device: usize) -> Function {
+    Program::build(device, SAXPY, "")
+        .unwrap()
+        .function("saxpy")
+        .unwrap()
+}
+
+fn xs() -> Vec<f32> {
+    (0..N).map(|i| (i % 17) as f32 * 0.25).collect()
+}
+
+/// The chain step: y = a_k * x + y for the five a_k, as the CPU computes it.
+const AS: [f32; 5] = [0.5, -1.0, 2.0, 0.25, 1.5];
+
+fn cpu_chain(steps: usize) -> Vec<f32> {
+    let x = xs();
+    let mut y = vec![1.0f32; N];
+    for _ in 0..steps {
+        for a in AS {
+            for (yi, xi) in y.iter_mut().zip(&x) {
+                *yi += a * xi;
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn graph_replay_matches_direct_launches_and_the_cpu() {
+    if !devices(1) {
+        return;
+    }
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let f = saxpy(0);
+    // Direct: ten rounds of the five launches.
+    let x1 = DeviceBuffer::from_slice(&xs(), &s).unwrap();
+    let y1 = DeviceBuffer::from_slice(&vec![1.0f32; N], &s).unwrap();
+    for _ in 0..10 {
+        for a in AS {
+            // SAFETY: N work-items touch y1[0..N), x1[0..N).
+            unsafe {
+                s.launch(&f, &[N], None)
+                    .unwrap()
+                    .arg(&y1)
+                    .unwrap()
+                    .arg(&x1)
+                    .unwrap()
+                    .arg(a)
+                    .unwrap()
+                    .arg(N as u32)
+                    .unwrap()
+                    .enqueue()
+                    .unwrap();
+            }
+        }
+    }
+    let direct = y1.to_vec(&s).unwrap();
+    // Graph: the same five launches captured once (plus a copy of y into an output allocated
+    // during capture), replayed ten times.
+    let x2 = Arc::new(DeviceBuffer::from_slice(&xs(), &s).unwrap());
+    let y2 = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s).unwrap());
+    let mut out = None;
+    let graph = Graph::capture(&s, |c| {
+        for a in AS {
+            // SAFETY: N work-items touch y2[0..N), x2[0..N), at every replay.
+            unsafe {
+                c.launch(&s, &f, &[N], None)?
+                    .arg(&y2)?
+                    .arg(&x2)?
+                    .arg(a)?
+                    .arg(N as u32)?
+                    .enqueue()?;
+            }
+        }
+        let o = c.alloc::<f32>(&s, N)?;
+        c.copy(&s, &y2, 0, &o, 0, N)?;
+        out = Some(o);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(graph.len(), 6);
+    assert!(!graph.uses_command_buffer());
+    // Nothing ran during capture.
+    assert_eq!(y2.to_vec(&s).unwrap(), vec![1.0f32; N]);
+    for _ in 0..10 {
+        graph.replay(&s).unwrap();
+    }
+    let replayed = y2.to_vec(&s).unwrap();
+    let copied = out.unwrap().to_vec(&s).unwrap();
+    let cpu = cpu_chain(10);
+    assert_eq!(replayed, direct, "replay differs from direct launches");
+    assert_eq!(
+        copied, direct,
+        "the captured copy holds the last replay's y"
+    );
+    for (g, c) in replayed.iter().zip(&cpu) {
+        assert!((g - c).abs() <= 1e-4 * c.abs().max(1.0), "{g} vs cpu {c}");
+    }
+    println!(
+        "cl_khr_command_buffer on device 0: {}",
+        command_buffer_supported(0).unwrap()
+    );
+}
+
+#[test]
+fn graph_keeps_its_arguments_alive_after_the_handles_drop() {
+    if !devices(1) {
+        return;
+    }
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let f = saxpy(0);
+    let x = Arc::new(DeviceBuffer::from_slice(&xs(), &s).unwrap());
+    let y = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s).unwrap());
+    let graph = Graph::capture(&s, |c| {
+        c.fill(&s, &y, 1.0f32)?;
+        // SAFETY: N work-items touch y[0..N), x[0..N), at every replay.
+        unsafe {
+            c.launch(&s, &f, &[N], None)?
+                .arg(&y)?
+                .arg(&x)?
+                .arg(2.0f32)?
+                .arg(N as u32)?
+                .enqueue()
+        }
+    })
+    .unwrap();
+    let y_addr = y.data_ptr().address();
+    let weak_y = Arc::downgrade(&y);
+    drop(x);
+    drop(y);
+    assert!(weak_y.upgrade().is_some(), "the graph holds y");
+    // Allocations of the same size now: had x or y been freed, one would get its block.
+    let others: Vec<_> = (0..4)
+        .map(|_| DeviceBuffer::from_slice(&vec![-7.0f32; N], &s).unwrap())
+        .collect();
+    assert!(others.iter().all(|o| o.data_ptr().address() != y_addr));
+    graph.replay(&s).unwrap();
+    graph.replay(&s).unwrap();
+    let y = weak_y.upgrade().unwrap();
+    let want: Vec<f32> = xs().iter().map(|x| 2.0 * x + 1.0).collect();
+    assert_eq!(y.to_vec(&s).unwrap(), want);
+    for o in &others {
+        assert_eq!(o.to_vec(&s).unwrap(), vec![-7.0f32; N]);
+    }
+    drop(y);
+    drop(graph);
+    assert!(weak_y.upgrade().is_none(), "dropping the graph frees y");
+}
+
+#[test]
+fn capture_errors_are_typed_and_leave_the_stream_usable() {
+    if !devices(1) {
+        return;
+    }
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let other_ext = fresh_stream(0);
+    let other = other_ext.stream();
+    let f = saxpy(0);
+    let x = Arc::new(DeviceBuffer::from_slice(&xs(), &s).unwrap());
+    let y = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s).unwrap());
+    let mut plain = DeviceBuffer::<f32>::new(N, &s).unwrap();
+    let graph = Graph::capture(&s, |c| {
+        // A direct launch on the capturing stream.
+        // SAFETY: refused before anything is enqueued (and would touch y[0..N), x[0..N)).
+        let e = unsafe {
+            s.launch(&f, &[N], None)
+                .and_then(|l| l.arg(&*y)?.arg(&*x)?.arg(1.0f32)?.arg(N as u32)?.enqueue())
+        }
+        .unwrap_err();
+        assert!(matches!(e, KernelError::Capturing { .. }), "{e}");
+        // A typed-memory command on it.
+        let e = xpu_kernel::memory::fill(&s, &mut plain, 3.0f32).unwrap_err();
+        assert!(matches!(e, MemoryError::Capturing { .. }), "{e}");
+        // Synchronizing it.
+        let e = c.synchronize(&s).unwrap_err();
+        assert!(
+            matches!(e, GraphError::SynchronizeWhileCapturing { .. }),
+            "{e}"
+        );
+        // A command on a stream that is not part of the capture.
+        let e = c.fill(&other, &y, 0.0f32).unwrap_err();
+        assert!(matches!(e, GraphError::NotCaptured { .. }), "{e}");
+        // A second capture of the same stream.
+        let e = Graph::capture(&s, |_| Ok(())).unwrap_err();
+        assert!(matches!(e, GraphError::AlreadyCapturing { .. }), "{e}");
+        // The other stream is not captured: direct work on it runs.
+        xpu_kernel::memory::fill(&other, &mut plain, 5.0f32).unwrap();
+        // It joins through an event and then records.
+        let ev = c.record_event(&s)?;
+        c.wait_event(&other, &ev)?;
+        c.fill(&other, &y, 4.0f32)?;
+        let ev2 = c.record_event(&other)?;
+        c.wait_event(&s, &ev2)?;
+        // SAFETY: N work-items touch y[0..N), x[0..N), at every replay.
+        unsafe {
+            c.launch(&s, &f, &[N], None)?
+                .arg(&y)?
+                .arg(&x)?
+                .arg(1.0f32)?
+                .arg(N as u32)?
+                .enqueue()
+        }
+    })
+    .unwrap();
+    other.synchronize().unwrap();
+    assert_eq!(plain.to_vec(&other).unwrap(), vec![5.0f32; N]);
+    // After the capture: the streams are usable directly again.
+    xpu_kernel::memory::fill(&s, &mut plain, 3.0f32).unwrap();
+    assert_eq!(plain.to_vec(&s).unwrap(), vec![3.0f32; N]);
+    s.synchronize().unwrap();
+    graph.replay(&s).unwrap();
+    let want: Vec<f32> = xs().iter().map(|x| x + 4.0).collect();
+    assert_eq!(y.to_vec(&s).unwrap(), want);
+    // A closure error ends the capture without a graph, and releases the stream.
+    let e = Graph::capture(&s, |c| c.synchronize(&s)).unwrap_err();
+    assert!(matches!(e, GraphError::SynchronizeWhileCapturing { .. }));
+    // SAFETY: N work-items touch y[0..N), x[0..N).
+    unsafe {
+        s.launch(&f, &[N], None)
+            .unwrap()
+            .arg(&*y)
+            .unwrap()
+            .arg(&*x)
+            .unwrap()
+            .arg(1.0f32)
+            .unwrap()
+            .arg(N as u32)
+            .unwrap()
+            .enqueue()
+            .unwrap();
+    }
+    let want: Vec<f32> = xs().iter().map(|x| 2.0 * x + 4.0).collect();
+    assert_eq!(y.to_vec(&s).unwrap(), want);
+}
+
+#[test]
+fn graph_replay_on_another_device_is_refused() {
+    if !devices(2) {
+        return;
+    }
+    let e0 = fresh_stream(0);
+    let e1 = fresh_stream(1);
+    let (s0, s1) = (e0.stream(), e1.stream());
+    let f = saxpy(0);
+    let x = Arc::new(DeviceBuffer::from_slice(&xs(), &s0).unwrap());
+    let y = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s0).unwrap());
+    let graph = Graph::capture(&s0, |c| {
+        // SAFETY: N work-items touch y[0..N), x[0..N), at every replay.
+        unsafe {
+            c.launch(&s0, &f, &[N], None)?
+                .arg(&y)?
+                .arg(&x)?
+                .arg(3.0f32)?
+                .arg(N as u32)?
+                .enqueue()
+        }
+    })
+    .unwrap();
+    let e = graph.replay(&s1).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            GraphError::OtherDevice {
+                graph_device: 0,
+                stream_device: 1
+            }
+        ),
+        "{e}"
+    );
+    // A launch of device 0's function captured on device 1 is refused too.
+    let e = Graph::capture(&s1, |c| c.launch(&s1, &f, &[N], None).map(drop)).unwrap_err();
+    assert!(
+        matches!(e, GraphError::Kernel(KernelError::StreamDevice { .. })),
+        "{e}"
+    );
+    // Both streams still work; the graph replays on its device.
+    s1.synchronize().unwrap();
+    graph.replay(&s0).unwrap();
+    let want: Vec<f32> = xs().iter().map(|x| 3.0 * x + 1.0).collect();
+    assert_eq!(y.to_vec(&s0).unwrap(), want);
+}
+
+#[test]
+fn dropping_a_graph_frees_its_blocks_after_replays_on_other_streams() {
+    if !devices(1) {
+        return;
+    }
+    let e1 = fresh_stream(0);
+    let e2 = fresh_stream(0);
+    let (s1, s2) = (e1.stream(), e2.stream());
+    let f = saxpy(0);
+    // x is allocated on s1 and held only by the graph; the graph is replayed on s2.
+    let x = Arc::new(DeviceBuffer::from_slice(&xs(), &s1).unwrap());
+    let out = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s2).unwrap());
+    s1.synchronize().unwrap();
+    s2.synchronize().unwrap();
+    let graph = Graph::capture(&s2, |c| {
+        // SAFETY: N work-items touch out[0..N), x[0..N), at every replay.
+        unsafe {
+            c.launch(&s2, &f, &[N], None)?
+                .arg(&out)?
+                .arg(&x)?
+                .arg(2.0f32)?
+                .arg(N as u32)?
+                .enqueue()
+        }
+    })
+    .unwrap();
+    let x_addr = x.data_ptr().address();
+    drop(x);
+    let gate = xpu_event::Gate::new(0).unwrap();
+    gate.block(&s2).unwrap(); // the replay cannot run before the gate opens
+    graph.replay(&s2).unwrap();
+    drop(graph); // frees x: its block must wait for the gated replay on s2
+    let z = DeviceBuffer::from_slice(&vec![-7.0f32; N], &s1).unwrap();
+    s1.synchronize().unwrap(); // s1 is not gated: the -7s are written now
+    gate.open().unwrap();
+    let want: Vec<f32> = xs().iter().map(|x| 2.0 * x + 1.0).collect();
+    let got = out.to_vec(&s2).unwrap();
+    assert!(
+        got == want,
+        "the replay read x's block after its reuse: out[0] = {} (2 * -7 + 1 = -13), want {}",
+        got[0],
+        want[0]
+    );
+    assert_eq!(z.to_vec(&s1).unwrap(), vec![-7.0f32; N]);
+    println!(
+        "z reused x's block after the replay: {}",
+        z.data_ptr().address() == x_addr
+    );
+}
+
+/// One SGD step of `xpu_kernel::mlp`'s two-layer MLP, captured from the module's seven
+/// kernels in `GpuMlp`'s order, replayed ten times: the losses and parameters equal ten
+/// direct steps of `GpuMlp` (same kernels, same order: bit for bit) and follow the CPU.
+#[test]
+fn mlp_step_replayed_ten_times_equals_ten_direct_steps() {
+    use xpu_kernel::mlp::{compare_losses, CpuMlp, GpuMlp, MlpConfig, MlpState, KERNELS};
+    if !devices(1) {
+        return;
+    }
+    let c = MlpConfig::default();
+    let mut direct = GpuMlp::new(0, c).unwrap();
+    let direct_losses = direct.train(10).unwrap();
+    let direct_params = direct.parameters().unwrap();
+    let cpu_losses = CpuMlp::new(c).train(10);
+
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let p = Program::build(0, KERNELS, "-cl-std=CL1.2").unwrap();
+    let k = |n: &str| p.function(n).unwrap();
+    let (linear_fwd, mse_loss, mse_grad) = (k("linear_fwd"), k("mse_loss"), k("mse_grad"));
+    let (grad_w, grad_b, relu_backward, sgd) =
+        (k("grad_w"), k("grad_b"), k("relu_backward"), k("sgd"));
+    let st = MlpState::new(&c);
+    let up = |v: &[f32]| Arc::new(DeviceBuffer::from_slice(v, &s).unwrap());
+    let (w1, b1, w2, b2, x, y) = (
+        up(&st.w1),
+        up(&st.b1),
+        up(&st.w2),
+        up(&st.b2),
+        up(&st.x),
+        up(&st.y),
+    );
+    let (m, i, hd, o) = (c.samples, c.inputs, c.hidden, c.outputs);
+    let n = m * o;
+    let u = |v: usize| u32::try_from(v).unwrap();
+    let grad_scale = 2.0 / (m * o) as f32;
+    let mut loss = None;
+    let graph = Graph::capture(&s, |g| {
+        let new = |g: &mut xpu_kernel::graph::Capture, len| g.alloc::<f32>(&s, len);
+        let (h, out, gr, dh) = (new(g, m * hd)?, new(g, n)?, new(g, n)?, new(g, m * hd)?);
+        let (dw1, db1, dw2, db2) = (new(g, i * hd)?, new(g, hd)?, new(g, hd * o)?, new(g, o)?);
+        let l = new(g, 1)?;
+        // SAFETY: (all launches below, at every replay) the sizes and index bounds of
+        // GpuMlp's launches (xpu_kernel::mlp), with buffers of exactly those lengths held by
+        // the graph; the kernels' loops are bounded by the scalar sizes.
+        unsafe {
+            let lin = |g: &mut xpu_kernel::graph::Capture,
+                       out: &Arc<DeviceBuffer<f32>>,
+                       xx: &Arc<DeviceBuffer<f32>>,
+                       w: &Arc<DeviceBuffer<f32>>,
+                       b: &Arc<DeviceBuffer<f32>>,
+                       (mm, kk, nn): (usize, usize, usize),
+                       relu: bool| {
+                g.launch(&s, &linear_fwd, &[mm * nn], None)?
+                    .arg(out)?
+                    .arg(xx)?
+                    .arg(w)?
+                    .arg(b)?
+                    .arg(u(mm))?
+                    .arg(u(kk))?
+                    .arg(u(nn))?
+                    .arg(u32::from(relu))?
+                    .enqueue()
+            };
+            let grads = |g: &mut xpu_kernel::graph::Capture,
+                         dw: &Arc<DeviceBuffer<f32>>,
+                         db: &Arc<DeviceBuffer<f32>>,
+                         xx: &Arc<DeviceBuffer<f32>>,
+                         gg: &Arc<DeviceBuffer<f32>>,
+                         (mm, kk, nn): (usize, usize, usize)| {
+                g.launch(&s, &grad_w, &[kk * nn], None)?
+                    .arg(dw)?
+                    .arg(xx)?
+                    .arg(gg)?
+                    .arg(u(mm))?
+                    .arg(u(kk))?
+                    .arg(u(nn))?
+                    .enqueue()?;
+                g.launch(&s, &grad_b, &[nn], None)?
+                    .arg(db)?
+                    .arg(gg)?
+                    .arg(u(mm))?
+                    .arg(u(nn))?
+                    .enqueue()
+            };
+            let step = |g: &mut xpu_kernel::graph::Capture,
+                        w: &Arc<DeviceBuffer<f32>>,
+                        d: &Arc<DeviceBuffer<f32>>| {
+                g.launch(&s, &sgd, &[w.len()], None)?
+                    .arg(w)?
+                    .arg(d)?
+                    .arg(c.learning_rate)?
+                    .arg(u(w.len()))?
+                    .enqueue()
+            };
+            lin(g, &h, &x, &w1, &b1, (m, i, hd), true)?;
+            lin(g, &out, &h, &w2, &b2, (m, hd, o), false)?;
+            g.launch(&s, &mse_loss, &[1], None)?
+                .arg(&l)?
+                .arg(0u32)?
+                .arg(1u32)?
+                .arg(&out)?
+                .arg(&y)?
+                .arg(u(n))?
+                .enqueue()?;
+            g.launch(&s, &mse_grad, &[n], None)?
+                .arg(&gr)?
+                .arg(&out)?
+                .arg(&y)?
+                .arg(grad_scale)?
+                .arg(u(n))?
+                .enqueue()?;
+            grads(g, &dw2, &db2, &h, &gr, (m, hd, o))?;
+            g.launch(&s, &relu_backward, &[m * hd], None)?
+                .arg(&dh)?
+                .arg(&gr)?
+                .arg(&w2)?
+                .arg(&h)?
+                .arg(u(m))?
+                .arg(u(hd))?
+                .arg(u(o))?
+                .enqueue()?;
+            grads(g, &dw1, &db1, &x, &dh, (m, i, hd))?;
+            step(g, &w1, &dw1)?;
+            step(g, &b1, &db1)?;
+            step(g, &w2, &dw2)?;
+            step(g, &b2, &db2)?;
+        }
+        loss = Some(l);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(graph.len(), 13, "seven kernels, thirteen launches per step");
+    let loss = loss.unwrap();
+    let mut losses = Vec::new();
+    for _ in 0..10 {
+        graph.replay(&s).unwrap();
+        losses.push(loss.to_vec(&s).unwrap()[0] / n as f32);
+    }
+    assert_eq!(
+        losses, direct_losses,
+        "replayed losses vs direct GpuMlp steps"
+    );
+    let params = [&w1, &b1, &w2, &b2].map(|b| b.to_vec(&s).unwrap());
+    assert!(
+        params == direct_params,
+        "replayed parameters vs direct GpuMlp steps"
+    );
+    compare_losses(&losses, &cpu_losses, 1e-4).unwrap();
+    assert!(losses[9] < losses[0], "the loss decreases: {losses:?}");
+}
