@@ -9,9 +9,6 @@
 //! trace reaches its `free_completed`. Peaks are sampled from the allocator's totals after
 //! every event.
 
-mod parse;
-mod report;
-
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
@@ -20,8 +17,9 @@ use std::time::Instant;
 
 use thiserror::Error;
 
-pub use parse::{read_trace, Action, Trace, TraceEvent};
-pub use report::{ReplayReport, ReplaySeries};
+pub use xpu_caching::replay::{
+    read_trace, Action, ReplayReport, ReplaySeries, Trace, TraceAction, TraceError, TraceEvent,
+};
 
 use crate::caching::DeviceCore;
 use crate::config::{AllocConfig, ConfigError};
@@ -83,6 +81,17 @@ pub enum ReplayError {
     /// The allocator failed with an error other than out-of-memory.
     #[error("allocator error during replay: {0}")]
     Alloc(#[from] AllocError),
+}
+
+impl From<TraceError> for ReplayError {
+    fn from(e: TraceError) -> Self {
+        match e {
+            TraceError::Io(e) => Self::Io(e),
+            TraceError::Malformed { line, text, reason } => Self::Malformed { line, text, reason },
+            TraceError::Empty => Self::Empty,
+            TraceError::NoAlloc { lines } => Self::NoAlloc { lines },
+        }
+    }
 }
 
 /// Produces the stream handle for a trace stream number.
@@ -319,7 +328,7 @@ pub fn replay_trace(
                     }
                 }
             }
-            Action::SegmentAlloc | Action::SegmentFree => {}
+            Action::SegmentAlloc | Action::SegmentFree | Action::Oom | Action::Snapshot => {}
         }
         let allocated = core.memory_allocated();
         let reserved = core.reserved_bytes();
