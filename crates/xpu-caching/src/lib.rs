@@ -8,7 +8,9 @@
 //!   complete when a gate opens;
 //! - [`history`]: the trace vocabulary ([`TraceAction`]) and the history ring ([`History`],
 //!   as `torch.cuda.memory._record_memory_history`);
-//! - [`replay`]: reading traces in that vocabulary and the replay report.
+//! - [`replay`]: reading traces in that vocabulary and the replay report;
+//! - [`source`]: the segment source seam ([`SegmentSource`], its memory an associated type)
+//!   and the simulated backend ([`SimulatedSource`]).
 //!
 //! Contract: pure data and rules; nothing here blocks on a device or runs user code.
 #![forbid(unsafe_code)]
@@ -18,11 +20,13 @@ pub mod history;
 pub mod replay;
 pub mod sim_stream;
 pub mod size;
+pub mod source;
 pub mod stats;
 pub mod stream;
 
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
 pub use crate::history::{History, TraceAction, TraceEntry};
 pub use crate::size::PoolKind;
+pub use crate::source::{Fault, SegmentSource, SimulatedSource, SourceError, SourceSegment};
 pub use crate::stats::{MemoryStats, Stat, StatArray};
 pub use crate::stream::{Marker, MarkerError, MarkerStream, StreamKey, StreamRef};

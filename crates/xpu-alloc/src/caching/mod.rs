@@ -37,7 +37,7 @@ use crate::config::{AllocConfig, ReleasePolicy};
 use crate::data_ptr::DataPtr;
 use crate::error::AllocError;
 use crate::size::MAX_REQUEST;
-use crate::source::SegmentSource;
+use crate::source::DynSource;
 use crate::stats::MemoryStats;
 use crate::stream::{StreamKey, StreamRef};
 
@@ -64,7 +64,7 @@ struct CoreInner {
     raw: raw::RawTable,
 }
 
-/// The caching allocator of one device over any [`SegmentSource`] (cheap to clone: clones
+/// The caching allocator of one device over any [`SegmentSource`](crate::SegmentSource) (cheap to clone: clones
 /// share the allocator). PyTorch's rules (reference §4): 512-byte rounding, optional
 /// power-of-two divisions, small (<= 1 MiB) and large pools, best fit by (size, address)
 /// per stream, split and oversize rules, coalescing, record_stream with deferred frees,
@@ -143,7 +143,7 @@ pub(crate) enum Outcome {
 impl DeviceCore {
     /// An allocator over `source` with `config`.
     #[must_use]
-    pub fn new(source: Box<dyn SegmentSource>, config: AllocConfig) -> Self {
+    pub fn new(source: Box<DynSource>, config: AllocConfig) -> Self {
         let shared = Arc::new(DeviceShared::new(source, config));
         Self {
             inner: Arc::new(CoreInner {
@@ -163,7 +163,7 @@ impl DeviceCore {
 
     /// The segment source.
     #[must_use]
-    pub fn source(&self) -> &dyn SegmentSource {
+    pub fn source(&self) -> &DynSource {
         self.inner.shared.source.as_ref()
     }
 
