@@ -55,43 +55,16 @@ pub enum ReplayError {
     /// The trace could not be read (the I/O error is the source).
     #[error("reading the trace failed")]
     Io(#[from] std::io::Error),
-    /// A line is not `ACTION ADDR SIZE STREAM` (single spaces, a lowercase action name,
-    /// decimal integers).
-    #[error("malformed trace line {line}: '{text}': {reason} (expected `ACTION ADDR SIZE STREAM`: a lowercase action name and three decimal integers, separated by single spaces)")]
-    Malformed {
-        /// 1-based line number.
-        line: u64,
-        /// The line.
-        text: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The trace has no event line (an empty file, or only `#` comments).
-    #[error("the trace is empty: no `ACTION ADDR SIZE STREAM` line")]
-    Empty,
-    /// The trace has event lines but no `alloc`: nothing to replay.
-    #[error("the trace has no `alloc` line ({lines} event lines): nothing to replay")]
-    NoAlloc {
-        /// Event lines read.
-        lines: u64,
-    },
+    /// The trace is not in the trace format (a malformed line, no event line, no `alloc`;
+    /// a corrupt gzip stream).
+    #[error(transparent)]
+    Trace(#[from] TraceError),
     /// The allocator configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// The allocator failed with an error other than out-of-memory.
     #[error("allocator error during replay: {0}")]
     Alloc(#[from] AllocError),
-}
-
-impl From<TraceError> for ReplayError {
-    fn from(e: TraceError) -> Self {
-        match e {
-            TraceError::Io(e) => Self::Io(e),
-            TraceError::Malformed { line, text, reason } => Self::Malformed { line, text, reason },
-            TraceError::Empty => Self::Empty,
-            TraceError::NoAlloc { lines } => Self::NoAlloc { lines },
-        }
-    }
 }
 
 /// Produces the stream handle for a trace stream number.

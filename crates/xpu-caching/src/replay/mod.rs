@@ -12,7 +12,7 @@ pub use crate::history::TraceAction;
 pub use parse::{read_trace, Action, Trace, TraceEvent};
 pub use report::{ReplayReport, ReplaySeries};
 
-/// A trace that could not be read (`xpu_alloc::replay::ReplayError` has the same variants).
+/// A trace that could not be read (`xpu_alloc::replay::ReplayError::Trace` wraps it).
 #[derive(Debug, Error)]
 pub enum TraceError {
     /// The trace could not be read (the I/O error is the source).
