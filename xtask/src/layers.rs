@@ -37,7 +37,8 @@ use crate::cmd::Cmd;
 use source::Line;
 
 /// The layer crates, lowest first: each may depend only on crates before it.
-pub(crate) const LAYERS: [&str; 9] = [
+pub(crate) const LAYERS: [&str; 10] = [
+    "xpu-caching",
     "xpu-device",
     "xpu-stream",
     "xpu-event",

@@ -3,10 +3,10 @@
 //! replay.
 //!
 //! Layers:
-//! - [`config`](mod@config), [`size`], [`stats`]: PyTorch's configuration grammar, size rules and
-//!   statistics;
+//! - [`config`](mod@config), [`size`], [`stats`], [`stream`], [`sim_stream`], the trace
+//!   vocabulary and history ([`History`], [`TraceAction`]): from the backend-independent
+//!   `xpu-caching` crate, re-exported here;
 //! - [`source`]: where segments come from ([`SegmentSource`]; [`SimulatedSource`]);
-//! - [`stream`], [`sim_stream`]: the stream/marker seam and device-less streams;
 //! - [`DeviceCore`]: the allocator of one device over any source and streams;
 //! - [`DeviceAllocator`] and the crate-level functions ([`allocate`], [`record_stream`],
 //!   [`empty_cache`], [`memory_stats`], ...): one allocator per OpenCL device, created on
@@ -37,7 +37,7 @@
 
 mod caching;
 mod cl_stream;
-pub mod config;
+pub use xpu_caching::config;
 mod data_ptr;
 mod device_allocator;
 mod device_ptr;
@@ -46,11 +46,8 @@ mod global;
 mod host_copy;
 pub mod observe;
 pub mod replay;
-pub mod sim_stream;
-pub mod size;
+pub use xpu_caching::{sim_stream, size, stats, stream};
 pub mod source;
-pub mod stats;
-pub mod stream;
 
 pub use crate::caching::{BlockSnapshot, BlockState, DeviceCore, SegmentSnapshot};
 pub use crate::cl_stream::{stream_key, ClStream, EventMarker};

@@ -146,6 +146,8 @@ fn buffer_source_reports_a_size_above_the_max_allocation_as_too_large() {
 struct Claims(BufferSource);
 
 impl SegmentSource for Claims {
+    type Memory = xpu_alloc::SegmentMemory;
+
     fn device(&self) -> usize {
         self.0.device()
     }

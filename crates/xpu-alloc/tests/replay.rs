@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use xpu_alloc::replay::{self, ReplayError, ReplayOptions};
+use xpu_alloc::replay::{self, ReplayError, ReplayOptions, TraceError};
 
 /// The traces directory: `../shared/traces` beside the repository (CI), else the copy
 /// bundled in `data/traces`.
@@ -199,7 +199,7 @@ fn plain_text_trace_with_held_back_free() {
 fn malformed_line_names_its_number_and_text() {
     let err = replay_text("# h\nalloc 1 2 0\nalloc 1 two 0\n").unwrap_err();
     match err {
-        ReplayError::Malformed { line, text, reason } => {
+        ReplayError::Trace(TraceError::Malformed { line, text, reason }) => {
             assert_eq!((line, text.as_str()), (3, "alloc 1 two 0"));
             assert_eq!(reason, "SIZE `two` is not a decimal integer");
         }
@@ -207,16 +207,16 @@ fn malformed_line_names_its_number_and_text() {
     }
     assert!(matches!(
         replay_text("alloc 1 2\n"),
-        Err(ReplayError::Malformed { line: 1, .. })
+        Err(ReplayError::Trace(TraceError::Malformed { line: 1, .. }))
     ));
     assert!(matches!(
         replay_text("free_requested 1 2 0 9\n"),
-        Err(ReplayError::Malformed { line: 1, .. })
+        Err(ReplayError::Trace(TraceError::Malformed { line: 1, .. }))
     ));
     // An unknown action is skipped only with the four fields.
     assert!(matches!(
         replay_text("alloc 1 2 0\nuser_defined whatever\n"),
-        Err(ReplayError::Malformed { line: 2, .. })
+        Err(ReplayError::Trace(TraceError::Malformed { line: 2, .. }))
     ));
     let out = replay_text("alloc 1 2 0\nsegment_map 1 2 0\n").unwrap();
     assert_eq!(out.report.skipped.get("segment_map"), Some(&1));
@@ -236,13 +236,19 @@ fn free_of_an_unknown_address_is_counted() {
 #[test]
 fn empty_trace_and_trace_without_alloc_are_errors() {
     let err = replay_text("# header only\n").unwrap_err();
-    assert!(matches!(err, ReplayError::Empty), "{err:?}");
+    assert!(
+        matches!(err, ReplayError::Trace(TraceError::Empty)),
+        "{err:?}"
+    );
     assert_eq!(
         err.to_string(),
         "the trace is empty: no `ACTION ADDR SIZE STREAM` line"
     );
     let err = replay_text("segment_alloc 1 2 0\n").unwrap_err();
-    assert!(matches!(err, ReplayError::NoAlloc { lines: 1 }), "{err:?}");
+    assert!(
+        matches!(err, ReplayError::Trace(TraceError::NoAlloc { lines: 1 })),
+        "{err:?}"
+    );
 }
 
 #[test]

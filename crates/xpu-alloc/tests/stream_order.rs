@@ -181,6 +181,8 @@ struct ReadingSource {
 }
 
 impl SegmentSource for ReadingSource {
+    type Memory = xpu_alloc::SegmentMemory;
+
     fn device(&self) -> usize {
         self.inner.device()
     }

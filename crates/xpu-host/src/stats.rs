@@ -9,62 +9,10 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-/// One statistic: current value, peak of the current value, and accumulated increases
-/// (`allocated`) and decreases (`freed`), as PyTorch's `Stat`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stat {
-    /// Current value.
-    pub current: i64,
-    /// Highest `current` since creation or the last [`Stat::reset_peak`].
-    pub peak: i64,
-    /// Sum of all increases since creation or the last [`Stat::reset_accumulated`].
-    pub allocated: i64,
-    /// Sum of all decreases since creation or the last [`Stat::reset_accumulated`].
-    pub freed: i64,
-}
+pub use xpu_caching::Stat;
 
 fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-impl Stat {
-    /// Adds `n`: `current += n`, `peak = max(peak, current)`, `allocated += n`. Saturates
-    /// at the `i64` range (an `n` above `i64::MAX` counts as `i64::MAX`).
-    #[inline]
-    pub fn increase(&mut self, n: u64) {
-        let n = signed(n);
-        self.current = self.current.saturating_add(n);
-        self.peak = self.peak.max(self.current);
-        self.allocated = self.allocated.saturating_add(n);
-    }
-
-    /// Subtracts `n`: `current -= n`, `freed += n`. Saturates as [`Stat::increase`].
-    #[inline]
-    pub fn decrease(&mut self, n: u64) {
-        let n = signed(n);
-        self.current = self.current.saturating_sub(n);
-        self.freed = self.freed.saturating_add(n);
-    }
-
-    /// Sets `peak = current`.
-    pub fn reset_peak(&mut self) {
-        self.peak = self.current;
-    }
-
-    /// Sets `allocated = freed = 0`.
-    pub fn reset_accumulated(&mut self) {
-        self.allocated = 0;
-        self.freed = 0;
-    }
-
-    /// Adds every field of `other` (aggregation of per-thread cells; peaks add up to an
-    /// upper bound of the combined peak).
-    pub fn merge(&mut self, other: &Stat) {
-        self.current = self.current.saturating_add(other.current);
-        self.peak = self.peak.saturating_add(other.peak);
-        self.allocated = self.allocated.saturating_add(other.allocated);
-        self.freed = self.freed.saturating_add(other.freed);
-    }
 }
 
 /// A [`Stat`] updated with atomics: `peak` is kept with `fetch_max`, so it is exact.

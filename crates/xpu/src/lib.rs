@@ -8,7 +8,7 @@
 //! | OpenCL backend, devices, current device | `xpu-device` | [`xpu_device`], [`DeviceGuard`], [`DeviceProperties`] |
 //! | streams, pools, current stream | `xpu-stream` | [`xpu_stream`], [`Stream`], [`StreamGuard`], [`ExternalStream`] |
 //! | events | `xpu-event` | [`xpu_event`], [`Event`], [`EventFlags`], [`StreamExt`] |
-//! | caching device and pinned-host allocators (feature `alloc`) | `xpu-alloc` (re-exporting `xpu-host`) | `xpu_alloc`, `DataPtr`, `HostPtr` |
+//! | caching device and pinned-host allocators (feature `alloc`) | `xpu-alloc` (re-exporting `xpu-host` and the modules of the backend-independent `xpu-caching`) | `xpu_alloc`, `DataPtr`, `HostPtr` |
 //! | programs, kernel functions, launches on streams, typed device memory (feature `kernel`) | `xpu-kernel` | `xpu_kernel`, `Program`, `Function`, `LaunchExt`, `KernelCache`, `KernelError`, `DeviceBuffer`, `DeviceSlice`, `DeviceSliceMut`, `StreamMemoryExt`, foreign OpenCL libraries: `ClRegion`, `ForeignExt`, `InteropError` |
 //! | lazy init, fork safety | `xpu-lazy` | [`xpu_lazy`], [`init`], [`is_initialized`] |
 //!

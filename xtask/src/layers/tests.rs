@@ -29,12 +29,14 @@ fn good_workspace() -> Vec<Package> {
         "xpu-device",
         &[("opencl3", DepKind::Normal), ("thiserror", DepKind::Normal)],
     )];
-    for pair in LAYERS.windows(2) {
+    // The backend-independent caching crate (first layer) depends on no layer crate.
+    for pair in LAYERS.windows(2).filter(|pair| pair[0] != "xpu-caching") {
         packages.push(package(
             pair[1],
             &[(pair[0], DepKind::Normal), (pair[1], DepKind::Dev)],
         ));
     }
+    packages.push(package("xpu-caching", &[("thiserror", DepKind::Normal)]));
     packages.push(package("xtask", &[("anyhow", DepKind::Normal)]));
     packages
 }
@@ -53,6 +55,25 @@ fn no_manifest(_: &Path) -> Option<String> {
 #[test]
 fn the_intended_layering_passes() {
     assert_eq!(check_dependencies(&good_workspace(), no_manifest), vec![]);
+}
+
+#[test]
+fn the_caching_crate_depends_on_no_device_crate() {
+    let mut ws = good_workspace();
+    let caching = ws.iter().position(|p| p.name == "xpu-caching").unwrap();
+    ws[caching].deps.push(dep("xpu-device", DepKind::Normal));
+    ws[caching].deps.push(dep("opencl3", DepKind::Normal));
+    let v = check_dependencies(&ws, no_manifest);
+    let named: Vec<(&str, &str)> = v
+        .iter()
+        .map(|v| (v.krate.as_str(), v.message.as_str()))
+        .collect();
+    assert_eq!(named.len(), 2, "{v:?}");
+    assert!(
+        named.iter().all(|(krate, _)| *krate == "xpu-caching"),
+        "{v:?}"
+    );
+    assert!(named[0].1.starts_with("depends on xpu-device"), "{v:?}");
 }
 
 #[test]

@@ -10,7 +10,8 @@
 use std::sync::atomic::{fence, AtomicI64, AtomicU64, Ordering};
 
 use crate::size::PoolKind;
-use crate::stats::{memory_stats_fields, MemoryStats, Stat, StatArray};
+use crate::stats::{MemoryStats, Stat, StatArray};
+use xpu_caching::memory_stats_fields;
 
 const R: Ordering = Ordering::Relaxed;
 

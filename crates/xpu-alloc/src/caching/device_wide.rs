@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 
 use super::registry::StatsRegistry;
 use crate::config::AllocConfig;
-use crate::source::{SegmentSource, SourceError, SourceSegment};
+use crate::source::{DynSource, SourceError, SourceSegment};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -42,7 +42,7 @@ struct Reserved {
 pub(crate) struct DeviceShared {
     /// Unique id of this allocator instance (keys the thread-local caches).
     pub id: u64,
-    pub source: Box<dyn SegmentSource>,
+    pub source: Box<DynSource>,
     /// `source.max_alloc_size()`, read once.
     pub max_alloc: u64,
     /// `source.device()`, read once.
@@ -57,7 +57,7 @@ pub(crate) struct DeviceShared {
 }
 
 impl DeviceShared {
-    pub(crate) fn new(source: Box<dyn SegmentSource>, config: AllocConfig) -> Self {
+    pub(crate) fn new(source: Box<DynSource>, config: AllocConfig) -> Self {
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             max_alloc: source.max_alloc_size(),

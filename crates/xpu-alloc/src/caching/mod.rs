@@ -6,6 +6,7 @@
 pub(crate) mod block;
 pub(crate) mod cell;
 pub(crate) mod device_wide;
+mod grow;
 mod oom;
 pub(crate) mod pending;
 mod policy;
@@ -26,15 +27,17 @@ use parking_lot::Mutex;
 pub use snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
 
 use self::cell::StatsWriter;
-use self::device_wide::{DeviceShared, SegmentFailure};
+use self::device_wide::DeviceShared;
+use self::grow::{hard_error, new_segment, release_batches};
+use self::pending::wait_markers;
 use self::shard::Shard;
-use self::state::{Handed, ReleaseBatch, Request, ShardState};
-use self::thread_cache::{with_local, Local};
+use self::state::{Handed, Request, ShardState};
+use self::thread_cache::with_local;
 use crate::config::{AllocConfig, ReleasePolicy};
 use crate::data_ptr::DataPtr;
 use crate::error::AllocError;
 use crate::size::MAX_REQUEST;
-use crate::source::SegmentSource;
+use crate::source::DynSource;
 use crate::stats::MemoryStats;
 use crate::stream::{StreamKey, StreamRef};
 
@@ -61,7 +64,7 @@ struct CoreInner {
     raw: raw::RawTable,
 }
 
-/// The caching allocator of one device over any [`SegmentSource`] (cheap to clone: clones
+/// The caching allocator of one device over any [`SegmentSource`](crate::SegmentSource) (cheap to clone: clones
 /// share the allocator). PyTorch's rules (reference §4): 512-byte rounding, optional
 /// power-of-two divisions, small (<= 1 MiB) and large pools, best fit by (size, address)
 /// per stream, split and oversize rules, coalescing, record_stream with deferred frees,
@@ -140,7 +143,7 @@ pub(crate) enum Outcome {
 impl DeviceCore {
     /// An allocator over `source` with `config`.
     #[must_use]
-    pub fn new(source: Box<dyn SegmentSource>, config: AllocConfig) -> Self {
+    pub fn new(source: Box<DynSource>, config: AllocConfig) -> Self {
         let shared = Arc::new(DeviceShared::new(source, config));
         Self {
             inner: Arc::new(CoreInner {
@@ -160,7 +163,7 @@ impl DeviceCore {
 
     /// The segment source.
     #[must_use]
-    pub fn source(&self) -> &dyn SegmentSource {
+    pub fn source(&self) -> &DynSource {
         self.inner.shared.source.as_ref()
     }
 
@@ -520,46 +523,6 @@ fn nonneg(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
-/// Waits for `markers` (call without any allocator lock or open statistics write).
-pub(crate) fn wait_markers(markers: &[(StreamKey, Arc<dyn crate::stream::Marker>)]) {
-    for (stream, marker) in markers {
-        if let Err(e) = marker.wait() {
-            tracing::warn!(stream = ?stream, error = %e, "waiting for a stream marker failed");
-        }
-    }
-}
-
-/// Waits for the work that may use the segments of `batches` (without any allocator lock),
-/// then frees them.
-pub(crate) fn release_batches(
-    batches: Vec<ReleaseBatch>,
-    shared: &DeviceShared,
-    local: &Local<'_>,
-) {
-    if batches.is_empty() {
-        return;
-    }
-    for batch in &batches {
-        batch.wait();
-    }
-    let mut st = local.stats();
-    for batch in batches {
-        batch.free(shared, &mut st);
-    }
-}
-
-/// Obtains a new segment for `req` and hands out its first block.
-fn new_segment(
-    state: &mut ShardState,
-    req: &Request,
-    shared: &DeviceShared,
-    st: &mut StatsWriter<'_>,
-) -> Result<Handed, SegmentFailure> {
-    let segment = st.unlocked(|| shared.allocate_segment(req.segment_size))?;
-    let block = state.add_segment(segment, req.pool, st);
-    Ok(state.alloc_found_block(block, req, st))
-}
-
 /// The per-stream part of an allocation: events, best fit, garbage collection, release
 /// policy, new segment, oversize release.
 fn fast_path(
@@ -608,22 +571,4 @@ fn fast_path(
         }
     }
     Ok(Outcome::Exhausted(req))
-}
-
-/// The error of a segment failure that no release of cached memory can cure (a device
-/// error, or a size the device can never allocate); `Ok` for a failure worth a retry.
-pub(crate) fn hard_error(
-    failure: SegmentFailure,
-    shared: &DeviceShared,
-    size: u64,
-) -> Result<(), AllocError> {
-    match failure {
-        SegmentFailure::Device(msg) => Err(AllocError::Device(msg)),
-        SegmentFailure::TooLarge => Err(AllocError::TooLarge {
-            device: shared.device(),
-            requested: size,
-            max: shared.max_alloc.min(MAX_REQUEST),
-        }),
-        SegmentFailure::OutOfMemory | SegmentFailure::Fraction => Ok(()),
-    }
 }

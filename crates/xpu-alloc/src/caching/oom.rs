@@ -7,10 +7,12 @@ use parking_lot::MutexGuard;
 
 use super::cell::StatsWriter;
 use super::device_wide::SegmentFailure;
+use super::grow::{hard_error, new_segment, release_batches};
+use super::pending::wait_markers;
 use super::shard::Shard;
 use super::state::{Handed, Request, ShardState};
 use super::thread_cache::Local;
-use super::{hard_error, new_segment, release_batches, wait_markers, DeviceCore};
+use super::DeviceCore;
 use crate::error::{AllocError, OomReport};
 use crate::size;
 

@@ -57,3 +57,12 @@ impl Pending {
             .collect()
     }
 }
+
+/// Waits for `markers` (call without any allocator lock or open statistics write).
+pub(crate) fn wait_markers(markers: &[(StreamKey, Arc<dyn Marker>)]) {
+    for (stream, marker) in markers {
+        if let Err(e) = marker.wait() {
+            tracing::warn!(stream = ?stream, error = %e, "waiting for a stream marker failed");
+        }
+    }
+}

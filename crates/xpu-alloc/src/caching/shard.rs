@@ -73,7 +73,7 @@ impl Drop for Shard {
         // held (`&mut self`); statistics writes are closed while waiting.
         let shared = self.shared.clone();
         let state = self.state.get_mut();
-        super::wait_markers(&state.pending_markers());
+        super::pending::wait_markers(&state.pending_markers());
         let batch = shared.stats.with_fallback(|st| {
             state.process_events(st);
             state.take_releasable(st)

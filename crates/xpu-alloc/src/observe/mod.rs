@@ -14,7 +14,7 @@
 //! [`crate::MemoryStats::flat`].
 
 pub mod device;
-pub mod history;
+pub use xpu_caching::history;
 pub mod pickle;
 pub mod snapshot;
 pub mod summary;

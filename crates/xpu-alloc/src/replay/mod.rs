@@ -9,9 +9,6 @@
 //! trace reaches its `free_completed`. Peaks are sampled from the allocator's totals after
 //! every event.
 
-mod parse;
-mod report;
-
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
@@ -20,8 +17,9 @@ use std::time::Instant;
 
 use thiserror::Error;
 
-pub use parse::{read_trace, Action, Trace, TraceEvent};
-pub use report::{ReplayReport, ReplaySeries};
+pub use xpu_caching::replay::{
+    read_trace, Action, ReplayReport, ReplaySeries, Trace, TraceAction, TraceError, TraceEvent,
+};
 
 use crate::caching::DeviceCore;
 use crate::config::{AllocConfig, ConfigError};
@@ -57,26 +55,10 @@ pub enum ReplayError {
     /// The trace could not be read (the I/O error is the source).
     #[error("reading the trace failed")]
     Io(#[from] std::io::Error),
-    /// A line is not `ACTION ADDR SIZE STREAM` (single spaces, a lowercase action name,
-    /// decimal integers).
-    #[error("malformed trace line {line}: '{text}': {reason} (expected `ACTION ADDR SIZE STREAM`: a lowercase action name and three decimal integers, separated by single spaces)")]
-    Malformed {
-        /// 1-based line number.
-        line: u64,
-        /// The line.
-        text: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The trace has no event line (an empty file, or only `#` comments).
-    #[error("the trace is empty: no `ACTION ADDR SIZE STREAM` line")]
-    Empty,
-    /// The trace has event lines but no `alloc`: nothing to replay.
-    #[error("the trace has no `alloc` line ({lines} event lines): nothing to replay")]
-    NoAlloc {
-        /// Event lines read.
-        lines: u64,
-    },
+    /// The trace is not in the trace format (a malformed line, no event line, no `alloc`;
+    /// a corrupt gzip stream).
+    #[error(transparent)]
+    Trace(#[from] TraceError),
     /// The allocator configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -319,7 +301,7 @@ pub fn replay_trace(
                     }
                 }
             }
-            Action::SegmentAlloc | Action::SegmentFree => {}
+            Action::SegmentAlloc | Action::SegmentFree | Action::Oom | Action::Snapshot => {}
         }
         let allocated = core.memory_allocated();
         let reserved = core.reserved_bytes();

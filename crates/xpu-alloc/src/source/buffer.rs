@@ -56,6 +56,8 @@ pub(super) fn classify(error: &DeviceError, size: u64) -> SourceError {
 }
 
 impl SegmentSource for BufferSource {
+    type Memory = SegmentMemory;
+
     fn device(&self) -> usize {
         self.index
     }

@@ -1,16 +1,11 @@
-//! The segment source seam: where the allocator gets device memory from.
-//!
-//! A [`SegmentSource`] hands out segments (one device allocation each) and takes them back.
-//! Implementations: [`SimulatedSource`] (a capacity and fake addresses, with fault
-//! injection), and the OpenCL buffer source of the device allocator.
+//! The segment sources of the device allocator: the seam ([`SegmentSource`], from
+//! `xpu-caching`) with this crate's memory type [`SegmentMemory`], the OpenCL
+//! [`BufferSource`] and the simulated source over the same memory type.
 
 mod buffer;
-mod simulated;
 
 pub use buffer::BufferSource;
-pub use simulated::{Fault, SimulatedSource};
-
-use thiserror::Error;
+pub use xpu_caching::source::{Fault, SegmentSource, Simulated, SourceError};
 
 /// The memory behind one segment, as the source created it.
 #[derive(Debug)]
@@ -21,100 +16,18 @@ pub enum SegmentMemory {
     Buffer(xpu_device::backend::Buffer),
 }
 
-/// One device allocation handed out by a [`SegmentSource`].
-#[derive(Debug)]
-pub struct SourceSegment {
-    /// Device address of the first byte. Addresses are unique on the device for as long as
-    /// the segment lives: an address the source assigns to the range.
-    pub address: u64,
-    /// Size in bytes.
-    pub size: u64,
-    /// The memory object.
-    pub memory: SegmentMemory,
+impl From<Simulated> for SegmentMemory {
+    fn from(_: Simulated) -> Self {
+        Self::Simulated
+    }
 }
 
-/// Why a segment could not be allocated.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum SourceError {
-    /// The device has not enough memory: the allocator frees cached memory and retries.
-    #[error("device out of memory")]
-    OutOfMemory,
-    /// The size can never be allocated (OpenCL `CL_INVALID_BUFFER_SIZE`: above the
-    /// device's largest allocation): reported to the caller at once as
-    /// [`crate::AllocError::TooLarge`], without releasing cached memory or retrying.
-    #[error("a segment of {size} bytes exceeds the device's largest allocation")]
-    TooLarge {
-        /// The segment size asked for, in bytes.
-        size: u64,
-    },
-    /// Any other device error: reported to the caller at once.
-    #[error("device error: {0}")]
-    Device(String),
-}
+/// One segment of this crate's sources.
+pub type SourceSegment = xpu_caching::source::SourceSegment<SegmentMemory>;
 
-/// A provider of device memory segments for one device.
-pub trait SegmentSource: Send + Sync + 'static {
-    /// Index of the device.
-    fn device(&self) -> usize;
-    /// Short description for messages and reports (e.g. the device name).
-    fn name(&self) -> String;
-    /// Total device memory in bytes.
-    fn total_memory(&self) -> u64;
-    /// Largest single allocation in bytes (OpenCL `CL_DEVICE_MAX_MEM_ALLOC_SIZE`).
-    fn max_alloc_size(&self) -> u64;
-    /// Alignment in bytes of sub-buffer origins (OpenCL `CL_DEVICE_MEM_BASE_ADDR_ALIGN`,
-    /// converted from bits).
-    fn base_addr_align(&self) -> u64;
-    /// Free device memory in bytes when the device can tell; `None` makes the allocator
-    /// report `total - reserved`.
-    fn free_memory(&self) -> Option<u64> {
-        None
-    }
-    /// Whether freeing a segment may release memory still used by queued work, so the
-    /// allocator must synchronize the owning stream first (true for SVM, whose free does not
-    /// wait; false for OpenCL buffers, whose release is deferred by the driver).
-    fn free_needs_sync(&self) -> bool {
-        false
-    }
-    /// Allocates a segment of exactly `size` bytes.
-    ///
-    /// # Errors
-    /// [`SourceError::OutOfMemory`] when the device has no room (the allocator then frees
-    /// cached memory and retries), [`SourceError::TooLarge`] when `size` can never be
-    /// allocated, [`SourceError::Device`] for any other failure.
-    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError>;
-    /// Returns a segment to the device. Work that used it has completed or is ordered
-    /// before any later use of the memory (the caller guarantees it).
-    fn free(&self, segment: SourceSegment);
-}
+/// A simulated device whose segments are [`SegmentMemory::Simulated`] (see
+/// [`xpu_caching::source::SimulatedSource`]).
+pub type SimulatedSource = xpu_caching::source::SimulatedSource<SegmentMemory>;
 
-/// A shared source (lets a caller keep a handle on the source an allocator owns).
-impl<T: SegmentSource + ?Sized> SegmentSource for std::sync::Arc<T> {
-    fn device(&self) -> usize {
-        (**self).device()
-    }
-    fn name(&self) -> String {
-        (**self).name()
-    }
-    fn total_memory(&self) -> u64 {
-        (**self).total_memory()
-    }
-    fn max_alloc_size(&self) -> u64 {
-        (**self).max_alloc_size()
-    }
-    fn base_addr_align(&self) -> u64 {
-        (**self).base_addr_align()
-    }
-    fn free_memory(&self) -> Option<u64> {
-        (**self).free_memory()
-    }
-    fn free_needs_sync(&self) -> bool {
-        (**self).free_needs_sync()
-    }
-    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
-        (**self).allocate(size)
-    }
-    fn free(&self, segment: SourceSegment) {
-        (**self).free(segment);
-    }
-}
+/// A segment source of this crate's memory type, as a [`crate::DeviceCore`] holds it.
+pub type DynSource = dyn SegmentSource<Memory = SegmentMemory>;

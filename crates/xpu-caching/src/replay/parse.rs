@@ -6,49 +6,30 @@
 //! case-sensitive; the five actions the replay needs are parsed, any other action with the
 //! four fields (`oom`, `snapshot`, `segment_map`, ...) is skipped and counted in
 //! [`Trace::skipped`]. Every other line (a wrong number of fields, tabs, an upper-case
-//! action, a non-numeric field) is [`ReplayError::Malformed`] naming the line; a trace
-//! without event lines is [`ReplayError::Empty`] and one without an `alloc` line
-//! [`ReplayError::NoAlloc`].
+//! action, a non-numeric field) is [`TraceError::Malformed`](super::TraceError::Malformed) naming the line; a trace
+//! without event lines is [`TraceError::Empty`](super::TraceError::Empty) and one without an `alloc` line
+//! [`TraceError::NoAlloc`](super::TraceError::NoAlloc).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 
-use super::ReplayError;
+use super::TraceError as ReplayError;
+use crate::history::TraceAction;
 
-/// What a trace line records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// A block was handed out.
-    Alloc,
-    /// The user freed a block.
-    FreeRequested,
-    /// The block became reusable.
-    FreeCompleted,
-    /// The allocator obtained a segment (informational).
-    SegmentAlloc,
-    /// The allocator released a segment (informational).
-    SegmentFree,
-}
+/// The replay's name for the trace vocabulary: [`TraceAction`], the actions history recording
+/// writes (the replay acts on those where [`TraceAction::replayed`] holds).
+pub use crate::history::TraceAction as Action;
 
-impl Action {
-    /// The action of a known name (case-sensitive, as the trace README writes them).
-    fn from_name(name: &str) -> Option<Self> {
-        Some(match name {
-            "alloc" => Self::Alloc,
-            "free_requested" => Self::FreeRequested,
-            "free_completed" => Self::FreeCompleted,
-            "segment_alloc" => Self::SegmentAlloc,
-            "segment_free" => Self::SegmentFree,
-            _ => return None,
-        })
-    }
+/// The action of a name the replay acts on (case-sensitive, as the trace README writes them).
+fn replayed_action(name: &str) -> Option<TraceAction> {
+    TraceAction::from_name(name).filter(|a| a.replayed())
 }
 
 /// One trace event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TraceEvent {
     /// The action.
-    pub action: Action,
+    pub action: TraceAction,
     /// Original device address (a key matching frees to allocations).
     pub addr: u64,
     /// Requested size (alloc/free) or segment size, in bytes.
@@ -98,7 +79,7 @@ fn parse_line(number: u64, text: &str) -> Result<Result<TraceEvent, String>, Rep
     }
     let name = fields[0];
     if !is_action_name(name) {
-        let hint = Action::from_name(&name.to_ascii_lowercase())
+        let hint = replayed_action(&name.to_ascii_lowercase())
             .map(|_| {
                 format!(
                     " (actions are case-sensitive: did you mean `{}`?)",
@@ -120,7 +101,7 @@ fn parse_line(number: u64, text: &str) -> Result<Result<TraceEvent, String>, Rep
     let stream = number_field(3, "STREAM")?;
     let stream = u32::try_from(stream)
         .map_err(|_| malformed(format!("STREAM {stream} is above {}", u32::MAX)))?;
-    Ok(match Action::from_name(name) {
+    Ok(match replayed_action(name) {
         Some(action) => Ok(TraceEvent {
             action,
             addr,
@@ -134,10 +115,10 @@ fn parse_line(number: u64, text: &str) -> Result<Result<TraceEvent, String>, Rep
 /// Reads a trace, decompressing it when it starts with the gzip magic bytes.
 ///
 /// # Errors
-/// [`ReplayError::Io`] on read errors (a corrupt gzip stream included);
-/// [`ReplayError::Malformed`] with the line number (1-based), the text and the reason for a
-/// line that is not `ACTION ADDR SIZE STREAM`; [`ReplayError::Empty`] when there is no event
-/// line; [`ReplayError::NoAlloc`] when no line is an `alloc`.
+/// [`TraceError::Io`](super::TraceError::Io) on read errors (a corrupt gzip stream included);
+/// [`TraceError::Malformed`](super::TraceError::Malformed) with the line number (1-based), the text and the reason for a
+/// line that is not `ACTION ADDR SIZE STREAM`; [`TraceError::Empty`](super::TraceError::Empty) when there is no event
+/// line; [`TraceError::NoAlloc`](super::TraceError::NoAlloc) when no line is an `alloc`.
 pub fn read_trace(reader: impl Read) -> Result<Trace, ReplayError> {
     let mut reader = BufReader::new(reader);
     let gzip = reader.fill_buf()?.starts_with(&[0x1f, 0x8b]);
@@ -162,7 +143,7 @@ pub fn read_trace(reader: impl Read) -> Result<Trace, ReplayError> {
     if trace.lines == 0 {
         return Err(ReplayError::Empty);
     }
-    if !trace.events.iter().any(|e| e.action == Action::Alloc) {
+    if !trace.events.iter().any(|e| e.action == TraceAction::Alloc) {
         return Err(ReplayError::NoAlloc { lines: trace.lines });
     }
     Ok(trace)

@@ -1,7 +1,7 @@
 //! Allocator statistics with PyTorch's definitions (reference §4.13).
 //!
 //! Each thread keeps its own cell of these statistics and readers sum the cells: see
-//! "Statistics under concurrency" on [`crate::DeviceCore`] for what a peak means then.
+//! "Statistics under concurrency" on `xpu_alloc::DeviceCore` for what a peak means then.
 
 use std::collections::BTreeMap;
 
@@ -9,10 +9,62 @@ use serde::{Deserialize, Serialize};
 
 use crate::size::PoolKind;
 
-pub use xpu_host::Stat;
+/// One statistic: current value, peak of the current value, and accumulated increases
+/// (`allocated`) and decreases (`freed`), as PyTorch's `Stat`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stat {
+    /// Current value.
+    pub current: i64,
+    /// Highest `current` since creation or the last [`Stat::reset_peak`].
+    pub peak: i64,
+    /// Sum of all increases since creation or the last [`Stat::reset_accumulated`].
+    pub allocated: i64,
+    /// Sum of all decreases since creation or the last [`Stat::reset_accumulated`].
+    pub freed: i64,
+}
 
 fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Stat {
+    /// Adds `n`: `current += n`, `peak = max(peak, current)`, `allocated += n`. Saturates
+    /// at the `i64` range (an `n` above `i64::MAX` counts as `i64::MAX`).
+    #[inline]
+    pub fn increase(&mut self, n: u64) {
+        let n = signed(n);
+        self.current = self.current.saturating_add(n);
+        self.peak = self.peak.max(self.current);
+        self.allocated = self.allocated.saturating_add(n);
+    }
+
+    /// Subtracts `n`: `current -= n`, `freed += n`. Saturates as [`Stat::increase`].
+    #[inline]
+    pub fn decrease(&mut self, n: u64) {
+        let n = signed(n);
+        self.current = self.current.saturating_sub(n);
+        self.freed = self.freed.saturating_add(n);
+    }
+
+    /// Sets `peak = current`.
+    pub fn reset_peak(&mut self) {
+        self.peak = self.current;
+    }
+
+    /// Sets `allocated = freed = 0`.
+    pub fn reset_accumulated(&mut self) {
+        self.allocated = 0;
+        self.freed = 0;
+    }
+
+    /// Adds every field of `other` (aggregation of per-thread cells; peaks add up to an
+    /// upper bound of the combined peak).
+    pub fn merge(&mut self, other: &Stat) {
+        self.current = self.current.saturating_add(other.current);
+        self.peak = self.peak.saturating_add(other.peak);
+        self.allocated = self.allocated.saturating_add(other.allocated);
+        self.freed = self.freed.saturating_add(other.freed);
+    }
 }
 
 /// Writes `stat`'s four fields under `prefix` (`{prefix}.current`, ...).
@@ -86,7 +138,9 @@ impl StatArray {
 /// The one list of [`MemoryStats`]' fields, by kind (per-pool arrays, counters, single
 /// statistics), with their docs: `memory_stats_fields!(m)` calls `m!` with the list. Every
 /// per-field definition and loop expands it: [`MemoryStats`] and its methods here, the
-/// per-thread statistics cell of the caching allocator (`caching/cell.rs`).
+/// per-thread statistics cell of the caching allocator (`xpu-alloc`'s `caching/cell.rs`).
+#[doc(hidden)]
+#[macro_export]
 macro_rules! memory_stats_fields {
     ($then:ident) => {
         $then! {
@@ -131,7 +185,6 @@ macro_rules! memory_stats_fields {
         }
     };
 }
-pub(crate) use memory_stats_fields;
 
 macro_rules! define_memory_stats {
     (

@@ -63,6 +63,14 @@ impl TraceAction {
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|a| a.name() == name)
     }
+
+    /// Whether the trace replay acts on (or reports) this action: the block and segment
+    /// events; `oom` and `snapshot` lines are skipped and counted in
+    /// [`Trace::skipped`](crate::replay::Trace::skipped).
+    #[must_use]
+    pub const fn replayed(self) -> bool {
+        !matches!(self, TraceAction::Oom | TraceAction::Snapshot)
+    }
 }
 
 /// One recorded event.

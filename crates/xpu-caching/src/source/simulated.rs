@@ -1,10 +1,16 @@
 //! A segment source without a device: a capacity, unique fake addresses, fault injection.
 
 use std::collections::BTreeSet;
+use std::marker::PhantomData;
 
 use parking_lot::Mutex;
 
-use super::{SegmentMemory, SegmentSource, SourceError, SourceSegment};
+use super::{SegmentSource, SourceError, SourceSegment};
+
+/// The memory of a simulated segment: none. A backend whose memory type can say "simulated"
+/// (`From<Simulated>`) can run its allocator on a [`SimulatedSource`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Simulated;
 
 /// Base of the simulated address range (never 0, 2 MiB aligned).
 const BASE_ADDRESS: u64 = 0x7f00_0000_0000;
@@ -39,15 +45,17 @@ enum FaultKey {
 /// Addresses are unique and never reused; a segment that would end past `u64::MAX` (the
 /// address range exhausted, after about 16 EiB of segments) is out of memory. Used by `xpu replay --simulate`, by tests and
 /// by benchmarks.
+/// Its segments carry `M::from(Simulated)` as their memory.
 #[derive(Debug)]
-pub struct SimulatedSource {
+pub struct SimulatedSource<M = Simulated> {
     device: usize,
     capacity: u64,
     max_alloc: u64,
     state: Mutex<State>,
+    memory: PhantomData<fn() -> M>,
 }
 
-impl SimulatedSource {
+impl<M> SimulatedSource<M> {
     /// A simulated device `device` of `capacity` bytes whose largest single allocation is
     /// `max_alloc` bytes.
     #[must_use]
@@ -60,6 +68,7 @@ impl SimulatedSource {
                 next_address: BASE_ADDRESS,
                 ..State::default()
             }),
+            memory: PhantomData,
         }
     }
 
@@ -94,7 +103,11 @@ impl SimulatedSource {
     }
 }
 
-impl SegmentSource for SimulatedSource {
+impl<M: From<Simulated> + Send + Sync + std::fmt::Debug + 'static> SegmentSource
+    for SimulatedSource<M>
+{
+    type Memory = M;
+
     fn device(&self) -> usize {
         self.device
     }
@@ -119,7 +132,7 @@ impl SegmentSource for SimulatedSource {
         Some(self.capacity.saturating_sub(self.state.lock().used))
     }
 
-    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
+    fn allocate(&self, size: u64) -> Result<SourceSegment<M>, SourceError> {
         let mut state = self.state.lock();
         state.attempts = state.attempts.saturating_add(1);
         let attempt = state.attempts;
@@ -154,11 +167,11 @@ impl SegmentSource for SimulatedSource {
         Ok(SourceSegment {
             address,
             size,
-            memory: SegmentMemory::Simulated,
+            memory: M::from(Simulated),
         })
     }
 
-    fn free(&self, segment: SourceSegment) {
+    fn free(&self, segment: SourceSegment<M>) {
         let mut state = self.state.lock();
         state.used = state.used.saturating_sub(segment.size);
         state.live_segments = state.live_segments.saturating_sub(1);

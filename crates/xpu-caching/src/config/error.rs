@@ -2,7 +2,7 @@
 
 use thiserror::Error;
 
-/// A problem in an `XPU_ALLOC_CONF` string or a [`crate::set_config`] argument.
+/// A problem in an `XPU_ALLOC_CONF` string or a `xpu_alloc::set_config` argument.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ConfigError {
     /// The key is not one this allocator knows.

@@ -1,0 +1,119 @@
+//! The segment source seam: where the allocator gets device memory from.
+//!
+//! A [`SegmentSource`] hands out segments (one device allocation each) and takes them back;
+//! what backs a segment is the source's [`SegmentSource::Memory`]. Implementations:
+//! [`SimulatedSource`] (a capacity and fake addresses, with fault injection; the simulated
+//! backend), and the OpenCL buffer source of `xpu-alloc`.
+
+mod simulated;
+
+pub use simulated::{Fault, Simulated, SimulatedSource};
+
+use thiserror::Error;
+
+/// One device allocation handed out by a [`SegmentSource`], backed by `M`.
+#[derive(Debug)]
+pub struct SourceSegment<M> {
+    /// Device address of the first byte. Addresses are unique on the device for as long as
+    /// the segment lives: an address the source assigns to the range.
+    pub address: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// The memory object.
+    pub memory: M,
+}
+
+/// Why a segment could not be allocated.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SourceError {
+    /// The device has not enough memory: the allocator frees cached memory and retries.
+    #[error("device out of memory")]
+    OutOfMemory,
+    /// The size can never be allocated (OpenCL `CL_INVALID_BUFFER_SIZE`: above the
+    /// device's largest allocation): reported to the caller at once as
+    /// `xpu_alloc::AllocError::TooLarge`, without releasing cached memory or retrying.
+    #[error("a segment of {size} bytes exceeds the device's largest allocation")]
+    TooLarge {
+        /// The segment size asked for, in bytes.
+        size: u64,
+    },
+    /// Any other device error: reported to the caller at once.
+    #[error("device error: {0}")]
+    Device(String),
+}
+
+/// A provider of device memory segments for one device.
+///
+/// Contract (stream-ordered, as the caching allocator uses it): a segment handed out is
+/// owned by the allocator until it passes it back to [`SegmentSource::free`]; the allocator
+/// frees a segment only after the markers of every stream that used its blocks completed
+/// (or, where [`SegmentSource::free_needs_sync`] holds, after synchronizing them), so the
+/// source may release the memory at once. Addresses are unique among live segments.
+pub trait SegmentSource: Send + Sync + 'static {
+    /// What backs a segment (an OpenCL buffer in `xpu-alloc`, [`Simulated`] here).
+    type Memory: Send + Sync + std::fmt::Debug + 'static;
+    /// Index of the device.
+    fn device(&self) -> usize;
+    /// Short description for messages and reports (e.g. the device name).
+    fn name(&self) -> String;
+    /// Total device memory in bytes.
+    fn total_memory(&self) -> u64;
+    /// Largest single allocation in bytes (OpenCL `CL_DEVICE_MAX_MEM_ALLOC_SIZE`).
+    fn max_alloc_size(&self) -> u64;
+    /// Alignment in bytes of sub-buffer origins (OpenCL `CL_DEVICE_MEM_BASE_ADDR_ALIGN`,
+    /// converted from bits).
+    fn base_addr_align(&self) -> u64;
+    /// Free device memory in bytes when the device can tell; `None` makes the allocator
+    /// report `total - reserved`.
+    fn free_memory(&self) -> Option<u64> {
+        None
+    }
+    /// Whether freeing a segment may release memory still used by queued work, so the
+    /// allocator must synchronize the owning stream first (true for SVM, whose free does not
+    /// wait; false for OpenCL buffers, whose release is deferred by the driver).
+    fn free_needs_sync(&self) -> bool {
+        false
+    }
+    /// Allocates a segment of exactly `size` bytes.
+    ///
+    /// # Errors
+    /// [`SourceError::OutOfMemory`] when the device has no room (the allocator then frees
+    /// cached memory and retries), [`SourceError::TooLarge`] when `size` can never be
+    /// allocated, [`SourceError::Device`] for any other failure.
+    fn allocate(&self, size: u64) -> Result<SourceSegment<Self::Memory>, SourceError>;
+    /// Returns a segment to the device. Work that used it has completed or is ordered
+    /// before any later use of the memory (the caller guarantees it).
+    fn free(&self, segment: SourceSegment<Self::Memory>);
+}
+
+/// A shared source (lets a caller keep a handle on the source an allocator owns).
+impl<T: SegmentSource + ?Sized> SegmentSource for std::sync::Arc<T> {
+    type Memory = T::Memory;
+    fn device(&self) -> usize {
+        (**self).device()
+    }
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    fn total_memory(&self) -> u64 {
+        (**self).total_memory()
+    }
+    fn max_alloc_size(&self) -> u64 {
+        (**self).max_alloc_size()
+    }
+    fn base_addr_align(&self) -> u64 {
+        (**self).base_addr_align()
+    }
+    fn free_memory(&self) -> Option<u64> {
+        (**self).free_memory()
+    }
+    fn free_needs_sync(&self) -> bool {
+        (**self).free_needs_sync()
+    }
+    fn allocate(&self, size: u64) -> Result<SourceSegment<T::Memory>, SourceError> {
+        (**self).allocate(size)
+    }
+    fn free(&self, segment: SourceSegment<T::Memory>) {
+        (**self).free(segment);
+    }
+}
