@@ -137,7 +137,8 @@ fn build_options_and_program_binaries_round_trip() {
     let program = Program::build_with_options(ctx, dev.id(), src, "-D K=41").unwrap();
     let binary = program.binary().unwrap();
     assert!(!binary.is_empty());
-    let again = Program::from_binary(ctx, dev.id(), &binary, "-D K=41").unwrap();
+    // SAFETY: exactly the bytes `binary()` returned for this device a moment ago.
+    let again = unsafe { Program::from_binary(ctx, dev.id(), &binary, "-D K=41") }.unwrap();
     let out = Buffer::new(ctx, 16, MemFlags::default()).unwrap();
     for p in [&program, &again] {
         // Arguments are checked on the reloaded program too (-cl-kernel-arg-info applies).
@@ -160,7 +161,8 @@ fn build_options_and_program_binaries_round_trip() {
         ));
     }
     assert!(matches!(
-        Program::from_binary(ctx, dev.id(), &[], ""),
+        // SAFETY: refused before reaching the driver (empty).
+        unsafe { Program::from_binary(ctx, dev.id(), &[], "") },
         Err(DeviceError::InvalidArgument(_))
     ));
     assert!(matches!(

@@ -212,7 +212,13 @@ fn build_uncached(
         .map(|d| d.join(format!("{:016x}.bin", fnv1a64(key.as_bytes()))));
     if let Some(file) = &file {
         if let Some(binary) = read_entry(file, &key) {
-            match backend::Program::from_binary(ctx, dev.id(), &binary, options) {
+            // SAFETY: `read_entry` returns a binary only when the entry's key (device, driver,
+            // platform, OpenCL version, options, source) equals ours and its checksum matches
+            // the bytes, i.e. exactly what `Program::binary` returned for this device and
+            // driver when the entry was written.
+            #[allow(unsafe_code)]
+            let loaded = unsafe { backend::Program::from_binary(ctx, dev.id(), &binary, options) };
+            match loaded {
                 Ok(raw) => {
                     return Ok(Program {
                         inner: Arc::new(ProgramInner {

@@ -83,9 +83,22 @@ impl Program {
     /// §5.8.1): no compilation of OpenCL C, so much faster than [`Program::build`].
     ///
     /// # Errors
-    /// `CL_INVALID_BINARY` (or a build error) for a binary the driver does not accept
-    /// (another device, another driver version, corrupt bytes): callers fall back to source.
-    pub fn from_binary(
+    /// `CL_INVALID_BINARY` (or a build error) for a binary the driver rejects (another device,
+    /// another driver version): callers fall back to source.
+    ///
+    /// # Safety
+    /// `binary` must be exactly the bytes [`Program::binary`] returned for this device and
+    /// driver (for example checked against a checksum written next to them). Drivers do not
+    /// validate binaries: PoCL crashes (SIGSEGV) building a truncated one, and a binary is
+    /// device code that later launches run. A safe function cannot take arbitrary bytes, so
+    /// this one is `unsafe`:
+    ///
+    /// ```compile_fail,E0133
+    /// # fn f(ctx: &xpu_device::backend::Context, dev: xpu_device::backend::DeviceId) {
+    /// let _ = xpu_device::backend::Program::from_binary(ctx, dev, &[0x7f, b'E', b'L'], "");
+    /// # }
+    /// ```
+    pub unsafe fn from_binary(
         context: &Context,
         device: DeviceId,
         binary: &[u8],
@@ -96,7 +109,8 @@ impl Program {
         }
         // SAFETY: `device` is a device of `context` (Context::new(device) made it for that
         // device, and DeviceId values come from the platform's enumeration); the binary slice
-        // outlives the call, which copies it.
+        // outlives the call, which copies it; the caller guarantees the bytes are a binary the
+        // driver produced for this device (this function's # Safety).
         let p = cl("clCreateProgramWithBinary", unsafe {
             clp::create_program_with_binary(context.as_raw(), &[device.as_raw()], &[binary])
         })?;
