@@ -9,12 +9,12 @@ use xpu_event::StreamExt;
 use xpu_stream::{ExternalStream, Stream};
 use xpu_testing::devices;
 
-const MIB: u64 = 1 << 20;
-
-/// A stream on its own queue, so gating it never holds back a pool stream of another test.
+/// A stream on a queue of its own, so gating it never holds back another test's stream.
 fn fresh_stream(device: usize) -> ExternalStream {
     ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
 }
+
+const MIB: u64 = 1 << 20;
 
 fn private(config: &str) -> DeviceAllocator {
     DeviceAllocator::new(0, AllocConfig::parse(config).unwrap()).unwrap()

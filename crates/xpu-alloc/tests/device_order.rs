@@ -13,17 +13,16 @@ use xpu_event::Event;
 use xpu_event::Gate;
 use xpu_stream::{ExternalStream, Stream};
 
-const MIB: u64 = 1 << 20;
+/// A stream on a queue of its own, so gating it never holds back another test's stream.
+fn fresh_stream() -> ExternalStream {
+    ExternalStream::new(xpu_testing::fresh_queue(0), 0).unwrap()
+}
 
-/// Whether a device is there (quietly skipped otherwise; `XPU_REQUIRE_DEVICE=1` fails).
 fn device() -> bool {
     xpu_testing::devices(1)
 }
 
-/// A stream on its own queue, so gating it never holds back a pool stream of another test.
-fn fresh_stream() -> ExternalStream {
-    ExternalStream::new(xpu_testing::fresh_queue(0), 0).unwrap()
-}
+const MIB: u64 = 1 << 20;
 
 fn private(config: &str) -> DeviceAllocator {
     DeviceAllocator::new(0, AllocConfig::parse(config).unwrap()).unwrap()

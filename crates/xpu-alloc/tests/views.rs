@@ -10,6 +10,7 @@ use xpu_alloc::{AllocConfig, AllocError, DeviceAllocator};
 use xpu_stream::ExternalStream;
 use xpu_testing::devices;
 
+/// A stream on a queue of its own, so gating it never holds back another test's stream.
 fn fresh_stream() -> ExternalStream {
     ExternalStream::new(xpu_testing::fresh_queue(0), 0).unwrap()
 }

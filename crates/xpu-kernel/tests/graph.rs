@@ -7,6 +7,12 @@ use std::sync::Arc;
 use xpu_kernel::graph::{command_buffer_supported, Graph, GraphError};
 use xpu_kernel::{DeviceBuffer, Function, KernelError, LaunchExt, MemoryError, Program};
 use xpu_stream::ExternalStream;
+use xpu_testing::devices;
+
+/// A stream on a queue of its own, so gating it never holds back another test's stream.
+fn fresh_stream(device: usize) -> ExternalStream {
+    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
+}
 
 const SAXPY: &str = r"
 __kernel void saxpy(__global float *y, __global const float *x, float a, uint n) {
@@ -16,29 +22,6 @@ __kernel void saxpy(__global float *y, __global const float *x, float a, uint n)
 ";
 
 const N: usize = 1000;
-
-fn devices(n: usize) -> bool {
-    let count = xpu_device::device_count();
-    if count >= n {
-        return true;
-    }
-    assert!(
-        !(count == 0 && xpu_device::require_device()),
-        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
-    );
-    false
-}
-
-fn fresh_stream(device: usize) -> ExternalStream {
-    let q = xpu_device::device(device)
-        .unwrap()
-        .create_queue(xpu_device::backend::QueueOptions {
-            profiling: false,
-            priority: None,
-        })
-        .unwrap();
-    ExternalStream::new(q, device).unwrap()
-}
 
 fn saxpy(device: usize) -> Function {
     Program::build(device, SAXPY, "")

@@ -6,33 +6,15 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use xpu_device::backend::{Buffer, CommandQueue, QueueOptions};
+use xpu_device::backend::{Buffer, CommandQueue};
 use xpu_event::test_support::Gate;
 use xpu_kernel::{ClRegion, DeviceBuffer, ForeignExt, ForeignQueue, InteropError, StreamMemoryExt};
 use xpu_stream::{ExternalStream, Stream};
+use xpu_testing::devices;
 
-fn devices(n: usize) -> bool {
-    let count = xpu_device::device_count();
-    if count >= n {
-        return true;
-    }
-    assert!(
-        !(count == 0 && xpu_device::require_device()),
-        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
-    );
-    eprintln!("skipped: needs {n} device(s), found {count}");
-    false
-}
-
+/// A stream on a queue of its own, so gating it never holds back another test's stream.
 fn fresh_stream(device: usize) -> ExternalStream {
-    let q = xpu_device::device(device)
-        .unwrap()
-        .create_queue(QueueOptions {
-            profiling: true,
-            priority: None,
-        })
-        .unwrap();
-    ExternalStream::new(q, device).unwrap()
+    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
 }
 
 fn ramp(n: usize) -> Vec<f32> {

@@ -8,6 +8,12 @@ use xpu_device::{DeviceError, KernelArgProblem};
 use xpu_event::test_support::Gate;
 use xpu_kernel::{Function, KernelCache, KernelError, LaunchExt, LocalMem, Program, ProgramOrigin};
 use xpu_stream::{ExternalStream, Stream};
+use xpu_testing::devices;
+
+/// A stream on a queue of its own, so gating it never holds back another test's stream.
+fn fresh_stream(device: usize) -> ExternalStream {
+    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
+}
 
 const SAXPY: &str = r"
 __kernel void saxpy(__global float *y, __global const float *x, float a, uint n) {
@@ -25,29 +31,6 @@ __kernel void with_local(__global uint *out, __local uint *tmp) {
     out[i] = tmp[get_local_id(0)] + 1;
 }
 ";
-
-fn devices(n: usize) -> bool {
-    let count = xpu_device::device_count();
-    if count >= n {
-        return true;
-    }
-    assert!(
-        !(count == 0 && xpu_device::require_device()),
-        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
-    );
-    false
-}
-
-fn fresh_stream(device: usize) -> ExternalStream {
-    let q = xpu_device::device(device)
-        .unwrap()
-        .create_queue(xpu_device::backend::QueueOptions {
-            profiling: true,
-            priority: None,
-        })
-        .unwrap();
-    ExternalStream::new(q, device).unwrap()
-}
 
 fn allocator(device: usize) -> DeviceAllocator {
     DeviceAllocator::new(device, AllocConfig::parse("").unwrap()).unwrap()
