@@ -257,6 +257,11 @@ impl DataPtr {
         Ok(())
     }
 
+    /// Id of the allocator state (default pool or private pool) that owns the block.
+    pub(crate) fn owner_id(&self) -> Option<u64> {
+        self.live.as_ref().map(|l| l.shard.shared.id)
+    }
+
     pub(crate) fn record_stream_ref(&self, stream: &StreamRef) {
         if let Some(live) = &self.live {
             live.shard.record_stream(live.block, stream);

@@ -8,6 +8,8 @@ use crate::config::{AllocConfig, MemoryKind};
 use crate::data_ptr::DataPtr;
 use crate::device_ptr::DevicePtr;
 use crate::error::{check_fork, AllocError};
+use crate::mem_pool::{self, MemPool, MemPoolId, PoolRegistry};
+use crate::source::DynSource;
 use crate::source::BufferSource;
 use crate::stats::MemoryStats;
 use crate::stream::MarkerError;
@@ -22,6 +24,8 @@ pub struct DeviceAllocator {
     core: DeviceCore,
     device: usize,
     memory_kind: MemoryKind,
+    /// The device's private pools ([`MemPool`]).
+    pools: PoolRegistry,
 }
 
 impl DeviceAllocator {
@@ -41,7 +45,22 @@ impl DeviceAllocator {
             core: DeviceCore::new(source, config),
             device,
             memory_kind,
+            pools: PoolRegistry::default(),
         })
+    }
+
+    /// A private pool of this allocator (shares its source, unless `custom` is given, its
+    /// reserved bytes and memory fraction; counted in its statistics).
+    pub(crate) fn create_pool(&self, custom: Option<Box<DynSource>>, id: MemPoolId) -> MemPool {
+        let pool = MemPool::build(&self.core, custom, id);
+        self.pools.register(&pool);
+        pool
+    }
+
+    /// The pool the calling thread routes this allocator's allocations to.
+    #[inline]
+    fn routed(&self) -> Option<MemPool> {
+        mem_pool::routed(self.core.shared().id)
     }
 
     /// The device-independent allocator inside.
@@ -81,11 +100,30 @@ impl DeviceAllocator {
     /// # Errors
     /// [`AllocError::StreamDevice`] for a stream of another device; see
     /// [`DeviceCore::allocate_with`].
+    ///
+    /// While the calling thread routes this allocator to a private pool
+    /// ([`crate::use_mem_pool`]), the block comes from that pool. When the default pool
+    /// cannot grow and dropped pools are still releasing segments, those releases are waited
+    /// for and the allocation retried once.
     pub fn allocate(&self, size: u64, stream: &Stream) -> Result<DataPtr, AllocError> {
         self.check_stream(stream)?;
+        if let Some(pool) = self.routed() {
+            return pool.allocate(size, stream);
+        }
         let stream = *stream;
-        self.core
-            .allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
+        let attempt = || {
+            self.core
+                .allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
+        };
+        match attempt() {
+            Err(AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_))
+                if mem_pool::releases_pending() =>
+            {
+                mem_pool::wait_pool_releases();
+                attempt()
+            }
+            other => other,
+        }
     }
 
     /// Allocates `size` bytes on this device's current stream of the calling thread.
@@ -109,8 +147,14 @@ impl DeviceAllocator {
     /// [`AllocError::Stream`] for a stream whose queue is already released.
     pub fn record_stream(&self, ptr: &DataPtr, stream: &Stream) -> Result<(), AllocError> {
         self.check_stream(stream)?;
-        self.core
-            .record_stream(ptr, &ClStream::try_shared(*stream)?)
+        let stream = ClStream::try_shared(*stream)?;
+        match ptr.owner_id() {
+            Some(owner) if owner != self.core.shared().id && self.pools.contains(owner) => {
+                ptr.record_stream_ref(&stream);
+                Ok(())
+            }
+            _ => self.core.record_stream(ptr, &stream),
+        }
     }
 
     /// Raw allocation on `stream` (as `raw_alloc_with_stream`).
@@ -119,6 +163,10 @@ impl DeviceAllocator {
     /// As [`DeviceAllocator::allocate`].
     pub fn raw_alloc(&self, size: u64, stream: &Stream) -> Result<DevicePtr, AllocError> {
         self.check_stream(stream)?;
+        if let Some(pool) = self.routed() {
+            let ptr = pool.allocate(size, stream)?;
+            return Ok(DevicePtr::new(self.device, self.core.adopt_raw(ptr)));
+        }
         let stream = *stream;
         let address = self
             .core
@@ -140,21 +188,49 @@ impl DeviceAllocator {
         self.core.raw_delete(ptr.address())
     }
 
-    /// See [`DeviceCore::empty_cache`]. Does nothing in a bad fork child.
+    /// Releases the default pool's cached unused segments ([`DeviceCore::empty_cache`]) and
+    /// waits for the segment releases of dropped private pools (torch's freeable pools,
+    /// reference §4.10); live pools keep their cache ([`MemPool::empty_cache`] empties
+    /// one). Does nothing in a bad fork child.
     pub fn empty_cache(&self) {
         if xpu_device::fork::is_in_bad_fork() {
             return;
         }
         self.core.empty_cache();
+        mem_pool::wait_pool_releases();
     }
 
-    /// See [`DeviceCore::memory_stats`]. All zero in a bad fork child (the statistics'
+    /// The device's statistics (as `torch.xpu.memory_stats(device)`): the default pool's
+    /// ([`DeviceCore::memory_stats`]) plus every private pool's, dropped pools included
+    /// (as torch's device statistics count private pools). Currents and accumulations are
+    /// exact sums; a peak is the sum of the pools' peaks, an upper bound of the device's
+    /// peak once private pools are used. All zero in a bad fork child (the statistics'
     /// locks may have been held at the fork); the crate-level functions return `BadFork`.
     #[must_use]
     pub fn memory_stats(&self) -> MemoryStats {
         if xpu_device::fork::is_in_bad_fork() {
             return MemoryStats::default();
         }
-        self.core.memory_stats()
+        let mut stats = self.core.memory_stats();
+        stats.merge(&self.pools.stats());
+        stats
+    }
+
+    /// Sets every peak of the device, private pools included, to its current value.
+    pub fn reset_peak_stats(&self) {
+        self.core.reset_peak_stats();
+        self.pools.reset_peak();
+    }
+
+    /// Zeroes the device's accumulated statistics, private pools included.
+    pub fn reset_accumulated_stats(&self) {
+        self.core.reset_accumulated_stats();
+        self.pools.reset_accumulated();
+    }
+
+    /// Replaces the configuration of the default pool and every private pool.
+    pub fn set_config(&self, config: AllocConfig) {
+        self.pools.set_config(&config);
+        self.core.set_config(config);
     }
 }

@@ -97,6 +97,35 @@ pub enum AllocError {
         /// The fraction given.
         fraction: f64,
     },
+    /// [`crate::begin_allocate_to_pool`] (or [`crate::use_mem_pool`]) for a pool the calling
+    /// thread already routes its allocations to (torch's message).
+    #[error("beginAllocateToPool: already recording to mempool_id ({}, {}) on device {device}", id.0, id.1)]
+    AlreadyRecordingToPool {
+        /// Device index.
+        device: usize,
+        /// The pool's id.
+        id: (u64, u64),
+    },
+    /// [`crate::end_allocate_to_pool`] for a pool the calling thread does not route to
+    /// (torch's message).
+    #[error("endAllocatePool: not currently recording to mempool_id ({}, {}) on device {device}", id.0, id.1)]
+    NotRecordingToPool {
+        /// Device index.
+        device: usize,
+        /// The pool's id.
+        id: (u64, u64),
+    },
+    /// [`crate::MemPool::release`] while allocations of the pool are live or a thread routes
+    /// its allocations to it.
+    #[error("mempool_id ({}, {}) is in use: {allocations} live allocations, {routing} routing threads", id.0, id.1)]
+    PoolInUse {
+        /// The pool's id.
+        id: (u64, u64),
+        /// Live allocations of the pool.
+        allocations: u64,
+        /// Threads routing their allocations to the pool now.
+        routing: u64,
+    },
     /// A device index that does not exist.
     #[error("invalid device argument {device}: no such device")]
     InvalidDevice {

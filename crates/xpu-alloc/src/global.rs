@@ -100,7 +100,7 @@ pub fn set_config(text: &str) -> Result<(), ConfigError> {
         return Ok(());
     }
     for a in registry().slots.iter().filter_map(OnceLock::get) {
-        a.core().set_config(config.clone());
+        a.set_config(config.clone());
     }
     *config_state().lock() = Ok(config);
     Ok(())
@@ -244,8 +244,9 @@ pub fn record_stream(ptr: &DataPtr, stream: &Stream) -> Result<(), AllocError> {
     device_allocator(ptr.device())?.record_stream(ptr, stream)
 }
 
-/// Releases every cached unused segment of every device (as `torch.xpu.empty_cache`); a
-/// no-op for devices whose allocator does not exist yet.
+/// Releases every cached unused segment of every device's default pool and of dropped
+/// private pools (as `torch.xpu.empty_cache`, reference §4.10; see
+/// [`DeviceAllocator::empty_cache`]); a no-op for devices whose allocator does not exist yet.
 pub fn empty_cache() {
     if xpu_device::fork::is_in_bad_fork() {
         return;
@@ -337,7 +338,7 @@ pub fn max_memory_reserved(device: usize) -> Result<u64, AllocError> {
 /// [`AllocError::InvalidDevice`].
 pub fn reset_peak_stats(device: usize) -> Result<(), AllocError> {
     if let Some(a) = existing(device)? {
-        a.core().reset_peak_stats();
+        a.reset_peak_stats();
     }
     Ok(())
 }
@@ -348,7 +349,7 @@ pub fn reset_peak_stats(device: usize) -> Result<(), AllocError> {
 /// [`AllocError::InvalidDevice`].
 pub fn reset_accumulated_stats(device: usize) -> Result<(), AllocError> {
     if let Some(a) = existing(device)? {
-        a.core().reset_accumulated_stats();
+        a.reset_accumulated_stats();
     }
     Ok(())
 }

@@ -44,6 +44,7 @@ mod device_ptr;
 mod error;
 mod global;
 mod host_copy;
+mod mem_pool;
 pub mod observe;
 pub mod replay;
 pub use xpu_caching::{sim_stream, size, stats, stream};
@@ -56,6 +57,10 @@ pub use crate::data_ptr::{BlockArgError, BlockView, DataPtr};
 pub use crate::device_allocator::DeviceAllocator;
 pub use crate::device_ptr::DevicePtr;
 pub use crate::error::{AllocError, OomReport};
+pub use crate::mem_pool::{
+    begin_allocate_to_pool, end_allocate_to_pool, use_mem_pool, wait_pool_releases, MemPool,
+    MemPoolGuard, MemPoolId,
+};
 pub use crate::global::{
     allocate, allocate_current, current_config, device_allocator, empty_cache,
     max_memory_allocated, max_memory_reserved, mem_get_info, memory_allocated, memory_fraction,

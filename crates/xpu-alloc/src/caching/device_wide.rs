@@ -54,6 +54,10 @@ pub(crate) struct DeviceShared {
     pub stats: StatsRegistry,
     /// Recorded allocator events (off by default; see [`crate::observe::history`]).
     pub history: Arc<crate::observe::History>,
+    /// Where a dropped shard's teardown (waiting for its streams, releasing its segments)
+    /// runs: `None` runs it in the drop itself; private pools hand it to a background
+    /// thread (see `crate::mem_pool`), so a drop never waits for the device.
+    pub deferred_drop: Option<fn(Box<dyn FnOnce() + Send>)>,
 }
 
 impl DeviceShared {
@@ -69,6 +73,7 @@ impl DeviceShared {
             reserved: Mutex::new(Reserved::default()),
             stats: StatsRegistry::default(),
             history: Arc::default(),
+            deferred_drop: None,
         }
     }
 
@@ -140,6 +145,16 @@ impl DeviceShared {
     /// Obtains a segment, enforcing the memory fraction (reserved + size <= allowed) and
     /// [`MAX_RESERVED`] (out of memory beyond it).
     pub(crate) fn allocate_segment(&self, size: u64) -> Result<SourceSegment, SegmentFailure> {
+        self.allocate_segment_from(self.source.as_ref(), size)
+    }
+
+    /// [`DeviceShared::allocate_segment`] from another `source`, charged to this allocator's
+    /// reserved bytes and memory fraction (a private pool's segments).
+    pub(crate) fn allocate_segment_from(
+        &self,
+        source: &DynSource,
+        size: u64,
+    ) -> Result<SourceSegment, SegmentFailure> {
         {
             let mut r = self.reserved.lock();
             let Some(total) = r.bytes.checked_add(size).filter(|&t| t <= MAX_RESERVED) else {
@@ -150,7 +165,7 @@ impl DeviceShared {
             }
             r.bytes = total;
         }
-        match self.source.allocate(size) {
+        match source.allocate(size) {
             Ok(segment) => {
                 let mut r = self.reserved.lock();
                 r.high_water = r.high_water.max(r.bytes);
@@ -171,8 +186,13 @@ impl DeviceShared {
 
     /// Returns a segment to the source.
     pub(crate) fn release_segment(&self, segment: SourceSegment) {
+        self.release_segment_to(self.source.as_ref(), segment);
+    }
+
+    /// Returns a segment of [`DeviceShared::allocate_segment_from`] to its `source`.
+    pub(crate) fn release_segment_to(&self, source: &DynSource, segment: SourceSegment) {
         let size = segment.size;
-        self.source.free(segment);
+        source.free(segment);
         let mut r = self.reserved.lock();
         r.bytes = r.bytes.saturating_sub(size);
     }

@@ -144,15 +144,45 @@ impl DeviceCore {
     /// An allocator over `source` with `config`.
     #[must_use]
     pub fn new(source: Box<DynSource>, config: AllocConfig) -> Self {
-        let shared = Arc::new(DeviceShared::new(source, config));
+        Self::from_shared(DeviceShared::new(source, config))
+    }
+
+    fn from_shared(shared: DeviceShared) -> Self {
         Self {
             inner: Arc::new(CoreInner {
-                shared,
+                shared: Arc::new(shared),
                 shards: Mutex::new(ShardMap::default()),
                 oom_lock: Mutex::new(()),
                 raw: raw::RawTable::default(),
             }),
         }
+    }
+
+    /// An allocator whose device-wide state `setup` adjusts first (a private pool's core:
+    /// deferred shard teardown, the device's history; see `crate::mem_pool`).
+    pub(crate) fn with_setup(
+        source: Box<DynSource>,
+        config: AllocConfig,
+        setup: impl FnOnce(&mut DeviceShared),
+    ) -> Self {
+        let mut shared = DeviceShared::new(source, config);
+        setup(&mut shared);
+        Self::from_shared(shared)
+    }
+
+    /// The device-wide state (private pools share its segment accounting).
+    pub(crate) fn shared(&self) -> &Arc<DeviceShared> {
+        &self.inner.shared
+    }
+
+    /// Registers a live allocation (of any allocator) in this allocator's raw table, as
+    /// [`DeviceCore::raw_alloc`] does (a routed `raw_alloc` of a private pool).
+    pub(crate) fn adopt_raw(&self, ptr: DataPtr) -> u64 {
+        let address = ptr.address();
+        if address != 0 {
+            self.inner.raw.insert(address, ptr);
+        }
+        address
     }
 
     /// Device index.
@@ -332,11 +362,7 @@ impl DeviceCore {
         stream: impl FnOnce() -> StreamRef,
     ) -> Result<u64, AllocError> {
         let ptr = self.allocate_with(size, key, stream)?;
-        let address = ptr.address();
-        if address != 0 {
-            self.inner.raw.insert(address, ptr);
-        }
-        Ok(address)
+        Ok(self.adopt_raw(ptr))
     }
 
     /// Frees an address returned by [`DeviceCore::raw_alloc`] (address 0 is ignored). While a

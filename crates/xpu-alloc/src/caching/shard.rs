@@ -72,15 +72,28 @@ impl Drop for Shard {
         // every cached segment to the device once the stream's work is done. No lock is
         // held (`&mut self`); statistics writes are closed while waiting.
         let shared = self.shared.clone();
-        let state = self.state.get_mut();
-        super::pending::wait_markers(&state.pending_markers());
-        let batch = shared.stats.with_fallback(|st| {
-            state.process_events(st);
-            state.take_releasable(st)
-        });
-        if let Some(batch) = batch {
-            batch.wait();
-            shared.stats.with_fallback(|st| batch.free(&shared, st));
+        if let Some(run) = shared.deferred_drop {
+            let empty = ShardState::new(self.key, self.state.get_mut().stream.clone(), &shared);
+            let state = std::mem::replace(self.state.get_mut(), empty);
+            run(Box::new(move || {
+                let mut state = state;
+                teardown(&mut state, &shared);
+            }));
+        } else {
+            teardown(self.state.get_mut(), &shared);
         }
+    }
+}
+
+/// Waits for the pending frees and the stream's work, then releases every cached segment.
+fn teardown(state: &mut ShardState, shared: &Arc<DeviceShared>) {
+    super::pending::wait_markers(&state.pending_markers());
+    let batch = shared.stats.with_fallback(|st| {
+        state.process_events(st);
+        state.take_releasable(st)
+    });
+    if let Some(batch) = batch {
+        batch.wait();
+        shared.stats.with_fallback(|st| batch.free(shared, st));
     }
 }

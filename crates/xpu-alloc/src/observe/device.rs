@@ -8,14 +8,15 @@ use crate::config::AllocConfig;
 use crate::error::AllocError;
 use crate::global::{device_allocator, existing};
 
-/// The summary table of `device`'s allocator (see [`super::memory_summary`]); all zeros
+/// The summary table of `device`'s allocator, private pools included (see
+/// [`super::memory_summary`]); all zeros
 /// when the allocator does not exist yet (it is not created).
 ///
 /// # Errors
 /// [`AllocError::InvalidDevice`] for a bad index.
 pub fn memory_summary(device: usize, abbreviated: bool) -> Result<String, AllocError> {
     Ok(match existing(device)? {
-        Some(a) => a.core().memory_summary(abbreviated),
+        Some(a) => super::memory_summary(&a.memory_stats(), device, abbreviated),
         None => super::memory_summary(&crate::MemoryStats::default(), device, abbreviated),
     })
 }

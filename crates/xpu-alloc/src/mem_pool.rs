@@ -1,0 +1,668 @@
+//! Private memory pools (as `torch.cuda.MemPool` / `torch.xpu.MemPool`, reference §4.19).
+//!
+//! A [`MemPool`] is a caching allocator of its own on a device: its own shards (one per
+//! stream), small and large free pools, segments and statistics, so its blocks are never
+//! handed to the device's default pool or another pool, and never take theirs. It shares
+//! the device allocator's segment source (or draws from a custom one,
+//! [`MemPool::with_source`], as `MemPool(allocator=...)`), its reserved-bytes accounting and
+//! its memory fraction: the device's `memory_reserved`, `mem_get_info` and fraction see pool
+//! segments, and the device's [`crate::memory_stats`] includes every pool (as torch's
+//! `memory_stats(device)` does). A freed [`crate::DataPtr`] returns to the pool that handed
+//! it out.
+//!
+//! [`use_mem_pool`] routes the calling thread's allocations on the pool's device (through
+//! the device's allocator: [`crate::allocate`], [`crate::raw_alloc`], typed buffers...) to
+//! the pool until its guard drops; other threads are not routed (as torch's thread filter).
+//!
+//! # Lifetime
+//! A pool lives while a [`MemPool`] handle (it is `Clone`) or one of its allocations lives.
+//! When the last handle drops, the pool is "freeable" (torch's `use_count` 0): its cached
+//! unused segments are released, and each stream's remaining segments once the last
+//! allocation on them is freed. A segment is released only after the work enqueued on its
+//! stream (and on the streams named by `record_stream`) before the release has completed;
+//! that wait runs on a background thread (`xpu-pool-release`), so dropping a handle or an
+//! allocation never blocks. [`wait_pool_releases`] waits for the releases handed over so
+//! far; the device-wide [`crate::empty_cache`] does too.
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Condvar, Mutex};
+use xpu_stream::Stream;
+
+use crate::caching::device_wide::{DeviceShared, SegmentFailure};
+use crate::caching::{DeviceCore, SegmentSnapshot};
+use crate::cl_stream::{stream_key, ClStream};
+use crate::data_ptr::DataPtr;
+use crate::error::{check_fork, AllocError};
+use crate::observe::MemorySnapshot;
+use crate::source::{DynSource, SegmentMemory, SegmentSource, SourceError, SourceSegment};
+use crate::stats::MemoryStats;
+
+/// A pool id as torch's `MempoolId_t`: `(graph, user)`. Pools created by [`MemPool::new`],
+/// [`MemPool::with_source`] and graph pool handles are `(0, n)`; pools a graph capture
+/// creates for itself are `(n, 0)`; the default pool is `(0, 0)`. Unique in the process.
+pub type MemPoolId = (u64, u64);
+
+static NEXT_POOL: AtomicU64 = AtomicU64::new(1);
+
+fn next_pool_number() -> u64 {
+    NEXT_POOL.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A private memory pool on one device (as `torch.cuda.MemPool`; see the module docs).
+/// Cheap to clone: clones are handles of the same pool.
+#[derive(Clone)]
+pub struct MemPool {
+    inner: Arc<PoolInner>,
+}
+
+struct PoolInner {
+    id: MemPoolId,
+    device: usize,
+    core: DeviceCore,
+    /// The device allocator the pool belongs to (its routing key and shared accounting).
+    parent: DeviceCore,
+    /// Threads routing their allocations to this pool now.
+    routing: AtomicUsize,
+}
+
+impl std::fmt::Debug for MemPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemPool")
+            .field("id", &self.inner.id)
+            .field("device", &self.inner.device)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemPool {
+    /// A new pool on `device`, drawing its segments from the device allocator's source (as
+    /// `torch.cuda.MemPool()`). Id `(0, n)`.
+    ///
+    /// # Errors
+    /// As [`crate::device_allocator`] ([`AllocError::InvalidDevice`], a bad configuration,
+    /// [`AllocError::BadFork`]).
+    pub fn new(device: usize) -> Result<MemPool, AllocError> {
+        Ok(crate::device_allocator(device)?.create_pool(None, (0, next_pool_number())))
+    }
+
+    /// A new pool on `device` whose segments come from `source` (as
+    /// `torch.cuda.MemPool(allocator=...)`): every segment the pool reserves is allocated
+    /// from and freed to `source` (released stream-ordered as the [`SegmentSource`] contract
+    /// says); they still count in the device's reserved bytes and memory fraction. Pass an
+    /// `Arc` of the source to keep a handle on it.
+    ///
+    /// # Errors
+    /// As [`MemPool::new`]; [`AllocError::Unsupported`] when `source` is of another device.
+    pub fn with_source<S>(device: usize, source: S) -> Result<MemPool, AllocError>
+    where
+        S: SegmentSource<Memory = SegmentMemory>,
+    {
+        if source.device() != device {
+            return Err(AllocError::Unsupported(format!(
+                "a segment source of device {} for a pool of device {device}",
+                source.device()
+            )));
+        }
+        let allocator = crate::device_allocator(device)?;
+        Ok(allocator.create_pool(Some(Box::new(source)), (0, next_pool_number())))
+    }
+
+    /// A pool for a graph capture: id `(n, 0)` (torch's capture pools).
+    ///
+    /// # Errors
+    /// As [`MemPool::new`].
+    pub fn for_graph(device: usize) -> Result<MemPool, AllocError> {
+        Ok(crate::device_allocator(device)?.create_pool(None, (next_pool_number(), 0)))
+    }
+
+    pub(crate) fn build(
+        parent: &DeviceCore,
+        custom: Option<Box<DynSource>>,
+        id: MemPoolId,
+    ) -> MemPool {
+        let parent_shared = parent.shared().clone();
+        let history = parent_shared.history.clone();
+        let source = PoolSource {
+            parent: parent_shared,
+            custom,
+        };
+        let config = (*parent.config()).clone();
+        let core = DeviceCore::with_setup(Box::new(source), config, |shared| {
+            shared.deferred_drop = Some(run_in_background);
+            shared.history = history;
+        });
+        MemPool {
+            inner: Arc::new(PoolInner {
+                id,
+                device: parent.device(),
+                core,
+                parent: parent.clone(),
+                routing: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// The pool's id (as `MemPool.id`).
+    #[must_use]
+    pub fn id(&self) -> MemPoolId {
+        self.inner.id
+    }
+
+    /// The pool's device index.
+    #[must_use]
+    pub fn device(&self) -> usize {
+        self.inner.device
+    }
+
+    /// Id of the pool's allocator state (what [`DataPtr`]s of the pool carry).
+    pub(crate) fn owner_id(&self) -> u64 {
+        self.inner.core.shared().id
+    }
+
+    /// Whether `ptr` was handed out by this pool.
+    #[must_use]
+    pub fn owns(&self, ptr: &DataPtr) -> bool {
+        ptr.owner_id() == Some(self.owner_id())
+    }
+
+    /// Allocates `size` bytes from this pool for use on `stream`, whatever the routing (the
+    /// block is freed to the pool when the [`DataPtr`] drops). Size 0 gives an empty pointer.
+    /// When the pool cannot grow (device memory or the memory fraction), the default pool's
+    /// cached segments are released and the allocation retried once (as torch's
+    /// `release_cached_blocks`).
+    ///
+    /// # Errors
+    /// [`AllocError::StreamDevice`] for a stream of another device; otherwise as
+    /// [`crate::DeviceCore::allocate_with`]: [`AllocError::OutOfMemory`],
+    /// [`AllocError::MemoryFractionExceeded`] (the device's fraction, pools included),
+    /// [`AllocError::TooLarge`], [`AllocError::Device`].
+    pub fn allocate(&self, size: u64, stream: &Stream) -> Result<DataPtr, AllocError> {
+        check_fork()?;
+        if stream.device() != self.inner.device {
+            return Err(AllocError::StreamDevice {
+                stream: stream.device(),
+                device: self.inner.device,
+            });
+        }
+        let stream = *stream;
+        let attempt = || {
+            self.inner
+                .core
+                .allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
+        };
+        match attempt() {
+            Err(AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_)) => {
+                self.inner.parent.empty_cache();
+                wait_pool_releases();
+                attempt().map_err(|e| self.fraction_error(e))
+            }
+            other => other,
+        }
+    }
+
+    /// The pool's own OOM report does not know the device's fraction: name it when it is
+    /// what refused the segment.
+    fn fraction_error(&self, e: AllocError) -> AllocError {
+        let parent = self.inner.parent.shared();
+        match e {
+            AllocError::OutOfMemory(mut report) => {
+                let allowed = parent.allowed();
+                let over = allowed.is_some_and(|a| {
+                    parent.reserved().saturating_add(report.segment_size) > a
+                });
+                report.allowed = allowed;
+                if over {
+                    AllocError::MemoryFractionExceeded(report)
+                } else {
+                    AllocError::OutOfMemory(report)
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// The pool's statistics (as `torch.cuda.memory_stats` restricted to the pool): its
+    /// allocations, blocks and segments only, in bytes and counts. Exact for currents and
+    /// accumulations; peaks as the device's (see [`crate::DeviceCore`]).
+    #[must_use]
+    pub fn memory_stats(&self) -> MemoryStats {
+        if xpu_device::fork::is_in_bad_fork() {
+            return MemoryStats::default();
+        }
+        self.inner.core.memory_stats()
+    }
+
+    /// Bytes allocated from the pool now.
+    #[must_use]
+    pub fn memory_allocated(&self) -> u64 {
+        nonneg(self.memory_stats().allocated_bytes.all.current)
+    }
+
+    /// Peak bytes allocated from the pool.
+    #[must_use]
+    pub fn max_memory_allocated(&self) -> u64 {
+        nonneg(self.memory_stats().allocated_bytes.all.peak)
+    }
+
+    /// Bytes the pool reserves from the device now (its segments).
+    #[must_use]
+    pub fn memory_reserved(&self) -> u64 {
+        nonneg(self.memory_stats().reserved_bytes.all.current)
+    }
+
+    /// Peak bytes the pool reserved.
+    #[must_use]
+    pub fn max_memory_reserved(&self) -> u64 {
+        nonneg(self.memory_stats().reserved_bytes.all.peak)
+    }
+
+    /// The pool's segments and blocks, sorted by address.
+    #[must_use]
+    pub fn segments(&self) -> Vec<SegmentSnapshot> {
+        self.inner.core.snapshot()
+    }
+
+    /// The pool's snapshot (as `MemPool.snapshot()`, i.e. `memory_snapshot(pool.id)`): its
+    /// segments, each with `segment_pool_id` = [`MemPool::id`], and the device's history.
+    ///
+    /// # Errors
+    /// [`crate::observe::ObserveError::DeviceIndex`] for a device index above
+    /// [`crate::observe::MAX_SNAPSHOT_DEVICE`].
+    pub fn snapshot(&self) -> Result<MemorySnapshot, crate::observe::ObserveError> {
+        let mut snap = self.inner.core.memory_snapshot()?;
+        for s in &mut snap.segments {
+            s.segment_pool_id = self.inner.id;
+        }
+        Ok(snap)
+    }
+
+    /// Releases the pool's unused cached segments (as `torch.cuda.empty_cache` of one pool,
+    /// `empty_cache(mempool_id)`): waits for the pool's pending frees and, per stream, for
+    /// the work enqueued before the call, then frees every whole free segment. Segments with
+    /// a live block stay. Returns once they are released.
+    pub fn empty_cache(&self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            return;
+        }
+        self.inner.core.empty_cache();
+    }
+
+    /// Threads routing their allocations to this pool now ([`use_mem_pool`]).
+    #[must_use]
+    pub fn routing_threads(&self) -> usize {
+        self.inner.routing.load(Ordering::Acquire)
+    }
+
+    /// Releases every segment of the pool now (as torch's `releasePool` followed by
+    /// `empty_cache(mempool_id)`): afterwards the pool reserves nothing (it grows again if
+    /// used). Waits for the work enqueued on the pool's streams.
+    ///
+    /// # Errors
+    /// [`AllocError::PoolInUse`] while an allocation of the pool is live or a thread routes
+    /// to it; nothing is released then.
+    pub fn release(&self) -> Result<(), AllocError> {
+        check_fork()?;
+        let stats = self.inner.core.memory_stats();
+        let allocations = nonneg(stats.allocation.all.current);
+        let routing = self.routing_threads() as u64;
+        if allocations > 0 || routing > 0 {
+            return Err(AllocError::PoolInUse {
+                id: self.inner.id,
+                allocations,
+                routing,
+            });
+        }
+        self.inner.core.empty_cache();
+        Ok(())
+    }
+}
+
+fn nonneg(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// A pool's view of the device's segments: the device allocator's source (or a custom
+/// one), charged to the device allocator's reserved bytes and memory fraction.
+struct PoolSource {
+    parent: Arc<DeviceShared>,
+    custom: Option<Box<DynSource>>,
+}
+
+impl PoolSource {
+    fn source(&self) -> &DynSource {
+        match &self.custom {
+            Some(s) => s.as_ref(),
+            None => self.parent.source.as_ref(),
+        }
+    }
+}
+
+impl SegmentSource for PoolSource {
+    type Memory = SegmentMemory;
+    fn device(&self) -> usize {
+        self.parent.device()
+    }
+    fn name(&self) -> String {
+        self.source().name()
+    }
+    fn total_memory(&self) -> u64 {
+        self.parent.source.total_memory()
+    }
+    fn max_alloc_size(&self) -> u64 {
+        self.source().max_alloc_size()
+    }
+    fn base_addr_align(&self) -> u64 {
+        self.source().base_addr_align()
+    }
+    fn free_memory(&self) -> Option<u64> {
+        self.parent.source.free_memory()
+    }
+    fn free_needs_sync(&self) -> bool {
+        self.source().free_needs_sync()
+    }
+    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
+        self.parent
+            .allocate_segment_from(self.source(), size)
+            .map_err(|f| match f {
+                SegmentFailure::OutOfMemory | SegmentFailure::Fraction => SourceError::OutOfMemory,
+                SegmentFailure::TooLarge => SourceError::TooLarge { size },
+                SegmentFailure::Device(msg) => SourceError::Device(msg),
+            })
+    }
+    fn free(&self, segment: SourceSegment) {
+        self.parent.release_segment_to(self.source(), segment);
+    }
+}
+
+/// The pools of one device allocator, for its device-wide statistics and configuration.
+#[derive(Default)]
+pub(crate) struct PoolRegistry {
+    inner: Mutex<RegistryInner>,
+}
+
+#[derive(Default)]
+struct RegistryInner {
+    /// State of every pool not yet gone (a pool is gone once no handle, allocation or
+    /// pending release holds its state).
+    pools: Vec<Arc<DeviceShared>>,
+    /// Statistics of gone pools, folded together (their currents are zero).
+    retired: MemoryStats,
+}
+
+impl RegistryInner {
+    fn prune(&mut self) {
+        let retired = &mut self.retired;
+        self.pools.retain(|shared| {
+            if Arc::strong_count(shared) > 1 {
+                return true;
+            }
+            retired.merge(&shared.stats.aggregate());
+            false
+        });
+    }
+}
+
+impl PoolRegistry {
+    pub(crate) fn register(&self, pool: &MemPool) {
+        let mut inner = self.inner.lock();
+        inner.prune();
+        inner.pools.push(pool.inner.core.shared().clone());
+    }
+
+    /// Whether `owner` (a [`DataPtr`]'s owner id) is one of these pools.
+    pub(crate) fn contains(&self, owner: u64) -> bool {
+        self.inner.lock().pools.iter().any(|s| s.id == owner)
+    }
+
+    /// Every pool's statistics added together (gone pools included).
+    pub(crate) fn stats(&self) -> MemoryStats {
+        let mut inner = self.inner.lock();
+        inner.prune();
+        let mut total = inner.retired;
+        for shared in &inner.pools {
+            total.merge(&shared.stats.aggregate());
+        }
+        total
+    }
+
+    pub(crate) fn reset_peak(&self) {
+        let mut inner = self.inner.lock();
+        inner.retired.reset_peak();
+        for shared in &inner.pools {
+            shared.stats.reset_peak();
+        }
+    }
+
+    pub(crate) fn reset_accumulated(&self) {
+        let mut inner = self.inner.lock();
+        inner.retired.reset_accumulated();
+        for shared in &inner.pools {
+            shared.stats.reset_accumulated();
+        }
+    }
+
+    pub(crate) fn set_config(&self, config: &crate::config::AllocConfig) {
+        for shared in &self.inner.lock().pools {
+            shared.set_config(config.clone());
+        }
+    }
+}
+
+// ---- routing -------------------------------------------------------------------------
+
+struct Route {
+    /// Id of the device allocator whose allocations are routed.
+    parent: u64,
+    pool: MemPool,
+}
+
+thread_local! {
+    static ROUTES: RefCell<Vec<Route>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The pool the calling thread routes `parent`'s allocations to (the innermost routing).
+#[inline]
+pub(crate) fn routed(parent: u64) -> Option<MemPool> {
+    ROUTES
+        .try_with(|routes| {
+            let routes = routes.try_borrow().ok()?;
+            if routes.is_empty() {
+                return None;
+            }
+            routes
+                .iter()
+                .rev()
+                .find(|r| r.parent == parent)
+                .map(|r| r.pool.clone())
+        })
+        .ok()
+        .flatten()
+}
+
+/// Starts routing the calling thread's allocations on `pool`'s device to `pool` (as
+/// torch's `_cuda_beginAllocateCurrentThreadToPool`); [`use_mem_pool`] is the scoped form.
+/// Routings nest: the innermost active one applies. Other threads are not affected.
+///
+/// # Errors
+/// [`AllocError::AlreadyRecordingToPool`] when this thread already routes to `pool`.
+pub fn begin_allocate_to_pool(pool: &MemPool) -> Result<(), AllocError> {
+    check_fork()?;
+    let parent = pool.inner.parent.shared().id;
+    ROUTES.with_borrow_mut(|routes| {
+        if routes.iter().any(|r| Arc::ptr_eq(&r.pool.inner, &pool.inner)) {
+            return Err(AllocError::AlreadyRecordingToPool {
+                device: pool.device(),
+                id: pool.id(),
+            });
+        }
+        routes.push(Route {
+            parent,
+            pool: pool.clone(),
+        });
+        pool.inner.routing.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    })
+}
+
+/// Ends the calling thread's routing to `pool` (as torch's `_cuda_endAllocateToPool`).
+///
+/// # Errors
+/// [`AllocError::NotRecordingToPool`] when this thread does not route to `pool`.
+pub fn end_allocate_to_pool(pool: &MemPool) -> Result<(), AllocError> {
+    let removed = ROUTES
+        .try_with(|routes| {
+            let mut routes = routes.try_borrow_mut().ok()?;
+            let pos = routes
+                .iter()
+                .rposition(|r| Arc::ptr_eq(&r.pool.inner, &pool.inner))?;
+            Some(routes.remove(pos))
+        })
+        .ok()
+        .flatten();
+    match removed {
+        Some(route) => {
+            route.pool.inner.routing.fetch_sub(1, Ordering::AcqRel);
+            // The route's handle drops here, outside the thread-local borrow.
+            drop(route);
+            Ok(())
+        }
+        None => Err(AllocError::NotRecordingToPool {
+            device: pool.device(),
+            id: pool.id(),
+        }),
+    }
+}
+
+/// Routes the calling thread's allocations on `pool`'s device to `pool` until the guard
+/// drops (as `torch.cuda.use_mem_pool(pool)`): [`crate::allocate`], [`crate::raw_alloc`],
+/// [`crate::DeviceAllocator::allocate`] of the device's allocator and everything above them
+/// (typed buffers, workspaces) take their blocks from the pool. Other threads are not
+/// routed. The guard is not `Send` (routing belongs to the thread).
+///
+/// ```no_run
+/// # fn main() -> Result<(), xpu_alloc::AllocError> {
+/// let stream = xpu_stream::current_stream(0).map_err(|e| xpu_alloc::AllocError::Device(e.to_string()))?;
+/// let pool = xpu_alloc::MemPool::new(0)?;
+/// let block = {
+///     let _routed = xpu_alloc::use_mem_pool(&pool)?;
+///     xpu_alloc::allocate(1 << 20, &stream)? // 1 MiB from the pool
+/// };
+/// assert!(pool.owns(&block));
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`AllocError::AlreadyRecordingToPool`] when this thread already routes to `pool`.
+pub fn use_mem_pool(pool: &MemPool) -> Result<MemPoolGuard, AllocError> {
+    begin_allocate_to_pool(pool)?;
+    Ok(MemPoolGuard {
+        pool: pool.clone(),
+        _not_send: PhantomData,
+    })
+}
+
+/// Scope of a [`use_mem_pool`] routing; dropping it ends the routing.
+#[must_use = "the routing ends when the guard drops"]
+pub struct MemPoolGuard {
+    pool: MemPool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl MemPoolGuard {
+    /// The pool allocations are routed to.
+    #[must_use]
+    pub fn pool(&self) -> &MemPool {
+        &self.pool
+    }
+}
+
+impl Drop for MemPoolGuard {
+    fn drop(&mut self) {
+        // Already ended by an explicit `end_allocate_to_pool`: nothing to do.
+        let _ = end_allocate_to_pool(&self.pool);
+    }
+}
+
+// ---- background releases ---------------------------------------------------------------
+
+type Job = Box<dyn FnOnce() + Send>;
+
+struct Releaser {
+    tx: Mutex<Option<crossbeam::channel::Sender<Job>>>,
+    /// Jobs handed over and not finished.
+    pending: Mutex<usize>,
+    done: Condvar,
+}
+
+fn releaser() -> &'static Releaser {
+    static R: OnceLock<Releaser> = OnceLock::new();
+    R.get_or_init(|| {
+        let (tx, rx) = crossbeam::channel::unbounded::<Job>();
+        let spawned = std::thread::Builder::new()
+            .name("xpu-pool-release".to_owned())
+            .spawn(move || {
+                for job in rx {
+                    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+                        tracing::warn!("a private pool's segment release panicked");
+                    }
+                    let r = releaser();
+                    let mut pending = r.pending.lock();
+                    *pending = pending.saturating_sub(1);
+                    r.done.notify_all();
+                }
+            });
+        let tx = match spawned {
+            Ok(_) => Some(tx),
+            Err(e) => {
+                tracing::warn!(error = %e, "no release thread: private pools release in place");
+                None
+            }
+        };
+        Releaser {
+            tx: Mutex::new(tx),
+            pending: Mutex::new(0),
+            done: Condvar::new(),
+        }
+    })
+}
+
+/// Runs a pool shard's teardown (waiting for its streams, then releasing its segments) on
+/// the release thread.
+fn run_in_background(job: Job) {
+    let r = releaser();
+    let sender = r.tx.lock().clone();
+    let Some(sender) = sender else {
+        job();
+        return;
+    };
+    *r.pending.lock() += 1;
+    if let Err(crossbeam::channel::SendError(job)) = sender.send(job) {
+        let mut pending = r.pending.lock();
+        *pending = pending.saturating_sub(1);
+        drop(pending);
+        job();
+    }
+}
+
+/// Whether releases of dropped private pools are waiting or running.
+pub(crate) fn releases_pending() -> bool {
+    *releaser().pending.lock() > 0
+}
+
+/// Waits until every segment release of dropped private pools handed to the background
+/// thread so far is done (each waits for the work on its stream first, so this waits for
+/// that work too). Returns at once when none is pending, and in a bad fork child.
+pub fn wait_pool_releases() {
+    if xpu_device::fork::is_in_bad_fork() {
+        return;
+    }
+    let r = releaser();
+    let mut pending = r.pending.lock();
+    while *pending > 0 {
+        r.done.wait(&mut pending);
+    }
+}
