@@ -567,6 +567,7 @@ pub fn use_mem_pool(pool: &MemPool) -> Result<MemPoolGuard, AllocError> {
 
 /// Scope of a [`use_mem_pool`] routing; dropping it ends the routing.
 #[must_use = "the routing ends when the guard drops"]
+#[derive(Debug)]
 pub struct MemPoolGuard {
     pool: MemPool,
     _not_send: PhantomData<*const ()>,

@@ -1,0 +1,426 @@
+//! Private memory pools (`MemPool`, as torch.cuda.MemPool) on a real OpenCL device (PoCL in
+//! CI): routing per thread, isolation from the default pool, per-pool statistics, routing
+//! errors, lifetime, stream-ordered release, custom segment sources. Skipped without a device
+//! unless `XPU_REQUIRE_DEVICE=1`. Each test allocates on streams of its own; device-wide
+//! figures are compared as differences.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use xpu_alloc::{
+    AllocError, BufferSource, DataPtr, MemPool, SegmentMemory, SegmentSource, SourceError,
+    SourceSegment,
+};
+use xpu_event::{Event, Gate};
+use xpu_stream::{ExternalStream, Stream};
+
+const MIB: u64 = 1 << 20;
+
+/// A stream on a queue of its own, so gating it never holds back another test's stream.
+fn fresh_stream() -> ExternalStream {
+    ExternalStream::new(xpu_testing::fresh_queue(0), 0).unwrap()
+}
+
+fn device() -> bool {
+    xpu_testing::devices(1)
+}
+
+fn reserved() -> u64 {
+    xpu_alloc::memory_reserved(0).unwrap()
+}
+
+/// Addresses of the blocks of `pool`'s segments.
+fn pool_block_addresses(pool: &MemPool) -> Vec<u64> {
+    pool.segments()
+        .iter()
+        .flat_map(|s| s.blocks.iter().map(|b| b.address))
+        .collect()
+}
+
+#[test]
+fn routing_sends_this_threads_allocations_to_the_pool_and_no_other_threads() {
+    if !device() {
+        return;
+    }
+    let s = fresh_stream();
+    let stream = s.stream();
+    let pool = MemPool::new(0).unwrap();
+    let before = xpu_alloc::allocate(4096, &stream).unwrap();
+    assert!(!pool.owns(&before), "no routing yet");
+    let guard = xpu_alloc::use_mem_pool(&pool).unwrap();
+    assert_eq!(pool.routing_threads(), 1);
+    let routed = xpu_alloc::allocate(4096, &stream).unwrap();
+    assert!(pool.owns(&routed), "this thread's allocation comes from the pool");
+    let raw = xpu_alloc::raw_alloc_with_stream(8192, &stream).unwrap();
+    assert_eq!(pool.memory_allocated(), 4096 + 8192, "raw_alloc is routed too");
+    let other = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let p = xpu_alloc::allocate(4096, &stream).unwrap();
+                pool.owns(&p)
+            })
+            .join()
+            .unwrap()
+    });
+    assert!(!other, "another thread is not routed");
+    drop(guard);
+    assert_eq!(pool.routing_threads(), 0);
+    let after = xpu_alloc::allocate(4096, &stream).unwrap();
+    assert!(!pool.owns(&after), "routing ends with the guard");
+    xpu_alloc::raw_delete(raw).unwrap();
+    assert_eq!(pool.memory_allocated(), 4096, "raw_delete frees to the pool");
+}
+
+#[test]
+fn a_pools_freed_block_is_never_handed_to_the_default_pool_and_back() {
+    if !device() {
+        return;
+    }
+    let s = fresh_stream();
+    let stream = s.stream();
+    let pool = MemPool::new(0).unwrap();
+    for size in [4096, 3 * MIB] {
+        // Pool -> default: the pool's cached block stays the pool's.
+        let p = pool.allocate(size, &stream).unwrap();
+        let p_addr = p.address();
+        drop(p);
+        let d = xpu_alloc::allocate(size, &stream).unwrap();
+        assert!(!pool.owns(&d));
+        assert_ne!(d.address(), p_addr, "the default pool took the pool's freed block");
+        assert!(
+            !pool_block_addresses(&pool).contains(&d.address()),
+            "the default block lies in a pool segment"
+        );
+        assert!(pool_block_addresses(&pool).contains(&p_addr), "still cached by the pool");
+        // Default -> pool: the default pool's freed block stays the default pool's.
+        let d_addr = d.address();
+        drop(d);
+        let q = pool.allocate(size, &stream).unwrap();
+        assert!(pool.owns(&q));
+        assert_eq!(q.address(), p_addr, "the pool reuses its own block");
+        assert_ne!(q.address(), d_addr);
+        let d2 = xpu_alloc::allocate(size, &stream).unwrap();
+        assert_eq!(d2.address(), d_addr, "the default pool reuses its own block");
+    }
+}
+
+#[test]
+fn per_pool_statistics_are_exact_and_count_in_the_device() {
+    if !device() {
+        return;
+    }
+    let s = fresh_stream();
+    let stream = s.stream();
+    let device_before = xpu_alloc::memory_stats(0).unwrap();
+    let pool = MemPool::new(0).unwrap();
+    let a = pool.allocate(1000, &stream).unwrap();
+    let b = pool.allocate(3 * MIB, &stream).unwrap();
+    let st = pool.memory_stats();
+    assert_eq!(st.allocated_bytes.all.current, 1024 + 3 * MIB as i64);
+    assert_eq!(st.allocated_bytes.small_pool.current, 1024);
+    assert_eq!(st.allocated_bytes.large_pool.current, 3 * MIB as i64);
+    assert_eq!(st.requested_bytes.all.current, 1000 + 3 * MIB as i64);
+    assert_eq!(st.allocation.all.current, 2);
+    assert_eq!(st.segment.all.current, 2);
+    let segments: u64 = pool.segments().iter().map(|s| s.size).sum();
+    assert_eq!(pool.memory_reserved(), segments);
+    assert_eq!(st.reserved_bytes.all.current, segments as i64);
+    let device = xpu_alloc::memory_stats(0).unwrap();
+    assert_eq!(
+        device.reserved_bytes.all.current - device_before.reserved_bytes.all.current,
+        segments as i64,
+        "the device's statistics include the pool"
+    );
+    assert_eq!(
+        device.allocated_bytes.all.current - device_before.allocated_bytes.all.current,
+        1024 + 3 * MIB as i64
+    );
+    drop((a, b));
+    let st = pool.memory_stats();
+    assert_eq!(st.allocated_bytes.all.current, 0);
+    assert_eq!(st.allocated_bytes.all.freed, 1024 + 3 * MIB as i64);
+    assert_eq!(st.allocated_bytes.all.peak, 1024 + 3 * MIB as i64);
+    pool.empty_cache();
+    assert_eq!(pool.memory_reserved(), 0, "the pool's empty_cache releases its segments");
+    assert_eq!(pool.memory_stats().num_device_free, 2);
+    let snap = pool.snapshot().unwrap();
+    assert!(snap.segments.is_empty());
+    let c = pool.allocate(4096, &stream).unwrap();
+    let snap = pool.snapshot().unwrap();
+    assert_eq!(snap.segments.len(), 1);
+    assert_eq!(snap.segments[0].segment_pool_id, pool.id());
+    assert_eq!(pool.id().0, 0, "a user pool's id is (0, n)");
+    assert!(pool.id().1 > 0);
+    drop(c);
+}
+
+#[test]
+fn routing_twice_to_one_pool_and_ending_an_inactive_routing_are_errors() {
+    if !device() {
+        return;
+    }
+    let s = fresh_stream();
+    let stream = s.stream();
+    let pool = MemPool::new(0).unwrap();
+    let inner = MemPool::new(0).unwrap();
+    let err = xpu_alloc::end_allocate_to_pool(&pool).unwrap_err();
+    assert!(matches!(err, AllocError::NotRecordingToPool { id, .. } if id == pool.id()));
+    assert!(err
+        .to_string()
+        .starts_with("endAllocatePool: not currently recording to mempool_id"));
+    let _g = xpu_alloc::use_mem_pool(&pool).unwrap();
+    let err = xpu_alloc::use_mem_pool(&pool).unwrap_err();
+    assert!(matches!(err, AllocError::AlreadyRecordingToPool { id, .. } if id == pool.id()));
+    assert!(err
+        .to_string()
+        .starts_with("beginAllocateToPool: already recording to mempool_id"));
+    {
+        let _nested = xpu_alloc::use_mem_pool(&inner).unwrap();
+        let p = xpu_alloc::allocate(4096, &stream).unwrap();
+        assert!(inner.owns(&p), "the innermost routing applies");
+    }
+    let p = xpu_alloc::allocate(4096, &stream).unwrap();
+    assert!(pool.owns(&p), "the outer routing is back");
+    xpu_alloc::end_allocate_to_pool(&pool).unwrap();
+    let err = xpu_alloc::end_allocate_to_pool(&pool).unwrap_err();
+    assert!(matches!(err, AllocError::NotRecordingToPool { .. }));
+    let q = xpu_alloc::allocate(4096, &stream).unwrap();
+    assert!(!pool.owns(&q), "explicitly ended (the guard's drop then does nothing)");
+}
+
+#[test]
+fn a_pool_dropped_with_live_blocks_lives_until_they_are_freed() {
+    if !device() {
+        return;
+    }
+    let s = fresh_stream();
+    let stream = s.stream();
+    let base = reserved();
+    let pool = MemPool::new(0).unwrap();
+    let x = pool.allocate(12 * MIB, &stream).unwrap();
+    let x_addr = x.address();
+    x.view()
+        .unwrap()
+        .write(&stream, 0, &vec![0x5A; 4096])
+        .unwrap();
+    let err = pool.release().unwrap_err();
+    assert!(
+        matches!(err, AllocError::PoolInUse { allocations: 1, routing: 0, .. }),
+        "{err}"
+    );
+    assert_eq!(reserved() - base, 12 * MIB, "release refused: nothing released");
+    drop(pool);
+    xpu_alloc::wait_pool_releases();
+    assert_eq!(reserved() - base, 12 * MIB, "kept while its block lives");
+    let d = xpu_alloc::allocate(12 * MIB, &stream).unwrap();
+    assert_ne!(d.address(), x_addr);
+    let mut seen = vec![0u8; 4096];
+    x.view().unwrap().read(&stream, 0, &mut seen).unwrap();
+    assert!(seen.iter().all(|&b| b == 0x5A), "the block is intact");
+    drop(d);
+    let with_default = reserved();
+    drop(x);
+    xpu_alloc::wait_pool_releases();
+    assert_eq!(
+        with_default - reserved(),
+        12 * MIB,
+        "the pool's segment is released once its last block is freed"
+    );
+}
+
+#[test]
+fn release_of_an_idle_pool_returns_its_segments() {
+    if !device() {
+        return;
+    }
+    let s = fresh_stream();
+    let stream = s.stream();
+    let pool = MemPool::new(0).unwrap();
+    let base = reserved();
+    drop(pool.allocate(5 * MIB, &stream).unwrap());
+    assert!(pool.memory_reserved() > 0);
+    let g = xpu_alloc::use_mem_pool(&pool).unwrap();
+    assert!(matches!(
+        pool.release(),
+        Err(AllocError::PoolInUse { allocations: 0, routing: 1, .. })
+    ));
+    drop(g);
+    pool.release().unwrap();
+    assert_eq!(pool.memory_reserved(), 0);
+    assert_eq!(reserved(), base);
+}
+
+/// A source that counts its calls and, at each free, notes whether `watch` (an event
+/// recorded after the work that reads the segment) had completed. Its addresses are
+/// shifted far from the device source's so they stay unique on the device.
+struct Watching {
+    inner: BufferSource,
+    allocs: AtomicUsize,
+    frees: AtomicUsize,
+    addresses: Mutex<Vec<u64>>,
+    watch: Mutex<Option<Event>>,
+    freed_after_work: Mutex<Vec<bool>>,
+}
+
+const SHIFT: u64 = 1 << 60;
+
+impl Watching {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            inner: BufferSource::new(0).unwrap(),
+            allocs: AtomicUsize::new(0),
+            frees: AtomicUsize::new(0),
+            addresses: Mutex::new(Vec::new()),
+            watch: Mutex::new(None),
+            freed_after_work: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+impl SegmentSource for Watching {
+    type Memory = SegmentMemory;
+    fn device(&self) -> usize {
+        self.inner.device()
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn total_memory(&self) -> u64 {
+        self.inner.total_memory()
+    }
+    fn max_alloc_size(&self) -> u64 {
+        self.inner.max_alloc_size()
+    }
+    fn base_addr_align(&self) -> u64 {
+        self.inner.base_addr_align()
+    }
+    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
+        let mut segment = self.inner.allocate(size)?;
+        segment.address += SHIFT;
+        self.allocs.fetch_add(1, Ordering::SeqCst);
+        self.addresses.lock().unwrap().push(segment.address);
+        Ok(segment)
+    }
+    fn free(&self, mut segment: SourceSegment) {
+        if let Some(event) = self.watch.lock().unwrap().as_ref() {
+            let done = event.query().unwrap();
+            self.freed_after_work.lock().unwrap().push(done);
+        }
+        self.frees.fetch_add(1, Ordering::SeqCst);
+        segment.address -= SHIFT;
+        self.inner.free(segment);
+    }
+}
+
+#[test]
+fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_does_not() {
+    if !device() {
+        return;
+    }
+    let s = fresh_stream();
+    let stream = s.stream();
+    let source = Watching::new();
+    let pool = MemPool::with_source(0, source.clone()).unwrap();
+    let base = reserved();
+    let p = pool.allocate(3 * MIB, &stream).unwrap();
+    assert_eq!(source.allocs.load(Ordering::SeqCst), 1);
+    let seg = pool.segments()[0].address;
+    assert_eq!(source.addresses.lock().unwrap().as_slice(), &[seg]);
+    assert!(p.address() >= SHIFT, "the block lies in the custom segment");
+    assert_eq!(reserved() - base, pool.memory_reserved(), "counted in the device");
+    let d = {
+        let _g = xpu_alloc::use_mem_pool(&pool).unwrap();
+        let q = xpu_alloc::allocate(4096, &stream).unwrap();
+        assert!(pool.owns(&q));
+        drop(q);
+        xpu_alloc::allocate(4096, &fresh_stream().stream()).unwrap()
+    };
+    assert_eq!(source.allocs.load(Ordering::SeqCst), 3, "routed allocations too");
+    drop(d);
+    let d = xpu_alloc::allocate(3 * MIB, &stream).unwrap();
+    assert!(!pool.owns(&d));
+    assert!(d.address() < SHIFT);
+    assert_eq!(
+        source.allocs.load(Ordering::SeqCst),
+        3,
+        "the default pool never asks the custom source"
+    );
+    drop(p);
+    pool.empty_cache();
+    assert_eq!(source.frees.load(Ordering::SeqCst), 3, "freed to the custom source");
+    let err = MemPool::with_source(1, Watching::new());
+    if xpu_device::device_count() > 1 {
+        assert!(matches!(err, Err(AllocError::Unsupported(_))));
+    }
+}
+
+/// Gate stream S; S copies from a pool block X into a default-pool block; free X; drop the
+/// pool; open the gate: the copy reads X's bytes, and the custom source sees the segment
+/// freed only after the copy completed (the release waited for S's work, without blocking
+/// the drop).
+#[test]
+fn a_dropped_pools_segment_is_released_only_after_the_gated_work_that_reads_it() {
+    if !device() {
+        return;
+    }
+    const N: usize = 64 * 1024;
+    let s = fresh_stream();
+    let stream: Stream = s.stream();
+    let source = Watching::new();
+    let pool = MemPool::with_source(0, source.clone()).unwrap();
+    let x = pool.allocate(12 * MIB, &stream).unwrap();
+    x.view().unwrap().write(&stream, 0, &vec![0xC3; N]).unwrap();
+    let out: DataPtr = xpu_alloc::allocate(N as u64, &stream).unwrap();
+    let base = reserved();
+    let gate = Gate::new(0).unwrap();
+    gate.block(&stream).unwrap();
+    out.view()
+        .unwrap()
+        .copy_from(&stream, &x.view().unwrap(), 0, 0, N)
+        .unwrap();
+    let mut copied = Event::new(Default::default());
+    copied.record(&stream).unwrap();
+    stream.queue().unwrap().flush().unwrap();
+    *source.watch.lock().unwrap() = Some(copied);
+    let copy_done = || source.watch.lock().unwrap().as_ref().unwrap().query().unwrap();
+    drop(x);
+    drop(pool); // returns at once: the release waits in the background
+    assert!(!copy_done(), "the gate holds the copy back");
+    assert_eq!(source.frees.load(Ordering::SeqCst), 0, "not released under the gated copy");
+    assert_eq!(reserved(), base, "still reserved while the copy is queued");
+    gate.open().unwrap();
+    stream.synchronize().unwrap();
+    assert!(copy_done());
+    xpu_alloc::wait_pool_releases();
+    assert_eq!(source.frees.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        source.freed_after_work.lock().unwrap().as_slice(),
+        &[true],
+        "released after the copy completed"
+    );
+    assert_eq!(base - reserved(), 12 * MIB);
+    let mut seen = vec![0u8; N];
+    out.view().unwrap().read(&stream, 0, &mut seen).unwrap();
+    assert!(seen.iter().all(|&b| b == 0xC3), "the copy read the pool block's bytes");
+}
+
+#[test]
+fn device_empty_cache_leaves_live_pools_and_releases_dropped_ones() {
+    if !device() {
+        return;
+    }
+    let s = fresh_stream();
+    let stream = s.stream();
+    let pool = MemPool::new(0).unwrap();
+    drop(pool.allocate(3 * MIB, &stream).unwrap());
+    let held = pool.memory_reserved();
+    assert!(held > 0);
+    xpu_alloc::empty_cache();
+    assert_eq!(pool.memory_reserved(), held, "a live pool keeps its cache");
+    let before = reserved();
+    drop(pool);
+    xpu_alloc::empty_cache();
+    assert_eq!(before - reserved(), held, "a dropped pool's cache is released");
+    let st = xpu_alloc::memory_stats(0).unwrap();
+    assert!(st.num_device_free >= 1, "a gone pool's counters stay in the device's");
+}
