@@ -36,11 +36,17 @@
 //! # Memory held by a graph
 //! Allocation arguments are given as `Arc`s ([`GraphArg`]): the graph keeps a clone of each
 //! for its lifetime, so a block a replay uses is never freed, and never handed to another
-//! allocation, while the graph lives (torch's graph-private pool, at the level of the blocks
-//! the graph uses). [`Capture::alloc`] allocates during capture: the buffer belongs to the
-//! graph (and to the `Arc`s the caller keeps). When a graph is dropped its blocks are freed
-//! stream-ordered: each replay stream is recorded on each block (as `record_stream`), so a
-//! block is reused only after the replays enqueued before the drop complete.
+//! allocation, while the graph lives. Allocations made during capture come from the graph's
+//! private pool (an `xpu_alloc::MemPool`, as torch's graph-private pool): [`Capture::alloc`]
+//! allocates from it, and every other allocation the capturing thread makes on the device
+//! while the closure runs is routed to it (`xpu_alloc::use_mem_pool`). By default each
+//! graph gets a pool of its own (id `(n, 0)`); [`graph_pool_handle`] makes a pool several
+//! captures share ([`Graph::capture_in_pool`], as `torch.cuda.graph(g, pool=handle)`). The
+//! graph holds its pool for its lifetime, so the pool's segments stay reserved for the
+//! replays. When a graph is dropped its blocks are freed stream-ordered: each replay stream
+//! is recorded on each block (as `record_stream`), so a block is reused only after the
+//! replays enqueued before the drop complete, and a pool no graph or handle holds any more
+//! releases its segments after that work.
 //!
 //! # Why replay is safe
 //! The captured launches are [`CaptureLaunch::enqueue`], an `unsafe fn` whose contract covers
@@ -67,7 +73,7 @@ use std::sync::Arc;
 
 use bytemuck::Pod;
 use parking_lot::Mutex;
-use xpu_alloc::{AllocError, DataPtr};
+use xpu_alloc::{AllocError, DataPtr, MemPool};
 use xpu_device::backend::Kernel;
 use xpu_device::DeviceError;
 use xpu_stream::{Stream, StreamError};
@@ -319,6 +325,8 @@ pub struct Capture {
     nodes: Vec<Node>,
     blocks: Vec<Arc<dyn GraphBlock>>,
     events: usize,
+    /// The pool allocations during capture come from.
+    pool: MemPool,
 }
 
 /// An event recorded during a capture ([`Capture::record_event`]).
@@ -366,6 +374,12 @@ impl Capture {
         self.device
     }
 
+    /// The private pool this capture allocates from (the graph's).
+    #[must_use]
+    pub fn pool(&self) -> &MemPool {
+        &self.pool
+    }
+
     /// Starts a captured launch of `function` on `stream` (checked as
     /// [`crate::LaunchExt::launch`]); [`CaptureLaunch::arg`] adds the arguments and
     /// [`CaptureLaunch::enqueue`] records it. Nothing runs until [`Graph::replay`].
@@ -395,10 +409,10 @@ impl Capture {
         })
     }
 
-    /// Allocates `len` elements on `stream` for the graph (contents unspecified, as
-    /// [`DeviceBuffer::new`]): the graph holds the buffer for its lifetime, so its block stays
-    /// reserved for the replays (torch's graph-private pool); the returned `Arc` may be kept
-    /// to read results or dropped.
+    /// Allocates `len` elements on `stream` for the graph from the capture's pool
+    /// ([`Capture::pool`]; contents unspecified, as [`DeviceBuffer::new`]): the graph holds
+    /// the buffer for its lifetime, so its block stays reserved for the replays (torch's
+    /// graph-private pool); the returned `Arc` may be kept to read results or dropped.
     ///
     /// # Errors
     /// [`GraphError::NotCaptured`]; [`MemoryError`] as [`DeviceBuffer::new`].
@@ -408,7 +422,7 @@ impl Capture {
         len: usize,
     ) -> Result<Arc<DeviceBuffer<T>>, GraphError> {
         self.check(stream)?;
-        let b = Arc::new(DeviceBuffer::<T>::new(len, stream)?);
+        let b = Arc::new(DeviceBuffer::<T>::new_in_pool(len, stream, &self.pool)?);
         self.keep(Arc::clone(&b) as Arc<dyn GraphBlock>)?;
         Ok(b)
     }
@@ -690,12 +704,24 @@ impl Drop for CaptureLaunch<'_> {
     }
 }
 
+/// A private pool for graph captures on `device` that several captures may share (as
+/// `torch.cuda.graph_pool_handle()`): pass it to [`Graph::capture_in_pool`]. Each graph
+/// holds the pool while it lives; its id is `(0, n)` as torch's handles.
+///
+/// # Errors
+/// [`GraphError::Alloc`] as `xpu_alloc::MemPool::new` (bad device index, configuration).
+pub fn graph_pool_handle(device: usize) -> Result<MemPool, GraphError> {
+    Ok(MemPool::new(device)?)
+}
+
 /// A captured command sequence of one device, replayed with [`Graph::replay`] (as
 /// `torch.cuda.CUDAGraph`). `Send + Sync`; concurrent replays are serialized by the graph's
 /// lock (each replay's enqueues stay together).
 pub struct Graph {
     device: usize,
     inner: Mutex<GraphInner>,
+    /// The private pool of the capture's allocations, held for the replays.
+    pool: MemPool,
 }
 
 struct GraphInner {
@@ -723,12 +749,38 @@ impl Graph {
     /// captured streams are refused with typed errors; when it returns (or panics) the
     /// streams are released, usable as before.
     ///
+    /// Allocations during the capture come from a new private pool of the graph (see the
+    /// module docs, "Memory held by a graph").
+    ///
     /// # Errors
-    /// [`GraphError::AlreadyCapturing`] for a stream another capture holds; `f`'s error.
+    /// [`GraphError::AlreadyCapturing`] for a stream another capture holds; `f`'s error;
+    /// [`GraphError::Alloc`] when the device's allocator cannot be created.
     pub fn capture<F>(stream: &Stream, f: F) -> Result<Graph, GraphError>
     where
         F: FnOnce(&mut Capture) -> Result<(), GraphError>,
     {
+        stream.queue()?;
+        let pool = MemPool::for_graph(stream.device())?;
+        Self::capture_in_pool(stream, &pool, f)
+    }
+
+    /// [`Graph::capture`] with the capture's allocations taken from `pool` (as
+    /// `torch.cuda.graph(g, pool=handle)`): a pool from [`graph_pool_handle`] (or any
+    /// `MemPool` of the device) that several graphs may share; each holds it while it lives.
+    ///
+    /// # Errors
+    /// [`GraphError::OtherDevice`] for a pool of another device than the stream's; as
+    /// [`Graph::capture`].
+    pub fn capture_in_pool<F>(stream: &Stream, pool: &MemPool, f: F) -> Result<Graph, GraphError>
+    where
+        F: FnOnce(&mut Capture) -> Result<(), GraphError>,
+    {
+        if pool.device() != stream.device() {
+            return Err(GraphError::OtherDevice {
+                graph_device: pool.device(),
+                stream_device: stream.device(),
+            });
+        }
         stream.queue()?;
         register(stream)?;
         let mut capture = Capture {
@@ -738,6 +790,14 @@ impl Graph {
             nodes: Vec::new(),
             blocks: Vec::new(),
             events: 0,
+            pool: pool.clone(),
+        };
+        // Every allocation this thread makes on the device during the capture comes from
+        // the pool (unless the caller already routes to it).
+        let _routed = match xpu_alloc::use_mem_pool(pool) {
+            Ok(guard) => Some(guard),
+            Err(AllocError::AlreadyRecordingToPool { .. }) => None,
+            Err(e) => return Err(e.into()),
         };
         f(&mut capture)?;
         let nodes = std::mem::take(&mut capture.nodes);
@@ -749,7 +809,14 @@ impl Graph {
                 blocks,
                 recorded: HashSet::new(),
             }),
+            pool: capture.pool.clone(),
         })
+    }
+
+    /// The private pool the graph's capture allocated from (held while the graph lives).
+    #[must_use]
+    pub fn pool(&self) -> &MemPool {
+        &self.pool
     }
 
     /// The device the graph was captured on.

@@ -275,6 +275,27 @@ impl<T: Pod> DeviceBuffer<T> {
         })
     }
 
+    /// `len` elements from the private pool `pool` (as [`DeviceBuffer::new`], whatever the
+    /// thread's routing): the block is `pool`'s and returns to it when the buffer drops. As
+    /// `torch.empty(..., device=...)` under `torch.cuda.use_mem_pool(pool)`.
+    ///
+    /// # Errors
+    /// As [`DeviceBuffer::new`]; [`MemoryError::Alloc`] with
+    /// `AllocError::StreamDevice` for a stream of another device than the pool's.
+    pub fn new_in_pool(
+        len: usize,
+        stream: &Stream,
+        pool: &xpu_alloc::MemPool,
+    ) -> Result<Self, MemoryError> {
+        let bytes = byte_len::<T>(len)?;
+        let ptr = pool.allocate(bytes as u64, stream)?;
+        Ok(Self {
+            ptr,
+            len,
+            _t: PhantomData,
+        })
+    }
+
     /// `len` zeroed elements (the zero fill is enqueued on `stream`, non-blocking). As
     /// cudarc's `alloc_zeros`, `torch.zeros(device=...)`.
     ///

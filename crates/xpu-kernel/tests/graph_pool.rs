@@ -1,0 +1,151 @@
+//! Graph-private pools on a real OpenCL device (PoCL in CI): allocations during a capture
+//! come from the graph's pool, `graph_pool_handle` shares one pool between captures, and
+//! the pool stays reserved while a graph lives. Skipped without a device unless
+//! `XPU_REQUIRE_DEVICE=1`.
+
+
+use xpu_kernel::graph::{graph_pool_handle, Graph, GraphError};
+use xpu_kernel::{DeviceBuffer, Program};
+use xpu_stream::ExternalStream;
+use xpu_testing::devices;
+
+fn fresh_stream(device: usize) -> ExternalStream {
+    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
+}
+
+const N: usize = 1000;
+const BYTES: u64 = 4096; // N f32 rounded to 512
+
+const ADD: &str = r"
+__kernel void add(__global float *y, float a, uint n) {
+    size_t i = get_global_id(0);
+    if (i < n) y[i] += a;
+}
+";
+
+#[test]
+fn allocations_during_a_capture_come_from_the_graphs_private_pool() {
+    if !devices(1) {
+        return;
+    }
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let add = Program::build(0, ADD, "").unwrap().function("add").unwrap();
+    let mut y = None;
+    let mut routed = None;
+    let graph = Graph::capture(&s, |c| {
+        let b = c.alloc::<f32>(&s, N)?;
+        c.fill(&s, &b, 1.0f32)?;
+        // SAFETY: N work-items touch b[0..N), at every replay; the kernel terminates.
+        unsafe {
+            c.launch(&s, &add, &[N], None)?
+                .arg(&b)?
+                .arg(2.0f32)?
+                .arg(N as u32)?
+                .enqueue()?;
+        }
+        y = Some(b);
+        // Any other allocation of this thread during the capture is routed to the pool.
+        routed = Some(DeviceBuffer::<u8>::new(100, &s)?);
+        Ok(())
+    })
+    .unwrap();
+    let y = y.unwrap();
+    let routed = routed.unwrap();
+    let pool = graph.pool();
+    assert!(pool.owns(y.data_ptr()), "Capture::alloc takes the graph's pool");
+    assert!(pool.owns(routed.data_ptr()), "the capturing thread is routed");
+    assert!(pool.id().0 > 0 && pool.id().1 == 0, "a capture pool id (n, 0)");
+    assert_eq!(pool.memory_allocated(), BYTES + 512);
+    let after = DeviceBuffer::<f32>::new(N, &s).unwrap();
+    assert!(!pool.owns(after.data_ptr()), "routing ends with the capture");
+    for _ in 0..3 {
+        graph.replay(&s).unwrap();
+    }
+    assert_eq!(y.to_vec(&s).unwrap(), vec![3.0f32; N]);
+    // The graph's block is never handed to the default pool while the graph lives.
+    drop(y);
+    let other = DeviceBuffer::<f32>::new(N, &s).unwrap();
+    assert!(!pool.owns(other.data_ptr()));
+    assert_eq!(pool.memory_allocated(), BYTES + 512, "the graph still holds its block");
+}
+
+#[test]
+fn two_graphs_share_one_pool_from_graph_pool_handle_and_hold_it_while_they_live() {
+    if !devices(1) {
+        return;
+    }
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let handle = graph_pool_handle(0).unwrap();
+    assert_eq!(handle.id().0, 0, "a handle's id is (0, n)");
+    let base = xpu_alloc::memory_reserved(0).unwrap();
+    let mut a = None;
+    let g1 = Graph::capture_in_pool(&s, &handle, |c| {
+        let b = c.alloc::<f32>(&s, N)?;
+        c.fill(&s, &b, 5.0f32)?;
+        a = Some(b);
+        Ok(())
+    })
+    .unwrap();
+    let mut b = None;
+    let g2 = Graph::capture_in_pool(&s, &handle, |c| {
+        let x = c.alloc::<f32>(&s, N)?;
+        c.fill(&s, &x, 7.0f32)?;
+        b = Some(x);
+        Ok(())
+    })
+    .unwrap();
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(g1.pool().id(), handle.id());
+    assert_eq!(g2.pool().id(), handle.id());
+    assert!(handle.owns(a.data_ptr()) && handle.owns(b.data_ptr()));
+    assert_eq!(handle.memory_allocated(), 2 * BYTES);
+    assert_eq!(handle.segments().len(), 1, "one segment of the shared pool holds both");
+    g1.replay(&s).unwrap();
+    g2.replay(&s).unwrap();
+    assert_eq!(a.to_vec(&s).unwrap(), vec![5.0f32; N]);
+    assert_eq!(b.to_vec(&s).unwrap(), vec![7.0f32; N]);
+    let reserved = handle.memory_reserved();
+    assert_eq!(xpu_alloc::memory_reserved(0).unwrap() - base, reserved);
+    // The handle and the buffers go; the graphs keep the pool and its blocks.
+    let pool = g1.pool().clone();
+    drop((handle, a, b));
+    xpu_alloc::empty_cache();
+    assert_eq!(pool.memory_allocated(), 2 * BYTES);
+    assert_eq!(pool.memory_reserved(), reserved, "reserved for the replays");
+    g2.replay(&s).unwrap();
+    drop(pool);
+    drop(g1);
+    drop(g2);
+    xpu_alloc::wait_pool_releases();
+    assert_eq!(
+        xpu_alloc::memory_reserved(0).unwrap(),
+        base,
+        "the pool is released once no graph holds it"
+    );
+}
+
+#[test]
+fn capturing_into_a_pool_of_another_device_is_refused() {
+    if !devices(2) {
+        return;
+    }
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let pool = graph_pool_handle(1).unwrap();
+    let err = Graph::capture_in_pool(&s, &pool, |_| Ok(())).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            GraphError::OtherDevice {
+                graph_device: 1,
+                stream_device: 0
+            }
+        ),
+        "{err}"
+    );
+    // The stream is usable afterwards.
+    let g = Graph::capture(&s, |_| Ok(())).unwrap();
+    assert!(g.is_empty());
+}
