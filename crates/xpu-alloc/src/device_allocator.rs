@@ -9,8 +9,8 @@ use crate::data_ptr::DataPtr;
 use crate::device_ptr::DevicePtr;
 use crate::error::{check_fork, AllocError};
 use crate::mem_pool::{self, MemPool, MemPoolId, PoolRegistry};
-use crate::source::DynSource;
 use crate::source::BufferSource;
+use crate::source::DynSource;
 use crate::stats::MemoryStats;
 use crate::stream::MarkerError;
 

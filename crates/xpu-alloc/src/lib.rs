@@ -57,16 +57,16 @@ pub use crate::data_ptr::{BlockArgError, BlockView, DataPtr};
 pub use crate::device_allocator::DeviceAllocator;
 pub use crate::device_ptr::DevicePtr;
 pub use crate::error::{AllocError, OomReport};
-pub use crate::mem_pool::{
-    begin_allocate_to_pool, end_allocate_to_pool, use_mem_pool, wait_pool_releases, MemPool,
-    MemPoolGuard, MemPoolId,
-};
 pub use crate::global::{
     allocate, allocate_current, current_config, device_allocator, empty_cache,
     max_memory_allocated, max_memory_reserved, mem_get_info, memory_allocated, memory_fraction,
     memory_reserved, memory_stats, memory_stats_flat, raw_alloc, raw_alloc_with_stream,
     raw_cl_mem_and_offset, raw_delete, record_stream, reset_accumulated_stats, reset_peak_stats,
     set_config, set_memory_fraction, with_raw_view, CONFIG_ENV,
+};
+pub use crate::mem_pool::{
+    begin_allocate_to_pool, end_allocate_to_pool, use_mem_pool, wait_pool_releases, MemPool,
+    MemPoolGuard, MemPoolId,
 };
 pub use crate::observe::device::{
     memory_history, memory_snapshot, memory_summary, record_memory_history,

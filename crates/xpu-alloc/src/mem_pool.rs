@@ -211,9 +211,8 @@ impl MemPool {
         match e {
             AllocError::OutOfMemory(mut report) => {
                 let allowed = parent.allowed();
-                let over = allowed.is_some_and(|a| {
-                    parent.reserved().saturating_add(report.segment_size) > a
-                });
+                let over = allowed
+                    .is_some_and(|a| parent.reserved().saturating_add(report.segment_size) > a);
                 report.allowed = allowed;
                 if over {
                     AllocError::MemoryFractionExceeded(report)
@@ -236,28 +235,16 @@ impl MemPool {
         self.inner.core.memory_stats()
     }
 
-    /// Bytes allocated from the pool now.
+    /// Bytes allocated from the pool now (peaks and the rest: [`MemPool::memory_stats`]).
     #[must_use]
     pub fn memory_allocated(&self) -> u64 {
-        nonneg(self.memory_stats().allocated_bytes.all.current)
-    }
-
-    /// Peak bytes allocated from the pool.
-    #[must_use]
-    pub fn max_memory_allocated(&self) -> u64 {
-        nonneg(self.memory_stats().allocated_bytes.all.peak)
+        self.inner.core.memory_allocated()
     }
 
     /// Bytes the pool reserves from the device now (its segments).
     #[must_use]
     pub fn memory_reserved(&self) -> u64 {
-        nonneg(self.memory_stats().reserved_bytes.all.current)
-    }
-
-    /// Peak bytes the pool reserved.
-    #[must_use]
-    pub fn max_memory_reserved(&self) -> u64 {
-        nonneg(self.memory_stats().reserved_bytes.all.peak)
+        self.inner.core.memory_reserved()
     }
 
     /// The pool's segments and blocks, sorted by address.
@@ -493,7 +480,10 @@ pub fn begin_allocate_to_pool(pool: &MemPool) -> Result<(), AllocError> {
     check_fork()?;
     let parent = pool.inner.parent.shared().id;
     ROUTES.with_borrow_mut(|routes| {
-        if routes.iter().any(|r| Arc::ptr_eq(&r.pool.inner, &pool.inner)) {
+        if routes
+            .iter()
+            .any(|r| Arc::ptr_eq(&r.pool.inner, &pool.inner))
+        {
             return Err(AllocError::AlreadyRecordingToPool {
                 device: pool.device(),
                 id: pool.id(),

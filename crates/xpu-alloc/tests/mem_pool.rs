@@ -50,9 +50,16 @@ fn routing_sends_this_threads_allocations_to_the_pool_and_no_other_threads() {
     let guard = xpu_alloc::use_mem_pool(&pool).unwrap();
     assert_eq!(pool.routing_threads(), 1);
     let routed = xpu_alloc::allocate(4096, &stream).unwrap();
-    assert!(pool.owns(&routed), "this thread's allocation comes from the pool");
+    assert!(
+        pool.owns(&routed),
+        "this thread's allocation comes from the pool"
+    );
     let raw = xpu_alloc::raw_alloc_with_stream(8192, &stream).unwrap();
-    assert_eq!(pool.memory_allocated(), 4096 + 8192, "raw_alloc is routed too");
+    assert_eq!(
+        pool.memory_allocated(),
+        4096 + 8192,
+        "raw_alloc is routed too"
+    );
     let other = std::thread::scope(|scope| {
         scope
             .spawn(|| {
@@ -68,7 +75,11 @@ fn routing_sends_this_threads_allocations_to_the_pool_and_no_other_threads() {
     let after = xpu_alloc::allocate(4096, &stream).unwrap();
     assert!(!pool.owns(&after), "routing ends with the guard");
     xpu_alloc::raw_delete(raw).unwrap();
-    assert_eq!(pool.memory_allocated(), 4096, "raw_delete frees to the pool");
+    assert_eq!(
+        pool.memory_allocated(),
+        4096,
+        "raw_delete frees to the pool"
+    );
 }
 
 #[test]
@@ -86,12 +97,19 @@ fn a_pools_freed_block_is_never_handed_to_the_default_pool_and_back() {
         drop(p);
         let d = xpu_alloc::allocate(size, &stream).unwrap();
         assert!(!pool.owns(&d));
-        assert_ne!(d.address(), p_addr, "the default pool took the pool's freed block");
+        assert_ne!(
+            d.address(),
+            p_addr,
+            "the default pool took the pool's freed block"
+        );
         assert!(
             !pool_block_addresses(&pool).contains(&d.address()),
             "the default block lies in a pool segment"
         );
-        assert!(pool_block_addresses(&pool).contains(&p_addr), "still cached by the pool");
+        assert!(
+            pool_block_addresses(&pool).contains(&p_addr),
+            "still cached by the pool"
+        );
         // Default -> pool: the default pool's freed block stays the default pool's.
         let d_addr = d.address();
         drop(d);
@@ -100,7 +118,11 @@ fn a_pools_freed_block_is_never_handed_to_the_default_pool_and_back() {
         assert_eq!(q.address(), p_addr, "the pool reuses its own block");
         assert_ne!(q.address(), d_addr);
         let d2 = xpu_alloc::allocate(size, &stream).unwrap();
-        assert_eq!(d2.address(), d_addr, "the default pool reuses its own block");
+        assert_eq!(
+            d2.address(),
+            d_addr,
+            "the default pool reuses its own block"
+        );
     }
 }
 
@@ -141,7 +163,11 @@ fn per_pool_statistics_are_exact_and_count_in_the_device() {
     assert_eq!(st.allocated_bytes.all.freed, 1024 + 3 * MIB as i64);
     assert_eq!(st.allocated_bytes.all.peak, 1024 + 3 * MIB as i64);
     pool.empty_cache();
-    assert_eq!(pool.memory_reserved(), 0, "the pool's empty_cache releases its segments");
+    assert_eq!(
+        pool.memory_reserved(),
+        0,
+        "the pool's empty_cache releases its segments"
+    );
     assert_eq!(pool.memory_stats().num_device_free, 2);
     let snap = pool.snapshot().unwrap();
     assert!(snap.segments.is_empty());
@@ -185,7 +211,10 @@ fn routing_twice_to_one_pool_and_ending_an_inactive_routing_are_errors() {
     let err = xpu_alloc::end_allocate_to_pool(&pool).unwrap_err();
     assert!(matches!(err, AllocError::NotRecordingToPool { .. }));
     let q = xpu_alloc::allocate(4096, &stream).unwrap();
-    assert!(!pool.owns(&q), "explicitly ended (the guard's drop then does nothing)");
+    assert!(
+        !pool.owns(&q),
+        "explicitly ended (the guard's drop then does nothing)"
+    );
 }
 
 #[test]
@@ -205,10 +234,21 @@ fn a_pool_dropped_with_live_blocks_lives_until_they_are_freed() {
         .unwrap();
     let err = pool.release().unwrap_err();
     assert!(
-        matches!(err, AllocError::PoolInUse { allocations: 1, routing: 0, .. }),
+        matches!(
+            err,
+            AllocError::PoolInUse {
+                allocations: 1,
+                routing: 0,
+                ..
+            }
+        ),
         "{err}"
     );
-    assert_eq!(reserved() - base, 12 * MIB, "release refused: nothing released");
+    assert_eq!(
+        reserved() - base,
+        12 * MIB,
+        "release refused: nothing released"
+    );
     drop(pool);
     xpu_alloc::wait_pool_releases();
     assert_eq!(reserved() - base, 12 * MIB, "kept while its block lives");
@@ -242,7 +282,11 @@ fn release_of_an_idle_pool_returns_its_segments() {
     let g = xpu_alloc::use_mem_pool(&pool).unwrap();
     assert!(matches!(
         pool.release(),
-        Err(AllocError::PoolInUse { allocations: 0, routing: 1, .. })
+        Err(AllocError::PoolInUse {
+            allocations: 0,
+            routing: 1,
+            ..
+        })
     ));
     drop(g);
     pool.release().unwrap();
@@ -327,7 +371,11 @@ fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_d
     let seg = pool.segments()[0].address;
     assert_eq!(source.addresses.lock().unwrap().as_slice(), &[seg]);
     assert!(p.address() >= SHIFT, "the block lies in the custom segment");
-    assert_eq!(reserved() - base, pool.memory_reserved(), "counted in the device");
+    assert_eq!(
+        reserved() - base,
+        pool.memory_reserved(),
+        "counted in the device"
+    );
     let d = {
         let _g = xpu_alloc::use_mem_pool(&pool).unwrap();
         let q = xpu_alloc::allocate(4096, &stream).unwrap();
@@ -335,7 +383,11 @@ fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_d
         drop(q);
         xpu_alloc::allocate(4096, &fresh_stream().stream()).unwrap()
     };
-    assert_eq!(source.allocs.load(Ordering::SeqCst), 3, "routed allocations too");
+    assert_eq!(
+        source.allocs.load(Ordering::SeqCst),
+        3,
+        "routed allocations too"
+    );
     drop(d);
     let d = xpu_alloc::allocate(3 * MIB, &stream).unwrap();
     assert!(!pool.owns(&d));
@@ -347,7 +399,11 @@ fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_d
     );
     drop(p);
     pool.empty_cache();
-    assert_eq!(source.frees.load(Ordering::SeqCst), 3, "freed to the custom source");
+    assert_eq!(
+        source.frees.load(Ordering::SeqCst),
+        3,
+        "freed to the custom source"
+    );
     let err = MemPool::with_source(1, Watching::new());
     if xpu_device::device_count() > 1 {
         assert!(matches!(err, Err(AllocError::Unsupported(_))));
@@ -382,11 +438,24 @@ fn a_dropped_pools_segment_is_released_only_after_the_gated_work_that_reads_it()
     copied.record(&stream).unwrap();
     stream.queue().unwrap().flush().unwrap();
     *source.watch.lock().unwrap() = Some(copied);
-    let copy_done = || source.watch.lock().unwrap().as_ref().unwrap().query().unwrap();
+    let copy_done = || {
+        source
+            .watch
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .query()
+            .unwrap()
+    };
     drop(x);
     drop(pool); // returns at once: the release waits in the background
     assert!(!copy_done(), "the gate holds the copy back");
-    assert_eq!(source.frees.load(Ordering::SeqCst), 0, "not released under the gated copy");
+    assert_eq!(
+        source.frees.load(Ordering::SeqCst),
+        0,
+        "not released under the gated copy"
+    );
     assert_eq!(reserved(), base, "still reserved while the copy is queued");
     gate.open().unwrap();
     stream.synchronize().unwrap();
@@ -401,7 +470,10 @@ fn a_dropped_pools_segment_is_released_only_after_the_gated_work_that_reads_it()
     assert_eq!(base - reserved(), 12 * MIB);
     let mut seen = vec![0u8; N];
     out.view().unwrap().read(&stream, 0, &mut seen).unwrap();
-    assert!(seen.iter().all(|&b| b == 0xC3), "the copy read the pool block's bytes");
+    assert!(
+        seen.iter().all(|&b| b == 0xC3),
+        "the copy read the pool block's bytes"
+    );
 }
 
 #[test]
@@ -420,7 +492,14 @@ fn device_empty_cache_leaves_live_pools_and_releases_dropped_ones() {
     let before = reserved();
     drop(pool);
     xpu_alloc::empty_cache();
-    assert_eq!(before - reserved(), held, "a dropped pool's cache is released");
+    assert_eq!(
+        before - reserved(),
+        held,
+        "a dropped pool's cache is released"
+    );
     let st = xpu_alloc::memory_stats(0).unwrap();
-    assert!(st.num_device_free >= 1, "a gone pool's counters stay in the device's");
+    assert!(
+        st.num_device_free >= 1,
+        "a gone pool's counters stay in the device's"
+    );
 }

@@ -3,10 +3,12 @@
 //! the pool stays reserved while a graph lives. Skipped without a device unless
 //! `XPU_REQUIRE_DEVICE=1`.
 
+use std::sync::Arc;
 
+use xpu_alloc::MemPool;
 use xpu_kernel::graph::{graph_pool_handle, Graph, GraphError};
 use xpu_kernel::{DeviceBuffer, Program};
-use xpu_stream::ExternalStream;
+use xpu_stream::{ExternalStream, Stream};
 use xpu_testing::devices;
 
 fn fresh_stream(device: usize) -> ExternalStream {
@@ -53,12 +55,24 @@ fn allocations_during_a_capture_come_from_the_graphs_private_pool() {
     let y = y.unwrap();
     let routed = routed.unwrap();
     let pool = graph.pool();
-    assert!(pool.owns(y.data_ptr()), "Capture::alloc takes the graph's pool");
-    assert!(pool.owns(routed.data_ptr()), "the capturing thread is routed");
-    assert!(pool.id().0 > 0 && pool.id().1 == 0, "a capture pool id (n, 0)");
+    assert!(
+        pool.owns(y.data_ptr()),
+        "Capture::alloc takes the graph's pool"
+    );
+    assert!(
+        pool.owns(routed.data_ptr()),
+        "the capturing thread is routed"
+    );
+    assert!(
+        pool.id().0 > 0 && pool.id().1 == 0,
+        "a capture pool id (n, 0)"
+    );
     assert_eq!(pool.memory_allocated(), BYTES + 512);
     let after = DeviceBuffer::<f32>::new(N, &s).unwrap();
-    assert!(!pool.owns(after.data_ptr()), "routing ends with the capture");
+    assert!(
+        !pool.owns(after.data_ptr()),
+        "routing ends with the capture"
+    );
     for _ in 0..3 {
         graph.replay(&s).unwrap();
     }
@@ -67,7 +81,24 @@ fn allocations_during_a_capture_come_from_the_graphs_private_pool() {
     drop(y);
     let other = DeviceBuffer::<f32>::new(N, &s).unwrap();
     assert!(!pool.owns(other.data_ptr()));
-    assert_eq!(pool.memory_allocated(), BYTES + 512, "the graph still holds its block");
+    assert_eq!(
+        pool.memory_allocated(),
+        BYTES + 512,
+        "the graph still holds its block"
+    );
+}
+
+/// A graph, captured into `pool`, that fills a buffer it allocates with `value`.
+fn capture_fill(s: &Stream, pool: &MemPool, value: f32) -> (Graph, Arc<DeviceBuffer<f32>>) {
+    let mut out = None;
+    let graph = Graph::capture_in_pool(s, pool, |c| {
+        let b = c.alloc::<f32>(s, N)?;
+        c.fill(s, &b, value)?;
+        out = Some(b);
+        Ok(())
+    })
+    .unwrap();
+    (graph, out.unwrap())
 }
 
 #[test]
@@ -80,28 +111,17 @@ fn two_graphs_share_one_pool_from_graph_pool_handle_and_hold_it_while_they_live(
     let handle = graph_pool_handle(0).unwrap();
     assert_eq!(handle.id().0, 0, "a handle's id is (0, n)");
     let base = xpu_alloc::memory_reserved(0).unwrap();
-    let mut a = None;
-    let g1 = Graph::capture_in_pool(&s, &handle, |c| {
-        let b = c.alloc::<f32>(&s, N)?;
-        c.fill(&s, &b, 5.0f32)?;
-        a = Some(b);
-        Ok(())
-    })
-    .unwrap();
-    let mut b = None;
-    let g2 = Graph::capture_in_pool(&s, &handle, |c| {
-        let x = c.alloc::<f32>(&s, N)?;
-        c.fill(&s, &x, 7.0f32)?;
-        b = Some(x);
-        Ok(())
-    })
-    .unwrap();
-    let (a, b) = (a.unwrap(), b.unwrap());
+    let (g1, a) = capture_fill(&s, &handle, 5.0);
+    let (g2, b) = capture_fill(&s, &handle, 7.0);
     assert_eq!(g1.pool().id(), handle.id());
     assert_eq!(g2.pool().id(), handle.id());
     assert!(handle.owns(a.data_ptr()) && handle.owns(b.data_ptr()));
     assert_eq!(handle.memory_allocated(), 2 * BYTES);
-    assert_eq!(handle.segments().len(), 1, "one segment of the shared pool holds both");
+    assert_eq!(
+        handle.segments().len(),
+        1,
+        "one segment of the shared pool holds both"
+    );
     g1.replay(&s).unwrap();
     g2.replay(&s).unwrap();
     assert_eq!(a.to_vec(&s).unwrap(), vec![5.0f32; N]);

@@ -58,6 +58,10 @@
 //! | `set_per_process_memory_fraction(f, i)` | `set_per_process_memory_fraction` (0 < f ≤ 1) | yes |
 //! | `caching_allocator_alloc` / `caching_allocator_delete` | `xpu_alloc` `raw_alloc` / `raw_delete` | — |
 //! | `Tensor.record_stream(s)` | `xpu_alloc` `record_stream` | — |
+//! | `MemPool()`, `MemPool(allocator=...)` | `mem_pool` / `MemPool::new`, `xpu_alloc::MemPool::with_source` (a `SegmentSource`) | yes / no |
+//! | `use_mem_pool(pool)` | `use_mem_pool` → `MemPoolGuard` (this thread only) | yes |
+//! | `pool.id`, `pool.snapshot()`, `empty_cache` of one pool | `MemPool::id`, `snapshot`, `memory_stats`, `empty_cache`, `release` | — |
+//! | `graph_pool_handle()`, `graph(g, pool=...)` | `xpu_kernel::graph::graph_pool_handle`, `Graph::capture_in_pool` | — |
 //!
 //! # Initialization and `fork`
 //! OpenCL cannot count devices without initializing its driver (there is no NVML), so the
@@ -97,9 +101,12 @@
 //! No equivalent, and why:
 //! - `get_arch_list`, `is_bf16_supported`, `get_gencode_flags`: tied to ahead-of-time compiled
 //!   kernels; xpu builds OpenCL C at run time. `has_fp16` / `has_fp64` are in the properties.
-//! - `Event.ipc_handle`, `MemPool`, expandable segments, pluggable allocators:
-//!   OpenCL 3.0 has no IPC handles or virtual-memory mapping to build them on. (CUDA graphs
-//!   are `xpu_kernel::graph`: captured through a handle and replayed from a recording.)
+//! - `Event.ipc_handle`, expandable segments, pluggable allocators (process-wide
+//!   `change_current_allocator`; a private pool may draw from a custom segment source):
+//!   OpenCL 3.0 has no IPC handles or virtual-memory mapping to build them on. (Private
+//!   pools are allocator bookkeeping: `MemPool`; CUDA graphs are `xpu_kernel::graph`:
+//!   captured through a handle and replayed from a recording, allocating from a
+//!   graph-private pool.)
 //! - `can_device_access_peer`: OpenCL contexts here are per device; cross-device waits are
 //!   supported by events (a completion callback sets a user event on the waiting device).
 //! - `torch.xpu.manual_seed*` and random generators: no RNG lives in the runtime layer.

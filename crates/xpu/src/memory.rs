@@ -9,7 +9,9 @@
 
 use std::collections::BTreeMap;
 
-pub use xpu_alloc::{DataPtr, DevicePtr, HostPtr, MemorySnapshot, MemoryStats};
+pub use xpu_alloc::{
+    DataPtr, DevicePtr, HostPtr, MemPool, MemPoolGuard, MemPoolId, MemorySnapshot, MemoryStats,
+};
 
 use crate::error::Result;
 
@@ -171,4 +173,28 @@ pub fn set_per_process_memory_fraction(fraction: f64, device: Option<usize>) -> 
 pub fn allocate(size: u64) -> Result<DataPtr> {
     xpu_lazy::lazy_init()?;
     Ok(xpu_alloc::allocate_current(size)?)
+}
+
+/// A new private memory pool on a device (`None` = current device), as
+/// `torch.xpu.MemPool()` / `torch.cuda.MemPool()`: its own small and large pools and
+/// segments, shared accounting with the device (see `xpu_alloc::MemPool`; a custom segment
+/// source: `xpu_alloc::MemPool::with_source`, as `MemPool(allocator=...)`). Initializes.
+///
+/// # Errors
+/// Initialization errors; `InvalidDevice`.
+pub fn mem_pool(device: Option<usize>) -> Result<MemPool> {
+    xpu_lazy::lazy_init()?;
+    Ok(MemPool::new(current(device))?)
+}
+
+/// Routes the calling thread's allocations on `pool`'s device to `pool` until the guard
+/// drops, as `torch.xpu.use_mem_pool(pool)` / `torch.cuda.use_mem_pool(pool)` (other
+/// threads are not routed). Initializes.
+///
+/// # Errors
+/// Initialization errors; `AllocError::AlreadyRecordingToPool` ("beginAllocateToPool:
+/// already recording to mempool_id") when this thread already routes to `pool`.
+pub fn use_mem_pool(pool: &MemPool) -> Result<MemPoolGuard> {
+    xpu_lazy::lazy_init()?;
+    Ok(xpu_alloc::use_mem_pool(pool)?)
 }

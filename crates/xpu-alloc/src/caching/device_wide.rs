@@ -17,6 +17,9 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// the counters.
 pub(crate) const MAX_RESERVED: u64 = i64::MAX as u64;
 
+/// Runs a dropped shard's teardown somewhere (see [`DeviceShared::deferred_drop`]).
+pub(crate) type DeferredDrop = fn(Box<dyn FnOnce() + Send>);
+
 /// Why a segment could not be obtained.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum SegmentFailure {
@@ -57,7 +60,7 @@ pub(crate) struct DeviceShared {
     /// Where a dropped shard's teardown (waiting for its streams, releasing its segments)
     /// runs: `None` runs it in the drop itself; private pools hand it to a background
     /// thread (see `crate::mem_pool`), so a drop never waits for the device.
-    pub deferred_drop: Option<fn(Box<dyn FnOnce() + Send>)>,
+    pub deferred_drop: Option<DeferredDrop>,
 }
 
 impl DeviceShared {
