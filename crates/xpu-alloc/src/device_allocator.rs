@@ -57,6 +57,12 @@ impl DeviceAllocator {
         pool
     }
 
+    /// The private pools of this allocator that have a live handle.
+    #[must_use]
+    pub fn mem_pools(&self) -> Vec<MemPool> {
+        self.pools.live()
+    }
+
     /// The pool the calling thread routes this allocator's allocations to.
     #[inline]
     fn routed(&self) -> Option<MemPool> {

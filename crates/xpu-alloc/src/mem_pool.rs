@@ -27,7 +27,7 @@
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::{Condvar, Mutex};
 use xpu_stream::Stream;
@@ -374,8 +374,8 @@ pub(crate) struct PoolRegistry {
 #[derive(Default)]
 struct RegistryInner {
     /// State of every pool not yet gone (a pool is gone once no handle, allocation or
-    /// pending release holds its state).
-    pools: Vec<Arc<DeviceShared>>,
+    /// pending release holds its state), with its handle while one lives.
+    pools: Vec<(Arc<DeviceShared>, Weak<PoolInner>)>,
     /// Statistics of gone pools, folded together (their currents are zero).
     retired: MemoryStats,
 }
@@ -383,7 +383,7 @@ struct RegistryInner {
 impl RegistryInner {
     fn prune(&mut self) {
         let retired = &mut self.retired;
-        self.pools.retain(|shared| {
+        self.pools.retain(|(shared, _)| {
             if Arc::strong_count(shared) > 1 {
                 return true;
             }
@@ -397,12 +397,26 @@ impl PoolRegistry {
     pub(crate) fn register(&self, pool: &MemPool) {
         let mut inner = self.inner.lock();
         inner.prune();
-        inner.pools.push(pool.inner.core.shared().clone());
+        inner.pools.push((
+            pool.inner.core.shared().clone(),
+            Arc::downgrade(&pool.inner),
+        ));
+    }
+
+    /// The pools with a live handle.
+    pub(crate) fn live(&self) -> Vec<MemPool> {
+        let inner = self.inner.lock();
+        inner
+            .pools
+            .iter()
+            .filter_map(|(_, p)| p.upgrade())
+            .map(|inner| MemPool { inner })
+            .collect()
     }
 
     /// Whether `owner` (a [`DataPtr`]'s owner id) is one of these pools.
     pub(crate) fn contains(&self, owner: u64) -> bool {
-        self.inner.lock().pools.iter().any(|s| s.id == owner)
+        self.inner.lock().pools.iter().any(|(s, _)| s.id == owner)
     }
 
     /// Every pool's statistics added together (gone pools included).
@@ -410,7 +424,7 @@ impl PoolRegistry {
         let mut inner = self.inner.lock();
         inner.prune();
         let mut total = inner.retired;
-        for shared in &inner.pools {
+        for (shared, _) in &inner.pools {
             total.merge(&shared.stats.aggregate());
         }
         total
@@ -419,7 +433,7 @@ impl PoolRegistry {
     pub(crate) fn reset_peak(&self) {
         let mut inner = self.inner.lock();
         inner.retired.reset_peak();
-        for shared in &inner.pools {
+        for (shared, _) in &inner.pools {
             shared.stats.reset_peak();
         }
     }
@@ -427,13 +441,13 @@ impl PoolRegistry {
     pub(crate) fn reset_accumulated(&self) {
         let mut inner = self.inner.lock();
         inner.retired.reset_accumulated();
-        for shared in &inner.pools {
+        for (shared, _) in &inner.pools {
             shared.stats.reset_accumulated();
         }
     }
 
     pub(crate) fn set_config(&self, config: &crate::config::AllocConfig) {
-        for shared in &self.inner.lock().pools {
+        for (shared, _) in &self.inner.lock().pools {
             shared.set_config(config.clone());
         }
     }

@@ -54,6 +54,8 @@ fn routing_sends_this_threads_allocations_to_the_pool_and_no_other_threads() {
         pool.owns(&routed),
         "this thread's allocation comes from the pool"
     );
+    let s2 = fresh_stream();
+    xpu_alloc::record_stream(&routed, &s2.stream()).expect("record_stream of a pool block");
     let raw = xpu_alloc::raw_alloc_with_stream(8192, &stream).unwrap();
     assert_eq!(
         pool.memory_allocated(),
@@ -175,6 +177,14 @@ fn per_pool_statistics_are_exact_and_count_in_the_device() {
     let snap = pool.snapshot().unwrap();
     assert_eq!(snap.segments.len(), 1);
     assert_eq!(snap.segments[0].segment_pool_id, pool.id());
+    let device_snap = xpu_alloc::memory_snapshot();
+    assert!(
+        device_snap
+            .segments
+            .iter()
+            .any(|s| s.segment_pool_id == pool.id() && s.address == snap.segments[0].address),
+        "the device snapshot lists the pool's segment with its id"
+    );
     assert_eq!(pool.id().0, 0, "a user pool's id is (0, n)");
     assert!(pool.id().1 > 0);
     drop(c);

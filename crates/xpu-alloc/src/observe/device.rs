@@ -21,8 +21,9 @@ pub fn memory_summary(device: usize, abbreviated: bool) -> Result<String, AllocE
     })
 }
 
-/// The snapshot of every existing device allocator (segments sorted by device and
-/// address; one trace list per device). Allocators are not created. Devices above
+/// The snapshot of every existing device allocator, private pools with a live handle
+/// included (their segments carry the pool's `segment_pool_id`; segments sorted by device
+/// and address; one trace list per device). Allocators are not created. Devices above
 /// [`super::MAX_SNAPSHOT_DEVICE`] are left out.
 #[must_use]
 pub fn memory_snapshot() -> MemorySnapshot {
@@ -30,9 +31,18 @@ pub fn memory_snapshot() -> MemorySnapshot {
     let mut first = true;
     for device in 0..xpu_device::device_count() {
         if let Ok(Some(a)) = existing(device) {
-            let Ok(snap) = a.core().memory_snapshot() else {
+            let Ok(mut snap) = a.core().memory_snapshot() else {
                 continue;
             };
+            // Private pools' segments, tagged with their ids (the history is the device's,
+            // already in `snap`). The handles drop after the loop, under no lock.
+            let pools = a.mem_pools();
+            for pool in &pools {
+                if let Ok(mut segments) = pool.snapshot() {
+                    segments.device_traces.clear();
+                    snap.merge(segments);
+                }
+            }
             if first {
                 out.allocator_settings = snap.allocator_settings.clone();
                 first = false;
