@@ -1,5 +1,7 @@
 //! [`DeviceAllocator`]: the caching allocator of one OpenCL device, over real streams.
 
+use std::sync::Arc;
+
 use xpu_stream::Stream;
 
 use crate::caching::DeviceCore;
@@ -25,7 +27,7 @@ pub struct DeviceAllocator {
     device: usize,
     memory_kind: MemoryKind,
     /// The device's private pools ([`MemPool`]).
-    pools: PoolRegistry,
+    pools: Arc<PoolRegistry>,
 }
 
 impl DeviceAllocator {
@@ -45,14 +47,14 @@ impl DeviceAllocator {
             core: DeviceCore::new(source, config),
             device,
             memory_kind,
-            pools: PoolRegistry::default(),
+            pools: Arc::default(),
         })
     }
 
     /// A private pool of this allocator (shares its source, unless `custom` is given, its
     /// reserved bytes and memory fraction; counted in its statistics).
     pub(crate) fn create_pool(&self, custom: Option<Box<DynSource>>, id: MemPoolId) -> MemPool {
-        let pool = MemPool::build(&self.core, custom, id);
+        let pool = MemPool::build(&self.core, &self.pools, custom, id);
         self.pools.register(&pool);
         pool
     }
@@ -195,14 +197,16 @@ impl DeviceAllocator {
     }
 
     /// Releases the default pool's cached unused segments ([`DeviceCore::empty_cache`]) and
-    /// waits for the segment releases of dropped private pools (torch's freeable pools,
-    /// reference §4.10); live pools keep their cache ([`MemPool::empty_cache`] empties
-    /// one). Does nothing in a bad fork child.
+    /// those of dropped private pools (torch's freeable pools, reference §4.10: the unused
+    /// segments of a dropped pool that still holds allocations, and the releases handed to
+    /// the background thread), each after the work on its stream; live pools keep their
+    /// cache ([`MemPool::empty_cache`] empties one). Does nothing in a bad fork child.
     pub fn empty_cache(&self) {
         if xpu_device::fork::is_in_bad_fork() {
             return;
         }
         self.core.empty_cache();
+        self.pools.empty_freeable();
         mem_pool::wait_pool_releases();
     }
 

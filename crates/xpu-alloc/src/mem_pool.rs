@@ -33,6 +33,7 @@ use parking_lot::{Condvar, Mutex};
 use xpu_stream::Stream;
 
 use crate::caching::device_wide::{DeviceShared, SegmentFailure};
+use crate::caching::shard::Shard;
 use crate::caching::{DeviceCore, SegmentSnapshot};
 use crate::cl_stream::{stream_key, ClStream};
 use crate::data_ptr::DataPtr;
@@ -67,6 +68,19 @@ struct PoolInner {
     parent: DeviceCore,
     /// Threads routing their allocations to this pool now.
     routing: AtomicUsize,
+    /// The device allocator's pool registry (told about the pool's shards when it drops).
+    registry: Weak<PoolRegistry>,
+}
+
+impl Drop for PoolInner {
+    fn drop(&mut self) {
+        // The pool becomes freeable: its shards that live on through their allocations stay
+        // reachable for the device's `empty_cache`; the others are torn down when the core
+        // drops, right after this.
+        if let Some(registry) = self.registry.upgrade() {
+            registry.orphan(self.core.weak_shards());
+        }
+    }
 }
 
 impl std::fmt::Debug for MemPool {
@@ -121,6 +135,7 @@ impl MemPool {
 
     pub(crate) fn build(
         parent: &DeviceCore,
+        registry: &Arc<PoolRegistry>,
         custom: Option<Box<DynSource>>,
         id: MemPoolId,
     ) -> MemPool {
@@ -142,6 +157,7 @@ impl MemPool {
                 core,
                 parent: parent.clone(),
                 routing: AtomicUsize::new(0),
+                registry: Arc::downgrade(registry),
             }),
         }
     }
@@ -378,6 +394,8 @@ struct RegistryInner {
     pools: Vec<(Arc<DeviceShared>, Weak<PoolInner>)>,
     /// Statistics of gone pools, folded together (their currents are zero).
     retired: MemoryStats,
+    /// Shards of dropped pools (freeable pools), alive while they hold allocations.
+    orphans: Vec<Weak<Shard>>,
 }
 
 impl RegistryInner {
@@ -401,6 +419,29 @@ impl PoolRegistry {
             pool.inner.core.shared().clone(),
             Arc::downgrade(&pool.inner),
         ));
+    }
+
+    fn orphan(&self, shards: Vec<Weak<Shard>>) {
+        let mut inner = self.inner.lock();
+        inner.orphans.retain(|s| s.strong_count() > 0);
+        inner.orphans.extend(shards);
+    }
+
+    /// Releases the cached unused segments of dropped pools (torch's freeable pools) that
+    /// still hold allocations: each once its stream's work is done. Call without any
+    /// allocator lock held.
+    pub(crate) fn empty_freeable(&self) {
+        let shards: Vec<Arc<Shard>> = {
+            let mut inner = self.inner.lock();
+            inner.orphans.retain(|s| s.strong_count() > 0);
+            inner.orphans.iter().filter_map(Weak::upgrade).collect()
+        };
+        for shard in &shards {
+            shard.release_cached();
+        }
+        // A shard whose last allocation was freed meanwhile drops here (torn down in the
+        // background), under no lock.
+        drop(shards);
     }
 
     /// The pools with a live handle.

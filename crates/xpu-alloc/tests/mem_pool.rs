@@ -513,3 +513,30 @@ fn device_empty_cache_leaves_live_pools_and_releases_dropped_ones() {
         "a gone pool's counters stay in the device's"
     );
 }
+
+#[test]
+fn device_empty_cache_releases_the_unused_segments_of_a_dropped_pool_with_live_blocks() {
+    if !device() {
+        return;
+    }
+    let s = fresh_stream();
+    let stream = s.stream();
+    let pool = MemPool::new(0).unwrap();
+    let x = pool.allocate(12 * MIB, &stream).unwrap();
+    let y = pool.allocate(12 * MIB, &stream).unwrap();
+    assert_eq!(pool.segments().len(), 2);
+    drop(pool);
+    drop(y);
+    let before = reserved();
+    xpu_alloc::empty_cache();
+    assert_eq!(
+        before - reserved(),
+        12 * MIB,
+        "the freeable pool's unused segment is released, the live one kept"
+    );
+    let mut seen = vec![0u8; 16];
+    x.view().unwrap().read(&stream, 0, &mut seen).unwrap();
+    drop(x);
+    xpu_alloc::wait_pool_releases();
+    assert_eq!(before - reserved(), 24 * MIB);
+}

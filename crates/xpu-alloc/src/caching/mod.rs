@@ -328,6 +328,18 @@ impl DeviceCore {
         shard
     }
 
+    /// Weak handles of every shard (a dropped private pool's shards that live on through
+    /// their allocations stay reachable for `empty_cache`).
+    pub(crate) fn weak_shards(&self) -> Vec<Weak<Shard>> {
+        self.inner
+            .shards
+            .lock()
+            .ordered
+            .iter()
+            .map(Arc::downgrade)
+            .collect()
+    }
+
     fn all_shards(&self) -> Vec<Arc<Shard>> {
         self.inner.shards.lock().ordered.clone()
     }

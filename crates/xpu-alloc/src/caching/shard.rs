@@ -7,6 +7,7 @@ use parking_lot::{Mutex, MutexGuard};
 use super::cell::StatsWriter;
 use super::device_wide::DeviceShared;
 use super::state::ShardState;
+use super::thread_cache::with_local;
 use crate::stream::{StreamKey, StreamRef};
 
 /// One stream's blocks and segments. Threads on different streams never share a shard.
@@ -58,6 +59,26 @@ impl Shard {
         let b = state.blocks.get(block)?;
         let segment = state.segments.get(b.segment)?;
         Some(f(&segment.source, b.addr))
+    }
+
+    /// Releases this shard's cached whole free segments (as `empty_cache` for one stream):
+    /// waits for its pending frees and for the work enqueued on its stream, then frees them.
+    /// Call without any allocator lock held. Used for the shards of a dropped private pool
+    /// that live on through their allocations.
+    pub(crate) fn release_cached(&self) {
+        super::pending::wait_markers(&self.lock().pending_markers());
+        let batch = with_local(&self.shared, |local| {
+            let mut state = self.lock();
+            let mut st = local.stats();
+            state.process_events(&mut st);
+            state.take_releasable(&mut st)
+        });
+        if let Some(batch) = batch {
+            batch.wait();
+            with_local(&self.shared, |local| {
+                batch.free(&self.shared, &mut local.stats())
+            });
+        }
     }
 
     /// record_stream on `block`.
