@@ -502,6 +502,13 @@ struct Route {
     pool: MemPool,
 }
 
+impl Drop for Route {
+    fn drop(&mut self) {
+        // Also when the thread exits with a routing never ended (a forgotten guard).
+        self.pool.inner.routing.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 thread_local! {
     static ROUTES: RefCell<Vec<Route>> = const { RefCell::new(Vec::new()) };
 }
@@ -544,11 +551,11 @@ pub fn begin_allocate_to_pool(pool: &MemPool) -> Result<(), AllocError> {
                 id: pool.id(),
             });
         }
+        pool.inner.routing.fetch_add(1, Ordering::AcqRel);
         routes.push(Route {
             parent,
             pool: pool.clone(),
         });
-        pool.inner.routing.fetch_add(1, Ordering::AcqRel);
         Ok(())
     })
 }
@@ -570,8 +577,7 @@ pub fn end_allocate_to_pool(pool: &MemPool) -> Result<(), AllocError> {
         .flatten();
     match removed {
         Some(route) => {
-            route.pool.inner.routing.fetch_sub(1, Ordering::AcqRel);
-            // The route's handle drops here, outside the thread-local borrow.
+            // The route (and its pool handle) drops here, outside the thread-local borrow.
             drop(route);
             Ok(())
         }

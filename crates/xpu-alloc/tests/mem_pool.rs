@@ -540,3 +540,18 @@ fn device_empty_cache_releases_the_unused_segments_of_a_dropped_pool_with_live_b
     xpu_alloc::wait_pool_releases();
     assert_eq!(before - reserved(), 24 * MIB);
 }
+
+#[test]
+fn a_thread_that_exits_with_a_forgotten_routing_no_longer_counts_as_routing() {
+    if !device() {
+        return;
+    }
+    let pool = MemPool::new(0).unwrap();
+    let p = pool.clone();
+    // `join` returns after the thread's thread-locals are destroyed.
+    std::thread::spawn(move || std::mem::forget(xpu_alloc::use_mem_pool(&p).unwrap()))
+        .join()
+        .unwrap();
+    assert_eq!(pool.routing_threads(), 0);
+    pool.release().unwrap();
+}
