@@ -11,6 +11,8 @@
 //! - [`DeviceAllocator`] and the crate-level functions ([`allocate`], [`record_stream`],
 //!   [`empty_cache`], [`memory_stats`], ...): one allocator per OpenCL device, created on
 //!   first use, over `xpu_stream` streams;
+//! - [`MemPool`]: private memory pools of a device (as `torch.cuda.MemPool`), with
+//!   [`use_mem_pool`] routing the calling thread's allocations to one;
 //! - [`replay`]: trace replay and its report.
 //! - [`observe`]: `memory_summary`, snapshots (JSON, and the pickle of PyTorch's memory
 //!   visualizer) and history recording ([`record_memory_history`]).
