@@ -23,3 +23,35 @@ pub fn stream(id: u64) -> (Arc<SimStream>, StreamRef) {
     let r = s.as_ref();
     (s, r)
 }
+
+/// Allocates a block of each of `mib` (in MiB) on `s`, in order, and returns them live.
+pub fn allocate_mib(core: &DeviceCore, s: &StreamRef, mib: &[u64]) -> Vec<xpu_alloc::DataPtr> {
+    mib.iter()
+        .map(|m| core.allocate(m * MIB, s).unwrap())
+        .collect()
+}
+
+/// The idle-segment scene of the release-policy tests: 12, 14 and 16 MiB blocks allocated on
+/// `s` then freed, so 42 MiB stay cached in three idle segments.
+pub fn cache_three_idle_segments(core: &DeviceCore, s: &StreamRef) {
+    drop(allocate_mib(core, s, &[12, 14, 16]));
+}
+
+/// The segment sizes, in MiB, in snapshot order.
+pub fn segment_sizes_mib(core: &DeviceCore) -> Vec<u64> {
+    core.snapshot().iter().map(|s| s.size / MIB).collect()
+}
+
+/// Empties `core`'s cache and asserts that nothing stays reserved: the source holds no bytes
+/// and no segment, and the allocator reserves nothing.
+pub fn assert_empty_cache_releases_everything(core: &DeviceCore, source: &SimulatedSource) {
+    core.empty_cache();
+    assert_eq!(
+        (
+            source.used(),
+            source.live_segments(),
+            core.memory_reserved()
+        ),
+        (0, 0, 0)
+    );
+}
