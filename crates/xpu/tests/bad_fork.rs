@@ -14,24 +14,13 @@ use xpu::xpu_event::Gate;
 
 #[test]
 fn every_layer_refuses_at_once_in_a_bad_fork_child() {
-    if common::scenario().is_some() {
-        run();
-        return;
-    }
-    if !common::have_device("bad_fork") {
-        return;
-    }
-    let (code, out) = common::run_scenario(
+    common::scenario_test(
         "every_layer_refuses_at_once_in_a_bad_fork_child",
         "bad-fork",
         Duration::from_secs(30),
+        "SCENARIO DONE",
+        run,
     );
-    assert_eq!(
-        code,
-        Some(0),
-        "scenario failed or hung (None = killed):\n{out}"
-    );
-    assert!(out.contains("SCENARIO DONE"), "{out}");
 }
 
 fn show<T: std::fmt::Debug, E: std::fmt::Debug>(name: &str, r: &Result<T, E>) -> String {
