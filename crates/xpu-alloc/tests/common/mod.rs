@@ -1,8 +1,10 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use xpu_alloc::replay::{self, ReplayOptions, ReplayReport};
 use xpu_alloc::sim_stream::SimStream;
 use xpu_alloc::{AllocConfig, DeviceCore, SimulatedSource, StreamKey, StreamRef};
 
@@ -54,4 +56,46 @@ pub fn assert_empty_cache_releases_everything(core: &DeviceCore, source: &Simula
         ),
         (0, 0, 0)
     );
+}
+
+/// This crate's directory: `CARGO_MANIFEST_DIR` at run time (cargo and nextest set it; a
+/// nextest archive run with `--workspace-remap` sets the remapped path), else at build time.
+pub fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
+
+/// Replays the trace at `path` (named `file` in messages) in simulation with the default
+/// policy and asserts that it never does worse than PyTorch: no OOM, peak reserved bytes at
+/// most `torch_reserved` and segment allocations at most `torch_segments`. Returns the
+/// report.
+pub fn replay_never_worse_than_pytorch(
+    path: &Path,
+    file: &str,
+    torch_reserved: u64,
+    torch_segments: u64,
+) -> ReplayReport {
+    let ours = replay::run(path, &ReplayOptions::default()).unwrap().report;
+    assert_eq!(ours.ooms, 0, "{file}");
+    assert!(
+        ours.peak_reserved <= torch_reserved,
+        "{file}: peak reserved {} > PyTorch's {torch_reserved}",
+        ours.peak_reserved
+    );
+    assert!(
+        ours.segment_allocs <= torch_segments,
+        "{file}: {} segment allocations > PyTorch's {torch_segments}",
+        ours.segment_allocs
+    );
+    ours
+}
+
+/// The report of replaying the trace at `path` in simulation with PyTorch's own policy
+/// (`release_policy:on_oom`).
+pub fn replay_with_pytorch_policy(path: &Path) -> ReplayReport {
+    let options = ReplayOptions {
+        config: Some("release_policy:on_oom".to_owned()),
+        ..ReplayOptions::default()
+    };
+    replay::run(path, &options).unwrap().report
 }
