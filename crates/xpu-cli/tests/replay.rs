@@ -4,15 +4,10 @@ mod common;
 
 use std::process::Output;
 
-use common::{bundled_trace, have_device, scratch, xpu, xpu_env};
+use common::{bundled_trace, have_device, scratch, success, xpu, xpu_env};
 
 fn json(out: &Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    let text = success(out);
     assert_eq!(
         text.trim_end().lines().count(),
         1,
@@ -91,12 +86,7 @@ fn replay_writes_a_plot_and_the_human_summary() {
         svg.to_str().unwrap(),
         "--compare",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = success(&out);
     assert!(text.contains("peak reserved"), "{text}");
     assert!(text.contains("compared with PyTorch"), "{text}");
     assert!(text.contains("411041792"), "{text}");
@@ -190,12 +180,7 @@ fn demo_runs_and_prints_the_plot_path() {
     }
     let dir = scratch("demo");
     let out = xpu(&["demo", "--quick", "--out", dir.to_str().unwrap()]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "stdout: {text}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = success(&out);
     let svg = dir.join("resnet18_replay.svg");
     assert!(text.contains(&svg.display().to_string()), "{text}");
     assert!(svg.is_file());
