@@ -224,28 +224,28 @@ fn bench_quick_json_has_every_figure() {
     );
     assert!(v["device"]["name"].is_string() && v["device"]["platform"].is_string());
     assert!(v["date"].as_str().unwrap().ends_with('Z'));
-    for k in [
-        "lazy_init_ms",
-        "current_stream_ns",
-        "event_record_query_ns",
-        "raw_marker_query_ns",
-        "event_record_query_over_raw",
-        "cached_alloc_free_ns",
-        "cached_alloc_free_8m_ns",
-        "mixed64_alloc_free_ns",
-        "malloc_free_ns",
-        "cached_alloc_free_over_malloc",
-        "mixed64_malloc_free_ns",
-        "mixed64_over_malloc",
-        "threads1_pair_ns",
-        "threads16_pair_ns",
-        "host_cached_alloc_free_ns",
-        "h2d_pinned_gbps",
-        "h2d_pageable_gbps",
-        "raw_h2d_pinned_gbps",
-        "h2d_pinned_over_raw",
-    ] {
-        let x = v[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {v}"));
-        assert!(x.is_finite() && x > 0.0, "{k} = {x}");
-    }
+    common::assert_positive_figures(
+        &v,
+        &[
+            "lazy_init_ms",
+            "current_stream_ns",
+            "event_record_query_ns",
+            "raw_marker_query_ns",
+            "event_record_query_over_raw",
+            "cached_alloc_free_ns",
+            "cached_alloc_free_8m_ns",
+            "mixed64_alloc_free_ns",
+            "malloc_free_ns",
+            "cached_alloc_free_over_malloc",
+            "mixed64_malloc_free_ns",
+            "mixed64_over_malloc",
+            "threads1_pair_ns",
+            "threads16_pair_ns",
+            "host_cached_alloc_free_ns",
+            "h2d_pinned_gbps",
+            "h2d_pageable_gbps",
+            "raw_h2d_pinned_gbps",
+            "h2d_pinned_over_raw",
+        ],
+    );
 }

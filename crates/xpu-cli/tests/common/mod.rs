@@ -79,6 +79,14 @@ pub fn success(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).expect("UTF-8 stdout")
 }
 
+/// Asserts that every figure `keys` of the JSON object `v` is a finite positive number.
+pub fn assert_positive_figures(v: &serde_json::Value, keys: &[&str]) {
+    for k in keys {
+        let x = v[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {v}"));
+        assert!(x.is_finite() && x > 0.0, "{k} = {x}");
+    }
+}
+
 /// A failed run: exit code 1, nothing on stdout, no panic; returns stderr.
 pub fn failure(out: &Output) -> String {
     let err = stderr(out);
