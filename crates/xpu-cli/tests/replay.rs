@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Output;
 
 use common::{bundled_trace, have_device, scratch, success, xpu, xpu_env};
@@ -14,6 +15,14 @@ fn json(out: &Output) -> serde_json::Value {
         "one JSON object: {text}"
     );
     serde_json::from_str(&text).expect("valid JSON")
+}
+
+/// `xpu replay TRACE ARGS --json`: its one JSON object.
+fn replay_json(trace: &Path, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["replay", trace.to_str().unwrap()];
+    all.extend_from_slice(args);
+    all.push("--json");
+    json(&xpu(&all))
 }
 
 const REPORT_KEYS: [&str; 19] = [
@@ -41,13 +50,7 @@ const REPORT_KEYS: [&str; 19] = [
 #[test]
 fn simulated_replay_of_the_bundled_trace_beats_pytorch() {
     let trace = bundled_trace();
-    let v = json(&xpu(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--simulate",
-        "--json",
-        "--compare",
-    ]));
+    let v = replay_json(&trace, &["--simulate", "--compare"]);
     let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
     keys.sort_unstable();
     let mut want: Vec<&str> = REPORT_KEYS.iter().copied().chain(["pytorch"]).collect();
@@ -73,20 +76,25 @@ fn simulated_replay_of_the_bundled_trace_beats_pytorch() {
     assert_eq!(v["pytorch"]["segment_allocs"], 32);
 }
 
-#[test]
-fn replay_writes_a_plot_and_the_human_summary() {
-    let dir = scratch("plot");
-    let svg = dir.join("r.svg");
-    let trace = bundled_trace();
-    let out = xpu(&[
+/// `xpu replay TRACE --simulate --plot SVG ARGS`.
+fn simulated_replay_plot(trace: &Path, svg: &Path, args: &[&str]) -> Output {
+    let mut all = vec![
         "replay",
         trace.to_str().unwrap(),
         "--simulate",
         "--plot",
         svg.to_str().unwrap(),
-        "--compare",
-    ]);
-    let text = success(&out);
+    ];
+    all.extend_from_slice(args);
+    xpu(&all)
+}
+
+#[test]
+fn replay_writes_a_plot_and_the_human_summary() {
+    let dir = scratch("plot");
+    let svg = dir.join("r.svg");
+    let trace = bundled_trace();
+    let text = success(&simulated_replay_plot(&trace, &svg, &["--compare"]));
     assert!(text.contains("peak reserved"), "{text}");
     assert!(text.contains("compared with PyTorch"), "{text}");
     assert!(text.contains("411041792"), "{text}");
@@ -106,14 +114,7 @@ fn replay_writes_a_plot_and_the_human_summary() {
     );
     // Without --compare: no reference line.
     let plain = dir.join("plain.svg");
-    let out = xpu(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--simulate",
-        "--plot",
-        plain.to_str().unwrap(),
-    ]);
-    assert!(out.status.success());
+    success(&simulated_replay_plot(&trace, &plain, &[]));
     assert!(!std::fs::read_to_string(&plain)
         .unwrap()
         .contains("PyTorch peak reserved"));
@@ -147,19 +148,8 @@ fn device_replay_matches_the_simulated_peaks() {
         return;
     }
     let trace = bundled_trace();
-    let real = json(&xpu(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--device",
-        "0",
-        "--json",
-    ]));
-    let sim = json(&xpu(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--simulate",
-        "--json",
-    ]));
+    let real = replay_json(&trace, &["--device", "0"]);
+    let sim = replay_json(&trace, &["--simulate"]);
     assert_eq!(real["mode"], "device");
     for k in [
         "peak_requested",
