@@ -1,19 +1,17 @@
 //! Programs, functions and launches on a real OpenCL device (PoCL in CI, two devices for the
 //! cross-device cases). Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
 
+mod common;
+
 use std::path::PathBuf;
 
+use common::fresh_stream;
 use xpu_alloc::{AllocConfig, DataPtr, DeviceAllocator};
 use xpu_device::{DeviceError, KernelArgProblem};
 use xpu_event::test_support::Gate;
 use xpu_kernel::{Function, KernelCache, KernelError, LaunchExt, LocalMem, Program, ProgramOrigin};
-use xpu_stream::{ExternalStream, Stream};
+use xpu_stream::Stream;
 use xpu_testing::devices;
-
-/// A stream on a queue of its own, so gating it never holds back another test's stream.
-fn fresh_stream(device: usize) -> ExternalStream {
-    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
-}
 
 const SAXPY: &str = r"
 __kernel void saxpy(__global float *y, __global const float *x, float a, uint n) {
