@@ -78,18 +78,21 @@ pub(crate) fn parse_clinfo_list(out: &str) -> Vec<String> {
 
 /// The path of `libOpenCL.so.1` from `ldconfig -p`, else from the usual library directories.
 pub(crate) fn find_loader() -> Option<PathBuf> {
+    find_library("libOpenCL.so.1")
+}
+
+/// The path of shared library `name` from `ldconfig -p`, else from the usual library
+/// directories ([`LOADER_DIRS`]).
+fn find_library(name: &str) -> Option<PathBuf> {
     let ldconfig = ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]
         .into_iter()
         .find_map(|p| Cmd::new(p).arg("-p").stdout_if_ok());
-    if let Some(found) = ldconfig
-        .as_deref()
-        .and_then(|o| parse_ldconfig(o, "libOpenCL.so.1"))
-    {
+    if let Some(found) = ldconfig.as_deref().and_then(|o| parse_ldconfig(o, name)) {
         return Some(found);
     }
     LOADER_DIRS
         .iter()
-        .map(|d| Path::new(d).join("libOpenCL.so.1"))
+        .map(|d| Path::new(d).join(name))
         .find(|p| p.exists())
 }
 
@@ -188,19 +191,7 @@ pub(crate) const CLBLAST_LIBRARY: &str = "libclblast.so.1";
 
 /// Where CLBlast is, from `ldconfig -p`, else the usual library directories.
 pub(crate) fn find_clblast() -> Option<PathBuf> {
-    let ldconfig = ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]
-        .into_iter()
-        .find_map(|p| Cmd::new(p).arg("-p").stdout_if_ok());
-    if let Some(found) = ldconfig
-        .as_deref()
-        .and_then(|o| parse_ldconfig(o, CLBLAST_LIBRARY))
-    {
-        return Some(found);
-    }
-    LOADER_DIRS
-        .iter()
-        .map(|d| Path::new(d).join(CLBLAST_LIBRARY))
-        .find(|p| p.exists())
+    find_library(CLBLAST_LIBRARY)
 }
 
 /// Makes CLBlast available for the `clblast_gemm` example, as [`ensure`] does PoCL: found,

@@ -5,13 +5,22 @@
 use xpu_alloc::{AllocConfig, DeviceAllocator, HostCopy, HostError};
 use xpu_testing::devices;
 
+/// A pool stream of device 0 and a new allocator for it; `None` (the test is skipped) without
+/// a device.
+fn stream_and_allocator() -> Option<(xpu_stream::Stream, DeviceAllocator)> {
+    devices(1).then(|| {
+        (
+            xpu_stream::get_stream_from_pool(0, 0).unwrap(),
+            DeviceAllocator::new(0, AllocConfig::default()).unwrap(),
+        )
+    })
+}
+
 #[test]
 fn a_round_trip_through_a_data_ptr_copies_its_bytes_and_stays_inside_its_block() {
-    if !devices(1) {
+    let Some((stream, alloc)) = stream_and_allocator() else {
         return;
-    }
-    let stream = xpu_stream::get_stream_from_pool(0, 0).unwrap();
-    let alloc = DeviceAllocator::new(0, AllocConfig::default()).unwrap();
+    };
     // Two blocks of one segment: the copy into `b` must not touch `a`.
     let a = alloc.allocate(4096, &stream).unwrap();
     let b = alloc.allocate(4096, &stream).unwrap();
@@ -34,11 +43,9 @@ fn a_round_trip_through_a_data_ptr_copies_its_bytes_and_stays_inside_its_block()
 
 #[test]
 fn a_copy_longer_than_the_data_ptr_is_refused() {
-    if !devices(1) {
+    let Some((stream, alloc)) = stream_and_allocator() else {
         return;
-    }
-    let stream = xpu_stream::get_stream_from_pool(0, 0).unwrap();
-    let alloc = DeviceAllocator::new(0, AllocConfig::default()).unwrap();
+    };
     let small = alloc.allocate(1000, &stream).unwrap();
     let src = xpu_alloc::host_allocate_on(0, 4096).unwrap();
     let err = stream.copy_from_host(&src, &small).unwrap_err();

@@ -41,46 +41,51 @@ fn rows_after_a_small_and_a_large_allocation_and_one_free() {
         "{text}"
     );
     assert!(text.contains("XPU OOMs: 0 "), "{text}");
-    assert_eq!(
-        rows(&text, "Allocated memory"),
-        [
-            "| Allocated memory      |   3072 KiB |   3073 KiB |   3073 KiB |   1024 B   |",
-            "|       from large pool |   3072 KiB |   3072 KiB |   3072 KiB |      0 B   |",
-            "|       from small pool |      0 KiB |      1 KiB |      1 KiB |   1024 B   |",
-        ]
-    );
-    assert_eq!(
-        rows(&text, "Requested memory"),
-        [
-            "| Requested memory      |   3072 KiB |   3072 KiB |   3072 KiB |   1000 B   |",
-            "|       from large pool |   3072 KiB |   3072 KiB |   3072 KiB |      0 B   |",
-            "|       from small pool |      0 KiB |      0 KiB |      0 KiB |   1000 B   |",
-        ]
-    );
-    assert_eq!(
-        rows(&text, "GPU reserved memory"),
-        [
-            "| GPU reserved memory   |  22528 KiB |  22528 KiB |  22528 KiB |      0 B   |",
-            "|       from large pool |  20480 KiB |  20480 KiB |  20480 KiB |      0 B   |",
-            "|       from small pool |   2048 KiB |   2048 KiB |   2048 KiB |      0 B   |",
-        ]
-    );
-    assert_eq!(
-        rows(&text, "Allocations"),
-        [
-            "| Allocations           |       1    |       2    |       2    |       1    |",
-            "|       from large pool |       1    |       1    |       1    |       0    |",
-            "|       from small pool |       0    |       1    |       1    |       1    |",
-        ]
-    );
-    assert_eq!(
-        rows(&text, "GPU reserved segments"),
-        [
-            "| GPU reserved segments |       2    |       2    |       2    |       0    |",
-            "|       from large pool |       1    |       1    |       1    |       0    |",
-            "|       from small pool |       1    |       1    |       1    |       0    |",
-        ]
-    );
+    // Each block of rows: the total, then the large and the small pool.
+    for (label, want) in [
+        (
+            "Allocated memory",
+            [
+                "| Allocated memory      |   3072 KiB |   3073 KiB |   3073 KiB |   1024 B   |",
+                "|       from large pool |   3072 KiB |   3072 KiB |   3072 KiB |      0 B   |",
+                "|       from small pool |      0 KiB |      1 KiB |      1 KiB |   1024 B   |",
+            ],
+        ),
+        (
+            "Requested memory",
+            [
+                "| Requested memory      |   3072 KiB |   3072 KiB |   3072 KiB |   1000 B   |",
+                "|       from large pool |   3072 KiB |   3072 KiB |   3072 KiB |      0 B   |",
+                "|       from small pool |      0 KiB |      0 KiB |      0 KiB |   1000 B   |",
+            ],
+        ),
+        (
+            "GPU reserved memory",
+            [
+                "| GPU reserved memory   |  22528 KiB |  22528 KiB |  22528 KiB |      0 B   |",
+                "|       from large pool |  20480 KiB |  20480 KiB |  20480 KiB |      0 B   |",
+                "|       from small pool |   2048 KiB |   2048 KiB |   2048 KiB |      0 B   |",
+            ],
+        ),
+        (
+            "Allocations",
+            [
+                "| Allocations           |       1    |       2    |       2    |       1    |",
+                "|       from large pool |       1    |       1    |       1    |       0    |",
+                "|       from small pool |       0    |       1    |       1    |       1    |",
+            ],
+        ),
+        (
+            "GPU reserved segments",
+            [
+                "| GPU reserved segments |       2    |       2    |       2    |       0    |",
+                "|       from large pool |       1    |       1    |       1    |       0    |",
+                "|       from small pool |       1    |       1    |       1    |       0    |",
+            ],
+        ),
+    ] {
+        assert_eq!(rows(&text, label), want, "{label}");
+    }
     assert_eq!(
         rows(&text, "Oversize allocations")[0],
         "| Oversize allocations  |       0    |       0    |       0    |       0    |"

@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{sim_core, stream, GIB, MIB};
+use common::{
+    assert_empty_cache_releases_everything, cache_three_idle_segments, sim_core, stream, GIB, MIB,
+};
 use xpu_alloc::{AllocError, Fault};
 
 #[test]
@@ -169,15 +171,7 @@ fn device_fault_is_reported_and_leaks_nothing() {
     assert_eq!(core.memory_reserved(), 2 * MIB);
     let again = core.allocate(30 * MIB, &s).unwrap();
     drop((keep, again));
-    core.empty_cache();
-    assert_eq!(
-        (
-            source.used(),
-            source.live_segments(),
-            core.memory_reserved()
-        ),
-        (0, 0, 0)
-    );
+    assert_empty_cache_releases_everything(&core, &source);
 }
 
 #[test]
@@ -269,11 +263,7 @@ fn gc_run(config: &str, fraction: Option<f64>) -> xpu_alloc::MemoryStats {
         core.set_memory_fraction(f).unwrap();
     }
     let (_, s) = stream(0);
-    let blocks: Vec<_> = [12, 14, 16]
-        .iter()
-        .map(|m| core.allocate(m * MIB, &s).unwrap())
-        .collect();
-    drop(blocks);
+    cache_three_idle_segments(&core, &s);
     let _big = core.allocate(30 * MIB, &s).unwrap();
     core.memory_stats()
 }

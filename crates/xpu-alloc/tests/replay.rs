@@ -1,7 +1,10 @@
 //! Trace replay: parsing, and the real PyTorch traces against PyTorch's own figures.
 
+mod common;
+
 use std::path::PathBuf;
 
+use common::{manifest_dir, replay_never_worse_than_pytorch, replay_with_pytorch_policy};
 use xpu_alloc::replay::{self, ReplayError, ReplayOptions, TraceError};
 
 /// The traces directory: `../shared/traces` beside the repository (CI), else the copy
@@ -13,13 +16,6 @@ fn traces_dir() -> Option<PathBuf> {
         return Some(shared);
     }
     None
-}
-
-/// This crate's directory: `CARGO_MANIFEST_DIR` at run time (cargo and nextest set it; a
-/// nextest archive run with `--workspace-remap` sets the remapped path), else at build time.
-fn manifest_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
 }
 
 fn bundled_trace() -> PathBuf {
@@ -49,26 +45,11 @@ fn real_traces_beat_or_match_pytorch() {
     };
     for (file, torch_reserved, torch_segments) in PYTORCH {
         let path = dir.join(file);
-        let ours = replay::run(&path, &ReplayOptions::default())
-            .unwrap()
-            .report;
+        let ours = replay_never_worse_than_pytorch(&path, file, torch_reserved, torch_segments);
         assert_eq!(ours.mode, "simulate");
-        assert_eq!(ours.ooms, 0, "{file}");
-        assert!(
-            ours.peak_reserved <= torch_reserved,
-            "{file}: {} > {torch_reserved}",
-            ours.peak_reserved
-        );
-        assert!(
-            ours.segment_allocs <= torch_segments,
-            "{file}: {} > {torch_segments}",
-            ours.segment_allocs
-        );
         assert!(ours.peak_allocated >= ours.peak_requested);
         // PyTorch's own policy reproduces PyTorch's figures exactly.
-        let torch = replay::run(&path, &options("release_policy:on_oom"))
-            .unwrap()
-            .report;
+        let torch = replay_with_pytorch_policy(&path);
         assert_eq!(
             (
                 torch.peak_reserved,

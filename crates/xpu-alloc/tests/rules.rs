@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{sim_core, stream, GIB, MIB};
+use common::{
+    allocate_mib, cache_three_idle_segments, segment_sizes_mib, sim_core, stream, GIB, MIB,
+};
 use xpu_alloc::size::{self, format_size, round_size, roundup_interval, segment_size, PoolKind};
 use xpu_alloc::{AllocConfig, BlockState, DeviceCore};
 
@@ -171,6 +173,15 @@ fn oversize_rules() {
     drop(q);
 }
 
+/// (inactive split blocks, their bytes) now.
+fn inactive_splits(core: &DeviceCore) -> (i64, i64) {
+    let st = core.memory_stats();
+    (
+        st.inactive_split.all.current,
+        st.inactive_split_bytes.all.current,
+    )
+}
+
 #[test]
 fn coalescing_within_a_segment() {
     let (core, _) = sim_core(GIB, "");
@@ -180,32 +191,11 @@ fn coalescing_within_a_segment() {
     let c = core.allocate(1000, &s).unwrap();
     assert_eq!(b.address(), a.address() + 1024);
     drop(b);
-    let st = core.memory_stats();
-    assert_eq!(
-        (
-            st.inactive_split.all.current,
-            st.inactive_split_bytes.all.current
-        ),
-        (2, 1024 + (2 * MIB as i64 - 3072))
-    );
+    assert_eq!(inactive_splits(&core), (2, 1024 + (2 * MIB as i64 - 3072)));
     drop(a);
-    let st = core.memory_stats();
-    assert_eq!(
-        (
-            st.inactive_split.all.current,
-            st.inactive_split_bytes.all.current
-        ),
-        (2, 2048 + (2 * MIB as i64 - 3072))
-    );
+    assert_eq!(inactive_splits(&core), (2, 2048 + (2 * MIB as i64 - 3072)));
     drop(c);
-    let st = core.memory_stats();
-    assert_eq!(
-        (
-            st.inactive_split.all.current,
-            st.inactive_split_bytes.all.current
-        ),
-        (0, 0)
-    );
+    assert_eq!(inactive_splits(&core), (0, 0));
     assert_eq!(
         layout(&core),
         vec![(2 * MIB, vec![(2 * MIB, BlockState::Inactive)])]
@@ -245,11 +235,7 @@ fn format_size_vectors() {
 fn before_grow_consolidates_idle_segments_instead_of_growing() {
     let (core, source) = sim_core(GIB, "");
     let (_, s) = stream(0);
-    let blocks: Vec<_> = [12, 14, 16]
-        .iter()
-        .map(|m| core.allocate(m * MIB, &s).unwrap())
-        .collect();
-    drop(blocks);
+    cache_three_idle_segments(&core, &s);
     // 42 MiB cached in three idle segments; a 30 MiB request would raise the high-water mark.
     let p = core.allocate(30 * MIB, &s).unwrap();
     assert_eq!(
@@ -269,11 +255,7 @@ fn before_grow_consolidates_idle_segments_instead_of_growing() {
     drop(p);
     // PyTorch's policy grows instead.
     let (core, _) = sim_core(GIB, "release_policy:on_oom");
-    let blocks: Vec<_> = [12, 14, 16]
-        .iter()
-        .map(|m| core.allocate(m * MIB, &s).unwrap())
-        .collect();
-    drop(blocks);
+    cache_three_idle_segments(&core, &s);
     let _p = core.allocate(30 * MIB, &s).unwrap();
     assert_eq!(core.max_memory_reserved(), 72 * MIB);
 }
@@ -285,7 +267,7 @@ fn before_grow_small_segments_grow_with_use() {
     // Fill 2 MiB small segments with 1 MiB blocks: segments stay 2 MiB up to 32 MiB of small
     // pool (an eighth of it), then 4 MiB (the largest).
     let live: Vec<_> = (0..40).map(|_| core.allocate(MIB, &s).unwrap()).collect();
-    let sizes: Vec<u64> = core.snapshot().iter().map(|s| s.size / MIB).collect();
+    let sizes = segment_sizes_mib(&core);
     let mut want = vec![2; 16];
     want.extend([4, 4]);
     assert_eq!(sizes, want);
@@ -299,11 +281,7 @@ fn before_grow_small_segments_grow_with_use() {
 fn before_grow_regrows_consolidated_segments_as_one() {
     let (core, _) = sim_core(GIB, "");
     let (_, s) = stream(0);
-    let blocks: Vec<_> = [12, 14, 16]
-        .iter()
-        .map(|m| core.allocate(m * MIB, &s).unwrap())
-        .collect();
-    drop(blocks);
+    cache_three_idle_segments(&core, &s);
     // Consolidation: one 42 MiB segment replaces the three idle ones.
     let a = core.allocate(30 * MIB, &s).unwrap();
     let b = core.allocate(12 * MIB, &s).unwrap();
@@ -311,22 +289,15 @@ fn before_grow_regrows_consolidated_segments_as_one() {
     // both (a single driver call instead of two).
     let c = core.allocate(14 * MIB, &s).unwrap();
     let d = core.allocate(16 * MIB, &s).unwrap();
-    let sizes: Vec<u64> = core.snapshot().iter().map(|s| s.size / MIB).collect();
+    let sizes = segment_sizes_mib(&core);
     assert_eq!(sizes, vec![42, 42]);
     let st = core.memory_stats();
     assert_eq!((st.num_device_alloc, st.num_device_free), (5, 3));
     drop((a, b, c, d));
     // regrow_factor:1 regrows one request's segment at a time.
     let (core, _) = sim_core(GIB, "regrow_factor:1");
-    let blocks: Vec<_> = [12, 14, 16]
-        .iter()
-        .map(|m| core.allocate(m * MIB, &s).unwrap())
-        .collect();
-    drop(blocks);
-    let _live: Vec<_> = [30, 12, 14, 16]
-        .iter()
-        .map(|m| core.allocate(m * MIB, &s).unwrap())
-        .collect();
-    let sizes: Vec<u64> = core.snapshot().iter().map(|s| s.size / MIB).collect();
+    cache_three_idle_segments(&core, &s);
+    let _live = allocate_mib(&core, &s, &[30, 12, 14, 16]);
+    let sizes = segment_sizes_mib(&core);
     assert_eq!(sizes, vec![42, 14, 16]);
 }

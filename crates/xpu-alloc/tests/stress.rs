@@ -6,7 +6,7 @@ mod common;
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 
-use common::{sim_core, stream, GIB, MIB};
+use common::{assert_empty_cache_releases_everything, sim_core, stream, GIB, MIB};
 use xpu_alloc::{AllocError, DataPtr, DeviceCore, SimulatedSource};
 
 fn sizes(seed: u64) -> impl Iterator<Item = u64> {
@@ -86,15 +86,7 @@ fn hammer(core: &DeviceCore, source: &Arc<SimulatedSource>, threads: u64, ops: u
     let reserved: u64 = core.snapshot().iter().map(|s| s.size).sum();
     assert_eq!(reserved, source.used());
     assert_eq!(core.memory_reserved(), source.used());
-    core.empty_cache();
-    assert_eq!(
-        (
-            source.used(),
-            source.live_segments(),
-            core.memory_reserved()
-        ),
-        (0, 0, 0)
-    );
+    assert_empty_cache_releases_everything(core, source);
 }
 
 #[test]

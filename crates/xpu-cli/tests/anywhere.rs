@@ -26,12 +26,7 @@ fn demo_runs_from_another_directory_with_only_the_binary() {
         .env_remove("CARGO_MANIFEST_DIR")
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "stdout: {text}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = common::success(&out);
     assert!(
         text.contains("replay of resnet18_train_small.trace.gz (built into xpu)"),
         "{text}"

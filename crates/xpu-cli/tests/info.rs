@@ -56,9 +56,7 @@ fn info_table_has_a_line_per_device() {
     if !have_device("info_table_has_a_line_per_device") {
         return;
     }
-    let out = xpu(&["info"], &[]);
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = common::success(&xpu(&["info"], &[]));
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 1 + xpu_device::device_count(), "{text}");
     assert!(lines[0].starts_with("#  NAME"));
@@ -98,9 +96,7 @@ fn demo_prints_the_device_table() {
     if !have_device("demo_prints_the_device_table") {
         return;
     }
-    let out = xpu(&["demo"], &[]);
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = common::success(&xpu(&["demo"], &[]));
     assert!(text.contains("#  NAME"), "{text}");
     assert!(text.contains(&xpu_device::get_device_name(0).unwrap()));
     let out = xpu(&["demo"], NO_RUNTIME);

@@ -2,23 +2,27 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Output;
 
-use common::{bundled_trace, have_device, scratch, xpu, xpu_env};
+use common::{bundled_trace, have_device, scratch, success, xpu, xpu_env};
 
 fn json(out: &Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout.clone()).unwrap();
+    let text = success(out);
     assert_eq!(
         text.trim_end().lines().count(),
         1,
         "one JSON object: {text}"
     );
     serde_json::from_str(&text).expect("valid JSON")
+}
+
+/// `xpu replay TRACE ARGS --json`: its one JSON object.
+fn replay_json(trace: &Path, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["replay", trace.to_str().unwrap()];
+    all.extend_from_slice(args);
+    all.push("--json");
+    json(&xpu(&all))
 }
 
 const REPORT_KEYS: [&str; 19] = [
@@ -46,13 +50,7 @@ const REPORT_KEYS: [&str; 19] = [
 #[test]
 fn simulated_replay_of_the_bundled_trace_beats_pytorch() {
     let trace = bundled_trace();
-    let v = json(&xpu(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--simulate",
-        "--json",
-        "--compare",
-    ]));
+    let v = replay_json(&trace, &["--simulate", "--compare"]);
     let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
     keys.sort_unstable();
     let mut want: Vec<&str> = REPORT_KEYS.iter().copied().chain(["pytorch"]).collect();
@@ -78,25 +76,25 @@ fn simulated_replay_of_the_bundled_trace_beats_pytorch() {
     assert_eq!(v["pytorch"]["segment_allocs"], 32);
 }
 
-#[test]
-fn replay_writes_a_plot_and_the_human_summary() {
-    let dir = scratch("plot");
-    let svg = dir.join("r.svg");
-    let trace = bundled_trace();
-    let out = xpu(&[
+/// `xpu replay TRACE --simulate --plot SVG ARGS`.
+fn simulated_replay_plot(trace: &Path, svg: &Path, args: &[&str]) -> Output {
+    let mut all = vec![
         "replay",
         trace.to_str().unwrap(),
         "--simulate",
         "--plot",
         svg.to_str().unwrap(),
-        "--compare",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
+    ];
+    all.extend_from_slice(args);
+    xpu(&all)
+}
+
+#[test]
+fn replay_writes_a_plot_and_the_human_summary() {
+    let dir = scratch("plot");
+    let svg = dir.join("r.svg");
+    let trace = bundled_trace();
+    let text = success(&simulated_replay_plot(&trace, &svg, &["--compare"]));
     assert!(text.contains("peak reserved"), "{text}");
     assert!(text.contains("compared with PyTorch"), "{text}");
     assert!(text.contains("411041792"), "{text}");
@@ -116,14 +114,7 @@ fn replay_writes_a_plot_and_the_human_summary() {
     );
     // Without --compare: no reference line.
     let plain = dir.join("plain.svg");
-    let out = xpu(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--simulate",
-        "--plot",
-        plain.to_str().unwrap(),
-    ]);
-    assert!(out.status.success());
+    success(&simulated_replay_plot(&trace, &plain, &[]));
     assert!(!std::fs::read_to_string(&plain)
         .unwrap()
         .contains("PyTorch peak reserved"));
@@ -157,19 +148,8 @@ fn device_replay_matches_the_simulated_peaks() {
         return;
     }
     let trace = bundled_trace();
-    let real = json(&xpu(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--device",
-        "0",
-        "--json",
-    ]));
-    let sim = json(&xpu(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--simulate",
-        "--json",
-    ]));
+    let real = replay_json(&trace, &["--device", "0"]);
+    let sim = replay_json(&trace, &["--simulate"]);
     assert_eq!(real["mode"], "device");
     for k in [
         "peak_requested",
@@ -190,12 +170,7 @@ fn demo_runs_and_prints_the_plot_path() {
     }
     let dir = scratch("demo");
     let out = xpu(&["demo", "--quick", "--out", dir.to_str().unwrap()]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "stdout: {text}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = success(&out);
     let svg = dir.join("resnet18_replay.svg");
     assert!(text.contains(&svg.display().to_string()), "{text}");
     assert!(svg.is_file());
@@ -239,28 +214,28 @@ fn bench_quick_json_has_every_figure() {
     );
     assert!(v["device"]["name"].is_string() && v["device"]["platform"].is_string());
     assert!(v["date"].as_str().unwrap().ends_with('Z'));
-    for k in [
-        "lazy_init_ms",
-        "current_stream_ns",
-        "event_record_query_ns",
-        "raw_marker_query_ns",
-        "event_record_query_over_raw",
-        "cached_alloc_free_ns",
-        "cached_alloc_free_8m_ns",
-        "mixed64_alloc_free_ns",
-        "malloc_free_ns",
-        "cached_alloc_free_over_malloc",
-        "mixed64_malloc_free_ns",
-        "mixed64_over_malloc",
-        "threads1_pair_ns",
-        "threads16_pair_ns",
-        "host_cached_alloc_free_ns",
-        "h2d_pinned_gbps",
-        "h2d_pageable_gbps",
-        "raw_h2d_pinned_gbps",
-        "h2d_pinned_over_raw",
-    ] {
-        let x = v[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {v}"));
-        assert!(x.is_finite() && x > 0.0, "{k} = {x}");
-    }
+    common::assert_positive_figures(
+        &v,
+        &[
+            "lazy_init_ms",
+            "current_stream_ns",
+            "event_record_query_ns",
+            "raw_marker_query_ns",
+            "event_record_query_over_raw",
+            "cached_alloc_free_ns",
+            "cached_alloc_free_8m_ns",
+            "mixed64_alloc_free_ns",
+            "malloc_free_ns",
+            "cached_alloc_free_over_malloc",
+            "mixed64_malloc_free_ns",
+            "mixed64_over_malloc",
+            "threads1_pair_ns",
+            "threads16_pair_ns",
+            "host_cached_alloc_free_ns",
+            "h2d_pinned_gbps",
+            "h2d_pageable_gbps",
+            "raw_h2d_pinned_gbps",
+            "h2d_pinned_over_raw",
+        ],
+    );
 }

@@ -3,21 +3,12 @@
 
 mod common;
 
-use common::{bundled_trace, xpu};
-
-fn stdout(out: &std::process::Output) -> String {
-    assert!(
-        out.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
+use common::{bundled_trace, success, xpu};
 
 #[test]
 fn replay_all_tables_the_repository_traces_within_pytorch() {
     let dir = bundled_trace().parent().unwrap().to_path_buf();
-    let text = stdout(&xpu(&["replay-all", dir.to_str().unwrap(), "--json"]));
+    let text = success(&xpu(&["replay-all", dir.to_str().unwrap(), "--json"]));
     let v: serde_json::Value = serde_json::from_str(&text).expect("one JSON object");
     let rows = v["rows"].as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r["trace"].as_str().unwrap()).collect();
@@ -48,7 +39,7 @@ fn replay_all_tables_the_repository_traces_within_pytorch() {
 #[test]
 fn replay_all_reads_the_validation_folder_summaries() {
     let dir = bundled_trace().parent().unwrap().join("validation");
-    let text = stdout(&xpu(&["replay-all", dir.to_str().unwrap()]));
+    let text = success(&xpu(&["replay-all", dir.to_str().unwrap()]));
     assert!(
         text.contains("| vit_train.trace.gz | 3850371072 / 135 | 3892314112 / 135 | 3659530240 |"),
         "{text}"
@@ -66,7 +57,7 @@ fn compare_shows_the_expandable_figure_next_to_pytorch_default() {
         .parent()
         .unwrap()
         .join("validation/vit_train.trace.gz");
-    let text = stdout(&xpu(&[
+    let text = success(&xpu(&[
         "replay",
         trace.to_str().unwrap(),
         "--simulate",

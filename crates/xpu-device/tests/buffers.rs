@@ -197,24 +197,9 @@ fn fill_then_copy() {
 #[test]
 fn commands_on_buffers_of_another_context_are_errors_not_aborts() {
     const NAME: &str = "commands_on_buffers_of_another_context_are_errors_not_aborts";
-    if !common::have_devices(NAME, 2) {
+    let Some((d0, d1)) = common::two_devices_in_child(NAME) else {
         return;
-    }
-    if !common::is_child(NAME) {
-        let out = common::run_in_child(NAME, std::time::Duration::from_secs(60));
-        assert!(
-            out.succeeded_with("scenario-ok"),
-            "child: {:?}\n{}\n{}",
-            out.status,
-            out.stdout,
-            out.stderr
-        );
-        return;
-    }
-    let (d0, d1) = (
-        xpu_device::device(0).unwrap(),
-        xpu_device::device(1).unwrap(),
-    );
+    };
     let foreign = Buffer::new(d0.context().unwrap(), 256, MemFlags::default()).unwrap();
     let own = Buffer::new(d1.context().unwrap(), 256, MemFlags::default()).unwrap();
     let q1 = common::queue(d1);

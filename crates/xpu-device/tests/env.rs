@@ -43,6 +43,14 @@ fn probe() {
     }
 }
 
+/// Asserts that the probe `r` found no device: count 0, error kind `kind`, and an error
+/// message containing `hint`.
+fn assert_no_device(r: &HashMap<String, String>, kind: &str, hint: &str) {
+    assert_eq!(r["count"], "0");
+    assert_eq!(r["kind"], kind);
+    assert!(r["error"].contains(hint), "{}", r["error"]);
+}
+
 /// Runs `probe` in a child with `set` added to and `remove` taken from this environment.
 fn run_probe(set: &[(&str, &str)], remove: &[&str]) -> HashMap<String, String> {
     let exe = std::env::current_exe().unwrap();
@@ -99,12 +107,10 @@ fn missing_runtime_says_how_to_install_one() {
         ],
         &[],
     );
-    assert_eq!(r["count"], "0");
-    assert_eq!(r["kind"], "NoRuntime");
-    assert!(
-        r["error"].contains("apt-get install pocl-opencl-icd ocl-icd-libopencl1"),
-        "{}",
-        r["error"]
+    assert_no_device(
+        &r,
+        "NoRuntime",
+        "apt-get install pocl-opencl-icd ocl-icd-libopencl1",
     );
 }
 
@@ -126,13 +132,7 @@ fn platform_filter_is_a_case_insensitive_substring() {
     assert!(r["platforms"].split('|').all(|p| p == first));
 
     let none = run_probe(&[("XPU_PLATFORM", "no-such-platform-xyz")], &[]);
-    assert_eq!(none["count"], "0");
-    assert_eq!(none["kind"], "NoDevices");
-    assert!(
-        none["error"].contains("XPU_PLATFORM=no-such-platform-xyz"),
-        "{}",
-        none["error"]
-    );
+    assert_no_device(&none, "NoDevices", "XPU_PLATFORM=no-such-platform-xyz");
 }
 
 #[test]

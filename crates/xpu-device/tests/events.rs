@@ -108,28 +108,12 @@ fn user_event_refuses_a_non_negative_failure_status_and_stays_unset() {
     assert_eq!(user.status().unwrap(), EventStatus::Error(-5));
 }
 
-const CHILD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
-fn assert_child_ok(test: &str) {
-    let out = common::run_in_child(test, CHILD_TIMEOUT);
-    assert!(
-        out.succeeded_with("scenario-ok"),
-        "child scenario failed: status {:?} (None: killed after {CHILD_TIMEOUT:?})\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        out.stdout,
-        out.stderr
-    );
-}
-
 #[test]
 fn a_completion_callback_runs_on_the_runtime_thread_and_may_finish_the_queue() {
     const NAME: &str = "a_completion_callback_runs_on_the_runtime_thread_and_may_finish_the_queue";
-    let Some(dev) = common::device0(NAME) else {
+    let Some(dev) = common::device0_in_child(NAME) else {
         return;
     };
-    if !common::is_child(NAME) {
-        return assert_child_ok(NAME);
-    }
     let q = common::queue(dev);
     let mut gate = common::Gate::new(dev);
     let ev = q.enqueue_marker(&[gate.event()]).unwrap();
@@ -175,12 +159,9 @@ impl Drop for PanickingPayload {
 #[test]
 fn a_panicking_callback_with_a_panicking_payload_does_not_abort() {
     const NAME: &str = "a_panicking_callback_with_a_panicking_payload_does_not_abort";
-    let Some(dev) = common::device0(NAME) else {
+    let Some(dev) = common::device0_in_child(NAME) else {
         return;
     };
-    if !common::is_child(NAME) {
-        return assert_child_ok(NAME);
-    }
     let user = dev.create_user_event().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     user.on_complete(move |_| std::panic::panic_any(PanickingPayload(tx)))
@@ -261,12 +242,9 @@ fn forward_to_gives_a_user_event_of_another_context_the_final_status() {
 #[test]
 fn setting_the_status_of_a_command_event_is_refused() {
     const NAME: &str = "setting_the_status_of_a_command_event_is_refused";
-    let Some(dev) = common::device0(NAME) else {
+    let Some(dev) = common::device0_in_child(NAME) else {
         return;
     };
-    if !common::is_child(NAME) {
-        return assert_child_ok(NAME);
-    }
     let q = common::queue(dev);
     let mut gate = common::Gate::new(dev);
     let marker = q.enqueue_marker(&[gate.event()]).unwrap();

@@ -171,28 +171,12 @@ fn build_options_and_program_binaries_round_trip() {
     ));
 }
 
-const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
-fn assert_child_ok(test: &str) {
-    let out = common::run_in_child(test, TIMEOUT);
-    assert!(
-        out.succeeded_with("scenario-ok"),
-        "child scenario failed: status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        out.stdout,
-        out.stderr
-    );
-}
-
 #[test]
 fn a_buffer_dropped_after_set_arg_stays_alive_for_the_launch() {
     const NAME: &str = "a_buffer_dropped_after_set_arg_stays_alive_for_the_launch";
-    let Some(dev) = common::device0(NAME) else {
+    let Some(dev) = common::device0_in_child(NAME) else {
         return;
     };
-    if !common::is_child(NAME) {
-        return assert_child_ok(NAME);
-    }
     let ctx = dev.context().unwrap();
     let q = common::queue(dev);
     let program = Program::build(ctx, dev.id(), SCALE).unwrap();
@@ -227,12 +211,9 @@ fn a_buffer_dropped_after_set_arg_stays_alive_for_the_launch() {
 #[test]
 fn a_scalar_for_a_pointer_parameter_is_refused() {
     const NAME: &str = "a_scalar_for_a_pointer_parameter_is_refused";
-    let Some(dev) = common::device0(NAME) else {
+    let Some(dev) = common::device0_in_child(NAME) else {
         return;
     };
-    if !common::is_child(NAME) {
-        return assert_child_ok(NAME);
-    }
     let ctx = dev.context().unwrap();
     let program = Program::build(ctx, dev.id(), SCALE).unwrap();
     let mut kernel = Kernel::new(&program, "scale_index").unwrap();
@@ -275,16 +256,9 @@ fn a_scalar_for_a_pointer_parameter_is_refused() {
 #[test]
 fn a_buffer_of_another_context_is_refused() {
     const NAME: &str = "a_buffer_of_another_context_is_refused";
-    if !common::have_devices(NAME, 2) {
+    let Some((d0, d1)) = common::two_devices_in_child(NAME) else {
         return;
-    }
-    if !common::is_child(NAME) {
-        return assert_child_ok(NAME);
-    }
-    let (d0, d1) = (
-        xpu_device::device(0).unwrap(),
-        xpu_device::device(1).unwrap(),
-    );
+    };
     let foreign = Buffer::new(d0.context().unwrap(), 1024, MemFlags::default()).unwrap();
     let ctx1 = d1.context().unwrap();
     let program = Program::build(ctx1, d1.id(), SCALE).unwrap();

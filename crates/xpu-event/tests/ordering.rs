@@ -26,9 +26,7 @@ fn wait_stream_orders_work() {
     // The same marker on a stream that did not wait completes: the gate alone does not hold b.
     let free = control.record_event().unwrap();
     free.synchronize().unwrap();
-    assert!(!common::ever_true(2_000, || waiting.query().unwrap()));
-    gate.open().unwrap();
-    waiting.synchronize().unwrap();
+    common::assert_held_by(&gate, &waiting);
     assert!(waiting.query().unwrap());
 }
 
@@ -45,9 +43,7 @@ fn wait_event_and_self_wait() {
     b.wait_event(&on_a).unwrap();
     a.wait_stream(&a).unwrap(); // no-op
     let after = b.record_event().unwrap();
-    assert!(!common::ever_true(2_000, || after.query().unwrap()));
-    gate.open().unwrap();
-    after.synchronize().unwrap();
+    common::assert_held_by(&gate, &after);
     assert!(on_a.query().unwrap());
 }
 
@@ -63,9 +59,7 @@ fn wait_event_across_devices() {
     let on0 = s0.record_event().unwrap();
     s1.wait_event(&on0).unwrap();
     let after = s1.record_event().unwrap();
-    assert!(!common::ever_true(2_000, || after.query().unwrap()));
-    gate.open().unwrap();
-    after.synchronize().unwrap();
+    common::assert_held_by(&gate, &after);
     assert!(on0.query().unwrap());
     // A completed event of another device: nothing left to wait for.
     s1.wait_stream(&s0).unwrap();

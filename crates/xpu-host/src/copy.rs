@@ -20,6 +20,21 @@ fn check(what: &'static str, offset: usize, len: usize, size: usize) -> Result<(
     }
 }
 
+/// The region of `memory` that a whole-allocation copy of `len` bytes uses (`what` names
+/// that side in errors): `None` when there is nothing to copy.
+fn whole_copy_region<'a>(
+    what: &'static str,
+    memory: &'a impl DeviceMemory,
+    len: usize,
+) -> Result<Option<DeviceRegion<'a>>, HostError> {
+    if len == 0 {
+        return Ok(None);
+    }
+    let region = memory.device_region().ok_or(HostError::NoBuffer)?;
+    check(what, 0, len, region.len)?;
+    Ok(Some(region))
+}
+
 /// A borrowed region of an OpenCL buffer: what a [`DeviceMemory`] lends a [`HostCopy`].
 ///
 /// Opaque: only this crate's copies read the buffer, offset and length inside, so a region
@@ -177,22 +192,19 @@ pub trait HostCopy {
 
 impl HostCopy for Stream {
     fn copy_from_host(&self, src: &HostPtr, dst: &impl DeviceMemory) -> Result<(), HostError> {
-        if src.is_empty() {
-            return Ok(());
+        let n = src.len();
+        match whole_copy_region("device destination", dst, n)? {
+            Some(r) => self.copy_from_host_to_buffer(src, 0, &r.buffer, r.offset, n),
+            None => Ok(()),
         }
-        let region = dst.device_region().ok_or(HostError::NoBuffer)?;
-        check("device destination", 0, src.len(), region.len)?;
-        self.copy_from_host_to_buffer(src, 0, &region.buffer, region.offset, src.len())
     }
 
     fn copy_to_host(&self, src: &impl DeviceMemory, dst: &mut HostPtr) -> Result<(), HostError> {
-        if dst.is_empty() {
-            return Ok(());
-        }
-        let region = src.device_region().ok_or(HostError::NoBuffer)?;
-        check("device source", 0, dst.len(), region.len)?;
         let n = dst.len();
-        self.copy_to_host_from_buffer(&region.buffer, region.offset, dst, 0, n)
+        match whole_copy_region("device source", src, n)? {
+            Some(r) => self.copy_to_host_from_buffer(&r.buffer, r.offset, dst, 0, n),
+            None => Ok(()),
+        }
     }
 
     fn copy_from_host_to_buffer(

@@ -4,18 +4,16 @@
 //! an owned `cl_event`. CLBlast itself runs in `crates/xpu/examples/clblast_gemm.rs`.
 //! Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use common::{assert_block_not_reused, fresh_stream};
 use xpu_device::backend::{Buffer, CommandQueue};
 use xpu_event::test_support::Gate;
 use xpu_kernel::{ClRegion, DeviceBuffer, ForeignExt, ForeignQueue, InteropError, StreamMemoryExt};
-use xpu_stream::{ExternalStream, Stream};
+use xpu_stream::Stream;
 use xpu_testing::devices;
-
-/// A stream on a queue of its own, so gating it never holds back another test's stream.
-fn fresh_stream(device: usize) -> ExternalStream {
-    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
-}
 
 fn ramp(n: usize) -> Vec<f32> {
     (0..n).map(|i| i as f32 * 0.25 - 3.0).collect()
@@ -226,12 +224,7 @@ fn a_foreign_call_records_blocks_of_other_streams_and_frees_its_workspace_stream
     );
     assert_eq!(xpu_alloc::memory_allocated(0).unwrap(), before);
     drop(buf);
-    let again = DeviceBuffer::<u32>::new(n, &s0).unwrap();
-    assert_ne!(
-        again.data_ptr().address(),
-        addr,
-        "the block was reused while the foreign call on stream 1 was still queued"
-    );
+    assert_block_not_reused(n, &s0, addr, "the foreign call on stream 1");
     gate.open().unwrap();
     event.synchronize().unwrap();
 }

@@ -1,19 +1,17 @@
 //! Programs, functions and launches on a real OpenCL device (PoCL in CI, two devices for the
 //! cross-device cases). Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
 
+mod common;
+
 use std::path::PathBuf;
 
+use common::fresh_stream;
 use xpu_alloc::{AllocConfig, DataPtr, DeviceAllocator};
 use xpu_device::{DeviceError, KernelArgProblem};
 use xpu_event::test_support::Gate;
 use xpu_kernel::{Function, KernelCache, KernelError, LaunchExt, LocalMem, Program, ProgramOrigin};
-use xpu_stream::{ExternalStream, Stream};
+use xpu_stream::Stream;
 use xpu_testing::devices;
-
-/// A stream on a queue of its own, so gating it never holds back another test's stream.
-fn fresh_stream(device: usize) -> ExternalStream {
-    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
-}
 
 const SAXPY: &str = r"
 __kernel void saxpy(__global float *y, __global const float *x, float a, uint n) {
@@ -62,6 +60,34 @@ fn read_f32(p: &DataPtr, s: &Stream, n: usize) -> Vec<f32> {
 
 fn read_u32(p: &DataPtr, s: &Stream, n: usize) -> Vec<u32> {
     read_f32(p, s, n).into_iter().map(f32::to_bits).collect()
+}
+
+/// Launches `fill_k` (`f`, built with `-D K=7`) on `s` over `n` work-items: `out[i] = i * 7`
+/// for `i < n`.
+///
+/// # Panics
+/// When `out` holds fewer than `n` u32s (the launch would write past it), or on a failed
+/// launch.
+fn launch_fill_k(s: &Stream, f: &Function, out: &DataPtr, n: u32) {
+    assert!(out.size() >= u64::from(n) * 4, "out holds {n} u32s");
+    // SAFETY: n work-items (the kernel guards `i < n`) write out[0..n), inside `out` (asserted
+    // above); nothing borrows it; the kernel terminates.
+    unsafe {
+        s.launch(f, &[n as usize], None)
+            .unwrap()
+            .arg(out)
+            .unwrap()
+            .arg(n)
+            .unwrap()
+            .enqueue()
+            .unwrap();
+    }
+}
+
+/// Asserts that `out` holds what [`launch_fill_k`] over `n` work-items wrote.
+fn assert_filled_k(out: &DataPtr, s: &Stream, n: usize) {
+    let want: Vec<u32> = (0..n as u32).map(|i| i * 7).collect();
+    assert_eq!(read_u32(out, s, n), want);
 }
 
 #[test]
@@ -149,21 +175,8 @@ fn build_options_and_local_memory_reach_the_kernel() {
     let p = saxpy_program(0);
     let out = alloc.allocate(64 * 4, &s).unwrap();
     let f = p.function("fill_k").unwrap();
-    // SAFETY: 64 work-items write out[0..64), 64 uints.
-    unsafe {
-        s.launch(&f, &[64], None)
-            .unwrap()
-            .arg(&out)
-            .unwrap()
-            .arg(64u32)
-            .unwrap()
-            .enqueue()
-            .unwrap();
-    }
-    assert_eq!(
-        read_u32(&out, &s, 64),
-        (0..64).map(|i| i * 7).collect::<Vec<u32>>()
-    );
+    launch_fill_k(&s, &f, &out, 64);
+    assert_filled_k(&out, &s, 64);
     let g = p.function("with_local").unwrap();
     // SAFETY: 64 work-items in groups of 16 write out[0..64) and tmp[0..16) (64 bytes).
     unsafe {
@@ -227,21 +240,8 @@ fn programs_come_from_memory_then_disk_and_corrupt_entries_are_recompiled() {
     let alloc = allocator(0);
     let s = fresh_stream(0).leak();
     let out = alloc.allocate(16 * 4, &s).unwrap();
-    // SAFETY: 16 work-items write out[0..16).
-    unsafe {
-        s.launch(&c.function("fill_k").unwrap(), &[16], None)
-            .unwrap()
-            .arg(&out)
-            .unwrap()
-            .arg(16u32)
-            .unwrap()
-            .enqueue()
-            .unwrap();
-    }
-    assert_eq!(
-        read_u32(&out, &s, 16),
-        (0..16).map(|i| i * 7).collect::<Vec<u32>>()
-    );
+    launch_fill_k(&s, &c.function("fill_k").unwrap(), &out, 16);
+    assert_filled_k(&out, &s, 16);
     // Other options: another entry.
     let d = Program::build_with_cache(0, &src, "-D K=8", &disk).unwrap();
     assert_eq!(d.origin(), ProgramOrigin::Compiled);
@@ -284,17 +284,7 @@ fn eight_threads_launch_one_function_concurrently() {
                 for round in 0..20u32 {
                     let n = 256 + t * 8 + round;
                     let out = alloc.allocate(u64::from(n) * 4, &s).unwrap();
-                    // SAFETY: n work-items (rounded up, guarded by `i < n`) write out[0..n).
-                    unsafe {
-                        s.launch(&f, &[n as usize], None)
-                            .unwrap()
-                            .arg(&out)
-                            .unwrap()
-                            .arg(n)
-                            .unwrap()
-                            .enqueue()
-                            .unwrap();
-                    }
+                    launch_fill_k(&s, &f, &out, n);
                     let got = read_u32(&out, &s, n as usize);
                     assert_eq!(
                         got,
@@ -490,17 +480,7 @@ fn a_block_used_on_another_stream_is_reused_only_after_the_launch() {
     gate.block(&s1).unwrap();
     let out = alloc.allocate(64 * 4, &s0).unwrap();
     let addr = out.address();
-    // SAFETY: 64 work-items write out[0..64).
-    unsafe {
-        s1.launch(&f, &[64], None)
-            .unwrap()
-            .arg(&out)
-            .unwrap()
-            .arg(64u32)
-            .unwrap()
-            .enqueue()
-            .unwrap();
-    }
+    launch_fill_k(&s1, &f, &out, 64);
     drop(out);
     // The launch on s1 is held by the gate: the block must not come back to s0 yet.
     let other = alloc.allocate(64 * 4, &s0).unwrap();
@@ -526,17 +506,7 @@ fn a_block_gets_one_sub_buffer_released_with_the_allocation() {
     let before = xpu_device::live_objects().sub_buffers;
     let out = alloc.allocate(64 * 4, &s).unwrap();
     for _ in 0..3 {
-        // SAFETY: 64 work-items write out[0..64).
-        unsafe {
-            s.launch(&f, &[64], None)
-                .unwrap()
-                .arg(&out)
-                .unwrap()
-                .arg(64u32)
-                .unwrap()
-                .enqueue()
-                .unwrap();
-        }
+        launch_fill_k(&s, &f, &out, 64);
     }
     s.synchronize().unwrap();
     assert_eq!(
@@ -544,10 +514,7 @@ fn a_block_gets_one_sub_buffer_released_with_the_allocation() {
         before + 1,
         "one sub-buffer for three launches; idle pooled kernels hold none"
     );
-    assert_eq!(
-        read_u32(&out, &s, 64),
-        (0..64).map(|i| i * 7).collect::<Vec<u32>>()
-    );
+    assert_filled_k(&out, &s, 64);
     drop(out);
     assert_eq!(xpu_device::live_objects().sub_buffers, before);
 }

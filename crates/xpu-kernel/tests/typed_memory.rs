@@ -4,19 +4,17 @@
 //! earlier work, misuse is a typed error, and uses on other streams are recorded.
 //! Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
 
+mod common;
+
+use common::{assert_block_not_reused, fresh_stream};
 use xpu_event::test_support::Gate;
 use xpu_kernel::memory::{
     copy_dtod, copy_dtoh, copy_htod, copy_htod_pinned, copy_peer, fill, memset_zeros, to_vec,
     STAGING_CHUNK_BYTES,
 };
 use xpu_kernel::{DeviceBuffer, DeviceRegion, MemoryError, StreamMemoryExt};
-use xpu_stream::{ExternalStream, Stream};
+use xpu_stream::Stream;
 use xpu_testing::devices;
-
-/// A stream on a queue of its own, so gating it never holds back another test's stream.
-fn fresh_stream(device: usize) -> ExternalStream {
-    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
-}
 
 fn ramp_f32(n: usize) -> Vec<f32> {
     (0..n).map(|i| i as f32 * 0.5 - 7.25).collect()
@@ -254,12 +252,7 @@ fn a_copy_on_another_stream_records_that_stream_on_the_block() {
     gate.block(&s1).unwrap();
     fill(&s1, &mut buf, 7).unwrap(); // held back on stream 1
     drop(buf);
-    let again = DeviceBuffer::<u32>::new(n, &s0).unwrap();
-    assert_ne!(
-        again.data_ptr().address(),
-        addr,
-        "the block was reused while stream 1's fill of it was still queued"
-    );
+    assert_block_not_reused(n, &s0, addr, "stream 1's fill of it");
     gate.open().unwrap();
     s1.synchronize().unwrap();
 }

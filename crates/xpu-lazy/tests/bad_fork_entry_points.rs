@@ -12,24 +12,13 @@ use std::time::Duration;
 
 #[test]
 fn bad_fork_refuses_without_waiting_for_init_lock() {
-    if common::scenario().is_some() {
-        run();
-        return;
-    }
-    if !common::have_device("bad_fork_entry_points") {
-        return;
-    }
-    let (code, out) = common::run_scenario(
+    common::scenario_test(
         "bad_fork_refuses_without_waiting_for_init_lock",
         "init-lock-held",
         Duration::from_secs(20),
+        "SCENARIO DONE",
+        run,
     );
-    assert_eq!(
-        code,
-        Some(0),
-        "scenario failed or hung (None = killed):\n{out}"
-    );
-    assert!(out.contains("SCENARIO DONE"), "{out}");
 }
 
 fn run() {

@@ -35,13 +35,7 @@ fn call_queued_by_another_thread_during_init_runs_exactly_once() {
     entered_rx
         .recv_timeout(Duration::from_secs(20))
         .expect("init ran the first queued call");
-    let late_runs = Arc::new(AtomicUsize::new(0));
-    let l = Arc::clone(&late_runs);
-    xpu_lazy::lazy_call(move || {
-        l.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    })
-    .unwrap();
+    let late_runs = common::queue_counting_call();
     assert_eq!(
         late_runs.load(Ordering::SeqCst),
         0,

@@ -10,14 +10,8 @@ fn failed_queued_call_keeps_queue_and_retries() {
     if !common::have_device("queued_failure") {
         return;
     }
-    let first_runs = Arc::new(AtomicUsize::new(0));
+    let first_runs = common::queue_counting_call();
     let attempts = Arc::new(AtomicUsize::new(0));
-    let f = Arc::clone(&first_runs);
-    xpu_lazy::lazy_call(move || {
-        f.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    })
-    .unwrap();
     let a = Arc::clone(&attempts);
     let queued_line = line!() + 1;
     xpu_lazy::lazy_call(move || {

@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use xpu_device::{current_device, set_device};
 use xpu_stream::{
-    current_stream, current_stream_here, default_stream, get_stream_from_pool, set_stream,
+    current_stream, current_stream_here, default_stream, get_stream_from_pool, set_stream, Stream,
     StreamGuard,
 };
 
@@ -74,17 +74,32 @@ fn guard_same_device_and_nesting() {
     assert_eq!(current_stream(0).unwrap(), a);
 }
 
+/// Device 0 current, and new pool streams (priority 0) current on devices 0 and 1, which
+/// are returned.
+fn two_device_scene() -> (Stream, Stream) {
+    let src_prev = get_stream_from_pool(0, 0).unwrap();
+    let dst_prev = get_stream_from_pool(0, 1).unwrap();
+    set_device(0).unwrap();
+    set_stream(src_prev);
+    set_stream(dst_prev);
+    (src_prev, dst_prev)
+}
+
+/// Asserts that [`two_device_scene`]'s state is back: device 0 current, `src_prev` and
+/// `dst_prev` the current streams of devices 0 and 1.
+fn assert_scene_restored(src_prev: Stream, dst_prev: Stream) {
+    assert_eq!(current_device(), 0);
+    assert_eq!(current_stream(0).unwrap(), src_prev);
+    assert_eq!(current_stream(1).unwrap(), dst_prev);
+}
+
 #[test]
 fn cross_device_guard_restores_both_devices_and_the_device() {
     if !common::devices(2) {
         return;
     }
-    let src_prev = get_stream_from_pool(0, 0).unwrap();
-    let dst_prev = get_stream_from_pool(0, 1).unwrap();
+    let (src_prev, dst_prev) = two_device_scene();
     let target = get_stream_from_pool(-1, 1).unwrap();
-    set_device(0).unwrap();
-    set_stream(src_prev);
-    set_stream(dst_prev);
     {
         let _g = StreamGuard::new(target).unwrap();
         assert_eq!(current_device(), 1);
@@ -93,9 +108,7 @@ fn cross_device_guard_restores_both_devices_and_the_device() {
         // Changes made inside the guard on both devices are undone too.
         set_stream(get_stream_from_pool(1, 0).unwrap());
     }
-    assert_eq!(current_device(), 0);
-    assert_eq!(current_stream(0).unwrap(), src_prev);
-    assert_eq!(current_stream(1).unwrap(), dst_prev);
+    assert_scene_restored(src_prev, dst_prev);
 }
 
 #[test]
@@ -103,11 +116,7 @@ fn guards_restore_while_unwinding() {
     if !common::devices(2) {
         return;
     }
-    let src_prev = get_stream_from_pool(0, 0).unwrap();
-    let dst_prev = get_stream_from_pool(0, 1).unwrap();
-    set_device(0).unwrap();
-    set_stream(src_prev);
-    set_stream(dst_prev);
+    let (src_prev, dst_prev) = two_device_scene();
     let r = catch_unwind(AssertUnwindSafe(|| {
         let _g = StreamGuard::new(get_stream_from_pool(1, 1).unwrap()).unwrap();
         let _h = StreamGuard::new(get_stream_from_pool(1, 0).unwrap()).unwrap();
@@ -115,9 +124,7 @@ fn guards_restore_while_unwinding() {
         panic!("boom");
     }));
     assert!(r.is_err());
-    assert_eq!(current_device(), 0);
-    assert_eq!(current_stream(0).unwrap(), src_prev);
-    assert_eq!(current_stream(1).unwrap(), dst_prev);
+    assert_scene_restored(src_prev, dst_prev);
 }
 
 #[test]

@@ -16,6 +16,20 @@ fn options() -> QueueOptions {
     }
 }
 
+/// A new profiling queue of the runtime's context for `device`.
+fn runtime_queue(device: usize) -> CommandQueue {
+    xpu_device::device(device)
+        .unwrap()
+        .create_queue(options())
+        .unwrap()
+}
+
+/// Asserts that `e` is `want` and displays as `message`.
+fn assert_error(e: &StreamError, want: StreamError, message: &str) {
+    assert_eq!(*e, want);
+    assert_eq!(e.to_string(), message);
+}
+
 /// A borrowed wrapper of `q` (the user keeps its own reference in `q`): a retaining clone is
 /// exactly what `unsafe CommandQueue::from_raw_borrowed(q.as_raw())` gives, without `unsafe`
 /// outside xpu-device (the raw constructors are tested in xpu-device's own tests).
@@ -28,10 +42,7 @@ fn accepts_a_queue_of_the_runtime_context() {
     if !common::devices(1) {
         return;
     }
-    let theirs = xpu_device::device(0)
-        .unwrap()
-        .create_queue(options())
-        .unwrap();
+    let theirs = runtime_queue(0);
     let ext = ExternalStream::with_priority(borrow(&theirs), 0, -4).unwrap();
     let s = ext.stream();
     assert!(s.is_external() && !s.is_default());
@@ -69,10 +80,7 @@ fn leaked_and_owned_registrations() {
     if !common::devices(1) {
         return;
     }
-    let q = xpu_device::device(0)
-        .unwrap()
-        .create_queue(options())
-        .unwrap();
+    let q = runtime_queue(0);
     let raw = q.as_raw();
     // Giving the runtime our only reference: the same as `from_raw_owned(raw)` after forgetting
     // `q`.
@@ -95,10 +103,10 @@ fn rejects_an_out_of_order_queue() {
         }
     };
     let e = ExternalStream::new(ooo, 0).unwrap_err();
-    assert_eq!(e, StreamError::ExternalNotInOrder);
-    assert_eq!(
-        e.to_string(),
-        "external queue must be in-order (it has CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)"
+    assert_error(
+        &e,
+        StreamError::ExternalNotInOrder,
+        "external queue must be in-order (it has CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)",
     );
 }
 
@@ -111,11 +119,11 @@ fn rejects_a_queue_of_another_context() {
     let ctx = Context::new(dev.id()).unwrap();
     let q = CommandQueue::new(&ctx, dev.id(), options()).unwrap();
     let e = ExternalStream::new(q, 0).unwrap_err();
-    assert_eq!(e, StreamError::ExternalContextMismatch { device: 0 });
-    assert_eq!(
-        e.to_string(),
+    assert_error(
+        &e,
+        StreamError::ExternalContextMismatch { device: 0 },
         "external queue must be created with the same context as the runtime uses for device 0 \
-         (see xpu_device::Device::context)"
+         (see xpu_device::Device::context)",
     );
 }
 
@@ -124,15 +132,12 @@ fn rejects_a_queue_of_another_device() {
     if !common::devices(2) {
         return;
     }
-    let q1 = xpu_device::device(1)
-        .unwrap()
-        .create_queue(options())
-        .unwrap();
+    let q1 = runtime_queue(1);
     let e = ExternalStream::new(q1, 0).unwrap_err();
-    assert_eq!(e, StreamError::ExternalDeviceMismatch { device: 0 });
-    assert_eq!(
-        e.to_string(),
-        "external queue doesn't match device 0: it was created for another device"
+    assert_error(
+        &e,
+        StreamError::ExternalDeviceMismatch { device: 0 },
+        "external queue doesn't match device 0: it was created for another device",
     );
 }
 
@@ -142,10 +147,7 @@ fn rejects_null_and_bad_indices() {
         return;
     }
     let n = xpu_device::device_count();
-    let q = xpu_device::device(0)
-        .unwrap()
-        .create_queue(options())
-        .unwrap();
+    let q = runtime_queue(0);
     let e = ExternalStream::new(q, n).unwrap_err();
     assert!(matches!(e, StreamError::Device(_)), "{e:?}");
     assert_eq!(

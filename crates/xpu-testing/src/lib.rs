@@ -149,3 +149,35 @@ pub fn run_scenario(test: &str, scenario: &str, bound: Duration) -> (Option<i32>
     );
     (code, text)
 }
+
+/// Runs `scenario` of `test` in a fresh process ([`run_scenario`], bounded by `bound`) and
+/// asserts that it exited with status 0 after printing `done`.
+///
+/// # Panics
+/// When the scenario failed, hung (killed after `bound`) or did not print `done`.
+pub fn assert_scenario_done(test: &str, scenario: &str, bound: Duration, done: &str) {
+    let (code, out) = run_scenario(test, scenario, bound);
+    assert_eq!(
+        code,
+        Some(0),
+        "scenario failed or hung (None = killed):\n{out}"
+    );
+    assert!(out.contains(done), "{out}");
+}
+
+/// A whole scenario test: in the process re-run for a scenario ([`scenario`] set), runs
+/// `body`; otherwise, when a device exists (else the test is skipped, see [`have_device`]),
+/// re-runs `test` for `scenario` and asserts that it printed `done`
+/// ([`assert_scenario_done`]).
+///
+/// # Panics
+/// As [`have_device`] and [`assert_scenario_done`].
+pub fn scenario_test(test: &str, scenario: &str, bound: Duration, done: &str, body: fn()) {
+    if self::scenario().is_some() {
+        body();
+        return;
+    }
+    if have_device(test) {
+        assert_scenario_done(test, scenario, bound, done);
+    }
+}

@@ -3,6 +3,8 @@
 //!
 //! `cargo run -p xpu --example caching_allocator`
 
+mod support;
+
 fn run() -> Result<(), xpu::Error> {
     let a = xpu::allocate(1 << 20)?; // small pool: a 2 MiB segment is reserved
     let address = a.address();
@@ -35,11 +37,5 @@ fn run() -> Result<(), xpu::Error> {
 }
 
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    support::main(run)
 }

@@ -2,6 +2,8 @@
 //!
 //! `cargo run -p xpu --example devices`
 
+mod support;
+
 fn run() -> Result<(), xpu::Error> {
     println!(
         "{} device(s), available: {}",
@@ -31,11 +33,5 @@ fn run() -> Result<(), xpu::Error> {
 }
 
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    support::main(run)
 }

@@ -3,6 +3,8 @@
 //!
 //! `cargo run -p xpu --example embedding`
 
+mod support;
+
 use xpu::xpu_alloc::{raw_alloc, raw_delete, with_raw_view, DevicePtr};
 
 /// A framework's storage: owns a raw device pointer; frees it on drop.
@@ -74,11 +76,5 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    support::main(run)
 }

@@ -2,6 +2,8 @@
 //!
 //! `cargo run -p xpu --example pinned_host`
 
+mod support;
+
 use xpu::xpu_alloc::{host_allocate, host_memory_stats, HostCopy};
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -32,11 +34,5 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    support::main(run)
 }

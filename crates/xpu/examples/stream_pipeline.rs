@@ -3,6 +3,8 @@
 //!
 //! `cargo run -p xpu --example stream_pipeline`
 
+mod support;
+
 use xpu::xpu_device::backend::{Buffer, MemFlags};
 use xpu::{Event, EventFlags, StreamExt};
 
@@ -45,11 +47,5 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    support::main(run)
 }

@@ -14,24 +14,13 @@ use xpu::xpu_event::Gate;
 
 #[test]
 fn every_layer_refuses_at_once_in_a_bad_fork_child() {
-    if common::scenario().is_some() {
-        run();
-        return;
-    }
-    if !common::have_device("bad_fork") {
-        return;
-    }
-    let (code, out) = common::run_scenario(
+    common::scenario_test(
         "every_layer_refuses_at_once_in_a_bad_fork_child",
         "bad-fork",
         Duration::from_secs(30),
+        "SCENARIO DONE",
+        run,
     );
-    assert_eq!(
-        code,
-        Some(0),
-        "scenario failed or hung (None = killed):\n{out}"
-    );
-    assert!(out.contains("SCENARIO DONE"), "{out}");
 }
 
 fn show<T: std::fmt::Debug, E: std::fmt::Debug>(name: &str, r: &Result<T, E>) -> String {
@@ -41,6 +30,11 @@ fn show<T: std::fmt::Debug, E: std::fmt::Debug>(name: &str, r: &Result<T, E>) ->
     };
     println!("{name} = {s}");
     s
+}
+
+/// Asserts that the entry point `name` returned `Err(BadFork)` (printing what it returned).
+fn assert_bad_fork<T: std::fmt::Debug, E: std::fmt::Debug>(name: &str, r: &Result<T, E>) {
+    assert_eq!(show(name, r), "Err(BadFork)", "{name}");
 }
 
 fn run() {
@@ -66,116 +60,62 @@ fn run() {
     xpu::xpu_device::fork::simulate_bad_fork();
 
     // xpu-stream
-    assert_eq!(show("Stream::query", &s.query()), "Err(BadFork)");
-    assert_eq!(
-        show("Stream::synchronize", &s.synchronize()),
-        "Err(BadFork)"
+    assert_bad_fork("Stream::query", &s.query());
+    assert_bad_fork("Stream::synchronize", &s.synchronize());
+    assert_bad_fork("xpu_stream::synchronize", &xpu::xpu_stream::synchronize(0));
+    assert_bad_fork("current_stream", &xpu::xpu_stream::current_stream(0));
+    assert_bad_fork(
+        "get_stream_from_pool",
+        &xpu::xpu_stream::get_stream_from_pool(0, 0),
     );
-    assert_eq!(
-        show("xpu_stream::synchronize", &xpu::xpu_stream::synchronize(0)),
-        "Err(BadFork)"
-    );
-    assert_eq!(
-        show("current_stream", &xpu::xpu_stream::current_stream(0)),
-        "Err(BadFork)"
-    );
-    assert_eq!(
-        show(
-            "get_stream_from_pool",
-            &xpu::xpu_stream::get_stream_from_pool(0, 0)
-        ),
-        "Err(BadFork)"
-    );
-    assert_eq!(
-        show("default_stream", &xpu::xpu_stream::default_stream(0)),
-        "Err(BadFork)"
-    );
-    assert_eq!(
-        show("StreamGuard::new", &xpu::StreamGuard::new(s).map(|_| ())),
-        "Err(BadFork)"
-    );
+    assert_bad_fork("default_stream", &xpu::xpu_stream::default_stream(0));
+    assert_bad_fork("StreamGuard::new", &xpu::StreamGuard::new(s).map(|_| ()));
     // xpu-event
-    assert_eq!(show("Event::query", &gated.query()), "Err(BadFork)");
-    assert_eq!(
-        show("Event::synchronize", &gated.synchronize()),
-        "Err(BadFork)"
-    );
-    assert_eq!(show("Event::wait", &gated.wait(&other)), "Err(BadFork)");
+    assert_bad_fork("Event::query", &gated.query());
+    assert_bad_fork("Event::synchronize", &gated.synchronize());
+    assert_bad_fork("Event::wait", &gated.wait(&other));
     let mut fresh = xpu::Event::new(xpu::EventFlags::default());
-    assert_eq!(show("Event::record", &fresh.record(&s)), "Err(BadFork)");
+    assert_bad_fork("Event::record", &fresh.record(&s));
     drop(gated); // leaked, not released
                  // xpu-alloc
-    assert_eq!(
-        show("xpu_alloc::allocate", &xpu::xpu_alloc::allocate(1000, &s)),
-        "Err(BadFork)"
+    assert_bad_fork("xpu_alloc::allocate", &xpu::xpu_alloc::allocate(1000, &s));
+    assert_bad_fork(
+        "xpu_alloc::allocate_current",
+        &xpu::xpu_alloc::allocate_current(1000),
     );
-    assert_eq!(
-        show(
-            "xpu_alloc::allocate_current",
-            &xpu::xpu_alloc::allocate_current(1000)
-        ),
-        "Err(BadFork)"
+    assert_bad_fork("xpu_alloc::raw_alloc", &xpu::xpu_alloc::raw_alloc(1000));
+    assert_bad_fork(
+        "xpu_alloc::device_allocator",
+        &xpu::xpu_alloc::device_allocator(0).map(|_| ()),
     );
-    assert_eq!(
-        show("xpu_alloc::raw_alloc", &xpu::xpu_alloc::raw_alloc(1000)),
-        "Err(BadFork)"
+    assert_bad_fork(
+        "xpu_alloc::record_stream",
+        &xpu::xpu_alloc::record_stream(&p, &s),
     );
-    assert_eq!(
-        show(
-            "xpu_alloc::device_allocator",
-            &xpu::xpu_alloc::device_allocator(0).map(|_| ())
-        ),
-        "Err(BadFork)"
+    assert_bad_fork(
+        "xpu_alloc::memory_stats",
+        &xpu::xpu_alloc::memory_stats(0).map(|_| ()),
     );
-    assert_eq!(
-        show(
-            "xpu_alloc::record_stream",
-            &xpu::xpu_alloc::record_stream(&p, &s)
-        ),
-        "Err(BadFork)"
+    assert_bad_fork(
+        "xpu_alloc::memory_reserved",
+        &xpu::xpu_alloc::memory_reserved(0),
     );
-    assert_eq!(
-        show(
-            "xpu_alloc::memory_stats",
-            &xpu::xpu_alloc::memory_stats(0).map(|_| ())
-        ),
-        "Err(BadFork)"
-    );
-    assert_eq!(
-        show(
-            "xpu_alloc::memory_reserved",
-            &xpu::xpu_alloc::memory_reserved(0)
-        ),
-        "Err(BadFork)"
-    );
-    assert_eq!(
-        show("xpu_alloc::mem_get_info", &xpu::xpu_alloc::mem_get_info(0)),
-        "Err(BadFork)"
-    );
+    assert_bad_fork("xpu_alloc::mem_get_info", &xpu::xpu_alloc::mem_get_info(0));
     xpu::xpu_alloc::empty_cache();
     drop(p); // returns at once: the block is left to the parent's allocator
              // xpu-device
-    assert_eq!(
-        show(
-            "xpu_device::devices",
-            &xpu::xpu_device::devices().map(|d| d.len())
-        ),
-        "Err(BadFork)"
+    assert_bad_fork(
+        "xpu_device::devices",
+        &xpu::xpu_device::devices().map(|d| d.len()),
     );
-    assert_eq!(
-        show("xpu_device::set_device", &xpu::xpu_device::set_device(0)),
-        "Err(BadFork)"
-    );
+    assert_bad_fork("xpu_device::set_device", &xpu::xpu_device::set_device(0));
     assert_eq!(
         xpu::xpu_device::device_count(),
         n,
         "the parent's count, not 0"
     );
     // xpu-lazy and the facade
-    assert_eq!(
-        show("xpu_lazy::lazy_init", &xpu::lazy_init()),
-        "Err(BadFork)"
-    );
+    assert_bad_fork("xpu_lazy::lazy_init", &xpu::lazy_init());
     assert!(!xpu::is_initialized());
     assert!(xpu::is_in_bad_fork());
     assert_eq!(xpu::device_count(), n);

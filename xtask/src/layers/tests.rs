@@ -244,30 +244,20 @@ fn manifest_lines_are_found_per_section() {
         name: name.to_owned(),
         kind,
     };
-    assert_eq!(
-        manifest_line(manifest, &dep("opencl3", DepKind::Normal)),
-        Some(5)
-    );
-    assert_eq!(
-        manifest_line(manifest, &dep("xpu-device", DepKind::Normal)),
-        Some(6)
-    );
-    assert_eq!(
-        manifest_line(manifest, &dep("xpu-device", DepKind::Dev)),
-        Some(9)
-    );
-    assert_eq!(
-        manifest_line(manifest, &dep("cc", DepKind::Build)),
-        Some(12)
-    );
-    assert_eq!(
-        manifest_line(manifest, &dep("libc", DepKind::Normal)),
-        Some(13)
-    );
-    assert_eq!(
-        manifest_line(manifest, &dep("serde", DepKind::Normal)),
-        None
-    );
+    for (name, kind, want) in [
+        ("opencl3", DepKind::Normal, Some(5)),
+        ("xpu-device", DepKind::Normal, Some(6)),
+        ("xpu-device", DepKind::Dev, Some(9)),
+        ("cc", DepKind::Build, Some(12)),
+        ("libc", DepKind::Normal, Some(13)),
+        ("serde", DepKind::Normal, None),
+    ] {
+        assert_eq!(
+            manifest_line(manifest, &dep(name, kind)),
+            want,
+            "{name} as {kind:?}"
+        );
+    }
 }
 
 #[test]

@@ -1,8 +1,10 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use xpu_alloc::replay::{self, ReplayOptions, ReplayReport};
 use xpu_alloc::sim_stream::SimStream;
 use xpu_alloc::{AllocConfig, DeviceCore, SimulatedSource, StreamKey, StreamRef};
 
@@ -22,4 +24,78 @@ pub fn stream(id: u64) -> (Arc<SimStream>, StreamRef) {
     let s = SimStream::new(StreamKey::new(0, id));
     let r = s.as_ref();
     (s, r)
+}
+
+/// Allocates a block of each of `mib` (in MiB) on `s`, in order, and returns them live.
+pub fn allocate_mib(core: &DeviceCore, s: &StreamRef, mib: &[u64]) -> Vec<xpu_alloc::DataPtr> {
+    mib.iter()
+        .map(|m| core.allocate(m * MIB, s).unwrap())
+        .collect()
+}
+
+/// The idle-segment scene of the release-policy tests: 12, 14 and 16 MiB blocks allocated on
+/// `s` then freed, so 42 MiB stay cached in three idle segments.
+pub fn cache_three_idle_segments(core: &DeviceCore, s: &StreamRef) {
+    drop(allocate_mib(core, s, &[12, 14, 16]));
+}
+
+/// The segment sizes, in MiB, in snapshot order.
+pub fn segment_sizes_mib(core: &DeviceCore) -> Vec<u64> {
+    core.snapshot().iter().map(|s| s.size / MIB).collect()
+}
+
+/// Empties `core`'s cache and asserts that nothing stays reserved: the source holds no bytes
+/// and no segment, and the allocator reserves nothing.
+pub fn assert_empty_cache_releases_everything(core: &DeviceCore, source: &SimulatedSource) {
+    core.empty_cache();
+    assert_eq!(
+        (
+            source.used(),
+            source.live_segments(),
+            core.memory_reserved()
+        ),
+        (0, 0, 0)
+    );
+}
+
+/// This crate's directory: `CARGO_MANIFEST_DIR` at run time (cargo and nextest set it; a
+/// nextest archive run with `--workspace-remap` sets the remapped path), else at build time.
+pub fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
+}
+
+/// Replays the trace at `path` (named `file` in messages) in simulation with the default
+/// policy and asserts that it never does worse than PyTorch: no OOM, peak reserved bytes at
+/// most `torch_reserved` and segment allocations at most `torch_segments`. Returns the
+/// report.
+pub fn replay_never_worse_than_pytorch(
+    path: &Path,
+    file: &str,
+    torch_reserved: u64,
+    torch_segments: u64,
+) -> ReplayReport {
+    let ours = replay::run(path, &ReplayOptions::default()).unwrap().report;
+    assert_eq!(ours.ooms, 0, "{file}");
+    assert!(
+        ours.peak_reserved <= torch_reserved,
+        "{file}: peak reserved {} > PyTorch's {torch_reserved}",
+        ours.peak_reserved
+    );
+    assert!(
+        ours.segment_allocs <= torch_segments,
+        "{file}: {} segment allocations > PyTorch's {torch_segments}",
+        ours.segment_allocs
+    );
+    ours
+}
+
+/// The report of replaying the trace at `path` in simulation with PyTorch's own policy
+/// (`release_policy:on_oom`).
+pub fn replay_with_pytorch_policy(path: &Path) -> ReplayReport {
+    let options = ReplayOptions {
+        config: Some("release_policy:on_oom".to_owned()),
+        ..ReplayOptions::default()
+    };
+    replay::run(path, &options).unwrap().report
 }

@@ -613,6 +613,24 @@ impl Model {
         Some(self.alloc_found(me, gi, 0, size, rounded))
     }
 
+    /// The device-wide search: every stream's completed events processed, then a cached
+    /// block of shard `si`'s pool, else a segment stolen from another stream.
+    fn find_device_wide(
+        &mut self,
+        si: usize,
+        pool: PoolKind,
+        size: u64,
+        rounded: u64,
+    ) -> Option<(u64, u64, u64)> {
+        for s in 0..self.shards.len() {
+            self.process_events(s);
+        }
+        if let Some((gi, bi)) = self.search(si, pool, rounded) {
+            return Some(self.alloc_found(si, gi, bi, size, rounded));
+        }
+        self.steal(si, pool, size, rounded)
+    }
+
     /// `allocate(size)` on `stream`.
     pub fn alloc(&mut self, stream: usize, size: u64) -> ModelAlloc {
         assert!(size > 0);
@@ -653,25 +671,13 @@ impl Model {
             }
         }
         // Device-wide part.
-        for s in 0..self.shards.len() {
-            self.process_events(s);
-        }
-        if let Some((gi, bi)) = self.search(si, pool, rounded) {
-            return ok(self.alloc_found(si, gi, bi, size, rounded));
-        }
-        if let Some(r) = self.steal(si, pool, size, rounded) {
+        if let Some(r) = self.find_device_wide(si, pool, size, rounded) {
             return ok(r);
         }
         // Wait for the pending frees, search again, then release cached segments.
         self.stats.num_sync_all_streams += 1;
         if self.wait_pending() {
-            for s in 0..self.shards.len() {
-                self.process_events(s);
-            }
-            if let Some((gi, bi)) = self.search(si, pool, rounded) {
-                return ok(self.alloc_found(si, gi, bi, size, rounded));
-            }
-            if let Some(r) = self.steal(si, pool, size, rounded) {
+            if let Some(r) = self.find_device_wide(si, pool, size, rounded) {
                 return ok(r);
             }
         }

@@ -67,6 +67,26 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// A successful run's stdout as text: asserts exit status 0 (showing stdout and stderr
+/// otherwise) and UTF-8 output.
+pub fn success(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "stdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        stderr(out)
+    );
+    String::from_utf8(out.stdout.clone()).expect("UTF-8 stdout")
+}
+
+/// Asserts that every figure `keys` of the JSON object `v` is a finite positive number.
+pub fn assert_positive_figures(v: &serde_json::Value, keys: &[&str]) {
+    for k in keys {
+        let x = v[k].as_f64().unwrap_or_else(|| panic!("{k} missing: {v}"));
+        assert!(x.is_finite() && x > 0.0, "{k} = {x}");
+    }
+}
+
 /// A failed run: exit code 1, nothing on stdout, no panic; returns stderr.
 pub fn failure(out: &Output) -> String {
     let err = stderr(out);

@@ -4,7 +4,7 @@ use std::ptr;
 
 use opencl3::memory as clm;
 
-use super::{cl, raw, release, Context};
+use super::{check_nonzero_size, cl, raw, release, Context};
 use crate::error::{ClError, DeviceError, Result};
 
 const CREATE_TYPE_REGION: u32 = 0x1220;
@@ -54,11 +54,7 @@ impl Buffer {
     /// The size limit is checked here too, as OpenCL 3.0 §5.2.1 requires, because some drivers
     /// (NVIDIA's) accept larger sizes and fail only at first use.
     pub fn new(context: &Context, size: usize, flags: MemFlags) -> Result<Buffer> {
-        if size == 0 {
-            return Err(DeviceError::InvalidArgument(
-                "buffer size must be at least 1 byte".into(),
-            ));
-        }
+        check_nonzero_size("buffer", size)?;
         let limits = context.limits();
         if size as u64 > limits.max_alloc_size {
             return Err(

@@ -52,6 +52,17 @@ pub(crate) fn cl<T>(function: &'static str, r: Result<T, i32>) -> Result<T, ClEr
     r.map_err(|code| ClError::new(function, code))
 }
 
+/// Refuses a zero-byte allocation (OpenCL 3.0 §5.2.1 and §5.6.1 have no empty memory
+/// object): `InvalidArgument` naming `what`.
+pub(crate) fn check_nonzero_size(what: &str, size: usize) -> crate::error::Result<()> {
+    if size == 0 {
+        return Err(crate::error::DeviceError::InvalidArgument(format!(
+            "{what} size must be at least 1 byte"
+        )));
+    }
+    Ok(())
+}
+
 /// Collects raw event handles for a wait list.
 pub(crate) fn wait_list(events: &[&ClEvent]) -> Vec<raw::cl_event> {
     events.iter().map(|e| e.as_raw()).collect()

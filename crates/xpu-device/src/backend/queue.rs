@@ -1,5 +1,6 @@
 //! In-order OpenCL command queues (`cl_command_queue`) and the commands the runtime enqueues.
 
+use std::ffi::c_void;
 use std::ptr;
 
 use opencl3::command_queue as clq;
@@ -64,6 +65,21 @@ impl CommandQueue {
         CommandQueue(raw)
     }
 
+    /// `clCreateCommandQueueWithProperties` with a property list.
+    fn with_properties(context: &Context, device: DeviceId, props: &[u64]) -> Result<CommandQueue> {
+        debug_assert_eq!(props.last(), Some(&0), "a property list ends with 0");
+        // SAFETY: context and device are live handles and `props` is a 0-terminated property
+        // list that outlives the call (clCreateCommandQueueWithProperties, §5.1).
+        let q = cl("clCreateCommandQueueWithProperties", unsafe {
+            clq::create_command_queue_with_properties(
+                context.as_raw(),
+                device.as_raw(),
+                props.as_ptr(),
+            )
+        })?;
+        Ok(CommandQueue::counted(q))
+    }
+
     /// Creates an in-order queue (`clCreateCommandQueueWithProperties`).
     ///
     /// # Errors
@@ -82,16 +98,7 @@ impl CommandQueue {
             props.extend([QUEUE_PRIORITY_KHR, v]);
         }
         props.push(0);
-        // SAFETY: context and device are live handles and `props` is a 0-terminated property
-        // list that outlives the call (clCreateCommandQueueWithProperties, §5.1).
-        let q = cl("clCreateCommandQueueWithProperties", unsafe {
-            clq::create_command_queue_with_properties(
-                context.as_raw(),
-                device.as_raw(),
-                props.as_ptr(),
-            )
-        })?;
-        Ok(CommandQueue::counted(q))
+        Self::with_properties(context, device, &props)
     }
 
     /// Creates an out-of-order queue (`CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE`). The runtime's
@@ -103,16 +110,7 @@ impl CommandQueue {
     /// device has no out-of-order support).
     pub fn new_out_of_order(context: &Context, device: DeviceId) -> Result<CommandQueue> {
         let props: [u64; 3] = [QUEUE_PROPERTIES as u64, OUT_OF_ORDER, 0];
-        // SAFETY: context and device are live handles and `props` is a 0-terminated property
-        // list that outlives the call (clCreateCommandQueueWithProperties, §5.1).
-        let q = cl("clCreateCommandQueueWithProperties", unsafe {
-            clq::create_command_queue_with_properties(
-                context.as_raw(),
-                device.as_raw(),
-                props.as_ptr(),
-            )
-        })?;
-        Ok(CommandQueue::counted(q))
+        Self::with_properties(context, device, &props)
     }
 
     /// Wraps a user's queue without taking over the user's reference: the wrapper retains its
@@ -153,7 +151,7 @@ impl CommandQueue {
         wait: &[&ClEvent],
     ) -> Result<WaitList, ClError> {
         if wait.is_empty() {
-            return Ok(WaitList(Vec::new()));
+            return Ok(WaitList::empty());
         }
         let ctx = self.context_raw()?;
         for e in wait {
@@ -247,13 +245,11 @@ impl CommandQueue {
     /// # Errors
     /// A failed `clEnqueueMarkerWithWaitList`.
     pub fn enqueue_marker(&self, wait: &[&ClEvent]) -> Result<ClEvent, ClError> {
-        let list = self.checked_wait_list("clEnqueueMarkerWithWaitList", wait)?;
-        // SAFETY: the queue is live and `list` holds `list.count()` live events for the call
-        // (clEnqueueMarkerWithWaitList, §5.12).
-        let e = cl("clEnqueueMarkerWithWaitList", unsafe {
-            clq::enqueue_marker_with_wait_list(self.0, list.count(), list.ptr())
-        })?;
-        Ok(ClEvent::from_owned(e))
+        self.enqueue_synchronization(
+            "clEnqueueMarkerWithWaitList",
+            clq::enqueue_marker_with_wait_list,
+            wait,
+        )
     }
 
     /// A barrier (`clEnqueueBarrierWithWaitList`): later commands of this queue wait for the
@@ -262,10 +258,31 @@ impl CommandQueue {
     /// # Errors
     /// A failed `clEnqueueBarrierWithWaitList`.
     pub fn enqueue_barrier(&self, wait: &[&ClEvent]) -> Result<ClEvent, ClError> {
-        let list = self.checked_wait_list("clEnqueueBarrierWithWaitList", wait)?;
-        // SAFETY: as in enqueue_marker (clEnqueueBarrierWithWaitList, §5.12).
-        let e = cl("clEnqueueBarrierWithWaitList", unsafe {
-            clq::enqueue_barrier_with_wait_list(self.0, list.count(), list.ptr())
+        self.enqueue_synchronization(
+            "clEnqueueBarrierWithWaitList",
+            clq::enqueue_barrier_with_wait_list,
+            wait,
+        )
+    }
+
+    /// A marker or barrier: `enqueue` is `clEnqueueMarkerWithWaitList` or
+    /// `clEnqueueBarrierWithWaitList` (named `function`), which take only the queue and a
+    /// wait list.
+    fn enqueue_synchronization(
+        &self,
+        function: &'static str,
+        enqueue: unsafe fn(
+            raw::cl_command_queue,
+            u32,
+            *const raw::cl_event,
+        ) -> Result<raw::cl_event, i32>,
+        wait: &[&ClEvent],
+    ) -> Result<ClEvent, ClError> {
+        let list = self.checked_wait_list(function, wait)?;
+        // SAFETY: the queue is live and `list` holds `list.count()` live events for the call
+        // (clEnqueueMarkerWithWaitList and clEnqueueBarrierWithWaitList, §5.12).
+        let e = cl(function, unsafe {
+            enqueue(self.0, list.count(), list.ptr())
         })?;
         Ok(ClEvent::from_owned(e))
     }
@@ -275,26 +292,7 @@ impl CommandQueue {
     /// # Errors
     /// `InvalidArgument` when the range exceeds the buffer; a failed `clEnqueueWriteBuffer`.
     pub fn write(&self, dst: &Buffer, offset: usize, data: &[u8]) -> Result<()> {
-        check_range("write", offset, data.len(), dst.size())?;
-        if data.is_empty() {
-            return Ok(());
-        }
-        // SAFETY: blocking write (CL_TRUE): `data` is read before the call returns, the range
-        // was checked against the buffer size (clEnqueueWriteBuffer, §5.2.2).
-        let e = cl("clEnqueueWriteBuffer", unsafe {
-            clq::enqueue_write_buffer(
-                self.0,
-                dst.as_raw(),
-                1,
-                offset,
-                data.len(),
-                data.as_ptr().cast(),
-                0,
-                ptr::null(),
-            )
-        })?;
-        drop(ClEvent::from_owned(e));
-        Ok(())
+        self.blocking_transfer("write", dst, offset, HostBytes::From(data))
     }
 
     /// Blocking read of `out.len()` bytes of `src` at byte `offset`.
@@ -302,26 +300,95 @@ impl CommandQueue {
     /// # Errors
     /// `InvalidArgument` when the range exceeds the buffer; a failed `clEnqueueReadBuffer`.
     pub fn read(&self, src: &Buffer, offset: usize, out: &mut [u8]) -> Result<()> {
-        check_range("read", offset, out.len(), src.size())?;
-        if out.is_empty() {
+        self.blocking_transfer("read", src, offset, HostBytes::Into(out))
+    }
+
+    /// The blocking `write` or `read`: checks `offset + len` against the buffer, does nothing
+    /// for no bytes, else transfers and waits.
+    fn blocking_transfer(
+        &self,
+        what: &str,
+        buffer: &Buffer,
+        offset: usize,
+        host: HostBytes<'_>,
+    ) -> Result<()> {
+        let (len, host) = match host {
+            HostBytes::From(data) => (data.len(), Transfer::Write(data.as_ptr().cast())),
+            HostBytes::Into(out) => (out.len(), Transfer::Read(out.as_mut_ptr().cast())),
+        };
+        check_range(what, offset, len, buffer.size())?;
+        if len == 0 {
             return Ok(());
         }
-        // SAFETY: blocking read (CL_TRUE): `out` is written before the call returns and is
-        // exclusively borrowed; the range was checked (clEnqueueReadBuffer, §5.2.2).
-        let e = cl("clEnqueueReadBuffer", unsafe {
-            clq::enqueue_read_buffer(
-                self.0,
-                src.as_raw(),
-                1,
-                offset,
-                out.len(),
-                out.as_mut_ptr().cast(),
-                0,
-                ptr::null(),
-            )
-        })?;
-        drop(ClEvent::from_owned(e));
+        // SAFETY: blocking (CL_TRUE): the host slice, borrowed for this call (exclusively when
+        // read into), is read or written before the call returns; the range was checked
+        // against the buffer size (clEnqueueWriteBuffer / clEnqueueReadBuffer, §5.2.2).
+        let e =
+            unsafe { self.enqueue_transfer(buffer, true, offset, len, host, &WaitList::empty()) }?;
+        drop(e);
         Ok(())
+    }
+
+    /// One `clEnqueueWriteBuffer` (for [`Transfer::Write`]) or `clEnqueueReadBuffer` (for
+    /// [`Transfer::Read`]) of `len` bytes at byte `offset` of `buffer`, after `list`.
+    ///
+    /// # Safety
+    /// `offset..offset + len` lies inside `buffer`; the host range of `len` bytes from the
+    /// transfer's pointer stays valid (and, for a read, unborrowed by Rust code) until the
+    /// command completes (§5.2.2) — until the call returns when `blocking`.
+    unsafe fn enqueue_transfer(
+        &self,
+        buffer: &Buffer,
+        blocking: bool,
+        offset: usize,
+        len: usize,
+        host: Transfer,
+        list: &WaitList,
+    ) -> Result<ClEvent, ClError> {
+        let (q, mem, blocking) = (self.0, buffer.as_raw(), u32::from(blocking));
+        let (n, events) = (list.count(), list.ptr());
+        let e = match host {
+            // SAFETY: the queue and buffer are live, `list` outlives the call, and the ranges
+            // are the caller's obligation (this function's `# Safety`).
+            Transfer::Write(p) => cl("clEnqueueWriteBuffer", unsafe {
+                clq::enqueue_write_buffer(q, mem, blocking, offset, len, p, n, events)
+            })?,
+            // SAFETY: as for the write.
+            Transfer::Read(p) => cl("clEnqueueReadBuffer", unsafe {
+                clq::enqueue_read_buffer(q, mem, blocking, offset, len, p, n, events)
+            })?,
+        };
+        Ok(ClEvent::from_owned(e))
+    }
+
+    /// The non-blocking transfer of `write_from_pinned` / `read_into_pinned` between `buffer`
+    /// and `pinned`'s mapping: ordered after `wait` and after the unfinished copies of
+    /// `pinned` that conflict with `access`, and tracked on `pinned` until it completes.
+    ///
+    /// # Safety
+    /// As [`CommandQueue::enqueue_transfer`], the host pointer lying inside `pinned`'s
+    /// mapping (which `track` keeps alive until the command completes), and for
+    /// [`DeviceAccess::Writes`] no host borrow of `pinned`'s bytes live now.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn pinned_transfer(
+        &self,
+        function: &'static str,
+        buffer: &Buffer,
+        offset: usize,
+        len: usize,
+        host: Transfer,
+        pinned: &PinnedBuffer,
+        access: DeviceAccess,
+        wait: &[&ClEvent],
+    ) -> Result<ClEvent> {
+        // `after` keeps its events retained until the enqueue below returned.
+        let after = pinned.order_after_conflicts(access, self)?;
+        let mut list = self.checked_wait_list(function, wait)?;
+        list.0.extend(after.iter().map(ClEvent::as_raw));
+        // SAFETY: the caller's obligations (this function's `# Safety`).
+        let ev = unsafe { self.enqueue_transfer(buffer, false, offset, len, host, &list) }?;
+        pinned.track(&ev, access);
+        Ok(ev)
     }
 
     /// Device-side copy of `len` bytes (`clEnqueueCopyBuffer`); non-blocking.
@@ -422,28 +489,24 @@ impl CommandQueue {
     ) -> Result<ClEvent> {
         check_range("pinned write source", src_offset, len, src.len())?;
         check_range("pinned write destination", dst_offset, len, dst.size())?;
-        let after = src.order_after_conflicts(DeviceAccess::Reads, self)?;
-        let mut list = self.checked_wait_list("clEnqueueWriteBuffer", wait)?;
-        list.0.extend(after.iter().map(ClEvent::as_raw));
-        // SAFETY: `src.host_ptr()+src_offset .. +len` lies inside the live mapping (checked).
-        // The device only reads it, as may other holders of `&src`; `track` below holds a
+        let host = Transfer::Write(src.host_ptr().wrapping_add(src_offset).cast_const().cast());
+        // SAFETY: `src.host_ptr()+src_offset .. +len` lies inside the live mapping and the
+        // destination inside `dst` (checked). The device only reads the host bytes, as may
+        // other holders of `&src`; `pinned_transfer` tracks the copy on `src`, which holds a
         // clone of the mapping until the command completes (§5.2.2: ptr must stay valid until
         // completion) and makes host writes (`as_mut_slice`, which needs `&mut`) wait for it.
-        let e = cl("clEnqueueWriteBuffer", unsafe {
-            clq::enqueue_write_buffer(
-                self.0,
-                dst.as_raw(),
-                0,
+        unsafe {
+            self.pinned_transfer(
+                "clEnqueueWriteBuffer",
+                dst,
                 dst_offset,
                 len,
-                src.host_ptr().add(src_offset).cast_const().cast(),
-                list.count(),
-                list.ptr(),
+                host,
+                src,
+                DeviceAccess::Reads,
+                wait,
             )
-        })?;
-        let ev = ClEvent::from_owned(e);
-        src.track(&ev, DeviceAccess::Reads);
-        Ok(ev)
+        }
     }
 
     /// Non-blocking device-to-host copy into pinned host memory (`clEnqueueReadBuffer` into the
@@ -469,28 +532,23 @@ impl CommandQueue {
     ) -> Result<ClEvent> {
         check_range("pinned read source", src_offset, len, src.size())?;
         check_range("pinned read destination", dst_offset, len, dst.len())?;
-        let after = dst.order_after_conflicts(DeviceAccess::Writes, self)?;
-        let mut list = self.checked_wait_list("clEnqueueReadBuffer", wait)?;
-        list.0.extend(after.iter().map(ClEvent::as_raw));
-        // SAFETY: the destination range lies inside the live mapping (checked); `&mut dst`
-        // means no host borrow of the bytes is live now, and `track` below makes every later
-        // host access wait for the command and keeps the mapping alive until it completes
-        // (§5.2.2).
-        let e = cl("clEnqueueReadBuffer", unsafe {
-            clq::enqueue_read_buffer(
-                self.0,
-                src.as_raw(),
-                0,
+        let host = Transfer::Read(dst.host_ptr().wrapping_add(dst_offset).cast());
+        // SAFETY: the destination range lies inside the live mapping and the source inside
+        // `src` (checked); `&mut dst` means no host borrow of the bytes is live now, and
+        // `pinned_transfer` tracks the copy on `dst`, which makes every later host access wait
+        // for the command and keeps the mapping alive until it completes (§5.2.2).
+        unsafe {
+            self.pinned_transfer(
+                "clEnqueueReadBuffer",
+                src,
                 src_offset,
                 len,
-                dst.host_ptr().add(dst_offset).cast(),
-                list.count(),
-                list.ptr(),
+                host,
+                dst,
+                DeviceAccess::Writes,
+                wait,
             )
-        })?;
-        let ev = ClEvent::from_owned(e);
-        dst.track(&ev, DeviceAccess::Writes);
-        Ok(ev)
+        }
     }
 
     /// Launches `kernel` over an N-dimensional range (`clEnqueueNDRangeKernel`, OpenCL 3.0
@@ -591,6 +649,11 @@ impl Eq for CommandQueue {}
 struct WaitList(Vec<raw::cl_event>);
 
 impl WaitList {
+    /// No events.
+    fn empty() -> Self {
+        WaitList(Vec::new())
+    }
+
     /// The number of events, as the `num_events_in_wait_list` argument.
     #[allow(clippy::cast_possible_truncation)] // a wait list never holds 2^32 events
     fn count(&self) -> u32 {
@@ -605,4 +668,20 @@ impl WaitList {
             self.0.as_ptr()
         }
     }
+}
+
+/// The host side of a `clEnqueueWriteBuffer` / `clEnqueueReadBuffer`.
+enum Transfer {
+    /// Host to device (`clEnqueueWriteBuffer`): the device reads from this pointer.
+    Write(*const c_void),
+    /// Device to host (`clEnqueueReadBuffer`): the device writes to this pointer.
+    Read(*mut c_void),
+}
+
+/// The host bytes of a blocking transfer.
+enum HostBytes<'a> {
+    /// Written to the device.
+    From(&'a [u8]),
+    /// Read from the device into.
+    Into(&'a mut [u8]),
 }

@@ -4,8 +4,8 @@ use std::ffi::c_void;
 
 use opencl3::memory as clm;
 
-use super::{cl, Context};
-use crate::error::{DeviceError, Result};
+use super::{check_nonzero_size, cl, Context};
+use crate::error::Result;
 
 /// A coarse-grained SVM allocation (OpenCL 3.0 §5.6). Its pointer is a device address usable
 /// directly as a kernel argument (`clSetKernelArgSVMPointer`). Freed with `clSVMFree` on drop;
@@ -32,11 +32,7 @@ impl SvmBuffer {
     /// `InvalidArgument` for size 0; `clSVMAlloc` returning null (reported as
     /// `CL_MEM_OBJECT_ALLOCATION_FAILURE`: OpenCL gives no reason).
     pub fn new(context: &Context, size: usize, alignment: u32) -> Result<SvmBuffer> {
-        if size == 0 {
-            return Err(DeviceError::InvalidArgument(
-                "SVM size must be at least 1 byte".into(),
-            ));
-        }
+        check_nonzero_size("SVM", size)?;
         // SAFETY: live context; flags = CL_MEM_READ_WRITE (coarse grain) as §5.6.1 allows.
         let ptr = cl("clSVMAlloc", unsafe {
             clm::svm_alloc(context.as_raw(), 1, size, alignment)

@@ -91,6 +91,47 @@ impl ChildOutcome {
     }
 }
 
+/// How long a child scenario may run before [`in_child_scenario`] kills it.
+pub const CHILD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// True in the child process that runs `test`'s scenario. In the parent: runs `test` again in
+/// a child process ([`run_in_child`], killed after [`CHILD_TIMEOUT`]), asserts that it exited
+/// with status 0 after printing `scenario-ok`, and returns false (the test is done).
+pub fn in_child_scenario(test: &str) -> bool {
+    if is_child(test) {
+        return true;
+    }
+    let out = run_in_child(test, CHILD_TIMEOUT);
+    assert!(
+        out.succeeded_with("scenario-ok"),
+        "child scenario {test} failed: status {:?} (None: killed after {CHILD_TIMEOUT:?})\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    false
+}
+
+/// Device 0 in the child process that runs `test`'s scenario; `None` without a device
+/// ([`device0`]) and in the parent, which ran the scenario in a child ([`in_child_scenario`]).
+pub fn device0_in_child(test: &str) -> Option<&'static Device> {
+    let dev = device0(test)?;
+    in_child_scenario(test).then_some(dev)
+}
+
+/// Devices 0 and 1 in the child process that runs `test`'s scenario; `None` with fewer than
+/// two devices ([`have_devices`]) and in the parent, which ran the scenario in a child
+/// ([`in_child_scenario`]).
+pub fn two_devices_in_child(test: &str) -> Option<(&'static Device, &'static Device)> {
+    if !have_devices(test, 2) || !in_child_scenario(test) {
+        return None;
+    }
+    Some((
+        xpu_device::device(0).expect("device 0 exists"),
+        xpu_device::device(1).expect("device 1 exists"),
+    ))
+}
+
 /// Runs the test `test` of this binary again in a child process (with [`CHILD_SCENARIO`] set
 /// to its name), for a scenario that could abort or hang the process. Kills the child after
 /// `timeout`.

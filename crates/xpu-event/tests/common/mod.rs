@@ -9,3 +9,12 @@ pub use xpu_testing::{devices, ever_true};
 pub fn fresh_stream(device: usize) -> xpu_stream::ExternalStream {
     xpu_stream::ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
 }
+
+/// Asserts that `event` stays incomplete while `gate` is closed (2,000 queries), then opens
+/// the gate and waits for the event.
+#[allow(dead_code)]
+pub fn assert_held_by(gate: &xpu_event::Gate, event: &xpu_event::Event) {
+    assert!(!ever_true(2_000, || event.query().unwrap()));
+    gate.open().unwrap();
+    event.synchronize().unwrap();
+}

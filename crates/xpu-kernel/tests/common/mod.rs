@@ -1,0 +1,21 @@
+//! Helpers shared by the device tests of this crate.
+#![allow(dead_code)]
+
+use xpu_kernel::DeviceBuffer;
+use xpu_stream::{ExternalStream, Stream};
+
+/// A stream on a queue of its own, so gating it never holds back another test's stream.
+pub fn fresh_stream(device: usize) -> ExternalStream {
+    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
+}
+
+/// Asserts that a new buffer of `n` u32s on `stream` does not get the block at `addr`, which
+/// `work` still queued on another stream uses.
+pub fn assert_block_not_reused(n: usize, stream: &Stream, addr: u64, work: &str) {
+    let again = DeviceBuffer::<u32>::new(n, stream).unwrap();
+    assert_ne!(
+        again.data_ptr().address(),
+        addr,
+        "the block was reused while {work} was still queued"
+    );
+}
