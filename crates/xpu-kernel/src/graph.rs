@@ -62,7 +62,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytemuck::Pod;
@@ -70,49 +70,30 @@ use parking_lot::Mutex;
 use xpu_alloc::{AllocError, DataPtr};
 use xpu_device::backend::Kernel;
 use xpu_device::DeviceError;
-use xpu_stream::{Stream, StreamError};
+use xpu_stream::{CaptureGuard, Stream, StreamError};
 
 use crate::error::KernelError;
 use crate::function::Function;
 use crate::launch::{check_launch, set_checked_arg, Arg, LocalMem, Scalar};
 use crate::memory::{DeviceBuffer, MemoryError};
 
-/// Streams being captured: `(device, stream id)`. `ACTIVE` counts them, so the check on every
-/// launch and typed-memory command is one atomic load while nothing is captured.
-static CAPTURING: Mutex<Option<HashSet<(usize, u64)>>> = Mutex::new(None);
-static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 static NEXT_CAPTURE: AtomicU64 = AtomicU64::new(1);
 
-/// Whether a graph is capturing `stream` (then direct launches and typed-memory commands on
-/// it are refused).
+/// Whether a graph is capturing `stream` (then direct commands on it are refused): as
+/// [`Stream::is_capturing`], where the state lives.
+#[must_use]
 pub fn is_capturing(stream: &Stream) -> bool {
-    if ACTIVE.load(Ordering::Acquire) == 0 {
-        return false;
-    }
-    CAPTURING
-        .lock()
-        .as_ref()
-        .is_some_and(|s| s.contains(&(stream.device(), stream.id())))
+    stream.is_capturing()
 }
 
-fn register(stream: &Stream) -> Result<(), GraphError> {
-    let mut set = CAPTURING.lock();
-    let set = set.get_or_insert_with(HashSet::new);
-    if !set.insert((stream.device(), stream.id())) {
-        return Err(GraphError::AlreadyCapturing {
-            device: stream.device(),
-            stream: stream.id(),
-        });
-    }
-    ACTIVE.fetch_add(1, Ordering::AcqRel);
-    Ok(())
-}
-
-fn unregister(key: (usize, u64)) {
-    let mut set = CAPTURING.lock();
-    if set.as_mut().is_some_and(|s| s.remove(&key)) {
-        ACTIVE.fetch_sub(1, Ordering::AcqRel);
-    }
+fn register(stream: &Stream) -> Result<CaptureGuard, GraphError> {
+    CaptureGuard::begin(stream).map_err(|e| match e {
+        StreamError::AlreadyCapturing { device, id } => GraphError::AlreadyCapturing {
+            device,
+            stream: id,
+        },
+        e => e.into(),
+    })
 }
 
 /// Whether `device` reports `cl_khr_command_buffer` in its extension string
@@ -314,8 +295,11 @@ impl fmt::Debug for Node {
 pub struct Capture {
     id: u64,
     device: usize,
-    /// Captured streams (ids), the first being the one the capture began on; all registered.
+    /// Captured streams (ids), the first being the one the capture began on.
     streams: Vec<u64>,
+    /// The capturing marks of `streams` (dropped with the capture: the streams are usable
+    /// again even when the closure fails or panics).
+    guards: Vec<CaptureGuard>,
     nodes: Vec<Node>,
     blocks: Vec<Arc<dyn GraphBlock>>,
     events: usize,
@@ -567,7 +551,7 @@ impl Capture {
             });
         }
         if !self.streams.contains(&stream.id()) {
-            register(stream)?;
+            self.guards.push(register(stream)?);
             self.streams.push(stream.id());
         }
         self.nodes.push(Node::Sync);
@@ -586,14 +570,6 @@ impl Capture {
             device: stream.device(),
             stream: stream.id(),
         })
-    }
-}
-
-impl Drop for Capture {
-    fn drop(&mut self) {
-        for &id in &self.streams {
-            unregister((self.device, id));
-        }
     }
 }
 
@@ -730,11 +706,12 @@ impl Graph {
         F: FnOnce(&mut Capture) -> Result<(), GraphError>,
     {
         stream.queue()?;
-        register(stream)?;
+        let guard = register(stream)?;
         let mut capture = Capture {
             id: NEXT_CAPTURE.fetch_add(1, Ordering::Relaxed),
             device: stream.device(),
             streams: vec![stream.id()],
+            guards: vec![guard],
             nodes: Vec::new(),
             blocks: Vec::new(),
             events: 0,
