@@ -60,15 +60,15 @@
 //! ([`GraphError::AlreadyCapturing`]). A closure that returns an error ends the capture
 //! without a graph.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytemuck::Pod;
 use parking_lot::Mutex;
-use xpu_alloc::{AllocError, DataPtr};
-use xpu_device::backend::Kernel;
+use xpu_alloc::{AllocError, BlockArgError, DataPtr};
+use xpu_device::backend::{Buffer, CommandBuffer, CommandQueue, Kernel};
 use xpu_device::DeviceError;
 use xpu_stream::{CaptureGuard, Stream, StreamError};
 
@@ -96,17 +96,46 @@ fn register(stream: &Stream) -> Result<CaptureGuard, GraphError> {
     })
 }
 
-/// Whether `device` reports `cl_khr_command_buffer` in its extension string
-/// (`CL_DEVICE_EXTENSIONS`, read at run time). Graphs do not use it yet
-/// ([`Graph::uses_command_buffer`]).
+/// Whether graphs of `device` can replay through a `cl_khr_command_buffer`: the device
+/// reports the extension at a version whose layout the runtime implements (0.9.0 to 0.9.4,
+/// what PoCL 3.x reports), with simultaneous use, and its platform returns the entry points
+/// ([`xpu_device::backend::command_buffer_support`], read from the driver at run time).
+/// NVIDIA's OpenCL has no command buffers: `false` there.
 ///
 /// # Errors
 /// [`DeviceError`] for a bad device index or failed discovery.
 pub fn command_buffer_supported(device: usize) -> Result<bool, DeviceError> {
-    Ok(xpu_device::get_device_properties(device)?
-        .extensions
-        .iter()
-        .any(|e| e == "cl_khr_command_buffer"))
+    let id = xpu_device::device(device)?.id();
+    Ok(xpu_device::backend::command_buffer_support(id)?.is_some())
+}
+
+/// The environment variable that forces recorded replay for [`ReplayMode::from_env`]: `0`
+/// (or `false`, `off`) never uses command buffers.
+pub const COMMAND_BUFFER_ENV: &str = "XPU_GRAPH_COMMAND_BUFFER";
+
+/// How a graph replays ([`Graph::capture_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ReplayMode {
+    /// A `cl_khr_command_buffer` per replay queue where the device supports it
+    /// ([`command_buffer_supported`]) and every captured command is expressible in one
+    /// (uploads are not); otherwise, or when recording one fails, the recorded replay.
+    #[default]
+    Auto,
+    /// The recorded replay on every device: one enqueue per captured command.
+    Recorded,
+}
+
+impl ReplayMode {
+    /// [`ReplayMode::Recorded`] when [`COMMAND_BUFFER_ENV`] is `0`, `false` or `off`, else
+    /// [`ReplayMode::Auto`]. Read at each call.
+    #[must_use]
+    pub fn from_env() -> ReplayMode {
+        match std::env::var(COMMAND_BUFFER_ENV) {
+            Ok(v) if matches!(v.trim(), "0" | "false" | "off") => ReplayMode::Recorded,
+            _ => ReplayMode::Auto,
+        }
+    }
 }
 
 /// A failure of graph capture or replay.
@@ -671,10 +700,18 @@ impl Drop for CaptureLaunch<'_> {
 /// lock (each replay's enqueues stay together).
 pub struct Graph {
     device: usize,
+    /// The stream the capture began on.
+    stream: u64,
+    /// Replays try command buffers (mode `Auto` and every command expressible).
+    command_buffer: bool,
     inner: Mutex<GraphInner>,
 }
 
 struct GraphInner {
+    /// One command buffer per replay stream, recorded at the first replay on it (at the
+    /// capture for the capture's stream); `None` where that failed (recorded replay there).
+    /// Declared before `blocks`: released before the graph frees its blocks.
+    command_buffers: HashMap<u64, Option<CommandBuffer>>,
     nodes: Vec<Node>,
     blocks: Vec<Arc<dyn GraphBlock>>,
     /// Replay streams already recorded on the blocks (`record_stream`).
@@ -686,6 +723,7 @@ impl fmt::Debug for Graph {
         let inner = self.inner.lock();
         f.debug_struct("Graph")
             .field("device", &self.device)
+            .field("command_buffer", &self.uses_command_buffer_locked(&inner))
             .field("nodes", &inner.nodes)
             .field("blocks", &inner.blocks.len())
             .finish()
@@ -705,7 +743,20 @@ impl Graph {
     where
         F: FnOnce(&mut Capture) -> Result<(), GraphError>,
     {
-        stream.queue()?;
+        Graph::capture_with(stream, ReplayMode::from_env(), f)
+    }
+
+    /// [`Graph::capture`] with the replay mode chosen by the caller ([`Graph::capture`]
+    /// takes [`ReplayMode::from_env`]). With [`ReplayMode::Auto`] the command buffer of the
+    /// capture's stream is recorded before this returns.
+    ///
+    /// # Errors
+    /// As [`Graph::capture`].
+    pub fn capture_with<F>(stream: &Stream, mode: ReplayMode, f: F) -> Result<Graph, GraphError>
+    where
+        F: FnOnce(&mut Capture) -> Result<(), GraphError>,
+    {
+        let queue = stream.queue()?;
         let guard = register(stream)?;
         let mut capture = Capture {
             id: NEXT_CAPTURE.fetch_add(1, Ordering::Relaxed),
@@ -719,9 +770,21 @@ impl Graph {
         f(&mut capture)?;
         let nodes = std::mem::take(&mut capture.nodes);
         let blocks = std::mem::take(&mut capture.blocks);
+        drop(capture);
+        let command_buffer = mode == ReplayMode::Auto
+            && !nodes.is_empty()
+            && !nodes.iter().any(|n| matches!(n, Node::Write { .. }))
+            && command_buffer_supported(stream.device()).unwrap_or(false);
+        let mut command_buffers = HashMap::new();
+        if command_buffer {
+            command_buffers.insert(stream.id(), command_buffer_for(&queue, &nodes, &blocks));
+        }
         Ok(Graph {
-            device: capture.device,
+            device: stream.device(),
+            stream: stream.id(),
+            command_buffer,
             inner: Mutex::new(GraphInner {
+                command_buffers,
                 nodes,
                 blocks,
                 recorded: HashSet::new(),
@@ -747,11 +810,16 @@ impl Graph {
         self.len() == 0
     }
 
-    /// Whether replays go through a `cl_khr_command_buffer`: always `false` for now (every
-    /// device replays the recorded commands one by one; see the module docs).
+    /// Whether replays on the capture's stream go through a `cl_khr_command_buffer` (one
+    /// `clEnqueueCommandBufferKHR` per replay) rather than the recorded replay (one enqueue
+    /// per command). See the module docs for when.
     #[must_use]
     pub fn uses_command_buffer(&self) -> bool {
-        false
+        self.uses_command_buffer_locked(&self.inner.lock())
+    }
+
+    fn uses_command_buffer_locked(&self, inner: &GraphInner) -> bool {
+        self.command_buffer && matches!(inner.command_buffers.get(&self.stream), Some(Some(_)))
     }
 
     /// Enqueues the captured commands on `stream`, in capture order, after the work enqueued
@@ -790,6 +858,16 @@ impl Graph {
                 }
             }
             inner.recorded.insert(stream.id());
+        }
+        if self.command_buffer {
+            let cb = inner
+                .command_buffers
+                .entry(stream.id())
+                .or_insert_with(|| command_buffer_for(&queue, &inner.nodes, &inner.blocks));
+            if let Some(cb) = cb {
+                drop(cb.enqueue()?);
+                return Ok(());
+            }
         }
         for node in &inner.nodes {
             match node {
@@ -843,4 +921,89 @@ impl Graph {
         }
         Ok(())
     }
+}
+
+/// The command buffer replaying `nodes` on `queue`, or `None` (recorded replay on that queue)
+/// when the device offers none or recording fails (logged).
+fn command_buffer_for(
+    queue: &CommandQueue,
+    nodes: &[Node],
+    blocks: &[Arc<dyn GraphBlock>],
+) -> Option<CommandBuffer> {
+    match record_command_buffer(queue, nodes, blocks) {
+        Ok(cb) => cb,
+        Err(e) => {
+            tracing::warn!("graph: recorded replay, the command buffer failed: {e}");
+            None
+        }
+    }
+}
+
+/// A retained handle to exactly `block`'s bytes (its cached sub-buffer, `CL_MEM_SIZE` = the
+/// allocation's size), for a command buffer.
+#[allow(unsafe_code)]
+fn block_buffer(block: &Arc<dyn GraphBlock>) -> Result<Buffer, GraphError> {
+    let (mem, size) = block.block().block_cl_mem().map_err(|e| match e {
+        BlockArgError::Alloc(e) => GraphError::Alloc(e),
+        BlockArgError::Device(e) => GraphError::Device(e),
+    })?;
+    // SAFETY: `mem` is the allocation's live sub-buffer of exactly `size` bytes (held by the
+    // `DataPtr`, which the graph holds). The retained handle goes only into the graph's
+    // command buffers, which the graph releases before its blocks, and whose enqueues are on
+    // replay streams that the graph recorded on every block (`record_stream`): the block is
+    // reused only after them (the contract `DataPtr::block_cl_mem` states).
+    Ok(unsafe { Buffer::from_raw_retained(mem, size) }.map_err(DeviceError::from)?)
+}
+
+#[allow(unsafe_code)]
+fn record_command_buffer(
+    queue: &CommandQueue,
+    nodes: &[Node],
+    blocks: &[Arc<dyn GraphBlock>],
+) -> Result<Option<CommandBuffer>, GraphError> {
+    let Some(mut cb) = CommandBuffer::new(queue)? else {
+        return Ok(None);
+    };
+    for node in nodes {
+        match node {
+            Node::Kernel {
+                kernel,
+                dims,
+                global,
+                local,
+                ..
+            } => {
+                let local = local.as_ref().map(|l| &l[..*dims]);
+                // SAFETY: the node's kernel is owned by the graph and its arguments, set
+                // through the checked setters at capture, are never changed (the command
+                // buffer's first obligation); the allocations they name are held by the
+                // graph. What the kernel does at every replay, on any stream of the device,
+                // is the obligation `CaptureLaunch::enqueue`'s caller took on.
+                unsafe { cb.kernel(kernel, &global[..*dims], local) }?;
+            }
+            Node::Fill {
+                dst,
+                pattern,
+                offset,
+                len,
+            } => cb.fill(&block_buffer(&blocks[*dst])?, pattern, *offset, *len)?,
+            Node::Copy {
+                src,
+                dst,
+                src_offset,
+                dst_offset,
+                len,
+            } => cb.copy(
+                &block_buffer(&blocks[*src])?,
+                *src_offset,
+                &block_buffer(&blocks[*dst])?,
+                *dst_offset,
+                *len,
+            )?,
+            Node::Write { .. } => return Ok(None),
+            Node::Sync => {}
+        }
+    }
+    cb.finalize()?;
+    Ok(Some(cb))
 }

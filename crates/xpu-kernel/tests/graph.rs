@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use xpu_kernel::graph::{command_buffer_supported, Graph, GraphError};
+use xpu_kernel::graph::{command_buffer_supported, Graph, GraphError, ReplayMode};
 use xpu_kernel::{DeviceBuffer, Function, KernelError, LaunchExt, MemoryError, Program};
 use xpu_stream::ExternalStream;
 use xpu_testing::devices;
@@ -50,8 +50,22 @@ fn cpu_chain(steps: usize) -> Vec<f32> {
     y
 }
 
+/// Whether a graph captured with `mode` on device 0 replays through a command buffer.
+fn expect_command_buffer(mode: ReplayMode) -> bool {
+    mode == ReplayMode::Auto && command_buffer_supported(0).unwrap()
+}
+
 #[test]
-fn graph_replay_matches_direct_launches_and_the_cpu() {
+fn graph_replay_matches_direct_launches_and_the_cpu_through_a_command_buffer() {
+    replay_matches_direct_launches_and_the_cpu(ReplayMode::Auto);
+}
+
+#[test]
+fn graph_replay_matches_direct_launches_and_the_cpu_recorded() {
+    replay_matches_direct_launches_and_the_cpu(ReplayMode::Recorded);
+}
+
+fn replay_matches_direct_launches_and_the_cpu(mode: ReplayMode) {
     if !devices(1) {
         return;
     }
@@ -86,7 +100,7 @@ fn graph_replay_matches_direct_launches_and_the_cpu() {
     let x2 = Arc::new(DeviceBuffer::from_slice(&xs(), &s).unwrap());
     let y2 = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s).unwrap());
     let mut out = None;
-    let graph = Graph::capture(&s, |c| {
+    let graph = Graph::capture_with(&s, mode, |c| {
         for a in AS {
             // SAFETY: N work-items touch y2[0..N), x2[0..N), at every replay.
             unsafe {
@@ -105,7 +119,7 @@ fn graph_replay_matches_direct_launches_and_the_cpu() {
     })
     .unwrap();
     assert_eq!(graph.len(), 6);
-    assert!(!graph.uses_command_buffer());
+    assert_eq!(graph.uses_command_buffer(), expect_command_buffer(mode));
     // Nothing ran during capture.
     assert_eq!(y2.to_vec(&s).unwrap(), vec![1.0f32; N]);
     for _ in 0..10 {
@@ -310,6 +324,15 @@ fn graph_replay_on_another_device_is_refused() {
 
 #[test]
 fn dropping_a_graph_frees_its_blocks_after_replays_on_other_streams() {
+    frees_blocks_after_replays_on_other_streams(ReplayMode::Auto);
+}
+
+#[test]
+fn dropping_a_recorded_graph_frees_its_blocks_after_replays_on_other_streams() {
+    frees_blocks_after_replays_on_other_streams(ReplayMode::Recorded);
+}
+
+fn frees_blocks_after_replays_on_other_streams(mode: ReplayMode) {
     if !devices(1) {
         return;
     }
@@ -322,7 +345,7 @@ fn dropping_a_graph_frees_its_blocks_after_replays_on_other_streams() {
     let out = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s2).unwrap());
     s1.synchronize().unwrap();
     s2.synchronize().unwrap();
-    let graph = Graph::capture(&s2, |c| {
+    let graph = Graph::capture_with(&s2, mode, |c| {
         // SAFETY: N work-items touch out[0..N), x[0..N), at every replay.
         unsafe {
             c.launch(&s2, &f, &[N], None)?
@@ -362,7 +385,16 @@ fn dropping_a_graph_frees_its_blocks_after_replays_on_other_streams() {
 /// kernels in `GpuMlp`'s order, replayed ten times: the losses and parameters equal ten
 /// direct steps of `GpuMlp` (same kernels, same order: bit for bit) and follow the CPU.
 #[test]
-fn mlp_step_replayed_ten_times_equals_ten_direct_steps() {
+fn mlp_step_replayed_ten_times_through_a_command_buffer_equals_ten_direct_steps() {
+    mlp_step_replayed_ten_times(ReplayMode::Auto);
+}
+
+#[test]
+fn mlp_step_replayed_ten_times_recorded_equals_ten_direct_steps() {
+    mlp_step_replayed_ten_times(ReplayMode::Recorded);
+}
+
+fn mlp_step_replayed_ten_times(mode: ReplayMode) {
     use xpu_kernel::mlp::{compare_losses, CpuMlp, GpuMlp, MlpConfig, MlpState, KERNELS};
     if !devices(1) {
         return;
@@ -395,7 +427,7 @@ fn mlp_step_replayed_ten_times_equals_ten_direct_steps() {
     let u = |v: usize| u32::try_from(v).unwrap();
     let grad_scale = 2.0 / (m * o) as f32;
     let mut loss = None;
-    let graph = Graph::capture(&s, |g| {
+    let graph = Graph::capture_with(&s, mode, |g| {
         let new = |g: &mut xpu_kernel::graph::Capture, len| g.alloc::<f32>(&s, len);
         let (h, out, gr, dh) = (new(g, m * hd)?, new(g, n)?, new(g, n)?, new(g, m * hd)?);
         let (dw1, db1, dw2, db2) = (new(g, i * hd)?, new(g, hd)?, new(g, hd * o)?, new(g, o)?);
@@ -491,6 +523,7 @@ fn mlp_step_replayed_ten_times_equals_ten_direct_steps() {
     })
     .unwrap();
     assert_eq!(graph.len(), 13, "seven kernels, thirteen launches per step");
+    assert_eq!(graph.uses_command_buffer(), expect_command_buffer(mode));
     let loss = loss.unwrap();
     let mut losses = Vec::new();
     for _ in 0..10 {
@@ -508,4 +541,105 @@ fn mlp_step_replayed_ten_times_equals_ten_direct_steps() {
     );
     compare_losses(&losses, &cpu_losses, 1e-4).unwrap();
     assert!(losses[9] < losses[0], "the loss decreases: {losses:?}");
+}
+
+/// y += 2x, captured on one stream.
+fn capture_saxpy(
+    s: &xpu_stream::Stream,
+    mode: ReplayMode,
+    f: &Function,
+    x: &Arc<DeviceBuffer<f32>>,
+    y: &Arc<DeviceBuffer<f32>>,
+) -> Graph {
+    Graph::capture_with(s, mode, |c| {
+        // SAFETY: N work-items touch y[0..N), x[0..N), at every replay.
+        unsafe {
+            c.launch(s, f, &[N], None)?
+                .arg(y)?
+                .arg(x)?
+                .arg(2.0f32)?
+                .arg(N as u32)?
+                .enqueue()
+        }
+    })
+    .unwrap()
+}
+
+fn replay_on_a_second_stream(mode: ReplayMode) {
+    if !devices(1) {
+        return;
+    }
+    let (e1, e2) = (fresh_stream(0), fresh_stream(0));
+    let (s1, s2) = (e1.stream(), e2.stream());
+    let f = saxpy(0);
+    let x = Arc::new(DeviceBuffer::from_slice(&xs(), &s1).unwrap());
+    let y = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s1).unwrap());
+    let graph = capture_saxpy(&s1, mode, &f, &x, &y);
+    assert_eq!(graph.uses_command_buffer(), expect_command_buffer(mode));
+    graph.replay(&s1).unwrap();
+    s1.synchronize().unwrap();
+    graph.replay(&s2).unwrap();
+    graph.replay(&s2).unwrap();
+    s2.synchronize().unwrap();
+    graph.replay(&s1).unwrap();
+    let want: Vec<f32> = xs().iter().map(|x| 8.0 * x + 1.0).collect();
+    assert_eq!(y.to_vec(&s1).unwrap(), want);
+}
+
+#[test]
+fn graph_replays_on_a_second_stream_through_a_command_buffer() {
+    replay_on_a_second_stream(ReplayMode::Auto);
+}
+
+#[test]
+fn graph_replays_on_a_second_stream_recorded() {
+    replay_on_a_second_stream(ReplayMode::Recorded);
+}
+
+/// A replay enqueued while the previous one is still pending (held by a user event): with a
+/// command buffer this is simultaneous use of one buffer.
+fn replay_while_the_previous_replay_is_pending(mode: ReplayMode) {
+    if !devices(1) {
+        return;
+    }
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let f = saxpy(0);
+    let x = Arc::new(DeviceBuffer::from_slice(&xs(), &s).unwrap());
+    let y = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s).unwrap());
+    let graph = capture_saxpy(&s, mode, &f, &x, &y);
+    assert_eq!(graph.uses_command_buffer(), expect_command_buffer(mode));
+    let gate = xpu_event::Gate::new(0).unwrap();
+    gate.block(&s).unwrap();
+    graph.replay(&s).unwrap(); // pending behind the gate
+    graph.replay(&s).unwrap(); // enqueued while the first is pending
+    graph.replay(&s).unwrap();
+    assert!(!s.query().unwrap(), "the replays wait for the gate");
+    gate.open().unwrap();
+    let want: Vec<f32> = xs().iter().map(|x| 6.0 * x + 1.0).collect();
+    assert_eq!(y.to_vec(&s).unwrap(), want);
+}
+
+#[test]
+fn graph_replay_while_a_previous_replay_is_pending_through_a_command_buffer() {
+    replay_while_the_previous_replay_is_pending(ReplayMode::Auto);
+}
+
+#[test]
+fn graph_replay_while_a_previous_replay_is_pending_recorded() {
+    replay_while_the_previous_replay_is_pending(ReplayMode::Recorded);
+}
+
+#[test]
+fn a_captured_upload_replays_recorded() {
+    if !devices(1) {
+        return;
+    }
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let y = Arc::new(DeviceBuffer::<f32>::new(4, &s).unwrap());
+    let graph = Graph::capture(&s, |c| c.write(&s, &y, 0, &[1.0, 2.0, 3.0, 4.0])).unwrap();
+    assert!(!graph.uses_command_buffer(), "uploads have no command-buffer form");
+    graph.replay(&s).unwrap();
+    assert_eq!(y.to_vec(&s).unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
 }
