@@ -6,7 +6,9 @@
 
 mod common;
 
-use xpu_device::backend::{command_buffer_support, Buffer, CommandBuffer, Kernel, MemFlags, Program};
+use xpu_device::backend::{
+    command_buffer_support, Buffer, CommandBuffer, Kernel, MemFlags, Program,
+};
 
 const ADD: &str = r"
 __kernel void add(__global uint *x, uint k) {
@@ -39,7 +41,7 @@ fn command_buffer_replays_recorded_commands_and_allows_a_pending_reenqueue() {
     let support = support.unwrap();
     assert_eq!((support.version.0, support.version.1), (0, 9));
     let program = Program::build(ctx, dev.id(), ADD).unwrap();
-        let n = 64usize;
+    let n = 64usize;
     let x = Buffer::new(ctx, n * 4, MemFlags::default()).unwrap();
     let y = Buffer::new(ctx, n * 4, MemFlags::default()).unwrap();
     // x = 1; x += 5; y = x; x += 7, with one kernel per launch: their arguments stay as

@@ -88,10 +88,9 @@ pub fn is_capturing(stream: &Stream) -> bool {
 
 fn register(stream: &Stream) -> Result<CaptureGuard, GraphError> {
     CaptureGuard::begin(stream).map_err(|e| match e {
-        StreamError::AlreadyCapturing { device, id } => GraphError::AlreadyCapturing {
-            device,
-            stream: id,
-        },
+        StreamError::AlreadyCapturing { device, id } => {
+            GraphError::AlreadyCapturing { device, stream: id }
+        }
         e => e.into(),
     })
 }

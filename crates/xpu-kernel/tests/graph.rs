@@ -639,7 +639,10 @@ fn a_captured_upload_replays_recorded() {
     let s = ext.stream();
     let y = Arc::new(DeviceBuffer::<f32>::new(4, &s).unwrap());
     let graph = Graph::capture(&s, |c| c.write(&s, &y, 0, &[1.0, 2.0, 3.0, 4.0])).unwrap();
-    assert!(!graph.uses_command_buffer(), "uploads have no command-buffer form");
+    assert!(
+        !graph.uses_command_buffer(),
+        "uploads have no command-buffer form"
+    );
     graph.replay(&s).unwrap();
     assert_eq!(y.to_vec(&s).unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
 }

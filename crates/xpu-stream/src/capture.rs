@@ -64,7 +64,10 @@ fn any(pred: impl Fn(&(usize, u64)) -> bool) -> bool {
     if ACTIVE.load(Ordering::Acquire) == 0 {
         return false;
     }
-    CAPTURING.lock().as_ref().is_some_and(|s| s.iter().any(pred))
+    CAPTURING
+        .lock()
+        .as_ref()
+        .is_some_and(|s| s.iter().any(pred))
 }
 
 /// Whether a stream of `device` is being captured (then device-wide [`crate::synchronize`] is

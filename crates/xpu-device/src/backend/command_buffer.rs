@@ -163,10 +163,7 @@ fn get_address_fn() -> Option<GetAddressFn> {
             }
             // SAFETY: a valid handle and a NUL-terminated symbol name.
             let sym = unsafe {
-                libc::dlsym(
-                    handle,
-                    c"clGetExtensionFunctionAddressForPlatform".as_ptr(),
-                )
+                libc::dlsym(handle, c"clGetExtensionFunctionAddressForPlatform".as_ptr())
             };
             if !sym.is_null() {
                 // SAFETY: the OpenCL 1.2+ loader exports this symbol with this C signature
@@ -421,7 +418,9 @@ impl CommandBuffer {
         }
         kernel.check_all_set()?;
         // SAFETY: a live kernel handle (borrowed); the retain is released in `Drop`.
-        cl("clRetainKernel", unsafe { clk::retain_kernel(kernel.as_raw()) })?;
+        cl("clRetainKernel", unsafe {
+            clk::retain_kernel(kernel.as_raw())
+        })?;
         self.kernels.push(kernel.as_raw());
         self.buffers.extend(kernel.held_buffers().cloned());
         let f = self.fns.nd_range;
@@ -567,9 +566,8 @@ impl CommandBuffer {
         // (its own queue, kept alive by `self.queue`), no wait list, an event slot. Every
         // buffer and kernel its commands name is held by `self`; the kernels' obligations
         // were taken on by the callers of `kernel`.
-        let status = unsafe {
-            (self.fns.enqueue)(0, ptr::null_mut(), self.raw, 0, ptr::null(), &mut event)
-        };
+        let status =
+            unsafe { (self.fns.enqueue)(0, ptr::null_mut(), self.raw, 0, ptr::null(), &mut event) };
         if status != 0 {
             return Err(ClError::new("clEnqueueCommandBufferKHR", status).into());
         }
