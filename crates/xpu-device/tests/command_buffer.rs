@@ -17,15 +17,6 @@ __kernel void add(__global uint *x, uint k) {
 }
 ";
 
-fn read_u32(q: &xpu_device::backend::CommandQueue, b: &Buffer, n: usize) -> Vec<u32> {
-    let mut bytes = vec![0u8; n * 4];
-    q.read(b, 0, &mut bytes).unwrap();
-    bytes
-        .chunks_exact(4)
-        .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
 #[test]
 fn command_buffer_replays_recorded_commands_and_allows_a_pending_reenqueue() {
     let Some(dev) = common::device0("command_buffer_replays_recorded_commands") else {
@@ -76,6 +67,6 @@ fn command_buffer_replays_recorded_commands_and_allows_a_pending_reenqueue() {
     gate.open();
     q.finish().unwrap();
     assert!(second.is_complete().unwrap());
-    assert_eq!(read_u32(&q, &x, n), vec![13u32; n]);
-    assert_eq!(read_u32(&q, &y, n), vec![6u32; n]);
+    assert_eq!(common::read_u32s(&q, &x, n), vec![13u32; n]);
+    assert_eq!(common::read_u32s(&q, &y, n), vec![6u32; n]);
 }

@@ -868,57 +868,168 @@ impl Graph {
                 return Ok(());
             }
         }
-        for node in &inner.nodes {
-            match node {
-                Node::Kernel {
-                    kernel,
-                    dims,
-                    global,
-                    local,
-                    ..
-                } => {
-                    let local = local.as_ref().map(|l| &l[..*dims]);
-                    // SAFETY: the kernel's arguments were set through the checked setters at
-                    // capture and are unchanged (the graph owns this `cl_kernel`); the
-                    // allocations they name are kept alive by `inner.blocks`; the sizes are
-                    // the captured ones and the stream is of the graph's device (checked
-                    // above). What the kernel does at every replay is the obligation
-                    // `CaptureLaunch::enqueue`'s caller took on.
-                    drop(unsafe { queue.enqueue_kernel(kernel, &global[..*dims], local, &[]) }?);
-                }
-                Node::Fill {
-                    dst,
-                    pattern,
-                    offset,
-                    len,
-                } => inner.blocks[*dst]
-                    .block()
-                    .view()?
-                    .fill(stream, pattern, *offset, *len)?,
-                Node::Copy {
-                    src,
-                    dst,
-                    src_offset,
-                    dst_offset,
-                    len,
-                } => {
-                    let s = inner.blocks[*src].block().view()?;
-                    inner.blocks[*dst].block().view()?.copy_from(
-                        stream,
-                        &s,
-                        *src_offset,
-                        *dst_offset,
-                        *len,
-                    )?;
-                }
-                Node::Write { dst, offset, data } => inner.blocks[*dst]
-                    .block()
-                    .view()?
-                    .write(stream, *offset, data)?,
-                Node::Sync => {}
-            }
-        }
+        play(
+            &inner.nodes,
+            &inner.blocks,
+            &mut OnStream {
+                stream,
+                queue: &queue,
+            },
+        )?;
         Ok(())
+    }
+}
+
+/// A captured fill, resolved for a [`Target`]: `len` bytes at byte `offset` of `dst`.
+struct FillCmd<'a> {
+    dst: &'a DataPtr,
+    pattern: &'a [u8],
+    offset: usize,
+    len: usize,
+}
+
+/// A captured copy, resolved for a [`Target`]: `len` bytes from `src[src_offset..]` to
+/// `dst[dst_offset..]`.
+struct CopyCmd<'a> {
+    src: &'a DataPtr,
+    src_offset: usize,
+    dst: &'a DataPtr,
+    dst_offset: usize,
+    len: usize,
+}
+
+/// Where [`play`] sends the captured commands: the replay stream (recorded replay) or a
+/// command buffer. Only ever given a graph's nodes: kernels owned by the graph, whose
+/// arguments were set through the checked setters at capture and are never changed, naming
+/// allocations the graph holds; what they do at every replay, on any stream of the device, is
+/// the obligation `CaptureLaunch::enqueue`'s caller took on.
+trait Target {
+    fn kernel(&mut self, k: &Kernel, global: &[usize], local: Option<&[usize]>) -> Done;
+    fn fill(&mut self, c: FillCmd<'_>) -> Done;
+    fn copy(&mut self, c: CopyCmd<'_>) -> Done;
+    /// `false` when the target has no form of an upload.
+    fn write(&mut self, dst: &DataPtr, offset: usize, data: &[u8]) -> Result<bool, GraphError>;
+}
+
+type Done = Result<(), GraphError>;
+
+/// Sends `nodes` to `target` in capture order; `false` when the target cannot take one.
+fn play(
+    nodes: &[Node],
+    blocks: &[Arc<dyn GraphBlock>],
+    target: &mut impl Target,
+) -> Result<bool, GraphError> {
+    for node in nodes {
+        match node {
+            Node::Kernel {
+                kernel,
+                dims,
+                global,
+                local,
+                ..
+            } => target.kernel(
+                kernel,
+                &global[..*dims],
+                local.as_ref().map(|l| &l[..*dims]),
+            )?,
+            Node::Fill {
+                dst,
+                pattern,
+                offset,
+                len,
+            } => target.fill(FillCmd {
+                dst: blocks[*dst].block(),
+                pattern,
+                offset: *offset,
+                len: *len,
+            })?,
+            Node::Copy {
+                src,
+                dst,
+                src_offset,
+                dst_offset,
+                len,
+            } => target.copy(CopyCmd {
+                src: blocks[*src].block(),
+                src_offset: *src_offset,
+                dst: blocks[*dst].block(),
+                dst_offset: *dst_offset,
+                len: *len,
+            })?,
+            Node::Write { dst, offset, data } => {
+                if !target.write(blocks[*dst].block(), *offset, data)? {
+                    return Ok(false);
+                }
+            }
+            Node::Sync => {}
+        }
+    }
+    Ok(true)
+}
+
+/// The recorded replay: each command enqueued on the replay stream.
+struct OnStream<'a> {
+    stream: &'a Stream,
+    queue: &'a CommandQueue,
+}
+
+impl Target for OnStream<'_> {
+    #[allow(unsafe_code)]
+    fn kernel(&mut self, k: &Kernel, global: &[usize], local: Option<&[usize]>) -> Done {
+        // SAFETY: a graph's kernel (see `Target`): arguments set through the checked setters
+        // and unchanged, allocations alive, the captured sizes, a stream of the graph's device
+        // (checked by `replay`); the kernel's behaviour is `CaptureLaunch::enqueue`'s contract.
+        drop(unsafe { self.queue.enqueue_kernel(k, global, local, &[]) }?);
+        Ok(())
+    }
+
+    fn fill(&mut self, c: FillCmd<'_>) -> Done {
+        Ok(c.dst
+            .view()?
+            .fill(self.stream, c.pattern, c.offset, c.len)?)
+    }
+
+    fn copy(&mut self, c: CopyCmd<'_>) -> Done {
+        let src = c.src.view()?;
+        let dst = c.dst.view()?;
+        Ok(dst.copy_from(self.stream, &src, c.src_offset, c.dst_offset, c.len)?)
+    }
+
+    fn write(&mut self, dst: &DataPtr, offset: usize, data: &[u8]) -> Result<bool, GraphError> {
+        dst.view()?.write(self.stream, offset, data)?;
+        Ok(true)
+    }
+}
+
+impl Target for CommandBuffer {
+    #[allow(unsafe_code)]
+    fn kernel(&mut self, k: &Kernel, global: &[usize], local: Option<&[usize]>) -> Done {
+        // SAFETY: a graph's kernel (see `Target`), owned by the graph and never given new
+        // arguments (the command buffer's first obligation); the buffer is the graph's,
+        // enqueued only by replays, so the kernel's behaviour at each enqueue is
+        // `CaptureLaunch::enqueue`'s contract.
+        Ok(unsafe { CommandBuffer::kernel(self, k, global, local) }?)
+    }
+
+    fn fill(&mut self, c: FillCmd<'_>) -> Done {
+        let dst = block_buffer(c.dst)?;
+        Ok(CommandBuffer::fill(self, &dst, c.pattern, c.offset, c.len)?)
+    }
+
+    fn copy(&mut self, c: CopyCmd<'_>) -> Done {
+        let (src, dst) = (block_buffer(c.src)?, block_buffer(c.dst)?);
+        Ok(CommandBuffer::copy(
+            self,
+            &src,
+            c.src_offset,
+            &dst,
+            c.dst_offset,
+            c.len,
+        )?)
+    }
+
+    fn write(&mut self, _: &DataPtr, _: usize, _: &[u8]) -> Result<bool, GraphError> {
+        Ok(false)
     }
 }
 
@@ -941,8 +1052,8 @@ fn command_buffer_for(
 /// A retained handle to exactly `block`'s bytes (its cached sub-buffer, `CL_MEM_SIZE` = the
 /// allocation's size), for a command buffer.
 #[allow(unsafe_code)]
-fn block_buffer(block: &Arc<dyn GraphBlock>) -> Result<Buffer, GraphError> {
-    let (mem, size) = block.block().block_cl_mem().map_err(|e| match e {
+fn block_buffer(block: &DataPtr) -> Result<Buffer, GraphError> {
+    let (mem, size) = block.block_cl_mem().map_err(|e| match e {
         BlockArgError::Alloc(e) => GraphError::Alloc(e),
         BlockArgError::Device(e) => GraphError::Device(e),
     })?;
@@ -954,7 +1065,6 @@ fn block_buffer(block: &Arc<dyn GraphBlock>) -> Result<Buffer, GraphError> {
     Ok(unsafe { Buffer::from_raw_retained(mem, size) }.map_err(DeviceError::from)?)
 }
 
-#[allow(unsafe_code)]
 fn record_command_buffer(
     queue: &CommandQueue,
     nodes: &[Node],
@@ -963,45 +1073,8 @@ fn record_command_buffer(
     let Some(mut cb) = CommandBuffer::new(queue)? else {
         return Ok(None);
     };
-    for node in nodes {
-        match node {
-            Node::Kernel {
-                kernel,
-                dims,
-                global,
-                local,
-                ..
-            } => {
-                let local = local.as_ref().map(|l| &l[..*dims]);
-                // SAFETY: the node's kernel is owned by the graph and its arguments, set
-                // through the checked setters at capture, are never changed (the command
-                // buffer's first obligation); the allocations they name are held by the
-                // graph. What the kernel does at every replay, on any stream of the device,
-                // is the obligation `CaptureLaunch::enqueue`'s caller took on.
-                unsafe { cb.kernel(kernel, &global[..*dims], local) }?;
-            }
-            Node::Fill {
-                dst,
-                pattern,
-                offset,
-                len,
-            } => cb.fill(&block_buffer(&blocks[*dst])?, pattern, *offset, *len)?,
-            Node::Copy {
-                src,
-                dst,
-                src_offset,
-                dst_offset,
-                len,
-            } => cb.copy(
-                &block_buffer(&blocks[*src])?,
-                *src_offset,
-                &block_buffer(&blocks[*dst])?,
-                *dst_offset,
-                *len,
-            )?,
-            Node::Write { .. } => return Ok(None),
-            Node::Sync => {}
-        }
+    if !play(nodes, blocks, &mut cb)? {
+        return Ok(None);
     }
     cb.finalize()?;
     Ok(Some(cb))

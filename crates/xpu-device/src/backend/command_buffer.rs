@@ -118,6 +118,22 @@ type FillFn = unsafe extern "C" fn(
 ) -> i32;
 type GetAddressFn = unsafe extern "C" fn(raw::cl_platform_id, *const libc::c_char) -> *mut c_void;
 
+/// Records one command through entry point `$f` of `$self`: `$f(buffer, null queue (the
+/// buffer's own), $args..., the sync-point chain, no mutable handle)`; the caller states
+/// why `$args` are valid.
+macro_rules! record {
+    ($self:ident, $f:ident, $name:literal, $($arg:expr),+) => {{
+        let f = $self.fns.$f;
+        let cb = $self.raw;
+        $self.record($name, |n, list, point| {
+            // SAFETY: a live command buffer in the recording state, a null queue (the base
+            // extension records to the buffer's own), `$args` valid as the caller states, a
+            // sync-point list of `n` entries and a slot for the new one, no mutable handle.
+            unsafe { f(cb, ptr::null_mut(), $($arg),+, n, list, point, ptr::null_mut()) }
+        })
+    }};
+}
+
 /// The entry points of one platform.
 #[derive(Debug)]
 struct Fns {
@@ -188,33 +204,23 @@ fn load(platform: raw::cl_platform_id) -> Option<&'static Fns> {
                 let p = unsafe { get(platform, name.as_ptr()) };
                 (!p.is_null()).then_some(p)
             };
-            // SAFETY (each transmute): the address the platform returned for this name, whose
-            // C signature is the one of the matching type (module docs; versions 0.9.0 to
-            // 0.9.4, checked by `command_buffer_support` before any call).
-            let fns = unsafe {
-                Fns {
-                    create: std::mem::transmute::<*mut c_void, CreateFn>(addr(
-                        c"clCreateCommandBufferKHR",
-                    )?),
-                    finalize: std::mem::transmute::<*mut c_void, HandleFn>(addr(
-                        c"clFinalizeCommandBufferKHR",
-                    )?),
-                    release: std::mem::transmute::<*mut c_void, HandleFn>(addr(
-                        c"clReleaseCommandBufferKHR",
-                    )?),
-                    enqueue: std::mem::transmute::<*mut c_void, EnqueueFn>(addr(
-                        c"clEnqueueCommandBufferKHR",
-                    )?),
-                    nd_range: std::mem::transmute::<*mut c_void, NdRangeFn>(addr(
-                        c"clCommandNDRangeKernelKHR",
-                    )?),
-                    copy: std::mem::transmute::<*mut c_void, CopyFn>(addr(
-                        c"clCommandCopyBufferKHR",
-                    )?),
-                    fill: std::mem::transmute::<*mut c_void, FillFn>(addr(
-                        c"clCommandFillBufferKHR",
-                    )?),
-                }
+            // Each entry point by name, as the function-pointer type of its field.
+            macro_rules! entry {
+                ($name:literal, $ty:ty) => {
+                    // SAFETY: the address the platform returned for this name, whose C
+                    // signature is the one of `$ty` (module docs; versions 0.9.0 to 0.9.4,
+                    // checked by `command_buffer_support` before any call).
+                    unsafe { std::mem::transmute::<*mut c_void, $ty>(addr($name)?) }
+                };
+            }
+            let fns = Fns {
+                create: entry!(c"clCreateCommandBufferKHR", CreateFn),
+                finalize: entry!(c"clFinalizeCommandBufferKHR", HandleFn),
+                release: entry!(c"clReleaseCommandBufferKHR", HandleFn),
+                enqueue: entry!(c"clEnqueueCommandBufferKHR", EnqueueFn),
+                nd_range: entry!(c"clCommandNDRangeKernelKHR", NdRangeFn),
+                copy: entry!(c"clCommandCopyBufferKHR", CopyFn),
+                fill: entry!(c"clCommandFillBufferKHR", FillFn),
             };
             Some(&*Box::leak(Box::new(fns)))
         })
@@ -423,31 +429,20 @@ impl CommandBuffer {
         })?;
         self.kernels.push(kernel.as_raw());
         self.buffers.extend(kernel.held_buffers().cloned());
-        let f = self.fns.nd_range;
-        let cb = self.raw;
-        self.record("clCommandNDRangeKernelKHR", |n, list, point| {
-            // SAFETY: a recording command buffer, a null queue (the buffer's own), no
-            // properties, a live kernel whose arguments were all set through the checked
-            // setters (buffers now also held by `self`), work sizes valid for the call, a
-            // sync-point list of `n` entries. What the kernel does at each enqueue is this
-            // function's caller's obligation.
-            unsafe {
-                f(
-                    cb,
-                    ptr::null_mut(),
-                    ptr::null(),
-                    kernel.as_raw(),
-                    global.len() as u32,
-                    ptr::null(),
-                    global.as_ptr(),
-                    local.map_or(ptr::null(), <[usize]>::as_ptr),
-                    n,
-                    list,
-                    point,
-                    ptr::null_mut(),
-                )
-            }
-        })
+        // The kernel: live, every argument set through the checked setters (its buffers now
+        // also held by `self`), work sizes valid for the call; no properties. What it does at
+        // each enqueue is this function's caller's obligation.
+        record!(
+            self,
+            nd_range,
+            "clCommandNDRangeKernelKHR",
+            ptr::null(),
+            kernel.as_raw(),
+            global.len() as u32,
+            ptr::null(),
+            global.as_ptr(),
+            local.map_or(ptr::null(), <[usize]>::as_ptr)
+        )
     }
 
     /// Records a copy of `len` bytes from `src[src_offset..]` to `dst[dst_offset..]`
@@ -469,27 +464,17 @@ impl CommandBuffer {
         check_range("copy destination", dst_offset, len, dst.size())?;
         self.buffers.push(src.clone());
         self.buffers.push(dst.clone());
-        let f = self.fns.copy;
-        let cb = self.raw;
-        self.record("clCommandCopyBufferKHR", |n, list, point| {
-            // SAFETY: a recording command buffer, a null queue, two live buffers (held by
-            // `self` for its lifetime), checked ranges, a sync-point list of `n` entries.
-            unsafe {
-                f(
-                    cb,
-                    ptr::null_mut(),
-                    src.as_raw(),
-                    dst.as_raw(),
-                    src_offset,
-                    dst_offset,
-                    len,
-                    n,
-                    list,
-                    point,
-                    ptr::null_mut(),
-                )
-            }
-        })
+        // Two live buffers (held by `self`), checked ranges.
+        record!(
+            self,
+            copy,
+            "clCommandCopyBufferKHR",
+            src.as_raw(),
+            dst.as_raw(),
+            src_offset,
+            dst_offset,
+            len
+        )
     }
 
     /// Records a fill of `len` bytes at `offset` with a repeated `pattern`
@@ -509,28 +494,18 @@ impl CommandBuffer {
         }
         check_range("fill", offset, len, dst.size())?;
         self.buffers.push(dst.clone());
-        let f = self.fns.fill;
-        let cb = self.raw;
-        self.record("clCommandFillBufferKHR", |n, list, point| {
-            // SAFETY: a recording command buffer, a null queue, a live buffer (held by
-            // `self`), a pattern of `p` bytes valid for the call (the driver copies it), a
-            // checked range, a sync-point list of `n` entries.
-            unsafe {
-                f(
-                    cb,
-                    ptr::null_mut(),
-                    dst.as_raw(),
-                    pattern.as_ptr().cast(),
-                    p,
-                    offset,
-                    len,
-                    n,
-                    list,
-                    point,
-                    ptr::null_mut(),
-                )
-            }
-        })
+        // A live buffer (held by `self`), a pattern of `p` bytes valid for the call (the
+        // driver copies it), a checked range.
+        record!(
+            self,
+            fill,
+            "clCommandFillBufferKHR",
+            dst.as_raw(),
+            pattern.as_ptr().cast(),
+            p,
+            offset,
+            len
+        )
     }
 
     /// Ends recording (`clFinalizeCommandBufferKHR`); the buffer can then be enqueued.
