@@ -401,10 +401,10 @@ impl CommandBuffer {
     ///   argument changed later would run unchecked;
     /// - the obligations of [`CommandQueue::enqueue_kernel`], for **every** enqueue of this
     ///   buffer, with the arguments set now and the memory contents the earlier commands and the
-    /// work ordered before each enqueue leave: every access stays inside the buffers set for
-    /// the pointer arguments and inside the `__local` sizes; no memory the kernel writes is
-    /// borrowed by Rust code while an enqueue may run, and none it reads is written by the
-    /// host meanwhile; the kernel terminates.
+    ///   work ordered before each enqueue leave: every access stays inside the buffers set for
+    ///   the pointer arguments and inside the `__local` sizes; no memory the kernel writes is
+    ///   borrowed by Rust code while an enqueue may run, and none it reads is written by the
+    ///   host meanwhile; the kernel terminates.
     ///
     /// # Errors
     /// `InvalidArgument` for a bad dimension count or after [`CommandBuffer::finalize`];
