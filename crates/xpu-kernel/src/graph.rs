@@ -40,8 +40,9 @@
 //! `clEnqueueNDRangeKernel` per kernel (no argument setting, no checks) plus the copies,
 //! fills and uploads. Both paths have the same semantics: the captured commands run in
 //! capture order on the replay stream, after the work enqueued on it before. On PoCL 3.1 the
-//! command buffer is not faster than the recorded replay for 100 one-work-item kernels
-//! (`xpu bench`: `graph_replay_100_ns` vs `graph_recorded_replay_100_ns`).
+//! command buffer is about as fast as the recorded replay for 100 one-work-item kernels
+//! (`xpu bench`: `graph_replay_100_ns` vs `graph_recorded_replay_100_ns`, within the run-to-run
+//! noise, both below `launch_100_ns`).
 //!
 //! # Memory held by a graph
 //! Allocation arguments are given as `Arc`s ([`GraphArg`]): the graph keeps a clone of each
