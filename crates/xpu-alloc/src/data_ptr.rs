@@ -242,7 +242,8 @@ impl DataPtr {
     ///
     /// # Errors
     /// [`AllocError::StreamDevice`] for a stream of another device; [`AllocError::Stream`]
-    /// for a stream whose queue is already released.
+    /// for a stream whose queue is already released; [`AllocError::Capturing`] for a stream
+    /// a graph is capturing (nothing recorded).
     pub fn record_stream(&self, stream: &Stream) -> Result<(), AllocError> {
         if self.live.is_none() {
             return Ok(());
@@ -251,6 +252,13 @@ impl DataPtr {
             return Err(AllocError::StreamDevice {
                 stream: stream.device(),
                 device: self.device,
+            });
+        }
+        if stream.is_capturing() {
+            return Err(AllocError::Capturing {
+                device: stream.device(),
+                stream: stream.id(),
+                operation: "record_stream",
             });
         }
         self.record_stream_ref(&crate::cl_stream::ClStream::try_shared(*stream)?);
@@ -379,9 +387,18 @@ impl BlockView<'_> {
                 device,
             });
         }
-        stream
-            .queue()
-            .map_err(|e| AllocError::Device(e.to_string()))
+        stream.enqueue_queue("block copy").map_err(|e| match e {
+            xpu_stream::StreamError::Capturing {
+                device,
+                id,
+                operation,
+            } => AllocError::Capturing {
+                device,
+                stream: id,
+                operation,
+            },
+            e => AllocError::Device(e.to_string()),
+        })
     }
 
     /// Blocking write of `data` at byte `offset` of the allocation, on `stream`

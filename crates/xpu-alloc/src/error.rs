@@ -150,6 +150,18 @@ pub enum AllocError {
         /// The allocation's requested size in bytes.
         size: u64,
     },
+    /// A direct command (`operation`: a block copy, fill, write or read, `record_stream`) on
+    /// a stream that a graph is capturing (as torch.cuda's "operation not permitted when
+    /// stream is capturing"). Nothing was enqueued or recorded; the stream stays usable.
+    #[error("{operation} on stream {stream:#x} of device {device}, which a graph is capturing")]
+    Capturing {
+        /// The stream's device.
+        device: usize,
+        /// The stream id.
+        stream: u64,
+        /// What was refused.
+        operation: &'static str,
+    },
     /// The operation does not apply (e.g. a view of simulated memory).
     #[error("unsupported: {0}")]
     Unsupported(String),

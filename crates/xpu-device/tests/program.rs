@@ -112,15 +112,6 @@ fn syntax_error_gives_the_build_log() {
     ));
 }
 
-fn read_u32s(q: &xpu_device::backend::CommandQueue, b: &Buffer, n: usize) -> Vec<u32> {
-    let mut bytes = vec![0u8; n * 4];
-    q.read(b, 0, &mut bytes).unwrap();
-    bytes
-        .chunks_exact(4)
-        .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
 #[test]
 fn build_options_and_program_binaries_round_trip() {
     let Some(dev) = common::device0("build_options_and_program_binaries_round_trip") else {
@@ -147,7 +138,7 @@ fn build_options_and_program_binaries_round_trip() {
         kernel.set_arg_buffer(0, &out).unwrap();
         // SAFETY: 4 work-items write out[0..4), the 16-byte buffer.
         drop(unsafe { q.enqueue_kernel(&kernel, &[4], None, &[]) }.unwrap());
-        assert_eq!(read_u32s(&q, &out, 4), vec![41; 4]);
+        assert_eq!(common::read_u32s(&q, &out, 4), vec![41; 4]);
         // Reset: every argument must be set again before a launch.
         kernel.reset_args();
         // SAFETY: refused before reaching the driver.

@@ -208,7 +208,7 @@ impl Event {
                 device: stream.device(),
             });
         }
-        let queue = stream.queue()?;
+        let queue = stream.enqueue_queue("event record")?;
         let event = queue.enqueue_marker(&[])?;
         self.recorded = Some(Recorded {
             stream: *stream,

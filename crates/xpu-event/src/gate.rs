@@ -71,7 +71,9 @@ impl Gate {
                 stream: stream.device(),
             });
         }
-        stream.queue()?.enqueue_barrier(&[&self.event])?;
+        stream
+            .enqueue_queue("gate wait")?
+            .enqueue_barrier(&[&self.event])?;
         Ok(())
     }
 

@@ -13,7 +13,7 @@ pub(crate) fn stream_waits_for(stream: &Stream, r: &Recorded) -> Result<(), Even
     }
     // OpenCL 3.0 §5.13: an event used in another queue's wait list must have been flushed.
     r.flush_once()?;
-    let queue = stream.queue()?;
+    let queue = stream.enqueue_queue("event wait")?;
     if stream.device() == r.stream.device() {
         // One context per device: the event can sit in the wait list directly.
         queue.enqueue_barrier(&[&r.event])?;

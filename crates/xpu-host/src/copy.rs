@@ -220,7 +220,7 @@ impl HostCopy for Stream {
         let Some(pinned) = src.pinned().filter(|_| len > 0) else {
             return Ok(());
         };
-        let queue = self.queue()?;
+        let queue = self.enqueue_queue("host-to-device copy")?;
         drop(queue.write_from_pinned(pinned, src_offset, dst, dst_offset, len, &[])?);
         src.record_stream(self);
         Ok(())
@@ -239,7 +239,7 @@ impl HostCopy for Stream {
         let Some(pinned) = dst.pinned_mut().filter(|_| len > 0) else {
             return Ok(());
         };
-        let queue = self.queue()?;
+        let queue = self.enqueue_queue("device-to-host copy")?;
         drop(queue.read_into_pinned(src, src_offset, pinned, dst_offset, len, &[])?);
         dst.record_stream(self);
         Ok(())
@@ -255,6 +255,8 @@ impl HostCopy for Stream {
         if src.is_empty() {
             return Ok(());
         }
-        Ok(self.queue()?.write(dst, dst_offset, src)?)
+        Ok(self
+            .enqueue_queue("host-to-device copy")?
+            .write(dst, dst_offset, src)?)
     }
 }

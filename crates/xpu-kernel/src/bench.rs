@@ -8,7 +8,7 @@ use xpu_device::backend::{Buffer, Kernel, MemFlags, QueueOptions};
 use xpu_stream::ExternalStream;
 
 use crate::error::KernelError;
-use crate::graph::Graph;
+use crate::graph::{Graph, ReplayMode};
 use crate::launch::LaunchExt;
 use crate::memory::DeviceBuffer;
 use crate::program::{KernelCache, Program, ProgramOrigin};
@@ -37,7 +37,10 @@ __kernel void axpy4(__global float *y, __global const float *x, float a, uint n)
 ///   `graph_replay_100_ns`: the same 100 launches captured once in a [`Graph`] and replayed
 ///   with one [`Graph::replay`], the stream drained, per replay; best of `rounds` alternated
 ///   rounds each; `graph_replay_over_launch` their ratio; `graph_command_buffer`: 1 when the
-///   graph replayed through `cl_khr_command_buffer`, 0 for the recorded replay (always 0 now).
+///   graph replayed through `cl_khr_command_buffer` (where the device has it, unless
+///   `XPU_GRAPH_COMMAND_BUFFER=0`), 0 for the recorded replay;
+///   `graph_recorded_replay_100_ns`: the same graph captured with [`ReplayMode::Recorded`]
+///   (one enqueue per launch), in the same alternated rounds.
 /// - `program_cold_ms`: building a new source (a fresh comment, so no cache of ours knows it)
 ///   and creating its kernel; `program_cached_ms`: the same source and options again with the
 ///   in-memory cache off, so from the disk cache in a fresh directory, as a new process would.
@@ -53,11 +56,12 @@ pub fn run(device: usize, quick: bool) -> Result<Vec<(String, f64)>, KernelError
     out.push(("raw_launch_4args_ns".to_owned(), raw_ns));
     out.push(("raw_launch_4args_subbuf_ns".to_owned(), sub_ns));
     out.push(("launch_over_raw".to_owned(), launch_ns / raw_ns));
-    let (launch100, graph100, cb) = graph_figures(device, if quick { 5 } else { 30 })?;
-    out.push(("launch_100_ns".to_owned(), launch100));
-    out.push(("graph_replay_100_ns".to_owned(), graph100));
-    out.push(("graph_replay_over_launch".to_owned(), graph100 / launch100));
-    out.push(("graph_command_buffer".to_owned(), cb));
+    let g = graph_figures(device, if quick { 5 } else { 30 })?;
+    out.push(("launch_100_ns".to_owned(), g.launch));
+    out.push(("graph_replay_100_ns".to_owned(), g.replay));
+    out.push(("graph_replay_over_launch".to_owned(), g.replay / g.launch));
+    out.push(("graph_command_buffer".to_owned(), g.command_buffer));
+    out.push(("graph_recorded_replay_100_ns".to_owned(), g.recorded));
     let (cold, cached) = program_figures(device)?;
     out.push(("program_cold_ms".to_owned(), cold));
     out.push(("program_cached_ms".to_owned(), cached));
@@ -132,8 +136,16 @@ fn launch_figures(device: usize, launches: u32) -> Result<(f64, f64, f64), Kerne
     Ok((best_ours, best_raw, best_sub))
 }
 
+/// The graph figures of [`run`], in nanoseconds per 100 launches.
+struct GraphFigures {
+    launch: f64,
+    replay: f64,
+    recorded: f64,
+    command_buffer: f64,
+}
+
 #[allow(unsafe_code)]
-fn graph_figures(device: usize, rounds: u32) -> Result<(f64, f64, f64), KernelError> {
+fn graph_figures(device: usize, rounds: u32) -> Result<GraphFigures, KernelError> {
     let graph_err = |e: crate::graph::GraphError| {
         KernelError::Device(xpu_device::DeviceError::InvalidArgument(e.to_string()))
     };
@@ -151,22 +163,26 @@ fn graph_figures(device: usize, rounds: u32) -> Result<(f64, f64, f64), KernelEr
     let f = program.function("axpy4")?;
     let y = std::sync::Arc::new(DeviceBuffer::<f32>::zeroed(1024, &s).map_err(mem_err)?);
     let x = std::sync::Arc::new(DeviceBuffer::<f32>::zeroed(1024, &s).map_err(mem_err)?);
-    let graph = Graph::capture(&s, |c| {
-        for _ in 0..100 {
-            // SAFETY: one work-item touches y[0] and x[0] of 1024-float buffers, at every
-            // replay.
-            unsafe {
-                c.launch(&s, &f, &[1], None)?
-                    .arg(&y)?
-                    .arg(&x)?
-                    .arg(1.0f32)?
-                    .arg(1u32)?
-                    .enqueue()?;
+    let capture = |mode: ReplayMode| {
+        Graph::capture_with(&s, mode, |c| {
+            for _ in 0..100 {
+                // SAFETY: one work-item touches y[0] and x[0] of 1024-float buffers, at every
+                // replay.
+                unsafe {
+                    c.launch(&s, &f, &[1], None)?
+                        .arg(&y)?
+                        .arg(&x)?
+                        .arg(1.0f32)?
+                        .arg(1u32)?
+                        .enqueue()?;
+                }
             }
-        }
-        Ok(())
-    })
-    .map_err(graph_err)?;
+            Ok(())
+        })
+        .map_err(graph_err)
+    };
+    let graph = capture(ReplayMode::from_env())?;
+    let recorded = capture(ReplayMode::Recorded)?;
     let direct = || -> Result<f64, KernelError> {
         let t = Instant::now();
         for _ in 0..100 {
@@ -183,25 +199,31 @@ fn graph_figures(device: usize, rounds: u32) -> Result<(f64, f64, f64), KernelEr
         s.synchronize()?;
         Ok(t.elapsed().as_nanos() as f64)
     };
-    let replay = || -> Result<f64, KernelError> {
+    let replay = |g: &Graph| -> Result<f64, KernelError> {
         let t = Instant::now();
-        graph.replay(&s).map_err(graph_err)?;
+        g.replay(&s).map_err(graph_err)?;
         s.synchronize()?;
         Ok(t.elapsed().as_nanos() as f64)
     };
     direct()?;
-    replay()?;
-    let (mut best_direct, mut best_graph) = (f64::INFINITY, f64::INFINITY);
+    replay(&graph)?;
+    replay(&recorded)?;
+    let mut best = [f64::INFINITY; 3];
     for _ in 0..rounds.max(1) {
-        best_direct = best_direct.min(direct()?);
-        best_graph = best_graph.min(replay()?);
+        best[0] = best[0].min(direct()?);
+        best[1] = best[1].min(replay(&graph)?);
+        best[2] = best[2].min(replay(&recorded)?);
     }
-    let cb = if graph.uses_command_buffer() {
-        1.0
-    } else {
-        0.0
-    };
-    Ok((best_direct, best_graph, cb))
+    Ok(GraphFigures {
+        launch: best[0],
+        replay: best[1],
+        recorded: best[2],
+        command_buffer: if graph.uses_command_buffer() {
+            1.0
+        } else {
+            0.0
+        },
+    })
 }
 
 fn program_figures(device: usize) -> Result<(f64, f64), KernelError> {

@@ -25,13 +25,24 @@
 //! # }
 //! ```
 //!
-//! # Recording, not command buffers
-//! Every device replays the recorded commands one by one: each captured kernel keeps its own
-//! `cl_kernel` with its arguments set once at capture, so a replay is one
-//! `clEnqueueNDRangeKernel` per kernel (no argument setting, no checks) plus the copies and
-//! fills. `cl_khr_command_buffer` (which PoCL reports, see [`command_buffer_supported`]) is
-//! not used yet: [`Graph::uses_command_buffer`] says so. The semantics are those a command
-//! buffer would have: the captured commands run in capture order on the replay stream.
+//! # Command buffers, or the recorded replay
+//! Each captured kernel keeps its own `cl_kernel` with its arguments set once at capture and
+//! never changed. Where the device has a usable `cl_khr_command_buffer`
+//! ([`command_buffer_supported`]: PoCL 3.x reports version 0.9.0; NVIDIA's OpenCL has none)
+//! and every captured command has a command-buffer form (kernels, fills, device copies; not
+//! uploads), a replay is one `clEnqueueCommandBufferKHR` ([`Graph::uses_command_buffer`]).
+//! The base extension runs a command buffer only on the queue it was recorded for, so the
+//! graph records one per replay stream, at the first replay on it (the capture's own at the
+//! capture), each created with simultaneous use: a replay may be enqueued while the previous
+//! one is still pending. Elsewhere, with [`ReplayMode::Recorded`] ([`Graph::capture_with`], or
+//! `XPU_GRAPH_COMMAND_BUFFER=0` for [`Graph::capture`]), or when recording a command buffer
+//! fails (logged), a replay enqueues the recorded commands one by one: one
+//! `clEnqueueNDRangeKernel` per kernel (no argument setting, no checks) plus the copies,
+//! fills and uploads. Both paths have the same semantics: the captured commands run in
+//! capture order on the replay stream, after the work enqueued on it before. On PoCL 3.1 the
+//! command buffer is about as fast as the recorded replay for 100 one-work-item kernels
+//! (`xpu bench`: `graph_replay_100_ns` vs `graph_recorded_replay_100_ns`, within the run-to-run
+//! noise, both below `launch_100_ns`).
 //!
 //! # Memory held by a graph
 //! Allocation arguments are given as `Arc`s ([`GraphArg`]): the graph keeps a clone of each
@@ -58,80 +69,94 @@
 //! of its own and is safe.
 //!
 //! # Errors during capture
-//! Typed, and nothing is enqueued, so the stream stays usable: a direct launch or typed-memory
-//! command on a capturing stream ([`crate::KernelError::Capturing`],
-//! [`crate::MemoryError::Capturing`]), [`Capture::synchronize`]
-//! ([`GraphError::SynchronizeWhileCapturing`]), a command on a stream that is not part of the
-//! capture ([`GraphError::NotCaptured`]), capturing a stream another capture holds
-//! ([`GraphError::AlreadyCapturing`]). A closure that returns an error ends the capture
-//! without a graph.
+//! Typed, and nothing is enqueued, so the stream stays usable. The capturing state lives in
+//! xpu-stream (an [`xpu_stream::CaptureGuard`] per captured stream, dropped with the capture,
+//! also when the closure fails or panics), so every layer refuses direct work on a capturing
+//! stream: launches and typed-memory commands ([`crate::KernelError::Capturing`],
+//! [`crate::MemoryError::Capturing`]); `Stream::synchronize`, `query`, `as_raw` and
+//! device-wide `synchronize` ([`xpu_stream::StreamError::Capturing`]); event record / wait and
+//! gates; allocator block copies, fills, writes and `record_stream`
+//! ([`xpu_alloc::AllocError::Capturing`]); pinned host copies. In the capture handle:
+//! [`Capture::synchronize`] ([`GraphError::SynchronizeWhileCapturing`]), a command on a stream
+//! that is not part of the capture ([`GraphError::NotCaptured`]), capturing a stream another
+//! capture holds ([`GraphError::AlreadyCapturing`]). A closure that returns an error ends the
+//! capture without a graph.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytemuck::Pod;
 use parking_lot::Mutex;
-use xpu_alloc::{AllocError, DataPtr, MemPool};
-use xpu_device::backend::Kernel;
+use xpu_alloc::{AllocError, BlockArgError, DataPtr, MemPool};
+use xpu_device::backend::{Buffer, CommandBuffer, CommandQueue, Kernel};
 use xpu_device::DeviceError;
-use xpu_stream::{Stream, StreamError};
+use xpu_stream::{CaptureGuard, Stream, StreamError};
 
 use crate::error::KernelError;
 use crate::function::Function;
 use crate::launch::{check_launch, set_checked_arg, Arg, LocalMem, Scalar};
 use crate::memory::{DeviceBuffer, MemoryError};
 
-/// Streams being captured: `(device, stream id)`. `ACTIVE` counts them, so the check on every
-/// launch and typed-memory command is one atomic load while nothing is captured.
-static CAPTURING: Mutex<Option<HashSet<(usize, u64)>>> = Mutex::new(None);
-static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 static NEXT_CAPTURE: AtomicU64 = AtomicU64::new(1);
 
-/// Whether a graph is capturing `stream` (then direct launches and typed-memory commands on
-/// it are refused).
+/// Whether a graph is capturing `stream` (then direct commands on it are refused): as
+/// [`Stream::is_capturing`], where the state lives.
+#[must_use]
 pub fn is_capturing(stream: &Stream) -> bool {
-    if ACTIVE.load(Ordering::Acquire) == 0 {
-        return false;
-    }
-    CAPTURING
-        .lock()
-        .as_ref()
-        .is_some_and(|s| s.contains(&(stream.device(), stream.id())))
+    stream.is_capturing()
 }
 
-fn register(stream: &Stream) -> Result<(), GraphError> {
-    let mut set = CAPTURING.lock();
-    let set = set.get_or_insert_with(HashSet::new);
-    if !set.insert((stream.device(), stream.id())) {
-        return Err(GraphError::AlreadyCapturing {
-            device: stream.device(),
-            stream: stream.id(),
-        });
-    }
-    ACTIVE.fetch_add(1, Ordering::AcqRel);
-    Ok(())
+fn register(stream: &Stream) -> Result<CaptureGuard, GraphError> {
+    CaptureGuard::begin(stream).map_err(|e| match e {
+        StreamError::AlreadyCapturing { device, id } => {
+            GraphError::AlreadyCapturing { device, stream: id }
+        }
+        e => e.into(),
+    })
 }
 
-fn unregister(key: (usize, u64)) {
-    let mut set = CAPTURING.lock();
-    if set.as_mut().is_some_and(|s| s.remove(&key)) {
-        ACTIVE.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Whether `device` reports `cl_khr_command_buffer` in its extension string
-/// (`CL_DEVICE_EXTENSIONS`, read at run time). Graphs do not use it yet
-/// ([`Graph::uses_command_buffer`]).
+/// Whether graphs of `device` can replay through a `cl_khr_command_buffer`: the device
+/// reports the extension at a version whose layout the runtime implements (0.9.0 to 0.9.4,
+/// what PoCL 3.x reports), with simultaneous use, and its platform returns the entry points
+/// ([`xpu_device::backend::command_buffer_support`], read from the driver at run time).
+/// NVIDIA's OpenCL has no command buffers: `false` there.
 ///
 /// # Errors
 /// [`DeviceError`] for a bad device index or failed discovery.
 pub fn command_buffer_supported(device: usize) -> Result<bool, DeviceError> {
-    Ok(xpu_device::get_device_properties(device)?
-        .extensions
-        .iter()
-        .any(|e| e == "cl_khr_command_buffer"))
+    let id = xpu_device::device(device)?.id();
+    Ok(xpu_device::backend::command_buffer_support(id)?.is_some())
+}
+
+/// The environment variable that forces recorded replay for [`ReplayMode::from_env`]: `0`
+/// (or `false`, `off`) never uses command buffers.
+pub const COMMAND_BUFFER_ENV: &str = "XPU_GRAPH_COMMAND_BUFFER";
+
+/// How a graph replays ([`Graph::capture_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ReplayMode {
+    /// A `cl_khr_command_buffer` per replay queue where the device supports it
+    /// ([`command_buffer_supported`]) and every captured command is expressible in one
+    /// (uploads are not); otherwise, or when recording one fails, the recorded replay.
+    #[default]
+    Auto,
+    /// The recorded replay on every device: one enqueue per captured command.
+    Recorded,
+}
+
+impl ReplayMode {
+    /// [`ReplayMode::Recorded`] when [`COMMAND_BUFFER_ENV`] is `0`, `false` or `off`, else
+    /// [`ReplayMode::Auto`]. Read at each call.
+    #[must_use]
+    pub fn from_env() -> ReplayMode {
+        match std::env::var(COMMAND_BUFFER_ENV) {
+            Ok(v) if matches!(v.trim(), "0" | "false" | "off") => ReplayMode::Recorded,
+            _ => ReplayMode::Auto,
+        }
+    }
 }
 
 /// A failure of graph capture or replay.
@@ -320,8 +345,11 @@ impl fmt::Debug for Node {
 pub struct Capture {
     id: u64,
     device: usize,
-    /// Captured streams (ids), the first being the one the capture began on; all registered.
+    /// Captured streams (ids), the first being the one the capture began on.
     streams: Vec<u64>,
+    /// The capturing marks of `streams` (dropped with the capture: the streams are usable
+    /// again even when the closure fails or panics).
+    guards: Vec<CaptureGuard>,
     nodes: Vec<Node>,
     blocks: Vec<Arc<dyn GraphBlock>>,
     events: usize,
@@ -581,7 +609,7 @@ impl Capture {
             });
         }
         if !self.streams.contains(&stream.id()) {
-            register(stream)?;
+            self.guards.push(register(stream)?);
             self.streams.push(stream.id());
         }
         self.nodes.push(Node::Sync);
@@ -600,14 +628,6 @@ impl Capture {
             device: stream.device(),
             stream: stream.id(),
         })
-    }
-}
-
-impl Drop for Capture {
-    fn drop(&mut self) {
-        for &id in &self.streams {
-            unregister((self.device, id));
-        }
     }
 }
 
@@ -719,12 +739,20 @@ pub fn graph_pool_handle(device: usize) -> Result<MemPool, GraphError> {
 /// lock (each replay's enqueues stay together).
 pub struct Graph {
     device: usize,
+    /// The stream the capture began on.
+    stream: u64,
+    /// Replays try command buffers (mode `Auto` and every command expressible).
+    command_buffer: bool,
     inner: Mutex<GraphInner>,
     /// The private pool of the capture's allocations, held for the replays.
     pool: MemPool,
 }
 
 struct GraphInner {
+    /// One command buffer per replay stream, recorded at the first replay on it (at the
+    /// capture for the capture's stream); `None` where that failed (recorded replay there).
+    /// Declared before `blocks`: released before the graph frees its blocks.
+    command_buffers: HashMap<u64, Option<CommandBuffer>>,
     nodes: Vec<Node>,
     blocks: Vec<Arc<dyn GraphBlock>>,
     /// Replay streams already recorded on the blocks (`record_stream`).
@@ -736,6 +764,7 @@ impl fmt::Debug for Graph {
         let inner = self.inner.lock();
         f.debug_struct("Graph")
             .field("device", &self.device)
+            .field("command_buffer", &self.uses_command_buffer_locked(&inner))
             .field("nodes", &inner.nodes)
             .field("blocks", &inner.blocks.len())
             .finish()
@@ -759,9 +788,22 @@ impl Graph {
     where
         F: FnOnce(&mut Capture) -> Result<(), GraphError>,
     {
+        Graph::capture_with(stream, ReplayMode::from_env(), f)
+    }
+
+    /// [`Graph::capture`] with the replay mode chosen by the caller ([`Graph::capture`]
+    /// takes [`ReplayMode::from_env`]). With [`ReplayMode::Auto`] the command buffer of the
+    /// capture's stream is recorded before this returns.
+    ///
+    /// # Errors
+    /// As [`Graph::capture`].
+    pub fn capture_with<F>(stream: &Stream, mode: ReplayMode, f: F) -> Result<Graph, GraphError>
+    where
+        F: FnOnce(&mut Capture) -> Result<(), GraphError>,
+    {
         stream.queue()?;
         let pool = MemPool::for_graph(stream.device())?;
-        Self::capture_in_pool(stream, &pool, f)
+        Self::capture_in_pool_with(stream, &pool, mode, f)
     }
 
     /// [`Graph::capture`] with the capture's allocations taken from `pool` (as
@@ -775,18 +817,36 @@ impl Graph {
     where
         F: FnOnce(&mut Capture) -> Result<(), GraphError>,
     {
+        Self::capture_in_pool_with(stream, pool, ReplayMode::from_env(), f)
+    }
+
+    /// [`Graph::capture_in_pool`] with the replay mode chosen by the caller (see
+    /// [`Graph::capture_with`]).
+    ///
+    /// # Errors
+    /// As [`Graph::capture_in_pool`].
+    pub fn capture_in_pool_with<F>(
+        stream: &Stream,
+        pool: &MemPool,
+        mode: ReplayMode,
+        f: F,
+    ) -> Result<Graph, GraphError>
+    where
+        F: FnOnce(&mut Capture) -> Result<(), GraphError>,
+    {
         if pool.device() != stream.device() {
             return Err(GraphError::OtherDevice {
                 graph_device: pool.device(),
                 stream_device: stream.device(),
             });
         }
-        stream.queue()?;
-        register(stream)?;
+        let queue = stream.queue()?;
+        let guard = register(stream)?;
         let mut capture = Capture {
             id: NEXT_CAPTURE.fetch_add(1, Ordering::Relaxed),
             device: stream.device(),
             streams: vec![stream.id()],
+            guards: vec![guard],
             nodes: Vec::new(),
             blocks: Vec::new(),
             events: 0,
@@ -802,14 +862,27 @@ impl Graph {
         f(&mut capture)?;
         let nodes = std::mem::take(&mut capture.nodes);
         let blocks = std::mem::take(&mut capture.blocks);
+        let pool = capture.pool.clone();
+        drop(capture);
+        let command_buffer = mode == ReplayMode::Auto
+            && !nodes.is_empty()
+            && !nodes.iter().any(|n| matches!(n, Node::Write { .. }))
+            && command_buffer_supported(stream.device()).unwrap_or(false);
+        let mut command_buffers = HashMap::new();
+        if command_buffer {
+            command_buffers.insert(stream.id(), command_buffer_for(&queue, &nodes, &blocks));
+        }
         Ok(Graph {
-            device: capture.device,
+            device: stream.device(),
+            stream: stream.id(),
+            command_buffer,
             inner: Mutex::new(GraphInner {
+                command_buffers,
                 nodes,
                 blocks,
                 recorded: HashSet::new(),
             }),
-            pool: capture.pool.clone(),
+            pool,
         })
     }
 
@@ -837,11 +910,16 @@ impl Graph {
         self.len() == 0
     }
 
-    /// Whether replays go through a `cl_khr_command_buffer`: always `false` for now (every
-    /// device replays the recorded commands one by one; see the module docs).
+    /// Whether replays on the capture's stream go through a `cl_khr_command_buffer` (one
+    /// `clEnqueueCommandBufferKHR` per replay) rather than the recorded replay (one enqueue
+    /// per command). See the module docs for when.
     #[must_use]
     pub fn uses_command_buffer(&self) -> bool {
-        false
+        self.uses_command_buffer_locked(&self.inner.lock())
+    }
+
+    fn uses_command_buffer_locked(&self, inner: &GraphInner) -> bool {
+        self.command_buffer && matches!(inner.command_buffers.get(&self.stream), Some(Some(_)))
     }
 
     /// Enqueues the captured commands on `stream`, in capture order, after the work enqueued
@@ -881,56 +959,224 @@ impl Graph {
             }
             inner.recorded.insert(stream.id());
         }
-        for node in &inner.nodes {
-            match node {
-                Node::Kernel {
-                    kernel,
-                    dims,
-                    global,
-                    local,
-                    ..
-                } => {
-                    let local = local.as_ref().map(|l| &l[..*dims]);
-                    // SAFETY: the kernel's arguments were set through the checked setters at
-                    // capture and are unchanged (the graph owns this `cl_kernel`); the
-                    // allocations they name are kept alive by `inner.blocks`; the sizes are
-                    // the captured ones and the stream is of the graph's device (checked
-                    // above). What the kernel does at every replay is the obligation
-                    // `CaptureLaunch::enqueue`'s caller took on.
-                    drop(unsafe { queue.enqueue_kernel(kernel, &global[..*dims], local, &[]) }?);
-                }
-                Node::Fill {
-                    dst,
-                    pattern,
-                    offset,
-                    len,
-                } => inner.blocks[*dst]
-                    .block()
-                    .view()?
-                    .fill(stream, pattern, *offset, *len)?,
-                Node::Copy {
-                    src,
-                    dst,
-                    src_offset,
-                    dst_offset,
-                    len,
-                } => {
-                    let s = inner.blocks[*src].block().view()?;
-                    inner.blocks[*dst].block().view()?.copy_from(
-                        stream,
-                        &s,
-                        *src_offset,
-                        *dst_offset,
-                        *len,
-                    )?;
-                }
-                Node::Write { dst, offset, data } => inner.blocks[*dst]
-                    .block()
-                    .view()?
-                    .write(stream, *offset, data)?,
-                Node::Sync => {}
+        if self.command_buffer {
+            let cb = inner
+                .command_buffers
+                .entry(stream.id())
+                .or_insert_with(|| command_buffer_for(&queue, &inner.nodes, &inner.blocks));
+            if let Some(cb) = cb {
+                drop(cb.enqueue()?);
+                return Ok(());
             }
         }
+        play(
+            &inner.nodes,
+            &inner.blocks,
+            &mut OnStream {
+                stream,
+                queue: &queue,
+            },
+        )?;
         Ok(())
     }
+}
+
+/// A captured fill, resolved for a [`Target`]: `len` bytes at byte `offset` of `dst`.
+struct FillCmd<'a> {
+    dst: &'a DataPtr,
+    pattern: &'a [u8],
+    offset: usize,
+    len: usize,
+}
+
+/// A captured copy, resolved for a [`Target`]: `len` bytes from `src[src_offset..]` to
+/// `dst[dst_offset..]`.
+struct CopyCmd<'a> {
+    src: &'a DataPtr,
+    src_offset: usize,
+    dst: &'a DataPtr,
+    dst_offset: usize,
+    len: usize,
+}
+
+/// Where [`play`] sends the captured commands: the replay stream (recorded replay) or a
+/// command buffer. Only ever given a graph's nodes: kernels owned by the graph, whose
+/// arguments were set through the checked setters at capture and are never changed, naming
+/// allocations the graph holds; what they do at every replay, on any stream of the device, is
+/// the obligation `CaptureLaunch::enqueue`'s caller took on.
+trait Target {
+    fn kernel(&mut self, k: &Kernel, global: &[usize], local: Option<&[usize]>) -> Done;
+    fn fill(&mut self, c: FillCmd<'_>) -> Done;
+    fn copy(&mut self, c: CopyCmd<'_>) -> Done;
+    /// `false` when the target has no form of an upload.
+    fn write(&mut self, dst: &DataPtr, offset: usize, data: &[u8]) -> Result<bool, GraphError>;
+}
+
+type Done = Result<(), GraphError>;
+
+/// Sends `nodes` to `target` in capture order; `false` when the target cannot take one.
+fn play(
+    nodes: &[Node],
+    blocks: &[Arc<dyn GraphBlock>],
+    target: &mut impl Target,
+) -> Result<bool, GraphError> {
+    for node in nodes {
+        match node {
+            Node::Kernel {
+                kernel,
+                dims,
+                global,
+                local,
+                ..
+            } => target.kernel(
+                kernel,
+                &global[..*dims],
+                local.as_ref().map(|l| &l[..*dims]),
+            )?,
+            Node::Fill {
+                dst,
+                pattern,
+                offset,
+                len,
+            } => target.fill(FillCmd {
+                dst: blocks[*dst].block(),
+                pattern,
+                offset: *offset,
+                len: *len,
+            })?,
+            Node::Copy {
+                src,
+                dst,
+                src_offset,
+                dst_offset,
+                len,
+            } => target.copy(CopyCmd {
+                src: blocks[*src].block(),
+                src_offset: *src_offset,
+                dst: blocks[*dst].block(),
+                dst_offset: *dst_offset,
+                len: *len,
+            })?,
+            Node::Write { dst, offset, data } => {
+                if !target.write(blocks[*dst].block(), *offset, data)? {
+                    return Ok(false);
+                }
+            }
+            Node::Sync => {}
+        }
+    }
+    Ok(true)
+}
+
+/// The recorded replay: each command enqueued on the replay stream.
+struct OnStream<'a> {
+    stream: &'a Stream,
+    queue: &'a CommandQueue,
+}
+
+impl Target for OnStream<'_> {
+    #[allow(unsafe_code)]
+    fn kernel(&mut self, k: &Kernel, global: &[usize], local: Option<&[usize]>) -> Done {
+        // SAFETY: a graph's kernel (see `Target`): arguments set through the checked setters
+        // and unchanged, allocations alive, the captured sizes, a stream of the graph's device
+        // (checked by `replay`); the kernel's behaviour is `CaptureLaunch::enqueue`'s contract.
+        drop(unsafe { self.queue.enqueue_kernel(k, global, local, &[]) }?);
+        Ok(())
+    }
+
+    fn fill(&mut self, c: FillCmd<'_>) -> Done {
+        Ok(c.dst
+            .view()?
+            .fill(self.stream, c.pattern, c.offset, c.len)?)
+    }
+
+    fn copy(&mut self, c: CopyCmd<'_>) -> Done {
+        let src = c.src.view()?;
+        let dst = c.dst.view()?;
+        Ok(dst.copy_from(self.stream, &src, c.src_offset, c.dst_offset, c.len)?)
+    }
+
+    fn write(&mut self, dst: &DataPtr, offset: usize, data: &[u8]) -> Result<bool, GraphError> {
+        dst.view()?.write(self.stream, offset, data)?;
+        Ok(true)
+    }
+}
+
+impl Target for CommandBuffer {
+    #[allow(unsafe_code)]
+    fn kernel(&mut self, k: &Kernel, global: &[usize], local: Option<&[usize]>) -> Done {
+        // SAFETY: a graph's kernel (see `Target`), owned by the graph and never given new
+        // arguments (the command buffer's first obligation); the buffer is the graph's,
+        // enqueued only by replays, so the kernel's behaviour at each enqueue is
+        // `CaptureLaunch::enqueue`'s contract.
+        Ok(unsafe { CommandBuffer::kernel(self, k, global, local) }?)
+    }
+
+    fn fill(&mut self, c: FillCmd<'_>) -> Done {
+        let dst = block_buffer(c.dst)?;
+        Ok(CommandBuffer::fill(self, &dst, c.pattern, c.offset, c.len)?)
+    }
+
+    fn copy(&mut self, c: CopyCmd<'_>) -> Done {
+        let (src, dst) = (block_buffer(c.src)?, block_buffer(c.dst)?);
+        Ok(CommandBuffer::copy(
+            self,
+            &src,
+            c.src_offset,
+            &dst,
+            c.dst_offset,
+            c.len,
+        )?)
+    }
+
+    fn write(&mut self, _: &DataPtr, _: usize, _: &[u8]) -> Result<bool, GraphError> {
+        Ok(false)
+    }
+}
+
+/// The command buffer replaying `nodes` on `queue`, or `None` (recorded replay on that queue)
+/// when the device offers none or recording fails (logged).
+fn command_buffer_for(
+    queue: &CommandQueue,
+    nodes: &[Node],
+    blocks: &[Arc<dyn GraphBlock>],
+) -> Option<CommandBuffer> {
+    match record_command_buffer(queue, nodes, blocks) {
+        Ok(cb) => cb,
+        Err(e) => {
+            tracing::warn!("graph: recorded replay, the command buffer failed: {e}");
+            None
+        }
+    }
+}
+
+/// A retained handle to exactly `block`'s bytes (its cached sub-buffer, `CL_MEM_SIZE` = the
+/// allocation's size), for a command buffer.
+#[allow(unsafe_code)]
+fn block_buffer(block: &DataPtr) -> Result<Buffer, GraphError> {
+    let (mem, size) = block.block_cl_mem().map_err(|e| match e {
+        BlockArgError::Alloc(e) => GraphError::Alloc(e),
+        BlockArgError::Device(e) => GraphError::Device(e),
+    })?;
+    // SAFETY: `mem` is the allocation's live sub-buffer of exactly `size` bytes (held by the
+    // `DataPtr`, which the graph holds). The retained handle goes only into the graph's
+    // command buffers, which the graph releases before its blocks, and whose enqueues are on
+    // replay streams that the graph recorded on every block (`record_stream`): the block is
+    // reused only after them (the contract `DataPtr::block_cl_mem` states).
+    Ok(unsafe { Buffer::from_raw_retained(mem, size) }.map_err(DeviceError::from)?)
+}
+
+fn record_command_buffer(
+    queue: &CommandQueue,
+    nodes: &[Node],
+    blocks: &[Arc<dyn GraphBlock>],
+) -> Result<Option<CommandBuffer>, GraphError> {
+    let Some(mut cb) = CommandBuffer::new(queue)? else {
+        return Ok(None);
+    };
+    if !play(nodes, blocks, &mut cb)? {
+        return Ok(None);
+    }
+    cb.finalize()?;
+    Ok(Some(cb))
 }

@@ -376,7 +376,7 @@ impl<'a> ForeignCall<'a> {
     where
         F: FnOnce(&ForeignQueue<'_>) -> Result<Option<raw::cl_event>, i64>,
     {
-        let queue = self.stream.queue()?;
+        let queue = self.stream.enqueue_queue("foreign library call")?;
         if self.stream.is_external() && !queue.is_in_order()? {
             return Err(InteropError::OutOfOrderQueue {
                 stream: self.stream.id(),

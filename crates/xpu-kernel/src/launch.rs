@@ -104,7 +104,7 @@ impl LaunchExt for Stream {
         global: &[usize],
         local: Option<&[usize]>,
     ) -> Result<Launch<'a>, KernelError> {
-        if crate::graph::is_capturing(self) {
+        if self.is_capturing() {
             return Err(KernelError::Capturing {
                 kernel: function.name().to_owned(),
                 device: self.device(),

@@ -580,7 +580,7 @@ impl<T: Pod> std::fmt::Debug for DeviceSliceMut<'_, T> {
 }
 
 fn check_stream(stream: &Stream, ptr: &DataPtr) -> Result<(), MemoryError> {
-    if crate::graph::is_capturing(stream) {
+    if stream.is_capturing() {
         return Err(MemoryError::Capturing {
             device: stream.device(),
             stream: stream.id(),

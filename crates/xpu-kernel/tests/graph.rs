@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use xpu_kernel::graph::{command_buffer_supported, Graph, GraphError};
+use xpu_kernel::graph::{command_buffer_supported, Graph, GraphError, ReplayMode};
 use xpu_kernel::{DeviceBuffer, Function, KernelError, LaunchExt, MemoryError, Program};
 use xpu_stream::ExternalStream;
 use xpu_testing::devices;
@@ -50,8 +50,34 @@ fn cpu_chain(steps: usize) -> Vec<f32> {
     y
 }
 
-#[test]
-fn graph_replay_matches_direct_launches_and_the_cpu() {
+/// The two tests of a scenario: replays through a command buffer where the device has one
+/// ([`ReplayMode::Auto`]), and the recorded replay.
+macro_rules! both_paths {
+    ($scenario:ident: $command_buffer:ident, $recorded:ident) => {
+        #[test]
+        fn $command_buffer() {
+            $scenario(ReplayMode::Auto);
+        }
+
+        #[test]
+        fn $recorded() {
+            $scenario(ReplayMode::Recorded);
+        }
+    };
+}
+
+/// Whether a graph captured with `mode` on device 0 replays through a command buffer.
+fn expect_command_buffer(mode: ReplayMode) -> bool {
+    mode == ReplayMode::Auto && command_buffer_supported(0).unwrap()
+}
+
+both_paths!(
+    replay_matches_direct_launches_and_the_cpu:
+    graph_replay_matches_direct_launches_and_the_cpu_through_a_command_buffer,
+    graph_replay_matches_direct_launches_and_the_cpu_recorded
+);
+
+fn replay_matches_direct_launches_and_the_cpu(mode: ReplayMode) {
     if !devices(1) {
         return;
     }
@@ -86,7 +112,7 @@ fn graph_replay_matches_direct_launches_and_the_cpu() {
     let x2 = Arc::new(DeviceBuffer::from_slice(&xs(), &s).unwrap());
     let y2 = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s).unwrap());
     let mut out = None;
-    let graph = Graph::capture(&s, |c| {
+    let graph = Graph::capture_with(&s, mode, |c| {
         for a in AS {
             // SAFETY: N work-items touch y2[0..N), x2[0..N), at every replay.
             unsafe {
@@ -105,7 +131,7 @@ fn graph_replay_matches_direct_launches_and_the_cpu() {
     })
     .unwrap();
     assert_eq!(graph.len(), 6);
-    assert!(!graph.uses_command_buffer());
+    assert_eq!(graph.uses_command_buffer(), expect_command_buffer(mode));
     // Nothing ran during capture.
     assert_eq!(y2.to_vec(&s).unwrap(), vec![1.0f32; N]);
     for _ in 0..10 {
@@ -136,8 +162,7 @@ fn graph_keeps_its_arguments_alive_after_the_handles_drop() {
     let ext = fresh_stream(0);
     let s = ext.stream();
     let f = saxpy(0);
-    let x = Arc::new(DeviceBuffer::from_slice(&xs(), &s).unwrap());
-    let y = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s).unwrap());
+    let (x, y) = x_and_ones(&s);
     let graph = Graph::capture(&s, |c| {
         c.fill(&s, &y, 1.0f32)?;
         // SAFETY: N work-items touch y[0..N), x[0..N), at every replay.
@@ -164,8 +189,7 @@ fn graph_keeps_its_arguments_alive_after_the_handles_drop() {
     graph.replay(&s).unwrap();
     graph.replay(&s).unwrap();
     let y = weak_y.upgrade().unwrap();
-    let want: Vec<f32> = xs().iter().map(|x| 2.0 * x + 1.0).collect();
-    assert_eq!(y.to_vec(&s).unwrap(), want);
+    assert_ax_plus_one(&y, &s, 2.0);
     for o in &others {
         assert_eq!(o.to_vec(&s).unwrap(), vec![-7.0f32; N]);
     }
@@ -184,8 +208,7 @@ fn capture_errors_are_typed_and_leave_the_stream_usable() {
     let other_ext = fresh_stream(0);
     let other = other_ext.stream();
     let f = saxpy(0);
-    let x = Arc::new(DeviceBuffer::from_slice(&xs(), &s).unwrap());
-    let y = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s).unwrap());
+    let (x, y) = x_and_ones(&s);
     let mut plain = DeviceBuffer::<f32>::new(N, &s).unwrap();
     let graph = Graph::capture(&s, |c| {
         // A direct launch on the capturing stream.
@@ -304,12 +327,16 @@ fn graph_replay_on_another_device_is_refused() {
     // Both streams still work; the graph replays on its device.
     s1.synchronize().unwrap();
     graph.replay(&s0).unwrap();
-    let want: Vec<f32> = xs().iter().map(|x| 3.0 * x + 1.0).collect();
-    assert_eq!(y.to_vec(&s0).unwrap(), want);
+    assert_ax_plus_one(&y, &s0, 3.0);
 }
 
-#[test]
-fn dropping_a_graph_frees_its_blocks_after_replays_on_other_streams() {
+both_paths!(
+    frees_blocks_after_replays_on_other_streams:
+    dropping_a_graph_frees_its_blocks_after_replays_on_other_streams,
+    dropping_a_recorded_graph_frees_its_blocks_after_replays_on_other_streams
+);
+
+fn frees_blocks_after_replays_on_other_streams(mode: ReplayMode) {
     if !devices(1) {
         return;
     }
@@ -322,18 +349,7 @@ fn dropping_a_graph_frees_its_blocks_after_replays_on_other_streams() {
     let out = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s2).unwrap());
     s1.synchronize().unwrap();
     s2.synchronize().unwrap();
-    let graph = Graph::capture(&s2, |c| {
-        // SAFETY: N work-items touch out[0..N), x[0..N), at every replay.
-        unsafe {
-            c.launch(&s2, &f, &[N], None)?
-                .arg(&out)?
-                .arg(&x)?
-                .arg(2.0f32)?
-                .arg(N as u32)?
-                .enqueue()
-        }
-    })
-    .unwrap();
+    let graph = capture_saxpy(&s2, mode, &f, &x, &out);
     let x_addr = x.data_ptr().address();
     drop(x);
     let gate = xpu_event::Gate::new(0).unwrap();
@@ -358,11 +374,16 @@ fn dropping_a_graph_frees_its_blocks_after_replays_on_other_streams() {
     );
 }
 
-/// One SGD step of `xpu_kernel::mlp`'s two-layer MLP, captured from the module's seven
-/// kernels in `GpuMlp`'s order, replayed ten times: the losses and parameters equal ten
-/// direct steps of `GpuMlp` (same kernels, same order: bit for bit) and follow the CPU.
-#[test]
-fn mlp_step_replayed_ten_times_equals_ten_direct_steps() {
+// One SGD step of `xpu_kernel::mlp`'s two-layer MLP, captured from the module's seven
+// kernels in `GpuMlp`'s order, replayed ten times: the losses and parameters equal ten
+// direct steps of `GpuMlp` (same kernels, same order: bit for bit) and follow the CPU.
+both_paths!(
+    mlp_step_replayed_ten_times:
+    mlp_step_replayed_ten_times_through_a_command_buffer_equals_ten_direct_steps,
+    mlp_step_replayed_ten_times_recorded_equals_ten_direct_steps
+);
+
+fn mlp_step_replayed_ten_times(mode: ReplayMode) {
     use xpu_kernel::mlp::{compare_losses, CpuMlp, GpuMlp, MlpConfig, MlpState, KERNELS};
     if !devices(1) {
         return;
@@ -395,7 +416,7 @@ fn mlp_step_replayed_ten_times_equals_ten_direct_steps() {
     let u = |v: usize| u32::try_from(v).unwrap();
     let grad_scale = 2.0 / (m * o) as f32;
     let mut loss = None;
-    let graph = Graph::capture(&s, |g| {
+    let graph = Graph::capture_with(&s, mode, |g| {
         let new = |g: &mut xpu_kernel::graph::Capture, len| g.alloc::<f32>(&s, len);
         let (h, out, gr, dh) = (new(g, m * hd)?, new(g, n)?, new(g, n)?, new(g, m * hd)?);
         let (dw1, db1, dw2, db2) = (new(g, i * hd)?, new(g, hd)?, new(g, hd * o)?, new(g, o)?);
@@ -491,6 +512,7 @@ fn mlp_step_replayed_ten_times_equals_ten_direct_steps() {
     })
     .unwrap();
     assert_eq!(graph.len(), 13, "seven kernels, thirteen launches per step");
+    assert_eq!(graph.uses_command_buffer(), expect_command_buffer(mode));
     let loss = loss.unwrap();
     let mut losses = Vec::new();
     for _ in 0..10 {
@@ -508,4 +530,110 @@ fn mlp_step_replayed_ten_times_equals_ten_direct_steps() {
     );
     compare_losses(&losses, &cpu_losses, 1e-4).unwrap();
     assert!(losses[9] < losses[0], "the loss decreases: {losses:?}");
+}
+
+/// Asserts `y` = `a` * [`xs`] + 1 (read on `s`).
+fn assert_ax_plus_one(y: &DeviceBuffer<f32>, s: &xpu_stream::Stream, a: f32) {
+    let want: Vec<f32> = xs().iter().map(|x| a * x + 1.0).collect();
+    assert_eq!(y.to_vec(s).unwrap(), want);
+}
+
+/// `x` = [`xs`] and `y` = ones, uploaded on `s`, shareable with a graph.
+fn x_and_ones(s: &xpu_stream::Stream) -> (Arc<DeviceBuffer<f32>>, Arc<DeviceBuffer<f32>>) {
+    (
+        Arc::new(DeviceBuffer::from_slice(&xs(), s).unwrap()),
+        Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], s).unwrap()),
+    )
+}
+
+/// y += 2x, captured on one stream.
+fn capture_saxpy(
+    s: &xpu_stream::Stream,
+    mode: ReplayMode,
+    f: &Function,
+    x: &Arc<DeviceBuffer<f32>>,
+    y: &Arc<DeviceBuffer<f32>>,
+) -> Graph {
+    Graph::capture_with(s, mode, |c| {
+        // SAFETY: N work-items touch y[0..N), x[0..N), at every replay.
+        unsafe {
+            c.launch(s, f, &[N], None)?
+                .arg(y)?
+                .arg(x)?
+                .arg(2.0f32)?
+                .arg(N as u32)?
+                .enqueue()
+        }
+    })
+    .unwrap()
+}
+
+fn replay_on_a_second_stream(mode: ReplayMode) {
+    if !devices(1) {
+        return;
+    }
+    let (e1, e2) = (fresh_stream(0), fresh_stream(0));
+    let (s1, s2) = (e1.stream(), e2.stream());
+    let f = saxpy(0);
+    let (x, y) = x_and_ones(&s1);
+    let graph = capture_saxpy(&s1, mode, &f, &x, &y);
+    assert_eq!(graph.uses_command_buffer(), expect_command_buffer(mode));
+    graph.replay(&s1).unwrap();
+    s1.synchronize().unwrap();
+    graph.replay(&s2).unwrap();
+    graph.replay(&s2).unwrap();
+    s2.synchronize().unwrap();
+    graph.replay(&s1).unwrap();
+    assert_ax_plus_one(&y, &s1, 8.0);
+}
+
+both_paths!(
+    replay_on_a_second_stream:
+    graph_replays_on_a_second_stream_through_a_command_buffer,
+    graph_replays_on_a_second_stream_recorded
+);
+
+/// A replay enqueued while the previous one is still pending (held by a user event): with a
+/// command buffer this is simultaneous use of one buffer.
+fn replay_while_the_previous_replay_is_pending(mode: ReplayMode) {
+    if !devices(1) {
+        return;
+    }
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let f = saxpy(0);
+    let (x, y) = x_and_ones(&s);
+    let graph = capture_saxpy(&s, mode, &f, &x, &y);
+    assert_eq!(graph.uses_command_buffer(), expect_command_buffer(mode));
+    let gate = xpu_event::Gate::new(0).unwrap();
+    gate.block(&s).unwrap();
+    graph.replay(&s).unwrap(); // pending behind the gate
+    graph.replay(&s).unwrap(); // enqueued while the first is pending
+    graph.replay(&s).unwrap();
+    assert!(!s.query().unwrap(), "the replays wait for the gate");
+    gate.open().unwrap();
+    assert_ax_plus_one(&y, &s, 6.0);
+}
+
+both_paths!(
+    replay_while_the_previous_replay_is_pending:
+    graph_replay_while_a_previous_replay_is_pending_through_a_command_buffer,
+    graph_replay_while_a_previous_replay_is_pending_recorded
+);
+
+#[test]
+fn a_captured_upload_replays_recorded() {
+    if !devices(1) {
+        return;
+    }
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let y = Arc::new(DeviceBuffer::<f32>::new(4, &s).unwrap());
+    let graph = Graph::capture(&s, |c| c.write(&s, &y, 0, &[1.0, 2.0, 3.0, 4.0])).unwrap();
+    assert!(
+        !graph.uses_command_buffer(),
+        "uploads have no command-buffer form"
+    );
+    graph.replay(&s).unwrap();
+    assert_eq!(y.to_vec(&s).unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
 }

@@ -56,6 +56,30 @@ pub enum StreamError {
         /// The device index.
         device: usize,
     },
+    /// A direct command (`operation`) on a stream that a graph is capturing (as torch.cuda's
+    /// "operation not permitted when stream is capturing"): during a capture, commands go
+    /// through the capture handle, and synchronizing has nothing to wait for. Nothing was
+    /// enqueued; the stream stays usable.
+    #[error(
+        "{operation} on stream {id:#x} of device {device}, which a graph is capturing \
+         (enqueue through the capture handle)"
+    )]
+    Capturing {
+        /// The stream's device.
+        device: usize,
+        /// The stream id.
+        id: u64,
+        /// What was refused (`"synchronize"`, `"copy"`, ...).
+        operation: &'static str,
+    },
+    /// A capture began on a stream that another capture holds.
+    #[error("stream {id:#x} of device {device} is already being captured into a graph")]
+    AlreadyCapturing {
+        /// The stream's device.
+        device: usize,
+        /// The stream id.
+        id: u64,
+    },
 }
 
 impl From<DeviceError> for StreamError {

@@ -29,6 +29,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod capture;
 mod current;
 mod error;
 mod external;
@@ -39,6 +40,7 @@ mod priority;
 mod stream;
 mod sync;
 
+pub use capture::{device_is_capturing, CaptureGuard};
 pub use current::{current_stream, current_stream_here, set_stream};
 pub use error::StreamError;
 pub use external::ExternalStream;

@@ -130,9 +130,11 @@ impl Stream {
     /// the stream is (native streams: for the process).
     ///
     /// # Errors
-    /// `ExternalReleased` as [`Stream::queue`].
+    /// `ExternalReleased` as [`Stream::queue`]; [`StreamError::Capturing`] while a graph
+    /// captures the stream (what interop code enqueues on the raw queue would run at once,
+    /// outside the graph).
     pub fn as_raw(&self) -> Result<raw::cl_command_queue, StreamError> {
-        Ok(self.queue()?.as_raw())
+        Ok(self.enqueue_queue("raw queue access")?.as_raw())
     }
 
     /// True when all work submitted so far has completed, as `torch.xpu.Stream.query`. OpenCL
@@ -142,9 +144,10 @@ impl Stream {
     ///
     /// # Errors
     /// A failed OpenCL call, or the abnormal status of a command on the stream; `BadFork` in a
-    /// bad fork child (at once: the parent's queue is never touched there).
+    /// bad fork child (at once: the parent's queue is never touched there);
+    /// [`StreamError::Capturing`] while a graph captures the stream (as `cudaStreamQuery`).
     pub fn query(&self) -> Result<bool, StreamError> {
-        let q = self.queue()?;
+        let q = self.enqueue_queue("query")?;
         let marker = q.enqueue_marker(&[])?;
         q.flush()?;
         Ok(marker.is_complete()?)
@@ -155,9 +158,11 @@ impl Stream {
     ///
     /// # Errors
     /// A failed `clFinish` or a kept release failure; `BadFork` in a bad fork child (at once:
-    /// waiting there could hang forever).
+    /// waiting there could hang forever); [`StreamError::Capturing`] while a graph captures
+    /// the stream (its commands are recorded, not run: as torch.cuda refuses `synchronize`
+    /// during capture), without waiting.
     pub fn synchronize(&self) -> Result<(), StreamError> {
-        Ok(self.queue()?.finish()?)
+        Ok(self.enqueue_queue("synchronize")?.finish()?)
     }
 }
 
@@ -173,8 +178,8 @@ impl fmt::Debug for Stream {
         d.field("device", &self.device)
             .field("id", &format_args!("{:#x}", self.id))
             .field("priority", &self.priority());
-        match self.as_raw() {
-            Ok(q) => d.field("queue", &q),
+        match self.queue() {
+            Ok(q) => d.field("queue", &q.as_raw()),
             Err(_) => d.field("queue", &"released"),
         };
         d.finish()

@@ -10,10 +10,18 @@ use crate::{external, pool};
 ///
 /// # Errors
 /// `Device(InvalidDevice)` for a bad index; the first failed `clFinish`; `BadFork` in a bad
-/// fork child (at once).
+/// fork child (at once); [`StreamError::Capturing`] while a graph captures a stream of the
+/// device (as `cudaDeviceSynchronize` during a capture), without waiting.
 pub fn synchronize(device: usize) -> Result<(), StreamError> {
     check_fork()?;
     xpu_device::check_device(device)?;
+    if crate::capture::device_is_capturing(device) {
+        return Err(StreamError::Capturing {
+            device,
+            id: 0,
+            operation: "device synchronize",
+        });
+    }
     let mut first: Option<StreamError> = None;
     let mut note = |r: Result<(), xpu_device::ClError>| {
         if let (Err(e), None) = (r, &first) {

@@ -13,6 +13,7 @@
 //! every handle is `Send + Sync` except [`Kernel`], which is `Send` only.
 
 mod callbacks;
+mod command_buffer;
 mod context;
 pub mod device_id;
 mod event;
@@ -26,6 +27,7 @@ mod release;
 mod svm;
 
 pub use callbacks::wait_for_callbacks;
+pub use command_buffer::{command_buffer_support, CommandBuffer, CommandBufferSupport};
 pub use context::{Context, DeviceLimits};
 pub use device_id::DeviceId;
 pub use event::{ClEvent, EventStatus, ProfilingInfo};

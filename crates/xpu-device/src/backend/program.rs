@@ -447,6 +447,12 @@ impl Kernel {
         }
     }
 
+    /// The buffers set as arguments now (for a command buffer that records the launch and
+    /// must keep them alive).
+    pub(crate) fn held_buffers(&self) -> impl Iterator<Item = &Buffer> {
+        self.buffers.iter().flatten()
+    }
+
     /// The raw `cl_kernel`, valid while `self` lives. Setting arguments through it bypasses the
     /// checks and the buffer references kept here.
     pub fn as_raw(&self) -> cl_kernel {

@@ -49,7 +49,7 @@ unsafe impl Send for CommandQueue {}
 // SAFETY: as above; commands from several threads are serialized by the driver.
 unsafe impl Sync for CommandQueue {}
 
-fn check_range(what: &str, offset: usize, len: usize, size: usize) -> Result<()> {
+pub(super) fn check_range(what: &str, offset: usize, len: usize, size: usize) -> Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
         _ => Err(DeviceError::InvalidArgument(format!(

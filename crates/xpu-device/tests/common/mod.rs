@@ -2,7 +2,7 @@
 //! gate that is always opened, even when a test fails while commands wait on it.
 #![allow(dead_code)]
 
-use xpu_device::backend::{ClEvent, CommandQueue, QueueOptions};
+use xpu_device::backend::{Buffer, ClEvent, CommandQueue, QueueOptions};
 use xpu_device::Device;
 
 /// True when at least `need` devices exist. Otherwise prints a skip message and returns false,
@@ -175,4 +175,14 @@ pub fn run_in_child(test: &str, timeout: std::time::Duration) -> ChildOutcome {
         stdout: t_out.join().unwrap(),
         stderr: t_err.join().unwrap(),
     }
+}
+
+/// The first `n` `u32`s of `b`, read on `q` (blocking, after the work enqueued before).
+pub fn read_u32s(q: &CommandQueue, b: &Buffer, n: usize) -> Vec<u32> {
+    let mut bytes = vec![0u8; n * 4];
+    q.read(b, 0, &mut bytes).unwrap();
+    bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }

@@ -1,0 +1,120 @@
+//! Commands of the lower layers (stream, events, allocator views, pinned host copies, raw
+//! queue access) on a stream a graph is capturing: each is a typed error and nothing runs
+//! (the capturing state lives in xpu-stream, so every layer sees it), and the stream is usable
+//! once the capture ends, even when the closure failed or panicked. Skipped without a device
+//! unless `XPU_REQUIRE_DEVICE=1`.
+
+use std::sync::Arc;
+
+use xpu_alloc::host::{HostAllocator, HostCopy, HostError};
+use xpu_alloc::AllocError;
+use xpu_event::{Event, EventError, Gate};
+use xpu_kernel::graph::{Graph, GraphError};
+use xpu_kernel::DeviceBuffer;
+use xpu_stream::{ExternalStream, StreamError};
+use xpu_testing::devices;
+
+fn fresh_stream(device: usize) -> ExternalStream {
+    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
+}
+
+fn is_capturing_error(e: &StreamError) -> bool {
+    matches!(e, StreamError::Capturing { .. })
+}
+
+#[test]
+fn lower_layer_commands_on_a_capturing_stream_are_typed_errors() {
+    if !devices(1) {
+        return;
+    }
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let buf = Arc::new(DeviceBuffer::from_slice(&[7.0f32; 64], &s).unwrap());
+    let other = DeviceBuffer::from_slice(&[1.0f32; 64], &s).unwrap();
+    let mut host = HostAllocator::global().allocate_on(0, 256).unwrap();
+    host.as_mut_slice().fill(0);
+    let gate = Gate::new(0).unwrap();
+    let graph = Graph::capture(&s, |c| {
+        assert!(s.is_capturing());
+        // xpu-stream: synchronize, query, device-wide synchronize, raw queue access.
+        let e = s.synchronize().unwrap_err();
+        assert!(is_capturing_error(&e), "{e}");
+        let e = s.query().unwrap_err();
+        assert!(is_capturing_error(&e), "{e}");
+        let e = xpu_stream::synchronize(0).unwrap_err();
+        assert!(is_capturing_error(&e), "{e}");
+        let e = s.as_raw().unwrap_err();
+        assert!(is_capturing_error(&e), "{e}");
+        // xpu-event: record, wait, gate.
+        let e = Event::default().record(&s).unwrap_err();
+        assert!(
+            matches!(e, EventError::Stream(StreamError::Capturing { .. })),
+            "{e}"
+        );
+        let e = gate.block(&s).unwrap_err();
+        assert!(
+            matches!(e, EventError::Stream(StreamError::Capturing { .. })),
+            "{e}"
+        );
+        // xpu-alloc: block copies, fills, writes and record_stream.
+        let view = buf.data_ptr().view()?;
+        let e = view.fill(&s, &[0, 0, 0, 0], 0, 256).unwrap_err();
+        assert!(matches!(e, AllocError::Capturing { .. }), "{e}");
+        let e = view
+            .copy_from(&s, &other.data_ptr().view()?, 0, 0, 256)
+            .unwrap_err();
+        assert!(matches!(e, AllocError::Capturing { .. }), "{e}");
+        let e = view.write(&s, 0, &[0u8; 4]).unwrap_err();
+        assert!(matches!(e, AllocError::Capturing { .. }), "{e}");
+        let e = other.data_ptr().record_stream(&s).unwrap_err();
+        assert!(matches!(e, AllocError::Capturing { .. }), "{e}");
+        // xpu-host: pinned copies both ways.
+        let e = s.copy_from_host(&host, buf.data_ptr()).unwrap_err();
+        assert!(
+            matches!(e, HostError::Stream(StreamError::Capturing { .. })),
+            "{e}"
+        );
+        let e = s.copy_to_host(buf.data_ptr(), &mut host).unwrap_err();
+        assert!(
+            matches!(e, HostError::Stream(StreamError::Capturing { .. })),
+            "{e}"
+        );
+        c.fill(&s, &buf, 2.0f32)
+    })
+    .unwrap();
+    // Nothing of the above ran: the buffer and the host block are untouched.
+    assert!(!s.is_capturing());
+    assert_eq!(buf.to_vec(&s).unwrap(), vec![7.0f32; 64]);
+    assert!(host.as_slice().iter().all(|&b| b == 0));
+    // The stream is usable directly again, at every layer.
+    s.synchronize().unwrap();
+    s.query().unwrap();
+    xpu_stream::synchronize(0).unwrap();
+    s.as_raw().unwrap();
+    Event::default().record(&s).unwrap();
+    other.data_ptr().record_stream(&s).unwrap();
+    s.copy_to_host(buf.data_ptr(), &mut host).unwrap();
+    assert_eq!(&host.as_slice()[..4], &7.0f32.to_ne_bytes());
+    graph.replay(&s).unwrap();
+    assert_eq!(buf.to_vec(&s).unwrap(), vec![2.0f32; 64]);
+}
+
+#[test]
+fn a_failing_or_panicking_capture_clears_the_capturing_state() {
+    if !devices(1) {
+        return;
+    }
+    let ext = fresh_stream(0);
+    let s = ext.stream();
+    let e = Graph::capture(&s, |_| Err(GraphError::ForeignEvent)).unwrap_err();
+    assert!(matches!(e, GraphError::ForeignEvent));
+    assert!(!s.is_capturing());
+    s.synchronize().unwrap();
+    let r = std::panic::catch_unwind(|| {
+        let _ = Graph::capture(&s, |_| panic!("in the closure"));
+    });
+    assert!(r.is_err());
+    assert!(!s.is_capturing());
+    s.synchronize().unwrap();
+    xpu_stream::synchronize(0).unwrap();
+}
