@@ -1,0 +1,176 @@
+//! CLBlast (loaded at run time through `xpu_device::foreign::clblast`) on xpu streams and
+//! caching-allocator regions through `xpu_kernel::clblast_sgemm`: results against the CPU at
+//! odd shapes and offsets, the temporary-buffer path with a workspace from the caching
+//! allocator, and the checks made before CLBlast sees a region. Skipped without a device
+//! unless `XPU_REQUIRE_DEVICE=1`, and without CLBlast unless `XPU_REQUIRE_CLBLAST=1`.
+
+use xpu_device::foreign::clblast::Clblast;
+use xpu_device::foreign::ForeignError;
+use xpu_kernel::{
+    clblast_sgemm, ClRegion, DeviceBuffer, InteropError, RowMajorSgemm, StreamMemoryExt, TempBuffer,
+};
+use xpu_stream::Stream;
+use xpu_testing::devices;
+
+/// Whether CLBlast can be used here (panics when it is required but missing).
+fn clblast() -> bool {
+    match Clblast::get() {
+        Ok(_) => true,
+        Err(e) if std::env::var("XPU_REQUIRE_CLBLAST").is_ok_and(|v| v == "1") => {
+            panic!("XPU_REQUIRE_CLBLAST=1 but {e}")
+        }
+        Err(_) => false,
+    }
+}
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(12_345);
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x % 2001) as f32 / 1000.0 - 1.0
+        })
+        .collect()
+}
+
+fn extent(rows: usize, cols: usize, ld: usize) -> usize {
+    (rows - 1) * ld + cols
+}
+
+/// One SGEMM at odd shapes, leading dimensions and offsets on `s`; returns the largest error
+/// against the CPU and the workspace size used.
+fn checked_sgemm(s: &Stream, temp: TempBuffer, seed: u32) -> (f32, usize) {
+    let (m, n, k) = (37, 53, 29);
+    let (lda, ldb, ldc) = (k + 3, n + 1, n + 4);
+    let (oa, ob, oc) = (5, 7, 11);
+    let (alpha, beta) = (1.25f32, -0.5f32);
+    let ha = values(oa + extent(m, k, lda) + 3, seed);
+    let hb = values(ob + extent(k, n, ldb) + 5, seed + 1);
+    let hc = values(oc + extent(m, n, ldc) + 7, seed + 2);
+    let da = s.htod_copy(&ha).unwrap();
+    let db = s.htod_copy(&hb).unwrap();
+    let mut dc = s.htod_copy(&hc).unwrap();
+    let (va, vb) = (da.slice(oa..).unwrap(), db.slice(ob..).unwrap());
+    let mut vc = dc.slice_mut(oc..).unwrap();
+    let (ra, rb) = (ClRegion::new(&va).unwrap(), ClRegion::new(&vb).unwrap());
+    let rc = ClRegion::new_mut(&mut vc).unwrap();
+    let g = RowMajorSgemm {
+        m,
+        n,
+        k,
+        alpha,
+        a: (&ra, lda),
+        b: (&rb, ldb),
+        beta,
+        c: (&rc, ldc),
+    };
+    let done = clblast_sgemm(s, &g, temp).unwrap();
+    done.event.synchronize().unwrap();
+    drop(rc);
+    let got = dc.to_vec(s).unwrap();
+    let mut want = hc;
+    for i in 0..m {
+        for j in 0..n {
+            let dot: f32 = (0..k)
+                .map(|p| ha[oa + i * lda + p] * hb[ob + p * ldb + j])
+                .sum();
+            let c = &mut want[oc + i * ldc + j];
+            *c = alpha * dot + beta * *c;
+        }
+    }
+    let err = got
+        .iter()
+        .zip(&want)
+        .map(|(g, w)| (g - w).abs())
+        .fold(0.0f32, f32::max);
+    (err, done.workspace_bytes)
+}
+
+#[test]
+fn a_missing_foreign_library_is_a_typed_not_available_error() {
+    let e = Clblast::open("libxpu-no-such-blas.so.9").unwrap_err();
+    assert!(
+        matches!(&e, ForeignError::NotAvailable { library, .. } if library == "libxpu-no-such-blas.so.9"),
+        "{e:?}"
+    );
+    assert_eq!(e.code(), None);
+}
+
+#[test]
+fn clblast_sgemm_with_a_caching_allocator_workspace_matches_the_cpu() {
+    if !devices(1) || !clblast() {
+        return;
+    }
+    let s = xpu_stream::get_stream_from_pool(0, 0).unwrap();
+    let before = xpu_alloc::memory_stats(0).unwrap();
+    let (err, workspace) = checked_sgemm(&s, TempBuffer::Always, 1);
+    assert!(err <= 1e-4, "max |error| vs CPU {err}");
+    assert!(
+        workspace >= 4,
+        "CLBlastSgemmWithTempBuffer got {workspace} bytes"
+    );
+    s.synchronize().unwrap();
+    let after = xpu_alloc::memory_stats(0).unwrap();
+    // A, B, C and the workspace: four allocations of the caching allocator.
+    assert_eq!(
+        after.allocation.all.allocated - before.allocation.all.allocated,
+        4,
+        "the workspace is counted by the caching allocator"
+    );
+    let (err, _) = checked_sgemm(&s, TempBuffer::AsNeeded, 2);
+    assert!(err <= 1e-4, "max |error| vs CPU {err}");
+}
+
+#[test]
+fn clblast_sgemm_checks_regions_before_clblast_sees_them() {
+    if !devices(1) || !clblast() {
+        return;
+    }
+    let s = xpu_stream::get_stream_from_pool(0, 0).unwrap();
+    let a = s.htod_copy(&values(16 * 16, 3)).unwrap();
+    let b = s.htod_copy(&values(16 * 38, 4)).unwrap();
+    let mut small = DeviceBuffer::<f32>::zeroed(96, &s).unwrap();
+    let (ra, rb) = (ClRegion::new(&a).unwrap(), ClRegion::new(&b).unwrap());
+    {
+        let read_only = ClRegion::new(&small).unwrap();
+        let g = RowMajorSgemm {
+            m: 2,
+            n: 38,
+            k: 16,
+            alpha: 1.0,
+            a: (&ra, 16),
+            b: (&rb, 38),
+            beta: 0.0,
+            c: (&read_only, 38),
+        };
+        assert!(matches!(
+            clblast_sgemm(&s, &g, TempBuffer::AsNeeded),
+            Err(InteropError::ReadOnly)
+        ));
+    }
+    let rc = ClRegion::new_mut(&mut small).unwrap();
+    let g = RowMajorSgemm {
+        m: 16,
+        n: 38,
+        k: 16,
+        alpha: 1.0,
+        a: (&ra, 16),
+        b: (&rb, 38),
+        beta: 0.0,
+        c: (&rc, 38),
+    };
+    let e = clblast_sgemm(&s, &g, TempBuffer::AsNeeded).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            InteropError::RegionTooShort {
+                needed: 608,
+                len: 96,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}
