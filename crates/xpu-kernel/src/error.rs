@@ -19,6 +19,12 @@ pub enum KernelError {
     /// A caching-allocator failure (`record_stream` on a stream of another allocator...).
     #[error(transparent)]
     Alloc(#[from] AllocError),
+    /// A foreign-library call ([`crate::interop`]) failed, or the library is not installed.
+    #[error(transparent)]
+    Interop(#[from] crate::interop::InteropError),
+    /// A typed-memory operation failed.
+    #[error(transparent)]
+    Memory(#[from] crate::memory::MemoryError),
     /// The launch did not give the kernel exactly its number of arguments.
     #[error("kernel {kernel:?} takes {expected} arguments, {given} given")]
     ArgCount {

@@ -39,10 +39,16 @@ fn extent(rows: usize, cols: usize, ld: usize) -> usize {
     (rows - 1) * ld + cols
 }
 
-/// One SGEMM at odd shapes, leading dimensions and offsets on `s`; returns the largest error
-/// against the CPU and the workspace size used.
-fn checked_sgemm(s: &Stream, temp: TempBuffer, seed: u32) -> (f32, usize) {
-    let (m, n, k) = (37, 53, 29);
+/// One SGEMM of `(m, n, k)` with padded leading dimensions and odd offsets on `s`; returns
+/// the largest error against the CPU (over every `stride`-th element of C) and the workspace
+/// size used.
+fn checked_sgemm(
+    s: &Stream,
+    (m, n, k): (usize, usize, usize),
+    stride: usize,
+    temp: TempBuffer,
+    seed: u32,
+) -> (f32, usize) {
     let (lda, ldb, ldc) = (k + 3, n + 1, n + 4);
     let (oa, ob, oc) = (5, 7, 11);
     let (alpha, beta) = (1.25f32, -0.5f32);
@@ -70,21 +76,23 @@ fn checked_sgemm(s: &Stream, temp: TempBuffer, seed: u32) -> (f32, usize) {
     done.event.synchronize().unwrap();
     drop(rc);
     let got = dc.to_vec(s).unwrap();
-    let mut want = hc;
-    for i in 0..m {
-        for j in 0..n {
-            let dot: f32 = (0..k)
-                .map(|p| ha[oa + i * lda + p] * hb[ob + p * ldb + j])
-                .sum();
-            let c = &mut want[oc + i * ldc + j];
-            *c = alpha * dot + beta * *c;
-        }
+    let mut err = 0.0f32;
+    for idx in (0..m * n).step_by(stride) {
+        let (i, j) = (idx / n, idx % n);
+        let dot: f32 = (0..k)
+            .map(|p| ha[oa + i * lda + p] * hb[ob + p * ldb + j])
+            .sum();
+        let at = oc + i * ldc + j;
+        err = err.max((got[at] - (alpha * dot + beta * hc[at])).abs());
     }
-    let err = got
-        .iter()
-        .zip(&want)
-        .map(|(g, w)| (g - w).abs())
-        .fold(0.0f32, f32::max);
+    // Elements of C's buffer outside the matrix are untouched.
+    for (at, (g, h)) in got.iter().zip(&hc).enumerate() {
+        let inside = at >= oc && (at - oc) / ldc < m && (at - oc) % ldc < n;
+        assert!(
+            inside || g.to_bits() == h.to_bits(),
+            "element {at} outside C changed"
+        );
+    }
     (err, done.workspace_bytes)
 }
 
@@ -105,7 +113,7 @@ fn clblast_sgemm_with_a_caching_allocator_workspace_matches_the_cpu() {
     }
     let s = xpu_stream::get_stream_from_pool(0, 0).unwrap();
     let before = xpu_alloc::memory_stats(0).unwrap();
-    let (err, workspace) = checked_sgemm(&s, TempBuffer::Always, 1);
+    let (err, workspace) = checked_sgemm(&s, (37, 53, 29), 1, TempBuffer::Always, 1);
     assert!(err <= 1e-4, "max |error| vs CPU {err}");
     assert!(
         workspace >= 4,
@@ -119,8 +127,30 @@ fn clblast_sgemm_with_a_caching_allocator_workspace_matches_the_cpu() {
         4,
         "the workspace is counted by the caching allocator"
     );
-    let (err, _) = checked_sgemm(&s, TempBuffer::AsNeeded, 2);
+    let (err, workspace) = checked_sgemm(&s, (100, 101, 99), 1, TempBuffer::AsNeeded, 2);
     assert!(err <= 1e-4, "max |error| vs CPU {err}");
+    assert_eq!(workspace, 0, "CLBlast runs its direct kernel at this size");
+}
+
+#[test]
+fn clblast_sgemm_gives_clblast_the_temporary_buffer_it_asks_for_from_the_allocator() {
+    if !devices(1) || !clblast() {
+        return;
+    }
+    let s = xpu_stream::get_stream_from_pool(0, 0).unwrap();
+    let before = xpu_alloc::memory_stats(0).unwrap();
+    // Large and odd enough for CLBlast's indirect kernel, which pads into a temporary buffer
+    // (13 MB on PoCL); every 97th element of C is checked against the CPU.
+    let (err, workspace) = checked_sgemm(&s, (1025, 1026, 1024), 97, TempBuffer::AsNeeded, 3);
+    assert!(err <= 2e-4, "max |error| vs CPU {err}");
+    assert!(workspace > 1 << 20, "CLBlast asked for {workspace} bytes");
+    s.synchronize().unwrap();
+    let after = xpu_alloc::memory_stats(0).unwrap();
+    let allocated = after.allocated_bytes.all.allocated - before.allocated_bytes.all.allocated;
+    assert!(
+        allocated >= workspace as i64 + 3 * 1025 * 1024 * 4,
+        "the workspace's {workspace} bytes are counted by the caching allocator ({allocated})"
+    );
 }
 
 #[test]
