@@ -66,17 +66,27 @@ pub fn run(device: usize, quick: bool) -> Result<Vec<(String, f64)>, KernelError
     Ok(out)
 }
 
-#[allow(unsafe_code)]
-fn launch_figures(device: usize, launches: u32) -> Result<(f64, f64, f64), KernelError> {
-    let dev = xpu_device::device(device)?;
-    let queue = dev.create_queue(QueueOptions {
-        profiling: true,
+/// A stream on a queue of its own (`profiling` as asked) and `axpy4` built for `device`
+/// without the kernel cache.
+fn own_stream_and_axpy4(
+    device: usize,
+    profiling: bool,
+) -> Result<(ExternalStream, crate::Function), KernelError> {
+    let queue = xpu_device::device(device)?.create_queue(QueueOptions {
+        profiling,
         priority: None,
     })?;
     let stream = ExternalStream::new(queue, device)?;
-    let s = stream.stream();
     let program = Program::build_with_cache(device, SRC, "", &KernelCache::disabled())?;
-    let f = program.function("axpy4")?;
+    Ok((stream, program.function("axpy4")?))
+}
+
+#[allow(unsafe_code)]
+fn launch_figures(device: usize, launches: u32) -> Result<(f64, f64, f64), KernelError> {
+    let (stream, f) = own_stream_and_axpy4(device, true)?;
+    let s = stream.stream();
+    let program = f.program().clone();
+    let dev = xpu_device::device(device)?;
     let alloc = DeviceAllocator::new(device, AllocConfig::default())?;
     let y = alloc.allocate(4096, &s)?;
     let x = alloc.allocate(4096, &s)?;
@@ -141,15 +151,8 @@ fn graph_figures(device: usize, rounds: u32) -> Result<(f64, f64, f64), KernelEr
     let mem_err = |e: crate::memory::MemoryError| {
         KernelError::Device(xpu_device::DeviceError::InvalidArgument(e.to_string()))
     };
-    let dev = xpu_device::device(device)?;
-    let queue = dev.create_queue(QueueOptions {
-        profiling: false,
-        priority: None,
-    })?;
-    let stream = ExternalStream::new(queue, device)?;
+    let (stream, f) = own_stream_and_axpy4(device, false)?;
     let s = stream.stream();
-    let program = Program::build_with_cache(device, SRC, "", &KernelCache::disabled())?;
-    let f = program.function("axpy4")?;
     let y = std::sync::Arc::new(DeviceBuffer::<f32>::zeroed(1024, &s).map_err(mem_err)?);
     let x = std::sync::Arc::new(DeviceBuffer::<f32>::zeroed(1024, &s).map_err(mem_err)?);
     let graph = Graph::capture(&s, |c| {
@@ -333,16 +336,7 @@ pub fn clblast_with(
     let mut xpu_round = || -> Result<f64, KernelError> {
         let (ra, rb) = (ClRegion::new(&a)?, ClRegion::new(&b)?);
         let rc = ClRegion::new_mut(&mut c)?;
-        let g = RowMajorSgemm {
-            m: n,
-            n,
-            k: n,
-            alpha: 1.0,
-            a: (&ra, n),
-            b: (&rb, n),
-            beta: 0.0,
-            c: (&rc, n),
-        };
+        let g = RowMajorSgemm::new((n, n, n), &ra, &rb, &rc);
         let t = Instant::now();
         for _ in 0..reps {
             clblast_sgemm(&s, &g, TempBuffer::AsNeeded)?;

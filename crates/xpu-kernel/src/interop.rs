@@ -468,6 +468,54 @@ pub struct RowMajorSgemm<'r, 'a> {
     pub c: (&'r ClRegion<'a, f32>, usize),
 }
 
+impl<'r, 'a> RowMajorSgemm<'r, 'a> {
+    /// `C = A · B` for contiguous matrices (leading dimensions `k`, `n`, `n`), `alpha` 1 and
+    /// `beta` 0; set the public fields for anything else.
+    #[must_use]
+    pub fn new(
+        (m, n, k): (usize, usize, usize),
+        a: &'r ClRegion<'a, f32>,
+        b: &'r ClRegion<'a, f32>,
+        c: &'r ClRegion<'a, f32>,
+    ) -> Self {
+        RowMajorSgemm {
+            m,
+            n,
+            k,
+            alpha: 1.0,
+            a: (a, k),
+            b: (b, n),
+            beta: 0.0,
+            c: (c, n),
+        }
+    }
+
+    /// The raw CLBlast arguments: the regions' `cl_mem`s, offsets in elements.
+    #[must_use]
+    pub fn to_raw(&self) -> Sgemm {
+        let ((a, lda), (b, ldb), (c, ldc)) = (self.a, self.b, self.c);
+        Sgemm {
+            layout: Layout::RowMajor,
+            a_transpose: Transpose::No,
+            b_transpose: Transpose::No,
+            m: self.m,
+            n: self.n,
+            k: self.k,
+            alpha: self.alpha,
+            a: a.cl_mem(),
+            a_offset: a.offset(),
+            a_ld: lda,
+            b: b.cl_mem(),
+            b_offset: b.offset(),
+            b_ld: ldb,
+            beta: self.beta,
+            c: c.cl_mem(),
+            c_offset: c.offset(),
+            c_ld: ldc,
+        }
+    }
+}
+
 /// What [`clblast_sgemm`] enqueued.
 #[derive(Debug)]
 pub struct SgemmDone {
@@ -508,25 +556,7 @@ pub fn clblast_sgemm(
     b.require_matrix(g.k, g.n, ldb)?;
     c.require_matrix(g.m, g.n, ldc)?;
     let call = stream.foreign().uses(a)?.uses(b)?.uses(c)?;
-    let raw = Sgemm {
-        layout: Layout::RowMajor,
-        a_transpose: Transpose::No,
-        b_transpose: Transpose::No,
-        m: g.m,
-        n: g.n,
-        k: g.k,
-        alpha: g.alpha,
-        a: a.cl_mem(),
-        a_offset: a.offset(),
-        a_ld: lda,
-        b: b.cl_mem(),
-        b_offset: b.offset(),
-        b_ld: ldb,
-        beta: g.beta,
-        c: c.cl_mem(),
-        c_offset: c.offset(),
-        c_ld: ldc,
-    };
+    let raw = g.to_raw();
     let queue = stream.queue()?;
     // SAFETY: `queue` is the stream's live queue; the size query enqueues nothing.
     #[allow(unsafe_code)]

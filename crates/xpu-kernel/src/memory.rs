@@ -250,29 +250,56 @@ impl<T: Pod> DeviceRegion<T> for DeviceBuffer<T> {
 }
 impl<T: Pod> DeviceRegionMut<T> for DeviceBuffer<T> {}
 
-impl<T: Pod> DeviceRegion<T> for DeviceSlice<'_, T> {
-    fn data_ptr(&self) -> &DataPtr {
-        self.ptr
-    }
-    fn offset(&self) -> usize {
-        self.offset
-    }
-    fn len(&self) -> usize {
-        self.len
-    }
-}
+/// What the two views share: `DeviceRegion`, `Debug`, and the inherent `offset`, `len`,
+/// `is_empty` (the trait's, callable without importing it).
+macro_rules! view_common {
+    ($view:ident) => {
+        impl<T: Pod> DeviceRegion<T> for $view<'_, T> {
+            fn data_ptr(&self) -> &DataPtr {
+                self.ptr
+            }
+            fn offset(&self) -> usize {
+                self.offset
+            }
+            fn len(&self) -> usize {
+                self.len
+            }
+        }
 
-impl<T: Pod> DeviceRegion<T> for DeviceSliceMut<'_, T> {
-    fn data_ptr(&self) -> &DataPtr {
-        self.ptr
-    }
-    fn offset(&self) -> usize {
-        self.offset
-    }
-    fn len(&self) -> usize {
-        self.len
-    }
+        impl<T: Pod> $view<'_, T> {
+            /// The first element's index in the block ([`DeviceRegion::offset`]).
+            #[must_use]
+            pub fn offset(&self) -> usize {
+                DeviceRegion::offset(self)
+            }
+
+            /// Number of elements ([`DeviceRegion::len`]).
+            #[must_use]
+            pub fn len(&self) -> usize {
+                DeviceRegion::len(self)
+            }
+
+            /// Whether the view has no elements ([`DeviceRegion::is_empty`]).
+            #[must_use]
+            pub fn is_empty(&self) -> bool {
+                DeviceRegion::is_empty(self)
+            }
+        }
+
+        impl<T: Pod> std::fmt::Debug for $view<'_, T> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($view))
+                    .field("type", &std::any::type_name::<T>())
+                    .field("offset", &self.offset)
+                    .field("len", &self.len)
+                    .field("ptr", self.ptr)
+                    .finish()
+            }
+        }
+    };
 }
+view_common!(DeviceSlice);
+view_common!(DeviceSliceMut);
 impl<T: Pod> DeviceRegionMut<T> for DeviceSliceMut<'_, T> {}
 
 impl<T: Pod> DeviceBuffer<T> {
@@ -481,24 +508,6 @@ impl<'a, T: Pod> DeviceSlice<'a, T> {
     pub fn data_ptr(&self) -> &'a DataPtr {
         self.ptr
     }
-
-    /// The first element's index in the block.
-    #[must_use]
-    pub fn offset(&self) -> usize {
-        self.offset
-    }
-
-    /// Number of elements.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the view has no elements.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 impl<T: Pod> DeviceSliceMut<'_, T> {
@@ -535,45 +544,14 @@ impl<T: Pod> DeviceSliceMut<'_, T> {
     pub fn data_ptr(&self) -> &DataPtr {
         self.ptr
     }
-
-    /// The first element's index in the block.
-    #[must_use]
-    pub fn offset(&self) -> usize {
-        self.offset
-    }
-
-    /// Number of elements.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the view has no elements.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
-impl<T: Pod> std::fmt::Debug for DeviceSlice<'_, T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceSlice")
-            .field("type", &std::any::type_name::<T>())
-            .field("offset", &self.offset)
-            .field("len", &self.len)
-            .field("ptr", self.ptr)
-            .finish()
-    }
-}
-
-impl<T: Pod> std::fmt::Debug for DeviceSliceMut<'_, T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceSliceMut")
-            .field("type", &std::any::type_name::<T>())
-            .field("offset", &self.offset)
-            .field("len", &self.len)
-            .field("ptr", self.ptr)
-            .finish()
+/// [`MemoryError::LengthMismatch`] unless a copy's two sides have the same length.
+fn same_len(src: usize, dst: usize) -> Result<(), MemoryError> {
+    if src == dst {
+        Ok(())
+    } else {
+        Err(MemoryError::LengthMismatch { src, dst })
     }
 }
 
@@ -627,12 +605,7 @@ pub fn copy_htod<T: Pod>(
     src: &[T],
     dst: &mut impl DeviceRegionMut<T>,
 ) -> Result<(), MemoryError> {
-    if src.len() != dst.len() {
-        return Err(MemoryError::LengthMismatch {
-            src: src.len(),
-            dst: dst.len(),
-        });
-    }
+    same_len(src.len(), dst.len())?;
     let ptr = dst.data_ptr();
     check_stream(stream, ptr)?;
     let bytes: &[u8] = bytemuck::cast_slice(src);
@@ -797,12 +770,7 @@ pub fn copy_dtoh<T: Pod>(
     src: &impl DeviceRegion<T>,
     dst: &mut [T],
 ) -> Result<(), MemoryError> {
-    if src.len() != dst.len() {
-        return Err(MemoryError::LengthMismatch {
-            src: src.len(),
-            dst: dst.len(),
-        });
-    }
+    same_len(src.len(), dst.len())?;
     let ptr = src.data_ptr();
     check_stream(stream, ptr)?;
     let out: &mut [u8] = bytemuck::cast_slice_mut(dst);
@@ -836,12 +804,7 @@ pub fn copy_dtod<T: Pod>(
     src: &impl DeviceRegion<T>,
     dst: &mut impl DeviceRegionMut<T>,
 ) -> Result<(), MemoryError> {
-    if src.len() != dst.len() {
-        return Err(MemoryError::LengthMismatch {
-            src: src.len(),
-            dst: dst.len(),
-        });
-    }
+    same_len(src.len(), dst.len())?;
     let (sp, dp) = (src.data_ptr(), dst.data_ptr());
     check_stream(stream, sp)?;
     check_stream(stream, dp)?;
@@ -935,12 +898,7 @@ pub fn copy_peer<T: Pod>(
     dst_stream: &Stream,
     dst: &mut impl DeviceRegionMut<T>,
 ) -> Result<(), MemoryError> {
-    if src.len() != dst.len() {
-        return Err(MemoryError::LengthMismatch {
-            src: src.len(),
-            dst: dst.len(),
-        });
-    }
+    same_len(src.len(), dst.len())?;
     let (sp, dp) = (src.data_ptr(), dst.data_ptr());
     check_stream(src_stream, sp)?;
     check_stream(dst_stream, dp)?;

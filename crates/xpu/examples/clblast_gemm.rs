@@ -21,7 +21,7 @@
 //!
 //! `cargo run -p xpu --example clblast_gemm`
 
-use xpu::xpu_device::foreign::clblast::{Clblast, Layout, Sgemm, Transpose};
+use xpu::xpu_device::foreign::clblast::Clblast;
 use xpu::xpu_kernel::{clblast_sgemm, RowMajorSgemm, TempBuffer};
 use xpu::{ClRegion, DeviceBuffer, Event, ForeignExt, InteropError, Stream, StreamMemoryExt};
 
@@ -41,31 +41,13 @@ fn sgemm_unchecked_c(
     stream: &Stream,
     g: &RowMajorSgemm<'_, '_>,
 ) -> Result<Event, xpu::Error> {
-    let ((a, lda), (b, ldb), (c, ldc)) = (g.a, g.b, g.c);
+    let ((a, lda), (b, ldb), (c, _)) = (g.a, g.b, g.c);
     let call = stream
         .foreign()
         .uses_elements(a, extent(g.m, g.k, lda))?
         .uses_elements(b, extent(g.k, g.n, ldb))?
         .uses(c)?;
-    let raw = Sgemm {
-        layout: Layout::RowMajor,
-        a_transpose: Transpose::No,
-        b_transpose: Transpose::No,
-        m: g.m,
-        n: g.n,
-        k: g.k,
-        alpha: g.alpha,
-        a: a.cl_mem(),
-        a_offset: a.offset(),
-        a_ld: lda,
-        b: b.cl_mem(),
-        b_offset: b.offset(),
-        b_ld: ldb,
-        beta: g.beta,
-        c: c.cl_mem(),
-        c_offset: c.offset(),
-        c_ld: ldc,
-    };
+    let raw = g.to_raw();
     // SAFETY: CLBlast reads A and B within the extents checked above and writes C (a writable
     // region) or, for an over-long C, refuses: it compares C's extent with CL_MEM_SIZE of C's
     // buffer, which is exactly its block. It enqueues on the given queue only, keeps no handle
@@ -244,16 +226,7 @@ fn run(blas: &Clblast) -> xpu::Result<bool> {
     let neighbour = s2.htod_copy(&neighbour_values)?;
     let (ra, rb) = (ClRegion::new(&a)?, ClRegion::new(&b)?);
     let rc = ClRegion::new_mut(&mut small)?;
-    let over_long = RowMajorSgemm {
-        m: 16,
-        n: 38,
-        k: 16,
-        alpha: 1.0,
-        a: (&ra, 16),
-        b: (&rb, 38),
-        beta: 0.0,
-        c: (&rc, 38),
-    };
+    let over_long = RowMajorSgemm::new((16, 38, 16), &ra, &rb, &rc);
     match clblast_sgemm(&s2, &over_long, TempBuffer::AsNeeded) {
         Err(InteropError::RegionTooShort { needed, len, .. }) => {
             println!("over-long C refused by xpu before CLBlast: needs {needed} floats, has {len}")
@@ -285,16 +258,7 @@ fn run(blas: &Clblast) -> xpu::Result<bool> {
     let rz = ClRegion::new_mut(&mut z)?;
     let mut start = Event::timing();
     start.record(&s2)?;
-    let square = RowMajorSgemm {
-        m: n,
-        n,
-        k: n,
-        alpha: 1.0,
-        a: (&rx, n),
-        b: (&ry, n),
-        beta: 0.0,
-        c: (&rz, n),
-    };
+    let square = RowMajorSgemm::new((n, n, n), &rx, &ry, &rz);
     let end = clblast_sgemm(&s2, &square, TempBuffer::AsNeeded)?.event;
     end.synchronize()?;
     let ms = start.elapsed_time(&end)?;

@@ -73,11 +73,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
+    run().map_or_else(
+        |e| {
             eprintln!("error: {e}");
             std::process::ExitCode::FAILURE
-        }
-    }
+        },
+        |()| std::process::ExitCode::SUCCESS,
+    )
 }

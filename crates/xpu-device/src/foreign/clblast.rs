@@ -110,66 +110,32 @@ impl Sgemm {
     }
 }
 
-type SgemmFn = unsafe extern "C" fn(
-    i32,
-    i32,
-    i32,
-    usize,
-    usize,
-    usize,
-    f32,
-    cl_mem,
-    usize,
-    usize,
-    cl_mem,
-    usize,
-    usize,
-    f32,
-    cl_mem,
-    usize,
-    usize,
-    *mut cl_command_queue,
-    *mut cl_event,
-) -> i32;
+/// The C type of CLBlast's SGEMM entry points: `CLBlastSgemm`'s arguments, then `extra`.
+#[rustfmt::skip]
+macro_rules! sgemm_fn {
+    ($($extra:ty),*) => {
+        unsafe extern "C" fn(
+            i32, i32, i32, // layout, a_transpose, b_transpose
+            usize, usize, usize, f32, // m, n, k, alpha
+            cl_mem, usize, usize, // a_buffer, a_offset, a_ld
+            cl_mem, usize, usize, f32, // b_buffer, b_offset, b_ld, beta
+            cl_mem, usize, usize, // c_buffer, c_offset, c_ld
+            *mut cl_command_queue, *mut cl_event // queue, event
+            $(, $extra)*
+        ) -> i32
+    };
+}
 
-type SgemmTempFn = unsafe extern "C" fn(
-    i32,
-    i32,
-    i32,
-    usize,
-    usize,
-    usize,
-    f32,
-    cl_mem,
-    usize,
-    usize,
-    cl_mem,
-    usize,
-    usize,
-    f32,
-    cl_mem,
-    usize,
-    usize,
-    *mut cl_command_queue,
-    *mut cl_event,
-    cl_mem,
-) -> i32;
+type SgemmFn = sgemm_fn!();
+type SgemmTempFn = sgemm_fn!(cl_mem);
 
+/// `CLBlastSGemmTempBufferSize`'s C type.
+#[rustfmt::skip]
 type TempSizeFn = unsafe extern "C" fn(
-    i32,
-    i32,
-    i32,
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    *mut cl_command_queue,
-    *mut usize,
+    i32, i32, i32, // layout, a_transpose, b_transpose
+    usize, usize, usize, // m, n, k
+    usize, usize, usize, usize, usize, usize, // a_offset, a_ld, b_offset, b_ld, c_offset, c_ld
+    *mut cl_command_queue, *mut usize, // queue, temp_buffer_size
 ) -> i32;
 
 /// The loaded library: its entry points, valid while it stays loaded (for [`Clblast::get`]'s
@@ -180,6 +146,35 @@ pub struct Clblast {
     sgemm_temp: SgemmTempFn,
     temp_size: TempSizeFn,
     _lib: Library,
+}
+
+/// Calls a CLBlast SGEMM entry point with `g`'s arguments, the queue and event out-pointers,
+/// and any trailing arguments.
+macro_rules! sgemm_call {
+    ($f:expr, $g:expr, $q:expr, $event:expr $(, $extra:expr)*) => {
+        ($f)(
+            $g.layout as i32,
+            $g.a_transpose as i32,
+            $g.b_transpose as i32,
+            $g.m,
+            $g.n,
+            $g.k,
+            $g.alpha,
+            $g.a,
+            $g.a_offset,
+            $g.a_ld,
+            $g.b,
+            $g.b_offset,
+            $g.b_ld,
+            $g.beta,
+            $g.c,
+            $g.c_offset,
+            $g.c_ld,
+            $q,
+            $event
+            $(, $extra)*
+        )
+    };
 }
 
 fn status(function: &'static str, code: i32) -> Result<(), ForeignError> {
@@ -257,34 +252,8 @@ impl Clblast {
         g: &Sgemm,
         queue: cl_command_queue,
     ) -> Result<Option<cl_event>, ForeignError> {
-        let (mut q, mut event): (cl_command_queue, cl_event) = (queue, ptr::null_mut());
-        // SAFETY: the signature is CLBlastSgemm's; the caller guarantees the handles and
-        // extents (this function's # Safety); `q` and `event` are valid out-pointers.
-        let code = unsafe {
-            (self.sgemm)(
-                g.layout as i32,
-                g.a_transpose as i32,
-                g.b_transpose as i32,
-                g.m,
-                g.n,
-                g.k,
-                g.alpha,
-                g.a,
-                g.a_offset,
-                g.a_ld,
-                g.b,
-                g.b_offset,
-                g.b_ld,
-                g.beta,
-                g.c,
-                g.c_offset,
-                g.c_ld,
-                &mut q,
-                &mut event,
-            )
-        };
-        status("CLBlastSgemm", code)?;
-        Ok((!event.is_null()).then_some(event))
+        // SAFETY: the caller's obligations are this function's.
+        unsafe { self.run_sgemm(g, queue, None) }
     }
 
     /// `CLBlastSgemmWithTempBuffer`: as [`Clblast::sgemm`] with `temp` as CLBlast's temporary
@@ -304,34 +273,37 @@ impl Clblast {
         queue: cl_command_queue,
         temp: cl_mem,
     ) -> Result<Option<cl_event>, ForeignError> {
+        // SAFETY: the caller's obligations are this function's.
+        unsafe { self.run_sgemm(g, queue, Some(temp)) }
+    }
+
+    /// `CLBlastSgemm`, or `CLBlastSgemmWithTempBuffer` with `temp`.
+    ///
+    /// # Safety
+    /// As [`Clblast::sgemm`] / [`Clblast::sgemm_with_temp_buffer`].
+    #[allow(unsafe_code)]
+    unsafe fn run_sgemm(
+        &self,
+        g: &Sgemm,
+        queue: cl_command_queue,
+        temp: Option<cl_mem>,
+    ) -> Result<Option<cl_event>, ForeignError> {
         let (mut q, mut event): (cl_command_queue, cl_event) = (queue, ptr::null_mut());
-        // SAFETY: the signature is CLBlastSgemmWithTempBuffer's; the caller guarantees the
-        // handles, extents and temporary buffer; `q` and `event` are valid out-pointers.
-        let code = unsafe {
-            (self.sgemm_temp)(
-                g.layout as i32,
-                g.a_transpose as i32,
-                g.b_transpose as i32,
-                g.m,
-                g.n,
-                g.k,
-                g.alpha,
-                g.a,
-                g.a_offset,
-                g.a_ld,
-                g.b,
-                g.b_offset,
-                g.b_ld,
-                g.beta,
-                g.c,
-                g.c_offset,
-                g.c_ld,
-                &mut q,
-                &mut event,
-                temp,
-            )
+        // SAFETY: the signatures are CLBlast's; the caller guarantees the handles, extents
+        // and temporary buffer; `q` and `event` are valid out-pointers.
+        let (function, code) = unsafe {
+            match temp {
+                None => (
+                    "CLBlastSgemm",
+                    sgemm_call!(self.sgemm, g, &mut q, &mut event),
+                ),
+                Some(t) => (
+                    "CLBlastSgemmWithTempBuffer",
+                    sgemm_call!(self.sgemm_temp, g, &mut q, &mut event, t),
+                ),
+            }
         };
-        status("CLBlastSgemmWithTempBuffer", code)?;
+        status(function, code)?;
         Ok((!event.is_null()).then_some(event))
     }
 
