@@ -205,7 +205,9 @@ fn clblast_figures(
     use xpu::xpu_kernel::{InteropError, KernelError};
     match xpu::xpu_kernel::bench::clblast(device, quick) {
         Ok(pairs) => Ok(Ok(pairs)),
-        Err(KernelError::Interop(InteropError::Foreign(e @ ForeignError::NotAvailable { .. }))) => {
+        Err(KernelError::Interop(e))
+            if matches!(*e, InteropError::Foreign(ForeignError::NotAvailable { .. })) =>
+        {
             Ok(Err(e.to_string()))
         }
         Err(e) => Err(e.into()),

@@ -68,7 +68,6 @@ fn checked_sgemm(
     };
     let done = clblast_sgemm(s, &g, temp).unwrap();
     done.event.synchronize().unwrap();
-    drop(rc);
     let got = dc.to_vec(s).unwrap();
     let mut err = 0.0f32;
     for idx in (0..m * n).step_by(stride) {
