@@ -24,7 +24,7 @@
 //! | operation | call | blocking? |
 //! |---|---|---|
 //! | allocate | [`DeviceBuffer::new`] (contents unspecified), [`DeviceBuffer::zeroed`] | no |
-//! | host → device | [`DeviceBuffer::from_slice`], [`copy_htod`] / [`StreamMemoryExt::htod_copy`] | no (the host slice is copied into pinned staging before the call returns) |
+//! | host → device | [`DeviceBuffer::from_slice`], [`copy_htod`] / [`StreamMemoryExt::htod_copy`] | no (the host slice is copied into pinned staging before the call returns: by up to [`STAGING_MAX_THREADS`] threads from 2 MiB up, in pieces of [`staging_plan`], each uploaded as soon as it is filled) |
 //! | pinned host → device | [`copy_htod_pinned`] (no staging: the raw pinned bandwidth) | no |
 //! | device → host | [`copy_dtoh`], [`DeviceBuffer::to_vec`] / [`StreamMemoryExt::dtoh_sync_copy`] | yes (after the work enqueued on the stream before it) |
 //! | device → device | [`copy_dtod`], [`DeviceBuffer::copy_within`] | no |
