@@ -250,6 +250,24 @@ impl<T: Pod> DeviceRegion<T> for DeviceBuffer<T> {
 }
 impl<T: Pod> DeviceRegionMut<T> for DeviceBuffer<T> {}
 
+/// Inherent `len` and `is_empty` (the [`DeviceRegion`] ones, callable without importing the
+/// trait).
+macro_rules! len_accessors {
+    () => {
+        /// Number of elements ([`DeviceRegion::len`]).
+        #[must_use]
+        pub fn len(&self) -> usize {
+            DeviceRegion::len(self)
+        }
+
+        /// Whether there are no elements ([`DeviceRegion::is_empty`]).
+        #[must_use]
+        pub fn is_empty(&self) -> bool {
+            DeviceRegion::is_empty(self)
+        }
+    };
+}
+
 /// What the two views share: `DeviceRegion`, `Debug`, and the inherent `offset`, `len`,
 /// `is_empty` (the trait's, callable without importing it).
 macro_rules! view_common {
@@ -273,17 +291,7 @@ macro_rules! view_common {
                 DeviceRegion::offset(self)
             }
 
-            /// Number of elements ([`DeviceRegion::len`]).
-            #[must_use]
-            pub fn len(&self) -> usize {
-                DeviceRegion::len(self)
-            }
-
-            /// Whether the view has no elements ([`DeviceRegion::is_empty`]).
-            #[must_use]
-            pub fn is_empty(&self) -> bool {
-                DeviceRegion::is_empty(self)
-            }
+            len_accessors!();
         }
 
         impl<T: Pod> std::fmt::Debug for $view<'_, T> {
@@ -343,22 +351,12 @@ impl<T: Pod> DeviceBuffer<T> {
         Ok(buf)
     }
 
-    /// Number of elements.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.len
-    }
+    len_accessors!();
 
-    /// Whether the buffer has no elements.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The device index.
+    /// The device index ([`DeviceRegion::device`]).
     #[must_use]
     pub fn device(&self) -> usize {
-        self.ptr.device()
+        DeviceRegion::device(self)
     }
 
     /// The allocator block (for the launch layer and `xpu_alloc` functions).
@@ -553,6 +551,18 @@ fn same_len(src: usize, dst: usize) -> Result<(), MemoryError> {
     } else {
         Err(MemoryError::LengthMismatch { src, dst })
     }
+}
+
+/// Checks a copy between two regions, each with the stream it is used on: same lengths, each
+/// stream of its region's device (and not capturing). Returns the byte length.
+fn check_two_sided<T: Pod>(
+    (src_stream, src): (&Stream, &impl DeviceRegion<T>),
+    (dst_stream, dst): (&Stream, &impl DeviceRegion<T>),
+) -> Result<usize, MemoryError> {
+    same_len(src.len(), dst.len())?;
+    check_stream(src_stream, src.data_ptr())?;
+    check_stream(dst_stream, dst.data_ptr())?;
+    Ok(src.byte_len())
 }
 
 fn check_stream(stream: &Stream, ptr: &DataPtr) -> Result<(), MemoryError> {
@@ -804,14 +814,11 @@ pub fn copy_dtod<T: Pod>(
     src: &impl DeviceRegion<T>,
     dst: &mut impl DeviceRegionMut<T>,
 ) -> Result<(), MemoryError> {
-    same_len(src.len(), dst.len())?;
-    let (sp, dp) = (src.data_ptr(), dst.data_ptr());
-    check_stream(stream, sp)?;
-    check_stream(stream, dp)?;
-    let len = src.byte_len();
+    let len = check_two_sided((stream, src), (stream, dst))?;
     if len == 0 {
         return Ok(());
     }
+    let (sp, dp) = (src.data_ptr(), dst.data_ptr());
     let (s, d) = (src.byte_offset(), dst.byte_offset());
     if sp.address() == dp.address() && s < d + len && d < s + len {
         return Err(MemoryError::Overlap {
@@ -898,14 +905,11 @@ pub fn copy_peer<T: Pod>(
     dst_stream: &Stream,
     dst: &mut impl DeviceRegionMut<T>,
 ) -> Result<(), MemoryError> {
-    same_len(src.len(), dst.len())?;
-    let (sp, dp) = (src.data_ptr(), dst.data_ptr());
-    check_stream(src_stream, sp)?;
-    check_stream(dst_stream, dp)?;
-    let len = src.byte_len();
+    let len = check_two_sided((src_stream, src), (dst_stream, &*dst))?;
     if len == 0 {
         return Ok(());
     }
+    let (sp, dp) = (src.data_ptr(), dst.data_ptr());
     let mut staging = host_allocate_on(dst_stream.device(), len)?;
     let (sv, dv) = (sp.view()?, dp.view()?);
     note_use(sp, src_stream)?;
