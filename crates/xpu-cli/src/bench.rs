@@ -1,7 +1,7 @@
 //! `xpu bench`: the runtime's speed figures in one JSON object (streams and events with
 //! their raw OpenCL floors, the caching device allocator, the pinned host allocator, lazy
-//! initialization, kernel launches, graph replay vs launches, and program caching), with the
-//! device and the date.
+//! initialization, kernel launches, graph replay vs launches, program caching, typed uploads,
+//! and CLBlast's SGEMM on xpu vs on a plain queue), with the device and the date.
 
 use std::collections::BTreeMap;
 use std::process::{Command, ExitCode};
@@ -123,14 +123,20 @@ fn utc_now() -> String {
     )
 }
 
-/// All figures: name -> value, plus the failures of parts that could not run.
+/// All figures: name -> value (NaN: not measurable here, null in the JSON), the failures of
+/// parts that could not run, and notes (why a figure is null).
 fn measure(
     device: usize,
     quick: bool,
     config: &AllocConfig,
-) -> (BTreeMap<String, f64>, BTreeMap<String, String>) {
+) -> (
+    BTreeMap<String, f64>,
+    BTreeMap<String, String>,
+    BTreeMap<String, String>,
+) {
     let mut figures = BTreeMap::new();
     let mut errors = BTreeMap::new();
+    let mut notes = BTreeMap::new();
     let mut take = |part: &str, result: anyhow::Result<Vec<(String, f64)>>| match result {
         Ok(pairs) => figures.extend(pairs),
         Err(e) => {
@@ -166,7 +172,46 @@ fn measure(
         xpu::xpu_kernel::bench::run(device, quick).map_err(Into::into),
     );
     take("typed_memory", crate::bench_typed::figures(device, quick));
-    (figures, errors)
+    match clblast_figures(device, quick) {
+        Ok(Ok(pairs)) => figures.extend(pairs),
+        Ok(Err(why)) => {
+            notes.insert("clblast_unavailable".to_owned(), why);
+            for key in CLBLAST_KEYS {
+                figures.insert(key.to_owned(), f64::NAN);
+            }
+        }
+        Err(e) => {
+            errors.insert("clblast".to_owned(), format!("{e:#}"));
+        }
+    }
+    (figures, errors, notes)
+}
+
+/// The figures of `xpu_kernel::bench::clblast`, null (NaN) without CLBlast.
+const CLBLAST_KEYS: [&str; 3] = [
+    "clblast_sgemm_xpu_gflops",
+    "clblast_sgemm_plain_gflops",
+    "clblast_over_plain",
+];
+
+/// The CLBlast figures of `xpu_kernel::bench::clblast`, or why CLBlast (loaded at run time)
+/// is not available: then [`CLBLAST_KEYS`] are null in the JSON and `clblast_unavailable`
+/// says why; not an error.
+fn clblast_figures(
+    device: usize,
+    quick: bool,
+) -> anyhow::Result<Result<Vec<(String, f64)>, String>> {
+    use xpu::xpu_device::foreign::ForeignError;
+    use xpu::xpu_kernel::{InteropError, KernelError};
+    match xpu::xpu_kernel::bench::clblast(device, quick) {
+        Ok(pairs) => Ok(Ok(pairs)),
+        Err(KernelError::Interop(e))
+            if matches!(*e, InteropError::Foreign(ForeignError::NotAvailable { .. })) =>
+        {
+            Ok(Err(e.to_string()))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Runs `xpu bench`: exit code 1 when a part failed (its error is in the output).
@@ -183,7 +228,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             props.name
         ));
     }
-    let (figures, errors) = measure(device, args.quick, &config);
+    let (figures, errors, notes) = measure(device, args.quick, &config);
     let mut out = serde_json::Map::new();
     out.insert(
         "device".into(),
@@ -198,6 +243,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if !errors.is_empty() {
         out.insert("errors".into(), json!(errors));
     }
+    for (name, note) in &notes {
+        out.insert(name.clone(), Value::String(note.clone()));
+    }
     if args.json {
         crate::print_out(&(Value::Object(out).to_string() + "\n"))?;
     } else {
@@ -210,6 +258,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
         for (part, e) in &errors {
             text.push_str(&format!("  {part}: FAILED: {e}\n"));
+        }
+        for (name, note) in &notes {
+            text.push_str(&format!("  {name}: {note}\n"));
         }
         crate::print_out(&text)?;
     }

@@ -8,7 +8,7 @@
 //! 3. the two-stream pipeline with event timings;
 //! 4. an SVG plot of the replay and a snapshot pickle for PyTorch's memory visualizer,
 //!    written to paths it prints (with stage 2);
-//! 5. a two-layer MLP trained for 50 SGD steps by OpenCL C kernels (`xpu_kernel::mlp`),
+//! 5. a two-layer MLP trained for 50 minibatch SGD steps by OpenCL C kernels (`xpu_kernel::mlp`),
 //!    its loss curve (every 10 steps) checked step by step against the CPU reference, and
 //!    the caching allocator's summary after it.
 
@@ -153,11 +153,15 @@ const MLP_STEPS: usize = 50;
 /// the allocator summary.
 fn mlp_stage(device: usize) -> anyhow::Result<bool> {
     use xpu::xpu_kernel::mlp::{compare_losses, CpuMlp, GpuMlp, MlpConfig};
-    let config = MlpConfig::default();
+    let config = MlpConfig {
+        batch: 64,
+        ..MlpConfig::default()
+    };
     say(&format!(
-        "\n== MLP {}-{}-{} trained with SGD on {} samples by OpenCL C kernels \
-         ({MLP_STEPS} steps; uploads on a copy stream, compute on another, ordered by an event)\n",
-        config.inputs, config.hidden, config.outputs, config.samples
+        "\n== MLP {}-{}-{} trained with minibatch SGD ({} of {} samples a step) by OpenCL C \
+         kernels ({MLP_STEPS} steps; each minibatch uploaded on a copy stream while the previous \
+         step computes on another, ordered by events)\n",
+        config.inputs, config.hidden, config.outputs, config.batch, config.samples
     ))?;
     let start = Instant::now();
     let gpu = GpuMlp::new(device, config)?.train(MLP_STEPS)?;

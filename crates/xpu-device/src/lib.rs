@@ -37,6 +37,7 @@ pub mod backend;
 mod current;
 mod discovery;
 mod error;
+pub mod foreign;
 pub mod fork;
 mod memory;
 mod properties;

@@ -1,5 +1,6 @@
 //! Speed figures of the launch layer for `xpu bench`, with their floors measured in the same
-//! run: `launch_4args_ns` vs `raw_launch_4args_ns`, `program_cold_ms` vs `program_cached_ms`.
+//! run: `launch_4args_ns` vs `raw_launch_4args_ns`, `program_cold_ms` vs `program_cached_ms`;
+//! and [`clblast`]: CLBlast's SGEMM on xpu streams and blocks vs on a plain queue.
 
 use std::time::Instant;
 
@@ -69,17 +70,27 @@ pub fn run(device: usize, quick: bool) -> Result<Vec<(String, f64)>, KernelError
     Ok(out)
 }
 
-#[allow(unsafe_code)]
-fn launch_figures(device: usize, launches: u32) -> Result<(f64, f64, f64), KernelError> {
-    let dev = xpu_device::device(device)?;
-    let queue = dev.create_queue(QueueOptions {
-        profiling: true,
+/// A stream on a queue of its own (`profiling` as asked) and `axpy4` built for `device`
+/// without the kernel cache.
+fn own_stream_and_axpy4(
+    device: usize,
+    profiling: bool,
+) -> Result<(ExternalStream, crate::Function), KernelError> {
+    let queue = xpu_device::device(device)?.create_queue(QueueOptions {
+        profiling,
         priority: None,
     })?;
     let stream = ExternalStream::new(queue, device)?;
-    let s = stream.stream();
     let program = Program::build_with_cache(device, SRC, "", &KernelCache::disabled())?;
-    let f = program.function("axpy4")?;
+    Ok((stream, program.function("axpy4")?))
+}
+
+#[allow(unsafe_code)]
+fn launch_figures(device: usize, launches: u32) -> Result<(f64, f64, f64), KernelError> {
+    let (stream, f) = own_stream_and_axpy4(device, true)?;
+    let s = stream.stream();
+    let program = f.program().clone();
+    let dev = xpu_device::device(device)?;
     let alloc = DeviceAllocator::new(device, AllocConfig::default())?;
     let y = alloc.allocate(4096, &s)?;
     let x = alloc.allocate(4096, &s)?;
@@ -152,15 +163,8 @@ fn graph_figures(device: usize, rounds: u32) -> Result<GraphFigures, KernelError
     let mem_err = |e: crate::memory::MemoryError| {
         KernelError::Device(xpu_device::DeviceError::InvalidArgument(e.to_string()))
     };
-    let dev = xpu_device::device(device)?;
-    let queue = dev.create_queue(QueueOptions {
-        profiling: false,
-        priority: None,
-    })?;
-    let stream = ExternalStream::new(queue, device)?;
+    let (stream, f) = own_stream_and_axpy4(device, false)?;
     let s = stream.stream();
-    let program = Program::build_with_cache(device, SRC, "", &KernelCache::disabled())?;
-    let f = program.function("axpy4")?;
     let y = std::sync::Arc::new(DeviceBuffer::<f32>::zeroed(1024, &s).map_err(mem_err)?);
     let x = std::sync::Arc::new(DeviceBuffer::<f32>::zeroed(1024, &s).map_err(mem_err)?);
     let capture = |mode: ReplayMode| {
@@ -256,4 +260,124 @@ fn program_figures(device: usize) -> Result<(f64, f64), KernelError> {
         ));
     }
     Ok((cold_ms, cached_ms))
+}
+
+/// SGEMM size and repetitions of [`clblast`] on `device`: 1024^3 x 50 on a GPU (the H200
+/// runs one in about 0.15 ms, long enough that launch costs do not dominate), 512^3 x 20
+/// elsewhere (PoCL on a CPU: about 0.5 s a round); 256^3 x 5 when `quick`.
+fn clblast_size(device: usize, quick: bool) -> Result<(usize, usize), KernelError> {
+    let gpu = xpu_device::device(device)?.properties().device_type == xpu_device::DeviceType::Gpu;
+    Ok(match (quick, gpu) {
+        (true, _) => (256, 5),
+        (false, true) => (1024, 50),
+        (false, false) => (512, 20),
+    })
+}
+
+/// CLBlast's SGEMM through xpu vs on a plain queue (`xpu_device::foreign::clblast`, loaded at
+/// run time): `reps` row-major `n^3` SGEMMs per round, best of three interleaved rounds each.
+///
+/// - `clblast_sgemm_xpu_gflops`: [`crate::interop::clblast_sgemm`] on a pool stream with
+///   caching-allocator [`DeviceBuffer`]s (block-exact regions, extent checks, CLBlast's event
+///   adopted as an xpu `Event`, its temporary buffer, when it asks for one, from the caching
+///   allocator), the stream synchronized at the end of the round;
+/// - `clblast_sgemm_plain_gflops`: the same `CLBlastSgemm` on a queue of its own with three
+///   plain buffers, its events released, `clFinish` at the end of the round;
+/// - `clblast_over_plain`: their ratio (goal >= 0.98); `clblast_sgemm_n`, `clblast_sgemm_reps`.
+///
+/// GFLOP/s count `2 n^3` floating-point operations per SGEMM.
+///
+/// # Errors
+/// [`KernelError::Interop`] with `ForeignError::NotAvailable` without CLBlast; device,
+/// allocator or CLBlast failures.
+pub fn clblast(device: usize, quick: bool) -> Result<Vec<(String, f64)>, KernelError> {
+    let (n, reps) = clblast_size(device, quick)?;
+    clblast_with(device, n, reps)
+}
+
+/// [`clblast`] with `reps` SGEMMs of `n^3` per round.
+///
+/// # Errors
+/// As [`clblast`].
+#[allow(unsafe_code)]
+pub fn clblast_with(
+    device: usize,
+    n: usize,
+    reps: usize,
+) -> Result<Vec<(String, f64)>, KernelError> {
+    use crate::interop::{clblast_sgemm, ClRegion, InteropError, RowMajorSgemm, TempBuffer};
+    use xpu_device::foreign::clblast::{Clblast, Sgemm};
+    let blas = Clblast::get().map_err(InteropError::from)?;
+    let flops = 2.0 * (n * n * n) as f64 * reps as f64;
+    let host_a: Vec<f32> = (0..n * n).map(|i| (i % 17) as f32 * 0.125 - 1.0).collect();
+    let host_b: Vec<f32> = (0..n * n).map(|i| (i % 13) as f32 * 0.25 - 1.5).collect();
+
+    let dev = xpu_device::device(device)?;
+    let queue = dev.create_queue(QueueOptions {
+        profiling: true,
+        priority: None,
+    })?;
+    let ctx = dev.context()?;
+    let bytes = n * n * 4;
+    let plain = [
+        Buffer::new(ctx, bytes, MemFlags::default())?,
+        Buffer::new(ctx, bytes, MemFlags::default())?,
+        Buffer::new(ctx, bytes, MemFlags::default())?,
+    ];
+    queue.write(&plain[0], 0, bytemuck::cast_slice(&host_a))?;
+    queue.write(&plain[1], 0, bytemuck::cast_slice(&host_b))?;
+    let g = Sgemm::row_major(
+        n,
+        n,
+        n,
+        plain[0].as_raw(),
+        plain[1].as_raw(),
+        plain[2].as_raw(),
+    );
+    let plain_round = || -> Result<f64, KernelError> {
+        let t = Instant::now();
+        for _ in 0..reps {
+            // SAFETY: the three buffers hold n*n floats each, what a row-major n^3 SGEMM with
+            // leading dimensions n touches; `queue` is a live in-order queue of their context;
+            // the returned event is taken over (and released) by `from_raw_owned`.
+            let event = unsafe { blas.sgemm(&g, queue.as_raw()) }.map_err(InteropError::from)?;
+            if let Some(event) = event {
+                // SAFETY: CLBlast returned this event and its reference is ours.
+                drop(unsafe { xpu_device::backend::ClEvent::from_raw_owned(event) });
+            }
+        }
+        queue.finish().map_err(xpu_device::DeviceError::from)?;
+        Ok(flops / t.elapsed().as_secs_f64() / 1e9)
+    };
+
+    let s = xpu_stream::get_stream_from_pool(0, device)?;
+    let upload = |host: &[f32]| DeviceBuffer::from_slice(host, &s);
+    let (a, b) = (upload(&host_a), upload(&host_b));
+    let (a, b, mut c) = (a?, b?, DeviceBuffer::<f32>::zeroed(n * n, &s)?);
+    s.synchronize()?;
+    let mut xpu_round = || -> Result<f64, KernelError> {
+        let (ra, rb) = (ClRegion::new(&a)?, ClRegion::new(&b)?);
+        let rc = ClRegion::new_mut(&mut c)?;
+        let g = RowMajorSgemm::new((n, n, n), &ra, &rb, &rc);
+        let t = Instant::now();
+        for _ in 0..reps {
+            clblast_sgemm(&s, &g, TempBuffer::AsNeeded)?;
+        }
+        s.synchronize()?;
+        Ok(flops / t.elapsed().as_secs_f64() / 1e9)
+    };
+    plain_round()?; // warm-up: CLBlast compiles its kernels once per device
+    xpu_round()?;
+    let (mut best_plain, mut best_xpu) = (0.0f64, 0.0f64);
+    for _ in 0..3 {
+        best_plain = best_plain.max(plain_round()?);
+        best_xpu = best_xpu.max(xpu_round()?);
+    }
+    Ok(vec![
+        ("clblast_sgemm_n".to_owned(), n as f64),
+        ("clblast_sgemm_reps".to_owned(), reps as f64),
+        ("clblast_sgemm_xpu_gflops".to_owned(), best_xpu),
+        ("clblast_sgemm_plain_gflops".to_owned(), best_plain),
+        ("clblast_over_plain".to_owned(), best_xpu / best_plain),
+    ])
 }

@@ -19,6 +19,13 @@ pub enum KernelError {
     /// A caching-allocator failure (`record_stream` on a stream of another allocator...).
     #[error(transparent)]
     Alloc(#[from] AllocError),
+    /// A foreign-library call ([`crate::interop`]) failed, or the library is not installed
+    /// (boxed: the error stays small).
+    #[error(transparent)]
+    Interop(Box<crate::interop::InteropError>),
+    /// A typed-memory operation failed (boxed: the error stays small).
+    #[error(transparent)]
+    Memory(Box<crate::memory::MemoryError>),
     /// The launch did not give the kernel exactly its number of arguments.
     #[error("kernel {kernel:?} takes {expected} arguments, {given} given")]
     ArgCount {
@@ -109,5 +116,17 @@ impl KernelError {
             | KernelError::Block { kernel, index, .. } => Some((kernel, *index, None)),
             _ => None,
         }
+    }
+}
+
+impl From<crate::interop::InteropError> for KernelError {
+    fn from(e: crate::interop::InteropError) -> Self {
+        KernelError::Interop(Box::new(e))
+    }
+}
+
+impl From<crate::memory::MemoryError> for KernelError {
+    fn from(e: crate::memory::MemoryError) -> Self {
+        KernelError::Memory(Box::new(e))
     }
 }

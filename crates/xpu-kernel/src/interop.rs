@@ -15,6 +15,8 @@ use std::marker::PhantomData;
 use bytemuck::Pod;
 use xpu_alloc::{BlockArgError, DataPtr};
 use xpu_device::backend::{raw, ClEvent};
+use xpu_device::foreign::clblast::{Clblast, Layout, Sgemm, Transpose};
+use xpu_device::foreign::ForeignError;
 use xpu_event::{Event, EventFlags};
 use xpu_stream::Stream;
 
@@ -90,6 +92,14 @@ pub enum InteropError {
     /// A failed OpenCL call.
     #[error(transparent)]
     OpenCl(#[from] xpu_device::ClError),
+    /// A foreign library that is not installed ([`ForeignError::NotAvailable`]), or its
+    /// failure status outside [`ForeignCall::call`].
+    #[error(transparent)]
+    Foreign(#[from] ForeignError),
+    /// A region a call writes was made read-only ([`ClRegion::new`], not
+    /// [`ClRegion::new_mut`]).
+    #[error("the call writes a region made read-only (use ClRegion::new_mut)")]
+    ReadOnly,
 }
 
 /// A typed region of one allocation for a foreign OpenCL library: the `cl_mem` of exactly the
@@ -423,4 +433,156 @@ impl<'a> ForeignCall<'a> {
             }
         }
     }
+}
+
+/// Whether [`clblast_sgemm`] hands CLBlast a temporary buffer from the caching allocator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TempBuffer {
+    /// `CLBlastSgemmWithTempBuffer` with a workspace of the size CLBlast asks for
+    /// (`CLBlastSGemmTempBufferSize`) when it asks for one; plain `CLBlastSgemm` otherwise.
+    AsNeeded,
+    /// Always `CLBlastSgemmWithTempBuffer`, with a workspace of at least 4 bytes.
+    Always,
+}
+
+/// A row-major SGEMM without transposes on xpu regions, `C = alpha * A * B + beta * C`, for
+/// [`clblast_sgemm`]: A is `m x k` with leading dimension `lda`, B `k x n` (`ldb`), C `m x n`
+/// (`ldc`), all in elements from each region's start.
+#[derive(Debug, Clone, Copy)]
+pub struct RowMajorSgemm<'r, 'a> {
+    /// Rows of A and C.
+    pub m: usize,
+    /// Columns of B and C.
+    pub n: usize,
+    /// Columns of A, rows of B.
+    pub k: usize,
+    /// Scale of the product.
+    pub alpha: f32,
+    /// A and its leading dimension.
+    pub a: (&'r ClRegion<'a, f32>, usize),
+    /// B and its leading dimension.
+    pub b: (&'r ClRegion<'a, f32>, usize),
+    /// Scale of C's old value.
+    pub beta: f32,
+    /// C (made with [`ClRegion::new_mut`]) and its leading dimension.
+    pub c: (&'r ClRegion<'a, f32>, usize),
+}
+
+impl<'r, 'a> RowMajorSgemm<'r, 'a> {
+    /// `C = A · B` for contiguous matrices (leading dimensions `k`, `n`, `n`), `alpha` 1 and
+    /// `beta` 0; set the public fields for anything else.
+    #[must_use]
+    pub fn new(
+        (m, n, k): (usize, usize, usize),
+        a: &'r ClRegion<'a, f32>,
+        b: &'r ClRegion<'a, f32>,
+        c: &'r ClRegion<'a, f32>,
+    ) -> Self {
+        RowMajorSgemm {
+            m,
+            n,
+            k,
+            alpha: 1.0,
+            a: (a, k),
+            b: (b, n),
+            beta: 0.0,
+            c: (c, n),
+        }
+    }
+
+    /// The raw CLBlast arguments: the regions' `cl_mem`s, offsets in elements.
+    #[must_use]
+    pub fn to_raw(&self) -> Sgemm {
+        let ((a, lda), (b, ldb), (c, ldc)) = (self.a, self.b, self.c);
+        Sgemm {
+            layout: Layout::RowMajor,
+            a_transpose: Transpose::No,
+            b_transpose: Transpose::No,
+            m: self.m,
+            n: self.n,
+            k: self.k,
+            alpha: self.alpha,
+            a: a.cl_mem(),
+            a_offset: a.offset(),
+            a_ld: lda,
+            b: b.cl_mem(),
+            b_offset: b.offset(),
+            b_ld: ldb,
+            beta: self.beta,
+            c: c.cl_mem(),
+            c_offset: c.offset(),
+            c_ld: ldc,
+        }
+    }
+}
+
+/// What [`clblast_sgemm`] enqueued.
+#[derive(Debug)]
+pub struct SgemmDone {
+    /// CLBlast's event of the SGEMM, adopted (waits, timing when the stream profiles).
+    pub event: Event,
+    /// The workspace taken from the caching allocator for CLBlast's temporary buffer, bytes
+    /// (0: plain `CLBlastSgemm`).
+    pub workspace_bytes: usize,
+}
+
+/// CLBlast's SGEMM ([`xpu_device::foreign::clblast`], loaded at run time) on `stream`, on xpu
+/// regions, through [`ForeignCall::call`]: the extents of A, B and C are checked against the
+/// regions ([`ClRegion::require_matrix`]) before CLBlast sees them, C must be writable, uses
+/// of other streams' blocks are recorded, CLBlast's temporary buffer comes from the caching
+/// allocator (per `temp`), and its event is adopted. Non-blocking.
+///
+/// This is a safe function because everything [`ForeignCall::call`] requires is checked
+/// here, given that CLBlast does what its documentation says (reads A and B and writes C
+/// within the given extents, enqueues on the given queue only and hands over its event).
+///
+/// # Errors
+/// [`InteropError::Foreign`] with [`ForeignError::NotAvailable`] without CLBlast;
+/// [`InteropError::RegionTooShort`] for an extent beyond a region (or a leading dimension
+/// below its width); [`InteropError::ReadOnly`] for a read-only C;
+/// [`InteropError::OtherDevice`]; [`InteropError::Library`] with CLBlast's status; allocation,
+/// stream and event errors.
+pub fn clblast_sgemm(
+    stream: &Stream,
+    g: &RowMajorSgemm<'_, '_>,
+    temp: TempBuffer,
+) -> Result<SgemmDone, InteropError> {
+    let blas = Clblast::get()?;
+    let ((a, lda), (b, ldb), (c, ldc)) = (g.a, g.b, g.c);
+    if !c.is_writable() {
+        return Err(InteropError::ReadOnly);
+    }
+    a.require_matrix(g.m, g.k, lda)?;
+    b.require_matrix(g.k, g.n, ldb)?;
+    c.require_matrix(g.m, g.n, ldc)?;
+    let call = stream.foreign().uses(a)?.uses(b)?.uses(c)?;
+    let raw = g.to_raw();
+    let queue = stream.queue()?;
+    // SAFETY: `queue` is the stream's live queue; the size query enqueues nothing.
+    #[allow(unsafe_code)]
+    let asked = unsafe { blas.sgemm_temp_buffer_size(&raw, queue.as_raw()) }?;
+    let workspace_bytes = match temp {
+        TempBuffer::AsNeeded => asked,
+        TempBuffer::Always => asked.max(4),
+    };
+    let code = |e: ForeignError| e.code().map_or(-1, i64::from);
+    // SAFETY: A, B and C are regions of live allocations borrowed for this call, with the
+    // extents CLBlast touches checked above and C writable; CLBlast enqueues on the given
+    // queue only, keeps no handle, uses the workspace (of the size it asked for, or more)
+    // only during its commands, and hands over the event it returns (`Clblast::sgemm`'s
+    // contract): what `ForeignCall::call` requires.
+    #[allow(unsafe_code)]
+    let event = unsafe {
+        call.workspace(workspace_bytes)
+            .call(|q| match q.workspace() {
+                Some(ws) => blas
+                    .sgemm_with_temp_buffer(&raw, q.queue(), ws.cl_mem())
+                    .map_err(code),
+                None => blas.sgemm(&raw, q.queue()).map_err(code),
+            })
+    }?;
+    Ok(SgemmDone {
+        event,
+        workspace_bytes,
+    })
 }

@@ -46,7 +46,10 @@ mod program;
 
 pub use error::KernelError;
 pub use function::Function;
-pub use interop::{ClRegion, ForeignCall, ForeignExt, ForeignQueue, InteropError};
+pub use interop::{
+    clblast_sgemm, ClRegion, ForeignCall, ForeignExt, ForeignQueue, InteropError, RowMajorSgemm,
+    SgemmDone, TempBuffer,
+};
 pub use launch::{Arg, Launch, LaunchExt, LocalMem, Scalar};
 pub use program::{KernelCache, Program, ProgramOrigin};
 pub mod memory;

@@ -1,4 +1,4 @@
-//! A two-layer MLP trained with full-batch SGD on the device, and the same training on the
+//! A two-layer MLP trained with minibatch SGD on the device, and the same training on the
 //! CPU, step for step: the runtime at work as a small framework would use it (the example
 //! `crates/xpu/examples/mlp_training.rs` and `xpu demo`).
 //!
@@ -9,9 +9,18 @@
 //!
 //! The device side ([`GpuMlp`]) runs seven OpenCL C kernels (forward linear with bias and
 //! optional ReLU, loss, loss gradient, weight and bias gradients, ReLU backward, SGD update):
-//! the parameters and data are uploaded on a copy stream from the pool, an [`Event`] recorded
-//! there is waited on by the compute stream, and every step's loss is written by the device
-//! into a loss buffer read back once at the end.
+//! the parameters are uploaded on a copy stream from the pool, an [`Event`] recorded there is
+//! waited on by the compute stream, and every step's loss is written by the device into a
+//! loss buffer read back once at the end.
+//!
+//! Minibatches: step `t` trains on rows `b·batch .. (b + 1)·batch` of the data set,
+//! `b = t mod (samples / batch)`. With more than one batch, each step's minibatch is uploaded
+//! on the copy stream into one of two device slots (as a `DataLoader` with pinned memory and
+//! `non_blocking=True` copies on a side stream), enqueued before the previous step's kernels so
+//! that the copy overlaps them: the compute stream waits for the slot's upload event before the
+//! step, and records a "consumed" event after it, which the copy stream waits for before it
+//! overwrites that slot two steps later. The host rows go through `copy_htod`'s pinned staging
+//! blocks, each reused only after its upload completes (their use is recorded).
 //!
 //! Same numbers on both sides: every kernel computes each output element in one work-item,
 //! summing in the CPU reference's order, with `#pragma OPENCL FP_CONTRACT OFF` (no fused
@@ -105,8 +114,10 @@ pub struct MlpConfig {
     pub hidden: usize,
     /// Outputs per sample.
     pub outputs: usize,
-    /// Samples in the (full) batch.
+    /// Samples in the data set.
     pub samples: usize,
+    /// Samples per SGD step (a divisor of `samples`; `samples` for full-batch training).
+    pub batch: usize,
     /// SGD learning rate.
     pub learning_rate: f32,
     /// Seed of [`Rng`] for the parameters and the data.
@@ -114,13 +125,15 @@ pub struct MlpConfig {
 }
 
 impl Default for MlpConfig {
-    /// 16 inputs, 64 hidden units, 4 outputs, 256 samples, learning rate 0.05, seed 42.
+    /// 16 inputs, 64 hidden units, 4 outputs, 256 samples in one full batch, learning rate
+    /// 0.05, seed 42.
     fn default() -> Self {
         MlpConfig {
             inputs: 16,
             hidden: 64,
             outputs: 4,
             samples: 256,
+            batch: 256,
             learning_rate: 0.05,
             seed: 42,
         }
@@ -149,16 +162,36 @@ impl MlpConfig {
                 "a buffer would exceed {MAX_ELEMENTS} elements"
             )));
         }
+        if self.batch == 0 || self.samples % self.batch != 0 {
+            return Err(MlpError::Config(format!(
+                "the batch ({}) divides the samples ({})",
+                self.batch, self.samples
+            )));
+        }
         if !self.learning_rate.is_finite() {
             return Err(MlpError::Config("the learning rate is finite".into()));
         }
         Ok(())
     }
 
-    /// The gradient scale of the mean squared error, `2 / (samples · outputs)`, computed once
+    /// The gradient scale of the mean squared error, `2 / (batch · outputs)`, computed once
     /// for both sides.
     fn grad_scale(&self) -> f32 {
-        2.0 / (self.samples * self.outputs) as f32
+        2.0 / (self.batch * self.outputs) as f32
+    }
+
+    /// Minibatches in the data set.
+    fn batches(&self) -> usize {
+        self.samples / self.batch
+    }
+
+    /// The element ranges of step `step`'s minibatch in `x` and `y`.
+    fn batch_rows(&self, step: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let first = (step % self.batches()) * self.batch;
+        (
+            first * self.inputs..(first + self.batch) * self.inputs,
+            first * self.outputs..(first + self.batch) * self.outputs,
+        )
     }
 }
 
@@ -327,6 +360,7 @@ fn sgd(w: &mut [f32], g: &[f32], lr: f32) {
 pub struct CpuMlp {
     config: MlpConfig,
     state: MlpState,
+    step: usize,
 }
 
 impl CpuMlp {
@@ -335,25 +369,30 @@ impl CpuMlp {
         CpuMlp {
             state: MlpState::new(&config),
             config,
+            step: 0,
         }
     }
 
-    /// One SGD step; returns the loss of the forward pass before the update.
+    /// One SGD step on the next minibatch; returns the loss of the forward pass before the
+    /// update.
     pub fn step(&mut self) -> f32 {
         let c = self.config;
+        let (xr, yr) = c.batch_rows(self.step);
+        self.step += 1;
         let s = &mut self.state;
-        let (m, i, hd, o) = (c.samples, c.inputs, c.hidden, c.outputs);
-        let h = linear(&s.x, &s.w1, &s.b1, m, i, hd, true);
+        let (x, y) = (&s.x[xr], &s.y[yr]);
+        let (m, i, hd, o) = (c.batch, c.inputs, c.hidden, c.outputs);
+        let h = linear(x, &s.w1, &s.b1, m, i, hd, true);
         let out = linear(&h, &s.w2, &s.b2, m, hd, o, false);
         let n = m * o;
         let mut sum = 0.0f32;
-        for (p, t) in out.iter().zip(&s.y) {
+        for (p, t) in out.iter().zip(y) {
             let d = p - t;
             sum += d * d;
         }
         let loss = sum / n as f32;
         let scale = c.grad_scale();
-        let g: Vec<f32> = out.iter().zip(&s.y).map(|(p, t)| scale * (p - t)).collect();
+        let g: Vec<f32> = out.iter().zip(y).map(|(p, t)| scale * (p - t)).collect();
         let dw2 = grad_w(&h, &g, m, hd, o);
         let db2 = grad_b(&g, m, o);
         let mut dh = vec![0.0f32; m * hd];
@@ -365,7 +404,7 @@ impl CpuMlp {
             }
             *d = if h[idx] > 0.0 { acc } else { 0.0 };
         }
-        let dw1 = grad_w(&s.x, &dh, m, i, hd);
+        let dw1 = grad_w(x, &dh, m, i, hd);
         let db1 = grad_b(&dh, m, hd);
         let lr = c.learning_rate;
         sgd(&mut s.w1, &dw1, lr);
@@ -398,19 +437,34 @@ struct Kernels {
     sgd: Function,
 }
 
-/// The model on a device: its parameters, data, activations and gradients in private
-/// [`DeviceBuffer`]s, trained by the [`KERNELS`] on a compute stream.
+/// A device slot for one minibatch: its inputs and targets, which batch it holds, the upload
+/// event (recorded on the copy stream) and the event of the last step that read it (recorded
+/// on the compute stream).
+#[derive(Debug)]
+struct Slot {
+    x: DeviceBuffer<f32>,
+    y: DeviceBuffer<f32>,
+    batch: Option<usize>,
+    uploaded: Event,
+    consumed: Option<Event>,
+}
+
+/// The model on a device: its parameters, minibatch slots, activations and gradients in
+/// private [`DeviceBuffer`]s, trained by the [`KERNELS`] on a compute stream, the minibatches
+/// uploaded on a copy stream.
 #[derive(Debug)]
 pub struct GpuMlp {
     config: MlpConfig,
     compute: Stream,
+    copy: Stream,
     k: Kernels,
+    data: MlpState,
+    step: usize,
+    slots: Vec<Slot>,
     w1: DeviceBuffer<f32>,
     b1: DeviceBuffer<f32>,
     w2: DeviceBuffer<f32>,
     b2: DeviceBuffer<f32>,
-    x: DeviceBuffer<f32>,
-    y: DeviceBuffer<f32>,
     h: DeviceBuffer<f32>,
     out: DeviceBuffer<f32>,
     g: DeviceBuffer<f32>,
@@ -428,13 +482,15 @@ fn u(n: usize) -> u32 {
 
 impl GpuMlp {
     /// Builds the kernels for `device` (through the program cache), uploads the initial
-    /// state of `config` ([`MlpState::new`]) on a copy stream from the pool and makes a
+    /// parameters of `config` ([`MlpState::new`]) on a copy stream from the pool and makes a
     /// compute stream from the pool wait for the upload (an [`Event`] recorded on the copy
-    /// stream, as `torch.cuda.Event.record` / `wait`).
+    /// stream, as `torch.cuda.Event.record` / `wait`). The minibatches are uploaded by
+    /// [`GpuMlp::train`].
     ///
     /// # Errors
-    /// [`MlpError::Config`] for a zero dimension, a buffer over 2^28 elements or a non-finite
-    /// learning rate; build, allocation, stream and event errors.
+    /// [`MlpError::Config`] for a zero dimension, a buffer over 2^28 elements, a batch that
+    /// does not divide the samples or a non-finite learning rate; build, allocation, stream
+    /// and event errors.
     pub fn new(device: usize, config: MlpConfig) -> Result<GpuMlp, MlpError> {
         config.check()?;
         let program = Program::build(device, KERNELS, "-cl-std=CL1.2")?;
@@ -463,31 +519,66 @@ impl GpuMlp {
         let b1 = up(&state.b1)?;
         let w2 = up(&state.w2)?;
         let b2 = up(&state.b2)?;
-        let x = up(&state.x)?;
-        let y = up(&state.y)?;
         let mut uploaded = Event::default();
         uploaded.record(&copy)?;
         uploaded.wait(&compute)?;
         let new = |n: usize| DeviceBuffer::<f32>::new(n, &compute);
+        // Two slots when the batches alternate (one is uploaded while the other is read); one
+        // for full-batch training, uploaded once.
+        let slots = (0..c.batches().min(2))
+            .map(|_| {
+                Ok(Slot {
+                    x: new(c.batch * c.inputs)?,
+                    y: new(c.batch * c.outputs)?,
+                    batch: None,
+                    uploaded: Event::default(),
+                    consumed: None,
+                })
+            })
+            .collect::<Result<Vec<_>, MemoryError>>()?;
         Ok(GpuMlp {
-            h: new(c.samples * c.hidden)?,
-            out: new(c.samples * c.outputs)?,
-            g: new(c.samples * c.outputs)?,
-            dh: new(c.samples * c.hidden)?,
+            h: new(c.batch * c.hidden)?,
+            out: new(c.batch * c.outputs)?,
+            g: new(c.batch * c.outputs)?,
+            dh: new(c.batch * c.hidden)?,
             dw1: new(c.inputs * c.hidden)?,
             db1: new(c.hidden)?,
             dw2: new(c.hidden * c.outputs)?,
             db2: new(c.outputs)?,
             config,
             compute,
+            copy,
             k,
+            data: state,
+            step: 0,
+            slots,
             w1,
             b1,
             w2,
             b2,
-            x,
-            y,
         })
+    }
+
+    /// Makes step `step`'s minibatch resident in its slot: unless the slot holds it already,
+    /// the copy stream waits for the last step that read the slot, uploads the rows and
+    /// records the slot's upload event. Non-blocking.
+    fn prefetch(&mut self, step: usize) -> Result<(), MlpError> {
+        let c = self.config;
+        let batch = step % c.batches();
+        let at = step % self.slots.len();
+        let slot = &mut self.slots[at];
+        if slot.batch == Some(batch) {
+            return Ok(());
+        }
+        if let Some(consumed) = &slot.consumed {
+            consumed.wait(&self.copy)?;
+        }
+        let (xr, yr) = c.batch_rows(step);
+        copy_htod(&self.copy, &self.data.x[xr], &mut slot.x)?;
+        copy_htod(&self.copy, &self.data.y[yr], &mut slot.y)?;
+        slot.uploaded.record(&self.copy)?;
+        slot.batch = Some(batch);
+        Ok(())
     }
 
     /// The configuration.
@@ -589,13 +680,18 @@ impl GpuMlp {
         }
     }
 
-    /// Enqueues one SGD step on the compute stream; its loss goes to `losses[index]`.
+    /// Enqueues SGD step `self.step` on the compute stream, after its minibatch's upload (see
+    /// [`GpuMlp::prefetch`]); its loss goes to `losses[index]`.
     #[allow(unsafe_code)]
     fn step_into(&mut self, losses: &DeviceBuffer<f32>, index: usize) -> Result<(), MlpError> {
         let c = self.config;
-        let (m, i, hd, o) = (c.samples, c.inputs, c.hidden, c.outputs);
+        let (m, i, hd, o) = (c.batch, c.inputs, c.hidden, c.outputs);
         let n = m * o;
-        self.linear(&self.h, &self.x, &self.w1, &self.b1, (m, i, hd), true)?;
+        let at = self.step % self.slots.len();
+        self.slots[at].uploaded.wait(&self.compute)?;
+        let slot = &self.slots[at];
+        let (x, y) = (&slot.x, &slot.y);
+        self.linear(&self.h, x, &self.w1, &self.b1, (m, i, hd), true)?;
         self.linear(&self.out, &self.h, &self.w2, &self.b2, (m, hd, o), false)?;
         // SAFETY: one work-item; it writes losses[index] only when index < losses.len()
         // (passed as n_losses) and reads out[..n], y[..n], both m·o = n elements; private
@@ -607,7 +703,7 @@ impl GpuMlp {
                 .arg(u32::try_from(index).unwrap_or(u32::MAX))?
                 .arg(u32::try_from(losses.len()).unwrap_or(u32::MAX))?
                 .arg(&self.out)?
-                .arg(&self.y)?
+                .arg(y)?
                 .arg(u(n))?
                 .enqueue()?;
         }
@@ -618,7 +714,7 @@ impl GpuMlp {
                 .launch(&self.k.mse_grad, &[n], None)?
                 .arg(&self.g)?
                 .arg(&self.out)?
-                .arg(&self.y)?
+                .arg(y)?
                 .arg(c.grad_scale())?
                 .arg(u(n))?
                 .enqueue()?;
@@ -638,16 +734,22 @@ impl GpuMlp {
                 .arg(u(o))?
                 .enqueue()?;
         }
-        self.grads(&self.dw1, &self.db1, &self.x, &self.dh, (m, i, hd))?;
+        self.grads(&self.dw1, &self.db1, x, &self.dh, (m, i, hd))?;
+        let mut consumed = Event::default();
+        consumed.record(&self.compute)?;
+        self.slots[at].consumed = Some(consumed);
         self.sgd(&self.w1, &self.dw1)?;
         self.sgd(&self.b1, &self.db1)?;
         self.sgd(&self.w2, &self.dw2)?;
         self.sgd(&self.b2, &self.db2)?;
+        self.step += 1;
         Ok(())
     }
 
-    /// Trains `steps` SGD steps (enqueued back to back, no host round trip), then reads the
-    /// per-step losses back (the loss of each forward pass before its update).
+    /// Trains `steps` SGD steps (enqueued back to back, no host round trip; each step's
+    /// minibatch upload is enqueued on the copy stream before the previous step's kernels, so
+    /// that it overlaps them), then reads the per-step losses back (the loss of each forward
+    /// pass before its update). A second call continues with the next minibatch.
     ///
     /// # Errors
     /// Launch, allocation and copy errors.
@@ -656,12 +758,16 @@ impl GpuMlp {
             return Ok(Vec::new());
         }
         let losses = DeviceBuffer::<f32>::zeroed(steps, &self.compute)?;
+        self.prefetch(self.step)?;
         for s in 0..steps {
+            if s + 1 < steps {
+                self.prefetch(self.step + 1)?;
+            }
             self.step_into(&losses, s)?;
         }
         // The device sums the squared errors; the mean is taken here as on the CPU (an OpenCL
         // division may be off by 2.5 ulp, OpenCL C 1.2 §7.4).
-        let n = (self.config.samples * self.config.outputs) as f32;
+        let n = (self.config.batch * self.config.outputs) as f32;
         let sums = losses.to_vec(&self.compute)?;
         Ok(sums.into_iter().map(|s| s / n).collect())
     }

@@ -18,6 +18,7 @@ fn small() -> MlpConfig {
         hidden: 7,
         outputs: 3,
         samples: 11,
+        batch: 11,
         learning_rate: 0.1,
         seed: 7,
     }
@@ -85,6 +86,43 @@ fn default_model_trains_300_steps_to_the_cpu_loss() {
     eprintln!("final loss: device {:e}, CPU {:e}", gpu[299], cpu[299]);
 }
 
+/// Minibatches of 64 of 256 samples: each step's rows are uploaded on the copy stream into
+/// one of two slots while the previous step computes; losses and parameters follow the CPU,
+/// across two `train` calls.
+#[test]
+fn minibatch_training_uploads_each_batch_and_matches_the_cpu() {
+    if !have_device() {
+        return;
+    }
+    let config = MlpConfig {
+        batch: 64,
+        ..MlpConfig::default()
+    };
+    let mut gpu = GpuMlp::new(0, config).unwrap();
+    let mut cpu = CpuMlp::new(config);
+    let host_before = xpu_alloc::host_memory_stats();
+    let gpu_losses = gpu.train(30).unwrap();
+    let cpu_losses = cpu.train(30);
+    compare_losses(&gpu_losses, &cpu_losses, 1e-5).unwrap();
+    // Four different batches: the losses of consecutive steps are of different rows.
+    assert_ne!(gpu_losses[0].to_bits(), gpu_losses[1].to_bits());
+    // Every step uploaded its x and y rows through pinned staging (two blocks a step).
+    let host_after = xpu_alloc::host_memory_stats();
+    assert!(
+        host_after.allocation.allocated - host_before.allocation.allocated >= 60,
+        "{} staging blocks for 30 steps",
+        host_after.allocation.allocated - host_before.allocation.allocated
+    );
+    compare_losses(&gpu.train(7).unwrap(), &cpu.train(7), 1e-5).unwrap();
+    let [w1, _, w2, _] = gpu.parameters().unwrap();
+    let s = cpu.state();
+    for (g, c) in [(&w1, &s.w1), (&w2, &s.w2)] {
+        for (a, b) in g.iter().zip(c.iter()) {
+            assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{a} vs {b}");
+        }
+    }
+}
+
 #[test]
 fn a_wrong_learning_rate_on_the_device_fails_the_check() {
     if !have_device() {
@@ -131,6 +169,14 @@ fn invalid_configs_are_typed_errors() {
         },
         MlpConfig {
             learning_rate: f32::NAN,
+            ..small()
+        },
+        MlpConfig {
+            batch: 0,
+            ..small()
+        },
+        MlpConfig {
+            batch: 4,
             ..small()
         },
     ] {

@@ -9,8 +9,9 @@ mod common;
 use common::{assert_block_not_reused, fresh_stream};
 use xpu_event::test_support::Gate;
 use xpu_kernel::memory::{
-    copy_dtod, copy_dtoh, copy_htod, copy_htod_pinned, copy_peer, fill, memset_zeros, to_vec,
-    STAGING_CHUNK_BYTES,
+    copy_dtod, copy_dtoh, copy_htod, copy_htod_pinned, copy_peer, fill, memset_zeros, staging_plan,
+    staging_threads, to_vec, STAGING_BYTES_PER_THREAD, STAGING_CHUNK_BYTES,
+    STAGING_FIRST_PIECE_BYTES, STAGING_MAX_THREADS,
 };
 use xpu_kernel::{DeviceBuffer, DeviceRegion, MemoryError, StreamMemoryExt};
 use xpu_stream::Stream;
@@ -81,6 +82,82 @@ fn htod_does_not_reference_the_callers_slice_after_returning() {
     drop(host);
     gate.open().unwrap();
     assert!(buf.to_vec(&s).unwrap() == expected);
+}
+
+#[test]
+fn staging_plan_ramps_up_from_small_pieces_and_tiles_the_source() {
+    let bytes = 100 * STAGING_CHUNK_BYTES + 777;
+    for threads in [1, 2, 3, 8] {
+        let plan = staging_plan(bytes, threads);
+        assert_eq!(plan.first().map(|r| r.start), Some(0));
+        assert_eq!(plan.last().map(|r| r.end), Some(bytes));
+        assert!(plan.windows(2).all(|w| w[0].end == w[1].start));
+        assert!(plan
+            .iter()
+            .all(|r| !r.is_empty() && r.len() <= STAGING_CHUNK_BYTES));
+        if threads == 1 {
+            assert!(plan[..plan.len() - 1]
+                .iter()
+                .all(|r| r.len() == STAGING_CHUNK_BYTES));
+        } else {
+            // Round r holds `threads` pieces of FIRST << r bytes, up to the chunk size.
+            for (i, r) in plan[..plan.len() - 1].iter().enumerate() {
+                let want =
+                    (STAGING_FIRST_PIECE_BYTES << (i / threads).min(10)).min(STAGING_CHUNK_BYTES);
+                assert_eq!(r.len(), want, "piece {i} of {threads} threads");
+            }
+        }
+    }
+    assert!(staging_plan(0, 4).is_empty());
+    assert_eq!(staging_plan(10, 4), vec![0..10]);
+    assert_eq!(staging_threads(2 * STAGING_BYTES_PER_THREAD - 1), 1);
+    assert_eq!(staging_threads(usize::MAX), {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        STAGING_MAX_THREADS.min(cores)
+    });
+}
+
+#[test]
+fn threaded_staged_upload_round_trips_and_frees_every_staging_block() {
+    if !devices(1) {
+        return;
+    }
+    let s = fresh_stream(0);
+    let s = s.stream();
+    // Enough for several threads and every ramp size, with a ragged tail, at an odd offset.
+    let n = (3 * STAGING_CHUNK_BYTES + 4 * STAGING_FIRST_PIECE_BYTES + 4099) / 4;
+    let bytes = n * 4;
+    let host: Vec<u32> = (0..n as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761))
+        .collect();
+    let mut buf = DeviceBuffer::<u32>::zeroed(n + 5, &s).unwrap();
+    let threads = staging_threads(bytes);
+    let pieces = staging_plan(bytes, threads).len() as i64;
+    s.synchronize().unwrap();
+    xpu_alloc::HostAllocator::global().process_events();
+    let before = xpu_alloc::host_memory_stats();
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s).unwrap(); // no upload can complete before the gate opens
+    copy_htod(&s, &host, &mut buf.slice_mut(3..n + 3).unwrap()).unwrap();
+    let during = xpu_alloc::host_memory_stats();
+    // One pinned block per piece, none reusable while its upload is held back.
+    assert_eq!(
+        during.allocation.allocated - before.allocation.allocated,
+        pieces
+    );
+    assert_eq!(
+        during.allocation.current - before.allocation.current,
+        pieces
+    );
+    gate.open().unwrap();
+    let back = buf.to_vec(&s).unwrap();
+    assert_eq!(back[..3], [0, 0, 0]);
+    assert!(back[3..n + 3] == host[..], "staged upload differs");
+    assert_eq!(back[n + 3..], [0, 0]);
+    xpu_alloc::HostAllocator::global().process_events();
+    let after = xpu_alloc::host_memory_stats();
+    assert_eq!(after.allocation.current, before.allocation.current);
+    assert_eq!(after.allocation.freed - before.allocation.freed, pieces);
 }
 
 #[test]

@@ -1,8 +1,11 @@
-//! A two-layer MLP trained with SGD on the device by OpenCL C kernels (matmul with bias,
-//! ReLU, loss, backward, update: `xpu::xpu_kernel::mlp`), the parameters and data uploaded on
-//! a copy stream and the training on a compute stream ordered after it by an event; each
-//! step's loss is checked against a CPU reference with the same initialization (a fixed-seed
-//! SplitMix64), the same data and the same operation order. Exits non-zero when a loss differs
+//! A two-layer MLP trained with minibatch SGD on the device by OpenCL C kernels (matmul with
+//! bias, ReLU, loss, backward, update: `xpu::xpu_kernel::mlp`): the parameters are uploaded on
+//! a copy stream before training, and each step's minibatch (64 of 256 samples) is uploaded on
+//! the copy stream into one of two device slots while the previous step computes on the
+//! compute stream, ordered by events (the compute stream waits for the slot's upload; the copy
+//! stream waits for the step that last read the slot before overwriting it). Each step's loss
+//! is checked against a CPU reference with the same initialization (a fixed-seed SplitMix64),
+//! the same data and batches and the same operation order. Exits non-zero when a loss differs
 //! by more than 1e-4 relative.
 //!
 //! `cargo run -p xpu --example mlp_training [STEPS]` (default 300)
@@ -20,13 +23,18 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         None => 300,
     };
     let device = xpu::current_device()?;
-    let config = MlpConfig::default();
+    let config = MlpConfig {
+        batch: 64,
+        ..MlpConfig::default()
+    };
     println!(
-        "MLP {}-{}-{} on {} samples, lr {}, {steps} steps on device {device} ({})",
+        "MLP {}-{}-{} on {} samples in minibatches of {}, lr {}, {steps} steps on device \
+         {device} ({})",
         config.inputs,
         config.hidden,
         config.outputs,
         config.samples,
+        config.batch,
         config.learning_rate,
         xpu::get_device_name(Some(device))?
     );
@@ -65,11 +73,11 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
+    run().map_or_else(
+        |e| {
             eprintln!("error: {e}");
             std::process::ExitCode::FAILURE
-        }
-    }
+        },
+        |()| std::process::ExitCode::SUCCESS,
+    )
 }

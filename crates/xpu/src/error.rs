@@ -19,6 +19,10 @@ pub enum Error {
     /// A raw OpenCL call of the backend failed (`xpu_device::backend`, kernels, programs).
     #[error(transparent)]
     Cl(#[from] xpu_device::ClError),
+    /// A foreign library loaded at run time (`xpu_device::foreign`, e.g. CLBlast): not
+    /// installed, or a failure status.
+    #[error(transparent)]
+    Foreign(#[from] xpu_device::foreign::ForeignError),
     /// Caching device allocator (out of memory, bad size, bad config, unknown pointer).
     #[cfg(feature = "alloc")]
     #[error(transparent)]
@@ -57,6 +61,18 @@ pub enum Error {
     #[cfg(feature = "kernel")]
     #[error(transparent)]
     Interop(#[from] xpu_kernel::InteropError),
+    /// Programs, functions and launches (`xpu_kernel`: build logs, argument checks naming the
+    /// kernel and index; boxed, as `Host`).
+    #[cfg(feature = "kernel")]
+    #[error(transparent)]
+    Kernel(Box<xpu_kernel::KernelError>),
+}
+
+#[cfg(feature = "kernel")]
+impl From<xpu_kernel::KernelError> for Error {
+    fn from(e: xpu_kernel::KernelError) -> Self {
+        Error::Kernel(Box::new(e))
+    }
 }
 
 #[cfg(feature = "alloc")]

@@ -14,6 +14,7 @@ where
 fn every_layer_error_converts_into_the_facade_error() {
     converts::<xpu::xpu_device::DeviceError>();
     converts::<xpu::xpu_device::ClError>();
+    converts::<xpu::xpu_device::foreign::ForeignError>();
     converts::<xpu::xpu_stream::StreamError>();
     converts::<xpu::xpu_event::EventError>();
     converts::<xpu::xpu_lazy::LazyError>();
@@ -25,6 +26,8 @@ fn every_layer_error_converts_into_the_facade_error() {
     converts::<xpu::xpu_alloc::observe::ObserveError>();
     converts::<xpu::xpu_alloc::replay::ReplayError>();
     converts::<xpu::MemoryError>();
+    converts::<xpu::KernelError>();
+    converts::<xpu::InteropError>();
 
     // `?` in user code, message unchanged.
     fn user_code() -> xpu::Result<()> {
