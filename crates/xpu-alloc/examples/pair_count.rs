@@ -12,6 +12,7 @@
 use std::hint::black_box;
 
 use xpu_alloc::sim_stream::SimStream;
+use xpu_alloc::StreamRef;
 use xpu_alloc::{AllocConfig, DeviceCore, SimulatedSource, StreamKey};
 
 fn main() {
@@ -22,7 +23,7 @@ fn main() {
     let source = SimulatedSource::new(0, 64 << 30, 64 << 30);
     let core = DeviceCore::new(Box::new(source), AllocConfig::default());
     let key = StreamKey::new(0, 0);
-    let stream = SimStream::new(key).as_ref();
+    let stream = StreamRef::from(SimStream::new(key));
     // Warm the cache once so every counted pair is served from it.
     let p = core
         .allocate_with(4096, key, || stream.clone())

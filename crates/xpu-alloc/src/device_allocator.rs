@@ -2,10 +2,10 @@
 
 use xpu_stream::Stream;
 
-use crate::caching::DeviceCore;
 use crate::cl_stream::{stream_key, ClStream};
 use crate::config::{AllocConfig, MemoryKind};
 use crate::data_ptr::DataPtr;
+use crate::device_core::DeviceCore;
 use crate::device_ptr::DevicePtr;
 use crate::error::{check_fork, AllocError};
 use crate::source::BufferSource;

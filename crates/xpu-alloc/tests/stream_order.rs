@@ -4,16 +4,14 @@
 
 mod common;
 
-use std::any::Any;
 use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use common::{sim_core, stream, MIB};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use xpu_alloc::{
-    AllocConfig, DeviceCore, Marker, MarkerError, MarkerStream, SegmentSource, SimulatedSource,
-    SourceError, SourceSegment, StreamKey, StreamRef,
+    AllocConfig, DeviceCore, SegmentSource, SimulatedSource, SourceError, SourceSegment,
 };
 
 /// Hang detection only (never an ordering): a call that should return at once.
@@ -76,63 +74,6 @@ fn oom_path_reuses_a_pending_whole_segment_without_releasing_it() {
     );
 }
 
-/// A marker whose wait blocks until the test releases it, and tells the test when a wait
-/// starts (the "device" is busy until then).
-#[derive(Default)]
-struct Held {
-    released: Mutex<bool>,
-    cv: Condvar,
-    waiting: Mutex<Option<mpsc::Sender<()>>>,
-}
-
-impl Held {
-    fn release(&self) {
-        *self.released.lock() = true;
-        self.cv.notify_all();
-    }
-}
-
-struct HeldMarker(Arc<Held>);
-
-impl Marker for HeldMarker {
-    fn is_complete(&self) -> bool {
-        *self.0.released.lock()
-    }
-    fn wait(&self) -> Result<(), MarkerError> {
-        if let Some(tx) = self.0.waiting.lock().take() {
-            let _ = tx.send(());
-        }
-        let mut released = self.0.released.lock();
-        while !*released {
-            self.0.cv.wait(&mut released);
-        }
-        Ok(())
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-struct HeldStream {
-    key: StreamKey,
-    held: Arc<Held>,
-}
-
-impl MarkerStream for HeldStream {
-    fn key(&self) -> StreamKey {
-        self.key
-    }
-    fn record_marker(&self) -> Result<Box<dyn Marker>, MarkerError> {
-        Ok(Box::new(HeldMarker(self.held.clone())))
-    }
-    fn wait_marker(&self, _: &dyn Marker) -> Result<(), MarkerError> {
-        Err(MarkerError("not supported".into()))
-    }
-    fn synchronize(&self) -> Result<(), MarkerError> {
-        HeldMarker(self.held.clone()).wait()
-    }
-}
-
 /// Runs `f` on another thread and returns its result, or `None` when it did not return
 /// within [`HANG`].
 fn returns<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> Option<R> {
@@ -141,36 +82,6 @@ fn returns<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> Option<
         let _ = tx.send(f());
     });
     rx.recv_timeout(HANG).ok()
-}
-
-#[test]
-fn statistics_do_not_wait_for_an_allocation_waiting_on_device_work() {
-    let (core, _) = sim_core(64 * MIB, "");
-    let (_, a) = stream(1);
-    let held = Arc::new(Held::default());
-    let (tx, started) = mpsc::channel();
-    *held.waiting.lock() = Some(tx);
-    let b: StreamRef = Arc::new(HeldStream {
-        key: StreamKey::new(0, 2),
-        held: held.clone(),
-    });
-    let x = core.allocate(40 * MIB, &a).unwrap();
-    core.record_stream(&x, &b).unwrap();
-    drop(x);
-    let alloc = {
-        let core = core.clone();
-        std::thread::spawn(move || core.allocate(40 * MIB, &a).map(|p| p.address()))
-    };
-    // The allocating thread is now inside the OOM path, waiting for stream B.
-    started
-        .recv_timeout(HANG)
-        .expect("the OOM path waits for B");
-    let reader = core.clone();
-    let stats = returns(move || reader.memory_stats());
-    held.release();
-    let stats = stats.expect("memory_stats() returned while an allocation waits for the device");
-    assert_eq!(stats.reserved_bytes.all.current, 40 * (MIB as i64));
-    assert!(alloc.join().unwrap().is_ok());
 }
 
 /// A source that reads the allocator's statistics from inside `allocate`.
@@ -268,50 +179,4 @@ fn oversize_rule_holds_under_every_release_policy() {
             "steady state without new segments ({policy})"
         );
     }
-}
-
-/// A stream on which no marker can be recorded (nor a synchronize done).
-struct Broken(StreamKey);
-
-impl MarkerStream for Broken {
-    fn key(&self) -> StreamKey {
-        self.0
-    }
-    fn record_marker(&self) -> Result<Box<dyn Marker>, MarkerError> {
-        Err(MarkerError("queue lost".into()))
-    }
-    fn wait_marker(&self, _: &dyn Marker) -> Result<(), MarkerError> {
-        Err(MarkerError("queue lost".into()))
-    }
-    fn synchronize(&self) -> Result<(), MarkerError> {
-        Err(MarkerError("queue lost".into()))
-    }
-}
-
-/// When the marker of a recorded use cannot be recorded, nothing orders a reuse after that
-/// use: the block must stay out of the cache, not be freed silently.
-#[test]
-fn a_block_whose_free_marker_fails_is_never_reused() {
-    let (core, _) = sim_core(1 << 30, "");
-    let (_, a) = stream(1);
-    let (b_sim, b) = stream(2);
-    let broken: StreamRef = Arc::new(Broken(StreamKey::new(0, 3)));
-    let x = core.allocate(MIB, &a).unwrap();
-    let addr = x.address();
-    core.record_stream(&x, &broken).unwrap();
-    core.record_stream(&x, &b).unwrap(); // a use whose marker completes
-    drop(x);
-    b_sim.open_gate();
-    for _ in 0..3 {
-        let y = core.allocate(MIB, &a).unwrap();
-        assert_ne!(y.address(), addr, "the block was reused");
-    }
-    core.empty_cache();
-    let y = core.allocate(MIB, &a).unwrap();
-    assert_ne!(y.address(), addr, "the block was reused after empty_cache");
-    assert_eq!(
-        core.memory_stats().active.all.current,
-        2,
-        "y and the kept block"
-    );
 }

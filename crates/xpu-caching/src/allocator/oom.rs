@@ -5,25 +5,27 @@ use std::sync::Arc;
 
 use parking_lot::MutexGuard;
 
-use super::cell::StatsWriter;
 use super::device_wide::SegmentFailure;
 use super::grow::{hard_error, new_segment, release_batches};
 use super::pending::wait_markers;
 use super::shard::Shard;
-use super::state::{Handed, Request, ShardState};
+use super::stats_cell::StatsWriter;
+use super::stream_state::{Handed, Request, ShardState};
 use super::thread_cache::Local;
-use super::DeviceCore;
-use crate::error::{AllocError, OomReport};
+use super::CachingAllocator;
+use crate::backend::Backend;
+use crate::error::{CacheError, OomReport};
+use crate::history::TraceAction;
 use crate::size;
 
-impl DeviceCore {
+impl<B: Backend> CachingAllocator<B> {
     /// Called when the stream's own cache and a new segment both failed.
     pub(super) fn oom_path(
         &self,
-        shard: &Arc<Shard>,
+        shard: &Arc<Shard<B>>,
         req: Request,
-        local: &Local<'_>,
-    ) -> Result<Handed, AllocError> {
+        local: &Local<'_, B>,
+    ) -> Result<Handed, CacheError> {
         let shared = &*self.inner.shared;
         let me = shard.rank;
         let gc = shared.gc_enabled();
@@ -52,7 +54,7 @@ impl DeviceCore {
         //    synchronize_and_free_events; 3. search again before releasing anything: a
         //    block that was only waiting for another stream is reused as it is.
         local.stats().num_sync_all_streams.bump();
-        wait_markers(&markers);
+        wait_markers::<B>(&markers);
         let batches = match self.with_all(|gs| {
             let mut st = local.stats();
             if !markers.is_empty() {
@@ -110,23 +112,20 @@ impl DeviceCore {
             allowed: shared.allowed(),
         };
         tracing::debug!(%report, "allocation failed");
-        shared.history.record(
-            crate::observe::TraceAction::Oom,
-            report.free,
-            req.rounded,
-            shard.key.id,
-        );
+        shared
+            .history
+            .record(TraceAction::Oom, report.free, req.rounded, shard.key.id);
         Err(match failure {
-            SegmentFailure::Fraction => AllocError::MemoryFractionExceeded(report),
-            _ => AllocError::OutOfMemory(report),
+            SegmentFailure::Fraction => CacheError::MemoryFractionExceeded(report),
+            _ => CacheError::OutOfMemory(report),
         })
     }
 }
 
 /// Moves the best-fitting cached whole free segment of another stream to stream `me`,
 /// ordered after the owner stream's work by a marker, and hands out a block from it.
-fn steal(
-    guards: &mut [MutexGuard<'_, ShardState>],
+fn steal<B: Backend>(
+    guards: &mut [MutexGuard<'_, ShardState<B>>],
     me: usize,
     req: &Request,
     st: &mut StatsWriter<'_>,
@@ -147,14 +146,14 @@ fn steal(
         }
     }
     let (_, _, owner, block) = best?;
-    let marker = match st.unlocked(|| guards[owner].stream.record_marker()) {
+    let marker = match st.unlocked(|| B::record_marker(&guards[owner].stream)) {
         Ok(m) => m,
         Err(e) => {
             tracing::warn!(error = %e, "cross-stream reuse: recording a marker failed");
             return None;
         }
     };
-    if let Err(e) = st.unlocked(|| guards[me].stream.wait_marker(marker.as_ref())) {
+    if let Err(e) = st.unlocked(|| B::stream_wait(&guards[me].stream, &marker)) {
         tracing::warn!(error = %e, "cross-stream reuse: waiting for a marker failed");
         return None;
     }

@@ -9,9 +9,9 @@
 
 use std::sync::atomic::{fence, AtomicI64, AtomicU64, Ordering};
 
+use crate::memory_stats_fields;
 use crate::size::PoolKind;
 use crate::stats::{MemoryStats, Stat, StatArray};
-use xpu_caching::memory_stats_fields;
 
 const R: Ordering = Ordering::Relaxed;
 

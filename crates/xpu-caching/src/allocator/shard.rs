@@ -4,25 +4,27 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::cell::StatsWriter;
 use super::device_wide::DeviceShared;
-use super::state::ShardState;
-use crate::stream::{StreamKey, StreamRef};
+use super::stats_cell::StatsWriter;
+use super::stream_state::ShardState;
+use crate::backend::Backend;
+use crate::source::SourceSegment;
+use crate::stream::StreamKey;
 
 /// One stream's blocks and segments. Threads on different streams never share a shard.
-pub(crate) struct Shard {
+pub(crate) struct Shard<B: Backend> {
     pub key: StreamKey,
-    pub shared: Arc<DeviceShared>,
+    pub shared: Arc<DeviceShared<B>>,
     /// Creation rank on the device: the order in which the OOM path locks shards.
     pub rank: usize,
-    state: Mutex<ShardState>,
+    state: Mutex<ShardState<B>>,
 }
 
-impl Shard {
+impl<B: Backend> Shard<B> {
     pub(crate) fn new(
         key: StreamKey,
-        stream: StreamRef,
-        shared: Arc<DeviceShared>,
+        stream: B::Stream,
+        shared: Arc<DeviceShared<B>>,
         rank: usize,
     ) -> Self {
         let state = ShardState::new(key, stream, &shared);
@@ -34,7 +36,7 @@ impl Shard {
         }
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, ShardState> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ShardState<B>> {
         self.state.lock()
     }
 
@@ -52,7 +54,7 @@ impl Shard {
     pub(crate) fn with_segment<R>(
         &self,
         block: u32,
-        f: impl FnOnce(&crate::source::SourceSegment, u64) -> R,
+        f: impl FnOnce(&SourceSegment<B::Memory>, u64) -> R,
     ) -> Option<R> {
         let state = self.state.lock();
         let b = state.blocks.get(block)?;
@@ -61,19 +63,19 @@ impl Shard {
     }
 
     /// record_stream on `block`.
-    pub(crate) fn record_stream(&self, block: u32, stream: &StreamRef) {
+    pub(crate) fn record_stream(&self, block: u32, stream: &B::Stream) {
         self.state.lock().record_stream(block, stream);
     }
 }
 
-impl Drop for Shard {
+impl<B: Backend> Drop for Shard<B> {
     fn drop(&mut self) {
         // No block is live (each DataPtr holds the shard): finish pending frees and return
         // every cached segment to the device once the stream's work is done. No lock is
         // held (`&mut self`); statistics writes are closed while waiting.
         let shared = self.shared.clone();
         let state = self.state.get_mut();
-        super::pending::wait_markers(&state.pending_markers());
+        super::pending::wait_markers::<B>(&state.pending_markers());
         let batch = shared.stats.with_fallback(|st| {
             state.process_events(st);
             state.take_releasable(st)

@@ -6,9 +6,14 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::registry::StatsRegistry;
+use super::stats_registry::StatsRegistry;
+use crate::backend::Backend;
 use crate::config::AllocConfig;
-use crate::source::{DynSource, SourceError, SourceSegment};
+use crate::history::History;
+use crate::source::{SegmentSource, SourceError, SourceSegment};
+
+/// The segment source of an allocator over backend `B`.
+pub type BoxedSource<B> = Box<dyn SegmentSource<Memory = <B as Backend>::Memory>>;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -39,10 +44,10 @@ struct Reserved {
 }
 
 /// State of one device allocator shared by its shards.
-pub(crate) struct DeviceShared {
+pub(crate) struct DeviceShared<B: Backend> {
     /// Unique id of this allocator instance (keys the thread-local caches).
     pub id: u64,
-    pub source: Box<DynSource>,
+    pub source: BoxedSource<B>,
     /// `source.max_alloc_size()`, read once.
     pub max_alloc: u64,
     /// `source.device()`, read once.
@@ -52,12 +57,12 @@ pub(crate) struct DeviceShared {
     gc_enabled: AtomicBool,
     reserved: Mutex<Reserved>,
     pub stats: StatsRegistry,
-    /// Recorded allocator events (off by default; see [`crate::observe::history`]).
-    pub history: Arc<crate::observe::History>,
+    /// Recorded allocator events (off by default; see [`crate::history`]).
+    pub history: Arc<History>,
 }
 
-impl DeviceShared {
-    pub(crate) fn new(source: Box<DynSource>, config: AllocConfig) -> Self {
+impl<B: Backend> DeviceShared<B> {
+    pub(crate) fn new(source: BoxedSource<B>, config: AllocConfig) -> Self {
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             max_alloc: source.max_alloc_size(),
@@ -139,7 +144,10 @@ impl DeviceShared {
 
     /// Obtains a segment, enforcing the memory fraction (reserved + size <= allowed) and
     /// [`MAX_RESERVED`] (out of memory beyond it).
-    pub(crate) fn allocate_segment(&self, size: u64) -> Result<SourceSegment, SegmentFailure> {
+    pub(crate) fn allocate_segment(
+        &self,
+        size: u64,
+    ) -> Result<SourceSegment<B::Memory>, SegmentFailure> {
         {
             let mut r = self.reserved.lock();
             let Some(total) = r.bytes.checked_add(size).filter(|&t| t <= MAX_RESERVED) else {
@@ -170,7 +178,7 @@ impl DeviceShared {
     }
 
     /// Returns a segment to the source.
-    pub(crate) fn release_segment(&self, segment: SourceSegment) {
+    pub(crate) fn release_segment(&self, segment: SourceSegment<B::Memory>) {
         let size = segment.size;
         self.source.free(segment);
         let mut r = self.reserved.lock();
