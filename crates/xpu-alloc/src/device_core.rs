@@ -70,7 +70,8 @@ impl DeviceCore {
     /// [`AllocError::TooLarge`] when the request exceeds the device's largest allocation or
     /// 1 EiB; [`AllocError::OutOfMemory`] also when the reserved bytes would pass `i64::MAX`
     /// (the statistics' range); [`AllocError::OutOfMemory`] /
-    /// [`AllocError::MemoryFractionExceeded`] after the full OOM sequence;
+    /// [`AllocError::MemoryFractionExceeded`] after the full OOM sequence (see
+    /// `xpu_caching::CachingAllocator`);
     /// [`AllocError::Device`] for other device errors.
     #[inline]
     pub fn allocate_with(
@@ -103,12 +104,10 @@ impl DeviceCore {
     ///
     /// # Errors
     /// As [`DeviceCore::allocate_with`].
-    pub fn raw_alloc(
-        &self,
-        size: u64,
-        key: StreamKey,
-        stream: impl FnOnce() -> StreamRef,
-    ) -> Result<u64, AllocError> {
+    pub fn raw_alloc<F>(&self, size: u64, key: StreamKey, stream: F) -> Result<u64, AllocError>
+    where
+        F: FnOnce() -> StreamRef,
+    {
         let ptr = self.allocate_with(size, key, stream)?;
         let address = ptr.address();
         if address != 0 {

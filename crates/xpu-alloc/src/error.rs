@@ -97,19 +97,22 @@ impl From<CacheError> for AllocError {
     #[inline]
     fn from(e: CacheError) -> Self {
         match e {
-            CacheError::OutOfMemory(r) => Self::OutOfMemory(r),
-            CacheError::MemoryFractionExceeded(r) => Self::MemoryFractionExceeded(r),
+            CacheError::OutOfMemory {
+                report,
+                fraction: true,
+            } => Self::MemoryFractionExceeded(report),
+            CacheError::OutOfMemory { report, .. } => Self::OutOfMemory(report),
             CacheError::TooLarge {
-                device,
                 requested,
                 max,
+                device,
             } => Self::TooLarge {
                 device,
                 requested,
                 max,
             },
-            CacheError::InvalidDevicePointer { address } => Self::InvalidDevicePointer { address },
-            CacheError::InvalidFraction { fraction } => Self::InvalidFraction { fraction },
+            CacheError::Foreign(address) => Self::InvalidDevicePointer { address },
+            CacheError::Fraction(fraction) => Self::InvalidFraction { fraction },
             CacheError::Device(msg) => Self::Device(msg),
             CacheError::Stream(e) => Self::Stream(e),
         }

@@ -60,38 +60,35 @@ impl std::fmt::Display for OomReport {
     }
 }
 
-/// A failure of the caching allocator.
+/// A failure of the caching allocator (`xpu-alloc` maps each to its `AllocError` of the
+/// same meaning).
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum CacheError {
-    /// The device has no room even after releasing every cached segment.
-    #[error("XPU out of memory. {0}")]
-    OutOfMemory(OomReport),
-    /// The request would take the reserved memory above the per-process memory fraction.
-    #[error("XPU memory fraction exceeded. {0}")]
-    MemoryFractionExceeded(OomReport),
-    /// The request can never be served: larger than the device's largest allocation
-    /// (or than 1 EiB).
-    #[error("XPU allocation of {requested} bytes can never succeed on device {device}: the largest single allocation is {max} bytes")]
+    /// No room after the whole OOM sequence; `fraction` when the memory fraction, not the
+    /// device, refused the last segment.
+    #[error("out of memory{}: {report}", if *.fraction { " (memory fraction)" } else { "" })]
+    OutOfMemory {
+        /// The figures of the failure.
+        report: OomReport,
+        /// Whether the memory fraction refused it.
+        fraction: bool,
+    },
+    /// A request above the device's largest allocation (or 1 EiB): never satisfiable.
+    #[error("{requested} bytes exceed the largest allocation ({max} bytes) of device {device}")]
     TooLarge {
-        /// Device index.
-        device: usize,
-        /// Requested size in bytes.
+        /// Bytes asked for.
         requested: u64,
-        /// Largest possible allocation in bytes.
+        /// The largest allocation of the device, in bytes.
         max: u64,
+        /// The device.
+        device: usize,
     },
-    /// `record_stream` of an allocation of another allocator.
-    #[error("invalid device pointer: {address:#x}")]
-    InvalidDevicePointer {
-        /// The allocation's address.
-        address: u64,
-    },
-    /// `set_memory_fraction` outside `(0, 1]`.
-    #[error("invalid memory fraction {fraction}: set it within (0, 1]")]
-    InvalidFraction {
-        /// The fraction given.
-        fraction: f64,
-    },
+    /// An allocation of another allocator (its address).
+    #[error("{0:#x} is not an allocation of this allocator")]
+    Foreign(u64),
+    /// A memory fraction outside `(0, 1]`.
+    #[error("memory fraction {0} is outside (0, 1]")]
+    Fraction(f64),
     /// A device error other than out-of-memory.
     #[error("device error: {0}")]
     Device(String),

@@ -53,6 +53,17 @@ use crate::source::SegmentSource;
 use crate::stats::MemoryStats;
 use crate::stream::StreamKey;
 
+/// Byte figures of [`CachingAllocator::memory_stats`] as methods (negative reads as 0).
+macro_rules! byte_figures {
+    ($($(#[$doc:meta])* $name:ident: $($field:ident).+,)*) => {$(
+        $(#[$doc])*
+        #[must_use]
+        pub fn $name(&self) -> u64 {
+            u64::try_from(self.memory_stats().$($field).+).unwrap_or(0)
+        }
+    )*};
+}
+
 /// Shards cached per thread (most recently used first).
 const SHARD_CACHE: usize = 8;
 
@@ -213,8 +224,8 @@ impl<B: Backend> CachingAllocator<B> {
     /// # Errors
     /// [`CacheError::TooLarge`] when the request exceeds the device's largest allocation or
     /// 1 EiB; [`CacheError::OutOfMemory`] also when the reserved bytes would pass `i64::MAX`
-    /// (the statistics' range); [`CacheError::OutOfMemory`] /
-    /// [`CacheError::MemoryFractionExceeded`] after the full OOM sequence;
+    /// (the statistics' range), and after the full OOM sequence (`fraction` set when the
+    /// memory fraction refused);
     /// [`CacheError::Device`] for other device errors.
     #[inline]
     pub fn allocate_with(
@@ -330,16 +341,14 @@ impl<B: Backend> CachingAllocator<B> {
     /// for the allocation stream.
     ///
     /// # Errors
-    /// [`CacheError::InvalidDevicePointer`] when `allocation` comes from another allocator.
+    /// [`CacheError::Foreign`] when `allocation` comes from another allocator.
     pub fn record_stream(
         &self,
         allocation: &Allocation<B>,
         stream: &B::Stream,
     ) -> Result<(), CacheError> {
         if !Arc::ptr_eq(&allocation.shard.shared, &self.inner.shared) {
-            return Err(CacheError::InvalidDevicePointer {
-                address: allocation.address(),
-            });
+            return Err(CacheError::Foreign(allocation.address()));
         }
         allocation.record_stream(stream);
         Ok(())
@@ -387,13 +396,13 @@ impl<B: Backend> CachingAllocator<B> {
     /// Limits reserved memory to `fraction` of the device total (as
     /// `set_per_process_memory_fraction`): a new segment that would take the reserved bytes
     /// above the limit fails (after the usual cache release) with
-    /// [`CacheError::MemoryFractionExceeded`].
+    /// [`CacheError::OutOfMemory`] with `fraction` set.
     ///
     /// # Errors
-    /// [`CacheError::InvalidFraction`] unless `0 < fraction <= 1`.
+    /// [`CacheError::Fraction`] unless `0 < fraction <= 1`.
     pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), CacheError> {
         if !(fraction > 0.0 && fraction <= 1.0) {
-            return Err(CacheError::InvalidFraction { fraction });
+            return Err(CacheError::Fraction(fraction));
         }
         self.inner.shared.set_fraction(fraction);
         Ok(())
@@ -426,28 +435,15 @@ impl<B: Backend> CachingAllocator<B> {
         stats
     }
 
-    /// Bytes handed out (as `torch.cuda.memory_allocated`).
-    #[must_use]
-    pub fn memory_allocated(&self) -> u64 {
-        nonneg(self.memory_stats().allocated_bytes.all.current)
-    }
-
-    /// Peak bytes handed out (as `torch.cuda.max_memory_allocated`).
-    #[must_use]
-    pub fn max_memory_allocated(&self) -> u64 {
-        nonneg(self.memory_stats().allocated_bytes.all.peak)
-    }
-
-    /// Bytes reserved from the device (as `torch.cuda.memory_reserved`).
-    #[must_use]
-    pub fn memory_reserved(&self) -> u64 {
-        nonneg(self.memory_stats().reserved_bytes.all.current)
-    }
-
-    /// Peak bytes reserved (as `torch.cuda.max_memory_reserved`).
-    #[must_use]
-    pub fn max_memory_reserved(&self) -> u64 {
-        nonneg(self.memory_stats().reserved_bytes.all.peak)
+    byte_figures! {
+        /// Bytes handed out (as `torch.cuda.memory_allocated`).
+        memory_allocated: allocated_bytes.all.current,
+        /// Peak bytes handed out (as `torch.cuda.max_memory_allocated`).
+        max_memory_allocated: allocated_bytes.all.peak,
+        /// Bytes reserved from the device (as `torch.cuda.memory_reserved`).
+        memory_reserved: reserved_bytes.all.current,
+        /// Peak bytes reserved (as `torch.cuda.max_memory_reserved`).
+        max_memory_reserved: reserved_bytes.all.peak,
     }
 
     /// Sets every peak to its current value (as `torch.cuda.reset_peak_memory_stats`).
@@ -487,10 +483,6 @@ impl<B: Backend> CachingAllocator<B> {
     pub fn reserved_bytes(&self) -> u64 {
         self.inner.shared.reserved()
     }
-}
-
-fn nonneg(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
 }
 
 /// The per-stream part of an allocation: events, best fit, garbage collection, release

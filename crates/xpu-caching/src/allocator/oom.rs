@@ -33,13 +33,7 @@ impl<B: Backend> CachingAllocator<B> {
         //    freed blocks since the first search), then another stream's whole segment.
         let markers = match self.with_all(|gs| {
             let mut st = local.stats();
-            for g in gs.iter_mut() {
-                g.process_events(&mut st);
-            }
-            if let Some(found) = gs[me].search(&req, gc) {
-                return Ok(gs[me].alloc_pooled(found, &req, &mut st));
-            }
-            if let Some(handed) = steal(gs, me, &req, &mut st) {
+            if let Some(handed) = drain_and_search(gs, me, &req, gc, &mut st) {
                 return Ok(handed);
             }
             Err(gs
@@ -58,13 +52,7 @@ impl<B: Backend> CachingAllocator<B> {
         let batches = match self.with_all(|gs| {
             let mut st = local.stats();
             if !markers.is_empty() {
-                for g in gs.iter_mut() {
-                    g.process_events(&mut st);
-                }
-                if let Some(found) = gs[me].search(&req, gc) {
-                    return Ok(gs[me].alloc_pooled(found, &req, &mut st));
-                }
-                if let Some(handed) = steal(gs, me, &req, &mut st) {
+                if let Some(handed) = drain_and_search(gs, me, &req, gc, &mut st) {
                     return Ok(handed);
                 }
             }
@@ -115,11 +103,29 @@ impl<B: Backend> CachingAllocator<B> {
         shared
             .history
             .record(TraceAction::Oom, report.free, req.rounded, shard.key.id);
-        Err(match failure {
-            SegmentFailure::Fraction => CacheError::MemoryFractionExceeded(report),
-            _ => CacheError::OutOfMemory(report),
+        Err(CacheError::OutOfMemory {
+            report,
+            fraction: failure == SegmentFailure::Fraction,
         })
     }
+}
+
+/// Frees the blocks whose markers completed on every stream, then serves `req` from stream
+/// `me`'s pool, else from another stream's whole cached segment ([`steal`]).
+fn drain_and_search<B: Backend>(
+    guards: &mut [MutexGuard<'_, ShardState<B>>],
+    me: usize,
+    req: &Request,
+    gc: bool,
+    st: &mut StatsWriter<'_>,
+) -> Option<Handed> {
+    for g in guards.iter_mut() {
+        g.process_events(st);
+    }
+    if let Some(found) = guards[me].search(req, gc) {
+        return Some(guards[me].alloc_pooled(found, req, st));
+    }
+    steal(guards, me, req, st)
 }
 
 /// Moves the best-fitting cached whole free segment of another stream to stream `me`,
