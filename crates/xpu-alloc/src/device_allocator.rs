@@ -140,7 +140,7 @@ impl DeviceAllocator {
         self.core.raw_delete(ptr.address())
     }
 
-    /// See [`DeviceCore::empty_cache`]. Does nothing in a bad fork child.
+    /// See [`CachingAllocator::empty_cache`](xpu_caching::CachingAllocator::empty_cache). Does nothing in a bad fork child.
     pub fn empty_cache(&self) {
         if xpu_device::fork::is_in_bad_fork() {
             return;
@@ -148,7 +148,7 @@ impl DeviceAllocator {
         self.core.empty_cache();
     }
 
-    /// See [`DeviceCore::memory_stats`]. All zero in a bad fork child (the statistics'
+    /// See [`CachingAllocator::memory_stats`](xpu_caching::CachingAllocator::memory_stats). All zero in a bad fork child (the statistics'
     /// locks may have been held at the fork); the crate-level functions return `BadFork`.
     #[must_use]
     pub fn memory_stats(&self) -> MemoryStats {

@@ -24,7 +24,9 @@
 //! Contract: safe code cannot reach memory outside its own allocation (views and copy
 //! regions are borrowed from the [`DataPtr`] and bounded by its requested size); a block
 //! returns to the cache only after the markers of every stream that used it completed; no
-//! user code and no driver wait runs under an allocator lock.
+//! user code and no driver wait runs under an allocator lock. [`ClBackend`] provides the
+//! stream-ordered contract of `xpu_caching::Backend` with in-order OpenCL queues, flushed
+//! markers and barriers.
 //!
 //! ```
 //! # fn main() -> Result<(), xpu_alloc::AllocError> {

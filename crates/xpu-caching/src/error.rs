@@ -6,8 +6,8 @@ use thiserror::Error;
 use crate::size::format_size;
 use crate::stream::MarkerError;
 
-/// Figures of a failed allocation, for [`CacheError::OutOfMemory`] and
-/// [`CacheError::MemoryFractionExceeded`]. All sizes in bytes.
+/// Figures of a failed allocation, for [`CacheError::OutOfMemory`].
+/// All sizes in bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OomReport {
     /// Device index.
