@@ -642,6 +642,7 @@ fn free_segment<B: Backend>(
     }
 }
 
+#[inline]
 fn apply_net(stat: &CellArray, kind: PoolKind, net: i64) {
     match net.cmp(&0) {
         std::cmp::Ordering::Greater => stat.increase(kind, net.unsigned_abs()),
