@@ -76,7 +76,6 @@ impl FreePool {
     }
 
     #[inline]
-
     pub(crate) fn remove(&mut self, size: u64, addr: u64, block: u32) {
         let key = order(size, addr);
         match &mut self.set {

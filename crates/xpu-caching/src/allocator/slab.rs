@@ -29,7 +29,6 @@ impl<T> Slab<T> {
     }
 
     #[inline]
-
     pub(crate) fn remove(&mut self, index: u32) -> Option<T> {
         let value = self.items.get_mut(index as usize)?.take();
         if value.is_some() {
@@ -39,7 +38,6 @@ impl<T> Slab<T> {
     }
 
     #[inline]
-
     pub(crate) fn get(&self, index: u32) -> Option<&T> {
         self.items.get(index as usize)?.as_ref()
     }

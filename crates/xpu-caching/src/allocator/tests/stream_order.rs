@@ -1,21 +1,16 @@
-//! Stream-ordered correctness on simulated devices: the OOM path drains pending frees and
-//! searches the pool again before releasing cached segments; statistics readers never wait
-//! for an allocation in progress; the oversize rule under every release policy.
+//! Stream-ordered correctness on the simulated backend: the OOM path drains pending frees
+//! and searches the pool again before releasing cached segments; statistics readers never
+//! wait for an allocation in progress; the oversize rule under every release policy.
 
-mod common;
-
-use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
-use common::{sim_core, stream, MIB};
 use parking_lot::Mutex;
-use xpu_alloc::{
-    AllocConfig, DeviceCore, SegmentSource, SimulatedSource, SourceError, SourceSegment,
-};
 
-/// Hang detection only (never an ordering): a call that should return at once.
-const HANG: Duration = Duration::from_secs(20);
+use super::{returns, sim_core, stream, MIB};
+use crate::allocator::CachingAllocator;
+use crate::config::AllocConfig;
+use crate::sim_stream::SimBackend;
+use crate::source::{SegmentSource, Simulated, SimulatedSource, SourceError, SourceSegment};
 
 /// With a 64 MiB limit, a 40 MiB block sharing its segment with a live 16 MiB block is
 /// freed after being used on a gated stream: the next 40 MiB request must wait for the
@@ -26,16 +21,16 @@ fn oom_path_reuses_a_pending_block_of_a_split_segment_after_draining() {
     core.set_memory_fraction(0.5).unwrap();
     let (_, a) = stream(1);
     let (b_sim, b) = stream(2);
-    drop(core.allocate(56 * MIB, &a).unwrap());
-    let x = core.allocate(40 * MIB, &a).unwrap();
-    let _live = core.allocate(16 * MIB, &a).unwrap();
+    drop(core.alloc(56 * MIB, &a).unwrap());
+    let x = core.alloc(40 * MIB, &a).unwrap();
+    let _live = core.alloc(16 * MIB, &a).unwrap();
     let addr = x.address();
     let _gate = b_sim.close_gate(); // stream B's work on x is still queued
     core.record_stream(&x, &b).unwrap();
     drop(x);
     let before = core.memory_stats();
     let y = core
-        .allocate(40 * MIB, &a)
+        .alloc(40 * MIB, &a)
         .expect("the pending 40 MiB block fits once B's work is done");
     assert_eq!(y.address(), addr);
     let st = core.memory_stats();
@@ -54,13 +49,13 @@ fn oom_path_reuses_a_pending_whole_segment_without_releasing_it() {
     core.set_memory_fraction(0.5).unwrap();
     let (_, a) = stream(1);
     let (b_sim, b) = stream(2);
-    let x = core.allocate(40 * MIB, &a).unwrap();
-    let _live = core.allocate(16 * MIB, &a).unwrap();
+    let x = core.alloc(40 * MIB, &a).unwrap();
+    let _live = core.alloc(16 * MIB, &a).unwrap();
     let addr = x.address();
     let _gate = b_sim.close_gate();
     core.record_stream(&x, &b).unwrap();
     drop(x);
-    let y = core.allocate(40 * MIB, &a).unwrap();
+    let y = core.alloc(40 * MIB, &a).unwrap();
     assert_eq!(y.address(), addr, "the pending block itself is reused");
     let st = core.memory_stats();
     assert_eq!(
@@ -74,25 +69,15 @@ fn oom_path_reuses_a_pending_whole_segment_without_releasing_it() {
     );
 }
 
-/// Runs `f` on another thread and returns its result, or `None` when it did not return
-/// within [`HANG`].
-fn returns<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> Option<R> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(HANG).ok()
-}
-
 /// A source that reads the allocator's statistics from inside `allocate`.
 struct ReadingSource {
     inner: SimulatedSource,
-    core: Arc<OnceLock<DeviceCore>>,
+    core: Arc<OnceLock<CachingAllocator<SimBackend>>>,
     seen: Arc<Mutex<Vec<i64>>>,
 }
 
 impl SegmentSource for ReadingSource {
-    type Memory = xpu_alloc::SegmentMemory;
+    type Memory = Simulated;
 
     fn device(&self) -> usize {
         self.inner.device()
@@ -109,7 +94,7 @@ impl SegmentSource for ReadingSource {
     fn base_addr_align(&self) -> u64 {
         self.inner.base_addr_align()
     }
-    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
+    fn allocate(&self, size: u64) -> Result<SourceSegment<Simulated>, SourceError> {
         if let Some(core) = self.core.get() {
             self.seen
                 .lock()
@@ -117,7 +102,7 @@ impl SegmentSource for ReadingSource {
         }
         self.inner.allocate(size)
     }
-    fn free(&self, segment: SourceSegment) {
+    fn free(&self, segment: SourceSegment<Simulated>) {
         if let Some(core) = self.core.get() {
             self.seen
                 .lock()
@@ -136,11 +121,11 @@ fn statistics_can_be_read_from_inside_a_segment_source() {
         core: cell.clone(),
         seen: seen.clone(),
     };
-    let core = DeviceCore::new(Box::new(source), AllocConfig::default());
+    let core = CachingAllocator::new(Box::new(source), AllocConfig::default());
     let _ = cell.set(core.clone());
     let (_, s) = stream(1);
     let done = returns(move || {
-        let p = core.allocate(20 * MIB, &s).unwrap();
+        let p = core.alloc(20 * MIB, &s).unwrap();
         drop(p);
         core.empty_cache();
         core.memory_reserved()
@@ -161,14 +146,14 @@ fn oversize_rule_holds_under_every_release_policy() {
     for policy in ["", ",release_policy:before_grow", ",release_policy:on_oom"] {
         let (core, _) = sim_core(1 << 40, &format!("max_split_size_mb:64{policy}"));
         let (_, s) = stream(1);
-        drop(core.allocate(100 * MIB, &s).unwrap());
-        let p = core.allocate(70 * MIB, &s).unwrap();
+        drop(core.alloc(100 * MIB, &s).unwrap());
+        let p = core.alloc(70 * MIB, &s).unwrap();
         assert_eq!(p.allocated_size(), 70 * MIB, "{policy}");
         drop(p);
         let after_first = core.memory_stats().num_device_alloc;
         for _ in 0..100 {
-            let big = core.allocate(100 * MIB, &s).unwrap();
-            let p = core.allocate(70 * MIB, &s).unwrap();
+            let big = core.alloc(100 * MIB, &s).unwrap();
+            let p = core.alloc(70 * MIB, &s).unwrap();
             assert_eq!(p.allocated_size(), 70 * MIB, "{policy}");
             drop((big, p));
         }

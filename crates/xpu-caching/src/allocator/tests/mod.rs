@@ -7,14 +7,43 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::CachingAllocator;
+use super::{Allocation, CachingAllocator};
 use crate::backend::Backend;
 use crate::config::AllocConfig;
-use crate::sim_stream::{SimMarker, SimStream};
+use crate::error::CacheError;
+use crate::sim_stream::{SimBackend, SimMarker, SimStream};
 use crate::source::{Simulated, SimulatedSource};
 use crate::stream::{MarkerError, StreamKey};
 
+mod stream_order;
+mod streams;
+
 const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+impl<B: Backend> CachingAllocator<B> {
+    /// [`CachingAllocator::allocate`] of a non-zero size.
+    fn alloc(&self, size: u64, stream: &B::Stream) -> Result<Allocation<B>, CacheError> {
+        self.allocate(size, stream)
+            .map(|a| a.expect("a non-zero size gives an allocation"))
+    }
+}
+
+/// An allocator over a simulated device of `capacity` bytes (max allocation = capacity).
+fn sim_core(capacity: u64, config: &str) -> (CachingAllocator<SimBackend>, Arc<SimulatedSource>) {
+    let source = Arc::new(SimulatedSource::new(0, capacity, capacity));
+    let config = AllocConfig::parse(config).expect("valid config");
+    (
+        CachingAllocator::new(Box::new(source.clone()), config),
+        source,
+    )
+}
+
+/// A simulated stream with id `id` on device 0 (twice: the handle and the backend stream).
+fn stream(id: u64) -> (Arc<SimStream>, Arc<SimStream>) {
+    let s = SimStream::new(StreamKey::new(0, id));
+    (s.clone(), s)
+}
 /// Hang detection only (never an ordering): a call that should return at once.
 const HANG: Duration = Duration::from_secs(20);
 
@@ -142,7 +171,7 @@ fn statistics_do_not_wait_for_an_allocation_waiting_on_device_work() {
     let (tx, started) = mpsc::channel();
     *held.waiting.lock() = Some(tx);
     let b = Arc::new(TestStream::Held(StreamKey::new(0, 2), held.clone()));
-    let x = core.allocate(40 * MIB, &a).unwrap().unwrap();
+    let x = core.alloc(40 * MIB, &a).unwrap();
     core.record_stream(&x, &b).unwrap();
     drop(x);
     let alloc = {
@@ -169,18 +198,18 @@ fn a_block_whose_free_marker_fails_is_never_reused() {
     let (_, a) = sim(1);
     let (b_sim, b) = sim(2);
     let broken = Arc::new(TestStream::Broken(StreamKey::new(0, 3)));
-    let x = core.allocate(MIB, &a).unwrap().unwrap();
+    let x = core.alloc(MIB, &a).unwrap();
     let addr = x.address();
     core.record_stream(&x, &broken).unwrap();
     core.record_stream(&x, &b).unwrap(); // a use whose marker completes
     drop(x);
     b_sim.open_gate();
     for _ in 0..3 {
-        let y = core.allocate(MIB, &a).unwrap().unwrap();
+        let y = core.alloc(MIB, &a).unwrap();
         assert_ne!(y.address(), addr, "the block was reused");
     }
     core.empty_cache();
-    let y = core.allocate(MIB, &a).unwrap().unwrap();
+    let y = core.alloc(MIB, &a).unwrap();
     assert_ne!(y.address(), addr, "the block was reused after empty_cache");
     assert_eq!(
         core.memory_stats().active.all.current,
