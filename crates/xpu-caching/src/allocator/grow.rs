@@ -1,4 +1,4 @@
-//! Device-wide segment steps shared by the per-stream path (`DeviceCore`'s
+//! Device-wide segment steps shared by the per-stream path (`CachingAllocator`'s
 //! allocation) and the OOM path: obtain a segment, classify a failure, release segments.
 
 use super::device_wide::{DeviceShared, SegmentFailure};
