@@ -1,7 +1,7 @@
 //! Allocator statistics with PyTorch's definitions (reference §4.13).
 //!
 //! Each thread keeps its own cell of these statistics and readers sum the cells: see
-//! "Statistics under concurrency" on `xpu_alloc::DeviceCore` for what a peak means then.
+//! "Statistics under concurrency" on [`CachingAllocator`](crate::CachingAllocator) for what a peak means then.
 
 use std::collections::BTreeMap;
 
