@@ -243,7 +243,8 @@ impl MemPool {
 
     /// The pool's statistics (as `torch.cuda.memory_stats` restricted to the pool): its
     /// allocations, blocks and segments only, in bytes and counts. Exact for currents and
-    /// accumulations; peaks as the device's (see [`crate::DeviceCore`]).
+    /// accumulations; peaks as the device's (see
+    /// [`CachingAllocator`](xpu_caching::CachingAllocator)).
     #[must_use]
     pub fn memory_stats(&self) -> MemoryStats {
         if xpu_device::fork::is_in_bad_fork() {
