@@ -39,7 +39,7 @@ impl Bench {
         let streams = (0..THREADS[THREADS.len() - 1] as u64)
             .map(|i| {
                 let key = StreamKey::new(0, i);
-                (key, SimStream::new(key).as_ref())
+                (key, StreamRef::from(SimStream::new(key)))
             })
             .collect();
         Self { core, streams }

@@ -1,17 +1,22 @@
-//! The stream seam over real streams: markers are OpenCL markers enqueued on the stream's
-//! queue; a device-side wait is a barrier on the waiting stream.
+//! The OpenCL implementation of the caching allocator's [`Backend`]: markers are OpenCL
+//! markers enqueued on the stream's queue; a device-side wait is a barrier on the waiting
+//! stream; segments are OpenCL buffers ([`crate::BufferSource`]). The same backend also
+//! runs the allocator without a device (simulated memory and [`SimStream`]s), for replays,
+//! benchmarks and tests of the registry-free API.
 //!
 //! A [`ClStream`] holds a strong reference to its queue, taken when it is created (at
 //! allocation-stream registration and at `record_stream`): an external stream dropped by
 //! its owner afterwards still gets the marker that orders the reuse of a block it used.
 
-use std::any::Any;
 use std::sync::Arc;
 
+use xpu_caching::sim_stream::{SimMarker, SimStream};
+use xpu_caching::Backend;
 use xpu_device::backend::ClEvent;
 use xpu_stream::{QueueRef, Stream};
 
-use crate::stream::{Marker, MarkerError, MarkerStream, StreamKey, StreamRef};
+use crate::source::SegmentMemory;
+use crate::stream::{MarkerError, StreamKey};
 
 /// The allocator's key of a stream.
 #[must_use]
@@ -33,10 +38,10 @@ impl ClStream {
     /// stream whose queue is already released fails each marker operation instead).
     #[must_use]
     pub fn shared(stream: Stream) -> StreamRef {
-        Arc::new(Self {
+        StreamRef::Device(Arc::new(Self {
             stream,
             queue: stream.queue().ok(),
-        })
+        }))
     }
 
     /// The stream as a [`StreamRef`] holding its queue.
@@ -45,10 +50,10 @@ impl ClStream {
     /// [`MarkerError`] when the stream's queue is released (a dropped external stream).
     pub fn try_shared(stream: Stream) -> Result<StreamRef, MarkerError> {
         let queue = stream.queue().map_err(marker_error)?;
-        Ok(Arc::new(Self {
+        Ok(StreamRef::Device(Arc::new(Self {
             stream,
             queue: Some(queue),
-        }))
+        })))
     }
 
     /// The stream handle.
@@ -74,46 +79,121 @@ fn marker_error(e: impl std::fmt::Display) -> MarkerError {
 #[derive(Debug)]
 pub struct EventMarker(ClEvent);
 
-impl Marker for EventMarker {
+impl EventMarker {
     fn is_complete(&self) -> bool {
         // An event that cannot be queried has terminated abnormally: treat it as complete.
         self.0.is_complete().unwrap_or(true)
     }
-
-    fn wait(&self) -> Result<(), MarkerError> {
-        self.0.wait().map_err(marker_error)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
 }
 
-impl MarkerStream for ClStream {
-    fn key(&self) -> StreamKey {
-        stream_key(&self.stream)
-    }
-
-    fn record_marker(&self) -> Result<Box<dyn Marker>, MarkerError> {
+impl ClStream {
+    fn record_marker(&self) -> Result<EventMarker, MarkerError> {
         let queue = self.queue()?;
         let event = queue.enqueue_marker(&[]).map_err(marker_error)?;
         queue.flush().map_err(marker_error)?;
-        Ok(Box::new(EventMarker(event)))
+        Ok(EventMarker(event))
+    }
+}
+
+/// A stream as the allocator of this crate sees it (cheap to clone): a device stream, or a
+/// simulated one (for the allocator without a device).
+#[derive(Debug, Clone)]
+pub enum StreamRef {
+    /// A real stream (see [`ClStream::shared`]).
+    Device(Arc<ClStream>),
+    /// A simulated stream.
+    Simulated(Arc<SimStream>),
+}
+
+impl StreamRef {
+    /// The stream's identity.
+    #[must_use]
+    pub fn key(&self) -> StreamKey {
+        match self {
+            Self::Device(s) => stream_key(&s.stream),
+            Self::Simulated(s) => s.key(),
+        }
+    }
+}
+
+impl From<Arc<SimStream>> for StreamRef {
+    fn from(stream: Arc<SimStream>) -> Self {
+        Self::Simulated(stream)
+    }
+}
+
+/// A marker of a [`StreamRef`].
+#[derive(Debug)]
+pub enum StreamMarker {
+    /// An OpenCL marker.
+    Device(EventMarker),
+    /// A marker of a simulated stream.
+    Simulated(SimMarker),
+}
+
+/// The OpenCL backend of the caching allocator: OpenCL buffers (or simulated memory),
+/// [`StreamRef`]s and their markers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClBackend;
+
+impl Backend for ClBackend {
+    type Memory = SegmentMemory;
+    type Stream = StreamRef;
+    type Marker = StreamMarker;
+
+    fn stream_key(stream: &StreamRef) -> StreamKey {
+        stream.key()
     }
 
-    fn wait_marker(&self, marker: &dyn Marker) -> Result<(), MarkerError> {
-        let marker = marker
-            .as_any()
-            .downcast_ref::<EventMarker>()
-            .ok_or_else(|| {
-                MarkerError("a stream can only wait for markers of device streams".to_owned())
-            })?;
-        let queue = self.queue()?;
-        queue.enqueue_barrier(&[&marker.0]).map_err(marker_error)?;
-        Ok(())
+    fn record_marker(stream: &StreamRef) -> Result<StreamMarker, MarkerError> {
+        match stream {
+            StreamRef::Device(s) => s.record_marker().map(StreamMarker::Device),
+            StreamRef::Simulated(s) => Ok(StreamMarker::Simulated(s.record_marker())),
+        }
     }
 
-    fn synchronize(&self) -> Result<(), MarkerError> {
-        self.queue()?.finish().map_err(marker_error)
+    fn marker_complete(marker: &StreamMarker) -> bool {
+        match marker {
+            StreamMarker::Device(m) => m.is_complete(),
+            StreamMarker::Simulated(m) => m.is_complete(),
+        }
     }
+
+    fn wait(marker: &StreamMarker) -> Result<(), MarkerError> {
+        match marker {
+            StreamMarker::Device(m) => m.0.wait().map_err(marker_error),
+            StreamMarker::Simulated(m) => {
+                m.wait();
+                Ok(())
+            }
+        }
+    }
+
+    fn stream_wait(stream: &StreamRef, marker: &StreamMarker) -> Result<(), MarkerError> {
+        match (stream, marker) {
+            (StreamRef::Device(s), StreamMarker::Device(m)) => {
+                s.queue()?.enqueue_barrier(&[&m.0]).map_err(marker_error)?;
+                Ok(())
+            }
+            (StreamRef::Simulated(s), StreamMarker::Simulated(m)) => {
+                s.wait_marker(m);
+                Ok(())
+            }
+            _ => Err(MarkerError(
+                "a stream can only wait for markers of streams of its own kind".to_owned(),
+            )),
+        }
+    }
+
+    fn synchronize(stream: &StreamRef) -> Result<(), MarkerError> {
+        match stream {
+            StreamRef::Device(s) => s.queue()?.finish().map_err(marker_error),
+            StreamRef::Simulated(s) => {
+                s.synchronize();
+                Ok(())
+            }
+        }
+    }
+
+    xpu_caching::thread_caches!(ClBackend);
 }

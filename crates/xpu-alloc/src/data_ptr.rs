@@ -1,22 +1,20 @@
 //! [`DataPtr`]: an allocation that frees itself on drop.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
+use xpu_caching::Allocation;
 use xpu_device::backend::{raw, Buffer, Kernel};
 use xpu_device::DeviceError;
 use xpu_stream::Stream;
 
-use crate::caching::shard::Shard;
-use crate::caching::thread_cache::with_local;
+use crate::cl_stream::{ClBackend, StreamRef};
 use crate::error::AllocError;
 use crate::source::SegmentMemory;
-use crate::stream::{StreamKey, StreamRef};
+use crate::stream::StreamKey;
 
 pub(crate) struct Live {
-    pub shard: Arc<Shard>,
-    pub block: u32,
-    pub address: u64,
-    pub block_size: u64,
+    /// The caching allocator's block (freed when dropped).
+    pub allocation: Allocation<ClBackend>,
     /// The sub-buffer of exactly this allocation, created at its first use as a kernel
     /// argument ([`DataPtr::set_kernel_arg`]) and released with the allocation (queued
     /// commands keep their own reference until they complete, OpenCL 3.0 §5.5.1).
@@ -33,25 +31,22 @@ pub struct DataPtr {
 }
 
 impl DataPtr {
-    pub(crate) fn new(
-        shard: Arc<Shard>,
-        block: u32,
-        address: u64,
-        block_size: u64,
-        size: u64,
-    ) -> Self {
-        let device = shard.key.device;
+    #[inline]
+    pub(crate) fn new(allocation: Allocation<ClBackend>) -> Self {
+        let (device, size) = (allocation.device(), allocation.size());
         Self {
             live: Some(Live {
-                shard,
-                block,
-                address,
-                block_size,
+                allocation,
                 sub_buffer: OnceLock::new(),
             }),
             device,
             size,
         }
+    }
+
+    /// The caching allocator's block (`None` when empty).
+    pub(crate) fn allocation(&self) -> Option<&Allocation<ClBackend>> {
+        self.live.as_ref().map(|l| &l.allocation)
     }
 
     /// An empty pointer (zero-size allocation) on `device`.
@@ -74,7 +69,9 @@ impl DataPtr {
     /// when the block was not split). 0 when empty.
     #[must_use]
     pub fn allocated_size(&self) -> u64 {
-        self.live.as_ref().map_or(0, |l| l.block_size)
+        self.live
+            .as_ref()
+            .map_or(0, |l| l.allocation.allocated_size())
     }
 
     /// Device index.
@@ -87,7 +84,7 @@ impl DataPtr {
     /// (0 when empty).
     #[must_use]
     pub fn address(&self) -> u64 {
-        self.live.as_ref().map_or(0, |l| l.address)
+        self.live.as_ref().map_or(0, |l| l.allocation.address())
     }
 
     /// Whether this is a zero-size allocation.
@@ -99,7 +96,7 @@ impl DataPtr {
     /// The stream the block was allocated on (its allocation stream).
     #[must_use]
     pub fn stream(&self) -> Option<StreamKey> {
-        self.live.as_ref().map(|l| l.shard.key)
+        self.live.as_ref().map(|l| l.allocation.stream())
     }
 
     /// The raw `cl_mem` of the segment holding this allocation and the allocation's byte
@@ -157,16 +154,16 @@ impl DataPtr {
         let live = self.live.as_ref().ok_or_else(|| {
             AllocError::Unsupported("an empty allocation has no buffer".to_owned())
         })?;
-        live.shard
-            .with_segment(live.block, |segment, address| match &segment.memory {
-                SegmentMemory::Buffer(buffer) => Ok(f(buffer, address - segment.address)),
+        live.allocation
+            .with_segment(|segment, offset| match &segment.memory {
+                SegmentMemory::Buffer(buffer) => Ok(f(buffer, offset)),
                 SegmentMemory::Simulated => Err(AllocError::Unsupported(
                     "simulated memory has no cl_mem".to_owned(),
                 )),
             })
             .unwrap_or_else(|| {
                 Err(AllocError::InvalidDevicePointer {
-                    address: live.address,
+                    address: live.allocation.address(),
                 })
             })
     }
@@ -267,12 +264,12 @@ impl DataPtr {
 
     /// Id of the allocator state (default pool or private pool) that owns the block.
     pub(crate) fn owner_id(&self) -> Option<u64> {
-        self.live.as_ref().map(|l| l.shard.shared.id)
+        self.live.as_ref().map(|l| l.allocation.owner_id())
     }
 
     pub(crate) fn record_stream_ref(&self, stream: &StreamRef) {
         if let Some(live) = &self.live {
-            live.shard.record_stream(live.block, stream);
+            live.allocation.record_stream(stream);
         }
     }
 }
@@ -290,23 +287,11 @@ impl std::fmt::Debug for DataPtr {
 
 impl Drop for DataPtr {
     fn drop(&mut self) {
+        // Otherwise `live` drops after this: its allocation returns the block to the cache.
         if xpu_device::fork::is_in_bad_fork() {
             // A child forked after OpenCL was initialized: the block stays with the parent's
             // copy of the allocator (leaked here); taking its lock could hang.
             std::mem::forget(self.live.take());
-            return;
-        }
-        if let Some(live) = self.live.take() {
-            live.shard.shared.history.record(
-                crate::observe::TraceAction::FreeRequested,
-                live.address,
-                self.size,
-                live.shard.key.id,
-            );
-            let shard = &live.shard;
-            with_local(&shard.shared, |local| {
-                shard.free(live.block, || local.stats())
-            });
         }
     }
 }

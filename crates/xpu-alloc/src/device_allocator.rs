@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use xpu_stream::Stream;
 
-use crate::caching::DeviceCore;
 use crate::cl_stream::{stream_key, ClStream};
 use crate::config::{AllocConfig, MemoryKind};
 use crate::data_ptr::DataPtr;
+use crate::device_core::DeviceCore;
 use crate::device_ptr::DevicePtr;
 use crate::error::{check_fork, AllocError};
 use crate::mem_pool::{self, MemPool, MemPoolId, PoolRegistry};
@@ -68,7 +68,7 @@ impl DeviceAllocator {
     /// The pool the calling thread routes this allocator's allocations to.
     #[inline]
     fn routed(&self) -> Option<MemPool> {
-        mem_pool::routed(self.core.shared().id)
+        mem_pool::routed(self.core.id())
     }
 
     /// The device-independent allocator inside.
@@ -157,7 +157,7 @@ impl DeviceAllocator {
         self.check_stream(stream)?;
         let stream = ClStream::try_shared(*stream)?;
         match ptr.owner_id() {
-            Some(owner) if owner != self.core.shared().id && self.pools.contains(owner) => {
+            Some(owner) if owner != self.core.id() && self.pools.contains(owner) => {
                 ptr.record_stream_ref(&stream);
                 Ok(())
             }
@@ -196,7 +196,8 @@ impl DeviceAllocator {
         self.core.raw_delete(ptr.address())
     }
 
-    /// Releases the default pool's cached unused segments ([`DeviceCore::empty_cache`]) and
+    /// Releases the default pool's cached unused segments
+    /// ([`CachingAllocator::empty_cache`](xpu_caching::CachingAllocator::empty_cache)) and
     /// those of dropped private pools (torch's freeable pools, reference §4.10: the unused
     /// segments of a dropped pool that still holds allocations, and the releases handed to
     /// the background thread), each after the work on its stream; live pools keep their
@@ -211,10 +212,11 @@ impl DeviceAllocator {
     }
 
     /// The device's statistics (as `torch.xpu.memory_stats(device)`): the default pool's
-    /// ([`DeviceCore::memory_stats`]) plus every private pool's, dropped pools included
-    /// (as torch's device statistics count private pools). Currents and accumulations are
-    /// exact sums; a peak is the sum of the pools' peaks, an upper bound of the device's
-    /// peak once private pools are used. All zero in a bad fork child (the statistics'
+    /// ([`CachingAllocator::memory_stats`](xpu_caching::CachingAllocator::memory_stats))
+    /// plus every private pool's, dropped pools included (as torch's device statistics
+    /// count private pools). Currents and accumulations are exact sums; a peak is the sum of
+    /// the pools' peaks, an upper bound of the device's peak once private pools are used.
+    /// All zero in a bad fork child (the statistics'
     /// locks may have been held at the fork); the crate-level functions return `BadFork`.
     #[must_use]
     pub fn memory_stats(&self) -> MemoryStats {

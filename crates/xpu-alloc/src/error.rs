@@ -3,62 +3,9 @@
 use thiserror::Error;
 
 use crate::config::ConfigError;
-use crate::size::format_size;
 use crate::stream::MarkerError;
-
-/// Figures of a failed allocation, for [`AllocError::OutOfMemory`] and
-/// [`AllocError::MemoryFractionExceeded`]. All sizes in bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OomReport {
-    /// Device index.
-    pub device: usize,
-    /// The requested size.
-    pub requested: u64,
-    /// The segment size the allocator tried to obtain (PyTorch's "Tried to allocate").
-    pub segment_size: u64,
-    /// Total device memory.
-    pub total: u64,
-    /// Free device memory (device query, else total minus reserved).
-    pub free: u64,
-    /// Bytes handed out by this allocator.
-    pub allocated: u64,
-    /// Bytes reserved by this allocator.
-    pub reserved: u64,
-    /// Bytes allowed by the memory fraction, when one is set.
-    pub allowed: Option<u64>,
-}
-
-impl OomReport {
-    /// Reserved bytes not handed out (`reserved - allocated`).
-    #[must_use]
-    pub fn reserved_unallocated(&self) -> u64 {
-        self.reserved.saturating_sub(self.allocated)
-    }
-}
-
-impl std::fmt::Display for OomReport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Tried to allocate {} (a segment of {}). Device {} has a total capacity of {} of which {} is free. ",
-            format_size(self.requested),
-            format_size(self.segment_size),
-            self.device,
-            format_size(self.total),
-            format_size(self.free),
-        )?;
-        if let Some(allowed) = self.allowed {
-            write!(f, "{} allowed; ", format_size(allowed))?;
-        }
-        write!(
-            f,
-            "Of the allocated memory {} is allocated by the xpu allocator, and {} is reserved by the xpu \
-             allocator but unallocated. Call `empty_cache` to release all unoccupied cached memory.",
-            format_size(self.allocated),
-            format_size(self.reserved_unallocated()),
-        )
-    }
-}
+use xpu_caching::error::CacheError;
+pub use xpu_caching::error::OomReport;
 
 /// An allocator failure.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -184,5 +131,31 @@ pub(crate) fn check_fork() -> Result<(), AllocError> {
         Err(AllocError::BadFork)
     } else {
         Ok(())
+    }
+}
+
+impl From<CacheError> for AllocError {
+    #[inline]
+    fn from(e: CacheError) -> Self {
+        match e {
+            CacheError::OutOfMemory {
+                report,
+                fraction: true,
+            } => Self::MemoryFractionExceeded(report),
+            CacheError::OutOfMemory { report, .. } => Self::OutOfMemory(report),
+            CacheError::TooLarge {
+                requested,
+                max,
+                device,
+            } => Self::TooLarge {
+                device,
+                requested,
+                max,
+            },
+            CacheError::Foreign(address) => Self::InvalidDevicePointer { address },
+            CacheError::Fraction(fraction) => Self::InvalidFraction { fraction },
+            CacheError::Device(msg) => Self::Device(msg),
+            CacheError::Stream(e) => Self::Stream(e),
+        }
     }
 }

@@ -3,11 +3,15 @@
 //! replay.
 //!
 //! Layers:
-//! - [`config`](mod@config), [`size`], [`stats`], [`stream`], [`sim_stream`], the trace
-//!   vocabulary and history ([`History`], [`TraceAction`]): from the backend-independent
-//!   `xpu-caching` crate, re-exported here;
-//! - [`source`]: where segments come from ([`SegmentSource`]; [`SimulatedSource`]);
-//! - [`DeviceCore`]: the allocator of one device over any source and streams;
+//! - the caching algorithm ([`xpu_caching::CachingAllocator`]) and [`config`](mod@config),
+//!   [`size`], [`stats`], [`stream`], [`sim_stream`], the trace vocabulary and history
+//!   ([`History`], [`TraceAction`]): from the backend-independent `xpu-caching` crate
+//!   (re-exported here);
+//! - [`ClBackend`]: this crate's implementation of the caching allocator's backend trait
+//!   (OpenCL markers and barriers on [`StreamRef`]s, or simulated streams), and [`source`]:
+//!   where segments come from ([`BufferSource`]: OpenCL buffers; [`SimulatedSource`]);
+//! - [`DeviceCore`]: the caching allocator of one device over [`ClBackend`], handing out
+//!   [`DataPtr`]s (with the `raw_alloc` address table);
 //! - [`DeviceAllocator`] and the crate-level functions ([`allocate`], [`record_stream`],
 //!   [`empty_cache`], [`memory_stats`], ...): one allocator per OpenCL device, created on
 //!   first use, over `xpu_stream` streams;
@@ -22,7 +26,9 @@
 //! Contract: safe code cannot reach memory outside its own allocation (views and copy
 //! regions are borrowed from the [`DataPtr`] and bounded by its requested size); a block
 //! returns to the cache only after the markers of every stream that used it completed; no
-//! user code and no driver wait runs under an allocator lock.
+//! user code and no driver wait runs under an allocator lock. [`ClBackend`] provides the
+//! stream-ordered contract of `xpu_caching::Backend` with in-order OpenCL queues, flushed
+//! markers and barriers.
 //!
 //! ```
 //! # fn main() -> Result<(), xpu_alloc::AllocError> {
@@ -37,26 +43,27 @@
 //! ```
 #![forbid(unsafe_code)]
 
-mod caching;
 mod cl_stream;
 pub use xpu_caching::config;
 mod data_ptr;
 mod device_allocator;
+mod device_core;
 mod device_ptr;
 mod error;
 mod global;
 mod host_copy;
 mod mem_pool;
 pub mod observe;
+mod raw;
 pub mod replay;
 pub use xpu_caching::{sim_stream, size, stats, stream};
 pub mod source;
 
-pub use crate::caching::{BlockSnapshot, BlockState, DeviceCore, SegmentSnapshot};
-pub use crate::cl_stream::{stream_key, ClStream, EventMarker};
+pub use crate::cl_stream::{stream_key, ClBackend, ClStream, EventMarker, StreamMarker, StreamRef};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
 pub use crate::data_ptr::{BlockArgError, BlockView, DataPtr};
 pub use crate::device_allocator::DeviceAllocator;
+pub use crate::device_core::DeviceCore;
 pub use crate::device_ptr::DevicePtr;
 pub use crate::error::{AllocError, OomReport};
 pub use crate::global::{
@@ -79,7 +86,8 @@ pub use crate::source::{
     BufferSource, Fault, SegmentMemory, SegmentSource, SimulatedSource, SourceError, SourceSegment,
 };
 pub use crate::stats::{MemoryStats, Stat, StatArray};
-pub use crate::stream::{Marker, MarkerError, MarkerStream, StreamKey, StreamRef};
+pub use crate::stream::{MarkerError, StreamKey};
+pub use xpu_caching::{BlockSnapshot, BlockState, SegmentSnapshot};
 /// The pinned-host allocator, re-exported from the `xpu-host` crate.
 pub use xpu_host as host;
 pub use xpu_host::{

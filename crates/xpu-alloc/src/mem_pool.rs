@@ -32,15 +32,19 @@ use std::sync::{Arc, OnceLock, Weak};
 use parking_lot::{Condvar, Mutex};
 use xpu_stream::Stream;
 
-use crate::caching::device_wide::{DeviceShared, SegmentFailure};
-use crate::caching::shard::Shard;
-use crate::caching::{DeviceCore, SegmentSnapshot};
-use crate::cl_stream::{stream_key, ClStream};
+use xpu_caching::{SharedState, WeakShard};
+
+use crate::cl_stream::{stream_key, ClBackend, ClStream};
 use crate::data_ptr::DataPtr;
+use crate::device_core::DeviceCore;
 use crate::error::{check_fork, AllocError};
 use crate::observe::MemorySnapshot;
 use crate::source::{DynSource, SegmentMemory, SegmentSource, SourceError, SourceSegment};
 use crate::stats::MemoryStats;
+use crate::SegmentSnapshot;
+
+/// The device-wide state of an allocator of this crate.
+type Shared = SharedState<ClBackend>;
 
 /// A pool id as torch's `MempoolId_t`: `(graph, user)`. Pools created by [`MemPool::new`],
 /// [`MemPool::with_source`] and graph pool handles are `(0, n)`; pools a graph capture
@@ -139,17 +143,14 @@ impl MemPool {
         custom: Option<Box<DynSource>>,
         id: MemPoolId,
     ) -> MemPool {
-        let parent_shared = parent.shared().clone();
-        let history = parent_shared.history.clone();
+        let parent_shared = parent.shared();
+        let history = parent_shared.history();
         let source = PoolSource {
             parent: parent_shared,
             custom,
         };
         let config = (*parent.config()).clone();
-        let core = DeviceCore::with_setup(Box::new(source), config, |shared| {
-            shared.deferred_drop = Some(run_in_background);
-            shared.history = history;
-        });
+        let core = DeviceCore::with_setup(Box::new(source), config, history, run_in_background);
         MemPool {
             inner: Arc::new(PoolInner {
                 id,
@@ -176,7 +177,7 @@ impl MemPool {
 
     /// Id of the pool's allocator state (what [`DataPtr`]s of the pool carry).
     pub(crate) fn owner_id(&self) -> u64 {
-        self.inner.core.shared().id
+        self.inner.core.id()
     }
 
     /// Whether `ptr` was handed out by this pool.
@@ -242,7 +243,8 @@ impl MemPool {
 
     /// The pool's statistics (as `torch.cuda.memory_stats` restricted to the pool): its
     /// allocations, blocks and segments only, in bytes and counts. Exact for currents and
-    /// accumulations; peaks as the device's (see [`crate::DeviceCore`]).
+    /// accumulations; peaks as the device's (see
+    /// [`CachingAllocator`](xpu_caching::CachingAllocator)).
     #[must_use]
     pub fn memory_stats(&self) -> MemoryStats {
         if xpu_device::fork::is_in_bad_fork() {
@@ -331,7 +333,7 @@ fn nonneg(v: i64) -> u64 {
 /// A pool's view of the device's segments: the device allocator's source (or a custom
 /// one), charged to the device allocator's reserved bytes and memory fraction.
 struct PoolSource {
-    parent: Arc<DeviceShared>,
+    parent: Shared,
     custom: Option<Box<DynSource>>,
 }
 
@@ -339,7 +341,7 @@ impl PoolSource {
     fn source(&self) -> &DynSource {
         match &self.custom {
             Some(s) => s.as_ref(),
-            None => self.parent.source.as_ref(),
+            None => self.parent.source(),
         }
     }
 }
@@ -353,7 +355,7 @@ impl SegmentSource for PoolSource {
         self.source().name()
     }
     fn total_memory(&self) -> u64 {
-        self.parent.source.total_memory()
+        self.parent.source().total_memory()
     }
     fn max_alloc_size(&self) -> u64 {
         self.source().max_alloc_size()
@@ -362,19 +364,13 @@ impl SegmentSource for PoolSource {
         self.source().base_addr_align()
     }
     fn free_memory(&self) -> Option<u64> {
-        self.parent.source.free_memory()
+        self.parent.source().free_memory()
     }
     fn free_needs_sync(&self) -> bool {
         self.source().free_needs_sync()
     }
     fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
-        self.parent
-            .allocate_segment_from(self.source(), size)
-            .map_err(|f| match f {
-                SegmentFailure::OutOfMemory | SegmentFailure::Fraction => SourceError::OutOfMemory,
-                SegmentFailure::TooLarge => SourceError::TooLarge { size },
-                SegmentFailure::Device(msg) => SourceError::Device(msg),
-            })
+        self.parent.allocate_segment_from(self.source(), size)
     }
     fn free(&self, segment: SourceSegment) {
         self.parent.release_segment_to(self.source(), segment);
@@ -391,21 +387,21 @@ pub(crate) struct PoolRegistry {
 struct RegistryInner {
     /// State of every pool not yet gone (a pool is gone once no handle, allocation or
     /// pending release holds its state), with its handle while one lives.
-    pools: Vec<(Arc<DeviceShared>, Weak<PoolInner>)>,
+    pools: Vec<(Shared, Weak<PoolInner>)>,
     /// Statistics of gone pools, folded together (their currents are zero).
     retired: MemoryStats,
     /// Shards of dropped pools (freeable pools), alive while they hold allocations.
-    orphans: Vec<Weak<Shard>>,
+    orphans: Vec<WeakShard<ClBackend>>,
 }
 
 impl RegistryInner {
     fn prune(&mut self) {
         let retired = &mut self.retired;
         self.pools.retain(|(shared, _)| {
-            if Arc::strong_count(shared) > 1 {
+            if shared.in_use() {
                 return true;
             }
-            retired.merge(&shared.stats.aggregate());
+            retired.merge(&shared.memory_stats());
             false
         });
     }
@@ -415,15 +411,14 @@ impl PoolRegistry {
     pub(crate) fn register(&self, pool: &MemPool) {
         let mut inner = self.inner.lock();
         inner.prune();
-        inner.pools.push((
-            pool.inner.core.shared().clone(),
-            Arc::downgrade(&pool.inner),
-        ));
+        inner
+            .pools
+            .push((pool.inner.core.shared(), Arc::downgrade(&pool.inner)));
     }
 
-    fn orphan(&self, shards: Vec<Weak<Shard>>) {
+    fn orphan(&self, shards: Vec<WeakShard<ClBackend>>) {
         let mut inner = self.inner.lock();
-        inner.orphans.retain(|s| s.strong_count() > 0);
+        inner.orphans.retain(WeakShard::is_live);
         inner.orphans.extend(shards);
     }
 
@@ -431,17 +426,16 @@ impl PoolRegistry {
     /// still hold allocations: each once its stream's work is done. Call without any
     /// allocator lock held.
     pub(crate) fn empty_freeable(&self) {
-        let shards: Vec<Arc<Shard>> = {
+        let shards: Vec<WeakShard<ClBackend>> = {
             let mut inner = self.inner.lock();
-            inner.orphans.retain(|s| s.strong_count() > 0);
-            inner.orphans.iter().filter_map(Weak::upgrade).collect()
+            inner.orphans.retain(WeakShard::is_live);
+            inner.orphans.clone()
         };
+        // Each runs under no lock; a shard whose last allocation was freed meanwhile drops
+        // in its `release_cached` (torn down in the background).
         for shard in &shards {
             shard.release_cached();
         }
-        // A shard whose last allocation was freed meanwhile drops here (torn down in the
-        // background), under no lock.
-        drop(shards);
     }
 
     /// The pools with a live handle.
@@ -457,7 +451,7 @@ impl PoolRegistry {
 
     /// Whether `owner` (a [`DataPtr`]'s owner id) is one of these pools.
     pub(crate) fn contains(&self, owner: u64) -> bool {
-        self.inner.lock().pools.iter().any(|(s, _)| s.id == owner)
+        self.inner.lock().pools.iter().any(|(s, _)| s.id() == owner)
     }
 
     /// Every pool's statistics added together (gone pools included).
@@ -466,7 +460,7 @@ impl PoolRegistry {
         inner.prune();
         let mut total = inner.retired;
         for (shared, _) in &inner.pools {
-            total.merge(&shared.stats.aggregate());
+            total.merge(&shared.memory_stats());
         }
         total
     }
@@ -475,7 +469,7 @@ impl PoolRegistry {
         let mut inner = self.inner.lock();
         inner.retired.reset_peak();
         for (shared, _) in &inner.pools {
-            shared.stats.reset_peak();
+            shared.reset_peak_stats();
         }
     }
 
@@ -483,7 +477,7 @@ impl PoolRegistry {
         let mut inner = self.inner.lock();
         inner.retired.reset_accumulated();
         for (shared, _) in &inner.pools {
-            shared.stats.reset_accumulated();
+            shared.reset_accumulated_stats();
         }
     }
 
@@ -540,7 +534,7 @@ pub(crate) fn routed(parent: u64) -> Option<MemPool> {
 /// [`AllocError::AlreadyRecordingToPool`] when this thread already routes to `pool`.
 pub fn begin_allocate_to_pool(pool: &MemPool) -> Result<(), AllocError> {
     check_fork()?;
-    let parent = pool.inner.parent.shared().id;
+    let parent = pool.inner.parent.id();
     ROUTES.with_borrow_mut(|routes| {
         if routes
             .iter()

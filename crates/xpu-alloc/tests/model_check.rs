@@ -116,7 +116,7 @@ fn run(config_text: &str, capacity: u64, ops: &[Op]) -> Result<(), TestCaseError
     let streams: Vec<Arc<SimStream>> = (0..STREAMS)
         .map(|i| SimStream::new(StreamKey::new(0, i as u64)))
         .collect();
-    let refs: Vec<StreamRef> = streams.iter().map(|s| s.as_ref()).collect();
+    let refs: Vec<StreamRef> = streams.iter().map(|s| StreamRef::from(s.clone())).collect();
     let mut live: Vec<Live> = Vec::new();
     for op in ops {
         match *op {

@@ -6,6 +6,7 @@ use xpu_alloc::observe::TraceAction;
 use xpu_alloc::replay::{self, ReplayOptions, H200_CAPACITY, H200_MAX_ALLOC};
 use xpu_alloc::sim_stream::SimStream;
 use xpu_alloc::stream::StreamKey;
+use xpu_alloc::StreamRef;
 use xpu_alloc::{AllocConfig, DeviceCore, SimulatedSource};
 
 fn core() -> DeviceCore {
@@ -18,7 +19,7 @@ fn core() -> DeviceCore {
 #[test]
 fn off_by_default_records_nothing() {
     let core = core();
-    let s = SimStream::new(StreamKey::new(0, 0)).as_ref();
+    let s = StreamRef::from(SimStream::new(StreamKey::new(0, 0)));
     assert!(!core.memory_history().is_enabled());
     drop(core.allocate(4096, &s).unwrap());
     assert!(core.memory_history().is_empty());
@@ -27,7 +28,7 @@ fn off_by_default_records_nothing() {
 #[test]
 fn ring_buffer_keeps_the_newest_entries_in_order() {
     let core = core();
-    let s = SimStream::new(StreamKey::new(0, 7)).as_ref();
+    let s = StreamRef::from(SimStream::new(StreamKey::new(0, 7)));
     drop(core.allocate(512, &s).unwrap()); // segment_alloc happens before recording
     core.memory_history().record_memory_history(true, 5);
     for i in 1..=4u64 {
@@ -58,7 +59,7 @@ fn exported_history_replays_to_the_same_peaks() {
     let core = core();
     core.memory_history()
         .record_memory_history(true, usize::MAX);
-    let s0 = SimStream::new(StreamKey::new(0, 0)).as_ref();
+    let s0 = StreamRef::from(SimStream::new(StreamKey::new(0, 0)));
     let side = SimStream::new(StreamKey::new(0, 1));
     let mut live = Vec::new();
     // A deterministic mix of small and large sizes with interleaved frees, and a block used
@@ -77,7 +78,8 @@ fn exported_history_replays_to_the_same_peaks() {
         live.push(core.allocate(size, &s0).unwrap());
         if step == 50 {
             side.close_gate();
-            core.record_stream(&live[0], &side.as_ref()).unwrap();
+            core.record_stream(&live[0], &StreamRef::from(side.clone()))
+                .unwrap();
             drop(live.remove(0));
         }
         if step == 90 {

@@ -6,6 +6,7 @@ use std::process::Command;
 use xpu_alloc::observe::{snapshot_from_pickle, snapshot_to_pickle, MemorySnapshot, TraceAction};
 use xpu_alloc::sim_stream::SimStream;
 use xpu_alloc::stream::StreamKey;
+use xpu_alloc::StreamRef;
 use xpu_alloc::{AllocConfig, DataPtr, DeviceCore, SimulatedSource};
 
 const GIB: u64 = 1 << 30;
@@ -19,13 +20,14 @@ fn scene() -> (DeviceCore, Vec<DataPtr>, std::sync::Arc<SimStream>) {
         AllocConfig::default(),
     );
     core.memory_history().record_memory_history(true, 1000);
-    let s0 = SimStream::new(StreamKey::new(1, 0)).as_ref();
-    let s1 = SimStream::new(StreamKey::new(1, 1)).as_ref();
+    let s0 = StreamRef::from(SimStream::new(StreamKey::new(1, 0)));
+    let s1 = StreamRef::from(SimStream::new(StreamKey::new(1, 1)));
     let user = SimStream::new(StreamKey::new(1, 2));
     user.close_gate();
     let a = core.allocate(1000, &s0).unwrap();
     let b = core.allocate(3 << 20, &s0).unwrap();
-    core.record_stream(&b, &user.as_ref()).unwrap();
+    core.record_stream(&b, &StreamRef::from(user.clone()))
+        .unwrap();
     drop(b);
     let c = core.allocate(5000, &s1).unwrap();
     (core, vec![a, c], user)

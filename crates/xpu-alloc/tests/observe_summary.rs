@@ -3,6 +3,7 @@
 use xpu_alloc::observe::memory_summary;
 use xpu_alloc::sim_stream::SimStream;
 use xpu_alloc::stream::StreamKey;
+use xpu_alloc::StreamRef;
 use xpu_alloc::{AllocConfig, DeviceCore, MemoryStats, SimulatedSource};
 
 const GIB: u64 = 1 << 30;
@@ -25,7 +26,7 @@ fn rows_after_a_small_and_a_large_allocation_and_one_free() {
         Box::new(SimulatedSource::new(3, 80 * GIB, 20 * GIB)),
         AllocConfig::default(),
     );
-    let stream = SimStream::new(StreamKey::new(3, 0)).as_ref();
+    let stream = StreamRef::from(SimStream::new(StreamKey::new(3, 0)));
     // 1000 B -> 1024 B block of a 2 MiB small segment; 3 MiB -> 3 MiB block of a 20 MiB
     // large segment; then the small block is freed.
     let a = core.allocate(1000, &stream).unwrap();

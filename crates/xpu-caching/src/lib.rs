@@ -1,21 +1,27 @@
-//! `xpu-caching`: the backend-independent parts of the xpu caching allocator. It names no
-//! OpenCL crate and no device type; `xpu-alloc` builds the OpenCL allocator on it.
+//! `xpu-caching`: the backend-independent caching allocator of xpu. It names no OpenCL crate
+//! and no device type; `xpu-alloc` implements its [`Backend`] over OpenCL.
 //!
+//! - [`CachingAllocator`] (module [`allocator`]): PyTorch's caching allocator rules, sharded
+//!   per stream, generic over a [`Backend`];
+//! - [`backend`]: the seam ([`Backend`]: segment memory, streams, markers) and the
+//!   stream-ordered contract the allocator relies on, stated once on the trait;
+//!   [`source`]: where segments come from ([`SegmentSource`]);
+//! - [`sim_stream`] and [`SimulatedSource`]: the simulated backend ([`SimBackend`]), on
+//!   which this crate's unit tests run;
 //! - [`config`](mod@config), [`size`], [`stats`]: PyTorch's configuration grammar
 //!   (`XPU_ALLOC_CONF`), size rules and statistics (one field list);
-//! - [`stream`]: the stream/marker seam, the stream-ordered contract the allocator relies on
-//!   ([`MarkerStream`], [`Marker`]); [`sim_stream`]: device-less streams whose markers
-//!   complete when a gate opens;
 //! - [`history`]: the trace vocabulary ([`TraceAction`]) and the history ring ([`History`],
-//!   as `torch.cuda.memory._record_memory_history`);
-//! - [`replay`]: reading traces in that vocabulary and the replay report;
-//! - [`source`]: the segment source seam ([`SegmentSource`], its memory an associated type)
-//!   and the simulated backend ([`SimulatedSource`]).
+//!   as `torch.cuda.memory._record_memory_history`); [`replay`]: reading traces.
 //!
-//! Contract: pure data and rules; nothing here blocks on a device or runs user code.
+//! Contract: no device wait and no backend call that may block runs under an allocator
+//! lock; no user code runs under one; a block returns to the cache only when the
+//! stream-ordered contract of [`Backend`] says its last use is ordered before any reuse.
 #![forbid(unsafe_code)]
 
+pub mod allocator;
+pub mod backend;
 pub mod config;
+pub mod error;
 pub mod history;
 pub mod replay;
 pub mod sim_stream;
@@ -24,9 +30,16 @@ pub mod source;
 pub mod stats;
 pub mod stream;
 
+pub use crate::allocator::{
+    Allocation, BlockSnapshot, BlockState, CachingAllocator, DeferredDrop, SegmentSnapshot,
+    SharedState, WeakShard,
+};
+pub use crate::backend::{Backend, ThreadCaches};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
+pub use crate::error::{CacheError, OomReport};
 pub use crate::history::{History, TraceAction, TraceEntry};
+pub use crate::sim_stream::SimBackend;
 pub use crate::size::PoolKind;
 pub use crate::source::{Fault, SegmentSource, SimulatedSource, SourceError, SourceSegment};
 pub use crate::stats::{MemoryStats, Stat, StatArray};
-pub use crate::stream::{Marker, MarkerError, MarkerStream, StreamKey, StreamRef};
+pub use crate::stream::{MarkerError, StreamKey};

@@ -2,17 +2,20 @@
 //!
 //! A [`SimStream`] models a stream's pending work as a [`SimGate`]: while the stream's current
 //! gate is closed, every marker recorded on it is incomplete; opening the gate completes
-//! them. [`Marker::wait`] models the device finishing the work: it opens the gate.
-//! [`MarkerStream::wait_marker`] makes later markers of the waiting stream also depend on
-//! the awaited marker, as a device-side wait would.
+//! them. Waiting for a marker models the device finishing the work: it opens the gate.
+//! [`SimStream::wait_marker`] makes later markers of the waiting stream also depend on
+//! the awaited marker, as a device-side wait would. [`SimBackend`] is the simulated
+//! backend: these streams and markers, and [`Simulated`] memory from a
+//! [`SimulatedSource`](crate::SimulatedSource).
 
-use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::stream::{Marker, MarkerError, MarkerStream, StreamKey, StreamRef};
+use crate::backend::Backend;
+use crate::source::Simulated;
+use crate::stream::{MarkerError, StreamKey};
 
 /// A switch standing for a simulated stream's outstanding work (a plain flag; the device
 /// counterpart, a user event holding a real queue back, is `xpu_event::Gate`).
@@ -55,18 +58,16 @@ impl SimMarker {
     }
 }
 
-impl Marker for SimMarker {
-    fn is_complete(&self) -> bool {
+impl SimMarker {
+    /// Whether the marked work has finished.
+    #[must_use]
+    pub fn is_complete(&self) -> bool {
         self.complete()
     }
 
-    fn wait(&self) -> Result<(), MarkerError> {
+    /// Finishes the marked work (opens its gates) and returns.
+    pub fn wait(&self) {
         self.finish();
-        Ok(())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
@@ -93,12 +94,6 @@ impl SimStream {
             key,
             state: Mutex::new(SimState::default()),
         })
-    }
-
-    /// The same stream as a [`StreamRef`].
-    #[must_use]
-    pub fn as_ref(self: &Arc<Self>) -> StreamRef {
-        self.clone()
     }
 
     /// Starts outstanding work: markers recorded from now on stay incomplete until the
@@ -129,39 +124,81 @@ impl SimStream {
     }
 }
 
-impl MarkerStream for SimStream {
-    fn key(&self) -> StreamKey {
+impl SimStream {
+    /// The stream's identity.
+    #[must_use]
+    pub fn key(&self) -> StreamKey {
         self.key
     }
 
-    fn record_marker(&self) -> Result<Box<dyn Marker>, MarkerError> {
+    /// Records a marker after the stream's outstanding work (incomplete while the current
+    /// gate, or a marker the stream waits for, is not done).
+    #[must_use]
+    pub fn record_marker(&self) -> SimMarker {
         let mut state = self.state.lock();
         state.markers_recorded += 1;
         state.dependencies.retain(|d| !d.complete());
-        Ok(Box::new(SimMarker {
+        SimMarker {
             gate: state.gate.clone(),
             dependencies: state.dependencies.clone(),
-        }))
+        }
     }
 
-    fn wait_marker(&self, marker: &dyn Marker) -> Result<(), MarkerError> {
-        let marker = marker.as_any().downcast_ref::<SimMarker>().ok_or_else(|| {
-            MarkerError("a SimStream can only wait for SimStream markers".to_owned())
-        })?;
+    /// Makes markers recorded from now on depend on `marker` too (a device-side wait).
+    pub fn wait_marker(&self, marker: &SimMarker) {
         let mut state = self.state.lock();
         state.waits += 1;
         if !marker.complete() {
             state.dependencies.push(marker.clone());
         }
-        Ok(())
     }
 
-    fn synchronize(&self) -> Result<(), MarkerError> {
+    /// Finishes all outstanding work of the stream.
+    pub fn synchronize(&self) {
         let state = self.state.lock();
         if let Some(gate) = &state.gate {
             gate.open();
         }
         state.dependencies.iter().for_each(SimMarker::finish);
+    }
+}
+
+/// The simulated backend: [`SimStream`]s, their [`SimMarker`]s and [`Simulated`] memory
+/// (segments from a [`SimulatedSource`](crate::SimulatedSource)). No operation fails.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SimBackend;
+
+impl Backend for SimBackend {
+    type Memory = Simulated;
+    type Stream = Arc<SimStream>;
+    type Marker = SimMarker;
+
+    fn stream_key(stream: &Arc<SimStream>) -> StreamKey {
+        stream.key()
+    }
+
+    fn record_marker(stream: &Arc<SimStream>) -> Result<SimMarker, MarkerError> {
+        Ok(stream.record_marker())
+    }
+
+    fn marker_complete(marker: &SimMarker) -> bool {
+        marker.is_complete()
+    }
+
+    fn wait(marker: &SimMarker) -> Result<(), MarkerError> {
+        marker.wait();
         Ok(())
     }
+
+    fn stream_wait(stream: &Arc<SimStream>, marker: &SimMarker) -> Result<(), MarkerError> {
+        stream.wait_marker(marker);
+        Ok(())
+    }
+
+    fn synchronize(stream: &Arc<SimStream>) -> Result<(), MarkerError> {
+        stream.synchronize();
+        Ok(())
+    }
+
+    crate::thread_caches!(SimBackend);
 }

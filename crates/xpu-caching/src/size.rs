@@ -37,6 +37,7 @@ pub enum PoolKind {
 impl PoolKind {
     /// The pool of a rounded request: small iff `rounded <= 1 MiB` (CUDA 2026 rule).
     #[must_use]
+    #[inline]
     pub fn for_size(rounded: u64) -> Self {
         if rounded <= SMALL_SIZE {
             Self::Small
@@ -98,6 +99,7 @@ pub fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
 /// gives [`MAX_ROUNDED`] (below the size: the allocator rejects such requests before
 /// rounding, see [`MAX_REQUEST`]). [`checked_round_size`] tells these apart.
 #[must_use]
+#[inline]
 pub fn round_size(size: u64, config: &AllocConfig) -> u64 {
     checked_round_size(size, config).unwrap_or(MAX_ROUNDED)
 }
@@ -139,6 +141,7 @@ pub fn segment_size(rounded: u64, config: &AllocConfig) -> u64 {
 /// an oversize block, and an oversize request never takes a block at least
 /// `max_non_split_rounding` bytes larger than itself.
 #[must_use]
+#[inline]
 pub fn oversize_allows(rounded: u64, block_size: u64, config: &AllocConfig) -> bool {
     let max_split = config.max_split_size;
     if max_split != u64::MAX && rounded < max_split && block_size >= max_split {
@@ -151,6 +154,7 @@ pub fn oversize_allows(rounded: u64, block_size: u64, config: &AllocConfig) -> b
 /// request of `rounded` bytes (reference §4.6): small pool iff the remainder is at least
 /// 512 bytes; large pool iff `rounded < max_split_size` and the remainder exceeds 1 MiB.
 #[must_use]
+#[inline]
 pub fn should_split(pool: PoolKind, block_size: u64, rounded: u64, config: &AllocConfig) -> bool {
     let remaining = block_size.saturating_sub(rounded);
     match pool {

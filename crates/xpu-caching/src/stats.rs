@@ -1,7 +1,7 @@
 //! Allocator statistics with PyTorch's definitions (reference §4.13).
 //!
 //! Each thread keeps its own cell of these statistics and readers sum the cells: see
-//! "Statistics under concurrency" on `xpu_alloc::DeviceCore` for what a peak means then.
+//! "Statistics under concurrency" on [`CachingAllocator`](crate::CachingAllocator) for what a peak means then.
 
 use std::collections::BTreeMap;
 
@@ -138,7 +138,7 @@ impl StatArray {
 /// The one list of [`MemoryStats`]' fields, by kind (per-pool arrays, counters, single
 /// statistics), with their docs: `memory_stats_fields!(m)` calls `m!` with the list. Every
 /// per-field definition and loop expands it: [`MemoryStats`] and its methods here, the
-/// per-thread statistics cell of the caching allocator (`xpu-alloc`'s `caching/cell.rs`).
+/// per-thread statistics cell of the caching allocator (`allocator/stats_cell.rs`).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! memory_stats_fields {

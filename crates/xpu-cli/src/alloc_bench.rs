@@ -65,7 +65,7 @@ impl Bench {
                 let streams = (0..streams_needed as u64)
                     .map(|i| {
                         let key = StreamKey::new(0, i);
-                        (key, SimStream::new(key).as_ref())
+                        (key, StreamRef::from(SimStream::new(key)))
                     })
                     .collect();
                 Ok(Self { core, streams })

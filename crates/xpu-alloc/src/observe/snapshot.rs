@@ -7,9 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use super::history::{TraceAction, TraceEntry};
 use super::ObserveError;
-use crate::caching::{BlockState, DeviceCore, SegmentSnapshot};
 use crate::config::AllocConfig;
+use crate::device_core::DeviceCore;
 use crate::size::PoolKind;
+use xpu_caching::{BlockState, SegmentSnapshot};
 
 /// A stack frame (`filename`, `line`, `name`). The allocator records no stacks, so every
 /// `frames` list is empty; the type keeps the visualizer's schema.

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::caching::DeviceCore;
+use crate::device_core::DeviceCore;
 use crate::stats::{MemoryStats, Stat, StatArray};
 
 /// Width of every line inside the surrounding `|` characters.

@@ -21,13 +21,14 @@ pub use xpu_caching::replay::{
     read_trace, Action, ReplayReport, ReplaySeries, Trace, TraceAction, TraceError, TraceEvent,
 };
 
-use crate::caching::DeviceCore;
+use crate::cl_stream::StreamRef;
 use crate::config::{AllocConfig, ConfigError};
+use crate::device_core::DeviceCore;
 use crate::error::AllocError;
 use crate::sim_stream::SimStream;
 use crate::size::GIB;
 use crate::source::SimulatedSource;
-use crate::stream::{StreamKey, StreamRef};
+use crate::stream::StreamKey;
 use crate::DataPtr;
 
 /// Capacity of the simulated H200 (139.8 GiB), in bytes.
@@ -203,7 +204,7 @@ pub fn replay_trace(
             let source = SimulatedSource::new(0, *capacity, *max_alloc);
             let device = format!("simulated ({capacity} bytes, max allocation {max_alloc} bytes)");
             let streams: StreamFactory =
-                Arc::new(|s| SimStream::new(StreamKey::new(0, u64::from(s))) as StreamRef);
+                Arc::new(|s| StreamRef::from(SimStream::new(StreamKey::new(0, u64::from(s)))));
             (
                 DeviceCore::new(Box::new(source), config),
                 device,
@@ -284,7 +285,7 @@ pub fn replay_trace(
                         holds += 1;
                         let stream = SimStream::new(StreamKey::new(dev, HOLD_STREAM_BASE + holds));
                         stream.close_gate();
-                        core.record_stream(&ptr, &stream.as_ref())?;
+                        core.record_stream(&ptr, &StreamRef::from(stream.clone()))?;
                         held.insert(event.addr, Held { stream });
                     }
                     let t = Instant::now();

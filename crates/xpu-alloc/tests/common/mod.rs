@@ -22,7 +22,7 @@ pub fn sim_core(capacity: u64, config: &str) -> (DeviceCore, Arc<SimulatedSource
 /// A host stream with id `id` on device 0.
 pub fn stream(id: u64) -> (Arc<SimStream>, StreamRef) {
     let s = SimStream::new(StreamKey::new(0, id));
-    let r = s.as_ref();
+    let r = StreamRef::from(s.clone());
     (s, r)
 }
 

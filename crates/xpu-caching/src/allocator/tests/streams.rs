@@ -1,17 +1,16 @@
 //! record_stream and deferred frees (reference §4.8), per-stream FIFOs without head-of-line
-//! blocking, and cross-stream reuse of cached segments under memory pressure.
+//! blocking, and cross-stream reuse of cached segments under memory pressure, on the
+//! simulated backend.
 
-mod common;
-
-use common::{sim_core, stream, GIB, MIB};
-use xpu_alloc::MarkerStream;
+use super::{sim_core, stream, GIB, MIB};
+use crate::error::CacheError;
 
 #[test]
 fn record_stream_defers_reuse_until_the_marker_completes() {
     let (core, _) = sim_core(GIB, "");
     let (_, s0) = stream(0);
     let (side, s1) = stream(1);
-    let a = core.allocate(4096, &s0).unwrap();
+    let a = core.alloc(4096, &s0).unwrap();
     let addr = a.address();
     side.close_gate();
     core.record_stream(&a, &s1).unwrap();
@@ -30,10 +29,10 @@ fn record_stream_defers_reuse_until_the_marker_completes() {
         (1, 4096, 4096)
     );
     assert_eq!(side.markers_recorded(), 1);
-    let b = core.allocate(4096, &s0).unwrap();
+    let b = core.alloc(4096, &s0).unwrap();
     assert_ne!(b.address(), addr, "pending block not reused");
     side.open_gate();
-    let c = core.allocate(4096, &s0).unwrap();
+    let c = core.alloc(4096, &s0).unwrap();
     assert_eq!(c.address(), addr, "reused once the marker completed");
     assert_eq!(core.memory_stats().active.all.current, 2);
 }
@@ -42,14 +41,14 @@ fn record_stream_defers_reuse_until_the_marker_completes() {
 fn record_stream_on_the_allocation_stream_is_ignored() {
     let (core, _) = sim_core(GIB, "");
     let (s, r) = stream(0);
-    let a = core.allocate(4096, &r).unwrap();
+    let a = core.alloc(4096, &r).unwrap();
     let addr = a.address();
     s.close_gate();
     core.record_stream(&a, &r).unwrap();
     drop(a);
     assert_eq!(s.markers_recorded(), 0);
     assert_eq!(core.memory_stats().active.all.current, 0);
-    assert_eq!(core.allocate(4096, &r).unwrap().address(), addr);
+    assert_eq!(core.alloc(4096, &r).unwrap().address(), addr);
 }
 
 #[test]
@@ -57,10 +56,10 @@ fn record_stream_of_a_foreign_pointer_is_an_error() {
     let (core, _) = sim_core(GIB, "");
     let (other, _) = sim_core(GIB, "");
     let (_, s) = stream(0);
-    let p = other.allocate(4096, &s).unwrap();
+    let p = other.alloc(4096, &s).unwrap();
     assert!(matches!(
         core.record_stream(&p, &s),
-        Err(xpu_alloc::AllocError::InvalidDevicePointer { .. })
+        Err(CacheError::Foreign(_))
     ));
 }
 
@@ -70,26 +69,26 @@ fn pending_frees_of_different_streams_do_not_block_each_other() {
     let (_, s0) = stream(0);
     let (slow, s1) = stream(1);
     let (_, s2) = stream(2);
-    let x = core.allocate(1 << 16, &s0).unwrap();
-    let _sep = core.allocate(1 << 16, &s0).unwrap();
-    let y = core.allocate(1 << 16, &s0).unwrap();
-    let _tail = core.allocate(1 << 16, &s0).unwrap();
+    let x = core.alloc(1 << 16, &s0).unwrap();
+    let _sep = core.alloc(1 << 16, &s0).unwrap();
+    let y = core.alloc(1 << 16, &s0).unwrap();
+    let _tail = core.alloc(1 << 16, &s0).unwrap();
     let (xa, ya) = (x.address(), y.address());
     slow.close_gate();
     core.record_stream(&x, &s1).unwrap();
     core.record_stream(&y, &s2).unwrap();
     drop(x); // pending on the slow stream
     drop(y); // pending on an idle stream, freed later than x
-    let p = core.allocate(1 << 16, &s0).unwrap();
+    let p = core.alloc(1 << 16, &s0).unwrap();
     assert_eq!(
         p.address(),
         ya,
         "y is reusable although x, freed first, is still pending"
     );
-    let q = core.allocate(1 << 16, &s0).unwrap();
+    let q = core.alloc(1 << 16, &s0).unwrap();
     assert_ne!(q.address(), xa);
     slow.open_gate();
-    let r = core.allocate(1 << 16, &s0).unwrap();
+    let r = core.alloc(1 << 16, &s0).unwrap();
     assert_eq!(r.address(), xa);
 }
 
@@ -99,7 +98,7 @@ fn a_block_used_on_two_streams_waits_for_both() {
     let (_, s0) = stream(0);
     let (g1, s1) = stream(1);
     let (g2, s2) = stream(2);
-    let a = core.allocate(4096, &s0).unwrap();
+    let a = core.alloc(4096, &s0).unwrap();
     let addr = a.address();
     g1.close_gate();
     g2.close_gate();
@@ -109,9 +108,9 @@ fn a_block_used_on_two_streams_waits_for_both() {
     drop(a);
     assert_eq!((g1.markers_recorded(), g2.markers_recorded()), (1, 1));
     g1.open_gate();
-    assert_ne!(core.allocate(4096, &s0).unwrap().address(), addr);
+    assert_ne!(core.alloc(4096, &s0).unwrap().address(), addr);
     g2.open_gate();
-    assert_eq!(core.allocate(4096, &s0).unwrap().address(), addr);
+    assert_eq!(core.alloc(4096, &s0).unwrap().address(), addr);
 }
 
 #[test]
@@ -119,7 +118,7 @@ fn empty_cache_waits_for_pending_markers() {
     let (core, source) = sim_core(GIB, "");
     let (_, s0) = stream(0);
     let (side, s1) = stream(1);
-    let a = core.allocate(30 * MIB, &s0).unwrap();
+    let a = core.alloc(30 * MIB, &s0).unwrap();
     let gate = side.close_gate();
     core.record_stream(&a, &s1).unwrap();
     drop(a);
@@ -134,11 +133,11 @@ fn cross_stream_reuse_under_pressure_orders_by_a_marker() {
     let (core, source) = sim_core(64 * MIB, "release_policy:on_oom");
     let (owner, s0) = stream(0);
     let (taker, s1) = stream(1);
-    let a = core.allocate(40 * MIB, &s0).unwrap();
+    let a = core.alloc(40 * MIB, &s0).unwrap();
     let addr = a.address();
     drop(a);
     owner.close_gate(); // work that used the segment is still running on stream 0
-    let b = core.allocate(40 * MIB, &s1).unwrap();
+    let b = core.alloc(40 * MIB, &s1).unwrap();
     assert_eq!(
         b.address(),
         addr,
@@ -156,12 +155,12 @@ fn cross_stream_reuse_under_pressure_orders_by_a_marker() {
         (1, 0, 0, 0)
     );
     // Work enqueued on stream 1 now runs after stream 0's work.
-    let later = taker.record_marker().unwrap();
+    let later = taker.record_marker();
     assert!(!later.is_complete());
     owner.open_gate();
     assert!(later.is_complete());
     // The segment now belongs to stream 1.
     drop(b);
-    assert_eq!(core.snapshot()[0].stream, xpu_alloc::StreamKey::new(0, 1));
+    assert_eq!(core.snapshot()[0].stream, crate::StreamKey::new(0, 1));
     assert_eq!(source.live_segments(), 1);
 }

@@ -4,26 +4,28 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::cell::StatsWriter;
 use super::device_wide::DeviceShared;
-use super::state::ShardState;
+use super::stats_cell::StatsWriter;
+use super::stream_state::ShardState;
 use super::thread_cache::with_local;
-use crate::stream::{StreamKey, StreamRef};
+use crate::backend::Backend;
+use crate::source::SourceSegment;
+use crate::stream::StreamKey;
 
 /// One stream's blocks and segments. Threads on different streams never share a shard.
-pub(crate) struct Shard {
+pub(crate) struct Shard<B: Backend> {
     pub key: StreamKey,
-    pub shared: Arc<DeviceShared>,
+    pub shared: Arc<DeviceShared<B>>,
     /// Creation rank on the device: the order in which the OOM path locks shards.
     pub rank: usize,
-    state: Mutex<ShardState>,
+    state: Mutex<ShardState<B>>,
 }
 
-impl Shard {
+impl<B: Backend> Shard<B> {
     pub(crate) fn new(
         key: StreamKey,
-        stream: StreamRef,
-        shared: Arc<DeviceShared>,
+        stream: B::Stream,
+        shared: Arc<DeviceShared<B>>,
         rank: usize,
     ) -> Self {
         let state = ShardState::new(key, stream, &shared);
@@ -35,7 +37,7 @@ impl Shard {
         }
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, ShardState> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ShardState<B>> {
         self.state.lock()
     }
 
@@ -53,7 +55,7 @@ impl Shard {
     pub(crate) fn with_segment<R>(
         &self,
         block: u32,
-        f: impl FnOnce(&crate::source::SourceSegment, u64) -> R,
+        f: impl FnOnce(&SourceSegment<B::Memory>, u64) -> R,
     ) -> Option<R> {
         let state = self.state.lock();
         let b = state.blocks.get(block)?;
@@ -66,7 +68,7 @@ impl Shard {
     /// Call without any allocator lock held. Used for the shards of a dropped private pool
     /// that live on through their allocations.
     pub(crate) fn release_cached(&self) {
-        super::pending::wait_markers(&self.lock().pending_markers());
+        super::pending::wait_markers::<B>(&self.lock().pending_markers());
         let batch = with_local(&self.shared, |local| {
             let mut state = self.lock();
             let mut st = local.stats();
@@ -82,12 +84,12 @@ impl Shard {
     }
 
     /// record_stream on `block`.
-    pub(crate) fn record_stream(&self, block: u32, stream: &StreamRef) {
+    pub(crate) fn record_stream(&self, block: u32, stream: &B::Stream) {
         self.state.lock().record_stream(block, stream);
     }
 }
 
-impl Drop for Shard {
+impl<B: Backend> Drop for Shard<B> {
     fn drop(&mut self) {
         // No block is live (each DataPtr holds the shard): finish pending frees and return
         // every cached segment to the device once the stream's work is done. No lock is
@@ -107,8 +109,8 @@ impl Drop for Shard {
 }
 
 /// Waits for the pending frees and the stream's work, then releases every cached segment.
-fn teardown(state: &mut ShardState, shared: &Arc<DeviceShared>) {
-    super::pending::wait_markers(&state.pending_markers());
+fn teardown<B: Backend>(state: &mut ShardState<B>, shared: &Arc<DeviceShared<B>>) {
+    super::pending::wait_markers::<B>(&state.pending_markers());
     let batch = shared.stats.with_fallback(|st| {
         state.process_events(st);
         state.take_releasable(st)
@@ -116,5 +118,35 @@ fn teardown(state: &mut ShardState, shared: &Arc<DeviceShared>) {
     if let Some(batch) = batch {
         batch.wait();
         shared.stats.with_fallback(|st| batch.free(shared, st));
+    }
+}
+
+/// A weak handle on one stream's shard of a
+/// [`CachingAllocator`](super::CachingAllocator) ([`CachingAllocator::weak_shards`](super::CachingAllocator::weak_shards)):
+/// it does not keep the shard alive (its live allocations do).
+pub struct WeakShard<B: Backend>(pub(crate) std::sync::Weak<Shard<B>>);
+
+impl<B: Backend> Clone for WeakShard<B> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<B: Backend> WeakShard<B> {
+    /// Whether the shard still lives.
+    #[must_use]
+    pub fn is_live(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+
+    /// Releases the shard's cached whole free segments if it still lives (as `empty_cache`
+    /// for one stream): waits for its pending frees and for the work enqueued on its stream
+    /// ([`Backend::wait`]), then frees them. Call without any allocator lock held. When the
+    /// shard's last allocation was freed meanwhile, it drops here (its teardown runs as the
+    /// allocator was set up to).
+    pub fn release_cached(&self) {
+        if let Some(shard) = self.0.upgrade() {
+            shard.release_cached();
+        }
     }
 }

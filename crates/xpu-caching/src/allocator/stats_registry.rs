@@ -2,7 +2,7 @@
 //!
 //! Each thread that touches a device allocator gets its own statistics cell: every update
 //! the thread makes (on any stream of the device) goes to its cell with plain loads and
-//! stores (no lock, no read-modify-write: see [`super::cell`]). Readers sum the cells.
+//! stores (no lock, no read-modify-write: see [`super::stats_cell`]). Readers sum the cells.
 //! Currents, accumulations and counters are exact sums; a device-wide peak is the sum of the
 //! per-thread peaks, which is the exact peak when one thread makes every call (since creation
 //! or the last peak reset) and an upper bound of it otherwise. When a thread exits, its cell
@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, ReentrantMutex};
 
-use super::cell::{Generations, StatsCell, StatsWriter};
+use super::stats_cell::{Generations, StatsCell, StatsWriter};
 use crate::stats::MemoryStats;
 
 /// All cells of one device allocator.

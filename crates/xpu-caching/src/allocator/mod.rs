@@ -1,71 +1,98 @@
-//! [`DeviceCore`]: the caching allocator of one device, independent of OpenCL.
+//! [`CachingAllocator`]: the caching allocator of one device, generic over a [`Backend`].
 //!
 //! The design (sharding, statistics, cross-stream reuse, fragmentation policy) is documented
-//! on [`DeviceCore`].
+//! on [`CachingAllocator`]. Modules, by concept: [`Allocation`] (the handle of a block
+//! handed out); `stream_state` and `shard` (one stream's blocks, segments, free pools and
+//! pending frees behind its lock: best fit, split, coalescing, deferred frees); `pool`,
+//! `block`, `slab`, `pending` (their storage); `grow`, `policy`, `oom` (device-wide steps:
+//! new segments, the fragmentation policy, the OOM sequence with cross-stream reuse);
+//! `device_wide` (source, configuration, reserved bytes, fraction); `stats_cell`,
+//! `stats_registry`, `thread_cache` (per-thread statistics and shard caches); `snapshot`.
 
+mod allocation;
 pub(crate) mod block;
-pub(crate) mod cell;
 pub(crate) mod device_wide;
 mod grow;
 mod oom;
 pub(crate) mod pending;
 mod policy;
 pub(crate) mod pool;
-mod raw;
-pub(crate) mod registry;
 pub(crate) mod shard;
 pub(crate) mod slab;
-mod snapshot;
-pub(crate) mod state;
+pub(crate) mod snapshot;
+pub(crate) mod stats_cell;
+pub(crate) mod stats_registry;
+pub(crate) mod stream_state;
 pub(crate) mod thread_cache;
+
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
+pub use allocation::Allocation;
+pub use device_wide::{BoxedSource, DeferredDrop, SharedState};
+pub use shard::WeakShard;
 pub use snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
 
-use self::cell::StatsWriter;
 use self::device_wide::DeviceShared;
 use self::grow::{hard_error, new_segment, release_batches};
 use self::pending::wait_markers;
 use self::shard::Shard;
-use self::state::{Handed, Request, ShardState};
+use self::stats_cell::StatsWriter;
+use self::stream_state::{Handed, Request, ShardState};
 use self::thread_cache::with_local;
+use crate::backend::Backend;
 use crate::config::{AllocConfig, ReleasePolicy};
-use crate::data_ptr::DataPtr;
-use crate::error::AllocError;
+use crate::error::CacheError;
+use crate::history::{History, TraceAction};
 use crate::size::MAX_REQUEST;
-use crate::source::DynSource;
+use crate::source::SegmentSource;
 use crate::stats::MemoryStats;
-use crate::stream::{StreamKey, StreamRef};
+use crate::stream::StreamKey;
+
+/// Byte figures of [`CachingAllocator::memory_stats`] as methods (negative reads as 0).
+macro_rules! byte_figures {
+    ($($(#[$doc:meta])* $name:ident: $($field:ident).+,)*) => {$(
+        $(#[$doc])*
+        #[must_use]
+        pub fn $name(&self) -> u64 {
+            u64::try_from(self.memory_stats().$($field).+).unwrap_or(0)
+        }
+    )*};
+}
 
 /// Shards cached per thread (most recently used first).
 const SHARD_CACHE: usize = 8;
 
 /// Puts `shard` first in a thread's shard cache.
-fn remember_shard(cache: &mut Vec<(StreamKey, Weak<Shard>)>, key: StreamKey, shard: &Arc<Shard>) {
+fn remember_shard<B: Backend>(
+    cache: &mut Vec<(StreamKey, Weak<Shard<B>>)>,
+    key: StreamKey,
+    shard: &Arc<Shard<B>>,
+) {
     cache.retain(|(k, _)| *k != key);
     cache.insert(0, (key, Arc::downgrade(shard)));
     cache.truncate(SHARD_CACHE);
 }
 
-#[derive(Default)]
-struct ShardMap {
-    by_key: HashMap<StreamKey, Arc<Shard>>,
-    ordered: Vec<Arc<Shard>>,
+struct ShardMap<B: Backend> {
+    by_key: HashMap<StreamKey, Arc<Shard<B>>>,
+    ordered: Vec<Arc<Shard<B>>>,
 }
 
-struct CoreInner {
-    shared: Arc<DeviceShared>,
-    shards: Mutex<ShardMap>,
+struct Inner<B: Backend> {
+    shared: Arc<DeviceShared<B>>,
+    shards: Mutex<ShardMap<B>>,
     oom_lock: Mutex<()>,
-    raw: raw::RawTable,
 }
 
-/// The caching allocator of one device over any [`SegmentSource`](crate::SegmentSource) (cheap to clone: clones
-/// share the allocator). PyTorch's rules (reference §4): 512-byte rounding, optional
+/// The caching allocator of one device over backend `B`, its segments from a
+/// [`SegmentSource`] (cheap to clone: clones share the allocator). It relies on the
+/// stream-ordered contract of [`Backend`] and on nothing else of the device. PyTorch's rules (reference §4): 512-byte rounding, optional
 /// power-of-two divisions, small (<= 1 MiB) and large pools, best fit by (size, address)
 /// per stream, split and oversize rules, coalescing, record_stream with deferred frees,
 /// the OOM sequence, empty_cache, memory fraction, garbage collection and statistics.
@@ -79,7 +106,7 @@ struct CoreInner {
 /// (config epoch, flags) and writes nothing shared with other streams or threads. Pending frees are processed at the start
 /// of each allocation on the allocating stream's shard, one FIFO per marker stream (no
 /// head-of-line blocking across streams). Only the OOM path and
-/// [`DeviceCore::empty_cache`] take every shard (in creation order, under one OOM lock).
+/// [`CachingAllocator::empty_cache`] take every shard (in creation order, under one OOM lock).
 ///
 /// # Waits and driver calls
 /// No device wait runs under an allocator lock: the OOM path and `empty_cache` collect the
@@ -94,13 +121,13 @@ struct CoreInner {
 /// (a block that was only waiting for another stream is reused as it is, with no segment
 /// released), release every cached whole segment (each once a marker on its stream
 /// completes), and allocate a segment once more. A size the device can never allocate
-/// ([`AllocError::TooLarge`]) and other device errors end the sequence at once.
+/// ([`CacheError::TooLarge`]) and other device errors end the sequence at once.
 ///
 /// # Statistics under concurrency
-/// Each thread updates its own statistics cell; [`DeviceCore::memory_stats`] sums the
+/// Each thread updates its own statistics cell; [`CachingAllocator::memory_stats`] sums the
 /// cells. Currents, accumulated `allocated`/`freed` and counters are exact sums. A peak is
 /// the sum of the per-thread peaks: exactly the device-wide peak when one thread makes every
-/// call since creation or the last [`DeviceCore::reset_peak_stats`] (whatever the number of
+/// call since creation or the last [`CachingAllocator::reset_peak_stats`] (whatever the number of
 /// streams), and an upper bound of it when several threads allocate (their individual highs
 /// need not coincide). Cells of exited threads are folded into one (peaks keep adding up).
 /// A read concurrent with allocations sees each cell at some instant between operations
@@ -129,9 +156,16 @@ struct CoreInner {
 /// figures). With `release_policy:on_oom`, segment sizes are PyTorch's and cached segments
 /// are released only on the OOM path and by `empty_cache`: replays then reproduce PyTorch's
 /// figures exactly.
-#[derive(Clone)]
-pub struct DeviceCore {
-    inner: Arc<CoreInner>,
+pub struct CachingAllocator<B: Backend> {
+    inner: Arc<Inner<B>>,
+}
+
+impl<B: Backend> Clone for CachingAllocator<B> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
 }
 
 /// Result of the per-stream part of an allocation.
@@ -140,49 +174,57 @@ pub(crate) enum Outcome {
     Exhausted(Request),
 }
 
-impl DeviceCore {
+impl<B: Backend> CachingAllocator<B> {
     /// An allocator over `source` with `config`.
     #[must_use]
-    pub fn new(source: Box<DynSource>, config: AllocConfig) -> Self {
+    pub fn new(source: BoxedSource<B>, config: AllocConfig) -> Self {
         Self::from_shared(DeviceShared::new(source, config))
     }
 
-    fn from_shared(shared: DeviceShared) -> Self {
+    fn from_shared(shared: DeviceShared<B>) -> Self {
         Self {
-            inner: Arc::new(CoreInner {
+            inner: Arc::new(Inner {
                 shared: Arc::new(shared),
-                shards: Mutex::new(ShardMap::default()),
+                shards: Mutex::new(ShardMap {
+                    by_key: HashMap::new(),
+                    ordered: Vec::new(),
+                }),
                 oom_lock: Mutex::new(()),
-                raw: raw::RawTable::default(),
             }),
         }
     }
 
-    /// An allocator whose device-wide state `setup` adjusts first (a private pool's core:
-    /// deferred shard teardown, the device's history; see `crate::mem_pool`).
-    pub(crate) fn with_setup(
-        source: Box<DynSource>,
+    /// An allocator over `source` with `config` that records its events in `history` (one
+    /// shared with another allocator) and hands the teardown of each dropped shard
+    /// (waiting for its stream's markers through [`Backend::wait`], then releasing its
+    /// segments) to `deferred_drop` instead of running it in the drop (`None`: in the drop).
+    /// xpu-alloc's private pools (`MemPool`) are built so, with a background thread, so no
+    /// drop waits for the device.
+    #[must_use]
+    pub fn with_setup(
+        source: BoxedSource<B>,
         config: AllocConfig,
-        setup: impl FnOnce(&mut DeviceShared),
+        history: Arc<History>,
+        deferred_drop: Option<DeferredDrop>,
     ) -> Self {
         let mut shared = DeviceShared::new(source, config);
-        setup(&mut shared);
+        shared.history = history;
+        shared.deferred_drop = deferred_drop;
         Self::from_shared(shared)
     }
 
-    /// The device-wide state (private pools share its segment accounting).
-    pub(crate) fn shared(&self) -> &Arc<DeviceShared> {
-        &self.inner.shared
+    /// A handle on the device-wide state (identity, segment accounting, statistics,
+    /// configuration), which outlives the allocator while its shards do: xpu-alloc's private
+    /// pools charge their segments to their device allocator's through it.
+    #[must_use]
+    pub fn shared(&self) -> SharedState<B> {
+        SharedState(self.inner.shared.clone())
     }
 
-    /// Registers a live allocation (of any allocator) in this allocator's raw table, as
-    /// [`DeviceCore::raw_alloc`] does (a routed `raw_alloc` of a private pool).
-    pub(crate) fn adopt_raw(&self, ptr: DataPtr) -> u64 {
-        let address = ptr.address();
-        if address != 0 {
-            self.inner.raw.insert(address, ptr);
-        }
-        address
+    /// Unique id of this allocator (what [`Allocation::owner_id`] of its blocks returns).
+    #[must_use]
+    pub fn id(&self) -> u64 {
+        self.inner.shared.id
     }
 
     /// Device index.
@@ -193,42 +235,49 @@ impl DeviceCore {
 
     /// The segment source.
     #[must_use]
-    pub fn source(&self) -> &DynSource {
+    pub fn source(&self) -> &dyn SegmentSource<Memory = B::Memory> {
         self.inner.shared.source.as_ref()
     }
 
     /// Allocates `size` bytes for use on `stream`.
     ///
     /// # Errors
-    /// See [`DeviceCore::allocate_with`].
-    pub fn allocate(&self, size: u64, stream: &StreamRef) -> Result<DataPtr, AllocError> {
-        self.allocate_with(size, stream.key(), || stream.clone())
+    /// See [`CachingAllocator::allocate_with`].
+    #[inline]
+    pub fn allocate(
+        &self,
+        size: u64,
+        stream: &B::Stream,
+    ) -> Result<Option<Allocation<B>>, CacheError> {
+        self.allocate_with(size, B::stream_key(stream), || stream.clone())
     }
 
     /// Allocates `size` bytes for use on the stream `key`; `stream` is called only while
     /// this stream is not yet known, to get its handle. `stream` runs under no allocator
     /// lock, so it may call the allocator; when two threads register the same stream at once,
-    /// one handle is kept and the other dropped (also under no lock). A zero size gives an
-    /// empty [`DataPtr`] without touching the allocator.
+    /// one handle is kept and the other dropped (also under no lock). A zero size gives `None`
+    /// without touching the allocator. The [`Allocation`] frees its block when dropped.
     ///
     /// # Errors
-    /// [`AllocError::TooLarge`] when the request exceeds the device's largest allocation or
-    /// 1 EiB; [`AllocError::OutOfMemory`] also when the reserved bytes would pass `i64::MAX`
-    /// (the statistics' range); [`AllocError::OutOfMemory`] / [`AllocError::MemoryFractionExceeded`] after the
-    /// full OOM sequence; [`AllocError::Device`] for other device errors.
+    /// [`CacheError::TooLarge`] when the request exceeds the device's largest allocation or
+    /// 1 EiB; [`CacheError::OutOfMemory`] also when the reserved bytes would pass `i64::MAX`
+    /// (the statistics' range), and after the full OOM sequence (`fraction` set when the
+    /// memory fraction refused);
+    /// [`CacheError::Device`] for other device errors.
+    #[inline]
     pub fn allocate_with(
         &self,
         size: u64,
         key: StreamKey,
-        stream: impl FnOnce() -> StreamRef,
-    ) -> Result<DataPtr, AllocError> {
+        stream: impl FnOnce() -> B::Stream,
+    ) -> Result<Option<Allocation<B>>, CacheError> {
         let shared = &self.inner.shared;
         if size == 0 {
-            return Ok(DataPtr::empty(shared.device()));
+            return Ok(None);
         }
         let max_alloc = shared.max_alloc;
         if size > MAX_REQUEST || size > max_alloc {
-            return Err(AllocError::TooLarge {
+            return Err(CacheError::TooLarge {
                 device: shared.device(),
                 requested: size,
                 max: max_alloc.min(MAX_REQUEST),
@@ -241,23 +290,24 @@ impl DeviceCore {
             Some(self.allocate_on(shard, size, key, &local))
         });
         if let Some(result) = found {
-            return result;
+            return result.map(Some);
         }
         let shard = self.insert_shard(key, stream());
         with_local(shared, |local| {
             remember_shard(local.shard, key, &shard);
             self.allocate_on(shard, size, key, &local)
         })
+        .map(Some)
     }
 
     /// The allocation proper, on the stream's shard.
     fn allocate_on(
         &self,
-        shard: Arc<Shard>,
+        shard: Arc<Shard<B>>,
         size: u64,
         key: StreamKey,
-        local: &thread_cache::Local<'_>,
-    ) -> Result<DataPtr, AllocError> {
+        local: &thread_cache::Local<'_, B>,
+    ) -> Result<Allocation<B>, CacheError> {
         let shared = &self.inner.shared;
         let outcome = {
             let mut state = shard.lock();
@@ -268,28 +318,19 @@ impl DeviceCore {
             Outcome::Done(h) => h,
             Outcome::Exhausted(req) => self.oom_path(&shard, req, local)?,
         };
-        shared.history.record(
-            crate::observe::TraceAction::Alloc,
-            handed.addr,
-            size,
-            key.id,
-        );
-        Ok(DataPtr::new(
-            shard,
-            handed.block,
-            handed.addr,
-            handed.size,
-            size,
-        ))
+        shared
+            .history
+            .record(TraceAction::Alloc, handed.addr, size, key.id);
+        Ok(Allocation::new(shard, handed, size))
     }
 
     /// The shard of `key` from the thread's cache or the shard map, if it exists (no user
     /// code runs here).
     fn cached_shard(
         &self,
-        cache: &mut Vec<(StreamKey, Weak<Shard>)>,
+        cache: &mut Vec<(StreamKey, Weak<Shard<B>>)>,
         key: StreamKey,
-    ) -> Option<Arc<Shard>> {
+    ) -> Option<Arc<Shard<B>>> {
         if let Some((k, weak)) = cache.first() {
             if *k == key {
                 if let Some(shard) = weak.upgrade() {
@@ -312,7 +353,7 @@ impl DeviceCore {
     /// The shard of `key`, created with `stream` unless another thread created it since the
     /// lookup (then `stream` is dropped after the map lock is released: dropping a user's
     /// stream handle is user code).
-    fn insert_shard(&self, key: StreamKey, stream: StreamRef) -> Arc<Shard> {
+    fn insert_shard(&self, key: StreamKey, stream: B::Stream) -> Arc<Shard<B>> {
         let (shard, _unused) = {
             let mut map = self.inner.shards.lock();
             if let Some(shard) = map.by_key.get(&key) {
@@ -329,88 +370,38 @@ impl DeviceCore {
     }
 
     /// Weak handles of every shard (a dropped private pool's shards that live on through
-    /// their allocations stay reachable for `empty_cache`).
-    pub(crate) fn weak_shards(&self) -> Vec<Weak<Shard>> {
+    /// their allocations stay reachable for the device's `empty_cache`).
+    #[must_use]
+    pub fn weak_shards(&self) -> Vec<WeakShard<B>> {
         self.inner
             .shards
             .lock()
             .ordered
             .iter()
-            .map(Arc::downgrade)
+            .map(|s| WeakShard(Arc::downgrade(s)))
             .collect()
     }
 
-    fn all_shards(&self) -> Vec<Arc<Shard>> {
+    fn all_shards(&self) -> Vec<Arc<Shard<B>>> {
         self.inner.shards.lock().ordered.clone()
     }
 
-    /// Marks `ptr` as used on `stream` (as `Tensor.record_stream`): when `ptr` is freed, its
-    /// block is reused only after a marker recorded then on `stream` completes. Ignored for
-    /// an empty pointer and for the allocation stream.
+    /// Marks `allocation` as used on `stream` (as `Tensor.record_stream`): when it is freed,
+    /// its block is reused only after a marker recorded then on `stream` completes. Ignored
+    /// for the allocation stream.
     ///
     /// # Errors
-    /// [`AllocError::InvalidDevicePointer`] when `ptr` comes from another allocator.
-    pub fn record_stream(&self, ptr: &DataPtr, stream: &StreamRef) -> Result<(), AllocError> {
-        if let Some(live) = &ptr.live {
-            if !Arc::ptr_eq(&live.shard.shared, &self.inner.shared) {
-                return Err(AllocError::InvalidDevicePointer {
-                    address: live.address,
-                });
-            }
+    /// [`CacheError::Foreign`] when `allocation` comes from another allocator.
+    pub fn record_stream(
+        &self,
+        allocation: &Allocation<B>,
+        stream: &B::Stream,
+    ) -> Result<(), CacheError> {
+        if !Arc::ptr_eq(&allocation.shard.shared, &self.inner.shared) {
+            return Err(CacheError::Foreign(allocation.address()));
         }
-        ptr.record_stream_ref(stream);
+        allocation.record_stream(stream);
         Ok(())
-    }
-
-    /// Allocates `size` bytes on stream `key` and returns the device address, to be freed
-    /// by [`DeviceCore::raw_delete`] (as `raw_alloc`). Size 0 returns address 0.
-    ///
-    /// # Errors
-    /// As [`DeviceCore::allocate_with`].
-    pub fn raw_alloc(
-        &self,
-        size: u64,
-        key: StreamKey,
-        stream: impl FnOnce() -> StreamRef,
-    ) -> Result<u64, AllocError> {
-        let ptr = self.allocate_with(size, key, stream)?;
-        Ok(self.adopt_raw(ptr))
-    }
-
-    /// Frees an address returned by [`DeviceCore::raw_alloc`] (address 0 is ignored). While a
-    /// [`DeviceCore::with_raw`] closure on the address runs, the address is forgotten at once
-    /// and the block freed when the closure returns.
-    ///
-    /// # Errors
-    /// [`AllocError::InvalidDevicePointer`] for an address not live from `raw_alloc`.
-    pub fn raw_delete(&self, address: u64) -> Result<(), AllocError> {
-        if address == 0 {
-            return Ok(());
-        }
-        self.inner
-            .raw
-            .remove(address)
-            .map(drop)
-            .ok_or(AllocError::InvalidDevicePointer { address })
-    }
-
-    /// Runs `f` on the live [`DataPtr`] of a raw address. `f` runs without any allocator
-    /// lock held (it may call the allocator, `raw_delete` of this address included), and the
-    /// allocation stays alive until `f` returns: a `raw_delete` meanwhile takes effect then.
-    ///
-    /// # Errors
-    /// [`AllocError::InvalidDevicePointer`] for an address not live from `raw_alloc`.
-    pub fn with_raw<R>(
-        &self,
-        address: u64,
-        f: impl FnOnce(&DataPtr) -> R,
-    ) -> Result<R, AllocError> {
-        let ptr = self
-            .inner
-            .raw
-            .get(address)
-            .ok_or(AllocError::InvalidDevicePointer { address })?;
-        Ok(f(&ptr))
     }
 
     /// Waits for every pending stream marker and releases every cached whole segment to
@@ -427,7 +418,7 @@ impl DeviceCore {
                     .flat_map(|g| g.pending_markers())
                     .collect::<Vec<_>>()
             });
-            wait_markers(&markers);
+            wait_markers::<B>(&markers);
             let batches = self.with_all(|gs| {
                 let mut st = local.stats();
                 for g in gs.iter_mut() {
@@ -444,7 +435,7 @@ impl DeviceCore {
     /// Runs `f` with the OOM lock and every shard locked (in creation order: index = rank).
     fn with_all<R>(
         &self,
-        f: impl FnOnce(&mut [parking_lot::MutexGuard<'_, ShardState>]) -> R,
+        f: impl FnOnce(&mut [parking_lot::MutexGuard<'_, ShardState<B>>]) -> R,
     ) -> R {
         let _oom = self.inner.oom_lock.lock();
         let shards = self.all_shards();
@@ -455,13 +446,13 @@ impl DeviceCore {
     /// Limits reserved memory to `fraction` of the device total (as
     /// `set_per_process_memory_fraction`): a new segment that would take the reserved bytes
     /// above the limit fails (after the usual cache release) with
-    /// [`AllocError::MemoryFractionExceeded`].
+    /// [`CacheError::OutOfMemory`] with `fraction` set.
     ///
     /// # Errors
-    /// [`AllocError::InvalidFraction`] unless `0 < fraction <= 1`.
-    pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), AllocError> {
+    /// [`CacheError::Fraction`] unless `0 < fraction <= 1`.
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), CacheError> {
         if !(fraction > 0.0 && fraction <= 1.0) {
-            return Err(AllocError::InvalidFraction { fraction });
+            return Err(CacheError::Fraction(fraction));
         }
         self.inner.shared.set_fraction(fraction);
         Ok(())
@@ -494,28 +485,15 @@ impl DeviceCore {
         stats
     }
 
-    /// Bytes handed out (as `torch.cuda.memory_allocated`).
-    #[must_use]
-    pub fn memory_allocated(&self) -> u64 {
-        nonneg(self.memory_stats().allocated_bytes.all.current)
-    }
-
-    /// Peak bytes handed out (as `torch.cuda.max_memory_allocated`).
-    #[must_use]
-    pub fn max_memory_allocated(&self) -> u64 {
-        nonneg(self.memory_stats().allocated_bytes.all.peak)
-    }
-
-    /// Bytes reserved from the device (as `torch.cuda.memory_reserved`).
-    #[must_use]
-    pub fn memory_reserved(&self) -> u64 {
-        nonneg(self.memory_stats().reserved_bytes.all.current)
-    }
-
-    /// Peak bytes reserved (as `torch.cuda.max_memory_reserved`).
-    #[must_use]
-    pub fn max_memory_reserved(&self) -> u64 {
-        nonneg(self.memory_stats().reserved_bytes.all.peak)
+    byte_figures! {
+        /// Bytes handed out (as `torch.cuda.memory_allocated`).
+        memory_allocated: allocated_bytes.all.current,
+        /// Peak bytes handed out (as `torch.cuda.max_memory_allocated`).
+        max_memory_allocated: allocated_bytes.all.peak,
+        /// Bytes reserved from the device (as `torch.cuda.memory_reserved`).
+        memory_reserved: reserved_bytes.all.current,
+        /// Peak bytes reserved (as `torch.cuda.max_memory_reserved`).
+        max_memory_reserved: reserved_bytes.all.peak,
     }
 
     /// Sets every peak to its current value (as `torch.cuda.reset_peak_memory_stats`).
@@ -543,9 +521,9 @@ impl DeviceCore {
     }
 
     /// The history of this allocator's events (as `torch.cuda.memory._record_memory_history`;
-    /// off by default). See [`crate::observe::history`].
+    /// off by default). See [`crate::history`].
     #[must_use]
-    pub fn memory_history(&self) -> &crate::observe::History {
+    pub fn memory_history(&self) -> &History {
         &self.inner.shared.history
     }
 
@@ -557,25 +535,21 @@ impl DeviceCore {
     }
 }
 
-fn nonneg(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
-}
-
 /// The per-stream part of an allocation: events, best fit, garbage collection, release
 /// policy, new segment, oversize release.
-fn fast_path(
-    shard: &Shard,
-    state: &mut ShardState,
+fn fast_path<B: Backend>(
+    shard: &Shard<B>,
+    state: &mut ShardState<B>,
     size: u64,
     st: &mut StatsWriter<'_>,
-) -> Result<Outcome, AllocError> {
+) -> Result<Outcome, CacheError> {
     let shared = &*shard.shared;
     state.refresh_config(shared);
     state.process_events(st);
     let max_alloc = shared.max_alloc;
     let req = state.request(size, max_alloc);
     if req.rounded > max_alloc {
-        return Err(AllocError::TooLarge {
+        return Err(CacheError::TooLarge {
             device: shared.device(),
             requested: size,
             max: max_alloc,

@@ -6,9 +6,14 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::registry::StatsRegistry;
+use super::stats_registry::StatsRegistry;
+use crate::backend::Backend;
 use crate::config::AllocConfig;
-use crate::source::{DynSource, SourceError, SourceSegment};
+use crate::history::History;
+use crate::source::{SegmentSource, SourceError, SourceSegment};
+
+/// The segment source of an allocator over backend `B`.
+pub type BoxedSource<B> = Box<dyn SegmentSource<Memory = <B as Backend>::Memory>>;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -17,8 +22,11 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// the counters.
 pub(crate) const MAX_RESERVED: u64 = i64::MAX as u64;
 
-/// Runs a dropped shard's teardown somewhere (see [`DeviceShared::deferred_drop`]).
-pub(crate) type DeferredDrop = fn(Box<dyn FnOnce() + Send>);
+/// Runs a dropped shard's teardown somewhere (see
+/// [`CachingAllocator::with_setup`](super::CachingAllocator::with_setup)): called from the
+/// shard's drop with the teardown, which it must run exactly once (on another thread, or in
+/// place when it has none).
+pub type DeferredDrop = fn(Box<dyn FnOnce() + Send>);
 
 /// Why a segment could not be obtained.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,10 +50,10 @@ struct Reserved {
 }
 
 /// State of one device allocator shared by its shards.
-pub(crate) struct DeviceShared {
+pub(crate) struct DeviceShared<B: Backend> {
     /// Unique id of this allocator instance (keys the thread-local caches).
     pub id: u64,
-    pub source: Box<DynSource>,
+    pub source: BoxedSource<B>,
     /// `source.max_alloc_size()`, read once.
     pub max_alloc: u64,
     /// `source.device()`, read once.
@@ -55,16 +63,16 @@ pub(crate) struct DeviceShared {
     gc_enabled: AtomicBool,
     reserved: Mutex<Reserved>,
     pub stats: StatsRegistry,
-    /// Recorded allocator events (off by default; see [`crate::observe::history`]).
-    pub history: Arc<crate::observe::History>,
-    /// Where a dropped shard's teardown (waiting for its streams, releasing its segments)
-    /// runs: `None` runs it in the drop itself; private pools hand it to a background
-    /// thread (see `crate::mem_pool`), so a drop never waits for the device.
+    /// Recorded allocator events (off by default; see [`crate::history`]).
+    pub history: Arc<History>,
+    /// Where a dropped shard's teardown (waiting for its streams through the backend,
+    /// releasing its segments) runs: `None` runs it in the drop itself; xpu-alloc's private
+    /// pools hand it to a background thread, so a drop never waits for the device.
     pub deferred_drop: Option<DeferredDrop>,
 }
 
-impl DeviceShared {
-    pub(crate) fn new(source: Box<DynSource>, config: AllocConfig) -> Self {
+impl<B: Backend> DeviceShared<B> {
+    pub(crate) fn new(source: BoxedSource<B>, config: AllocConfig) -> Self {
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             max_alloc: source.max_alloc_size(),
@@ -147,7 +155,10 @@ impl DeviceShared {
 
     /// Obtains a segment, enforcing the memory fraction (reserved + size <= allowed) and
     /// [`MAX_RESERVED`] (out of memory beyond it).
-    pub(crate) fn allocate_segment(&self, size: u64) -> Result<SourceSegment, SegmentFailure> {
+    pub(crate) fn allocate_segment(
+        &self,
+        size: u64,
+    ) -> Result<SourceSegment<B::Memory>, SegmentFailure> {
         self.allocate_segment_from(self.source.as_ref(), size)
     }
 
@@ -155,9 +166,9 @@ impl DeviceShared {
     /// reserved bytes and memory fraction (a private pool's segments).
     pub(crate) fn allocate_segment_from(
         &self,
-        source: &DynSource,
+        source: &dyn SegmentSource<Memory = B::Memory>,
         size: u64,
-    ) -> Result<SourceSegment, SegmentFailure> {
+    ) -> Result<SourceSegment<B::Memory>, SegmentFailure> {
         {
             let mut r = self.reserved.lock();
             let Some(total) = r.bytes.checked_add(size).filter(|&t| t <= MAX_RESERVED) else {
@@ -188,15 +199,136 @@ impl DeviceShared {
     }
 
     /// Returns a segment to the source.
-    pub(crate) fn release_segment(&self, segment: SourceSegment) {
+    pub(crate) fn release_segment(&self, segment: SourceSegment<B::Memory>) {
         self.release_segment_to(self.source.as_ref(), segment);
     }
 
     /// Returns a segment of [`DeviceShared::allocate_segment_from`] to its `source`.
-    pub(crate) fn release_segment_to(&self, source: &DynSource, segment: SourceSegment) {
+    pub(crate) fn release_segment_to(
+        &self,
+        source: &dyn SegmentSource<Memory = B::Memory>,
+        segment: SourceSegment<B::Memory>,
+    ) {
         let size = segment.size;
         source.free(segment);
         let mut r = self.reserved.lock();
         r.bytes = r.bytes.saturating_sub(size);
+    }
+}
+
+impl<B: Backend> DeviceShared<B> {
+    fn charge_failure(failure: SegmentFailure, size: u64) -> SourceError {
+        match failure {
+            SegmentFailure::OutOfMemory | SegmentFailure::Fraction => SourceError::OutOfMemory,
+            SegmentFailure::TooLarge => SourceError::TooLarge { size },
+            SegmentFailure::Device(msg) => SourceError::Device(msg),
+        }
+    }
+}
+
+/// A handle on a [`CachingAllocator`](super::CachingAllocator)'s device-wide state: its
+/// identity, segment source, reserved bytes and memory fraction, statistics and
+/// configuration ([`CachingAllocator::shared`](super::CachingAllocator::shared)). It stays
+/// valid while the allocator, one of its shards (kept by live allocations) or a handle
+/// lives. Cheap to clone.
+pub struct SharedState<B: Backend>(pub(crate) Arc<DeviceShared<B>>);
+
+impl<B: Backend> Clone for SharedState<B> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<B: Backend> SharedState<B> {
+    /// Unique id of the allocator (as [`CachingAllocator::id`](super::CachingAllocator::id)).
+    #[must_use]
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    /// Device index.
+    #[must_use]
+    pub fn device(&self) -> usize {
+        self.0.device
+    }
+
+    /// The allocator's segment source.
+    #[must_use]
+    pub fn source(&self) -> &dyn SegmentSource<Memory = B::Memory> {
+        self.0.source.as_ref()
+    }
+
+    /// The allocator's event history.
+    #[must_use]
+    pub fn history(&self) -> Arc<History> {
+        self.0.history.clone()
+    }
+
+    /// Obtains a segment of `size` bytes from `source` (any source of the same memory),
+    /// charged to this allocator's reserved bytes and checked against its memory fraction
+    /// and the `i64::MAX` reserved-bytes limit, as the allocator's own segments are.
+    ///
+    /// # Errors
+    /// [`SourceError::OutOfMemory`] when `source` has no room, the fraction forbids it or
+    /// the reserved bytes would pass `i64::MAX`; otherwise `source`'s error.
+    pub fn allocate_segment_from(
+        &self,
+        source: &dyn SegmentSource<Memory = B::Memory>,
+        size: u64,
+    ) -> Result<SourceSegment<B::Memory>, SourceError> {
+        self.0
+            .allocate_segment_from(source, size)
+            .map_err(|f| DeviceShared::<B>::charge_failure(f, size))
+    }
+
+    /// Returns a segment of [`SharedState::allocate_segment_from`] to its `source` and
+    /// uncharges it.
+    pub fn release_segment_to(
+        &self,
+        source: &dyn SegmentSource<Memory = B::Memory>,
+        segment: SourceSegment<B::Memory>,
+    ) {
+        self.0.release_segment_to(source, segment);
+    }
+
+    /// Bytes the memory fraction allows (`None` when none is set).
+    #[must_use]
+    pub fn allowed(&self) -> Option<u64> {
+        self.0.allowed()
+    }
+
+    /// Reserved bytes now (segments of the allocator and those charged to it).
+    #[must_use]
+    pub fn reserved(&self) -> u64 {
+        self.0.reserved()
+    }
+
+    /// The allocator's statistics (as
+    /// [`CachingAllocator::memory_stats`](super::CachingAllocator::memory_stats)).
+    #[must_use]
+    pub fn memory_stats(&self) -> crate::stats::MemoryStats {
+        self.0.stats.aggregate()
+    }
+
+    /// Sets every peak to its current value.
+    pub fn reset_peak_stats(&self) {
+        self.0.stats.reset_peak();
+    }
+
+    /// Zeroes the accumulated statistics.
+    pub fn reset_accumulated_stats(&self) {
+        self.0.stats.reset_accumulated();
+    }
+
+    /// Replaces the configuration.
+    pub fn set_config(&self, config: AllocConfig) {
+        self.0.set_config(config);
+    }
+
+    /// Whether anything besides this handle keeps the state alive (the allocator, a shard,
+    /// another handle).
+    #[must_use]
+    pub fn in_use(&self) -> bool {
+        Arc::strong_count(&self.0) > 1
     }
 }

@@ -17,6 +17,7 @@ impl<T> Default for Slab<T> {
 }
 
 impl<T> Slab<T> {
+    #[inline]
     pub(crate) fn insert(&mut self, value: T) -> u32 {
         if let Some(index) = self.vacant.pop() {
             self.items[index as usize] = Some(value);
@@ -27,6 +28,7 @@ impl<T> Slab<T> {
         }
     }
 
+    #[inline]
     pub(crate) fn remove(&mut self, index: u32) -> Option<T> {
         let value = self.items.get_mut(index as usize)?.take();
         if value.is_some() {
@@ -35,6 +37,7 @@ impl<T> Slab<T> {
         value
     }
 
+    #[inline]
     pub(crate) fn get(&self, index: u32) -> Option<&T> {
         self.items.get(index as usize)?.as_ref()
     }
@@ -49,6 +52,7 @@ impl<T> Slab<T> {
 
 impl<T> std::ops::Index<u32> for Slab<T> {
     type Output = T;
+    #[inline]
     fn index(&self, index: u32) -> &T {
         // Internal invariant: indices come from live blocks/segments of the same shard.
         self.items[index as usize]
@@ -58,6 +62,7 @@ impl<T> std::ops::Index<u32> for Slab<T> {
 }
 
 impl<T> std::ops::IndexMut<u32> for Slab<T> {
+    #[inline]
     fn index_mut(&mut self, index: u32) -> &mut T {
         self.items[index as usize]
             .as_mut()

@@ -1,15 +1,15 @@
 //! Blocks (pieces of a segment) and segments of one shard.
 
+use crate::backend::Backend;
 use crate::size::PoolKind;
 use crate::source::SourceSegment;
-use crate::stream::StreamRef;
 
 /// "No neighbour" in `prev`/`next`.
 pub(crate) const NIL: u32 = u32::MAX;
 
 /// A contiguous piece of a segment: allocated, free in a pool, or pending (freed by the
 /// user, waiting for stream markers).
-pub(crate) struct Block {
+pub(crate) struct Block<B: Backend> {
     /// Device address of the first byte.
     pub addr: u64,
     /// Size in bytes (rounded).
@@ -29,12 +29,12 @@ pub(crate) struct Block {
     /// Outstanding stream markers (pending free).
     pub event_count: u32,
     /// Streams other than the allocation stream that used the block (record_stream).
-    pub stream_uses: Vec<StreamRef>,
+    pub stream_uses: Vec<B::Stream>,
     /// Pool search count when the block entered the pool (garbage collection age).
     pub gc_base: u64,
 }
 
-impl Block {
+impl<B: Backend> Block<B> {
     /// A block covering a whole segment.
     pub(crate) fn whole(addr: u64, size: u64, segment: u32, pool: PoolKind) -> Self {
         Self {
@@ -64,9 +64,9 @@ impl Block {
 }
 
 /// One device allocation owned by a shard.
-pub(crate) struct Segment {
+pub(crate) struct Segment<B: Backend> {
     /// The memory as the source handed it out.
-    pub source: SourceSegment,
+    pub source: SourceSegment<B::Memory>,
     /// The pool its blocks belong to.
     pub pool: PoolKind,
 }

@@ -9,9 +9,9 @@
 
 use std::sync::atomic::{fence, AtomicI64, AtomicU64, Ordering};
 
+use crate::memory_stats_fields;
 use crate::size::PoolKind;
 use crate::stats::{MemoryStats, Stat, StatArray};
-use xpu_caching::memory_stats_fields;
 
 const R: Ordering = Ordering::Relaxed;
 
@@ -24,12 +24,14 @@ pub(crate) struct CellStat {
     freed: AtomicI64,
 }
 
+#[inline]
 fn add(word: &AtomicI64, n: i64) {
     word.store(word.load(R).wrapping_add(n), R);
 }
 
 /// Adds to an accumulated total (`allocated`, `freed`): saturates at `i64::MAX` instead of
 /// wrapping negative after 8 EiB of traffic.
+#[inline]
 fn accumulate(word: &AtomicI64, n: i64) {
     word.store(word.load(R).saturating_add(n), R);
 }

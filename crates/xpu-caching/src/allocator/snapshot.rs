@@ -3,7 +3,8 @@
 use crate::size::PoolKind;
 use crate::stream::StreamKey;
 
-use super::DeviceCore;
+use super::CachingAllocator;
+use crate::backend::Backend;
 
 /// State of a block in a [`SegmentSnapshot`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,7 +45,7 @@ pub struct SegmentSnapshot {
     pub blocks: Vec<BlockSnapshot>,
 }
 
-impl DeviceCore {
+impl<B: Backend> CachingAllocator<B> {
     /// Every segment with its blocks, sorted by address.
     #[must_use]
     pub fn snapshot(&self) -> Vec<SegmentSnapshot> {

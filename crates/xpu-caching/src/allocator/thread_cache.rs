@@ -1,23 +1,25 @@
 //! What a thread keeps per device allocator: its statistics cell (registered in the
-//! device's [`StatsRegistry`](super::registry::StatsRegistry)) and the shards it allocated
-//! from recently, so the cached path finds both without a lock.
+//! device's [`StatsRegistry`](super::stats_registry::StatsRegistry)) and the shards it
+//! allocated from recently, so the cached path finds both without a lock. The storage is a
+//! `thread_local!` of the backend ([`Backend::thread_caches`]).
 
-use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 
-use super::cell::{Generations, StatsCell, StatsWriter};
 use super::device_wide::DeviceShared;
 use super::shard::Shard;
+use super::stats_cell::{Generations, StatsCell, StatsWriter};
+use crate::backend::Backend;
 use crate::stream::StreamKey;
 
-struct Entry {
+/// A thread's cache of one allocator.
+pub struct Entry<B: Backend> {
     id: u64,
-    shared: Weak<DeviceShared>,
+    shared: Weak<DeviceShared<B>>,
     cell: Arc<StatsCell>,
-    shard: Vec<(StreamKey, Weak<Shard>)>,
+    shard: Vec<(StreamKey, Weak<Shard<B>>)>,
 }
 
-impl Drop for Entry {
+impl<B: Backend> Drop for Entry<B> {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.upgrade() {
             shared.stats.retire(&self.cell);
@@ -25,20 +27,16 @@ impl Drop for Entry {
     }
 }
 
-thread_local! {
-    static LOCAL: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
-}
-
 /// What a thread has for one device allocator.
-pub(crate) struct Local<'a> {
+pub(crate) struct Local<'a, B: Backend> {
     /// The thread's statistics cell (or the fallback cell, locked).
     cell: &'a StatsCell,
     gens: &'a Generations,
     /// The shards this thread allocated from recently on this device (most recent first).
-    pub shard: &'a mut Vec<(StreamKey, Weak<Shard>)>,
+    pub shard: &'a mut Vec<(StreamKey, Weak<Shard<B>>)>,
 }
 
-impl<'a> Local<'a> {
+impl<'a, B: Backend> Local<'a, B> {
     /// Opens a write on the thread's statistics cell.
     #[inline]
     pub(crate) fn stats(&self) -> StatsWriter<'a> {
@@ -47,7 +45,10 @@ impl<'a> Local<'a> {
 }
 
 #[inline]
-fn entry<'v>(entries: &'v mut Vec<Entry>, shared: &Arc<DeviceShared>) -> &'v mut Entry {
+fn entry<'v, B: Backend>(
+    entries: &'v mut Vec<Entry<B>>,
+    shared: &Arc<DeviceShared<B>>,
+) -> &'v mut Entry<B> {
     if entries.first().is_some_and(|e| e.id == shared.id) {
         return &mut entries[0];
     }
@@ -55,7 +56,10 @@ fn entry<'v>(entries: &'v mut Vec<Entry>, shared: &Arc<DeviceShared>) -> &'v mut
 }
 
 #[cold]
-fn entry_slow<'v>(entries: &'v mut Vec<Entry>, shared: &Arc<DeviceShared>) -> &'v mut Entry {
+fn entry_slow<'v, B: Backend>(
+    entries: &'v mut Vec<Entry<B>>,
+    shared: &Arc<DeviceShared<B>>,
+) -> &'v mut Entry<B> {
     if let Some(pos) = entries.iter().position(|e| e.id == shared.id) {
         return &mut entries[pos];
     }
@@ -71,10 +75,13 @@ fn entry_slow<'v>(entries: &'v mut Vec<Entry>, shared: &Arc<DeviceShared>) -> &'
 }
 
 /// Runs `f` with this thread's cell and shard cache for `shared`.
-pub(crate) fn with_local<R>(shared: &Arc<DeviceShared>, f: impl FnOnce(Local<'_>) -> R) -> R {
+pub(crate) fn with_local<B: Backend, R>(
+    shared: &Arc<DeviceShared<B>>,
+    f: impl FnOnce(Local<'_, B>) -> R,
+) -> R {
     let mut slot = Some(f);
-    let done = LOCAL.try_with(|local| {
-        let mut entries = local.try_borrow_mut().ok()?;
+    let done = B::thread_caches().try_with(|local| {
+        let mut entries = local.0.try_borrow_mut().ok()?;
         let f = slot.take()?;
         let e = entry(&mut entries, shared);
         Some(f(Local {

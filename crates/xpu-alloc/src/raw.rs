@@ -33,18 +33,18 @@ impl RawTable {
         &self.buckets[usize::try_from(h).unwrap_or(0) % BUCKETS]
     }
 
-    pub(super) fn insert(&self, address: u64, ptr: DataPtr) {
+    pub(crate) fn insert(&self, address: u64, ptr: DataPtr) {
         // A replaced entry (impossible: addresses are unique while live) drops unlocked.
         let old = self.bucket(address).lock().insert(address, Arc::new(ptr));
         drop(old);
     }
 
-    pub(super) fn remove(&self, address: u64) -> Option<Arc<DataPtr>> {
+    pub(crate) fn remove(&self, address: u64) -> Option<Arc<DataPtr>> {
         self.bucket(address).lock().remove(&address)
     }
 
     /// A shared handle on the live allocation at `address` (the lock is released on return).
-    pub(super) fn get(&self, address: u64) -> Option<Arc<DataPtr>> {
+    pub(crate) fn get(&self, address: u64) -> Option<Arc<DataPtr>> {
         self.bucket(address).lock().get(&address).cloned()
     }
 }

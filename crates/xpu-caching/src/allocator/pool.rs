@@ -58,6 +58,7 @@ impl Default for FreePool {
 }
 
 impl FreePool {
+    #[inline]
     pub(crate) fn insert(&mut self, size: u64, addr: u64, block: u32) {
         let key = order(size, addr);
         match &mut self.set {
@@ -74,6 +75,7 @@ impl FreePool {
         }
     }
 
+    #[inline]
     pub(crate) fn remove(&mut self, size: u64, addr: u64, block: u32) {
         let key = order(size, addr);
         match &mut self.set {
@@ -95,6 +97,7 @@ impl FreePool {
     /// Replaces the entry (`old_size`, `old_addr`) by (`size`, `addr`, `block`): one removal
     /// and one insertion, moving only the entries between the two positions. `hint` is
     /// where [`FreePool::best_fit`] found the old entry, if it did (checked).
+    #[inline]
     pub(crate) fn replace(
         &mut self,
         (old_size, old_addr): (u64, u64),

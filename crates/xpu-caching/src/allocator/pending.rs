@@ -4,25 +4,34 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::stream::{Marker, StreamKey};
+use crate::backend::Backend;
+use crate::stream::StreamKey;
 
 /// Markers of one stream with the blocks they free, oldest first.
-type Fifo = VecDeque<(Arc<dyn Marker>, u32)>;
+type Fifo<M> = VecDeque<(Arc<M>, u32)>;
 
 /// Markers waiting to complete, one FIFO per stream they were recorded on.
-#[derive(Default)]
-pub(crate) struct Pending {
-    fifos: Vec<(StreamKey, Fifo)>,
+pub(crate) struct Pending<B: Backend> {
+    fifos: Vec<(StreamKey, Fifo<B::Marker>)>,
     count: usize,
 }
 
-impl Pending {
+impl<B: Backend> Default for Pending<B> {
+    fn default() -> Self {
+        Self {
+            fifos: Vec::new(),
+            count: 0,
+        }
+    }
+}
+
+impl<B: Backend> Pending<B> {
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.count == 0
     }
 
-    pub(crate) fn push(&mut self, stream: StreamKey, marker: Arc<dyn Marker>, block: u32) {
+    pub(crate) fn push(&mut self, stream: StreamKey, marker: Arc<B::Marker>, block: u32) {
         self.count += 1;
         if let Some((_, fifo)) = self.fifos.iter_mut().find(|(k, _)| *k == stream) {
             fifo.push_back((marker, block));
@@ -38,7 +47,7 @@ impl Pending {
     pub(crate) fn pop_completed(&mut self) -> Vec<u32> {
         let mut done = Vec::new();
         for (_, fifo) in &mut self.fifos {
-            while fifo.front().is_some_and(|(m, _)| m.is_complete()) {
+            while fifo.front().is_some_and(|(m, _)| B::marker_complete(m)) {
                 if let Some((_, block)) = fifo.pop_front() {
                     done.push(block);
                 }
@@ -50,7 +59,7 @@ impl Pending {
     }
 
     /// Every marker (oldest first per stream), to be waited for without the shard's lock.
-    pub(crate) fn markers(&self) -> Vec<(StreamKey, Arc<dyn Marker>)> {
+    pub(crate) fn markers(&self) -> Vec<(StreamKey, Arc<B::Marker>)> {
         self.fifos
             .iter()
             .flat_map(|(k, fifo)| fifo.iter().map(move |(m, _)| (*k, m.clone())))
@@ -59,9 +68,9 @@ impl Pending {
 }
 
 /// Waits for `markers` (call without any allocator lock or open statistics write).
-pub(crate) fn wait_markers(markers: &[(StreamKey, Arc<dyn Marker>)]) {
+pub(crate) fn wait_markers<B: Backend>(markers: &[(StreamKey, Arc<B::Marker>)]) {
     for (stream, marker) in markers {
-        if let Err(e) = marker.wait() {
+        if let Err(e) = B::wait(marker) {
             tracing::warn!(stream = ?stream, error = %e, "waiting for a stream marker failed");
         }
     }

@@ -1,19 +1,20 @@
-//! Device-wide segment steps shared by the per-stream path (`DeviceCore`'s
+//! Device-wide segment steps shared by the per-stream path (`CachingAllocator`'s
 //! allocation) and the OOM path: obtain a segment, classify a failure, release segments.
 
-use super::cell::StatsWriter;
 use super::device_wide::{DeviceShared, SegmentFailure};
-use super::state::{Handed, ReleaseBatch, Request, ShardState};
+use super::stats_cell::StatsWriter;
+use super::stream_state::{Handed, ReleaseBatch, Request, ShardState};
 use super::thread_cache::Local;
-use crate::error::AllocError;
+use crate::backend::Backend;
+use crate::error::CacheError;
 use crate::size::MAX_REQUEST;
 
 /// Waits for the work that may use the segments of `batches` (without any allocator lock),
 /// then frees them.
-pub(super) fn release_batches(
-    batches: Vec<ReleaseBatch>,
-    shared: &DeviceShared,
-    local: &Local<'_>,
+pub(super) fn release_batches<B: Backend>(
+    batches: Vec<ReleaseBatch<B>>,
+    shared: &DeviceShared<B>,
+    local: &Local<'_, B>,
 ) {
     if batches.is_empty() {
         return;
@@ -28,10 +29,10 @@ pub(super) fn release_batches(
 }
 
 /// Obtains a new segment for `req` and hands out its first block.
-pub(super) fn new_segment(
-    state: &mut ShardState,
+pub(super) fn new_segment<B: Backend>(
+    state: &mut ShardState<B>,
     req: &Request,
-    shared: &DeviceShared,
+    shared: &DeviceShared<B>,
     st: &mut StatsWriter<'_>,
 ) -> Result<Handed, SegmentFailure> {
     let segment = st.unlocked(|| shared.allocate_segment(req.segment_size))?;
@@ -41,14 +42,14 @@ pub(super) fn new_segment(
 
 /// The error of a segment failure that no release of cached memory can cure (a device
 /// error, or a size the device can never allocate); `Ok` for a failure worth a retry.
-pub(super) fn hard_error(
+pub(super) fn hard_error<B: Backend>(
     failure: SegmentFailure,
-    shared: &DeviceShared,
+    shared: &DeviceShared<B>,
     size: u64,
-) -> Result<(), AllocError> {
+) -> Result<(), CacheError> {
     match failure {
-        SegmentFailure::Device(msg) => Err(AllocError::Device(msg)),
-        SegmentFailure::TooLarge => Err(AllocError::TooLarge {
+        SegmentFailure::Device(msg) => Err(CacheError::Device(msg)),
+        SegmentFailure::TooLarge => Err(CacheError::TooLarge {
             device: shared.device(),
             requested: size,
             max: shared.max_alloc.min(MAX_REQUEST),

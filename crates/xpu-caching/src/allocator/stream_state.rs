@@ -4,16 +4,17 @@
 use std::sync::Arc;
 
 use super::block::{Block, Segment, NIL};
-use super::cell::{CellArray, StatsWriter};
 use super::device_wide::DeviceShared;
 use super::pending::Pending;
 use super::pool::FreePool;
 use super::slab::Slab;
+use super::stats_cell::{CellArray, StatsWriter};
+use crate::backend::Backend;
 use crate::config::AllocConfig;
-use crate::observe::TraceAction;
+use crate::history::{History, TraceAction};
 use crate::size::{self, PoolKind};
 use crate::source::SourceSegment;
-use crate::stream::{Marker, StreamKey, StreamRef};
+use crate::stream::StreamKey;
 
 /// A request after rounding.
 #[derive(Clone, Copy, Debug)]
@@ -47,25 +48,25 @@ pub(crate) struct Handed {
 }
 
 /// Everything one stream owns.
-pub(crate) struct ShardState {
+pub(crate) struct ShardState<B: Backend> {
     pub key: StreamKey,
     /// The stream, for synchronizing before freeing memory whose free does not wait.
-    pub stream: StreamRef,
-    pub blocks: Slab<Block>,
-    pub segments: Slab<Segment>,
+    pub stream: B::Stream,
+    pub blocks: Slab<Block<B>>,
+    pub segments: Slab<Segment<B>>,
     small: FreePool,
     large: FreePool,
-    pending: Pending,
+    pending: Pending<B>,
     pub config: Arc<AllocConfig>,
     config_epoch: u64,
     /// What the fragmentation policy learned about this stream (see [`super::policy`]).
     pub policy: super::policy::PolicyState,
-    /// The allocator's history (see [`crate::observe::history`]).
-    history: Arc<crate::observe::History>,
+    /// The allocator's history (see [`crate::history`]).
+    history: Arc<History>,
 }
 
-impl ShardState {
-    pub(crate) fn new(key: StreamKey, stream: StreamRef, shared: &DeviceShared) -> Self {
+impl<B: Backend> ShardState<B> {
+    pub(crate) fn new(key: StreamKey, stream: B::Stream, shared: &DeviceShared<B>) -> Self {
         Self {
             key,
             stream,
@@ -96,7 +97,7 @@ impl ShardState {
     }
 
     /// Picks up a configuration change (one atomic load when unchanged).
-    pub(crate) fn refresh_config(&mut self, shared: &DeviceShared) {
+    pub(crate) fn refresh_config(&mut self, shared: &DeviceShared<B>) {
         let epoch = shared.config_epoch();
         if epoch != self.config_epoch {
             self.config = shared.config();
@@ -243,7 +244,7 @@ impl ShardState {
     /// Takes ownership of a new segment: returns its whole block (not in a pool).
     pub(crate) fn add_segment(
         &mut self,
-        source: SourceSegment,
+        source: SourceSegment<B::Memory>,
         kind: PoolKind,
         st: &mut StatsWriter<'_>,
     ) -> u32 {
@@ -261,7 +262,7 @@ impl ShardState {
 
     /// Inserts a segment (new or moved from another shard) as one whole free block that is
     /// not yet in a pool; no statistics change.
-    pub(crate) fn adopt_segment(&mut self, segment: Segment) -> u32 {
+    pub(crate) fn adopt_segment(&mut self, segment: Segment<B>) -> u32 {
         let (addr, size, kind) = (segment.source.address, segment.source.size, segment.pool);
         let index = self.segments.insert(segment);
         self.blocks.insert(Block::whole(addr, size, index, kind))
@@ -269,7 +270,7 @@ impl ShardState {
 
     /// Removes a whole free segment from this shard without releasing it (cross-stream
     /// reuse); no statistics change.
-    pub(crate) fn take_segment(&mut self, block: u32) -> Option<Segment> {
+    pub(crate) fn take_segment(&mut self, block: u32) -> Option<Segment<B>> {
         let b = self.blocks.get(block)?;
         if b.is_split() || !b.is_idle() {
             return None;
@@ -298,15 +299,16 @@ impl ShardState {
         let uses = std::mem::take(&mut self.blocks[block].stream_uses);
         let mut failed = Vec::new();
         for stream in uses {
-            match st.unlocked(|| stream.record_marker()) {
+            match st.unlocked(|| B::record_marker(&stream)) {
                 Ok(marker) => {
                     self.blocks[block].event_count += 1;
-                    self.pending.push(stream.key(), Arc::from(marker), block);
+                    self.pending
+                        .push(B::stream_key(&stream), Arc::new(marker), block);
                 }
                 Err(e) => {
                     // Without a marker nothing orders a reuse after that stream's work: the
                     // block stays out of the cache (never reused, merged or released).
-                    tracing::error!(stream = ?stream.key(), error = %e, "recording a free marker failed; the block is kept out of the cache");
+                    tracing::error!(stream = ?B::stream_key(&stream), error = %e, "recording a free marker failed; the block is kept out of the cache");
                     failed.push(stream);
                 }
             }
@@ -347,7 +349,7 @@ impl ShardState {
 
     /// Every pending marker, to be waited for without any allocator lock (then
     /// [`ShardState::process_events`] frees their blocks).
-    pub(crate) fn pending_markers(&self) -> Vec<(StreamKey, Arc<dyn Marker>)> {
+    pub(crate) fn pending_markers(&self) -> Vec<(StreamKey, Arc<B::Marker>)> {
         if self.pending.is_empty() {
             Vec::new()
         } else {
@@ -357,13 +359,13 @@ impl ShardState {
 
     /// Adds `stream` to the streams a live block is used on (ignored for the allocation
     /// stream and for a stream already recorded).
-    pub(crate) fn record_stream(&mut self, block: u32, stream: &StreamRef) {
-        let key = stream.key();
+    pub(crate) fn record_stream(&mut self, block: u32, stream: &B::Stream) {
+        let key = B::stream_key(stream);
         if key == self.key {
             return;
         }
         if let Some(b) = self.blocks.get(block) {
-            if b.allocated && !b.stream_uses.iter().any(|s| s.key() == key) {
+            if b.allocated && !b.stream_uses.iter().any(|s| B::stream_key(s) == key) {
                 self.blocks[block].stream_uses.push(stream.clone());
             }
         }
@@ -451,14 +453,14 @@ impl ShardState {
     pub(crate) fn release_block(
         &mut self,
         block: u32,
-        shared: &DeviceShared,
+        shared: &DeviceShared<B>,
         st: &mut StatsWriter<'_>,
     ) {
         let Some(segment) = self.take_segment(block) else {
             return;
         };
         if shared.source.free_needs_sync() {
-            if let Err(e) = st.unlocked(|| self.stream.synchronize()) {
+            if let Err(e) = st.unlocked(|| B::synchronize(&self.stream)) {
                 tracing::warn!(stream = ?self.key, error = %e, "synchronize before freeing a segment failed");
             }
         }
@@ -469,7 +471,7 @@ impl ShardState {
     /// marker on the stream (the only stream whose work may still use them: uses on other
     /// streams completed before their blocks became free). `None` when there is nothing to
     /// release, or when the marker cannot be recorded (the segments then stay cached).
-    pub(crate) fn take_releasable(&mut self, st: &mut StatsWriter<'_>) -> Option<ReleaseBatch> {
+    pub(crate) fn take_releasable(&mut self, st: &mut StatsWriter<'_>) -> Option<ReleaseBatch<B>> {
         let blocks: Vec<u32> = [PoolKind::Small, PoolKind::Large]
             .into_iter()
             .flat_map(|kind| self.whole_free(kind))
@@ -478,7 +480,7 @@ impl ShardState {
         if blocks.is_empty() {
             return None;
         }
-        let marker = match st.unlocked(|| self.stream.record_marker()) {
+        let marker = match st.unlocked(|| B::record_marker(&self.stream)) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(stream = ?self.key, error = %e, "cannot order a release after the stream's work; its cached segments stay cached");
@@ -511,7 +513,7 @@ impl ShardState {
     pub(crate) fn release_available_cached_blocks(
         &mut self,
         req: &Request,
-        shared: &DeviceShared,
+        shared: &DeviceShared<B>,
         st: &mut StatsWriter<'_>,
     ) -> bool {
         let max_split = self.config.max_split_size;
@@ -547,7 +549,7 @@ impl ShardState {
 
     /// PyTorch's garbage collection (§4.11) on this shard's large pool: release whole free
     /// blocks of at least the mean age until reserved drops below the threshold.
-    pub(crate) fn garbage_collect(&mut self, shared: &DeviceShared, st: &mut StatsWriter<'_>) {
+    pub(crate) fn garbage_collect(&mut self, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>) {
         let Some(allowed) = shared.allowed() else {
             return;
         };
@@ -592,24 +594,24 @@ impl ShardState {
 
 /// Whole free segments taken out of a shard, to be freed once the work enqueued on their
 /// stream before the release has completed.
-pub(crate) struct ReleaseBatch {
+pub(crate) struct ReleaseBatch<B: Backend> {
     key: StreamKey,
-    marker: Box<dyn Marker>,
-    segments: Vec<Segment>,
+    marker: B::Marker,
+    segments: Vec<Segment<B>>,
     max_split_size: u64,
 }
 
-impl ReleaseBatch {
+impl<B: Backend> ReleaseBatch<B> {
     /// Waits for the work that may use the segments. Call without any allocator lock or
     /// open statistics write.
     pub(crate) fn wait(&self) {
-        if let Err(e) = self.marker.wait() {
+        if let Err(e) = B::wait(&self.marker) {
             tracing::warn!(stream = ?self.key, error = %e, "waiting for a stream before releasing its segments failed");
         }
     }
 
     /// Frees the segments (after [`ReleaseBatch::wait`]); returns the bytes released.
-    pub(crate) fn free(self, shared: &DeviceShared, st: &mut StatsWriter<'_>) -> u64 {
+    pub(crate) fn free(self, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>) -> u64 {
         let mut released = 0;
         for segment in self.segments {
             released += segment.source.size;
@@ -620,11 +622,11 @@ impl ReleaseBatch {
 }
 
 /// Returns a segment taken out of its shard to the device, then updates the statistics.
-fn free_segment(
-    segment: Segment,
+fn free_segment<B: Backend>(
+    segment: Segment<B>,
     key: StreamKey,
     max_split_size: u64,
-    shared: &DeviceShared,
+    shared: &DeviceShared<B>,
     st: &mut StatsWriter<'_>,
 ) {
     let (kind, size, address) = (segment.pool, segment.source.size, segment.source.address);
@@ -640,6 +642,7 @@ fn free_segment(
     }
 }
 
+#[inline]
 fn apply_net(stat: &CellArray, kind: PoolKind, net: i64) {
     match net.cmp(&0) {
         std::cmp::Ordering::Greater => stat.increase(kind, net.unsigned_abs()),

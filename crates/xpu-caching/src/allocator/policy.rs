@@ -1,9 +1,10 @@
 //! The fragmentation policy of `release_policy:before_grow` (beyond PyTorch); the rules
 //! are documented on [`crate::config::ReleasePolicy::BeforeGrow`].
 
-use super::cell::StatsWriter;
 use super::device_wide::DeviceShared;
-use super::state::{Request, ShardState};
+use super::stats_cell::StatsWriter;
+use super::stream_state::{Request, ShardState};
+use crate::backend::Backend;
 use crate::size::{self, PoolKind, ROUND_LARGE, SMALL_BUFFER};
 
 /// Largest small-pool segment, in bytes.
@@ -57,10 +58,10 @@ pub(crate) fn small_segment_size(small_reserved: u64) -> u64 {
 
 /// The segment size to allocate for `req` under `before_grow`; may release idle segments
 /// of this shard (consolidation).
-pub(crate) fn segment_size_before_grow(
-    state: &mut ShardState,
+pub(crate) fn segment_size_before_grow<B: Backend>(
+    state: &mut ShardState<B>,
     req: &Request,
-    shared: &DeviceShared,
+    shared: &DeviceShared<B>,
     st: &mut StatsWriter<'_>,
 ) -> u64 {
     match req.pool {
@@ -88,7 +89,11 @@ pub(crate) fn segment_size_before_grow(
 /// Regrowth: a request that one of the segments released by a consolidation would have
 /// served gets one segment sized for several such requests (the released bytes, at most
 /// `regrow_factor` times its own segment size), instead of one segment per request.
-fn regrowth(state: &mut ShardState, req: &Request, shared: &DeviceShared) -> Option<u64> {
+fn regrowth<B: Backend>(
+    state: &mut ShardState<B>,
+    req: &Request,
+    shared: &DeviceShared<B>,
+) -> Option<u64> {
     let p = &state.policy;
     if !p.released.iter().any(|&r| r >= req.segment_size) {
         return None;
@@ -114,10 +119,10 @@ fn regrowth(state: &mut ShardState, req: &Request, shared: &DeviceShared) -> Opt
 /// Consolidation: releases the idle whole large segments and returns the size of one
 /// segment of their total, when that serves the request without raising the reserved
 /// high-water mark.
-fn consolidate(
-    state: &mut ShardState,
+fn consolidate<B: Backend>(
+    state: &mut ShardState<B>,
     req: &Request,
-    shared: &DeviceShared,
+    shared: &DeviceShared<B>,
     st: &mut StatsWriter<'_>,
 ) -> Option<u64> {
     let idle = state.whole_free(PoolKind::Large);

@@ -5,25 +5,27 @@ use std::sync::Arc;
 
 use parking_lot::MutexGuard;
 
-use super::cell::StatsWriter;
 use super::device_wide::SegmentFailure;
 use super::grow::{hard_error, new_segment, release_batches};
 use super::pending::wait_markers;
 use super::shard::Shard;
-use super::state::{Handed, Request, ShardState};
+use super::stats_cell::StatsWriter;
+use super::stream_state::{Handed, Request, ShardState};
 use super::thread_cache::Local;
-use super::DeviceCore;
-use crate::error::{AllocError, OomReport};
+use super::CachingAllocator;
+use crate::backend::Backend;
+use crate::error::{CacheError, OomReport};
+use crate::history::TraceAction;
 use crate::size;
 
-impl DeviceCore {
+impl<B: Backend> CachingAllocator<B> {
     /// Called when the stream's own cache and a new segment both failed.
     pub(super) fn oom_path(
         &self,
-        shard: &Arc<Shard>,
+        shard: &Arc<Shard<B>>,
         req: Request,
-        local: &Local<'_>,
-    ) -> Result<Handed, AllocError> {
+        local: &Local<'_, B>,
+    ) -> Result<Handed, CacheError> {
         let shared = &*self.inner.shared;
         let me = shard.rank;
         let gc = shared.gc_enabled();
@@ -31,13 +33,7 @@ impl DeviceCore {
         //    freed blocks since the first search), then another stream's whole segment.
         let markers = match self.with_all(|gs| {
             let mut st = local.stats();
-            for g in gs.iter_mut() {
-                g.process_events(&mut st);
-            }
-            if let Some(found) = gs[me].search(&req, gc) {
-                return Ok(gs[me].alloc_pooled(found, &req, &mut st));
-            }
-            if let Some(handed) = steal(gs, me, &req, &mut st) {
+            if let Some(handed) = drain_and_search(gs, me, &req, gc, &mut st) {
                 return Ok(handed);
             }
             Err(gs
@@ -52,17 +48,11 @@ impl DeviceCore {
         //    synchronize_and_free_events; 3. search again before releasing anything: a
         //    block that was only waiting for another stream is reused as it is.
         local.stats().num_sync_all_streams.bump();
-        wait_markers(&markers);
+        wait_markers::<B>(&markers);
         let batches = match self.with_all(|gs| {
             let mut st = local.stats();
             if !markers.is_empty() {
-                for g in gs.iter_mut() {
-                    g.process_events(&mut st);
-                }
-                if let Some(found) = gs[me].search(&req, gc) {
-                    return Ok(gs[me].alloc_pooled(found, &req, &mut st));
-                }
-                if let Some(handed) = steal(gs, me, &req, &mut st) {
+                if let Some(handed) = drain_and_search(gs, me, &req, gc, &mut st) {
                     return Ok(handed);
                 }
             }
@@ -110,23 +100,38 @@ impl DeviceCore {
             allowed: shared.allowed(),
         };
         tracing::debug!(%report, "allocation failed");
-        shared.history.record(
-            crate::observe::TraceAction::Oom,
-            report.free,
-            req.rounded,
-            shard.key.id,
-        );
-        Err(match failure {
-            SegmentFailure::Fraction => AllocError::MemoryFractionExceeded(report),
-            _ => AllocError::OutOfMemory(report),
+        shared
+            .history
+            .record(TraceAction::Oom, report.free, req.rounded, shard.key.id);
+        Err(CacheError::OutOfMemory {
+            report,
+            fraction: failure == SegmentFailure::Fraction,
         })
     }
 }
 
+/// Frees the blocks whose markers completed on every stream, then serves `req` from stream
+/// `me`'s pool, else from another stream's whole cached segment ([`steal`]).
+fn drain_and_search<B: Backend>(
+    guards: &mut [MutexGuard<'_, ShardState<B>>],
+    me: usize,
+    req: &Request,
+    gc: bool,
+    st: &mut StatsWriter<'_>,
+) -> Option<Handed> {
+    for g in guards.iter_mut() {
+        g.process_events(st);
+    }
+    if let Some(found) = guards[me].search(req, gc) {
+        return Some(guards[me].alloc_pooled(found, req, st));
+    }
+    steal(guards, me, req, st)
+}
+
 /// Moves the best-fitting cached whole free segment of another stream to stream `me`,
 /// ordered after the owner stream's work by a marker, and hands out a block from it.
-fn steal(
-    guards: &mut [MutexGuard<'_, ShardState>],
+fn steal<B: Backend>(
+    guards: &mut [MutexGuard<'_, ShardState<B>>],
     me: usize,
     req: &Request,
     st: &mut StatsWriter<'_>,
@@ -147,14 +152,14 @@ fn steal(
         }
     }
     let (_, _, owner, block) = best?;
-    let marker = match st.unlocked(|| guards[owner].stream.record_marker()) {
+    let marker = match st.unlocked(|| B::record_marker(&guards[owner].stream)) {
         Ok(m) => m,
         Err(e) => {
             tracing::warn!(error = %e, "cross-stream reuse: recording a marker failed");
             return None;
         }
     };
-    if let Err(e) = st.unlocked(|| guards[me].stream.wait_marker(marker.as_ref())) {
+    if let Err(e) = st.unlocked(|| B::stream_wait(&guards[me].stream, &marker)) {
         tracing::warn!(error = %e, "cross-stream reuse: waiting for a marker failed");
         return None;
     }

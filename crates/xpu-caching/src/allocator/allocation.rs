@@ -1,0 +1,119 @@
+//! [`Allocation`]: a block handed out by a [`CachingAllocator`](super::CachingAllocator),
+//! returned to its stream's cache when dropped.
+
+use std::sync::Arc;
+
+use super::shard::Shard;
+use super::stream_state::Handed;
+use super::thread_cache::with_local;
+use crate::backend::Backend;
+use crate::history::TraceAction;
+use crate::source::SourceSegment;
+use crate::stream::StreamKey;
+
+/// A live block of a caching allocator over backend `B` (as the allocation behind
+/// PyTorch's `DataPtr`); dropping it frees the block: reusable at once on its allocation
+/// stream, and on other streams' behalf only after markers recorded on the streams named by
+/// [`Allocation::record_stream`] complete.
+pub struct Allocation<B: Backend> {
+    pub(super) shard: Arc<Shard<B>>,
+    block: u32,
+    address: u64,
+    block_size: u64,
+    size: u64,
+}
+
+impl<B: Backend> Allocation<B> {
+    #[inline]
+    pub(super) fn new(shard: Arc<Shard<B>>, handed: Handed, size: u64) -> Self {
+        Self {
+            shard,
+            block: handed.block,
+            address: handed.addr,
+            block_size: handed.size,
+            size,
+        }
+    }
+
+    /// Device address of the first byte: unique on the device while the allocation lives.
+    #[must_use]
+    pub fn address(&self) -> u64 {
+        self.address
+    }
+
+    /// Requested size in bytes.
+    #[must_use]
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Size in bytes of the block backing the allocation (rounded; may exceed the request
+    /// when the block was not split).
+    #[must_use]
+    pub fn allocated_size(&self) -> u64 {
+        self.block_size
+    }
+
+    /// The allocation stream.
+    #[must_use]
+    pub fn stream(&self) -> StreamKey {
+        self.shard.key
+    }
+
+    /// Device index.
+    #[must_use]
+    pub fn device(&self) -> usize {
+        self.shard.key.device
+    }
+
+    /// Id of the allocator that handed the block out
+    /// ([`CachingAllocator::id`](super::CachingAllocator::id)).
+    #[must_use]
+    pub fn owner_id(&self) -> u64 {
+        self.shard.shared.id
+    }
+
+    /// Runs `f` on the segment holding the allocation and the allocation's byte offset in
+    /// it (under the stream's lock: `f` must not call the allocator); `None` if the block
+    /// is unknown (never for a live allocation).
+    pub fn with_segment<R>(
+        &self,
+        f: impl FnOnce(&SourceSegment<B::Memory>, u64) -> R,
+    ) -> Option<R> {
+        self.shard.with_segment(self.block, |segment, address| {
+            f(segment, address - segment.address)
+        })
+    }
+
+    /// Marks the allocation as used on `stream` (as `Tensor.record_stream`); ignored for
+    /// the allocation stream and for a stream already recorded.
+    pub fn record_stream(&self, stream: &B::Stream) {
+        self.shard.record_stream(self.block, stream);
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for Allocation<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Allocation")
+            .field("address", &format_args!("{:#x}", self.address))
+            .field("size", &self.size)
+            .field("stream", &self.shard.key)
+            .finish()
+    }
+}
+
+impl<B: Backend> Drop for Allocation<B> {
+    #[inline]
+    fn drop(&mut self) {
+        let shard = &self.shard;
+        shard.shared.history.record(
+            TraceAction::FreeRequested,
+            self.address,
+            self.size,
+            shard.key.id,
+        );
+        with_local(&shard.shared, |local| {
+            shard.free(self.block, || local.stats());
+        });
+    }
+}

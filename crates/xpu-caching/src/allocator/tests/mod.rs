@@ -1,0 +1,220 @@
+//! Unit tests of the algorithm on the simulated backend, and on a test backend whose
+//! streams can hold their work or fail every marker operation.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use super::{Allocation, CachingAllocator};
+use crate::backend::Backend;
+use crate::config::AllocConfig;
+use crate::error::CacheError;
+use crate::sim_stream::{SimBackend, SimMarker, SimStream};
+use crate::source::{Simulated, SimulatedSource};
+use crate::stream::{MarkerError, StreamKey};
+
+mod deferred_drop;
+mod stream_order;
+mod streams;
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+impl<B: Backend> CachingAllocator<B> {
+    /// [`CachingAllocator::allocate`] of a non-zero size.
+    fn alloc(&self, size: u64, stream: &B::Stream) -> Result<Allocation<B>, CacheError> {
+        self.allocate(size, stream)
+            .map(|a| a.expect("a non-zero size gives an allocation"))
+    }
+}
+
+/// An allocator over a simulated device of `capacity` bytes (max allocation = capacity).
+fn sim_core(capacity: u64, config: &str) -> (CachingAllocator<SimBackend>, Arc<SimulatedSource>) {
+    let source = Arc::new(SimulatedSource::new(0, capacity, capacity));
+    let config = AllocConfig::parse(config).expect("valid config");
+    (
+        CachingAllocator::new(Box::new(source.clone()), config),
+        source,
+    )
+}
+
+/// A simulated stream with id `id` on device 0 (twice: the handle and the backend stream).
+fn stream(id: u64) -> (Arc<SimStream>, Arc<SimStream>) {
+    let s = SimStream::new(StreamKey::new(0, id));
+    (s.clone(), s)
+}
+/// Hang detection only (never an ordering): a call that should return at once.
+const HANG: Duration = Duration::from_secs(20);
+
+/// Work a test releases: a marker's wait blocks until then, and tells the test when a wait
+/// starts (the "device" is busy until then).
+#[derive(Default)]
+struct Held {
+    released: Mutex<bool>,
+    cv: Condvar,
+    waiting: Mutex<Option<mpsc::Sender<()>>>,
+}
+
+impl Held {
+    fn release(&self) {
+        *self.released.lock() = true;
+        self.cv.notify_all();
+    }
+
+    fn wait(&self) {
+        if let Some(tx) = self.waiting.lock().take() {
+            let _ = tx.send(());
+        }
+        let mut released = self.released.lock();
+        while !*released {
+            self.cv.wait(&mut released);
+        }
+    }
+}
+
+enum TestStream {
+    Sim(Arc<SimStream>),
+    /// Markers complete when the test releases the work.
+    Held(StreamKey, Arc<Held>),
+    /// No marker can be recorded (nor a synchronize done).
+    Broken(StreamKey),
+}
+
+enum TestMarker {
+    Sim(SimMarker),
+    Held(Arc<Held>),
+}
+
+struct TestBackend;
+
+fn lost() -> MarkerError {
+    MarkerError("queue lost".into())
+}
+
+impl Backend for TestBackend {
+    type Memory = Simulated;
+    type Stream = Arc<TestStream>;
+    type Marker = TestMarker;
+
+    fn stream_key(stream: &Arc<TestStream>) -> StreamKey {
+        match &**stream {
+            TestStream::Sim(s) => s.key(),
+            TestStream::Held(k, _) | TestStream::Broken(k) => *k,
+        }
+    }
+    fn record_marker(stream: &Arc<TestStream>) -> Result<TestMarker, MarkerError> {
+        match &**stream {
+            TestStream::Sim(s) => Ok(TestMarker::Sim(s.record_marker())),
+            TestStream::Held(_, h) => Ok(TestMarker::Held(h.clone())),
+            TestStream::Broken(_) => Err(lost()),
+        }
+    }
+    fn marker_complete(marker: &TestMarker) -> bool {
+        match marker {
+            TestMarker::Sim(m) => m.is_complete(),
+            TestMarker::Held(h) => *h.released.lock(),
+        }
+    }
+    fn wait(marker: &TestMarker) -> Result<(), MarkerError> {
+        match marker {
+            TestMarker::Sim(m) => m.wait(),
+            TestMarker::Held(h) => h.wait(),
+        }
+        Ok(())
+    }
+    fn stream_wait(stream: &Arc<TestStream>, marker: &TestMarker) -> Result<(), MarkerError> {
+        match (&**stream, marker) {
+            (TestStream::Sim(s), TestMarker::Sim(m)) => {
+                s.wait_marker(m);
+                Ok(())
+            }
+            _ => Err(MarkerError("not supported".into())),
+        }
+    }
+    fn synchronize(stream: &Arc<TestStream>) -> Result<(), MarkerError> {
+        match &**stream {
+            TestStream::Sim(s) => s.synchronize(),
+            TestStream::Held(_, h) => h.wait(),
+            TestStream::Broken(_) => return Err(lost()),
+        }
+        Ok(())
+    }
+    crate::thread_caches!(TestBackend);
+}
+
+fn core(capacity: u64) -> CachingAllocator<TestBackend> {
+    let source = SimulatedSource::<Simulated>::new(0, capacity, capacity);
+    CachingAllocator::new(Box::new(source), AllocConfig::default())
+}
+
+fn sim(id: u64) -> (Arc<SimStream>, Arc<TestStream>) {
+    let s = SimStream::new(StreamKey::new(0, id));
+    (s.clone(), Arc::new(TestStream::Sim(s)))
+}
+
+/// Runs `f` on another thread and returns its result, or `None` when it did not return
+/// within [`HANG`].
+fn returns<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> Option<R> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(HANG).ok()
+}
+
+#[test]
+fn statistics_do_not_wait_for_an_allocation_waiting_on_device_work() {
+    let core = core(64 * MIB);
+    let (_, a) = sim(1);
+    let held = Arc::new(Held::default());
+    let (tx, started) = mpsc::channel();
+    *held.waiting.lock() = Some(tx);
+    let b = Arc::new(TestStream::Held(StreamKey::new(0, 2), held.clone()));
+    let x = core.alloc(40 * MIB, &a).unwrap();
+    core.record_stream(&x, &b).unwrap();
+    drop(x);
+    let alloc = {
+        let core = core.clone();
+        std::thread::spawn(move || core.allocate(40 * MIB, &a).map(|p| p.map(|p| p.address())))
+    };
+    // The allocating thread is now inside the OOM path, waiting for stream B.
+    started
+        .recv_timeout(HANG)
+        .expect("the OOM path waits for B");
+    let reader = core.clone();
+    let stats = returns(move || reader.memory_stats());
+    held.release();
+    let stats = stats.expect("memory_stats() returned while an allocation waits for the device");
+    assert_eq!(stats.reserved_bytes.all.current, 40 * (MIB as i64));
+    assert!(alloc.join().unwrap().is_ok());
+}
+
+/// When the marker of a recorded use cannot be recorded, nothing orders a reuse after that
+/// use: the block must stay out of the cache, not be freed silently.
+#[test]
+fn a_block_whose_free_marker_fails_is_never_reused() {
+    let core = core(1 << 30);
+    let (_, a) = sim(1);
+    let (b_sim, b) = sim(2);
+    let broken = Arc::new(TestStream::Broken(StreamKey::new(0, 3)));
+    let x = core.alloc(MIB, &a).unwrap();
+    let addr = x.address();
+    core.record_stream(&x, &broken).unwrap();
+    core.record_stream(&x, &b).unwrap(); // a use whose marker completes
+    drop(x);
+    b_sim.open_gate();
+    for _ in 0..3 {
+        let y = core.alloc(MIB, &a).unwrap();
+        assert_ne!(y.address(), addr, "the block was reused");
+    }
+    core.empty_cache();
+    let y = core.alloc(MIB, &a).unwrap();
+    assert_ne!(y.address(), addr, "the block was reused after empty_cache");
+    assert_eq!(
+        core.memory_stats().active.all.current,
+        2,
+        "y and the kept block"
+    );
+}

@@ -1,0 +1,167 @@
+//! Stream-ordered correctness on the simulated backend: the OOM path drains pending frees
+//! and searches the pool again before releasing cached segments; statistics readers never
+//! wait for an allocation in progress; the oversize rule under every release policy.
+
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use super::{returns, sim_core, stream, MIB};
+use crate::allocator::CachingAllocator;
+use crate::config::AllocConfig;
+use crate::sim_stream::SimBackend;
+use crate::source::{SegmentSource, Simulated, SimulatedSource, SourceError, SourceSegment};
+
+/// With a 64 MiB limit, a 40 MiB block sharing its segment with a live 16 MiB block is
+/// freed after being used on a gated stream: the next 40 MiB request must wait for the
+/// pending free and take that block, not fail.
+#[test]
+fn oom_path_reuses_a_pending_block_of_a_split_segment_after_draining() {
+    let (core, _) = sim_core(128 * MIB, "");
+    core.set_memory_fraction(0.5).unwrap();
+    let (_, a) = stream(1);
+    let (b_sim, b) = stream(2);
+    drop(core.alloc(56 * MIB, &a).unwrap());
+    let x = core.alloc(40 * MIB, &a).unwrap();
+    let _live = core.alloc(16 * MIB, &a).unwrap();
+    let addr = x.address();
+    let _gate = b_sim.close_gate(); // stream B's work on x is still queued
+    core.record_stream(&x, &b).unwrap();
+    drop(x);
+    let before = core.memory_stats();
+    let y = core
+        .alloc(40 * MIB, &a)
+        .expect("the pending 40 MiB block fits once B's work is done");
+    assert_eq!(y.address(), addr);
+    let st = core.memory_stats();
+    assert_eq!(
+        (st.num_device_alloc, st.num_device_free),
+        (before.num_device_alloc, before.num_device_free)
+    );
+    assert_eq!(core.memory_reserved(), 56 * MIB);
+}
+
+/// The same with the block alone in its segment: the request reuses that very block (same
+/// address, no new segment, no segment release).
+#[test]
+fn oom_path_reuses_a_pending_whole_segment_without_releasing_it() {
+    let (core, _) = sim_core(128 * MIB, "");
+    core.set_memory_fraction(0.5).unwrap();
+    let (_, a) = stream(1);
+    let (b_sim, b) = stream(2);
+    let x = core.alloc(40 * MIB, &a).unwrap();
+    let _live = core.alloc(16 * MIB, &a).unwrap();
+    let addr = x.address();
+    let _gate = b_sim.close_gate();
+    core.record_stream(&x, &b).unwrap();
+    drop(x);
+    let y = core.alloc(40 * MIB, &a).unwrap();
+    assert_eq!(y.address(), addr, "the pending block itself is reused");
+    let st = core.memory_stats();
+    assert_eq!(
+        (
+            st.num_device_alloc,
+            st.num_device_free,
+            st.segment.all.current
+        ),
+        (2, 0, 2),
+        "no segment released, none allocated"
+    );
+}
+
+/// A source that reads the allocator's statistics from inside `allocate`.
+struct ReadingSource {
+    inner: SimulatedSource,
+    core: Arc<OnceLock<CachingAllocator<SimBackend>>>,
+    seen: Arc<Mutex<Vec<i64>>>,
+}
+
+impl SegmentSource for ReadingSource {
+    type Memory = Simulated;
+
+    fn device(&self) -> usize {
+        self.inner.device()
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn total_memory(&self) -> u64 {
+        self.inner.total_memory()
+    }
+    fn max_alloc_size(&self) -> u64 {
+        self.inner.max_alloc_size()
+    }
+    fn base_addr_align(&self) -> u64 {
+        self.inner.base_addr_align()
+    }
+    fn allocate(&self, size: u64) -> Result<SourceSegment<Simulated>, SourceError> {
+        if let Some(core) = self.core.get() {
+            self.seen
+                .lock()
+                .push(core.memory_stats().reserved_bytes.all.current);
+        }
+        self.inner.allocate(size)
+    }
+    fn free(&self, segment: SourceSegment<Simulated>) {
+        if let Some(core) = self.core.get() {
+            self.seen
+                .lock()
+                .push(core.memory_stats().reserved_bytes.all.current);
+        }
+        self.inner.free(segment);
+    }
+}
+
+#[test]
+fn statistics_can_be_read_from_inside_a_segment_source() {
+    let cell = Arc::new(OnceLock::new());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let source = ReadingSource {
+        inner: SimulatedSource::new(0, 64 * MIB, 64 * MIB),
+        core: cell.clone(),
+        seen: seen.clone(),
+    };
+    let core = CachingAllocator::new(Box::new(source), AllocConfig::default());
+    let _ = cell.set(core.clone());
+    let (_, s) = stream(1);
+    let done = returns(move || {
+        let p = core.alloc(20 * MIB, &s).unwrap();
+        drop(p);
+        core.empty_cache();
+        core.memory_reserved()
+    });
+    assert_eq!(
+        done,
+        Some(0),
+        "a statistics read inside the source callback returned"
+    );
+    assert_eq!(*seen.lock(), [0, 20 * (MIB as i64)]);
+}
+
+/// With `max_split_size_mb:64` a cached 100 MiB block does not serve a 70 MiB request (it
+/// exceeds it by the 20 MiB tolerance or more), under every release policy, and a loop of
+/// identical rounds reaches a steady state with no new segments.
+#[test]
+fn oversize_rule_holds_under_every_release_policy() {
+    for policy in ["", ",release_policy:before_grow", ",release_policy:on_oom"] {
+        let (core, _) = sim_core(1 << 40, &format!("max_split_size_mb:64{policy}"));
+        let (_, s) = stream(1);
+        drop(core.alloc(100 * MIB, &s).unwrap());
+        let p = core.alloc(70 * MIB, &s).unwrap();
+        assert_eq!(p.allocated_size(), 70 * MIB, "{policy}");
+        drop(p);
+        let after_first = core.memory_stats().num_device_alloc;
+        for _ in 0..100 {
+            let big = core.alloc(100 * MIB, &s).unwrap();
+            let p = core.alloc(70 * MIB, &s).unwrap();
+            assert_eq!(p.allocated_size(), 70 * MIB, "{policy}");
+            drop((big, p));
+        }
+        let st = core.memory_stats();
+        assert_eq!(
+            (st.num_device_alloc, st.num_device_free),
+            (after_first, 0),
+            "steady state without new segments ({policy})"
+        );
+    }
+}

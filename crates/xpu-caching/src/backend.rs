@@ -1,0 +1,106 @@
+//! The backend seam: what the caching allocator needs from a device, as one trait with
+//! associated types ([`Backend`]). The algorithm ([`crate::CachingAllocator`]) is generic
+//! over it; `xpu-alloc` implements it over OpenCL, [`crate::sim_stream::SimBackend`] without
+//! a device.
+
+use std::cell::RefCell;
+use std::thread::LocalKey;
+
+use crate::allocator::thread_cache::Entry;
+use crate::stream::{MarkerError, StreamKey};
+
+/// A device as the caching allocator uses it: its segment memory, its streams and the
+/// markers recorded on them. Segments themselves come from a
+/// [`SegmentSource`](crate::SegmentSource) of the same [`Backend::Memory`].
+///
+/// # The stream-ordered contract
+/// Stated once here; every implementation provides it and the allocator relies on nothing
+/// else (as rmm's `device_memory_resource` states its stream-ordered contract):
+/// - Work enqueued on one stream runs in enqueue order. A block freed by the user may be
+///   handed out again on its allocation stream at once: later work of that stream runs
+///   after the earlier work that used it.
+/// - [`Backend::record_marker`] returns a marker that completes once all work enqueued on
+///   the stream before it has finished; [`Backend::marker_complete`] never blocks and
+///   counts a failed marker as complete; [`Backend::wait`] blocks the calling thread until
+///   it completes. A block used on other streams (`record_stream`) is reused only after a
+///   marker recorded at its free on each of those streams completed.
+/// - [`Backend::stream_wait`] makes work enqueued on a stream afterwards run after a marker
+///   of another stream of the same device, without blocking the host (a segment moved
+///   between streams is ordered this way).
+/// - [`Backend::synchronize`] blocks until all work enqueued on the stream has finished.
+/// - Stream handles ([`Backend::Stream`]) are cheap to clone and keep what a marker
+///   operation needs alive; [`Backend::stream_key`] is stable and unique per device.
+/// - No method calls back into the allocator. The allocator calls them with no allocator
+///   lock held where they may block ([`Backend::wait`], [`Backend::synchronize`]), and
+///   with no statistics write open for any of them.
+pub trait Backend: Sized + Send + Sync + 'static {
+    /// What backs a segment (an OpenCL buffer, or nothing in the simulated backend).
+    type Memory: Send + Sync + std::fmt::Debug + 'static;
+    /// A shared handle to a stream.
+    type Stream: Clone + Send + Sync + 'static;
+    /// A point in a stream's work.
+    type Marker: Send + Sync + 'static;
+
+    /// The stream's identity.
+    fn stream_key(stream: &Self::Stream) -> StreamKey;
+    /// Records a marker after all work enqueued on `stream` so far.
+    ///
+    /// # Errors
+    /// [`MarkerError`] when the marker could not be enqueued.
+    fn record_marker(stream: &Self::Stream) -> Result<Self::Marker, MarkerError>;
+    /// Whether the marked work has finished (a failed marker counts as finished).
+    fn marker_complete(marker: &Self::Marker) -> bool;
+    /// Blocks the calling thread until the marked work has finished.
+    ///
+    /// # Errors
+    /// [`MarkerError`] when the wait itself failed.
+    fn wait(marker: &Self::Marker) -> Result<(), MarkerError>;
+    /// Makes work enqueued on `stream` from now on wait for `marker` (recorded on another
+    /// stream of the same device), without blocking the host.
+    ///
+    /// # Errors
+    /// [`MarkerError`] when the wait could not be enqueued.
+    fn stream_wait(stream: &Self::Stream, marker: &Self::Marker) -> Result<(), MarkerError>;
+    /// Blocks until all work enqueued on `stream` has finished.
+    ///
+    /// # Errors
+    /// [`MarkerError`] when the synchronization failed.
+    fn synchronize(stream: &Self::Stream) -> Result<(), MarkerError>;
+    /// The calling thread's caches of the allocators over this backend: a `thread_local!`
+    /// of the implementing crate, declared with [`thread_caches!`](crate::thread_caches)
+    /// (statics cannot be generic, so each backend owns its own).
+    fn thread_caches() -> &'static LocalKey<ThreadCaches<Self>>;
+}
+
+/// What a thread keeps per allocator over backend `B` (statistics cell, recent shards);
+/// opaque, stored in a backend's `thread_local!` (see [`Backend::thread_caches`]).
+pub struct ThreadCaches<B: Backend>(pub(crate) RefCell<Vec<Entry<B>>>);
+
+impl<B: Backend> ThreadCaches<B> {
+    /// No caches yet.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self(RefCell::new(Vec::new()))
+    }
+}
+
+impl<B: Backend> Default for ThreadCaches<B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Implements [`Backend::thread_caches`] for a backend type: `thread_caches!(MyBackend);`
+/// inside its `impl Backend for MyBackend` block.
+#[macro_export]
+macro_rules! thread_caches {
+    ($backend:ty) => {
+        fn thread_caches() -> &'static ::std::thread::LocalKey<$crate::ThreadCaches<$backend>> {
+            ::std::thread_local! {
+                static CACHES: $crate::ThreadCaches<$backend> =
+                    const { $crate::ThreadCaches::new() };
+            }
+            &CACHES
+        }
+    };
+}
