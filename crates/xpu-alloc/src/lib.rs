@@ -18,6 +18,8 @@
 //! - [`MemPool`]: private memory pools of a device (as `torch.cuda.MemPool`), with
 //!   [`use_mem_pool`] routing the calling thread's allocations to one;
 //! - [`replay`]: trace replay and its report.
+//! - [`workload`]: the allocator benchmark workload, shared by its bench, callgrind harness
+//!   and `xpu bench`.
 //! - [`observe`]: `memory_summary`, snapshots (JSON, and the pickle of PyTorch's memory
 //!   visualizer) and history recording ([`record_memory_history`]).
 //! - [`host`]: the pinned-host allocator, re-exported from the `xpu-host` crate (also at the
@@ -58,6 +60,7 @@ mod raw;
 pub mod replay;
 pub use xpu_caching::{sim_stream, size, stats, stream};
 pub mod source;
+pub mod workload;
 
 pub use crate::cl_stream::{stream_key, ClBackend, ClStream, EventMarker, StreamMarker, StreamRef};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};

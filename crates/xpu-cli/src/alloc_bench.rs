@@ -17,11 +17,8 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use xpu_alloc::sim_stream::SimStream;
-use xpu_alloc::{
-    AllocConfig, AllocError, ClStream, DataPtr, DeviceAllocator, DeviceCore, SimulatedSource,
-    StreamKey, StreamRef,
-};
+use xpu_alloc::workload::{mixed_round, Workload, MIXED_LIVE, THREADS};
+use xpu_alloc::{AllocConfig, AllocError, ClStream, DeviceAllocator};
 
 /// Where the benchmark allocates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,65 +31,20 @@ pub enum BenchTarget {
     Device(usize),
 }
 
-/// The thread counts of the `threads*` figures.
-pub const THREADS: [usize; 5] = [1, 2, 4, 8, 16];
-
-/// Sizes of the mixed workload (bytes), cycled over 64 blocks.
-pub const MIXED_SIZES: [u64; 8] = [
-    512,
-    4 << 10,
-    96 << 10,
-    1 << 20,
-    3 << 20,
-    700,
-    12 << 20,
-    256 << 10,
-];
-
-/// An allocator plus a way to name streams.
-struct Bench {
-    core: DeviceCore,
-    streams: Vec<(StreamKey, StreamRef)>,
-}
-
-impl Bench {
-    fn new(target: BenchTarget, config: AllocConfig) -> Result<Self, AllocError> {
-        let streams_needed = THREADS[THREADS.len() - 1];
-        match target {
-            BenchTarget::Simulated => {
-                let source = SimulatedSource::new(0, 64 << 30, 64 << 30);
-                let core = DeviceCore::new(Box::new(source), config);
-                let streams = (0..streams_needed as u64)
-                    .map(|i| {
-                        let key = StreamKey::new(0, i);
-                        (key, StreamRef::from(SimStream::new(key)))
-                    })
-                    .collect();
-                Ok(Self { core, streams })
-            }
-            BenchTarget::Device(index) => {
-                let allocator = DeviceAllocator::new(index, config)?;
-                let mut streams = Vec::new();
-                for _ in 0..streams_needed {
-                    let s = xpu_stream::get_stream_from_pool(0, index)
-                        .map_err(|e| AllocError::Device(e.to_string()))?;
-                    streams.push((xpu_alloc::stream_key(&s), ClStream::shared(s)));
-                }
-                Ok(Self {
-                    core: allocator.core().clone(),
-                    streams,
-                })
-            }
-        }
+/// The workload (xpu-alloc's, shared with its criterion bench) on `target`.
+fn workload(target: BenchTarget, config: AllocConfig) -> Result<Workload, AllocError> {
+    let index = match target {
+        BenchTarget::Simulated => return Ok(Workload::simulated(config)),
+        BenchTarget::Device(index) => index,
+    };
+    let allocator = DeviceAllocator::new(index, config)?;
+    let mut streams = Vec::new();
+    for _ in 0..THREADS[THREADS.len() - 1] {
+        let s = xpu_stream::get_stream_from_pool(0, index)
+            .map_err(|e| AllocError::Device(e.to_string()))?;
+        streams.push((xpu_alloc::stream_key(&s), ClStream::shared(s)));
     }
-
-    fn pair(&self, stream: usize, size: u64) -> Result<(), AllocError> {
-        let (key, s) = &self.streams[stream];
-        let p = self.core.allocate_with(size, *key, || s.clone())?;
-        black_box(p.address());
-        drop(p);
-        Ok(())
-    }
+    Ok(Workload::new(allocator.core().clone(), streams))
 }
 
 /// Runs `body(iterations)` with growing iteration counts until it takes `budget`; returns
@@ -122,51 +74,30 @@ fn per_iteration(
 }
 
 /// One allocate + free of `size` bytes from the cache, ns.
-fn cached(bench: &Bench, size: u64, budget: Duration) -> Result<f64, AllocError> {
+fn cached(bench: &Workload, size: u64, budget: Duration) -> Result<f64, AllocError> {
     bench.pair(0, size)?;
     per_iteration(budget, |n| (0..n).try_for_each(|_| bench.pair(0, size)))
 }
 
-/// One round of the mixed workload: 64 allocations of mixed sizes, then frees of the even
-/// then the odd ones.
-fn mixed_round(bench: &Bench) -> Result<(), AllocError> {
-    let (key, s) = &bench.streams[0];
-    let mut live: Vec<Option<DataPtr>> = Vec::with_capacity(64);
-    for i in 0..64 {
-        let size = MIXED_SIZES[i % MIXED_SIZES.len()];
-        live.push(Some(bench.core.allocate_with(size, *key, || s.clone())?));
-    }
-    for start in [0, 1] {
-        for slot in live.iter_mut().skip(start).step_by(2) {
-            drop(slot.take());
-        }
-    }
-    Ok(())
-}
-
-/// One `malloc` + `free` of `size` bytes (the system allocator; the pointer escapes, so the
-/// pair is not optimized away).
-fn malloc_pair(size: usize) {
+/// One `malloc` of `size` bytes (the system allocator; the pointer escapes, so the pair
+/// with its `free` is not optimized away).
+fn malloc_block(size: usize) -> Vec<u8> {
     let block: Vec<u8> = Vec::with_capacity(size);
     black_box(block.as_ptr());
-    drop(block);
+    block
 }
 
-/// The mixed workload through `malloc` / `free`: 64 blocks of [`MIXED_SIZES`], then frees
-/// of the even then the odd ones, as [`mixed_round`].
+/// One `malloc` + `free` of `size` bytes.
+fn malloc_pair(size: usize) {
+    drop(malloc_block(size));
+}
+
+/// The mixed workload ([`mixed_round`]) through `malloc` / `free`.
 fn malloc_mixed_round() {
-    let mut live: Vec<Option<Vec<u8>>> = Vec::with_capacity(64);
-    for i in 0..64 {
-        let size = usize::try_from(MIXED_SIZES[i % MIXED_SIZES.len()]).unwrap_or(usize::MAX);
-        let block: Vec<u8> = Vec::with_capacity(size);
-        black_box(block.as_ptr());
-        live.push(Some(block));
-    }
-    for start in [0, 1] {
-        for slot in live.iter_mut().skip(start).step_by(2) {
-            drop(slot.take());
-        }
-    }
+    let Ok(()) = mixed_round(|size| {
+        let size = usize::try_from(size).unwrap_or(usize::MAX);
+        Ok::<_, std::convert::Infallible>(malloc_block(size))
+    });
 }
 
 /// `malloc_free_ns` and `mixed64_malloc_free_ns` (see the module docs).
@@ -181,18 +112,20 @@ fn malloc_floor(budget: Duration) -> Result<(f64, f64), AllocError> {
         (0..n).for_each(|_| malloc_mixed_round());
         Ok(())
     })?;
-    Ok((pair, round / 64.0))
+    #[allow(clippy::cast_precision_loss)]
+    Ok((pair, round / MIXED_LIVE as f64))
 }
 
 /// 64 live blocks of mixed sizes, freed in interleaved order; ns per allocate + free.
-fn mixed64(bench: &Bench, budget: Duration) -> Result<f64, AllocError> {
-    mixed_round(bench)?;
-    let per_round = per_iteration(budget, |n| (0..n).try_for_each(|_| mixed_round(bench)))?;
-    Ok(per_round / 64.0)
+fn mixed64(bench: &Workload, budget: Duration) -> Result<f64, AllocError> {
+    bench.mixed_round()?;
+    let per_round = per_iteration(budget, |n| (0..n).try_for_each(|_| bench.mixed_round()))?;
+    #[allow(clippy::cast_precision_loss)]
+    Ok(per_round / MIXED_LIVE as f64)
 }
 
 /// `threads` threads on their own streams, 4 KiB pairs; wall ns per pair.
-fn threads(bench: &Bench, threads: usize, budget: Duration) -> Result<f64, AllocError> {
+fn threads(bench: &Workload, threads: usize, budget: Duration) -> Result<f64, AllocError> {
     for t in 0..threads {
         bench.pair(t, 4096)?;
     }
@@ -226,7 +159,7 @@ pub fn run_with_config(
     budget: Duration,
     config: AllocConfig,
 ) -> Result<BTreeMap<String, f64>, AllocError> {
-    let bench = Bench::new(target, config)?;
+    let bench = workload(target, config)?;
     let mut out = BTreeMap::new();
     out.insert(
         "cached_alloc_free_ns".to_owned(),
