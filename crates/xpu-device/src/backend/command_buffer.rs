@@ -76,46 +76,34 @@ type EnqueueFn = unsafe extern "C" fn(
     *const raw::cl_event,
     *mut raw::cl_event,
 ) -> i32;
-type NdRangeFn = unsafe extern "C" fn(
-    RawCommandBuffer,
-    raw::cl_command_queue,
+/// The type of a `clCommand*KHR` recording entry point (cl_khr_command_buffer): the command
+/// buffer, a queue (null: the buffer's own), the command's own arguments `$arg`, then the
+/// tail every such entry point shares (`num_sync_points_in_wait_list`,
+/// `sync_point_wait_list`, `sync_point`, `mutable_handle`), returning a `cl_int`; the
+/// `record!` macro below passes that head and tail.
+macro_rules! command_fn {
+    ($($arg:ty),+) => {
+        unsafe extern "C" fn(
+            RawCommandBuffer,
+            raw::cl_command_queue,
+            $($arg,)+
+            u32,
+            *const SyncPoint,
+            *mut SyncPoint,
+            *mut *mut c_void,
+        ) -> i32
+    };
+}
+type NdRangeFn = command_fn!(
     *const u64,
     opencl3::types::cl_kernel,
     u32,
     *const usize,
     *const usize,
-    *const usize,
-    u32,
-    *const SyncPoint,
-    *mut SyncPoint,
-    *mut *mut c_void,
-) -> i32;
-type CopyFn = unsafe extern "C" fn(
-    RawCommandBuffer,
-    raw::cl_command_queue,
-    raw::cl_mem,
-    raw::cl_mem,
-    usize,
-    usize,
-    usize,
-    u32,
-    *const SyncPoint,
-    *mut SyncPoint,
-    *mut *mut c_void,
-) -> i32;
-type FillFn = unsafe extern "C" fn(
-    RawCommandBuffer,
-    raw::cl_command_queue,
-    raw::cl_mem,
-    *const c_void,
-    usize,
-    usize,
-    usize,
-    u32,
-    *const SyncPoint,
-    *mut SyncPoint,
-    *mut *mut c_void,
-) -> i32;
+    *const usize
+);
+type CopyFn = command_fn!(raw::cl_mem, raw::cl_mem, usize, usize, usize);
+type FillFn = command_fn!(raw::cl_mem, *const c_void, usize, usize, usize);
 type GetAddressFn = unsafe extern "C" fn(raw::cl_platform_id, *const libc::c_char) -> *mut c_void;
 
 /// Records one command through entry point `$f` of `$self`: `$f(buffer, null queue (the
