@@ -302,19 +302,8 @@ enum Node {
         global: [usize; 3],
         local: Option<[usize; 3]>,
     },
-    Fill {
-        dst: usize,
-        pattern: Vec<u8>,
-        offset: usize,
-        len: usize,
-    },
-    Copy {
-        src: usize,
-        dst: usize,
-        src_offset: usize,
-        dst_offset: usize,
-        len: usize,
-    },
+    Fill(FillCmd),
+    Copy(CopyCmd),
     Write {
         dst: usize,
         offset: usize,
@@ -331,8 +320,10 @@ impl fmt::Debug for Node {
             Node::Kernel {
                 function, global, ..
             } => write!(f, "Kernel({:?}, {:?})", function.name(), global),
-            Node::Fill { dst, len, .. } => write!(f, "Fill(block {dst}, {len} B)"),
-            Node::Copy { src, dst, len, .. } => write!(f, "Copy({src} -> {dst}, {len} B)"),
+            Node::Fill(FillCmd { dst, len, .. }) => write!(f, "Fill(block {dst}, {len} B)"),
+            Node::Copy(CopyCmd { src, dst, len, .. }) => {
+                write!(f, "Copy({src} -> {dst}, {len} B)")
+            }
             Node::Write { dst, data, .. } => write!(f, "Write(block {dst}, {} B)", data.len()),
             Node::Sync => write!(f, "Sync"),
         }
@@ -474,12 +465,12 @@ impl Capture {
         let len = dst.len() * size;
         let dst = self.keep(Arc::clone(dst) as Arc<dyn GraphBlock>)?;
         if len > 0 {
-            self.nodes.push(Node::Fill {
+            self.nodes.push(Node::Fill(FillCmd {
                 dst,
                 pattern: bytemuck::bytes_of(&value).to_vec(),
                 offset: 0,
                 len,
-            });
+            }));
         }
         Ok(())
     }
@@ -526,13 +517,13 @@ impl Capture {
         let s = self.keep(Arc::clone(src) as Arc<dyn GraphBlock>)?;
         let d = self.keep(Arc::clone(dst) as Arc<dyn GraphBlock>)?;
         if len > 0 {
-            self.nodes.push(Node::Copy {
+            self.nodes.push(Node::Copy(CopyCmd {
                 src: s,
                 dst: d,
                 src_offset: src_offset * size,
                 dst_offset: dst_offset * size,
                 len: len * size,
-            });
+            }));
         }
         Ok(())
     }
@@ -981,20 +972,21 @@ impl Graph {
     }
 }
 
-/// A captured fill, resolved for a [`Target`]: `len` bytes at byte `offset` of `dst`.
-struct FillCmd<'a> {
-    dst: &'a DataPtr,
-    pattern: &'a [u8],
+/// A captured fill: `len` bytes at byte `offset` of the graph's block `dst` (an index into
+/// the graph's blocks; [`play`] hands a [`Target`] the block itself).
+struct FillCmd {
+    dst: usize,
+    pattern: Vec<u8>,
     offset: usize,
     len: usize,
 }
 
-/// A captured copy, resolved for a [`Target`]: `len` bytes from `src[src_offset..]` to
-/// `dst[dst_offset..]`.
-struct CopyCmd<'a> {
-    src: &'a DataPtr,
+/// A captured copy: `len` bytes from `src[src_offset..]` to `dst[dst_offset..]`, `src` and
+/// `dst` indices into the graph's blocks as for [`FillCmd`].
+struct CopyCmd {
+    src: usize,
+    dst: usize,
     src_offset: usize,
-    dst: &'a DataPtr,
     dst_offset: usize,
     len: usize,
 }
@@ -1006,8 +998,10 @@ struct CopyCmd<'a> {
 /// the obligation `CaptureLaunch::enqueue`'s caller took on.
 trait Target {
     fn kernel(&mut self, k: &Kernel, global: &[usize], local: Option<&[usize]>) -> Done;
-    fn fill(&mut self, c: FillCmd<'_>) -> Done;
-    fn copy(&mut self, c: CopyCmd<'_>) -> Done;
+    /// `c` with its block `dst` resolved.
+    fn fill(&mut self, dst: &DataPtr, c: &FillCmd) -> Done;
+    /// `c` with its blocks `src` and `dst` resolved.
+    fn copy(&mut self, src: &DataPtr, dst: &DataPtr, c: &CopyCmd) -> Done;
     /// `false` when the target has no form of an upload.
     fn write(&mut self, dst: &DataPtr, offset: usize, data: &[u8]) -> Result<bool, GraphError>;
 }
@@ -1033,30 +1027,8 @@ fn play(
                 &global[..*dims],
                 local.as_ref().map(|l| &l[..*dims]),
             )?,
-            Node::Fill {
-                dst,
-                pattern,
-                offset,
-                len,
-            } => target.fill(FillCmd {
-                dst: blocks[*dst].block(),
-                pattern,
-                offset: *offset,
-                len: *len,
-            })?,
-            Node::Copy {
-                src,
-                dst,
-                src_offset,
-                dst_offset,
-                len,
-            } => target.copy(CopyCmd {
-                src: blocks[*src].block(),
-                src_offset: *src_offset,
-                dst: blocks[*dst].block(),
-                dst_offset: *dst_offset,
-                len: *len,
-            })?,
+            Node::Fill(c) => target.fill(blocks[c.dst].block(), c)?,
+            Node::Copy(c) => target.copy(blocks[c.src].block(), blocks[c.dst].block(), c)?,
             Node::Write { dst, offset, data } => {
                 if !target.write(blocks[*dst].block(), *offset, data)? {
                     return Ok(false);
@@ -1084,15 +1056,13 @@ impl Target for OnStream<'_> {
         Ok(())
     }
 
-    fn fill(&mut self, c: FillCmd<'_>) -> Done {
-        Ok(c.dst
-            .view()?
-            .fill(self.stream, c.pattern, c.offset, c.len)?)
+    fn fill(&mut self, dst: &DataPtr, c: &FillCmd) -> Done {
+        Ok(dst.view()?.fill(self.stream, &c.pattern, c.offset, c.len)?)
     }
 
-    fn copy(&mut self, c: CopyCmd<'_>) -> Done {
-        let src = c.src.view()?;
-        let dst = c.dst.view()?;
+    fn copy(&mut self, src: &DataPtr, dst: &DataPtr, c: &CopyCmd) -> Done {
+        let src = src.view()?;
+        let dst = dst.view()?;
         Ok(dst.copy_from(self.stream, &src, c.src_offset, c.dst_offset, c.len)?)
     }
 
@@ -1112,13 +1082,15 @@ impl Target for CommandBuffer {
         Ok(unsafe { CommandBuffer::kernel(self, k, global, local) }?)
     }
 
-    fn fill(&mut self, c: FillCmd<'_>) -> Done {
-        let dst = block_buffer(c.dst)?;
-        Ok(CommandBuffer::fill(self, &dst, c.pattern, c.offset, c.len)?)
+    fn fill(&mut self, dst: &DataPtr, c: &FillCmd) -> Done {
+        let dst = block_buffer(dst)?;
+        Ok(CommandBuffer::fill(
+            self, &dst, &c.pattern, c.offset, c.len,
+        )?)
     }
 
-    fn copy(&mut self, c: CopyCmd<'_>) -> Done {
-        let (src, dst) = (block_buffer(c.src)?, block_buffer(c.dst)?);
+    fn copy(&mut self, src: &DataPtr, dst: &DataPtr, c: &CopyCmd) -> Done {
+        let (src, dst) = (block_buffer(src)?, block_buffer(dst)?);
         Ok(CommandBuffer::copy(
             self,
             &src,
