@@ -115,27 +115,7 @@ fn bundled_trace_replays_with_series() {
         .keys()
         .map(String::as_str)
         .collect();
-    let mut want = vec![
-        "trace",
-        "device",
-        "mode",
-        "events",
-        "allocs",
-        "skipped",
-        "unmatched_frees",
-        "peak_requested",
-        "peak_allocated",
-        "peak_reserved",
-        "reserved_over_requested",
-        "segment_allocs",
-        "segment_frees",
-        "alloc_retries",
-        "ooms",
-        "alloc_ns_mean",
-        "alloc_ns_p99",
-        "free_ns_mean",
-        "wall_s",
-    ];
+    let mut want = xpu_testing::REPLAY_REPORT_KEYS.to_vec();
     want.sort_unstable();
     let mut keys = keys;
     keys.sort_unstable();

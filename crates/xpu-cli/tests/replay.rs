@@ -25,35 +25,17 @@ fn replay_json(trace: &Path, args: &[&str]) -> serde_json::Value {
     json(&xpu(&all))
 }
 
-const REPORT_KEYS: [&str; 19] = [
-    "trace",
-    "device",
-    "mode",
-    "events",
-    "allocs",
-    "skipped",
-    "unmatched_frees",
-    "peak_requested",
-    "peak_allocated",
-    "peak_reserved",
-    "reserved_over_requested",
-    "segment_allocs",
-    "segment_frees",
-    "alloc_retries",
-    "ooms",
-    "alloc_ns_mean",
-    "alloc_ns_p99",
-    "free_ns_mean",
-    "wall_s",
-];
-
 #[test]
 fn simulated_replay_of_the_bundled_trace_beats_pytorch() {
     let trace = bundled_trace();
     let v = replay_json(&trace, &["--simulate", "--compare"]);
     let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
     keys.sort_unstable();
-    let mut want: Vec<&str> = REPORT_KEYS.iter().copied().chain(["pytorch"]).collect();
+    let mut want: Vec<&str> = xpu_testing::REPLAY_REPORT_KEYS
+        .iter()
+        .copied()
+        .chain(["pytorch"])
+        .collect();
     want.sort_unstable();
     assert_eq!(keys, want);
     assert_eq!(v["trace"], "resnet18_train_small.trace.gz");

@@ -181,3 +181,27 @@ pub fn scenario_test(test: &str, scenario: &str, bound: Duration, done: &str, bo
         assert_scenario_done(test, scenario, bound, done);
     }
 }
+
+/// The keys of a trace replay report's JSON object (xpu-caching's `ReplayReport`), as
+/// `xpu replay --json` prints them (the CLI adds `pytorch` with `--compare`).
+pub const REPLAY_REPORT_KEYS: [&str; 19] = [
+    "trace",
+    "device",
+    "mode",
+    "events",
+    "allocs",
+    "skipped",
+    "unmatched_frees",
+    "peak_requested",
+    "peak_allocated",
+    "peak_reserved",
+    "reserved_over_requested",
+    "segment_allocs",
+    "segment_frees",
+    "alloc_retries",
+    "ooms",
+    "alloc_ns_mean",
+    "alloc_ns_p99",
+    "free_ns_mean",
+    "wall_s",
+];
