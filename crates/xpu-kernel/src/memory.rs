@@ -284,7 +284,29 @@ macro_rules! view_common {
             }
         }
 
-        impl<T: Pod> $view<'_, T> {
+        impl<'a, T: Pod> $view<'a, T> {
+            /// `len` elements of `ptr`'s block from element `offset`.
+            fn new(ptr: &'a DataPtr, offset: usize, len: usize) -> Self {
+                Self {
+                    ptr,
+                    offset,
+                    len,
+                    _t: PhantomData,
+                }
+            }
+
+            /// The elements `range` (indices relative to `offset`) of the `len` elements of
+            /// `ptr`'s block from element `offset`.
+            fn within(
+                ptr: &'a DataPtr,
+                offset: usize,
+                len: usize,
+                range: impl RangeBounds<usize>,
+            ) -> Result<Self, MemoryError> {
+                let (start, len) = resolve(range, len)?;
+                Ok(Self::new(ptr, offset + start, len))
+            }
+
             /// The first element's index in the block ([`DeviceRegion::offset`]).
             #[must_use]
             pub fn offset(&self) -> usize {
@@ -397,13 +419,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Errors
     /// [`MemoryError::OutOfRange`] when the range is not within `0..len()`.
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceSlice<'_, T>, MemoryError> {
-        let (offset, len) = resolve(range, self.len)?;
-        Ok(DeviceSlice {
-            ptr: &self.ptr,
-            offset,
-            len,
-            _t: PhantomData,
-        })
+        DeviceSlice::within(&self.ptr, 0, self.len, range)
     }
 
     /// The elements `range`, borrowed mutably (copy and fill destination).
@@ -414,34 +430,18 @@ impl<T: Pod> DeviceBuffer<T> {
         &mut self,
         range: impl RangeBounds<usize>,
     ) -> Result<DeviceSliceMut<'_, T>, MemoryError> {
-        let (offset, len) = resolve(range, self.len)?;
-        Ok(DeviceSliceMut {
-            ptr: &self.ptr,
-            offset,
-            len,
-            _t: PhantomData,
-        })
+        DeviceSliceMut::within(&self.ptr, 0, self.len, range)
     }
 
     /// The whole buffer as a [`DeviceSlice`].
     #[must_use]
     pub fn as_slice(&self) -> DeviceSlice<'_, T> {
-        DeviceSlice {
-            ptr: &self.ptr,
-            offset: 0,
-            len: self.len,
-            _t: PhantomData,
-        }
+        DeviceSlice::new(&self.ptr, 0, self.len)
     }
 
     /// The whole buffer as a [`DeviceSliceMut`].
     pub fn as_slice_mut(&mut self) -> DeviceSliceMut<'_, T> {
-        DeviceSliceMut {
-            ptr: &self.ptr,
-            offset: 0,
-            len: self.len,
-            _t: PhantomData,
-        }
+        DeviceSliceMut::new(&self.ptr, 0, self.len)
     }
 
     /// The elements, copied to a new `Vec` (blocking; see [`copy_dtoh`]). As cudarc's
@@ -513,13 +513,7 @@ impl<'a, T: Pod> DeviceSlice<'a, T> {
     /// # Errors
     /// [`MemoryError::OutOfRange`] when the range is not within `0..len()`.
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceSlice<'a, T>, MemoryError> {
-        let (offset, len) = resolve(range, self.len)?;
-        Ok(DeviceSlice {
-            ptr: self.ptr,
-            offset: self.offset + offset,
-            len,
-            _t: PhantomData,
-        })
+        DeviceSlice::within(self.ptr, self.offset, self.len, range)
     }
 
     /// The allocator block of the viewed buffer.
@@ -538,24 +532,13 @@ impl<T: Pod> DeviceSliceMut<'_, T> {
         &mut self,
         range: impl RangeBounds<usize>,
     ) -> Result<DeviceSliceMut<'_, T>, MemoryError> {
-        let (offset, len) = resolve(range, self.len)?;
-        Ok(DeviceSliceMut {
-            ptr: self.ptr,
-            offset: self.offset + offset,
-            len,
-            _t: PhantomData,
-        })
+        DeviceSliceMut::within(self.ptr, self.offset, self.len, range)
     }
 
     /// This view read-only.
     #[must_use]
     pub fn as_slice(&self) -> DeviceSlice<'_, T> {
-        DeviceSlice {
-            ptr: self.ptr,
-            offset: self.offset,
-            len: self.len,
-            _t: PhantomData,
-        }
+        DeviceSlice::new(self.ptr, self.offset, self.len)
     }
 
     /// The allocator block of the viewed buffer.
