@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use xpu_event::Gate;
 use xpu_event::{Event, StreamExt};
-use xpu_stream::{current_stream, get_stream_from_pool};
+use xpu_stream::{current_stream, get_stream_from_pool, ExternalStream, Stream};
 
 #[test]
 fn wait_stream_orders_work() {
@@ -30,21 +30,37 @@ fn wait_stream_orders_work() {
     assert!(waiting.query().unwrap());
 }
 
+/// On fresh streams `a` (device `da`, held by a gate) and `b` (device `db`): `b` waits for
+/// an event recorded on `a`, then `between(a, b)` runs; asserts that what `b` records next is
+/// held by the gate and that the event on `a` has completed once the gate opened. Returns
+/// the streams.
+fn wait_event_held_by_gate(
+    da: usize,
+    db: usize,
+    between: impl FnOnce(&Stream, &Stream),
+) -> (ExternalStream, ExternalStream) {
+    let (ea, eb) = (common::fresh_stream(da), common::fresh_stream(db));
+    let (a, b) = (ea.stream(), eb.stream());
+    let gate = Gate::new(da).unwrap();
+    gate.block(&a).unwrap();
+    let on_a = a.record_event().unwrap();
+    b.wait_event(&on_a).unwrap();
+    between(&a, &b);
+    let after = b.record_event().unwrap();
+    common::assert_held_by(&gate, &after);
+    assert!(on_a.query().unwrap());
+    (ea, eb)
+}
+
 #[test]
 fn wait_event_and_self_wait() {
     if !common::devices(1) {
         return;
     }
-    let (ea, eb) = (common::fresh_stream(0), common::fresh_stream(0));
-    let (a, b) = (ea.stream(), eb.stream());
-    let gate = Gate::new(0).unwrap();
-    gate.block(&a).unwrap();
-    let on_a = a.record_event().unwrap();
-    b.wait_event(&on_a).unwrap();
-    a.wait_stream(&a).unwrap(); // no-op
-    let after = b.record_event().unwrap();
-    common::assert_held_by(&gate, &after);
-    assert!(on_a.query().unwrap());
+    // Between the two, `a` waits for itself: a no-op.
+    drop(wait_event_held_by_gate(0, 0, |a, _| {
+        a.wait_stream(a).unwrap()
+    }));
 }
 
 #[test]
@@ -52,15 +68,8 @@ fn wait_event_across_devices() {
     if !common::devices(2) {
         return;
     }
-    let (e0, e1) = (common::fresh_stream(0), common::fresh_stream(1));
+    let (e0, e1) = wait_event_held_by_gate(0, 1, |_, _| {});
     let (s0, s1) = (e0.stream(), e1.stream());
-    let gate = Gate::new(0).unwrap();
-    gate.block(&s0).unwrap();
-    let on0 = s0.record_event().unwrap();
-    s1.wait_event(&on0).unwrap();
-    let after = s1.record_event().unwrap();
-    common::assert_held_by(&gate, &after);
-    assert!(on0.query().unwrap());
     // A completed event of another device: nothing left to wait for.
     s1.wait_stream(&s0).unwrap();
     s1.record_event().unwrap().synchronize().unwrap();
