@@ -26,6 +26,11 @@ fn clblast() -> bool {
     }
 }
 
+/// A pool stream of device 0 when a device and CLBlast are there (see [`clblast`]).
+fn clblast_stream() -> Option<Stream> {
+    (devices(1) && clblast()).then(|| xpu_stream::get_stream_from_pool(0, 0).unwrap())
+}
+
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = Rng::new(seed);
     (0..n).map(|_| rng.next_f32()).collect()
@@ -101,10 +106,9 @@ fn a_missing_foreign_library_is_a_typed_not_available_error() {
 
 #[test]
 fn clblast_sgemm_with_a_caching_allocator_workspace_matches_the_cpu() {
-    if !devices(1) || !clblast() {
+    let Some(s) = clblast_stream() else {
         return;
-    }
-    let s = xpu_stream::get_stream_from_pool(0, 0).unwrap();
+    };
     let before = xpu_alloc::memory_stats(0).unwrap();
     let (err, workspace) = checked_sgemm(&s, (37, 53, 29), 1, TempBuffer::Always, 1);
     assert!(err <= 1e-4, "max |error| vs CPU {err}");
@@ -126,10 +130,9 @@ fn clblast_sgemm_with_a_caching_allocator_workspace_matches_the_cpu() {
 
 #[test]
 fn clblast_sgemm_gives_clblast_the_temporary_buffer_it_asks_for_from_the_allocator() {
-    if !devices(1) || !clblast() {
+    let Some(s) = clblast_stream() else {
         return;
-    }
-    let s = xpu_stream::get_stream_from_pool(0, 0).unwrap();
+    };
     let before = xpu_alloc::memory_stats(0).unwrap();
     // Large and odd enough for CLBlast's indirect kernel, which pads into a temporary buffer
     // (13 MB on PoCL); every 97th element of C is checked against the CPU.
@@ -161,10 +164,9 @@ fn clblast_sgemm_gives_clblast_the_temporary_buffer_it_asks_for_from_the_allocat
 
 #[test]
 fn clblast_sgemm_checks_regions_before_clblast_sees_them() {
-    if !devices(1) || !clblast() {
+    let Some(s) = clblast_stream() else {
         return;
-    }
-    let s = xpu_stream::get_stream_from_pool(0, 0).unwrap();
+    };
     let a = s.htod_copy(&values(16 * 16, 3)).unwrap();
     let b = s.htod_copy(&values(16 * 38, 4)).unwrap();
     let mut small = DeviceBuffer::<f32>::zeroed(96, &s).unwrap();
