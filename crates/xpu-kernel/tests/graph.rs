@@ -2,17 +2,14 @@
 //! case): replay matches direct launches, arguments stay alive, capture errors are typed and
 //! leave the stream usable. Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::{device0_stream, fresh_stream};
 use xpu_kernel::graph::{command_buffer_supported, Graph, GraphError, ReplayMode};
 use xpu_kernel::{DeviceBuffer, Function, KernelError, LaunchExt, MemoryError, Program};
-use xpu_stream::ExternalStream;
 use xpu_testing::devices;
-
-/// A stream on a queue of its own, so gating it never holds back another test's stream.
-fn fresh_stream(device: usize) -> ExternalStream {
-    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
-}
 
 const SAXPY: &str = r"
 __kernel void saxpy(__global float *y, __global const float *x, float a, uint n) {
@@ -78,10 +75,9 @@ both_paths!(
 );
 
 fn replay_matches_direct_launches_and_the_cpu(mode: ReplayMode) {
-    if !devices(1) {
+    let Some(ext) = device0_stream() else {
         return;
-    }
-    let ext = fresh_stream(0);
+    };
     let s = ext.stream();
     let f = saxpy(0);
     // Direct: ten rounds of the five launches.
@@ -156,10 +152,9 @@ fn replay_matches_direct_launches_and_the_cpu(mode: ReplayMode) {
 
 #[test]
 fn graph_keeps_its_arguments_alive_after_the_handles_drop() {
-    if !devices(1) {
+    let Some(ext) = device0_stream() else {
         return;
-    }
-    let ext = fresh_stream(0);
+    };
     let s = ext.stream();
     let f = saxpy(0);
     let (x, y) = x_and_ones(&s);
@@ -200,10 +195,9 @@ fn graph_keeps_its_arguments_alive_after_the_handles_drop() {
 
 #[test]
 fn capture_errors_are_typed_and_leave_the_stream_usable() {
-    if !devices(1) {
+    let Some(ext) = device0_stream() else {
         return;
-    }
-    let ext = fresh_stream(0);
+    };
     let s = ext.stream();
     let other_ext = fresh_stream(0);
     let other = other_ext.stream();
@@ -596,10 +590,9 @@ both_paths!(
 /// A replay enqueued while the previous one is still pending (held by a user event): with a
 /// command buffer this is simultaneous use of one buffer.
 fn replay_while_the_previous_replay_is_pending(mode: ReplayMode) {
-    if !devices(1) {
+    let Some(ext) = device0_stream() else {
         return;
-    }
-    let ext = fresh_stream(0);
+    };
     let s = ext.stream();
     let f = saxpy(0);
     let (x, y) = x_and_ones(&s);
@@ -623,10 +616,9 @@ both_paths!(
 
 #[test]
 fn a_captured_upload_replays_recorded() {
-    if !devices(1) {
+    let Some(ext) = device0_stream() else {
         return;
-    }
-    let ext = fresh_stream(0);
+    };
     let s = ext.stream();
     let y = Arc::new(DeviceBuffer::<f32>::new(4, &s).unwrap());
     let graph = Graph::capture(&s, |c| c.write(&s, &y, 0, &[1.0, 2.0, 3.0, 4.0])).unwrap();

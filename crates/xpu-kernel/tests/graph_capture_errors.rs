@@ -4,19 +4,17 @@
 //! once the capture ends, even when the closure failed or panicked. Skipped without a device
 //! unless `XPU_REQUIRE_DEVICE=1`.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::device0_stream;
 use xpu_alloc::host::{HostAllocator, HostCopy, HostError};
 use xpu_alloc::AllocError;
 use xpu_event::{Event, EventError, Gate};
 use xpu_kernel::graph::{Graph, GraphError};
 use xpu_kernel::DeviceBuffer;
-use xpu_stream::{ExternalStream, StreamError};
-use xpu_testing::devices;
-
-fn fresh_stream(device: usize) -> ExternalStream {
-    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
-}
+use xpu_stream::StreamError;
 
 fn is_capturing_error(e: &StreamError) -> bool {
     matches!(e, StreamError::Capturing { .. })
@@ -24,10 +22,9 @@ fn is_capturing_error(e: &StreamError) -> bool {
 
 #[test]
 fn lower_layer_commands_on_a_capturing_stream_are_typed_errors() {
-    if !devices(1) {
+    let Some(ext) = device0_stream() else {
         return;
-    }
-    let ext = fresh_stream(0);
+    };
     let s = ext.stream();
     let buf = Arc::new(DeviceBuffer::from_slice(&[7.0f32; 64], &s).unwrap());
     let other = DeviceBuffer::from_slice(&[1.0f32; 64], &s).unwrap();
@@ -101,10 +98,9 @@ fn lower_layer_commands_on_a_capturing_stream_are_typed_errors() {
 
 #[test]
 fn a_failing_or_panicking_capture_clears_the_capturing_state() {
-    if !devices(1) {
+    let Some(ext) = device0_stream() else {
         return;
-    }
-    let ext = fresh_stream(0);
+    };
     let s = ext.stream();
     let e = Graph::capture(&s, |_| Err(GraphError::ForeignEvent)).unwrap_err();
     assert!(matches!(e, GraphError::ForeignEvent));

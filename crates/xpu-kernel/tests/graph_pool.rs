@@ -3,17 +3,16 @@
 //! the pool stays reserved while a graph lives. Skipped without a device unless
 //! `XPU_REQUIRE_DEVICE=1`.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::{device0_stream, fresh_stream};
 use xpu_alloc::MemPool;
 use xpu_kernel::graph::{graph_pool_handle, Graph, GraphError};
 use xpu_kernel::{DeviceBuffer, Program};
-use xpu_stream::{ExternalStream, Stream};
+use xpu_stream::Stream;
 use xpu_testing::devices;
-
-fn fresh_stream(device: usize) -> ExternalStream {
-    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
-}
 
 const N: usize = 1000;
 const BYTES: u64 = 4096; // N f32 rounded to 512
@@ -27,10 +26,9 @@ __kernel void add(__global float *y, float a, uint n) {
 
 #[test]
 fn allocations_during_a_capture_come_from_the_graphs_private_pool() {
-    if !devices(1) {
+    let Some(ext) = device0_stream() else {
         return;
-    }
-    let ext = fresh_stream(0);
+    };
     let s = ext.stream();
     let add = Program::build(0, ADD, "").unwrap().function("add").unwrap();
     let mut y = None;
@@ -103,10 +101,9 @@ fn capture_fill(s: &Stream, pool: &MemPool, value: f32) -> (Graph, Arc<DeviceBuf
 
 #[test]
 fn two_graphs_share_one_pool_from_graph_pool_handle_and_hold_it_while_they_live() {
-    if !devices(1) {
+    let Some(ext) = device0_stream() else {
         return;
-    }
-    let ext = fresh_stream(0);
+    };
     let s = ext.stream();
     let handle = graph_pool_handle(0).unwrap();
     assert_eq!(handle.id().0, 0, "a handle's id is (0, n)");

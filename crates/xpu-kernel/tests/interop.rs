@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::{assert_block_not_reused, fresh_stream};
+use common::{assert_block_not_reused, device0_stream, fresh_stream};
 use xpu_device::backend::{Buffer, CommandQueue};
 use xpu_event::test_support::Gate;
 use xpu_kernel::{ClRegion, DeviceBuffer, ForeignExt, ForeignQueue, InteropError, StreamMemoryExt};
@@ -21,10 +21,9 @@ fn ramp(n: usize) -> Vec<f32> {
 
 #[test]
 fn a_region_is_the_exact_block_with_offsets_in_elements() {
-    if !devices(1) {
+    let Some(s) = device0_stream() else {
         return;
-    }
-    let s = fresh_stream(0);
+    };
     let s = s.stream();
     let mut buf = DeviceBuffer::from_slice(&ramp(1000), &s).unwrap();
     let (block_mem, block_size) = buf.data_ptr().block_cl_mem().unwrap();
@@ -65,10 +64,9 @@ fn a_region_is_the_exact_block_with_offsets_in_elements() {
 
 #[test]
 fn offsets_beyond_a_library_index_type_are_refused() {
-    if !devices(1) {
+    let Some(s) = device0_stream() else {
         return;
-    }
-    let s = fresh_stream(0);
+    };
     let s = s.stream();
     let buf = DeviceBuffer::<u8>::zeroed(200, &s).unwrap();
     let view = buf.slice(100..150).unwrap();
@@ -90,10 +88,9 @@ fn offsets_beyond_a_library_index_type_are_refused() {
 
 #[test]
 fn an_over_long_matrix_is_refused_before_the_library_sees_it() {
-    if !devices(1) {
+    let Some(s) = device0_stream() else {
         return;
-    }
-    let s = fresh_stream(0);
+    };
     let s = s.stream();
     let mut a = DeviceBuffer::<f32>::zeroed(100, &s).unwrap();
     let neighbour = DeviceBuffer::from_slice(&ramp(512), &s).unwrap();
@@ -231,10 +228,9 @@ fn a_foreign_call_records_blocks_of_other_streams_and_frees_its_workspace_stream
 
 #[test]
 fn a_library_failure_is_a_typed_error() {
-    if !devices(1) {
+    let Some(s) = device0_stream() else {
         return;
-    }
-    let s = fresh_stream(0);
+    };
     let s = s.stream();
     // SAFETY: the closure does nothing.
     let err = unsafe { s.foreign().call(|_| Err(-1011)) }.unwrap_err();

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{assert_block_not_reused, fresh_stream};
+use common::{assert_block_not_reused, device0_stream, fresh_stream};
 use xpu_event::test_support::Gate;
 use xpu_kernel::memory::{
     copy_dtod, copy_dtoh, copy_htod, copy_htod_pinned, copy_peer, fill, memset_zeros, staging_plan,
@@ -23,10 +23,9 @@ fn ramp_f32(n: usize) -> Vec<f32> {
 
 #[test]
 fn htod_and_dtoh_round_trip_at_odd_offsets_and_lengths() {
-    if !devices(1) {
+    let Some(s) = device0_stream() else {
         return;
-    }
-    let s = fresh_stream(0);
+    };
     let s = s.stream();
     let host = ramp_f32(1001);
     let buf = s.htod_copy(&host).unwrap();
@@ -65,10 +64,9 @@ fn htod_and_dtoh_round_trip_at_odd_offsets_and_lengths() {
 
 #[test]
 fn htod_does_not_reference_the_callers_slice_after_returning() {
-    if !devices(1) {
+    let Some(s) = device0_stream() else {
         return;
-    }
-    let s = fresh_stream(0);
+    };
     let s = s.stream();
     // More than two staging chunks, with a ragged tail.
     let n = 2 * STAGING_CHUNK_BYTES + 12_345;
@@ -119,10 +117,9 @@ fn staging_plan_ramps_up_from_small_pieces_and_tiles_the_source() {
 
 #[test]
 fn threaded_staged_upload_round_trips_and_frees_every_staging_block() {
-    if !devices(1) {
+    let Some(s) = device0_stream() else {
         return;
-    }
-    let s = fresh_stream(0);
+    };
     let s = s.stream();
     // Enough for several threads and every ramp size, with a ragged tail, at an odd offset.
     let n = (3 * STAGING_CHUNK_BYTES + 4 * STAGING_FIRST_PIECE_BYTES + 4099) / 4;
@@ -162,10 +159,9 @@ fn threaded_staged_upload_round_trips_and_frees_every_staging_block() {
 
 #[test]
 fn dtoh_is_ordered_after_earlier_work_on_the_stream() {
-    if !devices(1) {
+    let Some(s) = device0_stream() else {
         return;
-    }
-    let s = fresh_stream(0);
+    };
     let s = s.stream();
     let mut buf = DeviceBuffer::<u32>::zeroed(1000, &s).unwrap();
     let gate = Gate::new(0).unwrap();
@@ -186,10 +182,9 @@ fn dtoh_is_ordered_after_earlier_work_on_the_stream() {
 
 #[test]
 fn fills_of_every_element_size_and_zeroing() {
-    if !devices(1) {
+    let Some(s) = device0_stream() else {
         return;
-    }
-    let s = fresh_stream(0);
+    };
     let s = s.stream();
     let mut f = DeviceBuffer::<f32>::new(101, &s).unwrap();
     s.memset(&mut f, 1.5).unwrap();
@@ -221,10 +216,9 @@ fn fills_of_every_element_size_and_zeroing() {
 
 #[test]
 fn dtod_copies_between_buffers_and_within_one() {
-    if !devices(1) {
+    let Some(s) = device0_stream() else {
         return;
-    }
-    let s = fresh_stream(0);
+    };
     let s = s.stream();
     let host = ramp_f32(64);
     let a = DeviceBuffer::from_slice(&host, &s).unwrap();
@@ -260,10 +254,9 @@ fn dtod_copies_between_buffers_and_within_one() {
 
 #[test]
 fn misuse_is_a_typed_error_and_zero_length_does_nothing() {
-    if !devices(1) {
+    let Some(s) = device0_stream() else {
         return;
-    }
-    let s = fresh_stream(0);
+    };
     let s = s.stream();
     let mut buf = DeviceBuffer::<f32>::zeroed(10, &s).unwrap();
     assert_eq!(
@@ -397,10 +390,9 @@ fn copies_across_devices_are_staged_through_pinned_memory() {
 
 #[test]
 fn pinned_uploads_copy_the_callers_pinned_bytes_without_staging() {
-    if !devices(1) {
+    let Some(s) = device0_stream() else {
         return;
-    }
-    let s = fresh_stream(0);
+    };
     let s = s.stream();
     let host = ramp_f32(37);
     let mut pinned = xpu_alloc::host::host_allocate_on(0, 37 * 4).unwrap();

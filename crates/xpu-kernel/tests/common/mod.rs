@@ -9,6 +9,12 @@ pub fn fresh_stream(device: usize) -> ExternalStream {
     ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
 }
 
+/// A [`fresh_stream`] of device 0; `None` (the test is skipped) without a device
+/// ([`xpu_testing::devices`]).
+pub fn device0_stream() -> Option<ExternalStream> {
+    xpu_testing::devices(1).then(|| fresh_stream(0))
+}
+
 /// Asserts that a new buffer of `n` u32s on `stream` does not get the block at `addr`, which
 /// `work` still queued on another stream uses.
 pub fn assert_block_not_reused(n: usize, stream: &Stream, addr: u64, work: &str) {
