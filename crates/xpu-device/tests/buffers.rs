@@ -111,11 +111,10 @@ fn sub_buffer_at_a_misaligned_origin_is_a_typed_error() {
 
 #[test]
 fn bad_sizes_and_ranges_are_invalid_arguments() {
-    let Some(dev) = common::device0("bad_sizes_and_ranges_are_invalid_arguments") else {
+    let Some((dev, ctx, q)) = common::device0_queue("bad_sizes_and_ranges_are_invalid_arguments")
+    else {
         return;
     };
-    let ctx = dev.context().unwrap();
-    let q = common::queue(dev);
     let err = Buffer::new(ctx, 0, MemFlags::default()).unwrap_err();
     assert_eq!(
         err,
@@ -156,11 +155,9 @@ fn bad_sizes_and_ranges_are_invalid_arguments() {
 
 #[test]
 fn fill_then_copy() {
-    let Some(dev) = common::device0("fill_then_copy") else {
+    let Some((_, ctx, q)) = common::device0_queue("fill_then_copy") else {
         return;
     };
-    let ctx = dev.context().unwrap();
-    let q = common::queue(dev);
     let a = Buffer::new(ctx, 256, MemFlags::default()).unwrap();
     let b = Buffer::new(ctx, 256, MemFlags::default()).unwrap();
     let zero = q.fill(&a, &[0], 0, 256, &[]).unwrap();

@@ -19,11 +19,10 @@ __kernel void add(__global uint *x, uint k) {
 
 #[test]
 fn command_buffer_replays_recorded_commands_and_allows_a_pending_reenqueue() {
-    let Some(dev) = common::device0("command_buffer_replays_recorded_commands") else {
+    let Some((dev, ctx, q)) = common::device0_queue("command_buffer_replays_recorded_commands")
+    else {
         return;
     };
-    let ctx = dev.context().unwrap();
-    let q = common::queue(dev);
     let support = command_buffer_support(dev.id()).unwrap();
     let Some(mut cb) = CommandBuffer::new(&q).unwrap() else {
         assert!(support.is_none(), "supported but not created: {support:?}");

@@ -11,11 +11,9 @@ use xpu_device::DeviceError;
 
 #[test]
 fn pinned_write_and_read_round_trip() {
-    let Some(dev) = common::device0("pinned_write_and_read_round_trip") else {
+    let Some((_, ctx, q)) = common::device0_queue("pinned_write_and_read_round_trip") else {
         return;
     };
-    let ctx = dev.context().unwrap();
-    let q = common::queue(dev);
     let mut src = PinnedBuffer::new(ctx, &q, 8192).unwrap();
     assert_eq!(src.len(), 8192);
     assert!(!src.is_empty());
@@ -53,11 +51,11 @@ fn pinned_write_and_read_round_trip() {
 
 #[test]
 fn pinned_memory_outlives_its_handle_while_a_copy_waits() {
-    let Some(dev) = common::device0("pinned_memory_outlives_its_handle_while_a_copy_waits") else {
+    let Some((dev, ctx, q)) =
+        common::device0_queue("pinned_memory_outlives_its_handle_while_a_copy_waits")
+    else {
         return;
     };
-    let ctx = dev.context().unwrap();
-    let q = common::queue(dev);
     let mut gate = common::Gate::new(dev);
     let mut src = PinnedBuffer::new(ctx, &q, 1024).unwrap();
     src.as_mut_slice().fill(0x3C);
@@ -98,11 +96,10 @@ fn with_gate_opened_meanwhile<R: Send>(
 
 #[test]
 fn pinned_reads_wait_for_a_copy_into_the_buffer() {
-    let Some(dev) = common::device0("pinned_reads_wait_for_a_copy_into_the_buffer") else {
+    let Some((dev, ctx, q)) = common::device0_queue("pinned_reads_wait_for_a_copy_into_the_buffer")
+    else {
         return;
     };
-    let ctx = dev.context().unwrap();
-    let q = common::queue(dev);
     let mut gate = common::Gate::new(dev);
     let dev_buf = Buffer::new(ctx, 512, MemFlags::default()).unwrap();
     q.write(&dev_buf, 0, &[0xAB; 512]).unwrap();
@@ -130,11 +127,11 @@ fn pinned_reads_wait_for_a_copy_into_the_buffer() {
 
 #[test]
 fn pinned_writes_wait_for_a_copy_from_the_buffer() {
-    let Some(dev) = common::device0("pinned_writes_wait_for_a_copy_from_the_buffer") else {
+    let Some((dev, ctx, q)) =
+        common::device0_queue("pinned_writes_wait_for_a_copy_from_the_buffer")
+    else {
         return;
     };
-    let ctx = dev.context().unwrap();
-    let q = common::queue(dev);
     let mut gate = common::Gate::new(dev);
     let dev_buf = Buffer::new(ctx, 512, MemFlags::default()).unwrap();
     q.write(&dev_buf, 0, &[0; 512]).unwrap();

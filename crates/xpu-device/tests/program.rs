@@ -20,11 +20,10 @@ const CL_INVALID_CONTEXT: i32 = -34;
 
 #[test]
 fn kernel_from_source_writes_expected_values() {
-    let Some(dev) = common::device0("kernel_from_source_writes_expected_values") else {
+    let Some((dev, ctx, q)) = common::device0_queue("kernel_from_source_writes_expected_values")
+    else {
         return;
     };
-    let ctx = dev.context().unwrap();
-    let q = common::queue(dev);
     let program = Program::build(ctx, dev.id(), SCALE).unwrap();
     let mut kernel = Kernel::new(&program, "scale_index").unwrap();
     let out = Buffer::new(ctx, 256 * 4, MemFlags::default()).unwrap();
@@ -114,11 +113,11 @@ fn syntax_error_gives_the_build_log() {
 
 #[test]
 fn build_options_and_program_binaries_round_trip() {
-    let Some(dev) = common::device0("build_options_and_program_binaries_round_trip") else {
+    let Some((dev, ctx, q)) =
+        common::device0_queue("build_options_and_program_binaries_round_trip")
+    else {
         return;
     };
-    let ctx = dev.context().unwrap();
-    let q = common::queue(dev);
     let src = "__kernel void k(__global uint *out) { out[get_global_id(0)] = K; }";
     // Without the option the macro is undefined: a build error with the log.
     assert!(matches!(

@@ -2,7 +2,7 @@
 //! gate that is always opened, even when a test fails while commands wait on it.
 #![allow(dead_code)]
 
-use xpu_device::backend::{Buffer, ClEvent, CommandQueue, QueueOptions};
+use xpu_device::backend::{Buffer, ClEvent, CommandQueue, Context, QueueOptions};
 use xpu_device::Device;
 
 /// True when at least `need` devices exist. Otherwise prints a skip message and returns false,
@@ -24,6 +24,13 @@ pub fn have_devices(test: &str, need: usize) -> bool {
 /// Device 0, or `None` (after the skip message) when there is none.
 pub fn device0(test: &str) -> Option<&'static Device> {
     have_devices(test, 1).then(|| xpu_device::device(0).expect("device 0 exists"))
+}
+
+/// Device 0, its context and an in-order queue with profiling on it ([`queue`]), or `None`
+/// as [`device0`].
+pub fn device0_queue(test: &str) -> Option<(&'static Device, &'static Context, CommandQueue)> {
+    let dev = device0(test)?;
+    Some((dev, dev.context().expect("device 0's context"), queue(dev)))
 }
 
 /// An in-order queue with profiling on device `dev`.
