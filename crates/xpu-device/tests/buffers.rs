@@ -14,10 +14,9 @@ fn pattern(len: usize) -> Vec<u8> {
 
 #[test]
 fn write_read_round_trip() {
-    let Some(dev) = common::device0("write_read_round_trip") else {
+    let Some((dev, _, q)) = common::device0_queue("write_read_round_trip") else {
         return;
     };
-    let q = common::queue(dev);
     let buf = Buffer::new(dev.context().unwrap(), 4096, MemFlags::default()).unwrap();
     assert_eq!(buf.size(), 4096);
     let data = pattern(4096);

@@ -11,10 +11,9 @@ const CL_PROFILING_INFO_NOT_AVAILABLE: i32 = -7;
 
 #[test]
 fn user_event_gates_a_marker() {
-    let Some(dev) = common::device0("user_event_gates_a_marker") else {
+    let Some((dev, _, q)) = common::device0_queue("user_event_gates_a_marker") else {
         return;
     };
-    let q = common::queue(dev);
     let mut gate = common::Gate::new(dev);
     assert_eq!(gate.event().status().unwrap(), EventStatus::Submitted);
     let marker = q.enqueue_marker(&[gate.event()]).unwrap();
@@ -33,10 +32,10 @@ fn user_event_gates_a_marker() {
 
 #[test]
 fn barrier_holds_later_commands_of_the_queue() {
-    let Some(dev) = common::device0("barrier_holds_later_commands_of_the_queue") else {
+    let Some((dev, _, q)) = common::device0_queue("barrier_holds_later_commands_of_the_queue")
+    else {
         return;
     };
-    let q = common::queue(dev);
     let mut gate = common::Gate::new(dev);
     let barrier = q.enqueue_barrier(&[gate.event()]).unwrap();
     // An empty wait list: completes after everything before it, i.e. after the barrier.
@@ -52,10 +51,9 @@ fn barrier_holds_later_commands_of_the_queue() {
 
 #[test]
 fn failed_user_event_fails_its_waiters() {
-    let Some(dev) = common::device0("failed_user_event_fails_its_waiters") else {
+    let Some((dev, _, q)) = common::device0_queue("failed_user_event_fails_its_waiters") else {
         return;
     };
-    let q = common::queue(dev);
     let user = dev.create_user_event().unwrap();
     let marker = q.enqueue_marker(&[&user]).unwrap();
     user.set_failed(-1234).unwrap();
@@ -67,10 +65,9 @@ fn failed_user_event_fails_its_waiters() {
 
 #[test]
 fn marker_profiling_timestamps_are_ordered() {
-    let Some(dev) = common::device0("marker_profiling_timestamps_are_ordered") else {
+    let Some((dev, _, q)) = common::device0_queue("marker_profiling_timestamps_are_ordered") else {
         return;
     };
-    let q = common::queue(dev);
     assert!(q.has_profiling().unwrap());
     let marker = q.enqueue_marker(&[]).unwrap();
     marker.wait().unwrap();
