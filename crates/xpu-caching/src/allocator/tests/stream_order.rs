@@ -11,17 +11,24 @@ use crate::allocator::CachingAllocator;
 use crate::config::AllocConfig;
 use crate::sim_stream::SimBackend;
 use crate::source::{SegmentSource, Simulated, SimulatedSource, SourceError, SourceSegment};
+use crate::stats::MemoryStats;
 
-/// With a 64 MiB limit, a 40 MiB block sharing its segment with a live 16 MiB block is
-/// freed after being used on a gated stream: the next 40 MiB request must wait for the
-/// pending free and take that block, not fail.
-#[test]
-fn oom_path_reuses_a_pending_block_of_a_split_segment_after_draining() {
+/// With a 64 MiB limit, a 40 MiB block next to a live 16 MiB block is freed after being
+/// used on a gated stream: the next 40 MiB request must wait for the pending free and take
+/// that very block (same address), not fail. With `split`, a 56 MiB segment is cached first,
+/// so the two blocks share it; otherwise each has a segment of its own. `check` then gets
+/// the allocator and its statistics from before the request.
+fn oom_path_reuses_a_pending_40_mib_block(
+    split: bool,
+    check: impl FnOnce(&CachingAllocator<SimBackend>, &MemoryStats),
+) {
     let (core, _) = sim_core(128 * MIB, "");
     core.set_memory_fraction(0.5).unwrap();
     let (_, a) = stream(1);
     let (b_sim, b) = stream(2);
-    drop(core.alloc(56 * MIB, &a).unwrap());
+    if split {
+        drop(core.alloc(56 * MIB, &a).unwrap());
+    }
     let x = core.alloc(40 * MIB, &a).unwrap();
     let _live = core.alloc(16 * MIB, &a).unwrap();
     let addr = x.address();
@@ -32,41 +39,39 @@ fn oom_path_reuses_a_pending_block_of_a_split_segment_after_draining() {
     let y = core
         .alloc(40 * MIB, &a)
         .expect("the pending 40 MiB block fits once B's work is done");
-    assert_eq!(y.address(), addr);
-    let st = core.memory_stats();
-    assert_eq!(
-        (st.num_device_alloc, st.num_device_free),
-        (before.num_device_alloc, before.num_device_free)
-    );
-    assert_eq!(core.memory_reserved(), 56 * MIB);
+    assert_eq!(y.address(), addr, "the pending block itself is reused");
+    check(&core, &before);
 }
 
-/// The same with the block alone in its segment: the request reuses that very block (same
-/// address, no new segment, no segment release).
+/// The block shares its segment with a live one: no segment allocated or released.
+#[test]
+fn oom_path_reuses_a_pending_block_of_a_split_segment_after_draining() {
+    oom_path_reuses_a_pending_40_mib_block(true, |core, before| {
+        let st = core.memory_stats();
+        assert_eq!(
+            (st.num_device_alloc, st.num_device_free),
+            (before.num_device_alloc, before.num_device_free)
+        );
+        assert_eq!(core.memory_reserved(), 56 * MIB);
+    });
+}
+
+/// The block alone in its segment: the request reuses that very block (no new segment, no
+/// segment release).
 #[test]
 fn oom_path_reuses_a_pending_whole_segment_without_releasing_it() {
-    let (core, _) = sim_core(128 * MIB, "");
-    core.set_memory_fraction(0.5).unwrap();
-    let (_, a) = stream(1);
-    let (b_sim, b) = stream(2);
-    let x = core.alloc(40 * MIB, &a).unwrap();
-    let _live = core.alloc(16 * MIB, &a).unwrap();
-    let addr = x.address();
-    let _gate = b_sim.close_gate();
-    core.record_stream(&x, &b).unwrap();
-    drop(x);
-    let y = core.alloc(40 * MIB, &a).unwrap();
-    assert_eq!(y.address(), addr, "the pending block itself is reused");
-    let st = core.memory_stats();
-    assert_eq!(
-        (
-            st.num_device_alloc,
-            st.num_device_free,
-            st.segment.all.current
-        ),
-        (2, 0, 2),
-        "no segment released, none allocated"
-    );
+    oom_path_reuses_a_pending_40_mib_block(false, |core, _| {
+        let st = core.memory_stats();
+        assert_eq!(
+            (
+                st.num_device_alloc,
+                st.num_device_free,
+                st.segment.all.current
+            ),
+            (2, 0, 2),
+            "no segment released, none allocated"
+        );
+    });
 }
 
 /// A source that reads the allocator's statistics from inside `allocate`.
