@@ -23,6 +23,20 @@ fn package(name: &str, deps: &[(&str, DepKind)]) -> Package {
     }
 }
 
+/// Each violation as (crate, message).
+fn by_crate(v: &[Violation]) -> Vec<(&str, &str)> {
+    v.iter()
+        .map(|v| (v.krate.as_str(), v.message.as_str()))
+        .collect()
+}
+
+/// Each violation as (location, message).
+fn by_location(v: &[Violation]) -> Vec<(&str, &str)> {
+    v.iter()
+        .map(|v| (v.location.as_str(), v.message.as_str()))
+        .collect()
+}
+
 /// The intended workspace: each layer depends on the one below it.
 fn good_workspace() -> Vec<Package> {
     let mut packages = vec![package(
@@ -64,10 +78,7 @@ fn the_caching_crate_depends_on_no_device_crate() {
     ws[caching].deps.push(dep("xpu-device", DepKind::Normal));
     ws[caching].deps.push(dep("opencl3", DepKind::Normal));
     let v = check_dependencies(&ws, no_manifest);
-    let named: Vec<(&str, &str)> = v
-        .iter()
-        .map(|v| (v.krate.as_str(), v.message.as_str()))
-        .collect();
+    let named = by_crate(&v);
     assert_eq!(named.len(), 2, "{v:?}");
     assert!(
         named.iter().all(|(krate, _)| *krate == "xpu-caching"),
@@ -163,10 +174,7 @@ fn only_the_device_crate_may_use_opencl() {
         kind: DepKind::Normal,
     });
     let v = check_dependencies(&ws, no_manifest);
-    let named: Vec<(&str, &str)> = v
-        .iter()
-        .map(|v| (v.krate.as_str(), v.message.as_str()))
-        .collect();
+    let named = by_crate(&v);
     assert_eq!(
         named,
         vec![
@@ -373,10 +381,7 @@ fn the_launch_crate_may_declare_documented_unsafe_fns_and_commented_unsafe_block
                unsafe impl Send for X {}\n\
                extern \"C\" { fn clFinish(); }\n";
     let v = check_source("xpu-kernel", "src/lib.rs", bad, true);
-    let got: Vec<(&str, &str)> = v
-        .iter()
-        .map(|v| (v.location.as_str(), v.message.as_str()))
-        .collect();
+    let got = by_location(&v);
     assert_eq!(
         got,
         vec![
