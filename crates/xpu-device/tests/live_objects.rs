@@ -4,15 +4,8 @@
 
 mod common;
 
-use xpu_device::backend::{wait_for_callbacks, Buffer, Kernel, MemFlags, Program};
+use xpu_device::backend::{wait_for_callbacks, Buffer, MemFlags};
 use xpu_device::{live_objects, LiveObjects};
-
-const SCALE: &str = r"
-__kernel void scale_index(__global uint *out, uint k) {
-    size_t i = get_global_id(0);
-    out[i] = (uint)i * k;
-}
-";
 
 #[test]
 fn every_live_object_count_returns_to_its_baseline() {
@@ -24,8 +17,7 @@ fn every_live_object_count_returns_to_its_baseline() {
 
     // 10,000 launches whose events are dropped at once.
     let q = common::queue(dev);
-    let program = Program::build(ctx, dev.id(), SCALE).unwrap();
-    let mut kernel = Kernel::new(&program, "scale_index").unwrap();
+    let (program, mut kernel) = common::scale_index(dev);
     let out = Buffer::new(ctx, 64 * 4, MemFlags::default()).unwrap();
     kernel.set_arg_buffer(0, &out).unwrap();
     kernel.set_arg(1, 2u32).unwrap();

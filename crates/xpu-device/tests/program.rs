@@ -5,13 +5,6 @@ mod common;
 use xpu_device::backend::{Buffer, Kernel, MemFlags, Program};
 use xpu_device::{DeviceError, KernelArgProblem};
 
-const SCALE: &str = r"
-__kernel void scale_index(__global uint *out, uint k) {
-    size_t i = get_global_id(0);
-    out[i] = (uint)i * k;
-}
-";
-
 const CL_BUILD_PROGRAM_FAILURE: i32 = -11;
 const CL_INVALID_KERNEL_NAME: i32 = -46;
 const CL_INVALID_ARG_SIZE: i32 = -51;
@@ -24,8 +17,7 @@ fn kernel_from_source_writes_expected_values() {
     else {
         return;
     };
-    let program = Program::build(ctx, dev.id(), SCALE).unwrap();
-    let mut kernel = Kernel::new(&program, "scale_index").unwrap();
+    let (program, mut kernel) = common::scale_index(dev);
     let out = Buffer::new(ctx, 256 * 4, MemFlags::default()).unwrap();
     kernel.set_arg_buffer(0, &out).unwrap();
     kernel.set_arg(1, 3u32).unwrap();
@@ -169,8 +161,7 @@ fn a_buffer_dropped_after_set_arg_stays_alive_for_the_launch() {
     };
     let ctx = dev.context().unwrap();
     let q = common::queue(dev);
-    let program = Program::build(ctx, dev.id(), SCALE).unwrap();
-    let mut kernel = Kernel::new(&program, "scale_index").unwrap();
+    let (_program, mut kernel) = common::scale_index(dev);
     let out = Buffer::new(ctx, 1 << 20, MemFlags::default()).unwrap();
     kernel.set_arg_buffer(0, &out).unwrap();
     kernel.set_arg(1, 3u32).unwrap();
@@ -205,8 +196,7 @@ fn a_scalar_for_a_pointer_parameter_is_refused() {
         return;
     };
     let ctx = dev.context().unwrap();
-    let program = Program::build(ctx, dev.id(), SCALE).unwrap();
-    let mut kernel = Kernel::new(&program, "scale_index").unwrap();
+    let (_program, mut kernel) = common::scale_index(dev);
     let err = kernel.set_arg(0, 0xdead_beef_u64).unwrap_err();
     match &err {
         DeviceError::KernelArg {
@@ -251,8 +241,7 @@ fn a_buffer_of_another_context_is_refused() {
     };
     let foreign = Buffer::new(d0.context().unwrap(), 1024, MemFlags::default()).unwrap();
     let ctx1 = d1.context().unwrap();
-    let program = Program::build(ctx1, d1.id(), SCALE).unwrap();
-    let mut kernel = Kernel::new(&program, "scale_index").unwrap();
+    let (_program, mut kernel) = common::scale_index(d1);
     let q1 = common::queue(d1);
     let err = kernel.set_arg_buffer(0, &foreign).unwrap_err();
     assert!(

@@ -2,7 +2,7 @@
 //! gate that is always opened, even when a test fails while commands wait on it.
 #![allow(dead_code)]
 
-use xpu_device::backend::{Buffer, ClEvent, CommandQueue, Context, QueueOptions};
+use xpu_device::backend::{Buffer, ClEvent, CommandQueue, Context, Kernel, Program, QueueOptions};
 use xpu_device::Device;
 
 /// True when at least `need` devices exist. Otherwise prints a skip message and returns false,
@@ -31,6 +31,21 @@ pub fn device0(test: &str) -> Option<&'static Device> {
 pub fn device0_queue(test: &str) -> Option<(&'static Device, &'static Context, CommandQueue)> {
     let dev = device0(test)?;
     Some((dev, dev.context().expect("device 0's context"), queue(dev)))
+}
+
+/// A kernel source: `scale_index(out, k)` writes `out[i] = i * k`.
+pub const SCALE: &str = r"
+__kernel void scale_index(__global uint *out, uint k) {
+    size_t i = get_global_id(0);
+    out[i] = (uint)i * k;
+}
+";
+
+/// [`SCALE`] built for `dev`, and its `scale_index` kernel.
+pub fn scale_index(dev: &Device) -> (Program, Kernel) {
+    let program = Program::build(dev.context().unwrap(), dev.id(), SCALE).unwrap();
+    let kernel = Kernel::new(&program, "scale_index").unwrap();
+    (program, kernel)
 }
 
 /// An in-order queue with profiling on device `dev`.
