@@ -111,7 +111,10 @@ impl MemPool {
     /// `torch.cuda.MemPool(allocator=...)`): every segment the pool reserves is allocated
     /// from and freed to `source` (released stream-ordered as the [`SegmentSource`] contract
     /// says); they still count in the device's reserved bytes and memory fraction. Pass an
-    /// `Arc` of the source to keep a handle on it.
+    /// `Arc` of the source to keep a handle on it. The source's segment addresses must be
+    /// unique on the device among every source in use there (the default pool's included):
+    /// `DevicePtr`s and snapshots name blocks by address, so a second `BufferSource` of the
+    /// same device, which numbers its segments like the default one, needs an address offset.
     ///
     /// # Errors
     /// As [`MemPool::new`]; [`AllocError::Unsupported`] when `source` is of another device.
