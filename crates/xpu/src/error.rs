@@ -108,7 +108,8 @@ impl Error {
             #[cfg(feature = "alloc")]
             Error::Host(e) => matches!(
                 **e,
-                xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)
+                xpu_alloc::HostError::BadFork
+                    | xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)
                     | xpu_alloc::HostError::Stream(xpu_stream::StreamError::BadFork)
             ),
             #[cfg(feature = "kernel")]
@@ -116,7 +117,8 @@ impl Error {
                 **e,
                 xpu_kernel::MemoryError::Alloc(xpu_alloc::AllocError::BadFork)
                     | xpu_kernel::MemoryError::Host(
-                        xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)
+                        xpu_alloc::HostError::BadFork
+                            | xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)
                             | xpu_alloc::HostError::Stream(xpu_stream::StreamError::BadFork)
                     )
             ),
