@@ -122,6 +122,14 @@ impl Error {
                             | xpu_alloc::HostError::Stream(xpu_stream::StreamError::BadFork)
                     )
             ),
+            #[cfg(feature = "kernel")]
+            Error::Kernel(e) => matches!(
+                **e,
+                xpu_kernel::KernelError::BadFork
+                    | xpu_kernel::KernelError::Device(xpu_device::DeviceError::BadFork)
+                    | xpu_kernel::KernelError::Stream(xpu_stream::StreamError::BadFork)
+                    | xpu_kernel::KernelError::Alloc(xpu_alloc::AllocError::BadFork)
+            ),
             _ => false,
         }
     }
