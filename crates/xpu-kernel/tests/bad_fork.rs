@@ -1,4 +1,5 @@
-//! In a bad fork child the program and launch layer returns `KernelError::BadFork` at once,
+//! In a bad fork child the program and launch layer returns `KernelError::BadFork` at once
+//! (typed memory `MemoryError::Alloc(AllocError::BadFork)`),
 //! without a driver call (`clCreateKernel`, `clSetKernelArg`, `clGetProgramInfo`...) or the
 //! function's kernel-pool lock. The parent's state (a built program, a function, a stream, an
 //! allocation) is reproduced in a fresh process that then becomes a bad fork
@@ -42,6 +43,7 @@ fn run() {
     let stream = get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream");
     let out = xpu_alloc::allocate(64 * 4, &stream).expect("allocation");
     let launch = stream.launch(&function, &[64], None).expect("launch");
+    let mut typed = xpu_kernel::DeviceBuffer::<u32>::from_slice(&[1; 64], &stream).expect("typed");
 
     xpu_device::fork::simulate_bad_fork();
 
@@ -50,6 +52,29 @@ fn run() {
     bad_fork("Program::binary", program.binary());
     bad_fork("LaunchExt::launch", stream.launch(&function, &[64], None));
     bad_fork("Launch::arg", launch.arg(&out));
+    for (what, r) in [
+        (
+            "DeviceBuffer::new",
+            xpu_kernel::DeviceBuffer::<u32>::new(64, &stream).map(|_| ()),
+        ),
+        (
+            "copy_htod",
+            xpu_kernel::memory::copy_htod(&stream, &[2u32; 64], &mut typed),
+        ),
+        ("to_vec", typed.to_vec(&stream).map(|_| ())),
+        ("fill", xpu_kernel::memory::fill(&stream, &mut typed, 3u32)),
+    ] {
+        println!("{what} = {r:?}");
+        let e = r.expect_err(what);
+        assert!(
+            matches!(
+                e,
+                xpu_kernel::MemoryError::Alloc(xpu_alloc::AllocError::BadFork)
+                    | xpu_kernel::MemoryError::Host(xpu_alloc::HostError::BadFork)
+            ),
+            "{what}: {e:?}"
+        );
+    }
     assert!(KernelError::BadFork.to_string().contains("spawn"));
     drop(out);
     println!("SCENARIO DONE");
