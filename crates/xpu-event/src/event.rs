@@ -32,7 +32,7 @@ const FLUSHED: u8 = 2;
 /// `Err(BadFork)` in a bad fork child: the first check of the event entry points (waiting
 /// there on the parent's work could hang forever).
 #[inline]
-fn check_fork() -> Result<(), EventError> {
+pub(crate) fn check_fork() -> Result<(), EventError> {
     if xpu_device::fork::is_in_bad_fork() {
         Err(EventError::BadFork)
     } else {
@@ -222,8 +222,9 @@ impl Event {
     /// Records on the current stream of the current device.
     ///
     /// # Errors
-    /// As [`Event::record`] and [`xpu_stream::current_stream`].
+    /// As [`Event::record`] and [`xpu_stream::current_stream`]; `BadFork` in a bad fork child.
     pub fn record_current(&mut self) -> Result<(), EventError> {
+        check_fork()?;
         let s = xpu_stream::current_stream_here()?;
         self.record(&s)
     }

@@ -6,6 +6,7 @@
 //! tests).
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use xpu_device::backend::ClEvent;
 use xpu_stream::Stream;
@@ -30,13 +31,15 @@ use crate::error::EventError;
 /// # Ok(()) }
 /// ```
 ///
-/// Dropping an unopened gate opens it, so a failing test never leaves a queue blocked forever
+/// Dropping an unopened gate opens it (except in a bad fork child, where the gate's entry
+/// points return `BadFork` and dropping does nothing), so a failing test never leaves a queue blocked forever
 /// (which would hang every later `synchronize`). Never `synchronize` a blocked stream (or its
 /// device) before opening the gate from another thread: that waits forever.
 #[derive(Debug)]
 pub struct Gate {
     device: usize,
-    event: ClEvent,
+    /// Shared only to leak it in a bad fork child (see `Drop`).
+    event: Arc<ClEvent>,
     open: AtomicBool,
 }
 
@@ -44,9 +47,11 @@ impl Gate {
     /// A closed gate on `device`'s context.
     ///
     /// # Errors
-    /// `Device` errors for a bad index or a failed `clCreateUserEvent`.
+    /// `Device` errors for a bad index or a failed `clCreateUserEvent`; `BadFork` in a bad
+    /// fork child.
     pub fn new(device: usize) -> Result<Gate, EventError> {
-        let event = xpu_device::device(device)?.create_user_event()?;
+        crate::event::check_fork()?;
+        let event = Arc::new(xpu_device::device(device)?.create_user_event()?);
         Ok(Gate {
             device,
             event,
@@ -63,8 +68,10 @@ impl Gate {
     /// list). A no-op for the stream once the gate is open.
     ///
     /// # Errors
-    /// `GateDevice` for a stream of another device; a failed enqueue.
+    /// `GateDevice` for a stream of another device; a failed enqueue; `BadFork` in a bad
+    /// fork child.
     pub fn block(&self, stream: &Stream) -> Result<(), EventError> {
+        crate::event::check_fork()?;
         if stream.device() != self.device {
             return Err(EventError::GateDevice {
                 gate: self.device,
@@ -80,8 +87,10 @@ impl Gate {
     /// Opens the gate: blocked streams proceed. Opening twice is a no-op.
     ///
     /// # Errors
-    /// A failed `clSetUserEventStatus`.
+    /// A failed `clSetUserEventStatus`; `BadFork` in a bad fork child (the gate stays as
+    /// it was: the user event belongs to the parent's driver state).
     pub fn open(&self) -> Result<(), EventError> {
+        crate::event::check_fork()?;
         if !self.open.swap(true, Ordering::AcqRel) {
             self.event.set_complete()?;
         }
@@ -101,6 +110,12 @@ impl Gate {
 
 impl Drop for Gate {
     fn drop(&mut self) {
+        // In a bad fork child the user event is the parent's driver state: it is leaked.
+        if xpu_device::fork::is_in_bad_fork() {
+            // A reference that is never dropped: the field's drop does not release it.
+            std::mem::forget(Arc::clone(&self.event));
+            return;
+        }
         if !self.open.swap(true, Ordering::AcqRel) {
             let _ = self.event.set_complete();
         }

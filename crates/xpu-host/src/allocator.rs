@@ -79,6 +79,7 @@ impl HostAllocator {
     /// # Errors
     /// As [`HostAllocator::allocate_on`].
     pub fn allocate(&self, size: usize) -> Result<HostPtr, HostError> {
+        crate::error::check_fork()?;
         self.allocate_on(xpu_device::current_device(), size)
     }
 
@@ -92,8 +93,9 @@ impl HostAllocator {
     /// `TooLarge` when the rounded size is above the device's largest allocation or above
     /// 2^48; `Device(InvalidDevice)` for a bad index; `OutOfMemory` when the driver has no
     /// room even after this device's cached blocks were released; other `Device` errors for
-    /// failed driver calls.
+    /// failed driver calls; `BadFork` in a bad fork child (first, even for size 0).
     pub fn allocate_on(&self, device: usize, size: usize) -> Result<HostPtr, HostError> {
+        crate::error::check_fork()?;
         if size == 0 {
             return Ok(HostPtr::empty(device));
         }
@@ -123,7 +125,11 @@ impl HostAllocator {
     /// Releases every cached block to the driver, as `CachingHostAllocator::empty_cache`:
     /// first processes pending blocks (waiting for the queue lock), then empties every free
     /// list. Blocks in use, or freed but still waiting for stream markers, are kept.
+    /// Does nothing in a bad fork child (the parent's threads may have held the locks).
     pub fn empty_cache(&self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            return;
+        }
         self.0.process_pending(true);
         for cache in self.0.devices.iter().filter_map(OnceLock::get) {
             self.0.release_cached(cache, false);
@@ -133,27 +139,42 @@ impl HostAllocator {
     /// Processes pending blocks now (waiting for the queue lock): every block whose markers
     /// all completed rejoins its free list, oldest first, stopping at the first one still
     /// waiting. Allocation does this on its own; this is for reading exact statistics.
+    /// Does nothing in a bad fork child.
     pub fn process_events(&self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            return;
+        }
         self.0.process_pending(true);
     }
 
     /// A snapshot of the statistics, as `torch.cuda.host_memory_stats()`. Does not process
-    /// pending blocks.
+    /// pending blocks. All zero in a bad fork child (as the device allocator's).
     #[must_use]
     pub fn memory_stats(&self) -> HostMemoryStats {
+        if xpu_device::fork::is_in_bad_fork() {
+            return HostMemoryStats::default();
+        }
         self.0.counters.snapshot()
     }
 
     /// Sets every peak to its current value and clears the min/max durations, as
     /// `torch.cuda.reset_peak_host_memory_stats()`.
+    /// Does nothing in a bad fork child.
     pub fn reset_peak_stats(&self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            return;
+        }
         self.0.counters.reset_peak();
     }
 
     /// Clears the accumulated values (`allocated`, `freed`, `num_host_alloc`,
     /// `num_host_free`, duration totals and counts), as
     /// `torch.cuda.reset_accumulated_host_memory_stats()`.
+    /// Does nothing in a bad fork child.
     pub fn reset_accumulated_stats(&self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            return;
+        }
         self.0.counters.reset_accumulated();
     }
 }

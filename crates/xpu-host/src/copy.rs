@@ -129,6 +129,9 @@ impl DeviceMemory for Buffer {
 /// Ranges are in bytes; the host range must lie within the requested length
 /// ([`HostPtr::len`]). A zero-length copy does nothing. The device buffer must belong to the
 /// stream's device (its context); the host block may belong to any device.
+///
+/// Every copy returns [`HostError::BadFork`] at once in a bad fork child (before any check,
+/// lock or driver call).
 pub trait HostCopy {
     /// Host to device, whole host allocation: `src.len()` bytes into the start of `dst`'s
     /// region (see [`HostCopy::copy_from_host_to_buffer`]).
@@ -192,6 +195,7 @@ pub trait HostCopy {
 
 impl HostCopy for Stream {
     fn copy_from_host(&self, src: &HostPtr, dst: &impl DeviceMemory) -> Result<(), HostError> {
+        crate::error::check_fork()?;
         let n = src.len();
         match whole_copy_region("device destination", dst, n)? {
             Some(r) => self.copy_from_host_to_buffer(src, 0, &r.buffer, r.offset, n),
@@ -200,6 +204,7 @@ impl HostCopy for Stream {
     }
 
     fn copy_to_host(&self, src: &impl DeviceMemory, dst: &mut HostPtr) -> Result<(), HostError> {
+        crate::error::check_fork()?;
         let n = dst.len();
         match whole_copy_region("device source", src, n)? {
             Some(r) => self.copy_to_host_from_buffer(&r.buffer, r.offset, dst, 0, n),
@@ -215,6 +220,7 @@ impl HostCopy for Stream {
         dst_offset: usize,
         len: usize,
     ) -> Result<(), HostError> {
+        crate::error::check_fork()?;
         check("host source", src_offset, len, src.len())?;
         check("device destination", dst_offset, len, dst.size())?;
         let Some(pinned) = src.pinned().filter(|_| len > 0) else {
@@ -234,6 +240,7 @@ impl HostCopy for Stream {
         dst_offset: usize,
         len: usize,
     ) -> Result<(), HostError> {
+        crate::error::check_fork()?;
         check("device source", src_offset, len, src.size())?;
         check("host destination", dst_offset, len, dst.len())?;
         let Some(pinned) = dst.pinned_mut().filter(|_| len > 0) else {
@@ -251,6 +258,7 @@ impl HostCopy for Stream {
         dst: &Buffer,
         dst_offset: usize,
     ) -> Result<(), HostError> {
+        crate::error::check_fork()?;
         check("device destination", dst_offset, src.len(), dst.size())?;
         if src.is_empty() {
             return Ok(());

@@ -7,6 +7,11 @@ use xpu_stream::StreamError;
 /// A failure of the pinned-host allocator or of a host<->device copy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HostError {
+    /// This process is a child forked after its parent initialized OpenCL
+    /// ([`xpu_device::fork::is_in_bad_fork`]); the pinned-host allocator and its copies
+    /// cannot be used here (as torch's "Cannot re-initialize CUDA in forked subprocess").
+    #[error("{}", xpu_device::fork::BAD_FORK_MESSAGE)]
+    BadFork,
     /// The request can never be served: its power-of-two size class is above the device's
     /// largest single allocation (`CL_DEVICE_MAX_MEM_ALLOC_SIZE`) or above 2^48 bytes.
     #[error(
@@ -66,6 +71,17 @@ pub enum HostError {
 impl From<xpu_device::ClError> for HostError {
     fn from(e: xpu_device::ClError) -> Self {
         HostError::Device(DeviceError::OpenCl(e))
+    }
+}
+
+/// `Err(BadFork)` in a bad fork child: the first check of the allocator's and the copies'
+/// entry points (one atomic load), before any lock, event wait or driver call.
+#[inline]
+pub(crate) fn check_fork() -> Result<(), HostError> {
+    if xpu_device::fork::is_in_bad_fork() {
+        Err(HostError::BadFork)
+    } else {
+        Ok(())
     }
 }
 

@@ -77,18 +77,20 @@ pub fn host_allocate_on(device: usize, size: usize) -> Result<HostPtr, HostError
 
 /// Marks a use of `ptr` by the work queued on `stream` so far, as
 /// `CachingHostAllocator_recordEvent` (see [`HostPtr::record_stream`]). Returns false for an
-/// empty pointer.
+/// empty pointer and in a bad fork child.
 pub fn host_record_event(ptr: &HostPtr, stream: &Stream) -> bool {
     ptr.record_stream(stream)
 }
 
 /// Releases the process-wide allocator's cached blocks, as
-/// `CachingHostAllocator_emptyCache` (see [`HostAllocator::empty_cache`]).
+/// `CachingHostAllocator_emptyCache` (see [`HostAllocator::empty_cache`]). Does nothing in a
+/// bad fork child.
 pub fn host_empty_cache() {
     HostAllocator::global().empty_cache();
 }
 
-/// Statistics of the process-wide allocator, as `torch.cuda.host_memory_stats()`.
+/// Statistics of the process-wide allocator, as `torch.cuda.host_memory_stats()`. All zero in
+/// a bad fork child.
 #[must_use]
 pub fn host_memory_stats() -> HostMemoryStats {
     HostAllocator::global().memory_stats()

@@ -104,7 +104,12 @@ impl HostPtr {
     /// flight ([`PinnedBuffer::as_slice`]): a copy held back by an unset user event blocks the
     /// caller until the event is set.
     #[must_use]
+    ///
+    /// Empty in a bad fork child (no wait: the copies were the parent's).
     pub fn as_slice(&self) -> &[u8] {
+        if xpu_device::fork::is_in_bad_fork() {
+            return &[];
+        }
         match &self.live {
             Some(l) => l.block.buffer.as_slice().get(..self.len).unwrap_or(&[]),
             None => &[],
@@ -113,7 +118,12 @@ impl HostPtr {
 
     /// The bytes, mutable. Waits first for every copy in flight on this block, in either
     /// direction ([`PinnedBuffer::as_mut_slice`]).
+    ///
+    /// Empty in a bad fork child (no wait).
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        if xpu_device::fork::is_in_bad_fork() {
+            return &mut [];
+        }
         let len = self.len;
         match &mut self.live {
             Some(l) => l
@@ -135,7 +145,12 @@ impl HostPtr {
     ///
     /// [`CommandQueue::write_from_pinned`]: xpu_device::backend::CommandQueue::write_from_pinned
     #[must_use]
+    ///
+    /// `None` in a bad fork child (the buffer is the parent's driver state).
     pub fn pinned(&self) -> Option<&PinnedBuffer> {
+        if xpu_device::fork::is_in_bad_fork() {
+            return None;
+        }
         self.block().map(|b| &b.buffer)
     }
 
@@ -147,15 +162,24 @@ impl HostPtr {
     /// buffer no longer has the block's size is released when freed instead of being cached.
     ///
     /// [`CommandQueue::read_into_pinned`]: xpu_device::backend::CommandQueue::read_into_pinned
+    ///
+    /// `None` in a bad fork child.
     pub fn pinned_mut(&mut self) -> Option<&mut PinnedBuffer> {
+        if xpu_device::fork::is_in_bad_fork() {
+            return None;
+        }
         self.live.as_mut().map(|l| &mut l.block.buffer)
     }
 
     /// Marks a use by work queued on `stream` so far, as
     /// `CachingHostAllocator_recordEvent`: when this pointer is freed, the block is reused
     /// only after a marker recorded on `stream` at that moment completes. Returns false (and
-    /// does nothing) for an empty pointer. The set lasts for this allocation only.
+    /// does nothing) for an empty pointer, and in a bad fork child. The set lasts for this
+    /// allocation only.
     pub fn record_stream(&self, stream: &Stream) -> bool {
+        if xpu_device::fork::is_in_bad_fork() {
+            return false;
+        }
         match self.block() {
             Some(b) => {
                 b.record(stream);
@@ -167,7 +191,11 @@ impl HostPtr {
 
     /// The streams recorded during this allocation, in recording order.
     #[must_use]
+    /// Empty in a bad fork child (the set's lock may have been held at the fork).
     pub fn recorded_streams(&self) -> Vec<Stream> {
+        if xpu_device::fork::is_in_bad_fork() {
+            return Vec::new();
+        }
         self.block().map_or_else(Vec::new, Block::streams)
     }
 }
@@ -198,6 +226,12 @@ impl fmt::Debug for HostPtr {
 
 impl Drop for HostPtr {
     fn drop(&mut self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            // A child forked after OpenCL was initialized: the block stays with the parent's
+            // copy of the allocator (leaked here); freeing records markers and takes locks.
+            std::mem::forget(self.live.take());
+            return;
+        }
         if let Some(Live { shared, block }) = self.live.take() {
             shared.free(block);
         }

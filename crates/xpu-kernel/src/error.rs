@@ -8,6 +8,12 @@ use xpu_stream::StreamError;
 /// argument index ([`KernelError::arg`] gives them back as values).
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
+    /// This process is a child forked after its parent initialized OpenCL
+    /// ([`xpu_device::fork::is_in_bad_fork`]): programs cannot be built nor kernels launched
+    /// here (as torch's "Cannot re-initialize CUDA in forked subprocess"). Returned at once,
+    /// without a driver call.
+    #[error("{}", xpu_device::fork::BAD_FORK_MESSAGE)]
+    BadFork,
     /// A device-layer failure: a build error with the compiler log
     /// ([`DeviceError::Build`]), an argument refused by the kernel's signature
     /// ([`DeviceError::KernelArg`], naming kernel, index and parameter), a failed enqueue...
@@ -128,5 +134,16 @@ impl From<crate::interop::InteropError> for KernelError {
 impl From<crate::memory::MemoryError> for KernelError {
     fn from(e: crate::memory::MemoryError) -> Self {
         KernelError::Memory(Box::new(e))
+    }
+}
+
+/// `Err(BadFork)` in a bad fork child: the first check of the program and launch entry
+/// points (one atomic load), before any driver call or lock.
+#[inline]
+pub(crate) fn check_fork() -> Result<(), KernelError> {
+    if xpu_device::fork::is_in_bad_fork() {
+        Err(KernelError::BadFork)
+    } else {
+        Ok(())
     }
 }

@@ -88,7 +88,8 @@ pub trait LaunchExt {
     /// capture handle, [`crate::graph::Capture::launch`]);
     /// [`KernelError::StreamDevice`] when the function was built for another device;
     /// [`KernelError::WorkSize`] for 0 or more than 3 dimensions, a zero size or a local size
-    /// of another rank; [`KernelError::Device`] when a kernel cannot be created.
+    /// of another rank; [`KernelError::Device`] when a kernel cannot be created;
+    /// [`KernelError::BadFork`] in a bad fork child (first).
     fn launch<'a>(
         &self,
         function: &Function,
@@ -104,6 +105,7 @@ impl LaunchExt for Stream {
         global: &[usize],
         local: Option<&[usize]>,
     ) -> Result<Launch<'a>, KernelError> {
+        crate::error::check_fork()?;
         if self.is_capturing() {
             return Err(KernelError::Capturing {
                 kernel: function.name().to_owned(),
@@ -255,8 +257,10 @@ impl<'a> Launch<'a> {
     /// for an allocation of another device than the stream's; [`KernelError::Block`] for an
     /// empty allocation or one without an OpenCL buffer (SVM, simulated);
     /// [`KernelError::Device`] with [`xpu_device::DeviceError::KernelArg`] naming the kernel,
-    /// the argument index and parameter for a kind or size that does not match.
+    /// the argument index and parameter for a kind or size that does not match;
+    /// [`KernelError::BadFork`] in a bad fork child (first).
     pub fn arg(mut self, arg: impl Into<Arg<'a>>) -> Result<Launch<'a>, KernelError> {
+        crate::error::check_fork()?;
         let index = self.next;
         let kernel = self.kernel.as_mut().expect("present until enqueue or drop");
         let arg = arg.into();
@@ -291,9 +295,11 @@ impl<'a> Launch<'a> {
     /// [`KernelError::ArgCount`] when fewer arguments than the kernel's parameters were given;
     /// [`KernelError::Stream`] for a released stream; [`KernelError::Alloc`] when recording a
     /// foreign-stream allocation fails; [`KernelError::Device`] for a failed enqueue
-    /// (`CL_INVALID_WORK_GROUP_SIZE`...).
+    /// (`CL_INVALID_WORK_GROUP_SIZE`...); [`KernelError::BadFork`] in a bad fork child
+    /// (first: nothing is enqueued).
     #[allow(unsafe_code)]
     pub unsafe fn enqueue(mut self) -> Result<(), KernelError> {
+        crate::error::check_fork()?;
         let kernel = self.kernel.take().expect("present until enqueue or drop");
         let result = self.enqueue_with(&kernel);
         self.function.put(kernel);
@@ -326,6 +332,12 @@ impl<'a> Launch<'a> {
 
 impl Drop for Launch<'_> {
     fn drop(&mut self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            // A bad fork child: the kernel is the parent's driver state and the function's
+            // pool lock may have been held at the fork; the kernel is leaked.
+            std::mem::forget(self.kernel.take());
+            return;
+        }
         if let Some(k) = self.kernel.take() {
             self.function.put(k);
         }

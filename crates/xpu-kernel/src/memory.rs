@@ -73,6 +73,9 @@ pub const STAGING_MAX_THREADS: usize = 8;
 pub const STAGING_BYTES_PER_THREAD: usize = 1 << 20;
 
 /// A failure of a typed-memory operation.
+///
+/// In a bad fork child every typed-memory entry point returns
+/// `Alloc(AllocError::BadFork)` at once (before any allocator, staging or driver call).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum MemoryError {
     /// Source and destination of a copy have different lengths.
@@ -342,6 +345,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// [`MemoryError::TooLarge`] when the byte size overflows; [`MemoryError::Alloc`] as
     /// `xpu_alloc::allocate` (out of memory, bad configuration, ...).
     pub fn new(len: usize, stream: &Stream) -> Result<Self, MemoryError> {
+        check_fork()?;
         let bytes = byte_len::<T>(len)?;
         let ptr = xpu_alloc::allocate(bytes as u64, stream)?;
         Ok(Self {
@@ -363,6 +367,7 @@ impl<T: Pod> DeviceBuffer<T> {
         stream: &Stream,
         pool: &xpu_alloc::MemPool,
     ) -> Result<Self, MemoryError> {
+        check_fork()?;
         let bytes = byte_len::<T>(len)?;
         let ptr = pool.allocate(bytes as u64, stream)?;
         Ok(Self {
@@ -378,6 +383,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Errors
     /// As [`DeviceBuffer::new`] and [`memset_zeros`].
     pub fn zeroed(len: usize, stream: &Stream) -> Result<Self, MemoryError> {
+        check_fork()?;
         let mut buf = Self::new(len, stream)?;
         memset_zeros(stream, &mut buf)?;
         Ok(buf)
@@ -389,6 +395,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Errors
     /// As [`DeviceBuffer::new`] and [`copy_htod`].
     pub fn from_slice(src: &[T], stream: &Stream) -> Result<Self, MemoryError> {
+        check_fork()?;
         let mut buf = Self::new(src.len(), stream)?;
         copy_htod(stream, src, &mut buf)?;
         Ok(buf)
@@ -450,6 +457,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Errors
     /// As [`copy_dtoh`].
     pub fn to_vec(&self, stream: &Stream) -> Result<Vec<T>, MemoryError> {
+        check_fork()?;
         to_vec(stream, self)
     }
 
@@ -466,6 +474,7 @@ impl<T: Pod> DeviceBuffer<T> {
         src: impl RangeBounds<usize>,
         dst: usize,
     ) -> Result<(), MemoryError> {
+        check_fork()?;
         let (s, len) = resolve(src, self.len)?;
         let (d, _) = resolve(dst..dst.saturating_add(len), self.len)?;
         if len == 0 || std::mem::size_of::<T>() == 0 {
@@ -491,6 +500,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// # Errors
     /// As [`DeviceBuffer::new`] and [`copy_peer`].
     pub fn to_device(&self, src_stream: &Stream, dst_stream: &Stream) -> Result<Self, MemoryError> {
+        check_fork()?;
         let mut out = Self::new(self.len, dst_stream)?;
         copy_peer(src_stream, self, dst_stream, &mut out)?;
         Ok(out)
@@ -619,6 +629,7 @@ pub fn copy_htod<T: Pod>(
     src: &[T],
     dst: &mut impl DeviceRegionMut<T>,
 ) -> Result<(), MemoryError> {
+    check_fork()?;
     same_len(src.len(), dst.len())?;
     let ptr = dst.data_ptr();
     check_stream(stream, ptr)?;
@@ -754,6 +765,7 @@ pub fn copy_htod_pinned<T: Pod>(
     src: &HostPtr,
     dst: &mut impl DeviceRegionMut<T>,
 ) -> Result<(), MemoryError> {
+    check_fork()?;
     let expected = dst.byte_len();
     if src.len() != expected {
         return Err(MemoryError::PinnedLength {
@@ -784,6 +796,7 @@ pub fn copy_dtoh<T: Pod>(
     src: &impl DeviceRegion<T>,
     dst: &mut [T],
 ) -> Result<(), MemoryError> {
+    check_fork()?;
     same_len(src.len(), dst.len())?;
     let ptr = src.data_ptr();
     check_stream(stream, ptr)?;
@@ -800,6 +813,7 @@ pub fn copy_dtoh<T: Pod>(
 /// # Errors
 /// As [`copy_dtoh`].
 pub fn to_vec<T: Pod>(stream: &Stream, src: &impl DeviceRegion<T>) -> Result<Vec<T>, MemoryError> {
+    check_fork()?;
     let mut out = vec![T::zeroed(); src.len()];
     copy_dtoh(stream, src, &mut out)?;
     Ok(out)
@@ -818,6 +832,7 @@ pub fn copy_dtod<T: Pod>(
     src: &impl DeviceRegion<T>,
     dst: &mut impl DeviceRegionMut<T>,
 ) -> Result<(), MemoryError> {
+    check_fork()?;
     let len = check_two_sided((stream, src), (stream, dst))?;
     if len == 0 {
         return Ok(());
@@ -851,6 +866,7 @@ pub fn fill<T: Pod>(
     dst: &mut impl DeviceRegionMut<T>,
     value: T,
 ) -> Result<(), MemoryError> {
+    check_fork()?;
     let size = std::mem::size_of::<T>();
     if size.is_power_of_two() && size <= 128 {
         fill_pattern(stream, dst, bytemuck::bytes_of(&value))
@@ -1015,5 +1031,16 @@ impl StreamMemoryExt for Stream {
     }
     fn memset_zeros<T: Pod>(&self, dst: &mut impl DeviceRegionMut<T>) -> Result<(), MemoryError> {
         memset_zeros(self, dst)
+    }
+}
+
+/// `Err(Alloc(BadFork))` in a bad fork child: the first check of the typed-memory entry points
+/// (one atomic load), before any allocator, staging or driver call.
+#[inline]
+fn check_fork() -> Result<(), MemoryError> {
+    if xpu_device::fork::is_in_bad_fork() {
+        Err(MemoryError::Alloc(AllocError::BadFork))
+    } else {
+        Ok(())
     }
 }

@@ -123,8 +123,10 @@ impl Program {
     ///
     /// # Errors
     /// [`KernelError::Device`]: a bad device index, context creation, or
-    /// [`xpu_device::DeviceError::Build`] with the compiler log.
+    /// [`xpu_device::DeviceError::Build`] with the compiler log; [`KernelError::BadFork`] in
+    /// a bad fork child.
     pub fn build(device: usize, source: &str, options: &str) -> Result<Program, KernelError> {
+        crate::error::check_fork()?;
         Program::build_with_cache(device, source, options, &KernelCache::from_env())
     }
 
@@ -138,6 +140,7 @@ impl Program {
         options: &str,
         cache: &KernelCache,
     ) -> Result<Program, KernelError> {
+        crate::error::check_fork()?;
         if !cache.memory {
             return build_uncached(device, source, options, cache);
         }
@@ -160,8 +163,9 @@ impl Program {
     ///
     /// # Errors
     /// [`KernelError::Device`] with `CL_INVALID_KERNEL_NAME` when the program has no such
-    /// kernel.
+    /// kernel; [`KernelError::BadFork`] in a bad fork child.
     pub fn function(&self, name: &str) -> Result<Function, KernelError> {
+        crate::error::check_fork()?;
         Function::new(self.clone(), name)
     }
 
@@ -178,8 +182,9 @@ impl Program {
     /// The program binary (`CL_PROGRAM_BINARIES`), as the disk cache stores it.
     ///
     /// # Errors
-    /// A failed `clGetProgramInfo`.
+    /// A failed `clGetProgramInfo`; [`KernelError::BadFork`] in a bad fork child.
     pub fn binary(&self) -> Result<Vec<u8>, KernelError> {
+        crate::error::check_fork()?;
         Ok(self.inner.raw.binary()?)
     }
 

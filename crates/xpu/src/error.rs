@@ -108,7 +108,8 @@ impl Error {
             #[cfg(feature = "alloc")]
             Error::Host(e) => matches!(
                 **e,
-                xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)
+                xpu_alloc::HostError::BadFork
+                    | xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)
                     | xpu_alloc::HostError::Stream(xpu_stream::StreamError::BadFork)
             ),
             #[cfg(feature = "kernel")]
@@ -116,9 +117,18 @@ impl Error {
                 **e,
                 xpu_kernel::MemoryError::Alloc(xpu_alloc::AllocError::BadFork)
                     | xpu_kernel::MemoryError::Host(
-                        xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)
+                        xpu_alloc::HostError::BadFork
+                            | xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)
                             | xpu_alloc::HostError::Stream(xpu_stream::StreamError::BadFork)
                     )
+            ),
+            #[cfg(feature = "kernel")]
+            Error::Kernel(e) => matches!(
+                **e,
+                xpu_kernel::KernelError::BadFork
+                    | xpu_kernel::KernelError::Device(xpu_device::DeviceError::BadFork)
+                    | xpu_kernel::KernelError::Stream(xpu_stream::StreamError::BadFork)
+                    | xpu_kernel::KernelError::Alloc(xpu_alloc::AllocError::BadFork)
             ),
             _ => false,
         }

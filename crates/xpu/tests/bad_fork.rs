@@ -144,6 +144,10 @@ fn run() {
     // Leave the process cleanly (the driver still works here: the fork is simulated).
     stop.store(true, Ordering::Relaxed);
     busy.join().unwrap();
-    gate.open().unwrap();
+    // The gate is the parent's driver state: it refuses to open, and dropping it leaks it
+    // (the blocked queue is left as it is at exit).
+    assert_bad_fork("Gate::open", &gate.open());
+    assert_bad_fork("Gate::new", &Gate::new(0).map(|_| ()));
+    drop(gate);
     println!("SCENARIO DONE");
 }
