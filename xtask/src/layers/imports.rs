@@ -61,9 +61,9 @@ fn code_without_tests(text: &str) -> (String, Vec<String>) {
             rest = after;
             continue;
         };
-        if body.starts_with(';') {
+        if let Some(after_decl) = body.strip_prefix(';') {
             test_files.push(name);
-            rest = &body[1..];
+            rest = after_decl;
         } else {
             rest = skip_block(body);
         }
