@@ -18,7 +18,7 @@
 //!   disagrees: its `device_count` poisons later forks while `is_initialized()` stays false).
 //!   The one exception is an enumeration that failed (no runtime, no device): its outcome is
 //!   kept for the process, a child never calls the driver either, so it is not a bad fork;
-//! - in a bad-fork child, [`device_count`](crate::device_count) and
+//! - in a bad-fork child, [`device_count`] and
 //!   [`is_available`](crate::is_available) answer the parent's enumeration, copied into the
 //!   child (as torch's cached `device_count`), without calling the driver. Only a child forked
 //!   while the parent was still enumerating answers 0.
@@ -50,9 +50,9 @@ pub enum ChildExit {
 pub struct ForkReport {
     /// [`is_in_bad_fork`] in the child.
     pub in_bad_fork: bool,
-    /// In a bad-fork child: [`devices`](crate::devices) returned `BadFork` (at once).
+    /// In a bad-fork child: [`devices`] returned `BadFork` (at once).
     pub devices_refused: bool,
-    /// In a bad-fork child: [`device_count`](crate::device_count) (capped at 63). 0 in a
+    /// In a bad-fork child: [`device_count`] (capped at 63). 0 in a
     /// child that is not a bad fork (the scenario does not enumerate there).
     pub device_count: usize,
 }
