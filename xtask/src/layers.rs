@@ -24,7 +24,10 @@
 //!   library (loaded at run time) on xpu's streams and memory; nothing else unsafe there (no
 //!   `unsafe fn`/`impl`/`trait`, no `extern` blocks: such a library's entry points are
 //!   function pointers (`unsafe extern "C" fn(..)` types) loaded at run time).
+//! - (g) no import circles between the modules of a crate's `src/`, except the handle/owner
+//!   pairs of [`imports::ALLOWED_CIRCLES`] (see [`imports`]).
 
+mod imports;
 mod source;
 
 use std::fmt;
@@ -139,11 +142,12 @@ pub(crate) fn check(root: &Path) -> Result<()> {
     let mut violations = check_dependencies(&packages, |p| read(root, p));
     for package in &packages {
         violations.extend(check_package_sources(root, package)?);
+        violations.extend(check_package_imports(root, package)?);
     }
     if violations.is_empty() {
         println!(
             "check-layers: ok ({} packages; order {}; only {UNSAFE_CRATE} uses OpenCL and unsafe; \
-             {} only call its unsafe API)",
+             {} only call its unsafe API; no module import circles)",
             packages.len(),
             LAYERS.join(" < "),
             UNSAFE_CALLER_CRATES.join(", ")
@@ -424,6 +428,42 @@ fn check_package_sources(root: &Path, package: &Package) -> Result<Vec<Violation
         ));
     }
     Ok(out)
+}
+
+/// Rule (g) for the `src/` files of one package read from disk.
+fn check_package_imports(root: &Path, package: &Package) -> Result<Vec<Violation>> {
+    let src = package.dir().join("src");
+    let mut paths = Vec::new();
+    collect_rs_files(root, &src, &mut paths)?;
+    paths.sort();
+    let mut files = Vec::new();
+    for path in &paths {
+        let rel = path.strip_prefix(&src).unwrap_or(path);
+        let Some(module) = imports::module_of(&rel.to_string_lossy()) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(root.join(path))
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        files.push((module, text));
+    }
+    Ok(import_violations(&package.name, &files))
+}
+
+/// Rule (g) for the files (module path, text) of crate `krate`.
+pub(crate) fn import_violations(krate: &str, files: &[(String, String)]) -> Vec<Violation> {
+    let edges = imports::edges(files);
+    imports::circles(krate, &edges)
+        .into_iter()
+        .map(|set| Violation {
+            krate: krate.to_owned(),
+            location: "src".to_owned(),
+            message: format!(
+                "import circle between modules {} (break it so data flows one way, or allow a \
+                 handle/owner pair in xtask's ALLOWED_CIRCLES)",
+                set.join(", ")
+            ),
+        })
+        .collect()
 }
 
 fn collect_rs_files(root: &Path, rel_dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {

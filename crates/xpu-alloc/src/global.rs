@@ -21,6 +21,8 @@ use crate::data_ptr::{BlockView, DataPtr};
 use crate::device_allocator::DeviceAllocator;
 use crate::device_ptr::DevicePtr;
 use crate::error::{check_fork, AllocError};
+use crate::mem_pool::{next_pool_number, MemPool};
+use crate::source::{SegmentMemory, SegmentSource};
 use crate::stats::MemoryStats;
 use crate::stream::MarkerError;
 
@@ -364,4 +366,51 @@ pub fn mem_get_info(device: usize) -> Result<(u64, u64), AllocError> {
     check_fork()?;
     slot(device)?;
     xpu_device::mem_get_info(device).map_err(|e| AllocError::Device(e.to_string()))
+}
+
+/// The constructors of [`MemPool`] that find the device's allocator in this registry (the
+/// pool itself, in `mem_pool`, knows only the allocator it is built from).
+impl MemPool {
+    /// A new pool on `device`, drawing its segments from the device allocator's source (as
+    /// `torch.cuda.MemPool()`). Id `(0, n)`.
+    ///
+    /// # Errors
+    /// As [`device_allocator`] ([`AllocError::InvalidDevice`], a bad configuration,
+    /// [`AllocError::BadFork`]).
+    pub fn new(device: usize) -> Result<MemPool, AllocError> {
+        Ok(device_allocator(device)?.create_pool(None, (0, next_pool_number())))
+    }
+
+    /// A new pool on `device` whose segments come from `source` (as
+    /// `torch.cuda.MemPool(allocator=...)`): every segment the pool reserves is allocated
+    /// from and freed to `source` (released stream-ordered as the [`SegmentSource`] contract
+    /// says); they still count in the device's reserved bytes and memory fraction. Pass an
+    /// `Arc` of the source to keep a handle on it. The source's segment addresses must be
+    /// unique on the device among every source in use there (the default pool's included):
+    /// `DevicePtr`s and snapshots name blocks by address, so a second `BufferSource` of the
+    /// same device, which numbers its segments like the default one, needs an address offset.
+    ///
+    /// # Errors
+    /// As [`MemPool::new`]; [`AllocError::Unsupported`] when `source` is of another device.
+    pub fn with_source<S>(device: usize, source: S) -> Result<MemPool, AllocError>
+    where
+        S: SegmentSource<Memory = SegmentMemory>,
+    {
+        if source.device() != device {
+            return Err(AllocError::Unsupported(format!(
+                "a segment source of device {} for a pool of device {device}",
+                source.device()
+            )));
+        }
+        let allocator = device_allocator(device)?;
+        Ok(allocator.create_pool(Some(Box::new(source)), (0, next_pool_number())))
+    }
+
+    /// A pool for a graph capture: id `(n, 0)` (torch's capture pools).
+    ///
+    /// # Errors
+    /// As [`MemPool::new`].
+    pub fn for_graph(device: usize) -> Result<MemPool, AllocError> {
+        Ok(device_allocator(device)?.create_pool(None, (next_pool_number(), 0)))
+    }
 }

@@ -53,7 +53,8 @@ pub type MemPoolId = (u64, u64);
 
 static NEXT_POOL: AtomicU64 = AtomicU64::new(1);
 
-fn next_pool_number() -> u64 {
+/// A pool number not given before in this process.
+pub(crate) fn next_pool_number() -> u64 {
     NEXT_POOL.fetch_add(1, Ordering::Relaxed)
 }
 
@@ -97,49 +98,6 @@ impl std::fmt::Debug for MemPool {
 }
 
 impl MemPool {
-    /// A new pool on `device`, drawing its segments from the device allocator's source (as
-    /// `torch.cuda.MemPool()`). Id `(0, n)`.
-    ///
-    /// # Errors
-    /// As [`crate::device_allocator`] ([`AllocError::InvalidDevice`], a bad configuration,
-    /// [`AllocError::BadFork`]).
-    pub fn new(device: usize) -> Result<MemPool, AllocError> {
-        Ok(crate::device_allocator(device)?.create_pool(None, (0, next_pool_number())))
-    }
-
-    /// A new pool on `device` whose segments come from `source` (as
-    /// `torch.cuda.MemPool(allocator=...)`): every segment the pool reserves is allocated
-    /// from and freed to `source` (released stream-ordered as the [`SegmentSource`] contract
-    /// says); they still count in the device's reserved bytes and memory fraction. Pass an
-    /// `Arc` of the source to keep a handle on it. The source's segment addresses must be
-    /// unique on the device among every source in use there (the default pool's included):
-    /// `DevicePtr`s and snapshots name blocks by address, so a second `BufferSource` of the
-    /// same device, which numbers its segments like the default one, needs an address offset.
-    ///
-    /// # Errors
-    /// As [`MemPool::new`]; [`AllocError::Unsupported`] when `source` is of another device.
-    pub fn with_source<S>(device: usize, source: S) -> Result<MemPool, AllocError>
-    where
-        S: SegmentSource<Memory = SegmentMemory>,
-    {
-        if source.device() != device {
-            return Err(AllocError::Unsupported(format!(
-                "a segment source of device {} for a pool of device {device}",
-                source.device()
-            )));
-        }
-        let allocator = crate::device_allocator(device)?;
-        Ok(allocator.create_pool(Some(Box::new(source)), (0, next_pool_number())))
-    }
-
-    /// A pool for a graph capture: id `(n, 0)` (torch's capture pools).
-    ///
-    /// # Errors
-    /// As [`MemPool::new`].
-    pub fn for_graph(device: usize) -> Result<MemPool, AllocError> {
-        Ok(crate::device_allocator(device)?.create_pool(None, (next_pool_number(), 0)))
-    }
-
     pub(crate) fn build(
         parent: &DeviceCore,
         registry: &Arc<PoolRegistry>,

@@ -8,7 +8,7 @@
 //!   [`source`]: where segments come from ([`SegmentSource`]);
 //! - [`sim_stream`] and [`SimulatedSource`]: the simulated backend ([`SimBackend`]), on
 //!   which this crate's unit tests run;
-//! - [`config`](mod@config), [`size`], [`stats`]: PyTorch's configuration grammar
+//! - [`config`](mod@config), [`size`] (over [`size_constants`]), [`stats`]: PyTorch's configuration grammar
 //!   (`XPU_ALLOC_CONF`), size rules and statistics (one field list);
 //! - [`history`]: the trace vocabulary ([`TraceAction`]) and the history ring ([`History`],
 //!   as `torch.cuda.memory._record_memory_history`); [`replay`]: reading traces.
@@ -26,6 +26,7 @@ pub mod history;
 pub mod replay;
 pub mod sim_stream;
 pub mod size;
+pub mod size_constants;
 pub mod source;
 pub mod stats;
 pub mod stream;

@@ -118,7 +118,7 @@ fn replay_stage(args: &Args, device: usize) -> anyhow::Result<bool> {
         &path,
         &real.outcome.series,
         &format!("{} on device {device} (real OpenCL memory)", r.trace),
-        &crate::plot::reference_lines(reference.as_ref()),
+        &crate::replay::compare::reference_lines(reference.as_ref()),
     )?;
     say(&format!(
         "\n== plot of allocated and reserved bytes over the trace: {}\n",

@@ -96,6 +96,24 @@ pub(crate) fn print_err(text: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
+/// Checks before the work starts that the file `path` (named by `option`) can be created:
+/// its directory exists (none is created).
+///
+/// # Errors
+/// The directory does not exist or is not a directory.
+pub(crate) fn check_parent(option: &str, path: &std::path::Path) -> anyhow::Result<()> {
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    anyhow::ensure!(
+        dir.is_dir(),
+        "{option} {}: the directory {} does not exist (create it first)",
+        path.display(),
+        dir.display()
+    );
+    Ok(())
+}
+
 /// The device a command runs on: `requested`, else the thread's current device, checked
 /// against the runtime first, so every command reports the same causes with the same words:
 /// the discovery error (no OpenCL runtime, a bad `XPU_DEVICE_TYPE`, no matching device) or

@@ -36,25 +36,6 @@ pub const X_LABEL: &str = "trace event (the trace records no timestamps)";
 /// A horizontal reference line: its legend label and its height in bytes.
 pub type ReferenceLine = (String, u64);
 
-/// PyTorch's reference lines for the plot: its peak reserved bytes and, where known, its peak
-/// reserved bytes with `expandable_segments:True`.
-#[must_use]
-pub fn reference_lines(
-    reference: Option<&crate::replay::compare::Reference>,
-) -> Vec<ReferenceLine> {
-    let Some(r) = reference else {
-        return Vec::new();
-    };
-    let mut lines = Vec::new();
-    if let Some(b) = r.peak_reserved {
-        lines.push(("PyTorch peak reserved".to_owned(), b));
-    }
-    if let Some(b) = r.expandable_peak_reserved {
-        lines.push(("PyTorch peak reserved, expandable_segments".to_owned(), b));
-    }
-    lines
-}
-
 /// Index and value of the first maximum of `values`.
 fn peak(values: &[u64]) -> (usize, u64) {
     values.iter().copied().enumerate().fold(
@@ -81,7 +62,7 @@ pub fn replay_svg(
         !series.reserved.is_empty(),
         "nothing to plot: the replay recorded no events"
     );
-    crate::replay::check_parent("plot", path)?;
+    crate::check_parent("plot", path)?;
     let (alloc_at, alloc_peak) = peak(&series.allocated);
     let (res_at, res_peak) = peak(&series.reserved);
     let ref_peak = references.iter().map(|r| r.1).max().unwrap_or(0);
@@ -172,27 +153,6 @@ mod tests {
         assert!(points.iter().any(|p| p.1 == 1_000_000.0));
         assert_eq!(peak(&values), (4321, 1_000_000));
         assert_eq!(reduced(&[3, 1], 1.0), vec![(0.0, 3.0), (1.0, 1.0)]);
-    }
-
-    #[test]
-    fn reference_lines_are_pytorchs_peak_reserved_and_the_expandable_figure() {
-        let gpt2 = crate::replay::compare::from_table("gpt2_train.trace.gz");
-        assert_eq!(
-            reference_lines(gpt2.as_ref()),
-            vec![
-                ("PyTorch peak reserved".to_owned(), 15_286_140_928),
-                (
-                    "PyTorch peak reserved, expandable_segments".to_owned(),
-                    14_543_749_120
-                ),
-            ]
-        );
-        let small = crate::replay::compare::from_table("resnet18_train_small.trace.gz");
-        assert_eq!(
-            reference_lines(small.as_ref()),
-            vec![("PyTorch peak reserved".to_owned(), 411_041_792)]
-        );
-        assert!(reference_lines(None).is_empty());
     }
 
     #[test]

@@ -182,24 +182,6 @@ pub fn alloc_config(cli: Option<&str>) -> anyhow::Result<(String, AllocConfig)> 
     Ok((text, config))
 }
 
-/// Checks before the work starts that the file `path` (named by `option`) can be created:
-/// its directory exists (none is created).
-///
-/// # Errors
-/// The directory does not exist or is not a directory.
-pub fn check_parent(option: &str, path: &Path) -> anyhow::Result<()> {
-    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
-        return Ok(());
-    };
-    anyhow::ensure!(
-        dir.is_dir(),
-        "{option} {}: the directory {} does not exist (create it first)",
-        path.display(),
-        dir.display()
-    );
-    Ok(())
-}
-
 /// What a replay records besides its report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Record {
@@ -336,10 +318,10 @@ pub fn render_summary(r: &ReplayReport) -> String {
 /// See [`replay_file`]; a failed plot or write.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.plot {
-        check_parent("--plot", path)?;
+        crate::check_parent("--plot", path)?;
     }
     if let Some(path) = &args.snapshot {
-        check_parent("--snapshot", path)?;
+        crate::check_parent("--snapshot", path)?;
     }
     // `--config` wins; otherwise the allocator's environment variable, as in a real program.
     let (config_text, _) = alloc_config(args.config.as_deref())?;
@@ -373,7 +355,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             path,
             &replayed.outcome.series,
             &format!("{} ({})", report.trace, report.mode),
-            &crate::plot::reference_lines(reference.as_ref()),
+            &compare::reference_lines(reference.as_ref()),
         )?;
         crate::print_err(&format!("plot written to {}", path.display()));
     }

@@ -48,7 +48,7 @@ fn curve(v: &Value, key: impl Fn(u32) -> String) -> Vec<(f64, f64)> {
 /// # Errors
 /// Unreadable inputs, no thread figures, or a drawing failure.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    crate::replay::check_parent("--out", &args.out)?;
+    crate::check_parent("--out", &args.out)?;
     let ours = curve(&read(&args.ours)?, |n| format!("threads{n}_pair_ns"));
     anyhow::ensure!(
         !ours.is_empty(),

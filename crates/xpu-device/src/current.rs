@@ -113,7 +113,7 @@ pub fn device_of(obj: &impl HasDevice) -> Result<DeviceGuard> {
 /// # Errors
 /// `InvalidDevice` when out of range; `BadFork` in a bad-fork child.
 pub fn check_device(index: usize) -> Result<()> {
-    if crate::fork::is_in_bad_fork() {
+    if crate::fork_state::is_in_bad_fork() {
         return Err(DeviceError::BadFork);
     }
     let count = device_count();

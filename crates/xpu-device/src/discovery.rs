@@ -108,7 +108,7 @@ fn read_env() -> Result<(TypeSelection, Option<String>)> {
 
 fn enumerate() -> Result<Vec<Device>> {
     let (selection, platform_filter) = read_env()?;
-    crate::fork::note_driver_touched();
+    crate::fork_state::note_driver_touched();
     let platforms = with_icd_env_preserved(Platform::all).map_err(|e| {
         if e.is_runtime_missing() {
             DeviceError::NoRuntime { source: e }
@@ -290,12 +290,12 @@ static DEVICES: OnceLock<Result<Vec<Device>>> = OnceLock::new();
 /// or a failed enumeration call (the outcome is kept
 /// for the process); `BadFork` in a child forked after the driver was touched.
 pub fn devices() -> Result<&'static [Device]> {
-    if crate::fork::is_in_bad_fork() {
+    if crate::fork_state::is_in_bad_fork() {
         return Err(DeviceError::BadFork);
     }
     let outcome = DEVICES.get_or_init(enumerate);
     // After the outcome is stored: a child forked from now on reads it instead of enumerating.
-    crate::fork::note_enumerated(outcome.is_ok());
+    crate::fork_state::note_enumerated(outcome.is_ok());
     match outcome {
         Ok(v) => Ok(v.as_slice()),
         Err(e) => Err(e.clone()),
@@ -323,7 +323,7 @@ pub fn device(index: usize) -> Result<&'static Device> {
 /// torch's cached `device_count` does; 0 only if the fork happened while the parent was
 /// still enumerating.
 pub fn device_count() -> usize {
-    if crate::fork::is_in_bad_fork() {
+    if crate::fork_state::is_in_bad_fork() {
         // No driver call, no lock, no logging: only the copied, completed outcome.
         return match DEVICES.get() {
             Some(Ok(d)) => d.len(),

@@ -161,7 +161,7 @@ pub enum DeviceError {
         align: u64,
     },
     /// The process is a child forked after its parent touched the OpenCL driver.
-    #[error("{}", crate::fork::BAD_FORK_MESSAGE)]
+    #[error("{}", crate::fork_state::BAD_FORK_MESSAGE)]
     BadFork,
     /// Any other failed OpenCL call.
     #[error(transparent)]

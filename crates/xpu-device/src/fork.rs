@@ -18,98 +18,21 @@
 //!   disagrees: its `device_count` poisons later forks while `is_initialized()` stays false).
 //!   The one exception is an enumeration that failed (no runtime, no device): its outcome is
 //!   kept for the process, a child never calls the driver either, so it is not a bad fork;
-//! - in a bad-fork child, [`device_count`](crate::device_count) and
+//! - in a bad-fork child, [`device_count`] and
 //!   [`is_available`](crate::is_available) answer the parent's enumeration, copied into the
 //!   child (as torch's cached `device_count`), without calling the driver. Only a child forked
 //!   while the parent was still enumerating answers 0.
 //!
 //! A child forked before any enumeration initializes normally.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::Once;
 use std::time::{Duration, Instant};
 
-static BAD_FORK: AtomicBool = AtomicBool::new(false);
-static REGISTER: Once = Once::new();
-
-/// Enumeration not finished (or not started: see `REGISTER`).
-const PENDING: u8 = 0;
-/// Enumeration found at least one device.
-const READY: u8 = 1;
-/// Enumeration failed; its error is kept and no later call touches the driver.
-const FAILED: u8 = 2;
-static DRIVER: AtomicU8 = AtomicU8::new(PENDING);
-
-extern "C" fn child_after_fork() {
-    // Async-signal-safe: one atomic load and one atomic store. The handler is installed right
-    // before the first driver call, so "installed and not failed" means the driver was (or is
-    // being) initialized in the parent.
-    if DRIVER.load(Ordering::SeqCst) != FAILED {
-        BAD_FORK.store(true, Ordering::SeqCst);
-    }
-}
-
-/// Installs the child handler once. Called by discovery before the first driver call.
-pub(crate) fn note_driver_touched() {
-    REGISTER.call_once(|| {
-        // SAFETY: pthread_atfork with a plain `extern "C"` child handler that performs only
-        // atomic loads and stores, which are async-signal-safe as POSIX requires of handlers
-        // run in the child; the prepare and parent handlers are absent (None).
-        let rc = unsafe { libc::pthread_atfork(None, None, Some(child_after_fork)) };
-        if rc != 0 {
-            tracing::warn!(rc, "pthread_atfork failed: fork safety checks are off");
-        }
-    });
-}
-
-/// Records the outcome of the process's enumeration (called by discovery after the cached
-/// outcome exists; cheap when unchanged).
-pub(crate) fn note_enumerated(found_devices: bool) {
-    let state = if found_devices { READY } else { FAILED };
-    if DRIVER.load(Ordering::Relaxed) != state {
-        DRIVER.store(state, Ordering::SeqCst);
-    }
-}
-
-/// True in a child process forked after this process initialized the OpenCL driver (device
-/// enumeration), as `torch.xpu._is_in_bad_fork`. One atomic load: every layer checks it first.
-#[inline]
-pub fn is_in_bad_fork() -> bool {
-    BAD_FORK.load(Ordering::Relaxed)
-}
-
-/// Alias of [`is_in_bad_fork`].
-#[inline]
-pub fn in_bad_fork() -> bool {
-    is_in_bad_fork()
-}
-
-/// True once the fork handler is installed: enumeration started (it may have failed).
-pub fn driver_touched() -> bool {
-    REGISTER.is_completed()
-}
-
-/// True once device enumeration succeeded in this process (the OpenCL driver is initialized)
-/// and this process is not a bad-fork child. Exactly then a child forked now is a bad fork
-/// (see the module docs). `xpu_lazy::is_initialized` reports this.
-pub fn driver_initialized() -> bool {
-    DRIVER.load(Ordering::Acquire) == READY && !is_in_bad_fork()
-}
-
-/// Test support: makes this process behave as a bad-fork child from now on (irreversible):
-/// every entry point of every layer returns `BadFork`. It lets the crates above, whose tests
-/// may not fork (only this crate may hold `unsafe`), exercise their `BadFork` paths in a
-/// subprocess; the real fork is tested here and through [`fork_report`].
-#[doc(hidden)]
-pub fn simulate_bad_fork() {
-    BAD_FORK.store(true, Ordering::SeqCst);
-}
-
-/// The message of the bad-fork error.
-pub const BAD_FORK_MESSAGE: &str = "cannot use the xpu runtime in a forked subprocess: the \
-     parent process had already initialized OpenCL. To use xpu with several processes, start \
-     them with spawn (std::process::Command, or multiprocessing's 'spawn' start method) \
-     instead of fork";
+use crate::discovery::{device_count, devices};
+use crate::error::DeviceError;
+pub use crate::fork_state::{
+    driver_initialized, driver_touched, in_bad_fork, is_in_bad_fork, simulate_bad_fork,
+    BAD_FORK_MESSAGE,
+};
 
 /// How a forked child ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,9 +50,9 @@ pub enum ChildExit {
 pub struct ForkReport {
     /// [`is_in_bad_fork`] in the child.
     pub in_bad_fork: bool,
-    /// In a bad-fork child: [`devices`](crate::devices) returned `BadFork` (at once).
+    /// In a bad-fork child: [`devices`] returned `BadFork` (at once).
     pub devices_refused: bool,
-    /// In a bad-fork child: [`device_count`](crate::device_count) (capped at 63). 0 in a
+    /// In a bad-fork child: [`device_count`] (capped at 63). 0 in a
     /// child that is not a bad fork (the scenario does not enumerate there).
     pub device_count: usize,
 }
@@ -155,11 +78,8 @@ pub fn fork_report(timeout: Duration) -> std::io::Result<ForkReport> {
                 if !is_in_bad_fork() {
                     return 0;
                 }
-                let refused = matches!(
-                    crate::discovery::devices(),
-                    Err(crate::error::DeviceError::BadFork)
-                );
-                let count = crate::discovery::device_count().min(63) as i32;
+                let refused = matches!(devices(), Err(DeviceError::BadFork));
+                let count = device_count().min(63) as i32;
                 1 | (i32::from(refused) << 1) | (count << 2)
             },
             timeout,

@@ -39,6 +39,7 @@ mod discovery;
 mod error;
 pub mod foreign;
 pub mod fork;
+mod fork_state;
 mod memory;
 mod properties;
 

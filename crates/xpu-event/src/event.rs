@@ -1,13 +1,13 @@
 //! `Event`: a lazily created marker on a stream, as `torch.xpu.Event`.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use xpu_device::backend::{raw, ClEvent};
 use xpu_device::HasDevice;
-use xpu_stream::{QueueRef, Stream};
+use xpu_stream::Stream;
 
 use crate::error::EventError;
+use crate::recorded::Recorded;
 use crate::wait;
 
 /// How an event behaves, as `torch.cuda.Event(enable_timing, blocking)`.
@@ -24,11 +24,6 @@ pub struct EventFlags {
 /// Polls of [`Event::synchronize`] before it falls back to `clWaitForEvents`.
 const POLLS_BEFORE_BLOCKING: u32 = 256;
 
-/// Flush state of a recording: see [`Event::query`].
-const FRESH: u8 = 0;
-const SEEN_INCOMPLETE: u8 = 1;
-const FLUSHED: u8 = 2;
-
 /// `Err(BadFork)` in a bad fork child: the first check of the event entry points (waiting
 /// there on the parent's work could hang forever).
 #[inline]
@@ -37,39 +32,6 @@ pub(crate) fn check_fork() -> Result<(), EventError> {
         Err(EventError::BadFork)
     } else {
         Ok(())
-    }
-}
-
-/// One recorded point.
-#[derive(Debug)]
-pub(crate) struct Recorded {
-    pub(crate) stream: Stream,
-    pub(crate) queue: QueueRef,
-    pub(crate) event: ClEvent,
-    flush: AtomicU8,
-}
-
-impl Recorded {
-    /// Flushes the recording queue once per recording.
-    pub(crate) fn flush_once(&self) -> Result<(), EventError> {
-        if self.flush.swap(FLUSHED, Ordering::AcqRel) != FLUSHED {
-            self.queue.flush()?;
-        }
-        Ok(())
-    }
-
-    /// Non-blocking completion check; the second incomplete answer flushes the queue so that a
-    /// polling loop is guaranteed to finish.
-    pub(crate) fn poll(&self) -> Result<bool, EventError> {
-        if self.event.is_complete()? {
-            return Ok(true);
-        }
-        if self.flush.load(Ordering::Acquire) == FRESH {
-            self.flush.store(SEEN_INCOMPLETE, Ordering::Release);
-        } else {
-            self.flush_once()?;
-        }
-        Ok(false)
     }
 }
 
@@ -150,12 +112,7 @@ impl Event {
         }
         Ok(Event {
             flags,
-            recorded: Some(Recorded {
-                stream: *stream,
-                queue,
-                event,
-                flush: AtomicU8::new(FRESH),
-            }),
+            recorded: Some(Recorded::new(*stream, queue, event)),
         })
     }
 
@@ -210,12 +167,7 @@ impl Event {
         }
         let queue = stream.enqueue_queue("event record")?;
         let event = queue.enqueue_marker(&[])?;
-        self.recorded = Some(Recorded {
-            stream: *stream,
-            queue,
-            event,
-            flush: AtomicU8::new(FRESH),
-        });
+        self.recorded = Some(Recorded::new(*stream, queue, event));
         Ok(())
     }
 

@@ -26,6 +26,7 @@ mod error;
 mod event;
 mod ext;
 mod gate;
+mod recorded;
 mod wait;
 
 pub use error::EventError;

@@ -3,7 +3,7 @@
 use xpu_stream::Stream;
 
 use crate::error::EventError;
-use crate::event::Recorded;
+use crate::recorded::Recorded;
 
 /// Enqueues on `stream` a barrier that waits for `r`. No host blocking.
 pub(crate) fn stream_waits_for(stream: &Stream, r: &Recorded) -> Result<(), EventError> {

@@ -449,3 +449,140 @@ fn facade_examples_may_hold_commented_unsafe_blocks_only() {
         assert!(v[0].message.starts_with("`unsafe` outside xpu-device"));
     }
 }
+
+/// The circles rule (g) reports for crate `krate` with files (module, text).
+fn circles_of(krate: &str, files: &[(&str, &str)]) -> Vec<String> {
+    let files: Vec<(String, String)> = files
+        .iter()
+        .map(|&(m, t)| (m.to_owned(), t.to_owned()))
+        .collect();
+    import_violations(krate, &files)
+        .into_iter()
+        .map(|v| v.message)
+        .collect()
+}
+
+#[test]
+fn module_paths_of_source_files() {
+    assert_eq!(imports::module_of("lib.rs").as_deref(), Some(""));
+    assert_eq!(imports::module_of("main.rs").as_deref(), Some(""));
+    assert_eq!(imports::module_of("size.rs").as_deref(), Some("size"));
+    assert_eq!(
+        imports::module_of("config/mod.rs").as_deref(),
+        Some("config")
+    );
+    assert_eq!(
+        imports::module_of("allocator/shard.rs").as_deref(),
+        Some("allocator::shard")
+    );
+    assert_eq!(imports::module_of("bin/tool.rs"), None);
+    assert_eq!(imports::module_of("notes.txt"), None);
+}
+
+#[test]
+fn two_modules_importing_each_other_are_a_circle() {
+    let v = circles_of(
+        "c",
+        &[
+            ("", "mod a;\nmod b;\n"),
+            ("a", "use crate::b::B;\npub struct A;\n"),
+            ("b", "use crate::a::A;\npub struct B;\n"),
+        ],
+    );
+    assert_eq!(v.len(), 1);
+    assert!(
+        v[0].starts_with("import circle between modules a, b"),
+        "{v:?}"
+    );
+}
+
+#[test]
+fn group_imports_inline_paths_and_super_count() {
+    // `a` names `b` in a `use` group, `b` names `a` through an inline `super::` path.
+    let v = circles_of(
+        "c",
+        &[
+            ("p::a", "use crate::{p::b, x::Y};\nfn f() { b::g() }\n"),
+            ("p::b", "pub fn g() { super::a::f2() }\n"),
+            ("x", "pub struct Y;\n"),
+        ],
+    );
+    assert_eq!(v.len(), 1);
+    assert!(v[0].contains("modules p::a, p::b"), "{v:?}");
+    // An inline `crate::` path in an expression.
+    let v = circles_of(
+        "c",
+        &[
+            ("a", "fn f() { crate::b::g(); }\n"),
+            ("b", "fn g() { let _ = crate::a::f; }\n"),
+        ],
+    );
+    assert_eq!(v.len(), 1, "{v:?}");
+}
+
+#[test]
+fn comments_strings_and_test_modules_do_not_import() {
+    let v = circles_of(
+        "c",
+        &[
+            ("", "mod a;\nmod b;\n"),
+            ("a", "use crate::b::B;\n"),
+            (
+                "b",
+                "/// See [`crate::a::A`].\n// use crate::a::A;\nconst S: &str = \"crate::a::A\";\n\
+                 #[cfg(test)]\nmod tests {\n    use crate::a::A;\n    fn t() { { crate::a::f(); } }\n}\n\
+                 #[cfg(test)]\n#[path = \"x.rs\"]\nmod more;\n",
+            ),
+            ("b::more", "use crate::a::A;\n"),
+        ],
+    );
+    assert_eq!(v, Vec::<String>::new());
+    // The code after a `#[cfg(test)]` module still counts.
+    let v = circles_of(
+        "c",
+        &[
+            ("a", "use crate::b::B;\n"),
+            (
+                "b",
+                "#[cfg(test)]\nmod tests {\n    fn t() {}\n}\nuse crate::a::A;\n",
+            ),
+        ],
+    );
+    assert_eq!(v.len(), 1, "{v:?}");
+}
+
+#[test]
+fn owners_and_their_children_are_not_circles() {
+    // A parent using its child, and the child using an item of its parent.
+    let v = circles_of(
+        "c",
+        &[
+            ("m", "mod k;\nuse self::k::K;\npub struct P;\n"),
+            ("m::k", "use super::P;\npub struct K;\n"),
+            ("", "use crate::m::P;\n"),
+        ],
+    );
+    assert_eq!(v, Vec::<String>::new());
+}
+
+#[test]
+fn longer_circles_are_found_and_allowed_pairs_are_not() {
+    let v = circles_of(
+        "c",
+        &[
+            ("a", "use crate::b::B;\n"),
+            ("b", "use crate::c::C;\n"),
+            ("c", "use crate::a::A;\n"),
+            ("d", "use crate::a::A;\n"),
+        ],
+    );
+    assert_eq!(v.len(), 1);
+    assert!(v[0].contains("modules a, b, c "), "{v:?}");
+    // xpu-host's HostPtr (ptr) and its allocator: a handle and its owner.
+    let files = [
+        ("allocator", "use crate::ptr::HostPtr;\n"),
+        ("ptr", "use crate::allocator::Allocator;\n"),
+    ];
+    assert_eq!(circles_of("xpu-host", &files), Vec::<String>::new());
+    assert_eq!(circles_of("xpu-alloc", &files).len(), 1);
+}

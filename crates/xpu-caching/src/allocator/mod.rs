@@ -4,8 +4,10 @@
 //! on [`CachingAllocator`]. Modules, by concept: [`Allocation`] (the handle of a block
 //! handed out); `stream_state` and `shard` (one stream's blocks, segments, free pools and
 //! pending frees behind its lock: best fit, split, coalescing, deferred frees); `pool`,
-//! `block`, `slab`, `pending` (their storage); `grow`, `policy`, `oom` (device-wide steps:
-//! new segments, the fragmentation policy, the OOM sequence with cross-stream reuse);
+//! `block`, `slab`, `pending` (their storage), `policy_state` (what the fragmentation policy
+//! remembers per stream); [`WeakShard`] (a weak handle on a shard); `grow`, `policy`, `oom`
+//! (device-wide steps: new segments, the fragmentation policy, the OOM sequence with
+//! cross-stream reuse);
 //! `device_wide` (source, configuration, reserved bytes, fraction); `stats_cell`,
 //! `stats_registry`, `thread_cache` (per-thread statistics and shard caches); `snapshot`.
 
@@ -16,6 +18,7 @@ mod grow;
 mod oom;
 pub(crate) mod pending;
 mod policy;
+pub(crate) mod policy_state;
 pub(crate) mod pool;
 pub(crate) mod shard;
 pub(crate) mod slab;
@@ -24,6 +27,7 @@ pub(crate) mod stats_cell;
 pub(crate) mod stats_registry;
 pub(crate) mod stream_state;
 pub(crate) mod thread_cache;
+mod weak_shard;
 
 #[cfg(test)]
 mod tests;
@@ -35,8 +39,8 @@ use parking_lot::Mutex;
 
 pub use allocation::Allocation;
 pub use device_wide::{BoxedSource, DeferredDrop, SharedState};
-pub use shard::WeakShard;
 pub use snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
+pub use weak_shard::WeakShard;
 
 use self::device_wide::DeviceShared;
 use self::grow::{hard_error, new_segment, release_batches};

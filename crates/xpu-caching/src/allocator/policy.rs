@@ -13,38 +13,6 @@ pub(crate) const SMALL_SEGMENT_MAX: u64 = 4 << 20;
 /// A new small-pool segment is at most this fraction (1/N) of the stream's small pool.
 const SMALL_SEGMENT_SHARE: u64 = 8;
 
-/// What the policy remembers about one stream.
-#[derive(Debug, Default)]
-pub(crate) struct PolicyState {
-    /// Sizes in bytes of the segments released by consolidations and not regrown since
-    /// (an entry is reduced by what a regrowth takes from it).
-    released: Vec<u64>,
-}
-
-impl PolicyState {
-    /// Bytes released by consolidations and not regrown since.
-    fn released_total(&self) -> u64 {
-        self.released.iter().sum()
-    }
-
-    /// Takes `bytes` from the released entries, largest first.
-    fn take_released(&mut self, bytes: u64) {
-        self.released.sort_unstable();
-        let mut left = bytes;
-        while left > 0 {
-            let Some(last) = self.released.pop() else {
-                break;
-            };
-            if last > left {
-                self.released.push(last - left);
-                left = 0;
-            } else {
-                left -= last;
-            }
-        }
-    }
-}
-
 /// Size in bytes of the small-pool segment to allocate for a shard whose small pool holds
 /// `small_reserved` bytes: `floor_pow2(small_reserved / 8)` within [2 MiB, 4 MiB].
 pub(crate) fn small_segment_size(small_reserved: u64) -> u64 {
@@ -94,14 +62,14 @@ fn regrowth<B: Backend>(
     req: &Request,
     shared: &DeviceShared<B>,
 ) -> Option<u64> {
-    let p = &state.policy;
-    if !p.released.iter().any(|&r| r >= req.segment_size) {
+    if !state.policy.released_any_at_least(req.segment_size) {
         return None;
     }
     let cap = req
         .segment_size
         .saturating_mul(state.config.regrow_factor.max(1));
-    let size = p
+    let size = state
+        .policy
         .released_total()
         .div_ceil(ROUND_LARGE)
         .saturating_mul(ROUND_LARGE)
@@ -135,7 +103,7 @@ fn consolidate<B: Backend>(
     if total < req.segment_size || merged > shared.max_alloc || oversize {
         return None;
     }
-    state.policy.released.extend(idle.iter().map(|w| w.0));
+    state.policy.note_released(idle.iter().map(|w| w.0));
     for (_, _, block) in idle {
         state.release_block(block, shared, st);
     }

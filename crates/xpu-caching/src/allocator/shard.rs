@@ -7,7 +7,6 @@ use parking_lot::{Mutex, MutexGuard};
 use super::device_wide::DeviceShared;
 use super::stats_cell::StatsWriter;
 use super::stream_state::ShardState;
-use super::thread_cache::with_local;
 use crate::backend::Backend;
 use crate::source::SourceSegment;
 use crate::stream::StreamKey;
@@ -63,26 +62,6 @@ impl<B: Backend> Shard<B> {
         Some(f(&segment.source, b.addr))
     }
 
-    /// Releases this shard's cached whole free segments (as `empty_cache` for one stream):
-    /// waits for its pending frees and for the work enqueued on its stream, then frees them.
-    /// Call without any allocator lock held. Used for the shards of a dropped private pool
-    /// that live on through their allocations.
-    pub(crate) fn release_cached(&self) {
-        super::pending::wait_markers::<B>(&self.lock().pending_markers());
-        let batch = with_local(&self.shared, |local| {
-            let mut state = self.lock();
-            let mut st = local.stats();
-            state.process_events(&mut st);
-            state.take_releasable(&mut st)
-        });
-        if let Some(batch) = batch {
-            batch.wait();
-            with_local(&self.shared, |local| {
-                batch.free(&self.shared, &mut local.stats())
-            });
-        }
-    }
-
     /// record_stream on `block`.
     pub(crate) fn record_stream(&self, block: u32, stream: &B::Stream) {
         self.state.lock().record_stream(block, stream);
@@ -118,35 +97,5 @@ fn teardown<B: Backend>(state: &mut ShardState<B>, shared: &Arc<DeviceShared<B>>
     if let Some(batch) = batch {
         batch.wait();
         shared.stats.with_fallback(|st| batch.free(shared, st));
-    }
-}
-
-/// A weak handle on one stream's shard of a
-/// [`CachingAllocator`](super::CachingAllocator) ([`CachingAllocator::weak_shards`](super::CachingAllocator::weak_shards)):
-/// it does not keep the shard alive (its live allocations do).
-pub struct WeakShard<B: Backend>(pub(crate) std::sync::Weak<Shard<B>>);
-
-impl<B: Backend> Clone for WeakShard<B> {
-    fn clone(&self) -> Self {
-        Self(self.0.clone())
-    }
-}
-
-impl<B: Backend> WeakShard<B> {
-    /// Whether the shard still lives.
-    #[must_use]
-    pub fn is_live(&self) -> bool {
-        self.0.strong_count() > 0
-    }
-
-    /// Releases the shard's cached whole free segments if it still lives (as `empty_cache`
-    /// for one stream): waits for its pending frees and for the work enqueued on its stream
-    /// ([`Backend::wait`]), then frees them. Call without any allocator lock held. When the
-    /// shard's last allocation was freed meanwhile, it drops here (its teardown runs as the
-    /// allocator was set up to).
-    pub fn release_cached(&self) {
-        if let Some(shard) = self.0.upgrade() {
-            shard.release_cached();
-        }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::block::{Block, Segment, NIL};
 use super::device_wide::DeviceShared;
 use super::pending::Pending;
+use super::policy_state::PolicyState;
 use super::pool::FreePool;
 use super::slab::Slab;
 use super::stats_cell::{CellArray, StatsWriter};
@@ -59,8 +60,8 @@ pub(crate) struct ShardState<B: Backend> {
     pending: Pending<B>,
     pub config: Arc<AllocConfig>,
     config_epoch: u64,
-    /// What the fragmentation policy learned about this stream (see [`super::policy`]).
-    pub policy: super::policy::PolicyState,
+    /// What the fragmentation policy learned about this stream (see [`super::policy_state`]).
+    pub policy: PolicyState,
     /// The allocator's history (see [`crate::history`]).
     history: Arc<History>,
 }
@@ -77,7 +78,7 @@ impl<B: Backend> ShardState<B> {
             pending: Pending::default(),
             config: shared.config(),
             config_epoch: shared.config_epoch(),
-            policy: super::policy::PolicyState::default(),
+            policy: PolicyState::default(),
             history: shared.history.clone(),
         }
     }

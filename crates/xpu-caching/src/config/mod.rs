@@ -30,7 +30,7 @@ mod parse;
 
 pub use error::ConfigError;
 
-use crate::size::{LARGE_BUFFER, MIB, ROUNDUP_INTERVALS};
+use crate::size_constants::{LARGE_BUFFER, MIB, ROUNDUP_INTERVALS};
 
 /// Which device memory segments are made of.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -1,7 +1,7 @@
 //! Tokenizer and parser of the allocator configuration grammar.
 
 use super::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
-use crate::size::{MIB, ROUNDUP_INTERVALS};
+use crate::size_constants::{MIB, ROUNDUP_INTERVALS};
 
 /// A parsed value: a single token or a bracketed list of `a:b` pairs.
 enum Value {

@@ -10,6 +10,8 @@ use serde::Serialize;
 use serde_json::Value;
 use xpu_alloc::replay::ReplayReport;
 
+use crate::plot::ReferenceLine;
+
 /// PyTorch's figures for one trace. Bytes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Reference {
@@ -91,6 +93,23 @@ pub fn from_table(file_name: &str) -> Option<Reference> {
             expandable_peak_reserved: expandable,
         },
     )
+}
+
+/// PyTorch's reference lines for the plot: its peak reserved bytes and, where known, its peak
+/// reserved bytes with `expandable_segments:True`.
+#[must_use]
+pub fn reference_lines(reference: Option<&Reference>) -> Vec<ReferenceLine> {
+    let Some(r) = reference else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    if let Some(b) = r.peak_reserved {
+        lines.push(("PyTorch peak reserved".to_owned(), b));
+    }
+    if let Some(b) = r.expandable_peak_reserved {
+        lines.push(("PyTorch peak reserved, expandable_segments".to_owned(), b));
+    }
+    lines
 }
 
 /// Candidate summary files beside `trace`: `NAME.summary.json` for the trace's name without
@@ -489,5 +508,26 @@ mod tests {
         let p = summary_paths(Path::new("/t/a.trace.gz"));
         assert_eq!(p[0], Path::new("/t/a.summary.json"));
         assert_eq!(p[1], Path::new("/t/a.trace.gz.summary.json"));
+    }
+
+    #[test]
+    fn reference_lines_are_pytorchs_peak_reserved_and_the_expandable_figure() {
+        let gpt2 = from_table("gpt2_train.trace.gz");
+        assert_eq!(
+            reference_lines(gpt2.as_ref()),
+            vec![
+                ("PyTorch peak reserved".to_owned(), 15_286_140_928),
+                (
+                    "PyTorch peak reserved, expandable_segments".to_owned(),
+                    14_543_749_120
+                ),
+            ]
+        );
+        let small = from_table("resnet18_train_small.trace.gz");
+        assert_eq!(
+            reference_lines(small.as_ref()),
+            vec![("PyTorch peak reserved".to_owned(), 411_041_792)]
+        );
+        assert!(reference_lines(None).is_empty());
     }
 }

@@ -1,0 +1,57 @@
+//! [`WeakShard`]: a weak handle on one stream's shard, through which the shards of a dropped
+//! private pool stay reachable for `empty_cache`.
+
+use super::pending::wait_markers;
+use super::shard::Shard;
+use super::thread_cache::with_local;
+use crate::backend::Backend;
+
+/// A weak handle on one stream's shard of a
+/// [`CachingAllocator`](super::CachingAllocator) ([`CachingAllocator::weak_shards`](super::CachingAllocator::weak_shards)):
+/// it does not keep the shard alive (its live allocations do).
+pub struct WeakShard<B: Backend>(pub(crate) std::sync::Weak<Shard<B>>);
+
+impl<B: Backend> Clone for WeakShard<B> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<B: Backend> WeakShard<B> {
+    /// Whether the shard still lives.
+    #[must_use]
+    pub fn is_live(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+
+    /// Releases the shard's cached whole free segments if it still lives (as `empty_cache`
+    /// for one stream): waits for its pending frees and for the work enqueued on its stream
+    /// ([`Backend::wait`]), then frees them. Call without any allocator lock held. When the
+    /// shard's last allocation was freed meanwhile, it drops here (its teardown runs as the
+    /// allocator was set up to).
+    pub fn release_cached(&self) {
+        if let Some(shard) = self.0.upgrade() {
+            release_cached(&shard);
+        }
+    }
+}
+
+/// Releases this shard's cached whole free segments (as `empty_cache` for one stream):
+/// waits for its pending frees and for the work enqueued on its stream, then frees them.
+/// Call without any allocator lock held. Used for the shards of a dropped private pool
+/// that live on through their allocations.
+fn release_cached<B: Backend>(shard: &Shard<B>) {
+    wait_markers::<B>(&shard.lock().pending_markers());
+    let batch = with_local(&shard.shared, |local| {
+        let mut state = shard.lock();
+        let mut st = local.stats();
+        state.process_events(&mut st);
+        state.take_releasable(&mut st)
+    });
+    if let Some(batch) = batch {
+        batch.wait();
+        with_local(&shard.shared, |local| {
+            batch.free(&shard.shared, &mut local.stats())
+        });
+    }
+}

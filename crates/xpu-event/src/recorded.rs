@@ -1,0 +1,57 @@
+//! One recorded point of an [`Event`](crate::Event): the marker, its stream and queue, and
+//! its flush state. A leaf below the event and the cross-stream wait.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use xpu_device::backend::ClEvent;
+use xpu_stream::{QueueRef, Stream};
+
+use crate::error::EventError;
+
+/// Flush state of a recording: see [`Event::query`](crate::Event::query).
+const FRESH: u8 = 0;
+const SEEN_INCOMPLETE: u8 = 1;
+const FLUSHED: u8 = 2;
+
+/// One recorded point.
+#[derive(Debug)]
+pub(crate) struct Recorded {
+    pub(crate) stream: Stream,
+    pub(crate) queue: QueueRef,
+    pub(crate) event: ClEvent,
+    flush: AtomicU8,
+}
+
+impl Recorded {
+    /// The point `event` (a marker enqueued on `queue` of `stream`), not flushed yet.
+    pub(crate) fn new(stream: Stream, queue: QueueRef, event: ClEvent) -> Self {
+        Self {
+            stream,
+            queue,
+            event,
+            flush: AtomicU8::new(FRESH),
+        }
+    }
+
+    /// Flushes the recording queue once per recording.
+    pub(crate) fn flush_once(&self) -> Result<(), EventError> {
+        if self.flush.swap(FLUSHED, Ordering::AcqRel) != FLUSHED {
+            self.queue.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Non-blocking completion check; the second incomplete answer flushes the queue so that a
+    /// polling loop is guaranteed to finish.
+    pub(crate) fn poll(&self) -> Result<bool, EventError> {
+        if self.event.is_complete()? {
+            return Ok(true);
+        }
+        if self.flush.load(Ordering::Acquire) == FRESH {
+            self.flush.store(SEEN_INCOMPLETE, Ordering::Release);
+        } else {
+            self.flush_once()?;
+        }
+        Ok(false)
+    }
+}
