@@ -123,15 +123,9 @@ pub enum AllocError {
     Config(#[from] ConfigError),
 }
 
-/// `Err(BadFork)` in a bad fork child: the first check of the allocator's public entry points
-/// (one atomic load).
-#[inline]
+/// `Err(BadFork)` in a bad fork child (see `xpu_device::fork::refuse_in_bad_fork`).
 pub(crate) fn check_fork() -> Result<(), AllocError> {
-    if xpu_device::fork::is_in_bad_fork() {
-        Err(AllocError::BadFork)
-    } else {
-        Ok(())
-    }
+    xpu_device::fork::refuse_in_bad_fork(AllocError::BadFork)
 }
 
 impl From<CacheError> for AllocError {

@@ -55,6 +55,21 @@ pub fn is_in_bad_fork() -> bool {
     BAD_FORK.load(Ordering::Relaxed)
 }
 
+/// `Err(bad_fork)` in a bad fork child, `Ok(())` otherwise: the first check of every layer's
+/// entry points (one atomic load, before any lock, wait or driver call), each layer passing
+/// its own `BadFork` error.
+///
+/// # Errors
+/// `bad_fork` when [`is_in_bad_fork`].
+#[inline]
+pub fn refuse_in_bad_fork<E>(bad_fork: E) -> Result<(), E> {
+    if is_in_bad_fork() {
+        Err(bad_fork)
+    } else {
+        Ok(())
+    }
+}
+
 /// Alias of [`is_in_bad_fork`].
 #[inline]
 pub fn in_bad_fork() -> bool {

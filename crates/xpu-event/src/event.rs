@@ -24,15 +24,9 @@ pub struct EventFlags {
 /// Polls of [`Event::synchronize`] before it falls back to `clWaitForEvents`.
 const POLLS_BEFORE_BLOCKING: u32 = 256;
 
-/// `Err(BadFork)` in a bad fork child: the first check of the event entry points (waiting
-/// there on the parent's work could hang forever).
-#[inline]
+/// `Err(BadFork)` in a bad fork child (see `xpu_device::fork::refuse_in_bad_fork`).
 pub(crate) fn check_fork() -> Result<(), EventError> {
-    if xpu_device::fork::is_in_bad_fork() {
-        Err(EventError::BadFork)
-    } else {
-        Ok(())
-    }
+    xpu_device::fork::refuse_in_bad_fork(EventError::BadFork)
 }
 
 /// An event: a point in a stream's work, as `torch.xpu.Event` / `torch.cuda.Event`.

@@ -74,15 +74,9 @@ impl From<xpu_device::ClError> for HostError {
     }
 }
 
-/// `Err(BadFork)` in a bad fork child: the first check of the allocator's and the copies'
-/// entry points (one atomic load), before any lock, event wait or driver call.
-#[inline]
+/// `Err(BadFork)` in a bad fork child (see `xpu_device::fork::refuse_in_bad_fork`).
 pub(crate) fn check_fork() -> Result<(), HostError> {
-    if xpu_device::fork::is_in_bad_fork() {
-        Err(HostError::BadFork)
-    } else {
-        Ok(())
-    }
+    xpu_device::fork::refuse_in_bad_fork(HostError::BadFork)
 }
 
 /// Why a request is [`HostError::TooLarge`]: the size class it rounds up to, or, when it has

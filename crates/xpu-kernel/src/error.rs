@@ -137,13 +137,7 @@ impl From<crate::memory::MemoryError> for KernelError {
     }
 }
 
-/// `Err(BadFork)` in a bad fork child: the first check of the program and launch entry
-/// points (one atomic load), before any driver call or lock.
-#[inline]
+/// `Err(BadFork)` in a bad fork child (see `xpu_device::fork::refuse_in_bad_fork`).
 pub(crate) fn check_fork() -> Result<(), KernelError> {
-    if xpu_device::fork::is_in_bad_fork() {
-        Err(KernelError::BadFork)
-    } else {
-        Ok(())
-    }
+    xpu_device::fork::refuse_in_bad_fork(KernelError::BadFork)
 }

@@ -91,12 +91,7 @@ impl From<DeviceError> for StreamError {
     }
 }
 
-/// `Err(BadFork)` in a bad fork child: the first check of every entry point (one atomic load).
-#[inline]
+/// `Err(BadFork)` in a bad fork child (see `xpu_device::fork::refuse_in_bad_fork`).
 pub(crate) fn check_fork() -> Result<(), StreamError> {
-    if xpu_device::fork::is_in_bad_fork() {
-        Err(StreamError::BadFork)
-    } else {
-        Ok(())
-    }
+    xpu_device::fork::refuse_in_bad_fork(StreamError::BadFork)
 }
