@@ -792,7 +792,6 @@ impl Graph {
     where
         F: FnOnce(&mut Capture) -> Result<(), GraphError>,
     {
-        stream.queue()?;
         let pool = MemPool::for_graph(stream.device())?;
         Self::capture_in_pool_with(stream, &pool, mode, f)
     }

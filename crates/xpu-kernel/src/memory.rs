@@ -1034,13 +1034,8 @@ impl StreamMemoryExt for Stream {
     }
 }
 
-/// `Err(Alloc(BadFork))` in a bad fork child: the first check of the typed-memory entry points
-/// (one atomic load), before any allocator, staging or driver call.
-#[inline]
+/// `Err(Alloc(BadFork))` in a bad fork child: the first check of the typed-memory entry points,
+/// before any allocator, staging or driver call (see `xpu_device::fork::refuse_in_bad_fork`).
 fn check_fork() -> Result<(), MemoryError> {
-    if xpu_device::fork::is_in_bad_fork() {
-        Err(MemoryError::Alloc(AllocError::BadFork))
-    } else {
-        Ok(())
-    }
+    xpu_device::fork::refuse_in_bad_fork(MemoryError::Alloc(AllocError::BadFork))
 }
