@@ -317,3 +317,33 @@ impl fmt::Display for KernelArgProblem {
 
 /// Result alias of the device layer.
 pub type Result<T, E = DeviceError> = std::result::Result<T, E>;
+
+/// Implements `From<Lower>` for an error that wraps only the error of the layer it calls
+/// directly (`Via`), for errors of the layers below that one: `?` on a `Lower` then gives
+/// `Outer::Variant(Via::from(e))`, the variant of `Via` that `Via`'s own `From<Lower>` picks.
+/// The message and `source()` stay the lower error's when `Outer::Variant` is
+/// `#[error(transparent)]` and `Via`'s variant for `Lower` is too.
+///
+/// ```
+/// # use xpu_device::{ClError, DeviceError};
+/// #[derive(Debug, thiserror::Error)]
+/// enum MyError {
+///     #[error(transparent)]
+///     Device(#[from] DeviceError),
+/// }
+/// xpu_device::impl_from_via!(MyError::Device(DeviceError) <- ClError);
+///
+/// let e = MyError::from(ClError::new("clFinish", -5));
+/// assert!(matches!(e, MyError::Device(DeviceError::OpenCl(_))));
+/// assert_eq!(e.to_string(), "clFinish failed: CL_OUT_OF_RESOURCES (-5)");
+/// ```
+#[macro_export]
+macro_rules! impl_from_via {
+    ($outer:ident :: $variant:ident ( $via:ty ) <- $($lower:ty),+ $(,)?) => {$(
+        impl ::core::convert::From<$lower> for $outer {
+            fn from(e: $lower) -> Self {
+                $outer::$variant(<$via as ::core::convert::From<$lower>>::from(e))
+            }
+        }
+    )+};
+}

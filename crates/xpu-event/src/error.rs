@@ -76,10 +76,10 @@ pub enum EventError {
     /// A stream-layer failure.
     #[error(transparent)]
     Stream(#[from] StreamError),
-    /// A device-layer failure.
+    /// A device-layer failure; a failed OpenCL call on an event is a
+    /// [`DeviceError::OpenCl`] here.
     #[error(transparent)]
     Device(#[from] DeviceError),
-    /// A failed OpenCL call.
-    #[error(transparent)]
-    OpenCl(#[from] ClError),
 }
+
+xpu_device::impl_from_via!(EventError::Device(DeviceError) <- ClError);

@@ -68,11 +68,7 @@ pub enum HostError {
     Event(#[from] EventError),
 }
 
-impl From<xpu_device::ClError> for HostError {
-    fn from(e: xpu_device::ClError) -> Self {
-        HostError::Device(DeviceError::OpenCl(e))
-    }
-}
+xpu_device::impl_from_via!(HostError::Device(DeviceError) <- xpu_device::ClError);
 
 /// `Err(BadFork)` in a bad fork child (see `xpu_device::fork::refuse_in_bad_fork`).
 pub(crate) fn check_fork() -> Result<(), HostError> {

@@ -212,22 +212,16 @@ pub enum GraphError {
         /// `size_of::<T>()`.
         size: usize,
     },
-    /// A launch-layer failure (argument checks, work sizes, enqueue).
+    /// A failure of the launch layer (argument checks, work sizes, enqueue) or of a layer
+    /// it wraps, which [`KernelError`]'s variant names: typed memory (range, length,
+    /// overlap; [`KernelError::Memory`]), the allocator (a view or `record_stream` at
+    /// replay; [`KernelError::Alloc`]), an unresolved stream ([`KernelError::Stream`]), the
+    /// device layer ([`KernelError::Device`]).
     #[error(transparent)]
     Kernel(#[from] KernelError),
-    /// A typed-memory failure (range, length, overlap, allocation).
-    #[error(transparent)]
-    Memory(#[from] MemoryError),
-    /// An allocator failure (a view or `record_stream` at replay).
-    #[error(transparent)]
-    Alloc(#[from] AllocError),
-    /// The stream could not be resolved.
-    #[error(transparent)]
-    Stream(#[from] StreamError),
-    /// A device-layer failure.
-    #[error(transparent)]
-    Device(#[from] DeviceError),
 }
+
+xpu_device::impl_from_via!(GraphError::Kernel(KernelError) <- MemoryError, AllocError, StreamError, DeviceError);
 
 mod sealed {
     pub trait Sealed {}
@@ -720,7 +714,8 @@ impl Drop for CaptureLaunch<'_> {
 /// holds the pool while it lives; its id is `(0, n)` as torch's handles.
 ///
 /// # Errors
-/// [`GraphError::Alloc`] as `xpu_alloc::MemPool::new` (bad device index, configuration).
+/// [`KernelError::Alloc`] (in [`GraphError::Kernel`]) as `xpu_alloc::MemPool::new` (bad
+/// device index, configuration).
 pub fn graph_pool_handle(device: usize) -> Result<MemPool, GraphError> {
     Ok(MemPool::new(device)?)
 }
@@ -774,7 +769,8 @@ impl Graph {
     ///
     /// # Errors
     /// [`GraphError::AlreadyCapturing`] for a stream another capture holds; `f`'s error;
-    /// [`GraphError::Alloc`] when the device's allocator cannot be created.
+    /// [`KernelError::Alloc`] (in [`GraphError::Kernel`]) when the device's allocator cannot
+    /// be created.
     pub fn capture<F>(stream: &Stream, f: F) -> Result<Graph, GraphError>
     where
         F: FnOnce(&mut Capture) -> Result<(), GraphError>,
@@ -921,8 +917,8 @@ impl Graph {
     /// # Errors
     /// [`GraphError::OtherDevice`] for a stream of another device and
     /// [`GraphError::AlreadyCapturing`] for a stream being captured, before anything is
-    /// enqueued; [`GraphError::Stream`] for a released stream; a device error of an enqueue
-    /// (then the commands before it were enqueued).
+    /// enqueued; [`KernelError::Stream`] (in [`GraphError::Kernel`]) for a released stream; a
+    /// device error of an enqueue (then the commands before it were enqueued).
     #[allow(unsafe_code)]
     pub fn replay(&self, stream: &Stream) -> Result<(), GraphError> {
         if stream.device() != self.device {
@@ -1126,8 +1122,8 @@ fn command_buffer_for(
 #[allow(unsafe_code)]
 fn block_buffer(block: &DataPtr) -> Result<Buffer, GraphError> {
     let (mem, size) = block.block_cl_mem().map_err(|e| match e {
-        BlockArgError::Alloc(e) => GraphError::Alloc(e),
-        BlockArgError::Device(e) => GraphError::Device(e),
+        BlockArgError::Alloc(e) => KernelError::Alloc(e),
+        BlockArgError::Device(e) => KernelError::Device(e),
     })?;
     // SAFETY: `mem` is the allocation's live sub-buffer of exactly `size` bytes (held by the
     // `DataPtr`, which the graph holds). The retained handle goes only into the graph's

@@ -201,19 +201,17 @@ pub enum MlpError {
     /// An invalid [`MlpConfig`].
     #[error("invalid MLP configuration: {0}")]
     Config(String),
-    /// Building the program, or a launch.
+    /// Building the program or a launch; an allocation or a copy
+    /// ([`KernelError::Memory`]); getting a stream or synchronizing one
+    /// ([`KernelError::Stream`]).
     #[error(transparent)]
     Kernel(#[from] KernelError),
-    /// An allocation or a copy.
-    #[error(transparent)]
-    Memory(#[from] MemoryError),
-    /// Getting a stream, or synchronizing one.
-    #[error(transparent)]
-    Stream(#[from] StreamError),
     /// Recording or waiting on the upload event.
     #[error(transparent)]
     Event(#[from] EventError),
 }
+
+xpu_device::impl_from_via!(MlpError::Kernel(KernelError) <- MemoryError, StreamError);
 
 /// The fixed-seed generator of the parameters and data: SplitMix64 (Steele, Lea, Flood 2014),
 /// written out here so that both sides (and any reader) get the same stream of numbers.

@@ -16,7 +16,8 @@ use crate::error::Result;
 ///
 /// # Errors
 /// [`Error::Lazy`](crate::Error::Lazy) (no device, bad fork, a failing queued call);
-/// [`Error::Config`](crate::Error::Config) naming the bad key and its allowed values.
+/// [`Error::Alloc`](crate::Error::Alloc) with `AllocError::Config` naming the bad key and its
+/// allowed values.
 pub fn init() -> Result<()> {
     xpu_lazy::init()?;
     #[cfg(feature = "alloc")]

@@ -7,7 +7,10 @@ pub enum Error {
     /// Lazy initialization failed, or the process is a bad fork child.
     #[error(transparent)]
     Lazy(#[from] xpu_lazy::LazyError),
-    /// Device layer: invalid index, no runtime, OpenCL failure.
+    /// Device layer: invalid index, no runtime, a failed OpenCL call of the backend
+    /// (`xpu_device::backend`, kernels, programs: [`DeviceError::OpenCl`]).
+    ///
+    /// [`DeviceError::OpenCl`]: xpu_device::DeviceError::OpenCl
     #[error(transparent)]
     Device(#[from] xpu_device::DeviceError),
     /// Stream layer.
@@ -16,22 +19,20 @@ pub enum Error {
     /// Event layer.
     #[error(transparent)]
     Event(#[from] xpu_event::EventError),
-    /// A raw OpenCL call of the backend failed (`xpu_device::backend`, kernels, programs).
-    #[error(transparent)]
-    Cl(#[from] xpu_device::ClError),
     /// A foreign library loaded at run time (`xpu_device::foreign`, e.g. CLBlast): not
     /// installed, or a failure status.
     #[error(transparent)]
     Foreign(#[from] xpu_device::foreign::ForeignError),
-    /// Caching device allocator (out of memory, bad size, bad config, unknown pointer).
+    /// Caching device allocator (out of memory, bad size, unknown pointer), a bad allocator
+    /// configuration (`XPU_ALLOC_CONF`, `set_config`: [`AllocError::Config`], which
+    /// [`init`](crate::init) reports), or a stream operation it needed
+    /// ([`AllocError::Stream`]).
+    ///
+    /// [`AllocError::Config`]: xpu_alloc::AllocError::Config
+    /// [`AllocError::Stream`]: xpu_alloc::AllocError::Stream
     #[cfg(feature = "alloc")]
     #[error(transparent)]
     Alloc(#[from] xpu_alloc::AllocError),
-    /// A bad allocator configuration (`XPU_ALLOC_CONF`, `set_config`); [`init`](crate::init)
-    /// reports it.
-    #[cfg(feature = "alloc")]
-    #[error(transparent)]
-    Config(#[from] xpu_alloc::ConfigError),
     /// Pinned host allocator and host<->device copies (boxed: it is the largest layer error).
     #[cfg(feature = "alloc")]
     #[error(transparent)]
@@ -40,10 +41,6 @@ pub enum Error {
     #[cfg(feature = "alloc")]
     #[error(transparent)]
     Source(#[from] xpu_alloc::SourceError),
-    /// A stream operation the allocator needed.
-    #[cfg(feature = "alloc")]
-    #[error(transparent)]
-    Marker(#[from] xpu_alloc::MarkerError),
     /// Exporting a memory snapshot or history.
     #[cfg(feature = "alloc")]
     #[error(transparent)]
@@ -67,6 +64,11 @@ pub enum Error {
     #[error(transparent)]
     Kernel(Box<xpu_kernel::KernelError>),
 }
+
+xpu_device::impl_from_via!(Error::Device(xpu_device::DeviceError) <- xpu_device::ClError);
+
+#[cfg(feature = "alloc")]
+xpu_device::impl_from_via!(Error::Alloc(xpu_alloc::AllocError) <- xpu_alloc::ConfigError, xpu_alloc::MarkerError);
 
 #[cfg(feature = "kernel")]
 impl From<xpu_kernel::KernelError> for Error {

@@ -39,7 +39,13 @@ fn every_layer_error_converts_into_the_facade_error() {
         Ok(())
     }
     let e = user_code().unwrap_err();
-    assert!(matches!(e, xpu::Error::Cl(_)), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            xpu::Error::Device(xpu::xpu_device::DeviceError::OpenCl(_))
+        ),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("clSetKernelArg"), "{e}");
 
     fn config_code() -> xpu::Result<()> {
@@ -47,7 +53,10 @@ fn every_layer_error_converts_into_the_facade_error() {
         Ok(())
     }
     let e = config_code().unwrap_err();
-    assert!(matches!(e, xpu::Error::Config(_)), "{e:?}");
+    assert!(
+        matches!(e, xpu::Error::Alloc(xpu::xpu_alloc::AllocError::Config(_))),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("no_such_key"), "{e}");
 
     fn host_code() -> xpu::Result<()> {
@@ -74,7 +83,9 @@ fn init_fails_on_a_bad_alloc_conf() {
         // A fresh child process: nothing read the configuration yet.
         std::env::set_var("XPU_ALLOC_CONF", s);
         match xpu::init() {
-            Err(xpu::Error::Config(e)) => println!("CONFIG ERROR: {e}"),
+            Err(xpu::Error::Alloc(xpu::xpu_alloc::AllocError::Config(e))) => {
+                println!("CONFIG ERROR: {e}")
+            }
             Err(e) => println!("OTHER ERROR: {e}"),
             Ok(()) => println!("INIT OK"),
         }
