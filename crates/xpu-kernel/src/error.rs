@@ -141,3 +141,76 @@ impl From<crate::memory::MemoryError> for KernelError {
 pub(crate) fn check_fork() -> Result<(), KernelError> {
     xpu_device::fork::refuse_in_bad_fork(KernelError::BadFork)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use xpu_alloc::HostError;
+
+    use super::*;
+    use crate::graph::GraphError;
+    use crate::memory::MemoryError;
+    use crate::mlp::MlpError;
+
+    /// `GraphError` and `MlpError` wrap only `KernelError`: a lower layer's error converts
+    /// into the `KernelError` variant of its layer, with the lower error's message and source.
+    #[test]
+    fn lower_layer_errors_reach_graph_and_mlp_errors_through_kernel_error() {
+        let g = GraphError::from(AllocError::InvalidDevice { device: 7 });
+        assert!(
+            matches!(
+                g,
+                GraphError::Kernel(KernelError::Alloc(AllocError::InvalidDevice { device: 7 }))
+            ),
+            "{g:?}"
+        );
+        assert_eq!(g.to_string(), "invalid device argument 7: no such device");
+        let g = GraphError::from(DeviceError::BadFork);
+        assert!(
+            matches!(
+                g,
+                GraphError::Kernel(KernelError::Device(DeviceError::BadFork))
+            ),
+            "{g:?}"
+        );
+
+        let m = MlpError::from(StreamError::ExternalNull);
+        assert!(
+            matches!(
+                m,
+                MlpError::Kernel(KernelError::Stream(StreamError::ExternalNull))
+            ),
+            "{m:?}"
+        );
+        assert_eq!(m.to_string(), "external queue must not be null");
+
+        let oom = || {
+            MemoryError::Host(HostError::OutOfMemory {
+                device: 1,
+                size: 4096,
+                source: DeviceError::InvalidArgument("no room".into()),
+            })
+        };
+        for e in [
+            GraphError::from(oom()),
+            GraphError::from(KernelError::from(oom())),
+        ] {
+            assert!(
+                matches!(&e, GraphError::Kernel(KernelError::Memory(m)) if matches!(**m, MemoryError::Host(_))),
+                "{e:?}"
+            );
+            assert_eq!(e.to_string(), oom().to_string());
+            assert_eq!(
+                e.source().map(ToString::to_string).as_deref(),
+                Some("invalid argument: no room")
+            );
+        }
+        let m = MlpError::from(oom());
+        assert!(
+            matches!(m, MlpError::Kernel(KernelError::Memory(_))),
+            "{m:?}"
+        );
+        assert_eq!(m.to_string(), oom().to_string());
+    }
+}
