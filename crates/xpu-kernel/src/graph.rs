@@ -221,7 +221,9 @@ pub enum GraphError {
     Kernel(#[from] KernelError),
 }
 
-xpu_device::impl_from_via!(GraphError::Kernel(KernelError) <- MemoryError, AllocError, StreamError, DeviceError);
+xpu_device::impl_from_via!(
+    GraphError::Kernel(KernelError) <- MemoryError, AllocError, StreamError, DeviceError
+);
 
 mod sealed {
     pub trait Sealed {}

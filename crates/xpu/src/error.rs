@@ -68,7 +68,9 @@ pub enum Error {
 xpu_device::impl_from_via!(Error::Device(xpu_device::DeviceError) <- xpu_device::ClError);
 
 #[cfg(feature = "alloc")]
-xpu_device::impl_from_via!(Error::Alloc(xpu_alloc::AllocError) <- xpu_alloc::ConfigError, xpu_alloc::MarkerError);
+xpu_device::impl_from_via!(
+    Error::Alloc(xpu_alloc::AllocError) <- xpu_alloc::ConfigError, xpu_alloc::MarkerError
+);
 
 #[cfg(feature = "kernel")]
 impl From<xpu_kernel::KernelError> for Error {
