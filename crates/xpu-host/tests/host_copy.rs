@@ -3,17 +3,14 @@
 
 mod host_common;
 
-use host_common::{device_buffer, have_devices, pattern};
-use xpu_host::{HostAllocator, HostCopy, HostError};
-use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
+use host_common::{allocator_and_stream, device_buffer, pattern, read_back};
+use xpu_host::{HostCopy, HostError};
 
 #[test]
 fn round_trip_preserves_the_bytes() -> Result<(), HostError> {
-    if !have_devices(1, "round_trip_preserves_the_bytes") {
+    let Some((alloc, stream)) = allocator_and_stream()? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    };
     for &n in &[1usize, 3, 4096, 100_000, 1 << 20] {
         let dev = device_buffer(0, n)?;
         let want = pattern(n as u8, n);
@@ -27,20 +24,16 @@ fn round_trip_preserves_the_bytes() -> Result<(), HostError> {
         stream.synchronize()?;
         assert_eq!(&back[..], &want[..], "{n} bytes");
         // Cross-check against the device through a plain blocking read.
-        let mut direct = vec![0u8; n];
-        stream.queue()?.read(&dev, 0, &mut direct)?;
-        assert_eq!(direct, want);
+        assert_eq!(read_back(&stream, &dev, 0, n)?, want);
     }
     Ok(())
 }
 
 #[test]
 fn offsets_select_the_right_bytes() -> Result<(), HostError> {
-    if !have_devices(1, "offsets_select_the_right_bytes") {
+    let Some((alloc, stream)) = allocator_and_stream()? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    };
     let dev = device_buffer(0, 1000)?;
     stream.queue()?.write(&dev, 0, &[0u8; 1000])?;
     let mut src = alloc.allocate_on(0, 300)?;
@@ -62,26 +55,21 @@ fn offsets_select_the_right_bytes() -> Result<(), HostError> {
 
 #[test]
 fn pageable_copy_writes_the_bytes() -> Result<(), HostError> {
-    if !have_devices(1, "pageable_copy_writes_the_bytes") {
+    let Some((_, stream)) = allocator_and_stream()? else {
         return Ok(());
-    }
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    };
     let dev = device_buffer(0, 512)?;
     let want = pattern(3, 256);
     stream.copy_from_pageable(&want, &dev, 256)?;
-    let mut got = vec![0u8; 256];
-    stream.queue()?.read(&dev, 256, &mut got)?;
-    assert_eq!(got, want);
+    assert_eq!(read_back(&stream, &dev, 256, 256)?, want);
     Ok(())
 }
 
 #[test]
 fn ranges_are_checked_against_the_requested_length() -> Result<(), HostError> {
-    if !have_devices(1, "ranges_are_checked_against_the_requested_length") {
+    let Some((alloc, stream)) = allocator_and_stream()? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    };
     let dev = device_buffer(0, 4096)?;
     let mut h = alloc.allocate_on(0, 1000)?; // a 1024-byte block
     let err = stream.copy_from_host_to_buffer(&h, 0, &dev, 0, 1001);
@@ -130,11 +118,9 @@ fn ranges_are_checked_against_the_requested_length() -> Result<(), HostError> {
 
 #[test]
 fn whole_allocation_copies_through_device_memory() -> Result<(), HostError> {
-    if !have_devices(1, "whole_allocation_copies_through_device_memory") {
+    let Some((alloc, stream)) = allocator_and_stream()? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    };
     let dev = device_buffer(0, 5000)?;
     let mut src = alloc.allocate_on(0, 3000)?;
     src.copy_from_slice(&pattern(11, 3000));
