@@ -18,7 +18,7 @@ fn on_new_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 
 #[test]
 fn every_thread_starts_at_device_0() {
-    if !common::have_devices("every_thread_starts_at_device_0", 2) {
+    if !common::have_devices(2) {
         return;
     }
     on_new_thread(|| {
@@ -33,7 +33,7 @@ fn every_thread_starts_at_device_0() {
 
 #[test]
 fn set_device_in_one_thread_does_not_leak() {
-    if !common::have_devices("set_device_in_one_thread_does_not_leak", 2) {
+    if !common::have_devices(2) {
         return;
     }
     let barrier = Barrier::new(2);
@@ -57,7 +57,7 @@ fn set_device_in_one_thread_does_not_leak() {
 
 #[test]
 fn set_device_out_of_range_errors_and_changes_nothing() {
-    if !common::have_devices("set_device_out_of_range_errors_and_changes_nothing", 1) {
+    if !common::have_devices(1) {
         return;
     }
     on_new_thread(|| {
@@ -93,7 +93,7 @@ fn set_device_out_of_range_errors_and_changes_nothing() {
 
 #[test]
 fn exchange_device_returns_the_previous_device() {
-    if !common::have_devices("exchange_device_returns_the_previous_device", 2) {
+    if !common::have_devices(2) {
         return;
     }
     on_new_thread(|| {
@@ -107,7 +107,7 @@ fn exchange_device_returns_the_previous_device() {
 
 #[test]
 fn guard_restores_across_two_devices_and_nesting() {
-    if !common::have_devices("guard_restores_across_two_devices_and_nesting", 2) {
+    if !common::have_devices(2) {
         return;
     }
     on_new_thread(|| {
@@ -132,7 +132,7 @@ fn guard_restores_across_two_devices_and_nesting() {
 
 #[test]
 fn guard_restores_when_a_panic_unwinds() {
-    if !common::have_devices("guard_restores_when_a_panic_unwinds", 2) {
+    if !common::have_devices(2) {
         return;
     }
     on_new_thread(|| {
@@ -148,7 +148,7 @@ fn guard_restores_when_a_panic_unwinds() {
 
 #[test]
 fn guards_in_two_threads_are_independent() {
-    if !common::have_devices("guards_in_two_threads_are_independent", 2) {
+    if !common::have_devices(2) {
         return;
     }
     let barrier = Barrier::new(2);
@@ -182,7 +182,7 @@ impl HasDevice for NotRecorded {
 
 #[test]
 fn device_of_switches_to_the_objects_device() {
-    if !common::have_devices("device_of_switches_to_the_objects_device", 2) {
+    if !common::have_devices(2) {
         return;
     }
     on_new_thread(|| {

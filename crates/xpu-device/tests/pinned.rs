@@ -11,7 +11,7 @@ use xpu_device::DeviceError;
 
 #[test]
 fn pinned_write_and_read_round_trip() {
-    let Some((_, ctx, q)) = common::device0_queue("pinned_write_and_read_round_trip") else {
+    let Some((_, ctx, q)) = common::device0_queue() else {
         return;
     };
     let mut src = PinnedBuffer::new(ctx, &q, 8192).unwrap();
@@ -51,9 +51,7 @@ fn pinned_write_and_read_round_trip() {
 
 #[test]
 fn pinned_memory_outlives_its_handle_while_a_copy_waits() {
-    let Some((dev, ctx, q)) =
-        common::device0_queue("pinned_memory_outlives_its_handle_while_a_copy_waits")
-    else {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
         return;
     };
     let mut gate = common::Gate::new(dev);
@@ -96,8 +94,7 @@ fn with_gate_opened_meanwhile<R: Send>(
 
 #[test]
 fn pinned_reads_wait_for_a_copy_into_the_buffer() {
-    let Some((dev, ctx, q)) = common::device0_queue("pinned_reads_wait_for_a_copy_into_the_buffer")
-    else {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
         return;
     };
     let mut gate = common::Gate::new(dev);
@@ -127,9 +124,7 @@ fn pinned_reads_wait_for_a_copy_into_the_buffer() {
 
 #[test]
 fn pinned_writes_wait_for_a_copy_from_the_buffer() {
-    let Some((dev, ctx, q)) =
-        common::device0_queue("pinned_writes_wait_for_a_copy_from_the_buffer")
-    else {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
         return;
     };
     let mut gate = common::Gate::new(dev);
@@ -158,9 +153,7 @@ fn pinned_writes_wait_for_a_copy_from_the_buffer() {
 
 #[test]
 fn pinned_copies_on_two_queues_keep_their_order_on_the_host_bytes() {
-    let Some(dev) =
-        common::device0("pinned_copies_on_two_queues_keep_their_order_on_the_host_bytes")
-    else {
+    let Some(dev) = common::device0() else {
         return;
     };
     let ctx = dev.context().unwrap();

@@ -13,8 +13,7 @@ const CL_INVALID_CONTEXT: i32 = -34;
 
 #[test]
 fn kernel_from_source_writes_expected_values() {
-    let Some((dev, ctx, q)) = common::device0_queue("kernel_from_source_writes_expected_values")
-    else {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
         return;
     };
     let (program, mut kernel) = common::scale_index(dev);
@@ -84,7 +83,7 @@ fn kernel_from_source_writes_expected_values() {
 
 #[test]
 fn syntax_error_gives_the_build_log() {
-    let Some(dev) = common::device0("syntax_error_gives_the_build_log") else {
+    let Some(dev) = common::device0() else {
         return;
     };
     let bad = "__kernel void broken(__global int *p) { p[0] = ; }";
@@ -105,9 +104,7 @@ fn syntax_error_gives_the_build_log() {
 
 #[test]
 fn build_options_and_program_binaries_round_trip() {
-    let Some((dev, ctx, q)) =
-        common::device0_queue("build_options_and_program_binaries_round_trip")
-    else {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
         return;
     };
     let src = "__kernel void k(__global uint *out) { out[get_global_id(0)] = K; }";
@@ -155,8 +152,7 @@ fn build_options_and_program_binaries_round_trip() {
 
 #[test]
 fn a_buffer_dropped_after_set_arg_stays_alive_for_the_launch() {
-    const NAME: &str = "a_buffer_dropped_after_set_arg_stays_alive_for_the_launch";
-    let Some(dev) = common::device0_in_child(NAME) else {
+    let Some(dev) = common::device0_in_child() else {
         return;
     };
     let ctx = dev.context().unwrap();
@@ -191,8 +187,7 @@ fn a_buffer_dropped_after_set_arg_stays_alive_for_the_launch() {
 
 #[test]
 fn a_scalar_for_a_pointer_parameter_is_refused() {
-    const NAME: &str = "a_scalar_for_a_pointer_parameter_is_refused";
-    let Some(dev) = common::device0_in_child(NAME) else {
+    let Some(dev) = common::device0_in_child() else {
         return;
     };
     let ctx = dev.context().unwrap();
@@ -235,8 +230,7 @@ fn a_scalar_for_a_pointer_parameter_is_refused() {
 
 #[test]
 fn a_buffer_of_another_context_is_refused() {
-    const NAME: &str = "a_buffer_of_another_context_is_refused";
-    let Some((d0, d1)) = common::two_devices_in_child(NAME) else {
+    let Some((d0, d1)) = common::two_devices_in_child() else {
         return;
     };
     let foreign = Buffer::new(d0.context().unwrap(), 1024, MemFlags::default()).unwrap();

@@ -6,18 +6,13 @@ use xpu_device::backend::{Buffer, MemFlags};
 use xpu_event::Gate;
 use xpu_host::{HostAllocator, HostError};
 use xpu_stream::{get_stream_from_pool, Stream, PRIORITY_NORMAL};
+pub use xpu_testing::child::test_name;
 pub use xpu_testing::{have_devices, pattern};
 
 /// A device buffer of `size` bytes on `device`.
 pub fn device_buffer(device: usize, size: usize) -> Result<Buffer, HostError> {
     let ctx = xpu_device::device(device)?.context()?;
     Ok(Buffer::new(ctx, size, MemFlags::default())?)
-}
-
-/// The running test's name: libtest runs each test on a thread named after it.
-pub fn test_name() -> String {
-    let thread = std::thread::current();
-    thread.name().unwrap_or("this test").to_owned()
 }
 
 /// An allocator of the test's own (so that its statistics are the test's); `None` when the
