@@ -104,19 +104,14 @@ fn user_event_refuses_a_non_negative_failure_status_and_stays_unset() {
 
 #[test]
 fn a_completion_callback_runs_on_the_runtime_thread_and_may_finish_the_queue() {
-    let Some(dev) = common::device0_in_child() else {
+    let Some((dev, ctx, q)) = common::device0_queue_in_child() else {
         return;
     };
-    let q = common::queue(dev);
-    let mut gate = common::Gate::new(dev);
-    let ev = q.enqueue_marker(&[gate.event()]).unwrap();
+    let (mut gate, ev) = common::gated_marker(dev, &q);
     // More work after the marker, which a finish() inside the callback waits for.
-    let buf = xpu_device::backend::Buffer::new(
-        dev.context().unwrap(),
-        1 << 20,
-        xpu_device::backend::MemFlags::default(),
-    )
-    .unwrap();
+    let buf =
+        xpu_device::backend::Buffer::new(ctx, 1 << 20, xpu_device::backend::MemFlags::default())
+            .unwrap();
     q.fill(&buf, &[7u8], 0, 1 << 20, &[]).unwrap();
     let after = q.enqueue_marker(&[]).unwrap();
     let q2 = q.clone();
@@ -151,7 +146,7 @@ impl Drop for PanickingPayload {
 
 #[test]
 fn a_panicking_callback_with_a_panicking_payload_does_not_abort() {
-    let Some(dev) = common::device0_in_child() else {
+    let Some((dev, _, q)) = common::device0_queue_in_child() else {
         return;
     };
     let user = dev.create_user_event().unwrap();
@@ -167,7 +162,6 @@ fn a_panicking_callback_with_a_panicking_payload_does_not_abort() {
     assert_eq!(xpu_device::backend::live_objects().callbacks, 0);
     // And callbacks keep running afterwards.
     let (tx3, rx3) = std::sync::mpsc::channel();
-    let q = common::queue(dev);
     q.enqueue_marker(&[])
         .unwrap()
         .on_complete(move |s| {
@@ -230,12 +224,10 @@ fn forward_to_gives_a_user_event_of_another_context_the_final_status() {
 
 #[test]
 fn setting_the_status_of_a_command_event_is_refused() {
-    let Some(dev) = common::device0_in_child() else {
+    let Some((dev, _, q)) = common::device0_queue_in_child() else {
         return;
     };
-    let q = common::queue(dev);
-    let mut gate = common::Gate::new(dev);
-    let marker = q.enqueue_marker(&[gate.event()]).unwrap();
+    let (mut gate, marker) = common::gated_marker(dev, &q);
     q.flush().unwrap();
     let r = marker.set_complete();
     println!("set_complete on a marker: {r:?}");
@@ -258,8 +250,7 @@ fn an_event_handed_out_raw_and_taken_back_owned_keeps_one_reference() {
         return;
     };
     let q = common::queue(dev);
-    let mut gate = common::Gate::new(dev);
-    let marker = q.enqueue_marker(&[gate.event()]).unwrap();
+    let (mut gate, marker) = common::gated_marker(dev, &q);
     let watcher = marker.clone();
     let raw = marker.into_raw();
     assert_eq!(raw, watcher.as_raw());

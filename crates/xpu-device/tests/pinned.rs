@@ -6,8 +6,8 @@ mod common;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use xpu_device::backend::{Buffer, MemFlags, PinnedBuffer};
-use xpu_device::DeviceError;
+use xpu_device::backend::{Buffer, CommandQueue, Context, MemFlags, PinnedBuffer};
+use xpu_device::{Device, DeviceError};
 
 #[test]
 fn pinned_write_and_read_round_trip() {
@@ -67,9 +67,9 @@ fn pinned_memory_outlives_its_handle_while_a_copy_waits() {
     assert!(!w.is_complete().unwrap());
     gate.open();
     w.wait().unwrap();
-    let mut out = vec![0u8; 1024];
-    q.read(&dev_buf, 0, &mut out).unwrap();
-    assert!(out.iter().all(|&b| b == 0x3C));
+    assert!(common::read_bytes(&q, &dev_buf, 1024)
+        .iter()
+        .all(|&b| b == 0x3C));
     q.finish().unwrap();
 }
 
@@ -92,16 +92,28 @@ fn with_gate_opened_meanwhile<R: Send>(
     })
 }
 
+/// A closed gate, a device buffer of `n` bytes holding `device_byte` and a pinned buffer of `n`
+/// bytes on `q` holding `host_byte`.
+fn gate_and_buffers(
+    (dev, ctx, q): (&Device, &Context, &CommandQueue),
+    n: usize,
+    device_byte: u8,
+    host_byte: u8,
+) -> (common::Gate, Buffer, PinnedBuffer) {
+    let gate = common::Gate::new(dev);
+    let dev_buf = Buffer::new(ctx, n, MemFlags::default()).unwrap();
+    q.write(&dev_buf, 0, &vec![device_byte; n]).unwrap();
+    let mut p = PinnedBuffer::new(ctx, q, n).unwrap();
+    p.as_mut_slice().fill(host_byte);
+    (gate, dev_buf, p)
+}
+
 #[test]
 fn pinned_reads_wait_for_a_copy_into_the_buffer() {
     let Some((dev, ctx, q)) = common::device0_queue() else {
         return;
     };
-    let mut gate = common::Gate::new(dev);
-    let dev_buf = Buffer::new(ctx, 512, MemFlags::default()).unwrap();
-    q.write(&dev_buf, 0, &[0xAB; 512]).unwrap();
-    let mut p = PinnedBuffer::new(ctx, &q, 512).unwrap();
-    p.as_mut_slice().fill(0);
+    let (mut gate, dev_buf, mut p) = gate_and_buffers((dev, ctx, &q), 512, 0xAB, 0);
     assert!(!p.has_copies_in_flight());
     let r = q
         .read_into_pinned(&dev_buf, 0, &mut p, 0, 512, &[gate.event()])
@@ -127,11 +139,7 @@ fn pinned_writes_wait_for_a_copy_from_the_buffer() {
     let Some((dev, ctx, q)) = common::device0_queue() else {
         return;
     };
-    let mut gate = common::Gate::new(dev);
-    let dev_buf = Buffer::new(ctx, 512, MemFlags::default()).unwrap();
-    q.write(&dev_buf, 0, &[0; 512]).unwrap();
-    let mut p = PinnedBuffer::new(ctx, &q, 512).unwrap();
-    p.as_mut_slice().fill(1);
+    let (mut gate, dev_buf, mut p) = gate_and_buffers((dev, ctx, &q), 512, 0, 1);
     let w = q
         .write_from_pinned(&p, 0, &dev_buf, 0, 512, &[gate.event()])
         .unwrap();
@@ -141,8 +149,7 @@ fn pinned_writes_wait_for_a_copy_from_the_buffer() {
     assert!(!w.is_complete().unwrap());
     with_gate_opened_meanwhile(&mut gate, || p.as_mut_slice().fill(2));
     w.wait().unwrap();
-    let mut out = vec![0u8; 512];
-    q.read(&dev_buf, 0, &mut out).unwrap();
+    let out = common::read_bytes(&q, &dev_buf, 512);
     assert!(
         out.iter().all(|&b| b == 1),
         "the device received {:#x}, written after the copy was enqueued",
@@ -176,8 +183,7 @@ fn pinned_copies_on_two_queues_keep_their_order_on_the_host_bytes() {
     gate.open();
     h2d.wait().unwrap();
     d2h.wait().unwrap();
-    let mut got = vec![0u8; 256];
-    qa.read(&out_a, 0, &mut got).unwrap();
+    let got = common::read_bytes(&qa, &out_a, 256);
     assert!(
         got.iter().all(|&b| b == 1),
         "the host-to-device copy read {:#x}: the later device-to-host copy overtook it",

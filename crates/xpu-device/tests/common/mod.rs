@@ -31,8 +31,16 @@ pub fn device0() -> Option<&'static Device> {
 /// Device 0, its context and an in-order queue with profiling on it ([`queue`]), or `None`
 /// as [`device0`].
 pub fn device0_queue() -> Option<(&'static Device, &'static Context, CommandQueue)> {
-    let dev = device0()?;
-    Some((dev, dev.context().expect("device 0's context"), queue(dev)))
+    device0().map(with_queue)
+}
+
+/// `dev`, its context and an in-order queue with profiling on it ([`queue`]).
+fn with_queue(dev: &'static Device) -> (&'static Device, &'static Context, CommandQueue) {
+    (
+        dev,
+        dev.context().expect("the device's context"),
+        queue(dev),
+    )
 }
 
 /// A kernel source: `scale_index(out, k)` writes `out[i] = i * k`.
@@ -82,6 +90,13 @@ impl Gate {
         self.open = true;
         self.event.set_complete().expect("set user event complete");
     }
+}
+
+/// A closed [`Gate`] on `dev` and a marker on `q` that waits for it.
+pub fn gated_marker(dev: &Device, q: &CommandQueue) -> (Gate, ClEvent) {
+    let gate = Gate::new(dev);
+    let marker = q.enqueue_marker(&[gate.event()]).unwrap();
+    (gate, marker)
 }
 
 impl Drop for Gate {
@@ -134,6 +149,12 @@ pub fn device0_in_child() -> Option<&'static Device> {
     in_child_scenario().then_some(dev)
 }
 
+/// [`device0_queue`] in the child process that runs the test's scenario; `None` as
+/// [`device0_in_child`].
+pub fn device0_queue_in_child() -> Option<(&'static Device, &'static Context, CommandQueue)> {
+    device0_in_child().map(with_queue)
+}
+
 /// Devices 0 and 1 in the child process that runs the test's scenario; `None` with fewer than
 /// two devices ([`have_devices`]) and in the parent, which ran the scenario in a child
 /// ([`in_child_scenario`]).
@@ -147,11 +168,16 @@ pub fn two_devices_in_child() -> Option<(&'static Device, &'static Device)> {
     ))
 }
 
-/// The first `n` `u32`s of `b`, read on `q` (blocking, after the work enqueued before).
-pub fn read_u32s(q: &CommandQueue, b: &Buffer, n: usize) -> Vec<u32> {
-    let mut bytes = vec![0u8; n * 4];
+/// The first `n` bytes of `b`, read on `q` (blocking, after the work enqueued before).
+pub fn read_bytes(q: &CommandQueue, b: &Buffer, n: usize) -> Vec<u8> {
+    let mut bytes = vec![0u8; n];
     q.read(b, 0, &mut bytes).unwrap();
     bytes
+}
+
+/// The first `n` `u32`s of `b`, read on `q` (blocking, after the work enqueued before).
+pub fn read_u32s(q: &CommandQueue, b: &Buffer, n: usize) -> Vec<u32> {
+    read_bytes(q, b, n * 4)
         .chunks_exact(4)
         .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
