@@ -67,9 +67,12 @@ fn pinned_memory_outlives_its_handle_while_a_copy_waits() {
     assert!(!w.is_complete().unwrap());
     gate.open();
     w.wait().unwrap();
-    assert!(common::read_bytes(&q, &dev_buf, 1024)
-        .iter()
-        .all(|&b| b == 0x3C));
+    let out = common::read_bytes(&q, &dev_buf, 1024);
+    assert_all(
+        &out,
+        0x3C,
+        "the copy did not read the dropped handle's bytes",
+    );
     q.finish().unwrap();
 }
 
@@ -90,6 +93,16 @@ fn with_gate_opened_meanwhile<R: Send>(
         let _ = tx.send(());
         r
     })
+}
+
+/// Asserts that every byte of `bytes` is `want`; a failure says what it means (`what`) and
+/// shows the first byte.
+fn assert_all(bytes: &[u8], want: u8, what: &str) {
+    assert!(
+        bytes.iter().all(|&b| b == want),
+        "{what}: {:#x?} where every byte should be {want:#x}",
+        bytes.first()
+    );
 }
 
 /// A closed gate, a device buffer of `n` bytes holding `device_byte` and a pinned buffer of `n`
@@ -126,9 +139,10 @@ fn pinned_reads_wait_for_a_copy_into_the_buffer() {
         (view, view.to_vec())
     });
     r.wait().unwrap();
-    assert!(
-        first.iter().all(|&b| b == 0xAB),
-        "as_slice returned before the copy into the buffer completed"
+    assert_all(
+        &first,
+        0xAB,
+        "as_slice returned before the copy into the buffer completed",
     );
     assert_eq!(view, &first[..], "bytes changed under a live &[u8]");
     q.finish().unwrap();
@@ -145,15 +159,15 @@ fn pinned_writes_wait_for_a_copy_from_the_buffer() {
         .unwrap();
     q.flush().unwrap();
     // Reading does not wait for a copy that only reads the host bytes.
-    assert!(p.as_slice().iter().all(|&b| b == 1));
+    assert_all(p.as_slice(), 1, "the host bytes changed under the copy");
     assert!(!w.is_complete().unwrap());
     with_gate_opened_meanwhile(&mut gate, || p.as_mut_slice().fill(2));
     w.wait().unwrap();
     let out = common::read_bytes(&q, &dev_buf, 512);
-    assert!(
-        out.iter().all(|&b| b == 1),
-        "the device received {:#x}, written after the copy was enqueued",
-        out[0]
+    assert_all(
+        &out,
+        1,
+        "the device received bytes written after the copy was enqueued",
     );
     q.finish().unwrap();
 }
@@ -184,10 +198,10 @@ fn pinned_copies_on_two_queues_keep_their_order_on_the_host_bytes() {
     h2d.wait().unwrap();
     d2h.wait().unwrap();
     let got = common::read_bytes(&qa, &out_a, 256);
-    assert!(
-        got.iter().all(|&b| b == 1),
-        "the host-to-device copy read {:#x}: the later device-to-host copy overtook it",
-        got[0]
+    assert_all(
+        &got,
+        1,
+        "the host-to-device copy read bytes of the later device-to-host copy",
     );
-    assert!(p.as_slice().iter().all(|&b| b == 7));
+    assert_all(p.as_slice(), 7, "the device-to-host copy did not land");
 }
