@@ -3,7 +3,7 @@
 
 mod host_common;
 
-use host_common::{allocator_and_stream, device_buffer, pattern, read_back};
+use host_common::{allocator_and_stream, copy_setup, device_buffer, pattern, read_back};
 use xpu_host::{HostCopy, HostError};
 
 #[test]
@@ -31,10 +31,9 @@ fn round_trip_preserves_the_bytes() -> Result<(), HostError> {
 
 #[test]
 fn offsets_select_the_right_bytes() -> Result<(), HostError> {
-    let Some((alloc, stream)) = allocator_and_stream()? else {
+    let Some((alloc, stream, dev)) = copy_setup(1000)? else {
         return Ok(());
     };
-    let dev = device_buffer(0, 1000)?;
     stream.queue()?.write(&dev, 0, &[0u8; 1000])?;
     let mut src = alloc.allocate_on(0, 300)?;
     src.copy_from_slice(&pattern(9, 300));
@@ -55,10 +54,9 @@ fn offsets_select_the_right_bytes() -> Result<(), HostError> {
 
 #[test]
 fn pageable_copy_writes_the_bytes() -> Result<(), HostError> {
-    let Some((_, stream)) = allocator_and_stream()? else {
+    let Some((_, stream, dev)) = copy_setup(512)? else {
         return Ok(());
     };
-    let dev = device_buffer(0, 512)?;
     let want = pattern(3, 256);
     stream.copy_from_pageable(&want, &dev, 256)?;
     assert_eq!(read_back(&stream, &dev, 256, 256)?, want);
@@ -67,47 +65,20 @@ fn pageable_copy_writes_the_bytes() -> Result<(), HostError> {
 
 #[test]
 fn ranges_are_checked_against_the_requested_length() -> Result<(), HostError> {
-    let Some((alloc, stream)) = allocator_and_stream()? else {
+    let Some((alloc, stream, dev)) = copy_setup(4096)? else {
         return Ok(());
     };
-    let dev = device_buffer(0, 4096)?;
     let mut h = alloc.allocate_on(0, 1000)?; // a 1024-byte block
-    let err = stream.copy_from_host_to_buffer(&h, 0, &dev, 0, 1001);
-    assert!(matches!(
-        err,
-        Err(HostError::OutOfRange {
-            what: "host source",
-            offset: 0,
-            len: 1001,
-            size: 1000
-        })
-    ));
-    let err = stream.copy_from_host_to_buffer(&h, 900, &dev, 4000, 100);
-    assert!(matches!(
-        err,
-        Err(HostError::OutOfRange {
-            what: "device destination",
-            ..
-        })
-    ));
-    let err = stream.copy_to_host_from_buffer(&dev, 4095, &mut h, 0, 2);
-    assert!(matches!(
-        err,
-        Err(HostError::OutOfRange {
-            what: "device source",
-            ..
-        })
-    ));
-    let err = stream.copy_to_host_from_buffer(&dev, 0, &mut h, usize::MAX, 2);
-    assert!(matches!(
-        err,
-        Err(HostError::OutOfRange {
-            what: "host destination",
-            ..
-        })
-    ));
-    let err = stream.copy_from_pageable(&[0u8; 10], &dev, 4090);
-    assert!(matches!(err, Err(HostError::OutOfRange { .. })));
+    let (what, offset, len, size) =
+        out_of_range(stream.copy_from_host_to_buffer(&h, 0, &dev, 0, 1001));
+    assert_eq!((what, offset, len, size), ("host source", 0, 1001, 1000));
+    let err = out_of_range(stream.copy_from_host_to_buffer(&h, 900, &dev, 4000, 100));
+    assert_eq!(err.0, "device destination");
+    let err = out_of_range(stream.copy_to_host_from_buffer(&dev, 4095, &mut h, 0, 2));
+    assert_eq!(err.0, "device source");
+    let err = out_of_range(stream.copy_to_host_from_buffer(&dev, 0, &mut h, usize::MAX, 2));
+    assert_eq!(err.0, "host destination");
+    out_of_range(stream.copy_from_pageable(&[0u8; 10], &dev, 4090));
     // Failed copies record nothing; zero-length copies enqueue and record nothing.
     stream.copy_from_host_to_buffer(&h, 1000, &dev, 0, 0)?;
     let mut empty = alloc.allocate_on(0, 0)?;
@@ -118,10 +89,9 @@ fn ranges_are_checked_against_the_requested_length() -> Result<(), HostError> {
 
 #[test]
 fn whole_allocation_copies_through_device_memory() -> Result<(), HostError> {
-    let Some((alloc, stream)) = allocator_and_stream()? else {
+    let Some((alloc, stream, dev)) = copy_setup(5000)? else {
         return Ok(());
     };
-    let dev = device_buffer(0, 5000)?;
     let mut src = alloc.allocate_on(0, 3000)?;
     src.copy_from_slice(&pattern(11, 3000));
     stream.copy_from_host(&src, &dev)?;
@@ -132,23 +102,22 @@ fn whole_allocation_copies_through_device_memory() -> Result<(), HostError> {
     assert_eq!(&back[..], &src[..]);
     // The region must hold the whole host allocation.
     let mut big = alloc.allocate_on(0, 6000)?;
-    assert!(matches!(
-        stream.copy_from_host(&big, &dev),
-        Err(HostError::OutOfRange {
-            what: "device destination",
-            len: 6000,
-            size: 5000,
-            ..
-        })
-    ));
-    assert!(matches!(
-        stream.copy_to_host(&dev, &mut big),
-        Err(HostError::OutOfRange {
-            what: "device source",
-            len: 6000,
-            size: 5000,
-            ..
-        })
-    ));
+    let (what, _, len, size) = out_of_range(stream.copy_from_host(&big, &dev));
+    assert_eq!((what, len, size), ("device destination", 6000, 5000));
+    let (what, _, len, size) = out_of_range(stream.copy_to_host(&dev, &mut big));
+    assert_eq!((what, len, size), ("device source", 6000, 5000));
     Ok(())
+}
+
+/// `(what, offset, len, size)` of the `OutOfRange` error that `result` must be.
+fn out_of_range<T: std::fmt::Debug>(result: Result<T, HostError>) -> (&'static str, u64, u64, u64) {
+    match result {
+        Err(HostError::OutOfRange {
+            what,
+            offset,
+            len,
+            size,
+        }) => (what, offset, len, size),
+        other => panic!("expected OutOfRange, got {other:?}"),
+    }
 }

@@ -29,6 +29,15 @@ pub fn allocator_and_stream() -> Result<Option<(HostAllocator, Stream)>, HostErr
     Ok(Some((alloc, get_stream_from_pool(PRIORITY_NORMAL, 0)?)))
 }
 
+/// What a copy test starts from: [`allocator_and_stream`] and a device buffer of `size` bytes
+/// on device 0.
+pub fn copy_setup(size: usize) -> Result<Option<(HostAllocator, Stream, Buffer)>, HostError> {
+    let Some((alloc, stream)) = allocator_and_stream()? else {
+        return Ok(None);
+    };
+    Ok(Some((alloc, stream, device_buffer(0, size)?)))
+}
+
 /// [`allocator_and_stream`] and a closed gate that holds back the work enqueued on the stream
 /// until the test opens it.
 pub fn gated_stream() -> Result<Option<(HostAllocator, Stream, Gate)>, HostError> {
