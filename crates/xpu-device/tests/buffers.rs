@@ -14,7 +14,7 @@ fn pattern(len: usize) -> Vec<u8> {
 
 #[test]
 fn write_read_round_trip() {
-    let Some((dev, _, q)) = common::device0_queue("write_read_round_trip") else {
+    let Some((dev, _, q)) = common::device0_queue() else {
         return;
     };
     let buf = Buffer::new(dev.context().unwrap(), 4096, MemFlags::default()).unwrap();
@@ -41,7 +41,7 @@ fn write_read_round_trip() {
 
 #[test]
 fn sub_buffer_at_an_aligned_offset_views_the_parent() {
-    let Some(dev) = common::device0("sub_buffer_at_an_aligned_offset_views_the_parent") else {
+    let Some(dev) = common::device0() else {
         return;
     };
     let align = dev.properties().mem_base_addr_align as usize;
@@ -71,7 +71,7 @@ fn sub_buffer_at_an_aligned_offset_views_the_parent() {
 
 #[test]
 fn sub_buffer_at_a_misaligned_origin_is_a_typed_error() {
-    let Some(dev) = common::device0("sub_buffer_at_a_misaligned_origin_is_a_typed_error") else {
+    let Some(dev) = common::device0() else {
         return;
     };
     let align = dev.properties().mem_base_addr_align as usize;
@@ -110,8 +110,7 @@ fn sub_buffer_at_a_misaligned_origin_is_a_typed_error() {
 
 #[test]
 fn bad_sizes_and_ranges_are_invalid_arguments() {
-    let Some((dev, ctx, q)) = common::device0_queue("bad_sizes_and_ranges_are_invalid_arguments")
-    else {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
         return;
     };
     let err = Buffer::new(ctx, 0, MemFlags::default()).unwrap_err();
@@ -154,7 +153,7 @@ fn bad_sizes_and_ranges_are_invalid_arguments() {
 
 #[test]
 fn fill_then_copy() {
-    let Some((_, ctx, q)) = common::device0_queue("fill_then_copy") else {
+    let Some((_, ctx, q)) = common::device0_queue() else {
         return;
     };
     let a = Buffer::new(ctx, 256, MemFlags::default()).unwrap();
@@ -192,8 +191,7 @@ fn fill_then_copy() {
 
 #[test]
 fn commands_on_buffers_of_another_context_are_errors_not_aborts() {
-    const NAME: &str = "commands_on_buffers_of_another_context_are_errors_not_aborts";
-    let Some((d0, d1)) = common::two_devices_in_child(NAME) else {
+    let Some((d0, d1)) = common::two_devices_in_child() else {
         return;
     };
     let foreign = Buffer::new(d0.context().unwrap(), 256, MemFlags::default()).unwrap();

@@ -19,8 +19,7 @@ __kernel void add(__global uint *x, uint k) {
 
 #[test]
 fn command_buffer_replays_recorded_commands_and_allows_a_pending_reenqueue() {
-    let Some((dev, ctx, q)) = common::device0_queue("command_buffer_replays_recorded_commands")
-    else {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
         return;
     };
     let support = command_buffer_support(dev.id()).unwrap();

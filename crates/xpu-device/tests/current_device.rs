@@ -16,12 +16,32 @@ fn on_new_thread<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     thread::scope(|s| s.spawn(f).join().unwrap())
 }
 
+/// Runs `f` on a new thread ([`on_new_thread`]) when at least `need` devices exist; otherwise
+/// the test is skipped ([`common::have_devices`]).
+fn on_new_thread_with_devices(need: usize, f: impl FnOnce() + Send) {
+    if common::have_devices(need) {
+        on_new_thread(f);
+    }
+}
+
+/// Runs `a` and `b` on two new threads at once and returns their results (propagating a
+/// panic). Each gets the same two-thread barrier: a `wait` on it returns once the other thread
+/// waits too.
+fn on_two_threads<A: Send, B: Send>(
+    a: impl FnOnce(&Barrier) -> A + Send,
+    b: impl FnOnce(&Barrier) -> B + Send,
+) -> (A, B) {
+    let barrier = Barrier::new(2);
+    thread::scope(|s| {
+        let a = s.spawn(|| a(&barrier));
+        let b = s.spawn(|| b(&barrier));
+        (a.join().unwrap(), b.join().unwrap())
+    })
+}
+
 #[test]
 fn every_thread_starts_at_device_0() {
-    if !common::have_devices("every_thread_starts_at_device_0", 2) {
-        return;
-    }
-    on_new_thread(|| {
+    on_new_thread_with_devices(2, || {
         assert_eq!(current_device(), 0);
         set_device(1).unwrap();
         assert_eq!(current_device(), 1);
@@ -33,34 +53,30 @@ fn every_thread_starts_at_device_0() {
 
 #[test]
 fn set_device_in_one_thread_does_not_leak() {
-    if !common::have_devices("set_device_in_one_thread_does_not_leak", 2) {
+    if !common::have_devices(2) {
         return;
     }
-    let barrier = Barrier::new(2);
-    thread::scope(|s| {
-        let setter = s.spawn(|| {
+    let (set, seen) = on_two_threads(
+        |barrier| {
             set_device(1).unwrap();
             barrier.wait(); // the other thread looks while device 1 is current here
             barrier.wait();
             current_device()
-        });
-        let watcher = s.spawn(|| {
+        },
+        |barrier| {
             barrier.wait();
             let seen = current_device();
             barrier.wait();
             seen
-        });
-        assert_eq!(setter.join().unwrap(), 1);
-        assert_eq!(watcher.join().unwrap(), 0);
-    });
+        },
+    );
+    assert_eq!(set, 1);
+    assert_eq!(seen, 0);
 }
 
 #[test]
 fn set_device_out_of_range_errors_and_changes_nothing() {
-    if !common::have_devices("set_device_out_of_range_errors_and_changes_nothing", 1) {
-        return;
-    }
-    on_new_thread(|| {
+    on_new_thread_with_devices(1, || {
         let n = xpu_device::device_count();
         let bad = n.max(7);
         let err = set_device(bad).unwrap_err();
@@ -93,10 +109,7 @@ fn set_device_out_of_range_errors_and_changes_nothing() {
 
 #[test]
 fn exchange_device_returns_the_previous_device() {
-    if !common::have_devices("exchange_device_returns_the_previous_device", 2) {
-        return;
-    }
-    on_new_thread(|| {
+    on_new_thread_with_devices(2, || {
         assert_eq!(exchange_device(1).unwrap(), 0);
         assert_eq!(current_device(), 1);
         assert_eq!(exchange_device(1).unwrap(), 1);
@@ -107,10 +120,7 @@ fn exchange_device_returns_the_previous_device() {
 
 #[test]
 fn guard_restores_across_two_devices_and_nesting() {
-    if !common::have_devices("guard_restores_across_two_devices_and_nesting", 2) {
-        return;
-    }
-    on_new_thread(|| {
+    on_new_thread_with_devices(2, || {
         {
             let outer = DeviceGuard::new(1).unwrap();
             assert_eq!(outer.previous(), Some(0));
@@ -132,10 +142,7 @@ fn guard_restores_across_two_devices_and_nesting() {
 
 #[test]
 fn guard_restores_when_a_panic_unwinds() {
-    if !common::have_devices("guard_restores_when_a_panic_unwinds", 2) {
-        return;
-    }
-    on_new_thread(|| {
+    on_new_thread_with_devices(2, || {
         let r = catch_unwind(AssertUnwindSafe(|| {
             let _g = DeviceGuard::new(1).unwrap();
             assert_eq!(current_device(), 1);
@@ -148,11 +155,10 @@ fn guard_restores_when_a_panic_unwinds() {
 
 #[test]
 fn guards_in_two_threads_are_independent() {
-    if !common::have_devices("guards_in_two_threads_are_independent", 2) {
+    if !common::have_devices(2) {
         return;
     }
-    let barrier = Barrier::new(2);
-    let run = |target: usize| {
+    let run = |barrier: &Barrier, target: usize| {
         let start = current_device();
         let g = DeviceGuard::new(target).unwrap();
         barrier.wait(); // both guards are alive now
@@ -161,15 +167,15 @@ fn guards_in_two_threads_are_independent() {
         drop(g);
         (start, during, current_device())
     };
-    thread::scope(|s| {
-        let a = s.spawn(|| run(1));
-        let b = s.spawn(|| {
+    let (a, b) = on_two_threads(
+        |barrier| run(barrier, 1),
+        |barrier| {
             set_device(1).unwrap();
-            run(0)
-        });
-        assert_eq!(a.join().unwrap(), (0, 1, 0));
-        assert_eq!(b.join().unwrap(), (1, 0, 1));
-    });
+            run(barrier, 0)
+        },
+    );
+    assert_eq!(a, (0, 1, 0));
+    assert_eq!(b, (1, 0, 1));
 }
 
 struct NotRecorded;
@@ -182,10 +188,7 @@ impl HasDevice for NotRecorded {
 
 #[test]
 fn device_of_switches_to_the_objects_device() {
-    if !common::have_devices("device_of_switches_to_the_objects_device", 2) {
-        return;
-    }
-    on_new_thread(|| {
+    on_new_thread_with_devices(2, || {
         {
             let g = device_of(&1usize).unwrap();
             assert_eq!(g.previous(), Some(0));

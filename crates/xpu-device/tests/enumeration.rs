@@ -8,7 +8,7 @@ const POCL: &str = "Portable Computing Language";
 
 #[test]
 fn devices_are_indexed_and_named() {
-    if !common::have_devices("devices_are_indexed_and_named", 1) {
+    if !common::have_devices(1) {
         return;
     }
     let all = xpu_device::devices().unwrap();
@@ -31,7 +31,7 @@ fn devices_are_indexed_and_named() {
 
 #[test]
 fn distinct_devices_have_distinct_ids() {
-    if !common::have_devices("distinct_devices_have_distinct_ids", 2) {
+    if !common::have_devices(2) {
         return;
     }
     let all = xpu_device::devices().unwrap();
@@ -40,7 +40,7 @@ fn distinct_devices_have_distinct_ids() {
 
 #[test]
 fn properties_are_consistent() {
-    if !common::have_devices("properties_are_consistent", 1) {
+    if !common::have_devices(1) {
         return;
     }
     for i in 0..xpu_device::device_count() {
@@ -85,7 +85,7 @@ fn properties_are_consistent() {
 
 #[test]
 fn capability_map_holds_every_flag() {
-    if !common::have_devices("capability_map_holds_every_flag", 1) {
+    if !common::have_devices(1) {
         return;
     }
     let p = xpu_device::get_device_properties(0).unwrap();
@@ -103,7 +103,7 @@ fn capability_map_holds_every_flag() {
 
 #[test]
 fn out_of_range_index_is_invalid_device() {
-    if !common::have_devices("out_of_range_index_is_invalid_device", 1) {
+    if !common::have_devices(1) {
         return;
     }
     let n = xpu_device::device_count();

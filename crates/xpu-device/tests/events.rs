@@ -11,7 +11,7 @@ const CL_PROFILING_INFO_NOT_AVAILABLE: i32 = -7;
 
 #[test]
 fn user_event_gates_a_marker() {
-    let Some((dev, _, q)) = common::device0_queue("user_event_gates_a_marker") else {
+    let Some((dev, _, q)) = common::device0_queue() else {
         return;
     };
     let mut gate = common::Gate::new(dev);
@@ -32,8 +32,7 @@ fn user_event_gates_a_marker() {
 
 #[test]
 fn barrier_holds_later_commands_of_the_queue() {
-    let Some((dev, _, q)) = common::device0_queue("barrier_holds_later_commands_of_the_queue")
-    else {
+    let Some((dev, _, q)) = common::device0_queue() else {
         return;
     };
     let mut gate = common::Gate::new(dev);
@@ -51,7 +50,7 @@ fn barrier_holds_later_commands_of_the_queue() {
 
 #[test]
 fn failed_user_event_fails_its_waiters() {
-    let Some((dev, _, q)) = common::device0_queue("failed_user_event_fails_its_waiters") else {
+    let Some((dev, _, q)) = common::device0_queue() else {
         return;
     };
     let user = dev.create_user_event().unwrap();
@@ -65,7 +64,7 @@ fn failed_user_event_fails_its_waiters() {
 
 #[test]
 fn marker_profiling_timestamps_are_ordered() {
-    let Some((dev, _, q)) = common::device0_queue("marker_profiling_timestamps_are_ordered") else {
+    let Some((dev, _, q)) = common::device0_queue() else {
         return;
     };
     assert!(q.has_profiling().unwrap());
@@ -88,9 +87,7 @@ fn marker_profiling_timestamps_are_ordered() {
 
 #[test]
 fn user_event_refuses_a_non_negative_failure_status_and_stays_unset() {
-    let Some(dev) =
-        common::device0("user_event_refuses_a_non_negative_failure_status_and_stays_unset")
-    else {
+    let Some(dev) = common::device0() else {
         return;
     };
     let user = dev.create_user_event().unwrap();
@@ -107,20 +104,14 @@ fn user_event_refuses_a_non_negative_failure_status_and_stays_unset() {
 
 #[test]
 fn a_completion_callback_runs_on_the_runtime_thread_and_may_finish_the_queue() {
-    const NAME: &str = "a_completion_callback_runs_on_the_runtime_thread_and_may_finish_the_queue";
-    let Some(dev) = common::device0_in_child(NAME) else {
+    let Some((dev, ctx, q)) = common::device0_queue_in_child() else {
         return;
     };
-    let q = common::queue(dev);
-    let mut gate = common::Gate::new(dev);
-    let ev = q.enqueue_marker(&[gate.event()]).unwrap();
+    let (mut gate, ev) = common::gated_marker(dev, &q);
     // More work after the marker, which a finish() inside the callback waits for.
-    let buf = xpu_device::backend::Buffer::new(
-        dev.context().unwrap(),
-        1 << 20,
-        xpu_device::backend::MemFlags::default(),
-    )
-    .unwrap();
+    let buf =
+        xpu_device::backend::Buffer::new(ctx, 1 << 20, xpu_device::backend::MemFlags::default())
+            .unwrap();
     q.fill(&buf, &[7u8], 0, 1 << 20, &[]).unwrap();
     let after = q.enqueue_marker(&[]).unwrap();
     let q2 = q.clone();
@@ -155,8 +146,7 @@ impl Drop for PanickingPayload {
 
 #[test]
 fn a_panicking_callback_with_a_panicking_payload_does_not_abort() {
-    const NAME: &str = "a_panicking_callback_with_a_panicking_payload_does_not_abort";
-    let Some(dev) = common::device0_in_child(NAME) else {
+    let Some((dev, _, q)) = common::device0_queue_in_child() else {
         return;
     };
     let user = dev.create_user_event().unwrap();
@@ -172,7 +162,6 @@ fn a_panicking_callback_with_a_panicking_payload_does_not_abort() {
     assert_eq!(xpu_device::backend::live_objects().callbacks, 0);
     // And callbacks keep running afterwards.
     let (tx3, rx3) = std::sync::mpsc::channel();
-    let q = common::queue(dev);
     q.enqueue_marker(&[])
         .unwrap()
         .on_complete(move |s| {
@@ -186,10 +175,7 @@ fn a_panicking_callback_with_a_panicking_payload_does_not_abort() {
 
 #[test]
 fn forward_to_gives_a_user_event_of_another_context_the_final_status() {
-    if !common::have_devices(
-        "forward_to_gives_a_user_event_of_another_context_the_final_status",
-        2,
-    ) {
+    if !common::have_devices(2) {
         return;
     }
     let (d0, d1) = (
@@ -238,13 +224,10 @@ fn forward_to_gives_a_user_event_of_another_context_the_final_status() {
 
 #[test]
 fn setting_the_status_of_a_command_event_is_refused() {
-    const NAME: &str = "setting_the_status_of_a_command_event_is_refused";
-    let Some(dev) = common::device0_in_child(NAME) else {
+    let Some((dev, _, q)) = common::device0_queue_in_child() else {
         return;
     };
-    let q = common::queue(dev);
-    let mut gate = common::Gate::new(dev);
-    let marker = q.enqueue_marker(&[gate.event()]).unwrap();
+    let (mut gate, marker) = common::gated_marker(dev, &q);
     q.flush().unwrap();
     let r = marker.set_complete();
     println!("set_complete on a marker: {r:?}");
@@ -263,14 +246,11 @@ fn setting_the_status_of_a_command_event_is_refused() {
 
 #[test]
 fn an_event_handed_out_raw_and_taken_back_owned_keeps_one_reference() {
-    let Some(dev) =
-        common::device0("an_event_handed_out_raw_and_taken_back_owned_keeps_one_reference")
-    else {
+    let Some(dev) = common::device0() else {
         return;
     };
     let q = common::queue(dev);
-    let mut gate = common::Gate::new(dev);
-    let marker = q.enqueue_marker(&[gate.event()]).unwrap();
+    let (mut gate, marker) = common::gated_marker(dev, &q);
     let watcher = marker.clone();
     let raw = marker.into_raw();
     assert_eq!(raw, watcher.as_raw());

@@ -7,7 +7,7 @@ use xpu_device::backend::QueueOptions;
 
 #[test]
 fn contexts_are_created_on_first_use_only() {
-    if !common::have_devices("contexts_are_created_on_first_use_only", 1) {
+    if !common::have_devices(1) {
         return;
     }
     let n = xpu_device::device_count();

@@ -9,7 +9,7 @@ use xpu_device::{live_objects, LiveObjects};
 
 #[test]
 fn every_live_object_count_returns_to_its_baseline() {
-    let Some(dev) = common::device0("every_live_object_count_returns_to_its_baseline") else {
+    let Some(dev) = common::device0() else {
         return;
     };
     let ctx = dev.context().unwrap();

@@ -7,7 +7,7 @@ use xpu_device::{mem_get_info, note_reserved, reserved_by_runtime, DeviceError};
 
 #[test]
 fn free_is_total_minus_reserved() {
-    if !common::have_devices("free_is_total_minus_reserved", 1) {
+    if !common::have_devices(1) {
         return;
     }
     let total = xpu_device::get_device_properties(0).unwrap().total_memory;
@@ -40,7 +40,7 @@ fn free_is_total_minus_reserved() {
 
 #[test]
 fn mem_get_info_rejects_a_bad_index() {
-    if !common::have_devices("mem_get_info_rejects_a_bad_index", 1) {
+    if !common::have_devices(1) {
         return;
     }
     let n = xpu_device::device_count();

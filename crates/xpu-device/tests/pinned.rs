@@ -6,12 +6,12 @@ mod common;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use xpu_device::backend::{Buffer, MemFlags, PinnedBuffer};
-use xpu_device::DeviceError;
+use xpu_device::backend::{Buffer, CommandQueue, Context, MemFlags, PinnedBuffer};
+use xpu_device::{Device, DeviceError};
 
 #[test]
 fn pinned_write_and_read_round_trip() {
-    let Some((_, ctx, q)) = common::device0_queue("pinned_write_and_read_round_trip") else {
+    let Some((_, ctx, q)) = common::device0_queue() else {
         return;
     };
     let mut src = PinnedBuffer::new(ctx, &q, 8192).unwrap();
@@ -51,9 +51,7 @@ fn pinned_write_and_read_round_trip() {
 
 #[test]
 fn pinned_memory_outlives_its_handle_while_a_copy_waits() {
-    let Some((dev, ctx, q)) =
-        common::device0_queue("pinned_memory_outlives_its_handle_while_a_copy_waits")
-    else {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
         return;
     };
     let mut gate = common::Gate::new(dev);
@@ -69,9 +67,12 @@ fn pinned_memory_outlives_its_handle_while_a_copy_waits() {
     assert!(!w.is_complete().unwrap());
     gate.open();
     w.wait().unwrap();
-    let mut out = vec![0u8; 1024];
-    q.read(&dev_buf, 0, &mut out).unwrap();
-    assert!(out.iter().all(|&b| b == 0x3C));
+    let out = common::read_bytes(&q, &dev_buf, 1024);
+    assert_all(
+        &out,
+        0x3C,
+        "the copy did not read the dropped handle's bytes",
+    );
     q.finish().unwrap();
 }
 
@@ -94,17 +95,38 @@ fn with_gate_opened_meanwhile<R: Send>(
     })
 }
 
+/// Asserts that every byte of `bytes` is `want`; a failure says what it means (`what`) and
+/// shows the first byte.
+fn assert_all(bytes: &[u8], want: u8, what: &str) {
+    assert!(
+        bytes.iter().all(|&b| b == want),
+        "{what}: {:#x?} where every byte should be {want:#x}",
+        bytes.first()
+    );
+}
+
+/// A closed gate, a device buffer of `n` bytes holding `device_byte` and a pinned buffer of `n`
+/// bytes on `q` holding `host_byte`.
+fn gate_and_buffers(
+    (dev, ctx, q): (&Device, &Context, &CommandQueue),
+    n: usize,
+    device_byte: u8,
+    host_byte: u8,
+) -> (common::Gate, Buffer, PinnedBuffer) {
+    let gate = common::Gate::new(dev);
+    let dev_buf = Buffer::new(ctx, n, MemFlags::default()).unwrap();
+    q.write(&dev_buf, 0, &vec![device_byte; n]).unwrap();
+    let mut p = PinnedBuffer::new(ctx, q, n).unwrap();
+    p.as_mut_slice().fill(host_byte);
+    (gate, dev_buf, p)
+}
+
 #[test]
 fn pinned_reads_wait_for_a_copy_into_the_buffer() {
-    let Some((dev, ctx, q)) = common::device0_queue("pinned_reads_wait_for_a_copy_into_the_buffer")
-    else {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
         return;
     };
-    let mut gate = common::Gate::new(dev);
-    let dev_buf = Buffer::new(ctx, 512, MemFlags::default()).unwrap();
-    q.write(&dev_buf, 0, &[0xAB; 512]).unwrap();
-    let mut p = PinnedBuffer::new(ctx, &q, 512).unwrap();
-    p.as_mut_slice().fill(0);
+    let (mut gate, dev_buf, mut p) = gate_and_buffers((dev, ctx, &q), 512, 0xAB, 0);
     assert!(!p.has_copies_in_flight());
     let r = q
         .read_into_pinned(&dev_buf, 0, &mut p, 0, 512, &[gate.event()])
@@ -117,9 +139,10 @@ fn pinned_reads_wait_for_a_copy_into_the_buffer() {
         (view, view.to_vec())
     });
     r.wait().unwrap();
-    assert!(
-        first.iter().all(|&b| b == 0xAB),
-        "as_slice returned before the copy into the buffer completed"
+    assert_all(
+        &first,
+        0xAB,
+        "as_slice returned before the copy into the buffer completed",
     );
     assert_eq!(view, &first[..], "bytes changed under a live &[u8]");
     q.finish().unwrap();
@@ -127,40 +150,31 @@ fn pinned_reads_wait_for_a_copy_into_the_buffer() {
 
 #[test]
 fn pinned_writes_wait_for_a_copy_from_the_buffer() {
-    let Some((dev, ctx, q)) =
-        common::device0_queue("pinned_writes_wait_for_a_copy_from_the_buffer")
-    else {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
         return;
     };
-    let mut gate = common::Gate::new(dev);
-    let dev_buf = Buffer::new(ctx, 512, MemFlags::default()).unwrap();
-    q.write(&dev_buf, 0, &[0; 512]).unwrap();
-    let mut p = PinnedBuffer::new(ctx, &q, 512).unwrap();
-    p.as_mut_slice().fill(1);
+    let (mut gate, dev_buf, mut p) = gate_and_buffers((dev, ctx, &q), 512, 0, 1);
     let w = q
         .write_from_pinned(&p, 0, &dev_buf, 0, 512, &[gate.event()])
         .unwrap();
     q.flush().unwrap();
     // Reading does not wait for a copy that only reads the host bytes.
-    assert!(p.as_slice().iter().all(|&b| b == 1));
+    assert_all(p.as_slice(), 1, "the host bytes changed under the copy");
     assert!(!w.is_complete().unwrap());
     with_gate_opened_meanwhile(&mut gate, || p.as_mut_slice().fill(2));
     w.wait().unwrap();
-    let mut out = vec![0u8; 512];
-    q.read(&dev_buf, 0, &mut out).unwrap();
-    assert!(
-        out.iter().all(|&b| b == 1),
-        "the device received {:#x}, written after the copy was enqueued",
-        out[0]
+    let out = common::read_bytes(&q, &dev_buf, 512);
+    assert_all(
+        &out,
+        1,
+        "the device received bytes written after the copy was enqueued",
     );
     q.finish().unwrap();
 }
 
 #[test]
 fn pinned_copies_on_two_queues_keep_their_order_on_the_host_bytes() {
-    let Some(dev) =
-        common::device0("pinned_copies_on_two_queues_keep_their_order_on_the_host_bytes")
-    else {
+    let Some(dev) = common::device0() else {
         return;
     };
     let ctx = dev.context().unwrap();
@@ -183,12 +197,11 @@ fn pinned_copies_on_two_queues_keep_their_order_on_the_host_bytes() {
     gate.open();
     h2d.wait().unwrap();
     d2h.wait().unwrap();
-    let mut got = vec![0u8; 256];
-    qa.read(&out_a, 0, &mut got).unwrap();
-    assert!(
-        got.iter().all(|&b| b == 1),
-        "the host-to-device copy read {:#x}: the later device-to-host copy overtook it",
-        got[0]
+    let got = common::read_bytes(&qa, &out_a, 256);
+    assert_all(
+        &got,
+        1,
+        "the host-to-device copy read bytes of the later device-to-host copy",
     );
-    assert!(p.as_slice().iter().all(|&b| b == 7));
+    assert_all(p.as_slice(), 7, "the device-to-host copy did not land");
 }

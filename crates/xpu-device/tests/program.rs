@@ -13,8 +13,7 @@ const CL_INVALID_CONTEXT: i32 = -34;
 
 #[test]
 fn kernel_from_source_writes_expected_values() {
-    let Some((dev, ctx, q)) = common::device0_queue("kernel_from_source_writes_expected_values")
-    else {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
         return;
     };
     let (program, mut kernel) = common::scale_index(dev);
@@ -23,13 +22,8 @@ fn kernel_from_source_writes_expected_values() {
     kernel.set_arg(1, 3u32).unwrap();
     // SAFETY: 256 work-items write out[0..256), the 1024-byte buffer; nothing borrows it.
     let ev = unsafe { q.enqueue_kernel(&kernel, &[256], None, &[]) }.unwrap();
-    let mut bytes = vec![0u8; 256 * 4];
-    q.read(&out, 0, &mut bytes).unwrap(); // in-order: after the kernel
+    let values = common::read_u32s(&q, &out, 256); // in-order: after the kernel
     assert!(ev.is_complete().unwrap());
-    let values: Vec<u32> = bytes
-        .chunks_exact(4)
-        .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
     let want: Vec<u32> = (0..256).map(|i| i * 3).collect();
     assert_eq!(values, want);
 
@@ -84,7 +78,7 @@ fn kernel_from_source_writes_expected_values() {
 
 #[test]
 fn syntax_error_gives_the_build_log() {
-    let Some(dev) = common::device0("syntax_error_gives_the_build_log") else {
+    let Some(dev) = common::device0() else {
         return;
     };
     let bad = "__kernel void broken(__global int *p) { p[0] = ; }";
@@ -105,9 +99,7 @@ fn syntax_error_gives_the_build_log() {
 
 #[test]
 fn build_options_and_program_binaries_round_trip() {
-    let Some((dev, ctx, q)) =
-        common::device0_queue("build_options_and_program_binaries_round_trip")
-    else {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
         return;
     };
     let src = "__kernel void k(__global uint *out) { out[get_global_id(0)] = K; }";
@@ -155,12 +147,9 @@ fn build_options_and_program_binaries_round_trip() {
 
 #[test]
 fn a_buffer_dropped_after_set_arg_stays_alive_for_the_launch() {
-    const NAME: &str = "a_buffer_dropped_after_set_arg_stays_alive_for_the_launch";
-    let Some(dev) = common::device0_in_child(NAME) else {
+    let Some((dev, ctx, q)) = common::device0_queue_in_child() else {
         return;
     };
-    let ctx = dev.context().unwrap();
-    let q = common::queue(dev);
     let (_program, mut kernel) = common::scale_index(dev);
     let out = Buffer::new(ctx, 1 << 20, MemFlags::default()).unwrap();
     kernel.set_arg_buffer(0, &out).unwrap();
@@ -182,17 +171,14 @@ fn a_buffer_dropped_after_set_arg_stays_alive_for_the_launch() {
     let check = out2.clone();
     drop((kernel, out2));
     gate.open();
-    let mut bytes = vec![0u8; 1024];
-    q.read(&check, 0, &mut bytes).unwrap();
-    assert_eq!(u32::from_ne_bytes(bytes[40..44].try_into().unwrap()), 30);
+    assert_eq!(common::read_u32s(&q, &check, 256)[10], 30);
     drop(others);
     println!("scenario-ok");
 }
 
 #[test]
 fn a_scalar_for_a_pointer_parameter_is_refused() {
-    const NAME: &str = "a_scalar_for_a_pointer_parameter_is_refused";
-    let Some(dev) = common::device0_in_child(NAME) else {
+    let Some(dev) = common::device0_in_child() else {
         return;
     };
     let ctx = dev.context().unwrap();
@@ -235,8 +221,7 @@ fn a_scalar_for_a_pointer_parameter_is_refused() {
 
 #[test]
 fn a_buffer_of_another_context_is_refused() {
-    const NAME: &str = "a_buffer_of_another_context_is_refused";
-    let Some((d0, d1)) = common::two_devices_in_child(NAME) else {
+    let Some((d0, d1)) = common::two_devices_in_child() else {
         return;
     };
     let foreign = Buffer::new(d0.context().unwrap(), 1024, MemFlags::default()).unwrap();
@@ -263,9 +248,7 @@ fn a_buffer_of_another_context_is_refused() {
     kernel.set_arg(1, 2u32).unwrap();
     // SAFETY: 256 u32 fit the 1024-byte buffer.
     unsafe { q1.enqueue_kernel(&kernel, &[256], None, &[]) }.unwrap();
-    let mut bytes = vec![0u8; 1024];
-    q1.read(&own, 0, &mut bytes).unwrap();
-    assert_eq!(u32::from_ne_bytes(bytes[8..12].try_into().unwrap()), 4);
+    assert_eq!(common::read_u32s(&q1, &own, 256)[2], 4);
     // A queue of another context: the driver's typed error, no abort.
     let q0 = common::queue(d0);
     // SAFETY: refused by the driver (CL_INVALID_CONTEXT); otherwise in bounds as above.

@@ -8,7 +8,7 @@ const CL_INVALID_COMMAND_QUEUE: i32 = -36;
 
 #[test]
 fn queues_are_in_order_with_the_asked_profiling() {
-    let Some(dev) = common::device0("queues_are_in_order_with_the_asked_profiling") else {
+    let Some(dev) = common::device0() else {
         return;
     };
     let profiled = common::queue(dev);
@@ -33,8 +33,7 @@ fn queues_are_in_order_with_the_asked_profiling() {
 
 #[test]
 fn a_borrowed_raw_queue_stays_valid_after_the_wrapper_drops() {
-    let Some(dev) = common::device0("a_borrowed_raw_queue_stays_valid_after_the_wrapper_drops")
-    else {
+    let Some(dev) = common::device0() else {
         return;
     };
     let owner = common::queue(dev);

@@ -7,7 +7,7 @@ use xpu_device::DeviceError;
 
 #[test]
 fn svm_allocations_are_aligned_and_distinct() {
-    let Some(dev) = common::device0("svm_allocations_are_aligned_and_distinct") else {
+    let Some(dev) = common::device0() else {
         return;
     };
     let ctx = dev.context().unwrap();

@@ -9,8 +9,7 @@ use xpu_event::{Event, EventFlags, StreamExt};
 use xpu_stream::get_stream_from_pool;
 
 fn events(c: &mut Criterion) {
-    if xpu_device::device_count() == 0 {
-        eprintln!("skipped: no OpenCL device");
+    if !xpu_testing::have_device("the event benches") {
         return;
     }
     let s = get_stream_from_pool(0, 0).unwrap();

@@ -6,28 +6,13 @@
 //! bound.
 mod common;
 
-use std::time::Duration;
-
 use xpu_event::{Event, EventError, EventFlags, Gate};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
+use xpu_testing::bad_fork::{assert_bad_fork, bad_fork_test, done};
 
 #[test]
 fn events_and_gates_refuse_in_a_bad_fork_child() {
-    xpu_testing::scenario_test(
-        "events_and_gates_refuse_in_a_bad_fork_child",
-        "event-bad-fork",
-        Duration::from_secs(30),
-        "SCENARIO DONE",
-        run,
-    );
-}
-
-fn bad_fork<T: std::fmt::Debug>(what: &str, r: Result<T, EventError>) {
-    println!("{what} = {r:?}");
-    assert!(
-        matches!(r, Err(EventError::BadFork)),
-        "{what}: expected EventError::BadFork, got {r:?}"
-    );
+    bad_fork_test("event-bad-fork", run);
 }
 
 fn run() {
@@ -47,22 +32,22 @@ fn run() {
 
     xpu_device::fork::simulate_bad_fork();
 
-    bad_fork("Gate::new", Gate::new(0));
-    bad_fork("Gate::block", gate.block(&stream));
-    bad_fork("Gate::open", gate.open());
+    assert_bad_fork("Gate::new", Gate::new(0));
+    assert_bad_fork("Gate::block", gate.block(&stream));
+    assert_bad_fork("Gate::open", gate.open());
     assert!(
         !gate.is_open(),
         "a refused open must not mark the gate open"
     );
-    bad_fork("Gate::open (already open)", opened.open());
-    bad_fork("Event::elapsed_time", start.elapsed_time(&end));
-    bad_fork("Event::query", end.query());
-    bad_fork("Event::synchronize", end.synchronize());
-    bad_fork("Event::wait", end.wait(&stream));
-    bad_fork("Event::record", Event::new(timing).record(&stream));
-    bad_fork("Event::record_current", Event::new(timing).record_current());
+    assert_bad_fork("Gate::open (already open)", opened.open());
+    assert_bad_fork("Event::elapsed_time", start.elapsed_time(&end));
+    assert_bad_fork("Event::query", end.query());
+    assert_bad_fork("Event::synchronize", end.synchronize());
+    assert_bad_fork("Event::wait", end.wait(&stream));
+    assert_bad_fork("Event::record", Event::new(timing).record(&stream));
+    assert_bad_fork("Event::record_current", Event::new(timing).record_current());
     assert!(EventError::BadFork.to_string().contains("spawn"));
     // Dropping the closed gate does not set the parent's user event.
     drop(gate);
-    println!("SCENARIO DONE");
+    done();
 }

@@ -14,8 +14,7 @@ use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 const COPY_BYTES: usize = 1 << 20;
 
 fn host(c: &mut Criterion) {
-    if xpu_device::device_count() == 0 {
-        eprintln!("skipping the host allocator benches: no OpenCL device");
+    if !xpu_testing::have_device("the host allocator benches") {
         return;
     }
     let setup = || -> Result<_, Box<dyn std::error::Error>> {

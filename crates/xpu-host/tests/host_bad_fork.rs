@@ -8,8 +8,6 @@
 //! bound.
 mod host_common;
 
-use std::time::Duration;
-
 use host_common::device_buffer;
 use xpu_event::Gate;
 use xpu_host::{
@@ -17,26 +15,13 @@ use xpu_host::{
     HostAllocator, HostCopy, HostError, HostMemoryStats,
 };
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
+use xpu_testing::bad_fork::{assert_bad_fork, bad_fork_test, done};
 
 const N: usize = 256;
 
 #[test]
 fn host_allocator_refuses_in_a_bad_fork_child_without_waiting() {
-    xpu_testing::scenario_test(
-        "host_allocator_refuses_in_a_bad_fork_child_without_waiting",
-        "host-bad-fork",
-        Duration::from_secs(30),
-        "SCENARIO DONE",
-        run,
-    );
-}
-
-fn bad_fork<T: std::fmt::Debug>(what: &str, r: Result<T, HostError>) {
-    println!("{what} = {r:?}");
-    assert!(
-        matches!(r, Err(HostError::BadFork)),
-        "{what}: expected BadFork, got {r:?}"
-    );
+    bad_fork_test("host-bad-fork", run);
 }
 
 fn run() {
@@ -57,22 +42,22 @@ fn run() {
 
     xpu_device::fork::simulate_bad_fork();
 
-    bad_fork("host_allocate", host_allocate(N));
-    bad_fork("host_allocate_on", host_allocate_on(0, N));
-    bad_fork("allocate_on", alloc.allocate_on(0, N));
-    bad_fork("allocate_on(0 bytes)", alloc.allocate_on(0, 0));
-    bad_fork("allocate", HostAllocator::new().allocate(N));
-    bad_fork("copy_from_host", stream.copy_from_host(&host, &dev));
-    bad_fork("copy_to_host", stream.copy_to_host(&dev, &mut host));
-    bad_fork(
+    assert_bad_fork("host_allocate", host_allocate(N));
+    assert_bad_fork("host_allocate_on", host_allocate_on(0, N));
+    assert_bad_fork("allocate_on", alloc.allocate_on(0, N));
+    assert_bad_fork("allocate_on(0 bytes)", alloc.allocate_on(0, 0));
+    assert_bad_fork("allocate", HostAllocator::new().allocate(N));
+    assert_bad_fork("copy_from_host", stream.copy_from_host(&host, &dev));
+    assert_bad_fork("copy_to_host", stream.copy_to_host(&dev, &mut host));
+    assert_bad_fork(
         "copy_from_host_to_buffer",
         stream.copy_from_host_to_buffer(&host, 0, &dev, 0, N),
     );
-    bad_fork(
+    assert_bad_fork(
         "copy_to_host_from_buffer",
         stream.copy_to_host_from_buffer(&dev, 0, &mut host, 0, N),
     );
-    bad_fork(
+    assert_bad_fork(
         "copy_from_pageable",
         stream.copy_from_pageable(&[1; N], &dev, 0),
     );
@@ -101,7 +86,7 @@ fn run() {
     drop(global);
     let msg = HostError::BadFork.to_string();
     assert!(msg.contains("spawn"), "{msg}");
-    println!("SCENARIO DONE");
+    done();
     // The gate stays closed: the parent owned it.
     std::mem::forget(gate);
 }

@@ -3,17 +3,14 @@
 
 mod host_common;
 
-use host_common::{device_buffer, have_devices, pattern};
-use xpu_host::{HostAllocator, HostCopy, HostError};
-use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
+use host_common::{allocator_and_stream, copy_setup, device_buffer, pattern, read_back};
+use xpu_host::{HostCopy, HostError};
 
 #[test]
 fn round_trip_preserves_the_bytes() -> Result<(), HostError> {
-    if !have_devices(1, "round_trip_preserves_the_bytes") {
+    let Some((alloc, stream)) = allocator_and_stream()? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    };
     for &n in &[1usize, 3, 4096, 100_000, 1 << 20] {
         let dev = device_buffer(0, n)?;
         let want = pattern(n as u8, n);
@@ -27,21 +24,16 @@ fn round_trip_preserves_the_bytes() -> Result<(), HostError> {
         stream.synchronize()?;
         assert_eq!(&back[..], &want[..], "{n} bytes");
         // Cross-check against the device through a plain blocking read.
-        let mut direct = vec![0u8; n];
-        stream.queue()?.read(&dev, 0, &mut direct)?;
-        assert_eq!(direct, want);
+        assert_eq!(read_back(&stream, &dev, 0, n)?, want);
     }
     Ok(())
 }
 
 #[test]
 fn offsets_select_the_right_bytes() -> Result<(), HostError> {
-    if !have_devices(1, "offsets_select_the_right_bytes") {
+    let Some((alloc, stream, dev)) = copy_setup(1000)? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
-    let dev = device_buffer(0, 1000)?;
+    };
     stream.queue()?.write(&dev, 0, &[0u8; 1000])?;
     let mut src = alloc.allocate_on(0, 300)?;
     src.copy_from_slice(&pattern(9, 300));
@@ -62,64 +54,31 @@ fn offsets_select_the_right_bytes() -> Result<(), HostError> {
 
 #[test]
 fn pageable_copy_writes_the_bytes() -> Result<(), HostError> {
-    if !have_devices(1, "pageable_copy_writes_the_bytes") {
+    let Some((_, stream, dev)) = copy_setup(512)? else {
         return Ok(());
-    }
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
-    let dev = device_buffer(0, 512)?;
+    };
     let want = pattern(3, 256);
     stream.copy_from_pageable(&want, &dev, 256)?;
-    let mut got = vec![0u8; 256];
-    stream.queue()?.read(&dev, 256, &mut got)?;
-    assert_eq!(got, want);
+    assert_eq!(read_back(&stream, &dev, 256, 256)?, want);
     Ok(())
 }
 
 #[test]
 fn ranges_are_checked_against_the_requested_length() -> Result<(), HostError> {
-    if !have_devices(1, "ranges_are_checked_against_the_requested_length") {
+    let Some((alloc, stream, dev)) = copy_setup(4096)? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
-    let dev = device_buffer(0, 4096)?;
+    };
     let mut h = alloc.allocate_on(0, 1000)?; // a 1024-byte block
-    let err = stream.copy_from_host_to_buffer(&h, 0, &dev, 0, 1001);
-    assert!(matches!(
-        err,
-        Err(HostError::OutOfRange {
-            what: "host source",
-            offset: 0,
-            len: 1001,
-            size: 1000
-        })
-    ));
-    let err = stream.copy_from_host_to_buffer(&h, 900, &dev, 4000, 100);
-    assert!(matches!(
-        err,
-        Err(HostError::OutOfRange {
-            what: "device destination",
-            ..
-        })
-    ));
-    let err = stream.copy_to_host_from_buffer(&dev, 4095, &mut h, 0, 2);
-    assert!(matches!(
-        err,
-        Err(HostError::OutOfRange {
-            what: "device source",
-            ..
-        })
-    ));
-    let err = stream.copy_to_host_from_buffer(&dev, 0, &mut h, usize::MAX, 2);
-    assert!(matches!(
-        err,
-        Err(HostError::OutOfRange {
-            what: "host destination",
-            ..
-        })
-    ));
-    let err = stream.copy_from_pageable(&[0u8; 10], &dev, 4090);
-    assert!(matches!(err, Err(HostError::OutOfRange { .. })));
+    let (what, offset, len, size) =
+        out_of_range(stream.copy_from_host_to_buffer(&h, 0, &dev, 0, 1001));
+    assert_eq!((what, offset, len, size), ("host source", 0, 1001, 1000));
+    let err = out_of_range(stream.copy_from_host_to_buffer(&h, 900, &dev, 4000, 100));
+    assert_eq!(err.0, "device destination");
+    let err = out_of_range(stream.copy_to_host_from_buffer(&dev, 4095, &mut h, 0, 2));
+    assert_eq!(err.0, "device source");
+    let err = out_of_range(stream.copy_to_host_from_buffer(&dev, 0, &mut h, usize::MAX, 2));
+    assert_eq!(err.0, "host destination");
+    out_of_range(stream.copy_from_pageable(&[0u8; 10], &dev, 4090));
     // Failed copies record nothing; zero-length copies enqueue and record nothing.
     stream.copy_from_host_to_buffer(&h, 1000, &dev, 0, 0)?;
     let mut empty = alloc.allocate_on(0, 0)?;
@@ -130,12 +89,9 @@ fn ranges_are_checked_against_the_requested_length() -> Result<(), HostError> {
 
 #[test]
 fn whole_allocation_copies_through_device_memory() -> Result<(), HostError> {
-    if !have_devices(1, "whole_allocation_copies_through_device_memory") {
+    let Some((alloc, stream, dev)) = copy_setup(5000)? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
-    let dev = device_buffer(0, 5000)?;
+    };
     let mut src = alloc.allocate_on(0, 3000)?;
     src.copy_from_slice(&pattern(11, 3000));
     stream.copy_from_host(&src, &dev)?;
@@ -146,23 +102,22 @@ fn whole_allocation_copies_through_device_memory() -> Result<(), HostError> {
     assert_eq!(&back[..], &src[..]);
     // The region must hold the whole host allocation.
     let mut big = alloc.allocate_on(0, 6000)?;
-    assert!(matches!(
-        stream.copy_from_host(&big, &dev),
-        Err(HostError::OutOfRange {
-            what: "device destination",
-            len: 6000,
-            size: 5000,
-            ..
-        })
-    ));
-    assert!(matches!(
-        stream.copy_to_host(&dev, &mut big),
-        Err(HostError::OutOfRange {
-            what: "device source",
-            len: 6000,
-            size: 5000,
-            ..
-        })
-    ));
+    let (what, _, len, size) = out_of_range(stream.copy_from_host(&big, &dev));
+    assert_eq!((what, len, size), ("device destination", 6000, 5000));
+    let (what, _, len, size) = out_of_range(stream.copy_to_host(&dev, &mut big));
+    assert_eq!((what, len, size), ("device source", 6000, 5000));
     Ok(())
+}
+
+/// `(what, offset, len, size)` of the `OutOfRange` error that `result` must be.
+fn out_of_range<T: std::fmt::Debug>(result: Result<T, HostError>) -> (&'static str, u64, u64, u64) {
+    match result {
+        Err(HostError::OutOfRange {
+            what,
+            offset,
+            len,
+            size,
+        }) => (what, offset, len, size),
+        other => panic!("expected OutOfRange, got {other:?}"),
+    }
 }

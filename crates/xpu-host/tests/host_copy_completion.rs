@@ -14,10 +14,11 @@ mod host_common;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use host_common::{device_buffer, have_devices};
+use host_common::{allocator, allocator_and_stream, device_buffer, read_back};
+use xpu_device::backend::Buffer;
 use xpu_event::Gate;
-use xpu_host::{HostAllocator, HostCopy, HostError};
-use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
+use xpu_host::{HostAllocator, HostCopy, HostError, HostPtr};
+use xpu_stream::Stream;
 
 const N: usize = 4096;
 /// How long the helper waits for the main thread before opening the gate anyway.
@@ -38,22 +39,29 @@ fn with_gate_opened_meanwhile<R: Send>(gate: &Gate, access: impl FnOnce() -> R +
     })
 }
 
+/// A device buffer of [`N`] bytes holding `device_byte`, a block of `N` bytes of `alloc`
+/// holding `host_byte`, and a closed gate that holds back `stream`.
+fn gated_buffers(
+    alloc: &HostAllocator,
+    stream: &Stream,
+    device_byte: u8,
+    host_byte: u8,
+) -> Result<(Buffer, HostPtr, Gate), HostError> {
+    let dev = device_buffer(0, N)?;
+    stream.queue()?.write(&dev, 0, &[device_byte; N])?;
+    let mut host = alloc.allocate_on(0, N)?;
+    host.fill(host_byte);
+    let gate = Gate::new(0)?;
+    gate.block(stream)?;
+    Ok((dev, host, gate))
+}
+
 #[test]
 fn reading_a_host_block_waits_for_the_device_to_host_copy_into_it() -> Result<(), HostError> {
-    if !have_devices(
-        1,
-        "reading_a_host_block_waits_for_the_device_to_host_copy_into_it",
-    ) {
+    let Some((alloc, stream)) = allocator_and_stream()? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
-    let dev = device_buffer(0, N)?;
-    stream.queue()?.write(&dev, 0, &[0xAB; N])?;
-    let mut host = alloc.allocate_on(0, N)?;
-    host.fill(0);
-    let gate = Gate::new(0)?;
-    gate.block(&stream)?;
+    };
+    let (dev, mut host, gate) = gated_buffers(&alloc, &stream, 0xAB, 0)?;
     stream.copy_to_host(&dev, &mut host)?;
     stream.queue()?.flush()?;
     let host = &host;
@@ -74,26 +82,15 @@ fn reading_a_host_block_waits_for_the_device_to_host_copy_into_it() -> Result<()
 
 #[test]
 fn writing_a_host_block_waits_for_the_host_to_device_copy_from_it() -> Result<(), HostError> {
-    if !have_devices(
-        1,
-        "writing_a_host_block_waits_for_the_host_to_device_copy_from_it",
-    ) {
+    let Some((alloc, stream)) = allocator_and_stream()? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
-    let dev = device_buffer(0, N)?;
-    stream.queue()?.write(&dev, 0, &[0; N])?;
-    let mut host = alloc.allocate_on(0, N)?;
-    host.fill(1);
-    let gate = Gate::new(0)?;
-    gate.block(&stream)?;
+    };
+    let (dev, mut host, gate) = gated_buffers(&alloc, &stream, 0, 1)?;
     stream.copy_from_host(&host, &dev)?;
     stream.queue()?.flush()?;
     with_gate_opened_meanwhile(&gate, || host.as_mut_slice().fill(2));
     stream.synchronize()?;
-    let mut out = vec![0u8; N];
-    stream.queue()?.read(&dev, 0, &mut out)?;
+    let out = read_back(&stream, &dev, 0, N)?;
     assert!(
         out.iter().all(|&b| b == 1),
         "the device received {:#x}, written after the copy of 1 was enqueued",
@@ -106,14 +103,9 @@ fn writing_a_host_block_waits_for_the_host_to_device_copy_from_it() -> Result<()
 #[test]
 fn a_freed_block_is_not_reused_while_a_backend_copy_still_writes_into_it() -> Result<(), HostError>
 {
-    if !have_devices(
-        1,
-        "a_freed_block_is_not_reused_while_a_backend_copy_still_writes_into_it",
-    ) {
+    let Some((alloc, stream)) = allocator_and_stream()? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    };
     let queue = stream.queue()?;
     let dev = device_buffer(0, N)?;
     queue.write(&dev, 0, &[0x11; N])?;
@@ -149,13 +141,9 @@ fn a_freed_block_is_not_reused_while_a_backend_copy_still_writes_into_it() -> Re
 
 #[test]
 fn a_block_whose_buffer_was_swapped_out_is_released_not_cached() -> Result<(), HostError> {
-    if !have_devices(
-        1,
-        "a_block_whose_buffer_was_swapped_out_is_released_not_cached",
-    ) {
+    let Some(alloc) = allocator() else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
+    };
     let dev = xpu_device::device(0)?;
     let queue = dev.create_queue(Default::default())?;
     let mut small = xpu_device::backend::PinnedBuffer::new(dev.context()?, &queue, 64)?;

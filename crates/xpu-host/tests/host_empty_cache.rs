@@ -3,26 +3,20 @@
 
 mod host_common;
 
-use host_common::{device_buffer, have_devices};
-use xpu_event::Gate;
-use xpu_host::{HostAllocator, HostCopy, HostError};
-use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
+use host_common::{device_buffer, gated_stream};
+use xpu_host::{HostCopy, HostError};
 
 #[test]
 fn empty_cache_keeps_blocks_in_use_and_pending() -> Result<(), HostError> {
-    if !have_devices(1, "empty_cache_keeps_blocks_in_use_and_pending") {
+    let Some((alloc, stream, gate)) = gated_stream()? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    };
     let dst = device_buffer(0, 8192)?;
-    let gate = Gate::new(0)?;
 
     let held = alloc.allocate_on(0, 2048)?; // in use
     let pending = alloc.allocate_on(0, 8192)?; // freed during a gated copy
     let cached = alloc.allocate_on(0, 512)?; // freed, idle
     let (held_addr, pending_addr) = (held.address(), pending.address());
-    gate.block(&stream)?;
     stream.copy_from_host_to_buffer(&pending, 0, &dst, 0, 8192)?;
     drop(pending);
     drop(cached);

@@ -3,7 +3,9 @@
 
 mod host_common;
 
-use host_common::{device_buffer, have_devices, pattern};
+use host_common::{
+    assert_reused_only_after_the_gate, device_buffer, have_devices, pattern, read_back,
+};
 use xpu_event::Gate;
 use xpu_host::{HostAllocator, HostCopy, HostError};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
@@ -32,9 +34,7 @@ fn reuse_after_another_device_carries_no_stale_marker() -> Result<(), HostError>
 
     gate1.open()?;
     s1.synchronize()?;
-    let mut got = vec![0u8; 4096];
-    s1.queue()?.read(&dev1, 0, &mut got)?;
-    assert_eq!(got, want);
+    assert_eq!(read_back(&s1, &dev1, 0, 4096)?, want);
 
     // Reused for device 0: the set of the earlier use is gone.
     let b = alloc.allocate_on(0, 4096)?;
@@ -47,11 +47,7 @@ fn reuse_after_another_device_carries_no_stale_marker() -> Result<(), HostError>
     // One marker, on device 0's stream only (no stale device-1 marker).
     let s = alloc.memory_stats();
     assert_eq!((s.pending_blocks, s.pending_markers), (1, 1));
-    assert_ne!(alloc.allocate_on(0, 4096)?.address(), a_addr);
-    gate0.open()?;
-    s0.synchronize()?;
-    assert_eq!(alloc.allocate_on(0, 4096)?.address(), a_addr);
-    Ok(())
+    assert_reused_only_after_the_gate(&alloc, &gate0, &s0, 4096, a_addr)
 }
 
 #[test]

@@ -3,20 +3,17 @@
 
 mod host_common;
 
-use host_common::{device_buffer, have_devices, pattern};
-use xpu_event::Gate;
-use xpu_host::{HostAllocator, HostCopy, HostError};
+use host_common::{
+    allocator, assert_reused_only_after_the_gate, device_buffer, gated_stream, pattern, read_back,
+};
+use xpu_host::{HostCopy, HostError};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 
 #[test]
 fn unrecorded_block_is_reused_at_once_within_its_size_class() -> Result<(), HostError> {
-    if !have_devices(
-        1,
-        "unrecorded_block_is_reused_at_once_within_its_size_class",
-    ) {
+    let Some(alloc) = allocator() else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
+    };
     let a = alloc.allocate_on(0, 1000)?;
     let addr = a.address();
     assert_eq!(a.len(), 1000);
@@ -38,19 +35,14 @@ fn unrecorded_block_is_reused_at_once_within_its_size_class() -> Result<(), Host
 
 #[test]
 fn block_freed_during_gated_copy_waits_for_the_copy() -> Result<(), HostError> {
-    if !have_devices(1, "block_freed_during_gated_copy_waits_for_the_copy") {
+    let Some((alloc, stream, gate)) = gated_stream()? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    };
     let dst = device_buffer(0, 4096)?;
-    let gate = Gate::new(0)?;
-
     let mut a = alloc.allocate_on(0, 4096)?;
     let want = pattern(5, 4096);
     a.copy_from_slice(&want);
     let a_addr = a.address();
-    gate.block(&stream)?;
     stream.copy_from_host_to_buffer(&a, 0, &dst, 0, 4096)?;
     assert_eq!(a.recorded_streams(), vec![stream]);
     drop(a); // the copy still has to read it
@@ -82,70 +74,44 @@ fn block_freed_during_gated_copy_waits_for_the_copy() -> Result<(), HostError> {
     assert_eq!(stats.num_host_alloc, 2);
 
     // The copy read the original bytes.
-    let mut got = vec![0u8; 4096];
-    stream.queue()?.read(&dst, 0, &mut got)?;
-    assert_eq!(got, want);
+    assert_eq!(read_back(&stream, &dst, 0, 4096)?, want);
     Ok(())
 }
 
 #[test]
 fn block_freed_during_gated_read_waits_for_the_read() -> Result<(), HostError> {
-    if !have_devices(1, "block_freed_during_gated_read_waits_for_the_read") {
+    let Some((alloc, stream, gate)) = gated_stream()? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    };
     let src = device_buffer(0, 256)?;
-    let gate = Gate::new(0)?;
     let mut a = alloc.allocate_on(0, 256)?;
     let a_addr = a.address();
-    gate.block(&stream)?;
     stream.copy_to_host_from_buffer(&src, 0, &mut a, 0, 256)?;
     drop(a);
-    let b = alloc.allocate_on(0, 256)?;
-    assert_ne!(b.address(), a_addr);
-    gate.open()?;
-    stream.synchronize()?;
-    let c = alloc.allocate_on(0, 256)?;
-    assert_eq!(c.address(), a_addr);
-    Ok(())
+    assert_reused_only_after_the_gate(&alloc, &gate, &stream, 256, a_addr)
 }
 
 #[test]
 fn record_event_alone_defers_reuse() -> Result<(), HostError> {
-    if !have_devices(1, "record_event_alone_defers_reuse") {
+    let Some((alloc, stream, gate)) = gated_stream()? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
-    let gate = Gate::new(0)?;
-    gate.block(&stream)?;
+    };
     let a = alloc.allocate_on(0, 64)?;
     let a_addr = a.address();
     assert!(xpu_host::host_record_event(&a, &stream));
     assert!(a.record_stream(&stream)); // recorded once per stream
     assert_eq!(a.recorded_streams().len(), 1);
     drop(a);
-    let b = alloc.allocate_on(0, 64)?;
-    assert_ne!(b.address(), a_addr);
-    gate.open()?;
-    stream.synchronize()?;
-    let c = alloc.allocate_on(0, 64)?;
-    assert_eq!(c.address(), a_addr);
-    Ok(())
+    assert_reused_only_after_the_gate(&alloc, &gate, &stream, 64, a_addr)
 }
 
 #[test]
 fn every_recorded_stream_must_finish() -> Result<(), HostError> {
-    if !have_devices(1, "every_recorded_stream_must_finish") {
+    let Some((alloc, s2, gate)) = gated_stream()? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
+    };
     let s1 = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
-    let s2 = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
     assert_ne!(s1, s2);
-    let gate = Gate::new(0)?;
-    gate.block(&s2)?;
     let a = alloc.allocate_on(0, 128)?;
     let a_addr = a.address();
     a.record_stream(&s1);
@@ -153,28 +119,15 @@ fn every_recorded_stream_must_finish() -> Result<(), HostError> {
     drop(a);
     s1.synchronize()?;
     // s1's marker may be complete, s2's is gated: still not reusable.
-    let b = alloc.allocate_on(0, 128)?;
-    assert_ne!(b.address(), a_addr);
-    let stats = alloc.memory_stats();
-    assert_eq!(stats.pending_blocks, 1);
-    assert!(stats.pending_markers >= 1);
-    gate.open()?;
-    s2.synchronize()?;
-    let c = alloc.allocate_on(0, 128)?;
-    assert_eq!(c.address(), a_addr);
-    Ok(())
+    assert_reused_only_after_the_gate(&alloc, &gate, &s2, 128, a_addr)
 }
 
 #[test]
 fn pending_blocks_are_processed_oldest_first() -> Result<(), HostError> {
-    if !have_devices(1, "pending_blocks_are_processed_oldest_first") {
+    let Some((alloc, slow, gate)) = gated_stream()? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let slow = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    };
     let fast = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
-    let gate = Gate::new(0)?;
-    gate.block(&slow)?;
     let a = alloc.allocate_on(0, 32)?;
     let b = alloc.allocate_on(0, 32)?;
     let (a_addr, b_addr) = (a.address(), b.address());

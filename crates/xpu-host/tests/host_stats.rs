@@ -2,8 +2,7 @@
 
 mod host_common;
 
-use host_common::have_devices;
-use xpu_event::Gate;
+use host_common::{allocator, gated_stream};
 use xpu_host::Stat;
 use xpu_host::{HostAllocator, HostError, HostMemoryStats};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
@@ -17,45 +16,52 @@ fn stat(current: i64, peak: i64, allocated: i64, freed: i64) -> Stat {
     }
 }
 
-fn counts(s: &HostMemoryStats) -> (Stat, Stat, Stat, Stat) {
-    (s.allocation, s.allocated_bytes, s.segment, s.reserved_bytes)
+/// The statistics checks of these tests.
+trait AssertCounts {
+    /// The statistics, after asserting that the allocations and segments (in blocks) and the
+    /// allocated and reserved bytes (in KiB) are `want`, each as
+    /// `[current, peak, allocated, freed]`. A failure names the caller's line: the step.
+    fn assert_counts(&self, want: [[i64; 4]; 4]) -> HostMemoryStats;
 }
 
-/// Asserts that every block is in use: allocations and segments both count as `blocks`,
-/// allocated and reserved bytes both as `bytes`.
-fn assert_all_in_use(s: &HostMemoryStats, blocks: Stat, bytes: Stat) {
-    assert_eq!(counts(s), (blocks, bytes, blocks, bytes));
+impl AssertCounts for HostAllocator {
+    #[track_caller]
+    fn assert_counts(&self, want: [[i64; 4]; 4]) -> HostMemoryStats {
+        let s = self.memory_stats();
+        let [allocations, allocated_kib, segments, reserved_kib] = want;
+        let bytes = |kib: [i64; 4]| kib.map(|k| k * 1024);
+        let want = [
+            allocations,
+            bytes(allocated_kib),
+            segments,
+            bytes(reserved_kib),
+        ];
+        let got = [s.allocation, s.allocated_bytes, s.segment, s.reserved_bytes];
+        assert_eq!(got, want.map(|[c, p, a, f]| stat(c, p, a, f)));
+        s
+    }
 }
 
 #[test]
 fn stats_follow_a_known_sequence() -> Result<(), HostError> {
-    if !have_devices(1, "stats_follow_a_known_sequence") {
+    let Some(alloc) = allocator() else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
+    };
     assert_eq!(alloc.memory_stats(), HostMemoryStats::default());
 
     let p1 = alloc.allocate_on(0, 1000)?; // new 1024-byte block
-    let s = alloc.memory_stats();
-    assert_all_in_use(&s, stat(1, 1, 1, 0), stat(1024, 1024, 1024, 0));
+    let s = alloc.assert_counts([[1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 0]]);
     assert_eq!((s.num_host_alloc, s.num_host_free), (1, 0));
     assert_eq!((s.host_alloc_time.count, s.host_free_time.count), (1, 0));
 
     let p2 = alloc.allocate_on(0, 3000)?; // new 4096-byte block
-    let s = alloc.memory_stats();
-    assert_all_in_use(&s, stat(2, 2, 2, 0), stat(5120, 5120, 5120, 0));
+    alloc.assert_counts([[2, 2, 2, 0], [5, 5, 5, 0], [2, 2, 2, 0], [5, 5, 5, 0]]);
 
     drop(p1);
-    let s = alloc.memory_stats();
-    assert_eq!(s.allocation, stat(1, 2, 2, 1));
-    assert_eq!(s.allocated_bytes, stat(4096, 5120, 5120, 1024));
-    assert_eq!(s.segment, stat(2, 2, 2, 0));
+    alloc.assert_counts([[1, 2, 2, 1], [4, 5, 5, 1], [2, 2, 2, 0], [5, 5, 5, 0]]);
 
     let p3 = alloc.allocate_on(0, 600)?; // the cached 1024-byte block
-    let s = alloc.memory_stats();
-    assert_eq!(s.allocation, stat(2, 2, 3, 1));
-    assert_eq!(s.allocated_bytes, stat(5120, 5120, 6144, 1024));
-    assert_eq!(s.segment, stat(2, 2, 2, 0));
+    let s = alloc.assert_counts([[2, 2, 3, 1], [5, 5, 6, 1], [2, 2, 2, 0], [5, 5, 5, 0]]);
     assert_eq!(s.num_host_alloc, 2);
     let t = s.host_alloc_time;
     assert_eq!(t.count, 2);
@@ -63,21 +69,13 @@ fn stats_follow_a_known_sequence() -> Result<(), HostError> {
 
     drop(p2);
     drop(p3);
-    let s = alloc.memory_stats();
-    assert_eq!(s.allocation, stat(0, 2, 3, 3));
-    assert_eq!(s.allocated_bytes, stat(0, 5120, 6144, 6144));
+    alloc.assert_counts([[0, 2, 3, 3], [0, 5, 6, 6], [2, 2, 2, 0], [5, 5, 5, 0]]);
 
     alloc.reset_peak_stats();
-    let s = alloc.memory_stats();
-    assert_eq!(s.allocation, stat(0, 0, 3, 3));
-    assert_eq!(s.allocated_bytes, stat(0, 0, 6144, 6144));
-    assert_eq!(s.segment, stat(2, 2, 2, 0));
-    assert_eq!(s.reserved_bytes, stat(5120, 5120, 5120, 0));
+    alloc.assert_counts([[0, 0, 3, 3], [0, 0, 6, 6], [2, 2, 2, 0], [5, 5, 5, 0]]);
 
     alloc.empty_cache();
-    let s = alloc.memory_stats();
-    assert_eq!(s.segment, stat(0, 2, 2, 2));
-    assert_eq!(s.reserved_bytes, stat(0, 5120, 5120, 5120));
+    let s = alloc.assert_counts([[0, 0, 3, 3], [0, 0, 6, 6], [0, 2, 2, 2], [0, 5, 5, 5]]);
     assert_eq!((s.num_host_alloc, s.num_host_free), (2, 2));
     assert_eq!((s.host_alloc_time.count, s.host_free_time.count), (2, 2));
     let t = s.host_free_time;
@@ -86,18 +84,13 @@ fn stats_follow_a_known_sequence() -> Result<(), HostError> {
     assert_eq!((s.host_alloc_time.max, s.host_alloc_time.min), (0, 0));
 
     alloc.reset_accumulated_stats();
-    let s = alloc.memory_stats();
-    assert_eq!(s.allocation, stat(0, 0, 0, 0));
-    assert_eq!(s.allocated_bytes, stat(0, 0, 0, 0));
-    assert_eq!(s.segment, stat(0, 2, 0, 0));
-    assert_eq!(s.reserved_bytes, stat(0, 5120, 0, 0));
+    let s = alloc.assert_counts([[0; 4], [0; 4], [0, 2, 0, 0], [0, 5, 0, 0]]);
     assert_eq!((s.num_host_alloc, s.num_host_free), (0, 0));
     assert_eq!((s.host_alloc_time.count, s.host_alloc_time.total), (0, 0));
     assert_eq!((s.host_free_time.count, s.host_free_time.avg), (0, 0));
 
     alloc.reset_peak_stats();
-    let s = alloc.memory_stats();
-    assert_eq!(s.segment, stat(0, 0, 0, 0));
+    let s = alloc.assert_counts([[0; 4]; 4]);
     assert_eq!((s.host_alloc_time.max, s.host_alloc_time.min), (0, 0));
 
     // Zero size touches nothing.
@@ -111,17 +104,10 @@ fn stats_follow_a_known_sequence() -> Result<(), HostError> {
 
 #[test]
 fn pending_blocks_stay_allocated_until_their_markers_complete() -> Result<(), HostError> {
-    if !have_devices(
-        1,
-        "pending_blocks_stay_allocated_until_their_markers_complete",
-    ) {
+    let Some((alloc, s1, gate)) = gated_stream()? else {
         return Ok(());
-    }
-    let alloc = HostAllocator::new();
-    let s1 = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    };
     let s2 = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
-    let gate = Gate::new(0)?;
-    gate.block(&s1)?;
     gate.block(&s2)?;
     let p = alloc.allocate_on(0, 100)?; // 128-byte block
     p.record_stream(&s1);

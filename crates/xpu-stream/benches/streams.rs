@@ -8,8 +8,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use xpu_stream::{current_stream, get_stream_from_pool};
 
 fn streams(c: &mut Criterion) {
-    if xpu_device::device_count() == 0 {
-        eprintln!("skipped: no OpenCL device");
+    if !xpu_testing::have_device("the stream benches") {
         return;
     }
     let s = get_stream_from_pool(0, 0).unwrap();

@@ -10,9 +10,10 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stderr)]
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+pub mod bad_fork;
+pub mod child;
+
+use std::time::Duration;
 
 use xpu_device::backend::{CommandQueue, QueueOptions};
 
@@ -110,44 +111,9 @@ pub fn scenario() -> Option<String> {
 /// When the test binary cannot be re-run.
 #[must_use]
 pub fn run_scenario(test: &str, scenario: &str, bound: Duration) -> (Option<i32>, String) {
-    let mut child = Command::new(std::env::current_exe().expect("test binary path"))
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(SCENARIO_ENV, scenario)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("re-run the test binary");
-    let mut out = child.stdout.take().expect("piped stdout");
-    let mut err = child.stderr.take().expect("piped stderr");
-    let out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let code = loop {
-        if let Some(status) = child.try_wait().expect("wait for the scenario") {
-            break status.code();
-        }
-        if start.elapsed() >= bound {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        // A bound on the wait, not an ordering.
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let text = format!(
-        "{}{}",
-        out.join().unwrap_or_default(),
-        err.join().unwrap_or_default()
-    );
-    (code, text)
+    let out = child::rerun(test, (SCENARIO_ENV, scenario), bound);
+    let code = out.status.and_then(|status| status.code());
+    (code, format!("{}{}", out.stdout, out.stderr))
 }
 
 /// Runs `scenario` of `test` in a fresh process ([`run_scenario`], bounded by `bound`) and

@@ -5,10 +5,12 @@
 use xpu_device::backend::{Buffer, ClEvent, CommandQueue, Context, Kernel, Program, QueueOptions};
 use xpu_device::Device;
 
-/// True when at least `need` devices exist. Otherwise prints a skip message and returns false,
-/// except that a test needing one device panics under `XPU_REQUIRE_DEVICE=1` when there is
-/// none. A test needing two devices skips even then: a GPU machine may have a single GPU.
-pub fn have_devices(test: &str, need: usize) -> bool {
+/// True when at least `need` devices exist. Otherwise prints a skip message naming the running
+/// test ([`child::test_name`]) and returns false, except that a test needing one device panics
+/// under `XPU_REQUIRE_DEVICE=1` when there is none. A test needing two devices skips even then:
+/// a GPU machine may have a single GPU.
+pub fn have_devices(need: usize) -> bool {
+    let test = child::test_name();
     let count = xpu_device::device_count();
     if count >= need {
         return true;
@@ -22,15 +24,23 @@ pub fn have_devices(test: &str, need: usize) -> bool {
 }
 
 /// Device 0, or `None` (after the skip message) when there is none.
-pub fn device0(test: &str) -> Option<&'static Device> {
-    have_devices(test, 1).then(|| xpu_device::device(0).expect("device 0 exists"))
+pub fn device0() -> Option<&'static Device> {
+    have_devices(1).then(|| xpu_device::device(0).expect("device 0 exists"))
 }
 
 /// Device 0, its context and an in-order queue with profiling on it ([`queue`]), or `None`
 /// as [`device0`].
-pub fn device0_queue(test: &str) -> Option<(&'static Device, &'static Context, CommandQueue)> {
-    let dev = device0(test)?;
-    Some((dev, dev.context().expect("device 0's context"), queue(dev)))
+pub fn device0_queue() -> Option<(&'static Device, &'static Context, CommandQueue)> {
+    device0().map(with_queue)
+}
+
+/// `dev`, its context and an in-order queue with profiling on it ([`queue`]).
+fn with_queue(dev: &'static Device) -> (&'static Device, &'static Context, CommandQueue) {
+    (
+        dev,
+        dev.context().expect("the device's context"),
+        queue(dev),
+    )
 }
 
 /// A kernel source: `scale_index(out, k)` writes `out[i] = i * k`.
@@ -82,6 +92,13 @@ impl Gate {
     }
 }
 
+/// A closed [`Gate`] on `dev` and a marker on `q` that waits for it.
+pub fn gated_marker(dev: &Device, q: &CommandQueue) -> (Gate, ClEvent) {
+    let gate = Gate::new(dev);
+    let marker = q.enqueue_marker(&[gate.event()]).unwrap();
+    (gate, marker)
+}
+
 impl Drop for Gate {
     fn drop(&mut self) {
         if !self.open {
@@ -90,42 +107,33 @@ impl Drop for Gate {
     }
 }
 
-/// The environment variable that marks a child process started by [`run_in_child`].
+/// Re-running this test binary in a child process: xpu-testing's module, compiled here by path
+/// (these tests cannot depend on xpu-testing, which depends on xpu-device).
+#[path = "../../../xpu-testing/src/child.rs"]
+mod child;
+
+/// The environment variable that marks a child process started by [`in_child_scenario`].
 pub const CHILD_SCENARIO: &str = "XPU_TEST_CHILD_SCENARIO";
 
-/// True in the child process started by [`run_in_child`] for `test`.
-pub fn is_child(test: &str) -> bool {
-    std::env::var(CHILD_SCENARIO).is_ok_and(|v| v == test)
-}
-
-/// The outcome of a child process: exit status (None when killed after the timeout), output.
-#[derive(Debug)]
-pub struct ChildOutcome {
-    pub status: Option<std::process::ExitStatus>,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl ChildOutcome {
-    /// True when the child exited with status 0 and printed `marker`.
-    pub fn succeeded_with(&self, marker: &str) -> bool {
-        self.status.is_some_and(|s| s.success()) && self.stdout.contains(marker)
-    }
+/// True in the child process started by [`in_child_scenario`] for the running test.
+pub fn is_child() -> bool {
+    std::env::var(CHILD_SCENARIO).is_ok_and(|v| v == child::test_name())
 }
 
 /// How long a child scenario may run before [`in_child_scenario`] kills it.
 pub const CHILD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// True in the child process that runs `test`'s scenario. In the parent: runs `test` again in
-/// a child process ([`run_in_child`], killed after [`CHILD_TIMEOUT`]), asserts that it exited
-/// with status 0 after printing `scenario-ok`, and returns false (the test is done).
-pub fn in_child_scenario(test: &str) -> bool {
-    if is_child(test) {
+/// True in the child process that runs the running test's scenario. In the parent: runs the
+/// test again in a child process (killed after [`CHILD_TIMEOUT`]), asserts that it exited with
+/// status 0 after printing `scenario-ok`, and returns false (the test is done).
+pub fn in_child_scenario() -> bool {
+    if is_child() {
         return true;
     }
-    let out = run_in_child(test, CHILD_TIMEOUT);
+    let test = child::test_name();
+    let out = child::rerun(&test, (CHILD_SCENARIO, &test), CHILD_TIMEOUT);
     assert!(
-        out.succeeded_with("scenario-ok"),
+        out.status.is_some_and(|s| s.success()) && out.stdout.contains("scenario-ok"),
         "child scenario {test} failed: status {:?} (None: killed after {CHILD_TIMEOUT:?})\nstdout:\n{}\nstderr:\n{}",
         out.status,
         out.stdout,
@@ -134,18 +142,24 @@ pub fn in_child_scenario(test: &str) -> bool {
     false
 }
 
-/// Device 0 in the child process that runs `test`'s scenario; `None` without a device
+/// Device 0 in the child process that runs the test's scenario; `None` without a device
 /// ([`device0`]) and in the parent, which ran the scenario in a child ([`in_child_scenario`]).
-pub fn device0_in_child(test: &str) -> Option<&'static Device> {
-    let dev = device0(test)?;
-    in_child_scenario(test).then_some(dev)
+pub fn device0_in_child() -> Option<&'static Device> {
+    let dev = device0()?;
+    in_child_scenario().then_some(dev)
 }
 
-/// Devices 0 and 1 in the child process that runs `test`'s scenario; `None` with fewer than
+/// [`device0_queue`] in the child process that runs the test's scenario; `None` as
+/// [`device0_in_child`].
+pub fn device0_queue_in_child() -> Option<(&'static Device, &'static Context, CommandQueue)> {
+    device0_in_child().map(with_queue)
+}
+
+/// Devices 0 and 1 in the child process that runs the test's scenario; `None` with fewer than
 /// two devices ([`have_devices`]) and in the parent, which ran the scenario in a child
 /// ([`in_child_scenario`]).
-pub fn two_devices_in_child(test: &str) -> Option<(&'static Device, &'static Device)> {
-    if !have_devices(test, 2) || !in_child_scenario(test) {
+pub fn two_devices_in_child() -> Option<(&'static Device, &'static Device)> {
+    if !have_devices(2) || !in_child_scenario() {
         return None;
     }
     Some((
@@ -154,56 +168,16 @@ pub fn two_devices_in_child(test: &str) -> Option<(&'static Device, &'static Dev
     ))
 }
 
-/// Runs the test `test` of this binary again in a child process (with [`CHILD_SCENARIO`] set
-/// to its name), for a scenario that could abort or hang the process. Kills the child after
-/// `timeout`.
-pub fn run_in_child(test: &str, timeout: std::time::Duration) -> ChildOutcome {
-    use std::io::Read;
-    use std::process::{Command, Stdio};
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(exe)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_SCENARIO, test)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the test binary");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let deadline = std::time::Instant::now() + timeout;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    ChildOutcome {
-        status,
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
-    }
+/// The first `n` bytes of `b`, read on `q` (blocking, after the work enqueued before).
+pub fn read_bytes(q: &CommandQueue, b: &Buffer, n: usize) -> Vec<u8> {
+    let mut bytes = vec![0u8; n];
+    q.read(b, 0, &mut bytes).unwrap();
+    bytes
 }
 
 /// The first `n` `u32`s of `b`, read on `q` (blocking, after the work enqueued before).
 pub fn read_u32s(q: &CommandQueue, b: &Buffer, n: usize) -> Vec<u32> {
-    let mut bytes = vec![0u8; n * 4];
-    q.read(b, 0, &mut bytes).unwrap();
-    bytes
+    read_bytes(q, b, n * 4)
         .chunks_exact(4)
         .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
         .collect()

@@ -3,11 +3,83 @@
 
 use xpu_device::backend::{Buffer, MemFlags};
 
-use xpu_host::HostError;
+use xpu_event::Gate;
+use xpu_host::{HostAllocator, HostError};
+use xpu_stream::{get_stream_from_pool, Stream, PRIORITY_NORMAL};
+pub use xpu_testing::child::test_name;
 pub use xpu_testing::{have_devices, pattern};
 
 /// A device buffer of `size` bytes on `device`.
 pub fn device_buffer(device: usize, size: usize) -> Result<Buffer, HostError> {
     let ctx = xpu_device::device(device)?.context()?;
     Ok(Buffer::new(ctx, size, MemFlags::default())?)
+}
+
+/// An allocator of the test's own (so that its statistics are the test's); `None` when the
+/// test is skipped for want of a device ([`have_devices`]).
+pub fn allocator() -> Option<HostAllocator> {
+    have_devices(1, &test_name()).then(HostAllocator::new)
+}
+
+/// [`allocator`] and a pool stream of device 0.
+pub fn allocator_and_stream() -> Result<Option<(HostAllocator, Stream)>, HostError> {
+    let Some(alloc) = allocator() else {
+        return Ok(None);
+    };
+    Ok(Some((alloc, get_stream_from_pool(PRIORITY_NORMAL, 0)?)))
+}
+
+/// What a copy test starts from: [`allocator_and_stream`] and a device buffer of `size` bytes
+/// on device 0.
+pub fn copy_setup(size: usize) -> Result<Option<(HostAllocator, Stream, Buffer)>, HostError> {
+    let Some((alloc, stream)) = allocator_and_stream()? else {
+        return Ok(None);
+    };
+    Ok(Some((alloc, stream, device_buffer(0, size)?)))
+}
+
+/// [`allocator_and_stream`] and a closed gate that holds back the work enqueued on the stream
+/// until the test opens it.
+pub fn gated_stream() -> Result<Option<(HostAllocator, Stream, Gate)>, HostError> {
+    let Some((alloc, stream)) = allocator_and_stream()? else {
+        return Ok(None);
+    };
+    let gate = Gate::new(0)?;
+    gate.block(&stream)?;
+    Ok(Some((alloc, stream, gate)))
+}
+
+/// `len` bytes of `buffer` from `offset`, read on `stream`'s queue (blocking, after the work
+/// enqueued before).
+pub fn read_back(
+    stream: &Stream,
+    buffer: &Buffer,
+    offset: usize,
+    len: usize,
+) -> Result<Vec<u8>, HostError> {
+    let mut bytes = vec![0u8; len];
+    stream.queue()?.read(buffer, offset, &mut bytes)?;
+    Ok(bytes)
+}
+
+/// `addr` is the block of a `size`-byte class, freed while work recorded on it is held back
+/// on `stream` by `gate`: the next allocation of the class is another block while `addr` stays
+/// pending; once the gate is open and `stream` finished, the next allocation is `addr` again.
+pub fn assert_reused_only_after_the_gate(
+    alloc: &HostAllocator,
+    gate: &Gate,
+    stream: &Stream,
+    size: usize,
+    addr: usize,
+) -> Result<(), HostError> {
+    let other = alloc.allocate_on(0, size)?;
+    assert_ne!(other.address(), addr, "reused while its work is held back");
+    let stats = alloc.memory_stats();
+    assert_eq!(stats.pending_blocks, 1);
+    assert!(stats.pending_markers >= 1);
+    gate.open()?;
+    stream.synchronize()?;
+    let again = alloc.allocate_on(0, size)?;
+    assert_eq!(again.address(), addr, "not reused once its work completed");
+    Ok(())
 }
