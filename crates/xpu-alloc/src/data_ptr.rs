@@ -287,12 +287,10 @@ impl std::fmt::Debug for DataPtr {
 
 impl Drop for DataPtr {
     fn drop(&mut self) {
-        // Otherwise `live` drops after this: its allocation returns the block to the cache.
-        if xpu_device::fork::is_in_bad_fork() {
-            // A child forked after OpenCL was initialized: the block stays with the parent's
-            // copy of the allocator (leaked here); taking its lock could hang.
-            std::mem::forget(self.live.take());
-        }
+        // Dropping the allocation returns the block to the cache; in a child forked after
+        // OpenCL was initialized, the block stays with the parent's copy of the allocator
+        // (leaked): taking its lock could hang.
+        drop(xpu_device::fork::take_unless_bad_fork(&mut self.live));
     }
 }
 

@@ -70,6 +70,20 @@ pub fn refuse_in_bad_fork<E>(bad_fork: E) -> Result<(), E> {
     }
 }
 
+/// What a `Drop` may release: the contents of `slot` (taken out of it), or `None` in a bad
+/// fork child, where they are leaked instead: they are the parent's driver state, and
+/// releasing them could call the driver or take a lock that a thread of the parent held at
+/// the fork.
+#[inline]
+pub fn take_unless_bad_fork<T>(slot: &mut Option<T>) -> Option<T> {
+    let value = slot.take();
+    if is_in_bad_fork() {
+        std::mem::forget(value);
+        return None;
+    }
+    value
+}
+
 /// Alias of [`is_in_bad_fork`].
 #[inline]
 pub fn in_bad_fork() -> bool {

@@ -226,13 +226,10 @@ impl fmt::Debug for HostPtr {
 
 impl Drop for HostPtr {
     fn drop(&mut self) {
-        if xpu_device::fork::is_in_bad_fork() {
-            // A child forked after OpenCL was initialized: the block stays with the parent's
-            // copy of the allocator (leaked here); freeing records markers and takes locks.
-            std::mem::forget(self.live.take());
-            return;
-        }
-        if let Some(Live { shared, block }) = self.live.take() {
+        // In a child forked after OpenCL was initialized, the block stays with the parent's
+        // copy of the allocator (leaked): freeing records markers and takes locks.
+        if let Some(Live { shared, block }) = xpu_device::fork::take_unless_bad_fork(&mut self.live)
+        {
             shared.free(block);
         }
     }

@@ -31,16 +31,73 @@ fn is_ident(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
+/// Where the chars consumed by one step of [`split`] go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Out {
+    /// Nowhere (string contents).
+    Drop,
+    /// To the line's code, as they are.
+    Code,
+    /// To the line's code, replaced by this text (a literal's stand-in).
+    CodeAs(&'static str),
+    /// To the line's comment, as they are.
+    Comment,
+}
+
+/// One step of [`split`] in `state` at `chars[i]` (not a line break): the state after it,
+/// how many chars it consumes and where they go.
+fn step(state: State, chars: &[char], i: usize) -> (State, usize, Out) {
+    let at = |k: usize| chars.get(k).copied().unwrap_or('\0');
+    let (c, next) = (chars[i], at(i + 1));
+    match state {
+        State::Code => {
+            if c == '/' && next == '/' {
+                (State::LineComment, 2, Out::Comment)
+            } else if c == '/' && next == '*' {
+                (State::BlockComment(1), 2, Out::Comment)
+            } else if c == '"' {
+                (State::Str, 1, Out::Code)
+            } else if let Some((hashes, len)) = raw_string_start(chars, i) {
+                (State::RawStr(hashes), len, Out::CodeAs("r\""))
+            } else if c == '\'' {
+                match char_literal_len(chars, i) {
+                    Some(len) => (State::Code, len, Out::CodeAs("' '")),
+                    None => (State::Code, 1, Out::Code),
+                }
+            } else {
+                (State::Code, 1, Out::Code)
+            }
+        }
+        State::LineComment => (state, 1, Out::Comment),
+        State::BlockComment(depth) => match (c, next) {
+            ('/', '*') => (State::BlockComment(depth + 1), 2, Out::Comment),
+            ('*', '/') if depth == 1 => (State::Code, 2, Out::Comment),
+            ('*', '/') => (State::BlockComment(depth - 1), 2, Out::Comment),
+            _ => (state, 1, Out::Comment),
+        },
+        State::Str => match c {
+            '\\' if next != '\n' => (state, 2, Out::Drop),
+            '"' => (State::Code, 1, Out::Code),
+            _ => (state, 1, Out::Drop),
+        },
+        State::RawStr(hashes) => {
+            if c == '"' && (1..=hashes).all(|k| at(i + k) == '#') {
+                (State::Code, 1 + hashes, Out::CodeAs("\""))
+            } else {
+                (state, 1, Out::Drop)
+            }
+        }
+    }
+}
+
 /// Splits `text` into one [`Line`] per source line (line `n` of the file is index `n - 1`).
 pub(crate) fn split(text: &str) -> Vec<Line> {
     let chars: Vec<char> = text.chars().collect();
-    let at = |i: usize| chars.get(i).copied().unwrap_or('\0');
     let mut lines = vec![Line::default()];
     let mut state = State::Code;
     let mut i = 0;
     while i < chars.len() {
-        let c = chars[i];
-        if c == '\n' {
+        if chars[i] == '\n' {
             lines.push(Line::default());
             if state == State::LineComment {
                 state = State::Code;
@@ -48,81 +105,17 @@ pub(crate) fn split(text: &str) -> Vec<Line> {
             i += 1;
             continue;
         }
+        let (next, len, out) = step(state, &chars, i);
         let line = lines.last_mut().expect("lines is never empty");
-        match state {
-            State::Code => {
-                if c == '/' && at(i + 1) == '/' {
-                    state = State::LineComment;
-                    line.comment.push_str("//");
-                    i += 2;
-                } else if c == '/' && at(i + 1) == '*' {
-                    state = State::BlockComment(1);
-                    line.comment.push_str("/*");
-                    i += 2;
-                } else if c == '"' {
-                    state = State::Str;
-                    line.code.push('"');
-                    i += 1;
-                } else if let Some((hashes, len)) = raw_string_start(&chars, i) {
-                    state = State::RawStr(hashes);
-                    line.code.push_str("r\"");
-                    i += len;
-                } else if c == '\'' {
-                    if let Some(len) = char_literal_len(&chars, i) {
-                        line.code.push_str("' '");
-                        i += len;
-                    } else {
-                        line.code.push('\'');
-                        i += 1;
-                    }
-                } else {
-                    line.code.push(c);
-                    i += 1;
-                }
-            }
-            State::LineComment => {
-                line.comment.push(c);
-                i += 1;
-            }
-            State::BlockComment(depth) => {
-                if c == '/' && at(i + 1) == '*' {
-                    state = State::BlockComment(depth + 1);
-                    line.comment.push_str("/*");
-                    i += 2;
-                } else if c == '*' && at(i + 1) == '/' {
-                    state = if depth == 1 {
-                        State::Code
-                    } else {
-                        State::BlockComment(depth - 1)
-                    };
-                    line.comment.push_str("*/");
-                    i += 2;
-                } else {
-                    line.comment.push(c);
-                    i += 1;
-                }
-            }
-            State::Str => {
-                if c == '\\' && at(i + 1) != '\n' {
-                    i += 2;
-                } else if c == '"' {
-                    state = State::Code;
-                    line.code.push('"');
-                    i += 1;
-                } else {
-                    i += 1;
-                }
-            }
-            State::RawStr(hashes) => {
-                if c == '"' && (1..=hashes).all(|k| at(i + k) == '#') {
-                    state = State::Code;
-                    line.code.push('"');
-                    i += 1 + hashes;
-                } else {
-                    i += 1;
-                }
-            }
+        let consumed = chars[i..chars.len().min(i + len)].iter();
+        match out {
+            Out::Drop => {}
+            Out::Code => line.code.extend(consumed),
+            Out::CodeAs(text) => line.code.push_str(text),
+            Out::Comment => line.comment.extend(consumed),
         }
+        state = next;
+        i += len;
     }
     lines
 }
