@@ -267,10 +267,8 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        if xpu_device::fork::is_in_bad_fork() {
-            // A bad fork child: the parent's marker is leaked, not released (a driver call).
-            std::mem::forget(self.recorded.take());
-        }
+        // In a bad fork child the parent's marker is leaked, not released (a driver call).
+        drop(xpu_device::fork::take_unless_bad_fork(&mut self.recorded));
     }
 }
 

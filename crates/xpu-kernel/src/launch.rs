@@ -332,13 +332,9 @@ impl<'a> Launch<'a> {
 
 impl Drop for Launch<'_> {
     fn drop(&mut self) {
-        if xpu_device::fork::is_in_bad_fork() {
-            // A bad fork child: the kernel is the parent's driver state and the function's
-            // pool lock may have been held at the fork; the kernel is leaked.
-            std::mem::forget(self.kernel.take());
-            return;
-        }
-        if let Some(k) = self.kernel.take() {
+        // In a bad fork child the kernel is the parent's driver state and the function's pool
+        // lock may have been held at the fork: the kernel is leaked, not returned.
+        if let Some(k) = xpu_device::fork::take_unless_bad_fork(&mut self.kernel) {
             self.function.put(k);
         }
     }
