@@ -21,8 +21,18 @@ fn fresh_stream() -> ExternalStream {
     ExternalStream::new(xpu_testing::fresh_queue(0), 0).unwrap()
 }
 
-fn device() -> bool {
-    xpu_testing::devices(1)
+/// A [`fresh_stream`] and its handle; `None` (the test is skipped) without a device.
+fn device_stream() -> Option<(ExternalStream, Stream)> {
+    xpu_testing::devices(1).then(|| {
+        let s = fresh_stream();
+        let stream = s.stream();
+        (s, stream)
+    })
+}
+
+/// A [`device_stream`] and a new pool of device 0.
+fn pool_and_stream() -> Option<(ExternalStream, Stream, MemPool)> {
+    device_stream().map(|(s, stream)| (s, stream, MemPool::new(0).unwrap()))
 }
 
 fn reserved() -> u64 {
@@ -39,12 +49,9 @@ fn pool_block_addresses(pool: &MemPool) -> Vec<u64> {
 
 #[test]
 fn routing_sends_this_threads_allocations_to_the_pool_and_no_other_threads() {
-    if !device() {
+    let Some((_s, stream, pool)) = pool_and_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
-    let pool = MemPool::new(0).unwrap();
+    };
     let before = xpu_alloc::allocate(4096, &stream).unwrap();
     assert!(!pool.owns(&before), "no routing yet");
     let guard = xpu_alloc::use_mem_pool(&pool).unwrap();
@@ -86,12 +93,9 @@ fn routing_sends_this_threads_allocations_to_the_pool_and_no_other_threads() {
 
 #[test]
 fn a_pools_freed_block_is_never_handed_to_the_default_pool_and_back() {
-    if !device() {
+    let Some((_s, stream, pool)) = pool_and_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
-    let pool = MemPool::new(0).unwrap();
+    };
     for size in [4096, 3 * MIB] {
         // Pool -> default: the pool's cached block stays the pool's.
         let p = pool.allocate(size, &stream).unwrap();
@@ -130,11 +134,9 @@ fn a_pools_freed_block_is_never_handed_to_the_default_pool_and_back() {
 
 #[test]
 fn per_pool_statistics_are_exact_and_count_in_the_device() {
-    if !device() {
+    let Some((_s, stream)) = device_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
+    };
     let device_before = xpu_alloc::memory_stats(0).unwrap();
     let pool = MemPool::new(0).unwrap();
     let a = pool.allocate(1000, &stream).unwrap();
@@ -190,26 +192,31 @@ fn per_pool_statistics_are_exact_and_count_in_the_device() {
     drop(c);
 }
 
+/// Asserts that a routing call failed with `expected`, whose message (torch's) starts with
+/// `message`.
+fn assert_routing_error(err: AllocError, expected: &AllocError, message: &str) {
+    assert_eq!(&err, expected);
+    assert!(err.to_string().starts_with(message), "{err}");
+}
+
 #[test]
 fn routing_twice_to_one_pool_and_ending_an_inactive_routing_are_errors() {
-    if !device() {
+    let Some((_s, stream, pool)) = pool_and_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
-    let pool = MemPool::new(0).unwrap();
+    };
     let inner = MemPool::new(0).unwrap();
-    let err = xpu_alloc::end_allocate_to_pool(&pool).unwrap_err();
-    assert!(matches!(err, AllocError::NotRecordingToPool { id, .. } if id == pool.id()));
-    assert!(err
-        .to_string()
-        .starts_with("endAllocatePool: not currently recording to mempool_id"));
+    let (device, id) = (0, pool.id());
+    assert_routing_error(
+        xpu_alloc::end_allocate_to_pool(&pool).unwrap_err(),
+        &AllocError::NotRecordingToPool { device, id },
+        "endAllocatePool: not currently recording to mempool_id",
+    );
     let _g = xpu_alloc::use_mem_pool(&pool).unwrap();
-    let err = xpu_alloc::use_mem_pool(&pool).unwrap_err();
-    assert!(matches!(err, AllocError::AlreadyRecordingToPool { id, .. } if id == pool.id()));
-    assert!(err
-        .to_string()
-        .starts_with("beginAllocateToPool: already recording to mempool_id"));
+    assert_routing_error(
+        xpu_alloc::use_mem_pool(&pool).unwrap_err(),
+        &AllocError::AlreadyRecordingToPool { device, id },
+        "beginAllocateToPool: already recording to mempool_id",
+    );
     {
         let _nested = xpu_alloc::use_mem_pool(&inner).unwrap();
         let p = xpu_alloc::allocate(4096, &stream).unwrap();
@@ -229,11 +236,9 @@ fn routing_twice_to_one_pool_and_ending_an_inactive_routing_are_errors() {
 
 #[test]
 fn a_pool_dropped_with_live_blocks_lives_until_they_are_freed() {
-    if !device() {
+    let Some((_s, stream)) = device_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
+    };
     let base = reserved();
     let pool = MemPool::new(0).unwrap();
     let x = pool.allocate(12 * MIB, &stream).unwrap();
@@ -280,12 +285,9 @@ fn a_pool_dropped_with_live_blocks_lives_until_they_are_freed() {
 
 #[test]
 fn release_of_an_idle_pool_returns_its_segments() {
-    if !device() {
+    let Some((_s, stream, pool)) = pool_and_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
-    let pool = MemPool::new(0).unwrap();
+    };
     let base = reserved();
     drop(pool.allocate(5 * MIB, &stream).unwrap());
     assert!(pool.memory_reserved() > 0);
@@ -368,11 +370,9 @@ impl SegmentSource for Watching {
 
 #[test]
 fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_does_not() {
-    if !device() {
+    let Some((_s, stream)) = device_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
+    };
     let source = Watching::new();
     let pool = MemPool::with_source(0, source.clone()).unwrap();
     let base = reserved();
@@ -426,12 +426,10 @@ fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_d
 /// the drop).
 #[test]
 fn a_dropped_pools_segment_is_released_only_after_the_gated_work_that_reads_it() {
-    if !device() {
-        return;
-    }
     const N: usize = 64 * 1024;
-    let s = fresh_stream();
-    let stream: Stream = s.stream();
+    let Some((_s, stream)) = device_stream() else {
+        return;
+    };
     let source = Watching::new();
     let pool = MemPool::with_source(0, source.clone()).unwrap();
     let x = pool.allocate(12 * MIB, &stream).unwrap();
@@ -488,12 +486,9 @@ fn a_dropped_pools_segment_is_released_only_after_the_gated_work_that_reads_it()
 
 #[test]
 fn device_empty_cache_leaves_live_pools_and_releases_dropped_ones() {
-    if !device() {
+    let Some((_s, stream, pool)) = pool_and_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
-    let pool = MemPool::new(0).unwrap();
+    };
     drop(pool.allocate(3 * MIB, &stream).unwrap());
     let held = pool.memory_reserved();
     assert!(held > 0);
@@ -516,12 +511,9 @@ fn device_empty_cache_leaves_live_pools_and_releases_dropped_ones() {
 
 #[test]
 fn device_empty_cache_releases_the_unused_segments_of_a_dropped_pool_with_live_blocks() {
-    if !device() {
+    let Some((_s, stream, pool)) = pool_and_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
-    let pool = MemPool::new(0).unwrap();
+    };
     let x = pool.allocate(12 * MIB, &stream).unwrap();
     let y = pool.allocate(12 * MIB, &stream).unwrap();
     assert_eq!(pool.segments().len(), 2);
@@ -543,7 +535,7 @@ fn device_empty_cache_releases_the_unused_segments_of_a_dropped_pool_with_live_b
 
 #[test]
 fn a_thread_that_exits_with_a_forgotten_routing_no_longer_counts_as_routing() {
-    if !device() {
+    if !xpu_testing::devices(1) {
         return;
     }
     let pool = MemPool::new(0).unwrap();
