@@ -2,6 +2,8 @@
 //! survives its stream, `empty_cache` waits for queued work, driver error classes. Skipped
 //! without a device unless `XPU_REQUIRE_DEVICE=1`.
 
+mod common;
+
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -13,10 +15,7 @@ use xpu_event::Event;
 use xpu_event::Gate;
 use xpu_stream::{ExternalStream, Stream};
 
-/// A stream on a queue of its own, so gating it never holds back another test's stream.
-fn fresh_stream() -> ExternalStream {
-    ExternalStream::new(xpu_testing::fresh_queue(0), 0).unwrap()
-}
+use common::{fresh_stream, MIB};
 
 fn device() -> bool {
     xpu_testing::devices(1)
@@ -27,7 +26,7 @@ fn device() -> bool {
 fn block_on_fresh_stream() -> Option<(DeviceAllocator, ExternalStream, DataPtr)> {
     device().then(|| {
         let alloc = private("");
-        let s = fresh_stream();
+        let s = fresh_stream(0);
         let x = alloc.allocate(12 * MIB, &s.stream()).unwrap();
         (alloc, s, x)
     })
@@ -47,8 +46,6 @@ fn free_under_a_gated_read(
     drop(x);
     (gate, out, copy)
 }
-
-const MIB: u64 = 1 << 20;
 
 fn private(config: &str) -> DeviceAllocator {
     DeviceAllocator::new(0, AllocConfig::parse(config).unwrap()).unwrap()
@@ -83,8 +80,8 @@ fn recorded_use_on_a_dropped_stream_still_orders_reuse() {
     }
     const N: u64 = 64 * 1024;
     let alloc = private("");
-    let d = fresh_stream();
-    let e = fresh_stream();
+    let d = fresh_stream(0);
+    let e = fresh_stream(0);
     let x = alloc.allocate(N, &d.stream()).unwrap();
     let x_addr = x.address();
     x.view()
@@ -200,7 +197,7 @@ fn a_request_the_driver_can_never_serve_is_too_large_without_retries() {
         Box::new(Claims(BufferSource::new(0).unwrap())),
         AllocConfig::default(),
     );
-    let s = fresh_stream();
+    let s = fresh_stream(0);
     let sr = xpu_alloc::ClStream::shared(s.stream());
     drop(core.allocate(MIB, &sr).unwrap());
     let err = core.allocate(max + 4 * MIB, &sr).unwrap_err();

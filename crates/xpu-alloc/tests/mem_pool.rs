@@ -4,6 +4,8 @@
 //! unless `XPU_REQUIRE_DEVICE=1`. Each test allocates on streams of its own; device-wide
 //! figures are compared as differences.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -14,21 +16,7 @@ use xpu_alloc::{
 use xpu_event::{Event, Gate};
 use xpu_stream::{ExternalStream, Stream};
 
-const MIB: u64 = 1 << 20;
-
-/// A stream on a queue of its own, so gating it never holds back another test's stream.
-fn fresh_stream() -> ExternalStream {
-    ExternalStream::new(xpu_testing::fresh_queue(0), 0).unwrap()
-}
-
-/// A [`fresh_stream`] and its handle; `None` (the test is skipped) without a device.
-fn device_stream() -> Option<(ExternalStream, Stream)> {
-    xpu_testing::devices(1).then(|| {
-        let s = fresh_stream();
-        let stream = s.stream();
-        (s, stream)
-    })
-}
+use common::{device_stream, fresh_stream, MIB};
 
 /// A [`device_stream`] and a new pool of device 0.
 fn pool_and_stream() -> Option<(ExternalStream, Stream, MemPool)> {
@@ -61,7 +49,7 @@ fn routing_sends_this_threads_allocations_to_the_pool_and_no_other_threads() {
         pool.owns(&routed),
         "this thread's allocation comes from the pool"
     );
-    let s2 = fresh_stream();
+    let s2 = fresh_stream(0);
     xpu_alloc::record_stream(&routed, &s2.stream()).expect("record_stream of a pool block");
     let raw = xpu_alloc::raw_alloc_with_stream(8192, &stream).unwrap();
     assert_eq!(
@@ -391,7 +379,7 @@ fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_d
         let q = xpu_alloc::allocate(4096, &stream).unwrap();
         assert!(pool.owns(&q));
         drop(q);
-        xpu_alloc::allocate(4096, &fresh_stream().stream()).unwrap()
+        xpu_alloc::allocate(4096, &fresh_stream(0).stream()).unwrap()
     };
     assert_eq!(
         source.allocs.load(Ordering::SeqCst),

@@ -8,6 +8,13 @@ use super::{sim_core, stream, CachingAllocator, GIB, MIB};
 use crate::error::CacheError;
 use crate::sim_stream::{SimBackend, SimGate, SimStream};
 
+/// An allocator over a simulated 1 GiB device (default configuration) and simulated streams
+/// 0 to `N - 1`.
+fn core_and_streams<const N: usize>() -> (CachingAllocator<SimBackend>, [Arc<SimStream>; N]) {
+    let (core, _) = sim_core(GIB, "");
+    (core, std::array::from_fn(|i| stream(i as u64).1))
+}
+
 /// Allocates `size` bytes on `s`, closes the gate of each of `users` (their work stays
 /// outstanding), records a use of the block on each and frees it: the block stays pending
 /// until those markers complete. Returns its address and the gates, in `users` order.
@@ -27,10 +34,8 @@ fn free_while_used_on(
 
 #[test]
 fn record_stream_defers_reuse_until_the_marker_completes() {
-    let (core, _) = sim_core(GIB, "");
-    let (_, s0) = stream(0);
-    let (side, s1) = stream(1);
-    let (addr, _) = free_while_used_on(&core, 4096, &s0, &[&s1]);
+    let (core, [s0, side]) = core_and_streams();
+    let (addr, _) = free_while_used_on(&core, 4096, &s0, &[&side]);
     let st = core.memory_stats();
     assert_eq!(
         (st.allocation.all.current, st.allocated_bytes.all.current),
@@ -77,17 +82,14 @@ fn record_stream_of_a_foreign_pointer_is_an_error() {
 
 #[test]
 fn pending_frees_of_different_streams_do_not_block_each_other() {
-    let (core, _) = sim_core(GIB, "");
-    let (_, s0) = stream(0);
-    let (slow, s1) = stream(1);
-    let (_, s2) = stream(2);
+    let (core, [s0, slow, s2]) = core_and_streams();
     let x = core.alloc(1 << 16, &s0).unwrap();
     let _sep = core.alloc(1 << 16, &s0).unwrap();
     let y = core.alloc(1 << 16, &s0).unwrap();
     let _tail = core.alloc(1 << 16, &s0).unwrap();
     let (xa, ya) = (x.address(), y.address());
     slow.close_gate();
-    core.record_stream(&x, &s1).unwrap();
+    core.record_stream(&x, &slow).unwrap();
     core.record_stream(&y, &s2).unwrap();
     drop(x); // pending on the slow stream
     drop(y); // pending on an idle stream, freed later than x
@@ -106,11 +108,8 @@ fn pending_frees_of_different_streams_do_not_block_each_other() {
 
 #[test]
 fn a_block_used_on_two_streams_waits_for_both() {
-    let (core, _) = sim_core(GIB, "");
-    let (_, s0) = stream(0);
-    let (g1, s1) = stream(1);
-    let (g2, s2) = stream(2);
-    let (addr, _) = free_while_used_on(&core, 4096, &s0, &[&s1, &s2, &s2]);
+    let (core, [s0, g1, g2]) = core_and_streams();
+    let (addr, _) = free_while_used_on(&core, 4096, &s0, &[&g1, &g2, &g2]);
     assert_eq!((g1.markers_recorded(), g2.markers_recorded()), (1, 1));
     g1.open_gate();
     assert_ne!(core.alloc(4096, &s0).unwrap().address(), addr);
