@@ -19,7 +19,7 @@ fn private(config: &str) -> DeviceAllocator {
 
 #[test]
 fn buffers_kernel_arguments_and_views() {
-    let Some((_owner, s)) = device_stream() else {
+    let Some(s) = device_stream() else {
         return;
     };
     let alloc = private("");

@@ -14,13 +14,13 @@ use xpu_alloc::{
     SourceSegment,
 };
 use xpu_event::{Event, Gate};
-use xpu_stream::{ExternalStream, Stream};
+use xpu_stream::Stream;
 
 use common::{device_stream, fresh_stream, MIB};
 
 /// A [`device_stream`] and a new pool of device 0.
-fn pool_and_stream() -> Option<(ExternalStream, Stream, MemPool)> {
-    device_stream().map(|(s, stream)| (s, stream, MemPool::new(0).unwrap()))
+fn pool_and_stream() -> Option<(Stream, MemPool)> {
+    device_stream().map(|stream| (stream, MemPool::new(0).unwrap()))
 }
 
 fn reserved() -> u64 {
@@ -37,7 +37,7 @@ fn pool_block_addresses(pool: &MemPool) -> Vec<u64> {
 
 #[test]
 fn routing_sends_this_threads_allocations_to_the_pool_and_no_other_threads() {
-    let Some((_s, stream, pool)) = pool_and_stream() else {
+    let Some((stream, pool)) = pool_and_stream() else {
         return;
     };
     let before = xpu_alloc::allocate(4096, &stream).unwrap();
@@ -81,7 +81,7 @@ fn routing_sends_this_threads_allocations_to_the_pool_and_no_other_threads() {
 
 #[test]
 fn a_pools_freed_block_is_never_handed_to_the_default_pool_and_back() {
-    let Some((_s, stream, pool)) = pool_and_stream() else {
+    let Some((stream, pool)) = pool_and_stream() else {
         return;
     };
     for size in [4096, 3 * MIB] {
@@ -122,7 +122,7 @@ fn a_pools_freed_block_is_never_handed_to_the_default_pool_and_back() {
 
 #[test]
 fn per_pool_statistics_are_exact_and_count_in_the_device() {
-    let Some((_s, stream)) = device_stream() else {
+    let Some(stream) = device_stream() else {
         return;
     };
     let device_before = xpu_alloc::memory_stats(0).unwrap();
@@ -189,7 +189,7 @@ fn assert_routing_error(err: AllocError, expected: &AllocError, message: &str) {
 
 #[test]
 fn routing_twice_to_one_pool_and_ending_an_inactive_routing_are_errors() {
-    let Some((_s, stream, pool)) = pool_and_stream() else {
+    let Some((stream, pool)) = pool_and_stream() else {
         return;
     };
     let inner = MemPool::new(0).unwrap();
@@ -224,7 +224,7 @@ fn routing_twice_to_one_pool_and_ending_an_inactive_routing_are_errors() {
 
 #[test]
 fn a_pool_dropped_with_live_blocks_lives_until_they_are_freed() {
-    let Some((_s, stream)) = device_stream() else {
+    let Some(stream) = device_stream() else {
         return;
     };
     let base = reserved();
@@ -273,7 +273,7 @@ fn a_pool_dropped_with_live_blocks_lives_until_they_are_freed() {
 
 #[test]
 fn release_of_an_idle_pool_returns_its_segments() {
-    let Some((_s, stream, pool)) = pool_and_stream() else {
+    let Some((stream, pool)) = pool_and_stream() else {
         return;
     };
     let base = reserved();
@@ -358,7 +358,7 @@ impl SegmentSource for Watching {
 
 #[test]
 fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_does_not() {
-    let Some((_s, stream)) = device_stream() else {
+    let Some(stream) = device_stream() else {
         return;
     };
     let source = Watching::new();
@@ -415,7 +415,7 @@ fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_d
 #[test]
 fn a_dropped_pools_segment_is_released_only_after_the_gated_work_that_reads_it() {
     const N: usize = 64 * 1024;
-    let Some((_s, stream)) = device_stream() else {
+    let Some(stream) = device_stream() else {
         return;
     };
     let source = Watching::new();
@@ -474,7 +474,7 @@ fn a_dropped_pools_segment_is_released_only_after_the_gated_work_that_reads_it()
 
 #[test]
 fn device_empty_cache_leaves_live_pools_and_releases_dropped_ones() {
-    let Some((_s, stream, pool)) = pool_and_stream() else {
+    let Some((stream, pool)) = pool_and_stream() else {
         return;
     };
     drop(pool.allocate(3 * MIB, &stream).unwrap());
@@ -499,7 +499,7 @@ fn device_empty_cache_leaves_live_pools_and_releases_dropped_ones() {
 
 #[test]
 fn device_empty_cache_releases_the_unused_segments_of_a_dropped_pool_with_live_blocks() {
-    let Some((_s, stream, pool)) = pool_and_stream() else {
+    let Some((stream, pool)) = pool_and_stream() else {
         return;
     };
     let x = pool.allocate(12 * MIB, &stream).unwrap();

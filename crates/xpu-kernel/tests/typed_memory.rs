@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{assert_block_not_reused, device0_stream, fresh_stream};
+use common::{assert_block_not_reused, device0_stream, fresh_streams};
 use xpu_event::test_support::Gate;
 use xpu_kernel::memory::{
     copy_dtod, copy_dtoh, copy_htod, copy_htod_pinned, copy_peer, fill, memset_zeros, staging_plan,
@@ -14,8 +14,6 @@ use xpu_kernel::memory::{
     STAGING_FIRST_PIECE_BYTES, STAGING_MAX_THREADS,
 };
 use xpu_kernel::{DeviceBuffer, DeviceRegion, MemoryError, StreamMemoryExt};
-use xpu_stream::Stream;
-use xpu_testing::devices;
 
 fn ramp_f32(n: usize) -> Vec<f32> {
     (0..n).map(|i| i as f32 * 0.5 - 7.25).collect()
@@ -23,10 +21,9 @@ fn ramp_f32(n: usize) -> Vec<f32> {
 
 #[test]
 fn htod_and_dtoh_round_trip_at_odd_offsets_and_lengths() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     let host = ramp_f32(1001);
     let buf = s.htod_copy(&host).unwrap();
     assert_eq!(buf.len(), 1001);
@@ -64,10 +61,9 @@ fn htod_and_dtoh_round_trip_at_odd_offsets_and_lengths() {
 
 #[test]
 fn htod_does_not_reference_the_callers_slice_after_returning() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     // More than two staging chunks, with a ragged tail.
     let n = 2 * STAGING_CHUNK_BYTES + 12_345;
     let mut host: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
@@ -117,10 +113,9 @@ fn staging_plan_ramps_up_from_small_pieces_and_tiles_the_source() {
 
 #[test]
 fn threaded_staged_upload_round_trips_and_frees_every_staging_block() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     // Enough for several threads and every ramp size, with a ragged tail, at an odd offset.
     let n = (3 * STAGING_CHUNK_BYTES + 4 * STAGING_FIRST_PIECE_BYTES + 4099) / 4;
     let bytes = n * 4;
@@ -159,10 +154,9 @@ fn threaded_staged_upload_round_trips_and_frees_every_staging_block() {
 
 #[test]
 fn dtoh_is_ordered_after_earlier_work_on_the_stream() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     let mut buf = DeviceBuffer::<u32>::zeroed(1000, &s).unwrap();
     let gate = Gate::new(0).unwrap();
     gate.block(&s).unwrap();
@@ -182,10 +176,9 @@ fn dtoh_is_ordered_after_earlier_work_on_the_stream() {
 
 #[test]
 fn fills_of_every_element_size_and_zeroing() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     let mut f = DeviceBuffer::<f32>::new(101, &s).unwrap();
     s.memset(&mut f, 1.5).unwrap();
     s.memset(&mut f.slice_mut(33..34).unwrap(), -2.0).unwrap();
@@ -216,10 +209,9 @@ fn fills_of_every_element_size_and_zeroing() {
 
 #[test]
 fn dtod_copies_between_buffers_and_within_one() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     let host = ramp_f32(64);
     let a = DeviceBuffer::from_slice(&host, &s).unwrap();
     let mut b = DeviceBuffer::<f32>::zeroed(64, &s).unwrap();
@@ -254,10 +246,9 @@ fn dtod_copies_between_buffers_and_within_one() {
 
 #[test]
 fn misuse_is_a_typed_error_and_zero_length_does_nothing() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     let mut buf = DeviceBuffer::<f32>::zeroed(10, &s).unwrap();
     assert_eq!(
         buf.slice(8..11).unwrap_err(),
@@ -309,12 +300,9 @@ fn misuse_is_a_typed_error_and_zero_length_does_nothing() {
 
 #[test]
 fn a_copy_on_another_stream_records_that_stream_on_the_block() {
-    if !devices(1) {
+    let Some(([s0, s1], _ext)) = fresh_streams([0, 0]) else {
         return;
-    }
-    let s0 = fresh_stream(0);
-    let s1 = fresh_stream(0);
-    let (s0, s1): (Stream, Stream) = (s0.stream(), s1.stream());
+    };
     let n = 1 << 16;
     let mut buf = DeviceBuffer::<u32>::new(n, &s0).unwrap();
     let addr = buf.data_ptr().address();
@@ -329,12 +317,9 @@ fn a_copy_on_another_stream_records_that_stream_on_the_block() {
 
 #[test]
 fn copies_across_devices_are_staged_through_pinned_memory() {
-    if !devices(2) {
+    let Some(([a, b], _ext)) = fresh_streams([0, 1]) else {
         return;
-    }
-    let a = fresh_stream(0);
-    let b = fresh_stream(1);
-    let (a, b) = (a.stream(), b.stream());
+    };
     let host = ramp_f32(333);
     let src = DeviceBuffer::from_slice(&host, &a).unwrap();
     let copy = src.to_device(&a, &b).unwrap();
@@ -390,10 +375,9 @@ fn copies_across_devices_are_staged_through_pinned_memory() {
 
 #[test]
 fn pinned_uploads_copy_the_callers_pinned_bytes_without_staging() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     let host = ramp_f32(37);
     let mut pinned = xpu_alloc::host::host_allocate_on(0, 37 * 4).unwrap();
     pinned.copy_from_slice(bytemuck::cast_slice(&host));

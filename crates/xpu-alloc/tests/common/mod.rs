@@ -19,14 +19,10 @@ pub fn fresh_stream(device: usize) -> ExternalStream {
     ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
 }
 
-/// A [`fresh_stream`] of device 0 and its handle; `None` (the test is skipped) without a
-/// device ([`xpu_testing::devices`]).
-pub fn device_stream() -> Option<(ExternalStream, Stream)> {
-    xpu_testing::devices(1).then(|| {
-        let s = fresh_stream(0);
-        let stream = s.stream();
-        (s, stream)
-    })
+/// A [`fresh_stream`] of device 0, leaked (registered until the process exits); `None` (the
+/// test is skipped) without a device ([`xpu_testing::devices`]).
+pub fn device_stream() -> Option<Stream> {
+    xpu_testing::devices(1).then(|| fresh_stream(0).leak())
 }
 
 /// An allocator over a simulated device of `capacity` bytes (max allocation = capacity).

@@ -9,10 +9,25 @@ pub fn fresh_stream(device: usize) -> ExternalStream {
     ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
 }
 
-/// A [`fresh_stream`] of device 0; `None` (the test is skipped) without a device
+/// The handle of a [`fresh_stream`] of device 0, and the stream (which keeps it registered);
+/// `None` (the test is skipped) without a device ([`xpu_testing::devices`]).
+pub fn device0_stream() -> Option<(Stream, ExternalStream)> {
+    xpu_testing::devices(1)
+        .then(|| fresh_stream(0))
+        .map(|ext| (ext.stream(), ext))
+}
+
+/// The handles of [`fresh_stream`]s of `devices` (one each, in order), and the streams (which
+/// keep them registered); `None` (the test is skipped) without enough devices
 /// ([`xpu_testing::devices`]).
-pub fn device0_stream() -> Option<ExternalStream> {
-    xpu_testing::devices(1).then(|| fresh_stream(0))
+pub fn fresh_streams<const K: usize>(
+    devices: [usize; K],
+) -> Option<([Stream; K], [ExternalStream; K])> {
+    let needed = devices.iter().max().map_or(0, |d| d + 1);
+    xpu_testing::devices(needed).then(|| {
+        let streams = devices.map(fresh_stream);
+        (streams.each_ref().map(ExternalStream::stream), streams)
+    })
 }
 
 /// Asserts that a new buffer of `n` u32s on `stream` does not get the block at `addr`, which
