@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{assert_block_not_reused, device0_stream, fresh_streams};
+use common::{assert_block_not_reused, device0_stream, fresh_streams, ramp};
 use xpu_event::test_support::Gate;
 use xpu_kernel::memory::{
     copy_dtod, copy_dtoh, copy_htod, copy_htod_pinned, copy_peer, fill, memset_zeros, staging_plan,
@@ -15,16 +15,12 @@ use xpu_kernel::memory::{
 };
 use xpu_kernel::{DeviceBuffer, DeviceRegion, MemoryError, StreamMemoryExt};
 
-fn ramp_f32(n: usize) -> Vec<f32> {
-    (0..n).map(|i| i as f32 * 0.5 - 7.25).collect()
-}
-
 #[test]
 fn htod_and_dtoh_round_trip_at_odd_offsets_and_lengths() {
     let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let host = ramp_f32(1001);
+    let host = ramp(1001);
     let buf = s.htod_copy(&host).unwrap();
     assert_eq!(buf.len(), 1001);
     assert_eq!(buf.to_vec(&s).unwrap(), host);
@@ -152,6 +148,18 @@ fn threaded_staged_upload_round_trips_and_frees_every_staging_block() {
     assert_eq!(after.allocation.freed - before.allocation.freed, pieces);
 }
 
+/// Runs `blocked` (a call that waits for work `gate` holds back) on this thread while another
+/// thread opens `gate`: the call cannot return before the gate opens, whatever the timing.
+fn open_gate_during<R>(gate: &Gate, blocked: impl FnOnce() -> R) -> R {
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            gate.open().unwrap();
+        });
+        blocked()
+    })
+}
+
 #[test]
 fn dtoh_is_ordered_after_earlier_work_on_the_stream() {
     let Some((s, _ext)) = device0_stream() else {
@@ -161,17 +169,11 @@ fn dtoh_is_ordered_after_earlier_work_on_the_stream() {
     let gate = Gate::new(0).unwrap();
     gate.block(&s).unwrap();
     fill(&s, &mut buf.slice_mut(10..20).unwrap(), 0xDEAD_BEEF).unwrap();
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            gate.open().unwrap();
-        });
-        // Blocks until the gate opens and the fill ran, whatever the thread's timing.
-        let v = to_vec(&s, &buf).unwrap();
-        assert_eq!(v[9], 0);
-        assert!(v[10..20].iter().all(|&x| x == 0xDEAD_BEEF));
-        assert_eq!(v[20], 0);
-    });
+    // Blocks until the gate opens and the fill ran, whatever the thread's timing.
+    let v = open_gate_during(&gate, || to_vec(&s, &buf).unwrap());
+    assert_eq!(v[9], 0);
+    assert!(v[10..20].iter().all(|&x| x == 0xDEAD_BEEF));
+    assert_eq!(v[20], 0);
 }
 
 #[test]
@@ -212,7 +214,7 @@ fn dtod_copies_between_buffers_and_within_one() {
     let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let host = ramp_f32(64);
+    let host = ramp(64);
     let a = DeviceBuffer::from_slice(&host, &s).unwrap();
     let mut b = DeviceBuffer::<f32>::zeroed(64, &s).unwrap();
     copy_dtod(
@@ -305,13 +307,10 @@ fn a_copy_on_another_stream_records_that_stream_on_the_block() {
     };
     let n = 1 << 16;
     let mut buf = DeviceBuffer::<u32>::new(n, &s0).unwrap();
-    let addr = buf.data_ptr().address();
     let gate = Gate::new(0).unwrap();
     gate.block(&s1).unwrap();
     fill(&s1, &mut buf, 7).unwrap(); // held back on stream 1
-    drop(buf);
-    assert_block_not_reused(n, &s0, addr, "stream 1's fill of it");
-    gate.open().unwrap();
+    assert_block_not_reused(buf, &s0, &gate, "stream 1's fill of it");
     s1.synchronize().unwrap();
 }
 
@@ -320,7 +319,7 @@ fn copies_across_devices_are_staged_through_pinned_memory() {
     let Some(([a, b], _ext)) = fresh_streams([0, 1]) else {
         return;
     };
-    let host = ramp_f32(333);
+    let host = ramp(333);
     let src = DeviceBuffer::from_slice(&host, &a).unwrap();
     let copy = src.to_device(&a, &b).unwrap();
     assert_eq!(copy.device(), 1);
@@ -332,11 +331,7 @@ fn copies_across_devices_are_staged_through_pinned_memory() {
     let gate = Gate::new(0).unwrap();
     gate.block(&a).unwrap();
     fill(&a, &mut src.slice_mut(11..14).unwrap(), 42.0).unwrap();
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            gate.open().unwrap();
-        });
+    open_gate_during(&gate, || {
         copy_peer(
             &a,
             &src.slice(7..50).unwrap(),
@@ -357,20 +352,18 @@ fn copies_across_devices_are_staged_through_pinned_memory() {
         copy_peer(&b, &src, &b, &mut dst.slice_mut(0..0).unwrap()).unwrap_err(),
         MemoryError::LengthMismatch { src: 333, dst: 0 }
     );
-    assert_eq!(
-        to_vec(&b, &src).unwrap_err(),
-        MemoryError::StreamDevice {
-            stream: 1,
-            device: 0
-        }
-    );
-    assert_eq!(
-        copy_dtod(&a, &src.slice(0..100).unwrap(), &mut dst).unwrap_err(),
-        MemoryError::StreamDevice {
-            stream: 0,
-            device: 1
-        }
-    );
+    let wrong_stream = [
+        ("to_vec", to_vec(&b, &src).map(drop), (1, 0)),
+        (
+            "copy_dtod",
+            copy_dtod(&a, &src.slice(0..100).unwrap(), &mut dst),
+            (0, 1),
+        ),
+    ];
+    for (call, result, (stream, device)) in wrong_stream {
+        let want = MemoryError::StreamDevice { stream, device };
+        assert_eq!(result.unwrap_err(), want, "{call}");
+    }
 }
 
 #[test]
@@ -378,7 +371,7 @@ fn pinned_uploads_copy_the_callers_pinned_bytes_without_staging() {
     let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let host = ramp_f32(37);
+    let host = ramp(37);
     let mut pinned = xpu_alloc::host::host_allocate_on(0, 37 * 4).unwrap();
     pinned.copy_from_slice(bytemuck::cast_slice(&host));
     let mut buf = DeviceBuffer::<f32>::zeroed(40, &s).unwrap();

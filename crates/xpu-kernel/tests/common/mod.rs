@@ -1,6 +1,7 @@
 //! Helpers shared by the device tests of this crate.
 #![allow(dead_code)]
 
+use xpu_event::test_support::Gate;
 use xpu_kernel::DeviceBuffer;
 use xpu_stream::{ExternalStream, Stream};
 
@@ -17,6 +18,11 @@ pub fn device0_stream() -> Option<(Stream, ExternalStream)> {
         .map(|ext| (ext.stream(), ext))
 }
 
+/// `n` distinct floats, each exact in f32, to upload and compare.
+pub fn ramp(n: usize) -> Vec<f32> {
+    (0..n).map(|i| i as f32 * 0.5 - 7.25).collect()
+}
+
 /// The handles of [`fresh_stream`]s of `devices` (one each, in order), and the streams (which
 /// keep them registered); `None` (the test is skipped) without enough devices
 /// ([`xpu_testing::devices`]).
@@ -30,13 +36,16 @@ pub fn fresh_streams<const K: usize>(
     })
 }
 
-/// Asserts that a new buffer of `n` u32s on `stream` does not get the block at `addr`, which
-/// `work` still queued on another stream uses.
-pub fn assert_block_not_reused(n: usize, stream: &Stream, addr: u64, work: &str) {
+/// Frees `buf`, which `work` queued on another stream behind `gate` still uses, asserts that a
+/// new buffer of its length on `stream` does not get its block, then opens `gate`.
+pub fn assert_block_not_reused(buf: DeviceBuffer<u32>, stream: &Stream, gate: &Gate, work: &str) {
+    let (n, addr) = (buf.len(), buf.data_ptr().address());
+    drop(buf);
     let again = DeviceBuffer::<u32>::new(n, stream).unwrap();
     assert_ne!(
         again.data_ptr().address(),
         addr,
         "the block was reused while {work} was still queued"
     );
+    gate.open().unwrap();
 }
