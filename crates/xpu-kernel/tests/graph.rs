@@ -7,7 +7,9 @@ mod common;
 use std::sync::Arc;
 
 use common::{device0_stream, fresh_stream, fresh_streams};
-use xpu_kernel::graph::{command_buffer_supported, Capture, Graph, GraphError, ReplayMode};
+use xpu_kernel::graph::{
+    command_buffer_supported, Capture, Graph, GraphArg, GraphError, ReplayMode,
+};
 use xpu_kernel::{DeviceBuffer, Function, KernelError, LaunchExt, MemoryError, Program};
 use xpu_stream::Stream;
 use xpu_testing::devices;
@@ -366,84 +368,56 @@ fn mlp_step_replayed_ten_times(mode: ReplayMode) {
         // the graph; the kernels' loops are bounded by the scalar sizes.
         unsafe {
             let lin = |g: &mut Capture,
-                       out: &Arc<DeviceBuffer<f32>>,
-                       xx: &Arc<DeviceBuffer<f32>>,
-                       w: &Arc<DeviceBuffer<f32>>,
-                       b: &Arc<DeviceBuffer<f32>>,
+                       [out, xx, w, b]: [&Arc<DeviceBuffer<f32>>; 4],
                        (mm, kk, nn): (usize, usize, usize),
                        relu: bool| {
-                g.launch(&s, &linear_fwd, &[mm * nn], None)?
-                    .arg(out)?
-                    .arg(xx)?
-                    .arg(w)?
-                    .arg(b)?
-                    .arg(u(mm))?
-                    .arg(u(kk))?
-                    .arg(u(nn))?
-                    .arg(u32::from(relu))?
-                    .enqueue()
+                let args =
+                    blocks_and_sizes([out, xx, w, b], [u(mm), u(kk), u(nn), u32::from(relu)]);
+                capture_launch(g, &s, &linear_fwd, mm * nn, args)
             };
             let grads = |g: &mut Capture,
-                         dw: &Arc<DeviceBuffer<f32>>,
-                         db: &Arc<DeviceBuffer<f32>>,
-                         xx: &Arc<DeviceBuffer<f32>>,
-                         gg: &Arc<DeviceBuffer<f32>>,
+                         [dw, db, xx, gg]: [&Arc<DeviceBuffer<f32>>; 4],
                          (mm, kk, nn): (usize, usize, usize)| {
-                g.launch(&s, &grad_w, &[kk * nn], None)?
-                    .arg(dw)?
-                    .arg(xx)?
-                    .arg(gg)?
-                    .arg(u(mm))?
-                    .arg(u(kk))?
-                    .arg(u(nn))?
-                    .enqueue()?;
-                g.launch(&s, &grad_b, &[nn], None)?
-                    .arg(db)?
-                    .arg(gg)?
-                    .arg(u(mm))?
-                    .arg(u(nn))?
-                    .enqueue()
+                let args = blocks_and_sizes([dw, xx, gg], [u(mm), u(kk), u(nn)]);
+                capture_launch(g, &s, &grad_w, kk * nn, args)?;
+                let args = blocks_and_sizes([db, gg], [u(mm), u(nn)]);
+                capture_launch(g, &s, &grad_b, nn, args)
             };
             let step = |g: &mut Capture, w: &Arc<DeviceBuffer<f32>>, d: &Arc<DeviceBuffer<f32>>| {
-                g.launch(&s, &sgd, &[w.len()], None)?
-                    .arg(w)?
-                    .arg(d)?
-                    .arg(c.learning_rate)?
-                    .arg(u(w.len()))?
-                    .enqueue()
+                let args = [
+                    w.into(),
+                    d.into(),
+                    c.learning_rate.into(),
+                    u(w.len()).into(),
+                ];
+                capture_launch(g, &s, &sgd, w.len(), args)
             };
-            lin(g, &h, &x, &w1, &b1, (m, i, hd), true)?;
-            lin(g, &out, &h, &w2, &b2, (m, hd, o), false)?;
-            g.launch(&s, &mse_loss, &[1], None)?
-                .arg(&l)?
-                .arg(0u32)?
-                .arg(1u32)?
-                .arg(&out)?
-                .arg(&y)?
-                .arg(u(n))?
-                .enqueue()?;
-            g.launch(&s, &mse_grad, &[n], None)?
-                .arg(&gr)?
-                .arg(&out)?
-                .arg(&y)?
-                .arg(grad_scale)?
-                .arg(u(n))?
-                .enqueue()?;
-            grads(g, &dw2, &db2, &h, &gr, (m, hd, o))?;
-            g.launch(&s, &relu_backward, &[m * hd], None)?
-                .arg(&dh)?
-                .arg(&gr)?
-                .arg(&w2)?
-                .arg(&h)?
-                .arg(u(m))?
-                .arg(u(hd))?
-                .arg(u(o))?
-                .enqueue()?;
-            grads(g, &dw1, &db1, &x, &dh, (m, i, hd))?;
-            step(g, &w1, &dw1)?;
-            step(g, &b1, &db1)?;
-            step(g, &w2, &dw2)?;
-            step(g, &b2, &db2)?;
+            lin(g, [&h, &x, &w1, &b1], (m, i, hd), true)?;
+            lin(g, [&out, &h, &w2, &b2], (m, hd, o), false)?;
+            let args = [
+                (&l).into(),
+                0u32.into(),
+                1u32.into(),
+                (&out).into(),
+                (&y).into(),
+                u(n).into(),
+            ];
+            capture_launch(g, &s, &mse_loss, 1, args)?;
+            let args = [
+                (&gr).into(),
+                (&out).into(),
+                (&y).into(),
+                grad_scale.into(),
+                u(n).into(),
+            ];
+            capture_launch(g, &s, &mse_grad, n, args)?;
+            grads(g, [&dw2, &db2, &h, &gr], (m, hd, o))?;
+            let args = blocks_and_sizes([&dh, &gr, &w2, &h], [u(m), u(hd), u(o)]);
+            capture_launch(g, &s, &relu_backward, m * hd, args)?;
+            grads(g, [&dw1, &db1, &x, &dh], (m, i, hd))?;
+            for (w, d) in [(&w1, &dw1), (&b1, &db1), (&w2, &dw2), (&b2, &db2)] {
+                step(g, w, d)?;
+            }
         }
         loss = Some(l);
         Ok(())
@@ -468,6 +442,34 @@ fn mlp_step_replayed_ten_times(mode: ReplayMode) {
     );
     compare_losses(&losses, &cpu_losses, 1e-4).unwrap();
     assert!(losses[9] < losses[0], "the loss decreases: {losses:?}");
+}
+
+/// Captures a launch of `f` over `global` work-items on `s` into `g`, with `args` in order.
+///
+/// # Safety
+/// As [`xpu_kernel::graph::CaptureLaunch::enqueue`], for this launch with these arguments.
+unsafe fn capture_launch(
+    g: &mut Capture,
+    s: &Stream,
+    f: &Function,
+    global: usize,
+    args: impl IntoIterator<Item = GraphArg>,
+) -> Result<(), GraphError> {
+    let mut launch = g.launch(s, f, &[global], None)?;
+    for arg in args {
+        launch = launch.arg(arg)?;
+    }
+    // SAFETY: the caller's obligations, for this launch.
+    unsafe { launch.enqueue() }
+}
+
+/// A launch's arguments: `blocks`, then `sizes`.
+fn blocks_and_sizes<const B: usize, const S: usize>(
+    blocks: [&Arc<DeviceBuffer<f32>>; B],
+    sizes: [u32; S],
+) -> impl Iterator<Item = GraphArg> {
+    let sizes = sizes.map(GraphArg::from);
+    blocks.map(GraphArg::from).into_iter().chain(sizes)
 }
 
 /// Asserts `y` = `a` * [`xs`] + 1 (read on `s`).
