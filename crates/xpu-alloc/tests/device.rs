@@ -3,18 +3,15 @@
 //! crate-level API and a second device. Skipped without a device unless
 //! `XPU_REQUIRE_DEVICE=1`.
 
+mod common;
+
 use xpu_alloc::{AllocConfig, AllocError, DeviceAllocator, DevicePtr, MemoryKind, StreamKey};
 use xpu_event::Gate;
 use xpu_event::StreamExt;
-use xpu_stream::{ExternalStream, Stream};
+use xpu_stream::Stream;
 use xpu_testing::devices;
 
-/// A stream on a queue of its own, so gating it never holds back another test's stream.
-fn fresh_stream(device: usize) -> ExternalStream {
-    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
-}
-
-const MIB: u64 = 1 << 20;
+use common::{device_stream, fresh_stream, MIB};
 
 fn private(config: &str) -> DeviceAllocator {
     DeviceAllocator::new(0, AllocConfig::parse(config).unwrap()).unwrap()
@@ -22,12 +19,10 @@ fn private(config: &str) -> DeviceAllocator {
 
 #[test]
 fn buffers_kernel_arguments_and_views() {
-    if !devices(1) {
+    let Some(s) = device_stream() else {
         return;
-    }
+    };
     let alloc = private("");
-    let owner = fresh_stream(0);
-    let s = owner.stream();
     let a = alloc.allocate(1000, &s).unwrap();
     let b = alloc.allocate(3000, &s).unwrap();
     assert_eq!(alloc.memory_kind(), MemoryKind::Buffer);

@@ -2,6 +2,8 @@
 //! survives its stream, `empty_cache` waits for queued work, driver error classes. Skipped
 //! without a device unless `XPU_REQUIRE_DEVICE=1`.
 
+mod common;
+
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -13,16 +15,37 @@ use xpu_event::Event;
 use xpu_event::Gate;
 use xpu_stream::{ExternalStream, Stream};
 
-/// A stream on a queue of its own, so gating it never holds back another test's stream.
-fn fresh_stream() -> ExternalStream {
-    ExternalStream::new(xpu_testing::fresh_queue(0), 0).unwrap()
-}
+use common::{fresh_stream, MIB};
 
 fn device() -> bool {
     xpu_testing::devices(1)
 }
 
-const MIB: u64 = 1 << 20;
+/// A private allocator of device 0 with a 12 MiB block `x` allocated on a [`fresh_stream`];
+/// `None` (the test is skipped) without a device.
+fn block_on_fresh_stream() -> Option<(DeviceAllocator, ExternalStream, DataPtr)> {
+    device().then(|| {
+        let alloc = private("");
+        let s = fresh_stream(0);
+        let x = alloc.allocate(12 * MIB, &s.stream()).unwrap();
+        (alloc, s, x)
+    })
+}
+
+/// Gates `stream`, enqueues on it a copy of the first MiB of `x` into a block of `outs`
+/// ([`copy_out`]) and frees `x`: queued work reads `x`'s segment until the returned gate
+/// opens. Returns the gate, the copy's block and the event recorded after the copy.
+fn free_under_a_gated_read(
+    x: DataPtr,
+    stream: &Stream,
+    outs: &DeviceAllocator,
+) -> (Gate, DataPtr, Event) {
+    let gate = Gate::new(0).unwrap();
+    gate.block(stream).unwrap();
+    let (out, copy) = copy_out(&x, stream, outs, MIB);
+    drop(x);
+    (gate, out, copy)
+}
 
 fn private(config: &str) -> DeviceAllocator {
     DeviceAllocator::new(0, AllocConfig::parse(config).unwrap()).unwrap()
@@ -57,8 +80,8 @@ fn recorded_use_on_a_dropped_stream_still_orders_reuse() {
     }
     const N: u64 = 64 * 1024;
     let alloc = private("");
-    let d = fresh_stream();
-    let e = fresh_stream();
+    let d = fresh_stream(0);
+    let e = fresh_stream(0);
     let x = alloc.allocate(N, &d.stream()).unwrap();
     let x_addr = x.address();
     x.view()
@@ -93,19 +116,13 @@ fn recorded_use_on_a_dropped_stream_still_orders_reuse() {
 /// while that copy is queued (reserved stays 24 MiB until the work completes).
 #[test]
 fn empty_cache_waits_for_queued_work_on_the_segment() {
-    if !device() {
+    let Some((alloc, s, x)) = block_on_fresh_stream() else {
         return;
-    }
-    let alloc = private("");
-    let s = fresh_stream();
-    let x = alloc.allocate(12 * MIB, &s.stream()).unwrap();
+    };
     let _keep = alloc.allocate(12 * MIB, &s.stream()).unwrap();
     assert_eq!(alloc.core().memory_reserved(), 24 * MIB);
     let outs = private("");
-    let gate = Gate::new(0).unwrap();
-    gate.block(&s.stream()).unwrap();
-    let (_out, copy) = copy_out(&x, &s.stream(), &outs, MIB);
-    drop(x);
+    let (gate, _out, copy) = free_under_a_gated_read(x, &s.stream(), &outs);
     let (tx, rx) = mpsc::channel();
     std::thread::scope(|scope| {
         let core = alloc.core().clone();
@@ -180,7 +197,7 @@ fn a_request_the_driver_can_never_serve_is_too_large_without_retries() {
         Box::new(Claims(BufferSource::new(0).unwrap())),
         AllocConfig::default(),
     );
-    let s = fresh_stream();
+    let s = fresh_stream(0);
     let sr = xpu_alloc::ClStream::shared(s.stream());
     drop(core.allocate(MIB, &sr).unwrap());
     let err = core.allocate(max + 4 * MIB, &sr).unwrap_err();
@@ -198,17 +215,11 @@ fn a_request_the_driver_can_never_serve_is_too_large_without_retries() {
 /// on its stream has completed (the drop waits for it).
 #[test]
 fn dropping_an_allocator_waits_for_queued_work_on_its_segments() {
-    if !device() {
+    let Some((alloc, s, x)) = block_on_fresh_stream() else {
         return;
-    }
-    let alloc = private("");
-    let s = fresh_stream();
-    let x = alloc.allocate(12 * MIB, &s.stream()).unwrap();
+    };
     let outs = private("");
-    let gate = Gate::new(0).unwrap();
-    gate.block(&s.stream()).unwrap();
-    let (_out, copy) = copy_out(&x, &s.stream(), &outs, MIB);
-    drop(x);
+    let (gate, _out, copy) = free_under_a_gated_read(x, &s.stream(), &outs);
     let (tx, rx) = mpsc::channel();
     std::thread::scope(|scope| {
         scope.spawn(move || {

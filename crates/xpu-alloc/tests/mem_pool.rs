@@ -4,6 +4,8 @@
 //! unless `XPU_REQUIRE_DEVICE=1`. Each test allocates on streams of its own; device-wide
 //! figures are compared as differences.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -12,17 +14,13 @@ use xpu_alloc::{
     SourceSegment,
 };
 use xpu_event::{Event, Gate};
-use xpu_stream::{ExternalStream, Stream};
+use xpu_stream::Stream;
 
-const MIB: u64 = 1 << 20;
+use common::{device_stream, fresh_stream, MIB};
 
-/// A stream on a queue of its own, so gating it never holds back another test's stream.
-fn fresh_stream() -> ExternalStream {
-    ExternalStream::new(xpu_testing::fresh_queue(0), 0).unwrap()
-}
-
-fn device() -> bool {
-    xpu_testing::devices(1)
+/// A [`device_stream`] and a new pool of device 0.
+fn pool_and_stream() -> Option<(Stream, MemPool)> {
+    device_stream().map(|stream| (stream, MemPool::new(0).unwrap()))
 }
 
 fn reserved() -> u64 {
@@ -39,12 +37,9 @@ fn pool_block_addresses(pool: &MemPool) -> Vec<u64> {
 
 #[test]
 fn routing_sends_this_threads_allocations_to_the_pool_and_no_other_threads() {
-    if !device() {
+    let Some((stream, pool)) = pool_and_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
-    let pool = MemPool::new(0).unwrap();
+    };
     let before = xpu_alloc::allocate(4096, &stream).unwrap();
     assert!(!pool.owns(&before), "no routing yet");
     let guard = xpu_alloc::use_mem_pool(&pool).unwrap();
@@ -54,7 +49,7 @@ fn routing_sends_this_threads_allocations_to_the_pool_and_no_other_threads() {
         pool.owns(&routed),
         "this thread's allocation comes from the pool"
     );
-    let s2 = fresh_stream();
+    let s2 = fresh_stream(0);
     xpu_alloc::record_stream(&routed, &s2.stream()).expect("record_stream of a pool block");
     let raw = xpu_alloc::raw_alloc_with_stream(8192, &stream).unwrap();
     assert_eq!(
@@ -86,12 +81,9 @@ fn routing_sends_this_threads_allocations_to_the_pool_and_no_other_threads() {
 
 #[test]
 fn a_pools_freed_block_is_never_handed_to_the_default_pool_and_back() {
-    if !device() {
+    let Some((stream, pool)) = pool_and_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
-    let pool = MemPool::new(0).unwrap();
+    };
     for size in [4096, 3 * MIB] {
         // Pool -> default: the pool's cached block stays the pool's.
         let p = pool.allocate(size, &stream).unwrap();
@@ -130,11 +122,9 @@ fn a_pools_freed_block_is_never_handed_to_the_default_pool_and_back() {
 
 #[test]
 fn per_pool_statistics_are_exact_and_count_in_the_device() {
-    if !device() {
+    let Some(stream) = device_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
+    };
     let device_before = xpu_alloc::memory_stats(0).unwrap();
     let pool = MemPool::new(0).unwrap();
     let a = pool.allocate(1000, &stream).unwrap();
@@ -190,26 +180,31 @@ fn per_pool_statistics_are_exact_and_count_in_the_device() {
     drop(c);
 }
 
+/// Asserts that a routing call failed with `expected`, whose message (torch's) starts with
+/// `message`.
+fn assert_routing_error(err: AllocError, expected: &AllocError, message: &str) {
+    assert_eq!(&err, expected);
+    assert!(err.to_string().starts_with(message), "{err}");
+}
+
 #[test]
 fn routing_twice_to_one_pool_and_ending_an_inactive_routing_are_errors() {
-    if !device() {
+    let Some((stream, pool)) = pool_and_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
-    let pool = MemPool::new(0).unwrap();
+    };
     let inner = MemPool::new(0).unwrap();
-    let err = xpu_alloc::end_allocate_to_pool(&pool).unwrap_err();
-    assert!(matches!(err, AllocError::NotRecordingToPool { id, .. } if id == pool.id()));
-    assert!(err
-        .to_string()
-        .starts_with("endAllocatePool: not currently recording to mempool_id"));
+    let (device, id) = (0, pool.id());
+    assert_routing_error(
+        xpu_alloc::end_allocate_to_pool(&pool).unwrap_err(),
+        &AllocError::NotRecordingToPool { device, id },
+        "endAllocatePool: not currently recording to mempool_id",
+    );
     let _g = xpu_alloc::use_mem_pool(&pool).unwrap();
-    let err = xpu_alloc::use_mem_pool(&pool).unwrap_err();
-    assert!(matches!(err, AllocError::AlreadyRecordingToPool { id, .. } if id == pool.id()));
-    assert!(err
-        .to_string()
-        .starts_with("beginAllocateToPool: already recording to mempool_id"));
+    assert_routing_error(
+        xpu_alloc::use_mem_pool(&pool).unwrap_err(),
+        &AllocError::AlreadyRecordingToPool { device, id },
+        "beginAllocateToPool: already recording to mempool_id",
+    );
     {
         let _nested = xpu_alloc::use_mem_pool(&inner).unwrap();
         let p = xpu_alloc::allocate(4096, &stream).unwrap();
@@ -229,11 +224,9 @@ fn routing_twice_to_one_pool_and_ending_an_inactive_routing_are_errors() {
 
 #[test]
 fn a_pool_dropped_with_live_blocks_lives_until_they_are_freed() {
-    if !device() {
+    let Some(stream) = device_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
+    };
     let base = reserved();
     let pool = MemPool::new(0).unwrap();
     let x = pool.allocate(12 * MIB, &stream).unwrap();
@@ -280,12 +273,9 @@ fn a_pool_dropped_with_live_blocks_lives_until_they_are_freed() {
 
 #[test]
 fn release_of_an_idle_pool_returns_its_segments() {
-    if !device() {
+    let Some((stream, pool)) = pool_and_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
-    let pool = MemPool::new(0).unwrap();
+    };
     let base = reserved();
     drop(pool.allocate(5 * MIB, &stream).unwrap());
     assert!(pool.memory_reserved() > 0);
@@ -368,11 +358,9 @@ impl SegmentSource for Watching {
 
 #[test]
 fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_does_not() {
-    if !device() {
+    let Some(stream) = device_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
+    };
     let source = Watching::new();
     let pool = MemPool::with_source(0, source.clone()).unwrap();
     let base = reserved();
@@ -391,7 +379,7 @@ fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_d
         let q = xpu_alloc::allocate(4096, &stream).unwrap();
         assert!(pool.owns(&q));
         drop(q);
-        xpu_alloc::allocate(4096, &fresh_stream().stream()).unwrap()
+        xpu_alloc::allocate(4096, &fresh_stream(0).stream()).unwrap()
     };
     assert_eq!(
         source.allocs.load(Ordering::SeqCst),
@@ -426,12 +414,10 @@ fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_d
 /// the drop).
 #[test]
 fn a_dropped_pools_segment_is_released_only_after_the_gated_work_that_reads_it() {
-    if !device() {
-        return;
-    }
     const N: usize = 64 * 1024;
-    let s = fresh_stream();
-    let stream: Stream = s.stream();
+    let Some(stream) = device_stream() else {
+        return;
+    };
     let source = Watching::new();
     let pool = MemPool::with_source(0, source.clone()).unwrap();
     let x = pool.allocate(12 * MIB, &stream).unwrap();
@@ -488,12 +474,9 @@ fn a_dropped_pools_segment_is_released_only_after_the_gated_work_that_reads_it()
 
 #[test]
 fn device_empty_cache_leaves_live_pools_and_releases_dropped_ones() {
-    if !device() {
+    let Some((stream, pool)) = pool_and_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
-    let pool = MemPool::new(0).unwrap();
+    };
     drop(pool.allocate(3 * MIB, &stream).unwrap());
     let held = pool.memory_reserved();
     assert!(held > 0);
@@ -516,12 +499,9 @@ fn device_empty_cache_leaves_live_pools_and_releases_dropped_ones() {
 
 #[test]
 fn device_empty_cache_releases_the_unused_segments_of_a_dropped_pool_with_live_blocks() {
-    if !device() {
+    let Some((stream, pool)) = pool_and_stream() else {
         return;
-    }
-    let s = fresh_stream();
-    let stream = s.stream();
-    let pool = MemPool::new(0).unwrap();
+    };
     let x = pool.allocate(12 * MIB, &stream).unwrap();
     let y = pool.allocate(12 * MIB, &stream).unwrap();
     assert_eq!(pool.segments().len(), 2);
@@ -543,7 +523,7 @@ fn device_empty_cache_releases_the_unused_segments_of_a_dropped_pool_with_live_b
 
 #[test]
 fn a_thread_that_exits_with_a_forgotten_routing_no_longer_counts_as_routing() {
-    if !device() {
+    if !xpu_testing::devices(1) {
         return;
     }
     let pool = MemPool::new(0).unwrap();

@@ -3,11 +3,39 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use common::{
     allocate_mib, cache_three_idle_segments, segment_sizes_mib, sim_core, stream, GIB, MIB,
 };
 use xpu_alloc::size::{self, format_size, round_size, roundup_interval, segment_size, PoolKind};
-use xpu_alloc::{AllocConfig, BlockState, DeviceCore};
+use xpu_alloc::{AllocConfig, BlockState, DeviceCore, SimulatedSource, StreamRef};
+
+/// Allocates `size` bytes on `s` and frees the block at once; returns its address (the block
+/// stays cached).
+fn cached_block_address(core: &DeviceCore, size: u64, s: &StreamRef) -> u64 {
+    core.allocate(size, s).unwrap().address()
+}
+
+/// A simulated 1 GiB allocator with `config`, stream 0, and the address of a block of `size`
+/// bytes allocated on it and freed ([`cached_block_address`]).
+fn with_cached_block(
+    config: &str,
+    size: u64,
+) -> (DeviceCore, Arc<SimulatedSource>, StreamRef, u64) {
+    let (core, source) = sim_core(GIB, config);
+    let (_, s) = stream(0);
+    let addr = cached_block_address(&core, size, &s);
+    (core, source, s, addr)
+}
+
+/// A simulated 1 GiB allocator with `config` whose cache holds the three idle segments of
+/// [`cache_three_idle_segments`], allocated on `s`.
+fn with_three_idle_segments(config: &str, s: &StreamRef) -> (DeviceCore, Arc<SimulatedSource>) {
+    let (core, source) = sim_core(GIB, config);
+    cache_three_idle_segments(&core, s);
+    (core, source)
+}
 
 fn divisions(interval_div: &[(usize, u64)]) -> AllocConfig {
     let mut c = AllocConfig::default();
@@ -120,11 +148,7 @@ fn split_vectors_on_a_fresh_allocator() {
 
 #[test]
 fn unsplit_block_is_handed_out_whole() {
-    let (core, _) = sim_core(GIB, "");
-    let (_, s) = stream(0);
-    let first = core.allocate(5 * MIB, &s).unwrap();
-    let addr = first.address();
-    drop(first);
+    let (core, _, s, addr) = with_cached_block("", 5 * MIB);
     let p = core.allocate(19 * MIB, &s).unwrap();
     assert_eq!(p.address(), addr);
     assert_eq!(p.allocated_size(), 20 * MIB);
@@ -139,11 +163,8 @@ fn unsplit_block_is_handed_out_whole() {
 
 #[test]
 fn oversize_rules() {
-    let (core, source) = sim_core(GIB, "max_split_size_mb:20,release_policy:on_oom");
-    let (_, s) = stream(0);
-    let big = core.allocate(40 * MIB, &s).unwrap();
-    let big_addr = big.address();
-    drop(big);
+    let config = "max_split_size_mb:20,release_policy:on_oom";
+    let (core, source, s, big_addr) = with_cached_block(config, 40 * MIB);
     // Below max_split_size: never served by an oversize block.
     let small = core.allocate(5 * MIB, &s).unwrap();
     assert_ne!(small.address(), big_addr);
@@ -207,9 +228,7 @@ fn blocks_stay_with_their_stream() {
     let (core, _) = sim_core(GIB, "");
     let (_, s0) = stream(0);
     let (_, s1) = stream(1);
-    let a = core.allocate(4096, &s0).unwrap();
-    let addr = a.address();
-    drop(a);
+    let addr = cached_block_address(&core, 4096, &s0);
     let b = core.allocate(4096, &s1).unwrap();
     assert_ne!(
         b.address(),
@@ -233,9 +252,8 @@ fn format_size_vectors() {
 
 #[test]
 fn before_grow_consolidates_idle_segments_instead_of_growing() {
-    let (core, source) = sim_core(GIB, "");
     let (_, s) = stream(0);
-    cache_three_idle_segments(&core, &s);
+    let (core, source) = with_three_idle_segments("", &s);
     // 42 MiB cached in three idle segments; a 30 MiB request would raise the high-water mark.
     let p = core.allocate(30 * MIB, &s).unwrap();
     assert_eq!(
@@ -254,8 +272,7 @@ fn before_grow_consolidates_idle_segments_instead_of_growing() {
     assert_eq!(source.used(), 42 * MIB);
     drop(p);
     // PyTorch's policy grows instead.
-    let (core, _) = sim_core(GIB, "release_policy:on_oom");
-    cache_three_idle_segments(&core, &s);
+    let (core, _) = with_three_idle_segments("release_policy:on_oom", &s);
     let _p = core.allocate(30 * MIB, &s).unwrap();
     assert_eq!(core.max_memory_reserved(), 72 * MIB);
 }
@@ -279,9 +296,8 @@ fn before_grow_small_segments_grow_with_use() {
 
 #[test]
 fn before_grow_regrows_consolidated_segments_as_one() {
-    let (core, _) = sim_core(GIB, "");
     let (_, s) = stream(0);
-    cache_three_idle_segments(&core, &s);
+    let (core, _) = with_three_idle_segments("", &s);
     // Consolidation: one 42 MiB segment replaces the three idle ones.
     let a = core.allocate(30 * MIB, &s).unwrap();
     let b = core.allocate(12 * MIB, &s).unwrap();
@@ -295,8 +311,7 @@ fn before_grow_regrows_consolidated_segments_as_one() {
     assert_eq!((st.num_device_alloc, st.num_device_free), (5, 3));
     drop((a, b, c, d));
     // regrow_factor:1 regrows one request's segment at a time.
-    let (core, _) = sim_core(GIB, "regrow_factor:1");
-    cache_three_idle_segments(&core, &s);
+    let (core, _) = with_three_idle_segments("regrow_factor:1", &s);
     let _live = allocate_mib(&core, &s, &[30, 12, 14, 16]);
     let sizes = segment_sizes_mib(&core);
     assert_eq!(sizes, vec![42, 14, 16]);

@@ -6,14 +6,11 @@
 //! nor keep a segment alive past `empty_cache`) is checked at compile time: see the
 //! `compile_fail` examples of `DataPtr::view` and `with_raw_view`.
 
-use xpu_alloc::{AllocConfig, AllocError, DeviceAllocator};
-use xpu_stream::ExternalStream;
-use xpu_testing::devices;
+mod common;
 
-/// A stream on a queue of its own, so gating it never holds back another test's stream.
-fn fresh_stream() -> ExternalStream {
-    ExternalStream::new(xpu_testing::fresh_queue(0), 0).unwrap()
-}
+use xpu_alloc::{AllocConfig, AllocError, DeviceAllocator};
+
+use common::{device_stream, fresh_stream};
 
 fn private() -> DeviceAllocator {
     DeviceAllocator::new(0, AllocConfig::default()).unwrap()
@@ -21,12 +18,10 @@ fn private() -> DeviceAllocator {
 
 #[test]
 fn a_view_reads_and_writes_only_its_own_allocation() {
-    if !devices(1) {
+    let Some(s) = device_stream() else {
         return;
-    }
+    };
     let alloc = private();
-    let owner = fresh_stream();
-    let s = owner.stream();
     let a = alloc.allocate(1000, &s).unwrap();
     let b = alloc.allocate(1000, &s).unwrap();
     assert_eq!(
@@ -81,7 +76,7 @@ fn a_view_refuses_a_stream_of_another_device() {
         return;
     }
     let alloc = private();
-    let owner = fresh_stream();
+    let owner = fresh_stream(0);
     let a = alloc.allocate(64, &owner.stream()).unwrap();
     let other = xpu_stream::get_stream_from_pool(0, 1).unwrap();
     assert_eq!(
@@ -95,11 +90,9 @@ fn a_view_refuses_a_stream_of_another_device() {
 
 #[test]
 fn raw_delete_during_a_raw_view_frees_the_block_when_the_view_ends() {
-    if !devices(1) {
+    let Some(s) = device_stream() else {
         return;
-    }
-    let owner = fresh_stream();
-    let s = owner.stream();
+    };
     let p = xpu_alloc::raw_alloc_with_stream(1000, &s).unwrap();
     let before = xpu_alloc::memory_allocated(0).unwrap();
     let inside = xpu_alloc::with_raw_view(p, |v| {
@@ -148,11 +141,9 @@ fn raw_delete_during_a_raw_view_frees_the_block_when_the_view_ends() {
 
 #[test]
 fn empty_cache_during_a_raw_view_keeps_the_viewed_segment() {
-    if !devices(1) {
+    let Some(s) = device_stream() else {
         return;
-    }
-    let owner = fresh_stream();
-    let s = owner.stream();
+    };
     let p = xpu_alloc::raw_alloc_with_stream(1000, &s).unwrap();
     let reserved = xpu_alloc::with_raw_view(p, |v| {
         xpu_alloc::raw_delete(p).unwrap();

@@ -6,9 +6,12 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{device0_stream, fresh_stream};
-use xpu_kernel::graph::{command_buffer_supported, Graph, GraphError, ReplayMode};
+use common::{device0_stream, fresh_stream, fresh_streams};
+use xpu_kernel::graph::{
+    command_buffer_supported, Capture, Graph, GraphArg, GraphError, ReplayMode,
+};
 use xpu_kernel::{DeviceBuffer, Function, KernelError, LaunchExt, MemoryError, Program};
+use xpu_stream::Stream;
 use xpu_testing::devices;
 
 const SAXPY: &str = r"
@@ -47,18 +50,21 @@ fn cpu_chain(steps: usize) -> Vec<f32> {
     y
 }
 
-/// The two tests of a scenario: replays through a command buffer where the device has one
-/// ([`ReplayMode::Auto`]), and the recorded replay.
+/// The two tests of a scenario, in a module named after it: `through_a_command_buffer`
+/// replays through a command buffer where the device has one ([`ReplayMode::Auto`]),
+/// `recorded` is the recorded replay.
 macro_rules! both_paths {
-    ($scenario:ident: $command_buffer:ident, $recorded:ident) => {
-        #[test]
-        fn $command_buffer() {
-            $scenario(ReplayMode::Auto);
-        }
+    ($scenario:ident) => {
+        mod $scenario {
+            #[test]
+            fn through_a_command_buffer() {
+                super::$scenario(super::ReplayMode::Auto);
+            }
 
-        #[test]
-        fn $recorded() {
-            $scenario(ReplayMode::Recorded);
+            #[test]
+            fn recorded() {
+                super::$scenario(super::ReplayMode::Recorded);
+            }
         }
     };
 }
@@ -68,17 +74,12 @@ fn expect_command_buffer(mode: ReplayMode) -> bool {
     mode == ReplayMode::Auto && command_buffer_supported(0).unwrap()
 }
 
-both_paths!(
-    replay_matches_direct_launches_and_the_cpu:
-    graph_replay_matches_direct_launches_and_the_cpu_through_a_command_buffer,
-    graph_replay_matches_direct_launches_and_the_cpu_recorded
-);
+both_paths!(replay_matches_direct_launches_and_the_cpu);
 
 fn replay_matches_direct_launches_and_the_cpu(mode: ReplayMode) {
-    let Some(ext) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = ext.stream();
     let f = saxpy(0);
     // Direct: ten rounds of the five launches.
     let x1 = DeviceBuffer::from_slice(&xs(), &s).unwrap();
@@ -105,20 +106,11 @@ fn replay_matches_direct_launches_and_the_cpu(mode: ReplayMode) {
     let direct = y1.to_vec(&s).unwrap();
     // Graph: the same five launches captured once (plus a copy of y into an output allocated
     // during capture), replayed ten times.
-    let x2 = Arc::new(DeviceBuffer::from_slice(&xs(), &s).unwrap());
-    let y2 = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s).unwrap());
+    let (x2, y2) = x_and_ones(&s);
     let mut out = None;
     let graph = Graph::capture_with(&s, mode, |c| {
         for a in AS {
-            // SAFETY: N work-items touch y2[0..N), x2[0..N), at every replay.
-            unsafe {
-                c.launch(&s, &f, &[N], None)?
-                    .arg(&y2)?
-                    .arg(&x2)?
-                    .arg(a)?
-                    .arg(N as u32)?
-                    .enqueue()?;
-            }
+            capture_saxpy_launch(c, &s, &f, (&x2, &y2), a)?;
         }
         let o = c.alloc::<f32>(&s, N)?;
         c.copy(&s, &y2, 0, &o, 0, N)?;
@@ -152,23 +144,14 @@ fn replay_matches_direct_launches_and_the_cpu(mode: ReplayMode) {
 
 #[test]
 fn graph_keeps_its_arguments_alive_after_the_handles_drop() {
-    let Some(ext) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = ext.stream();
     let f = saxpy(0);
     let (x, y) = x_and_ones(&s);
     let graph = Graph::capture(&s, |c| {
         c.fill(&s, &y, 1.0f32)?;
-        // SAFETY: N work-items touch y[0..N), x[0..N), at every replay.
-        unsafe {
-            c.launch(&s, &f, &[N], None)?
-                .arg(&y)?
-                .arg(&x)?
-                .arg(2.0f32)?
-                .arg(N as u32)?
-                .enqueue()
-        }
+        capture_saxpy_launch(c, &s, &f, (&x, &y), 2.0)
     })
     .unwrap();
     let y_addr = y.data_ptr().address();
@@ -195,10 +178,9 @@ fn graph_keeps_its_arguments_alive_after_the_handles_drop() {
 
 #[test]
 fn capture_errors_are_typed_and_leave_the_stream_usable() {
-    let Some(ext) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = ext.stream();
     let other_ext = fresh_stream(0);
     let other = other_ext.stream();
     let f = saxpy(0);
@@ -236,15 +218,7 @@ fn capture_errors_are_typed_and_leave_the_stream_usable() {
         c.fill(&other, &y, 4.0f32)?;
         let ev2 = c.record_event(&other)?;
         c.wait_event(&s, &ev2)?;
-        // SAFETY: N work-items touch y[0..N), x[0..N), at every replay.
-        unsafe {
-            c.launch(&s, &f, &[N], None)?
-                .arg(&y)?
-                .arg(&x)?
-                .arg(1.0f32)?
-                .arg(N as u32)?
-                .enqueue()
-        }
+        capture_saxpy_launch(c, &s, &f, (&x, &y), 1.0)
     })
     .unwrap();
     other.synchronize().unwrap();
@@ -280,27 +254,12 @@ fn capture_errors_are_typed_and_leave_the_stream_usable() {
 
 #[test]
 fn graph_replay_on_another_device_is_refused() {
-    if !devices(2) {
+    let Some(([s0, s1], _ext)) = fresh_streams([0, 1]) else {
         return;
-    }
-    let e0 = fresh_stream(0);
-    let e1 = fresh_stream(1);
-    let (s0, s1) = (e0.stream(), e1.stream());
+    };
     let f = saxpy(0);
-    let x = Arc::new(DeviceBuffer::from_slice(&xs(), &s0).unwrap());
-    let y = Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], &s0).unwrap());
-    let graph = Graph::capture(&s0, |c| {
-        // SAFETY: N work-items touch y[0..N), x[0..N), at every replay.
-        unsafe {
-            c.launch(&s0, &f, &[N], None)?
-                .arg(&y)?
-                .arg(&x)?
-                .arg(3.0f32)?
-                .arg(N as u32)?
-                .enqueue()
-        }
-    })
-    .unwrap();
+    let (x, y) = x_and_ones(&s0);
+    let graph = Graph::capture(&s0, |c| capture_saxpy_launch(c, &s0, &f, (&x, &y), 3.0)).unwrap();
     let e = graph.replay(&s1).unwrap_err();
     assert!(
         matches!(
@@ -324,19 +283,12 @@ fn graph_replay_on_another_device_is_refused() {
     assert_ax_plus_one(&y, &s0, 3.0);
 }
 
-both_paths!(
-    frees_blocks_after_replays_on_other_streams:
-    dropping_a_graph_frees_its_blocks_after_replays_on_other_streams,
-    dropping_a_recorded_graph_frees_its_blocks_after_replays_on_other_streams
-);
+both_paths!(frees_blocks_after_replays_on_other_streams);
 
 fn frees_blocks_after_replays_on_other_streams(mode: ReplayMode) {
-    if !devices(1) {
+    let Some(([s1, s2], _ext)) = fresh_streams([0, 0]) else {
         return;
-    }
-    let e1 = fresh_stream(0);
-    let e2 = fresh_stream(0);
-    let (s1, s2) = (e1.stream(), e2.stream());
+    };
     let f = saxpy(0);
     // x is allocated on s1 and held only by the graph; the graph is replayed on s2.
     let x = Arc::new(DeviceBuffer::from_slice(&xs(), &s1).unwrap());
@@ -371,11 +323,7 @@ fn frees_blocks_after_replays_on_other_streams(mode: ReplayMode) {
 // One SGD step of `xpu_kernel::mlp`'s two-layer MLP, captured from the module's seven
 // kernels in `GpuMlp`'s order, replayed ten times: the losses and parameters equal ten
 // direct steps of `GpuMlp` (same kernels, same order: bit for bit) and follow the CPU.
-both_paths!(
-    mlp_step_replayed_ten_times:
-    mlp_step_replayed_ten_times_through_a_command_buffer_equals_ten_direct_steps,
-    mlp_step_replayed_ten_times_recorded_equals_ten_direct_steps
-);
+both_paths!(mlp_step_replayed_ten_times);
 
 fn mlp_step_replayed_ten_times(mode: ReplayMode) {
     use xpu_kernel::mlp::{compare_losses, CpuMlp, GpuMlp, MlpConfig, MlpState, KERNELS};
@@ -411,7 +359,7 @@ fn mlp_step_replayed_ten_times(mode: ReplayMode) {
     let grad_scale = 2.0 / (m * o) as f32;
     let mut loss = None;
     let graph = Graph::capture_with(&s, mode, |g| {
-        let new = |g: &mut xpu_kernel::graph::Capture, len| g.alloc::<f32>(&s, len);
+        let new = |g: &mut Capture, len| g.alloc::<f32>(&s, len);
         let (h, out, gr, dh) = (new(g, m * hd)?, new(g, n)?, new(g, n)?, new(g, m * hd)?);
         let (dw1, db1, dw2, db2) = (new(g, i * hd)?, new(g, hd)?, new(g, hd * o)?, new(g, o)?);
         let l = new(g, 1)?;
@@ -419,87 +367,57 @@ fn mlp_step_replayed_ten_times(mode: ReplayMode) {
         // GpuMlp's launches (xpu_kernel::mlp), with buffers of exactly those lengths held by
         // the graph; the kernels' loops are bounded by the scalar sizes.
         unsafe {
-            let lin = |g: &mut xpu_kernel::graph::Capture,
-                       out: &Arc<DeviceBuffer<f32>>,
-                       xx: &Arc<DeviceBuffer<f32>>,
-                       w: &Arc<DeviceBuffer<f32>>,
-                       b: &Arc<DeviceBuffer<f32>>,
+            let lin = |g: &mut Capture,
+                       [out, xx, w, b]: [&Arc<DeviceBuffer<f32>>; 4],
                        (mm, kk, nn): (usize, usize, usize),
                        relu: bool| {
-                g.launch(&s, &linear_fwd, &[mm * nn], None)?
-                    .arg(out)?
-                    .arg(xx)?
-                    .arg(w)?
-                    .arg(b)?
-                    .arg(u(mm))?
-                    .arg(u(kk))?
-                    .arg(u(nn))?
-                    .arg(u32::from(relu))?
-                    .enqueue()
+                let args =
+                    blocks_and_sizes([out, xx, w, b], [u(mm), u(kk), u(nn), u32::from(relu)]);
+                capture_launch(g, &s, &linear_fwd, mm * nn, args)
             };
-            let grads = |g: &mut xpu_kernel::graph::Capture,
-                         dw: &Arc<DeviceBuffer<f32>>,
-                         db: &Arc<DeviceBuffer<f32>>,
-                         xx: &Arc<DeviceBuffer<f32>>,
-                         gg: &Arc<DeviceBuffer<f32>>,
+            let grads = |g: &mut Capture,
+                         [dw, db, xx, gg]: [&Arc<DeviceBuffer<f32>>; 4],
                          (mm, kk, nn): (usize, usize, usize)| {
-                g.launch(&s, &grad_w, &[kk * nn], None)?
-                    .arg(dw)?
-                    .arg(xx)?
-                    .arg(gg)?
-                    .arg(u(mm))?
-                    .arg(u(kk))?
-                    .arg(u(nn))?
-                    .enqueue()?;
-                g.launch(&s, &grad_b, &[nn], None)?
-                    .arg(db)?
-                    .arg(gg)?
-                    .arg(u(mm))?
-                    .arg(u(nn))?
-                    .enqueue()
+                let args = blocks_and_sizes([dw, xx, gg], [u(mm), u(kk), u(nn)]);
+                capture_launch(g, &s, &grad_w, kk * nn, args)?;
+                let args = blocks_and_sizes([db, gg], [u(mm), u(nn)]);
+                capture_launch(g, &s, &grad_b, nn, args)
             };
-            let step = |g: &mut xpu_kernel::graph::Capture,
-                        w: &Arc<DeviceBuffer<f32>>,
-                        d: &Arc<DeviceBuffer<f32>>| {
-                g.launch(&s, &sgd, &[w.len()], None)?
-                    .arg(w)?
-                    .arg(d)?
-                    .arg(c.learning_rate)?
-                    .arg(u(w.len()))?
-                    .enqueue()
+            let step = |g: &mut Capture, w: &Arc<DeviceBuffer<f32>>, d: &Arc<DeviceBuffer<f32>>| {
+                let args = [
+                    w.into(),
+                    d.into(),
+                    c.learning_rate.into(),
+                    u(w.len()).into(),
+                ];
+                capture_launch(g, &s, &sgd, w.len(), args)
             };
-            lin(g, &h, &x, &w1, &b1, (m, i, hd), true)?;
-            lin(g, &out, &h, &w2, &b2, (m, hd, o), false)?;
-            g.launch(&s, &mse_loss, &[1], None)?
-                .arg(&l)?
-                .arg(0u32)?
-                .arg(1u32)?
-                .arg(&out)?
-                .arg(&y)?
-                .arg(u(n))?
-                .enqueue()?;
-            g.launch(&s, &mse_grad, &[n], None)?
-                .arg(&gr)?
-                .arg(&out)?
-                .arg(&y)?
-                .arg(grad_scale)?
-                .arg(u(n))?
-                .enqueue()?;
-            grads(g, &dw2, &db2, &h, &gr, (m, hd, o))?;
-            g.launch(&s, &relu_backward, &[m * hd], None)?
-                .arg(&dh)?
-                .arg(&gr)?
-                .arg(&w2)?
-                .arg(&h)?
-                .arg(u(m))?
-                .arg(u(hd))?
-                .arg(u(o))?
-                .enqueue()?;
-            grads(g, &dw1, &db1, &x, &dh, (m, i, hd))?;
-            step(g, &w1, &dw1)?;
-            step(g, &b1, &db1)?;
-            step(g, &w2, &dw2)?;
-            step(g, &b2, &db2)?;
+            lin(g, [&h, &x, &w1, &b1], (m, i, hd), true)?;
+            lin(g, [&out, &h, &w2, &b2], (m, hd, o), false)?;
+            let args = [
+                (&l).into(),
+                0u32.into(),
+                1u32.into(),
+                (&out).into(),
+                (&y).into(),
+                u(n).into(),
+            ];
+            capture_launch(g, &s, &mse_loss, 1, args)?;
+            let args = [
+                (&gr).into(),
+                (&out).into(),
+                (&y).into(),
+                grad_scale.into(),
+                u(n).into(),
+            ];
+            capture_launch(g, &s, &mse_grad, n, args)?;
+            grads(g, [&dw2, &db2, &h, &gr], (m, hd, o))?;
+            let args = blocks_and_sizes([&dh, &gr, &w2, &h], [u(m), u(hd), u(o)]);
+            capture_launch(g, &s, &relu_backward, m * hd, args)?;
+            grads(g, [&dw1, &db1, &x, &dh], (m, i, hd))?;
+            for (w, d) in [(&w1, &dw1), (&b1, &db1), (&w2, &dw2), (&b2, &db2)] {
+                step(g, w, d)?;
+            }
         }
         loss = Some(l);
         Ok(())
@@ -526,48 +444,87 @@ fn mlp_step_replayed_ten_times(mode: ReplayMode) {
     assert!(losses[9] < losses[0], "the loss decreases: {losses:?}");
 }
 
+/// Captures a launch of `f` over `global` work-items on `s` into `g`, with `args` in order.
+///
+/// # Safety
+/// As [`xpu_kernel::graph::CaptureLaunch::enqueue`], for this launch with these arguments.
+unsafe fn capture_launch(
+    g: &mut Capture,
+    s: &Stream,
+    f: &Function,
+    global: usize,
+    args: impl IntoIterator<Item = GraphArg>,
+) -> Result<(), GraphError> {
+    let mut launch = g.launch(s, f, &[global], None)?;
+    for arg in args {
+        launch = launch.arg(arg)?;
+    }
+    // SAFETY: the caller's obligations, for this launch.
+    unsafe { launch.enqueue() }
+}
+
+/// A launch's arguments: `blocks`, then `sizes`.
+fn blocks_and_sizes<const B: usize, const S: usize>(
+    blocks: [&Arc<DeviceBuffer<f32>>; B],
+    sizes: [u32; S],
+) -> impl Iterator<Item = GraphArg> {
+    let sizes = sizes.map(GraphArg::from);
+    blocks.map(GraphArg::from).into_iter().chain(sizes)
+}
+
 /// Asserts `y` = `a` * [`xs`] + 1 (read on `s`).
-fn assert_ax_plus_one(y: &DeviceBuffer<f32>, s: &xpu_stream::Stream, a: f32) {
+fn assert_ax_plus_one(y: &DeviceBuffer<f32>, s: &Stream, a: f32) {
     let want: Vec<f32> = xs().iter().map(|x| a * x + 1.0).collect();
     assert_eq!(y.to_vec(s).unwrap(), want);
 }
 
 /// `x` = [`xs`] and `y` = ones, uploaded on `s`, shareable with a graph.
-fn x_and_ones(s: &xpu_stream::Stream) -> (Arc<DeviceBuffer<f32>>, Arc<DeviceBuffer<f32>>) {
+fn x_and_ones(s: &Stream) -> (Arc<DeviceBuffer<f32>>, Arc<DeviceBuffer<f32>>) {
     (
         Arc::new(DeviceBuffer::from_slice(&xs(), s).unwrap()),
         Arc::new(DeviceBuffer::from_slice(&vec![1.0f32; N], s).unwrap()),
     )
 }
 
+/// Captures `y += a * x` over [`N`] work-items of `f` (the [`saxpy`] kernel) on `s` into `c`.
+///
+/// # Panics
+/// When `x` or `y` holds fewer than [`N`] floats (the launch would touch past them).
+fn capture_saxpy_launch(
+    c: &mut Capture,
+    s: &Stream,
+    f: &Function,
+    (x, y): (&Arc<DeviceBuffer<f32>>, &Arc<DeviceBuffer<f32>>),
+    a: f32,
+) -> Result<(), GraphError> {
+    assert!(x.len() >= N && y.len() >= N, "x and y hold N floats");
+    // SAFETY: N work-items touch y[0..N), x[0..N), inside both (asserted above), at every
+    // replay; the graph holds both; the kernel terminates.
+    unsafe {
+        c.launch(s, f, &[N], None)?
+            .arg(y)?
+            .arg(x)?
+            .arg(a)?
+            .arg(N as u32)?
+            .enqueue()
+    }
+}
+
 /// y += 2x, captured on one stream.
 fn capture_saxpy(
-    s: &xpu_stream::Stream,
+    s: &Stream,
     mode: ReplayMode,
     f: &Function,
     x: &Arc<DeviceBuffer<f32>>,
     y: &Arc<DeviceBuffer<f32>>,
 ) -> Graph {
-    Graph::capture_with(s, mode, |c| {
-        // SAFETY: N work-items touch y[0..N), x[0..N), at every replay.
-        unsafe {
-            c.launch(s, f, &[N], None)?
-                .arg(y)?
-                .arg(x)?
-                .arg(2.0f32)?
-                .arg(N as u32)?
-                .enqueue()
-        }
-    })
-    .unwrap()
+    Graph::capture_with(s, mode, |c| capture_saxpy_launch(c, s, f, (x, y), 2.0)).unwrap()
 }
 
 fn replay_on_a_second_stream(mode: ReplayMode) {
-    if !devices(1) {
+    let Some(([s1, s2], _ext)) = fresh_streams([0, 0]) else {
         return;
-    }
-    let (e1, e2) = (fresh_stream(0), fresh_stream(0));
-    let (s1, s2) = (e1.stream(), e2.stream());
+    };
     let f = saxpy(0);
     let (x, y) = x_and_ones(&s1);
     let graph = capture_saxpy(&s1, mode, &f, &x, &y);
@@ -581,19 +538,14 @@ fn replay_on_a_second_stream(mode: ReplayMode) {
     assert_ax_plus_one(&y, &s1, 8.0);
 }
 
-both_paths!(
-    replay_on_a_second_stream:
-    graph_replays_on_a_second_stream_through_a_command_buffer,
-    graph_replays_on_a_second_stream_recorded
-);
+both_paths!(replay_on_a_second_stream);
 
 /// A replay enqueued while the previous one is still pending (held by a user event): with a
 /// command buffer this is simultaneous use of one buffer.
 fn replay_while_the_previous_replay_is_pending(mode: ReplayMode) {
-    let Some(ext) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = ext.stream();
     let f = saxpy(0);
     let (x, y) = x_and_ones(&s);
     let graph = capture_saxpy(&s, mode, &f, &x, &y);
@@ -608,18 +560,13 @@ fn replay_while_the_previous_replay_is_pending(mode: ReplayMode) {
     assert_ax_plus_one(&y, &s, 6.0);
 }
 
-both_paths!(
-    replay_while_the_previous_replay_is_pending:
-    graph_replay_while_a_previous_replay_is_pending_through_a_command_buffer,
-    graph_replay_while_a_previous_replay_is_pending_recorded
-);
+both_paths!(replay_while_the_previous_replay_is_pending);
 
 #[test]
 fn a_captured_upload_replays_recorded() {
-    let Some(ext) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = ext.stream();
     let y = Arc::new(DeviceBuffer::<f32>::new(4, &s).unwrap());
     let graph = Graph::capture(&s, |c| c.write(&s, &y, 0, &[1.0, 2.0, 3.0, 4.0])).unwrap();
     assert!(

@@ -8,23 +8,17 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::{assert_block_not_reused, device0_stream, fresh_stream};
+use common::{assert_block_not_reused, device0_stream, fresh_stream, fresh_streams, ramp};
 use xpu_device::backend::{Buffer, CommandQueue};
 use xpu_event::test_support::Gate;
 use xpu_kernel::{ClRegion, DeviceBuffer, ForeignExt, ForeignQueue, InteropError, StreamMemoryExt};
-use xpu_stream::Stream;
 use xpu_testing::devices;
-
-fn ramp(n: usize) -> Vec<f32> {
-    (0..n).map(|i| i as f32 * 0.25 - 3.0).collect()
-}
 
 #[test]
 fn a_region_is_the_exact_block_with_offsets_in_elements() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     let mut buf = DeviceBuffer::from_slice(&ramp(1000), &s).unwrap();
     let (block_mem, block_size) = buf.data_ptr().block_cl_mem().unwrap();
     assert_eq!(
@@ -64,10 +58,9 @@ fn a_region_is_the_exact_block_with_offsets_in_elements() {
 
 #[test]
 fn offsets_beyond_a_library_index_type_are_refused() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     let buf = DeviceBuffer::<u8>::zeroed(200, &s).unwrap();
     let view = buf.slice(100..150).unwrap();
     let region = ClRegion::new(&view).unwrap();
@@ -88,10 +81,9 @@ fn offsets_beyond_a_library_index_type_are_refused() {
 
 #[test]
 fn an_over_long_matrix_is_refused_before_the_library_sees_it() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     let mut a = DeviceBuffer::<f32>::zeroed(100, &s).unwrap();
     let neighbour = DeviceBuffer::from_slice(&ramp(512), &s).unwrap();
     let region = ClRegion::new_mut(&mut a).unwrap();
@@ -134,11 +126,9 @@ fn an_over_long_matrix_is_refused_before_the_library_sees_it() {
 
 #[test]
 fn a_foreign_event_is_an_event_that_other_streams_wait_for() {
-    if !devices(1) {
+    let Some(([s1, s2], _ext)) = fresh_streams([0, 0]) else {
         return;
-    }
-    let (s1, s2) = (fresh_stream(0), fresh_stream(0));
-    let (s1, s2): (Stream, Stream) = (s1.stream(), s2.stream());
+    };
     let gate = Gate::new(0).unwrap();
     gate.block(&s1).unwrap();
     let library = |q: &ForeignQueue<'_>| {
@@ -186,15 +176,12 @@ fn a_foreign_event_is_an_event_that_other_streams_wait_for() {
 
 #[test]
 fn a_foreign_call_records_blocks_of_other_streams_and_frees_its_workspace_stream_ordered() {
-    if !devices(1) {
+    let Some(([s0, s1], _ext)) = fresh_streams([0, 0]) else {
         return;
-    }
-    let (s0, s1) = (fresh_stream(0), fresh_stream(0));
-    let (s0, s1): (Stream, Stream) = (s0.stream(), s1.stream());
+    };
     let n = 1 << 16;
     let buf = DeviceBuffer::<u32>::zeroed(n, &s0).unwrap();
     s0.synchronize().unwrap();
-    let addr = buf.data_ptr().address();
     let gate = Gate::new(0).unwrap();
     gate.block(&s1).unwrap();
     let region = ClRegion::new(&buf).unwrap();
@@ -220,18 +207,15 @@ fn a_foreign_call_records_blocks_of_other_streams_and_frees_its_workspace_stream
         "the workspace is counted by the caching allocator ({before} -> {during})"
     );
     assert_eq!(xpu_alloc::memory_allocated(0).unwrap(), before);
-    drop(buf);
-    assert_block_not_reused(n, &s0, addr, "the foreign call on stream 1");
-    gate.open().unwrap();
+    assert_block_not_reused(buf, &s0, &gate, "the foreign call on stream 1");
     event.synchronize().unwrap();
 }
 
 #[test]
 fn a_library_failure_is_a_typed_error() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     // SAFETY: the closure does nothing.
     let err = unsafe { s.foreign().call(|_| Err(-1011)) }.unwrap_err();
     assert!(
@@ -242,11 +226,9 @@ fn a_library_failure_is_a_typed_error() {
 
 #[test]
 fn an_event_of_another_device_or_queue_is_not_adopted_for_a_stream() {
-    if !devices(2) {
+    let Some(([s0, s1], _ext)) = fresh_streams([0, 1]) else {
         return;
-    }
-    let (s0, s1) = (fresh_stream(0), fresh_stream(1));
-    let (s0, s1): (Stream, Stream) = (s0.stream(), s1.stream());
+    };
     let marker = s1.queue().unwrap().enqueue_marker(&[]).unwrap();
     let err = xpu_event::Event::from_cl_event(marker.clone(), &s0, Default::default()).unwrap_err();
     assert!(

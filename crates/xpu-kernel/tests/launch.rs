@@ -9,7 +9,9 @@ use common::fresh_stream;
 use xpu_alloc::{AllocConfig, DataPtr, DeviceAllocator};
 use xpu_device::{DeviceError, KernelArgProblem};
 use xpu_event::test_support::Gate;
-use xpu_kernel::{Function, KernelCache, KernelError, LaunchExt, LocalMem, Program, ProgramOrigin};
+use xpu_kernel::{
+    Arg, Function, KernelCache, KernelError, LaunchExt, LocalMem, Program, ProgramOrigin,
+};
 use xpu_stream::Stream;
 use xpu_testing::devices;
 
@@ -32,6 +34,12 @@ __kernel void with_local(__global uint *out, __local uint *tmp) {
 
 fn allocator(device: usize) -> DeviceAllocator {
     DeviceAllocator::new(device, AllocConfig::parse("").unwrap()).unwrap()
+}
+
+/// A private allocator of device 0 and a fresh (leaked) stream of it; `None` (the test is
+/// skipped) without a device.
+fn allocator_and_stream() -> Option<(DeviceAllocator, Stream)> {
+    devices(1).then(|| (allocator(0), fresh_stream(0).leak()))
 }
 
 fn temp_dir(tag: &str) -> PathBuf {
@@ -84,6 +92,35 @@ fn launch_fill_k(s: &Stream, f: &Function, out: &DataPtr, n: u32) {
     }
 }
 
+/// Passes `args` in order to a launch of `f` on `s` over 64 work-items and returns the error
+/// of the first argument refused.
+///
+/// # Panics
+/// When every argument is accepted.
+fn refused_arg(s: &Stream, f: &Function, args: Vec<Arg<'_>>) -> KernelError {
+    let mut launch = s.launch(f, &[64], None).unwrap();
+    for arg in args {
+        launch = match launch.arg(arg) {
+            Ok(next) => next,
+            Err(err) => return err,
+        };
+    }
+    panic!("every argument was accepted");
+}
+
+/// Asserts that `err` refuses argument `index` of the launch for a problem that `is_problem`
+/// accepts.
+fn assert_arg_problem(err: &KernelError, index: u32, is_problem: fn(&KernelArgProblem) -> bool) {
+    assert!(
+        matches!(
+            err,
+            KernelError::Device(DeviceError::KernelArg { index: i, problem, .. })
+                if *i == index && is_problem(problem)
+        ),
+        "{err:?}"
+    );
+}
+
 /// Asserts that `out` holds what [`launch_fill_k`] over `n` work-items wrote.
 fn assert_filled_k(out: &DataPtr, s: &Stream, n: usize) {
     let want: Vec<u32> = (0..n as u32).map(|i| i * 7).collect();
@@ -92,11 +129,9 @@ fn assert_filled_k(out: &DataPtr, s: &Stream, n: usize) {
 
 #[test]
 fn saxpy_on_allocator_blocks_takes_one_argument_per_block() {
-    if !devices(1) {
+    let Some((alloc, s)) = allocator_and_stream() else {
         return;
-    }
-    let alloc = allocator(0);
-    let s = fresh_stream(0).leak();
+    };
     // Blocks at nonzero offsets of one segment: one argument each, indexed from 0.
     let _pad = alloc.allocate(512, &s).unwrap();
     let n = 1000usize;
@@ -167,11 +202,9 @@ fn typed_buffers_are_one_argument_each() {
 
 #[test]
 fn build_options_and_local_memory_reach_the_kernel() {
-    if !devices(1) {
+    let Some((alloc, s)) = allocator_and_stream() else {
         return;
-    }
-    let alloc = allocator(0);
-    let s = fresh_stream(0).leak();
+    };
     let p = saxpy_program(0);
     let out = alloc.allocate(64 * 4, &s).unwrap();
     let f = p.function("fill_k").unwrap();
@@ -299,11 +332,9 @@ fn eight_threads_launch_one_function_concurrently() {
 
 #[test]
 fn misuse_is_a_typed_error_naming_kernel_and_argument() {
-    if !devices(1) {
+    let Some((alloc, s)) = allocator_and_stream() else {
         return;
-    }
-    let alloc = allocator(0);
-    let s = fresh_stream(0).leak();
+    };
     let f = saxpy_program(0).function("saxpy").unwrap();
     let x = alloc.allocate(256, &s).unwrap();
 
@@ -321,19 +352,14 @@ fn misuse_is_a_typed_error_naming_kernel_and_argument() {
     );
 
     // Too many.
-    let err = s
-        .launch(&f, &[64], None)
-        .unwrap()
-        .arg(&x)
-        .unwrap()
-        .arg(&x)
-        .unwrap()
-        .arg(1.0f32)
-        .unwrap()
-        .arg(1u32)
-        .unwrap()
-        .arg(1u32)
-        .unwrap_err();
+    let args = vec![
+        (&x).into(),
+        (&x).into(),
+        1.0f32.into(),
+        1u32.into(),
+        1u32.into(),
+    ];
+    let err = refused_arg(&s, &f, args);
     assert!(
         matches!(
             err,
@@ -347,77 +373,42 @@ fn misuse_is_a_typed_error_naming_kernel_and_argument() {
     );
 
     // A scalar for a pointer.
-    let err = s.launch(&f, &[64], None).unwrap().arg(3u64).unwrap_err();
+    let err = refused_arg(&s, &f, vec![3u64.into()]);
     assert_eq!(err.arg().map(|(k, i, _)| (k, i)), Some(("saxpy", 0)));
-    assert!(
-        matches!(
-            err,
-            KernelError::Device(DeviceError::KernelArg {
-                index: 0,
-                problem: KernelArgProblem::ScalarForPointer { .. },
-                ..
-            })
-        ),
-        "{err:?}"
-    );
+    assert_arg_problem(&err, 0, |p| {
+        matches!(p, KernelArgProblem::ScalarForPointer { .. })
+    });
 
     // A scalar of the wrong size (u64 for uint n).
-    let err = s
-        .launch(&f, &[64], None)
-        .unwrap()
-        .arg(&x)
-        .unwrap()
-        .arg(&x)
-        .unwrap()
-        .arg(1.0f32)
-        .unwrap()
-        .arg(1u64)
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            KernelError::Device(DeviceError::KernelArg {
-                index: 3,
-                problem: KernelArgProblem::SizeMismatch {
-                    declared: Some(4),
-                    given: 8,
-                    ..
-                },
-                ..
-            })
-        ),
-        "{err:?}"
+    let err = refused_arg(
+        &s,
+        &f,
+        vec![(&x).into(), (&x).into(), 1.0f32.into(), 1u64.into()],
     );
+    assert_arg_problem(&err, 3, |p| {
+        matches!(
+            p,
+            KernelArgProblem::SizeMismatch {
+                declared: Some(4),
+                given: 8,
+                ..
+            }
+        )
+    });
     assert!(
         err.to_string().contains("kernel \"saxpy\", argument 3 (n)"),
         "{err}"
     );
 
     // A block for a scalar parameter.
-    let err = s
-        .launch(&f, &[64], None)
-        .unwrap()
-        .arg(&x)
-        .unwrap()
-        .arg(&x)
-        .unwrap()
-        .arg(&x)
-        .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            KernelError::Device(DeviceError::KernelArg {
-                index: 2,
-                problem: KernelArgProblem::BufferForNonPointer { .. },
-                ..
-            })
-        ),
-        "{err:?}"
-    );
+    let err = refused_arg(&s, &f, vec![(&x).into(), (&x).into(), (&x).into()]);
+    assert_arg_problem(&err, 2, |p| {
+        matches!(p, KernelArgProblem::BufferForNonPointer { .. })
+    });
 
     // An empty allocation.
     let empty = alloc.allocate(0, &s).unwrap();
-    let err = s.launch(&f, &[64], None).unwrap().arg(&empty).unwrap_err();
+    let err = refused_arg(&s, &f, vec![(&empty).into()]);
     assert!(
         matches!(err, KernelError::Block { index: 0, .. }),
         "{err:?}"
@@ -469,11 +460,9 @@ fn blocks_and_functions_of_another_device_are_refused() {
 
 #[test]
 fn a_block_used_on_another_stream_is_reused_only_after_the_launch() {
-    if !devices(1) {
+    let Some((alloc, s0)) = allocator_and_stream() else {
         return;
-    }
-    let alloc = allocator(0);
-    let s0 = fresh_stream(0).leak();
+    };
     let s1 = fresh_stream(0).leak();
     let f = saxpy_program(0).function("fill_k").unwrap();
     let gate = Gate::new(0).unwrap();
@@ -497,11 +486,9 @@ fn a_block_used_on_another_stream_is_reused_only_after_the_launch() {
 
 #[test]
 fn a_block_gets_one_sub_buffer_released_with_the_allocation() {
-    if !devices(1) {
+    let Some((alloc, s)) = allocator_and_stream() else {
         return;
-    }
-    let alloc = allocator(0);
-    let s = fresh_stream(0).leak();
+    };
     let f = saxpy_program(0).function("fill_k").unwrap();
     let before = xpu_device::live_objects().sub_buffers;
     let out = alloc.allocate(64 * 4, &s).unwrap();

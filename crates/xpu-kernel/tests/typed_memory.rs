@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{assert_block_not_reused, device0_stream, fresh_stream};
+use common::{assert_block_not_reused, device0_stream, fresh_streams, ramp};
 use xpu_event::test_support::Gate;
 use xpu_kernel::memory::{
     copy_dtod, copy_dtoh, copy_htod, copy_htod_pinned, copy_peer, fill, memset_zeros, staging_plan,
@@ -14,20 +14,13 @@ use xpu_kernel::memory::{
     STAGING_FIRST_PIECE_BYTES, STAGING_MAX_THREADS,
 };
 use xpu_kernel::{DeviceBuffer, DeviceRegion, MemoryError, StreamMemoryExt};
-use xpu_stream::Stream;
-use xpu_testing::devices;
-
-fn ramp_f32(n: usize) -> Vec<f32> {
-    (0..n).map(|i| i as f32 * 0.5 - 7.25).collect()
-}
 
 #[test]
 fn htod_and_dtoh_round_trip_at_odd_offsets_and_lengths() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
-    let host = ramp_f32(1001);
+    let host = ramp(1001);
     let buf = s.htod_copy(&host).unwrap();
     assert_eq!(buf.len(), 1001);
     assert_eq!(buf.to_vec(&s).unwrap(), host);
@@ -64,10 +57,9 @@ fn htod_and_dtoh_round_trip_at_odd_offsets_and_lengths() {
 
 #[test]
 fn htod_does_not_reference_the_callers_slice_after_returning() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     // More than two staging chunks, with a ragged tail.
     let n = 2 * STAGING_CHUNK_BYTES + 12_345;
     let mut host: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
@@ -117,10 +109,9 @@ fn staging_plan_ramps_up_from_small_pieces_and_tiles_the_source() {
 
 #[test]
 fn threaded_staged_upload_round_trips_and_frees_every_staging_block() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     // Enough for several threads and every ramp size, with a ragged tail, at an odd offset.
     let n = (3 * STAGING_CHUNK_BYTES + 4 * STAGING_FIRST_PIECE_BYTES + 4099) / 4;
     let bytes = n * 4;
@@ -157,35 +148,39 @@ fn threaded_staged_upload_round_trips_and_frees_every_staging_block() {
     assert_eq!(after.allocation.freed - before.allocation.freed, pieces);
 }
 
-#[test]
-fn dtoh_is_ordered_after_earlier_work_on_the_stream() {
-    let Some(s) = device0_stream() else {
-        return;
-    };
-    let s = s.stream();
-    let mut buf = DeviceBuffer::<u32>::zeroed(1000, &s).unwrap();
-    let gate = Gate::new(0).unwrap();
-    gate.block(&s).unwrap();
-    fill(&s, &mut buf.slice_mut(10..20).unwrap(), 0xDEAD_BEEF).unwrap();
+/// Runs `blocked` (a call that waits for work `gate` holds back) on this thread while another
+/// thread opens `gate`: the call cannot return before the gate opens, whatever the timing.
+fn open_gate_during<R>(gate: &Gate, blocked: impl FnOnce() -> R) -> R {
     std::thread::scope(|scope| {
         scope.spawn(|| {
             std::thread::sleep(std::time::Duration::from_millis(50));
             gate.open().unwrap();
         });
-        // Blocks until the gate opens and the fill ran, whatever the thread's timing.
-        let v = to_vec(&s, &buf).unwrap();
-        assert_eq!(v[9], 0);
-        assert!(v[10..20].iter().all(|&x| x == 0xDEAD_BEEF));
-        assert_eq!(v[20], 0);
-    });
+        blocked()
+    })
+}
+
+#[test]
+fn dtoh_is_ordered_after_earlier_work_on_the_stream() {
+    let Some((s, _ext)) = device0_stream() else {
+        return;
+    };
+    let mut buf = DeviceBuffer::<u32>::zeroed(1000, &s).unwrap();
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s).unwrap();
+    fill(&s, &mut buf.slice_mut(10..20).unwrap(), 0xDEAD_BEEF).unwrap();
+    // Blocks until the gate opens and the fill ran, whatever the thread's timing.
+    let v = open_gate_during(&gate, || to_vec(&s, &buf).unwrap());
+    assert_eq!(v[9], 0);
+    assert!(v[10..20].iter().all(|&x| x == 0xDEAD_BEEF));
+    assert_eq!(v[20], 0);
 }
 
 #[test]
 fn fills_of_every_element_size_and_zeroing() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     let mut f = DeviceBuffer::<f32>::new(101, &s).unwrap();
     s.memset(&mut f, 1.5).unwrap();
     s.memset(&mut f.slice_mut(33..34).unwrap(), -2.0).unwrap();
@@ -216,11 +211,10 @@ fn fills_of_every_element_size_and_zeroing() {
 
 #[test]
 fn dtod_copies_between_buffers_and_within_one() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
-    let host = ramp_f32(64);
+    let host = ramp(64);
     let a = DeviceBuffer::from_slice(&host, &s).unwrap();
     let mut b = DeviceBuffer::<f32>::zeroed(64, &s).unwrap();
     copy_dtod(
@@ -254,10 +248,9 @@ fn dtod_copies_between_buffers_and_within_one() {
 
 #[test]
 fn misuse_is_a_typed_error_and_zero_length_does_nothing() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
     let mut buf = DeviceBuffer::<f32>::zeroed(10, &s).unwrap();
     assert_eq!(
         buf.slice(8..11).unwrap_err(),
@@ -309,33 +302,24 @@ fn misuse_is_a_typed_error_and_zero_length_does_nothing() {
 
 #[test]
 fn a_copy_on_another_stream_records_that_stream_on_the_block() {
-    if !devices(1) {
+    let Some(([s0, s1], _ext)) = fresh_streams([0, 0]) else {
         return;
-    }
-    let s0 = fresh_stream(0);
-    let s1 = fresh_stream(0);
-    let (s0, s1): (Stream, Stream) = (s0.stream(), s1.stream());
+    };
     let n = 1 << 16;
     let mut buf = DeviceBuffer::<u32>::new(n, &s0).unwrap();
-    let addr = buf.data_ptr().address();
     let gate = Gate::new(0).unwrap();
     gate.block(&s1).unwrap();
     fill(&s1, &mut buf, 7).unwrap(); // held back on stream 1
-    drop(buf);
-    assert_block_not_reused(n, &s0, addr, "stream 1's fill of it");
-    gate.open().unwrap();
+    assert_block_not_reused(buf, &s0, &gate, "stream 1's fill of it");
     s1.synchronize().unwrap();
 }
 
 #[test]
 fn copies_across_devices_are_staged_through_pinned_memory() {
-    if !devices(2) {
+    let Some(([a, b], _ext)) = fresh_streams([0, 1]) else {
         return;
-    }
-    let a = fresh_stream(0);
-    let b = fresh_stream(1);
-    let (a, b) = (a.stream(), b.stream());
-    let host = ramp_f32(333);
+    };
+    let host = ramp(333);
     let src = DeviceBuffer::from_slice(&host, &a).unwrap();
     let copy = src.to_device(&a, &b).unwrap();
     assert_eq!(copy.device(), 1);
@@ -347,11 +331,7 @@ fn copies_across_devices_are_staged_through_pinned_memory() {
     let gate = Gate::new(0).unwrap();
     gate.block(&a).unwrap();
     fill(&a, &mut src.slice_mut(11..14).unwrap(), 42.0).unwrap();
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            gate.open().unwrap();
-        });
+    open_gate_during(&gate, || {
         copy_peer(
             &a,
             &src.slice(7..50).unwrap(),
@@ -372,29 +352,26 @@ fn copies_across_devices_are_staged_through_pinned_memory() {
         copy_peer(&b, &src, &b, &mut dst.slice_mut(0..0).unwrap()).unwrap_err(),
         MemoryError::LengthMismatch { src: 333, dst: 0 }
     );
-    assert_eq!(
-        to_vec(&b, &src).unwrap_err(),
-        MemoryError::StreamDevice {
-            stream: 1,
-            device: 0
-        }
-    );
-    assert_eq!(
-        copy_dtod(&a, &src.slice(0..100).unwrap(), &mut dst).unwrap_err(),
-        MemoryError::StreamDevice {
-            stream: 0,
-            device: 1
-        }
-    );
+    let wrong_stream = [
+        ("to_vec", to_vec(&b, &src).map(drop), (1, 0)),
+        (
+            "copy_dtod",
+            copy_dtod(&a, &src.slice(0..100).unwrap(), &mut dst),
+            (0, 1),
+        ),
+    ];
+    for (call, result, (stream, device)) in wrong_stream {
+        let want = MemoryError::StreamDevice { stream, device };
+        assert_eq!(result.unwrap_err(), want, "{call}");
+    }
 }
 
 #[test]
 fn pinned_uploads_copy_the_callers_pinned_bytes_without_staging() {
-    let Some(s) = device0_stream() else {
+    let Some((s, _ext)) = device0_stream() else {
         return;
     };
-    let s = s.stream();
-    let host = ramp_f32(37);
+    let host = ramp(37);
     let mut pinned = xpu_alloc::host::host_allocate_on(0, 37 * 4).unwrap();
     pinned.copy_from_slice(bytemuck::cast_slice(&host));
     let mut buf = DeviceBuffer::<f32>::zeroed(40, &s).unwrap();

@@ -7,10 +7,23 @@ use std::sync::Arc;
 use xpu_alloc::replay::{self, ReplayOptions, ReplayReport};
 use xpu_alloc::sim_stream::SimStream;
 use xpu_alloc::{AllocConfig, DeviceCore, SimulatedSource, StreamKey, StreamRef};
+use xpu_stream::{ExternalStream, Stream};
 
 pub const KIB: u64 = 1 << 10;
 pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
+
+/// A stream of `device` on a queue of its own, so gating it never holds back another test's
+/// stream.
+pub fn fresh_stream(device: usize) -> ExternalStream {
+    ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
+}
+
+/// A [`fresh_stream`] of device 0, leaked (registered until the process exits); `None` (the
+/// test is skipped) without a device ([`xpu_testing::devices`]).
+pub fn device_stream() -> Option<Stream> {
+    xpu_testing::devices(1).then(|| fresh_stream(0).leak())
+}
 
 /// An allocator over a simulated device of `capacity` bytes (max allocation = capacity).
 pub fn sim_core(capacity: u64, config: &str) -> (DeviceCore, Arc<SimulatedSource>) {

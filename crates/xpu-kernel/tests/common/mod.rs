@@ -1,6 +1,7 @@
 //! Helpers shared by the device tests of this crate.
 #![allow(dead_code)]
 
+use xpu_event::test_support::Gate;
 use xpu_kernel::DeviceBuffer;
 use xpu_stream::{ExternalStream, Stream};
 
@@ -9,19 +10,42 @@ pub fn fresh_stream(device: usize) -> ExternalStream {
     ExternalStream::new(xpu_testing::fresh_queue(device), device).unwrap()
 }
 
-/// A [`fresh_stream`] of device 0; `None` (the test is skipped) without a device
-/// ([`xpu_testing::devices`]).
-pub fn device0_stream() -> Option<ExternalStream> {
-    xpu_testing::devices(1).then(|| fresh_stream(0))
+/// The handle of a [`fresh_stream`] of device 0, and the stream (which keeps it registered);
+/// `None` (the test is skipped) without a device ([`xpu_testing::devices`]).
+pub fn device0_stream() -> Option<(Stream, ExternalStream)> {
+    xpu_testing::devices(1)
+        .then(|| fresh_stream(0))
+        .map(|ext| (ext.stream(), ext))
 }
 
-/// Asserts that a new buffer of `n` u32s on `stream` does not get the block at `addr`, which
-/// `work` still queued on another stream uses.
-pub fn assert_block_not_reused(n: usize, stream: &Stream, addr: u64, work: &str) {
+/// `n` distinct floats, each exact in f32, to upload and compare.
+pub fn ramp(n: usize) -> Vec<f32> {
+    (0..n).map(|i| i as f32 * 0.5 - 7.25).collect()
+}
+
+/// The handles of [`fresh_stream`]s of `devices` (one each, in order), and the streams (which
+/// keep them registered); `None` (the test is skipped) without enough devices
+/// ([`xpu_testing::devices`]).
+pub fn fresh_streams<const K: usize>(
+    devices: [usize; K],
+) -> Option<([Stream; K], [ExternalStream; K])> {
+    let needed = devices.iter().max().map_or(0, |d| d + 1);
+    xpu_testing::devices(needed).then(|| {
+        let streams = devices.map(fresh_stream);
+        (streams.each_ref().map(ExternalStream::stream), streams)
+    })
+}
+
+/// Frees `buf`, which `work` queued on another stream behind `gate` still uses, asserts that a
+/// new buffer of its length on `stream` does not get its block, then opens `gate`.
+pub fn assert_block_not_reused(buf: DeviceBuffer<u32>, stream: &Stream, gate: &Gate, work: &str) {
+    let (n, addr) = (buf.len(), buf.data_ptr().address());
+    drop(buf);
     let again = DeviceBuffer::<u32>::new(n, stream).unwrap();
     assert_ne!(
         again.data_ptr().address(),
         addr,
         "the block was reused while {work} was still queued"
     );
+    gate.open().unwrap();
 }

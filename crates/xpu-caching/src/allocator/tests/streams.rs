@@ -2,19 +2,40 @@
 //! blocking, and cross-stream reuse of cached segments under memory pressure, on the
 //! simulated backend.
 
-use super::{sim_core, stream, GIB, MIB};
+use std::sync::Arc;
+
+use super::{sim_core, stream, CachingAllocator, GIB, MIB};
 use crate::error::CacheError;
+use crate::sim_stream::{SimBackend, SimGate, SimStream};
+
+/// An allocator over a simulated 1 GiB device (default configuration) and simulated streams
+/// 0 to `N - 1`.
+fn core_and_streams<const N: usize>() -> (CachingAllocator<SimBackend>, [Arc<SimStream>; N]) {
+    let (core, _) = sim_core(GIB, "");
+    (core, std::array::from_fn(|i| stream(i as u64).1))
+}
+
+/// Allocates `size` bytes on `s`, closes the gate of each of `users` (their work stays
+/// outstanding), records a use of the block on each and frees it: the block stays pending
+/// until those markers complete. Returns its address and the gates, in `users` order.
+fn free_while_used_on(
+    core: &CachingAllocator<SimBackend>,
+    size: u64,
+    s: &Arc<SimStream>,
+    users: &[&Arc<SimStream>],
+) -> (u64, Vec<Arc<SimGate>>) {
+    let a = core.alloc(size, s).unwrap();
+    let gates = users.iter().map(|u| u.close_gate()).collect();
+    for u in users {
+        core.record_stream(&a, u).unwrap();
+    }
+    (a.address(), gates)
+}
 
 #[test]
 fn record_stream_defers_reuse_until_the_marker_completes() {
-    let (core, _) = sim_core(GIB, "");
-    let (_, s0) = stream(0);
-    let (side, s1) = stream(1);
-    let a = core.alloc(4096, &s0).unwrap();
-    let addr = a.address();
-    side.close_gate();
-    core.record_stream(&a, &s1).unwrap();
-    drop(a);
+    let (core, [s0, side]) = core_and_streams();
+    let (addr, _) = free_while_used_on(&core, 4096, &s0, &[&side]);
     let st = core.memory_stats();
     assert_eq!(
         (st.allocation.all.current, st.allocated_bytes.all.current),
@@ -41,11 +62,7 @@ fn record_stream_defers_reuse_until_the_marker_completes() {
 fn record_stream_on_the_allocation_stream_is_ignored() {
     let (core, _) = sim_core(GIB, "");
     let (s, r) = stream(0);
-    let a = core.alloc(4096, &r).unwrap();
-    let addr = a.address();
-    s.close_gate();
-    core.record_stream(&a, &r).unwrap();
-    drop(a);
+    let (addr, _) = free_while_used_on(&core, 4096, &r, &[&r]);
     assert_eq!(s.markers_recorded(), 0);
     assert_eq!(core.memory_stats().active.all.current, 0);
     assert_eq!(core.alloc(4096, &r).unwrap().address(), addr);
@@ -65,17 +82,14 @@ fn record_stream_of_a_foreign_pointer_is_an_error() {
 
 #[test]
 fn pending_frees_of_different_streams_do_not_block_each_other() {
-    let (core, _) = sim_core(GIB, "");
-    let (_, s0) = stream(0);
-    let (slow, s1) = stream(1);
-    let (_, s2) = stream(2);
+    let (core, [s0, slow, s2]) = core_and_streams();
     let x = core.alloc(1 << 16, &s0).unwrap();
     let _sep = core.alloc(1 << 16, &s0).unwrap();
     let y = core.alloc(1 << 16, &s0).unwrap();
     let _tail = core.alloc(1 << 16, &s0).unwrap();
     let (xa, ya) = (x.address(), y.address());
     slow.close_gate();
-    core.record_stream(&x, &s1).unwrap();
+    core.record_stream(&x, &slow).unwrap();
     core.record_stream(&y, &s2).unwrap();
     drop(x); // pending on the slow stream
     drop(y); // pending on an idle stream, freed later than x
@@ -94,18 +108,8 @@ fn pending_frees_of_different_streams_do_not_block_each_other() {
 
 #[test]
 fn a_block_used_on_two_streams_waits_for_both() {
-    let (core, _) = sim_core(GIB, "");
-    let (_, s0) = stream(0);
-    let (g1, s1) = stream(1);
-    let (g2, s2) = stream(2);
-    let a = core.alloc(4096, &s0).unwrap();
-    let addr = a.address();
-    g1.close_gate();
-    g2.close_gate();
-    core.record_stream(&a, &s1).unwrap();
-    core.record_stream(&a, &s2).unwrap();
-    core.record_stream(&a, &s2).unwrap();
-    drop(a);
+    let (core, [s0, g1, g2]) = core_and_streams();
+    let (addr, _) = free_while_used_on(&core, 4096, &s0, &[&g1, &g2, &g2]);
     assert_eq!((g1.markers_recorded(), g2.markers_recorded()), (1, 1));
     g1.open_gate();
     assert_ne!(core.alloc(4096, &s0).unwrap().address(), addr);
@@ -117,13 +121,10 @@ fn a_block_used_on_two_streams_waits_for_both() {
 fn empty_cache_waits_for_pending_markers() {
     let (core, source) = sim_core(GIB, "");
     let (_, s0) = stream(0);
-    let (side, s1) = stream(1);
-    let a = core.alloc(30 * MIB, &s0).unwrap();
-    let gate = side.close_gate();
-    core.record_stream(&a, &s1).unwrap();
-    drop(a);
+    let (_, s1) = stream(1);
+    let (_, gates) = free_while_used_on(&core, 30 * MIB, &s0, &[&s1]);
     core.empty_cache();
-    assert!(gate.is_open(), "the marker was waited for");
+    assert!(gates[0].is_open(), "the marker was waited for");
     assert_eq!(source.live_segments(), 0);
     assert_eq!(core.memory_stats().active.all.current, 0);
 }
