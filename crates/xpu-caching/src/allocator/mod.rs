@@ -539,8 +539,9 @@ impl<B: Backend> CachingAllocator<B> {
     }
 }
 
-/// The per-stream part of an allocation: events, best fit, garbage collection, release
-/// policy, new segment, oversize release.
+/// The per-stream part of an allocation: events, best fit, then (out of line, see
+/// [`grow_path`]) garbage collection, release policy, new segment, oversize release.
+#[inline]
 fn fast_path<B: Backend>(
     shard: &Shard<B>,
     state: &mut ShardState<B>,
@@ -552,16 +553,32 @@ fn fast_path<B: Backend>(
     state.process_events(st);
     let max_alloc = shared.max_alloc;
     let req = state.request(size, max_alloc);
+    let gc = shared.gc_enabled();
+    if req.rounded <= max_alloc {
+        if let Some(found) = state.search(&req, gc) {
+            return Ok(Outcome::Done(state.alloc_pooled(found, &req, st)));
+        }
+    }
+    grow_path(shared, state, req, gc, st)
+}
+
+/// What follows a failed search of the stream's pool (kept out of the cached path's code).
+#[cold]
+#[inline(never)]
+fn grow_path<B: Backend>(
+    shared: &DeviceShared<B>,
+    state: &mut ShardState<B>,
+    req: Request,
+    gc: bool,
+    st: &mut StatsWriter<'_>,
+) -> Result<Outcome, CacheError> {
+    let (size, max_alloc) = (req.size, shared.max_alloc);
     if req.rounded > max_alloc {
         return Err(CacheError::TooLarge {
             device: shared.device(),
             requested: size,
             max: max_alloc,
         });
-    }
-    let gc = shared.gc_enabled();
-    if let Some(found) = state.search(&req, gc) {
-        return Ok(Outcome::Done(state.alloc_pooled(found, &req, st)));
     }
     if gc {
         state.garbage_collect(shared, st);

@@ -17,7 +17,7 @@ impl<T> Default for Slab<T> {
 }
 
 impl<T> Slab<T> {
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert(&mut self, value: T) -> u32 {
         if let Some(index) = self.vacant.pop() {
             self.items[index as usize] = Some(value);
@@ -35,6 +35,17 @@ impl<T> Slab<T> {
             self.vacant.push(index);
         }
         value
+    }
+
+    /// Drops the value at `index` in place, if any (as [`Slab::remove`] without moving
+    /// it out).
+    #[inline]
+    pub(crate) fn discard(&mut self, index: u32) {
+        if let Some(slot) = self.items.get_mut(index as usize) {
+            if slot.take().is_some() {
+                self.vacant.push(index);
+            }
+        }
     }
 
     #[inline]

@@ -20,8 +20,10 @@ const R: Ordering = Ordering::Relaxed;
 pub(crate) struct CellStat {
     current: AtomicI64,
     peak: AtomicI64,
-    allocated: AtomicI64,
-    freed: AtomicI64,
+    /// Accumulated totals, wrapping `u64`s read as `i64` clamped at `i64::MAX` (see
+    /// [`accumulated`]).
+    allocated: AtomicU64,
+    freed: AtomicU64,
 }
 
 #[inline]
@@ -29,11 +31,18 @@ fn add(word: &AtomicI64, n: i64) {
     word.store(word.load(R).wrapping_add(n), R);
 }
 
-/// Adds to an accumulated total (`allocated`, `freed`): saturates at `i64::MAX` instead of
-/// wrapping negative after 8 EiB of traffic.
+/// Adds to an accumulated total (`allocated`, `freed`): a plain wrapping add on the cached
+/// path; reads clamp at `i64::MAX` ([`accumulated`]), so a total saturates there instead of
+/// wrapping negative (exact up to 16 EiB of traffic on one thread's cell).
 #[inline]
-fn accumulate(word: &AtomicI64, n: i64) {
-    word.store(word.load(R).saturating_add(n), R);
+fn accumulate(word: &AtomicU64, n: u64) {
+    word.store(word.load(R).wrapping_add(n), R);
+}
+
+/// An accumulated total as the statistics report it (at most `i64::MAX`).
+#[inline]
+fn accumulated(word: &AtomicU64) -> i64 {
+    i64::try_from(word.load(R)).unwrap_or(i64::MAX)
 }
 
 impl CellStat {
@@ -43,8 +52,7 @@ impl CellStat {
         // Currents stay within i64: requests are capped at 1 EiB and reserved bytes at
         // `i64::MAX` (see `device_wide::MAX_RESERVED`).
         #[allow(clippy::cast_possible_wrap)]
-        let n = n as i64;
-        let current = self.current.load(R).wrapping_add(n);
+        let current = self.current.load(R).wrapping_add(n as i64);
         self.current.store(current, R);
         if current > self.peak.load(R) {
             self.peak.store(current, R);
@@ -56,8 +64,7 @@ impl CellStat {
     #[inline]
     pub(crate) fn decrease(&self, n: u64) {
         #[allow(clippy::cast_possible_wrap)]
-        let n = n as i64;
-        add(&self.current, n.wrapping_neg());
+        add(&self.current, (n as i64).wrapping_neg());
         accumulate(&self.freed, n);
     }
 
@@ -65,8 +72,8 @@ impl CellStat {
         Stat {
             current: self.current.load(R),
             peak: self.peak.load(R),
-            allocated: self.allocated.load(R),
-            freed: self.freed.load(R),
+            allocated: accumulated(&self.allocated),
+            freed: accumulated(&self.freed),
         }
     }
 
@@ -75,8 +82,9 @@ impl CellStat {
         s.merge(other);
         self.current.store(s.current, R);
         self.peak.store(s.peak, R);
-        self.allocated.store(s.allocated, R);
-        self.freed.store(s.freed, R);
+        self.allocated
+            .store(u64::try_from(s.allocated).unwrap_or(0), R);
+        self.freed.store(u64::try_from(s.freed).unwrap_or(0), R);
     }
 
     fn reset_peak(&self) {
@@ -90,24 +98,35 @@ impl CellStat {
 }
 
 /// One [`StatArray`] of a cell. `all` is not stored but derived: its current, allocated
-/// and freed values are the sums of the two pools'; only its peak is kept.
+/// and freed values are the sums of the two pools'; only its peak is kept. The pools are
+/// indexed by [`PoolKind`] (small first), so that the updates of one operation on one pool
+/// share their address arithmetic.
 #[derive(Default)]
 pub(crate) struct CellArray {
     all_peak: AtomicI64,
-    small_pool: CellStat,
-    large_pool: CellStat,
+    pools: [CellStat; 2],
+}
+
+/// Index of a pool in [`CellArray::pools`].
+#[inline]
+fn at(pool: PoolKind) -> usize {
+    match pool {
+        PoolKind::Small => 0,
+        PoolKind::Large => 1,
+    }
 }
 
 impl CellArray {
     /// As [`StatArray::increase`].
     #[inline]
     pub(crate) fn increase(&self, pool: PoolKind, n: u64) {
-        let (this, other) = match pool {
-            PoolKind::Small => (&self.small_pool, &self.large_pool),
-            PoolKind::Large => (&self.large_pool, &self.small_pool),
-        };
+        let i = at(pool);
+        let this = &self.pools[i];
         this.increase(n);
-        let all = this.current.load(R).wrapping_add(other.current.load(R));
+        let all = this
+            .current
+            .load(R)
+            .wrapping_add(self.pools[i ^ 1].current.load(R));
         if all > self.all_peak.load(R) {
             self.all_peak.store(all, R);
         }
@@ -116,20 +135,17 @@ impl CellArray {
     /// As [`StatArray::decrease`].
     #[inline]
     pub(crate) fn decrease(&self, pool: PoolKind, n: u64) {
-        match pool {
-            PoolKind::Small => self.small_pool.decrease(n),
-            PoolKind::Large => self.large_pool.decrease(n),
-        }
+        self.pools[at(pool)].decrease(n);
     }
 
     fn load(&self) -> StatArray {
-        let small_pool = self.small_pool.load();
-        let large_pool = self.large_pool.load();
+        let small_pool = self.pools[0].load();
+        let large_pool = self.pools[1].load();
         let all = Stat {
             current: small_pool.current.wrapping_add(large_pool.current),
             peak: self.all_peak.load(R),
-            allocated: small_pool.allocated.wrapping_add(large_pool.allocated),
-            freed: small_pool.freed.wrapping_add(large_pool.freed),
+            allocated: small_pool.allocated.saturating_add(large_pool.allocated),
+            freed: small_pool.freed.saturating_add(large_pool.freed),
         };
         StatArray {
             all,
@@ -141,24 +157,23 @@ impl CellArray {
     fn merge(&self, other: &StatArray) {
         self.all_peak
             .store(self.all_peak.load(R).saturating_add(other.all.peak), R);
-        self.small_pool.merge(&other.small_pool);
-        self.large_pool.merge(&other.large_pool);
+        self.pools[0].merge(&other.small_pool);
+        self.pools[1].merge(&other.large_pool);
     }
 
     fn reset_peak(&self) {
-        self.small_pool.reset_peak();
-        self.large_pool.reset_peak();
-        let all = self
-            .small_pool
+        self.pools[0].reset_peak();
+        self.pools[1].reset_peak();
+        let all = self.pools[0]
             .current
             .load(R)
-            .wrapping_add(self.large_pool.current.load(R));
+            .wrapping_add(self.pools[1].current.load(R));
         self.all_peak.store(all, R);
     }
 
     fn reset_accumulated(&self) {
-        self.small_pool.reset_accumulated();
-        self.large_pool.reset_accumulated();
+        self.pools[0].reset_accumulated();
+        self.pools[1].reset_accumulated();
     }
 }
 
@@ -247,6 +262,7 @@ impl Generations {
         self.accumulated.fetch_add(1, Ordering::AcqRel);
     }
 
+    #[inline]
     fn load(&self) -> (u64, u64) {
         (
             self.peak.load(Ordering::Acquire),

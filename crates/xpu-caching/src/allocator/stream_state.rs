@@ -40,6 +40,14 @@ pub(crate) struct Pooled {
     pub hint: Option<usize>,
 }
 
+/// What [`ShardState::try_merge`] needs of a merged neighbour.
+struct Merged {
+    addr: u64,
+    size: u64,
+    prev: u32,
+    next: u32,
+}
+
 /// A block handed out: index in the shard, address and rounded size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Handed {
@@ -283,19 +291,22 @@ impl<B: Backend> ShardState<B> {
 
     /// The user frees a block: allocation stats drop now; the block is reusable now, or once
     /// markers on the streams it was used on complete.
+    #[inline]
     pub(crate) fn free(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         let b = &mut self.blocks[block];
         b.allocated = false;
-        let (kind, size) = (b.pool, b.size);
+        let (kind, size, unused) = (b.pool, b.size, b.stream_uses.is_empty());
         st.allocation.decrease(kind, 1);
         st.allocated_bytes.decrease(kind, size);
-        if self.blocks[block].stream_uses.is_empty() {
+        if unused {
             self.free_block(block, st);
         } else {
             self.insert_events(block, st);
         }
     }
 
+    #[cold]
+    #[inline(never)]
     fn insert_events(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         let uses = std::mem::take(&mut self.blocks[block].stream_uses);
         let mut failed = Vec::new();
@@ -375,10 +386,21 @@ impl<B: Backend> ShardState<B> {
     /// Merges `src` into `dst` when `src` is an idle neighbour (removing it from the slab
     /// but not from its pool); returns its pool key (size, address, block).
     fn try_merge(&mut self, dst: u32, src: u32) -> Option<(u64, u64, u32)> {
-        if src == NIL || !self.blocks.get(src)?.is_idle() {
+        if src == NIL {
             return None;
         }
-        let s = self.blocks.remove(src)?;
+        let s = self.blocks.get(src)?;
+        if !s.is_idle() {
+            return None;
+        }
+        // The fields merged, read in place (the block is not moved out of the slab).
+        let s = Merged {
+            addr: s.addr,
+            size: s.size,
+            prev: s.prev,
+            next: s.next,
+        };
+        self.blocks.discard(src);
         let d = &mut self.blocks[dst];
         if d.prev == src {
             d.addr = s.addr;
