@@ -294,7 +294,7 @@ impl<B: Backend> CachingAllocator<B> {
             Some(self.allocate_on(shard, size, key, &local))
         });
         if let Some(result) = found {
-            return result.map(Some);
+            return result.map(Some).map_err(|e| *e);
         }
         let shard = self.insert_shard(key, stream());
         with_local(shared, |local| {
@@ -302,25 +302,27 @@ impl<B: Backend> CachingAllocator<B> {
             self.allocate_on(shard, size, key, &local)
         })
         .map(Some)
+        .map_err(|e| *e)
     }
 
-    /// The allocation proper, on the stream's shard.
+    /// The allocation proper, on the stream's shard (the error boxed: the cached path then
+    /// moves a small result through the thread-local closure).
     fn allocate_on(
         &self,
         shard: Arc<Shard<B>>,
         size: u64,
         key: StreamKey,
         local: &thread_cache::Local<'_, B>,
-    ) -> Result<Allocation<B>, CacheError> {
+    ) -> Result<Allocation<B>, Box<CacheError>> {
         let shared = &self.inner.shared;
         let outcome = {
             let mut state = shard.lock();
             let mut stats = local.stats();
-            fast_path(&shard, &mut state, size, &mut stats)?
+            fast_path(&shard, &mut state, size, &mut stats).map_err(Box::new)?
         };
         let handed = match outcome {
             Outcome::Done(h) => h,
-            Outcome::Exhausted(req) => self.oom_path(&shard, req, local)?,
+            Outcome::Exhausted(req) => self.oom_path(&shard, req, local).map_err(Box::new)?,
         };
         shared
             .history

@@ -42,7 +42,9 @@ impl<T> Slab<T> {
     #[inline]
     pub(crate) fn discard(&mut self, index: u32) {
         if let Some(slot) = self.items.get_mut(index as usize) {
-            if slot.take().is_some() {
+            if slot.is_some() {
+                // Dropped in place.
+                *slot = None;
                 self.vacant.push(index);
             }
         }

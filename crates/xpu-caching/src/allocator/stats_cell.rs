@@ -48,7 +48,7 @@ fn accumulated(word: &AtomicU64) -> i64 {
 impl CellStat {
     /// As [`Stat::increase`].
     #[inline]
-    pub(crate) fn increase(&self, n: u64) {
+    pub(crate) fn increase(&self, n: u64) -> i64 {
         // Currents stay within i64: requests are capped at 1 EiB and reserved bytes at
         // `i64::MAX` (see `device_wide::MAX_RESERVED`).
         #[allow(clippy::cast_possible_wrap)]
@@ -58,6 +58,7 @@ impl CellStat {
             self.peak.store(current, R);
         }
         accumulate(&self.allocated, n);
+        current
     }
 
     /// As [`Stat::decrease`].
@@ -97,17 +98,16 @@ impl CellStat {
     }
 }
 
-/// One [`StatArray`] of a cell. `all` is not stored but derived: its current, allocated
-/// and freed values are the sums of the two pools'; only its peak is kept. The pools are
-/// indexed by [`PoolKind`] (small first), so that the updates of one operation on one pool
-/// share their address arithmetic.
-#[derive(Default)]
-pub(crate) struct CellArray {
-    all_peak: AtomicI64,
-    pools: [CellStat; 2],
+/// One [`StatArray`] of a cell, seen through its parts (the cell stores each pool's
+/// statistics together, see [`PoolCells`]). `all` is not stored but derived: its current,
+/// allocated and freed values are the sums of the two pools'; only its peak is kept.
+#[derive(Clone, Copy)]
+pub(crate) struct CellArray<'a> {
+    all_peak: &'a AtomicI64,
+    pools: [&'a CellStat; 2],
 }
 
-/// Index of a pool in [`CellArray::pools`].
+/// Index of a pool in [`CellStats::pools`] (small first).
 #[inline]
 fn at(pool: PoolKind) -> usize {
     match pool {
@@ -116,29 +116,32 @@ fn at(pool: PoolKind) -> usize {
     }
 }
 
-impl CellArray {
+/// Adds `n` to `this` (one pool's statistic) and raises `all_peak` when the sum with
+/// `other` (the other pool's) passes it.
+#[inline]
+fn grow(this: &CellStat, other: &CellStat, all_peak: &AtomicI64, n: u64) {
+    let current = this.increase(n);
+    let all = current.wrapping_add(other.current.load(R));
+    if all > all_peak.load(R) {
+        all_peak.store(all, R);
+    }
+}
+
+impl CellArray<'_> {
     /// As [`StatArray::increase`].
     #[inline]
-    pub(crate) fn increase(&self, pool: PoolKind, n: u64) {
+    pub(crate) fn increase(self, pool: PoolKind, n: u64) {
         let i = at(pool);
-        let this = &self.pools[i];
-        this.increase(n);
-        let all = this
-            .current
-            .load(R)
-            .wrapping_add(self.pools[i ^ 1].current.load(R));
-        if all > self.all_peak.load(R) {
-            self.all_peak.store(all, R);
-        }
+        grow(self.pools[i], self.pools[i ^ 1], self.all_peak, n);
     }
 
     /// As [`StatArray::decrease`].
     #[inline]
-    pub(crate) fn decrease(&self, pool: PoolKind, n: u64) {
+    pub(crate) fn decrease(self, pool: PoolKind, n: u64) {
         self.pools[at(pool)].decrease(n);
     }
 
-    fn load(&self) -> StatArray {
+    fn load(self) -> StatArray {
         let small_pool = self.pools[0].load();
         let large_pool = self.pools[1].load();
         let all = Stat {
@@ -154,14 +157,14 @@ impl CellArray {
         }
     }
 
-    fn merge(&self, other: &StatArray) {
+    fn merge(self, other: &StatArray) {
         self.all_peak
             .store(self.all_peak.load(R).saturating_add(other.all.peak), R);
         self.pools[0].merge(&other.small_pool);
         self.pools[1].merge(&other.large_pool);
     }
 
-    fn reset_peak(&self) {
+    fn reset_peak(self) {
         self.pools[0].reset_peak();
         self.pools[1].reset_peak();
         let all = self.pools[0]
@@ -171,9 +174,40 @@ impl CellArray {
         self.all_peak.store(all, R);
     }
 
-    fn reset_accumulated(&self) {
+    fn reset_accumulated(self) {
         self.pools[0].reset_accumulated();
         self.pools[1].reset_accumulated();
+    }
+}
+
+impl CellStats {
+    /// A block of `size` bytes (rounded; `requested` asked for) handed out from `pool`:
+    /// `allocation`, `allocated_bytes`, `active`, `active_bytes` and `requested_bytes` grow
+    /// (the cached path's five updates, addressed from one pool's block of the cell).
+    #[inline]
+    pub(crate) fn hand_out(&self, pool: PoolKind, size: u64, requested: u64) {
+        let i = at(pool);
+        let (p, o, a) = (&self.pools[i], &self.pools[i ^ 1], &self.all_peaks);
+        grow(&p.allocation, &o.allocation, &a.allocation, 1);
+        grow(&p.allocated_bytes, &o.allocated_bytes, &a.allocated_bytes, size);
+        grow(&p.active, &o.active, &a.active, 1);
+        grow(&p.active_bytes, &o.active_bytes, &a.active_bytes, size);
+        grow(
+            &p.requested_bytes,
+            &o.requested_bytes,
+            &a.requested_bytes,
+            requested,
+        );
+    }
+
+    /// A block of `size` bytes (rounded; `requested` asked for) of `pool` becomes reusable:
+    /// `active`, `active_bytes` and `requested_bytes` drop.
+    #[inline]
+    pub(crate) fn deactivate(&self, pool: PoolKind, size: u64, requested: u64) {
+        let p = &self.pools[at(pool)];
+        p.active.decrease(1);
+        p.active_bytes.decrease(size);
+        p.requested_bytes.decrease(requested);
     }
 }
 
@@ -203,19 +237,45 @@ macro_rules! define_cell_stats {
         counters: [$($(#[$cd:meta])* $c:ident,)*],
         stats: [$($(#[$sd:meta])* $s:ident,)*],
     ) => {
+        /// One pool's share of every array statistic of a cell: the updates of one
+        /// operation on one pool address one block of memory.
+        #[derive(Default)]
+        pub(crate) struct PoolCells {
+            $(pub $a: CellStat,)*
+        }
+
+        /// The peaks of the arrays' `all` figures.
+        #[derive(Default)]
+        pub(crate) struct AllPeaks {
+            $(pub $a: AtomicI64,)*
+        }
+
         /// The statistics of a cell, field for field as [`MemoryStats`] (both expand the one
-        /// field list, `memory_stats_fields!`).
+        /// field list, `memory_stats_fields!`): the arrays through their methods.
         #[derive(Default)]
         pub(crate) struct CellStats {
-            $(pub $a: CellArray,)*
+            /// The arrays' pool statistics, indexed by pool (small first).
+            pub pools: [PoolCells; 2],
+            pub all_peaks: AllPeaks,
             $(pub $c: CellCounter,)*
             $(pub $s: CellStat,)*
         }
 
         impl CellStats {
+            $(
+                $(#[$ad])*
+                #[inline]
+                pub(crate) fn $a(&self) -> CellArray<'_> {
+                    CellArray {
+                        all_peak: &self.all_peaks.$a,
+                        pools: [&self.pools[0].$a, &self.pools[1].$a],
+                    }
+                }
+            )*
+
             fn load(&self) -> MemoryStats {
                 MemoryStats {
-                    $($a: self.$a.load(),)*
+                    $($a: self.$a().load(),)*
                     $($c: self.$c.load(),)*
                     $($s: self.$s.load(),)*
                     max_split_size: -1,
@@ -224,18 +284,18 @@ macro_rules! define_cell_stats {
 
             /// Adds every statistic of `other` (as [`MemoryStats::merge`]).
             pub(crate) fn merge(&self, other: &MemoryStats) {
-                $(self.$a.merge(&other.$a);)*
+                $(self.$a().merge(&other.$a);)*
                 $(self.$c.merge(other.$c);)*
                 $(self.$s.merge(&other.$s);)*
             }
 
             fn reset_peak(&self) {
-                $(self.$a.reset_peak();)*
+                $(self.$a().reset_peak();)*
                 $(self.$s.reset_peak();)*
             }
 
             fn reset_accumulated(&self) {
-                $(self.$a.reset_accumulated();)*
+                $(self.$a().reset_accumulated();)*
                 $(self.$s.reset_accumulated();)*
                 $(self.$c.0.store(0, R);)*
             }

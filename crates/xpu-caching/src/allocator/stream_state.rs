@@ -220,10 +220,10 @@ impl<B: Backend> ShardState<B> {
             b.next = rest_index;
             b.size = req.rounded;
             if already_split {
-                st.inactive_split_bytes.decrease(kind, req.rounded);
+                st.inactive_split_bytes().decrease(kind, req.rounded);
             } else {
-                st.inactive_split.increase(kind, 1);
-                st.inactive_split_bytes.increase(kind, remaining);
+                st.inactive_split().increase(kind, 1);
+                st.inactive_split_bytes().increase(kind, remaining);
             }
             req.rounded
         } else {
@@ -231,19 +231,15 @@ impl<B: Backend> ShardState<B> {
                 self.pool_mut(kind).remove(p.size, p.addr, p.block);
             }
             if already_split {
-                st.inactive_split.decrease(kind, 1);
-                st.inactive_split_bytes.decrease(kind, block_size);
+                st.inactive_split().decrease(kind, 1);
+                st.inactive_split_bytes().decrease(kind, block_size);
             }
             block_size
         };
         let b = &mut self.blocks[block];
         b.allocated = true;
         b.requested = req.size;
-        st.allocation.increase(kind, 1);
-        st.allocated_bytes.increase(kind, size);
-        st.active.increase(kind, 1);
-        st.active_bytes.increase(kind, size);
-        st.requested_bytes.increase(kind, req.size);
+        st.hand_out(kind, size, req.size);
         if size >= self.config.max_split_size {
             st.oversize_allocations.increase(1);
         }
@@ -260,8 +256,8 @@ impl<B: Backend> ShardState<B> {
         let size = source.size;
         self.history
             .record(TraceAction::SegmentAlloc, source.address, size, self.key.id);
-        st.segment.increase(kind, 1);
-        st.reserved_bytes.increase(kind, size);
+        st.segment().increase(kind, 1);
+        st.reserved_bytes().increase(kind, size);
         st.num_device_alloc.bump();
         if size >= self.config.max_split_size {
             st.oversize_segments.increase(1);
@@ -296,8 +292,8 @@ impl<B: Backend> ShardState<B> {
         let b = &mut self.blocks[block];
         b.allocated = false;
         let (kind, size, unused) = (b.pool, b.size, b.stream_uses.is_empty());
-        st.allocation.decrease(kind, 1);
-        st.allocated_bytes.decrease(kind, size);
+        st.allocation().decrease(kind, 1);
+        st.allocated_bytes().decrease(kind, size);
         if unused {
             self.free_block(block, st);
         } else {
@@ -458,11 +454,9 @@ impl<B: Backend> ShardState<B> {
             net_blocks += 1;
             net_bytes += i64::try_from(size).unwrap_or(i64::MAX);
         }
-        apply_net(&st.inactive_split, kind, net_blocks);
-        apply_net(&st.inactive_split_bytes, kind, net_bytes);
-        st.active.decrease(kind, 1);
-        st.active_bytes.decrease(kind, original);
-        st.requested_bytes.decrease(kind, requested);
+        apply_net(st.inactive_split(), kind, net_blocks);
+        apply_net(st.inactive_split_bytes(), kind, net_bytes);
+        st.deactivate(kind, original, requested);
         if original >= self.config.max_split_size {
             st.oversize_allocations.decrease(1);
         }
@@ -657,8 +651,8 @@ fn free_segment<B: Backend>(
         .history
         .record(TraceAction::SegmentFree, address, size, key.id);
     st.unlocked(|| shared.release_segment(segment.source));
-    st.segment.decrease(kind, 1);
-    st.reserved_bytes.decrease(kind, size);
+    st.segment().decrease(kind, 1);
+    st.reserved_bytes().decrease(kind, size);
     st.num_device_free.bump();
     if size >= max_split_size {
         st.oversize_segments.decrease(1);
@@ -666,7 +660,7 @@ fn free_segment<B: Backend>(
 }
 
 #[inline]
-fn apply_net(stat: &CellArray, kind: PoolKind, net: i64) {
+fn apply_net(stat: CellArray<'_>, kind: PoolKind, net: i64) {
     match net.cmp(&0) {
         std::cmp::Ordering::Greater => stat.increase(kind, net.unsigned_abs()),
         std::cmp::Ordering::Less => stat.decrease(kind, net.unsigned_abs()),
