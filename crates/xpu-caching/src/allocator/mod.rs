@@ -318,7 +318,12 @@ impl<B: Backend> CachingAllocator<B> {
         let outcome = {
             let mut state = shard.lock();
             let mut stats = local.stats();
-            fast_path(&shard, &mut state, size, &mut stats).map_err(Box::new)?
+            match fast_path(&shard, &mut state, size, &mut stats) {
+                Ok(handed) => Outcome::Done(handed),
+                Err(req) => {
+                    grow_path(&shard.shared, &mut state, req, &mut stats).map_err(Box::new)?
+                }
+            }
         };
         let handed = match outcome {
             Outcome::Done(h) => h,
@@ -541,27 +546,27 @@ impl<B: Backend> CachingAllocator<B> {
     }
 }
 
-/// The per-stream part of an allocation: events, best fit, then (out of line, see
-/// [`grow_path`]) garbage collection, release policy, new segment, oversize release.
+/// The per-stream part of an allocation as far as the stream's pool: events, rounding,
+/// best fit. `Err` carries the request to [`grow_path`] (garbage collection, release
+/// policy, new segment, oversize release), which also reports a size above the device's
+/// largest allocation.
 #[inline]
 fn fast_path<B: Backend>(
     shard: &Shard<B>,
     state: &mut ShardState<B>,
     size: u64,
     st: &mut StatsWriter<'_>,
-) -> Result<Outcome, CacheError> {
+) -> Result<Handed, Request> {
     let shared = &*shard.shared;
     state.refresh_config(shared);
     state.process_events(st);
-    let max_alloc = shared.max_alloc;
-    let req = state.request(size, max_alloc);
-    let gc = shared.gc_enabled();
-    if req.rounded <= max_alloc {
-        if let Some(found) = state.search(&req, gc) {
-            return Ok(Outcome::Done(state.alloc_pooled(found, &req, st)));
+    let req = state.request(size, shared.max_alloc);
+    if req.rounded <= shared.max_alloc {
+        if let Some(found) = state.search(&req, shared.gc_enabled()) {
+            return Ok(state.alloc_pooled(found, &req, st));
         }
     }
-    grow_path(shared, state, req, gc, st)
+    Err(req)
 }
 
 /// What follows a failed search of the stream's pool (kept out of the cached path's code).
@@ -571,10 +576,9 @@ fn grow_path<B: Backend>(
     shared: &DeviceShared<B>,
     state: &mut ShardState<B>,
     req: Request,
-    gc: bool,
     st: &mut StatsWriter<'_>,
 ) -> Result<Outcome, CacheError> {
-    let (size, max_alloc) = (req.size, shared.max_alloc);
+    let (size, max_alloc, gc) = (req.size, shared.max_alloc, shared.gc_enabled());
     if req.rounded > max_alloc {
         return Err(CacheError::TooLarge {
             device: shared.device(),

@@ -65,7 +65,7 @@ impl<T> Slab<T> {
 
 impl<T> std::ops::Index<u32> for Slab<T> {
     type Output = T;
-    #[inline]
+    #[inline(always)]
     fn index(&self, index: u32) -> &T {
         // Internal invariant: indices come from live blocks/segments of the same shard.
         self.items[index as usize]
@@ -75,7 +75,7 @@ impl<T> std::ops::Index<u32> for Slab<T> {
 }
 
 impl<T> std::ops::IndexMut<u32> for Slab<T> {
-    #[inline]
+    #[inline(always)]
     fn index_mut(&mut self, index: u32) -> &mut T {
         self.items[index as usize]
             .as_mut()

@@ -461,3 +461,39 @@ impl Drop for StatsWriter<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The accumulated totals are plain wrapping adds on the cached path; reads clamp them,
+    /// so a total past `i64::MAX` reads `i64::MAX` (never negative), and the `all` figure
+    /// sums the pools without wrapping.
+    #[test]
+    fn accumulated_totals_read_clamped_at_i64_max() {
+        let gens = Generations::default();
+        let cell = StatsCell::default();
+        {
+            let st = cell.write(&gens);
+            for _ in 0..3 {
+                st.allocated_bytes().increase(PoolKind::Small, 1 << 62);
+                st.allocated_bytes().decrease(PoolKind::Small, 1 << 62);
+            }
+            st.allocated_bytes().increase(PoolKind::Large, 1 << 62);
+            st.hand_out(PoolKind::Large, 4096, 4000);
+            st.deactivate(PoolKind::Large, 4096, 4000);
+        }
+        let stats = cell.read(&gens);
+        let a = &stats.allocated_bytes;
+        assert_eq!((a.small_pool.allocated, a.small_pool.freed), (i64::MAX, i64::MAX));
+        assert_eq!(a.small_pool.current, 0);
+        assert_eq!(a.large_pool.allocated, (1 << 62) + 4096);
+        assert_eq!((a.all.allocated, a.all.freed), (i64::MAX, i64::MAX));
+        assert_eq!(a.all.current, (1 << 62) + 4096);
+        assert_eq!(a.all.peak, (1 << 62) + 4096);
+        let active = &stats.active_bytes.large_pool;
+        assert_eq!((active.current, active.peak, active.freed), (0, 4096, 4096));
+        assert_eq!(stats.requested_bytes.all.peak, 4000);
+        assert_eq!(stats.allocation.large_pool.allocated, 1);
+    }
+}

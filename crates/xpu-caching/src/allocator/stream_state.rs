@@ -30,6 +30,16 @@ pub(crate) struct Request {
     pub segment_size: u64,
 }
 
+impl Request {
+    /// No request (the initial value of [`ShardState`]'s last request).
+    const NONE: Self = Self {
+        size: 0,
+        rounded: 0,
+        pool: PoolKind::Small,
+        segment_size: 0,
+    };
+}
+
 /// A free block found by a search, still in its pool.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Pooled {
@@ -72,6 +82,9 @@ pub(crate) struct ShardState<B: Backend> {
     pub policy: PolicyState,
     /// The allocator's history (see [`crate::history`]).
     history: Arc<History>,
+    /// The last request rounded under `config` (`size` 0 when none: no request is empty),
+    /// so a repeated size skips the rounding rules.
+    last_request: Request,
 }
 
 impl<B: Backend> ShardState<B> {
@@ -88,6 +101,7 @@ impl<B: Backend> ShardState<B> {
             config_epoch: shared.config_epoch(),
             policy: PolicyState::default(),
             history: shared.history.clone(),
+            last_request: Request::NONE,
         }
     }
 
@@ -111,12 +125,23 @@ impl<B: Backend> ShardState<B> {
         if epoch != self.config_epoch {
             self.config = shared.config();
             self.config_epoch = epoch;
+            self.last_request = Request::NONE;
         }
     }
 
     /// Rounds a request and sizes its segment (a segment never exceeds the device's
     /// largest allocation when the rounded request itself fits).
-    pub(crate) fn request(&self, size: u64, max_alloc: u64) -> Request {
+    #[inline]
+    pub(crate) fn request(&mut self, size: u64, max_alloc: u64) -> Request {
+        if self.last_request.size == size {
+            return self.last_request;
+        }
+        let req = self.round_request(size, max_alloc);
+        self.last_request = req;
+        req
+    }
+
+    fn round_request(&self, size: u64, max_alloc: u64) -> Request {
         let rounded = size::round_size(size, &self.config);
         let mut segment_size = size::segment_size(rounded, &self.config);
         if segment_size > max_alloc {
@@ -665,5 +690,40 @@ fn apply_net(stat: CellArray<'_>, kind: PoolKind, net: i64) {
         std::cmp::Ordering::Greater => stat.increase(kind, net.unsigned_abs()),
         std::cmp::Ordering::Less => stat.decrease(kind, net.unsigned_abs()),
         std::cmp::Ordering::Equal => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::allocator::CachingAllocator;
+    use crate::config::AllocConfig;
+    use crate::sim_stream::{SimBackend, SimStream};
+    use crate::source::SimulatedSource;
+    use crate::stream::StreamKey;
+
+    /// The shard's cached rounding of the last request size is dropped when the
+    /// configuration changes: the same size is rounded by the new rules.
+    #[test]
+    fn a_repeated_size_is_rounded_again_after_a_config_change() {
+        let source = Arc::new(SimulatedSource::new(0, 1 << 30, 1 << 30));
+        let cache: CachingAllocator<SimBackend> =
+            CachingAllocator::new(Box::new(source), AllocConfig::default());
+        let stream = SimStream::new(StreamKey::new(0, 1));
+        let size = 1_153_434; // 1.1 MiB: large pool
+        let first = cache.allocate(size, &stream).unwrap().unwrap();
+        assert_eq!(first.allocated_size(), 1_153_536, "512-byte rounding");
+        drop(first);
+        let again = cache.allocate(size, &stream).unwrap().unwrap();
+        assert_eq!(again.allocated_size(), 1_153_536, "cached rounding, same rules");
+        drop(again);
+        cache.set_config(AllocConfig::parse("roundup_power2_divisions:4").unwrap());
+        let after = cache.allocate(size, &stream).unwrap().unwrap();
+        assert_eq!(after.allocated_size(), 1_310_720, "1.25 MiB: a quarter step");
+        drop(after);
+        let stats = cache.memory_stats();
+        assert_eq!(stats.allocated_bytes.all.current, 0);
+        assert_eq!(stats.requested_bytes.all.allocated, 3 * 1_153_434);
     }
 }
