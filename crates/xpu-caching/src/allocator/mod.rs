@@ -307,6 +307,7 @@ impl<B: Backend> CachingAllocator<B> {
 
     /// The allocation proper, on the stream's shard (the error boxed: the cached path then
     /// moves a small result through the thread-local closure).
+    #[inline(always)]
     fn allocate_on(
         &self,
         shard: Arc<Shard<B>>,
@@ -337,6 +338,7 @@ impl<B: Backend> CachingAllocator<B> {
 
     /// The shard of `key` from the thread's cache or the shard map, if it exists (no user
     /// code runs here).
+    #[inline(always)]
     fn cached_shard(
         &self,
         cache: &mut Vec<(StreamKey, Weak<Shard<B>>)>,
@@ -349,6 +351,17 @@ impl<B: Backend> CachingAllocator<B> {
                 }
             }
         }
+        self.cached_shard_slow(cache, key)
+    }
+
+    /// [`CachingAllocator::cached_shard`] past the thread's most recent shard.
+    #[cold]
+    #[inline(never)]
+    fn cached_shard_slow(
+        &self,
+        cache: &mut Vec<(StreamKey, Weak<Shard<B>>)>,
+        key: StreamKey,
+    ) -> Option<Arc<Shard<B>>> {
         if let Some(pos) = cache.iter().position(|(k, _)| *k == key) {
             let entry = cache.remove(pos);
             if let Some(shard) = entry.1.upgrade() {
@@ -550,7 +563,7 @@ impl<B: Backend> CachingAllocator<B> {
 /// best fit. `Err` carries the request to [`grow_path`] (garbage collection, release
 /// policy, new segment, oversize release), which also reports a size above the device's
 /// largest allocation.
-#[inline]
+#[inline(always)]
 fn fast_path<B: Backend>(
     shard: &Shard<B>,
     state: &mut ShardState<B>,

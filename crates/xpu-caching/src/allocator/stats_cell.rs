@@ -184,7 +184,7 @@ impl CellStats {
     /// A block of `size` bytes (rounded; `requested` asked for) handed out from `pool`:
     /// `allocation`, `allocated_bytes`, `active`, `active_bytes` and `requested_bytes` grow
     /// (the cached path's five updates, addressed from one pool's block of the cell).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn hand_out(&self, pool: PoolKind, size: u64, requested: u64) {
         let i = at(pool);
         let (p, o, a) = (&self.pools[i], &self.pools[i ^ 1], &self.all_peaks);

@@ -205,6 +205,7 @@ impl<B: Backend> ShardState<B> {
         self.alloc_block(block, None, req, st)
     }
 
+    #[inline(always)]
     fn alloc_block(
         &mut self,
         block: u32,
