@@ -39,7 +39,7 @@ impl<T> Slab<T> {
 
     /// Drops the value at `index` in place, if any (as [`Slab::remove`] without moving
     /// it out).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn discard(&mut self, index: u32) {
         if let Some(slot) = self.items.get_mut(index as usize) {
             if slot.is_some() {

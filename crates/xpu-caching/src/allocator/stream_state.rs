@@ -407,6 +407,7 @@ impl<B: Backend> ShardState<B> {
 
     /// Merges `src` into `dst` when `src` is an idle neighbour (removing it from the slab
     /// but not from its pool); returns its pool key (size, address, block).
+    #[inline(always)]
     fn try_merge(&mut self, dst: u32, src: u32) -> Option<(u64, u64, u32)> {
         if src == NIL {
             return None;
@@ -443,6 +444,7 @@ impl<B: Backend> ShardState<B> {
 
     /// A block becomes reusable: merge with idle neighbours, back into its pool (in place of
     /// a merged neighbour's entry when there is one).
+    #[inline(always)]
     fn free_block(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         if self.history.is_enabled() {
             let b = &self.blocks[block];
