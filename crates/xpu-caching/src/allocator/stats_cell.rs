@@ -189,7 +189,12 @@ impl CellStats {
         let i = at(pool);
         let (p, o, a) = (&self.pools[i], &self.pools[i ^ 1], &self.all_peaks);
         grow(&p.allocation, &o.allocation, &a.allocation, 1);
-        grow(&p.allocated_bytes, &o.allocated_bytes, &a.allocated_bytes, size);
+        grow(
+            &p.allocated_bytes,
+            &o.allocated_bytes,
+            &a.allocated_bytes,
+            size,
+        );
         grow(&p.active, &o.active, &a.active, 1);
         grow(&p.active_bytes, &o.active_bytes, &a.active_bytes, size);
         grow(
@@ -485,7 +490,10 @@ mod tests {
         }
         let stats = cell.read(&gens);
         let a = &stats.allocated_bytes;
-        assert_eq!((a.small_pool.allocated, a.small_pool.freed), (i64::MAX, i64::MAX));
+        assert_eq!(
+            (a.small_pool.allocated, a.small_pool.freed),
+            (i64::MAX, i64::MAX)
+        );
         assert_eq!(a.small_pool.current, 0);
         assert_eq!(a.large_pool.allocated, (1 << 62) + 4096);
         assert_eq!((a.all.allocated, a.all.freed), (i64::MAX, i64::MAX));

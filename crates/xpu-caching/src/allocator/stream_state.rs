@@ -719,11 +719,19 @@ mod tests {
         assert_eq!(first.allocated_size(), 1_153_536, "512-byte rounding");
         drop(first);
         let again = cache.allocate(size, &stream).unwrap().unwrap();
-        assert_eq!(again.allocated_size(), 1_153_536, "cached rounding, same rules");
+        assert_eq!(
+            again.allocated_size(),
+            1_153_536,
+            "cached rounding, same rules"
+        );
         drop(again);
         cache.set_config(AllocConfig::parse("roundup_power2_divisions:4").unwrap());
         let after = cache.allocate(size, &stream).unwrap().unwrap();
-        assert_eq!(after.allocated_size(), 1_310_720, "1.25 MiB: a quarter step");
+        assert_eq!(
+            after.allocated_size(),
+            1_310_720,
+            "1.25 MiB: a quarter step"
+        );
         drop(after);
         let stats = cache.memory_stats();
         assert_eq!(stats.allocated_bytes.all.current, 0);
