@@ -38,6 +38,7 @@ impl PoolKind {
 /// Index of the `roundup_power2_divisions` interval of `size` bytes:
 /// `clamp(floor(log2(size)) - 20, 0, 15)` (reference §4.3).
 #[must_use]
+#[inline]
 pub fn roundup_interval(size: u64) -> usize {
     if size == 0 {
         return 0;
@@ -81,6 +82,7 @@ pub fn round_size(size: u64, config: &AllocConfig) -> u64 {
 
 /// [`round_size`], or `None` when the rounded size would exceed `u64::MAX`.
 #[must_use]
+#[inline]
 pub fn checked_round_size(size: u64, config: &AllocConfig) -> Option<u64> {
     if size < MIN_BLOCK_SIZE {
         return Some(MIN_BLOCK_SIZE);
@@ -99,6 +101,7 @@ pub fn checked_round_size(size: u64, config: &AllocConfig) -> Option<u64> {
 /// rounded up to a multiple of 2 MiB (saturating at the largest multiple of 2 MiB; the
 /// allocator never asks beyond [`MAX_REQUEST`]).
 #[must_use]
+#[inline]
 pub fn segment_size(rounded: u64, config: &AllocConfig) -> u64 {
     if rounded <= SMALL_SIZE {
         SMALL_BUFFER

@@ -294,7 +294,7 @@ impl<B: Backend> CachingAllocator<B> {
             Some(self.allocate_on(shard, size, key, &local))
         });
         if let Some(result) = found {
-            return result.map(Some);
+            return result.map(Some).map_err(|e| *e);
         }
         let shard = self.insert_shard(key, stream());
         with_local(shared, |local| {
@@ -302,25 +302,33 @@ impl<B: Backend> CachingAllocator<B> {
             self.allocate_on(shard, size, key, &local)
         })
         .map(Some)
+        .map_err(|e| *e)
     }
 
-    /// The allocation proper, on the stream's shard.
+    /// The allocation proper, on the stream's shard (the error boxed: the cached path then
+    /// moves a small result through the thread-local closure).
+    #[inline(always)]
     fn allocate_on(
         &self,
         shard: Arc<Shard<B>>,
         size: u64,
         key: StreamKey,
         local: &thread_cache::Local<'_, B>,
-    ) -> Result<Allocation<B>, CacheError> {
+    ) -> Result<Allocation<B>, Box<CacheError>> {
         let shared = &self.inner.shared;
         let outcome = {
             let mut state = shard.lock();
             let mut stats = local.stats();
-            fast_path(&shard, &mut state, size, &mut stats)?
+            match fast_path(&shard, &mut state, size, &mut stats) {
+                Ok(handed) => Outcome::Done(handed),
+                Err(req) => {
+                    grow_path(&shard.shared, &mut state, req, &mut stats).map_err(Box::new)?
+                }
+            }
         };
         let handed = match outcome {
             Outcome::Done(h) => h,
-            Outcome::Exhausted(req) => self.oom_path(&shard, req, local)?,
+            Outcome::Exhausted(req) => self.oom_path(&shard, req, local).map_err(Box::new)?,
         };
         shared
             .history
@@ -330,6 +338,7 @@ impl<B: Backend> CachingAllocator<B> {
 
     /// The shard of `key` from the thread's cache or the shard map, if it exists (no user
     /// code runs here).
+    #[inline(always)]
     fn cached_shard(
         &self,
         cache: &mut Vec<(StreamKey, Weak<Shard<B>>)>,
@@ -342,6 +351,17 @@ impl<B: Backend> CachingAllocator<B> {
                 }
             }
         }
+        self.cached_shard_slow(cache, key)
+    }
+
+    /// [`CachingAllocator::cached_shard`] past the thread's most recent shard.
+    #[cold]
+    #[inline(never)]
+    fn cached_shard_slow(
+        &self,
+        cache: &mut Vec<(StreamKey, Weak<Shard<B>>)>,
+        key: StreamKey,
+    ) -> Option<Arc<Shard<B>>> {
         if let Some(pos) = cache.iter().position(|(k, _)| *k == key) {
             let entry = cache.remove(pos);
             if let Some(shard) = entry.1.upgrade() {
@@ -539,29 +559,45 @@ impl<B: Backend> CachingAllocator<B> {
     }
 }
 
-/// The per-stream part of an allocation: events, best fit, garbage collection, release
-/// policy, new segment, oversize release.
+/// The per-stream part of an allocation as far as the stream's pool: events, rounding,
+/// best fit. `Err` carries the request to [`grow_path`] (garbage collection, release
+/// policy, new segment, oversize release), which also reports a size above the device's
+/// largest allocation.
+#[inline(always)]
 fn fast_path<B: Backend>(
     shard: &Shard<B>,
     state: &mut ShardState<B>,
     size: u64,
     st: &mut StatsWriter<'_>,
-) -> Result<Outcome, CacheError> {
+) -> Result<Handed, Request> {
     let shared = &*shard.shared;
     state.refresh_config(shared);
     state.process_events(st);
-    let max_alloc = shared.max_alloc;
-    let req = state.request(size, max_alloc);
+    let req = state.request(size, shared.max_alloc);
+    if req.rounded <= shared.max_alloc {
+        if let Some(found) = state.search(&req, shared.gc_enabled()) {
+            return Ok(state.alloc_pooled(found, &req, st));
+        }
+    }
+    Err(req)
+}
+
+/// What follows a failed search of the stream's pool (kept out of the cached path's code).
+#[cold]
+#[inline(never)]
+fn grow_path<B: Backend>(
+    shared: &DeviceShared<B>,
+    state: &mut ShardState<B>,
+    req: Request,
+    st: &mut StatsWriter<'_>,
+) -> Result<Outcome, CacheError> {
+    let (size, max_alloc, gc) = (req.size, shared.max_alloc, shared.gc_enabled());
     if req.rounded > max_alloc {
         return Err(CacheError::TooLarge {
             device: shared.device(),
             requested: size,
             max: max_alloc,
         });
-    }
-    let gc = shared.gc_enabled();
-    if let Some(found) = state.search(&req, gc) {
-        return Ok(Outcome::Done(state.alloc_pooled(found, &req, st)));
     }
     if gc {
         state.garbage_collect(shared, st);

@@ -97,7 +97,7 @@ impl FreePool {
     /// Replaces the entry (`old_size`, `old_addr`) by (`size`, `addr`, `block`): one removal
     /// and one insertion, moving only the entries between the two positions. `hint` is
     /// where [`FreePool::best_fit`] found the old entry, if it did (checked).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn replace(
         &mut self,
         (old_size, old_addr): (u64, u64),

@@ -17,7 +17,7 @@ impl<T> Default for Slab<T> {
 }
 
 impl<T> Slab<T> {
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert(&mut self, value: T) -> u32 {
         if let Some(index) = self.vacant.pop() {
             self.items[index as usize] = Some(value);
@@ -37,6 +37,19 @@ impl<T> Slab<T> {
         value
     }
 
+    /// Drops the value at `index` in place, if any (as [`Slab::remove`] without moving
+    /// it out).
+    #[inline(always)]
+    pub(crate) fn discard(&mut self, index: u32) {
+        if let Some(slot) = self.items.get_mut(index as usize) {
+            if slot.is_some() {
+                // Dropped in place.
+                *slot = None;
+                self.vacant.push(index);
+            }
+        }
+    }
+
     #[inline]
     pub(crate) fn get(&self, index: u32) -> Option<&T> {
         self.items.get(index as usize)?.as_ref()
@@ -52,7 +65,7 @@ impl<T> Slab<T> {
 
 impl<T> std::ops::Index<u32> for Slab<T> {
     type Output = T;
-    #[inline]
+    #[inline(always)]
     fn index(&self, index: u32) -> &T {
         // Internal invariant: indices come from live blocks/segments of the same shard.
         self.items[index as usize]
@@ -62,7 +75,7 @@ impl<T> std::ops::Index<u32> for Slab<T> {
 }
 
 impl<T> std::ops::IndexMut<u32> for Slab<T> {
-    #[inline]
+    #[inline(always)]
     fn index_mut(&mut self, index: u32) -> &mut T {
         self.items[index as usize]
             .as_mut()

@@ -20,8 +20,10 @@ const R: Ordering = Ordering::Relaxed;
 pub(crate) struct CellStat {
     current: AtomicI64,
     peak: AtomicI64,
-    allocated: AtomicI64,
-    freed: AtomicI64,
+    /// Accumulated totals, wrapping `u64`s read as `i64` clamped at `i64::MAX` (see
+    /// [`accumulated`]).
+    allocated: AtomicU64,
+    freed: AtomicU64,
 }
 
 #[inline]
@@ -29,35 +31,41 @@ fn add(word: &AtomicI64, n: i64) {
     word.store(word.load(R).wrapping_add(n), R);
 }
 
-/// Adds to an accumulated total (`allocated`, `freed`): saturates at `i64::MAX` instead of
-/// wrapping negative after 8 EiB of traffic.
+/// Adds to an accumulated total (`allocated`, `freed`): a plain wrapping add on the cached
+/// path; reads clamp at `i64::MAX` ([`accumulated`]), so a total saturates there instead of
+/// wrapping negative (exact up to 16 EiB of traffic on one thread's cell).
 #[inline]
-fn accumulate(word: &AtomicI64, n: i64) {
-    word.store(word.load(R).saturating_add(n), R);
+fn accumulate(word: &AtomicU64, n: u64) {
+    word.store(word.load(R).wrapping_add(n), R);
+}
+
+/// An accumulated total as the statistics report it (at most `i64::MAX`).
+#[inline]
+fn accumulated(word: &AtomicU64) -> i64 {
+    i64::try_from(word.load(R)).unwrap_or(i64::MAX)
 }
 
 impl CellStat {
     /// As [`Stat::increase`].
     #[inline]
-    pub(crate) fn increase(&self, n: u64) {
+    pub(crate) fn increase(&self, n: u64) -> i64 {
         // Currents stay within i64: requests are capped at 1 EiB and reserved bytes at
         // `i64::MAX` (see `device_wide::MAX_RESERVED`).
         #[allow(clippy::cast_possible_wrap)]
-        let n = n as i64;
-        let current = self.current.load(R).wrapping_add(n);
+        let current = self.current.load(R).wrapping_add(n as i64);
         self.current.store(current, R);
         if current > self.peak.load(R) {
             self.peak.store(current, R);
         }
         accumulate(&self.allocated, n);
+        current
     }
 
     /// As [`Stat::decrease`].
     #[inline]
     pub(crate) fn decrease(&self, n: u64) {
         #[allow(clippy::cast_possible_wrap)]
-        let n = n as i64;
-        add(&self.current, n.wrapping_neg());
+        add(&self.current, (n as i64).wrapping_neg());
         accumulate(&self.freed, n);
     }
 
@@ -65,8 +73,8 @@ impl CellStat {
         Stat {
             current: self.current.load(R),
             peak: self.peak.load(R),
-            allocated: self.allocated.load(R),
-            freed: self.freed.load(R),
+            allocated: accumulated(&self.allocated),
+            freed: accumulated(&self.freed),
         }
     }
 
@@ -75,8 +83,9 @@ impl CellStat {
         s.merge(other);
         self.current.store(s.current, R);
         self.peak.store(s.peak, R);
-        self.allocated.store(s.allocated, R);
-        self.freed.store(s.freed, R);
+        self.allocated
+            .store(u64::try_from(s.allocated).unwrap_or(0), R);
+        self.freed.store(u64::try_from(s.freed).unwrap_or(0), R);
     }
 
     fn reset_peak(&self) {
@@ -89,47 +98,57 @@ impl CellStat {
     }
 }
 
-/// One [`StatArray`] of a cell. `all` is not stored but derived: its current, allocated
-/// and freed values are the sums of the two pools'; only its peak is kept.
-#[derive(Default)]
-pub(crate) struct CellArray {
-    all_peak: AtomicI64,
-    small_pool: CellStat,
-    large_pool: CellStat,
+/// One [`StatArray`] of a cell, seen through its parts (the cell stores each pool's
+/// statistics together, see [`PoolCells`]). `all` is not stored but derived: its current,
+/// allocated and freed values are the sums of the two pools'; only its peak is kept.
+#[derive(Clone, Copy)]
+pub(crate) struct CellArray<'a> {
+    all_peak: &'a AtomicI64,
+    pools: [&'a CellStat; 2],
 }
 
-impl CellArray {
+/// Index of a pool in [`CellStats::pools`] (small first).
+#[inline]
+fn at(pool: PoolKind) -> usize {
+    match pool {
+        PoolKind::Small => 0,
+        PoolKind::Large => 1,
+    }
+}
+
+/// Adds `n` to `this` (one pool's statistic) and raises `all_peak` when the sum with
+/// `other` (the other pool's) passes it.
+#[inline]
+fn grow(this: &CellStat, other: &CellStat, all_peak: &AtomicI64, n: u64) {
+    let current = this.increase(n);
+    let all = current.wrapping_add(other.current.load(R));
+    if all > all_peak.load(R) {
+        all_peak.store(all, R);
+    }
+}
+
+impl CellArray<'_> {
     /// As [`StatArray::increase`].
     #[inline]
-    pub(crate) fn increase(&self, pool: PoolKind, n: u64) {
-        let (this, other) = match pool {
-            PoolKind::Small => (&self.small_pool, &self.large_pool),
-            PoolKind::Large => (&self.large_pool, &self.small_pool),
-        };
-        this.increase(n);
-        let all = this.current.load(R).wrapping_add(other.current.load(R));
-        if all > self.all_peak.load(R) {
-            self.all_peak.store(all, R);
-        }
+    pub(crate) fn increase(self, pool: PoolKind, n: u64) {
+        let i = at(pool);
+        grow(self.pools[i], self.pools[i ^ 1], self.all_peak, n);
     }
 
     /// As [`StatArray::decrease`].
     #[inline]
-    pub(crate) fn decrease(&self, pool: PoolKind, n: u64) {
-        match pool {
-            PoolKind::Small => self.small_pool.decrease(n),
-            PoolKind::Large => self.large_pool.decrease(n),
-        }
+    pub(crate) fn decrease(self, pool: PoolKind, n: u64) {
+        self.pools[at(pool)].decrease(n);
     }
 
-    fn load(&self) -> StatArray {
-        let small_pool = self.small_pool.load();
-        let large_pool = self.large_pool.load();
+    fn load(self) -> StatArray {
+        let small_pool = self.pools[0].load();
+        let large_pool = self.pools[1].load();
         let all = Stat {
             current: small_pool.current.wrapping_add(large_pool.current),
             peak: self.all_peak.load(R),
-            allocated: small_pool.allocated.wrapping_add(large_pool.allocated),
-            freed: small_pool.freed.wrapping_add(large_pool.freed),
+            allocated: small_pool.allocated.saturating_add(large_pool.allocated),
+            freed: small_pool.freed.saturating_add(large_pool.freed),
         };
         StatArray {
             all,
@@ -138,27 +157,62 @@ impl CellArray {
         }
     }
 
-    fn merge(&self, other: &StatArray) {
+    fn merge(self, other: &StatArray) {
         self.all_peak
             .store(self.all_peak.load(R).saturating_add(other.all.peak), R);
-        self.small_pool.merge(&other.small_pool);
-        self.large_pool.merge(&other.large_pool);
+        self.pools[0].merge(&other.small_pool);
+        self.pools[1].merge(&other.large_pool);
     }
 
-    fn reset_peak(&self) {
-        self.small_pool.reset_peak();
-        self.large_pool.reset_peak();
-        let all = self
-            .small_pool
+    fn reset_peak(self) {
+        self.pools[0].reset_peak();
+        self.pools[1].reset_peak();
+        let all = self.pools[0]
             .current
             .load(R)
-            .wrapping_add(self.large_pool.current.load(R));
+            .wrapping_add(self.pools[1].current.load(R));
         self.all_peak.store(all, R);
     }
 
-    fn reset_accumulated(&self) {
-        self.small_pool.reset_accumulated();
-        self.large_pool.reset_accumulated();
+    fn reset_accumulated(self) {
+        self.pools[0].reset_accumulated();
+        self.pools[1].reset_accumulated();
+    }
+}
+
+impl CellStats {
+    /// A block of `size` bytes (rounded; `requested` asked for) handed out from `pool`:
+    /// `allocation`, `allocated_bytes`, `active`, `active_bytes` and `requested_bytes` grow
+    /// (the cached path's five updates, addressed from one pool's block of the cell).
+    #[inline(always)]
+    pub(crate) fn hand_out(&self, pool: PoolKind, size: u64, requested: u64) {
+        let i = at(pool);
+        let (p, o, a) = (&self.pools[i], &self.pools[i ^ 1], &self.all_peaks);
+        grow(&p.allocation, &o.allocation, &a.allocation, 1);
+        grow(
+            &p.allocated_bytes,
+            &o.allocated_bytes,
+            &a.allocated_bytes,
+            size,
+        );
+        grow(&p.active, &o.active, &a.active, 1);
+        grow(&p.active_bytes, &o.active_bytes, &a.active_bytes, size);
+        grow(
+            &p.requested_bytes,
+            &o.requested_bytes,
+            &a.requested_bytes,
+            requested,
+        );
+    }
+
+    /// A block of `size` bytes (rounded; `requested` asked for) of `pool` becomes reusable:
+    /// `active`, `active_bytes` and `requested_bytes` drop.
+    #[inline]
+    pub(crate) fn deactivate(&self, pool: PoolKind, size: u64, requested: u64) {
+        let p = &self.pools[at(pool)];
+        p.active.decrease(1);
+        p.active_bytes.decrease(size);
+        p.requested_bytes.decrease(requested);
     }
 }
 
@@ -188,19 +242,45 @@ macro_rules! define_cell_stats {
         counters: [$($(#[$cd:meta])* $c:ident,)*],
         stats: [$($(#[$sd:meta])* $s:ident,)*],
     ) => {
+        /// One pool's share of every array statistic of a cell: the updates of one
+        /// operation on one pool address one block of memory.
+        #[derive(Default)]
+        pub(crate) struct PoolCells {
+            $(pub $a: CellStat,)*
+        }
+
+        /// The peaks of the arrays' `all` figures.
+        #[derive(Default)]
+        pub(crate) struct AllPeaks {
+            $(pub $a: AtomicI64,)*
+        }
+
         /// The statistics of a cell, field for field as [`MemoryStats`] (both expand the one
-        /// field list, `memory_stats_fields!`).
+        /// field list, `memory_stats_fields!`): the arrays through their methods.
         #[derive(Default)]
         pub(crate) struct CellStats {
-            $(pub $a: CellArray,)*
+            /// The arrays' pool statistics, indexed by pool (small first).
+            pub pools: [PoolCells; 2],
+            pub all_peaks: AllPeaks,
             $(pub $c: CellCounter,)*
             $(pub $s: CellStat,)*
         }
 
         impl CellStats {
+            $(
+                $(#[$ad])*
+                #[inline]
+                pub(crate) fn $a(&self) -> CellArray<'_> {
+                    CellArray {
+                        all_peak: &self.all_peaks.$a,
+                        pools: [&self.pools[0].$a, &self.pools[1].$a],
+                    }
+                }
+            )*
+
             fn load(&self) -> MemoryStats {
                 MemoryStats {
-                    $($a: self.$a.load(),)*
+                    $($a: self.$a().load(),)*
                     $($c: self.$c.load(),)*
                     $($s: self.$s.load(),)*
                     max_split_size: -1,
@@ -209,18 +289,18 @@ macro_rules! define_cell_stats {
 
             /// Adds every statistic of `other` (as [`MemoryStats::merge`]).
             pub(crate) fn merge(&self, other: &MemoryStats) {
-                $(self.$a.merge(&other.$a);)*
+                $(self.$a().merge(&other.$a);)*
                 $(self.$c.merge(other.$c);)*
                 $(self.$s.merge(&other.$s);)*
             }
 
             fn reset_peak(&self) {
-                $(self.$a.reset_peak();)*
+                $(self.$a().reset_peak();)*
                 $(self.$s.reset_peak();)*
             }
 
             fn reset_accumulated(&self) {
-                $(self.$a.reset_accumulated();)*
+                $(self.$a().reset_accumulated();)*
                 $(self.$s.reset_accumulated();)*
                 $(self.$c.0.store(0, R);)*
             }
@@ -247,6 +327,7 @@ impl Generations {
         self.accumulated.fetch_add(1, Ordering::AcqRel);
     }
 
+    #[inline]
     fn load(&self) -> (u64, u64) {
         (
             self.peak.load(Ordering::Acquire),
@@ -383,5 +464,44 @@ impl Drop for StatsWriter<'_> {
         if self.outer && self.cell.seq.load(R) & 1 == 1 {
             self.cell.close();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The accumulated totals are plain wrapping adds on the cached path; reads clamp them,
+    /// so a total past `i64::MAX` reads `i64::MAX` (never negative), and the `all` figure
+    /// sums the pools without wrapping.
+    #[test]
+    fn accumulated_totals_read_clamped_at_i64_max() {
+        let gens = Generations::default();
+        let cell = StatsCell::default();
+        {
+            let st = cell.write(&gens);
+            for _ in 0..3 {
+                st.allocated_bytes().increase(PoolKind::Small, 1 << 62);
+                st.allocated_bytes().decrease(PoolKind::Small, 1 << 62);
+            }
+            st.allocated_bytes().increase(PoolKind::Large, 1 << 62);
+            st.hand_out(PoolKind::Large, 4096, 4000);
+            st.deactivate(PoolKind::Large, 4096, 4000);
+        }
+        let stats = cell.read(&gens);
+        let a = &stats.allocated_bytes;
+        assert_eq!(
+            (a.small_pool.allocated, a.small_pool.freed),
+            (i64::MAX, i64::MAX)
+        );
+        assert_eq!(a.small_pool.current, 0);
+        assert_eq!(a.large_pool.allocated, (1 << 62) + 4096);
+        assert_eq!((a.all.allocated, a.all.freed), (i64::MAX, i64::MAX));
+        assert_eq!(a.all.current, (1 << 62) + 4096);
+        assert_eq!(a.all.peak, (1 << 62) + 4096);
+        let active = &stats.active_bytes.large_pool;
+        assert_eq!((active.current, active.peak, active.freed), (0, 4096, 4096));
+        assert_eq!(stats.requested_bytes.all.peak, 4000);
+        assert_eq!(stats.allocation.large_pool.allocated, 1);
     }
 }

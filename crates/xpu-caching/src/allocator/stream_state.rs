@@ -30,6 +30,16 @@ pub(crate) struct Request {
     pub segment_size: u64,
 }
 
+impl Request {
+    /// No request (the initial value of [`ShardState`]'s last request).
+    const NONE: Self = Self {
+        size: 0,
+        rounded: 0,
+        pool: PoolKind::Small,
+        segment_size: 0,
+    };
+}
+
 /// A free block found by a search, still in its pool.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Pooled {
@@ -38,6 +48,14 @@ pub(crate) struct Pooled {
     pub addr: u64,
     /// Position in a vector pool.
     pub hint: Option<usize>,
+}
+
+/// What [`ShardState::try_merge`] needs of a merged neighbour.
+struct Merged {
+    addr: u64,
+    size: u64,
+    prev: u32,
+    next: u32,
 }
 
 /// A block handed out: index in the shard, address and rounded size.
@@ -64,6 +82,9 @@ pub(crate) struct ShardState<B: Backend> {
     pub policy: PolicyState,
     /// The allocator's history (see [`crate::history`]).
     history: Arc<History>,
+    /// The last request rounded under `config` (`size` 0 when none: no request is empty),
+    /// so a repeated size skips the rounding rules.
+    last_request: Request,
 }
 
 impl<B: Backend> ShardState<B> {
@@ -80,6 +101,7 @@ impl<B: Backend> ShardState<B> {
             config_epoch: shared.config_epoch(),
             policy: PolicyState::default(),
             history: shared.history.clone(),
+            last_request: Request::NONE,
         }
     }
 
@@ -103,12 +125,23 @@ impl<B: Backend> ShardState<B> {
         if epoch != self.config_epoch {
             self.config = shared.config();
             self.config_epoch = epoch;
+            self.last_request = Request::NONE;
         }
     }
 
     /// Rounds a request and sizes its segment (a segment never exceeds the device's
     /// largest allocation when the rounded request itself fits).
-    pub(crate) fn request(&self, size: u64, max_alloc: u64) -> Request {
+    #[inline]
+    pub(crate) fn request(&mut self, size: u64, max_alloc: u64) -> Request {
+        if self.last_request.size == size {
+            return self.last_request;
+        }
+        let req = self.round_request(size, max_alloc);
+        self.last_request = req;
+        req
+    }
+
+    fn round_request(&self, size: u64, max_alloc: u64) -> Request {
         let rounded = size::round_size(size, &self.config);
         let mut segment_size = size::segment_size(rounded, &self.config);
         if segment_size > max_alloc {
@@ -172,6 +205,7 @@ impl<B: Backend> ShardState<B> {
         self.alloc_block(block, None, req, st)
     }
 
+    #[inline(always)]
     fn alloc_block(
         &mut self,
         block: u32,
@@ -212,10 +246,10 @@ impl<B: Backend> ShardState<B> {
             b.next = rest_index;
             b.size = req.rounded;
             if already_split {
-                st.inactive_split_bytes.decrease(kind, req.rounded);
+                st.inactive_split_bytes().decrease(kind, req.rounded);
             } else {
-                st.inactive_split.increase(kind, 1);
-                st.inactive_split_bytes.increase(kind, remaining);
+                st.inactive_split().increase(kind, 1);
+                st.inactive_split_bytes().increase(kind, remaining);
             }
             req.rounded
         } else {
@@ -223,19 +257,15 @@ impl<B: Backend> ShardState<B> {
                 self.pool_mut(kind).remove(p.size, p.addr, p.block);
             }
             if already_split {
-                st.inactive_split.decrease(kind, 1);
-                st.inactive_split_bytes.decrease(kind, block_size);
+                st.inactive_split().decrease(kind, 1);
+                st.inactive_split_bytes().decrease(kind, block_size);
             }
             block_size
         };
         let b = &mut self.blocks[block];
         b.allocated = true;
         b.requested = req.size;
-        st.allocation.increase(kind, 1);
-        st.allocated_bytes.increase(kind, size);
-        st.active.increase(kind, 1);
-        st.active_bytes.increase(kind, size);
-        st.requested_bytes.increase(kind, req.size);
+        st.hand_out(kind, size, req.size);
         if size >= self.config.max_split_size {
             st.oversize_allocations.increase(1);
         }
@@ -252,8 +282,8 @@ impl<B: Backend> ShardState<B> {
         let size = source.size;
         self.history
             .record(TraceAction::SegmentAlloc, source.address, size, self.key.id);
-        st.segment.increase(kind, 1);
-        st.reserved_bytes.increase(kind, size);
+        st.segment().increase(kind, 1);
+        st.reserved_bytes().increase(kind, size);
         st.num_device_alloc.bump();
         if size >= self.config.max_split_size {
             st.oversize_segments.increase(1);
@@ -283,19 +313,22 @@ impl<B: Backend> ShardState<B> {
 
     /// The user frees a block: allocation stats drop now; the block is reusable now, or once
     /// markers on the streams it was used on complete.
+    #[inline]
     pub(crate) fn free(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         let b = &mut self.blocks[block];
         b.allocated = false;
-        let (kind, size) = (b.pool, b.size);
-        st.allocation.decrease(kind, 1);
-        st.allocated_bytes.decrease(kind, size);
-        if self.blocks[block].stream_uses.is_empty() {
+        let (kind, size, unused) = (b.pool, b.size, b.stream_uses.is_empty());
+        st.allocation().decrease(kind, 1);
+        st.allocated_bytes().decrease(kind, size);
+        if unused {
             self.free_block(block, st);
         } else {
             self.insert_events(block, st);
         }
     }
 
+    #[cold]
+    #[inline(never)]
     fn insert_events(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         let uses = std::mem::take(&mut self.blocks[block].stream_uses);
         let mut failed = Vec::new();
@@ -374,11 +407,23 @@ impl<B: Backend> ShardState<B> {
 
     /// Merges `src` into `dst` when `src` is an idle neighbour (removing it from the slab
     /// but not from its pool); returns its pool key (size, address, block).
+    #[inline(always)]
     fn try_merge(&mut self, dst: u32, src: u32) -> Option<(u64, u64, u32)> {
-        if src == NIL || !self.blocks.get(src)?.is_idle() {
+        if src == NIL {
             return None;
         }
-        let s = self.blocks.remove(src)?;
+        let s = self.blocks.get(src)?;
+        if !s.is_idle() {
+            return None;
+        }
+        // The fields merged, read in place (the block is not moved out of the slab).
+        let s = Merged {
+            addr: s.addr,
+            size: s.size,
+            prev: s.prev,
+            next: s.next,
+        };
+        self.blocks.discard(src);
         let d = &mut self.blocks[dst];
         if d.prev == src {
             d.addr = s.addr;
@@ -399,6 +444,7 @@ impl<B: Backend> ShardState<B> {
 
     /// A block becomes reusable: merge with idle neighbours, back into its pool (in place of
     /// a merged neighbour's entry when there is one).
+    #[inline(always)]
     fn free_block(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         if self.history.is_enabled() {
             let b = &self.blocks[block];
@@ -436,11 +482,9 @@ impl<B: Backend> ShardState<B> {
             net_blocks += 1;
             net_bytes += i64::try_from(size).unwrap_or(i64::MAX);
         }
-        apply_net(&st.inactive_split, kind, net_blocks);
-        apply_net(&st.inactive_split_bytes, kind, net_bytes);
-        st.active.decrease(kind, 1);
-        st.active_bytes.decrease(kind, original);
-        st.requested_bytes.decrease(kind, requested);
+        apply_net(st.inactive_split(), kind, net_blocks);
+        apply_net(st.inactive_split_bytes(), kind, net_bytes);
+        st.deactivate(kind, original, requested);
         if original >= self.config.max_split_size {
             st.oversize_allocations.decrease(1);
         }
@@ -635,8 +679,8 @@ fn free_segment<B: Backend>(
         .history
         .record(TraceAction::SegmentFree, address, size, key.id);
     st.unlocked(|| shared.release_segment(segment.source));
-    st.segment.decrease(kind, 1);
-    st.reserved_bytes.decrease(kind, size);
+    st.segment().decrease(kind, 1);
+    st.reserved_bytes().decrease(kind, size);
     st.num_device_free.bump();
     if size >= max_split_size {
         st.oversize_segments.decrease(1);
@@ -644,10 +688,53 @@ fn free_segment<B: Backend>(
 }
 
 #[inline]
-fn apply_net(stat: &CellArray, kind: PoolKind, net: i64) {
+fn apply_net(stat: CellArray<'_>, kind: PoolKind, net: i64) {
     match net.cmp(&0) {
         std::cmp::Ordering::Greater => stat.increase(kind, net.unsigned_abs()),
         std::cmp::Ordering::Less => stat.decrease(kind, net.unsigned_abs()),
         std::cmp::Ordering::Equal => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::allocator::CachingAllocator;
+    use crate::config::AllocConfig;
+    use crate::sim_stream::{SimBackend, SimStream};
+    use crate::source::SimulatedSource;
+    use crate::stream::StreamKey;
+
+    /// The shard's cached rounding of the last request size is dropped when the
+    /// configuration changes: the same size is rounded by the new rules.
+    #[test]
+    fn a_repeated_size_is_rounded_again_after_a_config_change() {
+        let source = Arc::new(SimulatedSource::new(0, 1 << 30, 1 << 30));
+        let cache: CachingAllocator<SimBackend> =
+            CachingAllocator::new(Box::new(source), AllocConfig::default());
+        let stream = SimStream::new(StreamKey::new(0, 1));
+        let size = 1_153_434; // 1.1 MiB: large pool
+        let first = cache.allocate(size, &stream).unwrap().unwrap();
+        assert_eq!(first.allocated_size(), 1_153_536, "512-byte rounding");
+        drop(first);
+        let again = cache.allocate(size, &stream).unwrap().unwrap();
+        assert_eq!(
+            again.allocated_size(),
+            1_153_536,
+            "cached rounding, same rules"
+        );
+        drop(again);
+        cache.set_config(AllocConfig::parse("roundup_power2_divisions:4").unwrap());
+        let after = cache.allocate(size, &stream).unwrap().unwrap();
+        assert_eq!(
+            after.allocated_size(),
+            1_310_720,
+            "1.25 MiB: a quarter step"
+        );
+        drop(after);
+        let stats = cache.memory_stats();
+        assert_eq!(stats.allocated_bytes.all.current, 0);
+        assert_eq!(stats.requested_bytes.all.allocated, 3 * 1_153_434);
     }
 }

@@ -75,6 +75,7 @@ fn entry_slow<'v, B: Backend>(
 }
 
 /// Runs `f` with this thread's cell and shard cache for `shared`.
+#[inline(always)]
 pub(crate) fn with_local<B: Backend, R>(
     shared: &Arc<DeviceShared<B>>,
     f: impl FnOnce(Local<'_, B>) -> R,
@@ -90,9 +91,20 @@ pub(crate) fn with_local<B: Backend, R>(
             shard: &mut e.shard,
         }))
     });
-    if let Ok(Some(result)) = done {
-        return result;
+    match done {
+        Ok(Some(result)) => result,
+        _ => with_fallback(shared, slot),
     }
+}
+
+/// [`with_local`] when the thread-local state is unavailable (thread teardown) or already
+/// borrowed (a nested call): the fallback cell, under its lock, and no shard cache.
+#[cold]
+#[inline(never)]
+fn with_fallback<B: Backend, R>(
+    shared: &Arc<DeviceShared<B>>,
+    mut slot: Option<impl FnOnce(Local<'_, B>) -> R>,
+) -> R {
     let mut no_cache = Vec::new();
     let stats = &shared.stats;
     let _guard = stats.fallback_lock.lock();
