@@ -86,7 +86,8 @@ pub use crate::observe::device::{
 pub use crate::observe::{History, MemorySnapshot, TraceAction, TraceEntry};
 pub use crate::size::PoolKind;
 pub use crate::source::{
-    BufferSource, Fault, SegmentMemory, SegmentSource, SimulatedSource, SourceError, SourceSegment,
+    BufferSource, Fault, HookedSource, SegmentMemory, SegmentSource, SimulatedSource, SourceError,
+    SourceHooks, SourceSegment,
 };
 pub use crate::stats::{MemoryStats, Stat, StatArray};
 pub use crate::stream::{MarkerError, StreamKey};

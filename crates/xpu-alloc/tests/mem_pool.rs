@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use xpu_alloc::{
-    AllocError, BufferSource, DataPtr, MemPool, SegmentMemory, SegmentSource, SourceError,
-    SourceSegment,
+    AllocError, BufferSource, DataPtr, HookedSource, MemPool, SegmentSource, SourceError,
+    SourceHooks, SourceSegment,
 };
 use xpu_event::{Event, Gate};
 use xpu_stream::Stream;
@@ -294,11 +294,11 @@ fn release_of_an_idle_pool_returns_its_segments() {
     assert_eq!(reserved(), base);
 }
 
-/// A source that counts its calls and, at each free, notes whether `watch` (an event
-/// recorded after the work that reads the segment) had completed. Its addresses are
-/// shifted far from the device source's so they stay unique on the device.
+/// Source hooks that count the calls and, at each free, note whether `watch` (an event
+/// recorded after the work that reads the segment) had completed. They shift addresses
+/// far from the device source's so they stay unique on the device.
+#[derive(Default)]
 struct Watching {
-    inner: BufferSource,
     allocs: AtomicUsize,
     frees: AtomicUsize,
     addresses: Mutex<Vec<u64>>,
@@ -308,51 +308,30 @@ struct Watching {
 
 const SHIFT: u64 = 1 << 60;
 
-impl Watching {
-    fn new() -> Arc<Self> {
-        Arc::new(Self {
-            inner: BufferSource::new(0).unwrap(),
-            allocs: AtomicUsize::new(0),
-            frees: AtomicUsize::new(0),
-            addresses: Mutex::new(Vec::new()),
-            watch: Mutex::new(None),
-            freed_after_work: Mutex::new(Vec::new()),
-        })
-    }
+/// A [`Watching`] source over device 0's buffers.
+fn watching() -> Arc<HookedSource<BufferSource, Watching>> {
+    Arc::new(HookedSource::new(
+        BufferSource::new(0).unwrap(),
+        Watching::default(),
+    ))
 }
 
-impl SegmentSource for Watching {
-    type Memory = SegmentMemory;
-    fn device(&self) -> usize {
-        self.inner.device()
-    }
-    fn name(&self) -> String {
-        self.inner.name()
-    }
-    fn total_memory(&self) -> u64 {
-        self.inner.total_memory()
-    }
-    fn max_alloc_size(&self) -> u64 {
-        self.inner.max_alloc_size()
-    }
-    fn base_addr_align(&self) -> u64 {
-        self.inner.base_addr_align()
-    }
-    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
-        let mut segment = self.inner.allocate(size)?;
+impl SourceHooks<BufferSource> for Watching {
+    fn allocate(&self, inner: &BufferSource, size: u64) -> Result<SourceSegment, SourceError> {
+        let mut segment = inner.allocate(size)?;
         segment.address += SHIFT;
         self.allocs.fetch_add(1, Ordering::SeqCst);
         self.addresses.lock().unwrap().push(segment.address);
         Ok(segment)
     }
-    fn free(&self, mut segment: SourceSegment) {
+    fn free(&self, inner: &BufferSource, mut segment: SourceSegment) {
         if let Some(event) = self.watch.lock().unwrap().as_ref() {
             let done = event.query().unwrap();
             self.freed_after_work.lock().unwrap().push(done);
         }
         self.frees.fetch_add(1, Ordering::SeqCst);
         segment.address -= SHIFT;
-        self.inner.free(segment);
+        inner.free(segment);
     }
 }
 
@@ -361,13 +340,13 @@ fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_d
     let Some(stream) = device_stream() else {
         return;
     };
-    let source = Watching::new();
+    let source = watching();
     let pool = MemPool::with_source(0, source.clone()).unwrap();
     let base = reserved();
     let p = pool.allocate(3 * MIB, &stream).unwrap();
-    assert_eq!(source.allocs.load(Ordering::SeqCst), 1);
+    assert_eq!(source.hooks().allocs.load(Ordering::SeqCst), 1);
     let seg = pool.segments()[0].address;
-    assert_eq!(source.addresses.lock().unwrap().as_slice(), &[seg]);
+    assert_eq!(source.hooks().addresses.lock().unwrap().as_slice(), &[seg]);
     assert!(p.address() >= SHIFT, "the block lies in the custom segment");
     assert_eq!(
         reserved() - base,
@@ -382,7 +361,7 @@ fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_d
         xpu_alloc::allocate(4096, &fresh_stream(0).stream()).unwrap()
     };
     assert_eq!(
-        source.allocs.load(Ordering::SeqCst),
+        source.hooks().allocs.load(Ordering::SeqCst),
         3,
         "routed allocations too"
     );
@@ -391,18 +370,18 @@ fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_d
     assert!(!pool.owns(&d));
     assert!(d.address() < SHIFT);
     assert_eq!(
-        source.allocs.load(Ordering::SeqCst),
+        source.hooks().allocs.load(Ordering::SeqCst),
         3,
         "the default pool never asks the custom source"
     );
     drop(p);
     pool.empty_cache();
     assert_eq!(
-        source.frees.load(Ordering::SeqCst),
+        source.hooks().frees.load(Ordering::SeqCst),
         3,
         "freed to the custom source"
     );
-    let err = MemPool::with_source(1, Watching::new());
+    let err = MemPool::with_source(1, watching());
     if xpu_device::device_count() > 1 {
         assert!(matches!(err, Err(AllocError::Unsupported(_))));
     }
@@ -418,7 +397,7 @@ fn a_dropped_pools_segment_is_released_only_after_the_gated_work_that_reads_it()
     let Some(stream) = device_stream() else {
         return;
     };
-    let source = Watching::new();
+    let source = watching();
     let pool = MemPool::with_source(0, source.clone()).unwrap();
     let x = pool.allocate(12 * MIB, &stream).unwrap();
     x.view().unwrap().write(&stream, 0, &vec![0xC3; N]).unwrap();
@@ -433,9 +412,10 @@ fn a_dropped_pools_segment_is_released_only_after_the_gated_work_that_reads_it()
     let mut copied = Event::new(Default::default());
     copied.record(&stream).unwrap();
     stream.queue().unwrap().flush().unwrap();
-    *source.watch.lock().unwrap() = Some(copied);
+    *source.hooks().watch.lock().unwrap() = Some(copied);
     let copy_done = || {
         source
+            .hooks()
             .watch
             .lock()
             .unwrap()
@@ -448,7 +428,7 @@ fn a_dropped_pools_segment_is_released_only_after_the_gated_work_that_reads_it()
     drop(pool); // returns at once: the release waits in the background
     assert!(!copy_done(), "the gate holds the copy back");
     assert_eq!(
-        source.frees.load(Ordering::SeqCst),
+        source.hooks().frees.load(Ordering::SeqCst),
         0,
         "not released under the gated copy"
     );
@@ -457,9 +437,9 @@ fn a_dropped_pools_segment_is_released_only_after_the_gated_work_that_reads_it()
     stream.synchronize().unwrap();
     assert!(copy_done());
     xpu_alloc::wait_pool_releases();
-    assert_eq!(source.frees.load(Ordering::SeqCst), 1);
+    assert_eq!(source.hooks().frees.load(Ordering::SeqCst), 1);
     assert_eq!(
-        source.freed_after_work.lock().unwrap().as_slice(),
+        source.hooks().freed_after_work.lock().unwrap().as_slice(),
         &[true],
         "released after the copy completed"
     );

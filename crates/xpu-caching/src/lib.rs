@@ -41,6 +41,8 @@ pub use crate::error::{CacheError, OomReport};
 pub use crate::history::{History, TraceAction, TraceEntry};
 pub use crate::sim_stream::SimBackend;
 pub use crate::size::PoolKind;
-pub use crate::source::{Fault, SegmentSource, SimulatedSource, SourceError, SourceSegment};
+pub use crate::source::{
+    Fault, HookedSource, SegmentSource, SimulatedSource, SourceError, SourceHooks, SourceSegment,
+};
 pub use crate::stats::{MemoryStats, Stat, StatArray};
 pub use crate::stream::{MarkerError, StreamKey};

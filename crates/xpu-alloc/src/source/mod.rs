@@ -5,7 +5,9 @@
 mod buffer;
 
 pub use buffer::BufferSource;
-pub use xpu_caching::source::{Fault, SegmentSource, Simulated, SourceError};
+pub use xpu_caching::source::{
+    Fault, HookedSource, SegmentSource, Simulated, SourceError, SourceHooks,
+};
 
 /// The memory behind one segment, as the source created it.
 #[derive(Debug)]

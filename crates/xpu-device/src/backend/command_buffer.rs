@@ -39,7 +39,7 @@ use std::sync::OnceLock;
 use opencl3::kernel as clk;
 use parking_lot::Mutex;
 
-use super::queue::check_range;
+use super::queue::{check_buffer_copy, check_range};
 use super::{cl, raw, release, Buffer, ClEvent, CommandQueue, DeviceId, Kernel};
 use crate::error::{ClError, DeviceError, Result};
 
@@ -448,8 +448,7 @@ impl CommandBuffer {
         len: usize,
     ) -> Result<()> {
         self.recording("copy")?;
-        check_range("copy source", src_offset, len, src.size())?;
-        check_range("copy destination", dst_offset, len, dst.size())?;
+        check_buffer_copy(len, (src, src_offset), (dst, dst_offset))?;
         self.buffers.push(src.clone());
         self.buffers.push(dst.clone());
         // Two live buffers (held by `self`), checked ranges.

@@ -49,13 +49,51 @@ unsafe impl Send for CommandQueue {}
 // SAFETY: as above; commands from several threads are serialized by the driver.
 unsafe impl Sync for CommandQueue {}
 
-pub(super) fn check_range(what: &str, offset: usize, len: usize, size: usize) -> Result<()> {
+pub(super) fn check_range(
+    what: impl std::fmt::Display,
+    offset: usize,
+    len: usize,
+    size: usize,
+) -> Result<()> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
         _ => Err(DeviceError::InvalidArgument(format!(
             "{what}: range {offset}..{offset}+{len} exceeds the buffer's {size} bytes"
         ))),
     }
+}
+
+/// [`check_range`] for both ends of a copy of `len` bytes, the source's first, each given as
+/// `(offset, size)` in bytes; errors name the end "`what` source" or "`what` destination".
+fn check_copy_ranges(
+    what: &str,
+    len: usize,
+    (src_offset, src_size): (usize, usize),
+    (dst_offset, dst_size): (usize, usize),
+) -> Result<()> {
+    check_range(format_args!("{what} source"), src_offset, len, src_size)?;
+    check_range(
+        format_args!("{what} destination"),
+        dst_offset,
+        len,
+        dst_size,
+    )
+}
+
+/// The ranges of a copy of `len` bytes between two buffers, each end given as
+/// `(buffer, offset)` ([`check_copy_ranges`]: errors name the "copy source" or "copy
+/// destination").
+pub(super) fn check_buffer_copy(
+    len: usize,
+    (src, src_offset): (&Buffer, usize),
+    (dst, dst_offset): (&Buffer, usize),
+) -> Result<()> {
+    check_copy_ranges(
+        "copy",
+        len,
+        (src_offset, src.size()),
+        (dst_offset, dst.size()),
+    )
 }
 
 impl CommandQueue {
@@ -361,32 +399,52 @@ impl CommandQueue {
         Ok(ClEvent::from_owned(e))
     }
 
-    /// The non-blocking transfer of `write_from_pinned` / `read_into_pinned` between `buffer`
-    /// and `pinned`'s mapping: ordered after `wait` and after the unfinished copies of
-    /// `pinned` that conflict with `access`, and tracked on `pinned` until it completes.
-    ///
-    /// # Safety
-    /// As [`CommandQueue::enqueue_transfer`], the host pointer lying inside `pinned`'s
-    /// mapping (which `track` keeps alive until the command completes), and for
-    /// [`DeviceAccess::Writes`] no host borrow of `pinned`'s bytes live now.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn pinned_transfer(
+    /// The non-blocking transfer of `write_from_pinned` / `read_into_pinned`: `len` bytes
+    /// between `buffer` at byte `buffer_offset` and `pinned`'s mapping at byte
+    /// `pinned_offset`, in `pinned`'s direction. Both ranges are checked (the source's
+    /// first); the command is ordered after `wait` and after the unfinished copies of the
+    /// pinned buffer that conflict with it, and tracked on that buffer until it completes.
+    fn pinned_transfer(
         &self,
-        function: &'static str,
         buffer: &Buffer,
-        offset: usize,
+        buffer_offset: usize,
+        pinned: PinnedBytes<'_>,
+        pinned_offset: usize,
         len: usize,
-        host: Transfer,
-        pinned: &PinnedBuffer,
-        access: DeviceAccess,
         wait: &[&ClEvent],
     ) -> Result<ClEvent> {
+        let buffer_range = (buffer_offset, buffer.size());
+        let (function, pinned, access, host) = match pinned {
+            PinnedBytes::From(src) => {
+                check_copy_ranges(
+                    "pinned write",
+                    len,
+                    (pinned_offset, src.len()),
+                    buffer_range,
+                )?;
+                let p = src.host_ptr().wrapping_add(pinned_offset);
+                let host = Transfer::Write(p.cast_const().cast());
+                ("clEnqueueWriteBuffer", src, DeviceAccess::Reads, host)
+            }
+            PinnedBytes::Into(dst) => {
+                check_copy_ranges("pinned read", len, buffer_range, (pinned_offset, dst.len()))?;
+                let host = Transfer::Read(dst.host_ptr().wrapping_add(pinned_offset).cast());
+                ("clEnqueueReadBuffer", &*dst, DeviceAccess::Writes, host)
+            }
+        };
         // `after` keeps its events retained until the enqueue below returned.
         let after = pinned.order_after_conflicts(access, self)?;
         let mut list = self.checked_wait_list(function, wait)?;
         list.0.extend(after.iter().map(ClEvent::as_raw));
-        // SAFETY: the caller's obligations (this function's `# Safety`).
-        let ev = unsafe { self.enqueue_transfer(buffer, false, offset, len, host, &list) }?;
+        // SAFETY: the host range `host_ptr()+pinned_offset .. +len` lies inside `pinned`'s
+        // live mapping and the device range inside `buffer` (both checked above). For
+        // `From`, the device only reads the host bytes, as may other holders of the
+        // `&PinnedBuffer`; for `Into`, the exclusive borrow means no host borrow of the bytes
+        // is live now. `track` below holds a clone of the mapping until the command completes
+        // (§5.2.2: the pointer stays valid until completion) and makes the host accesses that
+        // conflict with it wait for it (`as_mut_slice`, which needs `&mut`, after a `From`;
+        // every access after an `Into`), so the bytes never change under a borrow.
+        let ev = unsafe { self.enqueue_transfer(buffer, false, buffer_offset, len, host, &list) }?;
         pinned.track(&ev, access);
         Ok(ev)
     }
@@ -406,8 +464,7 @@ impl CommandQueue {
         len: usize,
         wait: &[&ClEvent],
     ) -> Result<ClEvent> {
-        check_range("copy source", src_offset, len, src.size())?;
-        check_range("copy destination", dst_offset, len, dst.size())?;
+        check_buffer_copy(len, (src, src_offset), (dst, dst_offset))?;
         let list = self.checked_wait_list("clEnqueueCopyBuffer", wait)?;
         // SAFETY: both buffers are live cl_mem objects (the runtime keeps them alive until the
         // command completes, §5.5.1), ranges were checked, and `list` outlives the call.
@@ -487,26 +544,14 @@ impl CommandQueue {
         len: usize,
         wait: &[&ClEvent],
     ) -> Result<ClEvent> {
-        check_range("pinned write source", src_offset, len, src.len())?;
-        check_range("pinned write destination", dst_offset, len, dst.size())?;
-        let host = Transfer::Write(src.host_ptr().wrapping_add(src_offset).cast_const().cast());
-        // SAFETY: `src.host_ptr()+src_offset .. +len` lies inside the live mapping and the
-        // destination inside `dst` (checked). The device only reads the host bytes, as may
-        // other holders of `&src`; `pinned_transfer` tracks the copy on `src`, which holds a
-        // clone of the mapping until the command completes (§5.2.2: ptr must stay valid until
-        // completion) and makes host writes (`as_mut_slice`, which needs `&mut`) wait for it.
-        unsafe {
-            self.pinned_transfer(
-                "clEnqueueWriteBuffer",
-                dst,
-                dst_offset,
-                len,
-                host,
-                src,
-                DeviceAccess::Reads,
-                wait,
-            )
-        }
+        self.pinned_transfer(
+            dst,
+            dst_offset,
+            PinnedBytes::From(src),
+            src_offset,
+            len,
+            wait,
+        )
     }
 
     /// Non-blocking device-to-host copy into pinned host memory (`clEnqueueReadBuffer` into the
@@ -530,25 +575,14 @@ impl CommandQueue {
         len: usize,
         wait: &[&ClEvent],
     ) -> Result<ClEvent> {
-        check_range("pinned read source", src_offset, len, src.size())?;
-        check_range("pinned read destination", dst_offset, len, dst.len())?;
-        let host = Transfer::Read(dst.host_ptr().wrapping_add(dst_offset).cast());
-        // SAFETY: the destination range lies inside the live mapping and the source inside
-        // `src` (checked); `&mut dst` means no host borrow of the bytes is live now, and
-        // `pinned_transfer` tracks the copy on `dst`, which makes every later host access wait
-        // for the command and keeps the mapping alive until it completes (§5.2.2).
-        unsafe {
-            self.pinned_transfer(
-                "clEnqueueReadBuffer",
-                src,
-                src_offset,
-                len,
-                host,
-                dst,
-                DeviceAccess::Writes,
-                wait,
-            )
-        }
+        self.pinned_transfer(
+            src,
+            src_offset,
+            PinnedBytes::Into(dst),
+            dst_offset,
+            len,
+            wait,
+        )
     }
 
     /// Launches `kernel` over an N-dimensional range (`clEnqueueNDRangeKernel`, OpenCL 3.0
@@ -676,6 +710,14 @@ enum Transfer {
     Write(*const c_void),
     /// Device to host (`clEnqueueReadBuffer`): the device writes to this pointer.
     Read(*mut c_void),
+}
+
+/// The pinned host end of a non-blocking transfer.
+enum PinnedBytes<'a> {
+    /// Written to the device (`write_from_pinned`): the device only reads these bytes.
+    From(&'a PinnedBuffer),
+    /// Read from the device into (`read_into_pinned`): borrowed exclusively.
+    Into(&'a mut PinnedBuffer),
 }
 
 /// The host bytes of a blocking transfer.

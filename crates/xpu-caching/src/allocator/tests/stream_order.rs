@@ -10,7 +10,10 @@ use super::{returns, sim_core, stream, MIB};
 use crate::allocator::CachingAllocator;
 use crate::config::AllocConfig;
 use crate::sim_stream::SimBackend;
-use crate::source::{SegmentSource, Simulated, SimulatedSource, SourceError, SourceSegment};
+use crate::source::{
+    HookedSource, SegmentSource, Simulated, SimulatedSource, SourceError, SourceHooks,
+    SourceSegment,
+};
 use crate::stats::MemoryStats;
 
 /// With a 64 MiB limit, a 40 MiB block next to a live 16 MiB block is freed after being
@@ -74,46 +77,35 @@ fn oom_path_reuses_a_pending_whole_segment_without_releasing_it() {
     });
 }
 
-/// A source that reads the allocator's statistics from inside `allocate`.
-struct ReadingSource {
-    inner: SimulatedSource,
+/// Hooks that read the allocator's statistics from inside the source's `allocate` and
+/// `free`.
+struct Reading {
     core: Arc<OnceLock<CachingAllocator<SimBackend>>>,
     seen: Arc<Mutex<Vec<i64>>>,
 }
 
-impl SegmentSource for ReadingSource {
-    type Memory = Simulated;
+impl Reading {
+    fn note(&self) {
+        if let Some(core) = self.core.get() {
+            self.seen
+                .lock()
+                .push(core.memory_stats().reserved_bytes.all.current);
+        }
+    }
+}
 
-    fn device(&self) -> usize {
-        self.inner.device()
+impl SourceHooks<SimulatedSource> for Reading {
+    fn allocate(
+        &self,
+        inner: &SimulatedSource,
+        size: u64,
+    ) -> Result<SourceSegment<Simulated>, SourceError> {
+        self.note();
+        inner.allocate(size)
     }
-    fn name(&self) -> String {
-        self.inner.name()
-    }
-    fn total_memory(&self) -> u64 {
-        self.inner.total_memory()
-    }
-    fn max_alloc_size(&self) -> u64 {
-        self.inner.max_alloc_size()
-    }
-    fn base_addr_align(&self) -> u64 {
-        self.inner.base_addr_align()
-    }
-    fn allocate(&self, size: u64) -> Result<SourceSegment<Simulated>, SourceError> {
-        if let Some(core) = self.core.get() {
-            self.seen
-                .lock()
-                .push(core.memory_stats().reserved_bytes.all.current);
-        }
-        self.inner.allocate(size)
-    }
-    fn free(&self, segment: SourceSegment<Simulated>) {
-        if let Some(core) = self.core.get() {
-            self.seen
-                .lock()
-                .push(core.memory_stats().reserved_bytes.all.current);
-        }
-        self.inner.free(segment);
+    fn free(&self, inner: &SimulatedSource, segment: SourceSegment<Simulated>) {
+        self.note();
+        inner.free(segment);
     }
 }
 
@@ -121,11 +113,13 @@ impl SegmentSource for ReadingSource {
 fn statistics_can_be_read_from_inside_a_segment_source() {
     let cell = Arc::new(OnceLock::new());
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let source = ReadingSource {
-        inner: SimulatedSource::new(0, 64 * MIB, 64 * MIB),
-        core: cell.clone(),
-        seen: seen.clone(),
-    };
+    let source = HookedSource::new(
+        SimulatedSource::new(0, 64 * MIB, 64 * MIB),
+        Reading {
+            core: cell.clone(),
+            seen: seen.clone(),
+        },
+    );
     let core = CachingAllocator::new(Box::new(source), AllocConfig::default());
     let _ = cell.set(core.clone());
     let (_, s) = stream(1);
