@@ -112,10 +112,7 @@ fn launch_figures(device: usize, launches: u32) -> Result<(f64, f64, f64), Kerne
             // SAFETY: one work-item touches y[0] and x[0] of 1024-float allocations.
             unsafe {
                 s.launch(&f, &[1], None)?
-                    .arg(&y)?
-                    .arg(&x)?
-                    .arg(1.0f32)?
-                    .arg(1u32)?
+                    .args((&y, &x, 1.0f32, 1u32))?
                     .enqueue()?;
             }
         }
@@ -193,10 +190,7 @@ fn graph_figures(device: usize, rounds: u32) -> Result<GraphFigures, KernelError
             // SAFETY: one work-item touches y[0] and x[0] of 1024-float buffers.
             unsafe {
                 s.launch(&f, &[1], None)?
-                    .arg(&*y)?
-                    .arg(&*x)?
-                    .arg(1.0f32)?
-                    .arg(1u32)?
+                    .args((&*y, &*x, 1.0f32, 1u32))?
                     .enqueue()?;
             }
         }

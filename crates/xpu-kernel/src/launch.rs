@@ -1,5 +1,6 @@
-//! The launch builder: [`LaunchExt::launch`] on a [`Stream`], arguments checked one by one,
-//! [`Launch::enqueue`] (`unsafe`: the kernel is arbitrary code).
+//! The launch builder: [`LaunchExt::launch`] on a [`Stream`], arguments checked one by one
+//! ([`Launch::arg`], or a tuple at once with [`Launch::args`]), [`Launch::enqueue`]
+//! (`unsafe`: the kernel is arbitrary code).
 
 use std::marker::PhantomData;
 
@@ -81,7 +82,8 @@ pub trait LaunchExt {
     /// Starts a launch of `function` with `global` work-items (1 to 3 dimensions) in
     /// work-groups of `local` (same rank; `None`: the driver chooses), as `clEnqueueNDRangeKernel`
     /// (OpenCL 3.0 §5.10) — CUDA's grid is `global / local` here. Arguments follow with
-    /// [`Launch::arg`], in parameter order; [`Launch::enqueue`] queues the kernel.
+    /// [`Launch::arg`] (or [`Launch::args`] for a tuple), in parameter order;
+    /// [`Launch::enqueue`] queues the kernel.
     ///
     /// # Errors
     /// [`KernelError::Capturing`] on a stream that a graph is capturing (launch through the
@@ -274,6 +276,39 @@ impl<'a> Launch<'a> {
         Ok(self)
     }
 
+    /// Sets the next arguments from one tuple, in order, as cudarc's
+    /// `launch(cfg, (a, b, c))`: `launch.args((a, b, c))?` is `launch.arg(a)?.arg(b)?.arg(c)?`
+    /// ([`KernelArgs`] is implemented for tuples of 1 to 12 elements, each `Into<Arg>`), with
+    /// every element checked as [`Launch::arg`] documents.
+    ///
+    /// ```no_run
+    /// use xpu_kernel::{LaunchExt, Program};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// const SRC: &str = "__kernel void scale(__global float *x, float a, uint n) {
+    ///     size_t i = get_global_id(0); if (i < n) x[i] *= a; }";
+    /// let scale = Program::build(0, SRC, "")?.function("scale")?;
+    /// let stream = xpu_stream::current_stream(0)?;
+    /// let x = xpu_alloc::allocate(1024 * 4, &stream)?;
+    /// // SAFETY: 1024 work-items touch x[0..1024), the allocation's 4096 bytes; nothing
+    /// // borrows them; the kernel terminates.
+    /// unsafe {
+    ///     stream
+    ///         .launch(&scale, &[1024], None)?
+    ///         .args((&x, 2.0f32, 1024u32))?
+    ///         .enqueue()?;
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// Those of [`Launch::arg`] for the first element refused, naming the index that the same
+    /// `.arg` chain would name (the launch's next index plus the element's position); the
+    /// launch is then dropped, its kernel returned to the function's pool.
+    pub fn args(self, args: impl KernelArgs<'a>) -> Result<Launch<'a>, KernelError> {
+        args.set_on(self)
+    }
+
     /// Queues the kernel on the stream (`clEnqueueNDRangeKernel`, OpenCL 3.0 §5.10), after the
     /// work enqueued on the stream before it. Allocations of other streams are first recorded
     /// on this one (as `Tensor.record_stream`), so freeing them waits for the kernel.
@@ -329,6 +364,35 @@ impl<'a> Launch<'a> {
         Ok(())
     }
 }
+
+/// The arguments of [`Launch::args`], set in order: implemented for tuples of 1 to 12
+/// elements, each `Into<Arg>` (`&DataPtr`, a typed buffer, a scalar, [`LocalMem`]).
+pub trait KernelArgs<'a> {
+    /// Sets these arguments on `launch`, in order, each with [`Launch::arg`].
+    ///
+    /// # Errors
+    /// Those of [`Launch::arg`], for the first argument refused.
+    fn set_on(self, launch: Launch<'a>) -> Result<Launch<'a>, KernelError>;
+}
+
+/// `KernelArgs` for the tuple of all the named element types, then for each shorter tuple
+/// (dropping the first type), down to one element.
+macro_rules! tuple_args {
+    ($first:ident $(, $rest:ident)*) => {
+        impl<'a, $first: Into<Arg<'a>>, $($rest: Into<Arg<'a>>),*> KernelArgs<'a>
+            for ($first, $($rest,)*)
+        {
+            #[allow(non_snake_case)] // the elements are named after their types
+            fn set_on(self, launch: Launch<'a>) -> Result<Launch<'a>, KernelError> {
+                let ($first, $($rest,)*) = self;
+                launch.arg($first)$(?.arg($rest))*
+            }
+        }
+        tuple_args!($($rest),*);
+    };
+    () => {};
+}
+tuple_args!(A, B, C, D, E, F, G, H, I, J, K, L);
 
 impl Drop for Launch<'_> {
     fn drop(&mut self) {

@@ -50,7 +50,7 @@ pub use interop::{
     clblast_sgemm, ClRegion, ForeignCall, ForeignExt, ForeignQueue, InteropError, RowMajorSgemm,
     SgemmDone, TempBuffer,
 };
-pub use launch::{Arg, Launch, LaunchExt, LocalMem, Scalar};
+pub use launch::{Arg, KernelArgs, Launch, LaunchExt, LocalMem, Scalar};
 pub use program::{KernelCache, Program, ProgramOrigin};
 pub mod memory;
 pub mod mlp;

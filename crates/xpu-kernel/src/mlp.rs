@@ -610,14 +610,7 @@ impl GpuMlp {
         unsafe {
             self.compute
                 .launch(&self.k.linear_fwd, &[m * n], None)?
-                .arg(out)?
-                .arg(x)?
-                .arg(w)?
-                .arg(b)?
-                .arg(u(m))?
-                .arg(u(k))?
-                .arg(u(n))?
-                .arg(u32::from(relu))?
+                .args((out, x, w, b, u(m), u(k), u(n), u32::from(relu)))?
                 .enqueue()
         }
     }
@@ -639,12 +632,7 @@ impl GpuMlp {
         unsafe {
             self.compute
                 .launch(&self.k.grad_w, &[k * n], None)?
-                .arg(dw)?
-                .arg(x)?
-                .arg(g)?
-                .arg(u(m))?
-                .arg(u(k))?
-                .arg(u(n))?
+                .args((dw, x, g, u(m), u(k), u(n)))?
                 .enqueue()?;
         }
         // SAFETY: db has n elements, g m·n; work-items past n return; reads g[r·n + c] with
@@ -652,10 +640,7 @@ impl GpuMlp {
         unsafe {
             self.compute
                 .launch(&self.k.grad_b, &[n], None)?
-                .arg(db)?
-                .arg(g)?
-                .arg(u(m))?
-                .arg(u(n))?
+                .args((db, g, u(m), u(n)))?
                 .enqueue()
         }
     }
@@ -670,10 +655,7 @@ impl GpuMlp {
         unsafe {
             self.compute
                 .launch(&self.k.sgd, &[n], None)?
-                .arg(w)?
-                .arg(g)?
-                .arg(self.config.learning_rate)?
-                .arg(u(n))?
+                .args((w, g, self.config.learning_rate, u(n)))?
                 .enqueue()
         }
     }
@@ -697,12 +679,14 @@ impl GpuMlp {
         unsafe {
             self.compute
                 .launch(&self.k.mse_loss, &[1], None)?
-                .arg(losses)?
-                .arg(u32::try_from(index).unwrap_or(u32::MAX))?
-                .arg(u32::try_from(losses.len()).unwrap_or(u32::MAX))?
-                .arg(&self.out)?
-                .arg(y)?
-                .arg(u(n))?
+                .args((
+                    losses,
+                    u32::try_from(index).unwrap_or(u32::MAX),
+                    u32::try_from(losses.len()).unwrap_or(u32::MAX),
+                    &self.out,
+                    y,
+                    u(n),
+                ))?
                 .enqueue()?;
         }
         // SAFETY: g, out, y have n = m·o elements; work-items past n return; private
@@ -710,11 +694,7 @@ impl GpuMlp {
         unsafe {
             self.compute
                 .launch(&self.k.mse_grad, &[n], None)?
-                .arg(&self.g)?
-                .arg(&self.out)?
-                .arg(y)?
-                .arg(c.grad_scale())?
-                .arg(u(n))?
+                .args((&self.g, &self.out, y, c.grad_scale(), u(n)))?
                 .enqueue()?;
         }
         self.grads(&self.dw2, &self.db2, &self.h, &self.g, (m, hd, o))?;
@@ -723,13 +703,7 @@ impl GpuMlp {
         unsafe {
             self.compute
                 .launch(&self.k.relu_backward, &[m * hd], None)?
-                .arg(&self.dh)?
-                .arg(&self.g)?
-                .arg(&self.w2)?
-                .arg(&self.h)?
-                .arg(u(m))?
-                .arg(u(hd))?
-                .arg(u(o))?
+                .args((&self.dh, &self.g, &self.w2, &self.h, u(m), u(hd), u(o)))?
                 .enqueue()?;
         }
         self.grads(&self.dw1, &self.db1, x, &self.dh, (m, i, hd))?;

@@ -505,3 +505,194 @@ fn a_block_gets_one_sub_buffer_released_with_the_allocation() {
     drop(out);
     assert_eq!(xpu_device::live_objects().sub_buffers, before);
 }
+
+/// A kernel of twelve parameters of every kind: it writes its ten non-pointer arguments to
+/// `out[0..10)` as longs, in parameter order (`x` times 4, through `__local` memory).
+const TWELVE: &str = r"
+__kernel void twelve(__global long *out, uchar a, char b, ushort c, short d, uint e, int f,
+                     ulong g, long h, float x, __local long *tmp, uint n) {
+    tmp[0] = (long)(x * 4.0f);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    long v[10] = {a, b, c, d, e, f, (long)g, h, tmp[0], n};
+    for (int i = 0; i < 10; i++) out[i] = v[i];
+}
+";
+
+/// A fresh (leaked) stream of device 0, the [`TWELVE`] kernel and a zeroed `out` of 10 longs
+/// for it; `None` (the test is skipped) without a device.
+fn twelve_and_out() -> Option<(Stream, Function, xpu_kernel::DeviceBuffer<i64>)> {
+    devices(1).then(|| {
+        let s = fresh_stream(0).leak();
+        let program = Program::build_with_cache(0, TWELVE, "", &KernelCache::disabled()).unwrap();
+        let out = xpu_kernel::DeviceBuffer::zeroed(10, &s).unwrap();
+        (s, program.function("twelve").unwrap(), out)
+    })
+}
+
+#[test]
+fn a_tuple_of_twelve_arguments_of_every_kind_reaches_the_kernel_in_order() {
+    let Some((s, f, out)) = twelve_and_out() else {
+        return;
+    };
+    // SAFETY: one work-item writes out[0..10), the buffer's 10 longs, and tmp[0] of its 8
+    // local bytes; nothing borrows `out`; the kernel terminates.
+    unsafe {
+        s.launch(&f, &[1], Some(&[1]))
+            .unwrap()
+            .args((
+                &out,
+                200u8,
+                -100i8,
+                60_000u16,
+                -30_000i16,
+                4_000_000_000u32,
+                -2_000_000_000i32,
+                1u64 << 40,
+                -(1i64 << 40),
+                2.5f32,
+                LocalMem(8),
+                12u32,
+            ))
+            .unwrap()
+            .enqueue()
+            .unwrap();
+    }
+    let want = [
+        200,
+        -100,
+        60_000,
+        -30_000,
+        4_000_000_000,
+        -2_000_000_000,
+        1 << 40,
+        -(1 << 40),
+        10,
+        12,
+    ];
+    assert_eq!(out.to_vec(&s).unwrap(), want);
+}
+
+#[test]
+fn a_tuple_of_arguments_is_refused_as_the_arg_chain_with_the_same_index() {
+    let Some((s, f, out)) = twelve_and_out() else {
+        return;
+    };
+    let launch = || s.launch(&f, &[64], None).unwrap();
+    let assert_same = |tuple_err: &KernelError, chain_err: &KernelError, case: &str| {
+        assert_eq!(
+            format!("{tuple_err:?}"),
+            format!("{chain_err:?}"),
+            "{case}: the tuple's error and the .arg chain's"
+        );
+    };
+    // The twelve parameters' arguments, as the `.arg` chains below take them: the first `n`,
+    // then `last`.
+    let good: Vec<Arg<'_>> = vec![
+        (&out).into(),
+        1u8.into(),
+        1i8.into(),
+        1u16.into(),
+        1i16.into(),
+        1u32.into(),
+        1i32.into(),
+        1u64.into(),
+        1i64.into(),
+        1.0f32.into(),
+        LocalMem(8).into(),
+        1u32.into(),
+    ];
+    let then = |n: usize, last| [&good[..n], &[last]].concat();
+    type Problem = fn(&KernelArgProblem) -> bool;
+    // Each case: the error of `.args(tuple)`, the same arguments as one `.arg` chain, the
+    // index refused and its problem.
+    let cases: Vec<(&str, KernelError, Vec<Arg<'_>>, u32, Problem)> = vec![
+        (
+            "a scalar for the pointer",
+            launch().args((3u64,)).unwrap_err(),
+            then(0, 3u64.into()),
+            0,
+            |p| matches!(p, KernelArgProblem::ScalarForPointer { .. }),
+        ),
+        (
+            "a block for the uchar",
+            launch().args((&out, &out)).unwrap_err(),
+            then(1, (&out).into()),
+            1,
+            |p| matches!(p, KernelArgProblem::BufferForNonPointer { .. }),
+        ),
+        (
+            "a uint for the ushort",
+            launch().args((&out, 1u8, 1i8, 1u32)).unwrap_err(),
+            then(3, 1u32.into()),
+            3,
+            |p| {
+                matches!(
+                    p,
+                    KernelArgProblem::SizeMismatch {
+                        declared: Some(2),
+                        given: 4,
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            // After one `.arg`, the tuple's elements are numbered from 1.
+            "local memory for the float, after one .arg",
+            launch()
+                .arg(&out)
+                .unwrap()
+                .args((1u8, 1i8, 1u16, 1i16, 1u32, 1i32, 1u64, 1i64, LocalMem(8)))
+                .unwrap_err(),
+            then(9, LocalMem(8).into()),
+            9,
+            |p| matches!(p, KernelArgProblem::LocalForNonLocal { .. }),
+        ),
+    ];
+    for (case, tuple_err, chain, index, is_problem) in cases {
+        assert!(
+            matches!(tuple_err.arg(), Some(("twelve", i, Some(p))) if i == index && is_problem(p)),
+            "{case}: {tuple_err:?}"
+        );
+        assert_same(&tuple_err, &refused_arg(&s, &f, chain), case);
+    }
+
+    // A thirteenth argument, the tuple's twelfth after one `.arg`.
+    let tuple_err = launch()
+        .arg(&out)
+        .unwrap()
+        .args((
+            1u8,
+            1i8,
+            1u16,
+            1i16,
+            1u32,
+            1i32,
+            1u64,
+            1i64,
+            1.0f32,
+            LocalMem(8),
+            1u32,
+            1u32,
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(&tuple_err, KernelError::ArgCount { kernel, expected: 12, given: 13 }
+            if kernel == "twelve"),
+        "{tuple_err:?}"
+    );
+    let chain_err = refused_arg(&s, &f, then(12, 1u32.into()));
+    assert_same(&tuple_err, &chain_err, "a thirteenth argument");
+
+    // Too few: refused at the enqueue, as the chain.
+    // SAFETY: refused before reaching the driver.
+    let tuple_err = unsafe { launch().args((&out,)).unwrap().enqueue() }.unwrap_err();
+    // SAFETY: as above.
+    let chain_err = unsafe { launch().arg(&out).unwrap().enqueue() }.unwrap_err();
+    assert!(
+        matches!(&tuple_err, KernelError::ArgCount { kernel, expected: 12, given: 1 }
+            if kernel == "twelve"),
+        "{tuple_err:?}"
+    );
+    assert_same(&tuple_err, &chain_err, "one argument of twelve");
+}
