@@ -176,7 +176,9 @@ impl HostPtr {
     /// `CachingHostAllocator_recordEvent`: when this pointer is freed, the block is reused
     /// only after a marker recorded on `stream` at that moment completes. Returns `Ok(true)`
     /// when recorded, `Ok(false)` (and does nothing) for an empty pointer, and in a bad fork
-    /// child. The set lasts for this allocation only.
+    /// child. The set lasts for this allocation only. A stream recorded before a capture began
+    /// and still captured when the pointer is freed cannot get its marker then (nor be
+    /// synchronized): the block is released instead of being cached.
     ///
     /// # Errors
     /// [`HostError::Stream`] with [`StreamError::Capturing`] (naming the stream's device and
