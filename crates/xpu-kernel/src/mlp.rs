@@ -657,6 +657,10 @@ impl GpuMlp {
     /// API: the hook may block the copy or the compute stream with a gate, so that a test
     /// checks that compute never reads a slot before its upload completed and that an upload
     /// never overwrites a slot the compute stream has not consumed. Its error ends `train`.
+    ///
+    /// Soundness is unchanged: the hook sees the slots by shared reference, only while it
+    /// runs, and can only enqueue stream-ordered commands on them through the safe API; no
+    /// kernel's bounds depend on the slots' contents.
     #[doc(hidden)]
     pub fn set_pipeline_hook(
         &mut self,
