@@ -228,7 +228,7 @@ impl HostCopy for Stream {
         };
         let queue = self.enqueue_queue("host-to-device copy")?;
         drop(queue.write_from_pinned(pinned, src_offset, dst, dst_offset, len, &[])?);
-        src.record_stream(self);
+        src.record_use(self);
         Ok(())
     }
 
@@ -248,7 +248,7 @@ impl HostCopy for Stream {
         };
         let queue = self.enqueue_queue("device-to-host copy")?;
         drop(queue.read_into_pinned(src, src_offset, pinned, dst_offset, len, &[])?);
-        dst.record_stream(self);
+        dst.record_use(self);
         Ok(())
     }
 

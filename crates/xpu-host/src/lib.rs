@@ -76,9 +76,12 @@ pub fn host_allocate_on(device: usize, size: usize) -> Result<HostPtr, HostError
 }
 
 /// Marks a use of `ptr` by the work queued on `stream` so far, as
-/// `CachingHostAllocator_recordEvent` (see [`HostPtr::record_stream`]). Returns false for an
-/// empty pointer and in a bad fork child.
-pub fn host_record_event(ptr: &HostPtr, stream: &Stream) -> bool {
+/// `CachingHostAllocator_recordEvent` (see [`HostPtr::record_stream`]). Returns `Ok(false)`
+/// for an empty pointer and in a bad fork child.
+///
+/// # Errors
+/// As [`HostPtr::record_stream`]: a stream that a graph is capturing.
+pub fn host_record_event(ptr: &HostPtr, stream: &Stream) -> Result<bool, HostError> {
     ptr.record_stream(stream)
 }
 

@@ -9,6 +9,7 @@ use xpu_stream::Stream;
 
 use super::allocator::Shared;
 use super::block::Block;
+use super::error::HostError;
 
 struct Live {
     shared: Arc<Shared>,
@@ -173,13 +174,32 @@ impl HostPtr {
 
     /// Marks a use by work queued on `stream` so far, as
     /// `CachingHostAllocator_recordEvent`: when this pointer is freed, the block is reused
-    /// only after a marker recorded on `stream` at that moment completes. Returns false (and
-    /// does nothing) for an empty pointer, and in a bad fork child. The set lasts for this
-    /// allocation only.
-    pub fn record_stream(&self, stream: &Stream) -> bool {
+    /// only after a marker recorded on `stream` at that moment completes. Returns `Ok(true)`
+    /// when recorded, `Ok(false)` (and does nothing) for an empty pointer, and in a bad fork
+    /// child. The set lasts for this allocation only. A stream recorded before a capture began
+    /// and still captured when the pointer is freed cannot get its marker then (nor be
+    /// synchronized): the block is released instead of being cached.
+    ///
+    /// # Errors
+    /// [`HostError::Stream`] with [`StreamError::Capturing`] (naming the stream's device and
+    /// id) while a graph captures `stream`, for an empty pointer too; nothing is recorded.
+    /// Commands on a capturing stream go through the capture handle, and a stream recorded
+    /// here would get its free-time marker on the capturing stream, where it cannot be
+    /// recorded (as torch.cuda refuses `cudaEventRecord` on a capturing stream outside the
+    /// graph).
+    ///
+    /// [`StreamError::Capturing`]: xpu_stream::StreamError::Capturing
+    pub fn record_stream(&self, stream: &Stream) -> Result<bool, HostError> {
         if xpu_device::fork::is_in_bad_fork() {
-            return false;
+            return Ok(false);
         }
+        stream.check_not_capturing("pinned host record_stream")?;
+        Ok(self.record_use(stream))
+    }
+
+    /// Records `stream` without the capture check, for a copy already enqueued on it (the
+    /// check ran when its queue was resolved). False for an empty pointer.
+    pub(crate) fn record_use(&self, stream: &Stream) -> bool {
         match self.block() {
             Some(b) => {
                 b.record(stream);

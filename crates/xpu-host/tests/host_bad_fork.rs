@@ -61,10 +61,15 @@ fn run() {
         "copy_from_pageable",
         stream.copy_from_pageable(&[1; N], &dev, 0),
     );
-    // Functions without a result do nothing.
-    assert!(!host.record_stream(&stream), "record_stream recorded");
-    assert!(
-        !host_record_event(&global, &stream),
+    // record_stream and functions without a result do nothing.
+    assert_eq!(
+        host.record_stream(&stream),
+        Ok(false),
+        "record_stream recorded"
+    );
+    assert_eq!(
+        host_record_event(&global, &stream),
+        Ok(false),
         "host_record_event recorded"
     );
     assert!(host.recorded_streams().is_empty());

@@ -42,7 +42,7 @@ fn reuse_after_another_device_carries_no_stale_marker() -> Result<(), HostError>
     assert!(b.recorded_streams().is_empty());
     let gate0 = Gate::new(0)?;
     gate0.block(&s0)?;
-    b.record_stream(&s0);
+    b.record_stream(&s0)?;
     drop(b);
     // One marker, on device 0's stream only (no stale device-1 marker).
     let s = alloc.memory_stats();

@@ -98,8 +98,8 @@ fn record_event_alone_defers_reuse() -> Result<(), HostError> {
     };
     let a = alloc.allocate_on(0, 64)?;
     let a_addr = a.address();
-    assert!(xpu_host::host_record_event(&a, &stream));
-    assert!(a.record_stream(&stream)); // recorded once per stream
+    assert!(xpu_host::host_record_event(&a, &stream)?);
+    assert!(a.record_stream(&stream)?); // recorded once per stream
     assert_eq!(a.recorded_streams().len(), 1);
     drop(a);
     assert_reused_only_after_the_gate(&alloc, &gate, &stream, 64, a_addr)
@@ -114,8 +114,8 @@ fn every_recorded_stream_must_finish() -> Result<(), HostError> {
     assert_ne!(s1, s2);
     let a = alloc.allocate_on(0, 128)?;
     let a_addr = a.address();
-    a.record_stream(&s1);
-    a.record_stream(&s2);
+    a.record_stream(&s1)?;
+    a.record_stream(&s2)?;
     drop(a);
     s1.synchronize()?;
     // s1's marker may be complete, s2's is gated: still not reusable.
@@ -131,8 +131,8 @@ fn pending_blocks_are_processed_oldest_first() -> Result<(), HostError> {
     let a = alloc.allocate_on(0, 32)?;
     let b = alloc.allocate_on(0, 32)?;
     let (a_addr, b_addr) = (a.address(), b.address());
-    a.record_stream(&slow);
-    b.record_stream(&fast);
+    a.record_stream(&slow)?;
+    b.record_stream(&fast)?;
     drop(a); // older, gated
     drop(b); // newer, its stream finishes now
     fast.synchronize()?;

@@ -110,9 +110,9 @@ fn pending_blocks_stay_allocated_until_their_markers_complete() -> Result<(), Ho
     let s2 = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
     gate.block(&s2)?;
     let p = alloc.allocate_on(0, 100)?; // 128-byte block
-    p.record_stream(&s1);
-    p.record_stream(&s2);
-    p.record_stream(&s1);
+    p.record_stream(&s1)?;
+    p.record_stream(&s2)?;
+    p.record_stream(&s1)?;
     drop(p);
     let s = alloc.memory_stats();
     // As PyTorch: the block counts as allocated until it rejoins its free list.

@@ -447,6 +447,70 @@ struct Slot {
     consumed: Option<Event>,
 }
 
+/// A point of the minibatch pipeline, handed to a [`GpuMlp::set_pipeline_hook`] hook on the
+/// host while the work is enqueued (a test seam: tests block a stream there with a
+/// [`Gate`](xpu_event::Gate), or enqueue a copy of the slot, to check the ordering
+/// deterministically). Whatever the hook enqueues on `stream` runs at that point of the
+/// stream's order.
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum PipelinePoint<'a> {
+    /// On the copy stream (`stream`), after its wait for the last step that read `slot`
+    /// (the slot's "consumed" event), before the upload of step `step`'s rows into it.
+    BeforeUpload {
+        /// The step whose minibatch is uploaded.
+        step: usize,
+        /// The slot index.
+        slot: usize,
+        /// The copy stream.
+        stream: Stream,
+        /// The slot's inputs (`batch × inputs`), as they are before the upload.
+        x: &'a DeviceBuffer<f32>,
+        /// The slot's targets (`batch × outputs`).
+        y: &'a DeviceBuffer<f32>,
+    },
+    /// On the compute stream (`stream`), after its wait for the slot's upload event, before
+    /// step `step`'s kernels read `slot`.
+    BeforeRead {
+        /// The step about to run.
+        step: usize,
+        /// The slot index.
+        slot: usize,
+        /// The compute stream.
+        stream: Stream,
+        /// The slot's inputs, as the step's kernels will read them.
+        x: &'a DeviceBuffer<f32>,
+        /// The slot's targets, as the step's kernels will read them.
+        y: &'a DeviceBuffer<f32>,
+    },
+}
+
+/// The hook type of [`GpuMlp::set_pipeline_hook`].
+type PipelineHook = Box<dyn FnMut(PipelinePoint<'_>) -> Result<(), MlpError> + Send>;
+
+/// An optional [`PipelineHook`] (a newtype for `Debug`).
+#[derive(Default)]
+struct Hook(Option<PipelineHook>);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Some(hook)"
+        } else {
+            "None"
+        })
+    }
+}
+
+impl Hook {
+    fn call(&mut self, point: PipelinePoint<'_>) -> Result<(), MlpError> {
+        match &mut self.0 {
+            Some(h) => h(point),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The model on a device: its parameters, minibatch slots, activations and gradients in
 /// private [`DeviceBuffer`]s, trained by the [`KERNELS`] on a compute stream, the minibatches
 /// uploaded on a copy stream.
@@ -459,6 +523,7 @@ pub struct GpuMlp {
     data: MlpState,
     step: usize,
     slots: Vec<Slot>,
+    hook: Hook,
     w1: DeviceBuffer<f32>,
     b1: DeviceBuffer<f32>,
     w2: DeviceBuffer<f32>,
@@ -550,6 +615,7 @@ impl GpuMlp {
             data: state,
             step: 0,
             slots,
+            hook: Hook::default(),
             w1,
             b1,
             w2,
@@ -571,12 +637,36 @@ impl GpuMlp {
         if let Some(consumed) = &slot.consumed {
             consumed.wait(&self.copy)?;
         }
+        self.hook.call(PipelinePoint::BeforeUpload {
+            step,
+            slot: at,
+            stream: self.copy,
+            x: &slot.x,
+            y: &slot.y,
+        })?;
         let (xr, yr) = c.batch_rows(step);
         copy_htod(&self.copy, &self.data.x[xr], &mut slot.x)?;
         copy_htod(&self.copy, &self.data.y[yr], &mut slot.y)?;
         slot.uploaded.record(&self.copy)?;
         slot.batch = Some(batch);
         Ok(())
+    }
+
+    /// Installs a hook called at each [`PipelinePoint`] while [`GpuMlp::train`] enqueues the
+    /// minibatch pipeline (replacing any earlier one). A test seam, not part of the model's
+    /// API: the hook may block the copy or the compute stream with a gate, so that a test
+    /// checks that compute never reads a slot before its upload completed and that an upload
+    /// never overwrites a slot the compute stream has not consumed. Its error ends `train`.
+    ///
+    /// Soundness is unchanged: the hook sees the slots by shared reference, only while it
+    /// runs, and can only enqueue stream-ordered commands on them through the safe API; no
+    /// kernel's bounds depend on the slots' contents.
+    #[doc(hidden)]
+    pub fn set_pipeline_hook(
+        &mut self,
+        hook: impl FnMut(PipelinePoint<'_>) -> Result<(), MlpError> + Send + 'static,
+    ) {
+        self.hook = Hook(Some(Box::new(hook)));
     }
 
     /// The configuration.
@@ -670,6 +760,13 @@ impl GpuMlp {
         let at = self.step % self.slots.len();
         self.slots[at].uploaded.wait(&self.compute)?;
         let slot = &self.slots[at];
+        self.hook.call(PipelinePoint::BeforeRead {
+            step: self.step,
+            slot: at,
+            stream: self.compute,
+            x: &slot.x,
+            y: &slot.y,
+        })?;
         let (x, y) = (&slot.x, &slot.y);
         self.linear(&self.h, x, &self.w1, &self.b1, (m, i, hd), true)?;
         self.linear(&self.out, &self.h, &self.w2, &self.b2, (m, hd, o), false)?;

@@ -64,6 +64,24 @@ fn lower_layer_commands_on_a_capturing_stream_are_typed_errors() {
         assert!(matches!(e, AllocError::Capturing { .. }), "{e}");
         let e = other.data_ptr().record_stream(&s).unwrap_err();
         assert!(matches!(e, AllocError::Capturing { .. }), "{e}");
+        // xpu-host: record_stream names the device and the stream, and records nothing
+        // (else freeing the block would record its marker on the capturing stream).
+        let e = host.record_stream(&s).unwrap_err();
+        assert_eq!(
+            e,
+            HostError::Stream(StreamError::Capturing {
+                device: 0,
+                id: s.id(),
+                operation: "pinned host record_stream",
+            })
+        );
+        assert!(host.recorded_streams().is_empty());
+        let e = xpu_alloc::host::host_record_event(&host, &s).unwrap_err();
+        assert!(
+            matches!(e, HostError::Stream(StreamError::Capturing { .. })),
+            "{e}"
+        );
+        assert!(host.recorded_streams().is_empty());
         // xpu-host: pinned copies both ways.
         let e = s.copy_from_host(&host, buf.data_ptr()).unwrap_err();
         assert!(
@@ -89,6 +107,8 @@ fn lower_layer_commands_on_a_capturing_stream_are_typed_errors() {
     s.as_raw().unwrap();
     Event::default().record(&s).unwrap();
     other.data_ptr().record_stream(&s).unwrap();
+    assert!(host.record_stream(&s).unwrap());
+    assert_eq!(host.recorded_streams(), vec![s]);
     s.copy_to_host(buf.data_ptr(), &mut host).unwrap();
     assert_eq!(&host.as_slice()[..4], &7.0f32.to_ne_bytes());
     graph.replay(&s).unwrap();

@@ -1,7 +1,14 @@
 //! The MLP trainer on a real OpenCL device against its CPU reference. Skipped without a device
 //! unless `XPU_REQUIRE_DEVICE=1`.
 
-use xpu_kernel::mlp::{compare_losses, CpuMlp, GpuMlp, MlpConfig, MlpError, MlpState, Rng};
+use std::sync::{Arc, Mutex};
+
+use xpu_event::{Gate, StreamExt};
+use xpu_kernel::memory::{copy_dtod, DeviceBuffer};
+use xpu_kernel::mlp::{
+    compare_losses, CpuMlp, GpuMlp, MlpConfig, MlpError, MlpState, PipelinePoint, Rng,
+};
+use xpu_stream::Stream;
 
 fn have_device() -> bool {
     let count = xpu_device::device_count();
@@ -183,4 +190,155 @@ fn invalid_configs_are_typed_errors() {
         let err = GpuMlp::new(0, bad).unwrap_err();
         assert!(matches!(err, MlpError::Config(_)), "{err}");
     }
+}
+
+/// Three minibatches of 4 rows cycling through two slots, so that every step uploads.
+fn three_batches() -> MlpConfig {
+    MlpConfig {
+        samples: 12,
+        batch: 4,
+        ..small()
+    }
+}
+
+/// What the compute stream read at each step (copied on the compute stream at the
+/// [`PipelinePoint::BeforeRead`] point, so in the order of the step's kernels) and whether a
+/// held stream was seen held.
+#[derive(Default)]
+struct Observed {
+    /// `(step, x, y)` copies of the slot as the step's kernels read it.
+    reads: Vec<(usize, DeviceBuffer<f32>, DeviceBuffer<f32>)>,
+    /// Whether an event recorded past the checked point was incomplete while the gate held.
+    held: Vec<(&'static str, bool)>,
+}
+
+/// Copies the slot the compute stream is about to read into new buffers, on that stream.
+fn probe(
+    seen: &Mutex<Observed>,
+    step: usize,
+    stream: &Stream,
+    x: &DeviceBuffer<f32>,
+    y: &DeviceBuffer<f32>,
+) -> Result<(), MlpError> {
+    let mut px = DeviceBuffer::<f32>::new(x.len(), stream)?;
+    let mut py = DeviceBuffer::<f32>::new(y.len(), stream)?;
+    copy_dtod(stream, x, &mut px)?;
+    copy_dtod(stream, y, &mut py)?;
+    seen.lock().unwrap().reads.push((step, px, py));
+    Ok(())
+}
+
+/// True when an event recorded on `stream` now is still incomplete.
+fn is_held(stream: &Stream) -> Result<bool, MlpError> {
+    Ok(!stream.record_event()?.query()?)
+}
+
+/// Every step read exactly its own minibatch's rows, and the losses follow the CPU.
+fn check_reads_and_losses(config: MlpConfig, steps: usize, losses: &[f32], seen: &Observed) {
+    let state = MlpState::new(&config);
+    let s = xpu_stream::current_stream(0).unwrap();
+    assert_eq!(
+        seen.reads.iter().map(|r| r.0).collect::<Vec<_>>(),
+        (0..steps).collect::<Vec<_>>()
+    );
+    for (step, px, py) in &seen.reads {
+        let first = (step % (config.samples / config.batch)) * config.batch;
+        let (i, o) = (config.inputs, config.outputs);
+        assert_eq!(
+            px.to_vec(&s).unwrap(),
+            state.x[first * i..(first + config.batch) * i],
+            "inputs read by step {step}"
+        );
+        assert_eq!(
+            py.to_vec(&s).unwrap(),
+            state.y[first * o..(first + config.batch) * o],
+            "targets read by step {step}"
+        );
+    }
+    compare_losses(losses, &CpuMlp::new(config).train(steps), 1e-5).unwrap();
+}
+
+/// A slow copy stream: the upload of step 1's minibatch is held by a gate until every step is
+/// enqueued. The compute stream must not get past its wait for that upload (an event
+/// recorded there stays incomplete), and every step reads its own rows, not the slot's
+/// earlier (here: uninitialized) contents.
+#[test]
+fn minibatch_compute_waits_for_a_held_upload() {
+    if !have_device() {
+        return;
+    }
+    let config = three_batches();
+    let steps = 6;
+    let mut gpu = GpuMlp::new(0, config).unwrap();
+    let gate = Arc::new(Gate::new(0).unwrap());
+    let seen = Arc::new(Mutex::new(Observed::default()));
+    let (g, o) = (Arc::clone(&gate), Arc::clone(&seen));
+    gpu.set_pipeline_hook(move |p| match p {
+        PipelinePoint::BeforeUpload {
+            step: 1, stream, ..
+        } => Ok(g.block(&stream)?),
+        PipelinePoint::BeforeRead {
+            step, stream, x, y, ..
+        } => {
+            if step == 1 {
+                let held = is_held(&stream)?;
+                o.lock().unwrap().held.push(("compute at step 1", held));
+            }
+            probe(&o, step, &stream, x, y)?;
+            if step == steps - 1 {
+                g.open()?;
+            }
+            Ok(())
+        }
+        PipelinePoint::BeforeUpload { .. } => Ok(()),
+    });
+    let losses = gpu.train(steps).unwrap();
+    assert!(gate.is_open());
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.held, vec![("compute at step 1", true)]);
+    check_reads_and_losses(config, steps, &losses, &seen);
+}
+
+/// A slow compute stream: it is held by a gate before step 0 reads its slot until every step
+/// is enqueued. The copy stream must not get past its wait for step 0's "consumed" event
+/// before it uploads step 2 into the same slot (an event recorded there stays incomplete),
+/// and every step reads its own rows, not a later minibatch's.
+#[test]
+fn minibatch_upload_waits_until_a_held_step_consumed_its_slot() {
+    if !have_device() {
+        return;
+    }
+    let config = three_batches();
+    let steps = 6;
+    let mut gpu = GpuMlp::new(0, config).unwrap();
+    let gate = Arc::new(Gate::new(0).unwrap());
+    let seen = Arc::new(Mutex::new(Observed::default()));
+    let (g, o) = (Arc::clone(&gate), Arc::clone(&seen));
+    gpu.set_pipeline_hook(move |p| match p {
+        PipelinePoint::BeforeUpload {
+            step: 2, stream, ..
+        } => {
+            let held = is_held(&stream)?;
+            o.lock().unwrap().held.push(("copy before step 2", held));
+            Ok(())
+        }
+        PipelinePoint::BeforeRead {
+            step, stream, x, y, ..
+        } => {
+            if step == 0 {
+                g.block(&stream)?;
+            }
+            probe(&o, step, &stream, x, y)?;
+            if step == steps - 1 {
+                g.open()?;
+            }
+            Ok(())
+        }
+        PipelinePoint::BeforeUpload { .. } => Ok(()),
+    });
+    let losses = gpu.train(steps).unwrap();
+    assert!(gate.is_open());
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.held, vec![("copy before step 2", true)]);
+    check_reads_and_losses(config, steps, &losses, &seen);
 }
