@@ -454,35 +454,33 @@ struct Slot {
 /// stream's order.
 #[doc(hidden)]
 #[derive(Debug)]
-pub enum PipelinePoint<'a> {
-    /// On the copy stream (`stream`), after its wait for the last step that read `slot`
-    /// (the slot's "consumed" event), before the upload of step `step`'s rows into it.
-    BeforeUpload {
-        /// The step whose minibatch is uploaded.
-        step: usize,
-        /// The slot index.
-        slot: usize,
-        /// The copy stream.
-        stream: Stream,
-        /// The slot's inputs (`batch × inputs`), as they are before the upload.
-        x: &'a DeviceBuffer<f32>,
-        /// The slot's targets (`batch × outputs`).
-        y: &'a DeviceBuffer<f32>,
-    },
-    /// On the compute stream (`stream`), after its wait for the slot's upload event, before
-    /// step `step`'s kernels read `slot`.
-    BeforeRead {
-        /// The step about to run.
-        step: usize,
-        /// The slot index.
-        slot: usize,
-        /// The compute stream.
-        stream: Stream,
-        /// The slot's inputs, as the step's kernels will read them.
-        x: &'a DeviceBuffer<f32>,
-        /// The slot's targets, as the step's kernels will read them.
-        y: &'a DeviceBuffer<f32>,
-    },
+pub struct PipelinePoint<'a> {
+    /// Which point: before an upload (on the copy stream) or before a step's read (on the
+    /// compute stream).
+    pub stage: PipelineStage,
+    /// The step whose minibatch is uploaded, or the step about to run.
+    pub step: usize,
+    /// The slot index.
+    pub slot: usize,
+    /// The stage's stream: the copy stream before an upload, the compute stream before a read.
+    pub stream: Stream,
+    /// The slot's inputs (`batch × inputs`): as they are before the upload, or as the step's
+    /// kernels will read them.
+    pub x: &'a DeviceBuffer<f32>,
+    /// The slot's targets (`batch × outputs`), likewise.
+    pub y: &'a DeviceBuffer<f32>,
+}
+
+/// Where a [`PipelinePoint`] stands in the minibatch pipeline.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PipelineStage {
+    /// On the copy stream, after its wait for the last step that read the slot (the slot's
+    /// "consumed" event), before the upload of the step's rows into it.
+    BeforeUpload,
+    /// On the compute stream, after its wait for the slot's upload event, before the step's
+    /// kernels read the slot.
+    BeforeRead,
 }
 
 /// The hook type of [`GpuMlp::set_pipeline_hook`].
@@ -637,7 +635,8 @@ impl GpuMlp {
         if let Some(consumed) = &slot.consumed {
             consumed.wait(&self.copy)?;
         }
-        self.hook.call(PipelinePoint::BeforeUpload {
+        self.hook.call(PipelinePoint {
+            stage: PipelineStage::BeforeUpload,
             step,
             slot: at,
             stream: self.copy,
@@ -760,7 +759,8 @@ impl GpuMlp {
         let at = self.step % self.slots.len();
         self.slots[at].uploaded.wait(&self.compute)?;
         let slot = &self.slots[at];
-        self.hook.call(PipelinePoint::BeforeRead {
+        self.hook.call(PipelinePoint {
+            stage: PipelineStage::BeforeRead,
             step: self.step,
             slot: at,
             stream: self.compute,

@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use xpu_event::{Gate, StreamExt};
 use xpu_kernel::memory::{copy_dtod, DeviceBuffer};
 use xpu_kernel::mlp::{
-    compare_losses, CpuMlp, GpuMlp, MlpConfig, MlpError, MlpState, PipelinePoint, Rng,
+    compare_losses, CpuMlp, GpuMlp, MlpConfig, MlpError, MlpState, PipelinePoint, PipelineStage,
+    Rng,
 };
 use xpu_stream::Stream;
 
@@ -202,14 +203,14 @@ fn three_batches() -> MlpConfig {
 }
 
 /// What the compute stream read at each step (copied on the compute stream at the
-/// [`PipelinePoint::BeforeRead`] point, so in the order of the step's kernels) and whether a
+/// [`PipelineStage::BeforeRead`] point, so in the order of the step's kernels) and whether a
 /// held stream was seen held.
 #[derive(Default)]
 struct Observed {
     /// `(step, x, y)` copies of the slot as the step's kernels read it.
     reads: Vec<(usize, DeviceBuffer<f32>, DeviceBuffer<f32>)>,
-    /// Whether an event recorded past the checked point was incomplete while the gate held.
-    held: Vec<(&'static str, bool)>,
+    /// `(step, held)`: whether an event recorded at the checked point was incomplete.
+    held: Vec<(usize, bool)>,
 }
 
 /// Copies the slot the compute stream is about to read into new buffers, on that stream.
@@ -258,6 +259,43 @@ fn check_reads_and_losses(config: MlpConfig, steps: usize, losses: &[f32], seen:
     compare_losses(losses, &CpuMlp::new(config).train(steps), 1e-5).unwrap();
 }
 
+/// Trains `steps` steps of [`three_batches`] with a hook that blocks the stream of the point
+/// `block` with a gate (opened when the last step is about to read), records at the point
+/// `check` whether its stream is held (an event recorded there is incomplete), and copies
+/// every slot a step reads. Checks the reads and the losses; returns what `check` saw.
+fn train_with_a_held_stream(
+    steps: usize,
+    block: (PipelineStage, usize),
+    check: (PipelineStage, usize),
+) -> Vec<(usize, bool)> {
+    let config = three_batches();
+    let mut gpu = GpuMlp::new(0, config).unwrap();
+    let gate = Arc::new(Gate::new(0).unwrap());
+    let seen = Arc::new(Mutex::new(Observed::default()));
+    let (g, o) = (Arc::clone(&gate), Arc::clone(&seen));
+    gpu.set_pipeline_hook(move |p: PipelinePoint<'_>| {
+        if (p.stage, p.step) == block {
+            g.block(&p.stream)?;
+        }
+        if (p.stage, p.step) == check {
+            let held = is_held(&p.stream)?;
+            o.lock().unwrap().held.push((p.step, held));
+        }
+        if p.stage == PipelineStage::BeforeRead {
+            probe(&o, p.step, &p.stream, p.x, p.y)?;
+            if p.step == steps - 1 {
+                g.open()?;
+            }
+        }
+        Ok(())
+    });
+    let losses = gpu.train(steps).unwrap();
+    assert!(gate.is_open());
+    let seen = seen.lock().unwrap();
+    check_reads_and_losses(config, steps, &losses, &seen);
+    seen.held.clone()
+}
+
 /// A slow copy stream: the upload of step 1's minibatch is held by a gate until every step is
 /// enqueued. The compute stream must not get past its wait for that upload (an event
 /// recorded there stays incomplete), and every step reads its own rows, not the slot's
@@ -267,36 +305,12 @@ fn minibatch_compute_waits_for_a_held_upload() {
     if !have_device() {
         return;
     }
-    let config = three_batches();
-    let steps = 6;
-    let mut gpu = GpuMlp::new(0, config).unwrap();
-    let gate = Arc::new(Gate::new(0).unwrap());
-    let seen = Arc::new(Mutex::new(Observed::default()));
-    let (g, o) = (Arc::clone(&gate), Arc::clone(&seen));
-    gpu.set_pipeline_hook(move |p| match p {
-        PipelinePoint::BeforeUpload {
-            step: 1, stream, ..
-        } => Ok(g.block(&stream)?),
-        PipelinePoint::BeforeRead {
-            step, stream, x, y, ..
-        } => {
-            if step == 1 {
-                let held = is_held(&stream)?;
-                o.lock().unwrap().held.push(("compute at step 1", held));
-            }
-            probe(&o, step, &stream, x, y)?;
-            if step == steps - 1 {
-                g.open()?;
-            }
-            Ok(())
-        }
-        PipelinePoint::BeforeUpload { .. } => Ok(()),
-    });
-    let losses = gpu.train(steps).unwrap();
-    assert!(gate.is_open());
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen.held, vec![("compute at step 1", true)]);
-    check_reads_and_losses(config, steps, &losses, &seen);
+    let held = train_with_a_held_stream(
+        6,
+        (PipelineStage::BeforeUpload, 1),
+        (PipelineStage::BeforeRead, 1),
+    );
+    assert_eq!(held, vec![(1, true)], "compute held at step 1");
 }
 
 /// A slow compute stream: it is held by a gate before step 0 reads its slot until every step
@@ -308,37 +322,10 @@ fn minibatch_upload_waits_until_a_held_step_consumed_its_slot() {
     if !have_device() {
         return;
     }
-    let config = three_batches();
-    let steps = 6;
-    let mut gpu = GpuMlp::new(0, config).unwrap();
-    let gate = Arc::new(Gate::new(0).unwrap());
-    let seen = Arc::new(Mutex::new(Observed::default()));
-    let (g, o) = (Arc::clone(&gate), Arc::clone(&seen));
-    gpu.set_pipeline_hook(move |p| match p {
-        PipelinePoint::BeforeUpload {
-            step: 2, stream, ..
-        } => {
-            let held = is_held(&stream)?;
-            o.lock().unwrap().held.push(("copy before step 2", held));
-            Ok(())
-        }
-        PipelinePoint::BeforeRead {
-            step, stream, x, y, ..
-        } => {
-            if step == 0 {
-                g.block(&stream)?;
-            }
-            probe(&o, step, &stream, x, y)?;
-            if step == steps - 1 {
-                g.open()?;
-            }
-            Ok(())
-        }
-        PipelinePoint::BeforeUpload { .. } => Ok(()),
-    });
-    let losses = gpu.train(steps).unwrap();
-    assert!(gate.is_open());
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen.held, vec![("copy before step 2", true)]);
-    check_reads_and_losses(config, steps, &losses, &seen);
+    let held = train_with_a_held_stream(
+        6,
+        (PipelineStage::BeforeRead, 0),
+        (PipelineStage::BeforeUpload, 2),
+    );
+    assert_eq!(held, vec![(2, true)], "copy held before step 2");
 }
