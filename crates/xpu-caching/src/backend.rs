@@ -33,7 +33,10 @@ use crate::stream::{MarkerError, StreamKey};
 /// - No method calls back into the allocator. The allocator calls them with no allocator
 ///   lock held where they may block ([`Backend::wait`], [`Backend::synchronize`]), and
 ///   with no statistics write open for any of them.
-pub trait Backend: Sized + Send + Sync + 'static {
+///
+/// A backend is a type-level marker (as wgpu-hal's `Api`): it is never instantiated by the
+/// allocator. `Clone` lets the handles generic over it derive `Clone`.
+pub trait Backend: Clone + Sized + Send + Sync + 'static {
     /// What backs a segment (an OpenCL buffer, or nothing in the simulated backend).
     type Memory: Send + Sync + std::fmt::Debug + 'static;
     /// A shared handle to a stream.

@@ -231,13 +231,8 @@ impl<B: Backend> DeviceShared<B> {
 /// configuration ([`CachingAllocator::shared`](super::CachingAllocator::shared)). It stays
 /// valid while the allocator, one of its shards (kept by live allocations) or a handle
 /// lives. Cheap to clone.
+#[derive(Clone)]
 pub struct SharedState<B: Backend>(pub(crate) Arc<DeviceShared<B>>);
-
-impl<B: Backend> Clone for SharedState<B> {
-    fn clone(&self) -> Self {
-        Self(self.0.clone())
-    }
-}
 
 impl<B: Backend> SharedState<B> {
     /// Unique id of the allocator (as [`CachingAllocator::id`](super::CachingAllocator::id)).

@@ -160,16 +160,9 @@ struct Inner<B: Backend> {
 /// figures). With `release_policy:on_oom`, segment sizes are PyTorch's and cached segments
 /// are released only on the OOM path and by `empty_cache`: replays then reproduce PyTorch's
 /// figures exactly.
+#[derive(Clone)]
 pub struct CachingAllocator<B: Backend> {
     inner: Arc<Inner<B>>,
-}
-
-impl<B: Backend> Clone for CachingAllocator<B> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-        }
-    }
 }
 
 /// Result of the per-stream part of an allocation.

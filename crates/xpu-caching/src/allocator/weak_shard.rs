@@ -9,13 +9,8 @@ use crate::backend::Backend;
 /// A weak handle on one stream's shard of a
 /// [`CachingAllocator`](super::CachingAllocator) ([`CachingAllocator::weak_shards`](super::CachingAllocator::weak_shards)):
 /// it does not keep the shard alive (its live allocations do).
+#[derive(Clone)]
 pub struct WeakShard<B: Backend>(pub(crate) std::sync::Weak<Shard<B>>);
-
-impl<B: Backend> Clone for WeakShard<B> {
-    fn clone(&self) -> Self {
-        Self(self.0.clone())
-    }
-}
 
 impl<B: Backend> WeakShard<B> {
     /// Whether the shard still lives.

@@ -87,6 +87,7 @@ enum TestMarker {
     Held(Arc<Held>),
 }
 
+#[derive(Clone)]
 struct TestBackend;
 
 fn lost() -> MarkerError {
