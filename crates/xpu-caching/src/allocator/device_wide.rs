@@ -154,7 +154,8 @@ impl<B: Backend> DeviceShared<B> {
     }
 
     /// Obtains a segment, enforcing the memory fraction (reserved + size <= allowed) and
-    /// [`MAX_RESERVED`] (out of memory beyond it).
+    /// [`MAX_RESERVED`] (out of memory beyond it). A segment of another size than `size`
+    /// (a source breaking its contract) is freed again and reported as a device error.
     pub(crate) fn allocate_segment(
         &self,
         size: u64,
@@ -180,6 +181,19 @@ impl<B: Backend> DeviceShared<B> {
             r.bytes = total;
         }
         match source.allocate(size) {
+            Ok(segment) if segment.size != size => {
+                // A source that broke its contract: the blocks carved out of this segment
+                // would lie past its end (or waste its tail); it goes straight back.
+                let got = segment.size;
+                source.free(segment);
+                let mut r = self.reserved.lock();
+                r.bytes = r.bytes.saturating_sub(size);
+                drop(r);
+                Err(SegmentFailure::Device(format!(
+                    "the segment source returned a segment of {got} bytes for a request of \
+                     {size} bytes"
+                )))
+            }
             Ok(segment) => {
                 let mut r = self.reserved.lock();
                 r.high_water = r.high_water.max(r.bytes);
@@ -270,7 +284,8 @@ impl<B: Backend> SharedState<B> {
     ///
     /// # Errors
     /// [`SourceError::OutOfMemory`] when `source` has no room, the fraction forbids it or
-    /// the reserved bytes would pass `i64::MAX`; otherwise `source`'s error.
+    /// the reserved bytes would pass `i64::MAX`; [`SourceError::Device`] when `source`
+    /// returned a segment of another size (freed again); otherwise `source`'s error.
     pub fn allocate_segment_from(
         &self,
         source: &dyn SegmentSource<Memory = B::Memory>,

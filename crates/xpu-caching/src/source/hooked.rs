@@ -181,6 +181,60 @@ mod tests {
         assert_eq!(source.hooks().allocs.load(Ordering::SeqCst), 1);
     }
 
+    /// Hands out half of what was asked (a broken contract a safe hook can write).
+    struct Short;
+    impl SourceHooks<SimulatedSource> for Short {
+        fn allocate(
+            &self,
+            inner: &SimulatedSource,
+            size: u64,
+        ) -> Result<SourceSegment<Simulated>, SourceError> {
+            inner.allocate(size / 2)
+        }
+    }
+
+    /// An allocator over a source that returns a segment of another size than it asked for
+    /// reports a device error (and hands the segment back) instead of carving blocks past
+    /// the segment's end or panicking.
+    #[test]
+    fn a_segment_of_the_wrong_size_is_refused_and_returned_to_the_source() {
+        use crate::allocator::CachingAllocator;
+        use crate::config::AllocConfig;
+        use crate::error::CacheError;
+        use crate::sim_stream::{SimBackend, SimStream};
+        use crate::stream::StreamKey;
+        use std::sync::Arc;
+
+        let source = Arc::new(HookedSource::new(
+            SimulatedSource::new(0, 64 << 20, 64 << 20),
+            Short,
+        ));
+        let cache: CachingAllocator<SimBackend> =
+            CachingAllocator::new(Box::new(source.clone()), AllocConfig::default());
+        let stream = SimStream::new(StreamKey::new(0, 1));
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cache.allocate(20 << 20, &stream).map(|a| a.map(|a| a.allocated_size()))
+        }))
+        .expect("allocate must not panic")
+        .expect_err("a short segment must not be used");
+        assert_eq!(
+            err,
+            CacheError::Device(format!(
+                "the segment source returned a segment of {} bytes for a request of {} bytes",
+                10 << 20,
+                20 << 20
+            ))
+        );
+        assert_eq!(
+            (source.inner().used(), source.inner().live_segments()),
+            (0, 0),
+            "returned to the source"
+        );
+        let stats = cache.memory_stats();
+        assert_eq!(stats.reserved_bytes.all.current, 0);
+        assert_eq!(stats.allocated_bytes.all.current, 0);
+    }
+
     #[test]
     fn default_hooks_forward_allocate_and_free_unchanged() {
         let source = HookedSource::new(SimulatedSource::new(0, 8 << 20, 8 << 20), Plain);
