@@ -213,7 +213,9 @@ mod tests {
             CachingAllocator::new(Box::new(source.clone()), AllocConfig::default());
         let stream = SimStream::new(StreamKey::new(0, 1));
         let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            cache.allocate(20 << 20, &stream).map(|a| a.map(|a| a.allocated_size()))
+            cache
+                .allocate(20 << 20, &stream)
+                .map(|a| a.map(|a| a.allocated_size()))
         }))
         .expect("allocate must not panic")
         .expect_err("a short segment must not be used");
@@ -233,6 +235,99 @@ mod tests {
         let stats = cache.memory_stats();
         assert_eq!(stats.reserved_bytes.all.current, 0);
         assert_eq!(stats.allocated_bytes.all.current, 0);
+    }
+
+    /// Gives every segment the same address (a broken contract a safe hook can write).
+    struct SameAddress;
+    impl SourceHooks<SimulatedSource> for SameAddress {
+        fn allocate(
+            &self,
+            inner: &SimulatedSource,
+            size: u64,
+        ) -> Result<SourceSegment<Simulated>, SourceError> {
+            let mut segment = inner.allocate(size)?;
+            segment.address = 1 << 40;
+            Ok(segment)
+        }
+    }
+
+    /// A segment whose address range overlaps a live segment of the same allocator is
+    /// refused (freed again, a device error): blocks are told apart by address, so two
+    /// blocks at one address would let a free take the other's pool entry and the pool hand
+    /// one block out twice. Run in a child: the broken pool panics in a drop (an abort).
+    #[test]
+    fn a_segment_overlapping_a_live_one_is_refused_and_returned_to_the_source() {
+        const CHILD: &str = "XPU_CACHING_OVERLAP_SCENARIO";
+        if std::env::var_os(CHILD).is_some() {
+            overlapping_segment_scenario();
+            println!("SCENARIO PASSED");
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "source::hooked::tests::\
+                 a_segment_overlapping_a_live_one_is_refused_and_returned_to_the_source",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .expect("re-run the test binary");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            out.status.success() && stdout.contains("SCENARIO PASSED"),
+            "child: {:?}\n{stdout}\n{stderr}",
+            out.status
+        );
+    }
+
+    fn overlapping_segment_scenario() {
+        use crate::allocator::CachingAllocator;
+        use crate::config::AllocConfig;
+        use crate::error::CacheError;
+        use crate::sim_stream::{SimBackend, SimStream};
+        use crate::stream::StreamKey;
+        use std::sync::Arc;
+
+        let source = Arc::new(HookedSource::new(
+            SimulatedSource::new(0, 128 << 20, 64 << 20),
+            SameAddress,
+        ));
+        let cache: CachingAllocator<SimBackend> =
+            CachingAllocator::new(Box::new(source.clone()), AllocConfig::default());
+        let stream = SimStream::new(StreamKey::new(0, 1));
+        let a = cache.allocate(20 << 20, &stream).unwrap().unwrap();
+        let b = cache.allocate(20 << 20, &stream);
+        let b_ok = b.as_ref().map(Option::is_some).map_err(Clone::clone);
+        drop((a, b));
+        let x = cache.allocate(20 << 20, &stream).unwrap().unwrap();
+        let y = cache.allocate(20 << 20, &stream);
+        let active = cache.memory_stats().active_bytes.all.current;
+        drop((x, y));
+        let message = format!(
+            "the segment source returned a segment at {:#x} of {} bytes overlapping the live \
+             segment at {:#x} of {} bytes",
+            1u64 << 40,
+            20 << 20,
+            1u64 << 40,
+            20 << 20
+        );
+        assert_eq!(b_ok, Err(CacheError::Device(message)));
+        assert_eq!(active, 20 << 20, "one block handed out once");
+        assert_eq!(
+            source.inner().live_segments(),
+            1,
+            "the refused one went back"
+        );
+        cache.empty_cache();
+        assert_eq!(source.inner().used(), 0);
+        let stats = cache.memory_stats();
+        assert_eq!(stats.reserved_bytes.all.current, 0);
+        assert_eq!(stats.active_bytes.all.current, 0);
     }
 
     #[test]
