@@ -9,9 +9,16 @@ use super::{SegmentSource, SourceError, SourceSegment};
 /// A hook keeps the [`SegmentSource`] contract of the inner source: every segment it returns
 /// from `allocate` comes from `inner.allocate`, and `free` passes each segment back to
 /// `inner.free` exactly once, with the address and size `inner` gave it (a hook that moves
-/// a segment's address, e.g. into a range of its own, moves it back first). Hooks run
-/// where the allocator calls its source: outside every allocator lock, so they may read
-/// the allocator's statistics.
+/// a segment's address, e.g. into a range of its own, moves it back first). The allocator
+/// checks what it can: a segment of another size than asked, or overlapping a live segment
+/// of the same source, is freed again and the allocation fails with a device error.
+///
+/// Hooks run where the allocator calls its source: outside the statistics write (so they
+/// may read the allocator's statistics) but, for `allocate` and for the `free` of a
+/// fast-path release, under the lock of the allocating stream's cache, as any
+/// [`SegmentSource`] is called. A hook must therefore not allocate, free or empty the cache
+/// through the allocator that owns the source (that waits for the lock it holds: a
+/// deadlock).
 pub trait SourceHooks<S: SegmentSource>: Send + Sync + 'static {
     /// Allocates a segment of exactly `size` bytes from `inner` (the default:
     /// `inner.allocate(size)`).
