@@ -13,12 +13,14 @@ use super::{SegmentSource, SourceError, SourceSegment};
 /// checks what it can: a segment of another size than asked, or overlapping a live segment
 /// of the same source, is freed again and the allocation fails with a device error.
 ///
-/// Hooks run where the allocator calls its source: outside the statistics write (so they
-/// may read the allocator's statistics) but, for `allocate` and for the `free` of a
-/// fast-path release, under the lock of the allocating stream's cache, as any
-/// [`SegmentSource`] is called. A hook must therefore not allocate, free or empty the cache
-/// through the allocator that owns the source (that waits for the lock it holds: a
-/// deadlock).
+/// Hooks run where the allocator calls its source, outside the statistics write (so they
+/// may read the allocator's statistics). `allocate` runs under no allocator lock: it may
+/// allocate and free through the allocator that owns the source. `free` runs under no
+/// lock when cached memory is released (`empty_cache`, the OOM path), but under the lock of
+/// the stream's cache for a release by the release policies or garbage collection during
+/// an allocation, as any [`SegmentSource`] is called: a `free` hook must not allocate, free
+/// or empty the cache through the allocator that owns the source (that would wait for the
+/// lock it holds: a deadlock).
 pub trait SourceHooks<S: SegmentSource>: Send + Sync + 'static {
     /// Allocates a segment of exactly `size` bytes from `inner` (the default:
     /// `inner.allocate(size)`).
