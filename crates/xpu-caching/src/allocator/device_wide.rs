@@ -1,6 +1,7 @@
 //! Device-wide state shared by all shards: the segment source, configuration, reserved
 //! bytes and memory fraction. Touched on the cached path only by reading the config epoch.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -62,6 +63,9 @@ pub(crate) struct DeviceShared<B: Backend> {
     config: Mutex<Arc<AllocConfig>>,
     gc_enabled: AtomicBool,
     reserved: Mutex<Reserved>,
+    /// The live segments of `source` (address -> size): a new one must not overlap them,
+    /// since the shards tell blocks apart by address.
+    live_ranges: Mutex<BTreeMap<u64, u64>>,
     pub stats: StatsRegistry,
     /// Recorded allocator events (off by default; see [`crate::history`]).
     pub history: Arc<History>,
@@ -82,6 +86,7 @@ impl<B: Backend> DeviceShared<B> {
             config: Mutex::new(Arc::new(config)),
             gc_enabled: AtomicBool::new(false),
             reserved: Mutex::new(Reserved::default()),
+            live_ranges: Mutex::new(BTreeMap::new()),
             stats: StatsRegistry::default(),
             history: Arc::default(),
             deferred_drop: None,
@@ -154,12 +159,47 @@ impl<B: Backend> DeviceShared<B> {
     }
 
     /// Obtains a segment, enforcing the memory fraction (reserved + size <= allowed) and
-    /// [`MAX_RESERVED`] (out of memory beyond it).
+    /// [`MAX_RESERVED`] (out of memory beyond it). A segment of another size than `size`
+    /// (a source breaking its contract) is freed again and reported as a device error.
     pub(crate) fn allocate_segment(
         &self,
         size: u64,
     ) -> Result<SourceSegment<B::Memory>, SegmentFailure> {
-        self.allocate_segment_from(self.source.as_ref(), size)
+        let segment = self.allocate_segment_from(self.source.as_ref(), size)?;
+        match self.claim_range(segment.address, segment.size) {
+            Ok(()) => Ok(segment),
+            Err(msg) => {
+                // A source breaking its contract (addresses unique among live segments):
+                // the segment goes straight back.
+                self.release_segment_to(self.source.as_ref(), segment);
+                Err(SegmentFailure::Device(msg))
+            }
+        }
+    }
+
+    /// Records `[address, address + size)` as a live segment of `source`, unless it wraps
+    /// past the address space or overlaps a live one (the error's message).
+    fn claim_range(&self, address: u64, size: u64) -> Result<(), String> {
+        let Some(end) = address.checked_add(size) else {
+            return Err(format!(
+                "the segment source returned a segment at {address:#x} of {size} bytes, \
+                 past the end of the address space"
+            ));
+        };
+        let mut live = self.live_ranges.lock();
+        let before = live.range(..=address).next_back();
+        let after = live.range(address..end).next();
+        if let Some((&at, &len)) = before
+            .filter(|&(&a, &l)| a.saturating_add(l) > address)
+            .or(after)
+        {
+            return Err(format!(
+                "the segment source returned a segment at {address:#x} of {size} bytes \
+                 overlapping the live segment at {at:#x} of {len} bytes"
+            ));
+        }
+        live.insert(address, size);
+        Ok(())
     }
 
     /// [`DeviceShared::allocate_segment`] from another `source`, charged to this allocator's
@@ -180,6 +220,19 @@ impl<B: Backend> DeviceShared<B> {
             r.bytes = total;
         }
         match source.allocate(size) {
+            Ok(segment) if segment.size != size => {
+                // A source that broke its contract: the blocks carved out of this segment
+                // would lie past its end (or waste its tail); it goes straight back.
+                let got = segment.size;
+                source.free(segment);
+                let mut r = self.reserved.lock();
+                r.bytes = r.bytes.saturating_sub(size);
+                drop(r);
+                Err(SegmentFailure::Device(format!(
+                    "the segment source returned a segment of {got} bytes for a request of \
+                     {size} bytes"
+                )))
+            }
             Ok(segment) => {
                 let mut r = self.reserved.lock();
                 r.high_water = r.high_water.max(r.bytes);
@@ -200,6 +253,7 @@ impl<B: Backend> DeviceShared<B> {
 
     /// Returns a segment to the source.
     pub(crate) fn release_segment(&self, segment: SourceSegment<B::Memory>) {
+        self.live_ranges.lock().remove(&segment.address);
         self.release_segment_to(self.source.as_ref(), segment);
     }
 
@@ -265,7 +319,8 @@ impl<B: Backend> SharedState<B> {
     ///
     /// # Errors
     /// [`SourceError::OutOfMemory`] when `source` has no room, the fraction forbids it or
-    /// the reserved bytes would pass `i64::MAX`; otherwise `source`'s error.
+    /// the reserved bytes would pass `i64::MAX`; [`SourceError::Device`] when `source`
+    /// returned a segment of another size (freed again); otherwise `source`'s error.
     pub fn allocate_segment_from(
         &self,
         source: &dyn SegmentSource<Memory = B::Memory>,

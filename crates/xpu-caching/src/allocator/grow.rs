@@ -1,6 +1,8 @@
 //! Device-wide segment steps shared by the per-stream path (`CachingAllocator`'s
 //! allocation) and the OOM path: obtain a segment, classify a failure, release segments.
 
+use parking_lot::MutexGuard;
+
 use super::device_wide::{DeviceShared, SegmentFailure};
 use super::stats_cell::StatsWriter;
 use super::stream_state::{Handed, ReleaseBatch, Request, ShardState};
@@ -28,14 +30,18 @@ pub(super) fn release_batches<B: Backend>(
     }
 }
 
-/// Obtains a new segment for `req` and hands out its first block.
+/// Obtains a new segment for `req` and hands out its first block. The source is called
+/// with the statistics write closed and the stream's lock released (`state` is its guard):
+/// the source (user code, e.g. `SourceHooks`) may call the allocator, on this stream too;
+/// the new segment joins the stream's state as it is when the lock is taken back.
 pub(super) fn new_segment<B: Backend>(
-    state: &mut ShardState<B>,
+    state: &mut MutexGuard<'_, ShardState<B>>,
     req: &Request,
     shared: &DeviceShared<B>,
     st: &mut StatsWriter<'_>,
 ) -> Result<Handed, SegmentFailure> {
-    let segment = st.unlocked(|| shared.allocate_segment(req.segment_size))?;
+    let segment =
+        st.unlocked(|| MutexGuard::unlocked(state, || shared.allocate_segment(req.segment_size)))?;
     let block = state.add_segment(segment, req.pool, st);
     Ok(state.alloc_found_block(block, req, st))
 }

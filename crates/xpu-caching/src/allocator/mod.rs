@@ -35,7 +35,7 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 pub use allocation::Allocation;
 pub use device_wide::{BoxedSource, DeferredDrop, SharedState};
@@ -580,7 +580,7 @@ fn fast_path<B: Backend>(
 #[inline(never)]
 fn grow_path<B: Backend>(
     shared: &DeviceShared<B>,
-    state: &mut ShardState<B>,
+    state: &mut MutexGuard<'_, ShardState<B>>,
     req: Request,
     st: &mut StatsWriter<'_>,
 ) -> Result<Outcome, CacheError> {

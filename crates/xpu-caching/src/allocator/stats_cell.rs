@@ -20,7 +20,7 @@ const R: Ordering = Ordering::Relaxed;
 pub(crate) struct CellStat {
     current: AtomicI64,
     peak: AtomicI64,
-    /// Accumulated totals, wrapping `u64`s read as `i64` clamped at `i64::MAX` (see
+    /// Accumulated totals, saturating `u64`s read as `i64` clamped at `i64::MAX` (see
     /// [`accumulated`]).
     allocated: AtomicU64,
     freed: AtomicU64,
@@ -31,12 +31,13 @@ fn add(word: &AtomicI64, n: i64) {
     word.store(word.load(R).wrapping_add(n), R);
 }
 
-/// Adds to an accumulated total (`allocated`, `freed`): a plain wrapping add on the cached
-/// path; reads clamp at `i64::MAX` ([`accumulated`]), so a total saturates there instead of
-/// wrapping negative (exact up to 16 EiB of traffic on one thread's cell).
+/// Adds to an accumulated total (`allocated`, `freed`): a saturating `u64` add (no
+/// read-modify-write: the cell has one writer); reads clamp at `i64::MAX`
+/// ([`accumulated`]), so a total saturates there, never wrapping negative nor, past 16 EiB
+/// of traffic on one thread's cell, back to a small figure.
 #[inline]
 fn accumulate(word: &AtomicU64, n: u64) {
-    word.store(word.load(R).wrapping_add(n), R);
+    word.store(word.load(R).saturating_add(n), R);
 }
 
 /// An accumulated total as the statistics report it (at most `i64::MAX`).
@@ -471,7 +472,7 @@ impl Drop for StatsWriter<'_> {
 mod tests {
     use super::*;
 
-    /// The accumulated totals are plain wrapping adds on the cached path; reads clamp them,
+    /// The accumulated totals are saturating adds on the cached path; reads clamp them,
     /// so a total past `i64::MAX` reads `i64::MAX` (never negative), and the `all` figure
     /// sums the pools without wrapping.
     #[test]

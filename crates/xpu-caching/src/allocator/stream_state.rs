@@ -737,4 +737,36 @@ mod tests {
         assert_eq!(stats.allocated_bytes.all.current, 0);
         assert_eq!(stats.requested_bytes.all.allocated, 3 * 1_153_434);
     }
+
+    /// The accumulated totals saturate at `i64::MAX`: past 16 EiB of traffic through one
+    /// thread's cell (17 cached 1 EiB allocations) they still read `i64::MAX`, never
+    /// wrapping back to a small figure.
+    #[test]
+    fn accumulated_totals_stay_saturated_past_16_eib_of_traffic() {
+        const EIB: u64 = 1 << 60;
+        let source = Arc::new(SimulatedSource::new(0, 2 * EIB, 2 * EIB));
+        let cache: CachingAllocator<SimBackend> =
+            CachingAllocator::new(Box::new(source), AllocConfig::default());
+        let stream = SimStream::new(StreamKey::new(0, 1));
+        for _ in 0..17 {
+            let a = cache.allocate(EIB, &stream).unwrap().unwrap();
+            assert_eq!(a.allocated_size(), EIB);
+        }
+        let stats = cache.memory_stats();
+        for (what, stat) in [
+            ("allocated_bytes", stats.allocated_bytes),
+            ("active_bytes", stats.active_bytes),
+            ("requested_bytes", stats.requested_bytes),
+        ] {
+            for (pool, s) in [("all", stat.all), ("large_pool", stat.large_pool)] {
+                assert_eq!(
+                    (s.allocated, s.freed, s.current),
+                    (i64::MAX, i64::MAX, 0),
+                    "{what}.{pool}"
+                );
+            }
+        }
+        assert_eq!(stats.allocation.all.allocated, 17);
+        assert_eq!(stats.reserved_bytes.all.current, 1 << 60);
+    }
 }

@@ -9,9 +9,18 @@ use super::{SegmentSource, SourceError, SourceSegment};
 /// A hook keeps the [`SegmentSource`] contract of the inner source: every segment it returns
 /// from `allocate` comes from `inner.allocate`, and `free` passes each segment back to
 /// `inner.free` exactly once, with the address and size `inner` gave it (a hook that moves
-/// a segment's address, e.g. into a range of its own, moves it back first). Hooks run
-/// where the allocator calls its source: outside every allocator lock, so they may read
-/// the allocator's statistics.
+/// a segment's address, e.g. into a range of its own, moves it back first). The allocator
+/// checks what it can: a segment of another size than asked, or overlapping a live segment
+/// of the same source, is freed again and the allocation fails with a device error.
+///
+/// Hooks run where the allocator calls its source, outside the statistics write (so they
+/// may read the allocator's statistics). `allocate` runs under no allocator lock: it may
+/// allocate and free through the allocator that owns the source. `free` runs under no
+/// lock when cached memory is released (`empty_cache`, the OOM path), but under the lock of
+/// the stream's cache for a release by the release policies or garbage collection during
+/// an allocation, as any [`SegmentSource`] is called: a `free` hook must not allocate, free
+/// or empty the cache through the allocator that owns the source (that would wait for the
+/// lock it holds: a deadlock).
 pub trait SourceHooks<S: SegmentSource>: Send + Sync + 'static {
     /// Allocates a segment of exactly `size` bytes from `inner` (the default:
     /// `inner.allocate(size)`).
@@ -179,6 +188,155 @@ mod tests {
             "the inner source's errors pass through"
         );
         assert_eq!(source.hooks().allocs.load(Ordering::SeqCst), 1);
+    }
+
+    /// Hands out half of what was asked (a broken contract a safe hook can write).
+    struct Short;
+    impl SourceHooks<SimulatedSource> for Short {
+        fn allocate(
+            &self,
+            inner: &SimulatedSource,
+            size: u64,
+        ) -> Result<SourceSegment<Simulated>, SourceError> {
+            inner.allocate(size / 2)
+        }
+    }
+
+    /// An allocator over a source that returns a segment of another size than it asked for
+    /// reports a device error (and hands the segment back) instead of carving blocks past
+    /// the segment's end or panicking.
+    #[test]
+    fn a_segment_of_the_wrong_size_is_refused_and_returned_to_the_source() {
+        use crate::allocator::CachingAllocator;
+        use crate::config::AllocConfig;
+        use crate::error::CacheError;
+        use crate::sim_stream::{SimBackend, SimStream};
+        use crate::stream::StreamKey;
+        use std::sync::Arc;
+
+        let source = Arc::new(HookedSource::new(
+            SimulatedSource::new(0, 64 << 20, 64 << 20),
+            Short,
+        ));
+        let cache: CachingAllocator<SimBackend> =
+            CachingAllocator::new(Box::new(source.clone()), AllocConfig::default());
+        let stream = SimStream::new(StreamKey::new(0, 1));
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cache
+                .allocate(20 << 20, &stream)
+                .map(|a| a.map(|a| a.allocated_size()))
+        }))
+        .expect("allocate must not panic")
+        .expect_err("a short segment must not be used");
+        assert_eq!(
+            err,
+            CacheError::Device(format!(
+                "the segment source returned a segment of {} bytes for a request of {} bytes",
+                10 << 20,
+                20 << 20
+            ))
+        );
+        assert_eq!(
+            (source.inner().used(), source.inner().live_segments()),
+            (0, 0),
+            "returned to the source"
+        );
+        let stats = cache.memory_stats();
+        assert_eq!(stats.reserved_bytes.all.current, 0);
+        assert_eq!(stats.allocated_bytes.all.current, 0);
+    }
+
+    /// Gives every segment the same address (a broken contract a safe hook can write).
+    struct SameAddress;
+    impl SourceHooks<SimulatedSource> for SameAddress {
+        fn allocate(
+            &self,
+            inner: &SimulatedSource,
+            size: u64,
+        ) -> Result<SourceSegment<Simulated>, SourceError> {
+            let mut segment = inner.allocate(size)?;
+            segment.address = 1 << 40;
+            Ok(segment)
+        }
+    }
+
+    /// A segment whose address range overlaps a live segment of the same allocator is
+    /// refused (freed again, a device error): blocks are told apart by address, so two
+    /// blocks at one address would let a free take the other's pool entry and the pool hand
+    /// one block out twice. Run in a child: the broken pool panics in a drop (an abort).
+    #[test]
+    fn a_segment_overlapping_a_live_one_is_refused_and_returned_to_the_source() {
+        const CHILD: &str = "XPU_CACHING_OVERLAP_SCENARIO";
+        if std::env::var_os(CHILD).is_some() {
+            overlapping_segment_scenario();
+            println!("SCENARIO PASSED");
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "source::hooked::tests::\
+                 a_segment_overlapping_a_live_one_is_refused_and_returned_to_the_source",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .expect("re-run the test binary");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(
+            out.status.success() && stdout.contains("SCENARIO PASSED"),
+            "child: {:?}\n{stdout}\n{stderr}",
+            out.status
+        );
+    }
+
+    fn overlapping_segment_scenario() {
+        use crate::allocator::CachingAllocator;
+        use crate::config::AllocConfig;
+        use crate::error::CacheError;
+        use crate::sim_stream::{SimBackend, SimStream};
+        use crate::stream::StreamKey;
+        use std::sync::Arc;
+
+        let source = Arc::new(HookedSource::new(
+            SimulatedSource::new(0, 128 << 20, 64 << 20),
+            SameAddress,
+        ));
+        let cache: CachingAllocator<SimBackend> =
+            CachingAllocator::new(Box::new(source.clone()), AllocConfig::default());
+        let stream = SimStream::new(StreamKey::new(0, 1));
+        let a = cache.allocate(20 << 20, &stream).unwrap().unwrap();
+        let b = cache.allocate(20 << 20, &stream);
+        let b_ok = b.as_ref().map(Option::is_some).map_err(Clone::clone);
+        drop((a, b));
+        let x = cache.allocate(20 << 20, &stream).unwrap().unwrap();
+        let y = cache.allocate(20 << 20, &stream);
+        let active = cache.memory_stats().active_bytes.all.current;
+        drop((x, y));
+        let message = format!(
+            "the segment source returned a segment at {:#x} of {} bytes overlapping the live \
+             segment at {:#x} of {} bytes",
+            1u64 << 40,
+            20 << 20,
+            1u64 << 40,
+            20 << 20
+        );
+        assert_eq!(b_ok, Err(CacheError::Device(message)));
+        assert_eq!(active, 20 << 20, "one block handed out once");
+        assert_eq!(
+            source.inner().live_segments(),
+            1,
+            "the refused one went back"
+        );
+        cache.empty_cache();
+        assert_eq!(source.inner().used(), 0);
+        let stats = cache.memory_stats();
+        assert_eq!(stats.reserved_bytes.all.current, 0);
+        assert_eq!(stats.active_bytes.all.current, 0);
     }
 
     #[test]

@@ -219,3 +219,201 @@ fn a_block_whose_free_marker_fails_is_never_reused() {
         "y and the kept block"
     );
 }
+
+/// Every current and peak of the allocated, allocation and inactive-split arrays (all and
+/// per pool), reserved and requested bytes, equal the figures of the snapshot (and their
+/// running maxima) after each step of a seeded random sequence of allocations on two
+/// streams, frees, configuration changes and `empty_cache` on one thread.
+#[test]
+fn statistics_match_the_snapshot_through_random_allocations_config_changes_and_empty_cache() {
+    use crate::allocator::snapshot::BlockState;
+    use crate::size::PoolKind;
+    let (core, _src) = sim_core(8 * GIB, "");
+    let streams = [stream(1).0, stream(2).0];
+    let mut live: Vec<Allocation<SimBackend>> = Vec::new();
+    let mut seed: u64 = 0x1234_5678;
+    let mut rnd = move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        seed >> 33
+    };
+    let mut peaks = [[0i64; 3]; 4];
+    for step in 0..2000 {
+        let r = rnd() % 100;
+        if r < 50 || live.is_empty() {
+            let size = match rnd() % 4 {
+                0 => 1 + rnd() % 4096,
+                1 => 1 + rnd() % (1 << 20),
+                2 => (1 << 20) + rnd() % (12 << 20),
+                _ => 1 + rnd() % (64 << 20),
+            };
+            let s = &streams[(rnd() % 2) as usize];
+            live.push(core.alloc(size, s).unwrap());
+        } else if r < 95 {
+            let i = (rnd() as usize) % live.len();
+            live.swap_remove(i);
+        } else if r < 97 {
+            let cfg = match rnd() % 3 {
+                0 => "",
+                1 => "roundup_power2_divisions:4",
+                _ => "max_split_size_mb:40,roundup_power2_divisions:[256:2,>:8]",
+            };
+            core.set_config(AllocConfig::parse(cfg).unwrap());
+        } else {
+            core.empty_cache();
+        }
+        let stats = core.memory_stats();
+        let snap = core.snapshot();
+        // [allocated_bytes, allocation, inactive_split, inactive_split_bytes] x [all, small, large]
+        let mut m = [[0i64; 3]; 4];
+        let mut reserved = [0i64; 3];
+        let mut requested = [0i64; 3];
+        for seg in &snap {
+            let p = if seg.pool == PoolKind::Small { 1 } else { 2 };
+            for i in [0, p] {
+                reserved[i] += seg.size as i64;
+            }
+            let split = seg.blocks.len() > 1;
+            for b in &seg.blocks {
+                for i in [0, p] {
+                    match b.state {
+                        BlockState::Allocated => {
+                            m[0][i] += b.size as i64;
+                            m[1][i] += 1;
+                            requested[i] += b.requested as i64;
+                        }
+                        BlockState::Inactive if split => {
+                            m[2][i] += 1;
+                            m[3][i] += b.size as i64;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let arrays = [
+            stats.allocated_bytes,
+            stats.allocation,
+            stats.inactive_split,
+            stats.inactive_split_bytes,
+        ];
+        for (k, a) in arrays.iter().enumerate() {
+            for (i, s) in [a.all, a.small_pool, a.large_pool].iter().enumerate() {
+                assert_eq!(s.current, m[k][i], "step {step} stat {k} pool {i}");
+                peaks[k][i] = peaks[k][i].max(m[k][i]);
+                assert_eq!(s.peak, peaks[k][i], "step {step} peak {k} pool {i}");
+            }
+        }
+        for (i, s) in [
+            stats.reserved_bytes.all,
+            stats.reserved_bytes.small_pool,
+            stats.reserved_bytes.large_pool,
+        ]
+        .iter()
+        .enumerate()
+        {
+            assert_eq!(s.current, reserved[i], "step {step} reserved {i}");
+        }
+        for (i, s) in [
+            stats.requested_bytes.all,
+            stats.requested_bytes.small_pool,
+            stats.requested_bytes.large_pool,
+        ]
+        .iter()
+        .enumerate()
+        {
+            assert_eq!(s.current, requested[i], "step {step} requested {i}");
+        }
+        assert_eq!(stats.active_bytes.all.current, m[0][0]);
+    }
+}
+
+/// After four threads allocated on shared and own streams and freed each other's blocks
+/// (and exited, their statistics cells retired), the currents equal the snapshot's figures.
+#[test]
+fn statistics_currents_match_the_snapshot_after_four_threads_allocate_and_free() {
+    use crate::allocator::snapshot::BlockState;
+    let (core, _src) = sim_core(16 * GIB, "");
+    let shared: Arc<Mutex<Vec<Allocation<SimBackend>>>> = Arc::default();
+    let handles: Vec<_> = (0..4u64)
+        .map(|t| {
+            let core = core.clone();
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                let streams = [stream(1).0, stream(2 + t).0];
+                let mut seed = 0x9876_5432 + t;
+                let mut rnd = move || {
+                    seed = seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    seed >> 33
+                };
+                for _ in 0..3000 {
+                    let r = rnd() % 100;
+                    if r < 55 {
+                        let size = match rnd() % 3 {
+                            0 => 1 + rnd() % 4096,
+                            1 => 1 + rnd() % (1 << 20),
+                            _ => 1 + rnd() % (24 << 20),
+                        };
+                        let a = core.alloc(size, &streams[(rnd() % 2) as usize]).unwrap();
+                        shared.lock().push(a);
+                    } else {
+                        let mut v = shared.lock();
+                        if !v.is_empty() {
+                            let i = (rnd() as usize) % v.len();
+                            let a = v.swap_remove(i);
+                            drop(v);
+                            drop(a);
+                        }
+                    }
+                    if rnd() % 500 == 0 {
+                        core.empty_cache();
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let stats = core.memory_stats();
+    let snap = core.snapshot();
+    let (mut alloc, mut n, mut split_n, mut split_b, mut reserved) = (0i64, 0i64, 0i64, 0i64, 0i64);
+    for seg in &snap {
+        reserved += seg.size as i64;
+        for b in &seg.blocks {
+            match b.state {
+                BlockState::Allocated => {
+                    alloc += b.size as i64;
+                    n += 1;
+                }
+                BlockState::Inactive if seg.blocks.len() > 1 => {
+                    split_n += 1;
+                    split_b += b.size as i64;
+                }
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(stats.allocated_bytes.all.current, alloc);
+    assert_eq!(stats.active_bytes.all.current, alloc);
+    assert_eq!(stats.allocation.all.current, n);
+    assert_eq!(stats.inactive_split.all.current, split_n);
+    assert_eq!(stats.inactive_split_bytes.all.current, split_b);
+    assert_eq!(stats.reserved_bytes.all.current, reserved);
+    assert_eq!(
+        stats.allocation.all.allocated - stats.allocation.all.freed,
+        n
+    );
+    shared.lock().clear();
+    let stats = core.memory_stats();
+    assert_eq!(stats.allocated_bytes.all.current, 0);
+    assert_eq!(stats.active_bytes.all.current, 0);
+    core.empty_cache();
+    let stats = core.memory_stats();
+    assert_eq!(stats.reserved_bytes.all.current, 0);
+    assert_eq!(stats.inactive_split.all.current, 0);
+    assert_eq!(stats.inactive_split_bytes.all.current, 0);
+}

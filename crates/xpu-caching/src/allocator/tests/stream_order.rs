@@ -137,6 +137,70 @@ fn statistics_can_be_read_from_inside_a_segment_source() {
     assert_eq!(*seen.lock(), [0, 20 * (MIB as i64)]);
 }
 
+/// Hooks whose first `allocate` allocates (and frees) a block through the allocator that
+/// owns the source, on the stream being grown.
+struct Nested {
+    core: Arc<OnceLock<CachingAllocator<SimBackend>>>,
+    stream: Arc<crate::sim_stream::SimStream>,
+    done: Mutex<Option<u64>>,
+    entered: std::sync::atomic::AtomicBool,
+}
+
+impl SourceHooks<SimulatedSource> for Nested {
+    fn allocate(
+        &self,
+        inner: &SimulatedSource,
+        size: u64,
+    ) -> Result<SourceSegment<Simulated>, SourceError> {
+        if !self.entered.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            if let Some(core) = self.core.get() {
+                let nested = core.alloc(MIB, &self.stream).unwrap();
+                *self.done.lock() = Some(nested.allocated_size());
+            }
+        }
+        inner.allocate(size)
+    }
+}
+
+/// A source's `allocate` runs without the lock of the stream being grown: a hook may
+/// allocate and free through the same allocator, on the same stream, without waiting for
+/// itself.
+#[test]
+fn a_segment_source_may_allocate_through_its_allocator_on_the_stream_being_grown() {
+    let cell = Arc::new(OnceLock::new());
+    let (_, s) = stream(1);
+    let hooks = Nested {
+        core: cell.clone(),
+        stream: s.clone(),
+        done: Mutex::new(None),
+        entered: std::sync::atomic::AtomicBool::new(false),
+    };
+    let source = Arc::new(HookedSource::new(
+        SimulatedSource::new(0, 64 * MIB, 64 * MIB),
+        hooks,
+    ));
+    let core = CachingAllocator::new(Box::new(source.clone()), AllocConfig::default());
+    let _ = cell.set(core.clone());
+    let done = returns(move || {
+        let p = core.alloc(20 * MIB, &s).unwrap();
+        let size = p.allocated_size();
+        drop(p);
+        let st = core.memory_stats();
+        (
+            size,
+            st.allocation.all.allocated,
+            st.allocated_bytes.all.current,
+            st.segment.all.current,
+        )
+    });
+    assert_eq!(
+        done,
+        Some((20 * MIB, 2, 0, 2)),
+        "the outer allocation returned (not waiting for its own lock)"
+    );
+    assert_eq!(*source.hooks().done.lock(), Some(MIB));
+}
+
 /// With `max_split_size_mb:64` a cached 100 MiB block does not serve a 70 MiB request (it
 /// exceeds it by the 20 MiB tolerance or more), under every release policy, and a loop of
 /// identical rounds reaches a steady state with no new segments.
