@@ -287,10 +287,13 @@ impl std::fmt::Debug for DataPtr {
 
 impl Drop for DataPtr {
     fn drop(&mut self) {
-        // Dropping the allocation returns the block to the cache; in a child forked after
-        // OpenCL was initialized, the block stays with the parent's copy of the allocator
-        // (leaked): taking its lock could hang.
-        drop(xpu_device::fork::take_unless_bad_fork(&mut self.live));
+        // `live` drops after this, in place: its allocation returns the block to the cache
+        // (the cached path: no move of the allocation out of `self`). In a child forked
+        // after OpenCL was initialized, the block stays with the parent's copy of the
+        // allocator (leaked): taking its lock could hang.
+        if xpu_device::fork::is_in_bad_fork() {
+            std::mem::forget(self.live.take());
+        }
     }
 }
 
