@@ -109,8 +109,34 @@ impl<S: SegmentSource, H: SourceHooks<S>> SegmentSource for HookedSource<S, H> {
 mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
 
+    use std::sync::Arc;
+
     use super::{HookedSource, SourceHooks};
+    use crate::allocator::CachingAllocator;
+    use crate::config::AllocConfig;
+    use crate::error::CacheError;
+    use crate::sim_stream::{SimBackend, SimStream};
     use crate::source::{SegmentSource, Simulated, SimulatedSource, SourceError, SourceSegment};
+    use crate::stream::StreamKey;
+
+    /// An allocator over a simulated source of `capacity` bytes (segments of at most 64 MiB)
+    /// behind `hooks`, and a stream of device 0.
+    #[allow(clippy::type_complexity)]
+    fn cache_over<H: SourceHooks<SimulatedSource> + 'static>(
+        capacity: u64,
+        hooks: H,
+    ) -> (
+        Arc<HookedSource<SimulatedSource, H>>,
+        CachingAllocator<SimBackend>,
+        Arc<SimStream>,
+    ) {
+        let source = Arc::new(HookedSource::new(
+            SimulatedSource::new(0, capacity, 64 << 20),
+            hooks,
+        ));
+        let cache = CachingAllocator::new(Box::new(source.clone()), AllocConfig::default());
+        (source, cache, SimStream::new(StreamKey::new(0, 1)))
+    }
 
     /// Counts calls, and moves addresses by `SHIFT` on the way out and back.
     #[derive(Default)]
@@ -207,20 +233,7 @@ mod tests {
     /// the segment's end or panicking.
     #[test]
     fn a_segment_of_the_wrong_size_is_refused_and_returned_to_the_source() {
-        use crate::allocator::CachingAllocator;
-        use crate::config::AllocConfig;
-        use crate::error::CacheError;
-        use crate::sim_stream::{SimBackend, SimStream};
-        use crate::stream::StreamKey;
-        use std::sync::Arc;
-
-        let source = Arc::new(HookedSource::new(
-            SimulatedSource::new(0, 64 << 20, 64 << 20),
-            Short,
-        ));
-        let cache: CachingAllocator<SimBackend> =
-            CachingAllocator::new(Box::new(source.clone()), AllocConfig::default());
-        let stream = SimStream::new(StreamKey::new(0, 1));
+        let (source, cache, stream) = cache_over(64 << 20, Short);
         let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             cache
                 .allocate(20 << 20, &stream)
@@ -295,20 +308,7 @@ mod tests {
     }
 
     fn overlapping_segment_scenario() {
-        use crate::allocator::CachingAllocator;
-        use crate::config::AllocConfig;
-        use crate::error::CacheError;
-        use crate::sim_stream::{SimBackend, SimStream};
-        use crate::stream::StreamKey;
-        use std::sync::Arc;
-
-        let source = Arc::new(HookedSource::new(
-            SimulatedSource::new(0, 128 << 20, 64 << 20),
-            SameAddress,
-        ));
-        let cache: CachingAllocator<SimBackend> =
-            CachingAllocator::new(Box::new(source.clone()), AllocConfig::default());
-        let stream = SimStream::new(StreamKey::new(0, 1));
+        let (source, cache, stream) = cache_over(128 << 20, SameAddress);
         let a = cache.allocate(20 << 20, &stream).unwrap().unwrap();
         let b = cache.allocate(20 << 20, &stream);
         let b_ok = b.as_ref().map(Option::is_some).map_err(Clone::clone);
