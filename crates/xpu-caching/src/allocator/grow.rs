@@ -30,6 +30,21 @@ pub(super) fn release_batches<B: Backend>(
     }
 }
 
+/// Frees the segments that garbage collection, the release policy or an oversize release
+/// took out of the stream (`state` is its guard) with the stream's lock released, and the
+/// statistics write closed during the source's `free`: the source (user code, e.g.
+/// `SourceHooks`) may call the allocator, on this stream too. A driver wait (the
+/// synchronize of a source whose free does not wait) then runs under no allocator lock.
+pub(super) fn free_released<B: Backend>(
+    state: &mut MutexGuard<'_, ShardState<B>>,
+    shared: &DeviceShared<B>,
+    st: &mut StatsWriter<'_>,
+) {
+    if let Some(released) = state.take_released() {
+        MutexGuard::unlocked(state, || released.free(shared, st));
+    }
+}
+
 /// Obtains a new segment for `req` and hands out its first block. The source is called
 /// with the statistics write closed and the stream's lock released (`state` is its guard):
 /// the source (user code, e.g. `SourceHooks`) may call the allocator, on this stream too;

@@ -43,7 +43,7 @@ pub use snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
 pub use weak_shard::WeakShard;
 
 use self::device_wide::DeviceShared;
-use self::grow::{hard_error, new_segment, release_batches};
+use self::grow::{free_released, hard_error, new_segment, release_batches};
 use self::pending::wait_markers;
 use self::shard::Shard;
 use self::stats_cell::StatsWriter;
@@ -593,12 +593,14 @@ fn grow_path<B: Backend>(
         });
     }
     if gc {
-        state.garbage_collect(shared, st);
+        state.garbage_collect(shared);
     }
     let mut grow = req;
     if state.config.release_policy == ReleasePolicy::BeforeGrow {
-        grow.segment_size = policy::segment_size_before_grow(state, &req, shared, st);
+        grow.segment_size = policy::segment_size_before_grow(state, &req, shared);
     }
+    // What garbage collection or the policy released is freed without the stream's lock.
+    free_released(state, shared, st);
     match new_segment(state, &grow, shared, st) {
         Ok(h) => return Ok(Outcome::Done(h)),
         Err(f) => hard_error(f, shared, size)?,
@@ -609,7 +611,8 @@ fn grow_path<B: Backend>(
             Err(f) => hard_error(f, shared, size)?,
         }
     }
-    if state.release_available_cached_blocks(&req, shared, st) {
+    if state.release_available_cached_blocks(&req) {
+        free_released(state, shared, st);
         match new_segment(state, &req, shared, st) {
             Ok(h) => return Ok(Outcome::Done(h)),
             Err(f) => hard_error(f, shared, size)?,

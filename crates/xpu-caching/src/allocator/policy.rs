@@ -2,7 +2,6 @@
 //! are documented on [`crate::config::ReleasePolicy::BeforeGrow`].
 
 use super::device_wide::DeviceShared;
-use super::stats_cell::StatsWriter;
 use super::stream_state::{Request, ShardState};
 use crate::backend::Backend;
 use crate::size::{self, PoolKind, ROUND_LARGE, SMALL_BUFFER};
@@ -30,7 +29,6 @@ pub(crate) fn segment_size_before_grow<B: Backend>(
     state: &mut ShardState<B>,
     req: &Request,
     shared: &DeviceShared<B>,
-    st: &mut StatsWriter<'_>,
 ) -> u64 {
     match req.pool {
         PoolKind::Small => {
@@ -49,7 +47,7 @@ pub(crate) fn segment_size_before_grow<B: Backend>(
             if !shared.would_raise_high_water(req.segment_size) {
                 return req.segment_size;
             }
-            consolidate(state, req, shared, st).unwrap_or(req.segment_size)
+            consolidate(state, req, shared).unwrap_or(req.segment_size)
         }
     }
 }
@@ -84,14 +82,13 @@ fn regrowth<B: Backend>(
     Some(size)
 }
 
-/// Consolidation: releases the idle whole large segments and returns the size of one
-/// segment of their total, when that serves the request without raising the reserved
-/// high-water mark.
+/// Consolidation: releases the idle whole large segments (taken out for release: the
+/// caller frees them without the stream's lock) and returns the size of one segment of
+/// their total, when that serves the request without raising the reserved high-water mark.
 fn consolidate<B: Backend>(
     state: &mut ShardState<B>,
     req: &Request,
     shared: &DeviceShared<B>,
-    st: &mut StatsWriter<'_>,
 ) -> Option<u64> {
     let idle = state.whole_free(PoolKind::Large);
     let total: u64 = idle.iter().map(|w| w.0).sum();
@@ -105,7 +102,7 @@ fn consolidate<B: Backend>(
     }
     state.policy.note_released(idle.iter().map(|w| w.0));
     for (_, _, block) in idle {
-        state.release_block(block, shared, st);
+        state.release_block(block);
     }
     Some(merged.max(req.segment_size))
 }

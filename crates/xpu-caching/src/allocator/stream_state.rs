@@ -85,6 +85,10 @@ pub(crate) struct ShardState<B: Backend> {
     /// The last request rounded under `config` (`size` 0 when none: no request is empty),
     /// so a repeated size skips the rounding rules.
     last_request: Request,
+    /// Segments taken out by [`ShardState::release_block`], to be freed by
+    /// [`ShardState::take_released`]'s caller once the stream's lock is released (a
+    /// source's `free` is user code). Empty outside an allocation's grow path.
+    released: Vec<Segment<B>>,
 }
 
 impl<B: Backend> ShardState<B> {
@@ -102,6 +106,7 @@ impl<B: Backend> ShardState<B> {
             policy: PolicyState::default(),
             history: shared.history.clone(),
             last_request: Request::NONE,
+            released: Vec::new(),
         }
     }
 
@@ -490,26 +495,29 @@ impl<B: Backend> ShardState<B> {
         }
     }
 
-    /// Releases a whole free block's segment to the device now (fast-path releases: the
-    /// memory is reused only by this stream; an OpenCL buffer is deleted by the driver only
-    /// once the commands using it have finished, OpenCL 3.0 §5.5.1; a source whose free
-    /// does not wait has the stream synchronized first). The statistics count the segment
-    /// as reserved until it is freed.
-    pub(crate) fn release_block(
-        &mut self,
-        block: u32,
-        shared: &DeviceShared<B>,
-        st: &mut StatsWriter<'_>,
-    ) {
-        let Some(segment) = self.take_segment(block) else {
-            return;
-        };
-        if shared.source.free_needs_sync() {
-            if let Err(e) = st.unlocked(|| B::synchronize(&self.stream)) {
-                tracing::warn!(stream = ?self.key, error = %e, "synchronize before freeing a segment failed");
-            }
+    /// Takes a whole free block's segment out of this shard for release (garbage
+    /// collection, the release policy, oversize releases during an allocation); the caller
+    /// frees it with [`ShardState::take_released`] and [`ReleasedSegments::free`] once the
+    /// stream's lock is released. The statistics count the segment as reserved until it is
+    /// freed.
+    pub(crate) fn release_block(&mut self, block: u32) {
+        if let Some(segment) = self.take_segment(block) {
+            self.released.push(segment);
         }
-        free_segment(segment, self.key, self.config.max_split_size, shared, st);
+    }
+
+    /// The segments taken out by [`ShardState::release_block`] since the last call, to free
+    /// without the stream's lock (`None` when there are none).
+    pub(crate) fn take_released(&mut self) -> Option<ReleasedSegments<B>> {
+        if self.released.is_empty() {
+            return None;
+        }
+        Some(ReleasedSegments {
+            key: self.key,
+            stream: self.stream.clone(),
+            segments: std::mem::take(&mut self.released),
+            max_split_size: self.config.max_split_size,
+        })
     }
 
     /// Takes every whole free segment out of this shard for release, after recording a
@@ -554,13 +562,9 @@ impl<B: Backend> ShardState<B> {
 
     /// PyTorch's `release_available_cached_blocks` (only with `max_split_size` set): release
     /// one whole oversize block of at least max(request, max_split_size), or else oversize
-    /// whole blocks from the largest down until that many bytes are freed.
-    pub(crate) fn release_available_cached_blocks(
-        &mut self,
-        req: &Request,
-        shared: &DeviceShared<B>,
-        st: &mut StatsWriter<'_>,
-    ) -> bool {
+    /// whole blocks from the largest down until that many bytes are freed. The segments are
+    /// taken out for release ([`ShardState::take_released`]).
+    pub(crate) fn release_available_cached_blocks(&mut self, req: &Request) -> bool {
         let max_split = self.config.max_split_size;
         if max_split == u64::MAX {
             return false;
@@ -571,7 +575,7 @@ impl<B: Backend> ShardState<B> {
             .iter_from(key)
             .find(|&(_, _, b)| !self.blocks[b].is_split());
         if let Some((_, _, block)) = single {
-            self.release_block(block, shared, st);
+            self.release_block(block);
             return true;
         }
         let candidates: Vec<(u64, u32)> = pool
@@ -586,15 +590,16 @@ impl<B: Backend> ShardState<B> {
             if released >= key {
                 break;
             }
-            self.release_block(block, shared, st);
+            self.release_block(block);
             released += size;
         }
         released >= key
     }
 
     /// PyTorch's garbage collection (§4.11) on this shard's large pool: release whole free
-    /// blocks of at least the mean age until reserved drops below the threshold.
-    pub(crate) fn garbage_collect(&mut self, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>) {
+    /// blocks of at least the mean age until reserved drops below the threshold. The segments
+    /// are taken out for release ([`ShardState::take_released`]).
+    pub(crate) fn garbage_collect(&mut self, shared: &DeviceShared<B>) {
         let Some(allowed) = shared.allowed() else {
             return;
         };
@@ -628,7 +633,7 @@ impl<B: Backend> ShardState<B> {
                 age >= mean
             });
             for (block, size, _) in old {
-                self.release_block(block, shared, st);
+                self.release_block(block);
                 reclaimed += size;
                 freed = true;
             }
@@ -663,6 +668,34 @@ impl<B: Backend> ReleaseBatch<B> {
             free_segment(segment, self.key, self.max_split_size, shared, st);
         }
         released
+    }
+}
+
+/// Segments taken out of a shard during an allocation (see [`ShardState::release_block`]),
+/// freed once its lock is released.
+pub(crate) struct ReleasedSegments<B: Backend> {
+    key: StreamKey,
+    stream: B::Stream,
+    segments: Vec<Segment<B>>,
+    max_split_size: u64,
+}
+
+impl<B: Backend> ReleasedSegments<B> {
+    /// Frees the segments to the device, then updates the statistics (reserved bytes drop
+    /// as each is freed). Call without the stream's lock: the source's `free` is user code
+    /// and may call the allocator. Stream order: only this stream's work may still use them
+    /// (uses on other streams completed before their blocks became free); an OpenCL buffer
+    /// is deleted by the driver only once the commands using it have finished (OpenCL 3.0
+    /// §5.5.1), and a source whose free does not wait has the stream synchronized first.
+    pub(crate) fn free(self, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>) {
+        if shared.source.free_needs_sync() {
+            if let Err(e) = st.unlocked(|| B::synchronize(&self.stream)) {
+                tracing::warn!(stream = ?self.key, error = %e, "synchronize before freeing a segment failed");
+            }
+        }
+        for segment in self.segments {
+            free_segment(segment, self.key, self.max_split_size, shared, st);
+        }
     }
 }
 

@@ -201,6 +201,72 @@ fn a_segment_source_may_allocate_through_its_allocator_on_the_stream_being_grown
     assert_eq!(*source.hooks().done.lock(), Some(MIB));
 }
 
+/// Hooks whose first `free` allocates (and frees) a block through the allocator that owns
+/// the source, on the stream whose allocation released the segment.
+struct NestedFree {
+    core: Arc<OnceLock<CachingAllocator<SimBackend>>>,
+    stream: Arc<crate::sim_stream::SimStream>,
+    done: Mutex<Option<u64>>,
+    entered: std::sync::atomic::AtomicBool,
+}
+
+impl SourceHooks<SimulatedSource> for NestedFree {
+    fn free(&self, inner: &SimulatedSource, segment: SourceSegment<Simulated>) {
+        if !self.entered.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            if let Some(core) = self.core.get() {
+                let nested = core.alloc(MIB, &self.stream).unwrap();
+                *self.done.lock() = Some(nested.allocated_size());
+            }
+        }
+        inner.free(segment);
+    }
+}
+
+/// A source's `free` runs without the lock of the stream whose allocation releases cached
+/// segments (here `max_split_size_mb:64` releases a cached oversize 100 MiB segment so a
+/// 70 MiB one fits in 128 MiB): a hook may allocate and free through the same allocator,
+/// on the same stream, without waiting for itself; reserved bytes drop once the segment is
+/// freed.
+#[test]
+fn a_segment_source_may_allocate_through_its_allocator_while_a_release_frees_a_segment() {
+    let cell = Arc::new(OnceLock::new());
+    let (_, s) = stream(1);
+    let hooks = NestedFree {
+        core: cell.clone(),
+        stream: s.clone(),
+        done: Mutex::new(None),
+        entered: std::sync::atomic::AtomicBool::new(false),
+    };
+    let source = Arc::new(HookedSource::new(
+        SimulatedSource::new(0, 128 * MIB, 128 * MIB),
+        hooks,
+    ));
+    let config = AllocConfig::parse("max_split_size_mb:64,release_policy:on_oom").unwrap();
+    let core = CachingAllocator::new(Box::new(source.clone()), config);
+    let _ = cell.set(core.clone());
+    let done = returns(move || {
+        drop(core.alloc(100 * MIB, &s).unwrap());
+        let p = core.alloc(70 * MIB, &s).unwrap();
+        let size = p.allocated_size();
+        drop(p);
+        let st = core.memory_stats();
+        (
+            size,
+            st.num_device_free,
+            st.segment.all.current,
+            st.reserved_bytes.all.current,
+            st.allocated_bytes.all.current,
+        )
+    });
+    assert_eq!(
+        done,
+        Some((70 * MIB, 1, 2, 72 * (MIB as i64), 0)),
+        "the allocation returned (not waiting for its own lock): the 100 MiB segment freed, \
+         a 2 MiB small segment and the 70 MiB one reserved"
+    );
+    assert_eq!(*source.hooks().done.lock(), Some(MIB));
+}
+
 /// With `max_split_size_mb:64` a cached 100 MiB block does not serve a 70 MiB request (it
 /// exceeds it by the 20 MiB tolerance or more), under every release policy, and a loop of
 /// identical rounds reaches a steady state with no new segments.
