@@ -14,13 +14,12 @@ use super::{SegmentSource, SourceError, SourceSegment};
 /// of the same source, is freed again and the allocation fails with a device error.
 ///
 /// Hooks run where the allocator calls its source, outside the statistics write (so they
-/// may read the allocator's statistics). `allocate` runs under no allocator lock: it may
-/// allocate and free through the allocator that owns the source. `free` runs under no
-/// lock when cached memory is released (`empty_cache`, the OOM path), but under the lock of
-/// the stream's cache for a release by the release policies or garbage collection during
-/// an allocation, as any [`SegmentSource`] is called: a `free` hook must not allocate, free
-/// or empty the cache through the allocator that owns the source (that would wait for the
-/// lock it holds: a deadlock).
+/// may read the allocator's statistics). Both run under no allocator lock, as any
+/// [`SegmentSource`] is called: `allocate` when a stream grows, `free` when cached memory is
+/// released (`empty_cache`, the OOM path, and the release policies, oversize releases or
+/// garbage collection during an allocation: the segments are taken out of the stream's
+/// cache under its lock and freed once it is released). Either may allocate, free or empty
+/// the cache through the allocator that owns the source, on any stream.
 pub trait SourceHooks<S: SegmentSource>: Send + Sync + 'static {
     /// Allocates a segment of exactly `size` bytes from `inner` (the default:
     /// `inner.allocate(size)`).
