@@ -611,8 +611,10 @@ fn grow_path<B: Backend>(
             Err(f) => hard_error(f, shared, size)?,
         }
     }
-    if state.release_available_cached_blocks(&req) {
-        free_released(state, shared, st);
+    // Freed whether or not enough was released (a partial release still frees segments).
+    let released_enough = state.release_available_cached_blocks(&req);
+    free_released(state, shared, st);
+    if released_enough {
         match new_segment(state, &req, shared, st) {
             Ok(h) => return Ok(Outcome::Done(h)),
             Err(f) => hard_error(f, shared, size)?,
