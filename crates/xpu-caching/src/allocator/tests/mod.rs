@@ -417,3 +417,84 @@ fn statistics_currents_match_the_snapshot_after_four_threads_allocate_and_free()
     assert_eq!(stats.inactive_split.all.current, 0);
     assert_eq!(stats.inactive_split_bytes.all.current, 0);
 }
+
+/// A simulated source whose free does not wait for queued work (as SVM): the allocator
+/// synchronizes the stream before freeing one of its segments.
+struct FreeNeedsSync(SimulatedSource<Simulated>);
+
+impl crate::source::SegmentSource for FreeNeedsSync {
+    type Memory = Simulated;
+    fn device(&self) -> usize {
+        self.0.device()
+    }
+    fn name(&self) -> String {
+        self.0.name()
+    }
+    fn total_memory(&self) -> u64 {
+        self.0.total_memory()
+    }
+    fn max_alloc_size(&self) -> u64 {
+        self.0.max_alloc_size()
+    }
+    fn base_addr_align(&self) -> u64 {
+        self.0.base_addr_align()
+    }
+    fn free_needs_sync(&self) -> bool {
+        true
+    }
+    fn allocate(
+        &self,
+        size: u64,
+    ) -> Result<crate::source::SourceSegment<Simulated>, crate::source::SourceError> {
+        self.0.allocate(size)
+    }
+    fn free(&self, segment: crate::source::SourceSegment<Simulated>) {
+        self.0.free(segment);
+    }
+}
+
+/// The synchronize before freeing a segment of a source whose free does not wait runs
+/// without the stream's lock: while an allocation that released a cached oversize 100 MiB
+/// segment (`max_split_size_mb:64`, 128 MiB device) waits for the stream's work, a cached
+/// allocation on the same stream returns; the waiting one completes once the work does.
+#[test]
+fn a_cached_allocation_does_not_wait_for_a_synchronize_before_a_segment_free() {
+    let source = FreeNeedsSync(SimulatedSource::new(0, 128 * MIB, 128 * MIB));
+    let config = AllocConfig::parse("max_split_size_mb:64,release_policy:on_oom").unwrap();
+    let core: CachingAllocator<TestBackend> = CachingAllocator::new(Box::new(source), config);
+    let held = Arc::new(Held::default());
+    let (tx, started) = mpsc::channel();
+    *held.waiting.lock() = Some(tx);
+    let h = Arc::new(TestStream::Held(StreamKey::new(0, 1), held.clone()));
+    drop(core.alloc(100 * MIB, &h).unwrap());
+    drop(core.alloc(MIB, &h).unwrap());
+    let grow = {
+        let (core, h) = (core.clone(), h.clone());
+        std::thread::spawn(move || core.alloc(70 * MIB, &h).map(|p| p.allocated_size()))
+    };
+    // The growing thread is now synchronizing the stream before freeing the 100 MiB segment.
+    started
+        .recv_timeout(HANG)
+        .expect("the release synchronizes the stream");
+    let cached = {
+        let (core, h) = (core.clone(), h.clone());
+        returns(move || core.alloc(MIB, &h).map(|p| p.allocated_size()).ok())
+    };
+    held.release();
+    assert_eq!(
+        cached,
+        Some(Some(MIB)),
+        "the cached allocation returned while the stream was being synchronized"
+    );
+    assert_eq!(grow.join().unwrap().ok(), Some(70 * MIB));
+    let st = core.memory_stats();
+    assert_eq!(
+        (
+            st.num_device_free,
+            st.segment.all.current,
+            st.reserved_bytes.all.current
+        ),
+        (1, 2, 72 * (MIB as i64)),
+        "the 100 MiB segment freed after the synchronize"
+    );
+}
