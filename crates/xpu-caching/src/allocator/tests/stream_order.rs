@@ -222,13 +222,18 @@ impl SourceHooks<SimulatedSource> for NestedFree {
     }
 }
 
-/// A source's `free` runs without the lock of the stream whose allocation releases cached
-/// segments (here `max_split_size_mb:64` releases a cached oversize 100 MiB segment so a
-/// 70 MiB one fits in 128 MiB): a hook may allocate and free through the same allocator,
-/// on the same stream, without waiting for itself; reserved bytes drop once the segment is
-/// freed.
-#[test]
-fn a_segment_source_may_allocate_through_its_allocator_while_a_release_frees_a_segment() {
+/// Over a 128 MiB device with `config` (and the memory `fraction`), caches a `cached`-byte
+/// block on a stream, then allocates `request` bytes there, which releases the cached
+/// segment: the source's `free` (a [`NestedFree`] hook allocating 1 MiB through the
+/// allocator on that stream) must not wait for the stream's lock. Returns the request's
+/// size, then the number of device frees, segments and reserved bytes after it, and the
+/// size the hook's nested allocation got; `None` when the allocation did not return.
+fn release_during_an_allocation_calls_a_nested_free(
+    config: &str,
+    fraction: Option<f64>,
+    cached: u64,
+    request: u64,
+) -> (Option<(u64, u64, i64, i64)>, Option<u64>) {
     let cell = Arc::new(OnceLock::new());
     let (_, s) = stream(1);
     let hooks = NestedFree {
@@ -241,12 +246,15 @@ fn a_segment_source_may_allocate_through_its_allocator_while_a_release_frees_a_s
         SimulatedSource::new(0, 128 * MIB, 128 * MIB),
         hooks,
     ));
-    let config = AllocConfig::parse("max_split_size_mb:64,release_policy:on_oom").unwrap();
+    let config = AllocConfig::parse(config).unwrap();
     let core = CachingAllocator::new(Box::new(source.clone()), config);
+    if let Some(f) = fraction {
+        core.set_memory_fraction(f).unwrap();
+    }
     let _ = cell.set(core.clone());
     let done = returns(move || {
-        drop(core.alloc(100 * MIB, &s).unwrap());
-        let p = core.alloc(70 * MIB, &s).unwrap();
+        drop(core.alloc(cached, &s).unwrap());
+        let p = core.alloc(request, &s).unwrap();
         let size = p.allocated_size();
         drop(p);
         let st = core.memory_stats();
@@ -255,16 +263,50 @@ fn a_segment_source_may_allocate_through_its_allocator_while_a_release_frees_a_s
             st.num_device_free,
             st.segment.all.current,
             st.reserved_bytes.all.current,
-            st.allocated_bytes.all.current,
         )
     });
+    let nested = *source.hooks().done.lock();
+    (done, nested)
+}
+
+/// A source's `free` runs without the lock of the stream whose allocation releases cached
+/// segments (here `max_split_size_mb:64` releases a cached oversize 100 MiB segment so a
+/// 70 MiB one fits in 128 MiB): a hook may allocate and free through the same allocator,
+/// on the same stream, without waiting for itself; reserved bytes drop once the segment is
+/// freed (a 2 MiB small segment and the 70 MiB one stay).
+#[test]
+fn a_segment_source_may_allocate_through_its_allocator_while_a_release_frees_a_segment() {
+    let (done, nested) = release_during_an_allocation_calls_a_nested_free(
+        "max_split_size_mb:64,release_policy:on_oom",
+        None,
+        100 * MIB,
+        70 * MIB,
+    );
     assert_eq!(
         done,
-        Some((70 * MIB, 1, 2, 72 * (MIB as i64), 0)),
-        "the allocation returned (not waiting for its own lock): the 100 MiB segment freed, \
-         a 2 MiB small segment and the 70 MiB one reserved"
+        Some((70 * MIB, 1, 2, 72 * (MIB as i64))),
+        "the allocation returned (not waiting for its own lock)"
     );
-    assert_eq!(*source.hooks().done.lock(), Some(MIB));
+    assert_eq!(nested, Some(MIB));
+}
+
+/// The same under garbage collection: with a 64 MiB limit (fraction 0.5) and a 0.5
+/// threshold, a cached 40 MiB segment (above the 32 MiB threshold) is collected when a
+/// 50 MiB request misses the cache; its free allocates through the allocator.
+#[test]
+fn a_segment_source_may_allocate_through_its_allocator_while_garbage_collection_frees() {
+    let (done, nested) = release_during_an_allocation_calls_a_nested_free(
+        "garbage_collection_threshold:0.5,release_policy:on_oom",
+        Some(0.5),
+        40 * MIB,
+        50 * MIB,
+    );
+    assert_eq!(
+        done,
+        Some((50 * MIB, 1, 2, 52 * (MIB as i64))),
+        "the allocation returned (not waiting for its own lock)"
+    );
+    assert_eq!(nested, Some(MIB));
 }
 
 /// With `max_split_size_mb:64` a cached 100 MiB block does not serve a 70 MiB request (it
