@@ -222,6 +222,9 @@ impl SourceHooks<SimulatedSource> for NestedFree {
     }
 }
 
+/// A request's size, then the number of device frees, segments and reserved bytes.
+type AfterRelease = (u64, u64, i64, i64);
+
 /// Over a 128 MiB device with `config` (and the memory `fraction`), caches a `cached`-byte
 /// block on a stream, then allocates `request` bytes there, which releases the cached
 /// segment: the source's `free` (a [`NestedFree`] hook allocating 1 MiB through the
@@ -233,7 +236,7 @@ fn release_during_an_allocation_calls_a_nested_free(
     fraction: Option<f64>,
     cached: u64,
     request: u64,
-) -> (Option<(u64, u64, i64, i64)>, Option<u64>) {
+) -> (Option<AfterRelease>, Option<u64>) {
     let cell = Arc::new(OnceLock::new());
     let (_, s) = stream(1);
     let hooks = NestedFree {
