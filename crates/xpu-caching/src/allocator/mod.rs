@@ -114,7 +114,11 @@ struct Inner<B: Backend> {
 ///
 /// # Waits and driver calls
 /// No device wait runs under an allocator lock: the OOM path and `empty_cache` collect the
-/// markers to wait for under the locks, release them, wait, then lock again. No driver call
+/// markers to wait for under the locks, release them, wait, then lock again; segments that
+/// garbage collection, the release policy or an oversize release frees during an
+/// allocation are taken out under the stream's lock and freed (after the synchronize a
+/// source whose free does not wait needs) once it is released, so a segment source is never
+/// called under an allocator lock. No driver call
 /// or wait runs while a statistics write is open (see `cell`), so statistics readers never
 /// wait for an allocation in progress, and a segment source may read statistics.
 ///
