@@ -317,7 +317,7 @@ fn to_usize(v: u64) -> Result<usize, AllocError> {
 /// The bytes of one allocation, borrowed from its [`DataPtr`] (see [`DataPtr::view`]):
 /// bounds-checked blocking reads and writes, fills and device-side copies. Offsets and
 /// lengths are in bytes, relative to the allocation's first byte, and must lie within its
-/// requested size ([`BlockView::len`]).
+/// requested size ([`DataPtr::size`]).
 ///
 /// Commands are enqueued on the given stream, which must belong to the allocation's device.
 /// As with any allocator memory (PyTorch's rule), work on a stream other than the allocation
@@ -330,24 +330,12 @@ pub struct BlockView<'a> {
     buffer: Buffer,
     /// The allocation's first byte in `buffer`.
     offset: usize,
-    /// The requested size.
+    /// The requested size ([`DataPtr::size`], converted once).
     len: usize,
 }
 
 impl BlockView<'_> {
-    /// The allocation's requested size in bytes (the view's extent).
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the view has no bytes.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The allocation viewed.
+    /// The allocation viewed; its requested size ([`DataPtr::size`]) is the view's extent.
     #[must_use]
     pub fn data_ptr(&self) -> &DataPtr {
         self.ptr
@@ -391,7 +379,7 @@ impl BlockView<'_> {
     /// (`clEnqueueWriteBuffer`, blocking: `data` has been read when the call returns).
     ///
     /// # Errors
-    /// [`AllocError::OutOfRange`] when `offset + data.len()` exceeds [`BlockView::len`];
+    /// [`AllocError::OutOfRange`] when `offset + data.len()` exceeds [`DataPtr::size`];
     /// [`AllocError::StreamDevice`] for a stream of another device; [`AllocError::Device`]
     /// for a released stream or a failed enqueue.
     pub fn write(&self, stream: &Stream, offset: usize, data: &[u8]) -> Result<(), AllocError> {
@@ -481,7 +469,7 @@ impl BlockView<'_> {
 
     /// Non-blocking host-to-device copy of `len` bytes of pinned `src` at `src_offset` into
     /// this allocation at byte `offset`, on `stream` (see
-    /// [`HostCopy::copy_from_host_to_buffer`](crate::host::HostCopy::copy_from_host_to_buffer)):
+    /// [`HostCopy::copy_pinned`](crate::host::HostCopy::copy_pinned)):
     /// the use of `src` is recorded, so dropping it at once is safe. A zero-length copy does
     /// nothing.
     ///
@@ -497,14 +485,14 @@ impl BlockView<'_> {
         offset: usize,
         len: usize,
     ) -> Result<(), crate::host::HostError> {
-        use crate::host::HostCopy;
+        use crate::host::{HostBytes, HostCopy};
         let at = self.host_range("device destination", offset, len)?;
-        stream.copy_from_host_to_buffer(src, src_offset, &self.buffer, at, len)
+        stream.copy_pinned(&self.buffer, at, HostBytes::From(src), src_offset, len)
     }
 
     /// Non-blocking device-to-host copy of `len` bytes of this allocation at byte `offset`
     /// into pinned `dst` at `dst_offset`, on `stream` (see
-    /// [`HostCopy::copy_to_host_from_buffer`](crate::host::HostCopy::copy_to_host_from_buffer)):
+    /// [`HostCopy::copy_pinned`](crate::host::HostCopy::copy_pinned)):
     /// reading `dst` waits for the copy.
     ///
     /// # Errors
@@ -517,9 +505,9 @@ impl BlockView<'_> {
         dst_offset: usize,
         len: usize,
     ) -> Result<(), crate::host::HostError> {
-        use crate::host::HostCopy;
+        use crate::host::{HostBytes, HostCopy};
         let at = self.host_range("device source", offset, len)?;
-        stream.copy_to_host_from_buffer(&self.buffer, at, dst, dst_offset, len)
+        stream.copy_pinned(&self.buffer, at, HostBytes::Into(dst), dst_offset, len)
     }
 }
 

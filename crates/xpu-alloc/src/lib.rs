@@ -97,5 +97,5 @@ pub use xpu_host as host;
 pub use xpu_host::{
     host_allocate, host_allocate_on, host_empty_cache, host_memory_stats, host_record_event,
     host_reset_accumulated_stats, host_reset_peak_stats, DeviceMemory, DeviceRegion, HostAllocator,
-    HostCopy, HostError, HostMemoryStats, HostPtr,
+    HostBytes, HostCopy, HostError, HostMemoryStats, HostPtr,
 };

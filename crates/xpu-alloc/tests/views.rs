@@ -30,7 +30,7 @@ fn a_view_reads_and_writes_only_its_own_allocation() {
         "b is a's neighbour in the segment"
     );
     let (va, vb) = (a.view().unwrap(), b.view().unwrap());
-    assert_eq!((va.len(), vb.len()), (1000, 1000));
+    assert_eq!((va.data_ptr().size(), vb.data_ptr().size()), (1000, 1000));
     vb.write(&s, 0, &[0x22; 1000]).unwrap();
     va.write(&s, 0, &[0x11; 1000]).unwrap();
     let oob = |r: Result<(), AllocError>, offset: u64, len: u64| {
@@ -115,7 +115,7 @@ fn raw_delete_during_a_raw_view_frees_the_block_when_the_view_ends() {
     // Once the view ended, the pointer is gone and its block is free.
     assert_eq!(xpu_alloc::memory_allocated(0).unwrap(), before);
     assert_eq!(
-        xpu_alloc::with_raw_view(p, |v| v.len()).unwrap_err(),
+        xpu_alloc::with_raw_view(p, |v| v.data_ptr().size()).unwrap_err(),
         AllocError::InvalidDevicePointer {
             address: p.address()
         }

@@ -5,7 +5,7 @@
 //! same run on the same stream and size:
 //!
 //! - `htod_typed_raw_h2d_pinned_gbps`: a bare `PinnedBuffer`, already filled, and
-//!   `write_from_pinned` into a plain buffer (no staging, no allocator): the link's bandwidth;
+//!   `copy_pinned` into a plain buffer (no staging, no allocator): the link's bandwidth;
 //!   `htod_typed_over_raw` = `htod_typed_gbps` / it (goal >= 0.95);
 //! - `raw_h2d_pageable_gbps`: one blocking `clEnqueueWriteBuffer` from the same `Vec` into a
 //!   plain buffer (the driver stages pageable memory itself): what a pageable upload costs
@@ -24,7 +24,7 @@
 
 use std::time::Instant;
 
-use xpu::xpu_device::backend::{Buffer, MemFlags, PinnedBuffer};
+use xpu::xpu_device::backend::{Buffer, MemFlags, PinnedBuffer, PinnedBytes};
 use xpu::xpu_kernel::memory::{copy_htod, copy_htod_pinned, staging_threads, DeviceBuffer};
 use xpu::xpu_stream::{get_stream_from_pool, Stream};
 
@@ -68,7 +68,7 @@ pub fn figures(device: usize, quick: bool) -> anyhow::Result<Vec<(String, f64)>>
     let raw_pageable_dst = Buffer::new(ctx, bytes, MemFlags::default())?;
 
     let mut raw = || -> anyhow::Result<()> {
-        drop(queue.write_from_pinned(&raw_src, 0, &raw_dst, 0, bytes, &[])?);
+        drop(queue.copy_pinned(&raw_dst, 0, PinnedBytes::From(&raw_src), 0, bytes, &[])?);
         Ok(())
     };
     let mut raw_pageable = || -> anyhow::Result<()> {

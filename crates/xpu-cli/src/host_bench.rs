@@ -5,10 +5,10 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use xpu_device::backend::{Buffer, MemFlags, PinnedBuffer};
+use xpu_device::backend::{Buffer, MemFlags, PinnedBuffer, PinnedBytes};
 use xpu_stream::{get_stream_from_pool, Stream, PRIORITY_NORMAL};
 
-use xpu_host::{host_allocate_on, HostCopy, HostError};
+use xpu_host::{host_allocate_on, HostBytes, HostCopy, HostError};
 
 /// What [`run_with`] measures. [`Default`]: the `xpu bench` sizes (256 MiB copies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,9 +76,9 @@ fn bandwidth(
 
 /// Measures every figure on `device` with `cfg` and returns `(name, value)` pairs:
 /// `host_cached_alloc_free_ns` (ns), then, in GB/s (bytes/ns) for `cfg.copy_bytes` copies:
-/// `raw_h2d_pinned_gbps` (a bare [`PinnedBuffer`] and `write_from_pinned` on the stream's
+/// `raw_h2d_pinned_gbps` (a bare [`PinnedBuffer`] and `copy_pinned` on the stream's
 /// queue, no caching layer), `h2d_pinned_gbps` (a [`HostPtr`](xpu_host::HostPtr) from the
-/// allocator and [`HostCopy::copy_from_host_to_buffer`]), `h2d_pageable_gbps`
+/// allocator and [`HostCopy::copy_pinned`]), `h2d_pageable_gbps`
 /// ([`HostCopy::copy_from_pageable`] from a `Vec`), and `h2d_pinned_over_raw` (ratio).
 ///
 /// # Errors
@@ -106,10 +106,10 @@ pub fn run_with(device: usize, cfg: &BenchConfig) -> Result<Vec<(String, f64)>, 
     let pageable = vec![3u8; n];
 
     let raw_copy = || -> Result<(), HostError> {
-        drop(queue.write_from_pinned(&raw, 0, &dst, 0, n, &[])?);
+        drop(queue.copy_pinned(&dst, 0, PinnedBytes::From(&raw), 0, n, &[])?);
         Ok(())
     };
-    let ours_copy = || stream.copy_from_host_to_buffer(&ours, 0, &dst, 0, n);
+    let ours_copy = || stream.copy_pinned(&dst, 0, HostBytes::From(&ours), 0, n);
     let pageable_copy = || stream.copy_from_pageable(&pageable, &dst, 0);
 
     // Warm-up: first touch of the destination and of every source.

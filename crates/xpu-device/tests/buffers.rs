@@ -2,7 +2,7 @@
 
 mod common;
 
-use xpu_device::backend::{Buffer, MemFlags, PinnedBuffer};
+use xpu_device::backend::{Buffer, MemFlags, PinnedBuffer, PinnedBytes};
 use xpu_device::DeviceError;
 
 const CL_MISALIGNED_SUB_BUFFER_OFFSET: i32 = -13;
@@ -189,6 +189,16 @@ fn fill_then_copy() {
     q.finish().unwrap();
 }
 
+/// The pinned end of a copy: read from the device into `pinned` when `into`, else written
+/// from it.
+fn pinned_end(pinned: &mut PinnedBuffer, into: bool) -> PinnedBytes<'_> {
+    if into {
+        PinnedBytes::Into(pinned)
+    } else {
+        PinnedBytes::From(pinned)
+    }
+}
+
 #[test]
 fn commands_on_buffers_of_another_context_are_errors_not_aborts() {
     let Some((d0, d1)) = common::two_devices_in_child() else {
@@ -208,30 +218,18 @@ fn commands_on_buffers_of_another_context_are_errors_not_aborts() {
     assert_eq!(err.code, -34, "CL_INVALID_CONTEXT");
     assert!(q1.fill(&own, &[1u8], 0, 16, &[&foreign_event]).is_err());
     let mut pinned = PinnedBuffer::new(d1.context().unwrap(), &q1, 64).unwrap();
-    assert!(
-        q1.write_from_pinned(&pinned, 0, &foreign, 0, 16, &[])
-            .is_err(),
-        "pinned write into a buffer of another context"
-    );
-    assert!(
-        q1.read_into_pinned(&foreign, 0, &mut pinned, 0, 16, &[])
-            .is_err(),
-        "pinned read from a buffer of another context"
-    );
-    let err = q1
-        .write_from_pinned(&pinned, 0, &own, 0, 16, &[&foreign_event])
-        .unwrap_err();
-    assert!(
-        err.to_string().contains("-34") || format!("{err:?}").contains("-34"),
-        "{err:?}"
-    );
-    let err = q1
-        .read_into_pinned(&own, 0, &mut pinned, 0, 16, &[&foreign_event])
-        .unwrap_err();
-    assert!(
-        err.to_string().contains("-34") || format!("{err:?}").contains("-34"),
-        "{err:?}"
-    );
+    for (into, what) in [(false, "pinned write into"), (true, "pinned read from")] {
+        let foreign_copy = q1.copy_pinned(&foreign, 0, pinned_end(&mut pinned, into), 0, 16, &[]);
+        assert!(foreign_copy.is_err(), "{what} a buffer of another context");
+        let wait = [&foreign_event];
+        let err = q1
+            .copy_pinned(&own, 0, pinned_end(&mut pinned, into), 0, 16, &wait)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("-34") || format!("{err:?}").contains("-34"),
+            "{what} a buffer after an event of another context: {err:?}"
+        );
+    }
     q1.finish().unwrap();
     println!("scenario-ok");
 }

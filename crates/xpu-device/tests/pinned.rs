@@ -6,7 +6,7 @@ mod common;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use xpu_device::backend::{Buffer, CommandQueue, Context, MemFlags, PinnedBuffer};
+use xpu_device::backend::{Buffer, CommandQueue, Context, MemFlags, PinnedBuffer, PinnedBytes};
 use xpu_device::{Device, DeviceError};
 
 #[test]
@@ -22,25 +22,25 @@ fn pinned_write_and_read_round_trip() {
     }
     let dev_buf = Buffer::new(ctx, 8192, MemFlags::default()).unwrap();
     let w = q
-        .write_from_pinned(&src, 0, &dev_buf, 0, 8192, &[])
+        .copy_pinned(&dev_buf, 0, PinnedBytes::From(&src), 0, 8192, &[])
         .unwrap();
 
     let mut dst = PinnedBuffer::new(ctx, &q, 4096).unwrap();
     dst.as_mut_slice().fill(0);
     // Read the second half of the device buffer into the pinned buffer, after the write.
     let r = q
-        .read_into_pinned(&dev_buf, 4096, &mut dst, 0, 4096, &[&w])
+        .copy_pinned(&dev_buf, 4096, PinnedBytes::Into(&mut dst), 0, 4096, &[&w])
         .unwrap();
     r.wait().unwrap();
     assert!(w.is_complete().unwrap());
     assert_eq!(dst.as_slice(), &src.as_slice()[4096..]);
 
     assert!(matches!(
-        q.write_from_pinned(&src, 8000, &dev_buf, 0, 200, &[]),
+        q.copy_pinned(&dev_buf, 0, PinnedBytes::From(&src), 8000, 200, &[]),
         Err(DeviceError::InvalidArgument(_))
     ));
     assert!(matches!(
-        q.read_into_pinned(&dev_buf, 0, &mut dst, 4000, 100, &[]),
+        q.copy_pinned(&dev_buf, 0, PinnedBytes::Into(&mut dst), 4000, 100, &[]),
         Err(DeviceError::InvalidArgument(_))
     ));
     assert!(matches!(
@@ -59,7 +59,14 @@ fn pinned_memory_outlives_its_handle_while_a_copy_waits() {
     src.as_mut_slice().fill(0x3C);
     let dev_buf = Buffer::new(ctx, 1024, MemFlags::default()).unwrap();
     let w = q
-        .write_from_pinned(&src, 0, &dev_buf, 0, 1024, &[gate.event()])
+        .copy_pinned(
+            &dev_buf,
+            0,
+            PinnedBytes::From(&src),
+            0,
+            1024,
+            &[gate.event()],
+        )
         .unwrap();
     q.flush().unwrap();
     // The copy cannot start before the gate opens; the caller drops its handle meanwhile.
@@ -129,7 +136,14 @@ fn pinned_reads_wait_for_a_copy_into_the_buffer() {
     let (mut gate, dev_buf, mut p) = gate_and_buffers((dev, ctx, &q), 512, 0xAB, 0);
     assert!(!p.has_copies_in_flight());
     let r = q
-        .read_into_pinned(&dev_buf, 0, &mut p, 0, 512, &[gate.event()])
+        .copy_pinned(
+            &dev_buf,
+            0,
+            PinnedBytes::Into(&mut p),
+            0,
+            512,
+            &[gate.event()],
+        )
         .unwrap();
     q.flush().unwrap();
     assert!(p.has_copies_in_flight());
@@ -155,7 +169,7 @@ fn pinned_writes_wait_for_a_copy_from_the_buffer() {
     };
     let (mut gate, dev_buf, mut p) = gate_and_buffers((dev, ctx, &q), 512, 0, 1);
     let w = q
-        .write_from_pinned(&p, 0, &dev_buf, 0, 512, &[gate.event()])
+        .copy_pinned(&dev_buf, 0, PinnedBytes::From(&p), 0, 512, &[gate.event()])
         .unwrap();
     q.flush().unwrap();
     // Reading does not wait for a copy that only reads the host bytes.
@@ -189,9 +203,11 @@ fn pinned_copies_on_two_queues_keep_their_order_on_the_host_bytes() {
     // Queue A reads the host bytes once the gate opens; queue B then overwrites them. The
     // second copy must not overtake the first one on the host bytes.
     let h2d = qa
-        .write_from_pinned(&p, 0, &out_a, 0, 256, &[gate.event()])
+        .copy_pinned(&out_a, 0, PinnedBytes::From(&p), 0, 256, &[gate.event()])
         .unwrap();
-    let d2h = qb.read_into_pinned(&in_b, 0, &mut p, 0, 256, &[]).unwrap();
+    let d2h = qb
+        .copy_pinned(&in_b, 0, PinnedBytes::Into(&mut p), 0, 256, &[])
+        .unwrap();
     qa.flush().unwrap();
     qb.flush().unwrap();
     gate.open();

@@ -6,8 +6,8 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use xpu_device::backend::{Buffer, MemFlags, PinnedBuffer};
-use xpu_host::{host_allocate_on, HostCopy};
+use xpu_device::backend::{Buffer, MemFlags, PinnedBuffer, PinnedBytes};
+use xpu_host::{host_allocate_on, HostBytes, HostCopy};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 
 /// Copy size of the copy benches: small, PoCL is slow.
@@ -44,7 +44,7 @@ fn host(c: &mut Criterion) {
     if let Ok(ours) = &ours {
         g.bench_function("pinned_host_ptr", |b| {
             b.iter(|| {
-                let _ = stream.copy_from_host_to_buffer(ours, 0, &dst, 0, COPY_BYTES);
+                let _ = stream.copy_pinned(&dst, 0, HostBytes::From(ours), 0, COPY_BYTES);
                 let _ = stream.synchronize();
             })
         });
@@ -52,7 +52,7 @@ fn host(c: &mut Criterion) {
     if let Ok(queue) = stream.queue() {
         g.bench_function("raw_pinned_buffer", |b| {
             b.iter(|| {
-                let _ = queue.write_from_pinned(&raw, 0, &dst, 0, COPY_BYTES, &[]);
+                let _ = queue.copy_pinned(&dst, 0, PinnedBytes::From(&raw), 0, COPY_BYTES, &[]);
                 let _ = queue.finish();
             })
         });

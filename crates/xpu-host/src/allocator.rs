@@ -35,7 +35,7 @@ pub(crate) struct Shared {
 /// - A freed block whose use recorded streams ([`HostPtr::record_stream`], or automatically by
 ///   [`HostCopy`](super::HostCopy)) gets one marker per stream and rejoins its free list only
 ///   once all of them completed, and once every copy tracked on its buffer (any
-///   `write_from_pinned` / `read_into_pinned` of it, even without `record_stream`)
+///   `copy_pinned` of it, even without `record_stream`)
 ///   completed; pending blocks are processed, oldest first, at the start of every allocation.
 ///   Blocks in use or pending are never reused or released.
 /// - The cached path (allocate + free of a cached size) makes no driver call and locks only

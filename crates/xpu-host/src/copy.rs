@@ -2,7 +2,7 @@
 
 use std::marker::PhantomData;
 
-use xpu_device::backend::Buffer;
+use xpu_device::backend::{Buffer, PinnedBytes};
 use xpu_stream::Stream;
 
 use super::error::HostError;
@@ -117,6 +117,35 @@ impl DeviceMemory for Buffer {
     }
 }
 
+/// The pinned host end of a [`HostCopy::copy_pinned`], which gives the copy's direction.
+#[derive(Debug)]
+pub enum HostBytes<'a> {
+    /// Host to device: the copy reads these bytes (`clEnqueueWriteBuffer` from the mapped
+    /// pinned pointer, non-blocking).
+    From(&'a HostPtr),
+    /// Device to host: the copy writes these bytes (`clEnqueueReadBuffer` into the mapped
+    /// pinned pointer, non-blocking). Reading the [`HostPtr`] ([`HostPtr::as_slice`]) waits
+    /// for the copy; synchronizing the stream first makes that wait free.
+    Into(&'a mut HostPtr),
+}
+
+impl HostBytes<'_> {
+    fn ptr(&self) -> &HostPtr {
+        match self {
+            HostBytes::From(ptr) => ptr,
+            HostBytes::Into(ptr) => ptr,
+        }
+    }
+
+    /// The names of the copy, of its host side and of its device side, in errors.
+    fn names(&self) -> [&'static str; 3] {
+        match self {
+            HostBytes::From(_) => ["host-to-device copy", "host source", "device destination"],
+            HostBytes::Into(_) => ["device-to-host copy", "host destination", "device source"],
+        }
+    }
+}
+
 /// Copies between pinned host memory and device buffers on a [`Stream`], as PyTorch's
 /// `non_blocking=True` copies: the copy is enqueued on the stream's queue and the call
 /// returns at once; the stream is recorded on the host block
@@ -134,49 +163,33 @@ impl DeviceMemory for Buffer {
 /// lock or driver call).
 pub trait HostCopy {
     /// Host to device, whole host allocation: `src.len()` bytes into the start of `dst`'s
-    /// region (see [`HostCopy::copy_from_host_to_buffer`]).
+    /// region (see [`HostCopy::copy_pinned`]).
     ///
     /// # Errors
     /// `NoBuffer` when `dst` has no OpenCL buffer and `src` is not empty; `OutOfRange` when
-    /// the region is shorter than `src`; otherwise as
-    /// [`HostCopy::copy_from_host_to_buffer`].
+    /// the region is shorter than `src`; otherwise as [`HostCopy::copy_pinned`].
     fn copy_from_host(&self, src: &HostPtr, dst: &impl DeviceMemory) -> Result<(), HostError>;
 
     /// Device to host, whole host allocation: `dst.len()` bytes from the start of `src`'s
-    /// region (see [`HostCopy::copy_to_host_from_buffer`]).
+    /// region (see [`HostCopy::copy_pinned`]).
     ///
     /// # Errors
     /// As [`HostCopy::copy_from_host`], with the roles swapped.
     fn copy_to_host(&self, src: &impl DeviceMemory, dst: &mut HostPtr) -> Result<(), HostError>;
 
-    /// Host to device: `len` bytes from `src[src_offset..]` into `dst` at `dst_offset`
-    /// (`clEnqueueWriteBuffer` from the mapped pinned pointer, non-blocking).
+    /// `len` bytes between `buffer` at byte `buffer_offset` and the host allocation of `host`
+    /// at byte `host_offset`, in the direction `host` gives: [`HostBytes::From`] host to
+    /// device, [`HostBytes::Into`] device to host. The source's range is checked first.
     ///
     /// # Errors
     /// `OutOfRange` for a range outside either side; `Stream` for a released external
     /// stream; `Device` for a failed enqueue (e.g. a buffer of another context).
-    fn copy_from_host_to_buffer(
+    fn copy_pinned(
         &self,
-        src: &HostPtr,
-        src_offset: usize,
-        dst: &Buffer,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<(), HostError>;
-
-    /// Device to host: `len` bytes of `src` at `src_offset` into `dst[dst_offset..]`
-    /// (`clEnqueueReadBuffer` into the mapped pinned pointer, non-blocking). Reading `dst`
-    /// ([`HostPtr::as_slice`]) waits for the copy; synchronizing the stream first makes that
-    /// wait free.
-    ///
-    /// # Errors
-    /// As [`HostCopy::copy_from_host_to_buffer`].
-    fn copy_to_host_from_buffer(
-        &self,
-        src: &Buffer,
-        src_offset: usize,
-        dst: &mut HostPtr,
-        dst_offset: usize,
+        buffer: &Buffer,
+        buffer_offset: usize,
+        host: HostBytes<'_>,
+        host_offset: usize,
         len: usize,
     ) -> Result<(), HostError>;
 
@@ -193,62 +206,56 @@ pub trait HostCopy {
     ) -> Result<(), HostError>;
 }
 
+/// A whole-allocation copy on `stream` between `host` and the start of `device`'s region.
+fn copy_whole(
+    stream: &Stream,
+    host: HostBytes<'_>,
+    device: &impl DeviceMemory,
+) -> Result<(), HostError> {
+    crate::error::check_fork()?;
+    let n = host.ptr().len();
+    let [.., device_side] = host.names();
+    match whole_copy_region(device_side, device, n)? {
+        Some(r) => stream.copy_pinned(&r.buffer, r.offset, host, 0, n),
+        None => Ok(()),
+    }
+}
+
 impl HostCopy for Stream {
     fn copy_from_host(&self, src: &HostPtr, dst: &impl DeviceMemory) -> Result<(), HostError> {
-        crate::error::check_fork()?;
-        let n = src.len();
-        match whole_copy_region("device destination", dst, n)? {
-            Some(r) => self.copy_from_host_to_buffer(src, 0, &r.buffer, r.offset, n),
-            None => Ok(()),
-        }
+        copy_whole(self, HostBytes::From(src), dst)
     }
 
     fn copy_to_host(&self, src: &impl DeviceMemory, dst: &mut HostPtr) -> Result<(), HostError> {
-        crate::error::check_fork()?;
-        let n = dst.len();
-        match whole_copy_region("device source", src, n)? {
-            Some(r) => self.copy_to_host_from_buffer(&r.buffer, r.offset, dst, 0, n),
-            None => Ok(()),
-        }
+        copy_whole(self, HostBytes::Into(dst), src)
     }
 
-    fn copy_from_host_to_buffer(
+    fn copy_pinned(
         &self,
-        src: &HostPtr,
-        src_offset: usize,
-        dst: &Buffer,
-        dst_offset: usize,
+        buffer: &Buffer,
+        buffer_offset: usize,
+        mut host: HostBytes<'_>,
+        host_offset: usize,
         len: usize,
     ) -> Result<(), HostError> {
         crate::error::check_fork()?;
-        check("host source", src_offset, len, src.len())?;
-        check("device destination", dst_offset, len, dst.size())?;
-        let Some(pinned) = src.pinned().filter(|_| len > 0) else {
+        let [copy, host_side, device_side] = host.names();
+        let on_host = check(host_side, host_offset, len, host.ptr().len());
+        let on_device = check(device_side, buffer_offset, len, buffer.size());
+        match host {
+            HostBytes::From(_) => on_host.and(on_device),
+            HostBytes::Into(_) => on_device.and(on_host),
+        }?;
+        let pinned = match &mut host {
+            HostBytes::From(ptr) => ptr.pinned().map(PinnedBytes::From),
+            HostBytes::Into(ptr) => ptr.pinned_mut().map(PinnedBytes::Into),
+        };
+        let Some(pinned) = pinned.filter(|_| len > 0) else {
             return Ok(());
         };
-        let queue = self.enqueue_queue("host-to-device copy")?;
-        drop(queue.write_from_pinned(pinned, src_offset, dst, dst_offset, len, &[])?);
-        src.record_use(self);
-        Ok(())
-    }
-
-    fn copy_to_host_from_buffer(
-        &self,
-        src: &Buffer,
-        src_offset: usize,
-        dst: &mut HostPtr,
-        dst_offset: usize,
-        len: usize,
-    ) -> Result<(), HostError> {
-        crate::error::check_fork()?;
-        check("device source", src_offset, len, src.size())?;
-        check("host destination", dst_offset, len, dst.len())?;
-        let Some(pinned) = dst.pinned_mut().filter(|_| len > 0) else {
-            return Ok(());
-        };
-        let queue = self.enqueue_queue("device-to-host copy")?;
-        drop(queue.read_into_pinned(src, src_offset, pinned, dst_offset, len, &[])?);
-        dst.record_use(self);
+        let queue = self.enqueue_queue(copy)?;
+        drop(queue.copy_pinned(buffer, buffer_offset, pinned, host_offset, len, &[])?);
+        host.ptr().record_use(self);
         Ok(())
     }
 

@@ -19,7 +19,7 @@
 //! The `host_*` functions use the process-wide [`HostAllocator::global`].
 //!
 //! ```
-//! use xpu_host::{host_allocate_on, HostCopy};
+//! use xpu_host::{host_allocate_on, HostBytes, HostCopy};
 //! # fn main() -> Result<(), xpu_host::HostError> {
 //! # if xpu_device::device_count() == 0 { return Ok(()); }
 //! let stream = xpu_stream::get_stream_from_pool(0, 0)?;
@@ -27,10 +27,10 @@
 //! let dev = xpu_device::backend::Buffer::new(ctx, 4096, Default::default())?;
 //! let mut src = host_allocate_on(0, 4096)?;
 //! src.fill(7);
-//! stream.copy_from_host_to_buffer(&src, 0, &dev, 0, 4096)?;
+//! stream.copy_pinned(&dev, 0, HostBytes::From(&src), 0, 4096)?;
 //! drop(src); // safe: the block is not reused before the copy completes
 //! let mut back = host_allocate_on(0, 4096)?;
-//! stream.copy_to_host_from_buffer(&dev, 0, &mut back, 0, 4096)?;
+//! stream.copy_pinned(&dev, 0, HostBytes::Into(&mut back), 0, 4096)?;
 //! stream.synchronize()?;
 //! assert!(back.iter().all(|&b| b == 7));
 //! # Ok(()) }
@@ -50,7 +50,7 @@ mod stats;
 
 pub use allocator::HostAllocator;
 pub use class::{MAX_CLASS_LOG2, MAX_HOST_ALLOC};
-pub use copy::{DeviceMemory, DeviceRegion, HostCopy};
+pub use copy::{DeviceMemory, DeviceRegion, HostBytes, HostCopy};
 pub use error::HostError;
 pub use ptr::HostPtr;
 pub use stats::{DurationStat, HostMemoryStats, Stat};

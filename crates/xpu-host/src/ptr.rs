@@ -138,13 +138,13 @@ impl HostPtr {
     }
 
     /// The pinned buffer behind the allocation (`None` when empty), for host-to-device copies
-    /// made with the backend directly ([`CommandQueue::write_from_pinned`]). The copy is
+    /// made with the backend directly ([`CommandQueue::copy_pinned`]). The copy is
     /// tracked on the buffer: host writes wait for it, and a freed block whose copies are
     /// still in flight is not reused before they complete, even without
     /// [`HostPtr::record_stream`]. The buffer may be longer than [`HostPtr::len`]
     /// ([`HostPtr::allocated_size`]).
     ///
-    /// [`CommandQueue::write_from_pinned`]: xpu_device::backend::CommandQueue::write_from_pinned
+    /// [`CommandQueue::copy_pinned`]: xpu_device::backend::CommandQueue::copy_pinned
     #[must_use]
     ///
     /// `None` in a bad fork child (the buffer is the parent's driver state).
@@ -157,12 +157,12 @@ impl HostPtr {
 
     /// The pinned buffer behind the allocation, exclusively (`None` when empty), for
     /// device-to-host copies made with the backend directly
-    /// ([`CommandQueue::read_into_pinned`]); tracked as for [`HostPtr::pinned`].
+    /// ([`CommandQueue::copy_pinned`]); tracked as for [`HostPtr::pinned`].
     ///
     /// Replacing the buffer (`std::mem::swap`) is allowed but pointless: a block whose
     /// buffer no longer has the block's size is released when freed instead of being cached.
     ///
-    /// [`CommandQueue::read_into_pinned`]: xpu_device::backend::CommandQueue::read_into_pinned
+    /// [`CommandQueue::copy_pinned`]: xpu_device::backend::CommandQueue::copy_pinned
     ///
     /// `None` in a bad fork child.
     pub fn pinned_mut(&mut self) -> Option<&mut PinnedBuffer> {

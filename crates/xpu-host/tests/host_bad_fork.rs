@@ -12,7 +12,7 @@ use host_common::device_buffer;
 use xpu_event::Gate;
 use xpu_host::{
     host_allocate, host_allocate_on, host_empty_cache, host_memory_stats, host_record_event,
-    HostAllocator, HostCopy, HostError, HostMemoryStats,
+    HostAllocator, HostBytes, HostCopy, HostError, HostMemoryStats,
 };
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 use xpu_testing::bad_fork::{assert_bad_fork, bad_fork_test, done};
@@ -50,12 +50,12 @@ fn run() {
     assert_bad_fork("copy_from_host", stream.copy_from_host(&host, &dev));
     assert_bad_fork("copy_to_host", stream.copy_to_host(&dev, &mut host));
     assert_bad_fork(
-        "copy_from_host_to_buffer",
-        stream.copy_from_host_to_buffer(&host, 0, &dev, 0, N),
+        "copy_pinned(HostBytes::From)",
+        stream.copy_pinned(&dev, 0, HostBytes::From(&host), 0, N),
     );
     assert_bad_fork(
-        "copy_to_host_from_buffer",
-        stream.copy_to_host_from_buffer(&dev, 0, &mut host, 0, N),
+        "copy_pinned(HostBytes::Into)",
+        stream.copy_pinned(&dev, 0, HostBytes::Into(&mut host), 0, N),
     );
     assert_bad_fork(
         "copy_from_pageable",

@@ -4,7 +4,7 @@
 mod host_common;
 
 use host_common::{allocator_and_stream, copy_setup, device_buffer, pattern, read_back};
-use xpu_host::{HostCopy, HostError};
+use xpu_host::{HostBytes, HostCopy, HostError};
 
 #[test]
 fn round_trip_preserves_the_bytes() -> Result<(), HostError> {
@@ -16,11 +16,11 @@ fn round_trip_preserves_the_bytes() -> Result<(), HostError> {
         let want = pattern(n as u8, n);
         let mut src = alloc.allocate_on(0, n)?;
         src.copy_from_slice(&want);
-        stream.copy_from_host_to_buffer(&src, 0, &dev, 0, n)?;
+        stream.copy_pinned(&dev, 0, HostBytes::From(&src), 0, n)?;
         drop(src); // freed before the copy is known to be done: must stay intact
         let mut back = alloc.allocate_on(0, n)?;
         back.fill(0);
-        stream.copy_to_host_from_buffer(&dev, 0, &mut back, 0, n)?;
+        stream.copy_pinned(&dev, 0, HostBytes::Into(&mut back), 0, n)?;
         stream.synchronize()?;
         assert_eq!(&back[..], &want[..], "{n} bytes");
         // Cross-check against the device through a plain blocking read.
@@ -38,11 +38,11 @@ fn offsets_select_the_right_bytes() -> Result<(), HostError> {
     let mut src = alloc.allocate_on(0, 300)?;
     src.copy_from_slice(&pattern(9, 300));
     // src[100..250] -> dev[500..650]
-    stream.copy_from_host_to_buffer(&src, 100, &dev, 500, 150)?;
+    stream.copy_pinned(&dev, 500, HostBytes::From(&src), 100, 150)?;
     let mut back = alloc.allocate_on(0, 400)?;
     back.fill(0xAA);
     // dev[490..660] -> back[10..180]
-    stream.copy_to_host_from_buffer(&dev, 490, &mut back, 10, 170)?;
+    stream.copy_pinned(&dev, 490, HostBytes::Into(&mut back), 10, 170)?;
     stream.synchronize()?;
     assert!(back[..10].iter().all(|&b| b == 0xAA));
     assert!(back[10..20].iter().all(|&b| b == 0));
@@ -70,19 +70,19 @@ fn ranges_are_checked_against_the_requested_length() -> Result<(), HostError> {
     };
     let mut h = alloc.allocate_on(0, 1000)?; // a 1024-byte block
     let (what, offset, len, size) =
-        out_of_range(stream.copy_from_host_to_buffer(&h, 0, &dev, 0, 1001));
+        out_of_range(stream.copy_pinned(&dev, 0, HostBytes::From(&h), 0, 1001));
     assert_eq!((what, offset, len, size), ("host source", 0, 1001, 1000));
-    let err = out_of_range(stream.copy_from_host_to_buffer(&h, 900, &dev, 4000, 100));
+    let err = out_of_range(stream.copy_pinned(&dev, 4000, HostBytes::From(&h), 900, 100));
     assert_eq!(err.0, "device destination");
-    let err = out_of_range(stream.copy_to_host_from_buffer(&dev, 4095, &mut h, 0, 2));
+    let err = out_of_range(stream.copy_pinned(&dev, 4095, HostBytes::Into(&mut h), 0, 2));
     assert_eq!(err.0, "device source");
-    let err = out_of_range(stream.copy_to_host_from_buffer(&dev, 0, &mut h, usize::MAX, 2));
+    let err = out_of_range(stream.copy_pinned(&dev, 0, HostBytes::Into(&mut h), usize::MAX, 2));
     assert_eq!(err.0, "host destination");
     out_of_range(stream.copy_from_pageable(&[0u8; 10], &dev, 4090));
     // Failed copies record nothing; zero-length copies enqueue and record nothing.
-    stream.copy_from_host_to_buffer(&h, 1000, &dev, 0, 0)?;
+    stream.copy_pinned(&dev, 0, HostBytes::From(&h), 1000, 0)?;
     let mut empty = alloc.allocate_on(0, 0)?;
-    stream.copy_to_host_from_buffer(&dev, 0, &mut empty, 0, 0)?;
+    stream.copy_pinned(&dev, 0, HostBytes::Into(&mut empty), 0, 0)?;
     assert!(h.recorded_streams().is_empty());
     Ok(())
 }

@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use host_common::{allocator, allocator_and_stream, device_buffer, read_back};
-use xpu_device::backend::Buffer;
+use xpu_device::backend::{Buffer, PinnedBytes};
 use xpu_event::Gate;
 use xpu_host::{HostAllocator, HostCopy, HostError, HostPtr};
 use xpu_stream::Stream;
@@ -113,10 +113,10 @@ fn a_freed_block_is_not_reused_while_a_backend_copy_still_writes_into_it() -> Re
     let mut old = alloc.allocate_on(0, N)?;
     let old_address = old.address();
     // A copy made with the backend directly, without record_stream.
-    let copy = queue.read_into_pinned(
+    let copy = queue.copy_pinned(
         &dev,
         0,
-        old.pinned_mut().expect("a block"),
+        PinnedBytes::Into(old.pinned_mut().expect("a block")),
         0,
         N,
         &[gate.as_cl_event()],

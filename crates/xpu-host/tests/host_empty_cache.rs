@@ -4,7 +4,7 @@
 mod host_common;
 
 use host_common::{device_buffer, gated_stream};
-use xpu_host::{HostCopy, HostError};
+use xpu_host::{HostBytes, HostCopy, HostError};
 
 #[test]
 fn empty_cache_keeps_blocks_in_use_and_pending() -> Result<(), HostError> {
@@ -17,7 +17,7 @@ fn empty_cache_keeps_blocks_in_use_and_pending() -> Result<(), HostError> {
     let pending = alloc.allocate_on(0, 8192)?; // freed during a gated copy
     let cached = alloc.allocate_on(0, 512)?; // freed, idle
     let (held_addr, pending_addr) = (held.address(), pending.address());
-    stream.copy_from_host_to_buffer(&pending, 0, &dst, 0, 8192)?;
+    stream.copy_pinned(&dst, 0, HostBytes::From(&pending), 0, 8192)?;
     drop(pending);
     drop(cached);
 

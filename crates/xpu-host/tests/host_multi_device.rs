@@ -7,7 +7,7 @@ use host_common::{
     assert_reused_only_after_the_gate, device_buffer, have_devices, pattern, read_back,
 };
 use xpu_event::Gate;
-use xpu_host::{HostAllocator, HostCopy, HostError};
+use xpu_host::{HostAllocator, HostBytes, HostCopy, HostError};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 
 #[test]
@@ -27,7 +27,7 @@ fn reuse_after_another_device_carries_no_stale_marker() -> Result<(), HostError>
     a.copy_from_slice(&want);
     let a_addr = a.address();
     gate1.block(&s1)?;
-    s1.copy_from_host_to_buffer(&a, 0, &dev1, 0, 4096)?;
+    s1.copy_pinned(&dev1, 0, HostBytes::From(&a), 0, 4096)?;
     assert_eq!(a.recorded_streams(), vec![s1]);
     drop(a);
     assert_ne!(alloc.allocate_on(0, 4096)?.address(), a_addr);
@@ -70,9 +70,9 @@ fn blocks_are_cached_per_device() -> Result<(), HostError> {
     let dev1 = device_buffer(1, 1 << 16)?;
     let mut b = b;
     b.copy_from_slice(&pattern(4, 1 << 16));
-    s1.copy_from_host_to_buffer(&b, 0, &dev1, 0, 1 << 16)?;
+    s1.copy_pinned(&dev1, 0, HostBytes::From(&b), 0, 1 << 16)?;
     let mut back = alloc.allocate_on(1, 1 << 16)?;
-    s1.copy_to_host_from_buffer(&dev1, 0, &mut back, 0, 1 << 16)?;
+    s1.copy_pinned(&dev1, 0, HostBytes::Into(&mut back), 0, 1 << 16)?;
     s1.synchronize()?;
     assert_eq!(&back[..], &b[..]);
     assert_eq!(alloc.allocate_on(0, 1 << 16)?.address(), a_addr);

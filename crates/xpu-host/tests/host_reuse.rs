@@ -6,7 +6,7 @@ mod host_common;
 use host_common::{
     allocator, assert_reused_only_after_the_gate, device_buffer, gated_stream, pattern, read_back,
 };
-use xpu_host::{HostCopy, HostError};
+use xpu_host::{HostBytes, HostCopy, HostError};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 
 #[test]
@@ -43,7 +43,7 @@ fn block_freed_during_gated_copy_waits_for_the_copy() -> Result<(), HostError> {
     let want = pattern(5, 4096);
     a.copy_from_slice(&want);
     let a_addr = a.address();
-    stream.copy_from_host_to_buffer(&a, 0, &dst, 0, 4096)?;
+    stream.copy_pinned(&dst, 0, HostBytes::From(&a), 0, 4096)?;
     assert_eq!(a.recorded_streams(), vec![stream]);
     drop(a); // the copy still has to read it
 
@@ -86,7 +86,7 @@ fn block_freed_during_gated_read_waits_for_the_read() -> Result<(), HostError> {
     let src = device_buffer(0, 256)?;
     let mut a = alloc.allocate_on(0, 256)?;
     let a_addr = a.address();
-    stream.copy_to_host_from_buffer(&src, 0, &mut a, 0, 256)?;
+    stream.copy_pinned(&src, 0, HostBytes::Into(&mut a), 0, 256)?;
     drop(a);
     assert_reused_only_after_the_gate(&alloc, &gate, &stream, 256, a_addr)
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use host_common::{device_buffer, have_devices};
 use parking_lot::Mutex;
-use xpu_host::{HostAllocator, HostCopy, HostError};
+use xpu_host::{HostAllocator, HostBytes, HostCopy, HostError};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 
 const THREADS: usize = 8;
@@ -40,10 +40,10 @@ fn eight_threads_never_share_a_block() -> Result<(), HostError> {
                 h.fill(tag);
                 if round % 4 == 0 {
                     // A copy in flight when the block is freed.
-                    stream.copy_from_host_to_buffer(&h, 0, &dev, 0, size)?;
+                    stream.copy_pinned(&dev, 0, HostBytes::From(&h), 0, size)?;
                     let mut back = alloc.allocate_on(0, size)?;
                     assert!(live.lock().insert(back.address()), "block handed out twice");
-                    stream.copy_to_host_from_buffer(&dev, 0, &mut back, 0, size)?;
+                    stream.copy_pinned(&dev, 0, HostBytes::Into(&mut back), 0, size)?;
                     live.lock().remove(&h.address());
                     drop(h);
                     stream.synchronize()?;

@@ -914,7 +914,7 @@ fn fill_pattern<T: Pod>(
 /// recorded on `dst_stream`, so it is not reused before the upload completes). The wait for
 /// the download happens on the host because the two devices have separate OpenCL contexts
 /// and the backend orders a pinned upload after a download of another context by waiting
-/// for it (`CommandQueue::write_from_pinned`).
+/// for it (`CommandQueue::copy_pinned`).
 ///
 /// # Errors
 /// [`MemoryError::LengthMismatch`]; [`MemoryError::StreamDevice`] when a stream is not on

@@ -36,7 +36,7 @@ pub use memory::{Buffer, MemFlags};
 pub use pinned::PinnedBuffer;
 pub use platform::Platform;
 pub use program::{Kernel, KernelScalar, Program};
-pub use queue::{CommandQueue, QueueOptions, QueuePriority};
+pub use queue::{CommandQueue, PinnedBytes, QueueOptions, QueuePriority};
 pub use release::take_release_error;
 pub use svm::SvmBuffer;
 

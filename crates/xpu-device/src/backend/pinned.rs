@@ -138,7 +138,7 @@ fn settle(event: &ClEvent) -> bool {
 /// in flight hold an internal reference, so the memory outlives them.
 ///
 /// Host access is tied to copy completion: the copy functions of [`CommandQueue`]
-/// ([`CommandQueue::write_from_pinned`], [`CommandQueue::read_into_pinned`]) record their events
+/// ([`CommandQueue::copy_pinned`]) record their events
 /// on the buffer, and [`PinnedBuffer::as_slice`] / [`PinnedBuffer::as_mut_slice`] wait for the
 /// copies that conflict with the access. When nothing is in flight the accessors make no
 /// driver call (two atomic loads).
@@ -223,12 +223,11 @@ impl PinnedBuffer {
         self.0.ptr
     }
 
-    /// True while a tracked copy (a [`CommandQueue::write_from_pinned`] or
-    /// [`CommandQueue::read_into_pinned`] of this buffer) has not finished (completed or
-    /// terminated abnormally). The host allocator uses it to keep a freed block out of its
-    /// cache until its copies finished. No driver call when no copy was tracked since the
-    /// last completion callbacks ran (two atomic loads); otherwise one non-blocking status
-    /// query (`clGetEventInfo`) per tracked event, never a wait.
+    /// True while a tracked copy (a [`CommandQueue::copy_pinned`] of this buffer) has not
+    /// finished (completed or terminated abnormally). The host allocator uses it to keep a
+    /// freed block out of its cache until its copies finished. No driver call when no copy
+    /// was tracked since the last completion callbacks ran (two atomic loads); otherwise one
+    /// non-blocking status query (`clGetEventInfo`) per tracked event, never a wait.
     pub fn has_copies_in_flight(&self) -> bool {
         let inner = &*self.0;
         if inner.reads_pending.load(Ordering::Acquire) == 0
@@ -408,7 +407,7 @@ impl PinnedBuffer {
     }
 
     /// The host view. Waits first for every tracked copy that writes these bytes (a
-    /// [`CommandQueue::read_into_pinned`] into this buffer), so the bytes never change while
+    /// [`CommandQueue::copy_pinned`] into this buffer), so the bytes never change while
     /// the slice lives; copies that only read the bytes (host to device) do not delay it.
     ///
     /// This is a host wait (`clWaitForEvents`) when such a copy is in flight: a copy held back

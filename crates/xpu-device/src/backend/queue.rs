@@ -399,12 +399,22 @@ impl CommandQueue {
         Ok(ClEvent::from_owned(e))
     }
 
-    /// The non-blocking transfer of `write_from_pinned` / `read_into_pinned`: `len` bytes
-    /// between `buffer` at byte `buffer_offset` and `pinned`'s mapping at byte
-    /// `pinned_offset`, in `pinned`'s direction. Both ranges are checked (the source's
-    /// first); the command is ordered after `wait` and after the unfinished copies of the
-    /// pinned buffer that conflict with it, and tracked on that buffer until it completes.
-    fn pinned_transfer(
+    /// Non-blocking copy of `len` bytes between `buffer` and pinned host memory, in the
+    /// direction `pinned` gives: [`PinnedBytes::From`] copies the pinned bytes at byte
+    /// `pinned_offset` into `buffer` at byte `buffer_offset` (`clEnqueueWriteBuffer` from the
+    /// mapped pointer, the fastest path on every driver measured); [`PinnedBytes::Into`] copies
+    /// the other way (`clEnqueueReadBuffer` into the mapped pointer). Both ranges are checked,
+    /// the source's first. The copy starts after `wait` and after the unfinished copies of the
+    /// pinned buffer, made on any queue, that conflict with it (added to the wait list, or
+    /// waited for on the host when of another context), and it is tracked on the pinned buffer
+    /// until it completes (what host accesses then wait for: see [`PinnedBytes`]). The pinned
+    /// memory is kept alive until the copy completes, whatever the caller does with its
+    /// handle.
+    ///
+    /// # Errors
+    /// `InvalidArgument` for out-of-range regions; a failed `clGetCommandQueueInfo`,
+    /// `clEnqueueWriteBuffer` or `clEnqueueReadBuffer`.
+    pub fn copy_pinned(
         &self,
         buffer: &Buffer,
         buffer_offset: usize,
@@ -520,69 +530,6 @@ impl CommandQueue {
             )
         })?;
         Ok(ClEvent::from_owned(e))
-    }
-
-    /// Non-blocking host-to-device copy from pinned host memory (`clEnqueueWriteBuffer` from
-    /// the mapped pointer, the fastest path on every driver measured). The copy is tracked on
-    /// `src`: until it completes, [`PinnedBuffer::as_mut_slice`] waits (the host cannot change
-    /// bytes the device has yet to read, OpenCL 3.0 §5.2.2), while
-    /// [`PinnedBuffer::as_slice`] does not. The copy starts after the unfinished
-    /// device-to-host copies into `src` made on any queue (added to the wait list, or waited
-    /// for on the host when of another context). The pinned memory is kept alive until the
-    /// copy completes, whatever the caller does with its handle.
-    ///
-    /// # Errors
-    /// `InvalidArgument` for out-of-range regions; a failed `clGetCommandQueueInfo` or
-    /// `clEnqueueWriteBuffer`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn write_from_pinned(
-        &self,
-        src: &PinnedBuffer,
-        src_offset: usize,
-        dst: &Buffer,
-        dst_offset: usize,
-        len: usize,
-        wait: &[&ClEvent],
-    ) -> Result<ClEvent> {
-        self.pinned_transfer(
-            dst,
-            dst_offset,
-            PinnedBytes::From(src),
-            src_offset,
-            len,
-            wait,
-        )
-    }
-
-    /// Non-blocking device-to-host copy into pinned host memory (`clEnqueueReadBuffer` into the
-    /// mapped pointer). Takes `dst` exclusively, so no host borrow of its bytes is live at the
-    /// enqueue; the copy is then tracked on `dst`: [`PinnedBuffer::as_slice`] and
-    /// [`PinnedBuffer::as_mut_slice`] wait for it, so the bytes never change under a borrow.
-    /// The copy starts after every unfinished copy from or into `dst` made on any queue (added
-    /// to the wait list, or waited for on the host when of another context). The pinned memory
-    /// is kept alive until the copy completes.
-    ///
-    /// # Errors
-    /// `InvalidArgument` for out-of-range regions; a failed `clGetCommandQueueInfo` or
-    /// `clEnqueueReadBuffer`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn read_into_pinned(
-        &self,
-        src: &Buffer,
-        src_offset: usize,
-        dst: &mut PinnedBuffer,
-        dst_offset: usize,
-        len: usize,
-        wait: &[&ClEvent],
-    ) -> Result<ClEvent> {
-        self.pinned_transfer(
-            src,
-            src_offset,
-            PinnedBytes::Into(dst),
-            dst_offset,
-            len,
-            wait,
-        )
     }
 
     /// Launches `kernel` over an N-dimensional range (`clEnqueueNDRangeKernel`, OpenCL 3.0
@@ -712,11 +659,19 @@ enum Transfer {
     Read(*mut c_void),
 }
 
-/// The pinned host end of a non-blocking transfer.
-enum PinnedBytes<'a> {
-    /// Written to the device (`write_from_pinned`): the device only reads these bytes.
+/// The pinned host end of a [`CommandQueue::copy_pinned`], which gives the copy's direction.
+#[derive(Debug)]
+pub enum PinnedBytes<'a> {
+    /// Host to device: the device only reads these bytes. The copy is tracked on the buffer:
+    /// until it completes, [`PinnedBuffer::as_mut_slice`] waits (the host cannot change bytes
+    /// the device has yet to read, OpenCL 3.0 §5.2.2), while [`PinnedBuffer::as_slice`] does
+    /// not. The copy starts after the unfinished device-to-host copies into the buffer.
     From(&'a PinnedBuffer),
-    /// Read from the device into (`read_into_pinned`): borrowed exclusively.
+    /// Device to host, into these bytes. Borrowed exclusively, so no host borrow of the bytes
+    /// is live at the enqueue; the copy is then tracked on the buffer:
+    /// [`PinnedBuffer::as_slice`] and [`PinnedBuffer::as_mut_slice`] wait for it, so the bytes
+    /// never change under a borrow. The copy starts after every unfinished copy from or into
+    /// the buffer.
     Into(&'a mut PinnedBuffer),
 }
 
