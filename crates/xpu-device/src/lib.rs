@@ -4,7 +4,7 @@
 //! `unsafe` code (all of it in [`backend`]). It owns:
 //! - [`backend`]: RAII wrappers for platforms, devices, contexts, in-order command queues,
 //!   events (markers, barriers, user events, profiling), buffers and sub-buffers, pinned host
-//!   buffers, coarse-grained SVM, programs and kernels. Every failure is a typed
+//!   buffers, programs and kernels. Every failure is a typed
 //!   [`ClError`] naming the OpenCL function and the symbolic status code.
 //! - discovery ([`devices`], [`device_count`], [`is_available`]): one enumeration per process;
 //!   contexts are created lazily, on a device's first use.

@@ -24,7 +24,6 @@ mod platform;
 mod program;
 mod queue;
 mod release;
-mod svm;
 
 pub use callbacks::wait_for_callbacks;
 pub use command_buffer::{command_buffer_support, CommandBuffer, CommandBufferSupport};
@@ -38,7 +37,6 @@ pub use platform::Platform;
 pub use program::{Kernel, KernelScalar, Program};
 pub use queue::{CommandQueue, PinnedBytes, QueueOptions, QueuePriority};
 pub use release::take_release_error;
-pub use svm::SvmBuffer;
 
 /// Raw OpenCL handle types, for interop.
 pub mod raw {
@@ -54,8 +52,8 @@ pub(crate) fn cl<T>(function: &'static str, r: Result<T, i32>) -> Result<T, ClEr
     r.map_err(|code| ClError::new(function, code))
 }
 
-/// Refuses a zero-byte allocation (OpenCL 3.0 §5.2.1 and §5.6.1 have no empty memory
-/// object): `InvalidArgument` naming `what`.
+/// Refuses a zero-byte allocation (OpenCL 3.0 §5.2.1 has no empty memory object):
+/// `InvalidArgument` naming `what`.
 pub(crate) fn check_nonzero_size(what: &str, size: usize) -> crate::error::Result<()> {
     if size == 0 {
         return Err(crate::error::DeviceError::InvalidArgument(format!(
