@@ -9,7 +9,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use serde::Serialize;
-
 use xpu_alloc::replay::ReplayReport;
 
 use crate::replay::{alloc_config, compare, replay_file, Mode, Record, TraceSource};
@@ -51,7 +50,7 @@ pub struct Row {
 }
 
 impl Row {
-    /// The row of `trace`'s replay report `r` next to PyTorch's figures `pytorch`.
+    /// The row of the replay report `r`, next to PyTorch's figures `pytorch` for its trace.
     fn new(r: &ReplayReport, pytorch: Option<compare::Reference>) -> Row {
         let theirs = pytorch.as_ref();
         let torch_reserved = theirs.and_then(|t| t.peak_reserved);
