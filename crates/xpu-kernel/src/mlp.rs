@@ -522,26 +522,27 @@ pub struct GpuMlp {
     step: usize,
     slots: Vec<Slot>,
     hook: Hook,
-    /// `inputs → hidden`.
+    /// `inputs → hidden`, ReLU.
     l1: Layer,
-    /// `hidden → outputs`.
+    /// `hidden → outputs`, no activation.
     l2: Layer,
-    h: DeviceBuffer<f32>,
-    out: DeviceBuffer<f32>,
-    g: DeviceBuffer<f32>,
-    dh: DeviceBuffer<f32>,
 }
 
-/// One dense layer on the device: `fan_in × fan_out` weights and `fan_out` biases, and their
-/// gradients of the same sizes.
+/// One dense layer on the device, for a minibatch of `batch` rows: `fan_in × fan_out`
+/// weights, `fan_out` biases and their gradients; its `batch × fan_out` outputs and the
+/// loss's gradient by its pre-activations `x·w + b`, from which the weight and bias gradients
+/// are computed.
 #[derive(Debug)]
 struct Layer {
     w: DeviceBuffer<f32>,
     b: DeviceBuffer<f32>,
     dw: DeviceBuffer<f32>,
     db: DeviceBuffer<f32>,
+    out: DeviceBuffer<f32>,
+    dz: DeviceBuffer<f32>,
     fan_in: usize,
     fan_out: usize,
+    relu: bool,
 }
 
 /// `n` as the kernels' `uint` (the config check bounds every count by [`MAX_ELEMENTS`]).
@@ -585,19 +586,21 @@ impl GpuMlp {
             Ok(buf)
         };
         let new = |n: usize| DeviceBuffer::<f32>::new(n, &compute);
-        let layer =
-            |w: &[f32], b: &[f32], fan_in: usize, fan_out: usize| -> Result<Layer, MemoryError> {
-                Ok(Layer {
-                    w: up(w)?,
-                    b: up(b)?,
-                    dw: new(fan_in * fan_out)?,
-                    db: new(fan_out)?,
-                    fan_in,
-                    fan_out,
-                })
-            };
-        let l1 = layer(&state.w1, &state.b1, c.inputs, c.hidden)?;
-        let l2 = layer(&state.w2, &state.b2, c.hidden, c.outputs)?;
+        let layer = |w: &[f32], b: &[f32], (fan_in, fan_out), relu| -> Result<Layer, MemoryError> {
+            Ok(Layer {
+                w: up(w)?,
+                b: up(b)?,
+                dw: new(fan_in * fan_out)?,
+                db: new(fan_out)?,
+                out: new(c.batch * fan_out)?,
+                dz: new(c.batch * fan_out)?,
+                fan_in,
+                fan_out,
+                relu,
+            })
+        };
+        let l1 = layer(&state.w1, &state.b1, (c.inputs, c.hidden), true)?;
+        let l2 = layer(&state.w2, &state.b2, (c.hidden, c.outputs), false)?;
         let mut uploaded = Event::default();
         uploaded.record(&copy)?;
         uploaded.wait(&compute)?;
@@ -615,10 +618,6 @@ impl GpuMlp {
             })
             .collect::<Result<Vec<_>, MemoryError>>()?;
         Ok(GpuMlp {
-            h: new(c.batch * c.hidden)?,
-            out: new(c.batch * c.outputs)?,
-            g: new(c.batch * c.outputs)?,
-            dh: new(c.batch * c.hidden)?,
             config,
             compute,
             copy,
@@ -689,47 +688,37 @@ impl GpuMlp {
         self.compute
     }
 
-    /// `out = act(x·w + b)` through `layer`, for `x` of `m × k` (`k × n` weights).
+    /// `layer`'s forward pass `out = act(x·w + b)`, for its input `x` of `m × k` (`m` the
+    /// batch, `k × n` weights).
     #[allow(unsafe_code)]
-    fn linear(
-        &self,
-        layer: &Layer,
-        out: &DeviceBuffer<f32>,
-        x: &DeviceBuffer<f32>,
-        m: usize,
-        relu: bool,
-    ) -> Result<(), KernelError> {
-        let (w, b, k, n) = (&layer.w, &layer.b, layer.fan_in, layer.fan_out);
+    fn linear(&self, layer: &Layer, x: &DeviceBuffer<f32>) -> Result<(), KernelError> {
+        let Layer { out, w, b, .. } = layer;
+        let (m, k, n) = (self.config.batch, layer.fan_in, layer.fan_out);
         debug_assert!(out.len() == m * n && x.len() == m * k && w.len() == k * n && b.len() == n);
-        // SAFETY: the callers pass out and x of exactly m·n and m·k elements (the config's
-        // sizes), the layer's w and b have k·n and n (`GpuMlp::new` allocates them so; all
-        // asserted above in debug builds); work-items at or past m·n return; the others read
-        // x[m·k..], w[..k·n], b[..n] inside them and write out[i], i < m·n;
-        // the buffers are private, reached by the host only through stream-ordered copies;
-        // the loop over k ends.
+        // SAFETY: the callers pass x of exactly m·k elements (the config's sizes), the layer's
+        // out, w and b have m·n, k·n and n (`GpuMlp::new` allocates them so; all asserted
+        // above in debug builds); work-items at or past m·n return; the others read x[m·k..],
+        // w[..k·n], b[..n] inside them and write out[i], i < m·n; the buffers are private,
+        // reached by the host only through stream-ordered copies; the loop over k ends.
         unsafe {
             self.compute
                 .launch(&self.k.linear_fwd, &[m * n], None)?
-                .args((out, x, w, b, u(m), u(k), u(n), u32::from(relu)))?
+                .args((out, x, w, b, u(m), u(k), u(n), u32::from(layer.relu)))?
                 .enqueue()
         }
     }
 
     /// `layer`'s gradients `dw = xᵀ·g` (`k × n`) and `db = Σ_rows g` (`n`), for its input `x`
-    /// of `m × k` and the gradient `g` of its output, `m × n`.
+    /// of `m × k` (`m` the batch) and `g` its `dz`, `m × n`.
     #[allow(unsafe_code)]
-    fn grads(
-        &self,
-        layer: &Layer,
-        x: &DeviceBuffer<f32>,
-        g: &DeviceBuffer<f32>,
-        m: usize,
-    ) -> Result<(), KernelError> {
-        let (dw, db, k, n) = (&layer.dw, &layer.db, layer.fan_in, layer.fan_out);
+    fn grads(&self, layer: &Layer, x: &DeviceBuffer<f32>) -> Result<(), KernelError> {
+        let Layer { dw, db, dz: g, .. } = layer;
+        let (m, k, n) = (self.config.batch, layer.fan_in, layer.fan_out);
         debug_assert!(dw.len() == k * n && db.len() == n && x.len() == m * k && g.len() == m * n);
-        // SAFETY: dw of k·n elements (the layer's, allocated so by `GpuMlp::new`), x and g of
-        // m·k and m·n (the config's sizes); work-items past k·n return; the others read x and
-        // g at rows < m inside them and write dw[i], i < k·n; private buffers; bounded loop.
+        // SAFETY: x of m·k elements (the config's sizes), the layer's dw and g of k·n and m·n
+        // (`GpuMlp::new` allocates them so); work-items past k·n return; the others read x
+        // and g at rows < m inside them and write dw[i], i < k·n; private buffers; bounded
+        // loop.
         unsafe {
             self.compute
                 .launch(&self.k.grad_w, &[k * n], None)?
@@ -786,8 +775,10 @@ impl GpuMlp {
             y: &slot.y,
         })?;
         let (x, y) = (&slot.x, &slot.y);
-        self.linear(&self.l1, &self.h, x, m, true)?;
-        self.linear(&self.l2, &self.out, &self.h, m, false)?;
+        let (h, out) = (&self.l1.out, &self.l2.out);
+        let (dh, g) = (&self.l1.dz, &self.l2.dz);
+        self.linear(&self.l1, x)?;
+        self.linear(&self.l2, h)?;
         // SAFETY: one work-item; it writes losses[index] only when index < losses.len()
         // (passed as n_losses) and reads out[..n], y[..n], both m·o = n elements; private
         // buffers (losses is borrowed by this call and not host-visible); bounded loop.
@@ -798,7 +789,7 @@ impl GpuMlp {
                     losses,
                     u32::try_from(index).unwrap_or(u32::MAX),
                     u32::try_from(losses.len()).unwrap_or(u32::MAX),
-                    &self.out,
+                    out,
                     y,
                     u(n),
                 ))?
@@ -809,19 +800,19 @@ impl GpuMlp {
         unsafe {
             self.compute
                 .launch(&self.k.mse_grad, &[n], None)?
-                .args((&self.g, &self.out, y, c.grad_scale(), u(n)))?
+                .args((g, out, y, c.grad_scale(), u(n)))?
                 .enqueue()?;
         }
-        self.grads(&self.l2, &self.h, &self.g, m)?;
+        self.grads(&self.l2, h)?;
         // SAFETY: dh and h have m·hd elements, g m·o, w2 hd·o; work-items past m·hd return;
         // reads g[r·o + k], w2[j·o + k] with r < m, j < hd, k < o; private buffers; bounded.
         unsafe {
             self.compute
                 .launch(&self.k.relu_backward, &[m * hd], None)?
-                .args((&self.dh, &self.g, &self.l2.w, &self.h, u(m), u(hd), u(o)))?
+                .args((dh, g, &self.l2.w, h, u(m), u(hd), u(o)))?
                 .enqueue()?;
         }
-        self.grads(&self.l1, x, &self.dh, m)?;
+        self.grads(&self.l1, x)?;
         let mut consumed = Event::default();
         consumed.record(&self.compute)?;
         self.slots[at].consumed = Some(consumed);
