@@ -168,30 +168,4 @@ pub fn run(device: usize) -> Result<Vec<(String, f64)>, EventError> {
 }
 
 #[cfg(test)]
-mod tests {
-    #[test]
-    fn bench_reports_every_figure() {
-        if !crate::tests::device() {
-            return;
-        }
-        let figs = super::run(0).unwrap();
-        let names: Vec<&str> = figs.iter().map(|(n, _)| n.as_str()).collect();
-        for want in [
-            "current_stream_ns",
-            "stream_from_pool_ns",
-            "event_new_ns",
-            "event_record_query_ns",
-            "raw_marker_query_ns",
-            "event_record_sync_ns",
-            "stream_sync_idle_ns",
-            "cross_stream_wait_ns",
-            "event_record_query_over_raw",
-        ] {
-            assert!(names.contains(&want), "{want} missing from {names:?}");
-        }
-        assert!(
-            figs.iter().all(|(_, v)| v.is_finite() && *v > 0.0),
-            "{figs:?}"
-        );
-    }
-}
+mod tests;

@@ -158,11 +158,6 @@ mod tests {
     use super::*;
     use clap::CommandFactory;
 
-    /// True when a device exists (see `xpu_testing::devices`).
-    pub(crate) fn device() -> bool {
-        xpu_testing::devices(1)
-    }
-
     #[test]
     fn cli_definition_is_valid() {
         Cli::command().debug_assert();

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use serde::Serialize;
+use xpu_alloc::replay::ReplayReport;
 
 use crate::replay::{alloc_config, compare, replay_file, Mode, Record, TraceSource};
 
@@ -37,18 +38,36 @@ pub struct Row {
     pub peak_reserved: u64,
     /// xpu's segment allocations.
     pub segment_allocs: u64,
-    /// PyTorch's peak reserved bytes (default settings).
-    pub pytorch_peak_reserved: Option<u64>,
-    /// PyTorch's segment allocations (default settings).
-    pub pytorch_segment_allocs: Option<u64>,
-    /// PyTorch's peak reserved bytes with `expandable_segments:True`.
-    pub expandable_peak_reserved: Option<u64>,
+    /// PyTorch's figures for the trace, where known (the `pytorch` object of
+    /// `xpu replay --compare --json`).
+    pub pytorch: Option<compare::Reference>,
     /// xpu's peak reserved over PyTorch's default.
     pub over_pytorch: Option<f64>,
     /// xpu's peak reserved over PyTorch's expandable-segments figure.
     pub over_expandable: Option<f64>,
     /// Peak reserved and segment allocations both at most PyTorch's default.
     pub within_pytorch: Option<bool>,
+}
+
+impl Row {
+    /// The row of the replay report `r`, next to PyTorch's figures `pytorch` for its trace.
+    fn new(r: &ReplayReport, pytorch: Option<compare::Reference>) -> Row {
+        let theirs = pytorch.as_ref();
+        let torch_reserved = theirs.and_then(|t| t.peak_reserved);
+        let torch_segments = theirs.and_then(|t| t.segment_allocs);
+        let expandable = theirs.and_then(|t| t.expandable_peak_reserved);
+        Row {
+            trace: r.trace.clone(),
+            peak_reserved: r.peak_reserved,
+            segment_allocs: r.segment_allocs,
+            over_pytorch: torch_reserved.and_then(|t| ratio(r.peak_reserved, t)),
+            over_expandable: expandable.and_then(|e| ratio(r.peak_reserved, e)),
+            within_pytorch: torch_reserved
+                .zip(torch_segments)
+                .map(|(t, s)| r.peak_reserved <= t && r.segment_allocs <= s),
+            pytorch,
+        }
+    }
 }
 
 /// The table of a folder.
@@ -114,29 +133,18 @@ pub fn table(dir: &Path, config: Option<&str>) -> anyhow::Result<Table> {
             config,
             Record::default(),
         )?;
-        let r = &replayed.outcome.report;
-        let theirs = compare::reference_for(&path);
-        let torch_reserved = theirs.as_ref().and_then(|t| t.peak_reserved);
-        let torch_segments = theirs.as_ref().and_then(|t| t.segment_allocs);
-        let expandable = theirs.as_ref().and_then(|t| t.expandable_peak_reserved);
-        rows.push(Row {
-            trace: r.trace.clone(),
-            peak_reserved: r.peak_reserved,
-            segment_allocs: r.segment_allocs,
-            pytorch_peak_reserved: torch_reserved,
-            pytorch_segment_allocs: torch_segments,
-            expandable_peak_reserved: expandable,
-            over_pytorch: torch_reserved.and_then(|t| ratio(r.peak_reserved, t)),
-            over_expandable: expandable.and_then(|e| ratio(r.peak_reserved, e)),
-            within_pytorch: torch_reserved
-                .zip(torch_segments)
-                .map(|(t, s)| r.peak_reserved <= t && r.segment_allocs <= s),
-        });
+        rows.push(Row::new(
+            &replayed.outcome.report,
+            compare::reference_for(&path),
+        ));
     }
     let ours: Vec<f64> = rows.iter().filter_map(|r| r.over_expandable).collect();
     let theirs: Vec<f64> = rows
         .iter()
-        .filter_map(|r| ratio(r.pytorch_peak_reserved?, r.expandable_peak_reserved?))
+        .filter_map(|r| {
+            let t = r.pytorch.as_ref()?;
+            ratio(t.peak_reserved?, t.expandable_peak_reserved?)
+        })
         .collect();
     Ok(Table {
         rows,
@@ -162,6 +170,7 @@ pub fn render(table: &Table) -> String {
          |---|---|---|---|---|---|---|\n",
     );
     for r in &table.rows {
+        let theirs = r.pytorch.as_ref();
         let within = match r.within_pytorch {
             Some(true) => "yes",
             Some(false) => "NO",
@@ -173,9 +182,9 @@ pub fn render(table: &Table) -> String {
             r.trace,
             r.peak_reserved,
             r.segment_allocs,
-            opt(r.pytorch_peak_reserved),
-            opt(r.pytorch_segment_allocs),
-            opt(r.expandable_peak_reserved),
+            opt(theirs.and_then(|t| t.peak_reserved)),
+            opt(theirs.and_then(|t| t.segment_allocs)),
+            opt(theirs.and_then(|t| t.expandable_peak_reserved)),
             opt_ratio(r.over_pytorch),
             opt_ratio(r.over_expandable),
             within

@@ -14,21 +14,9 @@ const NO_RUNTIME: &[(&str, &str)] = &[
     ("OCL_ICD_FILENAMES", ""),
 ];
 
-fn have_device(test: &str) -> bool {
-    if xpu_device::device_count() > 0 {
-        return true;
-    }
-    assert!(
-        !xpu_device::require_device(),
-        "{test}: XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
-    );
-    eprintln!("skipping {test}: no OpenCL device");
-    false
-}
-
 #[test]
 fn info_json_lists_every_device() {
-    if !have_device("info_json_lists_every_device") {
+    if !xpu_testing::have_device("info_json_lists_every_device") {
         return;
     }
     let out = xpu(&["info", "--json"], &[]);
@@ -53,7 +41,7 @@ fn info_json_lists_every_device() {
 
 #[test]
 fn info_table_has_a_line_per_device() {
-    if !have_device("info_table_has_a_line_per_device") {
+    if !xpu_testing::have_device("info_table_has_a_line_per_device") {
         return;
     }
     let text = common::success(&xpu(&["info"], &[]));
@@ -93,7 +81,7 @@ fn no_runtime_json_has_no_devices_and_the_error() {
 
 #[test]
 fn demo_prints_the_device_table() {
-    if !have_device("demo_prints_the_device_table") {
+    if !xpu_testing::have_device("demo_prints_the_device_table") {
         return;
     }
     let text = common::success(&xpu(&["demo"], &[]));

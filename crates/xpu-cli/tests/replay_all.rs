@@ -26,10 +26,14 @@ fn replay_all_tables_the_repository_traces_within_pytorch() {
     for r in rows {
         assert_eq!(r["within_pytorch"], true, "{r}");
     }
-    // PyTorch's figures from the shared traces' table (no summary files here).
-    assert_eq!(rows[1]["pytorch_peak_reserved"], 15_286_140_928_u64);
-    assert_eq!(rows[1]["expandable_peak_reserved"], 14_543_749_120_u64);
-    assert!(rows[2]["expandable_peak_reserved"].is_null());
+    // PyTorch's figures from the shared traces' table (no summary files here), in each row's
+    // `pytorch` object (as in `xpu replay --compare --json`).
+    assert_eq!(rows[1]["pytorch"]["peak_reserved"], 15_286_140_928_u64);
+    assert_eq!(
+        rows[1]["pytorch"]["expandable_peak_reserved"],
+        14_543_749_120_u64
+    );
+    assert!(rows[2]["pytorch"]["expandable_peak_reserved"].is_null());
     // Three traces have an expandable figure; the mean is well below PyTorch's default.
     let ours = v["geomean_over_expandable"].as_f64().unwrap();
     let theirs = v["pytorch_geomean_over_expandable"].as_f64().unwrap();

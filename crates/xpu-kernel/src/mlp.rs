@@ -522,18 +522,27 @@ pub struct GpuMlp {
     step: usize,
     slots: Vec<Slot>,
     hook: Hook,
-    w1: DeviceBuffer<f32>,
-    b1: DeviceBuffer<f32>,
-    w2: DeviceBuffer<f32>,
-    b2: DeviceBuffer<f32>,
-    h: DeviceBuffer<f32>,
+    /// `inputs → hidden`, ReLU.
+    l1: Layer,
+    /// `hidden → outputs`, no activation.
+    l2: Layer,
+}
+
+/// One dense layer on the device, for a minibatch of `batch` rows: `fan_in × fan_out`
+/// weights, `fan_out` biases and their gradients; its `batch × fan_out` outputs and the
+/// loss's gradient by its pre-activations `x·w + b`, from which the weight and bias gradients
+/// are computed.
+#[derive(Debug)]
+struct Layer {
+    w: DeviceBuffer<f32>,
+    b: DeviceBuffer<f32>,
+    dw: DeviceBuffer<f32>,
+    db: DeviceBuffer<f32>,
     out: DeviceBuffer<f32>,
-    g: DeviceBuffer<f32>,
-    dh: DeviceBuffer<f32>,
-    dw1: DeviceBuffer<f32>,
-    db1: DeviceBuffer<f32>,
-    dw2: DeviceBuffer<f32>,
-    db2: DeviceBuffer<f32>,
+    dz: DeviceBuffer<f32>,
+    fan_in: usize,
+    fan_out: usize,
+    relu: bool,
 }
 
 /// `n` as the kernels' `uint` (the config check bounds every count by [`MAX_ELEMENTS`]).
@@ -576,14 +585,25 @@ impl GpuMlp {
             copy_htod(&copy, v, &mut buf)?;
             Ok(buf)
         };
-        let w1 = up(&state.w1)?;
-        let b1 = up(&state.b1)?;
-        let w2 = up(&state.w2)?;
-        let b2 = up(&state.b2)?;
+        let new = |n: usize| DeviceBuffer::<f32>::new(n, &compute);
+        let layer = |w: &[f32], b: &[f32], (fan_in, fan_out), relu| -> Result<Layer, MemoryError> {
+            Ok(Layer {
+                w: up(w)?,
+                b: up(b)?,
+                dw: new(fan_in * fan_out)?,
+                db: new(fan_out)?,
+                out: new(c.batch * fan_out)?,
+                dz: new(c.batch * fan_out)?,
+                fan_in,
+                fan_out,
+                relu,
+            })
+        };
+        let l1 = layer(&state.w1, &state.b1, (c.inputs, c.hidden), true)?;
+        let l2 = layer(&state.w2, &state.b2, (c.hidden, c.outputs), false)?;
         let mut uploaded = Event::default();
         uploaded.record(&copy)?;
         uploaded.wait(&compute)?;
-        let new = |n: usize| DeviceBuffer::<f32>::new(n, &compute);
         // Two slots when the batches alternate (one is uploaded while the other is read); one
         // for full-batch training, uploaded once.
         let slots = (0..c.batches().min(2))
@@ -598,14 +618,6 @@ impl GpuMlp {
             })
             .collect::<Result<Vec<_>, MemoryError>>()?;
         Ok(GpuMlp {
-            h: new(c.batch * c.hidden)?,
-            out: new(c.batch * c.outputs)?,
-            g: new(c.batch * c.outputs)?,
-            dh: new(c.batch * c.hidden)?,
-            dw1: new(c.inputs * c.hidden)?,
-            db1: new(c.hidden)?,
-            dw2: new(c.hidden * c.outputs)?,
-            db2: new(c.outputs)?,
             config,
             compute,
             copy,
@@ -614,10 +626,8 @@ impl GpuMlp {
             step: 0,
             slots,
             hook: Hook::default(),
-            w1,
-            b1,
-            w2,
-            b2,
+            l1,
+            l2,
         })
     }
 
@@ -678,46 +688,37 @@ impl GpuMlp {
         self.compute
     }
 
-    /// `out = act(x·w + b)` for `m × k` by `k × n`.
+    /// `layer`'s forward pass `out = act(x·w + b)`, for its input `x` of `m × k` (`m` the
+    /// batch, `k × n` weights).
     #[allow(unsafe_code)]
-    #[allow(clippy::too_many_arguments)]
-    fn linear(
-        &self,
-        out: &DeviceBuffer<f32>,
-        x: &DeviceBuffer<f32>,
-        w: &DeviceBuffer<f32>,
-        b: &DeviceBuffer<f32>,
-        (m, k, n): (usize, usize, usize),
-        relu: bool,
-    ) -> Result<(), KernelError> {
+    fn linear(&self, layer: &Layer, x: &DeviceBuffer<f32>) -> Result<(), KernelError> {
+        let Layer { out, w, b, .. } = layer;
+        let (m, k, n) = (self.config.batch, layer.fan_in, layer.fan_out);
         debug_assert!(out.len() == m * n && x.len() == m * k && w.len() == k * n && b.len() == n);
-        // SAFETY: the callers pass buffers of exactly m·n, m·k, k·n and n elements (the
-        // config's sizes; asserted above in debug builds); work-items at or past m·n return;
-        // the others read x[m·k..], w[..k·n], b[..n] inside them and write out[i], i < m·n;
-        // the buffers are private, reached by the host only through stream-ordered copies;
-        // the loop over k ends.
+        // SAFETY: the callers pass x of exactly m·k elements (the config's sizes), the layer's
+        // out, w and b have m·n, k·n and n (`GpuMlp::new` allocates them so; all asserted
+        // above in debug builds); work-items at or past m·n return; the others read x[m·k..],
+        // w[..k·n], b[..n] inside them and write out[i], i < m·n; the buffers are private,
+        // reached by the host only through stream-ordered copies; the loop over k ends.
         unsafe {
             self.compute
                 .launch(&self.k.linear_fwd, &[m * n], None)?
-                .args((out, x, w, b, u(m), u(k), u(n), u32::from(relu)))?
+                .args((out, x, w, b, u(m), u(k), u(n), u32::from(layer.relu)))?
                 .enqueue()
         }
     }
 
-    /// `dw = xᵀ·g` (`k × n`) and `db = Σ_rows g` (`n`), for `x` of `m × k`, `g` of `m × n`.
+    /// `layer`'s gradients `dw = xᵀ·g` (`k × n`) and `db = Σ_rows g` (`n`), for its input `x`
+    /// of `m × k` (`m` the batch) and `g` its `dz`, `m × n`.
     #[allow(unsafe_code)]
-    fn grads(
-        &self,
-        dw: &DeviceBuffer<f32>,
-        db: &DeviceBuffer<f32>,
-        x: &DeviceBuffer<f32>,
-        g: &DeviceBuffer<f32>,
-        (m, k, n): (usize, usize, usize),
-    ) -> Result<(), KernelError> {
+    fn grads(&self, layer: &Layer, x: &DeviceBuffer<f32>) -> Result<(), KernelError> {
+        let Layer { dw, db, dz: g, .. } = layer;
+        let (m, k, n) = (self.config.batch, layer.fan_in, layer.fan_out);
         debug_assert!(dw.len() == k * n && db.len() == n && x.len() == m * k && g.len() == m * n);
-        // SAFETY: buffers of k·n, m·k, m·n elements (the config's sizes); work-items past k·n
-        // return; the others read x and g at rows < m inside them and write dw[i], i < k·n;
-        // private buffers; bounded loop.
+        // SAFETY: x of m·k elements (the config's sizes), the layer's dw and g of k·n and m·n
+        // (`GpuMlp::new` allocates them so); work-items past k·n return; the others read x
+        // and g at rows < m inside them and write dw[i], i < k·n; private buffers; bounded
+        // loop.
         unsafe {
             self.compute
                 .launch(&self.k.grad_w, &[k * n], None)?
@@ -734,9 +735,15 @@ impl GpuMlp {
         }
     }
 
+    /// An SGD update of `layer`: its weights, then its biases.
+    fn sgd(&self, layer: &Layer) -> Result<(), KernelError> {
+        self.sgd_buffer(&layer.w, &layer.dw)?;
+        self.sgd_buffer(&layer.b, &layer.db)
+    }
+
     /// `w -= lr · g`, both of `w.len()` elements.
     #[allow(unsafe_code)]
-    fn sgd(&self, w: &DeviceBuffer<f32>, g: &DeviceBuffer<f32>) -> Result<(), KernelError> {
+    fn sgd_buffer(&self, w: &DeviceBuffer<f32>, g: &DeviceBuffer<f32>) -> Result<(), KernelError> {
         let n = w.len();
         debug_assert_eq!(g.len(), n);
         // SAFETY: w and g both have n elements (parameter and its gradient, the same config
@@ -754,7 +761,7 @@ impl GpuMlp {
     #[allow(unsafe_code)]
     fn step_into(&mut self, losses: &DeviceBuffer<f32>, index: usize) -> Result<(), MlpError> {
         let c = self.config;
-        let (m, i, hd, o) = (c.batch, c.inputs, c.hidden, c.outputs);
+        let (m, hd, o) = (c.batch, c.hidden, c.outputs);
         let n = m * o;
         let at = self.step % self.slots.len();
         self.slots[at].uploaded.wait(&self.compute)?;
@@ -768,8 +775,10 @@ impl GpuMlp {
             y: &slot.y,
         })?;
         let (x, y) = (&slot.x, &slot.y);
-        self.linear(&self.h, x, &self.w1, &self.b1, (m, i, hd), true)?;
-        self.linear(&self.out, &self.h, &self.w2, &self.b2, (m, hd, o), false)?;
+        let (h, out) = (&self.l1.out, &self.l2.out);
+        let (dh, g) = (&self.l1.dz, &self.l2.dz);
+        self.linear(&self.l1, x)?;
+        self.linear(&self.l2, h)?;
         // SAFETY: one work-item; it writes losses[index] only when index < losses.len()
         // (passed as n_losses) and reads out[..n], y[..n], both m·o = n elements; private
         // buffers (losses is borrowed by this call and not host-visible); bounded loop.
@@ -780,7 +789,7 @@ impl GpuMlp {
                     losses,
                     u32::try_from(index).unwrap_or(u32::MAX),
                     u32::try_from(losses.len()).unwrap_or(u32::MAX),
-                    &self.out,
+                    out,
                     y,
                     u(n),
                 ))?
@@ -791,26 +800,24 @@ impl GpuMlp {
         unsafe {
             self.compute
                 .launch(&self.k.mse_grad, &[n], None)?
-                .args((&self.g, &self.out, y, c.grad_scale(), u(n)))?
+                .args((g, out, y, c.grad_scale(), u(n)))?
                 .enqueue()?;
         }
-        self.grads(&self.dw2, &self.db2, &self.h, &self.g, (m, hd, o))?;
+        self.grads(&self.l2, h)?;
         // SAFETY: dh and h have m·hd elements, g m·o, w2 hd·o; work-items past m·hd return;
         // reads g[r·o + k], w2[j·o + k] with r < m, j < hd, k < o; private buffers; bounded.
         unsafe {
             self.compute
                 .launch(&self.k.relu_backward, &[m * hd], None)?
-                .args((&self.dh, &self.g, &self.w2, &self.h, u(m), u(hd), u(o)))?
+                .args((dh, g, &self.l2.w, h, u(m), u(hd), u(o)))?
                 .enqueue()?;
         }
-        self.grads(&self.dw1, &self.db1, x, &self.dh, (m, i, hd))?;
+        self.grads(&self.l1, x)?;
         let mut consumed = Event::default();
         consumed.record(&self.compute)?;
         self.slots[at].consumed = Some(consumed);
-        self.sgd(&self.w1, &self.dw1)?;
-        self.sgd(&self.b1, &self.db1)?;
-        self.sgd(&self.w2, &self.dw2)?;
-        self.sgd(&self.b2, &self.db2)?;
+        self.sgd(&self.l1)?;
+        self.sgd(&self.l2)?;
         self.step += 1;
         Ok(())
     }
@@ -848,10 +855,10 @@ impl GpuMlp {
     pub fn parameters(&self) -> Result<[Vec<f32>; 4], MlpError> {
         let s = &self.compute;
         Ok([
-            self.w1.to_vec(s)?,
-            self.b1.to_vec(s)?,
-            self.w2.to_vec(s)?,
-            self.b2.to_vec(s)?,
+            self.l1.w.to_vec(s)?,
+            self.l1.b.to_vec(s)?,
+            self.l2.w.to_vec(s)?,
+            self.l2.b.to_vec(s)?,
         ])
     }
 }

@@ -41,17 +41,9 @@ pub fn xpu(args: &[&str]) -> Output {
 }
 
 /// Whether a device test may run: false (with a message) when no device is found, unless
-/// `XPU_REQUIRE_DEVICE=1`, which makes that a failure.
+/// `XPU_REQUIRE_DEVICE=1`, which makes that a failure (see `xpu_testing::devices`).
 pub fn have_device() -> bool {
-    if xpu_device::device_count() > 0 {
-        return true;
-    }
-    assert!(
-        std::env::var("XPU_REQUIRE_DEVICE").as_deref() != Ok("1"),
-        "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
-    );
-    eprintln!("no OpenCL device found: skipping");
-    false
+    xpu_testing::devices(1)
 }
 
 /// A fresh scratch directory under the system's temporary directory.
