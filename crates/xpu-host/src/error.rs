@@ -1,7 +1,6 @@
 //! Typed errors of the pinned-host allocator and its copies.
 
 use xpu_device::DeviceError;
-use xpu_event::EventError;
 use xpu_stream::StreamError;
 
 /// A failure of the pinned-host allocator or of a host<->device copy.
@@ -63,9 +62,6 @@ pub enum HostError {
     /// A stream-layer failure (e.g. a released external stream).
     #[error(transparent)]
     Stream(#[from] StreamError),
-    /// An event-layer failure (recording a marker).
-    #[error(transparent)]
-    Event(#[from] EventError),
 }
 
 xpu_device::impl_from_via!(HostError::Device(DeviceError) <- xpu_device::ClError);

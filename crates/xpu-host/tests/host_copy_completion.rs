@@ -14,7 +14,7 @@ mod host_common;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use host_common::{allocator, allocator_and_stream, device_buffer, read_back};
+use host_common::{allocator, allocator_and_stream, device_buffer, read_back, TestResult};
 use xpu_device::backend::{Buffer, PinnedBytes};
 use xpu_event::Gate;
 use xpu_host::{HostAllocator, HostCopy, HostError, HostPtr};
@@ -46,7 +46,7 @@ fn gated_buffers(
     stream: &Stream,
     device_byte: u8,
     host_byte: u8,
-) -> Result<(Buffer, HostPtr, Gate), HostError> {
+) -> TestResult<(Buffer, HostPtr, Gate)> {
     let dev = device_buffer(0, N)?;
     stream.queue()?.write(&dev, 0, &[device_byte; N])?;
     let mut host = alloc.allocate_on(0, N)?;
@@ -57,7 +57,7 @@ fn gated_buffers(
 }
 
 #[test]
-fn reading_a_host_block_waits_for_the_device_to_host_copy_into_it() -> Result<(), HostError> {
+fn reading_a_host_block_waits_for_the_device_to_host_copy_into_it() -> TestResult {
     let Some((alloc, stream)) = allocator_and_stream()? else {
         return Ok(());
     };
@@ -81,7 +81,7 @@ fn reading_a_host_block_waits_for_the_device_to_host_copy_into_it() -> Result<()
 }
 
 #[test]
-fn writing_a_host_block_waits_for_the_host_to_device_copy_from_it() -> Result<(), HostError> {
+fn writing_a_host_block_waits_for_the_host_to_device_copy_from_it() -> TestResult {
     let Some((alloc, stream)) = allocator_and_stream()? else {
         return Ok(());
     };
@@ -101,8 +101,7 @@ fn writing_a_host_block_waits_for_the_host_to_device_copy_from_it() -> Result<()
 }
 
 #[test]
-fn a_freed_block_is_not_reused_while_a_backend_copy_still_writes_into_it() -> Result<(), HostError>
-{
+fn a_freed_block_is_not_reused_while_a_backend_copy_still_writes_into_it() -> TestResult {
     let Some((alloc, stream)) = allocator_and_stream()? else {
         return Ok(());
     };

@@ -3,11 +3,11 @@
 
 mod host_common;
 
-use host_common::{device_buffer, gated_stream};
-use xpu_host::{HostBytes, HostCopy, HostError};
+use host_common::{device_buffer, gated_stream, TestResult};
+use xpu_host::{HostBytes, HostCopy};
 
 #[test]
-fn empty_cache_keeps_blocks_in_use_and_pending() -> Result<(), HostError> {
+fn empty_cache_keeps_blocks_in_use_and_pending() -> TestResult {
     let Some((alloc, stream, gate)) = gated_stream()? else {
         return Ok(());
     };

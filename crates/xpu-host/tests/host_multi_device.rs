@@ -4,14 +4,14 @@
 mod host_common;
 
 use host_common::{
-    assert_reused_only_after_the_gate, device_buffer, have_devices, pattern, read_back,
+    assert_reused_only_after_the_gate, device_buffer, have_devices, pattern, read_back, TestResult,
 };
 use xpu_event::Gate;
 use xpu_host::{HostAllocator, HostBytes, HostCopy, HostError};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 
 #[test]
-fn reuse_after_another_device_carries_no_stale_marker() -> Result<(), HostError> {
+fn reuse_after_another_device_carries_no_stale_marker() -> TestResult {
     if !have_devices(2, "reuse_after_another_device_carries_no_stale_marker") {
         return Ok(());
     }

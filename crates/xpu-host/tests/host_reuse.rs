@@ -5,6 +5,7 @@ mod host_common;
 
 use host_common::{
     allocator, assert_reused_only_after_the_gate, device_buffer, gated_stream, pattern, read_back,
+    TestResult,
 };
 use xpu_host::{HostBytes, HostCopy, HostError};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
@@ -34,7 +35,7 @@ fn unrecorded_block_is_reused_at_once_within_its_size_class() -> Result<(), Host
 }
 
 #[test]
-fn block_freed_during_gated_copy_waits_for_the_copy() -> Result<(), HostError> {
+fn block_freed_during_gated_copy_waits_for_the_copy() -> TestResult {
     let Some((alloc, stream, gate)) = gated_stream()? else {
         return Ok(());
     };
@@ -79,7 +80,7 @@ fn block_freed_during_gated_copy_waits_for_the_copy() -> Result<(), HostError> {
 }
 
 #[test]
-fn block_freed_during_gated_read_waits_for_the_read() -> Result<(), HostError> {
+fn block_freed_during_gated_read_waits_for_the_read() -> TestResult {
     let Some((alloc, stream, gate)) = gated_stream()? else {
         return Ok(());
     };
@@ -92,7 +93,7 @@ fn block_freed_during_gated_read_waits_for_the_read() -> Result<(), HostError> {
 }
 
 #[test]
-fn record_event_alone_defers_reuse() -> Result<(), HostError> {
+fn record_event_alone_defers_reuse() -> TestResult {
     let Some((alloc, stream, gate)) = gated_stream()? else {
         return Ok(());
     };
@@ -106,7 +107,7 @@ fn record_event_alone_defers_reuse() -> Result<(), HostError> {
 }
 
 #[test]
-fn every_recorded_stream_must_finish() -> Result<(), HostError> {
+fn every_recorded_stream_must_finish() -> TestResult {
     let Some((alloc, s2, gate)) = gated_stream()? else {
         return Ok(());
     };
@@ -123,7 +124,7 @@ fn every_recorded_stream_must_finish() -> Result<(), HostError> {
 }
 
 #[test]
-fn pending_blocks_are_processed_oldest_first() -> Result<(), HostError> {
+fn pending_blocks_are_processed_oldest_first() -> TestResult {
     let Some((alloc, slow, gate)) = gated_stream()? else {
         return Ok(());
     };

@@ -2,7 +2,7 @@
 
 mod host_common;
 
-use host_common::{allocator, gated_stream};
+use host_common::{allocator, gated_stream, TestResult};
 use xpu_host::Stat;
 use xpu_host::{HostAllocator, HostError, HostMemoryStats};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
@@ -103,7 +103,7 @@ fn stats_follow_a_known_sequence() -> Result<(), HostError> {
 }
 
 #[test]
-fn pending_blocks_stay_allocated_until_their_markers_complete() -> Result<(), HostError> {
+fn pending_blocks_stay_allocated_until_their_markers_complete() -> TestResult {
     let Some((alloc, s1, gate)) = gated_stream()? else {
         return Ok(());
     };

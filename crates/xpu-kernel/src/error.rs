@@ -147,9 +147,11 @@ mod tests {
     use std::error::Error as _;
 
     use xpu_alloc::HostError;
+    use xpu_device::ClError;
 
     use super::*;
     use crate::graph::GraphError;
+    use crate::interop::InteropError;
     use crate::memory::MemoryError;
     use crate::mlp::MlpError;
 
@@ -212,5 +214,20 @@ mod tests {
             "{m:?}"
         );
         assert_eq!(m.to_string(), oom().to_string());
+    }
+
+    /// The OpenCL call that interop makes itself is a query of the stream's queue: its
+    /// failure is the stream layer's, with the OpenCL error's message.
+    #[test]
+    fn a_failed_opencl_call_of_interop_is_a_stream_error() {
+        let e = InteropError::from(ClError::new("clGetCommandQueueInfo", -36));
+        assert!(
+            matches!(e, InteropError::Stream(StreamError::OpenCl(_))),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "clGetCommandQueueInfo failed: CL_INVALID_COMMAND_QUEUE (-36)"
+        );
     }
 }

@@ -83,15 +83,13 @@ pub enum InteropError {
     /// A caching-allocator failure (workspace allocation, `record_stream`).
     #[error(transparent)]
     Alloc(#[from] xpu_alloc::AllocError),
-    /// A stream-layer failure (released external stream...).
+    /// A stream-layer failure (released external stream...), or a failed OpenCL query of the
+    /// stream's queue ([`StreamError::OpenCl`](xpu_stream::StreamError::OpenCl)).
     #[error(transparent)]
     Stream(#[from] xpu_stream::StreamError),
     /// Adopting or recording the call's event failed.
     #[error(transparent)]
     Event(#[from] xpu_event::EventError),
-    /// A failed OpenCL call.
-    #[error(transparent)]
-    OpenCl(#[from] xpu_device::ClError),
     /// A foreign library that is not installed ([`ForeignError::NotAvailable`]), or its
     /// failure status outside [`ForeignCall::call`].
     #[error(transparent)]
@@ -101,6 +99,8 @@ pub enum InteropError {
     #[error("the call writes a region made read-only (use ClRegion::new_mut)")]
     ReadOnly,
 }
+
+xpu_device::impl_from_via!(InteropError::Stream(xpu_stream::StreamError) <- xpu_device::ClError);
 
 /// A typed region of one allocation for a foreign OpenCL library: the `cl_mem` of exactly the
 /// allocation, the region's offset and length in elements of `T`. Borrows the allocation (and,

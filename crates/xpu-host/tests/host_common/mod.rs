@@ -9,6 +9,10 @@ use xpu_stream::{get_stream_from_pool, Stream, PRIORITY_NORMAL};
 pub use xpu_testing::child::test_name;
 pub use xpu_testing::{have_devices, pattern};
 
+/// What a test or helper returns when it uses more than the pinned-host allocator (a gate is
+/// an event-layer object, whose errors are not [`HostError`]s).
+pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
 /// A device buffer of `size` bytes on `device`.
 pub fn device_buffer(device: usize, size: usize) -> Result<Buffer, HostError> {
     let ctx = xpu_device::device(device)?.context()?;
@@ -40,7 +44,7 @@ pub fn copy_setup(size: usize) -> Result<Option<(HostAllocator, Stream, Buffer)>
 
 /// [`allocator_and_stream`] and a closed gate that holds back the work enqueued on the stream
 /// until the test opens it.
-pub fn gated_stream() -> Result<Option<(HostAllocator, Stream, Gate)>, HostError> {
+pub fn gated_stream() -> TestResult<Option<(HostAllocator, Stream, Gate)>> {
     let Some((alloc, stream)) = allocator_and_stream()? else {
         return Ok(None);
     };
@@ -71,7 +75,7 @@ pub fn assert_reused_only_after_the_gate(
     stream: &Stream,
     size: usize,
     addr: usize,
-) -> Result<(), HostError> {
+) -> TestResult {
     let other = alloc.allocate_on(0, size)?;
     assert_ne!(other.address(), addr, "reused while its work is held back");
     let stats = alloc.memory_stats();
