@@ -186,8 +186,8 @@ fn run(config_text: &str, capacity: u64, ops: &[Op]) -> Result<(), TestCaseError
     check(&core, &model, &live)?;
     prop_assert_eq!(core.memory_reserved(), 0);
     prop_assert_eq!(core.memory_allocated(), 0);
-    prop_assert_eq!(source.live_segments(), 0);
-    prop_assert_eq!(source.used(), 0);
+    prop_assert_eq!(source.counters().live_segments, 0);
+    prop_assert_eq!(source.counters().used, 0);
     Ok(())
 }
 

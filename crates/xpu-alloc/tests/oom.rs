@@ -73,7 +73,7 @@ fn release_and_retry_serves_a_request_that_fits_after_flushing() {
         ),
         (1, 0, 2, 1)
     );
-    assert_eq!(source.used(), 50 * MIB);
+    assert_eq!(source.counters().used, 50 * MIB);
 }
 
 #[test]
@@ -92,7 +92,7 @@ fn never_fitting_requests_are_a_distinct_error() {
         Err(AllocError::TooLarge { .. })
     ));
     assert_eq!(
-        source.attempts(),
+        source.counters().attempts,
         0,
         "no device call for a request that can never fit"
     );
@@ -152,7 +152,7 @@ fn oom_fault_on_segment_allocation_is_retried_after_release() {
         (st.num_alloc_retries, st.num_ooms, st.num_device_alloc),
         (1, 0, 1)
     );
-    assert_eq!(source.attempts(), 2);
+    assert_eq!(source.counters().attempts, 2);
     drop(p);
 }
 
@@ -167,7 +167,7 @@ fn device_fault_is_reported_and_leaks_nothing() {
         matches!(&err, AllocError::Device(m) if m.contains("injected fault")),
         "{err:?}"
     );
-    assert_eq!(source.live_segments(), 1);
+    assert_eq!(source.counters().live_segments, 1);
     assert_eq!(core.memory_reserved(), 2 * MIB);
     let again = core.allocate(30 * MIB, &s).unwrap();
     drop((keep, again));
@@ -209,12 +209,13 @@ fn fault_injection_at_every_point_keeps_the_allocator_consistent() {
                 }
             }
             let reserved: u64 = core.snapshot().iter().map(|s| s.size).sum();
-            assert_eq!(reserved, source.used());
-            assert_eq!(core.memory_reserved(), source.used());
+            assert_eq!(reserved, source.counters().used);
+            assert_eq!(core.memory_reserved(), source.counters().used);
             drop(live);
             core.empty_cache();
+            let held = source.counters();
             assert_eq!(
-                (source.used(), source.live_segments()),
+                (held.used, held.live_segments),
                 (0, 0),
                 "fault {fault:?} at {n}"
             );
@@ -249,11 +250,11 @@ fn empty_cache_keeps_split_segments_with_live_blocks() {
     let b = core.allocate(30 * MIB, &s).unwrap();
     drop(b);
     core.empty_cache();
-    assert_eq!(source.live_segments(), 1);
+    assert_eq!(source.counters().live_segments, 1);
     assert_eq!(core.memory_reserved(), 2 * MIB);
     drop(a);
     core.empty_cache();
-    assert_eq!(source.live_segments(), 0);
+    assert_eq!(source.counters().live_segments, 0);
 }
 
 /// Three cached whole blocks (12, 14, 16 MiB) then a 30 MiB request on a 100 MiB device.

@@ -168,7 +168,7 @@ fn oversize_rules() {
     // Below max_split_size: never served by an oversize block.
     let small = core.allocate(5 * MIB, &s).unwrap();
     assert_ne!(small.address(), big_addr);
-    assert_eq!(source.live_segments(), 2);
+    assert_eq!(source.counters().live_segments, 2);
     // Oversize request within max_non_split_rounding: takes the block, unsplit.
     let p = core.allocate(30 * MIB, &s).unwrap();
     assert_eq!(p.address(), big_addr);
@@ -181,7 +181,7 @@ fn oversize_rules() {
     // 20 MiB.
     let q = core.allocate(20 * MIB, &s).unwrap();
     assert_ne!(q.address(), big_addr);
-    assert_eq!(source.live_segments(), 3);
+    assert_eq!(source.counters().live_segments, 3);
     // With a larger max_non_split_rounding the same request takes it.
     core.set_config(
         AllocConfig::parse(
@@ -269,7 +269,7 @@ fn before_grow_consolidates_idle_segments_instead_of_growing() {
     assert_eq!(core.max_memory_reserved(), 42 * MIB);
     let st = core.memory_stats();
     assert_eq!((st.num_device_alloc, st.num_device_free), (4, 3));
-    assert_eq!(source.used(), 42 * MIB);
+    assert_eq!(source.counters().used, 42 * MIB);
     drop(p);
     // PyTorch's policy grows instead.
     let (core, _) = with_three_idle_segments("release_policy:on_oom", &s);

@@ -49,11 +49,11 @@ fn reserving_more_than_the_statistics_can_count_is_out_of_memory() {
         (7 * EIB as i64, 7 * EIB as i64, 7 * EIB as i64)
     );
     assert_eq!(core.reserved_bytes(), 7 * EIB);
-    assert_eq!(source.used(), 7 * EIB);
+    assert_eq!(source.counters().used, 7 * EIB);
     drop(live);
     core.empty_cache();
     assert_eq!(core.memory_stats().reserved_bytes.all.current, 0);
-    assert_eq!((core.reserved_bytes(), source.used()), (0, 0));
+    assert_eq!((core.reserved_bytes(), source.counters().used), (0, 0));
 }
 
 #[test]
@@ -66,7 +66,7 @@ fn a_simulated_device_never_counts_past_its_capacity() {
         }
     }
     // 15 segments of 2^60 bytes fit below u64::MAX; the 16th would need 2^64 bytes.
-    assert_eq!((ok, source.used()), (15, 15 * EIB));
+    assert_eq!((ok, source.counters().used), (15, 15 * EIB));
 }
 
 #[test]
@@ -215,13 +215,13 @@ mod props {
                 let st = core.memory_stats();
                 prop_assert!(st.reserved_bytes.all.current >= 0);
                 prop_assert_eq!(st.reserved_bytes.all.current as u64, core.reserved_bytes());
-                prop_assert_eq!(core.reserved_bytes(), source.used());
+                prop_assert_eq!(core.reserved_bytes(), source.counters().used);
                 let handed: u64 = live.iter().map(|p| p.allocated_size()).sum();
                 prop_assert_eq!(st.allocated_bytes.all.current as u64, handed);
             }
             drop(live);
             core.empty_cache();
-            prop_assert_eq!((core.reserved_bytes(), source.used()), (0, 0));
+            prop_assert_eq!((core.reserved_bytes(), source.counters().used), (0, 0));
         }
     }
 }

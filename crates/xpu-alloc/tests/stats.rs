@@ -146,7 +146,7 @@ fn zero_size_allocation_touches_nothing() {
     );
     drop(p);
     assert_eq!(core.memory_stats().allocation.all.allocated, 0);
-    assert_eq!(source.attempts(), 0);
+    assert_eq!(source.counters().attempts, 0);
 }
 
 #[test]

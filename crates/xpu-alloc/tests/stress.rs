@@ -84,8 +84,8 @@ fn hammer(core: &DeviceCore, source: &Arc<SimulatedSource>, threads: u64, ops: u
     assert_eq!(st.allocation.all.allocated, st.allocation.all.freed);
     assert!(st.allocated_bytes.all.peak as u64 >= 24 * MIB);
     let reserved: u64 = core.snapshot().iter().map(|s| s.size).sum();
-    assert_eq!(reserved, source.used());
-    assert_eq!(core.memory_reserved(), source.used());
+    assert_eq!(reserved, source.counters().used);
+    assert_eq!(core.memory_reserved(), source.counters().used);
     assert_empty_cache_releases_everything(core, source);
 }
 

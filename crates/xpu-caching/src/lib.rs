@@ -42,7 +42,8 @@ pub use crate::history::{History, TraceAction, TraceEntry};
 pub use crate::sim_stream::SimBackend;
 pub use crate::size::PoolKind;
 pub use crate::source::{
-    Fault, HookedSource, SegmentSource, SimulatedSource, SourceError, SourceHooks, SourceSegment,
+    Fault, HookedSource, SegmentSource, SimulatedCounters, SimulatedSource, SourceError,
+    SourceHooks, SourceSegment,
 };
 pub use crate::stats::{MemoryStats, Stat, StatArray};
 pub use crate::stream::{MarkerError, StreamKey};

@@ -71,12 +71,21 @@ impl SimMarker {
     }
 }
 
+/// What has been enqueued on a [`SimStream`] so far, read under one lock
+/// ([`SimStream::counters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimStreamCounters {
+    /// Markers recorded on the stream.
+    pub markers_recorded: u64,
+    /// Device-side waits enqueued on the stream.
+    pub waits: u64,
+}
+
 #[derive(Debug, Default)]
 struct SimState {
     gate: Option<Arc<SimGate>>,
     dependencies: Vec<SimMarker>,
-    markers_recorded: u64,
-    waits: u64,
+    counters: SimStreamCounters,
 }
 
 /// A stream without a device whose work completes when the test says so.
@@ -111,16 +120,10 @@ impl SimStream {
         }
     }
 
-    /// Markers recorded on this stream so far.
+    /// The markers recorded and the device-side waits enqueued on this stream so far.
     #[must_use]
-    pub fn markers_recorded(&self) -> u64 {
-        self.state.lock().markers_recorded
-    }
-
-    /// Device-side waits enqueued on this stream so far.
-    #[must_use]
-    pub fn waits(&self) -> u64 {
-        self.state.lock().waits
+    pub fn counters(&self) -> SimStreamCounters {
+        self.state.lock().counters
     }
 }
 
@@ -136,7 +139,7 @@ impl SimStream {
     #[must_use]
     pub fn record_marker(&self) -> SimMarker {
         let mut state = self.state.lock();
-        state.markers_recorded += 1;
+        state.counters.markers_recorded += 1;
         state.dependencies.retain(|d| !d.complete());
         SimMarker {
             gate: state.gate.clone(),
@@ -147,7 +150,7 @@ impl SimStream {
     /// Makes markers recorded from now on depend on `marker` too (a device-side wait).
     pub fn wait_marker(&self, marker: &SimMarker) {
         let mut state = self.state.lock();
-        state.waits += 1;
+        state.counters.waits += 1;
         if !marker.complete() {
             state.dependencies.push(marker.clone());
         }

@@ -61,12 +61,9 @@ pub fn segment_sizes_mib(core: &DeviceCore) -> Vec<u64> {
 /// and no segment, and the allocator reserves nothing.
 pub fn assert_empty_cache_releases_everything(core: &DeviceCore, source: &SimulatedSource) {
     core.empty_cache();
+    let held = source.counters();
     assert_eq!(
-        (
-            source.used(),
-            source.live_segments(),
-            core.memory_reserved()
-        ),
+        (held.used, held.live_segments, core.memory_reserved()),
         (0, 0, 0)
     );
 }

@@ -9,7 +9,8 @@
 //! (device-wide steps: new segments, the fragmentation policy, the OOM sequence with
 //! cross-stream reuse);
 //! `device_wide` (source, configuration, reserved bytes, fraction); `stats_cell`,
-//! `stats_registry`, `thread_cache` (per-thread statistics and shard caches); `snapshot`.
+//! `stats_registry`, `thread_cache`, `shard_cache` (per-thread statistics and shard caches);
+//! `snapshot`.
 
 mod allocation;
 pub(crate) mod block;
@@ -21,6 +22,7 @@ mod policy;
 pub(crate) mod policy_state;
 pub(crate) mod pool;
 pub(crate) mod shard;
+mod shard_cache;
 pub(crate) mod slab;
 pub(crate) mod snapshot;
 pub(crate) mod stats_cell;
@@ -33,7 +35,7 @@ mod weak_shard;
 mod tests;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
@@ -67,20 +69,6 @@ macro_rules! byte_figures {
             u64::try_from(self.memory_stats().$($field).+).unwrap_or(0)
         }
     )*};
-}
-
-/// Shards cached per thread (most recently used first).
-const SHARD_CACHE: usize = 8;
-
-/// Puts `shard` first in a thread's shard cache.
-fn remember_shard<B: Backend>(
-    cache: &mut Vec<(StreamKey, Weak<Shard<B>>)>,
-    key: StreamKey,
-    shard: &Arc<Shard<B>>,
-) {
-    cache.retain(|(k, _)| *k != key);
-    cache.insert(0, (key, Arc::downgrade(shard)));
-    cache.truncate(SHARD_CACHE);
 }
 
 struct ShardMap<B: Backend> {
@@ -287,7 +275,10 @@ impl<B: Backend> CachingAllocator<B> {
         // The stream closure is user code: it runs before any allocator lock is taken
         // (and outside the thread-local state), so it may itself call the allocator.
         let found = with_local(shared, |local| {
-            let shard = self.cached_shard(local.shard, key)?;
+            let shard = match local.shards.most_recent(key) {
+                Some(shard) => shard,
+                None => local.shards.find(key, |key| self.shard_of(key))?,
+            };
             Some(self.allocate_on(shard, size, key, &local))
         });
         if let Some(result) = found {
@@ -295,7 +286,7 @@ impl<B: Backend> CachingAllocator<B> {
         }
         let shard = self.insert_shard(key, stream());
         with_local(shared, |local| {
-            remember_shard(local.shard, key, &shard);
+            local.shards.remember(key, &shard);
             self.allocate_on(shard, size, key, &local)
         })
         .map(Some)
@@ -333,42 +324,9 @@ impl<B: Backend> CachingAllocator<B> {
         Ok(Allocation::new(shard, handed, size))
     }
 
-    /// The shard of `key` from the thread's cache or the shard map, if it exists (no user
-    /// code runs here).
-    #[inline(always)]
-    fn cached_shard(
-        &self,
-        cache: &mut Vec<(StreamKey, Weak<Shard<B>>)>,
-        key: StreamKey,
-    ) -> Option<Arc<Shard<B>>> {
-        if let Some((k, weak)) = cache.first() {
-            if *k == key {
-                if let Some(shard) = weak.upgrade() {
-                    return Some(shard);
-                }
-            }
-        }
-        self.cached_shard_slow(cache, key)
-    }
-
-    /// [`CachingAllocator::cached_shard`] past the thread's most recent shard.
-    #[cold]
-    #[inline(never)]
-    fn cached_shard_slow(
-        &self,
-        cache: &mut Vec<(StreamKey, Weak<Shard<B>>)>,
-        key: StreamKey,
-    ) -> Option<Arc<Shard<B>>> {
-        if let Some(pos) = cache.iter().position(|(k, _)| *k == key) {
-            let entry = cache.remove(pos);
-            if let Some(shard) = entry.1.upgrade() {
-                cache.insert(0, entry);
-                return Some(shard);
-            }
-        }
-        let shard = self.inner.shards.lock().by_key.get(&key).cloned()?;
-        remember_shard(cache, key, &shard);
-        Some(shard)
+    /// The shard of `key` in the shard map, if it exists.
+    fn shard_of(&self, key: StreamKey) -> Option<Arc<Shard<B>>> {
+        self.inner.shards.lock().by_key.get(&key).cloned()
     }
 
     /// The shard of `key`, created with `stream` unless another thread created it since the

@@ -6,17 +6,16 @@
 use std::sync::{Arc, Weak};
 
 use super::device_wide::DeviceShared;
-use super::shard::Shard;
+use super::shard_cache::ShardCache;
 use super::stats_cell::{Generations, StatsCell, StatsWriter};
 use crate::backend::Backend;
-use crate::stream::StreamKey;
 
 /// A thread's cache of one allocator.
 pub struct Entry<B: Backend> {
     id: u64,
     shared: Weak<DeviceShared<B>>,
     cell: Arc<StatsCell>,
-    shard: Vec<(StreamKey, Weak<Shard<B>>)>,
+    shards: ShardCache<B>,
 }
 
 impl<B: Backend> Drop for Entry<B> {
@@ -32,8 +31,8 @@ pub(crate) struct Local<'a, B: Backend> {
     /// The thread's statistics cell (or the fallback cell, locked).
     cell: &'a StatsCell,
     gens: &'a Generations,
-    /// The shards this thread allocated from recently on this device (most recent first).
-    pub shard: &'a mut Vec<(StreamKey, Weak<Shard<B>>)>,
+    /// The shards this thread allocated from recently on this device.
+    pub shards: &'a mut ShardCache<B>,
 }
 
 impl<'a, B: Backend> Local<'a, B> {
@@ -68,7 +67,7 @@ fn entry_slow<'v, B: Backend>(
         id: shared.id,
         shared: Arc::downgrade(shared),
         cell: shared.stats.register(),
-        shard: Vec::new(),
+        shards: ShardCache::new(),
     });
     let last = entries.len() - 1;
     &mut entries[last]
@@ -88,7 +87,7 @@ pub(crate) fn with_local<B: Backend, R>(
         Some(f(Local {
             cell: &e.cell,
             gens: &shared.stats.gens,
-            shard: &mut e.shard,
+            shards: &mut e.shards,
         }))
     });
     match done {
@@ -105,14 +104,14 @@ fn with_fallback<B: Backend, R>(
     shared: &Arc<DeviceShared<B>>,
     mut slot: Option<impl FnOnce(Local<'_, B>) -> R>,
 ) -> R {
-    let mut no_cache = Vec::new();
+    let mut no_cache = ShardCache::new();
     let stats = &shared.stats;
     let _guard = stats.fallback_lock.lock();
     match slot.take() {
         Some(f) => f(Local {
             cell: &stats.fallback,
             gens: &stats.gens,
-            shard: &mut no_cache,
+            shards: &mut no_cache,
         }),
         // `slot` is only emptied right before `f` runs and returns `Some`.
         None => unreachable!("thread-local closure consumed without a result"),

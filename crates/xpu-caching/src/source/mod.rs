@@ -10,7 +10,7 @@ mod hooked;
 mod simulated;
 
 pub use hooked::{HookedSource, SourceHooks};
-pub use simulated::{Fault, Simulated, SimulatedSource};
+pub use simulated::{Fault, Simulated, SimulatedCounters, SimulatedSource};
 
 use thiserror::Error;
 

@@ -26,11 +26,21 @@ pub enum Fault {
     DeviceError,
 }
 
+/// What a [`SimulatedSource`] holds and has been asked so far, read under one lock
+/// ([`SimulatedSource::counters`]: the figures agree with each other).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimulatedCounters {
+    /// Bytes currently allocated from the device.
+    pub used: u64,
+    /// Segments currently allocated from the device.
+    pub live_segments: u64,
+    /// Segment allocation attempts so far (successful or not).
+    pub attempts: u64,
+}
+
 #[derive(Debug, Default)]
 struct State {
-    used: u64,
-    live_segments: u64,
-    attempts: u64,
+    counters: SimulatedCounters,
     next_address: u64,
     faults: BTreeSet<(u64, FaultKey)>,
 }
@@ -76,7 +86,7 @@ impl<M> SimulatedSource<M> {
     pub fn fail_nth(&self, n: u64, fault: Fault) {
         let mut state = self.state.lock();
         // A fault planned beyond the last attempt countable never fires.
-        let at = state.attempts.saturating_add(n.max(1));
+        let at = state.counters.attempts.saturating_add(n.max(1));
         let key = match fault {
             Fault::OutOfMemory => FaultKey::OutOfMemory,
             Fault::DeviceError => FaultKey::DeviceError,
@@ -84,22 +94,11 @@ impl<M> SimulatedSource<M> {
         state.faults.insert((at, key));
     }
 
-    /// Bytes currently allocated from this device.
+    /// The bytes and segments this device holds now and its allocation attempts so far,
+    /// read at one instant.
     #[must_use]
-    pub fn used(&self) -> u64 {
-        self.state.lock().used
-    }
-
-    /// Segments currently allocated from this device.
-    #[must_use]
-    pub fn live_segments(&self) -> u64 {
-        self.state.lock().live_segments
-    }
-
-    /// Segment allocation attempts so far (successful or not).
-    #[must_use]
-    pub fn attempts(&self) -> u64 {
-        self.state.lock().attempts
+    pub fn counters(&self) -> SimulatedCounters {
+        self.state.lock().counters
     }
 }
 
@@ -129,13 +128,16 @@ impl<M: From<Simulated> + Send + Sync + std::fmt::Debug + 'static> SegmentSource
     }
 
     fn free_memory(&self) -> Option<u64> {
-        Some(self.capacity.saturating_sub(self.state.lock().used))
+        Some(
+            self.capacity
+                .saturating_sub(self.state.lock().counters.used),
+        )
     }
 
     fn allocate(&self, size: u64) -> Result<SourceSegment<M>, SourceError> {
         let mut state = self.state.lock();
-        state.attempts = state.attempts.saturating_add(1);
-        let attempt = state.attempts;
+        state.counters.attempts = state.counters.attempts.saturating_add(1);
+        let attempt = state.counters.attempts;
         for key in [FaultKey::OutOfMemory, FaultKey::DeviceError] {
             if state.faults.remove(&(attempt, key)) {
                 return Err(match key {
@@ -146,7 +148,7 @@ impl<M: From<Simulated> + Send + Sync + std::fmt::Debug + 'static> SegmentSource
                 });
             }
         }
-        let Some(used) = state.used.checked_add(size) else {
+        let Some(used) = state.counters.used.checked_add(size) else {
             return Err(SourceError::OutOfMemory);
         };
         if size == 0 || size > self.max_alloc || used > self.capacity {
@@ -162,8 +164,8 @@ impl<M: From<Simulated> + Send + Sync + std::fmt::Debug + 'static> SegmentSource
             return Err(SourceError::OutOfMemory);
         };
         state.next_address = next;
-        state.used = used;
-        state.live_segments += 1;
+        state.counters.used = used;
+        state.counters.live_segments += 1;
         Ok(SourceSegment {
             address,
             size,
@@ -172,8 +174,8 @@ impl<M: From<Simulated> + Send + Sync + std::fmt::Debug + 'static> SegmentSource
     }
 
     fn free(&self, segment: SourceSegment<M>) {
-        let mut state = self.state.lock();
-        state.used = state.used.saturating_sub(segment.size);
-        state.live_segments = state.live_segments.saturating_sub(1);
+        let counters = &mut self.state.lock().counters;
+        counters.used = counters.used.saturating_sub(segment.size);
+        counters.live_segments = counters.live_segments.saturating_sub(1);
     }
 }

@@ -49,7 +49,7 @@ fn record_stream_defers_reuse_until_the_marker_completes() {
         ),
         (1, 4096, 4096)
     );
-    assert_eq!(side.markers_recorded(), 1);
+    assert_eq!(side.counters().markers_recorded, 1);
     let b = core.alloc(4096, &s0).unwrap();
     assert_ne!(b.address(), addr, "pending block not reused");
     side.open_gate();
@@ -63,7 +63,7 @@ fn record_stream_on_the_allocation_stream_is_ignored() {
     let (core, _) = sim_core(GIB, "");
     let (s, r) = stream(0);
     let (addr, _) = free_while_used_on(&core, 4096, &r, &[&r]);
-    assert_eq!(s.markers_recorded(), 0);
+    assert_eq!(s.counters().markers_recorded, 0);
     assert_eq!(core.memory_stats().active.all.current, 0);
     assert_eq!(core.alloc(4096, &r).unwrap().address(), addr);
 }
@@ -110,7 +110,13 @@ fn pending_frees_of_different_streams_do_not_block_each_other() {
 fn a_block_used_on_two_streams_waits_for_both() {
     let (core, [s0, g1, g2]) = core_and_streams();
     let (addr, _) = free_while_used_on(&core, 4096, &s0, &[&g1, &g2, &g2]);
-    assert_eq!((g1.markers_recorded(), g2.markers_recorded()), (1, 1));
+    assert_eq!(
+        (
+            g1.counters().markers_recorded,
+            g2.counters().markers_recorded
+        ),
+        (1, 1)
+    );
     g1.open_gate();
     assert_ne!(core.alloc(4096, &s0).unwrap().address(), addr);
     g2.open_gate();
@@ -125,7 +131,7 @@ fn empty_cache_waits_for_pending_markers() {
     let (_, gates) = free_while_used_on(&core, 30 * MIB, &s0, &[&s1]);
     core.empty_cache();
     assert!(gates[0].is_open(), "the marker was waited for");
-    assert_eq!(source.live_segments(), 0);
+    assert_eq!(source.counters().live_segments, 0);
     assert_eq!(core.memory_stats().active.all.current, 0);
 }
 
@@ -144,7 +150,10 @@ fn cross_stream_reuse_under_pressure_orders_by_a_marker() {
         addr,
         "the cached segment of stream 0 is reused"
     );
-    assert_eq!((owner.markers_recorded(), taker.waits()), (1, 1));
+    assert_eq!(
+        (owner.counters().markers_recorded, taker.counters().waits),
+        (1, 1)
+    );
     let st = core.memory_stats();
     assert_eq!(
         (
@@ -163,5 +172,5 @@ fn cross_stream_reuse_under_pressure_orders_by_a_marker() {
     // The segment now belongs to stream 1.
     drop(b);
     assert_eq!(core.snapshot()[0].stream, crate::StreamKey::new(0, 1));
-    assert_eq!(source.live_segments(), 1);
+    assert_eq!(source.counters().live_segments, 1);
 }
