@@ -278,24 +278,8 @@ impl MlpState {
         // The teacher: the same shape, other weights, biases of 0.1.
         let tw1 = rng.fill(c.inputs * c.hidden, s1);
         let tw2 = rng.fill(c.hidden * c.outputs, s2);
-        let th = linear(
-            &x,
-            &tw1,
-            &vec![0.1; c.hidden],
-            c.samples,
-            c.inputs,
-            c.hidden,
-            true,
-        );
-        let y = linear(
-            &th,
-            &tw2,
-            &vec![0.1; c.outputs],
-            c.samples,
-            c.hidden,
-            c.outputs,
-            false,
-        );
+        let (tb1, tb2) = (vec![0.1; c.hidden], vec![0.1; c.outputs]);
+        let (_, y) = forward(c, c.samples, &x, [&tw1, &tb1, &tw2, &tb2]);
         MlpState {
             w1,
             b1: vec![0.0; c.hidden],
@@ -320,6 +304,20 @@ fn linear(x: &[f32], w: &[f32], b: &[f32], m: usize, k: usize, n: usize, relu: b
         }
     }
     out
+}
+
+/// The model's forward pass on the CPU, for `rows` samples `x` (`rows × inputs`) and the
+/// parameters `[w1, b1, w2, b2]`: the hidden activations `h = relu(x·w1 + b1)`
+/// (`rows × hidden`) and the outputs `h·w2 + b2` (`rows × outputs`).
+fn forward(
+    c: &MlpConfig,
+    rows: usize,
+    x: &[f32],
+    [w1, b1, w2, b2]: [&[f32]; 4],
+) -> (Vec<f32>, Vec<f32>) {
+    let h = linear(x, w1, b1, rows, c.inputs, c.hidden, true);
+    let out = linear(&h, w2, b2, rows, c.hidden, c.outputs, false);
+    (h, out)
 }
 
 /// How a matrix product reads an operand from its row-major buffer (as BLAS's `transa` /
@@ -418,8 +416,7 @@ impl CpuMlp {
         let s = &mut self.state;
         let (x, y) = (&s.x[xr], &s.y[yr]);
         let (m, i, hd, o) = (c.batch, c.inputs, c.hidden, c.outputs);
-        let h = linear(x, &s.w1, &s.b1, m, i, hd, true);
-        let out = linear(&h, &s.w2, &s.b2, m, hd, o, false);
+        let (h, out) = forward(&c, m, x, [&s.w1, &s.b1, &s.w2, &s.b2]);
         let n = m * o;
         let mut sum = 0.0f32;
         for (p, t) in out.iter().zip(y) {
