@@ -8,7 +8,9 @@
 //! the same bits.
 //!
 //! The device side ([`GpuMlp`]) runs seven OpenCL C kernels (forward linear with bias and
-//! optional ReLU, loss, loss gradient, weight and bias gradients, ReLU backward, SGD update):
+//! optional ReLU, loss, loss gradient, a matrix product reading either operand transposed
+//! for the weight gradients `xᵀ·g` and the gradient by the hidden layer `g·W2ᵀ`, bias
+//! gradient, ReLU mask, SGD update):
 //! the parameters are uploaded on a copy stream from the pool, an [`Event`] recorded there is
 //! waited on by the compute stream, and every step's loss is written by the device into a
 //! loss buffer read back once at the end.
@@ -69,15 +71,20 @@ __kernel void mse_grad(__global float *g, __global const float *o, __global cons
     size_t i = get_global_id(0);
     if (i < n) g[i] = scale * (o[i] - y[i]);
 }
-// dw[k,n] = sum_m x[m,k] * g[m,n], m in order.
-__kernel void grad_w(__global float *dw, __global const float *x, __global const float *g,
-                     uint m_rows, uint k_dim, uint n_dim) {
+// c[r,q] = sum_t a[r * a_rs + t * a_cs] * b[t * b_rs + q * b_cs], t in order (c is
+// rows x cols, the sum over inner): a matrix product whose operands are addressed by a row
+// and a column stride, so that either is read as stored or transposed (as BLAS's transa,
+// transb): the weight gradient x^T * g and the gradient by a layer's input g * w^T.
+__kernel void matmul(__global float *c, __global const float *a, __global const float *b,
+                     uint rows, uint inner, uint cols, uint a_rs, uint a_cs, uint b_rs,
+                     uint b_cs) {
     size_t i = get_global_id(0);
-    if (i >= (size_t)k_dim * n_dim) return;
-    uint k = i / n_dim, n = i % n_dim;
+    if (i >= (size_t)rows * cols) return;
+    uint r = i / cols, q = i % cols;
     float acc = 0.0f;
-    for (uint m = 0; m < m_rows; m++) acc = acc + x[m * k_dim + k] * g[m * n_dim + n];
-    dw[i] = acc;
+    for (uint t = 0; t < inner; t++)
+        acc = acc + a[r * a_rs + t * a_cs] * b[t * b_rs + q * b_cs];
+    c[i] = acc;
 }
 // db[n] = sum_m g[m,n], m in order.
 __kernel void grad_b(__global float *db, __global const float *g, uint m_rows, uint n_dim) {
@@ -87,16 +94,11 @@ __kernel void grad_b(__global float *db, __global const float *g, uint m_rows, u
     for (uint m = 0; m < m_rows; m++) acc = acc + g[m * n_dim + n];
     db[n] = acc;
 }
-// dh[m,j] = h[m,j] > 0 ? sum_o g[m,o] * w2[j,o] : 0, o in order.
-__kernel void relu_backward(__global float *dh, __global const float *g,
-                            __global const float *w2, __global const float *h,
-                            uint m_rows, uint h_dim, uint o_dim) {
+// d[i] = h[i] > 0 ? d[i] : 0: the gradient d by a ReLU's output h, made the gradient by
+// its input (in place).
+__kernel void relu_mask(__global float *d, __global const float *h, uint n) {
     size_t i = get_global_id(0);
-    if (i >= (size_t)m_rows * h_dim) return;
-    uint m = i / h_dim, j = i % h_dim;
-    float acc = 0.0f;
-    for (uint o = 0; o < o_dim; o++) acc = acc + g[m * o_dim + o] * w2[j * o_dim + o];
-    dh[i] = h[i] > 0.0f ? acc : 0.0f;
+    if (i < n) d[i] = h[i] > 0.0f ? d[i] : 0.0f;
 }
 // w[i] = w[i] - lr * g[i]
 __kernel void sgd(__global float *w, __global const float *g, float lr, uint n) {
@@ -276,24 +278,8 @@ impl MlpState {
         // The teacher: the same shape, other weights, biases of 0.1.
         let tw1 = rng.fill(c.inputs * c.hidden, s1);
         let tw2 = rng.fill(c.hidden * c.outputs, s2);
-        let th = linear(
-            &x,
-            &tw1,
-            &vec![0.1; c.hidden],
-            c.samples,
-            c.inputs,
-            c.hidden,
-            true,
-        );
-        let y = linear(
-            &th,
-            &tw2,
-            &vec![0.1; c.outputs],
-            c.samples,
-            c.hidden,
-            c.outputs,
-            false,
-        );
+        let (tb1, tb2) = (vec![0.1; c.hidden], vec![0.1; c.outputs]);
+        let (_, y) = forward(c, c.samples, &x, [&tw1, &tb1, &tw2, &tb2]);
         MlpState {
             w1,
             b1: vec![0.0; c.hidden],
@@ -320,18 +306,68 @@ fn linear(x: &[f32], w: &[f32], b: &[f32], m: usize, k: usize, n: usize, relu: b
     out
 }
 
-/// CPU twin of `grad_w`.
-fn grad_w(x: &[f32], g: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
-    let mut dw = vec![0.0; k * n];
-    for (i, d) in dw.iter_mut().enumerate() {
-        let (kk, nn) = (i / n, i % n);
+/// The model's forward pass on the CPU, for `rows` samples `x` (`rows × inputs`) and the
+/// parameters `[w1, b1, w2, b2]`: the hidden activations `h = relu(x·w1 + b1)`
+/// (`rows × hidden`) and the outputs `h·w2 + b2` (`rows × outputs`).
+fn forward(
+    c: &MlpConfig,
+    rows: usize,
+    x: &[f32],
+    [w1, b1, w2, b2]: [&[f32]; 4],
+) -> (Vec<f32>, Vec<f32>) {
+    let h = linear(x, w1, b1, rows, c.inputs, c.hidden, true);
+    let out = linear(&h, w2, b2, rows, c.hidden, c.outputs, false);
+    (h, out)
+}
+
+/// How a matrix product reads an operand from its row-major buffer (as BLAS's `transa` /
+/// `transb` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transpose {
+    /// As stored.
+    No,
+    /// Transposed.
+    Yes,
+}
+
+impl Transpose {
+    /// The (row, column) strides, in elements, of a `rows × cols` operand read from a
+    /// row-major buffer of `rows × cols` elements ([`Transpose::No`]) or of `cols × rows`
+    /// ([`Transpose::Yes`]). Either way the largest index reached is `rows · cols - 1`.
+    fn strides(self, rows: usize, cols: usize) -> (usize, usize) {
+        match self {
+            Transpose::No => (cols, 1),
+            Transpose::Yes => (1, rows),
+        }
+    }
+}
+
+/// CPU twin of `matmul`: `op(a)·op(b)` (`m × n`, each element summed over `k` in order from
+/// 0), where `op(a)` (`m × k`) and `op(b)` (`k × n`) are read as [`Transpose`] says.
+fn matmul(
+    (a, ta): (&[f32], Transpose),
+    (b, tb): (&[f32], Transpose),
+    (m, k, n): (usize, usize, usize),
+) -> Vec<f32> {
+    let (a_rs, a_cs) = ta.strides(m, k);
+    let (b_rs, b_cs) = tb.strides(k, n);
+    let mut c = vec![0.0; m * n];
+    for (i, d) in c.iter_mut().enumerate() {
+        let (r, q) = (i / n, i % n);
         let mut acc = 0.0f32;
-        for r in 0..m {
-            acc += x[r * k + kk] * g[r * n + nn];
+        for t in 0..k {
+            acc += a[r * a_rs + t * a_cs] * b[t * b_rs + q * b_cs];
         }
         *d = acc;
     }
-    dw
+    c
+}
+
+/// CPU twin of `relu_mask`.
+fn relu_mask(d: &mut [f32], h: &[f32]) {
+    for (d, h) in d.iter_mut().zip(h) {
+        *d = if *h > 0.0 { *d } else { 0.0 };
+    }
 }
 
 /// CPU twin of `grad_b`.
@@ -380,8 +416,7 @@ impl CpuMlp {
         let s = &mut self.state;
         let (x, y) = (&s.x[xr], &s.y[yr]);
         let (m, i, hd, o) = (c.batch, c.inputs, c.hidden, c.outputs);
-        let h = linear(x, &s.w1, &s.b1, m, i, hd, true);
-        let out = linear(&h, &s.w2, &s.b2, m, hd, o, false);
+        let (h, out) = forward(&c, m, x, [&s.w1, &s.b1, &s.w2, &s.b2]);
         let n = m * o;
         let mut sum = 0.0f32;
         for (p, t) in out.iter().zip(y) {
@@ -391,18 +426,11 @@ impl CpuMlp {
         let loss = sum / n as f32;
         let scale = c.grad_scale();
         let g: Vec<f32> = out.iter().zip(y).map(|(p, t)| scale * (p - t)).collect();
-        let dw2 = grad_w(&h, &g, m, hd, o);
+        let dw2 = matmul((&h, Transpose::Yes), (&g, Transpose::No), (hd, m, o));
         let db2 = grad_b(&g, m, o);
-        let mut dh = vec![0.0f32; m * hd];
-        for (idx, d) in dh.iter_mut().enumerate() {
-            let (r, j) = (idx / hd, idx % hd);
-            let mut acc = 0.0f32;
-            for k in 0..o {
-                acc += g[r * o + k] * s.w2[j * o + k];
-            }
-            *d = if h[idx] > 0.0 { acc } else { 0.0 };
-        }
-        let dw1 = grad_w(x, &dh, m, i, hd);
+        let mut dh = matmul((&g, Transpose::No), (&s.w2, Transpose::Yes), (m, o, hd));
+        relu_mask(&mut dh, &h);
+        let dw1 = matmul((x, Transpose::Yes), (&dh, Transpose::No), (i, m, hd));
         let db1 = grad_b(&dh, m, hd);
         let lr = c.learning_rate;
         sgd(&mut s.w1, &dw1, lr);
@@ -429,9 +457,9 @@ struct Kernels {
     linear_fwd: Function,
     mse_loss: Function,
     mse_grad: Function,
-    grad_w: Function,
+    matmul: Function,
     grad_b: Function,
-    relu_backward: Function,
+    relu_mask: Function,
     sgd: Function,
 }
 
@@ -569,9 +597,9 @@ impl GpuMlp {
             linear_fwd: f("linear_fwd")?,
             mse_loss: f("mse_loss")?,
             mse_grad: f("mse_grad")?,
-            grad_w: f("grad_w")?,
+            matmul: f("matmul")?,
             grad_b: f("grad_b")?,
-            relu_backward: f("relu_backward")?,
+            relu_mask: f("relu_mask")?,
             sgd: f("sgd")?,
         };
         let copy = xpu_stream::get_stream_from_pool(0, device)?;
@@ -708,29 +736,89 @@ impl GpuMlp {
         }
     }
 
+    /// `c = op(a)·op(b)` by the `matmul` kernel (`m × n`, each element summed over `k` in
+    /// order from 0), where `op(a)` (`m × k`) and `op(b)` (`k × n`) are read from their
+    /// row-major buffers as [`Transpose`] says.
+    #[allow(unsafe_code)]
+    fn matmul(
+        &self,
+        c: &DeviceBuffer<f32>,
+        (a, ta): (&DeviceBuffer<f32>, Transpose),
+        (b, tb): (&DeviceBuffer<f32>, Transpose),
+        (m, k, n): (usize, usize, usize),
+    ) -> Result<(), KernelError> {
+        let (a_rs, a_cs) = ta.strides(m, k);
+        let (b_rs, b_cs) = tb.strides(k, n);
+        debug_assert!(c.len() == m * n && a.len() == m * k && b.len() == k * n);
+        // SAFETY: the callers pass c, a and b of exactly m·n, m·k and k·n elements (a
+        // layer's buffers, allocated so by `GpuMlp::new`, and a slot's x of the config's
+        // sizes; asserted above in debug builds); work-items at or past m·n return; the
+        // others write c[i], i < m·n, and read a[r·a_rs + t·a_cs] and b[t·b_rs + q·b_cs] with
+        // r < m, t < k, q < n, at most m·k - 1 and k·n - 1 for either layout
+        // (`Transpose::strides`); private buffers; the loop over k ends.
+        unsafe {
+            self.compute
+                .launch(&self.k.matmul, &[m * n], None)?
+                .args((
+                    c,
+                    a,
+                    b,
+                    u(m),
+                    u(k),
+                    u(n),
+                    u(a_rs),
+                    u(a_cs),
+                    u(b_rs),
+                    u(b_cs),
+                ))?
+                .enqueue()
+        }
+    }
+
     /// `layer`'s gradients `dw = xᵀ·g` (`k × n`) and `db = Σ_rows g` (`n`), for its input `x`
     /// of `m × k` (`m` the batch) and `g` its `dz`, `m × n`.
     #[allow(unsafe_code)]
     fn grads(&self, layer: &Layer, x: &DeviceBuffer<f32>) -> Result<(), KernelError> {
         let Layer { dw, db, dz: g, .. } = layer;
         let (m, k, n) = (self.config.batch, layer.fan_in, layer.fan_out);
-        debug_assert!(dw.len() == k * n && db.len() == n && x.len() == m * k && g.len() == m * n);
-        // SAFETY: x of m·k elements (the config's sizes), the layer's dw and g of k·n and m·n
-        // (`GpuMlp::new` allocates them so); work-items past k·n return; the others read x
-        // and g at rows < m inside them and write dw[i], i < k·n; private buffers; bounded
-        // loop.
-        unsafe {
-            self.compute
-                .launch(&self.k.grad_w, &[k * n], None)?
-                .args((dw, x, g, u(m), u(k), u(n)))?
-                .enqueue()?;
-        }
-        // SAFETY: db has n elements, g m·n; work-items past n return; reads g[r·n + c] with
-        // r < m, c < n; private buffers; bounded loop.
+        self.matmul(dw, (x, Transpose::Yes), (g, Transpose::No), (k, m, n))?;
+        debug_assert!(db.len() == n && g.len() == m * n);
+        // SAFETY: db has n elements, g m·n (`GpuMlp::new` allocates them so); work-items
+        // past n return; reads g[r·n + c] with r < m, c < n; private buffers; bounded loop.
         unsafe {
             self.compute
                 .launch(&self.k.grad_b, &[n], None)?
                 .args((db, g, u(m), u(n)))?
+                .enqueue()
+        }
+    }
+
+    /// The gradient by `layer`'s input, `g·wᵀ` (`m × k` for `g` its `dz`, `m × n`, and its
+    /// `k × n` weights), into `below.dz`, the gradient by the pre-activations of the layer
+    /// that computed that input, `below.out`: made zero where `below` has a ReLU and its
+    /// output is not positive (ReLU's derivative).
+    #[allow(unsafe_code)]
+    fn input_grad(&self, layer: &Layer, below: &Layer) -> Result<(), KernelError> {
+        let (m, k, n) = (self.config.batch, layer.fan_in, layer.fan_out);
+        let (d, h) = (&below.dz, &below.out);
+        self.matmul(
+            d,
+            (&layer.dz, Transpose::No),
+            (&layer.w, Transpose::Yes),
+            (m, n, k),
+        )?;
+        if !below.relu {
+            return Ok(());
+        }
+        debug_assert!(d.len() == m * k && h.len() == m * k);
+        // SAFETY: below's dz and out both have m·k elements (`GpuMlp::new` allocates them
+        // batch × fan_out, below's fan_out being layer's fan_in); work-items at or past m·k
+        // return; the others read h[i] and read and write d[i], i < m·k; private buffers; no
+        // loop.
+        unsafe {
+            self.compute
+                .launch(&self.k.relu_mask, &[m * k], None)?
+                .args((d, h, u(m * k)))?
                 .enqueue()
         }
     }
@@ -761,7 +849,7 @@ impl GpuMlp {
     #[allow(unsafe_code)]
     fn step_into(&mut self, losses: &DeviceBuffer<f32>, index: usize) -> Result<(), MlpError> {
         let c = self.config;
-        let (m, hd, o) = (c.batch, c.hidden, c.outputs);
+        let (m, o) = (c.batch, c.outputs);
         let n = m * o;
         let at = self.step % self.slots.len();
         self.slots[at].uploaded.wait(&self.compute)?;
@@ -776,7 +864,7 @@ impl GpuMlp {
         })?;
         let (x, y) = (&slot.x, &slot.y);
         let (h, out) = (&self.l1.out, &self.l2.out);
-        let (dh, g) = (&self.l1.dz, &self.l2.dz);
+        let g = &self.l2.dz;
         self.linear(&self.l1, x)?;
         self.linear(&self.l2, h)?;
         // SAFETY: one work-item; it writes losses[index] only when index < losses.len()
@@ -804,14 +892,7 @@ impl GpuMlp {
                 .enqueue()?;
         }
         self.grads(&self.l2, h)?;
-        // SAFETY: dh and h have m·hd elements, g m·o, w2 hd·o; work-items past m·hd return;
-        // reads g[r·o + k], w2[j·o + k] with r < m, j < hd, k < o; private buffers; bounded.
-        unsafe {
-            self.compute
-                .launch(&self.k.relu_backward, &[m * hd], None)?
-                .args((dh, g, &self.l2.w, h, u(m), u(hd), u(o)))?
-                .enqueue()?;
-        }
+        self.input_grad(&self.l2, &self.l1)?;
         self.grads(&self.l1, x)?;
         let mut consumed = Event::default();
         consumed.record(&self.compute)?;

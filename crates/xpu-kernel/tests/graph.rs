@@ -341,8 +341,7 @@ fn mlp_step_replayed_ten_times(mode: ReplayMode) {
     let p = Program::build(0, KERNELS, "-cl-std=CL1.2").unwrap();
     let k = |n: &str| p.function(n).unwrap();
     let (linear_fwd, mse_loss, mse_grad) = (k("linear_fwd"), k("mse_loss"), k("mse_grad"));
-    let (grad_w, grad_b, relu_backward, sgd) =
-        (k("grad_w"), k("grad_b"), k("relu_backward"), k("sgd"));
+    let (matmul, grad_b, relu_mask, sgd) = (k("matmul"), k("grad_b"), k("relu_mask"), k("sgd"));
     let st = MlpState::new(&c);
     let up = |v: &[f32]| Arc::new(DeviceBuffer::from_slice(v, &s).unwrap());
     let (w1, b1, w2, b2, x, y) = (
@@ -375,11 +374,28 @@ fn mlp_step_replayed_ten_times(mode: ReplayMode) {
                     blocks_and_sizes([out, xx, w, b], [u(mm), u(kk), u(nn), u32::from(relu)]);
                 capture_launch(g, &s, &linear_fwd, mm * nn, args)
             };
+            // c = op(a)·op(b) (rows × cols, summed over inner) by `matmul`, as GpuMlp reads
+            // its operands: a transposed (strides 1, rows) and b as stored (cols, 1), or a as
+            // stored (inner, 1) and b transposed (1, inner).
+            let product = |g: &mut Capture,
+                           [c, a, b]: [&Arc<DeviceBuffer<f32>>; 3],
+                           (rows, inner, cols): (usize, usize, usize),
+                           a_transposed: bool| {
+                let (a_strides, b_strides) = if a_transposed {
+                    ([1, rows], [cols, 1])
+                } else {
+                    ([inner, 1], [1, inner])
+                };
+                let [a_rs, a_cs] = a_strides.map(u);
+                let [b_rs, b_cs] = b_strides.map(u);
+                let sizes = [u(rows), u(inner), u(cols), a_rs, a_cs, b_rs, b_cs];
+                let args = blocks_and_sizes([c, a, b], sizes);
+                capture_launch(g, &s, &matmul, rows * cols, args)
+            };
             let grads = |g: &mut Capture,
                          [dw, db, xx, gg]: [&Arc<DeviceBuffer<f32>>; 4],
                          (mm, kk, nn): (usize, usize, usize)| {
-                let args = blocks_and_sizes([dw, xx, gg], [u(mm), u(kk), u(nn)]);
-                capture_launch(g, &s, &grad_w, kk * nn, args)?;
+                product(g, [dw, xx, gg], (kk, mm, nn), true)?;
                 let args = blocks_and_sizes([db, gg], [u(mm), u(nn)]);
                 capture_launch(g, &s, &grad_b, nn, args)
             };
@@ -412,8 +428,9 @@ fn mlp_step_replayed_ten_times(mode: ReplayMode) {
             ];
             capture_launch(g, &s, &mse_grad, n, args)?;
             grads(g, [&dw2, &db2, &h, &gr], (m, hd, o))?;
-            let args = blocks_and_sizes([&dh, &gr, &w2, &h], [u(m), u(hd), u(o)]);
-            capture_launch(g, &s, &relu_backward, m * hd, args)?;
+            product(g, [&dh, &gr, &w2], (m, o, hd), false)?;
+            let args = blocks_and_sizes([&dh, &h], [u(m * hd)]);
+            capture_launch(g, &s, &relu_mask, m * hd, args)?;
             grads(g, [&dw1, &db1, &x, &dh], (m, i, hd))?;
             for (w, d) in [(&w1, &dw1), (&b1, &db1), (&w2, &dw2), (&b2, &db2)] {
                 step(g, w, d)?;
@@ -423,7 +440,7 @@ fn mlp_step_replayed_ten_times(mode: ReplayMode) {
         Ok(())
     })
     .unwrap();
-    assert_eq!(graph.len(), 13, "seven kernels, thirteen launches per step");
+    assert_eq!(graph.len(), 14, "seven kernels, fourteen launches per step");
     assert_eq!(graph.uses_command_buffer(), expect_command_buffer(mode));
     let loss = loss.unwrap();
     let mut losses = Vec::new();
