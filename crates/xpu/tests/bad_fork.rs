@@ -178,7 +178,6 @@ fn run() {
         println!("{name} = Err({e:?})");
         assert!(e.is_bad_fork(), "{name}: {e:?}");
     }
-    drop((ra, rc));
     drop((a, c)); // leaked, not returned to the parent's allocator
 
     // Leave the process cleanly (the driver still works here: the fork is simulated).
