@@ -309,6 +309,17 @@ pub enum BlockArgError {
     Device(DeviceError),
 }
 
+impl BlockArgError {
+    /// True when the error it wraps is a bad fork ([`AllocError::is_bad_fork`],
+    /// [`DeviceError::is_bad_fork`]; see `xpu_device::fork`).
+    pub fn is_bad_fork(&self) -> bool {
+        match self {
+            BlockArgError::Alloc(e) => e.is_bad_fork(),
+            BlockArgError::Device(e) => e.is_bad_fork(),
+        }
+    }
+}
+
 fn to_usize(v: u64) -> Result<usize, AllocError> {
     usize::try_from(v)
         .map_err(|_| AllocError::Unsupported(format!("{v} bytes exceed the address space")))

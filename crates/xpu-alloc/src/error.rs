@@ -123,6 +123,15 @@ pub enum AllocError {
     Config(#[from] ConfigError),
 }
 
+impl AllocError {
+    /// True for [`AllocError::BadFork`] (see `xpu_device::fork`): every allocator entry point
+    /// returns it in a bad fork child. The other variants hold no layer error that could be
+    /// one (a device failure is kept as its message, [`AllocError::Device`]).
+    pub fn is_bad_fork(&self) -> bool {
+        matches!(self, AllocError::BadFork)
+    }
+}
+
 /// `Err(BadFork)` in a bad fork child (see `xpu_device::fork::refuse_in_bad_fork`).
 pub(crate) fn check_fork() -> Result<(), AllocError> {
     xpu_device::fork::refuse_in_bad_fork(AllocError::BadFork)

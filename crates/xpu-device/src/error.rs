@@ -187,6 +187,16 @@ impl DeviceError {
     pub fn is_out_of_memory(&self) -> bool {
         self.cl_error().is_some_and(|e| e.is_out_of_memory())
     }
+
+    /// True for [`DeviceError::BadFork`]: this process is a child forked after its parent
+    /// initialized the OpenCL driver, so no driver call can be made here (see
+    /// [`crate::fork`]; as torch's "Cannot re-initialize CUDA in forked subprocess"). The
+    /// error of every layer above has an `is_bad_fork` of its own, which answers for its own
+    /// `BadFork` and asks the lower-layer errors it wraps, so a bad fork is found however
+    /// deep it is nested.
+    pub fn is_bad_fork(&self) -> bool {
+        matches!(self, DeviceError::BadFork)
+    }
 }
 
 /// Why a kernel argument was refused ([`DeviceError::KernelArg`]).

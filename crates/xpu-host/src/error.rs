@@ -66,6 +66,20 @@ pub enum HostError {
 
 xpu_device::impl_from_via!(HostError::Device(DeviceError) <- xpu_device::ClError);
 
+impl HostError {
+    /// True for a bad fork (see `xpu_device::fork`): [`HostError::BadFork`], or a `BadFork`
+    /// of the device or stream layer this error holds (its [`HostError::Device`],
+    /// [`HostError::Stream`], or the source of [`HostError::OutOfMemory`]).
+    pub fn is_bad_fork(&self) -> bool {
+        match self {
+            HostError::BadFork => true,
+            HostError::Device(e) | HostError::OutOfMemory { source: e, .. } => e.is_bad_fork(),
+            HostError::Stream(e) => e.is_bad_fork(),
+            _ => false,
+        }
+    }
+}
+
 /// `Err(BadFork)` in a bad fork child (see `xpu_device::fork::refuse_in_bad_fork`).
 pub(crate) fn check_fork() -> Result<(), HostError> {
     xpu_device::fork::refuse_in_bad_fork(HostError::BadFork)

@@ -123,6 +123,22 @@ impl KernelError {
             _ => None,
         }
     }
+
+    /// True for a bad fork (see `xpu_device::fork`): [`KernelError::BadFork`], or a
+    /// `BadFork` in the lower-layer or typed-memory / interop error this error wraps (or
+    /// holds as the source of [`KernelError::Block`]), asked through that error's own
+    /// `is_bad_fork`.
+    pub fn is_bad_fork(&self) -> bool {
+        match self {
+            KernelError::BadFork => true,
+            KernelError::Device(e) => e.is_bad_fork(),
+            KernelError::Stream(e) => e.is_bad_fork(),
+            KernelError::Alloc(e) | KernelError::Block { source: e, .. } => e.is_bad_fork(),
+            KernelError::Interop(e) => e.is_bad_fork(),
+            KernelError::Memory(e) => e.is_bad_fork(),
+            _ => false,
+        }
+    }
 }
 
 impl From<crate::interop::InteropError> for KernelError {

@@ -82,6 +82,19 @@ pub enum StreamError {
     },
 }
 
+impl StreamError {
+    /// True for a bad fork (see `xpu_device::fork`): [`StreamError::BadFork`], or a
+    /// device-layer `BadFork` in [`StreamError::Device`] (which `From` turns into
+    /// `StreamError::BadFork`, but the variant can hold one).
+    pub fn is_bad_fork(&self) -> bool {
+        match self {
+            StreamError::BadFork => true,
+            StreamError::Device(e) => e.is_bad_fork(),
+            _ => false,
+        }
+    }
+}
+
 impl From<DeviceError> for StreamError {
     fn from(e: DeviceError) -> Self {
         match e {

@@ -2,6 +2,14 @@
 
 /// Any error of the xpu runtime. Each variant wraps the layer's own typed error, whose message
 /// is shown unchanged.
+///
+/// One failure has one shape, whichever function returned it: an error that a layer's error
+/// type only carries for an error type of the same layer which has a variant here (a
+/// typed-memory or interop failure inside a [`KernelError`](xpu_kernel::KernelError), a bad
+/// configuration inside a [`ReplayError`](xpu_alloc::replay::ReplayError)) converts to that
+/// variant, so matching `Error::Memory(_)` catches every typed-memory failure. Errors of lower
+/// layers stay inside the layer error that met them (`Error::Memory(MemoryError::Alloc(..))`:
+/// a typed-memory operation whose allocation failed).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Lazy initialization failed, or the process is a bad fork child.
@@ -46,20 +54,42 @@ pub enum Error {
     #[error(transparent)]
     Observe(#[from] xpu_alloc::observe::ObserveError),
     /// Replaying an allocator trace.
+    /// A bad allocator configuration met by a replay ([`ReplayError::Config`]) is
+    /// [`Error::Alloc`] with [`AllocError::Config`], as everywhere else.
+    ///
+    /// [`ReplayError::Config`]: xpu_alloc::replay::ReplayError::Config
+    /// [`AllocError::Config`]: xpu_alloc::AllocError::Config
     #[cfg(feature = "alloc")]
     #[error(transparent)]
-    Replay(#[from] xpu_alloc::replay::ReplayError),
-    /// Typed device memory (`xpu_kernel::memory`: ranges, lengths, copies; boxed, as `Host`).
+    Replay(xpu_alloc::replay::ReplayError),
+    /// Typed device memory (`xpu_kernel::memory`: ranges, lengths, copies; boxed, as `Host`),
+    /// whether it comes from a function returning [`MemoryError`] or one returning
+    /// [`KernelError`] (whose [`KernelError::Memory`] converts to this variant).
+    ///
+    /// [`MemoryError`]: xpu_kernel::MemoryError
+    /// [`KernelError`]: xpu_kernel::KernelError
+    /// [`KernelError::Memory`]: xpu_kernel::KernelError::Memory
     #[cfg(feature = "kernel")]
     #[error(transparent)]
     Memory(Box<xpu_kernel::MemoryError>),
     /// A foreign OpenCL library on xpu's streams and memory (`xpu_kernel::interop`: region
-    /// bounds, index-type overflows, the library's status code).
+    /// bounds, index-type overflows, the library's status code), whether it comes from a
+    /// function returning [`InteropError`] or one returning [`KernelError`] (whose
+    /// [`KernelError::Interop`] converts to this variant).
+    ///
+    /// [`InteropError`]: xpu_kernel::InteropError
+    /// [`KernelError`]: xpu_kernel::KernelError
+    /// [`KernelError::Interop`]: xpu_kernel::KernelError::Interop
     #[cfg(feature = "kernel")]
     #[error(transparent)]
     Interop(#[from] xpu_kernel::InteropError),
     /// Programs, functions and launches (`xpu_kernel`: build logs, argument checks naming the
-    /// kernel and index; boxed, as `Host`).
+    /// kernel and index; boxed, as `Host`). Never holds a [`KernelError::Memory`] or
+    /// [`KernelError::Interop`] made by `From` (they are [`Error::Memory`] and
+    /// [`Error::Interop`]).
+    ///
+    /// [`KernelError::Memory`]: xpu_kernel::KernelError::Memory
+    /// [`KernelError::Interop`]: xpu_kernel::KernelError::Interop
     #[cfg(feature = "kernel")]
     #[error(transparent)]
     Kernel(Box<xpu_kernel::KernelError>),
@@ -72,10 +102,28 @@ xpu_device::impl_from_via!(
     Error::Alloc(xpu_alloc::AllocError) <- xpu_alloc::ConfigError, xpu_alloc::MarkerError
 );
 
+/// A typed-memory or interop failure becomes [`Error::Memory`] / [`Error::Interop`] (one shape
+/// per failure); the kernel layer's own errors [`Error::Kernel`].
 #[cfg(feature = "kernel")]
 impl From<xpu_kernel::KernelError> for Error {
     fn from(e: xpu_kernel::KernelError) -> Self {
-        Error::Kernel(Box::new(e))
+        match e {
+            xpu_kernel::KernelError::Memory(e) => Error::Memory(e),
+            xpu_kernel::KernelError::Interop(e) => Error::Interop(*e),
+            e => Error::Kernel(Box::new(e)),
+        }
+    }
+}
+
+/// A bad configuration becomes [`Error::Alloc`] with `AllocError::Config` (as a
+/// `ConfigError` does); other replay failures [`Error::Replay`].
+#[cfg(feature = "alloc")]
+impl From<xpu_alloc::replay::ReplayError> for Error {
+    fn from(e: xpu_alloc::replay::ReplayError) -> Self {
+        match e {
+            xpu_alloc::replay::ReplayError::Config(e) => Error::Alloc(e.into()),
+            e => Error::Replay(e),
+        }
     }
 }
 
@@ -94,47 +142,34 @@ impl From<xpu_kernel::MemoryError> for Error {
 }
 
 impl Error {
-    /// True when the error is a layer's `BadFork`: this process is a child forked after its
-    /// parent initialized OpenCL (see `xpu_device::fork`).
+    /// True when the error is a bad fork: this process is a child forked after its parent
+    /// initialized OpenCL, and every entry point of every layer refuses at once (see
+    /// `xpu_device::fork`; as torch's "Cannot re-initialize CUDA in forked subprocess"). Asks
+    /// the wrapped layer error's own `is_bad_fork`, which answers for its `BadFork` and for
+    /// a `BadFork` of any lower-layer error it wraps, however deep.
     pub fn is_bad_fork(&self) -> bool {
         match self {
-            Error::Lazy(e) => matches!(e, xpu_lazy::LazyError::BadFork),
-            Error::Device(e) => matches!(e, xpu_device::DeviceError::BadFork),
-            Error::Stream(e) => matches!(e, xpu_stream::StreamError::BadFork),
-            Error::Event(e) => matches!(
-                e,
-                xpu_event::EventError::BadFork
-                    | xpu_event::EventError::Stream(xpu_stream::StreamError::BadFork)
-                    | xpu_event::EventError::Device(xpu_device::DeviceError::BadFork)
-            ),
+            Error::Lazy(e) => e.is_bad_fork(),
+            Error::Device(e) => e.is_bad_fork(),
+            Error::Stream(e) => e.is_bad_fork(),
+            Error::Event(e) => e.is_bad_fork(),
+            // A foreign library's load or status; a segment source's (backend-independent:
+            // a device failure is kept as its message); file and encoder failures.
+            Error::Foreign(_) => false,
             #[cfg(feature = "alloc")]
-            Error::Alloc(e) => matches!(e, xpu_alloc::AllocError::BadFork),
+            Error::Source(_) | Error::Observe(_) => false,
             #[cfg(feature = "alloc")]
-            Error::Host(e) => matches!(
-                **e,
-                xpu_alloc::HostError::BadFork
-                    | xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)
-                    | xpu_alloc::HostError::Stream(xpu_stream::StreamError::BadFork)
-            ),
+            Error::Alloc(e) => e.is_bad_fork(),
+            #[cfg(feature = "alloc")]
+            Error::Host(e) => e.is_bad_fork(),
+            #[cfg(feature = "alloc")]
+            Error::Replay(e) => e.is_bad_fork(),
             #[cfg(feature = "kernel")]
-            Error::Memory(e) => matches!(
-                **e,
-                xpu_kernel::MemoryError::Alloc(xpu_alloc::AllocError::BadFork)
-                    | xpu_kernel::MemoryError::Host(
-                        xpu_alloc::HostError::BadFork
-                            | xpu_alloc::HostError::Device(xpu_device::DeviceError::BadFork)
-                            | xpu_alloc::HostError::Stream(xpu_stream::StreamError::BadFork)
-                    )
-            ),
+            Error::Memory(e) => e.is_bad_fork(),
             #[cfg(feature = "kernel")]
-            Error::Kernel(e) => matches!(
-                **e,
-                xpu_kernel::KernelError::BadFork
-                    | xpu_kernel::KernelError::Device(xpu_device::DeviceError::BadFork)
-                    | xpu_kernel::KernelError::Stream(xpu_stream::StreamError::BadFork)
-                    | xpu_kernel::KernelError::Alloc(xpu_alloc::AllocError::BadFork)
-            ),
-            _ => false,
+            Error::Interop(e) => e.is_bad_fork(),
+            #[cfg(feature = "kernel")]
+            Error::Kernel(e) => e.is_bad_fork(),
         }
     }
 }

@@ -129,6 +129,7 @@ pub use xpu_kernel::{
     ClRegion, ForeignCall, ForeignExt, ForeignQueue, Function, InteropError, KernelCache,
     KernelError, LaunchExt, Program,
 };
+#[cfg(feature = "kernel")]
 pub use xpu_kernel::{
     DeviceBuffer, DeviceRegion, DeviceRegionMut, DeviceSlice, DeviceSliceMut, MemoryError,
     StreamMemoryExt,

@@ -41,6 +41,12 @@ fn run() {
     let n = xpu::device_count();
     let s = xpu::xpu_stream::get_stream_from_pool(0, 0).unwrap();
     let p = xpu::xpu_alloc::allocate(1000, &s).unwrap();
+    // Typed memory and CLBlast regions of the parent (a region's sub-buffer is made here).
+    let a = xpu::DeviceBuffer::<f32>::zeroed(4, &s).unwrap();
+    let mut c = xpu::DeviceBuffer::<f32>::zeroed(4, &s).unwrap();
+    let clblast = xpu::xpu_device::foreign::clblast::Clblast::get().is_ok();
+    let ra = xpu::ClRegion::new(&a).unwrap();
+    let rc = xpu::ClRegion::new_mut(&mut c).unwrap();
     let gate = Gate::new(0).unwrap();
     gate.block(&s).unwrap();
     let mut gated = xpu::Event::new(xpu::EventFlags::default());
@@ -140,6 +146,39 @@ fn run() {
         assert!(e.is_bad_fork(), "{name}: {e:?}");
     }
     xpu::empty_cache();
+    // Typed memory, kernel and interop layers through the facade's error: a bad fork
+    // however the layer error wraps it.
+    let mut facade: Vec<(&str, xpu::Result<()>)> = vec![
+        (
+            "DeviceBuffer::zeroed",
+            xpu::DeviceBuffer::<f32>::zeroed(4, &s)
+                .map(|_| ())
+                .map_err(Into::into),
+        ),
+        (
+            "Program::build",
+            xpu::Program::build(0, "kernel void k(void) {}", "")
+                .map(|_| ())
+                .map_err(Into::into),
+        ),
+    ];
+    if clblast {
+        let gemm = xpu::xpu_kernel::RowMajorSgemm::new((2, 2, 2), &ra, &ra, &rc);
+        facade.push((
+            "clblast_sgemm",
+            xpu::xpu_kernel::clblast_sgemm(&s, &gemm, xpu::xpu_kernel::TempBuffer::AsNeeded)
+                .map(|_| ())
+                .map_err(Into::into),
+        ));
+    } else {
+        println!("CLBlast not installed: clblast_sgemm not checked");
+    }
+    for (name, r) in facade {
+        let e = r.expect_err(name);
+        println!("{name} = Err({e:?})");
+        assert!(e.is_bad_fork(), "{name}: {e:?}");
+    }
+    drop((a, c)); // leaked, not returned to the parent's allocator
 
     // Leave the process cleanly (the driver still works here: the fork is simulated).
     stop.store(true, Ordering::Relaxed);

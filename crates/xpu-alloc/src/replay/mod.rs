@@ -68,6 +68,14 @@ pub enum ReplayError {
     Alloc(#[from] AllocError),
 }
 
+impl ReplayError {
+    /// True when the allocator failed with a bad fork ([`ReplayError::Alloc`] of
+    /// [`AllocError::BadFork`]; see `xpu_device::fork`).
+    pub fn is_bad_fork(&self) -> bool {
+        matches!(self, ReplayError::Alloc(e) if e.is_bad_fork())
+    }
+}
+
 /// Produces the stream handle for a trace stream number.
 pub type StreamFactory = Arc<dyn Fn(u32) -> StreamRef + Send + Sync>;
 
