@@ -28,6 +28,7 @@ pub(crate) struct Block<B: Backend> {
     pub allocated: bool,
     /// Counted in `oversize_allocations` when handed out (at least the `max_split_size` in
     /// effect then): its free subtracts exactly that, whatever the configuration is by then.
+    /// Written at every hand-out, read at the free (stale while the block is free).
     pub oversize: bool,
     /// Outstanding stream markers (pending free).
     pub event_count: u32,

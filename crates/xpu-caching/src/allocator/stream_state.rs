@@ -267,7 +267,7 @@ impl<B: Backend> ShardState<B> {
             }
             block_size
         };
-        // Counted under the configuration of the hand-out; the free subtracts what this
+        // Counted under the configuration of the hand-out: the free subtracts what the block
         // remembers (a `set_config` in between changes nothing).
         let oversize = size >= self.config.max_split_size;
         let b = &mut self.blocks[block];
@@ -468,10 +468,8 @@ impl<B: Backend> ShardState<B> {
                 .record(TraceAction::FreeCompleted, b.addr, b.requested, self.key.id);
         }
         let b = &mut self.blocks[block];
-        let (kind, original, requested, prev, next, oversize) =
-            (b.pool, b.size, b.requested, b.prev, b.next, b.oversize);
+        let (kind, original, requested, prev, next) = (b.pool, b.size, b.requested, b.prev, b.next);
         b.requested = 0;
-        b.oversize = false;
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
         let mut stale: Option<(u64, u64, u32)> = None;
@@ -495,7 +493,11 @@ impl<B: Backend> ShardState<B> {
             None => pool.insert(size, addr, block),
         }
         let searches = pool.searches;
-        self.blocks[block].gc_base = searches;
+        let b = &mut self.blocks[block];
+        b.gc_base = searches;
+        // What the hand-out counted (merging kept this block's flag), read late: one
+        // register less across the merges.
+        let oversize = b.oversize;
         if split {
             net_blocks += 1;
             net_bytes += i64::try_from(size).unwrap_or(i64::MAX);
