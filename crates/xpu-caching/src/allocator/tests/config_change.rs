@@ -170,6 +170,33 @@ fn an_oversize_release_during_an_allocation_subtracts_only_counted_segments() {
     assert_eq!(source.counters().used, 0);
 }
 
+/// A cached segment that another stream takes under memory pressure (cross-stream reuse)
+/// keeps what was counted when it was obtained: a 100 MiB segment obtained with no limit on
+/// one stream, moved to another under `max_split_size_mb:64` and released there, subtracts
+/// nothing from `oversize_segments`.
+#[test]
+fn a_segment_moved_to_another_stream_keeps_what_was_counted() {
+    let (cache, _) = sim_core(150 * MIB, "release_policy:on_oom");
+    let (s1, _) = stream(1);
+    let (s2, _) = stream(2);
+    drop(cache.alloc(100 * MIB, &s1).unwrap());
+    cache.set_config(config("max_split_size_mb:64,release_policy:on_oom"));
+    drop(cache.alloc(4096, &s1).unwrap());
+    // No room for a 90 MiB segment: stream 2 takes stream 1's cached 100 MiB segment.
+    let moved = cache.alloc(90 * MIB, &s2).unwrap();
+    assert_eq!(moved.allocated_size(), 100 * MIB, "the whole moved segment");
+    assert_eq!(moved.stream(), s2.key());
+    assert_eq!(
+        oversize(&cache),
+        (stat(1, 1, 1, 0), Stat::default()),
+        "handed out under 64 MiB; the segment was obtained with no limit"
+    );
+    drop(moved);
+    cache.empty_cache();
+    assert_eq!(oversize(&cache), (stat(0, 1, 1, 1), Stat::default()));
+    assert_all_returned(&cache);
+}
+
 /// A block freed while still in use on another stream (`record_stream`) becomes reusable
 /// only once that stream's marker completes, here after the configuration changed: the
 /// oversize count still subtracts exactly what the hand-out added.
