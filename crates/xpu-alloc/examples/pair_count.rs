@@ -20,8 +20,11 @@
 //! before and after (the shard lock twice, the shard reference count twice). With the
 //! accumulated totals saturating again (exact past 16 EiB of traffic) and the rest of the
 //! day's work merged: 977 and 1186 (a `DataPtr` drop that moved its allocation out before
-//! dropping it had cost 66 more per pair). The workload is [`xpu_alloc::workload`]'s (the
-//! bench's and `xpu bench`'s).
+//! dropping it had cost 66 more per pair). With a block remembering whether its hand-out
+//! counted it as an oversize allocation (the statistic exact across `set_config`): 976 ->
+//! 982 per pair and 1188 -> 1192 per mixed allocate + free (register allocation around one
+//! more byte store). The workload is [`xpu_alloc::workload`]'s (the bench's and `xpu
+//! bench`'s).
 use xpu_alloc::workload::Workload;
 use xpu_alloc::AllocConfig;
 

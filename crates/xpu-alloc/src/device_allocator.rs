@@ -242,7 +242,6 @@ impl DeviceAllocator {
 
     /// Replaces the configuration of the default pool and every private pool.
     pub fn set_config(&self, config: AllocConfig) {
-        self.pools.set_config(&config);
-        self.core.set_config(config);
+        self.pools.set_config(&self.core, config);
     }
 }

@@ -369,8 +369,16 @@ impl RegistryInner {
 }
 
 impl PoolRegistry {
+    /// Adds `pool`, giving it its device allocator's current configuration: `pool` read it
+    /// when built, and a [`PoolRegistry::set_config`] since (from user code that ran in
+    /// between, such as a custom source's) did not reach it yet. Under the registry's lock,
+    /// as `set_config`, so a pool misses no configuration change.
     pub(crate) fn register(&self, pool: &MemPool) {
         let mut inner = self.inner.lock();
+        let config = pool.inner.parent.config();
+        if *pool.inner.core.config() != *config {
+            pool.inner.core.set_config((*config).clone());
+        }
         inner.prune();
         inner
             .pools
@@ -442,10 +450,15 @@ impl PoolRegistry {
         }
     }
 
-    pub(crate) fn set_config(&self, config: &crate::config::AllocConfig) {
-        for (shared, _) in &self.inner.lock().pools {
+    /// Replaces the configuration of `parent` (the device allocator's default pool) and of
+    /// every pool, under the registry's lock: a pool registered concurrently gets it either
+    /// here or from `parent` in [`PoolRegistry::register`].
+    pub(crate) fn set_config(&self, parent: &DeviceCore, config: crate::config::AllocConfig) {
+        let inner = self.inner.lock();
+        for (shared, _) in &inner.pools {
             shared.set_config(config.clone());
         }
+        parent.set_config(config);
     }
 }
 

@@ -177,9 +177,15 @@ macro_rules! memory_stats_fields {
                 num_device_free,
             ],
             stats: [
-                /// Handed-out blocks of at least `max_split_size` bytes (count).
+                /// Handed-out blocks of at least `max_split_size` bytes (count), under the
+                /// configuration in effect when each block was handed out: a free subtracts
+                /// exactly what its hand-out added, whatever `set_config` changed in between
+                /// (PyTorch compares with the limit in effect at the free, so its counter drifts
+                /// when `_set_allocator_settings` moves `max_split_size`).
                 oversize_allocations,
-                /// Segments of at least `max_split_size` bytes (count).
+                /// Segments of at least `max_split_size` bytes (count), under the configuration
+                /// in effect when each segment was obtained: a release subtracts exactly what
+                /// obtaining it added, as for `oversize_allocations`.
                 oversize_segments,
             ],
         }

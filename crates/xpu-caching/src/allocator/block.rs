@@ -26,6 +26,10 @@ pub(crate) struct Block<B: Backend> {
     pub pool: PoolKind,
     /// Handed out and not freed by the user.
     pub allocated: bool,
+    /// Counted in `oversize_allocations` when handed out (at least the `max_split_size` in
+    /// effect then): its free subtracts exactly that, whatever the configuration is by then.
+    /// Written at every hand-out, read at the free (stale while the block is free).
+    pub oversize: bool,
     /// Outstanding stream markers (pending free).
     pub event_count: u32,
     /// Streams other than the allocation stream that used the block (record_stream).
@@ -46,6 +50,7 @@ impl<B: Backend> Block<B> {
             next: NIL,
             pool,
             allocated: false,
+            oversize: false,
             event_count: 0,
             stream_uses: Vec::new(),
             gc_base: 0,
@@ -69,4 +74,7 @@ pub(crate) struct Segment<B: Backend> {
     pub source: SourceSegment<B::Memory>,
     /// The pool its blocks belong to.
     pub pool: PoolKind,
+    /// Counted in `oversize_segments` when obtained (at least the `max_split_size` in effect
+    /// then): its release subtracts exactly that, whatever the configuration is by then.
+    pub oversize: bool,
 }

@@ -267,11 +267,15 @@ impl<B: Backend> ShardState<B> {
             }
             block_size
         };
+        // Counted under the configuration of the hand-out: the free subtracts what the block
+        // remembers (a `set_config` in between changes nothing).
+        let oversize = size >= self.config.max_split_size;
         let b = &mut self.blocks[block];
         b.allocated = true;
+        b.oversize = oversize;
         b.requested = req.size;
         st.hand_out(kind, size, req.size);
-        if size >= self.config.max_split_size {
+        if oversize {
             st.oversize_allocations.increase(1);
         }
         Handed { block, addr, size }
@@ -290,10 +294,17 @@ impl<B: Backend> ShardState<B> {
         st.segment().increase(kind, 1);
         st.reserved_bytes().increase(kind, size);
         st.num_device_alloc.bump();
-        if size >= self.config.max_split_size {
+        // Counted under the configuration in effect now; its release subtracts what the
+        // segment remembers.
+        let oversize = size >= self.config.max_split_size;
+        if oversize {
             st.oversize_segments.increase(1);
         }
-        self.adopt_segment(Segment { source, pool: kind })
+        self.adopt_segment(Segment {
+            source,
+            pool: kind,
+            oversize,
+        })
     }
 
     /// Inserts a segment (new or moved from another shard) as one whole free block that is
@@ -482,7 +493,11 @@ impl<B: Backend> ShardState<B> {
             None => pool.insert(size, addr, block),
         }
         let searches = pool.searches;
-        self.blocks[block].gc_base = searches;
+        let b = &mut self.blocks[block];
+        b.gc_base = searches;
+        // What the hand-out counted (merging kept this block's flag), read late: one
+        // register less across the merges.
+        let oversize = b.oversize;
         if split {
             net_blocks += 1;
             net_bytes += i64::try_from(size).unwrap_or(i64::MAX);
@@ -490,7 +505,7 @@ impl<B: Backend> ShardState<B> {
         apply_net(st.inactive_split(), kind, net_blocks);
         apply_net(st.inactive_split_bytes(), kind, net_bytes);
         st.deactivate(kind, original, requested);
-        if original >= self.config.max_split_size {
+        if oversize {
             st.oversize_allocations.decrease(1);
         }
     }
@@ -516,7 +531,6 @@ impl<B: Backend> ShardState<B> {
             key: self.key,
             stream: self.stream.clone(),
             segments: std::mem::take(&mut self.released),
-            max_split_size: self.config.max_split_size,
         })
     }
 
@@ -548,7 +562,6 @@ impl<B: Backend> ShardState<B> {
             key: self.key,
             marker,
             segments,
-            max_split_size: self.config.max_split_size,
         })
     }
 
@@ -648,7 +661,6 @@ pub(crate) struct ReleaseBatch<B: Backend> {
     key: StreamKey,
     marker: B::Marker,
     segments: Vec<Segment<B>>,
-    max_split_size: u64,
 }
 
 impl<B: Backend> ReleaseBatch<B> {
@@ -665,7 +677,7 @@ impl<B: Backend> ReleaseBatch<B> {
         let mut released = 0;
         for segment in self.segments {
             released += segment.source.size;
-            free_segment(segment, self.key, self.max_split_size, shared, st);
+            free_segment(segment, self.key, shared, st);
         }
         released
     }
@@ -677,7 +689,6 @@ pub(crate) struct ReleasedSegments<B: Backend> {
     key: StreamKey,
     stream: B::Stream,
     segments: Vec<Segment<B>>,
-    max_split_size: u64,
 }
 
 impl<B: Backend> ReleasedSegments<B> {
@@ -694,20 +705,25 @@ impl<B: Backend> ReleasedSegments<B> {
             }
         }
         for segment in self.segments {
-            free_segment(segment, self.key, self.max_split_size, shared, st);
+            free_segment(segment, self.key, shared, st);
         }
     }
 }
 
-/// Returns a segment taken out of its shard to the device, then updates the statistics.
+/// Returns a segment taken out of its shard to the device, then updates the statistics
+/// (`oversize_segments` drops only for a segment counted when it was obtained).
 fn free_segment<B: Backend>(
     segment: Segment<B>,
     key: StreamKey,
-    max_split_size: u64,
     shared: &DeviceShared<B>,
     st: &mut StatsWriter<'_>,
 ) {
-    let (kind, size, address) = (segment.pool, segment.source.size, segment.source.address);
+    let (kind, size, address, oversize) = (
+        segment.pool,
+        segment.source.size,
+        segment.source.address,
+        segment.oversize,
+    );
     shared
         .history
         .record(TraceAction::SegmentFree, address, size, key.id);
@@ -715,7 +731,7 @@ fn free_segment<B: Backend>(
     st.segment().decrease(kind, 1);
     st.reserved_bytes().decrease(kind, size);
     st.num_device_free.bump();
-    if size >= max_split_size {
+    if oversize {
         st.oversize_segments.decrease(1);
     }
 }
