@@ -107,7 +107,7 @@ impl<'a> DeviceRegion<'a> {
 /// ```
 pub trait DeviceMemory {
     /// The region, borrowed from `self`; `None` when there is no OpenCL buffer behind the
-    /// memory (an empty, SVM or simulated allocation).
+    /// memory (an empty or simulated allocation).
     fn device_region(&self) -> Option<DeviceRegion<'_>>;
 }
 
