@@ -179,8 +179,8 @@ impl DataPtr {
     /// setting every argument).
     ///
     /// # Errors
-    /// [`BlockArgError::Alloc`] for an empty allocation or memory without a `cl_mem` (SVM,
-    /// simulated); [`BlockArgError::Device`] with `DeviceError::MisalignedSubBuffer` when
+    /// [`BlockArgError::Alloc`] for an empty allocation or memory without a `cl_mem`
+    /// (simulated); [`BlockArgError::Device`] with `DeviceError::MisalignedSubBuffer` when
     /// the device's `CL_DEVICE_MEM_BASE_ADDR_ALIGN` exceeds the block alignment (512 bytes),
     /// or the kernel's [`DeviceError::KernelArg`] (wrong parameter kind, another device's
     /// context, index out of range).

@@ -107,7 +107,7 @@ impl<'a> DeviceRegion<'a> {
 /// ```
 pub trait DeviceMemory {
     /// The region, borrowed from `self`; `None` when there is no OpenCL buffer behind the
-    /// memory (an empty, SVM or simulated allocation).
+    /// memory (an empty or simulated allocation).
     fn device_region(&self) -> Option<DeviceRegion<'_>>;
 }
 
@@ -118,6 +118,18 @@ impl DeviceMemory for Buffer {
 }
 
 /// The pinned host end of a [`HostCopy::copy_pinned`], which gives the copy's direction.
+///
+/// A copy into a [`HostPtr`] borrows it exclusively, so it cannot be enqueued while a view
+/// of its bytes lives (the device would write under the borrow):
+///
+/// ```compile_fail,E0502
+/// # use xpu_host::{HostBytes, HostCopy, HostPtr};
+/// # fn f(stream: &xpu_stream::Stream, dev: &xpu_device::backend::Buffer, host: &mut HostPtr) {
+/// let bytes = host.as_slice();
+/// // error: `*host` is borrowed by `bytes`
+/// let _ = stream.copy_pinned(dev, 0, HostBytes::Into(host), 0, bytes.len());
+/// # }
+/// ```
 #[derive(Debug)]
 pub enum HostBytes<'a> {
     /// Host to device: the copy reads these bytes (`clEnqueueWriteBuffer` from the mapped

@@ -5,8 +5,8 @@
 
 mod host_common;
 
-use host_common::allocator_and_stream;
-use xpu_host::HostError;
+use host_common::{allocator_and_stream, copy_setup};
+use xpu_host::{HostBytes, HostCopy, HostError};
 use xpu_stream::{CaptureGuard, StreamError};
 
 #[test]
@@ -64,5 +64,53 @@ fn a_block_freed_while_its_recorded_stream_is_captured_is_released_not_reused(
     assert_eq!(alloc.memory_stats().num_host_alloc, 2, "a fresh block");
     drop(guard);
     drop(b);
+    Ok(())
+}
+
+#[test]
+fn pinned_copies_on_a_capturing_stream_are_refused_and_record_nothing() -> Result<(), HostError> {
+    let Some((alloc, stream, dev)) = copy_setup(1024)? else {
+        return Ok(());
+    };
+    let mut host = alloc.allocate_on(0, 1024)?;
+    let guard = CaptureGuard::begin(&stream)?;
+    let refused = |operation| {
+        Err(HostError::Stream(StreamError::Capturing {
+            device: 0,
+            id: stream.id(),
+            operation,
+        }))
+    };
+    let (to_device, to_host) = ("host-to-device copy", "device-to-host copy");
+    assert_eq!(
+        stream.copy_pinned(&dev, 0, HostBytes::From(&host), 0, 512),
+        refused(to_device)
+    );
+    assert_eq!(
+        stream.copy_pinned(&dev, 0, HostBytes::Into(&mut host), 0, 512),
+        refused(to_host)
+    );
+    assert_eq!(stream.copy_from_host(&host, &dev), refused(to_device));
+    assert_eq!(stream.copy_to_host(&dev, &mut host), refused(to_host));
+    // Ranges are checked first, in the copy's direction (the source's first).
+    let out_of_range = stream.copy_pinned(&dev, 1000, HostBytes::Into(&mut host), 1000, 100);
+    assert!(
+        matches!(
+            out_of_range,
+            Err(HostError::OutOfRange {
+                what: "device source",
+                ..
+            })
+        ),
+        "{out_of_range:?}"
+    );
+    // Nothing was enqueued on the block nor recorded.
+    let pinned = host.pinned().expect("a pinned block");
+    assert!(!pinned.has_copies_in_flight());
+    assert!(host.recorded_streams().is_empty());
+    drop(guard);
+    stream.copy_pinned(&dev, 0, HostBytes::From(&host), 0, 512)?;
+    assert_eq!(host.recorded_streams(), vec![stream]);
+    stream.synchronize()?;
     Ok(())
 }

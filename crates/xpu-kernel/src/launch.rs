@@ -257,7 +257,7 @@ impl<'a> Launch<'a> {
     /// # Errors
     /// [`KernelError::ArgCount`] past the kernel's last parameter; [`KernelError::OtherDevice`]
     /// for an allocation of another device than the stream's; [`KernelError::Block`] for an
-    /// empty allocation or one without an OpenCL buffer (SVM, simulated);
+    /// empty allocation or one without an OpenCL buffer (simulated memory);
     /// [`KernelError::Device`] with [`xpu_device::DeviceError::KernelArg`] naming the kernel,
     /// the argument index and parameter for a kind or size that does not match;
     /// [`KernelError::BadFork`] in a bad fork child (first).

@@ -660,6 +660,29 @@ enum Transfer {
 }
 
 /// The pinned host end of a [`CommandQueue::copy_pinned`], which gives the copy's direction.
+///
+/// The borrows are what keep the host bytes from changing under a live borrow: a copy into
+/// the buffer cannot be enqueued while a slice of it lives,
+///
+/// ```compile_fail,E0502
+/// # use xpu_device::backend::{Buffer, CommandQueue, PinnedBuffer, PinnedBytes};
+/// # fn f(q: &CommandQueue, dev: &Buffer, pinned: &mut PinnedBuffer) {
+/// let bytes = pinned.as_slice();
+/// // error: `*pinned` is borrowed by `bytes`
+/// let _ = q.copy_pinned(dev, 0, PinnedBytes::Into(pinned), 0, bytes.len(), &[]);
+/// # }
+/// ```
+///
+/// nor a copy from it while a mutable slice lives.
+///
+/// ```compile_fail,E0502
+/// # use xpu_device::backend::{Buffer, CommandQueue, PinnedBuffer, PinnedBytes};
+/// # fn f(q: &CommandQueue, dev: &Buffer, pinned: &mut PinnedBuffer) {
+/// let bytes = pinned.as_mut_slice();
+/// // error: `*pinned` is borrowed mutably by `bytes`
+/// let _ = q.copy_pinned(dev, 0, PinnedBytes::From(pinned), 0, bytes.len(), &[]);
+/// # }
+/// ```
 #[derive(Debug)]
 pub enum PinnedBytes<'a> {
     /// Host to device: the device only reads these bytes. The copy is tracked on the buffer:

@@ -339,3 +339,67 @@ fn oversize_rule_holds_under_every_release_policy() {
         );
     }
 }
+
+/// Hooks whose `allocate` allocates a 1 MiB block through the allocator that owns the
+/// source, on the stream being grown, while fewer than `depth` such calls are in progress on
+/// this thread (each nested block needs a small segment of its own, so the nested
+/// allocation calls the source, and so the hook, again).
+struct NestedDeep {
+    core: Arc<OnceLock<CachingAllocator<SimBackend>>>,
+    stream: Arc<crate::sim_stream::SimStream>,
+    depth: usize,
+    active: std::sync::atomic::AtomicUsize,
+    sizes: Mutex<Vec<u64>>,
+}
+
+impl SourceHooks<SimulatedSource> for NestedDeep {
+    fn allocate(
+        &self,
+        inner: &SimulatedSource,
+        size: u64,
+    ) -> Result<SourceSegment<Simulated>, SourceError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.active.fetch_add(1, SeqCst) < self.depth {
+            if let Some(core) = self.core.get() {
+                let nested = core.alloc(MIB, &self.stream).unwrap();
+                self.sizes.lock().push(nested.allocated_size());
+            }
+        }
+        self.active.fetch_sub(1, SeqCst);
+        inner.allocate(size)
+    }
+}
+
+/// A source's `allocate` may allocate through its allocator from inside an allocation that
+/// the source itself serves (two nested allocator calls on one thread): neither waits for
+/// the other.
+#[test]
+fn a_segment_source_may_allocate_through_its_allocator_two_levels_deep() {
+    let cell = Arc::new(OnceLock::new());
+    let (_, s) = stream(1);
+    let hooks = NestedDeep {
+        core: cell.clone(),
+        stream: s.clone(),
+        depth: 2,
+        active: std::sync::atomic::AtomicUsize::new(0),
+        sizes: Mutex::new(Vec::new()),
+    };
+    let source = Arc::new(HookedSource::new(
+        SimulatedSource::new(0, 64 * MIB, 64 * MIB),
+        hooks,
+    ));
+    let core = CachingAllocator::new(Box::new(source.clone()), AllocConfig::default());
+    let _ = cell.set(core.clone());
+    let done = returns(move || {
+        let p = core.alloc(20 * MIB, &s).unwrap();
+        let size = p.allocated_size();
+        drop(p);
+        (size, core.memory_stats().segment.all.current)
+    });
+    assert_eq!(
+        done,
+        Some((20 * MIB, 3)),
+        "the outer allocation returned (no nested call waited for another)"
+    );
+    assert_eq!(*source.hooks().sizes.lock(), [MIB, MIB]);
+}

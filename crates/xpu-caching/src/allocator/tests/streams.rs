@@ -174,3 +174,39 @@ fn cross_stream_reuse_under_pressure_orders_by_a_marker() {
     assert_eq!(core.snapshot()[0].stream, crate::StreamKey::new(0, 1));
     assert_eq!(source.counters().live_segments, 1);
 }
+
+/// The thread's shard cache holds 8 streams: past them, and on a thread that never used the
+/// streams, a known stream's shard is found in the allocator's map (its cached block is
+/// reused, no segment is allocated and the stream handle is not asked for again).
+#[test]
+fn a_known_streams_shard_is_found_past_the_thread_cache_and_on_other_threads() {
+    let (core, source) = sim_core(GIB, "");
+    let streams: [Arc<SimStream>; 10] = std::array::from_fn(|i| stream(i as u64).1);
+    let asked = std::sync::atomic::AtomicUsize::new(0);
+    let alloc_on = |core: &CachingAllocator<SimBackend>, s: &Arc<SimStream>| {
+        core.allocate_with(4096, s.key(), || {
+            asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            s.clone()
+        })
+        .unwrap()
+        .unwrap()
+        .address()
+    };
+    // One small segment per stream, its block cached once freed.
+    let first: Vec<u64> = streams.iter().map(|s| alloc_on(&core, s)).collect();
+    assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 10);
+    let segments = source.counters().live_segments;
+    assert_eq!(segments, 10);
+    let again = |core: &CachingAllocator<SimBackend>| -> Vec<u64> {
+        // Oldest first: stream 0 and 1 are no longer in the thread's cache.
+        streams.iter().map(|s| alloc_on(core, s)).collect()
+    };
+    assert_eq!(again(&core), first, "same shard, same cached block");
+    assert_eq!(
+        std::thread::scope(|scope| scope.spawn(|| again(&core)).join().unwrap()),
+        first,
+        "another thread finds the same shards"
+    );
+    assert_eq!(asked.load(std::sync::atomic::Ordering::Relaxed), 10);
+    assert_eq!(source.counters().live_segments, segments);
+}
