@@ -116,9 +116,10 @@ pub enum AllocError {
     Unsupported(String),
     /// A device error other than out-of-memory (an OpenCL call's [`DeviceError::OpenCl`]
     /// with its code, a refused argument...). `From<DeviceError>` makes a device-layer
-    /// `BadFork` [`AllocError::BadFork`].
+    /// `BadFork` [`AllocError::BadFork`]. Boxed: a `DeviceError` is large, and every
+    /// allocator result carries this error's size.
     #[error("device error: {0}")]
-    Device(DeviceError),
+    Device(Box<DeviceError>),
     /// A device error of a segment source that is not an OpenCL device error (the
     /// simulated backend's injected faults, a source breaking its contract); an OpenCL
     /// source's failure is [`AllocError::Device`].
@@ -150,7 +151,7 @@ impl From<DeviceError> for AllocError {
     fn from(e: DeviceError) -> Self {
         match e {
             DeviceError::BadFork => Self::BadFork,
-            e => Self::Device(e),
+            e => Self::Device(Box::new(e)),
         }
     }
 }
@@ -164,7 +165,7 @@ impl From<StreamError> for AllocError {
         match e {
             StreamError::BadFork => Self::BadFork,
             StreamError::Device(e) => e.into(),
-            StreamError::OpenCl(e) => Self::Device(e.into()),
+            StreamError::OpenCl(e) => Self::Device(Box::new(e.into())),
             StreamError::Capturing {
                 device,
                 id,

@@ -48,7 +48,7 @@ fn run() {
     // parent never made, and one whose sub-buffer it made and cached.
     let mut fresh = xpu_kernel::DeviceBuffer::<f32>::zeroed(64, &stream).expect("fresh");
     let cached = xpu_kernel::DeviceBuffer::<f32>::zeroed(64, &stream).expect("cached");
-    drop(xpu_kernel::ClRegion::new(&cached).expect("region"));
+    xpu_kernel::ClRegion::new(&cached).expect("region");
 
     xpu_device::fork::simulate_bad_fork();
 
