@@ -75,8 +75,7 @@ fn a_view_reports_the_device_error_typed() {
     let Some(s) = device_stream() else {
         return;
     };
-    let alloc = private();
-    let a = alloc.allocate(1024, &s).unwrap();
+    let a = xpu_alloc::allocate(1024, &s).unwrap();
     let va = a.view().unwrap();
     // Overlapping ranges of one buffer: the driver's CL_MEM_COPY_OVERLAP (OpenCL 3.0 §5.2.3).
     let overlap = va.copy_from(&s, &va, 0, 8, 64).unwrap_err();
