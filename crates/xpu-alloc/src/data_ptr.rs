@@ -386,8 +386,10 @@ impl BlockView<'_> {
     ///
     /// # Errors
     /// [`AllocError::OutOfRange`] when `offset + data.len()` exceeds [`DataPtr::size`];
-    /// [`AllocError::StreamDevice`] for a stream of another device; [`AllocError::Device`]
-    /// for a released stream or a failed enqueue.
+    /// [`AllocError::StreamDevice`] for a stream of another device; [`AllocError::Capturing`]
+    /// for a capturing stream; [`AllocError::Stream`] for a released stream;
+    /// [`AllocError::Device`] with the [`DeviceError`] for a failed enqueue;
+    /// [`AllocError::BadFork`] in a bad fork child.
     pub fn write(&self, stream: &Stream, offset: usize, data: &[u8]) -> Result<(), AllocError> {
         let at = self.range(offset, data.len())?;
         self.queue(stream)?

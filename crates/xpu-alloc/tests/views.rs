@@ -97,6 +97,15 @@ fn a_view_reports_the_device_error_typed() {
         "{pattern:?}"
     );
     assert!(!pattern.is_bad_fork() && !overlap.is_bad_fork());
+    // A released external stream is a stream failure, not a device one.
+    let external = fresh_stream(0);
+    let released = external.stream();
+    drop(external);
+    let stream = va.write(&released, 0, &[1; 8]).unwrap_err();
+    assert!(
+        matches!(&stream, AllocError::Stream(m) if m.0.contains("was dropped")),
+        "{stream:?}"
+    );
     assert_eq!(
         AllocError::from(DeviceError::BadFork),
         AllocError::BadFork,
