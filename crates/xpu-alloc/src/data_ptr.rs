@@ -8,7 +8,7 @@ use xpu_device::DeviceError;
 use xpu_stream::Stream;
 
 use crate::cl_stream::{ClBackend, StreamRef};
-use crate::error::AllocError;
+use crate::error::{check_fork, AllocError};
 use crate::source::SegmentMemory;
 use crate::stream::StreamKey;
 
@@ -139,8 +139,10 @@ impl DataPtr {
     /// ```
     ///
     /// # Errors
-    /// [`AllocError::Unsupported`] for an empty pointer or simulated memory.
+    /// [`AllocError::BadFork`] in a bad fork child (see `xpu_device::fork`), before the
+    /// retain; [`AllocError::Unsupported`] for an empty pointer or simulated memory.
     pub fn view(&self) -> Result<BlockView<'_>, AllocError> {
+        check_fork()?;
         let (buffer, offset) = self.buffer_and_offset()?;
         Ok(BlockView {
             ptr: self,
@@ -179,8 +181,9 @@ impl DataPtr {
     /// setting every argument).
     ///
     /// # Errors
-    /// [`BlockArgError::Alloc`] for an empty allocation or memory without a `cl_mem`
-    /// (simulated); [`BlockArgError::Device`] with `DeviceError::MisalignedSubBuffer` when
+    /// [`BlockArgError::Alloc`] with [`AllocError::BadFork`] in a bad fork child (before any
+    /// driver call), or for an empty allocation or memory without a `cl_mem` (simulated);
+    /// [`BlockArgError::Device`] with `DeviceError::MisalignedSubBuffer` when
     /// the device's `CL_DEVICE_MEM_BASE_ADDR_ALIGN` exceeds the block alignment (512 bytes),
     /// or the kernel's [`DeviceError::KernelArg`] (wrong parameter kind, another device's
     /// context, index out of range).
@@ -212,6 +215,9 @@ impl DataPtr {
     }
 
     fn sub_buffer(&self) -> Result<&Buffer, BlockArgError> {
+        // Before `clCreateSubBuffer`, and even for a cached sub-buffer: every entry point
+        // refuses at once in a bad fork child.
+        check_fork().map_err(BlockArgError::Alloc)?;
         let live = self.live.as_ref().ok_or_else(|| {
             BlockArgError::Alloc(AllocError::Unsupported(
                 "an empty allocation cannot be a kernel argument".to_owned(),
@@ -372,18 +378,7 @@ impl BlockView<'_> {
                 device,
             });
         }
-        stream.enqueue_queue("block copy").map_err(|e| match e {
-            xpu_stream::StreamError::Capturing {
-                device,
-                id,
-                operation,
-            } => AllocError::Capturing {
-                device,
-                stream: id,
-                operation,
-            },
-            e => AllocError::Device(e.to_string()),
-        })
+        Ok(stream.enqueue_queue("block copy")?)
     }
 
     /// Blocking write of `data` at byte `offset` of the allocation, on `stream`
@@ -391,13 +386,15 @@ impl BlockView<'_> {
     ///
     /// # Errors
     /// [`AllocError::OutOfRange`] when `offset + data.len()` exceeds [`DataPtr::size`];
-    /// [`AllocError::StreamDevice`] for a stream of another device; [`AllocError::Device`]
-    /// for a released stream or a failed enqueue.
+    /// [`AllocError::StreamDevice`] for a stream of another device; [`AllocError::Capturing`]
+    /// for a capturing stream; [`AllocError::Stream`] for a released stream;
+    /// [`AllocError::Device`] with the [`DeviceError`] for a failed enqueue;
+    /// [`AllocError::BadFork`] in a bad fork child.
     pub fn write(&self, stream: &Stream, offset: usize, data: &[u8]) -> Result<(), AllocError> {
         let at = self.range(offset, data.len())?;
         self.queue(stream)?
             .write(&self.buffer, at, data)
-            .map_err(|e| AllocError::Device(e.to_string()))
+            .map_err(AllocError::from)
     }
 
     /// Blocking read of `out.len()` bytes at byte `offset` of the allocation, on `stream`
@@ -409,7 +406,7 @@ impl BlockView<'_> {
         let at = self.range(offset, out.len())?;
         self.queue(stream)?
             .read(&self.buffer, at, out)
-            .map_err(|e| AllocError::Device(e.to_string()))
+            .map_err(AllocError::from)
     }
 
     /// Fills `len` bytes at byte `offset` with the repeated `pattern` on `stream`
@@ -430,7 +427,7 @@ impl BlockView<'_> {
         self.queue(stream)?
             .fill(&self.buffer, pattern, at, len, &[])
             .map(drop)
-            .map_err(|e| AllocError::Device(e.to_string()))
+            .map_err(AllocError::from)
     }
 
     /// Device-side copy of `len` bytes from `src` at `src_offset` to this allocation at
@@ -458,7 +455,7 @@ impl BlockView<'_> {
         self.queue(stream)?
             .copy(&src.buffer, from, &self.buffer, to, len, &[])
             .map(drop)
-            .map_err(|e| AllocError::Device(e.to_string()))
+            .map_err(AllocError::from)
     }
 }
 

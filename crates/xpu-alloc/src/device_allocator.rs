@@ -16,10 +16,6 @@ use crate::source::DynSource;
 use crate::stats::MemoryStats;
 use crate::stream::MarkerError;
 
-fn device_error(e: impl std::fmt::Display) -> AllocError {
-    AllocError::Device(e.to_string())
-}
-
 /// The caching allocator of one device: segments are OpenCL buffers. One per device is created on first use by the crate-level functions
 /// ([`crate::device_allocator`]); more can be built for private use (tests, replays).
 pub struct DeviceAllocator {
@@ -41,7 +37,7 @@ impl DeviceAllocator {
         if device >= xpu_device::device_count() {
             return Err(AllocError::InvalidDevice { device });
         }
-        let source = Box::new(BufferSource::new(device).map_err(device_error)?);
+        let source = Box::new(BufferSource::new(device)?);
         let memory_kind = MemoryKind::Buffer;
         Ok(Self {
             core: DeviceCore::new(source, config),

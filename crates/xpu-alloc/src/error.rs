@@ -5,7 +5,9 @@ use thiserror::Error;
 use crate::config::ConfigError;
 use crate::stream::MarkerError;
 use xpu_caching::error::CacheError;
-pub use xpu_caching::error::OomReport;
+pub use xpu_caching::error::{DeviceFailure, OomReport};
+use xpu_device::DeviceError;
+use xpu_stream::StreamError;
 
 /// An allocator failure.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -112,9 +114,17 @@ pub enum AllocError {
     /// The operation does not apply (e.g. a view of simulated memory).
     #[error("unsupported: {0}")]
     Unsupported(String),
-    /// A device error other than out-of-memory.
+    /// A device error other than out-of-memory (an OpenCL call's [`DeviceError::OpenCl`]
+    /// with its code, a refused argument...). `From<DeviceError>` makes a device-layer
+    /// `BadFork` [`AllocError::BadFork`]. Boxed: a `DeviceError` is large, and every
+    /// allocator result carries this error's size.
     #[error("device error: {0}")]
-    Device(String),
+    Device(Box<DeviceError>),
+    /// A device error of a segment source that is not an OpenCL device error (the
+    /// simulated backend's injected faults, a source breaking its contract); an OpenCL
+    /// source's failure is [`AllocError::Device`].
+    #[error("device error: {0}")]
+    Source(DeviceFailure),
     /// A stream operation failed.
     #[error(transparent)]
     Stream(#[from] MarkerError),
@@ -124,11 +134,49 @@ pub enum AllocError {
 }
 
 impl AllocError {
-    /// True for [`AllocError::BadFork`] (see `xpu_device::fork`): every allocator entry point
-    /// returns it in a bad fork child. The other variants hold no layer error that could be
-    /// one (a device failure is kept as its message, [`AllocError::Device`]).
+    /// True for a bad fork (see `xpu_device::fork`): [`AllocError::BadFork`], which every
+    /// allocator entry point returns in a bad fork child, or a device-layer `BadFork` in
+    /// [`AllocError::Device`] (which `From` turns into `AllocError::BadFork`, but the variant
+    /// can hold one).
     pub fn is_bad_fork(&self) -> bool {
-        matches!(self, AllocError::BadFork)
+        match self {
+            AllocError::BadFork => true,
+            AllocError::Device(e) => e.is_bad_fork(),
+            _ => false,
+        }
+    }
+}
+
+impl From<DeviceError> for AllocError {
+    fn from(e: DeviceError) -> Self {
+        match e {
+            DeviceError::BadFork => Self::BadFork,
+            e => Self::Device(Box::new(e)),
+        }
+    }
+}
+
+impl From<StreamError> for AllocError {
+    /// A stream-layer failure: its bad fork, device error or OpenCL call keep their type
+    /// ([`AllocError::BadFork`], [`AllocError::Device`]), a capture is
+    /// [`AllocError::Capturing`]; any other (a released external stream, too many devices)
+    /// is a failed stream operation, [`AllocError::Stream`].
+    fn from(e: StreamError) -> Self {
+        match e {
+            StreamError::BadFork => Self::BadFork,
+            StreamError::Device(e) => e.into(),
+            StreamError::OpenCl(e) => Self::Device(Box::new(e.into())),
+            StreamError::Capturing {
+                device,
+                id,
+                operation,
+            } => Self::Capturing {
+                device,
+                stream: id,
+                operation,
+            },
+            e => Self::Stream(MarkerError(e.to_string())),
+        }
     }
 }
 
@@ -157,7 +205,10 @@ impl From<CacheError> for AllocError {
             },
             CacheError::Foreign(address) => Self::InvalidDevicePointer { address },
             CacheError::Fraction(fraction) => Self::InvalidFraction { fraction },
-            CacheError::Device(msg) => Self::Device(msg),
+            CacheError::Device(failure) => match failure.downcast_ref::<DeviceError>() {
+                Some(e) => e.clone().into(),
+                None => Self::Source(failure),
+            },
             CacheError::Stream(e) => Self::Stream(e),
         }
     }

@@ -365,7 +365,7 @@ pub fn reset_accumulated_stats(device: usize) -> Result<(), AllocError> {
 pub fn mem_get_info(device: usize) -> Result<(u64, u64), AllocError> {
     check_fork()?;
     slot(device)?;
-    xpu_device::mem_get_info(device).map_err(|e| AllocError::Device(e.to_string()))
+    Ok(xpu_device::mem_get_info(device)?)
 }
 
 /// The constructors of [`MemPool`] that find the device's allocator in this registry (the

@@ -35,7 +35,7 @@
 //! ```
 //! # fn main() -> Result<(), xpu_alloc::AllocError> {
 //! # if xpu_device::device_count() == 0 { return Ok(()); }
-//! let stream = xpu_stream::get_stream_from_pool(0, 0).map_err(|e| xpu_alloc::AllocError::Device(e.to_string()))?;
+//! let stream = xpu_stream::get_stream_from_pool(0, 0)?;
 //! let buf = xpu_alloc::allocate(1 << 20, &stream)?; // 1 MiB, freed on drop
 //! assert!(xpu_alloc::memory_allocated(0)? >= 1 << 20);
 //! let (_mem, _offset) = buf.cl_mem_and_offset()?; // kernel arguments
@@ -68,7 +68,7 @@ pub use crate::data_ptr::{BlockArgError, BlockView, DataPtr};
 pub use crate::device_allocator::DeviceAllocator;
 pub use crate::device_core::DeviceCore;
 pub use crate::device_ptr::DevicePtr;
-pub use crate::error::{AllocError, OomReport};
+pub use crate::error::{AllocError, DeviceFailure, OomReport};
 pub use crate::global::{
     allocate, allocate_current, current_config, device_allocator, empty_cache,
     max_memory_allocated, max_memory_reserved, mem_get_info, memory_allocated, memory_fraction,

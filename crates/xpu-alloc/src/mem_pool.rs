@@ -564,7 +564,7 @@ pub fn end_allocate_to_pool(pool: &MemPool) -> Result<(), AllocError> {
 ///
 /// ```no_run
 /// # fn main() -> Result<(), xpu_alloc::AllocError> {
-/// let stream = xpu_stream::current_stream(0).map_err(|e| xpu_alloc::AllocError::Device(e.to_string()))?;
+/// let stream = xpu_stream::current_stream(0)?;
 /// let pool = xpu_alloc::MemPool::new(0)?;
 /// let block = {
 ///     let _routed = xpu_alloc::use_mem_pool(&pool)?;

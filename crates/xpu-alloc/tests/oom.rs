@@ -164,8 +164,12 @@ fn device_fault_is_reported_and_leaks_nothing() {
     source.fail_nth(1, Fault::DeviceError);
     let err = core.allocate(30 * MIB, &s).unwrap_err();
     assert!(
-        matches!(&err, AllocError::Device(m) if m.contains("injected fault")),
+        matches!(&err, AllocError::Source(m) if m.to_string().contains("injected fault")),
         "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "device error: injected fault on segment allocation 2"
     );
     assert_eq!(source.counters().live_segments, 1);
     assert_eq!(core.memory_reserved(), 2 * MIB);
@@ -201,7 +205,7 @@ fn fault_injection_at_every_point_keeps_the_allocator_consistent() {
                 let s = if i % 3 == 0 { &s1 } else { &s0 };
                 match core.allocate(*size, s) {
                     Ok(p) => live.push(p),
-                    Err(AllocError::Device(_) | AllocError::OutOfMemory(_)) => {}
+                    Err(AllocError::Source(_) | AllocError::OutOfMemory(_)) => {}
                     Err(e) => panic!("unexpected {e:?}"),
                 }
                 if i % 4 == 3 {

@@ -9,6 +9,7 @@
 mod common;
 
 use xpu_alloc::{AllocConfig, AllocError, DeviceAllocator};
+use xpu_device::DeviceError;
 
 use common::{device_stream, fresh_stream};
 
@@ -67,6 +68,50 @@ fn a_view_reads_and_writes_only_its_own_allocation() {
     let (mem_a, off_a) = a.cl_mem_and_offset().unwrap();
     let (mem_b, off_b) = b.cl_mem_and_offset().unwrap();
     assert_eq!((mem_a, off_b - off_a), (mem_b, 1024));
+}
+
+#[test]
+fn a_view_reports_the_device_error_typed() {
+    let Some(s) = device_stream() else {
+        return;
+    };
+    let a = xpu_alloc::allocate(1024, &s).unwrap();
+    let va = a.view().unwrap();
+    // Overlapping ranges of one buffer: the driver's CL_MEM_COPY_OVERLAP (OpenCL 3.0 §5.2.3).
+    let overlap = va.copy_from(&s, &va, 0, 8, 64).unwrap_err();
+    assert!(
+        matches!(&overlap, AllocError::Device(e) if matches!(**e, DeviceError::OpenCl(c) if c.code == -8)),
+        "{overlap:?}"
+    );
+    assert_eq!(
+        overlap.to_string(),
+        "device error: clEnqueueCopyBuffer failed: CL_MEM_COPY_OVERLAP (-8)"
+    );
+    // A pattern the runtime refuses before the driver.
+    let pattern = va.fill(&s, &[1, 2, 3], 0, 6).unwrap_err();
+    assert!(
+        matches!(
+            &pattern,
+            AllocError::Device(e) if matches!(**e, DeviceError::InvalidArgument(_))
+        ),
+        "{pattern:?}"
+    );
+    assert!(!pattern.is_bad_fork() && !overlap.is_bad_fork());
+    // A released external stream is a stream failure, not a device one.
+    let external = fresh_stream(0);
+    let released = external.stream();
+    drop(external);
+    let stream = va.write(&released, 0, &[1; 8]).unwrap_err();
+    assert!(
+        matches!(&stream, AllocError::Stream(m) if m.0.contains("was dropped")),
+        "{stream:?}"
+    );
+    assert_eq!(
+        AllocError::from(DeviceError::BadFork),
+        AllocError::BadFork,
+        "a device-layer bad fork is the allocator's own"
+    );
+    assert!(AllocError::Device(Box::new(DeviceError::BadFork)).is_bad_fork());
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! Errors of the caching allocator (`xpu-alloc` wraps them in its `AllocError`, variant for
 //! variant, with the same messages).
 
+use std::sync::Arc;
+
 use thiserror::Error;
 
 use crate::size::format_size;
@@ -89,10 +91,70 @@ pub enum CacheError {
     /// A memory fraction outside `(0, 1]`.
     #[error("memory fraction {0} is outside (0, 1]")]
     Fraction(f64),
-    /// A device error other than out-of-memory.
+    /// A device error other than out-of-memory: the segment source's own error, kept typed
+    /// (see [`DeviceFailure`]).
     #[error("device error: {0}")]
-    Device(String),
+    Device(DeviceFailure),
     /// A stream operation failed.
     #[error(transparent)]
     Stream(#[from] MarkerError),
 }
+
+/// A device failure other than out-of-memory, as the segment source reported it: the
+/// backend's own error value, shared (cloning is cheap), so a caller above the
+/// backend-independent core can take its type back ([`DeviceFailure::downcast_ref`], e.g.
+/// to `xpu_device::DeviceError` for an OpenCL source) and match its code. Displays as that
+/// error does. Two failures are equal when their messages are (the error types need not
+/// implement `PartialEq`).
+#[derive(Clone)]
+pub struct DeviceFailure(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+/// A failure that is only a message ([`DeviceFailure::message`]).
+#[derive(Debug, Error)]
+#[error("{0}")]
+struct Message(String);
+
+impl DeviceFailure {
+    /// The backend's error `error`.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(error))
+    }
+
+    /// A failure known only by its message (a simulated fault, a source breaking its
+    /// contract).
+    pub fn message(message: impl Into<String>) -> Self {
+        Self::new(Message(message.into()))
+    }
+
+    /// The backend's error, when it is an `E`.
+    #[must_use]
+    pub fn downcast_ref<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        self.0.downcast_ref()
+    }
+}
+
+impl std::fmt::Debug for DeviceFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for DeviceFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl std::error::Error for DeviceFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for DeviceFailure {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for DeviceFailure {}

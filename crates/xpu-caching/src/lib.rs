@@ -37,7 +37,7 @@ pub use crate::allocator::{
 };
 pub use crate::backend::{Backend, ThreadCaches};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
-pub use crate::error::{CacheError, OomReport};
+pub use crate::error::{CacheError, DeviceFailure, OomReport};
 pub use crate::history::{History, TraceAction, TraceEntry};
 pub use crate::sim_stream::SimBackend;
 pub use crate::size::PoolKind;

@@ -40,8 +40,7 @@ fn workload(target: BenchTarget, config: AllocConfig) -> Result<Workload, AllocE
     let allocator = DeviceAllocator::new(index, config)?;
     let mut streams = Vec::new();
     for _ in 0..THREADS[THREADS.len() - 1] {
-        let s = xpu_stream::get_stream_from_pool(0, index)
-            .map_err(|e| AllocError::Device(e.to_string()))?;
+        let s = xpu_stream::get_stream_from_pool(0, index)?;
         streams.push((xpu_alloc::stream_key(&s), ClStream::shared(s)));
     }
     Ok(Workload::new(allocator.core().clone(), streams))
@@ -136,11 +135,7 @@ fn threads(bench: &Workload, threads: usize, budget: Duration) -> Result<f64, Al
                 .collect();
             handles
                 .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(AllocError::Device("benchmark thread panicked".into()))
-                    })
-                })
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
                 .collect()
         });
         results.into_iter().collect()

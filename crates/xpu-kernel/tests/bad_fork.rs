@@ -44,6 +44,11 @@ fn run() {
     let out = xpu_alloc::allocate(64 * 4, &stream).expect("allocation");
     let launch = stream.launch(&function, &[64], None).expect("launch");
     let mut typed = xpu_kernel::DeviceBuffer::<u32>::from_slice(&[1; 64], &stream).expect("typed");
+    // Regions for a foreign library: one allocation whose exact `cl_mem` (a sub-buffer) the
+    // parent never made, and one whose sub-buffer it made and cached.
+    let mut fresh = xpu_kernel::DeviceBuffer::<f32>::zeroed(64, &stream).expect("fresh");
+    let cached = xpu_kernel::DeviceBuffer::<f32>::zeroed(64, &stream).expect("cached");
+    xpu_kernel::ClRegion::new(&cached).expect("region");
 
     xpu_device::fork::simulate_bad_fork();
 
@@ -73,6 +78,29 @@ fn run() {
                     | xpu_kernel::MemoryError::Host(xpu_alloc::HostError::BadFork)
             ),
             "{what}: {e:?}"
+        );
+    }
+    // No `clCreateSubBuffer` (nor any other call) before refusing, cached sub-buffer or not.
+    for (what, r) in [
+        ("ClRegion::new", xpu_kernel::ClRegion::new(&fresh).map(drop)),
+        (
+            "ClRegion::new (cached)",
+            xpu_kernel::ClRegion::new(&cached).map(drop),
+        ),
+        (
+            "ClRegion::new_mut",
+            xpu_kernel::ClRegion::new_mut(&mut fresh).map(drop),
+        ),
+    ] {
+        println!("{what} = {r:?}");
+        assert!(
+            matches!(
+                &r,
+                Err(xpu_kernel::InteropError::Block(
+                    xpu_alloc::BlockArgError::Alloc(xpu_alloc::AllocError::BadFork)
+                ))
+            ),
+            "{what}: {r:?}"
         );
     }
     assert!(KernelError::BadFork.to_string().contains("spawn"));

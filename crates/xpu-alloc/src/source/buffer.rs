@@ -4,7 +4,7 @@ use parking_lot::Mutex;
 use xpu_device::backend::{Buffer, MemFlags};
 use xpu_device::DeviceError;
 
-use super::{SegmentMemory, SegmentSource, SourceError, SourceSegment};
+use super::{DeviceFailure, SegmentMemory, SegmentSource, SourceError, SourceSegment};
 
 /// Segment start alignment of the assigned address ranges.
 const RANGE_ALIGN: u64 = 2 << 20;
@@ -41,8 +41,10 @@ const CL_INVALID_BUFFER_SIZE: i32 = -61;
 /// Maps a device error of an allocation of `size` bytes to the allocator's
 /// classification: `CL_INVALID_BUFFER_SIZE` (OpenCL 3.0 §5.2.1: above the device's largest
 /// allocation) can never succeed and is [`SourceError::TooLarge`]; exhausted memory is
-/// [`SourceError::OutOfMemory`] (retried after releasing cached memory).
-pub(super) fn classify(error: &DeviceError, size: u64) -> SourceError {
+/// [`SourceError::OutOfMemory`] (retried after releasing cached memory); any other is
+/// [`SourceError::Device`] holding the [`DeviceError`] itself (which `AllocError` gets back
+/// as `AllocError::Device`).
+pub(super) fn classify(error: DeviceError, size: u64) -> SourceError {
     if error
         .cl_error()
         .is_some_and(|e| e.code == CL_INVALID_BUFFER_SIZE)
@@ -51,7 +53,7 @@ pub(super) fn classify(error: &DeviceError, size: u64) -> SourceError {
     } else if error.is_out_of_memory() {
         SourceError::OutOfMemory
     } else {
-        SourceError::Device(error.to_string())
+        SourceError::Device(DeviceFailure::new(error))
     }
 }
 
@@ -78,11 +80,19 @@ impl SegmentSource for BufferSource {
         self.device.properties().mem_base_addr_align.max(1)
     }
 
+    /// A new OpenCL buffer (`clCreateBuffer`) of `size` bytes.
+    ///
+    /// # Errors
+    /// In a bad fork child (see `xpu_device::fork`), [`SourceError::Device`] with
+    /// [`DeviceError::BadFork`] at once, before any driver call; otherwise as the device
+    /// reports it, classified as [`SegmentSource::allocate`] says.
     fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
+        xpu_device::fork::refuse_in_bad_fork(DeviceError::BadFork)
+            .map_err(|e| classify(e, size))?;
         let bytes = usize::try_from(size).map_err(|_| SourceError::OutOfMemory)?;
-        let context = self.device.context().map_err(|e| classify(&e, size))?;
+        let context = self.device.context().map_err(|e| classify(e, size))?;
         let buffer =
-            Buffer::new(context, bytes, MemFlags::default()).map_err(|e| classify(&e, size))?;
+            Buffer::new(context, bytes, MemFlags::default()).map_err(|e| classify(e, size))?;
         let address = {
             let mut next = self.next_address.lock();
             let address = *next;

@@ -6,7 +6,8 @@ mod buffer;
 
 pub use buffer::BufferSource;
 pub use xpu_caching::source::{
-    Fault, HookedSource, SegmentSource, Simulated, SimulatedCounters, SourceError, SourceHooks,
+    DeviceFailure, Fault, HookedSource, SegmentSource, Simulated, SimulatedCounters, SourceError,
+    SourceHooks,
 };
 
 /// The memory behind one segment, as the source created it.

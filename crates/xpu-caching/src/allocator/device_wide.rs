@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use super::stats_registry::StatsRegistry;
 use crate::backend::Backend;
 use crate::config::AllocConfig;
+use crate::error::DeviceFailure;
 use crate::history::History;
 use crate::source::{SegmentSource, SourceError, SourceSegment};
 
@@ -39,7 +40,7 @@ pub(crate) enum SegmentFailure {
     /// The size can never be allocated (no retry).
     TooLarge,
     /// Another device error.
-    Device(String),
+    Device(DeviceFailure),
 }
 
 #[derive(Debug, Default)]
@@ -172,7 +173,7 @@ impl<B: Backend> DeviceShared<B> {
                 // A source breaking its contract (addresses unique among live segments):
                 // the segment goes straight back.
                 self.release_segment_to(self.source.as_ref(), segment);
-                Err(SegmentFailure::Device(msg))
+                Err(SegmentFailure::Device(DeviceFailure::message(msg)))
             }
         }
     }
@@ -228,10 +229,10 @@ impl<B: Backend> DeviceShared<B> {
                 let mut r = self.reserved.lock();
                 r.bytes = r.bytes.saturating_sub(size);
                 drop(r);
-                Err(SegmentFailure::Device(format!(
+                Err(SegmentFailure::Device(DeviceFailure::message(format!(
                     "the segment source returned a segment of {got} bytes for a request of \
                      {size} bytes"
-                )))
+                ))))
             }
             Ok(segment) => {
                 let mut r = self.reserved.lock();

@@ -14,6 +14,8 @@ pub use simulated::{Fault, Simulated, SimulatedCounters, SimulatedSource};
 
 use thiserror::Error;
 
+pub use crate::error::DeviceFailure;
+
 /// One device allocation handed out by a [`SegmentSource`], backed by `M`.
 #[derive(Debug)]
 pub struct SourceSegment<M> {
@@ -40,9 +42,10 @@ pub enum SourceError {
         /// The segment size asked for, in bytes.
         size: u64,
     },
-    /// Any other device error: reported to the caller at once.
+    /// Any other device error, the backend's own error value: reported to the caller at
+    /// once (as [`CacheError::Device`](crate::CacheError::Device)).
     #[error("device error: {0}")]
-    Device(String),
+    Device(DeviceFailure),
 }
 
 /// A provider of device memory segments for one device.

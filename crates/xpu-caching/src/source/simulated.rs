@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 
 use parking_lot::Mutex;
 
-use super::{SegmentSource, SourceError, SourceSegment};
+use super::{DeviceFailure, SegmentSource, SourceError, SourceSegment};
 
 /// The memory of a simulated segment: none. A backend whose memory type can say "simulated"
 /// (`From<Simulated>`) can run its allocator on a [`SimulatedSource`].
@@ -142,9 +142,9 @@ impl<M: From<Simulated> + Send + Sync + std::fmt::Debug + 'static> SegmentSource
             if state.faults.remove(&(attempt, key)) {
                 return Err(match key {
                     FaultKey::OutOfMemory => SourceError::OutOfMemory,
-                    FaultKey::DeviceError => SourceError::Device(format!(
+                    FaultKey::DeviceError => SourceError::Device(DeviceFailure::message(format!(
                         "injected fault on segment allocation {attempt}"
-                    )),
+                    ))),
                 });
             }
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::{HookedSource, SourceHooks};
 use crate::allocator::CachingAllocator;
 use crate::config::AllocConfig;
-use crate::error::CacheError;
+use crate::error::{CacheError, DeviceFailure};
 use crate::sim_stream::{SimBackend, SimStream};
 use crate::source::{SegmentSource, Simulated, SimulatedSource, SourceError, SourceSegment};
 use crate::stream::StreamKey;
@@ -152,11 +152,11 @@ fn a_segment_of_the_wrong_size_is_refused_and_returned_to_the_source() {
     .expect_err("a short segment must not be used");
     assert_eq!(
         err,
-        CacheError::Device(format!(
+        CacheError::Device(DeviceFailure::message(format!(
             "the segment source returned a segment of {} bytes for a request of {} bytes",
             10 << 20,
             20 << 20
-        ))
+        )))
     );
     let held = source.inner().counters();
     assert_eq!(
@@ -233,7 +233,10 @@ fn overlapping_segment_scenario() {
         1u64 << 40,
         20 << 20
     );
-    assert_eq!(b_ok, Err(CacheError::Device(message)));
+    assert_eq!(
+        b_ok,
+        Err(CacheError::Device(DeviceFailure::message(message)))
+    );
     assert_eq!(active, 20 << 20, "one block handed out once");
     assert_eq!(
         source.inner().counters().live_segments,

@@ -1,0 +1,51 @@
+//! In a bad fork child (see `xpu_device::fork`) the allocator's memory entry points refuse at
+//! once with a bad-fork error, before any driver call (`clCreateBuffer`, `clRetainMemObject`,
+//! `clCreateSubBuffer`): the OpenCL buffer source used directly, a view of an allocation and
+//! its reads and writes, and an allocation's exact `cl_mem`. The parent's state (a source, a
+//! stream, an allocation, a view) is reproduced in a fresh process that then becomes a bad
+//! fork (`simulate_bad_fork`: this crate may not fork), so a call that reached the driver
+//! would succeed there and is caught as a wrong result.
+
+use xpu_alloc::{BufferSource, SegmentSource, SourceError};
+use xpu_device::DeviceError;
+use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
+use xpu_testing::bad_fork::{assert_bad_fork, bad_fork_test, done};
+
+#[test]
+fn allocator_memory_entry_points_refuse_in_a_bad_fork_child() {
+    if !xpu_testing::devices(1) {
+        return;
+    }
+    bad_fork_test("alloc-memory-bad-fork", run);
+}
+
+fn run() {
+    let source = BufferSource::new(0).expect("buffer source");
+    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream");
+    let ptr = xpu_alloc::allocate(4096, &stream).expect("allocation");
+    let view = ptr.view().expect("view");
+
+    xpu_device::fork::simulate_bad_fork();
+
+    let segment = source.allocate(4096).map(|s| s.size);
+    println!("BufferSource::allocate = {segment:?}");
+    let refused = match &segment {
+        Err(SourceError::Device(failure)) => failure.downcast_ref::<DeviceError>().cloned(),
+        _ => None,
+    };
+    assert_eq!(
+        refused,
+        Some(DeviceError::BadFork),
+        "BufferSource::allocate: {segment:?}"
+    );
+    assert_bad_fork("DataPtr::view", ptr.view().map(drop));
+    assert_bad_fork("BlockView::write", view.write(&stream, 0, &[1; 16]));
+    assert_bad_fork("BlockView::read", view.read(&stream, 0, &mut [0; 16]));
+    let cl_mem = ptr.block_cl_mem().map(|(_, size)| size);
+    println!("DataPtr::block_cl_mem = {cl_mem:?}");
+    assert!(
+        matches!(&cl_mem, Err(xpu_alloc::BlockArgError::Alloc(e)) if *e == xpu_alloc::AllocError::BadFork),
+        "DataPtr::block_cl_mem: {cl_mem:?}"
+    );
+    done();
+}
