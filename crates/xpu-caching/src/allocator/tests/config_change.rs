@@ -4,7 +4,7 @@
 //! follow the `max_split_size` in effect when the block was handed out / the segment was
 //! obtained, whatever it is when they are freed.
 
-use super::{sim_core, stream, GIB, MIB};
+use super::{lcg, sim_core, stream, GIB, MIB};
 use crate::allocator::CachingAllocator;
 use crate::config::AllocConfig;
 use crate::sim_stream::SimBackend;
@@ -42,60 +42,56 @@ fn assert_all_returned(cache: &CachingAllocator<SimBackend>) {
     assert_eq!(st.num_device_alloc, st.num_device_free);
 }
 
-/// A 100 MiB block handed out under `max_split_size_mb:64` counts as an oversize
-/// allocation in an oversize segment; lifting the limit (unlimited) before the free still
-/// subtracts exactly what was added: both counters return to 0.
-#[test]
-fn oversize_counts_return_to_zero_when_max_split_size_is_lifted_before_the_free() {
-    let (cache, _) = sim_core(GIB, "max_split_size_mb:64");
+/// The oversize counters `(oversize_allocations, oversize_segments)` read at each step of:
+/// a 100 MiB block handed out under the configuration `before`, the configuration changed
+/// to `after` (picked up by the stream at its next, small, allocation), the block freed,
+/// then everything freed and released. Checks that everything returned at the end.
+fn oversize_across_a_change_before_the_free(before: &str, after: &str) -> [(Stat, Stat); 4] {
+    let (cache, _) = sim_core(GIB, before);
     let (s, _) = stream(1);
     let big = cache.alloc(100 * MIB, &s).unwrap();
-    assert_eq!(oversize(&cache), (stat(1, 1, 1, 0), stat(1, 1, 1, 0)));
-    cache.set_config(AllocConfig::default());
-    // The stream picks up the new configuration at its next allocation.
+    let handed_out = oversize(&cache);
+    cache.set_config(config(after));
     let small = cache.alloc(4096, &s).unwrap();
-    assert_eq!(oversize(&cache), (stat(1, 1, 1, 0), stat(1, 1, 1, 0)));
+    let changed = oversize(&cache);
     drop(big);
-    assert_eq!(
-        oversize(&cache).0,
-        stat(0, 1, 1, 1),
-        "the block counted at hand-out is subtracted at its free"
-    );
+    let freed = oversize(&cache);
     drop(small);
     cache.empty_cache();
-    assert_eq!(
-        oversize(&cache),
-        (stat(0, 1, 1, 1), stat(0, 1, 1, 1)),
-        "the segment counted when obtained is subtracted at its release"
-    );
+    let released = oversize(&cache);
     assert_all_returned(&cache);
+    [handed_out, changed, freed, released]
+}
+
+/// A 100 MiB block handed out under `max_split_size_mb:64` counts as an oversize
+/// allocation in an oversize segment; lifting the limit (unlimited) before the free still
+/// subtracts exactly what was added: both counters return to 0 (the block's at its free,
+/// the segment's at its release).
+#[test]
+fn oversize_counts_return_to_zero_when_max_split_size_is_lifted_before_the_free() {
+    let counted = stat(1, 1, 1, 0);
+    let returned = stat(0, 1, 1, 1);
+    assert_eq!(
+        oversize_across_a_change_before_the_free("max_split_size_mb:64", ""),
+        [
+            (counted, counted),
+            (counted, counted),
+            (returned, counted),
+            (returned, returned),
+        ]
+    );
 }
 
 /// A 100 MiB block handed out with no `max_split_size` (unlimited) is no oversize
 /// allocation; setting `max_split_size_mb:64` before the free subtracts nothing: both
-/// counters stay exactly 0 (never -1).
+/// counters stay exactly 0 (never -1) at every step.
 #[test]
 fn oversize_counts_stay_zero_when_max_split_size_is_set_before_the_free() {
-    let (cache, _) = sim_core(GIB, "");
-    let (s, _) = stream(1);
-    let big = cache.alloc(100 * MIB, &s).unwrap();
-    assert_eq!(oversize(&cache), (Stat::default(), Stat::default()));
-    cache.set_config(config("max_split_size_mb:64"));
-    let small = cache.alloc(4096, &s).unwrap();
-    drop(big);
+    let zero = (Stat::default(), Stat::default());
     assert_eq!(
-        oversize(&cache).0,
-        Stat::default(),
-        "a block not counted at hand-out is not subtracted at its free"
+        oversize_across_a_change_before_the_free("", "max_split_size_mb:64"),
+        [zero; 4]
     );
-    drop(small);
-    cache.empty_cache();
-    assert_eq!(
-        oversize(&cache),
-        (Stat::default(), Stat::default()),
-        "a segment not counted when obtained is not subtracted at its release"
-    );
-    assert_all_returned(&cache);
 }
 
 /// Between two limits, down then up: a 100 MiB block under `max_split_size_mb:128` is not
@@ -243,13 +239,7 @@ fn oversize_counts_match_what_was_counted_through_random_config_changes() {
     let mut live: Vec<(Allocation<SimBackend>, bool)> = Vec::new();
     // Segment address -> counted as oversize when obtained.
     let mut segments: HashMap<u64, bool> = HashMap::new();
-    let mut seed: u64 = 0x9e37_79b9;
-    let mut rnd = move || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        seed >> 33
-    };
+    let mut rnd = lcg(0x9e37_79b9);
     for step in 0..3000 {
         let r = rnd() % 100;
         if r < 45 || live.is_empty() {

@@ -156,6 +156,17 @@ fn sim(id: u64) -> (Arc<SimStream>, Arc<TestStream>) {
     (s.clone(), Arc::new(TestStream::Sim(s)))
 }
 
+/// A seeded linear congruential generator (Knuth's MMIX constants): the next 31-bit value
+/// at each call, the same sequence for the same seed.
+fn lcg(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        seed >> 33
+    }
+}
+
 /// Runs `f` on another thread and returns its result, or `None` when it did not return
 /// within [`HANG`].
 fn returns<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> Option<R> {
@@ -232,13 +243,7 @@ fn statistics_match_the_snapshot_through_random_allocations_config_changes_and_e
     let (core, _src) = sim_core(8 * GIB, "");
     let streams = [stream(1).0, stream(2).0];
     let mut live: Vec<Allocation<SimBackend>> = Vec::new();
-    let mut seed: u64 = 0x1234_5678;
-    let mut rnd = move || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        seed >> 33
-    };
+    let mut rnd = lcg(0x1234_5678);
     let mut peaks = [[0i64; 3]; 4];
     for step in 0..2000 {
         let r = rnd() % 100;
@@ -343,13 +348,7 @@ fn statistics_currents_match_the_snapshot_after_four_threads_allocate_and_free()
             let shared = shared.clone();
             std::thread::spawn(move || {
                 let streams = [stream(1).0, stream(2 + t).0];
-                let mut seed = 0x9876_5432 + t;
-                let mut rnd = move || {
-                    seed = seed
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    seed >> 33
-                };
+                let mut rnd = lcg(0x9876_5432 + t);
                 for _ in 0..3000 {
                     let r = rnd() % 100;
                     if r < 55 {

@@ -137,68 +137,16 @@ fn statistics_can_be_read_from_inside_a_segment_source() {
     assert_eq!(*seen.lock(), [0, 20 * (MIB as i64)]);
 }
 
-/// Hooks whose first `allocate` allocates (and frees) a block through the allocator that
-/// owns the source, on the stream being grown.
-struct Nested {
-    core: Arc<OnceLock<CachingAllocator<SimBackend>>>,
-    stream: Arc<crate::sim_stream::SimStream>,
-    done: Mutex<Option<u64>>,
-    entered: std::sync::atomic::AtomicBool,
-}
-
-impl SourceHooks<SimulatedSource> for Nested {
-    fn allocate(
-        &self,
-        inner: &SimulatedSource,
-        size: u64,
-    ) -> Result<SourceSegment<Simulated>, SourceError> {
-        if !self.entered.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            if let Some(core) = self.core.get() {
-                let nested = core.alloc(MIB, &self.stream).unwrap();
-                *self.done.lock() = Some(nested.allocated_size());
-            }
-        }
-        inner.allocate(size)
-    }
-}
-
 /// A source's `allocate` runs without the lock of the stream being grown: a hook may
 /// allocate and free through the same allocator, on the same stream, without waiting for
 /// itself.
 #[test]
 fn a_segment_source_may_allocate_through_its_allocator_on_the_stream_being_grown() {
-    let cell = Arc::new(OnceLock::new());
-    let (_, s) = stream(1);
-    let hooks = Nested {
-        core: cell.clone(),
-        stream: s.clone(),
-        done: Mutex::new(None),
-        entered: std::sync::atomic::AtomicBool::new(false),
-    };
-    let source = Arc::new(HookedSource::new(
-        SimulatedSource::new(0, 64 * MIB, 64 * MIB),
-        hooks,
-    ));
-    let core = CachingAllocator::new(Box::new(source.clone()), AllocConfig::default());
-    let _ = cell.set(core.clone());
-    let done = returns(move || {
-        let p = core.alloc(20 * MIB, &s).unwrap();
-        let size = p.allocated_size();
-        drop(p);
-        let st = core.memory_stats();
-        (
-            size,
-            st.allocation.all.allocated,
-            st.allocated_bytes.all.current,
-            st.segment.all.current,
-        )
-    });
     assert_eq!(
-        done,
-        Some((20 * MIB, 2, 0, 2)),
+        nested_allocation(1),
+        (Some((20 * MIB, 2, 0, 2)), vec![MIB]),
         "the outer allocation returned (not waiting for its own lock)"
     );
-    assert_eq!(*source.hooks().done.lock(), Some(MIB));
 }
 
 /// Hooks whose first `free` allocates (and frees) a block through the allocator that owns
@@ -370,17 +318,21 @@ impl SourceHooks<SimulatedSource> for NestedDeep {
     }
 }
 
-/// A source's `allocate` may allocate through its allocator from inside an allocation that
-/// the source itself serves (two nested allocator calls on one thread): neither waits for
-/// the other.
-#[test]
-fn a_segment_source_may_allocate_through_its_allocator_two_levels_deep() {
+/// What [`nested_allocation`] observes: the outer block's size, allocations made, bytes still
+/// allocated, segments held.
+type Grown = (u64, i64, i64, i64);
+
+/// A 20 MiB allocation (then freed) from an allocator over a 64 MiB simulated source whose
+/// hooks nest up to `depth` allocations ([`NestedDeep`]): its size, the allocations made,
+/// the bytes still allocated and the segments held (`None` if it did not return), and the
+/// sizes of the nested blocks.
+fn nested_allocation(depth: usize) -> (Option<Grown>, Vec<u64>) {
     let cell = Arc::new(OnceLock::new());
     let (_, s) = stream(1);
     let hooks = NestedDeep {
         core: cell.clone(),
         stream: s.clone(),
-        depth: 2,
+        depth,
         active: std::sync::atomic::AtomicUsize::new(0),
         sizes: Mutex::new(Vec::new()),
     };
@@ -394,12 +346,26 @@ fn a_segment_source_may_allocate_through_its_allocator_two_levels_deep() {
         let p = core.alloc(20 * MIB, &s).unwrap();
         let size = p.allocated_size();
         drop(p);
-        (size, core.memory_stats().segment.all.current)
+        let st = core.memory_stats();
+        (
+            size,
+            st.allocation.all.allocated,
+            st.allocated_bytes.all.current,
+            st.segment.all.current,
+        )
     });
+    let nested = source.hooks().sizes.lock().clone();
+    (done, nested)
+}
+
+/// A source's `allocate` may allocate through its allocator from inside an allocation that
+/// the source itself serves (two nested allocator calls on one thread): neither waits for
+/// the other.
+#[test]
+fn a_segment_source_may_allocate_through_its_allocator_two_levels_deep() {
     assert_eq!(
-        done,
-        Some((20 * MIB, 3)),
+        nested_allocation(2),
+        (Some((20 * MIB, 3, 0, 3)), vec![MIB, MIB]),
         "the outer allocation returned (no nested call waited for another)"
     );
-    assert_eq!(*source.hooks().sizes.lock(), [MIB, MIB]);
 }
