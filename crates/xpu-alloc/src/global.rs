@@ -79,8 +79,23 @@ pub fn device_allocator(device: usize) -> Result<&'static DeviceAllocator, Alloc
     if let Some(a) = slot.get() {
         return Ok(a);
     }
+    // Built outside the configuration's lock (the device's context is created here), with
+    // the configuration read now: a `set_config` may run meanwhile and miss the allocator.
     let config = config_state().lock().clone()?;
+    #[cfg(test)]
+    tests::run_creation_hook(device);
     let allocator = DeviceAllocator::new(device, config)?;
+    // Installed under the configuration's lock, which `set_config` holds while it applies a
+    // configuration to the installed allocators: a change the allocator missed is applied
+    // here (the allocator has no allocation yet, so this is as if it had been built with it).
+    // Nothing under the lock calls the driver or user code (`DeviceAllocator::set_config`
+    // only takes the allocator's own locks; the slot is empty under `create`).
+    let state = config_state().lock();
+    if let Ok(current) = &*state {
+        if *allocator.core().config() != *current {
+            allocator.set_config(current.clone());
+        }
+    }
     Ok(slot.get_or_init(|| allocator))
 }
 
@@ -89,9 +104,11 @@ pub(crate) fn existing(device: usize) -> Result<Option<&'static DeviceAllocator>
     Ok(slot(device)?.get())
 }
 
-/// Replaces the allocator configuration (same grammar as `XPU_ALLOC_CONF`); applies to
-/// every existing allocator from its next allocation, and to allocators created later.
-/// `memory_kind` only affects allocators created later.
+/// Replaces the allocator configuration (same grammar as `XPU_ALLOC_CONF`; as
+/// `torch.cuda.memory._set_allocator_settings`); applies to every existing allocator from
+/// its next allocation, to an allocator being created by another thread meanwhile, and to
+/// allocators created later. Concurrent calls apply in one order: the last one stored is
+/// the one every allocator has. `memory_kind` only affects allocators created later.
 ///
 /// # Errors
 /// [`ConfigError`] naming the key and the allowed values; nothing changes then.
@@ -101,10 +118,14 @@ pub fn set_config(text: &str) -> Result<(), ConfigError> {
         // Nothing can allocate in a bad fork child; the locks may have been held at the fork.
         return Ok(());
     }
+    // Under the configuration's lock, with which `device_allocator` installs a new allocator:
+    // an allocator is either installed already (and set here) or gets `config` when
+    // installed. `DeviceAllocator::set_config` runs no user code and calls no driver.
+    let mut state = config_state().lock();
     for a in registry().slots.iter().filter_map(OnceLock::get) {
         a.set_config(config.clone());
     }
-    *config_state().lock() = Ok(config);
+    *state = Ok(config);
     Ok(())
 }
 
@@ -412,5 +433,86 @@ impl MemPool {
     /// As [`MemPool::new`].
     pub fn for_graph(device: usize) -> Result<MemPool, AllocError> {
         Ok(device_allocator(device)?.create_pool(None, (next_pool_number(), 0)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The creation of a device's allocator against a concurrent [`set_config`]. A
+    //! thread-local hook stands for the other thread: it runs in [`device_allocator`] after
+    //! the new allocator's configuration was read and before the allocator is installed
+    //! (where the device's context is created), so the interleaving is deterministic. The
+    //! allocator is the process's first, so the configuration it reads is `XPU_ALLOC_CONF`'s,
+    //! read then. The scenario changes the process-wide configuration and environment: it
+    //! runs in a child process (this test binary, re-executed with [`SCENARIO`] and
+    //! `XPU_ALLOC_CONF` set, running only this test).
+
+    use std::cell::Cell;
+    use std::process::Command;
+
+    const SCENARIO: &str = "XPU_ALLOC_TEST_CREATION_DURING_SET_CONFIG";
+    const MIB: u64 = 1 << 20;
+
+    thread_local! {
+        static CREATION_HOOK: Cell<Option<fn(usize)>> = const { Cell::new(None) };
+    }
+
+    /// Runs (once) the hook the calling thread set for its next allocator creation.
+    pub(super) fn run_creation_hook(device: usize) {
+        if let Some(hook) = CREATION_HOOK.with(Cell::take) {
+            hook(device);
+        }
+    }
+
+    #[test]
+    fn an_allocator_created_during_a_config_change_gets_the_new_config() {
+        const NAME: &str =
+            "global::tests::an_allocator_created_during_a_config_change_gets_the_new_config";
+        if std::env::var_os(SCENARIO).is_none() {
+            let out = Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+                .env(SCENARIO, "1")
+                .env(super::CONFIG_ENV, "max_split_size_mb:32")
+                .output()
+                .unwrap();
+            let output = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.status.success(), "the scenario failed:\n{output}");
+            assert!(
+                output.contains("1 passed"),
+                "the scenario did not run:\n{output}"
+            );
+            return;
+        }
+        if !xpu_testing::devices(1) {
+            return;
+        }
+        // The first use of an allocator: the configuration is `XPU_ALLOC_CONF`'s, read now.
+        CREATION_HOOK.with(|h| {
+            h.set(Some(|_| super::set_config("max_split_size_mb:64").unwrap()));
+        });
+        let allocator = super::device_allocator(0).unwrap();
+        let max_split = 64 * MIB;
+        assert!(CREATION_HOOK.with(Cell::get).is_none(), "the hook ran");
+        assert_eq!(super::current_config().unwrap().max_split_size, max_split);
+        assert_eq!(
+            allocator.core().config().max_split_size,
+            max_split,
+            "the allocator created meanwhile has the new configuration"
+        );
+        assert_eq!(
+            super::memory_stats(0).unwrap().max_split_size,
+            i64::try_from(max_split).unwrap()
+        );
+        // And applies it: a 100 MiB block is an oversize allocation.
+        let stream = xpu_stream::current_stream(0).unwrap();
+        let big = allocator.allocate(100 * MIB, &stream).unwrap();
+        assert_eq!(allocator.memory_stats().oversize_allocations.current, 1);
+        drop(big);
+        allocator.empty_cache();
+        assert_eq!(allocator.memory_stats().oversize_segments.current, 0);
     }
 }
