@@ -192,6 +192,9 @@ mod tests {
             ),
             "{g:?}"
         );
+        assert!(g.is_bad_fork(), "a wrapped bad fork: {g:?}");
+        assert!(GraphError::BadFork.is_bad_fork());
+        assert!(!GraphError::ForeignEvent.is_bad_fork());
 
         let m = MlpError::from(StreamError::ExternalNull);
         assert!(

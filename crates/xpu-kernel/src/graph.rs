@@ -469,8 +469,9 @@ impl Capture {
     /// [`CaptureLaunch::enqueue`] records it. Nothing runs until [`Graph::replay`].
     ///
     /// # Errors
-    /// [`GraphError::NotCaptured`] for a stream outside the capture; the launch layer's
-    /// errors ([`KernelError::StreamDevice`], [`KernelError::WorkSize`]...).
+    /// [`GraphError::BadFork`] in a bad fork child (first, as for every command of the
+    /// handle); [`GraphError::NotCaptured`] for a stream outside the capture; the launch
+    /// layer's errors ([`KernelError::StreamDevice`], [`KernelError::WorkSize`]...).
     pub fn launch(
         &mut self,
         stream: &Stream,
@@ -499,7 +500,8 @@ impl Capture {
     /// graph-private pool); the returned `Arc` may be kept to read results or dropped.
     ///
     /// # Errors
-    /// [`GraphError::NotCaptured`]; [`MemoryError`] as [`DeviceBuffer::new`].
+    /// [`GraphError::BadFork`] in a bad fork child (first); [`GraphError::NotCaptured`];
+    /// [`MemoryError`] as [`DeviceBuffer::new`].
     pub fn alloc<T: Pod + Send + Sync>(
         &mut self,
         stream: &Stream,
@@ -514,8 +516,9 @@ impl Capture {
     /// Records a fill of all of `dst` with `value` (`clEnqueueFillBuffer` at each replay).
     ///
     /// # Errors
-    /// [`GraphError::NotCaptured`]; [`GraphError::FillPattern`] unless `size_of::<T>()` is a
-    /// power of two up to 128; [`MemoryError::StreamDevice`] for a buffer of another device.
+    /// [`GraphError::BadFork`] in a bad fork child (first); [`GraphError::NotCaptured`];
+    /// [`GraphError::FillPattern`] unless `size_of::<T>()` is a power of two up to 128;
+    /// [`MemoryError::StreamDevice`] for a buffer of another device.
     pub fn fill<T: Pod + Send + Sync>(
         &mut self,
         stream: &Stream,
@@ -544,9 +547,10 @@ impl Capture {
     /// `dst[dst_offset..]` (`clEnqueueCopyBuffer` at each replay).
     ///
     /// # Errors
-    /// [`GraphError::NotCaptured`]; [`MemoryError::OutOfRange`] for a range outside a buffer,
-    /// [`MemoryError::Overlap`] for overlapping ranges of one buffer,
-    /// [`MemoryError::StreamDevice`] for a buffer of another device.
+    /// [`GraphError::BadFork`] in a bad fork child (first); [`GraphError::NotCaptured`];
+    /// [`MemoryError::OutOfRange`] for a range outside a buffer, [`MemoryError::Overlap`] for
+    /// overlapping ranges of one buffer, [`MemoryError::StreamDevice`] for a buffer of another
+    /// device.
     pub fn copy<T: Pod + Send + Sync>(
         &mut self,
         stream: &Stream,
@@ -598,8 +602,8 @@ impl Capture {
     /// after the upload, which runs after the replay's earlier commands).
     ///
     /// # Errors
-    /// [`GraphError::NotCaptured`]; [`MemoryError::OutOfRange`];
-    /// [`MemoryError::StreamDevice`].
+    /// [`GraphError::BadFork`] in a bad fork child (first); [`GraphError::NotCaptured`];
+    /// [`MemoryError::OutOfRange`]; [`MemoryError::StreamDevice`].
     pub fn write<T: Pod + Send + Sync>(
         &mut self,
         stream: &Stream,
@@ -634,7 +638,7 @@ impl Capture {
     /// another stream joins the capture by waiting on it ([`Capture::wait_event`]).
     ///
     /// # Errors
-    /// [`GraphError::NotCaptured`].
+    /// [`GraphError::BadFork`] in a bad fork child (first); [`GraphError::NotCaptured`].
     pub fn record_event(&mut self, stream: &Stream) -> Result<CapturedEvent, GraphError> {
         self.check(stream)?;
         self.nodes.push(Node::Sync);
@@ -651,8 +655,8 @@ impl Capture {
     /// recorded, and direct launches on it are refused until the capture ends.
     ///
     /// # Errors
-    /// [`GraphError::ForeignEvent`] for an event of another capture;
-    /// [`GraphError::OtherDevice`] for a stream of another device;
+    /// [`GraphError::BadFork`] in a bad fork child (first); [`GraphError::ForeignEvent`] for
+    /// an event of another capture; [`GraphError::OtherDevice`] for a stream of another device;
     /// [`GraphError::AlreadyCapturing`] for a stream another capture holds.
     pub fn wait_event(&mut self, stream: &Stream, event: &CapturedEvent) -> Result<(), GraphError> {
         check_fork()?;
@@ -678,7 +682,8 @@ impl Capture {
     ///
     /// # Errors
     /// Always: [`GraphError::SynchronizeWhileCapturing`] for a captured stream,
-    /// [`GraphError::NotCaptured`] for another one (synchronize it directly).
+    /// [`GraphError::NotCaptured`] for another one (synchronize it directly),
+    /// [`GraphError::BadFork`] in a bad fork child (first).
     pub fn synchronize(&self, stream: &Stream) -> Result<(), GraphError> {
         self.check(stream)?;
         Err(GraphError::SynchronizeWhileCapturing {
@@ -707,7 +712,7 @@ impl CaptureLaunch<'_> {
     /// allocation is shared with the graph, which keeps it alive for its lifetime.
     ///
     /// # Errors
-    /// As [`crate::Launch::arg`].
+    /// As [`crate::Launch::arg`]; [`GraphError::BadFork`] in a bad fork child (first).
     pub fn arg(mut self, arg: impl Into<GraphArg>) -> Result<Self, GraphError> {
         check_fork()?;
         let index = self.next;
@@ -746,8 +751,10 @@ impl CaptureLaunch<'_> {
     /// meanwhile; the kernel terminates.
     ///
     /// # Errors
-    /// [`KernelError::ArgCount`] when fewer arguments than the kernel's parameters were
-    /// given; [`GraphError::OtherDevice`] cannot occur (checked at [`CaptureLaunch::arg`]).
+    /// [`GraphError::BadFork`] in a bad fork child (first; the kernel is leaked, not returned
+    /// to the function); [`KernelError::ArgCount`] when fewer arguments than the kernel's
+    /// parameters were given; [`GraphError::OtherDevice`] cannot occur (checked at
+    /// [`CaptureLaunch::arg`]).
     #[allow(unsafe_code)]
     pub unsafe fn enqueue(mut self) -> Result<(), GraphError> {
         check_fork()?;
@@ -857,7 +864,8 @@ impl Graph {
     /// # Errors
     /// [`GraphError::AlreadyCapturing`] for a stream another capture holds; `f`'s error;
     /// [`KernelError::Alloc`] (in [`GraphError::Kernel`]) when the device's allocator cannot
-    /// be created.
+    /// be created; [`GraphError::BadFork`] in a bad fork child, first, and when the process
+    /// became one while `f` ran (a fork in the closure: no graph, the capture is leaked).
     pub fn capture<F>(stream: &Stream, f: F) -> Result<Graph, GraphError>
     where
         F: FnOnce(&mut Capture) -> Result<(), GraphError>,
@@ -1002,10 +1010,11 @@ impl Graph {
     /// graph is dropped. Safe: see the module docs ("Why replay is safe").
     ///
     /// # Errors
-    /// [`GraphError::OtherDevice`] for a stream of another device and
-    /// [`GraphError::AlreadyCapturing`] for a stream being captured, before anything is
-    /// enqueued; [`KernelError::Stream`] (in [`GraphError::Kernel`]) for a released stream; a
-    /// device error of an enqueue (then the commands before it were enqueued).
+    /// [`GraphError::BadFork`] in a bad fork child, first; [`GraphError::OtherDevice`] for a
+    /// stream of another device and [`GraphError::AlreadyCapturing`] for a stream being
+    /// captured, before anything is enqueued; [`KernelError::Stream`] (in
+    /// [`GraphError::Kernel`]) for a released stream; a device error of an enqueue (then the
+    /// commands before it were enqueued).
     #[allow(unsafe_code)]
     pub fn replay(&self, stream: &Stream) -> Result<(), GraphError> {
         check_fork()?;

@@ -273,7 +273,7 @@ fn graph_run() {
             }
             refusals.same_objects("after the refused calls", before);
             drop(auto);
-            refusals.same_objects("after dropping the command-buffer graph", before);
+            refusals.same_objects("after dropping the Auto graph", before);
             drop(recorded);
             refusals.same_objects("after dropping the recorded graph", before);
             in_child = Some(before);
