@@ -12,6 +12,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use xpu_alloc::{MemPool, MemPoolId};
 use xpu_device::LiveObjects;
 use xpu_kernel::graph::{graph_pool_handle, Capture, Graph, GraphError, ReplayMode};
 use xpu_kernel::{DeviceBuffer, Function, KernelError, LaunchExt, Program};
@@ -135,6 +136,17 @@ impl Refusals {
         }
     }
 
+    /// The private pool `id` must still have a live handle (listed by the device allocator):
+    /// a graph dropped in the child leaked its handle, so the pool was not torn down.
+    fn pool_kept(&mut self, what: &str, allocator: &xpu_alloc::DeviceAllocator, id: MemPoolId) {
+        let live: Vec<MemPoolId> = allocator.mem_pools().iter().map(MemPool::id).collect();
+        println!("{what}: live private pools {live:?}");
+        if !live.contains(&id) {
+            self.0
+                .push(format!("{what}: pool {id:?} released, live pools {live:?}"));
+        }
+    }
+
     /// The driver objects the backend holds now must be those `before` counted: nothing was
     /// created or released (a drop leaked them).
     fn same_objects(&mut self, what: &str, before: LiveObjects) {
@@ -208,6 +220,8 @@ fn graph_run() {
         "the parent's replays ran"
     );
     xpu_device::backend::wait_for_callbacks();
+    let allocator = xpu_alloc::device_allocator(0).expect("device allocator");
+    let pools = [auto.pool().id(), handle.id()];
 
     let mut refusals = Refusals::default();
     let mut in_child = None;
@@ -274,6 +288,7 @@ fn graph_run() {
             refusals.same_objects("after the refused calls", before);
             drop(auto);
             refusals.same_objects("after dropping the Auto graph", before);
+            refusals.pool_kept("after dropping the Auto graph", allocator, pools[0]);
             drop(recorded);
             refusals.same_objects("after dropping the recorded graph", before);
             in_child = Some(before);
@@ -286,6 +301,11 @@ fn graph_run() {
     let before = in_child.expect("the inner closure ran");
     refusals.same_objects("after the captures ended", before);
     drop(handle);
+    refusals.pool_kept(
+        "after dropping the recorded graph and the pool handle",
+        allocator,
+        pools[1],
+    );
     assert!(GraphError::BadFork.to_string().contains("spawn"));
     assert!(
         refusals.0.is_empty(),
