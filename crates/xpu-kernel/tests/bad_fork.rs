@@ -114,6 +114,10 @@ fn run() {
     println!("SCENARIO DONE");
 }
 
+/// Graphs captured and replayed by the parent (one through command buffers where the device
+/// has them, one recorded in a shared pool) and two captures whose closures run at the fork:
+/// in the child every graph entry point is `GraphError::BadFork`, and the drops of the graphs,
+/// of the captures and of the launches being built release no driver object and no pool.
 #[test]
 fn graphs_refuse_in_a_bad_fork_child_and_their_drops_leak() {
     xpu_testing::bad_fork::bad_fork_test("graph-bad-fork", graph_run);
