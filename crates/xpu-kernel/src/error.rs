@@ -232,6 +232,18 @@ mod tests {
         assert_eq!(m.to_string(), oom().to_string());
     }
 
+    /// `GraphError::is_bad_fork`: its own `BadFork`, and a bad fork of a lower layer wrapped in
+    /// its `KernelError`; nothing else.
+    #[test]
+    fn graph_errors_answer_is_bad_fork_for_their_own_and_wrapped_ones() {
+        assert!(GraphError::BadFork.is_bad_fork());
+        assert!(GraphError::from(DeviceError::BadFork).is_bad_fork());
+        assert!(GraphError::from(KernelError::BadFork).is_bad_fork());
+        assert!(GraphError::from(AllocError::BadFork).is_bad_fork());
+        assert!(!GraphError::ForeignEvent.is_bad_fork());
+        assert!(!GraphError::from(StreamError::ExternalNull).is_bad_fork());
+    }
+
     /// The OpenCL call that interop makes itself is a query of the stream's queue: its
     /// failure is the stream layer's, with the OpenCL error's message.
     #[test]

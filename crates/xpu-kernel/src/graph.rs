@@ -81,6 +81,18 @@
 //! that is not part of the capture ([`GraphError::NotCaptured`]), capturing a stream another
 //! capture holds ([`GraphError::AlreadyCapturing`]). A closure that returns an error ends the
 //! capture without a graph.
+//!
+//! # Fork safety
+//! In a child forked after the parent initialized OpenCL (a bad fork, see `xpu_device::fork`)
+//! every graph entry point returns [`GraphError::BadFork`] at once, before any driver call,
+//! lock or allocation: the captures ([`Graph::capture`] and its variants, also a capture whose
+//! closure was running at the fork: it returns `BadFork` when the closure returns), every
+//! [`Capture`] command, [`CaptureLaunch::arg`] and [`CaptureLaunch::enqueue`],
+//! [`graph_pool_handle`] and [`Graph::replay`]; [`command_buffer_supported`] returns
+//! `DeviceError::BadFork`. The queries ([`Graph::len`], [`Graph::uses_command_buffer`],
+//! `Debug`) take no lock. Dropping a [`Graph`], a [`Capture`] or a [`CaptureLaunch`] there
+//! leaks what it holds (the parent's objects: kernels, command buffers, blocks, the pool, the
+//! streams' capturing marks) instead of releasing it, as a parent's `DataPtr` or `Launch`.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -100,6 +112,31 @@ use crate::launch::{check_launch, set_checked_arg, Arg, LocalMem, Scalar};
 use crate::memory::{DeviceBuffer, MemoryError};
 
 static NEXT_CAPTURE: AtomicU64 = AtomicU64::new(1);
+
+/// `Err(BadFork)` in a bad fork child (see `xpu_device::fork::refuse_in_bad_fork`): the first
+/// check of every graph entry point.
+fn check_fork() -> Result<(), GraphError> {
+    xpu_device::fork::refuse_in_bad_fork(GraphError::BadFork)
+}
+
+/// In a bad fork child, leaks the captured `nodes` (their kernels), the `blocks` and a handle
+/// of `pool` (so the pool is never torn down) and returns `true`: they are the parent's driver
+/// objects and allocator state, whose release could call the driver or take a lock a thread of
+/// the parent held at the fork (as `xpu_device::fork::take_unless_bad_fork`). Elsewhere does
+/// nothing and returns `false`.
+fn leak_in_bad_fork(
+    nodes: &mut Vec<Node>,
+    blocks: &mut Vec<Arc<dyn GraphBlock>>,
+    pool: &MemPool,
+) -> bool {
+    if !xpu_device::fork::is_in_bad_fork() {
+        return false;
+    }
+    std::mem::forget(std::mem::take(nodes));
+    std::mem::forget(std::mem::take(blocks));
+    std::mem::forget(pool.clone());
+    true
+}
 
 /// Whether a graph is capturing `stream` (then direct commands on it are refused): as
 /// [`Stream::is_capturing`], where the state lives.
@@ -124,7 +161,8 @@ fn register(stream: &Stream) -> Result<CaptureGuard, GraphError> {
 /// NVIDIA's OpenCL has no command buffers: `false` there.
 ///
 /// # Errors
-/// [`DeviceError`] for a bad device index or failed discovery.
+/// [`DeviceError`] for a bad device index or failed discovery; [`DeviceError::BadFork`] in
+/// a bad fork child.
 pub fn command_buffer_supported(device: usize) -> Result<bool, DeviceError> {
     let id = xpu_device::device(device)?.id();
     Ok(xpu_device::backend::command_buffer_support(id)?.is_some())
@@ -163,6 +201,13 @@ impl ReplayMode {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum GraphError {
+    /// This process is a child forked after its parent initialized OpenCL
+    /// ([`xpu_device::fork::is_in_bad_fork`]): graphs cannot be captured nor replayed here
+    /// (as torch's "Cannot re-initialize CUDA in forked subprocess"). Returned by every graph
+    /// entry point at once, before any driver call, lock or allocation (see the module docs,
+    /// "Fork safety").
+    #[error("{}", xpu_device::fork::BAD_FORK_MESSAGE)]
+    BadFork,
     /// [`Graph::capture`] (or a join through [`Capture::wait_event`]) on a stream that a
     /// capture already holds, or [`Graph::replay`] on a capturing stream.
     #[error("stream {stream} of device {device} is already being captured into a graph")]
@@ -224,6 +269,18 @@ pub enum GraphError {
 xpu_device::impl_from_via!(
     GraphError::Kernel(KernelError) <- MemoryError, AllocError, StreamError, DeviceError
 );
+
+impl GraphError {
+    /// True for a bad fork (see `xpu_device::fork`): [`GraphError::BadFork`], or a `BadFork`
+    /// in the [`KernelError`] this error wraps, asked through its own `is_bad_fork`.
+    pub fn is_bad_fork(&self) -> bool {
+        match self {
+            GraphError::BadFork => true,
+            GraphError::Kernel(e) => e.is_bad_fork(),
+            _ => false,
+        }
+    }
+}
 
 mod sealed {
     pub trait Sealed {}
@@ -344,6 +401,16 @@ pub struct Capture {
     pool: MemPool,
 }
 
+impl Drop for Capture {
+    fn drop(&mut self) {
+        // In a bad fork child the capturing marks stay too: clearing one takes xpu-stream's
+        // lock of the capturing streams, which a thread of the parent may have held.
+        if leak_in_bad_fork(&mut self.nodes, &mut self.blocks, &self.pool) {
+            std::mem::forget(std::mem::take(&mut self.guards));
+        }
+    }
+}
+
 /// An event recorded during a capture ([`Capture::record_event`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CapturedEvent {
@@ -352,7 +419,9 @@ pub struct CapturedEvent {
 }
 
 impl Capture {
+    /// The first check of a command: not in a bad fork child, `stream` part of the capture.
     fn check(&self, stream: &Stream) -> Result<(), GraphError> {
+        check_fork()?;
         if stream.device() == self.device && self.streams.contains(&stream.id()) {
             Ok(())
         } else {
@@ -400,8 +469,9 @@ impl Capture {
     /// [`CaptureLaunch::enqueue`] records it. Nothing runs until [`Graph::replay`].
     ///
     /// # Errors
-    /// [`GraphError::NotCaptured`] for a stream outside the capture; the launch layer's
-    /// errors ([`KernelError::StreamDevice`], [`KernelError::WorkSize`]...).
+    /// [`GraphError::BadFork`] in a bad fork child (first, as for every command of the
+    /// handle); [`GraphError::NotCaptured`] for a stream outside the capture; the launch
+    /// layer's errors ([`KernelError::StreamDevice`], [`KernelError::WorkSize`]...).
     pub fn launch(
         &mut self,
         stream: &Stream,
@@ -430,7 +500,8 @@ impl Capture {
     /// graph-private pool); the returned `Arc` may be kept to read results or dropped.
     ///
     /// # Errors
-    /// [`GraphError::NotCaptured`]; [`MemoryError`] as [`DeviceBuffer::new`].
+    /// [`GraphError::BadFork`] in a bad fork child (first); [`GraphError::NotCaptured`];
+    /// [`MemoryError`] as [`DeviceBuffer::new`].
     pub fn alloc<T: Pod + Send + Sync>(
         &mut self,
         stream: &Stream,
@@ -445,8 +516,9 @@ impl Capture {
     /// Records a fill of all of `dst` with `value` (`clEnqueueFillBuffer` at each replay).
     ///
     /// # Errors
-    /// [`GraphError::NotCaptured`]; [`GraphError::FillPattern`] unless `size_of::<T>()` is a
-    /// power of two up to 128; [`MemoryError::StreamDevice`] for a buffer of another device.
+    /// [`GraphError::BadFork`] in a bad fork child (first); [`GraphError::NotCaptured`];
+    /// [`GraphError::FillPattern`] unless `size_of::<T>()` is a power of two up to 128;
+    /// [`MemoryError::StreamDevice`] for a buffer of another device.
     pub fn fill<T: Pod + Send + Sync>(
         &mut self,
         stream: &Stream,
@@ -475,9 +547,10 @@ impl Capture {
     /// `dst[dst_offset..]` (`clEnqueueCopyBuffer` at each replay).
     ///
     /// # Errors
-    /// [`GraphError::NotCaptured`]; [`MemoryError::OutOfRange`] for a range outside a buffer,
-    /// [`MemoryError::Overlap`] for overlapping ranges of one buffer,
-    /// [`MemoryError::StreamDevice`] for a buffer of another device.
+    /// [`GraphError::BadFork`] in a bad fork child (first); [`GraphError::NotCaptured`];
+    /// [`MemoryError::OutOfRange`] for a range outside a buffer, [`MemoryError::Overlap`] for
+    /// overlapping ranges of one buffer, [`MemoryError::StreamDevice`] for a buffer of another
+    /// device.
     pub fn copy<T: Pod + Send + Sync>(
         &mut self,
         stream: &Stream,
@@ -529,8 +602,8 @@ impl Capture {
     /// after the upload, which runs after the replay's earlier commands).
     ///
     /// # Errors
-    /// [`GraphError::NotCaptured`]; [`MemoryError::OutOfRange`];
-    /// [`MemoryError::StreamDevice`].
+    /// [`GraphError::BadFork`] in a bad fork child (first); [`GraphError::NotCaptured`];
+    /// [`MemoryError::OutOfRange`]; [`MemoryError::StreamDevice`].
     pub fn write<T: Pod + Send + Sync>(
         &mut self,
         stream: &Stream,
@@ -565,7 +638,7 @@ impl Capture {
     /// another stream joins the capture by waiting on it ([`Capture::wait_event`]).
     ///
     /// # Errors
-    /// [`GraphError::NotCaptured`].
+    /// [`GraphError::BadFork`] in a bad fork child (first); [`GraphError::NotCaptured`].
     pub fn record_event(&mut self, stream: &Stream) -> Result<CapturedEvent, GraphError> {
         self.check(stream)?;
         self.nodes.push(Node::Sync);
@@ -582,10 +655,11 @@ impl Capture {
     /// recorded, and direct launches on it are refused until the capture ends.
     ///
     /// # Errors
-    /// [`GraphError::ForeignEvent`] for an event of another capture;
-    /// [`GraphError::OtherDevice`] for a stream of another device;
+    /// [`GraphError::BadFork`] in a bad fork child (first); [`GraphError::ForeignEvent`] for
+    /// an event of another capture; [`GraphError::OtherDevice`] for a stream of another device;
     /// [`GraphError::AlreadyCapturing`] for a stream another capture holds.
     pub fn wait_event(&mut self, stream: &Stream, event: &CapturedEvent) -> Result<(), GraphError> {
+        check_fork()?;
         if event.capture != self.id || event.index >= self.events {
             return Err(GraphError::ForeignEvent);
         }
@@ -608,7 +682,8 @@ impl Capture {
     ///
     /// # Errors
     /// Always: [`GraphError::SynchronizeWhileCapturing`] for a captured stream,
-    /// [`GraphError::NotCaptured`] for another one (synchronize it directly).
+    /// [`GraphError::NotCaptured`] for another one (synchronize it directly),
+    /// [`GraphError::BadFork`] in a bad fork child (first).
     pub fn synchronize(&self, stream: &Stream) -> Result<(), GraphError> {
         self.check(stream)?;
         Err(GraphError::SynchronizeWhileCapturing {
@@ -637,8 +712,9 @@ impl CaptureLaunch<'_> {
     /// allocation is shared with the graph, which keeps it alive for its lifetime.
     ///
     /// # Errors
-    /// As [`crate::Launch::arg`].
+    /// As [`crate::Launch::arg`]; [`GraphError::BadFork`] in a bad fork child (first).
     pub fn arg(mut self, arg: impl Into<GraphArg>) -> Result<Self, GraphError> {
+        check_fork()?;
         let index = self.next;
         let kernel = self.kernel.as_mut().expect("present until enqueue or drop");
         match arg.into() {
@@ -675,10 +751,13 @@ impl CaptureLaunch<'_> {
     /// meanwhile; the kernel terminates.
     ///
     /// # Errors
-    /// [`KernelError::ArgCount`] when fewer arguments than the kernel's parameters were
-    /// given; [`GraphError::OtherDevice`] cannot occur (checked at [`CaptureLaunch::arg`]).
+    /// [`GraphError::BadFork`] in a bad fork child (first; the kernel is leaked, not returned
+    /// to the function); [`KernelError::ArgCount`] when fewer arguments than the kernel's
+    /// parameters were given; [`GraphError::OtherDevice`] cannot occur (checked at
+    /// [`CaptureLaunch::arg`]).
     #[allow(unsafe_code)]
     pub unsafe fn enqueue(mut self) -> Result<(), GraphError> {
+        check_fork()?;
         let kernel = self.kernel.take().expect("present until enqueue or drop");
         if self.next != kernel.num_args() {
             let e = KernelError::ArgCount {
@@ -705,7 +784,9 @@ impl CaptureLaunch<'_> {
 
 impl Drop for CaptureLaunch<'_> {
     fn drop(&mut self) {
-        if let Some(k) = self.kernel.take() {
+        // In a bad fork child the kernel is the parent's driver state and the function's pool
+        // lock may have been held at the fork: the kernel is leaked, not returned.
+        if let Some(k) = xpu_device::fork::take_unless_bad_fork(&mut self.kernel) {
             self.function.put(k);
         }
     }
@@ -717,8 +798,9 @@ impl Drop for CaptureLaunch<'_> {
 ///
 /// # Errors
 /// [`KernelError::Alloc`] (in [`GraphError::Kernel`]) as `xpu_alloc::MemPool::new` (bad
-/// device index, configuration).
+/// device index, configuration); [`GraphError::BadFork`] in a bad fork child.
 pub fn graph_pool_handle(device: usize) -> Result<MemPool, GraphError> {
+    check_fork()?;
     Ok(MemPool::new(device)?)
 }
 
@@ -727,11 +809,16 @@ pub fn graph_pool_handle(device: usize) -> Result<MemPool, GraphError> {
 /// lock (each replay's enqueues stay together).
 pub struct Graph {
     device: usize,
-    /// The stream the capture began on.
-    stream: u64,
     /// Replays try command buffers (mode `Auto` and every command expressible).
     command_buffer: bool,
+    /// Replays on the capture's stream go through the command buffer recorded at the capture.
+    uses_command_buffer: bool,
+    /// What replays change; declared before `nodes` and `blocks`: the command buffers are
+    /// released before the graph releases its kernels and frees its blocks.
     inner: Mutex<GraphInner>,
+    /// The captured commands (fixed at the capture: read without the lock).
+    nodes: Vec<Node>,
+    blocks: Vec<Arc<dyn GraphBlock>>,
     /// The private pool of the capture's allocations, held for the replays.
     pool: MemPool,
 }
@@ -739,23 +826,28 @@ pub struct Graph {
 struct GraphInner {
     /// One command buffer per replay stream, recorded at the first replay on it (at the
     /// capture for the capture's stream); `None` where that failed (recorded replay there).
-    /// Declared before `blocks`: released before the graph frees its blocks.
     command_buffers: HashMap<u64, Option<CommandBuffer>>,
-    nodes: Vec<Node>,
-    blocks: Vec<Arc<dyn GraphBlock>>,
     /// Replay streams already recorded on the blocks (`record_stream`).
     recorded: HashSet<u64>,
 }
 
 impl fmt::Debug for Graph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let inner = self.inner.lock();
         f.debug_struct("Graph")
             .field("device", &self.device)
-            .field("command_buffer", &self.uses_command_buffer_locked(&inner))
-            .field("nodes", &inner.nodes)
-            .field("blocks", &inner.blocks.len())
+            .field("command_buffer", &self.uses_command_buffer)
+            .field("nodes", &self.nodes)
+            .field("blocks", &self.blocks.len())
             .finish()
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // In a bad fork child the command buffers are the parent's driver objects too.
+        if leak_in_bad_fork(&mut self.nodes, &mut self.blocks, &self.pool) {
+            std::mem::forget(std::mem::take(&mut self.inner.get_mut().command_buffers));
+        }
     }
 }
 
@@ -772,7 +864,8 @@ impl Graph {
     /// # Errors
     /// [`GraphError::AlreadyCapturing`] for a stream another capture holds; `f`'s error;
     /// [`KernelError::Alloc`] (in [`GraphError::Kernel`]) when the device's allocator cannot
-    /// be created.
+    /// be created; [`GraphError::BadFork`] in a bad fork child, first, and when the process
+    /// became one while `f` ran (a fork in the closure: no graph, the capture is leaked).
     pub fn capture<F>(stream: &Stream, f: F) -> Result<Graph, GraphError>
     where
         F: FnOnce(&mut Capture) -> Result<(), GraphError>,
@@ -790,6 +883,7 @@ impl Graph {
     where
         F: FnOnce(&mut Capture) -> Result<(), GraphError>,
     {
+        check_fork()?;
         let pool = MemPool::for_graph(stream.device())?;
         Self::capture_in_pool_with(stream, &pool, mode, f)
     }
@@ -822,6 +916,7 @@ impl Graph {
     where
         F: FnOnce(&mut Capture) -> Result<(), GraphError>,
     {
+        check_fork()?;
         if pool.device() != stream.device() {
             return Err(GraphError::OtherDevice {
                 graph_device: pool.device(),
@@ -848,6 +943,8 @@ impl Graph {
             Err(e) => return Err(e.into()),
         };
         f(&mut capture)?;
+        // A fork while `f` ran: the child gets no graph (the capture leaks what it holds).
+        check_fork()?;
         let nodes = std::mem::take(&mut capture.nodes);
         let blocks = std::mem::take(&mut capture.blocks);
         let pool = capture.pool.clone();
@@ -862,14 +959,14 @@ impl Graph {
         }
         Ok(Graph {
             device: stream.device(),
-            stream: stream.id(),
             command_buffer,
+            uses_command_buffer: matches!(command_buffers.get(&stream.id()), Some(Some(_))),
             inner: Mutex::new(GraphInner {
                 command_buffers,
-                nodes,
-                blocks,
                 recorded: HashSet::new(),
             }),
+            nodes,
+            blocks,
             pool,
         })
     }
@@ -889,7 +986,7 @@ impl Graph {
     /// Number of captured commands (kernels, copies, fills, uploads, event records/waits).
     #[must_use]
     pub fn len(&self) -> usize {
-        self.inner.lock().nodes.len()
+        self.nodes.len()
     }
 
     /// Whether nothing was captured.
@@ -903,11 +1000,7 @@ impl Graph {
     /// per command). See the module docs for when.
     #[must_use]
     pub fn uses_command_buffer(&self) -> bool {
-        self.uses_command_buffer_locked(&self.inner.lock())
-    }
-
-    fn uses_command_buffer_locked(&self, inner: &GraphInner) -> bool {
-        self.command_buffer && matches!(inner.command_buffers.get(&self.stream), Some(Some(_)))
+        self.uses_command_buffer
     }
 
     /// Enqueues the captured commands on `stream`, in capture order, after the work enqueued
@@ -917,12 +1010,14 @@ impl Graph {
     /// graph is dropped. Safe: see the module docs ("Why replay is safe").
     ///
     /// # Errors
-    /// [`GraphError::OtherDevice`] for a stream of another device and
-    /// [`GraphError::AlreadyCapturing`] for a stream being captured, before anything is
-    /// enqueued; [`KernelError::Stream`] (in [`GraphError::Kernel`]) for a released stream; a
-    /// device error of an enqueue (then the commands before it were enqueued).
+    /// [`GraphError::BadFork`] in a bad fork child, first; [`GraphError::OtherDevice`] for a
+    /// stream of another device and [`GraphError::AlreadyCapturing`] for a stream being
+    /// captured, before anything is enqueued; [`KernelError::Stream`] (in
+    /// [`GraphError::Kernel`]) for a released stream; a device error of an enqueue (then the
+    /// commands before it were enqueued).
     #[allow(unsafe_code)]
     pub fn replay(&self, stream: &Stream) -> Result<(), GraphError> {
+        check_fork()?;
         if stream.device() != self.device {
             return Err(GraphError::OtherDevice {
                 graph_device: self.device,
@@ -939,7 +1034,7 @@ impl Graph {
         let mut inner = self.inner.lock();
         let inner = &mut *inner;
         if !inner.recorded.contains(&stream.id()) {
-            for b in &inner.blocks {
+            for b in &self.blocks {
                 let p = b.block();
                 if p.stream().is_some_and(|k| k.id != stream.id()) {
                     p.record_stream(stream)?;
@@ -951,15 +1046,15 @@ impl Graph {
             let cb = inner
                 .command_buffers
                 .entry(stream.id())
-                .or_insert_with(|| command_buffer_for(&queue, &inner.nodes, &inner.blocks));
+                .or_insert_with(|| command_buffer_for(&queue, &self.nodes, &self.blocks));
             if let Some(cb) = cb {
                 drop(cb.enqueue()?);
                 return Ok(());
             }
         }
         play(
-            &inner.nodes,
-            &inner.blocks,
+            &self.nodes,
+            &self.blocks,
             &mut OnStream {
                 stream,
                 queue: &queue,

@@ -1,16 +1,22 @@
 //! In a bad fork child the program and launch layer returns `KernelError::BadFork` at once
 //! (typed memory `MemoryError::Alloc(AllocError::BadFork)`),
 //! without a driver call (`clCreateKernel`, `clSetKernelArg`, `clGetProgramInfo`...) or the
-//! function's kernel-pool lock. The parent's state (a built program, a function, a stream, an
-//! allocation) is reproduced in a fresh process that then becomes a bad fork
-//! (`simulate_bad_fork`, the flag the `pthread_atfork` child handler sets: this crate may not
-//! fork). A hang is caught by the bound.
+//! function's kernel-pool lock. Graphs return `GraphError::BadFork` from every entry point,
+//! and dropping a parent's graph, capture or captured launch there leaks its kernels, command
+//! buffers, blocks and pool. The parent's state (a built program, a function, a stream, an
+//! allocation, replayed graphs, captures in progress) is reproduced in a fresh process that
+//! then becomes a bad fork (`simulate_bad_fork`, the flag the `pthread_atfork` child handler
+//! sets: this crate may not fork). A hang is caught by the bound.
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use xpu_kernel::{KernelError, LaunchExt, Program};
-use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
+use xpu_alloc::{MemPool, MemPoolId};
+use xpu_device::LiveObjects;
+use xpu_kernel::graph::{graph_pool_handle, Capture, Graph, GraphError, ReplayMode};
+use xpu_kernel::{DeviceBuffer, Function, KernelError, LaunchExt, Program};
+use xpu_stream::{get_stream_from_pool, Stream, PRIORITY_NORMAL};
 
 const SOURCE: &str = "__kernel void fill(__global uint* out, uint n) {
     size_t i = get_global_id(0);
@@ -106,4 +112,209 @@ fn run() {
     assert!(KernelError::BadFork.to_string().contains("spawn"));
     drop(out);
     println!("SCENARIO DONE");
+}
+
+/// Graphs captured and replayed by the parent (one through command buffers where the device
+/// has them, one recorded in a shared pool) and two captures whose closures run at the fork:
+/// in the child every graph entry point is `GraphError::BadFork`, and the drops of the graphs,
+/// of the captures and of the launches being built release no driver object and no pool.
+#[test]
+fn graphs_refuse_in_a_bad_fork_child_and_their_drops_leak() {
+    xpu_testing::bad_fork::bad_fork_test("graph-bad-fork", graph_run);
+}
+
+/// The results of the graph entry points called in the child: each printed, the ones that
+/// are not the graph layer's own `BadFork` (or do not answer `is_bad_fork`) collected, so
+/// that one run lists every entry point that does not refuse.
+#[derive(Default)]
+struct Refusals(Vec<String>);
+
+impl Refusals {
+    fn check<T: std::fmt::Debug>(&mut self, what: &str, r: Result<T, GraphError>) {
+        println!("{what} = {r:?}");
+        match &r {
+            Err(e @ GraphError::BadFork) if e.is_bad_fork() => {}
+            _ => self
+                .0
+                .push(format!("{what}: expected GraphError::BadFork, got {r:?}")),
+        }
+    }
+
+    /// The private pool `id` must still have a live handle (listed by the device allocator):
+    /// a graph dropped in the child leaked its handle, so the pool was not torn down.
+    fn pool_kept(&mut self, what: &str, allocator: &xpu_alloc::DeviceAllocator, id: MemPoolId) {
+        let live: Vec<MemPoolId> = allocator.mem_pools().iter().map(MemPool::id).collect();
+        println!("{what}: live private pools {live:?}");
+        if !live.contains(&id) {
+            self.0
+                .push(format!("{what}: pool {id:?} released, live pools {live:?}"));
+        }
+    }
+
+    /// The driver objects the backend holds now must be those `before` counted: nothing was
+    /// created or released (a drop leaked them).
+    fn same_objects(&mut self, what: &str, before: LiveObjects) {
+        let now = xpu_device::live_objects();
+        let held = |o: LiveObjects| (o.kernels, o.buffers, o.sub_buffers, o.programs, o.queues);
+        println!(
+            "{what}: (kernels, buffers, sub-buffers, programs, queues) = {:?}",
+            held(now)
+        );
+        if held(now) != held(before) {
+            self.0.push(format!(
+                "{what}: driver objects {:?}, before {:?}",
+                held(now),
+                held(before)
+            ));
+        }
+    }
+}
+
+/// Captures on `stream` a fill of `out` with 7, then `fill(out, 64)` (`out[i] = i`).
+fn capture_fill(
+    c: &mut Capture,
+    stream: &Stream,
+    f: &Function,
+    out: &Arc<DeviceBuffer<u32>>,
+) -> Result<(), GraphError> {
+    c.fill(stream, out, 7u32)?;
+    // SAFETY: 64 work-items write out[0..64), the buffer's 64 elements, at every replay.
+    unsafe {
+        c.launch(stream, f, &[64], None)?
+            .arg(out)?
+            .arg(64u32)?
+            .enqueue()
+    }
+}
+
+fn graph_run() {
+    let function = Program::build(0, SOURCE, "")
+        .and_then(|p| p.function("fill"))
+        .expect("function");
+    let s = get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream");
+    let [s2, s3, s4, s5] =
+        [0; 4].map(|_| get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream"));
+    let out = Arc::new(DeviceBuffer::<u32>::zeroed(64, &s).expect("out"));
+    let side = Arc::new(DeviceBuffer::<u32>::zeroed(64, &s).expect("side"));
+    // Replayed graphs of the parent: through a command buffer where the device has one (one
+    // per replay queue), and a recorded one in a shared pool, with an upload.
+    let auto = Graph::capture_with(&s, ReplayMode::Auto, |c| {
+        capture_fill(c, &s, &function, &out)?;
+        c.copy(&s, &out, 0, &side, 0, 64)
+    })
+    .expect("capture");
+    let handle = graph_pool_handle(0).expect("pool handle");
+    let recorded = Graph::capture_in_pool_with(&s, &handle, ReplayMode::Recorded, |c| {
+        let scratch = c.alloc::<u32>(&s, 64)?;
+        c.write(&s, &scratch, 0, &[5; 64])?;
+        capture_fill(c, &s, &function, &scratch)
+    })
+    .expect("capture in pool");
+    for g in [&auto, &recorded] {
+        g.replay(&s).expect("replay");
+        g.replay(&s2).expect("replay on another stream");
+    }
+    for st in [s, s2] {
+        st.synchronize().expect("synchronize");
+    }
+    let want: Vec<u32> = (0..64).collect();
+    assert_eq!(
+        side.to_vec(&s).expect("read"),
+        want,
+        "the parent's replays ran"
+    );
+    xpu_device::backend::wait_for_callbacks();
+    let allocator = xpu_alloc::device_allocator(0).expect("device allocator");
+    let pools = [auto.pool().id(), handle.id()];
+
+    let mut refusals = Refusals::default();
+    let mut in_child = None;
+    // Captures in progress at the fork (the child continues the closure): the outer one holds
+    // a captured launch, a captured allocation and an event; each holds a launch being built.
+    let outer = Graph::capture(&s3, |c| {
+        capture_fill(c, &s3, &function, &out)?;
+        let kept = c.alloc::<u32>(&s3, 16)?;
+        let event = c.record_event(&s3)?;
+        let inner = Graph::capture(&s4, |c4| {
+            let building = c4.launch(&s4, &function, &[64], None)?.arg(&out)?;
+            let complete = c
+                .launch(&s3, &function, &[64], None)?
+                .arg(&out)?
+                .arg(64u32)?;
+
+            xpu_device::fork::simulate_bad_fork();
+            let before = xpu_device::live_objects();
+
+            refusals.check("CaptureLaunch::arg", building.arg(64u32).map(drop));
+            // SAFETY: 64 work-items write out[0..64) of the 64-element buffer (not run: the
+            // call is refused).
+            refusals.check("CaptureLaunch::enqueue", unsafe { complete.enqueue() });
+            refusals.check(
+                "Capture::launch",
+                c.launch(&s3, &function, &[64], None).map(drop),
+            );
+            refusals.check("Capture::alloc", c.alloc::<u32>(&s3, 64).map(drop));
+            refusals.check("Capture::fill", c.fill(&s3, &out, 1u32));
+            refusals.check("Capture::copy", c.copy(&s3, &out, 0, &kept, 0, 16));
+            refusals.check("Capture::write", c.write(&s3, &kept, 0, &[1; 16]));
+            refusals.check("Capture::record_event", c.record_event(&s3));
+            refusals.check("Capture::wait_event", c.wait_event(&s2, &event));
+            refusals.check("Capture::synchronize", c.synchronize(&s3));
+            refusals.check("Graph::capture", Graph::capture(&s, |_| Ok(())));
+            refusals.check(
+                "Graph::capture_with",
+                Graph::capture_with(&s, ReplayMode::Recorded, |_| Ok(())),
+            );
+            refusals.check(
+                "Graph::capture_in_pool",
+                Graph::capture_in_pool(&s, &handle, |_| Ok(())),
+            );
+            refusals.check(
+                "Graph::capture_in_pool_with",
+                Graph::capture_in_pool_with(&s, &handle, ReplayMode::Auto, |_| Ok(())),
+            );
+            refusals.check("graph_pool_handle", graph_pool_handle(0));
+            for (name, g) in [("auto", &auto), ("recorded", &recorded)] {
+                refusals.check(&format!("Graph::replay ({name})"), g.replay(&s));
+                refusals.check(
+                    &format!("Graph::replay ({name}, a stream it never ran on)"),
+                    g.replay(&s5),
+                );
+                println!("{name}: {} commands, {g:?}", g.len());
+            }
+            let supported = xpu_kernel::graph::command_buffer_supported(0);
+            println!("command_buffer_supported = {supported:?}");
+            if !matches!(supported, Err(xpu_device::DeviceError::BadFork)) {
+                refusals
+                    .0
+                    .push(format!("command_buffer_supported: {supported:?}"));
+            }
+            refusals.same_objects("after the refused calls", before);
+            drop(auto);
+            refusals.same_objects("after dropping the Auto graph", before);
+            refusals.pool_kept("after dropping the Auto graph", allocator, pools[0]);
+            drop(recorded);
+            refusals.same_objects("after dropping the recorded graph", before);
+            in_child = Some(before);
+            Ok(())
+        });
+        refusals.check("Graph::capture (forked in the closure)", inner);
+        Ok(())
+    });
+    refusals.check("Graph::capture (outer, forked in the closure)", outer);
+    let before = in_child.expect("the inner closure ran");
+    refusals.same_objects("after the captures ended", before);
+    drop(handle);
+    refusals.pool_kept(
+        "after dropping the recorded graph and the pool handle",
+        allocator,
+        pools[1],
+    );
+    assert!(GraphError::BadFork.to_string().contains("spawn"));
+    assert!(
+        refusals.0.is_empty(),
+        "graph entry points that did not refuse:\n{}",
+        refusals.0.join("\n")
+    );
+    xpu_testing::bad_fork::done();
 }
