@@ -100,8 +100,9 @@ pub enum CacheError {
     Stream(#[from] MarkerError),
 }
 
-/// A device failure other than out-of-memory, as the segment source reported it: the
-/// backend's own error value, shared (cloning is cheap), so a caller above the
+/// A backend's own error, kept typed: a device failure other than out-of-memory as the
+/// segment source reported it ([`CacheError::Device`]), and the failure inside a
+/// [`MarkerError`]. The error value is shared (cloning is cheap), so a caller above the
 /// backend-independent core can take its type back ([`DeviceFailure::downcast_ref`], e.g.
 /// to `xpu_device::DeviceError` for an OpenCL source) and match its code. Displays as that
 /// error does. Two failures are equal when their messages are (the error types need not
