@@ -13,12 +13,16 @@ use xpu_device::DeviceError;
 use xpu_stream::{get_stream_from_pool, StreamError, PRIORITY_NORMAL};
 use xpu_testing::bad_fork::{assert_bad_fork, bad_fork_test, done};
 
+/// Runs `body` as the bad-fork scenario `scenario`; skipped without a device.
+fn on_a_device(scenario: &str, body: fn()) {
+    if xpu_testing::devices(1) {
+        bad_fork_test(scenario, body);
+    }
+}
+
 #[test]
 fn allocator_memory_entry_points_refuse_in_a_bad_fork_child() {
-    if !xpu_testing::devices(1) {
-        return;
-    }
-    bad_fork_test("alloc-memory-bad-fork", run);
+    on_a_device("alloc-memory-bad-fork", run);
 }
 
 fn run() {
@@ -54,10 +58,7 @@ fn run() {
 
 #[test]
 fn a_stream_failure_in_a_bad_fork_child_is_a_bad_fork() {
-    if !xpu_testing::devices(1) {
-        return;
-    }
-    bad_fork_test("alloc-stream-bad-fork", stream_failures);
+    on_a_device("alloc-stream-bad-fork", stream_failures);
 }
 
 /// A stream operation the allocator needs, refused in a bad fork child by the stream layer
