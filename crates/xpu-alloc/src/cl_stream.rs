@@ -13,7 +13,7 @@ use std::sync::Arc;
 use xpu_caching::sim_stream::{SimMarker, SimStream};
 use xpu_caching::Backend;
 use xpu_device::backend::ClEvent;
-use xpu_stream::{QueueRef, Stream};
+use xpu_stream::{QueueRef, Stream, StreamError};
 
 use crate::source::SegmentMemory;
 use crate::stream::{MarkerError, StreamKey};
@@ -47,9 +47,11 @@ impl ClStream {
     /// The stream as a [`StreamRef`] holding its queue.
     ///
     /// # Errors
-    /// [`MarkerError`] when the stream's queue is released (a dropped external stream).
-    pub fn try_shared(stream: Stream) -> Result<StreamRef, MarkerError> {
-        let queue = stream.queue().map_err(marker_error)?;
+    /// As [`Stream::queue`]: `ExternalReleased` when the stream's queue is released (a
+    /// dropped external stream), `BadFork` in a bad fork child (`From<StreamError>` for
+    /// [`AllocError`](crate::AllocError) keeps both).
+    pub fn try_shared(stream: Stream) -> Result<StreamRef, StreamError> {
+        let queue = stream.queue()?;
         Ok(StreamRef::Device(Arc::new(Self {
             stream,
             queue: Some(queue),
@@ -70,8 +72,11 @@ impl ClStream {
     }
 }
 
-fn marker_error(e: impl std::fmt::Display) -> MarkerError {
-    MarkerError(e.to_string())
+/// A failed stream operation as the [`MarkerError`] of this backend: it holds the
+/// [`StreamError`] (an OpenCL call's `ClError` as `StreamError::OpenCl`), which
+/// [`MarkerError::downcast_ref`] gives back.
+fn marker_error(e: impl Into<StreamError>) -> MarkerError {
+    MarkerError::new(e.into())
 }
 
 /// A marker recorded on a real stream (`clEnqueueMarkerWithWaitList`, flushed so that it
@@ -179,8 +184,8 @@ impl Backend for ClBackend {
                 s.wait_marker(m);
                 Ok(())
             }
-            _ => Err(MarkerError(
-                "a stream can only wait for markers of streams of its own kind".to_owned(),
+            _ => Err(MarkerError::message(
+                "a stream can only wait for markers of streams of its own kind",
             )),
         }
     }

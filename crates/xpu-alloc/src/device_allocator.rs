@@ -14,7 +14,6 @@ use crate::mem_pool::{self, MemPool, MemPoolId, PoolRegistry};
 use crate::source::BufferSource;
 use crate::source::DynSource;
 use crate::stats::MemoryStats;
-use crate::stream::MarkerError;
 
 /// The caching allocator of one device: segments are OpenCL buffers. One per device is created on first use by the crate-level functions
 /// ([`crate::device_allocator`]); more can be built for private use (tests, replays).
@@ -136,8 +135,7 @@ impl DeviceAllocator {
     /// As [`DeviceAllocator::allocate`]; a stream error resolving the current stream.
     pub fn allocate_current(&self, size: u64) -> Result<DataPtr, AllocError> {
         check_fork()?;
-        let stream =
-            xpu_stream::current_stream(self.device).map_err(|e| MarkerError(e.to_string()))?;
+        let stream = xpu_stream::current_stream(self.device)?;
         self.allocate(size, &stream)
     }
 

@@ -125,7 +125,9 @@ pub enum AllocError {
     /// source's failure is [`AllocError::Device`].
     #[error("device error: {0}")]
     Source(DeviceFailure),
-    /// A stream operation failed.
+    /// A stream operation failed: the [`MarkerError`] keeps the stream layer's error typed
+    /// ([`MarkerError::downcast_ref`] to [`StreamError`], e.g. `ExternalReleased` for a
+    /// dropped external stream, or `OpenCl` with the code of a failed marker call).
     #[error(transparent)]
     Stream(#[from] MarkerError),
     /// A bad allocator configuration.
@@ -135,13 +137,21 @@ pub enum AllocError {
 
 impl AllocError {
     /// True for a bad fork (see `xpu_device::fork`): [`AllocError::BadFork`], which every
-    /// allocator entry point returns in a bad fork child, or a device-layer `BadFork` in
+    /// allocator entry point returns in a bad fork child, a device-layer `BadFork` in
     /// [`AllocError::Device`] (which `From` turns into `AllocError::BadFork`, but the variant
-    /// can hold one).
+    /// can hold one), or a stream or device-layer bad fork kept in the [`MarkerError`] of
+    /// [`AllocError::Stream`] (a stream operation of the backend refused in a bad fork
+    /// child).
     pub fn is_bad_fork(&self) -> bool {
         match self {
             AllocError::BadFork => true,
             AllocError::Device(e) => e.is_bad_fork(),
+            AllocError::Stream(e) => {
+                e.downcast_ref::<StreamError>()
+                    .is_some_and(StreamError::is_bad_fork)
+                    || e.downcast_ref::<DeviceError>()
+                        .is_some_and(DeviceError::is_bad_fork)
+            }
             _ => false,
         }
     }
@@ -160,7 +170,8 @@ impl From<StreamError> for AllocError {
     /// A stream-layer failure: its bad fork, device error or OpenCL call keep their type
     /// ([`AllocError::BadFork`], [`AllocError::Device`]), a capture is
     /// [`AllocError::Capturing`]; any other (a released external stream, too many devices)
-    /// is a failed stream operation, [`AllocError::Stream`].
+    /// is a failed stream operation, [`AllocError::Stream`], its [`MarkerError`] holding the
+    /// `StreamError`.
     fn from(e: StreamError) -> Self {
         match e {
             StreamError::BadFork => Self::BadFork,
@@ -175,7 +186,7 @@ impl From<StreamError> for AllocError {
                 stream: id,
                 operation,
             },
-            e => Self::Stream(MarkerError(e.to_string())),
+            e => Self::Stream(MarkerError::new(e)),
         }
     }
 }

@@ -24,7 +24,6 @@ use crate::error::{check_fork, AllocError};
 use crate::mem_pool::{next_pool_number, MemPool};
 use crate::source::{SegmentMemory, SegmentSource};
 use crate::stats::MemoryStats;
-use crate::stream::MarkerError;
 
 /// Name of the environment variable holding the allocator configuration.
 pub const CONFIG_ENV: &str = "XPU_ALLOC_CONF";
@@ -150,7 +149,7 @@ pub fn allocate(size: u64, stream: &Stream) -> Result<DataPtr, AllocError> {
 fn current() -> Result<(usize, Stream), AllocError> {
     check_fork()?;
     let device = xpu_device::current_device();
-    let stream = xpu_stream::current_stream(device).map_err(|e| MarkerError(e.to_string()))?;
+    let stream = xpu_stream::current_stream(device)?;
     Ok((device, stream))
 }
 

@@ -1,22 +1,28 @@
 //! In a bad fork child (see `xpu_device::fork`) the allocator's memory entry points refuse at
 //! once with a bad-fork error, before any driver call (`clCreateBuffer`, `clRetainMemObject`,
 //! `clCreateSubBuffer`): the OpenCL buffer source used directly, a view of an allocation and
-//! its reads and writes, and an allocation's exact `cl_mem`. The parent's state (a source, a
+//! its reads and writes, and an allocation's exact `cl_mem`; a stream operation refused by
+//! the stream layer stays a bad fork (`record_stream`, a backend marker). The parent's state (a source, a
 //! stream, an allocation, a view) is reproduced in a fresh process that then becomes a bad
 //! fork (`simulate_bad_fork`: this crate may not fork), so a call that reached the driver
 //! would succeed there and is caught as a wrong result.
 
-use xpu_alloc::{BufferSource, SegmentSource, SourceError};
+use xpu_alloc::{AllocError, BufferSource, ClBackend, ClStream, SegmentSource, SourceError};
+use xpu_caching::Backend;
 use xpu_device::DeviceError;
-use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
+use xpu_stream::{get_stream_from_pool, StreamError, PRIORITY_NORMAL};
 use xpu_testing::bad_fork::{assert_bad_fork, bad_fork_test, done};
+
+/// Runs `body` as the bad-fork scenario `scenario`; skipped without a device.
+fn on_a_device(scenario: &str, body: fn()) {
+    if xpu_testing::devices(1) {
+        bad_fork_test(scenario, body);
+    }
+}
 
 #[test]
 fn allocator_memory_entry_points_refuse_in_a_bad_fork_child() {
-    if !xpu_testing::devices(1) {
-        return;
-    }
-    bad_fork_test("alloc-memory-bad-fork", run);
+    on_a_device("alloc-memory-bad-fork", run);
 }
 
 fn run() {
@@ -47,5 +53,32 @@ fn run() {
         matches!(&cl_mem, Err(xpu_alloc::BlockArgError::Alloc(e)) if *e == xpu_alloc::AllocError::BadFork),
         "DataPtr::block_cl_mem: {cl_mem:?}"
     );
+    done();
+}
+
+#[test]
+fn a_stream_failure_in_a_bad_fork_child_is_a_bad_fork() {
+    on_a_device("alloc-stream-bad-fork", stream_failures);
+}
+
+/// A stream operation the allocator needs, refused in a bad fork child by the stream layer
+/// (`Stream::queue`), stays a bad fork as an allocator error.
+fn stream_failures() {
+    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream");
+    let other = get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream");
+    let ptr = xpu_alloc::allocate(4096, &stream).expect("allocation");
+
+    xpu_device::fork::simulate_bad_fork();
+
+    // The stream layer's refusal becomes the allocator's own.
+    assert_bad_fork("DataPtr::record_stream", ptr.record_stream(&other));
+    // The backend used directly: a marker on a stream whose queue the child cannot resolve
+    // fails with the stream layer's `BadFork`, kept typed in the allocator's error.
+    let marker = ClBackend::record_marker(&ClStream::shared(other)).map(drop);
+    println!("ClBackend::record_marker = {marker:?}");
+    let marker = marker.expect_err("a marker in a bad fork child");
+    assert_eq!(marker.downcast_ref(), Some(&StreamError::BadFork));
+    let marker = AllocError::from(marker);
+    assert!(marker.is_bad_fork(), "ClBackend::record_marker: {marker:?}");
     done();
 }

@@ -5,16 +5,70 @@
 
 mod common;
 
-use xpu_alloc::{AllocConfig, AllocError, DeviceAllocator, DevicePtr, MemoryKind, StreamKey};
+use xpu_alloc::{
+    AllocConfig, AllocError, ClBackend, ClStream, DeviceAllocator, DevicePtr, MarkerError,
+    MemoryKind, StreamKey,
+};
+use xpu_caching::Backend;
+use xpu_device::ClError;
 use xpu_event::Gate;
 use xpu_event::StreamExt;
-use xpu_stream::Stream;
+use xpu_stream::{Stream, StreamError};
 use xpu_testing::devices;
 
 use common::{device_stream, fresh_stream, MIB};
 
 fn private(config: &str) -> DeviceAllocator {
     DeviceAllocator::new(0, AllocConfig::parse(config).unwrap()).unwrap()
+}
+
+#[test]
+fn a_failed_marker_keeps_the_stream_error_and_its_opencl_code() {
+    let Some(_) = device_stream() else {
+        return;
+    };
+    // A marker behind a command that terminates abnormally (a failed user event it waits
+    // for, OpenCL 3.0 §5.11): waiting for it fails with the driver's code.
+    let user = xpu_device::device(0).unwrap().create_user_event().unwrap();
+    let external = fresh_stream(0);
+    let stream = external.stream();
+    let _blocked = stream.queue().unwrap().enqueue_marker(&[&user]).unwrap();
+    let shared = ClStream::shared(stream);
+    let marker = ClBackend::record_marker(&shared).unwrap();
+    user.set_failed(-5).unwrap();
+    let failed = ClBackend::wait(&marker).unwrap_err();
+    assert_eq!(
+        failed.downcast_ref::<StreamError>(),
+        Some(&StreamError::OpenCl(ClError::new(
+            "clWaitForEvents",
+            -14 // CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST
+        ))),
+        "{failed:?}"
+    );
+    assert_eq!(
+        failed.to_string(),
+        "stream marker operation failed: clWaitForEvents failed: \
+         CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST (-14)"
+    );
+    let alloc = AllocError::from(failed.clone());
+    assert_eq!(alloc, AllocError::Stream(failed));
+    assert!(!alloc.is_bad_fork());
+
+    // A marker on an external stream dropped before its queue was taken.
+    let external = fresh_stream(0);
+    let stream = external.stream();
+    drop(external);
+    let released: MarkerError = ClBackend::record_marker(&ClStream::shared(stream))
+        .map(drop)
+        .unwrap_err();
+    assert!(
+        matches!(
+            released.downcast_ref(),
+            Some(StreamError::ExternalReleased { device: 0, id }) if *id == stream.id()
+        ),
+        "{released:?}"
+    );
+    assert!(!AllocError::from(released).is_bad_fork());
 }
 
 #[test]

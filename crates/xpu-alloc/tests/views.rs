@@ -10,6 +10,7 @@ mod common;
 
 use xpu_alloc::{AllocConfig, AllocError, DeviceAllocator};
 use xpu_device::DeviceError;
+use xpu_stream::StreamError;
 
 use common::{device_stream, fresh_stream};
 
@@ -103,7 +104,11 @@ fn a_view_reports_the_device_error_typed() {
     drop(external);
     let stream = va.write(&released, 0, &[1; 8]).unwrap_err();
     assert!(
-        matches!(&stream, AllocError::Stream(m) if m.0.contains("was dropped")),
+        matches!(
+            &stream,
+            AllocError::Stream(m)
+                if matches!(m.downcast_ref(), Some(StreamError::ExternalReleased { .. }))
+        ) && stream.to_string().contains("was dropped"),
         "{stream:?}"
     );
     assert_eq!(

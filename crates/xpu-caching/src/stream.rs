@@ -1,7 +1,8 @@
-//! Stream identity and stream-operation errors, shared by every backend (the operations
-//! themselves are on [`Backend`](crate::Backend)).
+//! Stream identity, shared by every backend, and the error of a stream operation
+//! ([`MarkerError`], defined with the allocator's other errors; the operations themselves
+//! are on [`Backend`](crate::Backend)).
 
-use thiserror::Error;
+pub use crate::error::MarkerError;
 
 /// Identity of a stream: device index and a stream id unique on that device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -19,8 +20,3 @@ impl StreamKey {
         Self { device, id }
     }
 }
-
-/// A failure of a stream operation the allocator needed.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("stream marker operation failed: {0}")]
-pub struct MarkerError(pub String);

@@ -92,7 +92,7 @@ enum TestMarker {
 struct TestBackend;
 
 fn lost() -> MarkerError {
-    MarkerError("queue lost".into())
+    MarkerError::message("queue lost")
 }
 
 impl Backend for TestBackend {
@@ -132,7 +132,7 @@ impl Backend for TestBackend {
                 s.wait_marker(m);
                 Ok(())
             }
-            _ => Err(MarkerError("not supported".into())),
+            _ => Err(MarkerError::message("not supported")),
         }
     }
     fn synchronize(stream: &Arc<TestStream>) -> Result<(), MarkerError> {
