@@ -11,12 +11,16 @@ use xpu_device::DeviceError;
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 use xpu_testing::bad_fork::{assert_bad_fork, bad_fork_test, done};
 
+/// [`bad_fork_test`] of `body` for the running test; skipped without a device.
+fn on_a_device(scenario: &str, body: fn()) {
+    if xpu_testing::devices(1) {
+        bad_fork_test(scenario, body);
+    }
+}
+
 #[test]
 fn allocator_memory_entry_points_refuse_in_a_bad_fork_child() {
-    if !xpu_testing::devices(1) {
-        return;
-    }
-    bad_fork_test("alloc-memory-bad-fork", run);
+    on_a_device("alloc-memory-bad-fork", run);
 }
 
 fn run() {
@@ -55,10 +59,7 @@ fn run() {
 /// statistics or replacing its configuration does nothing (no lock of the parent's taken).
 #[test]
 fn device_allocator_reads_and_resets_refuse_in_a_bad_fork_child() {
-    if !xpu_testing::devices(1) {
-        return;
-    }
-    bad_fork_test("alloc-registry-bad-fork", registry_run);
+    on_a_device("alloc-registry-bad-fork", registry_run);
 }
 
 fn registry_run() {
