@@ -55,9 +55,13 @@ impl DeviceAllocator {
     }
 
     /// The private pools of this allocator that have a live handle.
-    #[must_use]
-    pub fn mem_pools(&self) -> Vec<MemPool> {
-        self.pools.live()
+    ///
+    /// # Errors
+    /// [`AllocError::BadFork`] in a bad fork child (first: the pools' registry lock may have
+    /// been held at the fork).
+    pub fn mem_pools(&self) -> Result<Vec<MemPool>, AllocError> {
+        check_fork()?;
+        Ok(self.pools.live())
     }
 
     /// The pool the calling thread routes this allocator's allocations to.
@@ -222,20 +226,34 @@ impl DeviceAllocator {
         stats
     }
 
-    /// Sets every peak of the device, private pools included, to its current value.
+    /// Sets every peak of the device, private pools included, to its current value. Does
+    /// nothing in a bad fork child (the statistics' locks may have been held at the fork);
+    /// the crate-level functions return `BadFork`.
     pub fn reset_peak_stats(&self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            return;
+        }
         self.core.reset_peak_stats();
         self.pools.reset_peak();
     }
 
-    /// Zeroes the device's accumulated statistics, private pools included.
+    /// Zeroes the device's accumulated statistics, private pools included. Does nothing in a
+    /// bad fork child, as [`DeviceAllocator::reset_peak_stats`].
     pub fn reset_accumulated_stats(&self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            return;
+        }
         self.core.reset_accumulated_stats();
         self.pools.reset_accumulated();
     }
 
-    /// Replaces the configuration of the default pool and every private pool.
+    /// Replaces the configuration of the default pool and every private pool. Does nothing
+    /// in a bad fork child (nothing can allocate there; the pools' locks may have been held
+    /// at the fork), as the crate-level `set_config`.
     pub fn set_config(&self, config: AllocConfig) {
+        if xpu_device::fork::is_in_bad_fork() {
+            return;
+        }
         self.pools.set_config(&self.core, config);
     }
 }

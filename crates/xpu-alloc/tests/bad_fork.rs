@@ -82,3 +82,50 @@ fn stream_failures() {
     assert!(marker.is_bad_fork(), "ClBackend::record_marker: {marker:?}");
     done();
 }
+
+/// A device allocator with a live private pool and a past peak, in the child: listing its
+/// pools refuses (the registry's lock may have been held at the fork), and resetting its
+/// statistics or replacing its configuration does nothing (no lock of the parent's taken).
+#[test]
+fn device_allocator_reads_and_resets_refuse_in_a_bad_fork_child() {
+    on_a_device("alloc-registry-bad-fork", registry_run);
+}
+
+fn registry_run() {
+    let allocator = xpu_alloc::device_allocator(0).expect("device allocator");
+    let pool = xpu_alloc::MemPool::new(0).expect("pool");
+    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream");
+    drop(allocator.allocate(1 << 20, &stream).expect("allocation"));
+    stream.synchronize().expect("synchronize");
+    let peak = |what: &str| {
+        let s = allocator.core().memory_stats();
+        let (peak, current) = (s.allocated_bytes.all.peak, s.allocated_bytes.all.current);
+        println!("{what}: allocated peak {peak}, current {current}");
+        (peak, current)
+    };
+    let before = peak("parent");
+    assert!(before.0 > before.1, "the parent has a past peak");
+    let config: xpu_alloc::AllocConfig = (*allocator.core().config()).clone();
+    let other = xpu_alloc::AllocConfig::parse("garbage_collection_threshold:0.5").expect("config");
+    assert_ne!(config, other);
+
+    xpu_device::fork::simulate_bad_fork();
+
+    assert_bad_fork("DeviceAllocator::mem_pools", allocator.mem_pools());
+    allocator.reset_peak_stats();
+    assert_eq!(
+        peak("after reset_peak_stats"),
+        before,
+        "reset_peak_stats ran"
+    );
+    allocator.reset_accumulated_stats();
+    assert_eq!(
+        peak("after reset_accumulated_stats"),
+        before,
+        "reset_accumulated_stats ran"
+    );
+    allocator.set_config(other);
+    assert_eq!(*allocator.core().config(), config, "set_config ran");
+    drop(pool);
+    done();
+}

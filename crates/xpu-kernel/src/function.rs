@@ -18,6 +18,10 @@ const POOL_MAX: usize = 64;
 /// appendix A.2), so each launch takes a `cl_kernel` of its own from the function's pool (a new
 /// one, `clCreateKernel`, when the pool is empty), sets the arguments, enqueues and puts it back
 /// with its arguments forgotten (an idle kernel holds no memory).
+///
+/// Dropping the last handle in a bad fork child (see `xpu_device::fork`) leaks the pooled
+/// kernels and the program instead of releasing them (`clReleaseKernel`): they are the
+/// parent's driver objects.
 #[derive(Debug, Clone)]
 pub struct Function {
     inner: Arc<FunctionInner>,
@@ -81,6 +85,17 @@ impl Function {
         } else {
             drop(pool); // clReleaseKernel outside the lock
             drop(kernel);
+        }
+    }
+}
+
+impl Drop for Function {
+    /// In a bad fork child the shared state is leaked (one more reference, never dropped),
+    /// so that the last handle releases no kernel and no program (neither a driver call nor
+    /// the pool's lock, which a thread of the parent may have held at the fork).
+    fn drop(&mut self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            std::mem::forget(Arc::clone(&self.inner));
         }
     }
 }

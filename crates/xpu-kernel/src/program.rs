@@ -93,7 +93,9 @@ pub enum ProgramOrigin {
 }
 
 /// OpenCL C built for one device. A cheap `Clone` (`Arc` inside), `Send + Sync`; functions
-/// ([`Program::function`]) keep it alive.
+/// ([`Program::function`]) keep it alive. Dropping the last handle in a bad fork child (see
+/// `xpu_device::fork`) leaks the program instead of releasing it (`clReleaseProgram`): it is
+/// the parent's driver object.
 #[derive(Debug, Clone)]
 pub struct Program {
     inner: Arc<ProgramInner>,
@@ -190,6 +192,16 @@ impl Program {
 
     pub(crate) fn raw(&self) -> &backend::Program {
         &self.inner.raw
+    }
+}
+
+impl Drop for Program {
+    /// In a bad fork child the shared state is leaked (one more reference, never dropped),
+    /// so that the last handle makes no driver call.
+    fn drop(&mut self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            std::mem::forget(Arc::clone(&self.inner));
+        }
     }
 }
 

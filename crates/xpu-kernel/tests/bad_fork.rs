@@ -1,7 +1,8 @@
 //! In a bad fork child the program and launch layer returns `KernelError::BadFork` at once
 //! (typed memory `MemoryError::Alloc(AllocError::BadFork)`),
 //! without a driver call (`clCreateKernel`, `clSetKernelArg`, `clGetProgramInfo`...) or the
-//! function's kernel-pool lock. Graphs return `GraphError::BadFork` from every entry point,
+//! function's kernel-pool lock; dropping the last handle of a parent's function or program
+//! there leaks its kernels or program (no `clReleaseKernel`/`clReleaseProgram`). Graphs return `GraphError::BadFork` from every entry point,
 //! and dropping a parent's graph, capture or captured launch there leaks its kernels, command
 //! buffers, blocks and pool. The parent's state (a built program, a function, a stream, an
 //! allocation, replayed graphs, captures in progress) is reproduced in a fresh process that
@@ -140,14 +141,17 @@ impl Refusals {
         }
     }
 
-    /// The private pool `id` must still have a live handle (listed by the device allocator):
-    /// a graph dropped in the child leaked its handle, so the pool was not torn down.
-    fn pool_kept(&mut self, what: &str, allocator: &xpu_alloc::DeviceAllocator, id: MemPoolId) {
-        let live: Vec<MemPoolId> = allocator.mem_pools().iter().map(MemPool::id).collect();
-        println!("{what}: live private pools {live:?}");
-        if !live.contains(&id) {
+    /// Listing the device's private pools must refuse (its registry lock may have been held
+    /// at the fork); that the graph's pool `id` was not torn down shows in
+    /// [`Refusals::same_objects`] (its segments are not released).
+    fn pools_refused(&mut self, what: &str, allocator: &xpu_alloc::DeviceAllocator, id: MemPoolId) {
+        let listed = allocator
+            .mem_pools()
+            .map(|p| p.iter().map(MemPool::id).collect::<Vec<_>>());
+        println!("{what}: pool {id:?}, mem_pools = {listed:?}");
+        if !matches!(listed, Err(xpu_alloc::AllocError::BadFork)) {
             self.0
-                .push(format!("{what}: pool {id:?} released, live pools {live:?}"));
+                .push(format!("{what}: mem_pools {listed:?}, expected BadFork"));
         }
     }
 
@@ -292,7 +296,7 @@ fn graph_run() {
             refusals.same_objects("after the refused calls", before);
             drop(auto);
             refusals.same_objects("after dropping the Auto graph", before);
-            refusals.pool_kept("after dropping the Auto graph", allocator, pools[0]);
+            refusals.pools_refused("after dropping the Auto graph", allocator, pools[0]);
             drop(recorded);
             refusals.same_objects("after dropping the recorded graph", before);
             in_child = Some(before);
@@ -305,16 +309,112 @@ fn graph_run() {
     let before = in_child.expect("the inner closure ran");
     refusals.same_objects("after the captures ended", before);
     drop(handle);
-    refusals.pool_kept(
+    refusals.pools_refused(
         "after dropping the recorded graph and the pool handle",
         allocator,
         pools[1],
     );
+    refusals.same_objects("after dropping the pool handle", before);
     assert!(GraphError::BadFork.to_string().contains("spawn"));
     assert!(
         refusals.0.is_empty(),
         "graph entry points that did not refuse:\n{}",
         refusals.0.join("\n")
+    );
+    xpu_testing::bad_fork::done();
+}
+
+/// The parent's programs and functions, dropped in the child: the last `Function` handle
+/// leaks its pooled kernels and the last `Program` handle its program (no
+/// `clReleaseKernel`/`clReleaseProgram`, as the live driver objects show). Looking up a
+/// program the parent cached in memory, and building one through the disk cache, refuse
+/// first: nothing is read from or written to the cache directory.
+#[test]
+fn dropping_functions_and_programs_in_a_bad_fork_child_leaks_them() {
+    xpu_testing::bad_fork::bad_fork_test("kernel-drops-bad-fork", drops_run);
+}
+
+fn drops_run() {
+    use xpu_kernel::KernelCache;
+    let dir = std::env::temp_dir().join(format!("xpu-kernel-bad-fork-{}", std::process::id()));
+    let disk = KernelCache::at(&dir).memory(false);
+    // One program only this scenario holds (not in the in-memory cache), one the in-memory
+    // cache also holds; each function's pool holds two kernels (two launches built at once).
+    let private = Program::build_with_cache(0, SOURCE, "-D PRIVATE=1", &disk).expect("build");
+    let cached = Program::build(0, SOURCE, "").expect("build");
+    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream");
+    let functions = [&private, &cached].map(|p| p.function("fill").expect("function"));
+    for f in &functions {
+        let launches = [0; 2].map(|_| stream.launch(f, &[64], None).expect("launch"));
+        drop(launches);
+    }
+    let files = |what: &str| {
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        println!("{what}: cache files {names:?}");
+        names
+    };
+    let parent_files = files("parent");
+    assert_eq!(parent_files.len(), 1, "the parent wrote its program binary");
+
+    xpu_device::fork::simulate_bad_fork();
+    let before = xpu_device::live_objects();
+
+    let mut refusals = Vec::new();
+    for (what, r) in [
+        (
+            "Program::build (in the in-memory cache)",
+            Program::build(0, SOURCE, ""),
+        ),
+        (
+            "Program::build_with_cache (on disk)",
+            Program::build_with_cache(0, SOURCE, "-D PRIVATE=1", &disk),
+        ),
+        (
+            "Program::build_with_cache (new)",
+            Program::build_with_cache(0, SOURCE, "-D NEW=1", &disk),
+        ),
+    ] {
+        println!("{what} = {:?}", r.as_ref().map(drop));
+        if !matches!(r, Err(KernelError::BadFork)) {
+            refusals.push(format!("{what}: {:?}", r.map(drop)));
+        }
+    }
+    let mut same = |what: &str| {
+        let now = xpu_device::live_objects();
+        let held = |o: LiveObjects| (o.kernels, o.programs);
+        println!("{what}: (kernels, programs) = {:?}", held(now));
+        if held(now) != held(before) {
+            refusals.push(format!(
+                "{what}: (kernels, programs) {:?}, before {:?}",
+                held(now),
+                held(before)
+            ));
+        }
+    };
+    same("after the refused builds");
+    let [private_function, cached_function] = functions;
+    drop(private_function);
+    same("after dropping the last handle of a function");
+    drop(private);
+    same("after dropping the last handle of a program");
+    drop(cached_function);
+    drop(cached);
+    same("after dropping a function and a program the in-memory cache holds");
+    if files("child") != parent_files {
+        refusals.push("the child changed the disk cache".to_owned());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        refusals.is_empty(),
+        "program-layer entry points that did not refuse or drops that released:\n{}",
+        refusals.join("\n")
     );
     xpu_testing::bad_fork::done();
 }

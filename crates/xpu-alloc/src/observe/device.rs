@@ -36,7 +36,7 @@ pub fn memory_snapshot() -> MemorySnapshot {
             };
             // Private pools' segments, tagged with their ids (the history is the device's,
             // already in `snap`). The handles drop after the loop, under no lock.
-            let pools = a.mem_pools();
+            let pools = a.mem_pools().unwrap_or_default();
             for pool in &pools {
                 if let Ok(mut segments) = pool.snapshot() {
                     segments.device_traces.clear();
