@@ -79,6 +79,16 @@ struct PoolInner {
 
 impl Drop for PoolInner {
     fn drop(&mut self) {
+        // In a child forked after OpenCL was initialized, the pool is leaked: the registry's
+        // lock may have been held by a parent thread at the fork, and tearing down the core
+        // would release its segments through the driver (on the `xpu-pool-release` thread).
+        // One more reference to each core, never dropped, keeps them (as
+        // `xpu_device::fork::take_unless_bad_fork`).
+        if xpu_device::fork::is_in_bad_fork() {
+            std::mem::forget(self.core.clone());
+            std::mem::forget(self.parent.clone());
+            return;
+        }
         // The pool becomes freeable: its shards that live on through their allocations stay
         // reachable for the device's `empty_cache`; the others are torn down when the core
         // drops, right after this.

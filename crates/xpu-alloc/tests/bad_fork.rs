@@ -129,3 +129,53 @@ fn registry_run() {
     drop(pool);
     done();
 }
+
+/// How long the child watches for a release it must not make (the release thread runs a
+/// handed-over teardown within microseconds on an idle stream).
+const RELEASE_WATCH: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The last handle of a private pool with a cached segment, dropped in the child: the pool
+/// is leaked (its segment stays the parent's), not torn down: no segment release reaches the
+/// driver (nor the `xpu-pool-release` thread) and the pool registry's lock, which a thread
+/// of the parent may have held at the fork, is not taken.
+#[test]
+fn dropping_a_private_pool_in_a_bad_fork_child_leaks_it() {
+    on_a_device("alloc-pool-drop-bad-fork", pool_drop_run);
+}
+
+fn pool_drop_run() {
+    let pool = xpu_alloc::MemPool::new(0).expect("pool");
+    let stream = get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream");
+    {
+        let _routed = xpu_alloc::use_mem_pool(&pool).expect("route to the pool");
+        drop(xpu_alloc::allocate(1 << 20, &stream).expect("allocation in the pool"));
+    }
+    stream.synchronize().expect("synchronize");
+    let cached = pool.memory_reserved();
+    println!(
+        "pool reserves {cached} bytes, allocates {}",
+        pool.memory_allocated()
+    );
+    assert!(cached >= 1 << 20, "the pool caches a segment");
+    assert_eq!(pool.memory_allocated(), 0);
+    let buffers = || xpu_device::live_objects().buffers;
+    let before = buffers();
+
+    xpu_device::fork::simulate_bad_fork();
+
+    drop(pool);
+    let start = std::time::Instant::now();
+    while buffers() == before && start.elapsed() < RELEASE_WATCH {
+        std::thread::yield_now();
+    }
+    println!(
+        "live buffers: {before} before the drop, {} after",
+        buffers()
+    );
+    assert_eq!(
+        buffers(),
+        before,
+        "the pool's segment was released in the child"
+    );
+    done();
+}
