@@ -22,7 +22,9 @@
 //! stream (and on the streams named by `record_stream`) before the release has completed;
 //! that wait runs on a background thread (`xpu-pool-release`), so dropping a handle or an
 //! allocation never blocks. [`wait_pool_releases`] waits for the releases handed over so
-//! far; the device-wide [`crate::empty_cache`] does too.
+//! far; the device-wide [`crate::empty_cache`] does too. In a child forked after the parent
+//! initialized OpenCL (a bad fork, `xpu_device::fork`), dropping the last handle leaks the
+//! pool instead: no segment is released and no lock of the parent's is taken.
 
 use std::cell::RefCell;
 use std::marker::PhantomData;
