@@ -28,6 +28,17 @@ fn signed(n: u64) -> i64 {
 }
 
 impl Stat {
+    /// A statistic with these four figures (for comparisons in tests and reports).
+    #[must_use]
+    pub const fn new(current: i64, peak: i64, allocated: i64, freed: i64) -> Stat {
+        Stat {
+            current,
+            peak,
+            allocated,
+            freed,
+        }
+    }
+
     /// Adds `n`: `current += n`, `peak = max(peak, current)`, `allocated += n`. Saturates
     /// at the `i64` range (an `n` above `i64::MAX` counts as `i64::MAX`).
     #[inline]

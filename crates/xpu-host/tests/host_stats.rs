@@ -7,15 +7,6 @@ use xpu_host::Stat;
 use xpu_host::{HostAllocator, HostError, HostMemoryStats};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 
-fn stat(current: i64, peak: i64, allocated: i64, freed: i64) -> Stat {
-    Stat {
-        current,
-        peak,
-        allocated,
-        freed,
-    }
-}
-
 /// The statistics checks of these tests.
 trait AssertCounts {
     /// The statistics, after asserting that the allocations and segments (in blocks) and the
@@ -37,7 +28,7 @@ impl AssertCounts for HostAllocator {
             bytes(reserved_kib),
         ];
         let got = [s.allocation, s.allocated_bytes, s.segment, s.reserved_bytes];
-        assert_eq!(got, want.map(|[c, p, a, f]| stat(c, p, a, f)));
+        assert_eq!(got, want.map(|[c, p, a, f]| Stat::new(c, p, a, f)));
         s
     }
 }
@@ -116,8 +107,8 @@ fn pending_blocks_stay_allocated_until_their_markers_complete() -> TestResult {
     drop(p);
     let s = alloc.memory_stats();
     // As PyTorch: the block counts as allocated until it rejoins its free list.
-    assert_eq!(s.allocation, stat(1, 1, 1, 0));
-    assert_eq!(s.allocated_bytes, stat(128, 128, 128, 0));
+    assert_eq!(s.allocation, Stat::new(1, 1, 1, 0));
+    assert_eq!(s.allocated_bytes, Stat::new(128, 128, 128, 0));
     assert_eq!((s.pending_blocks, s.pending_markers), (1, 2));
     // Reading statistics does not process markers; empty_cache keeps the pending block.
     alloc.empty_cache();
@@ -133,8 +124,8 @@ fn pending_blocks_stay_allocated_until_their_markers_complete() -> TestResult {
     alloc.process_events();
     let s = alloc.memory_stats();
     assert_eq!((s.pending_blocks, s.pending_markers), (0, 0));
-    assert_eq!(s.allocation, stat(0, 1, 1, 1));
-    assert_eq!(s.allocated_bytes, stat(0, 128, 128, 128));
-    assert_eq!(s.segment, stat(1, 1, 1, 0));
+    assert_eq!(s.allocation, Stat::new(0, 1, 1, 1));
+    assert_eq!(s.allocated_bytes, Stat::new(0, 128, 128, 128));
+    assert_eq!(s.segment, Stat::new(1, 1, 1, 0));
     Ok(())
 }

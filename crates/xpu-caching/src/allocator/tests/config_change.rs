@@ -10,15 +10,6 @@ use crate::config::AllocConfig;
 use crate::sim_stream::SimBackend;
 use crate::stats::Stat;
 
-fn stat(current: i64, peak: i64, allocated: i64, freed: i64) -> Stat {
-    Stat {
-        current,
-        peak,
-        allocated,
-        freed,
-    }
-}
-
 fn config(text: &str) -> AllocConfig {
     AllocConfig::parse(text).expect("valid config")
 }
@@ -69,8 +60,8 @@ fn oversize_across_a_change_before_the_free(before: &str, after: &str) -> [(Stat
 /// the segment's at its release).
 #[test]
 fn oversize_counts_return_to_zero_when_max_split_size_is_lifted_before_the_free() {
-    let counted = stat(1, 1, 1, 0);
-    let returned = stat(0, 1, 1, 1);
+    let counted = Stat::new(1, 1, 1, 0);
+    let returned = Stat::new(0, 1, 1, 1);
     assert_eq!(
         oversize_across_a_change_before_the_free("max_split_size_mb:64", ""),
         [
@@ -106,31 +97,34 @@ fn oversize_counts_follow_the_limit_of_each_hand_out_when_it_moves_down_and_up()
     assert_eq!(oversize(&cache), (Stat::default(), Stat::default()));
     cache.set_config(config("max_split_size_mb:64"));
     let second = cache.alloc(100 * MIB, &s).unwrap();
-    assert_eq!(oversize(&cache), (stat(1, 1, 1, 0), stat(1, 1, 1, 0)));
+    assert_eq!(
+        oversize(&cache),
+        (Stat::new(1, 1, 1, 0), Stat::new(1, 1, 1, 0))
+    );
     drop(first);
     assert_eq!(
         oversize(&cache).0,
-        stat(1, 1, 1, 0),
+        Stat::new(1, 1, 1, 0),
         "the first block was not counted: its free under 64 MiB subtracts nothing"
     );
     // The first block, cached, is handed out again: now under 64 MiB, an oversize one.
     let again = cache.alloc(100 * MIB, &s).unwrap();
     assert_eq!(again.allocated_size(), 100 * MIB);
-    assert_eq!(oversize(&cache).0, stat(2, 2, 2, 0));
+    assert_eq!(oversize(&cache).0, Stat::new(2, 2, 2, 0));
     cache.set_config(config("max_split_size_mb:128"));
     let small = cache.alloc(4096, &s).unwrap();
     drop(second);
     drop(again);
     assert_eq!(
         oversize(&cache).0,
-        stat(0, 2, 2, 2),
+        Stat::new(0, 2, 2, 2),
         "both blocks counted under 64 MiB are subtracted under 128 MiB"
     );
     drop(small);
     cache.empty_cache();
     assert_eq!(
         oversize(&cache).1,
-        stat(0, 1, 1, 1),
+        Stat::new(0, 1, 1, 1),
         "only the second segment, obtained under 64 MiB, was counted and is subtracted"
     );
     assert_all_returned(&cache);
@@ -156,12 +150,15 @@ fn an_oversize_release_during_an_allocation_subtracts_only_counted_segments() {
     );
     assert_eq!(
         oversize(&cache),
-        (stat(1, 1, 1, 0), stat(1, 1, 1, 0)),
+        (Stat::new(1, 1, 1, 0), Stat::new(1, 1, 1, 0)),
         "only the 200 MiB block and segment count; the uncounted release subtracts nothing"
     );
     drop(big);
     cache.empty_cache();
-    assert_eq!(oversize(&cache), (stat(0, 1, 1, 1), stat(0, 1, 1, 1)));
+    assert_eq!(
+        oversize(&cache),
+        (Stat::new(0, 1, 1, 1), Stat::new(0, 1, 1, 1))
+    );
     assert_all_returned(&cache);
     assert_eq!(source.counters().used, 0);
 }
@@ -184,12 +181,12 @@ fn a_segment_moved_to_another_stream_keeps_what_was_counted() {
     assert_eq!(moved.stream(), s2.key());
     assert_eq!(
         oversize(&cache),
-        (stat(1, 1, 1, 0), Stat::default()),
+        (Stat::new(1, 1, 1, 0), Stat::default()),
         "handed out under 64 MiB; the segment was obtained with no limit"
     );
     drop(moved);
     cache.empty_cache();
-    assert_eq!(oversize(&cache), (stat(0, 1, 1, 1), Stat::default()));
+    assert_eq!(oversize(&cache), (Stat::new(0, 1, 1, 1), Stat::default()));
     assert_all_returned(&cache);
 }
 
@@ -209,14 +206,18 @@ fn a_deferred_free_subtracts_what_the_hand_out_counted() {
     // The next allocation on `s` picks up the new configuration; the block still waits for
     // `other`'s marker.
     let small = cache.alloc(4096, &s).unwrap();
-    assert_eq!(oversize(&cache).0, stat(1, 1, 1, 0), "the free is pending");
+    assert_eq!(
+        oversize(&cache).0,
+        Stat::new(1, 1, 1, 0),
+        "the free is pending"
+    );
     gate.open();
     // The next allocation on `s` frees the block whose marker completed.
     let small2 = cache.alloc(4096, &s).unwrap();
-    assert_eq!(oversize(&cache).0, stat(0, 1, 1, 1));
+    assert_eq!(oversize(&cache).0, Stat::new(0, 1, 1, 1));
     drop((small, small2));
     cache.empty_cache();
-    assert_eq!(oversize(&cache).1, stat(0, 1, 1, 1));
+    assert_eq!(oversize(&cache).1, Stat::new(0, 1, 1, 1));
     assert_all_returned(&cache);
 }
 
