@@ -23,12 +23,10 @@ pub struct Args {
     /// CI-sized runs: fewer iterations and smaller copies (figures are noisier).
     #[arg(long)]
     pub quick: bool,
-    /// Configuration of the measured device allocator (`XPU_ALLOC_CONF` grammar, e.g.
-    /// `max_split_size_mb:128`); default: the `XPU_ALLOC_CONF` environment variable, as in
-    /// `xpu replay`. An invalid one is an error; the one used is in the output
-    /// (`alloc_conf`).
-    #[arg(long)]
-    pub config: Option<String>,
+    /// The configuration of the measured device allocator (the one used is in the output:
+    /// `alloc_conf`).
+    #[command(flatten)]
+    pub alloc: crate::alloc_conf::AllocConfArg,
 }
 
 /// Options of the hidden `xpu lazy-init-probe` used by `xpu bench` for `lazy_init_ms`.
@@ -219,7 +217,7 @@ fn clblast_figures(
 /// # Errors
 /// No such device, an invalid allocator configuration, or a failed write.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let (conf_text, config) = crate::replay::alloc_config(args.config.as_deref())?;
+    let (conf_text, config) = args.alloc.alloc_config()?;
     let device = crate::resolve_device(args.device)?;
     let props = xpu_device::get_device_properties(device)?;
     if !args.json {

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
+use crate::alloc_conf::AllocConfArg;
 use crate::info::format_bytes;
 use crate::replay::{self, compare, Mode, Record, TraceSource};
 
@@ -73,8 +74,8 @@ fn replay_stage(args: &Args, device: usize) -> anyhow::Result<bool> {
         trace.describe()
     ))?;
     // The allocator's configuration comes from XPU_ALLOC_CONF, as in any program using xpu.
-    let (config_text, _) = replay::alloc_config(None)?;
-    let config = (!config_text.is_empty()).then_some(config_text.as_str());
+    let config = AllocConfArg::default().replay_text()?;
+    let config = config.as_deref();
     let real = replay::replay_file(
         trace,
         Mode::Device(device),

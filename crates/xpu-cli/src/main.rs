@@ -8,6 +8,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 mod alloc_bench;
+mod alloc_conf;
 mod bench;
 mod bench_typed;
 mod demo;
@@ -179,5 +180,76 @@ mod tests {
         assert!(matches!(cli.command, Command::Demo(_)));
         assert!(Cli::try_parse_from(["xpu", "nope"]).is_err());
         assert!(Cli::try_parse_from(["xpu"]).is_err());
+    }
+
+    /// `xpu replay`'s target options keep their rules (`--device` conflicts with `--simulate`,
+    /// `--capacity` requires it) and turn into the replay's mode; `--config` is the same
+    /// option in `replay`, `replay-all` and `bench`.
+    #[test]
+    fn parses_the_replay_target_and_the_shared_config_option() {
+        let replay = |extra: &[&str]| {
+            let args = ["xpu", "replay", "t.trace"].iter().chain(extra);
+            match Cli::try_parse_from(args).map(|c| c.command) {
+                Ok(Command::Replay(args)) => Ok(args),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e.kind()),
+            }
+        };
+        let mode = |extra: &[&str]| replay(extra).unwrap().target.mode().unwrap();
+        assert_eq!(mode(&["--simulate"]), replay::Mode::H200);
+        assert_eq!(
+            mode(&["--simulate", "--capacity", "1000"]),
+            replay::Mode::Simulate {
+                capacity: 1000,
+                max_alloc: 1000
+            }
+        );
+        assert_eq!(
+            replay(&["--device", "0", "--simulate"]).unwrap_err(),
+            clap::error::ErrorKind::ArgumentConflict
+        );
+        assert_eq!(
+            replay(&["--capacity", "1000"]).unwrap_err(),
+            clap::error::ErrorKind::MissingRequiredArgument
+        );
+        let args = replay(&["--simulate", "--plot", "p.svg", "--snapshot", "s.pkl"]).unwrap();
+        assert_eq!(
+            args.files.record(false),
+            replay::Record {
+                series: true,
+                progress: false,
+                history: true
+            }
+        );
+
+        let config = |argv: &[&str]| match Cli::try_parse_from(argv).unwrap().command {
+            Command::Replay(args) => args.alloc,
+            Command::ReplayAll(args) => args.alloc,
+            Command::Bench(args) => args.alloc,
+            other => panic!("{other:?}"),
+        };
+        for argv in [
+            &[
+                "xpu",
+                "replay",
+                "t.trace",
+                "--config",
+                "max_split_size_mb:128",
+            ][..],
+            &[
+                "xpu",
+                "replay-all",
+                "dir",
+                "--config",
+                "max_split_size_mb:128",
+            ],
+            &["xpu", "bench", "--config", "max_split_size_mb:128"],
+        ] {
+            let (text, _) = config(argv).alloc_config().unwrap();
+            assert_eq!(text, "max_split_size_mb:128", "{argv:?}");
+            let bad = [&argv[..argv.len() - 1], &["nope:1"]].concat();
+            let e = config(&bad).alloc_config().unwrap_err();
+            assert_eq!(e.to_string(), "invalid --config 'nope:1'", "{argv:?}");
+        }
     }
 }

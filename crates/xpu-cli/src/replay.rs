@@ -17,6 +17,7 @@ use xpu_alloc::replay::{
 };
 use xpu_alloc::{AllocConfig, ClStream, DeviceAllocator, DeviceCore};
 
+use crate::alloc_conf::AllocConfArg;
 use crate::info::format_bytes;
 
 /// Options of `xpu replay`.
@@ -24,6 +25,26 @@ use crate::info::format_bytes;
 pub struct Args {
     /// Trace file (`ACTION ADDR SIZE STREAM` lines, gzip or plain).
     pub trace: PathBuf,
+    /// Where the replay allocates.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// The allocator configuration.
+    #[command(flatten)]
+    pub alloc: AllocConfArg,
+    /// Print one JSON object instead of the human summary.
+    #[arg(long)]
+    pub json: bool,
+    /// The files the replay writes.
+    #[command(flatten)]
+    pub files: OutputFiles,
+    /// Show PyTorch's figures for the trace next to ours.
+    #[arg(long)]
+    pub compare: bool,
+}
+
+/// Where `xpu replay` allocates: a device, or a simulated one.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TargetArgs {
     /// Replay on this device with real OpenCL memory (default: the current device).
     #[arg(long, conflicts_with = "simulate")]
     pub device: Option<usize>,
@@ -34,26 +55,71 @@ pub struct Args {
     /// Capacity in bytes of the simulated device.
     #[arg(long, requires = "simulate")]
     pub capacity: Option<u64>,
-    /// Allocator configuration (`XPU_ALLOC_CONF` grammar, e.g. `max_split_size_mb:128`);
-    /// default: the `XPU_ALLOC_CONF` environment variable.
-    #[arg(long)]
-    pub config: Option<String>,
-    /// Print one JSON object instead of the human summary.
-    #[arg(long)]
-    pub json: bool,
+}
+
+impl TargetArgs {
+    /// The replay's [`Mode`]: `--simulate` is a simulated H200, or a simulated device of
+    /// `--capacity` bytes (its largest allocation the H200's, at most the capacity);
+    /// otherwise `--device`, else the current device.
+    ///
+    /// # Errors
+    /// The device does not exist or there is no OpenCL runtime
+    /// ([`crate::resolve_device`]).
+    pub fn mode(&self) -> anyhow::Result<Mode> {
+        Ok(if self.simulate {
+            match self.capacity {
+                Some(capacity) => Mode::Simulate {
+                    capacity,
+                    max_alloc: capacity.min(H200_MAX_ALLOC),
+                },
+                None => Mode::H200,
+            }
+        } else {
+            Mode::Device(crate::resolve_device(self.device)?)
+        })
+    }
+}
+
+/// The files `xpu replay` writes after the replay; their directories are checked before it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OutputFiles {
     /// Draw allocated and reserved bytes over the trace's events into this SVG file (with
     /// `--compare`, PyTorch's peak reserved bytes as reference lines). Its directory must
     /// exist.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
-    /// Show PyTorch's figures for the trace next to ours.
-    #[arg(long)]
-    pub compare: bool,
     /// Record the allocator's history during the replay and write a snapshot with it at the
     /// end: a pickle for PyTorch's memory visualizer when the name ends in `.pickle` or
     /// `.pkl`, JSON otherwise. Its directory must exist.
     #[arg(long, value_name = "FILE")]
     pub snapshot: Option<PathBuf>,
+}
+
+impl OutputFiles {
+    /// Checks, before the work starts, that each file given can be created: its directory
+    /// exists ([`crate::check_parent`]).
+    ///
+    /// # Errors
+    /// A missing directory, naming the option.
+    pub fn check_dirs(&self) -> anyhow::Result<()> {
+        for (option, path) in [("--plot", &self.plot), ("--snapshot", &self.snapshot)] {
+            if let Some(path) = path {
+                crate::check_parent(option, path)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What the replay records for these files (the per-event series for the plot, the
+    /// history for the snapshot), with a progress bar when `progress`.
+    #[must_use]
+    pub fn record(&self, progress: bool) -> Record {
+        Record {
+            series: self.plot.is_some(),
+            progress,
+            history: self.snapshot.is_some(),
+        }
+    }
 }
 
 /// Where a replay allocates.
@@ -162,24 +228,6 @@ impl TraceSource<'_> {
             TraceSource::Embedded { name, .. } => compare::from_table(name),
         }
     }
-}
-
-/// The allocator configuration: `cli` (a `--config` value) when given, else the
-/// `XPU_ALLOC_CONF` environment variable, else the defaults; returned with its text (empty
-/// for the defaults).
-///
-/// # Errors
-/// An invalid configuration, naming where it came from.
-pub fn alloc_config(cli: Option<&str>) -> anyhow::Result<(String, AllocConfig)> {
-    let (text, origin) = match cli {
-        Some(t) => (t.to_owned(), "--config"),
-        None => match std::env::var(xpu_alloc::CONFIG_ENV) {
-            Ok(t) => (t, xpu_alloc::CONFIG_ENV),
-            Err(_) => return Ok((String::new(), AllocConfig::default())),
-        },
-    };
-    let config = AllocConfig::parse(&text).with_context(|| format!("invalid {origin} '{text}'"))?;
-    Ok((text, config))
 }
 
 /// What a replay records besides its report.
@@ -317,40 +365,19 @@ pub fn render_summary(r: &ReplayReport) -> String {
 /// # Errors
 /// See [`replay_file`]; a failed plot or write.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    if let Some(path) = &args.plot {
-        crate::check_parent("--plot", path)?;
-    }
-    if let Some(path) = &args.snapshot {
-        crate::check_parent("--snapshot", path)?;
-    }
-    // `--config` wins; otherwise the allocator's environment variable, as in a real program.
-    let (config_text, _) = alloc_config(args.config.as_deref())?;
-    let config = (!config_text.is_empty()).then_some(config_text.as_str());
-    let mode = if args.simulate {
-        match args.capacity {
-            Some(capacity) => Mode::Simulate {
-                capacity,
-                max_alloc: capacity.min(H200_MAX_ALLOC),
-            },
-            None => Mode::H200,
-        }
-    } else {
-        Mode::Device(crate::resolve_device(args.device)?)
-    };
-    let record = Record {
-        series: args.plot.is_some(),
-        progress: matches!(mode, Mode::Device(_)),
-        history: args.snapshot.is_some(),
-    };
+    args.files.check_dirs()?;
+    let config = args.alloc.replay_text()?;
+    let mode = args.target.mode()?;
+    let record = args.files.record(matches!(mode, Mode::Device(_)));
     let source = TraceSource::File(&args.trace);
-    let replayed = replay_file(source, mode, config, record)?;
+    let replayed = replay_file(source, mode, config.as_deref(), record)?;
     let report = &replayed.outcome.report;
     let reference = if args.compare {
         source.reference()
     } else {
         None
     };
-    if let Some(path) = &args.plot {
+    if let Some(path) = &args.files.plot {
         crate::plot::replay_svg(
             path,
             &replayed.outcome.series,
@@ -359,7 +386,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         )?;
         crate::print_err(&format!("plot written to {}", path.display()));
     }
-    if let (Some(path), Some(snapshot)) = (&args.snapshot, &replayed.outcome.snapshot) {
+    if let (Some(path), Some(snapshot)) = (&args.files.snapshot, &replayed.outcome.snapshot) {
         snapshot
             .save(path)
             .with_context(|| format!("writing {}", path.display()))?;

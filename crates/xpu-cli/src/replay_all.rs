@@ -11,7 +11,8 @@ use anyhow::Context;
 use serde::Serialize;
 use xpu_alloc::replay::ReplayReport;
 
-use crate::replay::{alloc_config, compare, replay_file, Mode, Record, TraceSource};
+use crate::alloc_conf::AllocConfArg;
+use crate::replay::{compare, replay_file, Mode, Record, TraceSource};
 
 /// Arguments of `xpu replay-all`.
 #[derive(Debug, clap::Args)]
@@ -20,10 +21,9 @@ pub struct Args {
     /// `*.summary.json` files beside them, the folder's `README.md` table, or the shared
     /// traces' table (see `xpu replay --compare`)
     pub dir: PathBuf,
-    /// Allocator configuration (`XPU_ALLOC_CONF` grammar); default: the `XPU_ALLOC_CONF`
-    /// environment variable
-    #[arg(long)]
-    pub config: Option<String>,
+    /// The allocator configuration.
+    #[command(flatten)]
+    pub alloc: AllocConfArg,
     /// Print one JSON object instead of the table
     #[arg(long)]
     pub json: bool,
@@ -210,9 +210,7 @@ pub fn render(table: &Table) -> String {
 /// # Errors
 /// See [`table`]; a bad configuration.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let (config_text, _) = alloc_config(args.config.as_deref())?;
-    let config = (!config_text.is_empty()).then_some(config_text.as_str());
-    let t = table(&args.dir, config)?;
+    let t = table(&args.dir, args.alloc.replay_text()?.as_deref())?;
     if args.json {
         crate::print_out(&(serde_json::to_string(&t)? + "\n"))?;
     } else {
