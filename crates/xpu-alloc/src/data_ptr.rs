@@ -280,13 +280,13 @@ impl DataPtr {
     }
 }
 
+/// The device and the caching allocator's block, whose own `Debug` shows its address, size
+/// and allocation stream (`None`: an empty pointer).
 impl std::fmt::Debug for DataPtr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DataPtr")
             .field("device", &self.device)
-            .field("address", &format_args!("{:#x}", self.address()))
-            .field("size", &self.size)
-            .field("stream", &self.stream())
+            .field("allocation", &self.allocation())
             .finish()
     }
 }

@@ -85,6 +85,21 @@ fn buffers_kernel_arguments_and_views() {
     assert_eq!(mem_a, mem_b, "both blocks live in one 2 MiB segment buffer");
     assert_eq!((off_a, off_b), (0, 1024));
     assert_eq!(b.address(), a.address() + 1024);
+    // `{:?}`: the device and the allocator's block (address, requested size, allocation
+    // stream); an empty pointer has no block.
+    assert_eq!(
+        format!("{a:?}"),
+        format!(
+            "DataPtr {{ device: 0, allocation: Some(Allocation {{ address: {:#x}, size: 1000, \
+             stream: {:?} }}) }}",
+            a.address(),
+            a.stream().unwrap()
+        )
+    );
+    assert_eq!(
+        format!("{:?}", xpu_alloc::DataPtr::empty(0)),
+        "DataPtr { device: 0, allocation: None }"
+    );
     // Write a's and b's bytes through their views, read both back: the regions are the
     // blocks' own (no overlap, right offsets).
     let da = vec![0xA5u8; 1000];
