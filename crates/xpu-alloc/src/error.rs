@@ -221,6 +221,7 @@ impl From<CacheError> for AllocError {
                 None => Self::Source(failure),
             },
             CacheError::Stream(e) => Self::Stream(e),
+            CacheError::BadFork => Self::BadFork,
         }
     }
 }
