@@ -200,5 +200,11 @@ impl Backend for ClBackend {
         }
     }
 
+    /// `xpu_device::fork::is_in_bad_fork` (one relaxed atomic load).
+    #[inline]
+    fn is_bad_fork() -> bool {
+        xpu_device::fork::is_in_bad_fork()
+    }
+
     xpu_caching::thread_caches!(ClBackend);
 }
