@@ -29,11 +29,22 @@ pub(crate) struct Live {
 #[derive(Default)]
 pub(crate) struct SubBuffer(OnceLock<Buffer>);
 
-impl Drop for SubBuffer {
-    fn drop(&mut self) {
+impl SubBuffer {
+    /// The sub-buffer's release, or its leak in a bad fork child (out of the free path).
+    #[cold]
+    #[inline(never)]
+    fn release(&mut self) {
         let mut slot = self.0.take();
-        // Released here, or leaked in a bad fork child.
         drop(xpu_device::fork::take_unless_bad_fork(&mut slot));
+    }
+}
+
+impl Drop for SubBuffer {
+    #[inline]
+    fn drop(&mut self) {
+        if self.0.get().is_some() {
+            self.release();
+        }
     }
 }
 
