@@ -251,7 +251,10 @@ fn core_run() {
         own.raw_alloc(4096, sref.key(), || sref.clone()),
     );
     assert_bad_fork("DeviceCore::raw_delete", own.raw_delete(raw));
-    assert_bad_fork("DeviceCore::with_raw", own.with_raw(raw, xpu_alloc::DataPtr::size));
+    assert_bad_fork(
+        "DeviceCore::with_raw",
+        own.with_raw(raw, xpu_alloc::DataPtr::size),
+    );
     assert_bad_fork("DeviceCore::record_stream", own.record_stream(&ptr, &oref));
     assert_bad_fork(
         "DeviceCore::set_memory_fraction",
@@ -278,7 +281,10 @@ fn core_run() {
     // Readers answer a neutral value.
     for (what, stats) in [
         ("DeviceCore::memory_stats", own.memory_stats()),
-        ("memory_stats (device allocator's core)", device.memory_stats()),
+        (
+            "memory_stats (device allocator's core)",
+            device.memory_stats(),
+        ),
         ("SharedState::memory_stats", own.shared().memory_stats()),
     ] {
         assert_eq!(stats, MemoryStats::default(), "{what}");
@@ -331,7 +337,11 @@ fn core_run() {
 
     // What the child's calls left, read as an ordinary process.
     xpu_device::fork::end_simulated_bad_fork();
-    assert_eq!(own.memory_stats(), stats, "the child changed the statistics");
+    assert_eq!(
+        own.memory_stats(),
+        stats,
+        "the child changed the statistics"
+    );
     assert_eq!(own.memory_reserved(), reserved, "a segment was released");
     assert_eq!(*own.config(), config, "set_config ran");
     assert!(
