@@ -138,7 +138,8 @@ impl DataPtr {
     /// [`DataPtr::view`].
     ///
     /// # Errors
-    /// [`AllocError::Unsupported`] for an empty pointer or simulated memory.
+    /// [`AllocError::BadFork`] in a bad fork child, first (the segment is read under the
+    /// stream's lock); [`AllocError::Unsupported`] for an empty pointer or simulated memory.
     pub fn cl_mem_and_offset(&self) -> Result<(raw::cl_mem, u64), AllocError> {
         self.with_buffer(|buffer, offset| (buffer.as_raw(), offset))
     }
@@ -180,6 +181,7 @@ impl DataPtr {
     }
 
     fn with_buffer<R>(&self, f: impl FnOnce(&Buffer, u64) -> R) -> Result<R, AllocError> {
+        check_fork()?;
         let live = self.live.as_ref().ok_or_else(|| {
             AllocError::Unsupported("an empty allocation has no buffer".to_owned())
         })?;

@@ -33,6 +33,7 @@ fn run() {
     let stream = get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream");
     let ptr = xpu_alloc::allocate(4096, &stream).expect("allocation");
     let view = ptr.view().expect("view");
+    let raw = xpu_alloc::raw_alloc_with_stream(4096, &stream).expect("raw allocation");
 
     xpu_device::fork::simulate_bad_fork();
 
@@ -48,6 +49,16 @@ fn run() {
         "BufferSource::allocate: {segment:?}"
     );
     assert_bad_fork("DataPtr::view", ptr.view().map(drop));
+    // The segment's `cl_mem` is read under the stream's lock.
+    assert_bad_fork("DataPtr::cl_mem_and_offset", ptr.cl_mem_and_offset());
+    assert_bad_fork(
+        "raw_cl_mem_and_offset",
+        xpu_alloc::raw_cl_mem_and_offset(raw),
+    );
+    assert_bad_fork(
+        "with_raw_view",
+        xpu_alloc::with_raw_view(raw, |v| v.data_ptr().size()),
+    );
     assert_bad_fork("BlockView::write", view.write(&stream, 0, &[1; 16]));
     assert_bad_fork("BlockView::read", view.read(&stream, 0, &mut [0; 16]));
     let cl_mem = ptr.block_cl_mem().map(|(_, size)| size);
@@ -69,12 +80,20 @@ fn a_stream_failure_in_a_bad_fork_child_is_a_bad_fork() {
 fn stream_failures() {
     let stream = get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream");
     let other = get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream");
+    let captured = get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream");
     let ptr = xpu_alloc::allocate(4096, &stream).expect("allocation");
+    let capture = xpu_stream::CaptureGuard::begin(&captured).expect("capture");
 
     xpu_device::fork::simulate_bad_fork();
 
     // The stream layer's refusal becomes the allocator's own.
     assert_bad_fork("DataPtr::record_stream", ptr.record_stream(&other));
+    // Also on a stream the parent captures: the capture check takes no lock in the child.
+    assert_bad_fork(
+        "DataPtr::record_stream (captured stream)",
+        ptr.record_stream(&captured),
+    );
+    drop(capture);
     // The backend used directly: a marker on a stream whose queue the child cannot resolve
     // fails with the stream layer's `BadFork`, kept typed in the allocator's error.
     let marker = ClBackend::record_marker(&ClStream::shared(other)).map(drop);
