@@ -83,6 +83,11 @@ fn stream_failures() {
     let captured = get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream");
     let ptr = xpu_alloc::allocate(4096, &stream).expect("allocation");
     let capture = xpu_stream::CaptureGuard::begin(&captured).expect("capture");
+    // A stream handle of the parent's, holding its queue, and a marker recorded on it.
+    let held = ClStream::shared(stream);
+    let parent_marker = ClBackend::record_marker(&held).expect("marker");
+    ClBackend::wait(&parent_marker).expect("wait");
+    let objects = xpu_device::live_objects();
 
     xpu_device::fork::simulate_bad_fork();
 
@@ -102,6 +107,29 @@ fn stream_failures() {
     assert_eq!(marker.downcast_ref(), Some(&StreamError::BadFork));
     let marker = AllocError::from(marker);
     assert!(marker.is_bad_fork(), "ClBackend::record_marker: {marker:?}");
+    // The same through the parent's handle, whose queue is already resolved: every marker
+    // operation refuses before the driver (a completion query answers "complete").
+    let is_bad_fork = |what: &str, r: Result<(), xpu_alloc::MarkerError>| {
+        println!("{what} = {r:?}");
+        let e = r.expect_err(what);
+        assert_eq!(e.downcast_ref(), Some(&StreamError::BadFork), "{what}");
+    };
+    is_bad_fork(
+        "ClBackend::record_marker (parent's handle)",
+        ClBackend::record_marker(&held).map(drop),
+    );
+    is_bad_fork("ClBackend::wait", ClBackend::wait(&parent_marker));
+    is_bad_fork(
+        "ClBackend::stream_wait",
+        ClBackend::stream_wait(&held, &parent_marker),
+    );
+    is_bad_fork("ClBackend::synchronize", ClBackend::synchronize(&held));
+    assert!(ClBackend::marker_complete(&parent_marker));
+    assert_eq!(
+        xpu_device::live_objects(),
+        objects,
+        "a driver object was created or released in the child"
+    );
     done();
 }
 

@@ -4,7 +4,10 @@
 //! that then becomes a bad fork (`simulate_bad_fork`), so a call that took the lock would
 //! see the capture and is caught as a wrong result.
 
-use xpu_stream::{device_is_capturing, get_stream_from_pool, CaptureGuard, PRIORITY_NORMAL};
+use xpu_device::backend::QueueOptions;
+use xpu_stream::{
+    device_is_capturing, get_stream_from_pool, CaptureGuard, ExternalStream, PRIORITY_NORMAL,
+};
 use xpu_testing::bad_fork::{assert_bad_fork, bad_fork_test, done};
 
 /// A stream captured by the parent, in the child: beginning a capture refuses with
@@ -48,5 +51,40 @@ fn capture_run() {
     // The guard's drop left the parent's mark (read as an ordinary process).
     xpu_device::fork::end_simulated_bad_fork();
     assert!(captured.is_capturing(), "the guard's drop cleared the mark");
+    done();
+}
+
+/// A resolved queue of an external stream that the parent dropped (the `QueueRef` holds the
+/// last reference to the queue), dropped in the child: the queue is leaked, not released
+/// (`clReleaseCommandQueue` is a driver call).
+#[test]
+fn dropping_a_parents_queue_ref_in_a_bad_fork_child_leaks_it() {
+    if xpu_testing::devices(1) {
+        bad_fork_test("stream-queue-ref-bad-fork", queue_ref_run);
+    }
+}
+
+fn queue_ref_run() {
+    let queue = xpu_device::device(0)
+        .expect("device")
+        .create_queue(QueueOptions::default())
+        .expect("queue");
+    let external = ExternalStream::new(queue, 0).expect("external stream");
+    let held = external.stream().queue().expect("queue");
+    drop(external);
+    let queues = xpu_device::live_objects().queues;
+
+    xpu_device::fork::simulate_bad_fork();
+
+    drop(held);
+    println!(
+        "live queues: {queues} before the drop, {} after",
+        xpu_device::live_objects().queues
+    );
+    assert_eq!(
+        xpu_device::live_objects().queues,
+        queues,
+        "the queue was released in the child"
+    );
     done();
 }
