@@ -23,7 +23,10 @@
 //! dropping it had cost 66 more per pair). With a block remembering whether its hand-out
 //! counted it as an oversize allocation (the statistic exact across `set_config`): 976 ->
 //! 982 per pair and 1188 -> 1192 per mixed allocate + free (register allocation around one
-//! more byte store). The workload is [`xpu_alloc::workload`]'s (the bench's and `xpu
+//! more byte store). With the caching allocator's own bad-fork check
+//! (`Backend::is_bad_fork`, one relaxed load on allocate and one in `Allocation`'s drop,
+//! replacing `DataPtr`'s): 992 -> 1013 per pair and 1204 -> 1209 per mixed allocate + free
+//! (the check itself is two instructions; the rest is inlining moved around it). The workload is [`xpu_alloc::workload`]'s (the bench's and `xpu
 //! bench`'s).
 use xpu_alloc::workload::Workload;
 use xpu_alloc::AllocConfig;

@@ -64,7 +64,12 @@ impl ClStream {
         self.stream
     }
 
+    /// The queue of every marker operation: in a bad fork child `BadFork`, first, even when
+    /// the queue was resolved in the parent (no driver call on the parent's queue).
     fn queue(&self) -> Result<QueueRef, MarkerError> {
+        if xpu_device::fork::is_in_bad_fork() {
+            return Err(marker_error(StreamError::BadFork));
+        }
         match &self.queue {
             Some(q) => Ok(q.clone()),
             None => self.stream.queue().map_err(marker_error),
@@ -86,8 +91,9 @@ pub struct EventMarker(ClEvent);
 
 impl EventMarker {
     fn is_complete(&self) -> bool {
-        // An event that cannot be queried has terminated abnormally: treat it as complete.
-        self.0.is_complete().unwrap_or(true)
+        // An event that cannot be queried has terminated abnormally: treat it as complete; so
+        // is one in a bad fork child, which is not queried (no driver call there).
+        xpu_device::fork::is_in_bad_fork() || self.0.is_complete().unwrap_or(true)
     }
 }
 
@@ -137,7 +143,10 @@ pub enum StreamMarker {
 }
 
 /// The OpenCL backend of the caching allocator: OpenCL buffers (or simulated memory),
-/// [`StreamRef`]s and their markers.
+/// [`StreamRef`]s and their markers. In a bad fork child (see `xpu_device::fork`) its
+/// marker operations on device streams fail with `StreamError::BadFork` (in the
+/// [`MarkerError`]) before any driver call, also through a handle whose queue the parent
+/// resolved, and a device marker counts as complete without being queried.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ClBackend;
 
@@ -166,7 +175,12 @@ impl Backend for ClBackend {
 
     fn wait(marker: &StreamMarker) -> Result<(), MarkerError> {
         match marker {
-            StreamMarker::Device(m) => m.0.wait().map_err(marker_error),
+            StreamMarker::Device(m) => {
+                if xpu_device::fork::is_in_bad_fork() {
+                    return Err(marker_error(StreamError::BadFork));
+                }
+                m.0.wait().map_err(marker_error)
+            }
             StreamMarker::Simulated(m) => {
                 m.wait();
                 Ok(())
@@ -198,6 +212,12 @@ impl Backend for ClBackend {
                 Ok(())
             }
         }
+    }
+
+    /// `xpu_device::fork::is_in_bad_fork` (one relaxed atomic load).
+    #[inline]
+    fn is_bad_fork() -> bool {
+        xpu_device::fork::is_in_bad_fork()
     }
 
     xpu_caching::thread_caches!(ClBackend);

@@ -18,7 +18,34 @@ pub(crate) struct Live {
     /// The sub-buffer of exactly this allocation, created at its first use as a kernel
     /// argument ([`DataPtr::set_kernel_arg`]) and released with the allocation (queued
     /// commands keep their own reference until they complete, OpenCL 3.0 §5.5.1).
-    pub sub_buffer: OnceLock<Buffer>,
+    pub sub_buffer: SubBuffer,
+}
+
+/// The sub-buffer cached with an allocation ([`Live::sub_buffer`]): released when the
+/// allocation drops, leaked in a bad fork child (`clReleaseMemObject` is a driver call; see
+/// `xpu_device::fork`). It asks about the fork only when a sub-buffer exists, so the cached
+/// free path, which has none, pays nothing for it; the block itself is leaked there by the
+/// caching allocator's own check (`Allocation`'s drop, through `Backend::is_bad_fork`).
+#[derive(Default)]
+pub(crate) struct SubBuffer(OnceLock<Buffer>);
+
+impl SubBuffer {
+    /// The sub-buffer's release, or its leak in a bad fork child (out of the free path).
+    #[cold]
+    #[inline(never)]
+    fn release(&mut self) {
+        let mut slot = self.0.take();
+        drop(xpu_device::fork::take_unless_bad_fork(&mut slot));
+    }
+}
+
+impl Drop for SubBuffer {
+    #[inline]
+    fn drop(&mut self) {
+        if self.0.get().is_some() {
+            self.release();
+        }
+    }
 }
 
 /// A device allocation from the caching allocator; returns its block to the allocator when
@@ -37,7 +64,7 @@ impl DataPtr {
         Self {
             live: Some(Live {
                 allocation,
-                sub_buffer: OnceLock::new(),
+                sub_buffer: SubBuffer::default(),
             }),
             device,
             size,
@@ -111,7 +138,8 @@ impl DataPtr {
     /// [`DataPtr::view`].
     ///
     /// # Errors
-    /// [`AllocError::Unsupported`] for an empty pointer or simulated memory.
+    /// [`AllocError::BadFork`] in a bad fork child, first (the segment is read under the
+    /// stream's lock); [`AllocError::Unsupported`] for an empty pointer or simulated memory.
     pub fn cl_mem_and_offset(&self) -> Result<(raw::cl_mem, u64), AllocError> {
         self.with_buffer(|buffer, offset| (buffer.as_raw(), offset))
     }
@@ -153,6 +181,7 @@ impl DataPtr {
     }
 
     fn with_buffer<R>(&self, f: impl FnOnce(&Buffer, u64) -> R) -> Result<R, AllocError> {
+        check_fork()?;
         let live = self.live.as_ref().ok_or_else(|| {
             AllocError::Unsupported("an empty allocation has no buffer".to_owned())
         })?;
@@ -223,7 +252,7 @@ impl DataPtr {
                 "an empty allocation cannot be a kernel argument".to_owned(),
             ))
         })?;
-        if let Some(b) = live.sub_buffer.get() {
+        if let Some(b) = live.sub_buffer.0.get() {
             return Ok(b);
         }
         // Created outside any allocator lock (the segment buffer is retained here).
@@ -234,8 +263,8 @@ impl DataPtr {
             .sub_buffer(offset, size)
             .map_err(BlockArgError::Device)?;
         // A concurrent first use may have stored its own: keep that one, drop ours.
-        let _ = live.sub_buffer.set(sub);
-        Ok(live.sub_buffer.get().expect("set above"))
+        let _ = live.sub_buffer.0.set(sub);
+        Ok(live.sub_buffer.0.get().expect("set above"))
     }
 
     /// Marks this allocation as used on `stream` (as `Tensor.record_stream`), in the
@@ -291,17 +320,11 @@ impl std::fmt::Debug for DataPtr {
     }
 }
 
-impl Drop for DataPtr {
-    fn drop(&mut self) {
-        // `live` drops after this, in place: its allocation returns the block to the cache
-        // (the cached path: no move of the allocation out of `self`). In a child forked
-        // after OpenCL was initialized, the block stays with the parent's copy of the
-        // allocator (leaked): taking its lock could hang.
-        if xpu_device::fork::is_in_bad_fork() {
-            std::mem::forget(self.live.take());
-        }
-    }
-}
+// No `Drop` of its own: `live` drops in place, its allocation returning the block to the
+// cache (the cached path: no move of the allocation out of `self`) and then its sub-buffer
+// releasing. In a child forked after OpenCL was initialized both are leaked instead, each by
+// its own drop (`Allocation`'s through `ClBackend::is_bad_fork`, [`SubBuffer`]'s): taking
+// the allocator's lock could hang, and releasing a buffer is a driver call.
 
 /// Why an allocation could not become a kernel argument ([`DataPtr::set_kernel_arg`]).
 #[derive(Debug, thiserror::Error)]

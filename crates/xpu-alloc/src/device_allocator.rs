@@ -91,6 +91,12 @@ impl DeviceAllocator {
     /// Also the bad-fork check of every method taking a stream (before any lock).
     fn check_stream(&self, stream: &Stream) -> Result<(), AllocError> {
         check_fork()?;
+        self.check_device(stream)
+    }
+
+    /// `stream` belongs to this allocator's device.
+    #[inline]
+    fn check_device(&self, stream: &Stream) -> Result<(), AllocError> {
         if stream.device() == self.device {
             Ok(())
         } else {
@@ -113,7 +119,9 @@ impl DeviceAllocator {
     /// cannot grow and dropped pools are still releasing segments, those releases are waited
     /// for and the allocation retried once.
     pub fn allocate(&self, size: u64, stream: &Stream) -> Result<DataPtr, AllocError> {
-        self.check_stream(stream)?;
+        // The bad-fork check is the caching allocator's own, first thing in `allocate_with`
+        // (a routed pool's `allocate` checks too): nothing before it takes a lock.
+        self.check_device(stream)?;
         if let Some(pool) = self.routed() {
             return pool.allocate(size, stream);
         }

@@ -10,7 +10,7 @@ use xpu_caching::CachingAllocator;
 use crate::cl_stream::{ClBackend, StreamRef};
 use crate::config::AllocConfig;
 use crate::data_ptr::DataPtr;
-use crate::error::AllocError;
+use crate::error::{check_fork, AllocError};
 use crate::raw::RawTable;
 use crate::source::DynSource;
 
@@ -99,7 +99,9 @@ impl DeviceCore {
     /// (the statistics' range); [`AllocError::OutOfMemory`] /
     /// [`AllocError::MemoryFractionExceeded`] after the full OOM sequence (see
     /// `xpu_caching::CachingAllocator`);
-    /// [`AllocError::Device`] for other device errors.
+    /// [`AllocError::Device`] for other device errors; [`AllocError::BadFork`] in a bad fork
+    /// child (see `xpu_device::fork`), first, before any lock (the caching allocator's own
+    /// check, [`ClBackend`]'s `is_bad_fork`).
     #[inline]
     pub fn allocate_with(
         &self,
@@ -118,8 +120,10 @@ impl DeviceCore {
     /// an empty pointer and for the allocation stream.
     ///
     /// # Errors
+    /// [`AllocError::BadFork`] in a bad fork child, first;
     /// [`AllocError::InvalidDevicePointer`] when `ptr` comes from another allocator.
     pub fn record_stream(&self, ptr: &DataPtr, stream: &StreamRef) -> Result<(), AllocError> {
+        check_fork()?;
         match ptr.allocation() {
             Some(allocation) => Ok(self.inner.cache.record_stream(allocation, stream)?),
             None => Ok(()),
@@ -144,8 +148,11 @@ impl DeviceCore {
     /// and the block freed when the closure returns.
     ///
     /// # Errors
-    /// [`AllocError::InvalidDevicePointer`] for an address not live from `raw_alloc`.
+    /// [`AllocError::BadFork`] in a bad fork child, first (the raw table's lock may have been
+    /// held at the fork); [`AllocError::InvalidDevicePointer`] for an address not live from
+    /// `raw_alloc`.
     pub fn raw_delete(&self, address: u64) -> Result<(), AllocError> {
+        check_fork()?;
         if address == 0 {
             return Ok(());
         }
@@ -161,12 +168,14 @@ impl DeviceCore {
     /// allocation stays alive until `f` returns: a `raw_delete` meanwhile takes effect then.
     ///
     /// # Errors
+    /// [`AllocError::BadFork`] in a bad fork child, first;
     /// [`AllocError::InvalidDevicePointer`] for an address not live from `raw_alloc`.
     pub fn with_raw<R>(
         &self,
         address: u64,
         f: impl FnOnce(&DataPtr) -> R,
     ) -> Result<R, AllocError> {
+        check_fork()?;
         let ptr = self
             .inner
             .raw
@@ -179,14 +188,17 @@ impl DeviceCore {
     /// `set_per_process_memory_fraction`).
     ///
     /// # Errors
-    /// [`AllocError::InvalidFraction`] unless `0 < fraction <= 1`.
+    /// [`AllocError::BadFork`] in a bad fork child, first; [`AllocError::InvalidFraction`]
+    /// unless `0 < fraction <= 1`.
     pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), AllocError> {
         Ok(self.inner.cache.set_memory_fraction(fraction)?)
     }
 }
 
 /// Everything else (statistics, configuration, fraction, `empty_cache`, snapshots, history)
-/// is the backend-independent allocator's own API.
+/// is the backend-independent allocator's own API, which refuses, does nothing or answers a
+/// neutral value in a bad fork child (see `xpu_caching::CachingAllocator`'s fork safety:
+/// [`ClBackend`] answers `is_bad_fork` with `xpu_device::fork::is_in_bad_fork`).
 impl std::ops::Deref for DeviceCore {
     type Target = CachingAllocator<ClBackend>;
 

@@ -218,9 +218,13 @@ impl From<CacheError> for AllocError {
             CacheError::Fraction(fraction) => Self::InvalidFraction { fraction },
             CacheError::Device(failure) => match failure.downcast_ref::<DeviceError>() {
                 Some(e) => e.clone().into(),
+                None if failure.downcast_ref::<CacheError>() == Some(&CacheError::BadFork) => {
+                    Self::BadFork
+                }
                 None => Self::Source(failure),
             },
             CacheError::Stream(e) => Self::Stream(e),
+            CacheError::BadFork => Self::BadFork,
         }
     }
 }

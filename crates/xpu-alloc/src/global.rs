@@ -142,7 +142,7 @@ pub fn current_config() -> Result<AllocConfig, ConfigError> {
 /// # Errors
 /// See [`DeviceAllocator::allocate`].
 pub fn allocate(size: u64, stream: &Stream) -> Result<DataPtr, AllocError> {
-    check_fork()?;
+    // `device_allocator` refuses first in a bad fork child.
     device_allocator(stream.device())?.allocate(size, stream)
 }
 
@@ -217,12 +217,13 @@ pub fn raw_delete(ptr: DevicePtr) -> Result<(), AllocError> {
 /// ```
 ///
 /// # Errors
-/// [`AllocError::InvalidDevicePointer`] for a pointer not live from `raw_alloc`;
-/// [`AllocError::Unsupported`] for simulated memory.
+/// [`AllocError::BadFork`] in a bad fork child, first; [`AllocError::InvalidDevicePointer`]
+/// for a pointer not live from `raw_alloc`; [`AllocError::Unsupported`] for simulated memory.
 pub fn with_raw_view<R>(
     ptr: DevicePtr,
     f: impl FnOnce(BlockView<'_>) -> R,
 ) -> Result<R, AllocError> {
+    check_fork()?;
     match existing(ptr.device()) {
         Ok(Some(a)) => a.core().with_raw(ptr.address(), |d| d.view().map(f))?,
         _ => Err(AllocError::InvalidDevicePointer {
@@ -239,11 +240,12 @@ pub fn with_raw_view<R>(
 /// until [`raw_delete`]; safe code accesses the bytes through [`with_raw_view`].
 ///
 /// # Errors
-/// [`AllocError::InvalidDevicePointer`] for a pointer not live from `raw_alloc`;
-/// [`AllocError::Unsupported`] for simulated memory.
+/// [`AllocError::BadFork`] in a bad fork child, first; [`AllocError::InvalidDevicePointer`]
+/// for a pointer not live from `raw_alloc`; [`AllocError::Unsupported`] for simulated memory.
 pub fn raw_cl_mem_and_offset(
     ptr: DevicePtr,
 ) -> Result<(xpu_device::backend::raw::cl_mem, u64), AllocError> {
+    check_fork()?;
     match existing(ptr.device()) {
         Ok(Some(a)) => a
             .core()

@@ -698,3 +698,23 @@ pub fn wait_pool_releases() {
         r.done.wait(&mut pending);
     }
 }
+
+/// Test support: returns once the release thread (`xpu-pool-release`) has run every job
+/// handed to it before this call, in any state of the process, a simulated bad fork
+/// included: a marker job goes through the same FIFO channel, so when it runs every earlier
+/// job has finished (unlike [`wait_pool_releases`], which returns at once in a bad fork
+/// child). A scenario then knows that a release handed over before the call has happened.
+/// Never call it in a real bad-fork child (the thread does not exist there: this would wait
+/// forever), only in a process made one by `xpu_device::fork::simulate_bad_fork`, whose
+/// parent threads live on.
+#[doc(hidden)]
+pub fn flush_release_thread() {
+    let (done_tx, done_rx) = crossbeam::channel::bounded::<()>(1);
+    // Through the same path as a shard's teardown: on the thread after every job handed to it
+    // so far, or in place when there is no thread (then every release ran in place too).
+    run_in_background(Box::new(move || {
+        let _ = done_tx.send(());
+    }));
+    // An error would mean the marker was dropped unrun (no thread left): nothing to wait for.
+    let _ = done_rx.recv();
+}

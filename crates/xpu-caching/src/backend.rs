@@ -69,6 +69,25 @@ pub trait Backend: Clone + Sized + Send + Sync + 'static {
     /// # Errors
     /// [`MarkerError`] when the synchronization failed.
     fn synchronize(stream: &Self::Stream) -> Result<(), MarkerError>;
+    /// Whether this process is a child forked after its parent initialized the device's
+    /// driver (a "bad fork", as `torch.cuda`'s `_is_in_bad_fork`). Default: `false` (a
+    /// backend without a driver, such as the simulated one).
+    ///
+    /// Contract: one relaxed atomic load at most (the allocator asks it on its cached
+    /// allocate and free paths), never blocking, taking no lock and calling nothing; once
+    /// true it stays true for the process. While it is true, every entry point of
+    /// [`CachingAllocator`](crate::CachingAllocator), [`SharedState`](crate::SharedState),
+    /// [`WeakShard`](crate::WeakShard) and [`Allocation`](crate::Allocation) returns
+    /// [`CacheError::BadFork`](crate::CacheError::BadFork), or does nothing or answers a
+    /// neutral value (documented on each), before taking any allocator lock or calling the
+    /// backend or the segment source: a thread of the parent may have held such a lock at
+    /// the fork (the child would hang on it) and the driver's state is unusable in the child.
+    /// Dropping an allocation, a shard or an allocator's last handle then leaks what it
+    /// holds (blocks, segments, markers, stream handles) instead of releasing it.
+    #[inline]
+    fn is_bad_fork() -> bool {
+        false
+    }
     /// The calling thread's caches of the allocators over this backend: a `thread_local!`
     /// of the implementing crate, declared with [`thread_caches!`](crate::thread_caches)
     /// (statics cannot be generic, so each backend owns its own).

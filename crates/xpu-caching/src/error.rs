@@ -97,7 +97,17 @@ pub enum CacheError {
     /// A stream operation failed.
     #[error(transparent)]
     Stream(#[from] MarkerError),
+    /// The process is a child forked after its parent initialized the device's driver
+    /// ([`Backend::is_bad_fork`](crate::Backend::is_bad_fork)): the allocator refuses
+    /// before any lock or backend call (`xpu-alloc` maps it to its `AllocError::BadFork`).
+    #[error("{}", crate::error::BAD_FORK)]
+    BadFork,
 }
+
+/// The message of [`CacheError::BadFork`] (xpu-alloc's `AllocError::BadFork` has the device
+/// layer's own, naming the remedy).
+pub(crate) const BAD_FORK: &str = "cannot use the caching allocator in a forked subprocess: \
+     the parent process had already initialized the device";
 
 /// A failure of a stream operation the allocator needed (record, query or wait for a
 /// marker, make a stream wait, synchronize): the backend's own error, kept typed as a

@@ -15,7 +15,9 @@
 //!
 //! Contract: no device wait and no backend call that may block runs under an allocator
 //! lock; no user code runs under one; a block returns to the cache only when the
-//! stream-ordered contract of [`Backend`] says its last use is ordered before any reuse.
+//! stream-ordered contract of [`Backend`] says its last use is ordered before any reuse;
+//! in a child forked after the backend's driver was initialized ([`Backend::is_bad_fork`])
+//! no entry point takes an allocator lock or calls the backend, and drops leak.
 #![forbid(unsafe_code)]
 
 pub mod allocator;

@@ -112,6 +112,15 @@ pub fn simulate_bad_fork() {
     BAD_FORK.store(true, Ordering::SeqCst);
 }
 
+/// Test support: ends a [`simulate_bad_fork`], so that a scenario can check, with the
+/// ordinary entry points, what the calls it made as a bad-fork child left unchanged (a
+/// statistics reset or a configuration change that must have done nothing there). Only
+/// for processes made a bad fork by [`simulate_bad_fork`]: a real bad-fork child stays one.
+#[doc(hidden)]
+pub fn end_simulated_bad_fork() {
+    BAD_FORK.store(false, Ordering::SeqCst);
+}
+
 /// The message of the bad-fork error.
 pub const BAD_FORK_MESSAGE: &str = "cannot use the xpu runtime in a forked subprocess: the \
      parent process had already initialized OpenCL. To use xpu with several processes, start \

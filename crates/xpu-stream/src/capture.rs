@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::error::StreamError;
+use crate::error::{check_fork, StreamError};
 use crate::stream::{QueueRef, Stream};
 
 /// Streams being captured: `(device, stream id)`. `ACTIVE` counts them, so the check on every
@@ -30,8 +30,11 @@ impl CaptureGuard {
     /// Marks `stream` as capturing.
     ///
     /// # Errors
+    /// [`StreamError::BadFork`] in a bad fork child (see `xpu_device::fork`), first, before
+    /// the capture registry's lock (a thread of the parent may have held it at the fork);
     /// [`StreamError::AlreadyCapturing`] when another guard holds it.
     pub fn begin(stream: &Stream) -> Result<CaptureGuard, StreamError> {
+        check_fork()?;
         let key = (stream.device(), stream.id());
         let mut set = CAPTURING.lock();
         if !set.get_or_insert_with(HashSet::new).insert(key) {
@@ -53,6 +56,11 @@ impl CaptureGuard {
 
 impl Drop for CaptureGuard {
     fn drop(&mut self) {
+        // In a bad fork child the mark stays (the guard is the parent's): the registry's lock
+        // may have been held at the fork.
+        if xpu_device::fork::is_in_bad_fork() {
+            return;
+        }
         let mut set = CAPTURING.lock();
         if set.as_mut().is_some_and(|s| s.remove(&self.key)) {
             ACTIVE.fetch_sub(1, Ordering::AcqRel);
@@ -60,8 +68,10 @@ impl Drop for CaptureGuard {
     }
 }
 
+/// Whether a captured stream matches `pred`: false at once while nothing is captured, and
+/// in a bad fork child (no lock taken there; nothing can be captured or enqueued in it).
 fn any(pred: impl Fn(&(usize, u64)) -> bool) -> bool {
-    if ACTIVE.load(Ordering::Acquire) == 0 {
+    if ACTIVE.load(Ordering::Acquire) == 0 || xpu_device::fork::is_in_bad_fork() {
         return false;
     }
     CAPTURING
@@ -71,7 +81,8 @@ fn any(pred: impl Fn(&(usize, u64)) -> bool) -> bool {
 }
 
 /// Whether a stream of `device` is being captured (then device-wide [`crate::synchronize`] is
-/// refused, as `cudaDeviceSynchronize` during a capture).
+/// refused, as `cudaDeviceSynchronize` during a capture). False in a bad fork child, without
+/// taking the capture registry's lock.
 #[must_use]
 pub fn device_is_capturing(device: usize) -> bool {
     any(|k| k.0 == device)
@@ -79,7 +90,8 @@ pub fn device_is_capturing(device: usize) -> bool {
 
 impl Stream {
     /// Whether a graph is capturing this stream (as `torch.cuda.is_current_stream_capturing`
-    /// for a given stream). One atomic load while nothing is captured.
+    /// for a given stream). One atomic load while nothing is captured. False in a bad fork
+    /// child, without taking the capture registry's lock.
     #[must_use]
     pub fn is_capturing(&self) -> bool {
         let key = (self.device(), self.id());
@@ -91,7 +103,7 @@ impl Stream {
     /// # Errors
     /// [`StreamError::Capturing`] naming `operation`, when a graph captures the stream (as
     /// torch.cuda's "operation not permitted when stream is capturing"); nothing happened to
-    /// the stream.
+    /// the stream. `Ok` in a bad fork child (no lock taken; [`Stream::queue`] refuses there).
     pub fn check_not_capturing(&self, operation: &'static str) -> Result<(), StreamError> {
         if self.is_capturing() {
             return Err(StreamError::Capturing {

@@ -35,6 +35,20 @@ enum Inner {
     External(Arc<CommandQueue>),
 }
 
+impl Drop for QueueRef {
+    /// An external stream's queue is released by its last reference; in a bad fork child it is
+    /// leaked instead (the parent's driver object: `clReleaseCommandQueue` is a driver call).
+    /// A pool queue is never released here, so the common drop asks nothing.
+    #[inline]
+    fn drop(&mut self) {
+        if let Inner::External(q) = &self.0 {
+            if xpu_device::fork::is_in_bad_fork() {
+                std::mem::forget(Arc::clone(q));
+            }
+        }
+    }
+}
+
 impl Deref for QueueRef {
     type Target = CommandQueue;
     fn deref(&self) -> &CommandQueue {

@@ -75,19 +75,27 @@ impl<B: Backend> Allocation<B> {
 
     /// Runs `f` on the segment holding the allocation and the allocation's byte offset in
     /// it (under the stream's lock: `f` must not call the allocator); `None` if the block
-    /// is unknown (never for a live allocation).
+    /// is unknown (never for a live allocation), and in a bad fork child
+    /// ([`Backend::is_bad_fork`]: the lock may have been held at the fork).
     pub fn with_segment<R>(
         &self,
         f: impl FnOnce(&SourceSegment<B::Memory>, u64) -> R,
     ) -> Option<R> {
+        if B::is_bad_fork() {
+            return None;
+        }
         self.shard.with_segment(self.block, |segment, address| {
             f(segment, address - segment.address)
         })
     }
 
     /// Marks the allocation as used on `stream` (as `Tensor.record_stream`); ignored for
-    /// the allocation stream and for a stream already recorded.
+    /// the allocation stream and for a stream already recorded. Does nothing in a bad fork
+    /// child.
     pub fn record_stream(&self, stream: &B::Stream) {
+        if B::is_bad_fork() {
+            return;
+        }
         self.shard.record_stream(self.block, stream);
     }
 }
@@ -105,6 +113,12 @@ impl<B: Backend> std::fmt::Debug for Allocation<B> {
 impl<B: Backend> Drop for Allocation<B> {
     #[inline]
     fn drop(&mut self) {
+        // In a bad fork child the block stays with the parent's copy of the allocator
+        // (leaked, its shard kept alive): taking the shard's lock could hang.
+        if B::is_bad_fork() {
+            std::mem::forget(self.shard.clone());
+            return;
+        }
         let shard = &self.shard;
         shard.shared.history.record(
             TraceAction::FreeRequested,

@@ -308,9 +308,13 @@ impl<B: Backend> SharedState<B> {
         self.0.source.as_ref()
     }
 
-    /// The allocator's event history.
+    /// The allocator's event history; in a bad fork child a new empty one (the ring's lock
+    /// may have been held at the fork).
     #[must_use]
     pub fn history(&self) -> Arc<History> {
+        if B::is_bad_fork() {
+            return Arc::default();
+        }
         self.0.history.clone()
     }
 
@@ -321,58 +325,90 @@ impl<B: Backend> SharedState<B> {
     /// # Errors
     /// [`SourceError::OutOfMemory`] when `source` has no room, the fraction forbids it or
     /// the reserved bytes would pass `i64::MAX`; [`SourceError::Device`] when `source`
-    /// returned a segment of another size (freed again); otherwise `source`'s error.
+    /// returned a segment of another size (freed again); otherwise `source`'s error. In a
+    /// bad fork child ([`Backend::is_bad_fork`]), first: [`SourceError::Device`] holding
+    /// [`CacheError::BadFork`](crate::CacheError::BadFork).
     pub fn allocate_segment_from(
         &self,
         source: &dyn SegmentSource<Memory = B::Memory>,
         size: u64,
     ) -> Result<SourceSegment<B::Memory>, SourceError> {
+        if B::is_bad_fork() {
+            return Err(SourceError::Device(DeviceFailure::new(
+                crate::CacheError::BadFork,
+            )));
+        }
         self.0
             .allocate_segment_from(source, size)
             .map_err(|f| DeviceShared::<B>::charge_failure(f, size))
     }
 
     /// Returns a segment of [`SharedState::allocate_segment_from`] to its `source` and
-    /// uncharges it.
+    /// uncharges it. In a bad fork child the segment is leaked (not returned, nothing
+    /// uncharged).
     pub fn release_segment_to(
         &self,
         source: &dyn SegmentSource<Memory = B::Memory>,
         segment: SourceSegment<B::Memory>,
     ) {
+        if B::is_bad_fork() {
+            std::mem::forget(segment);
+            return;
+        }
         self.0.release_segment_to(source, segment);
     }
 
-    /// Bytes the memory fraction allows (`None` when none is set).
+    /// Bytes the memory fraction allows (`None` when none is set, and in a bad fork child).
     #[must_use]
     pub fn allowed(&self) -> Option<u64> {
+        if B::is_bad_fork() {
+            return None;
+        }
         self.0.allowed()
     }
 
-    /// Reserved bytes now (segments of the allocator and those charged to it).
+    /// Reserved bytes now (segments of the allocator and those charged to it); 0 in a bad
+    /// fork child.
     #[must_use]
     pub fn reserved(&self) -> u64 {
+        if B::is_bad_fork() {
+            return 0;
+        }
         self.0.reserved()
     }
 
     /// The allocator's statistics (as
-    /// [`CachingAllocator::memory_stats`](super::CachingAllocator::memory_stats)).
+    /// [`CachingAllocator::memory_stats`](super::CachingAllocator::memory_stats)); all zero
+    /// in a bad fork child.
     #[must_use]
     pub fn memory_stats(&self) -> crate::stats::MemoryStats {
+        if B::is_bad_fork() {
+            return crate::stats::MemoryStats::default();
+        }
         self.0.stats.aggregate()
     }
 
-    /// Sets every peak to its current value.
+    /// Sets every peak to its current value. Does nothing in a bad fork child.
     pub fn reset_peak_stats(&self) {
+        if B::is_bad_fork() {
+            return;
+        }
         self.0.stats.reset_peak();
     }
 
-    /// Zeroes the accumulated statistics.
+    /// Zeroes the accumulated statistics. Does nothing in a bad fork child.
     pub fn reset_accumulated_stats(&self) {
+        if B::is_bad_fork() {
+            return;
+        }
         self.0.stats.reset_accumulated();
     }
 
-    /// Replaces the configuration.
+    /// Replaces the configuration. Does nothing in a bad fork child.
     pub fn set_config(&self, config: AllocConfig) {
+        if B::is_bad_fork() {
+            return;
+        }
         self.0.set_config(config);
     }
 

@@ -82,6 +82,20 @@ struct Inner<B: Backend> {
     oom_lock: Mutex<()>,
 }
 
+impl<B: Backend> Drop for Inner<B> {
+    fn drop(&mut self) {
+        // In a bad fork child the device-wide state (its segment source) is leaked; each
+        // shard leaks its own state when it drops (see `Shard`'s drop).
+        if B::is_bad_fork() {
+            std::mem::forget(self.shared.clone());
+        }
+    }
+}
+
+/// The history [`CachingAllocator::memory_history`] answers in a bad fork child: empty, off,
+/// and only ever touched in the child (so no thread of the parent held its lock).
+static DETACHED_HISTORY: std::sync::OnceLock<History> = std::sync::OnceLock::new();
+
 /// The caching allocator of one device over backend `B`, its segments from a
 /// [`SegmentSource`] (cheap to clone: clones share the allocator). It relies on the
 /// stream-ordered contract of [`Backend`] and on nothing else of the device. PyTorch's rules (reference §4): 512-byte rounding, optional
@@ -140,6 +154,14 @@ struct Inner<B: Backend> {
 /// before its blocks became free; so every command enqueued on the allocating stream after
 /// the allocation runs after that work. Work on other streams that used the memory without
 /// `record_stream` is the caller's responsibility, as in PyTorch.
+///
+/// # Fork safety
+/// In a child process forked after its parent initialized the device's driver
+/// ([`Backend::is_bad_fork`]), every method refuses with [`CacheError::BadFork`] or does
+/// nothing / answers a neutral value (each says which), before any allocator lock, backend
+/// or segment source call: a thread of the parent may have held a lock at the fork. Dropping
+/// an [`Allocation`], a shard or the allocator's last handle there leaks what it holds. As
+/// torch's `_lazy_init` refusing in a bad fork.
 ///
 /// # Fragmentation policy
 /// With `release_policy:before_grow` (the default), idle cached large segments are
@@ -252,7 +274,8 @@ impl<B: Backend> CachingAllocator<B> {
     /// 1 EiB; [`CacheError::OutOfMemory`] also when the reserved bytes would pass `i64::MAX`
     /// (the statistics' range), and after the full OOM sequence (`fraction` set when the
     /// memory fraction refused);
-    /// [`CacheError::Device`] for other device errors.
+    /// [`CacheError::Device`] for other device errors; [`CacheError::BadFork`] in a bad fork
+    /// child ([`Backend::is_bad_fork`]), first (also for size 0).
     #[inline]
     pub fn allocate_with(
         &self,
@@ -260,6 +283,9 @@ impl<B: Backend> CachingAllocator<B> {
         key: StreamKey,
         stream: impl FnOnce() -> B::Stream,
     ) -> Result<Option<Allocation<B>>, CacheError> {
+        if B::is_bad_fork() {
+            return Err(CacheError::BadFork);
+        }
         let shared = &self.inner.shared;
         if size == 0 {
             return Ok(None);
@@ -349,9 +375,13 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// Weak handles of every shard (a dropped private pool's shards that live on through
-    /// their allocations stay reachable for the device's `empty_cache`).
+    /// their allocations stay reachable for the device's `empty_cache`). None in a bad fork
+    /// child (the shard map's lock may have been held at the fork).
     #[must_use]
     pub fn weak_shards(&self) -> Vec<WeakShard<B>> {
+        if B::is_bad_fork() {
+            return Vec::new();
+        }
         self.inner
             .shards
             .lock()
@@ -370,12 +400,16 @@ impl<B: Backend> CachingAllocator<B> {
     /// for the allocation stream.
     ///
     /// # Errors
-    /// [`CacheError::Foreign`] when `allocation` comes from another allocator.
+    /// [`CacheError::BadFork`] in a bad fork child, first; [`CacheError::Foreign`] when
+    /// `allocation` comes from another allocator.
     pub fn record_stream(
         &self,
         allocation: &Allocation<B>,
         stream: &B::Stream,
     ) -> Result<(), CacheError> {
+        if B::is_bad_fork() {
+            return Err(CacheError::BadFork);
+        }
         if !Arc::ptr_eq(&allocation.shard.shared, &self.inner.shared) {
             return Err(CacheError::Foreign(allocation.address()));
         }
@@ -387,8 +421,12 @@ impl<B: Backend> CachingAllocator<B> {
     /// the device (as `torch.cuda.empty_cache`). Blocks in split segments with a live part
     /// stay cached. A segment is released only after the work enqueued on its stream before
     /// this call has completed (a marker waited for without any allocator lock); until then
-    /// it counts as reserved. Returns once every released segment is freed.
+    /// it counts as reserved. Returns once every released segment is freed. Does nothing in a
+    /// bad fork child.
     pub fn empty_cache(&self) {
+        if B::is_bad_fork() {
+            return;
+        }
         let shared = &self.inner.shared;
         with_local(shared, |local| {
             local.stats().num_sync_all_streams.bump();
@@ -428,8 +466,12 @@ impl<B: Backend> CachingAllocator<B> {
     /// [`CacheError::OutOfMemory`] with `fraction` set.
     ///
     /// # Errors
-    /// [`CacheError::Fraction`] unless `0 < fraction <= 1`.
+    /// [`CacheError::BadFork`] in a bad fork child, first; [`CacheError::Fraction`] unless
+    /// `0 < fraction <= 1`.
     pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), CacheError> {
+        if B::is_bad_fork() {
+            return Err(CacheError::BadFork);
+        }
         if !(fraction > 0.0 && fraction <= 1.0) {
             return Err(CacheError::Fraction(fraction));
         }
@@ -437,27 +479,42 @@ impl<B: Backend> CachingAllocator<B> {
         Ok(())
     }
 
-    /// The memory fraction (1.0 when none is set).
+    /// The memory fraction (1.0 when none is set, and in a bad fork child).
     #[must_use]
     pub fn memory_fraction(&self) -> f64 {
+        if B::is_bad_fork() {
+            return 1.0;
+        }
         self.inner.shared.fraction().unwrap_or(1.0)
     }
 
-    /// Replaces the configuration (applies to the following allocations).
+    /// Replaces the configuration (applies to the following allocations). Does nothing in a
+    /// bad fork child.
     pub fn set_config(&self, config: AllocConfig) {
+        if B::is_bad_fork() {
+            return;
+        }
         self.inner.shared.set_config(config);
     }
 
-    /// The current configuration.
+    /// The current configuration; the default one in a bad fork child (the configuration's
+    /// lock may have been held at the fork).
     #[must_use]
     pub fn config(&self) -> Arc<AllocConfig> {
+        if B::is_bad_fork() {
+            return Arc::new(AllocConfig::default());
+        }
         self.inner.shared.config()
     }
 
     /// All statistics (as `torch.cuda.memory_stats`); see [`crate::stats`] for how peaks
-    /// are aggregated across threads.
+    /// are aggregated across threads. All zero in a bad fork child (the statistics' locks
+    /// may have been held at the fork), as are the byte figures below.
     #[must_use]
     pub fn memory_stats(&self) -> MemoryStats {
+        if B::is_bad_fork() {
+            return MemoryStats::default();
+        }
         let mut stats = self.inner.shared.stats.aggregate();
         let max_split = self.config().max_split_size;
         stats.max_split_size = i64::try_from(max_split).unwrap_or(-1);
@@ -475,21 +532,32 @@ impl<B: Backend> CachingAllocator<B> {
         max_memory_reserved: reserved_bytes.all.peak,
     }
 
-    /// Sets every peak to its current value (as `torch.cuda.reset_peak_memory_stats`).
+    /// Sets every peak to its current value (as `torch.cuda.reset_peak_memory_stats`). Does
+    /// nothing in a bad fork child.
     pub fn reset_peak_stats(&self) {
+        if B::is_bad_fork() {
+            return;
+        }
         self.inner.shared.stats.reset_peak();
     }
 
     /// Zeroes accumulated statistics and counters (as
-    /// `torch.cuda.reset_accumulated_memory_stats`).
+    /// `torch.cuda.reset_accumulated_memory_stats`). Does nothing in a bad fork child.
     pub fn reset_accumulated_stats(&self) {
+        if B::is_bad_fork() {
+            return;
+        }
         self.inner.shared.stats.reset_accumulated();
     }
 
     /// (free, total) device memory in bytes (as `torch.cuda.mem_get_info`): the device's
     /// free-memory query when it has one, else total minus this allocator's reserved bytes.
+    /// `(0, 0)` in a bad fork child (no source query, no lock).
     #[must_use]
     pub fn mem_get_info(&self) -> (u64, u64) {
+        if B::is_bad_fork() {
+            return (0, 0);
+        }
         let shared = &self.inner.shared;
         let total = shared.source.total_memory();
         let free = shared
@@ -500,16 +568,23 @@ impl<B: Backend> CachingAllocator<B> {
     }
 
     /// The history of this allocator's events (as `torch.cuda.memory._record_memory_history`;
-    /// off by default). See [`crate::history`].
+    /// off by default). See [`crate::history`]. In a bad fork child, an empty history of
+    /// the child's own, off (the allocator's ring lock may have been held at the fork).
     #[must_use]
     pub fn memory_history(&self) -> &History {
+        if B::is_bad_fork() {
+            return DETACHED_HISTORY.get_or_init(History::new);
+        }
         &self.inner.shared.history
     }
 
     /// Device-wide reserved bytes as the segment accounting sees them (no statistics
-    /// aggregation; used by the replay to sample every event).
+    /// aggregation; used by the replay to sample every event). 0 in a bad fork child.
     #[must_use]
     pub fn reserved_bytes(&self) -> u64 {
+        if B::is_bad_fork() {
+            return 0;
+        }
         self.inner.shared.reserved()
     }
 }

@@ -72,7 +72,15 @@ impl<B: Backend> Drop for Shard<B> {
     fn drop(&mut self) {
         // No block is live (each DataPtr holds the shard): finish pending frees and return
         // every cached segment to the device once the stream's work is done. No lock is
-        // held (`&mut self`); statistics writes are closed while waiting.
+        // held (`&mut self`); statistics writes are closed while waiting. In a bad fork
+        // child the shard is leaked instead: its segments, markers and stream stay the
+        // parent's (no backend or source call, no statistics lock), and so does the
+        // device-wide state.
+        if B::is_bad_fork() {
+            self.state.get_mut().leak();
+            std::mem::forget(self.shared.clone());
+            return;
+        }
         let shared = self.shared.clone();
         if let Some(run) = shared.deferred_drop {
             let empty = ShardState::new(self.key, self.state.get_mut().stream.clone(), &shared);

@@ -46,9 +46,13 @@ pub struct SegmentSnapshot {
 }
 
 impl<B: Backend> CachingAllocator<B> {
-    /// Every segment with its blocks, sorted by address.
+    /// Every segment with its blocks, sorted by address. None in a bad fork child
+    /// ([`Backend::is_bad_fork`]: the shards' locks may have been held at the fork).
     #[must_use]
     pub fn snapshot(&self) -> Vec<SegmentSnapshot> {
+        if B::is_bad_fork() {
+            return Vec::new();
+        }
         let mut out = Vec::new();
         for shard in self.all_shards() {
             let state = shard.lock();

@@ -110,6 +110,17 @@ impl<B: Backend> ShardState<B> {
         }
     }
 
+    /// Forgets what this state holds of the device (blocks, segments, pending markers,
+    /// released segments and a reference to its stream), so that dropping it afterwards calls
+    /// neither the backend nor the segment source: a shard dropped in a bad fork child.
+    pub(crate) fn leak(&mut self) {
+        std::mem::forget(self.stream.clone());
+        std::mem::forget(std::mem::take(&mut self.blocks));
+        std::mem::forget(std::mem::take(&mut self.segments));
+        std::mem::forget(std::mem::take(&mut self.pending));
+        std::mem::forget(std::mem::take(&mut self.released));
+    }
+
     fn pool_mut(&mut self, kind: PoolKind) -> &mut FreePool {
         match kind {
             PoolKind::Small => &mut self.small,

@@ -20,6 +20,11 @@ pub struct Entry<B: Backend> {
 
 impl<B: Backend> Drop for Entry<B> {
     fn drop(&mut self) {
+        // A thread exiting in a bad fork child does not fold its cell into the registry
+        // (whose lock may have been held at the fork); its shards leak as they drop.
+        if B::is_bad_fork() {
+            return;
+        }
         if let Some(shared) = self.shared.upgrade() {
             shared.stats.retire(&self.cell);
         }

@@ -23,8 +23,12 @@ impl<B: Backend> WeakShard<B> {
     /// for one stream): waits for its pending frees and for the work enqueued on its stream
     /// ([`Backend::wait`]), then frees them. Call without any allocator lock held. When the
     /// shard's last allocation was freed meanwhile, it drops here (its teardown runs as the
-    /// allocator was set up to).
+    /// allocator was set up to). Does nothing in a bad fork child
+    /// ([`Backend::is_bad_fork`]).
     pub fn release_cached(&self) {
+        if B::is_bad_fork() {
+            return;
+        }
         if let Some(shard) = self.0.upgrade() {
             release_cached(&shard);
         }

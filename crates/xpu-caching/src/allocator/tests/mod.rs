@@ -15,6 +15,7 @@ use crate::sim_stream::{SimBackend, SimMarker, SimStream};
 use crate::source::{Simulated, SimulatedSource};
 use crate::stream::{MarkerError, StreamKey};
 
+mod bad_fork;
 mod config_change;
 mod deferred_drop;
 mod stream_order;
