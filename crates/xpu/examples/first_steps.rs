@@ -22,11 +22,11 @@ const AXPY: &str = "__kernel void axpy(__global float *y, __global const float *
 
 const N: usize = 1 << 16;
 
-fn run() -> Result<(), Box<dyn std::error::Error>> {
-    // A device: torch.cuda.device_count() / set_device() / get_device_name().
-    if xpu::device_count() == 0 {
-        return Err("no OpenCL device (install PoCL: apt-get install pocl-opencl-icd)".into());
-    }
+// Every layer's error converts into `xpu::Error`, so `?` works on all of them here.
+fn run() -> xpu::Result<()> {
+    // A device: torch.cuda.init() / device_count() / set_device() / get_device_name().
+    xpu::init()?; // fails with a clear error when there is no OpenCL device
+    println!("{} device(s)", xpu::device_count());
     xpu::set_device(0)?;
     let device = xpu::current_device()?;
     println!("device {device}: {}", xpu::get_device_name(None)?);
