@@ -15,7 +15,8 @@ use xpu::xpu_kernel::memory::copy_htod_pinned;
 use xpu::{DeviceBuffer, Event, LaunchExt, Program, StreamExt, StreamMemoryExt};
 
 /// `y[i] = a * x[i] + y[i]` for `i < n`.
-const AXPY: &str = "__kernel void axpy(__global float *y, __global const float *x, float a, uint n) {
+const AXPY: &str =
+    "__kernel void axpy(__global float *y, __global const float *x, float a, uint n) {
     size_t i = get_global_id(0);
     if (i < n) y[i] = a * x[i] + y[i];
 }";
@@ -94,7 +95,10 @@ fn run() -> xpu::Result<()> {
     // The caching allocator's statistics, as torch.cuda.memory_stats / memory_summary.
     let stats = xpu::memory_stats(None)?;
     let live = (x.len() + z.len()) * std::mem::size_of::<f32>();
-    assert!(stats.allocated_bytes.all.current >= live as i64, "{stats:?}");
+    assert!(
+        stats.allocated_bytes.all.current >= live as i64,
+        "{stats:?}"
+    );
     assert!(stats.reserved_bytes.all.current >= stats.allocated_bytes.all.current);
     println!("{}", xpu::memory_summary(None, true)?);
 
