@@ -68,6 +68,9 @@ fn run() -> xpu::Result<()> {
     s2.wait_event(&end)?;
     let mut z = DeviceBuffer::<f32>::new(N, &s2)?;
     s2.memcpy_dtod(&y, &mut z)?; // `y` (allocated on s1) is used on s2: recorded on s2
+                                 // The explicit form, as Tensor.record_stream: needed only for uses xpu does not see (raw
+                                 // interop handles); xpu's copies and launches on another stream record it themselves.
+    y.data_ptr().record_stream(&s2)?;
     let y_address = y.data_ptr().address();
     drop(y); // freed while s2's copy is pending: the block waits for s2 before reuse
     let reused = DeviceBuffer::<f32>::new(N, &s1)?;
