@@ -38,7 +38,9 @@
 //! let stream = xpu_stream::get_stream_from_pool(0, 0)?;
 //! let buf = xpu_alloc::allocate(1 << 20, &stream)?; // 1 MiB, freed on drop
 //! assert!(xpu_alloc::memory_allocated(0)? >= 1 << 20);
-//! let (_mem, _offset) = buf.cl_mem_and_offset()?; // kernel arguments
+//! // Raw interop values (the segment's cl_mem, not retained, and the byte offset); to pass the
+//! // block to a kernel, give `&buf` to xpu-kernel's launch builder (one argument, exactly it).
+//! let (_mem, _offset) = buf.cl_mem_and_offset()?;
 //! drop(buf);
 //! xpu_alloc::empty_cache();
 //! # Ok(()) }

@@ -17,7 +17,7 @@ pub struct Args {
     /// Print one JSON object of named figures.
     #[arg(long)]
     pub json: bool,
-    /// Device to measure (default: the current device).
+    /// Device to measure (default: device 0, the process's current device).
     #[arg(long)]
     pub device: Option<usize>,
     /// CI-sized runs: fewer iterations and smaller copies (figures are noisier).

@@ -28,7 +28,22 @@ use clap::{Parser, Subcommand};
 /// xpu: a GPU runtime over OpenCL with torch.xpu's surface (devices, streams, events,
 /// caching allocators).
 #[derive(Debug, Parser)]
-#[command(name = "xpu", version, about, long_about = None)]
+#[command(
+    name = "xpu",
+    version,
+    about,
+    long_about = None,
+    after_help = "Environment:\n  \
+        XPU_DEVICE_TYPE=gpu|cpu|all  which devices are visible (default: the GPUs, else the CPUs)\n  \
+        XPU_PLATFORM=<substring>     only OpenCL platforms whose name contains it \
+        (case-insensitive)\n  \
+        XPU_ALLOC_CONF=<config>      allocator settings, PYTORCH_CUDA_ALLOC_CONF grammar \
+        (`--config` overrides it)\n  \
+        XPU_KERNEL_CACHE=<dir>|0     where built OpenCL programs are cached (0: off)\n  \
+        RUST_LOG=<filter>            log filter for stderr (default: warn)\n\n\
+        Device indices count the visible devices from 0; without `--device` a command uses \
+        device 0."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -39,8 +54,9 @@ struct Cli {
 enum Command {
     /// Print the device table (`--json` for a machine-readable list).
     Info(info::Args),
-    /// Show the runtime at work: the device table, a real replay of a bundled allocator
-    /// trace with its memory summary and plot, and a two-stream event pipeline.
+    /// Show the runtime at work on device 0: the device table, a real replay of a bundled
+    /// allocator trace with its memory summary and plot, a two-stream event pipeline, and a
+    /// small MLP trained by OpenCL kernels, checked against the CPU.
     Demo(demo::Args),
     /// Replay an allocator trace through the caching allocator (real device or simulated).
     Replay(replay::Args),

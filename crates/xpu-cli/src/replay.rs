@@ -45,14 +45,16 @@ pub struct Args {
 /// Where `xpu replay` allocates: a device, or a simulated one.
 #[derive(Debug, Clone, clap::Args)]
 pub struct TargetArgs {
-    /// Replay on this device with real OpenCL memory (default: the current device).
+    /// Replay on this device with real OpenCL memory (default: device 0, the process's
+    /// current device). Not with `--simulate`.
     #[arg(long, conflicts_with = "simulate")]
     pub device: Option<usize>,
     /// Replay on a simulated device (no device memory): an H200's capacity (139.8 GiB,
     /// largest allocation 34.95 GiB) unless `--capacity` is given.
     #[arg(long)]
     pub simulate: bool,
-    /// Capacity in bytes of the simulated device.
+    /// Capacity in bytes of the simulated device (needs `--simulate`); its largest
+    /// allocation is then the smaller of this and the H200's 34.95 GiB.
     #[arg(long, requires = "simulate")]
     pub capacity: Option<u64>,
 }

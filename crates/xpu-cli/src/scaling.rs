@@ -13,10 +13,11 @@ use serde_json::Value;
 /// Arguments of `xpu plot-scaling`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// `xpu bench --json` output.
+    /// A file holding `xpu bench --json` output (its `threads{N}_pair_ns` figures).
     #[arg(long)]
     pub ours: PathBuf,
-    /// PyTorch's `torch_alloc_bench.py` output.
+    /// A file holding PyTorch's `torch_alloc_bench.py` output; without it only xpu's curve is
+    /// drawn.
     #[arg(long)]
     pub torch: Option<PathBuf>,
     /// SVG file to write (its directory must exist).

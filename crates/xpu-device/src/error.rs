@@ -237,6 +237,16 @@ pub enum KernelArgProblem {
         /// The size of the value given, bytes.
         given: usize,
     },
+    /// A scalar of the declared size but another kind: an integer for a `float` / `double`
+    /// parameter, or a float for an integer one. OpenCL reads the argument's bytes as the
+    /// declared type without converting them (§5.9.2), so `2i32` for `float a` would be
+    /// 2.8e-45; refused as `CL_INVALID_ARG_VALUE`.
+    KindMismatch {
+        /// The parameter's declared type, e.g. `float`.
+        type_name: String,
+        /// The Rust type of the value given, e.g. `i32`.
+        given: &'static str,
+    },
     /// A buffer of another OpenCL context than the kernel's (`CL_INVALID_CONTEXT`), e.g. a
     /// buffer of device 0 for a kernel built for device 1.
     OtherContext,
@@ -257,7 +267,8 @@ impl KernelArgProblem {
             KernelArgProblem::InfoUnavailable => -19,
             KernelArgProblem::ScalarForPointer { .. }
             | KernelArgProblem::BufferForNonPointer { .. }
-            | KernelArgProblem::LocalForNonLocal { .. } => -50,
+            | KernelArgProblem::LocalForNonLocal { .. }
+            | KernelArgProblem::KindMismatch { .. } => -50,
             KernelArgProblem::SizeMismatch { .. } => -51,
             KernelArgProblem::OtherContext => -34,
             KernelArgProblem::NotSet => return ClError::new("clEnqueueNDRangeKernel", -52),
@@ -312,6 +323,12 @@ impl fmt::Display for KernelArgProblem {
                 f,
                 "a {given}-byte scalar for a parameter of type {type_name}, which is not a \
                  scalar type the runtime can check (CL_INVALID_ARG_SIZE)"
+            ),
+            KernelArgProblem::KindMismatch { type_name, given } => write!(
+                f,
+                "a value of Rust type {given} for a parameter of type {type_name}: OpenCL \
+                 would read its bits as {type_name}, not convert it; pass a value of the \
+                 parameter's kind (CL_INVALID_ARG_VALUE)"
             ),
             KernelArgProblem::OtherContext => f.write_str(
                 "the buffer belongs to another OpenCL context (another device) than the kernel \

@@ -219,6 +219,57 @@ fn a_scalar_for_a_pointer_parameter_is_refused() {
     println!("scenario-ok");
 }
 
+/// A scalar of the declared size but the other kind is refused: OpenCL reads the bytes as the
+/// declared type (§5.9.2), so an integer for a `float` (or a float for a `uint`) would
+/// silently be another number. Signedness may differ.
+#[test]
+fn a_scalar_of_another_kind_than_the_parameter_is_refused() {
+    let Some(dev) = common::device0_in_child() else {
+        return;
+    };
+    let (_program, mut kernel) = common::scale_index(dev);
+    let err = kernel.set_arg(1, 2.0f32).unwrap_err();
+    match &err {
+        DeviceError::KernelArg {
+            index: 1,
+            name,
+            problem: KernelArgProblem::KindMismatch { type_name, given },
+            ..
+        } => assert_eq!(
+            (name.as_str(), type_name.as_str(), *given),
+            ("k", "uint", "f32")
+        ),
+        other => panic!("expected KindMismatch, got {other:?}"),
+    }
+    assert_eq!(err.cl_error().unwrap().code, CL_INVALID_ARG_VALUE);
+    assert!(
+        err.to_string()
+            .contains("Rust type f32 for a parameter of type uint"),
+        "{err}"
+    );
+    kernel.set_arg(1, 7u32).unwrap();
+    kernel.set_arg(1, 7i32).unwrap();
+
+    const FLOATS: &str = "__kernel void axpb(__global float *y, float a, float b) {
+        y[get_global_id(0)] = a * y[get_global_id(0)] + b; }";
+    let program = Program::build(dev.context().unwrap(), dev.id(), FLOATS).unwrap();
+    let mut kernel = Kernel::new(&program, "axpb").unwrap();
+    for (given, err) in [
+        ("i32", kernel.set_arg(1, 2i32).unwrap_err()),
+        ("u32", kernel.set_arg(2, 2u32).unwrap_err()),
+    ] {
+        assert!(
+            matches!(&err, DeviceError::KernelArg {
+                problem: KernelArgProblem::KindMismatch { type_name, given: g },
+                ..
+            } if type_name == "float" && *g == given),
+            "{err:?}"
+        );
+    }
+    kernel.set_arg(1, 2.0f32).unwrap();
+    println!("scenario-ok");
+}
+
 #[test]
 fn a_buffer_of_another_context_is_refused() {
     let Some((d0, d1)) = common::two_devices_in_child() else {

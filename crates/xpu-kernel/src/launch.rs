@@ -248,7 +248,9 @@ pub struct Launch<'a> {
 impl<'a> Launch<'a> {
     /// Sets the next argument (parameter order), checked against the kernel's signature as the
     /// driver reports it (`-cl-kernel-arg-info`): an allocation only for a `__global` or
-    /// `__constant` pointer, a scalar only for a by-value parameter of the same size,
+    /// `__constant` pointer, a scalar only for a by-value parameter of the same size and kind
+    /// (an integer literal such as `2` is an `i32`, refused for a `float` parameter: write
+    /// `2.0f32`; signedness may differ),
     /// [`LocalMem`] only for a `__local` pointer.
     ///
     /// An allocation is passed as one argument, a sub-buffer of exactly the allocation

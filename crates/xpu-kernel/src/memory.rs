@@ -9,7 +9,9 @@
 //! Panics: none on user input; every misuse (a range outside a buffer, mismatched lengths, a
 //! stream of another device, overlapping ranges, a byte size that overflows) is a
 //! [`MemoryError`]. As for any `Vec`, the host buffers built by [`to_vec`] and by the staged
-//! [`fill`] abort the process if the host is out of memory.
+//! [`fill`] abort the process if the host is out of memory. Besides the errors each function
+//! lists, every operation taking a stream fails with [`MemoryError::Capturing`] on a stream a
+//! graph is capturing, and with `Alloc(AllocError::BadFork)` in a bad fork child.
 //!
 //! SVM: the allocator's `memory_kind:svm` was removed (a typed `ConfigError::Unsupported`), so
 //! every block is an OpenCL buffer region and every copy here applies to every block.
@@ -766,8 +768,9 @@ fn stage_in_parallel(
 
 /// Host-to-device copy from pinned memory the caller already holds (as torch's
 /// `pinned.to(device, non_blocking=True)`): one `clEnqueueWriteBuffer` from the pinned block,
-/// no staging copy, so it runs at the raw pinned bandwidth. `src` holds the elements' bytes
-/// (fill it with `bytemuck::cast_slice_mut` or `copy_from_slice`); its use is recorded, so
+/// no staging copy, so it runs at the raw pinned bandwidth. `src` holds the elements' bytes:
+/// allocate it with `xpu_alloc::host_allocate(dst.byte_len())` (or `host_allocate_on`) and
+/// fill it with `bytemuck::cast_slice_mut` or `copy_from_slice`; its use is recorded, so
 /// dropping it at once is safe, and writing it waits for the copy (see `HostPtr`).
 ///
 /// # Errors

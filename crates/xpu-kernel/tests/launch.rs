@@ -421,6 +421,55 @@ fn misuse_is_a_typed_error_naming_kernel_and_argument() {
     assert!(matches!(err, KernelError::WorkSize { .. }), "{err:?}");
 }
 
+/// A scalar of the right size but the other kind (an integer for a `float` parameter, a float
+/// for an integer one) is refused: the driver would read its bits, not convert it, so
+/// `.arg(2)` (an `i32` literal) for `float a` would silently make `a` 2.8e-45.
+#[test]
+fn a_scalar_of_another_kind_than_the_parameter_is_refused() {
+    let Some((alloc, s)) = allocator_and_stream() else {
+        return;
+    };
+    let f = saxpy_program(0).function("saxpy").unwrap();
+    let x = alloc.allocate(64 * 4, &s).unwrap();
+    // `2` is an i32: four bytes, like `float a`.
+    let err = refused_arg(&s, &f, vec![(&x).into(), (&x).into(), 2.into()]);
+    assert_arg_problem(
+        &err,
+        2,
+        |p| matches!(p, KernelArgProblem::KindMismatch { type_name, given: "i32" } if type_name == "float"),
+    );
+    assert!(
+        err.to_string().contains("argument 2 (a)") && err.to_string().contains("i32"),
+        "{err}"
+    );
+    // A float for `uint n`.
+    let err = refused_arg(
+        &s,
+        &f,
+        vec![(&x).into(), (&x).into(), 2.0f32.into(), 64.0f32.into()],
+    );
+    assert_arg_problem(
+        &err,
+        3,
+        |p| matches!(p, KernelArgProblem::KindMismatch { type_name, given: "f32" } if type_name == "uint"),
+    );
+    // Signedness may differ (the bits are C's conversion): i32 for `uint n` is accepted.
+    let y = alloc.allocate(64 * 4, &s).unwrap();
+    write_f32(&y, &s, &[1.0; 64]);
+    write_f32(&x, &s, &[3.0; 64]);
+    // SAFETY: 64 work-items (the kernel guards i < 64) touch y[0..64) and x[0..64), inside
+    // both 256-byte allocations; nothing borrows them; the kernel terminates.
+    unsafe {
+        s.launch(&f, &[64], None)
+            .unwrap()
+            .args((&y, &x, 2.0f32, 64i32))
+            .unwrap()
+            .enqueue()
+            .unwrap();
+    }
+    assert_eq!(read_f32(&y, &s, 64), vec![7.0; 64]);
+}
+
 #[test]
 fn blocks_and_functions_of_another_device_are_refused() {
     if !devices(2) {

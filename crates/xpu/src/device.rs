@@ -114,7 +114,8 @@ pub fn get_device_properties(device: Option<usize>) -> Result<DeviceProperties> 
 /// device-wide synchronize, which also covers external streams).
 ///
 /// # Errors
-/// Initialization errors; `InvalidDevice`; a failed `clFinish`.
+/// Initialization errors; `InvalidDevice`; a failed `clFinish`; `StreamError::Capturing`
+/// while a graph captures a stream of the device (nothing is waited for then).
 pub fn synchronize(device: Option<usize>) -> Result<()> {
     Ok(xpu_stream::synchronize(resolve(device)?)?)
 }

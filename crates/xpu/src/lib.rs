@@ -25,6 +25,52 @@
 //! Every layer's error converts into [`Error`] (`From`), so `?` works on any of them in a
 //! function returning [`Result`].
 //!
+//! # First steps
+//! A device, a stream, typed device memory uploaded from a `Vec` and from pinned host memory,
+//! an OpenCL C kernel, a timed launch, a second stream ordered after the first by an event,
+//! the download, and the allocator's statistics. The longer version, with `record_stream`
+//! across streams and `empty_cache`, is the `first_steps` example
+//! (`cargo run -p xpu --example first_steps`).
+//!
+//! ```
+//! use xpu::{DeviceBuffer, Event, LaunchExt, Program, StreamExt, StreamMemoryExt};
+//! # fn main() -> xpu::Result<()> {
+//! # if xpu::device_count() == 0 { return Ok(()); }
+//! xpu::set_device(0)?; // initializes the runtime (as every function that needs it)
+//! let s1 = xpu::current_stream(None)?; // the thread's current stream on the current device
+//! let s2 = xpu::new_stream(None, 0)?; // a pool stream, as torch.xpu.Stream()
+//!
+//! // Uploads are stream-ordered and non-blocking (a Vec is staged through pinned memory).
+//! let x = DeviceBuffer::from_slice(&[1.0f32, 2.0, 3.0, 4.0], &s1)?;
+//! let mut pinned = xpu::xpu_alloc::host_allocate(4 * 4)?; // bytes, as pin_memory()
+//! pinned.copy_from_slice(&[10.0f32; 4].map(f32::to_ne_bytes).concat());
+//! let mut y = DeviceBuffer::<f32>::new(4, &s1)?; // contents unspecified until written
+//! xpu::xpu_kernel::memory::copy_htod_pinned(&s1, &pinned, &mut y)?;
+//!
+//! // OpenCL C, built for the device once (cached in memory and on disk).
+//! const SRC: &str = "__kernel void axpy(__global float *y, __global const float *x,
+//!     float a, uint n) { size_t i = get_global_id(0); if (i < n) y[i] += a * x[i]; }";
+//! let axpy = Program::build(s1.device(), SRC, "")?.function("axpy")?;
+//! let (mut start, mut end) = (Event::timing(), Event::timing());
+//! start.record(&s1)?;
+//! // SAFETY: 4 work-items, each touching element i < 4 of `y` and `x` (4 elements each);
+//! // nothing on the host borrows them; the kernel terminates.
+//! unsafe { s1.launch(&axpy, &[4], None)?.args((&y, &x, 2.0f32, 4u32))?.enqueue()? };
+//! end.record(&s1)?;
+//!
+//! s2.wait_event(&end)?; // s2's later work runs after the kernel; the host does not block
+//! let y_on_s2 = s2.dtoh_sync_copy(&y)?; // blocking: returns with the bytes, after the kernel
+//! assert_eq!(y_on_s2, [12.0, 14.0, 16.0, 18.0]);
+//! println!("axpy: {:.3} ms", start.elapsed_time(&end)?); // both events have completed
+//!
+//! assert!(xpu::memory_allocated(None)? >= 2 * 16);
+//! println!("{}", xpu::memory_summary(None, true)?);
+//! drop((x, y));
+//! xpu::empty_cache(); // returns the cached, unused segments to the driver
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Logging goes through `tracing` in every layer; install any subscriber to see it.
 //!
 //! # torch.xpu / torch.cuda → xpu
@@ -57,7 +103,10 @@
 //! | `mem_get_info(i)` | `mem_get_info` (free = total − reserved by xpu: OpenCL has no free-memory query) | yes |
 //! | `set_per_process_memory_fraction(f, i)` | `set_per_process_memory_fraction` (0 < f ≤ 1) | yes |
 //! | `caching_allocator_alloc` / `caching_allocator_delete` | `xpu_alloc` `raw_alloc` / `raw_delete` | — |
-//! | `Tensor.record_stream(s)` | `xpu_alloc` `record_stream` | — |
+//! | `Tensor.record_stream(s)` | `xpu_alloc::record_stream` / `DataPtr::record_stream` (typed copies, `DeviceBuffer` methods and launches record a stream other than the allocation's themselves) | — |
+//! | `torch.empty(n, device=d)`, `Tensor.to(d, non_blocking=True)`, `Tensor.cpu()` | `DeviceBuffer::new` / `zeroed` / `from_slice`, `StreamMemoryExt` (`htod_copy`, `dtoh_sync_copy`, ...), `DeviceBuffer::to_vec`; the rest in `xpu_kernel::memory` | — |
+//! | `torch.empty(n, pin_memory=True)`, pinned `to(d, non_blocking=True)` | `xpu_alloc::host_allocate` (bytes, current device) / `host_allocate_on` → `HostPtr`; `xpu_kernel::memory::copy_htod_pinned` | — |
+//! | `torch.cuda.Event(enable_timing=True)` | `Event::timing()` | — |
 //! | `MemPool()`, `MemPool(allocator=...)` | `mem_pool` / `MemPool::new`, `xpu_alloc::MemPool::with_source` (a `SegmentSource`) | yes / no |
 //! | `use_mem_pool(pool)` | `use_mem_pool` → `MemPoolGuard` (this thread only) | yes |
 //! | `pool.id`, `pool.snapshot()`, `empty_cache` of one pool | `MemPool::id`, `snapshot`, `memory_stats`, `empty_cache`, `release` | — |
@@ -78,11 +127,14 @@
 //! # Safety: what is `unsafe`, and why
 //! Every safe function of every layer is sound for any input and any interleaving of calls
 //! (no data race, use-after-free, write behind a live borrow, crash or hang). What cannot be
-//! made sound is an `unsafe fn` whose `# Safety` section names the caller's obligations; all
-//! of them live in `xpu-device`, the only crate with `unsafe` code:
+//! made sound is an `unsafe fn` whose `# Safety` section names the caller's obligations. They
+//! live in `xpu-device`, the only crate with OpenCL FFI, and in `xpu-kernel`, whose two
+//! (`Launch::enqueue`, `ForeignCall::call`) call it; the one a framework meets first is
+//! `Launch::enqueue`, the kernel launch:
 //!
 //! | function | why it is `unsafe` | the caller guarantees |
 //! |---|---|---|
+//! | `xpu_kernel::Launch::enqueue` (`stream.launch(..)?.arg(..)?.enqueue()`) | kernel code is arbitrary | every access stays inside the allocations given as arguments (their requested sizes) and the `LocalMem` sizes; nothing it writes is borrowed on the host and nothing it reads is written by the host until it completes; it terminates |
 //! | `xpu_device::backend::CommandQueue::enqueue_kernel` | kernel code is arbitrary | every access stays inside the argument buffers and `__local` sizes; nothing it writes is borrowed by Rust and nothing it reads is written by the host until its event completes; it terminates |
 //! | `CommandQueue::from_raw_borrowed` / `from_raw_owned` | wraps a raw `cl_command_queue` | a valid queue (owned: one reference handed over) |
 //! | `Context::from_raw_retained` / `from_raw_owned` | wraps a raw `cl_context` | a valid context (owned: one reference handed over) |

@@ -173,12 +173,36 @@ impl Drop for Program {
 /// Scalar kernel argument types (passed by value with `clSetKernelArg`).
 pub trait KernelScalar: Copy + private::Sealed {}
 mod private {
-    pub trait Sealed {}
+    /// The Rust name of a scalar type and whether it is a floating-point type.
+    pub trait Sealed {
+        const NAME: &'static str;
+        const FLOAT: bool;
+    }
 }
 macro_rules! scalar {
-    ($($t:ty),*) => { $(impl private::Sealed for $t {} impl KernelScalar for $t {})* };
+    ($($t:ty => $float:expr),*) => {$(
+        impl private::Sealed for $t {
+            const NAME: &'static str = stringify!($t);
+            const FLOAT: bool = $float;
+        }
+        impl KernelScalar for $t {}
+    )*};
 }
-scalar!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+scalar!(u8 => false, i8 => false, u16 => false, i16 => false, u32 => false, i32 => false,
+        u64 => false, i64 => false, f32 => true, f64 => true);
+
+/// Whether a value of a Rust scalar type that is (`float`) or is not a floating-point type
+/// may be passed for a parameter of the OpenCL C scalar type `type_name` (of the same size):
+/// `float` and `double` take only `f32` / `f64`, the integer types only integers (of either
+/// signedness: the bits are C's conversion), `half` its bits as `u16` / `i16` (Rust has no
+/// stable `f16`). The driver reads the bytes as the declared type and converts nothing, so an
+/// integer for a `float` would silently become another number.
+fn kind_matches(type_name: &str, float: bool) -> bool {
+    match type_name {
+        "float" | "double" => float,
+        _ => !float,
+    }
+}
 
 /// The size in bytes of an OpenCL C scalar type as `CL_KERNEL_ARG_TYPE_NAME` reports it
 /// (whitespace removed, OpenCL 3.0 §5.9.4), or `None` for any other type (vectors, structs,
@@ -380,13 +404,16 @@ impl Kernel {
     }
 
     /// Sets argument `index` to a scalar value (a by-value parameter of an OpenCL C scalar
-    /// type of the same size: `uint` for `u32`/`i32`/`f32`...).
+    /// type of the same size and kind: `uint` or `int` for `u32` / `i32`, `float` for `f32`,
+    /// `half` for its bits as `u16` / `i16`).
     ///
     /// # Errors
     /// [`DeviceError::KernelArg`] naming the kernel and the argument: index out of range, a
     /// pointer parameter (`ScalarForPointer`), a size that differs from the declared type's or
-    /// a type that is not an OpenCL C scalar (`SizeMismatch`, `CL_INVALID_ARG_SIZE`), no
-    /// argument information, or a failed `clSetKernelArg`.
+    /// a type that is not an OpenCL C scalar (`SizeMismatch`, `CL_INVALID_ARG_SIZE`), an
+    /// integer for a `float` / `double` parameter or a float for an integer one
+    /// (`KindMismatch`: the driver would reinterpret the bits), no argument information, or a
+    /// failed `clSetKernelArg`.
     pub fn set_arg<T: KernelScalar>(&mut self, index: u32, value: T) -> Result<()> {
         let info = self.arg(index)?;
         let given = std::mem::size_of::<T>();
@@ -403,6 +430,16 @@ impl Kernel {
                     type_name,
                     declared,
                     given,
+                },
+            ));
+        }
+        if !kind_matches(&info.type_name, <T as private::Sealed>::FLOAT) {
+            let type_name = info.type_name.clone();
+            return Err(self.error(
+                index,
+                KernelArgProblem::KindMismatch {
+                    type_name,
+                    given: <T as private::Sealed>::NAME,
                 },
             ));
         }
