@@ -327,6 +327,8 @@ impl<'a> Launch<'a> {
     ///   stream and of its device).
     ///
     /// # Errors
+    /// [`KernelError::Capturing`] when a graph captures the stream now (also for a launch
+    /// built before the capture began; nothing is enqueued);
     /// [`KernelError::ArgCount`] when fewer arguments than the kernel's parameters were given;
     /// [`KernelError::Stream`] for a released stream; [`KernelError::Alloc`] when recording a
     /// foreign-stream allocation fails; [`KernelError::Device`] for a failed enqueue
@@ -343,6 +345,15 @@ impl<'a> Launch<'a> {
 
     #[allow(unsafe_code)]
     fn enqueue_with(&self, kernel: &Kernel) -> Result<(), KernelError> {
+        // Checked again here: a launch assembled before a capture began on its stream must not
+        // slip onto the capturing stream (`launch` checked only when it was built).
+        if self.stream.is_capturing() {
+            return Err(KernelError::Capturing {
+                kernel: self.function.name().to_owned(),
+                device: self.stream.device(),
+                stream: self.stream.id(),
+            });
+        }
         if self.next != kernel.num_args() {
             return Err(KernelError::ArgCount {
                 kernel: self.function.name().to_owned(),
