@@ -98,6 +98,23 @@ pub enum InteropError {
     /// [`ClRegion::new_mut`]).
     #[error("the call writes a region made read-only (use ClRegion::new_mut)")]
     ReadOnly,
+    /// The region a call writes shares elements with one it reads (BLAS requires the output
+    /// not to alias an input: the result would depend on the order the library's work-items
+    /// run in). Checked before the library runs.
+    #[error(
+        "the written region {written} shares elements with the read region {read} (elements \
+         {start}..{end} of one allocation)"
+    )]
+    Aliased {
+        /// The written region's name in the call (`"C"` for SGEMM).
+        written: &'static str,
+        /// The read region's name (`"A"` or `"B"`).
+        read: &'static str,
+        /// The first shared element, in the allocation.
+        start: usize,
+        /// One past the last shared element, in the allocation.
+        end: usize,
+    },
 }
 
 xpu_device::impl_from_via!(InteropError::Stream(xpu_stream::StreamError) <- xpu_device::ClError);
@@ -223,6 +240,22 @@ impl<'a, T> ClRegion<'a, T> {
             Some(Ok(_)) => I::try_from(self.offset).map_err(|_| overflow()),
             _ => Err(overflow()),
         }
+    }
+
+    /// The elements (of the allocation) this region shares with `other`: `None` for regions
+    /// of different allocations or disjoint ranges.
+    fn shared_with(&self, other: &ClRegion<'_, T>) -> Option<(usize, usize)> {
+        if self.block.address() != other.block.address()
+            || self.block.device() != other.block.device()
+        {
+            return None;
+        }
+        let start = self.offset.max(other.offset);
+        let end = self
+            .offset
+            .saturating_add(self.len)
+            .min(other.offset.saturating_add(other.len));
+        (start < end).then_some((start, end))
     }
 
     /// Checks that a call touching `needed` elements from the region's start stays inside it.
@@ -555,7 +588,8 @@ pub struct SgemmDone {
 /// # Errors
 /// [`InteropError::Foreign`] with [`ForeignError::NotAvailable`] without CLBlast;
 /// [`InteropError::RegionTooShort`] for an extent beyond a region (or a leading dimension
-/// below its width); [`InteropError::ReadOnly`] for a read-only C;
+/// below its width); [`InteropError::ReadOnly`] for a read-only C; [`InteropError::Aliased`]
+/// when C shares elements with A or B (the same region given twice);
 /// [`InteropError::OtherDevice`]; [`InteropError::Library`] with CLBlast's status; allocation,
 /// stream and event errors.
 pub fn clblast_sgemm(
@@ -567,6 +601,16 @@ pub fn clblast_sgemm(
     let ((a, lda), (b, ldb), (c, ldc)) = (g.a, g.b, g.c);
     if !c.is_writable() {
         return Err(InteropError::ReadOnly);
+    }
+    for (read, r) in [("A", a), ("B", b)] {
+        if let Some((start, end)) = c.shared_with(r) {
+            return Err(InteropError::Aliased {
+                written: "C",
+                read,
+                start,
+                end,
+            });
+        }
     }
     a.require_matrix(g.m, g.k, lda)?;
     b.require_matrix(g.k, g.n, ldb)?;
