@@ -898,6 +898,7 @@ pub fn memset_zeros<T: Pod>(
     stream: &Stream,
     dst: &mut impl DeviceRegionMut<T>,
 ) -> Result<(), MemoryError> {
+    check_fork()?;
     fill_pattern(stream, dst, &[0])
 }
 
@@ -938,6 +939,7 @@ pub fn copy_peer<T: Pod>(
     dst_stream: &Stream,
     dst: &mut impl DeviceRegionMut<T>,
 ) -> Result<(), MemoryError> {
+    check_fork()?;
     let len = check_two_sided((src_stream, src), (dst_stream, &*dst))?;
     if len == 0 {
         return Ok(());

@@ -1,0 +1,47 @@
+//! Review (fresh eyes, safe code only) of typed device memory: in a bad fork child every
+//! typed-memory entry point refuses with `MemoryError::Alloc(AllocError::BadFork)` at once,
+//! as `MemoryError`'s docs say, also `copy_peer` and `memset_zeros` and for empty regions (the
+//! parent's state is reproduced in a fresh process that then becomes a bad fork,
+//! `simulate_bad_fork`). Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
+
+use xpu_alloc::AllocError;
+use xpu_kernel::memory::{copy_peer, memset_zeros};
+use xpu_kernel::{DeviceBuffer, MemoryError, StreamMemoryExt};
+
+#[test]
+fn copy_peer_and_memset_zeros_refuse_in_a_bad_fork_child() {
+    xpu_testing::bad_fork::bad_fork_test("memory-review-bad-fork", bad_fork_run);
+}
+
+fn bad_fork_run() {
+    let s = xpu_stream::get_stream_from_pool(0, 0).expect("stream");
+    let src = DeviceBuffer::<u32>::from_slice(&[1; 64], &s).expect("src");
+    let mut dst = DeviceBuffer::<u32>::zeroed(64, &s).expect("dst");
+    let empty = DeviceBuffer::<u32>::new(0, &s).expect("empty");
+    let mut empty_dst = DeviceBuffer::<u32>::new(0, &s).expect("empty dst");
+    s.synchronize().expect("synchronize");
+
+    xpu_device::fork::simulate_bad_fork();
+
+    let results = [
+        ("copy_peer", copy_peer(&s, &src, &s, &mut dst)),
+        (
+            "copy_peer (empty)",
+            copy_peer(&s, &empty, &s, &mut empty_dst),
+        ),
+        ("memset_zeros", memset_zeros(&s, &mut dst)),
+        ("memset_zeros (empty)", memset_zeros(&s, &mut empty_dst)),
+        ("Stream::memset_zeros", s.memset_zeros(&mut dst)),
+        ("DeviceBuffer::to_device", src.to_device(&s, &s).map(drop)),
+    ];
+    let wrong: Vec<String> = results
+        .iter()
+        .filter(|(_, r)| !matches!(r, Err(MemoryError::Alloc(AllocError::BadFork))))
+        .map(|(what, r)| format!("{what}: {r:?}"))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "expected Err(Alloc(BadFork)) from every entry point: {wrong:?}"
+    );
+    xpu_testing::bad_fork::done();
+}
