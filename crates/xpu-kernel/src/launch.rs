@@ -89,8 +89,8 @@ pub trait LaunchExt {
     /// [`KernelError::Capturing`] on a stream that a graph is capturing (launch through the
     /// capture handle, [`crate::graph::Capture::launch`]);
     /// [`KernelError::StreamDevice`] when the function was built for another device;
-    /// [`KernelError::WorkSize`] for 0 or more than 3 dimensions, a zero size or a local size
-    /// of another rank; [`KernelError::Device`] when a kernel cannot be created;
+    /// [`KernelError::WorkSize`] for 0 or more than 3 dimensions, a zero size, a local size
+    /// of another rank or global sizes whose product (the work-item count) overflows `usize`; [`KernelError::Device`] when a kernel cannot be created;
     /// [`KernelError::BadFork`] in a bad fork child (first).
     fn launch<'a>(
         &self,
@@ -160,6 +160,17 @@ pub(crate) fn check_launch(
     }
     if local.is_some_and(|l| l.len() != global.len()) {
         return Err(bad("the local size has the rank of the global size"));
+    }
+    // A count of work-items beyond `size_t` cannot run; PoCL wraps the product and its
+    // scheduler aborts the process, so it is refused here.
+    if global
+        .iter()
+        .try_fold(1usize, |n, &g| n.checked_mul(g))
+        .is_none()
+    {
+        return Err(bad(
+            "the number of work-items (the global sizes' product) fits size_t",
+        ));
     }
     let mut g = [1; 3];
     g[..global.len()].copy_from_slice(global);
