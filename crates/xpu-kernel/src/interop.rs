@@ -40,6 +40,18 @@ pub enum InteropError {
         /// The region's offset in its allocation, elements.
         offset: usize,
     },
+    /// The region's elements lie (partly) outside its allocation: a [`DeviceRegion`] whose
+    /// offset and length do not describe memory of its block (the trait can be implemented
+    /// outside this crate). Checked when the [`ClRegion`] is made.
+    #[error("region elements {offset}+{len} lie outside an allocation of {elements} elements")]
+    OutsideAllocation {
+        /// The region's offset in its allocation, elements.
+        offset: usize,
+        /// The region's length, elements.
+        len: usize,
+        /// Whole elements of `T` in the allocation ([`DataPtr::size`] / `size_of::<T>()`).
+        elements: usize,
+    },
     /// The region's offset plus length does not fit the library's index type (`int` offsets
     /// of a C API...).
     #[error("region elements {offset}..{end} do not fit the library's {ty} offsets (max {max})")]
@@ -153,6 +165,8 @@ impl<'a, T: Pod> ClRegion<'a, T> {
     /// A region a foreign call may only read.
     ///
     /// # Errors
+    /// [`InteropError::OutsideAllocation`] when the region's elements are not all inside its
+    /// allocation (a `DeviceRegion` implemented elsewhere that claims more);
     /// [`InteropError::Block`] for an empty allocation or one without an OpenCL buffer, or a
     /// failed `clCreateSubBuffer` (the first time the allocation's buffer is made).
     pub fn new(region: &'a impl DeviceRegion<T>) -> Result<Self, InteropError> {
@@ -174,6 +188,20 @@ impl<'a, T: Pod> ClRegion<'a, T> {
         len: usize,
         writable: bool,
     ) -> Result<Self, InteropError> {
+        // The range is checked against the allocation, not taken on trust from the
+        // `DeviceRegion` impl (a public trait): `require` and `require_matrix` then bound what
+        // a call touches by memory that is really the block's.
+        let size = std::mem::size_of::<T>();
+        if size > 0 {
+            let elements = usize::try_from(block.size()).unwrap_or(usize::MAX) / size;
+            if offset.checked_add(len).is_none_or(|end| end > elements) {
+                return Err(InteropError::OutsideAllocation {
+                    offset,
+                    len,
+                    elements,
+                });
+            }
+        }
         let (mem, _) = block.block_cl_mem()?;
         Ok(ClRegion {
             block,

@@ -52,3 +52,62 @@ fn clblast_sgemm_refuses_an_output_that_aliases_an_input() {
     }
     assert_eq!(s.dtoh_sync_copy(&c).unwrap(), c0, "C was written");
 }
+
+/// A `DeviceRegion` implemented outside the crate (the trait is public) whose offset and
+/// length are whatever it says.
+struct Claimed<'a> {
+    ptr: &'a xpu_alloc::DataPtr,
+    offset: usize,
+    len: usize,
+}
+
+impl xpu_kernel::DeviceRegion<f32> for Claimed<'_> {
+    fn data_ptr(&self) -> &xpu_alloc::DataPtr {
+        self.ptr
+    }
+    fn offset(&self) -> usize {
+        self.offset
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// `ClRegion::new` checks the region against its allocation (element range within
+/// `DataPtr::size`) rather than trusting the `DeviceRegion` impl, so `require` /
+/// `require_matrix` (what `clblast_sgemm`'s safety rests on) hold for the memory really
+/// there. A region claiming 2^20 elements of a 16-element allocation used to become a
+/// `ClRegion` of 2^20 elements.
+#[test]
+fn a_region_beyond_its_allocation_is_refused() {
+    if !xpu_testing::devices(1) {
+        return;
+    }
+    let s = xpu_stream::get_stream_from_pool(0, 0).unwrap();
+    let buf = DeviceBuffer::<f32>::from_slice(&[1.0; 16], &s).unwrap();
+    for (offset, len) in [(0, 1 << 20), (10, 7), (17, 0), (usize::MAX / 2, 1)] {
+        let claimed = Claimed {
+            ptr: buf.data_ptr(),
+            offset,
+            len,
+        };
+        let r = ClRegion::new(&claimed).map(|r| r.len());
+        assert!(
+            matches!(
+                &r,
+                Err(InteropError::OutsideAllocation { offset: o, len: l, elements: 16 })
+                    if (*o, *l) == (offset, len)
+            ),
+            "elements {offset}+{len} of 16: {r:?}"
+        );
+    }
+    // The whole allocation and an empty range at its end are fine.
+    for (offset, len) in [(0, 16), (16, 0), (3, 13)] {
+        let claimed = Claimed {
+            ptr: buf.data_ptr(),
+            offset,
+            len,
+        };
+        assert_eq!(ClRegion::new(&claimed).unwrap().len(), len);
+    }
+}

@@ -45,3 +45,58 @@ fn bad_fork_run() {
     );
     xpu_testing::bad_fork::done();
 }
+
+/// A `DeviceRegion` implemented outside the crate (the trait is public) whose offset and
+/// length are whatever it says.
+struct Claimed<'a> {
+    ptr: &'a xpu_alloc::DataPtr,
+    offset: usize,
+    len: usize,
+}
+
+impl xpu_kernel::DeviceRegion<f32> for Claimed<'_> {
+    fn data_ptr(&self) -> &xpu_alloc::DataPtr {
+        self.ptr
+    }
+    fn offset(&self) -> usize {
+        self.offset
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// A region (of a user's `DeviceRegion` impl) whose element offset overflows in bytes: the
+/// typed copies refuse it with an error from the block's range check instead of panicking
+/// on the overflow in `DeviceRegion::byte_offset` (it used to panic: "attempt to multiply
+/// with overflow").
+#[test]
+fn a_region_whose_byte_offset_overflows_is_an_error_not_a_panic() {
+    let Some(s) = xpu_testing::devices(1).then(|| xpu_stream::get_stream_from_pool(0, 0).unwrap())
+    else {
+        return;
+    };
+    let buf = DeviceBuffer::<f32>::from_slice(&[1.0; 16], &s).unwrap();
+    let region = Claimed {
+        ptr: buf.data_ptr(),
+        offset: usize::MAX / 2,
+        len: 1,
+    };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut out = [0f32; 1];
+        xpu_kernel::memory::copy_dtoh(&s, &region, &mut out)
+    }));
+    let r = r.unwrap_or_else(|p| {
+        panic!(
+            "copy_dtoh panicked: {:?}",
+            p.downcast_ref::<String>()
+                .map(String::as_str)
+                .or(p.downcast_ref::<&str>().copied())
+        )
+    });
+    assert!(
+        matches!(r, Err(MemoryError::Alloc(AllocError::OutOfRange { .. }))),
+        "{r:?}"
+    );
+    assert_eq!(buf.to_vec(&s).unwrap(), vec![1.0; 16]);
+}
