@@ -658,7 +658,13 @@ pub fn copy_htod<T: Pod>(
     let threads = staging_threads(bytes.len());
     let plan = staging_plan(bytes.len(), threads);
     let upload = |offset: usize, staging: &HostPtr| {
-        view.write_from_host(stream, staging, 0, base.saturating_add(offset), staging.len())
+        view.write_from_host(
+            stream,
+            staging,
+            0,
+            base.saturating_add(offset),
+            staging.len(),
+        )
     };
     if threads == 1 {
         for piece in plan {
