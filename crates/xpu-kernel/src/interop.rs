@@ -191,9 +191,9 @@ impl<'a, T: Pod> ClRegion<'a, T> {
         // The range is checked against the allocation, not taken on trust from the
         // `DeviceRegion` impl (a public trait): `require` and `require_matrix` then bound what
         // a call touches by memory that is really the block's.
-        let size = std::mem::size_of::<T>();
-        if size > 0 {
-            let elements = usize::try_from(block.size()).unwrap_or(usize::MAX) / size;
+        // (A zero-sized `T` has no bytes to be outside of.)
+        let bytes = usize::try_from(block.size()).unwrap_or(usize::MAX);
+        if let Some(elements) = bytes.checked_div(std::mem::size_of::<T>()) {
             if offset.checked_add(len).is_none_or(|end| end > elements) {
                 return Err(InteropError::OutsideAllocation {
                     offset,
