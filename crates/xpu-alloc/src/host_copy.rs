@@ -3,7 +3,8 @@
 //!
 //! [`HostCopy`]: xpu_host::HostCopy
 
-use xpu_host::{DeviceMemory, DeviceRegion};
+use xpu_host::{DeviceMemory, DeviceRegion, HostError};
+use xpu_stream::Stream;
 
 use crate::DataPtr;
 
@@ -37,5 +38,21 @@ impl DeviceMemory for DataPtr {
             usize::try_from(offset).ok()?,
             usize::try_from(self.size()).ok()?,
         ))
+    }
+
+    /// Records `stream` on the block unless it is the allocation stream (as
+    /// [`DataPtr::record_stream`]), so a whole-allocation pinned copy on another stream delays
+    /// the block's reuse until it completes. A stream of another device records nothing (the
+    /// copy itself is refused: the block's buffer belongs to another context).
+    fn record_use(&self, stream: &Stream) -> Result<(), HostError> {
+        if self.is_empty()
+            || stream.device() != self.device()
+            || self.stream() == Some(crate::stream_key(stream))
+        {
+            return Ok(());
+        }
+        stream.check_not_capturing("pinned host copy")?;
+        self.record_stream_ref(&crate::cl_stream::ClStream::try_shared(*stream)?);
+        Ok(())
     }
 }

@@ -109,6 +109,21 @@ pub trait DeviceMemory {
     /// The region, borrowed from `self`; `None` when there is no OpenCL buffer behind the
     /// memory (an empty or simulated allocation).
     fn device_region(&self) -> Option<DeviceRegion<'_>>;
+
+    /// Notes that a copy about to be enqueued on `stream` uses this memory, so that memory
+    /// with stream-ordered reuse (the device allocator's `DataPtr`, which records `stream` as
+    /// `Tensor.record_stream` when it is not the allocation stream) is not handed to another
+    /// allocation before the copy completes. Called by [`HostCopy::copy_from_host`] and
+    /// [`HostCopy::copy_to_host`] before they enqueue. The default does nothing (a plain
+    /// [`Buffer`] is kept alive by the driver until its commands complete).
+    ///
+    /// # Errors
+    /// [`HostError::Stream`] when the use cannot be recorded (a stream that a graph is
+    /// capturing, or whose queue is released); the copy is then not enqueued.
+    fn record_use(&self, stream: &Stream) -> Result<(), HostError> {
+        let _ = stream;
+        Ok(())
+    }
 }
 
 impl DeviceMemory for Buffer {
@@ -162,7 +177,10 @@ impl HostBytes<'_> {
 /// `non_blocking=True` copies: the copy is enqueued on the stream's queue and the call
 /// returns at once; the stream is recorded on the host block
 /// ([`HostPtr::record_stream`]), so dropping the [`HostPtr`] right after is safe: its block
-/// is not reused before the copy completed. The copy is also tracked on the block: reading the
+/// is not reused before the copy completed. The whole-allocation copies
+/// ([`HostCopy::copy_from_host`], [`HostCopy::copy_to_host`]) record it on the device side
+/// too ([`DeviceMemory::record_use`]: a device allocator `DataPtr` used on a stream other
+/// than its allocation stream), so dropping that right after is safe as well. The copy is also tracked on the block: reading the
 /// [`HostPtr`] waits for a device-to-host copy into it, and writing it waits for any copy in
 /// flight on it (see [`HostPtr`]), so the host never sees bytes change under a borrow nor
 /// changes bytes a queued copy has yet to read.
@@ -228,7 +246,10 @@ fn copy_whole(
     let n = host.ptr().len();
     let [.., device_side] = host.names();
     match whole_copy_region(device_side, device, n)? {
-        Some(r) => stream.copy_pinned(&r.buffer, r.offset, host, 0, n),
+        Some(r) => {
+            device.record_use(stream)?;
+            stream.copy_pinned(&r.buffer, r.offset, host, 0, n)
+        }
         None => Ok(()),
     }
 }

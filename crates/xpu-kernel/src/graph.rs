@@ -544,7 +544,8 @@ impl Capture {
     }
 
     /// Records a device copy of `len` elements from `src[src_offset..]` to
-    /// `dst[dst_offset..]` (`clEnqueueCopyBuffer` at each replay).
+    /// `dst[dst_offset..]` (`clEnqueueCopyBuffer` at each replay). A copy of no bytes (`len`
+    /// 0, or a zero-sized `T`) records no command.
     ///
     /// # Errors
     /// [`GraphError::BadFork`] in a bad fork child (first); [`GraphError::NotCaptured`];
@@ -585,7 +586,8 @@ impl Capture {
         let size = std::mem::size_of::<T>();
         let s = self.keep(Arc::clone(src) as Arc<dyn GraphBlock>)?;
         let d = self.keep(Arc::clone(dst) as Arc<dyn GraphBlock>)?;
-        if len > 0 {
+        // No node when no byte moves (also for zero-sized `T`, whose buffers have no block).
+        if len > 0 && size > 0 {
             self.nodes.push(Node::Copy(CopyCmd {
                 src: s,
                 dst: d,
@@ -599,7 +601,8 @@ impl Capture {
 
     /// Records an upload of `data` into `dst[offset..]`: `data` is copied into the graph now,
     /// and each replay writes that copy (a blocking `clEnqueueWriteBuffer`: the replay returns
-    /// after the upload, which runs after the replay's earlier commands).
+    /// after the upload, which runs after the replay's earlier commands). An upload of no
+    /// bytes (empty `data`, or a zero-sized `T`) records no command.
     ///
     /// # Errors
     /// [`GraphError::BadFork`] in a bad fork child (first); [`GraphError::NotCaptured`];
@@ -624,11 +627,13 @@ impl Capture {
             }
         }
         let d = self.keep(Arc::clone(dst) as Arc<dyn GraphBlock>)?;
-        if !data.is_empty() {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        // No node when no byte moves (also for zero-sized `T`, whose buffers have no block).
+        if !bytes.is_empty() {
             self.nodes.push(Node::Write {
                 dst: d,
                 offset: offset * std::mem::size_of::<T>(),
-                data: bytemuck::cast_slice(data).to_vec(),
+                data: bytes.to_vec(),
             });
         }
         Ok(())

@@ -40,6 +40,18 @@ pub enum InteropError {
         /// The region's offset in its allocation, elements.
         offset: usize,
     },
+    /// The region's elements lie (partly) outside its allocation: a [`DeviceRegion`] whose
+    /// offset and length do not describe memory of its block (the trait can be implemented
+    /// outside this crate). Checked when the [`ClRegion`] is made.
+    #[error("region elements {offset}+{len} lie outside an allocation of {elements} elements")]
+    OutsideAllocation {
+        /// The region's offset in its allocation, elements.
+        offset: usize,
+        /// The region's length, elements.
+        len: usize,
+        /// Whole elements of `T` in the allocation ([`DataPtr::size`] / `size_of::<T>()`).
+        elements: usize,
+    },
     /// The region's offset plus length does not fit the library's index type (`int` offsets
     /// of a C API...).
     #[error("region elements {offset}..{end} do not fit the library's {ty} offsets (max {max})")]
@@ -98,6 +110,23 @@ pub enum InteropError {
     /// [`ClRegion::new_mut`]).
     #[error("the call writes a region made read-only (use ClRegion::new_mut)")]
     ReadOnly,
+    /// The region a call writes shares elements with one it reads (BLAS requires the output
+    /// not to alias an input: the result would depend on the order the library's work-items
+    /// run in). Checked before the library runs.
+    #[error(
+        "the written region {written} shares elements with the read region {read} (elements \
+         {start}..{end} of one allocation)"
+    )]
+    Aliased {
+        /// The written region's name in the call (`"C"` for SGEMM).
+        written: &'static str,
+        /// The read region's name (`"A"` or `"B"`).
+        read: &'static str,
+        /// The first shared element, in the allocation.
+        start: usize,
+        /// One past the last shared element, in the allocation.
+        end: usize,
+    },
 }
 
 xpu_device::impl_from_via!(InteropError::Stream(xpu_stream::StreamError) <- xpu_device::ClError);
@@ -136,6 +165,8 @@ impl<'a, T: Pod> ClRegion<'a, T> {
     /// A region a foreign call may only read.
     ///
     /// # Errors
+    /// [`InteropError::OutsideAllocation`] when the region's elements are not all inside its
+    /// allocation (a `DeviceRegion` implemented elsewhere that claims more);
     /// [`InteropError::Block`] for an empty allocation or one without an OpenCL buffer, or a
     /// failed `clCreateSubBuffer` (the first time the allocation's buffer is made).
     pub fn new(region: &'a impl DeviceRegion<T>) -> Result<Self, InteropError> {
@@ -157,6 +188,20 @@ impl<'a, T: Pod> ClRegion<'a, T> {
         len: usize,
         writable: bool,
     ) -> Result<Self, InteropError> {
+        // The range is checked against the allocation, not taken on trust from the
+        // `DeviceRegion` impl (a public trait): `require` and `require_matrix` then bound what
+        // a call touches by memory that is really the block's.
+        // (A zero-sized `T` has no bytes to be outside of.)
+        let bytes = usize::try_from(block.size()).unwrap_or(usize::MAX);
+        if let Some(elements) = bytes.checked_div(std::mem::size_of::<T>()) {
+            if offset.checked_add(len).is_none_or(|end| end > elements) {
+                return Err(InteropError::OutsideAllocation {
+                    offset,
+                    len,
+                    elements,
+                });
+            }
+        }
         let (mem, _) = block.block_cl_mem()?;
         Ok(ClRegion {
             block,
@@ -223,6 +268,22 @@ impl<'a, T> ClRegion<'a, T> {
             Some(Ok(_)) => I::try_from(self.offset).map_err(|_| overflow()),
             _ => Err(overflow()),
         }
+    }
+
+    /// The elements (of the allocation) this region shares with `other`: `None` for regions
+    /// of different allocations or disjoint ranges.
+    fn shared_with(&self, other: &ClRegion<'_, T>) -> Option<(usize, usize)> {
+        if self.block.address() != other.block.address()
+            || self.block.device() != other.block.device()
+        {
+            return None;
+        }
+        let start = self.offset.max(other.offset);
+        let end = self
+            .offset
+            .saturating_add(self.len)
+            .min(other.offset.saturating_add(other.len));
+        (start < end).then_some((start, end))
     }
 
     /// Checks that a call touching `needed` elements from the region's start stays inside it.
@@ -555,7 +616,8 @@ pub struct SgemmDone {
 /// # Errors
 /// [`InteropError::Foreign`] with [`ForeignError::NotAvailable`] without CLBlast;
 /// [`InteropError::RegionTooShort`] for an extent beyond a region (or a leading dimension
-/// below its width); [`InteropError::ReadOnly`] for a read-only C;
+/// below its width); [`InteropError::ReadOnly`] for a read-only C; [`InteropError::Aliased`]
+/// when C shares elements with A or B (the same region given twice);
 /// [`InteropError::OtherDevice`]; [`InteropError::Library`] with CLBlast's status; allocation,
 /// stream and event errors.
 pub fn clblast_sgemm(
@@ -567,6 +629,16 @@ pub fn clblast_sgemm(
     let ((a, lda), (b, ldb), (c, ldc)) = (g.a, g.b, g.c);
     if !c.is_writable() {
         return Err(InteropError::ReadOnly);
+    }
+    for (read, r) in [("A", a), ("B", b)] {
+        if let Some((start, end)) = c.shared_with(r) {
+            return Err(InteropError::Aliased {
+                written: "C",
+                read,
+                start,
+                end,
+            });
+        }
     }
     a.require_matrix(g.m, g.k, lda)?;
     b.require_matrix(g.k, g.n, ldb)?;

@@ -89,8 +89,8 @@ pub trait LaunchExt {
     /// [`KernelError::Capturing`] on a stream that a graph is capturing (launch through the
     /// capture handle, [`crate::graph::Capture::launch`]);
     /// [`KernelError::StreamDevice`] when the function was built for another device;
-    /// [`KernelError::WorkSize`] for 0 or more than 3 dimensions, a zero size or a local size
-    /// of another rank; [`KernelError::Device`] when a kernel cannot be created;
+    /// [`KernelError::WorkSize`] for 0 or more than 3 dimensions, a zero size, a local size
+    /// of another rank or global sizes whose product (the work-item count) overflows `usize`; [`KernelError::Device`] when a kernel cannot be created;
     /// [`KernelError::BadFork`] in a bad fork child (first).
     fn launch<'a>(
         &self,
@@ -160,6 +160,17 @@ pub(crate) fn check_launch(
     }
     if local.is_some_and(|l| l.len() != global.len()) {
         return Err(bad("the local size has the rank of the global size"));
+    }
+    // A count of work-items beyond `size_t` cannot run; PoCL wraps the product and its
+    // scheduler aborts the process, so it is refused here.
+    if global
+        .iter()
+        .try_fold(1usize, |n, &g| n.checked_mul(g))
+        .is_none()
+    {
+        return Err(bad(
+            "the number of work-items (the global sizes' product) fits size_t",
+        ));
     }
     let mut g = [1; 3];
     g[..global.len()].copy_from_slice(global);
@@ -329,6 +340,8 @@ impl<'a> Launch<'a> {
     ///   stream and of its device).
     ///
     /// # Errors
+    /// [`KernelError::Capturing`] when a graph captures the stream now (also for a launch
+    /// built before the capture began; nothing is enqueued);
     /// [`KernelError::ArgCount`] when fewer arguments than the kernel's parameters were given;
     /// [`KernelError::Stream`] for a released stream; [`KernelError::Alloc`] when recording a
     /// foreign-stream allocation fails; [`KernelError::Device`] for a failed enqueue
@@ -345,6 +358,15 @@ impl<'a> Launch<'a> {
 
     #[allow(unsafe_code)]
     fn enqueue_with(&self, kernel: &Kernel) -> Result<(), KernelError> {
+        // Checked again here: a launch assembled before a capture began on its stream must not
+        // slip onto the capturing stream (`launch` checked only when it was built).
+        if self.stream.is_capturing() {
+            return Err(KernelError::Capturing {
+                kernel: self.function.name().to_owned(),
+                device: self.stream.device(),
+                stream: self.stream.id(),
+            });
+        }
         if self.next != kernel.num_args() {
             return Err(KernelError::ArgCount {
                 kernel: self.function.name().to_owned(),

@@ -212,13 +212,14 @@ pub trait DeviceRegion<T: Pod> {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// The first element's byte offset in the block.
+    /// The first element's byte offset in the block (saturating at `usize::MAX`, which no
+    /// block reaches: a copy then fails the block's range check).
     fn byte_offset(&self) -> usize {
-        self.offset() * std::mem::size_of::<T>()
+        self.offset().saturating_mul(std::mem::size_of::<T>())
     }
-    /// The length in bytes.
+    /// The length in bytes (saturating, as [`DeviceRegion::byte_offset`]).
     fn byte_len(&self) -> usize {
-        self.len() * std::mem::size_of::<T>()
+        self.len().saturating_mul(std::mem::size_of::<T>())
     }
     /// The device index.
     fn device(&self) -> usize {
@@ -659,7 +660,13 @@ pub fn copy_htod<T: Pod>(
     let threads = staging_threads(bytes.len());
     let plan = staging_plan(bytes.len(), threads);
     let upload = |offset: usize, staging: &HostPtr| {
-        view.write_from_host(stream, staging, 0, base + offset, staging.len())
+        view.write_from_host(
+            stream,
+            staging,
+            0,
+            base.saturating_add(offset),
+            staging.len(),
+        )
     };
     if threads == 1 {
         for piece in plan {
@@ -855,7 +862,7 @@ pub fn copy_dtod<T: Pod>(
     }
     let (sp, dp) = (src.data_ptr(), dst.data_ptr());
     let (s, d) = (src.byte_offset(), dst.byte_offset());
-    if sp.address() == dp.address() && s < d + len && d < s + len {
+    if sp.address() == dp.address() && s < d.saturating_add(len) && d < s.saturating_add(len) {
         return Err(MemoryError::Overlap {
             src: src.offset(),
             dst: dst.offset(),
@@ -901,6 +908,7 @@ pub fn memset_zeros<T: Pod>(
     stream: &Stream,
     dst: &mut impl DeviceRegionMut<T>,
 ) -> Result<(), MemoryError> {
+    check_fork()?;
     fill_pattern(stream, dst, &[0])
 }
 
@@ -941,6 +949,7 @@ pub fn copy_peer<T: Pod>(
     dst_stream: &Stream,
     dst: &mut impl DeviceRegionMut<T>,
 ) -> Result<(), MemoryError> {
+    check_fork()?;
     let len = check_two_sided((src_stream, src), (dst_stream, &*dst))?;
     if len == 0 {
         return Ok(());
