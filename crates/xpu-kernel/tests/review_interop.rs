@@ -8,6 +8,9 @@ use xpu_kernel::{
     clblast_sgemm, ClRegion, DeviceBuffer, InteropError, RowMajorSgemm, StreamMemoryExt, TempBuffer,
 };
 
+mod common;
+use common::Claimed;
+
 fn clblast_stream() -> Option<xpu_stream::Stream> {
     let have = match Clblast::get() {
         Ok(_) => true,
@@ -51,26 +54,6 @@ fn clblast_sgemm_refuses_an_output_that_aliases_an_input() {
         }
     }
     assert_eq!(s.dtoh_sync_copy(&c).unwrap(), c0, "C was written");
-}
-
-/// A `DeviceRegion` implemented outside the crate (the trait is public) whose offset and
-/// length are whatever it says.
-struct Claimed<'a> {
-    ptr: &'a xpu_alloc::DataPtr,
-    offset: usize,
-    len: usize,
-}
-
-impl xpu_kernel::DeviceRegion<f32> for Claimed<'_> {
-    fn data_ptr(&self) -> &xpu_alloc::DataPtr {
-        self.ptr
-    }
-    fn offset(&self) -> usize {
-        self.offset
-    }
-    fn len(&self) -> usize {
-        self.len
-    }
 }
 
 /// `ClRegion::new` checks the region against its allocation (element range within

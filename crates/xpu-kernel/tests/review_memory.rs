@@ -8,6 +8,9 @@ use xpu_alloc::AllocError;
 use xpu_kernel::memory::{copy_peer, memset_zeros};
 use xpu_kernel::{DeviceBuffer, MemoryError, StreamMemoryExt};
 
+mod common;
+use common::Claimed;
+
 #[test]
 fn copy_peer_and_memset_zeros_refuse_in_a_bad_fork_child() {
     xpu_testing::bad_fork::bad_fork_test("memory-review-bad-fork", bad_fork_run);
@@ -44,26 +47,6 @@ fn bad_fork_run() {
         "expected Err(Alloc(BadFork)) from every entry point: {wrong:?}"
     );
     xpu_testing::bad_fork::done();
-}
-
-/// A `DeviceRegion` implemented outside the crate (the trait is public) whose offset and
-/// length are whatever it says.
-struct Claimed<'a> {
-    ptr: &'a xpu_alloc::DataPtr,
-    offset: usize,
-    len: usize,
-}
-
-impl xpu_kernel::DeviceRegion<f32> for Claimed<'_> {
-    fn data_ptr(&self) -> &xpu_alloc::DataPtr {
-        self.ptr
-    }
-    fn offset(&self) -> usize {
-        self.offset
-    }
-    fn len(&self) -> usize {
-        self.len
-    }
 }
 
 /// A region (of a user's `DeviceRegion` impl) whose element offset overflows in bytes: the

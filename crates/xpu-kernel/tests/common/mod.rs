@@ -49,3 +49,26 @@ pub fn assert_block_not_reused(buf: DeviceBuffer<u32>, stream: &Stream, gate: &G
     );
     gate.open().unwrap();
 }
+
+/// A `DeviceRegion` implemented outside the crate (the trait is public) whose offset and
+/// length are whatever it says.
+pub struct Claimed<'a> {
+    /// The allocation.
+    pub ptr: &'a xpu_alloc::DataPtr,
+    /// Element offset, as claimed.
+    pub offset: usize,
+    /// Length in elements, as claimed.
+    pub len: usize,
+}
+
+impl xpu_kernel::DeviceRegion<f32> for Claimed<'_> {
+    fn data_ptr(&self) -> &xpu_alloc::DataPtr {
+        self.ptr
+    }
+    fn offset(&self) -> usize {
+        self.offset
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
