@@ -74,8 +74,8 @@ impl<B: Backend> Allocation<B> {
     }
 
     /// Runs `f` on the segment holding the allocation and the allocation's byte offset in
-    /// it (under the stream's lock: `f` must not call the allocator); `None` if the block
-    /// is unknown (never for a live allocation).
+    /// it (under no allocator lock: `f` may call the allocator, on this stream too); `None`
+    /// if the block is unknown (never for a live allocation).
     pub fn with_segment<R>(
         &self,
         f: impl FnOnce(&SourceSegment<B::Memory>, u64) -> R,
