@@ -368,15 +368,23 @@ struct RegistryInner {
 }
 
 impl RegistryInner {
-    fn prune(&mut self) {
+    /// Forgets the gone pools (their statistics folded into `retired`) and returns their
+    /// last state handles, to be dropped once the registry's lock is released: dropping one
+    /// drops the pool's segment source, user code for a custom one (its `Drop` may call the
+    /// allocator).
+    #[must_use]
+    fn prune(&mut self) -> Vec<Shared> {
         let retired = &mut self.retired;
+        let mut gone = Vec::new();
         self.pools.retain(|(shared, _)| {
             if shared.in_use() {
                 return true;
             }
             retired.merge(&shared.memory_stats());
+            gone.push(shared.clone());
             false
         });
+        gone
     }
 }
 
@@ -391,10 +399,12 @@ impl PoolRegistry {
         if *pool.inner.core.config() != *config {
             pool.inner.core.set_config((*config).clone());
         }
-        inner.prune();
+        let gone = inner.prune();
         inner
             .pools
             .push((pool.inner.core.shared(), Arc::downgrade(&pool.inner)));
+        drop(inner);
+        drop(gone);
     }
 
     fn orphan(&self, shards: Vec<WeakShard<ClBackend>>) {
@@ -438,11 +448,13 @@ impl PoolRegistry {
     /// Every pool's statistics added together (gone pools included).
     pub(crate) fn stats(&self) -> MemoryStats {
         let mut inner = self.inner.lock();
-        inner.prune();
+        let gone = inner.prune();
         let mut total = inner.retired;
         for (shared, _) in &inner.pools {
             total.merge(&shared.memory_stats());
         }
+        drop(inner);
+        drop(gone);
         total
     }
 
@@ -637,6 +649,7 @@ fn releaser() -> &'static Releaser {
         let spawned = std::thread::Builder::new()
             .name("xpu-pool-release".to_owned())
             .spawn(move || {
+                ON_RELEASE_THREAD.set(true);
                 for job in rx {
                     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
                         tracing::warn!("a private pool's segment release panicked");
@@ -660,6 +673,12 @@ fn releaser() -> &'static Releaser {
             done: Condvar::new(),
         }
     })
+}
+
+thread_local! {
+    /// True on the `xpu-pool-release` thread, whose jobs run user code (a custom source's
+    /// `free`) that may wait for the releases: the running job and those queued behind it.
+    static ON_RELEASE_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Runs a pool shard's teardown (waiting for its streams, then releasing its segments) on
@@ -687,9 +706,11 @@ pub(crate) fn releases_pending() -> bool {
 
 /// Waits until every segment release of dropped private pools handed to the background
 /// thread so far is done (each waits for the work on its stream first, so this waits for
-/// that work too). Returns at once when none is pending, and in a bad fork child.
+/// that work too). Returns at once when none is pending, in a bad fork child, and on the
+/// release thread itself (a custom segment source's `free` called by a release: the
+/// releases left run after the one calling).
 pub fn wait_pool_releases() {
-    if xpu_device::fork::is_in_bad_fork() {
+    if xpu_device::fork::is_in_bad_fork() || ON_RELEASE_THREAD.get() {
         return;
     }
     let r = releaser();
