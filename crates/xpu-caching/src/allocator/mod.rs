@@ -249,7 +249,8 @@ impl<B: Backend> CachingAllocator<B> {
     ///
     /// # Errors
     /// [`CacheError::TooLarge`] when the request exceeds the device's largest allocation or
-    /// 1 EiB; [`CacheError::OutOfMemory`] also when the reserved bytes would pass `i64::MAX`
+    /// 1 EiB; [`CacheError::StreamDevice`] for a stream (`key`) of another device;
+    /// [`CacheError::OutOfMemory`] also when the reserved bytes would pass `i64::MAX`
     /// (the statistics' range), and after the full OOM sequence (`fraction` set when the
     /// memory fraction refused);
     /// [`CacheError::Device`] for other device errors.
@@ -283,6 +284,14 @@ impl<B: Backend> CachingAllocator<B> {
         });
         if let Some(result) = found {
             return result.map(Some).map_err(|e| *e);
+        }
+        // A stream not known yet: only this device's streams get a shard (checked here, off
+        // the cached path: a key of another device never finds a shard).
+        if key.device != shared.device() {
+            return Err(CacheError::StreamDevice {
+                stream: key.device,
+                device: shared.device(),
+            });
         }
         let shard = self.insert_shard(key, stream());
         with_local(shared, |local| {

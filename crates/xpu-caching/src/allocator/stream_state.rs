@@ -732,7 +732,11 @@ fn free_segment<B: Backend>(
         // Unreachable: the only other handle lives while `Allocation::with_segment` runs,
         // and a segment with a live allocation is never released. Leaked rather than freed
         // under a user's borrow.
-        Err(_) => tracing::error!(address, size, "a released segment is still borrowed; leaked"),
+        Err(_) => tracing::error!(
+            address,
+            size,
+            "a released segment is still borrowed; leaked"
+        ),
     }
     st.segment().decrease(kind, 1);
     st.reserved_bytes().decrease(kind, size);
