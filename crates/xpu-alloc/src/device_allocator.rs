@@ -150,9 +150,18 @@ impl DeviceAllocator {
     /// # Errors
     /// [`AllocError::InvalidDevicePointer`] for a pointer of another allocator;
     /// [`AllocError::StreamDevice`] for a stream of another device;
-    /// [`AllocError::Stream`] for a stream whose queue is already released.
+    /// [`AllocError::Stream`] for a stream whose queue is already released;
+    /// [`AllocError::Capturing`] for a stream a graph is capturing (nothing recorded), as
+    /// [`DataPtr::record_stream`].
     pub fn record_stream(&self, ptr: &DataPtr, stream: &Stream) -> Result<(), AllocError> {
         self.check_stream(stream)?;
+        if stream.is_capturing() {
+            return Err(AllocError::Capturing {
+                device: stream.device(),
+                stream: stream.id(),
+                operation: "record_stream",
+            });
+        }
         let stream = ClStream::try_shared(*stream)?;
         match ptr.owner_id() {
             Some(owner) if owner != self.core.id() && self.pools.contains(owner) => {

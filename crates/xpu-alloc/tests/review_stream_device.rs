@@ -49,3 +49,37 @@ fn a_device_core_refuses_a_stream_of_another_device() {
         .unwrap();
     assert_eq!(ptr.device(), 0);
 }
+
+/// `record_stream` refuses a stream a graph is capturing through every entry point, as
+/// `DataPtr::record_stream` does: the captured work runs at replay, after any marker the
+/// allocator could record at the free, so no marker could order the block's reuse after it.
+#[test]
+fn record_stream_refuses_a_capturing_stream_through_the_device_allocator() {
+    if !xpu_testing::devices(1) {
+        return;
+    }
+    let (owner, captured) = (common::fresh_stream(0), common::fresh_stream(0));
+    let (s, c) = (owner.stream(), captured.stream());
+    let ptr = xpu_alloc::allocate(4096, &s).unwrap();
+    let capture = xpu_stream::CaptureGuard::begin(&c).unwrap();
+    let direct = ptr.record_stream(&c).unwrap_err();
+    let through_device = xpu_alloc::record_stream(&ptr, &c);
+    drop(capture);
+    assert!(
+        matches!(direct, xpu_alloc::AllocError::Capturing { .. }),
+        "{direct}"
+    );
+    match through_device {
+        Err(xpu_alloc::AllocError::Capturing {
+            device,
+            stream,
+            operation,
+        }) => assert_eq!((device, stream, operation), (0, c.id(), "record_stream")),
+        other => panic!("xpu_alloc::record_stream on a capturing stream: {other:?}"),
+    }
+    // Nothing was recorded: the block is reusable at once on its stream after the free.
+    let address = ptr.address();
+    drop(ptr);
+    let again = xpu_alloc::allocate(4096, &s).unwrap();
+    assert_eq!(again.address(), address);
+}
