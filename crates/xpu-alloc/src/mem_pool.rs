@@ -179,16 +179,22 @@ impl MemPool {
             });
         }
         let stream = *stream;
-        let attempt = || {
-            self.inner
-                .core
-                .allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
-        };
-        match attempt() {
+        // The first attempt's out-of-memory failure is retried below: not counted in
+        // `num_ooms` (the retry's is).
+        let first = self
+            .inner
+            .core
+            .allocate_before_retry(size, stream_key(&stream), || ClStream::shared(stream))
+            .map_err(AllocError::from)
+            .map(|a| a.map_or_else(|| DataPtr::empty(self.inner.device), DataPtr::new));
+        match first {
             Err(AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_)) => {
                 self.inner.parent.empty_cache();
                 wait_pool_releases();
-                attempt().map_err(|e| self.fraction_error(e))
+                self.inner
+                    .core
+                    .allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
+                    .map_err(|e| self.fraction_error(e))
             }
             other => other,
         }

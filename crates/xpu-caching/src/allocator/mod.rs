@@ -261,6 +261,36 @@ impl<B: Backend> CachingAllocator<B> {
         key: StreamKey,
         stream: impl FnOnce() -> B::Stream,
     ) -> Result<Option<Allocation<B>>, CacheError> {
+        self.allocate_counting(size, key, stream, true)
+    }
+
+    /// [`CachingAllocator::allocate_with`] for a caller that answers
+    /// [`CacheError::OutOfMemory`] by freeing memory elsewhere (another allocator's cache)
+    /// and allocating again: this attempt's out-of-memory failure is not counted in
+    /// `num_ooms`, which counts the out-of-memory errors returned to the user (as PyTorch's,
+    /// bumped where `malloc` raises); the caller's last attempt counts its own.
+    /// xpu-alloc's private pools allocate so before releasing the default pool's cache.
+    ///
+    /// # Errors
+    /// As [`CachingAllocator::allocate_with`].
+    pub fn allocate_before_retry(
+        &self,
+        size: u64,
+        key: StreamKey,
+        stream: impl FnOnce() -> B::Stream,
+    ) -> Result<Option<Allocation<B>>, CacheError> {
+        self.allocate_counting(size, key, stream, false)
+    }
+
+    /// The allocation; `count_oom`: whether an out-of-memory failure counts in `num_ooms`.
+    #[inline(always)]
+    fn allocate_counting(
+        &self,
+        size: u64,
+        key: StreamKey,
+        stream: impl FnOnce() -> B::Stream,
+        count_oom: bool,
+    ) -> Result<Option<Allocation<B>>, CacheError> {
         let shared = &self.inner.shared;
         if size == 0 {
             return Ok(None);
@@ -280,7 +310,7 @@ impl<B: Backend> CachingAllocator<B> {
                 Some(shard) => shard,
                 None => local.shards.find(key, |key| self.shard_of(key))?,
             };
-            Some(self.allocate_on(shard, size, key, &local))
+            Some(self.allocate_on(shard, size, key, &local, count_oom))
         });
         if let Some(result) = found {
             return result.map(Some).map_err(|e| *e);
@@ -296,7 +326,7 @@ impl<B: Backend> CachingAllocator<B> {
         let shard = self.insert_shard(key, stream());
         with_local(shared, |local| {
             local.shards.remember(key, &shard);
-            self.allocate_on(shard, size, key, &local)
+            self.allocate_on(shard, size, key, &local, count_oom)
         })
         .map(Some)
         .map_err(|e| *e)
@@ -311,6 +341,7 @@ impl<B: Backend> CachingAllocator<B> {
         size: u64,
         key: StreamKey,
         local: &thread_cache::Local<'_, B>,
+        count_oom: bool,
     ) -> Result<Allocation<B>, Box<CacheError>> {
         let shared = &self.inner.shared;
         let outcome = {
@@ -325,7 +356,9 @@ impl<B: Backend> CachingAllocator<B> {
         };
         let handed = match outcome {
             Outcome::Done(h) => h,
-            Outcome::Exhausted(req) => self.oom_path(&shard, req, local).map_err(Box::new)?,
+            Outcome::Exhausted(req) => self
+                .oom_path(&shard, req, local, count_oom)
+                .map_err(Box::new)?,
         };
         shared
             .history

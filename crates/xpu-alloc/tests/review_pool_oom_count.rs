@@ -1,0 +1,52 @@
+//! `num_ooms` counts the out-of-memory errors returned to the caller (as PyTorch's, bumped
+//! where `malloc` raises): a private pool's allocation that fails once, then succeeds after
+//! the default pool's cache is released (`MemPool::allocate`'s retry, torch's
+//! `release_cached_blocks`), is no out-of-memory error. Runs in a child process: it sets
+//! device 0's memory fraction.
+
+mod common;
+
+use std::time::Duration;
+
+use xpu_alloc::MemPool;
+
+use common::{fresh_stream, MIB};
+
+#[test]
+fn a_pool_allocation_served_after_releasing_the_default_cache_counts_no_oom() {
+    xpu_testing::scenario_test(
+        "a_pool_allocation_served_after_releasing_the_default_cache_counts_no_oom",
+        "pool-oom-count",
+        Duration::from_secs(60),
+        "done",
+        || {
+            let external = fresh_stream(0);
+            let s = external.stream();
+            let (_, total) = xpu_alloc::mem_get_info(0).unwrap();
+            // Room for 64 MiB more than reserved now.
+            let base = xpu_alloc::memory_reserved(0).unwrap();
+            #[allow(clippy::cast_precision_loss)]
+            let fraction = ((base + 64 * MIB) as f64 + 0.5) / total as f64;
+            xpu_alloc::set_memory_fraction(fraction, 0).unwrap();
+            // 40 MiB cached by the default pool.
+            drop(xpu_alloc::allocate(40 * MIB, &s).unwrap());
+            assert_eq!(xpu_alloc::memory_reserved(0).unwrap(), base + 40 * MIB);
+            let pool = MemPool::new(0).unwrap();
+            // 40 MiB more would pass the fraction: the default cache is released, then the
+            // pool's segment fits.
+            let block = pool.allocate(40 * MIB, &s).unwrap();
+            assert_eq!(block.size(), 40 * MIB);
+            let stats = xpu_alloc::memory_stats(0).unwrap();
+            assert_eq!(stats.num_ooms, 0, "no out-of-memory error was returned");
+            assert_eq!(pool.memory_stats().num_ooms, 0);
+            // A real failure is counted once.
+            let err = pool.allocate(60 * MIB, &s).unwrap_err();
+            assert!(
+                matches!(err, xpu_alloc::AllocError::MemoryFractionExceeded(_)),
+                "{err}"
+            );
+            assert_eq!(xpu_alloc::memory_stats(0).unwrap().num_ooms, 1);
+            println!("done");
+        },
+    );
+}
