@@ -98,7 +98,7 @@ fn a_pool_segment_overlapping_a_live_default_pool_segment_is_refused() {
          -> {allocated_after}): {a_deleted:?}"
     );
     assert!(
-        matches!(b_addr, None),
+        b_addr.is_none(),
         "the pool handed out a block at {b_addr:x?}, inside a live segment of the default pool"
     );
     assert_eq!(allocated_after, allocated_before, "nothing allocated for b");
