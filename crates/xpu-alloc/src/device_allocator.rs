@@ -118,16 +118,24 @@ impl DeviceAllocator {
             return pool.allocate(size, stream);
         }
         let stream = *stream;
-        let attempt = || {
-            self.core
-                .allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
-        };
-        match attempt() {
+        // An out-of-memory failure of this attempt is counted in `num_ooms` only once it is
+        // returned (not when the retry below serves the request).
+        let first = self
+            .core
+            .allocate_before_retry(size, stream_key(&stream), || ClStream::shared(stream))
+            .map_err(AllocError::from)
+            .map(|a| a.map_or_else(|| DataPtr::empty(self.device), DataPtr::new));
+        match first {
             Err(AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_))
                 if mem_pool::releases_pending() =>
             {
                 mem_pool::wait_pool_releases();
-                attempt()
+                self.core
+                    .allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
+            }
+            Err(e @ (AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_))) => {
+                self.core.count_oom();
+                Err(e)
             }
             other => other,
         }

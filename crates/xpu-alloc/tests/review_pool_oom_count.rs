@@ -50,3 +50,63 @@ fn a_pool_allocation_served_after_releasing_the_default_cache_counts_no_oom() {
         },
     );
 }
+
+/// The device allocator's retry: its first attempt fails out of memory while a dropped
+/// pool's segment release is pending (held by a gate on the pool's stream), it waits for the
+/// releases and the retry succeeds: no out-of-memory error was returned, none is counted.
+/// The gate is opened once the first attempt's failure is recorded in the history.
+#[test]
+fn a_default_pool_allocation_served_after_pool_releases_counts_no_oom() {
+    xpu_testing::scenario_test(
+        "a_default_pool_allocation_served_after_pool_releases_counts_no_oom",
+        "device-oom-count",
+        Duration::from_secs(60),
+        "done",
+        || {
+            let (ext_s, ext_g) = (fresh_stream(0), fresh_stream(0));
+            let (s, g) = (ext_s.stream(), ext_g.stream());
+            let (_, total) = xpu_alloc::mem_get_info(0).unwrap();
+            let base = xpu_alloc::memory_reserved(0).unwrap();
+            #[allow(clippy::cast_precision_loss)]
+            let fraction = ((base + 64 * MIB) as f64 + 0.5) / total as f64;
+            xpu_alloc::set_memory_fraction(fraction, 0).unwrap();
+            let pool = MemPool::new(0).unwrap();
+            let held = pool.allocate(40 * MIB, &g).unwrap();
+            let gate = std::sync::Arc::new(xpu_event::Gate::new(0).unwrap());
+            gate.block(&g).unwrap();
+            drop(pool);
+            drop(held); // the pool's segment is released once g's work (held back) is done
+            assert_eq!(xpu_alloc::memory_reserved(0).unwrap(), base + 40 * MIB);
+            let core = xpu_alloc::device_allocator(0).unwrap().core().clone();
+            core.memory_history().record_memory_history(true, 1000);
+            let opener = {
+                let gate = std::sync::Arc::clone(&gate);
+                let core = core.clone();
+                std::thread::spawn(move || {
+                    while !core
+                        .memory_history()
+                        .entries()
+                        .iter()
+                        .any(|e| e.action == xpu_alloc::TraceAction::Oom)
+                    {
+                        std::thread::yield_now();
+                    }
+                    gate.open().unwrap();
+                })
+            };
+            let block = xpu_alloc::allocate(40 * MIB, &s).unwrap();
+            opener.join().unwrap();
+            assert_eq!(block.size(), 40 * MIB);
+            let stats = xpu_alloc::memory_stats(0).unwrap();
+            assert_eq!(stats.num_ooms, 0, "no out-of-memory error was returned");
+            // A real failure is counted once.
+            let err = xpu_alloc::allocate(60 * MIB, &s).unwrap_err();
+            assert!(
+                matches!(err, xpu_alloc::AllocError::MemoryFractionExceeded(_)),
+                "{err}"
+            );
+            assert_eq!(xpu_alloc::memory_stats(0).unwrap().num_ooms, 1);
+            println!("done");
+        },
+    );
+}

@@ -282,6 +282,13 @@ impl<B: Backend> CachingAllocator<B> {
         self.allocate_counting(size, key, stream, false)
     }
 
+    /// Counts one out-of-memory error in `num_ooms`: for a caller of
+    /// [`CachingAllocator::allocate_before_retry`] that returns the failure after all (it
+    /// found nothing to retry with).
+    pub fn count_oom(&self) {
+        with_local(&self.inner.shared, |local| local.stats().num_ooms.bump());
+    }
+
     /// The allocation; `count_oom`: whether an out-of-memory failure counts in `num_ooms`.
     #[inline(always)]
     fn allocate_counting(
