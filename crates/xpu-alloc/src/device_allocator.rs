@@ -180,21 +180,15 @@ impl DeviceAllocator {
         }
     }
 
-    /// Raw allocation on `stream` (as `raw_alloc_with_stream`).
+    /// Raw allocation on `stream` (as `raw_alloc_with_stream`): the block of
+    /// [`DeviceAllocator::allocate`] (routing and retry included), kept in the address table
+    /// until [`DeviceAllocator::raw_delete`].
     ///
     /// # Errors
     /// As [`DeviceAllocator::allocate`].
     pub fn raw_alloc(&self, size: u64, stream: &Stream) -> Result<DevicePtr, AllocError> {
-        self.check_stream(stream)?;
-        if let Some(pool) = self.routed() {
-            let ptr = pool.allocate(size, stream)?;
-            return Ok(DevicePtr::new(self.device, self.core.adopt_raw(ptr)));
-        }
-        let stream = *stream;
-        let address = self
-            .core
-            .raw_alloc(size, stream_key(&stream), || ClStream::shared(stream))?;
-        Ok(DevicePtr::new(self.device, address))
+        let ptr = self.allocate(size, stream)?;
+        Ok(DevicePtr::new(self.device, self.core.adopt_raw(ptr)))
     }
 
     /// Frees a pointer from [`DeviceAllocator::raw_alloc`].
