@@ -132,11 +132,27 @@ impl DeviceAllocator {
                 mem_pool::wait_pool_releases();
                 self.core
                     .allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
+                    .map_err(|e| self.with_device_figures(e))
             }
             Err(e @ (AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_))) => {
                 self.core.count_oom();
-                Err(e)
+                Err(self.with_device_figures(e))
             }
+            other => other,
+        }
+    }
+
+    /// An out-of-memory error of the default pool with the device's allocated and reserved
+    /// bytes, private pools included (as torch's message, whose statistics count them): the
+    /// memory fraction that refused it counts them too.
+    fn with_device_figures(&self, e: AllocError) -> AllocError {
+        match e {
+            AllocError::OutOfMemory(report) => {
+                AllocError::OutOfMemory(mem_pool::device_figures(report, &self.memory_stats()))
+            }
+            AllocError::MemoryFractionExceeded(report) => AllocError::MemoryFractionExceeded(
+                mem_pool::device_figures(report, &self.memory_stats()),
+            ),
             other => other,
         }
     }

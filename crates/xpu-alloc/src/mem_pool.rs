@@ -201,11 +201,20 @@ impl MemPool {
     }
 
     /// The pool's own OOM report does not know the device's fraction: name it when it is
-    /// what refused the segment.
+    /// what refused the segment; and its allocated and reserved bytes are the device's (every
+    /// pool included, as torch's message), which the fraction counts.
     fn fraction_error(&self, e: AllocError) -> AllocError {
         let parent = self.inner.parent.shared();
         match e {
-            AllocError::OutOfMemory(mut report) => {
+            AllocError::OutOfMemory(report) => {
+                let mut report = match self.inner.registry.upgrade() {
+                    Some(registry) => {
+                        let mut device = self.inner.parent.memory_stats();
+                        device.merge(&registry.stats());
+                        device_figures(report, &device)
+                    }
+                    None => report,
+                };
                 let allowed = parent.allowed();
                 let over = allowed
                     .is_some_and(|a| parent.reserved().saturating_add(report.segment_size) > a);
@@ -303,6 +312,17 @@ impl MemPool {
         self.inner.core.empty_cache();
         Ok(())
     }
+}
+
+/// `report` with the allocated and reserved bytes of `device` (a device's statistics, every
+/// pool included).
+pub(crate) fn device_figures(
+    mut report: xpu_caching::OomReport,
+    device: &MemoryStats,
+) -> xpu_caching::OomReport {
+    report.allocated = nonneg(device.allocated_bytes.all.current);
+    report.reserved = nonneg(device.reserved_bytes.all.current);
+    report
 }
 
 fn nonneg(v: i64) -> u64 {

@@ -139,3 +139,53 @@ fn raw_alloc_is_served_after_pending_pool_releases() {
         },
     );
 }
+
+/// The out-of-memory report of a device allocation gives the device's figures, private pools
+/// included (as torch's message, whose statistics count private pools): a default-pool
+/// request refused by the memory fraction because a private pool reserves 40 MiB reports
+/// those 40 MiB, not the default pool's 0.
+#[test]
+fn the_oom_report_of_a_device_allocation_counts_private_pools() {
+    xpu_testing::scenario_test(
+        "the_oom_report_of_a_device_allocation_counts_private_pools",
+        "oom-report-pools",
+        Duration::from_secs(60),
+        "done",
+        || {
+            let external = fresh_stream(0);
+            let s = external.stream();
+            let (_, total) = xpu_alloc::mem_get_info(0).unwrap();
+            let base = xpu_alloc::memory_reserved(0).unwrap();
+            #[allow(clippy::cast_precision_loss)]
+            let fraction = ((base + 64 * MIB) as f64 + 0.5) / total as f64;
+            xpu_alloc::set_memory_fraction(fraction, 0).unwrap();
+            let pool = MemPool::new(0).unwrap();
+            let live = pool.allocate(40 * MIB, &s).unwrap();
+            let device = xpu_alloc::memory_stats(0).unwrap();
+            let err = xpu_alloc::allocate(40 * MIB, &s).unwrap_err();
+            let xpu_alloc::AllocError::MemoryFractionExceeded(report) = err else {
+                panic!("{err}");
+            };
+            assert_eq!(
+                (report.allocated, report.reserved),
+                (
+                    u64::try_from(device.allocated_bytes.all.current).unwrap(),
+                    u64::try_from(device.reserved_bytes.all.current).unwrap()
+                ),
+                "the device's figures: {report}"
+            );
+            assert!(report.reserved >= 40 * MIB, "{report}");
+            // The pool's own report too.
+            let err = pool.allocate(40 * MIB, &s).unwrap_err();
+            let xpu_alloc::AllocError::MemoryFractionExceeded(report) = err else {
+                panic!("{err}");
+            };
+            assert!(
+                report.reserved >= 40 * MIB && report.allocated >= 40 * MIB,
+                "{report}"
+            );
+            drop(live);
+            println!("done");
+        },
+    );
+}
