@@ -34,8 +34,12 @@ pub struct ClStream {
 }
 
 impl ClStream {
-    /// The stream as a [`StreamRef`], holding its queue when it can be resolved now (a
-    /// stream whose queue is already released fails each marker operation instead).
+    /// The stream as a [`StreamRef`], holding its queue when it can be resolved now. A stream
+    /// whose queue is already released (a stale handle of a dropped external stream) can
+    /// never run work again, none that uses memory handed out for it included: its markers
+    /// are complete at once ([`StreamMarker::Idle`]) and its synchronization returns at once,
+    /// so the segments cached for it are released as any others; a device-side wait on it
+    /// fails.
     #[must_use]
     pub fn shared(stream: Stream) -> StreamRef {
         StreamRef::Device(Arc::new(Self {
@@ -75,6 +79,19 @@ impl ClStream {
             None => self.stream.queue().map_err(marker_error),
         }
     }
+
+    /// The queue, or `None` for a stream whose queue was released before this handle was
+    /// made (no work can be enqueued on it any more: see [`ClStream::shared`]).
+    fn live_queue(&self) -> Result<Option<QueueRef>, MarkerError> {
+        match &self.queue {
+            Some(q) => Ok(Some(q.clone())),
+            None => match self.stream.queue() {
+                Ok(q) => Ok(Some(q)),
+                Err(StreamError::ExternalReleased { .. }) => Ok(None),
+                Err(e) => Err(marker_error(e)),
+            },
+        }
+    }
 }
 
 /// A failed stream operation as the [`MarkerError`] of this backend: it holds the
@@ -98,11 +115,13 @@ impl EventMarker {
 }
 
 impl ClStream {
-    fn record_marker(&self) -> Result<EventMarker, MarkerError> {
-        let queue = self.queue()?;
+    fn record_marker(&self) -> Result<StreamMarker, MarkerError> {
+        let Some(queue) = self.live_queue()? else {
+            return Ok(StreamMarker::Idle);
+        };
         let event = queue.enqueue_marker(&[]).map_err(marker_error)?;
         queue.flush().map_err(marker_error)?;
-        Ok(EventMarker(event))
+        Ok(StreamMarker::Device(EventMarker(event)))
     }
 }
 
@@ -140,6 +159,9 @@ pub enum StreamMarker {
     Device(EventMarker),
     /// A marker of a simulated stream.
     Simulated(SimMarker),
+    /// The marker of a stream whose queue was released before the allocator first saw it
+    /// (see [`ClStream::shared`]): no work to wait for, complete at once.
+    Idle,
 }
 
 /// The OpenCL backend of the caching allocator: OpenCL buffers (or simulated memory),
@@ -161,7 +183,7 @@ impl Backend for ClBackend {
 
     fn record_marker(stream: &StreamRef) -> Result<StreamMarker, MarkerError> {
         match stream {
-            StreamRef::Device(s) => s.record_marker().map(StreamMarker::Device),
+            StreamRef::Device(s) => s.record_marker(),
             StreamRef::Simulated(s) => Ok(StreamMarker::Simulated(s.record_marker())),
         }
     }
@@ -170,6 +192,7 @@ impl Backend for ClBackend {
         match marker {
             StreamMarker::Device(m) => m.is_complete(),
             StreamMarker::Simulated(m) => m.is_complete(),
+            StreamMarker::Idle => true,
         }
     }
 
@@ -185,6 +208,7 @@ impl Backend for ClBackend {
                 m.wait();
                 Ok(())
             }
+            StreamMarker::Idle => Ok(()),
         }
     }
 
@@ -198,6 +222,8 @@ impl Backend for ClBackend {
                 s.wait_marker(m);
                 Ok(())
             }
+            // Nothing to wait for (the marker's stream can run no work).
+            (StreamRef::Device(_), StreamMarker::Idle) => Ok(()),
             _ => Err(MarkerError::message(
                 "a stream can only wait for markers of streams of its own kind",
             )),
@@ -206,7 +232,10 @@ impl Backend for ClBackend {
 
     fn synchronize(stream: &StreamRef) -> Result<(), MarkerError> {
         match stream {
-            StreamRef::Device(s) => s.queue()?.finish().map_err(marker_error),
+            StreamRef::Device(s) => match s.live_queue()? {
+                Some(queue) => queue.finish().map_err(marker_error),
+                None => Ok(()),
+            },
             StreamRef::Simulated(s) => {
                 s.synchronize();
                 Ok(())

@@ -126,17 +126,41 @@ impl DeviceAllocator {
             return pool.allocate(size, stream);
         }
         let stream = *stream;
-        let attempt = || {
-            self.core
-                .allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
-        };
-        match attempt() {
+        // An out-of-memory failure of this attempt is counted in `num_ooms` only once it is
+        // returned (not when the retry below serves the request).
+        let first = self
+            .core
+            .allocate_before_retry(size, stream_key(&stream), || ClStream::shared(stream))
+            .map_err(AllocError::from)
+            .map(|a| a.map_or_else(|| DataPtr::empty(self.device), DataPtr::new));
+        match first {
             Err(AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_))
                 if mem_pool::releases_pending() =>
             {
                 mem_pool::wait_pool_releases();
-                attempt()
+                self.core
+                    .allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
+                    .map_err(|e| self.with_device_figures(e))
             }
+            Err(e @ (AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_))) => {
+                self.core.count_oom();
+                Err(self.with_device_figures(e))
+            }
+            other => other,
+        }
+    }
+
+    /// An out-of-memory error of the default pool with the device's allocated and reserved
+    /// bytes, private pools included (as torch's message, whose statistics count them): the
+    /// memory fraction that refused it counts them too.
+    fn with_device_figures(&self, e: AllocError) -> AllocError {
+        match e {
+            AllocError::OutOfMemory(report) => {
+                AllocError::OutOfMemory(mem_pool::device_figures(report, &self.memory_stats()))
+            }
+            AllocError::MemoryFractionExceeded(report) => AllocError::MemoryFractionExceeded(
+                mem_pool::device_figures(report, &self.memory_stats()),
+            ),
             other => other,
         }
     }
@@ -158,9 +182,18 @@ impl DeviceAllocator {
     /// # Errors
     /// [`AllocError::InvalidDevicePointer`] for a pointer of another allocator;
     /// [`AllocError::StreamDevice`] for a stream of another device;
-    /// [`AllocError::Stream`] for a stream whose queue is already released.
+    /// [`AllocError::Stream`] for a stream whose queue is already released;
+    /// [`AllocError::Capturing`] for a stream a graph is capturing (nothing recorded), as
+    /// [`DataPtr::record_stream`].
     pub fn record_stream(&self, ptr: &DataPtr, stream: &Stream) -> Result<(), AllocError> {
         self.check_stream(stream)?;
+        if stream.is_capturing() {
+            return Err(AllocError::Capturing {
+                device: stream.device(),
+                stream: stream.id(),
+                operation: "record_stream",
+            });
+        }
         let stream = ClStream::try_shared(*stream)?;
         match ptr.owner_id() {
             Some(owner) if owner != self.core.id() && self.pools.contains(owner) => {
@@ -171,21 +204,15 @@ impl DeviceAllocator {
         }
     }
 
-    /// Raw allocation on `stream` (as `raw_alloc_with_stream`).
+    /// Raw allocation on `stream` (as `raw_alloc_with_stream`): the block of
+    /// [`DeviceAllocator::allocate`] (routing and retry included), kept in the address table
+    /// until [`DeviceAllocator::raw_delete`].
     ///
     /// # Errors
     /// As [`DeviceAllocator::allocate`].
     pub fn raw_alloc(&self, size: u64, stream: &Stream) -> Result<DevicePtr, AllocError> {
-        self.check_stream(stream)?;
-        if let Some(pool) = self.routed() {
-            let ptr = pool.allocate(size, stream)?;
-            return Ok(DevicePtr::new(self.device, self.core.adopt_raw(ptr)));
-        }
-        let stream = *stream;
-        let address = self
-            .core
-            .raw_alloc(size, stream_key(&stream), || ClStream::shared(stream))?;
-        Ok(DevicePtr::new(self.device, address))
+        let ptr = self.allocate(size, stream)?;
+        Ok(DevicePtr::new(self.device, self.core.adopt_raw(ptr)))
     }
 
     /// Frees a pointer from [`DeviceAllocator::raw_alloc`].

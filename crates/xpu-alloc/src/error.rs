@@ -215,6 +215,7 @@ impl From<CacheError> for AllocError {
                 max,
             },
             CacheError::Foreign(address) => Self::InvalidDevicePointer { address },
+            CacheError::StreamDevice { stream, device } => Self::StreamDevice { stream, device },
             CacheError::Fraction(fraction) => Self::InvalidFraction { fraction },
             CacheError::Device(failure) => match failure.downcast_ref::<DeviceError>() {
                 Some(e) => e.clone().into(),

@@ -179,27 +179,42 @@ impl MemPool {
             });
         }
         let stream = *stream;
-        let attempt = || {
-            self.inner
-                .core
-                .allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
-        };
-        match attempt() {
+        // The first attempt's out-of-memory failure is retried below: not counted in
+        // `num_ooms` (the retry's is).
+        let first = self
+            .inner
+            .core
+            .allocate_before_retry(size, stream_key(&stream), || ClStream::shared(stream))
+            .map_err(AllocError::from)
+            .map(|a| a.map_or_else(|| DataPtr::empty(self.inner.device), DataPtr::new));
+        match first {
             Err(AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_)) => {
                 self.inner.parent.empty_cache();
                 wait_pool_releases();
-                attempt().map_err(|e| self.fraction_error(e))
+                self.inner
+                    .core
+                    .allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
+                    .map_err(|e| self.fraction_error(e))
             }
             other => other,
         }
     }
 
     /// The pool's own OOM report does not know the device's fraction: name it when it is
-    /// what refused the segment.
+    /// what refused the segment; and its allocated and reserved bytes are the device's (every
+    /// pool included, as torch's message), which the fraction counts.
     fn fraction_error(&self, e: AllocError) -> AllocError {
         let parent = self.inner.parent.shared();
         match e {
-            AllocError::OutOfMemory(mut report) => {
+            AllocError::OutOfMemory(report) => {
+                let mut report = match self.inner.registry.upgrade() {
+                    Some(registry) => {
+                        let mut device = self.inner.parent.memory_stats();
+                        device.merge(&registry.stats());
+                        device_figures(report, &device)
+                    }
+                    None => report,
+                };
                 let allowed = parent.allowed();
                 let over = allowed
                     .is_some_and(|a| parent.reserved().saturating_add(report.segment_size) > a);
@@ -299,6 +314,17 @@ impl MemPool {
     }
 }
 
+/// `report` with the allocated and reserved bytes of `device` (a device's statistics, every
+/// pool included).
+pub(crate) fn device_figures(
+    mut report: xpu_caching::OomReport,
+    device: &MemoryStats,
+) -> xpu_caching::OomReport {
+    report.allocated = nonneg(device.allocated_bytes.all.current);
+    report.reserved = nonneg(device.reserved_bytes.all.current);
+    report
+}
+
 fn nonneg(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
@@ -368,15 +394,23 @@ struct RegistryInner {
 }
 
 impl RegistryInner {
-    fn prune(&mut self) {
+    /// Forgets the gone pools (their statistics folded into `retired`) and returns their
+    /// last state handles, to be dropped once the registry's lock is released: dropping one
+    /// drops the pool's segment source, user code for a custom one (its `Drop` may call the
+    /// allocator).
+    #[must_use]
+    fn prune(&mut self) -> Vec<Shared> {
         let retired = &mut self.retired;
+        let mut gone = Vec::new();
         self.pools.retain(|(shared, _)| {
             if shared.in_use() {
                 return true;
             }
             retired.merge(&shared.memory_stats());
+            gone.push(shared.clone());
             false
         });
+        gone
     }
 }
 
@@ -391,10 +425,12 @@ impl PoolRegistry {
         if *pool.inner.core.config() != *config {
             pool.inner.core.set_config((*config).clone());
         }
-        inner.prune();
+        let gone = inner.prune();
         inner
             .pools
             .push((pool.inner.core.shared(), Arc::downgrade(&pool.inner)));
+        drop(inner);
+        drop(gone);
     }
 
     fn orphan(&self, shards: Vec<WeakShard<ClBackend>>) {
@@ -438,11 +474,13 @@ impl PoolRegistry {
     /// Every pool's statistics added together (gone pools included).
     pub(crate) fn stats(&self) -> MemoryStats {
         let mut inner = self.inner.lock();
-        inner.prune();
+        let gone = inner.prune();
         let mut total = inner.retired;
         for (shared, _) in &inner.pools {
             total.merge(&shared.memory_stats());
         }
+        drop(inner);
+        drop(gone);
         total
     }
 
@@ -637,6 +675,7 @@ fn releaser() -> &'static Releaser {
         let spawned = std::thread::Builder::new()
             .name("xpu-pool-release".to_owned())
             .spawn(move || {
+                ON_RELEASE_THREAD.set(true);
                 for job in rx {
                     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
                         tracing::warn!("a private pool's segment release panicked");
@@ -660,6 +699,12 @@ fn releaser() -> &'static Releaser {
             done: Condvar::new(),
         }
     })
+}
+
+thread_local! {
+    /// True on the `xpu-pool-release` thread, whose jobs run user code (a custom source's
+    /// `free`) that may wait for the releases: the running job and those queued behind it.
+    static ON_RELEASE_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Runs a pool shard's teardown (waiting for its streams, then releasing its segments) on
@@ -687,9 +732,11 @@ pub(crate) fn releases_pending() -> bool {
 
 /// Waits until every segment release of dropped private pools handed to the background
 /// thread so far is done (each waits for the work on its stream first, so this waits for
-/// that work too). Returns at once when none is pending, and in a bad fork child.
+/// that work too). Returns at once when none is pending, in a bad fork child, and on the
+/// release thread itself (a custom segment source's `free` called by a release: the
+/// releases left run after the one calling).
 pub fn wait_pool_releases() {
-    if xpu_device::fork::is_in_bad_fork() {
+    if xpu_device::fork::is_in_bad_fork() || ON_RELEASE_THREAD.get() {
         return;
     }
     let r = releaser();

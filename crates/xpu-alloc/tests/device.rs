@@ -54,13 +54,17 @@ fn a_failed_marker_keeps_the_stream_error_and_its_opencl_code() {
     assert_eq!(alloc, AllocError::Stream(failed));
     assert!(!alloc.is_bad_fork());
 
-    // A marker on an external stream dropped before its queue was taken.
+    // An external stream dropped before its queue was taken: it can run no work, so its
+    // marker is complete at once, but a device-side wait on it fails with the stream error.
     let external = fresh_stream(0);
     let stream = external.stream();
     drop(external);
-    let released: MarkerError = ClBackend::record_marker(&ClStream::shared(stream))
-        .map(drop)
-        .unwrap_err();
+    let stale = ClStream::shared(stream);
+    let idle = ClBackend::record_marker(&stale).unwrap();
+    assert!(matches!(idle, xpu_alloc::StreamMarker::Idle));
+    assert!(ClBackend::marker_complete(&idle));
+    let other = ClBackend::record_marker(&ClStream::shared(fresh_stream(0).stream())).unwrap();
+    let released: MarkerError = ClBackend::stream_wait(&stale, &other).unwrap_err();
     assert!(
         matches!(
             released.downcast_ref(),

@@ -87,6 +87,15 @@ pub enum CacheError {
     /// An allocation of another allocator (its address).
     #[error("{0:#x} is not an allocation of this allocator")]
     Foreign(u64),
+    /// A stream of another device given to a device's allocator (its memory could not be
+    /// used on that stream, and the allocation would report the stream's device).
+    #[error("stream of device {stream} given to the allocator of device {device}")]
+    StreamDevice {
+        /// The stream's device.
+        stream: usize,
+        /// The allocator's device.
+        device: usize,
+    },
     /// A memory fraction outside `(0, 1]`.
     #[error("memory fraction {0} is outside (0, 1]")]
     Fraction(f64),

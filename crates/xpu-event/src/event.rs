@@ -106,7 +106,8 @@ impl Event {
         }
         Ok(Event {
             flags,
-            recorded: Some(Recorded::new(*stream, queue, event)),
+            // A user event is no command of the queue: waits on its own stream are real.
+            recorded: Some(Recorded::adopted(*stream, queue, event, !of.is_null())),
         })
     }
 

@@ -19,16 +19,31 @@ pub(crate) struct Recorded {
     pub(crate) stream: Stream,
     pub(crate) queue: QueueRef,
     pub(crate) event: ClEvent,
+    /// Whether `event` is a command of `stream`'s in-order queue (a marker, or a foreign
+    /// command adopted on it); false for an adopted user event, which no queue orders.
+    pub(crate) in_stream_order: bool,
     flush: AtomicU8,
 }
 
 impl Recorded {
     /// The point `event` (a marker enqueued on `queue` of `stream`), not flushed yet.
     pub(crate) fn new(stream: Stream, queue: QueueRef, event: ClEvent) -> Self {
+        Self::adopted(stream, queue, event, true)
+    }
+
+    /// The point `event` adopted on `stream`: a command of its queue (`in_stream_order`) or
+    /// a user event (not ordered by the queue).
+    pub(crate) fn adopted(
+        stream: Stream,
+        queue: QueueRef,
+        event: ClEvent,
+        in_stream_order: bool,
+    ) -> Self {
         Self {
             stream,
             queue,
             event,
+            in_stream_order,
             flush: AtomicU8::new(FRESH),
         }
     }

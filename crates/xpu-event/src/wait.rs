@@ -7,8 +7,9 @@ use crate::recorded::Recorded;
 
 /// Enqueues on `stream` a barrier that waits for `r`. No host blocking.
 pub(crate) fn stream_waits_for(stream: &Stream, r: &Recorded) -> Result<(), EventError> {
-    if *stream == r.stream {
-        // In-order: later work on the same queue already follows the marker.
+    if *stream == r.stream && r.in_stream_order {
+        // In-order: later work on the same queue already follows the marker (not an
+        // adopted user event, which no queue orders).
         return Ok(());
     }
     // OpenCL 3.0 §5.13: an event used in another queue's wait list must have been flushed.

@@ -53,8 +53,23 @@ pub fn init() -> Result<(), LazyError> {
     lazy_init()
 }
 
-fn clear_flag() {
-    INITIALIZING.with(|f| f.set(false));
+/// Marks this thread as initializing while it lives; clears the mark when dropped, on a
+/// queued call's panic too (torch clears `is_initializing` in a `finally`), so the thread's
+/// next `lazy_init` initializes for real instead of returning at once.
+struct Initializing;
+
+impl Initializing {
+    fn begin() -> Self {
+        INITIALIZING.with(|f| f.set(true));
+        Initializing
+    }
+}
+
+impl Drop for Initializing {
+    fn drop(&mut self) {
+        // `try_with`: a drop during thread teardown must not panic.
+        let _ = INITIALIZING.try_with(|f| f.set(false));
+    }
 }
 
 /// Initializes the runtime on first use; what every facade call runs first. Cheap once
@@ -86,10 +101,8 @@ pub fn lazy_init() -> Result<(), LazyError> {
         return Ok(());
     }
     crate::register_builtin_backends();
-    INITIALIZING.with(|f| f.set(true));
-    let result = run_init();
-    clear_flag();
-    result
+    let _initializing = Initializing::begin();
+    run_init()
 }
 
 fn run_init() -> Result<(), LazyError> {

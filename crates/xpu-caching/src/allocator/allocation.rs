@@ -74,8 +74,8 @@ impl<B: Backend> Allocation<B> {
     }
 
     /// Runs `f` on the segment holding the allocation and the allocation's byte offset in
-    /// it (under the stream's lock: `f` must not call the allocator); `None` if the block
-    /// is unknown (never for a live allocation), and in a bad fork child
+    /// it (under no allocator lock: `f` may call the allocator, on this stream too); `None`
+    /// if the block is unknown (never for a live allocation), and in a bad fork child
     /// ([`Backend::is_bad_fork`]: the lock may have been held at the fork).
     pub fn with_segment<R>(
         &self,

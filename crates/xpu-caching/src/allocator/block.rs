@@ -1,5 +1,7 @@
 //! Blocks (pieces of a segment) and segments of one shard.
 
+use std::sync::Arc;
+
 use crate::backend::Backend;
 use crate::size::PoolKind;
 use crate::source::SourceSegment;
@@ -70,8 +72,10 @@ impl<B: Backend> Block<B> {
 
 /// One device allocation owned by a shard.
 pub(crate) struct Segment<B: Backend> {
-    /// The memory as the source handed it out.
-    pub source: SourceSegment<B::Memory>,
+    /// The memory as the source handed it out; shared only while
+    /// [`Allocation::with_segment`](super::Allocation::with_segment) runs its closure (under
+    /// no lock, the allocation live: the segment cannot be released meanwhile).
+    pub source: Arc<SourceSegment<B::Memory>>,
     /// The pool its blocks belong to.
     pub pool: PoolKind,
     /// Counted in `oversize_segments` when obtained (at least the `max_split_size` in effect

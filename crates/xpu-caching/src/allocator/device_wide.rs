@@ -64,8 +64,8 @@ pub(crate) struct DeviceShared<B: Backend> {
     config: Mutex<Arc<AllocConfig>>,
     gc_enabled: AtomicBool,
     reserved: Mutex<Reserved>,
-    /// The live segments of `source` (address -> size): a new one must not overlap them,
-    /// since the shards tell blocks apart by address.
+    /// The live segments of `source` and of the sources charged here (address -> size): a
+    /// new one must not overlap them, since blocks are told apart by address.
     live_ranges: Mutex<BTreeMap<u64, u64>>,
     pub stats: StatsRegistry,
     /// Recorded allocator events (off by default; see [`crate::history`]).
@@ -160,22 +160,14 @@ impl<B: Backend> DeviceShared<B> {
     }
 
     /// Obtains a segment, enforcing the memory fraction (reserved + size <= allowed) and
-    /// [`MAX_RESERVED`] (out of memory beyond it). A segment of another size than `size`
-    /// (a source breaking its contract) is freed again and reported as a device error.
+    /// [`MAX_RESERVED`] (out of memory beyond it). A segment of another size than `size`, or
+    /// overlapping a live segment (a source breaking its contract), is freed again and
+    /// reported as a device error.
     pub(crate) fn allocate_segment(
         &self,
         size: u64,
     ) -> Result<SourceSegment<B::Memory>, SegmentFailure> {
-        let segment = self.allocate_segment_from(self.source.as_ref(), size)?;
-        match self.claim_range(segment.address, segment.size) {
-            Ok(()) => Ok(segment),
-            Err(msg) => {
-                // A source breaking its contract (addresses unique among live segments):
-                // the segment goes straight back.
-                self.release_segment_to(self.source.as_ref(), segment);
-                Err(SegmentFailure::Device(DeviceFailure::message(msg)))
-            }
-        }
+        self.allocate_segment_from(self.source.as_ref(), size)
     }
 
     /// Records `[address, address + size)` as a live segment of `source`, unless it wraps
@@ -204,7 +196,10 @@ impl<B: Backend> DeviceShared<B> {
     }
 
     /// [`DeviceShared::allocate_segment`] from another `source`, charged to this allocator's
-    /// reserved bytes and memory fraction (a private pool's segments).
+    /// reserved bytes and memory fraction (a private pool's segments). Its address range is
+    /// recorded with this allocator's live segments too, so the segments of every source
+    /// charged here (the device's default pool and its private pools) never overlap: blocks
+    /// are told apart by address on the whole device (`raw_alloc`'s table, snapshots).
     pub(crate) fn allocate_segment_from(
         &self,
         source: &dyn SegmentSource<Memory = B::Memory>,
@@ -235,6 +230,15 @@ impl<B: Backend> DeviceShared<B> {
                 ))))
             }
             Ok(segment) => {
+                if let Err(msg) = self.claim_range(segment.address, segment.size) {
+                    // A source breaking its contract (addresses unique among live
+                    // segments): the segment goes straight back.
+                    source.free(segment);
+                    let mut r = self.reserved.lock();
+                    r.bytes = r.bytes.saturating_sub(size);
+                    drop(r);
+                    return Err(SegmentFailure::Device(DeviceFailure::message(msg)));
+                }
                 let mut r = self.reserved.lock();
                 r.high_water = r.high_water.max(r.bytes);
                 Ok(segment)
@@ -254,7 +258,6 @@ impl<B: Backend> DeviceShared<B> {
 
     /// Returns a segment to the source.
     pub(crate) fn release_segment(&self, segment: SourceSegment<B::Memory>) {
-        self.live_ranges.lock().remove(&segment.address);
         self.release_segment_to(self.source.as_ref(), segment);
     }
 
@@ -265,6 +268,7 @@ impl<B: Backend> DeviceShared<B> {
         segment: SourceSegment<B::Memory>,
     ) {
         let size = segment.size;
+        self.live_ranges.lock().remove(&segment.address);
         source.free(segment);
         let mut r = self.reserved.lock();
         r.bytes = r.bytes.saturating_sub(size);

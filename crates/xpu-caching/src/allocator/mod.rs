@@ -271,7 +271,8 @@ impl<B: Backend> CachingAllocator<B> {
     ///
     /// # Errors
     /// [`CacheError::TooLarge`] when the request exceeds the device's largest allocation or
-    /// 1 EiB; [`CacheError::OutOfMemory`] also when the reserved bytes would pass `i64::MAX`
+    /// 1 EiB; [`CacheError::StreamDevice`] for a stream (`key`) of another device;
+    /// [`CacheError::OutOfMemory`] also when the reserved bytes would pass `i64::MAX`
     /// (the statistics' range), and after the full OOM sequence (`fraction` set when the
     /// memory fraction refused);
     /// [`CacheError::Device`] for other device errors; [`CacheError::BadFork`] in a bad fork
@@ -282,6 +283,43 @@ impl<B: Backend> CachingAllocator<B> {
         size: u64,
         key: StreamKey,
         stream: impl FnOnce() -> B::Stream,
+    ) -> Result<Option<Allocation<B>>, CacheError> {
+        self.allocate_counting(size, key, stream, true)
+    }
+
+    /// [`CachingAllocator::allocate_with`] for a caller that answers
+    /// [`CacheError::OutOfMemory`] by freeing memory elsewhere (another allocator's cache)
+    /// and allocating again: this attempt's out-of-memory failure is not counted in
+    /// `num_ooms`, which counts the out-of-memory errors returned to the user (as PyTorch's,
+    /// bumped where `malloc` raises); the caller's last attempt counts its own.
+    /// xpu-alloc's private pools allocate so before releasing the default pool's cache.
+    ///
+    /// # Errors
+    /// As [`CachingAllocator::allocate_with`].
+    pub fn allocate_before_retry(
+        &self,
+        size: u64,
+        key: StreamKey,
+        stream: impl FnOnce() -> B::Stream,
+    ) -> Result<Option<Allocation<B>>, CacheError> {
+        self.allocate_counting(size, key, stream, false)
+    }
+
+    /// Counts one out-of-memory error in `num_ooms`: for a caller of
+    /// [`CachingAllocator::allocate_before_retry`] that returns the failure after all (it
+    /// found nothing to retry with).
+    pub fn count_oom(&self) {
+        with_local(&self.inner.shared, |local| local.stats().num_ooms.bump());
+    }
+
+    /// The allocation; `count_oom`: whether an out-of-memory failure counts in `num_ooms`.
+    #[inline(always)]
+    fn allocate_counting(
+        &self,
+        size: u64,
+        key: StreamKey,
+        stream: impl FnOnce() -> B::Stream,
+        count_oom: bool,
     ) -> Result<Option<Allocation<B>>, CacheError> {
         if B::is_bad_fork() {
             return Err(CacheError::BadFork);
@@ -305,15 +343,23 @@ impl<B: Backend> CachingAllocator<B> {
                 Some(shard) => shard,
                 None => local.shards.find(key, |key| self.shard_of(key))?,
             };
-            Some(self.allocate_on(shard, size, key, &local))
+            Some(self.allocate_on(shard, size, key, &local, count_oom))
         });
         if let Some(result) = found {
             return result.map(Some).map_err(|e| *e);
         }
+        // A stream not known yet: only this device's streams get a shard (checked here, off
+        // the cached path: a key of another device never finds a shard).
+        if key.device != shared.device() {
+            return Err(CacheError::StreamDevice {
+                stream: key.device,
+                device: shared.device(),
+            });
+        }
         let shard = self.insert_shard(key, stream());
         with_local(shared, |local| {
             local.shards.remember(key, &shard);
-            self.allocate_on(shard, size, key, &local)
+            self.allocate_on(shard, size, key, &local, count_oom)
         })
         .map(Some)
         .map_err(|e| *e)
@@ -328,6 +374,7 @@ impl<B: Backend> CachingAllocator<B> {
         size: u64,
         key: StreamKey,
         local: &thread_cache::Local<'_, B>,
+        count_oom: bool,
     ) -> Result<Allocation<B>, Box<CacheError>> {
         let shared = &self.inner.shared;
         let outcome = {
@@ -342,7 +389,9 @@ impl<B: Backend> CachingAllocator<B> {
         };
         let handed = match outcome {
             Outcome::Done(h) => h,
-            Outcome::Exhausted(req) => self.oom_path(&shard, req, local).map_err(Box::new)?,
+            Outcome::Exhausted(req) => self
+                .oom_path(&shard, req, local, count_oom)
+                .map_err(Box::new)?,
         };
         shared
             .history

@@ -19,12 +19,14 @@ use crate::history::TraceAction;
 use crate::size;
 
 impl<B: Backend> CachingAllocator<B> {
-    /// Called when the stream's own cache and a new segment both failed.
+    /// Called when the stream's own cache and a new segment both failed. `count_oom`:
+    /// whether a failure counts in `num_ooms` (not when the caller retries it).
     pub(super) fn oom_path(
         &self,
         shard: &Arc<Shard<B>>,
         req: Request,
         local: &Local<'_, B>,
+        count_oom: bool,
     ) -> Result<Handed, CacheError> {
         let shared = &*self.inner.shared;
         let me = shard.rank;
@@ -78,7 +80,9 @@ impl<B: Backend> CachingAllocator<B> {
                 Ok(handed) => return Ok(handed),
                 Err(failure) => {
                     hard_error(failure.clone(), shared, req.size)?;
-                    st.num_ooms.bump();
+                    if count_oom {
+                        st.num_ooms.bump();
+                    }
                     failure
                 }
             }

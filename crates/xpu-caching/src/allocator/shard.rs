@@ -50,16 +50,20 @@ impl<B: Backend> Shard<B> {
         state.free(block, &mut stats);
     }
 
-    /// Runs `f` on the segment of a live `block` and the block's address.
+    /// Runs `f` on the segment of a live `block` and the block's address. `f` is user code:
+    /// it runs after the stream's lock is released (the segment is shared, and cannot be
+    /// released while the block is live), so it may call the allocator, on this stream too.
     pub(crate) fn with_segment<R>(
         &self,
         block: u32,
         f: impl FnOnce(&SourceSegment<B::Memory>, u64) -> R,
     ) -> Option<R> {
-        let state = self.state.lock();
-        let b = state.blocks.get(block)?;
-        let segment = state.segments.get(b.segment)?;
-        Some(f(&segment.source, b.addr))
+        let (segment, addr) = {
+            let state = self.state.lock();
+            let b = state.blocks.get(block)?;
+            (state.segments.get(b.segment)?.source.clone(), b.addr)
+        };
+        Some(f(&segment, addr))
     }
 
     /// record_stream on `block`.

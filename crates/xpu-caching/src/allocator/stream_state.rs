@@ -312,7 +312,7 @@ impl<B: Backend> ShardState<B> {
             st.oversize_segments.increase(1);
         }
         self.adopt_segment(Segment {
-            source,
+            source: Arc::new(source),
             pool: kind,
             oversize,
         })
@@ -738,7 +738,17 @@ fn free_segment<B: Backend>(
     shared
         .history
         .record(TraceAction::SegmentFree, address, size, key.id);
-    st.unlocked(|| shared.release_segment(segment.source));
+    match Arc::try_unwrap(segment.source) {
+        Ok(source) => st.unlocked(|| shared.release_segment(source)),
+        // Unreachable: the only other handle lives while `Allocation::with_segment` runs,
+        // and a segment with a live allocation is never released. Leaked rather than freed
+        // under a user's borrow.
+        Err(_) => tracing::error!(
+            address,
+            size,
+            "a released segment is still borrowed; leaked"
+        ),
+    }
     st.segment().decrease(kind, 1);
     st.reserved_bytes().decrease(kind, size);
     st.num_device_free.bump();

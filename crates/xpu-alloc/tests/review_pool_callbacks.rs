@@ -1,0 +1,131 @@
+//! A private pool's custom segment source is user code: its `free` (run on the
+//! `xpu-pool-release` thread for a dropped pool) and its `Drop` may call the allocator back
+//! without deadlocking. Each scenario runs in a child process (a hang would otherwise stop
+//! the process-wide release thread for every later test); a hang is a killed child.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use xpu_alloc::{BufferSource, MemPool, SegmentSource, SourceError, SourceSegment};
+
+use common::{fresh_stream, MIB};
+
+/// Addresses of the custom source's segments, apart from the default pool's.
+const SHIFT: u64 = 1 << 60;
+
+/// What the custom source does when the allocator calls it.
+#[derive(Clone, Copy)]
+enum Callback {
+    /// `free` waits for the releases of dropped pools (the one running it included).
+    WaitReleasesInFree,
+    /// `Drop` reads the device's statistics (which visit every pool).
+    StatsInDrop,
+}
+
+/// Device 0's buffers, shifted, calling the allocator back as `callback` says.
+struct CallingBack {
+    inner: BufferSource,
+    callback: Callback,
+    frees: Arc<AtomicUsize>,
+    drops: Arc<AtomicUsize>,
+}
+
+impl SegmentSource for CallingBack {
+    type Memory = xpu_alloc::SegmentMemory;
+    fn device(&self) -> usize {
+        self.inner.device()
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn total_memory(&self) -> u64 {
+        self.inner.total_memory()
+    }
+    fn max_alloc_size(&self) -> u64 {
+        self.inner.max_alloc_size()
+    }
+    fn base_addr_align(&self) -> u64 {
+        self.inner.base_addr_align()
+    }
+    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
+        let mut segment = self.inner.allocate(size)?;
+        segment.address += SHIFT;
+        Ok(segment)
+    }
+    fn free(&self, mut segment: SourceSegment) {
+        if let Callback::WaitReleasesInFree = self.callback {
+            xpu_alloc::wait_pool_releases();
+        }
+        segment.address -= SHIFT;
+        self.inner.free(segment);
+        self.frees.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for CallingBack {
+    fn drop(&mut self) {
+        if let Callback::StatsInDrop = self.callback {
+            let _ = xpu_alloc::memory_stats(0).unwrap();
+        }
+        self.drops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn calling_back(callback: Callback) -> (CallingBack, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let (frees, drops) = (Arc::default(), Arc::default());
+    let source = CallingBack {
+        inner: BufferSource::new(0).unwrap(),
+        callback,
+        frees: Arc::clone(&frees),
+        drops: Arc::clone(&drops),
+    };
+    (source, frees, drops)
+}
+
+/// A dropped pool's segment is freed on the release thread; the source's `free` there waits
+/// for the pool releases, and `wait_pool_releases` on the main thread then returns: the
+/// release thread does not wait for itself.
+#[test]
+fn a_custom_sources_free_may_wait_for_pool_releases() {
+    xpu_testing::scenario_test(
+        "a_custom_sources_free_may_wait_for_pool_releases",
+        "free-waits-releases",
+        Duration::from_secs(30),
+        "done: freed 1",
+        || {
+            let external = fresh_stream(0);
+            let stream = external.stream();
+            let (source, frees, _) = calling_back(Callback::WaitReleasesInFree);
+            let pool = MemPool::with_source(0, source).unwrap();
+            let block = pool.allocate(MIB, &stream).unwrap();
+            drop(pool);
+            drop(block); // the pool's last shard: torn down on the release thread
+            xpu_alloc::wait_pool_releases();
+            println!("done: freed {}", frees.load(Ordering::SeqCst));
+        },
+    );
+}
+
+/// A pool whose every handle and allocation is gone is forgotten by the device's pool
+/// registry at its next visit (`memory_stats` here), which drops the pool's custom source:
+/// its `Drop` may read the device's statistics (no registry lock held by then).
+#[test]
+fn a_custom_sources_drop_may_read_the_device_statistics() {
+    xpu_testing::scenario_test(
+        "a_custom_sources_drop_may_read_the_device_statistics",
+        "drop-reads-stats",
+        Duration::from_secs(30),
+        "done: dropped 1",
+        || {
+            let (source, _, drops) = calling_back(Callback::StatsInDrop);
+            let pool = MemPool::with_source(0, source).unwrap();
+            drop(pool);
+            xpu_alloc::wait_pool_releases();
+            let _ = xpu_alloc::memory_stats(0).unwrap();
+            println!("done: dropped {}", drops.load(Ordering::SeqCst));
+        },
+    );
+}
