@@ -81,8 +81,12 @@ impl ClStream {
     }
 
     /// The queue, or `None` for a stream whose queue was released before this handle was
-    /// made (no work can be enqueued on it any more: see [`ClStream::shared`]).
+    /// made (no work can be enqueued on it any more: see [`ClStream::shared`]); in a bad fork
+    /// child `BadFork`, first, as [`ClStream::queue`].
     fn live_queue(&self) -> Result<Option<QueueRef>, MarkerError> {
+        if xpu_device::fork::is_in_bad_fork() {
+            return Err(marker_error(StreamError::BadFork));
+        }
         match &self.queue {
             Some(q) => Ok(Some(q.clone())),
             None => match self.stream.queue() {
