@@ -10,7 +10,8 @@ use crate::error::ClError;
 const EXECUTION_STATUS: u32 = 0x11D3;
 const EVENT_CONTEXT: u32 = 0x11D4;
 const EVENT_COMMAND_QUEUE: u32 = 0x11D0;
-const EVENT_COMMAND_TYPE: u32 = 0x11D2;
+/// `CL_EVENT_COMMAND_TYPE` (0x11D2 is `CL_EVENT_REFERENCE_COUNT`).
+const EVENT_COMMAND_TYPE: u32 = 0x11D1;
 const COMMAND_USER: u32 = 0x1204;
 const CODE_INVALID_EVENT: i32 = -58;
 const CL_COMPLETE: i32 = 0;
@@ -172,9 +173,8 @@ impl ClEvent {
     }
 
     /// `CL_INVALID_EVENT` unless this is a user event: one made by [`ClEvent::user`], or wrapped
-    /// from a raw event whose `CL_EVENT_COMMAND_TYPE` is `CL_COMMAND_USER` (PoCL reports
-    /// another type for its user events, so the wrapper remembers how it was made). The status
-    /// of a command's event is the driver's alone (§5.11.2).
+    /// from a raw event whose `CL_EVENT_COMMAND_TYPE` is `CL_COMMAND_USER` (read once, when
+    /// wrapped). The status of a command's event is the driver's alone (§5.11.2).
     fn check_user(&self) -> Result<(), ClError> {
         if self.1 {
             Ok(())
