@@ -86,3 +86,50 @@ fn a_missing_foreign_library_is_a_typed_not_available_error() {
     );
     assert_eq!(e.code(), None);
 }
+
+/// A blocking transfer queued behind a command that then fails: the driver terminates the
+/// transfer without running it (PoCL returns `CL_SUCCESS` from the blocking call all the
+/// same), so `read`/`write` must report the failure instead of `Ok` with nothing transferred.
+/// Either outcome is checked whatever the timing: an error, or `Ok` with the data transferred.
+/// The gate fails from another thread after a delay, which only makes the failing order
+/// (transfer enqueued first) likely: nothing observable tells when a blocking call has
+/// enqueued its command, and the assertions hold for both orders.
+/// Before: `read` returned `Ok(())` and the output was never written (all zeros).
+#[test]
+fn a_blocking_transfer_terminated_by_a_failed_earlier_command_is_an_error() {
+    use xpu_device::backend::{Buffer, MemFlags};
+    let Some((dev, ctx, q)) = common::device0_queue() else {
+        return;
+    };
+    let buf = Buffer::new(ctx, 16, MemFlags::default()).unwrap();
+    for read in [true, false] {
+        q.write(&buf, 0, &[5u8; 16]).unwrap();
+        let gate = dev.create_user_event().unwrap();
+        let _marker = q.enqueue_marker(&[&gate]).unwrap();
+        let failer = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                gate.set_failed(-5).unwrap();
+            })
+        };
+        let mut out = [0u8; 16];
+        let r = if read {
+            q.read(&buf, 0, &mut out)
+        } else {
+            q.write(&buf, 0, &[9u8; 16])
+        };
+        failer.join().unwrap();
+        q.finish().unwrap();
+        let mut now = [0u8; 16];
+        q.read(&buf, 0, &mut now).unwrap();
+        match r {
+            Ok(()) if read => assert_eq!(out, [5u8; 16], "read returned Ok without reading"),
+            Ok(()) => assert_eq!(now, [9u8; 16], "write returned Ok without writing"),
+            Err(e) => {
+                assert!(e.to_string().contains("clEnqueue"), "{e}");
+                assert_eq!(now, [5u8; 16], "a refused write left the buffer as it was");
+            }
+        }
+    }
+}

@@ -17,6 +17,7 @@ const QUEUE_PROPERTIES: u32 = 0x1093;
 const QUEUE_PRIORITY_KHR: u64 = 0x1096;
 const OUT_OF_ORDER: u64 = 1 << 0;
 const CODE_INVALID_CONTEXT: i32 = -34;
+const CODE_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST: i32 = -14;
 const PROFILING_ENABLE: u64 = 1 << 1;
 
 /// `cl_khr_priority_hints` levels.
@@ -325,24 +326,32 @@ impl CommandQueue {
         Ok(ClEvent::from_owned(e))
     }
 
-    /// Blocking write of `data` into `dst` at byte `offset`.
+    /// Blocking write of `data` into `dst` at byte `offset`, after the earlier commands of the
+    /// queue.
     ///
     /// # Errors
-    /// `InvalidArgument` when the range exceeds the buffer; a failed `clEnqueueWriteBuffer`.
+    /// `InvalidArgument` when the range exceeds the buffer; a failed `clEnqueueWriteBuffer`;
+    /// `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST` (as from `clEnqueueWriteBuffer`) when the
+    /// driver terminated the write without running it because an earlier command failed
+    /// (nothing was written).
     pub fn write(&self, dst: &Buffer, offset: usize, data: &[u8]) -> Result<()> {
         self.blocking_transfer("write", dst, offset, HostBytes::From(data))
     }
 
-    /// Blocking read of `out.len()` bytes of `src` at byte `offset`.
+    /// Blocking read of `out.len()` bytes of `src` at byte `offset`, after the earlier commands
+    /// of the queue.
     ///
     /// # Errors
-    /// `InvalidArgument` when the range exceeds the buffer; a failed `clEnqueueReadBuffer`.
+    /// `InvalidArgument` when the range exceeds the buffer; a failed `clEnqueueReadBuffer`;
+    /// `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST` (as from `clEnqueueReadBuffer`) when the
+    /// driver terminated the read without running it because an earlier command failed
+    /// (`out` may not hold the buffer's bytes).
     pub fn read(&self, src: &Buffer, offset: usize, out: &mut [u8]) -> Result<()> {
         self.blocking_transfer("read", src, offset, HostBytes::Into(out))
     }
 
     /// The blocking `write` or `read`: checks `offset + len` against the buffer, does nothing
-    /// for no bytes, else transfers and waits.
+    /// for no bytes, else transfers and waits, and reports a transfer the driver terminated.
     fn blocking_transfer(
         &self,
         what: &str,
@@ -350,9 +359,17 @@ impl CommandQueue {
         offset: usize,
         host: HostBytes<'_>,
     ) -> Result<()> {
-        let (len, host) = match host {
-            HostBytes::From(data) => (data.len(), Transfer::Write(data.as_ptr().cast())),
-            HostBytes::Into(out) => (out.len(), Transfer::Read(out.as_mut_ptr().cast())),
+        let (len, host, function) = match host {
+            HostBytes::From(data) => (
+                data.len(),
+                Transfer::Write(data.as_ptr().cast()),
+                "clEnqueueWriteBuffer",
+            ),
+            HostBytes::Into(out) => (
+                out.len(),
+                Transfer::Read(out.as_mut_ptr().cast()),
+                "clEnqueueReadBuffer",
+            ),
         };
         check_range(what, offset, len, buffer.size())?;
         if len == 0 {
@@ -363,8 +380,15 @@ impl CommandQueue {
         // against the buffer size (clEnqueueWriteBuffer / clEnqueueReadBuffer, §5.2.2).
         let e =
             unsafe { self.enqueue_transfer(buffer, true, offset, len, host, &WaitList::empty()) }?;
-        drop(e);
-        Ok(())
+        // A blocking call returns once its command is over, also when the driver terminated
+        // it without running it because an earlier command of the queue failed (PoCL then
+        // returns CL_SUCCESS): the event's status tells, as the wait list would (§5.2.2).
+        match e.status()? {
+            super::EventStatus::Error(_) => {
+                Err(ClError::new(function, CODE_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST).into())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// One `clEnqueueWriteBuffer` (for [`Transfer::Write`]) or `clEnqueueReadBuffer` (for
