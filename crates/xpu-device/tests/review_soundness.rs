@@ -133,3 +133,55 @@ fn a_blocking_transfer_terminated_by_a_failed_earlier_command_is_an_error() {
         }
     }
 }
+
+/// Zero-byte copies and fills behave the same on every driver: a command that completes
+/// after its wait list and moves nothing (as the blocking `read`/`write` of no bytes, which
+/// return at once). Drivers disagree (OpenCL 3.0 §5.2 leaves size 0 to `CL_INVALID_VALUE`;
+/// PoCL refuses it for `clEnqueueCopyBuffer` but runs it for `clEnqueueFillBuffer` and
+/// `clEnqueueReadBuffer`). Ranges are still checked: an offset past the end is an error.
+/// Before: `copy` of 0 bytes failed with `CL_INVALID_VALUE` while `fill` and `copy_pinned`
+/// of 0 bytes succeeded; a command buffer refused a 0-byte copy.
+#[test]
+fn zero_byte_copies_and_fills_are_no_ops_ordered_after_their_wait_list() {
+    use xpu_device::backend::{Buffer, CommandBuffer, EventStatus, MemFlags, PinnedBuffer, PinnedBytes};
+    let Some((dev, ctx, q)) = common::device0_queue() else {
+        return;
+    };
+    let buf = Buffer::new(ctx, 64, MemFlags::default()).unwrap();
+    let data: Vec<u8> = (0..64).collect();
+    q.write(&buf, 0, &data).unwrap();
+    let mut pinned = PinnedBuffer::new(ctx, &q, 16).unwrap();
+    pinned.as_mut_slice().fill(7);
+
+    let mut gate = common::Gate::new(dev);
+    let events = vec![
+        q.copy(&buf, 0, &buf, 16, 0, &[gate.event()]).unwrap(),
+        q.copy(&buf, 64, &buf, 64, 0, &[gate.event()]).unwrap(),
+        q.fill(&buf, &[1, 2, 3, 4], 8, 0, &[gate.event()]).unwrap(),
+        q.copy_pinned(&buf, 64, PinnedBytes::From(&pinned), 16, 0, &[gate.event()])
+            .unwrap(),
+        q.copy_pinned(&buf, 0, PinnedBytes::Into(&mut pinned), 0, 0, &[gate.event()])
+            .unwrap(),
+    ];
+    for e in &events {
+        assert_ne!(e.status().unwrap(), EventStatus::Complete, "ordered after the gate");
+    }
+    gate.open();
+    for e in &events {
+        e.wait().unwrap();
+    }
+    let mut now = vec![0u8; 64];
+    q.read(&buf, 0, &mut now).unwrap();
+    assert_eq!(now, data, "nothing moved");
+    assert_eq!(pinned.as_slice(), &[7u8; 16]);
+    assert!(q.copy(&buf, 65, &buf, 0, 0, &[]).is_err(), "offset past the end");
+    assert!(q.fill(&buf, &[1], 65, 0, &[]).is_err(), "offset past the end");
+
+    if let Some(mut cb) = CommandBuffer::new(&q).unwrap() {
+        cb.copy(&buf, 0, &buf, 16, 0).expect("a 0-byte copy records nothing");
+        cb.fill(&buf, &[1, 2], 2, 0).expect("a 0-byte fill records nothing");
+        assert!(cb.copy(&buf, 65, &buf, 0, 0).is_err(), "offset past the end");
+        assert_eq!(cb.len(), 0);
+    }
+    q.finish().unwrap();
+}

@@ -326,6 +326,14 @@ impl CommandQueue {
         Ok(ClEvent::from_owned(e))
     }
 
+    /// The command of a copy or fill of 0 bytes: a marker after `wait` (and, the queue being
+    /// in-order, after the earlier commands), so every driver behaves the same. OpenCL leaves
+    /// size 0 to `CL_INVALID_VALUE` (§5.2.2, §5.2.3), which PoCL returns for
+    /// `clEnqueueCopyBuffer` but not for `clEnqueueFillBuffer` or `clEnqueueReadBuffer`.
+    fn enqueue_nothing(&self, wait: &[&ClEvent]) -> Result<ClEvent> {
+        Ok(self.enqueue_marker(wait)?)
+    }
+
     /// Blocking write of `data` into `dst` at byte `offset`, after the earlier commands of the
     /// queue.
     ///
@@ -433,7 +441,8 @@ impl CommandQueue {
     /// waited for on the host when of another context), and it is tracked on the pinned buffer
     /// until it completes (what host accesses then wait for: see [`PinnedBytes`]). The pinned
     /// memory is kept alive until the copy completes, whatever the caller does with its
-    /// handle.
+    /// handle. A copy of 0 bytes uses no host byte: its event is a marker after `wait`, and
+    /// nothing is tracked.
     ///
     /// # Errors
     /// `InvalidArgument` for out-of-range regions; a failed `clGetCommandQueueInfo`,
@@ -466,6 +475,10 @@ impl CommandQueue {
                 ("clEnqueueReadBuffer", &*dst, DeviceAccess::Writes, host)
             }
         };
+        if len == 0 {
+            // No host byte is used: nothing to order after or to track.
+            return self.enqueue_nothing(wait);
+        }
         // `after` keeps its events retained until the enqueue below returned.
         let after = pinned.order_after_conflicts(access, self)?;
         let mut list = self.checked_wait_list(function, wait)?;
@@ -483,7 +496,9 @@ impl CommandQueue {
         Ok(ev)
     }
 
-    /// Device-side copy of `len` bytes (`clEnqueueCopyBuffer`); non-blocking.
+    /// Device-side copy of `len` bytes (`clEnqueueCopyBuffer`); non-blocking. A copy of 0
+    /// bytes (at offsets inside or at the end of the buffers) moves nothing: its event is a
+    /// marker after `wait`, the same on every driver.
     ///
     /// # Errors
     /// `InvalidArgument` for out-of-range regions; a failed `clEnqueueCopyBuffer`
@@ -499,6 +514,9 @@ impl CommandQueue {
         wait: &[&ClEvent],
     ) -> Result<ClEvent> {
         check_buffer_copy(len, (src, src_offset), (dst, dst_offset))?;
+        if len == 0 {
+            return self.enqueue_nothing(wait);
+        }
         let list = self.checked_wait_list("clEnqueueCopyBuffer", wait)?;
         // SAFETY: both buffers are live cl_mem objects (the runtime keeps them alive until the
         // command completes, §5.5.1), ranges were checked, and `list` outlives the call.
@@ -519,6 +537,7 @@ impl CommandQueue {
 
     /// Fills `len` bytes at `offset` with a repeated `pattern` (`clEnqueueFillBuffer`);
     /// non-blocking. `pattern.len()` must be 1, 2, 4, ..., 128 and divide `offset` and `len`.
+    /// A fill of 0 bytes writes nothing: its event is a marker after `wait`.
     ///
     /// # Errors
     /// `InvalidArgument` for a bad pattern or range; a failed `clEnqueueFillBuffer`.
@@ -537,6 +556,9 @@ impl CommandQueue {
             )));
         }
         check_range("fill", offset, len, dst.size())?;
+        if len == 0 {
+            return self.enqueue_nothing(wait);
+        }
         let list = self.checked_wait_list("clEnqueueFillBuffer", wait)?;
         // SAFETY: the pattern is copied by the driver before the call returns (§5.2.3: "the
         // memory associated with pattern can be reused or freed after the function returns"),
