@@ -597,6 +597,9 @@ impl CommandQueue {
     ///   buffer (or sub-buffer) set for the pointer argument it goes through, and inside the
     ///   size given to [`Kernel::set_arg_local`] for `__local` arguments (on a CPU device an
     ///   out-of-bounds access reaches the host process's memory);
+    /// - the `__local` variables the kernel declares, with its `__local` arguments, fit the
+    ///   device's local memory (the runtime checks the arguments alone:
+    ///   [`KernelArgProblem::LocalMemoryExceeded`](crate::KernelArgProblem));
     /// - no memory the kernel writes is borrowed by Rust code (`&`/`&mut`) before the returned
     ///   event completes, and no memory it reads is written by the host meanwhile: this
     ///   concerns memory the host can see (pinned host buffers, SVM, buffers wrapping host
@@ -606,7 +609,8 @@ impl CommandQueue {
     ///
     /// # Errors
     /// `InvalidArgument` for a bad dimension count; [`DeviceError::KernelArg`] for an
-    /// argument never set; a failed `clEnqueueNDRangeKernel` (`CL_INVALID_CONTEXT` for a queue
+    /// argument never set or `__local` arguments beyond the device's local memory
+    /// (`LocalMemoryExceeded`); a failed `clEnqueueNDRangeKernel` (`CL_INVALID_CONTEXT` for a queue
     /// or wait-list event of another context).
     pub unsafe fn enqueue_kernel(
         &self,
