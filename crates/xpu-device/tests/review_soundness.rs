@@ -23,13 +23,17 @@ fn a_wrapped_raw_user_event_can_be_set_and_a_wrapped_command_event_cannot() {
     let user = dev.create_user_event().unwrap();
     // SAFETY: a live event, retained by the wrapper.
     let wrapped = unsafe { ClEvent::from_raw_retained(user.as_raw()) }.unwrap();
-    wrapped.set_complete().expect("a wrapped user event can be set");
+    wrapped
+        .set_complete()
+        .expect("a wrapped user event can be set");
     assert_eq!(user.status().unwrap(), EventStatus::Complete);
 
     let user2 = dev.create_user_event().unwrap();
     // SAFETY: `into_raw` hands over one reference, which the wrapper takes.
     let owned = unsafe { ClEvent::from_raw_owned(user2.clone().into_raw()) };
-    owned.set_failed(-5).expect("an owned wrapped user event can fail");
+    owned
+        .set_failed(-5)
+        .expect("an owned wrapped user event can fail");
     assert_eq!(user2.status().unwrap(), EventStatus::Error(-5));
 
     let marker = q.enqueue_marker(&[]).unwrap();
@@ -143,7 +147,9 @@ fn a_blocking_transfer_terminated_by_a_failed_earlier_command_is_an_error() {
 /// of 0 bytes succeeded; a command buffer refused a 0-byte copy.
 #[test]
 fn zero_byte_copies_and_fills_are_no_ops_ordered_after_their_wait_list() {
-    use xpu_device::backend::{Buffer, CommandBuffer, EventStatus, MemFlags, PinnedBuffer, PinnedBytes};
+    use xpu_device::backend::{
+        Buffer, CommandBuffer, EventStatus, MemFlags, PinnedBuffer, PinnedBytes,
+    };
     let Some((dev, ctx, q)) = common::device0_queue() else {
         return;
     };
@@ -160,11 +166,22 @@ fn zero_byte_copies_and_fills_are_no_ops_ordered_after_their_wait_list() {
         q.fill(&buf, &[1, 2, 3, 4], 8, 0, &[gate.event()]).unwrap(),
         q.copy_pinned(&buf, 64, PinnedBytes::From(&pinned), 16, 0, &[gate.event()])
             .unwrap(),
-        q.copy_pinned(&buf, 0, PinnedBytes::Into(&mut pinned), 0, 0, &[gate.event()])
-            .unwrap(),
+        q.copy_pinned(
+            &buf,
+            0,
+            PinnedBytes::Into(&mut pinned),
+            0,
+            0,
+            &[gate.event()],
+        )
+        .unwrap(),
     ];
     for e in &events {
-        assert_ne!(e.status().unwrap(), EventStatus::Complete, "ordered after the gate");
+        assert_ne!(
+            e.status().unwrap(),
+            EventStatus::Complete,
+            "ordered after the gate"
+        );
     }
     gate.open();
     for e in &events {
@@ -174,13 +191,24 @@ fn zero_byte_copies_and_fills_are_no_ops_ordered_after_their_wait_list() {
     q.read(&buf, 0, &mut now).unwrap();
     assert_eq!(now, data, "nothing moved");
     assert_eq!(pinned.as_slice(), &[7u8; 16]);
-    assert!(q.copy(&buf, 65, &buf, 0, 0, &[]).is_err(), "offset past the end");
-    assert!(q.fill(&buf, &[1], 65, 0, &[]).is_err(), "offset past the end");
+    assert!(
+        q.copy(&buf, 65, &buf, 0, 0, &[]).is_err(),
+        "offset past the end"
+    );
+    assert!(
+        q.fill(&buf, &[1], 65, 0, &[]).is_err(),
+        "offset past the end"
+    );
 
     if let Some(mut cb) = CommandBuffer::new(&q).unwrap() {
-        cb.copy(&buf, 0, &buf, 16, 0).expect("a 0-byte copy records nothing");
-        cb.fill(&buf, &[1, 2], 2, 0).expect("a 0-byte fill records nothing");
-        assert!(cb.copy(&buf, 65, &buf, 0, 0).is_err(), "offset past the end");
+        cb.copy(&buf, 0, &buf, 16, 0)
+            .expect("a 0-byte copy records nothing");
+        cb.fill(&buf, &[1, 2], 2, 0)
+            .expect("a 0-byte fill records nothing");
+        assert!(
+            cb.copy(&buf, 65, &buf, 0, 0).is_err(),
+            "offset past the end"
+        );
         assert_eq!(cb.len(), 0);
     }
     q.finish().unwrap();

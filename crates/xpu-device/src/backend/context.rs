@@ -38,9 +38,7 @@ impl DeviceLimits {
             base_addr_align: device
                 .info_u64(param::MEM_BASE_ADDR_ALIGN)
                 .map_or(1, |bits| (bits / 8).max(1)),
-            local_mem_size: device
-                .info_u64(param::LOCAL_MEM_SIZE)
-                .unwrap_or(u64::MAX),
+            local_mem_size: device.info_u64(param::LOCAL_MEM_SIZE).unwrap_or(u64::MAX),
         }
     }
 

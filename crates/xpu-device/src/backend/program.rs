@@ -219,7 +219,9 @@ fn scalar_size(type_name: &str) -> Option<usize> {
 
 /// The local memory a `__local` argument of `bytes` takes, rounded up to [`LOCAL_ARG_ALIGN`].
 fn local_footprint(bytes: usize) -> u64 {
-    (bytes as u64).div_ceil(LOCAL_ARG_ALIGN).saturating_mul(LOCAL_ARG_ALIGN)
+    (bytes as u64)
+        .div_ceil(LOCAL_ARG_ALIGN)
+        .saturating_mul(LOCAL_ARG_ALIGN)
 }
 
 /// What the driver reports about one kernel parameter.
