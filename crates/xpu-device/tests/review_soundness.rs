@@ -281,3 +281,51 @@ fn local_arguments_beyond_the_device_local_memory_are_refused_not_a_driver_abort
     assert_eq!(u32::from_ne_bytes(got), 3);
     println!("scenario-ok");
 }
+
+/// A user event whose every wrapper dropped unset can never be set (OpenCL 3.0 §5.11.2, on
+/// `clReleaseEvent`): the commands waiting on it, and every later `finish` of their queue,
+/// would wait forever. The last wrapper's drop fails it instead; a clone still alive keeps
+/// it unset, and `into_raw` hands the duty to the raw handle's owner. Runs in a child
+/// process: the bug hangs it.
+/// Before: `marker.wait()` never returned (the child was killed at its bound).
+#[test]
+fn a_user_event_dropped_unset_fails_so_its_waiters_do_not_hang() {
+    use xpu_device::backend::DROPPED_UNSET_STATUS;
+    let Some(dev) = common::device0_in_child() else {
+        return;
+    };
+    let q = common::queue(dev);
+    let user = dev.create_user_event().unwrap();
+    let kept = user.clone();
+    let marker = q.enqueue_marker(&[&user]).unwrap();
+    drop(user);
+    assert_eq!(
+        kept.status().unwrap(),
+        EventStatus::Submitted,
+        "a clone still lives: unset"
+    );
+    drop(kept);
+    assert!(marker.wait().is_err(), "the waiting marker terminated");
+    q.finish().unwrap();
+    assert!(matches!(marker.status().unwrap(), EventStatus::Error(_)));
+
+    // Handed out raw: its owner sets it later.
+    let user = dev.create_user_event().unwrap();
+    let marker = q.enqueue_marker(&[&user]).unwrap();
+    let raw = user.clone().into_raw();
+    drop(user);
+    // SAFETY: `into_raw` gave one reference, taken over here.
+    let rewrapped = unsafe { ClEvent::from_raw_owned(raw) };
+    assert_eq!(rewrapped.status().unwrap(), EventStatus::Submitted);
+    rewrapped.set_complete().unwrap();
+    marker.wait().unwrap();
+
+    // Set, then dropped: the status stays.
+    let user = dev.create_user_event().unwrap();
+    user.set_complete().unwrap();
+    let done = q.enqueue_marker(&[&user]).unwrap();
+    drop(user);
+    done.wait().unwrap();
+    assert_eq!(DROPPED_UNSET_STATUS, -14);
+    println!("scenario-ok");
+}
