@@ -90,7 +90,7 @@ pub enum ProfilingInfo {
 ///
 /// The second field says whether the wrapper may set the status (a user event); the third,
 /// only for user events made by [`ClEvent::user`], is shared by the wrapper's clones and fails
-/// the event when the last of them drops unset ([`UnsetGuard`]).
+/// the event when the last of them drops unset (`UnsetGuard`).
 #[derive(Debug)]
 pub struct ClEvent(raw::cl_event, bool, Option<Arc<UnsetGuard>>);
 
