@@ -252,6 +252,16 @@ pub enum KernelArgProblem {
     OtherContext,
     /// The argument was never set before a launch (`CL_INVALID_KERNEL_ARGS`).
     NotSet,
+    /// The `__local` argument sizes, this one's included (each rounded up to 128 bytes, the
+    /// alignment drivers give them), exceed the device's `CL_DEVICE_LOCAL_MEM_SIZE`
+    /// (`CL_OUT_OF_RESOURCES` at the launch, OpenCL 3.0 §5.10). Checked by the runtime: PoCL
+    /// aborts the process on such a launch instead of returning the error.
+    LocalMemoryExceeded {
+        /// Bytes of local memory the `__local` arguments set so far need, rounded.
+        requested: u64,
+        /// `CL_DEVICE_LOCAL_MEM_SIZE`, bytes.
+        available: u64,
+    },
     /// The driver refused the argument.
     Driver(ClError),
 }
@@ -272,6 +282,9 @@ impl KernelArgProblem {
             KernelArgProblem::SizeMismatch { .. } => -51,
             KernelArgProblem::OtherContext => -34,
             KernelArgProblem::NotSet => return ClError::new("clEnqueueNDRangeKernel", -52),
+            KernelArgProblem::LocalMemoryExceeded { .. } => {
+                return ClError::new("clEnqueueNDRangeKernel", -5)
+            }
             KernelArgProblem::Driver(e) => return *e,
         };
         ClError::new("clSetKernelArg", code)
@@ -337,6 +350,14 @@ impl fmt::Display for KernelArgProblem {
             KernelArgProblem::NotSet => {
                 f.write_str("never set before the launch (CL_INVALID_KERNEL_ARGS)")
             }
+            KernelArgProblem::LocalMemoryExceeded {
+                requested,
+                available,
+            } => write!(
+                f,
+                "the __local arguments need {requested} bytes of local memory (each rounded up \
+                 to 128 bytes), more than the device's {available} (CL_OUT_OF_RESOURCES)"
+            ),
             KernelArgProblem::Driver(e) => write!(f, "{e}"),
         }
     }

@@ -19,8 +19,9 @@
 //!
 //! Soundness: safe functions are sound for any input and any interleaving; what cannot be made
 //! sound is an `unsafe fn` with a `# Safety` section naming the caller's obligations: running
-//! kernel code ([`backend::CommandQueue::enqueue_kernel`]) and wrapping raw handles (the
-//! `from_raw_*` constructors). Event completion closures run on the runtime's own
+//! kernel code ([`backend::CommandQueue::enqueue_kernel`]), wrapping raw handles (the
+//! `from_raw_*` constructors) and loading a caller-chosen foreign library
+//! ([`foreign::clblast::Clblast::open`]). Event completion closures run on the runtime's own
 //! `xpu-callbacks` thread, never on a driver thread. [`live_objects`] counts the OpenCL objects
 //! the backend holds, for leak checks.
 //!

@@ -110,14 +110,16 @@ pub(crate) fn pending() -> usize {
 
 /// Blocks until every completion callback already handed over by the driver has run, on the
 /// runtime's callback thread (`xpu-callbacks`). Returns at once on that thread itself (waiting
-/// there would wait for itself) and when no callback was ever registered.
+/// there would wait for itself), when no callback was ever registered, and in a bad-fork child
+/// (see [`crate::fork`]: the parent's callback thread does not exist there, so the wait would
+/// never end).
 ///
 /// The driver hands a callback over when it reports the event's completion, asynchronously
 /// (OpenCL 3.0 §5.11.4): after [`ClEvent::wait`](super::ClEvent::wait) returns, the event's
 /// callbacks may still be on their way. A callback whose effect was observed (it opened a gate
 /// that the caller waited for) has been handed over, so this then waits for it to finish.
 pub fn wait_for_callbacks() {
-    if ON_CALLBACK_THREAD.with(Cell::get) {
+    if crate::fork_state::is_in_bad_fork() || ON_CALLBACK_THREAD.with(Cell::get) {
         return;
     }
     let Some(tx) = SENDER.get() else {

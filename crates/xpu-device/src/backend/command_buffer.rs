@@ -434,7 +434,8 @@ impl CommandBuffer {
     }
 
     /// Records a copy of `len` bytes from `src[src_offset..]` to `dst[dst_offset..]`
-    /// (`clCommandCopyBufferKHR`).
+    /// (`clCommandCopyBufferKHR`). A copy of 0 bytes (at checked offsets) records nothing,
+    /// as [`CommandQueue::copy`] moves nothing (drivers disagree on size 0).
     ///
     /// # Errors
     /// `InvalidArgument` for out-of-range regions or after [`CommandBuffer::finalize`]; a
@@ -449,6 +450,9 @@ impl CommandBuffer {
     ) -> Result<()> {
         self.recording("copy")?;
         check_buffer_copy(len, (src, src_offset), (dst, dst_offset))?;
+        if len == 0 {
+            return Ok(());
+        }
         self.buffers.push(src.clone());
         self.buffers.push(dst.clone());
         // Two live buffers (held by `self`), checked ranges.
@@ -466,7 +470,8 @@ impl CommandBuffer {
 
     /// Records a fill of `len` bytes at `offset` with a repeated `pattern`
     /// (`clCommandFillBufferKHR`); `pattern.len()` must be 1, 2, 4, ..., 128 and divide
-    /// `offset` and `len`. The pattern is copied at recording.
+    /// `offset` and `len`. The pattern is copied at recording. A fill of 0 bytes records
+    /// nothing.
     ///
     /// # Errors
     /// `InvalidArgument` for a bad pattern or range or after [`CommandBuffer::finalize`]; a
@@ -480,6 +485,9 @@ impl CommandBuffer {
             )));
         }
         check_range("fill", offset, len, dst.size())?;
+        if len == 0 {
+            return Ok(());
+        }
         self.buffers.push(dst.clone());
         // A live buffer (held by `self`), a pattern of `p` bytes valid for the call (the
         // driver copies it), a checked range.

@@ -16,6 +16,9 @@ pub struct DeviceLimits {
     pub max_alloc_size: u64,
     /// `CL_DEVICE_MEM_BASE_ADDR_ALIGN` in bytes.
     pub base_addr_align: u64,
+    /// `CL_DEVICE_LOCAL_MEM_SIZE`, bytes: what the `__local` arguments of a launch may total
+    /// (PoCL aborts the process beyond it).
+    pub local_mem_size: u64,
 }
 
 impl DeviceLimits {
@@ -23,6 +26,7 @@ impl DeviceLimits {
     pub const NONE: DeviceLimits = DeviceLimits {
         max_alloc_size: u64::MAX,
         base_addr_align: 1,
+        local_mem_size: u64::MAX,
     };
 
     fn of(device: DeviceId) -> DeviceLimits {
@@ -34,6 +38,7 @@ impl DeviceLimits {
             base_addr_align: device
                 .info_u64(param::MEM_BASE_ADDR_ALIGN)
                 .map_or(1, |bits| (bits / 8).max(1)),
+            local_mem_size: device.info_u64(param::LOCAL_MEM_SIZE).unwrap_or(u64::MAX),
         }
     }
 

@@ -14,6 +14,7 @@ pub mod param {
     pub const MAX_MEM_ALLOC_SIZE: u32 = 0x1010;
     pub const MEM_BASE_ADDR_ALIGN: u32 = 0x1019;
     pub const GLOBAL_MEM_SIZE: u32 = 0x101F;
+    pub const LOCAL_MEM_SIZE: u32 = 0x1023;
     pub const PROFILING_TIMER_RESOLUTION: u32 = 0x1025;
     pub const QUEUE_ON_HOST_PROPERTIES: u32 = 0x102A;
     pub const NAME: u32 = 0x102B;

@@ -1,6 +1,8 @@
 //! OpenCL events (`cl_event`): markers, barriers, user events, status and profiling.
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use opencl3::event as cle;
 
@@ -10,10 +12,12 @@ use crate::error::ClError;
 const EXECUTION_STATUS: u32 = 0x11D3;
 const EVENT_CONTEXT: u32 = 0x11D4;
 const EVENT_COMMAND_QUEUE: u32 = 0x11D0;
-const EVENT_COMMAND_TYPE: u32 = 0x11D2;
+/// `CL_EVENT_COMMAND_TYPE` (0x11D2 is `CL_EVENT_REFERENCE_COUNT`).
+const EVENT_COMMAND_TYPE: u32 = 0x11D1;
 const COMMAND_USER: u32 = 0x1204;
 const CODE_INVALID_EVENT: i32 = -58;
 const CL_COMPLETE: i32 = 0;
+const CL_SUBMITTED: i32 = 2;
 const CODE_INVALID_VALUE: i32 = -30;
 const CODE_OUT_OF_HOST_MEMORY: i32 = -6;
 
@@ -32,7 +36,10 @@ extern "C" fn post_on_complete(_event: raw::cl_event, status: i32, user_data: *m
 extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
     // SAFETY: user_data is the Box<ClEvent> leaked by `forward_to`, reclaimed exactly once as
     // above.
-    let target = unsafe { Box::from_raw(user_data.cast::<ClEvent>()) };
+    let mut target = unsafe { Box::from_raw(user_data.cast::<ClEvent>()) };
+    // The guard is dropped after the status is set below (then it does nothing), while the
+    // reference released last keeps the event live.
+    let guard = target.2.take();
     let raw = std::mem::ManuallyDrop::new(*target).0;
     // The reference is uncounted before the status is set, so that a thread that observed the
     // status (a waiter on the target) sees the live counts settled.
@@ -45,6 +52,7 @@ extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut
     // clSetUserEventStatus is non-blocking and allowed in a callback (§5.11.4); a target
     // already set refuses the second status, which is all there is to do then.
     let _ = cle::set_user_event_status(raw, status);
+    drop(guard);
     // SAFETY: the reference owned by the boxed clone, released once (clReleaseEvent is
     // non-blocking and allowed in a callback).
     release::note("clReleaseEvent", unsafe { cle::release_event(raw) });
@@ -79,8 +87,49 @@ pub enum ProfilingInfo {
 }
 
 /// A reference-counted OpenCL event. `Clone` retains, `Drop` releases.
+///
+/// The second field says whether the wrapper may set the status (a user event); the third,
+/// only for user events made by [`ClEvent::user`], is shared by the wrapper's clones and fails
+/// the event when the last of them drops unset (`UnsetGuard`).
 #[derive(Debug)]
-pub struct ClEvent(raw::cl_event, bool);
+pub struct ClEvent(raw::cl_event, bool, Option<Arc<UnsetGuard>>);
+
+/// The status a user event gets when every wrapper of it dropped before it was set:
+/// `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`, which terminates the commands waiting on it.
+pub const DROPPED_UNSET_STATUS: i32 = -14;
+
+/// Fails a user event made by [`ClEvent::user`] when its last wrapper drops while it is
+/// still unset. OpenCL 3.0 §5.11.2 (`clReleaseEvent`): commands waiting on a user event
+/// nobody can set any more wait forever, and so does every later synchronization of their
+/// in-order queue. Disarmed when the raw handle is handed out ([`ClEvent::into_raw`]).
+#[derive(Debug)]
+pub(crate) struct UnsetGuard {
+    raw: raw::cl_event,
+    armed: AtomicBool,
+}
+
+// SAFETY: the handle is only used for clGetEventInfo / clSetUserEventStatus, thread-safe
+// (OpenCL 3.0 appendix A.2), while a wrapper that owns a reference is being dropped.
+unsafe impl Send for UnsetGuard {}
+// SAFETY: as above.
+unsafe impl Sync for UnsetGuard {}
+
+impl Drop for UnsetGuard {
+    fn drop(&mut self) {
+        // Runs inside the last wrapper's `Drop`, before its reference is released, so the
+        // event is live. Both calls are non-blocking and allowed in a callback (§5.11.4).
+        if !self.armed.load(Ordering::Acquire) {
+            return;
+        }
+        let submitted = cle::get_event_info(self.raw, EXECUTION_STATUS)
+            .is_ok_and(|v| v.to_int() == CL_SUBMITTED);
+        if submitted {
+            // A concurrent set by foreign code through a raw handle wins: then this fails
+            // harmlessly with CL_INVALID_OPERATION.
+            let _ = cle::set_user_event_status(self.raw, DROPPED_UNSET_STATUS);
+        }
+    }
+}
 
 // SAFETY: cl_event is reference counted and clGetEventInfo / clWaitForEvents /
 // clSetUserEventStatus are thread-safe (OpenCL 3.0 appendix A.2); we own one reference.
@@ -92,7 +141,7 @@ impl ClEvent {
     /// Wraps one owned reference, counted in [`super::live_objects`].
     fn counted(raw: raw::cl_event, user: bool) -> Self {
         super::live::created(super::live::Kind::Event);
-        ClEvent(raw, user)
+        ClEvent(raw, user, None)
     }
 
     /// Takes ownership of a reference returned by an enqueue call.
@@ -132,18 +181,25 @@ impl ClEvent {
     }
 
     /// A user event (`clCreateUserEvent`, OpenCL 3.0 §5.11.2): host-controlled, starts
-    /// `CL_SUBMITTED`; commands that wait on it stay blocked until [`ClEvent::set_complete`].
+    /// `CL_SUBMITTED`; commands that wait on it stay blocked until [`ClEvent::set_complete`]
+    /// or [`ClEvent::set_failed`]. When the last clone of the wrapper drops while the event is
+    /// still unset, it is set to [`DROPPED_UNSET_STATUS`], so the commands waiting on it
+    /// terminate instead of blocking their queue forever (nobody could set it any more);
+    /// [`ClEvent::into_raw`] turns this off (the raw handle's owner may still set it).
     ///
     /// # Errors
     /// A failed `clCreateUserEvent`.
     pub fn user(context: &Context) -> Result<ClEvent, ClError> {
-        Ok(ClEvent::counted(
-            cl(
-                "clCreateUserEvent",
-                cle::create_user_event(context.as_raw()),
-            )?,
-            true,
-        ))
+        let raw = cl(
+            "clCreateUserEvent",
+            cle::create_user_event(context.as_raw()),
+        )?;
+        let mut event = ClEvent::counted(raw, true);
+        event.2 = Some(Arc::new(UnsetGuard {
+            raw,
+            armed: AtomicBool::new(true),
+        }));
+        Ok(event)
     }
 
     /// Sets a user event to `CL_COMPLETE`, releasing every command waiting on it.
@@ -172,9 +228,8 @@ impl ClEvent {
     }
 
     /// `CL_INVALID_EVENT` unless this is a user event: one made by [`ClEvent::user`], or wrapped
-    /// from a raw event whose `CL_EVENT_COMMAND_TYPE` is `CL_COMMAND_USER` (PoCL reports
-    /// another type for its user events, so the wrapper remembers how it was made). The status
-    /// of a command's event is the driver's alone (§5.11.2).
+    /// from a raw event whose `CL_EVENT_COMMAND_TYPE` is `CL_COMMAND_USER` (read once, when
+    /// wrapped). The status of a command's event is the driver's alone (§5.11.2).
     fn check_user(&self) -> Result<(), ClError> {
         if self.1 {
             Ok(())
@@ -347,8 +402,12 @@ impl ClEvent {
     /// Gives up the wrapper's reference without releasing it: the caller now owns one
     /// reference to the returned event (release it with `clReleaseEvent`, or hand it to
     /// [`ClEvent::from_raw_owned`]). Leaks the event if dropped unused.
-    pub fn into_raw(self) -> raw::cl_event {
+    pub fn into_raw(mut self) -> raw::cl_event {
         super::live::released(super::live::Kind::Event);
+        if let Some(guard) = self.2.take() {
+            // The raw handle's owner may set the event later: never fail it on drop.
+            guard.armed.store(false, Ordering::Release);
+        }
         let raw = self.0;
         std::mem::forget(self);
         raw
@@ -359,13 +418,17 @@ impl Clone for ClEvent {
     fn clone(&self) -> Self {
         // SAFETY: self.0 is live (we own a reference), so retaining it is valid.
         release::note("clRetainEvent", unsafe { cle::retain_event(self.0) });
-        ClEvent::counted(self.0, self.1)
+        let mut clone = ClEvent::counted(self.0, self.1);
+        clone.2.clone_from(&self.2);
+        clone
     }
 }
 
 impl Drop for ClEvent {
     fn drop(&mut self) {
         super::live::released(super::live::Kind::Event);
+        // The unset guard first (it may fail the event), while our reference keeps it live.
+        drop(self.2.take());
         // SAFETY: we own exactly one reference to a live event; releasing it once is valid.
         release::note("clReleaseEvent", unsafe { cle::release_event(self.0) });
     }

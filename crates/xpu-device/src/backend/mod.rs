@@ -29,7 +29,7 @@ pub use callbacks::wait_for_callbacks;
 pub use command_buffer::{command_buffer_support, CommandBuffer, CommandBufferSupport};
 pub use context::{Context, DeviceLimits};
 pub use device_id::DeviceId;
-pub use event::{ClEvent, EventStatus, ProfilingInfo};
+pub use event::{ClEvent, EventStatus, ProfilingInfo, DROPPED_UNSET_STATUS};
 pub use live::{live_objects, LiveObjects};
 pub use memory::{Buffer, MemFlags};
 pub use pinned::PinnedBuffer;

@@ -217,6 +217,13 @@ fn scalar_size(type_name: &str) -> Option<usize> {
     })
 }
 
+/// The local memory a `__local` argument of `bytes` takes, rounded up to [`LOCAL_ARG_ALIGN`].
+fn local_footprint(bytes: usize) -> u64 {
+    (bytes as u64)
+        .div_ceil(LOCAL_ARG_ALIGN)
+        .saturating_mul(LOCAL_ARG_ALIGN)
+}
+
 /// What the driver reports about one kernel parameter.
 #[derive(Debug, Clone)]
 struct ArgInfo {
@@ -273,7 +280,15 @@ pub struct Kernel {
     count: u32,
     set: Vec<bool>,
     buffers: Vec<Option<Buffer>>,
+    /// The size set for each `__local` argument, 0 for the others.
+    locals: Vec<usize>,
+    /// `CL_DEVICE_LOCAL_MEM_SIZE` of the kernel's device, bytes.
+    local_mem_size: u64,
 }
+
+/// The alignment drivers give each `__local` argument in local memory, bytes (PoCL:
+/// `MAX_EXTENDED_ALIGNMENT`): the local-memory check counts each argument rounded up to it.
+const LOCAL_ARG_ALIGN: u64 = 128;
 
 // SAFETY: a kernel may move between threads; only concurrent clSetKernelArg is forbidden,
 // which `&mut self` on the setters and the missing Sync impl prevent. The raw context is only
@@ -300,6 +315,8 @@ impl Kernel {
             count: 0,
             set: Vec::new(),
             buffers: Vec::new(),
+            locals: Vec::new(),
+            local_mem_size: u64::MAX,
         };
         kernel.count = cl(
             "clGetKernelInfo",
@@ -311,6 +328,8 @@ impl Kernel {
         kernel.args = arg_infos(raw, kernel.count);
         kernel.set = vec![false; kernel.count as usize];
         kernel.buffers = (0..kernel.count).map(|_| None).collect();
+        kernel.locals = vec![0; kernel.count as usize];
+        kernel.local_mem_size = super::context::limits_of_context(kernel.context).local_mem_size;
         Ok(kernel)
     }
 
@@ -400,6 +419,7 @@ impl Kernel {
             ptr::addr_of!(mem).cast(),
         )?;
         self.buffers[index as usize] = Some(buffer.clone());
+        self.locals[index as usize] = 0;
         Ok(())
     }
 
@@ -445,24 +465,66 @@ impl Kernel {
         }
         self.set_raw(index, given, ptr::addr_of!(value).cast())?;
         self.buffers[index as usize] = None;
+        self.locals[index as usize] = 0;
         Ok(())
     }
 
     /// Sets argument `index`, a `__local` pointer parameter, to `bytes` of local memory per
     /// work-group (`clSetKernelArg` with a null value, OpenCL 3.0 §5.9.2).
     ///
+    /// The device's local memory (`CL_DEVICE_LOCAL_MEM_SIZE`) bounds the `__local` arguments:
+    /// one larger than it is refused here, and a launch whose `__local` arguments total more
+    /// (each rounded up to 128 bytes) is refused before the driver sees it, since PoCL aborts
+    /// the process on such a launch.
+    ///
     /// # Errors
     /// [`DeviceError::KernelArg`]: index out of range, a parameter that is not a `__local`
-    /// pointer, no argument information, or a failed `clSetKernelArg` (`CL_INVALID_ARG_SIZE`
-    /// for 0 bytes).
+    /// pointer, `LocalMemoryExceeded` for more bytes than the device's local memory, no
+    /// argument information, or a failed `clSetKernelArg` (`CL_INVALID_ARG_SIZE` for 0 bytes).
     pub fn set_arg_local(&mut self, index: u32, bytes: usize) -> Result<()> {
         let info = self.arg(index)?;
         if !(info.address == ADDRESS_LOCAL && info.type_name.ends_with('*')) {
             let type_name = info.type_name.clone();
             return Err(self.error(index, KernelArgProblem::LocalForNonLocal { type_name }));
         }
+        let requested = local_footprint(bytes);
+        if requested > self.local_mem_size {
+            let available = self.local_mem_size;
+            return Err(self.error(
+                index,
+                KernelArgProblem::LocalMemoryExceeded {
+                    requested,
+                    available,
+                },
+            ));
+        }
         self.set_raw(index, bytes, ptr::null())?;
         self.buffers[index as usize] = None;
+        self.locals[index as usize] = bytes;
+        Ok(())
+    }
+
+    /// `LocalMemoryExceeded` (naming the `__local` argument that goes over) when the
+    /// `__local` arguments set, each rounded up to [`LOCAL_ARG_ALIGN`], exceed the device's
+    /// local memory.
+    fn check_local_memory(&self) -> Result<()> {
+        let mut requested: u64 = 0;
+        for (i, &bytes) in self.locals.iter().enumerate() {
+            if bytes == 0 {
+                continue;
+            }
+            requested = requested.saturating_add(local_footprint(bytes));
+            if requested > self.local_mem_size {
+                let available = self.local_mem_size;
+                return Err(self.error(
+                    i as u32,
+                    KernelArgProblem::LocalMemoryExceeded {
+                        requested,
+                        available,
+                    },
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -474,12 +536,15 @@ impl Kernel {
     pub fn reset_args(&mut self) {
         self.set.iter_mut().for_each(|s| *s = false);
         self.buffers.iter_mut().for_each(|b| *b = None);
+        self.locals.iter_mut().for_each(|l| *l = 0);
     }
 
-    /// The first argument never set, if any (a launch needs all of them).
+    /// What a launch needs of the arguments: the first argument never set, if any (a launch
+    /// needs all of them), then the `__local` arguments' total against the device's local
+    /// memory.
     pub(crate) fn check_all_set(&self) -> Result<()> {
         match self.set.iter().position(|s| !s) {
-            None => Ok(()),
+            None => self.check_local_memory(),
             Some(i) => Err(self.error(i as u32, KernelArgProblem::NotSet)),
         }
     }

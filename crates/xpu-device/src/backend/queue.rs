@@ -17,6 +17,7 @@ const QUEUE_PROPERTIES: u32 = 0x1093;
 const QUEUE_PRIORITY_KHR: u64 = 0x1096;
 const OUT_OF_ORDER: u64 = 1 << 0;
 const CODE_INVALID_CONTEXT: i32 = -34;
+const CODE_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST: i32 = -14;
 const PROFILING_ENABLE: u64 = 1 << 1;
 
 /// `cl_khr_priority_hints` levels.
@@ -325,24 +326,40 @@ impl CommandQueue {
         Ok(ClEvent::from_owned(e))
     }
 
-    /// Blocking write of `data` into `dst` at byte `offset`.
+    /// The command of a copy or fill of 0 bytes: a marker after `wait` (and, the queue being
+    /// in-order, after the earlier commands), so every driver behaves the same. OpenCL leaves
+    /// size 0 to `CL_INVALID_VALUE` (§5.2.2, §5.2.3), which PoCL returns for
+    /// `clEnqueueCopyBuffer` but not for `clEnqueueFillBuffer` or `clEnqueueReadBuffer`.
+    fn enqueue_nothing(&self, wait: &[&ClEvent]) -> Result<ClEvent> {
+        Ok(self.enqueue_marker(wait)?)
+    }
+
+    /// Blocking write of `data` into `dst` at byte `offset`, after the earlier commands of the
+    /// queue.
     ///
     /// # Errors
-    /// `InvalidArgument` when the range exceeds the buffer; a failed `clEnqueueWriteBuffer`.
+    /// `InvalidArgument` when the range exceeds the buffer; a failed `clEnqueueWriteBuffer`;
+    /// `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST` (as from `clEnqueueWriteBuffer`) when the
+    /// driver terminated the write without running it because an earlier command failed
+    /// (nothing was written).
     pub fn write(&self, dst: &Buffer, offset: usize, data: &[u8]) -> Result<()> {
         self.blocking_transfer("write", dst, offset, HostBytes::From(data))
     }
 
-    /// Blocking read of `out.len()` bytes of `src` at byte `offset`.
+    /// Blocking read of `out.len()` bytes of `src` at byte `offset`, after the earlier commands
+    /// of the queue.
     ///
     /// # Errors
-    /// `InvalidArgument` when the range exceeds the buffer; a failed `clEnqueueReadBuffer`.
+    /// `InvalidArgument` when the range exceeds the buffer; a failed `clEnqueueReadBuffer`;
+    /// `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST` (as from `clEnqueueReadBuffer`) when the
+    /// driver terminated the read without running it because an earlier command failed
+    /// (`out` may not hold the buffer's bytes).
     pub fn read(&self, src: &Buffer, offset: usize, out: &mut [u8]) -> Result<()> {
         self.blocking_transfer("read", src, offset, HostBytes::Into(out))
     }
 
     /// The blocking `write` or `read`: checks `offset + len` against the buffer, does nothing
-    /// for no bytes, else transfers and waits.
+    /// for no bytes, else transfers and waits, and reports a transfer the driver terminated.
     fn blocking_transfer(
         &self,
         what: &str,
@@ -350,9 +367,17 @@ impl CommandQueue {
         offset: usize,
         host: HostBytes<'_>,
     ) -> Result<()> {
-        let (len, host) = match host {
-            HostBytes::From(data) => (data.len(), Transfer::Write(data.as_ptr().cast())),
-            HostBytes::Into(out) => (out.len(), Transfer::Read(out.as_mut_ptr().cast())),
+        let (len, host, function) = match host {
+            HostBytes::From(data) => (
+                data.len(),
+                Transfer::Write(data.as_ptr().cast()),
+                "clEnqueueWriteBuffer",
+            ),
+            HostBytes::Into(out) => (
+                out.len(),
+                Transfer::Read(out.as_mut_ptr().cast()),
+                "clEnqueueReadBuffer",
+            ),
         };
         check_range(what, offset, len, buffer.size())?;
         if len == 0 {
@@ -363,8 +388,15 @@ impl CommandQueue {
         // against the buffer size (clEnqueueWriteBuffer / clEnqueueReadBuffer, §5.2.2).
         let e =
             unsafe { self.enqueue_transfer(buffer, true, offset, len, host, &WaitList::empty()) }?;
-        drop(e);
-        Ok(())
+        // A blocking call returns once its command is over, also when the driver terminated
+        // it without running it because an earlier command of the queue failed (PoCL then
+        // returns CL_SUCCESS): the event's status tells, as the wait list would (§5.2.2).
+        match e.status()? {
+            super::EventStatus::Error(_) => {
+                Err(ClError::new(function, CODE_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST).into())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// One `clEnqueueWriteBuffer` (for [`Transfer::Write`]) or `clEnqueueReadBuffer` (for
@@ -409,7 +441,8 @@ impl CommandQueue {
     /// waited for on the host when of another context), and it is tracked on the pinned buffer
     /// until it completes (what host accesses then wait for: see [`PinnedBytes`]). The pinned
     /// memory is kept alive until the copy completes, whatever the caller does with its
-    /// handle.
+    /// handle. A copy of 0 bytes uses no host byte: its event is a marker after `wait`, and
+    /// nothing is tracked.
     ///
     /// # Errors
     /// `InvalidArgument` for out-of-range regions; a failed `clGetCommandQueueInfo`,
@@ -442,6 +475,10 @@ impl CommandQueue {
                 ("clEnqueueReadBuffer", &*dst, DeviceAccess::Writes, host)
             }
         };
+        if len == 0 {
+            // No host byte is used: nothing to order after or to track.
+            return self.enqueue_nothing(wait);
+        }
         // `after` keeps its events retained until the enqueue below returned.
         let after = pinned.order_after_conflicts(access, self)?;
         let mut list = self.checked_wait_list(function, wait)?;
@@ -459,7 +496,9 @@ impl CommandQueue {
         Ok(ev)
     }
 
-    /// Device-side copy of `len` bytes (`clEnqueueCopyBuffer`); non-blocking.
+    /// Device-side copy of `len` bytes (`clEnqueueCopyBuffer`); non-blocking. A copy of 0
+    /// bytes (at offsets inside or at the end of the buffers) moves nothing: its event is a
+    /// marker after `wait`, the same on every driver.
     ///
     /// # Errors
     /// `InvalidArgument` for out-of-range regions; a failed `clEnqueueCopyBuffer`
@@ -475,6 +514,9 @@ impl CommandQueue {
         wait: &[&ClEvent],
     ) -> Result<ClEvent> {
         check_buffer_copy(len, (src, src_offset), (dst, dst_offset))?;
+        if len == 0 {
+            return self.enqueue_nothing(wait);
+        }
         let list = self.checked_wait_list("clEnqueueCopyBuffer", wait)?;
         // SAFETY: both buffers are live cl_mem objects (the runtime keeps them alive until the
         // command completes, §5.5.1), ranges were checked, and `list` outlives the call.
@@ -495,6 +537,7 @@ impl CommandQueue {
 
     /// Fills `len` bytes at `offset` with a repeated `pattern` (`clEnqueueFillBuffer`);
     /// non-blocking. `pattern.len()` must be 1, 2, 4, ..., 128 and divide `offset` and `len`.
+    /// A fill of 0 bytes writes nothing: its event is a marker after `wait`.
     ///
     /// # Errors
     /// `InvalidArgument` for a bad pattern or range; a failed `clEnqueueFillBuffer`.
@@ -513,6 +556,9 @@ impl CommandQueue {
             )));
         }
         check_range("fill", offset, len, dst.size())?;
+        if len == 0 {
+            return self.enqueue_nothing(wait);
+        }
         let list = self.checked_wait_list("clEnqueueFillBuffer", wait)?;
         // SAFETY: the pattern is copied by the driver before the call returns (§5.2.3: "the
         // memory associated with pattern can be reused or freed after the function returns"),
@@ -551,6 +597,9 @@ impl CommandQueue {
     ///   buffer (or sub-buffer) set for the pointer argument it goes through, and inside the
     ///   size given to [`Kernel::set_arg_local`] for `__local` arguments (on a CPU device an
     ///   out-of-bounds access reaches the host process's memory);
+    /// - the `__local` variables the kernel declares, with its `__local` arguments, fit the
+    ///   device's local memory (the runtime checks the arguments alone:
+    ///   [`KernelArgProblem::LocalMemoryExceeded`](crate::KernelArgProblem));
     /// - no memory the kernel writes is borrowed by Rust code (`&`/`&mut`) before the returned
     ///   event completes, and no memory it reads is written by the host meanwhile: this
     ///   concerns memory the host can see (pinned host buffers, SVM, buffers wrapping host
@@ -560,7 +609,8 @@ impl CommandQueue {
     ///
     /// # Errors
     /// `InvalidArgument` for a bad dimension count; [`DeviceError::KernelArg`] for an
-    /// argument never set; a failed `clEnqueueNDRangeKernel` (`CL_INVALID_CONTEXT` for a queue
+    /// argument never set or `__local` arguments beyond the device's local memory
+    /// (`LocalMemoryExceeded`); a failed `clEnqueueNDRangeKernel` (`CL_INVALID_CONTEXT` for a queue
     /// or wait-list event of another context).
     pub unsafe fn enqueue_kernel(
         &self,

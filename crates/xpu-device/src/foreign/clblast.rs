@@ -193,29 +193,48 @@ impl Clblast {
     pub fn get() -> Result<&'static Clblast, ForeignError> {
         static LOADED: OnceLock<Result<Clblast, ForeignError>> = OnceLock::new();
         LOADED
-            .get_or_init(|| Clblast::open(LIBRARY))
+            // SAFETY: LIBRARY is the name of CLBlast's shared library (Debian's libclblast1);
+            // a different library installed under that name is the system's configuration,
+            // as for any library linked by name.
+            .get_or_init(|| unsafe { Clblast::open(LIBRARY) })
             .as_ref()
             .map_err(Clone::clone)
     }
 
     /// Loads CLBlast from `library` (a file name the dynamic loader searches, or a path).
+    /// [`Clblast::get`] is the safe way: it loads the system's [`LIBRARY`].
+    ///
+    /// Loading runs the library's initializers, and the entry points are then called with the
+    /// C signatures of CLBlast: any other library exporting those names would be called with
+    /// the wrong types. So a caller-chosen library is `unsafe` (as `libloading::Library::new`):
+    ///
+    /// ```compile_fail,E0133
+    /// let _ = xpu_device::foreign::clblast::Clblast::open("libclblast.so.1");
+    /// ```
+    ///
+    /// # Safety
+    /// `library` must be CLBlast's C API (`clblast_c.h`, CLBlast 1.5 or a compatible release):
+    /// its `CLBlastSgemm`, `CLBlastSgemmWithTempBuffer` and `CLBlastSGemmTempBufferSize` have
+    /// the signatures this module declares, and loading it (its initializers) is sound in
+    /// this process.
     ///
     /// # Errors
     /// [`ForeignError::NotAvailable`] when the library or one of the three symbols cannot be
     /// loaded.
     #[allow(unsafe_code)]
-    pub fn open(library: &str) -> Result<Clblast, ForeignError> {
+    pub unsafe fn open(library: &str) -> Result<Clblast, ForeignError> {
         let unavailable = |e: libloading::Error| ForeignError::NotAvailable {
             library: library.to_owned(),
             reason: e.to_string(),
         };
-        // SAFETY: loading a library runs its initializers; CLBlast's (C++ static
-        // initializers of its caches) do not depend on this process's state. A different
-        // library under this name is the caller's configuration, as for any shared library.
+        // SAFETY: the caller guarantees that `library` is CLBlast, whose initializers (C++
+        // static initializers of its caches) do not depend on this process's state (this
+        // function's # Safety).
         let lib = unsafe { Library::new(library) }.map_err(unavailable)?;
         // SAFETY: the symbols have the C signatures declared above (clblast_c.h of CLBlast
-        // 1.5); the copied function pointers are used only while `_lib` keeps the library
-        // loaded (they are fields of the same struct).
+        // 1.5: the library is CLBlast, this function's # Safety); the copied function
+        // pointers are used only while `_lib` keeps the library loaded (they are fields of
+        // the same struct).
         unsafe {
             let sgemm = *lib.get::<SgemmFn>(b"CLBlastSgemm\0").map_err(unavailable)?;
             let sgemm_temp = *lib
