@@ -39,7 +39,7 @@ use std::sync::OnceLock;
 use opencl3::kernel as clk;
 use parking_lot::Mutex;
 
-use super::queue::{check_buffer_copy, check_range};
+use super::queue::{check_buffer_copy, check_fill};
 use super::{cl, raw, release, Buffer, ClEvent, CommandQueue, DeviceId, Kernel};
 use crate::error::{ClError, DeviceError, Result};
 
@@ -478,26 +478,20 @@ impl CommandBuffer {
     /// failed `clCommandFillBufferKHR`.
     pub fn fill(&mut self, dst: &Buffer, pattern: &[u8], offset: usize, len: usize) -> Result<()> {
         self.recording("fill")?;
-        let p = pattern.len();
-        if !p.is_power_of_two() || p > 128 || offset % p != 0 || len % p != 0 {
-            return Err(DeviceError::InvalidArgument(format!(
-                "fill: pattern of {p} bytes must be a power of two <= 128 dividing offset {offset} and length {len}"
-            )));
-        }
-        check_range("fill", offset, len, dst.size())?;
+        check_fill(pattern.len(), offset, len, dst.size())?;
         if len == 0 {
             return Ok(());
         }
         self.buffers.push(dst.clone());
-        // A live buffer (held by `self`), a pattern of `p` bytes valid for the call (the
-        // driver copies it), a checked range.
+        // A live buffer (held by `self`), a pattern of `pattern.len()` bytes valid for the
+        // call (the driver copies it), a checked range.
         record!(
             self,
             fill,
             "clCommandFillBufferKHR",
             dst.as_raw(),
             pattern.as_ptr().cast(),
-            p,
+            pattern.len(),
             offset,
             len
         )

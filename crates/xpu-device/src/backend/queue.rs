@@ -64,6 +64,19 @@ pub(super) fn check_range(
     }
 }
 
+/// Checks a fill of `len` bytes at `offset` of a buffer of `size` bytes with a pattern of
+/// `pattern_len` bytes: a power of two up to 128 dividing `offset` and `len`
+/// (`clEnqueueFillBuffer`, OpenCL 3.0 §5.2.3), and the range inside the buffer.
+pub(super) fn check_fill(pattern_len: usize, offset: usize, len: usize, size: usize) -> Result<()> {
+    let p = pattern_len;
+    if !p.is_power_of_two() || p > 128 || offset % p != 0 || len % p != 0 {
+        return Err(DeviceError::InvalidArgument(format!(
+            "fill: pattern of {p} bytes must be a power of two <= 128 dividing offset {offset} and length {len}"
+        )));
+    }
+    check_range("fill", offset, len, size)
+}
+
 /// [`check_range`] for both ends of a copy of `len` bytes, the source's first, each given as
 /// `(offset, size)` in bytes; errors name the end "`what` source" or "`what` destination".
 fn check_copy_ranges(
@@ -334,6 +347,23 @@ impl CommandQueue {
         Ok(self.enqueue_marker(wait)?)
     }
 
+    /// A device-side command moving `len` bytes, after `wait`: [`CommandQueue::enqueue_nothing`]
+    /// for 0 bytes, else `enqueue` (the OpenCL call `function`) given the checked wait list.
+    fn enqueue_bytes(
+        &self,
+        function: &'static str,
+        len: usize,
+        wait: &[&ClEvent],
+        enqueue: impl FnOnce(&WaitList) -> Result<raw::cl_event, i32>,
+    ) -> Result<ClEvent> {
+        if len == 0 {
+            return self.enqueue_nothing(wait);
+        }
+        let list = self.checked_wait_list(function, wait)?;
+        let e = cl(function, enqueue(&list))?;
+        Ok(ClEvent::from_owned(e))
+    }
+
     /// Blocking write of `data` into `dst` at byte `offset`, after the earlier commands of the
     /// queue.
     ///
@@ -514,25 +544,22 @@ impl CommandQueue {
         wait: &[&ClEvent],
     ) -> Result<ClEvent> {
         check_buffer_copy(len, (src, src_offset), (dst, dst_offset))?;
-        if len == 0 {
-            return self.enqueue_nothing(wait);
-        }
-        let list = self.checked_wait_list("clEnqueueCopyBuffer", wait)?;
-        // SAFETY: both buffers are live cl_mem objects (the runtime keeps them alive until the
-        // command completes, §5.5.1), ranges were checked, and `list` outlives the call.
-        let e = cl("clEnqueueCopyBuffer", unsafe {
-            clq::enqueue_copy_buffer(
-                self.0,
-                src.as_raw(),
-                dst.as_raw(),
-                src_offset,
-                dst_offset,
-                len,
-                list.count(),
-                list.ptr(),
-            )
-        })?;
-        Ok(ClEvent::from_owned(e))
+        self.enqueue_bytes("clEnqueueCopyBuffer", len, wait, |list| {
+            // SAFETY: both buffers are live cl_mem objects (the runtime keeps them alive until
+            // the command completes, §5.5.1), ranges were checked, and `list` outlives the call.
+            unsafe {
+                clq::enqueue_copy_buffer(
+                    self.0,
+                    src.as_raw(),
+                    dst.as_raw(),
+                    src_offset,
+                    dst_offset,
+                    len,
+                    list.count(),
+                    list.ptr(),
+                )
+            }
+        })
     }
 
     /// Fills `len` bytes at `offset` with a repeated `pattern` (`clEnqueueFillBuffer`);
@@ -549,33 +576,24 @@ impl CommandQueue {
         len: usize,
         wait: &[&ClEvent],
     ) -> Result<ClEvent> {
-        let p = pattern.len();
-        if !p.is_power_of_two() || p > 128 || offset % p != 0 || len % p != 0 {
-            return Err(DeviceError::InvalidArgument(format!(
-                "fill: pattern of {p} bytes must be a power of two <= 128 dividing offset {offset} and length {len}"
-            )));
-        }
-        check_range("fill", offset, len, dst.size())?;
-        if len == 0 {
-            return self.enqueue_nothing(wait);
-        }
-        let list = self.checked_wait_list("clEnqueueFillBuffer", wait)?;
-        // SAFETY: the pattern is copied by the driver before the call returns (§5.2.3: "the
-        // memory associated with pattern can be reused or freed after the function returns"),
-        // the range was checked, and the buffer is kept alive by the runtime.
-        let e = cl("clEnqueueFillBuffer", unsafe {
-            clq::enqueue_fill_buffer(
-                self.0,
-                dst.as_raw(),
-                pattern.as_ptr().cast(),
-                p,
-                offset,
-                len,
-                list.count(),
-                list.ptr(),
-            )
-        })?;
-        Ok(ClEvent::from_owned(e))
+        check_fill(pattern.len(), offset, len, dst.size())?;
+        self.enqueue_bytes("clEnqueueFillBuffer", len, wait, |list| {
+            // SAFETY: the pattern is copied by the driver before the call returns (§5.2.3:
+            // "the memory associated with pattern can be reused or freed after the function
+            // returns"), the range was checked, and the buffer is kept alive by the runtime.
+            unsafe {
+                clq::enqueue_fill_buffer(
+                    self.0,
+                    dst.as_raw(),
+                    pattern.as_ptr().cast(),
+                    pattern.len(),
+                    offset,
+                    len,
+                    list.count(),
+                    list.ptr(),
+                )
+            }
+        })
     }
 
     /// Launches `kernel` over an N-dimensional range (`clEnqueueNDRangeKernel`, OpenCL 3.0
