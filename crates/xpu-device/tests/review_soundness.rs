@@ -268,9 +268,10 @@ fn local_arguments_beyond_the_device_local_memory_are_refused_not_a_driver_abort
     k.set_arg_local(1, local / 2 + 4096).unwrap();
     // SAFETY: as above.
     exceeded(unsafe { q.enqueue_kernel(&k, &[1], None, &[]) }.unwrap_err());
-    // Exactly the local memory: runs.
-    k.set_arg_local(0, local / 2).unwrap();
-    k.set_arg_local(1, local / 2).unwrap();
+    // Half the local memory: runs. (Exactly all of it runs on PoCL; NVIDIA keeps some local
+    // memory for the kernel itself and answers `CL_OUT_OF_RESOURCES`, a typed error, there.)
+    k.set_arg_local(0, local / 4).unwrap();
+    k.set_arg_local(1, local / 4).unwrap();
     // SAFETY: as above.
     unsafe { q.enqueue_kernel(&k, &[1], None, &[]) }
         .unwrap()
