@@ -12,7 +12,7 @@ use xpu_alloc::{
     BufferSource, HookedSource, MemPool, SegmentSource, SourceError, SourceHooks, SourceSegment,
 };
 
-use common::fresh_stream;
+use common::device_stream;
 
 /// Hooks handing out each of device 0's buffers at the address `at` holds (a source breaking
 /// the documented rule that addresses are unique on the device).
@@ -41,11 +41,9 @@ impl SourceHooks<BufferSource> for At {
 
 #[test]
 fn a_pool_segment_overlapping_a_live_default_pool_segment_is_refused() {
-    if !xpu_testing::devices(1) {
+    let Some(s) = device_stream() else {
         return;
-    }
-    let external = fresh_stream(0);
-    let s = external.stream();
+    };
     let a = xpu_alloc::raw_alloc_with_stream(4096, &s).unwrap();
     let segment = xpu_alloc::device_allocator(0)
         .unwrap()
