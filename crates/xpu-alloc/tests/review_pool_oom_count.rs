@@ -23,6 +23,13 @@ fn limit_to_64_mib_above_reserved() -> u64 {
     base
 }
 
+/// A fresh stream of device 0 (leaked: the scenario's child process ends with it), once
+/// [`limit_to_64_mib_above_reserved`] ran; and what device 0 reserved then.
+fn limited_stream() -> (xpu_stream::Stream, u64) {
+    let s = fresh_stream(0).leak();
+    (s, limit_to_64_mib_above_reserved())
+}
+
 #[test]
 fn a_pool_allocation_served_after_releasing_the_default_cache_counts_no_oom() {
     xpu_testing::scenario_test(
@@ -31,9 +38,7 @@ fn a_pool_allocation_served_after_releasing_the_default_cache_counts_no_oom() {
         Duration::from_secs(60),
         "done",
         || {
-            let external = fresh_stream(0);
-            let s = external.stream();
-            let base = limit_to_64_mib_above_reserved();
+            let (s, base) = limited_stream();
             // 40 MiB cached by the default pool.
             drop(xpu_alloc::allocate(40 * MIB, &s).unwrap());
             assert_eq!(xpu_alloc::memory_reserved(0).unwrap(), base + 40 * MIB);
@@ -154,9 +159,7 @@ fn the_oom_report_of_a_device_allocation_counts_private_pools() {
         Duration::from_secs(60),
         "done",
         || {
-            let external = fresh_stream(0);
-            let s = external.stream();
-            limit_to_64_mib_above_reserved();
+            let (s, _) = limited_stream();
             let pool = MemPool::new(0).unwrap();
             let live = pool.allocate(40 * MIB, &s).unwrap();
             let device = xpu_alloc::memory_stats(0).unwrap();
