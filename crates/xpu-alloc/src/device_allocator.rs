@@ -126,28 +126,23 @@ impl DeviceAllocator {
             return pool.allocate(size, stream);
         }
         let stream = *stream;
-        // An out-of-memory failure of this attempt is counted in `num_ooms` only once it is
-        // returned (not when the retry below serves the request).
-        let first = self
-            .core
-            .allocate_before_retry(size, stream_key(&stream), || ClStream::shared(stream))
-            .map_err(AllocError::from)
-            .map(|a| a.map_or_else(|| DataPtr::empty(self.device), DataPtr::new));
-        match first {
-            Err(AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_))
-                if mem_pool::releases_pending() =>
-            {
-                mem_pool::wait_pool_releases();
-                self.core
-                    .allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
-                    .map_err(|e| self.with_device_figures(e))
-            }
-            Err(e @ (AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_))) => {
-                self.core.count_oom();
-                Err(self.with_device_figures(e))
-            }
-            other => other,
-        }
+        // An out-of-memory failure of the first attempt is retried once pending pool
+        // releases are done, and counted in `num_ooms` only once it is returned.
+        self.core
+            .allocate_or_retry(
+                size,
+                stream_key(&stream),
+                || ClStream::shared(stream),
+                || {
+                    let pending = mem_pool::releases_pending();
+                    if pending {
+                        mem_pool::wait_pool_releases();
+                    }
+                    pending
+                },
+            )
+            .map(|a| a.map_or_else(|| DataPtr::empty(self.device), DataPtr::new))
+            .map_err(|e| self.with_device_figures(e.into()))
     }
 
     /// An out-of-memory error of the default pool with the device's allocated and reserved

@@ -179,25 +179,22 @@ impl MemPool {
             });
         }
         let stream = *stream;
-        // The first attempt's out-of-memory failure is retried below: not counted in
-        // `num_ooms` (the retry's is).
-        let first = self
-            .inner
+        // The first attempt's out-of-memory failure is retried once the default pool's cache
+        // is released: not counted in `num_ooms` (the retry's is).
+        self.inner
             .core
-            .allocate_before_retry(size, stream_key(&stream), || ClStream::shared(stream))
-            .map_err(AllocError::from)
-            .map(|a| a.map_or_else(|| DataPtr::empty(self.inner.device), DataPtr::new));
-        match first {
-            Err(AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_)) => {
-                self.inner.parent.empty_cache();
-                wait_pool_releases();
-                self.inner
-                    .core
-                    .allocate_with(size, stream_key(&stream), || ClStream::shared(stream))
-                    .map_err(|e| self.fraction_error(e))
-            }
-            other => other,
-        }
+            .allocate_or_retry(
+                size,
+                stream_key(&stream),
+                || ClStream::shared(stream),
+                || {
+                    self.inner.parent.empty_cache();
+                    wait_pool_releases();
+                    true
+                },
+            )
+            .map(|a| a.map_or_else(|| DataPtr::empty(self.inner.device), DataPtr::new))
+            .map_err(|e| self.fraction_error(e.into()))
     }
 
     /// The pool's own OOM report does not know the device's fraction: name it when it is

@@ -8,59 +8,42 @@ mod common;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use xpu_alloc::{BufferSource, MemPool, SegmentSource, SourceError, SourceSegment};
+use xpu_alloc::{
+    BufferSource, HookedSource, MemPool, SegmentSource, SourceError, SourceHooks, SourceSegment,
+};
 
-use common::fresh_stream;
+use common::device_stream;
 
-/// Device 0's buffers, each handed out at the address `at` holds (a source breaking the
-/// documented rule that addresses are unique on the device).
+/// Hooks handing out each of device 0's buffers at the address `at` holds (a source breaking
+/// the documented rule that addresses are unique on the device).
 struct At {
-    inner: BufferSource,
     at: Arc<AtomicU64>,
     real: std::sync::Mutex<Vec<(u64, u64)>>,
 }
 
-impl SegmentSource for At {
-    type Memory = xpu_alloc::SegmentMemory;
-    fn device(&self) -> usize {
-        self.inner.device()
-    }
-    fn name(&self) -> String {
-        self.inner.name()
-    }
-    fn total_memory(&self) -> u64 {
-        self.inner.total_memory()
-    }
-    fn max_alloc_size(&self) -> u64 {
-        self.inner.max_alloc_size()
-    }
-    fn base_addr_align(&self) -> u64 {
-        self.inner.base_addr_align()
-    }
-    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
-        let mut segment = self.inner.allocate(size)?;
+impl SourceHooks<BufferSource> for At {
+    fn allocate(&self, inner: &BufferSource, size: u64) -> Result<SourceSegment, SourceError> {
+        let mut segment = inner.allocate(size)?;
         let at = self.at.load(Ordering::SeqCst);
         self.real.lock().unwrap().push((at, segment.address));
         segment.address = at;
         Ok(segment)
     }
-    fn free(&self, mut segment: SourceSegment) {
+    fn free(&self, inner: &BufferSource, mut segment: SourceSegment) {
         let mut real = self.real.lock().unwrap();
         if let Some(i) = real.iter().position(|&(at, _)| at == segment.address) {
             segment.address = real.remove(i).1;
         }
         drop(real);
-        self.inner.free(segment);
+        inner.free(segment);
     }
 }
 
 #[test]
 fn a_pool_segment_overlapping_a_live_default_pool_segment_is_refused() {
-    if !xpu_testing::devices(1) {
+    let Some(s) = device_stream() else {
         return;
-    }
-    let external = fresh_stream(0);
-    let s = external.stream();
+    };
     let a = xpu_alloc::raw_alloc_with_stream(4096, &s).unwrap();
     let segment = xpu_alloc::device_allocator(0)
         .unwrap()
@@ -72,11 +55,13 @@ fn a_pool_segment_overlapping_a_live_default_pool_segment_is_refused() {
     let at = Arc::new(AtomicU64::new(segment.address));
     let pool = MemPool::with_source(
         0,
-        At {
-            inner: BufferSource::new(0).unwrap(),
-            at: Arc::clone(&at),
-            real: std::sync::Mutex::default(),
-        },
+        HookedSource::new(
+            BufferSource::new(0).unwrap(),
+            At {
+                at: Arc::clone(&at),
+                real: std::sync::Mutex::default(),
+            },
+        ),
     )
     .unwrap();
     let allocated_before = xpu_alloc::memory_allocated(0).unwrap();

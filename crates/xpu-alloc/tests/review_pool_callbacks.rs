@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use xpu_alloc::{BufferSource, MemPool, SegmentSource, SourceError, SourceSegment};
+use xpu_alloc::{
+    BufferSource, HookedSource, MemPool, SegmentSource, SourceError, SourceHooks, SourceSegment,
+};
 
 use common::{fresh_stream, MIB};
 
@@ -25,42 +27,25 @@ enum Callback {
     StatsInDrop,
 }
 
-/// Device 0's buffers, shifted, calling the allocator back as `callback` says.
+/// Hooks shifting device 0's buffers, calling the allocator back as `callback` says.
 struct CallingBack {
-    inner: BufferSource,
     callback: Callback,
     frees: Arc<AtomicUsize>,
     drops: Arc<AtomicUsize>,
 }
 
-impl SegmentSource for CallingBack {
-    type Memory = xpu_alloc::SegmentMemory;
-    fn device(&self) -> usize {
-        self.inner.device()
-    }
-    fn name(&self) -> String {
-        self.inner.name()
-    }
-    fn total_memory(&self) -> u64 {
-        self.inner.total_memory()
-    }
-    fn max_alloc_size(&self) -> u64 {
-        self.inner.max_alloc_size()
-    }
-    fn base_addr_align(&self) -> u64 {
-        self.inner.base_addr_align()
-    }
-    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
-        let mut segment = self.inner.allocate(size)?;
+impl SourceHooks<BufferSource> for CallingBack {
+    fn allocate(&self, inner: &BufferSource, size: u64) -> Result<SourceSegment, SourceError> {
+        let mut segment = inner.allocate(size)?;
         segment.address += SHIFT;
         Ok(segment)
     }
-    fn free(&self, mut segment: SourceSegment) {
+    fn free(&self, inner: &BufferSource, mut segment: SourceSegment) {
         if let Callback::WaitReleasesInFree = self.callback {
             xpu_alloc::wait_pool_releases();
         }
         segment.address -= SHIFT;
-        self.inner.free(segment);
+        inner.free(segment);
         self.frees.fetch_add(1, Ordering::SeqCst);
     }
 }
@@ -74,14 +59,21 @@ impl Drop for CallingBack {
     }
 }
 
-fn calling_back(callback: Callback) -> (CallingBack, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+/// Device 0's buffers with [`CallingBack`] hooks, and the hooks' free and drop counters.
+fn calling_back(
+    callback: Callback,
+) -> (
+    HookedSource<BufferSource, CallingBack>,
+    Arc<AtomicUsize>,
+    Arc<AtomicUsize>,
+) {
     let (frees, drops) = (Arc::default(), Arc::default());
-    let source = CallingBack {
-        inner: BufferSource::new(0).unwrap(),
+    let hooks = CallingBack {
         callback,
         frees: Arc::clone(&frees),
         drops: Arc::clone(&drops),
     };
+    let source = HookedSource::new(BufferSource::new(0).unwrap(), hooks);
     (source, frees, drops)
 }
 

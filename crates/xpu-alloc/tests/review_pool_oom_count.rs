@@ -12,6 +12,24 @@ use xpu_alloc::MemPool;
 
 use common::{fresh_stream, MIB};
 
+/// Sets device 0's memory fraction to leave room for 64 MiB more than it reserves now;
+/// returns what it reserves now.
+fn limit_to_64_mib_above_reserved() -> u64 {
+    let (_, total) = xpu_alloc::mem_get_info(0).unwrap();
+    let base = xpu_alloc::memory_reserved(0).unwrap();
+    #[allow(clippy::cast_precision_loss)]
+    let fraction = ((base + 64 * MIB) as f64 + 0.5) / total as f64;
+    xpu_alloc::set_memory_fraction(fraction, 0).unwrap();
+    base
+}
+
+/// A fresh stream of device 0 (leaked: the scenario's child process ends with it), once
+/// [`limit_to_64_mib_above_reserved`] ran; and what device 0 reserved then.
+fn limited_stream() -> (xpu_stream::Stream, u64) {
+    let s = fresh_stream(0).leak();
+    (s, limit_to_64_mib_above_reserved())
+}
+
 #[test]
 fn a_pool_allocation_served_after_releasing_the_default_cache_counts_no_oom() {
     xpu_testing::scenario_test(
@@ -20,14 +38,7 @@ fn a_pool_allocation_served_after_releasing_the_default_cache_counts_no_oom() {
         Duration::from_secs(60),
         "done",
         || {
-            let external = fresh_stream(0);
-            let s = external.stream();
-            let (_, total) = xpu_alloc::mem_get_info(0).unwrap();
-            // Room for 64 MiB more than reserved now.
-            let base = xpu_alloc::memory_reserved(0).unwrap();
-            #[allow(clippy::cast_precision_loss)]
-            let fraction = ((base + 64 * MIB) as f64 + 0.5) / total as f64;
-            xpu_alloc::set_memory_fraction(fraction, 0).unwrap();
+            let (s, base) = limited_stream();
             // 40 MiB cached by the default pool.
             drop(xpu_alloc::allocate(40 * MIB, &s).unwrap());
             assert_eq!(xpu_alloc::memory_reserved(0).unwrap(), base + 40 * MIB);
@@ -60,11 +71,7 @@ fn with_a_pending_pool_release<T: Send + 'static>(
 ) -> (T, xpu_stream::ExternalStream) {
     let (ext_s, ext_g) = (fresh_stream(0), fresh_stream(0));
     let (s, g) = (ext_s.stream(), ext_g.stream());
-    let (_, total) = xpu_alloc::mem_get_info(0).unwrap();
-    let base = xpu_alloc::memory_reserved(0).unwrap();
-    #[allow(clippy::cast_precision_loss)]
-    let fraction = ((base + 64 * MIB) as f64 + 0.5) / total as f64;
-    xpu_alloc::set_memory_fraction(fraction, 0).unwrap();
+    let base = limit_to_64_mib_above_reserved();
     let pool = MemPool::new(0).unwrap();
     let held = pool.allocate(40 * MIB, &g).unwrap();
     let gate = std::sync::Arc::new(xpu_event::Gate::new(0).unwrap());
@@ -152,13 +159,7 @@ fn the_oom_report_of_a_device_allocation_counts_private_pools() {
         Duration::from_secs(60),
         "done",
         || {
-            let external = fresh_stream(0);
-            let s = external.stream();
-            let (_, total) = xpu_alloc::mem_get_info(0).unwrap();
-            let base = xpu_alloc::memory_reserved(0).unwrap();
-            #[allow(clippy::cast_precision_loss)]
-            let fraction = ((base + 64 * MIB) as f64 + 0.5) / total as f64;
-            xpu_alloc::set_memory_fraction(fraction, 0).unwrap();
+            let (s, _) = limited_stream();
             let pool = MemPool::new(0).unwrap();
             let live = pool.allocate(40 * MIB, &s).unwrap();
             let device = xpu_alloc::memory_stats(0).unwrap();

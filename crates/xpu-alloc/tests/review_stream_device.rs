@@ -55,11 +55,9 @@ fn a_device_core_refuses_a_stream_of_another_device() {
 /// allocator could record at the free, so no marker could order the block's reuse after it.
 #[test]
 fn record_stream_refuses_a_capturing_stream_through_the_device_allocator() {
-    if !xpu_testing::devices(1) {
+    let Some([s, c]) = common::device_streams() else {
         return;
-    }
-    let (owner, captured) = (common::fresh_stream(0), common::fresh_stream(0));
-    let (s, c) = (owner.stream(), captured.stream());
+    };
     let ptr = xpu_alloc::allocate(4096, &s).unwrap();
     let capture = xpu_stream::CaptureGuard::begin(&c).unwrap();
     let direct = ptr.record_stream(&c).unwrap_err();

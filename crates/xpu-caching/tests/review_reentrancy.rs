@@ -18,14 +18,18 @@ fn finishes_within<R: Send + 'static>(secs: u64, f: impl FnOnce() -> R + Send + 
         .expect("the call deadlocked (no result within the time limit)")
 }
 
+/// An allocator over a simulated 1 GiB device 0, default configuration.
+fn sim_cache() -> CachingAllocator<SimBackend> {
+    let source = Arc::new(SimulatedSource::new(0, 1 << 30, 1 << 30));
+    CachingAllocator::new(Box::new(source), AllocConfig::default())
+}
+
 /// `Allocation::with_segment` hands its closure the segment; the closure may allocate,
 /// free and record streams on the same stream (user code, not run under the stream's lock).
 #[test]
 fn with_segment_closure_may_call_the_allocator_on_the_same_stream() {
     let (offset, inner_size, stats_allocated) = finishes_within(20, || {
-        let source = Arc::new(SimulatedSource::new(0, 1 << 30, 1 << 30));
-        let cache: CachingAllocator<SimBackend> =
-            CachingAllocator::new(Box::new(source), AllocConfig::default());
+        let cache = sim_cache();
         let stream = SimStream::new(StreamKey::new(0, 1));
         let other = SimStream::new(StreamKey::new(0, 2));
         let a = cache.allocate(4096, &stream).unwrap().unwrap();
@@ -54,9 +58,7 @@ fn with_segment_closure_may_call_the_allocator_on_the_same_stream() {
 /// report the stream's device for memory of the allocator's device.
 #[test]
 fn allocate_refuses_a_stream_of_another_device() {
-    let source = Arc::new(SimulatedSource::new(0, 1 << 30, 1 << 30));
-    let cache: CachingAllocator<SimBackend> =
-        CachingAllocator::new(Box::new(source), AllocConfig::default());
+    let cache = sim_cache();
     let foreign = SimStream::new(StreamKey::new(1, 1));
     let err = cache.allocate(4096, &foreign).unwrap_err();
     assert_eq!(

@@ -246,10 +246,9 @@ fn setting_the_status_of_a_command_event_is_refused() {
 
 #[test]
 fn an_event_handed_out_raw_and_taken_back_owned_keeps_one_reference() {
-    let Some(dev) = common::device0() else {
+    let Some((dev, _, q)) = common::device0_queue() else {
         return;
     };
-    let q = common::queue(dev);
     let (mut gate, marker) = common::gated_marker(dev, &q);
     let watcher = marker.clone();
     let raw = marker.into_raw();

@@ -234,11 +234,9 @@ __kernel void two_locals(__local uint *a, __local uint *b, __global uint *out) {
 fn local_arguments_beyond_the_device_local_memory_are_refused_not_a_driver_abort() {
     use xpu_device::backend::{Buffer, Kernel, MemFlags, Program};
     use xpu_device::{DeviceError, KernelArgProblem};
-    let Some(dev) = common::device0_in_child() else {
+    let Some((dev, ctx, q)) = common::device0_queue_in_child() else {
         return;
     };
-    let ctx = dev.context().unwrap();
-    let q = common::queue(dev);
     let local = usize::try_from(dev.id().info_u64(DEVICE_LOCAL_MEM_SIZE).unwrap()).unwrap();
     let out = Buffer::new(ctx, 4, MemFlags::default()).unwrap();
     let program = Program::build(ctx, dev.id(), TWO_LOCALS).unwrap();
@@ -292,10 +290,9 @@ fn local_arguments_beyond_the_device_local_memory_are_refused_not_a_driver_abort
 #[test]
 fn a_user_event_dropped_unset_fails_so_its_waiters_do_not_hang() {
     use xpu_device::backend::DROPPED_UNSET_STATUS;
-    let Some(dev) = common::device0_in_child() else {
+    let Some((dev, _, q)) = common::device0_queue_in_child() else {
         return;
     };
-    let q = common::queue(dev);
     let user = dev.create_user_event().unwrap();
     let kept = user.clone();
     let marker = q.enqueue_marker(&[&user]).unwrap();

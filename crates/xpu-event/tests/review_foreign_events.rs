@@ -11,11 +11,9 @@ use xpu_event::{Event, EventFlags, StreamExt};
 /// apply), so what `s` runs next stays held until the user event is set.
 #[test]
 fn wait_event_on_its_own_stream_waits_for_an_adopted_user_event() {
-    if !common::devices(1) {
+    let Some([s]) = common::device_streams() else {
         return;
-    }
-    let external = common::fresh_stream(0);
-    let s = external.stream();
+    };
     let user = xpu_device::device(0).unwrap().create_user_event().unwrap();
     let adopted = Event::from_cl_event(user.clone(), &s, EventFlags::default()).unwrap();
     assert!(!adopted.query().unwrap(), "a user event starts unset");
@@ -35,11 +33,9 @@ fn wait_event_on_its_own_stream_waits_for_an_adopted_user_event() {
 /// for comparison: held until the user event is set.
 #[test]
 fn wait_event_on_another_stream_waits_for_an_adopted_user_event() {
-    if !common::devices(1) {
+    let Some([a, b]) = common::device_streams() else {
         return;
-    }
-    let (ea, eb) = (common::fresh_stream(0), common::fresh_stream(0));
-    let (a, b) = (ea.stream(), eb.stream());
+    };
     let user = xpu_device::device(0).unwrap().create_user_event().unwrap();
     let adopted = Event::from_cl_event(user.clone(), &a, EventFlags::default()).unwrap();
     b.wait_event(&adopted).unwrap();

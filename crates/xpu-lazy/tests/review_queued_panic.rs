@@ -3,24 +3,19 @@
 //! `is_initializing` flag in a `finally`.
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 #[test]
 fn init_after_a_panicking_queued_call_runs_the_queue_again() {
     if !common::have_device("review_queued_panic") {
         return;
     }
-    let attempts = Arc::new(AtomicUsize::new(0));
-    let a = Arc::clone(&attempts);
-    xpu_lazy::lazy_call(move || {
+    let attempts = common::queue_call_with_counter(|attempts| {
         assert!(
-            a.fetch_add(1, Ordering::SeqCst) > 0,
+            attempts.fetch_add(1, Ordering::SeqCst) > 0,
             "first attempt panics (expected in this test)"
         );
-        Ok(())
-    })
-    .unwrap();
+    });
     let panicked = std::panic::catch_unwind(xpu_lazy::init);
     assert!(panicked.is_err(), "the queued call's panic propagates");
     assert_eq!(attempts.load(Ordering::SeqCst), 1);

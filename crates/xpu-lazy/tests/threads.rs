@@ -1,7 +1,7 @@
 //! Concurrent first calls: one thread initializes, the others wait for it.
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
@@ -10,14 +10,10 @@ fn eight_threads_initialize_once() {
     if !common::have_device("threads") {
         return;
     }
-    let runs = Arc::new(AtomicUsize::new(0));
-    let r = Arc::clone(&runs);
-    xpu_lazy::lazy_call(move || {
+    let runs = common::queue_call_with_counter(|runs| {
         std::thread::sleep(Duration::from_millis(100));
-        r.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    })
-    .unwrap();
+        runs.fetch_add(1, Ordering::SeqCst);
+    });
     let barrier = Arc::new(Barrier::new(8));
     let handles: Vec<_> = (0..8)
         .map(|_| {

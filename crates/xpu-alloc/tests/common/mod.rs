@@ -22,7 +22,12 @@ pub fn fresh_stream(device: usize) -> ExternalStream {
 /// A [`fresh_stream`] of device 0, leaked (registered until the process exits); `None` (the
 /// test is skipped) without a device ([`xpu_testing::devices`]).
 pub fn device_stream() -> Option<Stream> {
-    xpu_testing::devices(1).then(|| fresh_stream(0).leak())
+    device_streams().map(|[s]| s)
+}
+
+/// `N` [`fresh_stream`]s of device 0, as [`device_stream`].
+pub fn device_streams<const N: usize>() -> Option<[Stream; N]> {
+    xpu_testing::devices(1).then(|| std::array::from_fn(|_| fresh_stream(0).leak()))
 }
 
 /// An allocator over a simulated device of `capacity` bytes (max allocation = capacity).

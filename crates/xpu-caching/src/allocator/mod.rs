@@ -287,29 +287,34 @@ impl<B: Backend> CachingAllocator<B> {
         self.allocate_counting(size, key, stream, true)
     }
 
-    /// [`CachingAllocator::allocate_with`] for a caller that answers
-    /// [`CacheError::OutOfMemory`] by freeing memory elsewhere (another allocator's cache)
-    /// and allocating again: this attempt's out-of-memory failure is not counted in
-    /// `num_ooms`, which counts the out-of-memory errors returned to the user (as PyTorch's,
-    /// bumped where `malloc` raises); the caller's last attempt counts its own.
-    /// xpu-alloc's private pools allocate so before releasing the default pool's cache.
+    /// [`CachingAllocator::allocate_with`] with one retry: when the allocation fails out of
+    /// memory, `before_retry` runs (under no allocator lock; it may free memory elsewhere,
+    /// e.g. another allocator's cache, and call the allocator) and, when it returns `true`,
+    /// the allocation is made again. `num_ooms` counts the out-of-memory errors returned to
+    /// the caller (as PyTorch's, bumped where `malloc` raises): a first attempt that is
+    /// retried counts none, whatever the retry gives. `stream` may be called by both
+    /// attempts. xpu-alloc's private pools retry so after releasing the default pool's
+    /// cache, its device allocator after waiting for dropped pools' releases.
     ///
     /// # Errors
-    /// As [`CachingAllocator::allocate_with`].
-    pub fn allocate_before_retry(
+    /// As [`CachingAllocator::allocate_with`] (the retry's error when it ran).
+    pub fn allocate_or_retry(
         &self,
         size: u64,
         key: StreamKey,
-        stream: impl FnOnce() -> B::Stream,
+        stream: impl Fn() -> B::Stream,
+        before_retry: impl FnOnce() -> bool,
     ) -> Result<Option<Allocation<B>>, CacheError> {
-        self.allocate_counting(size, key, stream, false)
-    }
-
-    /// Counts one out-of-memory error in `num_ooms`: for a caller of
-    /// [`CachingAllocator::allocate_before_retry`] that returns the failure after all (it
-    /// found nothing to retry with).
-    pub fn count_oom(&self) {
-        with_local(&self.inner.shared, |local| local.stats().num_ooms.bump());
+        match self.allocate_counting(size, key, &stream, false) {
+            Err(CacheError::OutOfMemory { .. }) if before_retry() => {
+                self.allocate_counting(size, key, stream, true)
+            }
+            Err(e @ CacheError::OutOfMemory { .. }) => {
+                with_local(&self.inner.shared, |local| local.stats().num_ooms.bump());
+                Err(e)
+            }
+            other => other,
+        }
     }
 
     /// The allocation; `count_oom`: whether an out-of-memory failure counts in `num_ooms`.
