@@ -116,7 +116,7 @@ impl HostAllocator {
         shared.process_pending(false);
         let block = match cache.pop(class) {
             Some(b) => b,
-            None => shared.new_block(cache, class, rounded)?,
+            None => shared.new_block(cache, rounded)?,
         };
         shared.counters.on_allocate(rounded);
         Ok(HostPtr::new(Arc::clone(shared), block, size))
@@ -214,7 +214,7 @@ impl Shared {
 
     /// A new block from the driver; on out-of-memory, releases this device's cached blocks
     /// and retries once.
-    fn new_block(&self, cache: &DeviceCache, class: usize, size: u64) -> Result<Block, HostError> {
+    fn new_block(&self, cache: &DeviceCache, size: u64) -> Result<Block, HostError> {
         let len = usize::try_from(size).map_err(|_| HostError::TooLarge {
             device: cache.device,
             requested: size,
@@ -227,7 +227,7 @@ impl Shared {
             match PinnedBuffer::new(cache.context, &cache.queue, len) {
                 Ok(buffer) => {
                     self.counters.on_segment_alloc(size, t.elapsed());
-                    return Ok(Block::new(cache.device, class, size, buffer));
+                    return Ok(Block::new(cache.device, size, buffer));
                 }
                 Err(e) if is_out_of_memory(&e) && !retried => {
                     retried = true;

@@ -16,8 +16,6 @@ use xpu_stream::Stream;
 pub(crate) struct Block {
     /// Device whose context owns the buffer.
     pub(crate) device: usize,
-    /// Size class index (log2 of `size`).
-    pub(crate) class: usize,
     /// Size in bytes (a power of two).
     pub(crate) size: u64,
     /// The mapped buffer.
@@ -29,14 +27,18 @@ pub(crate) struct Block {
 }
 
 impl Block {
-    pub(crate) fn new(device: usize, class: usize, size: u64, buffer: PinnedBuffer) -> Block {
+    pub(crate) fn new(device: usize, size: u64, buffer: PinnedBuffer) -> Block {
         Block {
             device,
-            class,
             size,
             buffer,
             streams: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The size class: log2 of `size`, a power of two (see `class::class_of`).
+    pub(crate) fn class(&self) -> usize {
+        self.size.trailing_zeros() as usize
     }
 
     /// Adds `stream` to the streams of the current use (once).

@@ -57,7 +57,7 @@ impl DeviceCache {
     /// Puts a reusable block on its free list.
     #[inline]
     pub(crate) fn push(&self, block: Block) {
-        if let Some(list) = self.free.get(block.class) {
+        if let Some(list) = self.free.get(block.class()) {
             list.lock().push(block);
         }
     }
