@@ -251,9 +251,7 @@ impl DeviceAllocator {
         if xpu_device::fork::is_in_bad_fork() {
             return MemoryStats::default();
         }
-        let mut stats = self.core.memory_stats();
-        stats.merge(&self.pools.stats());
-        stats
+        self.pools.device_stats(&self.core)
     }
 
     /// Sets every peak of the device, private pools included, to its current value. Does

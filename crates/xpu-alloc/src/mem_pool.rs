@@ -206,9 +206,7 @@ impl MemPool {
             AllocError::OutOfMemory(report) => {
                 let mut report = match self.inner.registry.upgrade() {
                     Some(registry) => {
-                        let mut device = self.inner.parent.memory_stats();
-                        device.merge(&registry.stats());
-                        device_figures(report, &device)
+                        device_figures(report, &registry.device_stats(&self.inner.parent))
                     }
                     None => report,
                 };
@@ -466,6 +464,14 @@ impl PoolRegistry {
     /// Whether `owner` (a [`DataPtr`]'s owner id) is one of these pools.
     pub(crate) fn contains(&self, owner: u64) -> bool {
         self.inner.lock().pools.iter().any(|(s, _)| s.id() == owner)
+    }
+
+    /// The device's statistics: the default pool's (`core`, the device allocator's) plus
+    /// every private pool's, as torch's `memory_stats` counts a device.
+    pub(crate) fn device_stats(&self, core: &DeviceCore) -> MemoryStats {
+        let mut stats = core.memory_stats();
+        stats.merge(&self.stats());
+        stats
     }
 
     /// Every pool's statistics added together (gone pools included).
