@@ -286,13 +286,7 @@ impl DataPtr {
                 device: self.device,
             });
         }
-        if stream.is_capturing() {
-            return Err(AllocError::Capturing {
-                device: stream.device(),
-                stream: stream.id(),
-                operation: "record_stream",
-            });
-        }
+        stream.check_not_capturing("record_stream")?;
         self.record_stream_ref(&crate::cl_stream::ClStream::try_shared(*stream)?);
         Ok(())
     }

@@ -182,13 +182,7 @@ impl DeviceAllocator {
     /// [`DataPtr::record_stream`].
     pub fn record_stream(&self, ptr: &DataPtr, stream: &Stream) -> Result<(), AllocError> {
         self.check_stream(stream)?;
-        if stream.is_capturing() {
-            return Err(AllocError::Capturing {
-                device: stream.device(),
-                stream: stream.id(),
-                operation: "record_stream",
-            });
-        }
+        stream.check_not_capturing("record_stream")?;
         let stream = ClStream::try_shared(*stream)?;
         match ptr.owner_id() {
             Some(owner) if owner != self.core.id() && self.pools.contains(owner) => {
