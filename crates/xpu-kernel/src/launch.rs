@@ -108,13 +108,7 @@ impl LaunchExt for Stream {
         local: Option<&[usize]>,
     ) -> Result<Launch<'a>, KernelError> {
         crate::error::check_fork()?;
-        if self.is_capturing() {
-            return Err(KernelError::Capturing {
-                kernel: function.name().to_owned(),
-                device: self.device(),
-                stream: self.id(),
-            });
-        }
+        refuse_capturing(self, function)?;
         let (dims, g, l) = check_launch(self, function, global, local)?;
         Ok(Launch {
             stream: *self,
@@ -132,6 +126,19 @@ impl LaunchExt for Stream {
 
 /// A launch's rank, global size and optional local size, padded to three dimensions.
 pub(crate) type WorkSizes = (usize, [usize; 3], Option<[usize; 3]>);
+
+/// [`KernelError::Capturing`] naming `function` when a graph captures `stream`: a launch goes
+/// through the capture handle then ([`crate::graph::Capture::launch`]).
+fn refuse_capturing(stream: &Stream, function: &Function) -> Result<(), KernelError> {
+    if stream.is_capturing() {
+        return Err(KernelError::Capturing {
+            kernel: function.name().to_owned(),
+            device: stream.device(),
+            stream: stream.id(),
+        });
+    }
+    Ok(())
+}
 
 /// The checks of [`LaunchExt::launch`] (device, work sizes), shared with graph capture: the
 /// rank and the sizes padded to three dimensions.
@@ -360,13 +367,7 @@ impl<'a> Launch<'a> {
     fn enqueue_with(&self, kernel: &Kernel) -> Result<(), KernelError> {
         // Checked again here: a launch assembled before a capture began on its stream must not
         // slip onto the capturing stream (`launch` checked only when it was built).
-        if self.stream.is_capturing() {
-            return Err(KernelError::Capturing {
-                kernel: self.function.name().to_owned(),
-                device: self.stream.device(),
-                stream: self.stream.id(),
-            });
-        }
+        refuse_capturing(&self.stream, &self.function)?;
         if self.next != kernel.num_args() {
             return Err(KernelError::ArgCount {
                 kernel: self.function.name().to_owned(),
