@@ -1,0 +1,294 @@
+//! The element-wise template: `out[i] = EXPR(a0, a1, ..., s0, s1, ...)` over any number of
+//! strided, broadcast inputs and by-value scalars, one work-item per output element. Every
+//! unary, binary, comparison, select (`where`), cast, fill and copy op is an instance of it.
+
+use burn_tensor::DType;
+use xpu::xpu_kernel::Arg;
+
+use crate::dtype;
+use crate::error::{Error, Result};
+use crate::runtime::{self, ScalarValue};
+use crate::tensor::XpuTensor;
+
+/// One element-wise op: its OpenCL C expression and its output type.
+#[derive(Debug, Clone, Copy)]
+pub struct MapSpec<'a> {
+    /// The expression, in the loaded input values `a0, a1, ...` (of types `T0, T1, ...`),
+    /// the scalars `s0, s1, ...` (of types `S0, S1, ...`) and the output index `i` (`long`);
+    /// `TO` is the output type. The result is converted to `TO`.
+    pub expr: &'a str,
+    /// OpenCL C functions the expression calls (defined before the kernel).
+    pub helpers: &'a str,
+    /// The output element type.
+    pub out: DType,
+}
+
+impl<'a> MapSpec<'a> {
+    /// An expression without helpers.
+    pub fn new(expr: &'a str, out: DType) -> Self {
+        MapSpec {
+            expr,
+            helpers: "",
+            out,
+        }
+    }
+
+    /// With helper functions.
+    pub fn with_helpers(mut self, helpers: &'a str) -> Self {
+        self.helpers = helpers;
+        self
+    }
+}
+
+/// The broadcast of `shapes` (numpy rules; shorter shapes are padded with leading 1s).
+///
+/// # Errors
+/// [`Error::Invalid`] when two sizes differ and neither is 1.
+pub fn broadcast_shape(shapes: &[&[usize]]) -> Result<Vec<usize>> {
+    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = vec![1usize; rank];
+    for s in shapes {
+        let pad = rank - s.len();
+        for (d, &n) in s.iter().enumerate() {
+            let o = &mut out[pad + d];
+            if *o == 1 {
+                *o = n;
+            } else if n != 1 && n != *o {
+                return Err(Error::Invalid(format!(
+                    "shapes {shapes:?} cannot be broadcast together"
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The strides of `t` seen as a tensor of `shape` (its broadcast): 0 on broadcast dims.
+fn broadcast_strides(t: &XpuTensor, shape: &[usize]) -> Vec<isize> {
+    let pad = shape.len() - t.shape.len();
+    (0..shape.len())
+        .map(|d| {
+            if d < pad || t.shape[d - pad] == 1 && shape[d] != 1 {
+                0
+            } else {
+                t.strides[d - pad]
+            }
+        })
+        .collect()
+}
+
+/// `out[i] = spec.expr` over the broadcast of `inputs`, on the device of the first input.
+///
+/// # Errors
+/// Broadcast errors, inputs on several devices, allocation and kernel errors.
+pub fn map(
+    spec: MapSpec<'_>,
+    inputs: &[&XpuTensor],
+    scalars: &[(ScalarValue, DType)],
+) -> Result<XpuTensor> {
+    let device = inputs
+        .first()
+        .map(|t| t.device())
+        .ok_or_else(|| Error::Invalid("element-wise op without inputs".into()))?;
+    let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape.as_slice()).collect();
+    let shape = broadcast_shape(&shapes)?;
+    map_into_shape(spec, device, &shape, inputs, scalars)
+}
+
+/// As [`map`] with the output shape given (inputs broadcast to it), on `device`; with no
+/// inputs this is a generator (`fill`, `arange`: the expression uses `i` and scalars).
+///
+/// # Errors
+/// As [`map`]; [`Error::Invalid`] when an input does not broadcast to `shape`.
+pub fn map_into_shape(
+    spec: MapSpec<'_>,
+    device: usize,
+    shape: &[usize],
+    inputs: &[&XpuTensor],
+    scalars: &[(ScalarValue, DType)],
+) -> Result<XpuTensor> {
+    let out = XpuTensor::empty(device, shape, spec.out)?;
+    let n = out.numel();
+    if n == 0 {
+        return Ok(out);
+    }
+    for t in inputs {
+        if t.device() != device {
+            return Err(Error::Invalid(format!(
+                "tensors on devices {} and {device} in one op",
+                t.device()
+            )));
+        }
+        let s = broadcast_shape(&[&t.shape, shape])?;
+        if s != shape {
+            return Err(Error::Invalid(format!(
+                "shape {:?} does not broadcast to {shape:?}",
+                t.shape
+            )));
+        }
+    }
+    let contiguous = inputs
+        .iter()
+        .all(|t| t.shape == shape && t.is_contiguous());
+    let in_types: Vec<&str> = inputs
+        .iter()
+        .map(|t| dtype::cl_type(t.dtype))
+        .collect::<Result<_>>()?;
+    let sc_types: Vec<&str> = scalars
+        .iter()
+        .map(|(_, d)| runtime::scalar_cl_type(*d))
+        .collect::<Result<_>>()?;
+    let out_type = dtype::cl_type(out.dtype)?;
+    let key = format!(
+        "map|{}|{}|{}|{:?}|{:?}|{}",
+        if contiguous { "c" } else { "s" },
+        spec.expr,
+        spec.helpers,
+        in_types,
+        sc_types,
+        out_type
+    );
+    let function = runtime::function(device, &key, "map", || {
+        map_source(spec, contiguous, &in_types, &sc_types, out_type)
+    })?;
+
+    let meta;
+    let mut args: Vec<Arg<'_>> = vec![Arg::from(out.storage.buffer()), Arg::from(n as i64)];
+    if contiguous {
+        for t in inputs {
+            args.push(Arg::from(t.storage.buffer()));
+            args.push(Arg::from(t.offset as i64));
+        }
+    } else {
+        let mut m: Vec<i64> = Vec::with_capacity(1 + shape.len() * (inputs.len() + 1));
+        m.push(shape.len() as i64);
+        m.extend(shape.iter().map(|&s| s as i64));
+        for t in inputs {
+            m.push(t.offset as i64);
+            m.extend(broadcast_strides(t, shape).iter().map(|&s| s as i64));
+        }
+        meta = runtime::upload_meta(device, &m)?;
+        args.push(Arg::from(&meta));
+        for t in inputs {
+            args.push(Arg::from(t.storage.buffer()));
+        }
+    }
+    for (v, d) in scalars {
+        args.push(runtime::scalar_arg(*v, *d)?);
+    }
+    // SAFETY: `n` work-items; item `i < n` writes `out[i]` (`out` holds `n` elements of `TO`)
+    // and reads each input at its offset plus the dot product of `i`'s coordinates in `shape`
+    // with the input's broadcast strides — an element of the input's view, which lies inside
+    // its storage (every view is built in bounds); the metadata buffer holds exactly what
+    // the kernel indexes (1 + rank + inputs * (1 + rank) longs); the kernel has no loops
+    // beyond `rank`, so it terminates; `out` is a fresh allocation no other tensor sees.
+    unsafe { runtime::launch(device, &function, &[n], None, &args)? };
+    Ok(out)
+}
+
+fn map_source(
+    spec: MapSpec<'_>,
+    contiguous: bool,
+    in_types: &[&str],
+    sc_types: &[&str],
+    out_type: &str,
+) -> String {
+    let mut all: Vec<&str> = in_types.to_vec();
+    all.extend_from_slice(sc_types);
+    all.push(out_type);
+    let mut s = dtype::pragmas(&all);
+    s.push_str(&format!("#define TO {out_type}\n"));
+    for (k, t) in in_types.iter().enumerate() {
+        s.push_str(&format!("#define T{k} {t}\n"));
+    }
+    for (k, t) in sc_types.iter().enumerate() {
+        s.push_str(&format!("#define S{k} {t}\n"));
+    }
+    s.push_str(crate::ops::PRELUDE);
+    s.push_str(spec.helpers);
+    s.push_str("\n__kernel void map(__global TO *out, long n");
+    if contiguous {
+        for k in 0..in_types.len() {
+            s.push_str(&format!(", __global const T{k} *in{k}, long off{k}"));
+        }
+    } else {
+        s.push_str(", __global const long *meta");
+        for k in 0..in_types.len() {
+            s.push_str(&format!(", __global const T{k} *in{k}"));
+        }
+    }
+    for k in 0..sc_types.len() {
+        s.push_str(&format!(", S{k} s{k}"));
+    }
+    s.push_str(") {\n  long i = get_global_id(0);\n  if (i >= n) return;\n");
+    if contiguous {
+        for k in 0..in_types.len() {
+            s.push_str(&format!("  T{k} a{k} = in{k}[off{k} + i];\n"));
+        }
+    } else {
+        s.push_str("  int rank = (int)meta[0];\n  long rem = i;\n");
+        for k in 0..in_types.len() {
+            s.push_str(&format!("  long o{k} = meta[1 + rank + {k} * (rank + 1)];\n"));
+        }
+        s.push_str("  for (int d = rank - 1; d >= 0; d--) {\n    long sz = meta[1 + d];\n    long c = rem % sz;\n    rem /= sz;\n");
+        for k in 0..in_types.len() {
+            s.push_str(&format!(
+                "    o{k} += c * meta[1 + rank + {k} * (rank + 1) + 1 + d];\n"
+            ));
+        }
+        s.push_str("  }\n");
+        for k in 0..in_types.len() {
+            s.push_str(&format!("  T{k} a{k} = in{k}[o{k}];\n"));
+        }
+    }
+    s.push_str(&format!("  out[i] = (TO)({});\n}}\n", spec.expr));
+    s
+}
+
+/// A contiguous copy of `t` (or `t` itself when it already is contiguous from offset 0 and
+/// fills its storage).
+///
+/// # Errors
+/// Allocation and kernel errors.
+pub fn contiguous(t: &XpuTensor) -> Result<XpuTensor> {
+    if t.is_contiguous() && t.offset == 0 {
+        return Ok(t.clone());
+    }
+    map(MapSpec::new("a0", t.dtype), &[t], &[])
+}
+
+/// `t` converted to `dtype` (floats to integers truncate toward zero; to bool: `x != 0`).
+///
+/// # Errors
+/// An unsupported `dtype`; allocation and kernel errors.
+pub fn cast(t: &XpuTensor, dtype: DType) -> Result<XpuTensor> {
+    let dtype = dtype::canonical(dtype);
+    if dtype == t.dtype {
+        return Ok(t.clone());
+    }
+    let expr = if dtype == DType::Bool { "a0 != 0" } else { "a0" };
+    map(MapSpec::new(expr, dtype), &[t], &[])
+}
+
+/// A new tensor of `shape` filled with `value` (converted to `dtype`).
+///
+/// # Errors
+/// An unsupported `dtype`; allocation and kernel errors.
+pub fn full(device: usize, shape: &[usize], value: ScalarValue, dtype: DType) -> Result<XpuTensor> {
+    let dtype = dtype::canonical(dtype);
+    map_into_shape(MapSpec::new("s0", dtype), device, shape, &[], &[(value, dtype)])
+}
+
+/// `out[i] = start + i * step` for `i < n`, as a 1-D tensor of `dtype`.
+///
+/// # Errors
+/// As [`full`].
+pub fn arange(device: usize, n: usize, start: ScalarValue, step: ScalarValue, dtype: DType) -> Result<XpuTensor> {
+    map_into_shape(
+        MapSpec::new("s0 + (S0)i * s1", dtype),
+        device,
+        &[n],
+        &[],
+        &[(start, dtype), (step, dtype)],
+    )
+}

@@ -1,0 +1,1 @@
+//! Convolution, pooling and interpolation.

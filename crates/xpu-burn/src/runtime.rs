@@ -1,0 +1,164 @@
+//! The backend's runtime state per device: the stream burn's work is ordered on, the device's
+//! properties, and the kernels built for it (a cache over xpu-kernel's program cache).
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use burn_tensor::DType;
+use parking_lot::RwLock;
+use xpu::xpu_kernel::{Arg, Function, Program};
+use xpu::{DeviceBuffer, DeviceProperties, LaunchExt, Stream};
+
+use crate::dtype;
+use crate::error::Result;
+
+/// The stream every burn op on `device` is enqueued on: the device's default stream, shared
+/// by all threads (burn's tensors cross threads freely, so one in-order queue per device
+/// orders every producer before every consumer without events). `Backend::sync` waits for it.
+///
+/// # Errors
+/// Initialization errors and a bad device index.
+pub fn stream(device: usize) -> Result<Stream> {
+    Ok(xpu::xpu_stream::default_stream(device)?)
+}
+
+/// The device's properties, read once per device.
+///
+/// # Errors
+/// Initialization errors and a bad device index.
+pub fn properties(device: usize) -> Result<Arc<DeviceProperties>> {
+    static PROPS: OnceLock<RwLock<HashMap<usize, Arc<DeviceProperties>>>> = OnceLock::new();
+    let map = PROPS.get_or_init(Default::default);
+    if let Some(p) = map.read().get(&device) {
+        return Ok(p.clone());
+    }
+    let p = Arc::new(xpu::get_device_properties(Some(device))?);
+    map.write().insert(device, p.clone());
+    Ok(p)
+}
+
+type FnKey = (usize, String);
+
+/// The kernel `name` of the program that `source` builds, for `device`, cached under `key`
+/// (which must identify the source: a template name and its parameters). `source` runs only
+/// on a miss; the program goes through xpu-kernel's memory and disk caches.
+///
+/// # Errors
+/// A build failure (with the OpenCL build log) or a missing kernel name.
+pub fn function(
+    device: usize,
+    key: &str,
+    name: &str,
+    source: impl FnOnce() -> String,
+) -> Result<Function> {
+    static FUNCS: OnceLock<RwLock<HashMap<FnKey, Function>>> = OnceLock::new();
+    let map = FUNCS.get_or_init(Default::default);
+    let k = (device, key.to_owned());
+    if let Some(f) = map.read().get(&k) {
+        return Ok(f.clone());
+    }
+    let src = source();
+    let f = Program::build(device, &src, "")
+        .and_then(|p| p.function(name))
+        .map_err(|e| {
+            tracing::debug!("xpu-burn kernel {key} failed to build:\n{src}");
+            e
+        })?;
+    map.write().insert(k, f.clone());
+    Ok(f)
+}
+
+/// Uploads `values` (kernel metadata: shapes, strides, offsets) to a new buffer on the
+/// device's burn stream (non-blocking, stream-ordered before later launches).
+///
+/// # Errors
+/// Allocation and copy errors.
+pub fn upload_meta(device: usize, values: &[i64]) -> Result<DeviceBuffer<i64>> {
+    let stream = stream(device)?;
+    let values = if values.is_empty() { &[0i64][..] } else { values };
+    Ok(DeviceBuffer::from_slice(values, &stream)?)
+}
+
+/// Enqueues `function` on the device's burn stream over `global` work-items (1 to 3
+/// dimensions; `local`: the work-group size, `None` for the driver's choice) with `args`.
+/// Nothing is enqueued when a global size is 0.
+///
+/// # Safety
+/// As [`xpu::xpu_kernel::Launch::enqueue`]: every access of every work-item stays inside the
+/// allocations given as arguments (and inside `__local` sizes); no memory the kernel writes
+/// is visible to another tensor (outputs are fresh allocations); the kernel terminates.
+///
+/// # Errors
+/// Argument mismatches, enqueue failures.
+pub unsafe fn launch(
+    device: usize,
+    function: &Function,
+    global: &[usize],
+    local: Option<&[usize]>,
+    args: &[Arg<'_>],
+) -> Result<()> {
+    if global.iter().any(|&g| g == 0) {
+        return Ok(());
+    }
+    let stream = stream(device)?;
+    let mut l = stream.launch(function, global, local)?;
+    for a in args {
+        l = l.arg(*a)?;
+    }
+    // SAFETY: the caller upholds `enqueue`'s contract (this function's `# Safety`).
+    unsafe { l.enqueue()? };
+    Ok(())
+}
+
+/// A scalar operand of an op: burn's `FloatElem` or `IntElem`, widened.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScalarValue {
+    /// A floating-point value.
+    F(f64),
+    /// An integer value.
+    I(i64),
+}
+
+impl ScalarValue {
+    /// As `f64`.
+    pub fn as_f64(self) -> f64 {
+        match self {
+            ScalarValue::F(v) => v,
+            ScalarValue::I(v) => v as f64,
+        }
+    }
+
+    /// As `i64` (floats truncated toward zero).
+    pub fn as_i64(self) -> i64 {
+        match self {
+            ScalarValue::F(v) => v as i64,
+            ScalarValue::I(v) => v,
+        }
+    }
+}
+
+/// The OpenCL C type a scalar operand of a `dtype` op is passed as (by value): the element
+/// type, except `half`, passed as `float` (OpenCL C kernels may not take `half` by value
+/// without `cl_khr_fp16`'s argument support on every driver).
+pub fn scalar_cl_type(dtype: DType) -> Result<&'static str> {
+    Ok(match dtype::cl_type(dtype)? {
+        "half" => "float",
+        t => t,
+    })
+}
+
+/// The kernel argument for `value` as a `dtype` scalar ([`scalar_cl_type`]).
+pub fn scalar_arg(value: ScalarValue, dtype: DType) -> Result<Arg<'static>> {
+    Ok(match scalar_cl_type(dtype)? {
+        "double" => Arg::from(value.as_f64()),
+        "float" => Arg::from(value.as_f64() as f32),
+        "long" => Arg::from(value.as_i64()),
+        "int" => Arg::from(value.as_i64() as i32),
+        "short" => Arg::from(value.as_i64() as i16),
+        "char" => Arg::from(value.as_i64() as i8),
+        "ulong" => Arg::from(value.as_i64() as u64),
+        "uint" => Arg::from(value.as_i64() as u32),
+        "ushort" => Arg::from(value.as_i64() as u16),
+        _ => Arg::from(value.as_i64() as u8),
+    })
+}

@@ -1,0 +1,155 @@
+//! [`XpuTensor`]: the primitive behind burn's float, int and bool tensors on xpu — a block of
+//! xpu's caching allocator, and the shape, strides and offset of a view of it, on the host.
+
+use std::sync::Arc;
+
+use burn_tensor::{DType, Shape, TensorMetadata};
+use xpu::DeviceBuffer;
+
+use crate::dtype;
+use crate::error::Result;
+
+/// The device memory of one or more tensors: one allocation of xpu's caching allocator (so
+/// `xpu::memory_stats`, `memory_summary` and snapshots show burn's tensors), on the device's
+/// burn stream ([`crate::runtime::stream`]). Freed when the last view drops; the allocator
+/// reuses the block only after the stream's work on it completed.
+#[derive(Debug)]
+pub struct Storage {
+    pub(crate) buffer: DeviceBuffer<u8>,
+    pub(crate) device: usize,
+}
+
+impl Storage {
+    /// Bytes of the allocation.
+    pub fn bytes(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// The device index.
+    pub fn device(&self) -> usize {
+        self.device
+    }
+
+    /// The allocation (a kernel argument covering all of it).
+    pub fn buffer(&self) -> &DeviceBuffer<u8> {
+        &self.buffer
+    }
+}
+
+/// A tensor on an xpu device: a strided view (element strides, possibly 0 for broadcast
+/// dimensions or negative for flipped ones, and an element offset) of a shared [`Storage`].
+///
+/// Views are made without copies (reshape of a contiguous tensor, permute, swap_dims,
+/// expand, slice, flip, unfold); ops never write a storage that another tensor can see (an
+/// op that assigns into a tensor writes a fresh copy), so sharing is safe. `Send + Sync`:
+/// the storage is an allocator block, read by stream-ordered commands only.
+#[derive(Debug, Clone)]
+pub struct XpuTensor {
+    pub(crate) storage: Arc<Storage>,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) strides: Vec<isize>,
+    pub(crate) offset: usize,
+    pub(crate) dtype: DType,
+}
+
+/// Row-major (C order) element strides of `shape`.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
+    let mut strides = vec![0isize; shape.len()];
+    let mut acc = 1isize;
+    for d in (0..shape.len()).rev() {
+        strides[d] = acc;
+        acc *= shape[d].max(1) as isize;
+    }
+    strides
+}
+
+impl XpuTensor {
+    /// A new, uninitialized, contiguous tensor of `shape` and `dtype` on `device` (a fresh
+    /// allocation of at least one byte).
+    ///
+    /// # Errors
+    /// Out of memory and other allocation errors; an unsupported `dtype`.
+    pub fn empty(device: usize, shape: &[usize], dtype: DType) -> Result<XpuTensor> {
+        let dtype = dtype::canonical(dtype);
+        dtype::check_device_supports(device, dtype)?;
+        let n: usize = shape.iter().product();
+        let bytes = (n * dtype::size_of(dtype)).max(1);
+        let stream = crate::runtime::stream(device)?;
+        let buffer = DeviceBuffer::<u8>::new(bytes, &stream)?;
+        Ok(XpuTensor {
+            storage: Arc::new(Storage { buffer, device }),
+            shape: shape.to_vec(),
+            strides: contiguous_strides(shape),
+            offset: 0,
+            dtype,
+        })
+    }
+
+    /// A view of the same storage with another shape, strides and offset (elements).
+    pub(crate) fn view(&self, shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> XpuTensor {
+        XpuTensor {
+            storage: self.storage.clone(),
+            shape,
+            strides,
+            offset,
+            dtype: self.dtype,
+        }
+    }
+
+    /// The device index.
+    pub fn device(&self) -> usize {
+        self.storage.device
+    }
+
+    /// The shape.
+    pub fn dims(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The element strides.
+    pub fn strides(&self) -> &[isize] {
+        &self.strides
+    }
+
+    /// The element offset of the view into its storage.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The element type.
+    pub fn elem_type(&self) -> DType {
+        self.dtype
+    }
+
+    /// The storage.
+    pub fn storage(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+
+    /// The number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Whether the view is row-major contiguous (any offset).
+    pub fn is_contiguous(&self) -> bool {
+        let mut acc = 1isize;
+        for d in (0..self.shape.len()).rev() {
+            if self.shape[d] != 1 && self.strides[d] != acc {
+                return false;
+            }
+            acc *= self.shape[d] as isize;
+        }
+        true
+    }
+}
+
+impl TensorMetadata for XpuTensor {
+    fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    fn shape(&self) -> Shape {
+        Shape::from(self.shape.clone())
+    }
+}
