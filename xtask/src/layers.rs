@@ -12,7 +12,8 @@
 //! - (d) every `unsafe {` block and `unsafe impl` in [`UNSAFE_CRATE`] has a `// SAFETY:`
 //!   comment within the [`SAFETY_WINDOW`] lines above it (or a comment block reaching them).
 //! - (e) the exception to (c): the [`UNSAFE_CALLER_CRATES`] (the launch layer, whose
-//!   `Launch::enqueue` must be an `unsafe fn` because a kernel is arbitrary code) may hold
+//!   `Launch::enqueue` must be an `unsafe fn` because a kernel is arbitrary code, and the
+//!   burn backend, whose kernels are launched through it) may hold
 //!   `unsafe fn` declarations, each documented with a `# Safety` section, and `unsafe {}`
 //!   blocks, each with a `// SAFETY:` comment as in (d), that call the unsafe API of
 //!   [`UNSAFE_CRATE`]; nothing else unsafe (no `unsafe impl`/`trait`/`extern`, no `extern`
@@ -40,7 +41,7 @@ use crate::cmd::Cmd;
 use source::Line;
 
 /// The layer crates, lowest first: each may depend only on crates before it.
-pub(crate) const LAYERS: [&str; 10] = [
+pub(crate) const LAYERS: [&str; 11] = [
     "xpu-caching",
     "xpu-device",
     "xpu-stream",
@@ -50,6 +51,7 @@ pub(crate) const LAYERS: [&str; 10] = [
     "xpu-kernel",
     "xpu-lazy",
     "xpu",
+    "xpu-burn",
     "xpu-cli",
 ];
 
@@ -65,7 +67,7 @@ pub(crate) const UNSAFE_CRATE: &str = "xpu-device";
 
 /// Crates that may declare `unsafe fn`s and call the unsafe API of [`UNSAFE_CRATE`] from
 /// `unsafe {}` blocks, nothing more (rule (e)).
-pub(crate) const UNSAFE_CALLER_CRATES: [&str; 1] = ["xpu-kernel"];
+pub(crate) const UNSAFE_CALLER_CRATES: [&str; 2] = ["xpu-kernel", "xpu-burn"];
 
 /// The facade crate, whose examples may hold commented `unsafe {}` blocks (rule (f)).
 pub(crate) const FACADE_CRATE: &str = "xpu";

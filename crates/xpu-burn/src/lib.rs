@@ -23,11 +23,14 @@
 //! Layers: [`ops`] is the op layer (plain Rust parameters, no burn traits); [`backend`] is the
 //! glue that implements burn's traits on it.
 
+#![deny(unsafe_code)]
+
 pub mod backend;
 pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod ops;
+#[allow(unsafe_code)] // `launch`, the one unsafe fn: kernels are arbitrary code
 pub mod runtime;
 pub mod tensor;
 

@@ -9,12 +9,18 @@
 //! (convolution, pooling, interpolation), [`random`].
 
 pub mod data;
+#[allow(unsafe_code)] // launches: each `unsafe` block argues its bounds
 pub mod elementwise;
+#[allow(unsafe_code)] // launches: each `unsafe` block argues its bounds
 pub mod index;
 pub mod layout;
+#[allow(unsafe_code)] // launches: each `unsafe` block argues its bounds
 pub mod matmul;
+#[allow(unsafe_code)] // launches: each `unsafe` block argues its bounds
 pub mod nn;
+#[allow(unsafe_code)] // launches: each `unsafe` block argues its bounds
 pub mod random;
+#[allow(unsafe_code)] // launches: each `unsafe` block argues its bounds
 pub mod reduce;
 
 /// OpenCL C functions every template may call.
