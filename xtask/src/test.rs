@@ -52,8 +52,32 @@ pub(crate) fn run(root: &Path, extra: &[String]) -> Result<()> {
         envs.push(("XPU_REQUIRE_CLBLAST".to_owned(), "1".to_owned()));
     }
     run_examples(root, &envs)?;
+    run_burn(root, &envs)?;
     run_tests(root, &envs, extra)
 }
+
+/// The burn backend's proof: the training example (a short run that must halve its loss),
+/// then burn 0.19.1's own conformance suite on xpu (`crates/xpu-burn/tests/burn_suite.rs`),
+/// in one process so that each kernel is built once, with its counts printed. The main test
+/// run leaves that binary out, so the suite runs once.
+pub(crate) fn run_burn(root: &Path, envs: &[(String, String)]) -> Result<()> {
+    Cmd::cargo()
+        .args([
+            "run", "--quiet", "-p", "xpu-burn", "--example", "train", "--", "--steps", "60",
+            "--batch", "32",
+        ])
+        .envs(envs)
+        .current_dir(root)
+        .run_step("example xpu-burn train")?;
+    Cmd::cargo()
+        .args(["test", "-p", "xpu-burn", "--test", BURN_SUITE])
+        .envs(envs)
+        .current_dir(root)
+        .run_step("burn conformance suite (burn_tensor + burn_autodiff testgen_all)")
+}
+
+/// The test binary holding burn's conformance suite.
+pub(crate) const BURN_SUITE: &str = "burn_suite";
 
 /// Runs every example of the facade crate (`crates/xpu/examples/*.rs`), so the documented
 /// entry points keep working. Runs before the tests, so the test runner's summary stays last.
@@ -97,7 +121,8 @@ pub(crate) fn run_tests(root: &Path, envs: &[(String, String)], extra: &[String]
             .current_dir(root)
             .run_step("doctests")?;
         Cmd::cargo()
-            .args(["nextest", "run", "--workspace"])
+            .args(["nextest", "run", "--workspace", "-E"])
+            .arg(format!("not binary({BURN_SUITE})"))
             .args(extra)
             .envs(envs)
             .current_dir(root)
@@ -108,7 +133,7 @@ pub(crate) fn run_tests(root: &Path, envs: &[(String, String)], extra: &[String]
              (`cargo install cargo-nextest --locked` for nextest)"
         );
         Cmd::cargo()
-            .args(["test", "--workspace"])
+            .args(["test", "--workspace", "--exclude", "xpu-burn"])
             .args(extra)
             .envs(envs)
             .current_dir(root)
