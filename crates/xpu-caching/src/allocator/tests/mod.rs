@@ -17,6 +17,7 @@ use crate::stream::{MarkerError, StreamKey};
 
 mod bad_fork;
 mod config_change;
+mod config_race;
 mod deferred_drop;
 mod stream_order;
 mod streams;
