@@ -669,6 +669,8 @@ struct Releaser {
     /// Jobs handed over and not finished.
     pending: Mutex<usize>,
     done: Condvar,
+    /// Threads waiting in [`wait_pool_releases`] (see [`pool_release_waiters`]).
+    waiters: std::sync::atomic::AtomicUsize,
 }
 
 fn releaser() -> &'static Releaser {
@@ -700,6 +702,7 @@ fn releaser() -> &'static Releaser {
             tx: Mutex::new(tx),
             pending: Mutex::new(0),
             done: Condvar::new(),
+            waiters: std::sync::atomic::AtomicUsize::new(0),
         }
     })
 }
@@ -744,9 +747,24 @@ pub fn wait_pool_releases() {
     }
     let r = releaser();
     let mut pending = r.pending.lock();
+    if *pending == 0 {
+        return;
+    }
+    r.waiters.fetch_add(1, Ordering::AcqRel);
     while *pending > 0 {
         r.done.wait(&mut pending);
     }
+    r.waiters.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Test support: how many threads are waiting in [`wait_pool_releases`] for pending
+/// releases now. A scenario knows from it that an allocation's first attempt failed and its
+/// retry waits for the releases (the failed attempt leaves no other trace: no `num_ooms`,
+/// no history entry).
+#[doc(hidden)]
+#[must_use]
+pub fn pool_release_waiters() -> usize {
+    releaser().waiters.load(Ordering::Acquire)
 }
 
 /// Test support: returns once the release thread (`xpu-pool-release`) has run every job

@@ -119,11 +119,19 @@ impl SourceHooks<Arc<SimulatedSource>> for CallsItsPool {
         DEPTH.set(depth + 1);
         let state = &self.0;
         if depth == 0 {
-            let cache = state.cache.lock().unwrap().clone().expect("the allocator is set");
+            let cache = state
+                .cache
+                .lock()
+                .unwrap()
+                .clone()
+                .expect("the allocator is set");
             let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
             let stream = SimStream::new(StreamKey::new(0, id));
             let nested = cache.allocate(1 << 20, &stream);
-            assert!(matches!(nested, Ok(Some(_))), "the nested allocation succeeds");
+            assert!(
+                matches!(nested, Ok(Some(_))),
+                "the nested allocation succeeds"
+            );
             drop(nested);
             if !WAITER.get() {
                 if let Some(tx) = state.progress_tx.lock().unwrap().take() {

@@ -75,11 +75,7 @@ impl StatsRegistry {
     pub(crate) fn aggregate(&self) -> MemoryStats {
         let mut total = MemoryStats::default();
         let cells = self.cells.lock();
-        for cell in cells
-            .iter()
-            .map(AsRef::as_ref)
-            .chain([&self.retired])
-        {
+        for cell in cells.iter().map(AsRef::as_ref).chain([&self.retired]) {
             total.merge(&cell.read(&self.gens));
         }
         total

@@ -19,6 +19,7 @@ mod bad_fork;
 mod config_change;
 mod config_race;
 mod deferred_drop;
+mod oom_history;
 mod stream_order;
 mod streams;
 
