@@ -55,6 +55,17 @@ pub enum AllocError {
         /// The pool's id.
         id: (u64, u64),
     },
+    /// [`crate::begin_allocate_to_pool`] (or [`crate::use_mem_pool`]) called while the calling
+    /// thread exits, from a thread-local destructor that runs after the thread's routing
+    /// state was destroyed: there is nothing left to record the routing in (torch has no
+    /// such case; its routing is not thread-local state that can be gone).
+    #[error("beginAllocateToPool: cannot route to mempool_id ({}, {}) on device {device}: the calling thread is exiting and its pool routing was already destroyed", id.0, id.1)]
+    RoutingUnavailable {
+        /// Device index.
+        device: usize,
+        /// The pool's id.
+        id: (u64, u64),
+    },
     /// [`crate::end_allocate_to_pool`] for a pool the calling thread does not route to
     /// (torch's message).
     #[error("endAllocatePool: not currently recording to mempool_id ({}, {}) on device {device}", id.0, id.1)]

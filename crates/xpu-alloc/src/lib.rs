@@ -79,8 +79,8 @@ pub use crate::global::{
     set_config, set_memory_fraction, with_raw_view, CONFIG_ENV,
 };
 pub use crate::mem_pool::{
-    begin_allocate_to_pool, end_allocate_to_pool, flush_release_thread, use_mem_pool,
-    wait_pool_releases, MemPool, MemPoolGuard, MemPoolId,
+    begin_allocate_to_pool, end_allocate_to_pool, flush_release_thread, pool_release_waiters,
+    use_mem_pool, wait_pool_releases, MemPool, MemPoolGuard, MemPoolId,
 };
 pub use crate::observe::device::{
     memory_history, memory_snapshot, memory_summary, record_memory_history,

@@ -558,27 +558,43 @@ pub(crate) fn routed(parent: u64) -> Option<MemPool> {
 /// Routings nest: the innermost active one applies. Other threads are not affected.
 ///
 /// # Errors
-/// [`AllocError::AlreadyRecordingToPool`] when this thread already routes to `pool`.
+/// [`AllocError::AlreadyRecordingToPool`] when this thread already routes to `pool`;
+/// [`AllocError::RoutingUnavailable`] when called while the thread exits, from a
+/// thread-local destructor that runs after the thread's routing state was destroyed;
+/// [`AllocError::BadFork`] in a bad fork child.
 pub fn begin_allocate_to_pool(pool: &MemPool) -> Result<(), AllocError> {
     check_fork()?;
     let parent = pool.inner.parent.id();
-    ROUTES.with_borrow_mut(|routes| {
-        if routes
-            .iter()
-            .any(|r| Arc::ptr_eq(&r.pool.inner, &pool.inner))
-        {
-            return Err(AllocError::AlreadyRecordingToPool {
-                device: pool.device(),
-                id: pool.id(),
+    let unavailable = || AllocError::RoutingUnavailable {
+        device: pool.device(),
+        id: pool.id(),
+    };
+    // `try_with`: the routing state is gone once its destructor ran at thread exit (a later
+    // thread-local destructor may still call this); a panic there would abort the process.
+    // The borrow cannot be taken already (no user code runs while it is held), but a
+    // failure is an error too, never a panic.
+    ROUTES
+        .try_with(|routes| {
+            let Ok(mut routes) = routes.try_borrow_mut() else {
+                return Err(unavailable());
+            };
+            if routes
+                .iter()
+                .any(|r| Arc::ptr_eq(&r.pool.inner, &pool.inner))
+            {
+                return Err(AllocError::AlreadyRecordingToPool {
+                    device: pool.device(),
+                    id: pool.id(),
+                });
+            }
+            pool.inner.routing.fetch_add(1, Ordering::AcqRel);
+            routes.push(Route {
+                parent,
+                pool: pool.clone(),
             });
-        }
-        pool.inner.routing.fetch_add(1, Ordering::AcqRel);
-        routes.push(Route {
-            parent,
-            pool: pool.clone(),
-        });
-        Ok(())
-    })
+            Ok(())
+        })
+        .unwrap_or_else(|_| Err(unavailable()))
 }
 
 /// Ends the calling thread's routing to `pool` (as torch's `_cuda_endAllocateToPool`).
@@ -628,7 +644,9 @@ pub fn end_allocate_to_pool(pool: &MemPool) -> Result<(), AllocError> {
 /// ```
 ///
 /// # Errors
-/// [`AllocError::AlreadyRecordingToPool`] when this thread already routes to `pool`.
+/// As [`begin_allocate_to_pool`]: [`AllocError::AlreadyRecordingToPool`] when this thread
+/// already routes to `pool`; [`AllocError::RoutingUnavailable`] from a thread-local
+/// destructor at thread exit, once the routing state is gone.
 pub fn use_mem_pool(pool: &MemPool) -> Result<MemPoolGuard, AllocError> {
     begin_allocate_to_pool(pool)?;
     Ok(MemPoolGuard {
@@ -669,6 +687,8 @@ struct Releaser {
     /// Jobs handed over and not finished.
     pending: Mutex<usize>,
     done: Condvar,
+    /// Threads waiting in [`wait_pool_releases`] (see [`pool_release_waiters`]).
+    waiters: std::sync::atomic::AtomicUsize,
 }
 
 fn releaser() -> &'static Releaser {
@@ -700,6 +720,7 @@ fn releaser() -> &'static Releaser {
             tx: Mutex::new(tx),
             pending: Mutex::new(0),
             done: Condvar::new(),
+            waiters: std::sync::atomic::AtomicUsize::new(0),
         }
     })
 }
@@ -744,9 +765,24 @@ pub fn wait_pool_releases() {
     }
     let r = releaser();
     let mut pending = r.pending.lock();
+    if *pending == 0 {
+        return;
+    }
+    r.waiters.fetch_add(1, Ordering::AcqRel);
     while *pending > 0 {
         r.done.wait(&mut pending);
     }
+    r.waiters.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Test support: how many threads are waiting in [`wait_pool_releases`] for pending
+/// releases now. A scenario knows from it that an allocation's first attempt failed and its
+/// retry waits for the releases (the failed attempt leaves no other trace: no `num_ooms`,
+/// no history entry).
+#[doc(hidden)]
+#[must_use]
+pub fn pool_release_waiters() -> usize {
+    releaser().waiters.load(Ordering::Acquire)
 }
 
 /// Test support: returns once the release thread (`xpu-pool-release`) has run every job

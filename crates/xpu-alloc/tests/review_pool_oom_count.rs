@@ -64,8 +64,9 @@ fn a_pool_allocation_served_after_releasing_the_default_cache_counts_no_oom() {
 
 /// Device 0 limited to 64 MiB above what it reserves now, with a dropped pool's 40 MiB
 /// segment whose release is pending (held by a gate on the pool's stream); `allocate`
-/// 40 MiB then fails once out of memory, and the gate opens once that failure is recorded
-/// in the history. Returns what `allocate` returned and the stream to allocate on.
+/// 40 MiB then fails once out of memory, and the gate opens once the retry waits for the
+/// pending releases (`pool_release_waiters`). Recording of the device allocator's history
+/// is on. Returns what `allocate` returned and the stream to allocate on.
 fn with_a_pending_pool_release<T: Send + 'static>(
     allocate: impl FnOnce(&xpu_stream::Stream) -> T,
 ) -> (T, xpu_stream::ExternalStream) {
@@ -84,12 +85,9 @@ fn with_a_pending_pool_release<T: Send + 'static>(
     let opener = {
         let gate = std::sync::Arc::clone(&gate);
         std::thread::spawn(move || {
-            while !core
-                .memory_history()
-                .entries()
-                .iter()
-                .any(|e| e.action == xpu_alloc::TraceAction::Oom)
-            {
+            // The failed first attempt leaves no trace (no `num_ooms`, no `oom` entry): its
+            // retry waiting for the releases is the sign.
+            while xpu_alloc::pool_release_waiters() == 0 {
                 std::thread::yield_now();
             }
             gate.open().unwrap();
@@ -116,13 +114,27 @@ fn a_default_pool_allocation_served_after_pool_releases_counts_no_oom() {
             assert_eq!(block.size(), 40 * MIB);
             let stats = xpu_alloc::memory_stats(0).unwrap();
             assert_eq!(stats.num_ooms, 0, "no out-of-memory error was returned");
-            // A real failure is counted once.
+            let ooms = || {
+                let core = xpu_alloc::device_allocator(0).unwrap().core().clone();
+                let entries = core.memory_history().entries();
+                entries
+                    .into_iter()
+                    .filter(|e| e.action == xpu_alloc::TraceAction::Oom)
+                    .count()
+            };
+            assert_eq!(
+                ooms(),
+                0,
+                "no oom history entry for an attempt the retry served"
+            );
+            // A real failure is counted once, and traced once.
             let err = xpu_alloc::allocate(60 * MIB, &s.stream()).unwrap_err();
             assert!(
                 matches!(err, xpu_alloc::AllocError::MemoryFractionExceeded(_)),
                 "{err}"
             );
             assert_eq!(xpu_alloc::memory_stats(0).unwrap().num_ooms, 1);
+            assert_eq!(ooms(), 1, "the error returned is traced");
             println!("done");
         },
     );

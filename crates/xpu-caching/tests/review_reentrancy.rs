@@ -1,12 +1,17 @@
 //! User code handed to the allocator runs under no allocator lock: a closure may call the
 //! allocator back, on the same stream too, without deadlocking.
 
-use std::sync::mpsc;
-use std::sync::Arc;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use xpu_caching::sim_stream::SimStream;
-use xpu_caching::{AllocConfig, CachingAllocator, SimBackend, SimulatedSource, StreamKey};
+use xpu_caching::source::Simulated;
+use xpu_caching::{
+    AllocConfig, CachingAllocator, HookedSource, SegmentSource, SimBackend, SimulatedSource,
+    SourceError, SourceHooks, SourceSegment, StreamKey,
+};
 
 /// Runs `f` on a thread and fails the test when it does not finish in `secs` (a deadlock).
 fn finishes_within<R: Send + 'static>(secs: u64, f: impl FnOnce() -> R + Send + 'static) -> R {
@@ -73,4 +78,136 @@ fn allocate_refuses_a_stream_of_another_device() {
     let own = SimStream::new(StreamKey::new(0, 1));
     let a = cache.allocate(4096, &own).unwrap().unwrap();
     assert_eq!(a.device(), 0);
+}
+
+/// Test state of [`CallsItsPool`].
+#[derive(Default)]
+struct NestedState {
+    /// The allocator owning the source (taken out at the end: it owns the hooks).
+    cache: Mutex<Option<CachingAllocator<SimBackend>>>,
+    /// Tells the test that the waiting thread is inside its nested call's source call.
+    held: Mutex<Option<mpsc::Sender<()>>>,
+    /// The other thread's progress: sent once its own nested call returned.
+    progress_tx: Mutex<Option<mpsc::Sender<()>>>,
+    progress_rx: Mutex<Option<mpsc::Receiver<()>>>,
+    /// Whether the waiting thread saw that progress while it was held (`None`: not held).
+    arrived: Mutex<Option<bool>>,
+}
+
+thread_local! {
+    /// Depth of the source calls on this thread (0: none running).
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// This thread is the one that waits inside its nested call's source call.
+    static WAITER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A segment-source hook that calls its own pool: each outer segment allocation first
+/// allocates (and frees) a block of the same allocator on a fresh stream (which needs a
+/// segment of its own: a nested source call). The waiting thread's nested source call
+/// waits there, bounded, for the other thread's nested call to return.
+struct CallsItsPool(Arc<NestedState>);
+
+static NEXT_STREAM: AtomicU64 = AtomicU64::new(100);
+
+impl SourceHooks<Arc<SimulatedSource>> for CallsItsPool {
+    fn allocate(
+        &self,
+        inner: &Arc<SimulatedSource>,
+        size: u64,
+    ) -> Result<SourceSegment<Simulated>, SourceError> {
+        let depth = DEPTH.get();
+        DEPTH.set(depth + 1);
+        let state = &self.0;
+        if depth == 0 {
+            let cache = state
+                .cache
+                .lock()
+                .unwrap()
+                .clone()
+                .expect("the allocator is set");
+            let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+            let stream = SimStream::new(StreamKey::new(0, id));
+            let nested = cache.allocate(1 << 20, &stream);
+            assert!(
+                matches!(nested, Ok(Some(_))),
+                "the nested allocation succeeds"
+            );
+            drop(nested);
+            if !WAITER.get() {
+                if let Some(tx) = state.progress_tx.lock().unwrap().take() {
+                    let _ = tx.send(());
+                }
+            }
+        } else if depth == 1 && WAITER.get() {
+            if let Some(tx) = state.held.lock().unwrap().take() {
+                let _ = tx.send(());
+            }
+            let rx = state.progress_rx.lock().unwrap().take();
+            if let Some(rx) = rx {
+                // Bounded: before the fix the other thread cannot progress while this one
+                // is here (a hook that waited unbounded deadlocked).
+                *state.arrived.lock().unwrap() = Some(rx.recv_timeout(HANG).is_ok());
+            }
+        }
+        DEPTH.set(depth);
+        inner.allocate(size)
+    }
+}
+
+/// Hang detection only (never an ordering).
+const HANG: Duration = Duration::from_secs(20);
+
+/// No user code under an allocator lock: a segment-source hook that calls its own pool
+/// makes a nested call (the thread's own allocator state is busy), and that nested call's
+/// source call runs under no lock shared with another thread's nested call. Thread A waits
+/// inside its nested source call for thread B, which makes the same kind of nested call;
+/// B's nested call returns while A waits. Before the fix, A's nested call held the
+/// allocator's fallback (statistics) lock through its source call, and B's nested call
+/// blocked on it until A gave up.
+#[test]
+fn a_source_hook_calling_its_own_pool_does_not_block_another_thread_s_nested_call() {
+    let state = Arc::new(NestedState::default());
+    let source = Arc::new(HookedSource::new(
+        Arc::new(SimulatedSource::new(0, 1 << 30, 1 << 30)),
+        CallsItsPool(state.clone()),
+    ));
+    let cache = CachingAllocator::<SimBackend>::new(Box::new(source), AllocConfig::default());
+    *state.cache.lock().unwrap() = Some(cache.clone());
+    let (held_tx, held_rx) = mpsc::channel();
+    let (progress_tx, progress_rx) = mpsc::channel();
+    *state.held.lock().unwrap() = Some(held_tx);
+    *state.progress_tx.lock().unwrap() = Some(progress_tx);
+    *state.progress_rx.lock().unwrap() = Some(progress_rx);
+    let a = {
+        let cache = cache.clone();
+        std::thread::spawn(move || {
+            WAITER.set(true);
+            let stream = SimStream::new(StreamKey::new(0, 1));
+            cache.allocate(4 << 20, &stream).map(|a| a.is_some())
+        })
+    };
+    held_rx
+        .recv_timeout(HANG)
+        .expect("thread A reached its nested source call");
+    let b = {
+        let cache = cache.clone();
+        std::thread::spawn(move || {
+            let stream = SimStream::new(StreamKey::new(0, 2));
+            cache.allocate(4 << 20, &stream).map(|a| a.is_some())
+        })
+    };
+    assert_eq!(a.join().unwrap(), Ok(true));
+    assert_eq!(b.join().unwrap(), Ok(true));
+    state.cache.lock().unwrap().take();
+    assert_eq!(
+        *state.arrived.lock().unwrap(),
+        Some(true),
+        "thread B's nested call returned while thread A was inside its nested source call"
+    );
+    assert_eq!(cache.memory_stats().allocated_bytes.all.current, 0);
+    assert_eq!(
+        cache.memory_stats().allocation.all.allocated,
+        4,
+        "two outer and two nested allocations counted"
+    );
 }

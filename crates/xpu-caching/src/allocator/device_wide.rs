@@ -63,6 +63,8 @@ pub(crate) struct DeviceShared<B: Backend> {
     config_epoch: AtomicU64,
     config: Mutex<Arc<AllocConfig>>,
     gc_enabled: AtomicBool,
+    /// Serializes the publications of `gc_enabled` (see [`DeviceShared::publish_gc`]).
+    gc_update: Mutex<()>,
     reserved: Mutex<Reserved>,
     /// The live segments of `source` and of the sources charged here (address -> size): a
     /// new one must not overlap them, since blocks are told apart by address.
@@ -74,7 +76,22 @@ pub(crate) struct DeviceShared<B: Backend> {
     /// releasing its segments) runs: `None` runs it in the drop itself; xpu-alloc's private
     /// pools hand it to a background thread, so a drop never waits for the device.
     pub deferred_drop: Option<DeferredDrop>,
+    /// Test hook: runs in `set_config` / `set_fraction` once the new value is stored and
+    /// before `gc_enabled` is published (the window in which the other setter may run).
+    #[cfg(test)]
+    pub update_hook: Mutex<Option<UpdateHook>>,
 }
+
+/// Which setter reached [`DeviceShared::update_hook`].
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Update {
+    Config,
+    Fraction,
+}
+
+#[cfg(test)]
+pub(crate) type UpdateHook = Arc<dyn Fn(Update) + Send + Sync>;
 
 impl<B: Backend> DeviceShared<B> {
     pub(crate) fn new(source: BoxedSource<B>, config: AllocConfig) -> Self {
@@ -86,11 +103,23 @@ impl<B: Backend> DeviceShared<B> {
             config_epoch: AtomicU64::new(1),
             config: Mutex::new(Arc::new(config)),
             gc_enabled: AtomicBool::new(false),
+            gc_update: Mutex::new(()),
             reserved: Mutex::new(Reserved::default()),
             live_ranges: Mutex::new(BTreeMap::new()),
             stats: StatsRegistry::default(),
             history: Arc::default(),
             deferred_drop: None,
+            #[cfg(test)]
+            update_hook: Mutex::new(None),
+        }
+    }
+
+    /// Runs the test hook of an update, if one is set (not under its lock).
+    #[cfg(test)]
+    fn run_update_hook(&self, update: Update) {
+        let hook = self.update_hook.lock().clone();
+        if let Some(hook) = hook {
+            hook(update);
         }
     }
 
@@ -107,13 +136,28 @@ impl<B: Backend> DeviceShared<B> {
         self.config.lock().clone()
     }
 
+    /// Replaces the configuration, then publishes whether garbage collection runs.
     pub(crate) fn set_config(&self, config: AllocConfig) {
-        let gc = config.garbage_collection_threshold > 0.0;
         *self.config.lock() = Arc::new(config);
+        self.config_epoch.fetch_add(1, Ordering::AcqRel);
+        #[cfg(test)]
+        self.run_update_hook(Update::Config);
+        self.publish_gc();
+    }
+
+    /// Stores whether garbage collection runs, from the configuration and fraction current
+    /// now. Each setter stores its own part first and publishes after; publications are
+    /// serialized by `gc_update` and each reads both parts afresh, so the last one sees
+    /// every part stored before it: once racing `set_config` and `set_fraction` calls have
+    /// all returned, the flag is that of the final configuration and fraction (a flag
+    /// computed from a value read before another setter's store is never published after
+    /// that setter's own publication). No other lock is held while the parts are read.
+    fn publish_gc(&self) {
+        let _serial = self.gc_update.lock();
+        let gc = self.config.lock().garbage_collection_threshold > 0.0;
         let fraction_below_one = self.reserved.lock().fraction.is_some_and(|f| f < 1.0);
         self.gc_enabled
             .store(gc && fraction_below_one, Ordering::Release);
-        self.config_epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Garbage collection is active: a fraction below 1 and a threshold are set.
@@ -121,21 +165,24 @@ impl<B: Backend> DeviceShared<B> {
         self.gc_enabled.load(Ordering::Relaxed)
     }
 
+    /// Sets the memory fraction, then publishes whether garbage collection runs.
     pub(crate) fn set_fraction(&self, fraction: f64) {
         let total = self.source.total_memory();
-        let mut reserved = self.reserved.lock();
-        reserved.fraction = Some(fraction);
-        // Truncation is the intended rounding of an allowed byte count.
-        #[allow(
-            clippy::cast_precision_loss,
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss
-        )]
-        let allowed = (fraction * total as f64) as u64;
-        reserved.allowed = Some(allowed);
-        let gc = self.config.lock().garbage_collection_threshold > 0.0;
-        self.gc_enabled
-            .store(gc && fraction < 1.0, Ordering::Release);
+        {
+            let mut reserved = self.reserved.lock();
+            reserved.fraction = Some(fraction);
+            // Truncation is the intended rounding of an allowed byte count.
+            #[allow(
+                clippy::cast_precision_loss,
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss
+            )]
+            let allowed = (fraction * total as f64) as u64;
+            reserved.allowed = Some(allowed);
+        }
+        #[cfg(test)]
+        self.run_update_hook(Update::Fraction);
+        self.publish_gc();
     }
 
     /// Bytes allowed by the memory fraction (`None` when none is set).

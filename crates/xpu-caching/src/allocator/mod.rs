@@ -41,6 +41,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 pub use allocation::Allocation;
 pub use device_wide::{BoxedSource, DeferredDrop, SharedState};
+use oom::{DeferredOom, OnOom};
 pub use snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
 pub use weak_shard::WeakShard;
 
@@ -284,15 +285,16 @@ impl<B: Backend> CachingAllocator<B> {
         key: StreamKey,
         stream: impl FnOnce() -> B::Stream,
     ) -> Result<Option<Allocation<B>>, CacheError> {
-        self.allocate_counting(size, key, stream, true)
+        self.allocate_counting(size, key, stream, OnOom::Raise)
     }
 
     /// [`CachingAllocator::allocate_with`] with one retry: when the allocation fails out of
     /// memory, `before_retry` runs (under no allocator lock; it may free memory elsewhere,
     /// e.g. another allocator's cache, and call the allocator) and, when it returns `true`,
-    /// the allocation is made again. `num_ooms` counts the out-of-memory errors returned to
-    /// the caller (as PyTorch's, bumped where `malloc` raises): a first attempt that is
-    /// retried counts none, whatever the retry gives. `stream` may be called by both
+    /// the allocation is made again. `num_ooms` counts, and the history traces (`oom`), the
+    /// out-of-memory errors returned to the caller (as PyTorch's, bumped and traced where
+    /// `malloc` raises): a first attempt that is retried counts and traces none, whatever
+    /// the retry gives. `stream` may be called by both
     /// attempts. xpu-alloc's private pools retry so after releasing the default pool's
     /// cache, its device allocator after waiting for dropped pools' releases.
     ///
@@ -305,26 +307,34 @@ impl<B: Backend> CachingAllocator<B> {
         stream: impl Fn() -> B::Stream,
         before_retry: impl FnOnce() -> bool,
     ) -> Result<Option<Allocation<B>>, CacheError> {
-        match self.allocate_counting(size, key, &stream, false) {
+        let deferred = DeferredOom::new(None);
+        match self.allocate_counting(size, key, &stream, OnOom::Defer(&deferred)) {
             Err(CacheError::OutOfMemory { .. }) if before_retry() => {
-                self.allocate_counting(size, key, stream, true)
+                self.allocate_counting(size, key, stream, OnOom::Raise)
             }
             Err(e @ CacheError::OutOfMemory { .. }) => {
-                with_local(&self.inner.shared, |local| local.stats().num_ooms.bump());
+                let shared = &self.inner.shared;
+                with_local(shared, |local| local.stats().num_ooms.bump());
+                if let Some((free, rounded)) = deferred.get() {
+                    shared
+                        .history
+                        .record(TraceAction::Oom, free, rounded, key.id);
+                }
                 Err(e)
             }
             other => other,
         }
     }
 
-    /// The allocation; `count_oom`: whether an out-of-memory failure counts in `num_ooms`.
+    /// The allocation; `on_oom`: whether an out-of-memory failure is counted in `num_ooms`
+    /// and traced in the history now, or left to a caller that may retry it.
     #[inline(always)]
     fn allocate_counting(
         &self,
         size: u64,
         key: StreamKey,
         stream: impl FnOnce() -> B::Stream,
-        count_oom: bool,
+        on_oom: OnOom<'_>,
     ) -> Result<Option<Allocation<B>>, CacheError> {
         if B::is_bad_fork() {
             return Err(CacheError::BadFork);
@@ -348,7 +358,7 @@ impl<B: Backend> CachingAllocator<B> {
                 Some(shard) => shard,
                 None => local.shards.find(key, |key| self.shard_of(key))?,
             };
-            Some(self.allocate_on(shard, size, key, &local, count_oom))
+            Some(self.allocate_on(shard, size, key, &local, on_oom))
         });
         if let Some(result) = found {
             return result.map(Some).map_err(|e| *e);
@@ -364,7 +374,7 @@ impl<B: Backend> CachingAllocator<B> {
         let shard = self.insert_shard(key, stream());
         with_local(shared, |local| {
             local.shards.remember(key, &shard);
-            self.allocate_on(shard, size, key, &local, count_oom)
+            self.allocate_on(shard, size, key, &local, on_oom)
         })
         .map(Some)
         .map_err(|e| *e)
@@ -379,7 +389,7 @@ impl<B: Backend> CachingAllocator<B> {
         size: u64,
         key: StreamKey,
         local: &thread_cache::Local<'_, B>,
-        count_oom: bool,
+        on_oom: OnOom<'_>,
     ) -> Result<Allocation<B>, Box<CacheError>> {
         let shared = &self.inner.shared;
         let outcome = {
@@ -395,7 +405,7 @@ impl<B: Backend> CachingAllocator<B> {
         let handed = match outcome {
             Outcome::Done(h) => h,
             Outcome::Exhausted(req) => self
-                .oom_path(&shard, req, local, count_oom)
+                .oom_path(&shard, req, local, on_oom)
                 .map_err(Box::new)?,
         };
         shared

@@ -1,6 +1,7 @@
 //! The device-wide part of an allocation: every shard locked, cross-stream reuse, full
 //! release and retry, and the out-of-memory error.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use parking_lot::MutexGuard;
@@ -18,15 +19,32 @@ use crate::error::{CacheError, OomReport};
 use crate::history::TraceAction;
 use crate::size;
 
+/// The `oom` history entry of a failed attempt that a caller may still retry: device free
+/// bytes and rounded request size, recorded only if the caller returns the error.
+pub(super) type DeferredOom = Cell<Option<(u64, u64)>>;
+
+/// What an out-of-memory failure of an attempt does besides returning the error. PyTorch
+/// counts `num_ooms` and traces `oom` where `malloc` raises `OutOfMemoryError`, so an
+/// attempt that a retry may still serve does neither.
+#[derive(Clone, Copy)]
+pub(super) enum OnOom<'a> {
+    /// The error goes to the caller: counted in `num_ooms` and traced in the history.
+    Raise,
+    /// The caller may retry: nothing counted nor traced; the trace's figures are left in
+    /// the cell for the caller to record if it returns the error.
+    Defer(&'a DeferredOom),
+}
+
 impl<B: Backend> CachingAllocator<B> {
-    /// Called when the stream's own cache and a new segment both failed. `count_oom`:
-    /// whether a failure counts in `num_ooms` (not when the caller retries it).
+    /// Called when the stream's own cache and a new segment both failed. `on_oom`: whether
+    /// a failure is counted in `num_ooms` and traced now, or deferred to a caller that may
+    /// retry it.
     pub(super) fn oom_path(
         &self,
         shard: &Arc<Shard<B>>,
         req: Request,
         local: &Local<'_, B>,
-        count_oom: bool,
+        on_oom: OnOom<'_>,
     ) -> Result<Handed, CacheError> {
         let shared = &*self.inner.shared;
         let me = shard.rank;
@@ -80,7 +98,7 @@ impl<B: Backend> CachingAllocator<B> {
                 Ok(handed) => return Ok(handed),
                 Err(failure) => {
                     hard_error(failure.clone(), shared, req.size)?;
-                    if count_oom {
+                    if matches!(on_oom, OnOom::Raise) {
                         st.num_ooms.bump();
                     }
                     failure
@@ -104,9 +122,14 @@ impl<B: Backend> CachingAllocator<B> {
             allowed: shared.allowed(),
         };
         tracing::debug!(%report, "allocation failed");
-        shared
-            .history
-            .record(TraceAction::Oom, report.free, req.rounded, shard.key.id);
+        match on_oom {
+            OnOom::Raise => {
+                shared
+                    .history
+                    .record(TraceAction::Oom, report.free, req.rounded, shard.key.id);
+            }
+            OnOom::Defer(trace) => trace.set(Some((report.free, req.rounded))),
+        }
         Err(CacheError::OutOfMemory {
             report,
             fraction: failure == SegmentFailure::Fraction,

@@ -7,10 +7,18 @@
 //! per-thread peaks, which is the exact peak when one thread makes every call (since creation
 //! or the last peak reset) and an upper bound of it otherwise. When a thread exits, its cell
 //! is folded into a "retired" cell (peaks keep adding up).
+//!
+//! A call that cannot use its thread's cell (the thread's allocator state is busy in an
+//! outer call on the same thread, e.g. a segment-source hook calling its own allocator, or
+//! gone at thread exit; a dropped shard's teardown) takes a spare cell for the duration of
+//! the call: registered once like a thread's, written by that call alone, handed back after.
+//! No lock is held while the call runs, which may run user code (a segment source), so no
+//! other thread's call waits for it. There are as many spare cells as such calls ever ran
+//! at once.
 
 use std::sync::Arc;
 
-use parking_lot::{Mutex, ReentrantMutex};
+use parking_lot::Mutex;
 
 use super::stats_cell::{Generations, StatsCell, StatsWriter};
 use crate::stats::MemoryStats;
@@ -23,10 +31,9 @@ pub(crate) struct StatsRegistry {
     cells: Mutex<Vec<Arc<StatsCell>>>,
     /// Cells of exited threads, folded together (written under `cells`).
     retired: StatsCell,
-    /// Used when the thread-local cache is unavailable (thread exiting, re-entrancy);
-    /// written under `fallback_lock`.
-    pub(super) fallback: StatsCell,
-    pub(super) fallback_lock: ReentrantMutex<()>,
+    /// Registered cells not in use, for calls that cannot use their thread's cell (see the
+    /// module docs); a cell taken from here is written by the taking call only.
+    spare: Mutex<Vec<Arc<StatsCell>>>,
     /// Reset generations.
     pub gens: Generations,
 }
@@ -47,21 +54,28 @@ impl StatsRegistry {
         }
     }
 
-    /// Runs `f` with a write on the shared fallback cell.
+    /// Runs `f` with a spare cell of its own (see the module docs), under no lock; the cell
+    /// is handed back when `f` returns or unwinds.
+    pub(super) fn with_spare<R>(&self, f: impl FnOnce(&StatsCell) -> R) -> R {
+        let taken = self.spare.lock().pop();
+        let cell = taken.unwrap_or_else(|| self.register());
+        let spare = Spare {
+            registry: self,
+            cell,
+        };
+        f(&spare.cell)
+    }
+
+    /// Runs `f` with a write on a spare cell (see [`StatsRegistry::with_spare`]).
     pub(crate) fn with_fallback<R>(&self, f: impl FnOnce(&mut StatsWriter<'_>) -> R) -> R {
-        let _guard = self.fallback_lock.lock();
-        f(&mut self.fallback.write(&self.gens))
+        self.with_spare(|cell| f(&mut cell.write(&self.gens)))
     }
 
     /// The sum of every cell.
     pub(crate) fn aggregate(&self) -> MemoryStats {
         let mut total = MemoryStats::default();
         let cells = self.cells.lock();
-        for cell in cells
-            .iter()
-            .map(AsRef::as_ref)
-            .chain([&self.retired, &self.fallback])
-        {
+        for cell in cells.iter().map(AsRef::as_ref).chain([&self.retired]) {
             total.merge(&cell.read(&self.gens));
         }
         total
@@ -73,5 +87,18 @@ impl StatsRegistry {
 
     pub(crate) fn reset_accumulated(&self) {
         self.gens.bump_accumulated();
+    }
+}
+
+/// A spare cell taken by one call; handed back on drop (also when the call unwinds: its
+/// writer closed the write first, being dropped before this).
+struct Spare<'a> {
+    registry: &'a StatsRegistry,
+    cell: Arc<StatsCell>,
+}
+
+impl Drop for Spare<'_> {
+    fn drop(&mut self) {
+        self.registry.spare.lock().push(self.cell.clone());
     }
 }

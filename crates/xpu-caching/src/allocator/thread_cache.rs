@@ -33,7 +33,7 @@ impl<B: Backend> Drop for Entry<B> {
 
 /// What a thread has for one device allocator.
 pub(crate) struct Local<'a, B: Backend> {
-    /// The thread's statistics cell (or the fallback cell, locked).
+    /// The thread's statistics cell (or a spare cell of the call's own).
     cell: &'a StatsCell,
     gens: &'a Generations,
     /// The shards this thread allocated from recently on this device.
@@ -102,7 +102,9 @@ pub(crate) fn with_local<B: Backend, R>(
 }
 
 /// [`with_local`] when the thread-local state is unavailable (thread teardown) or already
-/// borrowed (a nested call): the fallback cell, under its lock, and no shard cache.
+/// borrowed (a nested call, e.g. from a segment source's hook): a spare statistics cell of
+/// the call's own, under no lock (the call may run a segment source, user code, and
+/// another thread's nested call must not wait for it), and no shard cache.
 #[cold]
 #[inline(never)]
 fn with_fallback<B: Backend, R>(
@@ -111,14 +113,13 @@ fn with_fallback<B: Backend, R>(
 ) -> R {
     let mut no_cache = ShardCache::new();
     let stats = &shared.stats;
-    let _guard = stats.fallback_lock.lock();
-    match slot.take() {
+    stats.with_spare(|cell| match slot.take() {
         Some(f) => f(Local {
-            cell: &stats.fallback,
+            cell,
             gens: &stats.gens,
             shards: &mut no_cache,
         }),
         // `slot` is only emptied right before `f` runs and returns `Some`.
         None => unreachable!("thread-local closure consumed without a result"),
-    }
+    })
 }

@@ -17,7 +17,9 @@ use crate::stream::{MarkerError, StreamKey};
 
 mod bad_fork;
 mod config_change;
+mod config_race;
 mod deferred_drop;
+mod oom_history;
 mod stream_order;
 mod streams;
 
