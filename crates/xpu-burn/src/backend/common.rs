@@ -16,34 +16,18 @@ pub(crate) fn unary(t: &XpuTensor, expr: &str) -> XpuTensor {
     or_panic(map(MapSpec::new(expr, t.dtype), &[t], &[]))
 }
 
-/// `out = expr(a0)` with helper functions, same type as `t`.
-pub(crate) fn unary_h(t: &XpuTensor, expr: &str, helpers: &str) -> XpuTensor {
-    or_panic(map(MapSpec::new(expr, t.dtype).with_helpers(helpers), &[t], &[]))
-}
 
 /// `out = expr(a0, a1)` over the broadcast of `l` and `r`, of `l`'s type.
 pub(crate) fn binary(l: &XpuTensor, r: &XpuTensor, expr: &str) -> XpuTensor {
     or_panic(map(MapSpec::new(expr, l.dtype), &[l, r], &[]))
 }
 
-/// As [`binary`] with helper functions.
-pub(crate) fn binary_h(l: &XpuTensor, r: &XpuTensor, expr: &str, helpers: &str) -> XpuTensor {
-    or_panic(map(MapSpec::new(expr, l.dtype).with_helpers(helpers), &[l, r], &[]))
-}
 
 /// `out = expr(a0, s0)`, of `l`'s type, the scalar passed in `l`'s type.
 pub(crate) fn scalar_op(l: &XpuTensor, s: ScalarValue, expr: &str) -> XpuTensor {
     or_panic(map(MapSpec::new(expr, l.dtype), &[l], &[(s, l.dtype)]))
 }
 
-/// As [`scalar_op`] with helper functions.
-pub(crate) fn scalar_op_h(l: &XpuTensor, s: ScalarValue, expr: &str, helpers: &str) -> XpuTensor {
-    or_panic(map(
-        MapSpec::new(expr, l.dtype).with_helpers(helpers),
-        &[l],
-        &[(s, l.dtype)],
-    ))
-}
 
 /// `out = a0 OP a1` as a bool tensor.
 pub(crate) fn compare(l: &XpuTensor, r: &XpuTensor, op: &str) -> XpuTensor {
