@@ -8,8 +8,12 @@
 //!   shape.
 //! - `scatter`: a fresh copy of `t` where each output element sums, in index order, the
 //!   values whose index along `dim` targets it. Each work-item owns its output element, so
-//!   duplicate indices need no atomics (OpenCL 1.2 has no float atomic add) and the result is
-//!   deterministic. `select_assign` is a scatter with broadcast indices.
+//!   duplicate indices need no float atomics (OpenCL 1.2 has no float atomic add) and the
+//!   result is deterministic. With few index entries per line the work-item scans them all;
+//!   with more (an embedding's backward pass: thousands of tokens into a vocabulary) the
+//!   entries are first grouped by destination (`Segments`: integer atomics plus a rank pass
+//!   that restores index order) so each work-item visits only its own. `select_assign` is a
+//!   scatter whose 1-D indices are shared by every line.
 //! - `copy_view`: `dst[view] = src` element-wise through two strided views; `slice_assign`
 //!   copies `t` to a fresh tensor, then copies the value into the slice view of that copy;
 //!   `cat` copies each input into its view of a fresh output.
@@ -25,7 +29,7 @@ use xpu::xpu_kernel::Arg;
 
 use crate::dtype;
 use crate::error::{Error, Result};
-use crate::ops::elementwise::{cast, map, MapSpec};
+use crate::ops::elementwise::{cast, full, map, MapSpec};
 use crate::ops::layout;
 use crate::runtime;
 use crate::tensor::XpuTensor;
@@ -182,7 +186,12 @@ __kernel void gather(__global T *out, long n, __global const long *meta,
 /// # Errors
 /// As [`gather`]; [`Error::Invalid`] when `values` is smaller than `indices` along some
 /// dimension or has another rank.
-pub fn scatter_add(dim: usize, t: &XpuTensor, indices: &XpuTensor, values: &XpuTensor) -> Result<XpuTensor> {
+pub fn scatter_add(
+    dim: usize,
+    t: &XpuTensor,
+    indices: &XpuTensor,
+    values: &XpuTensor,
+) -> Result<XpuTensor> {
     check_index_args("scatter", dim, t, indices)?;
     let bad = values.shape.len() != indices.shape.len()
         || values
@@ -206,12 +215,375 @@ pub fn scatter_add(dim: usize, t: &XpuTensor, indices: &XpuTensor, values: &XpuT
         )));
     }
     let values = cast(values, t.dtype)?;
-    scatter_unchecked(dim, t, indices, &values)
+    if indices.shape[dim] <= LOOP_MAX_ENTRIES || indices.numel() == 0 {
+        return scatter_unchecked(dim, t, indices, &values);
+    }
+    // Lines of `indices` (every coordinate but `dim`), numbered row-major.
+    let mut lstr = vec![0i64; t.shape.len()];
+    let mut acc = 1i64;
+    for d in (0..t.shape.len()).rev() {
+        if d != dim {
+            lstr[d] = acc;
+            acc *= indices.shape[d] as i64;
+        }
+    }
+    let seg = Segments::build(indices, dim, t.shape[dim])?;
+    scatter_segments(dim, t, &values, &seg, &indices.shape, &lstr)
+}
+
+/// Up to this many index entries per destination line, a scatter output element scans them
+/// all (one kernel); above, the entries are first grouped by destination ([`Segments`]) so
+/// each output element visits only its own.
+const LOOP_MAX_ENTRIES: usize = 16;
+
+/// The entries of an index tensor grouped by destination, on the device: for each line
+/// `l` (the coordinates but `cd`, row-major) and target `j` in `0..size`, the bucket
+/// `b = l * size + j` holds the entry ids `e` (row-major positions in the index tensor) whose
+/// index is `j`, in ascending order, at `sorted[offsets[b] .. offsets[b] + counts[b]]`.
+/// Built with integer atomics (counts and slots, OpenCL 1.1 §6.11.11) and an order-restoring
+/// rank pass, so the grouping is deterministic.
+struct Segments {
+    counts: XpuTensor,
+    offsets: XpuTensor,
+    sorted: XpuTensor,
+    /// Entries along `cd` per line.
+    k: usize,
+    /// Elements after `cd` in the index tensor's shape.
+    inner: usize,
+    /// All entries.
+    entries: usize,
+    /// The number of targets per line.
+    size: usize,
+}
+
+impl Segments {
+    /// Groups the entries of `indices` (non-empty) along `cd` into buckets of `size`
+    /// targets per line; indices outside `0..size` are left out.
+    fn build(indices: &XpuTensor, cd: usize, size: usize) -> Result<Segments> {
+        let device = indices.device();
+        let entries = indices.numel();
+        let k = indices.shape[cd];
+        let inner: usize = indices.shape[cd + 1..].iter().product();
+        let lines = entries / k;
+        let buckets = lines * size;
+        let ity = dtype::cl_type(indices.dtype)?;
+        let f = |name: &str| {
+            runtime::function(device, &format!("index_seg|{ity}|{name}"), name, || {
+                segments_source(ity)
+            })
+        };
+        let zero = runtime::ScalarValue::I(0);
+        let counts = full(device, &[buckets], zero, DType::I32)?;
+        let fill = full(device, &[buckets], zero, DType::I32)?;
+        let offsets = XpuTensor::empty(device, &[buckets], DType::I64)?;
+        let bucket = XpuTensor::empty(device, &[entries], DType::I64)?;
+        let unsorted = XpuTensor::empty(device, &[entries], DType::I64)?;
+        let sorted = XpuTensor::empty(device, &[entries], DType::I64)?;
+
+        let rank = indices.shape.len();
+        let mut m: Vec<i64> = Vec::with_capacity(6 + 2 * rank);
+        m.push(rank as i64);
+        m.push(cd as i64);
+        m.extend(indices.shape.iter().map(|&s| s as i64));
+        m.push(indices.offset as i64);
+        m.extend(indices.strides.iter().map(|&s| s as i64));
+        m.push(k as i64);
+        m.push(inner as i64);
+        m.push(size as i64);
+        let meta = runtime::upload_meta(device, &m)?;
+        let count = f("seg_count")?;
+        let args = [
+            Arg::from(entries as i64),
+            Arg::from(&meta),
+            Arg::from(indices.storage.buffer()),
+            Arg::from(counts.storage.buffer()),
+            Arg::from(bucket.storage.buffer()),
+        ];
+        // SAFETY: `entries` work-items; item `e` reads `indices` at its offset plus `e`'s
+        // coordinates in its shape times its strides (an element of the view, inside its
+        // storage) and writes `bucket[e]` (`bucket` holds `entries` longs). It increments
+        // `counts[b]` only for `b = l * size + j` with `0 <= j < size` and line
+        // `l = (e / (k * inner)) * inner + e % inner < entries / k = lines`, so
+        // `b < lines * size`, the length of `counts`. The metadata holds exactly the
+        // 6 + 2 * rank longs indexed. One loop of `rank` steps; divisions by sizes of a
+        // non-empty shape. `counts` and `bucket` are fresh scratch allocations.
+        unsafe { runtime::launch(device, &count, &[entries], None, &args)? };
+
+        let scan = f("seg_scan")?;
+        let args = [
+            Arg::from(lines as i64),
+            Arg::from(size as i64),
+            Arg::from(k as i64),
+            Arg::from(counts.storage.buffer()),
+            Arg::from(offsets.storage.buffer()),
+        ];
+        // SAFETY: `lines` work-items; item `l` reads `counts` and writes `offsets` at
+        // `l * size + j` for `j < size`: below `lines * size`, the length of both. The loop
+        // runs `size` times. `offsets` is a fresh scratch allocation.
+        unsafe { runtime::launch(device, &scan, &[lines], None, &args)? };
+
+        let fill_k = f("seg_fill")?;
+        let args = [
+            Arg::from(entries as i64),
+            Arg::from(bucket.storage.buffer()),
+            Arg::from(offsets.storage.buffer()),
+            Arg::from(fill.storage.buffer()),
+            Arg::from(unsorted.storage.buffer()),
+        ];
+        // SAFETY: `entries` work-items; item `e` reads `bucket[e]` (length `entries`); a
+        // non-negative bucket `b` is below `lines * size` (as written by `seg_count`), the
+        // length of `offsets` and `fill`; the slot written in `unsorted` is checked against
+        // `entries`, its length. No loop. `fill` and `unsorted` are fresh scratch allocations.
+        unsafe { runtime::launch(device, &fill_k, &[entries], None, &args)? };
+
+        let rank_k = f("seg_rank")?;
+        let args = [
+            Arg::from(entries as i64),
+            Arg::from(bucket.storage.buffer()),
+            Arg::from(offsets.storage.buffer()),
+            Arg::from(counts.storage.buffer()),
+            Arg::from(unsorted.storage.buffer()),
+            Arg::from(sorted.storage.buffer()),
+        ];
+        // SAFETY: `entries` work-items; item `e` reads `bucket[e]`, and for a non-negative
+        // bucket `b < lines * size` reads `offsets[b]` and `counts[b]`; it scans `unsorted`
+        // from `offsets[b]` (non-negative: a prefix sum of counts) to at most `entries`, and
+        // writes `sorted` at a slot checked against `entries`. The loop runs at most
+        // `entries` times. `sorted` is a fresh scratch allocation.
+        unsafe { runtime::launch(device, &rank_k, &[entries], None, &args)? };
+
+        Ok(Segments {
+            counts,
+            offsets,
+            sorted,
+            k,
+            inner,
+            entries,
+            size,
+        })
+    }
+}
+
+fn segments_source(ity: &str) -> String {
+    let mut s = format!("#define TI {ity}\n");
+    s.push_str(
+        r#"
+__kernel void seg_count(long n, __global const long *meta, __global const TI *idx,
+                        volatile __global int *counts, __global long *bucket) {
+  long e = get_global_id(0);
+  if (e >= n) return;
+  int rank = (int)meta[0];
+  __global const long *shape = meta + 2;
+  long io = meta[2 + rank];
+  __global const long *istr = meta + 3 + rank;
+  long k = meta[3 + 2 * rank];
+  long inner = meta[4 + 2 * rank];
+  long size = meta[5 + 2 * rank];
+  long rem = e;
+  for (int d = rank - 1; d >= 0; d--) {
+    long sz = shape[d];
+    long c = rem % sz;
+    rem /= sz;
+    io += c * istr[d];
+  }
+  long j = (long)idx[io];
+  long l = (e / (k * inner)) * inner + e % inner;
+  if (j >= 0 && j < size) {
+    long b = l * size + j;
+    bucket[e] = b;
+    atomic_inc(&counts[b]);
+  } else {
+    bucket[e] = -1;
+  }
+}
+
+__kernel void seg_scan(long n, long size, long k, __global const int *counts,
+                       __global long *offsets) {
+  long l = get_global_id(0);
+  if (l >= n) return;
+  long acc = l * k;
+  for (long j = 0; j < size; j++) {
+    offsets[l * size + j] = acc;
+    acc += counts[l * size + j];
+  }
+}
+
+__kernel void seg_fill(long n, __global const long *bucket, __global const long *offsets,
+                       volatile __global int *fill, __global long *unsorted) {
+  long e = get_global_id(0);
+  if (e >= n) return;
+  long b = bucket[e];
+  if (b < 0) return;
+  long slot = offsets[b] + (long)atomic_inc(&fill[b]);
+  if (slot >= 0 && slot < n) unsorted[slot] = e;
+}
+
+__kernel void seg_rank(long n, __global const long *bucket, __global const long *offsets,
+                       __global const int *counts, __global const long *unsorted,
+                       __global long *sorted) {
+  long e = get_global_id(0);
+  if (e >= n) return;
+  long b = bucket[e];
+  if (b < 0) return;
+  long start = offsets[b];
+  long end = start + (long)counts[b];
+  if (end > n) end = n;
+  long r = 0;
+  for (long s = start; s < end; s++) {
+    if (unsorted[s] < e) r++;
+  }
+  if (start + r < n) sorted[start + r] = e;
+}
+"#,
+    );
+    s
+}
+
+/// The scatter kernel over [`Segments`]: output element `c` adds, in entry order, the values
+/// at `c` with `k` along `dim` for the entries of bucket `l * size + c[dim]`, where the line
+/// `l` is the dot product of `c`'s other coordinates with `lstr`. Coordinates at or beyond
+/// `lim[d]` (along `d != dim`) have no entries. The caller guarantees `lim[d] <= t.shape[d]`,
+/// `lim[d] <= values.shape[d]`, `seg.k <= values.shape[dim]`, that `l < lines` whenever
+/// every coordinate is below its limit, and that `values` has `t`'s type.
+fn scatter_segments(
+    dim: usize,
+    t: &XpuTensor,
+    values: &XpuTensor,
+    seg: &Segments,
+    lim: &[usize],
+    lstr: &[i64],
+) -> Result<XpuTensor> {
+    let device = t.device();
+    let out = XpuTensor::empty(device, &t.shape, t.dtype)?;
+    let n = out.numel();
+    if n == 0 {
+        return Ok(out);
+    }
+    let ty = dtype::cl_type(t.dtype)?;
+    let bool_or = t.dtype == DType::Bool;
+    let key = format!("index_scatter_seg|{ty}|{bool_or}");
+    let function = runtime::function(device, &key, "scatter_seg", || {
+        scatter_segments_source(ty, bool_or)
+    })?;
+    let rank = t.shape.len();
+    let mut m: Vec<i64> = Vec::with_capacity(8 + 5 * rank);
+    m.push(rank as i64);
+    m.push(dim as i64);
+    m.extend(t.shape.iter().map(|&s| s as i64));
+    m.push(t.offset as i64);
+    m.extend(t.strides.iter().map(|&s| s as i64));
+    m.extend(lim.iter().map(|&s| s as i64));
+    m.extend_from_slice(lstr);
+    m.push(values.offset as i64);
+    m.extend(values.strides.iter().map(|&s| s as i64));
+    m.push(seg.size as i64);
+    m.push(seg.k as i64);
+    m.push(seg.inner as i64);
+    m.push(seg.entries as i64);
+    let meta = runtime::upload_meta(device, &m)?;
+    let args = [
+        Arg::from(out.storage.buffer()),
+        Arg::from(n as i64),
+        Arg::from(&meta),
+        Arg::from(t.storage.buffer()),
+        Arg::from(values.storage.buffer()),
+        Arg::from(seg.offsets.storage.buffer()),
+        Arg::from(seg.counts.storage.buffer()),
+        Arg::from(seg.sorted.storage.buffer()),
+    ];
+    // SAFETY: `n` work-items, `n` = the element count of `out` (a fresh contiguous
+    // allocation of `n` elements of `T`); item `i` writes `out[i]` only. It reads `src` at an
+    // element of `t`'s view. Only when every coordinate but `dim` is below its limit does it
+    // read the segments: its bucket `l * size + c[dim]` is below `lines * size` (the caller's
+    // guarantee on `l`; `c[dim] < t.shape[dim] = size`), the length of `offsets` and
+    // `counts`; it reads `sorted` between `offsets[b] >= 0` and at most `entries`, its length;
+    // it uses an entry id only when inside `0..entries`, giving `0 <= k < seg.k`, and reads
+    // `values` at coordinates below its shape (the caller's guarantees), an element of its
+    // view. The metadata holds exactly the 8 + 5 * rank longs indexed. Loops run `rank` times
+    // and at most `entries` times; divisions are by sizes of a non-empty shape and by
+    // `inner`, `k` >= 1 (the index tensor is non-empty).
+    unsafe { runtime::launch(device, &function, &[n], None, &args)? };
+    Ok(out)
+}
+
+fn scatter_segments_source(ty: &str, bool_or: bool) -> String {
+    let acc = acc_type(ty);
+    let mut s = dtype::pragmas(&[ty]);
+    s.push_str(&format!("#define T {ty}\n#define ACC {acc}\n"));
+    let add = if bool_or {
+        "acc = (acc != 0 || val[vo + k * vstr[dim]] != 0) ? 1 : 0;"
+    } else {
+        "acc += (ACC)val[vo + k * vstr[dim]];"
+    };
+    s.push_str(
+        r#"
+__kernel void scatter_seg(__global T *out, long n, __global const long *meta,
+                          __global const T *src, __global const T *val,
+                          __global const long *offsets, __global const int *counts,
+                          __global const long *sorted) {
+  long i = get_global_id(0);
+  if (i >= n) return;
+  int rank = (int)meta[0];
+  int dim = (int)meta[1];
+  __global const long *shape = meta + 2;
+  long to = meta[2 + rank];
+  __global const long *tstr = meta + 3 + rank;
+  __global const long *lim = meta + 3 + 2 * rank;
+  __global const long *lstr = meta + 3 + 3 * rank;
+  long vo = meta[3 + 4 * rank];
+  __global const long *vstr = meta + 4 + 4 * rank;
+  long size = meta[4 + 5 * rank];
+  long kn = meta[5 + 5 * rank];
+  long inner = meta[6 + 5 * rank];
+  long entries = meta[7 + 5 * rank];
+  long rem = i;
+  long j = 0;
+  long l = 0;
+  int inside = 1;
+  for (int d = rank - 1; d >= 0; d--) {
+    long sz = shape[d];
+    long c = rem % sz;
+    rem /= sz;
+    to += c * tstr[d];
+    if (d == dim) {
+      j = c;
+    } else {
+      if (c >= lim[d]) inside = 0;
+      l += c * lstr[d];
+      vo += c * vstr[d];
+    }
+  }
+  ACC acc = (ACC)src[to];
+  if (inside) {
+    long b = l * size + j;
+    long s0 = offsets[b];
+    long s1 = s0 + (long)counts[b];
+    if (s1 > entries) s1 = entries;
+    for (long s = s0; s < s1; s++) {
+      long e = sorted[s];
+      if (e >= 0 && e < entries) {
+        long k = (e / inner) % kn;
+        ADD
+      }
+    }
+  }
+  out[i] = (T)acc;
+}
+"#
+        .replace("ADD", add)
+        .as_str(),
+    );
+    s
 }
 
 /// The scatter kernel: the caller checked ranks, that `indices` fits in `t` (except along
 /// `dim`) and in `values`, and that `values` has `t`'s type.
-fn scatter_unchecked(dim: usize, t: &XpuTensor, indices: &XpuTensor, values: &XpuTensor) -> Result<XpuTensor> {
+fn scatter_unchecked(
+    dim: usize,
+    t: &XpuTensor,
+    indices: &XpuTensor,
+    values: &XpuTensor,
+) -> Result<XpuTensor> {
     let device = t.device();
     let out = XpuTensor::empty(device, &t.shape, t.dtype)?;
     let n = out.numel();
@@ -222,9 +594,7 @@ fn scatter_unchecked(dim: usize, t: &XpuTensor, indices: &XpuTensor, values: &Xp
     let ity = dtype::cl_type(indices.dtype)?;
     let bool_or = t.dtype == DType::Bool;
     let key = format!("index_scatter|{ty}|{ity}|{bool_or}");
-    let function = runtime::function(device, &key, "scatter", || {
-        scatter_source(ty, ity, bool_or)
-    })?;
+    let function = runtime::function(device, &key, "scatter", || scatter_source(ty, ity, bool_or))?;
 
     let rank = t.shape.len();
     let mut m: Vec<i64> = Vec::with_capacity(5 + 6 * rank);
@@ -368,7 +738,12 @@ pub fn select(t: &XpuTensor, dim: usize, indices: &XpuTensor) -> Result<XpuTenso
 /// # Errors
 /// As [`scatter_add`]; [`Error::Invalid`] for indices that are not 1-D or `values` not
 /// shaped as `t` with `indices.len()` along `dim`.
-pub fn select_add(t: &XpuTensor, dim: usize, indices: &XpuTensor, values: &XpuTensor) -> Result<XpuTensor> {
+pub fn select_add(
+    t: &XpuTensor,
+    dim: usize,
+    indices: &XpuTensor,
+    values: &XpuTensor,
+) -> Result<XpuTensor> {
     check_select_args("select_assign", t, dim, indices)?;
     let mut shape = t.shape.clone();
     shape[dim] = indices.shape[0];
@@ -379,8 +754,24 @@ pub fn select_add(t: &XpuTensor, dim: usize, indices: &XpuTensor, values: &XpuTe
             values.shape, indices.shape[0], t.shape
         )));
     }
-    let idx = broadcast_indices(indices, dim, &shape);
-    scatter_add(dim, t, &idx, values)
+    if indices.shape[0] <= LOOP_MAX_ENTRIES {
+        let idx = broadcast_indices(indices, dim, &shape);
+        return scatter_add(dim, t, &idx, values);
+    }
+    check_index_args("select_assign", 0, indices, indices)?;
+    if values.device() != t.device() || indices.device() != t.device() {
+        return Err(Error::Invalid(format!(
+            "select_assign: tensors on devices {}, {} and {} in one op",
+            t.device(),
+            indices.device(),
+            values.device()
+        )));
+    }
+    let values = cast(values, t.dtype)?;
+    // One line of entries, shared by every output line: all line strides 0.
+    let seg = Segments::build(indices, 0, t.shape[dim])?;
+    let lstr = vec![0i64; t.shape.len()];
+    scatter_segments(dim, t, &values, &seg, &t.shape, &lstr)
 }
 
 /// Copies `src` element-wise into the view `dst` (same shape, same type): `dst` must be a
@@ -461,7 +852,11 @@ __kernel void copy_view(__global T *dst, long n, __global const long *meta,
 /// # Errors
 /// The errors of [`crate::ops::layout::slice`]; [`Error::Invalid`] when `value` does not
 /// broadcast to the view's shape; allocation and kernel errors.
-pub fn slice_assign(t: &XpuTensor, ranges: &[(Range<usize>, isize)], value: &XpuTensor) -> Result<XpuTensor> {
+pub fn slice_assign(
+    t: &XpuTensor,
+    ranges: &[(Range<usize>, isize)],
+    value: &XpuTensor,
+) -> Result<XpuTensor> {
     if value.device() != t.device() {
         return Err(Error::Invalid(format!(
             "slice_assign: tensors on devices {} and {} in one op",
@@ -508,8 +903,8 @@ pub fn cat(tensors: &[XpuTensor], dim: usize) -> Result<XpuTensor> {
     let mut shape = first.shape.clone();
     shape[dim] = 0;
     for t in tensors {
-        let same = t.shape.len() == rank
-            && (0..rank).all(|d| d == dim || t.shape[d] == first.shape[d]);
+        let same =
+            t.shape.len() == rank && (0..rank).all(|d| d == dim || t.shape[d] == first.shape[d]);
         if !same {
             return Err(Error::Invalid(format!(
                 "cat along {dim}: shapes {:?} and {:?}",
