@@ -215,7 +215,10 @@ pub fn scatter_add(
         )));
     }
     let values = cast(values, t.dtype)?;
-    if indices.shape[dim] <= LOOP_MAX_ENTRIES || indices.numel() == 0 {
+    if indices.shape[dim] <= LOOP_MAX_ENTRIES
+        || indices.numel() == 0
+        || indices.shape[dim] > i32::MAX as usize
+    {
         return scatter_unchecked(dim, t, indices, &values);
     }
     // Lines of `indices` (every coordinate but `dim`), numbered row-major.
@@ -241,7 +244,8 @@ const LOOP_MAX_ENTRIES: usize = 16;
 /// `b = l * size + j` holds the entry ids `e` (row-major positions in the index tensor) whose
 /// index is `j`, in ascending order, at `sorted[offsets[b] .. offsets[b] + counts[b]]`.
 /// Built with integer atomics (counts and slots, OpenCL 1.1 §6.11.11) and an order-restoring
-/// rank pass, so the grouping is deterministic.
+/// rank pass, so the grouping is deterministic. Counts are 32-bit: callers use it only for
+/// lines of at most `i32::MAX` entries (the kernels still clamp every slot they touch).
 struct Segments {
     counts: XpuTensor,
     offsets: XpuTensor,
@@ -347,7 +351,7 @@ impl Segments {
         ];
         // SAFETY: `entries` work-items; item `e` reads `bucket[e]`, and for a non-negative
         // bucket `b < lines * size` reads `offsets[b]` and `counts[b]`; it scans `unsorted`
-        // from `offsets[b]` (non-negative: a prefix sum of counts) to at most `entries`, and
+        // from `offsets[b]` (checked non-negative) to at most `entries`, its length, and
         // writes `sorted` at a slot checked against `entries`. The loop runs at most
         // `entries` times. `sorted` is a fresh scratch allocation.
         unsafe { runtime::launch(device, &rank_k, &[entries], None, &args)? };
@@ -426,6 +430,7 @@ __kernel void seg_rank(long n, __global const long *bucket, __global const long 
   long b = bucket[e];
   if (b < 0) return;
   long start = offsets[b];
+  if (start < 0) return;
   long end = start + (long)counts[b];
   if (end > n) end = n;
   long r = 0;
@@ -496,7 +501,8 @@ fn scatter_segments(
     // element of `t`'s view. Only when every coordinate but `dim` is below its limit does it
     // read the segments: its bucket `l * size + c[dim]` is below `lines * size` (the caller's
     // guarantee on `l`; `c[dim] < t.shape[dim] = size`), the length of `offsets` and
-    // `counts`; it reads `sorted` between `offsets[b] >= 0` and at most `entries`, its length;
+    // `counts`; it reads `sorted` from `offsets[b]` (a negative start is treated as empty) to
+    // at most `entries`, its length;
     // it uses an entry id only when inside `0..entries`, giving `0 <= k < seg.k`, and reads
     // `values` at coordinates below its shape (the caller's guarantees), an element of its
     // view. The metadata holds exactly the 8 + 5 * rank longs indexed. Loops run `rank` times
@@ -557,6 +563,7 @@ __kernel void scatter_seg(__global T *out, long n, __global const long *meta,
   if (inside) {
     long b = l * size + j;
     long s0 = offsets[b];
+    if (s0 < 0) s0 = entries;
     long s1 = s0 + (long)counts[b];
     if (s1 > entries) s1 = entries;
     for (long s = s0; s < s1; s++) {
@@ -754,7 +761,7 @@ pub fn select_add(
             values.shape, indices.shape[0], t.shape
         )));
     }
-    if indices.shape[0] <= LOOP_MAX_ENTRIES {
+    if indices.shape[0] <= LOOP_MAX_ENTRIES || indices.shape[0] > i32::MAX as usize {
         let idx = broadcast_indices(indices, dim, &shape);
         return scatter_add(dim, t, &idx, values);
     }
