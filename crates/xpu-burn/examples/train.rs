@@ -61,9 +61,10 @@ impl<B: Backend> Model<B> {
             .forward(MhaInput::self_attn(self.norm1.forward(h.clone())))
             .context;
         let h = h + a;
-        let f = self
-            .ff2
-            .forward(self.gelu.forward(self.ff1.forward(self.norm2.forward(h.clone()))));
+        let f = self.ff2.forward(
+            self.gelu
+                .forward(self.ff1.forward(self.norm2.forward(h.clone()))),
+        );
         let h = h + f;
         let pooled = h.mean_dim(1).squeeze_dim::<2>(1);
         self.head.forward(pooled)
@@ -73,12 +74,20 @@ impl<B: Backend> Model<B> {
 /// A batch of inputs and labels, generated on the device.
 fn batch<B: Backend>(size: usize, device: &B::Device) -> (Tensor<B, 3>, Tensor<B, 1, Int>) {
     let x = Tensor::<B, 3>::random([size, SEQ, D_MODEL], Distribution::Normal(0.0, 1.0), device);
-    let first = x.clone().slice([0..size, 0..SEQ, 0..1]).sum_dim(1).reshape([size]);
+    let first = x
+        .clone()
+        .slice([0..size, 0..SEQ, 0..1])
+        .sum_dim(1)
+        .reshape([size]);
     let y = first.greater_elem(0.0).int();
     (x, y)
 }
 
-fn train<B: AutodiffBackend>(steps: usize, batch_size: usize, device: &B::Device) -> (f32, f32, f64) {
+fn train<B: AutodiffBackend>(
+    steps: usize,
+    batch_size: usize,
+    device: &B::Device,
+) -> (f32, f32, f64) {
     B::seed(device, 42);
     let mut model = Model::<B>::new(device);
     let mut optim = AdamConfig::new().init::<B, Model<B>>();
@@ -147,7 +156,10 @@ fn main() -> std::process::ExitCode {
     );
     let (first, end, step_ms) = train::<Autodiff<Xpu>>(steps, batch_size, &device);
     println!("loss {first:.4} -> {end:.4}; {step_ms:.3} ms per step (after 5 warm-up steps)");
-    println!("{}", xpu::memory_summary(Some(device.index), true).unwrap_or_default());
+    println!(
+        "{}",
+        xpu::memory_summary(Some(device.index), true).unwrap_or_default()
+    );
     if end < 0.5 * first {
         std::process::ExitCode::SUCCESS
     } else {

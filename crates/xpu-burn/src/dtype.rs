@@ -58,35 +58,6 @@ pub fn canonical(dtype: DType) -> DType {
     }
 }
 
-/// Checks that `device` can compute with `dtype`: `double` needs `cl_khr_fp64` and `half`
-/// needs `cl_khr_fp16` (OpenCL 3.0 §9, the optional extensions).
-///
-/// # Errors
-/// [`Error::Unsupported`] naming the extension; [`Error::DType`] for types without an
-/// OpenCL C type; [`Error::Xpu`] when the device's properties cannot be read.
-pub fn check_device_supports(device: usize, dtype: DType) -> Result<()> {
-    cl_type(dtype)?;
-    let feature = match dtype {
-        DType::F64 => "cl_khr_fp64",
-        DType::F16 => "cl_khr_fp16",
-        _ => return Ok(()),
-    };
-    let props = crate::runtime::properties(device)?;
-    let has = match dtype {
-        DType::F64 => props.has_fp64,
-        _ => props.has_fp16,
-    };
-    if has {
-        Ok(())
-    } else {
-        Err(Error::Unsupported {
-            device,
-            feature,
-            what: format!("{dtype:?} tensors"),
-        })
-    }
-}
-
 /// The `#pragma` lines a program using these OpenCL C types needs.
 pub fn pragmas(types: &[&str]) -> String {
     let mut s = String::new();

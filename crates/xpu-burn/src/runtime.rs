@@ -10,7 +10,7 @@ use xpu::xpu_kernel::{Arg, Function, Program};
 use xpu::{DeviceBuffer, DeviceProperties, LaunchExt, Stream};
 
 use crate::dtype;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The stream every burn op on `device` is enqueued on: the device's default stream, shared
 /// by all threads (burn's tensors cross threads freely, so one in-order queue per device
@@ -60,10 +60,7 @@ pub fn function(
     let src = source();
     let f = Program::build(device, &src, "")
         .and_then(|p| p.function(name))
-        .map_err(|e| {
-            tracing::debug!("xpu-burn kernel {key} failed to build:\n{src}");
-            e
-        })?;
+        .inspect_err(|_| tracing::debug!("xpu-burn kernel {key} failed to build:\n{src}"))?;
     map.write().insert(k, f.clone());
     Ok(f)
 }
@@ -75,7 +72,11 @@ pub fn function(
 /// Allocation and copy errors.
 pub fn upload_meta(device: usize, values: &[i64]) -> Result<DeviceBuffer<i64>> {
     let stream = stream(device)?;
-    let values = if values.is_empty() { &[0i64][..] } else { values };
+    let values = if values.is_empty() {
+        &[0i64][..]
+    } else {
+        values
+    };
     Ok(DeviceBuffer::from_slice(values, &stream)?)
 }
 
@@ -97,7 +98,7 @@ pub unsafe fn launch(
     local: Option<&[usize]>,
     args: &[Arg<'_>],
 ) -> Result<()> {
-    if global.iter().any(|&g| g == 0) {
+    if global.contains(&0) {
         return Ok(());
     }
     let stream = stream(device)?;
@@ -161,4 +162,33 @@ pub fn scalar_arg(value: ScalarValue, dtype: DType) -> Result<Arg<'static>> {
         "ushort" => Arg::from(value.as_i64() as u16),
         _ => Arg::from(value.as_i64() as u8),
     })
+}
+
+/// Checks that `device` can compute with `dtype`: `double` needs `cl_khr_fp64` and `half`
+/// needs `cl_khr_fp16` (OpenCL 3.0 §9, the optional extensions).
+///
+/// # Errors
+/// [`Error::Unsupported`] naming the extension; [`Error::DType`] for types without an
+/// OpenCL C type; [`Error::Xpu`] when the device's properties cannot be read.
+pub fn check_device_supports(device: usize, dtype: DType) -> Result<()> {
+    dtype::cl_type(dtype)?;
+    let feature = match dtype {
+        DType::F64 => "cl_khr_fp64",
+        DType::F16 => "cl_khr_fp16",
+        _ => return Ok(()),
+    };
+    let props = properties(device)?;
+    let has = match dtype {
+        DType::F64 => props.has_fp64,
+        _ => props.has_fp16,
+    };
+    if has {
+        Ok(())
+    } else {
+        Err(Error::Unsupported {
+            device,
+            feature,
+            what: format!("{dtype:?} tensors"),
+        })
+    }
 }

@@ -71,7 +71,7 @@ impl XpuTensor {
     /// Out of memory and other allocation errors; an unsupported `dtype`.
     pub fn empty(device: usize, shape: &[usize], dtype: DType) -> Result<XpuTensor> {
         let dtype = dtype::canonical(dtype);
-        dtype::check_device_supports(device, dtype)?;
+        crate::runtime::check_device_supports(device, dtype)?;
         let n: usize = shape.iter().product();
         let bytes = (n * dtype::size_of(dtype)).max(1);
         let stream = crate::runtime::stream(device)?;

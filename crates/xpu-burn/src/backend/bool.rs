@@ -57,7 +57,11 @@ impl BoolTensorOps<Self> for Xpu {
         slice(&tensor, slices)
     }
 
-    fn bool_slice_assign(tensor: BoolTensor<Self>, slices: &[Slice], value: BoolTensor<Self>) -> BoolTensor<Self> {
+    fn bool_slice_assign(
+        tensor: BoolTensor<Self>,
+        slices: &[Slice],
+        value: BoolTensor<Self>,
+    ) -> BoolTensor<Self> {
         slice_assign(&tensor, slices, &value)
     }
 
@@ -97,7 +101,12 @@ impl BoolTensorOps<Self> for Xpu {
         expand(&tensor, shape)
     }
 
-    fn bool_unfold(tensor: BoolTensor<Self>, dim: usize, size: usize, step: usize) -> BoolTensor<Self> {
+    fn bool_unfold(
+        tensor: BoolTensor<Self>,
+        dim: usize,
+        size: usize,
+        step: usize,
+    ) -> BoolTensor<Self> {
         unfold(&tensor, dim, size, step)
     }
 }

@@ -16,18 +16,15 @@ pub(crate) fn unary(t: &XpuTensor, expr: &str) -> XpuTensor {
     or_panic(map(MapSpec::new(expr, t.dtype), &[t], &[]))
 }
 
-
 /// `out = expr(a0, a1)` over the broadcast of `l` and `r`, of `l`'s type.
 pub(crate) fn binary(l: &XpuTensor, r: &XpuTensor, expr: &str) -> XpuTensor {
     or_panic(map(MapSpec::new(expr, l.dtype), &[l, r], &[]))
 }
 
-
 /// `out = expr(a0, s0)`, of `l`'s type, the scalar passed in `l`'s type.
 pub(crate) fn scalar_op(l: &XpuTensor, s: ScalarValue, expr: &str) -> XpuTensor {
     or_panic(map(MapSpec::new(expr, l.dtype), &[l], &[(s, l.dtype)]))
 }
-
 
 /// `out = a0 OP a1` as a bool tensor.
 pub(crate) fn compare(l: &XpuTensor, r: &XpuTensor, op: &str) -> XpuTensor {
@@ -112,13 +109,23 @@ pub(crate) fn into_data(t: &XpuTensor) -> TensorData {
 }
 
 /// Uploads `data` (converted to `want` when its type is not `accept`ed).
-pub(crate) fn from_data(data: TensorData, device: usize, accept: fn(DType) -> bool, want: DType) -> XpuTensor {
+pub(crate) fn from_data(
+    data: TensorData,
+    device: usize,
+    accept: fn(DType) -> bool,
+    want: DType,
+) -> XpuTensor {
     let data = if accept(data.dtype) {
         data
     } else {
         data.convert_dtype(want)
     };
-    or_panic(data::from_bytes(device, data.as_bytes(), &data.shape, data.dtype))
+    or_panic(data::from_bytes(
+        device,
+        data.as_bytes(),
+        &data.shape,
+        data.dtype,
+    ))
 }
 
 pub(crate) fn to_device(t: &XpuTensor, device: usize) -> XpuTensor {
@@ -130,5 +137,10 @@ pub(crate) fn empty(shape: Shape, device: usize, dtype: DType) -> XpuTensor {
 }
 
 pub(crate) fn full(shape: Shape, device: usize, value: ScalarValue, dtype: DType) -> XpuTensor {
-    or_panic(crate::ops::elementwise::full(device, &shape.dims, value, dtype))
+    or_panic(crate::ops::elementwise::full(
+        device,
+        &shape.dims,
+        value,
+        dtype,
+    ))
 }

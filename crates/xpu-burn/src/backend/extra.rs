@@ -22,7 +22,11 @@ pub(crate) fn cross(lhs: &XpuTensor, rhs: &XpuTensor, dim: usize) -> XpuTensor {
         let (b0, b1, b2) = (comp(rhs, 0)?, comp(rhs, 1)?, comp(rhs, 2)?);
         let d = lhs.dtype;
         let m = |x: &XpuTensor, y: &XpuTensor, z: &XpuTensor, w: &XpuTensor| {
-            elementwise::map(elementwise::MapSpec::new("a0 * a1 - a2 * a3", d), &[x, y, z, w], &[])
+            elementwise::map(
+                elementwise::MapSpec::new("a0 * a1 - a2 * a3", d),
+                &[x, y, z, w],
+                &[],
+            )
         };
         let c0 = m(&a1, &b2, &a2, &b1)?;
         let c1 = m(&a2, &b0, &a0, &b2)?;

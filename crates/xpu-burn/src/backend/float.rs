@@ -18,15 +18,25 @@ fn f(v: f32) -> ScalarValue {
 }
 
 /// Python's remainder (the sign of the divisor), as torch.remainder, for floats.
-pub(crate) const FLOAT_REM: &str = "(fmod(a0, B) != 0 && ((fmod(a0, B) < 0) != (B < 0)) ? fmod(a0, B) + B : fmod(a0, B))";
+pub(crate) const FLOAT_REM: &str =
+    "(fmod(a0, B) != 0 && ((fmod(a0, B) < 0) != (B < 0)) ? fmod(a0, B) + B : fmod(a0, B))";
 
 impl FloatTensorOps<Self> for Xpu {
     fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {
         from_data(data, device.index, is_float, DType::F32)
     }
 
-    fn float_random(shape: Shape, distribution: Distribution, device: &Device<Self>) -> FloatTensor<Self> {
-        or_panic(random::random(device.index, &shape.dims, distribution, DType::F32))
+    fn float_random(
+        shape: Shape,
+        distribution: Distribution,
+        device: &Device<Self>,
+    ) -> FloatTensor<Self> {
+        or_panic(random::random(
+            device.index,
+            &shape.dims,
+            distribution,
+            DType::F32,
+        ))
     }
 
     fn float_into_data(tensor: FloatTensor<Self>) -> impl Future<Output = TensorData> + Send {
@@ -58,7 +68,12 @@ impl FloatTensorOps<Self> for Xpu {
         full(shape, device.index, ScalarValue::F(1.0), dtype.into())
     }
 
-    fn float_full(shape: Shape, fill_value: FloatElem<Self>, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+    fn float_full(
+        shape: Shape,
+        fill_value: FloatElem<Self>,
+        device: &Device<Self>,
+        dtype: FloatDType,
+    ) -> FloatTensor<Self> {
         full(shape, device.index, f(fill_value), dtype.into())
     }
 
@@ -114,7 +129,11 @@ impl FloatTensorOps<Self> for Xpu {
         or_panic(matmul::matmul(&lhs, &rhs))
     }
 
-    fn float_cross(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+    fn float_cross(
+        lhs: FloatTensor<Self>,
+        rhs: FloatTensor<Self>,
+        dim: usize,
+    ) -> FloatTensor<Self> {
         super::extra::cross(&lhs, &rhs, dim)
     }
 
@@ -142,19 +161,37 @@ impl FloatTensorOps<Self> for Xpu {
         reshape(&tensor, shape)
     }
 
-    fn float_gather(dim: usize, tensor: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
+    fn float_gather(
+        dim: usize,
+        tensor: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
         or_panic(index::gather(dim, &tensor, &indices))
     }
 
-    fn float_scatter(dim: usize, tensor: FloatTensor<Self>, indices: IntTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn float_scatter(
+        dim: usize,
+        tensor: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         or_panic(index::scatter_add(dim, &tensor, &indices, &value))
     }
 
-    fn float_select(tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>) -> FloatTensor<Self> {
+    fn float_select(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> FloatTensor<Self> {
         or_panic(index::select(&tensor, dim, &indices))
     }
 
-    fn float_select_assign(tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn float_select_assign(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         or_panic(index::select_add(&tensor, dim, &indices, &value))
     }
 
@@ -162,15 +199,27 @@ impl FloatTensorOps<Self> for Xpu {
         slice(&tensor, slices)
     }
 
-    fn float_slice_assign(tensor: FloatTensor<Self>, slices: &[Slice], value: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn float_slice_assign(
+        tensor: FloatTensor<Self>,
+        slices: &[Slice],
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         slice_assign(&tensor, slices, &value)
     }
 
-    fn float_mask_where(tensor: FloatTensor<Self>, mask: BoolTensor<Self>, value: FloatTensor<Self>) -> FloatTensor<Self> {
+    fn float_mask_where(
+        tensor: FloatTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
         mask_where(&tensor, &mask, &value)
     }
 
-    fn float_mask_fill(tensor: FloatTensor<Self>, mask: BoolTensor<Self>, value: FloatElem<Self>) -> FloatTensor<Self> {
+    fn float_mask_fill(
+        tensor: FloatTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: FloatElem<Self>,
+    ) -> FloatTensor<Self> {
         mask_fill(&tensor, &mask, f(value))
     }
 
@@ -345,11 +394,21 @@ impl FloatTensorOps<Self> for Xpu {
     }
 
     fn float_argmax(tensor: FloatTensor<Self>, dim: usize) -> IntTensor<Self> {
-        or_panic(reduce::reduce_dim(&tensor, dim, ReduceOp::ArgMax, DType::I64))
+        or_panic(reduce::reduce_dim(
+            &tensor,
+            dim,
+            ReduceOp::ArgMax,
+            DType::I64,
+        ))
     }
 
     fn float_argmin(tensor: FloatTensor<Self>, dim: usize) -> IntTensor<Self> {
-        or_panic(reduce::reduce_dim(&tensor, dim, ReduceOp::ArgMin, DType::I64))
+        or_panic(reduce::reduce_dim(
+            &tensor,
+            dim,
+            ReduceOp::ArgMin,
+            DType::I64,
+        ))
     }
 
     fn float_max(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -362,7 +421,10 @@ impl FloatTensorOps<Self> for Xpu {
         or_panic(reduce::reduce_dim(&tensor, dim, ReduceOp::Max, d))
     }
 
-    fn float_max_dim_with_indices(tensor: FloatTensor<Self>, dim: usize) -> (FloatTensor<Self>, IntTensor<Self>) {
+    fn float_max_dim_with_indices(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
         or_panic(reduce::extreme_with_indices(&tensor, dim, true, DType::I64))
     }
 
@@ -376,8 +438,16 @@ impl FloatTensorOps<Self> for Xpu {
         or_panic(reduce::reduce_dim(&tensor, dim, ReduceOp::Min, d))
     }
 
-    fn float_min_dim_with_indices(tensor: FloatTensor<Self>, dim: usize) -> (FloatTensor<Self>, IntTensor<Self>) {
-        or_panic(reduce::extreme_with_indices(&tensor, dim, false, DType::I64))
+    fn float_min_dim_with_indices(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        or_panic(reduce::extreme_with_indices(
+            &tensor,
+            dim,
+            false,
+            DType::I64,
+        ))
     }
 
     fn float_max_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -414,7 +484,12 @@ impl FloatTensorOps<Self> for Xpu {
         expand(&tensor, shape)
     }
 
-    fn float_unfold(tensor: FloatTensor<Self>, dim: usize, size: usize, step: usize) -> FloatTensor<Self> {
+    fn float_unfold(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        size: usize,
+        step: usize,
+    ) -> FloatTensor<Self> {
         unfold(&tensor, dim, size, step)
     }
 

@@ -56,7 +56,11 @@ impl IntTensorOps<Self> for Xpu {
         slice(&tensor, slices)
     }
 
-    fn int_slice_assign(tensor: IntTensor<Self>, slices: &[Slice], value: IntTensor<Self>) -> IntTensor<Self> {
+    fn int_slice_assign(
+        tensor: IntTensor<Self>,
+        slices: &[Slice],
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         slice_assign(&tensor, slices, &value)
     }
 
@@ -64,27 +68,53 @@ impl IntTensorOps<Self> for Xpu {
         cast(&tensor, DType::F32)
     }
 
-    fn int_mask_where(tensor: IntTensor<Self>, mask: BoolTensor<Self>, source: IntTensor<Self>) -> IntTensor<Self> {
+    fn int_mask_where(
+        tensor: IntTensor<Self>,
+        mask: BoolTensor<Self>,
+        source: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         mask_where(&tensor, &mask, &source)
     }
 
-    fn int_mask_fill(tensor: IntTensor<Self>, mask: BoolTensor<Self>, value: IntElem<Self>) -> IntTensor<Self> {
+    fn int_mask_fill(
+        tensor: IntTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: IntElem<Self>,
+    ) -> IntTensor<Self> {
         mask_fill(&tensor, &mask, i(value))
     }
 
-    fn int_gather(dim: usize, tensor: IntTensor<Self>, indices: IntTensor<Self>) -> IntTensor<Self> {
+    fn int_gather(
+        dim: usize,
+        tensor: IntTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         or_panic(index::gather(dim, &tensor, &indices))
     }
 
-    fn int_scatter(dim: usize, tensor: IntTensor<Self>, indices: IntTensor<Self>, value: IntTensor<Self>) -> IntTensor<Self> {
+    fn int_scatter(
+        dim: usize,
+        tensor: IntTensor<Self>,
+        indices: IntTensor<Self>,
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         or_panic(index::scatter_add(dim, &tensor, &indices, &value))
     }
 
-    fn int_select(tensor: IntTensor<Self>, dim: usize, indices: IntTensor<Self>) -> IntTensor<Self> {
+    fn int_select(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         or_panic(index::select(&tensor, dim, &indices))
     }
 
-    fn int_select_assign(tensor: IntTensor<Self>, dim: usize, indices: IntTensor<Self>, value: IntTensor<Self>) -> IntTensor<Self> {
+    fn int_select_assign(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+        value: IntTensor<Self>,
+    ) -> IntTensor<Self> {
         or_panic(index::select_add(&tensor, dim, &indices, &value))
     }
 
@@ -196,7 +226,12 @@ impl IntTensorOps<Self> for Xpu {
         full(shape, device.index, i(1), dtype.into())
     }
 
-    fn int_full(shape: Shape, fill_value: IntElem<Self>, device: &Device<Self>, dtype: IntDType) -> IntTensor<Self> {
+    fn int_full(
+        shape: Shape,
+        fill_value: IntElem<Self>,
+        device: &Device<Self>,
+        dtype: IntDType,
+    ) -> IntTensor<Self> {
         full(shape, device.index, i(fill_value), dtype.into())
     }
 
@@ -247,11 +282,21 @@ impl IntTensorOps<Self> for Xpu {
     }
 
     fn int_argmax(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
-        or_panic(reduce::reduce_dim(&tensor, dim, ReduceOp::ArgMax, DType::I64))
+        or_panic(reduce::reduce_dim(
+            &tensor,
+            dim,
+            ReduceOp::ArgMax,
+            DType::I64,
+        ))
     }
 
     fn int_argmin(tensor: IntTensor<Self>, dim: usize) -> IntTensor<Self> {
-        or_panic(reduce::reduce_dim(&tensor, dim, ReduceOp::ArgMin, DType::I64))
+        or_panic(reduce::reduce_dim(
+            &tensor,
+            dim,
+            ReduceOp::ArgMin,
+            DType::I64,
+        ))
     }
 
     fn int_max(tensor: IntTensor<Self>) -> IntTensor<Self> {
@@ -264,7 +309,10 @@ impl IntTensorOps<Self> for Xpu {
         or_panic(reduce::reduce_dim(&tensor, dim, ReduceOp::Max, d))
     }
 
-    fn int_max_dim_with_indices(tensor: IntTensor<Self>, dim: usize) -> (IntTensor<Self>, IntTensor<Self>) {
+    fn int_max_dim_with_indices(
+        tensor: IntTensor<Self>,
+        dim: usize,
+    ) -> (IntTensor<Self>, IntTensor<Self>) {
         or_panic(reduce::extreme_with_indices(&tensor, dim, true, DType::I64))
     }
 
@@ -278,8 +326,16 @@ impl IntTensorOps<Self> for Xpu {
         or_panic(reduce::reduce_dim(&tensor, dim, ReduceOp::Min, d))
     }
 
-    fn int_min_dim_with_indices(tensor: IntTensor<Self>, dim: usize) -> (IntTensor<Self>, IntTensor<Self>) {
-        or_panic(reduce::extreme_with_indices(&tensor, dim, false, DType::I64))
+    fn int_min_dim_with_indices(
+        tensor: IntTensor<Self>,
+        dim: usize,
+    ) -> (IntTensor<Self>, IntTensor<Self>) {
+        or_panic(reduce::extreme_with_indices(
+            &tensor,
+            dim,
+            false,
+            DType::I64,
+        ))
     }
 
     fn int_abs(tensor: IntTensor<Self>) -> IntTensor<Self> {
@@ -298,8 +354,17 @@ impl IntTensorOps<Self> for Xpu {
         flip(&tensor, axes)
     }
 
-    fn int_random(shape: Shape, distribution: Distribution, device: &Device<Self>) -> IntTensor<Self> {
-        or_panic(random::random(device.index, &shape.dims, distribution, DType::I64))
+    fn int_random(
+        shape: Shape,
+        distribution: Distribution,
+        device: &Device<Self>,
+    ) -> IntTensor<Self> {
+        or_panic(random::random(
+            device.index,
+            &shape.dims,
+            distribution,
+            DType::I64,
+        ))
     }
 
     fn int_expand(tensor: IntTensor<Self>, shape: Shape) -> IntTensor<Self> {
@@ -358,7 +423,12 @@ impl IntTensorOps<Self> for Xpu {
         cast(&tensor, dtype.into())
     }
 
-    fn int_unfold(tensor: IntTensor<Self>, dim: usize, size: usize, step: usize) -> IntTensor<Self> {
+    fn int_unfold(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        size: usize,
+        step: usize,
+    ) -> IntTensor<Self> {
         unfold(&tensor, dim, size, step)
     }
 }

@@ -55,8 +55,7 @@ impl Backend for Xpu {
 
     fn sync(device: &Self::Device) {
         crate::error::or_panic(
-            crate::runtime::stream(device.index)
-                .and_then(|s| s.synchronize().map_err(Into::into)),
+            crate::runtime::stream(device.index).and_then(|s| s.synchronize().map_err(Into::into)),
         );
     }
 

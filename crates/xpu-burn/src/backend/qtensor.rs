@@ -44,7 +44,11 @@ impl QTensorOps<Self> for Xpu {
         refuse()
     }
 
-    fn quantize(_tensor: FloatTensor<Self>, _scheme: &QuantScheme, _qparams: QuantizationParametersPrimitive<Self>) -> QuantizedTensor<Self> {
+    fn quantize(
+        _tensor: FloatTensor<Self>,
+        _scheme: &QuantScheme,
+        _qparams: QuantizationParametersPrimitive<Self>,
+    ) -> QuantizedTensor<Self> {
         refuse()
     }
 
@@ -73,7 +77,11 @@ impl QTensorOps<Self> for Xpu {
         refuse()
     }
 
-    fn q_swap_dims(_tensor: QuantizedTensor<Self>, _dim1: usize, _dim2: usize) -> QuantizedTensor<Self> {
+    fn q_swap_dims(
+        _tensor: QuantizedTensor<Self>,
+        _dim1: usize,
+        _dim2: usize,
+    ) -> QuantizedTensor<Self> {
         refuse()
     }
 
@@ -85,7 +93,11 @@ impl QTensorOps<Self> for Xpu {
         refuse()
     }
 
-    fn q_select(_tensor: QuantizedTensor<Self>, _dim: usize, _indices: IntTensor<Self>) -> QuantizedTensor<Self> {
+    fn q_select(
+        _tensor: QuantizedTensor<Self>,
+        _dim: usize,
+        _indices: IntTensor<Self>,
+    ) -> QuantizedTensor<Self> {
         refuse()
     }
 

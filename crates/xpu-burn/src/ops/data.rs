@@ -18,7 +18,7 @@ use crate::tensor::{contiguous_strides, Storage, XpuTensor};
 /// An unsupported `dtype`, a byte count that does not match the shape, allocation errors.
 pub fn from_bytes(device: usize, bytes: &[u8], shape: &[usize], dtype: DType) -> Result<XpuTensor> {
     let dtype = dtype::canonical(dtype);
-    dtype::check_device_supports(device, dtype)?;
+    crate::runtime::check_device_supports(device, dtype)?;
     let n: usize = shape.iter().product();
     let want = n * dtype::size_of(dtype);
     if bytes.len() != want {
@@ -52,7 +52,11 @@ pub fn to_bytes(t: &XpuTensor) -> Result<Vec<u8>> {
     if nbytes == 0 {
         return Ok(Vec::new());
     }
-    let c = if t.is_contiguous() { t.clone() } else { contiguous(t)? };
+    let c = if t.is_contiguous() {
+        t.clone()
+    } else {
+        contiguous(t)?
+    };
     let start = c.offset * size;
     let stream = runtime::stream(c.device())?;
     let region = c.storage.buffer.slice(start..start + nbytes)?;

@@ -127,9 +127,7 @@ pub fn map_into_shape(
             )));
         }
     }
-    let contiguous = inputs
-        .iter()
-        .all(|t| t.shape == shape && t.is_contiguous());
+    let contiguous = inputs.iter().all(|t| t.shape == shape && t.is_contiguous());
     let in_types: Vec<&str> = inputs
         .iter()
         .map(|t| dtype::cl_type(t.dtype))
@@ -228,7 +226,9 @@ fn map_source(
     } else {
         s.push_str("  int rank = (int)meta[0];\n  long rem = i;\n");
         for k in 0..in_types.len() {
-            s.push_str(&format!("  long o{k} = meta[1 + rank + {k} * (rank + 1)];\n"));
+            s.push_str(&format!(
+                "  long o{k} = meta[1 + rank + {k} * (rank + 1)];\n"
+            ));
         }
         s.push_str("  for (int d = rank - 1; d >= 0; d--) {\n    long sz = meta[1 + d];\n    long c = rem % sz;\n    rem /= sz;\n");
         for k in 0..in_types.len() {
@@ -266,7 +266,11 @@ pub fn cast(t: &XpuTensor, dtype: DType) -> Result<XpuTensor> {
     if dtype == t.dtype {
         return Ok(t.clone());
     }
-    let expr = if dtype == DType::Bool { "a0 != 0" } else { "a0" };
+    let expr = if dtype == DType::Bool {
+        "a0 != 0"
+    } else {
+        "a0"
+    };
     map(MapSpec::new(expr, dtype), &[t], &[])
 }
 
@@ -276,14 +280,26 @@ pub fn cast(t: &XpuTensor, dtype: DType) -> Result<XpuTensor> {
 /// An unsupported `dtype`; allocation and kernel errors.
 pub fn full(device: usize, shape: &[usize], value: ScalarValue, dtype: DType) -> Result<XpuTensor> {
     let dtype = dtype::canonical(dtype);
-    map_into_shape(MapSpec::new("s0", dtype), device, shape, &[], &[(value, dtype)])
+    map_into_shape(
+        MapSpec::new("s0", dtype),
+        device,
+        shape,
+        &[],
+        &[(value, dtype)],
+    )
 }
 
 /// `out[i] = start + i * step` for `i < n`, as a 1-D tensor of `dtype`.
 ///
 /// # Errors
 /// As [`full`].
-pub fn arange(device: usize, n: usize, start: ScalarValue, step: ScalarValue, dtype: DType) -> Result<XpuTensor> {
+pub fn arange(
+    device: usize,
+    n: usize,
+    start: ScalarValue,
+    step: ScalarValue,
+    dtype: DType,
+) -> Result<XpuTensor> {
     map_into_shape(
         MapSpec::new("s0 + (S0)i * s1", dtype),
         device,

@@ -34,7 +34,11 @@ pub fn reshape(t: &XpuTensor, shape: &[usize]) -> Result<XpuTensor> {
 pub fn permute(t: &XpuTensor, axes: &[usize]) -> Result<XpuTensor> {
     let rank = t.shape.len();
     let mut seen = vec![false; rank];
-    if axes.len() != rank || axes.iter().any(|&a| a >= rank || std::mem::replace(&mut seen[a], true)) {
+    if axes.len() != rank
+        || axes
+            .iter()
+            .any(|&a| a >= rank || std::mem::replace(&mut seen[a], true))
+    {
         return Err(Error::Invalid(format!(
             "{axes:?} is not a permutation of {rank} dimensions"
         )));

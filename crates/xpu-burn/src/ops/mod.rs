@@ -1,4 +1,4 @@
-//! The op layer: tensor ops on [`XpuTensor`]s with plain Rust parameters, independent of
+//! The op layer: tensor ops on [`XpuTensor`](crate::XpuTensor)s with plain Rust parameters, independent of
 //! burn's traits (the glue in [`crate::backend`] maps burn's methods onto these), so a later
 //! burn version (or another framework) can reuse them.
 //!

@@ -14,7 +14,12 @@ pub fn seed(device: usize, seed: u64) {
 ///
 /// # Errors
 /// Allocation and kernel errors.
-pub fn random(device: usize, shape: &[usize], distribution: Distribution, dtype: DType) -> Result<XpuTensor> {
+pub fn random(
+    device: usize,
+    shape: &[usize],
+    distribution: Distribution,
+    dtype: DType,
+) -> Result<XpuTensor> {
     let _ = (device, shape, distribution, dtype);
     Err(Error::Invalid("random: not implemented yet".into()))
 }

@@ -75,7 +75,9 @@ pub fn extreme_with_indices(
     index: DType,
 ) -> Result<(XpuTensor, XpuTensor)> {
     let _ = (t, dim, max, index);
-    Err(Error::Invalid("extreme_with_indices: not implemented yet".into()))
+    Err(Error::Invalid(
+        "extreme_with_indices: not implemented yet".into(),
+    ))
 }
 
 /// `op` accumulated along `dim` (same shape and type as `t`).
