@@ -107,6 +107,7 @@ fn read_env() -> Result<(TypeSelection, Option<String>)> {
 }
 
 fn enumerate() -> Result<Vec<Device>> {
+    crate::fork_state::note_enumeration_started();
     let (selection, platform_filter) = read_env()?;
     crate::fork_state::note_driver_touched();
     let platforms = with_icd_env_preserved(Platform::all).map_err(|e| {
