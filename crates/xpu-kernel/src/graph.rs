@@ -291,6 +291,12 @@ mod sealed {
 pub trait GraphBlock: sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// The allocation.
     fn block(&self) -> &DataPtr;
+
+    /// The argument it is: untyped for an allocation, typed (its element type checked against
+    /// the parameter's, as [`crate::Launch::arg`]) for a typed buffer.
+    fn arg(&self) -> Arg<'_> {
+        Arg::Block(self.block())
+    }
 }
 
 impl sealed::Sealed for DataPtr {}
@@ -303,6 +309,10 @@ impl<T: Pod + Send + Sync> sealed::Sealed for DeviceBuffer<T> {}
 impl<T: Pod + Send + Sync> GraphBlock for DeviceBuffer<T> {
     fn block(&self) -> &DataPtr {
         self.data_ptr()
+    }
+
+    fn arg(&self) -> Arg<'_> {
+        Arg::from(self)
     }
 }
 
@@ -729,7 +739,7 @@ impl CaptureLaunch<'_> {
                     &self.function,
                     &self.stream,
                     index,
-                    Arg::Block(b.block()),
+                    b.arg(),
                 )?;
                 self.blocks.push(b);
             }

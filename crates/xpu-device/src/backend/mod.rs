@@ -34,7 +34,7 @@ pub use live::{live_objects, LiveObjects};
 pub use memory::{Buffer, MemFlags};
 pub use pinned::PinnedBuffer;
 pub use platform::Platform;
-pub use program::{Kernel, KernelScalar, Program};
+pub use program::{BufferElement, Kernel, KernelScalar, Program};
 pub use queue::{CommandQueue, PinnedBytes, QueueOptions, QueuePriority};
 pub use release::take_release_error;
 
