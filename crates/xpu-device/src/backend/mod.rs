@@ -25,7 +25,7 @@ mod program;
 mod queue;
 mod release;
 
-pub use callbacks::wait_for_callbacks;
+pub use callbacks::{on_callback_thread, wait_for_callbacks};
 pub use command_buffer::{command_buffer_support, CommandBuffer, CommandBufferSupport};
 pub use context::{Context, DeviceLimits};
 pub use device_id::DeviceId;
