@@ -34,9 +34,9 @@ use std::time::{Duration, Instant};
 use crate::discovery::{device_count, devices};
 use crate::error::DeviceError;
 pub use crate::fork_state::{
-    driver_initialized, driver_initialized_outside_init, driver_touched,
-    end_simulated_bad_fork, enumerate_as_initialization, in_bad_fork, is_in_bad_fork,
-    refuse_in_bad_fork, simulate_bad_fork, take_unless_bad_fork, BAD_FORK_MESSAGE,
+    driver_initialized, driver_initialized_outside_init, driver_touched, end_simulated_bad_fork,
+    enumerate_as_initialization, in_bad_fork, is_in_bad_fork, refuse_in_bad_fork,
+    simulate_bad_fork, take_unless_bad_fork, BAD_FORK_MESSAGE,
 };
 
 /// How a forked child ended.

@@ -734,13 +734,7 @@ impl CaptureLaunch<'_> {
         let kernel = self.kernel.as_mut().expect("present until enqueue or drop");
         match arg.into() {
             GraphArg::Block(b) => {
-                set_checked_arg(
-                    kernel,
-                    &self.function,
-                    &self.stream,
-                    index,
-                    b.arg(),
-                )?;
+                set_checked_arg(kernel, &self.function, &self.stream, index, b.arg())?;
                 self.blocks.push(b);
             }
             GraphArg::Scalar(s) => {

@@ -43,7 +43,14 @@ fn element_problem(err: &KernelError, index: u32) -> Option<(String, &'static st
     }
 }
 
-fn buffers(s: &Stream) -> (DeviceBuffer<f32>, DeviceBuffer<u32>, DeviceBuffer<f32>, DeviceBuffer<u8>) {
+fn buffers(
+    s: &Stream,
+) -> (
+    DeviceBuffer<f32>,
+    DeviceBuffer<u32>,
+    DeviceBuffer<f32>,
+    DeviceBuffer<u8>,
+) {
     let y = DeviceBuffer::<f32>::zeroed(N, s).unwrap();
     let idx = DeviceBuffer::from_slice(&(0..N as u32).collect::<Vec<_>>(), s).unwrap();
     let v = DeviceBuffer::from_slice(&[1.0f32, 2.0, 3.0, 4.0], s).unwrap();
@@ -68,7 +75,10 @@ fn a_typed_buffer_of_another_element_type_than_the_pointer_parameter_is_refused(
         Some(("float*".to_owned(), "f64")),
         "{err:?}"
     );
-    assert!(err.to_string().contains("f64") && err.to_string().contains("float*"), "{err}");
+    assert!(
+        err.to_string().contains("f64") && err.to_string().contains("float*"),
+        "{err}"
+    );
     // f32 for `uint *idx`: same size, another kind.
     let err = s
         .launch(&f, &[N], None)
@@ -77,7 +87,11 @@ fn a_typed_buffer_of_another_element_type_than_the_pointer_parameter_is_refused(
         .unwrap()
         .arg(&y)
         .unwrap_err();
-    assert_eq!(element_problem(&err, 1), Some(("uint*".to_owned(), "f32")), "{err:?}");
+    assert_eq!(
+        element_problem(&err, 1),
+        Some(("uint*".to_owned(), "f32")),
+        "{err:?}"
+    );
     // u64 for `float4 *v`.
     let longs = DeviceBuffer::<u64>::zeroed(4, &s).unwrap();
     let err = s
@@ -89,7 +103,11 @@ fn a_typed_buffer_of_another_element_type_than_the_pointer_parameter_is_refused(
         .unwrap()
         .arg(&longs)
         .unwrap_err();
-    assert_eq!(element_problem(&err, 2), Some(("float4*".to_owned(), "u64")), "{err:?}");
+    assert_eq!(
+        element_problem(&err, 2),
+        Some(("float4*".to_owned(), "u64")),
+        "{err:?}"
+    );
 
     // What may match passes: a byte buffer for `float *y`, an untyped allocation for `uint *`,
     // the component type for `float4 *`, any buffer for `uchar *`.
@@ -138,7 +156,11 @@ fn a_captured_launch_refuses_a_typed_buffer_of_another_element_type_too() {
     .unwrap_err();
     match &err {
         GraphError::Kernel(k) => {
-            assert_eq!(element_problem(k, 0), Some(("float*".to_owned(), "f64")), "{err:?}");
+            assert_eq!(
+                element_problem(k, 0),
+                Some(("float*".to_owned(), "f64")),
+                "{err:?}"
+            );
         }
         other => panic!("{other:?}"),
     }

@@ -50,7 +50,10 @@ fn held_init() {
     // bad fork), but the initialization has not finished, so the flag is false.
     assert!(xpu_device::fork::driver_initialized());
     let report = xpu_device::fork::fork_report(Duration::from_secs(20)).unwrap();
-    assert!(report.in_bad_fork, "the fork rule holds during init: {report:?}");
+    assert!(
+        report.in_bad_fork,
+        "the fork rule holds during init: {report:?}"
+    );
     let seen_while_held = xpu_lazy::is_initialized();
     assert!(!done.load(Ordering::SeqCst));
     // Another thread reads the same.
@@ -64,7 +67,10 @@ fn held_init() {
         "is_initialized() was true while a queued call of the first initialization still ran"
     );
     assert!(done.load(Ordering::SeqCst));
-    assert!(xpu_lazy::is_initialized(), "true once lazy_init has finished");
+    assert!(
+        xpu_lazy::is_initialized(),
+        "true once lazy_init has finished"
+    );
     assert!(std::thread::spawn(xpu_lazy::is_initialized).join().unwrap());
     assert!(!xpu_lazy::is_in_bad_fork());
     println!("scenario-done");

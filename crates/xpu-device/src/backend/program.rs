@@ -317,7 +317,13 @@ fn pointee_component(type_name: &str) -> Option<Component> {
         .filter(|w| {
             !matches!(
                 *w,
-                "const" | "volatile" | "restrict" | "__global" | "global" | "__constant" | "constant"
+                "const"
+                    | "volatile"
+                    | "restrict"
+                    | "__global"
+                    | "global"
+                    | "__constant"
+                    | "constant"
             )
         })
         .collect();
