@@ -298,7 +298,10 @@ impl<'a> Launch<'a> {
     /// for an allocation of another device than the stream's; [`KernelError::Block`] for an
     /// empty allocation or one without an OpenCL buffer (simulated memory);
     /// [`KernelError::Device`] with [`xpu_device::DeviceError::KernelArg`] naming the kernel,
-    /// the argument index and parameter for a kind or size that does not match;
+    /// the argument index and parameter for a kind or size that does not match, or for a typed
+    /// buffer whose element type cannot match the pointer parameter's
+    /// ([`xpu_device::KernelArgProblem::ElementType`]: `DeviceBuffer<f64>` for `float*`; a
+    /// byte buffer or a `DataPtr` passes to any pointer);
     /// [`KernelError::BadFork`] in a bad fork child (first).
     pub fn arg(mut self, arg: impl Into<Arg<'a>>) -> Result<Launch<'a>, KernelError> {
         crate::error::check_fork()?;

@@ -7,7 +7,9 @@
 //! are accepted only for by-value parameters of a known scalar type of the same size, buffers
 //! only for `__global`/`__constant` pointers of the kernel's own context, `__local` sizes only
 //! for `__local` pointers. Where the driver reports no argument information, every argument is
-//! refused ([`KernelArgProblem::InfoUnavailable`]): sound rather than permissive.
+//! refused ([`KernelArgProblem::InfoUnavailable`]): sound rather than permissive. A typed
+//! buffer's element type is checked against the pointer's type name too
+//! ([`Kernel::check_buffer_element`]), refused only where it certainly cannot match.
 
 use std::ffi::CString;
 use std::ptr;
