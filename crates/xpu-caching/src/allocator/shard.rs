@@ -79,7 +79,9 @@ impl<B: Backend> Drop for Shard<B> {
         // held (`&mut self`); statistics writes are closed while waiting. In a bad fork
         // child the shard is leaked instead: its segments, markers and stream stay the
         // parent's (no backend or source call, no statistics lock), and so does the
-        // device-wide state.
+        // device-wide state. The teardown waits for device work: with a `DeferredDrop` hook it
+        // runs there, on the backend's callback thread (`Backend::drop_must_not_wait`) on a
+        // thread of its own, else here.
         if B::is_bad_fork() {
             self.state.get_mut().leak();
             std::mem::forget(self.shared.clone());
