@@ -110,8 +110,13 @@ fn read_env() -> Result<(TypeSelection, Option<String>)> {
 fn enumerate() -> Result<Vec<Device>> {
     crate::fork_state::note_enumeration_started();
     let (selection, platform_filter) = read_env()?;
-    crate::fork_state::note_driver_touched();
-    let platforms = with_icd_env_snapshot(Platform::all).map_err(|e| {
+    // The snapshot first: a child forked from the handler's installation on (a bad fork) finds
+    // it, and never needs std's environment lock for `icd_env`.
+    let platforms = with_icd_env_snapshot(|| {
+        crate::fork_state::note_driver_touched();
+        Platform::all()
+    })
+    .map_err(|e| {
         if e.is_runtime_missing() {
             DeviceError::NoRuntime { source: e }
         } else {
