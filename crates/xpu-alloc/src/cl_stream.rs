@@ -253,5 +253,12 @@ impl Backend for ClBackend {
         xpu_device::fork::is_in_bad_fork()
     }
 
+    /// True on xpu-device's completion-callback thread (`xpu-callbacks`), where a shard's
+    /// teardown must not wait for device work.
+    #[inline]
+    fn drop_must_not_wait() -> bool {
+        xpu_device::backend::on_callback_thread()
+    }
+
     xpu_caching::thread_caches!(ClBackend);
 }

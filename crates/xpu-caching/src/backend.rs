@@ -88,6 +88,17 @@ pub trait Backend: Clone + Sized + Send + Sync + 'static {
     fn is_bad_fork() -> bool {
         false
     }
+    /// True on a thread where a destructor must not wait for device work: the backend's
+    /// completion-callback thread, whose later callbacks a wait there would hold up. A shard
+    /// whose last handle drops there (the last allocation of an allocator already dropped,
+    /// freed inside a callback) runs its teardown — waiting for its markers and its stream's
+    /// work, then releasing its cached segments — on a thread of its own instead (an allocator
+    /// built with a `DeferredDrop` hook hands it to that hook anyway). Default `false`.
+    /// Contract: cheap (a thread-local read), never blocking, taking no lock.
+    #[inline]
+    fn drop_must_not_wait() -> bool {
+        false
+    }
     /// The calling thread's caches of the allocators over this backend: a `thread_local!`
     /// of the implementing crate, declared with [`thread_caches!`](crate::thread_caches)
     /// (statics cannot be generic, so each backend owns its own).

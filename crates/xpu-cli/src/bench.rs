@@ -64,7 +64,10 @@ pub fn run_probe(args: &ProbeArgs) -> anyhow::Result<ExitCode> {
 /// back to this process when the child cannot be run.
 fn lazy_init_ms(device: usize) -> anyhow::Result<f64> {
     let child = std::env::current_exe().ok().and_then(|exe| {
-        Command::new(exe)
+        let mut command = Command::new(exe);
+        // Before the first enumeration this passes the variables as they are; after it, as
+        // they were before it (some ICD loaders truncate them in place).
+        xpu_device::pass_icd_env(&mut command)
             .args(["lazy-init-probe", "--device", &device.to_string()])
             .output()
             .ok()

@@ -5,6 +5,7 @@
 //!   platforms, or, when there is none, the CPU devices (the embedded default, PoCL).
 //! - `XPU_PLATFORM=<substring>`: only platforms whose name contains it (case-insensitive).
 
+use std::ffi::OsString;
 use std::sync::OnceLock;
 
 use crate::backend::device_id::device_type as dt;
@@ -107,9 +108,15 @@ fn read_env() -> Result<(TypeSelection, Option<String>)> {
 }
 
 fn enumerate() -> Result<Vec<Device>> {
+    crate::fork_state::note_enumeration_started();
     let (selection, platform_filter) = read_env()?;
-    crate::fork_state::note_driver_touched();
-    let platforms = with_icd_env_preserved(Platform::all).map_err(|e| {
+    // The snapshot first: a child forked from the handler's installation on (a bad fork) finds
+    // it, and never needs std's environment lock for `icd_env`.
+    let platforms = with_icd_env_snapshot(|| {
+        crate::fork_state::note_driver_touched();
+        Platform::all()
+    })
+    .map_err(|e| {
         if e.is_runtime_missing() {
             DeviceError::NoRuntime { source: e }
         } else {
@@ -193,86 +200,77 @@ fn describe_selection(
     }
 }
 
-/// ICD loader variables that the loader may damage in place while it enumerates platforms.
-const ICD_ENV: [&std::ffi::CStr; 2] = [c"OCL_ICD_FILENAMES", c"OCL_ICD_VENDORS"];
+/// The ICD loader's variables: the loader reads them at the first enumeration.
+const ICD_ENV: [&str; 2] = ["OCL_ICD_FILENAMES", "OCL_ICD_VENDORS"];
 
-/// An ICD loader variable as the process had it before the first enumeration.
-struct IcdVar {
-    key: &'static std::ffi::CStr,
-    /// Where `getenv` found the value: the bytes the loader may overwrite.
-    at: *mut libc::c_char,
-    value: Vec<u8>,
+/// The ICD loader's variables as the process had them right before its first enumeration
+/// (read through `std::env`, under std's environment lock).
+static ICD_ENV_BEFORE_ENUMERATION: OnceLock<Vec<(&'static str, Option<OsString>)>> =
+    OnceLock::new();
+
+/// Takes the snapshot of the ICD loader's variables (once), then runs `f`, the first platform
+/// enumeration. Nothing is written to the process environment, before or after.
+///
+/// Why a snapshot and no repair. Some ICD loaders split `OCL_ICD_FILENAMES` with `strtok` (or
+/// by writing NULs over the separators) on the very string `getenv` returned, so after the
+/// first `clGetPlatformIDs` the process environment holds only the first file name
+/// (`libpocl.so.2:libnvidia-opencl.so.1` becomes `libpocl.so.2`): the Khronos loader before
+/// v2026.05.29 (the one CUDA ships, seen on the H200 machine; it copies the string since)
+/// does; ocl-icd 2.3 does not. Writing the separators back (as xpu once did, in place) or
+/// calling `setenv` / `std::env::set_var` would be a write to the environment that std's lock
+/// does not order against another thread's `std::env::var` (or a C library's `getenv`): a data
+/// race that safe code could reach. So xpu writes nothing: it keeps what the variables held
+/// before the loader could touch them and hands that to the child processes it starts
+/// ([`pass_icd_env`]; [`icd_env`] for other uses), which then see every platform. The write a
+/// damaging loader itself makes during the first enumeration is the loader's: xpu cannot
+/// prevent it (it happens inside `clGetPlatformIDs`) and does not add to it; on such a loader,
+/// do not read `OCL_ICD_FILENAMES` from another thread while the first device query runs, or
+/// register the platforms with `OCL_ICD_VENDORS` (a directory that every loader only reads,
+/// as `ci/gpu-env.sh` does).
+fn with_icd_env_snapshot<T>(f: impl FnOnce() -> T) -> T {
+    ICD_ENV_BEFORE_ENUMERATION.get_or_init(|| {
+        ICD_ENV
+            .iter()
+            .map(|&key| (key, std::env::var_os(key)))
+            .collect()
+    });
+    f()
 }
 
-impl IcdVar {
-    fn snapshot(key: &'static std::ffi::CStr) -> Option<IcdVar> {
-        // SAFETY: `key` is NUL-terminated; the environment is only read (see
-        // `with_icd_env_preserved` for the threads constraint, the loader's own).
-        let at = unsafe { libc::getenv(key.as_ptr()) };
-        if at.is_null() {
-            return None;
-        }
-        // SAFETY: getenv returned a NUL-terminated string; it is copied at once.
-        let value = unsafe { std::ffi::CStr::from_ptr(at) }.to_bytes().to_vec();
-        Some(IcdVar { key, at, value })
-    }
-
-    /// Puts back the bytes the loader overwrote with NULs, in place. Does nothing when the
-    /// variable was replaced meanwhile (another storage) or changed in another way.
-    fn repair_in_place(&self) -> bool {
-        // SAFETY: as in `snapshot`.
-        let now = unsafe { libc::getenv(self.key.as_ptr()) };
-        if now != self.at {
-            return false;
-        }
-        // SAFETY: the same storage as before the enumeration, which held `value.len()` bytes
-        // and its NUL: every byte read here lies inside that string.
-        let byte = |i: usize| unsafe { self.at.add(i).cast::<u8>().read() };
-        let damaged: Vec<usize> = (0..self.value.len())
-            .filter(|&i| byte(i) != self.value[i])
-            .collect();
-        if damaged.is_empty() || damaged.iter().any(|&i| byte(i) != 0) {
-            return false;
-        }
-        for i in damaged {
-            // SAFETY: inside the variable's own string (above), which the C library hands out
-            // writable; the loader wrote a NUL at exactly this byte during the enumeration.
-            unsafe { self.at.add(i).cast::<u8>().write(self.value[i]) };
-        }
-        true
+/// The ICD loader's variables (`OCL_ICD_FILENAMES`, `OCL_ICD_VENDORS`, each with its value or
+/// `None` when unset) as a child process should get them: their values right before this
+/// process's first device enumeration, or, before any enumeration, their values now. Some ICD
+/// loaders truncate `OCL_ICD_FILENAMES` in place at the first enumeration (see
+/// [`pass_icd_env`]); these values are whole.
+pub fn icd_env() -> Vec<(&'static str, Option<OsString>)> {
+    match ICD_ENV_BEFORE_ENUMERATION.get() {
+        Some(saved) => saved.clone(),
+        None => ICD_ENV
+            .iter()
+            .map(|&key| (key, std::env::var_os(key)))
+            .collect(),
     }
 }
 
-/// Runs the first platform enumeration and then repairs the ICD loader's variables.
-///
-/// Some ICD loaders split `OCL_ICD_FILENAMES` with `strtok` on the very string `getenv`
-/// returned, so after the first `clGetPlatformIDs` the process environment holds only the first
-/// file name (`libpocl.so.2:libnvidia-opencl.so.1` becomes `libpocl.so.2`). Every child process
-/// started afterwards (a user's subprocess, a test's helper) would then miss the other
-/// platforms: seen on the GPU machine, where NVIDIA's driver vanished for every child. (On the
-/// H200 machine, CUDA's `libOpenCL.so.1`, the Khronos loader, does this; ocl-icd 2.3 does not.
-/// The in-place repair below was checked there: a child process then sees the whole list.)
-///
-/// The repair never calls `setenv`/`std::env::set_var`, which may reallocate the environment
-/// while another thread's C code reads it (why Rust 2024 made `set_var` unsafe): it writes back
-/// the separators the loader overwrote with NULs, byte for byte, into the same storage, right
-/// after the loader wrote them, inside the one-time enumeration. Constraint, documented for
-/// users: like the ICD loader itself, the first device query reads (and the loader may write)
-/// the ICD variables without std's environment lock, so do not change `OCL_ICD_FILENAMES` or
-/// `OCL_ICD_VENDORS` from another thread while the first device query runs (set them before
-/// using the runtime, or pass them to child processes with `Command::env`).
-fn with_icd_env_preserved<T>(f: impl FnOnce() -> T) -> T {
-    let saved: Vec<IcdVar> = ICD_ENV.iter().filter_map(|k| IcdVar::snapshot(k)).collect();
-    let out = f();
-    for var in &saved {
-        if var.repair_in_place() {
-            tracing::debug!(
-                key = ?var.key,
-                "repaired an ICD loader variable truncated in place by enumeration"
-            );
+/// Gives `command` the ICD loader's variables as this process had them before its first
+/// device enumeration ([`icd_env`]), so that a child started after it sees every platform even
+/// where the ICD loader truncated this process's `OCL_ICD_FILENAMES` in place (the Khronos
+/// loader before v2026.05.29 does: `libpocl.so.2:libnvidia-opencl.so.1` becomes
+/// `libpocl.so.2`). xpu never repairs this process's own environment, since any write there
+/// could race with another thread's `std::env::var`. A variable that `command` already sets or
+/// removes (`Command::env`, `env_remove`) is left as `command` has it; one that was unset
+/// before the enumeration is left to `command`'s inheritance. Used by the child processes xpu
+/// starts itself (the test helpers' re-runs, `xpu bench`'s probe).
+pub fn pass_icd_env(command: &mut std::process::Command) -> &mut std::process::Command {
+    let explicit: Vec<OsString> = command.get_envs().map(|(k, _)| k.to_owned()).collect();
+    for (key, value) in icd_env() {
+        if let Some(value) = value {
+            if !explicit.iter().any(|k| k == key) {
+                command.env(key, value);
+            }
         }
     }
-    out
+    command
 }
 
 static DEVICES: OnceLock<Result<Vec<Device>>> = OnceLock::new();
@@ -280,9 +278,11 @@ static DEVICES: OnceLock<Result<Vec<Device>>> = OnceLock::new();
 /// Every device the runtime sees, enumerated on the first call (no context is created).
 ///
 /// The first call loads the OpenCL ICD loader, which reads `OCL_ICD_FILENAMES` and
-/// `OCL_ICD_VENDORS` from the C environment (some loaders truncate the first one in place; the
-/// runtime repairs it in place, never with `set_var`). Do not change those two variables from
-/// another thread while the first device query runs.
+/// `OCL_ICD_VENDORS` from the C environment. xpu itself writes nothing to the environment;
+/// some loaders truncate `OCL_ICD_FILENAMES` in place there, so child processes should get the
+/// values from before the enumeration through [`pass_icd_env`]. Do not change those two
+/// variables from another thread while the first device query runs (the loader reads them
+/// without std's lock), nor, on a loader that truncates, read them.
 ///
 /// # Errors
 /// `NoRuntime` when no OpenCL runtime is installed (with the install command),
@@ -374,26 +374,46 @@ mod tests {
     }
 
     #[test]
-    fn icd_variables_truncated_by_the_loader_are_repaired_in_place_without_set_var() {
+    fn the_first_enumeration_writes_nothing_into_the_environment_and_children_get_the_whole_icd_list(
+    ) {
         if std::env::var_os(CHILD).is_some() {
             let before = getenv_ptr();
-            with_icd_env_preserved(strtok_in_place);
-            // The value is whole again, and in the same storage: no setenv reallocated it.
-            assert_eq!(std::env::var("OCL_ICD_FILENAMES").unwrap(), FILES);
-            assert_eq!(
-                getenv_ptr(),
-                before,
-                "the variable was replaced, not repaired"
-            );
-            // Not damaged: nothing to do, nothing written.
-            with_icd_env_preserved(|| ());
-            assert_eq!(getenv_ptr(), before);
+            // The enumeration, with a loader that truncates the list in place.
+            with_icd_env_snapshot(strtok_in_place);
+            // xpu wrote nothing afterwards: the environment holds what the loader left, in the
+            // same storage (a repair would be a write racing with another thread's
+            // `std::env::var`, std's lock notwithstanding).
+            let now = std::env::var("OCL_ICD_FILENAMES").unwrap();
+            println!("after the enumeration: OCL_ICD_FILENAMES={now:?}");
+            assert_eq!(now, "libfirst-icd.so", "xpu wrote into the environment");
+            assert_eq!(getenv_ptr(), before, "the variable was replaced");
+            // The list from before the enumeration is kept, and a child process gets it.
+            let kept: Vec<_> = icd_env()
+                .into_iter()
+                .filter(|(k, _)| *k == "OCL_ICD_FILENAMES")
+                .collect();
+            assert_eq!(kept, [("OCL_ICD_FILENAMES", Some(FILES.into()))]);
+            let child = pass_icd_env(
+                std::process::Command::new("sh").args(["-c", "printf %s \"$OCL_ICD_FILENAMES\""]),
+            )
+            .output()
+            .unwrap();
+            assert_eq!(String::from_utf8_lossy(&child.stdout), FILES);
+            // A variable the command sets itself is left as it is.
+            let child = pass_icd_env(
+                std::process::Command::new("sh")
+                    .args(["-c", "printf %s \"$OCL_ICD_FILENAMES\""])
+                    .env("OCL_ICD_FILENAMES", "mine.so"),
+            )
+            .output()
+            .unwrap();
+            assert_eq!(String::from_utf8_lossy(&child.stdout), "mine.so");
             println!("scenario-ok");
             return;
         }
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
-                "discovery::tests::icd_variables_truncated_by_the_loader_are_repaired_in_place_without_set_var",
+                "discovery::tests::the_first_enumeration_writes_nothing_into_the_environment_and_children_get_the_whole_icd_list",
                 "--exact",
                 "--nocapture",
                 "--test-threads=1",

@@ -247,6 +247,20 @@ pub enum KernelArgProblem {
         /// The Rust type of the value given, e.g. `i32`.
         given: &'static str,
     },
+    /// A typed buffer whose element type cannot match the pointer parameter's: the element
+    /// sizes differ (`f64` for `float*`), or one is a floating-point type and the other an
+    /// integer (`f32` for `uint*`). The kernel would read the buffer's bytes as the declared
+    /// type (OpenCL passes only the memory object); refused as `CL_INVALID_ARG_VALUE`. Only a
+    /// certain mismatch is refused: a byte buffer (`u8`/`i8`) or an untyped allocation fits any
+    /// pointer, any buffer fits a `char*`/`uchar*`/`void*` parameter, a vector parameter
+    /// (`float4*`) takes buffers of its component (`f32`), signedness may differ, and a type
+    /// the runtime does not know (a typedef, a struct, a user `Pod` type) is accepted.
+    ElementType {
+        /// The parameter's declared type, e.g. `float*`.
+        expected: String,
+        /// The Rust element type of the buffer given, e.g. `f64`.
+        found: &'static str,
+    },
     /// A buffer of another OpenCL context than the kernel's (`CL_INVALID_CONTEXT`), e.g. a
     /// buffer of device 0 for a kernel built for device 1.
     OtherContext,
@@ -278,7 +292,8 @@ impl KernelArgProblem {
             KernelArgProblem::ScalarForPointer { .. }
             | KernelArgProblem::BufferForNonPointer { .. }
             | KernelArgProblem::LocalForNonLocal { .. }
-            | KernelArgProblem::KindMismatch { .. } => -50,
+            | KernelArgProblem::KindMismatch { .. }
+            | KernelArgProblem::ElementType { .. } => -50,
             KernelArgProblem::SizeMismatch { .. } => -51,
             KernelArgProblem::OtherContext => -34,
             KernelArgProblem::NotSet => return ClError::new("clEnqueueNDRangeKernel", -52),
@@ -342,6 +357,12 @@ impl fmt::Display for KernelArgProblem {
                 "a value of Rust type {given} for a parameter of type {type_name}: OpenCL \
                  would read its bits as {type_name}, not convert it; pass a value of the \
                  parameter's kind (CL_INVALID_ARG_VALUE)"
+            ),
+            KernelArgProblem::ElementType { expected, found } => write!(
+                f,
+                "a buffer of Rust element type {found} for a parameter of type {expected}: the \
+                 kernel would read its bytes as another type; pass a buffer of the parameter's \
+                 element type, or an untyped or byte buffer (CL_INVALID_ARG_VALUE)"
             ),
             KernelArgProblem::OtherContext => f.write_str(
                 "the buffer belongs to another OpenCL context (another device) than the kernel \

@@ -13,11 +13,15 @@
 //! - a child forked after enumeration started is a **bad fork**: [`is_in_bad_fork`] is true
 //!   and every runtime entry point of every layer returns its `BadFork` error at once, without
 //!   calling the driver or taking a lock that a thread of the parent may have held;
-//! - [`driver_initialized`] (which `xpu_lazy::is_initialized` reports) is true exactly when a
-//!   child forked now would be a bad fork, so the flag and the child always agree (torch.xpu
-//!   disagrees: its `device_count` poisons later forks while `is_initialized()` stays false).
+//! - [`driver_initialized`] is true exactly when a child forked now would be a bad fork.
 //!   The one exception is an enumeration that failed (no runtime, no device): its outcome is
 //!   kept for the process, a child never calls the driver either, so it is not a bad fork;
+//! - `xpu_lazy::is_initialized` reports [`driver_initialized_outside_init`] (an enumeration
+//!   that was not part of `lazy_init`, such as `device_count`: true once it is complete, so a
+//!   child forked after such a call and the flag agree, where torch.xpu's flag stays false) or
+//!   a `lazy_init` that has finished, its queued calls included (as torch's flag: while
+//!   `lazy_init` still runs its queued calls the flag is false, though a child forked then is
+//!   already a bad fork, as in torch);
 //! - in a bad-fork child, [`device_count`] and
 //!   [`is_available`](crate::is_available) answer the parent's enumeration, copied into the
 //!   child (as torch's cached `device_count`), without calling the driver. Only a child forked
@@ -30,8 +34,9 @@ use std::time::{Duration, Instant};
 use crate::discovery::{device_count, devices};
 use crate::error::DeviceError;
 pub use crate::fork_state::{
-    driver_initialized, driver_touched, end_simulated_bad_fork, in_bad_fork, is_in_bad_fork,
-    refuse_in_bad_fork, simulate_bad_fork, take_unless_bad_fork, BAD_FORK_MESSAGE,
+    driver_initialized, driver_initialized_outside_init, driver_touched, end_simulated_bad_fork,
+    enumerate_as_initialization, in_bad_fork, is_in_bad_fork, refuse_in_bad_fork,
+    simulate_bad_fork, take_unless_bad_fork, BAD_FORK_MESSAGE,
 };
 
 /// How a forked child ended.

@@ -3,6 +3,7 @@
 //! which re-exports the public items). A leaf: discovery records into it, errors and every
 //! entry point read it.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Once;
 
@@ -16,6 +17,14 @@ const READY: u8 = 1;
 /// Enumeration failed; its error is kept and no later call touches the driver.
 const FAILED: u8 = 2;
 static DRIVER: AtomicU8 = AtomicU8::new(PENDING);
+/// Whether the process's enumeration ran inside [`enumerate_as_initialization`] (stored by the
+/// enumerating thread before the outcome exists, so before `DRIVER` leaves `PENDING`).
+static ENUMERATED_AS_INITIALIZATION: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// Set while this thread runs [`enumerate_as_initialization`].
+    static IN_INITIALIZATION: Cell<bool> = const { Cell::new(false) };
+}
 
 extern "C" fn child_after_fork() {
     // Async-signal-safe: one atomic load and one atomic store. The handler is installed right
@@ -37,6 +46,32 @@ pub(crate) fn note_driver_touched() {
             tracing::warn!(rc, "pthread_atfork failed: fork safety checks are off");
         }
     });
+}
+
+/// Records whether the enumeration starting now on this thread is part of an initialization
+/// (called by discovery by the one thread that enumerates, before the outcome exists).
+pub(crate) fn note_enumeration_started() {
+    let inside = IN_INITIALIZATION.try_with(Cell::get).unwrap_or(false);
+    ENUMERATED_AS_INITIALIZATION.store(inside, Ordering::Relaxed);
+}
+
+/// Runs `f`, attributing a device enumeration that `f` starts on this thread to an
+/// initialization that finishes later than the enumeration: [`driver_initialized_outside_init`]
+/// then stays false, so that the initializer (`xpu_lazy::lazy_init`, which runs its queued
+/// calls after enumerating) reports initialized only once it is done, as `torch.xpu`'s flag.
+/// The fork rule is unchanged: a child forked once the enumeration started is a bad fork.
+/// Re-entrant; the mark is cleared when `f` returns or unwinds.
+pub fn enumerate_as_initialization<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            // `try_with`: a drop during thread teardown must not panic.
+            let _ = IN_INITIALIZATION.try_with(|c| c.set(self.0));
+        }
+    }
+    let before = IN_INITIALIZATION.with(|c| c.replace(true));
+    let _reset = Reset(before);
+    f()
 }
 
 /// Records the outcome of the process's enumeration (called by discovery after the cached
@@ -97,9 +132,18 @@ pub fn driver_touched() -> bool {
 
 /// True once device enumeration succeeded in this process (the OpenCL driver is initialized)
 /// and this process is not a bad-fork child. Exactly then a child forked now is a bad fork
-/// (see the module docs). `xpu_lazy::is_initialized` reports this.
+/// (see the module docs). `xpu_lazy::is_initialized` reports
+/// [`driver_initialized_outside_init`] or its own completed initialization.
 pub fn driver_initialized() -> bool {
     DRIVER.load(Ordering::Acquire) == READY && !is_in_bad_fork()
+}
+
+/// [`driver_initialized`], and the enumeration that initialized the driver was not started
+/// inside [`enumerate_as_initialization`] (`device_count`, `is_available`, a stream, an
+/// allocation, ... called directly). `xpu_lazy::is_initialized` reports this, or its own
+/// completed initialization.
+pub fn driver_initialized_outside_init() -> bool {
+    driver_initialized() && !ENUMERATED_AS_INITIALIZATION.load(Ordering::Relaxed)
 }
 
 /// Test support: makes this process behave as a bad-fork child from now on (irreversible):

@@ -48,7 +48,7 @@ pub use backend::{live_objects, LiveObjects};
 pub use current::{
     check_device, current_device, device_of, exchange_device, set_device, DeviceGuard, HasDevice,
 };
-pub use discovery::{device, device_count, devices, is_available, Device};
+pub use discovery::{device, device_count, devices, icd_env, is_available, pass_icd_env, Device};
 pub use error::{ClError, DeviceError, KernelArgProblem, Result, INSTALL_HINT};
 pub use memory::{mem_get_info, note_reserved, reserved_by_runtime};
 pub use properties::{DeviceProperties, DeviceType};

@@ -17,9 +17,18 @@ fn probe() {
         return;
     }
     println!("probe:count={}", xpu_device::device_count());
-    // After the enumeration: what a child process of this one would inherit.
-    if let Some(v) = std::env::var_os("OCL_ICD_FILENAMES") {
-        println!("probe:icd_filenames={}", v.to_string_lossy());
+    // After the enumeration: what a child process started with `pass_icd_env` gets (some
+    // loaders truncate this process's own copy in place; xpu does not write it back).
+    if std::env::var_os("OCL_ICD_FILENAMES").is_some() {
+        let child = xpu_device::pass_icd_env(
+            Command::new("sh").args(["-c", "printf %s \"$OCL_ICD_FILENAMES\""]),
+        )
+        .output()
+        .expect("run sh");
+        println!(
+            "probe:child_icd_filenames={}",
+            String::from_utf8_lossy(&child.stdout)
+        );
     }
     match xpu_device::devices() {
         Ok(devs) => {
@@ -157,13 +166,14 @@ fn device_type_selects_cpu_or_all() {
 }
 
 #[test]
-fn enumeration_leaves_the_icd_file_list_whole_for_child_processes() {
+fn a_child_process_started_after_enumeration_gets_the_whole_icd_file_list() {
     if !common::have_devices(1) {
         return;
     }
-    // A list of two files (the second one missing): the loader reads both, and the process
-    // environment must still hold both afterwards (some loaders truncate it in place).
+    // A list of two files (the second one missing): the loader reads both, and a child started
+    // afterwards with `pass_icd_env` gets both (some loaders truncate the process's own copy
+    // in place, which xpu does not write back).
     let files = "libpocl.so.2:/nonexistent/libno-such-icd.so";
     let r = run_probe(&[("OCL_ICD_FILENAMES", files)], &["XPU_PLATFORM"]);
-    assert_eq!(r["icd_filenames"], files);
+    assert_eq!(r["child_icd_filenames"], files);
 }

@@ -291,6 +291,12 @@ mod sealed {
 pub trait GraphBlock: sealed::Sealed + Send + Sync + fmt::Debug + 'static {
     /// The allocation.
     fn block(&self) -> &DataPtr;
+
+    /// The argument it is: untyped for an allocation, typed (its element type checked against
+    /// the parameter's, as [`crate::Launch::arg`]) for a typed buffer.
+    fn arg(&self) -> Arg<'_> {
+        Arg::Block(self.block())
+    }
 }
 
 impl sealed::Sealed for DataPtr {}
@@ -303,6 +309,10 @@ impl<T: Pod + Send + Sync> sealed::Sealed for DeviceBuffer<T> {}
 impl<T: Pod + Send + Sync> GraphBlock for DeviceBuffer<T> {
     fn block(&self) -> &DataPtr {
         self.data_ptr()
+    }
+
+    fn arg(&self) -> Arg<'_> {
+        Arg::from(self)
     }
 }
 
@@ -724,13 +734,7 @@ impl CaptureLaunch<'_> {
         let kernel = self.kernel.as_mut().expect("present until enqueue or drop");
         match arg.into() {
             GraphArg::Block(b) => {
-                set_checked_arg(
-                    kernel,
-                    &self.function,
-                    &self.stream,
-                    index,
-                    Arg::Block(b.block()),
-                )?;
+                set_checked_arg(kernel, &self.function, &self.stream, index, b.arg())?;
                 self.blocks.push(b);
             }
             GraphArg::Scalar(s) => {

@@ -5,21 +5,26 @@
 use std::marker::PhantomData;
 
 use xpu_alloc::{BlockArgError, DataPtr};
-use xpu_device::backend::Kernel;
+use xpu_device::backend::{BufferElement, Kernel};
 use xpu_stream::Stream;
 
 use crate::error::KernelError;
 use crate::function::Function;
 
 /// One kernel argument: an allocation of the caching allocator (one `__global`/`__constant`
-/// pointer argument covering exactly the allocation), a scalar by value, or a size of
-/// `__local` memory. Built with `From`: `&DataPtr`, `u8`...`u64`, `i8`...`i64`, `f32`, `f64`,
-/// [`LocalMem`].
+/// pointer argument covering exactly the allocation), untyped or typed, a scalar by value, or
+/// a size of `__local` memory. Built with `From`: `&DataPtr`, `&DeviceBuffer<T>`, `u8`...`u64`,
+/// `i8`...`i64`, `f32`, `f64`, [`LocalMem`].
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub enum Arg<'a> {
     /// An allocation, borrowed until the launch is enqueued (see [`Launch`]).
     Block(&'a DataPtr),
+    /// The allocation of a typed buffer ([`crate::DeviceBuffer`]) with its element type, which
+    /// must be able to match the pointer parameter's (see
+    /// [`Kernel::check_buffer_element`]); `None` for an element type the runtime does not
+    /// know, passed as an untyped allocation.
+    TypedBlock(&'a DataPtr, Option<BufferElement>),
     /// A by-value scalar.
     Scalar(Scalar),
     /// `__local` memory of this many bytes per work-group.
@@ -64,10 +69,21 @@ impl<'a> From<&'a DataPtr> for Arg<'a> {
     }
 }
 
-/// A typed buffer is one argument, its whole allocation (a `__global T *` parameter).
+/// A typed buffer is one argument, its whole allocation (a `__global T *` parameter), whose
+/// element type is checked against the parameter's.
 impl<'a, T: bytemuck::Pod> From<&'a crate::memory::DeviceBuffer<T>> for Arg<'a> {
     fn from(b: &'a crate::memory::DeviceBuffer<T>) -> Self {
-        Arg::Block(b.data_ptr())
+        Arg::TypedBlock(b.data_ptr(), BufferElement::of::<T>())
+    }
+}
+
+impl<'a> Arg<'a> {
+    /// The allocation of a block argument, typed or not.
+    pub(crate) fn block(&self) -> Option<&'a DataPtr> {
+        match *self {
+            Arg::Block(p) | Arg::TypedBlock(p, _) => Some(p),
+            Arg::Scalar(_) | Arg::Local(_) => None,
+        }
     }
 }
 
@@ -206,7 +222,7 @@ pub(crate) fn set_checked_arg(
         });
     }
     match arg {
-        Arg::Block(ptr) => {
+        Arg::Block(ptr) | Arg::TypedBlock(ptr, _) => {
             let device = ptr.device();
             if device != stream.device() {
                 return Err(KernelError::OtherDevice {
@@ -215,6 +231,9 @@ pub(crate) fn set_checked_arg(
                     block_device: device,
                     stream_device: stream.device(),
                 });
+            }
+            if let Arg::TypedBlock(_, Some(element)) = arg {
+                kernel.check_buffer_element(index, element)?;
             }
             ptr.set_kernel_arg(kernel, index).map_err(|e| match e {
                 BlockArgError::Alloc(source) => KernelError::Block {
@@ -279,7 +298,10 @@ impl<'a> Launch<'a> {
     /// for an allocation of another device than the stream's; [`KernelError::Block`] for an
     /// empty allocation or one without an OpenCL buffer (simulated memory);
     /// [`KernelError::Device`] with [`xpu_device::DeviceError::KernelArg`] naming the kernel,
-    /// the argument index and parameter for a kind or size that does not match;
+    /// the argument index and parameter for a kind or size that does not match, or for a typed
+    /// buffer whose element type cannot match the pointer parameter's
+    /// ([`xpu_device::KernelArgProblem::ElementType`]: `DeviceBuffer<f64>` for `float*`; a
+    /// byte buffer or a `DataPtr` passes to any pointer);
     /// [`KernelError::BadFork`] in a bad fork child (first).
     pub fn arg(mut self, arg: impl Into<Arg<'a>>) -> Result<Launch<'a>, KernelError> {
         crate::error::check_fork()?;
@@ -287,7 +309,7 @@ impl<'a> Launch<'a> {
         let kernel = self.kernel.as_mut().expect("present until enqueue or drop");
         let arg = arg.into();
         set_checked_arg(kernel, &self.function, &self.stream, index, arg)?;
-        if let Arg::Block(ptr) = arg {
+        if let Some(ptr) = arg.block() {
             if ptr.stream().is_some_and(|k| k.id != self.stream.id()) {
                 self.foreign_blocks.push(ptr);
             }

@@ -14,12 +14,14 @@
 //!   processes instead ([`is_in_bad_fork`]).
 //!
 //! Which calls initialize (as torch): `current_device`, `set_device`, `synchronize`, stream and
-//! event calls, `get_device_properties`, `mem_get_info`, memory-fraction setters. One
-//! difference with torch, made so that [`is_initialized`] and a forked child always agree:
-//! OpenCL cannot count devices without initializing its driver, so `is_available` and
-//! `device_count` (and any lower-layer call that enumerates) initialize the driver —
-//! [`is_initialized`] is then true and a forked child is a bad fork — though they run no
-//! queued call (the next [`lazy_init`] does). `memory_stats` & co before any allocator exists
+//! event calls, `get_device_properties`, `mem_get_info`, memory-fraction setters.
+//! [`is_initialized`] is false until [`lazy_init`] has finished, its queued calls included (as
+//! torch's flag). One difference with torch, made so that [`is_initialized`] and a forked
+//! child agree after such a call: OpenCL cannot count devices without initializing its
+//! driver, so `is_available` and `device_count` (and any lower-layer call that enumerates)
+//! initialize the driver — once that enumeration is complete [`is_initialized`] is true, and
+//! a forked child is a bad fork — though they run no queued call (the next [`lazy_init`]
+//! does). `memory_stats` & co before any allocator exists
 //! answer empty / zero without enumerating, and `empty_cache` is then a no-op.
 #![forbid(unsafe_code)]
 

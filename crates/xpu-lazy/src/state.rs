@@ -26,16 +26,23 @@ thread_local! {
     static INITIALIZING: Cell<bool> = const { Cell::new(false) };
 }
 
-/// True once the OpenCL driver is initialized in this process and this process is not a bad
-/// fork child: exactly when a child forked now would be a bad fork. Close to
-/// `torch.xpu.is_initialized`, with one deliberate difference: OpenCL cannot count devices
-/// without initializing the driver (there is no NVML), so enumeration by any layer
-/// (`device_count`, `is_available`, `get_device_properties`, a stream, an allocation) counts
-/// as initialization here, where torch.xpu answers `False` although such a fork is already
-/// poisoned. Calls queued with [`lazy_call`] still run at the next [`lazy_init`] (every
-/// facade call that needs the runtime runs it). See `xpu_device::fork`.
+/// True once the runtime is initialized, as `torch.xpu.is_initialized`: false until a
+/// [`lazy_init`] (or [`init`]) has finished, its queued calls included, so a thread that reads
+/// `true` finds every [`lazy_call`] queued before that initialization done. False in a bad
+/// fork child.
+///
+/// One difference with torch.xpu, kept so that the flag and a forked child agree whenever no
+/// initialization is running: OpenCL cannot count devices without initializing its driver
+/// (there is no NVML), so an enumeration outside [`lazy_init`] (`device_count`,
+/// `is_available`, `get_device_properties`, a stream, an allocation, called directly) makes
+/// this true once that enumeration is complete, where torch.xpu answers `False` although such
+/// a fork is already poisoned; the calls queued with [`lazy_call`] still run at the next
+/// [`lazy_init`] (every facade call that needs the runtime runs it). While a [`lazy_init`]
+/// that enumerated runs its queued calls, or after one of them failed, this is false although
+/// a child forked then is a bad fork ([`is_in_bad_fork`] there), as in torch. See
+/// `xpu_device::fork`.
 pub fn is_initialized() -> bool {
-    (INITIALIZED.load(Ordering::Acquire) || xpu_device::fork::driver_initialized())
+    (INITIALIZED.load(Ordering::Acquire) || xpu_device::fork::driver_initialized_outside_init())
         && !xpu_device::fork::is_in_bad_fork()
 }
 
@@ -102,7 +109,9 @@ pub fn lazy_init() -> Result<(), LazyError> {
     }
     crate::register_builtin_backends();
     let _initializing = Initializing::begin();
-    run_init()
+    // An enumeration this initialization starts counts for `is_initialized` only once the
+    // initialization, queued calls included, has finished.
+    xpu_device::fork::enumerate_as_initialization(run_init)
 }
 
 fn run_init() -> Result<(), LazyError> {

@@ -1,8 +1,8 @@
 //! Re-running the test binary in a child process, for a scenario that could abort or hang the
 //! process, or that needs a process in which nothing is initialized yet.
 //!
-//! Standard library only: xpu-device's own tests, which cannot depend on this crate (it
-//! depends on xpu-device), compile this file by path (`#[path]`).
+//! Standard library and `xpu_device` only: xpu-device's own tests, which cannot depend on this
+//! crate (it depends on xpu-device), compile this file by path (`#[path]`).
 
 use std::io::Read;
 use std::process::{Command, ExitStatus, Stdio};
@@ -37,7 +37,11 @@ pub struct ChildOutput {
 /// When the test binary cannot be re-run.
 #[must_use]
 pub fn rerun(test: &str, env: (&str, &str), bound: Duration) -> ChildOutput {
-    let mut child = Command::new(std::env::current_exe().expect("test binary path"))
+    let mut command = Command::new(std::env::current_exe().expect("test binary path"));
+    // The ICD variables as this process had them before its enumeration: some loaders
+    // truncate this process's `OCL_ICD_FILENAMES` in place.
+    xpu_device::pass_icd_env(&mut command);
+    let mut child = command
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(env.0, env.1)
         .stdout(Stdio::piped())

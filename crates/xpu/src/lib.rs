@@ -116,12 +116,14 @@
 //! OpenCL cannot count devices without initializing its driver (there is no NVML), so the
 //! first enumeration — `device_count`, `is_available`, `get_device_properties`, or any call of
 //! a lower layer that needs a device — initializes the driver, and from then on
-//! [`is_initialized`] is true and a child created by `fork()` is a bad fork: every entry point
-//! of every layer returns its `BadFork` error there at once ([`Error::is_bad_fork`]), and
-//! `device_count` answers the parent's count. The flag and the child always agree (torch.xpu's
-//! `is_initialized()` stays `False` after `device_count()` although the fork is already
-//! poisoned). Calls queued with [`lazy_call`] run at [`lazy_init`], which every function marked
-//! "yes" runs first. Use spawned processes (`std::process::Command`), not `fork`, once the
+//! a child created by `fork()` is a bad fork: every entry point of every layer returns its
+//! `BadFork` error there at once ([`Error::is_bad_fork`]), and `device_count` answers the
+//! parent's count. Such an enumeration outside [`lazy_init`] makes [`is_initialized`] true
+//! once it is complete, so the flag and the child agree (torch.xpu's `is_initialized()` stays
+//! `False` after `device_count()` although the fork is already poisoned). Calls queued with
+//! [`lazy_call`] run at [`lazy_init`], which every function marked "yes" runs first; as
+//! torch's, [`is_initialized`] is false until that initialization has finished, its queued
+//! calls included (a child forked while they run is already a bad fork). Use spawned processes (`std::process::Command`), not `fork`, once the
 //! runtime was used.
 //!
 //! # Safety: what is `unsafe`, and why

@@ -79,22 +79,50 @@ impl<B: Backend> Drop for Shard<B> {
         // held (`&mut self`); statistics writes are closed while waiting. In a bad fork
         // child the shard is leaked instead: its segments, markers and stream stay the
         // parent's (no backend or source call, no statistics lock), and so does the
-        // device-wide state.
+        // device-wide state. The teardown waits for device work: with a `DeferredDrop` hook it
+        // runs there, on the backend's callback thread (`Backend::drop_must_not_wait`) on a
+        // thread of its own, else here.
         if B::is_bad_fork() {
             self.state.get_mut().leak();
             std::mem::forget(self.shared.clone());
             return;
         }
         let shared = self.shared.clone();
-        if let Some(run) = shared.deferred_drop {
-            let empty = ShardState::new(self.key, self.state.get_mut().stream.clone(), &shared);
-            let state = std::mem::replace(self.state.get_mut(), empty);
-            run(Box::new(move || {
-                let mut state = state;
-                teardown(&mut state, &shared);
-            }));
-        } else {
+        let deferred = shared.deferred_drop;
+        if deferred.is_none() && !B::drop_must_not_wait() {
             teardown(self.state.get_mut(), &shared);
+            return;
+        }
+        let empty = ShardState::new(self.key, self.state.get_mut().stream.clone(), &shared);
+        let state = std::mem::replace(self.state.get_mut(), empty);
+        let job: Box<dyn FnOnce() + Send> = Box::new(move || {
+            let mut state = state;
+            teardown(&mut state, &shared);
+        });
+        match deferred {
+            Some(run) => run(job),
+            // The backend's callback thread: the teardown waits on a thread of its own.
+            None => teardown_elsewhere(job),
+        }
+    }
+}
+
+/// Runs `job` (a shard's teardown) on a new thread; in place when no thread can be started
+/// (waiting here then, rather than leaking the segments).
+fn teardown_elsewhere(job: Box<dyn FnOnce() + Send>) {
+    let slot = Arc::new(Mutex::new(Some(job)));
+    let theirs = Arc::clone(&slot);
+    let spawned = std::thread::Builder::new()
+        .name("xpu-shard-teardown".into())
+        .spawn(move || {
+            if let Some(job) = theirs.lock().take() {
+                job();
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start a thread for a shard's teardown; it waits here");
+        if let Some(job) = slot.lock().take() {
+            job();
         }
     }
 }

@@ -65,6 +65,15 @@ fn run_caught(job: Job) {
     }
 }
 
+/// True on the runtime's callback thread (`xpu-callbacks`), where a closure registered with
+/// [`ClEvent::on_complete`](super::ClEvent::on_complete) runs. What a closure drops is dropped
+/// here too, so a destructor that would wait for device work (a caching allocator's shard
+/// teardown) asks this and hands the wait to another thread: a wait here delays every later
+/// callback. One thread-local read.
+pub fn on_callback_thread() -> bool {
+    ON_CALLBACK_THREAD.try_with(Cell::get).unwrap_or(false)
+}
+
 /// Counts one registered closure (see [`pending`]).
 pub(crate) fn registered() {
     PENDING.fetch_add(1, Ordering::Relaxed);

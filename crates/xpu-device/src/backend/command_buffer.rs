@@ -285,10 +285,17 @@ pub struct CommandBuffer {
     kernels: Vec<opencl3::types::cl_kernel>,
 }
 
-// SAFETY: the handle is only used through OpenCL calls, which are thread-safe (OpenCL 3.0
-// appendix A.2); recording needs `&mut self`. The kernels are only retained and released.
+// SAFETY: every field is owned (the queue and buffers are `Send` wrappers, `fns` is a
+// `&'static` table of function pointers) or a raw handle used only through OpenCL calls, which
+// are thread-safe on command buffers and queues (OpenCL 3.0 appendix A.2); recording needs
+// `&mut self`. The raw kernels are retained here and only released in `Drop`: no
+// `clSetKernelArg` goes through them. An enqueue reads the recorded kernels' state (PoCL reads
+// their arguments at each enqueue, see `CommandBuffer::kernel`), and the safety contract of
+// `kernel` keeps those arguments unchanged while the buffer lives, so no call here races a
+// write to a kernel. Dropping it on another thread releases the same references.
 unsafe impl Send for CommandBuffer {}
-// SAFETY: as above; `&self` only enqueues or reads plain fields.
+// SAFETY: as above; `&self` only enqueues (`clEnqueueCommandBufferKHR`, allowed concurrently
+// since the buffer is created with simultaneous use) or reads plain fields.
 unsafe impl Sync for CommandBuffer {}
 
 impl CommandBuffer {

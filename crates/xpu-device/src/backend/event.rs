@@ -108,10 +108,15 @@ pub(crate) struct UnsetGuard {
     armed: AtomicBool,
 }
 
-// SAFETY: the handle is only used for clGetEventInfo / clSetUserEventStatus, thread-safe
-// (OpenCL 3.0 appendix A.2), while a wrapper that owns a reference is being dropped.
+// SAFETY: the guard owns no reference: the raw handle is only used in `Drop`, which runs
+// inside the last `ClEvent` wrapper's `Drop` before that wrapper releases its reference (the
+// guard lives in the wrappers' shared `Arc`, so it drops with the last of them), so the event
+// is live then, whichever thread drops it. The calls made there, clGetEventInfo and
+// clSetUserEventStatus, are thread-safe (OpenCL 3.0 appendix A.2); a concurrent set through
+// another handle makes the second one fail with CL_INVALID_OPERATION, not race. `armed` is
+// atomic.
 unsafe impl Send for UnsetGuard {}
-// SAFETY: as above.
+// SAFETY: as above; `&self` only reads `armed` or clears it (`into_raw`), atomically.
 unsafe impl Sync for UnsetGuard {}
 
 impl Drop for UnsetGuard {

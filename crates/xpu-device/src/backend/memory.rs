@@ -39,9 +39,12 @@ pub struct Buffer {
 }
 
 // SAFETY: cl_mem is reference counted and every memory-object API is thread-safe
-// (OpenCL 3.0 appendix A.2); we own one reference.
+// (OpenCL 3.0 appendix A.2); we own one reference, released once in `Drop` on whichever thread
+// drops it; the other fields are plain integers.
 unsafe impl Send for Buffer {}
-// SAFETY: as above.
+// SAFETY: as above; through `&Buffer` only driver calls are made (queries, sub-buffer creation,
+// commands naming it), never a host access of the device memory, so concurrent uses are
+// ordered (or not) by their queues, not by Rust: no host memory is shared through it.
 unsafe impl Sync for Buffer {}
 
 impl Buffer {

@@ -25,7 +25,7 @@ mod program;
 mod queue;
 mod release;
 
-pub use callbacks::wait_for_callbacks;
+pub use callbacks::{on_callback_thread, wait_for_callbacks};
 pub use command_buffer::{command_buffer_support, CommandBuffer, CommandBufferSupport};
 pub use context::{Context, DeviceLimits};
 pub use device_id::DeviceId;
@@ -34,7 +34,7 @@ pub use live::{live_objects, LiveObjects};
 pub use memory::{Buffer, MemFlags};
 pub use pinned::PinnedBuffer;
 pub use platform::Platform;
-pub use program::{Kernel, KernelScalar, Program};
+pub use program::{BufferElement, Kernel, KernelScalar, Program};
 pub use queue::{CommandQueue, PinnedBytes, QueueOptions, QueuePriority};
 pub use release::take_release_error;
 

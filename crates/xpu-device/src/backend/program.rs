@@ -7,7 +7,9 @@
 //! are accepted only for by-value parameters of a known scalar type of the same size, buffers
 //! only for `__global`/`__constant` pointers of the kernel's own context, `__local` sizes only
 //! for `__local` pointers. Where the driver reports no argument information, every argument is
-//! refused ([`KernelArgProblem::InfoUnavailable`]): sound rather than permissive.
+//! refused ([`KernelArgProblem::InfoUnavailable`]): sound rather than permissive. A typed
+//! buffer's element type is checked against the pointer's type name too
+//! ([`Kernel::check_buffer_element`]), refused only where it certainly cannot match.
 
 use std::ffi::CString;
 use std::ptr;
@@ -213,6 +215,137 @@ fn scalar_size(type_name: &str) -> Option<usize> {
         "short" | "ushort" | "unsignedshort" | "half" => 2,
         "int" | "uint" | "unsignedint" | "unsigned" | "float" => 4,
         "long" | "ulong" | "unsignedlong" | "double" => 8,
+        _ => return None,
+    })
+}
+
+/// The class of a scalar component, for the element check of typed buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Component {
+    /// Bytes (`char`, `uchar`, `u8`, `i8`): fits any element type.
+    Byte,
+    /// An integer of this many bytes (signedness ignored).
+    Int(usize),
+    /// A floating-point type of this many bytes.
+    Float(usize),
+    /// OpenCL's `half` (2 bytes), whose bits a Rust buffer holds as `u16` / `i16`.
+    Half,
+}
+
+impl Component {
+    /// Whether a buffer of `self` can hold the elements of `param` (never `Byte`: handled
+    /// before).
+    fn fits(self, param: Component) -> bool {
+        match (self, param) {
+            (Component::Byte, _) | (_, Component::Byte) => true,
+            (Component::Int(a), Component::Int(b)) | (Component::Float(a), Component::Float(b)) => {
+                a == b
+            }
+            (Component::Int(2), Component::Half) | (Component::Half, Component::Int(2)) => true,
+            (Component::Half, Component::Half) => true,
+            _ => false,
+        }
+    }
+}
+
+/// The element type of a typed buffer, as far as the element check of
+/// [`Kernel::check_buffer_element`] needs it: its Rust name and its scalar component. Known for
+/// Rust's integer and floating-point types and arrays of them of 2, 3, 4, 8 or 16 elements
+/// (OpenCL's vector widths); any other type is unknown ([`BufferElement::of`] answers `None`)
+/// and is not checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferElement {
+    name: &'static str,
+    component: Component,
+}
+
+impl BufferElement {
+    /// The element descriptor of `T`, or `None` when the runtime does not know `T` (a user
+    /// type): such a buffer passes to any pointer parameter.
+    pub fn of<T: 'static>() -> Option<BufferElement> {
+        use std::any::TypeId;
+        let id = TypeId::of::<T>();
+        macro_rules! known {
+            ($($t:ty => $c:expr),* $(,)?) => {$(
+                if id == TypeId::of::<$t>() {
+                    return Some(BufferElement { name: stringify!($t), component: $c });
+                }
+                if id == TypeId::of::<[$t; 2]>() {
+                    return Some(BufferElement { name: concat!("[", stringify!($t), "; 2]"), component: $c });
+                }
+                if id == TypeId::of::<[$t; 3]>() {
+                    return Some(BufferElement { name: concat!("[", stringify!($t), "; 3]"), component: $c });
+                }
+                if id == TypeId::of::<[$t; 4]>() {
+                    return Some(BufferElement { name: concat!("[", stringify!($t), "; 4]"), component: $c });
+                }
+                if id == TypeId::of::<[$t; 8]>() {
+                    return Some(BufferElement { name: concat!("[", stringify!($t), "; 8]"), component: $c });
+                }
+                if id == TypeId::of::<[$t; 16]>() {
+                    return Some(BufferElement { name: concat!("[", stringify!($t), "; 16]"), component: $c });
+                }
+            )*};
+        }
+        known!(
+            u8 => Component::Byte,
+            i8 => Component::Byte,
+            u16 => Component::Int(2),
+            i16 => Component::Int(2),
+            u32 => Component::Int(4),
+            i32 => Component::Int(4),
+            u64 => Component::Int(8),
+            i64 => Component::Int(8),
+            f32 => Component::Float(4),
+            f64 => Component::Float(8),
+        );
+        None
+    }
+
+    /// The Rust name of the element type, e.g. `f64` or `[f32; 4]`.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+/// The scalar component of the pointee of a pointer parameter's type name (`float*`,
+/// `float4*`, `uint*`, `unsigned int*`, `const float*`...), or `None` when it is not one of
+/// OpenCL C's built-in scalar or vector types (a typedef, a struct, `void*`, a pointer to a
+/// pointer, an empty name): such a parameter is not checked.
+fn pointee_component(type_name: &str) -> Option<Component> {
+    let pointee = type_name.trim().strip_suffix('*')?;
+    let words: Vec<&str> = pointee
+        .split_whitespace()
+        .filter(|w| {
+            !matches!(
+                *w,
+                "const"
+                    | "volatile"
+                    | "restrict"
+                    | "__global"
+                    | "global"
+                    | "__constant"
+                    | "constant"
+            )
+        })
+        .collect();
+    let base = words.concat();
+    if base.contains('*') {
+        return None;
+    }
+    let scalar = base.trim_end_matches(|c: char| c.is_ascii_digit());
+    let width = &base[scalar.len()..];
+    if !matches!(width, "" | "2" | "3" | "4" | "8" | "16") {
+        return None;
+    }
+    Some(match scalar {
+        "char" | "uchar" | "unsignedchar" | "signedchar" => Component::Byte,
+        "short" | "ushort" | "unsignedshort" => Component::Int(2),
+        "int" | "uint" | "unsignedint" | "unsigned" => Component::Int(4),
+        "long" | "ulong" | "unsignedlong" => Component::Int(8),
+        "half" => Component::Half,
+        "float" => Component::Float(4),
+        "double" => Component::Float(8),
         _ => return None,
     })
 }
@@ -423,6 +556,36 @@ impl Kernel {
         Ok(())
     }
 
+    /// Checks that a typed buffer of `element` may be passed for argument `index`, a pointer
+    /// parameter: refuses (`ElementType`) only an element type that cannot match the
+    /// parameter's declared pointee (`CL_KERNEL_ARG_TYPE_NAME`, OpenCL 3.0 §5.9.4): a
+    /// different component size (`f64` for `float*`) or a float for an integer (`f32` for
+    /// `uint*`) or the reverse. A byte buffer, a `char*`/`uchar*` parameter, a type name the
+    /// runtime does not know (typedefs, structs, `void*`) or an empty one pass; a vector
+    /// parameter (`float4*`) takes buffers of its component. Sets nothing: call
+    /// [`Kernel::set_arg_buffer`] afterwards.
+    ///
+    /// # Errors
+    /// [`DeviceError::KernelArg`]: index out of range, no argument information, or
+    /// [`KernelArgProblem::ElementType`].
+    pub fn check_buffer_element(&self, index: u32, element: BufferElement) -> Result<()> {
+        let info = self.arg(index)?;
+        let Some(param) = pointee_component(&info.type_name) else {
+            return Ok(());
+        };
+        if element.component.fits(param) {
+            return Ok(());
+        }
+        let expected = info.type_name.clone();
+        Err(self.error(
+            index,
+            KernelArgProblem::ElementType {
+                expected,
+                found: element.name,
+            },
+        ))
+    }
+
     /// Sets argument `index` to a scalar value (a by-value parameter of an OpenCL C scalar
     /// type of the same size and kind: `uint` or `int` for `u32` / `i32`, `float` for `f32`,
     /// `half` for its bits as `u16` / `i16`).
@@ -567,5 +730,53 @@ impl Drop for Kernel {
         super::live::released(super::live::Kind::Kernel);
         // SAFETY: we own exactly one reference to a live kernel.
         release::note("clReleaseKernel", unsafe { clk::release_kernel(self.raw) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fits<T: 'static>(type_name: &str) -> bool {
+        let element = BufferElement::of::<T>().expect("a known element type");
+        pointee_component(type_name).is_none_or(|p| element.component.fits(p))
+    }
+
+    #[test]
+    fn element_types_that_cannot_match_the_pointee_are_told_apart_from_those_that_may() {
+        // Certain mismatches.
+        assert!(!fits::<f64>("float*"));
+        assert!(!fits::<f32>("double*"));
+        assert!(!fits::<f32>("uint*"));
+        assert!(!fits::<u32>("float*"));
+        assert!(!fits::<u64>("uint*"));
+        assert!(!fits::<f64>("float4*"));
+        assert!(!fits::<[f64; 4]>("float4*"));
+        assert!(!fits::<f32>("half*"));
+        assert!(!fits::<u32>("unsigned short*"));
+        // Matches: same component, signedness, vectors of the component, half bits.
+        assert!(fits::<f32>("float*"));
+        assert!(fits::<f32>("const float*"));
+        assert!(fits::<f32>("float4*"));
+        assert!(fits::<[f32; 4]>("float*"));
+        assert!(fits::<i32>("uint*"));
+        assert!(fits::<u32>("unsigned int*"));
+        assert!(fits::<u64>("long*"));
+        assert!(fits::<u16>("half*"));
+        assert!(fits::<u16>("half8*"));
+        // Bytes either way, and whatever the runtime does not know.
+        assert!(fits::<u8>("float*"));
+        assert!(fits::<i8>("double4*"));
+        assert!(fits::<f64>("uchar*"));
+        assert!(fits::<f64>("char16*"));
+        assert!(fits::<f64>("void*"));
+        assert!(fits::<f64>("my_real*"));
+        assert!(fits::<f64>("struct pair*"));
+        assert!(fits::<f64>("float**"));
+        assert!(fits::<f64>("float5*"));
+        assert!(fits::<f64>(""));
+        assert!(BufferElement::of::<(u32, u32)>().is_none());
+        assert!(BufferElement::of::<[f32; 5]>().is_none());
+        assert_eq!(BufferElement::of::<[f32; 4]>().unwrap().name(), "[f32; 4]");
     }
 }
