@@ -250,7 +250,7 @@ fn kernel(
 ) -> Result<xpu::xpu_kernel::Function> {
     let (tc, accc, toc) = (dtype::cl_type(t)?, dtype::cl_type(acc)?, dtype::cl_type(to)?);
     let tic = ti.map(dtype::cl_type).transpose()?;
-    let key = format!("reduce|{fold:?}|{t:?}|{tc}|{accc}|{toc}|{tic:?}");
+    let key = format!("reduce|{name}|{fold:?}|{t:?}|{tc}|{accc}|{toc}|{tic:?}");
     runtime::function(device, &key, name, || source(fold, t, tc, accc, toc, tic))
 }
 
