@@ -143,9 +143,8 @@ fn fold_defines(fold: Fold, t: DType) -> String {
         }
         Fold::Reduce(ReduceOp::Any) => ("(ACC)0", "acc |= v;", "acc |= v;"),
         Fold::Reduce(ReduceOp::All) => ("(ACC)1", "acc &= v;", "acc &= v;"),
-        Fold::Reduce(ReduceOp::Max | ReduceOp::MaxAbs | ReduceOp::ArgMax) | Fold::Scan(ScanOp::Max) => {
-            ("(ACC)0", "acc = v;", gt)
-        }
+        Fold::Reduce(ReduceOp::Max | ReduceOp::MaxAbs | ReduceOp::ArgMax)
+        | Fold::Scan(ScanOp::Max) => ("(ACC)0", "acc = v;", gt),
         Fold::Reduce(ReduceOp::Min | ReduceOp::ArgMin) | Fold::Scan(ScanOp::Min) => {
             ("(ACC)0", "acc = v;", lt)
         }
@@ -175,7 +174,11 @@ fn source(fold: Fold, t: DType, tc: &str, accc: &str, toc: &str, tic: Option<&st
     ));
     s.push_str(&fold_defines(fold, t));
     let scan = matches!(fold, Fold::Scan(_));
-    let idx_param = if ti.is_some() { ", __global TI *out_idx" } else { "" };
+    let idx_param = if ti.is_some() {
+        ", __global TI *out_idx"
+    } else {
+        ""
+    };
     // meta: r, shape[r], in_strides[r], out_strides[r], in_offset, len, in_step, out_step.
     s.push_str(&format!(
         r#"
@@ -248,7 +251,11 @@ fn kernel(
     to: DType,
     ti: Option<DType>,
 ) -> Result<xpu::xpu_kernel::Function> {
-    let (tc, accc, toc) = (dtype::cl_type(t)?, dtype::cl_type(acc)?, dtype::cl_type(to)?);
+    let (tc, accc, toc) = (
+        dtype::cl_type(t)?,
+        dtype::cl_type(acc)?,
+        dtype::cl_type(to)?,
+    );
     let tic = ti.map(dtype::cl_type).transpose()?;
     let key = format!("reduce|{name}|{fold:?}|{t:?}|{tc}|{accc}|{toc}|{tic:?}");
     runtime::function(device, &key, name, || source(fold, t, tc, accc, toc, tic))
