@@ -1,17 +1,17 @@
 //! Reductions along a dimension or over all elements, with indices (argmax/argmin), and
 //! scans (cumulative sum, product, max, min).
 //!
-//! Two OpenCL C templates, specialised per op and element type:
-//!
-//! - `reduce_lines`: one work-item per *line* — the elements of the input along the reduced
-//!   (or scanned) dimension at one coordinate of the other dimensions, read through the
-//!   input's strides (any view: permuted, broadcast, flipped). A reduction writes one output
-//!   element per line (and its index for argmax/argmin/max-with-indices); a scan writes the
-//!   running value at every element of the line.
-//! - `reduce_partial`: the first pass of a reduction over all elements of a large contiguous
-//!   tensor: `G` work-items each fold the elements `g, g + G, g + 2G, ...` (neighbouring
-//!   work-items read neighbouring elements) into a partial; the partials are then reduced
-//!   the same way until few enough remain for one work-item.
+//! One OpenCL C template, `reduce_lines`, specialised per op and element types: each
+//! work-item folds (part of) one *line* — the elements of the input along the reduced or
+//! scanned dimension at one coordinate of the other dimensions, read through the input's
+//! strides (any view: permuted, broadcast, flipped). A scan writes the running value at
+//! every element of its line. A reduction writes one value (and/or the index of the
+//! extreme, for argmax/argmin and max/min with indices) per line; when there are few lines
+//! and they are long (a reduction over all elements is one line), each line is split among
+//! `S` work-items (item `s` folds elements `s, s + S, s + 2S, ...`, so neighbouring items
+//! read neighbouring elements) into partials (values, and the line positions of the partial
+//! extremes), which are reduced the same way — ties between partial extremes go to the
+//! lower position — until one work-item per line remains.
 //!
 //! Semantics (as torch and burn's suite): NaN propagates through max/min (and their scans),
 //! argmax/argmin return the index of the first extreme value (a NaN counting as the
@@ -67,27 +67,43 @@ pub enum ScanOp {
     Min,
 }
 
-/// A reduction of at most this many elements runs on one work-item; a larger reduction over
-/// all elements first folds them into partials ([`partial_count`]).
-const SINGLE_ITEM_MAX: usize = 4096;
+/// A line of at most this many elements is folded by one work-item.
+const LINE_MAX: usize = 1024;
 
-/// Elements each work-item of a partial pass folds, at least.
+/// Elements each work-item of a split pass folds, at least.
 const PER_ITEM_MIN: usize = 64;
 
-/// Work-items of a partial pass, at most.
-const PARTIALS_MAX: usize = 16384;
+/// The number of work-items a split pass aims at (enough to fill a GPU's memory pipes).
+const TARGET_ITEMS: usize = 65536;
 
-/// The number of partials the first pass over `n` elements produces.
-fn partial_count(n: usize) -> usize {
-    n.div_ceil(PER_ITEM_MIN).clamp(1, PARTIALS_MAX)
+/// How many work-items share each of `lines` lines of `len` elements (1: no split).
+fn splits(lines: usize, len: usize) -> usize {
+    if len <= LINE_MAX || lines >= TARGET_ITEMS / 4 {
+        return 1;
+    }
+    len.div_ceil(PER_ITEM_MIN)
+        .min(TARGET_ITEMS.div_ceil(lines))
+        .max(1)
 }
 
-/// What the kernel folds: a reduction (`with_index`: also the extreme's index, in a second
-/// output) or a scan.
+/// What the kernel folds: a reduction or a scan. Argmax/argmin are `Max`/`Min` with an
+/// index output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fold {
     Reduce(ReduceOp),
     Scan(ScanOp),
+}
+
+/// One instance of the template: the fold, the input's element type `t`, the value output's
+/// type (`None`: no value output), the index output's type (`None`: none), and whether the
+/// input comes with the line positions of its elements (partials of an extreme).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Spec {
+    fold: Fold,
+    t: DType,
+    val: Option<DType>,
+    idx: Option<DType>,
+    in_idx: bool,
 }
 
 /// The element type the fold accumulates in: sums, products and means of `half` in
@@ -113,11 +129,11 @@ fn acc_dtype(fold: Fold, t: DType) -> DType {
 }
 
 /// The OpenCL C of one fold: `#define`s of the load, the first step, the step and the final
-/// value, in the variables `acc` (`ACC`), `idx` (`long`), `v` (the loaded `ACC`), `k` (the
-/// position in the line), `count` (`long`, the divisor of a mean).
-fn fold_defines(fold: Fold, t: DType) -> String {
-    let float = is_float(t);
-    let unsigned = !float && !dtype::is_signed_int(t);
+/// value, in the variables `acc` (`ACC`), `idx` (`long`), `v` (the loaded `ACC`), `pos` (the
+/// line position of `v`), `count` (`long`, the divisor of a mean).
+fn fold_defines(spec: Spec) -> String {
+    let float = is_float(spec.t);
+    let unsigned = !float && !dtype::is_signed_int(spec.t);
     let isnan = if float { "isnan(x)" } else { "0" };
     let abs = if float {
         "fabs(x)"
@@ -126,33 +142,38 @@ fn fold_defines(fold: Fold, t: DType) -> String {
     } else {
         "((x) < 0 ? -(x) : (x))"
     };
-    let load = match fold {
+    let load = match spec.fold {
         Fold::Reduce(ReduceOp::MaxAbs) => "ABS((ACC)in[j])",
         Fold::Reduce(ReduceOp::Any | ReduceOp::All) => "(ACC)(in[j] != (T)0)",
         _ => "(ACC)in[j]",
     };
-    // Extremes start from the line's first element; NaN wins and then sticks.
-    let gt = "if (!ISNAN(acc) && (v > acc || ISNAN(v))) { acc = v; idx = k; }";
-    let lt = "if (!ISNAN(acc) && (v < acc || ISNAN(v))) { acc = v; idx = k; }";
-    let (init, first, step) = match fold {
+    // Extremes start from the line's first element; NaN wins and then sticks. Partials of
+    // an extreme that tie (equal, or both NaN) resolve to the lower position.
+    let tie = if spec.in_idx {
+        " else if ((v == acc || (ISNAN(v) && ISNAN(acc))) && pos < idx) { idx = pos; }"
+    } else {
+        ""
+    };
+    let gt = format!("if (!ISNAN(acc) && (v > acc || ISNAN(v))) {{ acc = v; idx = pos; }}{tie}");
+    let lt = format!("if (!ISNAN(acc) && (v < acc || ISNAN(v))) {{ acc = v; idx = pos; }}{tie}");
+    let (init, first, step) = match spec.fold {
         Fold::Reduce(ReduceOp::Sum | ReduceOp::Mean) | Fold::Scan(ScanOp::Sum) => {
-            ("(ACC)0", "acc += v;", "acc += v;")
+            ("(ACC)0", "acc += v;", "acc += v;".to_string())
         }
         Fold::Reduce(ReduceOp::Prod) | Fold::Scan(ScanOp::Prod) => {
-            ("(ACC)1", "acc *= v;", "acc *= v;")
+            ("(ACC)1", "acc *= v;", "acc *= v;".to_string())
         }
-        Fold::Reduce(ReduceOp::Any) => ("(ACC)0", "acc |= v;", "acc |= v;"),
-        Fold::Reduce(ReduceOp::All) => ("(ACC)1", "acc &= v;", "acc &= v;"),
+        Fold::Reduce(ReduceOp::Any) => ("(ACC)0", "acc |= v;", "acc |= v;".to_string()),
+        Fold::Reduce(ReduceOp::All) => ("(ACC)1", "acc &= v;", "acc &= v;".to_string()),
         Fold::Reduce(ReduceOp::Max | ReduceOp::MaxAbs | ReduceOp::ArgMax)
-        | Fold::Scan(ScanOp::Max) => ("(ACC)0", "acc = v;", gt),
+        | Fold::Scan(ScanOp::Max) => ("(ACC)0", "acc = v; idx = pos;", gt),
         Fold::Reduce(ReduceOp::Min | ReduceOp::ArgMin) | Fold::Scan(ScanOp::Min) => {
-            ("(ACC)0", "acc = v;", lt)
+            ("(ACC)0", "acc = v; idx = pos;", lt)
         }
     };
-    let fin = match fold {
+    let fin = match spec.fold {
         Fold::Reduce(ReduceOp::Mean) if float => "(TO)(acc / (ACC)count)",
         Fold::Reduce(ReduceOp::Mean) => "(TO)(count > 0 ? acc / (ACC)count : (ACC)0)",
-        Fold::Reduce(ReduceOp::ArgMax | ReduceOp::ArgMin) => "(TO)idx",
         _ => "(TO)acc",
     };
     format!(
@@ -161,33 +182,53 @@ fn fold_defines(fold: Fold, t: DType) -> String {
     )
 }
 
-/// The program of `fold` over `T` elements accumulating in `ACC`, writing `TO` (and the
-/// index as `TI` when `with_index`).
-/// `tc`, `accc`, `toc`, `tic` are the OpenCL C names of `t`, the accumulator, the output and
-/// the index output (`None`: no index output).
-fn source(fold: Fold, t: DType, tc: &str, accc: &str, toc: &str, tic: Option<&str>) -> String {
-    let ti = tic;
-    let tic = tic.unwrap_or("long");
+/// The program of `spec`; `tc`, `accc`, `toc`, `tic` are the OpenCL C names of the input,
+/// accumulator, value output and index output types.
+fn source(spec: Spec, tc: &str, accc: &str, toc: &str, tic: &str) -> String {
     let mut s = dtype::pragmas(&[tc, accc, toc]);
     s.push_str(&format!(
         "#define T {tc}\n#define ACC {accc}\n#define TO {toc}\n#define TI {tic}\n"
     ));
-    s.push_str(&fold_defines(fold, t));
-    let scan = matches!(fold, Fold::Scan(_));
-    let idx_param = if ti.is_some() {
-        ", __global TI *out_idx"
+    s.push_str(&fold_defines(spec));
+    let scan = matches!(spec.fold, Fold::Scan(_));
+    let mut params = String::new();
+    if spec.val.is_some() {
+        params.push_str("__global TO *out, ");
+    }
+    if spec.idx.is_some() {
+        params.push_str("__global TI *out_idx, ");
+    }
+    params.push_str("__global const T *in, ");
+    if spec.in_idx {
+        params.push_str("__global const long *in_idx, ");
+    }
+    let pos = if spec.in_idx { "in_idx[j]" } else { "k" };
+    let scan_write = if scan {
+        "out[dst + k * ost] = (TO)acc;"
     } else {
         ""
     };
+    let mut final_write = String::new();
+    if !scan && spec.val.is_some() {
+        final_write.push_str("out[w_out] = FINAL; ");
+    }
+    if spec.idx.is_some() {
+        final_write.push_str("out_idx[w_out] = (TI)idx;");
+    }
     // meta: r, shape[r], in_strides[r], out_strides[r], in_offset, len, in_step, out_step.
+    // Work-item w folds line `line` (its coordinates in the r other dimensions), positions
+    // k = s, s + S, ... of it; it writes element line * S + s of a reduction's output.
     s.push_str(&format!(
         r#"
-__kernel void reduce_lines(__global TO *out{idx_param}, __global const T *in,
-                           __global const long *meta, long n, long count) {{
-  long i = get_global_id(0);
-  if (i >= n) return;
+__kernel void reduce_lines({params}__global const long *meta, long lines, long S,
+                           int line_fast, long count) {{
+  long w = get_global_id(0);
+  if (w >= lines * S) return;
+  long line = line_fast ? w % lines : w / S;
+  long s = line_fast ? w / lines : w % S;
+  long w_out = line * S + s;
   int r = (int)meta[0];
-  long rem = i;
+  long rem = line;
   long src = meta[1 + 3 * r];
   long dst = 0;
   for (int d = r - 1; d >= 0; d--) {{
@@ -202,63 +243,31 @@ __kernel void reduce_lines(__global TO *out{idx_param}, __global const T *in,
   long ost = meta[4 + 3 * r];
   ACC acc = INIT;
   long idx = 0;
-  for (long k = 0; k < len; k++) {{
+  for (long k = s; k < len; k += S) {{
     long j = src + k * st;
     ACC v = LOAD(j);
-    if (k == 0) {{ FIRST }} else {{ STEP }}
+    long pos = {pos};
+    if (k == s) {{ FIRST }} else {{ STEP }}
     {scan_write}
   }}
   {final_write}
 }}
-
-__kernel void reduce_partial(__global TO *out, __global const T *in, long off, long n, long g_n) {{
-  long g = get_global_id(0);
-  if (g >= g_n) return;
-  ACC acc = INIT;
-  long idx = 0;
-  long k = 0;
-  long count = n;
-  for (long e = g; e < n; e += g_n) {{
-    long j = off + e;
-    ACC v = LOAD(j);
-    if (k == 0) {{ FIRST }} else {{ STEP }}
-    k++;
-  }}
-  out[g] = FINAL;
-}}
-"#,
-        scan_write = if scan {
-            "out[dst + k * ost] = (TO)acc;"
-        } else {
-            ""
-        },
-        final_write = match (scan, ti.is_some()) {
-            (true, _) => "",
-            (false, true) => "out[dst] = FINAL; out_idx[dst] = (TI)idx;",
-            (false, false) => "out[dst] = FINAL;",
-        }
+"#
     ));
     s
 }
 
-/// The kernel `name` of `fold`'s program for these types, from the cache.
-fn kernel(
-    device: usize,
-    name: &str,
-    fold: Fold,
-    t: DType,
-    acc: DType,
-    to: DType,
-    ti: Option<DType>,
-) -> Result<xpu::xpu_kernel::Function> {
-    let (tc, accc, toc) = (
-        dtype::cl_type(t)?,
-        dtype::cl_type(acc)?,
-        dtype::cl_type(to)?,
-    );
-    let tic = ti.map(dtype::cl_type).transpose()?;
-    let key = format!("reduce|{name}|{fold:?}|{t:?}|{tc}|{accc}|{toc}|{tic:?}");
-    runtime::function(device, &key, name, || source(fold, t, tc, accc, toc, tic))
+/// The `reduce_lines` kernel of `spec`, from the cache.
+fn kernel(device: usize, spec: Spec) -> Result<xpu::xpu_kernel::Function> {
+    let acc = acc_dtype(spec.fold, spec.t);
+    let tc = dtype::cl_type(spec.t)?;
+    let accc = dtype::cl_type(acc)?;
+    let toc = spec.val.map(dtype::cl_type).transpose()?.unwrap_or(accc);
+    let tic = spec.idx.map(dtype::cl_type).transpose()?.unwrap_or("long");
+    let key = format!("reduce_lines|{spec:?}|{tc}|{accc}|{toc}|{tic}");
+    runtime::function(device, &key, "reduce_lines", || {
+        source(spec, tc, accc, toc, tic)
+    })
 }
 
 fn check_dim(t: &XpuTensor, dim: usize, what: &str) -> Result<()> {
@@ -271,21 +280,24 @@ fn check_dim(t: &XpuTensor, dim: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Runs `reduce_lines` of `fold` over the lines of `t` along `dim` into `out` (and `out_idx`).
-/// `out` is either shaped as `t` (a scan: every element written) or as `t` with `dim` of
-/// size 1 (a reduction: one element per line); both contiguous and fresh.
-fn run_lines(
+/// Launches `spec`'s kernel over the lines of `t` along `dim`, each split among `splits`
+/// work-items (1 for a scan). `out` is shaped as `t` (a scan) or holds `lines * splits`
+/// elements (a reduction), as does `out_idx`; `in_idx` (when `spec.in_idx`) has `t`'s
+/// shape and strides. All outputs are fresh, contiguous allocations.
+#[allow(clippy::too_many_arguments)]
+fn launch_lines(
     t: &XpuTensor,
     dim: usize,
-    fold: Fold,
-    out: &XpuTensor,
+    spec: Spec,
+    splits: usize,
+    out: Option<&XpuTensor>,
     out_idx: Option<&XpuTensor>,
+    in_idx: Option<&XpuTensor>,
     count: usize,
 ) -> Result<()> {
     let device = t.device();
     let rank = t.shape.len();
-    let scan = matches!(fold, Fold::Scan(_));
-    let out_strides = contiguous_strides(&out.shape);
+    let out_strides = contiguous_strides(&t.shape);
     let outer: Vec<usize> = (0..rank).filter(|&d| d != dim).collect();
     let lines: usize = outer.iter().map(|&d| t.shape[d]).product();
     let r = outer.len();
@@ -297,38 +309,121 @@ fn run_lines(
     m.push(t.offset as i64);
     m.push(t.shape[dim] as i64);
     m.push(t.strides[dim] as i64);
-    m.push(if scan { out_strides[dim] as i64 } else { 0 });
-    let acc = acc_dtype(fold, t.dtype);
-    let function = kernel(
-        device,
-        "reduce_lines",
-        fold,
-        t.dtype,
-        acc,
-        out.dtype,
-        out_idx.map(|o| o.dtype),
-    )?;
+    m.push(out_strides[dim] as i64);
+    let function = kernel(device, spec)?;
     let meta = runtime::upload_meta(device, &m)?;
-    let mut args: Vec<Arg<'_>> = vec![Arg::from(out.storage.buffer())];
+    let mut args: Vec<Arg<'_>> = Vec::with_capacity(9);
+    if let Some(o) = out {
+        args.push(Arg::from(o.storage.buffer()));
+    }
     if let Some(o) = out_idx {
         args.push(Arg::from(o.storage.buffer()));
     }
     args.push(Arg::from(t.storage.buffer()));
+    if let Some(i) = in_idx {
+        args.push(Arg::from(i.storage.buffer()));
+    }
     args.push(Arg::from(&meta));
     args.push(Arg::from(lines as i64));
+    args.push(Arg::from(splits as i64));
+    // Neighbouring work-items on neighbouring elements: along the line when it is
+    // contiguous, across lines otherwise.
+    args.push(Arg::from(i32::from(t.strides[dim] != 1)));
     args.push(Arg::from(count as i64));
-    // SAFETY: `lines` work-items, one per coordinate of the dimensions other than `dim`
-    // (the metadata holds exactly the 5 + 3r longs the kernel indexes, r = rank - 1). Item
-    // `i` reads `t` at its offset plus its coordinates dotted with `t`'s strides plus
-    // `k * stride[dim]` for `k < shape[dim]`: the elements of `t`'s view, which lie inside
-    // its storage (every view is built in bounds). It writes `out` at its coordinates dotted
-    // with `out`'s contiguous strides (plus `k * stride[dim]` for a scan, whose `out` has
-    // `t`'s shape; a reduction's `out` and `out_idx` have `t`'s shape with `dim` of size 1,
-    // and the coordinate along `dim` is 0): inside `out`'s `numel` elements. Loops are
-    // bounded by `r` and `shape[dim]`, so the kernel terminates; the outputs are fresh
-    // allocations no other tensor sees.
-    unsafe { runtime::launch(device, &function, &[lines], None, &args)? };
+    // SAFETY: `lines * splits` work-items; item `w` takes one line (a coordinate of the r =
+    // rank - 1 dimensions other than `dim`; the metadata holds exactly the 5 + 3r longs the
+    // kernel indexes) and `s < splits`. It reads `t` (and `in_idx`, a fresh contiguous
+    // tensor of `t`'s shape whose view `t` is then too) at `t`'s offset plus the line's
+    // coordinates dotted with `t`'s strides plus `k * stride[dim]` for `k < shape[dim]`:
+    // elements of `t`'s view, inside its storage (every view is built in bounds). A scan
+    // (`splits == 1`) writes `out` (`t`'s shape, contiguous) at the same coordinates dotted
+    // with contiguous strides: inside `out`. A reduction writes `out`/`out_idx` at
+    // `line * splits + s < lines * splits`, the element count the caller allocated. Loops
+    // are bounded by `r` and by `shape[dim]` (k grows by `splits >= 1`), so the kernel
+    // terminates; the outputs are fresh allocations no other tensor sees.
+    unsafe { runtime::launch(device, &function, &[lines * splits], None, &args)? };
     Ok(())
+}
+
+/// Reduces `t` along `dim` with `fold` into a value output of type `val` and/or an index
+/// output of type `idx` (the position of the extreme along `dim`), each shaped as `t` with
+/// `dim` of size 1. `in_idx`: the positions of `t`'s elements (when `t` holds partials of
+/// an extreme). A mean divides by `count`.
+fn reduce_lines(
+    t: &XpuTensor,
+    dim: usize,
+    op: ReduceOp,
+    val: Option<DType>,
+    idx: Option<DType>,
+    in_idx: Option<&XpuTensor>,
+    count: usize,
+) -> Result<(Option<XpuTensor>, Option<XpuTensor>)> {
+    let device = t.device();
+    let mut shape = t.shape.clone();
+    let len = shape[dim];
+    shape[dim] = 1;
+    let lines: usize = shape.iter().product();
+    let n_split = splits(lines, len);
+    let fold = Fold::Reduce(op);
+    if n_split == 1 {
+        let out = val
+            .map(|d| XpuTensor::empty(device, &shape, d))
+            .transpose()?;
+        let out_idx = idx
+            .map(|d| XpuTensor::empty(device, &shape, d))
+            .transpose()?;
+        let spec = Spec {
+            fold,
+            t: t.dtype,
+            val,
+            idx,
+            in_idx: in_idx.is_some(),
+        };
+        launch_lines(
+            t,
+            dim,
+            spec,
+            1,
+            out.as_ref(),
+            out_idx.as_ref(),
+            in_idx,
+            count,
+        )?;
+        return Ok((out, out_idx));
+    }
+    // Split: partials (and partial extremes' positions), then their reduction.
+    let (first, rest) = match op {
+        ReduceOp::Mean => (ReduceOp::Sum, ReduceOp::Mean),
+        ReduceOp::MaxAbs => (ReduceOp::MaxAbs, ReduceOp::Max),
+        other => (other, other),
+    };
+    let acc = acc_dtype(Fold::Reduce(first), t.dtype);
+    let parts = [lines, n_split];
+    let p_val = XpuTensor::empty(device, &parts, acc)?;
+    let p_idx = idx
+        .map(|_| XpuTensor::empty(device, &parts, DType::I64))
+        .transpose()?;
+    let spec = Spec {
+        fold: Fold::Reduce(first),
+        t: t.dtype,
+        val: Some(acc),
+        idx: idx.map(|_| DType::I64),
+        in_idx: in_idx.is_some(),
+    };
+    launch_lines(
+        t,
+        dim,
+        spec,
+        n_split,
+        Some(&p_val),
+        p_idx.as_ref(),
+        in_idx,
+        count,
+    )?;
+    let (out, out_idx) = reduce_lines(&p_val, 1, rest, val, idx, p_idx.as_ref(), count)?;
+    let strides = contiguous_strides(&shape);
+    let keepdim = |o: XpuTensor| o.view(shape.clone(), strides.clone(), o.offset);
+    Ok((out.map(keepdim), out_idx.map(keepdim)))
 }
 
 /// `op` along `dim`; the output keeps `dim` with size 1 and has element type `out`
@@ -338,19 +433,15 @@ fn run_lines(
 /// A dimension out of range; allocation and kernel errors.
 pub fn reduce_dim(t: &XpuTensor, dim: usize, op: ReduceOp, out: DType) -> Result<XpuTensor> {
     check_dim(t, dim, "reduction")?;
-    let mut shape = t.shape.clone();
-    let len = shape[dim];
-    shape[dim] = 1;
-    let lines: usize = shape.iter().product();
-    let arg = matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin);
-    if lines == 1 && len > SINGLE_ITEM_MAX && !arg {
-        // One line of many elements: the multi-pass reduction over all elements.
-        let r = reduce_all(t, op, out)?;
-        return Ok(r.view(shape.clone(), contiguous_strides(&shape), r.offset));
-    }
-    let o = XpuTensor::empty(t.device(), &shape, out)?;
-    run_lines(t, dim, Fold::Reduce(op), &o, None, len)?;
-    Ok(o)
+    let count = t.shape[dim];
+    let (val, idx) = match op {
+        ReduceOp::ArgMax => (None, Some(out)),
+        ReduceOp::ArgMin => (None, Some(out)),
+        _ => (Some(out), None),
+    };
+    let (v, i) = reduce_lines(t, dim, op, val, idx, None, count)?;
+    v.or(i)
+        .ok_or_else(|| Error::Invalid("reduction without output".into()))
 }
 
 /// `op` over all elements: a tensor of shape `[1]` of type `out`.
@@ -365,44 +456,7 @@ pub fn reduce_all(t: &XpuTensor, op: ReduceOp, out: DType) -> Result<XpuTensor> 
         contiguous(t)?
     };
     let flat = flat.view(vec![n], vec![1], flat.offset);
-    reduce_flat(&flat, op, out, n)
-}
-
-/// `op` over the contiguous 1-D `t`; a mean divides by `count` (the element count of the
-/// original tensor when `t` holds partial sums).
-fn reduce_flat(t: &XpuTensor, op: ReduceOp, out: DType, count: usize) -> Result<XpuTensor> {
-    let n = t.numel();
-    let arg = matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin);
-    if n <= SINGLE_ITEM_MAX || arg {
-        let o = XpuTensor::empty(t.device(), &[1], out)?;
-        run_lines(t, 0, Fold::Reduce(op), &o, None, count)?;
-        return Ok(o);
-    }
-    // First pass: partials; the op that folds partials of the same kind, then the rest.
-    let (first, rest) = match op {
-        ReduceOp::Mean => (ReduceOp::Sum, ReduceOp::Mean),
-        ReduceOp::MaxAbs => (ReduceOp::MaxAbs, ReduceOp::Max),
-        other => (other, other),
-    };
-    let fold = Fold::Reduce(first);
-    let acc = acc_dtype(fold, t.dtype);
-    let g = partial_count(n);
-    let device = t.device();
-    let partials = XpuTensor::empty(device, &[g], acc)?;
-    let function = kernel(device, "reduce_partial", fold, t.dtype, acc, acc, None)?;
-    let args = [
-        Arg::from(partials.storage.buffer()),
-        Arg::from(t.storage.buffer()),
-        Arg::from(t.offset as i64),
-        Arg::from(n as i64),
-        Arg::from(g as i64),
-    ];
-    // SAFETY: `g` work-items; item `j < g` reads `t` at `offset + e` for `e < n`, `e ≡ j`
-    // (mod g): elements of the contiguous view of `n` elements from `offset`, inside its
-    // storage; it writes `partials[j]` (`partials` holds `g` elements of `ACC`, a fresh
-    // allocation). The loop advances `e` by `g >= 1` up to `n`, so it terminates.
-    unsafe { runtime::launch(device, &function, &[g], None, &args)? };
-    reduce_flat(&partials, rest, out, count)
+    reduce_dim(&flat, 0, op, out)
 }
 
 /// The maximum (`max == true`) or minimum along `dim` and the index of its first occurrence
@@ -417,14 +471,12 @@ pub fn extreme_with_indices(
     index: DType,
 ) -> Result<(XpuTensor, XpuTensor)> {
     check_dim(t, dim, "reduction")?;
-    let mut shape = t.shape.clone();
-    let len = shape[dim];
-    shape[dim] = 1;
-    let values = XpuTensor::empty(t.device(), &shape, t.dtype)?;
-    let indices = XpuTensor::empty(t.device(), &shape, index)?;
     let op = if max { ReduceOp::Max } else { ReduceOp::Min };
-    run_lines(t, dim, Fold::Reduce(op), &values, Some(&indices), len)?;
-    Ok((values, indices))
+    let count = t.shape[dim];
+    match reduce_lines(t, dim, op, Some(t.dtype), Some(index), None, count)? {
+        (Some(v), Some(i)) => Ok((v, i)),
+        _ => Err(Error::Invalid("reduction without output".into())),
+    }
 }
 
 /// `op` accumulated along `dim` (same shape and type as `t`).
@@ -434,6 +486,13 @@ pub fn extreme_with_indices(
 pub fn scan(t: &XpuTensor, dim: usize, op: ScanOp) -> Result<XpuTensor> {
     check_dim(t, dim, "scan")?;
     let o = XpuTensor::empty(t.device(), &t.shape, t.dtype)?;
-    run_lines(t, dim, Fold::Scan(op), &o, None, t.shape[dim])?;
+    let spec = Spec {
+        fold: Fold::Scan(op),
+        t: t.dtype,
+        val: Some(t.dtype),
+        idx: None,
+        in_idx: false,
+    };
+    launch_lines(t, dim, spec, 1, Some(&o), None, None, t.shape[dim])?;
     Ok(o)
 }
