@@ -95,8 +95,9 @@ enum Fold {
 }
 
 /// One instance of the template: the fold, the input's element type `t`, the value output's
-/// type (`None`: no value output), the index output's type (`None`: none), and whether the
-/// input comes with the line positions of its elements (partials of an extreme).
+/// type (`None`: no value output), the index output's type (`None`: none), whether the
+/// input comes with the line positions of its elements (partials of an extreme), and
+/// whether a split scan starts each part from the carry of the parts before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Spec {
     fold: Fold,
@@ -104,6 +105,19 @@ struct Spec {
     val: Option<DType>,
     idx: Option<DType>,
     in_idx: bool,
+    carry: bool,
+}
+
+/// How the lines are shared among work-items: `parts` work-items per line, each folding
+/// every `parts`-th element (`chunk == 0`: interleaved) or a run of `chunk` elements.
+#[derive(Debug, Clone, Copy)]
+struct Split {
+    parts: usize,
+    chunk: usize,
+}
+
+impl Split {
+    const NONE: Split = Split { parts: 1, chunk: 0 };
 }
 
 /// The element type the fold accumulates in: sums, products and means of `half` in
@@ -202,6 +216,14 @@ fn source(spec: Spec, tc: &str, accc: &str, toc: &str, tic: &str) -> String {
     if spec.in_idx {
         params.push_str("__global const long *in_idx, ");
     }
+    if spec.carry {
+        params.push_str("__global const ACC *carry, ");
+    }
+    let carry_init = if spec.carry {
+        "if (s > 0) { acc = carry[line * S + s - 1]; started = 1; }"
+    } else {
+        ""
+    };
     let pos = if spec.in_idx { "in_idx[j]" } else { "k" };
     let scan_write = if scan {
         "out[dst + k * ost] = (TO)acc;"
@@ -217,11 +239,13 @@ fn source(spec: Spec, tc: &str, accc: &str, toc: &str, tic: &str) -> String {
     }
     // meta: r, shape[r], in_strides[r], out_strides[r], in_offset, len, in_step, out_step.
     // Work-item w folds line `line` (its coordinates in the r other dimensions), positions
-    // k = s, s + S, ... of it; it writes element line * S + s of a reduction's output.
+    // k = s * ka + m * kb < min(len, s * ka + kc) of it (interleaved: ka = 1, kb = S,
+    // kc = len; chunked: ka = kc = chunk, kb = 1); it writes element line * S + s of a
+    // reduction's output, or the scan of its positions.
     s.push_str(&format!(
         r#"
 __kernel void reduce_lines({params}__global const long *meta, long lines, long S,
-                           int line_fast, long count) {{
+                           long ka, long kb, long kc, int line_fast, long count) {{
   long w = get_global_id(0);
   if (w >= lines * S) return;
   long line = line_fast ? w % lines : w / S;
@@ -243,11 +267,15 @@ __kernel void reduce_lines({params}__global const long *meta, long lines, long S
   long ost = meta[4 + 3 * r];
   ACC acc = INIT;
   long idx = 0;
-  for (long k = s; k < len; k += S) {{
+  int started = 0;
+  {carry_init}
+  long k0 = s * ka;
+  long ke = min(len, k0 + kc);
+  for (long k = k0; k < ke; k += kb) {{
     long j = src + k * st;
     ACC v = LOAD(j);
     long pos = {pos};
-    if (k == s) {{ FIRST }} else {{ STEP }}
+    if (!started) {{ FIRST started = 1; }} else {{ STEP }}
     {scan_write}
   }}
   {final_write}
@@ -280,21 +308,28 @@ fn check_dim(t: &XpuTensor, dim: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// Launches `spec`'s kernel over the lines of `t` along `dim`, each split among `splits`
-/// work-items (1 for a scan). `out` is shaped as `t` (a scan) or holds `lines * splits`
-/// elements (a reduction), as does `out_idx`; `in_idx` (when `spec.in_idx`) has `t`'s
-/// shape and strides. All outputs are fresh, contiguous allocations.
-#[allow(clippy::too_many_arguments)]
+/// The inputs and outputs of one launch beside the folded tensor: `out` is shaped as `t`
+/// (a scan) or holds `lines * parts` elements (a reduction), as does `out_idx`; `in_idx`
+/// (when `spec.in_idx`) has `t`'s shape and strides; `carry` (when `spec.carry`) holds
+/// `lines * parts` accumulators. Outputs are fresh, contiguous allocations.
+#[derive(Default)]
+struct Buffers<'a> {
+    out: Option<&'a XpuTensor>,
+    out_idx: Option<&'a XpuTensor>,
+    in_idx: Option<&'a XpuTensor>,
+    carry: Option<&'a XpuTensor>,
+}
+
+/// Launches `spec`'s kernel over the lines of `t` along `dim`, each shared as `split` says.
 fn launch_lines(
     t: &XpuTensor,
     dim: usize,
     spec: Spec,
-    splits: usize,
-    out: Option<&XpuTensor>,
-    out_idx: Option<&XpuTensor>,
-    in_idx: Option<&XpuTensor>,
+    split: Split,
+    bufs: Buffers<'_>,
     count: usize,
 ) -> Result<()> {
+    let splits = split.parts;
     let device = t.device();
     let rank = t.shape.len();
     let out_strides = contiguous_strides(&t.shape);
@@ -312,20 +347,26 @@ fn launch_lines(
     m.push(out_strides[dim] as i64);
     let function = kernel(device, spec)?;
     let meta = runtime::upload_meta(device, &m)?;
-    let mut args: Vec<Arg<'_>> = Vec::with_capacity(9);
-    if let Some(o) = out {
-        args.push(Arg::from(o.storage.buffer()));
-    }
-    if let Some(o) = out_idx {
-        args.push(Arg::from(o.storage.buffer()));
+    let len = t.shape[dim];
+    let (ka, kb, kc) = if split.chunk == 0 {
+        (1, splits, len)
+    } else {
+        (split.chunk, 1, split.chunk)
+    };
+    let mut args: Vec<Arg<'_>> = Vec::with_capacity(14);
+    for b in [bufs.out, bufs.out_idx].into_iter().flatten() {
+        args.push(Arg::from(b.storage.buffer()));
     }
     args.push(Arg::from(t.storage.buffer()));
-    if let Some(i) = in_idx {
-        args.push(Arg::from(i.storage.buffer()));
+    for b in [bufs.in_idx, bufs.carry].into_iter().flatten() {
+        args.push(Arg::from(b.storage.buffer()));
     }
     args.push(Arg::from(&meta));
     args.push(Arg::from(lines as i64));
     args.push(Arg::from(splits as i64));
+    args.push(Arg::from(ka as i64));
+    args.push(Arg::from(kb as i64));
+    args.push(Arg::from(kc as i64));
     // Neighbouring work-items on neighbouring elements: along the line when it is
     // contiguous, across lines otherwise.
     args.push(Arg::from(i32::from(t.strides[dim] != 1)));
@@ -334,13 +375,15 @@ fn launch_lines(
     // rank - 1 dimensions other than `dim`; the metadata holds exactly the 5 + 3r longs the
     // kernel indexes) and `s < splits`. It reads `t` (and `in_idx`, a fresh contiguous
     // tensor of `t`'s shape whose view `t` is then too) at `t`'s offset plus the line's
-    // coordinates dotted with `t`'s strides plus `k * stride[dim]` for `k < shape[dim]`:
-    // elements of `t`'s view, inside its storage (every view is built in bounds). A scan
-    // (`splits == 1`) writes `out` (`t`'s shape, contiguous) at the same coordinates dotted
-    // with contiguous strides: inside `out`. A reduction writes `out`/`out_idx` at
-    // `line * splits + s < lines * splits`, the element count the caller allocated. Loops
-    // are bounded by `r` and by `shape[dim]` (k grows by `splits >= 1`), so the kernel
-    // terminates; the outputs are fresh allocations no other tensor sees.
+    // coordinates dotted with `t`'s strides plus `k * stride[dim]` for `0 <= k < len =
+    // shape[dim]` (the loop stops at `min(len, ...)`): elements of `t`'s view, inside its
+    // storage (every view is built in bounds). A scan writes `out` (`t`'s shape,
+    // contiguous) at the same coordinates dotted with contiguous strides: inside `out`; it
+    // reads `carry` at `line * splits + s - 1` for `s >= 1`, below the `lines * splits`
+    // elements it holds. A reduction writes `out`/`out_idx` at `line * splits + s <
+    // lines * splits`, the element count the caller allocated. Loops are bounded by `r` and
+    // by `len` (k grows by `kb >= 1`), so the kernel terminates; the outputs are fresh
+    // allocations no other tensor sees.
     unsafe { runtime::launch(device, &function, &[lines * splits], None, &args)? };
     Ok(())
 }
@@ -378,17 +421,15 @@ fn reduce_lines(
             val,
             idx,
             in_idx: in_idx.is_some(),
+            carry: false,
         };
-        launch_lines(
-            t,
-            dim,
-            spec,
-            1,
-            out.as_ref(),
-            out_idx.as_ref(),
+        let bufs = Buffers {
+            out: out.as_ref(),
+            out_idx: out_idx.as_ref(),
             in_idx,
-            count,
-        )?;
+            carry: None,
+        };
+        launch_lines(t, dim, spec, Split::NONE, bufs, count)?;
         return Ok((out, out_idx));
     }
     // Split: partials (and partial extremes' positions), then their reduction.
@@ -409,17 +450,19 @@ fn reduce_lines(
         val: Some(acc),
         idx: idx.map(|_| DType::I64),
         in_idx: in_idx.is_some(),
+        carry: false,
     };
-    launch_lines(
-        t,
-        dim,
-        spec,
-        n_split,
-        Some(&p_val),
-        p_idx.as_ref(),
+    let bufs = Buffers {
+        out: Some(&p_val),
+        out_idx: p_idx.as_ref(),
         in_idx,
-        count,
-    )?;
+        carry: None,
+    };
+    let split = Split {
+        parts: n_split,
+        chunk: 0,
+    };
+    launch_lines(t, dim, spec, split, bufs, count)?;
     let (out, out_idx) = reduce_lines(&p_val, 1, rest, val, idx, p_idx.as_ref(), count)?;
     let strides = contiguous_strides(&shape);
     let keepdim = |o: XpuTensor| o.view(shape.clone(), strides.clone(), o.offset);
@@ -485,14 +528,70 @@ pub fn extreme_with_indices(
 /// As [`reduce_dim`].
 pub fn scan(t: &XpuTensor, dim: usize, op: ScanOp) -> Result<XpuTensor> {
     check_dim(t, dim, "scan")?;
-    let o = XpuTensor::empty(t.device(), &t.shape, t.dtype)?;
+    scan_into(t, dim, op, t.dtype)
+}
+
+/// The scan of `t` along `dim` as a new tensor of type `out`. Few long lines are cut into
+/// chunks: the chunks' totals, then their scan (recursively), then each chunk's scan
+/// starting from the scanned total of the chunks before it.
+fn scan_into(t: &XpuTensor, dim: usize, op: ScanOp, out: DType) -> Result<XpuTensor> {
+    let device = t.device();
+    let len = t.shape[dim];
+    let lines: usize = (0..t.shape.len())
+        .filter(|&d| d != dim)
+        .map(|d| t.shape[d])
+        .product();
+    let o = XpuTensor::empty(device, &t.shape, out)?;
+    let fold = Fold::Scan(op);
+    let acc = acc_dtype(fold, t.dtype);
+    let n = splits(lines, len);
     let spec = Spec {
-        fold: Fold::Scan(op),
+        fold,
         t: t.dtype,
-        val: Some(t.dtype),
+        val: Some(out),
         idx: None,
         in_idx: false,
+        carry: n > 1,
     };
-    launch_lines(t, dim, spec, 1, Some(&o), None, None, t.shape[dim])?;
+    if n == 1 {
+        let bufs = Buffers {
+            out: Some(&o),
+            ..Buffers::default()
+        };
+        launch_lines(t, dim, spec, Split::NONE, bufs, len)?;
+        return Ok(o);
+    }
+    let chunk = len.div_ceil(n);
+    let split = Split {
+        parts: len.div_ceil(chunk),
+        chunk,
+    };
+    let total = match op {
+        ScanOp::Sum => ReduceOp::Sum,
+        ScanOp::Prod => ReduceOp::Prod,
+        ScanOp::Max => ReduceOp::Max,
+        ScanOp::Min => ReduceOp::Min,
+    };
+    let totals = XpuTensor::empty(device, &[lines, split.parts], acc)?;
+    let total_spec = Spec {
+        fold: Fold::Reduce(total),
+        t: t.dtype,
+        val: Some(acc),
+        idx: None,
+        in_idx: false,
+        carry: false,
+    };
+    let bufs = Buffers {
+        out: Some(&totals),
+        ..Buffers::default()
+    };
+    launch_lines(t, dim, total_spec, split, bufs, len)?;
+    let carry = scan_into(&totals, 1, op, acc)?;
+    let bufs = Buffers {
+        out: Some(&o),
+        carry: Some(&carry),
+        ..Buffers::default()
+    };
+    launch_lines(t, dim, spec, split, bufs, len)?;
     Ok(o)
 }
