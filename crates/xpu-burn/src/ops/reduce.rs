@@ -5,7 +5,9 @@
 //! work-item folds (part of) one *line* — the elements of the input along the reduced or
 //! scanned dimension at one coordinate of the other dimensions, read through the input's
 //! strides (any view: permuted, broadcast, flipped). A scan writes the running value at
-//! every element of its line. A reduction writes one value (and/or the index of the
+//! every element of its line; few long lines are cut into chunks, scanned in three passes
+//! (each chunk's total, the scan of the totals, each chunk's scan from the carry of the
+//! chunks before it). A reduction writes one value (and/or the index of the
 //! extreme, for argmax/argmin and max/min with indices) per line; when there are few lines
 //! and they are long (a reduction over all elements is one line), each line is split among
 //! `S` work-items (item `s` folds elements `s, s + S, s + 2S, ...`, so neighbouring items
@@ -86,8 +88,8 @@ fn splits(lines: usize, len: usize) -> usize {
         .max(1)
 }
 
-/// What the kernel folds: a reduction or a scan. Argmax/argmin are `Max`/`Min` with an
-/// index output.
+/// What the kernel folds: a reduction or a scan. `ArgMax`/`ArgMin` fold as `Max`/`Min`
+/// (the index goes to an index output).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fold {
     Reduce(ReduceOp),
