@@ -361,4 +361,20 @@ impl IntTensorOps<Self> for Xpu {
     fn int_unfold(tensor: IntTensor<Self>, dim: usize, size: usize, step: usize) -> IntTensor<Self> {
         unfold(&tensor, dim, size, step)
     }
+
+    fn int_sort(tensor: IntTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> {
+        or_panic(reduce::sort(&tensor, dim, descending)).0
+    }
+
+    fn int_sort_with_indices(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        descending: bool,
+    ) -> (IntTensor<Self>, IntTensor<Self>) {
+        or_panic(reduce::sort(&tensor, dim, descending))
+    }
+
+    fn int_argsort(tensor: IntTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> {
+        or_panic(reduce::sort(&tensor, dim, descending)).1
+    }
 }

@@ -597,3 +597,220 @@ fn scan_into(t: &XpuTensor, dim: usize, op: ScanOp, out: DType) -> Result<XpuTen
     launch_lines(t, dim, spec, split, bufs, len)?;
     Ok(o)
 }
+
+/// The program of the bitonic sort of `T` elements (`float`: ordered as IEEE 754's
+/// totalOrder, as Rust's `total_cmp`: -NaN first, then -inf ... -0 < +0 ... +inf, +NaN last).
+fn sort_source(tc: &str, float: bool) -> String {
+    let mut s = dtype::pragmas(&[tc]);
+    s.push_str(&format!("#define T {tc}\n"));
+    // The key of a float: its bits as a signed integer, negatives with the magnitude bits
+    // flipped, so that integer order is totalOrder.
+    let key = if float {
+        match tc {
+            "double" => "long KEY(T x) { long b = as_long(x); return b ^ (long)(((ulong)(b >> 63)) >> 1); }\n#define K long\n",
+            "half" => "short KEY(T x) { short b = as_short(x); return b ^ (short)(((ushort)(b >> 15)) >> 1); }\n#define K short\n",
+            _ => "int KEY(T x) { int b = as_int(x); return b ^ (int)(((uint)(b >> 31)) >> 1); }\n#define K int\n",
+        }
+    } else {
+        "#define KEY(x) (x)\n#define K T\n"
+    };
+    s.push_str(key);
+    s.push_str(
+        r#"
+// Whether (va, ia) goes before (vb, ib): padding (index < 0) last; then by key (descending
+// when `desc`), equal keys by index (a stable order).
+int before(T va, long ia, T vb, long ib, int desc) {
+  if (ia < 0) return 0;
+  if (ib < 0) return 1;
+  K ka = KEY(va);
+  K kb = KEY(vb);
+  if (ka != kb) return desc ? ka > kb : ka < kb;
+  return ia < ib;
+}
+
+// meta: r, shape[r], in_strides[r], out_strides[r], in_offset, len, in_step, out_step.
+long line_src(__global const long *meta, long line, long *dst) {
+  int r = (int)meta[0];
+  long rem = line;
+  long src = meta[1 + 3 * r];
+  long d_ = 0;
+  for (int d = r - 1; d >= 0; d--) {
+    long sz = meta[1 + d];
+    long c = rem % sz;
+    rem /= sz;
+    src += c * meta[1 + r + d];
+    d_ += c * meta[1 + 2 * r + d];
+  }
+  *dst = d_;
+  return src;
+}
+
+// Loads line `w / P` into the padded rows `vals`, `idxs` ([lines, P]).
+__kernel void sort_load(__global T *vals, __global long *idxs, __global const T *in,
+                        __global const long *meta, long lines, long P) {
+  long w = get_global_id(0);
+  if (w >= lines * P) return;
+  long line = w / P;
+  long p = w % P;
+  int r = (int)meta[0];
+  long len = meta[2 + 3 * r];
+  long st = meta[3 + 3 * r];
+  long dst;
+  long src = line_src(meta, line, &dst);
+  if (p < len) {
+    vals[w] = in[src + p * st];
+    idxs[w] = p;
+  } else {
+    vals[w] = (T)0;
+    idxs[w] = -1;
+  }
+}
+
+// One compare-exchange step (block size kk, distance j) of the bitonic network.
+__kernel void sort_step(__global T *vals, __global long *idxs, long lines, long P, long kk,
+                        long j, int desc) {
+  long w = get_global_id(0);
+  if (w >= lines * P) return;
+  long p = w % P;
+  long q = p ^ j;
+  if (q <= p) return;
+  long a = w;
+  long b = w - p + q;
+  T va = vals[a];
+  T vb = vals[b];
+  long ia = idxs[a];
+  long ib = idxs[b];
+  int up = (p & kk) == 0;
+  int swap = up ? before(vb, ib, va, ia, desc) : before(va, ia, vb, ib, desc);
+  if (swap) {
+    vals[a] = vb; vals[b] = va;
+    idxs[a] = ib; idxs[b] = ia;
+  }
+}
+
+// Writes the first `len` sorted elements of each row to the outputs (the input's shape,
+// contiguous).
+__kernel void sort_store(__global T *out, __global long *out_idx, __global const T *vals,
+                         __global const long *idxs, __global const long *meta, long lines,
+                         long P) {
+  long w = get_global_id(0);
+  if (w >= lines * P) return;
+  long line = w / P;
+  long p = w % P;
+  int r = (int)meta[0];
+  long len = meta[2 + 3 * r];
+  long ost = meta[4 + 3 * r];
+  if (p >= len) return;
+  long dst;
+  line_src(meta, line, &dst);
+  out[dst + p * ost] = vals[w];
+  out_idx[dst + p * ost] = idxs[w];
+}
+"#,
+    );
+    s
+}
+
+/// `t` sorted along `dim` (ascending, or descending when `descending`; floats in IEEE 754
+/// totalOrder as burn's `total_cmp`, NaN last ascending; equal elements keep their order)
+/// and the `I64` positions along `dim` the sorted elements came from. A bitonic network per
+/// line on the device: the line padded to a power of two `P`, then `log2(P) (log2(P) + 1) /
+/// 2` compare-exchange launches of `lines * P` work-items.
+///
+/// # Errors
+/// A dimension out of range; allocation and kernel errors.
+pub fn sort(t: &XpuTensor, dim: usize, descending: bool) -> Result<(XpuTensor, XpuTensor)> {
+    check_dim(t, dim, "sort")?;
+    let device = t.device();
+    let len = t.shape[dim];
+    let lines: usize = (0..t.shape.len())
+        .filter(|&d| d != dim)
+        .map(|d| t.shape[d])
+        .product();
+    let out = XpuTensor::empty(device, &t.shape, t.dtype)?;
+    let out_idx = XpuTensor::empty(device, &t.shape, DType::I64)?;
+    if len == 0 || lines == 0 {
+        return Ok((out, out_idx));
+    }
+    let p = len.next_power_of_two();
+    let n = lines
+        .checked_mul(p)
+        .ok_or_else(|| Error::Invalid(format!("sort of {:?}: too large", t.shape)))?;
+    let vals = XpuTensor::empty(device, &[n], t.dtype)?;
+    let idxs = XpuTensor::empty(device, &[n], DType::I64)?;
+    let tc = dtype::cl_type(t.dtype)?;
+    let float = is_float(t.dtype);
+    let kernel = |name: &str| {
+        let key = format!("sort|{name}|{tc}|{float}");
+        runtime::function(device, &key, name, || sort_source(tc, float))
+    };
+    let load = kernel("sort_load")?;
+    let step = kernel("sort_step")?;
+    let store = kernel("sort_store")?;
+    let rank = t.shape.len();
+    let out_strides = contiguous_strides(&t.shape);
+    let outer: Vec<usize> = (0..rank).filter(|&d| d != dim).collect();
+    let r = outer.len();
+    let mut m: Vec<i64> = Vec::with_capacity(5 + 3 * r);
+    m.push(r as i64);
+    m.extend(outer.iter().map(|&d| t.shape[d] as i64));
+    m.extend(outer.iter().map(|&d| t.strides[d] as i64));
+    m.extend(outer.iter().map(|&d| out_strides[d] as i64));
+    m.push(t.offset as i64);
+    m.push(len as i64);
+    m.push(t.strides[dim] as i64);
+    m.push(out_strides[dim] as i64);
+    let meta = runtime::upload_meta(device, &m)?;
+    let args = [
+        Arg::from(vals.storage.buffer()),
+        Arg::from(idxs.storage.buffer()),
+        Arg::from(t.storage.buffer()),
+        Arg::from(&meta),
+        Arg::from(lines as i64),
+        Arg::from(p as i64),
+    ];
+    // SAFETY: `lines * P` work-items; item `w` writes `vals[w]` and `idxs[w]` (both hold
+    // `lines * P` elements, fresh allocations) and, for `w % P < len`, reads `t` at its
+    // offset plus line `w / P`'s coordinates (the metadata holds exactly the 5 + 3r longs
+    // the kernel indexes) dotted with `t`'s strides plus `(w % P) * stride[dim]`: an element
+    // of `t`'s view, inside its storage. Loops are bounded by `r`.
+    unsafe { runtime::launch(device, &load, &[n], None, &args)? };
+    let mut kk = 2usize;
+    while kk <= p {
+        let mut j = kk / 2;
+        while j >= 1 {
+            let args = [
+                Arg::from(vals.storage.buffer()),
+                Arg::from(idxs.storage.buffer()),
+                Arg::from(lines as i64),
+                Arg::from(p as i64),
+                Arg::from(kk as i64),
+                Arg::from(j as i64),
+                Arg::from(i32::from(descending)),
+            ];
+            // SAFETY: `lines * P` work-items; item `w` with partner position `q = (w % P) ^
+            // j > w % P` (`j < P`, a power of two, so `q < P`) reads and writes `vals` and
+            // `idxs` at `w` and `w - w % P + q`, both in its own row of `P`, below
+            // `lines * P`; each pair is touched by one work-item only (the one of the lower
+            // position), so no two items race. No loops.
+            unsafe { runtime::launch(device, &step, &[n], None, &args)? };
+            j /= 2;
+        }
+        kk *= 2;
+    }
+    let args = [
+        Arg::from(out.storage.buffer()),
+        Arg::from(out_idx.storage.buffer()),
+        Arg::from(vals.storage.buffer()),
+        Arg::from(idxs.storage.buffer()),
+        Arg::from(&meta),
+        Arg::from(lines as i64),
+        Arg::from(p as i64),
+    ];
+    // SAFETY: `lines * P` work-items; item `w` with `w % P < len` reads `vals[w]`, `idxs[w]`
+    // (`lines * P` elements) and writes `out` and `out_idx` (both contiguous of `t`'s shape,
+    // fresh) at line `w / P`'s coordinates dotted with contiguous strides plus
+    // `(w % P) * stride[dim]`: an element of that shape. Loops are bounded by `r`.
+    unsafe { runtime::launch(device, &store, &[n], None, &args)? };
+    Ok((out, out_idx))
+}
