@@ -40,7 +40,8 @@ pub fn properties(device: usize) -> Result<Arc<DeviceProperties>> {
 type FnKey = (usize, String);
 
 /// The kernel `name` of the program that `source` builds, for `device`, cached under `key`
-/// (which must identify the source: a template name and its parameters). `source` runs only
+/// (which must identify the source: a template name and its parameters; the kernel name is
+/// part of the cache key, so one program's kernels may share `key`). `source` runs only
 /// on a miss; the program goes through xpu-kernel's memory and disk caches.
 ///
 /// # Errors
@@ -53,7 +54,7 @@ pub fn function(
 ) -> Result<Function> {
     static FUNCS: OnceLock<RwLock<HashMap<FnKey, Function>>> = OnceLock::new();
     let map = FUNCS.get_or_init(Default::default);
-    let k = (device, key.to_owned());
+    let k = (device, format!("{key}#{name}"));
     if let Some(f) = map.read().get(&k) {
         return Ok(f.clone());
     }

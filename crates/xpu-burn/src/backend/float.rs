@@ -512,4 +512,20 @@ impl FloatTensorOps<Self> for Xpu {
     fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
         or_panic(index::cat(&tensors, dim))
     }
+
+    fn float_sort(tensor: FloatTensor<Self>, dim: usize, descending: bool) -> FloatTensor<Self> {
+        or_panic(reduce::sort(&tensor, dim, descending)).0
+    }
+
+    fn float_sort_with_indices(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        descending: bool,
+    ) -> (FloatTensor<Self>, IntTensor<Self>) {
+        or_panic(reduce::sort(&tensor, dim, descending))
+    }
+
+    fn float_argsort(tensor: FloatTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> {
+        or_panic(reduce::sort(&tensor, dim, descending)).1
+    }
 }

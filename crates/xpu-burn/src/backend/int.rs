@@ -431,4 +431,20 @@ impl IntTensorOps<Self> for Xpu {
     ) -> IntTensor<Self> {
         unfold(&tensor, dim, size, step)
     }
+
+    fn int_sort(tensor: IntTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> {
+        or_panic(reduce::sort(&tensor, dim, descending)).0
+    }
+
+    fn int_sort_with_indices(
+        tensor: IntTensor<Self>,
+        dim: usize,
+        descending: bool,
+    ) -> (IntTensor<Self>, IntTensor<Self>) {
+        or_panic(reduce::sort(&tensor, dim, descending))
+    }
+
+    fn int_argsort(tensor: IntTensor<Self>, dim: usize, descending: bool) -> IntTensor<Self> {
+        or_panic(reduce::sort(&tensor, dim, descending)).1
+    }
 }
