@@ -5,12 +5,20 @@
 //! (zero-padded past the matrix edges), and each work-item accumulates one output element.
 //! The operands are read through their strides (a transposed or broadcast view is read in
 //! place, never copied); the batch dimensions broadcast as burn's `matmul` (numpy rules).
+//! `f32` products of matrices large enough to amortise a foreign call go to CLBlast's SGEMM
+//! where the library is installed (one call per batch matrix, through xpu-kernel's checked
+//! [`clblast_sgemm`]; an operand whose rows are not unit-stride is made contiguous first).
 //! Floating-point products accumulate in `float` for `half`, in the element type otherwise;
 //! integer products wrap on overflow as two's complement (what the device's integer
 //! arithmetic does).
 
 use burn_tensor::DType;
-use xpu::xpu_kernel::Arg;
+use xpu::xpu_alloc::DataPtr;
+use xpu::xpu_device::foreign::clblast::Clblast;
+use xpu::xpu_kernel::{
+    clblast_sgemm, Arg, ClRegion, DeviceRegion, DeviceRegionMut, KernelError, RowMajorSgemm,
+    TempBuffer,
+};
 
 use crate::dtype;
 use crate::error::{Error, Result};
@@ -78,11 +86,19 @@ pub fn matmul(lhs: &XpuTensor, rhs: &XpuTensor) -> Result<XpuTensor> {
         return Ok(out);
     }
 
+    if clblast_matmul(lhs, &rhs, &out, &batch, (m, n, k))? {
+        return Ok(out);
+    }
+
     let elem = dtype::cl_type(lhs.dtype)?;
     let acc = if elem == "half" { "float" } else { elem };
-    let ts = tile_size(runtime::properties(device)?.max_work_group_size);
-    let key = format!("matmul|{elem}|{acc}|{ts}");
-    let function = runtime::function(device, &key, "matmul", || source(elem, acc, ts))?;
+    let wg = tile_size(runtime::properties(device)?.max_work_group_size);
+    // Register blocking (R x R outputs per work-item) pays off once the matrices fill the
+    // larger tiles; small products keep one output per work-item.
+    let r = if m.min(n) >= 4 * wg { 4 } else { 1 };
+    let ts = wg * r;
+    let key = format!("matmul|{elem}|{acc}|{wg}|{r}");
+    let function = runtime::function(device, &key, "matmul", || source(elem, acc, wg, r))?;
 
     // Metadata: the batch rank, the batch shape, then each operand's batch strides (0 on
     // the dimensions it broadcasts along).
@@ -107,7 +123,7 @@ pub fn matmul(lhs: &XpuTensor, rhs: &XpuTensor) -> Result<XpuTensor> {
     let global = nbatch
         .checked_mul(tiles_m)
         .and_then(|g| g.checked_mul(tiles_n))
-        .and_then(|g| g.checked_mul(ts * ts))
+        .and_then(|g| g.checked_mul(wg * wg))
         .ok_or_else(|| Error::Invalid(format!("matmul of shape {out_shape:?} is too large")))?;
     let args: Vec<Arg<'_>> = vec![
         Arg::from(out.storage.buffer()),
@@ -140,32 +156,152 @@ pub fn matmul(lhs: &XpuTensor, rhs: &XpuTensor) -> Result<XpuTensor> {
     // holds `1 + 3 * br` longs, what the kernel indexes. Loops run `br` and `ceil(k / ts) *
     // ts` times, the same count for every work-item of a group (so every work-item reaches
     // every barrier): the kernel terminates.
-    unsafe { runtime::launch(device, &function, &[global], Some(&[ts * ts]), &args)? };
+    unsafe { runtime::launch(device, &function, &[global], Some(&[wg * wg]), &args)? };
     Ok(out)
 }
 
-fn source(elem: &str, acc: &str, ts: usize) -> String {
+/// `f32` elements `offset..offset + len` of an allocation, as a region for CLBlast (a
+/// [`ClRegion`] checks the range against the allocation).
+struct F32Region<'a> {
+    ptr: &'a DataPtr,
+    offset: usize,
+    len: usize,
+}
+
+impl DeviceRegion<f32> for F32Region<'_> {
+    fn data_ptr(&self) -> &DataPtr {
+        self.ptr
+    }
+    fn offset(&self) -> usize {
+        self.offset
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// Only made for the matrices of a fresh output, one region per matrix, disjoint.
+impl DeviceRegionMut<f32> for F32Region<'_> {}
+
+/// Per-matrix work (`m * n * k` multiply-adds) from which one CLBlast call per matrix beats
+/// the tiled kernel, and from which it does so for batches of more than
+/// [`CLBLAST_SMALL_BATCH`] matrices too.
+const CLBLAST_MIN_WORK: usize = 1 << 15;
+const CLBLAST_BATCH_WORK: usize = 1 << 21;
+const CLBLAST_SMALL_BATCH: usize = 8;
+
+/// `t` (a `rows x cols` matrix in its last two dimensions) with unit-stride rows and its
+/// leading dimension: itself when its rows already are, else a contiguous copy.
+fn row_major(t: &XpuTensor, rows: usize, cols: usize) -> Result<(XpuTensor, usize)> {
+    let r = t.shape.len();
+    let (sr, sc) = (t.strides[r - 2], t.strides[r - 1]);
+    if (cols == 1 || sc == 1) && (rows == 1 || sr >= cols as isize) {
+        let ld = if rows == 1 { cols } else { sr as usize };
+        return Ok((t.clone(), ld.max(1)));
+    }
+    Ok((elementwise::contiguous(t)?, cols.max(1)))
+}
+
+/// The element offset of each batch matrix of `t` (whose batch dimensions broadcast to
+/// `batch`), in batch order.
+fn batch_offsets(t: &XpuTensor, batch: &[usize]) -> Vec<usize> {
+    let tb = &t.shape[..t.shape.len() - 2];
+    let pad = batch.len() - tb.len();
+    let nbatch: usize = batch.iter().product();
+    (0..nbatch)
+        .map(|q| {
+            let (mut rem, mut off) = (q, t.offset as isize);
+            for d in (0..batch.len()).rev() {
+                let c = rem % batch[d];
+                rem /= batch[d];
+                if d >= pad && tb[d - pad] != 1 {
+                    off += c as isize * t.strides[d - pad];
+                }
+            }
+            // A view's elements lie inside its storage, so no offset is negative.
+            off.max(0) as usize
+        })
+        .collect()
+}
+
+/// `out = lhs @ rhs` by CLBlast's SGEMM when the element type is `f32`, CLBlast is
+/// installed and the matrices are large enough ([`CLBLAST_MIN_WORK`]); `Ok(false)` (nothing
+/// done) otherwise.
+fn clblast_matmul(
+    lhs: &XpuTensor,
+    rhs: &XpuTensor,
+    out: &XpuTensor,
+    batch: &[usize],
+    (m, n, k): (usize, usize, usize),
+) -> Result<bool> {
+    let nbatch: usize = batch.iter().product();
+    let work = m.saturating_mul(n).saturating_mul(k);
+    if lhs.dtype != DType::F32
+        || work < CLBLAST_MIN_WORK
+        || (nbatch > CLBLAST_SMALL_BATCH && work < CLBLAST_BATCH_WORK)
+        || Clblast::get().is_err()
+    {
+        return Ok(false);
+    }
+    let (a, lda) = row_major(lhs, m, k)?;
+    let (b, ldb) = row_major(rhs, k, n)?;
+    let stream = runtime::stream(out.device())?;
+    let (a_offs, b_offs) = (batch_offsets(&a, batch), batch_offsets(&b, batch));
+    for (q, (&ao, &bo)) in a_offs.iter().zip(&b_offs).enumerate() {
+        let ra = F32Region {
+            ptr: a.storage.buffer().data_ptr(),
+            offset: ao,
+            len: (m - 1) * lda + k,
+        };
+        let rb = F32Region {
+            ptr: b.storage.buffer().data_ptr(),
+            offset: bo,
+            len: (k - 1) * ldb + n,
+        };
+        let mut rc = F32Region {
+            ptr: out.storage.buffer().data_ptr(),
+            offset: q * m * n,
+            len: m * n,
+        };
+        let ca = ClRegion::new(&ra).map_err(KernelError::from)?;
+        let cb = ClRegion::new(&rb).map_err(KernelError::from)?;
+        let cc = ClRegion::new_mut(&mut rc).map_err(KernelError::from)?;
+        let g = RowMajorSgemm {
+            a: (&ca, lda),
+            b: (&cb, ldb),
+            ..RowMajorSgemm::new((m, n, k), &ca, &cb, &cc)
+        };
+        clblast_sgemm(&stream, &g, TempBuffer::AsNeeded).map_err(KernelError::from)?;
+    }
+    Ok(true)
+}
+
+fn source(elem: &str, acc: &str, wg: usize, r: usize) -> String {
     let mut s = dtype::pragmas(&[elem, acc]);
     s.push_str(&format!(
-        "#define T {elem}\n#define ACC {acc}\n#define TS {ts}\n"
+        "#define T {elem}\n#define ACC {acc}\n#define WG {wg}\n#define R {r}\n"
     ));
     s.push_str(
         r#"
+/* A work-group of WG x WG work-items computes a TM x TM output tile (TM = WG * R); each
+   work-item the R x R outputs (lr + WG * i, lc + WG * j). The shared dimension is walked in
+   steps of WG, the operands' tiles staged in __local memory, k-major, zero past the edges. */
+#define TM (WG * R)
 __kernel void matmul(__global T *out, __global const T *a, __global const T *b,
                      __global const long *meta, long m, long n, long k,
                      long tiles_n, long tiles_mn,
                      long a_off, long a_sm, long a_sk,
                      long b_off, long b_sk, long b_sn) {
-  __local ACC as[TS][TS];
-  __local ACC bs[TS][TS + 1];
+  __local ACC as[WG][TM + 1];
+  __local ACC bs[WG][TM + 1];
   const long g = get_group_id(0);
   const int lid = (int)get_local_id(0);
-  const int lr = lid / TS;
-  const int lc = lid % TS;
+  const int lr = lid / WG;
+  const int lc = lid % WG;
   const long bat = g / tiles_mn;
   const long t = g % tiles_mn;
-  const long row = (t / tiles_n) * TS + lr;
-  const long col = (t % tiles_n) * TS + lc;
+  const long row0 = (t / tiles_n) * TM;
+  const long col0 = (t % tiles_n) * TM;
   const int br = (int)meta[0];
   long ao = a_off;
   long bo = b_off;
@@ -177,20 +313,39 @@ __kernel void matmul(__global T *out, __global const T *a, __global const T *b,
     ao += c * meta[1 + br + d];
     bo += c * meta[1 + 2 * br + d];
   }
-  ACC sum = (ACC)0;
-  for (long p0 = 0; p0 < k; p0 += TS) {
-    const long ka = p0 + lc;
-    const long kb = p0 + lr;
-    as[lr][lc] = (row < m && ka < k) ? (ACC)a[ao + row * a_sm + ka * a_sk] : (ACC)0;
-    bs[lr][lc] = (kb < k && col < n) ? (ACC)b[bo + kb * b_sk + col * b_sn] : (ACC)0;
+  ACC sum[R][R];
+  for (int i = 0; i < R; i++)
+    for (int j = 0; j < R; j++)
+      sum[i][j] = (ACC)0;
+  for (long p0 = 0; p0 < k; p0 += WG) {
+    for (int q = 0; q < R; q++) {
+      const int idx = lid + q * WG * WG;
+      /* A: element (row0 + idx / WG, p0 + idx % WG) into as[idx % WG][idx / WG]. */
+      const int ar = idx / WG, ak = idx % WG;
+      const long gr = row0 + ar, gk = p0 + ak;
+      as[ak][ar] = (gr < m && gk < k) ? (ACC)a[ao + gr * a_sm + gk * a_sk] : (ACC)0;
+      /* B: element (p0 + idx / TM, col0 + idx % TM) into bs[idx / TM][idx % TM]. */
+      const int bk = idx / TM, bc = idx % TM;
+      const long hk = p0 + bk, hc = col0 + bc;
+      bs[bk][bc] = (hk < k && hc < n) ? (ACC)b[bo + hk * b_sk + hc * b_sn] : (ACC)0;
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (int p = 0; p < TS; p++) {
-      sum += as[lr][p] * bs[p][lc];
+    for (int p = 0; p < WG; p++) {
+      ACC av[R], bv[R];
+      for (int i = 0; i < R; i++) av[i] = as[p][lr + WG * i];
+      for (int j = 0; j < R; j++) bv[j] = bs[p][lc + WG * j];
+      for (int i = 0; i < R; i++)
+        for (int j = 0; j < R; j++)
+          sum[i][j] += av[i] * bv[j];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
   }
-  if (row < m && col < n) {
-    out[(bat * m + row) * n + col] = (T)sum;
+  for (int i = 0; i < R; i++) {
+    const long row = row0 + lr + WG * i;
+    for (int j = 0; j < R; j++) {
+      const long col = col0 + lc + WG * j;
+      if (row < m && col < n) out[(bat * m + row) * n + col] = (T)sum[i][j];
+    }
   }
 }
 "#,
