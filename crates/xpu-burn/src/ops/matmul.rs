@@ -9,8 +9,8 @@
 //! where the library is installed (one call per batch matrix, through xpu-kernel's checked
 //! [`clblast_sgemm`]; an operand whose rows are not unit-stride is made contiguous first).
 //! Floating-point products accumulate in `float` for `half`, in the element type otherwise;
-//! integer products wrap on overflow as two's complement (what the device's integer
-//! arithmetic does).
+//! integer products accumulate in an unsigned type of at least 32 bits, so they wrap on
+//! overflow (two's complement).
 
 use burn_tensor::DType;
 use xpu::xpu_alloc::DataPtr;
@@ -91,7 +91,15 @@ pub fn matmul(lhs: &XpuTensor, rhs: &XpuTensor) -> Result<XpuTensor> {
     }
 
     let elem = dtype::cl_type(lhs.dtype)?;
-    let acc = if elem == "half" { "float" } else { elem };
+    // The accumulator: `float` for `half`; for integers an unsigned type of at least 32
+    // bits, so products and sums wrap (defined for unsigned types; signed overflow is
+    // undefined in OpenCL C, as in C99) and no promotion to `int` overflows.
+    let acc = match elem {
+        "half" => "float",
+        "long" | "ulong" => "ulong",
+        "int" | "uint" | "short" | "ushort" | "char" | "uchar" => "uint",
+        e => e,
+    };
     let wg = tile_size(runtime::properties(device)?.max_work_group_size);
     // Register blocking (R x R outputs per work-item) pays off once the matrices fill the
     // larger tiles; small products keep one output per work-item.
@@ -142,19 +150,21 @@ pub fn matmul(lhs: &XpuTensor, rhs: &XpuTensor) -> Result<XpuTensor> {
         Arg::from(rhs.strides[rb - 2] as i64),
         Arg::from(rhs.strides[rb - 1] as i64),
     ];
-    // SAFETY: `nbatch * tiles_m * tiles_n` work-groups of `ts * ts` work-items (`ts * ts` is
-    // at most the device's work-group limit, and the global size is a multiple of it). Group
-    // `g` computes tile `(g / tiles_n) % tiles_m, g % tiles_n` of batch `g / (tiles_m *
-    // tiles_n) < nbatch`. Every read of `a` happens only for a row `< m` and a column `< k`,
-    // at the lhs offset plus the dot product of the batch coordinates (each below its batch
-    // size) with the lhs batch strides (0 where it broadcasts) plus row and column times the
-    // lhs's last two strides: an element of the lhs view, which lies inside its storage;
-    // the same holds for `b` (row `< k`, column `< n`). The write happens only for a row
-    // `< m` and a column `< n` at `(batch * m + row) * n + col < nbatch * m * n`, the
-    // elements of `out`, a fresh allocation no other tensor sees. `__local` accesses index
-    // `[0, ts)` in both dimensions of arrays of `ts x ts` (`ts x (ts + 1)`). The metadata
-    // holds `1 + 3 * br` longs, what the kernel indexes. Loops run `br` and `ceil(k / ts) *
-    // ts` times, the same count for every work-item of a group (so every work-item reaches
+    // SAFETY: `nbatch * tiles_m * tiles_n` work-groups of `wg * wg` work-items (`wg * wg`
+    // is at most the device's work-group limit, and the global size is a multiple of it).
+    // Group `g` computes the `ts x ts` tile `(g % (tiles_m * tiles_n)) / tiles_n, g %
+    // tiles_n` of batch `g / (tiles_m * tiles_n) < nbatch`. Every read of `a` happens only
+    // for a row `< m` and a column `< k`, at the lhs offset plus the dot product of the batch
+    // coordinates (each below its batch size) with the lhs batch strides (0 where it
+    // broadcasts) plus row and column times the lhs's last two strides: an element of the
+    // lhs view, which lies inside its storage; the same holds for `b` (row `< k`, column
+    // `< n`). A write happens only for a row `< m` and a column `< n`, at `(batch * m + row)
+    // * n + col < nbatch * m * n`: an element of `out`, a fresh allocation no other tensor
+    // sees. `__local` indices: the first below `wg`, the second below `ts = wg * r` (arrays
+    // of `wg x (ts + 1)`); staging index `lid + q * wg * wg < r * wg * wg = wg * ts` splits
+    // into `(idx / wg < ts, idx % wg)` and `(idx / ts < wg, idx % ts)`. The metadata holds
+    // `1 + 3 * br` longs, what the kernel indexes. Loops run `br`, `r` and `ceil(k / wg) *
+    // wg` times, the same counts for every work-item of a group (so every work-item reaches
     // every barrier): the kernel terminates.
     unsafe { runtime::launch(device, &function, &[global], Some(&[wg * wg]), &args)? };
     Ok(out)
