@@ -16,8 +16,8 @@ use burn_tensor::DType;
 use xpu::xpu_alloc::DataPtr;
 use xpu::xpu_device::foreign::clblast::Clblast;
 use xpu::xpu_kernel::{
-    clblast_sgemm, Arg, ClRegion, DeviceRegion, DeviceRegionMut, KernelError, RowMajorSgemm,
-    TempBuffer,
+    clblast_sgemm, Arg, ClRegion, DeviceRegion, DeviceRegionMut, InteropError, KernelError,
+    RowMajorSgemm, TempBuffer,
 };
 
 use crate::dtype;
@@ -235,8 +235,9 @@ fn batch_offsets(t: &XpuTensor, batch: &[usize]) -> Vec<usize> {
 }
 
 /// `out = lhs @ rhs` by CLBlast's SGEMM when the element type is `f32`, CLBlast is
-/// installed and the matrices are large enough ([`CLBLAST_MIN_WORK`]); `Ok(false)` (nothing
-/// done) otherwise.
+/// installed and the matrices are large enough ([`CLBLAST_MIN_WORK`]); `Ok(false)` otherwise
+/// (nothing done, or CLBlast failed with its own status: the caller's tiled kernel then
+/// overwrites all of `out`).
 fn clblast_matmul(
     lhs: &XpuTensor,
     rhs: &XpuTensor,
@@ -247,6 +248,7 @@ fn clblast_matmul(
     let nbatch: usize = batch.iter().product();
     let work = m.saturating_mul(n).saturating_mul(k);
     if lhs.dtype != DType::F32
+        || k == 0
         || work < CLBLAST_MIN_WORK
         || (nbatch > CLBLAST_SMALL_BATCH && work < CLBLAST_BATCH_WORK)
         || Clblast::get().is_err()
@@ -281,7 +283,16 @@ fn clblast_matmul(
             b: (&cb, ldb),
             ..RowMajorSgemm::new((m, n, k), &ca, &cb, &cc)
         };
-        clblast_sgemm(&stream, &g, TempBuffer::AsNeeded).map_err(KernelError::from)?;
+        match clblast_sgemm(&stream, &g, TempBuffer::AsNeeded) {
+            Ok(_) => {}
+            // CLBlast refused this device or shape (its own status): the tiled kernel, next on
+            // the same in-order stream, then writes every element of `out`.
+            Err(e @ (InteropError::Library { .. } | InteropError::Foreign(_))) => {
+                tracing::debug!("xpu-burn matmul: CLBlast failed ({e}); using the tiled kernel");
+                return Ok(false);
+            }
+            Err(e) => return Err(KernelError::from(e).into()),
+        }
     }
     Ok(true)
 }
