@@ -271,7 +271,7 @@ fn pad3<const N: usize>(v: [usize; N], fill: usize) -> [usize; 3] {
 
 /// The N-d convolution (N = 1, 2 or 3) of `x` `[batch, c_in, spatial...]` with `weight`
 /// `[c_out, c_in / groups, kernel...]`, plus `bias` `[c_out]`: `[batch, c_out, out...]`,
-/// each output size `(in + 2 pad - dil (k - 1) - 1) / stride + 1` (as torch.nn.functional.convN d).
+/// each output size `(in + 2 pad - dil (k - 1) - 1) / stride + 1` (as torch.nn.functional.conv1d / conv2d / conv3d).
 ///
 /// # Errors
 /// [`Error::Invalid`] for shapes that do not match (ranks, channel counts, groups, a kernel
@@ -288,7 +288,7 @@ pub fn conv<const N: usize>(
 /// The N-d transposed convolution (N = 1, 2 or 3) of `x` `[batch, c_in, spatial...]` with
 /// `weight` `[c_in, c_out / groups, kernel...]`, plus `bias` `[c_out]`: `[batch, c_out,
 /// out...]`, each output size `(in - 1) stride + dil (k - 1) + 1 + padding_out - 2 pad`
-/// (as torch.nn.functional.conv_transposeN d).
+/// (as torch.nn.functional.conv_transpose1d / 2d / 3d).
 ///
 /// # Errors
 /// As [`conv`]; also when the padding exceeds the output.
@@ -309,6 +309,11 @@ fn conv_impl<const N: usize>(
     transposed: bool,
 ) -> Result<XpuTensor> {
     let what = if transposed { "conv_transpose" } else { "conv" };
+    if N == 0 || N > 3 {
+        return invalid(format!(
+            "{what}: {N} spatial dimensions (1 to 3 are supported)"
+        ));
+    }
     let device = x.device();
     check_same_device(device, &[weight])?;
     if let Some(b) = bias {
@@ -358,22 +363,24 @@ fn conv_impl<const N: usize>(
         }
     }
     let mut out_sp = [0usize; N];
-    for d in 0..N {
+    for (d, o) in out_sp.iter_mut().enumerate() {
         let (size, k) = (x.shape[2 + d], weight.shape[2 + d]);
         let (s, pad, dil) = (p.stride[d], p.padding[d], p.dilation[d]);
-        out_sp[d] = if transposed {
-            if s == 0 || dil == 0 || k == 0 || size == 0 {
-                if s == 0 || dil == 0 {
-                    return invalid(format!("{what}{N}d: stride and dilation must be non-zero"));
-                }
+        *o = if transposed {
+            if s == 0 || dil == 0 {
+                return invalid(format!("{what}{N}d: stride and dilation must be non-zero"));
+            }
+            if k == 0 || size == 0 {
                 0
             } else {
+                // (size - 1) stride + dil (k - 1) + 1 + padding_out - 2 pad
                 let full = (size - 1)
                     .checked_mul(s)
                     .and_then(|v| v.checked_add(dil.checked_mul(k - 1)?))
-                    .and_then(|v| v.checked_add(1 + p.padding_out[d]))
+                    .and_then(|v| v.checked_add(1))
+                    .and_then(|v| v.checked_add(p.padding_out[d]))
                     .ok_or_else(|| Error::Invalid(format!("{what}{N}d: output too large")))?;
-                full.checked_sub(2 * pad).ok_or_else(|| {
+                full.checked_sub(pad.saturating_mul(2)).ok_or_else(|| {
                     Error::Invalid(format!("{what}{N}d: padding {pad} exceeds the output"))
                 })?
             }
@@ -1457,9 +1464,10 @@ pub fn deform_conv2d(
     // when present, flag HM) at [b, k, oh, ow], `bias` (only when present) at [oc], and the
     // input plane (b, ic < C) through `bilinear_zero`, which reads only rows in [0, H) and
     // columns in [0, W) (the sample must lie in (-1, H) x (-1, W); NaN fails the test).
-    // Integer divisors are non-zero: OW, OH, CO (n > 0), G, OG and C/G, CO/G, C/OG (checked
-    // divisible, and C > 0 when any channel loop runs... cpo is used only as a divisor of
-    // ic < C, so C > 0 there). Loops bounded by the channel and kernel counts. Meta: 19.
+    // Integer divisors are non-zero: OW, OH, CO (n > 0); G, OG (checked); CO/G (CO > 0 and
+    // G divides it); C/OG is only divided by inside the channel loop, which runs only when
+    // C/G > 0, i.e. C > 0, and OG divides C. Loops bounded by the channel and kernel counts.
+    // The metadata buffer holds the 19 longs PARAMS reads.
     unsafe { runtime::launch(device, &f, &[n], None, &args)? };
     finish(out, x.dtype)
 }
