@@ -647,10 +647,13 @@ __kernel void adaptive_pool_bwd(__global T *gx, __global const T *gy, __global c
   long H = p[0], W = p[1], OH = p[2], OW = p[3];
   long iw = i % W; long t = i / W; long ih = t % H; long nc = t / H;
   T acc = (T)0;
-  for (long oh = 0; oh < OH; oh++) {
+  /* Only outputs (ih*OH)/H <= oh <= ((ih+1)*OH)/H can cover row ih (likewise columns); the
+     exact test below decides. */
+  long oh_end = min(OH, (ih + 1) * OH / H + 1), ow_end = min(OW, (iw + 1) * OW / W + 1);
+  for (long oh = (ih * OH) / H; oh < oh_end; oh++) {
     long h0 = (oh * H) / OH, h1 = ((oh + 1) * H + OH - 1) / OH;
     if (ih < h0 || ih >= h1) continue;
-    for (long ow = 0; ow < OW; ow++) {
+    for (long ow = (iw * OW) / W; ow < ow_end; ow++) {
       long w0 = (ow * W) / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
       if (iw < w0 || iw >= w1) continue;
       acc += gy[(nc * OH + oh) * OW + ow] / (T)((h1 - h0) * (w1 - w0));
@@ -934,6 +937,23 @@ static inline T axis_weight(int mode, long o, long in, long out, long j) {
   return w;
 }
 
+/* A range [lo, hi) of output indices outside which input index `j` has weight 0: nearest
+   maps o to floor(o in / out); the others sample around f = o (in - 1) / max(out - 1, 1) with
+   taps within distance 2 of f (clamped taps land on 0 or in - 1, also within 3 of f), so
+   only |f - j| < 3 matters; one extra index each side absorbs rounding. */
+static inline void axis_range(int mode, long j, long in, long out, long *lo, long *hi) {
+  if (mode == 0) {
+    *lo = (j * out + in - 1) / in;
+    *hi = min(out, ((j + 1) * out + in - 1) / in);
+    return;
+  }
+  if (in <= 1) { *lo = 0; *hi = out; return; }
+  T ratio = (T)(in - 1) / (T)max(out - 1, 1L);
+  T a = floor((T)(j - 3) / ratio) - 1, b = ceil((T)(j + 3) / ratio) + 2;
+  *lo = a < 0 ? 0 : (a > (T)out ? out : (long)a);
+  *hi = b < 0 ? 0 : (b > (T)out ? out : (long)b);
+}
+
 __kernel void interp(__global T *out, __global const T *x, __global const long *p, long n) {
   long i = get_global_id(0);
   if (i >= n) return;
@@ -976,11 +996,14 @@ __kernel void interp_bwd(__global T *gx, __global const T *gy, __global const lo
   long iw = i % W; long t = i / W; long ih = t % H; long nc = t / H;
   __global const T *g = gy + nc * OH * OW;
   T acc = (T)0;
-  for (long oh = 0; oh < OH; oh++) {
+  long oh0, oh1, ow0, ow1;
+  axis_range(mode, ih, H, OH, &oh0, &oh1);
+  axis_range(mode, iw, W, OW, &ow0, &ow1);
+  for (long oh = oh0; oh < oh1; oh++) {
     T wy = axis_weight(mode, oh, H, OH, ih);
     if (wy == (T)0) continue;
     T row = (T)0;
-    for (long ow = 0; ow < OW; ow++) {
+    for (long ow = ow0; ow < ow1; ow++) {
       T wx = axis_weight(mode, ow, W, OW, iw);
       if (wx != (T)0) row += wx * g[oh * OW + ow];
     }
