@@ -158,10 +158,13 @@ static inline T bilinear_zero(__global const T *img, long H, long W, T y, T x) {
   T yl = floor(y), xl = floor(x);
   long y0 = (long)yl, x0 = (long)xl, y1 = y0 + 1, x1 = x0 + 1;
   T ly = y - yl, lx = x - xl, hy = (T)1 - ly, hx = (T)1 - lx;
-  T v1 = (y0 >= 0 && x0 >= 0) ? img[y0 * W + x0] : (T)0;
-  T v2 = (y0 >= 0 && x1 < W) ? img[y0 * W + x1] : (T)0;
-  T v3 = (y1 < H && x0 >= 0) ? img[y1 * W + x0] : (T)0;
-  T v4 = (y1 < H && x1 < W) ? img[y1 * W + x1] : (T)0;
+  /* Integer bounds as well: (T)H may round above H for huge sizes. */
+  bool iy0 = y0 >= 0 && y0 < H, iy1 = y1 >= 0 && y1 < H;
+  bool ix0 = x0 >= 0 && x0 < W, ix1 = x1 >= 0 && x1 < W;
+  T v1 = (iy0 && ix0) ? img[y0 * W + x0] : (T)0;
+  T v2 = (iy0 && ix1) ? img[y0 * W + x1] : (T)0;
+  T v3 = (iy1 && ix0) ? img[y1 * W + x0] : (T)0;
+  T v4 = (iy1 && ix1) ? img[y1 * W + x1] : (T)0;
   return hy * hx * v1 + hy * lx * v2 + ly * hx * v3 + ly * lx * v4;
 }
 "#;
@@ -1174,13 +1177,16 @@ __kernel void deform_cols(__global T *col, __global const T *w, __global const T
 }
 
 static inline T coord_weight(__global const T *img, long H, long W, T y, T x, int is_y) {
-  T yl = floor(y), xl = floor(x), yh = yl + 1, xh = xl + 1;
-  bool vyl = yl >= 0 && yl < (T)H, vyh = yh >= 0 && yh < (T)H;
-  bool vxl = xl >= 0 && xl < (T)W, vxh = xh >= 0 && xh < (T)W;
-  T bl = (vyl && vxl) ? img[(long)yl * W + (long)xl] : (T)0;
-  T br = (vyl && vxh) ? img[(long)yl * W + (long)xh] : (T)0;
-  T tl = (vyh && vxl) ? img[(long)yh * W + (long)xl] : (T)0;
-  T tr = (vyh && vxh) ? img[(long)yh * W + (long)xh] : (T)0;
+  /* Outside this range (or NaN) no corner is inside the image: every value would be 0. */
+  if (!(y > (T)-2 && y < (T)H + 1 && x > (T)-2 && x < (T)W + 1)) return (T)0;
+  T yl = floor(y), xl = floor(x);
+  long y0 = (long)yl, x0 = (long)xl, y1 = y0 + 1, x1 = x0 + 1;
+  bool vyl = y0 >= 0 && y0 < H, vyh = y1 >= 0 && y1 < H;
+  bool vxl = x0 >= 0 && x0 < W, vxh = x1 >= 0 && x1 < W;
+  T bl = (vyl && vxl) ? img[y0 * W + x0] : (T)0;
+  T br = (vyl && vxh) ? img[y0 * W + x1] : (T)0;
+  T tl = (vyh && vxl) ? img[y1 * W + x0] : (T)0;
+  T tr = (vyh && vxh) ? img[y1 * W + x1] : (T)0;
   if (is_y) { T dx = x - xl; return dx * (tr - br) + ((T)1 - dx) * (tl - bl); }
   T dy = y - yl;
   return dy * (tr - tl) + ((T)1 - dy) * (br - bl);
@@ -1293,8 +1299,12 @@ __kernel void deform_input_grad(__global T *gx, __global const T *off, __global 
     for (int dx = -1; dx <= 1; dx++) {
       T yp = fy + (T)dy, xp = fx + (T)dx;
       if (yp >= 0 && yp < (T)H && xp >= 0 && xp < (T)W && fabs(sy - yp) < (T)1 && fabs(sx - xp) < (T)1) {
+        /* yp, xp are in [0, H] x [0, W] here, so the conversions are defined; the integer
+           test covers (T)H rounding above H. */
+        long iy = (long)yp, ix = (long)xp;
+        if (iy >= H || ix >= W) continue;
         T wgt = ((T)1 - fabs(sy - yp)) * ((T)1 - fabs(sx - xp));
-        atomic_add_t(gx + ((b * C + ic) * H + (long)yp) * W + (long)xp, mv * wgt * cv);
+        atomic_add_t(gx + ((b * C + ic) * H + iy) * W + ix, mv * wgt * cv);
       }
     }
   }
