@@ -60,6 +60,12 @@ pub struct LiveObjects {
 /// and every completion callback has run ([`super::wait_for_callbacks`]), a leak-free program
 /// returns to the counts it had before.
 pub fn live_objects() -> LiveObjects {
+    if !crate::fork::is_in_bad_fork() {
+        // Forwards and markers the runtime holds until their sources and commands are over
+        // (see the `forwards` and `held` modules): what is over is released now.
+        super::forwards::sweep();
+        super::held::prune();
+    }
     let c = |k: Kind| COUNTS[k as usize].load(Ordering::Relaxed);
     LiveObjects {
         buffers: c(Kind::Buffer),
