@@ -23,18 +23,50 @@ struct Forward {
     target: ClEvent,
 }
 
-static FORWARDS: Mutex<Vec<Forward>> = Mutex::new(Vec::new());
+struct Forwards {
+    list: Vec<Forward>,
+    /// [`register`] sweeps once the list is this long (then twice what is left), so the list
+    /// stays about as long as the number of unfinished forwards at a time, at O(1) amortized.
+    sweep_at: usize,
+}
 
-/// Keeps the forward from `source` to `target` until `source` is over, then sweeps.
+/// Registration sweeps start once this many forwards are kept.
+const FIRST_SWEEP: usize = 64;
+
+static FORWARDS: Mutex<Forwards> = Mutex::new(Forwards {
+    list: Vec::new(),
+    sweep_at: FIRST_SWEEP,
+});
+
+/// Keeps the forward from `source` to `target` until `source` is over. When `source` has
+/// failed already, sets `target` at once.
 pub(super) fn register(source: &ClEvent, target: &ClEvent) {
-    FORWARDS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(Forward {
+    if let Ok(EventStatus::Error(code)) = source.status() {
+        fail(target, code);
+        return;
+    }
+    let full = {
+        let mut forwards = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
+        forwards.list.push(Forward {
             source: source.clone(),
             target: target.clone(),
         });
-    sweep();
+        forwards.list.len() >= forwards.sweep_at
+    };
+    // A failure between the status read above and the push is seen here (or by the sweep of
+    // the thread that set it, which runs after its status is set).
+    if full || matches!(source.status(), Ok(EventStatus::Error(_))) {
+        sweep();
+    }
+}
+
+/// Sets the user event `target` to the error status `code`. A target already set (by the
+/// callback, or foreign code) refuses a second status: nothing to do then.
+fn fail(target: &ClEvent, code: i32) {
+    if cle::set_user_event_status(target.as_raw(), code).is_ok() {
+        // The commands waiting on `target` failed too: they may be other forwards' sources.
+        sweep();
+    }
 }
 
 /// Drops the forwards whose source is over, first setting the target of each whose source
@@ -44,20 +76,23 @@ pub(super) fn register(source: &ClEvent, target: &ClEvent) {
 pub(super) fn sweep() {
     loop {
         let (failed, done) = {
-            let mut forwards = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
-            if forwards.is_empty() {
+            let mut guard = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
+            let forwards = &mut *guard;
+            if forwards.list.is_empty() {
                 return;
             }
             let (mut failed, mut done) = (Vec::new(), Vec::new());
             let mut i = 0;
-            while i < forwards.len() {
-                match forwards[i].source.status() {
-                    Ok(EventStatus::Error(code)) => failed.push((forwards.swap_remove(i), code)),
+            let list = &mut forwards.list;
+            while i < list.len() {
+                match list[i].source.status() {
+                    Ok(EventStatus::Error(code)) => failed.push((list.swap_remove(i), code)),
                     // Complete: the callback sets the target. Unreadable: nothing to learn.
-                    Ok(EventStatus::Complete) | Err(_) => done.push(forwards.swap_remove(i)),
+                    Ok(EventStatus::Complete) | Err(_) => done.push(list.swap_remove(i)),
                     Ok(_) => i += 1,
                 }
             }
+            forwards.sweep_at = FIRST_SWEEP.max(2 * list.len());
             (failed, done)
         };
         drop(done);
@@ -65,8 +100,7 @@ pub(super) fn sweep() {
             return;
         }
         for (forward, code) in failed {
-            // A target already set (by the callback, or foreign code) refuses a second status:
-            // nothing to do then.
+            // See `fail`; the loop sweeps again instead of recursing.
             let _ = cle::set_user_event_status(forward.target.as_raw(), code);
         }
     }
