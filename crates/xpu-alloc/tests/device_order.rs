@@ -281,5 +281,8 @@ fn a_failed_free_marker_keeps_the_block_out_of_the_cache_while_earlier_work_is_q
         overwritten, 0,
         "the queued fill overwrote the new owner's bytes (block reused: {reused})"
     );
-    assert!(!reused, "the block was reused while the fill on it was queued");
+    assert!(
+        !reused,
+        "the block was reused while the fill on it was queued"
+    );
 }

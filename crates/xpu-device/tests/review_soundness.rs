@@ -165,7 +165,10 @@ fn a_blocking_transfer_terminated_by_a_failed_earlier_command_is_an_error() {
             "a {what} terminated without running returned Ok (read output {out:?}, buffer now {now:?})"
         ));
         assert!(e.to_string().contains("clEnqueue"), "{e}");
-        assert_eq!(now, [5u8; 16], "the terminated transfer left the buffer as it was");
+        assert_eq!(
+            now, [5u8; 16],
+            "the terminated transfer left the buffer as it was"
+        );
         if read {
             assert_eq!(out, [0u8; 16], "nothing was read");
         }

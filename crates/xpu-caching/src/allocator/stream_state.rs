@@ -389,7 +389,11 @@ impl<B: Backend> ShardState<B> {
     /// released): its marker count never drops to 0.
     #[cold]
     fn marker_failed(block: u32, stream: StreamKey) {
-        tracing::error!(?stream, block, "a free marker failed; the block is kept out of the cache");
+        tracing::error!(
+            ?stream,
+            block,
+            "a free marker failed; the block is kept out of the cache"
+        );
     }
 
     fn marker_done(&mut self, block: u32, st: &mut StatsWriter<'_>) {

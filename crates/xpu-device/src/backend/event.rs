@@ -97,7 +97,7 @@ pub enum ProfilingInfo {
 /// is (PoCL aborts the process when such a command fails after its event was released; see
 /// the `held` module).
 ///
-/// The second field says what the event is ([`Role`]); the third, only for user events made by
+/// The second field says what the event is (`Role`); the third, only for user events made by
 /// [`ClEvent::user`], is shared by the wrapper's clones and fails the event when the last of
 /// them drops unset (`UnsetGuard`).
 #[derive(Debug)]
@@ -483,7 +483,9 @@ impl Drop for ClEvent {
             && !super::held::is_over(self.0)
         {
             // Kept (and still counted) until the command is over: see the `held` module.
-            super::held::hold(self.0);
+            for _ in 0..super::held::hold(self.0) {
+                super::live::released(super::live::Kind::Event);
+            }
             return;
         }
         super::live::released(super::live::Kind::Event);

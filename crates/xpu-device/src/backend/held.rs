@@ -50,34 +50,38 @@ pub(super) fn is_over(event: raw::cl_event) -> bool {
     cle::get_event_info(event, EXECUTION_STATUS).map_or(true, |v| v.to_int() <= 0)
 }
 
-/// Takes over one reference to `event` (a marker or barrier not over yet), still counted in
-/// [`super::live_objects`] until it is released.
-pub(super) fn hold(event: raw::cl_event) {
+/// Takes over one reference to `event` (a marker or barrier not over yet), which stays
+/// counted in [`super::live_objects`] until it is released. Returns how many held references
+/// it released (the caller uncounts them).
+#[must_use]
+pub(super) fn hold(event: raw::cl_event) -> usize {
     let over = {
         let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
         held.events.push(HeldEvent(event));
         if held.events.len() < held.prune_at {
-            return;
+            return 0;
         }
         let over = take_over(&mut held.events);
         held.prune_at = FIRST_PRUNE.max(2 * held.events.len());
         over
     };
-    release_all(over);
+    release_all(over)
 }
 
-/// Releases every held event whose command is over.
-pub(super) fn prune() {
+/// Releases every held event whose command is over; returns how many (the caller uncounts
+/// them).
+#[must_use]
+pub(super) fn prune() -> usize {
     let over = {
         let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
         if held.events.is_empty() {
-            return;
+            return 0;
         }
         let over = take_over(&mut held.events);
         held.prune_at = FIRST_PRUNE.max(2 * held.events.len());
         over
     };
-    release_all(over);
+    release_all(over)
 }
 
 /// Removes the events that are over from `events` and returns them.
@@ -94,12 +98,13 @@ fn take_over(events: &mut Vec<HeldEvent>) -> Vec<HeldEvent> {
     over
 }
 
-/// Releases the references of `events` (outside the list's lock).
-fn release_all(events: Vec<HeldEvent>) {
+/// Releases the references of `events` (outside the list's lock); returns how many.
+fn release_all(events: Vec<HeldEvent>) -> usize {
+    let n = events.len();
     for e in events {
-        super::live::released(super::live::Kind::Event);
         // SAFETY: the list owned exactly one reference to this live event; it is released
         // once, here, after its command is over.
         release::note("clReleaseEvent", unsafe { cle::release_event(e.0) });
     }
+    n
 }

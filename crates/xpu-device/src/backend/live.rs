@@ -68,7 +68,9 @@ pub fn live_objects() -> LiveObjects {
         // Forwards and markers the runtime holds until their sources and commands are over
         // (see the `forwards` and `held` modules): what is over is released now.
         super::forwards::sweep();
-        super::held::prune();
+        for _ in 0..super::held::prune() {
+            released(Kind::Event);
+        }
     }
     let c = |k: Kind| COUNTS[k as usize].load(Ordering::Relaxed);
     LiveObjects {
