@@ -11,8 +11,8 @@
 use std::sync::Arc;
 
 use xpu_caching::sim_stream::{SimMarker, SimStream};
-use xpu_caching::Backend;
-use xpu_device::backend::ClEvent;
+use xpu_caching::{Backend, MarkerStatus};
+use xpu_device::backend::{ClEvent, EventStatus};
 use xpu_stream::{QueueRef, Stream, StreamError};
 
 use crate::source::SegmentMemory;
@@ -111,10 +111,24 @@ fn marker_error(e: impl Into<StreamError>) -> MarkerError {
 pub struct EventMarker(ClEvent);
 
 impl EventMarker {
+    /// One status query. Complete: `CL_COMPLETE`; also an event whose status cannot be read
+    /// (nothing more can be learned), and one in a bad fork child, which is not queried (no
+    /// driver call there). Failed: an error status; PoCL fails the commands after a failed
+    /// one at once while earlier ones stay queued, so the marker says nothing about the
+    /// stream's earlier work (the allocator keeps the block out of the cache).
+    fn status(&self) -> MarkerStatus {
+        if xpu_device::fork::is_in_bad_fork() {
+            return MarkerStatus::Complete;
+        }
+        match self.0.status() {
+            Ok(EventStatus::Complete) | Err(_) => MarkerStatus::Complete,
+            Ok(EventStatus::Error(_)) => MarkerStatus::Failed,
+            Ok(_) => MarkerStatus::Pending,
+        }
+    }
+
     fn is_complete(&self) -> bool {
-        // An event that cannot be queried has terminated abnormally: treat it as complete; so
-        // is one in a bad fork child, which is not queried (no driver call there).
-        xpu_device::fork::is_in_bad_fork() || self.0.is_complete().unwrap_or(true)
+        self.status() == MarkerStatus::Complete
     }
 }
 
@@ -197,6 +211,19 @@ impl Backend for ClBackend {
             StreamMarker::Device(m) => m.is_complete(),
             StreamMarker::Simulated(m) => m.is_complete(),
             StreamMarker::Idle => true,
+        }
+    }
+
+    fn marker_status(marker: &StreamMarker) -> MarkerStatus {
+        match marker {
+            StreamMarker::Device(m) => m.status(),
+            StreamMarker::Simulated(_) | StreamMarker::Idle => {
+                if Self::marker_complete(marker) {
+                    MarkerStatus::Complete
+                } else {
+                    MarkerStatus::Pending
+                }
+            }
         }
     }
 

@@ -237,3 +237,52 @@ fn dropping_an_allocator_waits_for_queued_work_on_its_segments() {
     });
     copy.synchronize().unwrap();
 }
+
+/// A block used on stream E (`record_stream`) is freed while E holds, in order: a fill of the
+/// block (queued behind gate A), then a barrier on gate B. B then fails: PoCL fails the
+/// later commands at once (the barrier and the free marker after it) while the fill stays
+/// queued behind A. The failed marker says nothing about the fill, so the block must stay
+/// out of the cache: a new allocation must not get it, and the fill that runs when A opens
+/// must not overwrite the new owner's bytes.
+/// Before: a marker with an error status counted as complete (`is_complete().unwrap_or(true)`),
+/// the block went to the next allocation of its size, and A's fill overwrote its bytes.
+#[test]
+fn a_failed_free_marker_keeps_the_block_out_of_the_cache_while_earlier_work_is_queued() {
+    if !device() {
+        return;
+    }
+    const N: usize = 64 * 1024;
+    let alloc = private("");
+    let d = fresh_stream(0);
+    let e = fresh_stream(0);
+    let x = alloc.allocate(N as u64, &d.stream()).unwrap();
+    let x_addr = x.address();
+    let a = Gate::new(0).unwrap();
+    a.block(&e.stream()).unwrap();
+    x.view().unwrap().fill(&e.stream(), &[0xEE], 0, N).unwrap();
+    let b = Gate::new(0).unwrap();
+    b.block(&e.stream()).unwrap();
+    alloc.record_stream(&x, &e.stream()).unwrap();
+    // The free marker is recorded on E, behind B's barrier.
+    drop(x);
+    b.as_cl_event().set_failed(-5).unwrap();
+    let y = alloc.allocate(N as u64, &d.stream()).unwrap();
+    let reused = y.address() == x_addr;
+    y.view()
+        .unwrap()
+        .write(&d.stream(), 0, &vec![0x55; N])
+        .unwrap();
+    a.open().unwrap();
+    e.stream().synchronize().unwrap();
+    let mut seen = vec![0u8; N];
+    y.view().unwrap().read(&d.stream(), 0, &mut seen).unwrap();
+    let overwritten = seen.iter().filter(|&&v| v != 0x55).count();
+    assert_eq!(
+        overwritten, 0,
+        "the queued fill overwrote the new owner's bytes (block reused: {reused})"
+    );
+    assert!(
+        !reused,
+        "the block was reused while the fill on it was queued"
+    );
+}

@@ -9,6 +9,17 @@ use std::thread::LocalKey;
 use crate::allocator::thread_cache::Entry;
 use crate::stream::{MarkerError, StreamKey};
 
+/// Where a marker stands ([`Backend::marker_status`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerStatus {
+    /// The marked work may still run.
+    Pending,
+    /// The marked work has finished.
+    Complete,
+    /// The marker terminated abnormally: it tells nothing about the work before it.
+    Failed,
+}
+
 /// A device as the caching allocator uses it: its segment memory, its streams and the
 /// markers recorded on them. Segments themselves come from a
 /// [`SegmentSource`](crate::SegmentSource) of the same [`Backend::Memory`].
@@ -20,10 +31,12 @@ use crate::stream::{MarkerError, StreamKey};
 ///   handed out again on its allocation stream at once: later work of that stream runs
 ///   after the earlier work that used it.
 /// - [`Backend::record_marker`] returns a marker that completes once all work enqueued on
-///   the stream before it has finished; [`Backend::marker_complete`] never blocks and
-///   counts a failed marker as complete; [`Backend::wait`] blocks the calling thread until
+///   the stream before it has finished; [`Backend::marker_complete`] never blocks;
+///   [`Backend::marker_status`] also tells a marker that terminated abnormally, which says
+///   nothing about the work before it; [`Backend::wait`] blocks the calling thread until
 ///   it completes. A block used on other streams (`record_stream`) is reused only after a
-///   marker recorded at its free on each of those streams completed.
+///   marker recorded at its free on each of those streams completed (a block whose marker
+///   failed, or could not be recorded, is never reused).
 /// - [`Backend::stream_wait`] makes work enqueued on a stream afterwards run after a marker
 ///   of another stream of the same device, without blocking the host (a segment moved
 ///   between streams is ordered this way).
@@ -51,8 +64,22 @@ pub trait Backend: Clone + Sized + Send + Sync + 'static {
     /// # Errors
     /// [`MarkerError`] when the marker could not be enqueued.
     fn record_marker(stream: &Self::Stream) -> Result<Self::Marker, MarkerError>;
-    /// Whether the marked work has finished (a failed marker counts as finished).
+    /// Whether the marked work has finished. False for a failed marker (see
+    /// [`Backend::marker_status`]).
     fn marker_complete(marker: &Self::Marker) -> bool;
+    /// Where the marker stands, in one query; never blocks. [`MarkerStatus::Failed`]: the
+    /// marker terminated abnormally (an OpenCL error status), and the work before it may
+    /// still be queued: PoCL fails the commands after a failed one at once while the earlier
+    /// ones wait (an in-order queue keeps its order only for commands that run). The
+    /// allocator keeps the block that marker frees out of the cache, as when the marker could
+    /// not be recorded. Default: from [`Backend::marker_complete`] (never failed).
+    fn marker_status(marker: &Self::Marker) -> MarkerStatus {
+        if Self::marker_complete(marker) {
+            MarkerStatus::Complete
+        } else {
+            MarkerStatus::Pending
+        }
+    }
     /// Blocks the calling thread until the marked work has finished.
     ///
     /// # Errors

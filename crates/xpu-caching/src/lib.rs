@@ -37,7 +37,7 @@ pub use crate::allocator::{
     Allocation, BlockSnapshot, BlockState, CachingAllocator, DeferredDrop, SegmentSnapshot,
     SharedState, WeakShard,
 };
-pub use crate::backend::{Backend, ThreadCaches};
+pub use crate::backend::{Backend, MarkerStatus, ThreadCaches};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
 pub use crate::error::{CacheError, DeviceFailure, OomReport};
 pub use crate::history::{History, TraceAction, TraceEntry};

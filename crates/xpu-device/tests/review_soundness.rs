@@ -91,30 +91,59 @@ fn a_missing_foreign_library_is_a_typed_not_available_error() {
     assert_eq!(e.code(), None);
 }
 
+/// `CL_QUEUE_REFERENCE_COUNT` of `q` (OpenCL 3.0 §5.1, table 19). A command's event holds a
+/// reference to its queue, so the count grows by one when a command is enqueued: the one thing
+/// outside the driver that shows a blocking call has enqueued its command (the call itself
+/// returns only once the command is over).
+fn queue_reference_count(q: &xpu_device::backend::CommandQueue) -> u32 {
+    const QUEUE_REFERENCE_COUNT: u32 = 0x1092;
+    let v = opencl3::command_queue::get_command_queue_data(q.as_raw(), QUEUE_REFERENCE_COUNT)
+        .expect("clGetCommandQueueInfo(CL_QUEUE_REFERENCE_COUNT)");
+    u32::from_ne_bytes([v[0], v[1], v[2], v[3]])
+}
+
 /// A blocking transfer queued behind a command that then fails: the driver terminates the
 /// transfer without running it (PoCL returns `CL_SUCCESS` from the blocking call all the
 /// same), so `read`/`write` must report the failure instead of `Ok` with nothing transferred.
-/// Either outcome is checked whatever the timing: an error, or `Ok` with the data transferred.
-/// The gate fails from another thread after a delay, which only makes the failing order
-/// (transfer enqueued first) likely: nothing observable tells when a blocking call has
-/// enqueued its command, and the assertions hold for both orders.
-/// Before: `read` returned `Ok(())` and the output was never written (all zeros).
+///
+/// The order is made, not hoped for: on a fresh queue, a marker waits on a user event; another
+/// thread fails that event only once the blocking call has enqueued its command, which it sees
+/// as one more reference to the queue ([`queue_reference_count`]; nothing else on that queue
+/// can take or drop one meanwhile: its only other command, the marker, cannot complete).
+/// Failing the event before the call would test nothing: PoCL then runs the transfer normally.
+/// A driver whose events hold no queue reference (checked with the marker first) skips.
+/// Before (the code before d51564e, or with its status check reverted): `read` returned
+/// `Ok(())` with the output never written and `write` returned `Ok(())` with the buffer
+/// unchanged, on every run.
 #[test]
 fn a_blocking_transfer_terminated_by_a_failed_earlier_command_is_an_error() {
     use xpu_device::backend::{Buffer, MemFlags};
-    let Some((dev, ctx, q)) = common::device0_queue() else {
+    let Some((dev, ctx, setup)) = common::device0_queue() else {
         return;
     };
     let buf = Buffer::new(ctx, 16, MemFlags::default()).unwrap();
     for read in [true, false] {
-        q.write(&buf, 0, &[5u8; 16]).unwrap();
-        let gate = dev.create_user_event().unwrap();
-        let _marker = q.enqueue_marker(&[&gate]).unwrap();
+        setup.write(&buf, 0, &[5u8; 16]).unwrap();
+        setup.finish().unwrap();
+        let q = common::queue(dev);
+        let user = dev.create_user_event().unwrap();
+        let alone = queue_reference_count(&q);
+        // Kept to the end: the marker's event holds its queue reference all along.
+        let marker = q.enqueue_marker(&[&user]).unwrap();
+        if queue_reference_count(&q) != alone + 1 {
+            eprintln!("skipping: this driver's events hold no reference to their queue");
+            user.set_complete().unwrap();
+            return;
+        }
+        let watched = q.clone();
+        let before = queue_reference_count(&q);
         let failer = {
-            let gate = gate.clone();
+            let user = user.clone();
             std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(200));
-                gate.set_failed(-5).unwrap();
+                while queue_reference_count(&watched) == before {
+                    std::thread::yield_now();
+                }
+                user.set_failed(-5).unwrap();
             })
         };
         let mut out = [0u8; 16];
@@ -124,16 +153,24 @@ fn a_blocking_transfer_terminated_by_a_failed_earlier_command_is_an_error() {
             q.write(&buf, 0, &[9u8; 16])
         };
         failer.join().unwrap();
+        assert!(
+            matches!(marker.status().unwrap(), EventStatus::Error(_)),
+            "the earlier command failed"
+        );
         q.finish().unwrap();
         let mut now = [0u8; 16];
-        q.read(&buf, 0, &mut now).unwrap();
-        match r {
-            Ok(()) if read => assert_eq!(out, [5u8; 16], "read returned Ok without reading"),
-            Ok(()) => assert_eq!(now, [9u8; 16], "write returned Ok without writing"),
-            Err(e) => {
-                assert!(e.to_string().contains("clEnqueue"), "{e}");
-                assert_eq!(now, [5u8; 16], "a refused write left the buffer as it was");
-            }
+        setup.read(&buf, 0, &mut now).unwrap();
+        let what = if read { "read" } else { "write" };
+        let e = r.expect_err(&format!(
+            "a {what} terminated without running returned Ok (read output {out:?}, buffer now {now:?})"
+        ));
+        assert!(e.to_string().contains("clEnqueue"), "{e}");
+        assert_eq!(
+            now, [5u8; 16],
+            "the terminated transfer left the buffer as it was"
+        );
+        if read {
+            assert_eq!(out, [0u8; 16], "nothing was read");
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, MarkerStatus};
 use crate::stream::StreamKey;
 
 /// Markers of one stream with the blocks they free, oldest first.
@@ -40,22 +40,27 @@ impl<B: Backend> Pending<B> {
         }
     }
 
-    /// Pops the completed markers at the front of every FIFO, stopping each FIFO at its
-    /// first incomplete marker (no head-of-line blocking across streams), and returns their
-    /// blocks in order. Emptied FIFOs are dropped (a stream's FIFO is re-created, last in
+    /// Pops the completed and the failed markers at the front of every FIFO, stopping each
+    /// FIFO at its first marker that is neither (no head-of-line blocking across streams),
+    /// and returns their blocks in order: those of completed markers, and those of failed
+    /// markers ([`MarkerStatus::Failed`]: the work before them may still be queued) with
+    /// their stream. Emptied FIFOs are dropped (a stream's FIFO is re-created, last in
     /// order, by its next pending free).
-    pub(crate) fn pop_completed(&mut self) -> Vec<u32> {
-        let mut done = Vec::new();
-        for (_, fifo) in &mut self.fifos {
-            while fifo.front().is_some_and(|(m, _)| B::marker_complete(m)) {
-                if let Some((_, block)) = fifo.pop_front() {
-                    done.push(block);
+    pub(crate) fn pop_completed(&mut self) -> (Vec<u32>, Vec<(StreamKey, u32)>) {
+        let (mut done, mut failed) = (Vec::new(), Vec::new());
+        for (stream, fifo) in &mut self.fifos {
+            while let Some((marker, block)) = fifo.front() {
+                match B::marker_status(marker) {
+                    MarkerStatus::Complete => done.push(*block),
+                    MarkerStatus::Failed => failed.push((*stream, *block)),
+                    MarkerStatus::Pending => break,
                 }
+                fifo.pop_front();
             }
         }
-        self.count -= done.len();
+        self.count -= done.len() + failed.len();
         self.fifos.retain(|(_, fifo)| !fifo.is_empty());
-        done
+        (done, failed)
     }
 
     /// Every marker (oldest first per stream), to be waited for without the shard's lock.

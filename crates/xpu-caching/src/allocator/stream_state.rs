@@ -383,6 +383,19 @@ impl<B: Backend> ShardState<B> {
         }
     }
 
+    /// A free marker of `block` failed ([`Backend::marker_status`]): the work on `stream`
+    /// before it may still be queued, so nothing orders a reuse after it. As when the marker
+    /// could not be recorded, the block stays out of the cache (never reused, merged or
+    /// released): its marker count never drops to 0.
+    #[cold]
+    fn marker_failed(block: u32, stream: StreamKey) {
+        tracing::error!(
+            ?stream,
+            block,
+            "a free marker failed; the block is kept out of the cache"
+        );
+    }
+
     fn marker_done(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         let b = &mut self.blocks[block];
         b.event_count -= 1;
@@ -403,7 +416,11 @@ impl<B: Backend> ShardState<B> {
     fn process_events_slow(&mut self, st: &mut StatsWriter<'_>) {
         // Querying markers is a driver call: statistics readers must not wait for it.
         let pending = &mut self.pending;
-        for block in st.unlocked(|| pending.pop_completed()) {
+        let (done, failed) = st.unlocked(|| pending.pop_completed());
+        for (stream, block) in failed {
+            Self::marker_failed(block, stream);
+        }
+        for block in done {
             self.marker_done(block, st);
         }
     }

@@ -15,6 +15,8 @@ const EVENT_COMMAND_QUEUE: u32 = 0x11D0;
 /// `CL_EVENT_COMMAND_TYPE` (0x11D2 is `CL_EVENT_REFERENCE_COUNT`).
 const EVENT_COMMAND_TYPE: u32 = 0x11D1;
 const COMMAND_USER: u32 = 0x1204;
+const COMMAND_MARKER: u32 = 0x11FE;
+const COMMAND_BARRIER: u32 = 0x1205;
 const CODE_INVALID_EVENT: i32 = -58;
 const CL_COMPLETE: i32 = 0;
 const CL_SUBMITTED: i32 = 2;
@@ -51,8 +53,12 @@ extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut
     };
     // clSetUserEventStatus is non-blocking and allowed in a callback (§5.11.4); a target
     // already set refuses the second status, which is all there is to do then.
-    let _ = cle::set_user_event_status(raw, status);
+    let set = cle::set_user_event_status(raw, status);
     drop(guard);
+    if set.is_ok() && status < 0 {
+        // The failure may fail commands that other forwards wait for (see `forwards`).
+        super::forwards::sweep();
+    }
     // SAFETY: the reference owned by the boxed clone, released once (clReleaseEvent is
     // non-blocking and allowed in a callback).
     release::note("clReleaseEvent", unsafe { cle::release_event(raw) });
@@ -86,13 +92,39 @@ pub enum ProfilingInfo {
     End,
 }
 
-/// A reference-counted OpenCL event. `Clone` retains, `Drop` releases.
+/// A reference-counted OpenCL event. `Clone` retains, `Drop` releases: at once, except for a
+/// marker or barrier whose command is not over yet, whose reference the runtime keeps until it
+/// is (PoCL aborts the process when such a command fails after its event was released; see
+/// the `held` module).
 ///
-/// The second field says whether the wrapper may set the status (a user event); the third,
-/// only for user events made by [`ClEvent::user`], is shared by the wrapper's clones and fails
-/// the event when the last of them drops unset (`UnsetGuard`).
+/// The second field says what the event is (`Role`); the third, only for user events made by
+/// [`ClEvent::user`], is shared by the wrapper's clones and fails the event when the last of
+/// them drops unset (`UnsetGuard`).
 #[derive(Debug)]
-pub struct ClEvent(raw::cl_event, bool, Option<Arc<UnsetGuard>>);
+pub struct ClEvent(raw::cl_event, Role, Option<Arc<UnsetGuard>>);
+
+/// What a [`ClEvent`] is, as far as its wrapper cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// A command's event (a copy, fill, kernel, transfer...).
+    Command,
+    /// A marker's or barrier's event: released only once the command is over.
+    Synchronization,
+    /// A user event: the wrapper may set its status.
+    User,
+}
+
+impl Role {
+    /// The role of a raw event, from its `CL_EVENT_COMMAND_TYPE` (a plain command when the
+    /// type cannot be read).
+    fn of(raw: raw::cl_event) -> Role {
+        match cle::get_event_info(raw, EVENT_COMMAND_TYPE).map(|t| t.to_uint()) {
+            Ok(COMMAND_USER) => Role::User,
+            Ok(COMMAND_MARKER | COMMAND_BARRIER) => Role::Synchronization,
+            _ => Role::Command,
+        }
+    }
+}
 
 /// The status a user event gets when every wrapper of it dropped before it was set:
 /// `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`, which terminates the commands waiting on it.
@@ -131,7 +163,9 @@ impl Drop for UnsetGuard {
         if submitted {
             // A concurrent set by foreign code through a raw handle wins: then this fails
             // harmlessly with CL_INVALID_OPERATION.
-            let _ = cle::set_user_event_status(self.raw, DROPPED_UNSET_STATUS);
+            if cle::set_user_event_status(self.raw, DROPPED_UNSET_STATUS).is_ok() {
+                super::forwards::sweep();
+            }
         }
     }
 }
@@ -144,14 +178,21 @@ unsafe impl Sync for ClEvent {}
 
 impl ClEvent {
     /// Wraps one owned reference, counted in [`super::live_objects`].
-    fn counted(raw: raw::cl_event, user: bool) -> Self {
+    fn counted(raw: raw::cl_event, role: Role) -> Self {
         super::live::created(super::live::Kind::Event);
-        ClEvent(raw, user, None)
+        ClEvent(raw, role, None)
     }
 
-    /// Takes ownership of a reference returned by an enqueue call.
+    /// Takes ownership of a reference returned by an enqueue call (not a marker's or
+    /// barrier's: [`ClEvent::from_owned_synchronization`]).
     pub(crate) fn from_owned(raw: raw::cl_event) -> Self {
-        ClEvent::counted(raw, false)
+        ClEvent::counted(raw, Role::Command)
+    }
+
+    /// Takes ownership of a reference returned by `clEnqueueMarkerWithWaitList` or
+    /// `clEnqueueBarrierWithWaitList`.
+    pub(crate) fn from_owned_synchronization(raw: raw::cl_event) -> Self {
+        ClEvent::counted(raw, Role::Synchronization)
     }
 
     /// Takes over one reference to a raw event that the caller owns and hands over (an event
@@ -163,9 +204,7 @@ impl ClEvent {
     /// `raw` must be a valid `cl_event` and the caller must own one reference to it, which it
     /// gives up (it must not release it itself).
     pub unsafe fn from_raw_owned(raw: raw::cl_event) -> ClEvent {
-        let user =
-            cle::get_event_info(raw, EVENT_COMMAND_TYPE).is_ok_and(|t| t.to_uint() == COMMAND_USER);
-        ClEvent::counted(raw, user)
+        ClEvent::counted(raw, Role::of(raw))
     }
 
     /// Wraps a raw event, retaining it (the caller keeps its own reference). The wrapper can set
@@ -180,9 +219,7 @@ impl ClEvent {
     pub unsafe fn from_raw_retained(raw: raw::cl_event) -> Result<ClEvent, ClError> {
         // SAFETY: the caller guarantees `raw` is a valid event (clRetainEvent precondition).
         cl("clRetainEvent", unsafe { cle::retain_event(raw) })?;
-        let user =
-            cle::get_event_info(raw, EVENT_COMMAND_TYPE).is_ok_and(|t| t.to_uint() == COMMAND_USER);
-        Ok(ClEvent::counted(raw, user))
+        Ok(ClEvent::counted(raw, Role::of(raw)))
     }
 
     /// A user event (`clCreateUserEvent`, OpenCL 3.0 §5.11.2): host-controlled, starts
@@ -199,7 +236,7 @@ impl ClEvent {
             "clCreateUserEvent",
             cle::create_user_event(context.as_raw()),
         )?;
-        let mut event = ClEvent::counted(raw, true);
+        let mut event = ClEvent::counted(raw, Role::User);
         event.2 = Some(Arc::new(UnsetGuard {
             raw,
             armed: AtomicBool::new(true),
@@ -236,7 +273,7 @@ impl ClEvent {
     /// from a raw event whose `CL_EVENT_COMMAND_TYPE` is `CL_COMMAND_USER` (read once, when
     /// wrapped). The status of a command's event is the driver's alone (§5.11.2).
     fn check_user(&self) -> Result<(), ClError> {
-        if self.1 {
+        if self.1 == Role::User {
             Ok(())
         } else {
             Err(ClError::new("clSetUserEventStatus", CODE_INVALID_EVENT))
@@ -258,7 +295,10 @@ impl ClEvent {
         cl(
             "clSetUserEventStatus",
             cle::set_user_event_status(self.0, code),
-        )
+        )?;
+        // Commands failed through this event may be the sources of forwards (`forwards`).
+        super::forwards::sweep();
+        Ok(())
     }
 
     /// The execution status (`clGetEventInfo(CL_EVENT_COMMAND_EXECUTION_STATUS)`): one driver
@@ -362,13 +402,23 @@ impl ClEvent {
     /// OpenCL 3.0 §5.11.4), independent of the callback thread. This is how a queue of one
     /// context waits for an event of another context. A target already set keeps its status.
     ///
+    /// A failure reaches the target also where the driver never calls the completion callback
+    /// of a failed command (PoCL 3.1): the runtime sets the target when the failure starts
+    /// from the runtime (a user event set to an error status through [`ClEvent::set_failed`],
+    /// or failed on drop), or at the latest at the next such failure or registration, for a
+    /// failure set by foreign code through a raw handle.
+    ///
     /// # Errors
     /// `CL_INVALID_EVENT` when `target` is not a user event; a failed `clSetEventCallback`.
     pub fn forward_to(&self, target: &ClEvent) -> Result<(), ClError> {
         target.check_user()?;
         let data = Box::into_raw(Box::new(target.clone()));
         match cle::set_event_callback(self.0, CL_COMPLETE, forward_status, data.cast()) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                // This event may have failed already (then the driver may never call back).
+                super::forwards::register(self, target);
+                Ok(())
+            }
             Err(code) => {
                 // SAFETY: registration failed: the driver never saw `data`, we own the box.
                 drop(unsafe { Box::from_raw(data) });
@@ -431,9 +481,19 @@ impl Clone for ClEvent {
 
 impl Drop for ClEvent {
     fn drop(&mut self) {
-        super::live::released(super::live::Kind::Event);
         // The unset guard first (it may fail the event), while our reference keeps it live.
         drop(self.2.take());
+        if self.1 == Role::Synchronization
+            && !crate::fork::is_in_bad_fork()
+            && !super::held::is_over(self.0)
+        {
+            // Kept (and still counted) until the command is over: see the `held` module.
+            for _ in 0..super::held::hold(self.0) {
+                super::live::released(super::live::Kind::Event);
+            }
+            return;
+        }
+        super::live::released(super::live::Kind::Event);
         // SAFETY: we own exactly one reference to a live event; releasing it once is valid.
         release::note("clReleaseEvent", unsafe { cle::release_event(self.0) });
     }

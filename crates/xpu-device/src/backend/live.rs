@@ -56,10 +56,22 @@ pub struct LiveObjects {
     pub callbacks: usize,
 }
 
-/// The live object counts (a few relaxed atomic loads). After every queue has been finished
-/// and every completion callback has run ([`super::wait_for_callbacks`]), a leak-free program
-/// returns to the counts it had before.
+/// The live object counts (relaxed atomic loads), read after releasing what the runtime holds
+/// only until a command is over (markers and barriers whose wrappers dropped, and cross-device
+/// forwards: one non-blocking `clGetEventInfo` each; not in a bad fork child). After every
+/// queue has been finished and every completion callback has run
+/// ([`super::wait_for_callbacks`]), a leak-free program returns to the counts it had before.
+/// A forward whose source failed on a driver that never calls back for a failed command
+/// (PoCL) keeps the one reference its callback owns.
 pub fn live_objects() -> LiveObjects {
+    if !crate::fork::is_in_bad_fork() {
+        // Forwards and markers the runtime holds until their sources and commands are over
+        // (see the `forwards` and `held` modules): what is over is released now.
+        super::forwards::sweep();
+        for _ in 0..super::held::prune() {
+            released(Kind::Event);
+        }
+    }
     let c = |k: Kind| COUNTS[k as usize].load(Ordering::Relaxed);
     LiveObjects {
         buffers: c(Kind::Buffer),

@@ -17,6 +17,8 @@ mod command_buffer;
 mod context;
 pub mod device_id;
 mod event;
+mod forwards;
+mod held;
 mod live;
 mod memory;
 mod pinned;

@@ -336,7 +336,7 @@ impl CommandQueue {
         let e = cl(function, unsafe {
             enqueue(self.0, list.count(), list.ptr())
         })?;
-        Ok(ClEvent::from_owned(e))
+        Ok(ClEvent::from_owned_synchronization(e))
     }
 
     /// The command of a copy or fill of 0 bytes: a marker after `wait` (and, the queue being

@@ -1,0 +1,107 @@
+//! The forwards of [`ClEvent::forward_to`] that may still have to pass on a failure.
+//!
+//! A forward sets its target from the driver's completion callback, which OpenCL 3.0 §5.11.4
+//! calls "when the command completes or terminates abnormally". PoCL (3.1) never calls it
+//! for a command that failed (through a failed event of its wait list): the target would stay
+//! unset and every command waiting on it (a cross-device wait) would wait forever. So each
+//! forward is also kept here until its source is over, and [`sweep`] sets the target of every
+//! forward whose source failed, to the same error status. It runs wherever a failure starts
+//! in the runtime: after a user event is set to an error status ([`ClEvent::set_failed`], an
+//! unset user event failed on drop, a forward passing on a failure), after a forward is
+//! registered (its source may have failed already) and when [`super::live_objects`] is read.
+//! A failure set through a raw handle by foreign code reaches the targets at the next sweep.
+//! A target set twice keeps its first status (the callback and a sweep may both set it).
+
+use std::sync::{Mutex, PoisonError};
+
+use opencl3::event as cle;
+
+use super::{ClEvent, EventStatus};
+
+struct Forward {
+    source: ClEvent,
+    target: ClEvent,
+}
+
+struct Forwards {
+    list: Vec<Forward>,
+    /// [`register`] sweeps once the list is this long (then twice what is left), so the list
+    /// stays about as long as the number of unfinished forwards at a time, at O(1) amortized.
+    sweep_at: usize,
+}
+
+/// Registration sweeps start once this many forwards are kept.
+const FIRST_SWEEP: usize = 64;
+
+static FORWARDS: Mutex<Forwards> = Mutex::new(Forwards {
+    list: Vec::new(),
+    sweep_at: FIRST_SWEEP,
+});
+
+/// Keeps the forward from `source` to `target` until `source` is over. When `source` has
+/// failed already, sets `target` at once.
+pub(super) fn register(source: &ClEvent, target: &ClEvent) {
+    if let Ok(EventStatus::Error(code)) = source.status() {
+        fail(target, code);
+        return;
+    }
+    let full = {
+        let mut forwards = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
+        forwards.list.push(Forward {
+            source: source.clone(),
+            target: target.clone(),
+        });
+        forwards.list.len() >= forwards.sweep_at
+    };
+    // A failure between the status read above and the push is seen here (or by the sweep of
+    // the thread that set it, which runs after its status is set).
+    if full || matches!(source.status(), Ok(EventStatus::Error(_))) {
+        sweep();
+    }
+}
+
+/// Sets the user event `target` to the error status `code`. A target already set (by the
+/// callback, or foreign code) refuses a second status: nothing to do then.
+fn fail(target: &ClEvent, code: i32) {
+    if cle::set_user_event_status(target.as_raw(), code).is_ok() {
+        // The commands waiting on `target` failed too: they may be other forwards' sources.
+        sweep();
+    }
+}
+
+/// Drops the forwards whose source is over, first setting the target of each whose source
+/// failed to that error status; repeats while that failed more (a target may be the source of
+/// another forward through the commands waiting on it). No wait; no lock held while a status
+/// is set or an event released.
+pub(super) fn sweep() {
+    loop {
+        let (failed, done) = {
+            let mut guard = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
+            let forwards = &mut *guard;
+            if forwards.list.is_empty() {
+                return;
+            }
+            let (mut failed, mut done) = (Vec::new(), Vec::new());
+            let mut i = 0;
+            let list = &mut forwards.list;
+            while i < list.len() {
+                match list[i].source.status() {
+                    Ok(EventStatus::Error(code)) => failed.push((list.swap_remove(i), code)),
+                    // Complete: the callback sets the target. Unreadable: nothing to learn.
+                    Ok(EventStatus::Complete) | Err(_) => done.push(list.swap_remove(i)),
+                    Ok(_) => i += 1,
+                }
+            }
+            forwards.sweep_at = FIRST_SWEEP.max(2 * list.len());
+            (failed, done)
+        };
+        drop(done);
+        if failed.is_empty() {
+            return;
+        }
+        for (forward, code) in failed {
+            // See `fail`; the loop sweeps again instead of recursing.
+            let _ = cle::set_user_event_status(forward.target.as_raw(), code);
+        }
+    }
+}
