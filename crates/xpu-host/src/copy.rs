@@ -303,8 +303,10 @@ impl HostCopy for Stream {
         if src.is_empty() {
             return Ok(());
         }
-        Ok(self
-            .enqueue_queue("host-to-device copy")?
-            .write(dst, dst_offset, src)?)
+        // The permit covers the enqueue, not the wait for the write.
+        let permit = self.enqueue_queue("host-to-device copy")?;
+        Ok(permit
+            .queue_ref()
+            .write_releasing(dst, dst_offset, src, permit)?)
     }
 }

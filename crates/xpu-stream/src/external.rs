@@ -7,6 +7,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use xpu_device::backend::CommandQueue;
 
+use crate::capture::StateLock;
 use crate::error::StreamError;
 use crate::id;
 use crate::pool::MAX_DEVICES;
@@ -19,6 +20,8 @@ pub(crate) struct Entry {
     pub(crate) device: usize,
     pub(crate) queue: Arc<CommandQueue>,
     pub(crate) profiling: bool,
+    /// The stream's capture state (see `capture.rs`), shared with its capture guards.
+    pub(crate) capture: Arc<StateLock>,
 }
 
 static REGISTRY: RwLock<BTreeMap<u64, Entry>> = RwLock::new(BTreeMap::new());
@@ -143,6 +146,7 @@ impl ExternalStream {
             device,
             queue: Arc::new(queue),
             profiling,
+            capture: Arc::default(),
         };
         REGISTRY.write().insert(stream.id(), entry);
         Ok(ExternalStream { stream })
