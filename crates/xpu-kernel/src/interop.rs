@@ -513,9 +513,11 @@ impl<'a> ForeignCall<'a> {
                 Ok(Event::from_cl_event(event, &self.stream, flags)?)
             }
             None => {
-                let mut event = Event::new(flags);
-                event.record(&self.stream)?;
-                Ok(event)
+                // On the queue of the held permit, not through `Event::record`, whose own
+                // capture check would refuse the marker of work already enqueued when a
+                // capture began waiting for this permit.
+                let marker = queue.enqueue_marker(&[]).map_err(xpu_stream::StreamError::from)?;
+                Ok(Event::from_cl_event(marker, &self.stream, flags)?)
             }
         };
         drop(queue);

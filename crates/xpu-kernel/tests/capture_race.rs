@@ -34,15 +34,23 @@ enum Report {
     Began(ClEvent),
 }
 
+/// What [`race`] saw: the command's outcome (an error as text), whether its effect was there
+/// once everything enqueued before the capture began had run (and nothing enqueued after it
+/// could have), and whether it was there at the end, after the capture and all the stream's
+/// work.
+struct Seen<T> {
+    outcome: Result<T, String>,
+    before_capture: bool,
+    at_end: bool,
+}
+
 /// Runs `direct` on `s` with a capture of `s` begun between its capture check and its enqueue
-/// (on another thread), and returns its outcome as text and whether the command was enqueued
-/// before the capture began (`probe`, asked once everything enqueued before the capture has
-/// run and nothing enqueued after it can have).
+/// (on another thread); `probe` tells whether the command's effect is there.
 fn race<T, E: std::fmt::Debug>(
     s: Stream,
     direct: impl FnOnce() -> Result<T, E>,
-    probe: impl FnOnce(&T) -> bool,
-) -> (Result<T, String>, Option<bool>) {
+    mut probe: impl FnMut() -> bool,
+) -> Seen<T> {
     // The stream is held closed while the command is enqueued, so nothing it holds runs early.
     let g1 = Gate::new(0).unwrap();
     g1.block(&s).unwrap();
@@ -91,24 +99,34 @@ fn race<T, E: std::fmt::Debug>(
     g1.open().unwrap();
     // Everything enqueued before the capture began has run; the stream is held after it.
     marker.wait().unwrap();
-    let ran = outcome.as_ref().ok().map(probe);
+    let before_capture = probe();
     hold.set_complete().unwrap();
     end_tx.send(()).unwrap();
     capturer.join().unwrap();
     s.synchronize().unwrap();
-    (outcome.map_err(|e| format!("{e:?}")), ran)
+    Seen {
+        outcome: outcome.map_err(|e| format!("{e:?}")),
+        before_capture,
+        at_end: probe(),
+    }
 }
 
-/// The verdict: refused with a `Capturing` error, or enqueued (and run) before the capture.
-fn assert_refused_or_before_capture<T>(what: &str, outcome: (Result<T, String>, Option<bool>)) {
-    match outcome {
-        (Err(e), _) => assert!(
-            e.contains("Capturing"),
-            "{what}: refused, but not as capturing: {e}"
-        ),
-        (Ok(_), ran) => assert_eq!(
-            ran,
-            Some(true),
+/// The verdict: refused with a `Capturing` error and never run, or enqueued (and run) before
+/// the capture began.
+fn assert_refused_or_before_capture<T>(what: &str, seen: Seen<T>) {
+    match seen.outcome {
+        Err(e) => {
+            assert!(
+                e.contains("Capturing"),
+                "{what}: refused, but not as capturing: {e}"
+            );
+            assert!(
+                !seen.at_end,
+                "{what}: refused as capturing ({e}), yet it ran on the stream"
+            );
+        }
+        Ok(_) => assert!(
+            seen.before_capture,
             "{what}: enqueued directly on the stream after its capture began (outside the graph)"
         ),
     }
@@ -145,7 +163,7 @@ fn a_launch_racing_a_capture_begin_is_refused_or_enqueued_before_it() {
     // SAFETY: N work-items write x[0..N), the allocation's bytes; nothing borrows them on
     // the host meanwhile; the kernel terminates.
     #[allow(unsafe_code)]
-    let outcome = race(s, || unsafe { launch.enqueue() }, |()| holds_v(&buf));
+    let outcome = race(s, || unsafe { launch.enqueue() }, || holds_v(&buf));
     assert_refused_or_before_capture("kernel launch", outcome);
 }
 
@@ -158,7 +176,7 @@ fn a_typed_fill_racing_a_capture_begin_is_refused_or_enqueued_before_it() {
     let outcome = race(
         s,
         || xpu_kernel::memory::fill(&s, &mut buf.borrow_mut().as_slice_mut(), V),
-        |()| holds_v(&buf.borrow()),
+        || holds_v(&buf.borrow()),
     );
     assert_refused_or_before_capture("typed fill", outcome);
 }
@@ -178,7 +196,7 @@ fn an_allocator_fill_racing_a_capture_begin_is_refused_or_enqueued_before_it() {
                 .unwrap()
                 .fill(&s, &pattern, 0, N * 4)
         },
-        |()| holds_v(&buf),
+        || holds_v(&buf),
     );
     assert_refused_or_before_capture("allocator fill", outcome);
 }
@@ -201,7 +219,7 @@ fn a_pinned_copy_racing_a_capture_begin_is_refused_or_enqueued_before_it() {
                 .unwrap()
                 .write_from_host(&s, &host, 0, 0, N * 4)
         },
-        |()| holds_v(&buf),
+        || holds_v(&buf),
     );
     assert_refused_or_before_capture("pinned copy", outcome);
 }
@@ -216,7 +234,83 @@ fn an_event_record_racing_a_capture_begin_is_refused_or_enqueued_before_it() {
         s,
         || event.borrow_mut().record(&s),
         // Complete only when its marker came before the capture.
-        |()| event.borrow().query().unwrap(),
+        || {
+            let e = event.borrow();
+            e.is_recorded() && e.query().unwrap()
+        },
     );
     assert_refused_or_before_capture("event record", outcome);
+}
+
+#[test]
+fn a_foreign_call_racing_a_capture_begin_is_refused_or_enqueued_before_it() {
+    use xpu_device::backend::{Buffer, CommandQueue};
+    use xpu_kernel::interop::{ClRegion, ForeignQueue};
+    use xpu_kernel::ForeignExt;
+    let Some((s, _ext)) = device0_stream() else {
+        return;
+    };
+    let buf = RefCell::new(zeroed(&s));
+    let outcome = race(
+        s,
+        || {
+            let mut b = buf.borrow_mut();
+            let (mem, size) = b.data_ptr().block_cl_mem().unwrap();
+            let mut view = b.as_slice_mut();
+            let region = ClRegion::new_mut(&mut view).unwrap();
+            let offset = region.offset() * 4;
+            let library = |q: &ForeignQueue<'_>| {
+                // SAFETY: `q.queue()` is the stream's live queue and `mem` the live buffer of
+                // `size` bytes of the region, both valid during the call.
+                let (queue, buffer) = unsafe {
+                    (
+                        CommandQueue::from_raw_borrowed(q.queue()).map_err(|_| -1)?,
+                        Buffer::from_raw_retained(mem, size).map_err(|_| -2)?,
+                    )
+                };
+                queue
+                    .fill(&buffer, &V.to_ne_bytes(), offset, N * 4, &[])
+                    .map_err(|_| -3)?;
+                Ok(None)
+            };
+            // SAFETY: `library` fills the region's N elements (writable) on the given queue,
+            // keeps no handle, begins no capture and waits for nothing.
+            unsafe { s.foreign().uses_elements(&region, N).unwrap().call(library) }
+        },
+        || holds_v(&buf.borrow()),
+    );
+    assert_refused_or_before_capture("foreign call", outcome);
+}
+
+/// The permit covers a blocking read's enqueue, not its wait: a capture begun while a read
+/// waits for a gated stream returns (and the capturing thread then opens the gate), where a
+/// permit held across the wait would deadlock the two threads.
+#[test]
+fn a_capture_begins_while_a_blocking_read_waits_for_its_stream() {
+    let Some((s, _ext)) = device0_stream() else {
+        return;
+    };
+    let buf = DeviceBuffer::from_slice(&[V; N], &s).unwrap();
+    s.synchronize().unwrap();
+    let gate = Arc::new(Gate::new(0).unwrap());
+    gate.block(&s).unwrap();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let g = Arc::clone(&gate);
+    let capturer = thread::spawn(move || {
+        go_rx.recv().unwrap();
+        let guard = CaptureGuard::begin(&s).unwrap();
+        // Begun: the reader's enqueue is done, and it waits for the gate.
+        g.open().unwrap();
+        drop(guard);
+    });
+    // Between the read's capture check and its enqueue: the capture begins on the other thread.
+    hooks::after_capture_check(move || go_tx.send(()).unwrap());
+    let mut out = vec![0u8; N * 4];
+    let read = buf.data_ptr().view().unwrap().read(&s, 0, &mut out);
+    capturer.join().unwrap();
+    match read {
+        Ok(()) => assert_eq!(out, V.to_ne_bytes().repeat(N)),
+        Err(e) => assert!(format!("{e:?}").contains("Capturing"), "{e:?}"),
+    }
+    s.synchronize().unwrap();
 }
