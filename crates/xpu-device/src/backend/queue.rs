@@ -856,6 +856,27 @@ pub enum PinnedBytes<'a> {
     Into(&'a mut PinnedBuffer),
 }
 
+impl PinnedBytes<'_> {
+    /// Waits on the host for the unfinished copies of the buffer that a
+    /// [`CommandQueue::copy_pinned`] on `queue` in this direction would wait for on the host
+    /// (those made on queues of another context; copies of `queue`'s context are ordered by
+    /// wait lists, not waited for). A stream layer calls it before taking its direct-enqueue
+    /// permit, so the copy's own enqueue under the permit seldom has anything left to wait
+    /// for (only a conflicting copy of another context enqueued in between).
+    ///
+    /// # Errors
+    /// A failed `clGetCommandQueueInfo`.
+    pub fn wait_other_contexts(&self, queue: &CommandQueue) -> Result<()> {
+        let (pinned, access) = match self {
+            PinnedBytes::From(src) => (*src, DeviceAccess::Reads),
+            PinnedBytes::Into(dst) => (&**dst, DeviceAccess::Writes),
+        };
+        // The events of `queue`'s context are only returned, not waited for.
+        drop(pinned.order_after_conflicts(access, queue)?);
+        Ok(())
+    }
+}
+
 /// The host bytes of a blocking transfer.
 enum HostBytes<'a> {
     /// Written to the device.
