@@ -1062,11 +1062,7 @@ impl Graph {
                 return Ok(());
             }
         }
-        play(
-            &self.nodes,
-            &self.blocks,
-            &mut OnStream { stream },
-        )?;
+        play(&self.nodes, &self.blocks, &mut OnStream { stream })?;
         Ok(())
     }
 }
@@ -1148,10 +1144,9 @@ struct OnStream<'a> {
 /// [`GraphError::AlreadyCapturing`].
 fn direct_queue(stream: &Stream) -> Result<xpu_stream::DirectQueue, GraphError> {
     stream.enqueue_queue("graph replay").map_err(|e| match e {
-        StreamError::Capturing { device, id, .. } => GraphError::AlreadyCapturing {
-            device,
-            stream: id,
-        },
+        StreamError::Capturing { device, id, .. } => {
+            GraphError::AlreadyCapturing { device, stream: id }
+        }
         e => e.into(),
     })
 }

@@ -516,7 +516,9 @@ impl<'a> ForeignCall<'a> {
                 // On the queue of the held permit, not through `Event::record`, whose own
                 // capture check would refuse the marker of work already enqueued when a
                 // capture began waiting for this permit.
-                let marker = queue.enqueue_marker(&[]).map_err(xpu_stream::StreamError::from)?;
+                let marker = queue
+                    .enqueue_marker(&[])
+                    .map_err(xpu_stream::StreamError::from)?;
                 Ok(Event::from_cl_event(marker, &self.stream, flags)?)
             }
         };

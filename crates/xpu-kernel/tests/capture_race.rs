@@ -190,12 +190,7 @@ fn an_allocator_fill_racing_a_capture_begin_is_refused_or_enqueued_before_it() {
     let pattern = V.to_ne_bytes();
     let outcome = race(
         s,
-        || {
-            buf.data_ptr()
-                .view()
-                .unwrap()
-                .fill(&s, &pattern, 0, N * 4)
-        },
+        || buf.data_ptr().view().unwrap().fill(&s, &pattern, 0, N * 4),
         || holds_v(&buf),
     );
     assert_refused_or_before_capture("allocator fill", outcome);

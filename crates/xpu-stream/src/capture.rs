@@ -30,63 +30,13 @@ use std::collections::HashSet;
 use std::fmt;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
 
-use parking_lot::lock_api::ArcRwLockReadGuard;
-use parking_lot::{Mutex, RawRwLock, RwLock, RwLockReadGuard};
+use parking_lot::Mutex;
 use xpu_device::backend::CommandQueue;
 
 use crate::error::{check_fork, StreamError};
+use crate::state::{Permit, StateRef};
 use crate::stream::{QueueRef, Stream};
-
-/// The capture state of one stream: whether a graph captures it, behind the lock whose
-/// shared side is the direct-enqueue permit.
-pub(crate) type StateLock = RwLock<AtomicBool>;
-
-/// A stream's [`StateLock`]: in the device's pool (native streams, never freed) or shared
-/// with the external stream's registry entry.
-#[derive(Debug, Clone)]
-pub(crate) enum StateRef {
-    Native(&'static StateLock),
-    External(Arc<StateLock>),
-}
-
-impl StateRef {
-    fn lock(&self) -> &StateLock {
-        match self {
-            StateRef::Native(l) => l,
-            StateRef::External(l) => l,
-        }
-    }
-
-    /// Takes the direct-enqueue permit (shared, recursive: see the module docs).
-    fn permit(&self) -> Permit {
-        match self {
-            StateRef::Native(l) => Permit::Native(l.read_recursive()),
-            StateRef::External(l) => Permit::External(l.read_arc_recursive()),
-        }
-    }
-
-    /// Whether the stream is being captured (under a short shared lock).
-    fn is_capturing(&self) -> bool {
-        self.lock().read_recursive().load(Ordering::Acquire)
-    }
-}
-
-/// A held direct-enqueue permit.
-enum Permit {
-    Native(RwLockReadGuard<'static, AtomicBool>),
-    External(ArcRwLockReadGuard<RawRwLock, AtomicBool>),
-}
-
-impl Permit {
-    fn is_capturing(&self) -> bool {
-        match self {
-            Permit::Native(g) => g.load(Ordering::Acquire),
-            Permit::External(g) => g.load(Ordering::Acquire),
-        }
-    }
-}
 
 /// A stream's queue resolved for a direct enqueue by [`Stream::enqueue_queue`]: derefs to the
 /// [`CommandQueue`], and holds the stream's direct-enqueue permit while it lives, so that no

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use xpu_device::backend::CommandQueue;
 
-use crate::capture::StateLock;
 use crate::error::StreamError;
 use crate::id;
 use crate::pool::MAX_DEVICES;
 use crate::priority::{level_of, PRIORITY_NORMAL};
+use crate::state::StateLock;
 use crate::stream::Stream;
 
 /// A registered external queue.

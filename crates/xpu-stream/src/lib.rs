@@ -37,6 +37,7 @@ mod guard;
 mod id;
 mod pool;
 mod priority;
+mod state;
 mod stream;
 mod sync;
 

@@ -10,10 +10,10 @@ use std::sync::OnceLock;
 use parking_lot::Mutex;
 use xpu_device::backend::{CommandQueue, QueueOptions};
 
-use crate::capture::StateLock;
 use crate::error::{check_fork, StreamError};
 use crate::id;
 use crate::priority::{hint_of_level, level_of, LEVELS};
+use crate::state::StateLock;
 use crate::stream::Stream;
 
 /// Streams per priority level of each device's pool (torch's `kStreamsPerPool`).

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use xpu_device::backend::{raw, CommandQueue};
 use xpu_device::HasDevice;
 
-use crate::capture::StateRef;
 use crate::error::{check_fork, StreamError};
 use crate::priority::{priority_of_level, PRIORITY_NORMAL};
+use crate::state::StateRef;
 use crate::{external, id, pool};
 
 /// A stream: an in-order OpenCL command queue with profiling enabled, identified by
