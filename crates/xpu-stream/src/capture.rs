@@ -44,8 +44,9 @@ use crate::stream::{QueueRef, Stream};
 /// ([`CaptureGuard::begin`] waits for the permit to be released). Keep it only across the
 /// enqueue calls of one operation: never across a wait for device work (`finish`, a blocking
 /// transfer, an event wait), user code, or a call that may begin a capture — a capture of
-/// the stream begun meanwhile (on any thread) waits for it. Not `Send`: released on the
-/// thread that took it.
+/// the stream begun meanwhile (on another thread) waits for it; one begun on the thread
+/// holding it is refused ([`StreamError::PermitHeld`]). Not `Send`: released on the thread
+/// that took it.
 #[must_use = "the queue is for an enqueue; the permit is released when it is dropped"]
 pub struct DirectQueue {
     queue: QueueRef,
@@ -58,6 +59,19 @@ impl DirectQueue {
     #[must_use]
     pub fn queue_ref(&self) -> QueueRef {
         self.queue.clone()
+    }
+}
+
+thread_local! {
+    /// The direct-enqueue permits the thread holds (live [`DirectQueue`]s), so that a capture
+    /// begun on the same thread is refused instead of waiting for itself.
+    static HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+impl Drop for DirectQueue {
+    fn drop(&mut self) {
+        // `try_with`: a permit may be dropped by a thread-local destructor.
+        let _ = HELD.try_with(|h| h.set(h.get().saturating_sub(1)));
     }
 }
 
@@ -109,10 +123,18 @@ impl CaptureGuard {
     /// [`StreamError::BadFork`] in a bad fork child (see `xpu_device::fork`), first, before
     /// any lock (a thread of the parent may have held one at the fork);
     /// [`StreamError::ExternalReleased`] for an external stream already unregistered;
-    /// [`StreamError::AlreadyCapturing`] when another guard holds it.
+    /// [`StreamError::AlreadyCapturing`] when another guard holds it;
+    /// [`StreamError::PermitHeld`] when the calling thread holds a direct-enqueue permit of
+    /// any stream (a live [`DirectQueue`]), which the capture could wait for forever.
     pub fn begin(stream: &Stream) -> Result<CaptureGuard, StreamError> {
         check_fork()?;
         let key = (stream.device(), stream.id());
+        if HELD.try_with(std::cell::Cell::get).unwrap_or(0) > 0 {
+            return Err(StreamError::PermitHeld {
+                device: key.0,
+                id: key.1,
+            });
+        }
         let state = stream.resolve()?.1;
         if state.lock().read_recursive().swap(true, Ordering::AcqRel) {
             return Err(StreamError::AlreadyCapturing {
@@ -230,6 +252,7 @@ impl Stream {
             return Err(self.capturing(operation));
         }
         hooks::run(hooks::Point::Checked);
+        let _ = HELD.try_with(|h| h.set(h.get() + 1));
         Ok(DirectQueue {
             queue,
             _permit: permit,
