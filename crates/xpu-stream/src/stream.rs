@@ -172,10 +172,11 @@ impl Stream {
     /// bad fork child (at once: the parent's queue is never touched there);
     /// [`StreamError::Capturing`] while a graph captures the stream (as `cudaStreamQuery`).
     pub fn query(&self) -> Result<bool, StreamError> {
-        let q = self.enqueue_queue("query")?;
-        let marker = q.enqueue_marker(&[])?;
+        let permit = self.enqueue_queue("query")?;
+        let marker = permit.enqueue_marker(&[])?;
         // The flush and the status query are not enqueues: outside the permit.
-        let q = q.queue_ref();
+        let q = permit.queue_ref();
+        drop(permit);
         q.flush()?;
         Ok(marker.is_complete()?)
     }
