@@ -309,3 +309,15 @@ fn a_capture_begins_while_a_blocking_read_waits_for_its_stream() {
     }
     s.synchronize().unwrap();
 }
+
+#[test]
+fn a_graph_replay_racing_a_capture_begin_is_refused_or_enqueued_before_it() {
+    use xpu_kernel::graph::Graph;
+    let Some((s, _ext)) = device0_stream() else {
+        return;
+    };
+    let buf = Arc::new(zeroed(&s));
+    let graph = Graph::capture(&s, |c| c.fill(&s, &buf, V)).unwrap();
+    let outcome = race(s, || graph.replay(&s), || holds_v(&buf));
+    assert_refused_or_before_capture("graph replay", outcome);
+}
