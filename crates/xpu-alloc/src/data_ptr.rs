@@ -387,7 +387,9 @@ impl BlockView<'_> {
         }
     }
 
-    fn queue(&self, stream: &Stream) -> Result<xpu_stream::QueueRef, AllocError> {
+    /// The stream's queue with its direct-enqueue permit (the capture check and the enqueue
+    /// made through it are one step, see [`Stream::enqueue_queue`]).
+    fn queue(&self, stream: &Stream) -> Result<xpu_stream::DirectQueue, AllocError> {
         let device = self.ptr.device();
         if stream.device() != device {
             return Err(AllocError::StreamDevice {
@@ -409,8 +411,11 @@ impl BlockView<'_> {
     /// [`AllocError::BadFork`] in a bad fork child.
     pub fn write(&self, stream: &Stream, offset: usize, data: &[u8]) -> Result<(), AllocError> {
         let at = self.range(offset, data.len())?;
-        self.queue(stream)?
-            .write(&self.buffer, at, data)
+        let permit = self.queue(stream)?;
+        // The permit covers the enqueue, not the wait for the write.
+        permit
+            .queue_ref()
+            .write_releasing(&self.buffer, at, data, permit)
             .map_err(AllocError::from)
     }
 
@@ -421,8 +426,11 @@ impl BlockView<'_> {
     /// As [`BlockView::write`].
     pub fn read(&self, stream: &Stream, offset: usize, out: &mut [u8]) -> Result<(), AllocError> {
         let at = self.range(offset, out.len())?;
-        self.queue(stream)?
-            .read(&self.buffer, at, out)
+        let permit = self.queue(stream)?;
+        // The permit covers the enqueue, not the wait for the read.
+        permit
+            .queue_ref()
+            .read_releasing(&self.buffer, at, out, permit)
             .map_err(AllocError::from)
     }
 
@@ -465,7 +473,7 @@ impl BlockView<'_> {
     ) -> Result<(), AllocError> {
         let from = src.range(src_offset, len)?;
         let to = self.range(dst_offset, len)?;
-        src.queue(stream)?;
+        drop(src.queue(stream)?);
         if len == 0 {
             return Ok(());
         }

@@ -162,7 +162,7 @@ impl Event {
         }
         let queue = stream.enqueue_queue("event record")?;
         let event = queue.enqueue_marker(&[])?;
-        self.recorded = Some(Recorded::new(*stream, queue, event));
+        self.recorded = Some(Recorded::new(*stream, queue.queue_ref(), event));
         Ok(())
     }
 

@@ -286,6 +286,10 @@ impl HostCopy for Stream {
         let Some(pinned) = pinned.filter(|_| len > 0) else {
             return Ok(());
         };
+        // The host waits for conflicting copies of another context (another device) happen
+        // here, before the permit: under it, a capture of this stream begun meanwhile would
+        // wait for them (and for whatever holds them back).
+        pinned.wait_other_contexts(&*self.queue()?)?;
         let queue = self.enqueue_queue(copy)?;
         drop(queue.copy_pinned(buffer, buffer_offset, pinned, host_offset, len, &[])?);
         host.ptr().record_use(self);
@@ -303,8 +307,10 @@ impl HostCopy for Stream {
         if src.is_empty() {
             return Ok(());
         }
-        Ok(self
-            .enqueue_queue("host-to-device copy")?
-            .write(dst, dst_offset, src)?)
+        // The permit covers the enqueue, not the wait for the write.
+        let permit = self.enqueue_queue("host-to-device copy")?;
+        Ok(permit
+            .queue_ref()
+            .write_releasing(dst, dst_offset, src, permit)?)
     }
 }

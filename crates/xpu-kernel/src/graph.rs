@@ -1021,7 +1021,9 @@ impl Graph {
     /// # Errors
     /// [`GraphError::BadFork`] in a bad fork child, first; [`GraphError::OtherDevice`] for a
     /// stream of another device and [`GraphError::AlreadyCapturing`] for a stream being
-    /// captured, before anything is enqueued; [`KernelError::Stream`] (in
+    /// captured, before anything is enqueued (for a capture of the stream begun on another
+    /// thread during the replay: at the first command after it began, the commands before
+    /// having been enqueued before it); [`KernelError::Stream`] (in
     /// [`GraphError::Kernel`]) for a released stream; a device error of an enqueue (then the
     /// commands before it were enqueued).
     #[allow(unsafe_code)]
@@ -1057,18 +1059,14 @@ impl Graph {
                 .entry(stream.id())
                 .or_insert_with(|| command_buffer_for(&queue, &self.nodes, &self.blocks));
             if let Some(cb) = cb {
+                // Under the stream's direct-enqueue permit: no capture of the stream begins
+                // between the check and the enqueue.
+                let _permit = direct_queue(stream)?;
                 drop(cb.enqueue()?);
                 return Ok(());
             }
         }
-        play(
-            &self.nodes,
-            &self.blocks,
-            &mut OnStream {
-                stream,
-                queue: &queue,
-            },
-        )?;
+        play(&self.nodes, &self.blocks, &mut OnStream { stream })?;
         Ok(())
     }
 }
@@ -1144,16 +1142,30 @@ fn play(
 /// The recorded replay: each command enqueued on the replay stream.
 struct OnStream<'a> {
     stream: &'a Stream,
-    queue: &'a CommandQueue,
+}
+
+/// The stream's queue with its direct-enqueue permit, a capture of it being
+/// [`GraphError::AlreadyCapturing`].
+fn direct_queue(stream: &Stream) -> Result<xpu_stream::DirectQueue, GraphError> {
+    stream.enqueue_queue("graph replay").map_err(|e| match e {
+        StreamError::Capturing { device, id, .. } => {
+            GraphError::AlreadyCapturing { device, stream: id }
+        }
+        e => e.into(),
+    })
 }
 
 impl Target for OnStream<'_> {
     #[allow(unsafe_code)]
     fn kernel(&mut self, k: &Kernel, global: &[usize], local: Option<&[usize]>) -> Done {
+        // Each command under its own permit (fills and copies take theirs in the allocator's
+        // views): one that a capture begun meanwhile would see is refused, not run on the
+        // capturing stream.
+        let queue = direct_queue(self.stream)?;
         // SAFETY: a graph's kernel (see `Target`): arguments set through the checked setters
         // and unchanged, allocations alive, the captured sizes, a stream of the graph's device
         // (checked by `replay`); the kernel's behaviour is `CaptureLaunch::enqueue`'s contract.
-        drop(unsafe { self.queue.enqueue_kernel(k, global, local, &[]) }?);
+        drop(unsafe { queue.enqueue_kernel(k, global, local, &[]) }?);
         Ok(())
     }
 

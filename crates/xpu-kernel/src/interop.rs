@@ -453,7 +453,11 @@ impl<'a> ForeignCall<'a> {
     /// - returns either `None`, or an event it owns one reference to (which is handed over:
     ///   the library's caller must not release it) of a command on that queue;
     /// - returns `Err(code)` only with nothing left enqueued that uses the regions past the
-    ///   call, or with such work ordered on the queue.
+    ///   call, or with such work ordered on the queue;
+    /// - does not begin a graph capture of the stream, and does not wait for anything that a
+    ///   thread beginning one may hold back: `f` runs under the stream's direct-enqueue
+    ///   permit ([`xpu_stream::DirectQueue`]), for which such a capture waits, so that the
+    ///   foreign commands are never enqueued on a capturing stream.
     ///
     /// # Errors
     /// [`InteropError::Library`] with the code `f` returned; [`InteropError::OutOfOrderQueue`]
@@ -463,8 +467,9 @@ impl<'a> ForeignCall<'a> {
     where
         F: FnOnce(&ForeignQueue<'_>) -> Result<Option<raw::cl_event>, i64>,
     {
-        let queue = self.stream.enqueue_queue("foreign library call")?;
-        if self.stream.is_external() && !queue.is_in_order()? {
+        // An early check (no permit yet: the allocation below may wait for the device).
+        self.stream.check_not_capturing("foreign library call")?;
+        if self.stream.is_external() && !self.stream.queue()?.is_in_order()? {
             return Err(InteropError::OutOfOrderQueue {
                 stream: self.stream.id(),
             });
@@ -482,6 +487,10 @@ impl<'a> ForeignCall<'a> {
             None => None,
             Some(w) => Some(ClRegion::<u8>::make(w, 0, self.workspace, true)?),
         };
+        // The check that counts: under the permit `queue` holds until the call's event is made
+        // (a marker recorded on the stream included), no capture of the stream begins, so the
+        // foreign commands are never enqueued on a capturing stream.
+        let queue = self.stream.enqueue_queue("foreign library call")?;
         let foreign = ForeignQueue {
             queue: queue.as_raw(),
             workspace: region,
@@ -496,7 +505,7 @@ impl<'a> ForeignCall<'a> {
         let ForeignQueue { .. } = foreign;
         drop(workspace);
         let returned = returned?;
-        match returned {
+        let event = match returned {
             Some(raw_event) => {
                 // SAFETY: `call`'s caller guarantees that `raw_event` is a valid event the
                 // foreign code owned one reference to and handed over.
@@ -504,11 +513,17 @@ impl<'a> ForeignCall<'a> {
                 Ok(Event::from_cl_event(event, &self.stream, flags)?)
             }
             None => {
-                let mut event = Event::new(flags);
-                event.record(&self.stream)?;
-                Ok(event)
+                // On the queue of the held permit, not through `Event::record`, whose own
+                // capture check would refuse the marker of work already enqueued when a
+                // capture began waiting for this permit.
+                let marker = queue
+                    .enqueue_marker(&[])
+                    .map_err(xpu_stream::StreamError::from)?;
+                Ok(Event::from_cl_event(marker, &self.stream, flags)?)
             }
-        }
+        };
+        drop(queue);
+        event
     }
 }
 

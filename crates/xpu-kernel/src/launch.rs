@@ -147,13 +147,17 @@ pub(crate) type WorkSizes = (usize, [usize; 3], Option<[usize; 3]>);
 /// through the capture handle then ([`crate::graph::Capture::launch`]).
 fn refuse_capturing(stream: &Stream, function: &Function) -> Result<(), KernelError> {
     if stream.is_capturing() {
-        return Err(KernelError::Capturing {
-            kernel: function.name().to_owned(),
-            device: stream.device(),
-            stream: stream.id(),
-        });
+        return Err(capturing(stream, function));
     }
     Ok(())
+}
+
+fn capturing(stream: &Stream, function: &Function) -> KernelError {
+    KernelError::Capturing {
+        kernel: function.name().to_owned(),
+        device: stream.device(),
+        stream: stream.id(),
+    }
 }
 
 /// The checks of [`LaunchExt::launch`] (device, work sizes), shared with graph capture: the
@@ -400,7 +404,14 @@ impl<'a> Launch<'a> {
         for ptr in &self.foreign_blocks {
             ptr.record_stream(&self.stream)?;
         }
-        let queue = self.stream.queue()?;
+        // The capture check that counts: atomic with the enqueue below (the permit held by
+        // `queue` keeps a capture of the stream from beginning until the kernel is enqueued).
+        let queue = match self.stream.enqueue_queue("kernel launch") {
+            Err(xpu_stream::StreamError::Capturing { .. }) => {
+                return Err(capturing(&self.stream, &self.function))
+            }
+            q => q?,
+        };
         let local = self.local.as_ref().map(|l| &l[..self.dims]);
         // SAFETY: every argument was set through the kernel's checked setters (kinds, sizes
         // and contexts match its parameters; allocations as sub-buffers of exactly their

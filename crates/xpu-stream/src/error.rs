@@ -72,6 +72,18 @@ pub enum StreamError {
         /// What was refused (`"synchronize"`, `"copy"`, ...).
         operation: &'static str,
     },
+    /// [`CaptureGuard::begin`](crate::CaptureGuard::begin) on a thread that holds a
+    /// direct-enqueue permit (a live [`DirectQueue`](crate::DirectQueue)): the capture would
+    /// wait for that permit, which the waiting thread itself holds. Nothing was marked.
+    #[error(
+        "cannot begin a capture of stream {id:#x} of device {device} while this thread holds          a direct-enqueue permit (a live DirectQueue): drop it first"
+    )]
+    PermitHeld {
+        /// The stream's device.
+        device: usize,
+        /// The stream id.
+        id: u64,
+    },
     /// A capture began on a stream that another capture holds.
     #[error("stream {id:#x} of device {device} is already being captured into a graph")]
     AlreadyCapturing {

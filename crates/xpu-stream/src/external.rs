@@ -11,6 +11,7 @@ use crate::error::StreamError;
 use crate::id;
 use crate::pool::MAX_DEVICES;
 use crate::priority::{level_of, PRIORITY_NORMAL};
+use crate::state::StateLock;
 use crate::stream::Stream;
 
 /// A registered external queue.
@@ -19,6 +20,8 @@ pub(crate) struct Entry {
     pub(crate) device: usize,
     pub(crate) queue: Arc<CommandQueue>,
     pub(crate) profiling: bool,
+    /// The stream's capture state (see `capture.rs`), shared with its capture guards.
+    pub(crate) capture: Arc<StateLock>,
 }
 
 static REGISTRY: RwLock<BTreeMap<u64, Entry>> = RwLock::new(BTreeMap::new());
@@ -143,6 +146,7 @@ impl ExternalStream {
             device,
             queue: Arc::new(queue),
             profiling,
+            capture: Arc::default(),
         };
         REGISTRY.write().insert(stream.id(), entry);
         Ok(ExternalStream { stream })

@@ -37,10 +37,11 @@ mod guard;
 mod id;
 mod pool;
 mod priority;
+mod state;
 mod stream;
 mod sync;
 
-pub use capture::{device_is_capturing, CaptureGuard};
+pub use capture::{device_is_capturing, hooks, CaptureGuard, DirectQueue};
 pub use current::{current_stream, current_stream_here, set_stream};
 pub use error::StreamError;
 pub use external::ExternalStream;

@@ -13,6 +13,7 @@ use xpu_device::backend::{CommandQueue, QueueOptions};
 use crate::error::{check_fork, StreamError};
 use crate::id;
 use crate::priority::{hint_of_level, level_of, LEVELS};
+use crate::state::StateLock;
 use crate::stream::Stream;
 
 /// Streams per priority level of each device's pool (torch's `kStreamsPerPool`).
@@ -27,17 +28,20 @@ pub(crate) struct DevicePool {
     pub(crate) default: CommandQueue,
     /// `LEVELS * STREAMS_PER_LEVEL` queues, level-major.
     pub(crate) queues: Box<[CommandQueue]>,
+    /// The capture state of each queue: the default's, then one per entry of `queues`.
+    capture: Box<[StateLock]>,
     next: [AtomicUsize; LEVELS],
 }
 
 impl DevicePool {
-    /// The queue of a native stream id.
-    pub(crate) fn queue(&self, stream_id: u64) -> &CommandQueue {
+    /// The queue of a native stream id and its capture state.
+    pub(crate) fn slot(&self, stream_id: u64) -> (&CommandQueue, &StateLock) {
         let level = id::level(stream_id) as usize;
         if level >= LEVELS {
-            &self.default
+            (&self.default, &self.capture[0])
         } else {
-            &self.queues[level * STREAMS_PER_LEVEL + id::index(stream_id)]
+            let i = level * STREAMS_PER_LEVEL + id::index(stream_id);
+            (&self.queues[i], &self.capture[i + 1])
         }
     }
 
@@ -89,6 +93,7 @@ fn create(device: usize) -> Result<&'static DevicePool, StreamError> {
     }
     let pool: &'static DevicePool = Box::leak(Box::new(DevicePool {
         default,
+        capture: (0..=queues.len()).map(|_| StateLock::default()).collect(),
         queues: queues.into_boxed_slice(),
         next: [const { AtomicUsize::new(0) }; LEVELS],
     }));

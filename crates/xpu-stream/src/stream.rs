@@ -9,6 +9,7 @@ use xpu_device::HasDevice;
 
 use crate::error::{check_fork, StreamError};
 use crate::priority::{priority_of_level, PRIORITY_NORMAL};
+use crate::state::StateRef;
 use crate::{external, id, pool};
 
 /// A stream: an in-order OpenCL command queue with profiling enabled, identified by
@@ -106,14 +107,24 @@ impl Stream {
     /// forked after the parent initialized OpenCL (no lock taken, no driver call).
     #[inline]
     pub fn queue(&self) -> Result<QueueRef, StreamError> {
+        Ok(self.resolve()?.0)
+    }
+
+    /// The queue and the capture state of the stream (see [`Stream::queue`]).
+    #[inline]
+    pub(crate) fn resolve(&self) -> Result<(QueueRef, StateRef), StreamError> {
         check_fork()?;
         if id::is_native(self.id) {
             // A native handle exists only once its device's pool does.
             if let Some(p) = pool::existing(self.device()) {
-                return Ok(QueueRef(Inner::Native(p.queue(self.id))));
+                let (queue, state) = p.slot(self.id);
+                return Ok((QueueRef(Inner::Native(queue)), StateRef::Native(state)));
             }
         } else if let Some(q) = external::lookup(self.id) {
-            return Ok(QueueRef(Inner::External(q.queue)));
+            return Ok((
+                QueueRef(Inner::External(q.queue)),
+                StateRef::External(q.capture),
+            ));
         }
         Err(self.released())
     }
@@ -161,8 +172,11 @@ impl Stream {
     /// bad fork child (at once: the parent's queue is never touched there);
     /// [`StreamError::Capturing`] while a graph captures the stream (as `cudaStreamQuery`).
     pub fn query(&self) -> Result<bool, StreamError> {
-        let q = self.enqueue_queue("query")?;
-        let marker = q.enqueue_marker(&[])?;
+        let permit = self.enqueue_queue("query")?;
+        let marker = permit.enqueue_marker(&[])?;
+        // The flush and the status query are not enqueues: outside the permit.
+        let q = permit.queue_ref();
+        drop(permit);
         q.flush()?;
         Ok(marker.is_complete()?)
     }
@@ -176,7 +190,10 @@ impl Stream {
     /// the stream (its commands are recorded, not run: as torch.cuda refuses `synchronize`
     /// during capture), without waiting.
     pub fn synchronize(&self) -> Result<(), StreamError> {
-        Ok(self.enqueue_queue("synchronize")?.finish()?)
+        // Checked under the permit, which is released before the wait (no driver wait under
+        // it: a capture begun meanwhile only makes `finish` wait for the earlier work).
+        let queue = self.enqueue_queue("synchronize")?.queue_ref();
+        Ok(queue.finish()?)
     }
 }
 

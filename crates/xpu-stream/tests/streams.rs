@@ -83,3 +83,35 @@ fn invalid_devices_are_typed_errors() {
         "device 128 is beyond the 128 devices the stream layer supports"
     );
 }
+
+/// A capture begun on a thread that holds a direct-enqueue permit (a live `DirectQueue`,
+/// which a capture's beginning waits for) is refused with `PermitHeld` instead of waiting
+/// for itself forever; once the permit is dropped the capture begins, and a direct enqueue
+/// is then refused with `Capturing`.
+#[test]
+fn a_capture_begun_while_the_thread_holds_a_direct_queue_is_refused_not_a_hang() {
+    if !common::devices(1) {
+        return;
+    }
+    let s = get_stream_from_pool(PRIORITY_HIGH, 0).unwrap();
+    let held = s.enqueue_queue("test").unwrap();
+    let e = xpu_stream::CaptureGuard::begin(&s).unwrap_err();
+    assert_eq!(
+        e,
+        StreamError::PermitHeld {
+            device: 0,
+            id: s.id()
+        }
+    );
+    assert!(!s.is_capturing(), "nothing was marked");
+    drop(held);
+    let guard = xpu_stream::CaptureGuard::begin(&s).unwrap();
+    assert!(s.is_capturing());
+    assert!(matches!(
+        s.enqueue_queue("test"),
+        Err(StreamError::Capturing { device: 0, .. })
+    ));
+    drop(guard);
+    assert!(!s.is_capturing());
+    drop(s.enqueue_queue("test").unwrap());
+}

@@ -388,6 +388,96 @@ impl CommandQueue {
         self.blocking_transfer("read", src, offset, HostBytes::Into(out))
     }
 
+    /// As [`CommandQueue::write`], but `release` is dropped right after the write is
+    /// enqueued, before the host waits for it: a stream layer passes its direct-enqueue
+    /// permit there, so the permit covers the enqueue and not the wait. The call returns
+    /// once the write is over (the host bytes are not used after it returns), also when the
+    /// wait itself fails (the command's status then decides; a failing driver is polled).
+    ///
+    /// # Errors
+    /// As [`CommandQueue::write`].
+    pub fn write_releasing<G>(
+        &self,
+        dst: &Buffer,
+        offset: usize,
+        data: &[u8],
+        release: G,
+    ) -> Result<()> {
+        self.transfer_then_wait("write", dst, offset, HostBytes::From(data), release)
+    }
+
+    /// As [`CommandQueue::read`], with `release` dropped right after the read is enqueued,
+    /// before the host waits for it (see [`CommandQueue::write_releasing`]). `out` holds
+    /// the bytes when the call returns; the driver no longer writes it then.
+    ///
+    /// # Errors
+    /// As [`CommandQueue::read`].
+    pub fn read_releasing<G>(
+        &self,
+        src: &Buffer,
+        offset: usize,
+        out: &mut [u8],
+        release: G,
+    ) -> Result<()> {
+        self.transfer_then_wait("read", src, offset, HostBytes::Into(out), release)
+    }
+
+    /// The transfer of [`CommandQueue::write_releasing`] / [`CommandQueue::read_releasing`]:
+    /// a non-blocking enqueue, `release` dropped, then a host wait until the command is over.
+    fn transfer_then_wait<G>(
+        &self,
+        what: &str,
+        buffer: &Buffer,
+        offset: usize,
+        host: HostBytes<'_>,
+        release: G,
+    ) -> Result<()> {
+        let (len, host, function) = match host {
+            HostBytes::From(data) => (
+                data.len(),
+                Transfer::Write(data.as_ptr().cast()),
+                "clEnqueueWriteBuffer",
+            ),
+            HostBytes::Into(out) => (
+                out.len(),
+                Transfer::Read(out.as_mut_ptr().cast()),
+                "clEnqueueReadBuffer",
+            ),
+        };
+        check_range(what, offset, len, buffer.size())?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: the host slice is borrowed (exclusively when read into) for this whole call,
+        // and the call returns only once the command is over (the loop below: a successful
+        // wait, or a terminal status; a failing driver is polled until one is reported), so
+        // the driver never touches the host range after the borrow ends; the range was checked
+        // against the buffer size (clEnqueueWriteBuffer / clEnqueueReadBuffer, §5.2.2).
+        let enqueued =
+            unsafe { self.enqueue_transfer(buffer, false, offset, len, host, &WaitList::empty()) };
+        drop(release);
+        let e = enqueued?;
+        // clWaitForEvents flushes the event's queue (§5.15). A wait on a command terminated
+        // abnormally fails with CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST; the status tells.
+        // Its result is not needed: the status below decides.
+        let _ = e.wait();
+        let status = loop {
+            match e.status() {
+                Ok(st @ (super::EventStatus::Complete | super::EventStatus::Error(_))) => {
+                    break st;
+                }
+                // Not over although the wait returned: only a failing driver; poll.
+                _ => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        };
+        match status {
+            super::EventStatus::Error(_) => {
+                Err(ClError::new(function, CODE_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST).into())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The blocking `write` or `read`: checks `offset + len` against the buffer, does nothing
     /// for no bytes, else transfers and waits, and reports a transfer the driver terminated.
     fn blocking_transfer(
@@ -764,6 +854,27 @@ pub enum PinnedBytes<'a> {
     /// never change under a borrow. The copy starts after every unfinished copy from or into
     /// the buffer.
     Into(&'a mut PinnedBuffer),
+}
+
+impl PinnedBytes<'_> {
+    /// Waits on the host for the unfinished copies of the buffer that a
+    /// [`CommandQueue::copy_pinned`] on `queue` in this direction would wait for on the host
+    /// (those made on queues of another context; copies of `queue`'s context are ordered by
+    /// wait lists, not waited for). A stream layer calls it before taking its direct-enqueue
+    /// permit, so the copy's own enqueue under the permit seldom has anything left to wait
+    /// for (only a conflicting copy of another context enqueued in between).
+    ///
+    /// # Errors
+    /// A failed `clGetCommandQueueInfo`.
+    pub fn wait_other_contexts(&self, queue: &CommandQueue) -> Result<()> {
+        let (pinned, access) = match self {
+            PinnedBytes::From(src) => (*src, DeviceAccess::Reads),
+            PinnedBytes::Into(dst) => (&**dst, DeviceAccess::Writes),
+        };
+        // The events of `queue`'s context are only returned, not waited for.
+        drop(pinned.order_after_conflicts(access, queue)?);
+        Ok(())
+    }
 }
 
 /// The host bytes of a blocking transfer.
