@@ -63,8 +63,17 @@ pub(crate) fn run(root: &Path, extra: &[String]) -> Result<()> {
 pub(crate) fn run_burn(root: &Path, envs: &[(String, String)]) -> Result<()> {
     Cmd::cargo()
         .args([
-            "run", "--quiet", "-p", "xpu-burn", "--example", "train", "--", "--steps", "60",
-            "--batch", "32",
+            "run",
+            "--quiet",
+            "-p",
+            "xpu-burn",
+            "--example",
+            "train",
+            "--",
+            "--steps",
+            "60",
+            "--batch",
+            "32",
         ])
         .envs(envs)
         .current_dir(root)
@@ -78,7 +87,16 @@ pub(crate) fn run_burn(root: &Path, envs: &[(String, String)]) -> Result<()> {
     // 8 test burn-autodiff's own cumprod backward, which divides by zero on every backend:
     // crates/xpu-burn/tests/EXCLUDED.md).
     Cmd::cargo()
-        .args(["test", "-p", "xpu-burn", "--test", BURN_SUITE, "--", "--ignored", "--exact"])
+        .args([
+            "test",
+            "-p",
+            "xpu-burn",
+            "--test",
+            BURN_SUITE,
+            "--",
+            "--ignored",
+            "--exact",
+        ])
         .args(BURN_IGNORED_THAT_PASS)
         .envs(envs)
         .current_dir(root)
