@@ -291,13 +291,13 @@ fn unsafe_in_comments_strings_and_lint_names_is_not_code() {
 #[test]
 fn crate_roots_must_forbid_unsafe_code() {
     let v = check_source(
-        "xpu-cli",
-        "crates/xpu-cli/src/main.rs",
+        "xpu-lazy",
+        "crates/xpu-lazy/src/lib.rs",
         "fn main() {}\n",
         true,
     );
     assert_eq!(v.len(), 1);
-    assert_eq!(v[0].location, "crates/xpu-cli/src/main.rs:1");
+    assert_eq!(v[0].location, "crates/xpu-lazy/src/lib.rs:1");
     assert_eq!(v[0].message, "crate root lacks `#![forbid(unsafe_code)]`");
     // Non-root files need no attribute; the device crate needs none either.
     assert_eq!(
@@ -442,10 +442,106 @@ fn facade_examples_may_hold_commented_unsafe_blocks_only() {
         ("xpu", "crates/xpu/src/lib.rs"),
         ("xpu", "crates/xpu/src/examples/a.rs"),
         ("xpu", "crates/xpu/tests/a.rs"),
-        ("xpu-cli", "crates/xpu-cli/examples/a.rs"),
+        ("xpu-lazy", "crates/xpu-lazy/examples/a.rs"),
     ] {
         let v = check_source(krate, file, good, false);
         assert_eq!(v.len(), 2, "{krate} {file}: {v:?}");
+        assert!(v[0].message.starts_with("`unsafe` outside xpu-device"));
+    }
+}
+
+#[test]
+fn tools_and_benches_may_hold_commented_unsafe_blocks_and_an_undocumented_one_is_named() {
+    // A user of the launch API: a commented block in an item allowed to hold it.
+    let launch = "#[allow(unsafe_code)]\nfn go() {\n    // SAFETY: in bounds; the kernel ends.\n\
+                  \x20   unsafe { s.launch(&f, &[1], None)?.arg(&x)?.enqueue()? };\n}\n";
+    let root = format!("#![deny(unsafe_code)]\n{launch}");
+    for (krate, file, text, is_root) in [
+        ("xpu-cli", "crates/xpu-cli/src/main.rs", root.as_str(), true),
+        ("xpu-cli", "crates/xpu-cli/src/demo.rs", launch, false),
+        ("xpu-cli", "crates/xpu-cli/tests/demo.rs", launch, false),
+        (
+            "xpu-bench",
+            "crates/xpu-bench/src/lib.rs",
+            root.as_str(),
+            true,
+        ),
+        ("xpu-bench", "crates/xpu-bench/examples/e.rs", launch, false),
+        ("xpu-bench", "crates/xpu-bench/benches/b.rs", launch, false),
+        (
+            "xpu-alloc",
+            "crates/xpu-alloc/benches/alloc.rs",
+            launch,
+            false,
+        ),
+        ("xpu", "crates/xpu/examples/support/mlp.rs", launch, false),
+    ] {
+        assert_eq!(
+            check_source(krate, file, text, is_root),
+            vec![],
+            "{krate} {file}"
+        );
+    }
+
+    // The same block without its comment is named, with its line, in each of those places.
+    let bare = "#[allow(unsafe_code)]\nfn go() {\n    let a = 1;\n\
+                \x20   unsafe { s.launch(&f, &[1], None)?.arg(&x)?.enqueue()? };\n}\n";
+    for (krate, file) in [
+        ("xpu-cli", "crates/xpu-cli/src/demo.rs"),
+        ("xpu-bench", "crates/xpu-bench/src/launch.rs"),
+        ("xpu-alloc", "crates/xpu-alloc/benches/alloc.rs"),
+        ("xpu", "crates/xpu/examples/mlp_training.rs"),
+    ] {
+        let v = check_source(krate, file, bare, false);
+        assert_eq!(
+            by_location(&v),
+            vec![(
+                format!("{file}:4").as_str(),
+                "`unsafe` block without a `// SAFETY:` comment in the 3 lines above it"
+            )],
+            "{krate} {file}"
+        );
+    }
+
+    // Nothing else unsafe there, and a tool crate's root denies unsafe code.
+    let bad = "fn main() {}\n\
+               /// # Safety\n/// None.\nunsafe fn h() {}\n\
+               unsafe impl Send for X {}\n\
+               extern \"C\" { fn f(); }\n";
+    let v = check_source("xpu-cli", "crates/xpu-cli/src/main.rs", bad, true);
+    let only_blocks =
+        "`unsafe` item in xpu-cli: only commented `unsafe {}` blocks are allowed there";
+    assert_eq!(
+        by_location(&v),
+        vec![
+            ("crates/xpu-cli/src/main.rs:4", only_blocks),
+            ("crates/xpu-cli/src/main.rs:5", only_blocks),
+            (
+                "crates/xpu-cli/src/main.rs:6",
+                "`extern` block in xpu-cli: load the library at run time"
+            ),
+            (
+                "crates/xpu-cli/src/main.rs:1",
+                "crate root lacks `#![deny(unsafe_code)]`"
+            ),
+        ]
+    );
+    let v = check_source("xpu-host", "crates/xpu-host/benches/host.rs", bad, false);
+    assert_eq!(v.len(), 3, "{v:?}");
+    assert!(
+        v[0].message
+            .starts_with("`unsafe` item in the benches of xpu-host: only commented"),
+        "{v:?}"
+    );
+
+    // A library's own sources and tests keep the strict rule (c).
+    for (krate, file) in [
+        ("xpu-alloc", "crates/xpu-alloc/src/lib.rs"),
+        ("xpu-alloc", "crates/xpu-alloc/tests/benches.rs"),
+        ("xpu", "crates/xpu/tests/mlp.rs"),
+    ] {
+        let v = check_source(krate, file, launch, false);
+        assert_eq!(v.len(), 1, "{krate} {file}: {v:?}");
         assert!(v[0].message.starts_with("`unsafe` outside xpu-device"));
     }
 }
