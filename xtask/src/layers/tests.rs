@@ -437,12 +437,15 @@ fn facade_examples_may_hold_commented_unsafe_blocks_only() {
             "crates/xpu/examples/clblast_gemm.rs:6",
         ]
     );
-    // Never in the facade's library, tests or benches, nor in another crate's examples.
+    // Never in the facade's library or tests, nor in another crate's examples.
     for (krate, file) in [
         ("xpu", "crates/xpu/src/lib.rs"),
         ("xpu", "crates/xpu/src/examples/a.rs"),
         ("xpu", "crates/xpu/tests/a.rs"),
         ("xpu-lazy", "crates/xpu-lazy/examples/a.rs"),
+        // Nor in a library's sources or tests (only its benches).
+        ("xpu-alloc", "crates/xpu-alloc/src/lib.rs"),
+        ("xpu-alloc", "crates/xpu-alloc/tests/benches.rs"),
     ] {
         let v = check_source(krate, file, good, false);
         assert_eq!(v.len(), 2, "{krate} {file}: {v:?}");
@@ -452,58 +455,32 @@ fn facade_examples_may_hold_commented_unsafe_blocks_only() {
 
 #[test]
 fn tools_and_benches_may_hold_commented_unsafe_blocks_and_an_undocumented_one_is_named() {
-    // A user of the launch API: a commented block in an item allowed to hold it.
+    // A user of the launch API: a commented block in an item allowed to hold it ...
     let launch = "#[allow(unsafe_code)]\nfn go() {\n    // SAFETY: in bounds; the kernel ends.\n\
                   \x20   unsafe { s.launch(&f, &[1], None)?.arg(&x)?.enqueue()? };\n}\n";
-    let root = format!("#![deny(unsafe_code)]\n{launch}");
-    for (krate, file, text, is_root) in [
-        ("xpu-cli", "crates/xpu-cli/src/main.rs", root.as_str(), true),
-        ("xpu-cli", "crates/xpu-cli/src/demo.rs", launch, false),
-        ("xpu-cli", "crates/xpu-cli/tests/demo.rs", launch, false),
-        (
-            "xpu-bench",
-            "crates/xpu-bench/src/lib.rs",
-            root.as_str(),
-            true,
-        ),
-        ("xpu-bench", "crates/xpu-bench/examples/e.rs", launch, false),
-        ("xpu-bench", "crates/xpu-bench/benches/b.rs", launch, false),
-        (
-            "xpu-alloc",
-            "crates/xpu-alloc/benches/alloc.rs",
-            launch,
-            false,
-        ),
-        ("xpu", "crates/xpu/examples/support/mlp.rs", launch, false),
-    ] {
-        assert_eq!(
-            check_source(krate, file, text, is_root),
-            vec![],
-            "{krate} {file}"
-        );
-    }
-
-    // The same block without its comment is named, with its line, in each of those places.
-    let bare = "#[allow(unsafe_code)]\nfn go() {\n    let a = 1;\n\
-                \x20   unsafe { s.launch(&f, &[1], None)?.arg(&x)?.enqueue()? };\n}\n";
+    // ... and the same block without its comment.
+    let bare = launch.replace("// SAFETY: in bounds; the kernel ends.", "let a = 1;");
     for (krate, file) in [
         ("xpu-cli", "crates/xpu-cli/src/demo.rs"),
+        ("xpu-cli", "crates/xpu-cli/tests/demo.rs"),
         ("xpu-bench", "crates/xpu-bench/src/launch.rs"),
+        ("xpu-bench", "crates/xpu-bench/examples/e.rs"),
+        ("xpu-bench", "crates/xpu-bench/benches/b.rs"),
         ("xpu-alloc", "crates/xpu-alloc/benches/alloc.rs"),
-        ("xpu", "crates/xpu/examples/mlp_training.rs"),
+        ("xpu", "crates/xpu/examples/support/mlp.rs"),
     ] {
-        let v = check_source(krate, file, bare, false);
-        assert_eq!(
-            by_location(&v),
-            vec![(
-                format!("{file}:4").as_str(),
-                "`unsafe` block without a `// SAFETY:` comment in the 3 lines above it"
-            )],
-            "{krate} {file}"
-        );
+        let ok = check_source(krate, file, launch, false);
+        assert_eq!(ok, vec![], "{krate} {file}");
+        let named = check_source(krate, file, &bare, false);
+        let want = "`unsafe` block without a `// SAFETY:` comment in the 3 lines above it";
+        let at = format!("{file}:4");
+        assert_eq!(by_location(&named), vec![(at.as_str(), want)], "{krate}");
     }
+    // A tool crate's root denies unsafe code, so each such item opts in.
+    let root = format!("#![deny(unsafe_code)]\n{launch}");
+    assert_eq!(check_source("xpu-bench", "src/lib.rs", &root, true), vec![]);
 
-    // Nothing else unsafe there, and a tool crate's root denies unsafe code.
+    // Nothing else unsafe there.
     let bad = "fn main() {}\n\
                /// # Safety\n/// None.\nunsafe fn h() {}\n\
                unsafe impl Send for X {}\n\
@@ -533,17 +510,6 @@ fn tools_and_benches_may_hold_commented_unsafe_blocks_and_an_undocumented_one_is
             .starts_with("`unsafe` item in the benches of xpu-host: only commented"),
         "{v:?}"
     );
-
-    // A library's own sources and tests keep the strict rule (c).
-    for (krate, file) in [
-        ("xpu-alloc", "crates/xpu-alloc/src/lib.rs"),
-        ("xpu-alloc", "crates/xpu-alloc/tests/benches.rs"),
-        ("xpu", "crates/xpu/tests/mlp.rs"),
-    ] {
-        let v = check_source(krate, file, launch, false);
-        assert_eq!(v.len(), 1, "{krate} {file}: {v:?}");
-        assert!(v[0].message.starts_with("`unsafe` outside xpu-device"));
-    }
 }
 
 /// The circles rule (g) reports for crate `krate` with files (module, text).
