@@ -36,7 +36,6 @@
 //! `# Safety` and every `unsafe` block with a `// SAFETY:` comment, no `unsafe impl`.
 #![deny(unsafe_code)]
 
-pub mod bench;
 mod error;
 mod function;
 pub mod graph;
@@ -53,7 +52,6 @@ pub use interop::{
 pub use launch::{Arg, KernelArgs, Launch, LaunchExt, LocalMem, Scalar};
 pub use program::{KernelCache, Program, ProgramOrigin};
 pub mod memory;
-pub mod mlp;
 
 pub use memory::{
     DeviceBuffer, DeviceRegion, DeviceRegionMut, DeviceSlice, DeviceSliceMut, MemoryError,
