@@ -17,9 +17,8 @@
 //!   first use, over `xpu_stream` streams;
 //! - [`MemPool`]: private memory pools of a device (as `torch.cuda.MemPool`), with
 //!   [`use_mem_pool`] routing the calling thread's allocations to one;
-//! - [`replay`]: trace replay and its report.
-//! - [`workload`]: the allocator benchmark workload, shared by its bench, callgrind harness
-//!   and `xpu bench`.
+//! - [`replay`]: replaying a recorded PyTorch allocator trace through the real allocator
+//!   (simulated or device memory), with its report (peaks, segment counts, call times).
 //! - [`observe`]: `memory_summary`, snapshots (JSON, and the pickle of PyTorch's memory
 //!   visualizer) and history recording ([`record_memory_history`]).
 //! - [`host`]: the pinned-host allocator, re-exported from the `xpu-host` crate (also at the
@@ -98,7 +97,6 @@ mod raw;
 pub mod replay;
 pub use xpu_caching::{sim_stream, size, stats, stream};
 pub mod source;
-pub mod workload;
 
 pub use crate::cl_stream::{stream_key, ClBackend, ClStream, EventMarker, StreamMarker, StreamRef};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};

@@ -45,7 +45,6 @@
 //! safe call on `ClRegion`s.
 #![deny(unsafe_code)]
 
-pub mod bench;
 mod error;
 mod function;
 pub mod graph;
@@ -62,7 +61,6 @@ pub use interop::{
 pub use launch::{Arg, KernelArgs, Launch, LaunchExt, LocalMem, Scalar};
 pub use program::{KernelCache, Program, ProgramOrigin};
 pub mod memory;
-pub mod mlp;
 
 pub use memory::{
     DeviceBuffer, DeviceRegion, DeviceRegionMut, DeviceSlice, DeviceSliceMut, MemoryError,

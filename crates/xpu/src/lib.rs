@@ -165,12 +165,13 @@
 //!   supported by events (a completion callback sets a user event on the waiting device).
 //! - `torch.xpu.manual_seed*` and random generators: no RNG lives in the runtime layer.
 //!
-//! Foreign C code in the examples: an example may still call foreign code with `unsafe` that no
-//! safe wrapper can remove (the `clblast_gemm` example calls `Clblast::sgemm` without xpu's extent
-//! check of C, to show CLBlast's own check). xtask's rule (f) allows it there and only there: files
-//! under `crates/xpu/examples/` may hold `unsafe {}` blocks, each with a `// SAFETY:` comment, and
-//! `unsafe extern "C" fn(..)` pointer types; no `unsafe fn` / `impl` / `trait` and no `extern`
-//! blocks, and never in `src/`, `tests/` or `benches/`.
+//! `unsafe` in the examples: an example launches kernels as any user does, and may call foreign
+//! code with `unsafe` that no safe wrapper can remove (the `clblast_gemm` example calls
+//! `Clblast::sgemm` without xpu's extent check of C, to show CLBlast's own check). xtask's rule
+//! (f) allows it in the users of xpu's unsafe API only (files under `crates/xpu/examples/`, never
+//! this crate's `src/` or `tests/`; benches; the tool crates): `unsafe {}` blocks, each with a
+//! `// SAFETY:` comment, and `unsafe extern "C" fn(..)` pointer types; no `unsafe fn` / `impl` /
+//! `trait` and no `extern` blocks.
 #![forbid(unsafe_code)]
 
 mod device;
