@@ -1,7 +1,8 @@
 //! `cargo xtask gpu-archive-burn`: what a GPU machine without cargo needs to run the burn
 //! backend there (burn's conformance suite on xpu, the training example on xpu and the same
-//! model in PyTorch), in one directory under 64 MiB, apart from the main archive
-//! (`cargo xtask gpu-archive`), which has no room left for it.
+//! model in PyTorch and, unless `--no-cuda`, the same training on burn's own CUDA backend),
+//! in one directory under 64 MiB, apart from the main archive (`cargo xtask gpu-archive`),
+//! which has no room left for it.
 //!
 //! The suite ships as its plain (libtest) test binary, not as a nextest archive: the binary is
 //! all it needs (no workspace data, no `cargo-nextest`, whose binary alone weighs some 20
@@ -25,13 +26,21 @@ const RUN_SH_TEMPLATE: &str = include_str!("../../ci/gpu-burn-run.sh.tmpl");
 const TORCH_SCRIPT: &str = "crates/xpu-burn/examples/train_torch.py";
 
 /// What `build` writes into the output directory (removed first, nothing else is touched).
-const OUTPUTS: [&str; 5] = ["burn_suite", "train", "train_torch.py", "run.sh", "results"];
+const OUTPUTS: [&str; 6] = [
+    "burn_suite",
+    "train",
+    "train_cuda",
+    "train_torch.py",
+    "run.sh",
+    "results",
+];
 
 /// The default output directory, relative to the workspace root.
 pub(crate) const DEFAULT_DIR: &str = ".gpu-burn";
 
-/// Builds the burn GPU archive into `out`.
-pub(crate) fn build(root: &Path, out: &Path) -> Result<()> {
+/// Builds the burn GPU archive into `out`; with `cuda`, also the `train_cuda` example (the
+/// same training on burn's own CUDA backend), when it builds.
+pub(crate) fn build(root: &Path, out: &Path, cuda: bool) -> Result<()> {
     let out = if out.is_absolute() {
         out.to_path_buf()
     } else {
@@ -95,6 +104,9 @@ pub(crate) fn build(root: &Path, out: &Path) -> Result<()> {
         set_executable(&to)?;
     }
     copy(&root.join(TORCH_SCRIPT), &out.join("train_torch.py"))?;
+    if cuda {
+        build_train_cuda(root, &out, &envs);
+    }
 
     let run_sh = out.join("run.sh");
     std::fs::write(&run_sh, render_run_sh())
@@ -102,6 +114,41 @@ pub(crate) fn build(root: &Path, out: &Path) -> Result<()> {
     set_executable(&run_sh)?;
     exclude_from_git(root, &out, &format!("/{DEFAULT_DIR}/"))?;
     report_size(&out)
+}
+
+/// Builds the `train_cuda` example (feature `cuda-compare` of xpu-burn) into `out`. A failed
+/// build leaves the archive without it (run.sh then skips that step) and says why: burn's
+/// CUDA backend is a comparison, not part of the project.
+fn build_train_cuda(root: &Path, out: &Path, envs: &[(String, String)]) {
+    let built = executable(
+        Cmd::cargo()
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "xpu-burn",
+                "--features",
+                "cuda-compare",
+                "--example",
+                "train_cuda",
+                "--message-format",
+                "json-render-diagnostics",
+            ])
+            .envs(envs)
+            .current_dir(root),
+        "build-train-cuda",
+        "train_cuda",
+        "example",
+    )
+    .and_then(|from| {
+        let to = out.join("train_cuda");
+        copy(&from, &to)?;
+        strip(&to);
+        set_executable(&to)
+    });
+    if let Err(e) = built {
+        println!("==> no train_cuda in the archive (burn's CUDA backend did not build): {e:#}");
+    }
 }
 
 /// Runs a cargo build that prints JSON messages (`cmd`) and returns the executable it built

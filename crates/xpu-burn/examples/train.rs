@@ -78,7 +78,7 @@ fn batch<B: Backend>(size: usize, device: &B::Device) -> (Tensor<B, 3>, Tensor<B
     (x, y)
 }
 
-fn train<B: AutodiffBackend>(steps: usize, batch_size: usize, device: &B::Device) -> (f32, f32, f64) {
+pub(crate) fn train<B: AutodiffBackend>(steps: usize, batch_size: usize, device: &B::Device) -> (f32, f32, f64) {
     B::seed(device, 42);
     let mut model = Model::<B>::new(device);
     let mut optim = AdamConfig::new().init::<B, Model<B>>();
