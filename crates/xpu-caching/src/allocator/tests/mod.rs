@@ -146,8 +146,9 @@ impl Backend for TestBackend {
         }
         Ok(())
     }
-    crate::thread_caches!(TestBackend);
 }
+
+crate::thread_caches!(TestBackend);
 
 fn core(capacity: u64) -> CachingAllocator<TestBackend> {
     let source = SimulatedSource::<Simulated>::new(0, capacity, capacity);
