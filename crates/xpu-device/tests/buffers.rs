@@ -1,17 +1,10 @@
 //! Device buffers: write/read, sub-buffers, fill, copy and their argument errors; zero-byte
 //! copies and fills, and blocking transfers behind a failed command.
 
-#![allow(unsafe_code)]
-
 mod common;
 
-use std::time::Duration;
-
-use xpu_device::backend::{
-    wait_for_callbacks, Buffer, ClEvent, EventStatus, MemFlags, PinnedBuffer, PinnedBytes,
-};
-use xpu_device::fork::ChildExit;
-use xpu_device::{fork, DeviceError};
+use xpu_device::backend::{Buffer, EventStatus, MemFlags, PinnedBuffer, PinnedBytes};
+use xpu_device::DeviceError;
 
 const CL_MISALIGNED_SUB_BUFFER_OFFSET: i32 = -13;
 const CL_MEM_COPY_OVERLAP: i32 = -8;

@@ -1,8 +1,6 @@
 //! Error values and their messages, and a missing foreign library's typed error (no device
 //! needed).
 
-#![allow(unsafe_code)]
-
 use xpu_device::{ClError, DeviceError, INSTALL_HINT};
 
 #[test]

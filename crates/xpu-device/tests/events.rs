@@ -1,8 +1,6 @@
 //! Events: user-event gates, markers, barriers, status and profiling timestamps; wrapped raw
 //! events, user events dropped unset, and `wait_for_callbacks` in a bad fork child.
 
-#![allow(unsafe_code)]
-
 mod common;
 
 use std::time::Duration;

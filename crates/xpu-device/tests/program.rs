@@ -1,17 +1,10 @@
 //! Programs built from OpenCL C source, kernels and build errors; `__local` arguments beyond
 //! the device's local memory.
 
-#![allow(unsafe_code)]
-
 mod common;
 
-use std::time::Duration;
-
-use xpu_device::backend::{
-    wait_for_callbacks, Buffer, ClEvent, EventStatus, Kernel, MemFlags, Program,
-};
-use xpu_device::fork::ChildExit;
-use xpu_device::{fork, DeviceError, KernelArgProblem};
+use xpu_device::backend::{Buffer, Kernel, MemFlags, Program};
+use xpu_device::{DeviceError, KernelArgProblem};
 
 const CL_BUILD_PROGRAM_FAILURE: i32 = -11;
 const CL_INVALID_KERNEL_NAME: i32 = -46;

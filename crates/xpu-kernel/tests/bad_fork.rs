@@ -23,8 +23,6 @@ use xpu_kernel::{
 };
 use xpu_stream::{get_stream_from_pool, Stream, PRIORITY_NORMAL};
 
-use common::Claimed;
-
 const SOURCE: &str = "__kernel void fill(__global uint* out, uint n) {
     size_t i = get_global_id(0);
     if (i < n) out[i] = (uint)i;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use xpu_alloc::MemPool;
 use xpu_kernel::graph::{graph_pool_handle, Graph, GraphError};
-use xpu_kernel::{DeviceBuffer, KernelError, LaunchExt, Program};
+use xpu_kernel::{DeviceBuffer, Program};
 use xpu_stream::Stream;
 use xpu_testing::devices;
 

@@ -75,7 +75,7 @@ impl<B: ThreadCacheKey> Allocation<B> {
     /// Runs `f` on the segment holding the allocation and the allocation's byte offset in
     /// it (under no allocator lock: `f` may call the allocator, on this stream too); `None`
     /// if the block is unknown (never for a live allocation), and in a bad fork child
-    /// ([`Backend::is_bad_fork`]: the lock may have been held at the fork).
+    /// ([`Backend::is_bad_fork`](crate::Backend::is_bad_fork): the lock may have been held at the fork).
     pub fn with_segment<R>(
         &self,
         f: impl FnOnce(&SourceSegment<B::Memory>, u64) -> R,

@@ -47,7 +47,7 @@ pub struct SegmentSnapshot {
 
 impl<B: ThreadCacheKey> CachingAllocator<B> {
     /// Every segment with its blocks, sorted by address. None in a bad fork child
-    /// ([`Backend::is_bad_fork`]: the shards' locks may have been held at the fork).
+    /// ([`Backend::is_bad_fork`](crate::Backend::is_bad_fork): the shards' locks may have been held at the fork).
     #[must_use]
     pub fn snapshot(&self) -> Vec<SegmentSnapshot> {
         if B::is_bad_fork() {
