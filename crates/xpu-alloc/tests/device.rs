@@ -1,6 +1,7 @@
 //! The allocator on a real OpenCL device (PoCL in CI): buffers, kernel arguments,
 //! views, record_stream with a gate, cross-stream reuse with real markers, the
-//! crate-level API and a second device. Skipped without a device unless
+//! crate-level API and a second device, streams of another device refused, and a stream
+//! released before its first allocation. Skipped without a device unless
 //! `XPU_REQUIRE_DEVICE=1`.
 
 mod common;

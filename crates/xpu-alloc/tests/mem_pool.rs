@@ -1,6 +1,7 @@
 //! Private memory pools (`MemPool`, as torch.cuda.MemPool) on a real OpenCL device (PoCL in
 //! CI): routing per thread, isolation from the default pool, per-pool statistics, routing
-//! errors, lifetime, stream-ordered release, custom segment sources. Skipped without a device
+//! errors, lifetime, stream-ordered release, custom segment sources, block addresses unique
+//! across pools, `use_mem_pool` from a thread-local destructor. Skipped without a device
 //! unless `XPU_REQUIRE_DEVICE=1`. Each test allocates on streams of its own; device-wide
 //! figures are compared as differences.
 

@@ -1,5 +1,6 @@
 //! The out-of-memory sequence, its error, never-fitting requests, the memory fraction and
-//! fault injection on segment allocation.
+//! fault injection on segment allocation; `num_ooms` counts only the errors returned (an
+//! attempt served after a release and retry is none), private pools included.
 
 mod common;
 

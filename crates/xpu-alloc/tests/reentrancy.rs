@@ -1,4 +1,5 @@
-//! No user code runs under an allocator lock: closures given to the allocator may call it.
+//! No user code runs under an allocator lock: closures given to the allocator, and a private
+//! pool's custom segment source, may call it.
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Captured graphs on a real OpenCL device (PoCL in CI, two devices for the cross-device
 //! case): replay matches direct launches, arguments stay alive, capture errors are typed and
-//! leave the stream usable. Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
+//! leave the stream usable (a launch built before the capture included), zero-sized elements
+//! replay. Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Graph-private pools on a real OpenCL device (PoCL in CI): allocations during a capture
 //! come from the graph's pool, `graph_pool_handle` shares one pool between captures, and
-//! the pool stays reserved while a graph lives. Skipped without a device unless
+//! the pool stays reserved while a graph lives and is not reused before a dropped graph's
+//! pending replay ran. Skipped without a device unless
 //! `XPU_REQUIRE_DEVICE=1`.
 
 mod common;

@@ -1,5 +1,5 @@
 //! Programs, functions and launches on a real OpenCL device (PoCL in CI, two devices for the
-//! cross-device cases). Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
+//! cross-device cases), element types of typed buffers and work sizes checked at the launch. Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
 
 mod common;
 

@@ -1,7 +1,8 @@
 //! Typed device memory on a real OpenCL device (PoCL in CI; two devices for the cross-device
 //! copies: `POCL_DEVICES="pthread pthread"`): values round-trip exactly at odd offsets and
 //! lengths, non-blocking uploads do not reference the caller's slice, reads are ordered after
-//! earlier work, misuse is a typed error, and uses on other streams are recorded.
+//! earlier work, misuse is a typed error (an overflowing region's byte offset too), and uses
+//! on other streams are recorded (pinned host copies too).
 //! Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
 
 mod common;
