@@ -28,7 +28,7 @@ const OUTPUTS: [&str; 8] = [
 ];
 
 /// Release settings for small binaries: no debug info, stripped.
-const SMALL_RELEASE: [(&str, &str); 4] = [
+pub(crate) const SMALL_RELEASE: [(&str, &str); 4] = [
     ("CARGO_PROFILE_RELEASE_DEBUG", "false"),
     ("CARGO_PROFILE_RELEASE_STRIP", "true"),
     ("CARGO_PROFILE_BENCH_DEBUG", "false"),
@@ -98,7 +98,7 @@ pub(crate) fn build(root: &Path, out: &Path) -> Result<()> {
     std::fs::write(&run_sh, render_run_sh(&remap_expr(root, &out)))
         .with_context(|| format!("cannot write {}", run_sh.display()))?;
     set_executable(&run_sh)?;
-    exclude_from_git(root, &out)?;
+    exclude_from_git(root, &out, "/.gpu/")?;
     report_size(&out)
 }
 
@@ -228,20 +228,20 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
     }
 }
 
-fn copy(from: &Path, to: &Path) -> Result<()> {
+pub(crate) fn copy(from: &Path, to: &Path) -> Result<()> {
     std::fs::copy(from, to)
         .with_context(|| format!("cannot copy {} to {}", from.display(), to.display()))?;
     Ok(())
 }
 
-fn set_executable(path: &Path) -> Result<()> {
+pub(crate) fn set_executable(path: &Path) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
         .with_context(|| format!("cannot make {} executable", path.display()))
 }
 
 /// Strips a copied binary when `strip` exists (best effort: an unstripped one still works).
-fn strip(path: &Path) {
+pub(crate) fn strip(path: &Path) {
     if which("strip").is_some() {
         let _ = Cmd::new("strip").arg(path).output();
     }
@@ -340,6 +340,12 @@ pub(crate) fn remap_expr(root: &Path, out: &Path) -> String {
 
 /// run.sh: the template with ci/gpu-env.sh embedded and the workspace root expression.
 pub(crate) fn render_run_sh(repo_root_expr: &str) -> String {
+    embed_gpu_env(RUN_SH_TEMPLATE).replace("@REPO_ROOT@", repo_root_expr)
+}
+
+/// `template` with its `@GPU_ENV@` line replaced by ci/gpu-env.sh, indented as a function
+/// body.
+pub(crate) fn embed_gpu_env(template: &str) -> String {
     let env = GPU_ENV_SH
         .lines()
         .map(|l| {
@@ -351,14 +357,12 @@ pub(crate) fn render_run_sh(repo_root_expr: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n");
-    RUN_SH_TEMPLATE
-        .replace("@GPU_ENV@", &env)
-        .replace("@REPO_ROOT@", repo_root_expr)
+    template.replace("@GPU_ENV@", &env)
 }
 
-/// Adds `/.gpu/` (and the output directory, when it is another one inside the workspace) to
-/// .git/info/exclude.
-fn exclude_from_git(root: &Path, out: &Path) -> Result<()> {
+/// Adds `default` (`/.gpu/`, say) and the output directory, when it is another one inside the
+/// workspace, to .git/info/exclude.
+pub(crate) fn exclude_from_git(root: &Path, out: &Path, default: &str) -> Result<()> {
     let info = root.join(".git/info");
     if !root.join(".git").is_dir() {
         return Ok(());
@@ -366,7 +370,7 @@ fn exclude_from_git(root: &Path, out: &Path) -> Result<()> {
     std::fs::create_dir_all(&info)?;
     let exclude = info.join("exclude");
     let mut text = std::fs::read_to_string(&exclude).unwrap_or_default();
-    let mut wanted = vec!["/.gpu/".to_owned()];
+    let mut wanted = vec![default.to_owned()];
     if let Ok(rel) = out.strip_prefix(root) {
         if rel.components().count() > 0 {
             wanted.push(format!("/{}/", rel.display()));
@@ -407,7 +411,7 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
-fn report_size(out: &Path) -> Result<()> {
+pub(crate) fn report_size(out: &Path) -> Result<()> {
     let mut files = Vec::new();
     dir_size(out, &mut files)?;
     files.sort_by_key(|f| std::cmp::Reverse(f.1));

@@ -129,6 +129,35 @@ impl Cmd {
         Ok(())
     }
 
+    /// Like [`Cmd::run_step`], but returns what the command wrote to stdout (its stderr still
+    /// goes to the terminal): for `cargo ... --message-format json-render-diagnostics`.
+    pub(crate) fn stdout_of_step(&self, step: &str) -> Result<String> {
+        println!("==> [{step}] {}", self.display());
+        let out = self
+            .command()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .output()
+            .with_context(|| format!("step `{step}` failed: cannot start `{}`", self.display()))?;
+        if !out.status.success() {
+            let code = out
+                .status
+                .code()
+                .map_or_else(|| "a signal".to_owned(), |c| c.to_string());
+            let mut msg = format!(
+                "step `{step}` failed: `{}` exited with {code}",
+                self.display()
+            );
+            if let Some(hint) = &self.hint {
+                msg.push_str("\n  hint: ");
+                msg.push_str(hint);
+            }
+            bail!(msg);
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// Runs the command quietly and captures its output; `None` when it cannot start.
     pub(crate) fn output(&self) -> Option<Output> {
         self.command()

@@ -19,12 +19,17 @@
 //!   [`UNSAFE_CRATE`]; nothing else unsafe (no `unsafe impl`/`trait`/`extern`, no `extern`
 //!   blocks), no OpenCL bindings (b), and the crate root says `#![deny(unsafe_code)]` so that
 //!   every such item also carries an `#[allow(unsafe_code)]`.
-//! - (f) the exception to (c) for examples: files under the `examples/` directory of
-//!   [`FACADE_CRATE`] (never its `src/`, `tests/` or `benches/`) may hold `unsafe {}` blocks,
-//!   each with a `// SAFETY:` comment as in (d), so that an example can show a foreign C
-//!   library (loaded at run time) on xpu's streams and memory; nothing else unsafe there (no
+//! - (f) the exception to (c) for users of xpu's unsafe API: the files under the `examples/`
+//!   directory of [`FACADE_CRATE`] (never its `src/` or `tests/`), under the `benches/`
+//!   directory of any crate (but [`UNSAFE_CRATE`] and the [`UNSAFE_CALLER_CRATES`], which
+//!   have rules (d) and (e)), and every file of the [`TOOL_CRATES`] may hold `unsafe {}`
+//!   blocks, each with a `// SAFETY:` comment as in (d): a user launches a kernel with
+//!   `unsafe { stream.launch(..)...enqueue() }`, and an example can show a foreign C library
+//!   (loaded at run time) on xpu's streams and memory. Nothing else unsafe there (no
 //!   `unsafe fn`/`impl`/`trait`, no `extern` blocks: such a library's entry points are
-//!   function pointers (`unsafe extern "C" fn(..)` types) loaded at run time).
+//!   function pointers (`unsafe extern "C" fn(..)` types) loaded at run time), no OpenCL
+//!   bindings (b), and a tool crate's roots say `#![deny(unsafe_code)]` so that each item
+//!   holding such a block also carries an `#[allow(unsafe_code)]`.
 //! - (g) no import circles between the modules of a crate's `src/`, except the handle/owner
 //!   pairs of [`imports::ALLOWED_CIRCLES`] (see [`imports`]).
 
@@ -41,7 +46,7 @@ use crate::cmd::Cmd;
 use source::Line;
 
 /// The layer crates, lowest first: each may depend only on crates before it.
-pub(crate) const LAYERS: [&str; 11] = [
+pub(crate) const LAYERS: [&str; 12] = [
     "xpu-caching",
     "xpu-device",
     "xpu-stream",
@@ -52,6 +57,7 @@ pub(crate) const LAYERS: [&str; 11] = [
     "xpu-lazy",
     "xpu",
     "xpu-burn",
+    "xpu-bench",
     "xpu-cli",
 ];
 
@@ -71,6 +77,10 @@ pub(crate) const UNSAFE_CALLER_CRATES: [&str; 2] = ["xpu-kernel", "xpu-burn"];
 
 /// The facade crate, whose examples may hold commented `unsafe {}` blocks (rule (f)).
 pub(crate) const FACADE_CRATE: &str = "xpu";
+
+/// The tool crates (benchmarks, the `xpu` command), users of the runtime whose every file may
+/// hold commented `unsafe {}` blocks calling xpu's `unsafe fn`s, nothing more (rule (f)).
+pub(crate) const TOOL_CRATES: [&str; 2] = ["xpu-bench", "xpu-cli"];
 
 /// The OpenCL binding crates.
 pub(crate) const FFI_CRATES: [&str; 3] = ["opencl3", "cl3", "opencl-sys"];
@@ -149,10 +159,12 @@ pub(crate) fn check(root: &Path) -> Result<()> {
     if violations.is_empty() {
         println!(
             "check-layers: ok ({} packages; order {}; only {UNSAFE_CRATE} uses OpenCL and unsafe; \
-             {} only call its unsafe API; no module import circles)",
+             {} only call its unsafe API; {}, benches and {FACADE_CRATE}'s examples hold \
+             commented unsafe blocks only; no module import circles)",
             packages.len(),
             LAYERS.join(" < "),
-            UNSAFE_CALLER_CRATES.join(", ")
+            UNSAFE_CALLER_CRATES.join(", "),
+            TOOL_CRATES.join(", ")
         );
         return Ok(());
     }
@@ -544,7 +556,7 @@ pub(crate) fn check_source(krate: &str, file: &str, text: &str, is_root: bool) -
         }
         return out;
     }
-    if krate == FACADE_CRATE && is_example_file(file) {
+    if may_hold_commented_unsafe_blocks(krate, file) {
         for (i, line) in lines.iter().enumerate() {
             for pos in source::word_positions(&line.code, "extern") {
                 let rest = line.code[pos + "extern".len()..].trim_start();
@@ -552,7 +564,8 @@ pub(crate) fn check_source(krate: &str, file: &str, text: &str, is_root: bool) -
                     out.push(violation(
                         i + 1,
                         format!(
-                            "`extern` block in an example of {krate}: load the library at run time"
+                            "`extern` block in {}: load the library at run time",
+                            place(krate, file)
                         ),
                     ));
                 }
@@ -566,8 +579,9 @@ pub(crate) fn check_source(krate: &str, file: &str, text: &str, is_root: bool) -
                     out.push(violation(
                         i + 1,
                         format!(
-                            "`unsafe` item in an example of {krate}: only commented `unsafe {{}}` \
-                             blocks are allowed in its examples"
+                            "`unsafe` item in {}: only commented `unsafe {{}}` blocks are allowed \
+                             there",
+                            place(krate, file)
                         ),
                     ));
                 } else if !has_safety_comment(&lines, i) {
@@ -580,6 +594,15 @@ pub(crate) fn check_source(krate: &str, file: &str, text: &str, is_root: bool) -
                     ));
                 }
             }
+        }
+        if is_root
+            && !source::unsafe_code_lint_is(&lines, "deny")
+            && !source::unsafe_code_lint_is(&lines, "forbid")
+        {
+            out.push(violation(
+                1,
+                "crate root lacks `#![deny(unsafe_code)]`".to_owned(),
+            ));
         }
         return out;
     }
@@ -638,18 +661,34 @@ fn is_fn_pointer_type(code: &str) -> bool {
         .is_some_and(|r| r.trim_start().starts_with('('))
 }
 
-/// Whether `file` (a path relative to the workspace root or to the package) lies in a
-/// package's `examples/` directory: an `examples` component, and no `src`, `tests` or
-/// `benches` component before it.
-fn is_example_file(file: &str) -> bool {
-    for c in Path::new(file).components() {
-        match c.as_os_str().to_str() {
-            Some("examples") => return true,
-            Some("src" | "tests" | "benches") => return false,
-            _ => {}
+/// Rule (f): whether `file` of crate `krate` may hold commented `unsafe {}` blocks: any file
+/// of a [`TOOL_CRATES`] crate, the facade's examples, and benches (of the crates that rules
+/// (d) and (e) do not cover).
+fn may_hold_commented_unsafe_blocks(krate: &str, file: &str) -> bool {
+    TOOL_CRATES.contains(&krate)
+        || (krate == FACADE_CRATE && target_dir(file) == Some("examples"))
+        || (krate != UNSAFE_CRATE
+            && !UNSAFE_CALLER_CRATES.contains(&krate)
+            && target_dir(file) == Some("benches"))
+}
+
+/// Where rule (f) allows commented `unsafe {}` blocks in `file` of crate `krate`, for messages.
+fn place(krate: &str, file: &str) -> String {
+    match target_dir(file) {
+        Some(dir @ ("examples" | "benches")) if !TOOL_CRATES.contains(&krate) => {
+            format!("the {dir} of {krate}")
         }
+        _ => krate.to_owned(),
     }
-    false
+}
+
+/// The target directory of a package that `file` (a path relative to the workspace root or to
+/// the package) lies in: its first `src`, `tests`, `benches` or `examples` component.
+fn target_dir(file: &str) -> Option<&str> {
+    Path::new(file)
+        .components()
+        .filter_map(|c| c.as_os_str().to_str())
+        .find(|c| matches!(*c, "src" | "tests" | "benches" | "examples"))
 }
 
 /// `Some("block")` or `Some("impl")` when the `unsafe` at `lines[i].code[pos..]` opens a block

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod archive;
+mod archive_burn;
 mod cmd;
 mod gpu;
 mod layers;
@@ -52,6 +53,18 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
+    /// Build burn's conformance suite on xpu (the burn_suite test binary), the burn training
+    /// example, its PyTorch twin, the same example on burn's CUDA backend (train_cuda) and a
+    /// runner script into DIR, for a GPU machine without cargo (apart from gpu-archive, which
+    /// has no room for them).
+    GpuArchiveBurn {
+        /// Output directory [default: .gpu-burn in the workspace root].
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Leave out train_cuda (it builds burn's CUDA backend: minutes).
+        #[arg(long)]
+        no_cuda: bool,
+    },
     /// Make sure an OpenCL runtime exists, then run `xpu demo` in release mode.
     /// Arguments after `--` go to `xpu demo`.
     Demo {
@@ -81,6 +94,10 @@ fn run(cli: Cli) -> Result<()> {
         Command::GpuArchive { out } => {
             let out = out.unwrap_or_else(|| root.join(".gpu"));
             archive::build(&root, &out)
+        }
+        Command::GpuArchiveBurn { out, no_cuda } => {
+            let out = out.unwrap_or_else(|| root.join(archive_burn::DEFAULT_DIR));
+            archive_burn::build(&root, &out, !no_cuda)
         }
         Command::Demo { args } => {
             opencl_runtime::ensure()?;
@@ -146,6 +163,14 @@ mod tests {
         let cli = Cli::try_parse_from(["xtask", "gpu-archive", "--out", "/tmp/g"]).unwrap();
         match cli.command {
             Command::GpuArchive { out } => assert_eq!(out, Some(PathBuf::from("/tmp/g"))),
+            other => panic!("parsed as {other:?}"),
+        }
+        let cli = Cli::try_parse_from(["xtask", "gpu-archive-burn", "--out", "/tmp/b"]).unwrap();
+        match cli.command {
+            Command::GpuArchiveBurn { out, no_cuda } => {
+                assert_eq!(out, Some(PathBuf::from("/tmp/b")));
+                assert!(!no_cuda);
+            }
             other => panic!("parsed as {other:?}"),
         }
     }

@@ -17,9 +17,8 @@
 //!   first use, over `xpu_stream` streams;
 //! - [`MemPool`]: private memory pools of a device (as `torch.cuda.MemPool`), with
 //!   [`use_mem_pool`] routing the calling thread's allocations to one;
-//! - [`replay`]: trace replay and its report.
-//! - [`workload`]: the allocator benchmark workload, shared by its bench, callgrind harness
-//!   and `xpu bench`.
+//! - [`replay`]: replaying a recorded PyTorch allocator trace through the real allocator
+//!   (simulated or device memory), with its report (peaks, segment counts, call times).
 //! - [`observe`]: `memory_summary`, snapshots (JSON, and the pickle of PyTorch's memory
 //!   visualizer) and history recording ([`record_memory_history`]).
 //! - [`host`]: the pinned-host allocator, re-exported from the `xpu-host` crate (also at the
@@ -45,6 +44,42 @@
 //! xpu_alloc::empty_cache();
 //! # Ok(()) }
 //! ```
+//!
+//! # Details
+//! - `ClBackend`'s types: `StreamRef` (a device stream, `ClStream`, holding its queue, or a
+//!   simulated one); `StreamMarker` (an OpenCL marker, flushed, or a simulated one, or `Idle` for
+//!   an allocation stream whose external queue was released before the allocator first saw it: no
+//!   work can use its memory, so its cached segments are released as others); a device-side wait is
+//!   `clEnqueueBarrierWithWaitList`; memory is `SegmentMemory` (an OpenCL buffer, or simulated).
+//! - `DataPtr` wraps the core's `Allocation`; its other methods are the core's, by `Deref`.
+//!   `memory_kind:svm` was removed and is a typed `ConfigError::Unsupported` (at parse time and in
+//!   `xpu::init()`): SVM blocks had no copy or kernel-argument path.
+//! - `AllocError` maps the core's `CacheError` variant for variant. Device failures stay typed:
+//!   `AllocError::Device(Box<DeviceError>)` for an OpenCL one (a `DeviceFailure` holding a
+//!   `DeviceError` is downcast back, and a device-layer `BadFork` becomes `AllocError::BadFork`),
+//!   and `AllocError::Source(DeviceFailure)` for any other source's, both displayed
+//!   `device error: …`. A failed stream operation is `AllocError::Stream(MarkerError)` holding the
+//!   `xpu_stream::StreamError` (`ClBackend`'s marker calls keep theirs, an OpenCL code as
+//!   `StreamError::OpenCl`), and `is_bad_fork` sees a bad fork inside it; `ClStream::try_shared`
+//!   fails with the `StreamError`, so `?` makes a bad fork `AllocError::BadFork`.
+//! - `DeviceMemory for DataPtr`: pinned-host copies to and from a block; `record_use` records a
+//!   stream other than the allocation stream as `record_stream`. The crate re-exports xpu-host, so
+//!   `xpu_alloc::HostPtr`, `HostCopy` and the rest keep working.
+//! - Device addresses: buffer segments get a unique address range from the allocator (the device
+//!   has no pointer for a `cl_mem`); `DataPtr::cl_mem_and_offset` gives a block's kernel arguments
+//!   as raw values (the segment's `cl_mem`, not retained, and the offset: valid only for the
+//!   block's bytes while its `DataPtr` lives).
+//! - Views are scoped to the allocation: no safe API hands out a `Buffer` of allocator memory (a
+//!   retained segment handle would outlive the block, reach its neighbours and keep released
+//!   segments alive). `DataPtr::view` borrows the `DataPtr` and checks every read, write, fill and
+//!   copy against the requested size; raw pointers get `with_raw_view(ptr, |view| ..)`, which keeps
+//!   the block allocated while the closure runs (a `raw_delete` meanwhile takes effect after it)
+//!   and runs it under no lock.
+//! - No user code under an allocator lock: the stream closure of `allocate_with` runs before any
+//!   lock (a concurrent registration of the same stream drops the extra handle unlocked);
+//!   `with_raw` clones its entry and releases the table lock before calling the closure;
+//!   `Allocation::with_segment` shares the segment and runs its closure after the stream's lock is
+//!   released.
 #![forbid(unsafe_code)]
 
 mod cl_stream;
@@ -62,7 +97,6 @@ mod raw;
 pub mod replay;
 pub use xpu_caching::{sim_stream, size, stats, stream};
 pub mod source;
-pub mod workload;
 
 pub use crate::cl_stream::{stream_key, ClBackend, ClStream, EventMarker, StreamMarker, StreamRef};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};

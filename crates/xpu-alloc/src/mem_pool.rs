@@ -25,6 +25,36 @@
 //! far; the device-wide [`crate::empty_cache`] does too. In a child forked after the parent
 //! initialized OpenCL (a bad fork, `xpu_device::fork`), dropping the last handle leaks the
 //! pool instead: no segment is released and no lock of the parent's is taken.
+//!
+//! # Details
+//! - Layout: a `MemPool` is a `DeviceCore` of its own built with `CachingAllocator::with_setup`,
+//!   whose segment source charges the device allocator's reserved bytes and memory fraction through
+//!   its `SharedState` (its own source, or a custom `SegmentSource` with `MemPool::with_source`).
+//!   The constructors that look the device allocator up live with the registry in `global`, so this
+//!   module sits below `device_allocator`. With pools, the device's peak statistics become an upper
+//!   bound; a freed `DataPtr` finds its pool by `Allocation::owner_id`.
+//! - Routing is thread-local and the innermost `use_mem_pool` wins, with torch's
+//!   `beginAllocateToPool` / `endAllocatePool` errors; `MemPool::empty_cache` / `release` are
+//!   refused with the typed `PoolInUse`.
+//! - `set_config` reaches every pool, one created meanwhile included (registering a pool and
+//!   `DeviceAllocator::set_config` are serialized by the pool registry's lock, and a pool registers
+//!   with the device allocator's configuration of that moment), and every device allocator, one
+//!   created meanwhile by another thread included (the registry builds a device's allocator,
+//!   context included, outside the configuration's lock and installs it under that lock with the
+//!   configuration of that moment; `xpu_alloc::set_config` applies and stores a configuration under
+//!   the same lock, so concurrent calls leave every allocator with the last one stored).
+//! - A dropped pool's shards are torn down on the `xpu-pool-release` thread (its `DeferredDrop`
+//!   hook) once their last block is freed, so no drop blocks; a custom source's `free` there may
+//!   call the allocator (`wait_pool_releases` returns at once on that thread); a gone pool's source
+//!   is dropped outside the pool registry's lock.
+//! - Out of memory: an attempt that fails and is retried (a pool's, after the default pool's cache
+//!   is released; the device allocator's, after pending pool releases) counts no `num_ooms` and
+//!   traces no `oom` history entry; only the error returned does
+//!   (`CachingAllocator::allocate_or_retry`). The report returned by the device allocator or a pool
+//!   gives the device's allocated and reserved bytes, every pool included (as torch's message). The
+//!   device `empty_cache` waits for pending releases, releases the unused segments of dropped pools
+//!   that still hold allocations (freeable pools, `WeakShard::release_cached`), and leaves live
+//!   pools' caches.
 
 use std::cell::RefCell;
 use std::marker::PhantomData;

@@ -83,7 +83,7 @@ fn batch<B: Backend>(size: usize, device: &B::Device) -> (Tensor<B, 3>, Tensor<B
     (x, y)
 }
 
-fn train<B: AutodiffBackend>(
+pub(crate) fn train<B: AutodiffBackend>(
     steps: usize,
     batch_size: usize,
     device: &B::Device,

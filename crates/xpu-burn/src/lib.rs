@@ -22,6 +22,29 @@
 //!
 //! Layers: [`ops`] is the op layer (plain Rust parameters, no burn traits); [`backend`] is the
 //! glue that implements burn's traits on it.
+//!
+//! # Inside the backend
+//! - `ops`, the op layer: an `XpuTensor` is an `Arc` of one caching-allocator block plus the
+//!   host-side shape, element strides and offset (views without copies). One OpenCL C template per
+//!   op family (`elementwise`: any broadcast expression over strided inputs; `reduce`; `index`;
+//!   `matmul`; `nn`; `random`), specialised per element type through `#define`s, built once per
+//!   device through xpu-kernel's program cache (`runtime::function`) and launched through
+//!   `runtime::launch`, the crate's one `unsafe fn` (each call site argues its bounds). No burn
+//!   traits here, so another burn version or framework can reuse it.
+//! - `backend`, the glue: burn's `FloatTensorOps`, `IntTensorOps`, `BoolTensorOps`, `ModuleOps`...
+//!   mapped onto `ops`. burn's methods return tensors, not results, so an op's typed error (out of
+//!   memory with the allocator's report, a build log, a missing `cl_khr_fp64`) becomes a panic
+//!   carrying its message.
+//!
+//! Order and sharing: every op of a device is enqueued on the device's default stream, so producers
+//! precede consumers whatever thread runs them; `Backend::sync` synchronizes that stream; reading a
+//! tensor to the host waits for it. Ops never write a storage another tensor can see (assigning ops
+//! write a fresh copy), so shared views are safe across threads.
+//!
+//! Proof: burn's own conformance suite, unmodified (`tests/burn_suite.rs`:
+//! `burn_tensor::testgen_all!()` and `burn_autodiff::testgen_all!()`). `cargo xtask test` runs it
+//! as its own step and prints its counts; `tests/EXCLUDED.md` lists what does not run and why. The
+//! device is `XpuDevice { index }`.
 
 #![deny(unsafe_code)]
 

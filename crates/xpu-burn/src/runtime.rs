@@ -66,19 +66,52 @@ pub fn function(
     Ok(f)
 }
 
-/// Uploads `values` (kernel metadata: shapes, strides, offsets) to a new buffer on the
-/// device's burn stream (non-blocking, stream-ordered before later launches).
+/// Kernel metadata (shapes, strides, offsets) on the device: a read-only buffer of `long`s,
+/// shared by every launch that needs the same values ([`upload_meta`] caches them).
+#[derive(Debug, Clone)]
+pub struct Meta(Arc<DeviceBuffer<i64>>);
+
+impl<'a> From<&'a Meta> for Arg<'a> {
+    fn from(m: &'a Meta) -> Self {
+        Arg::from(&*m.0)
+    }
+}
+
+/// The most metadata buffers kept per process; past it the cache starts over (a training
+/// loop's shapes repeat, so a few hundred entries cover it).
+const META_CACHE_ENTRIES: usize = 4096;
+
+/// Metadata buffers by (device, values).
+type MetaCache = HashMap<(usize, Vec<i64>), Meta>;
+
+/// `values` as a metadata buffer on `device`: uploaded once on the device's burn stream
+/// (non-blocking, stream-ordered before every later launch there) and then shared by every
+/// launch with the same values, so a strided op costs no upload after its first run. The
+/// buffers are never written after their upload; a dropped entry's block returns to the
+/// caching allocator, which reuses it only after the stream's work on it completed.
 ///
 /// # Errors
 /// Allocation and copy errors.
-pub fn upload_meta(device: usize, values: &[i64]) -> Result<DeviceBuffer<i64>> {
-    let stream = stream(device)?;
+pub fn upload_meta(device: usize, values: &[i64]) -> Result<Meta> {
+    static CACHE: OnceLock<parking_lot::Mutex<MetaCache>> = OnceLock::new();
     let values = if values.is_empty() {
         &[0i64][..]
     } else {
         values
     };
-    Ok(DeviceBuffer::from_slice(values, &stream)?)
+    let cache = CACHE.get_or_init(Default::default);
+    let key = (device, values.to_vec());
+    if let Some(m) = cache.lock().get(&key) {
+        return Ok(m.clone());
+    }
+    let stream = stream(device)?;
+    let meta = Meta(Arc::new(DeviceBuffer::from_slice(values, &stream)?));
+    let mut map = cache.lock();
+    if map.len() >= META_CACHE_ENTRIES {
+        map.clear();
+    }
+    map.insert(key, meta.clone());
+    Ok(meta)
 }
 
 /// Enqueues `function` on the device's burn stream over `global` work-items (1 to 3

@@ -18,6 +18,39 @@
 //! stream-ordered contract of [`Backend`] says its last use is ordered before any reuse;
 //! in a child forked after the backend's driver was initialized ([`Backend::is_bad_fork`])
 //! no entry point takes an allocator lock or calls the backend, and drops leak.
+//!
+//! # Seams for allocators built on another's accounting
+//! xpu-alloc's private pools use `CachingAllocator::with_setup` (a shared `History`, and a
+//! `DeferredDrop` hook that runs each dropped shard's teardown, its markers waited for through
+//! `Backend::wait` and then its segments released, elsewhere than in the drop),
+//! `CachingAllocator::shared` (a `SharedState` handle: id, source, `allocate_segment_from` /
+//! `release_segment_to` charged to this allocator's reserved bytes and fraction, statistics,
+//! config), `CachingAllocator::weak_shards` (`WeakShard::release_cached`) and
+//! `Allocation::owner_id`.
+//!
+//! # Segment sources
+//! Segments come from a boxed `SegmentSource<Memory = B::Memory>`; only the slow path calls it, and
+//! its `allocate` and `free` run under no allocator lock, so a source may call its allocator on the
+//! same stream: segments released during an allocation (release policy, oversize release, garbage
+//! collection) are taken out under the stream's shard lock and freed once it is dropped (after the
+//! synchronize a source whose free does not wait needs), reserved bytes dropping as each is freed.
+//! A segment of another size than asked, or overlapping a live segment of the allocator (its own
+//! source's or one charged to it through `SharedState::allocate_segment_from`, so a private pool's
+//! custom source cannot overlap the default pool) is freed again and the allocation fails with a
+//! device error. `HookedSource<S, H>` runs `SourceHooks` around a source's allocate and free (rmm's
+//! resource-adaptor idea). The simulated backend (`SimBackend`: `SimStream` / `SimMarker`,
+//! `Simulated` memory from `SimulatedSource<M>`) reads its counters as one `Copy` snapshot under
+//! one lock (`SimStream::counters` / `SimulatedSource::counters`); the allocator's unit tests run
+//! on it and on a test backend whose markers hold or fail.
+//!
+//! # Errors
+//! `CacheError`, `OomReport` and `DeviceFailure`: a backend's own error kept as its typed value,
+//! shared, so the crate above can downcast it back, and equal by message. That covers a segment
+//! source's device error and the failure inside `stream::MarkerError` (a failed marker record /
+//! query / wait / synchronize, displayed `stream marker operation failed: …`). A stream of another
+//! device gets no shard (`CacheError::StreamDevice`). xpu-alloc re-exports this crate's modules
+//! (`xpu_alloc::config`, `size`, `stats`, `stream`, `sim_stream`, `observe::history`); `Stat` is
+//! shared with xpu-host.
 #![forbid(unsafe_code)]
 
 pub mod allocator;

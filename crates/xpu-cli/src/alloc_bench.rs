@@ -1,4 +1,4 @@
-//! Allocator micro-benchmarks for `xpu bench --json` (xpu-alloc's criterion bench
+//! Allocator micro-benchmarks for `xpu bench --json` (xpu-bench's criterion bench
 //! `benches/alloc.rs` times the same pair and mixed loops).
 //!
 //! Figures (ns): `cached_alloc_free_ns` (4 KiB) and `cached_alloc_free_8m_ns` (8 MiB):
@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use xpu_alloc::workload::{mixed_round, Workload, MIXED_LIVE, THREADS};
 use xpu_alloc::{AllocConfig, AllocError, ClStream, DeviceAllocator};
+use xpu_bench::alloc::{mixed_round, Workload, MIXED_LIVE, THREADS};
 
 /// Where the benchmark allocates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub enum BenchTarget {
     Device(usize),
 }
 
-/// The workload (xpu-alloc's, shared with its criterion bench) on `target`.
+/// The workload (xpu-bench's, shared with its criterion bench) on `target`.
 fn workload(target: BenchTarget, config: AllocConfig) -> Result<Workload, AllocError> {
     let index = match target {
         BenchTarget::Simulated => return Ok(Workload::simulated(config)),

@@ -170,7 +170,7 @@ fn measure(
     );
     take(
         "kernel",
-        xpu::xpu_kernel::bench::run(device, quick).map_err(Into::into),
+        xpu_bench::launch::run(device, quick).map_err(Into::into),
     );
     take("typed_memory", crate::bench_typed::figures(device, quick));
     match clblast_figures(device, quick) {
@@ -188,14 +188,14 @@ fn measure(
     (figures, errors, notes)
 }
 
-/// The figures of `xpu_kernel::bench::clblast`, null (NaN) without CLBlast.
+/// The figures of `xpu_bench::launch::clblast`, null (NaN) without CLBlast.
 const CLBLAST_KEYS: [&str; 3] = [
     "clblast_sgemm_xpu_gflops",
     "clblast_sgemm_plain_gflops",
     "clblast_over_plain",
 ];
 
-/// The CLBlast figures of `xpu_kernel::bench::clblast`, or why CLBlast (loaded at run time)
+/// The CLBlast figures of `xpu_bench::launch::clblast`, or why CLBlast (loaded at run time)
 /// is not available: then [`CLBLAST_KEYS`] are null in the JSON and `clblast_unavailable`
 /// says why; not an error.
 fn clblast_figures(
@@ -204,7 +204,7 @@ fn clblast_figures(
 ) -> anyhow::Result<Result<Vec<(String, f64)>, String>> {
     use xpu::xpu_device::foreign::ForeignError;
     use xpu::xpu_kernel::{InteropError, KernelError};
-    match xpu::xpu_kernel::bench::clblast(device, quick) {
+    match xpu_bench::launch::clblast(device, quick) {
         Ok(pairs) => Ok(Ok(pairs)),
         Err(KernelError::Interop(e))
             if matches!(*e, InteropError::Foreign(ForeignError::NotAvailable { .. })) =>

@@ -8,7 +8,7 @@
 //! 3. the two-stream pipeline with event timings;
 //! 4. an SVG plot of the replay and a snapshot pickle for PyTorch's memory visualizer,
 //!    written to paths it prints (with stage 2);
-//! 5. a two-layer MLP trained for 50 minibatch SGD steps by OpenCL C kernels (`xpu_kernel::mlp`),
+//! 5. a two-layer MLP trained for 50 minibatch SGD steps by OpenCL C kernels (`crate::mlp`, the example model),
 //!    its loss curve (every 10 steps) checked step by step against the CPU reference, and
 //!    the caching allocator's summary after it.
 
@@ -153,7 +153,7 @@ const MLP_STEPS: usize = 50;
 /// Stage 5: the MLP trained on the device, its loss curve next to the CPU reference's, and
 /// the allocator summary.
 fn mlp_stage(device: usize) -> anyhow::Result<bool> {
-    use xpu::xpu_kernel::mlp::{compare_losses, CpuMlp, GpuMlp, MlpConfig};
+    use crate::mlp::{compare_losses, CpuMlp, GpuMlp, MlpConfig};
     let config = MlpConfig {
         batch: 64,
         ..MlpConfig::default()

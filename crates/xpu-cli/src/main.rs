@@ -3,7 +3,26 @@
 //! Adding a subcommand: write `src/<name>.rs` with a `clap::Args` struct named `Args` and a
 //! `pub fn run(args: &Args) -> anyhow::Result<ExitCode>`, declare the module below, add a
 //! variant to [`Command`] and an arm to [`dispatch`]. Nothing else here needs to change.
-#![forbid(unsafe_code)]
+//!
+//! Commands: `info [--json]` (device table), `demo` (the main job; its trace is built into the
+//! binary), `bench [--json] [--config]`, `replay TRACE [--json] [--plot] [--compare] [--snapshot]`
+//! (`--compare` also shows PyTorch's expandable-segments figure),
+//! `replay-all DIR [--json] [--config]` (a folder's table: xpu vs PyTorch default vs expandable
+//! segments, with the geometric mean; in JSON each row carries PyTorch's figures as the `pytorch`
+//! object of `replay --compare --json`), `plot-scaling`. Every command checks its device through
+//! `xpu_device::device` first (one wording for a bad `XPU_DEVICE_TYPE` or an out-of-range index),
+//! honours `XPU_ALLOC_CONF` (or `--config`) and rejects an invalid one (one flattened clap group,
+//! `alloc_conf::AllocConfArg`, owns `--config` and its parsing for `replay`, `replay-all` and
+//! `bench`; `replay`'s `--device` / `--simulate` / `--capacity` and `--plot` / `--snapshot` are
+//! groups too, turning into its `Mode` and `Record`), writes only into existing directories, and
+//! ends quietly (exit 0) when stdout is closed. Replay rejects a line that is not
+//! `ACTION ADDR SIZE STREAM`, an empty trace and one without `alloc`; other actions are skipped and
+//! counted, frees of unknown addresses counted. The benchmarks of `xpu bench` (with the figures of
+//! the `xpu-bench` tool crate) and the two-stream pipeline of `xpu demo` live with the tools, not
+//! in the libraries.
+// Commented `unsafe {}` blocks calling xpu's `unsafe fn`s (kernel launches), each in an item
+// marked `#[allow(unsafe_code)]`; nothing else unsafe (`cargo xtask check-layers`).
+#![deny(unsafe_code)]
 // Output goes through `print_out` / `print_err`, which survive a closed pipe.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
@@ -15,6 +34,11 @@ mod demo;
 mod event_bench;
 mod host_bench;
 mod info;
+/// The example MLP that `demo` trains (example code shared with the facade's example
+/// `mlp_training`: see its header).
+#[allow(dead_code)]
+#[path = "../../xpu/examples/support/mlp.rs"]
+mod mlp;
 mod pipeline;
 mod plot;
 mod replay;

@@ -4,6 +4,23 @@
 //! - `XPU_DEVICE_TYPE=gpu|cpu|all`: which device types to take. Unset: all GPU devices of all
 //!   platforms, or, when there is none, the CPU devices (the embedded default, PoCL).
 //! - `XPU_PLATFORM=<substring>`: only platforms whose name contains it (case-insensitive).
+//!
+//! # Where the OpenCL runtime comes from
+//! The crates link no OpenCL library: `opencl3` is built with its `dynamic` feature, so
+//! `libOpenCL.so.1` (the ICD loader) is opened at run time. The loader reads vendor files
+//! (`/etc/OpenCL/vendors/*.icd`, or the directory in `OCL_ICD_VENDORS`), each naming a platform
+//! library. Without a loader `device_count()` returns 0 and the error says how to install one. In
+//! GPU containers NVIDIA's library is often present without a vendor file: `ci/gpu-env.sh` (used by
+//! `cargo xtask test-gpu` and the GPU runner) registers it through a temporary `OCL_ICD_VENDORS`
+//! directory. Some ICD loaders truncate `OCL_ICD_FILENAMES` in place (`strtok` on `getenv`'s
+//! string) at the first enumeration (the Khronos loader before v2026.05.29, which CUDA ships; not
+//! ocl-icd), which would hide platforms from every child process. xpu writes nothing into the
+//! process environment (a repair in place, like `set_var`, would be a write that std's environment
+//! lock does not order against another thread's `std::env::var`): discovery keeps the ICD variables
+//! as they were right before the first enumeration, and `pass_icd_env` hands them to a child
+//! process (`icd_env` gives the values). What is left is the loader's own write during the first
+//! enumeration: on such a loader, do not read or change the ICD variables from another thread
+//! during the first device query, or register platforms through `OCL_ICD_VENDORS`.
 
 use std::ffi::OsString;
 use std::sync::OnceLock;

@@ -28,6 +28,68 @@
 //!   while the parent was still enumerating answers 0.
 //!
 //! A child forked before any enumeration initializes normally.
+//!
+//! # Layer by layer
+//! In a bad-fork child the entry points of every layer return their layer's `BadFork` after one
+//! atomic load, before any lock or driver call:
+//! - xpu-device: discovery, devices, properties (not the raw `backend` handles).
+//! - xpu-stream: also `CaptureGuard::begin` and `enqueue_queue`, before any lock; the capture
+//!   queries `is_capturing` / `device_is_capturing` answer false without the capture registry's
+//!   lock or a stream's capture lock; a parent's `CaptureGuard` dropped there keeps its mark; a
+//!   `QueueRef` holding the last reference to an external stream's queue leaks it.
+//! - xpu-event: the test `Gate` included.
+//! - xpu-host: allocation and `HostCopy` copies; its functions without a result do nothing, its
+//!   statistics are zero, `HostPtr` views are empty and do not wait.
+//! - xpu-alloc: also `BufferSource::allocate` called directly, `DataPtr::view`, the exact `cl_mem`,
+//!   `DataPtr::cl_mem_and_offset`, `with_raw_view`, `raw_cl_mem_and_offset`,
+//!   `DeviceAllocator::mem_pools` and `ClBackend`'s marker operations, also through a `StreamRef`
+//!   whose queue the parent resolved (a device marker counts as complete unqueried). The
+//!   allocator's `empty_cache`, `reset_peak_stats`, `reset_accumulated_stats` and `set_config` do
+//!   nothing and its `memory_stats` are zero; the same for its `DeviceCore`, however obtained (from
+//!   `DeviceAllocator::core`, a `MemPool` or `DeviceCore::new`), and for xpu-caching's
+//!   `CachingAllocator` inside it. `DeviceCore::raw_delete` / `with_raw` refuse before the raw
+//!   table's lock.
+//! - xpu-caching: the check is the backend's `Backend::is_bad_fork` hook (default `false`;
+//!   `ClBackend` answers `is_in_bad_fork`, one relaxed load), asked first by every
+//!   `CachingAllocator`, `SharedState`, `WeakShard` and `Allocation` method, which refuses with
+//!   `CacheError::BadFork` (`AllocError::BadFork`: `allocate`, `record_stream`,
+//!   `set_memory_fraction`, `SharedState::allocate_segment_from`) or does nothing (`empty_cache`,
+//!   resets, `set_config`, `release_cached`) or answers a neutral value (zero statistics and byte
+//!   figures, fraction 1.0, `mem_get_info` `(0, 0)`, the default configuration, no snapshot, shards
+//!   or history); the cached allocate path asks once (the device allocator's `allocate` relies on
+//!   it), the free path once, in `Allocation`'s drop.
+//! - xpu-kernel: programs (also a lookup of the in-memory or disk program cache), functions,
+//!   launches, typed memory, interop regions `ClRegion` (refused before `clCreateSubBuffer`, cached
+//!   or not); graphs: every capture (also one whose closure ran at the fork), each `Capture`
+//!   command, `CaptureLaunch::arg` / `enqueue`, `graph_pool_handle` and `Graph::replay` are
+//!   `GraphError::BadFork`, and `Graph::len` / `uses_command_buffer` take no lock.
+//! - xpu-lazy and the facade.
+//!
+//! Drops leak there: dropping a parent's `DataPtr`, `HostPtr`, `MemPool`, `Event`, `Gate`,
+//! `Launch`, `Function`, `Program`, `ExternalStream`, `Graph`, `Capture` or `CaptureLaunch` in the
+//! child leaks it: the last `MemPool` handle its core and cached segments, without the pool
+//! registry's lock or the `xpu-pool-release` thread; an `Allocation`, a shard (its segments,
+//! markers and stream) and a `CachingAllocator`'s last handle leak in their own drops, so no
+//! teardown reaches the backend, the segment source or the statistics' lock; the last `Function`
+//! handle its pooled kernels, the last `Program` handle its program; a graph its kernels, command
+//! buffers, blocks and private pool; `DataPtr` and `HostPtr` through `take_unless_bad_fork`, a
+//! `DataPtr`'s block through `Allocation`'s drop and its cached sub-buffer through its own guard.
+//!
+//! Errors: every layer's error type (`DeviceError`, `StreamError`, `EventError`, `HostError`,
+//! `AllocError`, `BlockArgError`, `ReplayError`, `MemoryError`, `InteropError`, `KernelError`,
+//! `GraphError`, `LazyError`) has `is_bad_fork`, true for its own `BadFork` and asking the
+//! lower-layer errors it wraps (or holds as a source), so `xpu::Error::is_bad_fork`, one delegation
+//! per variant, finds a bad fork however deep it is nested (`GraphError` is not wrapped by the
+//! facade: ask it directly).
+//!
+//! Tests: `run_in_forked_child` is `unsafe` (the child of a multi-threaded process may only do
+//! async-signal-safe work); the safe `fork_report` forks and runs a fixed async-signal-safe
+//! scenario, and the crates above test their `BadFork` paths in a re-executed test process with
+//! `simulate_bad_fork` (a scenario reads what its no-op calls left after `end_simulated_bad_fork`,
+//! and waits for the `xpu-pool-release` thread with `xpu_alloc::flush_release_thread`, a FIFO
+//! barrier). The fork state itself (`fork_state`, re-exported here) is a leaf module that discovery
+//! records into and errors and entry points read. An enumeration outside `lazy_init` is attributed
+//! with `enumerate_as_initialization`.
 
 use std::time::{Duration, Instant};
 

@@ -33,6 +33,19 @@
 //!     println!("{i}: {} on {} ({} bytes)", p.name, p.platform_name, p.total_memory);
 //! }
 //! ```
+//!
+//! # What the backend covers
+//! Platform, device, context, in-order command queue with profiling, user event, marker and barrier
+//! with wait lists, event status / wait / profiling times, buffers and sub-buffers, pinned host
+//! buffers, `cl_khr_command_buffer` (`CommandBuffer`, `command_buffer_support`, versions 0.9.0 to
+//! 0.9.4). No SVM allocations: with `memory_kind:svm` gone from the allocator, nothing could copy
+//! or launch on them. Handles are RAII (clone retains, drop releases and never panics). Discovery
+//! runs once per process (GPUs, else CPUs; `XPU_DEVICE_TYPE`, `XPU_PLATFORM`); the current device
+//! is thread-local and starts at 0 in every thread.
+//!
+//! Leak visibility: `live_objects()` counts the references the backend's wrappers hold (buffers,
+//! sub-buffers, events, queues, programs, kernels) and the callbacks not yet run; the tests check
+//! that 10,000 launches and 10,000 cross-stream waits return to the baseline.
 
 pub mod backend;
 mod current;

@@ -1,4 +1,13 @@
 //! Making a stream wait for a recorded point, within one OpenCL context or across two.
+//!
+//! Contexts are per device, and an OpenCL wait list may only hold events of the waiting queue's
+//! context. `Event::wait` on another device's stream therefore creates a user event on the waiting
+//! device and sets it from the recorded event's completion callback (`ClEvent::forward_to`: the
+//! driver's callback sets the status itself, no user code). PoCL never calls a completion callback
+//! for a failed command, so each forward is also kept until its source is over, and a sweep at
+//! every failure the runtime starts (`set_failed`, an unset user event failed on drop, a forward
+//! passing a failure on) sets the bridge to the source's error status: the waiting stream's
+//! commands terminate instead of waiting forever.
 
 use xpu_stream::Stream;
 

@@ -35,6 +35,35 @@
 //! assert!(back.iter().all(|&b| b == 7));
 //! # Ok(()) }
 //! ```
+//!
+//! # Details
+//! - `HostPtr::record_stream` / `host_record_event` return `Result<bool, HostError>` and refuse a
+//!   stream a graph is capturing with `HostError::Stream(StreamError::Capturing)`, recording
+//!   nothing; a block freed while a recorded stream is captured cannot get its marker and is
+//!   released, not reused.
+//! - `HostCopy` copies whole allocations with `copy_from_host` / `copy_to_host`, and byte ranges
+//!   with `copy_pinned`, whose `HostBytes` argument gives the direction, as `PinnedBytes` does for
+//!   the backend's `CommandQueue::copy_pinned`. `DeviceMemory` hands a copy an opaque
+//!   `DeviceRegion` borrowed from the memory, so no caller reaches the segment buffer behind a
+//!   `DataPtr`; `record_use`, called by the whole-allocation copies before they enqueue, records
+//!   the copy's stream on a `DataPtr` whose allocation stream it is not, so its block is not reused
+//!   before the copy completes.
+//! - Pinned memory lifetime: non-blocking copies from or to a `PinnedBuffer` hold a reference until
+//!   their completion callback runs, so dropping the host handle early is safe; the allocator also
+//!   keeps the block out of its cache until the recorded streams' markers complete and every copy
+//!   tracked on the block's buffer finished (so a backend copy made without `record_stream` is
+//!   covered too).
+//! - Host access waits for copies: a `PinnedBuffer` tracks its copies in flight (the events of
+//!   `CommandQueue::copy_pinned`, plus counters its completion callbacks decrement). `as_slice`
+//!   (and `HostPtr`'s `Deref`) waits for the device-to-host copies into the buffer, `as_mut_slice`
+//!   for every copy; a device-to-host copy takes `&mut PinnedBuffer` (`PinnedBytes::Into`;
+//!   `HostBytes::Into` takes `&mut HostPtr`), so no host borrow is live when the device starts
+//!   writing (`compile_fail` doctests on both enums). The state lives in the buffer, not in a
+//!   guard, so `mem::forget` and clones cannot skip the wait. With nothing in flight it is two
+//!   atomic loads and no driver call; waits never hold a lock. The `cl_mem` behind a pinned buffer
+//!   is not exposed (a command through it would write the host bytes untracked). Where PyTorch
+//!   leaves the bytes of a `non_blocking=True` copy unspecified until the stream is synchronized,
+//!   xpu waits.
 
 #![forbid(unsafe_code)]
 

@@ -9,6 +9,18 @@
 //! neighbouring block. Offsets are in elements of `T`, as BLAS takes them, and
 //! [`ClRegion::require`] / [`ClRegion::offset_as`] check what a call will touch before the
 //! library sees it.
+//!
+//! In one call: `stream.foreign().uses_elements(&region, n)?...workspace(bytes).call(f)` (`call` is
+//! `unsafe`: the foreign code is arbitrary) hands `f` the stream's in-order queue and a workspace
+//! block from the caching allocator (freed stream-ordered after the call), records blocks of other
+//! streams on the stream first, and adopts the `cl_event` the library returns
+//! (`ClEvent::from_raw_owned`, then `Event::from_cl_event`) as an `Event`: query, synchronize,
+//! waits from any stream or device, and timing when the queue profiles. A region is `new` for reads
+//! and `new_mut` for writes; its offset and length in elements are checked against the allocation's
+//! size, not taken on trust from a `DeviceRegion` impl (`InteropError::OutsideAllocation`).
+//! `clblast_sgemm` checks the extents of A, B and C, that C is writable and aliases neither A nor B
+//! (`InteropError::Aliased`), and takes CLBlast's temporary buffer from the caching allocator
+//! (`TempBuffer::AsNeeded` or `Always`).
 
 use std::marker::PhantomData;
 

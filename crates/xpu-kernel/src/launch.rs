@@ -1,6 +1,28 @@
 //! The launch builder: [`LaunchExt::launch`] on a [`Stream`], arguments checked one by one
 //! ([`Launch::arg`], or a tuple at once with [`Launch::args`]), [`Launch::enqueue`]
 //! (`unsafe`: the kernel is arbitrary code).
+//!
+//! # What is checked
+//! Programs are built with `-cl-kernel-arg-info` always appended, so every argument is checked
+//! against the kernel's signature before the driver sees it:
+//! - an allocator block is one argument: a sub-buffer of exactly the allocation, cached in the
+//!   `DataPtr`; a typed `DeviceBuffer<T>` also has its element type checked against the pointer
+//!   parameter's type name (`KernelArgProblem::ElementType` when it cannot match: `f64` for
+//!   `float*`, `f32` for `uint*`), while byte buffers, untyped blocks, `char*` / `void*` / typedef
+//!   / struct parameters, vector components and signedness pass;
+//! - scalars by size and kind: an integer for a `float` parameter, or a float for an integer one,
+//!   is `KernelArgProblem::KindMismatch`, since OpenCL would reinterpret the bits;
+//! - `__local` sizes, within `CL_DEVICE_LOCAL_MEM_SIZE` with each rounded up to 128 bytes
+//!   (`KernelArgProblem::LocalMemoryExceeded`, where PoCL would abort the process); buffers and
+//!   wait-list events of the kernel's own context; every argument set;
+//! - global sizes whose work-item count overflows `usize` are `KernelError::WorkSize`; `enqueue`
+//!   checks again that the stream is not capturing, for a launch built before a capture began.
+//!
+//! Blocks of other streams are recorded with `record_stream`; errors name the kernel and the
+//! argument. `.args((a, b, ..))` takes a tuple of 1 to 12 arguments, as cudarc's
+//! `launch(cfg, (a, b, c))`. A `Function` is a pool of `cl_kernel`s, so concurrent launches never
+//! share one, and a `Kernel` holds the buffers set as its arguments (the driver holds them from the
+//! launch until completion, OpenCL 3.0 §5.5.1). There are no SVM blocks (the allocator has none).
 
 use std::marker::PhantomData;
 

@@ -34,9 +34,17 @@
 //! `ClEvent::from_raw_owned`. `cargo xtask check-layers`
 //! holds the crate to that: `#![deny(unsafe_code)]`, every `unsafe fn` documented with
 //! `# Safety` and every `unsafe` block with a `// SAFETY:` comment, no `unsafe impl`.
+//!
+//! Why an "unsafe caller" crate and not a capability token: the launch layer must offer an
+//! `unsafe fn` (`Launch::enqueue`: the kernel is arbitrary code), an `unsafe fn`'s body cannot call
+//! `enqueue_kernel` without an `unsafe` block (`unsafe_op_in_unsafe_fn` is denied), and its tests
+//! and users need `unsafe {}` to launch anyway. So the rule is explicit (xtask's
+//! `UNSAFE_CALLER_CRATES`, rule (e)): each unsafe item opts in with `#[allow(unsafe_code)]`, and
+//! all raw handles and FFI, `cl_khr_command_buffer`'s entry points included, stay in `xpu-device`.
+//! Foreign C libraries (CLBlast) are bound there too, and `clblast_sgemm` here is their checked,
+//! safe call on `ClRegion`s.
 #![deny(unsafe_code)]
 
-pub mod bench;
 mod error;
 mod function;
 pub mod graph;
@@ -53,7 +61,6 @@ pub use interop::{
 pub use launch::{Arg, KernelArgs, Launch, LaunchExt, LocalMem, Scalar};
 pub use program::{KernelCache, Program, ProgramOrigin};
 pub mod memory;
-pub mod mlp;
 
 pub use memory::{
     DeviceBuffer, DeviceRegion, DeviceRegionMut, DeviceSlice, DeviceSliceMut, MemoryError,

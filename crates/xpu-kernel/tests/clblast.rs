@@ -6,8 +6,13 @@
 
 use std::ptr;
 
+// The example MLP (example code, not a library module: see its header).
+#[allow(dead_code)]
+#[path = "../../xpu/examples/support/mlp.rs"]
+mod mlp;
+
+use mlp::Rng;
 use xpu_device::foreign::clblast::{Clblast, Sgemm};
-use xpu_kernel::mlp::Rng;
 use xpu_kernel::{
     clblast_sgemm, ClRegion, DeviceBuffer, InteropError, RowMajorSgemm, StreamMemoryExt, TempBuffer,
 };

@@ -4,6 +4,10 @@
 //! replay. Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
 
 mod common;
+/// The example MLP (example code, not a library module: see its header).
+#[allow(dead_code)]
+#[path = "../../xpu/examples/support/mlp.rs"]
+mod mlp;
 
 use std::sync::Arc;
 
@@ -321,13 +325,13 @@ fn frees_blocks_after_replays_on_other_streams(mode: ReplayMode) {
     );
 }
 
-// One SGD step of `xpu_kernel::mlp`'s two-layer MLP, captured from the module's seven
+// One SGD step of the example MLP (`mlp`)'s two-layer model, captured from the module's seven
 // kernels in `GpuMlp`'s order, replayed ten times: the losses and parameters equal ten
 // direct steps of `GpuMlp` (same kernels, same order: bit for bit) and follow the CPU.
 both_paths!(mlp_step_replayed_ten_times);
 
 fn mlp_step_replayed_ten_times(mode: ReplayMode) {
-    use xpu_kernel::mlp::{compare_losses, CpuMlp, GpuMlp, MlpConfig, MlpState, KERNELS};
+    use mlp::{compare_losses, CpuMlp, GpuMlp, MlpConfig, MlpState, KERNELS};
     if !devices(1) {
         return;
     }
@@ -364,7 +368,7 @@ fn mlp_step_replayed_ten_times(mode: ReplayMode) {
         let (dw1, db1, dw2, db2) = (new(g, i * hd)?, new(g, hd)?, new(g, hd * o)?, new(g, o)?);
         let l = new(g, 1)?;
         // SAFETY: (all launches below, at every replay) the sizes and index bounds of
-        // GpuMlp's launches (xpu_kernel::mlp), with buffers of exactly those lengths held by
+        // GpuMlp's launches (the example `mlp`), with buffers of exactly those lengths held by
         // the graph; the kernels' loops are bounded by the scalar sizes.
         unsafe {
             let lin = |g: &mut Capture,

@@ -23,6 +23,9 @@
 //! a forked child is a bad fork — though they run no queued call (the next [`lazy_init`]
 //! does). `memory_stats` & co before any allocator exists
 //! answer empty / zero without enumerating, and `empty_cache` is then a no-op.
+//!
+//! The `pthread_atfork` handler itself lives in `xpu_device::fork` (xpu-device is the only crate
+//! allowed FFI); this crate only reads the fork state.
 #![forbid(unsafe_code)]
 
 mod error;

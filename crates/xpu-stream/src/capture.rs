@@ -24,6 +24,16 @@
 //! other readers to leave; and the permit is held only across enqueue calls, never across a
 //! driver wait (blocking transfers enqueue under it and wait after releasing it), so
 //! `begin` never waits for work that waits on something its own thread holds.
+//!
+//! # More on the capturing state
+//! `Stream::synchronize`, `query` and `as_raw` also refuse a capturing stream
+//! (`StreamError::Capturing`, as `cudaStreamIsCapturing` / "operation not permitted when stream is
+//! capturing"). Blocking transfers enqueue under the permit and wait after releasing it
+//! (`CommandQueue::write_releasing` / `read_releasing`); `synchronize` and `query` wait outside it.
+//! `begin` on a thread that itself holds a permit (a live `DirectQueue`) is
+//! `StreamError::PermitHeld`, not a wait for itself. Hidden test seams, `xpu_stream::hooks` (after
+//! the check, before `begin`'s wait), give the tests the exact interleavings of a command racing a
+//! capture's beginning (xpu-kernel's capture race tests).
 
 use std::cell::RefCell;
 use std::collections::HashSet;

@@ -1,4 +1,8 @@
 //! External streams: a user's `cl_command_queue` registered with the runtime.
+//!
+//! `unsafe CommandQueue::from_raw_borrowed / from_raw_owned` (xpu-device) is the only unsafe step;
+//! `ExternalStream::new` validates the queue (in-order, device, context) and owns the registration:
+//! dropping it unregisters the stream, so stale handles get a typed error.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

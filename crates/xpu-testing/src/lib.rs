@@ -7,6 +7,17 @@
 //! tests. The user-event gate that orders device work in tests is public API of the runtime
 //! instead ([`xpu_event::Gate`](https://docs.rs/xpu-event)), since users need it for their
 //! own tests.
+//!
+//! # Testing on real devices
+//! No mock of OpenCL: tests run on PoCL in CI, with `POCL_DEVICES="pthread pthread"` giving two CPU
+//! devices, so multi-device behaviour (current device per thread, guards, per-device pools and
+//! allocators) is exercised for real, and on the H200 through `cargo xtask gpu-archive`. Device
+//! tests skip with a message when no device is found, and fail instead under `XPU_REQUIRE_DEVICE=1`
+//! (set by `cargo xtask test` and `test-gpu`). The allocator's simulated segment source is a fault
+//! injector for the allocator, not a replacement for OpenCL. Modules: `child` (std only, so that
+//! xpu-device's own tests compile it by path) re-runs a test in a child process, `scenario_test` is
+//! a whole re-run scenario test (dispatch and success check), and `bad_fork` holds the bad-fork
+//! scenario conventions.
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stderr)]
 

@@ -19,7 +19,8 @@
 //! Without CLBlast it prints how to install it and exits 0, unless `XPU_REQUIRE_CLBLAST=1`
 //! (`cargo xtask test` sets it once it has installed the library).
 //!
-//! `cargo run -p xpu --example clblast_gemm`
+//! `cargo run -p xpu --example clblast_gemm` (its speed against a plain queue, as
+//! `xpu bench --json` reports it: `cargo run --release -p xpu-bench --example clblast_sgemm`)
 
 use xpu::xpu_device::foreign::clblast::Clblast;
 use xpu::xpu_kernel::{clblast_sgemm, RowMajorSgemm, TempBuffer};
@@ -292,26 +293,6 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().is_some_and(|a| a == "--bench") {
-        // The figures of `xpu bench --json` (`xpu_kernel::bench::clblast_with`), one JSON line.
-        let n = args.get(1).and_then(|v| v.parse().ok()).unwrap_or(512);
-        let reps = args.get(2).and_then(|v| v.parse().ok()).unwrap_or(20);
-        return match xpu::xpu_kernel::bench::clblast_with(0, n, reps) {
-            Ok(figures) => {
-                let fields: Vec<String> = figures
-                    .iter()
-                    .map(|(k, v)| format!("\"{k}\": {v}"))
-                    .collect();
-                println!("{{{}}}", fields.join(", "));
-                std::process::ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                std::process::ExitCode::FAILURE
-            }
-        };
-    }
     match run(blas) {
         Ok(true) => std::process::ExitCode::SUCCESS,
         Ok(false) => {

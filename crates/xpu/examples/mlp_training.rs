@@ -1,5 +1,5 @@
 //! A two-layer MLP trained with minibatch SGD on the device by OpenCL C kernels (matmul with
-//! bias, ReLU, loss, backward, update: `xpu::xpu_kernel::mlp`): the parameters are uploaded on
+//! bias, ReLU, loss, backward, update: `support/mlp.rs`, the example model): the parameters are uploaded on
 //! a copy stream before training, and each step's minibatch (64 of 256 samples) is uploaded on
 //! the copy stream into one of two device slots while the previous step computes on the
 //! compute stream, ordered by events (the compute stream waits for the slot's upload; the copy
@@ -12,7 +12,11 @@
 
 use std::time::Instant;
 
-use xpu::xpu_kernel::mlp::{compare_losses, CpuMlp, GpuMlp, MlpConfig};
+#[allow(dead_code)]
+#[path = "support/mlp.rs"]
+mod mlp;
+
+use mlp::{compare_losses, CpuMlp, GpuMlp, MlpConfig};
 
 /// Largest relative difference allowed between a device loss and the CPU's.
 const TOLERANCE: f64 = 1e-4;

@@ -1,4 +1,17 @@
 //! The facade's error: every layer's error, unchanged, behind one type.
+//!
+//! `Error` has `From` for every layer's error (`ClError`, `HostError`, `ConfigError`,
+//! `MemoryError`, ...), so `?` works in user code, with one variant per layer error: a `ClError`
+//! lands in `Device`, a `ConfigError` or `MarkerError` in `Alloc`, as their layers wrap them; a
+//! `KernelError::Memory` / `KernelError::Interop` converts to `Error::Memory` / `Error::Interop`, a
+//! `ReplayError::Config` to `Error::Alloc(AllocError::Config)`. `init()` fails with the
+//! `XPU_ALLOC_CONF` parse error (`Error::Alloc(AllocError::Config)`). Below the facade, errors wrap
+//! the error of the layer they call directly, not every layer below it (`GraphError` wraps
+//! `KernelError`, which names the memory, allocator, stream or device failure);
+//! `xpu_device::impl_from_via!` gives them `From` for the errors below, through that layer's own
+//! conversion (`InteropError`'s one OpenCL call, a query of the stream's queue, fails as
+//! `InteropError::Stream(StreamError::OpenCl)`). `GraphError` is not wrapped by the facade: ask it
+//! directly.
 
 /// Any error of the xpu runtime. Each variant wraps the layer's own typed error, whose message
 /// is shown unchanged.

@@ -164,6 +164,14 @@
 //! - `can_device_access_peer`: OpenCL contexts here are per device; cross-device waits are
 //!   supported by events (a completion callback sets a user event on the waiting device).
 //! - `torch.xpu.manual_seed*` and random generators: no RNG lives in the runtime layer.
+//!
+//! `unsafe` in the examples: an example launches kernels as any user does, and may call foreign
+//! code with `unsafe` that no safe wrapper can remove (the `clblast_gemm` example calls
+//! `Clblast::sgemm` without xpu's extent check of C, to show CLBlast's own check). xtask's rule
+//! (f) allows it in the users of xpu's unsafe API only (files under `crates/xpu/examples/`, never
+//! this crate's `src/` or `tests/`; benches; the tool crates): `unsafe {}` blocks, each with a
+//! `// SAFETY:` comment, and `unsafe extern "C" fn(..)` pointer types; no `unsafe fn` / `impl` /
+//! `trait` and no `extern` blocks.
 #![forbid(unsafe_code)]
 
 mod device;

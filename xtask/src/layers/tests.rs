@@ -291,13 +291,13 @@ fn unsafe_in_comments_strings_and_lint_names_is_not_code() {
 #[test]
 fn crate_roots_must_forbid_unsafe_code() {
     let v = check_source(
-        "xpu-cli",
-        "crates/xpu-cli/src/main.rs",
+        "xpu-lazy",
+        "crates/xpu-lazy/src/lib.rs",
         "fn main() {}\n",
         true,
     );
     assert_eq!(v.len(), 1);
-    assert_eq!(v[0].location, "crates/xpu-cli/src/main.rs:1");
+    assert_eq!(v[0].location, "crates/xpu-lazy/src/lib.rs:1");
     assert_eq!(v[0].message, "crate root lacks `#![forbid(unsafe_code)]`");
     // Non-root files need no attribute; the device crate needs none either.
     assert_eq!(
@@ -437,17 +437,79 @@ fn facade_examples_may_hold_commented_unsafe_blocks_only() {
             "crates/xpu/examples/clblast_gemm.rs:6",
         ]
     );
-    // Never in the facade's library, tests or benches, nor in another crate's examples.
+    // Never in the facade's library or tests, nor in another crate's examples.
     for (krate, file) in [
         ("xpu", "crates/xpu/src/lib.rs"),
         ("xpu", "crates/xpu/src/examples/a.rs"),
         ("xpu", "crates/xpu/tests/a.rs"),
-        ("xpu-cli", "crates/xpu-cli/examples/a.rs"),
+        ("xpu-lazy", "crates/xpu-lazy/examples/a.rs"),
+        // Nor in a library's sources or tests (only its benches).
+        ("xpu-alloc", "crates/xpu-alloc/src/lib.rs"),
+        ("xpu-alloc", "crates/xpu-alloc/tests/benches.rs"),
     ] {
         let v = check_source(krate, file, good, false);
         assert_eq!(v.len(), 2, "{krate} {file}: {v:?}");
         assert!(v[0].message.starts_with("`unsafe` outside xpu-device"));
     }
+}
+
+#[test]
+fn tools_and_benches_may_hold_commented_unsafe_blocks_and_an_undocumented_one_is_named() {
+    // A user of the launch API: a commented block in an item allowed to hold it ...
+    let launch = "#[allow(unsafe_code)]\nfn go() {\n    // SAFETY: in bounds; the kernel ends.\n\
+                  \x20   unsafe { s.launch(&f, &[1], None)?.arg(&x)?.enqueue()? };\n}\n";
+    // ... and the same block without its comment.
+    let bare = launch.replace("// SAFETY: in bounds; the kernel ends.", "let a = 1;");
+    for (krate, file) in [
+        ("xpu-cli", "crates/xpu-cli/src/demo.rs"),
+        ("xpu-cli", "crates/xpu-cli/tests/demo.rs"),
+        ("xpu-bench", "crates/xpu-bench/src/launch.rs"),
+        ("xpu-bench", "crates/xpu-bench/examples/e.rs"),
+        ("xpu-bench", "crates/xpu-bench/benches/b.rs"),
+        ("xpu-alloc", "crates/xpu-alloc/benches/alloc.rs"),
+        ("xpu", "crates/xpu/examples/support/mlp.rs"),
+    ] {
+        let ok = check_source(krate, file, launch, false);
+        assert_eq!(ok, vec![], "{krate} {file}");
+        let named = check_source(krate, file, &bare, false);
+        let want = "`unsafe` block without a `// SAFETY:` comment in the 3 lines above it";
+        let at = format!("{file}:4");
+        assert_eq!(by_location(&named), vec![(at.as_str(), want)], "{krate}");
+    }
+    // A tool crate's root denies unsafe code, so each such item opts in.
+    let root = format!("#![deny(unsafe_code)]\n{launch}");
+    assert_eq!(check_source("xpu-bench", "src/lib.rs", &root, true), vec![]);
+
+    // Nothing else unsafe there.
+    let bad = "fn main() {}\n\
+               /// # Safety\n/// None.\nunsafe fn h() {}\n\
+               unsafe impl Send for X {}\n\
+               extern \"C\" { fn f(); }\n";
+    let v = check_source("xpu-cli", "crates/xpu-cli/src/main.rs", bad, true);
+    let only_blocks =
+        "`unsafe` item in xpu-cli: only commented `unsafe {}` blocks are allowed there";
+    assert_eq!(
+        by_location(&v),
+        vec![
+            ("crates/xpu-cli/src/main.rs:4", only_blocks),
+            ("crates/xpu-cli/src/main.rs:5", only_blocks),
+            (
+                "crates/xpu-cli/src/main.rs:6",
+                "`extern` block in xpu-cli: load the library at run time"
+            ),
+            (
+                "crates/xpu-cli/src/main.rs:1",
+                "crate root lacks `#![deny(unsafe_code)]`"
+            ),
+        ]
+    );
+    let v = check_source("xpu-host", "crates/xpu-host/benches/host.rs", bad, false);
+    assert_eq!(v.len(), 3, "{v:?}");
+    assert!(
+        v[0].message
+            .starts_with("`unsafe` item in the benches of xpu-host: only commented"),
+        "{v:?}"
+    );
 }
 
 /// The circles rule (g) reports for crate `krate` with files (module, text).

@@ -183,7 +183,7 @@ fn build_kernel(device: usize, dtype: DType, name: &str, body: &'static str) -> 
     })
 }
 
-fn meta(device: usize, values: &[usize]) -> Result<xpu::DeviceBuffer<i64>> {
+fn meta(device: usize, values: &[usize]) -> Result<runtime::Meta> {
     let v: Vec<i64> = values.iter().map(|&x| x as i64).collect();
     runtime::upload_meta(device, &v)
 }
@@ -1406,7 +1406,7 @@ fn deform_meta(
     p: &DeformParams,
     has_mask: bool,
     has_bias: bool,
-) -> Result<xpu::DeviceBuffer<i64>> {
+) -> Result<runtime::Meta> {
     meta(
         device,
         &[

@@ -1,5 +1,14 @@
 //! The fragmentation policy of `release_policy:before_grow` (beyond PyTorch); the rules
 //! are documented on [`crate::config::ReleasePolicy::BeforeGrow`].
+//!
+//! The default `release_policy` merges idle cached large segments instead of growing past the
+//! previous peak, regrows what such a merge released as one segment (at most `regrow_factor`
+//! requests' worth) when it is needed again, and grows small-pool segments from 2 MiB to 4 MiB (an
+//! eighth of that pool); `release_policy:on_oom` reproduces PyTorch exactly. The test
+//! `policy_must_hold` pins peak reserved bytes and segment allocations at or below PyTorch's on the
+//! seven shared traces and the four held-out validation traces (`data/traces/validation`);
+//! `xpu replay-all DIR` prints the table with the geometric mean over the expandable-segments
+//! figure.
 
 use super::device_wide::DeviceShared;
 use super::stream_state::{Request, ShardState};

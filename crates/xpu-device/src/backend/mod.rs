@@ -11,6 +11,41 @@
 //! Thread safety: all OpenCL API calls are thread-safe except `clSetKernelArg` and
 //! `clSetKernelExecInfo` (OpenCL 3.0 specification, appendix A.2 "Multiple Host Threads"), so
 //! every handle is `Send + Sync` except [`Kernel`], which is `Send` only.
+//!
+//! # Completion callbacks
+//! `ClEvent::on_complete` closures run on one runtime-owned thread per process (`xpu-callbacks`),
+//! never on a driver thread: they may block (`finish()` inside one deadlocked PoCL's thread), and a
+//! panic is caught, its payload dropped under `catch_unwind` (forgotten if that drop panics too).
+//! `wait_for_callbacks` waits for those handed over (and returns at once in a bad-fork child, which
+//! has no callback thread). No `Drop` waits for device work there: a caching allocator's shard
+//! whose last handle a closure drops (the last block of an allocator already dropped) tears down
+//! (waits for its stream, releases its segments) on a thread of its own: the caching allocator's
+//! backend asks `on_callback_thread`.
+//!
+//! # Failed commands
+//! - PoCL aborts the process when a marker or barrier whose event was already released fails
+//!   through its wait list, and every barrier the runtime enqueues for a wait drops its event at
+//!   once: `ClEvent`'s drop keeps a marker's or barrier's reference until the command is over
+//!   (module `held`, pruned when it doubles and by `live_objects`).
+//! - After a failed command PoCL fails the later commands of the queue at once while earlier ones
+//!   stay queued, so a failed free marker tells nothing: the caching allocator keeps its block out
+//!   of the cache (`MarkerStatus::Failed`), as a failed record.
+//! - User events dropped unset: when the last wrapper of a `ClEvent::user` drops while the event is
+//!   unset, it is set to `DROPPED_UNSET_STATUS` (-14): nobody could set it any more, and its
+//!   waiters (and every later `finish` of their queue) would wait forever (OpenCL 3.0 §5.11.2).
+//!   `ClEvent::into_raw` disarms this; `xpu_event::Gate` still opens on drop.
+//!
+//! # Driver differences evened out here
+//! - A copy or fill of 0 bytes is a marker after its wait list (PoCL refuses a 0-byte
+//!   `clEnqueueCopyBuffer` but runs a 0-byte fill or read).
+//! - A blocking `read` / `write` that the driver terminated because an earlier command of the queue
+//!   failed is `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`, not `Ok` (PoCL returns `CL_SUCCESS`
+//!   without transferring).
+//! - NVIDIA's OpenCL accepts buffers above `CL_DEVICE_MAX_MEM_ALLOC_SIZE`, sub-buffers at
+//!   misaligned offsets (a typed `MisalignedSubBuffer { origin, align }` here) and a second status
+//!   on a user event; PoCL accepts wait-list events of another context and aborts on a kernel
+//!   argument of another context. The backend checks all of these itself, as the specification
+//!   requires, so every platform behaves the same.
 
 mod callbacks;
 mod command_buffer;

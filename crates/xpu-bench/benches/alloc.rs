@@ -1,5 +1,5 @@
 //! Criterion benches of the caching allocator (simulated segment source: the cached path
-//! makes no device call), on the workload of [`xpu_alloc::workload`]. `xpu bench --json`
+//! makes no device call), on the workload of [`xpu_bench::alloc`]. `xpu bench --json`
 //! (xpu-cli's `alloc_bench`) reports the same figures, on a device as well.
 
 // criterion_group! generates an undocumented function.
@@ -8,8 +8,8 @@
 use std::time::Instant;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use xpu_alloc::workload::{Workload, THREADS};
 use xpu_alloc::AllocConfig;
+use xpu_bench::alloc::{Workload, THREADS};
 
 fn cached(c: &mut Criterion) {
     let bench = Workload::simulated(AllocConfig::default());

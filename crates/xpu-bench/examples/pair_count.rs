@@ -26,10 +26,10 @@
 //! more byte store). With the caching allocator's own bad-fork check
 //! (`Backend::is_bad_fork`, one relaxed load on allocate and one in `Allocation`'s drop,
 //! replacing `DataPtr`'s): 992 -> 1013 per pair and 1204 -> 1209 per mixed allocate + free
-//! (the check itself is two instructions; the rest is inlining moved around it). The workload is [`xpu_alloc::workload`]'s (the bench's and `xpu
+//! (the check itself is two instructions; the rest is inlining moved around it). The workload is [`xpu_bench::alloc`]'s (the bench's and `xpu
 //! bench`'s).
-use xpu_alloc::workload::Workload;
 use xpu_alloc::AllocConfig;
+use xpu_bench::alloc::Workload;
 
 fn main() {
     let n: u64 = std::env::var("N")

@@ -1,11 +1,17 @@
-//! The MLP trainer on a real OpenCL device against its CPU reference. Skipped without a device
+//! The example MLP (`examples/support/mlp.rs`) on a real OpenCL device against its CPU
+//! reference. Skipped without a device
 //! unless `XPU_REQUIRE_DEVICE=1`.
 
 use std::sync::{Arc, Mutex};
 
 use xpu_event::{Gate, StreamExt};
 use xpu_kernel::memory::{copy_dtod, DeviceBuffer};
-use xpu_kernel::mlp::{
+
+#[allow(dead_code)]
+#[path = "../examples/support/mlp.rs"]
+mod mlp;
+
+use mlp::{
     compare_losses, CpuMlp, GpuMlp, MlpConfig, MlpError, MlpState, PipelinePoint, PipelineStage,
     Rng,
 };
@@ -158,6 +164,40 @@ fn compare_losses_catches_length_and_nan() {
     );
     assert!(compare_losses(&[1.00001], &[1.0], 1e-4).is_ok());
     assert!(compare_losses(&[1.001], &[1.0], 1e-4).is_err());
+}
+
+/// `MlpError` wraps only `KernelError`: a lower layer's error converts into the `KernelError`
+/// variant of its layer, with the lower error's message (as xpu-kernel's `GraphError`).
+#[test]
+fn lower_layer_errors_reach_mlp_errors_through_kernel_error() {
+    use xpu_alloc::HostError;
+    use xpu_device::DeviceError;
+    use xpu_kernel::{KernelError, MemoryError};
+    use xpu_stream::StreamError;
+
+    let m = MlpError::from(StreamError::ExternalNull);
+    assert!(
+        matches!(
+            m,
+            MlpError::Kernel(KernelError::Stream(StreamError::ExternalNull))
+        ),
+        "{m:?}"
+    );
+    assert_eq!(m.to_string(), "external queue must not be null");
+
+    let oom = || {
+        MemoryError::Host(HostError::OutOfMemory {
+            device: 1,
+            size: 4096,
+            source: DeviceError::InvalidArgument("no room".into()),
+        })
+    };
+    let m = MlpError::from(oom());
+    assert!(
+        matches!(m, MlpError::Kernel(KernelError::Memory(_))),
+        "{m:?}"
+    );
+    assert_eq!(m.to_string(), oom().to_string());
 }
 
 #[test]

@@ -1,6 +1,9 @@
 //! A two-layer MLP trained with minibatch SGD on the device, and the same training on the
-//! CPU, step for step: the runtime at work as a small framework would use it (the example
-//! `crates/xpu/examples/mlp_training.rs` and `xpu demo`).
+//! CPU, step for step: the runtime at work as a small framework would use it. Example code,
+//! not a library module: the example `mlp_training.rs` next to this folder, `xpu demo`
+//! (xpu-cli) and the tests (`crates/xpu/tests/mlp.rs`, a captured step in xpu-kernel's
+//! `tests/graph.rs`) include this file with `#[path = ".."] mod mlp;`, so it names its
+//! crates directly (`xpu_kernel`, `xpu_stream`, `xpu_event`, `thiserror`).
 //!
 //! The model: `h = relu(x·W1 + b1)`, `o = h·W2 + b2`, loss `mean((o - y)²)` over the
 //! `samples × outputs` elements; `W` are `in × out` row-major `f32`. Parameters and data come
@@ -36,13 +39,15 @@
 //! kernel receives the element counts it loops over and guards its work-item index by them,
 //! so every access stays inside its buffer; the loops are bounded, so each kernel ends;
 //! the host reaches the buffers only through stream-ordered copies. That discharges
-//! [`Launch::enqueue`](crate::Launch::enqueue)'s contract, so the API here is safe.
+//! [`Launch::enqueue`](xpu_kernel::Launch::enqueue)'s contract, so the API here is safe: its
+//! `unsafe {}` blocks, each with its `// SAFETY:` comment, are the ones a user of the launch
+//! API writes.
 
 use xpu_event::{Event, EventError};
 use xpu_stream::{Stream, StreamError};
 
-use crate::memory::{copy_htod, DeviceBuffer, MemoryError};
-use crate::{Function, KernelError, LaunchExt, Program};
+use xpu_kernel::memory::{copy_htod, DeviceBuffer, MemoryError};
+use xpu_kernel::{Function, KernelError, LaunchExt, Program};
 
 /// The kernels (OpenCL C 1.2). Each guards its index by the counts it is given.
 pub const KERNELS: &str = r"

@@ -1,5 +1,5 @@
-//! The allocator benchmark workload, defined once for its three runners: the criterion bench
-//! (`benches/alloc.rs`), the callgrind harness (`examples/pair_count.rs`) and
+//! The allocator benchmark workload, defined once for its three runners: this crate's criterion
+//! bench (`benches/alloc.rs`), its callgrind harness (`examples/pair_count.rs`) and
 //! `xpu bench --json` (xpu-cli's `alloc_bench`, which also times it on a device and through
 //! `malloc`). Only the work is here; timing and reporting belong to the runners.
 //!
@@ -11,8 +11,8 @@
 
 use std::hint::black_box;
 
-use crate::sim_stream::SimStream;
-use crate::{AllocConfig, AllocError, DeviceCore, SimulatedSource, StreamKey, StreamRef};
+use xpu_alloc::sim_stream::SimStream;
+use xpu_alloc::{AllocConfig, AllocError, DeviceCore, SimulatedSource, StreamKey, StreamRef};
 
 /// The thread counts of the threaded figures (one stream per thread).
 pub const THREADS: [usize; 5] = [1, 2, 4, 8, 16];

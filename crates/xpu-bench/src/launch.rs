@@ -1,18 +1,15 @@
-//! Speed figures of the launch layer for `xpu bench`, with their floors measured in the same
-//! run: `launch_4args_ns` vs `raw_launch_4args_ns`, `program_cold_ms` vs `program_cached_ms`;
+//! Speed figures of the launch layer (`xpu-kernel`) for `xpu bench`, with their floors
+//! measured in the same run: `launch_4args_ns` vs `raw_launch_4args_ns`, `program_cold_ms` vs `program_cached_ms`;
 //! and [`clblast`]: CLBlast's SGEMM on xpu streams and blocks vs on a plain queue.
 
 use std::time::Instant;
 
 use xpu_alloc::{AllocConfig, DeviceAllocator};
 use xpu_device::backend::{Buffer, Kernel, MemFlags, QueueOptions};
+use xpu_kernel::graph::{Graph, GraphError, ReplayMode};
+use xpu_kernel::{DeviceBuffer, Function, KernelCache, KernelError, LaunchExt, MemoryError};
+use xpu_kernel::{Program, ProgramOrigin};
 use xpu_stream::ExternalStream;
-
-use crate::error::KernelError;
-use crate::graph::{Graph, ReplayMode};
-use crate::launch::LaunchExt;
-use crate::memory::DeviceBuffer;
-use crate::program::{KernelCache, Program, ProgramOrigin};
 
 const SRC: &str = r"
 __kernel void axpy4(__global float *y, __global const float *x, float a, uint n) {
@@ -27,9 +24,9 @@ __kernel void axpy4(__global float *y, __global const float *x, float a, uint n)
 ///   caching-allocator blocks, a float, a uint), per launch, including the stream's
 ///   execution of a one-work-item kernel (the queue is drained at the end of each round).
 /// - `raw_launch_4args_ns`: the same kernel launched through `xpu-device` directly: the four
-///   checked `clSetKernelArg` of [`Kernel`] on two pre-made buffers and
-///   `clEnqueueNDRangeKernel` (this crate may not call OpenCL itself; `Kernel`'s checks cost one
-///   `clGetMemObjectInfo` per buffer). Rounds alternate with the previous figure; each is the
+///   checked `clSetKernelArg` of [`Kernel`] (of a program built from the same source through
+///   `xpu-device`) on two pre-made buffers and `clEnqueueNDRangeKernel` (only `xpu-device`
+///   calls OpenCL; `Kernel`'s checks cost one `clGetMemObjectInfo` per buffer). Rounds alternate with the previous figure; each is the
 ///   best of 9 rounds.
 /// - `raw_launch_4args_subbuf_ns`: as the raw figure with two sub-buffers of one buffer, what
 ///   an allocator block is as one argument (PoCL's launches cost more with sub-buffers).
@@ -75,7 +72,7 @@ pub fn run(device: usize, quick: bool) -> Result<Vec<(String, f64)>, KernelError
 fn own_stream_and_axpy4(
     device: usize,
     profiling: bool,
-) -> Result<(ExternalStream, crate::Function), KernelError> {
+) -> Result<(ExternalStream, Function), KernelError> {
     let queue = xpu_device::device(device)?.create_queue(QueueOptions {
         profiling,
         priority: None,
@@ -89,7 +86,6 @@ fn own_stream_and_axpy4(
 fn launch_figures(device: usize, launches: u32) -> Result<(f64, f64, f64), KernelError> {
     let (stream, f) = own_stream_and_axpy4(device, true)?;
     let s = stream.stream();
-    let program = f.program().clone();
     let dev = xpu_device::device(device)?;
     let alloc = DeviceAllocator::new(device, AllocConfig::default())?;
     let y = alloc.allocate(4096, &s)?;
@@ -102,7 +98,8 @@ fn launch_figures(device: usize, launches: u32) -> Result<(f64, f64, f64), Kerne
     let seg = Buffer::new(ctx, 8192, MemFlags::default())?;
     let sb_y = seg.sub_buffer(0, 4096)?;
     let sb_x = seg.sub_buffer(4096, 4096)?;
-    let mut raw = Kernel::new(program.raw(), "axpy4")?;
+    let program = xpu_device::backend::Program::build(ctx, dev.id(), SRC)?;
+    let mut raw = Kernel::new(&program, "axpy4")?;
     let q = s.queue()?;
     q.fill(&rb_y, &[0; 4], 0, 4096, &[])?;
     q.fill(&rb_x, &[0; 4], 0, 4096, &[])?;
@@ -154,10 +151,10 @@ struct GraphFigures {
 
 #[allow(unsafe_code)]
 fn graph_figures(device: usize, rounds: u32) -> Result<GraphFigures, KernelError> {
-    let graph_err = |e: crate::graph::GraphError| {
+    let graph_err = |e: GraphError| {
         KernelError::Device(xpu_device::DeviceError::InvalidArgument(e.to_string()))
     };
-    let mem_err = |e: crate::memory::MemoryError| {
+    let mem_err = |e: MemoryError| {
         KernelError::Device(xpu_device::DeviceError::InvalidArgument(e.to_string()))
     };
     let (stream, f) = own_stream_and_axpy4(device, false)?;
@@ -234,7 +231,7 @@ fn program_figures(device: usize) -> Result<(f64, f64), KernelError> {
     let dir = std::env::temp_dir().join(format!(
         "xpu-bench-kernels-{}-{}",
         std::process::id(),
-        crate::program::fnv1a64(nonce.as_bytes())
+        fnv1a64(nonce.as_bytes())
     ));
     let cache = KernelCache::at(&dir).memory(false);
     let t = Instant::now();
@@ -256,6 +253,13 @@ fn program_figures(device: usize) -> Result<(f64, f64), KernelError> {
     Ok((cold_ms, cached_ms))
 }
 
+/// FNV-1a (64-bit) of `bytes`: a short name for the benchmark's kernel-cache directory.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// SGEMM size and repetitions of [`clblast`] on `device`: 1024^3 x 50 on a GPU (the H200
 /// runs one in about 0.15 ms, long enough that launch costs do not dominate), 512^3 x 20
 /// elsewhere (PoCL on a CPU: about 0.5 s a round); 256^3 x 5 when `quick`.
@@ -271,7 +275,7 @@ fn clblast_size(device: usize, quick: bool) -> Result<(usize, usize), KernelErro
 /// CLBlast's SGEMM through xpu vs on a plain queue (`xpu_device::foreign::clblast`, loaded at
 /// run time): `reps` row-major `n^3` SGEMMs per round, best of three interleaved rounds each.
 ///
-/// - `clblast_sgemm_xpu_gflops`: [`crate::interop::clblast_sgemm`] on a pool stream with
+/// - `clblast_sgemm_xpu_gflops`: [`xpu_kernel::clblast_sgemm`] on a pool stream with
 ///   caching-allocator [`DeviceBuffer`]s (block-exact regions, extent checks, CLBlast's event
 ///   adopted as an xpu `Event`, its temporary buffer, when it asks for one, from the caching
 ///   allocator), the stream synchronized at the end of the round;
@@ -299,8 +303,8 @@ pub fn clblast_with(
     n: usize,
     reps: usize,
 ) -> Result<Vec<(String, f64)>, KernelError> {
-    use crate::interop::{clblast_sgemm, ClRegion, InteropError, RowMajorSgemm, TempBuffer};
     use xpu_device::foreign::clblast::{Clblast, Sgemm};
+    use xpu_kernel::{clblast_sgemm, ClRegion, InteropError, RowMajorSgemm, TempBuffer};
     let blas = Clblast::get().map_err(InteropError::from)?;
     let flops = 2.0 * (n * n * n) as f64 * reps as f64;
     let host_a: Vec<f32> = (0..n * n).map(|i| (i % 17) as f32 * 0.125 - 1.0).collect();
