@@ -286,6 +286,7 @@ impl Backend for ClBackend {
     fn drop_must_not_wait() -> bool {
         xpu_device::backend::on_callback_thread()
     }
-
-    xpu_caching::thread_caches!(ClBackend);
 }
+
+// The key of the `thread_local!` of the caching allocator's per-thread caches over OpenCL.
+xpu_caching::thread_caches!(ClBackend);

@@ -1,18 +1,18 @@
 //! The allocator on a real OpenCL device (PoCL in CI): buffers, kernel arguments,
 //! views, record_stream with a gate, cross-stream reuse with real markers, the
-//! crate-level API and a second device. Skipped without a device unless
+//! crate-level API and a second device, streams of another device refused, and a stream
+//! released before its first allocation. Skipped without a device unless
 //! `XPU_REQUIRE_DEVICE=1`.
 
 mod common;
 
 use xpu_alloc::{
-    AllocConfig, AllocError, ClBackend, ClStream, DeviceAllocator, DevicePtr, MarkerError,
-    MemoryKind, StreamKey,
+    AllocConfig, AllocError, BufferSource, ClBackend, ClStream, DeviceAllocator, DeviceCore,
+    DevicePtr, MarkerError, MemoryKind, StreamKey,
 };
 use xpu_caching::Backend;
 use xpu_device::ClError;
-use xpu_event::Gate;
-use xpu_event::StreamExt;
+use xpu_event::{Gate, StreamExt};
 use xpu_stream::{Stream, StreamError};
 use xpu_testing::devices;
 
@@ -297,4 +297,113 @@ fn second_device_and_stream_device_mismatch() {
             device: 0
         })
     ));
+}
+
+// A device's allocator serves only streams of its device: the allocation's device is the
+// memory's device.
+
+#[test]
+fn a_device_core_refuses_a_stream_of_another_device() {
+    if !xpu_testing::devices(2) {
+        return;
+    }
+    let core = DeviceCore::new(
+        Box::new(BufferSource::new(0).unwrap()),
+        AllocConfig::default(),
+    );
+    let other = common::fresh_stream(1);
+    let s1 = other.stream();
+    let result = core.allocate(4096, &ClStream::shared(s1));
+    match result {
+        Ok(ptr) => {
+            let dev = ptr.device();
+            let write = ptr.view().unwrap().write(&s1, 0, &[1u8; 64]);
+            panic!(
+                "allocated on device 0's memory for a stream of device 1: DataPtr device \
+                 {dev}, write on device 1's stream: {write:?}"
+            );
+        }
+        Err(e) => assert!(
+            matches!(
+                e,
+                xpu_alloc::AllocError::StreamDevice {
+                    stream: 1,
+                    device: 0
+                }
+            ),
+            "{e}"
+        ),
+    }
+    assert_eq!(
+        core.memory_reserved(),
+        0,
+        "nothing reserved for the refused stream"
+    );
+    // The device's own streams are served.
+    let own = common::fresh_stream(0);
+    let ptr = core
+        .allocate(4096, &ClStream::shared(own.stream()))
+        .unwrap();
+    assert_eq!(ptr.device(), 0);
+}
+
+/// `record_stream` refuses a stream a graph is capturing through every entry point, as
+/// `DataPtr::record_stream` does: the captured work runs at replay, after any marker the
+/// allocator could record at the free, so no marker could order the block's reuse after it.
+#[test]
+fn record_stream_refuses_a_capturing_stream_through_the_device_allocator() {
+    let Some([s, c]) = common::device_streams() else {
+        return;
+    };
+    let ptr = xpu_alloc::allocate(4096, &s).unwrap();
+    let capture = xpu_stream::CaptureGuard::begin(&c).unwrap();
+    let direct = ptr.record_stream(&c).unwrap_err();
+    let through_device = xpu_alloc::record_stream(&ptr, &c);
+    drop(capture);
+    assert!(
+        matches!(direct, xpu_alloc::AllocError::Capturing { .. }),
+        "{direct}"
+    );
+    match through_device {
+        Err(xpu_alloc::AllocError::Capturing {
+            device,
+            stream,
+            operation,
+        }) => assert_eq!((device, stream, operation), (0, c.id(), "record_stream")),
+        other => panic!("xpu_alloc::record_stream on a capturing stream: {other:?}"),
+    }
+    // Nothing was recorded: the block is reusable at once on its stream after the free.
+    let address = ptr.address();
+    drop(ptr);
+    let again = xpu_alloc::allocate(4096, &s).unwrap();
+    assert_eq!(again.address(), address);
+}
+
+// An allocation stream whose external queue was released before the allocator first saw it
+// (a stale `Stream` handle of a dropped `ExternalStream`): no work can ever be enqueued on
+// it, so its cached segments are released by `empty_cache` like any other (they stayed
+// reserved for good: every release needs a marker on the stream, which failed).
+
+#[test]
+fn empty_cache_releases_the_segments_of_a_stream_released_before_its_first_allocation() {
+    if !xpu_testing::devices(1) {
+        return;
+    }
+    let alloc = DeviceAllocator::new(0, AllocConfig::default()).unwrap();
+    let stale = {
+        let external = fresh_stream(0);
+        external.stream()
+    }; // unregistered: its queue is released
+    assert!(stale.queue().is_err());
+    let block = alloc.allocate(4 * MIB, &stale).unwrap();
+    assert!(alloc.core().memory_reserved() >= 4 * MIB);
+    drop(block);
+    alloc.empty_cache();
+    let stats = alloc.memory_stats();
+    assert_eq!(
+        (stats.reserved_bytes.all.current, stats.segment.all.current),
+        (0, 0),
+        "the stale stream's cached segment is released"
+    );
+    assert_eq!(stats.num_device_free, 1);
 }

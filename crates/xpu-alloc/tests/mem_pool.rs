@@ -1,13 +1,16 @@
 //! Private memory pools (`MemPool`, as torch.cuda.MemPool) on a real OpenCL device (PoCL in
 //! CI): routing per thread, isolation from the default pool, per-pool statistics, routing
-//! errors, lifetime, stream-ordered release, custom segment sources. Skipped without a device
+//! errors, lifetime, stream-ordered release, custom segment sources, block addresses unique
+//! across pools, `use_mem_pool` from a thread-local destructor. Skipped without a device
 //! unless `XPU_REQUIRE_DEVICE=1`. Each test allocates on streams of its own; device-wide
 //! figures are compared as differences.
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use xpu_alloc::{
     AllocError, BufferSource, DataPtr, HookedSource, MemPool, SegmentSource, SourceError,
@@ -514,4 +517,154 @@ fn a_thread_that_exits_with_a_forgotten_routing_no_longer_counts_as_routing() {
         .unwrap();
     assert_eq!(pool.routing_threads(), 0);
     pool.release().unwrap();
+}
+
+// Block addresses stay unique on a device across its pools: a private pool's custom source
+// that hands out a segment overlapping a live segment of the default pool gets it refused
+// (freed again, a device error), instead of two live blocks at one address, where the raw
+// table of `raw_alloc` would silently drop (free) the first.
+
+/// Hooks handing out each of device 0's buffers at the address `at` holds (a source breaking
+/// the documented rule that addresses are unique on the device).
+struct At {
+    at: Arc<AtomicU64>,
+    real: std::sync::Mutex<Vec<(u64, u64)>>,
+}
+
+impl SourceHooks<BufferSource> for At {
+    fn allocate(&self, inner: &BufferSource, size: u64) -> Result<SourceSegment, SourceError> {
+        let mut segment = inner.allocate(size)?;
+        let at = self.at.load(Ordering::SeqCst);
+        self.real.lock().unwrap().push((at, segment.address));
+        segment.address = at;
+        Ok(segment)
+    }
+    fn free(&self, inner: &BufferSource, mut segment: SourceSegment) {
+        let mut real = self.real.lock().unwrap();
+        if let Some(i) = real.iter().position(|&(at, _)| at == segment.address) {
+            segment.address = real.remove(i).1;
+        }
+        drop(real);
+        inner.free(segment);
+    }
+}
+
+#[test]
+fn a_pool_segment_overlapping_a_live_default_pool_segment_is_refused() {
+    let Some(s) = device_stream() else {
+        return;
+    };
+    let a = xpu_alloc::raw_alloc_with_stream(4096, &s).unwrap();
+    let segment = xpu_alloc::device_allocator(0)
+        .unwrap()
+        .core()
+        .snapshot()
+        .into_iter()
+        .find(|seg| (seg.address..seg.address + seg.size).contains(&a.address()))
+        .expect("a's segment");
+    let at = Arc::new(AtomicU64::new(segment.address));
+    let pool = MemPool::with_source(
+        0,
+        HookedSource::new(
+            BufferSource::new(0).unwrap(),
+            At {
+                at: Arc::clone(&at),
+                real: std::sync::Mutex::default(),
+            },
+        ),
+    )
+    .unwrap();
+    let allocated_before = xpu_alloc::memory_allocated(0).unwrap();
+    let b = {
+        let _routed = xpu_alloc::use_mem_pool(&pool).unwrap();
+        xpu_alloc::raw_alloc_with_stream(4096, &s)
+    };
+    let b_addr = b.as_ref().map(xpu_alloc::DevicePtr::address).ok();
+    let b_err = b.as_ref().err().map(ToString::to_string);
+    let allocated_after = xpu_alloc::memory_allocated(0).unwrap();
+    // `a` must still be live, whatever happened to `b`.
+    let a_deleted = xpu_alloc::raw_delete(a);
+    if let Ok(b) = b {
+        let _ = xpu_alloc::raw_delete(b);
+    }
+    assert!(
+        a_deleted.is_ok(),
+        "a was freed behind the caller's back (b at {b_addr:x?}, allocated {allocated_before} \
+         -> {allocated_after}): {a_deleted:?}"
+    );
+    assert!(
+        b_addr.is_none(),
+        "the pool handed out a block at {b_addr:x?}, inside a live segment of the default pool"
+    );
+    assert_eq!(allocated_after, allocated_before, "nothing allocated for b");
+    assert_eq!(
+        pool.memory_reserved(),
+        0,
+        "the overlapping segment went back"
+    );
+    // The pool works again once its source hands out unique addresses.
+    at.store(1 << 61, Ordering::SeqCst);
+    let c = pool.allocate(4096, &s).unwrap();
+    assert_eq!(c.address(), 1 << 61);
+    let b_err = b_err.expect("b refused");
+    assert!(b_err.contains("overlapping the live segment"), "{b_err}");
+}
+
+// `use_mem_pool` (as `torch.cuda.use_mem_pool`) called from a thread-local destructor while
+// the thread exits, after the thread's routing state was destroyed, returns a typed error:
+// a panic there (an `AccessError` of the destroyed thread-local) would abort the process.
+// Runs in a child process, so that an abort fails this test instead of killing the test
+// binary.
+
+/// What the thread-local destructor's `use_mem_pool` returned (`None`: it did not run).
+static OUTCOME: Mutex<Option<Result<(), AllocError>>> = Mutex::new(None);
+
+/// Calls `use_mem_pool` on its pool when the thread exits.
+struct RouteOnExit(MemPool);
+
+impl Drop for RouteOnExit {
+    fn drop(&mut self) {
+        let outcome = xpu_alloc::use_mem_pool(&self.0).map(drop);
+        *OUTCOME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(outcome);
+    }
+}
+
+thread_local! {
+    static ON_EXIT: RefCell<Option<RouteOnExit>> = const { RefCell::new(None) };
+}
+
+#[test]
+fn use_mem_pool_from_a_thread_local_destructor_after_the_routing_state_is_gone_is_an_error() {
+    xpu_testing::scenario_test(
+        "use_mem_pool_from_a_thread_local_destructor_after_the_routing_state_is_gone_is_an_error",
+        "routing-thread-exit",
+        Duration::from_secs(60),
+        "done",
+        || {
+            let pool = MemPool::new(0).unwrap();
+            let id = pool.id();
+            let in_thread = pool.clone();
+            std::thread::spawn(move || {
+                // Registered first, so its destructor runs after the routing state's
+                // (thread-local destructors run in the reverse order of registration),
+                // which the routing below registers.
+                ON_EXIT.with_borrow_mut(|slot| *slot = Some(RouteOnExit(in_thread.clone())));
+                drop(xpu_alloc::use_mem_pool(&in_thread).unwrap());
+            })
+            .join()
+            .expect("the thread exits normally");
+            let outcome = OUTCOME.lock().unwrap().take();
+            assert_eq!(
+                outcome,
+                Some(Err(AllocError::RoutingUnavailable { device: 0, id })),
+                "the destructor ran and got the typed error"
+            );
+            assert_eq!(pool.id(), id);
+            // The pool is not left routed: it can be released.
+            pool.release().unwrap();
+            println!("done");
+        },
+    );
 }

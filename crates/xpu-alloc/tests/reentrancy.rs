@@ -1,11 +1,17 @@
-//! No user code runs under an allocator lock: closures given to the allocator may call it.
+//! No user code runs under an allocator lock: closures given to the allocator, and a private
+//! pool's custom segment source, may call it.
 
 mod common;
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use common::{sim_core, stream, MIB};
+use xpu_alloc::{
+    BufferSource, HookedSource, MemPool, SegmentSource, SourceError, SourceHooks, SourceSegment,
+};
+
+use common::{fresh_stream, sim_core, stream, MIB};
 
 /// Runs `f` on a child thread; a hang is an assertion failure (the thread is abandoned).
 fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -56,4 +62,116 @@ fn with_raw_closure_may_call_the_allocator() {
     // `b` was freed at once; `a` stays allocated while the closure holds it.
     assert_eq!(freed, 1024);
     assert_eq!(core.memory_allocated(), 0);
+}
+
+// A private pool's custom segment source is user code: its `free` (run on the
+// `xpu-pool-release` thread for a dropped pool) and its `Drop` may call the allocator back
+// without deadlocking. Each scenario runs in a child process (a hang would otherwise stop
+// the process-wide release thread for every later test); a hang is a killed child.
+
+/// Addresses of the custom source's segments, apart from the default pool's.
+const SHIFT: u64 = 1 << 60;
+
+/// What the custom source does when the allocator calls it.
+#[derive(Clone, Copy)]
+enum Callback {
+    /// `free` waits for the releases of dropped pools (the one running it included).
+    WaitReleasesInFree,
+    /// `Drop` reads the device's statistics (which visit every pool).
+    StatsInDrop,
+}
+
+/// Hooks shifting device 0's buffers, calling the allocator back as `callback` says.
+struct CallingBack {
+    callback: Callback,
+    frees: Arc<AtomicUsize>,
+    drops: Arc<AtomicUsize>,
+}
+
+impl SourceHooks<BufferSource> for CallingBack {
+    fn allocate(&self, inner: &BufferSource, size: u64) -> Result<SourceSegment, SourceError> {
+        let mut segment = inner.allocate(size)?;
+        segment.address += SHIFT;
+        Ok(segment)
+    }
+    fn free(&self, inner: &BufferSource, mut segment: SourceSegment) {
+        if let Callback::WaitReleasesInFree = self.callback {
+            xpu_alloc::wait_pool_releases();
+        }
+        segment.address -= SHIFT;
+        inner.free(segment);
+        self.frees.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for CallingBack {
+    fn drop(&mut self) {
+        if let Callback::StatsInDrop = self.callback {
+            let _ = xpu_alloc::memory_stats(0).unwrap();
+        }
+        self.drops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Device 0's buffers with [`CallingBack`] hooks, and the hooks' free and drop counters.
+fn calling_back(
+    callback: Callback,
+) -> (
+    HookedSource<BufferSource, CallingBack>,
+    Arc<AtomicUsize>,
+    Arc<AtomicUsize>,
+) {
+    let (frees, drops) = (Arc::default(), Arc::default());
+    let hooks = CallingBack {
+        callback,
+        frees: Arc::clone(&frees),
+        drops: Arc::clone(&drops),
+    };
+    let source = HookedSource::new(BufferSource::new(0).unwrap(), hooks);
+    (source, frees, drops)
+}
+
+/// A dropped pool's segment is freed on the release thread; the source's `free` there waits
+/// for the pool releases, and `wait_pool_releases` on the main thread then returns: the
+/// release thread does not wait for itself.
+#[test]
+fn a_custom_sources_free_may_wait_for_pool_releases() {
+    xpu_testing::scenario_test(
+        "a_custom_sources_free_may_wait_for_pool_releases",
+        "free-waits-releases",
+        Duration::from_secs(30),
+        "done: freed 1",
+        || {
+            let external = fresh_stream(0);
+            let stream = external.stream();
+            let (source, frees, _) = calling_back(Callback::WaitReleasesInFree);
+            let pool = MemPool::with_source(0, source).unwrap();
+            let block = pool.allocate(MIB, &stream).unwrap();
+            drop(pool);
+            drop(block); // the pool's last shard: torn down on the release thread
+            xpu_alloc::wait_pool_releases();
+            println!("done: freed {}", frees.load(Ordering::SeqCst));
+        },
+    );
+}
+
+/// A pool whose every handle and allocation is gone is forgotten by the device's pool
+/// registry at its next visit (`memory_stats` here), which drops the pool's custom source:
+/// its `Drop` may read the device's statistics (no registry lock held by then).
+#[test]
+fn a_custom_sources_drop_may_read_the_device_statistics() {
+    xpu_testing::scenario_test(
+        "a_custom_sources_drop_may_read_the_device_statistics",
+        "drop-reads-stats",
+        Duration::from_secs(30),
+        "done: dropped 1",
+        || {
+            let (source, _, drops) = calling_back(Callback::StatsInDrop);
+            let pool = MemPool::with_source(0, source).unwrap();
+            drop(pool);
+            xpu_alloc::wait_pool_releases();
+            let _ = xpu_alloc::memory_stats(0).unwrap();
+            println!("done: dropped {}", drops.load(Ordering::SeqCst));
+        },
+    );
 }

@@ -2,11 +2,12 @@
 //! associated types ([`Backend`]). The algorithm ([`crate::CachingAllocator`]) is generic
 //! over it; `xpu-alloc` implements it over OpenCL, [`crate::sim_stream::SimBackend`] without
 //! a device.
+//!
+//! The seam holds nothing of the algorithm. Besides it, a backend type provides only the key
+//! of the `thread_local!` in which its allocators keep their per-thread caches
+//! ([`ThreadCacheKey`](crate::ThreadCacheKey), one line:
+//! [`thread_caches!`](crate::thread_caches)`(MyBackend);`), since statics cannot be generic.
 
-use std::cell::RefCell;
-use std::thread::LocalKey;
-
-use crate::allocator::thread_cache::Entry;
 use crate::stream::{MarkerError, StreamKey};
 
 /// Where a marker stands ([`Backend::marker_status`]).
@@ -126,41 +127,4 @@ pub trait Backend: Clone + Sized + Send + Sync + 'static {
     fn drop_must_not_wait() -> bool {
         false
     }
-    /// The calling thread's caches of the allocators over this backend: a `thread_local!`
-    /// of the implementing crate, declared with [`thread_caches!`](crate::thread_caches)
-    /// (statics cannot be generic, so each backend owns its own).
-    fn thread_caches() -> &'static LocalKey<ThreadCaches<Self>>;
-}
-
-/// What a thread keeps per allocator over backend `B` (statistics cell, recent shards);
-/// opaque, stored in a backend's `thread_local!` (see [`Backend::thread_caches`]).
-pub struct ThreadCaches<B: Backend>(pub(crate) RefCell<Vec<Entry<B>>>);
-
-impl<B: Backend> ThreadCaches<B> {
-    /// No caches yet.
-    #[must_use]
-    pub const fn new() -> Self {
-        Self(RefCell::new(Vec::new()))
-    }
-}
-
-impl<B: Backend> Default for ThreadCaches<B> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// Implements [`Backend::thread_caches`] for a backend type: `thread_caches!(MyBackend);`
-/// inside its `impl Backend for MyBackend` block.
-#[macro_export]
-macro_rules! thread_caches {
-    ($backend:ty) => {
-        fn thread_caches() -> &'static ::std::thread::LocalKey<$crate::ThreadCaches<$backend>> {
-            ::std::thread_local! {
-                static CACHES: $crate::ThreadCaches<$backend> =
-                    const { $crate::ThreadCaches::new() };
-            }
-            &CACHES
-        }
-    };
 }

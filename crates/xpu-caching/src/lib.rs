@@ -66,11 +66,12 @@ pub mod source;
 pub mod stats;
 pub mod stream;
 
+pub use crate::allocator::thread_cache::{ThreadCacheKey, ThreadCaches};
 pub use crate::allocator::{
     Allocation, BlockSnapshot, BlockState, CachingAllocator, DeferredDrop, SegmentSnapshot,
     SharedState, WeakShard,
 };
-pub use crate::backend::{Backend, MarkerStatus, ThreadCaches};
+pub use crate::backend::{Backend, MarkerStatus};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
 pub use crate::error::{CacheError, DeviceFailure, OomReport};
 pub use crate::history::{History, TraceAction, TraceEntry};

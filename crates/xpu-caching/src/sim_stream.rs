@@ -202,6 +202,6 @@ impl Backend for SimBackend {
         stream.synchronize();
         Ok(())
     }
-
-    crate::thread_caches!(SimBackend);
 }
+
+crate::thread_caches!(SimBackend);

@@ -1,8 +1,9 @@
-//! Device buffers: write/read, sub-buffers, fill, copy and their argument errors.
+//! Device buffers: write/read, sub-buffers, fill, copy and their argument errors; zero-byte
+//! copies and fills, and blocking transfers behind a failed command.
 
 mod common;
 
-use xpu_device::backend::{Buffer, MemFlags, PinnedBuffer, PinnedBytes};
+use xpu_device::backend::{Buffer, EventStatus, MemFlags, PinnedBuffer, PinnedBytes};
 use xpu_device::DeviceError;
 
 const CL_MISALIGNED_SUB_BUFFER_OFFSET: i32 = -13;
@@ -232,4 +233,166 @@ fn commands_on_buffers_of_another_context_are_errors_not_aborts() {
     }
     q1.finish().unwrap();
     println!("scenario-ok");
+}
+
+// Blocking transfers behind a failed command, and zero-byte copies and fills.
+
+/// `CL_QUEUE_REFERENCE_COUNT` of `q` (OpenCL 3.0 §5.1, table 19). A command's event holds a
+/// reference to its queue, so the count grows by one when a command is enqueued: the one thing
+/// outside the driver that shows a blocking call has enqueued its command (the call itself
+/// returns only once the command is over).
+fn queue_reference_count(q: &xpu_device::backend::CommandQueue) -> u32 {
+    const QUEUE_REFERENCE_COUNT: u32 = 0x1092;
+    let v = opencl3::command_queue::get_command_queue_data(q.as_raw(), QUEUE_REFERENCE_COUNT)
+        .expect("clGetCommandQueueInfo(CL_QUEUE_REFERENCE_COUNT)");
+    u32::from_ne_bytes([v[0], v[1], v[2], v[3]])
+}
+
+/// A blocking transfer queued behind a command that then fails: the driver terminates the
+/// transfer without running it (PoCL returns `CL_SUCCESS` from the blocking call all the
+/// same), so `read`/`write` must report the failure instead of `Ok` with nothing transferred.
+///
+/// The order is made, not hoped for: on a fresh queue, a marker waits on a user event; another
+/// thread fails that event only once the blocking call has enqueued its command, which it sees
+/// as one more reference to the queue ([`queue_reference_count`]; nothing else on that queue
+/// can take or drop one meanwhile: its only other command, the marker, cannot complete).
+/// Failing the event before the call would test nothing: PoCL then runs the transfer normally.
+/// A driver whose events hold no queue reference (checked with the marker first) skips.
+/// Before (the code before d51564e, or with its status check reverted): `read` returned
+/// `Ok(())` with the output never written and `write` returned `Ok(())` with the buffer
+/// unchanged, on every run.
+#[test]
+fn a_blocking_transfer_terminated_by_a_failed_earlier_command_is_an_error() {
+    use xpu_device::backend::{Buffer, MemFlags};
+    let Some((dev, ctx, setup)) = common::device0_queue() else {
+        return;
+    };
+    let buf = Buffer::new(ctx, 16, MemFlags::default()).unwrap();
+    for read in [true, false] {
+        setup.write(&buf, 0, &[5u8; 16]).unwrap();
+        setup.finish().unwrap();
+        let q = common::queue(dev);
+        let user = dev.create_user_event().unwrap();
+        let alone = queue_reference_count(&q);
+        // Kept to the end: the marker's event holds its queue reference all along.
+        let marker = q.enqueue_marker(&[&user]).unwrap();
+        if queue_reference_count(&q) != alone + 1 {
+            eprintln!("skipping: this driver's events hold no reference to their queue");
+            user.set_complete().unwrap();
+            return;
+        }
+        let watched = q.clone();
+        let before = queue_reference_count(&q);
+        let failer = {
+            let user = user.clone();
+            std::thread::spawn(move || {
+                while queue_reference_count(&watched) == before {
+                    std::thread::yield_now();
+                }
+                user.set_failed(-5).unwrap();
+            })
+        };
+        let mut out = [0u8; 16];
+        let r = if read {
+            q.read(&buf, 0, &mut out)
+        } else {
+            q.write(&buf, 0, &[9u8; 16])
+        };
+        failer.join().unwrap();
+        assert!(
+            matches!(marker.status().unwrap(), EventStatus::Error(_)),
+            "the earlier command failed"
+        );
+        q.finish().unwrap();
+        let mut now = [0u8; 16];
+        setup.read(&buf, 0, &mut now).unwrap();
+        let what = if read { "read" } else { "write" };
+        let e = r.expect_err(&format!(
+            "a {what} terminated without running returned Ok (read output {out:?}, buffer now {now:?})"
+        ));
+        assert!(e.to_string().contains("clEnqueue"), "{e}");
+        assert_eq!(
+            now, [5u8; 16],
+            "the terminated transfer left the buffer as it was"
+        );
+        if read {
+            assert_eq!(out, [0u8; 16], "nothing was read");
+        }
+    }
+}
+
+/// Zero-byte copies and fills behave the same on every driver: a command that completes
+/// after its wait list and moves nothing (as the blocking `read`/`write` of no bytes, which
+/// return at once). Drivers disagree (OpenCL 3.0 §5.2 leaves size 0 to `CL_INVALID_VALUE`;
+/// PoCL refuses it for `clEnqueueCopyBuffer` but runs it for `clEnqueueFillBuffer` and
+/// `clEnqueueReadBuffer`). Ranges are still checked: an offset past the end is an error.
+/// Before: `copy` of 0 bytes failed with `CL_INVALID_VALUE` while `fill` and `copy_pinned`
+/// of 0 bytes succeeded; a command buffer refused a 0-byte copy.
+#[test]
+fn zero_byte_copies_and_fills_are_no_ops_ordered_after_their_wait_list() {
+    use xpu_device::backend::{
+        Buffer, CommandBuffer, EventStatus, MemFlags, PinnedBuffer, PinnedBytes,
+    };
+    let Some((dev, ctx, q)) = common::device0_queue() else {
+        return;
+    };
+    let buf = Buffer::new(ctx, 64, MemFlags::default()).unwrap();
+    let data: Vec<u8> = (0..64).collect();
+    q.write(&buf, 0, &data).unwrap();
+    let mut pinned = PinnedBuffer::new(ctx, &q, 16).unwrap();
+    pinned.as_mut_slice().fill(7);
+
+    let mut gate = common::Gate::new(dev);
+    let events = vec![
+        q.copy(&buf, 0, &buf, 16, 0, &[gate.event()]).unwrap(),
+        q.copy(&buf, 64, &buf, 64, 0, &[gate.event()]).unwrap(),
+        q.fill(&buf, &[1, 2, 3, 4], 8, 0, &[gate.event()]).unwrap(),
+        q.copy_pinned(&buf, 64, PinnedBytes::From(&pinned), 16, 0, &[gate.event()])
+            .unwrap(),
+        q.copy_pinned(
+            &buf,
+            0,
+            PinnedBytes::Into(&mut pinned),
+            0,
+            0,
+            &[gate.event()],
+        )
+        .unwrap(),
+    ];
+    for e in &events {
+        assert_ne!(
+            e.status().unwrap(),
+            EventStatus::Complete,
+            "ordered after the gate"
+        );
+    }
+    gate.open();
+    for e in &events {
+        e.wait().unwrap();
+    }
+    let mut now = vec![0u8; 64];
+    q.read(&buf, 0, &mut now).unwrap();
+    assert_eq!(now, data, "nothing moved");
+    assert_eq!(pinned.as_slice(), &[7u8; 16]);
+    assert!(
+        q.copy(&buf, 65, &buf, 0, 0, &[]).is_err(),
+        "offset past the end"
+    );
+    assert!(
+        q.fill(&buf, &[1], 65, 0, &[]).is_err(),
+        "offset past the end"
+    );
+
+    if let Some(mut cb) = CommandBuffer::new(&q).unwrap() {
+        cb.copy(&buf, 0, &buf, 16, 0)
+            .expect("a 0-byte copy records nothing");
+        cb.fill(&buf, &[1, 2], 2, 0)
+            .expect("a 0-byte fill records nothing");
+        assert!(
+            cb.copy(&buf, 65, &buf, 0, 0).is_err(),
+            "offset past the end"
+        );
+        assert_eq!(cb.len(), 0);
+    }
+    q.finish().unwrap();
 }

@@ -1,4 +1,5 @@
-//! Error values and their messages (no device needed).
+//! Error values and their messages, and a missing foreign library's typed error (no device
+//! needed).
 
 use xpu_device::{ClError, DeviceError, INSTALL_HINT};
 
@@ -66,4 +67,22 @@ fn device_error_messages() {
         .to_string(),
         "invalid value \"bogus\" for XPU_DEVICE_TYPE: expected gpu, cpu or all"
     );
+}
+
+// A missing foreign library.
+
+/// `Clblast::open` loads a caller-chosen library and calls its symbols with CLBlast's C
+/// signatures, so it is an `unsafe fn` (its `compile_fail` doctest shows a safe call is
+/// refused); a missing library is still a typed `NotAvailable` error. (Moved here from
+/// xpu-kernel's tests, which may not hold `unsafe`.)
+#[test]
+fn a_missing_foreign_library_is_a_typed_not_available_error() {
+    use xpu_device::foreign::{clblast::Clblast, ForeignError};
+    // SAFETY: no library of that name exists, so nothing is loaded or called.
+    let e = unsafe { Clblast::open("libxpu-no-such-blas.so.9") }.unwrap_err();
+    assert!(
+        matches!(&e, ForeignError::NotAvailable { library, .. } if library == "libxpu-no-such-blas.so.9"),
+        "{e:?}"
+    );
+    assert_eq!(e.code(), None);
 }

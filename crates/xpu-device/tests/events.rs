@@ -1,8 +1,13 @@
-//! Events: user-event gates, markers, barriers, status and profiling timestamps.
+//! Events: user-event gates, markers, barriers, status and profiling timestamps; wrapped raw
+//! events, user events dropped unset, and `wait_for_callbacks` in a bad fork child.
 
 mod common;
 
-use xpu_device::backend::{EventStatus, ProfilingInfo, QueueOptions};
+use std::time::Duration;
+
+use xpu_device::backend::{wait_for_callbacks, ClEvent, EventStatus, ProfilingInfo, QueueOptions};
+use xpu_device::fork;
+use xpu_device::fork::ChildExit;
 
 const CL_INVALID_OPERATION: i32 = -59;
 const CL_INVALID_VALUE: i32 = -30;
@@ -263,4 +268,120 @@ fn an_event_handed_out_raw_and_taken_back_owned_keeps_one_reference() {
     // The watcher's reference is still valid: the round trip did not release an extra one.
     assert!(watcher.is_complete().unwrap());
     assert_eq!(watcher.status().unwrap(), EventStatus::Complete);
+}
+
+// Wrapped raw events, the callback thread in a bad fork child and user events dropped unset.
+
+/// `CL_INVALID_EVENT`.
+const INVALID_EVENT: i32 = -58;
+
+/// A raw user event wrapped with `from_raw_retained` / `from_raw_owned` can be set, as the
+/// docs say (`CL_EVENT_COMMAND_TYPE` is `CL_COMMAND_USER`); a wrapped command event cannot.
+/// Before: the wrappers queried `CL_EVENT_REFERENCE_COUNT` (0x11D2) instead of
+/// `CL_EVENT_COMMAND_TYPE` (0x11D1), so every wrapped user event was refused.
+#[test]
+fn a_wrapped_raw_user_event_can_be_set_and_a_wrapped_command_event_cannot() {
+    let Some((dev, _ctx, q)) = common::device0_queue() else {
+        return;
+    };
+    let user = dev.create_user_event().unwrap();
+    // SAFETY: a live event, retained by the wrapper.
+    let wrapped = unsafe { ClEvent::from_raw_retained(user.as_raw()) }.unwrap();
+    wrapped
+        .set_complete()
+        .expect("a wrapped user event can be set");
+    assert_eq!(user.status().unwrap(), EventStatus::Complete);
+
+    let user2 = dev.create_user_event().unwrap();
+    // SAFETY: `into_raw` hands over one reference, which the wrapper takes.
+    let owned = unsafe { ClEvent::from_raw_owned(user2.clone().into_raw()) };
+    owned
+        .set_failed(-5)
+        .expect("an owned wrapped user event can fail");
+    assert_eq!(user2.status().unwrap(), EventStatus::Error(-5));
+
+    let marker = q.enqueue_marker(&[]).unwrap();
+    // SAFETY: a live event, retained by the wrapper.
+    let wrapped_marker = unsafe { ClEvent::from_raw_retained(marker.as_raw()) }.unwrap();
+    let e = wrapped_marker.set_complete().unwrap_err();
+    assert_eq!(e.code, INVALID_EVENT, "{e}");
+    q.finish().unwrap();
+}
+
+/// `wait_for_callbacks` in a bad-fork child returns at once, like every entry point there.
+/// Before: the child had the parent's channel but no callback thread, so the wait never
+/// returned (the child was killed at the bound).
+#[test]
+fn wait_for_callbacks_returns_at_once_in_a_bad_fork_child() {
+    let Some((dev, _ctx, _q)) = common::device0_queue() else {
+        return;
+    };
+    // Start the callback thread in the parent.
+    let user = dev.create_user_event().unwrap();
+    user.on_complete(|_| {}).unwrap();
+    user.set_complete().unwrap();
+    wait_for_callbacks();
+    // SAFETY: in the bad-fork child, `is_in_bad_fork` and `wait_for_callbacks` must only make
+    // an atomic load before returning (what this test checks); a hang is bounded.
+    let exit = unsafe {
+        fork::run_in_forked_child(
+            || {
+                if !fork::is_in_bad_fork() {
+                    return 2;
+                }
+                wait_for_callbacks();
+                0
+            },
+            Duration::from_secs(20),
+        )
+    }
+    .unwrap();
+    assert_eq!(exit, ChildExit::Exited(0));
+}
+
+/// A user event whose every wrapper dropped unset can never be set (OpenCL 3.0 §5.11.2, on
+/// `clReleaseEvent`): the commands waiting on it, and every later `finish` of their queue,
+/// would wait forever. The last wrapper's drop fails it instead; a clone still alive keeps
+/// it unset, and `into_raw` hands the duty to the raw handle's owner. Runs in a child
+/// process: the bug hangs it.
+/// Before: `marker.wait()` never returned (the child was killed at its bound).
+#[test]
+fn a_user_event_dropped_unset_fails_so_its_waiters_do_not_hang() {
+    use xpu_device::backend::DROPPED_UNSET_STATUS;
+    let Some((dev, _, q)) = common::device0_queue_in_child() else {
+        return;
+    };
+    let user = dev.create_user_event().unwrap();
+    let kept = user.clone();
+    let marker = q.enqueue_marker(&[&user]).unwrap();
+    drop(user);
+    assert_eq!(
+        kept.status().unwrap(),
+        EventStatus::Submitted,
+        "a clone still lives: unset"
+    );
+    drop(kept);
+    assert!(marker.wait().is_err(), "the waiting marker terminated");
+    q.finish().unwrap();
+    assert!(matches!(marker.status().unwrap(), EventStatus::Error(_)));
+
+    // Handed out raw: its owner sets it later.
+    let user = dev.create_user_event().unwrap();
+    let marker = q.enqueue_marker(&[&user]).unwrap();
+    let raw = user.clone().into_raw();
+    drop(user);
+    // SAFETY: `into_raw` gave one reference, taken over here.
+    let rewrapped = unsafe { ClEvent::from_raw_owned(raw) };
+    assert_eq!(rewrapped.status().unwrap(), EventStatus::Submitted);
+    rewrapped.set_complete().unwrap();
+    marker.wait().unwrap();
+
+    // Set, then dropped: the status stays.
+    let user = dev.create_user_event().unwrap();
+    user.set_complete().unwrap();
+    let done = q.enqueue_marker(&[&user]).unwrap();
+    drop(user);
+    done.wait().unwrap();
+    assert_eq!(DROPPED_UNSET_STATUS, -14);
+    println!("scenario-ok");
 }

@@ -1,4 +1,5 @@
-//! Programs built from OpenCL C source, kernels and build errors.
+//! Programs built from OpenCL C source, kernels and build errors; `__local` arguments beyond
+//! the device's local memory.
 
 mod common;
 
@@ -313,5 +314,74 @@ fn a_buffer_of_another_context_is_refused() {
     println!("event of another context: {r:?}");
     assert!(r.is_err());
     q1.finish().unwrap();
+    println!("scenario-ok");
+}
+
+// Local-memory arguments beyond the device's local memory.
+
+/// `CL_DEVICE_LOCAL_MEM_SIZE`.
+const DEVICE_LOCAL_MEM_SIZE: u32 = 0x1023;
+
+const TWO_LOCALS: &str = r"
+__kernel void two_locals(__local uint *a, __local uint *b, __global uint *out) {
+    a[0] = 1;
+    b[0] = 2;
+    out[0] = a[0] + b[0];
+}
+";
+
+/// `__local` argument sizes beyond the device's local memory are refused before the driver
+/// sees them (each at `set_arg_local`, their sum at the launch), although the kernel's
+/// accesses stay inside the sizes given. Runs in a child process: the bug aborts it.
+/// Before: PoCL aborted the process at the launch (`setup_kernel_arg_array_with_locals:
+/// Assertion (size_t) (start - local_mem) <= local_mem_size failed`, SIGABRT).
+#[test]
+fn local_arguments_beyond_the_device_local_memory_are_refused_not_a_driver_abort() {
+    use xpu_device::backend::{Buffer, Kernel, MemFlags, Program};
+    use xpu_device::{DeviceError, KernelArgProblem};
+    let Some((dev, ctx, q)) = common::device0_queue_in_child() else {
+        return;
+    };
+    let local = usize::try_from(dev.id().info_u64(DEVICE_LOCAL_MEM_SIZE).unwrap()).unwrap();
+    let out = Buffer::new(ctx, 4, MemFlags::default()).unwrap();
+    let program = Program::build(ctx, dev.id(), TWO_LOCALS).unwrap();
+    let mut k = Kernel::new(&program, "two_locals").unwrap();
+    k.set_arg_buffer(2, &out).unwrap();
+    let exceeded = |e: DeviceError| {
+        assert!(
+            matches!(
+                e,
+                DeviceError::KernelArg {
+                    problem: KernelArgProblem::LocalMemoryExceeded { .. },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    };
+    // One argument larger than the whole local memory.
+    k.set_arg_local(1, 64).unwrap();
+    match k.set_arg_local(0, local + 1) {
+        Err(e) => exceeded(e),
+        // SAFETY: the kernel touches element 0 of each argument and of `out` only.
+        Ok(()) => exceeded(unsafe { q.enqueue_kernel(&k, &[1], None, &[]) }.unwrap_err()),
+    }
+    // Two arguments that fit one by one, not together.
+    k.set_arg_local(0, local / 2 + 4096).unwrap();
+    k.set_arg_local(1, local / 2 + 4096).unwrap();
+    // SAFETY: as above.
+    exceeded(unsafe { q.enqueue_kernel(&k, &[1], None, &[]) }.unwrap_err());
+    // Half the local memory: runs. (Exactly all of it runs on PoCL; NVIDIA keeps some local
+    // memory for the kernel itself and answers `CL_OUT_OF_RESOURCES`, a typed error, there.)
+    k.set_arg_local(0, local / 4).unwrap();
+    k.set_arg_local(1, local / 4).unwrap();
+    // SAFETY: as above.
+    unsafe { q.enqueue_kernel(&k, &[1], None, &[]) }
+        .unwrap()
+        .wait()
+        .unwrap();
+    let mut got = [0u8; 4];
+    q.read(&out, 0, &mut got).unwrap();
+    assert_eq!(u32::from_ne_bytes(got), 3);
     println!("scenario-ok");
 }

@@ -8,15 +8,19 @@
 //! allocation, replayed graphs, captures in progress) is reproduced in a fresh process that
 //! then becomes a bad fork (`simulate_bad_fork`, the flag the `pthread_atfork` child handler
 //! sets: this crate may not fork). A hang is caught by the bound.
+
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use xpu_alloc::{MemPool, MemPoolId};
+use xpu_alloc::{AllocError, MemPool, MemPoolId};
 use xpu_device::LiveObjects;
 use xpu_kernel::graph::{graph_pool_handle, Capture, Graph, GraphError, ReplayMode};
-use xpu_kernel::{DeviceBuffer, Function, KernelError, LaunchExt, Program};
+use xpu_kernel::memory::{copy_peer, memset_zeros};
+use xpu_kernel::{
+    DeviceBuffer, Function, KernelError, LaunchExt, MemoryError, Program, StreamMemoryExt,
+};
 use xpu_stream::{get_stream_from_pool, Stream, PRIORITY_NORMAL};
 
 const SOURCE: &str = "__kernel void fill(__global uint* out, uint n) {
@@ -415,6 +419,47 @@ fn drops_run() {
         refusals.is_empty(),
         "program-layer entry points that did not refuse or drops that released:\n{}",
         refusals.join("\n")
+    );
+    xpu_testing::bad_fork::done();
+}
+
+// Typed memory in a bad fork child: `copy_peer` and `memset_zeros` refuse too, also for empty
+// regions.
+
+#[test]
+fn copy_peer_and_memset_zeros_refuse_in_a_bad_fork_child() {
+    xpu_testing::bad_fork::bad_fork_test("typed-memory-bad-fork", typed_memory_run);
+}
+
+fn typed_memory_run() {
+    let s = xpu_stream::get_stream_from_pool(0, 0).expect("stream");
+    let src = DeviceBuffer::<u32>::from_slice(&[1; 64], &s).expect("src");
+    let mut dst = DeviceBuffer::<u32>::zeroed(64, &s).expect("dst");
+    let empty = DeviceBuffer::<u32>::new(0, &s).expect("empty");
+    let mut empty_dst = DeviceBuffer::<u32>::new(0, &s).expect("empty dst");
+    s.synchronize().expect("synchronize");
+
+    xpu_device::fork::simulate_bad_fork();
+
+    let results = [
+        ("copy_peer", copy_peer(&s, &src, &s, &mut dst)),
+        (
+            "copy_peer (empty)",
+            copy_peer(&s, &empty, &s, &mut empty_dst),
+        ),
+        ("memset_zeros", memset_zeros(&s, &mut dst)),
+        ("memset_zeros (empty)", memset_zeros(&s, &mut empty_dst)),
+        ("Stream::memset_zeros", s.memset_zeros(&mut dst)),
+        ("DeviceBuffer::to_device", src.to_device(&s, &s).map(drop)),
+    ];
+    let wrong: Vec<String> = results
+        .iter()
+        .filter(|(_, r)| !matches!(r, Err(MemoryError::Alloc(AllocError::BadFork))))
+        .map(|(what, r)| format!("{what}: {r:?}"))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "expected Err(Alloc(BadFork)) from every entry point: {wrong:?}"
     );
     xpu_testing::bad_fork::done();
 }

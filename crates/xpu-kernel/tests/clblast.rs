@@ -188,3 +188,40 @@ fn clblast_sgemm_checks_regions_before_clblast_sees_them() {
         "{e:?}"
     );
 }
+
+// `clblast_sgemm`, a safe function, refuses an output region that aliases an input before
+// CLBlast runs.
+
+/// C passed as A (the same writable region for both, which the borrow rules allow since
+/// `RowMajorSgemm` takes shared references to regions): `C = A·B` would read A while
+/// overwriting it. Refused with `InteropError::Aliased` before CLBlast sees the regions, and C
+/// keeps its values; as B likewise. It used to be handed to CLBlast.
+#[test]
+fn clblast_sgemm_refuses_an_output_that_aliases_an_input() {
+    let Some(s) = clblast_stream() else {
+        return;
+    };
+    let n = 64;
+    let c0: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 - 3.0).collect();
+    let b = DeviceBuffer::from_slice(&vec![1.0f32; n * n], &s).unwrap();
+    let mut c = DeviceBuffer::from_slice(&c0, &s).unwrap();
+    {
+        let rb = ClRegion::new(&b).unwrap();
+        let rc = ClRegion::new_mut(&mut c).unwrap();
+        for (name, g) in [
+            ("A", RowMajorSgemm::new((n, n, n), &rc, &rb, &rc)),
+            ("B", RowMajorSgemm::new((n, n, n), &rb, &rc, &rc)),
+        ] {
+            let r = clblast_sgemm(&s, &g, TempBuffer::AsNeeded);
+            assert!(
+                matches!(
+                    &r,
+                    Err(InteropError::Aliased { written: "C", read, start: 0, end })
+                        if *read == name && *end == n * n
+                ),
+                "C aliasing {name}: {r:?}"
+            );
+        }
+    }
+    assert_eq!(s.dtoh_sync_copy(&c).unwrap(), c0, "C was written");
+}

@@ -1,6 +1,7 @@
 //! Captured graphs on a real OpenCL device (PoCL in CI, two devices for the cross-device
 //! case): replay matches direct launches, arguments stay alive, capture errors are typed and
-//! leave the stream usable. Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
+//! leave the stream usable (a launch built before the capture included), zero-sized elements
+//! replay. Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
 
 mod common;
 /// The example MLP (example code, not a library module: see its header).
@@ -596,4 +597,83 @@ fn a_captured_upload_replays_recorded() {
     );
     graph.replay(&s).unwrap();
     assert_eq!(y.to_vec(&s).unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+}
+
+// A launch built before a capture is refused when enqueued during it; captured commands on
+// zero-sized elements give a graph that replays.
+
+const SET: &str = "__kernel void set(__global uint *x, uint v) { x[get_global_id(0)] = v; }";
+
+/// A launch built (and its arguments set) before `Graph::capture` began on its stream, then
+/// enqueued from inside the capture closure: the enqueue is refused with
+/// `KernelError::Capturing` (as `LaunchExt::launch` refuses on a capturing stream), and the
+/// kernel does not run. It used to be enqueued on the capturing stream and ran at once.
+#[test]
+fn a_launch_built_before_a_capture_is_refused_when_enqueued_during_it() {
+    let Some((s, _ext)) = device0_stream() else {
+        return;
+    };
+    let set = Program::build(0, SET, "").unwrap().function("set").unwrap();
+    let buf = DeviceBuffer::<u32>::zeroed(16, &s).unwrap();
+    let launch = s
+        .launch(&set, &[16], None)
+        .unwrap()
+        .arg(&buf)
+        .unwrap()
+        .arg(7u32)
+        .unwrap();
+    let mut result = None;
+    let graph = Graph::capture(&s, |_c| {
+        // SAFETY: 16 work-items write x[0..16), the allocation's 64 bytes; nothing borrows
+        // them on the host; the kernel terminates.
+        #[allow(unsafe_code)]
+        let r = unsafe { launch.enqueue() };
+        result = Some(r);
+        Ok(())
+    })
+    .unwrap();
+    assert!(graph.is_empty());
+    let r = result.expect("the closure ran");
+    assert!(
+        matches!(&r, Err(KernelError::Capturing { device: 0, stream, .. }) if *stream == s.id()),
+        "enqueue on a capturing stream: {r:?}"
+    );
+    assert_eq!(
+        buf.to_vec(&s).unwrap(),
+        vec![0; 16],
+        "the refused kernel ran"
+    );
+    // The stream is usable after the capture: the same launch, built again, runs.
+    // SAFETY: as above.
+    #[allow(unsafe_code)]
+    unsafe {
+        s.launch(&set, &[16], None)
+            .unwrap()
+            .args((&buf, 7u32))
+            .unwrap()
+            .enqueue()
+            .unwrap();
+    }
+    assert_eq!(buf.to_vec(&s).unwrap(), vec![7; 16]);
+}
+
+/// Captured copies and uploads of zero-sized elements (`()` is `Pod`) move no bytes; the
+/// graph they give replays (nothing to enqueue) instead of failing at every replay on the
+/// block-less buffers.
+#[test]
+fn captured_copies_and_uploads_of_zero_sized_elements_replay() {
+    let Some((s, _ext)) = device0_stream() else {
+        return;
+    };
+    let a = Arc::new(DeviceBuffer::<()>::new(4, &s).unwrap());
+    let b = Arc::new(DeviceBuffer::<()>::new(4, &s).unwrap());
+    let graph = Graph::capture(&s, |c| {
+        c.copy(&s, &a, 0, &b, 1, 3)?;
+        c.write(&s, &b, 0, &[(); 4])?;
+        Ok(())
+    })
+    .unwrap();
+    graph.replay(&s).unwrap();
+    graph.replay(&s).unwrap();
+    s.synchronize().unwrap();
 }

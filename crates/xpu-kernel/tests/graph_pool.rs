@@ -1,18 +1,20 @@
 //! Graph-private pools on a real OpenCL device (PoCL in CI): allocations during a capture
 //! come from the graph's pool, `graph_pool_handle` shares one pool between captures, and
-//! the pool stays reserved while a graph lives. Skipped without a device unless
+//! the pool stays reserved while a graph lives and is not reused before a dropped graph's
+//! pending replay ran. Skipped without a device unless
 //! `XPU_REQUIRE_DEVICE=1`.
 
 mod common;
 
 use std::sync::Arc;
 
-use common::{device0_stream, fresh_stream};
 use xpu_alloc::MemPool;
 use xpu_kernel::graph::{graph_pool_handle, Graph, GraphError};
 use xpu_kernel::{DeviceBuffer, Program};
 use xpu_stream::Stream;
 use xpu_testing::devices;
+
+use common::{device0_stream, fresh_stream};
 
 const N: usize = 1000;
 const BYTES: u64 = 4096; // N f32 rounded to 512
@@ -163,4 +165,68 @@ fn capturing_into_a_pool_of_another_device_is_refused() {
     // The stream is usable afterwards.
     let g = Graph::capture(&s, |_| Ok(())).unwrap();
     assert!(g.is_empty());
+}
+
+// A dropped graph's pool memory is not reused before its pending replay.
+
+/// A graph whose private pool holds its only buffer is dropped while its replay is held back
+/// by a gate: neither the buffer's block nor the pool's segment is handed to another
+/// allocation (of the global allocator, on another stream) before the replay ran, so the
+/// replay's late fill cannot land in the new owner's memory. `empty_cache` waits for the
+/// pool's release, which waits for the replay (as torch's `empty_cache` synchronizes its
+/// events), so it runs on another thread while allocations go on here.
+#[test]
+fn a_dropped_graphs_pool_memory_is_not_reused_before_its_pending_replay() {
+    let Some(([s1, s2], _ext)) = common::fresh_streams([0, 0]) else {
+        return;
+    };
+    const N: usize = 1 << 16;
+    let mut addr = 0;
+    let graph = Graph::capture(&s1, |c| {
+        let buf = c.alloc::<f32>(&s1, N)?;
+        addr = buf.data_ptr().address();
+        c.fill(&s1, &buf, 9.0f32)?;
+        Ok(())
+    })
+    .unwrap();
+    let gate = xpu_event::Gate::new(0).unwrap();
+    gate.block(&s1).unwrap();
+    graph.replay(&s1).unwrap();
+    drop(graph);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let emptying = std::thread::spawn(move || {
+        xpu_alloc::empty_cache();
+        tx.send(()).unwrap();
+    });
+    let (atx, arx) = std::sync::mpsc::channel();
+    let allocating = std::thread::spawn(move || {
+        let zs: Vec<DeviceBuffer<f32>> = (0..4)
+            .map(|_| DeviceBuffer::from_slice(&vec![-7.0f32; N], &s2).unwrap())
+            .collect();
+        s2.synchronize().unwrap();
+        atx.send(()).unwrap();
+        zs
+    });
+    let allocated = arx.recv_timeout(std::time::Duration::from_secs(20));
+    let emptied_early = rx.try_recv().is_ok();
+    gate.open().unwrap();
+    assert!(
+        allocated.is_ok(),
+        "allocating on another stream blocked while empty_cache waited for the gated replay"
+    );
+    assert!(
+        !emptied_early,
+        "empty_cache returned before the gated replay ran"
+    );
+    let zs = allocating.join().unwrap();
+    emptying.join().unwrap();
+    s1.synchronize().unwrap();
+    let reused = zs.iter().any(|z| z.data_ptr().address() == addr);
+    for z in &zs {
+        assert_eq!(
+            z.to_vec(&s2).unwrap(),
+            vec![-7.0f32; N],
+            "the gated replay's fill landed in a new allocation (block reused: {reused})"
+        );
+    }
 }

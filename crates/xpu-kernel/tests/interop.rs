@@ -8,11 +8,12 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::{assert_block_not_reused, device0_stream, fresh_stream, fresh_streams, ramp};
 use xpu_device::backend::{Buffer, CommandQueue};
 use xpu_event::test_support::Gate;
 use xpu_kernel::{ClRegion, DeviceBuffer, ForeignExt, ForeignQueue, InteropError, StreamMemoryExt};
 use xpu_testing::devices;
+
+use common::{assert_block_not_reused, device0_stream, fresh_stream, fresh_streams, ramp, Claimed};
 
 #[test]
 fn a_region_is_the_exact_block_with_offsets_in_elements() {
@@ -246,4 +247,45 @@ fn an_event_of_another_device_or_queue_is_not_adopted_for_a_stream() {
     let ok = xpu_event::Event::from_cl_event(marker, &s1, Default::default()).unwrap();
     ok.synchronize().unwrap();
     assert_eq!(ok.device(), Some(1));
+}
+
+// `ClRegion::new` checks a region against its allocation.
+
+/// `ClRegion::new` checks the region against its allocation (element range within
+/// `DataPtr::size`) rather than trusting the `DeviceRegion` impl, so `require` /
+/// `require_matrix` (what `clblast_sgemm`'s safety rests on) hold for the memory really
+/// there. A region claiming 2^20 elements of a 16-element allocation used to become a
+/// `ClRegion` of 2^20 elements.
+#[test]
+fn a_region_beyond_its_allocation_is_refused() {
+    if !xpu_testing::devices(1) {
+        return;
+    }
+    let s = xpu_stream::get_stream_from_pool(0, 0).unwrap();
+    let buf = DeviceBuffer::<f32>::from_slice(&[1.0; 16], &s).unwrap();
+    for (offset, len) in [(0, 1 << 20), (10, 7), (17, 0), (usize::MAX / 2, 1)] {
+        let claimed = Claimed {
+            ptr: buf.data_ptr(),
+            offset,
+            len,
+        };
+        let r = ClRegion::new(&claimed).map(|r| r.len());
+        assert!(
+            matches!(
+                &r,
+                Err(InteropError::OutsideAllocation { offset: o, len: l, elements: 16 })
+                    if (*o, *l) == (offset, len)
+            ),
+            "elements {offset}+{len} of 16: {r:?}"
+        );
+    }
+    // The whole allocation and an empty range at its end are fine.
+    for (offset, len) in [(0, 16), (16, 0), (3, 13)] {
+        let claimed = Claimed {
+            ptr: buf.data_ptr(),
+            offset,
+            len,
+        };
+        assert_eq!(ClRegion::new(&claimed).unwrap().len(), len);
+    }
 }

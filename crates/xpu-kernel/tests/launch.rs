@@ -1,19 +1,23 @@
 //! Programs, functions and launches on a real OpenCL device (PoCL in CI, two devices for the
-//! cross-device cases). Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
+//! cross-device cases), element types of typed buffers and work sizes checked at the launch. Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
 
 mod common;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use common::fresh_stream;
 use xpu_alloc::{AllocConfig, DataPtr, DeviceAllocator};
 use xpu_device::{DeviceError, KernelArgProblem};
 use xpu_event::test_support::Gate;
+use xpu_kernel::graph::{Graph, GraphError};
 use xpu_kernel::{
-    Arg, Function, KernelCache, KernelError, LaunchExt, LocalMem, Program, ProgramOrigin,
+    Arg, DeviceBuffer, Function, KernelCache, KernelError, LaunchExt, LocalMem, Program,
+    ProgramOrigin,
 };
 use xpu_stream::Stream;
 use xpu_testing::devices;
+
+use common::{device0_stream, fresh_stream};
 
 const SAXPY: &str = r"
 __kernel void saxpy(__global float *y, __global const float *x, float a, uint n) {
@@ -744,4 +748,207 @@ fn a_tuple_of_arguments_is_refused_as_the_arg_chain_with_the_same_index() {
         "{tuple_err:?}"
     );
     assert_same(&tuple_err, &chain_err, "one argument of twelve");
+}
+
+// A typed buffer whose element type cannot match the pointer parameter's is refused at the
+// launch (`KernelArgProblem::ElementType`), in a direct launch and in a graph capture; byte
+// buffers, untyped allocations and matching element types pass, and the kernel computes.
+// Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
+
+const N: usize = 64;
+
+const SOURCE: &str = r"
+__kernel void scale(__global float *y, __global const uint *idx, __global float4 *v,
+                    __global uchar *bytes, float a) {
+    size_t i = get_global_id(0);
+    y[i] = a * (float)idx[i];
+    if (i == 0) { v[0] = v[0] * a; bytes[0] = (uchar)7; }
+}
+";
+
+fn scale(device: usize) -> Function {
+    Program::build(device, SOURCE, "")
+        .unwrap()
+        .function("scale")
+        .unwrap()
+}
+
+/// The `ElementType` problem of argument `index` in `err`, as `(expected, found)`.
+fn element_problem(err: &KernelError, index: u32) -> Option<(String, &'static str)> {
+    match err {
+        KernelError::Device(DeviceError::KernelArg {
+            index: i,
+            problem: KernelArgProblem::ElementType { expected, found },
+            ..
+        }) if *i == index => Some((expected.clone(), found)),
+        _ => None,
+    }
+}
+
+fn buffers(
+    s: &Stream,
+) -> (
+    DeviceBuffer<f32>,
+    DeviceBuffer<u32>,
+    DeviceBuffer<f32>,
+    DeviceBuffer<u8>,
+) {
+    let y = DeviceBuffer::<f32>::zeroed(N, s).unwrap();
+    let idx = DeviceBuffer::from_slice(&(0..N as u32).collect::<Vec<_>>(), s).unwrap();
+    let v = DeviceBuffer::from_slice(&[1.0f32, 2.0, 3.0, 4.0], s).unwrap();
+    let bytes = DeviceBuffer::<u8>::zeroed(4, s).unwrap();
+    (y, idx, v, bytes)
+}
+
+#[test]
+fn a_typed_buffer_of_another_element_type_than_the_pointer_parameter_is_refused() {
+    let Some((s, _ext)) = device0_stream() else {
+        return;
+    };
+    let f = scale(0);
+    let (y, idx, v, bytes) = buffers(&s);
+
+    // f64 for `float *y`: the kernel would read pairs of floats out of each double.
+    let doubles = DeviceBuffer::<f64>::zeroed(N, &s).unwrap();
+    let err = s.launch(&f, &[N], None).unwrap().arg(&doubles).unwrap_err();
+    println!("f64 for float*: {err}");
+    assert_eq!(
+        element_problem(&err, 0),
+        Some(("float*".to_owned(), "f64")),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("f64") && err.to_string().contains("float*"),
+        "{err}"
+    );
+    // f32 for `uint *idx`: same size, another kind.
+    let err = s
+        .launch(&f, &[N], None)
+        .unwrap()
+        .arg(&y)
+        .unwrap()
+        .arg(&y)
+        .unwrap_err();
+    assert_eq!(
+        element_problem(&err, 1),
+        Some(("uint*".to_owned(), "f32")),
+        "{err:?}"
+    );
+    // u64 for `float4 *v`.
+    let longs = DeviceBuffer::<u64>::zeroed(4, &s).unwrap();
+    let err = s
+        .launch(&f, &[N], None)
+        .unwrap()
+        .arg(&y)
+        .unwrap()
+        .arg(&idx)
+        .unwrap()
+        .arg(&longs)
+        .unwrap_err();
+    assert_eq!(
+        element_problem(&err, 2),
+        Some(("float4*".to_owned(), "u64")),
+        "{err:?}"
+    );
+
+    // What may match passes: a byte buffer for `float *y`, an untyped allocation for `uint *`,
+    // the component type for `float4 *`, any buffer for `uchar *`.
+    let as_bytes = DeviceBuffer::<u8>::zeroed(N * 4, &s).unwrap();
+    let launch = s
+        .launch(&f, &[N], None)
+        .unwrap()
+        .arg(&as_bytes)
+        .unwrap()
+        .arg(idx.data_ptr())
+        .unwrap()
+        .arg(&v)
+        .unwrap()
+        .arg(&doubles)
+        .unwrap();
+    drop(launch);
+
+    // The matching launch computes.
+    // SAFETY: N work-items write y[0..N) and read idx[0..N) (both N long); item 0 touches
+    // v[0] (4 floats) and bytes[0] (4 bytes); the kernel terminates.
+    unsafe {
+        s.launch(&f, &[N], None)
+            .unwrap()
+            .args((&y, &idx, &v, &bytes, 0.5f32))
+            .unwrap()
+            .enqueue()
+            .unwrap();
+    }
+    let want: Vec<f32> = (0..N).map(|i| 0.5 * i as f32).collect();
+    assert_eq!(y.to_vec(&s).unwrap(), want);
+    assert_eq!(v.to_vec(&s).unwrap(), vec![0.5, 1.0, 1.5, 2.0]);
+    assert_eq!(bytes.to_vec(&s).unwrap(), vec![7, 0, 0, 0]);
+}
+
+#[test]
+fn a_captured_launch_refuses_a_typed_buffer_of_another_element_type_too() {
+    let Some((s, _ext)) = device0_stream() else {
+        return;
+    };
+    let f = scale(0);
+    let doubles = Arc::new(DeviceBuffer::<f64>::zeroed(N, &s).unwrap());
+    let err = Graph::capture(&s, |c| {
+        c.launch(&s, &f, &[N], None)?.arg(&doubles)?;
+        Ok(())
+    })
+    .unwrap_err();
+    match &err {
+        GraphError::Kernel(k) => {
+            assert_eq!(
+                element_problem(k, 0),
+                Some(("float*".to_owned(), "f64")),
+                "{err:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+// The launch layer's work-size checks: a global size
+// whose work-item count overflows `size_t` is refused when the launch is built (PoCL wraps the
+// product and its scheduler aborts the process), on a stream and in a capture. Skipped
+// without a device unless `XPU_REQUIRE_DEVICE=1`.
+
+const K: &str = "__kernel void k(__global uint *x) { x[0] = 1; }";
+
+fn is_work_size(r: &Result<(), KernelError>) -> bool {
+    matches!(r, Err(KernelError::WorkSize { kernel, reason }) if kernel == "k" && reason.contains("work-items"))
+}
+
+#[test]
+fn a_global_size_whose_work_item_count_overflows_is_refused() {
+    let Some((s, _ext)) = device0_stream() else {
+        return;
+    };
+    let k = Program::build(0, K, "").unwrap().function("k").unwrap();
+    for global in [
+        &[usize::MAX, 2][..],
+        &[1 << 32, 1 << 32, 1][..],
+        &[2, 3, usize::MAX / 5][..],
+    ] {
+        let r = s.launch(&k, global, None).map(drop);
+        assert!(is_work_size(&r), "global {global:?}: {r:?}");
+        let r = s.launch(&k, global, Some(&vec![1; global.len()])).map(drop);
+        assert!(
+            is_work_size(&r),
+            "global {global:?} with a local size: {r:?}"
+        );
+    }
+    let mut captured = None;
+    Graph::capture(&s, |c| {
+        captured = Some(c.launch(&s, &k, &[usize::MAX, 2], None).map(drop));
+        Ok(())
+    })
+    .unwrap();
+    let r = captured.unwrap();
+    assert!(
+        matches!(&r, Err(GraphError::Kernel(KernelError::WorkSize { .. }))),
+        "captured: {r:?}"
+    );
+    // The largest count that fits is not refused here (the driver judges it at the enqueue).
+    s.launch(&k, &[usize::MAX, 1, 1], None).map(drop).unwrap();
 }

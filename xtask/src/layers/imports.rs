@@ -13,7 +13,7 @@ use super::source;
 
 /// Module pairs of one crate that may import each other: a handle and its owner
 /// (crate, module, module), in either order.
-pub(crate) const ALLOWED_CIRCLES: [(&str, &str, &str); 5] = [
+pub(crate) const ALLOWED_CIRCLES: [(&str, &str, &str); 4] = [
     // `HostPtr` (ptr) is the handle of a block of the pinned-host allocator (allocator).
     ("xpu-host", "allocator", "ptr"),
     // `Function` (function) is a handle on a kernel of its built program (program).
@@ -22,10 +22,6 @@ pub(crate) const ALLOWED_CIRCLES: [(&str, &str, &str); 5] = [
     // or in the external-stream registry, which hand out the handles.
     ("xpu-stream", "stream", "pool"),
     ("xpu-stream", "stream", "external"),
-    // `ThreadCaches` (backend) is the backend-owned handle on the allocator's per-thread
-    // state (allocator::thread_cache): `Backend::thread_caches` names it because statics
-    // cannot be generic, and the entries it holds are the allocator's.
-    ("xpu-caching", "backend", "allocator::thread_cache"),
 ];
 
 /// The module path of a source file under `src/` (`lib.rs`/`main.rs` is the root, `""`);

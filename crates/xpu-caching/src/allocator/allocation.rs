@@ -5,8 +5,7 @@ use std::sync::Arc;
 
 use super::shard::Shard;
 use super::stream_state::Handed;
-use super::thread_cache::with_local;
-use crate::backend::Backend;
+use super::thread_cache::{with_local, ThreadCacheKey};
 use crate::history::TraceAction;
 use crate::source::SourceSegment;
 use crate::stream::StreamKey;
@@ -15,7 +14,7 @@ use crate::stream::StreamKey;
 /// PyTorch's `DataPtr`); dropping it frees the block: reusable at once on its allocation
 /// stream, and on other streams' behalf only after markers recorded on the streams named by
 /// [`Allocation::record_stream`] complete.
-pub struct Allocation<B: Backend> {
+pub struct Allocation<B: ThreadCacheKey> {
     pub(super) shard: Arc<Shard<B>>,
     block: u32,
     address: u64,
@@ -23,7 +22,7 @@ pub struct Allocation<B: Backend> {
     size: u64,
 }
 
-impl<B: Backend> Allocation<B> {
+impl<B: ThreadCacheKey> Allocation<B> {
     #[inline]
     pub(super) fn new(shard: Arc<Shard<B>>, handed: Handed, size: u64) -> Self {
         Self {
@@ -76,7 +75,7 @@ impl<B: Backend> Allocation<B> {
     /// Runs `f` on the segment holding the allocation and the allocation's byte offset in
     /// it (under no allocator lock: `f` may call the allocator, on this stream too); `None`
     /// if the block is unknown (never for a live allocation), and in a bad fork child
-    /// ([`Backend::is_bad_fork`]: the lock may have been held at the fork).
+    /// ([`Backend::is_bad_fork`](crate::Backend::is_bad_fork): the lock may have been held at the fork).
     pub fn with_segment<R>(
         &self,
         f: impl FnOnce(&SourceSegment<B::Memory>, u64) -> R,
@@ -100,7 +99,7 @@ impl<B: Backend> Allocation<B> {
     }
 }
 
-impl<B: Backend> std::fmt::Debug for Allocation<B> {
+impl<B: ThreadCacheKey> std::fmt::Debug for Allocation<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Allocation")
             .field("address", &format_args!("{:#x}", self.address))
@@ -110,7 +109,7 @@ impl<B: Backend> std::fmt::Debug for Allocation<B> {
     }
 }
 
-impl<B: Backend> Drop for Allocation<B> {
+impl<B: ThreadCacheKey> Drop for Allocation<B> {
     #[inline]
     fn drop(&mut self) {
         // In a bad fork child the block stays with the parent's copy of the allocator

@@ -51,7 +51,7 @@ use self::pending::wait_markers;
 use self::shard::Shard;
 use self::stats_cell::StatsWriter;
 use self::stream_state::{Handed, Request, ShardState};
-use self::thread_cache::with_local;
+use self::thread_cache::{with_local, ThreadCacheKey};
 use crate::backend::Backend;
 use crate::config::{AllocConfig, ReleasePolicy};
 use crate::error::CacheError;
@@ -186,7 +186,7 @@ pub(crate) enum Outcome {
     Exhausted(Request),
 }
 
-impl<B: Backend> CachingAllocator<B> {
+impl<B: ThreadCacheKey> CachingAllocator<B> {
     /// An allocator over `source` with `config`.
     #[must_use]
     pub fn new(source: BoxedSource<B>, config: AllocConfig) -> Self {

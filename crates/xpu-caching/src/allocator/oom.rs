@@ -12,7 +12,7 @@ use super::pending::wait_markers;
 use super::shard::Shard;
 use super::stats_cell::StatsWriter;
 use super::stream_state::{Handed, Request, ShardState};
-use super::thread_cache::Local;
+use super::thread_cache::{Local, ThreadCacheKey};
 use super::CachingAllocator;
 use crate::backend::Backend;
 use crate::error::{CacheError, OomReport};
@@ -35,7 +35,7 @@ pub(super) enum OnOom<'a> {
     Defer(&'a DeferredOom),
 }
 
-impl<B: Backend> CachingAllocator<B> {
+impl<B: ThreadCacheKey> CachingAllocator<B> {
     /// Called when the stream's own cache and a new segment both failed. `on_oom`: whether
     /// a failure is counted in `num_ooms` and traced now, or deferred to a caller that may
     /// retry it.

@@ -3,8 +3,8 @@
 use crate::size::PoolKind;
 use crate::stream::StreamKey;
 
+use super::thread_cache::ThreadCacheKey;
 use super::CachingAllocator;
-use crate::backend::Backend;
 
 /// State of a block in a [`SegmentSnapshot`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,9 +45,9 @@ pub struct SegmentSnapshot {
     pub blocks: Vec<BlockSnapshot>,
 }
 
-impl<B: Backend> CachingAllocator<B> {
+impl<B: ThreadCacheKey> CachingAllocator<B> {
     /// Every segment with its blocks, sorted by address. None in a bad fork child
-    /// ([`Backend::is_bad_fork`]: the shards' locks may have been held at the fork).
+    /// ([`Backend::is_bad_fork`](crate::Backend::is_bad_fork): the shards' locks may have been held at the fork).
     #[must_use]
     pub fn snapshot(&self) -> Vec<SegmentSnapshot> {
         if B::is_bad_fork() {

@@ -1,17 +1,70 @@
 //! What a thread keeps per device allocator: its statistics cell (registered in the
 //! device's [`StatsRegistry`](super::stats_registry::StatsRegistry)) and the shards it
-//! allocated from recently, so the cached path finds both without a lock. The storage is a
-//! `thread_local!` of the backend ([`Backend::thread_caches`]).
+//! allocated from recently, so the cached path finds both without a lock.
+//!
+//! The allocator owns this state and its type ([`ThreadCaches`], opaque); a backend provides
+//! only the key of the `thread_local!` that stores it ([`ThreadCacheKey`], declared with
+//! [`thread_caches!`](crate::thread_caches)): statics cannot be generic, so each backend type
+//! has its own, and the cached path reaches it with one thread-local access and no type check.
+//! The backend seam ([`Backend`]) knows nothing of it.
 
+use std::cell::RefCell;
 use std::sync::{Arc, Weak};
+use std::thread::LocalKey;
 
 use super::device_wide::DeviceShared;
 use super::shard_cache::ShardCache;
 use super::stats_cell::{Generations, StatsCell, StatsWriter};
 use crate::backend::Backend;
 
+/// The key of the `thread_local!` in which the allocators over a backend keep their
+/// per-thread caches: all a backend provides for the allocator's thread-local state.
+/// Implement it with [`thread_caches!`](crate::thread_caches) (`thread_caches!(MyBackend);`
+/// next to `impl Backend for MyBackend`): statics cannot be generic, so the `thread_local!`
+/// is declared in the backend's crate, for its type.
+pub trait ThreadCacheKey: Backend {
+    /// The calling thread's caches of the allocators over this backend.
+    fn thread_caches() -> &'static LocalKey<ThreadCaches<Self>>;
+}
+
+/// What a thread keeps per allocator over backend `B` (statistics cell, recent shards);
+/// opaque: the allocator's own state, stored under a backend's [`ThreadCacheKey`].
+pub struct ThreadCaches<B: Backend>(RefCell<Vec<Entry<B>>>);
+
+impl<B: Backend> ThreadCaches<B> {
+    /// No caches yet.
+    #[must_use]
+    pub const fn new() -> Self {
+        Self(RefCell::new(Vec::new()))
+    }
+}
+
+impl<B: Backend> Default for ThreadCaches<B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Implements [`ThreadCacheKey`] for a backend type: `thread_caches!(MyBackend);` next to
+/// its `impl Backend for MyBackend` block. The `thread_local!` it declares holds
+/// [`ThreadCaches`], initialized without allocating (`const`).
+#[macro_export]
+macro_rules! thread_caches {
+    ($backend:ty) => {
+        impl $crate::ThreadCacheKey for $backend {
+            fn thread_caches() -> &'static ::std::thread::LocalKey<$crate::ThreadCaches<$backend>> {
+                ::std::thread_local! {
+                    static CACHES: $crate::ThreadCaches<$backend> =
+                        const { $crate::ThreadCaches::new() };
+                }
+                &CACHES
+            }
+        }
+    };
+}
+
 /// A thread's cache of one allocator.
-pub struct Entry<B: Backend> {
+pub(crate) struct Entry<B: Backend> {
     id: u64,
     shared: Weak<DeviceShared<B>>,
     cell: Arc<StatsCell>,
@@ -80,7 +133,7 @@ fn entry_slow<'v, B: Backend>(
 
 /// Runs `f` with this thread's cell and shard cache for `shared`.
 #[inline(always)]
-pub(crate) fn with_local<B: Backend, R>(
+pub(crate) fn with_local<B: ThreadCacheKey, R>(
     shared: &Arc<DeviceShared<B>>,
     f: impl FnOnce(Local<'_, B>) -> R,
 ) -> R {

@@ -3,7 +3,7 @@
 
 use super::pending::wait_markers;
 use super::shard::Shard;
-use super::thread_cache::with_local;
+use super::thread_cache::{with_local, ThreadCacheKey};
 use crate::backend::Backend;
 
 /// A weak handle on one stream's shard of a
@@ -12,7 +12,7 @@ use crate::backend::Backend;
 #[derive(Clone)]
 pub struct WeakShard<B: Backend>(pub(crate) std::sync::Weak<Shard<B>>);
 
-impl<B: Backend> WeakShard<B> {
+impl<B: ThreadCacheKey> WeakShard<B> {
     /// Whether the shard still lives.
     #[must_use]
     pub fn is_live(&self) -> bool {
@@ -39,7 +39,7 @@ impl<B: Backend> WeakShard<B> {
 /// waits for its pending frees and for the work enqueued on its stream, then frees them.
 /// Call without any allocator lock held. Used for the shards of a dropped private pool
 /// that live on through their allocations.
-fn release_cached<B: Backend>(shard: &Shard<B>) {
+fn release_cached<B: ThreadCacheKey>(shard: &Shard<B>) {
     wait_markers::<B>(&shard.lock().pending_markers());
     let batch = with_local(&shard.shared, |local| {
         let mut state = shard.lock();

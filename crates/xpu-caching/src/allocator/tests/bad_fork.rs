@@ -63,9 +63,9 @@ impl Backend for Forked {
     fn is_bad_fork() -> bool {
         FORKED.load(Ordering::Relaxed)
     }
-
-    crate::thread_caches!(Forked);
 }
+
+crate::thread_caches!(Forked);
 
 #[test]
 #[allow(clippy::too_many_lines)]

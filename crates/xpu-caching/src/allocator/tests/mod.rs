@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
+use super::thread_cache::ThreadCacheKey;
 use super::{Allocation, CachingAllocator};
 use crate::backend::Backend;
 use crate::config::AllocConfig;
@@ -26,7 +27,7 @@ mod streams;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
-impl<B: Backend> CachingAllocator<B> {
+impl<B: ThreadCacheKey> CachingAllocator<B> {
     /// [`CachingAllocator::allocate`] of a non-zero size.
     fn alloc(&self, size: u64, stream: &B::Stream) -> Result<Allocation<B>, CacheError> {
         self.allocate(size, stream)
@@ -146,8 +147,9 @@ impl Backend for TestBackend {
         }
         Ok(())
     }
-    crate::thread_caches!(TestBackend);
 }
+
+crate::thread_caches!(TestBackend);
 
 fn core(capacity: u64) -> CachingAllocator<TestBackend> {
     let source = SimulatedSource::<Simulated>::new(0, capacity, capacity);

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 #[test]
 fn init_after_a_panicking_queued_call_runs_the_queue_again() {
-    if !common::have_device("review_queued_panic") {
+    if !common::have_device("queued_panic") {
         return;
     }
     let attempts = common::queue_call_with_counter(|attempts| {

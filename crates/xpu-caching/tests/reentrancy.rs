@@ -59,27 +59,6 @@ fn with_segment_closure_may_call_the_allocator_on_the_same_stream() {
     assert_eq!(stats_allocated, 4096, "only `a` is live then");
 }
 
-/// A stream of another device gets no shard of a device's allocator: its allocation would
-/// report the stream's device for memory of the allocator's device.
-#[test]
-fn allocate_refuses_a_stream_of_another_device() {
-    let cache = sim_cache();
-    let foreign = SimStream::new(StreamKey::new(1, 1));
-    let err = cache.allocate(4096, &foreign).unwrap_err();
-    assert_eq!(
-        err,
-        xpu_caching::CacheError::StreamDevice {
-            stream: 1,
-            device: 0
-        }
-    );
-    assert_eq!(cache.memory_stats().reserved_bytes.all.current, 0);
-    assert_eq!(cache.memory_stats().num_alloc_retries, 0);
-    let own = SimStream::new(StreamKey::new(0, 1));
-    let a = cache.allocate(4096, &own).unwrap().unwrap();
-    assert_eq!(a.device(), 0);
-}
-
 /// Test state of [`CallsItsPool`].
 #[derive(Default)]
 struct NestedState {
