@@ -17,7 +17,7 @@ fn demo_runs_from_another_directory_with_only_the_binary() {
     std::fs::copy(xpu_exe(), &exe).unwrap();
     let tmp = dir.join("tmp");
     std::fs::create_dir_all(&tmp).unwrap();
-    let out = Command::new(&exe)
+    let out = xpu_device::pass_icd_env(&mut Command::new(&exe))
         .args(["demo", "--quick"])
         // The working directory is the system's temporary directory (no source tree there);
         // TMPDIR keeps this test's output apart.

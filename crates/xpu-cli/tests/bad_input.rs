@@ -111,7 +111,7 @@ fn run_with_closed_stdout(args: &[&str]) -> std::process::ExitStatus {
     let dir = scratch("closed-pipe");
     let script = "f=\"$1/fifo\"; shift; mkfifo \"$f\" || exit 90; exec 3<>\"$f\"; exec 4>\"$f\"; \
                   exec 3<&-; rm \"$f\"; exec \"$@\" >&4 2>&4 4>&-";
-    let status = Command::new("bash")
+    let status = xpu_device::pass_icd_env(&mut Command::new("bash"))
         .arg("-c")
         .arg(script)
         .arg("closed-pipe")

@@ -64,6 +64,9 @@ fn assert_no_device(r: &HashMap<String, String>, kind: &str, hint: &str) {
 fn run_probe(set: &[(&str, &str)], remove: &[&str]) -> HashMap<String, String> {
     let exe = std::env::current_exe().unwrap();
     let mut cmd = Command::new(exe);
+    // The ICD variables from before this process's first enumeration (`have_devices`
+    // enumerated): some loaders truncate `OCL_ICD_FILENAMES` in place.
+    xpu_device::pass_icd_env(&mut cmd);
     cmd.args([
         "--exact",
         "probe",

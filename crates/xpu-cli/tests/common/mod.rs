@@ -28,6 +28,9 @@ pub fn bundled_trace() -> PathBuf {
 /// Runs `xpu ARGS` with `env` added.
 pub fn xpu_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(xpu_exe());
+    // The ICD variables from before this process's first enumeration: some loaders truncate
+    // `OCL_ICD_FILENAMES` in place (xpu_device::pass_icd_env).
+    xpu_device::pass_icd_env(&mut cmd);
     cmd.args(args);
     for (k, v) in env {
         cmd.env(k, v);
