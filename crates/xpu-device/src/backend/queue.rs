@@ -432,22 +432,9 @@ impl CommandQueue {
         host: HostBytes<'_>,
         release: G,
     ) -> Result<()> {
-        let (len, host, function) = match host {
-            HostBytes::From(data) => (
-                data.len(),
-                Transfer::Write(data.as_ptr().cast()),
-                "clEnqueueWriteBuffer",
-            ),
-            HostBytes::Into(out) => (
-                out.len(),
-                Transfer::Read(out.as_mut_ptr().cast()),
-                "clEnqueueReadBuffer",
-            ),
-        };
-        check_range(what, offset, len, buffer.size())?;
-        if len == 0 {
+        let Some((len, host, function)) = host_transfer(what, buffer, offset, host)? else {
             return Ok(());
-        }
+        };
         // SAFETY: the host slice is borrowed (exclusively when read into) for this whole call,
         // and the call returns only once the command is over (the loop below: a successful
         // wait, or a terminal status; a failing driver is polled until one is reported), so
@@ -487,22 +474,9 @@ impl CommandQueue {
         offset: usize,
         host: HostBytes<'_>,
     ) -> Result<()> {
-        let (len, host, function) = match host {
-            HostBytes::From(data) => (
-                data.len(),
-                Transfer::Write(data.as_ptr().cast()),
-                "clEnqueueWriteBuffer",
-            ),
-            HostBytes::Into(out) => (
-                out.len(),
-                Transfer::Read(out.as_mut_ptr().cast()),
-                "clEnqueueReadBuffer",
-            ),
-        };
-        check_range(what, offset, len, buffer.size())?;
-        if len == 0 {
+        let Some((len, host, function)) = host_transfer(what, buffer, offset, host)? else {
             return Ok(());
-        }
+        };
         // SAFETY: blocking (CL_TRUE): the host slice, borrowed for this call (exclusively when
         // read into), is read or written before the call returns; the range was checked
         // against the buffer size (clEnqueueWriteBuffer / clEnqueueReadBuffer, §5.2.2).
@@ -883,4 +857,28 @@ enum HostBytes<'a> {
     From(&'a [u8]),
     /// Read from the device into.
     Into(&'a mut [u8]),
+}
+
+/// The byte count, transfer direction and OpenCL function of a host transfer of `host` at
+/// `offset` of `buffer`, its range checked against the buffer; `None` for no bytes.
+fn host_transfer(
+    what: &str,
+    buffer: &Buffer,
+    offset: usize,
+    host: HostBytes<'_>,
+) -> Result<Option<(usize, Transfer, &'static str)>> {
+    let (len, host, function) = match host {
+        HostBytes::From(data) => (
+            data.len(),
+            Transfer::Write(data.as_ptr().cast()),
+            "clEnqueueWriteBuffer",
+        ),
+        HostBytes::Into(out) => (
+            out.len(),
+            Transfer::Read(out.as_mut_ptr().cast()),
+            "clEnqueueReadBuffer",
+        ),
+    };
+    check_range(what, offset, len, buffer.size())?;
+    Ok((len != 0).then_some((len, host, function)))
 }
