@@ -35,15 +35,15 @@ pub(crate) const SMALL_RELEASE: [(&str, &str); 4] = [
     ("CARGO_PROFILE_BENCH_STRIP", "true"),
 ];
 
-/// Builds the GPU archive into `out`.
-pub(crate) fn build(root: &Path, out: &Path) -> Result<()> {
+/// `out` made absolute and created, with the archive's earlier `outputs` in it removed.
+pub(crate) fn prepare_out(out: &Path, outputs: &[&str]) -> Result<PathBuf> {
     let out = if out.is_absolute() {
         out.to_path_buf()
     } else {
         std::env::current_dir()?.join(out)
     };
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    for name in OUTPUTS {
+    for name in outputs {
         let p = out.join(name);
         if p.is_dir() {
             std::fs::remove_dir_all(&p)?;
@@ -51,10 +51,21 @@ pub(crate) fn build(root: &Path, out: &Path) -> Result<()> {
             std::fs::remove_file(&p)?;
         }
     }
-    let envs: Vec<(String, String)> = SMALL_RELEASE
+    Ok(out)
+}
+
+/// [`SMALL_RELEASE`] as the environment of a cargo command.
+pub(crate) fn small_release_envs() -> Vec<(String, String)> {
+    SMALL_RELEASE
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
+        .collect()
+}
+
+/// Builds the GPU archive into `out`.
+pub(crate) fn build(root: &Path, out: &Path) -> Result<()> {
+    let out = prepare_out(out, &OUTPUTS)?;
+    let envs = small_release_envs();
     let nextest = nextest_binary().context(
         "cargo-nextest is needed to build the archive: cargo install cargo-nextest --locked",
     )?;

@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::archive::{
-    copy, embed_gpu_env, exclude_from_git, report_size, set_executable, strip, SMALL_RELEASE,
+    copy, embed_gpu_env, exclude_from_git, prepare_out, report_size, set_executable,
+    small_release_envs, strip,
 };
 use crate::cmd::Cmd;
 
@@ -41,24 +42,8 @@ pub(crate) const DEFAULT_DIR: &str = ".gpu-burn";
 /// Builds the burn GPU archive into `out`; with `cuda`, also the `train_cuda` example (the
 /// same training on burn's own CUDA backend), when it builds.
 pub(crate) fn build(root: &Path, out: &Path, cuda: bool) -> Result<()> {
-    let out = if out.is_absolute() {
-        out.to_path_buf()
-    } else {
-        std::env::current_dir()?.join(out)
-    };
-    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    for name in OUTPUTS {
-        let p = out.join(name);
-        if p.is_dir() {
-            std::fs::remove_dir_all(&p)?;
-        } else if p.exists() {
-            std::fs::remove_file(&p)?;
-        }
-    }
-    let envs: Vec<(String, String)> = SMALL_RELEASE
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
+    let out = prepare_out(out, &OUTPUTS)?;
+    let envs = small_release_envs();
 
     let suite = executable(
         Cmd::cargo()
