@@ -1,0 +1,81 @@
+# Variable-shape workloads for the allocation policy (issue 27), recorded with
+# ../shared/gpu/record_trace.py's machinery on the H200. Split before any policy work:
+#   design:     gpt2_varlen_infer, resnet50_varres_infer, lstm_packed_train, llama_generate_varprompt
+#   validation: bert_fp16_varlen_infer, fasterrcnn_varsize_infer, t5_generate_varbatch, vit_varbatch_infer
+# The validation traces are judged once, at the end; no rule is tuned on them.
+import sys, random, torch
+import record_trace as rt
+
+def run(name):
+    torch.manual_seed(0); random.seed(0)
+    dev = torch.device("cuda")
+    if name == "gpt2_varlen_infer":
+        from transformers import GPT2Config, GPT2Model
+        m = GPT2Model(GPT2Config()).to(dev).eval()
+        with torch.no_grad():
+            for i in range(40):
+                b = random.randint(1, 32); s = random.randint(16, 1024)
+                m(torch.randint(0, 50257, (b, s), device=dev))
+    elif name == "resnet50_varres_infer":
+        import torchvision
+        m = torchvision.models.resnet50().to(dev).eval()
+        with torch.no_grad():
+            for i in range(30):
+                b = random.randint(1, 64); r = random.choice(range(128, 417, 32))
+                m(torch.randn(b, 3, r, r, device=dev))
+    elif name == "lstm_packed_train":
+        from torch.nn.utils.rnn import pack_padded_sequence
+        rnn = torch.nn.LSTM(256, 512, num_layers=2, batch_first=True).to(dev)
+        head = torch.nn.Linear(512, 10).to(dev)
+        opt = torch.optim.Adam(list(rnn.parameters()) + list(head.parameters()), lr=1e-3)
+        for step in range(20):
+            b = random.randint(8, 64); lens = sorted([random.randint(5, 300) for _ in range(b)], reverse=True)
+            x = torch.randn(b, lens[0], 256, device=dev)
+            packed = pack_padded_sequence(x, torch.tensor(lens), batch_first=True)
+            _, (h, _) = rnn(packed)
+            loss = torch.nn.functional.cross_entropy(head(h[-1]), torch.randint(0, 10, (b,), device=dev))
+            loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+    elif name == "llama_generate_varprompt":
+        from transformers import LlamaConfig, LlamaForCausalLM
+        cfg = LlamaConfig(hidden_size=768, intermediate_size=2048, num_hidden_layers=6, num_attention_heads=12, num_key_value_heads=4, vocab_size=32000)
+        m = LlamaForCausalLM(cfg).to(dev, dtype=torch.bfloat16).eval()
+        for b, p in [(2, 40), (16, 200), (1, 700), (8, 64)]:
+            x = torch.randint(0, 32000, (b, p), device=dev)
+            with torch.no_grad():
+                m.generate(x, max_new_tokens=48, min_new_tokens=48, do_sample=False, pad_token_id=0)
+    elif name == "bert_fp16_varlen_infer":
+        from transformers import BertConfig, BertModel
+        m = BertModel(BertConfig()).to(dev, dtype=torch.float16).eval()
+        with torch.no_grad():
+            for i in range(50):
+                b = random.randint(1, 48); s = random.randint(8, 512)
+                m(torch.randint(0, 30000, (b, s), device=dev))
+    elif name == "fasterrcnn_varsize_infer":
+        import torchvision
+        m = torchvision.models.detection.fasterrcnn_resnet50_fpn(weights=None, weights_backbone=None).to(dev).eval()
+        with torch.no_grad():
+            for i in range(12):
+                b = random.randint(1, 4)
+                m([torch.rand(3, random.randint(300, 900), random.randint(300, 900), device=dev) for _ in range(b)])
+    elif name == "t5_generate_varbatch":
+        from transformers import T5Config, T5ForConditionalGeneration
+        m = T5ForConditionalGeneration(T5Config(num_layers=6, d_model=512, d_ff=2048, num_heads=8)).to(dev).eval()
+        for b, s in [(4, 128), (32, 48), (1, 500), (12, 256)]:
+            x = torch.randint(0, 32000, (b, s), device=dev)
+            with torch.no_grad():
+                m.generate(x, max_new_tokens=40, min_new_tokens=40, do_sample=False, decoder_start_token_id=0, pad_token_id=0)
+    elif name == "vit_varbatch_infer":
+        import torchvision
+        m = torchvision.models.vit_b_16().to(dev).eval()
+        with torch.no_grad():
+            for i in range(30):
+                b = random.randint(1, 96)
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    m(torch.randn(b, 3, 224, 224, device=dev))
+    else:
+        raise SystemExit("unknown workload " + name)
+    torch.cuda.synchronize()
+
+rt.run_workload = run
+if __name__ == "__main__":
+    rt.main(sys.argv[1], sys.argv[2])
