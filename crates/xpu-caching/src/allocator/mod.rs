@@ -13,8 +13,10 @@
 //! `snapshot`.
 
 mod allocation;
+pub(crate) mod bin_slots;
 pub(crate) mod block;
 pub(crate) mod device_wide;
+pub(crate) mod free_cache;
 mod grow;
 mod oom;
 pub(crate) mod pending;
@@ -222,6 +224,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         let mut shared = DeviceShared::new(source, config);
         shared.history = history;
         shared.deferred_drop = deferred_drop;
+        shared.thread_cache = false;
         Self::from_shared(shared)
     }
 
@@ -353,7 +356,17 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         }
         // The stream closure is user code: it runs before any allocator lock is taken
         // (and outside the thread-local state), so it may itself call the allocator.
-        let found = with_local(shared, |local| {
+        let found = with_local(shared, |mut local| {
+            // A block this thread freed on this stream for this size (`free_cache`).
+            if let Some(bins) = local.bins.as_deref_mut() {
+                if let Some((shard, handed)) = bins.take(key, size, shared.config_epoch()) {
+                    free_cache::count_hand_out(&mut local.cell.write(local.gens), &handed, size);
+                    shared
+                        .history
+                        .record(TraceAction::Alloc, handed.addr, size, key.id);
+                    return Some(Ok(Allocation::new(shard, handed, size)));
+                }
+            }
             let shard = match local.shards.most_recent(key) {
                 Some(shard) => shard,
                 None => local.shards.find(key, |key| self.shard_of(key))?,
@@ -503,6 +516,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
             let batches = self.with_all(|gs| {
                 let mut st = local.stats();
                 for g in gs.iter_mut() {
+                    g.flush_thread_caches(&mut st);
                     g.process_events(&mut st);
                 }
                 gs.iter_mut()
@@ -511,6 +525,21 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
             });
             release_batches(batches, shared, &local);
         });
+    }
+
+    /// Frees into their shards the blocks every thread's cache holds (`free_cache`), each
+    /// shard under its lock.
+    fn flush_thread_caches(&self) {
+        let shared = &self.inner.shared;
+        if !shared.thread_cache {
+            return;
+        }
+        for shard in self.all_shards() {
+            with_local(shared, |local| {
+                let mut state = shard.lock();
+                state.flush_thread_caches(&mut local.stats());
+            });
+        }
     }
 
     /// Runs `f` with the OOM lock and every shard locked (in creation order: index = rank).
@@ -540,6 +569,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
             return Err(CacheError::Fraction(fraction));
         }
         self.inner.shared.set_fraction(fraction);
+        self.flush_thread_caches();
         Ok(())
     }
 
@@ -559,6 +589,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
             return;
         }
         self.inner.shared.set_config(config);
+        self.flush_thread_caches();
     }
 
     /// The current configuration; the default one in a bad fork child (the configuration's
@@ -579,6 +610,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         if B::is_bad_fork() {
             return MemoryStats::default();
         }
+        self.flush_thread_caches();
         let mut stats = self.inner.shared.stats.aggregate();
         let max_split = self.config().max_split_size;
         stats.max_split_size = i64::try_from(max_split).unwrap_or(-1);
@@ -602,6 +634,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         if B::is_bad_fork() {
             return;
         }
+        self.flush_thread_caches();
         self.inner.shared.stats.reset_peak();
     }
 
@@ -666,7 +699,13 @@ fn fast_path<B: Backend>(
 ) -> Result<Handed, Request> {
     let shared = &*shard.shared;
     state.refresh_config(shared);
+    // Blocks of this stream in threads' caches return to its pool first: the slow path
+    // sees every free block of the stream (`free_cache`).
+    state.flush_thread_caches(st);
     state.process_events(st);
+    if shard.pending_hint() {
+        shard.note_pending(state);
+    }
     let req = state.request(size, shared.max_alloc);
     if req.rounded <= shared.max_alloc {
         if let Some(found) = state.search(&req, shared.gc_enabled()) {
