@@ -10,7 +10,7 @@
 //! cross-stream reuse);
 //! `device_wide` (source, configuration, reserved bytes, fraction); `stats_cell`,
 //! `stats_registry`, `thread_cache`, `shard_cache` (per-thread statistics and shard caches);
-//! `snapshot`.
+//! `free_cache`, `bin_slots` (the threads' caches of freed blocks); `snapshot`.
 
 mod allocation;
 pub(crate) mod bin_slots;
@@ -112,7 +112,20 @@ static DETACHED_HISTORY: std::sync::OnceLock<History> = std::sync::OnceLock::new
 /// contend. The cached allocate/free path takes the stream's shard lock (its only
 /// read-modify-write atomics besides the shard's reference count), updates the calling
 /// thread's statistics cell with plain stores (see `cell`), reads a few read-mostly words
-/// (config epoch, flags) and writes nothing shared with other streams or threads. Pending frees are processed at the start
+/// (config epoch, flags) and writes nothing shared with other streams or threads.
+///
+/// # Threads' caches of freed blocks
+/// Before that, a thread looks in its own cache of blocks it freed (as glibc's tcache): a
+/// block freed with no `record_stream` on another stream goes into the freeing thread's
+/// bin of (stream, requested size), and that thread's next allocation of the size on the
+/// stream takes it back with no lock (three atomic read-modify-writes per allocate + free
+/// pair: the shard handle's reference count twice, the bin slot's swap). Statistics are
+/// counted at once in the thread's cell as the slow path counts them; the block's return to
+/// its pool (coalescing) waits for a flush, which every statistics read, snapshot,
+/// `empty_cache`, configuration or fraction change, OOM path, slow-path allocation on the
+/// stream, shard teardown and the thread's exit performs. Private pools
+/// ([`CachingAllocator::with_setup`]) have none. The rules and what they leave exact are in
+/// `crates/xpu-caching/src/allocator/free_cache.rs`. Pending frees are processed at the start
 /// of each allocation on the allocating stream's shard, one FIFO per marker stream (no
 /// head-of-line blocking across streams). Only the OOM path and
 /// [`CachingAllocator::empty_cache`] take every shard (in creation order, under one OOM lock).
