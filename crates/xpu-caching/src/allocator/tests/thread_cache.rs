@@ -67,6 +67,46 @@ fn a_block_freed_with_a_pending_record_stream_use_is_not_reused_before_the_use_c
     );
 }
 
+/// A block handed out before a configuration change and freed after it is not handed out
+/// again under the new rounding rules: the next allocation of its size gets the block the
+/// new rules size (1.25 MiB with power-of-two divisions), as the slow path would.
+#[test]
+fn a_block_of_the_old_configuration_is_not_reused_under_the_new_rounding() {
+    let (core, _src) = sim_core(GIB, "");
+    let (s, _) = stream(1);
+    let size = 1_153_434; // 1.1 MiB
+    drop(core.alloc(size, &s).unwrap());
+    let old = core.alloc(size, &s).unwrap();
+    assert_eq!(old.allocated_size(), 1_153_536, "512-byte rounding");
+    core.set_config(AllocConfig::parse("roundup_power2_divisions:4").unwrap());
+    drop(old);
+    let new = core.alloc(size, &s).unwrap();
+    assert_eq!(new.allocated_size(), 1_310_720, "a quarter step of 1 MiB");
+}
+
+/// An allocation that a thread's cache could serve still completes the stream's finished
+/// deferred frees first, as the slow path does at every allocation: a block freed with a
+/// use on another stream is inactive right after that use completed and the stream
+/// allocated again.
+#[test]
+fn an_allocation_after_a_recorded_use_completed_still_frees_the_block_that_waited() {
+    let (core, _src) = sim_core(GIB, "");
+    let (a, _) = stream(1);
+    let (b, _) = stream(2);
+    let used = core.alloc(8192, &a).unwrap();
+    let gate = b.close_gate();
+    core.record_stream(&used, &b).unwrap();
+    drop(used);
+    assert_eq!(core.memory_stats().active_bytes.all.current, 8192, "pending");
+    drop(core.alloc(4096, &a).unwrap()); // cached: a hit is possible below
+    gate.open();
+    let next = core.alloc(4096, &a).unwrap();
+    let stats = core.memory_stats();
+    assert_eq!(stats.active_bytes.all.current, 4096, "the waiting block was freed");
+    assert_eq!(stats.allocated_bytes.all.current, 4096);
+    drop(next);
+}
+
 /// Blocks cached by threads that exited return to the pool: after the threads join and
 /// `empty_cache`, nothing is reserved and every segment is back at the source.
 #[test]
