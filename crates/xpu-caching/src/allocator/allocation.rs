@@ -85,9 +85,10 @@ impl<B: ThreadCacheKey> Allocation<B> {
         if B::is_bad_fork() {
             return None;
         }
-        self.shard.with_segment(self.handed.block, |segment, address| {
-            f(segment, address - segment.address)
-        })
+        self.shard
+            .with_segment(self.handed.block, |segment, address| {
+                f(segment, address - segment.address)
+            })
     }
 
     /// Marks the allocation as used on `stream` (as `Tensor.record_stream`); ignored for

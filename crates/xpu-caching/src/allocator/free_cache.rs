@@ -139,9 +139,10 @@ impl<B: Backend> FreeCache<B> {
         stats: (&StatsCell, &Generations),
     ) -> bool {
         let key = shard.key;
-        let found = self.bins.iter_mut().find(|b| {
-            b.requested == requested && b.key == key && b.epoch == handed.epoch
-        });
+        let found = self
+            .bins
+            .iter_mut()
+            .find(|b| b.requested == requested && b.key == key && b.epoch == handed.epoch);
         let bin = match found {
             Some(bin) if std::ptr::eq(bin.shard.as_ptr(), Arc::as_ptr(shard)) => bin,
             _ => return self.bind(shard, handed, requested, stats),

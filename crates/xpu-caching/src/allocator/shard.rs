@@ -153,7 +153,9 @@ fn teardown_elsewhere(job: Box<dyn FnOnce() + Send>) {
 fn teardown<B: Backend>(state: &mut ShardState<B>, shared: &Arc<DeviceShared<B>>) {
     // The blocks threads' caches still hold of this stream (their owners' shard handles are
     // gone, so no thread puts or takes one any more) are freed first.
-    shared.stats.with_fallback(|st| state.flush_thread_caches(st));
+    shared
+        .stats
+        .with_fallback(|st| state.flush_thread_caches(st));
     super::pending::wait_markers::<B>(&state.pending_markers());
     let batch = shared.stats.with_fallback(|st| {
         state.process_events(st);

@@ -29,14 +29,21 @@ fn a_same_size_allocation_gets_the_block_this_thread_freed_last() {
     drop(low);
     drop(high);
     let again = core.alloc(4096, &s).unwrap();
-    assert_eq!(again.address(), high_addr, "the block freed last, from the cache");
+    assert_eq!(
+        again.address(),
+        high_addr,
+        "the block freed last, from the cache"
+    );
     let next = core.alloc(4096, &s).unwrap();
     assert_eq!(next.address(), low_addr);
     drop((again, next));
     let stats = core.memory_stats();
     assert_eq!(stats.allocation.all.allocated, 4);
     assert_eq!(stats.allocated_bytes.all.current, 0);
-    assert_eq!(stats.inactive_split.all.current, 0, "coalesced by the read's flush");
+    assert_eq!(
+        stats.inactive_split.all.current, 0,
+        "coalesced by the read's flush"
+    );
 }
 
 /// A block freed with a use recorded on another stream whose work is still held is not
@@ -97,12 +104,19 @@ fn an_allocation_after_a_recorded_use_completed_still_frees_the_block_that_waite
     let gate = b.close_gate();
     core.record_stream(&used, &b).unwrap();
     drop(used);
-    assert_eq!(core.memory_stats().active_bytes.all.current, 8192, "pending");
+    assert_eq!(
+        core.memory_stats().active_bytes.all.current,
+        8192,
+        "pending"
+    );
     drop(core.alloc(4096, &a).unwrap()); // cached: a hit is possible below
     gate.open();
     let next = core.alloc(4096, &a).unwrap();
     let stats = core.memory_stats();
-    assert_eq!(stats.active_bytes.all.current, 4096, "the waiting block was freed");
+    assert_eq!(
+        stats.active_bytes.all.current, 4096,
+        "the waiting block was freed"
+    );
     assert_eq!(stats.allocated_bytes.all.current, 4096);
     drop(next);
 }
@@ -175,15 +189,31 @@ enum Op {
         size: u64,
     },
     /// Free a live block on a thread (often not the allocating one).
-    Free { thread: usize, pick: usize },
-    RecordStream { pick: usize, stream: usize },
-    CloseGate { stream: usize },
-    OpenGate { stream: usize },
+    Free {
+        thread: usize,
+        pick: usize,
+    },
+    RecordStream {
+        pick: usize,
+        stream: usize,
+    },
+    CloseGate {
+        stream: usize,
+    },
+    OpenGate {
+        stream: usize,
+    },
     EmptyCache,
-    Fraction { percent: u8 },
-    SetConfig { power2: bool },
+    Fraction {
+        percent: u8,
+    },
+    SetConfig {
+        power2: bool,
+    },
     /// The worker exits (its cache returns its blocks) and a new thread takes its place.
-    Exit { thread: usize },
+    Exit {
+        thread: usize,
+    },
     Check,
 }
 
@@ -294,8 +324,8 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 size,
             } => {
                 let (c, r, s) = (cached.clone(), reference.clone(), streams[stream].clone());
-                let pair =
-                    workers[thread].run(move || (c.alloc(size, &s).unwrap(), r.alloc(size, &s).unwrap()));
+                let pair = workers[thread]
+                    .run(move || (c.alloc(size, &s).unwrap(), r.alloc(size, &s).unwrap()));
                 prop_assert_eq!(pair.0.allocated_size(), pair.1.allocated_size());
                 live.push(pair);
             }
@@ -324,7 +354,11 @@ fn run(ops: &[Op]) -> Result<(), TestCaseError> {
                 reference.set_memory_fraction(f).unwrap();
             }
             Op::SetConfig { power2 } => {
-                let text = if power2 { "roundup_power2_divisions:4" } else { "" };
+                let text = if power2 {
+                    "roundup_power2_divisions:4"
+                } else {
+                    ""
+                };
                 cached.set_config(AllocConfig::parse(text).unwrap());
                 reference.set_config(AllocConfig::parse(text).unwrap());
             }
