@@ -41,7 +41,10 @@
 //! in no pool, as a block in glibc's tcache is in no bin). The hand-outs may differ: a
 //! same-size allocation gets the block its thread freed last, where the stream pool's best
 //! fit takes the lowest address. `SharedState::memory_stats` (another allocator reading this
-//! one's figures) does not flush.
+//! one's figures) does not flush, and `memory_stats` skips a shard whose lock another
+//! thread holds (a read never waits for an allocation in progress): what such a read
+//! reports is exact but for the inactive split blocks of the blocks still cached there, as
+//! a read concurrent with allocations sees each thread's cell at some instant anyway.
 //!
 //! # Flushes
 //! A flush frees a cached block into its shard under the shard's lock (coalescing, the

@@ -112,7 +112,10 @@ static DETACHED_HISTORY: std::sync::OnceLock<History> = std::sync::OnceLock::new
 /// contend. The cached allocate/free path takes the stream's shard lock (its only
 /// read-modify-write atomics besides the shard's reference count), updates the calling
 /// thread's statistics cell with plain stores (see `cell`), reads a few read-mostly words
-/// (config epoch, flags) and writes nothing shared with other streams or threads.
+/// (config epoch, flags) and writes nothing shared with other streams or threads. Pending frees are processed at the start
+/// of each allocation on the allocating stream's shard, one FIFO per marker stream (no
+/// head-of-line blocking across streams). Only the OOM path and
+/// [`CachingAllocator::empty_cache`] take every shard (in creation order, under one OOM lock).
 ///
 /// # Threads' caches of freed blocks
 /// Before that, a thread looks in its own cache of blocks it freed (as glibc's tcache): a
@@ -125,10 +128,8 @@ static DETACHED_HISTORY: std::sync::OnceLock<History> = std::sync::OnceLock::new
 /// `empty_cache`, configuration or fraction change, OOM path, slow-path allocation on the
 /// stream, shard teardown and the thread's exit performs. Private pools
 /// ([`CachingAllocator::with_setup`]) have none. The rules and what they leave exact are in
-/// `crates/xpu-caching/src/allocator/free_cache.rs`. Pending frees are processed at the start
-/// of each allocation on the allocating stream's shard, one FIFO per marker stream (no
-/// head-of-line blocking across streams). Only the OOM path and
-/// [`CachingAllocator::empty_cache`] take every shard (in creation order, under one OOM lock).
+/// `crates/xpu-caching/src/allocator/free_cache.rs`. A statistics read flushes only the
+/// shards whose lock is free (it never waits for an allocation in progress).
 ///
 /// # Waits and driver calls
 /// No device wait runs under an allocator lock: the OOM path and `empty_cache` collect the
@@ -543,14 +544,33 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
     /// Frees into their shards the blocks every thread's cache holds (`free_cache`), each
     /// shard under its lock.
     fn flush_thread_caches(&self) {
+        self.flush_thread_caches_of(true);
+    }
+
+    /// [`CachingAllocator::flush_thread_caches`] for a statistics read: skips a shard whose
+    /// lock another thread holds (readers never wait for an allocation in progress; that
+    /// shard's cached blocks read as freed, not yet back in its pool).
+    fn flush_thread_caches_unlocked(&self) {
+        self.flush_thread_caches_of(false);
+    }
+
+    /// `wait`: whether to wait for each shard's lock.
+    fn flush_thread_caches_of(&self, wait: bool) {
         let shared = &self.inner.shared;
         if !shared.thread_cache {
             return;
         }
-        for shard in self.all_shards() {
+        let shards = self.all_shards();
+        for shard in &shards {
             with_local(shared, |local| {
-                let mut state = shard.lock();
-                state.flush_thread_caches(&mut local.stats());
+                let state = if wait {
+                    Some(shard.lock())
+                } else {
+                    shard.try_lock()
+                };
+                if let Some(mut state) = state {
+                    state.flush_thread_caches(&mut local.stats());
+                }
             });
         }
     }
@@ -623,7 +643,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         if B::is_bad_fork() {
             return MemoryStats::default();
         }
-        self.flush_thread_caches();
+        self.flush_thread_caches_unlocked();
         let mut stats = self.inner.shared.stats.aggregate();
         let max_split = self.config().max_split_size;
         stats.max_split_size = i64::try_from(max_split).unwrap_or(-1);

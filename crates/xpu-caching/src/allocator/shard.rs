@@ -61,6 +61,11 @@ impl<B: Backend> Shard<B> {
         self.state.lock()
     }
 
+    /// The state, unless another thread holds its lock.
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, ShardState<B>>> {
+        self.state.try_lock()
+    }
+
     /// The user frees `block` (DataPtr drop / raw_delete). `open_stats` opens the write on
     /// the caller's statistics cell; it runs only once the shard is locked, so readers never
     /// wait on a write that waits for the lock.
