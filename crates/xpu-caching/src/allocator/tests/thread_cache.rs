@@ -173,6 +173,72 @@ fn a_thread_that_exits_returns_its_cached_blocks_to_their_stream() {
     assert_eq!(whole.len(), 1, "the segment is whole again: {whole:?}");
 }
 
+/// Threads making cached pairs on a shared and their own streams while other threads flush
+/// their caches (statistics reads, `empty_cache`, configuration and fraction changes): no
+/// block is handed out twice, and at the end everything is free and released.
+#[test]
+fn cached_pairs_racing_flushes_never_hand_a_block_out_twice() {
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+    let (core, src) = sim_core(16 * GIB, "");
+    let live: Arc<Mutex<HashSet<u64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let (core, live) = (core.clone(), live.clone());
+            std::thread::spawn(move || {
+                let streams = [stream(1).0, stream(10 + t).0];
+                for i in 0..20_000u64 {
+                    let s = &streams[(i % 2) as usize];
+                    let size = [512, 4096, 65_536][(i % 3) as usize];
+                    let held: Vec<_> = (0..1 + i % 3)
+                        .map(|_| core.alloc(size, s).unwrap())
+                        .collect();
+                    for a in &held {
+                        assert!(live.lock().unwrap().insert(a.address()), "handed out twice");
+                    }
+                    for a in held {
+                        live.lock().unwrap().remove(&a.address());
+                        drop(a);
+                    }
+                }
+            })
+        })
+        .collect();
+    let flusher = {
+        let (core, stop) = (core.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                match i % 4 {
+                    0 => drop(core.memory_stats()),
+                    1 => core.empty_cache(),
+                    2 => core
+                        .set_memory_fraction(if i % 8 == 2 { 0.9 } else { 1.0 })
+                        .unwrap(),
+                    _ => core.set_config(AllocConfig::default()),
+                }
+                i = i.wrapping_add(1);
+            }
+        })
+    };
+    for w in workers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    flusher.join().unwrap();
+    let stats = core.memory_stats();
+    assert_eq!(stats.allocated_bytes.all.current, 0);
+    assert_eq!(stats.active_bytes.all.current, 0);
+    assert_eq!(stats.requested_bytes.all.current, 0);
+    assert_eq!(stats.allocation.all.allocated, stats.allocation.all.freed);
+    core.empty_cache();
+    assert_eq!(core.memory_reserved(), 0);
+    assert_eq!(src.counters().live_segments, 0);
+    assert_eq!(core.memory_stats().inactive_split.all.current, 0);
+}
+
 /// An operation of the property test, run by worker thread `thread` (ops are sequential:
 /// each waits for the previous one).
 #[derive(Clone, Debug)]
