@@ -112,6 +112,52 @@ fn recorded_use_on_a_dropped_stream_still_orders_reuse() {
     assert!(!reused);
 }
 
+/// The thread's freed-block cache holds blocks of D's size (a pair first); X of that size
+/// is read by gated stream E (record_stream) and dropped: the next allocations of that
+/// size on D, served by the thread's cache when they can be, never get X before E's read
+/// completes, and E's read sees X's contents.
+#[test]
+fn a_block_freed_with_a_pending_recorded_use_is_not_handed_out_from_the_thread_cache() {
+    if !device() {
+        return;
+    }
+    const N: u64 = 64 * 1024;
+    let alloc = private("");
+    let d = fresh_stream(0);
+    let e = fresh_stream(0);
+    drop(alloc.allocate(N, &d.stream()).unwrap()); // the thread's bin of (D, N)
+    let x = alloc.allocate(N, &d.stream()).unwrap();
+    let x_addr = x.address();
+    x.view()
+        .unwrap()
+        .write(&d.stream(), 0, &vec![0xAA; N as usize])
+        .unwrap();
+    let outs = private("");
+    let gate = Gate::new(0).unwrap();
+    gate.block(&e.stream()).unwrap();
+    let (out, read) = copy_out(&x, &e.stream(), &outs, N);
+    alloc.record_stream(&x, &e.stream()).unwrap();
+    drop(x);
+    let mut reused = false;
+    for _ in 0..3 {
+        let y = alloc.allocate(N, &d.stream()).unwrap();
+        reused |= y.address() == x_addr;
+        y.view()
+            .unwrap()
+            .write(&d.stream(), 0, &vec![0x55; N as usize])
+            .unwrap();
+    }
+    gate.open().unwrap();
+    read.synchronize().unwrap();
+    let mut seen = vec![0u8; N as usize];
+    out.view().unwrap().read(&d.stream(), 0, &mut seen).unwrap();
+    assert!(!reused, "X handed out again while E's read was queued");
+    assert!(
+        seen.iter().all(|&b| b == 0xAA),
+        "E's gated read saw D's fill"
+    );
+}
+
 /// Gate stream S; S copies from X; drop X; `empty_cache` must not release X's segment
 /// while that copy is queued (reserved stays 24 MiB until the work completes).
 #[test]

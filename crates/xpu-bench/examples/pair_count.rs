@@ -26,8 +26,13 @@
 //! more byte store). With the caching allocator's own bad-fork check
 //! (`Backend::is_bad_fork`, one relaxed load on allocate and one in `Allocation`'s drop,
 //! replacing `DataPtr`'s): 992 -> 1013 per pair and 1204 -> 1209 per mixed allocate + free
-//! (the check itself is two instructions; the rest is inlining moved around it). The workload is [`xpu_bench::alloc`]'s (the bench's and `xpu
-//! bench`'s).
+//! (the check itself is two instructions; the rest is inlining moved around it). With the
+//! threads' freed-block caches (xpu-caching's `free_cache`, 2026-12-03): 1048 -> 637 per
+//! pair and 1217 -> 669 per mixed allocate + free, 6 -> 3 atomic read-modify-write
+//! instructions per pair and per mixed allocate + free (the shard handle's `Weak::upgrade`
+//! and drop, the bin slot's `xchg`; counted from `--dump-instr=yes` against the
+//! disassembly's `lock`-prefixed and memory `xchg` instructions). The workload is
+//! [`xpu_bench::alloc`]'s (the bench's and `xpu bench`'s).
 use xpu_alloc::AllocConfig;
 use xpu_bench::alloc::Workload;
 

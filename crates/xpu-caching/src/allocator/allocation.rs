@@ -1,8 +1,10 @@
 //! [`Allocation`]: a block handed out by a [`CachingAllocator`](super::CachingAllocator),
 //! returned to its stream's cache when dropped.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use super::free_cache::count_free;
 use super::shard::Shard;
 use super::stream_state::Handed;
 use super::thread_cache::{with_local, ThreadCacheKey};
@@ -16,10 +18,11 @@ use crate::stream::StreamKey;
 /// [`Allocation::record_stream`] complete.
 pub struct Allocation<B: ThreadCacheKey> {
     pub(super) shard: Arc<Shard<B>>,
-    block: u32,
-    address: u64,
-    block_size: u64,
+    handed: Handed,
     size: u64,
+    /// A `record_stream` named another stream: the free goes through the stream's lock
+    /// (markers), never into a thread's cache.
+    recorded: AtomicBool,
 }
 
 impl<B: ThreadCacheKey> Allocation<B> {
@@ -27,17 +30,16 @@ impl<B: ThreadCacheKey> Allocation<B> {
     pub(super) fn new(shard: Arc<Shard<B>>, handed: Handed, size: u64) -> Self {
         Self {
             shard,
-            block: handed.block,
-            address: handed.addr,
-            block_size: handed.size,
+            handed,
             size,
+            recorded: AtomicBool::new(false),
         }
     }
 
     /// Device address of the first byte: unique on the device while the allocation lives.
     #[must_use]
     pub fn address(&self) -> u64 {
-        self.address
+        self.handed.addr
     }
 
     /// Requested size in bytes.
@@ -50,7 +52,7 @@ impl<B: ThreadCacheKey> Allocation<B> {
     /// when the block was not split).
     #[must_use]
     pub fn allocated_size(&self) -> u64 {
-        self.block_size
+        self.handed.size
     }
 
     /// The allocation stream.
@@ -83,9 +85,10 @@ impl<B: ThreadCacheKey> Allocation<B> {
         if B::is_bad_fork() {
             return None;
         }
-        self.shard.with_segment(self.block, |segment, address| {
-            f(segment, address - segment.address)
-        })
+        self.shard
+            .with_segment(self.handed.block, |segment, address| {
+                f(segment, address - segment.address)
+            })
     }
 
     /// Marks the allocation as used on `stream` (as `Tensor.record_stream`); ignored for
@@ -95,14 +98,17 @@ impl<B: ThreadCacheKey> Allocation<B> {
         if B::is_bad_fork() {
             return;
         }
-        self.shard.record_stream(self.block, stream);
+        if B::stream_key(stream) != self.shard.key {
+            self.recorded.store(true, Ordering::Relaxed);
+        }
+        self.shard.record_stream(self.handed.block, stream);
     }
 }
 
 impl<B: ThreadCacheKey> std::fmt::Debug for Allocation<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Allocation")
-            .field("address", &format_args!("{:#x}", self.address))
+            .field("address", &format_args!("{:#x}", self.handed.addr))
             .field("size", &self.size)
             .field("stream", &self.shard.key)
             .finish()
@@ -119,14 +125,34 @@ impl<B: ThreadCacheKey> Drop for Allocation<B> {
             return;
         }
         let shard = &self.shard;
-        shard.shared.history.record(
-            TraceAction::FreeRequested,
-            self.address,
-            self.size,
-            shard.key.id,
-        );
-        with_local(&shard.shared, |local| {
-            shard.free(self.block, || local.stats());
+        let shared = &shard.shared;
+        let (handed, size) = (&self.handed, self.size);
+        shared
+            .history
+            .record(TraceAction::FreeRequested, handed.addr, size, shard.key.id);
+        // Relaxed: whoever drops the allocation owns it, after every `record_stream` on it.
+        let recorded = *self.recorded.get_mut();
+        with_local(shared, |local| {
+            // A block with no recorded use goes into this thread's cache when its bin has
+            // room (`free_cache`): no lock.
+            if !recorded {
+                if let Some(bins) = local.bins {
+                    if bins.put(shard, handed, size, (local.cell, local.gens)) {
+                        let mut st = local.cell.write(local.gens);
+                        if shared.history.is_enabled() {
+                            shared.history.record(
+                                TraceAction::FreeCompleted,
+                                handed.addr,
+                                size,
+                                shard.key.id,
+                            );
+                        }
+                        count_free(&mut st, handed, size);
+                        return;
+                    }
+                }
+            }
+            shard.free(handed.block, || local.cell.write(local.gens));
         });
     }
 }

@@ -76,6 +76,9 @@ pub(crate) struct DeviceShared<B: Backend> {
     /// releasing its segments) runs: `None` runs it in the drop itself; xpu-alloc's private
     /// pools hand it to a background thread, so a drop never waits for the device.
     pub deferred_drop: Option<DeferredDrop>,
+    /// Whether threads keep freed blocks of this allocator in their caches (`free_cache`):
+    /// not for the allocators built with `CachingAllocator::with_setup` (private pools).
+    pub thread_cache: bool,
     /// Test hook: runs in `set_config` / `set_fraction` once the new value is stored and
     /// before `gc_enabled` is published (the window in which the other setter may run).
     #[cfg(test)]
@@ -109,6 +112,7 @@ impl<B: Backend> DeviceShared<B> {
             stats: StatsRegistry::default(),
             history: Arc::default(),
             deferred_drop: None,
+            thread_cache: true,
             #[cfg(test)]
             update_hook: Mutex::new(None),
         }

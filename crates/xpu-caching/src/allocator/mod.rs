@@ -10,11 +10,13 @@
 //! cross-stream reuse);
 //! `device_wide` (source, configuration, reserved bytes, fraction); `stats_cell`,
 //! `stats_registry`, `thread_cache`, `shard_cache` (per-thread statistics and shard caches);
-//! `snapshot`.
+//! `free_cache`, `bin_slots` (the threads' caches of freed blocks); `snapshot`.
 
 mod allocation;
+pub(crate) mod bin_slots;
 pub(crate) mod block;
 pub(crate) mod device_wide;
+pub(crate) mod free_cache;
 mod grow;
 mod oom;
 pub(crate) mod pending;
@@ -114,6 +116,20 @@ static DETACHED_HISTORY: std::sync::OnceLock<History> = std::sync::OnceLock::new
 /// of each allocation on the allocating stream's shard, one FIFO per marker stream (no
 /// head-of-line blocking across streams). Only the OOM path and
 /// [`CachingAllocator::empty_cache`] take every shard (in creation order, under one OOM lock).
+///
+/// # Threads' caches of freed blocks
+/// Before that, a thread looks in its own cache of blocks it freed (as glibc's tcache): a
+/// block freed with no `record_stream` on another stream goes into the freeing thread's
+/// bin of (stream, requested size), and that thread's next allocation of the size on the
+/// stream takes it back with no lock (three atomic read-modify-writes per allocate + free
+/// pair: the shard handle's reference count twice, the bin slot's swap). Statistics are
+/// counted at once in the thread's cell as the slow path counts them; the block's return to
+/// its pool (coalescing) waits for a flush, which every statistics read, snapshot,
+/// `empty_cache`, configuration or fraction change, OOM path, slow-path allocation on the
+/// stream, shard teardown and the thread's exit performs. Private pools
+/// ([`CachingAllocator::with_setup`]) have none. The rules and what they leave exact are in
+/// `crates/xpu-caching/src/allocator/free_cache.rs`. A statistics read flushes only the
+/// shards whose lock is free (it never waits for an allocation in progress).
 ///
 /// # Waits and driver calls
 /// No device wait runs under an allocator lock: the OOM path and `empty_cache` collect the
@@ -222,6 +238,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         let mut shared = DeviceShared::new(source, config);
         shared.history = history;
         shared.deferred_drop = deferred_drop;
+        shared.thread_cache = false;
         Self::from_shared(shared)
     }
 
@@ -353,7 +370,17 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         }
         // The stream closure is user code: it runs before any allocator lock is taken
         // (and outside the thread-local state), so it may itself call the allocator.
-        let found = with_local(shared, |local| {
+        let found = with_local(shared, |mut local| {
+            // A block this thread freed on this stream for this size (`free_cache`).
+            if let Some(bins) = local.bins.as_deref_mut() {
+                if let Some((shard, handed)) = bins.take(key, size, shared.config_epoch()) {
+                    free_cache::count_hand_out(&mut local.cell.write(local.gens), &handed, size);
+                    shared
+                        .history
+                        .record(TraceAction::Alloc, handed.addr, size, key.id);
+                    return Some(Ok(Allocation::new(shard, handed, size)));
+                }
+            }
             let shard = match local.shards.most_recent(key) {
                 Some(shard) => shard,
                 None => local.shards.find(key, |key| self.shard_of(key))?,
@@ -503,6 +530,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
             let batches = self.with_all(|gs| {
                 let mut st = local.stats();
                 for g in gs.iter_mut() {
+                    g.flush_thread_caches(&mut st);
                     g.process_events(&mut st);
                 }
                 gs.iter_mut()
@@ -511,6 +539,40 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
             });
             release_batches(batches, shared, &local);
         });
+    }
+
+    /// Frees into their shards the blocks every thread's cache holds (`free_cache`), each
+    /// shard under its lock.
+    fn flush_thread_caches(&self) {
+        self.flush_thread_caches_of(true);
+    }
+
+    /// [`CachingAllocator::flush_thread_caches`] for a statistics read: skips a shard whose
+    /// lock another thread holds (readers never wait for an allocation in progress; that
+    /// shard's cached blocks read as freed, not yet back in its pool).
+    fn flush_thread_caches_unlocked(&self) {
+        self.flush_thread_caches_of(false);
+    }
+
+    /// `wait`: whether to wait for each shard's lock.
+    fn flush_thread_caches_of(&self, wait: bool) {
+        let shared = &self.inner.shared;
+        if !shared.thread_cache {
+            return;
+        }
+        let shards = self.all_shards();
+        for shard in &shards {
+            with_local(shared, |local| {
+                let state = if wait {
+                    Some(shard.lock())
+                } else {
+                    shard.try_lock()
+                };
+                if let Some(mut state) = state {
+                    state.flush_thread_caches(&mut local.stats());
+                }
+            });
+        }
     }
 
     /// Runs `f` with the OOM lock and every shard locked (in creation order: index = rank).
@@ -540,6 +602,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
             return Err(CacheError::Fraction(fraction));
         }
         self.inner.shared.set_fraction(fraction);
+        self.flush_thread_caches();
         Ok(())
     }
 
@@ -559,6 +622,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
             return;
         }
         self.inner.shared.set_config(config);
+        self.flush_thread_caches();
     }
 
     /// The current configuration; the default one in a bad fork child (the configuration's
@@ -579,6 +643,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         if B::is_bad_fork() {
             return MemoryStats::default();
         }
+        self.flush_thread_caches_unlocked();
         let mut stats = self.inner.shared.stats.aggregate();
         let max_split = self.config().max_split_size;
         stats.max_split_size = i64::try_from(max_split).unwrap_or(-1);
@@ -602,6 +667,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         if B::is_bad_fork() {
             return;
         }
+        self.flush_thread_caches();
         self.inner.shared.stats.reset_peak();
     }
 
@@ -666,7 +732,13 @@ fn fast_path<B: Backend>(
 ) -> Result<Handed, Request> {
     let shared = &*shard.shared;
     state.refresh_config(shared);
+    // Blocks of this stream in threads' caches return to its pool first: the slow path
+    // sees every free block of the stream (`free_cache`).
+    state.flush_thread_caches(st);
     state.process_events(st);
+    if shard.pending_hint() {
+        shard.note_pending(state);
+    }
     let req = state.request(size, shared.max_alloc);
     if req.rounded <= shared.max_alloc {
         if let Some(found) = state.search(&req, shared.gc_enabled()) {

@@ -53,6 +53,10 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         //    freed blocks since the first search), then another stream's whole segment.
         let markers = match self.with_all(|gs| {
             let mut st = local.stats();
+            // Blocks in threads' caches count as free here (`free_cache`).
+            for g in gs.iter_mut() {
+                g.flush_thread_caches(&mut st);
+            }
             if let Some(handed) = drain_and_search(gs, me, &req, gc, &mut st) {
                 return Ok(handed);
             }

@@ -1,5 +1,6 @@
 //! A shard: the allocator state of one stream behind its own lock.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -17,6 +18,10 @@ pub(crate) struct Shard<B: Backend> {
     pub shared: Arc<DeviceShared<B>>,
     /// Creation rank on the device: the order in which the OOM path locks shards.
     pub rank: usize,
+    /// Set when frees wait for markers on this stream, cleared by an allocation that found
+    /// none left: a thread cache's hand-out skips the stream's pending frees, so it leaves
+    /// them to the cached path (which processes them) while this is set.
+    pending_hint: AtomicBool,
     state: Mutex<ShardState<B>>,
 }
 
@@ -32,12 +37,33 @@ impl<B: Backend> Shard<B> {
             key,
             shared,
             rank,
+            pending_hint: AtomicBool::new(false),
             state: Mutex::new(state),
+        }
+    }
+
+    /// Whether frees may wait for markers on this stream (a hint, read without the lock).
+    #[inline(always)]
+    pub(crate) fn pending_hint(&self) -> bool {
+        self.pending_hint.load(Ordering::Relaxed)
+    }
+
+    /// Updates the hint from the state (call under the shard's lock).
+    #[inline(always)]
+    pub(crate) fn note_pending(&self, state: &ShardState<B>) {
+        let pending = state.has_pending();
+        if pending != self.pending_hint() {
+            self.pending_hint.store(pending, Ordering::Relaxed);
         }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, ShardState<B>> {
         self.state.lock()
+    }
+
+    /// The state, unless another thread holds its lock.
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, ShardState<B>>> {
+        self.state.try_lock()
     }
 
     /// The user frees `block` (DataPtr drop / raw_delete). `open_stats` opens the write on
@@ -48,6 +74,7 @@ impl<B: Backend> Shard<B> {
         let mut state = self.state.lock();
         let mut stats = open_stats();
         state.free(block, &mut stats);
+        self.note_pending(&state);
     }
 
     /// Runs `f` on the segment of a live `block` and the block's address. `f` is user code:
@@ -129,6 +156,11 @@ fn teardown_elsewhere(job: Box<dyn FnOnce() + Send>) {
 
 /// Waits for the pending frees and the stream's work, then releases every cached segment.
 fn teardown<B: Backend>(state: &mut ShardState<B>, shared: &Arc<DeviceShared<B>>) {
+    // The blocks threads' caches still hold of this stream (their owners' shard handles are
+    // gone, so no thread puts or takes one any more) are freed first.
+    shared
+        .stats
+        .with_fallback(|st| state.flush_thread_caches(st));
     super::pending::wait_markers::<B>(&state.pending_markers());
     let batch = shared.stats.with_fallback(|st| {
         state.process_events(st);

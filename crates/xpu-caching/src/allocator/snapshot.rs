@@ -53,6 +53,8 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         if B::is_bad_fork() {
             return Vec::new();
         }
+        // Blocks in threads' caches are shown free, coalesced (`free_cache`).
+        self.flush_thread_caches();
         let mut out = Vec::new();
         for shard in self.all_shards() {
             let state = shard.lock();

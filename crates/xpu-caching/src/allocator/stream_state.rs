@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::bin_slots::BinSlots;
 use super::block::{Block, Segment, NIL};
 use super::device_wide::DeviceShared;
 use super::pending::Pending;
@@ -58,12 +59,19 @@ struct Merged {
     next: u32,
 }
 
-/// A block handed out: index in the shard, address and rounded size.
+/// A block handed out: index in the shard, address and rounded size, and what its free
+/// needs to know without the shard's lock (a thread cache's free, `free_cache`): its pool,
+/// whether its hand-out counted it as an oversize allocation, and the configuration epoch
+/// of the hand-out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Handed {
     pub block: u32,
     pub addr: u64,
     pub size: u64,
+    pub pool: PoolKind,
+    pub oversize: bool,
+    /// The configuration epoch it was handed out under.
+    pub epoch: u64,
 }
 
 /// Everything one stream owns.
@@ -89,6 +97,10 @@ pub(crate) struct ShardState<B: Backend> {
     /// [`ShardState::take_released`]'s caller once the stream's lock is released (a
     /// source's `free` is user code). Empty outside an allocation's grow path.
     released: Vec<Segment<B>>,
+    /// The slots of the threads' freed-block caches bound to this stream (see
+    /// `free_cache`): their blocks are allocated here and free for the statistics until
+    /// [`ShardState::flush_thread_caches`] frees them here.
+    thread_bins: Vec<Arc<BinSlots>>,
 }
 
 impl<B: Backend> ShardState<B> {
@@ -107,7 +119,75 @@ impl<B: Backend> ShardState<B> {
             history: shared.history.clone(),
             last_request: Request::NONE,
             released: Vec::new(),
+            thread_bins: Vec::new(),
         }
+    }
+
+    /// Registers the slots of a thread's bin bound to this stream.
+    pub(crate) fn register_bin(&mut self, slots: Arc<BinSlots>) {
+        self.thread_bins.push(slots);
+    }
+
+    /// How many threads' bins are registered here.
+    #[cfg(test)]
+    pub(crate) fn registered_bins(&self) -> usize {
+        self.thread_bins.len()
+    }
+
+    /// Forgets the slots of a thread's bin (emptied by its owner, who rebinds or exits).
+    pub(crate) fn deregister_bin(&mut self, slots: &Arc<BinSlots>) {
+        self.thread_bins.retain(|s| !Arc::ptr_eq(s, slots));
+    }
+
+    /// Frees here every block the threads' caches hold of this stream (coalescing them as
+    /// the free of a block without recorded uses does), and forgets bins whose owner let
+    /// go of them. Returns whether a block was freed.
+    #[inline(always)]
+    pub(crate) fn flush_thread_caches(&mut self, st: &mut StatsWriter<'_>) -> bool {
+        if self.thread_bins.is_empty() {
+            return false;
+        }
+        self.flush_registered(st)
+    }
+
+    #[inline(never)]
+    fn flush_registered(&mut self, st: &mut StatsWriter<'_>) -> bool {
+        let bins = std::mem::take(&mut self.thread_bins);
+        let mut any = false;
+        for slots in &bins {
+            for block in slots.take_all() {
+                self.free_cached(block, st);
+                any = true;
+            }
+        }
+        self.thread_bins = bins;
+        // Only this list holds them: their owner rebound or exited.
+        self.thread_bins.retain(|s| Arc::strong_count(s) > 1);
+        any
+    }
+
+    /// Frees the blocks of a thread's bin here and forgets its slots (the owner rebinds the
+    /// bin or exits).
+    pub(crate) fn evict_bin(&mut self, slots: &Arc<BinSlots>, st: &mut StatsWriter<'_>) {
+        for block in slots.take_all() {
+            self.free_cached(block, st);
+        }
+        self.deregister_bin(slots);
+    }
+
+    /// Frees a block taken from a thread's cache: its statistics already count it as not
+    /// allocated and inactive (see `free_cache`); it returns to the pool now.
+    fn free_cached(&mut self, block: u32, st: &mut StatsWriter<'_>) {
+        match self.blocks.get(block) {
+            Some(b) if b.allocated && b.stream_uses.is_empty() => {}
+            // Unreachable: a cached block is allocated here with no recorded use.
+            _ => {
+                tracing::error!(block, "a thread-cached block is not allocated in its shard");
+                return;
+            }
+        }
+        self.blocks[block].allocated = false;
+        self.free_block_as::<true>(block, st);
     }
 
     /// Forgets what this state holds of the device (blocks, segments, pending markers,
@@ -289,7 +369,14 @@ impl<B: Backend> ShardState<B> {
         if oversize {
             st.oversize_allocations.increase(1);
         }
-        Handed { block, addr, size }
+        Handed {
+            block,
+            addr,
+            size,
+            pool: kind,
+            oversize,
+            epoch: self.config_epoch,
+        }
     }
 
     /// Takes ownership of a new segment: returns its whole block (not in a pool).
@@ -425,6 +512,11 @@ impl<B: Backend> ShardState<B> {
         }
     }
 
+    /// Whether frees wait for markers on this stream.
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     /// Every pending marker, to be waited for without any allocator lock (then
     /// [`ShardState::process_events`] frees their blocks).
     pub(crate) fn pending_markers(&self) -> Vec<(StreamKey, Arc<B::Marker>)> {
@@ -490,7 +582,15 @@ impl<B: Backend> ShardState<B> {
     /// a merged neighbour's entry when there is one).
     #[inline(always)]
     fn free_block(&mut self, block: u32, st: &mut StatsWriter<'_>) {
-        if self.history.is_enabled() {
+        self.free_block_as::<false>(block, st);
+    }
+
+    /// [`ShardState::free_block`]; `CACHED`: the block comes from a thread's cache, whose
+    /// free already traced it and counted it as inactive: only the statistics of its return
+    /// to the pool remain (inactive split blocks, coalescing).
+    #[inline(always)]
+    fn free_block_as<const CACHED: bool>(&mut self, block: u32, st: &mut StatsWriter<'_>) {
+        if !CACHED && self.history.is_enabled() {
             let b = &self.blocks[block];
             self.history
                 .record(TraceAction::FreeCompleted, b.addr, b.requested, self.key.id);
@@ -500,6 +600,7 @@ impl<B: Backend> ShardState<B> {
         b.requested = 0;
         let mut net_blocks: i64 = 0;
         let mut net_bytes: i64 = 0;
+
         let mut stale: Option<(u64, u64, u32)> = None;
         for neighbour in [prev, next] {
             if let Some(merged) = self.try_merge(block, neighbour) {
@@ -532,9 +633,11 @@ impl<B: Backend> ShardState<B> {
         }
         apply_net(st.inactive_split(), kind, net_blocks);
         apply_net(st.inactive_split_bytes(), kind, net_bytes);
-        st.deactivate(kind, original, requested);
-        if oversize {
-            st.oversize_allocations.decrease(1);
+        if !CACHED {
+            st.deactivate(kind, original, requested);
+            if oversize {
+                st.oversize_allocations.decrease(1);
+            }
         }
     }
 

@@ -13,6 +13,7 @@ use std::sync::{Arc, Weak};
 use std::thread::LocalKey;
 
 use super::device_wide::DeviceShared;
+use super::free_cache::FreeCache;
 use super::shard_cache::ShardCache;
 use super::stats_cell::{Generations, StatsCell, StatsWriter};
 use crate::backend::Backend;
@@ -69,16 +70,23 @@ pub(crate) struct Entry<B: Backend> {
     shared: Weak<DeviceShared<B>>,
     cell: Arc<StatsCell>,
     shards: ShardCache<B>,
+    bins: FreeCache<B>,
 }
 
 impl<B: Backend> Drop for Entry<B> {
     fn drop(&mut self) {
         // A thread exiting in a bad fork child does not fold its cell into the registry
-        // (whose lock may have been held at the fork); its shards leak as they drop.
+        // (whose lock may have been held at the fork); its shards leak as they drop, and so
+        // do the blocks of its freed-block cache.
         if B::is_bad_fork() {
             return;
         }
         if let Some(shared) = self.shared.upgrade() {
+            // The thread's cached blocks return to their shards (a spare cell: the
+            // thread-local state is going away).
+            let bins = &mut self.bins;
+            let gens = &shared.stats.gens;
+            shared.stats.with_spare(|cell| bins.flush((cell, gens)));
             shared.stats.retire(&self.cell);
         }
     }
@@ -87,10 +95,13 @@ impl<B: Backend> Drop for Entry<B> {
 /// What a thread has for one device allocator.
 pub(crate) struct Local<'a, B: Backend> {
     /// The thread's statistics cell (or a spare cell of the call's own).
-    cell: &'a StatsCell,
-    gens: &'a Generations,
+    pub cell: &'a StatsCell,
+    pub gens: &'a Generations,
     /// The shards this thread allocated from recently on this device.
     pub shards: &'a mut ShardCache<B>,
+    /// The thread's freed-block cache of this allocator (`None`: none, as in a nested call
+    /// or at thread teardown, or for a private pool's allocator).
+    pub bins: Option<&'a mut FreeCache<B>>,
 }
 
 impl<'a, B: Backend> Local<'a, B> {
@@ -126,6 +137,7 @@ fn entry_slow<'v, B: Backend>(
         shared: Arc::downgrade(shared),
         cell: shared.stats.register(),
         shards: ShardCache::new(),
+        bins: FreeCache::new(),
     });
     let last = entries.len() - 1;
     &mut entries[last]
@@ -142,10 +154,16 @@ pub(crate) fn with_local<B: ThreadCacheKey, R>(
         let mut entries = local.0.try_borrow_mut().ok()?;
         let f = slot.take()?;
         let e = entry(&mut entries, shared);
+        let bins = if shared.thread_cache {
+            Some(&mut e.bins)
+        } else {
+            None
+        };
         Some(f(Local {
             cell: &e.cell,
             gens: &shared.stats.gens,
             shards: &mut e.shards,
+            bins,
         }))
     });
     match done {
@@ -171,6 +189,7 @@ fn with_fallback<B: Backend, R>(
             cell,
             gens: &stats.gens,
             shards: &mut no_cache,
+            bins: None,
         }),
         // `slot` is only emptied right before `f` runs and returns `Some`.
         None => unreachable!("thread-local closure consumed without a result"),

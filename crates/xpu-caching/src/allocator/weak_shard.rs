@@ -44,6 +44,7 @@ fn release_cached<B: ThreadCacheKey>(shard: &Shard<B>) {
     let batch = with_local(&shard.shared, |local| {
         let mut state = shard.lock();
         let mut st = local.stats();
+        state.flush_thread_caches(&mut st);
         state.process_events(&mut st);
         state.take_releasable(&mut st)
     });

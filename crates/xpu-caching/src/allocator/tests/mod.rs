@@ -23,6 +23,7 @@ mod deferred_drop;
 mod oom_history;
 mod stream_order;
 mod streams;
+mod thread_cache;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;

@@ -1,0 +1,505 @@
+//! The threads' freed-block caches (`free_cache`): what they hand out, when, and that the
+//! statistics stay the slow path's.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use proptest::prelude::*;
+
+use super::{sim_core, stream, GIB, MIB};
+use crate::allocator::{Allocation, CachingAllocator};
+use crate::config::AllocConfig;
+use crate::history::History;
+use crate::sim_stream::{SimBackend, SimStream};
+use crate::source::SimulatedSource;
+use crate::stats::MemoryStats;
+
+/// A freed block goes into the freeing thread's cache and comes back to its next allocation
+/// of that size on that stream: the last one freed (the stream pool's best fit would be the
+/// lowest address, with both blocks coalesced into the segment's rest).
+#[test]
+fn a_same_size_allocation_gets_the_block_this_thread_freed_last() {
+    let (core, _src) = sim_core(GIB, "");
+    let (s, _) = stream(1);
+    let low = core.alloc(4096, &s).unwrap();
+    let high = core.alloc(4096, &s).unwrap();
+    let (low_addr, high_addr) = (low.address(), high.address());
+    assert!(low_addr < high_addr);
+    drop(low);
+    drop(high);
+    let again = core.alloc(4096, &s).unwrap();
+    assert_eq!(
+        again.address(),
+        high_addr,
+        "the block freed last, from the cache"
+    );
+    let next = core.alloc(4096, &s).unwrap();
+    assert_eq!(next.address(), low_addr);
+    drop((again, next));
+    let stats = core.memory_stats();
+    assert_eq!(stats.allocation.all.allocated, 4);
+    assert_eq!(stats.allocated_bytes.all.current, 0);
+    assert_eq!(
+        stats.inactive_split.all.current, 0,
+        "coalesced by the read's flush"
+    );
+}
+
+/// A block freed with a use recorded on another stream whose work is still held is not
+/// handed out again (from the thread's cache or otherwise) before that work completes; once
+/// it completes, it is.
+#[test]
+fn a_block_freed_with_a_pending_record_stream_use_is_not_reused_before_the_use_completes() {
+    let (core, _src) = sim_core(GIB, "");
+    let (a, _) = stream(1);
+    let (b, _) = stream(2);
+    // A pair first, so the thread's cache has a bin for (stream 1, 4096).
+    drop(core.alloc(4096, &a).unwrap());
+    let x = core.alloc(4096, &a).unwrap();
+    let x_addr = x.address();
+    let gate = b.close_gate();
+    core.record_stream(&x, &b).unwrap();
+    drop(x);
+    for _ in 0..3 {
+        let y = core.alloc(4096, &a).unwrap();
+        assert_ne!(y.address(), x_addr, "reused while stream 2 still uses it");
+        drop(y);
+    }
+    gate.open();
+    let held: Vec<Allocation<SimBackend>> = (0..3).map(|_| core.alloc(4096, &a).unwrap()).collect();
+    assert!(
+        held.iter().any(|y| y.address() == x_addr),
+        "reusable once the use completed"
+    );
+}
+
+/// A block handed out before a configuration change and freed after it is not handed out
+/// again under the new rounding rules: the next allocation of its size gets the block the
+/// new rules size (1.25 MiB with power-of-two divisions), as the slow path would.
+#[test]
+fn a_block_of_the_old_configuration_is_not_reused_under_the_new_rounding() {
+    let (core, _src) = sim_core(GIB, "");
+    let (s, _) = stream(1);
+    let size = 1_153_434; // 1.1 MiB
+    drop(core.alloc(size, &s).unwrap());
+    let old = core.alloc(size, &s).unwrap();
+    assert_eq!(old.allocated_size(), 1_153_536, "512-byte rounding");
+    core.set_config(AllocConfig::parse("roundup_power2_divisions:4").unwrap());
+    drop(old);
+    let new = core.alloc(size, &s).unwrap();
+    assert_eq!(new.allocated_size(), 1_310_720, "a quarter step of 1 MiB");
+}
+
+/// An allocation that a thread's cache could serve still completes the stream's finished
+/// deferred frees first, as the slow path does at every allocation: a block freed with a
+/// use on another stream is inactive right after that use completed and the stream
+/// allocated again.
+#[test]
+fn an_allocation_after_a_recorded_use_completed_still_frees_the_block_that_waited() {
+    let (core, _src) = sim_core(GIB, "");
+    let (a, _) = stream(1);
+    let (b, _) = stream(2);
+    let used = core.alloc(8192, &a).unwrap();
+    let gate = b.close_gate();
+    core.record_stream(&used, &b).unwrap();
+    drop(used);
+    assert_eq!(
+        core.memory_stats().active_bytes.all.current,
+        8192,
+        "pending"
+    );
+    drop(core.alloc(4096, &a).unwrap()); // cached: a hit is possible below
+    gate.open();
+    let next = core.alloc(4096, &a).unwrap();
+    let stats = core.memory_stats();
+    assert_eq!(
+        stats.active_bytes.all.current, 4096,
+        "the waiting block was freed"
+    );
+    assert_eq!(stats.allocated_bytes.all.current, 4096);
+    drop(next);
+}
+
+/// Blocks cached by threads that exited return to the pool: after the threads join and
+/// `empty_cache`, nothing is reserved and every segment is back at the source.
+#[test]
+fn reserved_returns_to_baseline_after_threads_that_cached_blocks_exit() {
+    let (core, src) = sim_core(16 * GIB, "");
+    assert_eq!(core.memory_reserved(), 0);
+    let handles: Vec<_> = (0..4u64)
+        .map(|t| {
+            let core = core.clone();
+            std::thread::spawn(move || {
+                let own = stream(10 + t).0;
+                let common = stream(1).0;
+                for size in [512, 4096, 4096, 100_000, 3 * MIB, 700] {
+                    let kept: Vec<_> = (0..3)
+                        .map(|_| core.alloc(size, &own).unwrap())
+                        .chain((0..2).map(|_| core.alloc(size, &common).unwrap()))
+                        .collect();
+                    drop(kept);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    core.empty_cache();
+    assert_eq!(core.memory_reserved(), 0);
+    assert_eq!(src.counters().live_segments, 0);
+    let stats = core.memory_stats();
+    assert_eq!(stats.active_bytes.all.current, 0);
+    assert_eq!(stats.inactive_split.all.current, 0);
+}
+
+/// A thread that exits frees its cached blocks into their shards itself (its cache's
+/// drop): its bins are no longer registered with the stream, and the segment is whole
+/// again in the pool without any flush by another thread.
+#[test]
+fn a_thread_that_exits_returns_its_cached_blocks_to_their_stream() {
+    let (core, _src) = sim_core(GIB, "");
+    let s = stream(1).0;
+    let worker = {
+        let (core, s) = (core.clone(), s.clone());
+        std::thread::spawn(move || drop(core.alloc(4096, &s).unwrap()))
+    };
+    worker.join().unwrap();
+    let shard = core.all_shards().pop().expect("the stream's shard");
+    let state = shard.lock();
+    assert_eq!(state.registered_bins(), 0, "the exited thread's bin");
+    let whole = state.whole_free(crate::size::PoolKind::Small);
+    assert_eq!(whole.len(), 1, "the segment is whole again: {whole:?}");
+}
+
+/// Threads making cached pairs on a shared and their own streams while other threads flush
+/// their caches (statistics reads, `empty_cache`, configuration and fraction changes): no
+/// block is handed out twice, and at the end everything is free and released.
+#[test]
+fn cached_pairs_racing_flushes_never_hand_a_block_out_twice() {
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+    let (core, src) = sim_core(16 * GIB, "");
+    let live: Arc<Mutex<HashSet<u64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..3u64)
+        .map(|t| {
+            let (core, live) = (core.clone(), live.clone());
+            std::thread::spawn(move || {
+                let streams = [stream(1).0, stream(10 + t).0];
+                for i in 0..20_000u64 {
+                    let s = &streams[(i % 2) as usize];
+                    let size = [512, 4096, 65_536][(i % 3) as usize];
+                    let held: Vec<_> = (0..1 + i % 3)
+                        .map(|_| core.alloc(size, s).unwrap())
+                        .collect();
+                    for a in &held {
+                        assert!(live.lock().unwrap().insert(a.address()), "handed out twice");
+                    }
+                    for a in held {
+                        live.lock().unwrap().remove(&a.address());
+                        drop(a);
+                    }
+                }
+            })
+        })
+        .collect();
+    let flusher = {
+        let (core, stop) = (core.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                match i % 4 {
+                    0 => drop(core.memory_stats()),
+                    1 => core.empty_cache(),
+                    2 => core
+                        .set_memory_fraction(if i % 8 == 2 { 0.9 } else { 1.0 })
+                        .unwrap(),
+                    _ => core.set_config(AllocConfig::default()),
+                }
+                i = i.wrapping_add(1);
+            }
+        })
+    };
+    for w in workers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    flusher.join().unwrap();
+    let stats = core.memory_stats();
+    assert_eq!(stats.allocated_bytes.all.current, 0);
+    assert_eq!(stats.active_bytes.all.current, 0);
+    assert_eq!(stats.requested_bytes.all.current, 0);
+    assert_eq!(stats.allocation.all.allocated, stats.allocation.all.freed);
+    core.empty_cache();
+    assert_eq!(core.memory_reserved(), 0);
+    assert_eq!(src.counters().live_segments, 0);
+    assert_eq!(core.memory_stats().inactive_split.all.current, 0);
+}
+
+/// An operation of the property test, run by worker thread `thread` (ops are sequential:
+/// each waits for the previous one).
+#[derive(Clone, Debug)]
+enum Op {
+    /// Allocate and free at once (a cached pair after the first).
+    Pair {
+        thread: usize,
+        stream: usize,
+        size: u64,
+    },
+    Alloc {
+        thread: usize,
+        stream: usize,
+        size: u64,
+    },
+    /// Free a live block on a thread (often not the allocating one).
+    Free {
+        thread: usize,
+        pick: usize,
+    },
+    RecordStream {
+        pick: usize,
+        stream: usize,
+    },
+    CloseGate {
+        stream: usize,
+    },
+    OpenGate {
+        stream: usize,
+    },
+    EmptyCache,
+    Fraction {
+        percent: u8,
+    },
+    SetConfig {
+        power2: bool,
+    },
+    /// The worker exits (its cache returns its blocks) and a new thread takes its place.
+    Exit {
+        thread: usize,
+    },
+    Check,
+}
+
+const THREADS: usize = 3;
+const STREAMS: usize = 3;
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let size = prop_oneof![
+        4 => prop::sample::select(vec![512u64, 4096, 700, 65_536]),
+        1 => 1u64..=(1 << 20),
+    ];
+    prop_oneof![
+        8 => (0..THREADS, 0..STREAMS, size.clone()).prop_map(|(thread, stream, size)| Op::Pair { thread, stream, size }),
+        6 => (0..THREADS, 0..STREAMS, size).prop_map(|(thread, stream, size)| Op::Alloc { thread, stream, size }),
+        6 => (0..THREADS, any::<usize>()).prop_map(|(thread, pick)| Op::Free { thread, pick }),
+        2 => (any::<usize>(), 0..STREAMS).prop_map(|(pick, stream)| Op::RecordStream { pick, stream }),
+        1 => (0..STREAMS).prop_map(|stream| Op::CloseGate { stream }),
+        2 => (0..STREAMS).prop_map(|stream| Op::OpenGate { stream }),
+        1 => Just(Op::EmptyCache),
+        1 => (30u8..=100).prop_map(|percent| Op::Fraction { percent }),
+        1 => any::<bool>().prop_map(|power2| Op::SetConfig { power2 }),
+        1 => (0..THREADS).prop_map(|thread| Op::Exit { thread }),
+        3 => Just(Op::Check),
+    ]
+}
+
+/// A block of both allocators: the one under test and the reference.
+type Pair = (Allocation<SimBackend>, Allocation<SimBackend>);
+
+/// A worker thread running jobs one at a time.
+struct Worker {
+    jobs: mpsc::Sender<Box<dyn FnOnce() + Send>>,
+    handle: JoinHandle<()>,
+}
+
+impl Worker {
+    fn new() -> Self {
+        let (jobs, rx) = mpsc::channel::<Box<dyn FnOnce() + Send>>();
+        let handle = std::thread::spawn(move || rx.into_iter().for_each(|job| job()));
+        Self { jobs, handle }
+    }
+
+    /// Runs `f` on the worker and returns its result.
+    fn run<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {
+        let (tx, rx) = mpsc::channel();
+        self.jobs
+            .send(Box::new(move || {
+                let _ = tx.send(f());
+            }))
+            .expect("worker alive");
+        rx.recv().expect("job ran")
+    }
+
+    /// Ends the worker and waits for its exit (thread-local destructors included).
+    fn exit(self) {
+        drop(self.jobs);
+        self.handle.join().expect("worker");
+    }
+}
+
+/// The statistics a thread cache must leave exactly as the slow path's, for small-pool
+/// blocks (always split to the rounded size, so the same sizes whatever block is chosen):
+/// every figure of these arrays, peaks included.
+fn choice_free(s: &MemoryStats) -> impl PartialEq + std::fmt::Debug {
+    (
+        s.allocation,
+        s.allocated_bytes,
+        s.active,
+        s.active_bytes,
+        s.requested_bytes,
+        s.oversize_allocations,
+        s.num_ooms,
+    )
+}
+
+/// Runs `ops` on an allocator with threads' caches and, in the same threads and order, on
+/// the reference (a private-pool-style allocator: no thread cache), and compares them.
+fn run(ops: &[Op]) -> Result<(), TestCaseError> {
+    let src = Arc::new(SimulatedSource::new(0, 4 * GIB, 4 * GIB));
+    let reference_src = Arc::new(SimulatedSource::new(0, 4 * GIB, 4 * GIB));
+    let cached: CachingAllocator<SimBackend> =
+        CachingAllocator::new(Box::new(src.clone()), AllocConfig::default());
+    let reference: CachingAllocator<SimBackend> = CachingAllocator::with_setup(
+        Box::new(reference_src),
+        AllocConfig::default(),
+        Arc::new(History::new()),
+        None,
+    );
+    let streams: Vec<Arc<SimStream>> = (0..STREAMS as u64).map(|i| stream(i + 1).0).collect();
+    let mut workers: Vec<Worker> = (0..THREADS).map(|_| Worker::new()).collect();
+    let mut live: Vec<Pair> = Vec::new();
+    for op in ops {
+        match *op {
+            Op::Pair {
+                thread,
+                stream,
+                size,
+            } => {
+                let (c, r, s) = (cached.clone(), reference.clone(), streams[stream].clone());
+                workers[thread].run(move || {
+                    drop(c.alloc(size, &s).unwrap());
+                    drop(r.alloc(size, &s).unwrap());
+                });
+            }
+            Op::Alloc {
+                thread,
+                stream,
+                size,
+            } => {
+                let (c, r, s) = (cached.clone(), reference.clone(), streams[stream].clone());
+                let pair = workers[thread]
+                    .run(move || (c.alloc(size, &s).unwrap(), r.alloc(size, &s).unwrap()));
+                prop_assert_eq!(pair.0.allocated_size(), pair.1.allocated_size());
+                live.push(pair);
+            }
+            Op::Free { thread, pick } => {
+                if !live.is_empty() {
+                    let pair = live.swap_remove(pick % live.len());
+                    workers[thread].run(move || drop(pair));
+                }
+            }
+            Op::RecordStream { pick, stream } => {
+                if !live.is_empty() {
+                    let (c, r) = &live[pick % live.len()];
+                    cached.record_stream(c, &streams[stream]).unwrap();
+                    reference.record_stream(r, &streams[stream]).unwrap();
+                }
+            }
+            Op::CloseGate { stream } => drop(streams[stream].close_gate()),
+            Op::OpenGate { stream } => streams[stream].open_gate(),
+            Op::EmptyCache => {
+                cached.empty_cache();
+                reference.empty_cache();
+            }
+            Op::Fraction { percent } => {
+                let f = f64::from(percent) / 100.0;
+                cached.set_memory_fraction(f).unwrap();
+                reference.set_memory_fraction(f).unwrap();
+            }
+            Op::SetConfig { power2 } => {
+                let text = if power2 {
+                    "roundup_power2_divisions:4"
+                } else {
+                    ""
+                };
+                cached.set_config(AllocConfig::parse(text).unwrap());
+                reference.set_config(AllocConfig::parse(text).unwrap());
+            }
+            Op::Exit { thread } => {
+                let fresh = Worker::new();
+                std::mem::replace(&mut workers[thread], fresh).exit();
+            }
+            Op::Check => check(&cached, &reference, &src, &live)?,
+        }
+    }
+    check(&cached, &reference, &src, &live)?;
+    for pair in live.drain(..) {
+        drop(pair);
+    }
+    for w in workers {
+        w.exit();
+    }
+    for s in &streams {
+        s.open_gate();
+    }
+    cached.empty_cache();
+    reference.empty_cache();
+    prop_assert_eq!(
+        choice_free(&cached.memory_stats()),
+        choice_free(&reference.memory_stats())
+    );
+    prop_assert_eq!(cached.memory_reserved(), 0);
+    prop_assert_eq!(src.counters().live_segments, 0);
+    Ok(())
+}
+
+fn check(
+    cached: &CachingAllocator<SimBackend>,
+    reference: &CachingAllocator<SimBackend>,
+    src: &SimulatedSource,
+    live: &[Pair],
+) -> Result<(), TestCaseError> {
+    let stats = cached.memory_stats();
+    prop_assert_eq!(choice_free(&stats), choice_free(&reference.memory_stats()));
+    // The rest against the cached allocator's own blocks (read after the flush).
+    let snapshot = cached.snapshot();
+    let reserved: u64 = snapshot.iter().map(|s| s.size).sum();
+    prop_assert_eq!(reserved, cached.memory_reserved());
+    prop_assert_eq!(reserved, src.counters().used);
+    let (mut split_n, mut split_b) = (0i64, 0i64);
+    for seg in &snapshot {
+        for b in &seg.blocks {
+            if b.state == crate::allocator::BlockState::Inactive && seg.blocks.len() > 1 {
+                split_n += 1;
+                split_b += i64::try_from(b.size).unwrap();
+            }
+        }
+    }
+    prop_assert_eq!(stats.inactive_split.all.current, split_n);
+    prop_assert_eq!(stats.inactive_split_bytes.all.current, split_b);
+    let mut ranges: Vec<(u64, u64)> = live
+        .iter()
+        .map(|(c, _)| (c.address(), c.address() + c.allocated_size()))
+        .collect();
+    ranges.sort_unstable();
+    for w in ranges.windows(2) {
+        prop_assert!(w[0].1 <= w[1].0, "live blocks overlap: {:?}", w);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Cached pairs, cross-thread frees, record_stream with held streams, empty_cache,
+    /// memory fraction and configuration changes and thread exits: the statistics equal
+    /// the slow path's (a reference allocator without thread caches, same threads, same
+    /// order), the snapshot agrees with them, and everything returns at the end.
+    #[test]
+    fn thread_caches_leave_the_statistics_of_the_slow_path(ops in prop::collection::vec(op_strategy(), 1..120)) {
+        run(&ops)?;
+    }
+}
