@@ -10,7 +10,7 @@ use burn_tensor::ops::{
 };
 
 use crate::error::or_panic;
-use crate::ops::nn::{self, ConvParams, DeformParams, Interpolation, Pool2d};
+use crate::ops::nn::{self, ConvParams, DeformInput, DeformParams, Interpolation, Pool2d};
 use crate::Xpu;
 
 /// burn's convolution options as [`ConvParams`].
@@ -92,14 +92,14 @@ impl ModuleOps<Self> for Xpu {
         bias: Option<FloatTensor<Self>>,
         options: DeformConvOptions<2>,
     ) -> FloatTensor<Self> {
-        or_panic(nn::deform_conv2d(
-            &x,
-            &offset,
-            &weight,
-            mask.as_ref(),
-            bias.as_ref(),
-            deform_params(&options),
-        ))
+        let input = DeformInput {
+            x: &x,
+            offset: &offset,
+            weight: &weight,
+            mask: mask.as_ref(),
+            bias: bias.as_ref(),
+        };
+        or_panic(nn::deform_conv2d(input, deform_params(&options)))
     }
 
     fn deform_conv2d_backward(
@@ -111,16 +111,16 @@ impl ModuleOps<Self> for Xpu {
         output_grad: FloatTensor<Self>,
         options: DeformConvOptions<2>,
     ) -> DeformConv2dBackward<Self> {
-        let (x_grad, offset_grad, weight_grad, mask_grad, bias_grad) =
-            or_panic(nn::deform_conv2d_backward(
-                &x,
-                &offset,
-                &weight,
-                mask.as_ref(),
-                bias.as_ref(),
-                &output_grad,
-                deform_params(&options),
-            ));
+        let input = DeformInput {
+            x: &x,
+            offset: &offset,
+            weight: &weight,
+            mask: mask.as_ref(),
+            bias: bias.as_ref(),
+        };
+        let (x_grad, offset_grad, weight_grad, mask_grad, bias_grad) = or_panic(
+            nn::deform_conv2d_backward(input, &output_grad, deform_params(&options)),
+        );
         DeformConv2dBackward::new(x_grad, offset_grad, weight_grad, mask_grad, bias_grad)
     }
 

@@ -94,6 +94,23 @@ pub struct DeformParams {
     pub offset_groups: usize,
 }
 
+/// The tensors of a deformable convolution ([`deform_conv2d`]): input `x` `[B, C, H, W]`,
+/// `offset` `[B, 2 * offset_groups * KH * KW, OH, OW]`, `weight` `[CO, C / weight_groups,
+/// KH, KW]`, and optionally `mask` `[B, offset_groups * KH * KW, OH, OW]` and `bias` `[CO]`.
+#[derive(Debug, Clone, Copy)]
+pub struct DeformInput<'a> {
+    /// The input.
+    pub x: &'a XpuTensor,
+    /// The sampling offsets (y, x per tap).
+    pub offset: &'a XpuTensor,
+    /// The weight.
+    pub weight: &'a XpuTensor,
+    /// The per-tap mask scaling each sample.
+    pub mask: Option<&'a XpuTensor>,
+    /// The bias added per output channel.
+    pub bias: Option<&'a XpuTensor>,
+}
+
 /// The gradients of [`deform_conv2d_backward`]: input, offset, weight, mask (when a mask was
 /// given), bias (when a bias was given).
 pub type DeformGrads = (
@@ -1318,21 +1335,14 @@ struct DeformShape {
     kw: usize,
 }
 
-fn deform_check(
-    x: &XpuTensor,
-    offset: &XpuTensor,
-    weight: &XpuTensor,
-    mask: Option<&XpuTensor>,
-    bias: Option<&XpuTensor>,
-    p: &DeformParams,
-) -> Result<DeformShape> {
-    let [b, c, h, w] = dims::<4>(x, "deform_conv2d input")?;
-    let [co, cig, kh, kw] = dims::<4>(weight, "deform_conv2d weight")?;
+fn deform_check(input: &DeformInput<'_>, p: &DeformParams) -> Result<DeformShape> {
+    let [b, c, h, w] = dims::<4>(input.x, "deform_conv2d input")?;
+    let [co, cig, kh, kw] = dims::<4>(input.weight, "deform_conv2d weight")?;
     let (g, og) = (p.weight_groups, p.offset_groups);
     if g == 0 || og == 0 || c % g != 0 || c % og != 0 || co % g != 0 || cig * g != c {
         return invalid(format!(
             "deform_conv2d: input {:?}, weight {:?}, {g} weight groups and {og} offset groups do not match",
-            x.shape, weight.shape
+            input.x.shape, input.weight.shape
         ));
     }
     let oh = conv_out(
@@ -1352,14 +1362,14 @@ fn deform_check(
         p.dilation[1],
     )?;
     let taps = og * kh * kw;
-    if offset.shape != [b, 2 * taps, oh, ow] {
+    if input.offset.shape != [b, 2 * taps, oh, ow] {
         return invalid(format!(
             "deform_conv2d: offset {:?} must be {:?}",
-            offset.shape,
+            input.offset.shape,
             [b, 2 * taps, oh, ow]
         ));
     }
-    if let Some(m) = mask {
+    if let Some(m) = input.mask {
         if m.shape != [b, taps, oh, ow] {
             return invalid(format!(
                 "deform_conv2d: mask {:?} must be {:?}",
@@ -1368,14 +1378,14 @@ fn deform_check(
             ));
         }
     }
-    if let Some(bi) = bias {
+    if let Some(bi) = input.bias {
         if bi.shape != [co] {
             return invalid(format!("deform_conv2d: bias {:?} must be [{co}]", bi.shape));
         }
     }
-    let device = x.device();
-    check_same_device(device, &[offset, weight])?;
-    for t in mask.iter().chain(bias.iter()) {
+    let device = input.x.device();
+    check_same_device(device, &[input.offset, input.weight])?;
+    for t in input.mask.iter().chain(input.bias.iter()) {
         check_same_device(device, &[t])?;
     }
     Ok(DeformShape {
@@ -1437,21 +1447,14 @@ const DEFORM_INPUT_GRAD_K: Kernel = Kernel::new("deform_input_grad", &DEFORM_TEM
 ///
 /// # Errors
 /// [`Error::Invalid`] for shapes that do not match; dtype, allocation and kernel errors.
-pub fn deform_conv2d(
-    x: &XpuTensor,
-    offset: &XpuTensor,
-    weight: &XpuTensor,
-    mask: Option<&XpuTensor>,
-    bias: Option<&XpuTensor>,
-    p: DeformParams,
-) -> Result<XpuTensor> {
-    let s = deform_check(x, offset, weight, mask, bias, &p)?;
-    let dtype = compute_dtype(x.dtype)?;
-    let xc = prep(x, dtype)?;
-    let oc = prep(offset, dtype)?;
-    let wc = prep(weight, dtype)?;
-    let mc = mask.map(|m| prep(m, dtype)).transpose()?;
-    let bc = bias.map(|b| prep(b, dtype)).transpose()?;
+pub fn deform_conv2d(input: DeformInput<'_>, p: DeformParams) -> Result<XpuTensor> {
+    let s = deform_check(&input, &p)?;
+    let dtype = compute_dtype(input.x.dtype)?;
+    let xc = prep(input.x, dtype)?;
+    let oc = prep(input.offset, dtype)?;
+    let wc = prep(input.weight, dtype)?;
+    let mc = input.mask.map(|m| prep(m, dtype)).transpose()?;
+    let bc = input.bias.map(|b| prep(b, dtype)).transpose()?;
     let meta = deform_meta(&s, &p, mc.is_some(), bc.is_some());
     let (mbuf, bbuf) = (mc.as_ref().unwrap_or(&oc), bc.as_ref().unwrap_or(&wc));
     // Bounds: one item per element of the fresh [B, CO, OH, OW] output; item `i` writes only
@@ -1466,7 +1469,7 @@ pub fn deform_conv2d(
     // the channel and kernel counts.
     DEFORM_K
         .launch(dtype, &[&xc, &oc, mbuf, &wc, bbuf], &meta)
-        .output(&[s.b, s.co, s.oh, s.ow], x.dtype)
+        .output(&[s.b, s.co, s.oh, s.ow], input.x.dtype)
 }
 
 /// The gradients of [`deform_conv2d`] given the output gradient `grad` `[B, CO, OH, OW]`:
@@ -1474,26 +1477,26 @@ pub fn deform_conv2d(
 ///
 /// # Errors
 /// As [`deform_conv2d`]; [`Error::Invalid`] when `grad` is not of the output's shape.
-#[allow(clippy::too_many_arguments)]
 pub fn deform_conv2d_backward(
-    x: &XpuTensor,
-    offset: &XpuTensor,
-    weight: &XpuTensor,
-    mask: Option<&XpuTensor>,
-    bias: Option<&XpuTensor>,
+    input: DeformInput<'_>,
     grad: &XpuTensor,
     p: DeformParams,
 ) -> Result<DeformGrads> {
-    let s = deform_check(x, offset, weight, mask, bias, &p)?;
-    check_grad("deform_conv2d_backward", x, grad, &[s.b, s.co, s.oh, s.ow])?;
-    let device = x.device();
-    let dtype = compute_dtype(x.dtype)?;
+    let s = deform_check(&input, &p)?;
+    check_grad(
+        "deform_conv2d_backward",
+        input.x,
+        grad,
+        &[s.b, s.co, s.oh, s.ow],
+    )?;
+    let device = input.x.device();
+    let dtype = compute_dtype(input.x.dtype)?;
     let gc = prep(grad, dtype)?;
-    let xc = prep(x, dtype)?;
-    let oc = prep(offset, dtype)?;
-    let wc = prep(weight, dtype)?;
-    let mc = mask.map(|m| prep(m, dtype)).transpose()?;
-    let meta = deform_meta(&s, &p, mc.is_some(), bias.is_some());
+    let xc = prep(input.x, dtype)?;
+    let oc = prep(input.offset, dtype)?;
+    let wc = prep(input.weight, dtype)?;
+    let mc = input.mask.map(|m| prep(m, dtype)).transpose()?;
+    let meta = deform_meta(&s, &p, mc.is_some(), input.bias.is_some());
     let mbuf = mc.as_ref().unwrap_or(&oc);
 
     // Columns: [C, KH, KW, B, OH, OW].
@@ -1515,7 +1518,7 @@ pub fn deform_conv2d_backward(
     // output) are non-zero. Loop bounded by C/OG.
     let go = DEFORM_OFFSET_GRAD_K
         .launch(dtype, &[&xc, &oc, mbuf, &col], &meta)
-        .output(&offset.shape, x.dtype)?;
+        .output(&input.offset.shape, input.x.dtype)?;
 
     // Bounds (mask gradient): as the offset gradient's: one item per element of the fresh
     // output of the mask's shape [B, OG*KH*KW, OH, OW], item `i` writes only `gm[i]`; reads
@@ -1526,7 +1529,7 @@ pub fn deform_conv2d_backward(
         Some(m) => Some(
             DEFORM_MASK_GRAD_K
                 .launch(dtype, &[&xc, &oc, m, &col], &meta)
-                .output(&m.shape, x.dtype)?,
+                .output(&m.shape, input.x.dtype)?,
         ),
         None => None,
     };
@@ -1539,23 +1542,23 @@ pub fn deform_conv2d_backward(
     // divisibility checked). Loops bounded by B, OH, OW.
     let gw = DEFORM_WEIGHT_GRAD_K
         .launch(dtype, &[&xc, &oc, mbuf, &gc], &meta)
-        .output(&weight.shape, x.dtype)?;
+        .output(&input.weight.shape, input.x.dtype)?;
 
     // Bounds (bias gradient): CO items, one per element of the fresh [CO] output; item `i`
     // writes only `gb[i]`; it reads `gy[(b*CO + i)*OH*OW + j]` for b < B, j < OH*OW — inside
     // the contiguous gradient [B, CO, OH, OW]. PARAMS' divisions: G, OG non-zero (checked).
     // Loops bounded by B and OH*OW.
-    let gb = match bias {
+    let gb = match input.bias {
         Some(bi) => Some(
             DEFORM_BIAS_GRAD_K
                 .launch(dtype, &[&gc], &meta)
-                .output(&bi.shape, x.dtype)?,
+                .output(&bi.shape, input.x.dtype)?,
         ),
         None => None,
     };
 
     // Input gradient (scatter with atomic adds into a zeroed buffer).
-    let gx = full(device, &x.shape, ScalarValue::F(0.0), dtype)?;
+    let gx = full(device, &input.x.shape, ScalarValue::F(0.0), dtype)?;
     // Bounds: one item per element of `col` [C, KH, KW, B, OH, OW] (its element count is the
     // global size); each reads `col[i]` and `off`/`mask` at checked-shape indices, and adds
     // atomically (a compare-exchange loop on the element's bits, OpenCL 1.1 §6.11.11) into
@@ -1567,5 +1570,5 @@ pub fn deform_conv2d_backward(
         .launch(dtype, &[&oc, mbuf, &col], &meta)
         .run(&[&gx], col.numel())?;
 
-    Ok((finish(gx, x.dtype)?, go, gw, gm, gb))
+    Ok((finish(gx, input.x.dtype)?, go, gw, gm, gb))
 }
