@@ -496,17 +496,7 @@ mod tests {
 
     #[test]
     fn run_sh_is_valid_bash() {
-        let script = render_run_sh("$PWD");
-        let out = Cmd::new("bash")
-            .args(["-n", "-c"])
-            .arg(script)
-            .output()
-            .expect("bash runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::test_util::assert_valid_bash(render_run_sh("$PWD"));
     }
 
     /// The archive built in one folder runs from another: the xpu-cli tests (which read

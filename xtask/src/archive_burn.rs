@@ -64,29 +64,9 @@ pub(crate) fn build(root: &Path, out: &Path, cuda: bool) -> Result<()> {
         "burn_suite",
         "test",
     )?;
-    let train = executable(
-        Cmd::cargo()
-            .args([
-                "build",
-                "--release",
-                "-p",
-                "xpu-burn",
-                "--example",
-                "train",
-                "--message-format",
-                "json-render-diagnostics",
-            ])
-            .envs(&envs)
-            .current_dir(root),
-        "build-train",
-        "train",
-        "example",
-    )?;
+    let train = build_example(root, &envs, "train", &[], "build-train")?;
     for (from, name) in [(&suite, "burn_suite"), (&train, "train")] {
-        let to = out.join(name);
-        copy(from, &to)?;
-        strip(&to);
-        set_executable(&to)?;
+        install(from, &out.join(name))?;
     }
     copy(&root.join(TORCH_SCRIPT), &out.join("train_torch.py"))?;
     if cuda {
@@ -105,35 +85,42 @@ pub(crate) fn build(root: &Path, out: &Path, cuda: bool) -> Result<()> {
 /// build leaves the archive without it (run.sh then skips that step) and says why: burn's
 /// CUDA backend is a comparison, not part of the project.
 fn build_train_cuda(root: &Path, out: &Path, envs: &[(String, String)]) {
-    let built = executable(
-        Cmd::cargo()
-            .args([
-                "build",
-                "--release",
-                "-p",
-                "xpu-burn",
-                "--features",
-                "cuda-compare",
-                "--example",
-                "train_cuda",
-                "--message-format",
-                "json-render-diagnostics",
-            ])
-            .envs(envs)
-            .current_dir(root),
-        "build-train-cuda",
+    let built = build_example(
+        root,
+        envs,
         "train_cuda",
-        "example",
+        &["--features", "cuda-compare"],
+        "build-train-cuda",
     )
-    .and_then(|from| {
-        let to = out.join("train_cuda");
-        copy(&from, &to)?;
-        strip(&to);
-        set_executable(&to)
-    });
+    .and_then(|from| install(&from, &out.join("train_cuda")));
     if let Err(e) = built {
         println!("==> no train_cuda in the archive (burn's CUDA backend did not build): {e:#}");
     }
+}
+
+/// Builds xpu-burn's example `name` in release (with the extra cargo arguments `extra`, e.g.
+/// features) as step `step`, and returns its executable.
+fn build_example(
+    root: &Path,
+    envs: &[(String, String)],
+    name: &str,
+    extra: &[&str],
+    step: &str,
+) -> Result<PathBuf> {
+    let cmd = Cmd::cargo()
+        .args(["build", "--release", "-p", "xpu-burn", "--example", name])
+        .args(extra.iter().copied())
+        .args(["--message-format", "json-render-diagnostics"])
+        .envs(envs)
+        .current_dir(root);
+    executable(cmd, step, name, "example")
+}
+
+/// Copies the executable `from` to `to`, strips it and marks it executable.
+fn install(from: &Path, to: &Path) -> Result<()> {
+    copy(from, to)?;
+    strip(to);
+    set_executable(to)
 }
 
 /// Runs a cargo build that prints JSON messages (`cmd`) and returns the executable it built
@@ -181,16 +168,7 @@ mod tests {
 
     #[test]
     fn run_sh_is_valid_bash() {
-        let out = Cmd::new("bash")
-            .args(["-n", "-c"])
-            .arg(render_run_sh())
-            .output()
-            .expect("bash runs");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::test_util::assert_valid_bash(render_run_sh());
     }
 
     #[test]
@@ -239,6 +217,20 @@ mod tests {
         built.then_some(bin)
     }
 
+    /// The suite step of run.sh on the stand-in suite in a fresh directory named after
+    /// `tag` (the process aborting in `d_may_crash` when `crash`): the exit code, run.log
+    /// and burn_suite.log, and the directory (for the caller to remove). `None` (after
+    /// saying so) when rustc cannot build the stand-in.
+    fn suite_step(tag: &str, crash: bool) -> Option<(Option<i32>, String, String, PathBuf)> {
+        let dir = crate::test_util::scratch_dir(tag);
+        if fake_suite(&dir).is_none() {
+            eprintln!("skipping: rustc cannot build the stand-in test binary");
+            return None;
+        }
+        let (code, log, suite_log) = run_suite_step(&dir, crash);
+        Some((code, log, suite_log, dir))
+    }
+
     fn run_suite_step(dir: &Path, crash: bool) -> (Option<i32>, String, String) {
         let run_sh = dir.join("run.sh");
         std::fs::write(&run_sh, render_run_sh()).unwrap();
@@ -267,12 +259,9 @@ mod tests {
 
     #[test]
     fn suite_step_counts_from_the_libtest_summary() {
-        let dir = crate::test_util::scratch_dir("burn-suite-summary");
-        let Some(_) = fake_suite(&dir) else {
-            eprintln!("skipping: rustc cannot build the stand-in test binary");
+        let Some((code, log, suite_log, dir)) = suite_step("burn-suite-summary", false) else {
             return;
         };
-        let (code, log, suite_log) = run_suite_step(&dir, false);
         let counts =
             "burn suite counts: 3 passed; 1 failed; 1 ignored; 0 crashed or hung; 0 not run";
         assert_eq!(code, Some(1), "{log}");
@@ -287,12 +276,9 @@ mod tests {
 
     #[test]
     fn suite_step_names_the_test_that_crashed_and_counts_the_others() {
-        let dir = crate::test_util::scratch_dir("burn-suite-crash");
-        let Some(_) = fake_suite(&dir) else {
-            eprintln!("skipping: rustc cannot build the stand-in test binary");
+        let Some((code, log, suite_log, dir)) = suite_step("burn-suite-crash", true) else {
             return;
         };
-        let (code, log, suite_log) = run_suite_step(&dir, true);
         assert_eq!(code, Some(1), "{log}");
         assert!(log.contains("running the tests one at a time"), "{log}");
         assert!(log.contains("d_may_crash: crashed or hung"), "{log}");

@@ -112,6 +112,11 @@ impl Cmd {
             .command()
             .status()
             .with_context(|| format!("step `{step}` failed: cannot start `{}`", self.display()))?;
+        self.check_step(step, status)
+    }
+
+    /// Fails naming the step (and the hint) when the command exited unsuccessfully.
+    fn check_step(&self, step: &str, status: std::process::ExitStatus) -> Result<()> {
         if !status.success() {
             let code = status
                 .code()
@@ -140,21 +145,7 @@ impl Cmd {
             .stderr(Stdio::inherit())
             .output()
             .with_context(|| format!("step `{step}` failed: cannot start `{}`", self.display()))?;
-        if !out.status.success() {
-            let code = out
-                .status
-                .code()
-                .map_or_else(|| "a signal".to_owned(), |c| c.to_string());
-            let mut msg = format!(
-                "step `{step}` failed: `{}` exited with {code}",
-                self.display()
-            );
-            if let Some(hint) = &self.hint {
-                msg.push_str("\n  hint: ");
-                msg.push_str(hint);
-            }
-            bail!(msg);
-        }
+        self.check_step(step, out.status)?;
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 

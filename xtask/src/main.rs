@@ -140,6 +140,20 @@ pub(crate) mod test_util {
         std::fs::create_dir_all(&dir).expect("create a scratch dir");
         dir
     }
+
+    /// Asserts that `bash -n` accepts `script` (it parses; nothing runs).
+    pub(crate) fn assert_valid_bash(script: String) {
+        let out = crate::cmd::Cmd::new("bash")
+            .args(["-n", "-c"])
+            .arg(script)
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[cfg(test)]

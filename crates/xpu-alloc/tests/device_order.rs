@@ -21,13 +21,13 @@ fn device() -> bool {
     xpu_testing::devices(1)
 }
 
-/// A private allocator of device 0 with a 12 MiB block `x` allocated on a [`fresh_stream`];
-/// `None` (the test is skipped) without a device.
-fn block_on_fresh_stream() -> Option<(DeviceAllocator, ExternalStream, DataPtr)> {
+/// A private allocator of device 0 with a block `x` of `len` bytes allocated on a
+/// [`fresh_stream`]; `None` (the test is skipped) without a device.
+fn block_on_fresh_stream(len: u64) -> Option<(DeviceAllocator, ExternalStream, DataPtr)> {
     device().then(|| {
         let alloc = private("");
         let s = fresh_stream(0);
-        let x = alloc.allocate(12 * MIB, &s.stream()).unwrap();
+        let x = alloc.allocate(len, &s.stream()).unwrap();
         (alloc, s, x)
     })
 }
@@ -75,14 +75,11 @@ fn copy_out(
 /// the same size on D and fill it: E's read must still see X's contents.
 #[test]
 fn recorded_use_on_a_dropped_stream_still_orders_reuse() {
-    if !device() {
-        return;
-    }
     const N: u64 = 64 * 1024;
-    let alloc = private("");
-    let d = fresh_stream(0);
+    let Some((alloc, d, x)) = block_on_fresh_stream(N) else {
+        return;
+    };
     let e = fresh_stream(0);
-    let x = alloc.allocate(N, &d.stream()).unwrap();
     let x_addr = x.address();
     x.view()
         .unwrap()
@@ -162,7 +159,7 @@ fn a_block_freed_with_a_pending_recorded_use_is_not_handed_out_from_the_thread_c
 /// while that copy is queued (reserved stays 24 MiB until the work completes).
 #[test]
 fn empty_cache_waits_for_queued_work_on_the_segment() {
-    let Some((alloc, s, x)) = block_on_fresh_stream() else {
+    let Some((alloc, s, x)) = block_on_fresh_stream(12 * MIB) else {
         return;
     };
     let _keep = alloc.allocate(12 * MIB, &s.stream()).unwrap();
@@ -261,7 +258,7 @@ fn a_request_the_driver_can_never_serve_is_too_large_without_retries() {
 /// on its stream has completed (the drop waits for it).
 #[test]
 fn dropping_an_allocator_waits_for_queued_work_on_its_segments() {
-    let Some((alloc, s, x)) = block_on_fresh_stream() else {
+    let Some((alloc, s, x)) = block_on_fresh_stream(12 * MIB) else {
         return;
     };
     let outs = private("");
@@ -294,14 +291,11 @@ fn dropping_an_allocator_waits_for_queued_work_on_its_segments() {
 /// the block went to the next allocation of its size, and A's fill overwrote its bytes.
 #[test]
 fn a_failed_free_marker_keeps_the_block_out_of_the_cache_while_earlier_work_is_queued() {
-    if !device() {
-        return;
-    }
     const N: usize = 64 * 1024;
-    let alloc = private("");
-    let d = fresh_stream(0);
+    let Some((alloc, d, x)) = block_on_fresh_stream(N as u64) else {
+        return;
+    };
     let e = fresh_stream(0);
-    let x = alloc.allocate(N as u64, &d.stream()).unwrap();
     let x_addr = x.address();
     let a = Gate::new(0).unwrap();
     a.block(&e.stream()).unwrap();

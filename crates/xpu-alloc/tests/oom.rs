@@ -325,6 +325,12 @@ fn limit_to_64_mib_above_reserved() -> u64 {
     base
 }
 
+/// Runs `body` as scenario `scenario` of test `test` in a child process (this test binary
+/// re-run, 60 s at most), which must print `done` at its end.
+fn in_child(test: &str, scenario: &str, body: fn()) {
+    xpu_testing::scenario_test(test, scenario, Duration::from_secs(60), "done", body);
+}
+
 /// A fresh stream of device 0 (leaked: the scenario's child process ends with it), once
 /// [`limit_to_64_mib_above_reserved`] ran; and what device 0 reserved then.
 fn limited_stream() -> (xpu_stream::Stream, u64) {
@@ -334,11 +340,9 @@ fn limited_stream() -> (xpu_stream::Stream, u64) {
 
 #[test]
 fn a_pool_allocation_served_after_releasing_the_default_cache_counts_no_oom() {
-    xpu_testing::scenario_test(
+    in_child(
         "a_pool_allocation_served_after_releasing_the_default_cache_counts_no_oom",
         "pool-oom-count",
-        Duration::from_secs(60),
-        "done",
         || {
             let (s, base) = limited_stream();
             // 40 MiB cached by the default pool.
@@ -405,11 +409,9 @@ fn with_a_pending_pool_release<T: Send + 'static>(
 /// out-of-memory error was returned, none is counted.
 #[test]
 fn a_default_pool_allocation_served_after_pool_releases_counts_no_oom() {
-    xpu_testing::scenario_test(
+    in_child(
         "a_default_pool_allocation_served_after_pool_releases_counts_no_oom",
         "device-oom-count",
-        Duration::from_secs(60),
-        "done",
         || {
             let (block, s) =
                 with_a_pending_pool_release(|s| xpu_alloc::allocate(40 * MIB, s).unwrap());
@@ -445,11 +447,9 @@ fn a_default_pool_allocation_served_after_pool_releases_counts_no_oom() {
 /// `raw_alloc` retries as `allocate` does: served once the pending pool releases are done.
 #[test]
 fn raw_alloc_is_served_after_pending_pool_releases() {
-    xpu_testing::scenario_test(
+    in_child(
         "raw_alloc_is_served_after_pending_pool_releases",
         "raw-after-pool-release",
-        Duration::from_secs(60),
-        "done",
         || {
             let (ptr, _s) =
                 with_a_pending_pool_release(|s| xpu_alloc::raw_alloc_with_stream(40 * MIB, s));
@@ -467,11 +467,9 @@ fn raw_alloc_is_served_after_pending_pool_releases() {
 /// those 40 MiB, not the default pool's 0.
 #[test]
 fn the_oom_report_of_a_device_allocation_counts_private_pools() {
-    xpu_testing::scenario_test(
+    in_child(
         "the_oom_report_of_a_device_allocation_counts_private_pools",
         "oom-report-pools",
-        Duration::from_secs(60),
-        "done",
         || {
             let (s, _) = limited_stream();
             let pool = MemPool::new(0).unwrap();

@@ -7,6 +7,7 @@
 //! `cargo run --release -p xpu-burn --example train -- [--steps N] [--batch B]`
 //! (defaults: 300 steps, batch 64; `cargo xtask test` runs a short version).
 
+use std::process::ExitCode;
 use std::time::Instant;
 
 use burn::module::Module;
@@ -129,7 +130,9 @@ pub(crate) fn train<B: AutodiffBackend>(
     (first, end, timed)
 }
 
-fn main() -> std::process::ExitCode {
+/// The command line `[--steps N] [--batch B]` (defaults 300 and 64) of the example `prog`,
+/// or the exit code after printing its usage.
+pub(crate) fn parse_args(prog: &str) -> Result<(usize, usize), ExitCode> {
     let mut steps = 300usize;
     let mut batch_size = 64usize;
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -140,30 +143,45 @@ fn main() -> std::process::ExitCode {
             ("--steps", Some(v)) => steps = v,
             ("--batch", Some(v)) => batch_size = v,
             _ => {
-                eprintln!("usage: train [--steps N] [--batch B]");
-                return std::process::ExitCode::from(2);
+                eprintln!("usage: {prog} [--steps N] [--batch B]");
+                return Err(ExitCode::from(2));
             }
         }
     }
+    Ok((steps, batch_size))
+}
+
+/// Prints the result of [`train`] and the example's verdict: success when the loss fell
+/// by half.
+pub(crate) fn report(prog: &str, (first, end, step_ms): (f32, f32, f64)) -> ExitCode {
+    println!("loss {first:.4} -> {end:.4}; {step_ms:.3} ms per step (after 5 warm-up steps)");
+    if end < 0.5 * first {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("{prog}: the loss did not fall by half ({first} -> {end})");
+        ExitCode::FAILURE
+    }
+}
+
+fn main() -> ExitCode {
+    let (steps, batch_size) = match parse_args("train") {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
     if let Err(e) = xpu::init() {
         eprintln!("train: no OpenCL device: {e}");
-        return std::process::ExitCode::FAILURE;
+        return ExitCode::FAILURE;
     }
     let device = XpuDevice::default();
     println!(
         "training a transformer block ({SEQ}x{D_MODEL}, {HEADS} heads) on {} for {steps} steps, batch {batch_size}",
         <Xpu as Backend>::name(&device)
     );
-    let (first, end, step_ms) = train::<Autodiff<Xpu>>(steps, batch_size, &device);
-    println!("loss {first:.4} -> {end:.4}; {step_ms:.3} ms per step (after 5 warm-up steps)");
+    let result = train::<Autodiff<Xpu>>(steps, batch_size, &device);
+    let code = report("train", result);
     println!(
         "{}",
         xpu::memory_summary(Some(device.index), true).unwrap_or_default()
     );
-    if end < 0.5 * first {
-        std::process::ExitCode::SUCCESS
-    } else {
-        eprintln!("train: the loss did not fall by half ({first} -> {end})");
-        std::process::ExitCode::FAILURE
-    }
+    code
 }

@@ -16,32 +16,15 @@ use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
 
 fn main() -> std::process::ExitCode {
-    let mut steps = 300usize;
-    let mut batch_size = 64usize;
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let v = it.next().and_then(|v| v.parse::<usize>().ok());
-        match (a.as_str(), v) {
-            ("--steps", Some(v)) => steps = v,
-            ("--batch", Some(v)) => batch_size = v,
-            _ => {
-                eprintln!("usage: train_cuda [--steps N] [--batch B]");
-                return std::process::ExitCode::from(2);
-            }
-        }
-    }
+    let (steps, batch_size) = match xpu_train::parse_args("train_cuda") {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
     let device = CudaDevice::default();
     println!(
         "training train.rs's transformer block on {} for {steps} steps, batch {batch_size}",
         <Cuda as Backend>::name(&device)
     );
-    let (first, end, step_ms) = xpu_train::train::<Autodiff<Cuda>>(steps, batch_size, &device);
-    println!("loss {first:.4} -> {end:.4}; {step_ms:.3} ms per step (after 5 warm-up steps)");
-    if end < 0.5 * first {
-        std::process::ExitCode::SUCCESS
-    } else {
-        eprintln!("train_cuda: the loss did not fall by half ({first} -> {end})");
-        std::process::ExitCode::FAILURE
-    }
+    let result = xpu_train::train::<Autodiff<Cuda>>(steps, batch_size, &device);
+    xpu_train::report("train_cuda", result)
 }

@@ -43,6 +43,18 @@ fn next_commands_run(s: &xpu_stream::Stream) {
     s.synchronize().unwrap();
 }
 
+/// A stream of device 0 waiting (`wait_event`: a barrier) for a fresh user event adopted as
+/// an xpu event of another stream (`Event::from_cl_event`): the waiting stream, the user
+/// event and the adopted event (the only other handle of the user event).
+fn waiting_on_a_user_event() -> (xpu_stream::Stream, xpu_device::backend::ClEvent, Event) {
+    let s0 = common::fresh_stream(0).leak();
+    let s1 = common::fresh_stream(0).leak();
+    let user = xpu_device::device(0).unwrap().create_user_event().unwrap();
+    let adopted = Event::from_cl_event(user.clone(), &s0, EventFlags::default()).unwrap();
+    s1.wait_event(&adopted).unwrap();
+    (s1, user, adopted)
+}
+
 /// A gate's user event failed (`set_failed` on [`Gate::as_cl_event`]) while a stream waits on
 /// it behind the gate's barrier: the process goes on, the stream runs later work.
 /// Before: the child aborted in `clSetUserEventStatus` (`PTHREAD ERROR in
@@ -65,13 +77,10 @@ fn a_failed_gate_event_behind_a_gate_barrier_does_not_abort_the_process() {
 #[test]
 fn a_failed_user_event_behind_wait_event_does_not_abort_the_process() {
     in_child("set_failed", 1, || {
-        let s0 = common::fresh_stream(0).leak();
-        let s1 = common::fresh_stream(0).leak();
-        let user = xpu_device::device(0).unwrap().create_user_event().unwrap();
-        let adopted = Event::from_cl_event(user.clone(), &s0, EventFlags::default()).unwrap();
-        s1.wait_event(&adopted).unwrap();
+        let (s1, user, adopted) = waiting_on_a_user_event();
         user.set_failed(-5).unwrap();
         next_commands_run(&s1);
+        drop(adopted);
     });
 }
 
@@ -82,11 +91,8 @@ fn a_failed_user_event_behind_wait_event_does_not_abort_the_process() {
 #[test]
 fn an_unset_user_event_dropped_behind_wait_event_does_not_abort_the_process() {
     in_child("dropped", 1, || {
-        let s0 = common::fresh_stream(0).leak();
-        let s1 = common::fresh_stream(0).leak();
-        let user = xpu_device::device(0).unwrap().create_user_event().unwrap();
-        let adopted = Event::from_cl_event(user, &s0, EventFlags::default()).unwrap();
-        s1.wait_event(&adopted).unwrap();
+        let (s1, user, adopted) = waiting_on_a_user_event();
+        drop(user);
         drop(adopted);
         next_commands_run(&s1);
     });

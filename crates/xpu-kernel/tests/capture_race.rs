@@ -146,6 +146,21 @@ fn holds_v(buf: &DeviceBuffer<u32>) -> bool {
     v == vec![V; N]
 }
 
+/// [`race`] of `direct`, a write of `V` over a zeroed buffer (given to it) on device 0's
+/// stream (also given), judged by [`assert_refused_or_before_capture`] as `what`; skipped
+/// without a device.
+fn race_a_write_of_v<T, E: std::fmt::Debug>(
+    what: &str,
+    direct: impl FnOnce(Stream, &RefCell<DeviceBuffer<u32>>) -> Result<T, E>,
+) {
+    let Some((s, _ext)) = device0_stream() else {
+        return;
+    };
+    let buf = RefCell::new(zeroed(&s));
+    let outcome = race(s, || direct(s, &buf), || holds_v(&buf.borrow()));
+    assert_refused_or_before_capture(what, outcome);
+}
+
 #[test]
 fn a_launch_racing_a_capture_begin_is_refused_or_enqueued_before_it() {
     let Some((s, _ext)) = device0_stream() else {
@@ -169,31 +184,21 @@ fn a_launch_racing_a_capture_begin_is_refused_or_enqueued_before_it() {
 
 #[test]
 fn a_typed_fill_racing_a_capture_begin_is_refused_or_enqueued_before_it() {
-    let Some((s, _ext)) = device0_stream() else {
-        return;
-    };
-    let buf = RefCell::new(zeroed(&s));
-    let outcome = race(
-        s,
-        || xpu_kernel::memory::fill(&s, &mut buf.borrow_mut().as_slice_mut(), V),
-        || holds_v(&buf.borrow()),
-    );
-    assert_refused_or_before_capture("typed fill", outcome);
+    race_a_write_of_v("typed fill", |s, buf| {
+        xpu_kernel::memory::fill(&s, &mut buf.borrow_mut().as_slice_mut(), V)
+    });
 }
 
 #[test]
 fn an_allocator_fill_racing_a_capture_begin_is_refused_or_enqueued_before_it() {
-    let Some((s, _ext)) = device0_stream() else {
-        return;
-    };
-    let buf = zeroed(&s);
     let pattern = V.to_ne_bytes();
-    let outcome = race(
-        s,
-        || buf.data_ptr().view().unwrap().fill(&s, &pattern, 0, N * 4),
-        || holds_v(&buf),
-    );
-    assert_refused_or_before_capture("allocator fill", outcome);
+    race_a_write_of_v("allocator fill", |s, buf| {
+        buf.borrow()
+            .data_ptr()
+            .view()
+            .unwrap()
+            .fill(&s, &pattern, 0, N * 4)
+    });
 }
 
 #[test]
@@ -242,13 +247,8 @@ fn a_foreign_call_racing_a_capture_begin_is_refused_or_enqueued_before_it() {
     use xpu_device::backend::{Buffer, CommandQueue};
     use xpu_kernel::interop::{ClRegion, ForeignQueue};
     use xpu_kernel::ForeignExt;
-    let Some((s, _ext)) = device0_stream() else {
-        return;
-    };
-    let buf = RefCell::new(zeroed(&s));
-    let outcome = race(
-        s,
-        || {
+    race_a_write_of_v("foreign call", |s, buf| {
+        {
             let mut b = buf.borrow_mut();
             let (mem, size) = b.data_ptr().block_cl_mem().unwrap();
             let mut view = b.as_slice_mut();
@@ -271,10 +271,8 @@ fn a_foreign_call_racing_a_capture_begin_is_refused_or_enqueued_before_it() {
             // SAFETY: `library` fills the region's N elements (writable) on the given queue,
             // keeps no handle, begins no capture and waits for nothing.
             unsafe { s.foreign().uses_elements(&region, N).unwrap().call(library) }
-        },
-        || holds_v(&buf.borrow()),
-    );
-    assert_refused_or_before_capture("foreign call", outcome);
+        }
+    });
 }
 
 /// The permit covers a blocking read's enqueue, not its wait: a capture begun while a read

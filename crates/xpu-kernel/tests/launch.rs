@@ -785,6 +785,16 @@ fn element_problem(err: &KernelError, index: u32) -> Option<(String, &'static st
     }
 }
 
+/// Asserts that `err` is the `ElementType` problem of argument `index`: a parameter of
+/// type `expected` given a buffer of `found`.
+fn assert_element_problem(err: &KernelError, index: u32, expected: &str, found: &'static str) {
+    assert_eq!(
+        element_problem(err, index),
+        Some((expected.to_owned(), found)),
+        "{err:?}"
+    );
+}
+
 fn buffers(
     s: &Stream,
 ) -> (
@@ -812,44 +822,20 @@ fn a_typed_buffer_of_another_element_type_than_the_pointer_parameter_is_refused(
     let doubles = DeviceBuffer::<f64>::zeroed(N, &s).unwrap();
     let err = s.launch(&f, &[N], None).unwrap().arg(&doubles).unwrap_err();
     println!("f64 for float*: {err}");
-    assert_eq!(
-        element_problem(&err, 0),
-        Some(("float*".to_owned(), "f64")),
-        "{err:?}"
-    );
+    assert_element_problem(&err, 0, "float*", "f64");
     assert!(
         err.to_string().contains("f64") && err.to_string().contains("float*"),
         "{err}"
     );
+    // The launch with `y` as its first argument, for the refusals of the next ones.
+    let after_y = || s.launch(&f, &[N], None).unwrap().arg(&y).unwrap();
     // f32 for `uint *idx`: same size, another kind.
-    let err = s
-        .launch(&f, &[N], None)
-        .unwrap()
-        .arg(&y)
-        .unwrap()
-        .arg(&y)
-        .unwrap_err();
-    assert_eq!(
-        element_problem(&err, 1),
-        Some(("uint*".to_owned(), "f32")),
-        "{err:?}"
-    );
+    let err = after_y().arg(&y).unwrap_err();
+    assert_element_problem(&err, 1, "uint*", "f32");
     // u64 for `float4 *v`.
     let longs = DeviceBuffer::<u64>::zeroed(4, &s).unwrap();
-    let err = s
-        .launch(&f, &[N], None)
-        .unwrap()
-        .arg(&y)
-        .unwrap()
-        .arg(&idx)
-        .unwrap()
-        .arg(&longs)
-        .unwrap_err();
-    assert_eq!(
-        element_problem(&err, 2),
-        Some(("float4*".to_owned(), "u64")),
-        "{err:?}"
-    );
+    let err = after_y().arg(&idx).unwrap().arg(&longs).unwrap_err();
+    assert_element_problem(&err, 2, "float4*", "u64");
 
     // What may match passes: a byte buffer for `float *y`, an untyped allocation for `uint *`,
     // the component type for `float4 *`, any buffer for `uchar *`.
@@ -897,13 +883,7 @@ fn a_captured_launch_refuses_a_typed_buffer_of_another_element_type_too() {
     })
     .unwrap_err();
     match &err {
-        GraphError::Kernel(k) => {
-            assert_eq!(
-                element_problem(k, 0),
-                Some(("float*".to_owned(), "f64")),
-                "{err:?}"
-            );
-        }
+        GraphError::Kernel(k) => assert_element_problem(k, 0, "float*", "f64"),
         other => panic!("{other:?}"),
     }
 }

@@ -2,9 +2,8 @@
 //! queued calls included (one process: one test, since initialization happens once).
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[test]
@@ -24,27 +23,8 @@ fn held_init() {
     assert!(!xpu_lazy::is_initialized(), "fresh process");
     // The hook: a queued call that says it runs, then holds the initialization until the test
     // lets it go. When it runs, the driver is initialized (enumeration came first).
-    let (entered_tx, entered_rx) = mpsc::channel::<()>();
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let entered_tx = Mutex::new(entered_tx);
-    let release_rx = Mutex::new(release_rx);
-    let done = Arc::new(AtomicBool::new(false));
-    let d = Arc::clone(&done);
-    xpu_lazy::lazy_call(move || {
-        entered_tx.lock().unwrap().send(()).unwrap();
-        release_rx
-            .lock()
-            .unwrap()
-            .recv_timeout(Duration::from_secs(30))
-            .map_err(|e| format!("the test never released the queued call: {e}"))?;
-        d.store(true, Ordering::SeqCst);
-        Ok(())
-    })
-    .unwrap();
-    let initializer = std::thread::spawn(xpu_lazy::init);
-    entered_rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("init ran the queued call");
+    let held = common::hold_init();
+    let done = Arc::clone(&held.finished);
 
     // Held inside the queued call: the driver is initialized (a child forked now would be a
     // bad fork), but the initialization has not finished, so the flag is false.
@@ -55,18 +35,17 @@ fn held_init() {
         "the fork rule holds during init: {report:?}"
     );
     let seen_while_held = xpu_lazy::is_initialized();
-    assert!(!done.load(Ordering::SeqCst));
+    assert_eq!(done.load(Ordering::SeqCst), 0);
     // Another thread reads the same.
     let other = std::thread::spawn(xpu_lazy::is_initialized).join().unwrap();
     println!("while the queued call holds init: is_initialized={seen_while_held} (other thread: {other})");
 
-    release_tx.send(()).unwrap();
-    initializer.join().unwrap().unwrap();
+    held.release();
     assert!(
         !seen_while_held && !other,
         "is_initialized() was true while a queued call of the first initialization still ran"
     );
-    assert!(done.load(Ordering::SeqCst));
+    assert_eq!(done.load(Ordering::SeqCst), 1);
     assert!(
         xpu_lazy::is_initialized(),
         "true once lazy_init has finished"

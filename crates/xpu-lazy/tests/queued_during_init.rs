@@ -2,10 +2,8 @@
 //! exactly once, also one queued by another thread during init.
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 #[test]
 fn call_queued_by_another_thread_during_init_runs_exactly_once() {
@@ -14,35 +12,15 @@ fn call_queued_by_another_thread_during_init_runs_exactly_once() {
     }
     // The first queued call tells the test it is running, then blocks until the test has
     // queued a second call from another thread (this one) while init is in progress.
-    let (entered_tx, entered_rx) = mpsc::channel::<()>();
-    let (queued_tx, queued_rx) = mpsc::channel::<()>();
-    let entered_tx = Mutex::new(entered_tx);
-    let queued_rx = Mutex::new(queued_rx);
-    let first_runs = Arc::new(AtomicUsize::new(0));
-    let f = Arc::clone(&first_runs);
-    xpu_lazy::lazy_call(move || {
-        f.fetch_add(1, Ordering::SeqCst);
-        entered_tx.lock().unwrap().send(()).unwrap();
-        queued_rx
-            .lock()
-            .unwrap()
-            .recv_timeout(Duration::from_secs(20))
-            .map_err(|e| format!("the test never queued its call: {e}"))?;
-        Ok(())
-    })
-    .unwrap();
-    let initializer = std::thread::spawn(xpu_lazy::init);
-    entered_rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("init ran the first queued call");
+    let held = common::hold_init();
+    let first_runs = Arc::clone(&held.finished);
     let late_runs = common::queue_counting_call();
     assert_eq!(
         late_runs.load(Ordering::SeqCst),
         0,
         "queued (init in progress), not run on this thread"
     );
-    queued_tx.send(()).unwrap();
-    initializer.join().unwrap().unwrap();
+    held.release();
     assert_eq!(first_runs.load(Ordering::SeqCst), 1);
     assert_eq!(
         late_runs.load(Ordering::SeqCst),

@@ -10,27 +10,40 @@ use burn_tensor::ops::{
 };
 
 use crate::error::or_panic;
-use crate::ops::nn::{self, ConvParams, DeformParams, Interpolation};
+use crate::ops::nn::{self, ConvParams, DeformInput, DeformParams, Interpolation, Pool2d};
 use crate::Xpu;
 
-fn conv_params<const N: usize>(o: &ConvOptions<N>) -> ConvParams<N> {
-    ConvParams {
-        stride: o.stride,
-        padding: o.padding,
-        dilation: o.dilation,
-        padding_out: [0; N],
-        groups: o.groups,
+/// burn's convolution options as [`ConvParams`].
+trait ToConvParams<const N: usize> {
+    fn params(&self) -> ConvParams<N>;
+}
+
+impl<const N: usize> ToConvParams<N> for ConvOptions<N> {
+    fn params(&self) -> ConvParams<N> {
+        ConvParams::new(self.stride, self.padding, self.dilation, self.groups)
     }
 }
 
-fn conv_t_params<const N: usize>(o: &ConvTransposeOptions<N>) -> ConvParams<N> {
-    ConvParams {
-        stride: o.stride,
-        padding: o.padding,
-        dilation: o.dilation,
-        padding_out: o.padding_out,
-        groups: o.groups,
+impl<const N: usize> ToConvParams<N> for ConvTransposeOptions<N> {
+    fn params(&self) -> ConvParams<N> {
+        ConvParams::new(self.stride, self.padding, self.dilation, self.groups)
+            .transposed(self.padding_out)
     }
+}
+
+/// A convolution method of [`ModuleOps`] (burn declares one per rank and kind; all run
+/// [`nn::conv`], whose parameters say the rank and whether it is transposed).
+macro_rules! conv_op {
+    ($name:ident, $options:ty) => {
+        fn $name(
+            x: FloatTensor<Self>,
+            weight: FloatTensor<Self>,
+            bias: Option<FloatTensor<Self>>,
+            options: $options,
+        ) -> FloatTensor<Self> {
+            or_panic(nn::conv(&x, &weight, bias.as_ref(), options.params()))
+        }
+    };
 }
 
 fn deform_params(o: &DeformConvOptions<2>) -> DeformParams {
@@ -43,6 +56,20 @@ fn deform_params(o: &DeformConvOptions<2>) -> DeformParams {
     }
 }
 
+fn pool2d(
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    padding: [usize; 2],
+    dilation: [usize; 2],
+) -> Pool2d {
+    Pool2d {
+        kernel,
+        stride,
+        padding,
+        dilation,
+    }
+}
+
 fn mode(o: &InterpolateOptions) -> Interpolation {
     match o.mode {
         InterpolateMode::Nearest => Interpolation::Nearest,
@@ -52,14 +79,10 @@ fn mode(o: &InterpolateOptions) -> Interpolation {
 }
 
 impl ModuleOps<Self> for Xpu {
-    fn conv2d(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: Option<FloatTensor<Self>>,
-        options: ConvOptions<2>,
-    ) -> FloatTensor<Self> {
-        or_panic(nn::conv(&x, &weight, bias.as_ref(), conv_params(&options)))
-    }
+    conv_op!(conv2d, ConvOptions<2>);
+    conv_op!(conv3d, ConvOptions<3>);
+    conv_op!(conv_transpose2d, ConvTransposeOptions<2>);
+    conv_op!(conv_transpose3d, ConvTransposeOptions<3>);
 
     fn deform_conv2d(
         x: FloatTensor<Self>,
@@ -69,14 +92,14 @@ impl ModuleOps<Self> for Xpu {
         bias: Option<FloatTensor<Self>>,
         options: DeformConvOptions<2>,
     ) -> FloatTensor<Self> {
-        or_panic(nn::deform_conv2d(
-            &x,
-            &offset,
-            &weight,
-            mask.as_ref(),
-            bias.as_ref(),
-            deform_params(&options),
-        ))
+        let input = DeformInput {
+            x: &x,
+            offset: &offset,
+            weight: &weight,
+            mask: mask.as_ref(),
+            bias: bias.as_ref(),
+        };
+        or_panic(nn::deform_conv2d(input, deform_params(&options)))
     }
 
     fn deform_conv2d_backward(
@@ -88,54 +111,17 @@ impl ModuleOps<Self> for Xpu {
         output_grad: FloatTensor<Self>,
         options: DeformConvOptions<2>,
     ) -> DeformConv2dBackward<Self> {
-        let (x_grad, offset_grad, weight_grad, mask_grad, bias_grad) =
-            or_panic(nn::deform_conv2d_backward(
-                &x,
-                &offset,
-                &weight,
-                mask.as_ref(),
-                bias.as_ref(),
-                &output_grad,
-                deform_params(&options),
-            ));
+        let input = DeformInput {
+            x: &x,
+            offset: &offset,
+            weight: &weight,
+            mask: mask.as_ref(),
+            bias: bias.as_ref(),
+        };
+        let (x_grad, offset_grad, weight_grad, mask_grad, bias_grad) = or_panic(
+            nn::deform_conv2d_backward(input, &output_grad, deform_params(&options)),
+        );
         DeformConv2dBackward::new(x_grad, offset_grad, weight_grad, mask_grad, bias_grad)
-    }
-
-    fn conv3d(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: Option<FloatTensor<Self>>,
-        options: ConvOptions<3>,
-    ) -> FloatTensor<Self> {
-        or_panic(nn::conv(&x, &weight, bias.as_ref(), conv_params(&options)))
-    }
-
-    fn conv_transpose2d(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: Option<FloatTensor<Self>>,
-        options: ConvTransposeOptions<2>,
-    ) -> FloatTensor<Self> {
-        or_panic(nn::conv_transpose(
-            &x,
-            &weight,
-            bias.as_ref(),
-            conv_t_params(&options),
-        ))
-    }
-
-    fn conv_transpose3d(
-        x: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: Option<FloatTensor<Self>>,
-        options: ConvTransposeOptions<3>,
-    ) -> FloatTensor<Self> {
-        or_panic(nn::conv_transpose(
-            &x,
-            &weight,
-            bias.as_ref(),
-            conv_t_params(&options),
-        ))
     }
 
     fn avg_pool2d(
@@ -145,13 +131,8 @@ impl ModuleOps<Self> for Xpu {
         padding: [usize; 2],
         count_include_pad: bool,
     ) -> FloatTensor<Self> {
-        or_panic(nn::avg_pool2d(
-            &x,
-            kernel_size,
-            stride,
-            padding,
-            count_include_pad,
-        ))
+        let window = pool2d(kernel_size, stride, padding, [1, 1]);
+        or_panic(nn::avg_pool2d(&x, window, count_include_pad))
     }
 
     fn avg_pool2d_backward(
@@ -162,12 +143,11 @@ impl ModuleOps<Self> for Xpu {
         padding: [usize; 2],
         count_include_pad: bool,
     ) -> FloatTensor<Self> {
+        let window = pool2d(kernel_size, stride, padding, [1, 1]);
         or_panic(nn::avg_pool2d_backward(
             &x,
             &grad,
-            kernel_size,
-            stride,
-            padding,
+            window,
             count_include_pad,
         ))
     }
@@ -190,14 +170,7 @@ impl ModuleOps<Self> for Xpu {
         padding: [usize; 2],
         dilation: [usize; 2],
     ) -> FloatTensor<Self> {
-        or_panic(nn::max_pool2d_with_indices(
-            &x,
-            kernel_size,
-            stride,
-            padding,
-            dilation,
-        ))
-        .0
+        Self::max_pool2d_with_indices(x, kernel_size, stride, padding, dilation).output
     }
 
     fn max_pool2d_with_indices(
@@ -207,13 +180,8 @@ impl ModuleOps<Self> for Xpu {
         padding: [usize; 2],
         dilation: [usize; 2],
     ) -> MaxPool2dWithIndices<Self> {
-        let (output, indices) = or_panic(nn::max_pool2d_with_indices(
-            &x,
-            kernel_size,
-            stride,
-            padding,
-            dilation,
-        ));
+        let window = pool2d(kernel_size, stride, padding, dilation);
+        let (output, indices) = or_panic(nn::max_pool2d_with_indices(&x, window));
         MaxPool2dWithIndices::new(output, indices)
     }
 
@@ -226,12 +194,10 @@ impl ModuleOps<Self> for Xpu {
         output_grad: FloatTensor<Self>,
         indices: IntTensor<Self>,
     ) -> MaxPool2dBackward<Self> {
+        let window = pool2d(kernel_size, stride, padding, dilation);
         MaxPool2dBackward::new(or_panic(nn::max_pool2d_with_indices_backward(
             &x,
-            kernel_size,
-            stride,
-            padding,
-            dilation,
+            window,
             &output_grad,
             &indices,
         )))

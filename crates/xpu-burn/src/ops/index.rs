@@ -25,7 +25,7 @@
 use std::ops::Range;
 
 use burn_tensor::DType;
-use xpu::xpu_kernel::Arg;
+use xpu::xpu_kernel::{Arg, Function};
 
 use crate::dtype;
 use crate::error::{Error, Result};
@@ -55,14 +55,7 @@ fn check_index_args(op: &str, dim: usize, t: &XpuTensor, indices: &XpuTensor) ->
             indices.shape, t.shape
         )));
     }
-    if t.device() != indices.device() {
-        return Err(Error::Invalid(format!(
-            "{op}: tensors on devices {} and {} in one op",
-            t.device(),
-            indices.device()
-        )));
-    }
-    Ok(())
+    check_same_device(op, t, indices)
 }
 
 /// The OpenCL C type accumulating sums of `T`: `float` for `half` (a sum of many halves
@@ -73,6 +66,127 @@ fn acc_type(t: &str) -> &str {
     } else {
         t
     }
+}
+
+/// The OpenCL C header of every index kernel. Each kernel takes `(long n,
+/// __global const long *meta, buffers...)` and runs one item per position of a shape; its
+/// metadata ([`index_meta`]) starts `rank, dim, shape[rank]` (that shape), then view blocks
+/// `offset, strides[rank]`, then the kernel's extra longs.
+const INDEX_COMMON: &str = r#"
+/* Item i of n; the rank, dimension and walked shape of the metadata. */
+#define INDEX_ITEM \
+  long i = get_global_id(0); \
+  if (i >= n) return; \
+  int rank = (int)meta[0]; \
+  int dim = (int)meta[1]; \
+  __global const long *shape = meta + 2;
+/* View block v after the shape: its offset and its strides. */
+#define VIEW_OFFSET(v) meta[2 + rank + (v) * (rank + 1)]
+#define VIEW_STRIDES(v) (meta + 3 + rank + (v) * (rank + 1))
+/* The extra longs after nv view blocks. */
+#define AFTER(nv) (meta + 2 + rank + (nv) * (rank + 1))
+"#;
+
+/// The OpenCL C walk over a strided view's coordinates, shared by the index kernels and the
+/// line kernels of [`crate::ops::reduce`]: `FOR_COORDS(pos) ... END_COORDS` runs its
+/// statements for each dimension `d` of the `rank` sizes at `shape` (both in scope),
+/// last first, with `c` the coordinate of row-major position `pos` along `d`. The sizes
+/// must be non-zero (a non-empty shape).
+pub(crate) const FOR_COORDS: &str = r#"
+#define FOR_COORDS(pos) \
+  { long rem_ = (pos); \
+    for (int d = rank - 1; d >= 0; d--) { \
+      long c = rem_ % shape[d]; \
+      rem_ /= shape[d];
+#define END_COORDS }}
+"#;
+
+/// The metadata of an index kernel (the layout in [`INDEX_COMMON`]): `rank`, `dim`, `shape`,
+/// then each view's offset and strides (views of `shape`'s rank), then `extra`:
+/// `2 + rank + views.len() * (rank + 1) + extra.len()` longs.
+fn index_meta(dim: usize, shape: &[usize], views: &[&XpuTensor], extra: &[i64]) -> Vec<i64> {
+    let rank = shape.len();
+    let mut m: Vec<i64> = Vec::with_capacity(2 + rank + views.len() * (rank + 1) + extra.len());
+    m.push(rank as i64);
+    m.push(dim as i64);
+    m.extend(shape.iter().map(|&s| s as i64));
+    for v in views {
+        debug_assert_eq!(v.strides.len(), rank);
+        m.push(v.offset as i64);
+        m.extend(v.strides.iter().map(|&s| s as i64));
+    }
+    m.extend_from_slice(extra);
+    m
+}
+
+/// The kernel `name` of an index template (`source`, after the `T`/`TI` defines the caller
+/// puts in it, gets [`INDEX_COMMON`] first), cached under `key`.
+fn index_kernel(
+    device: usize,
+    key: &str,
+    name: &str,
+    source: impl FnOnce() -> String,
+) -> Result<Function> {
+    runtime::function(device, key, name, || {
+        let mut s = INDEX_COMMON.to_owned();
+        s.push_str(FOR_COORDS);
+        s.push_str(&source());
+        s
+    })
+}
+
+/// Launches an index kernel: `items` work-items of `function`, with the arguments
+/// `(n = items, meta, buffers...)` (nothing when `items` is 0).
+///
+/// # What each caller guarantees
+/// This holds the one `unsafe` launch of this file, and its `// SAFETY:` argument rests on
+/// each caller's: next to every call, a `// Bounds:` comment argues that `function`, run
+/// with `items` work-items over this metadata (its layout: [`index_meta`]) and these
+/// buffers in this order, reads and writes only elements of the buffers' views (inside
+/// their storages), writes only storages that no other tensor sees (fresh allocations of
+/// the calling op, or its scratch), with no two items writing one element except by integer
+/// atomics, and terminates (loops bounded, divisors non-zero). The helper checks that every
+/// buffer is on the launch's device.
+///
+/// # Errors
+/// [`Error::Invalid`] for a buffer on another device; allocation and enqueue errors.
+fn launch_index(
+    device: usize,
+    function: &Function,
+    items: usize,
+    meta: &[i64],
+    buffers: &[&XpuTensor],
+) -> Result<()> {
+    if items == 0 {
+        return Ok(());
+    }
+    if let Some(t) = buffers.iter().find(|t| t.device() != device) {
+        return Err(Error::Invalid(format!(
+            "index kernel: a buffer on device {} in a launch on device {device}",
+            t.device()
+        )));
+    }
+    let meta = runtime::upload_meta(device, meta)?;
+    let mut args = vec![Arg::from(items as i64), Arg::from(&meta)];
+    args.extend(buffers.iter().map(|t| Arg::from(t.storage.buffer())));
+    // SAFETY: the bounds, race and termination argument for this kernel, metadata and
+    // buffers is the caller's (this function's doc; the `// Bounds:` comment at each call),
+    // for exactly these arguments: `n` is the global size `items`, the metadata is uploaded
+    // as given, and every buffer is on this device (checked above).
+    unsafe { runtime::launch(device, function, &[items], None, &args)? };
+    Ok(())
+}
+
+/// Fails unless `a` and `b` are on one device.
+fn check_same_device(op: &str, a: &XpuTensor, b: &XpuTensor) -> Result<()> {
+    if a.device() != b.device() {
+        return Err(Error::Invalid(format!(
+            "{op}: tensors on devices {} and {} in one op",
+            a.device(),
+            b.device()
+        )));
+    }
+    Ok(())
 }
 
 /// `out[..., i, ...] = t[..., indices[..., i, ...], ...]` along `dim` (output shaped as
@@ -100,44 +214,22 @@ pub fn gather(dim: usize, t: &XpuTensor, indices: &XpuTensor) -> Result<XpuTenso
 fn gather_unchecked(dim: usize, t: &XpuTensor, indices: &XpuTensor) -> Result<XpuTensor> {
     let device = t.device();
     let out = XpuTensor::empty(device, &indices.shape, t.dtype)?;
-    let n = out.numel();
-    if n == 0 {
-        return Ok(out);
-    }
     let ty = dtype::cl_type(t.dtype)?;
     let ity = dtype::cl_type(indices.dtype)?;
     let key = format!("index_gather|{ty}|{ity}");
-    let function = runtime::function(device, &key, "gather", || gather_source(ty, ity))?;
-
-    let rank = t.shape.len();
-    let mut m: Vec<i64> = Vec::with_capacity(5 + 3 * rank);
-    m.push(rank as i64);
-    m.push(dim as i64);
-    m.extend(indices.shape.iter().map(|&s| s as i64));
-    m.push(indices.offset as i64);
-    m.extend(indices.strides.iter().map(|&s| s as i64));
-    m.push(t.offset as i64);
-    m.extend(t.strides.iter().map(|&s| s as i64));
-    m.push(t.shape[dim] as i64);
-    let meta = runtime::upload_meta(device, &m)?;
-    let args = [
-        Arg::from(out.storage.buffer()),
-        Arg::from(n as i64),
-        Arg::from(&meta),
-        Arg::from(t.storage.buffer()),
-        Arg::from(indices.storage.buffer()),
-    ];
-    // SAFETY: `n` work-items, `n` = the element count of `out` (a fresh contiguous
-    // allocation of `n` elements of `T`); item `i < n` writes `out[i]` only. It reads
-    // `indices` at its offset plus the dot product of `i`'s coordinates in `indices.shape`
-    // with its strides — an element of the index view, inside its storage. It reads `src`
-    // only when the loaded index `k` satisfies `0 <= k < t.shape[dim]`, at `t`'s offset plus
-    // the coordinates (with `k` along `dim`) times `t`'s strides; the other coordinates are
-    // below `indices.shape[d] <= t.shape[d]` (checked by the caller), so this is an element of
-    // `t`'s view, inside its storage. The metadata buffer holds exactly the 5 + 3 * rank
-    // longs the kernel indexes. The only loop runs `rank` times, so the kernel terminates;
-    // divisions are by sizes of a non-empty shape (never 0).
-    unsafe { runtime::launch(device, &function, &[n], None, &args)? };
+    let function = index_kernel(device, &key, "gather", || gather_source(ty, ity))?;
+    let extra = [t.shape[dim] as i64];
+    let meta = index_meta(dim, &indices.shape, &[indices, t], &extra);
+    // Bounds: one item per element of `out` (a fresh contiguous allocation of `n` elements
+    // of `T`, shaped as `indices`); item `i` writes `out[i]` only. It reads `indices` at its
+    // offset plus the dot product of `i`'s coordinates in `indices.shape` with its strides —
+    // an element of the index view. It reads `src` only when the loaded index `k` satisfies
+    // `0 <= k < t.shape[dim]`, at `t`'s offset plus the coordinates (with `k` along `dim`)
+    // times `t`'s strides; the other coordinates are below `indices.shape[d] <= t.shape[d]`
+    // (checked by the caller), so this is an element of `t`'s view. The metadata holds the
+    // two views and `t.shape[dim]`. The only loop runs `rank` times; divisions are by sizes
+    // of a non-empty shape (never 0).
+    launch_index(device, &function, out.numel(), &meta, &[&out, t, indices])?;
     Ok(out)
 }
 
@@ -146,32 +238,18 @@ fn gather_source(ty: &str, ity: &str) -> String {
     s.push_str(&format!("#define T {ty}\n#define TI {ity}\n"));
     s.push_str(
         r#"
-__kernel void gather(__global T *out, long n, __global const long *meta,
+__kernel void gather(long n, __global const long *meta, __global T *out,
                      __global const T *src, __global const TI *idx) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  int rank = (int)meta[0];
-  int dim = (int)meta[1];
-  __global const long *shape = meta + 2;
-  long io = meta[2 + rank];
-  __global const long *istr = meta + 3 + rank;
-  long to = meta[3 + 2 * rank];
-  __global const long *tstr = meta + 4 + 2 * rank;
-  long tdim = meta[4 + 3 * rank];
-  long rem = i;
-  for (int d = rank - 1; d >= 0; d--) {
-    long sz = shape[d];
-    long c = rem % sz;
-    rem /= sz;
+  INDEX_ITEM
+  long io = VIEW_OFFSET(0), to = VIEW_OFFSET(1);
+  __global const long *istr = VIEW_STRIDES(0), *tstr = VIEW_STRIDES(1);
+  long tdim = AFTER(2)[0];
+  FOR_COORDS(i)
     io += c * istr[d];
     if (d != dim) to += c * tstr[d];
-  }
+  END_COORDS
   long k = (long)idx[io];
-  if (k >= 0 && k < tdim) {
-    out[i] = src[to + k * tstr[dim]];
-  } else {
-    out[i] = (T)0;
-  }
+  out[i] = (k >= 0 && k < tdim) ? src[to + k * tstr[dim]] : (T)0;
 }
 "#,
     );
@@ -207,13 +285,7 @@ pub fn scatter_add(
             indices.shape, values.shape, t.shape
         )));
     }
-    if values.device() != t.device() {
-        return Err(Error::Invalid(format!(
-            "scatter: tensors on devices {} and {} in one op",
-            t.device(),
-            values.device()
-        )));
-    }
+    check_same_device("scatter", t, values)?;
     let values = cast(values, t.dtype)?;
     if indices.shape[dim] <= LOOP_MAX_ENTRIES
         || indices.numel() == 0
@@ -272,9 +344,8 @@ impl Segments {
         let buckets = lines * size;
         let ity = dtype::cl_type(indices.dtype)?;
         let f = |name: &str| {
-            runtime::function(device, &format!("index_seg|{ity}|{name}"), name, || {
-                segments_source(ity)
-            })
+            let key = format!("index_seg|{ity}|{name}");
+            index_kernel(device, &key, name, || segments_source(ity))
         };
         let zero = runtime::ScalarValue::I(0);
         let counts = full(device, &[buckets], zero, DType::I32)?;
@@ -283,78 +354,48 @@ impl Segments {
         let bucket = XpuTensor::empty(device, &[entries], DType::I64)?;
         let unsorted = XpuTensor::empty(device, &[entries], DType::I64)?;
         let sorted = XpuTensor::empty(device, &[entries], DType::I64)?;
+        let extra = [k as i64, inner as i64, size as i64];
+        let meta = index_meta(cd, &indices.shape, &[indices], &extra);
 
-        let rank = indices.shape.len();
-        let mut m: Vec<i64> = Vec::with_capacity(6 + 2 * rank);
-        m.push(rank as i64);
-        m.push(cd as i64);
-        m.extend(indices.shape.iter().map(|&s| s as i64));
-        m.push(indices.offset as i64);
-        m.extend(indices.strides.iter().map(|&s| s as i64));
-        m.push(k as i64);
-        m.push(inner as i64);
-        m.push(size as i64);
-        let meta = runtime::upload_meta(device, &m)?;
-        let count = f("seg_count")?;
-        let args = [
-            Arg::from(entries as i64),
-            Arg::from(&meta),
-            Arg::from(indices.storage.buffer()),
-            Arg::from(counts.storage.buffer()),
-            Arg::from(bucket.storage.buffer()),
-        ];
-        // SAFETY: `entries` work-items; item `e` reads `indices` at its offset plus `e`'s
-        // coordinates in its shape times its strides (an element of the view, inside its
-        // storage) and writes `bucket[e]` (`bucket` holds `entries` longs). It increments
-        // `counts[b]` only for `b = l * size + j` with `0 <= j < size` and line
+        // Bounds: `entries` items; item `e` reads `indices` at its offset plus `e`'s
+        // coordinates in its shape times its strides (an element of the view) and writes
+        // `bucket[e]` (`bucket` holds `entries` longs). It increments `counts[b]` only for
+        // `b = l * size + j` with `0 <= j < size` and line
         // `l = (e / (k * inner)) * inner + e % inner < entries / k = lines`, so
-        // `b < lines * size`, the length of `counts`. The metadata holds exactly the
-        // 6 + 2 * rank longs indexed. One loop of `rank` steps; divisions by sizes of a
-        // non-empty shape. `counts` and `bucket` are fresh scratch allocations.
-        unsafe { runtime::launch(device, &count, &[entries], None, &args)? };
+        // `b < lines * size`, the length of `counts`. One loop of `rank` steps; divisions by
+        // sizes of a non-empty shape and by `k * inner >= 1`. `counts` and `bucket` are
+        // fresh scratch allocations.
+        let count = f("seg_count")?;
+        launch_index(device, &count, entries, &meta, &[&counts, &bucket, indices])?;
 
-        let scan = f("seg_scan")?;
-        let args = [
-            Arg::from(lines as i64),
-            Arg::from(size as i64),
-            Arg::from(k as i64),
-            Arg::from(counts.storage.buffer()),
-            Arg::from(offsets.storage.buffer()),
-        ];
-        // SAFETY: `lines` work-items; item `l` reads `counts` and writes `offsets` at
+        // Bounds: `lines` items; item `l` reads `counts` and writes `offsets` at
         // `l * size + j` for `j < size`: below `lines * size`, the length of both. The loop
         // runs `size` times. `offsets` is a fresh scratch allocation.
-        unsafe { runtime::launch(device, &scan, &[lines], None, &args)? };
+        let scan = f("seg_scan")?;
+        launch_index(device, &scan, lines, &meta, &[&offsets, &counts])?;
 
-        let fill_k = f("seg_fill")?;
-        let args = [
-            Arg::from(entries as i64),
-            Arg::from(bucket.storage.buffer()),
-            Arg::from(offsets.storage.buffer()),
-            Arg::from(fill.storage.buffer()),
-            Arg::from(unsorted.storage.buffer()),
-        ];
-        // SAFETY: `entries` work-items; item `e` reads `bucket[e]` (length `entries`); a
+        // Bounds: `entries` items; item `e` reads `bucket[e]` (length `entries`); a
         // non-negative bucket `b` is below `lines * size` (as written by `seg_count`), the
         // length of `offsets` and `fill`; the slot written in `unsorted` is checked against
-        // `entries`, its length. No loop. `fill` and `unsorted` are fresh scratch allocations.
-        unsafe { runtime::launch(device, &fill_k, &[entries], None, &args)? };
+        // `entries`, its length. No loop. `fill` and `unsorted` are fresh scratch
+        // allocations.
+        let fill_k = f("seg_fill")?;
+        launch_index(
+            device,
+            &fill_k,
+            entries,
+            &meta,
+            &[&fill, &unsorted, &bucket, &offsets],
+        )?;
 
+        // Bounds: `entries` items; item `e` reads `bucket[e]`, and for a non-negative bucket
+        // `b < lines * size` reads `offsets[b]` and `counts[b]`; it scans `unsorted` from
+        // `offsets[b]` (checked non-negative) to at most `entries`, its length, and writes
+        // `sorted` at a slot checked against `entries`. The loop runs at most `entries`
+        // times. `sorted` is a fresh scratch allocation.
         let rank_k = f("seg_rank")?;
-        let args = [
-            Arg::from(entries as i64),
-            Arg::from(bucket.storage.buffer()),
-            Arg::from(offsets.storage.buffer()),
-            Arg::from(counts.storage.buffer()),
-            Arg::from(unsorted.storage.buffer()),
-            Arg::from(sorted.storage.buffer()),
-        ];
-        // SAFETY: `entries` work-items; item `e` reads `bucket[e]`, and for a non-negative
-        // bucket `b < lines * size` reads `offsets[b]` and `counts[b]`; it scans `unsorted`
-        // from `offsets[b]` (checked non-negative) to at most `entries`, its length, and
-        // writes `sorted` at a slot checked against `entries`. The loop runs at most
-        // `entries` times. `sorted` is a fresh scratch allocation.
-        unsafe { runtime::launch(device, &rank_k, &[entries], None, &args)? };
+        let bufs = [&sorted, &bucket, &offsets, &counts, &unsorted];
+        launch_index(device, &rank_k, entries, &meta, &bufs)?;
 
         Ok(Segments {
             counts,
@@ -372,62 +413,55 @@ fn segments_source(ity: &str) -> String {
     let mut s = format!("#define TI {ity}\n");
     s.push_str(
         r#"
-__kernel void seg_count(long n, __global const long *meta, __global const TI *idx,
-                        volatile __global int *counts, __global long *bucket) {
-  long e = get_global_id(0);
-  if (e >= n) return;
-  int rank = (int)meta[0];
-  __global const long *shape = meta + 2;
-  long io = meta[2 + rank];
-  __global const long *istr = meta + 3 + rank;
-  long k = meta[3 + 2 * rank];
-  long inner = meta[4 + 2 * rank];
-  long size = meta[5 + 2 * rank];
-  long rem = e;
-  for (int d = rank - 1; d >= 0; d--) {
-    long sz = shape[d];
-    long c = rem % sz;
-    rem /= sz;
+/* The extra longs of the segments' metadata (one index view): k, inner, size. */
+#define SEG_EXTRA long k = AFTER(1)[0], inner = AFTER(1)[1], size = AFTER(1)[2];
+
+__kernel void seg_count(long n, __global const long *meta, volatile __global int *counts,
+                        __global long *bucket, __global const TI *idx) {
+  INDEX_ITEM
+  SEG_EXTRA
+  long io = VIEW_OFFSET(0);
+  __global const long *istr = VIEW_STRIDES(0);
+  FOR_COORDS(i)
     io += c * istr[d];
-  }
+  END_COORDS
   long j = (long)idx[io];
-  long l = (e / (k * inner)) * inner + e % inner;
+  long l = (i / (k * inner)) * inner + i % inner;
   if (j >= 0 && j < size) {
     long b = l * size + j;
-    bucket[e] = b;
+    bucket[i] = b;
     atomic_inc(&counts[b]);
   } else {
-    bucket[e] = -1;
+    bucket[i] = -1;
   }
 }
 
-__kernel void seg_scan(long n, long size, long k, __global const int *counts,
-                       __global long *offsets) {
-  long l = get_global_id(0);
-  if (l >= n) return;
-  long acc = l * k;
+__kernel void seg_scan(long n, __global const long *meta, __global long *offsets,
+                       __global const int *counts) {
+  INDEX_ITEM
+  SEG_EXTRA
+  long acc = i * k;
   for (long j = 0; j < size; j++) {
-    offsets[l * size + j] = acc;
-    acc += counts[l * size + j];
+    offsets[i * size + j] = acc;
+    acc += counts[i * size + j];
   }
 }
 
-__kernel void seg_fill(long n, __global const long *bucket, __global const long *offsets,
-                       volatile __global int *fill, __global long *unsorted) {
-  long e = get_global_id(0);
-  if (e >= n) return;
-  long b = bucket[e];
+__kernel void seg_fill(long n, __global const long *meta, volatile __global int *fill,
+                       __global long *unsorted, __global const long *bucket,
+                       __global const long *offsets) {
+  INDEX_ITEM
+  long b = bucket[i];
   if (b < 0) return;
   long slot = offsets[b] + (long)atomic_inc(&fill[b]);
-  if (slot >= 0 && slot < n) unsorted[slot] = e;
+  if (slot >= 0 && slot < n) unsorted[slot] = i;
 }
 
-__kernel void seg_rank(long n, __global const long *bucket, __global const long *offsets,
-                       __global const int *counts, __global const long *unsorted,
-                       __global long *sorted) {
-  long e = get_global_id(0);
-  if (e >= n) return;
-  long b = bucket[e];
+__kernel void seg_rank(long n, __global const long *meta, __global long *sorted,
+                       __global const long *bucket, __global const long *offsets,
+                       __global const int *counts, __global const long *unsorted) {
+  INDEX_ITEM
+  long b = bucket[i];
   if (b < 0) return;
   long start = offsets[b];
   if (start < 0) return;
@@ -435,9 +469,9 @@ __kernel void seg_rank(long n, __global const long *bucket, __global const long 
   if (end > n) end = n;
   long r = 0;
   for (long s = start; s < end; s++) {
-    if (unsorted[s] < e) r++;
+    if (unsorted[s] < i) r++;
   }
-  if (start + r < n) sorted[start + r] = e;
+  if (start + r < n) sorted[start + r] = i;
 }
 "#,
     );
@@ -460,127 +494,34 @@ fn scatter_segments(
 ) -> Result<XpuTensor> {
     let device = t.device();
     let out = XpuTensor::empty(device, &t.shape, t.dtype)?;
-    let n = out.numel();
-    if n == 0 {
-        return Ok(out);
-    }
-    let ty = dtype::cl_type(t.dtype)?;
-    let bool_or = t.dtype == DType::Bool;
-    let key = format!("index_scatter_seg|{ty}|{bool_or}");
-    let function = runtime::function(device, &key, "scatter_seg", || {
-        scatter_segments_source(ty, bool_or)
-    })?;
-    let rank = t.shape.len();
-    let mut m: Vec<i64> = Vec::with_capacity(8 + 5 * rank);
-    m.push(rank as i64);
-    m.push(dim as i64);
-    m.extend(t.shape.iter().map(|&s| s as i64));
-    m.push(t.offset as i64);
-    m.extend(t.strides.iter().map(|&s| s as i64));
-    m.extend(lim.iter().map(|&s| s as i64));
-    m.extend_from_slice(lstr);
-    m.push(values.offset as i64);
-    m.extend(values.strides.iter().map(|&s| s as i64));
-    m.push(seg.size as i64);
-    m.push(seg.k as i64);
-    m.push(seg.inner as i64);
-    m.push(seg.entries as i64);
-    let meta = runtime::upload_meta(device, &m)?;
-    let args = [
-        Arg::from(out.storage.buffer()),
-        Arg::from(n as i64),
-        Arg::from(&meta),
-        Arg::from(t.storage.buffer()),
-        Arg::from(values.storage.buffer()),
-        Arg::from(seg.offsets.storage.buffer()),
-        Arg::from(seg.counts.storage.buffer()),
-        Arg::from(seg.sorted.storage.buffer()),
-    ];
-    // SAFETY: `n` work-items, `n` = the element count of `out` (a fresh contiguous
-    // allocation of `n` elements of `T`); item `i` writes `out[i]` only. It reads `src` at an
-    // element of `t`'s view. Only when every coordinate but `dim` is below its limit does it
-    // read the segments: its bucket `l * size + c[dim]` is below `lines * size` (the caller's
-    // guarantee on `l`; `c[dim] < t.shape[dim] = size`), the length of `offsets` and
-    // `counts`; it reads `sorted` from `offsets[b]` (a negative start is treated as empty) to
-    // at most `entries`, its length;
-    // it uses an entry id only when inside `0..entries`, giving `0 <= k < seg.k`, and reads
-    // `values` at coordinates below its shape (the caller's guarantees), an element of its
-    // view. The metadata holds exactly the 8 + 5 * rank longs indexed. Loops run `rank` times
-    // and at most `entries` times; divisions are by sizes of a non-empty shape and by
-    // `inner`, `k` >= 1 (the index tensor is non-empty).
-    unsafe { runtime::launch(device, &function, &[n], None, &args)? };
+    let function = scatter_kernel(t, "long", "scatter_seg")?;
+    let mut extra: Vec<i64> = lim.iter().map(|&s| s as i64).collect();
+    extra.extend_from_slice(lstr);
+    extra.extend([seg.size, seg.k, seg.inner, seg.entries].map(|v| v as i64));
+    let meta = index_meta(dim, &t.shape, &[t, values], &extra);
+    let bufs = [&out, t, values, &seg.offsets, &seg.counts, &seg.sorted];
+    // Bounds: one item per element of `out` (a fresh contiguous allocation of `T`);
+    // item `i` writes `out[i]` only. It reads `src` at an element of `t`'s view. Only when
+    // every coordinate but `dim` is below its limit does it read the segments: its bucket
+    // `l * size + c[dim]` is below `lines * size` (the caller's guarantee on `l`;
+    // `c[dim] < t.shape[dim] = size`), the length of `offsets` and `counts`; it reads
+    // `sorted` from `offsets[b]` (a negative start is treated as empty) to at most
+    // `entries`, its length; it uses an entry id only when inside `0..entries`, giving
+    // `0 <= k < seg.k`, and reads `values` at coordinates below its shape (the caller's
+    // guarantees), an element of its view. Loops run `rank` times and at most `entries`
+    // times; divisions are by sizes of a non-empty shape and by `inner`, `k` >= 1 (the
+    // index tensor is non-empty).
+    launch_index(device, &function, out.numel(), &meta, &bufs)?;
     Ok(out)
 }
 
-fn scatter_segments_source(ty: &str, bool_or: bool) -> String {
-    let acc = acc_type(ty);
-    let mut s = dtype::pragmas(&[ty]);
-    s.push_str(&format!("#define T {ty}\n#define ACC {acc}\n"));
-    let add = if bool_or {
-        "acc = (acc != 0 || val[vo + k * vstr[dim]] != 0) ? 1 : 0;"
-    } else {
-        "acc += (ACC)val[vo + k * vstr[dim]];"
-    };
-    s.push_str(
-        r#"
-__kernel void scatter_seg(__global T *out, long n, __global const long *meta,
-                          __global const T *src, __global const T *val,
-                          __global const long *offsets, __global const int *counts,
-                          __global const long *sorted) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  int rank = (int)meta[0];
-  int dim = (int)meta[1];
-  __global const long *shape = meta + 2;
-  long to = meta[2 + rank];
-  __global const long *tstr = meta + 3 + rank;
-  __global const long *lim = meta + 3 + 2 * rank;
-  __global const long *lstr = meta + 3 + 3 * rank;
-  long vo = meta[3 + 4 * rank];
-  __global const long *vstr = meta + 4 + 4 * rank;
-  long size = meta[4 + 5 * rank];
-  long kn = meta[5 + 5 * rank];
-  long inner = meta[6 + 5 * rank];
-  long entries = meta[7 + 5 * rank];
-  long rem = i;
-  long j = 0;
-  long l = 0;
-  int inside = 1;
-  for (int d = rank - 1; d >= 0; d--) {
-    long sz = shape[d];
-    long c = rem % sz;
-    rem /= sz;
-    to += c * tstr[d];
-    if (d == dim) {
-      j = c;
-    } else {
-      if (c >= lim[d]) inside = 0;
-      l += c * lstr[d];
-      vo += c * vstr[d];
-    }
-  }
-  ACC acc = (ACC)src[to];
-  if (inside) {
-    long b = l * size + j;
-    long s0 = offsets[b];
-    if (s0 < 0) s0 = entries;
-    long s1 = s0 + (long)counts[b];
-    if (s1 > entries) s1 = entries;
-    for (long s = s0; s < s1; s++) {
-      long e = sorted[s];
-      if (e >= 0 && e < entries) {
-        long k = (e / inner) % kn;
-        ADD
-      }
-    }
-  }
-  out[i] = (T)acc;
-}
-"#
-        .replace("ADD", add)
-        .as_str(),
-    );
-    s
+/// The scatter kernel `name` (`scatter` or `scatter_seg`) for `t`'s type and index type
+/// `ity`.
+fn scatter_kernel(t: &XpuTensor, ity: &str, name: &str) -> Result<Function> {
+    let ty = dtype::cl_type(t.dtype)?;
+    let bool_or = t.dtype == DType::Bool;
+    let key = format!("index_scatter|{ty}|{ity}|{bool_or}");
+    index_kernel(t.device(), &key, name, || scatter_source(ty, ity, bool_or))
 }
 
 /// The scatter kernel: the caller checked ranks, that `indices` fits in `t` (except along
@@ -593,110 +534,106 @@ fn scatter_unchecked(
 ) -> Result<XpuTensor> {
     let device = t.device();
     let out = XpuTensor::empty(device, &t.shape, t.dtype)?;
-    let n = out.numel();
-    if n == 0 {
-        return Ok(out);
-    }
-    let ty = dtype::cl_type(t.dtype)?;
-    let ity = dtype::cl_type(indices.dtype)?;
-    let bool_or = t.dtype == DType::Bool;
-    let key = format!("index_scatter|{ty}|{ity}|{bool_or}");
-    let function = runtime::function(device, &key, "scatter", || scatter_source(ty, ity, bool_or))?;
-
-    let rank = t.shape.len();
-    let mut m: Vec<i64> = Vec::with_capacity(5 + 6 * rank);
-    m.push(rank as i64);
-    m.push(dim as i64);
-    m.extend(t.shape.iter().map(|&s| s as i64));
-    m.push(t.offset as i64);
-    m.extend(t.strides.iter().map(|&s| s as i64));
-    m.extend(indices.shape.iter().map(|&s| s as i64));
-    m.push(indices.offset as i64);
-    m.extend(indices.strides.iter().map(|&s| s as i64));
-    m.push(values.offset as i64);
-    m.extend(values.strides.iter().map(|&s| s as i64));
-    let meta = runtime::upload_meta(device, &m)?;
-    let args = [
-        Arg::from(out.storage.buffer()),
-        Arg::from(n as i64),
-        Arg::from(&meta),
-        Arg::from(t.storage.buffer()),
-        Arg::from(indices.storage.buffer()),
-        Arg::from(values.storage.buffer()),
-    ];
-    // SAFETY: `n` work-items, `n` = the element count of `out` (a fresh contiguous
-    // allocation of `n` elements of `T`, seen by no other tensor); item `i < n` writes
-    // `out[i]` only, so duplicate indices cause no race. It reads `src` at `t`'s offset plus
-    // `i`'s coordinates in `t.shape` times `t`'s strides (an element of `t`'s view). Only when
-    // every coordinate but `dim` is below `indices.shape[d]` does it loop `k` over
-    // `0..indices.shape[dim]`, reading `indices` and `values` at those coordinates with `k`
-    // along `dim`: inside the index view, and inside the values view because
-    // `values.shape[d] >= indices.shape[d]` (checked by the caller). The metadata buffer holds
-    // exactly the 5 + 6 * rank longs the kernel indexes. Loops run `rank` and
-    // `indices.shape[dim]` times, so the kernel terminates; divisions are by sizes of a
+    let function = scatter_kernel(t, dtype::cl_type(indices.dtype)?, "scatter")?;
+    let extra: Vec<i64> = indices.shape.iter().map(|&s| s as i64).collect();
+    let meta = index_meta(dim, &t.shape, &[t, values, indices], &extra);
+    // Bounds: one item per element of `out` (a fresh contiguous allocation of `T`, seen by
+    // no other tensor); item `i` writes `out[i]` only, so duplicate indices cause no race.
+    // It reads `src` at `t`'s offset plus `i`'s coordinates in `t.shape` times `t`'s strides
+    // (an element of `t`'s view). Only when every coordinate but `dim` is below
+    // `indices.shape[d]` does it loop `k` over `0..indices.shape[dim]`, reading `indices`
+    // and `values` at those coordinates with `k` along `dim`: inside the index view, and
+    // inside the values view because `values.shape[d] >= indices.shape[d]` (checked by the
+    // caller). Loops run `rank` and `indices.shape[dim]` times; divisions are by sizes of a
     // non-empty shape (never 0).
-    unsafe { runtime::launch(device, &function, &[n], None, &args)? };
+    launch_index(
+        device,
+        &function,
+        out.numel(),
+        &meta,
+        &[&out, t, values, indices],
+    )?;
     Ok(out)
 }
 
+/// Both scatter kernels: `scatter` (views `t`, `values`, `indices`; extra: the index
+/// shape) and `scatter_seg` (views `t`, `values`; extra: `lim`, `lstr`, then size, k,
+/// inner, entries).
 fn scatter_source(ty: &str, ity: &str, bool_or: bool) -> String {
     let acc = acc_type(ty);
     let mut s = dtype::pragmas(&[ty]);
     s.push_str(&format!(
         "#define T {ty}\n#define TI {ity}\n#define ACC {acc}\n"
     ));
-    let add = if bool_or {
-        "acc = (acc != 0 || val[vo + k * vstr[dim]] != 0) ? 1 : 0;"
+    s.push_str(if bool_or {
+        "#define ADD(k) acc = (acc != 0 || val[vo + (k) * vstr[dim]] != 0) ? 1 : 0;\n"
     } else {
-        "acc += (ACC)val[vo + k * vstr[dim]];"
-    };
+        "#define ADD(k) acc += (ACC)val[vo + (k) * vstr[dim]];\n"
+    });
     s.push_str(
         r#"
-__kernel void scatter(__global T *out, long n, __global const long *meta,
-                      __global const T *src, __global const TI *idx,
-                      __global const T *val) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  int rank = (int)meta[0];
-  int dim = (int)meta[1];
-  __global const long *shape = meta + 2;
-  long to = meta[2 + rank];
-  __global const long *tstr = meta + 3 + rank;
-  __global const long *ishape = meta + 3 + 2 * rank;
-  long io = meta[3 + 3 * rank];
-  __global const long *istr = meta + 4 + 3 * rank;
-  long vo = meta[4 + 4 * rank];
-  __global const long *vstr = meta + 5 + 4 * rank;
-  long rem = i;
-  long target = 0;
-  int inside = 1;
-  for (int d = rank - 1; d >= 0; d--) {
-    long sz = shape[d];
-    long c = rem % sz;
-    rem /= sz;
-    to += c * tstr[d];
-    if (d == dim) {
-      target = c;
-    } else {
-      if (c >= ishape[d]) inside = 0;
-      io += c * istr[d];
-      vo += c * vstr[d];
+/* The start of both scatter kernels: item i's offsets `to` in src and `vo` in values (at
+   k = 0), `target` its coordinate along dim, `inside` whether every other coordinate is
+   below lim, and `line` plus its other coordinates times lstr; `acc` starts at src. */
+#define SCATTER_WALK(lim, line, lstr) \
+  long to = VIEW_OFFSET(0), vo = VIEW_OFFSET(1); \
+  __global const long *tstr = VIEW_STRIDES(0), *vstr = VIEW_STRIDES(1); \
+  long target = 0; \
+  int inside = 1; \
+  FOR_COORDS(i) \
+    to += c * tstr[d]; \
+    if (d == dim) { \
+      target = c; \
+    } else { \
+      if (c >= lim[d]) inside = 0; \
+      line += c * lstr[d]; \
+      vo += c * vstr[d]; \
+    } \
+  END_COORDS \
+  ACC acc = (ACC)src[to];
+
+__kernel void scatter(long n, __global const long *meta, __global T *out,
+                      __global const T *src, __global const T *val,
+                      __global const TI *idx) {
+  INDEX_ITEM
+  long io = VIEW_OFFSET(2);
+  __global const long *istr = VIEW_STRIDES(2), *ishape = AFTER(3);
+  SCATTER_WALK(ishape, io, istr)
+  if (inside) {
+    for (long k = 0; k < ishape[dim]; k++) {
+      if ((long)idx[io + k * istr[dim]] == target) { ADD(k) }
     }
   }
-  ACC acc = (ACC)src[to];
+  out[i] = (T)acc;
+}
+
+__kernel void scatter_seg(long n, __global const long *meta, __global T *out,
+                          __global const T *src, __global const T *val,
+                          __global const long *offsets, __global const int *counts,
+                          __global const long *sorted) {
+  INDEX_ITEM
+  __global const long *lim = AFTER(2), *lstr = AFTER(2) + rank;
+  long size = lstr[rank], kn = lstr[rank + 1], inner = lstr[rank + 2];
+  long entries = lstr[rank + 3];
+  long l = 0;
+  SCATTER_WALK(lim, l, lstr)
   if (inside) {
-    long kn = ishape[dim];
-    for (long k = 0; k < kn; k++) {
-      if ((long)idx[io + k * istr[dim]] == target) {
-        ADD
+    long b = l * size + target;
+    long s0 = offsets[b];
+    if (s0 < 0) s0 = entries;
+    long s1 = s0 + (long)counts[b];
+    if (s1 > entries) s1 = entries;
+    for (long s = s0; s < s1; s++) {
+      long e = sorted[s];
+      if (e >= 0 && e < entries) {
+        long k = (e / inner) % kn;
+        ADD(k)
       }
     }
   }
   out[i] = (T)acc;
 }
-"#
-        .replace("ADD", add)
-        .as_str(),
+"#,
     );
     s
 }
@@ -787,40 +724,20 @@ pub fn select_add(
 fn copy_into_view(dst: &XpuTensor, src: &XpuTensor) -> Result<()> {
     debug_assert_eq!(dst.shape, src.shape);
     debug_assert_eq!(dst.dtype, src.dtype);
-    let n = dst.numel();
-    if n == 0 {
-        return Ok(());
-    }
     let device = dst.device();
     let ty = dtype::cl_type(dst.dtype)?;
     let key = format!("index_copy_view|{ty}");
-    let function = runtime::function(device, &key, "copy_view", || copy_view_source(ty))?;
-    let rank = dst.shape.len();
-    let mut m: Vec<i64> = Vec::with_capacity(3 + 3 * rank);
-    m.push(rank as i64);
-    m.extend(dst.shape.iter().map(|&s| s as i64));
-    m.push(dst.offset as i64);
-    m.extend(dst.strides.iter().map(|&s| s as i64));
-    m.push(src.offset as i64);
-    m.extend(src.strides.iter().map(|&s| s as i64));
-    let meta = runtime::upload_meta(device, &m)?;
-    let args = [
-        Arg::from(dst.storage.buffer()),
-        Arg::from(n as i64),
-        Arg::from(&meta),
-        Arg::from(src.storage.buffer()),
-    ];
-    // SAFETY: `n` work-items, `n` = the element count of the shared shape; item `i < n`
-    // writes `dst` at its offset plus `i`'s coordinates times its strides and reads `src`
-    // likewise: elements of the two views, inside their storages (views are built in
-    // bounds). `dst`'s storage is a fresh allocation of the calling op that no other tensor
-    // sees yet, and its view maps distinct coordinates to distinct elements (a slice with
-    // nonzero steps, or a block of a contiguous output), so no two items write the same
-    // element; `src` is another storage. The metadata buffer holds exactly the 3 + 3 * rank
-    // longs the kernel indexes. The only loop runs `rank` times; divisions are by sizes of a
-    // non-empty shape (never 0).
-    unsafe { runtime::launch(device, &function, &[n], None, &args)? };
-    Ok(())
+    let function = index_kernel(device, &key, "copy_view", || copy_view_source(ty))?;
+    let meta = index_meta(0, &dst.shape, &[dst, src], &[]);
+    // Bounds: one item per element of the shared shape; item `i` writes `dst` at its offset
+    // plus `i`'s coordinates times its strides and reads `src` likewise: elements of the two
+    // views, inside their storages (views are built in bounds). `dst`'s storage is a fresh
+    // allocation of the calling op that no other tensor sees yet, and its view maps
+    // distinct coordinates to distinct elements (a slice with nonzero steps, or a block of
+    // a contiguous output), so no two items write the same element; `src` is another
+    // storage. The only loop runs `rank` times; divisions are by sizes of a non-empty shape
+    // (never 0).
+    launch_index(device, &function, dst.numel(), &meta, &[dst, src])
 }
 
 fn copy_view_source(ty: &str) -> String {
@@ -828,24 +745,15 @@ fn copy_view_source(ty: &str) -> String {
     s.push_str(&format!("#define T {ty}\n"));
     s.push_str(
         r#"
-__kernel void copy_view(__global T *dst, long n, __global const long *meta,
+__kernel void copy_view(long n, __global const long *meta, __global T *dst,
                         __global const T *src) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  int rank = (int)meta[0];
-  __global const long *shape = meta + 1;
-  long dofs = meta[1 + rank];
-  __global const long *dstr = meta + 2 + rank;
-  long sofs = meta[2 + 2 * rank];
-  __global const long *sstr = meta + 3 + 2 * rank;
-  long rem = i;
-  for (int d = rank - 1; d >= 0; d--) {
-    long sz = shape[d];
-    long c = rem % sz;
-    rem /= sz;
+  INDEX_ITEM
+  long dofs = VIEW_OFFSET(0), sofs = VIEW_OFFSET(1);
+  __global const long *dstr = VIEW_STRIDES(0), *sstr = VIEW_STRIDES(1);
+  FOR_COORDS(i)
     dofs += c * dstr[d];
     sofs += c * sstr[d];
-  }
+  END_COORDS
   dst[dofs] = src[sofs];
 }
 "#,
@@ -864,13 +772,7 @@ pub fn slice_assign(
     ranges: &[(Range<usize>, isize)],
     value: &XpuTensor,
 ) -> Result<XpuTensor> {
-    if value.device() != t.device() {
-        return Err(Error::Invalid(format!(
-            "slice_assign: tensors on devices {} and {} in one op",
-            t.device(),
-            value.device()
-        )));
-    }
+    check_same_device("slice_assign", t, value)?;
     // A fresh copy: `contiguous` would return `t` itself when it already is contiguous.
     let out = map(MapSpec::new("a0", t.dtype), &[t], &[])?;
     let view = layout::slice(&out, ranges)?;
@@ -918,13 +820,7 @@ pub fn cat(tensors: &[XpuTensor], dim: usize) -> Result<XpuTensor> {
                 first.shape, t.shape
             )));
         }
-        if t.device() != first.device() {
-            return Err(Error::Invalid(format!(
-                "cat: tensors on devices {} and {} in one op",
-                first.device(),
-                t.device()
-            )));
-        }
+        check_same_device("cat", first, t)?;
         shape[dim] += t.shape[dim];
     }
     let out = XpuTensor::empty(first.device(), &shape, first.dtype)?;

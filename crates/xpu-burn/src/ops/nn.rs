@@ -15,7 +15,7 @@
 //! nearest maps `o` to `floor(o * in / out)`.
 
 use burn_tensor::DType;
-use xpu::xpu_kernel::{Arg, Function};
+use xpu::xpu_kernel::Arg;
 
 use crate::dtype;
 use crate::error::{Error, Result};
@@ -47,6 +47,36 @@ pub struct ConvParams<const N: usize> {
     pub padding_out: [usize; N],
     /// Channel groups (non-zero, dividing both channel counts).
     pub groups: usize,
+    /// Whether this is a transposed convolution (see [`conv`]).
+    pub transposed: bool,
+}
+
+impl<const N: usize> ConvParams<N> {
+    /// A (not transposed) convolution's parameters.
+    pub fn new(
+        stride: [usize; N],
+        padding: [usize; N],
+        dilation: [usize; N],
+        groups: usize,
+    ) -> Self {
+        ConvParams {
+            stride,
+            padding,
+            dilation,
+            padding_out: [0; N],
+            groups,
+            transposed: false,
+        }
+    }
+
+    /// These parameters for the transposed convolution, with `padding_out`.
+    pub fn transposed(self, padding_out: [usize; N]) -> Self {
+        ConvParams {
+            padding_out,
+            transposed: true,
+            ..self
+        }
+    }
 }
 
 /// Parameters of a deformable 2-D convolution.
@@ -62,6 +92,23 @@ pub struct DeformParams {
     pub weight_groups: usize,
     /// Groups of the offsets and mask (non-zero, dividing the input channels).
     pub offset_groups: usize,
+}
+
+/// The tensors of a deformable convolution ([`deform_conv2d`]): input `x` `[B, C, H, W]`,
+/// `offset` `[B, 2 * offset_groups * KH * KW, OH, OW]`, `weight` `[CO, C / weight_groups,
+/// KH, KW]`, and optionally `mask` `[B, offset_groups * KH * KW, OH, OW]` and `bias` `[CO]`.
+#[derive(Debug, Clone, Copy)]
+pub struct DeformInput<'a> {
+    /// The input.
+    pub x: &'a XpuTensor,
+    /// The sampling offsets (y, x per tap).
+    pub offset: &'a XpuTensor,
+    /// The weight.
+    pub weight: &'a XpuTensor,
+    /// The per-tap mask scaling each sample.
+    pub mask: Option<&'a XpuTensor>,
+    /// The bias added per output channel.
+    pub bias: Option<&'a XpuTensor>,
 }
 
 /// The gradients of [`deform_conv2d_backward`]: input, offset, weight, mask (when a mask was
@@ -153,39 +200,226 @@ fn conv_out(
 
 /// The common header of every kernel of this file, for compute type `t`.
 const COMMON: &str = r#"
+/* Every kernel takes (buffers..., __global const long *p, long n): item i of n. */
+#define ITEM long i = get_global_id(0); if (i >= n) return;
+/* The plane sizes of the pooling and interpolation metadata: input H x W, output OH x OW. */
+#define PLANE long H = p[0], W = p[1], OH = p[2], OW = p[3];
+/* The pooling window of the pooling metadata (POOL_META). */
+#define WINDOW \
+  long KH = p[4], KW = p[5], SH = p[6], SW = p[7], PH = p[8], PW = p[9], DH = p[10], \
+       DW = p[11], FLAG = p[12];
+/* Item i's position in an [NC, OH, OW] output, or in an [NC, H, W] input. */
+#define AT_OUT long ow = i % OW; long t = i / OW; long oh = t % OH; long nc = t / OH;
+#define AT_IN long iw = i % W; long t = i / W; long ih = t % H; long nc = t / H;
+
+/* The input index that tap k (stride s, padding pad, dilation d) of output index o reads,
+   or -1 when it lies outside [0, size). */
+static inline long tap(long o, long s, long pad, long k, long d, long size) {
+  long x = o * s - pad + k * d;
+  return (x < 0 || x >= size) ? -1 : x;
+}
+
+/* The inverse: the output index in [0, size) whose tap k reads input index x, or -1 when
+   there is none (s non-zero). */
+static inline long tap_source(long x, long s, long pad, long k, long d, long size) {
+  long t = x + pad - k * d;
+  if (t < 0 || t % s != 0) return -1;
+  return t / s < size ? t / s : -1;
+}
+
+/* Opens the loops over the window taps (kh < KH, kw < KW) whose indices (ah, aw) =
+   (TAP(bh, SH, PH, kh, DH, LH), TAP(bw, SW, PW, kw, DW, LW)) lie inside [0, LH) x [0, LW)
+   (TAP: tap or tap_source); END_TAPS closes them. */
+#define FOR_TAPS(TAP, bh, bw, ah, aw, LH, LW) \
+  for (long kh = 0; kh < KH; kh++) { \
+    long ah = TAP(bh, SH, PH, kh, DH, LH); \
+    if (ah < 0) continue; \
+    for (long kw = 0; kw < KW; kw++) { \
+      long aw = TAP(bw, SW, PW, kw, DW, LW); \
+      if (aw < 0) continue;
+#define END_TAPS }}
+/* The pixels (y0, x0), (y0, x0 + 1), (y0 + 1, x0), (y0 + 1, x0 + 1) of an H x W image into
+   v[0..4], 0 for those outside (integer bounds: a float test may round above H). */
+static inline void corners(__global const T *img, long H, long W, long y0, long x0, T *v) {
+  for (int c = 0; c < 4; c++) {
+    long y = y0 + c / 2, x = x0 + c % 2;
+    v[c] = (y >= 0 && y < H && x >= 0 && x < W) ? img[y * W + x] : (T)0;
+  }
+}
+
 static inline T bilinear_zero(__global const T *img, long H, long W, T y, T x) {
   if (!(y > (T)-1 && y < (T)H && x > (T)-1 && x < (T)W)) return (T)0;
   T yl = floor(y), xl = floor(x);
-  long y0 = (long)yl, x0 = (long)xl, y1 = y0 + 1, x1 = x0 + 1;
+  T v[4];
+  corners(img, H, W, (long)yl, (long)xl, v);
   T ly = y - yl, lx = x - xl, hy = (T)1 - ly, hx = (T)1 - lx;
-  /* Integer bounds as well: (T)H may round above H for huge sizes. */
-  bool iy0 = y0 >= 0 && y0 < H, iy1 = y1 >= 0 && y1 < H;
-  bool ix0 = x0 >= 0 && x0 < W, ix1 = x1 >= 0 && x1 < W;
-  T v1 = (iy0 && ix0) ? img[y0 * W + x0] : (T)0;
-  T v2 = (iy0 && ix1) ? img[y0 * W + x1] : (T)0;
-  T v3 = (iy1 && ix0) ? img[y1 * W + x0] : (T)0;
-  T v4 = (iy1 && ix1) ? img[y1 * W + x1] : (T)0;
-  return hy * hx * v1 + hy * lx * v2 + ly * hx * v3 + ly * lx * v4;
+  return hy * hx * v[0] + hy * lx * v[1] + ly * hx * v[2] + ly * lx * v[3];
 }
 "#;
 
-/// The kernel `name` of template `body`, for compute type `dtype`.
-fn build_kernel(device: usize, dtype: DType, name: &str, body: &'static str) -> Result<Function> {
-    let t = dtype::cl_type(dtype)?;
-    let key = format!("nn|{name}|{t}");
-    runtime::function(device, &key, name, || {
-        let mut s = dtype::pragmas(&[t]);
-        s.push_str(&format!("#define T {t}\n"));
-        s.push_str(crate::ops::PRELUDE);
-        s.push_str(COMMON);
-        s.push_str(body);
-        s
-    })
+/// A template of kernels of this file: OpenCL C source whose kernels all take
+/// `(outputs..., inputs..., __global const long *p, long n)` and read at most `meta_len`
+/// longs of `p`.
+struct Template {
+    /// The source (after the `T` define, the prelude and [`COMMON`]).
+    body: &'static str,
+    /// The longs of `p` its kernels may read.
+    meta_len: usize,
+    /// Whether the `double` build needs 64-bit atomics (the deformable input gradient).
+    f64_atomics: bool,
 }
 
-fn meta(device: usize, values: &[usize]) -> Result<runtime::Meta> {
-    let v: Vec<i64> = values.iter().map(|&x| x as i64).collect();
-    runtime::upload_meta(device, &v)
+impl Template {
+    const fn new(body: &'static str, meta_len: usize) -> Template {
+        Template {
+            body,
+            meta_len,
+            f64_atomics: false,
+        }
+    }
+}
+
+/// A kernel of this file: the `__kernel` function `name` of `template`.
+#[derive(Clone, Copy)]
+struct Kernel {
+    name: &'static str,
+    template: &'static Template,
+}
+
+impl Kernel {
+    const fn new(name: &'static str, template: &'static Template) -> Kernel {
+        Kernel { name, template }
+    }
+
+    /// A launch of this kernel computing in `dtype` (see [`Launch`]).
+    fn launch<'a>(
+        self,
+        dtype: DType,
+        inputs: &'a [&'a XpuTensor],
+        meta: &'a [usize],
+    ) -> Launch<'a> {
+        Launch {
+            kernel: self,
+            dtype,
+            inputs,
+            meta,
+        }
+    }
+}
+
+/// One launch of a [`Kernel`] computing in `dtype` (the `T` of its template), reading
+/// `inputs` and the metadata `meta` (uploaded as the longs of `p`).
+///
+/// # What each caller guarantees
+/// [`Launch::run`] holds the one `unsafe` launch of this file; its `// SAFETY:` argument
+/// rests on this contract, which every call site argues in a `// Bounds:` comment next to
+/// its `Launch`:
+/// - kernel `name`, run with the global size `items` and `n = items`, the metadata `meta`
+///   and the buffers `(outputs..., inputs...)` in that order, reads each buffer only below
+///   its element count and writes only the outputs, each element by one work-item (or by
+///   atomic adds), and terminates (its loops are bounded, its integer divisors non-zero for
+///   this metadata);
+/// - each buffer has the element type the kernel declares for it: `T` (= `dtype`) or `long`
+///   (`DType::I64`).
+///
+/// [`Launch::run`] checks the rest and returns [`Error::Invalid`] otherwise: every buffer is
+/// a contiguous view from offset 0 on the launch's device (so element `k < numel` lies in
+/// its storage); every output's storage is held by that output alone (fresh, seen by no
+/// other tensor); `meta` holds exactly the template's `meta_len` longs.
+struct Launch<'a> {
+    kernel: Kernel,
+    dtype: DType,
+    inputs: &'a [&'a XpuTensor],
+    meta: &'a [usize],
+}
+
+impl Launch<'_> {
+    /// Runs the kernel with `items` work-items writing `outputs` (nothing when `items` is 0).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] when a check of the contract above fails (a bug of this file);
+    /// dtype, allocation, build and enqueue errors.
+    fn run(&self, outputs: &[&XpuTensor], items: usize) -> Result<()> {
+        let Some(device) = outputs.first().map(|t| t.device()) else {
+            return invalid(format!("{}: a launch without an output", self.kernel.name));
+        };
+        let name = self.kernel.name;
+        if items == 0 {
+            return Ok(());
+        }
+        for t in outputs.iter().chain(self.inputs) {
+            if t.device() != device || !t.is_contiguous() || t.offset != 0 {
+                return invalid(format!(
+                    "{name}: a buffer on device {} (launch on {device}), contiguous {}, offset {}",
+                    t.device(),
+                    t.is_contiguous(),
+                    t.offset
+                ));
+            }
+        }
+        if outputs
+            .iter()
+            .any(|t| std::sync::Arc::strong_count(&t.storage) != 1)
+        {
+            return invalid(format!("{name}: an output shares its storage"));
+        }
+        let template = self.kernel.template;
+        if self.meta.len() != template.meta_len {
+            return invalid(format!(
+                "{name}: {} metadata values, the kernel reads {}",
+                self.meta.len(),
+                template.meta_len
+            ));
+        }
+        let t = dtype::cl_type(self.dtype)?;
+        let key = format!("nn|{name}|{t}");
+        let f = runtime::function(device, &key, name, || {
+            let mut s = dtype::pragmas(&[t]);
+            if template.f64_atomics && t == "double" {
+                s.push_str("#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable\n");
+                s.push_str(DEFORM_F64);
+            }
+            s.push_str(&format!("#define T {t}\n"));
+            s.push_str(crate::ops::PRELUDE);
+            s.push_str(COMMON);
+            s.push_str(template.body);
+            s
+        })?;
+        let values: Vec<i64> = self.meta.iter().map(|&v| v as i64).collect();
+        let meta = runtime::upload_meta(device, &values)?;
+        let mut args: Vec<Arg<'_>> = outputs
+            .iter()
+            .chain(self.inputs)
+            .map(|t| Arg::from(t.storage.buffer()))
+            .collect();
+        args.push(Arg::from(&meta));
+        args.push(Arg::from(items as i64));
+        // SAFETY: the bounds, race and termination argument for this kernel, these buffers
+        // and this metadata is the caller's (the contract in `Launch`'s doc, argued at each
+        // call site in its `// Bounds:` comment). What that argument assumes was checked
+        // above: each buffer is a contiguous view from offset 0 of a storage sized for at
+        // least its element count (`XpuTensor::empty`), on this device; each output's
+        // storage is held by the output alone, so no other tensor reads what the kernel
+        // writes; `p` holds exactly the `meta_len` longs the template's kernels may read;
+        // `n` is the global size `items`, so items past it return at once.
+        unsafe { runtime::launch(device, &f, &[items], None, &args)? };
+        Ok(())
+    }
+
+    /// Allocates a fresh output of `shape` in the launch's type, runs one work-item per
+    /// output element, and returns the output converted to `result` (the caller's type).
+    ///
+    /// # Errors
+    /// As [`Launch::run`].
+    fn output(&self, shape: &[usize], result: DType) -> Result<XpuTensor> {
+        let device = match self.inputs.first() {
+            Some(t) => t.device(),
+            None => return invalid(format!("{}: a launch without an input", self.kernel.name)),
+        };
+        let out = XpuTensor::empty(device, shape, self.dtype)?;
+        self.run(&[&out], out.numel())?;
+        finish(out, result)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -193,77 +427,48 @@ fn meta(device: usize, values: &[usize]) -> Result<runtime::Meta> {
 // dimensions).
 
 const CONV: &str = r#"
-__kernel void conv(__global T *out, __global const T *x, __global const T *w,
-                   __global const T *bias, __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  long C = p[1], D = p[2], H = p[3], W = p[4], CO = p[5], OD = p[6], OH = p[7], OW = p[8];
-  long KD = p[9], KH = p[10], KW = p[11], SD = p[12], SH = p[13], SW = p[14];
-  long PD = p[15], PH = p[16], PW = p[17], DD = p[18], DH = p[19], DW = p[20], G = p[21];
-  long ow = i % OW; long t = i / OW; long oh = t % OH; t /= OH; long od = t % OD; t /= OD;
+/* The convolution metadata (CONV_TEMPLATE) and the output position (b, oc, od, oh, ow) of
+   item i. */
+#define CONV_PARAMS \
+  long C = p[1], D = p[2], H = p[3], W = p[4], CO = p[5], OD = p[6], OH = p[7], OW = p[8]; \
+  long KD = p[9], KH = p[10], KW = p[11], SD = p[12], SH = p[13], SW = p[14]; \
+  long PD = p[15], PH = p[16], PW = p[17], DD = p[18], DH = p[19], DW = p[20], G = p[21]; \
+  long ow = i % OW; long t = i / OW; long oh = t % OH; t /= OH; long od = t % OD; t /= OD; \
   long oc = t % CO; long b = t / CO;
-  long cig = C / G, cog = CO / G; long g = oc / cog;
-  T acc = p[22] ? bias[oc] : (T)0;
-  for (long c = 0; c < cig; c++) {
-    __global const T *xp = x + (b * C + g * cig + c) * D * H * W;
-    __global const T *wp = w + (oc * cig + c) * KD * KH * KW;
-    for (long kd = 0; kd < KD; kd++) {
-      long id = od * SD - PD + kd * DD;
-      if (id < 0 || id >= D) continue;
-      for (long kh = 0; kh < KH; kh++) {
-        long ih = oh * SH - PH + kh * DH;
-        if (ih < 0 || ih >= H) continue;
-        for (long kw = 0; kw < KW; kw++) {
-          long iw = ow * SW - PW + kw * DW;
-          if (iw < 0 || iw >= W) continue;
-          acc += xp[(id * H + ih) * W + iw] * wp[(kd * KH + kh) * KW + kw];
-        }
-      }
-    }
-  }
-  out[i] = acc;
+/* A convolution kernel: TAP maps an output index and a kernel tap to the input index it
+   reads (-1: none), WCH is the weight's channel row for input channel c of group g. */
+#define CONV_KERNEL(NAME, TAP, WCH) \
+__kernel void NAME(__global T *out, __global const T *x, __global const T *w, \
+                   __global const T *bias, __global const long *p, long n) { \
+  ITEM \
+  CONV_PARAMS \
+  long cig = C / G, cog = CO / G; long g = oc / cog; \
+  T acc = p[22] ? bias[oc] : (T)0; \
+  for (long c = 0; c < cig; c++) { \
+    __global const T *xp = x + (b * C + g * cig + c) * D * H * W; \
+    __global const T *wp = w + (WCH) * KD * KH * KW; \
+    for (long kd = 0; kd < KD; kd++) { \
+      long id = TAP(od, SD, PD, kd, DD, D); \
+      if (id < 0) continue; \
+      FOR_TAPS(TAP, oh, ow, ih, iw, H, W) \
+        acc += xp[(id * H + ih) * W + iw] * wp[(kd * KH + kh) * KW + kw]; \
+      END_TAPS \
+    } \
+  } \
+  out[i] = acc; \
 }
+
+/* weight [CO, C/G, KD, KH, KW] */
+CONV_KERNEL(conv, tap, oc * cig + c)
+/* weight [C, CO/G, KD, KH, KW]: row (g*cig + c)*cog + oc % cog */
+CONV_KERNEL(conv_t, tap_source, (g * cig + c) * cog + oc % cog)
 "#;
 
-const CONV_T: &str = r#"
-__kernel void conv_t(__global T *out, __global const T *x, __global const T *w,
-                     __global const T *bias, __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  long C = p[1], D = p[2], H = p[3], W = p[4], CO = p[5], OD = p[6], OH = p[7], OW = p[8];
-  long KD = p[9], KH = p[10], KW = p[11], SD = p[12], SH = p[13], SW = p[14];
-  long PD = p[15], PH = p[16], PW = p[17], DD = p[18], DH = p[19], DW = p[20], G = p[21];
-  long ow = i % OW; long t = i / OW; long oh = t % OH; t /= OH; long od = t % OD; t /= OD;
-  long oc = t % CO; long b = t / CO;
-  long cig = C / G, cog = CO / G; long g = oc / cog, o = oc % cog;
-  T acc = p[22] ? bias[oc] : (T)0;
-  for (long c = 0; c < cig; c++) {
-    long ic = g * cig + c;
-    __global const T *xp = x + (b * C + ic) * D * H * W;
-    __global const T *wp = w + (ic * cog + o) * KD * KH * KW;
-    for (long kd = 0; kd < KD; kd++) {
-      long td = od + PD - kd * DD;
-      if (td < 0 || td % SD != 0) continue;
-      long id = td / SD;
-      if (id >= D) continue;
-      for (long kh = 0; kh < KH; kh++) {
-        long th = oh + PH - kh * DH;
-        if (th < 0 || th % SH != 0) continue;
-        long ih = th / SH;
-        if (ih >= H) continue;
-        for (long kw = 0; kw < KW; kw++) {
-          long tw = ow + PW - kw * DW;
-          if (tw < 0 || tw % SW != 0) continue;
-          long iw = tw / SW;
-          if (iw >= W) continue;
-          acc += xp[(id * H + ih) * W + iw] * wp[(kd * KH + kh) * KW + kw];
-        }
-      }
-    }
-  }
-  out[i] = acc;
-}
-"#;
+/// The convolution kernels' metadata: batch, C, D, H, W, CO, OD, OH, OW, KD, KH, KW, the
+/// strides, paddings and dilations (3 each), groups, has-bias.
+const CONV_TEMPLATE: Template = Template::new(CONV, 23);
+const CONV_K: Kernel = Kernel::new("conv", &CONV_TEMPLATE);
+const CONV_T_K: Kernel = Kernel::new("conv_t", &CONV_TEMPLATE);
 
 /// Pads an N-d (N ≤ 3) spatial shape to 3 dimensions with leading 1s.
 fn pad3<const N: usize>(v: [usize; N], fill: usize) -> [usize; 3] {
@@ -274,43 +479,24 @@ fn pad3<const N: usize>(v: [usize; N], fill: usize) -> [usize; 3] {
 
 /// The N-d convolution (N = 1, 2 or 3) of `x` `[batch, c_in, spatial...]` with `weight`
 /// `[c_out, c_in / groups, kernel...]`, plus `bias` `[c_out]`: `[batch, c_out, out...]`,
-/// each output size `(in + 2 pad - dil (k - 1) - 1) / stride + 1` (as torch.nn.functional.conv1d / conv2d / conv3d).
+/// each output size `(in + 2 pad - dil (k - 1) - 1) / stride + 1` (as
+/// torch.nn.functional.conv1d / conv2d / conv3d).
+///
+/// When `p.transposed`, the transposed convolution (as torch.nn.functional.conv_transpose1d
+/// / 2d / 3d) with `weight` `[c_in, c_out / groups, kernel...]`: each output size
+/// `(in - 1) stride + dil (k - 1) + 1 + padding_out - 2 pad`.
 ///
 /// # Errors
 /// [`Error::Invalid`] for shapes that do not match (ranks, channel counts, groups, a kernel
-/// larger than the padded input, zero strides or dilations); dtype, allocation and kernel errors.
+/// larger than the padded input, zero strides or dilations, a transposed convolution's
+/// padding exceeding its output); dtype, allocation and kernel errors.
 pub fn conv<const N: usize>(
     x: &XpuTensor,
     weight: &XpuTensor,
     bias: Option<&XpuTensor>,
     p: ConvParams<N>,
 ) -> Result<XpuTensor> {
-    conv_impl(x, weight, bias, p, false)
-}
-
-/// The N-d transposed convolution (N = 1, 2 or 3) of `x` `[batch, c_in, spatial...]` with
-/// `weight` `[c_in, c_out / groups, kernel...]`, plus `bias` `[c_out]`: `[batch, c_out,
-/// out...]`, each output size `(in - 1) stride + dil (k - 1) + 1 + padding_out - 2 pad`
-/// (as torch.nn.functional.conv_transpose1d / 2d / 3d).
-///
-/// # Errors
-/// As [`conv`]; also when the padding exceeds the output.
-pub fn conv_transpose<const N: usize>(
-    x: &XpuTensor,
-    weight: &XpuTensor,
-    bias: Option<&XpuTensor>,
-    p: ConvParams<N>,
-) -> Result<XpuTensor> {
-    conv_impl(x, weight, bias, p, true)
-}
-
-fn conv_impl<const N: usize>(
-    x: &XpuTensor,
-    weight: &XpuTensor,
-    bias: Option<&XpuTensor>,
-    p: ConvParams<N>,
-    transposed: bool,
-) -> Result<XpuTensor> {
+    let transposed = p.transposed;
     let what = if transposed { "conv_transpose" } else { "conv" };
     if N == 0 || N > 3 {
         return invalid(format!(
@@ -398,54 +584,36 @@ fn conv_impl<const N: usize>(
 
     let mut out_shape = vec![batch, c_out];
     out_shape.extend_from_slice(&out_sp);
-    let out = XpuTensor::empty(device, &out_shape, dtype)?;
-    let n = out.numel();
-    if n == 0 {
-        return finish(out, x.dtype);
-    }
     let in3 = pad3(<[usize; N]>::try_from(&x.shape[2..]).unwrap_or([1; N]), 1);
     let k3 = pad3(
         <[usize; N]>::try_from(&weight.shape[2..]).unwrap_or([1; N]),
         1,
     );
-    let o3 = pad3(out_sp, 1);
-    let s3 = pad3(p.stride, 1);
-    let p3 = pad3(p.padding, 0);
-    let d3 = pad3(p.dilation, 1);
     let mut m = vec![batch, c_in];
     m.extend_from_slice(&in3);
     m.push(c_out);
-    m.extend_from_slice(&o3);
+    m.extend_from_slice(&pad3(out_sp, 1));
     m.extend_from_slice(&k3);
-    m.extend_from_slice(&s3);
-    m.extend_from_slice(&p3);
-    m.extend_from_slice(&d3);
+    m.extend_from_slice(&pad3(p.stride, 1));
+    m.extend_from_slice(&pad3(p.padding, 0));
+    m.extend_from_slice(&pad3(p.dilation, 1));
     m.push(g);
     m.push(bc.is_some() as usize);
-    let meta = meta(device, &m)?;
-    let name = if transposed { "conv_t" } else { "conv" };
-    let f = build_kernel(device, dtype, name, if transposed { CONV_T } else { CONV })?;
+    let kernel = if transposed { CONV_T_K } else { CONV_K };
     let bias_buf = bc.as_ref().unwrap_or(&xc);
-    let args = [
-        Arg::from(out.storage.buffer()),
-        Arg::from(xc.storage.buffer()),
-        Arg::from(wc.storage.buffer()),
-        Arg::from(bias_buf.storage.buffer()),
-        Arg::from(&meta),
-        Arg::from(n as i64),
-    ];
-    // SAFETY: `n` work-items, one per element of the fresh contiguous `out` (`n` elements of
-    // `T`); item `i` writes `out[i]` only. `x` and `weight` are contiguous from offset 0 with
-    // the shapes checked above ([batch, c_in, D, H, W] and [c_out, c_in/g, KD, KH, KW], or
-    // [c_in, c_out/g, ...] transposed), so every read `x[(b*C + ic)*DHW + (id*H + ih)*W + iw]`
-    // has b < batch, ic < c_in, and the spatial indices are checked in [0, size) before the
-    // read; weight indices are < c_out (c_in) * per-group channels * kernel volume. `bias` is
-    // read at oc < c_out only when present (checked [c_out]). Divisors (OW, OH, OD, c_out,
-    // groups, c_out/groups, strides) are non-zero: n > 0 makes every output size non-zero and
-    // the host checked groups and strides. The loops are bounded by the channel and kernel
-    // counts, so the kernel terminates. The metadata buffer holds the 23 longs it reads.
-    unsafe { runtime::launch(device, &f, &[n], None, &args)? };
-    finish(out, x.dtype)
+    // Bounds: one item per element of the fresh contiguous output [batch, c_out, out...];
+    // item `i` writes `out[i]` only. `x` and `weight` have the shapes checked above
+    // ([batch, c_in, D, H, W] and [c_out, c_in/g, KD, KH, KW], or [c_in, c_out/g, ...]
+    // transposed), so every read `x[(b*C + ic)*DHW + (id*H + ih)*W + iw]` has b < batch,
+    // ic < c_in, and the spatial indices are checked in [0, size) before the read; weight
+    // indices are < c_out (c_in) * per-group channels * kernel volume. `bias` is read at
+    // oc < c_out only when present (checked [c_out]). Divisors (OW, OH, OD, c_out, groups,
+    // c_out/groups, strides) are non-zero: a non-empty output makes every output size
+    // non-zero and the host checked groups and strides. The loops are bounded by the
+    // channel and kernel counts.
+    kernel
+        .launch(dtype, &[&xc, &wc, bias_buf], &m)
+        .output(&out_shape, x.dtype)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -453,33 +621,21 @@ fn conv_impl<const N: usize>(
 
 const AVG_POOL: &str = r#"
 __kernel void avg_pool(__global T *out, __global const T *x, __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  long H = p[0], W = p[1], OH = p[2], OW = p[3], KH = p[4], KW = p[5];
-  long SH = p[6], SW = p[7], PH = p[8], PW = p[9], inc = p[10];
-  long ow = i % OW; long t = i / OW; long oh = t % OH; long nc = t / OH;
+  ITEM
+  PLANE WINDOW AT_OUT
   __global const T *xp = x + nc * H * W;
   T sum = (T)0; long cnt = 0;
-  for (long kh = 0; kh < KH; kh++) {
-    long ih = oh * SH - PH + kh;
-    if (ih < 0 || ih >= H) continue;
-    for (long kw = 0; kw < KW; kw++) {
-      long iw = ow * SW - PW + kw;
-      if (iw < 0 || iw >= W) continue;
-      sum += xp[ih * W + iw];
-      cnt++;
-    }
-  }
-  if (inc) cnt = KH * KW;
+  FOR_TAPS(tap, oh, ow, ih, iw, H, W)
+    sum += xp[ih * W + iw];
+    cnt++;
+  END_TAPS
+  if (FLAG) cnt = KH * KW;
   out[i] = sum / (T)cnt;
 }
 
 __kernel void avg_pool_bwd(__global T *gx, __global const T *gy, __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  long H = p[0], W = p[1], OH = p[2], OW = p[3], KH = p[4], KW = p[5];
-  long SH = p[6], SW = p[7], PH = p[8], PW = p[9], inc = p[10];
-  long iw = i % W; long t = i / W; long ih = t % H; long nc = t / H;
+  ITEM
+  PLANE WINDOW AT_IN
   long lo_h = ih + PH - KH + 1, lo_w = iw + PW - KW + 1;
   long oh0 = lo_h <= 0 ? 0 : (lo_h + SH - 1) / SH;
   long ow0 = lo_w <= 0 ? 0 : (lo_w + SW - 1) / SW;
@@ -489,7 +645,7 @@ __kernel void avg_pool_bwd(__global T *gx, __global const T *gy, __global const 
     long h0 = max(oh * SH - PH, 0L), h1 = min(oh * SH - PH + KH, H);
     for (long ow = ow0; ow <= ow1; ow++) {
       long w0 = max(ow * SW - PW, 0L), w1 = min(ow * SW - PW + KW, W);
-      long cnt = inc ? KH * KW : (h1 - h0) * (w1 - w0);
+      long cnt = FLAG ? KH * KW : (h1 - h0) * (w1 - w0);
       acc += gy[(nc * OH + oh) * OW + ow] / (T)cnt;
     }
   }
@@ -497,143 +653,10 @@ __kernel void avg_pool_bwd(__global T *gx, __global const T *gy, __global const 
 }
 "#;
 
-fn pool_out(
-    what: &str,
-    x: [usize; 4],
-    k: [usize; 2],
-    s: [usize; 2],
-    pad: [usize; 2],
-    dil: [usize; 2],
-) -> Result<[usize; 2]> {
-    Ok([
-        conv_out(what, x[2], k[0], s[0], pad[0], dil[0])?,
-        conv_out(what, x[3], k[1], s[1], pad[1], dil[1])?,
-    ])
-}
-
-fn check_grad(what: &str, grad: &XpuTensor, expected: &[usize]) -> Result<()> {
-    if grad.shape != expected {
-        return invalid(format!(
-            "{what}: output gradient {:?} must have the output's shape {expected:?}",
-            grad.shape
-        ));
-    }
-    Ok(())
-}
-
-/// 2-D average pooling of `x` `[batch, channels, H, W]` (as torch.nn.functional.avg_pool2d,
-/// `ceil_mode = false`): the mean over each window's elements inside the input, divided by
-/// the kernel area when `count_include_pad`.
-///
-/// # Errors
-/// [`Error::Invalid`] for a rank other than 4, a zero stride or a kernel larger than the
-/// padded input; dtype, allocation and kernel errors.
-pub fn avg_pool2d(
-    x: &XpuTensor,
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    padding: [usize; 2],
-    count_include_pad: bool,
-) -> Result<XpuTensor> {
-    let xs = dims::<4>(x, "avg_pool2d input")?;
-    let [oh, ow] = pool_out("avg_pool2d", xs, kernel, stride, padding, [1, 1])?;
-    let device = x.device();
-    let dtype = compute_dtype(x.dtype)?;
-    let xc = prep(x, dtype)?;
-    let out = XpuTensor::empty(device, &[xs[0], xs[1], oh, ow], dtype)?;
-    let n = out.numel();
-    if n == 0 {
-        return finish(out, x.dtype);
-    }
-    let m = [
-        xs[2],
-        xs[3],
-        oh,
-        ow,
-        kernel[0],
-        kernel[1],
-        stride[0],
-        stride[1],
-        padding[0],
-        padding[1],
-        count_include_pad as usize,
-    ];
-    let meta = meta(device, &m)?;
-    let f = build_kernel(device, dtype, "avg_pool", AVG_POOL)?;
-    let args = [
-        Arg::from(out.storage.buffer()),
-        Arg::from(xc.storage.buffer()),
-        Arg::from(&meta),
-        Arg::from(n as i64),
-    ];
-    // SAFETY: `n` items, item `i` writes only `out[i]` of the fresh `[B, C, OH, OW]` output;
-    // it reads `x[nc*H*W + ih*W + iw]` with nc < B*C (i / (OH*OW)) and ih, iw checked in
-    // [0, H) x [0, W) — inside the contiguous `x`. OW, OH are non-zero (n > 0); the division
-    // by `cnt` is a float division. Loops bounded by the kernel size. Meta: 11 longs.
-    unsafe { runtime::launch(device, &f, &[n], None, &args)? };
-    finish(out, x.dtype)
-}
-
-/// The gradient of [`avg_pool2d`] with respect to `x`, given the output gradient `grad`.
-///
-/// # Errors
-/// As [`avg_pool2d`]; [`Error::Invalid`] when `grad` is not of the output's shape.
-pub fn avg_pool2d_backward(
-    x: &XpuTensor,
-    grad: &XpuTensor,
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    padding: [usize; 2],
-    count_include_pad: bool,
-) -> Result<XpuTensor> {
-    let xs = dims::<4>(x, "avg_pool2d input")?;
-    let [oh, ow] = pool_out("avg_pool2d_backward", xs, kernel, stride, padding, [1, 1])?;
-    check_grad("avg_pool2d_backward", grad, &[xs[0], xs[1], oh, ow])?;
-    let device = x.device();
-    check_same_device(device, &[grad])?;
-    let dtype = compute_dtype(grad.dtype)?;
-    let gc = prep(grad, dtype)?;
-    let out = XpuTensor::empty(device, &xs, dtype)?;
-    let n = out.numel();
-    if n == 0 {
-        return finish(out, grad.dtype);
-    }
-    let m = [
-        xs[2],
-        xs[3],
-        oh,
-        ow,
-        kernel[0],
-        kernel[1],
-        stride[0],
-        stride[1],
-        padding[0],
-        padding[1],
-        count_include_pad as usize,
-    ];
-    let meta = meta(device, &m)?;
-    let f = build_kernel(device, dtype, "avg_pool_bwd", AVG_POOL)?;
-    let args = [
-        Arg::from(out.storage.buffer()),
-        Arg::from(gc.storage.buffer()),
-        Arg::from(&meta),
-        Arg::from(n as i64),
-    ];
-    // SAFETY: `n` items, item `i` writes only `gx[i]` of the fresh `[B, C, H, W]` output; it
-    // reads `gy[(nc*OH + oh)*OW + ow]` with nc < B*C and oh in [0, OH), ow in [0, OW) (the
-    // loop bounds are clamped to OH-1 / OW-1 and start at >= 0) — inside the contiguous
-    // grad checked to be [B, C, OH, OW]. Divisors W, H (n > 0) and the strides (checked
-    // non-zero) are non-zero; `cnt` divides floats. Loops bounded by OH, OW. Meta: 11 longs.
-    unsafe { runtime::launch(device, &f, &[n], None, &args)? };
-    finish(out, grad.dtype)
-}
-
 const ADAPTIVE: &str = r#"
 __kernel void adaptive_pool(__global T *out, __global const T *x, __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  long H = p[0], W = p[1], OH = p[2], OW = p[3];
-  long ow = i % OW; long t = i / OW; long oh = t % OH; long nc = t / OH;
+  ITEM
+  PLANE AT_OUT
   long h0 = (oh * H) / OH, h1 = ((oh + 1) * H + OH - 1) / OH;
   long w0 = (ow * W) / OW, w1 = ((ow + 1) * W + OW - 1) / OW;
   __global const T *xp = x + nc * H * W;
@@ -645,10 +668,8 @@ __kernel void adaptive_pool(__global T *out, __global const T *x, __global const
 }
 
 __kernel void adaptive_pool_bwd(__global T *gx, __global const T *gy, __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  long H = p[0], W = p[1], OH = p[2], OW = p[3];
-  long iw = i % W; long t = i / W; long ih = t % H; long nc = t / H;
+  ITEM
+  PLANE AT_IN
   T acc = (T)0;
   /* Only outputs (ih*OH)/H <= oh <= ((ih+1)*OH)/H can cover row ih (likewise columns); the
      exact test below decides. */
@@ -666,6 +687,190 @@ __kernel void adaptive_pool_bwd(__global T *gx, __global const T *gy, __global c
 }
 "#;
 
+const MAX_POOL: &str = r#"
+__kernel void max_pool(__global T *out, __global long *idx, __global const T *x,
+                       __global const long *p, long n) {
+  ITEM
+  PLANE WINDOW AT_OUT
+  __global const T *xp = x + nc * H * W;
+  T m = (T)(-INFINITY); long mi = -1;
+  FOR_TAPS(tap, oh, ow, ih, iw, H, W)
+    T v = xp[ih * W + iw];
+    if (mi < 0 || v > m || (isnan(v) && !isnan(m))) { m = v; mi = ih * W + iw; }
+  END_TAPS
+  out[i] = m;
+  idx[i] = mi;
+}
+
+__kernel void max_pool_bwd(__global T *gx, __global const T *gy, __global const long *idx,
+                           __global const long *p, long n) {
+  ITEM
+  PLANE WINDOW AT_IN
+  long pos = ih * W + iw;
+  T acc = (T)0;
+  FOR_TAPS(tap_source, ih, iw, oh, ow, OH, OW)
+    long o = (nc * OH + oh) * OW + ow;
+    if (idx[o] == pos) acc += gy[o];
+  END_TAPS
+  gx[i] = acc;
+}
+"#;
+
+/// The pooling kernels' metadata: H, W, OH, OW, KH, KW, SH, SW, PH, PW, DH, DW and a flag
+/// (`count_include_pad` for average pooling, unused by max pooling).
+const POOL_META: usize = 13;
+
+const AVG_POOL_TEMPLATE: Template = Template::new(AVG_POOL, POOL_META);
+const AVG_POOL_K: Kernel = Kernel::new("avg_pool", &AVG_POOL_TEMPLATE);
+const AVG_POOL_BWD_K: Kernel = Kernel::new("avg_pool_bwd", &AVG_POOL_TEMPLATE);
+const MAX_POOL_TEMPLATE: Template = Template::new(MAX_POOL, POOL_META);
+const MAX_POOL_K: Kernel = Kernel::new("max_pool", &MAX_POOL_TEMPLATE);
+const MAX_POOL_BWD_K: Kernel = Kernel::new("max_pool_bwd", &MAX_POOL_TEMPLATE);
+/// The adaptive pooling kernels' metadata: H, W, OH, OW.
+const ADAPTIVE_TEMPLATE: Template = Template::new(ADAPTIVE, 4);
+const ADAPTIVE_K: Kernel = Kernel::new("adaptive_pool", &ADAPTIVE_TEMPLATE);
+const ADAPTIVE_BWD_K: Kernel = Kernel::new("adaptive_pool_bwd", &ADAPTIVE_TEMPLATE);
+
+/// A 2-D pooling window (as burn's pooling options): kernel size, stride, zero padding on
+/// both sides and dilation, each as `[height, width]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Pool2d {
+    /// Window size (non-zero).
+    pub kernel: [usize; 2],
+    /// Stride (non-zero).
+    pub stride: [usize; 2],
+    /// Zero padding on both sides.
+    pub padding: [usize; 2],
+    /// Dilation (non-zero; average pooling takes `[1, 1]` only).
+    pub dilation: [usize; 2],
+}
+
+/// A pooling of input `x` that [`Pool2d::check`] accepted.
+struct Pooling {
+    /// `x`'s shape `[B, C, H, W]`.
+    xs: [usize; 4],
+    /// The output's shape `[B, C, OH, OW]`.
+    out: [usize; 4],
+    /// The kernels' metadata (layout at [`POOL_META`]).
+    meta: [usize; POOL_META],
+}
+
+impl Pool2d {
+    /// The pooling of `x` `[B, C, H, W]` by this window: output size
+    /// `(in + 2 pad - dil (k - 1) - 1) / stride + 1` per axis; `flag` goes last in the
+    /// metadata.
+    fn check(&self, what: &str, x: &XpuTensor, flag: bool) -> Result<Pooling> {
+        let xs = dims::<4>(x, what)?;
+        let mut out = xs;
+        for a in 0..2 {
+            out[2 + a] = conv_out(
+                what,
+                xs[2 + a],
+                self.kernel[a],
+                self.stride[a],
+                self.padding[a],
+                self.dilation[a],
+            )?;
+        }
+        let [k, s, p, d] = [self.kernel, self.stride, self.padding, self.dilation];
+        let meta = [
+            xs[2],
+            xs[3],
+            out[2],
+            out[3],
+            k[0],
+            k[1],
+            s[0],
+            s[1],
+            p[0],
+            p[1],
+            d[0],
+            d[1],
+            flag as usize,
+        ];
+        Ok(Pooling { xs, out, meta })
+    }
+
+    fn check_avg(&self, what: &str, x: &XpuTensor, count_include_pad: bool) -> Result<Pooling> {
+        if self.dilation != [1, 1] {
+            return invalid(format!(
+                "{what}: dilation {:?} (average pooling takes [1, 1])",
+                self.dilation
+            ));
+        }
+        self.check(what, x, count_include_pad)
+    }
+}
+
+/// Checks that `grad` has the output's shape `expected` and is on `x`'s device.
+fn check_grad(what: &str, x: &XpuTensor, grad: &XpuTensor, expected: &[usize]) -> Result<()> {
+    if grad.shape != expected {
+        return invalid(format!(
+            "{what}: output gradient {:?} must have the output's shape {expected:?}",
+            grad.shape
+        ));
+    }
+    check_same_device(x.device(), &[grad])
+}
+
+/// `grad` (the gradient of an output of shape `expected`, on `x`'s device) prepared for a
+/// backward kernel: contiguous, in its compute type (returned too).
+fn prep_grad(
+    what: &str,
+    x: &XpuTensor,
+    grad: &XpuTensor,
+    expected: &[usize],
+) -> Result<(XpuTensor, DType)> {
+    check_grad(what, x, grad, expected)?;
+    let dtype = compute_dtype(grad.dtype)?;
+    Ok((prep(grad, dtype)?, dtype))
+}
+
+/// 2-D average pooling of `x` `[batch, channels, H, W]` (as torch.nn.functional.avg_pool2d,
+/// `ceil_mode = false`): the mean over each window's elements inside the input, divided by
+/// the kernel area when `count_include_pad`.
+///
+/// # Errors
+/// [`Error::Invalid`] for a rank other than 4, a zero stride, a dilation other than
+/// `[1, 1]` or a kernel larger than the padded input; dtype, allocation and kernel errors.
+pub fn avg_pool2d(x: &XpuTensor, window: Pool2d, count_include_pad: bool) -> Result<XpuTensor> {
+    let pool = window.check_avg("avg_pool2d", x, count_include_pad)?;
+    let dtype = compute_dtype(x.dtype)?;
+    let xc = prep(x, dtype)?;
+    // Bounds: one item per element of the fresh [B, C, OH, OW] output; item `i` writes
+    // only `out[i]`; it reads `x[nc*H*W + ih*W + iw]` with nc < B*C (i / (OH*OW)) and ih, iw
+    // checked in [0, H) x [0, W) — inside the contiguous `x`. OW, OH are non-zero (a
+    // non-empty output); the division by `cnt` is a float division. Loops bounded by the
+    // kernel size.
+    AVG_POOL_K
+        .launch(dtype, &[&xc], &pool.meta)
+        .output(&pool.out, x.dtype)
+}
+
+/// The gradient of [`avg_pool2d`] with respect to `x`, given the output gradient `grad`.
+///
+/// # Errors
+/// As [`avg_pool2d`]; [`Error::Invalid`] when `grad` is not of the output's shape.
+pub fn avg_pool2d_backward(
+    x: &XpuTensor,
+    grad: &XpuTensor,
+    window: Pool2d,
+    count_include_pad: bool,
+) -> Result<XpuTensor> {
+    let what = "avg_pool2d_backward";
+    let pool = window.check_avg(what, x, count_include_pad)?;
+    let (gc, dtype) = prep_grad(what, x, grad, &pool.out)?;
+    // Bounds: one item per element of the fresh [B, C, H, W] output; item `i` writes only
+    // `gx[i]`; it reads `gy[(nc*OH + oh)*OW + ow]` with nc < B*C and oh in [0, OH), ow in
+    // [0, OW) (the loop bounds are clamped to OH-1 / OW-1 and start at >= 0) — inside the
+    // contiguous grad checked to be [B, C, OH, OW]. Divisors W, H (a non-empty output) and
+    // the strides (checked non-zero) are non-zero; `cnt` divides floats. Loops bounded by
+    // OH, OW.
+    AVG_POOL_BWD_K
+        .launch(dtype, &[&gc], &pool.meta)
+        .output(&pool.xs, grad.dtype)
+}
+
 /// 2-D adaptive average pooling of `x` `[batch, channels, H, W]` to `output_size` (as
 /// torch.nn.functional.adaptive_avg_pool2d): output `o` averages input rows
 /// `floor(o H / OH) .. ceil((o + 1) H / OH)`, likewise columns.
@@ -673,30 +878,18 @@ __kernel void adaptive_pool_bwd(__global T *gx, __global const T *gy, __global c
 /// # Errors
 /// [`Error::Invalid`] for a rank other than 4; dtype, allocation and kernel errors.
 pub fn adaptive_avg_pool2d(x: &XpuTensor, output_size: [usize; 2]) -> Result<XpuTensor> {
-    let xs = dims::<4>(x, "adaptive_avg_pool2d input")?;
-    let device = x.device();
+    let [b, c, h, w] = dims::<4>(x, "adaptive_avg_pool2d input")?;
+    let [oh, ow] = output_size;
     let dtype = compute_dtype(x.dtype)?;
     let xc = prep(x, dtype)?;
-    let [oh, ow] = output_size;
-    let out = XpuTensor::empty(device, &[xs[0], xs[1], oh, ow], dtype)?;
-    let n = out.numel();
-    if n == 0 {
-        return finish(out, x.dtype);
-    }
-    let meta = meta(device, &[xs[2], xs[3], oh, ow])?;
-    let f = build_kernel(device, dtype, "adaptive_pool", ADAPTIVE)?;
-    let args = [
-        Arg::from(out.storage.buffer()),
-        Arg::from(xc.storage.buffer()),
-        Arg::from(&meta),
-        Arg::from(n as i64),
-    ];
-    // SAFETY: `n` items, item `i` writes only `out[i]` (fresh [B, C, OH, OW]); it reads rows
-    // h0 <= ih < h1 <= H and columns w0 <= iw < w1 <= W of plane nc < B*C (h1 = ceil((oh+1)
-    // H / OH) <= H since oh < OH) — inside the contiguous `x`. OH, OW non-zero (n > 0); the
-    // final division is a float division. Loops bounded by H and W. Meta: 4 longs.
-    unsafe { runtime::launch(device, &f, &[n], None, &args)? };
-    finish(out, x.dtype)
+    // Bounds: one item per element of the fresh [B, C, OH, OW] output; item `i` writes only
+    // `out[i]`; it reads rows h0 <= ih < h1 <= H and columns w0 <= iw < w1 <= W of plane
+    // nc < B*C (h1 = ceil((oh+1) H / OH) <= H since oh < OH) — inside the contiguous `x`.
+    // OH, OW non-zero (a non-empty output); the final division is a float division. Loops
+    // bounded by H and W.
+    ADAPTIVE_K
+        .launch(dtype, &[&xc], &[h, w, oh, ow])
+        .output(&[b, c, oh, ow], x.dtype)
 }
 
 /// The gradient of [`adaptive_avg_pool2d`] with respect to `x` (of `x`'s shape), given the
@@ -708,86 +901,17 @@ pub fn adaptive_avg_pool2d(x: &XpuTensor, output_size: [usize; 2]) -> Result<Xpu
 pub fn adaptive_avg_pool2d_backward(x: &XpuTensor, grad: &XpuTensor) -> Result<XpuTensor> {
     let xs = dims::<4>(x, "adaptive_avg_pool2d input")?;
     let gs = dims::<4>(grad, "adaptive_avg_pool2d gradient")?;
-    if gs[0] != xs[0] || gs[1] != xs[1] {
-        return invalid(format!(
-            "adaptive_avg_pool2d_backward: gradient {gs:?} does not match input {xs:?}"
-        ));
-    }
-    let device = x.device();
-    check_same_device(device, &[grad])?;
-    let dtype = compute_dtype(grad.dtype)?;
-    let gc = prep(grad, dtype)?;
-    let out = XpuTensor::empty(device, &xs, dtype)?;
-    let n = out.numel();
-    if n == 0 {
-        return finish(out, grad.dtype);
-    }
-    let meta = meta(device, &[xs[2], xs[3], gs[2], gs[3]])?;
-    let f = build_kernel(device, dtype, "adaptive_pool_bwd", ADAPTIVE)?;
-    let args = [
-        Arg::from(out.storage.buffer()),
-        Arg::from(gc.storage.buffer()),
-        Arg::from(&meta),
-        Arg::from(n as i64),
-    ];
-    // SAFETY: `n` items, item `i` writes only `gx[i]` (fresh, x's shape); it reads
-    // `gy[(nc*OH + oh)*OW + ow]` for nc < B*C, oh < OH, ow < OW — inside the contiguous grad
-    // of shape [B, C, OH, OW]. Integer divisors: W, H (n > 0) and OH, OW, only inside loops
-    // that run when they are non-zero. Loops bounded by OH and OW. Meta: 4 longs.
-    unsafe { runtime::launch(device, &f, &[n], None, &args)? };
-    finish(out, grad.dtype)
+    let expected = [xs[0], xs[1], gs[2], gs[3]];
+    let (gc, dtype) = prep_grad("adaptive_avg_pool2d_backward", x, grad, &expected)?;
+    // Bounds: one item per element of the fresh output of x's shape; item `i` writes only
+    // `gx[i]`; it reads `gy[(nc*OH + oh)*OW + ow]` for nc < B*C, oh < OH, ow < OW — inside
+    // the contiguous grad of shape [B, C, OH, OW]. Integer divisors: W, H (a non-empty
+    // output) and OH, OW, only inside loops that run when they are non-zero. Loops bounded
+    // by OH and OW.
+    ADAPTIVE_BWD_K
+        .launch(dtype, &[&gc], &[xs[2], xs[3], gs[2], gs[3]])
+        .output(&xs, grad.dtype)
 }
-
-const MAX_POOL: &str = r#"
-__kernel void max_pool(__global T *out, __global long *idx, __global const T *x,
-                       __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  long H = p[0], W = p[1], OH = p[2], OW = p[3], KH = p[4], KW = p[5];
-  long SH = p[6], SW = p[7], PH = p[8], PW = p[9], DH = p[10], DW = p[11];
-  long ow = i % OW; long t = i / OW; long oh = t % OH; long nc = t / OH;
-  __global const T *xp = x + nc * H * W;
-  T m = (T)(-INFINITY); long mi = -1;
-  for (long kh = 0; kh < KH; kh++) {
-    long ih = oh * SH - PH + kh * DH;
-    if (ih < 0 || ih >= H) continue;
-    for (long kw = 0; kw < KW; kw++) {
-      long iw = ow * SW - PW + kw * DW;
-      if (iw < 0 || iw >= W) continue;
-      T v = xp[ih * W + iw];
-      if (mi < 0 || v > m || (isnan(v) && !isnan(m))) { m = v; mi = ih * W + iw; }
-    }
-  }
-  out[i] = m;
-  idx[i] = mi;
-}
-
-__kernel void max_pool_bwd(__global T *gx, __global const T *gy, __global const long *idx,
-                           __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  long H = p[0], W = p[1], OH = p[2], OW = p[3], KH = p[4], KW = p[5];
-  long SH = p[6], SW = p[7], PH = p[8], PW = p[9], DH = p[10], DW = p[11];
-  long iw = i % W; long t = i / W; long ih = t % H; long nc = t / H;
-  long pos = ih * W + iw;
-  T acc = (T)0;
-  for (long kh = 0; kh < KH; kh++) {
-    long th = ih + PH - kh * DH;
-    if (th < 0 || th % SH != 0) continue;
-    long oh = th / SH;
-    if (oh >= OH) continue;
-    for (long kw = 0; kw < KW; kw++) {
-      long tw = iw + PW - kw * DW;
-      if (tw < 0 || tw % SW != 0) continue;
-      long ow = tw / SW;
-      if (ow >= OW) continue;
-      long o = (nc * OH + oh) * OW + ow;
-      if (idx[o] == pos) acc += gy[o];
-    }
-  }
-  gx[i] = acc;
-}
-"#;
 
 /// 2-D max pooling of `x` `[batch, channels, H, W]` with the index of each maximum (as
 /// torch.nn.functional.max_pool2d with `return_indices`, `ceil_mode = false`): the output
@@ -797,52 +921,21 @@ __kernel void max_pool_bwd(__global T *gx, __global const T *gy, __global const 
 /// # Errors
 /// [`Error::Invalid`] for a rank other than 4, a zero stride or dilation, or a kernel larger
 /// than the padded input; dtype, allocation and kernel errors.
-pub fn max_pool2d_with_indices(
-    x: &XpuTensor,
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
-) -> Result<(XpuTensor, XpuTensor)> {
-    let xs = dims::<4>(x, "max_pool2d input")?;
-    let [oh, ow] = pool_out("max_pool2d", xs, kernel, stride, padding, dilation)?;
+pub fn max_pool2d_with_indices(x: &XpuTensor, window: Pool2d) -> Result<(XpuTensor, XpuTensor)> {
+    let pool = window.check("max_pool2d", x, false)?;
     let device = x.device();
     let dtype = compute_dtype(x.dtype)?;
     let xc = prep(x, dtype)?;
-    let shape = [xs[0], xs[1], oh, ow];
-    let out = XpuTensor::empty(device, &shape, dtype)?;
-    let idx = XpuTensor::empty(device, &shape, DType::I64)?;
-    let n = out.numel();
-    if n > 0 {
-        let m = [
-            xs[2],
-            xs[3],
-            oh,
-            ow,
-            kernel[0],
-            kernel[1],
-            stride[0],
-            stride[1],
-            padding[0],
-            padding[1],
-            dilation[0],
-            dilation[1],
-        ];
-        let meta = meta(device, &m)?;
-        let f = build_kernel(device, dtype, "max_pool", MAX_POOL)?;
-        let args = [
-            Arg::from(out.storage.buffer()),
-            Arg::from(idx.storage.buffer()),
-            Arg::from(xc.storage.buffer()),
-            Arg::from(&meta),
-            Arg::from(n as i64),
-        ];
-        // SAFETY: `n` items, item `i` writes only `out[i]` and `idx[i]` (both fresh, `n`
-        // elements of T / long); it reads `x[nc*H*W + ih*W + iw]` with nc < B*C and ih, iw
-        // checked in [0, H) x [0, W) — inside the contiguous `x`. OW, OH non-zero (n > 0).
-        // Loops bounded by the kernel size. Meta: 12 longs.
-        unsafe { runtime::launch(device, &f, &[n], None, &args)? };
-    }
+    let out = XpuTensor::empty(device, &pool.out, dtype)?;
+    let idx = XpuTensor::empty(device, &pool.out, DType::I64)?;
+    // Bounds: one item per element of the fresh outputs `out` (T) and `idx` (long), both
+    // [B, C, OH, OW]; item `i` writes only `out[i]` and `idx[i]`; it reads
+    // `x[nc*H*W + ih*W + iw]` with nc < B*C and ih, iw checked in [0, H) x [0, W) — inside
+    // the contiguous `x`. OW, OH non-zero (a non-empty output). Loops bounded by the kernel
+    // size.
+    MAX_POOL_K
+        .launch(dtype, &[&xc], &pool.meta)
+        .run(&[&out, &idx], out.numel())?;
     Ok((finish(out, x.dtype)?, idx))
 }
 
@@ -855,59 +948,25 @@ pub fn max_pool2d_with_indices(
 /// output's shape.
 pub fn max_pool2d_with_indices_backward(
     x: &XpuTensor,
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    padding: [usize; 2],
-    dilation: [usize; 2],
+    window: Pool2d,
     grad: &XpuTensor,
     indices: &XpuTensor,
 ) -> Result<XpuTensor> {
-    let xs = dims::<4>(x, "max_pool2d input")?;
-    let [oh, ow] = pool_out("max_pool2d_backward", xs, kernel, stride, padding, dilation)?;
-    let oshape = [xs[0], xs[1], oh, ow];
-    check_grad("max_pool2d_backward", grad, &oshape)?;
-    check_grad("max_pool2d_backward (indices)", indices, &oshape)?;
-    let device = x.device();
-    check_same_device(device, &[grad, indices])?;
-    let dtype = compute_dtype(grad.dtype)?;
-    let gc = prep(grad, dtype)?;
+    let what = "max_pool2d_backward";
+    let pool = window.check(what, x, false)?;
+    let (gc, dtype) = prep_grad(what, x, grad, &pool.out)?;
+    check_grad(&format!("{what} (indices)"), x, indices, &pool.out)?;
     let ic = prep(indices, DType::I64)?;
-    let out = XpuTensor::empty(device, &xs, dtype)?;
-    let n = out.numel();
-    if n == 0 {
-        return finish(out, grad.dtype);
-    }
-    let m = [
-        xs[2],
-        xs[3],
-        oh,
-        ow,
-        kernel[0],
-        kernel[1],
-        stride[0],
-        stride[1],
-        padding[0],
-        padding[1],
-        dilation[0],
-        dilation[1],
-    ];
-    let meta = meta(device, &m)?;
-    let f = build_kernel(device, dtype, "max_pool_bwd", MAX_POOL)?;
-    let args = [
-        Arg::from(out.storage.buffer()),
-        Arg::from(gc.storage.buffer()),
-        Arg::from(ic.storage.buffer()),
-        Arg::from(&meta),
-        Arg::from(n as i64),
-    ];
-    // SAFETY: `n` items, item `i` writes only `gx[i]` (fresh, x's shape); it reads `gy[o]`
-    // and `idx[o]` with o = (nc*OH + oh)*OW + ow, nc < B*C, oh < OH, ow < OW (checked before
-    // the read; th, tw checked >= 0) — inside the contiguous grad and indices, both checked
-    // to be [B, C, OH, OW]. Index values are only compared, never used to address memory.
-    // Divisors W, H (n > 0) and strides (checked non-zero) are non-zero. Loops bounded by
-    // the kernel size. Meta: 12 longs.
-    unsafe { runtime::launch(device, &f, &[n], None, &args)? };
-    finish(out, grad.dtype)
+    // Bounds: one item per element of the fresh output of x's shape; item `i` writes only
+    // `gx[i]`; it reads `gy[o]` (T) and `idx[o]` (long, `DType::I64`) with
+    // o = (nc*OH + oh)*OW + ow, nc < B*C, oh < OH, ow < OW (checked before the read; th, tw
+    // checked >= 0) — inside the contiguous grad and indices, both checked to be
+    // [B, C, OH, OW]. Index values are only compared, never used to address memory.
+    // Divisors W, H (a non-empty output) and strides (checked non-zero) are non-zero. Loops
+    // bounded by the kernel size.
+    MAX_POOL_BWD_K
+        .launch(dtype, &[&gc, &ic], &pool.meta)
+        .output(&pool.xs, grad.dtype)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -958,10 +1017,8 @@ static inline void axis_range(int mode, long j, long in, long out, long *lo, lon
 }
 
 __kernel void interp(__global T *out, __global const T *x, __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  long H = p[0], W = p[1], OH = p[2], OW = p[3]; int mode = (int)p[4];
-  long ow = i % OW; long t = i / OW; long oh = t % OH; long nc = t / OH;
+  ITEM
+  PLANE AT_OUT int mode = (int)p[4];
   __global const T *xp = x + nc * H * W;
   if (mode == 0) {
     out[i] = xp[((oh * H) / OH) * W + (ow * W) / OW];
@@ -993,10 +1050,8 @@ __kernel void interp(__global T *out, __global const T *x, __global const long *
 }
 
 __kernel void interp_bwd(__global T *gx, __global const T *gy, __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  long H = p[0], W = p[1], OH = p[2], OW = p[3]; int mode = (int)p[4];
-  long iw = i % W; long t = i / W; long ih = t % H; long nc = t / H;
+  ITEM
+  PLANE AT_IN int mode = (int)p[4];
   __global const T *g = gy + nc * OH * OW;
   T acc = (T)0;
   long oh0, oh1, ow0, ow1;
@@ -1016,12 +1071,26 @@ __kernel void interp_bwd(__global T *gx, __global const T *gy, __global const lo
 }
 "#;
 
-fn interp_mode(mode: Interpolation) -> usize {
-    match mode {
+/// The interpolation kernels' metadata: H, W, OH, OW, mode (0 nearest, 1 bilinear, 2
+/// bicubic).
+const INTERP_TEMPLATE: Template = Template::new(INTERP, 5);
+const INTERP_K: Kernel = Kernel::new("interp", &INTERP_TEMPLATE);
+const INTERP_BWD_K: Kernel = Kernel::new("interp_bwd", &INTERP_TEMPLATE);
+
+/// The interpolation metadata for input `[_, _, H, W]` resized to `output_size`.
+fn interp_meta(xs: [usize; 4], output_size: [usize; 2], mode: Interpolation) -> [usize; 5] {
+    let mode = match mode {
         Interpolation::Nearest => 0,
         Interpolation::Bilinear => 1,
         Interpolation::Bicubic => 2,
-    }
+    };
+    [xs[2], xs[3], output_size[0], output_size[1], mode]
+}
+
+/// The shapes of input `x` `[B, C, H, W]` and of its resize to `output_size`.
+fn resize_shapes(x: &XpuTensor, output_size: [usize; 2]) -> Result<([usize; 4], [usize; 4])> {
+    let xs = dims::<4>(x, "interpolate input")?;
+    Ok((xs, [xs[0], xs[1], output_size[0], output_size[1]]))
 }
 
 /// Resizes `x` `[batch, channels, H, W]` to `[batch, channels, OH, OW]` (`output_size`)
@@ -1035,35 +1104,22 @@ pub fn interpolate(
     output_size: [usize; 2],
     mode: Interpolation,
 ) -> Result<XpuTensor> {
-    let xs = dims::<4>(x, "interpolate input")?;
-    let [oh, ow] = output_size;
-    let device = x.device();
-    let dtype = compute_dtype(x.dtype)?;
-    let out = XpuTensor::empty(device, &[xs[0], xs[1], oh, ow], dtype)?;
-    let n = out.numel();
-    if n == 0 {
-        return finish(out, x.dtype);
-    }
-    if xs[2] == 0 || xs[3] == 0 {
+    let (xs, out) = resize_shapes(x, output_size)?;
+    if out.iter().all(|&d| d > 0) && (xs[2] == 0 || xs[3] == 0) {
         return invalid(format!(
             "interpolate: cannot resize an empty input {xs:?} to {output_size:?}"
         ));
     }
+    let dtype = compute_dtype(x.dtype)?;
     let xc = prep(x, dtype)?;
-    let meta = meta(device, &[xs[2], xs[3], oh, ow, interp_mode(mode)])?;
-    let f = build_kernel(device, dtype, "interp", INTERP)?;
-    let args = [
-        Arg::from(out.storage.buffer()),
-        Arg::from(xc.storage.buffer()),
-        Arg::from(&meta),
-        Arg::from(n as i64),
-    ];
-    // SAFETY: `n` items, item `i` writes only `out[i]` (fresh [B, C, OH, OW]); it reads plane
-    // nc < B*C of the contiguous `x` (H, W >= 1, checked) at rows/columns that are clamped to
-    // [0, H-1] x [0, W-1] (nearest: (o*in)/out < in since o < out). OH, OW non-zero (n > 0),
-    // max(out-1, 1) >= 1. Loops: 4x4 taps. Meta: 5 longs.
-    unsafe { runtime::launch(device, &f, &[n], None, &args)? };
-    finish(out, x.dtype)
+    // Bounds: one item per element of the fresh [B, C, OH, OW] output; item `i` writes only
+    // `out[i]`; it reads plane nc < B*C of the contiguous `x` (H, W >= 1, checked for a
+    // non-empty output) at rows/columns clamped to [0, H-1] x [0, W-1] (nearest:
+    // (o*in)/out < in since o < out). OH, OW non-zero (a non-empty output),
+    // max(out-1, 1) >= 1. Loops: 4x4 taps.
+    INTERP_K
+        .launch(dtype, &[&xc], &interp_meta(xs, output_size, mode))
+        .output(&out, x.dtype)
 }
 
 /// The gradient of [`interpolate`] with respect to `x` (of `x`'s shape), given the output
@@ -1078,45 +1134,16 @@ pub fn interpolate_backward(
     output_size: [usize; 2],
     mode: Interpolation,
 ) -> Result<XpuTensor> {
-    let xs = dims::<4>(x, "interpolate input")?;
-    check_grad(
-        "interpolate_backward",
-        grad,
-        &[xs[0], xs[1], output_size[0], output_size[1]],
-    )?;
-    let device = x.device();
-    check_same_device(device, &[grad])?;
-    let dtype = compute_dtype(grad.dtype)?;
-    let gc = prep(grad, dtype)?;
-    let out = XpuTensor::empty(device, &xs, dtype)?;
-    let n = out.numel();
-    if n == 0 {
-        return finish(out, grad.dtype);
-    }
-    let meta = meta(
-        device,
-        &[
-            xs[2],
-            xs[3],
-            output_size[0],
-            output_size[1],
-            interp_mode(mode),
-        ],
-    )?;
-    let f = build_kernel(device, dtype, "interp_bwd", INTERP)?;
-    let args = [
-        Arg::from(out.storage.buffer()),
-        Arg::from(gc.storage.buffer()),
-        Arg::from(&meta),
-        Arg::from(n as i64),
-    ];
-    // SAFETY: `n` items, item `i` writes only `gx[i]` (fresh, x's shape); it reads
-    // `gy[nc*OH*OW + oh*OW + ow]` with nc < B*C, oh < OH, ow < OW — inside the contiguous
-    // grad checked to be [B, C, OH, OW]. Integer divisors: W, H (n > 0), and OH / OW in
-    // `axis_weight`, only called inside loops that run when they are non-zero. Loops bounded
-    // by OH and OW. Meta: 5 longs.
-    unsafe { runtime::launch(device, &f, &[n], None, &args)? };
-    finish(out, grad.dtype)
+    let (xs, out) = resize_shapes(x, output_size)?;
+    let (gc, dtype) = prep_grad("interpolate_backward", x, grad, &out)?;
+    // Bounds: one item per element of the fresh output of x's shape; item `i` writes only
+    // `gx[i]`; it reads `gy[nc*OH*OW + oh*OW + ow]` with nc < B*C, oh < OH, ow < OW —
+    // inside the contiguous grad checked to be [B, C, OH, OW]. Integer divisors: W, H (a
+    // non-empty output), and OH / OW in `axis_weight`, only called inside loops that run
+    // when they are non-zero. Loops bounded by OH and OW.
+    INTERP_BWD_K
+        .launch(dtype, &[&gc], &interp_meta(xs, output_size, mode))
+        .output(&xs, grad.dtype)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1137,22 +1164,25 @@ const DEFORM: &str = r#"
   T sx = (T)((ow) * SW + (kx) * DW) - (T)PW + off[(((b) * OG * KH * KW * 2 + k_ * 2 + 1) * OH + (oh)) * OW + (ow)]; \
   T mv = HM ? mask[(((b) * OG * KH * KW + k_) * OH + (oh)) * OW + (ow)] : (T)1;
 
+/* The masked sample of input channel ic at that position: `sv`. */
+#define MASKED_SAMPLE(b, ic, og, ky, kx, oh, ow) \
+  SAMPLE_POS(b, og, ky, kx, oh, ow) \
+  T sv = mv * bilinear_zero(x + ((b) * C + (ic)) * H * W, H, W, sy, sx);
+
 __kernel void deform(__global T *out, __global const T *x, __global const T *off,
                      __global const T *mask, __global const T *w, __global const T *bias,
                      __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
+  ITEM
   PARAMS
   long ow = i % OW; long t = i / OW; long oh = t % OH; t /= OH; long oc = t % CO; long b = t / CO;
   long g = oc / cog;
   T acc = HB ? bias[oc] : (T)0;
   for (long c = 0; c < cig; c++) {
     long ic = g * cig + c; long og = ic / cpo;
-    __global const T *img = x + (b * C + ic) * H * W;
     for (long ky = 0; ky < KH; ky++) {
       for (long kx = 0; kx < KW; kx++) {
-        SAMPLE_POS(b, og, ky, kx, oh, ow)
-        acc += w[((oc * cig + c) * KH + ky) * KW + kx] * mv * bilinear_zero(img, H, W, sy, sx);
+        MASKED_SAMPLE(b, ic, og, ky, kx, oh, ow)
+        acc += w[((oc * cig + c) * KH + ky) * KW + kx] * sv;
       }
     }
   }
@@ -1162,8 +1192,7 @@ __kernel void deform(__global T *out, __global const T *x, __global const T *off
 /* col[ic, ky, kx, b, oh, ow] = sum over the group's output channels of w * grad_out. */
 __kernel void deform_cols(__global T *col, __global const T *w, __global const T *gy,
                           __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
+  ITEM
   PARAMS
   long ow = i % OW; long t = i / OW; long oh = t % OH; t /= OH; long b = t % B; t /= B;
   long kx = t % KW; t /= KW; long ky = t % KH; long ic = t / KH;
@@ -1180,76 +1209,57 @@ static inline T coord_weight(__global const T *img, long H, long W, T y, T x, in
   /* Outside this range (or NaN) no corner is inside the image: every value would be 0. */
   if (!(y > (T)-2 && y < (T)H + 1 && x > (T)-2 && x < (T)W + 1)) return (T)0;
   T yl = floor(y), xl = floor(x);
-  long y0 = (long)yl, x0 = (long)xl, y1 = y0 + 1, x1 = x0 + 1;
-  bool vyl = y0 >= 0 && y0 < H, vyh = y1 >= 0 && y1 < H;
-  bool vxl = x0 >= 0 && x0 < W, vxh = x1 >= 0 && x1 < W;
-  T bl = (vyl && vxl) ? img[y0 * W + x0] : (T)0;
-  T br = (vyl && vxh) ? img[y0 * W + x1] : (T)0;
-  T tl = (vyh && vxl) ? img[y1 * W + x0] : (T)0;
-  T tr = (vyh && vxh) ? img[y1 * W + x1] : (T)0;
+  T v[4];
+  corners(img, H, W, (long)yl, (long)xl, v);
+  T bl = v[0], br = v[1], tl = v[2], tr = v[3];
   if (is_y) { T dx = x - xl; return dx * (tr - br) + ((T)1 - dx) * (tl - bl); }
   T dy = y - yl;
   return dy * (tr - tl) + ((T)1 - dy) * (br - bl);
 }
 
-/* Offset gradient [B, OG*KH*KW*2, OH, OW]. */
-__kernel void deform_offset_grad(__global T *go, __global const T *x, __global const T *off,
-                                 __global const T *mask, __global const T *col,
-                                 __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  PARAMS
-  long ow = i % OW; long t = i / OW; long oh = t % OH; t /= OH;
-  long ch = t % (OG * KH * KW * 2); long b = t / (OG * KH * KW * 2);
-  int dir = (int)(ch % 2); long k = ch / 2;
-  long kx = k % KW; long ky = (k / KW) % KH; long og = k / (KW * KH);
-  SAMPLE_POS(b, og, ky, kx, oh, ow)
-  T acc = (T)0;
-  for (long c = og * cpo; c < (og + 1) * cpo; c++) {
-    __global const T *img = x + (b * C + c) * H * W;
-    T cv = col[(((c * KH + ky) * KW + kx) * B + b) * OH * OW + oh * OW + ow];
-    acc += mv * coord_weight(img, H, W, sy, sx, dir == 0) * cv;
-  }
-  go[i] = acc;
+/* The gradients of one tap's sample position (offset: PER = 2 values, y then x; mask:
+   PER = 1) per (b, og, ky, kx, oh, ow): the sum over the offset group's input channels c of
+   col[c, ky, kx, b, oh, ow] times VALUE (of the channel's plane `img`). */
+#define DEFORM_TAP_GRAD(NAME, PER, VALUE) \
+__kernel void NAME(__global T *gt, __global const T *x, __global const T *off, \
+                   __global const T *mask, __global const T *col, \
+                   __global const long *p, long n) { \
+  ITEM \
+  PARAMS \
+  long ow = i % OW; long t = i / OW; long oh = t % OH; t /= OH; \
+  long ch = t % (OG * KH * KW * PER); long b = t / (OG * KH * KW * PER); \
+  int dir = (int)(ch % PER); long k = ch / PER; \
+  long kx = k % KW; long ky = (k / KW) % KH; long og = k / (KW * KH); \
+  SAMPLE_POS(b, og, ky, kx, oh, ow) \
+  (void)dir; (void)mv; \
+  T acc = (T)0; \
+  for (long c = og * cpo; c < (og + 1) * cpo; c++) { \
+    __global const T *img = x + (b * C + c) * H * W; \
+    T cv = col[(((c * KH + ky) * KW + kx) * B + b) * OH * OW + oh * OW + ow]; \
+    acc += (VALUE) * cv; \
+  } \
+  gt[i] = acc; \
 }
 
+/* Offset gradient [B, OG*KH*KW*2, OH, OW]. */
+DEFORM_TAP_GRAD(deform_offset_grad, 2, mv * coord_weight(img, H, W, sy, sx, dir == 0))
 /* Mask gradient [B, OG*KH*KW, OH, OW]. */
-__kernel void deform_mask_grad(__global T *gm, __global const T *x, __global const T *off,
-                               __global const T *mask, __global const T *col,
-                               __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
-  PARAMS
-  long ow = i % OW; long t = i / OW; long oh = t % OH; t /= OH;
-  long k = t % (OG * KH * KW); long b = t / (OG * KH * KW);
-  long kx = k % KW; long ky = (k / KW) % KH; long og = k / (KW * KH);
-  SAMPLE_POS(b, og, ky, kx, oh, ow)
-  (void)mv;
-  T acc = (T)0;
-  for (long c = og * cpo; c < (og + 1) * cpo; c++) {
-    __global const T *img = x + (b * C + c) * H * W;
-    T cv = col[(((c * KH + ky) * KW + kx) * B + b) * OH * OW + oh * OW + ow];
-    acc += cv * bilinear_zero(img, H, W, sy, sx);
-  }
-  gm[i] = acc;
-}
+DEFORM_TAP_GRAD(deform_mask_grad, 1, bilinear_zero(img, H, W, sy, sx))
 
 /* Weight gradient [CO, C/G, KH, KW]. */
 __kernel void deform_weight_grad(__global T *gw, __global const T *x, __global const T *off,
                                  __global const T *mask, __global const T *gy,
                                  __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
+  ITEM
   PARAMS
   long kx = i % KW; long t = i / KW; long ky = t % KH; t /= KH; long c = t % cig; long oc = t / cig;
   long g = oc / cog; long ic = g * cig + c; long og = ic / cpo;
   T acc = (T)0;
   for (long b = 0; b < B; b++) {
-    __global const T *img = x + (b * C + ic) * H * W;
     for (long oh = 0; oh < OH; oh++) {
       for (long ow = 0; ow < OW; ow++) {
-        SAMPLE_POS(b, og, ky, kx, oh, ow)
-        acc += gy[((b * CO + oc) * OH + oh) * OW + ow] * mv * bilinear_zero(img, H, W, sy, sx);
+        MASKED_SAMPLE(b, ic, og, ky, kx, oh, ow)
+        acc += gy[((b * CO + oc) * OH + oh) * OW + ow] * sv;
       }
     }
   }
@@ -1258,8 +1268,7 @@ __kernel void deform_weight_grad(__global T *gw, __global const T *x, __global c
 
 /* Bias gradient [CO]. */
 __kernel void deform_bias_grad(__global T *gb, __global const T *gy, __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
+  ITEM
   PARAMS
   T acc = (T)0;
   for (long b = 0; b < B; b++)
@@ -1286,8 +1295,7 @@ static inline void atomic_add_t(volatile __global T *p, T v) {
    interpolated; `gx` starts zeroed. */
 __kernel void deform_input_grad(__global T *gx, __global const T *off, __global const T *mask,
                                 __global const T *col, __global const long *p, long n) {
-  long i = get_global_id(0);
-  if (i >= n) return;
+  ITEM
   PARAMS
   long ow = i % OW; long t = i / OW; long oh = t % OH; t /= OH; long b = t % B; t /= B;
   long kx = t % KW; t /= KW; long ky = t % KH; long ic = t / KH;
@@ -1327,21 +1335,14 @@ struct DeformShape {
     kw: usize,
 }
 
-fn deform_check(
-    x: &XpuTensor,
-    offset: &XpuTensor,
-    weight: &XpuTensor,
-    mask: Option<&XpuTensor>,
-    bias: Option<&XpuTensor>,
-    p: &DeformParams,
-) -> Result<DeformShape> {
-    let [b, c, h, w] = dims::<4>(x, "deform_conv2d input")?;
-    let [co, cig, kh, kw] = dims::<4>(weight, "deform_conv2d weight")?;
+fn deform_check(input: &DeformInput<'_>, p: &DeformParams) -> Result<DeformShape> {
+    let [b, c, h, w] = dims::<4>(input.x, "deform_conv2d input")?;
+    let [co, cig, kh, kw] = dims::<4>(input.weight, "deform_conv2d weight")?;
     let (g, og) = (p.weight_groups, p.offset_groups);
     if g == 0 || og == 0 || c % g != 0 || c % og != 0 || co % g != 0 || cig * g != c {
         return invalid(format!(
             "deform_conv2d: input {:?}, weight {:?}, {g} weight groups and {og} offset groups do not match",
-            x.shape, weight.shape
+            input.x.shape, input.weight.shape
         ));
     }
     let oh = conv_out(
@@ -1361,14 +1362,14 @@ fn deform_check(
         p.dilation[1],
     )?;
     let taps = og * kh * kw;
-    if offset.shape != [b, 2 * taps, oh, ow] {
+    if input.offset.shape != [b, 2 * taps, oh, ow] {
         return invalid(format!(
             "deform_conv2d: offset {:?} must be {:?}",
-            offset.shape,
+            input.offset.shape,
             [b, 2 * taps, oh, ow]
         ));
     }
-    if let Some(m) = mask {
+    if let Some(m) = input.mask {
         if m.shape != [b, taps, oh, ow] {
             return invalid(format!(
                 "deform_conv2d: mask {:?} must be {:?}",
@@ -1377,14 +1378,14 @@ fn deform_check(
             ));
         }
     }
-    if let Some(bi) = bias {
+    if let Some(bi) = input.bias {
         if bi.shape != [co] {
             return invalid(format!("deform_conv2d: bias {:?} must be [{co}]", bi.shape));
         }
     }
-    let device = x.device();
-    check_same_device(device, &[offset, weight])?;
-    for t in mask.iter().chain(bias.iter()) {
+    let device = input.x.device();
+    check_same_device(device, &[input.offset, input.weight])?;
+    for t in input.mask.iter().chain(input.bias.iter()) {
         check_same_device(device, &[t])?;
     }
     Ok(DeformShape {
@@ -1400,55 +1401,43 @@ fn deform_check(
     })
 }
 
-fn deform_meta(
-    device: usize,
-    s: &DeformShape,
-    p: &DeformParams,
-    has_mask: bool,
-    has_bias: bool,
-) -> Result<runtime::Meta> {
-    meta(
-        device,
-        &[
-            s.b,
-            s.c,
-            s.h,
-            s.w,
-            s.co,
-            s.oh,
-            s.ow,
-            s.kh,
-            s.kw,
-            p.stride[0],
-            p.stride[1],
-            p.padding[0],
-            p.padding[1],
-            p.dilation[0],
-            p.dilation[1],
-            p.weight_groups,
-            p.offset_groups,
-            has_mask as usize,
-            has_bias as usize,
-        ],
-    )
+/// The deformable convolution kernels' metadata (the 19 longs `PARAMS` reads).
+fn deform_meta(s: &DeformShape, p: &DeformParams, has_mask: bool, has_bias: bool) -> [usize; 19] {
+    [
+        s.b,
+        s.c,
+        s.h,
+        s.w,
+        s.co,
+        s.oh,
+        s.ow,
+        s.kh,
+        s.kw,
+        p.stride[0],
+        p.stride[1],
+        p.padding[0],
+        p.padding[1],
+        p.dilation[0],
+        p.dilation[1],
+        p.weight_groups,
+        p.offset_groups,
+        has_mask as usize,
+        has_bias as usize,
+    ]
 }
 
-fn deform_kernel(device: usize, dtype: DType, name: &str) -> Result<Function> {
-    let t = dtype::cl_type(dtype)?;
-    let key = format!("nn|{name}|{t}");
-    runtime::function(device, &key, name, || {
-        let mut s = dtype::pragmas(&[t]);
-        if t == "double" {
-            s.push_str("#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable\n");
-            s.push_str(DEFORM_F64);
-        }
-        s.push_str(&format!("#define T {t}\n"));
-        s.push_str(crate::ops::PRELUDE);
-        s.push_str(COMMON);
-        s.push_str(DEFORM);
-        s
-    })
-}
+const DEFORM_TEMPLATE: Template = Template {
+    body: DEFORM,
+    meta_len: 19,
+    f64_atomics: true,
+};
+const DEFORM_K: Kernel = Kernel::new("deform", &DEFORM_TEMPLATE);
+const DEFORM_COLS_K: Kernel = Kernel::new("deform_cols", &DEFORM_TEMPLATE);
+const DEFORM_OFFSET_GRAD_K: Kernel = Kernel::new("deform_offset_grad", &DEFORM_TEMPLATE);
+const DEFORM_MASK_GRAD_K: Kernel = Kernel::new("deform_mask_grad", &DEFORM_TEMPLATE);
+const DEFORM_WEIGHT_GRAD_K: Kernel = Kernel::new("deform_weight_grad", &DEFORM_TEMPLATE);
+const DEFORM_BIAS_GRAD_K: Kernel = Kernel::new("deform_bias_grad", &DEFORM_TEMPLATE);
+const DEFORM_INPUT_GRAD_K: Kernel = Kernel::new("deform_input_grad", &DEFORM_TEMPLATE);
 
 /// The deformable 2-D convolution (as torchvision.ops.deform_conv2d) of `x` `[B, C, H, W]`
 /// with `weight` `[CO, C / weight_groups, KH, KW]`: kernel tap `(ky, kx)` of offset group
@@ -1458,51 +1447,29 @@ fn deform_kernel(device: usize, dtype: DType, name: &str) -> Result<Function> {
 ///
 /// # Errors
 /// [`Error::Invalid`] for shapes that do not match; dtype, allocation and kernel errors.
-pub fn deform_conv2d(
-    x: &XpuTensor,
-    offset: &XpuTensor,
-    weight: &XpuTensor,
-    mask: Option<&XpuTensor>,
-    bias: Option<&XpuTensor>,
-    p: DeformParams,
-) -> Result<XpuTensor> {
-    let s = deform_check(x, offset, weight, mask, bias, &p)?;
-    let device = x.device();
-    let dtype = compute_dtype(x.dtype)?;
-    let out = XpuTensor::empty(device, &[s.b, s.co, s.oh, s.ow], dtype)?;
-    let n = out.numel();
-    if n == 0 {
-        return finish(out, x.dtype);
-    }
-    let xc = prep(x, dtype)?;
-    let oc = prep(offset, dtype)?;
-    let wc = prep(weight, dtype)?;
-    let mc = mask.map(|m| prep(m, dtype)).transpose()?;
-    let bc = bias.map(|b| prep(b, dtype)).transpose()?;
-    let meta = deform_meta(device, &s, &p, mc.is_some(), bc.is_some())?;
-    let f = deform_kernel(device, dtype, "deform")?;
-    let args = [
-        Arg::from(out.storage.buffer()),
-        Arg::from(xc.storage.buffer()),
-        Arg::from(oc.storage.buffer()),
-        Arg::from(mc.as_ref().unwrap_or(&oc).storage.buffer()),
-        Arg::from(wc.storage.buffer()),
-        Arg::from(bc.as_ref().unwrap_or(&wc).storage.buffer()),
-        Arg::from(&meta),
-        Arg::from(n as i64),
-    ];
-    // SAFETY: `n` items, item `i` writes only `out[i]` (fresh [B, CO, OH, OW]). All inputs
-    // are contiguous with the shapes `deform_check` verified: it reads `w` at
-    // [oc, c < C/G, ky < KH, kx < KW], `off` at [b, 2k(+1) < 2*OG*KH*KW, oh, ow], `mask` (only
-    // when present, flag HM) at [b, k, oh, ow], `bias` (only when present) at [oc], and the
-    // input plane (b, ic < C) through `bilinear_zero`, which reads only rows in [0, H) and
-    // columns in [0, W) (the sample must lie in (-1, H) x (-1, W); NaN fails the test).
-    // Integer divisors are non-zero: OW, OH, CO (n > 0); G, OG (checked); CO/G (CO > 0 and
-    // G divides it); C/OG is only divided by inside the channel loop, which runs only when
-    // C/G > 0, i.e. C > 0, and OG divides C. Loops bounded by the channel and kernel counts.
-    // The metadata buffer holds the 19 longs PARAMS reads.
-    unsafe { runtime::launch(device, &f, &[n], None, &args)? };
-    finish(out, x.dtype)
+pub fn deform_conv2d(input: DeformInput<'_>, p: DeformParams) -> Result<XpuTensor> {
+    let s = deform_check(&input, &p)?;
+    let dtype = compute_dtype(input.x.dtype)?;
+    let xc = prep(input.x, dtype)?;
+    let oc = prep(input.offset, dtype)?;
+    let wc = prep(input.weight, dtype)?;
+    let mc = input.mask.map(|m| prep(m, dtype)).transpose()?;
+    let bc = input.bias.map(|b| prep(b, dtype)).transpose()?;
+    let meta = deform_meta(&s, &p, mc.is_some(), bc.is_some());
+    let (mbuf, bbuf) = (mc.as_ref().unwrap_or(&oc), bc.as_ref().unwrap_or(&wc));
+    // Bounds: one item per element of the fresh [B, CO, OH, OW] output; item `i` writes only
+    // `out[i]`. All inputs are contiguous with the shapes `deform_check` verified: it reads
+    // `w` at [oc, c < C/G, ky < KH, kx < KW], `off` at [b, 2k(+1) < 2*OG*KH*KW, oh, ow],
+    // `mask` (only when present, flag HM) at [b, k, oh, ow], `bias` (only when present) at
+    // [oc], and the input plane (b, ic < C) through `bilinear_zero`, which reads only rows
+    // in [0, H) and columns in [0, W) (the sample must lie in (-1, H) x (-1, W); NaN fails
+    // the test). Integer divisors are non-zero: OW, OH, CO (a non-empty output); G, OG
+    // (checked); CO/G (CO > 0 and G divides it); C/OG is only divided by inside the channel
+    // loop, which runs only when C/G > 0, i.e. C > 0, and OG divides C. Loops bounded by
+    // the channel and kernel counts.
+    DEFORM_K
+        .launch(dtype, &[&xc, &oc, mbuf, &wc, bbuf], &meta)
+        .output(&[s.b, s.co, s.oh, s.ow], input.x.dtype)
 }
 
 /// The gradients of [`deform_conv2d`] given the output gradient `grad` `[B, CO, OH, OW]`:
@@ -1510,158 +1477,98 @@ pub fn deform_conv2d(
 ///
 /// # Errors
 /// As [`deform_conv2d`]; [`Error::Invalid`] when `grad` is not of the output's shape.
-#[allow(clippy::too_many_arguments)]
 pub fn deform_conv2d_backward(
-    x: &XpuTensor,
-    offset: &XpuTensor,
-    weight: &XpuTensor,
-    mask: Option<&XpuTensor>,
-    bias: Option<&XpuTensor>,
+    input: DeformInput<'_>,
     grad: &XpuTensor,
     p: DeformParams,
 ) -> Result<DeformGrads> {
-    let s = deform_check(x, offset, weight, mask, bias, &p)?;
-    check_grad("deform_conv2d_backward", grad, &[s.b, s.co, s.oh, s.ow])?;
-    let device = x.device();
-    check_same_device(device, &[grad])?;
-    let dtype = compute_dtype(x.dtype)?;
-    let xc = prep(x, dtype)?;
-    let oc = prep(offset, dtype)?;
-    let wc = prep(weight, dtype)?;
-    let mc = mask.map(|m| prep(m, dtype)).transpose()?;
+    let s = deform_check(&input, &p)?;
+    check_grad(
+        "deform_conv2d_backward",
+        input.x,
+        grad,
+        &[s.b, s.co, s.oh, s.ow],
+    )?;
+    let device = input.x.device();
+    let dtype = compute_dtype(input.x.dtype)?;
     let gc = prep(grad, dtype)?;
-    let meta = deform_meta(device, &s, &p, mc.is_some(), bias.is_some())?;
+    let xc = prep(input.x, dtype)?;
+    let oc = prep(input.offset, dtype)?;
+    let wc = prep(input.weight, dtype)?;
+    let mc = input.mask.map(|m| prep(m, dtype)).transpose()?;
+    let meta = deform_meta(&s, &p, mc.is_some(), input.bias.is_some());
     let mbuf = mc.as_ref().unwrap_or(&oc);
 
     // Columns: [C, KH, KW, B, OH, OW].
     let col = XpuTensor::empty(device, &[s.c, s.kh, s.kw, s.b, s.oh, s.ow], dtype)?;
-    let n_col = col.numel();
-    let f = deform_kernel(device, dtype, "deform_cols")?;
-    let args = [
-        Arg::from(col.storage.buffer()),
-        Arg::from(wc.storage.buffer()),
-        Arg::from(gc.storage.buffer()),
-        Arg::from(&meta),
-        Arg::from(n_col as i64),
-    ];
-    // SAFETY: `n_col` items, item `i` writes only `col[i]` (fresh [C, KH, KW, B, OH, OW]); it
+    // Bounds: one item per element of the fresh `col`; item `i` writes only `col[i]`; it
     // reads `w` at [g*CO/G + o < CO, c < C/G, ky, kx] and `gy` at [b < B, oc < CO, oh, ow],
     // inside the contiguous weight and gradient (shapes checked). Divisors OW, OH, B, KW, KH
-    // (n_col > 0), C/G (ic < C so C > 0, G divides C) are non-zero. Loop bounded by CO/G.
-    unsafe { runtime::launch(device, &f, &[n_col], None, &args)? };
+    // (a non-empty `col`), C/G (ic < C so C > 0, G divides C) are non-zero. Loop bounded by
+    // CO/G.
+    DEFORM_COLS_K
+        .launch(dtype, &[&wc, &gc], &meta)
+        .run(&[&col], col.numel())?;
 
-    // Offset gradient.
-    let go = XpuTensor::empty(device, &offset.shape, dtype)?;
-    let n = go.numel();
-    let f = deform_kernel(device, dtype, "deform_offset_grad")?;
-    let args = [
-        Arg::from(go.storage.buffer()),
-        Arg::from(xc.storage.buffer()),
-        Arg::from(oc.storage.buffer()),
-        Arg::from(mbuf.storage.buffer()),
-        Arg::from(col.storage.buffer()),
-        Arg::from(&meta),
-        Arg::from(n as i64),
-    ];
-    // SAFETY: `n` items, item `i` writes only `go[i]` (fresh, offset's shape
-    // [B, 2*OG*KH*KW, OH, OW]); it reads `off`/`mask` at [b, k(*2+1), oh, ow] of the
-    // checked shapes, `col` at [c < C, ky, kx, b, oh, ow] (c < (og+1)*C/OG <= C), and input
-    // planes (b, c) only where `coord_weight` found the row/column in [0, H) x [0, W).
-    // Divisors OW, OH, OG*KH*KW*2, KW, KH (n > 0) are non-zero. Loop bounded by C/OG.
-    unsafe { runtime::launch(device, &f, &[n], None, &args)? };
+    // Bounds (offset gradient): one item per element of the fresh output of the offset's
+    // shape [B, 2*OG*KH*KW, OH, OW]; item `i` writes only `go[i]`; it reads `off`/`mask` at
+    // [b, k(*2+1), oh, ow] of the checked shapes, `col` at [c < C, ky, kx, b, oh, ow]
+    // (c < (og+1)*C/OG <= C), and input planes (b, c) only where `coord_weight` found the
+    // row/column in [0, H) x [0, W). Divisors OW, OH, OG*KH*KW*2, KW, KH (a non-empty
+    // output) are non-zero. Loop bounded by C/OG.
+    let go = DEFORM_OFFSET_GRAD_K
+        .launch(dtype, &[&xc, &oc, mbuf, &col], &meta)
+        .output(&input.offset.shape, input.x.dtype)?;
 
-    // Mask gradient.
+    // Bounds (mask gradient): as the offset gradient's: one item per element of the fresh
+    // output of the mask's shape [B, OG*KH*KW, OH, OW], item `i` writes only `gm[i]`; reads
+    // of `off`, `mask`, `col` and the input are at checked-shape indices, input reads through
+    // `bilinear_zero` (rows/columns in range). Divisors non-zero for a non-empty output. Loop
+    // bounded by C/OG.
     let gm = match &mc {
-        Some(m) => {
-            let gm = XpuTensor::empty(device, &m.shape, dtype)?;
-            let n = gm.numel();
-            let f = deform_kernel(device, dtype, "deform_mask_grad")?;
-            let args = [
-                Arg::from(gm.storage.buffer()),
-                Arg::from(xc.storage.buffer()),
-                Arg::from(oc.storage.buffer()),
-                Arg::from(m.storage.buffer()),
-                Arg::from(col.storage.buffer()),
-                Arg::from(&meta),
-                Arg::from(n as i64),
-            ];
-            // SAFETY: as the offset gradient's launch: item `i` writes only `gm[i]` (fresh,
-            // mask's shape [B, OG*KH*KW, OH, OW]); reads of `off`, `mask`, `col` and the
-            // input are at checked-shape indices, input reads through `bilinear_zero`
-            // (rows/columns in range). Divisors non-zero as n > 0. Loop bounded by C/OG.
-            unsafe { runtime::launch(device, &f, &[n], None, &args)? };
-            Some(finish(gm, x.dtype)?)
-        }
+        Some(m) => Some(
+            DEFORM_MASK_GRAD_K
+                .launch(dtype, &[&xc, &oc, m, &col], &meta)
+                .output(&m.shape, input.x.dtype)?,
+        ),
         None => None,
     };
 
-    // Weight gradient.
-    let gw = XpuTensor::empty(device, &weight.shape, dtype)?;
-    let n = gw.numel();
-    let f = deform_kernel(device, dtype, "deform_weight_grad")?;
-    let args = [
-        Arg::from(gw.storage.buffer()),
-        Arg::from(xc.storage.buffer()),
-        Arg::from(oc.storage.buffer()),
-        Arg::from(mbuf.storage.buffer()),
-        Arg::from(gc.storage.buffer()),
-        Arg::from(&meta),
-        Arg::from(n as i64),
-    ];
-    // SAFETY: `n` items, item `i` writes only `gw[i]` (fresh, weight's shape
-    // [CO, C/G, KH, KW]); reads `gy` at [b < B, oc < CO, oh < OH, ow < OW], `off`/`mask`
-    // at [b, k, oh, ow] with k < OG*KH*KW (og = ic / (C/OG) < OG), and the input plane
-    // (b, ic < C) through `bilinear_zero` (in range). Divisors KW, KH, C/G, CO/G, C/OG are
-    // non-zero (n > 0, divisibility checked). Loops bounded by B, OH, OW.
-    unsafe { runtime::launch(device, &f, &[n], None, &args)? };
+    // Bounds (weight gradient): one item per element of the fresh output of the weight's
+    // shape [CO, C/G, KH, KW]; item `i` writes only `gw[i]`; it reads `gy` at
+    // [b < B, oc < CO, oh < OH, ow < OW], `off`/`mask` at [b, k, oh, ow] with k < OG*KH*KW
+    // (og = ic / (C/OG) < OG), and the input plane (b, ic < C) through `bilinear_zero` (in
+    // range). Divisors KW, KH, C/G, CO/G, C/OG are non-zero (a non-empty output,
+    // divisibility checked). Loops bounded by B, OH, OW.
+    let gw = DEFORM_WEIGHT_GRAD_K
+        .launch(dtype, &[&xc, &oc, mbuf, &gc], &meta)
+        .output(&input.weight.shape, input.x.dtype)?;
 
-    // Bias gradient.
-    let gb = match bias {
-        Some(bi) => {
-            let gb = XpuTensor::empty(device, &bi.shape, dtype)?;
-            let n = gb.numel();
-            let f = deform_kernel(device, dtype, "deform_bias_grad")?;
-            let args = [
-                Arg::from(gb.storage.buffer()),
-                Arg::from(gc.storage.buffer()),
-                Arg::from(&meta),
-                Arg::from(n as i64),
-            ];
-            // SAFETY: `n` = CO items, item `i` writes only `gb[i]` (fresh [CO]); it reads
-            // `gy[(b*CO + i)*OH*OW + j]` for b < B, j < OH*OW — inside the contiguous
-            // gradient [B, CO, OH, OW]. PARAMS' divisions: G, OG non-zero (checked). Loops
-            // bounded by B and OH*OW.
-            unsafe { runtime::launch(device, &f, &[n], None, &args)? };
-            Some(finish(gb, x.dtype)?)
-        }
+    // Bounds (bias gradient): CO items, one per element of the fresh [CO] output; item `i`
+    // writes only `gb[i]`; it reads `gy[(b*CO + i)*OH*OW + j]` for b < B, j < OH*OW — inside
+    // the contiguous gradient [B, CO, OH, OW]. PARAMS' divisions: G, OG non-zero (checked).
+    // Loops bounded by B and OH*OW.
+    let gb = match input.bias {
+        Some(bi) => Some(
+            DEFORM_BIAS_GRAD_K
+                .launch(dtype, &[&gc], &meta)
+                .output(&bi.shape, input.x.dtype)?,
+        ),
         None => None,
     };
 
     // Input gradient (scatter with atomic adds into a zeroed buffer).
-    let gx = full(device, &x.shape, ScalarValue::F(0.0), dtype)?;
-    let f = deform_kernel(device, dtype, "deform_input_grad")?;
-    let args = [
-        Arg::from(gx.storage.buffer()),
-        Arg::from(oc.storage.buffer()),
-        Arg::from(mbuf.storage.buffer()),
-        Arg::from(col.storage.buffer()),
-        Arg::from(&meta),
-        Arg::from(n_col as i64),
-    ];
-    // SAFETY: `n_col` items, one per column element [ic, ky, kx, b, oh, ow]; each reads
-    // `col[i]` and `off`/`mask` at checked-shape indices, and adds atomically (a
-    // compare-exchange loop on the element's bits, OpenCL 1.1 §6.11.11) into `gx` at
-    // [b < B, ic < C, yp, xp] only where yp in [0, H) and xp in [0, W) (tested on the float
-    // values before conversion; NaN fails the test) — inside the fresh contiguous `gx` of
-    // x's shape, seen by no other tensor. The retry loop ends when no other item wrote the
-    // element between the read and the exchange; each item performs at most 9 such adds.
-    unsafe { runtime::launch(device, &f, &[n_col], None, &args)? };
+    let gx = full(device, &input.x.shape, ScalarValue::F(0.0), dtype)?;
+    // Bounds: one item per element of `col` [C, KH, KW, B, OH, OW] (its element count is the
+    // global size); each reads `col[i]` and `off`/`mask` at checked-shape indices, and adds
+    // atomically (a compare-exchange loop on the element's bits, OpenCL 1.1 §6.11.11) into
+    // `gx` at [b < B, ic < C, yp, xp] only where yp in [0, H) and xp in [0, W) (tested on
+    // the float values before conversion; NaN fails the test) — inside the fresh contiguous
+    // `gx` of x's shape. The retry loop ends when no other item wrote the element between
+    // the read and the exchange; each item performs at most 9 such adds.
+    DEFORM_INPUT_GRAD_K
+        .launch(dtype, &[&oc, mbuf, &col], &meta)
+        .run(&[&gx], col.numel())?;
 
-    Ok((
-        finish(gx, x.dtype)?,
-        finish(go, x.dtype)?,
-        finish(gw, x.dtype)?,
-        gm,
-        gb,
-    ))
+    Ok((finish(gx, input.x.dtype)?, go, gw, gm, gb))
 }

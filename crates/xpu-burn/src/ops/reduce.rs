@@ -28,6 +28,7 @@ use xpu::xpu_kernel::Arg;
 use crate::dtype::{self, is_float};
 use crate::error::{Error, Result};
 use crate::ops::elementwise::contiguous;
+use crate::ops::index::FOR_COORDS;
 use crate::runtime;
 use crate::tensor::{contiguous_strides, XpuTensor};
 
@@ -200,11 +201,42 @@ fn fold_defines(spec: Spec) -> String {
 
 /// The program of `spec`; `tc`, `accc`, `toc`, `tic` are the OpenCL C names of the input,
 /// accumulator, value output and index output types.
+/// The OpenCL C helper of the line kernels (reductions, scans, sort): the offsets of line
+/// `line` in `t` (returned) and in the contiguous output (`*dst`), from [`line_meta`]'s
+/// metadata (after [`FOR_COORDS`]).
+const LINE_SRC: &str = r#"
+// meta: r, shape[r], in_strides[r], out_strides[r], in_offset, len, in_step, out_step.
+long line_src(__global const long *meta, long line, long *dst) {
+  int rank = (int)meta[0];
+  __global const long *shape = meta + 1;
+  long src = meta[1 + 3 * rank];
+  long d_ = 0;
+  FOR_COORDS(line)
+    src += c * meta[1 + rank + d];
+    d_ += c * meta[1 + 2 * rank + d];
+  END_COORDS
+  *dst = d_;
+  return src;
+}
+
+/* Item w of the padded sort rows [lines, P]: its line, its position p in the row, and the
+   line's length len. */
+#define ROW_ITEM \
+  long w = get_global_id(0); \
+  if (w >= lines * P) return; \
+  long line = w / P; \
+  long p = w % P; \
+  int r = (int)meta[0]; \
+  long len = meta[2 + 3 * r];
+"#;
+
 fn source(spec: Spec, tc: &str, accc: &str, toc: &str, tic: &str) -> String {
     let mut s = dtype::pragmas(&[tc, accc, toc]);
     s.push_str(&format!(
         "#define T {tc}\n#define ACC {accc}\n#define TO {toc}\n#define TI {tic}\n"
     ));
+    s.push_str(FOR_COORDS);
+    s.push_str(LINE_SRC);
     s.push_str(&fold_defines(spec));
     let scan = matches!(spec.fold, Fold::Scan(_));
     let mut params = String::new();
@@ -254,16 +286,8 @@ __kernel void reduce_lines({params}__global const long *meta, long lines, long S
   long s = line_fast ? w / lines : w % S;
   long w_out = line * S + s;
   int r = (int)meta[0];
-  long rem = line;
-  long src = meta[1 + 3 * r];
-  long dst = 0;
-  for (int d = r - 1; d >= 0; d--) {{
-    long sz = meta[1 + d];
-    long c = rem % sz;
-    rem /= sz;
-    src += c * meta[1 + r + d];
-    dst += c * meta[1 + 2 * r + d];
-  }}
+  long dst;
+  long src = line_src(meta, line, &dst);
   long len = meta[2 + 3 * r];
   long st = meta[3 + 3 * r];
   long ost = meta[4 + 3 * r];
@@ -300,6 +324,34 @@ fn kernel(device: usize, spec: Spec) -> Result<xpu::xpu_kernel::Function> {
     })
 }
 
+/// The number of lines of `t` along `dim` (the product of the other sizes).
+fn lines_along(t: &XpuTensor, dim: usize) -> usize {
+    (0..t.shape.len())
+        .filter(|&d| d != dim)
+        .map(|d| t.shape[d])
+        .product()
+}
+
+/// The line metadata of `t` along `dim` that `line_src` and the line kernels read: `r` (the
+/// other dimensions), their sizes, `t`'s strides and the contiguous output's strides along
+/// them (`r` each), then `t`'s offset, the length along `dim` and the two strides along it:
+/// `5 + 3 r` longs.
+fn line_meta(t: &XpuTensor, dim: usize) -> Vec<i64> {
+    let out_strides = contiguous_strides(&t.shape);
+    let outer: Vec<usize> = (0..t.shape.len()).filter(|&d| d != dim).collect();
+    let r = outer.len();
+    let mut m: Vec<i64> = Vec::with_capacity(5 + 3 * r);
+    m.push(r as i64);
+    m.extend(outer.iter().map(|&d| t.shape[d] as i64));
+    m.extend(outer.iter().map(|&d| t.strides[d] as i64));
+    m.extend(outer.iter().map(|&d| out_strides[d] as i64));
+    m.push(t.offset as i64);
+    m.push(t.shape[dim] as i64);
+    m.push(t.strides[dim] as i64);
+    m.push(out_strides[dim] as i64);
+    m
+}
+
 fn check_dim(t: &XpuTensor, dim: usize, what: &str) -> Result<()> {
     if dim >= t.shape.len() {
         return Err(Error::Invalid(format!(
@@ -333,20 +385,8 @@ fn launch_lines(
 ) -> Result<()> {
     let splits = split.parts;
     let device = t.device();
-    let rank = t.shape.len();
-    let out_strides = contiguous_strides(&t.shape);
-    let outer: Vec<usize> = (0..rank).filter(|&d| d != dim).collect();
-    let lines: usize = outer.iter().map(|&d| t.shape[d]).product();
-    let r = outer.len();
-    let mut m: Vec<i64> = Vec::with_capacity(5 + 3 * r);
-    m.push(r as i64);
-    m.extend(outer.iter().map(|&d| t.shape[d] as i64));
-    m.extend(outer.iter().map(|&d| t.strides[d] as i64));
-    m.extend(outer.iter().map(|&d| out_strides[d] as i64));
-    m.push(t.offset as i64);
-    m.push(t.shape[dim] as i64);
-    m.push(t.strides[dim] as i64);
-    m.push(out_strides[dim] as i64);
+    let lines = lines_along(t, dim);
+    let m = line_meta(t, dim);
     let function = kernel(device, spec)?;
     let meta = runtime::upload_meta(device, &m)?;
     let len = t.shape[dim];
@@ -539,10 +579,7 @@ pub fn scan(t: &XpuTensor, dim: usize, op: ScanOp) -> Result<XpuTensor> {
 fn scan_into(t: &XpuTensor, dim: usize, op: ScanOp, out: DType) -> Result<XpuTensor> {
     let device = t.device();
     let len = t.shape[dim];
-    let lines: usize = (0..t.shape.len())
-        .filter(|&d| d != dim)
-        .map(|d| t.shape[d])
-        .product();
+    let lines = lines_along(t, dim);
     let o = XpuTensor::empty(device, &t.shape, out)?;
     let fold = Fold::Scan(op);
     let acc = acc_dtype(fold, t.dtype);
@@ -598,11 +635,27 @@ fn scan_into(t: &XpuTensor, dim: usize, op: ScanOp, out: DType) -> Result<XpuTen
     Ok(o)
 }
 
+/// The arguments `(buffers..., meta, lines, P)` of `sort_load` and `sort_store`.
+fn line_args<'a>(
+    bufs: &[&'a XpuTensor],
+    meta: &'a runtime::Meta,
+    lines: usize,
+    p: usize,
+) -> Vec<Arg<'a>> {
+    let mut args: Vec<Arg<'a>> = bufs.iter().map(|t| Arg::from(t.storage.buffer())).collect();
+    args.push(Arg::from(meta));
+    args.push(Arg::from(lines as i64));
+    args.push(Arg::from(p as i64));
+    args
+}
+
 /// The program of the bitonic sort of `T` elements (`float`: ordered as IEEE 754's
 /// totalOrder, as Rust's `total_cmp`: -NaN first, then -inf ... -0 < +0 ... +inf, +NaN last).
 fn sort_source(tc: &str, float: bool) -> String {
     let mut s = dtype::pragmas(&[tc]);
     s.push_str(&format!("#define T {tc}\n"));
+    s.push_str(FOR_COORDS);
+    s.push_str(LINE_SRC);
     // The key of a float: its bits as a signed integer, negatives with the magnitude bits
     // flipped, so that integer order is totalOrder.
     let key = if float {
@@ -628,32 +681,11 @@ int before(T va, long ia, T vb, long ib, int desc) {
   return ia < ib;
 }
 
-// meta: r, shape[r], in_strides[r], out_strides[r], in_offset, len, in_step, out_step.
-long line_src(__global const long *meta, long line, long *dst) {
-  int r = (int)meta[0];
-  long rem = line;
-  long src = meta[1 + 3 * r];
-  long d_ = 0;
-  for (int d = r - 1; d >= 0; d--) {
-    long sz = meta[1 + d];
-    long c = rem % sz;
-    rem /= sz;
-    src += c * meta[1 + r + d];
-    d_ += c * meta[1 + 2 * r + d];
-  }
-  *dst = d_;
-  return src;
-}
 
 // Loads line `w / P` into the padded rows `vals`, `idxs` ([lines, P]).
 __kernel void sort_load(__global T *vals, __global long *idxs, __global const T *in,
                         __global const long *meta, long lines, long P) {
-  long w = get_global_id(0);
-  if (w >= lines * P) return;
-  long line = w / P;
-  long p = w % P;
-  int r = (int)meta[0];
-  long len = meta[2 + 3 * r];
+  ROW_ITEM
   long st = meta[3 + 3 * r];
   long dst;
   long src = line_src(meta, line, &dst);
@@ -693,12 +725,7 @@ __kernel void sort_step(__global T *vals, __global long *idxs, long lines, long 
 __kernel void sort_store(__global T *out, __global long *out_idx, __global const T *vals,
                          __global const long *idxs, __global const long *meta, long lines,
                          long P) {
-  long w = get_global_id(0);
-  if (w >= lines * P) return;
-  long line = w / P;
-  long p = w % P;
-  int r = (int)meta[0];
-  long len = meta[2 + 3 * r];
+  ROW_ITEM
   long ost = meta[4 + 3 * r];
   if (p >= len) return;
   long dst;
@@ -723,10 +750,7 @@ pub fn sort(t: &XpuTensor, dim: usize, descending: bool) -> Result<(XpuTensor, X
     check_dim(t, dim, "sort")?;
     let device = t.device();
     let len = t.shape[dim];
-    let lines: usize = (0..t.shape.len())
-        .filter(|&d| d != dim)
-        .map(|d| t.shape[d])
-        .product();
+    let lines = lines_along(t, dim);
     let out = XpuTensor::empty(device, &t.shape, t.dtype)?;
     let out_idx = XpuTensor::empty(device, &t.shape, DType::I64)?;
     if len == 0 || lines == 0 {
@@ -747,28 +771,9 @@ pub fn sort(t: &XpuTensor, dim: usize, descending: bool) -> Result<(XpuTensor, X
     let load = kernel("sort_load")?;
     let step = kernel("sort_step")?;
     let store = kernel("sort_store")?;
-    let rank = t.shape.len();
-    let out_strides = contiguous_strides(&t.shape);
-    let outer: Vec<usize> = (0..rank).filter(|&d| d != dim).collect();
-    let r = outer.len();
-    let mut m: Vec<i64> = Vec::with_capacity(5 + 3 * r);
-    m.push(r as i64);
-    m.extend(outer.iter().map(|&d| t.shape[d] as i64));
-    m.extend(outer.iter().map(|&d| t.strides[d] as i64));
-    m.extend(outer.iter().map(|&d| out_strides[d] as i64));
-    m.push(t.offset as i64);
-    m.push(len as i64);
-    m.push(t.strides[dim] as i64);
-    m.push(out_strides[dim] as i64);
+    let m = line_meta(t, dim);
     let meta = runtime::upload_meta(device, &m)?;
-    let args = [
-        Arg::from(vals.storage.buffer()),
-        Arg::from(idxs.storage.buffer()),
-        Arg::from(t.storage.buffer()),
-        Arg::from(&meta),
-        Arg::from(lines as i64),
-        Arg::from(p as i64),
-    ];
+    let args = line_args(&[&vals, &idxs, t], &meta, lines, p);
     // SAFETY: `lines * P` work-items; item `w` writes `vals[w]` and `idxs[w]` (both hold
     // `lines * P` elements, fresh allocations) and, for `w % P < len`, reads `t` at its
     // offset plus line `w / P`'s coordinates (the metadata holds exactly the 5 + 3r longs
@@ -798,15 +803,7 @@ pub fn sort(t: &XpuTensor, dim: usize, descending: bool) -> Result<(XpuTensor, X
         }
         kk *= 2;
     }
-    let args = [
-        Arg::from(out.storage.buffer()),
-        Arg::from(out_idx.storage.buffer()),
-        Arg::from(vals.storage.buffer()),
-        Arg::from(idxs.storage.buffer()),
-        Arg::from(&meta),
-        Arg::from(lines as i64),
-        Arg::from(p as i64),
-    ];
+    let args = line_args(&[&out, &out_idx, &vals, &idxs], &meta, lines, p);
     // SAFETY: `lines * P` work-items; item `w` with `w % P < len` reads `vals[w]`, `idxs[w]`
     // (`lines * P` elements) and writes `out` and `out_idx` (both contiguous of `t`'s shape,
     // fresh) at line `w / P`'s coordinates dotted with contiguous strides plus
