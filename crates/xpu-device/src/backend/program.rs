@@ -13,9 +13,9 @@
 
 use std::ffi::CString;
 use std::ptr;
+use std::sync::Arc;
 
 use opencl3::kernel as clk;
-use opencl3::memory as clm;
 use opencl3::program as clp;
 use opencl3::types::{cl_kernel, cl_program};
 
@@ -31,7 +31,6 @@ const KERNEL_ARG_NAME: u32 = 0x119A;
 const ADDRESS_GLOBAL: u32 = 0x119B;
 const ADDRESS_LOCAL: u32 = 0x119C;
 const ADDRESS_CONSTANT: u32 = 0x119D;
-const MEM_CONTEXT: u32 = 0x1106;
 
 /// The build options of every program: argument information is what the argument checks of
 /// [`Kernel`] rely on.
@@ -357,21 +356,40 @@ fn local_footprint(bytes: usize) -> u64 {
         .saturating_mul(LOCAL_ARG_ALIGN)
 }
 
-/// What the driver reports about one kernel parameter.
+/// What the driver reports about one kernel parameter, with what the argument checks derive
+/// from its type name, parsed once per kernel (not per launch).
 #[derive(Debug, Clone)]
 struct ArgInfo {
     name: String,
     address: u32,
     type_name: String,
+    /// A pointer parameter (by its type name or its address qualifier).
+    pointer: bool,
+    /// The scalar size of a by-value parameter ([`scalar_size`]).
+    scalar_size: Option<usize>,
+    /// Whether the type is `float` or `double` ([`kind_matches`]).
+    float: bool,
+    /// The pointee's scalar component of a pointer parameter ([`pointee_component`]).
+    pointee: Option<Component>,
 }
 
 impl ArgInfo {
+    fn new(name: String, address: u32, type_name: String) -> ArgInfo {
+        let pointer = type_name.ends_with('*')
+            || matches!(address, ADDRESS_GLOBAL | ADDRESS_LOCAL | ADDRESS_CONSTANT);
+        ArgInfo {
+            pointer,
+            scalar_size: scalar_size(&type_name),
+            float: kind_matches(&type_name, true),
+            pointee: pointee_component(&type_name),
+            name,
+            address,
+            type_name,
+        }
+    }
+
     fn is_pointer(&self) -> bool {
-        self.type_name.ends_with('*')
-            || matches!(
-                self.address,
-                ADDRESS_GLOBAL | ADDRESS_LOCAL | ADDRESS_CONSTANT
-            )
+        self.pointer
     }
 }
 
@@ -387,11 +405,11 @@ fn arg_infos(kernel: cl_kernel, count: u32) -> Option<Vec<ArgInfo>> {
             let address = clk::get_kernel_arg_info(kernel, i, KERNEL_ARG_ADDRESS_QUALIFIER)
                 .ok()?
                 .to_uint();
-            Some(ArgInfo {
-                name: arg_string(kernel, i, KERNEL_ARG_NAME).ok()?,
+            Some(ArgInfo::new(
+                arg_string(kernel, i, KERNEL_ARG_NAME).ok()?,
                 address,
-                type_name: arg_string(kernel, i, KERNEL_ARG_TYPE_NAME).ok()?,
-            })
+                arg_string(kernel, i, KERNEL_ARG_TYPE_NAME).ok()?,
+            ))
         })
         .collect()
 }
@@ -412,11 +430,28 @@ pub struct Kernel {
     args: Option<Vec<ArgInfo>>,
     count: u32,
     set: Vec<bool>,
-    buffers: Vec<Option<Buffer>>,
+    buffers: Vec<Option<HeldBuffer>>,
     /// The size set for each `__local` argument, 0 for the others.
     locals: Vec<usize>,
     /// `CL_DEVICE_LOCAL_MEM_SIZE` of the kernel's device, bytes.
     local_mem_size: u64,
+}
+
+/// A buffer a kernel keeps for an argument: its own reference ([`Kernel::set_arg_buffer`]) or
+/// a share of the caller's ([`Kernel::set_arg_shared_buffer`]).
+#[derive(Debug)]
+enum HeldBuffer {
+    Owned(Buffer),
+    Shared(Arc<Buffer>),
+}
+
+impl HeldBuffer {
+    fn buffer(&self) -> &Buffer {
+        match self {
+            HeldBuffer::Owned(b) => b,
+            HeldBuffer::Shared(b) => b,
+        }
+    }
 }
 
 /// The alignment drivers give each `__local` argument in local memory, bytes (PoCL:
@@ -529,6 +564,30 @@ impl Kernel {
     /// parameter that is not a `__global`/`__constant` pointer, a buffer of another context
     /// (another device), no argument information, or a failed `clSetKernelArg`.
     pub fn set_arg_buffer(&mut self, index: u32, buffer: &Buffer) -> Result<()> {
+        self.set_buffer_raw(index, buffer)?;
+        self.buffers[index as usize] = Some(HeldBuffer::Owned(buffer.clone()));
+        self.locals[index as usize] = 0;
+        Ok(())
+    }
+
+    /// As [`Kernel::set_arg_buffer`], the kernel keeping a clone of the `Arc` instead of a
+    /// retained `cl_mem` (no `clRetainMemObject` now, no `clReleaseMemObject` when the
+    /// argument is replaced): for buffers a caller shares through an `Arc` already (the
+    /// allocator's cached sub-buffers).
+    ///
+    /// # Errors
+    /// As [`Kernel::set_arg_buffer`].
+    pub fn set_arg_shared_buffer(&mut self, index: u32, buffer: &Arc<Buffer>) -> Result<()> {
+        self.set_buffer_raw(index, buffer)?;
+        self.buffers[index as usize] = Some(HeldBuffer::Shared(Arc::clone(buffer)));
+        self.locals[index as usize] = 0;
+        Ok(())
+    }
+
+    /// The checks and the `clSetKernelArg` of a buffer argument: a `__global`/`__constant`
+    /// pointer parameter, a buffer of the kernel's context (the context the buffer recorded
+    /// at its creation, `CL_MEM_CONTEXT`: no driver query here).
+    fn set_buffer_raw(&mut self, index: u32, buffer: &Buffer) -> Result<()> {
         let info = self.arg(index)?;
         if !(matches!(info.address, ADDRESS_GLOBAL | ADDRESS_CONSTANT)
             && info.type_name.ends_with('*'))
@@ -536,24 +595,15 @@ impl Kernel {
             let type_name = info.type_name.clone();
             return Err(self.error(index, KernelArgProblem::BufferForNonPointer { type_name }));
         }
-        let mem = buffer.as_raw();
-        let ctx = clm::get_mem_object_info(mem, MEM_CONTEXT).map_err(|code| {
-            self.error(
-                index,
-                KernelArgProblem::Driver(ClError::new("clGetMemObjectInfo", code)),
-            )
-        })?;
-        if ctx.to_ptr() as raw::cl_context != self.context {
+        if buffer.context_raw() != self.context {
             return Err(self.error(index, KernelArgProblem::OtherContext));
         }
+        let mem = buffer.as_raw();
         self.set_raw(
             index,
             std::mem::size_of_val(&mem),
             ptr::addr_of!(mem).cast(),
-        )?;
-        self.buffers[index as usize] = Some(buffer.clone());
-        self.locals[index as usize] = 0;
-        Ok(())
+        )
     }
 
     /// Checks that a typed buffer of `element` may be passed for argument `index`, a pointer
@@ -570,7 +620,7 @@ impl Kernel {
     /// [`KernelArgProblem::ElementType`].
     pub fn check_buffer_element(&self, index: u32, element: BufferElement) -> Result<()> {
         let info = self.arg(index)?;
-        let Some(param) = pointee_component(&info.type_name) else {
+        let Some(param) = info.pointee else {
             return Ok(());
         };
         if element.component.fits(param) {
@@ -604,7 +654,7 @@ impl Kernel {
             let type_name = info.type_name.clone();
             return Err(self.error(index, KernelArgProblem::ScalarForPointer { type_name }));
         }
-        let declared = scalar_size(&info.type_name);
+        let declared = info.scalar_size;
         if declared != Some(given) {
             let type_name = info.type_name.clone();
             return Err(self.error(
@@ -616,7 +666,7 @@ impl Kernel {
                 },
             ));
         }
-        if !kind_matches(&info.type_name, <T as private::Sealed>::FLOAT) {
+        if info.float != <T as private::Sealed>::FLOAT {
             let type_name = info.type_name.clone();
             return Err(self.error(
                 index,
@@ -715,7 +765,7 @@ impl Kernel {
     /// The buffers set as arguments now (for a command buffer that records the launch and
     /// must keep them alive).
     pub(crate) fn held_buffers(&self) -> impl Iterator<Item = &Buffer> {
-        self.buffers.iter().flatten()
+        self.buffers.iter().flatten().map(HeldBuffer::buffer)
     }
 
     /// The raw `cl_kernel`, valid while `self` lives. Setting arguments through it bypasses the
