@@ -178,6 +178,8 @@ mod private {
     pub trait Sealed {
         const NAME: &'static str;
         const FLOAT: bool;
+        /// The value's bytes (native order) in the first `.1` of 8.
+        fn ne_bytes(self) -> ([u8; 8], u8);
     }
 }
 macro_rules! scalar {
@@ -185,6 +187,12 @@ macro_rules! scalar {
         impl private::Sealed for $t {
             const NAME: &'static str = stringify!($t);
             const FLOAT: bool = $float;
+            fn ne_bytes(self) -> ([u8; 8], u8) {
+                let b = self.to_ne_bytes();
+                let mut a = [0u8; 8];
+                a[..b.len()].copy_from_slice(&b);
+                (a, b.len() as u8)
+            }
         }
         impl KernelScalar for $t {}
     )*};
@@ -430,11 +438,31 @@ pub struct Kernel {
     args: Option<Vec<ArgInfo>>,
     count: u32,
     set: Vec<bool>,
+    /// The scalar bytes the driver holds for each argument, as far as this kernel set them
+    /// (`None`: not a scalar, or unknown). OpenCL keeps an argument's value for every later
+    /// enqueue of the kernel until the next `clSetKernelArg` of it (OpenCL 3.0 §5.9.2), so
+    /// setting the same scalar again is no driver call. Outlives [`Kernel::reset_args`]: the
+    /// driver's value does too.
+    driver_scalars: Vec<Option<ScalarBytes>>,
     buffers: Vec<Option<HeldBuffer>>,
     /// The size set for each `__local` argument, 0 for the others.
     locals: Vec<usize>,
     /// `CL_DEVICE_LOCAL_MEM_SIZE` of the kernel's device, bytes.
     local_mem_size: u64,
+}
+
+/// The bytes of a by-value scalar argument (at most 8: OpenCL C's widest scalar).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ScalarBytes {
+    bytes: [u8; 8],
+    len: u8,
+}
+
+impl ScalarBytes {
+    fn of<T: KernelScalar>(value: T) -> ScalarBytes {
+        let (bytes, len) = value.ne_bytes();
+        ScalarBytes { bytes, len }
+    }
 }
 
 /// A buffer a kernel keeps for an argument: its own reference ([`Kernel::set_arg_buffer`]) or
@@ -482,6 +510,7 @@ impl Kernel {
             args: None,
             count: 0,
             set: Vec::new(),
+            driver_scalars: Vec::new(),
             buffers: Vec::new(),
             locals: Vec::new(),
             local_mem_size: u64::MAX,
@@ -495,6 +524,7 @@ impl Kernel {
             as raw::cl_context;
         kernel.args = arg_infos(raw, kernel.count);
         kernel.set = vec![false; kernel.count as usize];
+        kernel.driver_scalars = vec![None; kernel.count as usize];
         kernel.buffers = (0..kernel.count).map(|_| None).collect();
         kernel.locals = vec![0; kernel.count as usize];
         kernel.local_mem_size = super::context::limits_of_context(kernel.context).local_mem_size;
@@ -539,6 +569,9 @@ impl Kernel {
     }
 
     fn set_raw(&mut self, index: u32, size: usize, value: *const std::ffi::c_void) -> Result<()> {
+        // Whatever the outcome, the driver's value is no longer a known scalar (a buffer, a
+        // `__local` size, or, after a failure, unknown).
+        self.driver_scalars[index as usize] = None;
         // SAFETY: the index is in range and the argument's kind was checked against the
         // parameter's declaration by the caller; `value` is null (a __local size) or points to
         // `size` readable bytes that the driver copies before returning (§5.9.2).
@@ -553,6 +586,19 @@ impl Kernel {
                 KernelArgProblem::Driver(ClError::new("clSetKernelArg", code)),
             )),
         }
+    }
+
+    /// Sets scalar argument `index` (checked by the caller) to `bytes`: no driver call when
+    /// the driver already holds exactly these bytes for it from this kernel's last
+    /// `clSetKernelArg` of it (§5.9.2: the value stays until the argument is set again).
+    fn set_scalar_raw(&mut self, index: u32, bytes: ScalarBytes) -> Result<()> {
+        if self.driver_scalars[index as usize] == Some(bytes) {
+            self.set[index as usize] = true;
+            return Ok(());
+        }
+        self.set_raw(index, bytes.len as usize, bytes.bytes.as_ptr().cast())?;
+        self.driver_scalars[index as usize] = Some(bytes);
+        Ok(())
     }
 
     /// Sets argument `index` to a buffer (a `__global` or `__constant` pointer parameter). The
@@ -676,7 +722,7 @@ impl Kernel {
                 },
             ));
         }
-        self.set_raw(index, given, ptr::addr_of!(value).cast())?;
+        self.set_scalar_raw(index, ScalarBytes::of(value))?;
         self.buffers[index as usize] = None;
         self.locals[index as usize] = 0;
         Ok(())
@@ -769,7 +815,10 @@ impl Kernel {
     }
 
     /// The raw `cl_kernel`, valid while `self` lives. Setting arguments through it bypasses the
-    /// checks and the buffer references kept here.
+    /// checks and the buffer references kept here, and the record of the scalar values the
+    /// driver holds (a scalar set again through [`Kernel::set_arg`] with the value it last set
+    /// is no driver call): code that sets arguments through the raw handle must not launch
+    /// this kernel through the checked setters afterwards.
     pub fn as_raw(&self) -> cl_kernel {
         self.raw
     }
