@@ -1,6 +1,6 @@
 //! [`DataPtr`]: an allocation that frees itself on drop.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use xpu_caching::Allocation;
 use xpu_device::backend::{raw, Buffer, Kernel};
@@ -15,19 +15,22 @@ use crate::stream::StreamKey;
 pub(crate) struct Live {
     /// The caching allocator's block (freed when dropped).
     pub allocation: Allocation<ClBackend>,
-    /// The sub-buffer of exactly this allocation, created at its first use as a kernel
-    /// argument ([`DataPtr::set_kernel_arg`]) and released with the allocation (queued
-    /// commands keep their own reference until they complete, OpenCL 3.0 §5.5.1).
+    /// The sub-buffer of exactly this allocation, taken at its first use as a kernel
+    /// argument ([`DataPtr::set_kernel_arg`]) from its segment's cache
+    /// ([`crate::SubBuffers`]: made once per (offset, size) of the segment, released with
+    /// the segment; queued commands keep their own reference until they complete, OpenCL
+    /// 3.0 §5.5.1). This share of it is dropped with the allocation.
     pub sub_buffer: SubBuffer,
 }
 
-/// The sub-buffer cached with an allocation ([`Live::sub_buffer`]): released when the
-/// allocation drops, leaked in a bad fork child (`clReleaseMemObject` is a driver call; see
+/// The share of a sub-buffer an allocation holds ([`Live::sub_buffer`]): dropped when the
+/// allocation drops (a release only for a sub-buffer its segment did not cache), leaked in a
+/// bad fork child (`clReleaseMemObject` is a driver call; see
 /// `xpu_device::fork`). It asks about the fork only when a sub-buffer exists, so the cached
 /// free path, which has none, pays nothing for it; the block itself is leaked there by the
 /// caching allocator's own check (`Allocation`'s drop, through `Backend::is_bad_fork`).
 #[derive(Default)]
-pub(crate) struct SubBuffer(OnceLock<Buffer>);
+pub(crate) struct SubBuffer(OnceLock<Arc<Buffer>>);
 
 impl SubBuffer {
     /// The sub-buffer's release, or its leak in a bad fork child (out of the free path).
@@ -187,7 +190,7 @@ impl DataPtr {
         })?;
         live.allocation
             .with_segment(|segment, offset| match &segment.memory {
-                SegmentMemory::Buffer(buffer) => Ok(f(buffer, offset)),
+                SegmentMemory::Buffer { buffer, .. } => Ok(f(buffer, offset)),
                 SegmentMemory::Simulated => Err(AllocError::Unsupported(
                     "simulated memory has no cl_mem".to_owned(),
                 )),
@@ -202,8 +205,10 @@ impl DataPtr {
     /// Sets argument `index` of `kernel` (a `__global`/`__constant` pointer parameter) to
     /// exactly this allocation: one argument, the kernel sees the allocation's first byte at
     /// its pointer's index 0 and the allocation's requested size ([`DataPtr::size`]) as the
-    /// buffer's extent. The sub-buffer (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1) is created at
-    /// the first call and cached with the allocation: later calls cost one `clSetKernelArg`.
+    /// buffer's extent. The sub-buffer (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1) is made once
+    /// per (offset, size) of the segment and kept by the segment until the segment is
+    /// returned to the driver (`empty_cache`, the release on out-of-memory), so a reused block
+    /// of the same size costs no `clCreateSubBuffer`; every call costs one `clSetKernelArg`.
     /// The kernel keeps a reference to it until the argument is replaced or the kernel is
     /// dropped; the allocation may be freed meanwhile (the block is then reused, so the
     /// stale argument must be replaced before the next launch, as launch layers do by
@@ -219,14 +224,14 @@ impl DataPtr {
     pub fn set_kernel_arg(&self, kernel: &mut Kernel, index: u32) -> Result<(), BlockArgError> {
         let sub = self.sub_buffer()?;
         kernel
-            .set_arg_buffer(index, sub)
+            .set_arg_shared_buffer(index, sub)
             .map_err(BlockArgError::Device)
     }
 
     /// The raw `cl_mem` of exactly this allocation and its size in bytes: a sub-buffer of its
     /// segment covering the allocation's requested bytes (`CL_MEM_SIZE` = [`DataPtr::size`]),
-    /// the one [`DataPtr::set_kernel_arg`] passes, created at the first call
-    /// (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1) and cached with the allocation. For interop
+    /// the one [`DataPtr::set_kernel_arg`] passes (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1,
+    /// made once per (offset, size) of the segment and kept with the segment). For interop
     /// with OpenCL libraries: a library that checks its buffers' sizes sees this allocation's
     /// bound, not the segment's.
     ///
@@ -243,7 +248,7 @@ impl DataPtr {
         Ok((b.as_raw(), b.size()))
     }
 
-    fn sub_buffer(&self) -> Result<&Buffer, BlockArgError> {
+    fn sub_buffer(&self) -> Result<&Arc<Buffer>, BlockArgError> {
         // Before `clCreateSubBuffer`, and even for a cached sub-buffer: every entry point
         // refuses at once in a bad fork child.
         check_fork().map_err(BlockArgError::Alloc)?;
@@ -255,13 +260,30 @@ impl DataPtr {
         if let Some(b) = live.sub_buffer.0.get() {
             return Ok(b);
         }
-        // Created outside any allocator lock (the segment buffer is retained here).
-        let (segment, offset) = self.buffer_and_offset().map_err(BlockArgError::Alloc)?;
-        let offset = to_usize(offset).map_err(BlockArgError::Alloc)?;
         let size = to_usize(self.size).map_err(BlockArgError::Alloc)?;
-        let sub = segment
-            .sub_buffer(offset, size)
-            .map_err(BlockArgError::Device)?;
+        // The segment's cached sub-buffer for these bytes, or a new one (`with_segment` runs
+        // under no allocator lock).
+        let sub = live
+            .allocation
+            .with_segment(|segment, offset| match &segment.memory {
+                SegmentMemory::Buffer {
+                    buffer,
+                    sub_buffers,
+                } => {
+                    let offset = to_usize(offset).map_err(BlockArgError::Alloc)?;
+                    sub_buffers
+                        .get_or_create(buffer, offset, size)
+                        .map_err(BlockArgError::Device)
+                }
+                SegmentMemory::Simulated => Err(BlockArgError::Alloc(AllocError::Unsupported(
+                    "simulated memory has no cl_mem".to_owned(),
+                ))),
+            })
+            .unwrap_or_else(|| {
+                Err(BlockArgError::Alloc(AllocError::InvalidDevicePointer {
+                    address: live.allocation.address(),
+                }))
+            })?;
         // A concurrent first use may have stored its own: keep that one, drop ours.
         let _ = live.sub_buffer.0.set(sub);
         Ok(live.sub_buffer.0.get().expect("set above"))

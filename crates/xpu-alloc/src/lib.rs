@@ -123,7 +123,7 @@ pub use crate::observe::{History, MemorySnapshot, TraceAction, TraceEntry};
 pub use crate::size::PoolKind;
 pub use crate::source::{
     BufferSource, Fault, HookedSource, SegmentMemory, SegmentSource, SimulatedSource, SourceError,
-    SourceHooks, SourceSegment,
+    SourceHooks, SourceSegment, SubBuffers,
 };
 pub use crate::stats::{MemoryStats, Stat, StatArray};
 pub use crate::stream::{MarkerError, StreamKey};

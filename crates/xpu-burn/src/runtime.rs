@@ -37,7 +37,9 @@ pub fn properties(device: usize) -> Result<Arc<DeviceProperties>> {
     Ok(p)
 }
 
-type FnKey = (usize, String);
+/// Kernels by device, then kernel name, then key: looked up with the caller's `&str`s, so a
+/// hit allocates nothing.
+type FnCache = HashMap<usize, HashMap<String, HashMap<String, Function>>>;
 
 /// The kernel `name` of the program that `source` builds, for `device`, cached under `key`
 /// (which must identify the source: a template name and its parameters; the kernel name is
@@ -52,17 +54,27 @@ pub fn function(
     name: &str,
     source: impl FnOnce() -> String,
 ) -> Result<Function> {
-    static FUNCS: OnceLock<RwLock<HashMap<FnKey, Function>>> = OnceLock::new();
+    static FUNCS: OnceLock<RwLock<FnCache>> = OnceLock::new();
     let map = FUNCS.get_or_init(Default::default);
-    let k = (device, format!("{key}#{name}"));
-    if let Some(f) = map.read().get(&k) {
-        return Ok(f.clone());
+    let cached = |m: &FnCache| {
+        m.get(&device)
+            .and_then(|by_name| by_name.get(name))
+            .and_then(|by_key| by_key.get(key))
+            .cloned()
+    };
+    if let Some(f) = cached(&map.read()) {
+        return Ok(f);
     }
     let src = source();
     let f = Program::build(device, &src, "")
         .and_then(|p| p.function(name))
         .inspect_err(|_| tracing::debug!("xpu-burn kernel {key} failed to build:\n{src}"))?;
-    map.write().insert(k, f.clone());
+    map.write()
+        .entry(device)
+        .or_default()
+        .entry(name.to_owned())
+        .or_default()
+        .insert(key.to_owned(), f.clone());
     Ok(f)
 }
 
@@ -81,8 +93,9 @@ impl<'a> From<&'a Meta> for Arg<'a> {
 /// loop's shapes repeat, so a few hundred entries cover it).
 const META_CACHE_ENTRIES: usize = 4096;
 
-/// Metadata buffers by (device, values).
-type MetaCache = HashMap<(usize, Vec<i64>), Meta>;
+/// Metadata buffers by device, then values (looked up with the caller's slice: a hit
+/// allocates nothing).
+type MetaCache = HashMap<usize, HashMap<Vec<i64>, Meta>>;
 
 /// `values` as a metadata buffer on `device`: uploaded once on the device's burn stream
 /// (non-blocking, stream-ordered before every later launch there) and then shared by every
@@ -100,17 +113,17 @@ pub fn upload_meta(device: usize, values: &[i64]) -> Result<Meta> {
         values
     };
     let cache = CACHE.get_or_init(Default::default);
-    let key = (device, values.to_vec());
-    if let Some(m) = cache.lock().get(&key) {
+    if let Some(m) = cache.lock().get(&device).and_then(|m| m.get(values)) {
         return Ok(m.clone());
     }
     let stream = stream(device)?;
     let meta = Meta(Arc::new(DeviceBuffer::from_slice(values, &stream)?));
     let mut map = cache.lock();
+    let map = map.entry(device).or_default();
     if map.len() >= META_CACHE_ENTRIES {
         map.clear();
     }
-    map.insert(key, meta.clone());
+    map.insert(values.to_vec(), meta.clone());
     Ok(meta)
 }
 

@@ -78,6 +78,28 @@ fn kernel_from_source_writes_expected_values() {
 }
 
 #[test]
+fn a_scalar_set_again_reaches_the_kernel_with_the_value_last_set_across_resets() {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
+        return;
+    };
+    let (_program, mut kernel) = common::scale_index(dev);
+    let out = Buffer::new(ctx, 256 * 4, MemFlags::default()).unwrap();
+    let mut launch_with = |k: u32| {
+        kernel.reset_args();
+        kernel.set_arg_buffer(0, &out).unwrap();
+        kernel.set_arg(1, k).unwrap();
+        // SAFETY: 256 work-items write out[0..256), the 1024-byte buffer; nothing borrows it.
+        unsafe { q.enqueue_kernel_without_event(&kernel, &[256], None, &[]) }.unwrap();
+        common::read_u32s(&q, &out, 256) // in-order: after the kernel
+    };
+    // The same value twice (the second set is no driver call), then another, then back.
+    for k in [3u32, 3, 5, 3, 3] {
+        let want: Vec<u32> = (0..256).map(|i| i * k).collect();
+        assert_eq!(launch_with(k), want, "k = {k}");
+    }
+}
+
+#[test]
 fn syntax_error_gives_the_build_log() {
     let Some(dev) = common::device0() else {
         return;

@@ -5,8 +5,8 @@
 //! # What is checked
 //! Programs are built with `-cl-kernel-arg-info` always appended, so every argument is checked
 //! against the kernel's signature before the driver sees it:
-//! - an allocator block is one argument: a sub-buffer of exactly the allocation, cached in the
-//!   `DataPtr`; a typed `DeviceBuffer<T>` also has its element type checked against the pointer
+//! - an allocator block is one argument: a sub-buffer of exactly the allocation, cached with
+//!   its segment per (offset, size) and shared with the `DataPtr`; a typed `DeviceBuffer<T>` also has its element type checked against the pointer
 //!   parameter's type name (`KernelArgProblem::ElementType` when it cannot match: `f64` for
 //!   `float*`, `f32` for `uint*`), while byte buffers, untyped blocks, `char*` / `void*` / typedef
 //!   / struct parameters, vector components and signedness pass;
@@ -317,7 +317,8 @@ impl<'a> Launch<'a> {
     /// [`LocalMem`] only for a `__local` pointer.
     ///
     /// An allocation is passed as one argument, a sub-buffer of exactly the allocation
-    /// ([`DataPtr::set_kernel_arg`], created once per allocation and cached with it).
+    /// ([`DataPtr::set_kernel_arg`], made once per (offset, size) of its segment and kept
+    /// with the segment).
     ///
     /// # Errors
     /// [`KernelError::ArgCount`] past the kernel's last parameter; [`KernelError::OtherDevice`]
@@ -440,7 +441,10 @@ impl<'a> Launch<'a> {
         // bytes, kept alive by the kernel and then by the driver until the command completes);
         // the function's program was built for the stream's device. What the kernel code does
         // is the obligation of `enqueue`'s caller, the only caller of this function.
-        unsafe { queue.enqueue_kernel(kernel, &self.global[..self.dims], local, &[]) }?;
+        // No event: this launch returns none (one fewer driver object and release per launch).
+        unsafe {
+            queue.enqueue_kernel_without_event(kernel, &self.global[..self.dims], local, &[])
+        }?;
         Ok(())
     }
 }

@@ -538,7 +538,7 @@ fn a_block_used_on_another_stream_is_reused_only_after_the_launch() {
 }
 
 #[test]
-fn a_block_gets_one_sub_buffer_released_with_the_allocation() {
+fn a_block_gets_one_sub_buffer_kept_with_its_segment_until_empty_cache() {
     let Some((alloc, s)) = allocator_and_stream() else {
         return;
     };
@@ -555,8 +555,30 @@ fn a_block_gets_one_sub_buffer_released_with_the_allocation() {
         "one sub-buffer for three launches; idle pooled kernels hold none"
     );
     assert_filled_k(&out, &s, 64);
+    let addr = out.address();
     drop(out);
-    assert_eq!(xpu_device::live_objects().sub_buffers, before);
+    assert_eq!(
+        xpu_device::live_objects().sub_buffers,
+        before + 1,
+        "the segment keeps the sub-buffer for the next block at the same bytes"
+    );
+    let again = alloc.allocate(64 * 4, &s).unwrap();
+    assert_eq!(again.address(), addr, "the cached block is reused");
+    launch_fill_k(&s, &f, &again, 64);
+    s.synchronize().unwrap();
+    assert_eq!(
+        xpu_device::live_objects().sub_buffers,
+        before + 1,
+        "the reused block's launch made no sub-buffer"
+    );
+    assert_filled_k(&again, &s, 64);
+    drop(again);
+    alloc.empty_cache();
+    assert_eq!(
+        xpu_device::live_objects().sub_buffers,
+        before,
+        "returning the segment to the driver released its sub-buffer"
+    );
 }
 
 /// A kernel of twelve parameters of every kind: it writes its ten non-pointer arguments to

@@ -103,7 +103,7 @@ impl SegmentSource for BufferSource {
         Ok(SourceSegment {
             address,
             size,
-            memory: SegmentMemory::Buffer(buffer),
+            memory: SegmentMemory::buffer(buffer),
         })
     }
 

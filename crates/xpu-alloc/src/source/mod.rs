@@ -4,6 +4,11 @@
 
 mod buffer;
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use xpu_device::backend::Buffer;
+
 pub use buffer::BufferSource;
 pub use xpu_caching::source::{
     DeviceFailure, Fault, HookedSource, SegmentSource, Simulated, SimulatedCounters, SourceError,
@@ -15,8 +20,82 @@ pub use xpu_caching::source::{
 pub enum SegmentMemory {
     /// No real memory (simulated source).
     Simulated,
-    /// An OpenCL buffer.
-    Buffer(xpu_device::backend::Buffer),
+    /// An OpenCL buffer, and the sub-buffers made of it for allocations used as kernel
+    /// arguments (dropped first: released before the buffer).
+    Buffer {
+        /// The sub-buffers of this segment, by (offset, size) in bytes.
+        sub_buffers: SubBuffers,
+        /// The segment's buffer.
+        buffer: xpu_device::backend::Buffer,
+    },
+}
+
+impl SegmentMemory {
+    /// A segment of `buffer`, no sub-buffers made yet.
+    pub fn buffer(buffer: xpu_device::backend::Buffer) -> SegmentMemory {
+        SegmentMemory::Buffer {
+            sub_buffers: SubBuffers::default(),
+            buffer,
+        }
+    }
+}
+
+/// The most sub-buffers kept per segment; a new (offset, size) past it starts the segment's
+/// cache over (the sub-buffers in use stay alive through their allocations' shares). A
+/// training loop's block layout repeats, so the cache refills with what the loop uses.
+const SUB_BUFFERS_PER_SEGMENT: usize = 1024;
+
+/// The sub-buffers of one segment (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1) by (offset, size),
+/// shared by every allocation that lands on the same bytes: a block reused for a same-sized
+/// request costs no `clCreateSubBuffer` and its free no `clReleaseMemObject`. They live as
+/// long as the segment and are released when the segment is returned to the driver
+/// (`empty_cache`, the release of cached segments on out-of-memory), before its buffer.
+/// Sharing one is sound as sharing the segment is: a sub-buffer is a view of the segment's
+/// bytes, and the caching allocator reuses those bytes only after every recorded use
+/// completed (stream order); commands in flight hold their own references (§5.5.1).
+#[derive(Debug, Default)]
+pub struct SubBuffers(parking_lot::Mutex<HashMap<(usize, usize), Arc<Buffer>>>);
+
+impl SubBuffers {
+    /// The sub-buffer of `parent` (this segment's buffer) for `size` bytes at `offset`: the
+    /// cached one, or a new one (created outside the cache's lock, then cached unless the
+    /// cache is full; a concurrent creator's wins).
+    ///
+    /// # Errors
+    /// As [`Buffer::sub_buffer`].
+    pub(crate) fn get_or_create(
+        &self,
+        parent: &Buffer,
+        offset: usize,
+        size: usize,
+    ) -> Result<Arc<Buffer>, xpu_device::DeviceError> {
+        if let Some(b) = self.0.lock().get(&(offset, size)) {
+            return Ok(Arc::clone(b));
+        }
+        let sub = Arc::new(parent.sub_buffer(offset, size)?);
+        let mut map = self.0.lock();
+        let dropped = if map.len() >= SUB_BUFFERS_PER_SEGMENT && !map.contains_key(&(offset, size))
+        {
+            std::mem::take(&mut *map)
+        } else {
+            HashMap::new()
+        };
+        let sub = Arc::clone(map.entry((offset, size)).or_insert(sub));
+        drop(map);
+        // Released (`clReleaseMemObject`) outside the cache's lock.
+        drop(dropped);
+        Ok(sub)
+    }
+
+    /// The number of sub-buffers cached.
+    pub fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+
+    /// Whether none is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl From<Simulated> for SegmentMemory {

@@ -90,6 +90,11 @@ pub fn map(
         .first()
         .map(|t| t.device())
         .ok_or_else(|| Error::Invalid("element-wise op without inputs".into()))?;
+    // Same-shaped inputs (the common case) need no broadcast.
+    let first = &inputs[0].shape;
+    if inputs.iter().all(|t| &t.shape == first) {
+        return map_into_shape(spec, device, first, inputs, scalars);
+    }
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape.as_slice()).collect();
     let shape = broadcast_shape(&shapes)?;
     map_into_shape(spec, device, &shape, inputs, scalars)
@@ -119,8 +124,7 @@ pub fn map_into_shape(
                 t.device()
             )));
         }
-        let s = broadcast_shape(&[&t.shape, shape])?;
-        if s != shape {
+        if !broadcasts_to(&t.shape, shape) {
             return Err(Error::Invalid(format!(
                 "shape {:?} does not broadcast to {shape:?}",
                 t.shape
@@ -137,21 +141,15 @@ pub fn map_into_shape(
         .map(|(_, d)| runtime::scalar_cl_type(*d))
         .collect::<Result<_>>()?;
     let out_type = dtype::cl_type(out.dtype)?;
-    let key = format!(
-        "map|{}|{}|{}|{:?}|{:?}|{}",
-        if contiguous { "c" } else { "s" },
-        spec.expr,
-        spec.helpers,
-        in_types,
-        sc_types,
-        out_type
-    );
+    let key = map_key(spec, contiguous, &in_types, &sc_types, out_type);
     let function = runtime::function(device, &key, "map", || {
         map_source(spec, contiguous, &in_types, &sc_types, out_type)
     })?;
 
     let meta;
-    let mut args: Vec<Arg<'_>> = vec![Arg::from(out.storage.buffer()), Arg::from(n as i64)];
+    let mut args: Vec<Arg<'_>> = Vec::with_capacity(3 + 2 * inputs.len() + scalars.len());
+    args.push(Arg::from(out.storage.buffer()));
+    args.push(Arg::from(n as i64));
     if contiguous {
         for t in inputs {
             args.push(Arg::from(t.storage.buffer()));
@@ -182,6 +180,47 @@ pub fn map_into_shape(
     // beyond `rank`, so it terminates; `out` is a fresh allocation no other tensor sees.
     unsafe { runtime::launch(device, &function, &[n], None, &args)? };
     Ok(out)
+}
+
+/// Whether `from` broadcasts to `to` exactly (numpy rules: `to` has at least `from`'s rank,
+/// and each of `from`'s sizes, aligned right, is 1 or `to`'s).
+fn broadcasts_to(from: &[usize], to: &[usize]) -> bool {
+    from.len() <= to.len()
+        && from
+            .iter()
+            .rev()
+            .zip(to.iter().rev())
+            .all(|(&f, &t)| f == t || f == 1)
+}
+
+/// The kernel cache key of a [`map`] instance: everything its source depends on (the
+/// contiguous or strided form, the expression, the helpers, the input, scalar and output
+/// types), joined by NUL bytes, which no part contains (OpenCL C source cannot hold one).
+/// Built without `format!`: this runs for every element-wise op.
+fn map_key(
+    spec: MapSpec<'_>,
+    contiguous: bool,
+    in_types: &[&str],
+    sc_types: &[&str],
+    out_type: &str,
+) -> String {
+    const SEP: char = '\0';
+    let mut key = String::with_capacity(32 + spec.expr.len() + spec.helpers.len());
+    key.push_str(if contiguous { "map\0c" } else { "map\0s" });
+    for part in [spec.expr, spec.helpers] {
+        key.push(SEP);
+        key.push_str(part);
+    }
+    for types in [in_types, sc_types] {
+        key.push(SEP);
+        for t in types {
+            key.push_str(t);
+            key.push(',');
+        }
+    }
+    key.push(SEP);
+    key.push_str(out_type);
+    key
 }
 
 fn map_source(

@@ -36,11 +36,15 @@ pub struct Buffer {
     size: usize,
     base_addr_align: u64,
     sub: bool,
+    /// The buffer's context (`CL_MEM_CONTEXT`, fixed at creation; a sub-buffer's is its
+    /// parent's, OpenCL 3.0 §5.2.1), read once so that a kernel argument's context check is
+    /// no driver query. Only compared, never used as a handle (not retained).
+    context: raw::cl_context,
 }
 
 // SAFETY: cl_mem is reference counted and every memory-object API is thread-safe
 // (OpenCL 3.0 appendix A.2); we own one reference, released once in `Drop` on whichever thread
-// drops it; the other fields are plain integers.
+// drops it; the other fields are plain integers and a context pointer that is only compared.
 unsafe impl Send for Buffer {}
 // SAFETY: as above; through `&Buffer` only driver calls are made (queries, sub-buffer creation,
 // commands naming it), never a host access of the device memory, so concurrent uses are
@@ -69,7 +73,13 @@ impl Buffer {
         let mem = cl("clCreateBuffer", unsafe {
             clm::create_buffer(context.as_raw(), flags.bits(), size, ptr::null_mut())
         })?;
-        Ok(Buffer::counted(mem, size, limits.base_addr_align, false))
+        Ok(Buffer::counted(
+            mem,
+            size,
+            limits.base_addr_align,
+            false,
+            context.as_raw(),
+        ))
     }
 
     /// A sub-buffer viewing `size` bytes at `offset` (`clCreateSubBuffer`). `offset` must be a
@@ -99,18 +109,37 @@ impl Buffer {
         let mem = cl("clCreateSubBuffer", unsafe {
             clm::create_sub_buffer(self.mem, 1, CREATE_TYPE_REGION, region.as_ptr().cast())
         })?;
-        Ok(Buffer::counted(mem, size, self.base_addr_align, true))
+        Ok(Buffer::counted(
+            mem,
+            size,
+            self.base_addr_align,
+            true,
+            self.context,
+        ))
     }
 
     /// Wraps an owned reference and counts it in [`super::live_objects`].
-    fn counted(mem: raw::cl_mem, size: usize, base_addr_align: u64, sub: bool) -> Buffer {
+    fn counted(
+        mem: raw::cl_mem,
+        size: usize,
+        base_addr_align: u64,
+        sub: bool,
+        context: raw::cl_context,
+    ) -> Buffer {
         super::live::created(Buffer::kind(sub));
         Buffer {
             mem,
             size,
             base_addr_align,
             sub,
+            context,
         }
+    }
+
+    /// The buffer's context as a raw handle (`CL_MEM_CONTEXT`, read at creation), for
+    /// comparisons only: not retained.
+    pub(crate) fn context_raw(&self) -> raw::cl_context {
+        self.context
     }
 
     fn kind(sub: bool) -> super::live::Kind {
@@ -155,7 +184,7 @@ impl Buffer {
         let align = super::context::limits_of_context(ctx).base_addr_align;
         // SAFETY: the caller guarantees `mem` is valid (clRetainMemObject precondition).
         cl("clRetainMemObject", unsafe { clm::retain_mem_object(mem) })?;
-        Ok(Buffer::counted(mem, size, align, sub))
+        Ok(Buffer::counted(mem, size, align, sub, ctx))
     }
 }
 
@@ -165,7 +194,13 @@ impl Clone for Buffer {
         release::note("clRetainMemObject", unsafe {
             clm::retain_mem_object(self.mem)
         });
-        Buffer::counted(self.mem, self.size, self.base_addr_align, self.sub)
+        Buffer::counted(
+            self.mem,
+            self.size,
+            self.base_addr_align,
+            self.sub,
+            self.context,
+        )
     }
 }
 

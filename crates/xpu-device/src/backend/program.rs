@@ -13,9 +13,9 @@
 
 use std::ffi::CString;
 use std::ptr;
+use std::sync::Arc;
 
 use opencl3::kernel as clk;
-use opencl3::memory as clm;
 use opencl3::program as clp;
 use opencl3::types::{cl_kernel, cl_program};
 
@@ -31,7 +31,6 @@ const KERNEL_ARG_NAME: u32 = 0x119A;
 const ADDRESS_GLOBAL: u32 = 0x119B;
 const ADDRESS_LOCAL: u32 = 0x119C;
 const ADDRESS_CONSTANT: u32 = 0x119D;
-const MEM_CONTEXT: u32 = 0x1106;
 
 /// The build options of every program: argument information is what the argument checks of
 /// [`Kernel`] rely on.
@@ -179,6 +178,8 @@ mod private {
     pub trait Sealed {
         const NAME: &'static str;
         const FLOAT: bool;
+        /// The value's bytes (native order) in the first `.1` of 8.
+        fn ne_bytes(self) -> ([u8; 8], u8);
     }
 }
 macro_rules! scalar {
@@ -186,6 +187,12 @@ macro_rules! scalar {
         impl private::Sealed for $t {
             const NAME: &'static str = stringify!($t);
             const FLOAT: bool = $float;
+            fn ne_bytes(self) -> ([u8; 8], u8) {
+                let b = self.to_ne_bytes();
+                let mut a = [0u8; 8];
+                a[..b.len()].copy_from_slice(&b);
+                (a, b.len() as u8)
+            }
         }
         impl KernelScalar for $t {}
     )*};
@@ -357,21 +364,40 @@ fn local_footprint(bytes: usize) -> u64 {
         .saturating_mul(LOCAL_ARG_ALIGN)
 }
 
-/// What the driver reports about one kernel parameter.
+/// What the driver reports about one kernel parameter, with what the argument checks derive
+/// from its type name, parsed once per kernel (not per launch).
 #[derive(Debug, Clone)]
 struct ArgInfo {
     name: String,
     address: u32,
     type_name: String,
+    /// A pointer parameter (by its type name or its address qualifier).
+    pointer: bool,
+    /// The scalar size of a by-value parameter ([`scalar_size`]).
+    scalar_size: Option<usize>,
+    /// Whether the type is `float` or `double` ([`kind_matches`]).
+    float: bool,
+    /// The pointee's scalar component of a pointer parameter ([`pointee_component`]).
+    pointee: Option<Component>,
 }
 
 impl ArgInfo {
+    fn new(name: String, address: u32, type_name: String) -> ArgInfo {
+        let pointer = type_name.ends_with('*')
+            || matches!(address, ADDRESS_GLOBAL | ADDRESS_LOCAL | ADDRESS_CONSTANT);
+        ArgInfo {
+            pointer,
+            scalar_size: scalar_size(&type_name),
+            float: kind_matches(&type_name, true),
+            pointee: pointee_component(&type_name),
+            name,
+            address,
+            type_name,
+        }
+    }
+
     fn is_pointer(&self) -> bool {
-        self.type_name.ends_with('*')
-            || matches!(
-                self.address,
-                ADDRESS_GLOBAL | ADDRESS_LOCAL | ADDRESS_CONSTANT
-            )
+        self.pointer
     }
 }
 
@@ -387,11 +413,11 @@ fn arg_infos(kernel: cl_kernel, count: u32) -> Option<Vec<ArgInfo>> {
             let address = clk::get_kernel_arg_info(kernel, i, KERNEL_ARG_ADDRESS_QUALIFIER)
                 .ok()?
                 .to_uint();
-            Some(ArgInfo {
-                name: arg_string(kernel, i, KERNEL_ARG_NAME).ok()?,
+            Some(ArgInfo::new(
+                arg_string(kernel, i, KERNEL_ARG_NAME).ok()?,
                 address,
-                type_name: arg_string(kernel, i, KERNEL_ARG_TYPE_NAME).ok()?,
-            })
+                arg_string(kernel, i, KERNEL_ARG_TYPE_NAME).ok()?,
+            ))
         })
         .collect()
 }
@@ -412,11 +438,48 @@ pub struct Kernel {
     args: Option<Vec<ArgInfo>>,
     count: u32,
     set: Vec<bool>,
-    buffers: Vec<Option<Buffer>>,
+    /// The scalar bytes the driver holds for each argument, as far as this kernel set them
+    /// (`None`: not a scalar, or unknown). OpenCL keeps an argument's value for every later
+    /// enqueue of the kernel until the next `clSetKernelArg` of it (OpenCL 3.0 §5.9.2), so
+    /// setting the same scalar again is no driver call. Outlives [`Kernel::reset_args`]: the
+    /// driver's value does too.
+    driver_scalars: Vec<Option<ScalarBytes>>,
+    buffers: Vec<Option<HeldBuffer>>,
     /// The size set for each `__local` argument, 0 for the others.
     locals: Vec<usize>,
     /// `CL_DEVICE_LOCAL_MEM_SIZE` of the kernel's device, bytes.
     local_mem_size: u64,
+}
+
+/// The bytes of a by-value scalar argument (at most 8: OpenCL C's widest scalar).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ScalarBytes {
+    bytes: [u8; 8],
+    len: u8,
+}
+
+impl ScalarBytes {
+    fn of<T: KernelScalar>(value: T) -> ScalarBytes {
+        let (bytes, len) = value.ne_bytes();
+        ScalarBytes { bytes, len }
+    }
+}
+
+/// A buffer a kernel keeps for an argument: its own reference ([`Kernel::set_arg_buffer`]) or
+/// a share of the caller's ([`Kernel::set_arg_shared_buffer`]).
+#[derive(Debug)]
+enum HeldBuffer {
+    Owned(Buffer),
+    Shared(Arc<Buffer>),
+}
+
+impl HeldBuffer {
+    fn buffer(&self) -> &Buffer {
+        match self {
+            HeldBuffer::Owned(b) => b,
+            HeldBuffer::Shared(b) => b,
+        }
+    }
 }
 
 /// The alignment drivers give each `__local` argument in local memory, bytes (PoCL:
@@ -447,6 +510,7 @@ impl Kernel {
             args: None,
             count: 0,
             set: Vec::new(),
+            driver_scalars: Vec::new(),
             buffers: Vec::new(),
             locals: Vec::new(),
             local_mem_size: u64::MAX,
@@ -460,6 +524,7 @@ impl Kernel {
             as raw::cl_context;
         kernel.args = arg_infos(raw, kernel.count);
         kernel.set = vec![false; kernel.count as usize];
+        kernel.driver_scalars = vec![None; kernel.count as usize];
         kernel.buffers = (0..kernel.count).map(|_| None).collect();
         kernel.locals = vec![0; kernel.count as usize];
         kernel.local_mem_size = super::context::limits_of_context(kernel.context).local_mem_size;
@@ -504,6 +569,9 @@ impl Kernel {
     }
 
     fn set_raw(&mut self, index: u32, size: usize, value: *const std::ffi::c_void) -> Result<()> {
+        // Whatever the outcome, the driver's value is no longer a known scalar (a buffer, a
+        // `__local` size, or, after a failure, unknown).
+        self.driver_scalars[index as usize] = None;
         // SAFETY: the index is in range and the argument's kind was checked against the
         // parameter's declaration by the caller; `value` is null (a __local size) or points to
         // `size` readable bytes that the driver copies before returning (§5.9.2).
@@ -520,6 +588,19 @@ impl Kernel {
         }
     }
 
+    /// Sets scalar argument `index` (checked by the caller) to `bytes`: no driver call when
+    /// the driver already holds exactly these bytes for it from this kernel's last
+    /// `clSetKernelArg` of it (§5.9.2: the value stays until the argument is set again).
+    fn set_scalar_raw(&mut self, index: u32, bytes: ScalarBytes) -> Result<()> {
+        if self.driver_scalars[index as usize] == Some(bytes) {
+            self.set[index as usize] = true;
+            return Ok(());
+        }
+        self.set_raw(index, bytes.len as usize, bytes.bytes.as_ptr().cast())?;
+        self.driver_scalars[index as usize] = Some(bytes);
+        Ok(())
+    }
+
     /// Sets argument `index` to a buffer (a `__global` or `__constant` pointer parameter). The
     /// kernel keeps a reference to the buffer until the argument is replaced or the kernel is
     /// dropped.
@@ -529,6 +610,30 @@ impl Kernel {
     /// parameter that is not a `__global`/`__constant` pointer, a buffer of another context
     /// (another device), no argument information, or a failed `clSetKernelArg`.
     pub fn set_arg_buffer(&mut self, index: u32, buffer: &Buffer) -> Result<()> {
+        self.set_buffer_raw(index, buffer)?;
+        self.buffers[index as usize] = Some(HeldBuffer::Owned(buffer.clone()));
+        self.locals[index as usize] = 0;
+        Ok(())
+    }
+
+    /// As [`Kernel::set_arg_buffer`], the kernel keeping a clone of the `Arc` instead of a
+    /// retained `cl_mem` (no `clRetainMemObject` now, no `clReleaseMemObject` when the
+    /// argument is replaced): for buffers a caller shares through an `Arc` already (the
+    /// allocator's cached sub-buffers).
+    ///
+    /// # Errors
+    /// As [`Kernel::set_arg_buffer`].
+    pub fn set_arg_shared_buffer(&mut self, index: u32, buffer: &Arc<Buffer>) -> Result<()> {
+        self.set_buffer_raw(index, buffer)?;
+        self.buffers[index as usize] = Some(HeldBuffer::Shared(Arc::clone(buffer)));
+        self.locals[index as usize] = 0;
+        Ok(())
+    }
+
+    /// The checks and the `clSetKernelArg` of a buffer argument: a `__global`/`__constant`
+    /// pointer parameter, a buffer of the kernel's context (the context the buffer recorded
+    /// at its creation, `CL_MEM_CONTEXT`: no driver query here).
+    fn set_buffer_raw(&mut self, index: u32, buffer: &Buffer) -> Result<()> {
         let info = self.arg(index)?;
         if !(matches!(info.address, ADDRESS_GLOBAL | ADDRESS_CONSTANT)
             && info.type_name.ends_with('*'))
@@ -536,24 +641,15 @@ impl Kernel {
             let type_name = info.type_name.clone();
             return Err(self.error(index, KernelArgProblem::BufferForNonPointer { type_name }));
         }
-        let mem = buffer.as_raw();
-        let ctx = clm::get_mem_object_info(mem, MEM_CONTEXT).map_err(|code| {
-            self.error(
-                index,
-                KernelArgProblem::Driver(ClError::new("clGetMemObjectInfo", code)),
-            )
-        })?;
-        if ctx.to_ptr() as raw::cl_context != self.context {
+        if buffer.context_raw() != self.context {
             return Err(self.error(index, KernelArgProblem::OtherContext));
         }
+        let mem = buffer.as_raw();
         self.set_raw(
             index,
             std::mem::size_of_val(&mem),
             ptr::addr_of!(mem).cast(),
-        )?;
-        self.buffers[index as usize] = Some(buffer.clone());
-        self.locals[index as usize] = 0;
-        Ok(())
+        )
     }
 
     /// Checks that a typed buffer of `element` may be passed for argument `index`, a pointer
@@ -570,7 +666,7 @@ impl Kernel {
     /// [`KernelArgProblem::ElementType`].
     pub fn check_buffer_element(&self, index: u32, element: BufferElement) -> Result<()> {
         let info = self.arg(index)?;
-        let Some(param) = pointee_component(&info.type_name) else {
+        let Some(param) = info.pointee else {
             return Ok(());
         };
         if element.component.fits(param) {
@@ -604,7 +700,7 @@ impl Kernel {
             let type_name = info.type_name.clone();
             return Err(self.error(index, KernelArgProblem::ScalarForPointer { type_name }));
         }
-        let declared = scalar_size(&info.type_name);
+        let declared = info.scalar_size;
         if declared != Some(given) {
             let type_name = info.type_name.clone();
             return Err(self.error(
@@ -616,7 +712,7 @@ impl Kernel {
                 },
             ));
         }
-        if !kind_matches(&info.type_name, <T as private::Sealed>::FLOAT) {
+        if info.float != <T as private::Sealed>::FLOAT {
             let type_name = info.type_name.clone();
             return Err(self.error(
                 index,
@@ -626,7 +722,7 @@ impl Kernel {
                 },
             ));
         }
-        self.set_raw(index, given, ptr::addr_of!(value).cast())?;
+        self.set_scalar_raw(index, ScalarBytes::of(value))?;
         self.buffers[index as usize] = None;
         self.locals[index as usize] = 0;
         Ok(())
@@ -715,11 +811,14 @@ impl Kernel {
     /// The buffers set as arguments now (for a command buffer that records the launch and
     /// must keep them alive).
     pub(crate) fn held_buffers(&self) -> impl Iterator<Item = &Buffer> {
-        self.buffers.iter().flatten()
+        self.buffers.iter().flatten().map(HeldBuffer::buffer)
     }
 
     /// The raw `cl_kernel`, valid while `self` lives. Setting arguments through it bypasses the
-    /// checks and the buffer references kept here.
+    /// checks and the buffer references kept here, and the record of the scalar values the
+    /// driver holds (a scalar set again through [`Kernel::set_arg`] with the value it last set
+    /// is no driver call): code that sets arguments through the raw handle must not launch
+    /// this kernel through the checked setters afterwards.
     pub fn as_raw(&self) -> cl_kernel {
         self.raw
     }

@@ -726,6 +726,62 @@ impl CommandQueue {
         })?;
         Ok(ClEvent::from_owned(e))
     }
+
+    /// As [`CommandQueue::enqueue_kernel`], without an event: the driver is passed a NULL
+    /// `event` (OpenCL 3.0 §5.10: then no event object is created for the command), for a
+    /// caller that would drop the event at once — one `clReleaseEvent` fewer per launch and
+    /// no event for the driver to make. The command is ordered by the queue as any other;
+    /// waiting for it takes a later marker or a `clFinish` of the queue.
+    ///
+    /// # Safety
+    /// As [`CommandQueue::enqueue_kernel`].
+    ///
+    /// # Errors
+    /// As [`CommandQueue::enqueue_kernel`].
+    pub unsafe fn enqueue_kernel_without_event(
+        &self,
+        kernel: &Kernel,
+        global: &[usize],
+        local: Option<&[usize]>,
+        wait: &[&ClEvent],
+    ) -> Result<()> {
+        if global.is_empty() || global.len() > 3 || local.is_some_and(|l| l.len() != global.len()) {
+            return Err(DeviceError::InvalidArgument(
+                "enqueue_kernel: 1 to 3 dimensions, local size of the same rank".into(),
+            ));
+        }
+        kernel.check_all_set()?;
+        let list = self.checked_wait_list("clEnqueueNDRangeKernel", wait)?;
+        let runtime = cl(
+            "clEnqueueNDRangeKernel",
+            cl3::load_library()
+                .as_ref()
+                .map_err(|_| cl3::error_codes::DLOPEN_RUNTIME_LOAD_FAILED),
+        )?;
+        // The loader types its entry points as safe `fn`s; the call's contract is that of
+        // `enqueue_kernel` (the same checks above, this function's `# Safety` for the kernel
+        // code); the `event` argument is NULL, which §5.10 allows.
+        let status = runtime.clEnqueueNDRangeKernel(
+            self.0,
+            kernel.as_raw(),
+            global.len() as u32,
+            ptr::null(),
+            global.as_ptr(),
+            local.map_or(ptr::null(), |l| l.as_ptr()),
+            list.count(),
+            list.ptr(),
+            ptr::null_mut(),
+        );
+        match status {
+            Some(0) => Ok(()),
+            Some(code) => Err(ClError::new("clEnqueueNDRangeKernel", code).into()),
+            None => Err(ClError::new(
+                "clEnqueueNDRangeKernel",
+                cl3::error_codes::DLOPEN_FUNCTION_NOT_AVAILABLE,
+            )
+            .into()),
+        }
+    }
 }
 
 impl Clone for CommandQueue {
