@@ -13,14 +13,18 @@ use crate::source::SegmentMemory;
 use crate::stream::StreamKey;
 
 pub(crate) struct Live {
-    /// The caching allocator's block (freed when dropped).
-    pub allocation: Allocation<ClBackend>,
-    /// The sub-buffer of exactly this allocation, taken at its first use as a kernel
-    /// argument ([`DataPtr::set_kernel_arg`]) from its segment's cache
-    /// ([`crate::SubBuffers`]: made once per (offset, size) of the segment, released with
-    /// the segment; queued commands keep their own reference until they complete, OpenCL
-    /// 3.0 §5.5.1). This share of it is dropped with the allocation.
+    /// The sub-buffer of exactly this allocation, taken at its first use (a kernel argument,
+    /// [`DataPtr::set_kernel_arg`], or a copy through [`DataPtr::view`]) from its segment's
+    /// cache ([`crate::SubBuffers`]: made once per (offset, size) of the segment, released
+    /// with the segment; queued commands keep their own reference until they complete,
+    /// OpenCL 3.0 §5.5.1). Declared first, so this share is dropped before the block goes
+    /// back to the allocator: a sub-buffer the segment could not cache is released while no
+    /// other allocation can have made one of the same bytes (NVIDIA's driver crashes when a
+    /// sub-buffer is released while an overlapping one made after the block's reuse has
+    /// commands queued; see [`crate::SubBuffers`]).
     pub sub_buffer: SubBuffer,
+    /// The caching allocator's block (freed when dropped, after the sub-buffer share).
+    pub allocation: Allocation<ClBackend>,
 }
 
 /// The share of a sub-buffer an allocation holds ([`Live::sub_buffer`]): dropped when the
@@ -66,8 +70,8 @@ impl DataPtr {
         let (device, size) = (allocation.device(), allocation.size());
         Self {
             live: Some(Live {
-                allocation,
                 sub_buffer: SubBuffer::default(),
+                allocation,
             }),
             device,
             size,
@@ -138,7 +142,9 @@ impl DataPtr {
     /// the bytes `offset..offset + size()`; using it (which takes `unsafe` code, e.g.
     /// `Buffer::from_raw_retained`) after the pointer is dropped, or beyond its bytes,
     /// touches memory of other allocations. Safe code reads and writes through
-    /// [`DataPtr::view`].
+    /// [`DataPtr::view`]. Commands on this handle must not overlap in time with commands
+    /// on the allocation's sub-buffer ([`DataPtr::block_cl_mem`], which kernels and views
+    /// use): OpenCL 3.0 §5.2.1 leaves that undefined, and NVIDIA's driver crashes on it.
     ///
     /// # Errors
     /// [`AllocError::BadFork`] in a bad fork child, first (the segment is read under the
@@ -147,18 +153,15 @@ impl DataPtr {
         self.with_buffer(|buffer, offset| (buffer.as_raw(), offset))
     }
 
-    /// A retained handle to the whole segment buffer holding this allocation and the
-    /// allocation's byte offset in it. Crate-internal: the handle outlives the allocation
-    /// and reaches other blocks, so every use must stay within `offset..offset + size()`
-    /// and be ordered before the block's reuse.
-    pub(crate) fn buffer_and_offset(&self) -> Result<(Buffer, u64), AllocError> {
-        self.with_buffer(|buffer, offset| (buffer.clone(), offset))
-    }
-
     /// A view of this allocation's bytes for copies, borrowing the pointer: it cannot
     /// outlive the allocation, and every access is checked against the requested size
-    /// ([`DataPtr::size`]), never the rounded block or the segment. One
-    /// `clRetainMemObject`, released when the view drops.
+    /// ([`DataPtr::size`]), never the rounded block or the segment. The view's commands go
+    /// through the allocation's sub-buffer, the one kernels receive
+    /// ([`DataPtr::set_kernel_arg`]), never through the segment's buffer: OpenCL leaves
+    /// commands on a buffer and on its sub-buffers undefined when they overlap in time
+    /// (OpenCL 3.0 §5.2.1, `clCreateSubBuffer`), and NVIDIA's driver crashes on that mix when
+    /// several threads share a queue. The sub-buffer is made at the allocation's first use
+    /// and cached by its segment, so a view costs no driver call after that.
     ///
     /// A handle never outlives its [`DataPtr`]:
     /// ```compile_fail
@@ -170,16 +173,26 @@ impl DataPtr {
     /// ```
     ///
     /// # Errors
-    /// [`AllocError::BadFork`] in a bad fork child (see `xpu_device::fork`), before the
-    /// retain; [`AllocError::Unsupported`] for an empty pointer or simulated memory.
+    /// [`AllocError::BadFork`] in a bad fork child (see `xpu_device::fork`), before any
+    /// driver call; [`AllocError::Unsupported`] for an empty pointer or simulated memory;
+    /// [`AllocError::Device`] when the sub-buffer cannot be made (`clCreateSubBuffer`: a
+    /// device whose `CL_DEVICE_MEM_BASE_ADDR_ALIGN` exceeds the block alignment).
     pub fn view(&self) -> Result<BlockView<'_>, AllocError> {
         check_fork()?;
-        let (buffer, offset) = self.buffer_and_offset()?;
         Ok(BlockView {
             ptr: self,
-            buffer,
-            offset: to_usize(offset)?,
+            buffer: Arc::clone(self.block_buffer()?),
+            offset: 0,
             len: to_usize(self.size)?,
+        })
+    }
+
+    /// The sub-buffer of exactly this allocation ([`Live::sub_buffer`]), with the errors of
+    /// [`DataPtr::view`].
+    pub(crate) fn block_buffer(&self) -> Result<&Arc<Buffer>, AllocError> {
+        self.sub_buffer().map_err(|e| match e {
+            BlockArgError::Alloc(e) => e,
+            BlockArgError::Device(e) => AllocError::from(e),
         })
     }
 
@@ -254,7 +267,7 @@ impl DataPtr {
         check_fork().map_err(BlockArgError::Alloc)?;
         let live = self.live.as_ref().ok_or_else(|| {
             BlockArgError::Alloc(AllocError::Unsupported(
-                "an empty allocation cannot be a kernel argument".to_owned(),
+                "an empty allocation has no buffer".to_owned(),
             ))
         })?;
         if let Some(b) = live.sub_buffer.0.get() {
@@ -382,9 +395,9 @@ fn to_usize(v: u64) -> Result<usize, AllocError> {
 /// after the call returns.
 pub struct BlockView<'a> {
     ptr: &'a DataPtr,
-    /// The segment buffer (private: it reaches other blocks).
-    buffer: Buffer,
-    /// The allocation's first byte in `buffer`.
+    /// The allocation's sub-buffer (its first byte is the allocation's).
+    buffer: Arc<Buffer>,
+    /// The allocation's first byte in `buffer` (0).
     offset: usize,
     /// The requested size ([`DataPtr::size`], converted once).
     len: usize,

@@ -31,11 +31,12 @@ use crate::DataPtr;
 /// ```
 impl DeviceMemory for DataPtr {
     fn device_region(&self) -> Option<DeviceRegion<'_>> {
-        let (buffer, offset) = self.buffer_and_offset().ok()?;
+        // The allocation's sub-buffer, never the segment's buffer (see `DataPtr::view`).
+        let buffer = xpu_device::backend::Buffer::clone(self.block_buffer().ok()?);
         Some(DeviceRegion::lend(
             self,
             buffer,
-            usize::try_from(offset).ok()?,
+            0,
             usize::try_from(self.size()).ok()?,
         ))
     }

@@ -581,6 +581,77 @@ fn a_block_gets_one_sub_buffer_kept_with_its_segment_until_empty_cache() {
     );
 }
 
+/// Copies into and out of a block use the same sub-buffer its kernels get, never the
+/// segment's buffer: OpenCL 3.0 §5.2.1 leaves commands on a buffer and on its sub-buffers
+/// undefined when they overlap in time, and NVIDIA's driver crashed on that mix when threads
+/// shared a queue (`shared_stream_threads.rs`).
+#[test]
+fn copies_go_through_the_sub_buffer_kernels_get_never_the_segment_buffer() {
+    let Some((alloc, s)) = allocator_and_stream() else {
+        return;
+    };
+    let f = saxpy_program(0).function("fill_k").unwrap();
+    let before = xpu_device::live_objects().sub_buffers;
+    let out = alloc.allocate(64 * 4, &s).unwrap();
+    out.view().unwrap().fill(&s, &[0; 4], 0, 64 * 4).unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(
+        xpu_device::live_objects().sub_buffers,
+        before + 1,
+        "a fill of the block went through its own sub-buffer"
+    );
+    launch_fill_k(&s, &f, &out, 64);
+    assert_filled_k(&out, &s, 64);
+    assert_eq!(
+        xpu_device::live_objects().sub_buffers,
+        before + 1,
+        "the launch and the read used the fill's sub-buffer"
+    );
+}
+
+/// A segment's cache of sub-buffers never releases one while the segment lives (on NVIDIA, a
+/// sub-buffer released while another one of the same bytes has commands queued crashes the
+/// process); past its capacity, an allocation's own sub-buffer lives as long as the
+/// allocation.
+#[test]
+fn a_full_segment_cache_keeps_its_sub_buffers_and_an_uncached_one_lives_with_its_allocation() {
+    let Some((alloc, s)) = allocator_and_stream() else {
+        return;
+    };
+    let before = xpu_device::live_objects().sub_buffers;
+    let cap = xpu_alloc::SUB_BUFFERS_PER_SEGMENT;
+    // One small segment, a distinct (offset, size) per allocation: 4, 8, ... bytes.
+    for k in 1..=cap {
+        let p = alloc.allocate(4 * k as u64, &s).unwrap();
+        p.view().unwrap().fill(&s, &[0; 4], 0, 4 * k).unwrap();
+    }
+    s.synchronize().unwrap();
+    assert_eq!(
+        xpu_device::live_objects().sub_buffers,
+        before + cap,
+        "the segment caches one sub-buffer per (offset, size), up to its capacity"
+    );
+    let past = alloc.allocate(4 * (cap as u64 + 1), &s).unwrap();
+    past.view()
+        .unwrap()
+        .fill(&s, &[0; 4], 0, 4 * (cap + 1))
+        .unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(
+        xpu_device::live_objects().sub_buffers,
+        before + cap + 1,
+        "a full cache releases none of its sub-buffers for a new one"
+    );
+    drop(past);
+    assert_eq!(
+        xpu_device::live_objects().sub_buffers,
+        before + cap,
+        "the uncached sub-buffer went with its allocation"
+    );
+    alloc.empty_cache();
+    assert_eq!(xpu_device::live_objects().sub_buffers, before);
+}
+
 /// A kernel of twelve parameters of every kind: it writes its ten non-pointer arguments to
 /// `out[0..10)` as longs, in parameter order (`x` times 4, through `__local` memory).
 const TWELVE: &str = r"

@@ -3,13 +3,15 @@
 //! interleaved from 8 threads, every value checked. Found by burn's suite on the H200, whose
 //! driver died in a thread of its own when tests ran in parallel.
 //!
-//! OPEN DEFECT (2026-12-03): on the H200 (NVIDIA driver 580) the launch test dies with SIGSEGV
-//! in a thread of `libnvidia-opencl.so.1` (NULL + 8 read at +0x16fef9) in most runs; the
-//! upload/download test passes, and so does the launch test on one thread. Not the function's
-//! kernel pool (a function per thread still crashes), not a buffer freed while its launch is
-//! queued (keeping every input until the download still crashes), not concurrent
-//! `clCreateSubBuffer`/release (serializing them still crashes). PoCL passes. The fix is the
-//! next step of issue 28: find what xpu must serialize so safe code cannot reach the crash.
+//! The defect it found (2026-12-03, H200, NVIDIA driver 580): the launch test died with SIGSEGV
+//! inside `clReleaseMemObject` (NULL + 8 in `libnvidia-opencl.so.1`) in most runs. Reduced to raw
+//! OpenCL (threads sharing one queue and one segment, blocks reused across threads): NVIDIA
+//! crashes when a sub-buffer is released while another sub-buffer of the same bytes, made for
+//! the block's next owner, has commands queued, and when copies go through the segment's
+//! buffer while kernels use its sub-buffers (OpenCL 3.0 §5.2.1 leaves overlapping use of a
+//! buffer and its sub-buffers undefined). xpu now copies through the same sub-buffer its
+//! kernels get, keeps a segment's sub-buffers until the segment is released, and releases an
+//! uncached one before its block goes back to the allocator (`xpu_alloc::SubBuffers`).
 //! Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
 
 mod common;

@@ -40,19 +40,27 @@ impl SegmentMemory {
     }
 }
 
-/// The most sub-buffers kept per segment; a new (offset, size) past it starts the segment's
-/// cache over (the sub-buffers in use stay alive through their allocations' shares). A
-/// training loop's block layout repeats, so the cache refills with what the loop uses.
-const SUB_BUFFERS_PER_SEGMENT: usize = 1024;
+/// The most sub-buffers kept per segment; past it, a new (offset, size) gets a sub-buffer of
+/// its own, not cached, released when its allocation drops. A training loop's block layout
+/// repeats, so the cache holds what the loop uses.
+pub const SUB_BUFFERS_PER_SEGMENT: usize = 1024;
 
 /// The sub-buffers of one segment (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1) by (offset, size),
 /// shared by every allocation that lands on the same bytes: a block reused for a same-sized
 /// request costs no `clCreateSubBuffer` and its free no `clReleaseMemObject`. They live as
 /// long as the segment and are released when the segment is returned to the driver
-/// (`empty_cache`, the release of cached segments on out-of-memory), before its buffer.
-/// Sharing one is sound as sharing the segment is: a sub-buffer is a view of the segment's
-/// bytes, and the caching allocator reuses those bytes only after every recorded use
-/// completed (stream order); commands in flight hold their own references (§5.5.1).
+/// (`empty_cache`, the release of cached segments on out-of-memory), before its buffer, when
+/// no command on the segment is queued any more. Sharing one is sound as sharing the segment
+/// is: a sub-buffer is a view of the segment's bytes, and the caching allocator reuses those
+/// bytes only after every recorded use completed (stream order); commands in flight hold
+/// their own references (§5.5.1).
+///
+/// A cached sub-buffer is never released while the segment lives. On NVIDIA's driver, a
+/// sub-buffer released while another sub-buffer of the same bytes (made for the block's next
+/// owner) has commands queued crashes the process (seen on an H200, driver 580, raw OpenCL:
+/// threads sharing a queue and a segment), so the cache does not evict; an uncached
+/// sub-buffer is released by its allocation before the block goes back to the allocator
+/// (`Live`'s field order in `data_ptr.rs`).
 #[derive(Debug, Default)]
 pub struct SubBuffers(parking_lot::Mutex<HashMap<(usize, usize), Arc<Buffer>>>);
 
@@ -74,16 +82,16 @@ impl SubBuffers {
         }
         let sub = Arc::new(parent.sub_buffer(offset, size)?);
         let mut map = self.0.lock();
-        let dropped = if map.len() >= SUB_BUFFERS_PER_SEGMENT && !map.contains_key(&(offset, size))
-        {
-            std::mem::take(&mut *map)
-        } else {
-            HashMap::new()
-        };
-        let sub = Arc::clone(map.entry((offset, size)).or_insert(sub));
-        drop(map);
-        // Released (`clReleaseMemObject`) outside the cache's lock.
-        drop(dropped);
+        if let Some(cached) = map.get(&(offset, size)) {
+            // A concurrent creator's wins; ours is released outside the lock.
+            let cached = Arc::clone(cached);
+            drop(map);
+            drop(sub);
+            return Ok(cached);
+        }
+        if map.len() < SUB_BUFFERS_PER_SEGMENT {
+            map.insert((offset, size), Arc::clone(&sub));
+        }
         Ok(sub)
     }
 
