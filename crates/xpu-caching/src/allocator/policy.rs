@@ -10,8 +10,9 @@
 //! eight variable-shape traces of issue 27 (`data/traces/varshape`; one of them,
 //! `llama_generate_varprompt`, only against PyTorch's rules replayed: a replay-fidelity gap);
 //! `xpu replay-all DIR` prints the table with the geometric mean over the expandable-segments
-//! figure. Variable-shape inference and generation stay above expandable segments (1.03-1.18x on the
-//! traces); what was tried against it is in docs/performance.md (2026-12-03, issue 27).
+//! figure. Variable-shape inference and generation stay above expandable segments
+//! (1.03-1.18x on the traces); what was tried against it is in docs/performance.md
+//! (2026-12-03, issue 27).
 
 use super::device_wide::DeviceShared;
 use super::stream_state::{Request, ShardState};
