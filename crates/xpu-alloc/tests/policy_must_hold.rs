@@ -121,10 +121,13 @@ mod varshape {
         gpt2_varlen_infer: 6_293_553_152, 55;
         /// Replaying PyTorch's rules gives one 2 MiB small-pool segment more than the
         /// recording (23 segments, 339,738,624 bytes against 22 and 337,641,472: the same
-        /// large segments, ten small ones instead of nine; the replayed sequence departs
-        /// from the recording's at its 14 MiB segments, trace lines 46,082-46,090), a
-        /// replay-fidelity gap not yet explained. The default policy gives the replayed figures here: at or under
-        /// PyTorch's rules replayed, NOT under the recording (issue 27's goal unmet).
+        /// large segments, ten small ones instead of nine). Cause: address ties. At trace
+        /// line 3,863 a 256,000-byte request has two free blocks of exactly that size; best
+        /// fit takes the lower address, which in the recording is the block of the later
+        /// segment (CUDA gave it a lower address) and in the replay the earlier one (the
+        /// simulated device's addresses grow), and the layouts differ from there on. The
+        /// default policy gives the replayed figures here: at or under PyTorch's rules
+        /// replayed, NOT under the recording (issue 27's goal unmet).
         llama_generate_varprompt: 337_641_472, 22, on_oom (339_738_624, 23), vs_replay = true;
         lstm_packed_train: 553_648_128, 12;
         resnet50_varres_infer: 5_440_012_288, 30;
