@@ -47,6 +47,39 @@ fn free_under_a_gated_read(
     (gate, out, copy)
 }
 
+/// Fills all of `x` with `0xAA` on `d`, then gates `e` and enqueues on it a copy of `x` into
+/// a block of `outs` ([`copy_out`]), recorded on `e` with `record_stream`: `x` has a pending
+/// use on `e` until the returned gate opens. Returns the gate, the copy's block and the event
+/// recorded after the copy.
+fn fill_then_gated_recorded_read(
+    alloc: &DeviceAllocator,
+    x: &DataPtr,
+    d: &Stream,
+    e: &Stream,
+    outs: &DeviceAllocator,
+) -> (Gate, DataPtr, Event) {
+    let len = x.size();
+    x.view()
+        .unwrap()
+        .write(d, 0, &vec![0xAA; len as usize])
+        .unwrap();
+    let gate = Gate::new(0).unwrap();
+    gate.block(e).unwrap();
+    let (out, read) = copy_out(x, e, outs, len);
+    alloc.record_stream(x, e).unwrap();
+    (gate, out, read)
+}
+
+/// Opens `gate`, waits for the gated copy (`read`) and returns what it copied into `out`
+/// (read back on `d`).
+fn open_and_read(gate: Gate, read: &Event, out: &DataPtr, d: &Stream) -> Vec<u8> {
+    gate.open().unwrap();
+    read.synchronize().unwrap();
+    let mut seen = vec![0u8; out.size() as usize];
+    out.view().unwrap().read(d, 0, &mut seen).unwrap();
+    seen
+}
+
 fn private(config: &str) -> DeviceAllocator {
     DeviceAllocator::new(0, AllocConfig::parse(config).unwrap()).unwrap()
 }
@@ -81,15 +114,9 @@ fn recorded_use_on_a_dropped_stream_still_orders_reuse() {
     };
     let e = fresh_stream(0);
     let x_addr = x.address();
-    x.view()
-        .unwrap()
-        .write(&d.stream(), 0, &vec![0xAA; N as usize])
-        .unwrap();
     let outs = private("");
-    let gate = Gate::new(0).unwrap();
-    gate.block(&e.stream()).unwrap();
-    let (out, read) = copy_out(&x, &e.stream(), &outs, N);
-    alloc.record_stream(&x, &e.stream()).unwrap();
+    let (gate, out, read) =
+        fill_then_gated_recorded_read(&alloc, &x, &d.stream(), &e.stream(), &outs);
     drop(e);
     drop(x);
     let y = alloc.allocate(N, &d.stream()).unwrap();
@@ -98,10 +125,7 @@ fn recorded_use_on_a_dropped_stream_still_orders_reuse() {
         .unwrap()
         .write(&d.stream(), 0, &vec![0x55; N as usize])
         .unwrap();
-    gate.open().unwrap();
-    read.synchronize().unwrap();
-    let mut seen = vec![0u8; N as usize];
-    out.view().unwrap().read(&d.stream(), 0, &mut seen).unwrap();
+    let seen = open_and_read(gate, &read, &out, &d.stream());
     assert!(
         seen.iter().all(|&b| b == 0xAA),
         "E's gated read saw D's fill (block reused at once: {reused})"
@@ -125,15 +149,9 @@ fn a_block_freed_with_a_pending_recorded_use_is_not_handed_out_from_the_thread_c
     drop(alloc.allocate(N, &d.stream()).unwrap()); // the thread's bin of (D, N)
     let x = alloc.allocate(N, &d.stream()).unwrap();
     let x_addr = x.address();
-    x.view()
-        .unwrap()
-        .write(&d.stream(), 0, &vec![0xAA; N as usize])
-        .unwrap();
     let outs = private("");
-    let gate = Gate::new(0).unwrap();
-    gate.block(&e.stream()).unwrap();
-    let (out, read) = copy_out(&x, &e.stream(), &outs, N);
-    alloc.record_stream(&x, &e.stream()).unwrap();
+    let (gate, out, read) =
+        fill_then_gated_recorded_read(&alloc, &x, &d.stream(), &e.stream(), &outs);
     drop(x);
     let mut reused = false;
     for _ in 0..3 {
@@ -144,10 +162,7 @@ fn a_block_freed_with_a_pending_recorded_use_is_not_handed_out_from_the_thread_c
             .write(&d.stream(), 0, &vec![0x55; N as usize])
             .unwrap();
     }
-    gate.open().unwrap();
-    read.synchronize().unwrap();
-    let mut seen = vec![0u8; N as usize];
-    out.view().unwrap().read(&d.stream(), 0, &mut seen).unwrap();
+    let seen = open_and_read(gate, &read, &out, &d.stream());
     assert!(!reused, "X handed out again while E's read was queued");
     assert!(
         seen.iter().all(|&b| b == 0xAA),

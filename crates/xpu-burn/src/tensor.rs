@@ -76,13 +76,24 @@ impl XpuTensor {
         let bytes = (n * dtype::size_of(dtype)).max(1);
         let stream = crate::runtime::stream(device)?;
         let buffer = DeviceBuffer::<u8>::new(bytes, &stream)?;
-        Ok(XpuTensor {
+        Ok(XpuTensor::contiguous_in(buffer, device, shape, dtype))
+    }
+
+    /// A contiguous tensor of `shape` and `dtype` from offset 0 of `buffer` (on `device`,
+    /// holding at least the shape's elements), its storage's only owner.
+    pub(crate) fn contiguous_in(
+        buffer: DeviceBuffer<u8>,
+        device: usize,
+        shape: &[usize],
+        dtype: DType,
+    ) -> XpuTensor {
+        XpuTensor {
             storage: Arc::new(Storage { buffer, device }),
             shape: shape.to_vec(),
             strides: contiguous_strides(shape),
             offset: 0,
             dtype,
-        })
+        }
     }
 
     /// A view of the same storage with another shape, strides and offset (elements).

@@ -5,14 +5,12 @@ mod common;
 
 use std::time::Duration;
 
+use opencl3::error_codes::{
+    CL_INVALID_EVENT, CL_INVALID_OPERATION, CL_INVALID_VALUE, CL_PROFILING_INFO_NOT_AVAILABLE,
+};
 use xpu_device::backend::{wait_for_callbacks, ClEvent, EventStatus, ProfilingInfo, QueueOptions};
 use xpu_device::fork;
 use xpu_device::fork::ChildExit;
-
-const CL_INVALID_OPERATION: i32 = -59;
-const CL_INVALID_VALUE: i32 = -30;
-const CL_INVALID_EVENT: i32 = -58;
-const CL_PROFILING_INFO_NOT_AVAILABLE: i32 = -7;
 
 #[test]
 fn user_event_gates_a_marker() {

@@ -3,14 +3,12 @@
 
 mod common;
 
+use opencl3::error_codes::{
+    CL_BUILD_PROGRAM_FAILURE, CL_INVALID_ARG_SIZE, CL_INVALID_ARG_VALUE, CL_INVALID_CONTEXT,
+    CL_INVALID_KERNEL_NAME,
+};
 use xpu_device::backend::{Buffer, Kernel, MemFlags, Program};
 use xpu_device::{DeviceError, KernelArgProblem};
-
-const CL_BUILD_PROGRAM_FAILURE: i32 = -11;
-const CL_INVALID_KERNEL_NAME: i32 = -46;
-const CL_INVALID_ARG_SIZE: i32 = -51;
-const CL_INVALID_ARG_VALUE: i32 = -50;
-const CL_INVALID_CONTEXT: i32 = -34;
 
 #[test]
 fn kernel_from_source_writes_expected_values() {

@@ -1,7 +1,5 @@
 //! Host transfers: tensors from host bytes, to host bytes, and between devices.
 
-use std::sync::Arc;
-
 use burn_tensor::DType;
 use xpu::DeviceBuffer;
 
@@ -9,7 +7,7 @@ use crate::dtype;
 use crate::error::Result;
 use crate::ops::elementwise::contiguous;
 use crate::runtime;
-use crate::tensor::{contiguous_strides, Storage, XpuTensor};
+use crate::tensor::XpuTensor;
 
 /// A new contiguous tensor on `device` holding `bytes` (row-major elements of `dtype`), as an
 /// upload on the device's burn stream (staged through pinned memory, non-blocking).
@@ -32,13 +30,7 @@ pub fn from_bytes(device: usize, bytes: &[u8], shape: &[usize], dtype: DType) ->
     }
     let stream = runtime::stream(device)?;
     let buffer = DeviceBuffer::from_slice(bytes, &stream)?;
-    Ok(XpuTensor {
-        storage: Arc::new(Storage { buffer, device }),
-        shape: shape.to_vec(),
-        strides: contiguous_strides(shape),
-        offset: 0,
-        dtype,
-    })
+    Ok(XpuTensor::contiguous_in(buffer, device, shape, dtype))
 }
 
 /// The elements of `t` in row-major order, as bytes (blocking: waits for the stream's work

@@ -7,6 +7,7 @@ use xpu::xpu_kernel::Arg;
 
 use crate::dtype;
 use crate::error::{Error, Result};
+use crate::ops::index::FOR_COORDS;
 use crate::runtime::{self, ScalarValue};
 use crate::tensor::XpuTensor;
 
@@ -140,11 +141,14 @@ pub fn map_into_shape(
         .iter()
         .map(|(_, d)| runtime::scalar_cl_type(*d))
         .collect::<Result<_>>()?;
-    let out_type = dtype::cl_type(out.dtype)?;
-    let key = map_key(spec, contiguous, &in_types, &sc_types, out_type);
-    let function = runtime::function(device, &key, "map", || {
-        map_source(spec, contiguous, &in_types, &sc_types, out_type)
-    })?;
+    let kernel = MapKernel {
+        spec,
+        contiguous,
+        in_types: &in_types,
+        sc_types: &sc_types,
+        out_type: dtype::cl_type(out.dtype)?,
+    };
+    let function = runtime::function(device, &kernel.key(), "map", || kernel.source())?;
 
     let meta;
     let mut args: Vec<Arg<'_>> = Vec::with_capacity(3 + 2 * inputs.len() + scalars.len());
@@ -193,95 +197,109 @@ fn broadcasts_to(from: &[usize], to: &[usize]) -> bool {
             .all(|(&f, &t)| f == t || f == 1)
 }
 
-/// The kernel cache key of a [`map`] instance: everything its source depends on (the
-/// contiguous or strided form, the expression, the helpers, the input, scalar and output
-/// types), joined by NUL bytes, which no part contains (OpenCL C source cannot hold one).
-/// Built without `format!`: this runs for every element-wise op.
-fn map_key(
-    spec: MapSpec<'_>,
+/// One instance of the [`map`] kernel: what its source depends on.
+#[derive(Clone, Copy)]
+struct MapKernel<'a> {
+    spec: MapSpec<'a>,
+    /// All inputs contiguous with the output's shape (no metadata, no coordinate walk).
     contiguous: bool,
-    in_types: &[&str],
-    sc_types: &[&str],
-    out_type: &str,
-) -> String {
-    const SEP: char = '\0';
-    let mut key = String::with_capacity(32 + spec.expr.len() + spec.helpers.len());
-    key.push_str(if contiguous { "map\0c" } else { "map\0s" });
-    for part in [spec.expr, spec.helpers] {
-        key.push(SEP);
-        key.push_str(part);
-    }
-    for types in [in_types, sc_types] {
-        key.push(SEP);
-        for t in types {
-            key.push_str(t);
-            key.push(',');
-        }
-    }
-    key.push(SEP);
-    key.push_str(out_type);
-    key
+    /// The OpenCL C types of the inputs, the scalars and the output.
+    in_types: &'a [&'a str],
+    sc_types: &'a [&'a str],
+    out_type: &'a str,
 }
 
-fn map_source(
-    spec: MapSpec<'_>,
-    contiguous: bool,
-    in_types: &[&str],
-    sc_types: &[&str],
-    out_type: &str,
-) -> String {
-    let mut all: Vec<&str> = in_types.to_vec();
-    all.extend_from_slice(sc_types);
-    all.push(out_type);
-    let mut s = dtype::pragmas(&all);
-    s.push_str(&format!("#define TO {out_type}\n"));
-    for (k, t) in in_types.iter().enumerate() {
-        s.push_str(&format!("#define T{k} {t}\n"));
+impl MapKernel<'_> {
+    /// The kernel cache key: everything the source depends on (the contiguous or strided
+    /// form, the expression, the helpers, the input, scalar and output types), joined by NUL
+    /// bytes, which no part contains (OpenCL C source cannot hold one). Built without
+    /// `format!`: this runs for every element-wise op.
+    fn key(&self) -> String {
+        const SEP: char = '\0';
+        let spec = self.spec;
+        let mut key = String::with_capacity(32 + spec.expr.len() + spec.helpers.len());
+        key.push_str(if self.contiguous { "map\0c" } else { "map\0s" });
+        for part in [spec.expr, spec.helpers] {
+            key.push(SEP);
+            key.push_str(part);
+        }
+        for types in [self.in_types, self.sc_types] {
+            key.push(SEP);
+            for t in types {
+                key.push_str(t);
+                key.push(',');
+            }
+        }
+        key.push(SEP);
+        key.push_str(self.out_type);
+        key
     }
-    for (k, t) in sc_types.iter().enumerate() {
-        s.push_str(&format!("#define S{k} {t}\n"));
+
+    fn source(&self) -> String {
+        let MapKernel {
+            spec,
+            contiguous,
+            in_types,
+            sc_types,
+            out_type,
+        } = *self;
+        let mut all: Vec<&str> = in_types.to_vec();
+        all.extend_from_slice(sc_types);
+        all.push(out_type);
+        let mut s = dtype::pragmas(&all);
+        s.push_str(&format!("#define TO {out_type}\n"));
+        for (k, t) in in_types.iter().enumerate() {
+            s.push_str(&format!("#define T{k} {t}\n"));
+        }
+        for (k, t) in sc_types.iter().enumerate() {
+            s.push_str(&format!("#define S{k} {t}\n"));
+        }
+        s.push_str(crate::ops::PRELUDE);
+        s.push_str(FOR_COORDS);
+        s.push_str(spec.helpers);
+        // Per input `k`: its parameters, and in the strided form its offset (`o{k}`, from the
+        // view block `k` of the metadata: offset, then one stride per dimension) and its step
+        // along each dimension `d` of the coordinate walk.
+        let (mut params, mut offsets, mut steps, mut loads) =
+            (String::new(), String::new(), String::new(), String::new());
+        for k in 0..in_types.len() {
+            params.push_str(&format!(", __global const T{k} *in{k}"));
+            if contiguous {
+                params.push_str(&format!(", long off{k}"));
+                loads.push_str(&format!("  T{k} a{k} = in{k}[off{k} + i];\n"));
+            } else {
+                offsets.push_str(&format!(
+                    "  long o{k} = meta[1 + rank + {k} * (rank + 1)];\n"
+                ));
+                steps.push_str(&format!(
+                    "    o{k} += c * meta[1 + rank + {k} * (rank + 1) + 1 + d];\n"
+                ));
+                loads.push_str(&format!("  T{k} a{k} = in{k}[o{k}];\n"));
+            }
+        }
+        for k in 0..sc_types.len() {
+            params.push_str(&format!(", S{k} s{k}"));
+        }
+        let meta = if contiguous {
+            ""
+        } else {
+            ", __global const long *meta"
+        };
+        s.push_str(&format!(
+            "\n__kernel void map(__global TO *out, long n{meta}{params}) {{\n"
+        ));
+        s.push_str("  long i = get_global_id(0);\n  if (i >= n) return;\n");
+        if !contiguous {
+            s.push_str("  int rank = (int)meta[0];\n  __global const long *shape = meta + 1;\n");
+            s.push_str(&offsets);
+            s.push_str("  FOR_COORDS(i)\n");
+            s.push_str(&steps);
+            s.push_str("  END_COORDS\n");
+        }
+        s.push_str(&loads);
+        s.push_str(&format!("  out[i] = (TO)({});\n}}\n", spec.expr));
+        s
     }
-    s.push_str(crate::ops::PRELUDE);
-    s.push_str(spec.helpers);
-    s.push_str("\n__kernel void map(__global TO *out, long n");
-    if contiguous {
-        for k in 0..in_types.len() {
-            s.push_str(&format!(", __global const T{k} *in{k}, long off{k}"));
-        }
-    } else {
-        s.push_str(", __global const long *meta");
-        for k in 0..in_types.len() {
-            s.push_str(&format!(", __global const T{k} *in{k}"));
-        }
-    }
-    for k in 0..sc_types.len() {
-        s.push_str(&format!(", S{k} s{k}"));
-    }
-    s.push_str(") {\n  long i = get_global_id(0);\n  if (i >= n) return;\n");
-    if contiguous {
-        for k in 0..in_types.len() {
-            s.push_str(&format!("  T{k} a{k} = in{k}[off{k} + i];\n"));
-        }
-    } else {
-        s.push_str("  int rank = (int)meta[0];\n  long rem = i;\n");
-        for k in 0..in_types.len() {
-            s.push_str(&format!(
-                "  long o{k} = meta[1 + rank + {k} * (rank + 1)];\n"
-            ));
-        }
-        s.push_str("  for (int d = rank - 1; d >= 0; d--) {\n    long sz = meta[1 + d];\n    long c = rem % sz;\n    rem /= sz;\n");
-        for k in 0..in_types.len() {
-            s.push_str(&format!(
-                "    o{k} += c * meta[1 + rank + {k} * (rank + 1) + 1 + d];\n"
-            ));
-        }
-        s.push_str("  }\n");
-        for k in 0..in_types.len() {
-            s.push_str(&format!("  T{k} a{k} = in{k}[o{k}];\n"));
-        }
-    }
-    s.push_str(&format!("  out[i] = (TO)({});\n}}\n", spec.expr));
-    s
 }
 
 /// A contiguous copy of `t` (or `t` itself when it already is contiguous from offset 0 and

@@ -23,6 +23,7 @@ use xpu::xpu_kernel::{
 use crate::dtype;
 use crate::error::{Error, Result};
 use crate::ops::elementwise::{self, broadcast_shape};
+use crate::ops::index::FOR_COORDS;
 use crate::runtime;
 use crate::tensor::XpuTensor;
 
@@ -302,6 +303,7 @@ fn source(elem: &str, acc: &str, wg: usize, r: usize) -> String {
     s.push_str(&format!(
         "#define T {elem}\n#define ACC {acc}\n#define WG {wg}\n#define R {r}\n"
     ));
+    s.push_str(FOR_COORDS);
     s.push_str(
         r#"
 /* A work-group of WG x WG work-items computes a TM x TM output tile (TM = WG * R); each
@@ -323,17 +325,14 @@ __kernel void matmul(__global T *out, __global const T *a, __global const T *b,
   const long t = g % tiles_mn;
   const long row0 = (t / tiles_n) * TM;
   const long col0 = (t % tiles_n) * TM;
-  const int br = (int)meta[0];
+  const int rank = (int)meta[0];
+  __global const long *shape = meta + 1;
   long ao = a_off;
   long bo = b_off;
-  long rem = bat;
-  for (int d = br - 1; d >= 0; d--) {
-    long sz = meta[1 + d];
-    long c = rem % sz;
-    rem /= sz;
-    ao += c * meta[1 + br + d];
-    bo += c * meta[1 + 2 * br + d];
-  }
+  FOR_COORDS(bat)
+    ao += c * meta[1 + rank + d];
+    bo += c * meta[1 + 2 * rank + d];
+  END_COORDS
   ACC sum[R][R];
   for (int i = 0; i < R; i++)
     for (int j = 0; j < R; j++)

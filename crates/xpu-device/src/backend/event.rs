@@ -4,24 +4,11 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use opencl3::error_codes as clerr;
 use opencl3::event as cle;
 
 use super::{cl, raw, release, Context};
 use crate::error::ClError;
-
-const EXECUTION_STATUS: u32 = 0x11D3;
-const EVENT_CONTEXT: u32 = 0x11D4;
-const EVENT_COMMAND_QUEUE: u32 = 0x11D0;
-/// `CL_EVENT_COMMAND_TYPE` (0x11D2 is `CL_EVENT_REFERENCE_COUNT`).
-const EVENT_COMMAND_TYPE: u32 = 0x11D1;
-const COMMAND_USER: u32 = 0x1204;
-const COMMAND_MARKER: u32 = 0x11FE;
-const COMMAND_BARRIER: u32 = 0x1205;
-const CODE_INVALID_EVENT: i32 = -58;
-const CL_COMPLETE: i32 = 0;
-const CL_SUBMITTED: i32 = 2;
-const CODE_INVALID_VALUE: i32 = -30;
-const CODE_OUT_OF_HOST_MEMORY: i32 = -6;
 
 /// A callback registered with [`ClEvent::on_complete`].
 type CompleteFn = Box<dyn FnOnce(i32) + Send + 'static>;
@@ -47,7 +34,7 @@ extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut
     // status (a waiter on the target) sees the live counts settled.
     super::live::released(super::live::Kind::Event);
     let status = if status > 0 {
-        CODE_INVALID_VALUE
+        clerr::CL_INVALID_VALUE
     } else {
         status
     };
@@ -118,9 +105,9 @@ impl Role {
     /// The role of a raw event, from its `CL_EVENT_COMMAND_TYPE` (a plain command when the
     /// type cannot be read).
     fn of(raw: raw::cl_event) -> Role {
-        match cle::get_event_info(raw, EVENT_COMMAND_TYPE).map(|t| t.to_uint()) {
-            Ok(COMMAND_USER) => Role::User,
-            Ok(COMMAND_MARKER | COMMAND_BARRIER) => Role::Synchronization,
+        match cle::get_event_info(raw, cle::CL_EVENT_COMMAND_TYPE).map(|t| t.to_uint()) {
+            Ok(cle::CL_COMMAND_USER) => Role::User,
+            Ok(cle::CL_COMMAND_MARKER | cle::CL_COMMAND_BARRIER) => Role::Synchronization,
             _ => Role::Command,
         }
     }
@@ -158,8 +145,8 @@ impl Drop for UnsetGuard {
         if !self.armed.load(Ordering::Acquire) {
             return;
         }
-        let submitted = cle::get_event_info(self.raw, EXECUTION_STATUS)
-            .is_ok_and(|v| v.to_int() == CL_SUBMITTED);
+        let submitted = cle::get_event_info(self.raw, cle::CL_EVENT_COMMAND_EXECUTION_STATUS)
+            .is_ok_and(|v| v.to_int() == cle::CL_SUBMITTED);
         if submitted {
             // A concurrent set by foreign code through a raw handle wins: then this fails
             // harmlessly with CL_INVALID_OPERATION.
@@ -276,7 +263,10 @@ impl ClEvent {
         if self.1 == Role::User {
             Ok(())
         } else {
-            Err(ClError::new("clSetUserEventStatus", CODE_INVALID_EVENT))
+            Err(ClError::new(
+                "clSetUserEventStatus",
+                clerr::CL_INVALID_EVENT,
+            ))
         }
     }
 
@@ -289,7 +279,10 @@ impl ClEvent {
     /// called, so the event is left untouched.
     pub fn set_failed(&self, code: i32) -> Result<(), ClError> {
         if code >= 0 {
-            return Err(ClError::new("clSetUserEventStatus", CODE_INVALID_VALUE));
+            return Err(ClError::new(
+                "clSetUserEventStatus",
+                clerr::CL_INVALID_VALUE,
+            ));
         }
         self.check_unset()?;
         cl(
@@ -309,7 +302,7 @@ impl ClEvent {
     pub fn status(&self) -> Result<EventStatus, ClError> {
         let v = cl(
             "clGetEventInfo",
-            cle::get_event_info(self.0, EXECUTION_STATUS),
+            cle::get_event_info(self.0, cle::CL_EVENT_COMMAND_EXECUTION_STATUS),
         )?;
         Ok(match v.to_int() {
             0 => EventStatus::Complete,
@@ -379,12 +372,15 @@ impl ClEvent {
     pub fn on_complete(&self, f: impl FnOnce(i32) + Send + 'static) -> Result<(), ClError> {
         if let Err(e) = super::callbacks::start() {
             tracing::error!(%e, "cannot start the xpu-callbacks thread");
-            return Err(ClError::new("clSetEventCallback", CODE_OUT_OF_HOST_MEMORY));
+            return Err(ClError::new(
+                "clSetEventCallback",
+                clerr::CL_OUT_OF_HOST_MEMORY,
+            ));
         }
         let boxed: Box<CompleteFn> = Box::new(Box::new(f));
         let data = Box::into_raw(boxed);
         super::callbacks::registered();
-        match cle::set_event_callback(self.0, CL_COMPLETE, post_on_complete, data.cast()) {
+        match cle::set_event_callback(self.0, cle::CL_COMPLETE, post_on_complete, data.cast()) {
             Ok(()) => Ok(()),
             Err(code) => {
                 super::callbacks::unregistered();
@@ -413,7 +409,7 @@ impl ClEvent {
     pub fn forward_to(&self, target: &ClEvent) -> Result<(), ClError> {
         target.check_user()?;
         let data = Box::into_raw(Box::new(target.clone()));
-        match cle::set_event_callback(self.0, CL_COMPLETE, forward_status, data.cast()) {
+        match cle::set_event_callback(self.0, cle::CL_COMPLETE, forward_status, data.cast()) {
             Ok(()) => {
                 // This event may have failed already (then the driver may never call back).
                 super::forwards::register(self, target);
@@ -432,8 +428,7 @@ impl ClEvent {
     /// # Errors
     /// A failed `clGetEventInfo`.
     pub fn context_raw(&self) -> Result<raw::cl_context, ClError> {
-        let v = cl("clGetEventInfo", cle::get_event_info(self.0, EVENT_CONTEXT))?;
-        Ok(v.to_ptr() as raw::cl_context)
+        Ok(self.handle_info(cle::CL_EVENT_CONTEXT)? as raw::cl_context)
     }
 
     /// The raw queue of the event's command (`clGetEventInfo(CL_EVENT_COMMAND_QUEUE)`); null
@@ -442,11 +437,13 @@ impl ClEvent {
     /// # Errors
     /// A failed `clGetEventInfo`.
     pub fn queue_raw(&self) -> Result<raw::cl_command_queue, ClError> {
-        let v = cl(
-            "clGetEventInfo",
-            cle::get_event_info(self.0, EVENT_COMMAND_QUEUE),
-        )?;
-        Ok(v.to_ptr() as raw::cl_command_queue)
+        Ok(self.handle_info(cle::CL_EVENT_COMMAND_QUEUE)? as raw::cl_command_queue)
+    }
+
+    /// The OpenCL handle `clGetEventInfo` reports for `param` (not retained).
+    fn handle_info(&self, param: cle::cl_event_info) -> Result<isize, ClError> {
+        let v = cl("clGetEventInfo", cle::get_event_info(self.0, param))?;
+        Ok(v.to_ptr())
     }
 
     /// The raw `cl_event`, valid while `self` lives.

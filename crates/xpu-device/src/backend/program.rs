@@ -22,16 +22,6 @@ use opencl3::types::{cl_kernel, cl_program};
 use super::{cl, raw, release, Buffer, Context, DeviceId};
 use crate::error::{ClError, DeviceError, KernelArgProblem, Result};
 
-const BUILD_LOG: u32 = 0x1183;
-const KERNEL_NUM_ARGS: u32 = 0x1191;
-const KERNEL_CONTEXT: u32 = 0x1193;
-const KERNEL_ARG_ADDRESS_QUALIFIER: u32 = 0x1196;
-const KERNEL_ARG_TYPE_NAME: u32 = 0x1198;
-const KERNEL_ARG_NAME: u32 = 0x119A;
-const ADDRESS_GLOBAL: u32 = 0x119B;
-const ADDRESS_LOCAL: u32 = 0x119C;
-const ADDRESS_CONSTANT: u32 = 0x119D;
-
 /// The build options of every program: argument information is what the argument checks of
 /// [`Kernel`] rely on.
 const BUILD_OPTIONS: &str = "-cl-kernel-arg-info";
@@ -132,9 +122,10 @@ impl Program {
         if let Err(code) =
             clp::build_program(self.0, &[device.as_raw()], &opts, None, ptr::null_mut())
         {
-            let log = clp::get_program_build_info(self.0, device.as_raw(), BUILD_LOG)
-                .map(String::from)
-                .unwrap_or_default();
+            let log =
+                clp::get_program_build_info(self.0, device.as_raw(), clp::CL_PROGRAM_BUILD_LOG)
+                    .map(String::from)
+                    .unwrap_or_default();
             return Err(DeviceError::Build {
                 source: ClError::new("clBuildProgram", code),
                 log,
@@ -384,7 +375,12 @@ struct ArgInfo {
 impl ArgInfo {
     fn new(name: String, address: u32, type_name: String) -> ArgInfo {
         let pointer = type_name.ends_with('*')
-            || matches!(address, ADDRESS_GLOBAL | ADDRESS_LOCAL | ADDRESS_CONSTANT);
+            || matches!(
+                address,
+                clk::CL_KERNEL_ARG_ADDRESS_GLOBAL
+                    | clk::CL_KERNEL_ARG_ADDRESS_LOCAL
+                    | clk::CL_KERNEL_ARG_ADDRESS_CONSTANT
+            );
         ArgInfo {
             pointer,
             scalar_size: scalar_size(&type_name),
@@ -410,13 +406,13 @@ fn arg_string(kernel: cl_kernel, index: u32, param: u32) -> std::result::Result<
 fn arg_infos(kernel: cl_kernel, count: u32) -> Option<Vec<ArgInfo>> {
     (0..count)
         .map(|i| {
-            let address = clk::get_kernel_arg_info(kernel, i, KERNEL_ARG_ADDRESS_QUALIFIER)
+            let address = clk::get_kernel_arg_info(kernel, i, clk::CL_KERNEL_ARG_ADDRESS_QUALIFIER)
                 .ok()?
                 .to_uint();
             Some(ArgInfo::new(
-                arg_string(kernel, i, KERNEL_ARG_NAME).ok()?,
+                arg_string(kernel, i, clk::CL_KERNEL_ARG_NAME).ok()?,
                 address,
-                arg_string(kernel, i, KERNEL_ARG_TYPE_NAME).ok()?,
+                arg_string(kernel, i, clk::CL_KERNEL_ARG_TYPE_NAME).ok()?,
             ))
         })
         .collect()
@@ -517,11 +513,14 @@ impl Kernel {
         };
         kernel.count = cl(
             "clGetKernelInfo",
-            clk::get_kernel_info(raw, KERNEL_NUM_ARGS),
+            clk::get_kernel_info(raw, clk::CL_KERNEL_NUM_ARGS),
         )?
         .to_uint();
-        kernel.context = cl("clGetKernelInfo", clk::get_kernel_info(raw, KERNEL_CONTEXT))?.to_ptr()
-            as raw::cl_context;
+        kernel.context = cl(
+            "clGetKernelInfo",
+            clk::get_kernel_info(raw, clk::CL_KERNEL_CONTEXT),
+        )?
+        .to_ptr() as raw::cl_context;
         kernel.args = arg_infos(raw, kernel.count);
         kernel.set = vec![false; kernel.count as usize];
         kernel.driver_scalars = vec![None; kernel.count as usize];
@@ -635,8 +634,10 @@ impl Kernel {
     /// at its creation, `CL_MEM_CONTEXT`: no driver query here).
     fn set_buffer_raw(&mut self, index: u32, buffer: &Buffer) -> Result<()> {
         let info = self.arg(index)?;
-        if !(matches!(info.address, ADDRESS_GLOBAL | ADDRESS_CONSTANT)
-            && info.type_name.ends_with('*'))
+        if !(matches!(
+            info.address,
+            clk::CL_KERNEL_ARG_ADDRESS_GLOBAL | clk::CL_KERNEL_ARG_ADDRESS_CONSTANT
+        ) && info.type_name.ends_with('*'))
         {
             let type_name = info.type_name.clone();
             return Err(self.error(index, KernelArgProblem::BufferForNonPointer { type_name }));
@@ -742,7 +743,7 @@ impl Kernel {
     /// argument information, or a failed `clSetKernelArg` (`CL_INVALID_ARG_SIZE` for 0 bytes).
     pub fn set_arg_local(&mut self, index: u32, bytes: usize) -> Result<()> {
         let info = self.arg(index)?;
-        if !(info.address == ADDRESS_LOCAL && info.type_name.ends_with('*')) {
+        if !(info.address == clk::CL_KERNEL_ARG_ADDRESS_LOCAL && info.type_name.ends_with('*')) {
             let type_name = info.type_name.clone();
             return Err(self.error(index, KernelArgProblem::LocalForNonLocal { type_name }));
         }
