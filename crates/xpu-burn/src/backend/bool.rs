@@ -1,7 +1,6 @@
 //! burn's `BoolTensorOps` on xpu (bools stored as `uchar` 0 or 1).
 
-use burn_tensor::ops::{BoolTensor, BoolTensorOps, Device, FloatTensor, IntTensor};
-use burn_tensor::{DType, Shape, TensorData};
+use burn_tensor::ops::{BoolTensorOps, FloatTensor};
 
 use super::common::*;
 use crate::runtime::ScalarValue;

@@ -3,14 +3,21 @@
 
 use std::ops::Range;
 
-use burn_tensor::{DType, Shape, Slice, TensorData};
-
-use crate::error::or_panic;
 use crate::ops::elementwise::{map, MapSpec};
-use crate::ops::reduce::{self, ReduceOp};
-use crate::ops::{data, index, layout};
+use crate::ops::{data, layout};
 use crate::runtime::ScalarValue;
 use crate::tensor::XpuTensor;
+
+// What the glue macros below ([`kind_ops`], [`numeric_ops`], [`binary_ops`]) name: the
+// modules invoking them import `common::*`.
+pub(crate) use std::future::Future;
+
+pub(crate) use burn_tensor::ops::{BoolTensor, Device, IntTensor};
+pub(crate) use burn_tensor::{DType, Distribution, FloatDType, IntDType, Shape, Slice, TensorData};
+
+pub(crate) use crate::error::or_panic;
+pub(crate) use crate::ops::reduce::{self, ReduceOp, ScanOp};
+pub(crate) use crate::ops::{index, matmul, random};
 
 /// `out = expr(a0)`, same type as `t`.
 pub(crate) fn unary(t: &XpuTensor, expr: &str) -> XpuTensor {
@@ -179,57 +186,57 @@ macro_rules! kind_ops {
         ::paste::paste! {
             fn [<$k _into_data>](
                 tensor: $T<Self>,
-            ) -> impl ::std::future::Future<Output = ::burn_tensor::TensorData> + Send {
-                let data = $crate::backend::common::into_data(&tensor);
+            ) -> impl Future<Output = TensorData> + Send {
+                let data = into_data(&tensor);
                 async move { data }
             }
 
-            fn [<$k _device>](tensor: &$T<Self>) -> ::burn_tensor::ops::Device<Self> {
+            fn [<$k _device>](tensor: &$T<Self>) -> Device<Self> {
                 $crate::XpuDevice::new(tensor.device())
             }
 
-            fn [<$k _to_device>](tensor: $T<Self>, device: &::burn_tensor::ops::Device<Self>) -> $T<Self> {
-                $crate::backend::common::to_device(&tensor, device.index)
+            fn [<$k _to_device>](tensor: $T<Self>, device: &Device<Self>) -> $T<Self> {
+                to_device(&tensor, device.index)
             }
 
-            fn [<$k _reshape>](tensor: $T<Self>, shape: ::burn_tensor::Shape) -> $T<Self> {
-                $crate::backend::common::reshape(&tensor, shape)
+            fn [<$k _reshape>](tensor: $T<Self>, shape: Shape) -> $T<Self> {
+                reshape(&tensor, shape)
             }
 
-            fn [<$k _slice>](tensor: $T<Self>, slices: &[::burn_tensor::Slice]) -> $T<Self> {
-                $crate::backend::common::slice(&tensor, slices)
+            fn [<$k _slice>](tensor: $T<Self>, slices: &[Slice]) -> $T<Self> {
+                slice(&tensor, slices)
             }
 
             fn [<$k _slice_assign>](
                 tensor: $T<Self>,
-                slices: &[::burn_tensor::Slice],
+                slices: &[Slice],
                 value: $T<Self>,
             ) -> $T<Self> {
-                $crate::backend::common::slice_assign(&tensor, slices, &value)
+                slice_assign(&tensor, slices, &value)
             }
 
             fn [<$k _cat>](tensors: Vec<$T<Self>>, dim: usize) -> $T<Self> {
-                $crate::error::or_panic($crate::ops::index::cat(&tensors, dim))
+                or_panic(index::cat(&tensors, dim))
             }
 
             fn [<$k _swap_dims>](tensor: $T<Self>, dim1: usize, dim2: usize) -> $T<Self> {
-                $crate::backend::common::swap_dims(&tensor, dim1, dim2)
+                swap_dims(&tensor, dim1, dim2)
             }
 
             fn [<$k _permute>](tensor: $T<Self>, axes: &[usize]) -> $T<Self> {
-                $crate::backend::common::permute(&tensor, axes)
+                permute(&tensor, axes)
             }
 
             fn [<$k _flip>](tensor: $T<Self>, axes: &[usize]) -> $T<Self> {
-                $crate::backend::common::flip(&tensor, axes)
+                flip(&tensor, axes)
             }
 
-            fn [<$k _expand>](tensor: $T<Self>, shape: ::burn_tensor::Shape) -> $T<Self> {
-                $crate::backend::common::expand(&tensor, shape)
+            fn [<$k _expand>](tensor: $T<Self>, shape: Shape) -> $T<Self> {
+                expand(&tensor, shape)
             }
 
             fn [<$k _unfold>](tensor: $T<Self>, dim: usize, size: usize, step: usize) -> $T<Self> {
-                $crate::backend::common::unfold(&tensor, dim, size, step)
+                unfold(&tensor, dim, size, step)
             }
         }
     };
@@ -242,11 +249,11 @@ macro_rules! binary_ops {
     ($T:ident, $E:ident, $s:ident; $($name:ident, $scalar:ident => $op:literal;)*) => {
         $(
             fn $name(lhs: $T<Self>, rhs: $T<Self>) -> $T<Self> {
-                $crate::backend::common::binary(&lhs, &rhs, concat!("a0 ", $op, " a1"))
+                binary(&lhs, &rhs, concat!("a0 ", $op, " a1"))
             }
 
             fn $scalar(lhs: $T<Self>, rhs: $E<Self>) -> $T<Self> {
-                $crate::backend::common::scalar_op(&lhs, $s(rhs), concat!("a0 ", $op, " s0"))
+                scalar_op(&lhs, $s(rhs), concat!("a0 ", $op, " s0"))
             }
         )*
     };
@@ -262,37 +269,37 @@ pub(crate) use binary_ops;
 macro_rules! numeric_ops {
     ($k:ident, $T:ident, $E:ident, $D:ident, $s:ident, $accept:ident, $dtype:expr) => {
         ::paste::paste! {
-            $crate::backend::common::binary_ops! { $T, $E, $s;
+            binary_ops! { $T, $E, $s;
                 [<$k _add>], [<$k _add_scalar>] => "+";
                 [<$k _sub>], [<$k _sub_scalar>] => "-";
                 [<$k _mul>], [<$k _mul_scalar>] => "*";
             }
-            $crate::backend::common::numeric_ops!(@cmp $k, $T, $E, $s;
+            numeric_ops!(@cmp $k, $T, $E, $s;
                 equal "==", not_equal "!=", greater ">", greater_equal ">=", lower "<",
                 lower_equal "<=");
-            $crate::backend::common::numeric_ops!(@reduce $k, $T;
+            numeric_ops!(@reduce $k, $T;
                 sum Sum, prod Prod, mean Mean, max Max, min Min);
-            $crate::backend::common::numeric_ops!(@scan $k, $T;
+            numeric_ops!(@scan $k, $T;
                 cumsum Sum, cumprod Prod, cummin Min, cummax Max);
 
             fn [<$k _empty>](
-                shape: ::burn_tensor::Shape,
-                device: &::burn_tensor::ops::Device<Self>,
-                dtype: ::burn_tensor::$D,
+                shape: Shape,
+                device: &Device<Self>,
+                dtype: $D,
             ) -> $T<Self> {
-                $crate::backend::common::empty(shape, device.index, dtype.into())
+                empty(shape, device.index, dtype.into())
             }
 
-            fn [<$k _from_data>](data: ::burn_tensor::TensorData, device: &::burn_tensor::ops::Device<Self>) -> $T<Self> {
-                $crate::backend::common::from_data(data, device.index, $accept, $dtype)
+            fn [<$k _from_data>](data: TensorData, device: &Device<Self>) -> $T<Self> {
+                from_data(data, device.index, $accept, $dtype)
             }
 
             fn [<$k _random>](
-                shape: ::burn_tensor::Shape,
-                distribution: ::burn_tensor::Distribution,
-                device: &::burn_tensor::ops::Device<Self>,
+                shape: Shape,
+                distribution: Distribution,
+                device: &Device<Self>,
             ) -> $T<Self> {
-                $crate::error::or_panic($crate::ops::random::random(
+                or_panic(random::random(
                     device.index,
                     &shape.dims,
                     distribution,
@@ -300,119 +307,132 @@ macro_rules! numeric_ops {
                 ))
             }
 
-            fn [<$k _zeros>](shape: ::burn_tensor::Shape, device: &::burn_tensor::ops::Device<Self>, dtype: ::burn_tensor::$D) -> $T<Self> {
-                $crate::backend::common::full(shape, device.index, $s(0u8.into()), dtype.into())
-            }
-
-            fn [<$k _ones>](shape: ::burn_tensor::Shape, device: &::burn_tensor::ops::Device<Self>, dtype: ::burn_tensor::$D) -> $T<Self> {
-                $crate::backend::common::full(shape, device.index, $s(1u8.into()), dtype.into())
-            }
+            numeric_ops!(@fill $k, $T, $D, $s; zeros 0u8, ones 1u8);
 
             fn [<$k _full>](
-                shape: ::burn_tensor::Shape,
+                shape: Shape,
                 fill_value: $E<Self>,
-                device: &::burn_tensor::ops::Device<Self>,
-                dtype: ::burn_tensor::$D,
+                device: &Device<Self>,
+                dtype: $D,
             ) -> $T<Self> {
-                $crate::backend::common::full(shape, device.index, $s(fill_value), dtype.into())
+                full(shape, device.index, $s(fill_value), dtype.into())
             }
 
-            fn [<$k _cast>](tensor: $T<Self>, dtype: ::burn_tensor::$D) -> $T<Self> {
-                $crate::backend::common::cast(&tensor, dtype.into())
+            fn [<$k _cast>](tensor: $T<Self>, dtype: $D) -> $T<Self> {
+                cast(&tensor, dtype.into())
             }
 
             fn [<$k _mask_where>](
                 tensor: $T<Self>,
-                mask: ::burn_tensor::ops::BoolTensor<Self>,
+                mask: BoolTensor<Self>,
                 value: $T<Self>,
             ) -> $T<Self> {
-                $crate::backend::common::mask_where(&tensor, &mask, &value)
+                mask_where(&tensor, &mask, &value)
             }
 
-            fn [<$k _mask_fill>](tensor: $T<Self>, mask: ::burn_tensor::ops::BoolTensor<Self>, value: $E<Self>) -> $T<Self> {
-                $crate::backend::common::mask_fill(&tensor, &mask, $s(value))
+            fn [<$k _mask_fill>](
+                tensor: $T<Self>,
+                mask: BoolTensor<Self>,
+                value: $E<Self>,
+            ) -> $T<Self> {
+                mask_fill(&tensor, &mask, $s(value))
             }
 
-            fn [<$k _gather>](dim: usize, tensor: $T<Self>, indices: ::burn_tensor::ops::IntTensor<Self>) -> $T<Self> {
-                $crate::error::or_panic($crate::ops::index::gather(dim, &tensor, &indices))
+            fn [<$k _gather>](dim: usize, tensor: $T<Self>, indices: IntTensor<Self>) -> $T<Self> {
+                or_panic(index::gather(dim, &tensor, &indices))
             }
 
             fn [<$k _scatter>](
                 dim: usize,
                 tensor: $T<Self>,
-                indices: ::burn_tensor::ops::IntTensor<Self>,
+                indices: IntTensor<Self>,
                 value: $T<Self>,
             ) -> $T<Self> {
-                $crate::error::or_panic($crate::ops::index::scatter_add(dim, &tensor, &indices, &value))
+                or_panic(index::scatter_add(dim, &tensor, &indices, &value))
             }
 
-            fn [<$k _select>](tensor: $T<Self>, dim: usize, indices: ::burn_tensor::ops::IntTensor<Self>) -> $T<Self> {
-                $crate::error::or_panic($crate::ops::index::select(&tensor, dim, &indices))
+            fn [<$k _select>](tensor: $T<Self>, dim: usize, indices: IntTensor<Self>) -> $T<Self> {
+                or_panic(index::select(&tensor, dim, &indices))
             }
 
             fn [<$k _select_assign>](
                 tensor: $T<Self>,
                 dim: usize,
-                indices: ::burn_tensor::ops::IntTensor<Self>,
+                indices: IntTensor<Self>,
                 value: $T<Self>,
             ) -> $T<Self> {
-                $crate::error::or_panic($crate::ops::index::select_add(&tensor, dim, &indices, &value))
+                or_panic(index::select_add(&tensor, dim, &indices, &value))
             }
 
             fn [<$k _matmul>](lhs: $T<Self>, rhs: $T<Self>) -> $T<Self> {
-                $crate::error::or_panic($crate::ops::matmul::matmul(&lhs, &rhs))
+                or_panic(matmul::matmul(&lhs, &rhs))
             }
 
             fn [<$k _neg>](tensor: $T<Self>) -> $T<Self> {
-                $crate::backend::common::unary(&tensor, "-a0")
+                unary(&tensor, "-a0")
             }
 
             fn [<$k _sign>](tensor: $T<Self>) -> $T<Self> {
-                $crate::backend::common::unary(&tensor, "a0 > 0 ? (TO)1 : (a0 < 0 ? (TO)-1 : (TO)0)")
+                unary(&tensor, "a0 > 0 ? (TO)1 : (a0 < 0 ? (TO)-1 : (TO)0)")
             }
 
-            fn [<$k _argmax>](tensor: $T<Self>, dim: usize) -> ::burn_tensor::ops::IntTensor<Self> {
-                $crate::backend::common::reduce_dim(&tensor, dim, $crate::ops::reduce::ReduceOp::ArgMax, ::burn_tensor::DType::I64)
+            fn [<$k _argmax>](tensor: $T<Self>, dim: usize) -> IntTensor<Self> {
+                reduce_dim(&tensor, dim, ReduceOp::ArgMax, DType::I64)
             }
 
-            fn [<$k _argmin>](tensor: $T<Self>, dim: usize) -> ::burn_tensor::ops::IntTensor<Self> {
-                $crate::backend::common::reduce_dim(&tensor, dim, $crate::ops::reduce::ReduceOp::ArgMin, ::burn_tensor::DType::I64)
+            fn [<$k _argmin>](tensor: $T<Self>, dim: usize) -> IntTensor<Self> {
+                reduce_dim(&tensor, dim, ReduceOp::ArgMin, DType::I64)
             }
 
-            fn [<$k _max_dim_with_indices>](tensor: $T<Self>, dim: usize) -> ($T<Self>, ::burn_tensor::ops::IntTensor<Self>) {
-                $crate::backend::common::extreme_with_indices(&tensor, dim, true)
+            fn [<$k _max_dim_with_indices>](
+                tensor: $T<Self>,
+                dim: usize,
+            ) -> ($T<Self>, IntTensor<Self>) {
+                extreme_with_indices(&tensor, dim, true)
             }
 
-            fn [<$k _min_dim_with_indices>](tensor: $T<Self>, dim: usize) -> ($T<Self>, ::burn_tensor::ops::IntTensor<Self>) {
-                $crate::backend::common::extreme_with_indices(&tensor, dim, false)
+            fn [<$k _min_dim_with_indices>](
+                tensor: $T<Self>,
+                dim: usize,
+            ) -> ($T<Self>, IntTensor<Self>) {
+                extreme_with_indices(&tensor, dim, false)
             }
 
             fn [<$k _sort>](tensor: $T<Self>, dim: usize, descending: bool) -> $T<Self> {
-                $crate::backend::common::sort(&tensor, dim, descending).0
+                sort(&tensor, dim, descending).0
             }
 
             fn [<$k _sort_with_indices>](
                 tensor: $T<Self>,
                 dim: usize,
                 descending: bool,
-            ) -> ($T<Self>, ::burn_tensor::ops::IntTensor<Self>) {
-                $crate::backend::common::sort(&tensor, dim, descending)
+            ) -> ($T<Self>, IntTensor<Self>) {
+                sort(&tensor, dim, descending)
             }
 
-            fn [<$k _argsort>](tensor: $T<Self>, dim: usize, descending: bool) -> ::burn_tensor::ops::IntTensor<Self> {
-                $crate::backend::common::sort(&tensor, dim, descending).1
+            fn [<$k _argsort>](tensor: $T<Self>, dim: usize, descending: bool) -> IntTensor<Self> {
+                sort(&tensor, dim, descending).1
             }
         }
     };
     (@cmp $k:ident, $T:ident, $E:ident, $s:ident; $($name:ident $op:literal),*) => {
         ::paste::paste! {
             $(
-                fn [<$k _ $name>](lhs: $T<Self>, rhs: $T<Self>) -> ::burn_tensor::ops::BoolTensor<Self> {
-                    $crate::backend::common::compare(&lhs, &rhs, $op)
+                fn [<$k _ $name>](lhs: $T<Self>, rhs: $T<Self>) -> BoolTensor<Self> {
+                    compare(&lhs, &rhs, $op)
                 }
 
-                fn [<$k _ $name _elem>](lhs: $T<Self>, rhs: $E<Self>) -> ::burn_tensor::ops::BoolTensor<Self> {
-                    $crate::backend::common::compare_scalar(&lhs, $s(rhs), $op)
+                fn [<$k _ $name _elem>](lhs: $T<Self>, rhs: $E<Self>) -> BoolTensor<Self> {
+                    compare_scalar(&lhs, $s(rhs), $op)
+                }
+            )*
+        }
+    };
+    (@fill $k:ident, $T:ident, $D:ident, $s:ident; $($name:ident $value:literal),*) => {
+        ::paste::paste! {
+            $(
+                fn [<$k _ $name>](shape: Shape, device: &Device<Self>, dtype: $D) -> $T<Self> {
+                    full(shape, device.index, $s($value.into()), dtype.into())
                 }
             )*
         }
@@ -422,12 +442,12 @@ macro_rules! numeric_ops {
             $(
                 fn [<$k _ $name>](tensor: $T<Self>) -> $T<Self> {
                     let d = tensor.dtype;
-                    $crate::backend::common::reduce_all(&tensor, $crate::ops::reduce::ReduceOp::$op, d)
+                    reduce_all(&tensor, ReduceOp::$op, d)
                 }
 
                 fn [<$k _ $name _dim>](tensor: $T<Self>, dim: usize) -> $T<Self> {
                     let d = tensor.dtype;
-                    $crate::backend::common::reduce_dim(&tensor, dim, $crate::ops::reduce::ReduceOp::$op, d)
+                    reduce_dim(&tensor, dim, ReduceOp::$op, d)
                 }
             )*
         }
@@ -436,7 +456,7 @@ macro_rules! numeric_ops {
         ::paste::paste! {
             $(
                 fn [<$k _ $name>](tensor: $T<Self>, dim: usize) -> $T<Self> {
-                    $crate::error::or_panic($crate::ops::reduce::scan(&tensor, dim, $crate::ops::reduce::ScanOp::$op))
+                    or_panic(reduce::scan(&tensor, dim, ScanOp::$op))
                 }
             )*
         }

@@ -1,11 +1,9 @@
 //! burn's `FloatTensorOps` on xpu.
 
-use burn_tensor::ops::{BoolTensor, FloatElem, FloatTensor, FloatTensorOps, IntTensor};
-use burn_tensor::DType;
+use burn_tensor::ops::{FloatElem, FloatTensor, FloatTensorOps};
 
 use super::common::*;
 use crate::dtype::is_float;
-use crate::ops::reduce::ReduceOp;
 use crate::runtime::ScalarValue;
 use crate::Xpu;
 

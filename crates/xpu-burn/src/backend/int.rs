@@ -1,7 +1,6 @@
 //! burn's `IntTensorOps` on xpu.
 
-use burn_tensor::ops::{FloatTensor, IntElem, IntTensor, IntTensorOps};
-use burn_tensor::DType;
+use burn_tensor::ops::{FloatTensor, IntElem, IntTensorOps};
 
 use super::common::*;
 use crate::dtype::is_float;
