@@ -7,7 +7,7 @@ use xpu::xpu_kernel::Arg;
 
 use crate::dtype;
 use crate::error::{Error, Result};
-use crate::ops::index::FOR_COORDS;
+use crate::ops::FOR_COORDS;
 use crate::runtime::{self, ScalarValue};
 use crate::tensor::XpuTensor;
 

@@ -30,7 +30,7 @@ use xpu::xpu_kernel::{Arg, Function};
 use crate::dtype;
 use crate::error::{Error, Result};
 use crate::ops::elementwise::{cast, full, map, MapSpec};
-use crate::ops::layout;
+use crate::ops::{layout, FOR_COORDS};
 use crate::runtime;
 use crate::tensor::XpuTensor;
 
@@ -85,20 +85,6 @@ const INDEX_COMMON: &str = r#"
 #define VIEW_STRIDES(v) (meta + 3 + rank + (v) * (rank + 1))
 /* The extra longs after nv view blocks. */
 #define AFTER(nv) (meta + 2 + rank + (nv) * (rank + 1))
-"#;
-
-/// The OpenCL C walk over a strided view's coordinates, shared by the index kernels and the
-/// line kernels of [`crate::ops::reduce`]: `FOR_COORDS(pos) ... END_COORDS` runs its
-/// statements for each dimension `d` of the `rank` sizes at `shape` (both in scope),
-/// last first, with `c` the coordinate of row-major position `pos` along `d`. The sizes
-/// must be non-zero (a non-empty shape).
-pub(crate) const FOR_COORDS: &str = r#"
-#define FOR_COORDS(pos) \
-  { long rem_ = (pos); \
-    for (int d = rank - 1; d >= 0; d--) { \
-      long c = rem_ % shape[d]; \
-      rem_ /= shape[d];
-#define END_COORDS }}
 "#;
 
 /// The metadata of an index kernel (the layout in [`INDEX_COMMON`]): `rank`, `dim`, `shape`,

@@ -23,7 +23,7 @@ use xpu::xpu_kernel::{
 use crate::dtype;
 use crate::error::{Error, Result};
 use crate::ops::elementwise::{self, broadcast_shape};
-use crate::ops::index::FOR_COORDS;
+use crate::ops::FOR_COORDS;
 use crate::runtime;
 use crate::tensor::XpuTensor;
 

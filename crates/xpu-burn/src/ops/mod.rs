@@ -23,6 +23,20 @@ pub mod random;
 #[allow(unsafe_code)] // launches: each `unsafe` block argues its bounds
 pub mod reduce;
 
+/// The OpenCL C walk over a strided view's coordinates, shared by the element-wise, matmul,
+/// index and line ([`reduce`]) kernels: `FOR_COORDS(pos) ... END_COORDS` runs its statements
+/// for each dimension `d` of the `rank` sizes at `shape` (both in scope), last first, with
+/// `c` the coordinate of row-major position `pos` along `d`. The sizes must be non-zero (a
+/// non-empty shape).
+pub(crate) const FOR_COORDS: &str = r#"
+#define FOR_COORDS(pos) \
+  { long rem_ = (pos); \
+    for (int d = rank - 1; d >= 0; d--) { \
+      long c = rem_ % shape[d]; \
+      rem_ /= shape[d];
+#define END_COORDS }}
+"#;
+
 /// OpenCL C functions every template may call.
 pub(crate) const PRELUDE: &str = r#"
 "#;

@@ -28,7 +28,7 @@ use xpu::xpu_kernel::Arg;
 use crate::dtype::{self, is_float};
 use crate::error::{Error, Result};
 use crate::ops::elementwise::contiguous;
-use crate::ops::index::FOR_COORDS;
+use crate::ops::FOR_COORDS;
 use crate::runtime;
 use crate::tensor::{contiguous_strides, XpuTensor};
 
