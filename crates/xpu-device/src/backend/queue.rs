@@ -701,29 +701,10 @@ impl CommandQueue {
         local: Option<&[usize]>,
         wait: &[&ClEvent],
     ) -> Result<ClEvent> {
-        if global.is_empty() || global.len() > 3 || local.is_some_and(|l| l.len() != global.len()) {
-            return Err(DeviceError::InvalidArgument(
-                "enqueue_kernel: 1 to 3 dimensions, local size of the same rank".into(),
-            ));
-        }
-        kernel.check_all_set()?;
-        let list = self.checked_wait_list("clEnqueueNDRangeKernel", wait)?;
-        // SAFETY: the kernel is live with every argument set through Kernel's checked setters
-        // (kinds and contexts match the parameters; buffers held by the kernel); the work
-        // sizes and wait list outlive the call (§5.10). What the kernel code does is the
-        // caller's obligation (this function's `# Safety`).
-        let e = cl("clEnqueueNDRangeKernel", unsafe {
-            clq::enqueue_nd_range_kernel(
-                self.0,
-                kernel.as_raw(),
-                global.len() as u32,
-                ptr::null(),
-                global.as_ptr(),
-                local.map_or(ptr::null(), |l| l.as_ptr()),
-                list.count(),
-                list.ptr(),
-            )
-        })?;
+        let mut e: raw::cl_event = ptr::null_mut();
+        // SAFETY: the kernel code's obligations are this function's `# Safety`, passed on;
+        // `e` outlives the call and receives the command's event.
+        unsafe { self.enqueue_nd_range(kernel, global, local, wait, &mut e)? };
         Ok(ClEvent::from_owned(e))
     }
 
@@ -745,6 +726,27 @@ impl CommandQueue {
         local: Option<&[usize]>,
         wait: &[&ClEvent],
     ) -> Result<()> {
+        // SAFETY: the kernel code's obligations are this function's `# Safety`, passed on; a
+        // NULL `event` asks for no event object (§5.10).
+        unsafe { self.enqueue_nd_range(kernel, global, local, wait, ptr::null_mut()) }
+    }
+
+    /// `clEnqueueNDRangeKernel` of `kernel` after the events of `wait`, the command's event
+    /// written to `event` unless it is NULL: the checks and the call both launches share.
+    ///
+    /// # Safety
+    /// As [`CommandQueue::enqueue_kernel`]; `event` is NULL or valid for a write.
+    ///
+    /// # Errors
+    /// As [`CommandQueue::enqueue_kernel`].
+    unsafe fn enqueue_nd_range(
+        &self,
+        kernel: &Kernel,
+        global: &[usize],
+        local: Option<&[usize]>,
+        wait: &[&ClEvent],
+        event: *mut raw::cl_event,
+    ) -> Result<()> {
         if global.is_empty() || global.len() > 3 || local.is_some_and(|l| l.len() != global.len()) {
             return Err(DeviceError::InvalidArgument(
                 "enqueue_kernel: 1 to 3 dimensions, local size of the same rank".into(),
@@ -758,9 +760,11 @@ impl CommandQueue {
                 .as_ref()
                 .map_err(|_| cl3::error_codes::DLOPEN_RUNTIME_LOAD_FAILED),
         )?;
-        // The loader types its entry points as safe `fn`s; the call's contract is that of
-        // `enqueue_kernel` (the same checks above, this function's `# Safety` for the kernel
-        // code); the `event` argument is NULL, which §5.10 allows.
+        // The loader types its entry points as safe `fn`s; the call's contract: the kernel is
+        // live with every argument set through Kernel's checked setters (kinds and contexts
+        // match the parameters; buffers held by the kernel); the work sizes and wait list
+        // outlive the call (§5.10); `event` is NULL or writable (this function's `# Safety`),
+        // and what the kernel code does is the caller's obligation.
         let status = runtime.clEnqueueNDRangeKernel(
             self.0,
             kernel.as_raw(),
@@ -770,7 +774,7 @@ impl CommandQueue {
             local.map_or(ptr::null(), |l| l.as_ptr()),
             list.count(),
             list.ptr(),
-            ptr::null_mut(),
+            event,
         );
         match status {
             Some(0) => Ok(()),
