@@ -197,8 +197,11 @@ pub(crate) fn put(shared: &Arc<Shared>, block: Box<Block>) -> Result<(), Box<Blo
                 false
             }
             Some(bin) => {
-                // Slots from `len` on are empty (only this thread fills them).
-                drop(bin.slots.0[bin.len].swap(Some(block)));
+                // Slots from `len` on are empty: only this thread fills a slot, and it
+                // takes a slot's block before lowering `len` below it.
+                let prev = bin.slots.0[bin.len].swap(Some(block));
+                debug_assert!(prev.is_none(), "a thread cache slot above `len` was full");
+                drop(prev);
                 bin.len += 1;
                 shared.counters().on_cached_return(&entry.cell, size);
                 true
