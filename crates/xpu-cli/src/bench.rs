@@ -191,7 +191,10 @@ fn measure(
         figures.get("host_cached_alloc_free_ns").copied(),
         figures.get("malloc_free_ns").copied(),
     ) {
-        figures.insert("host_cached_alloc_free_over_malloc".to_owned(), host / malloc);
+        figures.insert(
+            "host_cached_alloc_free_over_malloc".to_owned(),
+            host / malloc,
+        );
     }
     (figures, errors, notes)
 }

@@ -15,7 +15,7 @@ use super::error::HostError;
 use super::pending::{Parked, PendingQueue};
 use super::ptr::{HostPtr, Owner};
 use super::stats::{Counters, HostMemoryStats};
-use super::thread_cache::{self, BinSlots};
+use super::thread_cache::{self, BinSlots, CacheOwner};
 
 /// State shared by an allocator and the [`HostPtr`]s it handed out.
 #[derive(Debug)]
@@ -159,7 +159,7 @@ impl HostAllocator {
         };
         shared.process_pending(false);
         if shared.thread_cache {
-            if let Some(block) = thread_cache::take(shared, device, class) {
+            if let Some(block) = thread_cache::take(&**shared, device, class) {
                 return Ok(HostPtr::new(self.owner(), block, size));
             }
         }
@@ -229,29 +229,31 @@ impl HostAllocator {
     }
 }
 
-impl Shared {
-    pub(crate) fn id(&self) -> u64 {
+impl CacheOwner for Shared {
+    #[inline]
+    fn id(&self) -> u64 {
         self.id
     }
 
-    pub(crate) fn counters(&self) -> &Counters {
+    #[inline]
+    fn counters(&self) -> &Counters {
         &self.counters
     }
 
-    /// Registers a thread's bin of (`device`, `class`) on its free list.
-    pub(crate) fn bind(&self, device: usize, class: usize, slots: Arc<BinSlots>) {
+    fn bind(&self, device: usize, class: usize, slots: Arc<BinSlots>) {
         if let Some(cache) = self.devices.get(device).and_then(OnceLock::get) {
             cache.bind(class, slots);
         }
     }
 
-    /// Unregisters a thread's bin; its blocks join their free list.
-    pub(crate) fn unbind(&self, device: usize, class: usize, slots: &Arc<BinSlots>) {
+    fn unbind(&self, device: usize, class: usize, slots: &Arc<BinSlots>) {
         if let Some(cache) = self.devices.get(device).and_then(OnceLock::get) {
             cache.unbind(class, slots);
         }
     }
+}
 
+impl Shared {
     /// The cache of `device`, created on first use.
     fn cache(&self, device: usize) -> Result<&DeviceCache, HostError> {
         let cell = self

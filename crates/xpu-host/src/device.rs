@@ -15,7 +15,9 @@ use super::thread_cache::BinSlots;
 /// One size class's reusable blocks: its free list and the threads' bins of the class.
 #[derive(Debug, Default)]
 struct ClassList {
-    /// LIFO free list.
+    /// LIFO free list. A block keeps its box for life: it moves between a `HostPtr`, the
+    /// threads' one-word cache slots and this list without being reallocated.
+    #[allow(clippy::vec_box)]
     blocks: Vec<Box<Block>>,
     /// The bins of the threads' caches that hold blocks of this class (`thread_cache`).
     bins: Vec<Arc<BinSlots>>,
@@ -94,6 +96,7 @@ impl DeviceCache {
 
     /// Takes every cached block of every class, those of the threads' bins included (for
     /// release).
+    #[allow(clippy::vec_box)] // the blocks keep their boxes (see `ClassList::blocks`)
     pub(crate) fn drain(&self) -> Vec<Box<Block>> {
         let mut out = Vec::new();
         for list in self.free.iter() {

@@ -268,7 +268,8 @@ impl Drop for HostPtr {
     fn drop(&mut self) {
         // In a child forked after OpenCL was initialized, the block stays with the parent's
         // copy of the allocator (leaked): freeing records markers and takes locks.
-        if let Some(Live { owner, block }) = xpu_device::fork::take_unless_bad_fork(&mut self.live) {
+        if let Some(Live { owner, block }) = xpu_device::fork::take_unless_bad_fork(&mut self.live)
+        {
             Shared::free(owner.shared(), block);
         }
     }

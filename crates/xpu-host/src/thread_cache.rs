@@ -67,9 +67,21 @@ use std::sync::{Arc, Weak};
 
 use crossbeam::atomic::AtomicCell;
 
-use super::allocator::Shared;
 use super::block::Block;
-use super::stats::ThreadCell;
+use super::stats::{Counters, ThreadCell};
+
+/// What the threads' caches need of their allocator (its shared state implements it; the
+/// caches reach nothing else of it).
+pub(crate) trait CacheOwner: Send + Sync {
+    /// Unique among the allocators of the process.
+    fn id(&self) -> u64;
+    /// The allocator's statistics.
+    fn counters(&self) -> &Counters;
+    /// Registers a thread's bin of (`device`, `class`) on its free list.
+    fn bind(&self, device: usize, class: usize, slots: Arc<BinSlots>);
+    /// Unregisters a thread's bin; its blocks join their free list.
+    fn unbind(&self, device: usize, class: usize, slots: &Arc<BinSlots>);
+}
 
 /// Bins per thread and allocator.
 pub(crate) const BINS: usize = 8;
@@ -120,7 +132,7 @@ impl Bin {
 /// A thread's cache of one allocator.
 struct Entry {
     id: u64,
-    shared: Weak<Shared>,
+    shared: Weak<dyn CacheOwner>,
     cell: Arc<ThreadCell>,
     bins: Vec<Bin>,
     victim: usize,
@@ -150,7 +162,7 @@ thread_local! {
 /// A block of `(device, class)` that this thread freed into its cache, with the hand-out's
 /// statistics counted; `None` on a miss (or at thread teardown).
 #[inline]
-pub(crate) fn take(shared: &Shared, device: usize, class: usize) -> Option<Box<Block>> {
+pub(crate) fn take(shared: &impl CacheOwner, device: usize, class: usize) -> Option<Box<Block>> {
     CACHES
         .try_with(|caches| {
             let mut entries = caches.try_borrow_mut().ok()?;
@@ -160,7 +172,9 @@ pub(crate) fn take(shared: &Shared, device: usize, class: usize) -> Option<Box<B
                 .iter_mut()
                 .find(|b| b.class == class && b.device == device)?;
             let block = bin.take()?;
-            shared.counters().on_cached_hand_out(&entry.cell, block.size);
+            shared
+                .counters()
+                .on_cached_hand_out(&entry.cell, block.size);
             Some(block)
         })
         .ok()
@@ -171,7 +185,10 @@ pub(crate) fn take(shared: &Shared, device: usize, class: usize) -> Option<Box<B
 /// the free's statistics counted; gives it back when it must take the slow path (its bin is
 /// full, or the thread-local state is gone or in use).
 #[inline]
-pub(crate) fn put(shared: &Arc<Shared>, block: Box<Block>) -> Result<(), Box<Block>> {
+pub(crate) fn put<S: CacheOwner + 'static>(
+    shared: &Arc<S>,
+    block: Box<Block>,
+) -> Result<(), Box<Block>> {
     let mut slot = Some(block);
     let done = CACHES.try_with(|caches| {
         let Ok(mut entries) = caches.try_borrow_mut() else {
@@ -207,7 +224,7 @@ pub(crate) fn put(shared: &Arc<Shared>, block: Box<Block>) -> Result<(), Box<Blo
                 true
             }
             None => {
-                bind(shared, entry, block);
+                bind(&**shared, entry, block);
                 true
             }
         }
@@ -222,11 +239,12 @@ pub(crate) fn put(shared: &Arc<Shared>, block: Box<Block>) -> Result<(), Box<Blo
 
 #[cold]
 #[inline(never)]
-fn new_entry(entries: &mut Vec<Entry>, shared: &Arc<Shared>) -> usize {
+fn new_entry<S: CacheOwner + 'static>(entries: &mut Vec<Entry>, shared: &Arc<S>) -> usize {
     entries.retain(|e| e.shared.strong_count() > 0);
+    let weak: Weak<dyn CacheOwner> = Arc::downgrade(shared) as Weak<S>;
     entries.push(Entry {
         id: shared.id(),
-        shared: Arc::downgrade(shared),
+        shared: weak,
         cell: shared.counters().register(),
         bins: Vec::new(),
         victim: 0,
@@ -238,7 +256,7 @@ fn new_entry(entries: &mut Vec<Entry>, shared: &Arc<Shared>) -> usize {
 /// the next victim, whose blocks return to their free list) and keeps the block there.
 #[cold]
 #[inline(never)]
-fn bind(shared: &Shared, entry: &mut Entry, block: Box<Block>) {
+fn bind(shared: &impl CacheOwner, entry: &mut Entry, block: Box<Block>) {
     let (device, class, size) = (block.device, block.class(), block.size);
     let at = if entry.bins.len() < BINS {
         entry.bins.len()

@@ -78,7 +78,11 @@ fn block_with_a_copy_in_flight_skips_the_thread_cache_until_the_copy_completes()
     let a_addr = a.address();
     // A backend copy with no `record_stream`: tracked on the buffer only.
     let pinned = a.pinned().expect("a pinned buffer");
-    drop(stream.queue()?.copy_pinned(&dst, 0, PinnedBytes::From(pinned), 0, 4096, &[])?);
+    drop(
+        stream
+            .queue()?
+            .copy_pinned(&dst, 0, PinnedBytes::From(pinned), 0, 4096, &[])?,
+    );
     assert!(a.recorded_streams().is_empty());
     drop(a);
     assert_pending_block_is_not_handed_out(&alloc, &gate, &stream, a_addr)
@@ -205,7 +209,11 @@ impl Worker {
         let job: Box<dyn FnOnce() + Send> = Box::new(move || {
             tx.send(f()).ok();
         });
-        self.jobs.as_ref().expect("live").send(job).expect("worker alive");
+        self.jobs
+            .as_ref()
+            .expect("live")
+            .send(job)
+            .expect("worker alive");
         rx.recv().expect("worker answered")
     }
 
@@ -221,17 +229,27 @@ impl Worker {
 #[derive(Clone, Debug)]
 enum Op {
     /// Worker `w` allocates `64 << class` bytes from both allocators.
-    Alloc { w: usize, class: u8 },
+    Alloc {
+        w: usize,
+        class: u8,
+    },
     /// Worker `w` frees the live pair `pick` (modulo their number).
-    Free { w: usize, pick: usize },
+    Free {
+        w: usize,
+        pick: usize,
+    },
     /// The live pair `pick` is recorded on a stream, freed, the stream synchronized, and the
     /// pending blocks processed.
-    FreeRecorded { pick: usize },
+    FreeRecorded {
+        pick: usize,
+    },
     EmptyCache,
     ResetPeak,
     ResetAccumulated,
     /// Worker `w` exits and a new one takes its place.
-    Respawn { w: usize },
+    Respawn {
+        w: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
