@@ -38,9 +38,9 @@
 //! `xpu_host::host_allocate_on` on OpenCL device 0 (a real device: run with PoCL), as
 //! `xpu bench`'s `host_cached_alloc_free_ns`; the driver is called only by the warm-up
 //! allocation, so N minus N=0 is the pair's own instructions. Measured (x86-64, release,
-//! PoCL): 369 instructions and 14 atomic read-modify-writes per pinned pair at 8c407af, 390
+//! PoCL): 369 instructions and 14 atomic read-modify-writes per pinned pair at 8c407af, 368
 //! and 6 with the threads' caches of freed pinned blocks (xpu-host's `thread_cache`,
-//! 2026-12-03), counted as for the device pair.
+//! 2026-12-03) and the pending check inline, counted as for the device pair.
 use xpu_alloc::AllocConfig;
 use xpu_bench::alloc::Workload;
 

@@ -271,7 +271,18 @@ impl Shared {
         Ok(cell.get_or_init(move || built))
     }
 
+    /// Processes pending blocks; with none pending (the cached path), one atomic load here,
+    /// without a call.
+    #[inline]
     fn process_pending(&self, wait_for_lock: bool) {
+        if self
+            .counters
+            .pending_blocks
+            .load(std::sync::atomic::Ordering::Acquire)
+            == 0
+        {
+            return;
+        }
         self.pending
             .process(&self.counters, wait_for_lock, |b| self.make_reusable(b));
     }
