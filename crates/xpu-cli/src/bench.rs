@@ -185,6 +185,17 @@ fn measure(
             errors.insert("clblast".to_owned(), format!("{e:#}"));
         }
     }
+    // The pinned pair over the C library's malloc + free of 4 KiB measured in this run
+    // (issue 26's floor for the host allocator).
+    if let (Some(host), Some(malloc)) = (
+        figures.get("host_cached_alloc_free_ns").copied(),
+        figures.get("malloc_free_ns").copied(),
+    ) {
+        figures.insert(
+            "host_cached_alloc_free_over_malloc".to_owned(),
+            host / malloc,
+        );
+    }
     (figures, errors, notes)
 }
 

@@ -214,6 +214,7 @@ fn bench_quick_json_has_every_figure() {
             "threads1_pair_ns",
             "threads16_pair_ns",
             "host_cached_alloc_free_ns",
+            "host_cached_alloc_free_over_malloc",
             "h2d_pinned_gbps",
             "h2d_pageable_gbps",
             "raw_h2d_pinned_gbps",

@@ -1,6 +1,7 @@
 //! The caching pinned-host allocator (reference §5), keyed by (device, power-of-two size
 //! class).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -12,8 +13,9 @@ use super::class::class_of;
 use super::device::DeviceCache;
 use super::error::HostError;
 use super::pending::{Parked, PendingQueue};
-use super::ptr::HostPtr;
+use super::ptr::{HostPtr, Owner};
 use super::stats::{Counters, HostMemoryStats};
+use super::thread_cache::{self, BinSlots, CacheOwner};
 
 /// State shared by an allocator and the [`HostPtr`]s it handed out.
 #[derive(Debug)]
@@ -21,7 +23,15 @@ pub(crate) struct Shared {
     devices: Box<[OnceLock<DeviceCache>]>,
     pending: PendingQueue,
     counters: Counters,
+    /// Unique among the allocators of the process (the threads' caches are keyed by it).
+    id: u64,
+    /// The process-wide allocator (its `HostPtr`s hold a `'static` reference, no count).
+    global: bool,
+    /// Whether freed blocks may go into the threads' caches (`thread_cache`).
+    thread_cache: bool,
 }
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A caching allocator of pinned host memory, as PyTorch's `CachingHostAllocator`.
 ///
@@ -38,8 +48,13 @@ pub(crate) struct Shared {
 ///   `copy_pinned` of it, even without `record_stream`)
 ///   completed; pending blocks are processed, oldest first, at the start of every allocation.
 ///   Blocks in use or pending are never reused or released.
-/// - The cached path (allocate + free of a cached size) makes no driver call and locks only
-///   its size class's free list; statistics are atomics.
+/// - The cached path (allocate + free of a cached size) makes no driver call and takes no
+///   lock: a block freed with no recorded stream and no copy in flight goes into the freeing
+///   thread's cache, and that thread's next allocation of the size class takes it back;
+///   other allocations see it too (an allocation that would otherwise ask the driver,
+///   `empty_cache`, the out-of-memory retry), and a thread that exits returns its blocks
+///   (`crates/xpu-host/src/thread_cache.rs` states the rules). Statistics are atomics and
+///   per-thread cells, exact at every read.
 ///
 /// [`HostAllocator::global`] is the process-wide instance behind the `host_*` functions;
 /// [`HostAllocator::new`] makes an independent one (its own blocks and statistics).
@@ -58,6 +73,19 @@ impl HostAllocator {
     /// A new, empty allocator. Creates nothing on any device until the first allocation there.
     #[must_use]
     pub fn new() -> HostAllocator {
+        Self::build(false, true)
+    }
+
+    /// A new, empty allocator whose freed blocks all take the shared free lists: no thread
+    /// keeps blocks of it in its cache. Every statistic it reports is what
+    /// [`HostAllocator::new`]'s report after the same calls (the reference the tests compare
+    /// with); only which block an allocation gets may differ.
+    #[must_use]
+    pub fn without_thread_caches() -> HostAllocator {
+        Self::build(false, false)
+    }
+
+    fn build(global: bool, thread_cache: bool) -> HostAllocator {
         let devices = (0..xpu_stream::MAX_DEVICES)
             .map(|_| OnceLock::new())
             .collect();
@@ -65,12 +93,26 @@ impl HostAllocator {
             devices,
             pending: PendingQueue::default(),
             counters: Counters::default(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            global,
+            thread_cache,
         }))
     }
 
     /// The process-wide allocator.
     pub fn global() -> &'static HostAllocator {
-        GLOBAL.get_or_init(HostAllocator::new)
+        GLOBAL.get_or_init(|| Self::build(true, true))
+    }
+
+    /// What a new [`HostPtr`] holds to reach this allocator.
+    #[inline]
+    fn owner(&self) -> Owner {
+        if self.0.global {
+            if let Some(global) = GLOBAL.get() {
+                return Owner::Global(&global.0);
+            }
+        }
+        Owner::Counted(Arc::clone(&self.0))
     }
 
     /// `size` bytes of pinned host memory for copies with the current device
@@ -86,7 +128,9 @@ impl HostAllocator {
     /// `size` bytes of pinned host memory owned by `device`'s context, as
     /// `CachingHostAllocator::allocate`. Size 0 returns an empty pointer without touching
     /// the allocator. Otherwise processes pending blocks, then takes the most recently freed
-    /// block of the size class (`size` rounded up to a power of two), else allocates one.
+    /// block of the size class (`size` rounded up to a power of two): first from the calling
+    /// thread's cache, then from the shared free list (where the blocks of every thread's
+    /// cache are taken before asking the driver), else allocates one.
     /// The contents of a reused block are whatever its last user left.
     ///
     /// # Errors
@@ -114,17 +158,23 @@ impl HostAllocator {
             }
         };
         shared.process_pending(false);
+        if shared.thread_cache {
+            if let Some(block) = thread_cache::take(&**shared, device, class) {
+                return Ok(HostPtr::new(self.owner(), block, size));
+            }
+        }
         let block = match cache.pop(class) {
             Some(b) => b,
             None => shared.new_block(cache, rounded)?,
         };
         shared.counters.on_allocate(rounded);
-        Ok(HostPtr::new(Arc::clone(shared), block, size))
+        Ok(HostPtr::new(self.owner(), block, size))
     }
 
     /// Releases every cached block to the driver, as `CachingHostAllocator::empty_cache`:
     /// first processes pending blocks (waiting for the queue lock), then empties every free
-    /// list. Blocks in use, or freed but still waiting for stream markers, are kept.
+    /// list and every thread's cache of this allocator. Blocks in use, or freed but still
+    /// waiting for stream markers, are kept.
     /// Does nothing in a bad fork child (the parent's threads may have held the locks).
     pub fn empty_cache(&self) {
         if xpu_device::fork::is_in_bad_fork() {
@@ -179,6 +229,30 @@ impl HostAllocator {
     }
 }
 
+impl CacheOwner for Shared {
+    #[inline]
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    #[inline]
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn bind(&self, device: usize, class: usize, slots: Arc<BinSlots>) {
+        if let Some(cache) = self.devices.get(device).and_then(OnceLock::get) {
+            cache.bind(class, slots);
+        }
+    }
+
+    fn unbind(&self, device: usize, class: usize, slots: &Arc<BinSlots>) {
+        if let Some(cache) = self.devices.get(device).and_then(OnceLock::get) {
+            cache.unbind(class, slots);
+        }
+    }
+}
+
 impl Shared {
     /// The cache of `device`, created on first use.
     fn cache(&self, device: usize) -> Result<&DeviceCache, HostError> {
@@ -197,13 +271,24 @@ impl Shared {
         Ok(cell.get_or_init(move || built))
     }
 
+    /// Processes pending blocks; with none pending (the cached path), one atomic load here,
+    /// without a call.
+    #[inline]
     fn process_pending(&self, wait_for_lock: bool) {
+        if self
+            .counters
+            .pending_blocks
+            .load(std::sync::atomic::Ordering::Acquire)
+            == 0
+        {
+            return;
+        }
         self.pending
             .process(&self.counters, wait_for_lock, |b| self.make_reusable(b));
     }
 
     /// A block back on its free list.
-    fn make_reusable(&self, block: Block) {
+    fn make_reusable(&self, block: Box<Block>) {
         self.counters.on_returned(block.size);
         match self.devices.get(block.device).and_then(OnceLock::get) {
             Some(cache) => cache.push(block),
@@ -214,7 +299,7 @@ impl Shared {
 
     /// A new block from the driver; on out-of-memory, releases this device's cached blocks
     /// and retries once.
-    fn new_block(&self, cache: &DeviceCache, size: u64) -> Result<Block, HostError> {
+    fn new_block(&self, cache: &DeviceCache, size: u64) -> Result<Box<Block>, HostError> {
         let len = usize::try_from(size).map_err(|_| HostError::TooLarge {
             device: cache.device,
             requested: size,
@@ -227,7 +312,7 @@ impl Shared {
             match PinnedBuffer::new(cache.context, &cache.queue, len) {
                 Ok(buffer) => {
                     self.counters.on_segment_alloc(size, t.elapsed());
-                    return Ok(Block::new(cache.device, size, buffer));
+                    return Ok(Box::new(Block::new(cache.device, size, buffer)));
                 }
                 Err(e) if is_out_of_memory(&e) && !retried => {
                     retried = true;
@@ -248,7 +333,7 @@ impl Shared {
 
     /// Returns a block's memory to the driver (timed). The unmap is enqueued on the
     /// allocator's queue of the block's device; the caller flushes it.
-    fn release(&self, block: Block) {
+    fn release(&self, block: Box<Block>) {
         let size = block.size;
         let t = Instant::now();
         drop(block);
@@ -278,7 +363,7 @@ impl Shared {
     }
 
     /// Releases one block and submits its unmap.
-    fn release_one(&self, block: Block) {
+    fn release_one(&self, block: Box<Block>) {
         let cache = self.devices.get(block.device).and_then(OnceLock::get);
         self.release(block);
         if let Some(Err(e)) = cache.map(|c| c.queue.flush()) {
@@ -289,15 +374,28 @@ impl Shared {
     /// Takes back a block from a dropped [`HostPtr`]. A block with recorded streams, or with
     /// copies still in flight on its buffer (made with the backend directly, without
     /// `record_stream`), waits in the pending queue; a block whose buffer was replaced through
-    /// [`HostPtr::pinned_mut`] (its size no longer matches) is released, not cached.
-    pub(crate) fn free(&self, mut block: Block) {
+    /// [`HostPtr::pinned_mut`] (its size no longer matches) is released, not cached. Any
+    /// other block goes into this thread's cache (`thread_cache`), else onto its free list.
+    pub(crate) fn free(this: &Arc<Shared>, mut block: Box<Block>) {
         if u64::try_from(block.buffer.len()).ok() != Some(block.size) {
-            self.counters.on_returned(block.size);
-            return self.release_one(block);
+            this.counters.on_returned(block.size);
+            return this.release_one(block);
         }
         if block.streams_mut().is_empty() && !block.buffer.has_copies_in_flight() {
-            return self.make_reusable(block);
+            if this.thread_cache {
+                match thread_cache::put(this, block) {
+                    Ok(()) => return,
+                    Err(b) => block = b,
+                }
+            }
+            return this.make_reusable(block);
         }
+        this.free_used(block);
+    }
+
+    /// [`Shared::free`] of a block with recorded streams or copies in flight.
+    #[cold]
+    fn free_used(&self, block: Box<Block>) {
         match self.pending.park(block, &self.counters) {
             Parked::Waiting => {}
             Parked::Unsafe(block) => {

@@ -1,4 +1,7 @@
-//! The cache of one device: one free list per size class, each behind its own lock.
+//! The cache of one device: one free list per size class, each behind its own lock, with
+//! the threads' cache bins of that class registered on it (`thread_cache`).
+
+use std::sync::Arc;
 
 use crossbeam::utils::CachePadded;
 use parking_lot::Mutex;
@@ -7,9 +10,31 @@ use xpu_device::backend::{CommandQueue, Context, QueueOptions};
 use super::block::Block;
 use super::class::{MAX_HOST_ALLOC, NUM_CLASSES};
 use super::error::HostError;
+use super::thread_cache::BinSlots;
 
-/// One size class's free list, on its own cache lines.
-type FreeList = CachePadded<Mutex<Vec<Block>>>;
+/// One size class's reusable blocks: its free list and the threads' bins of the class.
+#[derive(Debug, Default)]
+struct ClassList {
+    /// LIFO free list. A block keeps its box for life: it moves between a `HostPtr`, the
+    /// threads' one-word cache slots and this list without being reallocated.
+    #[allow(clippy::vec_box)]
+    blocks: Vec<Box<Block>>,
+    /// The bins of the threads' caches that hold blocks of this class (`thread_cache`).
+    bins: Vec<Arc<BinSlots>>,
+}
+
+impl ClassList {
+    /// Moves the blocks of every registered bin onto the free list.
+    fn flush_bins(&mut self) {
+        let Self { blocks, bins } = self;
+        for slots in bins.iter() {
+            blocks.extend(slots.take_all());
+        }
+    }
+}
+
+/// One size class's list, on its own cache lines.
+type FreeList = CachePadded<Mutex<ClassList>>;
 
 /// Free lists of one device. A cached allocation or free locks only its own size class's
 /// list (cache-padded, so classes do not share cache lines): threads working on different
@@ -37,7 +62,7 @@ impl DeviceCache {
         let context = dev.context()?;
         let queue = dev.create_queue(QueueOptions::default())?;
         let free = (0..NUM_CLASSES)
-            .map(|_| CachePadded::new(Mutex::new(Vec::new())))
+            .map(|_| CachePadded::new(Mutex::new(ClassList::default())))
             .collect();
         Ok(DeviceCache {
             device,
@@ -48,26 +73,67 @@ impl DeviceCache {
         })
     }
 
-    /// The most recently freed block of `class`, if any.
+    /// The most recently freed block of `class`, if any; when the free list is empty, the
+    /// blocks the threads' bins of the class hold are moved onto it first (a cached block
+    /// never makes an allocation ask the driver).
     #[inline]
-    pub(crate) fn pop(&self, class: usize) -> Option<Block> {
-        self.free.get(class)?.lock().pop()
+    pub(crate) fn pop(&self, class: usize) -> Option<Box<Block>> {
+        let mut list = self.free.get(class)?.lock();
+        if let Some(block) = list.blocks.pop() {
+            return Some(block);
+        }
+        list.flush_bins();
+        list.blocks.pop()
     }
 
     /// Puts a reusable block on its free list.
     #[inline]
-    pub(crate) fn push(&self, block: Block) {
+    pub(crate) fn push(&self, block: Box<Block>) {
         if let Some(list) = self.free.get(block.class()) {
-            list.lock().push(block);
+            list.lock().blocks.push(block);
         }
     }
 
-    /// Takes every cached block of every class (for release).
-    pub(crate) fn drain(&self) -> Vec<Block> {
+    /// Takes every cached block of every class, those of the threads' bins included (for
+    /// release).
+    #[allow(clippy::vec_box)] // the blocks keep their boxes (see `ClassList::blocks`)
+    pub(crate) fn drain(&self) -> Vec<Box<Block>> {
         let mut out = Vec::new();
         for list in self.free.iter() {
-            out.append(&mut list.lock());
+            let mut list = list.lock();
+            list.flush_bins();
+            out.append(&mut list.blocks);
         }
         out
+    }
+
+    /// Registers a thread's bin of `class`.
+    pub(crate) fn bind(&self, class: usize, slots: Arc<BinSlots>) {
+        if let Some(list) = self.free.get(class) {
+            list.lock().bins.push(slots);
+        }
+    }
+
+    /// Unregisters a thread's bin of `class`; its blocks join the free list.
+    pub(crate) fn unbind(&self, class: usize, slots: &Arc<BinSlots>) {
+        if let Some(list) = self.free.get(class) {
+            let mut list = list.lock();
+            list.blocks.extend(slots.take_all());
+            list.bins.retain(|s| !Arc::ptr_eq(s, slots));
+        }
+    }
+}
+
+impl Drop for DeviceCache {
+    /// The blocks still in the threads' bins are released with the free lists (the
+    /// allocator is gone; the bins' owners never reach them again). Leaked in a bad fork
+    /// child.
+    fn drop(&mut self) {
+        if xpu_device::fork::is_in_bad_fork() {
+            return;
+        }
+        for list in self.free.iter_mut() {
+            list.get_mut().flush_bins();
+        }
     }
 }

@@ -76,6 +76,7 @@ mod error;
 mod pending;
 mod ptr;
 mod stats;
+mod thread_cache;
 
 pub use allocator::HostAllocator;
 pub use class::{MAX_CLASS_LOG2, MAX_HOST_ALLOC};

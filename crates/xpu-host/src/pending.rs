@@ -14,7 +14,7 @@ use super::stats::Counters;
 /// A freed block and the markers of the streams that used it.
 #[derive(Debug)]
 struct Entry {
-    block: Block,
+    block: Box<Block>,
     markers: Vec<Event>,
 }
 
@@ -24,7 +24,7 @@ pub(crate) enum Parked {
     Waiting,
     /// A marker could not be recorded and its stream could not be synchronized: the block
     /// must not be reused (the caller releases it; copies in flight keep the memory alive).
-    Unsafe(Block),
+    Unsafe(Box<Block>),
 }
 
 /// The pending queue, oldest first, behind one lock that the cached path never takes while
@@ -71,7 +71,7 @@ impl PendingQueue {
     /// Parks a freed block whose use recorded streams, or whose buffer has copies in flight:
     /// one marker per recorded stream, then the block waits at the back of the queue until
     /// its markers and its copies completed. The stream set is cleared.
-    pub(crate) fn park(&self, mut block: Block, counters: &Counters) -> Parked {
+    pub(crate) fn park(&self, mut block: Box<Block>, counters: &Counters) -> Parked {
         let streams = block.streams_mut();
         let mut markers = Vec::with_capacity(streams.len());
         let mut ok = true;
@@ -103,7 +103,7 @@ impl PendingQueue {
         &self,
         counters: &Counters,
         wait_for_lock: bool,
-        mut reusable: impl FnMut(Block),
+        mut reusable: impl FnMut(Box<Block>),
     ) {
         if counters.pending_blocks.load(Ordering::Acquire) == 0 {
             return;

@@ -11,9 +11,28 @@ use super::allocator::Shared;
 use super::block::Block;
 use super::error::HostError;
 
+/// How a [`HostPtr`] reaches its allocator (and keeps it alive).
+#[derive(Debug)]
+pub(crate) enum Owner {
+    /// The process-wide allocator, which is never dropped: no reference count.
+    Global(&'static Arc<Shared>),
+    /// Any other allocator.
+    Counted(Arc<Shared>),
+}
+
+impl Owner {
+    #[inline]
+    fn shared(&self) -> &Arc<Shared> {
+        match self {
+            Owner::Global(s) => s,
+            Owner::Counted(s) => s,
+        }
+    }
+}
+
 struct Live {
-    shared: Arc<Shared>,
-    block: Block,
+    owner: Owner,
+    block: Box<Block>,
 }
 
 /// Pinned host memory from the caching host allocator, as the `DataPtr` of PyTorch's
@@ -39,10 +58,11 @@ pub struct HostPtr {
 }
 
 impl HostPtr {
-    pub(crate) fn new(shared: Arc<Shared>, block: Block, len: usize) -> HostPtr {
+    #[inline]
+    pub(crate) fn new(owner: Owner, block: Box<Block>, len: usize) -> HostPtr {
         let device = block.device;
         HostPtr {
-            live: Some(Live { shared, block }),
+            live: Some(Live { owner, block }),
             device,
             len,
         }
@@ -60,7 +80,7 @@ impl HostPtr {
     }
 
     pub(crate) fn block(&self) -> Option<&Block> {
-        self.live.as_ref().map(|l| &l.block)
+        self.live.as_ref().map(|l| &*l.block)
     }
 
     /// Requested size in bytes.
@@ -248,9 +268,9 @@ impl Drop for HostPtr {
     fn drop(&mut self) {
         // In a child forked after OpenCL was initialized, the block stays with the parent's
         // copy of the allocator (leaked): freeing records markers and takes locks.
-        if let Some(Live { shared, block }) = xpu_device::fork::take_unless_bad_fork(&mut self.live)
+        if let Some(Live { owner, block }) = xpu_device::fork::take_unless_bad_fork(&mut self.live)
         {
-            shared.free(block);
+            Shared::free(owner.shared(), block);
         }
     }
 }

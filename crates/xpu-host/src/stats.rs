@@ -1,9 +1,12 @@
 //! Statistics of the pinned-host allocator, as `torch.cuda.host_memory_stats` (reference §5).
 //!
 //! Counters are atomics (no lock on the cached path); the timing statistics are only updated
-//! when the driver is called (a new block, a released block) and sit behind a mutex.
+//! when the driver is called (a new block, a released block) and sit behind a mutex. The
+//! accumulated totals of the blocks that threads' caches take and return live in per-thread
+//! cells ([`ThreadCell`]), summed on read (see `thread_cache` for why that is exact).
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -42,7 +45,23 @@ impl AtomicStat {
         self.freed.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub(crate) fn snapshot(&self) -> Stat {
+    /// [`AtomicStat::increase`] without the accumulated total (kept in a [`ThreadCell`]).
+    #[inline]
+    pub(crate) fn increase_current(&self, n: u64) {
+        let n = signed(n);
+        let now = self.current.fetch_add(n, Ordering::Relaxed) + n;
+        if now > self.peak.load(Ordering::Relaxed) {
+            self.peak.fetch_max(now, Ordering::Relaxed);
+        }
+    }
+
+    /// [`AtomicStat::decrease`] without the accumulated total (kept in a [`ThreadCell`]).
+    #[inline]
+    pub(crate) fn decrease_current(&self, n: u64) {
+        self.current.fetch_sub(signed(n), Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> Stat {
         Stat {
             current: self.current.load(Ordering::Relaxed),
             peak: self.peak.load(Ordering::Relaxed),
@@ -145,6 +164,49 @@ pub struct HostMemoryStats {
     pub pending_markers: u64,
 }
 
+/// Indices of a [`ThreadCell`]'s totals.
+const ALLOC_N: usize = 0;
+const FREED_N: usize = 1;
+const ALLOC_BYTES: usize = 2;
+const FREED_BYTES: usize = 3;
+
+/// One thread's accumulated totals of one allocator (`allocation.allocated`,
+/// `allocation.freed`, `allocated_bytes.allocated`, `allocated_bytes.freed`) for the
+/// blocks its cache handed out and took back. Written by its thread only, with plain loads
+/// and stores (no read-modify-write); read under [`Counters`]' registry lock. `base` is what
+/// the last accumulated reset saw, written under that lock only.
+#[derive(Debug, Default)]
+pub(crate) struct ThreadCell {
+    totals: [AtomicU64; 4],
+    base: [AtomicU64; 4],
+}
+
+impl ThreadCell {
+    #[inline]
+    fn add(&self, i: usize, n: u64) {
+        let w = &self.totals[i];
+        w.store(w.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    /// The totals since the last reset (wrapping differences, as `i64`).
+    fn since_reset(&self) -> [i64; 4] {
+        std::array::from_fn(|i| {
+            let v = self.totals[i]
+                .load(Ordering::Relaxed)
+                .wrapping_sub(self.base[i].load(Ordering::Relaxed));
+            #[allow(clippy::cast_possible_wrap)]
+            let v = v as i64;
+            v
+        })
+    }
+
+    fn reset(&self) {
+        for (t, b) in self.totals.iter().zip(&self.base) {
+            b.store(t.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
+    }
+}
+
 /// All counters of one allocator.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -158,6 +220,8 @@ pub(crate) struct Counters {
     pub pending_markers: AtomicU64,
     pub alloc_time: Mutex<Durations>,
     pub free_time: Mutex<Durations>,
+    /// The cells of the threads with a cache of this allocator.
+    cells: Mutex<Vec<Arc<ThreadCell>>>,
 }
 
 impl Counters {
@@ -171,6 +235,46 @@ impl Counters {
     pub(crate) fn on_returned(&self, size: u64) {
         self.allocation.decrease(1);
         self.allocated_bytes.decrease(size);
+    }
+
+    /// A block handed out by a thread's cache: as [`Counters::on_allocate`], the
+    /// accumulated totals in the thread's `cell`.
+    #[inline]
+    pub(crate) fn on_cached_hand_out(&self, cell: &ThreadCell, size: u64) {
+        self.allocation.increase_current(1);
+        self.allocated_bytes.increase_current(size);
+        cell.add(ALLOC_N, 1);
+        cell.add(ALLOC_BYTES, size);
+    }
+
+    /// A block taken into a thread's cache: as [`Counters::on_returned`], the accumulated
+    /// totals in the thread's `cell`.
+    #[inline]
+    pub(crate) fn on_cached_return(&self, cell: &ThreadCell, size: u64) {
+        self.allocation.decrease_current(1);
+        self.allocated_bytes.decrease_current(size);
+        cell.add(FREED_N, 1);
+        cell.add(FREED_BYTES, size);
+    }
+
+    /// A new cell for a thread's cache.
+    pub(crate) fn register(&self) -> Arc<ThreadCell> {
+        let cell = Arc::new(ThreadCell::default());
+        self.cells.lock().push(Arc::clone(&cell));
+        cell
+    }
+
+    /// Folds an exiting thread's cell into the shared totals and forgets it (under the
+    /// registry lock, so that a read counts it exactly once).
+    pub(crate) fn retire(&self, cell: &Arc<ThreadCell>) {
+        let mut cells = self.cells.lock();
+        let t = cell.since_reset();
+        let (a, b) = (&self.allocation, &self.allocated_bytes);
+        a.allocated.fetch_add(t[ALLOC_N], Ordering::Relaxed);
+        a.freed.fetch_add(t[FREED_N], Ordering::Relaxed);
+        b.allocated.fetch_add(t[ALLOC_BYTES], Ordering::Relaxed);
+        b.freed.fetch_add(t[FREED_BYTES], Ordering::Relaxed);
+        cells.retain(|c| !Arc::ptr_eq(c, cell));
     }
 
     /// A new block from the driver, which took `took`.
@@ -190,9 +294,20 @@ impl Counters {
     }
 
     pub(crate) fn snapshot(&self) -> HostMemoryStats {
+        let cells = self.cells.lock();
+        let mut allocation = self.allocation.snapshot();
+        let mut allocated_bytes = self.allocated_bytes.snapshot();
+        for cell in cells.iter() {
+            let t = cell.since_reset();
+            allocation.allocated = allocation.allocated.wrapping_add(t[ALLOC_N]);
+            allocation.freed = allocation.freed.wrapping_add(t[FREED_N]);
+            allocated_bytes.allocated = allocated_bytes.allocated.wrapping_add(t[ALLOC_BYTES]);
+            allocated_bytes.freed = allocated_bytes.freed.wrapping_add(t[FREED_BYTES]);
+        }
+        drop(cells);
         HostMemoryStats {
-            allocation: self.allocation.snapshot(),
-            allocated_bytes: self.allocated_bytes.snapshot(),
+            allocation,
+            allocated_bytes,
             segment: self.segment.snapshot(),
             reserved_bytes: self.reserved_bytes.snapshot(),
             num_host_alloc: self.num_host_alloc.load(Ordering::Relaxed),
@@ -213,6 +328,10 @@ impl Counters {
     }
 
     pub(crate) fn reset_accumulated(&self) {
+        let cells = self.cells.lock();
+        for cell in cells.iter() {
+            cell.reset();
+        }
         for s in self.stats() {
             s.reset_accumulated();
         }

@@ -30,7 +30,9 @@ fn reuse_after_another_device_carries_no_stale_marker() -> TestResult {
     s1.copy_pinned(&dev1, 0, HostBytes::From(&a), 0, 4096)?;
     assert_eq!(a.recorded_streams(), vec![s1]);
     drop(a);
-    assert_ne!(alloc.allocate_on(0, 4096)?.address(), a_addr);
+    // Kept: freed, it would go into this thread's cache and serve the allocation below.
+    let other = alloc.allocate_on(0, 4096)?;
+    assert_ne!(other.address(), a_addr);
 
     gate1.open()?;
     s1.synchronize()?;
@@ -40,6 +42,7 @@ fn reuse_after_another_device_carries_no_stale_marker() -> TestResult {
     let b = alloc.allocate_on(0, 4096)?;
     assert_eq!(b.address(), a_addr);
     assert!(b.recorded_streams().is_empty());
+    drop(other);
     let gate0 = Gate::new(0)?;
     gate0.block(&s0)?;
     b.record_stream(&s0)?;
