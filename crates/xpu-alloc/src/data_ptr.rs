@@ -17,11 +17,11 @@ pub(crate) struct Live {
     /// [`DataPtr::set_kernel_arg`], or a copy through [`DataPtr::view`]) from its segment's
     /// cache ([`crate::SubBuffers`]: made once per (offset, size) of the segment, released
     /// with the segment; queued commands keep their own reference until they complete,
-    /// OpenCL 3.0 §5.5.1). Declared first, so this share is dropped before the block goes
-    /// back to the allocator: a sub-buffer the segment could not cache is released while no
-    /// other allocation can have made one of the same bytes (NVIDIA's driver crashes when a
-    /// sub-buffer is released while an overlapping one made after the block's reuse has
-    /// commands queued; see [`crate::SubBuffers`]).
+    /// OpenCL 3.0 §5.5.1). A sub-buffer over bytes another one covered is made only after
+    /// the allocation stream's earlier commands completed (see [`crate::SubBuffers`]).
+    /// Declared first, so this share is dropped before the block goes back to the allocator:
+    /// a sub-buffer the segment could not cache is released while no other allocation can
+    /// make one of the same bytes (NVIDIA's driver crashes when the two happen at once).
     pub sub_buffer: SubBuffer,
     /// The caching allocator's block (freed when dropped, after the sub-buffer share).
     pub allocation: Allocation<ClBackend>,
@@ -222,6 +222,9 @@ impl DataPtr {
     /// per (offset, size) of the segment and kept by the segment until the segment is
     /// returned to the driver (`empty_cache`, the release on out-of-memory), so a reused block
     /// of the same size costs no `clCreateSubBuffer`; every call costs one `clSetKernelArg`.
+    /// Making one over bytes another sub-buffer covered first waits on the host for the
+    /// allocation stream's earlier commands ([`crate::SubBuffers`]): on a stream held back by
+    /// a user event that this thread sets later, that first use would wait for ever.
     /// The kernel keeps a reference to it until the argument is replaced or the kernel is
     /// dropped; the allocation may be freed meanwhile (the block is then reused, so the
     /// stale argument must be replaced before the next launch, as launch layers do by
@@ -229,7 +232,8 @@ impl DataPtr {
     ///
     /// # Errors
     /// [`BlockArgError::Alloc`] with [`AllocError::BadFork`] in a bad fork child (before any
-    /// driver call), or for an empty allocation or memory without a `cl_mem` (simulated);
+    /// driver call), or for an empty allocation or memory without a `cl_mem` (simulated), or
+    /// with [`AllocError::Stream`] when the wait before a new sub-buffer failed;
     /// [`BlockArgError::Device`] with `DeviceError::MisalignedSubBuffer` when
     /// the device's `CL_DEVICE_MEM_BASE_ADDR_ALIGN` exceeds the block alignment (512 bytes),
     /// or the kernel's [`DeviceError::KernelArg`] (wrong parameter kind, another device's
@@ -284,9 +288,11 @@ impl DataPtr {
                     sub_buffers,
                 } => {
                     let offset = to_usize(offset).map_err(BlockArgError::Alloc)?;
-                    sub_buffers
-                        .get_or_create(buffer, offset, size)
-                        .map_err(BlockArgError::Device)
+                    sub_buffers.get_or_create(buffer, offset, size, || {
+                        live.allocation
+                            .wait_for_stream()
+                            .map_err(|e| BlockArgError::Alloc(AllocError::Stream(e)))
+                    })
                 }
                 SegmentMemory::Simulated => Err(BlockArgError::Alloc(AllocError::Unsupported(
                     "simulated memory has no cl_mem".to_owned(),
@@ -358,13 +364,20 @@ impl std::fmt::Debug for DataPtr {
 /// Why an allocation could not become a kernel argument ([`DataPtr::set_kernel_arg`]).
 #[derive(Debug, thiserror::Error)]
 pub enum BlockArgError {
-    /// The allocation has no OpenCL buffer (empty, SVM or simulated memory).
+    /// The allocation has no OpenCL buffer (empty, SVM or simulated memory), or the wait
+    /// for its stream before a sub-buffer over reused bytes failed ([`AllocError::Stream`]).
     #[error(transparent)]
     Alloc(AllocError),
     /// The sub-buffer or the argument was refused (misaligned block, wrong parameter,
     /// another device's context).
     #[error(transparent)]
     Device(DeviceError),
+}
+
+impl From<DeviceError> for BlockArgError {
+    fn from(e: DeviceError) -> Self {
+        Self::Device(e)
+    }
 }
 
 impl BlockArgError {

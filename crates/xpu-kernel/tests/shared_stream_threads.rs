@@ -3,17 +3,14 @@
 //! interleaved from 8 threads, every value checked. Found by burn's suite on the H200, whose
 //! driver died in a thread of its own when tests ran in parallel.
 //!
-//! OPEN DEFECT (2026-12-03, H200, NVIDIA driver 580): the launch test dies with SIGSEGV inside
-//! `libnvidia-opencl.so.1` (NULL + 8, one stack ending in `clReleaseMemObject` of a block's
-//! sub-buffer) in most runs; PoCL passes. Reduced to raw OpenCL (threads sharing one queue and
-//! one segment, blocks reused across threads): NVIDIA crashes when a sub-buffer is released
-//! after its bytes went to another thread that made its own sub-buffer of them, and when
-//! copies go through the segment's buffer while kernels use its sub-buffers (OpenCL 3.0 §5.2.1
-//! leaves overlapping use of a buffer and its sub-buffers undefined). xpu now copies through
-//! the block's sub-buffer, but its per-segment cache keeps overlapping sub-buffers alive at
-//! once, and the test still crashed 6 of 8 runs at 13:00 UTC. The raw reproduction ran clean
-//! when each byte range had one live sub-buffer at a time; that is the next fix
-//! (docs/performance.md, the 13:00 UTC section).
+//! On the H200 (NVIDIA driver 580) the launch test died with SIGSEGV inside
+//! `libnvidia-opencl.so.1` in 6 of 8 runs, or returned wrong values (a later upload ran before
+//! an earlier kernel of the same in-order queue); PoCL passed. The raw-OpenCL reduction
+//! (`ci/diag/nvidia_subbuffer_repro.c`) showed the driver breaks when a sub-buffer is made over
+//! bytes an earlier command still uses through another `cl_mem`, or while another thread
+//! releases a sub-buffer of the same bytes. Since xpu waits for the bytes' stream before making
+//! such a sub-buffer (`xpu_alloc::SubBuffers`), the test passed 10 of 10 runs there
+//! (2026-12-03, 14:00 UTC; docs/performance.md).
 //! Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
 
 mod common;

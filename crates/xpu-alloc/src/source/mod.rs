@@ -4,7 +4,7 @@
 
 mod buffer;
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use xpu_device::backend::Buffer;
@@ -55,40 +55,62 @@ pub const SUB_BUFFERS_PER_SEGMENT: usize = 1024;
 /// bytes only after every recorded use completed (stream order); commands in flight hold
 /// their own references (§5.5.1).
 ///
-/// A cached sub-buffer is never released while the segment lives. On NVIDIA's driver, a
-/// sub-buffer released while another sub-buffer of the same bytes (made for the block's next
-/// owner) has commands queued crashes the process (seen on an H200, driver 580, raw OpenCL:
-/// threads sharing a queue and a segment), so the cache does not evict; an uncached
-/// sub-buffer is released by its allocation before the block goes back to the allocator
-/// (`Live`'s field order in `data_ptr.rs`).
+/// # Making a sub-buffer over bytes used before
+/// A sub-buffer is made only while no command may still use its bytes through another
+/// `cl_mem`, and no sub-buffer of the same bytes is released at the same time:
+/// - a new (offset, size) that overlaps a cached sub-buffer's bytes, or any new one once the
+///   cache is full, first waits for its allocation stream (the only stream whose commands on
+///   these bytes may still run: uses on other streams were waited for before the block was
+///   handed out);
+/// - sub-buffers are made under this cache's lock, one at a time per segment;
+/// - a cached sub-buffer is never released while the segment lives, and an uncached one is
+///   released by its allocation before the block goes back to the allocator (`Live`'s field
+///   order in `data_ptr.rs`), so never while another allocation could make one of its bytes.
+///
+/// OpenCL orders an in-order queue's commands whatever buffers they name (§5.1), so on a
+/// conforming driver the wait is only lost time on a cache miss. NVIDIA's driver (H200,
+/// driver 580) needs it: with threads sharing a queue and a segment, a sub-buffer made over
+/// bytes that an earlier command still used through another sub-buffer ran before that
+/// command (wrong values) or crashed the driver's own thread (SIGSEGV), and so did making one
+/// while another thread released a sub-buffer of the same bytes. The raw-OpenCL reduction is
+/// `ci/diag/nvidia_subbuffer_repro.c` (mode `acd` is these rules: 3 of 3 runs clean, where
+/// `ac`, `aw` and `ad` crashed).
 #[derive(Debug, Default)]
-pub struct SubBuffers(parking_lot::Mutex<HashMap<(usize, usize), Arc<Buffer>>>);
+pub struct SubBuffers(parking_lot::Mutex<BTreeMap<(usize, usize), Arc<Buffer>>>);
 
 impl SubBuffers {
     /// The sub-buffer of `parent` (this segment's buffer) for `size` bytes at `offset`: the
-    /// cached one, or a new one (created outside the cache's lock, then cached unless the
-    /// cache is full; a concurrent creator's wins).
+    /// cached one, or a new one, cached unless the cache is full. `wait_idle` is called, under
+    /// no lock, before a sub-buffer is made over bytes that another one covered (or whenever
+    /// the cache is full); it must return once no command enqueued before it can use the
+    /// allocation's bytes (see the type's docs).
     ///
     /// # Errors
-    /// As [`Buffer::sub_buffer`].
-    pub(crate) fn get_or_create(
+    /// As [`Buffer::sub_buffer`]; `wait_idle`'s error.
+    pub(crate) fn get_or_create<E: From<xpu_device::DeviceError>>(
         &self,
         parent: &Buffer,
         offset: usize,
         size: usize,
-    ) -> Result<Arc<Buffer>, xpu_device::DeviceError> {
-        if let Some(b) = self.0.lock().get(&(offset, size)) {
+        wait_idle: impl FnOnce() -> Result<(), E>,
+    ) -> Result<Arc<Buffer>, E> {
+        let must_wait = {
+            let map = self.0.lock();
+            if let Some(b) = map.get(&(offset, size)) {
+                return Ok(Arc::clone(b));
+            }
+            map.len() >= SUB_BUFFERS_PER_SEGMENT || overlaps(&map, offset, size)
+        };
+        if must_wait {
+            wait_idle()?;
+        }
+        let mut map = self.0.lock();
+        if let Some(b) = map.get(&(offset, size)) {
             return Ok(Arc::clone(b));
         }
+        // Made under the lock: never two of the same bytes at once, and a concurrent user of
+        // the same allocation finds this one cached.
         let sub = Arc::new(parent.sub_buffer(offset, size)?);
-        let mut map = self.0.lock();
-        if let Some(cached) = map.get(&(offset, size)) {
-            // A concurrent creator's wins; ours is released outside the lock.
-            let cached = Arc::clone(cached);
-            drop(map);
-            drop(sub);
-            return Ok(cached);
-        }
         if map.len() < SUB_BUFFERS_PER_SEGMENT {
             map.insert((offset, size), Arc::clone(&sub));
         }
@@ -106,6 +128,16 @@ impl SubBuffers {
     }
 }
 
+/// Whether a cached sub-buffer covers any of the `size` bytes at `offset`: a scan of the
+/// cached ranges that start before the end (at most [`SUB_BUFFERS_PER_SEGMENT`], on a cache
+/// miss only).
+fn overlaps(map: &BTreeMap<(usize, usize), Arc<Buffer>>, offset: usize, size: usize) -> bool {
+    let end = offset.saturating_add(size);
+    map.range(..(end, 0))
+        .rev()
+        .any(|(&(o, s), _)| o < end && o.saturating_add(s) > offset)
+}
+
 impl From<Simulated> for SegmentMemory {
     fn from(_: Simulated) -> Self {
         Self::Simulated
@@ -121,3 +153,131 @@ pub type SimulatedSource = xpu_caching::source::SimulatedSource<SegmentMemory>;
 
 /// A segment source of this crate's memory type, as a [`crate::DeviceCore`] holds it.
 pub type DynSource = dyn SegmentSource<Memory = SegmentMemory>;
+
+#[cfg(test)]
+mod tests {
+    //! When the cache waits before making a sub-buffer (on a real OpenCL buffer; skipped
+    //! without a device unless `XPU_REQUIRE_DEVICE=1`).
+
+    use std::cell::Cell;
+
+    use xpu_device::backend::{Buffer, MemFlags};
+
+    use super::{SubBuffers, SUB_BUFFERS_PER_SEGMENT};
+
+    fn segment(bytes: usize) -> Option<Buffer> {
+        match xpu_device::device(0) {
+            Ok(d) => Some(Buffer::new(d.context().unwrap(), bytes, MemFlags::default()).unwrap()),
+            Err(e) => {
+                assert!(std::env::var_os("XPU_REQUIRE_DEVICE").is_none(), "{e}");
+                None
+            }
+        }
+    }
+
+    /// `get_or_create` with a wait that counts its calls and answers `ok`.
+    fn get(
+        cache: &SubBuffers,
+        parent: &Buffer,
+        at: (usize, usize),
+        waits: &Cell<u32>,
+        ok: bool,
+    ) -> Result<usize, xpu_device::DeviceError> {
+        cache
+            .get_or_create(parent, at.0, at.1, || {
+                waits.set(waits.get() + 1);
+                if ok {
+                    Ok(())
+                } else {
+                    Err(xpu_device::DeviceError::BadFork)
+                }
+            })
+            .map(|b| b.size())
+    }
+
+    #[test]
+    fn a_sub_buffer_over_bytes_another_covered_is_made_after_the_wait_and_only_then() {
+        let Some(parent) = segment(1 << 16) else {
+            return;
+        };
+        let align = usize::try_from(
+            xpu_device::device(0)
+                .unwrap()
+                .properties()
+                .mem_base_addr_align
+                .max(512),
+        )
+        .unwrap();
+        let cache = SubBuffers::default();
+        let waits = Cell::new(0);
+        // Fresh bytes: no wait.
+        assert_eq!(
+            get(&cache, &parent, (0, 2 * align), &waits, true),
+            Ok(2 * align)
+        );
+        assert_eq!(waits.get(), 0);
+        // The same (offset, size): the cached one, no wait.
+        assert_eq!(
+            get(&cache, &parent, (0, 2 * align), &waits, true),
+            Ok(2 * align)
+        );
+        assert_eq!(waits.get(), 0);
+        // Bytes beside it: no wait.
+        assert_eq!(
+            get(&cache, &parent, (2 * align, align), &waits, true),
+            Ok(align)
+        );
+        assert_eq!(waits.get(), 0);
+        // Inside the first, at its start and past it: one wait each.
+        assert_eq!(get(&cache, &parent, (0, align), &waits, true), Ok(align));
+        assert_eq!(waits.get(), 1);
+        assert_eq!(
+            get(&cache, &parent, (align, 2 * align), &waits, true),
+            Ok(2 * align)
+        );
+        assert_eq!(waits.get(), 2);
+        assert_eq!(cache.len(), 4);
+        // A failed wait makes nothing and caches nothing; the next try waits again.
+        assert_eq!(
+            get(&cache, &parent, (align, align), &waits, false),
+            Err(xpu_device::DeviceError::BadFork)
+        );
+        assert_eq!((waits.get(), cache.len()), (3, 4));
+        assert_eq!(
+            get(&cache, &parent, (align, align), &waits, true),
+            Ok(align)
+        );
+        assert_eq!((waits.get(), cache.len()), (4, 5));
+    }
+
+    #[test]
+    fn a_full_cache_waits_before_every_uncached_sub_buffer() {
+        let Some(parent) = segment(SUB_BUFFERS_PER_SEGMENT * 512 + 4096) else {
+            return;
+        };
+        let align = usize::try_from(
+            xpu_device::device(0)
+                .unwrap()
+                .properties()
+                .mem_base_addr_align
+                .max(512),
+        )
+        .unwrap();
+        if align > 512 {
+            return; // the segment above is sized for 512-byte offsets
+        }
+        let cache = SubBuffers::default();
+        let waits = Cell::new(0);
+        for i in 0..SUB_BUFFERS_PER_SEGMENT {
+            assert_eq!(get(&cache, &parent, (i * 512, 512), &waits, true), Ok(512));
+        }
+        assert_eq!((waits.get(), cache.len()), (0, SUB_BUFFERS_PER_SEGMENT));
+        // Fresh bytes, but the cache is full: the uncached sub-buffer waits first.
+        let past = SUB_BUFFERS_PER_SEGMENT * 512;
+        assert_eq!(get(&cache, &parent, (past, 512), &waits, true), Ok(512));
+        assert_eq!((waits.get(), cache.len()), (1, SUB_BUFFERS_PER_SEGMENT));
+        // A cached one is still found without a wait.
+        assert_eq!(get(&cache, &parent, (0, 512), &waits, true), Ok(512));
+        assert_eq!(waits.get(), 1);
+    }
+}

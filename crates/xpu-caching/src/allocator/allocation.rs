@@ -91,6 +91,25 @@ impl<B: ThreadCacheKey> Allocation<B> {
             })
     }
 
+    /// Waits on the host until every command enqueued on the allocation stream before this
+    /// call completed (a marker recorded on the stream, then waited for; as
+    /// `torch.cuda.Stream.synchronize` of the allocation stream). No allocator lock is held
+    /// while waiting. For callers that must know the bytes of this block idle: the commands
+    /// of the block's earlier owners on this stream are then complete (uses on other streams
+    /// were already waited for before the block was handed out, through their markers).
+    ///
+    /// # Errors
+    /// The marker's [`MarkerError`](crate::MarkerError): a failed marker or wait, a bad fork
+    /// child.
+    pub fn wait_for_stream(&self) -> Result<(), crate::MarkerError> {
+        if B::is_bad_fork() {
+            return Err(crate::MarkerError::message("in a bad fork child"));
+        }
+        let stream = self.shard.stream();
+        let marker = B::record_marker(&stream)?;
+        B::wait(&marker)
+    }
+
     /// Marks the allocation as used on `stream` (as `Tensor.record_stream`); ignored for
     /// the allocation stream and for a stream already recorded. Does nothing in a bad fork
     /// child.

@@ -93,6 +93,11 @@ impl<B: Backend> Shard<B> {
         Some(f(&segment, addr))
     }
 
+    /// The shard's stream (cloned under the lock, used after it).
+    pub(crate) fn stream(&self) -> B::Stream {
+        self.state.lock().stream.clone()
+    }
+
     /// record_stream on `block`.
     pub(crate) fn record_stream(&self, block: u32, stream: &B::Stream) {
         self.state.lock().record_stream(block, stream);
