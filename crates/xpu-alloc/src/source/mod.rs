@@ -165,9 +165,14 @@ mod tests {
 
     use super::{SubBuffers, SUB_BUFFERS_PER_SEGMENT};
 
-    fn segment(bytes: usize) -> Option<Buffer> {
+    /// A buffer of `bytes` on device 0 and the device's sub-buffer origin alignment in bytes
+    /// (at least 512, the allocator's block alignment).
+    fn segment(bytes: usize) -> Option<(Buffer, usize)> {
         match xpu_device::device(0) {
-            Ok(d) => Some(Buffer::new(d.context().unwrap(), bytes, MemFlags::default()).unwrap()),
+            Ok(d) => Some((
+                Buffer::new(d.context().unwrap(), bytes, MemFlags::default()).unwrap(),
+                usize::try_from(d.properties().mem_base_addr_align.max(512)).unwrap(),
+            )),
             Err(e) => {
                 assert!(std::env::var_os("XPU_REQUIRE_DEVICE").is_none(), "{e}");
                 None
@@ -197,17 +202,9 @@ mod tests {
 
     #[test]
     fn a_sub_buffer_over_bytes_another_covered_is_made_after_the_wait_and_only_then() {
-        let Some(parent) = segment(1 << 16) else {
+        let Some((parent, align)) = segment(1 << 16) else {
             return;
         };
-        let align = usize::try_from(
-            xpu_device::device(0)
-                .unwrap()
-                .properties()
-                .mem_base_addr_align
-                .max(512),
-        )
-        .unwrap();
         let cache = SubBuffers::default();
         let waits = Cell::new(0);
         // Fresh bytes: no wait.
@@ -252,17 +249,9 @@ mod tests {
 
     #[test]
     fn a_full_cache_waits_before_every_uncached_sub_buffer() {
-        let Some(parent) = segment(SUB_BUFFERS_PER_SEGMENT * 512 + 4096) else {
+        let Some((parent, align)) = segment(SUB_BUFFERS_PER_SEGMENT * 512 + 4096) else {
             return;
         };
-        let align = usize::try_from(
-            xpu_device::device(0)
-                .unwrap()
-                .properties()
-                .mem_base_addr_align
-                .max(512),
-        )
-        .unwrap();
         if align > 512 {
             return; // the segment above is sized for 512-byte offsets
         }
