@@ -448,6 +448,19 @@ impl BlockView<'_> {
         Ok(stream.enqueue_queue("block copy")?)
     }
 
+    /// What a transfer of `len` bytes at byte `offset` of the view on `stream` starts with:
+    /// the range checked ([`BlockView::range`]), then the stream ([`BlockView::queue`]), in
+    /// that order of errors.
+    fn target(
+        &self,
+        stream: &Stream,
+        offset: usize,
+        len: usize,
+    ) -> Result<(usize, xpu_stream::DirectQueue), AllocError> {
+        let at = self.range(offset, len)?;
+        Ok((at, self.queue(stream)?))
+    }
+
     /// Blocking write of `data` at byte `offset` of the allocation, on `stream`
     /// (`clEnqueueWriteBuffer`, blocking: `data` has been read when the call returns).
     ///
@@ -458,13 +471,11 @@ impl BlockView<'_> {
     /// [`AllocError::Device`] with the [`DeviceError`] for a failed enqueue;
     /// [`AllocError::BadFork`] in a bad fork child.
     pub fn write(&self, stream: &Stream, offset: usize, data: &[u8]) -> Result<(), AllocError> {
-        let at = self.range(offset, data.len())?;
-        let permit = self.queue(stream)?;
+        let (at, permit) = self.target(stream, offset, data.len())?;
         // The permit covers the enqueue, not the wait for the write.
-        permit
+        Ok(permit
             .queue_ref()
-            .write_releasing(&self.buffer, at, data, permit)
-            .map_err(AllocError::from)
+            .write_releasing(&self.buffer, at, data, permit)?)
     }
 
     /// Blocking read of `out.len()` bytes at byte `offset` of the allocation, on `stream`
@@ -473,13 +484,11 @@ impl BlockView<'_> {
     /// # Errors
     /// As [`BlockView::write`].
     pub fn read(&self, stream: &Stream, offset: usize, out: &mut [u8]) -> Result<(), AllocError> {
-        let at = self.range(offset, out.len())?;
-        let permit = self.queue(stream)?;
+        let (at, permit) = self.target(stream, offset, out.len())?;
         // The permit covers the enqueue, not the wait for the read.
-        permit
+        Ok(permit
             .queue_ref()
-            .read_releasing(&self.buffer, at, out, permit)
-            .map_err(AllocError::from)
+            .read_releasing(&self.buffer, at, out, permit)?)
     }
 
     /// Fills `len` bytes at byte `offset` with the repeated `pattern` on `stream`
@@ -496,8 +505,8 @@ impl BlockView<'_> {
         offset: usize,
         len: usize,
     ) -> Result<(), AllocError> {
-        let at = self.range(offset, len)?;
-        self.queue(stream)?
+        let (at, queue) = self.target(stream, offset, len)?;
+        queue
             .fill(&self.buffer, pattern, at, len, &[])
             .map(drop)
             .map_err(AllocError::from)

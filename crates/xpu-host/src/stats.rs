@@ -188,6 +188,20 @@ impl ThreadCell {
         w.store(w.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
 
+    /// One block of `size` bytes in the allocated totals.
+    #[inline]
+    fn count_allocated(&self, size: u64) {
+        self.add(ALLOC_N, 1);
+        self.add(ALLOC_BYTES, size);
+    }
+
+    /// One block of `size` bytes in the freed totals.
+    #[inline]
+    fn count_freed(&self, size: u64) {
+        self.add(FREED_N, 1);
+        self.add(FREED_BYTES, size);
+    }
+
     /// The totals since the last reset (wrapping differences, as `i64`).
     fn since_reset(&self) -> [i64; 4] {
         std::array::from_fn(|i| {
@@ -243,8 +257,7 @@ impl Counters {
     pub(crate) fn on_cached_hand_out(&self, cell: &ThreadCell, size: u64) {
         self.allocation.increase_current(1);
         self.allocated_bytes.increase_current(size);
-        cell.add(ALLOC_N, 1);
-        cell.add(ALLOC_BYTES, size);
+        cell.count_allocated(size);
     }
 
     /// A block taken into a thread's cache: as [`Counters::on_returned`], the accumulated
@@ -253,8 +266,7 @@ impl Counters {
     pub(crate) fn on_cached_return(&self, cell: &ThreadCell, size: u64) {
         self.allocation.decrease_current(1);
         self.allocated_bytes.decrease_current(size);
-        cell.add(FREED_N, 1);
-        cell.add(FREED_BYTES, size);
+        cell.count_freed(size);
     }
 
     /// A new cell for a thread's cache.

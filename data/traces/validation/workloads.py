@@ -1,11 +1,11 @@
 # Validation workloads for the allocation policy (issue 15): recorded with record_trace.py's
 # machinery, designed without looking at how any policy does on them.
-import sys, random, torch
-import record_trace as rt
+import os, random, sys, torch
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from workload_steps import generate_fixed, infer_random_tokens, optimizer_step, record_main, seeded_cuda
 
 def run(name):
-    torch.manual_seed(0); random.seed(0)
-    dev = torch.device("cuda")
+    dev = seeded_cuda()
     if name == "vit_train":
         import torchvision
         m = torchvision.models.vit_b_16().to(dev)
@@ -14,7 +14,7 @@ def run(name):
             x = torch.randn(32, 3, 224, 224, device=dev); y = torch.randint(0, 1000, (32,), device=dev)
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = torch.nn.functional.cross_entropy(m(x), y)
-            loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+            optimizer_step(loss, opt)
     elif name == "resnet34_multires_train":
         import torchvision
         m = torchvision.models.resnet34().to(dev)
@@ -23,21 +23,15 @@ def run(name):
             x = torch.randn(32, 3, r, r, device=dev); y = torch.randint(0, 1000, (32,), device=dev)
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = torch.nn.functional.cross_entropy(m(x), y)
-            loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+            optimizer_step(loss, opt)
     elif name == "gpt2_generate_varbatch":
         from transformers import GPT2Config, GPT2LMHeadModel
         m = GPT2LMHeadModel(GPT2Config()).to(dev, dtype=torch.bfloat16).eval()
-        for b, p in [(1, 32), (8, 100), (32, 20), (4, 300)]:
-            x = torch.randint(0, 50257, (b, p), device=dev)
-            with torch.no_grad():
-                m.generate(x, max_new_tokens=64, min_new_tokens=64, do_sample=False, pad_token_id=0)
+        generate_fixed(m, dev, [(1, 32), (8, 100), (32, 20), (4, 300)], vocab=50257, new_tokens=64, pad_token_id=0)
     elif name == "distilbert_varlen_infer":
         from transformers import DistilBertConfig, DistilBertModel
         m = DistilBertModel(DistilBertConfig()).to(dev).eval()
-        with torch.no_grad():
-            for i in range(50):
-                b = random.randint(1, 64); s = random.randint(8, 384)
-                m(torch.randint(0, 30000, (b, s), device=dev))
+        infer_random_tokens(m, dev, 50, batch=(1, 64), seq=(8, 384), vocab=30000)
     elif name == "t5_train_varlen":
         from transformers import T5Config, T5ForConditionalGeneration
         m = T5ForConditionalGeneration(T5Config(num_layers=6, d_model=512, d_ff=2048, num_heads=8)).to(dev)
@@ -47,11 +41,10 @@ def run(name):
             x = torch.randint(0, 32000, (b, s), device=dev); y = torch.randint(0, 32000, (b, t), device=dev)
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = m(input_ids=x, labels=y).loss
-            loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+            optimizer_step(loss, opt)
     else:
         raise SystemExit("unknown workload " + name)
     torch.cuda.synchronize()
 
-rt.run_workload = run
 if __name__ == "__main__":
-    rt.main(sys.argv[1], sys.argv[2])
+    record_main(run)

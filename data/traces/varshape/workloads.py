@@ -3,19 +3,16 @@
 #   design:     gpt2_varlen_infer, resnet50_varres_infer, lstm_packed_train, llama_generate_varprompt
 #   validation: bert_fp16_varlen_infer, fasterrcnn_varsize_infer, t5_generate_varbatch, vit_varbatch_infer
 # The validation traces are judged once, at the end; no rule is tuned on them.
-import sys, random, torch
-import record_trace as rt
+import os, random, sys, torch
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from workload_steps import generate_fixed, infer_random_tokens, optimizer_step, record_main, seeded_cuda
 
 def run(name):
-    torch.manual_seed(0); random.seed(0)
-    dev = torch.device("cuda")
+    dev = seeded_cuda()
     if name == "gpt2_varlen_infer":
         from transformers import GPT2Config, GPT2Model
         m = GPT2Model(GPT2Config()).to(dev).eval()
-        with torch.no_grad():
-            for i in range(40):
-                b = random.randint(1, 32); s = random.randint(16, 1024)
-                m(torch.randint(0, 50257, (b, s), device=dev))
+        infer_random_tokens(m, dev, 40, batch=(1, 32), seq=(16, 1024), vocab=50257)
     elif name == "resnet50_varres_infer":
         import torchvision
         m = torchvision.models.resnet50().to(dev).eval()
@@ -34,22 +31,16 @@ def run(name):
             packed = pack_padded_sequence(x, torch.tensor(lens), batch_first=True)
             _, (h, _) = rnn(packed)
             loss = torch.nn.functional.cross_entropy(head(h[-1]), torch.randint(0, 10, (b,), device=dev))
-            loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+            optimizer_step(loss, opt)
     elif name == "llama_generate_varprompt":
         from transformers import LlamaConfig, LlamaForCausalLM
         cfg = LlamaConfig(hidden_size=768, intermediate_size=2048, num_hidden_layers=6, num_attention_heads=12, num_key_value_heads=4, vocab_size=32000)
         m = LlamaForCausalLM(cfg).to(dev, dtype=torch.bfloat16).eval()
-        for b, p in [(2, 40), (16, 200), (1, 700), (8, 64)]:
-            x = torch.randint(0, 32000, (b, p), device=dev)
-            with torch.no_grad():
-                m.generate(x, max_new_tokens=48, min_new_tokens=48, do_sample=False, pad_token_id=0)
+        generate_fixed(m, dev, [(2, 40), (16, 200), (1, 700), (8, 64)], vocab=32000, new_tokens=48, pad_token_id=0)
     elif name == "bert_fp16_varlen_infer":
         from transformers import BertConfig, BertModel
         m = BertModel(BertConfig()).to(dev, dtype=torch.float16).eval()
-        with torch.no_grad():
-            for i in range(50):
-                b = random.randint(1, 48); s = random.randint(8, 512)
-                m(torch.randint(0, 30000, (b, s), device=dev))
+        infer_random_tokens(m, dev, 50, batch=(1, 48), seq=(8, 512), vocab=30000)
     elif name == "fasterrcnn_varsize_infer":
         import torchvision
         m = torchvision.models.detection.fasterrcnn_resnet50_fpn(weights=None, weights_backbone=None).to(dev).eval()
@@ -60,10 +51,8 @@ def run(name):
     elif name == "t5_generate_varbatch":
         from transformers import T5Config, T5ForConditionalGeneration
         m = T5ForConditionalGeneration(T5Config(num_layers=6, d_model=512, d_ff=2048, num_heads=8)).to(dev).eval()
-        for b, s in [(4, 128), (32, 48), (1, 500), (12, 256)]:
-            x = torch.randint(0, 32000, (b, s), device=dev)
-            with torch.no_grad():
-                m.generate(x, max_new_tokens=40, min_new_tokens=40, do_sample=False, decoder_start_token_id=0, pad_token_id=0)
+        generate_fixed(m, dev, [(4, 128), (32, 48), (1, 500), (12, 256)], vocab=32000, new_tokens=40,
+                       decoder_start_token_id=0, pad_token_id=0)
     elif name == "vit_varbatch_infer":
         import torchvision
         m = torchvision.models.vit_b_16().to(dev).eval()
@@ -76,6 +65,5 @@ def run(name):
         raise SystemExit("unknown workload " + name)
     torch.cuda.synchronize()
 
-rt.run_workload = run
 if __name__ == "__main__":
-    rt.main(sys.argv[1], sys.argv[2])
+    record_main(run)

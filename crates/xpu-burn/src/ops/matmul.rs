@@ -12,6 +12,8 @@
 //! integer products accumulate in an unsigned type of at least 32 bits, so they wrap on
 //! overflow (two's complement).
 
+use std::ops::Range;
+
 use burn_tensor::DType;
 use xpu::xpu_alloc::DataPtr;
 use xpu::xpu_device::foreign::clblast::Clblast;
@@ -171,12 +173,21 @@ pub fn matmul(lhs: &XpuTensor, rhs: &XpuTensor) -> Result<XpuTensor> {
     Ok(out)
 }
 
-/// `f32` elements `offset..offset + len` of an allocation, as a region for CLBlast (a
-/// [`ClRegion`] checks the range against the allocation).
+/// A range of `f32` elements of a tensor's storage, as a region for CLBlast (a [`ClRegion`]
+/// checks the range against the allocation).
 struct F32Region<'a> {
     ptr: &'a DataPtr,
-    offset: usize,
-    len: usize,
+    elems: Range<usize>,
+}
+
+impl<'a> F32Region<'a> {
+    /// `len` elements of `tensor`'s storage from element `offset`.
+    fn new(tensor: &'a XpuTensor, offset: usize, len: usize) -> Self {
+        Self {
+            ptr: tensor.storage.buffer().data_ptr(),
+            elems: offset..offset + len,
+        }
+    }
 }
 
 impl DeviceRegion<f32> for F32Region<'_> {
@@ -184,10 +195,10 @@ impl DeviceRegion<f32> for F32Region<'_> {
         self.ptr
     }
     fn offset(&self) -> usize {
-        self.offset
+        self.elems.start
     }
     fn len(&self) -> usize {
-        self.len
+        self.elems.len()
     }
 }
 
@@ -261,21 +272,9 @@ fn clblast_matmul(
     let stream = runtime::stream(out.device())?;
     let (a_offs, b_offs) = (batch_offsets(&a, batch), batch_offsets(&b, batch));
     for (q, (&ao, &bo)) in a_offs.iter().zip(&b_offs).enumerate() {
-        let ra = F32Region {
-            ptr: a.storage.buffer().data_ptr(),
-            offset: ao,
-            len: (m - 1) * lda + k,
-        };
-        let rb = F32Region {
-            ptr: b.storage.buffer().data_ptr(),
-            offset: bo,
-            len: (k - 1) * ldb + n,
-        };
-        let mut rc = F32Region {
-            ptr: out.storage.buffer().data_ptr(),
-            offset: q * m * n,
-            len: m * n,
-        };
+        let ra = F32Region::new(&a, ao, (m - 1) * lda + k);
+        let rb = F32Region::new(&b, bo, (k - 1) * ldb + n);
+        let mut rc = F32Region::new(out, q * m * n, m * n);
         let ca = ClRegion::new(&ra).map_err(KernelError::from)?;
         let cb = ClRegion::new(&rb).map_err(KernelError::from)?;
         let cc = ClRegion::new_mut(&mut rc).map_err(KernelError::from)?;

@@ -86,6 +86,21 @@ struct Bin<B: Backend> {
     handed: [Handed; SLOTS],
 }
 
+impl<B: Backend> Bin<B> {
+    /// Keeps `handed` in the next slot; `false` when the bin is full (the block then takes
+    /// the slow path).
+    #[inline(always)]
+    fn keep(&mut self, handed: &Handed) -> bool {
+        if self.len == SLOTS {
+            return false;
+        }
+        self.slots.put(self.len, handed.block);
+        self.handed[self.len] = *handed;
+        self.len += 1;
+        true
+    }
+}
+
 /// A thread's freed-block cache of one allocator (see the module docs).
 pub(crate) struct FreeCache<B: Backend> {
     bins: Vec<Bin<B>>,
@@ -146,21 +161,15 @@ impl<B: Backend> FreeCache<B> {
             .bins
             .iter_mut()
             .find(|b| b.requested == requested && b.key == key && b.epoch == handed.epoch);
-        let bin = match found {
-            Some(bin) if std::ptr::eq(bin.shard.as_ptr(), Arc::as_ptr(shard)) => bin,
-            _ => return self.bind(shard, handed, requested, stats),
-        };
-        if bin.len == SLOTS {
-            return false;
+        match found {
+            Some(bin) if std::ptr::eq(bin.shard.as_ptr(), Arc::as_ptr(shard)) => bin.keep(handed),
+            _ => self.bind(shard, handed, requested, stats).keep(handed),
         }
-        bin.slots.put(bin.len, handed.block);
-        bin.handed[bin.len] = *handed;
-        bin.len += 1;
-        true
     }
 
-    /// [`FreeCache::put`] without a bin of its own: binds one (a new one, else an empty one,
-    /// else the next victim, whose blocks return to their shard) and keeps the block there.
+    /// [`FreeCache::put`] without a bin of its own: binds an empty one for `handed`'s
+    /// (stream, `requested`, epoch), registered with `shard` (a new one, else an empty one,
+    /// else the next victim, whose blocks return to their shard).
     #[cold]
     #[inline(never)]
     fn bind(
@@ -169,17 +178,17 @@ impl<B: Backend> FreeCache<B> {
         handed: &Handed,
         requested: u64,
         stats: (&StatsCell, &Generations),
-    ) -> bool {
+    ) -> &mut Bin<B> {
         let slots = Arc::new(BinSlots::default());
         shard.lock().register_bin(slots.clone());
-        slots.put(0, handed.block);
         let mut fresh = Bin {
             key: shard.key,
             requested,
             epoch: handed.epoch,
             shard: Arc::downgrade(shard),
             slots,
-            len: 1,
+            len: 0,
+            // Placeholders: only slots `0..len` are read.
             handed: [*handed; SLOTS],
         };
         // A stale bin of the same key (another configuration epoch) is rebound first.
@@ -200,7 +209,7 @@ impl<B: Backend> FreeCache<B> {
             std::mem::swap(&mut self.bins[at], &mut fresh);
             evict(fresh, |state| state.evict_bin_with(stats));
         }
-        true
+        &mut self.bins[at]
     }
 
     /// Returns every cached block to its shard (the thread exits, or the allocator's

@@ -170,21 +170,19 @@ impl SourceHooks<SimulatedSource> for NestedFree {
     }
 }
 
-/// A request's size, then the number of device frees, segments and reserved bytes.
-type AfterRelease = (u64, u64, i64, i64);
-
 /// Over a 128 MiB device with `config` (and the memory `fraction`), caches a `cached`-byte
 /// block on a stream, then allocates `request` bytes there, which releases the cached
 /// segment: the source's `free` (a [`NestedFree`] hook allocating 1 MiB through the
-/// allocator on that stream) must not wait for the stream's lock. Returns the request's
-/// size, then the number of device frees, segments and reserved bytes after it, and the
-/// size the hook's nested allocation got; `None` when the allocation did not return.
-fn release_during_an_allocation_calls_a_nested_free(
+/// allocator on that stream) must not wait for the stream's lock. Asserts that the
+/// allocation returned with `request` bytes, after one device free, with two segments left
+/// (the nested allocation's 2 MiB small segment and the request's) holding `request` + 2 MiB,
+/// and that the hook's nested allocation got its 1 MiB.
+fn assert_a_release_during_an_allocation_may_allocate_through_it(
     config: &str,
     fraction: Option<f64>,
     cached: u64,
     request: u64,
-) -> (Option<AfterRelease>, Option<u64>) {
+) {
     let cell = Arc::new(OnceLock::new());
     let (_, s) = stream(1);
     let hooks = NestedFree {
@@ -216,8 +214,13 @@ fn release_during_an_allocation_calls_a_nested_free(
             st.reserved_bytes.all.current,
         )
     });
-    let nested = *source.hooks().done.lock();
-    (done, nested)
+    let reserved = i64::try_from(request + 2 * MIB).unwrap();
+    assert_eq!(
+        done,
+        Some((request, 1, 2, reserved)),
+        "the allocation returned (not waiting for its own lock)"
+    );
+    assert_eq!(*source.hooks().done.lock(), Some(MIB));
 }
 
 /// A source's `free` runs without the lock of the stream whose allocation releases cached
@@ -227,18 +230,12 @@ fn release_during_an_allocation_calls_a_nested_free(
 /// freed (a 2 MiB small segment and the 70 MiB one stay).
 #[test]
 fn a_segment_source_may_allocate_through_its_allocator_while_a_release_frees_a_segment() {
-    let (done, nested) = release_during_an_allocation_calls_a_nested_free(
+    assert_a_release_during_an_allocation_may_allocate_through_it(
         "max_split_size_mb:64,release_policy:on_oom",
         None,
         100 * MIB,
         70 * MIB,
     );
-    assert_eq!(
-        done,
-        Some((70 * MIB, 1, 2, 72 * (MIB as i64))),
-        "the allocation returned (not waiting for its own lock)"
-    );
-    assert_eq!(nested, Some(MIB));
 }
 
 /// The same under garbage collection: with a 64 MiB limit (fraction 0.5) and a 0.5
@@ -246,18 +243,12 @@ fn a_segment_source_may_allocate_through_its_allocator_while_a_release_frees_a_s
 /// 50 MiB request misses the cache; its free allocates through the allocator.
 #[test]
 fn a_segment_source_may_allocate_through_its_allocator_while_garbage_collection_frees() {
-    let (done, nested) = release_during_an_allocation_calls_a_nested_free(
+    assert_a_release_during_an_allocation_may_allocate_through_it(
         "garbage_collection_threshold:0.5,release_policy:on_oom",
         Some(0.5),
         40 * MIB,
         50 * MIB,
     );
-    assert_eq!(
-        done,
-        Some((50 * MIB, 1, 2, 52 * (MIB as i64))),
-        "the allocation returned (not waiting for its own lock)"
-    );
-    assert_eq!(nested, Some(MIB));
 }
 
 /// With `max_split_size_mb:64` a cached 100 MiB block does not serve a 70 MiB request (it

@@ -1,0 +1,36 @@
+# The steps the recording scripts' workloads share (validation/workloads.py,
+# varshape/workloads.py): seeding, random-shape token inference, greedy generation at fixed
+# shapes, one optimizer step, and plugging a workload into record_trace.py's recorder.
+# Each keeps the order of its random draws, so a workload records the same trace through it.
+import random, sys, torch
+
+def seeded_cuda():
+    """Seeds torch and random with 0; returns the CUDA device."""
+    torch.manual_seed(0); random.seed(0)
+    return torch.device("cuda")
+
+def infer_random_tokens(m, dev, steps, batch, seq, vocab):
+    """`steps` no-grad forwards of `m` on random token ids, each of a random batch size in
+    `batch` and sequence length in `seq` (inclusive (low, high) pairs)."""
+    with torch.no_grad():
+        for _ in range(steps):
+            b = random.randint(*batch); s = random.randint(*seq)
+            m(torch.randint(0, vocab, (b, s), device=dev))
+
+def generate_fixed(m, dev, shapes, vocab, new_tokens, **kwargs):
+    """Greedy generation of exactly `new_tokens` tokens by `m` for each (batch, prompt length)
+    of `shapes`, on random prompts; `kwargs` go to `m.generate`."""
+    for b, p in shapes:
+        x = torch.randint(0, vocab, (b, p), device=dev)
+        with torch.no_grad():
+            m.generate(x, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, **kwargs)
+
+def optimizer_step(loss, opt):
+    """Backward of `loss`, one step of `opt`, gradients dropped."""
+    loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+
+def record_main(run):
+    """Runs `run(name)` under record_trace.py's recorder: argv is the workload and the output."""
+    import record_trace as rt
+    rt.run_workload = run
+    rt.main(sys.argv[1], sys.argv[2])
