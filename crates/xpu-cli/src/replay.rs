@@ -280,6 +280,7 @@ pub fn replay_file(
     });
     let options = ReplayOptions {
         target,
+        addresses: replay::SegmentAddresses::default(),
         config: config.map(str::to_owned),
         record_series: record.series,
         progress: bar.clone().map(|bar| -> replay::ProgressFn {
