@@ -50,7 +50,9 @@ pub struct TargetArgs {
     #[arg(long, conflicts_with = "simulate")]
     pub device: Option<usize>,
     /// Replay on a simulated device (no device memory): an H200's capacity (139.8 GiB,
-    /// largest allocation 34.95 GiB) unless `--capacity` is given.
+    /// largest allocation 34.95 GiB) unless `--capacity` is given. Its segments get the
+    /// trace's `segment_alloc` addresses while the replay's segment sequence agrees with the
+    /// recording's, then fresh ones.
     #[arg(long)]
     pub simulate: bool,
     /// Capacity in bytes of the simulated device (needs `--simulate`); its largest

@@ -362,7 +362,10 @@ mod tests {
         let s = SimulatedSource::<Simulated>::new(0, 1 << 40, 1 << 40);
         let a = s.allocate(3 * MIB).unwrap();
         let b = s.allocate(MIB).unwrap();
-        assert_eq!((a.address, b.address), (BASE_ADDRESS, BASE_ADDRESS + 4 * MIB));
+        assert_eq!(
+            (a.address, b.address),
+            (BASE_ADDRESS, BASE_ADDRESS + 4 * MIB)
+        );
         assert_eq!(s.recorded_addresses_followed(), None);
     }
 }
