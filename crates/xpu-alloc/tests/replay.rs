@@ -271,6 +271,8 @@ fn replay_breaks_address_ties_as_the_recording_did() {
         recorded.peak_reserved, recorded.segment_allocs, fresh.peak_reserved, fresh.segment_allocs
     );
     assert_eq!(recorded.unmatched_frees, 0);
+    assert_eq!(recorded.segments_at_recorded_address, Some(3));
+    assert_eq!(fresh.segments_at_recorded_address, None);
     // The recording: three 20 MiB segments.
     assert_eq!(
         (recorded.peak_reserved, recorded.segment_allocs),

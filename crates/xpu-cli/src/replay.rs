@@ -340,7 +340,7 @@ pub fn render_summary(r: &ReplayReport) -> String {
          peak allocated     {}\n  \
          peak reserved      {}\n  \
          reserved/requested {:.3}\n  \
-         segments           {} allocated, {} freed\n  \
+         segments           {} allocated, {} freed{}\n  \
          alloc retries      {}, OOMs {}\n  \
          allocator calls    alloc mean {:.0} ns (p99 {:.0} ns), free mean {:.0} ns\n  \
          wall time          {:.3} s\n",
@@ -356,6 +356,9 @@ pub fn render_summary(r: &ReplayReport) -> String {
         r.reserved_over_requested,
         r.segment_allocs,
         r.segment_frees,
+        r.segments_at_recorded_address
+            .map(|n| format!(" ({n} at the recording's address)"))
+            .unwrap_or_default(),
         r.alloc_retries,
         r.ooms,
         r.alloc_ns_mean,

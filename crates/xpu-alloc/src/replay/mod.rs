@@ -220,6 +220,7 @@ pub fn replay_trace(
     trace: &Trace,
     options: &ReplayOptions,
 ) -> Result<ReplayOutcome, ReplayError> {
+    let mut simulated: Option<Arc<SimulatedSource>> = None;
     let (core, device, mode, streams): (DeviceCore, String, &str, StreamFactory) = match &options
         .target
     {
@@ -246,6 +247,8 @@ pub fn replay_trace(
                         }),
                 );
             }
+            let source = Arc::new(source);
+            simulated = Some(Arc::clone(&source));
             let device = format!("simulated ({capacity} bytes, max allocation {max_alloc} bytes)");
             let streams: StreamFactory =
                 Arc::new(|s| StreamRef::from(SimStream::new(StreamKey::new(0, u64::from(s)))));
@@ -381,6 +384,9 @@ pub fn replay_trace(
         reserved_over_requested: ratio(peak_reserved, peak_requested),
         segment_allocs: stats.num_device_alloc,
         segment_frees: stats.num_device_free,
+        segments_at_recorded_address: simulated
+            .as_ref()
+            .and_then(|source| source.recorded_addresses_followed()),
         alloc_retries: stats.num_alloc_retries,
         ooms: stats.num_ooms.max(failed),
         alloc_ns_mean: mean(&alloc_ns),
