@@ -4,8 +4,11 @@
 //! traces folder) and on held-out validation traces (`data/traces/validation`, recorded
 //! on an H200 and not used to design the policy's rules), and on the variable-shape traces
 //! of issue 27 (`data/traces/varshape`: a design set and a validation set). PyTorch's own
-//! policy (`release_policy:on_oom`) reproduces PyTorch's figures exactly on each but two,
-//! whose replay-fidelity gaps are documented at the trace.
+//! policy (`release_policy:on_oom`) reproduces PyTorch's recorded figures exactly on every
+//! one: the replay gives its segments the recording's addresses while the segment
+//! sequences agree (`xpu_alloc::replay::SegmentAddresses`), so best-fit ties between equal
+//! free blocks go as in the recording. (With growing addresses only, two traces were off by
+//! one segment: `llama_generate_varprompt` and `gpt2_generate_varbatch`.)
 
 mod common;
 
@@ -29,58 +32,34 @@ fn trace(sub: &str, file: &str) -> Option<PathBuf> {
 }
 
 /// Replays `file` with the default policy and with PyTorch's, and checks both against
-/// PyTorch's peak reserved bytes and segment allocations: ours never above them, PyTorch's
-/// policy reproducing `on_oom` (PyTorch's own figures unless the replay differs from the
-/// recording).
-/// With `vs_replay` true, ours is checked against PyTorch's rules replayed (`on_oom`) instead of
-/// the recording: only for a trace whose replay of PyTorch's rules is worse than the
-/// recording (a replay-fidelity gap, documented at the trace), where the issue's goal
-/// against the recording is not met.
-fn check(
-    sub: &str,
-    file: &str,
-    torch_reserved: u64,
-    torch_segments: u64,
-    on_oom: (u64, u64),
-    vs_replay: bool,
-) {
+/// PyTorch's recorded peak reserved bytes and segment allocations: ours never above them,
+/// PyTorch's policy (`release_policy:on_oom`) reproducing them exactly.
+fn check(sub: &str, file: &str, torch_reserved: u64, torch_segments: u64) {
     let Some(path) = trace(sub, file) else {
         eprintln!("skipping {file}: not in data/traces/{sub} nor in ../shared/traces");
         return;
     };
-    let (bound_reserved, bound_segments) = if vs_replay {
-        on_oom
-    } else {
-        (torch_reserved, torch_segments)
-    };
-    replay_never_worse_than_pytorch(&path, file, bound_reserved, bound_segments);
+    replay_never_worse_than_pytorch(&path, file, torch_reserved, torch_segments);
     let torch = replay_with_pytorch_policy(&path);
     assert_eq!(
         (torch.peak_reserved, torch.segment_allocs),
-        on_oom,
-        "{file}: release_policy:on_oom must reproduce PyTorch"
+        (torch_reserved, torch_segments),
+        "{file}: release_policy:on_oom must reproduce PyTorch's recording"
     );
 }
 
 /// One test per trace, in a module named after it: `$trace::never_worse_than_pytorch` runs
-/// [`check`] on `data/traces/$sub/$trace.trace.gz` with PyTorch's peak reserved bytes and
-/// segment allocations, and what PyTorch's policy gives in the replay (by default the same
-/// figures); a trailing `vs_replay = true` bounds ours by the latter (see [`check`]).
+/// [`check`] on `data/traces/$sub/$trace.trace.gz` with PyTorch's recorded peak reserved
+/// bytes and segment allocations.
 macro_rules! never_worse_than_pytorch {
-    (@on_oom $default:tt) => { $default };
-    (@on_oom $default:tt $given:expr) => { $given };
-    (@vs_replay) => { false };
-    (@vs_replay $given:literal) => { $given };
-    ($sub:literal; $($(#[$doc:meta])* $trace:ident: $reserved:expr, $segments:expr $(, on_oom $on_oom:expr)? $(, vs_replay = $vs_replay:literal)?;)*) => {
+    ($sub:literal; $($(#[$doc:meta])* $trace:ident: $reserved:expr, $segments:expr;)*) => {
         $(
             $(#[$doc])*
             mod $trace {
                 #[test]
                 fn never_worse_than_pytorch() {
-                    let on_oom = never_worse_than_pytorch!(@on_oom ($reserved, $segments) $($on_oom)?);
-                    let vs_replay = never_worse_than_pytorch!(@vs_replay $($vs_replay)?);
                     let file = concat!(stringify!($trace), ".trace.gz");
-                    crate::check($sub, file, $reserved, $segments, on_oom, vs_replay);
+                    crate::check($sub, file, $reserved, $segments);
                 }
             }
         )*
@@ -105,11 +84,10 @@ mod validation {
     never_worse_than_pytorch! { "validation";
         vit_train: 3_892_314_112, 135;
         resnet34_multires_train: 1_593_835_520, 58;
-        /// The recording has one 20 MiB segment more than PyTorch's rules replayed give (its
-        /// 36th segment_alloc, for a 6,432,896-byte request at trace line 203,202, which the
-        /// replay serves from a cached block): a replay-fidelity gap not yet explained, so the
-        /// replayed PyTorch figures are pinned as observed.
-        gpt2_generate_varbatch: 503_316_480, 36, on_oom (482_344_960, 35);
+        /// With growing addresses only, PyTorch's rules replayed gave one 20 MiB segment less
+        /// than the recording (482,344,960 bytes / 35): an address tie went the other way.
+        /// With the recording's addresses they give the recording's figures.
+        gpt2_generate_varbatch: 503_316_480, 36;
         distilbert_varlen_infer: 2_510_290_944, 33;
     }
 }
@@ -119,16 +97,12 @@ mod validation {
 mod varshape {
     never_worse_than_pytorch! { "varshape";
         gpt2_varlen_infer: 6_293_553_152, 55;
-        /// Replaying PyTorch's rules gives one 2 MiB small-pool segment more than the
-        /// recording (23 segments, 339,738,624 bytes against 22 and 337,641,472: the same
-        /// large segments, ten small ones instead of nine). Cause: address ties. At trace
-        /// line 3,863 a 256,000-byte request has two free blocks of exactly that size; best
-        /// fit takes the lower address, which in the recording is the block of the later
-        /// segment (CUDA gave it a lower address) and in the replay the earlier one (the
-        /// simulated device's addresses grow), and the layouts differ from there on. The
-        /// default policy gives the replayed figures here: at or under PyTorch's rules
-        /// replayed, NOT under the recording (issue 27's goal unmet).
-        llama_generate_varprompt: 337_641_472, 22, on_oom (339_738_624, 23), vs_replay = true;
+        /// With growing addresses only, PyTorch's rules replayed (and the default policy)
+        /// gave one 2 MiB small-pool segment more than the recording (339,738,624 bytes / 23):
+        /// at trace line 3,863 a 256,000-byte request has two free blocks of exactly that size
+        /// and best fit takes the lower address, which CUDA had given the later segment. With
+        /// the recording's addresses both give the recording's 337,641,472 / 22.
+        llama_generate_varprompt: 337_641_472, 22;
         lstm_packed_train: 553_648_128, 12;
         resnet50_varres_infer: 5_440_012_288, 30;
     }

@@ -5,7 +5,7 @@ mod common;
 use std::path::PathBuf;
 
 use common::{manifest_dir, replay_never_worse_than_pytorch, replay_with_pytorch_policy};
-use xpu_alloc::replay::{self, ReplayError, ReplayOptions, TraceError};
+use xpu_alloc::replay::{self, ReplayError, ReplayOptions, SegmentAddresses, TraceError};
 
 /// The traces directory: `../shared/traces` beside the repository (CI), else the copy
 /// bundled in `data/traces`.
@@ -74,7 +74,7 @@ fn policy_lowers_resnet50_peak() {
     )
     .unwrap()
     .report;
-    assert_eq!((r.peak_reserved, r.segment_allocs), (3_290_431_488, 97));
+    assert_eq!((r.peak_reserved, r.segment_allocs), (3_265_265_664, 97));
 }
 
 #[test]
@@ -216,4 +216,69 @@ fn empty_trace_and_trace_without_alloc_are_errors() {
 fn bad_config_is_an_error() {
     let err = replay::run_reader("x", &b"alloc 1 2 0\n"[..], &options("nope:1")).unwrap_err();
     assert!(matches!(err, ReplayError::Config(_)));
+}
+
+/// A recording whose device placed its second segment BELOW its first, and a best-fit tie
+/// between two equal free blocks (one in each segment) that decides the layout: the replay
+/// gives its segments the recording's addresses while the segment sequences agree, so the tie
+/// (broken by address) goes as in the recording and PyTorch's rules replayed
+/// (`release_policy:on_oom`) reproduce the recording's three segments. With fresh, growing
+/// addresses the tie goes to the first segment, whose neighbour then frees a whole segment
+/// that the last request reuses: two segments, not the recording's three.
+#[test]
+fn replay_breaks_address_ties_as_the_recording_did() {
+    const MIB: u64 = 1 << 20;
+    // Segment 1 at HIGH, segment 2 at LOW (below it), segment 3 above both.
+    let (low, high) = (0x7f00_0000_0000_u64, 0x7f00_0000_0000_u64 + 64 * MIB);
+    let third = high + 64 * MIB;
+    let (m8, m12, m20) = (8 * MIB, 12 * MIB, 20 * MIB);
+    let text = format!(
+        "# two segments, the second below the first; an 8 MiB tie decides the layout\n\
+         segment_alloc {high} {m20} 0\n\
+         alloc {high} {m8} 0\n\
+         alloc {a2} {m12} 0\n\
+         segment_alloc {low} {m20} 0\n\
+         alloc {low} {m8} 0\n\
+         alloc {b2} {m12} 0\n\
+         free_requested {high} {m8} 0\n\
+         free_completed {high} {m8} 0\n\
+         free_requested {low} {m8} 0\n\
+         free_completed {low} {m8} 0\n\
+         alloc {low} {m8} 0\n\
+         free_requested {b2} {m12} 0\n\
+         free_completed {b2} {m12} 0\n\
+         segment_alloc {third} {m20} 0\n\
+         alloc {third} {m20} 0\n",
+        a2 = high + m8,
+        b2 = low + m8,
+    );
+    let replay = |addresses| {
+        replay::run_reader(
+            "ties",
+            text.as_bytes(),
+            &ReplayOptions {
+                addresses,
+                ..options("release_policy:on_oom")
+            },
+        )
+        .unwrap()
+        .report
+    };
+    let recorded = replay(SegmentAddresses::Recorded);
+    let fresh = replay(SegmentAddresses::Fresh);
+    eprintln!(
+        "recorded addresses: {} B / {} segments; fresh addresses: {} B / {} segments",
+        recorded.peak_reserved, recorded.segment_allocs, fresh.peak_reserved, fresh.segment_allocs
+    );
+    assert_eq!(recorded.unmatched_frees, 0);
+    assert_eq!(recorded.segments_at_recorded_address, Some(3));
+    assert_eq!(fresh.segments_at_recorded_address, None);
+    // The recording: three 20 MiB segments.
+    assert_eq!(
+        (recorded.peak_reserved, recorded.segment_allocs),
+        (3 * m20, 3),
+        "the tie must go to the recording's lower segment (the second one)"
+    );
+    // Growing addresses give the tie to the first segment: the layout of another run.
+    assert_eq!((fresh.peak_reserved, fresh.segment_allocs), (2 * m20, 2));
 }

@@ -50,7 +50,9 @@ pub struct TargetArgs {
     #[arg(long, conflicts_with = "simulate")]
     pub device: Option<usize>,
     /// Replay on a simulated device (no device memory): an H200's capacity (139.8 GiB,
-    /// largest allocation 34.95 GiB) unless `--capacity` is given.
+    /// largest allocation 34.95 GiB) unless `--capacity` is given. Its segments get the
+    /// trace's `segment_alloc` addresses while the replay's segment sequence agrees with the
+    /// recording's, then fresh ones.
     #[arg(long)]
     pub simulate: bool,
     /// Capacity in bytes of the simulated device (needs `--simulate`); its largest
@@ -280,6 +282,7 @@ pub fn replay_file(
     });
     let options = ReplayOptions {
         target,
+        addresses: replay::SegmentAddresses::default(),
         config: config.map(str::to_owned),
         record_series: record.series,
         progress: bar.clone().map(|bar| -> replay::ProgressFn {
@@ -337,7 +340,7 @@ pub fn render_summary(r: &ReplayReport) -> String {
          peak allocated     {}\n  \
          peak reserved      {}\n  \
          reserved/requested {:.3}\n  \
-         segments           {} allocated, {} freed\n  \
+         segments           {} allocated, {} freed{}\n  \
          alloc retries      {}, OOMs {}\n  \
          allocator calls    alloc mean {:.0} ns (p99 {:.0} ns), free mean {:.0} ns\n  \
          wall time          {:.3} s\n",
@@ -353,6 +356,9 @@ pub fn render_summary(r: &ReplayReport) -> String {
         r.reserved_over_requested,
         r.segment_allocs,
         r.segment_frees,
+        r.segments_at_recorded_address
+            .map(|n| format!(" ({n} at the recording's address)"))
+            .unwrap_or_default(),
         r.alloc_retries,
         r.ooms,
         r.alloc_ns_mean,

@@ -161,7 +161,7 @@ pub fn scenario_test(test: &str, scenario: &str, bound: Duration, done: &str, bo
 
 /// The keys of a trace replay report's JSON object (xpu-caching's `ReplayReport`), as
 /// `xpu replay --json` prints them (the CLI adds `pytorch` with `--compare`).
-pub const REPLAY_REPORT_KEYS: [&str; 19] = [
+pub const REPLAY_REPORT_KEYS: [&str; 20] = [
     "trace",
     "device",
     "mode",
@@ -175,6 +175,7 @@ pub const REPLAY_REPORT_KEYS: [&str; 19] = [
     "reserved_over_requested",
     "segment_allocs",
     "segment_frees",
+    "segments_at_recorded_address",
     "alloc_retries",
     "ooms",
     "alloc_ns_mean",

@@ -8,6 +8,11 @@
 //! follow at once is held back like a `record_stream`'d block: a marker gated until the
 //! trace reaches its `free_completed`. Peaks are sampled from the allocator's totals after
 //! every event.
+//!
+//! On a simulated device the segments get the recording's addresses (the trace's
+//! `segment_alloc` lines) while the replay's segment sequence agrees with the recording's,
+//! then fresh ones ([`SegmentAddresses`]): best fit breaks ties between equal free blocks by
+//! address, so the layout follows the recording's only if the addresses do.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -27,7 +32,7 @@ use crate::device_core::DeviceCore;
 use crate::error::AllocError;
 use crate::sim_stream::SimStream;
 use crate::size::GIB;
-use crate::source::SimulatedSource;
+use crate::source::{RecordedSegment, SimulatedSource};
 use crate::stream::StreamKey;
 use crate::DataPtr;
 
@@ -111,11 +116,29 @@ impl ReplayTarget {
     }
 }
 
+/// The addresses of a simulated replay's segments.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SegmentAddresses {
+    /// The recording's: the k-th segment the replay allocates gets the address of the
+    /// trace's k-th `segment_alloc` while the two segment sequences agree (same sizes, no
+    /// overlap with a live segment), fresh ones after they part (the rule:
+    /// [`SimulatedSource::with_recorded_addresses`](xpu_caching::source::SimulatedSource::with_recorded_addresses)).
+    /// Ties between equal free blocks are then broken as in the recording.
+    #[default]
+    Recorded,
+    /// Fresh ones only: every segment above the ones before (addresses only grow), whatever
+    /// the recording did.
+    Fresh,
+}
+
 /// Options of a replay.
 #[derive(Clone)]
 pub struct ReplayOptions {
     /// Where to allocate.
     pub target: ReplayTarget,
+    /// Segment addresses of a simulated target ([`SegmentAddresses::Recorded`] by default).
+    /// Ignored for [`ReplayTarget::Core`] (the device chooses).
+    pub addresses: SegmentAddresses,
     /// Allocator configuration string (`XPU_ALLOC_CONF` grammar) for a simulated target;
     /// `None`: defaults. Ignored for [`ReplayTarget::Core`] (configure the allocator).
     pub config: Option<String>,
@@ -139,6 +162,7 @@ impl Default for ReplayOptions {
     fn default() -> Self {
         Self {
             target: ReplayTarget::h200(),
+            addresses: SegmentAddresses::default(),
             config: None,
             record_series: false,
             progress: None,
@@ -196,6 +220,7 @@ pub fn replay_trace(
     trace: &Trace,
     options: &ReplayOptions,
 ) -> Result<ReplayOutcome, ReplayError> {
+    let mut simulated: Option<Arc<SimulatedSource>> = None;
     let (core, device, mode, streams): (DeviceCore, String, &str, StreamFactory) = match &options
         .target
     {
@@ -209,7 +234,21 @@ pub fn replay_trace(
                 .map(AllocConfig::parse)
                 .transpose()?
                 .unwrap_or_default();
-            let source = SimulatedSource::new(0, *capacity, *max_alloc);
+            let mut source = SimulatedSource::new(0, *capacity, *max_alloc);
+            if options.addresses == SegmentAddresses::Recorded {
+                source = source.with_recorded_addresses(
+                    trace
+                        .events
+                        .iter()
+                        .filter(|e| e.action == Action::SegmentAlloc)
+                        .map(|e| RecordedSegment {
+                            address: e.addr,
+                            size: e.size,
+                        }),
+                );
+            }
+            let source = Arc::new(source);
+            simulated = Some(Arc::clone(&source));
             let device = format!("simulated ({capacity} bytes, max allocation {max_alloc} bytes)");
             let streams: StreamFactory =
                 Arc::new(|s| StreamRef::from(SimStream::new(StreamKey::new(0, u64::from(s)))));
@@ -345,6 +384,9 @@ pub fn replay_trace(
         reserved_over_requested: ratio(peak_reserved, peak_requested),
         segment_allocs: stats.num_device_alloc,
         segment_frees: stats.num_device_free,
+        segments_at_recorded_address: simulated
+            .as_ref()
+            .and_then(|source| source.recorded_addresses_followed()),
         alloc_retries: stats.num_alloc_retries,
         ooms: stats.num_ooms.max(failed),
         alloc_ns_mean: mean(&alloc_ns),

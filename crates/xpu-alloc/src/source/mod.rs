@@ -11,8 +11,8 @@ use xpu_device::backend::Buffer;
 
 pub use buffer::BufferSource;
 pub use xpu_caching::source::{
-    DeviceFailure, Fault, HookedSource, SegmentSource, Simulated, SimulatedCounters, SourceError,
-    SourceHooks,
+    DeviceFailure, Fault, HookedSource, RecordedSegment, SegmentSource, Simulated,
+    SimulatedCounters, SourceError, SourceHooks,
 };
 
 /// The memory behind one segment, as the source created it.

@@ -7,8 +7,8 @@
 //! eighth of that pool); `release_policy:on_oom` reproduces PyTorch exactly. The test
 //! `policy_must_hold` pins peak reserved bytes and segment allocations at or below PyTorch's on the
 //! seven shared traces, the four held-out validation traces (`data/traces/validation`) and the
-//! eight variable-shape traces of issue 27 (`data/traces/varshape`; one of them,
-//! `llama_generate_varprompt`, only against PyTorch's rules replayed: a replay-fidelity gap);
+//! eight variable-shape traces of issue 27 (`data/traces/varshape`), and `on_oom` at exactly
+//! PyTorch's recorded figures on each (the replay follows the recording's segment addresses);
 //! `xpu replay-all DIR` prints the table with the geometric mean over the expandable-segments
 //! figure. Variable-shape inference and generation stay above expandable segments
 //! (1.03-1.18x on the traces); what was tried against it is in docs/performance.md

@@ -34,6 +34,13 @@ pub struct ReplayReport {
     pub segment_allocs: u64,
     /// Segments released to the device.
     pub segment_frees: u64,
+    /// Segments placed at the recording's address (a simulated replay following the
+    /// trace's `segment_alloc` addresses while the segment sequences agree): equal to
+    /// `segment_allocs` when the replay's segment sequence never parted from the
+    /// recording's. `None` for a replay that does not follow them (on a device, or with
+    /// fresh addresses).
+    #[serde(default)]
+    pub segments_at_recorded_address: Option<u64>,
     /// Allocations that succeeded only after releasing every cached segment.
     pub alloc_retries: u64,
     /// Allocations that failed for lack of memory.

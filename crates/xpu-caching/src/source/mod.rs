@@ -2,15 +2,15 @@
 //!
 //! A [`SegmentSource`] hands out segments (one device allocation each) and takes them back;
 //! what backs a segment is the source's [`SegmentSource::Memory`]. Implementations:
-//! [`SimulatedSource`] (a capacity and fake addresses, with fault injection; the simulated
-//! backend), and the OpenCL buffer source of `xpu-alloc`; [`HookedSource`] wraps another
+//! [`SimulatedSource`] (a capacity and fake addresses, or a recording's addresses for a
+//! replay, with fault injection; the simulated backend), and the OpenCL buffer source of `xpu-alloc`; [`HookedSource`] wraps another
 //! source and runs [`SourceHooks`] around its allocate and free.
 
 mod hooked;
 mod simulated;
 
 pub use hooked::{HookedSource, SourceHooks};
-pub use simulated::{Fault, Simulated, SimulatedCounters, SimulatedSource};
+pub use simulated::{Fault, RecordedSegment, Simulated, SimulatedCounters, SimulatedSource};
 
 use thiserror::Error;
 
