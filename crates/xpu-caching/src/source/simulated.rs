@@ -70,8 +70,8 @@ struct AddressPlan {
 impl AddressPlan {
     /// The recorded address for the next segment of `size` bytes, when the sequences still
     /// agree: the recording's segment of this rank has this size, its address is aligned to
-    /// `align` and not 0, and its range overlaps no live segment. Otherwise the sequences
-    /// have parted, for good.
+    /// `align` and not 0, its end rounded up to [`SEGMENT_ALIGN`] fits in a `u64`, and its
+    /// range overlaps no live segment. Otherwise the sequences have parted, for good.
     fn take(&mut self, size: u64, align: u64) -> Option<u64> {
         if self.parted {
             return None;
@@ -80,12 +80,17 @@ impl AddressPlan {
             planned.size == size
                 && planned.address != 0
                 && planned.address % align == 0
-                && planned.address.checked_add(size).is_some_and(|end| {
-                    self.live
-                        .range(..end)
-                        .next_back()
-                        .is_none_or(|(_, &live_end)| live_end <= planned.address)
-                })
+                && planned
+                    .address
+                    .checked_add(size)
+                    // The source rounds the end up to the segment alignment: it must fit too.
+                    .filter(|end| end.checked_next_multiple_of(SEGMENT_ALIGN).is_some())
+                    .is_some_and(|end| {
+                        self.live
+                            .range(..end)
+                            .next_back()
+                            .is_none_or(|(_, &live_end)| live_end <= planned.address)
+                    })
         });
         if planned.is_none() {
             self.parted = true;
@@ -155,7 +160,8 @@ impl<M> SimulatedSource<M> {
     /// device allocation leaves no `segment_alloc` line) gets the address of `recorded[k]`
     /// when all of these hold: every earlier segment got its recorded address; `recorded[k]`
     /// exists and has the same size; its address is not 0 and is a multiple of
-    /// [`SegmentSource::base_addr_align`]; and its range overlaps no live segment of this
+    /// [`SegmentSource::base_addr_align`]; its end, rounded up to 2 MiB, fits in a `u64`;
+    /// and its range overlaps no live segment of this
     /// source (the recording may have freed a segment the replay still holds). At the first
     /// segment where one fails the sequences have parted: that segment and every later one
     /// get a fresh address, 2 MiB aligned, above every address handed out so far (recorded
@@ -355,6 +361,17 @@ mod tests {
         s.fail_nth(1, Fault::OutOfMemory);
         assert!(s.allocate(2 * MIB).is_err());
         assert_eq!(s.allocate(2 * MIB).unwrap().address, BASE_ADDRESS + 8 * MIB);
+    }
+
+    #[test]
+    fn a_recorded_address_too_high_for_an_aligned_end_parts_the_sequences_instead_of_failing() {
+        // 512-byte aligned and `address + size` fits in u64, but the segment's end rounded up
+        // to 2 MiB does not: the rule says the sequences part (a fresh address), not OOM.
+        let top = (u64::MAX - 2 * MIB - 511) & !511;
+        let s = source(&[(top, 2 * MIB)]);
+        let a = s.allocate(2 * MIB).expect("a fresh address after parting");
+        assert_eq!(a.address, BASE_ADDRESS);
+        assert_eq!(s.recorded_addresses_followed(), Some(0));
     }
 
     #[test]
