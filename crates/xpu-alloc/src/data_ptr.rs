@@ -288,7 +288,7 @@ impl DataPtr {
                     sub_buffers,
                 } => {
                     let offset = to_usize(offset).map_err(BlockArgError::Alloc)?;
-                    sub_buffers.get_or_create(buffer, offset, size, || {
+                    sub_buffers.get_or_create(buffer, offset, size, &live.sub_buffer.0, || {
                         live.allocation
                             .wait_for_stream()
                             .map_err(|e| BlockArgError::Alloc(AllocError::Stream(e)))

@@ -5,7 +5,7 @@
 mod buffer;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use xpu_device::backend::Buffer;
 
@@ -80,10 +80,13 @@ pub struct SubBuffers(parking_lot::Mutex<BTreeMap<(usize, usize), Arc<Buffer>>>)
 
 impl SubBuffers {
     /// The sub-buffer of `parent` (this segment's buffer) for `size` bytes at `offset`: the
-    /// cached one, or a new one, cached unless the cache is full. `wait_idle` is called, under
-    /// no lock, before a sub-buffer is made over bytes that another one covered (or whenever
-    /// the cache is full); it must return once no command enqueued before it can use the
-    /// allocation's bytes (see the type's docs).
+    /// allocation's own (`slot`), the cached one, or a new one, cached unless the cache is
+    /// full and stored in `slot` under the cache's lock (so that threads making an
+    /// allocation's first use at once get one sub-buffer, never a second one of the same
+    /// bytes released at once). `wait_idle` is called, under no lock, before a sub-buffer is
+    /// made over bytes that another one covered (or whenever the cache is full); it must
+    /// return once no command enqueued before it can use the allocation's bytes (see the
+    /// type's docs).
     ///
     /// # Errors
     /// As [`Buffer::sub_buffer`]; `wait_idle`'s error.
@@ -92,6 +95,7 @@ impl SubBuffers {
         parent: &Buffer,
         offset: usize,
         size: usize,
+        slot: &OnceLock<Arc<Buffer>>,
         wait_idle: impl FnOnce() -> Result<(), E>,
     ) -> Result<Arc<Buffer>, E> {
         let must_wait = {
@@ -105,15 +109,16 @@ impl SubBuffers {
             wait_idle()?;
         }
         let mut map = self.0.lock();
-        if let Some(b) = map.get(&(offset, size)) {
+        if let Some(b) = slot.get().or_else(|| map.get(&(offset, size))) {
             return Ok(Arc::clone(b));
         }
-        // Made under the lock: never two of the same bytes at once, and a concurrent user of
-        // the same allocation finds this one cached.
+        // Made under the lock and stored in the allocation's slot under it: never two of the
+        // same bytes at once, and a concurrent first use of the same allocation finds it.
         let sub = Arc::new(parent.sub_buffer(offset, size)?);
         if map.len() < SUB_BUFFERS_PER_SEGMENT {
             map.insert((offset, size), Arc::clone(&sub));
         }
+        let _ = slot.set(Arc::clone(&sub));
         Ok(sub)
     }
 
@@ -189,7 +194,7 @@ mod tests {
         ok: bool,
     ) -> Result<usize, xpu_device::DeviceError> {
         cache
-            .get_or_create(parent, at.0, at.1, || {
+            .get_or_create(parent, at.0, at.1, &std::sync::OnceLock::new(), || {
                 waits.set(waits.get() + 1);
                 if ok {
                     Ok(())
@@ -268,5 +273,44 @@ mod tests {
         // A cached one is still found without a wait.
         assert_eq!(get(&cache, &parent, (0, 512), &waits, true), Ok(512));
         assert_eq!(waits.get(), 1);
+    }
+
+    #[test]
+    fn threads_making_one_allocations_first_use_on_a_full_cache_get_one_sub_buffer() {
+        let Some((parent, align)) = segment(SUB_BUFFERS_PER_SEGMENT * 512 + 4096) else {
+            return;
+        };
+        if align > 512 {
+            return; // the segment above is sized for 512-byte offsets
+        }
+        let cache = SubBuffers::default();
+        let waits = Cell::new(0);
+        for i in 0..SUB_BUFFERS_PER_SEGMENT {
+            assert_eq!(get(&cache, &parent, (i * 512, 512), &waits, true), Ok(512));
+        }
+        // One allocation past the full cache (its `Live` slot), first used by two threads at
+        // once: both pass the cache lookup and wait (the barrier holds each in its wait until
+        // the other is there too), then make their sub-buffer in turn.
+        let slot = std::sync::OnceLock::new();
+        let both_waiting = std::sync::Barrier::new(2);
+        let past = SUB_BUFFERS_PER_SEGMENT * 512;
+        let [a, b] = std::thread::scope(|scope| {
+            let first_use = || {
+                cache
+                    .get_or_create(&parent, past, 512, &slot, || {
+                        both_waiting.wait();
+                        Ok::<(), xpu_device::DeviceError>(())
+                    })
+                    .unwrap()
+            };
+            let t = [scope.spawn(first_use), scope.spawn(first_use)];
+            t.map(|t| t.join().unwrap())
+        });
+        assert!(
+            std::sync::Arc::ptr_eq(&a, &b),
+            "the second thread made a second sub-buffer of the same bytes"
+        );
+        assert!(std::sync::Arc::ptr_eq(slot.get().unwrap(), &a));
+        assert_eq!(cache.len(), SUB_BUFFERS_PER_SEGMENT);
     }
 }
