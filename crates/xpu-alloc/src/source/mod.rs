@@ -252,13 +252,13 @@ mod tests {
         assert_eq!((waits.get(), cache.len()), (4, 5));
     }
 
-    #[test]
-    fn a_full_cache_waits_before_every_uncached_sub_buffer() {
-        let Some((parent, align)) = segment(SUB_BUFFERS_PER_SEGMENT * 512 + 4096) else {
-            return;
-        };
+    /// A segment with room past [`SUB_BUFFERS_PER_SEGMENT`] sub-buffers of 512 bytes, and its
+    /// cache filled with them (made without a wait: fresh bytes each); `None` without a
+    /// device or on one whose sub-buffer origins need more than 512-byte alignment.
+    fn full_cache() -> Option<(Buffer, SubBuffers)> {
+        let (parent, align) = segment(SUB_BUFFERS_PER_SEGMENT * 512 + 4096)?;
         if align > 512 {
-            return; // the segment above is sized for 512-byte offsets
+            return None;
         }
         let cache = SubBuffers::default();
         let waits = Cell::new(0);
@@ -266,6 +266,15 @@ mod tests {
             assert_eq!(get(&cache, &parent, (i * 512, 512), &waits, true), Ok(512));
         }
         assert_eq!((waits.get(), cache.len()), (0, SUB_BUFFERS_PER_SEGMENT));
+        Some((parent, cache))
+    }
+
+    #[test]
+    fn a_full_cache_waits_before_every_uncached_sub_buffer() {
+        let Some((parent, cache)) = full_cache() else {
+            return;
+        };
+        let waits = Cell::new(0);
         // Fresh bytes, but the cache is full: the uncached sub-buffer waits first.
         let past = SUB_BUFFERS_PER_SEGMENT * 512;
         assert_eq!(get(&cache, &parent, (past, 512), &waits, true), Ok(512));
@@ -277,17 +286,9 @@ mod tests {
 
     #[test]
     fn threads_making_one_allocations_first_use_on_a_full_cache_get_one_sub_buffer() {
-        let Some((parent, align)) = segment(SUB_BUFFERS_PER_SEGMENT * 512 + 4096) else {
+        let Some((parent, cache)) = full_cache() else {
             return;
         };
-        if align > 512 {
-            return; // the segment above is sized for 512-byte offsets
-        }
-        let cache = SubBuffers::default();
-        let waits = Cell::new(0);
-        for i in 0..SUB_BUFFERS_PER_SEGMENT {
-            assert_eq!(get(&cache, &parent, (i * 512, 512), &waits, true), Ok(512));
-        }
         // One allocation past the full cache (its `Live` slot), first used by two threads at
         // once: both pass the cache lookup and wait (the barrier holds each in its wait until
         // the other is there too), then make their sub-buffer in turn.

@@ -92,13 +92,7 @@ impl ModuleOps<Self> for Xpu {
         bias: Option<FloatTensor<Self>>,
         options: DeformConvOptions<2>,
     ) -> FloatTensor<Self> {
-        let input = DeformInput {
-            x: &x,
-            offset: &offset,
-            weight: &weight,
-            mask: mask.as_ref(),
-            bias: bias.as_ref(),
-        };
+        let input = DeformInput::new(&x, &offset, &weight, mask.as_ref(), bias.as_ref());
         or_panic(nn::deform_conv2d(input, deform_params(&options)))
     }
 
@@ -111,13 +105,7 @@ impl ModuleOps<Self> for Xpu {
         output_grad: FloatTensor<Self>,
         options: DeformConvOptions<2>,
     ) -> DeformConv2dBackward<Self> {
-        let input = DeformInput {
-            x: &x,
-            offset: &offset,
-            weight: &weight,
-            mask: mask.as_ref(),
-            bias: bias.as_ref(),
-        };
+        let input = DeformInput::new(&x, &offset, &weight, mask.as_ref(), bias.as_ref());
         let (x_grad, offset_grad, weight_grad, mask_grad, bias_grad) = or_panic(
             nn::deform_conv2d_backward(input, &output_grad, deform_params(&options)),
         );

@@ -111,6 +111,25 @@ pub struct DeformInput<'a> {
     pub bias: Option<&'a XpuTensor>,
 }
 
+impl<'a> DeformInput<'a> {
+    /// The operands of one deformable convolution, in burn's argument order.
+    pub fn new(
+        x: &'a XpuTensor,
+        offset: &'a XpuTensor,
+        weight: &'a XpuTensor,
+        mask: Option<&'a XpuTensor>,
+        bias: Option<&'a XpuTensor>,
+    ) -> Self {
+        Self {
+            x,
+            offset,
+            weight,
+            mask,
+            bias,
+        }
+    }
+}
+
 /// The gradients of [`deform_conv2d_backward`]: input, offset, weight, mask (when a mask was
 /// given), bias (when a bias was given).
 pub type DeformGrads = (
