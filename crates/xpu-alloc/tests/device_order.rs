@@ -8,8 +8,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use xpu_alloc::{
-    AllocConfig, AllocError, BufferSource, DataPtr, DeviceAllocator, DeviceCore, SegmentSource,
-    SourceError, SourceSegment,
+    AllocConfig, AllocError, BufferSource, DataPtr, DeviceAllocator, DeviceCore, HookedSource,
+    SegmentSource, SourceError, SourceHooks,
 };
 use xpu_event::Event;
 use xpu_event::Gate;
@@ -216,32 +216,15 @@ fn buffer_source_reports_a_size_above_the_max_allocation_as_too_large() {
     );
 }
 
-/// A source that claims a larger max allocation than the device's.
-struct Claims(BufferSource);
+/// Hooks on device 0's buffers that claim a larger max allocation than the device's.
+struct Claims;
 
-impl SegmentSource for Claims {
-    type Memory = xpu_alloc::SegmentMemory;
-
-    fn device(&self) -> usize {
-        self.0.device()
+impl SourceHooks<BufferSource> for Claims {
+    fn total_memory(&self, inner: &BufferSource) -> u64 {
+        inner.total_memory().max(inner.max_alloc_size() * 4)
     }
-    fn name(&self) -> String {
-        self.0.name()
-    }
-    fn total_memory(&self) -> u64 {
-        self.0.total_memory().max(self.0.max_alloc_size() * 4)
-    }
-    fn max_alloc_size(&self) -> u64 {
-        self.0.max_alloc_size() * 2
-    }
-    fn base_addr_align(&self) -> u64 {
-        self.0.base_addr_align()
-    }
-    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
-        self.0.allocate(size)
-    }
-    fn free(&self, segment: SourceSegment) {
-        self.0.free(segment);
+    fn max_alloc_size(&self, inner: &BufferSource) -> u64 {
+        inner.max_alloc_size() * 2
     }
 }
 
@@ -252,7 +235,7 @@ fn a_request_the_driver_can_never_serve_is_too_large_without_retries() {
     }
     let max = BufferSource::new(0).unwrap().max_alloc_size();
     let core = DeviceCore::new(
-        Box::new(Claims(BufferSource::new(0).unwrap())),
+        Box::new(HookedSource::new(BufferSource::new(0).unwrap(), Claims)),
         AllocConfig::default(),
     );
     let s = fresh_stream(0);

@@ -10,41 +10,22 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use xpu_alloc::{BufferSource, MemPool, SegmentMemory, SegmentSource, SourceError, SourceSegment};
+use xpu_alloc::{BufferSource, HookedSource, MemPool, SegmentSource, SourceHooks};
 
 use common::{device_stream, MIB};
 
-/// Device 0's buffers; the first `max_alloc_size` query sets `max_split_size_mb:64`.
+/// Hooks on device 0's buffers: the first `max_alloc_size` query sets
+/// `max_split_size_mb:64`.
 struct ChangesConfig {
-    inner: BufferSource,
     changed: AtomicBool,
 }
 
-impl SegmentSource for ChangesConfig {
-    type Memory = SegmentMemory;
-    fn device(&self) -> usize {
-        self.inner.device()
-    }
-    fn name(&self) -> String {
-        self.inner.name()
-    }
-    fn total_memory(&self) -> u64 {
-        self.inner.total_memory()
-    }
-    fn max_alloc_size(&self) -> u64 {
+impl SourceHooks<BufferSource> for ChangesConfig {
+    fn max_alloc_size(&self, inner: &BufferSource) -> u64 {
         if !self.changed.swap(true, Ordering::SeqCst) {
             xpu_alloc::set_config("max_split_size_mb:64").unwrap();
         }
-        self.inner.max_alloc_size()
-    }
-    fn base_addr_align(&self) -> u64 {
-        self.inner.base_addr_align()
-    }
-    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
-        self.inner.allocate(size)
-    }
-    fn free(&self, segment: SourceSegment) {
-        self.inner.free(segment);
+        inner.max_alloc_size()
     }
 }
 
@@ -54,10 +35,12 @@ fn a_pool_created_during_a_config_change_gets_the_new_config() {
         return;
     };
     xpu_alloc::set_config("").unwrap();
-    let source = ChangesConfig {
-        inner: BufferSource::new(0).unwrap(),
-        changed: AtomicBool::new(false),
-    };
+    let source = HookedSource::new(
+        BufferSource::new(0).unwrap(),
+        ChangesConfig {
+            changed: AtomicBool::new(false),
+        },
+    );
     let pool = MemPool::with_source(0, source).unwrap();
     let max_split = i64::try_from(64 * MIB).unwrap();
     assert_eq!(

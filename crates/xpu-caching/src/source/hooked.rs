@@ -1,10 +1,13 @@
-//! A pass-through source adaptor: another source, with hooks around its allocate and free.
+//! A pass-through source adaptor: another source, with hooks around its allocate and free
+//! and its size queries.
 
 use super::{SegmentSource, SourceError, SourceSegment};
 
 /// What a [`HookedSource`] runs in place of its inner source's
-/// [`SegmentSource::allocate`] and [`SegmentSource::free`]; each default forwards the call
-/// unchanged, so an implementation overrides only the calls it observes.
+/// [`SegmentSource::allocate`] and [`SegmentSource::free`], and of its size queries
+/// [`SegmentSource::total_memory`] and [`SegmentSource::max_alloc_size`]; each default
+/// forwards the call unchanged, so an implementation overrides only the calls it observes or
+/// adjusts.
 ///
 /// A hook keeps the [`SegmentSource`] contract of the inner source: every segment it returns
 /// from `allocate` comes from `inner.allocate`, and `free` passes each segment back to
@@ -19,8 +22,23 @@ use super::{SegmentSource, SourceError, SourceSegment};
 /// released (`empty_cache`, the OOM path, and the release policies, oversize releases or
 /// garbage collection during an allocation: the segments are taken out of the stream's
 /// cache under its lock and freed once it is released). Either may allocate, free or empty
-/// the cache through the allocator that owns the source, on any stream.
+/// the cache through the allocator that owns the source, on any stream. The size queries
+/// run where the allocator asks its source (`max_alloc_size` once, when an allocator or a
+/// pool is built on the source; `total_memory` for the memory fraction, `mem_get_info`
+/// and the out-of-memory report), also under no allocator lock.
 pub trait SourceHooks<S: SegmentSource>: Send + Sync + 'static {
+    /// The device's memory in bytes that the source reports (the default:
+    /// `inner.total_memory()`).
+    fn total_memory(&self, inner: &S) -> u64 {
+        inner.total_memory()
+    }
+
+    /// The largest segment in bytes that the source reports it can allocate (the default:
+    /// `inner.max_alloc_size()`).
+    fn max_alloc_size(&self, inner: &S) -> u64 {
+        inner.max_alloc_size()
+    }
+
     /// Allocates a segment of exactly `size` bytes from `inner` (the default:
     /// `inner.allocate(size)`).
     ///
@@ -37,12 +55,14 @@ pub trait SourceHooks<S: SegmentSource>: Send + Sync + 'static {
 }
 
 /// A segment source that forwards every call to an inner source `S`, running the hooks `H`
-/// ([`SourceHooks`]) for `allocate` and `free`: a way to observe or adjust the segments a
-/// source hands out (count them, log them, read the allocator's statistics at each
-/// segment call) without writing a whole source, in the spirit of rmm's resource adaptors
-/// (`callback_memory_resource`, `tracking_resource_adaptor`). The descriptive methods
-/// (device, name, sizes, [`SegmentSource::free_memory`],
-/// [`SegmentSource::free_needs_sync`]) are the inner source's.
+/// ([`SourceHooks`]) for `allocate`, `free` and the size queries (`total_memory`,
+/// `max_alloc_size`): a way to observe or adjust the segments a source hands out (count
+/// them, log them, read the allocator's statistics at each segment call) or the sizes it
+/// reports without writing a whole source, in the spirit of rmm's resource adaptors
+/// (`callback_memory_resource`, `tracking_resource_adaptor`). The other descriptive
+/// methods (device, name, [`SegmentSource::base_addr_align`],
+/// [`SegmentSource::free_memory`], [`SegmentSource::free_needs_sync`]) are the inner
+/// source's.
 ///
 /// To keep a handle on the hooks' state while an allocator owns the source, share the
 /// adaptor itself (`Arc<HookedSource<S, H>>` is a source) and read it through
@@ -82,10 +102,10 @@ impl<S: SegmentSource, H: SourceHooks<S>> SegmentSource for HookedSource<S, H> {
         self.inner.name()
     }
     fn total_memory(&self) -> u64 {
-        self.inner.total_memory()
+        self.hooks.total_memory(&self.inner)
     }
     fn max_alloc_size(&self) -> u64 {
-        self.inner.max_alloc_size()
+        self.hooks.max_alloc_size(&self.inner)
     }
     fn base_addr_align(&self) -> u64 {
         self.inner.base_addr_align()

@@ -4,7 +4,7 @@
 //! what backs a segment is the source's [`SegmentSource::Memory`]. Implementations:
 //! [`SimulatedSource`] (a capacity and fake addresses, or a recording's addresses for a
 //! replay, with fault injection; the simulated backend), and the OpenCL buffer source of `xpu-alloc`; [`HookedSource`] wraps another
-//! source and runs [`SourceHooks`] around its allocate and free.
+//! source and runs [`SourceHooks`] around its allocate and free and its size queries.
 
 mod hooked;
 mod simulated;

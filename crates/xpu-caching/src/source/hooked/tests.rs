@@ -262,3 +262,44 @@ fn default_hooks_forward_allocate_and_free_unchanged() {
     let held = source.inner().counters();
     assert_eq!((held.used, held.live_segments), (0, 0));
 }
+
+/// Reports half the inner source's largest segment and a total of 100 MiB.
+struct Sizes;
+impl SourceHooks<SimulatedSource> for Sizes {
+    fn total_memory(&self, _inner: &SimulatedSource) -> u64 {
+        100 << 20
+    }
+    fn max_alloc_size(&self, inner: &SimulatedSource) -> u64 {
+        inner.max_alloc_size() / 2
+    }
+}
+
+#[test]
+fn the_allocator_sees_the_sizes_a_hook_reports() {
+    let (source, cache, stream) = cache_over(256 << 20, Sizes);
+    assert_eq!(source.max_alloc_size(), 32 << 20);
+    assert_eq!(
+        cache.mem_get_info().1,
+        100 << 20,
+        "the total the hook reports"
+    );
+    let err = cache.allocate(48 << 20, &stream).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CacheError::TooLarge {
+                requested,
+                max,
+                ..
+            } if requested == 48 << 20 && max == 32 << 20
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        source.inner().counters().used,
+        0,
+        "refused without asking the inner source"
+    );
+    let block = cache.allocate(32 << 20, &stream).unwrap();
+    assert!(block.is_some());
+}
