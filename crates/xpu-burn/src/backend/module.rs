@@ -46,6 +46,26 @@ macro_rules! conv_op {
     };
 }
 
+/// A deformable-convolution method of [`ModuleOps`]: burn passes its input as five tensors
+/// (`x`, `offset`, `weight` and the optional `mask` and `bias`) ahead of the method's own
+/// arguments; [`nn`]'s kernels take them as one [`DeformInput`], which the body gets as
+/// `$input`.
+macro_rules! deform_op {
+    ($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty, |$input:ident| $body:expr) => {
+        fn $name(
+            x: FloatTensor<Self>,
+            offset: FloatTensor<Self>,
+            weight: FloatTensor<Self>,
+            mask: Option<FloatTensor<Self>>,
+            bias: Option<FloatTensor<Self>>,
+            $($arg: $ty,)*
+        ) -> $ret {
+            let $input = DeformInput::new(&x, &offset, &weight, mask.as_ref(), bias.as_ref());
+            $body
+        }
+    };
+}
+
 fn deform_params(o: &DeformConvOptions<2>) -> DeformParams {
     DeformParams {
         stride: o.stride,
@@ -70,6 +90,38 @@ fn pool2d(
     }
 }
 
+/// A 2-D pooling method of [`ModuleOps`]: burn passes the window as `kernel_size`, `stride`,
+/// `padding` and, for max pooling (`dilation;` in the call), `dilation` arrays, after the
+/// method's input tensors `$x` and before its other arguments; [`nn`]'s kernels take the
+/// window as one [`Pool2d`], which the body gets as `$window` (average pooling: dilation 1).
+macro_rules! pool_op {
+    ($name:ident($($x:ident),+; dilation; $($arg:ident: $ty:ty),*) -> $ret:ty, |$window:ident| $body:expr) => {
+        fn $name(
+            $($x: FloatTensor<Self>,)+
+            kernel_size: [usize; 2],
+            stride: [usize; 2],
+            padding: [usize; 2],
+            dilation: [usize; 2],
+            $($arg: $ty,)*
+        ) -> $ret {
+            let $window = pool2d(kernel_size, stride, padding, dilation);
+            $body
+        }
+    };
+    ($name:ident($($x:ident),+; $($arg:ident: $ty:ty),*) -> $ret:ty, |$window:ident| $body:expr) => {
+        fn $name(
+            $($x: FloatTensor<Self>,)+
+            kernel_size: [usize; 2],
+            stride: [usize; 2],
+            padding: [usize; 2],
+            $($arg: $ty,)*
+        ) -> $ret {
+            let $window = pool2d(kernel_size, stride, padding, [1, 1]);
+            $body
+        }
+    };
+}
+
 fn mode(o: &InterpolateOptions) -> Interpolation {
     match o.mode {
         InterpolateMode::Nearest => Interpolation::Nearest,
@@ -84,61 +136,27 @@ impl ModuleOps<Self> for Xpu {
     conv_op!(conv_transpose2d, ConvTransposeOptions<2>);
     conv_op!(conv_transpose3d, ConvTransposeOptions<3>);
 
-    fn deform_conv2d(
-        x: FloatTensor<Self>,
-        offset: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        mask: Option<FloatTensor<Self>>,
-        bias: Option<FloatTensor<Self>>,
-        options: DeformConvOptions<2>,
-    ) -> FloatTensor<Self> {
-        let input = DeformInput::new(&x, &offset, &weight, mask.as_ref(), bias.as_ref());
+    deform_op!(deform_conv2d(options: DeformConvOptions<2>) -> FloatTensor<Self>, |input| {
         or_panic(nn::deform_conv2d(input, deform_params(&options)))
-    }
+    });
 
-    fn deform_conv2d_backward(
-        x: FloatTensor<Self>,
-        offset: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        mask: Option<FloatTensor<Self>>,
-        bias: Option<FloatTensor<Self>>,
+    deform_op!(deform_conv2d_backward(
         output_grad: FloatTensor<Self>,
-        options: DeformConvOptions<2>,
-    ) -> DeformConv2dBackward<Self> {
-        let input = DeformInput::new(&x, &offset, &weight, mask.as_ref(), bias.as_ref());
+        options: DeformConvOptions<2>
+    ) -> DeformConv2dBackward<Self>, |input| {
         let (x_grad, offset_grad, weight_grad, mask_grad, bias_grad) = or_panic(
             nn::deform_conv2d_backward(input, &output_grad, deform_params(&options)),
         );
         DeformConv2dBackward::new(x_grad, offset_grad, weight_grad, mask_grad, bias_grad)
-    }
+    });
 
-    fn avg_pool2d(
-        x: FloatTensor<Self>,
-        kernel_size: [usize; 2],
-        stride: [usize; 2],
-        padding: [usize; 2],
-        count_include_pad: bool,
-    ) -> FloatTensor<Self> {
-        let window = pool2d(kernel_size, stride, padding, [1, 1]);
+    pool_op!(avg_pool2d(x; count_include_pad: bool) -> FloatTensor<Self>, |window| {
         or_panic(nn::avg_pool2d(&x, window, count_include_pad))
-    }
+    });
 
-    fn avg_pool2d_backward(
-        x: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        kernel_size: [usize; 2],
-        stride: [usize; 2],
-        padding: [usize; 2],
-        count_include_pad: bool,
-    ) -> FloatTensor<Self> {
-        let window = pool2d(kernel_size, stride, padding, [1, 1]);
-        or_panic(nn::avg_pool2d_backward(
-            &x,
-            &grad,
-            window,
-            count_include_pad,
-        ))
-    }
+    pool_op!(avg_pool2d_backward(x, grad; count_include_pad: bool) -> FloatTensor<Self>, |window| {
+        or_panic(nn::avg_pool2d_backward(&x, &grad, window, count_include_pad))
+    });
 
     fn adaptive_avg_pool2d(x: FloatTensor<Self>, output_size: [usize; 2]) -> FloatTensor<Self> {
         or_panic(nn::adaptive_avg_pool2d(&x, output_size))
@@ -151,45 +169,28 @@ impl ModuleOps<Self> for Xpu {
         or_panic(nn::adaptive_avg_pool2d_backward(&x, &grad))
     }
 
-    fn max_pool2d(
-        x: FloatTensor<Self>,
-        kernel_size: [usize; 2],
-        stride: [usize; 2],
-        padding: [usize; 2],
-        dilation: [usize; 2],
-    ) -> FloatTensor<Self> {
-        Self::max_pool2d_with_indices(x, kernel_size, stride, padding, dilation).output
-    }
+    pool_op!(max_pool2d(x; dilation;) -> FloatTensor<Self>, |window| {
+        or_panic(nn::max_pool2d_with_indices(&x, window)).0
+    });
 
-    fn max_pool2d_with_indices(
-        x: FloatTensor<Self>,
-        kernel_size: [usize; 2],
-        stride: [usize; 2],
-        padding: [usize; 2],
-        dilation: [usize; 2],
-    ) -> MaxPool2dWithIndices<Self> {
-        let window = pool2d(kernel_size, stride, padding, dilation);
+    pool_op!(max_pool2d_with_indices(x; dilation;) -> MaxPool2dWithIndices<Self>, |window| {
         let (output, indices) = or_panic(nn::max_pool2d_with_indices(&x, window));
         MaxPool2dWithIndices::new(output, indices)
-    }
+    });
 
-    fn max_pool2d_with_indices_backward(
-        x: FloatTensor<Self>,
-        kernel_size: [usize; 2],
-        stride: [usize; 2],
-        padding: [usize; 2],
-        dilation: [usize; 2],
+    pool_op!(max_pool2d_with_indices_backward(
+        x;
+        dilation;
         output_grad: FloatTensor<Self>,
-        indices: IntTensor<Self>,
-    ) -> MaxPool2dBackward<Self> {
-        let window = pool2d(kernel_size, stride, padding, dilation);
+        indices: IntTensor<Self>
+    ) -> MaxPool2dBackward<Self>, |window| {
         MaxPool2dBackward::new(or_panic(nn::max_pool2d_with_indices_backward(
             &x,
             window,
             &output_grad,
             &indices,
         )))
-    }
+    });
 
     fn interpolate(
         x: FloatTensor<Self>,
