@@ -380,15 +380,10 @@ impl From<DeviceError> for BlockArgError {
     }
 }
 
-impl BlockArgError {
+xpu_device::impl_is_bad_fork! {
     /// True when the error it wraps is a bad fork ([`AllocError::is_bad_fork`],
     /// [`DeviceError::is_bad_fork`]; see `xpu_device::fork`).
-    pub fn is_bad_fork(&self) -> bool {
-        match self {
-            BlockArgError::Alloc(e) => e.is_bad_fork(),
-            BlockArgError::Device(e) => e.is_bad_fork(),
-        }
-    }
+    BlockArgError { wraps: Alloc, Device; }
 }
 
 fn to_usize(v: u64) -> Result<usize, AllocError> {

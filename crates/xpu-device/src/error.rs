@@ -387,6 +387,54 @@ impl fmt::Display for KernelArgProblem {
 /// Result alias of the device layer.
 pub type Result<T, E = DeviceError> = std::result::Result<T, E>;
 
+/// Implements a layer error's `is_bad_fork` from a table: the error's own bad-fork variant
+/// (`own:`, a unit variant, if it has one) is a bad fork, a variant wrapping a lower-layer
+/// error (`wraps:`, tuple variants of one field) is one when that error's own
+/// `is_bad_fork` says so, and every other variant is none. The doc comments given before
+/// the error's name are the method's. The errors whose bad fork hides in a struct variant or
+/// needs a downcast write the method out instead.
+///
+/// ```
+/// # use xpu_device::DeviceError;
+/// #[derive(Debug, thiserror::Error)]
+/// enum MyError {
+///     #[error("bad fork")]
+///     BadFork,
+///     #[error(transparent)]
+///     Device(#[from] DeviceError),
+///     #[error("something else")]
+///     Other,
+/// }
+/// xpu_device::impl_is_bad_fork! {
+///     /// True for a bad fork: this layer's or the device layer's.
+///     MyError { own: BadFork; wraps: Device; }
+/// }
+///
+/// assert!(MyError::BadFork.is_bad_fork());
+/// assert!(MyError::Device(DeviceError::BadFork).is_bad_fork());
+/// assert!(!MyError::Device(DeviceError::InvalidArgument("x".into())).is_bad_fork());
+/// assert!(!MyError::Other.is_bad_fork());
+/// ```
+#[macro_export]
+macro_rules! impl_is_bad_fork {
+    (
+        $(#[$doc:meta])*
+        $error:ident { $(own: $own:ident;)? $(wraps: $($wrap:ident),+ $(,)?;)? }
+    ) => {
+        impl $error {
+            $(#[$doc])*
+            pub fn is_bad_fork(&self) -> bool {
+                #[allow(unreachable_patterns)] // a table whose variants are all listed
+                match self {
+                    $($error::$own => true,)?
+                    $($($error::$wrap(e) => e.is_bad_fork(),)+)?
+                    _ => false,
+                }
+            }
+        }
+    };
+}
+
 /// Implements `From<Lower>` for an error that wraps only the error of the layer it calls
 /// directly (`Via`), for errors of the layers below that one: `?` on a `Lower` then gives
 /// `Outer::Variant(Via::from(e))`, the variant of `Via` that `Via`'s own `From<Lower>` picks.

@@ -84,15 +84,9 @@ pub enum EventError {
 
 xpu_device::impl_from_via!(EventError::Device(DeviceError) <- ClError);
 
-impl EventError {
+xpu_device::impl_is_bad_fork! {
     /// True for a bad fork (see `xpu_device::fork`): [`EventError::BadFork`], or a `BadFork`
     /// of the stream or device layer this error wraps ([`StreamError::is_bad_fork`],
     /// [`DeviceError::is_bad_fork`]).
-    pub fn is_bad_fork(&self) -> bool {
-        match self {
-            EventError::Stream(e) => e.is_bad_fork(),
-            EventError::Device(e) => e.is_bad_fork(),
-            e => matches!(e, EventError::BadFork),
-        }
-    }
+    EventError { own: BadFork; wraps: Stream, Device; }
 }

@@ -270,16 +270,10 @@ xpu_device::impl_from_via!(
     GraphError::Kernel(KernelError) <- MemoryError, AllocError, StreamError, DeviceError
 );
 
-impl GraphError {
+xpu_device::impl_is_bad_fork! {
     /// True for a bad fork (see `xpu_device::fork`): [`GraphError::BadFork`], or a `BadFork`
     /// in the [`KernelError`] this error wraps, asked through its own `is_bad_fork`.
-    pub fn is_bad_fork(&self) -> bool {
-        match self {
-            GraphError::BadFork => true,
-            GraphError::Kernel(e) => e.is_bad_fork(),
-            _ => false,
-        }
-    }
+    GraphError { own: BadFork; wraps: Kernel; }
 }
 
 mod sealed {

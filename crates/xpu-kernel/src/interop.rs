@@ -143,20 +143,12 @@ pub enum InteropError {
 
 xpu_device::impl_from_via!(InteropError::Stream(xpu_stream::StreamError) <- xpu_device::ClError);
 
-impl InteropError {
+xpu_device::impl_is_bad_fork! {
     /// True for a bad fork (see `xpu_device::fork`): a `BadFork` of the allocator, stream or
     /// event layer this error wraps (in a bad fork child, [`ForeignCall::call`] and
     /// [`clblast_sgemm`] fail with the stream's `BadFork`), asked through that error's own
     /// `is_bad_fork`. A foreign library's own failure is never one.
-    pub fn is_bad_fork(&self) -> bool {
-        match self {
-            InteropError::Block(e) => e.is_bad_fork(),
-            InteropError::Alloc(e) => e.is_bad_fork(),
-            InteropError::Stream(e) => e.is_bad_fork(),
-            InteropError::Event(e) => e.is_bad_fork(),
-            _ => false,
-        }
-    }
+    InteropError { wraps: Block, Alloc, Stream, Event; }
 }
 
 /// A typed region of one allocation for a foreign OpenCL library: the `cl_mem` of exactly the

@@ -155,17 +155,11 @@ pub enum MemoryError {
     Host(#[from] HostError),
 }
 
-impl MemoryError {
+xpu_device::impl_is_bad_fork! {
     /// True for a bad fork (see `xpu_device::fork`): the `BadFork` of the allocator or the
     /// pinned-host layer this error wraps (typed-memory entry points return
     /// `Alloc(AllocError::BadFork)` in a bad fork child).
-    pub fn is_bad_fork(&self) -> bool {
-        match self {
-            MemoryError::Alloc(e) => e.is_bad_fork(),
-            MemoryError::Host(e) => e.is_bad_fork(),
-            _ => false,
-        }
-    }
+    MemoryError { wraps: Alloc, Host; }
 }
 
 fn byte_len<T>(len: usize) -> Result<usize, MemoryError> {

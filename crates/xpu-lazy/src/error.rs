@@ -36,13 +36,11 @@ pub enum LazyError {
     UnknownBackend(String),
 }
 
-impl LazyError {
+xpu_device::impl_is_bad_fork! {
     /// True for [`LazyError::BadFork`] (see `xpu_device::fork`), which every entry point of
     /// this crate returns in a bad fork child before running an init routine or a queued
     /// call: the boxed errors of [`LazyError::InitFailed`] and
     /// [`LazyError::QueuedCallFailed`] are failures of a routine that ran, so never a bad
     /// fork.
-    pub fn is_bad_fork(&self) -> bool {
-        matches!(self, LazyError::BadFork)
-    }
+    LazyError { own: BadFork; }
 }

@@ -94,17 +94,11 @@ pub enum StreamError {
     },
 }
 
-impl StreamError {
+xpu_device::impl_is_bad_fork! {
     /// True for a bad fork (see `xpu_device::fork`): [`StreamError::BadFork`], or a
     /// device-layer `BadFork` in [`StreamError::Device`] (which `From` turns into
     /// `StreamError::BadFork`, but the variant can hold one).
-    pub fn is_bad_fork(&self) -> bool {
-        match self {
-            StreamError::BadFork => true,
-            StreamError::Device(e) => e.is_bad_fork(),
-            _ => false,
-        }
-    }
+    StreamError { own: BadFork; wraps: Device; }
 }
 
 impl From<DeviceError> for StreamError {
