@@ -131,6 +131,27 @@ fn assert_filled_k(out: &DataPtr, s: &Stream, n: usize) {
     assert_eq!(read_u32(out, s, n), want);
 }
 
+/// The sub-buffers live in the process (`xpu_device::live_objects`).
+fn sub_buffers() -> usize {
+    xpu_device::live_objects().sub_buffers
+}
+
+/// Asserts that `expected` sub-buffers are live in the process, saying `why` otherwise.
+fn assert_sub_buffers(expected: usize, why: &str) {
+    assert_eq!(sub_buffers(), expected, "{why}");
+}
+
+/// The scene of the sub-buffer tests: an allocator and a stream of device 0, `fill_k`, the
+/// number of live sub-buffers before the block, and a block of 64 u32s (which has no
+/// sub-buffer until its first use); `None` (the test is skipped) without a device.
+fn fill_k_block() -> Option<(DeviceAllocator, Stream, Function, usize, DataPtr)> {
+    let (alloc, s) = allocator_and_stream()?;
+    let f = saxpy_program(0).function("fill_k").unwrap();
+    let before = sub_buffers();
+    let out = alloc.allocate(64 * 4, &s).unwrap();
+    Some((alloc, s, f, before, out))
+}
+
 #[test]
 fn saxpy_on_allocator_blocks_takes_one_argument_per_block() {
     let Some((alloc, s)) = allocator_and_stream() else {
@@ -539,45 +560,35 @@ fn a_block_used_on_another_stream_is_reused_only_after_the_launch() {
 
 #[test]
 fn a_block_gets_one_sub_buffer_kept_with_its_segment_until_empty_cache() {
-    let Some((alloc, s)) = allocator_and_stream() else {
+    let Some((alloc, s, f, before, out)) = fill_k_block() else {
         return;
     };
-    let f = saxpy_program(0).function("fill_k").unwrap();
-    let before = xpu_device::live_objects().sub_buffers;
-    let out = alloc.allocate(64 * 4, &s).unwrap();
     for _ in 0..3 {
         launch_fill_k(&s, &f, &out, 64);
     }
     s.synchronize().unwrap();
-    assert_eq!(
-        xpu_device::live_objects().sub_buffers,
+    assert_sub_buffers(
         before + 1,
-        "one sub-buffer for three launches; idle pooled kernels hold none"
+        "one sub-buffer for three launches; idle pooled kernels hold none",
     );
     assert_filled_k(&out, &s, 64);
     let addr = out.address();
     drop(out);
-    assert_eq!(
-        xpu_device::live_objects().sub_buffers,
+    assert_sub_buffers(
         before + 1,
-        "the segment keeps the sub-buffer for the next block at the same bytes"
+        "the segment keeps the sub-buffer for the next block at the same bytes",
     );
     let again = alloc.allocate(64 * 4, &s).unwrap();
     assert_eq!(again.address(), addr, "the cached block is reused");
     launch_fill_k(&s, &f, &again, 64);
     s.synchronize().unwrap();
-    assert_eq!(
-        xpu_device::live_objects().sub_buffers,
-        before + 1,
-        "the reused block's launch made no sub-buffer"
-    );
+    assert_sub_buffers(before + 1, "the reused block's launch made no sub-buffer");
     assert_filled_k(&again, &s, 64);
     drop(again);
     alloc.empty_cache();
-    assert_eq!(
-        xpu_device::live_objects().sub_buffers,
+    assert_sub_buffers(
         before,
-        "returning the segment to the driver released its sub-buffer"
+        "returning the segment to the driver released its sub-buffer",
     );
 }
 
@@ -587,25 +598,20 @@ fn a_block_gets_one_sub_buffer_kept_with_its_segment_until_empty_cache() {
 /// shared a queue (`shared_stream_threads.rs`).
 #[test]
 fn copies_go_through_the_sub_buffer_kernels_get_never_the_segment_buffer() {
-    let Some((alloc, s)) = allocator_and_stream() else {
+    let Some((_alloc, s, f, before, out)) = fill_k_block() else {
         return;
     };
-    let f = saxpy_program(0).function("fill_k").unwrap();
-    let before = xpu_device::live_objects().sub_buffers;
-    let out = alloc.allocate(64 * 4, &s).unwrap();
     out.view().unwrap().fill(&s, &[0; 4], 0, 64 * 4).unwrap();
     s.synchronize().unwrap();
-    assert_eq!(
-        xpu_device::live_objects().sub_buffers,
+    assert_sub_buffers(
         before + 1,
-        "a fill of the block went through its own sub-buffer"
+        "a fill of the block went through its own sub-buffer",
     );
     launch_fill_k(&s, &f, &out, 64);
     assert_filled_k(&out, &s, 64);
-    assert_eq!(
-        xpu_device::live_objects().sub_buffers,
+    assert_sub_buffers(
         before + 1,
-        "the launch and the read used the fill's sub-buffer"
+        "the launch and the read used the fill's sub-buffer",
     );
 }
 
@@ -618,7 +624,7 @@ fn a_full_segment_cache_keeps_its_sub_buffers_and_an_uncached_one_lives_with_its
     let Some((alloc, s)) = allocator_and_stream() else {
         return;
     };
-    let before = xpu_device::live_objects().sub_buffers;
+    let before = sub_buffers();
     let cap = xpu_alloc::SUB_BUFFERS_PER_SEGMENT;
     // One small segment, a distinct (offset, size) per allocation: 4, 8, ... bytes.
     for k in 1..=cap {
@@ -626,10 +632,9 @@ fn a_full_segment_cache_keeps_its_sub_buffers_and_an_uncached_one_lives_with_its
         p.view().unwrap().fill(&s, &[0; 4], 0, 4 * k).unwrap();
     }
     s.synchronize().unwrap();
-    assert_eq!(
-        xpu_device::live_objects().sub_buffers,
+    assert_sub_buffers(
         before + cap,
-        "the segment caches one sub-buffer per (offset, size), up to its capacity"
+        "the segment caches one sub-buffer per (offset, size), up to its capacity",
     );
     let past = alloc.allocate(4 * (cap as u64 + 1), &s).unwrap();
     past.view()
@@ -637,19 +642,17 @@ fn a_full_segment_cache_keeps_its_sub_buffers_and_an_uncached_one_lives_with_its
         .fill(&s, &[0; 4], 0, 4 * (cap + 1))
         .unwrap();
     s.synchronize().unwrap();
-    assert_eq!(
-        xpu_device::live_objects().sub_buffers,
+    assert_sub_buffers(
         before + cap + 1,
-        "a full cache releases none of its sub-buffers for a new one"
+        "a full cache releases none of its sub-buffers for a new one",
     );
     drop(past);
-    assert_eq!(
-        xpu_device::live_objects().sub_buffers,
+    assert_sub_buffers(
         before + cap,
-        "the uncached sub-buffer went with its allocation"
+        "the uncached sub-buffer went with its allocation",
     );
     alloc.empty_cache();
-    assert_eq!(xpu_device::live_objects().sub_buffers, before);
+    assert_eq!(sub_buffers(), before);
 }
 
 /// A kernel of twelve parameters of every kind: it writes its ten non-pointer arguments to
