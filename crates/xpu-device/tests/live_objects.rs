@@ -17,10 +17,7 @@ fn every_live_object_count_returns_to_its_baseline() {
 
     // 10,000 launches whose events are dropped at once.
     let q = common::queue(dev);
-    let (program, mut kernel) = common::scale_index(dev);
-    let out = Buffer::new(ctx, 64 * 4, MemFlags::default()).unwrap();
-    kernel.set_arg_buffer(0, &out).unwrap();
-    kernel.set_arg(1, 2u32).unwrap();
+    let (program, kernel, out) = common::scale_index_into(dev, 64, 2);
     let during = live_objects();
     assert_eq!(
         during,

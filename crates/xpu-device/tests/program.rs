@@ -12,13 +12,10 @@ use xpu_device::{DeviceError, KernelArgProblem};
 
 #[test]
 fn kernel_from_source_writes_expected_values() {
-    let Some((dev, ctx, q)) = common::device0_queue() else {
+    let Some((dev, _, q)) = common::device0_queue() else {
         return;
     };
-    let (program, mut kernel) = common::scale_index(dev);
-    let out = Buffer::new(ctx, 256 * 4, MemFlags::default()).unwrap();
-    kernel.set_arg_buffer(0, &out).unwrap();
-    kernel.set_arg(1, 3u32).unwrap();
+    let (program, mut kernel, out) = common::scale_index_into(dev, 256, 3);
     // SAFETY: 256 work-items write out[0..256), the 1024-byte buffer; nothing borrows it.
     let ev = unsafe { q.enqueue_kernel(&kernel, &[256], None, &[]) }.unwrap();
     let values = common::read_u32s(&q, &out, 256); // in-order: after the kernel
@@ -171,10 +168,7 @@ fn a_buffer_dropped_after_set_arg_stays_alive_for_the_launch() {
     let Some((dev, ctx, q)) = common::device0_queue_in_child() else {
         return;
     };
-    let (_program, mut kernel) = common::scale_index(dev);
-    let out = Buffer::new(ctx, 1 << 20, MemFlags::default()).unwrap();
-    kernel.set_arg_buffer(0, &out).unwrap();
-    kernel.set_arg(1, 3u32).unwrap();
+    let (_program, mut kernel, out) = common::scale_index_into(dev, 1 << 18, 3);
     drop(out);
     // Churn the allocator so that freed memory would be reused.
     let others: Vec<Buffer> = (0..8)

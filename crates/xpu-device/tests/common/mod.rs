@@ -2,7 +2,9 @@
 //! gate that is always opened, even when a test fails while commands wait on it.
 #![allow(dead_code)]
 
-use xpu_device::backend::{Buffer, ClEvent, CommandQueue, Context, Kernel, Program, QueueOptions};
+use xpu_device::backend::{
+    Buffer, ClEvent, CommandQueue, Context, Kernel, MemFlags, Program, QueueOptions,
+};
 use xpu_device::Device;
 
 /// True when at least `need` devices exist. Otherwise prints a skip message naming the running
@@ -56,6 +58,16 @@ pub fn scale_index(dev: &Device) -> (Program, Kernel) {
     let program = Program::build(dev.context().unwrap(), dev.id(), SCALE).unwrap();
     let kernel = Kernel::new(&program, "scale_index").unwrap();
     (program, kernel)
+}
+
+/// [`scale_index`] with its arguments set: `out` a new buffer of `len` u32s in `dev`'s context
+/// (returned too), and `k`.
+pub fn scale_index_into(dev: &Device, len: usize, k: u32) -> (Program, Kernel, Buffer) {
+    let (program, mut kernel) = scale_index(dev);
+    let out = Buffer::new(dev.context().unwrap(), len * 4, MemFlags::default()).unwrap();
+    kernel.set_arg_buffer(0, &out).unwrap();
+    kernel.set_arg(1, k).unwrap();
+    (program, kernel, out)
 }
 
 /// An in-order queue with profiling on device `dev`.
