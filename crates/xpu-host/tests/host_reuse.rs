@@ -4,8 +4,8 @@
 mod host_common;
 
 use host_common::{
-    allocator, assert_reused_only_after_the_gate, device_buffer, gated_stream, pattern, read_back,
-    TestResult,
+    allocator, assert_reused_only_after_the_gate, device_buffer, gated_block, gated_stream,
+    pattern, read_back, TestResult,
 };
 use xpu_host::{HostBytes, HostCopy, HostError};
 use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
@@ -36,14 +36,12 @@ fn unrecorded_block_is_reused_at_once_within_its_size_class() -> Result<(), Host
 
 #[test]
 fn block_freed_during_gated_copy_waits_for_the_copy() -> TestResult {
-    let Some((alloc, stream, gate)) = gated_stream()? else {
+    let Some((alloc, stream, gate, mut a, a_addr)) = gated_block(4096)? else {
         return Ok(());
     };
     let dst = device_buffer(0, 4096)?;
-    let mut a = alloc.allocate_on(0, 4096)?;
     let want = pattern(5, 4096);
     a.copy_from_slice(&want);
-    let a_addr = a.address();
     stream.copy_pinned(&dst, 0, HostBytes::From(&a), 0, 4096)?;
     assert_eq!(a.recorded_streams(), vec![stream]);
     drop(a); // the copy still has to read it
@@ -81,12 +79,10 @@ fn block_freed_during_gated_copy_waits_for_the_copy() -> TestResult {
 
 #[test]
 fn block_freed_during_gated_read_waits_for_the_read() -> TestResult {
-    let Some((alloc, stream, gate)) = gated_stream()? else {
+    let Some((alloc, stream, gate, mut a, a_addr)) = gated_block(256)? else {
         return Ok(());
     };
     let src = device_buffer(0, 256)?;
-    let mut a = alloc.allocate_on(0, 256)?;
-    let a_addr = a.address();
     stream.copy_pinned(&src, 0, HostBytes::Into(&mut a), 0, 256)?;
     drop(a);
     assert_reused_only_after_the_gate(&alloc, &gate, &stream, 256, a_addr)
@@ -94,11 +90,9 @@ fn block_freed_during_gated_read_waits_for_the_read() -> TestResult {
 
 #[test]
 fn record_event_alone_defers_reuse() -> TestResult {
-    let Some((alloc, stream, gate)) = gated_stream()? else {
+    let Some((alloc, stream, gate, a, a_addr)) = gated_block(64)? else {
         return Ok(());
     };
-    let a = alloc.allocate_on(0, 64)?;
-    let a_addr = a.address();
     assert!(xpu_host::host_record_event(&a, &stream)?);
     assert!(a.record_stream(&stream)?); // recorded once per stream
     assert_eq!(a.recorded_streams().len(), 1);
@@ -108,13 +102,11 @@ fn record_event_alone_defers_reuse() -> TestResult {
 
 #[test]
 fn every_recorded_stream_must_finish() -> TestResult {
-    let Some((alloc, s2, gate)) = gated_stream()? else {
+    let Some((alloc, s2, gate, a, a_addr)) = gated_block(128)? else {
         return Ok(());
     };
     let s1 = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
     assert_ne!(s1, s2);
-    let a = alloc.allocate_on(0, 128)?;
-    let a_addr = a.address();
     a.record_stream(&s1)?;
     a.record_stream(&s2)?;
     drop(a);

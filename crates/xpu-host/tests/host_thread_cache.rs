@@ -7,7 +7,7 @@ mod host_common;
 
 use std::sync::mpsc;
 
-use host_common::{allocator, device_buffer, gated_stream, have_devices, test_name, TestResult};
+use host_common::{allocator, device_buffer, gated_block, have_devices, test_name, TestResult};
 use proptest::prelude::*;
 use xpu_device::backend::PinnedBytes;
 use xpu_host::{HostAllocator, HostMemoryStats, HostPtr};
@@ -57,11 +57,9 @@ fn same_size_pair_is_served_from_the_freeing_threads_cache() -> TestResult {
 
 #[test]
 fn block_with_a_recorded_use_skips_the_thread_cache_until_the_use_completes() -> TestResult {
-    let Some((alloc, stream, gate)) = gated_stream()? else {
+    let Some((alloc, stream, gate, a, a_addr)) = gated_block(4096)? else {
         return Ok(());
     };
-    let a = alloc.allocate_on(0, 4096)?;
-    let a_addr = a.address();
     assert!(a.record_stream(&stream)?);
     drop(a); // its use (work queued on the gated stream) is pending
     assert_pending_block_is_not_handed_out(&alloc, &gate, &stream, a_addr)
@@ -69,13 +67,11 @@ fn block_with_a_recorded_use_skips_the_thread_cache_until_the_use_completes() ->
 
 #[test]
 fn block_with_a_copy_in_flight_skips_the_thread_cache_until_the_copy_completes() -> TestResult {
-    let Some((alloc, stream, gate)) = gated_stream()? else {
+    let Some((alloc, stream, gate, mut a, a_addr)) = gated_block(4096)? else {
         return Ok(());
     };
     let dst = device_buffer(0, 4096)?;
-    let mut a = alloc.allocate_on(0, 4096)?;
     a.fill(9);
-    let a_addr = a.address();
     // A backend copy with no `record_stream`: tracked on the buffer only.
     let pinned = a.pinned().expect("a pinned buffer");
     drop(

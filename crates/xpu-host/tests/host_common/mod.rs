@@ -4,7 +4,7 @@
 use xpu_device::backend::{Buffer, MemFlags};
 
 use xpu_event::Gate;
-use xpu_host::{HostAllocator, HostError};
+use xpu_host::{HostAllocator, HostError, HostPtr};
 use xpu_stream::{get_stream_from_pool, Stream, PRIORITY_NORMAL};
 pub use xpu_testing::child::test_name;
 pub use xpu_testing::{have_devices, pattern};
@@ -51,6 +51,20 @@ pub fn gated_stream() -> TestResult<Option<(HostAllocator, Stream, Gate)>> {
     let gate = Gate::new(0)?;
     gate.block(&stream)?;
     Ok(Some((alloc, stream, gate)))
+}
+
+/// The scene of the tests of a block whose use is held back: [`gated_stream`], and a block of
+/// `size` bytes on device 0 with its address.
+#[allow(clippy::type_complexity)]
+pub fn gated_block(
+    size: usize,
+) -> TestResult<Option<(HostAllocator, Stream, Gate, HostPtr, usize)>> {
+    let Some((alloc, stream, gate)) = gated_stream()? else {
+        return Ok(None);
+    };
+    let block = alloc.allocate_on(0, size)?;
+    let addr = block.address();
+    Ok(Some((alloc, stream, gate, block, addr)))
 }
 
 /// `len` bytes of `buffer` from `offset`, read on `stream`'s queue (blocking, after the work
