@@ -47,7 +47,6 @@
 //!   argument of another context. The backend checks all of these itself, as the specification
 //!   requires, so every platform behaves the same.
 
-mod build_gate;
 mod callbacks;
 mod command_buffer;
 mod context;

@@ -59,16 +59,14 @@ impl Program {
         source: &str,
         options: &str,
     ) -> Result<Program> {
-        super::build_gate::build(|| {
-            let p = cl(
-                "clCreateProgramWithSource",
-                clp::create_program_with_source(context.as_raw(), &[source]),
-            )?;
-            super::live::created(super::live::Kind::Program);
-            let program = Program(p);
-            program.build_for(device, options)?;
-            Ok(program)
-        })
+        let p = cl(
+            "clCreateProgramWithSource",
+            clp::create_program_with_source(context.as_raw(), &[source]),
+        )?;
+        super::live::created(super::live::Kind::Program);
+        let program = Program(p);
+        program.build_for(device, options)?;
+        Ok(program)
     }
 
     /// A program from a binary that [`Program::binary`] returned for the same device and
@@ -100,19 +98,17 @@ impl Program {
         if binary.is_empty() {
             return Err(DeviceError::InvalidArgument("empty program binary".into()));
         }
-        super::build_gate::build(|| {
-            // SAFETY: `device` is a device of `context` (Context::new(device) made it for that
-            // device, and DeviceId values come from the platform's enumeration); the binary
-            // slice outlives the call, which copies it; the caller guarantees the bytes are a
-            // binary the driver produced for this device (this function's # Safety).
-            let p = cl("clCreateProgramWithBinary", unsafe {
-                clp::create_program_with_binary(context.as_raw(), &[device.as_raw()], &[binary])
-            })?;
-            super::live::created(super::live::Kind::Program);
-            let program = Program(p);
-            program.build_for(device, options)?;
-            Ok(program)
-        })
+        // SAFETY: `device` is a device of `context` (Context::new(device) made it for that
+        // device, and DeviceId values come from the platform's enumeration); the binary slice
+        // outlives the call, which copies it; the caller guarantees the bytes are a binary the
+        // driver produced for this device (this function's # Safety).
+        let p = cl("clCreateProgramWithBinary", unsafe {
+            clp::create_program_with_binary(context.as_raw(), &[device.as_raw()], &[binary])
+        })?;
+        super::live::created(super::live::Kind::Program);
+        let program = Program(p);
+        program.build_for(device, options)?;
+        Ok(program)
     }
 
     fn build_for(&self, device: DeviceId, options: &str) -> Result<()> {
@@ -144,12 +140,10 @@ impl Program {
     /// # Errors
     /// A failed `clGetProgramInfo`; `InvalidArgument` when the driver returns no binary.
     pub fn binary(&self) -> Result<Vec<u8>> {
-        let info = super::build_gate::build(|| {
-            cl(
-                "clGetProgramInfo",
-                clp::get_program_info(self.0, clp::CL_PROGRAM_BINARIES),
-            )
-        })?;
+        let info = cl(
+            "clGetProgramInfo",
+            clp::get_program_info(self.0, clp::CL_PROGRAM_BINARIES),
+        )?;
         let mut binaries: Vec<Vec<u8>> = info.into();
         match binaries.first() {
             Some(b) if !b.is_empty() => Ok(binaries.swap_remove(0)),
@@ -503,9 +497,7 @@ impl Kernel {
     pub fn new(program: &Program, name: &str) -> Result<Kernel> {
         let cname = CString::new(name)
             .map_err(|_| DeviceError::InvalidArgument(format!("kernel name {name:?}")))?;
-        let raw = super::build_gate::build(|| {
-            cl("clCreateKernel", clk::create_kernel(program.0, &cname))
-        })?;
+        let raw = cl("clCreateKernel", clk::create_kernel(program.0, &cname))?;
         super::live::created(super::live::Kind::Kernel);
         let mut kernel = Kernel {
             raw,

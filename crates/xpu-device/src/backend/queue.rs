@@ -765,19 +765,17 @@ impl CommandQueue {
         // match the parameters; buffers held by the kernel); the work sizes and wait list
         // outlive the call (§5.10); `event` is NULL or writable (this function's `# Safety`),
         // and what the kernel code does is the caller's obligation.
-        let status = super::build_gate::launch(|| {
-            runtime.clEnqueueNDRangeKernel(
-                self.0,
-                kernel.as_raw(),
-                global.len() as u32,
-                ptr::null(),
-                global.as_ptr(),
-                local.map_or(ptr::null(), |l| l.as_ptr()),
-                list.count(),
-                list.ptr(),
-                event,
-            )
-        });
+        let status = runtime.clEnqueueNDRangeKernel(
+            self.0,
+            kernel.as_raw(),
+            global.len() as u32,
+            ptr::null(),
+            global.as_ptr(),
+            local.map_or(ptr::null(), |l| l.as_ptr()),
+            list.count(),
+            list.ptr(),
+            event,
+        );
         match status {
             Some(0) => Ok(()),
             Some(code) => Err(ClError::new("clEnqueueNDRangeKernel", code).into()),
