@@ -1159,7 +1159,8 @@ impl Target for OnStream<'_> {
         // SAFETY: a graph's kernel (see `Target`): arguments set through the checked setters
         // and unchanged, allocations alive, the captured sizes, a stream of the graph's device
         // (checked by `replay`); the kernel's behaviour is `CaptureLaunch::enqueue`'s contract.
-        drop(unsafe { queue.enqueue_kernel(k, global, local, &[]) }?);
+        // No event: a replay waits for its commands through the stream, as a launch does.
+        unsafe { queue.enqueue_kernel_without_event(k, global, local, &[]) }?;
         Ok(())
     }
 
