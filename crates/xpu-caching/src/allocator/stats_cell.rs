@@ -16,14 +16,21 @@ use crate::stats::{MemoryStats, Stat, StatArray};
 const R: Ordering = Ordering::Relaxed;
 
 /// One [`Stat`] of a cell; updated by the cell's single writer with load + store.
+///
+/// The accumulated `allocated` total is not stored: every increase adds to `current` what it
+/// adds to that total and every decrease takes from `current` what it adds to `freed`, so
+/// `allocated = freed + current - base`, `base` being the current value at the last reset
+/// of the accumulated totals (0 at creation; adjusted by merges). An increase (a hand-out)
+/// then writes the current and, when passed, the peak, and nothing else.
 #[derive(Default)]
 pub(crate) struct CellStat {
     current: AtomicI64,
     peak: AtomicI64,
-    /// Accumulated totals, saturating `u64`s read as `i64` clamped at `i64::MAX` (see
-    /// [`accumulated`]).
-    allocated: AtomicU64,
+    /// Accumulated freed total, a saturating `u64` read as `i64` clamped at `i64::MAX`
+    /// (see [`accumulated`]).
     freed: AtomicU64,
+    /// See [`CellStat::allocated`].
+    base: AtomicI64,
 }
 
 #[inline]
@@ -46,8 +53,14 @@ fn accumulated(word: &AtomicU64) -> i64 {
     i64::try_from(word.load(R)).unwrap_or(i64::MAX)
 }
 
+/// `x` clamped into `0..=i64::MAX` (an accumulated total as the statistics report it).
+#[inline]
+fn clamp_total(x: i128) -> i64 {
+    i64::try_from(x.max(0)).unwrap_or(i64::MAX)
+}
+
 impl CellStat {
-    /// As [`Stat::increase`].
+    /// As [`Stat::increase`] (the accumulated `allocated` follows from `current`).
     #[inline]
     pub(crate) fn increase(&self, n: u64) -> i64 {
         // Currents stay within i64: requests are capped at 1 EiB and reserved bytes at
@@ -58,7 +71,6 @@ impl CellStat {
         if current > self.peak.load(R) {
             self.peak.store(current, R);
         }
-        accumulate(&self.allocated, n);
         current
     }
 
@@ -70,11 +82,22 @@ impl CellStat {
         accumulate(&self.freed, n);
     }
 
+    /// The accumulated `allocated` total, `freed + current - base`, clamped as
+    /// [`accumulated`] clamps: exact while `freed` has not saturated; once it has, the sum
+    /// is past `i64::MAX` (`current - base` stays within `i64`), as the true total is.
+    #[inline]
+    fn allocated(&self) -> i64 {
+        clamp_total(
+            i128::from(self.freed.load(R)) + i128::from(self.current.load(R))
+                - i128::from(self.base.load(R)),
+        )
+    }
+
     fn load(&self) -> Stat {
         Stat {
             current: self.current.load(R),
             peak: self.peak.load(R),
-            allocated: accumulated(&self.allocated),
+            allocated: self.allocated(),
             freed: accumulated(&self.freed),
         }
     }
@@ -84,9 +107,11 @@ impl CellStat {
         s.merge(other);
         self.current.store(s.current, R);
         self.peak.store(s.peak, R);
-        self.allocated
-            .store(u64::try_from(s.allocated).unwrap_or(0), R);
         self.freed.store(u64::try_from(s.freed).unwrap_or(0), R);
+        // The base that makes `freed + current - base` the merged `allocated`.
+        let base = i128::from(s.freed) + i128::from(s.current) - i128::from(s.allocated);
+        let base = i64::try_from(base).unwrap_or(if base < 0 { i64::MIN } else { i64::MAX });
+        self.base.store(base, R);
     }
 
     fn reset_peak(&self) {
@@ -94,8 +119,8 @@ impl CellStat {
     }
 
     fn reset_accumulated(&self) {
-        self.allocated.store(0, R);
         self.freed.store(0, R);
+        self.base.store(self.current.load(R), R);
     }
 }
 
@@ -504,5 +529,31 @@ mod tests {
         assert_eq!((active.current, active.peak, active.freed), (0, 4096, 4096));
         assert_eq!(stats.requested_bytes.all.peak, 4000);
         assert_eq!(stats.allocation.large_pool.allocated, 1);
+    }
+
+    /// The derived `allocated` total (`freed + current - base`) stays exact across a reset
+    /// of the accumulated totals with blocks live, and across a merge (a retired cell).
+    #[test]
+    fn allocated_total_exact_across_reset_and_merge() {
+        let stat = CellStat::default();
+        stat.increase(100);
+        stat.decrease(30);
+        assert_eq!((stat.load().allocated, stat.load().freed), (100, 30));
+        stat.reset_accumulated();
+        assert_eq!((stat.load().allocated, stat.load().freed), (0, 0));
+        stat.increase(5);
+        stat.decrease(10);
+        let s = stat.load();
+        assert_eq!((s.current, s.peak, s.allocated, s.freed), (65, 100, 5, 10));
+        stat.merge(&Stat {
+            current: 7,
+            peak: 9,
+            allocated: 20,
+            freed: 13,
+        });
+        let s = stat.load();
+        assert_eq!((s.current, s.peak, s.allocated, s.freed), (72, 109, 25, 23));
+        stat.increase(1);
+        assert_eq!(stat.load().allocated, 26);
     }
 }
