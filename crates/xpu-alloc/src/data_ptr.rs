@@ -218,7 +218,10 @@ impl DataPtr {
     /// Sets argument `index` of `kernel` (a `__global`/`__constant` pointer parameter) to
     /// exactly this allocation: one argument, the kernel sees the allocation's first byte at
     /// its pointer's index 0 and the allocation's requested size ([`DataPtr::size`]) as the
-    /// buffer's extent. The sub-buffer (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1) is made once
+    /// buffer's extent, or, for a block that is its whole segment (always where segments are
+    /// not split: `split_segments`, NVIDIA's platform), the segment's own buffer, whose extent
+    /// is the block's size ([`DataPtr::allocated_size`]-sized, no sub-buffer). The sub-buffer
+    /// (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1) is made once
     /// per (offset, size) of the segment and kept by the segment until the segment is
     /// returned to the driver (`empty_cache`, the release on out-of-memory), so a reused block
     /// of the same size costs no `clCreateSubBuffer`; every call costs one `clSetKernelArg`.
@@ -247,6 +250,7 @@ impl DataPtr {
 
     /// The raw `cl_mem` of exactly this allocation and its size in bytes: a sub-buffer of its
     /// segment covering the allocation's requested bytes (`CL_MEM_SIZE` = [`DataPtr::size`]),
+    /// or for a block that is its whole segment the segment's buffer (its size: the block's),
     /// the one [`DataPtr::set_kernel_arg`] passes (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1,
     /// made once per (offset, size) of the segment and kept with the segment). For interop
     /// with OpenCL libraries: a library that checks its buffers' sizes sees this allocation's
@@ -287,6 +291,10 @@ impl DataPtr {
                     buffer,
                     sub_buffers,
                 } => {
+                    // A block that is its whole segment passes the segment's buffer.
+                    if offset == 0 && live.allocation.allocated_size() == segment.size {
+                        return Ok(sub_buffers.whole(buffer));
+                    }
                     let offset = to_usize(offset).map_err(BlockArgError::Alloc)?;
                     sub_buffers.get_or_create(buffer, offset, size, &live.sub_buffer.0, || {
                         live.allocation

@@ -393,6 +393,9 @@ impl SegmentSource for PoolSource {
     fn free_needs_sync(&self) -> bool {
         self.source().free_needs_sync()
     }
+    fn splits_segments(&self) -> bool {
+        self.source().splits_segments()
+    }
     fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
         self.parent.allocate_segment_from(self.source(), size)
     }

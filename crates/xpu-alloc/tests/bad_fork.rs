@@ -242,7 +242,8 @@ fn core_run() {
     let stream = get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream");
     let other = get_stream_from_pool(PRIORITY_NORMAL, 0).expect("stream");
     let (sref, oref) = (ClStream::shared(stream), ClStream::shared(other));
-    let config = AllocConfig::parse("garbage_collection_threshold:0.5").expect("config");
+    let config =
+        AllocConfig::parse("garbage_collection_threshold:0.5,split_segments:True").expect("config");
     assert_ne!(config, AllocConfig::default());
     let user_core = |config: &AllocConfig| {
         DeviceCore::new(

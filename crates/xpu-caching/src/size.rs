@@ -99,11 +99,14 @@ pub fn checked_round_size(size: u64, config: &AllocConfig) -> Option<u64> {
 /// Size in bytes of a new segment for a rounded request (reference §4.4): 2 MiB for small
 /// requests, `large_segment_size` (20 MiB by default) below 10 MiB, else the request
 /// rounded up to a multiple of 2 MiB (saturating at the largest multiple of 2 MiB; the
-/// allocator never asks beyond [`MAX_REQUEST`]).
+/// allocator never asks beyond [`MAX_REQUEST`]). Exactly `rounded` when segments are not
+/// split ([`AllocConfig::split_segments`]).
 #[must_use]
 #[inline]
 pub fn segment_size(rounded: u64, config: &AllocConfig) -> u64 {
-    if rounded <= SMALL_SIZE {
+    if !config.splits_segments() {
+        rounded
+    } else if rounded <= SMALL_SIZE {
         SMALL_BUFFER
     } else if rounded < MIN_LARGE_ALLOC {
         config.large_segment_size
@@ -117,10 +120,18 @@ pub fn segment_size(rounded: u64, config: &AllocConfig) -> u64 {
 /// Whether a free block of `block_size` bytes may serve a rounded request of `rounded` bytes
 /// under the oversize rules (reference §4.5): a request below `max_split_size` never takes
 /// an oversize block, and an oversize request never takes a block at least
-/// `max_non_split_rounding` bytes larger than itself.
+/// `max_non_split_rounding` bytes larger than itself. When segments are not split
+/// ([`AllocConfig::split_segments`]) every block is handed out whole, so a block serves a
+/// request only when it exceeds it by less than the request itself and less than
+/// `max_non_split_rounding`.
 #[must_use]
 #[inline]
 pub fn oversize_allows(rounded: u64, block_size: u64, config: &AllocConfig) -> bool {
+    if !config.splits_segments()
+        && block_size.saturating_sub(rounded) >= rounded.min(config.max_non_split_rounding)
+    {
+        return false;
+    }
     let max_split = config.max_split_size;
     if max_split != u64::MAX && rounded < max_split && block_size >= max_split {
         return false;
@@ -131,9 +142,13 @@ pub fn oversize_allows(rounded: u64, block_size: u64, config: &AllocConfig) -> b
 /// Whether a block of `block_size` bytes in pool `pool` is split when it serves a rounded
 /// request of `rounded` bytes (reference §4.6): small pool iff the remainder is at least
 /// 512 bytes; large pool iff `rounded < max_split_size` and the remainder exceeds 1 MiB.
+/// Never when segments are not split ([`AllocConfig::split_segments`]).
 #[must_use]
 #[inline]
 pub fn should_split(pool: PoolKind, block_size: u64, rounded: u64, config: &AllocConfig) -> bool {
+    if !config.splits_segments() {
+        return false;
+    }
     let remaining = block_size.saturating_sub(rounded);
     match pool {
         PoolKind::Small => remaining >= MIN_BLOCK_SIZE,

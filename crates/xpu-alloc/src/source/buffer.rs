@@ -35,6 +35,21 @@ impl BufferSource {
     }
 }
 
+/// Whether the OpenCL platform named `platform_name` (`CL_PLATFORM_NAME`) survives several
+/// sub-buffers of one buffer in use at once (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1): the
+/// [`BufferSource`]'s answer to [`SegmentSource::splits_segments`]. Not NVIDIA's ("NVIDIA
+/// CUDA"): on an H200 (driver 580.159.04) burn's conformance suite, whose tensors are blocks
+/// of shared segments passed to kernels as sub-buffers, crashed the driver (a NULL read in
+/// `libnvidia-opencl.so.1`, in the driver's own thread or inside `clEnqueueNDRangeKernel` or
+/// `clCreateSubBuffer`) in 2 of 2 runs at 16 threads, whether sub-buffers were made with
+/// the device drained and every enqueue locked out or not; with every block a whole segment
+/// (no sub-buffer at all) 6 of 6 runs passed (docs/performance.md, 2026-12-03 18:30 UTC).
+/// Every other platform keeps PyTorch's split segments.
+#[must_use]
+pub fn splits_segments_on(platform_name: &str) -> bool {
+    !platform_name.starts_with("NVIDIA")
+}
+
 /// `CL_INVALID_BUFFER_SIZE` (OpenCL 3.0 §5.2.1).
 const CL_INVALID_BUFFER_SIZE: i32 = -61;
 
@@ -74,6 +89,10 @@ impl SegmentSource for BufferSource {
 
     fn max_alloc_size(&self) -> u64 {
         self.device.properties().max_alloc_size
+    }
+
+    fn splits_segments(&self) -> bool {
+        splits_segments_on(&self.device.properties().platform_name)
     }
 
     fn base_addr_align(&self) -> u64 {

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use xpu_device::backend::Buffer;
 
-pub use buffer::BufferSource;
+pub use buffer::{splits_segments_on, BufferSource};
 pub use xpu_caching::source::{
     DeviceFailure, Fault, HookedSource, RecordedSegment, SegmentSource, Simulated,
     SimulatedCounters, SourceError, SourceHooks,
@@ -74,7 +74,10 @@ pub const SUB_BUFFERS_PER_SEGMENT: usize = 1024;
 /// command (wrong values) or crashed the driver's own thread (SIGSEGV), and so did making one
 /// while another thread released a sub-buffer of the same bytes. The raw-OpenCL reduction is
 /// `ci/diag/nvidia_subbuffer_repro.c` (mode `acd` is these rules: 3 of 3 runs clean, where
-/// `ac`, `aw` and `ad` crashed).
+/// `ac`, `aw` and `ad` crashed). These rules were not enough for burn's suite, so on NVIDIA's
+/// platform segments are no longer split ([`buffer::splits_segments_on`]): every block is a
+/// whole segment and passes its segment's own buffer ([`SubBuffers::whole`]), no sub-buffer
+/// is made.
 #[derive(Debug, Default)]
 pub struct SubBuffers(parking_lot::Mutex<BTreeMap<(usize, usize), Arc<Buffer>>>);
 
@@ -120,6 +123,18 @@ impl SubBuffers {
         }
         let _ = slot.set(Arc::clone(&sub));
         Ok(sub)
+    }
+
+    /// The handle of a block that is its whole segment: `parent` itself (one retained
+    /// reference, kept under the key (0, the buffer's size) like a sub-buffer of the whole
+    /// buffer, so that a later sub-buffer over these bytes waits as after any other), no
+    /// `clCreateSubBuffer`.
+    pub(crate) fn whole(&self, parent: &Buffer) -> Arc<Buffer> {
+        let mut map = self.0.lock();
+        Arc::clone(
+            map.entry((0, parent.size()))
+                .or_insert_with(|| Arc::new(parent.clone())),
+        )
     }
 
     /// The number of sub-buffers cached.

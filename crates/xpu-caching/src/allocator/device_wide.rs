@@ -97,7 +97,10 @@ pub(crate) enum Update {
 pub(crate) type UpdateHook = Arc<dyn Fn(Update) + Send + Sync>;
 
 impl<B: Backend> DeviceShared<B> {
-    pub(crate) fn new(source: BoxedSource<B>, config: AllocConfig) -> Self {
+    pub(crate) fn new(source: BoxedSource<B>, mut config: AllocConfig) -> Self {
+        config
+            .split_segments
+            .get_or_insert_with(|| source.splits_segments());
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             max_alloc: source.max_alloc_size(),
@@ -141,7 +144,11 @@ impl<B: Backend> DeviceShared<B> {
     }
 
     /// Replaces the configuration, then publishes whether garbage collection runs.
-    pub(crate) fn set_config(&self, config: AllocConfig) {
+    pub(crate) fn set_config(&self, mut config: AllocConfig) {
+        // A configuration that leaves segment splitting open gets the source's choice.
+        config
+            .split_segments
+            .get_or_insert_with(|| self.source.splits_segments());
         *self.config.lock() = Arc::new(config);
         self.config_epoch.fetch_add(1, Ordering::AcqRel);
         #[cfg(test)]

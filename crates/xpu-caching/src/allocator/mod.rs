@@ -769,7 +769,8 @@ fn grow_path<B: Backend>(
         state.garbage_collect(shared);
     }
     let mut grow = req;
-    if state.config.release_policy == ReleasePolicy::BeforeGrow {
+    // Unsplit segments are exactly their request: no policy sizes them.
+    if state.config.release_policy == ReleasePolicy::BeforeGrow && state.config.splits_segments() {
         grow.segment_size = policy::segment_size_before_grow(state, &req, shared);
     }
     // What garbage collection or the policy released is freed without the stream's lock.

@@ -15,6 +15,7 @@
 //! | `memory_kind` | `buffer` (OpenCL buffers); `svm` is rejected (`ConfigError::Unsupported`: removed, SVM blocks had no copy or kernel-argument path) | `buffer` |
 //! | `release_policy` | `on_oom` (PyTorch's) or `before_grow` | `before_grow` |
 //! | `regrow_factor` | integer ≥ 1 (`before_grow` only) | 4 |
+//! | `split_segments` | `True`/`False`: whether a segment is split into blocks handed out at once (see [`AllocConfig::split_segments`]) | the segment source's choice ([`SegmentSource::splits_segments`](crate::source::SegmentSource::splits_segments)) |
 //!
 //! The `pinned_*` keys configure PyTorch's pinned-host allocator. They are accepted (and their
 //! values checked) so that a PyTorch configuration string parses unchanged, but nothing reads
@@ -99,6 +100,15 @@ pub struct AllocConfig {
     /// `before_grow` regrowth: the largest segment regrown after a consolidation, as a
     /// multiple of the request's own segment size (see [`ReleasePolicy::BeforeGrow`]).
     pub regrow_factor: u64,
+    /// Whether segments are split into blocks that are handed out at once (`None`: the
+    /// segment source decides, [`SegmentSource::splits_segments`](crate::source::SegmentSource::splits_segments)).
+    /// With `Some(false)` every block is a whole segment: a new segment is exactly the
+    /// rounded request, a block is never split, and a cached block serves a request only when
+    /// it exceeds the rounded request by less than the request itself and less than
+    /// `max_non_split_rounding` (PyTorch's bound for blocks it never splits): at most half of
+    /// a block is unused. For drivers that break when several sub-buffers of one buffer are
+    /// in use at once (NVIDIA's OpenCL, see `xpu-alloc`'s `BufferSource`).
+    pub split_segments: Option<bool>,
 }
 
 impl Default for AllocConfig {
@@ -113,6 +123,7 @@ impl Default for AllocConfig {
             memory_kind: MemoryKind::Buffer,
             release_policy: ReleasePolicy::default(),
             regrow_factor: 4,
+            split_segments: None,
         }
     }
 }
@@ -132,6 +143,7 @@ impl AllocConfig {
         "memory_kind",
         "release_policy",
         "regrow_factor",
+        "split_segments",
     ];
 
     /// Parses a configuration string such as
@@ -142,6 +154,14 @@ impl AllocConfig {
     /// value or an unsupported feature; [`ConfigError::Syntax`] for a malformed string.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         parse::parse(text)
+    }
+
+    /// Whether segments are split into blocks ([`AllocConfig::split_segments`], `true` when
+    /// the source has not decided yet).
+    #[must_use]
+    #[inline]
+    pub fn splits_segments(&self) -> bool {
+        self.split_segments.unwrap_or(true)
     }
 
     /// `max_split_size` in MiB for display (`None` when unlimited).

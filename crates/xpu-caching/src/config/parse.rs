@@ -290,6 +290,7 @@ fn apply(config: &mut AllocConfig, key: &str, value: &Value) -> Result<(), Confi
             }
             config.regrow_factor = n;
         }
+        "split_segments" => config.split_segments = Some(boolean(key, value)?),
         _ => {
             return Err(ConfigError::UnknownKey {
                 key: key.to_owned(),

@@ -116,6 +116,9 @@ impl<S: SegmentSource, H: SourceHooks<S>> SegmentSource for HookedSource<S, H> {
     fn free_needs_sync(&self) -> bool {
         self.inner.free_needs_sync()
     }
+    fn splits_segments(&self) -> bool {
+        self.inner.splits_segments()
+    }
     fn allocate(&self, size: u64) -> Result<SourceSegment<S::Memory>, SourceError> {
         self.hooks.allocate(&self.inner, size)
     }

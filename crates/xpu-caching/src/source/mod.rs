@@ -80,6 +80,14 @@ pub trait SegmentSource: Send + Sync + 'static {
     fn free_needs_sync(&self) -> bool {
         false
     }
+    /// Whether the allocator may split a segment into blocks that are handed out at once
+    /// (the default, as PyTorch's allocator does); `false` makes every block a whole segment
+    /// where a configuration leaves `split_segments` unset (see
+    /// [`AllocConfig::split_segments`](crate::config::AllocConfig::split_segments)): for
+    /// memory whose parts cannot be used at once through separate handles.
+    fn splits_segments(&self) -> bool {
+        true
+    }
     /// Allocates a segment of exactly `size` bytes.
     ///
     /// # Errors
@@ -115,6 +123,9 @@ impl<T: SegmentSource + ?Sized> SegmentSource for std::sync::Arc<T> {
     }
     fn free_needs_sync(&self) -> bool {
         (**self).free_needs_sync()
+    }
+    fn splits_segments(&self) -> bool {
+        (**self).splits_segments()
     }
     fn allocate(&self, size: u64) -> Result<SourceSegment<T::Memory>, SourceError> {
         (**self).allocate(size)

@@ -71,7 +71,8 @@ crate::thread_caches!(Forked);
 #[allow(clippy::too_many_lines)]
 fn with_the_bad_fork_hook_set_no_entry_point_takes_a_lock_or_calls_the_backend() {
     let source = Arc::new(SimulatedSource::new(0, 1 << 30, 1 << 30));
-    let config = AllocConfig::parse("garbage_collection_threshold:0.5").expect("config");
+    let config =
+        AllocConfig::parse("garbage_collection_threshold:0.5,split_segments:True").expect("config");
     let core = CachingAllocator::<Forked>::new(Box::new(source.clone()), config.clone());
     let (s, o) = (
         SimStream::new(StreamKey::new(0, 1)),
