@@ -10,8 +10,7 @@ use std::sync::Arc;
 use common::{sim_core, stream, MIB};
 use xpu_alloc::size::{oversize_allows, segment_size, should_split, PoolKind};
 use xpu_alloc::{
-    splits_segments_on, AllocConfig, DeviceAllocator, DeviceCore, HostCopy, SegmentMemory,
-    SegmentSource, SimulatedSource, SourceError, SourceSegment,
+    splits_segments_on, AllocConfig, DeviceAllocator, DeviceCore, HostCopy, SimulatedSource,
 };
 use xpu_testing::devices;
 
@@ -91,41 +90,11 @@ fn unsplit_allocator_gives_each_block_its_own_segment_and_reuses_within_double()
     assert_eq!(source.counters().live_segments, 0);
 }
 
-/// A simulated source whose memory cannot be split, as a `BufferSource` on NVIDIA's platform.
-struct Unsplittable(Arc<SimulatedSource>);
-
-impl SegmentSource for Unsplittable {
-    type Memory = SegmentMemory;
-    fn device(&self) -> usize {
-        self.0.device()
-    }
-    fn name(&self) -> String {
-        self.0.name()
-    }
-    fn total_memory(&self) -> u64 {
-        self.0.total_memory()
-    }
-    fn max_alloc_size(&self) -> u64 {
-        self.0.max_alloc_size()
-    }
-    fn base_addr_align(&self) -> u64 {
-        self.0.base_addr_align()
-    }
-    fn splits_segments(&self) -> bool {
-        false
-    }
-    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
-        self.0.allocate(size)
-    }
-    fn free(&self, segment: SourceSegment) {
-        self.0.free(segment);
-    }
-}
-
 #[test]
 fn a_source_that_cannot_split_decides_unless_the_configuration_says() {
-    let sim = Arc::new(SimulatedSource::new(0, 1 << 30, 1 << 30));
-    let core = DeviceCore::new(Box::new(Unsplittable(sim.clone())), AllocConfig::default());
+    // As a `BufferSource` on NVIDIA's OpenCL.
+    let sim = Arc::new(SimulatedSource::new(0, 1 << 30, 1 << 30).without_splitting());
+    let core = DeviceCore::new(Box::new(sim.clone()), AllocConfig::default());
     assert_eq!(core.caching().config().split_segments, Some(false));
     let (_, s) = stream(0);
     let a = core.allocate(1000, &s).unwrap();

@@ -130,6 +130,7 @@ pub struct SimulatedSource<M = Simulated> {
     device: usize,
     capacity: u64,
     max_alloc: u64,
+    splits_segments: bool,
     state: Mutex<State>,
     memory: PhantomData<fn() -> M>,
 }
@@ -143,12 +144,21 @@ impl<M> SimulatedSource<M> {
             device,
             capacity,
             max_alloc,
+            splits_segments: true,
             state: Mutex::new(State {
                 next_address: BASE_ADDRESS,
                 ..State::default()
             }),
             memory: PhantomData,
         }
+    }
+
+    /// This source, as a device whose segments cannot be split into blocks used at once
+    /// ([`SegmentSource::splits_segments`] false, as a `BufferSource` on NVIDIA's OpenCL).
+    #[must_use]
+    pub fn without_splitting(mut self) -> Self {
+        self.splits_segments = false;
+        self
     }
 
     /// This source, giving its segments the addresses of a recording (a trace's
@@ -233,6 +243,10 @@ impl<M: From<Simulated> + Send + Sync + std::fmt::Debug + 'static> SegmentSource
 
     fn base_addr_align(&self) -> u64 {
         BASE_ADDR_ALIGN
+    }
+
+    fn splits_segments(&self) -> bool {
+        self.splits_segments
     }
 
     fn free_memory(&self) -> Option<u64> {
