@@ -58,6 +58,26 @@ fn say(text: &str) -> anyhow::Result<()> {
     crate::print_out(text)
 }
 
+/// The configuration of a simulated replay that mirrors device `device`'s allocator:
+/// `config`, plus `split_segments:False` where the device's allocator does not split
+/// segments (NVIDIA's OpenCL, `xpu_alloc::splits_segments_on`) and `config` leaves it unset.
+///
+/// # Errors
+/// A bad device index or no OpenCL runtime.
+pub(crate) fn mirrored_config(
+    device: usize,
+    config: Option<&str>,
+) -> anyhow::Result<Option<String>> {
+    let given = config.is_some_and(|c| c.contains("split_segments"));
+    if given || xpu_alloc::device_splits_segments(device)? {
+        return Ok(config.map(str::to_owned));
+    }
+    Ok(Some(match config {
+        Some(c) if !c.trim().is_empty() => format!("{c},split_segments:False"),
+        _ => "split_segments:False".to_owned(),
+    }))
+}
+
 /// Stage 2 and 4: the real replay, the simulated one, PyTorch's figures, the summary and
 /// the plot.
 fn replay_stage(args: &Args, device: usize) -> anyhow::Result<bool> {
@@ -89,7 +109,8 @@ fn replay_stage(args: &Args, device: usize) -> anyhow::Result<bool> {
     let r = &real.outcome.report;
     say(&replay::render_summary(r))?;
     say("\n== the same trace on a simulated device (no memory touched)\n")?;
-    let sim = replay::replay_file(trace, Mode::H200, config, Record::default())?;
+    let mirrored = mirrored_config(device, config)?;
+    let sim = replay::replay_file(trace, Mode::H200, mirrored.as_deref(), Record::default())?;
     let s = &sim.outcome.report;
     let same = (s.peak_allocated, s.peak_reserved, s.segment_allocs)
         == (r.peak_allocated, r.peak_reserved, r.segment_allocs);

@@ -131,7 +131,16 @@ fn device_replay_matches_the_simulated_peaks() {
     }
     let trace = bundled_trace();
     let real = replay_json(&trace, &["--device", "0"]);
-    let sim = replay_json(&trace, &["--simulate"]);
+    // The simulated device splits segments as the real one does (NVIDIA's does not).
+    let conf = if xpu_alloc::device_splits_segments(0).unwrap() {
+        ""
+    } else {
+        "split_segments:False"
+    };
+    let sim = json(&xpu_env(
+        &["replay", trace.to_str().unwrap(), "--simulate", "--json"],
+        &[("XPU_ALLOC_CONF", conf)],
+    ));
     assert_eq!(real["mode"], "device");
     for k in [
         "peak_requested",

@@ -36,8 +36,10 @@ __kernel void with_local(__global uint *out, __local uint *tmp) {
 }
 ";
 
+/// A private allocator with split segments, whatever the platform's default (NVIDIA's is
+/// unsplit, `split_segments`): the tests here watch blocks' sub-buffers.
 fn allocator(device: usize) -> DeviceAllocator {
-    DeviceAllocator::new(device, AllocConfig::parse("").unwrap()).unwrap()
+    DeviceAllocator::new(device, AllocConfig::parse("split_segments:True").unwrap()).unwrap()
 }
 
 /// A private allocator of device 0 and a fresh (leaked) stream of it; `None` (the test is

@@ -50,6 +50,17 @@ pub fn splits_segments_on(platform_name: &str) -> bool {
     !platform_name.starts_with("NVIDIA")
 }
 
+/// Whether device `index`'s allocators split segments where the configuration leaves
+/// `split_segments` unset: [`splits_segments_on`] its platform.
+///
+/// # Errors
+/// A bad device index, or no OpenCL runtime.
+pub fn device_splits_segments(index: usize) -> Result<bool, DeviceError> {
+    Ok(splits_segments_on(
+        &xpu_device::device(index)?.properties().platform_name,
+    ))
+}
+
 /// `CL_INVALID_BUFFER_SIZE` (OpenCL 3.0 §5.2.1).
 const CL_INVALID_BUFFER_SIZE: i32 = -61;
 

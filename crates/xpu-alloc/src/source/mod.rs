@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use xpu_device::backend::Buffer;
 
-pub use buffer::{splits_segments_on, BufferSource};
+pub use buffer::{device_splits_segments, splits_segments_on, BufferSource};
 pub use xpu_caching::source::{
     DeviceFailure, Fault, HookedSource, RecordedSegment, SegmentSource, Simulated,
     SimulatedCounters, SourceError, SourceHooks,
@@ -76,7 +76,7 @@ pub const SUB_BUFFERS_PER_SEGMENT: usize = 1024;
 /// `ci/diag/nvidia_subbuffer_repro.c` (mode `acd` is these rules: 3 of 3 runs clean, where
 /// `ac`, `aw` and `ad` crashed). These rules were not enough for burn's suite, so on NVIDIA's
 /// platform segments are no longer split ([`buffer::splits_segments_on`]): every block is a
-/// whole segment and passes its segment's own buffer ([`SubBuffers::whole`]), no sub-buffer
+/// whole segment and passes its segment's own buffer (`SubBuffers::whole`), no sub-buffer
 /// is made.
 #[derive(Debug, Default)]
 pub struct SubBuffers(parking_lot::Mutex<BTreeMap<(usize, usize), Arc<Buffer>>>);
