@@ -14,7 +14,8 @@
 //! - Storage: every tensor is a block of xpu's caching allocator ([`tensor::Storage`]), so
 //!   `xpu::memory_stats`, `memory_summary` and snapshots show burn's tensors; shape, strides
 //!   and offset live on the host, and views (reshape, permute, slice, expand, flip, unfold)
-//!   are made without copies.
+//!   are made without copies. On NVIDIA's OpenCL each block is a segment of its own
+//!   (`split_segments`: its driver crashes on sub-buffers used from several threads).
 //! - Order: all work of a device is enqueued on its default stream ([`runtime::stream`]);
 //!   `Backend::sync` synchronizes it; reads to the host wait for it.
 //! - Kernels: OpenCL C templates specialised per element type ([`ops`]), built once per
@@ -57,7 +58,17 @@ pub mod ops;
 pub mod runtime;
 pub mod tensor;
 
-pub use backend::Xpu;
 pub use device::XpuDevice;
 pub use error::{Error, Result};
 pub use tensor::XpuTensor;
+
+/// burn's backend on xpu: tensors in xpu's caching allocator, ops as OpenCL C kernels
+/// enqueued on each device's default stream. `f32` floats (f64 and f16 where the device has
+/// `cl_khr_fp64` / `cl_khr_fp16`), `i64` ints, bools as bytes.
+///
+/// Errors (out of memory with the allocator's report, a kernel build failure with the build
+/// log, a missing device feature) surface as panics carrying the typed error's message:
+/// burn 0.19's backend methods return tensors, not results. Its `Backend` implementation is
+/// the glue in [`backend`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Xpu;

@@ -17,16 +17,7 @@ use burn_tensor::backend::Backend;
 
 use crate::device::XpuDevice;
 use crate::tensor::XpuTensor;
-
-/// burn's backend on xpu: tensors in xpu's caching allocator, ops as OpenCL C kernels
-/// enqueued on each device's default stream. `f32` floats (f64 and f16 where the device has
-/// `cl_khr_fp64` / `cl_khr_fp16`), `i64` ints, bools as bytes.
-///
-/// Errors (out of memory with the allocator's report, a kernel build failure with the build
-/// log, a missing device feature) surface as panics carrying the typed error's message:
-/// burn 0.19's backend methods return tensors, not results.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Xpu;
+use crate::Xpu;
 
 impl Backend for Xpu {
     type Device = XpuDevice;
