@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Records every workload of workloads.py twice (default allocator: trace + summary; expandable
-# segments: summary), four processes at a time, into $OUT. Run on the GPU machine from the
+# segments: summary), four processes at a time, into $OUT (WORKLOADS: a space-separated subset). Run on the GPU machine from the
 # repository root: bash data/traces/varshape/record.sh
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
 RT_DIR=${RT_DIR:-$D/../../../../shared/gpu}
 export PYTHONPATH="$D:$RT_DIR:${PYTHONPATH:-}"
-W="gpt2_varlen_infer resnet50_varres_infer lstm_packed_train llama_generate_varprompt bert_fp16_varlen_infer fasterrcnn_varsize_infer t5_generate_varbatch vit_varbatch_infer"
+W="${WORKLOADS:-gpt2_varlen_infer resnet50_varres_infer lstm_packed_train llama_generate_varprompt bert_fp16_varlen_infer fasterrcnn_varsize_infer t5_generate_varbatch vit_varbatch_infer}"
 jobs=()
 for w in $W; do
   for conf in "" "expandable_segments:True"; do
     if [ -z "$conf" ]; then out=$OUT/$w.trace.gz; else out=$OUT/$w.exp.gz; fi
-    PYTORCH_CUDA_ALLOC_CONF=$conf timeout 240 python3 "$D/workloads.py" "$w" "$out" > "$out.log" 2>&1 &
+    PYTORCH_CUDA_ALLOC_CONF=$conf timeout "${RECORD_TIMEOUT:-240}" python3 "$D/workloads.py" "$w" "$out" > "$out.log" 2>&1 &
     jobs+=($!)
     if [ ${#jobs[@]} -ge 4 ]; then wait "${jobs[0]}"; jobs=("${jobs[@]:1}"); fi
   done

@@ -2,6 +2,9 @@
 # ../shared/gpu/record_trace.py's machinery on the H200. Split before any policy work:
 #   design:     gpt2_varlen_infer, resnet50_varres_infer, lstm_packed_train, llama_generate_varprompt
 #   validation: bert_fp16_varlen_infer, fasterrcnn_varsize_infer, t5_generate_varbatch, vit_varbatch_infer
+#   held out:   bart_generate_varbatch, mobilenet_varres_infer, retinanet_varsize_infer,
+#               roberta_varlen_train (recorded 2026-12-03 19:20 UTC into heldout/, after both sets
+#               above had been looked at: a fresh validation set, not yet looked at)
 # The validation traces are judged once, at the end; no rule is tuned on them.
 import os, random, sys, torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -61,6 +64,35 @@ def run(name):
                 b = random.randint(1, 96)
                 with torch.autocast("cuda", dtype=torch.bfloat16):
                     m(torch.randn(b, 3, 224, 224, device=dev))
+    elif name == "bart_generate_varbatch":
+        from transformers import BartConfig, BartForConditionalGeneration
+        cfg = BartConfig(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
+                         decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048)
+        m = BartForConditionalGeneration(cfg).to(dev).eval()
+        generate_fixed(m, dev, [(8, 300), (1, 900), (24, 64), (4, 512)], vocab=50000, new_tokens=32,
+                       decoder_start_token_id=2, pad_token_id=1)
+    elif name == "mobilenet_varres_infer":
+        import torchvision
+        m = torchvision.models.mobilenet_v3_large().to(dev).eval()
+        with torch.no_grad():
+            for i in range(40):
+                b = random.randint(1, 128); r = random.choice(range(96, 481, 16))
+                m(torch.randn(b, 3, r, r, device=dev))
+    elif name == "retinanet_varsize_infer":
+        import torchvision
+        m = torchvision.models.detection.retinanet_resnet50_fpn(weights=None, weights_backbone=None).to(dev).eval()
+        with torch.no_grad():
+            for i in range(12):
+                b = random.randint(1, 6)
+                m([torch.rand(3, random.randint(256, 1024), random.randint(256, 1024), device=dev) for _ in range(b)])
+    elif name == "roberta_varlen_train":
+        from transformers import RobertaConfig, RobertaForSequenceClassification
+        m = RobertaForSequenceClassification(RobertaConfig(num_hidden_layers=6, num_labels=4)).to(dev)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+        for step in range(25):
+            b = random.randint(2, 32); s = random.randint(16, 512)
+            out = m(torch.randint(3, 30000, (b, s), device=dev), labels=torch.randint(0, 4, (b,), device=dev))
+            optimizer_step(out.loss, opt)
     else:
         raise SystemExit("unknown workload " + name)
     torch.cuda.synchronize()
