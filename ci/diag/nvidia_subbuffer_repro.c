@@ -9,6 +9,9 @@
 // another thread releases a sub-buffer of the same bytes, breaks the driver; made once and kept (e, c with the bytes
 // idle, R) it does not. xpu's rules are mode acd: wait for the bytes' stream before making a sub-buffer over bytes
 // another covered, never release a cached one while its segment lives (crates/xpu-alloc/src/source/mod.rs).
+// Those rules were not enough for burn's suite at 16 threads (2026-12-03 18:10-18:30 UTC, docs/performance.md): it
+// crashed however sub-buffers were made (drained device, enqueues locked out) and ran clean with none, so xpu makes
+// no sub-buffer on NVIDIA's OpenCL any more: every block is a segment of its own (`split_segments`).
 // Modes P/W/D (program builds during the launches) were written for the next reduction and not yet run on the H200.
 // xpu-like block reuse across threads on one in-order queue: regions of one parent buffer are handed out
 // from a shared free list; a thread frees its input region right after enqueueing the kernel that reads it,
