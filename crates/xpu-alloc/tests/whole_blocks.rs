@@ -77,11 +77,12 @@ fn unsplit_allocator_gives_each_block_its_own_segment_and_reuses_within_double()
     let d = core.allocate(600, &s).unwrap();
     assert_eq!((c.allocated_size(), d.allocated_size()), (3072, 1024));
     assert_eq!(source.counters().live_segments, 2);
-    // 512 B would leave half of any cached block unused: a new 512 B segment.
+    // 512 B would leave half of any cached block unused: a new 512 B segment, which would
+    // raise reserved past its peak (4096 B), so the idle 1024 B segment is released first.
     drop(d);
     let e = core.allocate(512, &s).unwrap();
     assert_eq!(e.allocated_size(), 512);
-    assert_eq!(sizes(&core), [512, 1024, 3072]);
+    assert_eq!(sizes(&core), [512, 3072]);
     let stats = core.memory_stats();
     assert_eq!(stats.allocated_bytes.all.current, 3072 + 512);
     assert_eq!(stats.inactive_split_bytes.all.current, 0);
@@ -176,4 +177,45 @@ fn unsplit_blocks_carry_their_own_bytes_through_copies() {
         assert!(back.iter().all(|&x| x == i as u8 + 1), "block {i}");
     }
     assert_eq!(alloc.core().snapshot().len(), 4);
+}
+
+#[test]
+fn unsplit_growth_past_the_high_water_mark_first_releases_idle_segments() {
+    let (_, s) = stream(0);
+    // 3 MiB cached idle, then 8 MiB, which the 3 MiB block cannot serve.
+    let run = |config: &str| {
+        let (core, source) = sim_core(1 << 30, config);
+        drop(core.allocate(3 * MIB, &s).unwrap());
+        let big = core.allocate(8 * MIB, &s).unwrap();
+        let st = core.memory_stats();
+        let out = (
+            core.memory_reserved(),
+            source.counters().live_segments,
+            st.num_device_free,
+        );
+        drop(big);
+        out
+    };
+    // before_grow (the default): the idle 3 MiB is released before reserved passes its peak.
+    assert_eq!(run("split_segments:False"), (8 * MIB, 1, 1));
+    // PyTorch's on_oom keeps it cached.
+    assert_eq!(
+        run("split_segments:False,release_policy:on_oom"),
+        (11 * MIB, 2, 0)
+    );
+}
+
+#[test]
+fn unsplit_growth_below_the_high_water_mark_keeps_idle_segments_cached() {
+    let (core, source) = sim_core(1 << 30, "split_segments:False");
+    let (_, s) = stream(0);
+    drop(core.allocate(11 * MIB, &s).unwrap());
+    core.empty_cache();
+    // Reserved 0, its peak 11 MiB: 3 MiB cached, then 1 MiB (which 3 MiB cannot serve) stays
+    // below the peak, so nothing is released.
+    drop(core.allocate(3 * MIB, &s).unwrap());
+    let one = core.allocate(MIB, &s).unwrap();
+    assert_eq!(core.memory_reserved(), 4 * MIB);
+    assert_eq!(source.counters().live_segments, 2);
+    drop(one);
 }

@@ -769,9 +769,14 @@ fn grow_path<B: Backend>(
         state.garbage_collect(shared);
     }
     let mut grow = req;
-    // Unsplit segments are exactly their request: no policy sizes them.
-    if state.config.release_policy == ReleasePolicy::BeforeGrow && state.config.splits_segments() {
-        grow.segment_size = policy::segment_size_before_grow(state, &req, shared);
+    if state.config.release_policy == ReleasePolicy::BeforeGrow {
+        if state.config.splits_segments() {
+            grow.segment_size = policy::segment_size_before_grow(state, &req, shared);
+        } else {
+            // Unsplit segments are exactly their request: no policy sizes them, but idle
+            // ones may make room.
+            policy::release_idle_before_grow(state, &req, shared);
+        }
     }
     // What garbage collection or the policy released is freed without the stream's lock.
     free_released(state, shared, st);

@@ -95,6 +95,34 @@ fn regrowth<B: Backend>(
     Some(size)
 }
 
+/// Unsplit segments (`split_segments:False`, every block a whole segment): when the new
+/// segment would raise the device's reserved high-water mark, this stream's idle cached
+/// segments (none of which could serve the request, or the search would have found one) are
+/// taken out for release, largest first, until they add up to the new segment's size. A
+/// cached block that cannot be split serves only requests near its size, so without this the
+/// cache keeps bytes that no request of the current mix can use while reserved grows past
+/// its peak.
+pub(crate) fn release_idle_before_grow<B: Backend>(
+    state: &mut ShardState<B>,
+    req: &Request,
+    shared: &DeviceShared<B>,
+) {
+    if !shared.would_raise_high_water(req.segment_size) {
+        return;
+    }
+    let mut idle = state.whole_free(PoolKind::Large);
+    idle.extend(state.whole_free(PoolKind::Small));
+    idle.sort_unstable_by(|a, b| b.cmp(a));
+    let mut released = 0u64;
+    for (size, _, block) in idle {
+        if released >= req.segment_size {
+            break;
+        }
+        state.release_block(block);
+        released = released.saturating_add(size);
+    }
+}
+
 /// Consolidation: releases the idle whole large segments (taken out for release: the
 /// caller frees them without the stream's lock) and returns the size of one segment of
 /// their total, when that serves the request without raising the reserved high-water mark.
