@@ -219,3 +219,25 @@ fn unsplit_growth_below_the_high_water_mark_keeps_idle_segments_cached() {
     assert_eq!(source.counters().live_segments, 2);
     drop(one);
 }
+
+#[test]
+fn an_unsplit_size_released_and_needed_again_grows_instead_of_releasing_again() {
+    let (core, source) = sim_core(1 << 30, "split_segments:False");
+    let (_, s) = stream(0);
+    // A step of 3 MiB then 8 MiB: the idle 3 MiB is released to make room for the 8 MiB.
+    drop(core.allocate(3 * MIB, &s).unwrap());
+    drop(core.allocate(8 * MIB, &s).unwrap());
+    assert_eq!(core.memory_reserved(), 8 * MIB);
+    // The next step needs 3 MiB again: reserved grows past its peak (11 MiB) instead of
+    // releasing the idle 8 MiB, which the step needs next...
+    drop(core.allocate(3 * MIB, &s).unwrap());
+    assert_eq!(core.memory_reserved(), 11 * MIB);
+    // ... so from then on the step makes and releases no segment.
+    let made = source.counters().attempts;
+    for _ in 0..3 {
+        drop(core.allocate(3 * MIB, &s).unwrap());
+        drop(core.allocate(8 * MIB, &s).unwrap());
+    }
+    assert_eq!(source.counters().attempts, made);
+    assert_eq!(core.memory_stats().num_device_free, 1);
+}

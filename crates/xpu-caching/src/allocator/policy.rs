@@ -107,7 +107,12 @@ pub(crate) fn release_idle_before_grow<B: Backend>(
     req: &Request,
     shared: &DeviceShared<B>,
 ) {
-    if !shared.would_raise_high_water(req.segment_size) {
+    // A size released before and needed again is part of the workload's repeating mix (a
+    // training step): growing for it, instead of releasing again, lets the cache settle
+    // with no segment made or released per step.
+    if !shared.would_raise_high_water(req.segment_size)
+        || state.policy.unsplit_released_before(req.segment_size)
+    {
         return;
     }
     let mut idle = state.whole_free(PoolKind::Large);
@@ -119,6 +124,7 @@ pub(crate) fn release_idle_before_grow<B: Backend>(
             break;
         }
         state.release_block(block);
+        state.policy.note_unsplit_released(size);
         released = released.saturating_add(size);
     }
 }
