@@ -635,6 +635,19 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         self.inner.shared.config()
     }
 
+    /// The configuration as last given ([`CachingAllocator::new`] or
+    /// [`CachingAllocator::set_config`]): as [`CachingAllocator::config`], but with
+    /// `split_segments` `None` where it was left to the segment source. For building another
+    /// allocator over another source with the same configuration (a private pool). The
+    /// default one in a bad fork child.
+    #[must_use]
+    pub fn given_config(&self) -> AllocConfig {
+        if B::is_bad_fork() {
+            return AllocConfig::default();
+        }
+        self.inner.shared.given_config()
+    }
+
     /// All statistics (as `torch.cuda.memory_stats`); see [`crate::stats`] for how peaks
     /// are aggregated across threads. All zero in a bad fork child (the statistics' locks
     /// may have been held at the fork), as are the byte figures below.
