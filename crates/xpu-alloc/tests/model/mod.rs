@@ -652,7 +652,10 @@ impl Model {
         if let Some((gi, bi)) = self.search(si, pool, rounded) {
             return ok(self.alloc_found(si, gi, bi, size, rounded));
         }
-        let grow = if self.config.release_policy == ReleasePolicy::BeforeGrow {
+        // Unsplit segments are exactly their request: no policy sizes them.
+        let grow = if self.config.release_policy == ReleasePolicy::BeforeGrow
+            && self.config.splits_segments()
+        {
             self.policy_size(si, pool, seg_size, rounded)
         } else {
             seg_size
