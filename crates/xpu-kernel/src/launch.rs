@@ -5,8 +5,9 @@
 //! # What is checked
 //! Programs are built with `-cl-kernel-arg-info` always appended, so every argument is checked
 //! against the kernel's signature before the driver sees it:
-//! - an allocator block is one argument: a sub-buffer of exactly the allocation, cached with
-//!   its segment per (offset, size) and shared with the `DataPtr`; a typed `DeviceBuffer<T>` also has its element type checked against the pointer
+//! - an allocator block is one argument: a sub-buffer of exactly the allocation (for a block
+//!   that is its whole segment, the segment's own buffer), cached with its segment per
+//!   (offset, size) and shared with the `DataPtr`; a typed `DeviceBuffer<T>` also has its element type checked against the pointer
 //!   parameter's type name (`KernelArgProblem::ElementType` when it cannot match: `f64` for
 //!   `float*`, `f32` for `uint*`), while byte buffers, untyped blocks, `char*` / `void*` / typedef
 //!   / struct parameters, vector components and signedness pass;
@@ -318,7 +319,7 @@ impl<'a> Launch<'a> {
     ///
     /// An allocation is passed as one argument, a sub-buffer of exactly the allocation
     /// ([`DataPtr::set_kernel_arg`], made once per (offset, size) of its segment and kept
-    /// with the segment).
+    /// with the segment), or for a block that is its whole segment the segment's own buffer.
     ///
     /// # Errors
     /// [`KernelError::ArgCount`] past the kernel's last parameter; [`KernelError::OtherDevice`]
