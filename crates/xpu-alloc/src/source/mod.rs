@@ -68,7 +68,7 @@ pub const SUB_BUFFERS_PER_SEGMENT: usize = 1024;
 ///   order in `data_ptr.rs`), so never while another allocation could make one of its bytes.
 ///
 /// The segment's own buffer, passed for a block that is its whole segment
-/// ([`SubBuffers::whole`]), follows these rules as a sub-buffer of all its bytes.
+/// (`SubBuffers::whole`), follows these rules as a sub-buffer of all its bytes.
 ///
 /// OpenCL orders an in-order queue's commands whatever buffers they name (§5.1), so on a
 /// conforming driver the wait is only lost time on a cache miss. NVIDIA's driver (H200,
@@ -315,11 +315,18 @@ mod tests {
         assert_eq!(get(&cache, &parent, (0, align), &waits, true), Ok(align));
         assert_eq!(waits.get(), 0);
         assert_eq!(whole(&cache, &parent, &waits), 1 << 16);
-        assert_eq!(waits.get(), 1, "the segment's buffer was taken without the wait");
+        assert_eq!(
+            waits.get(),
+            1,
+            "the segment's buffer was taken without the wait"
+        );
         // Cached: no wait again; a later sub-buffer over its bytes waits.
         assert_eq!(whole(&cache, &parent, &waits), 1 << 16);
         assert_eq!(waits.get(), 1);
-        assert_eq!(get(&cache, &parent, (align, align), &waits, true), Ok(align));
+        assert_eq!(
+            get(&cache, &parent, (align, align), &waits, true),
+            Ok(align)
+        );
         assert_eq!((waits.get(), cache.len()), (2, 3));
     }
 
