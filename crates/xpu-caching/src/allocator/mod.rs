@@ -625,8 +625,10 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         self.flush_thread_caches();
     }
 
-    /// The current configuration; the default one in a bad fork child (the configuration's
-    /// lock may have been held at the fork).
+    /// The current configuration, `split_segments` resolved (the segment source's choice
+    /// where it was left unset; [`CachingAllocator::given_config`] keeps it unset); the
+    /// default one in a bad fork child (the configuration's lock may have been held at the
+    /// fork).
     #[must_use]
     pub fn config(&self) -> Arc<AllocConfig> {
         if B::is_bad_fork() {
