@@ -157,7 +157,8 @@ impl DataPtr {
     /// outlive the allocation, and every access is checked against the requested size
     /// ([`DataPtr::size`]), never the rounded block or the segment. The view's commands go
     /// through the allocation's sub-buffer, the one kernels receive
-    /// ([`DataPtr::set_kernel_arg`]), never through the segment's buffer: OpenCL leaves
+    /// ([`DataPtr::set_kernel_arg`]; for a block that is its whole segment, the segment's
+    /// buffer), never through a buffer that covers other blocks' bytes: OpenCL leaves
     /// commands on a buffer and on its sub-buffers undefined when they overlap in time
     /// (OpenCL 3.0 §5.2.1, `clCreateSubBuffer`), and NVIDIA's driver crashes on that mix when
     /// several threads share a queue. The sub-buffer is made at the allocation's first use
@@ -291,16 +292,17 @@ impl DataPtr {
                     buffer,
                     sub_buffers,
                 } => {
-                    // A block that is its whole segment passes the segment's buffer.
-                    if offset == 0 && live.allocation.allocated_size() == segment.size {
-                        return Ok(sub_buffers.whole(buffer));
-                    }
-                    let offset = to_usize(offset).map_err(BlockArgError::Alloc)?;
-                    sub_buffers.get_or_create(buffer, offset, size, &live.sub_buffer.0, || {
+                    let wait_idle = || {
                         live.allocation
                             .wait_for_stream()
                             .map_err(|e| BlockArgError::Alloc(AllocError::Stream(e)))
-                    })
+                    };
+                    // A block that is its whole segment passes the segment's buffer.
+                    if offset == 0 && live.allocation.allocated_size() == segment.size {
+                        return sub_buffers.whole(buffer, &live.sub_buffer.0, wait_idle);
+                    }
+                    let offset = to_usize(offset).map_err(BlockArgError::Alloc)?;
+                    sub_buffers.get_or_create(buffer, offset, size, &live.sub_buffer.0, wait_idle)
                 }
                 SegmentMemory::Simulated => Err(BlockArgError::Alloc(AllocError::Unsupported(
                     "simulated memory has no cl_mem".to_owned(),

@@ -152,7 +152,8 @@ impl MemPool {
             parent: parent_shared,
             custom,
         };
-        let config = (*parent.config()).clone();
+        // As given: `split_segments` left unset is the pool's source's choice.
+        let config = parent.caching().given_config();
         let core = DeviceCore::with_setup(Box::new(source), config, history, run_in_background);
         MemPool {
             inner: Arc::new(PoolInner {
@@ -449,9 +450,9 @@ impl PoolRegistry {
     /// as `set_config`, so a pool misses no configuration change.
     pub(crate) fn register(&self, pool: &MemPool) {
         let mut inner = self.inner.lock();
-        let config = pool.inner.parent.config();
-        if *pool.inner.core.config() != *config {
-            pool.inner.core.set_config((*config).clone());
+        let config = pool.inner.parent.caching().given_config();
+        if pool.inner.core.caching().given_config() != config {
+            pool.inner.core.set_config(config);
         }
         let gone = inner.prune();
         inner

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use xpu_alloc::{
-    AllocError, BufferSource, DataPtr, HookedSource, MemPool, SegmentSource, SourceError,
-    SourceHooks, SourceSegment,
+    AllocError, BufferSource, DataPtr, HookedSource, MemPool, SegmentMemory, SegmentSource,
+    SourceError, SourceHooks, SourceSegment,
 };
 use xpu_event::{Event, Gate};
 use xpu_stream::Stream;
@@ -388,6 +388,67 @@ fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_d
     if xpu_device::device_count() > 1 {
         assert!(matches!(err, Err(AllocError::Unsupported(_))));
     }
+}
+
+/// Device 0's buffers, with the opposite answer to `splits_segments` from the device's own
+/// source, at addresses far from every other source's.
+struct SplitsUnlikeTheDevice(BufferSource);
+
+const FAR: u64 = 1 << 61;
+
+impl SegmentSource for SplitsUnlikeTheDevice {
+    type Memory = SegmentMemory;
+    fn device(&self) -> usize {
+        self.0.device()
+    }
+    fn name(&self) -> String {
+        self.0.name()
+    }
+    fn total_memory(&self) -> u64 {
+        self.0.total_memory()
+    }
+    fn max_alloc_size(&self) -> u64 {
+        self.0.max_alloc_size()
+    }
+    fn base_addr_align(&self) -> u64 {
+        self.0.base_addr_align()
+    }
+    fn splits_segments(&self) -> bool {
+        !self.0.splits_segments()
+    }
+    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
+        let mut segment = self.0.allocate(size)?;
+        segment.address += FAR;
+        Ok(segment)
+    }
+    fn free(&self, mut segment: SourceSegment) {
+        segment.address -= FAR;
+        self.0.free(segment);
+    }
+}
+
+/// With `split_segments` left unset (no `XPU_ALLOC_CONF` here), the segment source decides
+/// whether segments are split: for a pool with a custom source, that source, not the
+/// device's.
+#[test]
+fn a_pool_whose_custom_source_splits_unlike_the_device_follows_its_source() {
+    let Some(stream) = device_stream() else {
+        return;
+    };
+    let source = SplitsUnlikeTheDevice(BufferSource::new(0).unwrap());
+    let pool_splits = source.splits_segments();
+    let pool = MemPool::with_source(0, Arc::new(source)).unwrap();
+    let p = pool.allocate(1000, &stream).unwrap();
+    let segment = pool.segments()[0].size;
+    if pool_splits {
+        assert_eq!(segment, 2 * MIB, "a split small-pool segment");
+        assert_eq!(p.allocated_size(), 1024);
+    } else {
+        assert_eq!(segment, 1024, "the block is its whole segment");
+        assert_eq!(p.allocated_size(), 1024);
+    }
+    drop(p);
+    pool.empty_cache();
 }
 
 /// Gate stream S; S copies from a pool block X into a default-pool block; free X; drop the

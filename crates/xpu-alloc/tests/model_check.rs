@@ -58,6 +58,9 @@ fn config_strategy() -> impl Strategy<Value = (&'static str, u64)> {
         Just(
             "roundup_power2_divisions:[2:8,>:2],max_non_split_rounding_mb:20,max_split_size_mb:32"
         ),
+        // Unsplit segments (NVIDIA's OpenCL default): every block a whole segment.
+        Just("split_segments:False"),
+        Just("split_segments:False,roundup_power2_divisions:4,max_split_size_mb:24"),
     ];
     // A small device exercises the OOM path (cross-stream reuse, release and retry).
     (

@@ -241,3 +241,39 @@ fn an_unsplit_size_released_and_needed_again_grows_instead_of_releasing_again() 
     assert_eq!(source.counters().attempts, made);
     assert_eq!(core.memory_stats().num_device_free, 1);
 }
+
+#[test]
+fn after_turning_splitting_off_a_cached_split_block_is_not_handed_out() {
+    let (core, _source) = sim_core(1 << 30, "split_segments:True");
+    let (_, s) = stream(0);
+    // Two blocks of one split 2 MiB segment; the first, freed, stays a split block (its
+    // neighbour is live).
+    let a = core.allocate(1000, &s).unwrap();
+    let b = core.allocate(1000, &s).unwrap();
+    let a_addr = a.address();
+    drop(a);
+    core.set_config(AllocConfig::parse("split_segments:False").unwrap());
+    let c = core.allocate(1000, &s).unwrap();
+    // (address, size, blocks) of the segment holding `addr`.
+    let holding = |addr: u64| {
+        core.snapshot()
+            .into_iter()
+            .find(|seg| seg.address <= addr && addr < seg.address + seg.size)
+            .map(|seg| (seg.address, seg.size, seg.blocks.len()))
+            .unwrap()
+    };
+    assert_eq!(
+        holding(c.address()),
+        (c.address(), 1024, 1),
+        "the block is its whole segment (not the cached split block at {a_addr:#x})"
+    );
+    // The split segment is still there, its free block cached; once its last block is
+    // freed it is one whole free block again.
+    assert_eq!(holding(b.address()), (a_addr, 2 * MIB, 3));
+    drop(b);
+    assert_eq!(holding(a_addr), (a_addr, 2 * MIB, 1));
+    let stats = core.memory_stats();
+    assert_eq!(stats.inactive_split.all.current, 0);
+    assert_eq!(stats.segment.all.current, 2);
+    assert_eq!(stats.allocated_bytes.all.current, 1024);
+}

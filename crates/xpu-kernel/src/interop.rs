@@ -4,9 +4,11 @@
 //! returns as an [`Event`], and workspace memory from the caching allocator.
 //!
 //! A region's `cl_mem` is a sub-buffer of exactly its allocation ([`DataPtr::block_cl_mem`]),
-//! never the allocator's segment: a library that checks its buffer sizes (`CL_MEM_SIZE`) sees
-//! the allocation's bound, so an over-long matrix is refused instead of overwriting the
-//! neighbouring block. Offsets are in elements of `T`, as BLAS takes them, and
+//! or, for a block that is its whole segment (every block where segments are not split:
+//! `split_segments`), the segment's own buffer, the size of the block: never a buffer that
+//! holds other blocks, so a library that checks its buffer sizes (`CL_MEM_SIZE`) sees the
+//! allocation's bound (or its block's), and an over-long matrix is refused instead of
+//! overwriting the neighbouring block. Offsets are in elements of `T`, as BLAS takes them, and
 //! [`ClRegion::require`] / [`ClRegion::offset_as`] check what a call will touch before the
 //! library sees it.
 //!
@@ -219,8 +221,8 @@ impl<'a, T: Pod> ClRegion<'a, T> {
 }
 
 impl<'a, T> ClRegion<'a, T> {
-    /// The `cl_mem` of exactly the allocation (its size is the allocation's requested size),
-    /// not retained: valid while the region lives. Element `i` of the region is element
+    /// The `cl_mem` of exactly the allocation (its size is the allocation's requested size,
+    /// or its block's for a block that is its whole segment), not retained: valid while the region lives. Element `i` of the region is element
     /// `offset() + i` of this buffer.
     pub fn cl_mem(&self) -> raw::cl_mem {
         self.mem

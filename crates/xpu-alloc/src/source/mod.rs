@@ -67,6 +67,9 @@ pub const SUB_BUFFERS_PER_SEGMENT: usize = 1024;
 ///   released by its allocation before the block goes back to the allocator (`Live`'s field
 ///   order in `data_ptr.rs`), so never while another allocation could make one of its bytes.
 ///
+/// The segment's own buffer, passed for a block that is its whole segment
+/// (`SubBuffers::whole`), follows these rules as a sub-buffer of all its bytes.
+///
 /// OpenCL orders an in-order queue's commands whatever buffers they name (§5.1), so on a
 /// conforming driver the wait is only lost time on a cache miss. NVIDIA's driver (H200,
 /// driver 580) needs it: with threads sharing a queue and a segment, a sub-buffer made over
@@ -101,6 +104,37 @@ impl SubBuffers {
         slot: &OnceLock<Arc<Buffer>>,
         wait_idle: impl FnOnce() -> Result<(), E>,
     ) -> Result<Arc<Buffer>, E> {
+        self.get_or_make((offset, size), slot, wait_idle, || {
+            parent.sub_buffer(offset, size)
+        })
+    }
+
+    /// The handle of a block that is its whole segment: `parent` itself (one retained
+    /// reference, no `clCreateSubBuffer`), kept and waited for as a sub-buffer of the whole
+    /// buffer (key (0, the buffer's size)): taken after `wait_idle` when a cached sub-buffer
+    /// covers some of its bytes (or the cache is full), and a later sub-buffer over these
+    /// bytes waits as after any other (see [`SubBuffers::get_or_create`]).
+    ///
+    /// # Errors
+    /// `wait_idle`'s error.
+    pub(crate) fn whole<E: From<xpu_device::DeviceError>>(
+        &self,
+        parent: &Buffer,
+        slot: &OnceLock<Arc<Buffer>>,
+        wait_idle: impl FnOnce() -> Result<(), E>,
+    ) -> Result<Arc<Buffer>, E> {
+        self.get_or_make((0, parent.size()), slot, wait_idle, || Ok(parent.clone()))
+    }
+
+    /// [`SubBuffers::get_or_create`] for the bytes `key` ((offset, size)), whose handle
+    /// `make` makes.
+    fn get_or_make<E: From<xpu_device::DeviceError>>(
+        &self,
+        (offset, size): (usize, usize),
+        slot: &OnceLock<Arc<Buffer>>,
+        wait_idle: impl FnOnce() -> Result<(), E>,
+        make: impl FnOnce() -> Result<Buffer, xpu_device::DeviceError>,
+    ) -> Result<Arc<Buffer>, E> {
         let must_wait = {
             let map = self.0.lock();
             if let Some(b) = map.get(&(offset, size)) {
@@ -117,24 +151,12 @@ impl SubBuffers {
         }
         // Made under the lock and stored in the allocation's slot under it: never two of the
         // same bytes at once, and a concurrent first use of the same allocation finds it.
-        let sub = Arc::new(parent.sub_buffer(offset, size)?);
+        let sub = Arc::new(make()?);
         if map.len() < SUB_BUFFERS_PER_SEGMENT {
             map.insert((offset, size), Arc::clone(&sub));
         }
         let _ = slot.set(Arc::clone(&sub));
         Ok(sub)
-    }
-
-    /// The handle of a block that is its whole segment: `parent` itself (one retained
-    /// reference, kept under the key (0, the buffer's size) like a sub-buffer of the whole
-    /// buffer, so that a later sub-buffer over these bytes waits as after any other), no
-    /// `clCreateSubBuffer`.
-    pub(crate) fn whole(&self, parent: &Buffer) -> Arc<Buffer> {
-        let mut map = self.0.lock();
-        Arc::clone(
-            map.entry((0, parent.size()))
-                .or_insert_with(|| Arc::new(parent.clone())),
-        )
     }
 
     /// The number of sub-buffers cached.
@@ -265,6 +287,47 @@ mod tests {
             Ok(align)
         );
         assert_eq!((waits.get(), cache.len()), (4, 5));
+    }
+
+    /// `whole` with a wait that counts its calls; the handle's size.
+    fn whole(cache: &SubBuffers, parent: &Buffer, waits: &Cell<u32>) -> usize {
+        cache
+            .whole(parent, &std::sync::OnceLock::new(), || {
+                waits.set(waits.get() + 1);
+                Ok::<(), xpu_device::DeviceError>(())
+            })
+            .unwrap()
+            .size()
+    }
+
+    #[test]
+    fn a_whole_segments_buffer_over_bytes_a_sub_buffer_covered_is_taken_after_the_wait() {
+        let Some((parent, align)) = segment(1 << 16) else {
+            return;
+        };
+        // A fresh segment: its buffer at once.
+        let fresh = SubBuffers::default();
+        let waits = Cell::new(0);
+        assert_eq!(whole(&fresh, &parent, &waits), 1 << 16);
+        assert_eq!(waits.get(), 0);
+        // Its bytes were a split block's (a cached sub-buffer): the buffer after the wait.
+        let cache = SubBuffers::default();
+        assert_eq!(get(&cache, &parent, (0, align), &waits, true), Ok(align));
+        assert_eq!(waits.get(), 0);
+        assert_eq!(whole(&cache, &parent, &waits), 1 << 16);
+        assert_eq!(
+            waits.get(),
+            1,
+            "the segment's buffer was taken without the wait"
+        );
+        // Cached: no wait again; a later sub-buffer over its bytes waits.
+        assert_eq!(whole(&cache, &parent, &waits), 1 << 16);
+        assert_eq!(waits.get(), 1);
+        assert_eq!(
+            get(&cache, &parent, (align, align), &waits, true),
+            Ok(align)
+        );
+        assert_eq!((waits.get(), cache.len()), (2, 3));
     }
 
     /// A segment with room past [`SUB_BUFFERS_PER_SEGMENT`] sub-buffers of 512 bytes, and its

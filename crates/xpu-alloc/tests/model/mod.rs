@@ -59,6 +59,8 @@ struct Shard {
     fifos: Vec<(usize, VecDeque<(Marker, u64)>)>,
     /// Sizes released by consolidations and not regrown since (before_grow).
     released: Vec<u64>,
+    /// Sizes of unsplit segments released before growing (before_grow, unsplit).
+    unsplit_released: std::collections::BTreeSet<u64>,
 }
 
 #[derive(Default, Debug, Clone)]
@@ -471,6 +473,33 @@ impl Model {
         Some(self.alloc_found(si, gi, 0, size, rounded))
     }
 
+    /// before_grow with unsplit segments: a new segment that would raise the high-water
+    /// mark first releases the shard's idle segments (both pools), largest first, until they
+    /// add up to it; not for a size released so before.
+    fn release_idle_before_grow(&mut self, si: usize, seg_size: u64) {
+        if self.reserved() + seg_size <= self.high_water
+            || self.shards[si].unsplit_released.contains(&seg_size)
+        {
+            return;
+        }
+        let mut idle = self.whole_free(si, PoolKind::Large);
+        idle.extend(self.whole_free(si, PoolKind::Small));
+        idle.sort_unstable_by(|a, b| b.cmp(a));
+        let mut released = 0u64;
+        for (size, addr) in idle {
+            if released >= seg_size {
+                break;
+            }
+            self.release_by_addr(si, addr);
+            let sizes = &mut self.shards[si].unsplit_released;
+            if sizes.len() >= 4096 {
+                sizes.clear();
+            }
+            sizes.insert(size);
+            released += size;
+        }
+    }
+
     fn policy_size(&mut self, si: usize, pool: PoolKind, seg_size: u64, rounded: u64) -> u64 {
         match pool {
             PoolKind::Small => {
@@ -652,9 +681,14 @@ impl Model {
         if let Some((gi, bi)) = self.search(si, pool, rounded) {
             return ok(self.alloc_found(si, gi, bi, size, rounded));
         }
-        let grow = if self.config.release_policy == ReleasePolicy::BeforeGrow {
+        // Unsplit segments are exactly their request: no policy sizes them, but idle ones
+        // may be released to make room.
+        let grow = if self.config.release_policy != ReleasePolicy::BeforeGrow {
+            seg_size
+        } else if self.config.splits_segments() {
             self.policy_size(si, pool, seg_size, rounded)
         } else {
+            self.release_idle_before_grow(si, seg_size);
             seg_size
         };
         if let Some(r) = self.try_new_segment(si, grow, pool, size, rounded) {

@@ -61,7 +61,9 @@ pub(crate) struct DeviceShared<B: Backend> {
     /// `source.device()`, read once.
     pub device: usize,
     config_epoch: AtomicU64,
-    config: Mutex<Arc<AllocConfig>>,
+    /// The configuration in effect (`split_segments` resolved: the source's choice where
+    /// it was left unset), and `split_segments` as given.
+    config: Mutex<(Arc<AllocConfig>, Option<bool>)>,
     gc_enabled: AtomicBool,
     /// Serializes the publications of `gc_enabled` (see [`DeviceShared::publish_gc`]).
     gc_update: Mutex<()>,
@@ -98,6 +100,7 @@ pub(crate) type UpdateHook = Arc<dyn Fn(Update) + Send + Sync>;
 
 impl<B: Backend> DeviceShared<B> {
     pub(crate) fn new(source: BoxedSource<B>, mut config: AllocConfig) -> Self {
+        let given = config.split_segments;
         config
             .split_segments
             .get_or_insert_with(|| source.splits_segments());
@@ -107,7 +110,7 @@ impl<B: Backend> DeviceShared<B> {
             device: source.device(),
             source,
             config_epoch: AtomicU64::new(1),
-            config: Mutex::new(Arc::new(config)),
+            config: Mutex::new((Arc::new(config), given)),
             gc_enabled: AtomicBool::new(false),
             gc_update: Mutex::new(()),
             reserved: Mutex::new(Reserved::default()),
@@ -140,16 +143,26 @@ impl<B: Backend> DeviceShared<B> {
     }
 
     pub(crate) fn config(&self) -> Arc<AllocConfig> {
-        self.config.lock().clone()
+        self.config.lock().0.clone()
+    }
+
+    /// The configuration as last given (`split_segments` `None` where the source decides).
+    pub(crate) fn given_config(&self) -> AllocConfig {
+        let (config, given) = &*self.config.lock();
+        AllocConfig {
+            split_segments: *given,
+            ..(**config).clone()
+        }
     }
 
     /// Replaces the configuration, then publishes whether garbage collection runs.
     pub(crate) fn set_config(&self, mut config: AllocConfig) {
         // A configuration that leaves segment splitting open gets the source's choice.
+        let given = config.split_segments;
         config
             .split_segments
             .get_or_insert_with(|| self.source.splits_segments());
-        *self.config.lock() = Arc::new(config);
+        *self.config.lock() = (Arc::new(config), given);
         self.config_epoch.fetch_add(1, Ordering::AcqRel);
         #[cfg(test)]
         self.run_update_hook(Update::Config);
@@ -165,7 +178,7 @@ impl<B: Backend> DeviceShared<B> {
     /// that setter's own publication). No other lock is held while the parts are read.
     fn publish_gc(&self) {
         let _serial = self.gc_update.lock();
-        let gc = self.config.lock().garbage_collection_threshold > 0.0;
+        let gc = self.config.lock().0.garbage_collection_threshold > 0.0;
         let fraction_below_one = self.reserved.lock().fraction.is_some_and(|f| f < 1.0);
         self.gc_enabled
             .store(gc && fraction_below_one, Ordering::Release);

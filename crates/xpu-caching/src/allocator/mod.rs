@@ -625,14 +625,29 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         self.flush_thread_caches();
     }
 
-    /// The current configuration; the default one in a bad fork child (the configuration's
-    /// lock may have been held at the fork).
+    /// The current configuration, `split_segments` resolved (the segment source's choice
+    /// where it was left unset; [`CachingAllocator::given_config`] keeps it unset); the
+    /// default one in a bad fork child (the configuration's lock may have been held at the
+    /// fork).
     #[must_use]
     pub fn config(&self) -> Arc<AllocConfig> {
         if B::is_bad_fork() {
             return Arc::new(AllocConfig::default());
         }
         self.inner.shared.config()
+    }
+
+    /// The configuration as last given ([`CachingAllocator::new`] or
+    /// [`CachingAllocator::set_config`]): as [`CachingAllocator::config`], but with
+    /// `split_segments` `None` where it was left to the segment source. For building another
+    /// allocator over another source with the same configuration (a private pool). The
+    /// default one in a bad fork child.
+    #[must_use]
+    pub fn given_config(&self) -> AllocConfig {
+        if B::is_bad_fork() {
+            return AllocConfig::default();
+        }
+        self.inner.shared.given_config()
     }
 
     /// All statistics (as `torch.cuda.memory_stats`); see [`crate::stats`] for how peaks

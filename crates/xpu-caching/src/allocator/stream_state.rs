@@ -260,14 +260,18 @@ impl<B: Backend> ShardState<B> {
     }
 
     /// Best fit in the request's pool under the oversize rules; the block stays in its pool
-    /// until [`ShardState::alloc_pooled`] hands it out.
+    /// until [`ShardState::alloc_pooled`] hands it out. Where segments are not split, a
+    /// block of a segment split before (`split_segments` turned off at run time) is not
+    /// handed out: every block handed out is its whole segment.
     #[inline]
     pub(crate) fn search(&mut self, req: &Request, gc_enabled: bool) -> Option<Pooled> {
         if gc_enabled {
             self.pool_mut(req.pool).searches += 1;
         }
         let ((size, addr, block), hint) = self.pool(req.pool).best_fit_at(req.rounded)?;
-        if !size::oversize_allows(req.rounded, size, &self.config) {
+        if !size::oversize_allows(req.rounded, size, &self.config)
+            || (!self.config.splits_segments() && self.blocks[block].is_split())
+        {
             return None;
         }
         Some(Pooled {

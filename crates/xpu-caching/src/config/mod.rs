@@ -47,7 +47,8 @@ pub enum ReleasePolicy {
     /// PyTorch's behavior: cached segments are released only on the OOM path and by
     /// `empty_cache`.
     OnOom,
-    /// Beyond PyTorch, lowers the peak reserved memory without more segment allocations:
+    /// Beyond PyTorch, lowers the peak reserved memory, without more segment allocations
+    /// where segments are split (steps 1-3; unsplit segments get step 4 alone):
     /// 1. **Consolidation (large pool).** When a new large segment of `S` bytes would raise
     ///    the device's reserved bytes above their highest value so far, and the stream's
     ///    idle cached whole large segments (none of which could serve the request) add up to
@@ -113,8 +114,10 @@ pub struct AllocConfig {
     /// rounded request, a block is never split, and a cached block serves a request only when
     /// it exceeds the rounded request by less than the request itself and less than
     /// `max_non_split_rounding` (PyTorch's bound for blocks it never splits): at most half of
-    /// a block is unused. For drivers that break when several sub-buffers of one buffer are
-    /// in use at once (NVIDIA's OpenCL, see `xpu-alloc`'s `BufferSource`).
+    /// a block is unused. [`ReleasePolicy::BeforeGrow`] then sizes no segment; it releases
+    /// idle segments before growing past the high-water mark (its step 4). For drivers that break when several
+    /// sub-buffers of one buffer are in use at once (NVIDIA's OpenCL, see `xpu-alloc`'s
+    /// `BufferSource`).
     pub split_segments: Option<bool>,
 }
 

@@ -122,6 +122,7 @@ fn with_the_bad_fork_hook_set_no_entry_point_takes_a_lock_or_calls_the_backend()
             c.memory_history().entries().len(),
             c.memory_history().is_enabled(),
             *c.config() == AllocConfig::default(),
+            c.given_config() == AllocConfig::default(),
         );
         let shared = c.shared();
         let segment = shared
@@ -157,9 +158,9 @@ fn with_the_bad_fork_hook_set_no_entry_point_takes_a_lock_or_calls_the_backend()
     );
     assert_eq!(
         reads,
-        (true, 1.0, (0, 0), 0, 0, 0, 0, 0, false, true),
+        (true, 1.0, (0, 0), 0, 0, 0, 0, 0, false, true, true),
         "(stats zero, fraction, mem_get_info, reserved, allocated, snapshot, weak shards, \
-         history, history on, default config)"
+         history, history on, default config, default given config)"
     );
     assert!(
         matches!(&segment, Err(SourceError::Device(f)) if f.downcast_ref::<CacheError>() == Some(&CacheError::BadFork)),
