@@ -17,6 +17,22 @@ def infer_random_tokens(m, dev, steps, batch, seq, vocab):
             b = random.randint(*batch); s = random.randint(*seq)
             m(torch.randint(0, vocab, (b, s), device=dev))
 
+def infer_random_images(m, dev, steps, batch, resolutions):
+    """`steps` no-grad forwards of `m` on random square images, each of a random batch size
+    in `batch` (inclusive (low, high)) at a resolution drawn from `resolutions`."""
+    with torch.no_grad():
+        for _ in range(steps):
+            b = random.randint(*batch); r = random.choice(resolutions)
+            m(torch.randn(b, 3, r, r, device=dev))
+
+def detect_random_images(m, dev, steps, images, side):
+    """`steps` no-grad forwards of detection model `m` on lists of random images: a random
+    count in `images`, each of random height and width in `side` (inclusive pairs)."""
+    with torch.no_grad():
+        for _ in range(steps):
+            b = random.randint(*images)
+            m([torch.rand(3, random.randint(*side), random.randint(*side), device=dev) for _ in range(b)])
+
 def generate_fixed(m, dev, shapes, vocab, new_tokens, **kwargs):
     """Greedy generation of exactly `new_tokens` tokens by `m` for each (batch, prompt length)
     of `shapes`, on random prompts; `kwargs` go to `m.generate`."""

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use xpu_alloc::{
-    AllocError, BufferSource, DataPtr, HookedSource, MemPool, SegmentMemory, SegmentSource,
-    SourceError, SourceHooks, SourceSegment,
+    AllocError, BufferSource, DataPtr, HookedSource, MemPool, SegmentSource, SourceError,
+    SourceHooks, SourceSegment,
 };
 use xpu_event::{Event, Gate};
 use xpu_stream::Stream;
@@ -299,9 +299,11 @@ fn release_of_an_idle_pool_returns_its_segments() {
 
 /// Source hooks that count the calls and, at each free, note whether `watch` (an event
 /// recorded after the work that reads the segment) had completed. They shift addresses
-/// far from the device source's so they stay unique on the device.
+/// far from the device source's so they stay unique on the device. With
+/// `opposite_splitting`, the source answers `splits_segments` unlike the device's own.
 #[derive(Default)]
 struct Watching {
+    opposite_splitting: bool,
     allocs: AtomicUsize,
     frees: AtomicUsize,
     addresses: Mutex<Vec<u64>>,
@@ -320,6 +322,9 @@ fn watching() -> Arc<HookedSource<BufferSource, Watching>> {
 }
 
 impl SourceHooks<BufferSource> for Watching {
+    fn splits_segments(&self, inner: &BufferSource) -> bool {
+        inner.splits_segments() != self.opposite_splitting
+    }
     fn allocate(&self, inner: &BufferSource, size: u64) -> Result<SourceSegment, SourceError> {
         let mut segment = inner.allocate(size)?;
         segment.address += SHIFT;
@@ -390,43 +395,6 @@ fn a_pool_with_a_custom_source_draws_its_segments_from_it_and_the_default_pool_d
     }
 }
 
-/// Device 0's buffers, with the opposite answer to `splits_segments` from the device's own
-/// source, at addresses far from every other source's.
-struct SplitsUnlikeTheDevice(BufferSource);
-
-const FAR: u64 = 1 << 61;
-
-impl SegmentSource for SplitsUnlikeTheDevice {
-    type Memory = SegmentMemory;
-    fn device(&self) -> usize {
-        self.0.device()
-    }
-    fn name(&self) -> String {
-        self.0.name()
-    }
-    fn total_memory(&self) -> u64 {
-        self.0.total_memory()
-    }
-    fn max_alloc_size(&self) -> u64 {
-        self.0.max_alloc_size()
-    }
-    fn base_addr_align(&self) -> u64 {
-        self.0.base_addr_align()
-    }
-    fn splits_segments(&self) -> bool {
-        !self.0.splits_segments()
-    }
-    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
-        let mut segment = self.0.allocate(size)?;
-        segment.address += FAR;
-        Ok(segment)
-    }
-    fn free(&self, mut segment: SourceSegment) {
-        segment.address -= FAR;
-        self.0.free(segment);
-    }
-}
-
 /// With `split_segments` left unset (no `XPU_ALLOC_CONF` here), the segment source decides
 /// whether segments are split: for a pool with a custom source, that source, not the
 /// device's.
@@ -435,9 +403,16 @@ fn a_pool_whose_custom_source_splits_unlike_the_device_follows_its_source() {
     let Some(stream) = device_stream() else {
         return;
     };
-    let source = SplitsUnlikeTheDevice(BufferSource::new(0).unwrap());
+    let source = Arc::new(HookedSource::new(
+        BufferSource::new(0).unwrap(),
+        Watching {
+            opposite_splitting: true,
+            ..Watching::default()
+        },
+    ));
     let pool_splits = source.splits_segments();
-    let pool = MemPool::with_source(0, Arc::new(source)).unwrap();
+    assert_ne!(pool_splits, BufferSource::new(0).unwrap().splits_segments());
+    let pool = MemPool::with_source(0, source).unwrap();
     let p = pool.allocate(1000, &stream).unwrap();
     let segment = pool.segments()[0].size;
     if pool_splits {

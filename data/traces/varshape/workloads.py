@@ -8,7 +8,8 @@
 # The validation traces are judged once, at the end; no rule is tuned on them.
 import os, random, sys, torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from workload_steps import generate_fixed, infer_random_tokens, optimizer_step, record_main, seeded_cuda
+from workload_steps import (detect_random_images, generate_fixed, infer_random_images, infer_random_tokens,
+                            optimizer_step, record_main, seeded_cuda)
 
 def run(name):
     dev = seeded_cuda()
@@ -19,10 +20,7 @@ def run(name):
     elif name == "resnet50_varres_infer":
         import torchvision
         m = torchvision.models.resnet50().to(dev).eval()
-        with torch.no_grad():
-            for i in range(30):
-                b = random.randint(1, 64); r = random.choice(range(128, 417, 32))
-                m(torch.randn(b, 3, r, r, device=dev))
+        infer_random_images(m, dev, 30, batch=(1, 64), resolutions=range(128, 417, 32))
     elif name == "lstm_packed_train":
         from torch.nn.utils.rnn import pack_padded_sequence
         rnn = torch.nn.LSTM(256, 512, num_layers=2, batch_first=True).to(dev)
@@ -47,10 +45,7 @@ def run(name):
     elif name == "fasterrcnn_varsize_infer":
         import torchvision
         m = torchvision.models.detection.fasterrcnn_resnet50_fpn(weights=None, weights_backbone=None).to(dev).eval()
-        with torch.no_grad():
-            for i in range(12):
-                b = random.randint(1, 4)
-                m([torch.rand(3, random.randint(300, 900), random.randint(300, 900), device=dev) for _ in range(b)])
+        detect_random_images(m, dev, 12, images=(1, 4), side=(300, 900))
     elif name == "t5_generate_varbatch":
         from transformers import T5Config, T5ForConditionalGeneration
         m = T5ForConditionalGeneration(T5Config(num_layers=6, d_model=512, d_ff=2048, num_heads=8)).to(dev).eval()
@@ -74,17 +69,11 @@ def run(name):
     elif name == "mobilenet_varres_infer":
         import torchvision
         m = torchvision.models.mobilenet_v3_large().to(dev).eval()
-        with torch.no_grad():
-            for i in range(40):
-                b = random.randint(1, 128); r = random.choice(range(96, 481, 16))
-                m(torch.randn(b, 3, r, r, device=dev))
+        infer_random_images(m, dev, 40, batch=(1, 128), resolutions=range(96, 481, 16))
     elif name == "retinanet_varsize_infer":
         import torchvision
         m = torchvision.models.detection.retinanet_resnet50_fpn(weights=None, weights_backbone=None).to(dev).eval()
-        with torch.no_grad():
-            for i in range(12):
-                b = random.randint(1, 6)
-                m([torch.rand(3, random.randint(256, 1024), random.randint(256, 1024), device=dev) for _ in range(b)])
+        detect_random_images(m, dev, 12, images=(1, 6), side=(256, 1024))
     elif name == "roberta_varlen_train":
         from transformers import RobertaConfig, RobertaForSequenceClassification
         m = RobertaForSequenceClassification(RobertaConfig(num_hidden_layers=6, num_labels=4)).to(dev)

@@ -222,6 +222,12 @@ mod tests {
         }
     }
 
+    /// A 64 KiB [`segment`], its alignment, an empty cache and a wait counter at 0.
+    fn scene() -> Option<(Buffer, usize, SubBuffers, Cell<u32>)> {
+        let (parent, align) = segment(1 << 16)?;
+        Some((parent, align, SubBuffers::default(), Cell::new(0)))
+    }
+
     /// `get_or_create` with a wait that counts its calls and answers `ok`.
     fn get(
         cache: &SubBuffers,
@@ -244,11 +250,9 @@ mod tests {
 
     #[test]
     fn a_sub_buffer_over_bytes_another_covered_is_made_after_the_wait_and_only_then() {
-        let Some((parent, align)) = segment(1 << 16) else {
+        let Some((parent, align, cache, waits)) = scene() else {
             return;
         };
-        let cache = SubBuffers::default();
-        let waits = Cell::new(0);
         // Fresh bytes: no wait.
         assert_eq!(
             get(&cache, &parent, (0, 2 * align), &waits, true),
@@ -302,12 +306,10 @@ mod tests {
 
     #[test]
     fn a_whole_segments_buffer_over_bytes_a_sub_buffer_covered_is_taken_after_the_wait() {
-        let Some((parent, align)) = segment(1 << 16) else {
+        // A fresh segment: its buffer at once.
+        let Some((parent, align, fresh, waits)) = scene() else {
             return;
         };
-        // A fresh segment: its buffer at once.
-        let fresh = SubBuffers::default();
-        let waits = Cell::new(0);
         assert_eq!(whole(&fresh, &parent, &waits), 1 << 16);
         assert_eq!(waits.get(), 0);
         // Its bytes were a split block's (a cached sub-buffer): the buffer after the wait.

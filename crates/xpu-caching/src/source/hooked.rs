@@ -4,8 +4,9 @@
 use super::{SegmentSource, SourceError, SourceSegment};
 
 /// What a [`HookedSource`] runs in place of its inner source's
-/// [`SegmentSource::allocate`] and [`SegmentSource::free`], and of its size queries
-/// [`SegmentSource::total_memory`] and [`SegmentSource::max_alloc_size`]; each default
+/// [`SegmentSource::allocate`] and [`SegmentSource::free`], of its size queries
+/// [`SegmentSource::total_memory`] and [`SegmentSource::max_alloc_size`], and of
+/// [`SegmentSource::splits_segments`]; each default
 /// forwards the call unchanged, so an implementation overrides only the calls it observes or
 /// adjusts.
 ///
@@ -37,6 +38,12 @@ pub trait SourceHooks<S: SegmentSource>: Send + Sync + 'static {
     /// `inner.max_alloc_size()`).
     fn max_alloc_size(&self, inner: &S) -> u64 {
         inner.max_alloc_size()
+    }
+
+    /// Whether the allocator may split the source's segments (the default:
+    /// `inner.splits_segments()`; see [`SegmentSource::splits_segments`]).
+    fn splits_segments(&self, inner: &S) -> bool {
+        inner.splits_segments()
     }
 
     /// Allocates a segment of exactly `size` bytes from `inner` (the default:
@@ -117,7 +124,7 @@ impl<S: SegmentSource, H: SourceHooks<S>> SegmentSource for HookedSource<S, H> {
         self.inner.free_needs_sync()
     }
     fn splits_segments(&self) -> bool {
-        self.inner.splits_segments()
+        self.hooks.splits_segments(&self.inner)
     }
     fn allocate(&self, size: u64) -> Result<SourceSegment<S::Memory>, SourceError> {
         self.hooks.allocate(&self.inner, size)
