@@ -3,14 +3,12 @@
 //! owner queued on the allocation stream completed (`xpu_alloc::SubBuffers`, the rule NVIDIA's
 //! driver needs when a segment's buffer and its sub-buffers meet). PoCL orders the queue
 //! either way, so the test watches the rule itself, as xpu-kernel's `sub_buffer_reuse.rs`:
-//! the earlier owner's work is held behind a gate that a helper thread opens only once the
-//! runtime has recorded the marker it waits on (a new live event), and the earlier work must
+//! the earlier owner's work is held behind a gate opened only once the runtime has recorded
+//! the marker it waits on (`Gate::open_when_waited_on`), and the earlier work must
 //! be complete when the whole block's first use returns. Alone in its file: it counts the
 //! process's live events. Skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
 
 mod common;
-
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::{device_stream, MIB};
 use xpu_alloc::{AllocConfig, DeviceAllocator};
@@ -42,32 +40,16 @@ fn a_whole_block_over_bytes_a_split_block_used_is_passed_after_the_earlier_comma
         "one segment: the block's own"
     );
 
-    let events_before = xpu_device::live_objects().events;
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            // Opens the gate once the runtime recorded a marker to wait on, or when told (the
-            // first use returned first: the failure), or after a minute (never a hang).
-            let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
-            while xpu_device::live_objects().events <= events_before
-                && !stop.load(Ordering::Acquire)
-                && std::time::Instant::now() < give_up
-            {
-                std::thread::yield_now();
-            }
-            gate.open().unwrap();
-        });
-        // The whole block's first use: the segment's own buffer.
-        let mem = b.block_cl_mem();
-        let earlier_done = done.query();
-        stop.store(true, Ordering::Release);
-        assert_eq!(mem.unwrap().1, 20 << 20, "the segment's buffer");
-        assert!(
-            earlier_done.unwrap(),
-            "the segment's buffer was passed while the earlier owner's fill through its \
-             sub-buffer was still queued"
-        );
-    });
+    // The whole block's first use: the segment's own buffer.
+    let (mem, earlier_done) = gate
+        .open_when_waited_on(|| (b.block_cl_mem(), done.query()))
+        .unwrap();
+    assert_eq!(mem.unwrap().1, 20 << 20, "the segment's buffer");
+    assert!(
+        earlier_done.unwrap(),
+        "the segment's buffer was passed while the earlier owner's fill through its \
+         sub-buffer was still queued"
+    );
     let mut back = vec![0u8; 4096];
     b.view().unwrap().read(&s, 0, &mut back).unwrap();
     assert!(back.iter().all(|&x| x == 7));

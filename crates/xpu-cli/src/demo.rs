@@ -63,12 +63,15 @@ fn say(text: &str) -> anyhow::Result<()> {
 /// segments (NVIDIA's OpenCL, `xpu_alloc::splits_segments_on`) and `config` leaves it unset.
 ///
 /// # Errors
-/// A bad device index or no OpenCL runtime.
+/// A bad configuration, a bad device index or no OpenCL runtime.
 pub(crate) fn mirrored_config(
     device: usize,
     config: Option<&str>,
 ) -> anyhow::Result<Option<String>> {
-    let given = config.is_some_and(|c| c.contains("split_segments"));
+    let given = match config {
+        Some(c) => xpu_alloc::AllocConfig::parse(c)?.split_segments.is_some(),
+        None => false,
+    };
     if given || xpu_alloc::device_splits_segments(device)? {
         return Ok(config.map(str::to_owned));
     }

@@ -97,6 +97,38 @@ impl Gate {
         Ok(())
     }
 
+    /// Runs `body` on this thread while a helper thread opens the gate as soon as the
+    /// process holds more live OpenCL events than when this was called (the runtime
+    /// recorded a marker to wait on: `body` waits for work behind the gate), once `body`
+    /// returned (it did not wait), or after 60 s (never a hang, whatever else moves the
+    /// process's event count). For tests that a call waits for queued work, without sleeps:
+    /// `body` checks, when it returns, whether the gated work is complete.
+    ///
+    /// # Errors
+    /// The helper's [`Gate::open`] error (`body`'s value is then lost).
+    pub fn open_when_waited_on<R>(&self, body: impl FnOnce() -> R) -> Result<R, EventError> {
+        let events_before = xpu_device::live_objects().events;
+        let returned = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let opener = scope.spawn(|| {
+                let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                while xpu_device::live_objects().events <= events_before
+                    && !returned.load(Ordering::Acquire)
+                    && std::time::Instant::now() < give_up
+                {
+                    std::thread::yield_now();
+                }
+                self.open()
+            });
+            let value = body();
+            returned.store(true, Ordering::Release);
+            match opener.join() {
+                Ok(opened) => opened.map(|()| value),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
+    }
+
     /// True once opened.
     pub fn is_open(&self) -> bool {
         self.open.load(Ordering::Acquire)

@@ -2,15 +2,13 @@
 //! after the commands the bytes' earlier owner queued on the allocation stream completed
 //! (`xpu_alloc::SubBuffers`; NVIDIA's driver ran later commands first or crashed otherwise,
 //! `ci/diag/nvidia_subbuffer_repro.c`). PoCL orders the queue either way, so the test watches
-//! the rule itself: the earlier owner's work is held behind a gate that a helper thread opens
-//! only once the runtime has recorded the marker it waits on (a new live event), and the
+//! the rule itself: the earlier owner's work is held behind a gate opened only once the runtime has
+//! recorded the marker it waits on (`Gate::open_when_waited_on`), and the
 //! earlier work must be complete when the new sub-buffer's first use returns. Alone in its
 //! file: it counts the process's live events. Skipped without a device unless
 //! `XPU_REQUIRE_DEVICE=1`.
 
 mod common;
-
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use xpu_event::test_support::Gate;
 use xpu_event::Event;
@@ -41,32 +39,15 @@ fn a_sub_buffer_over_reused_bytes_is_made_after_the_earlier_owners_commands() {
         "best fit reuses the freed block"
     );
 
-    let events_before = xpu_device::live_objects().events;
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            // Opens the gate once the runtime recorded a marker to wait on, or when told (the
-            // view returned first: the failure), or after a minute (never a hang, whatever
-            // else moves the process's event count).
-            let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
-            while xpu_device::live_objects().events <= events_before
-                && !stop.load(Ordering::Acquire)
-                && std::time::Instant::now() < give_up
-            {
-                std::thread::yield_now();
-            }
-            gate.open().unwrap();
-        });
-        // The new sub-buffer's first use.
-        let view = b.data_ptr().view();
-        let earlier_done = done.query();
-        stop.store(true, Ordering::Release);
-        view.unwrap();
-        assert!(
-            earlier_done.unwrap(),
-            "the sub-buffer over the reused bytes was made while the earlier owner's copy was \
-             still queued"
-        );
-    });
+    // The new sub-buffer's first use.
+    let (view, earlier_done) = gate
+        .open_when_waited_on(|| (b.data_ptr().view().map(|_| ()), done.query()))
+        .unwrap();
+    view.unwrap();
+    assert!(
+        earlier_done.unwrap(),
+        "the sub-buffer over the reused bytes was made while the earlier owner's copy was \
+         still queued"
+    );
     assert_eq!(b.to_vec(&s).unwrap().len(), 512);
 }
