@@ -13,6 +13,9 @@
 // crashed however sub-buffers were made (drained device, enqueues locked out) and ran clean with none, so xpu makes
 // no sub-buffer on NVIDIA's OpenCL any more: every block is a segment of its own (`split_segments`).
 // Modes P/W/D (program builds during the launches) were written for the next reduction and not yet run on the H200.
+// Mode O (2026-12-03 21:3x UTC, H200): one parent buffer, copies and kernels given the parent and the region's
+// offset, no sub-buffer at all: clean 12/12 (O 8x300 5/5, O 16x300 3/3, OP 8x300 2/2, OP 16x300 1/1, O 16x3000 1/1)
+// while the control a 8x300 crashed 2/2 in the same call: several threads may share one buffer by offsets.
 // xpu-like block reuse across threads on one in-order queue: regions of one parent buffer are handed out
 // from a shared free list; a thread frees its input region right after enqueueing the kernel that reads it,
 // and releases that region's sub-buffer AFTER (flag a) or BEFORE (flag b) returning the region to the list.
@@ -23,6 +26,7 @@
 // P one more thread builds programs (new source each time) and makes kernels meanwhile, W with an rwlock (launches read, builds write),
 // D the builder drains the shared queue before each build,
 // c sub-buffers made during the run but never released, R all made before the threads start (a stock per region) and released during the run,
+// O no sub-buffer at all: copies and kernels take the parent buffer and the region's offset (kernel add1o),
 // B as e but each region a buffer of its own (no sub-buffers), q a queue per thread, n kernel arguments set to NULL after the launch, f a new cl_kernel per launch (released after it)
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
@@ -34,7 +38,8 @@ static cl_context ctx; static cl_device_id dev; static cl_command_queue shared_q
 static const char *flags; static int rounds; static volatile int running = 1; static pthread_rwlock_t bl = PTHREAD_RWLOCK_INITIALIZER;
 #define F(c) (strchr(flags, c) != NULL)
 #define CK(x) do { int l_ = F('l') && !strstr(#x, "Wait"); if (l_) pthread_mutex_lock(&cl_lock); cl_int e_ = (x); if (l_) pthread_mutex_unlock(&cl_lock); if (e_) { fprintf(stderr, "%s:%d %s -> %d\n", __FILE__, __LINE__, #x, e_); exit(3); } } while (0)
-static const char *SRC = "__kernel void add1(__global float *y, __global const float *x, uint n) { size_t i = get_global_id(0); if (i < n) y[i] = x[i] + 1.0f; }";
+static const char *SRC = "__kernel void add1(__global float *y, __global const float *x, uint n) { size_t i = get_global_id(0); if (i < n) y[i] = x[i] + 1.0f; }\n"
+  "__kernel void add1o(__global float *y, ulong yo, __global const float *x, ulong xo, uint n) { size_t i = get_global_id(0); if (i < n) y[yo + i] = x[xo + i] + 1.0f; }";
 #define SLOT 4096
 #define NREG 64
 static pthread_mutex_t pl = PTHREAD_MUTEX_INITIALIZER; static pthread_mutex_t cl_lock = PTHREAD_MUTEX_INITIALIZER; static cl_mem subs[64]; static cl_mem *stock[64]; static int nstock[64];
@@ -48,12 +53,25 @@ static cl_mem sub(cl_mem p, size_t off, size_t size) { if (F('d')) CK(clFinish(s
 static void *worker(void *arg) {
   long t = (long)arg; cl_int e;
   cl_command_queue q = F('q') ? clCreateCommandQueueWithProperties(ctx, dev, NULL, &e) : shared_q; if (F('q')) CK(e);
-  cl_kernel k = clCreateKernel(prog, "add1", &e); CK(e);
+  cl_kernel k = clCreateKernel(prog, F('O') ? "add1o" : "add1", &e); CK(e);
   float host[1024], got[1024];
   for (int r = 0; r < rounds; r++) {
     unsigned n = 1 + (t * 131 + r * 17) % 700;
     for (unsigned i = 0; i < n; i++) host[i] = (float)(t + r + i);
     int rx = take(), ry = take();
+    if (F('O')) { /* O: no sub-buffer at all: the parent buffer and an offset, for copies and kernels */
+      cl_event ev, kev, rev; cl_ulong xo = (cl_ulong)rx * SLOT / 4, yo = (cl_ulong)ry * SLOT / 4;
+      CK(clEnqueueWriteBuffer(q, parent, CL_FALSE, (size_t)rx * SLOT, 4 * n, host, 0, NULL, &ev));
+      CK(clSetKernelArg(k, 0, sizeof parent, &parent)); CK(clSetKernelArg(k, 1, 8, &yo));
+      CK(clSetKernelArg(k, 2, sizeof parent, &parent)); CK(clSetKernelArg(k, 3, 8, &xo)); CK(clSetKernelArg(k, 4, 4, &n));
+      size_t g = n; CK(clEnqueueNDRangeKernel(q, k, 1, NULL, &g, NULL, 0, NULL, &kev)); CK(clReleaseEvent(kev));
+      give(rx);
+      CK(clEnqueueReadBuffer(q, parent, CL_FALSE, (size_t)ry * SLOT, 4 * n, got, 0, NULL, &rev));
+      CK(clWaitForEvents(1, &rev)); CK(clReleaseEvent(rev)); CK(clWaitForEvents(1, &ev)); CK(clReleaseEvent(ev));
+      give(ry);
+      for (unsigned i = 0; i < n; i++) if (got[i] != host[i] + 1.0f) { fprintf(stderr, "bad value t%ld r%d i%u\n", t, r, i); exit(4); }
+      continue;
+    }
     cl_mem x = (F('e') || F('B')) ? subs[rx] : F('R') ? pop(rx, 4 * n) : sub(parent, (size_t)rx * SLOT, 4 * n);
     cl_event ev;
     if (F('p')) CK(clEnqueueWriteBuffer(q, parent, CL_FALSE, (size_t)rx * SLOT, 4 * n, host, 0, NULL, &ev));
