@@ -190,3 +190,79 @@ fn a_source_hook_calling_its_own_pool_does_not_block_another_thread_s_nested_cal
         "two outer and two nested allocations counted"
     );
 }
+
+/// A segment source written by the user whose `free_needs_sync` reads the allocator's
+/// statistics (and answers `true`, so the stream is synchronized before each free).
+struct ReadsStatsBeforeFree {
+    inner: Arc<SimulatedSource>,
+    cache: Mutex<Option<CachingAllocator<SimBackend>>>,
+    /// `allocated_bytes.all.current` as each `free_needs_sync` read it.
+    seen: Mutex<Vec<i64>>,
+}
+
+impl SegmentSource for ReadsStatsBeforeFree {
+    type Memory = Simulated;
+    fn device(&self) -> usize {
+        self.inner.device()
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn total_memory(&self) -> u64 {
+        self.inner.total_memory()
+    }
+    fn max_alloc_size(&self) -> u64 {
+        self.inner.max_alloc_size()
+    }
+    fn base_addr_align(&self) -> u64 {
+        self.inner.base_addr_align()
+    }
+    fn free_needs_sync(&self) -> bool {
+        let cache = self.cache.lock().unwrap().clone();
+        if let Some(cache) = cache {
+            let allocated = cache.memory_stats().allocated_bytes.all.current;
+            self.seen.lock().unwrap().push(allocated);
+        }
+        true
+    }
+    fn allocate(&self, size: u64) -> Result<SourceSegment<Simulated>, SourceError> {
+        self.inner.allocate(size)
+    }
+    fn free(&self, segment: SourceSegment<Simulated>) {
+        self.inner.free(segment);
+    }
+}
+
+/// Unsplit segments under `release_policy:before_grow`: a 20 MiB request that would raise
+/// the reserved high-water mark first releases the idle 10 MiB segment, during the
+/// allocation. The source's `free_needs_sync` (user code) reads the statistics then: it
+/// must run with the allocating thread's statistics write closed, or the read waits for
+/// that write for ever (a sequence lock whose writer is the reader's own thread).
+#[test]
+fn a_sources_free_needs_sync_may_read_statistics_during_a_release_before_growing() {
+    let source = Arc::new(ReadsStatsBeforeFree {
+        inner: Arc::new(SimulatedSource::new(0, 1 << 30, 1 << 30)),
+        cache: Mutex::new(None),
+        seen: Mutex::new(Vec::new()),
+    });
+    let config = AllocConfig::parse("split_segments:False").unwrap();
+    let cache = CachingAllocator::<SimBackend>::new(Box::new(source.clone()), config);
+    *source.cache.lock().unwrap() = Some(cache.clone());
+    let c = cache.clone();
+    let reserved = finishes_within(20, move || {
+        let stream = SimStream::new(StreamKey::new(0, 1));
+        drop(c.allocate(10 << 20, &stream).unwrap().unwrap());
+        let big = c.allocate(20 << 20, &stream).unwrap().unwrap();
+        let reserved = c.memory_reserved();
+        drop(big);
+        reserved
+    });
+    source.cache.lock().unwrap().take();
+    assert_eq!(reserved, 20 << 20, "the idle 10 MiB segment was released");
+    assert_eq!(
+        *source.seen.lock().unwrap(),
+        vec![0],
+        "free_needs_sync read the statistics once, with nothing allocated"
+    );
+    assert_eq!(cache.memory_stats().num_device_free, 1);
+}

@@ -834,10 +834,16 @@ impl<B: Backend> ReleasedSegments<B> {
     /// is deleted by the driver only once the commands using it have finished (OpenCL 3.0
     /// §5.5.1), and a source whose free does not wait has the stream synchronized first.
     pub(crate) fn free(self, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>) {
-        if shared.source.free_needs_sync() {
-            if let Err(e) = st.unlocked(|| B::synchronize(&self.stream)) {
-                tracing::warn!(stream = ?self.key, error = %e, "synchronize before freeing a segment failed");
-            }
+        // The source's answer is user code too (it may read the statistics): asked, as the
+        // synchronize runs, with the statistics write closed.
+        let synced = st.unlocked(|| {
+            shared
+                .source
+                .free_needs_sync()
+                .then(|| B::synchronize(&self.stream))
+        });
+        if let Some(Err(e)) = synced {
+            tracing::warn!(stream = ?self.key, error = %e, "synchronize before freeing a segment failed");
         }
         for segment in self.segments {
             free_segment(segment, self.key, shared, st);
