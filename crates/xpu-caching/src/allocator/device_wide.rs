@@ -290,15 +290,18 @@ impl<B: Backend> DeviceShared<B> {
             }
             r.bytes = total;
         }
+        // Given back unless the segment is kept, also when the source (user code) panics.
+        let charge = Charge {
+            reserved: &self.reserved,
+            size,
+        };
         match source.allocate(size) {
             Ok(segment) if segment.size != size => {
                 // A source that broke its contract: the blocks carved out of this segment
                 // would lie past its end (or waste its tail); it goes straight back.
                 let got = segment.size;
                 source.free(segment);
-                let mut r = self.reserved.lock();
-                r.bytes = r.bytes.saturating_sub(size);
-                drop(r);
+                drop(charge);
                 Err(SegmentFailure::Device(DeviceFailure::message(format!(
                     "the segment source returned a segment of {got} bytes for a request of \
                      {size} bytes"
@@ -309,19 +312,16 @@ impl<B: Backend> DeviceShared<B> {
                     // A source breaking its contract (addresses unique among live
                     // segments): the segment goes straight back.
                     source.free(segment);
-                    let mut r = self.reserved.lock();
-                    r.bytes = r.bytes.saturating_sub(size);
-                    drop(r);
+                    drop(charge);
                     return Err(SegmentFailure::Device(DeviceFailure::message(msg)));
                 }
+                std::mem::forget(charge);
                 let mut r = self.reserved.lock();
                 r.high_water = r.high_water.max(r.bytes);
                 Ok(segment)
             }
             Err(e) => {
-                let mut r = self.reserved.lock();
-                r.bytes = r.bytes.saturating_sub(size);
-                drop(r);
+                drop(charge);
                 Err(match e {
                     SourceError::OutOfMemory => SegmentFailure::OutOfMemory,
                     SourceError::TooLarge { .. } => SegmentFailure::TooLarge,
@@ -347,6 +347,20 @@ impl<B: Backend> DeviceShared<B> {
         source.free(segment);
         let mut r = self.reserved.lock();
         r.bytes = r.bytes.saturating_sub(size);
+    }
+}
+
+/// Bytes charged to the reserved total for a segment being obtained: given back when dropped
+/// (the segment was refused or not obtained, or the source panicked), kept by forgetting it.
+struct Charge<'a> {
+    reserved: &'a Mutex<Reserved>,
+    size: u64,
+}
+
+impl Drop for Charge<'_> {
+    fn drop(&mut self) {
+        let mut r = self.reserved.lock();
+        r.bytes = r.bytes.saturating_sub(self.size);
     }
 }
 
