@@ -452,8 +452,11 @@ impl Model {
 
     fn search(&self, si: usize, pool: PoolKind, rounded: u64) -> Option<(usize, usize)> {
         let mut best: Option<(u64, u64, usize, usize)> = None;
+        // Unsplit: only whole segments are handed out (one split before, when splitting was
+        // on, is passed over).
+        let whole_only = !self.config.splits_segments();
         for (gi, seg) in self.shards[si].segments.iter().enumerate() {
-            if seg.pool != pool {
+            if seg.pool != pool || (whole_only && seg.blocks.len() > 1) {
                 continue;
             }
             for (bi, b) in seg.blocks.iter().enumerate() {
@@ -466,10 +469,6 @@ impl Model {
             }
         }
         let (bsize, _, gi, bi) = best?;
-        // Unsplit: a block of a segment split before (splitting turned off) is not handed out.
-        if !self.config.splits_segments() && self.shards[si].segments[gi].blocks.len() > 1 {
-            return None;
-        }
         size::oversize_allows(rounded, bsize, &self.config).then_some((gi, bi))
     }
 
