@@ -21,14 +21,28 @@ const STREAMS: usize = 4; // streams 0..3 allocate; stream 3 is also used by rec
 
 #[derive(Clone, Debug)]
 enum Op {
-    Alloc { stream: usize, size: u64 },
-    Free { pick: usize },
-    RecordStream { pick: usize, stream: usize },
-    CloseGate { stream: usize },
-    OpenGate { stream: usize },
+    Alloc {
+        stream: usize,
+        size: u64,
+    },
+    Free {
+        pick: usize,
+    },
+    RecordStream {
+        pick: usize,
+        stream: usize,
+    },
+    CloseGate {
+        stream: usize,
+    },
+    OpenGate {
+        stream: usize,
+    },
     EmptyCache,
     /// `set_config` with [`RUNTIME_CONFIGS`]`[idx % len]` while blocks are live or cached.
-    SetConfig { idx: usize },
+    SetConfig {
+        idx: usize,
+    },
 }
 
 /// Configurations a run switches to at run time: splitting and the release policy toggled,

@@ -44,7 +44,10 @@ impl LiveRanges {
         let (start, end) = (p.address(), p.address() + p.allocated_size());
         let mut live = self.0.lock();
         if let Some((&s, &e)) = live.range(..end).next_back() {
-            assert!(e <= start, "live blocks overlap: {s:#x}..{e:#x} and {start:#x}..{end:#x}");
+            assert!(
+                e <= start,
+                "live blocks overlap: {s:#x}..{e:#x} and {start:#x}..{end:#x}"
+            );
         }
         live.insert(start, end);
     }
@@ -96,7 +99,8 @@ fn hammer_toggling(
                             }
                             live.push(p);
                         }
-                        Err(AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_)) => {}
+                        Err(AllocError::OutOfMemory(_) | AllocError::MemoryFractionExceeded(_)) => {
+                        }
                         Err(e) => panic!("unexpected {e:?}"),
                     }
                     if !live.is_empty() && (live.len() > 24 || i % 3 == 0) {
