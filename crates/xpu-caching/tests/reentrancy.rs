@@ -266,3 +266,78 @@ fn a_sources_free_needs_sync_may_read_statistics_during_a_release_before_growing
     );
     assert_eq!(cache.memory_stats().num_device_free, 1);
 }
+
+/// Hooks that switch the allocator's configuration (splitting off, then on again) from
+/// inside every segment allocation.
+struct TogglesSplitting(Mutex<Option<CachingAllocator<SimBackend>>>, AtomicU64);
+
+impl SourceHooks<Arc<SimulatedSource>> for TogglesSplitting {
+    fn allocate(
+        &self,
+        inner: &Arc<SimulatedSource>,
+        size: u64,
+    ) -> Result<SourceSegment<Simulated>, SourceError> {
+        let cache = self.0.lock().unwrap().clone();
+        if let Some(cache) = cache {
+            let n = self.1.fetch_add(1, Ordering::SeqCst);
+            let text = if n % 2 == 0 {
+                "split_segments:False"
+            } else {
+                "split_segments:True"
+            };
+            cache.set_config(AllocConfig::parse(text).unwrap());
+        }
+        inner.allocate(size)
+    }
+}
+
+/// `set_config` called by the segment source during an allocation (user code, under no
+/// allocator lock) switches splitting while the allocation is between its search and its
+/// new segment: the allocation completes under the rules it started with, no live blocks
+/// overlap, and everything returns at the end.
+#[test]
+fn a_source_may_switch_splitting_during_the_allocation_that_called_it() {
+    let hooks = TogglesSplitting(Mutex::new(None), AtomicU64::new(0));
+    let source = Arc::new(HookedSource::new(
+        Arc::new(SimulatedSource::new(0, 1 << 30, 1 << 30)),
+        hooks,
+    ));
+    let cache =
+        CachingAllocator::<SimBackend>::new(Box::new(source.clone()), AllocConfig::default());
+    *source.hooks().0.lock().unwrap() = Some(cache.clone());
+    let c = cache.clone();
+    let ranges = finishes_within(20, move || {
+        let stream = SimStream::new(StreamKey::new(0, 1));
+        let mut live = Vec::new();
+        for (i, size) in [4096u64, 2 << 20, 4096, 12 << 20, 700_000, 3 << 20, 512]
+            .into_iter()
+            .cycle()
+            .take(40)
+            .enumerate()
+        {
+            live.push(c.allocate(size, &stream).unwrap().unwrap());
+            if i % 3 == 2 {
+                live.remove(i % live.len());
+            }
+        }
+        let mut ranges: Vec<(u64, u64)> = live
+            .iter()
+            .map(|a| (a.address(), a.address() + a.allocated_size()))
+            .collect();
+        ranges.sort_unstable();
+        drop(live);
+        ranges
+    });
+    for w in ranges.windows(2) {
+        assert!(w[0].1 <= w[1].0, "live blocks overlap: {w:?}");
+    }
+    source.hooks().0.lock().unwrap().take();
+    cache.empty_cache();
+    let st = cache.memory_stats();
+    assert!(source.hooks().1.load(Ordering::SeqCst) > 2, "the hook switched");
+    assert_eq!(st.allocated_bytes.all.current, 0);
+    assert_eq!(st.active_bytes.all.current, 0);
+    assert_eq!(st.inactive_split_bytes.all.current, 0);
+    assert_eq!(st.reserved_bytes.all.current, 0);
+    assert_eq!(cache.reserved_bytes(), 0);
+}
