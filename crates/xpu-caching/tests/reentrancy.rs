@@ -334,7 +334,10 @@ fn a_source_may_switch_splitting_during_the_allocation_that_called_it() {
     source.hooks().0.lock().unwrap().take();
     cache.empty_cache();
     let st = cache.memory_stats();
-    assert!(source.hooks().1.load(Ordering::SeqCst) > 2, "the hook switched");
+    assert!(
+        source.hooks().1.load(Ordering::SeqCst) > 2,
+        "the hook switched"
+    );
     assert_eq!(st.allocated_bytes.all.current, 0);
     assert_eq!(st.active_bytes.all.current, 0);
     assert_eq!(st.inactive_split_bytes.all.current, 0);
