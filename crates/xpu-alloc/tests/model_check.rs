@@ -47,13 +47,15 @@ enum Op {
 
 /// Configurations a run switches to at run time: splitting and the release policy toggled,
 /// `max_split_size` changed under live oversize blocks.
-const RUNTIME_CONFIGS: [&str; 6] = [
+const RUNTIME_CONFIGS: [&str; 8] = [
     "",
     "split_segments:False",
     "release_policy:on_oom",
     "split_segments:False,release_policy:on_oom",
     "max_split_size_mb:24",
     "split_segments:False,max_split_size_mb:24,roundup_power2_divisions:4",
+    "regrow_factor:1,large_segment_size_mb:32",
+    "split_segments:False,large_segment_size_mb:32,max_non_split_rounding_mb:40",
 ];
 
 fn size_strategy() -> impl Strategy<Value = u64> {
