@@ -1,5 +1,6 @@
 //! Property test: random multi-stream sequences of allocate / free / record_stream /
-//! empty_cache / gate open-close, checked after every step against the reference model in
+//! empty_cache / gate open-close / set_config (splitting, release policy and max_split_size
+//! changed while blocks are live or cached), checked after every step against the reference model in
 //! `model/`: same results and addresses, same segments and blocks, every statistic equal,
 //! no overlapping live blocks, reserved = sum of segment sizes; finally, freeing everything
 //! and emptying the cache leaves nothing reserved.
@@ -20,13 +21,42 @@ const STREAMS: usize = 4; // streams 0..3 allocate; stream 3 is also used by rec
 
 #[derive(Clone, Debug)]
 enum Op {
-    Alloc { stream: usize, size: u64 },
-    Free { pick: usize },
-    RecordStream { pick: usize, stream: usize },
-    CloseGate { stream: usize },
-    OpenGate { stream: usize },
+    Alloc {
+        stream: usize,
+        size: u64,
+    },
+    Free {
+        pick: usize,
+    },
+    RecordStream {
+        pick: usize,
+        stream: usize,
+    },
+    CloseGate {
+        stream: usize,
+    },
+    OpenGate {
+        stream: usize,
+    },
     EmptyCache,
+    /// `set_config` with [`RUNTIME_CONFIGS`]`[idx % len]` while blocks are live or cached.
+    SetConfig {
+        idx: usize,
+    },
 }
+
+/// Configurations a run switches to at run time: splitting and the release policy toggled,
+/// `max_split_size` changed under live oversize blocks.
+const RUNTIME_CONFIGS: [&str; 8] = [
+    "",
+    "split_segments:False",
+    "release_policy:on_oom",
+    "split_segments:False,release_policy:on_oom",
+    "max_split_size_mb:24",
+    "split_segments:False,max_split_size_mb:24,roundup_power2_divisions:4",
+    "regrow_factor:1,large_segment_size_mb:32",
+    "split_segments:False,large_segment_size_mb:32,max_non_split_rounding_mb:40",
+];
 
 fn size_strategy() -> impl Strategy<Value = u64> {
     prop_oneof![
@@ -45,6 +75,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (0..STREAMS).prop_map(|stream| Op::CloseGate { stream }),
         2 => (0..STREAMS).prop_map(|stream| Op::OpenGate { stream }),
         1 => Just(Op::EmptyCache),
+        2 => any::<usize>().prop_map(|idx| Op::SetConfig { idx }),
     ]
 }
 
@@ -170,6 +201,12 @@ fn run(config_text: &str, capacity: u64, ops: &[Op]) -> Result<(), TestCaseError
             Op::EmptyCache => {
                 core.empty_cache();
                 model.empty_cache();
+            }
+            Op::SetConfig { idx } => {
+                let text = RUNTIME_CONFIGS[idx % RUNTIME_CONFIGS.len()];
+                let config = AllocConfig::parse(text).expect("valid test config");
+                core.set_config(config.clone());
+                model.set_config(config);
             }
         }
         check(&core, &model, &live)?;

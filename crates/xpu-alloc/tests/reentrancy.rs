@@ -79,6 +79,8 @@ enum Callback {
     WaitReleasesInFree,
     /// `Drop` reads the device's statistics (which visit every pool).
     StatsInDrop,
+    /// `splits_segments` reads the device's statistics and configuration.
+    StatsInSplitsSegments,
 }
 
 /// Hooks shifting device 0's buffers, calling the allocator back as `callback` says.
@@ -89,6 +91,13 @@ struct CallingBack {
 }
 
 impl SourceHooks<BufferSource> for CallingBack {
+    fn splits_segments(&self, inner: &BufferSource) -> bool {
+        if let Callback::StatsInSplitsSegments = self.callback {
+            let _ = xpu_alloc::memory_stats(0).unwrap();
+            let _ = xpu_alloc::current_config();
+        }
+        inner.splits_segments()
+    }
     fn allocate(&self, inner: &BufferSource, size: u64) -> Result<SourceSegment, SourceError> {
         let mut segment = inner.allocate(size)?;
         segment.address += SHIFT;
@@ -172,6 +181,27 @@ fn a_custom_sources_drop_may_read_the_device_statistics() {
             xpu_alloc::wait_pool_releases();
             let _ = xpu_alloc::memory_stats(0).unwrap();
             println!("done: dropped {}", drops.load(Ordering::SeqCst));
+        },
+    );
+}
+
+/// A pool's custom source answers `splits_segments` (user code) by reading the device's
+/// statistics and configuration. `set_config` with `split_segments` left to the sources
+/// reaches every pool, and must not ask that source under the pools' registry lock or the
+/// configuration's lock: the hook would wait for the lock its own caller holds.
+#[test]
+fn a_custom_sources_splits_segments_may_read_the_device_during_set_config() {
+    xpu_testing::scenario_test(
+        "a_custom_sources_splits_segments_may_read_the_device_during_set_config",
+        "splits-reads-stats",
+        Duration::from_secs(30),
+        "done: set",
+        || {
+            let (source, _, _) = calling_back(Callback::StatsInSplitsSegments);
+            let pool = MemPool::with_source(0, source).unwrap();
+            xpu_alloc::set_config("max_split_size_mb:40").unwrap();
+            assert_eq!(pool.memory_reserved(), 0);
+            println!("done: set");
         },
     );
 }

@@ -190,3 +190,157 @@ fn a_source_hook_calling_its_own_pool_does_not_block_another_thread_s_nested_cal
         "two outer and two nested allocations counted"
     );
 }
+
+/// A segment source written by the user whose `free_needs_sync` reads the allocator's
+/// statistics (and answers `true`, so the stream is synchronized before each free).
+struct ReadsStatsBeforeFree {
+    inner: Arc<SimulatedSource>,
+    cache: Mutex<Option<CachingAllocator<SimBackend>>>,
+    /// `allocated_bytes.all.current` as each `free_needs_sync` read it.
+    seen: Mutex<Vec<i64>>,
+}
+
+impl SegmentSource for ReadsStatsBeforeFree {
+    type Memory = Simulated;
+    fn device(&self) -> usize {
+        self.inner.device()
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn total_memory(&self) -> u64 {
+        self.inner.total_memory()
+    }
+    fn max_alloc_size(&self) -> u64 {
+        self.inner.max_alloc_size()
+    }
+    fn base_addr_align(&self) -> u64 {
+        self.inner.base_addr_align()
+    }
+    fn free_needs_sync(&self) -> bool {
+        let cache = self.cache.lock().unwrap().clone();
+        if let Some(cache) = cache {
+            let allocated = cache.memory_stats().allocated_bytes.all.current;
+            self.seen.lock().unwrap().push(allocated);
+        }
+        true
+    }
+    fn allocate(&self, size: u64) -> Result<SourceSegment<Simulated>, SourceError> {
+        self.inner.allocate(size)
+    }
+    fn free(&self, segment: SourceSegment<Simulated>) {
+        self.inner.free(segment);
+    }
+}
+
+/// Unsplit segments under `release_policy:before_grow`: a 20 MiB request that would raise
+/// the reserved high-water mark first releases the idle 10 MiB segment, during the
+/// allocation. The source's `free_needs_sync` (user code) reads the statistics then: it
+/// must run with the allocating thread's statistics write closed, or the read waits for
+/// that write for ever (a sequence lock whose writer is the reader's own thread).
+#[test]
+fn a_sources_free_needs_sync_may_read_statistics_during_a_release_before_growing() {
+    let source = Arc::new(ReadsStatsBeforeFree {
+        inner: Arc::new(SimulatedSource::new(0, 1 << 30, 1 << 30)),
+        cache: Mutex::new(None),
+        seen: Mutex::new(Vec::new()),
+    });
+    let config = AllocConfig::parse("split_segments:False").unwrap();
+    let cache = CachingAllocator::<SimBackend>::new(Box::new(source.clone()), config);
+    *source.cache.lock().unwrap() = Some(cache.clone());
+    let c = cache.clone();
+    let reserved = finishes_within(20, move || {
+        let stream = SimStream::new(StreamKey::new(0, 1));
+        drop(c.allocate(10 << 20, &stream).unwrap().unwrap());
+        let big = c.allocate(20 << 20, &stream).unwrap().unwrap();
+        let reserved = c.memory_reserved();
+        drop(big);
+        reserved
+    });
+    source.cache.lock().unwrap().take();
+    assert_eq!(reserved, 20 << 20, "the idle 10 MiB segment was released");
+    assert_eq!(
+        *source.seen.lock().unwrap(),
+        vec![0],
+        "free_needs_sync read the statistics once, with nothing allocated"
+    );
+    assert_eq!(cache.memory_stats().num_device_free, 1);
+}
+
+/// Hooks that switch the allocator's configuration (splitting off, then on again) from
+/// inside every segment allocation.
+struct TogglesSplitting(Mutex<Option<CachingAllocator<SimBackend>>>, AtomicU64);
+
+impl SourceHooks<Arc<SimulatedSource>> for TogglesSplitting {
+    fn allocate(
+        &self,
+        inner: &Arc<SimulatedSource>,
+        size: u64,
+    ) -> Result<SourceSegment<Simulated>, SourceError> {
+        let cache = self.0.lock().unwrap().clone();
+        if let Some(cache) = cache {
+            let n = self.1.fetch_add(1, Ordering::SeqCst);
+            let text = if n % 2 == 0 {
+                "split_segments:False"
+            } else {
+                "split_segments:True"
+            };
+            cache.set_config(AllocConfig::parse(text).unwrap());
+        }
+        inner.allocate(size)
+    }
+}
+
+/// `set_config` called by the segment source during an allocation (user code, under no
+/// allocator lock) switches splitting while the allocation is between its search and its
+/// new segment: the allocation completes under the rules it started with, no live blocks
+/// overlap, and everything returns at the end.
+#[test]
+fn a_source_may_switch_splitting_during_the_allocation_that_called_it() {
+    let hooks = TogglesSplitting(Mutex::new(None), AtomicU64::new(0));
+    let source = Arc::new(HookedSource::new(
+        Arc::new(SimulatedSource::new(0, 1 << 30, 1 << 30)),
+        hooks,
+    ));
+    let cache =
+        CachingAllocator::<SimBackend>::new(Box::new(source.clone()), AllocConfig::default());
+    *source.hooks().0.lock().unwrap() = Some(cache.clone());
+    let c = cache.clone();
+    let ranges = finishes_within(20, move || {
+        let stream = SimStream::new(StreamKey::new(0, 1));
+        let mut live = Vec::new();
+        for (i, size) in [4096u64, 2 << 20, 4096, 12 << 20, 700_000, 3 << 20, 512]
+            .into_iter()
+            .cycle()
+            .take(40)
+            .enumerate()
+        {
+            live.push(c.allocate(size, &stream).unwrap().unwrap());
+            if i % 3 == 2 {
+                live.remove(i % live.len());
+            }
+        }
+        let mut ranges: Vec<(u64, u64)> = live
+            .iter()
+            .map(|a| (a.address(), a.address() + a.allocated_size()))
+            .collect();
+        ranges.sort_unstable();
+        drop(live);
+        ranges
+    });
+    for w in ranges.windows(2) {
+        assert!(w[0].1 <= w[1].0, "live blocks overlap: {w:?}");
+    }
+    source.hooks().0.lock().unwrap().take();
+    cache.empty_cache();
+    let st = cache.memory_stats();
+    assert!(
+        source.hooks().1.load(Ordering::SeqCst) > 2,
+        "the hook switched"
+    );
+    assert_eq!(st.allocated_bytes.all.current, 0);
+    assert_eq!(st.active_bytes.all.current, 0);
+    assert_eq!(st.inactive_split_bytes.all.current, 0);
+    assert_eq!(st.reserved_bytes.all.current, 0);
+    assert_eq!(cache.reserved_bytes(), 0);
+}

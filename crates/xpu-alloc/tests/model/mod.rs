@@ -36,6 +36,8 @@ struct Block {
     addr: u64,
     size: u64,
     state: State,
+    /// Whether its hand-out counted it as an oversize allocation (the configuration then).
+    oversize: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -44,6 +46,8 @@ struct Segment {
     size: u64,
     pool: PoolKind,
     blocks: Vec<Block>,
+    /// Whether it was counted as an oversize segment when obtained.
+    oversize: bool,
 }
 
 impl Segment {
@@ -205,6 +209,7 @@ impl Model {
         let seg = &mut self.shards[si].segments[gi];
         let pool = seg.pool;
         let original = seg.blocks[bi].size;
+        let oversize = seg.blocks[bi].oversize;
         let requested = match seg.blocks[bi].state {
             State::Alloc { requested, .. } | State::Pending { requested, .. } => requested,
             State::Free => 0,
@@ -245,7 +250,7 @@ impl Model {
         dec(&mut st.active, pool, 1);
         dec(&mut st.active_bytes, pool, original);
         dec(&mut st.requested_bytes, pool, requested);
-        if original >= self.config.max_split_size {
+        if oversize {
             st.oversize_allocations.decrease(1);
         }
     }
@@ -330,7 +335,9 @@ impl Model {
                 addr,
                 size,
                 state: State::Free,
+                oversize: false,
             }],
+            oversize: size >= self.config.max_split_size,
         });
         self.shards[si].segments.len() - 1
     }
@@ -341,7 +348,7 @@ impl Model {
         dec(&mut st.segment, seg.pool, 1);
         dec(&mut st.reserved_bytes, seg.pool, seg.size);
         st.num_device_free += 1;
-        if seg.size >= self.config.max_split_size {
+        if seg.oversize {
             st.oversize_segments.decrease(1);
         }
         self.used -= seg.size;
@@ -411,6 +418,7 @@ impl Model {
                     addr: addr + rounded,
                     size: remaining,
                     state: State::Free,
+                    oversize: false,
                 },
             );
             if already_split {
@@ -430,6 +438,7 @@ impl Model {
             uses: Vec::new(),
         };
         let (addr, bsize) = (b.addr, b.size);
+        b.oversize = bsize >= config.max_split_size;
         inc(&mut st.allocation, pool, 1);
         inc(&mut st.allocated_bytes, pool, bsize);
         inc(&mut st.active, pool, 1);
@@ -443,8 +452,11 @@ impl Model {
 
     fn search(&self, si: usize, pool: PoolKind, rounded: u64) -> Option<(usize, usize)> {
         let mut best: Option<(u64, u64, usize, usize)> = None;
+        // Unsplit: only whole segments are handed out (one split before, when splitting was
+        // on, is passed over).
+        let whole_only = !self.config.splits_segments();
         for (gi, seg) in self.shards[si].segments.iter().enumerate() {
-            if seg.pool != pool {
+            if seg.pool != pool || (whole_only && seg.blocks.len() > 1) {
                 continue;
             }
             for (bi, b) in seg.blocks.iter().enumerate() {
@@ -725,6 +737,12 @@ impl Model {
         }
         self.stats.num_ooms += 1;
         ModelAlloc::OutOfMemory
+    }
+
+    /// `set_config(config)`: applies from the next allocation.
+    pub fn set_config(&mut self, config: AllocConfig) {
+        self.stats.max_split_size = i64::try_from(config.max_split_size).unwrap_or(-1);
+        self.config = config;
     }
 
     /// `record_stream(ptr, stream)`.

@@ -60,6 +60,10 @@ pub(crate) struct DeviceShared<B: Backend> {
     pub max_alloc: u64,
     /// `source.device()`, read once.
     pub device: usize,
+    /// `source.splits_segments()`, read once: what a configuration leaving `split_segments`
+    /// unset gets. The source is user code (`SourceHooks`), and `set_config` runs under
+    /// callers' locks (xpu-alloc's pool registry and configuration lock), so it never asks.
+    source_splits: bool,
     config_epoch: AtomicU64,
     /// The configuration in effect (`split_segments` resolved: the source's choice where
     /// it was left unset), and `split_segments` as given.
@@ -101,13 +105,13 @@ pub(crate) type UpdateHook = Arc<dyn Fn(Update) + Send + Sync>;
 impl<B: Backend> DeviceShared<B> {
     pub(crate) fn new(source: BoxedSource<B>, mut config: AllocConfig) -> Self {
         let given = config.split_segments;
-        config
-            .split_segments
-            .get_or_insert_with(|| source.splits_segments());
+        let source_splits = source.splits_segments();
+        config.split_segments.get_or_insert(source_splits);
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             max_alloc: source.max_alloc_size(),
             device: source.device(),
+            source_splits,
             source,
             config_epoch: AtomicU64::new(1),
             config: Mutex::new((Arc::new(config), given)),
@@ -155,13 +159,13 @@ impl<B: Backend> DeviceShared<B> {
         }
     }
 
-    /// Replaces the configuration, then publishes whether garbage collection runs.
+    /// Replaces the configuration, then publishes whether garbage collection runs. Calls
+    /// no user code (the source's splitting was read when the allocator was built), so
+    /// callers may hold their own locks.
     pub(crate) fn set_config(&self, mut config: AllocConfig) {
         // A configuration that leaves segment splitting open gets the source's choice.
         let given = config.split_segments;
-        config
-            .split_segments
-            .get_or_insert_with(|| self.source.splits_segments());
+        config.split_segments.get_or_insert(self.source_splits);
         *self.config.lock() = (Arc::new(config), given);
         self.config_epoch.fetch_add(1, Ordering::AcqRel);
         #[cfg(test)]
@@ -286,15 +290,18 @@ impl<B: Backend> DeviceShared<B> {
             }
             r.bytes = total;
         }
+        // Given back unless the segment is kept, also when the source (user code) panics.
+        let charge = Charge {
+            reserved: &self.reserved,
+            size,
+        };
         match source.allocate(size) {
             Ok(segment) if segment.size != size => {
                 // A source that broke its contract: the blocks carved out of this segment
                 // would lie past its end (or waste its tail); it goes straight back.
                 let got = segment.size;
                 source.free(segment);
-                let mut r = self.reserved.lock();
-                r.bytes = r.bytes.saturating_sub(size);
-                drop(r);
+                drop(charge);
                 Err(SegmentFailure::Device(DeviceFailure::message(format!(
                     "the segment source returned a segment of {got} bytes for a request of \
                      {size} bytes"
@@ -305,19 +312,16 @@ impl<B: Backend> DeviceShared<B> {
                     // A source breaking its contract (addresses unique among live
                     // segments): the segment goes straight back.
                     source.free(segment);
-                    let mut r = self.reserved.lock();
-                    r.bytes = r.bytes.saturating_sub(size);
-                    drop(r);
+                    drop(charge);
                     return Err(SegmentFailure::Device(DeviceFailure::message(msg)));
                 }
+                std::mem::forget(charge);
                 let mut r = self.reserved.lock();
                 r.high_water = r.high_water.max(r.bytes);
                 Ok(segment)
             }
             Err(e) => {
-                let mut r = self.reserved.lock();
-                r.bytes = r.bytes.saturating_sub(size);
-                drop(r);
+                drop(charge);
                 Err(match e {
                     SourceError::OutOfMemory => SegmentFailure::OutOfMemory,
                     SourceError::TooLarge { .. } => SegmentFailure::TooLarge,
@@ -343,6 +347,20 @@ impl<B: Backend> DeviceShared<B> {
         source.free(segment);
         let mut r = self.reserved.lock();
         r.bytes = r.bytes.saturating_sub(size);
+    }
+}
+
+/// Bytes charged to the reserved total for a segment being obtained: given back when dropped
+/// (the segment was refused or not obtained, or the source panicked), kept by forgetting it.
+struct Charge<'a> {
+    reserved: &'a Mutex<Reserved>,
+    size: u64,
+}
+
+impl Drop for Charge<'_> {
+    fn drop(&mut self) {
+        let mut r = self.reserved.lock();
+        r.bytes = r.bytes.saturating_sub(self.size);
     }
 }
 

@@ -262,17 +262,18 @@ impl<B: Backend> ShardState<B> {
     /// Best fit in the request's pool under the oversize rules; the block stays in its pool
     /// until [`ShardState::alloc_pooled`] hands it out. Where segments are not split, a
     /// block of a segment split before (`split_segments` turned off at run time) is not
-    /// handed out: every block handed out is its whole segment.
+    /// handed out: every block handed out is its whole segment, the best fit among them.
     #[inline]
     pub(crate) fn search(&mut self, req: &Request, gc_enabled: bool) -> Option<Pooled> {
         if gc_enabled {
             self.pool_mut(req.pool).searches += 1;
         }
         let ((size, addr, block), hint) = self.pool(req.pool).best_fit_at(req.rounded)?;
-        if !size::oversize_allows(req.rounded, size, &self.config)
-            || (!self.config.splits_segments() && self.blocks[block].is_split())
-        {
+        if !size::oversize_allows(req.rounded, size, &self.config) {
             return None;
+        }
+        if !self.config.splits_segments() && self.blocks[block].is_split() {
+            return self.search_whole(req);
         }
         Some(Pooled {
             block,
@@ -280,6 +281,24 @@ impl<B: Backend> ShardState<B> {
             addr,
             hint,
         })
+    }
+
+    /// [`ShardState::search`] where segments are not split and the best fit is a block of a
+    /// segment split before: the smallest whole free block the oversize rules allow (they
+    /// refuse every larger block once they refuse one, so the scan stops there).
+    #[cold]
+    #[inline(never)]
+    fn search_whole(&self, req: &Request) -> Option<Pooled> {
+        self.pool(req.pool)
+            .iter_from(req.rounded)
+            .take_while(|&(size, _, _)| size::oversize_allows(req.rounded, size, &self.config))
+            .find(|&(_, _, block)| !self.blocks[block].is_split())
+            .map(|(size, addr, block)| Pooled {
+                block,
+                size,
+                addr,
+                hint: None,
+            })
     }
 
     /// Hands out a block found by [`ShardState::search`] (see
@@ -834,10 +853,16 @@ impl<B: Backend> ReleasedSegments<B> {
     /// is deleted by the driver only once the commands using it have finished (OpenCL 3.0
     /// §5.5.1), and a source whose free does not wait has the stream synchronized first.
     pub(crate) fn free(self, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>) {
-        if shared.source.free_needs_sync() {
-            if let Err(e) = st.unlocked(|| B::synchronize(&self.stream)) {
-                tracing::warn!(stream = ?self.key, error = %e, "synchronize before freeing a segment failed");
-            }
+        // The source's answer is user code too (it may read the statistics): asked, as the
+        // synchronize runs, with the statistics write closed.
+        let synced = st.unlocked(|| {
+            shared
+                .source
+                .free_needs_sync()
+                .then(|| B::synchronize(&self.stream))
+        });
+        if let Some(Err(e)) = synced {
+            tracing::warn!(stream = ?self.key, error = %e, "synchronize before freeing a segment failed");
         }
         for segment in self.segments {
             free_segment(segment, self.key, shared, st);

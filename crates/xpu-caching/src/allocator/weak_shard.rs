@@ -40,7 +40,10 @@ impl<B: ThreadCacheKey> WeakShard<B> {
 /// Call without any allocator lock held. Used for the shards of a dropped private pool
 /// that live on through their allocations.
 fn release_cached<B: ThreadCacheKey>(shard: &Shard<B>) {
-    wait_markers::<B>(&shard.lock().pending_markers());
+    // Collected under the stream's lock, waited for after it is released (a temporary guard
+    // in the call's argument would hold the lock through the wait).
+    let markers = shard.lock().pending_markers();
+    wait_markers::<B>(&markers);
     let batch = with_local(&shard.shared, |local| {
         let mut state = shard.lock();
         let mut st = local.stats();

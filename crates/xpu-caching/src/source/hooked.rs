@@ -41,7 +41,8 @@ pub trait SourceHooks<S: SegmentSource>: Send + Sync + 'static {
     }
 
     /// Whether the allocator may split the source's segments (the default:
-    /// `inner.splits_segments()`; see [`SegmentSource::splits_segments`]).
+    /// `inner.splits_segments()`; see [`SegmentSource::splits_segments`], asked once when an
+    /// allocator is built over the source).
     fn splits_segments(&self, inner: &S) -> bool {
         inner.splits_segments()
     }

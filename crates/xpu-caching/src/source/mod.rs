@@ -84,7 +84,9 @@ pub trait SegmentSource: Send + Sync + 'static {
     /// (the default, as PyTorch's allocator does); `false` makes every block a whole segment
     /// where a configuration leaves `split_segments` unset (see
     /// [`AllocConfig::split_segments`](crate::config::AllocConfig::split_segments)): for
-    /// memory whose parts cannot be used at once through separate handles.
+    /// memory whose parts cannot be used at once through separate handles. Asked once, when
+    /// an allocator is built over the source (a later `set_config` reuses the answer and
+    /// calls no source code).
     fn splits_segments(&self) -> bool {
         true
     }

@@ -301,3 +301,38 @@ fn oversize_counts_match_what_was_counted_through_random_config_changes() {
     assert_eq!((segs.current, segs.freed), (0, segs.allocated));
     assert_all_returned(&cache);
 }
+
+/// After `split_segments:False` at run time, a free block of a segment split before is not
+/// handed out, but a cached whole segment that serves the request is, also when the split
+/// block is the closer fit: the request takes the idle 12 MiB segment, no segment is
+/// released for it and none is made (before, the search stopped at the 11.5 MiB split block,
+/// and `before_grow` released the 12 MiB segment to make a new 11 MiB one).
+#[test]
+fn a_cached_whole_segment_serves_a_request_past_a_closer_split_block_once_splitting_is_off() {
+    let (cache, _) = sim_core(GIB, "");
+    let (s, _) = stream(1);
+    // 8.5 MiB: a 20 MiB segment, split; its 11.5 MiB rest stays free.
+    let a = cache.alloc(8 * MIB + 512 * 1024, &s).unwrap();
+    // 12 MiB: a segment of its own, then idle.
+    let d = cache.alloc(12 * MIB, &s).unwrap();
+    let whole = d.address();
+    drop(d);
+    cache.set_config(config("split_segments:False"));
+    let before = cache.memory_stats();
+    let r = cache.alloc(11 * MIB, &s).unwrap();
+    let after = cache.memory_stats();
+    assert_eq!(
+        (r.address(), r.allocated_size()),
+        (whole, 12 * MIB),
+        "the idle whole segment"
+    );
+    assert_eq!(
+        (after.num_device_alloc, after.num_device_free),
+        (before.num_device_alloc, before.num_device_free),
+        "no segment made or released"
+    );
+    assert_eq!(after.reserved_bytes.all.current, (20 + 12) * MIB as i64);
+    drop((a, r));
+    cache.empty_cache();
+    assert_all_returned(&cache);
+}

@@ -504,3 +504,35 @@ fn a_cached_allocation_does_not_wait_for_a_synchronize_before_a_segment_free() {
         "the 100 MiB segment freed after the synchronize"
     );
 }
+
+/// `WeakShard::release_cached` (the device's `empty_cache` of a dropped private pool's shard)
+/// waits for the shard's pending frees with no allocator lock held: while it waits for
+/// stream B's work, a block of the same shard can be freed (before, the shard's lock was
+/// held through the wait, so the free, and any allocation on the stream, waited for B).
+#[test]
+fn a_free_on_a_shard_does_not_wait_for_its_release_cached_waiting_on_device_work() {
+    let core = core(64 * MIB);
+    let (_, a) = sim(1);
+    let held = Arc::new(Held::default());
+    let (tx, started) = mpsc::channel();
+    *held.waiting.lock() = Some(tx);
+    let b = Arc::new(TestStream::Held(StreamKey::new(0, 2), held.clone()));
+    let x = core.alloc(MIB, &a).unwrap();
+    let y = core.alloc(MIB, &a).unwrap();
+    core.record_stream(&x, &b).unwrap();
+    drop(x);
+    let weak = core.weak_shards();
+    assert_eq!(weak.len(), 1);
+    let releasing = std::thread::spawn(move || weak[0].release_cached());
+    started
+        .recv_timeout(HANG)
+        .expect("release_cached waits for B");
+    let freed = returns(move || drop(y));
+    held.release();
+    releasing.join().unwrap();
+    assert!(
+        freed.is_some(),
+        "the free waited for release_cached's wait on stream B"
+    );
+    assert_eq!(core.memory_stats().allocated_bytes.all.current, 0);
+}

@@ -303,3 +303,49 @@ fn the_allocator_sees_the_sizes_a_hook_reports() {
     let block = cache.allocate(32 << 20, &stream).unwrap();
     assert!(block.is_some());
 }
+
+/// Panics in its first `allocate` (a user's hook with a bug), then forwards.
+#[derive(Default)]
+struct PanicsOnce {
+    calls: AtomicU64,
+}
+impl SourceHooks<SimulatedSource> for PanicsOnce {
+    fn allocate(
+        &self,
+        inner: &SimulatedSource,
+        size: u64,
+    ) -> Result<SourceSegment<Simulated>, SourceError> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            panic!("a segment source hook panicked");
+        }
+        inner.allocate(size)
+    }
+}
+
+/// A source whose `allocate` panics leaves nothing charged: the bytes reserved for the
+/// segment before the call are given back as the panic unwinds, so `mem_get_info`, the
+/// memory fraction and the release policy's high-water mark see none of them, and an
+/// allocation the fraction allows still succeeds afterwards.
+#[test]
+fn a_panicking_source_leaves_no_reserved_bytes_charged() {
+    let (source, cache, stream) = cache_over(64 << 20, PanicsOnce::default());
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        cache.allocate(40 << 20, &stream).map(|a| a.is_some())
+    }));
+    assert!(unwound.is_err(), "the hook's panic reaches the caller");
+    assert_eq!(cache.reserved_bytes(), 0, "reserved bytes left charged");
+    assert_eq!(cache.mem_get_info(), (64 << 20, 64 << 20));
+    cache.set_memory_fraction(0.75).unwrap();
+    let a = cache
+        .allocate(40 << 20, &stream)
+        .expect("40 MiB of the 48 MiB the fraction allows")
+        .expect("non-empty");
+    assert_eq!(a.allocated_size(), 40 << 20);
+    drop(a);
+    cache.empty_cache();
+    assert_eq!(cache.reserved_bytes(), 0);
+    assert_eq!(source.inner().counters().live_segments, 0);
+    let stats = cache.memory_stats();
+    assert_eq!(stats.reserved_bytes.all.current, 0);
+    assert_eq!(stats.allocated_bytes.all.current, 0);
+}
