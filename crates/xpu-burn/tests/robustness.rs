@@ -1,4 +1,5 @@
-//! Probes: robustness of the backend on inputs a framework legitimately passes.
+//! The backend on inputs a framework legitimately passes: zero-sized tensors, shapes whose
+//! size overflows, non-contiguous views into every kernel family, many threads at once.
 use burn_tensor::backend::Backend;
 use burn_tensor::{DType, Int, Tensor, TensorData};
 use xpu_burn::{Xpu, XpuDevice, XpuTensor};
@@ -335,4 +336,126 @@ fn shapes_whose_size_overflows_usize_fail_with_a_typed_error() {
     });
     // The device still works.
     assert_eq!(vals(Tensor::<Xpu, 1>::ones([3], &d)), vec![1.0; 3]);
+}
+
+#[test]
+fn probe_values() {
+    let d = dev();
+    let f = Tensor::<Xpu, 1>::from_floats(
+        [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1e30,
+            -1e30,
+            3.7,
+            -3.7,
+        ],
+        &d,
+    );
+    println!("float->int: {:?}", ivals(f.clone().int()));
+    let f64t = f.clone().cast(burn_tensor::FloatDType::F64);
+    println!("f64->int: {:?}", ivals(f64t.int()));
+    let u =
+        Tensor::<Xpu, 1, Int>::from_data(TensorData::new(vec![5i64, 7, u32::MAX as i64], [3]), &d)
+            .cast(burn_tensor::IntDType::U32);
+    let m = Tensor::<Xpu, 1, Int>::from_data(
+        TensorData::new(vec![u32::MAX as i64, u32::MAX as i64, 2], [3]),
+        &d,
+    )
+    .cast(burn_tensor::IntDType::U32);
+    println!("u dtype {:?}", u.dtype());
+    println!(
+        "u32 div: {:?}",
+        u.clone().div(m.clone()).into_data().to_vec::<u32>()
+    );
+    println!(
+        "u32 rem: {:?}",
+        u.clone().remainder(m.clone()).into_data().to_vec::<u32>()
+    );
+    println!(
+        "u32 div scalar: {:?}",
+        u.clone()
+            .div_scalar(u32::MAX as i64)
+            .into_data()
+            .to_vec::<u32>()
+    );
+    println!("u32 abs: {:?}", u.clone().abs().into_data());
+    println!("u32 sign: {:?}", u.clone().sign().into_data());
+    println!("u32 cumsum: {:?}", u.clone().cumsum(0).into_data());
+    println!(
+        "u32 sort desc: {:?}",
+        u.clone().sort_descending(0).into_data()
+    );
+    println!("u32 argmax: {:?}", u.clone().argmax(0).into_data());
+    println!("u32 max: {:?}", u.clone().max().into_data());
+    println!("u32 lower_elem: {:?}", u.clone().lower_elem(6).into_data());
+    println!("u32 to float: {:?}", u.clone().float().into_data());
+    let i = Tensor::<Xpu, 1, Int>::from_data(TensorData::new(vec![i64::MIN, -1, 5, 300], [4]), &d);
+    println!("i64 div -1: {:?}", i.clone().div_scalar(-1).into_data());
+    println!(
+        "i64 rem -1: {:?}",
+        i.clone().remainder_scalar(-1).into_data()
+    );
+    println!("i64 bool: {:?}", i.clone().bool().into_data());
+    println!(
+        "i64 cast i8: {:?}",
+        i.clone().cast(burn_tensor::IntDType::I8).into_data()
+    );
+    println!("i64 abs: {:?}", i.clone().abs().into_data());
+    println!("f sort nan: {:?}", f.clone().sort(0).into_data());
+    println!("f argmax nan: {:?}", f.clone().argmax(0).into_data());
+    println!("f max nan: {:?}", f.clone().max().into_data());
+    println!("f clamp: {:?}", f.clone().clamp(-1.0, 1.0).into_data());
+    println!("f bool: {:?}", f.clone().bool().into_data());
+    let b =
+        Tensor::<Xpu, 1, burn_tensor::Bool>::from_data(TensorData::new(vec![2u8, 0, 1], [3]), &d);
+    println!(
+        "bool from u8 2: {:?} dtype {:?}",
+        b.clone().into_data(),
+        b.dtype()
+    );
+    println!("bool not: {:?}", b.clone().bool_not().into_data());
+    println!("bool int: {:?}", b.clone().int().into_data());
+}
+
+/// `x / MAX` of an unsigned int tensor is 0 and `x % MAX` is `x` (for `x < MAX`), as Rust and
+/// burn-ndarray compute them: the trap-free division must not read the all-ones divisor of
+/// an unsigned type as `-1`.
+#[test]
+fn unsigned_int_division_by_the_type_maximum_is_not_negation() {
+    use burn_tensor::IntDType;
+    let d = dev();
+    for (dtype, max) in [
+        (IntDType::U8, u8::MAX as i64),
+        (IntDType::U16, u16::MAX as i64),
+        (IntDType::U32, u32::MAX as i64),
+        (IntDType::U64, -1i64), // u64::MAX, as the i64 that casts to it
+    ] {
+        let ints =
+            |v: Vec<i64>| Tensor::<Xpu, 1, Int>::from_data(TensorData::new(v, [3]), &d).cast(dtype);
+        let as_i64 = |t: Tensor<Xpu, 1, Int>| {
+            // Through u64 so that u64::MAX reads back as -1.
+            ivals(t.cast(IntDType::U64).cast(IntDType::I64))
+        };
+        let x = ints(vec![5, 7, max]);
+        let m = ints(vec![max, max, 2]);
+        let q = as_i64(x.clone().div(m.clone()));
+        let r = as_i64(x.clone().remainder(m.clone()));
+        let qs = as_i64(x.clone().div_scalar(max));
+        let rs = as_i64(x.clone().remainder_scalar(max));
+        let half = if dtype == IntDType::U64 {
+            i64::MAX
+        } else {
+            max / 2
+        };
+        assert_eq!(q, vec![0, 0, half], "{dtype:?}: x / m");
+        assert_eq!(r, vec![5, 7, 1], "{dtype:?}: x % m");
+        assert_eq!(qs, vec![0, 0, 1], "{dtype:?}: x / MAX");
+        assert_eq!(rs, vec![5, 7, 0], "{dtype:?}: x % MAX");
+    }
+    // Signed types keep their trap-free `MIN / -1` and `x % -1`.
+    let i = Tensor::<Xpu, 1, Int>::from_data(TensorData::new(vec![i64::MIN, -7, 5], [3]), &d);
+    assert_eq!(ivals(i.clone().div_scalar(-1)), vec![i64::MIN, 7, -5]);
+    assert_eq!(ivals(i.remainder_scalar(-1)), vec![0, 0, 0]);
 }
