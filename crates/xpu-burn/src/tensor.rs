@@ -176,8 +176,13 @@ impl XpuTensor {
         elem_count(&self.shape)
     }
 
-    /// Whether the view is row-major contiguous (any offset).
+    /// Whether the view is row-major contiguous (any offset). An empty view is: it addresses
+    /// no element, whatever its strides (a fresh `[2, 0, 3]` tensor has the strides
+    /// [`contiguous_strides`] gives, `[3, 3, 1]`, which no non-empty row-major walk has).
     pub fn is_contiguous(&self) -> bool {
+        if self.numel() == 0 {
+            return true;
+        }
         let mut acc = 1isize;
         for d in (0..self.shape.len()).rev() {
             if self.shape[d] != 1 && self.strides[d] != acc {

@@ -459,3 +459,579 @@ fn unsigned_int_division_by_the_type_maximum_is_not_negation() {
     assert_eq!(ivals(i.clone().div_scalar(-1)), vec![i64::MIN, 7, -5]);
     assert_eq!(ivals(i.remainder_scalar(-1)), vec![0, 0, 0]);
 }
+
+fn workload(d: &XpuDevice, k: usize) -> f32 {
+    let a = Tensor::<Xpu, 2>::full([16, 24], k as f32, d);
+    let b = a.clone().transpose().matmul(a.clone()).sum_dim(0);
+    let idx = Tensor::<Xpu, 2, Int>::zeros([16, 24], d);
+    let s = a.clone().scatter(0, idx.clone(), a.clone()).gather(0, idx);
+    let c = Tensor::cat(vec![a.clone(), s], 0).sort(1).cumsum(0);
+    let m = c
+        .clone()
+        .slice_assign([0..2, 0..24], Tensor::zeros([2, 24], d));
+    let (v, _) = m.max_dim_with_indices(1);
+    let _ = b.clone().argsort(1);
+    let r = v.sum() + b.sum();
+    vals(r)[0]
+}
+
+#[test]
+fn allocated_memory_returns_to_its_baseline_after_threads_drop_their_tensors() {
+    let d = dev();
+    workload(&d, 1);
+    Xpu::sync(&d);
+    let base = xpu::memory_allocated(Some(d.index)).unwrap();
+    let want: Vec<f32> = (0..4).map(|k| workload(&d, k)).collect();
+    let (tx, rx) = std::sync::mpsc::channel::<Tensor<Xpu, 2>>();
+    std::thread::scope(|s| {
+        // A thread that drops tensors other threads made, while their kernels may be queued.
+        s.spawn(move || {
+            for t in rx {
+                drop(t);
+            }
+        });
+        for t in 0..6 {
+            let tx = tx.clone();
+            let want = &want;
+            s.spawn(move || {
+                for i in 0..10 {
+                    let k = (t + i) % 4;
+                    let x = Tensor::<Xpu, 2>::ones([64, 64], &d).matmul(Tensor::ones([64, 64], &d));
+                    tx.send(x.clone()).unwrap();
+                    tx.send(x.exp()).unwrap();
+                    assert_eq!(workload(&d, k), want[k]);
+                    if i % 3 == 0 {
+                        Xpu::sync(&d);
+                    }
+                }
+            });
+        }
+        drop(tx);
+    });
+    Xpu::sync(&d);
+    let after = xpu::memory_allocated(Some(d.index)).unwrap();
+    assert_eq!(after, base, "allocated bytes after every tensor dropped");
+}
+
+#[test]
+fn probe_cross_device() {
+    if xpu::device_count() < 2 {
+        return;
+    }
+    let d0 = XpuDevice::new(0);
+    let d1 = XpuDevice::new(1);
+    let a = Tensor::<Xpu, 4>::ones([1, 2, 4, 4], &d0);
+    let w = Tensor::<Xpu, 4>::ones([3, 2, 3, 3], &d1);
+    let cases: Vec<(&str, Box<dyn FnOnce()>)> = vec![
+        (
+            "add",
+            Box::new({
+                let (a, w) = (a.clone(), w.clone());
+                move || {
+                    let _ = (a.slice([0..1, 0..2, 0..3, 0..3]) + w.slice([0..1, 0..2, 0..3, 0..3]))
+                        .into_data();
+                }
+            }),
+        ),
+        (
+            "conv2d",
+            Box::new({
+                let (a, w) = (a.clone(), w.clone());
+                move || {
+                    let _ = burn_tensor::module::conv2d(
+                        a,
+                        w,
+                        None,
+                        burn_tensor::ops::ConvOptions::new([1, 1], [0, 0], [1, 1], 1),
+                    )
+                    .into_data();
+                }
+            }),
+        ),
+        (
+            "matmul",
+            Box::new({
+                let (a, w) = (a.clone(), w.clone());
+                move || {
+                    let _ = a
+                        .slice([0..1, 0..1, 0..3, 0..3])
+                        .matmul(w.slice([0..1, 0..1, 0..3, 0..3]))
+                        .into_data();
+                }
+            }),
+        ),
+        (
+            "cat",
+            Box::new({
+                let (a, w) = (a.clone(), w.clone());
+                move || {
+                    let _ = Tensor::cat(
+                        vec![
+                            a.slice([0..1, 0..2, 0..3, 0..3]),
+                            w.slice([0..1, 0..2, 0..3, 0..3]),
+                        ],
+                        0,
+                    )
+                    .into_data();
+                }
+            }),
+        ),
+        (
+            "mask_where",
+            Box::new({
+                let (a, w) = (a.clone(), w.clone());
+                move || {
+                    let a = a.slice([0..1, 0..2, 0..3, 0..3]);
+                    let w = w.slice([0..1, 0..2, 0..3, 0..3]);
+                    let _ = a
+                        .clone()
+                        .mask_where(w.clone().greater_elem(0.0), w)
+                        .into_data();
+                }
+            }),
+        ),
+        (
+            "gather",
+            Box::new({
+                let a = a.clone();
+                move || {
+                    let i = Tensor::<Xpu, 4, Int>::zeros([1, 2, 4, 4], &XpuDevice::new(1));
+                    let _ = a.gather(3, i).into_data();
+                }
+            }),
+        ),
+        (
+            "select",
+            Box::new({
+                let a = a.clone();
+                move || {
+                    let i = Tensor::<Xpu, 1, Int>::zeros([3], &XpuDevice::new(1));
+                    let _ = a.select(3, i).into_data();
+                }
+            }),
+        ),
+        (
+            "select_assign big",
+            Box::new({
+                let a = a.clone();
+                move || {
+                    let i = Tensor::<Xpu, 1, Int>::zeros([20], &XpuDevice::new(1));
+                    let v = Tensor::<Xpu, 4>::ones([1, 2, 4, 20], &XpuDevice::new(0));
+                    let _ = a.select_assign(3, i, v).into_data();
+                }
+            }),
+        ),
+        (
+            "scatter big",
+            Box::new({
+                let a = a.clone();
+                move || {
+                    let i = Tensor::<Xpu, 4, Int>::zeros([1, 2, 4, 20], &XpuDevice::new(1));
+                    let v = Tensor::<Xpu, 4>::ones([1, 2, 4, 20], &XpuDevice::new(0));
+                    let _ = a.scatter(3, i, v).into_data();
+                }
+            }),
+        ),
+        (
+            "slice_assign",
+            Box::new({
+                let (a, w) = (a.clone(), w.clone());
+                move || {
+                    let _ = a
+                        .slice_assign([0..1, 0..2, 0..3, 0..3], w.slice([0..1, 0..2, 0..3, 0..3]))
+                        .into_data();
+                }
+            }),
+        ),
+        (
+            "max_pool",
+            Box::new({
+                let a = a.clone();
+                move || {
+                    let g = Tensor::<Xpu, 4>::ones([1, 2, 2, 2], &XpuDevice::new(1));
+                    let _ = burn_tensor::module::max_pool2d_with_indices(
+                        a,
+                        [2, 2],
+                        [2, 2],
+                        [0, 0],
+                        [1, 1],
+                    );
+                    let _ = g;
+                }
+            }),
+        ),
+    ];
+    for (name, f) in cases {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        println!("{name}: {}", panic_message(r));
+    }
+    assert_eq!(vals(Tensor::<Xpu, 1>::ones([3], &d0)), vec![1.0; 3]);
+}
+
+#[test]
+fn probe_long_line_reductions() {
+    let d = dev();
+    for len in [1025usize, 5000, 70001] {
+        for lines in [1usize, 3] {
+            let mut v: Vec<f32> = (0..len * lines)
+                .map(|i| ((i * 7919) % 1000) as f32 / 1000.0)
+                .collect();
+            // ties: the max 5.0 at several positions per line, min -5 likewise
+            for l in 0..lines {
+                for &p in &[len - 1, len / 2, 3 + l, len / 3] {
+                    v[l * len + p] = 5.0;
+                }
+                for &p in &[len - 2, 7 + l, len / 2 + 1] {
+                    v[l * len + p] = -5.0;
+                }
+            }
+            let t = Tensor::<Xpu, 2>::from_data(TensorData::new(v.clone(), [lines, len]), &d);
+            let tt = Tensor::<Xpu, 2>::from_data(TensorData::new(v.clone(), [lines, len]), &d)
+                .transpose()
+                .transpose();
+            let tr = through_host(t.clone().transpose()); // [len, lines] contiguous
+            let first = |x: f32, l: usize| (0..len).find(|&p| v[l * len + p] == x).unwrap() as i64;
+            let wmax: Vec<i64> = (0..lines).map(|l| first(5.0, l)).collect();
+            let wmin: Vec<i64> = (0..lines).map(|l| first(-5.0, l)).collect();
+            assert_eq!(
+                ivals(t.clone().argmax(1)),
+                wmax,
+                "argmax len {len} lines {lines}"
+            );
+            assert_eq!(
+                ivals(t.clone().argmin(1)),
+                wmin,
+                "argmin len {len} lines {lines}"
+            );
+            assert_eq!(
+                ivals(tt.clone().argmax(1)),
+                wmax,
+                "argmax tt len {len} lines {lines}"
+            );
+            assert_eq!(
+                ivals(tr.clone().argmax(0)),
+                wmax,
+                "argmax dim0 len {len} lines {lines}"
+            );
+            assert_eq!(
+                ivals(tr.clone().argmin(0)),
+                wmin,
+                "argmin dim0 len {len} lines {lines}"
+            );
+            let (mv, mi) = t.clone().max_dim_with_indices(1);
+            assert_eq!(vals(mv), vec![5.0; lines]);
+            assert_eq!(ivals(mi), wmax, "max_dim_with_indices len {len}");
+            let (mv, mi) = tr.clone().min_dim_with_indices(0);
+            assert_eq!(vals(mv), vec![-5.0; lines]);
+            assert_eq!(ivals(mi), wmin, "min_dim_with_indices len {len}");
+            // cummax along long lines
+            let cm = vals(t.clone().cummax(1));
+            let cmr = vals(tr.clone().cummin(0).transpose());
+            for l in 0..lines {
+                let mut m = f32::MIN;
+                let mut n = f32::MAX;
+                for p in 0..len {
+                    m = m.max(v[l * len + p]);
+                    n = n.min(v[l * len + p]);
+                    assert_eq!(cm[l * len + p], m, "cummax len {len} line {l} pos {p}");
+                    assert_eq!(cmr[l * len + p], n, "cummin len {len} line {l} pos {p}");
+                }
+            }
+            // integer cumsum exact
+            let ti = Tensor::<Xpu, 2, Int>::ones([lines, len], &d);
+            let cs = ivals(ti.clone().cumsum(1));
+            for l in 0..lines {
+                for p in 0..len {
+                    assert_eq!(cs[l * len + p], p as i64 + 1, "cumsum len {len}");
+                }
+            }
+            assert_eq!(ivals(ti.clone().sum_dim(1)), vec![len as i64; lines]);
+            assert_eq!(
+                ivals(ti.clone().transpose().sum_dim(0)),
+                vec![len as i64; lines]
+            );
+            // sort with indices stable for ties
+            let (sv, si) = t.clone().sort_with_indices(1);
+            let sv = vals(sv);
+            let si = ivals(si);
+            for l in 0..lines {
+                let mut idx: Vec<usize> = (0..len).collect();
+                idx.sort_by(|&a, &b| v[l * len + a].total_cmp(&v[l * len + b]));
+                let want: Vec<i64> = idx.iter().map(|&i| i as i64).collect();
+                assert_eq!(
+                    &si[l * len..(l + 1) * len],
+                    &want[..],
+                    "argsort stable len {len}"
+                );
+                assert_eq!(sv[l * len + len - 1], 5.0);
+            }
+        }
+    }
+}
+
+#[test]
+fn probe_nn_edges() {
+    use burn_tensor::module::*;
+    use burn_tensor::ops::{
+        ConvOptions, ConvTransposeOptions, InterpolateMode, InterpolateOptions,
+    };
+    let run = |name: &str, f: Box<dyn FnOnce() -> Vec<f32>>| {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        match r {
+            Ok(v) => println!("{name}: {:?}", &v[..v.len().min(12)]),
+            Err(e) => println!("{name}: PANIC {}", panic_message(Err(e))),
+        }
+    };
+    let x = || {
+        Tensor::<Xpu, 4>::from_data(
+            TensorData::new((0..16).map(|i| i as f32).collect::<Vec<_>>(), [1, 1, 4, 4]),
+            &dev(),
+        )
+    };
+    let one = || Tensor::<Xpu, 4>::full([1, 1, 1, 1], 7.0, &dev());
+    for mode in [
+        InterpolateMode::Nearest,
+        InterpolateMode::Bilinear,
+        InterpolateMode::Bicubic,
+    ] {
+        let m1 = mode.clone();
+        run(
+            &format!("interp 1x1->3x3 {mode:?}"),
+            Box::new(move || vals(interpolate(one(), [3, 3], InterpolateOptions::new(m1)))),
+        );
+        let m2 = mode.clone();
+        run(
+            &format!("interp 4x4->1x1 {mode:?}"),
+            Box::new(move || vals(interpolate(x(), [1, 1], InterpolateOptions::new(m2)))),
+        );
+        let m3 = mode.clone();
+        run(
+            &format!("interp 4x4->1x5 {mode:?}"),
+            Box::new(move || vals(interpolate(x(), [1, 5], InterpolateOptions::new(m3)))),
+        );
+        let m4 = mode.clone();
+        run(
+            &format!("interp 4x4->0x3 {mode:?}"),
+            Box::new(move || vals(interpolate(x(), [0, 3], InterpolateOptions::new(m4)))),
+        );
+        let m5 = mode.clone();
+        run(
+            &format!("interp empty batch {mode:?}"),
+            Box::new(move || {
+                vals(interpolate(
+                    Tensor::<Xpu, 4>::zeros([0, 1, 4, 4], &dev()),
+                    [2, 2],
+                    InterpolateOptions::new(m5),
+                ))
+            }),
+        );
+    }
+    run(
+        "conv zero batch",
+        Box::new(move || {
+            vals(conv2d(
+                Tensor::<Xpu, 4>::zeros([0, 1, 4, 4], &dev()),
+                Tensor::ones([2, 1, 3, 3], &dev()),
+                None,
+                ConvOptions::new([1, 1], [0, 0], [1, 1], 1),
+            ))
+        }),
+    );
+    run(
+        "conv kernel > input, pad 0",
+        Box::new(move || {
+            vals(conv2d(
+                x(),
+                Tensor::ones([2, 1, 5, 5], &dev()),
+                None,
+                ConvOptions::new([1, 1], [0, 0], [1, 1], 1),
+            ))
+        }),
+    );
+    run(
+        "conv kernel > input, pad 1",
+        Box::new(move || {
+            vals(conv2d(
+                x(),
+                Tensor::ones([2, 1, 5, 5], &dev()),
+                Some(Tensor::ones([2], &dev())),
+                ConvOptions::new([1, 1], [1, 1], [1, 1], 1),
+            ))
+        }),
+    );
+    run(
+        "conv big pad stride 3 dil 2",
+        Box::new(move || {
+            vals(conv2d(
+                x(),
+                Tensor::ones([1, 1, 3, 3], &dev()),
+                None,
+                ConvOptions::new([3, 3], [5, 5], [2, 2], 1),
+            ))
+        }),
+    );
+    run(
+        "conv zero in-channels",
+        Box::new(move || {
+            vals(conv2d(
+                Tensor::<Xpu, 4>::zeros([1, 0, 4, 4], &dev()),
+                Tensor::ones([2, 0, 3, 3], &dev()),
+                Some(Tensor::ones([2], &dev())),
+                ConvOptions::new([1, 1], [0, 0], [1, 1], 1),
+            ))
+        }),
+    );
+    run(
+        "conv transpose pad > k",
+        Box::new(move || {
+            vals(conv_transpose2d(
+                x(),
+                Tensor::ones([1, 1, 3, 3], &dev()),
+                None,
+                ConvTransposeOptions::new([2, 2], [2, 2], [1, 1], [1, 1], 1),
+            ))
+        }),
+    );
+    run(
+        "conv transpose zero batch",
+        Box::new(move || {
+            vals(conv_transpose2d(
+                Tensor::<Xpu, 4>::zeros([0, 1, 4, 4], &dev()),
+                Tensor::ones([1, 1, 3, 3], &dev()),
+                None,
+                ConvTransposeOptions::new([1, 1], [0, 0], [0, 0], [1, 1], 1),
+            ))
+        }),
+    );
+    run(
+        "conv1d kernel 1 len 0",
+        Box::new(move || {
+            vals(conv1d(
+                Tensor::<Xpu, 3>::zeros([1, 1, 0], &dev()),
+                Tensor::ones([1, 1, 1], &dev()),
+                None,
+                ConvOptions::new([1], [0], [1], 1),
+            ))
+        }),
+    );
+    run(
+        "max_pool k>in pad",
+        Box::new(move || vals(max_pool2d(x(), [5, 5], [1, 1], [2, 2], [1, 1]))),
+    );
+    run(
+        "max_pool k3s2p1",
+        Box::new(move || vals(max_pool2d(x(), [3, 3], [2, 2], [1, 1], [1, 1]))),
+    );
+    run(
+        "avg_pool k3s2p1",
+        Box::new(move || vals(avg_pool2d(x(), [3, 3], [2, 2], [1, 1], true))),
+    );
+    run(
+        "avg_pool ceil nopad-count",
+        Box::new(move || vals(avg_pool2d(x(), [3, 3], [2, 2], [1, 1], false))),
+    );
+    run(
+        "avg_pool 1d len0",
+        Box::new(move || {
+            vals(avg_pool1d(
+                Tensor::<Xpu, 3>::zeros([1, 1, 0], &dev()),
+                1,
+                1,
+                0,
+                true,
+            ))
+        }),
+    );
+    run(
+        "adaptive 4->6",
+        Box::new(move || vals(adaptive_avg_pool2d(x(), [6, 6]))),
+    );
+    run(
+        "adaptive 4->0",
+        Box::new(move || vals(adaptive_avg_pool2d(x(), [0, 2]))),
+    );
+    run(
+        "adaptive empty in",
+        Box::new(move || {
+            vals(adaptive_avg_pool2d(
+                Tensor::<Xpu, 4>::zeros([1, 1, 0, 4], &dev()),
+                [2, 2],
+            ))
+        }),
+    );
+    run(
+        "embedding idx oob",
+        Box::new(move || {
+            vals(embedding(
+                Tensor::<Xpu, 2>::ones([3, 2], &dev()),
+                Tensor::<Xpu, 2, Int>::from_data(
+                    TensorData::new(vec![0i64, 5, -1], [1, 3]),
+                    &dev(),
+                ),
+            ))
+        }),
+    );
+    run(
+        "unfold4d",
+        Box::new(move || {
+            let t = unfold4d(
+                x(),
+                [3, 3],
+                burn_tensor::ops::UnfoldOptions::new([1, 1], [0, 0], [1, 1]),
+            );
+            vals(t)
+        }),
+    );
+    run(
+        "max_pool1d",
+        Box::new(move || {
+            vals(max_pool1d(
+                Tensor::<Xpu, 3>::from_data(
+                    TensorData::new(vec![1.0f32, 3.0, 2.0], [1, 1, 3]),
+                    &dev(),
+                ),
+                2,
+                1,
+                0,
+                1,
+            ))
+        }),
+    );
+}
+
+/// A convolution over zero input channels sums nothing: its output is the bias (zeros
+/// without one), as burn-ndarray computes it. A fresh empty tensor whose zero-sized dimension
+/// is not the first one counts as contiguous (it has no element to address), so the
+/// convolution's contiguity check accepts it.
+#[test]
+fn convolution_over_zero_input_channels_gives_the_bias() {
+    use burn_tensor::module::{conv1d, conv2d, conv_transpose2d};
+    use burn_tensor::ops::{ConvOptions, ConvTransposeOptions};
+    let d = dev();
+    let bias = || Tensor::<Xpu, 1>::from_floats([1.5, -2.0], &dev());
+    let x = Tensor::<Xpu, 4>::zeros([1, 0, 4, 4], &d);
+    let w = Tensor::<Xpu, 4>::ones([2, 0, 3, 3], &d);
+    let opts = ConvOptions::new([1, 1], [0, 0], [1, 1], 1);
+    let y = conv2d(x.clone(), w.clone(), Some(bias()), opts.clone());
+    assert_eq!(y.dims(), [1, 2, 2, 2]);
+    assert_eq!(vals(y), [vec![1.5; 4], vec![-2.0; 4]].concat());
+    assert_eq!(vals(conv2d(x, w, None, opts)), vec![0.0; 8]);
+    let x1 = Tensor::<Xpu, 3>::zeros([2, 0, 5], &d);
+    let w1 = Tensor::<Xpu, 3>::ones([2, 0, 2], &d);
+    let y1 = conv1d(x1, w1, Some(bias()), ConvOptions::new([1], [0], [1], 1));
+    assert_eq!(y1.dims(), [2, 2, 4]);
+    assert_eq!(
+        vals(y1),
+        [vec![1.5; 4], vec![-2.0; 4], vec![1.5; 4], vec![-2.0; 4]].concat()
+    );
+    let xt = Tensor::<Xpu, 4>::zeros([1, 0, 2, 2], &d);
+    let wt = Tensor::<Xpu, 4>::ones([0, 2, 3, 3], &d);
+    let yt = conv_transpose2d(
+        xt,
+        wt,
+        Some(bias()),
+        ConvTransposeOptions::new([1, 1], [0, 0], [0, 0], [1, 1], 1),
+    );
+    assert_eq!(yt.dims(), [1, 2, 4, 4]);
+    assert_eq!(vals(yt), [vec![1.5; 16], vec![-2.0; 16]].concat());
+}
