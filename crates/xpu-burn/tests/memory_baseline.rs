@@ -1,0 +1,63 @@
+//! Device memory after burn's tensors drop: the allocator's `memory_allocated` returns to its
+//! baseline, with tensors made on several threads and dropped on another. Its own test binary:
+//! no other test allocates while it measures.
+use burn_tensor::backend::Backend;
+use burn_tensor::{Int, Tensor};
+use xpu_burn::{Xpu, XpuDevice};
+
+fn vals<const D: usize>(t: Tensor<Xpu, D>) -> Vec<f32> {
+    t.into_data().to_vec::<f32>().unwrap()
+}
+
+fn workload(d: &XpuDevice, k: usize) -> f32 {
+    let a = Tensor::<Xpu, 2>::full([16, 24], k as f32, d);
+    let b = a.clone().transpose().matmul(a.clone()).sum_dim(0);
+    let idx = Tensor::<Xpu, 2, Int>::zeros([16, 24], d);
+    let s = a.clone().scatter(0, idx.clone(), a.clone()).gather(0, idx);
+    let c = Tensor::cat(vec![a.clone(), s], 0).sort(1).cumsum(0);
+    let m = c
+        .clone()
+        .slice_assign([0..2, 0..24], Tensor::zeros([2, 24], d));
+    let (v, _) = m.max_dim_with_indices(1);
+    let _ = b.clone().argsort(1);
+    let r = v.sum() + b.sum();
+    vals(r)[0]
+}
+
+#[test]
+fn allocated_memory_returns_to_its_baseline_after_threads_drop_their_tensors() {
+    let d = XpuDevice::default();
+    workload(&d, 1);
+    Xpu::sync(&d);
+    let base = xpu::memory_allocated(Some(d.index)).unwrap();
+    let want: Vec<f32> = (0..4).map(|k| workload(&d, k)).collect();
+    let (tx, rx) = std::sync::mpsc::channel::<Tensor<Xpu, 2>>();
+    std::thread::scope(|s| {
+        // A thread that drops tensors other threads made, while their kernels may be queued.
+        s.spawn(move || {
+            for t in rx {
+                drop(t);
+            }
+        });
+        for t in 0..6 {
+            let tx = tx.clone();
+            let want = &want;
+            s.spawn(move || {
+                for i in 0..10 {
+                    let k = (t + i) % 4;
+                    let x = Tensor::<Xpu, 2>::ones([64, 64], &d).matmul(Tensor::ones([64, 64], &d));
+                    tx.send(x.clone()).unwrap();
+                    tx.send(x.exp()).unwrap();
+                    assert_eq!(workload(&d, k), want[k]);
+                    if i % 3 == 0 {
+                        Xpu::sync(&d);
+                    }
+                }
+            });
+        }
+        drop(tx);
+    });
+    Xpu::sync(&d);
+    let after = xpu::memory_allocated(Some(d.index)).unwrap();
+    assert_eq!(after, base, "allocated bytes after every tensor dropped");
+}
