@@ -5,6 +5,9 @@ use burn_tensor::backend::Backend;
 use burn_tensor::{Int, Tensor};
 use xpu_burn::{Xpu, XpuDevice};
 
+/// The tests of this file measure the device's allocated bytes: one at a time.
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn vals<const D: usize>(t: Tensor<Xpu, D>) -> Vec<f32> {
     t.into_data().to_vec::<f32>().unwrap()
 }
@@ -26,6 +29,7 @@ fn workload(d: &XpuDevice, k: usize) -> f32 {
 
 #[test]
 fn allocated_memory_returns_to_its_baseline_after_threads_drop_their_tensors() {
+    let _one = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let d = XpuDevice::default();
     workload(&d, 1);
     Xpu::sync(&d);
@@ -60,4 +64,29 @@ fn allocated_memory_returns_to_its_baseline_after_threads_drop_their_tensors() {
     Xpu::sync(&d);
     let after = xpu::memory_allocated(Some(d.index)).unwrap();
     assert_eq!(after, base, "allocated bytes after every tensor dropped");
+}
+
+/// The kernels' metadata buffers (shapes and strides, cached per distinct value) are device
+/// memory the allocator counts; `Backend::memory_cleanup` releases them with the allocator's
+/// cache, so after a workload of many distinct shapes the allocated bytes return to the
+/// baseline once its tensors dropped.
+#[test]
+fn memory_cleanup_releases_the_metadata_of_many_distinct_shapes() {
+    let _one = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let d = XpuDevice::default();
+    let _ = vals(Tensor::<Xpu, 1>::ones([1], &d));
+    Xpu::sync(&d);
+    Xpu::memory_cleanup(&d);
+    let base = xpu::memory_allocated(Some(d.index)).unwrap();
+    for n in 1..200usize {
+        // A strided op (transpose) of a shape seen once: one metadata buffer each.
+        let t = Tensor::<Xpu, 2>::ones([n, 3], &d).transpose().exp();
+        assert_eq!(t.dims(), [3, n]);
+    }
+    Xpu::sync(&d);
+    let held = xpu::memory_allocated(Some(d.index)).unwrap();
+    Xpu::memory_cleanup(&d);
+    let after = xpu::memory_allocated(Some(d.index)).unwrap();
+    println!("baseline {base}, after the workload {held}, after memory_cleanup {after}");
+    assert_eq!(after, base, "allocated bytes after memory_cleanup");
 }
