@@ -390,7 +390,8 @@ fn ops_mixing_devices_fail_with_a_typed_error() {
     let d1 = XpuDevice::new(1);
     let a = Tensor::<Xpu, 4>::ones([1, 2, 4, 4], &d0);
     let w = Tensor::<Xpu, 4>::ones([3, 2, 3, 3], &d1);
-    let cases: Vec<(&str, Box<dyn FnOnce()>)> = vec![
+    type Case = (&'static str, Box<dyn FnOnce()>);
+    let cases: Vec<Case> = vec![
         (
             "add",
             Box::new({
@@ -674,9 +675,7 @@ fn scatter_and_select_assign_with_many_entries_per_line_match_a_host_reference()
         let od = (dim + 1) % 3;
         let _ = od;
         let n: usize = ishape.iter().product();
-        let idx: Vec<i64> = (0..n)
-            .map(|i| ((i * 31 + 7) % (shape[dim] + 0)) as i64)
-            .collect();
+        let idx: Vec<i64> = (0..n).map(|i| ((i * 31 + 7) % shape[dim]) as i64).collect();
         let val: Vec<f32> = (0..n).map(|i| (i % 13) as f32 - 6.0).collect();
         // host reference
         let mut want = tv.clone();
@@ -712,11 +711,11 @@ fn scatter_and_select_assign_with_many_entries_per_line_match_a_host_reference()
         let mut want = tv.clone();
         let st = [30usize, 5, 1];
         let vst = [vshape[1] * vshape[2], vshape[2], 1];
-        for e in 0..n {
+        for (e, v) in val.iter().enumerate() {
             let c = [e / vst[0], (e / vst[1]) % vshape[1], e % vshape[2]];
             let mut tc = c;
             tc[dim] = si[c[dim]] as usize;
-            want[tc[0] * st[0] + tc[1] * st[1] + tc[2] * st[2]] += val[e];
+            want[tc[0] * st[0] + tc[1] * st[1] + tc[2] * st[2]] += v;
         }
         let sit = Tensor::<Xpu, 1, Int>::from_data(TensorData::new(si.clone(), [40]), &d);
         let vt = Tensor::<Xpu, 3>::from_data(TensorData::new(val.clone(), vshape), &d);
@@ -939,6 +938,118 @@ fn bool_results_of_every_op_family_are_zero_or_one() {
             data.as_bytes().iter().all(|&v| v <= 1),
             "{name}: {:?}",
             data.as_bytes()
+        );
+    }
+}
+
+/// Threads moving tensors between two devices while others synchronize both: every value
+/// arrives intact.
+#[test]
+fn tensors_moved_between_devices_by_many_threads_keep_their_values() {
+    if xpu::device_count() < 2 {
+        return;
+    }
+    let (d0, d1) = (XpuDevice::new(0), XpuDevice::new(1));
+    std::thread::scope(|s| {
+        for t in 0..6usize {
+            s.spawn(move || {
+                for i in 0..15usize {
+                    let k = (t * 100 + i) as f32;
+                    let a = Tensor::<Xpu, 2>::full([33, 17], k, &d0).transpose();
+                    let b = a
+                        .clone()
+                        .to_device(&d1)
+                        .sqrt()
+                        .powi_scalar(2)
+                        .mul_scalar(2.0);
+                    let c = b.to_device(&d0).sum_dim(1).to_device(&d1);
+                    if i % 4 == 0 {
+                        Xpu::sync(&d0);
+                        Xpu::sync(&d1);
+                    }
+                    let got = vals(c);
+                    let want = 2.0 * k * 33.0;
+                    assert!(
+                        got.len() == 17
+                            && got.iter().all(|v| (v - want).abs() <= 1e-3 * want.max(1.0)),
+                        "thread {t} step {i}: {got:?} vs {want}"
+                    );
+                }
+            });
+        }
+    });
+}
+
+/// Matmuls large enough for CLBlast (where installed) and for the register-blocked tiled
+/// kernel, on transposed, sliced, flipped, broadcast (`expand`) and batch-broadcast operands:
+/// the values of the same product of contiguous copies.
+#[test]
+fn large_matmuls_of_views_give_the_values_of_their_copies() {
+    let mk = |shape: [usize; 3], seed: usize| {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n)
+            .map(|i| (((i + seed) * 2654435761usize) % 17) as f32 - 8.0)
+            .collect();
+        Tensor::<Xpu, 3>::from_data(TensorData::new(v, shape), &dev())
+    };
+    let a = mk([3, 70, 90], 1);
+    let b = mk([3, 90, 80], 2);
+    let cases: Vec<(&str, Tensor<Xpu, 3>, Tensor<Xpu, 3>)> = vec![
+        ("plain", a.clone(), b.clone()),
+        (
+            "lhs transposed",
+            mk([3, 90, 70], 3).swap_dims(1, 2),
+            b.clone(),
+        ),
+        (
+            "rhs transposed",
+            a.clone(),
+            mk([3, 80, 90], 4).swap_dims(1, 2),
+        ),
+        (
+            "sliced rows",
+            mk([3, 70, 130], 5).slice([0..3, 0..70, 20..110]),
+            b.clone(),
+        ),
+        ("flipped rows", a.clone().flip([1]), b.clone().flip([2])),
+        ("flipped batch", a.clone().flip([0]), b.clone()),
+        (
+            "expanded rows",
+            mk([3, 1, 90], 6).expand([3, 70, 90]),
+            b.clone(),
+        ),
+        (
+            "expanded cols",
+            a.clone(),
+            mk([3, 90, 1], 7).expand([3, 90, 80]),
+        ),
+        (
+            "batch broadcast",
+            mk([1, 70, 90], 8).expand([3, 70, 90]),
+            b.clone(),
+        ),
+        (
+            "step slice",
+            mk([3, 140, 90], 9).slice(burn_tensor::s![.., 0..140;2, ..]),
+            b.clone(),
+        ),
+        (
+            "big",
+            mk([1, 300, 260], 10),
+            mk([1, 260, 280], 11).flip([1]),
+        ),
+    ];
+    for (name, l, r) in cases {
+        let want = vals(through_host(l.clone()).matmul(through_host(r.clone())));
+        let got = vals(l.clone().matmul(r.clone()));
+        assert_eq!(got, want, "{name}");
+        // Batch broadcast through a rank difference of the operands.
+        let r2: Tensor<Xpu, 2> = r.clone().slice(burn_tensor::s![0..1]).squeeze_dim(0);
+        let want = vals(through_host(l.clone()).matmul(through_host(r2.clone()).unsqueeze()));
+        assert_eq!(
+            vals(l.matmul(r2.unsqueeze())),
+            want,
+            "{name}, rhs broadcast"
         );
     }
 }
