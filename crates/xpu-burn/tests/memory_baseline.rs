@@ -90,3 +90,37 @@ fn memory_cleanup_releases_the_metadata_of_many_distinct_shapes() {
     println!("baseline {base}, after the workload {held}, after memory_cleanup {after}");
     assert_eq!(after, base, "allocated bytes after memory_cleanup");
 }
+
+/// A thread that panics with work of its tensors still queued: the tensors it drops while
+/// unwinding free their memory, and other threads read correct values afterwards.
+#[test]
+fn a_thread_panicking_with_queued_work_leaves_the_device_usable_and_frees_its_tensors() {
+    let _one = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let d = XpuDevice::default();
+    let run = |k: f32| {
+        let a = Tensor::<Xpu, 2>::full([96, 96], k, &d);
+        let b = a.clone().matmul(a.clone().transpose()).sum_dim(1).cumsum(0);
+        vals(b.slice([95..96, 0..1]))[0]
+    };
+    let want = run(1.0);
+    Xpu::sync(&d);
+    let base = xpu::memory_allocated(Some(d.index)).unwrap();
+    let r = std::thread::scope(|s| {
+        s.spawn(|| {
+            let a = Tensor::<Xpu, 2>::full([96, 96], 1.0, &d);
+            let mut held = Vec::new();
+            for _ in 0..8 {
+                held.push(a.clone().matmul(a.clone().transpose()).sort(1));
+            }
+            panic!(
+                "a framework's worker panics with {} tensors queued",
+                held.len()
+            );
+        })
+        .join()
+    });
+    assert!(r.is_err());
+    assert_eq!(run(1.0), want);
+    Xpu::sync(&d);
+    assert_eq!(xpu::memory_allocated(Some(d.index)).unwrap(), base);
+}

@@ -16,8 +16,10 @@ fn ivals<const D: usize>(t: Tensor<Xpu, D, Int>) -> Vec<i64> {
     t.into_data().to_vec::<i64>().unwrap()
 }
 
-/// `[2^62]` f32 elements are 2^64 bytes: the byte count wraps to 0 in a release build, where
-/// the tensor got a 1-byte block that its fill kernel then wrote 2^62 elements past.
+/// `[2^62]` f32 elements are 2^64 bytes: the byte count wrapped to 0 without overflow checks
+/// (a release build), where the tensor got a 1-byte block (`numel 2^62, storage bytes 1`) and
+/// `Tensor::zeros([1 << 62])` launched its fill over it: PoCL aborted the process (SIGABRT in
+/// its scheduler); a GPU would write past the block. With checks it panicked on the overflow.
 #[test]
 fn empty_tensor_whose_byte_count_overflows_is_an_error() {
     let r = XpuTensor::empty(0, &[1usize << 62], DType::F32);
@@ -1052,4 +1054,28 @@ fn large_matmuls_of_views_give_the_values_of_their_copies() {
             "{name}, rhs broadcast"
         );
     }
+}
+
+/// A device index past `device_count()` (a framework's configuration error): every entry point
+/// fails with the backend's typed error or does nothing, and the real devices keep working.
+#[test]
+fn a_device_index_out_of_range_is_a_typed_error() {
+    let bad = XpuDevice::new(xpu::device_count() + 3);
+    assert_backend_error("zeros", || {
+        let _ = Tensor::<Xpu, 1>::zeros([4], &bad);
+    });
+    assert_backend_error("from_data", || {
+        let _ = Tensor::<Xpu, 1>::from_floats([1.0, 2.0], &bad);
+    });
+    assert_backend_error("sync", || Xpu::sync(&bad));
+    assert_backend_error("to_device", || {
+        let _ = Tensor::<Xpu, 1>::ones([4], &dev()).to_device(&bad);
+    });
+    assert_backend_error("random", || {
+        let _ = Tensor::<Xpu, 1>::random([4], burn_tensor::Distribution::Default, &bad);
+    });
+    Xpu::seed(&bad, 7);
+    Xpu::memory_cleanup(&bad);
+    let _ = Xpu::name(&bad);
+    assert_eq!(vals(Tensor::<Xpu, 1>::ones([3], &dev())), vec![1.0; 3]);
 }
