@@ -1,7 +1,9 @@
 //! CLBlast (an OpenCL BLAS; Debian package `libclblast1`), loaded at run time from
 //! [`LIBRARY`]: `CLBlastSgemm`, `CLBlastSgemmWithTempBuffer` and `CLBlastSGemmTempBufferSize` of
 //! its C API (`clblast_c.h`, CLBlast 1.5). [`Clblast::get`] loads it once per process and keeps
-//! it loaded; without it every entry point is [`ForeignError::NotAvailable`].
+//! it loaded; without it every entry point is [`ForeignError::NotAvailable`]. Calls into
+//! CLBlast are serialized process-wide: CLBlast 1.5 fills its caches without a lock
+//! (CNugteren/CLBlast#486), so concurrent calls from several threads crashed it.
 //!
 //! ```
 //! use xpu_device::foreign::{clblast::Clblast, ForeignError};
@@ -180,7 +182,8 @@ macro_rules! sgemm_call {
 /// Serializes every call into CLBlast. CLBlast 1.5 keeps its compiled programs and tuning
 /// databases in process-wide caches that it reads and fills without a lock, so calls from
 /// several threads at once crash it (a segmentation fault copying a `clblast::Database`
-/// while another thread stores one: CNugteren/CLBlast#486, fixed after 1.6 by its PR #495).
+/// while another thread stores one: CNugteren/CLBlast#486, fixed upstream in July 2023 by its
+/// PR #495; Debian's 1.5.3 predates it).
 /// A call only enqueues (the GEMM runs later on the device), so holding this lock costs the
 /// host-side enqueue and, on a routine's first use, CLBlast's program build; no allocator
 /// lock is held by the callers while they wait for it.
