@@ -97,6 +97,23 @@ const META_CACHE_ENTRIES: usize = 4096;
 /// allocates nothing).
 type MetaCache = HashMap<usize, HashMap<Vec<i64>, Meta>>;
 
+/// The process's metadata buffers.
+fn meta_cache() -> &'static parking_lot::Mutex<MetaCache> {
+    static CACHE: OnceLock<parking_lot::Mutex<MetaCache>> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// Drops the cached metadata buffers of `device` ([`upload_meta`]), as `Backend::memory_cleanup`
+/// does before emptying the allocator's cache: they are allocator blocks, counted by
+/// `xpu::memory_allocated`, one per distinct shape and stride set seen (up to
+/// `META_CACHE_ENTRIES`). Launches that hold one keep it until they are enqueued; the allocator
+/// reuses a dropped block only after the stream's work on it completed.
+pub fn release_meta(device: usize) {
+    // Dropped outside the lock: a block's drop goes to the allocator.
+    let dropped = meta_cache().lock().remove(&device);
+    drop(dropped);
+}
+
 /// `values` as a metadata buffer on `device`: uploaded once on the device's burn stream
 /// (non-blocking, stream-ordered before every later launch there) and then shared by every
 /// launch with the same values, so a strided op costs no upload after its first run. The
@@ -106,13 +123,12 @@ type MetaCache = HashMap<usize, HashMap<Vec<i64>, Meta>>;
 /// # Errors
 /// Allocation and copy errors.
 pub fn upload_meta(device: usize, values: &[i64]) -> Result<Meta> {
-    static CACHE: OnceLock<parking_lot::Mutex<MetaCache>> = OnceLock::new();
     let values = if values.is_empty() {
         &[0i64][..]
     } else {
         values
     };
-    let cache = CACHE.get_or_init(Default::default);
+    let cache = meta_cache();
     if let Some(m) = cache.lock().get(&device).and_then(|m| m.get(values)) {
         return Ok(m.clone());
     }

@@ -7,7 +7,7 @@ use burn_tensor::{DType, Shape, TensorMetadata};
 use xpu::DeviceBuffer;
 
 use crate::dtype;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The device memory of one or more tensors: one allocation of xpu's caching allocator (so
 /// `xpu::memory_stats`, `memory_summary` and snapshots show burn's tensors), on the device's
@@ -52,6 +52,39 @@ pub struct XpuTensor {
     pub(crate) dtype: DType,
 }
 
+/// The number of elements of `shape`, saturating at `usize::MAX` (a view may be broadcast to
+/// a shape whose element count overflows `usize`: `expand` makes it without memory, and every
+/// op that would allocate or walk it fails in [`XpuTensor::empty`] instead of wrapping).
+pub fn elem_count(shape: &[usize]) -> usize {
+    if shape.contains(&0) {
+        return 0;
+    }
+    shape.iter().fold(1usize, |n, &s| n.saturating_mul(s))
+}
+
+/// The bytes of a contiguous tensor of `shape` with elements of `dtype`.
+///
+/// # Errors
+/// [`Error::Invalid`] when the element or byte count does not fit `usize`: no allocation can
+/// hold it (burn does not check shapes for overflow; a wrapped size would allocate a block
+/// smaller than the kernels then address).
+pub fn byte_len(shape: &[usize], dtype: DType) -> Result<usize> {
+    let elem = dtype::size_of(dtype);
+    let overflow = || {
+        Error::Invalid(format!(
+            "a tensor of shape {shape:?} of {dtype:?} ({elem}-byte elements) needs more than \
+             usize::MAX bytes"
+        ))
+    };
+    if shape.contains(&0) {
+        return Ok(0);
+    }
+    shape
+        .iter()
+        .try_fold(elem, |n, &s| n.checked_mul(s))
+        .ok_or_else(overflow)
+}
+
 /// Row-major (C order) element strides of `shape`.
 pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
     let mut strides = vec![0isize; shape.len()];
@@ -68,12 +101,12 @@ impl XpuTensor {
     /// allocation of at least one byte).
     ///
     /// # Errors
-    /// Out of memory and other allocation errors; an unsupported `dtype`.
+    /// Out of memory and other allocation errors; an unsupported `dtype`; [`Error::Invalid`]
+    /// for a shape whose byte count overflows `usize` ([`byte_len`]).
     pub fn empty(device: usize, shape: &[usize], dtype: DType) -> Result<XpuTensor> {
         let dtype = dtype::canonical(dtype);
         crate::runtime::check_device_supports(device, dtype)?;
-        let n: usize = shape.iter().product();
-        let bytes = (n * dtype::size_of(dtype)).max(1);
+        let bytes = byte_len(shape, dtype)?.max(1);
         let stream = crate::runtime::stream(device)?;
         let buffer = DeviceBuffer::<u8>::new(bytes, &stream)?;
         Ok(XpuTensor::contiguous_in(buffer, device, shape, dtype))
@@ -137,13 +170,19 @@ impl XpuTensor {
         &self.storage
     }
 
-    /// The number of elements.
+    /// The number of elements, saturating at `usize::MAX` ([`elem_count`]: only a broadcast
+    /// view can have more).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        elem_count(&self.shape)
     }
 
-    /// Whether the view is row-major contiguous (any offset).
+    /// Whether the view is row-major contiguous (any offset). An empty view is: it addresses
+    /// no element, whatever its strides (a fresh `[2, 0, 3]` tensor has the strides
+    /// [`contiguous_strides`] gives, `[3, 3, 1]`, which no non-empty row-major walk has).
     pub fn is_contiguous(&self) -> bool {
+        if self.numel() == 0 {
+            return true;
+        }
         let mut acc = 1isize;
         for d in (0..self.shape.len()).rev() {
             if self.shape[d] != 1 && self.strides[d] != acc {

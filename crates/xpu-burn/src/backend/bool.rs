@@ -9,8 +9,11 @@ use crate::Xpu;
 impl BoolTensorOps<Self> for Xpu {
     kind_ops!(bool, BoolTensor);
 
+    /// Zeros (`false`s), as burn-ndarray: burn reads a bool tensor's bytes as `bool`s
+    /// unchecked (`TensorData::to_vec` transmutes), so an uninitialized block, whose bytes
+    /// may be anything its last tensor left, is no valid bool tensor.
     fn bool_empty(shape: Shape, device: &Device<Self>) -> BoolTensor<Self> {
-        empty(shape, device.index, DType::Bool)
+        Self::bool_zeros(shape, device)
     }
 
     fn bool_zeros(shape: Shape, device: &Device<Self>) -> BoolTensor<Self> {

@@ -15,10 +15,13 @@ fn is_int(d: DType) -> bool {
     !is_float(d) && d != DType::Bool && !matches!(d, DType::QFloat(_))
 }
 
-/// Integer division that never traps (x86 traps on `/ 0` and `MIN / -1`): `x / 0` is 0.
-const INT_DIV: &str = "(B == 0 ? (TO)0 : (B == (T0)-1 ? (TO)(-a0) : (TO)(a0 / B)))";
-/// Python's remainder (the sign of the divisor), never trapping: `x % 0` is 0.
-const INT_REM: &str = "(B == 0 || B == (T0)-1 ? (TO)0 : ((a0 % B != 0 && ((a0 % B < 0) != (B < 0))) ? (TO)(a0 % B + B) : (TO)(a0 % B)))";
+/// Integer division that never traps (x86 traps on `/ 0` and `MIN / -1`): `x / 0` is 0, and
+/// a divisor of -1 negates. The -1 test is `B < 0 && B == -1`: an unsigned divisor is never
+/// negative, so its all-ones maximum (which `(T0)-1` also is) divides as usual.
+const INT_DIV: &str = "(B == 0 ? (TO)0 : ((B < 0 && B == (T0)-1) ? (TO)(-a0) : (TO)(a0 / B)))";
+/// Python's remainder (the sign of the divisor), never trapping: `x % 0` and `x % -1` are 0
+/// (the -1 test as in [`INT_DIV`]).
+const INT_REM: &str = "(B == 0 || (B < 0 && B == (T0)-1) ? (TO)0 : ((a0 % B != 0 && ((a0 % B < 0) != (B < 0))) ? (TO)(a0 % B + B) : (TO)(a0 % B)))";
 
 impl IntTensorOps<Self> for Xpu {
     kind_ops!(int, IntTensor);

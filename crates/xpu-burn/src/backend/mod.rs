@@ -50,7 +50,8 @@ impl Backend for Xpu {
         );
     }
 
-    fn memory_cleanup(_device: &Self::Device) {
+    fn memory_cleanup(device: &Self::Device) {
+        crate::runtime::release_meta(device.index);
         xpu::empty_cache();
     }
 }

@@ -17,11 +17,10 @@ use crate::tensor::XpuTensor;
 pub fn from_bytes(device: usize, bytes: &[u8], shape: &[usize], dtype: DType) -> Result<XpuTensor> {
     let dtype = dtype::canonical(dtype);
     crate::runtime::check_device_supports(device, dtype)?;
-    let n: usize = shape.iter().product();
-    let want = n * dtype::size_of(dtype);
+    let want = crate::tensor::byte_len(shape, dtype)?;
     if bytes.len() != want {
         return Err(crate::Error::Invalid(format!(
-            "{} bytes for {n} elements of {dtype:?} (shape {shape:?})",
+            "{} bytes for a tensor of shape {shape:?} of {dtype:?} ({want} bytes)",
             bytes.len()
         )));
     }
@@ -40,7 +39,7 @@ pub fn from_bytes(device: usize, bytes: &[u8], shape: &[usize], dtype: DType) ->
 /// Copy and kernel errors (an earlier failed command on the stream surfaces here).
 pub fn to_bytes(t: &XpuTensor) -> Result<Vec<u8>> {
     let size = dtype::size_of(t.dtype);
-    let nbytes = t.numel() * size;
+    let nbytes = t.numel().saturating_mul(size);
     if nbytes == 0 {
         return Ok(Vec::new());
     }

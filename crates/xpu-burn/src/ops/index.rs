@@ -325,9 +325,9 @@ impl Segments {
         let device = indices.device();
         let entries = indices.numel();
         let k = indices.shape[cd];
-        let inner: usize = indices.shape[cd + 1..].iter().product();
+        let inner = crate::tensor::elem_count(&indices.shape[cd + 1..]);
         let lines = entries / k;
-        let buckets = lines * size;
+        let buckets = lines.saturating_mul(size);
         let ity = dtype::cl_type(indices.dtype)?;
         let f = |name: &str| {
             let key = format!("index_seg|{ity}|{name}");

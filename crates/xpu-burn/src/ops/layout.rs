@@ -12,7 +12,7 @@ use crate::tensor::{contiguous_strides, XpuTensor};
 /// # Errors
 /// [`Error::Invalid`] when the element counts differ; copy errors.
 pub fn reshape(t: &XpuTensor, shape: &[usize]) -> Result<XpuTensor> {
-    let n: usize = shape.iter().product();
+    let n = crate::tensor::elem_count(shape);
     if n != t.numel() {
         return Err(Error::Invalid(format!(
             "cannot reshape {:?} into {shape:?}",

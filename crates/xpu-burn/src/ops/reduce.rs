@@ -326,10 +326,11 @@ fn kernel(device: usize, spec: Spec) -> Result<xpu::xpu_kernel::Function> {
 
 /// The number of lines of `t` along `dim` (the product of the other sizes).
 fn lines_along(t: &XpuTensor, dim: usize) -> usize {
-    (0..t.shape.len())
+    let others: Vec<usize> = (0..t.shape.len())
         .filter(|&d| d != dim)
         .map(|d| t.shape[d])
-        .product()
+        .collect();
+    crate::tensor::elem_count(&others)
 }
 
 /// The line metadata of `t` along `dim` that `line_src` and the line kernels read: `r` (the
@@ -447,7 +448,7 @@ fn reduce_lines(
     let mut shape = t.shape.clone();
     let len = shape[dim];
     shape[dim] = 1;
-    let lines: usize = shape.iter().product();
+    let lines = crate::tensor::elem_count(&shape);
     let n_split = splits(lines, len);
     let fold = Fold::Reduce(op);
     if n_split == 1 {

@@ -1,7 +1,9 @@
 //! CLBlast (an OpenCL BLAS; Debian package `libclblast1`), loaded at run time from
 //! [`LIBRARY`]: `CLBlastSgemm`, `CLBlastSgemmWithTempBuffer` and `CLBlastSGemmTempBufferSize` of
 //! its C API (`clblast_c.h`, CLBlast 1.5). [`Clblast::get`] loads it once per process and keeps
-//! it loaded; without it every entry point is [`ForeignError::NotAvailable`].
+//! it loaded; without it every entry point is [`ForeignError::NotAvailable`]. Calls into
+//! CLBlast are serialized process-wide: CLBlast 1.5 fills its caches without a lock
+//! (CNugteren/CLBlast#486), so concurrent calls from several threads crashed it.
 //!
 //! ```
 //! use xpu_device::foreign::{clblast::Clblast, ForeignError};
@@ -177,6 +179,16 @@ macro_rules! sgemm_call {
     };
 }
 
+/// Serializes every call into CLBlast. CLBlast 1.5 keeps its compiled programs and tuning
+/// databases in process-wide caches that it reads and fills without a lock, so calls from
+/// several threads at once crash it (a segmentation fault copying a `clblast::Database`
+/// while another thread stores one: CNugteren/CLBlast#486, fixed upstream in July 2023 by its
+/// PR #495; Debian's 1.5.3 predates it).
+/// A call only enqueues (the GEMM runs later on the device), so holding this lock costs the
+/// host-side enqueue and, on a routine's first use, CLBlast's program build; no allocator
+/// lock is held by the callers while they wait for it.
+static CALLS: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
 fn status(function: &'static str, code: i32) -> Result<(), ForeignError> {
     match code {
         0 => Ok(()),
@@ -308,6 +320,7 @@ impl Clblast {
         temp: Option<cl_mem>,
     ) -> Result<Option<cl_event>, ForeignError> {
         let (mut q, mut event): (cl_command_queue, cl_event) = (queue, ptr::null_mut());
+        let _one_at_a_time = CALLS.lock();
         // SAFETY: the signatures are CLBlast's; the caller guarantees the handles, extents
         // and temporary buffer; `q` and `event` are valid out-pointers.
         let (function, code) = unsafe {
@@ -341,6 +354,7 @@ impl Clblast {
         queue: cl_command_queue,
     ) -> Result<usize, ForeignError> {
         let (mut q, mut bytes) = (queue, 0usize);
+        let _one_at_a_time = CALLS.lock();
         // SAFETY: the signature is CLBlastSGemmTempBufferSize's; the caller guarantees the
         // queue; it reads only the queue's device and the sizes; out-pointers are valid.
         let code = unsafe {
