@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use xpu_alloc::{
     AllocConfig, AllocError, BufferSource, DataPtr, DeviceAllocator, DeviceCore, HookedSource,
-    SegmentSource, SourceError, SourceHooks,
+    ReleasePolicy, SegmentSource, SourceError, SourceHooks,
 };
 use xpu_event::Event;
 use xpu_event::Gate;
@@ -234,9 +234,17 @@ fn a_request_the_driver_can_never_serve_is_too_large_without_retries() {
         return;
     }
     let max = BufferSource::new(0).unwrap().max_alloc_size();
+    // PyTorch's release rules: the subject is the retry after a refused segment. Under the
+    // default `before_grow`, unsplit segments (NVIDIA's platform) release the idle 1 MiB
+    // segment before growing, a policy release and no retry, which `num_device_free` counts
+    // too (it failed on the H200 for that reason alone).
+    let config = AllocConfig {
+        release_policy: ReleasePolicy::OnOom,
+        ..AllocConfig::default()
+    };
     let core = DeviceCore::new(
         Box::new(HookedSource::new(BufferSource::new(0).unwrap(), Claims)),
-        AllocConfig::default(),
+        config,
     );
     let s = fresh_stream(0);
     let sr = xpu_alloc::ClStream::shared(s.stream());
