@@ -13,6 +13,12 @@ use crate::source::SegmentMemory;
 use crate::stream::StreamKey;
 
 pub(crate) struct Live {
+    /// The segment's buffer and this allocation's byte offset in it, taken at the
+    /// allocation's first use (a kernel argument, a view, a region), so that later uses
+    /// touch no allocator lock. What kernels (through their offset parameters) and copies
+    /// receive. Dropped before the block goes back to the allocator; the segment keeps its
+    /// own share until it is released.
+    pub segment: SegmentShare,
     /// The sub-buffer of exactly this allocation, taken at its first use (a kernel argument,
     /// [`DataPtr::set_kernel_arg`], or a copy through [`DataPtr::view`]) from its segment's
     /// cache ([`crate::SubBuffers`]: made once per (offset, size) of the segment, released
@@ -25,6 +31,29 @@ pub(crate) struct Live {
     pub sub_buffer: SubBuffer,
     /// The caching allocator's block (freed when dropped, after the sub-buffer share).
     pub allocation: Allocation<ClBackend>,
+}
+
+/// The share of its segment's buffer an allocation holds ([`Live::segment`]), with the
+/// allocation's byte offset in it; leaked in a bad fork child as [`SubBuffer`] is.
+#[derive(Default)]
+pub(crate) struct SegmentShare(OnceLock<(Arc<Buffer>, u64)>);
+
+impl SegmentShare {
+    #[cold]
+    #[inline(never)]
+    fn release(&mut self) {
+        let mut slot = self.0.take();
+        drop(xpu_device::fork::take_unless_bad_fork(&mut slot));
+    }
+}
+
+impl Drop for SegmentShare {
+    #[inline]
+    fn drop(&mut self) {
+        if self.0.get().is_some() {
+            self.release();
+        }
+    }
 }
 
 /// The share of a sub-buffer an allocation holds ([`Live::sub_buffer`]): dropped when the
@@ -70,6 +99,7 @@ impl DataPtr {
         let (device, size) = (allocation.device(), allocation.size());
         Self {
             live: Some(Live {
+                segment: SegmentShare::default(),
                 sub_buffer: SubBuffer::default(),
                 allocation,
             }),
@@ -156,13 +186,11 @@ impl DataPtr {
     /// A view of this allocation's bytes for copies, borrowing the pointer: it cannot
     /// outlive the allocation, and every access is checked against the requested size
     /// ([`DataPtr::size`]), never the rounded block or the segment. The view's commands go
-    /// through the allocation's sub-buffer, the one kernels receive
-    /// ([`DataPtr::set_kernel_arg`]; for a block that is its whole segment, the segment's
-    /// buffer), never through a buffer that covers other blocks' bytes: OpenCL leaves
-    /// commands on a buffer and on its sub-buffers undefined when they overlap in time
-    /// (OpenCL 3.0 §5.2.1, `clCreateSubBuffer`), and NVIDIA's driver crashes on that mix when
-    /// several threads share a queue. The sub-buffer is made at the allocation's first use
-    /// and cached by its segment, so a view costs no driver call after that.
+    /// through the segment's buffer at the allocation's byte offset (copies take offsets in
+    /// OpenCL, §5.2.2), as kernels receive it ([`DataPtr::set_kernel_arg`]): no sub-buffer,
+    /// so NVIDIA's driver, which crashes when threads use sub-buffers of one buffer, never
+    /// sees one. The segment's buffer is taken at the allocation's first use, so a view costs
+    /// no driver call and no allocator lock after that.
     ///
     /// A handle never outlives its [`DataPtr`]:
     /// ```compile_fail
@@ -175,26 +203,45 @@ impl DataPtr {
     ///
     /// # Errors
     /// [`AllocError::BadFork`] in a bad fork child (see `xpu_device::fork`), before any
-    /// driver call; [`AllocError::Unsupported`] for an empty pointer or simulated memory;
-    /// [`AllocError::Device`] when the sub-buffer cannot be made (`clCreateSubBuffer`: a
-    /// device whose `CL_DEVICE_MEM_BASE_ADDR_ALIGN` exceeds the block alignment).
+    /// driver call; [`AllocError::Unsupported`] for an empty pointer or simulated memory.
     pub fn view(&self) -> Result<BlockView<'_>, AllocError> {
         check_fork()?;
+        let (buffer, offset) = self.segment_buffer()?;
         Ok(BlockView {
             ptr: self,
-            buffer: Arc::clone(self.block_buffer()?),
-            offset: 0,
+            buffer: Arc::clone(buffer),
+            offset: to_usize(offset)?,
             len: to_usize(self.size)?,
         })
     }
 
-    /// The sub-buffer of exactly this allocation ([`Live::sub_buffer`]), with the errors of
-    /// [`DataPtr::view`].
-    pub(crate) fn block_buffer(&self) -> Result<&Arc<Buffer>, AllocError> {
-        self.sub_buffer().map_err(|e| match e {
-            BlockArgError::Alloc(e) => e,
-            BlockArgError::Device(e) => AllocError::from(e),
-        })
+    /// The segment's buffer and the allocation's byte offset in it ([`Live::segment`]), with
+    /// the errors of [`DataPtr::view`].
+    pub(crate) fn segment_buffer(&self) -> Result<(&Arc<Buffer>, u64), AllocError> {
+        check_fork()?;
+        let live = self.live.as_ref().ok_or_else(|| {
+            AllocError::Unsupported("an empty allocation has no buffer".to_owned())
+        })?;
+        if let Some((b, o)) = live.segment.0.get() {
+            return Ok((b, *o));
+        }
+        let share = live
+            .allocation
+            .with_segment(|segment, offset| match &segment.memory {
+                SegmentMemory::Buffer { buffer, .. } => Ok((Arc::clone(buffer), offset)),
+                SegmentMemory::Simulated => Err(AllocError::Unsupported(
+                    "simulated memory has no cl_mem".to_owned(),
+                )),
+            })
+            .unwrap_or_else(|| {
+                Err(AllocError::InvalidDevicePointer {
+                    address: live.allocation.address(),
+                })
+            })?;
+        // A concurrent first use may have stored the same share: either is right.
+        let _ = live.segment.0.set(share);
+        let (b, o) = live.segment.0.get().expect("set above");
+        Ok((b, *o))
     }
 
     fn with_buffer<R>(&self, f: impl FnOnce(&Buffer, u64) -> R) -> Result<R, AllocError> {
@@ -217,32 +264,43 @@ impl DataPtr {
     }
 
     /// Sets argument `index` of `kernel` (a `__global`/`__constant` pointer parameter) to
-    /// exactly this allocation: one argument, the kernel sees the allocation's first byte at
-    /// its pointer's index 0 and the allocation's requested size ([`DataPtr::size`]) as the
-    /// buffer's extent, or, for a block that is its whole segment (always where segments are
-    /// not split: `split_segments`, NVIDIA's platform), the segment's own buffer, whose extent
-    /// is the block's size ([`DataPtr::allocated_size`]-sized, no sub-buffer). The sub-buffer
-    /// (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1) is made once
-    /// per (offset, size) of the segment and kept by the segment until the segment is
-    /// returned to the driver (`empty_cache`, the release on out-of-memory), so a reused block
-    /// of the same size costs no `clCreateSubBuffer`; every call costs one `clSetKernelArg`.
-    /// Making one over bytes another sub-buffer covered first waits on the host for the
-    /// allocation stream's earlier commands ([`crate::SubBuffers`]): on a stream held back by
-    /// a user event that this thread sets later, that first use would wait for ever.
-    /// The kernel keeps a reference to it until the argument is replaced or the kernel is
-    /// dropped; the allocation may be freed meanwhile (the block is then reused, so the
-    /// stale argument must be replaced before the next launch, as launch layers do by
+    /// exactly this allocation: the kernel sees the allocation's first byte at its pointer's
+    /// index 0.
+    ///
+    /// A kernel with offset parameters (every program `Program::build` compiles, see
+    /// [`Kernel::takes_offset`]) gets the segment's buffer and the allocation's byte offset
+    /// in it: two `clSetKernelArg`s at most (an offset equal to the last one set is none),
+    /// no sub-buffer, no allocator lock after the allocation's first use. A kernel built as
+    /// written (`Program::build_exact`) gets a sub-buffer of exactly the allocation
+    /// (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1, made once per (offset, size) of the segment
+    /// and kept by the segment until the segment is returned to the driver), or for a block
+    /// that is its whole segment the segment's own buffer. Making a sub-buffer over bytes
+    /// another sub-buffer covered first waits on the host for the allocation stream's earlier
+    /// commands ([`crate::SubBuffers`]): on a stream held back by a user event that this
+    /// thread sets later, that first use would wait for ever.
+    ///
+    /// The kernel keeps a reference to the buffer until the argument is replaced or the
+    /// kernel is dropped; the allocation may be freed meanwhile (the block is then reused, so
+    /// the stale argument must be replaced before the next launch, as launch layers do by
     /// setting every argument).
     ///
     /// # Errors
     /// [`BlockArgError::Alloc`] with [`AllocError::BadFork`] in a bad fork child (before any
     /// driver call), or for an empty allocation or memory without a `cl_mem` (simulated), or
-    /// with [`AllocError::Stream`] when the wait before a new sub-buffer failed;
-    /// [`BlockArgError::Device`] with `DeviceError::MisalignedSubBuffer` when
-    /// the device's `CL_DEVICE_MEM_BASE_ADDR_ALIGN` exceeds the block alignment (512 bytes),
-    /// or the kernel's [`DeviceError::KernelArg`] (wrong parameter kind, another device's
-    /// context, index out of range).
+    /// with [`AllocError::Stream`] when the wait before a new sub-buffer failed, or with
+    /// [`AllocError::Unsupported`] for a block inside a segment given to a kernel without
+    /// offset parameters on a platform whose sub-buffers are unsafe
+    /// ([`crate::sub_buffers_safe_on`]: NVIDIA's); [`BlockArgError::Device`] with
+    /// `DeviceError::MisalignedSubBuffer` when the device's `CL_DEVICE_MEM_BASE_ADDR_ALIGN`
+    /// exceeds the block alignment (512 bytes), or the kernel's [`DeviceError::KernelArg`]
+    /// (wrong parameter kind, another device's context, index out of range).
     pub fn set_kernel_arg(&self, kernel: &mut Kernel, index: u32) -> Result<(), BlockArgError> {
+        if kernel.takes_offset(index) {
+            let (buffer, offset) = self.segment_buffer().map_err(BlockArgError::Alloc)?;
+            return kernel
+                .set_arg_shared_buffer_at(index, buffer, offset)
+                .map_err(BlockArgError::Device);
+        }
         let sub = self.sub_buffer()?;
         kernel
             .set_arg_shared_buffer(index, sub)
@@ -300,6 +358,16 @@ impl DataPtr {
                     // A block that is its whole segment passes the segment's buffer.
                     if offset == 0 && live.allocation.allocated_size() == segment.size {
                         return sub_buffers.whole(buffer, &live.sub_buffer.0, wait_idle);
+                    }
+                    if !sub_buffers_allowed(self.device) {
+                        return Err(BlockArgError::Alloc(AllocError::Unsupported(
+                            "a block inside a segment reaches a kernel built as written \
+                             (no offset parameters) only as a sub-buffer, and this platform's \
+                             sub-buffers are unsafe (NVIDIA's OpenCL crashes on them): build \
+                             the kernel with Program::build, or pass the segment's buffer \
+                             and offset (DataPtr::cl_mem_and_offset)"
+                                .to_owned(),
+                        )));
                     }
                     let offset = to_usize(offset).map_err(BlockArgError::Alloc)?;
                     sub_buffers.get_or_create(buffer, offset, size, &live.sub_buffer.0, wait_idle)
@@ -396,6 +464,13 @@ xpu_device::impl_is_bad_fork! {
     BlockArgError { wraps: Alloc, Device; }
 }
 
+/// Whether device `device`'s platform allows sub-buffers of a segment
+/// ([`crate::sub_buffers_safe_on`]); `false` when the device cannot be read.
+fn sub_buffers_allowed(device: usize) -> bool {
+    xpu_device::device(device)
+        .is_ok_and(|d| crate::sub_buffers_safe_on(&d.properties().platform_name))
+}
+
 fn to_usize(v: u64) -> Result<usize, AllocError> {
     usize::try_from(v)
         .map_err(|_| AllocError::Unsupported(format!("{v} bytes exceed the address space")))
@@ -413,9 +488,9 @@ fn to_usize(v: u64) -> Result<usize, AllocError> {
 /// after the call returns.
 pub struct BlockView<'a> {
     ptr: &'a DataPtr,
-    /// The allocation's sub-buffer (its first byte is the allocation's).
+    /// The segment's buffer.
     buffer: Arc<Buffer>,
-    /// The allocation's first byte in `buffer` (0).
+    /// The allocation's first byte in `buffer`.
     offset: usize,
     /// The requested size ([`DataPtr::size`], converted once).
     len: usize,

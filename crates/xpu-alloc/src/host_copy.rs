@@ -31,12 +31,14 @@ use crate::DataPtr;
 /// ```
 impl DeviceMemory for DataPtr {
     fn device_region(&self) -> Option<DeviceRegion<'_>> {
-        // The allocation's sub-buffer, never the segment's buffer (see `DataPtr::view`).
-        let buffer = xpu_device::backend::Buffer::clone(self.block_buffer().ok()?);
+        // The segment's buffer at the allocation's offset, as views and kernels take it (see
+        // `DataPtr::view`).
+        let (buffer, offset) = self.segment_buffer().ok()?;
+        let buffer = xpu_device::backend::Buffer::clone(buffer);
         Some(DeviceRegion::lend(
             self,
             buffer,
-            0,
+            usize::try_from(offset).ok()?,
             usize::try_from(self.size()).ok()?,
         ))
     }

@@ -1,4 +1,4 @@
-//! Unsplit segments (`split_segments:False`, the default on NVIDIA's OpenCL platform): every
+//! Unsplit segments (`split_segments:False`): every
 //! block is a whole segment, passed to kernels and copies as its segment's own buffer, so no
 //! sub-buffer is ever made. Simulated allocators for the rules; the device tests run on a real
 //! OpenCL device (PoCL in CI), skipped without one unless `XPU_REQUIRE_DEVICE=1`.
@@ -10,16 +10,19 @@ use std::sync::Arc;
 use common::{sim_core, stream, MIB};
 use xpu_alloc::size::{oversize_allows, segment_size, should_split, PoolKind};
 use xpu_alloc::{
-    splits_segments_on, AllocConfig, DeviceAllocator, DeviceCore, HostCopy, SimulatedSource,
+    sub_buffers_safe_on, AllocConfig, DeviceAllocator, DeviceCore, HostCopy, SimulatedSource,
 };
 use xpu_testing::devices;
 
 #[test]
-fn nvidia_opencl_does_not_split_segments_and_other_platforms_do() {
-    assert!(!splits_segments_on("NVIDIA CUDA"));
-    assert!(splits_segments_on("Portable Computing Language"));
-    assert!(splits_segments_on("Intel(R) OpenCL Graphics"));
-    assert!(splits_segments_on("AMD Accelerated Parallel Processing"));
+fn sub_buffers_are_unsafe_on_nvidia_opencl_only_and_every_device_splits_segments() {
+    assert!(!sub_buffers_safe_on("NVIDIA CUDA"));
+    assert!(sub_buffers_safe_on("Portable Computing Language"));
+    assert!(sub_buffers_safe_on("Intel(R) OpenCL Graphics"));
+    assert!(sub_buffers_safe_on("AMD Accelerated Parallel Processing"));
+    if devices(1) {
+        assert!(xpu_alloc::device_splits_segments(0).unwrap());
+    }
 }
 
 #[test]

@@ -276,6 +276,17 @@ pub enum KernelArgProblem {
         /// `CL_DEVICE_LOCAL_MEM_SIZE`, bytes.
         available: u64,
     },
+    /// A nonzero byte offset for a pointer parameter without an offset parameter
+    /// (`Kernel::takes_offset`: a kernel whose parameters the runtime could not rewrite, or a
+    /// program built as written, `Program::build_exact`); refused as `CL_INVALID_ARG_VALUE`.
+    NoOffsetParameter,
+    /// A byte offset at or past the end of the buffer given (`CL_INVALID_ARG_VALUE`).
+    OffsetOutOfRange {
+        /// The offset given, bytes.
+        offset: u64,
+        /// The buffer's size, bytes.
+        size: u64,
+    },
     /// The driver refused the argument.
     Driver(ClError),
 }
@@ -293,7 +304,9 @@ impl KernelArgProblem {
             | KernelArgProblem::BufferForNonPointer { .. }
             | KernelArgProblem::LocalForNonLocal { .. }
             | KernelArgProblem::KindMismatch { .. }
-            | KernelArgProblem::ElementType { .. } => -50,
+            | KernelArgProblem::ElementType { .. }
+            | KernelArgProblem::NoOffsetParameter
+            | KernelArgProblem::OffsetOutOfRange { .. } => -50,
             KernelArgProblem::SizeMismatch { .. } => -51,
             KernelArgProblem::OtherContext => -34,
             KernelArgProblem::NotSet => return ClError::new("clEnqueueNDRangeKernel", -52),
@@ -318,6 +331,15 @@ impl fmt::Display for KernelArgProblem {
             KernelArgProblem::InfoUnavailable => f.write_str(
                 "the driver reports no argument information, so the argument cannot be checked \
                  (CL_KERNEL_ARG_INFO_NOT_AVAILABLE)",
+            ),
+            KernelArgProblem::NoOffsetParameter => f.write_str(
+                "a buffer at a nonzero offset for a pointer parameter without an offset \
+                 parameter (a kernel built as written, or one whose parameters could not be \
+                 read) (CL_INVALID_ARG_VALUE)",
+            ),
+            KernelArgProblem::OffsetOutOfRange { offset, size } => write!(
+                f,
+                "byte offset {offset} is not inside the {size}-byte buffer (CL_INVALID_ARG_VALUE)"
             ),
             KernelArgProblem::ScalarForPointer { type_name } => write!(
                 f,

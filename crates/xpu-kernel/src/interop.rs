@@ -3,14 +3,13 @@
 //! the library ([`ForeignExt::foreign`], [`ForeignCall::call`]) and adopts the `cl_event` it
 //! returns as an [`Event`], and workspace memory from the caching allocator.
 //!
-//! A region's `cl_mem` is a sub-buffer of exactly its allocation ([`DataPtr::block_cl_mem`]),
-//! or, for a block that is its whole segment (every block where segments are not split:
-//! `split_segments`), the segment's own buffer, the size of the block: never a buffer that
-//! holds other blocks, so a library that checks its buffer sizes (`CL_MEM_SIZE`) sees the
-//! allocation's bound (or its block's), and an over-long matrix is refused instead of
-//! overwriting the neighbouring block. Offsets are in elements of `T`, as BLAS takes them, and
-//! [`ClRegion::require`] / [`ClRegion::offset_as`] check what a call will touch before the
-//! library sees it.
+//! A region's `cl_mem` is its allocation's segment buffer and its offset counts from the
+//! segment's first byte ([`DataPtr::cl_mem_and_offset`]), as xpu's own kernels and copies take
+//! blocks: no sub-buffer, which NVIDIA's OpenCL does not survive under several threads
+//! (`xpu_alloc::sub_buffers_safe_on`). The buffer holds other blocks too, so what a call
+//! touches is checked before the library sees it: [`ClRegion::require`] /
+//! [`ClRegion::require_matrix`] bound it by the region, and the region by its allocation.
+//! Offsets are in elements of `T`, as BLAS takes them.
 //!
 //! In one call: `stream.foreign().uses_elements(&region, n)?...workspace(bytes).call(f)` (`call` is
 //! `unsafe`: the foreign code is arbitrary) hands `f` the stream's in-order queue and a workspace
@@ -70,7 +69,7 @@ pub enum InteropError {
     /// of a C API...).
     #[error("region elements {offset}..{end} do not fit the library's {ty} offsets (max {max})")]
     OffsetOverflow {
-        /// The region's offset in its allocation, elements.
+        /// The region's offset in its buffer ([`ClRegion::offset`]), elements.
         offset: usize,
         /// One past its last element.
         end: usize,
@@ -102,10 +101,22 @@ pub enum InteropError {
         /// The library's status code.
         code: i64,
     },
-    /// The region's allocation has no OpenCL buffer (empty, simulated) or its sub-buffer
-    /// could not be created.
+    /// The region's allocation has no OpenCL buffer (empty, simulated).
     #[error(transparent)]
     Block(#[from] BlockArgError),
+    /// The allocation's byte offset in its segment is not a whole number of elements of the
+    /// region's type (blocks start at multiples of 512 bytes, so only an element size that
+    /// does not divide 512 can meet this): a library taking element offsets cannot reach it.
+    #[error(
+        "the allocation starts {offset} bytes into its segment, not a multiple of the \
+         {element}-byte element"
+    )]
+    Misaligned {
+        /// The allocation's byte offset in its segment's buffer.
+        offset: u64,
+        /// `size_of::<T>()`, bytes.
+        element: usize,
+    },
     /// A caching-allocator failure (workspace allocation, `record_stream`).
     #[error(transparent)]
     Alloc(#[from] xpu_alloc::AllocError),
@@ -153,14 +164,17 @@ xpu_device::impl_is_bad_fork! {
     InteropError { wraps: Block, Alloc, Stream, Event; }
 }
 
-/// A typed region of one allocation for a foreign OpenCL library: the `cl_mem` of exactly the
-/// allocation, the region's offset and length in elements of `T`. Borrows the allocation (and,
+/// A typed region of one allocation for a foreign OpenCL library: the `cl_mem` of the
+/// allocation's segment, the region's offset in it and its length, in elements of `T`. Borrows the allocation (and,
 /// for [`ClRegion::new_mut`], the typed memory mutably), so the allocation cannot be freed
 /// while the region exists.
 #[derive(Debug)]
 pub struct ClRegion<'a, T> {
     block: &'a DataPtr,
     mem: raw::cl_mem,
+    /// The allocation's first element in `mem`.
+    base: usize,
+    /// The region's first element in its allocation.
     offset: usize,
     len: usize,
     writable: bool,
@@ -173,8 +187,9 @@ impl<'a, T: Pod> ClRegion<'a, T> {
     /// # Errors
     /// [`InteropError::OutsideAllocation`] when the region's elements are not all inside its
     /// allocation (a `DeviceRegion` implemented elsewhere that claims more);
-    /// [`InteropError::Block`] for an empty allocation or one without an OpenCL buffer, or a
-    /// failed `clCreateSubBuffer` (the first time the allocation's buffer is made).
+    /// [`InteropError::Alloc`] for an empty allocation or one without an OpenCL buffer;
+    /// [`InteropError::Misaligned`] for an element size that does not divide the
+    /// allocation's byte offset in its segment.
     pub fn new(region: &'a impl DeviceRegion<T>) -> Result<Self, InteropError> {
         Self::make(region.data_ptr(), region.offset(), region.len(), false)
     }
@@ -208,10 +223,20 @@ impl<'a, T: Pod> ClRegion<'a, T> {
                 });
             }
         }
-        let (mem, _) = block.block_cl_mem()?;
+        let (mem, at) = block.cl_mem_and_offset()?;
+        let element = std::mem::size_of::<T>().max(1);
+        let base = usize::try_from(at)
+            .ok()
+            .filter(|a| a % element == 0)
+            .ok_or(InteropError::Misaligned {
+                offset: at,
+                element,
+            })?
+            / element;
         Ok(ClRegion {
             block,
             mem,
+            base,
             offset,
             len,
             writable,
@@ -221,16 +246,18 @@ impl<'a, T: Pod> ClRegion<'a, T> {
 }
 
 impl<'a, T> ClRegion<'a, T> {
-    /// The `cl_mem` of exactly the allocation (its size is the allocation's requested size,
-    /// or its block's for a block that is its whole segment), not retained: valid while the region lives. Element `i` of the region is element
+    /// The `cl_mem` of the allocation's segment (it holds other allocations too), not
+    /// retained: valid while the region lives. Element `i` of the region is element
     /// `offset() + i` of this buffer.
     pub fn cl_mem(&self) -> raw::cl_mem {
         self.mem
     }
 
-    /// The region's first element in the buffer, in elements of `T` (not bytes).
+    /// The region's first element in the buffer ([`ClRegion::cl_mem`]), in elements of `T`
+    /// (not bytes): the allocation's offset in its segment plus the region's in the
+    /// allocation.
     pub fn offset(&self) -> usize {
-        self.offset
+        self.base + self.offset
     }
 
     /// The region's length, elements.
@@ -253,8 +280,9 @@ impl<'a, T> ClRegion<'a, T> {
         self.block
     }
 
-    /// The offset converted to a library's index type (`i32` for C `int` offsets, `usize` for
-    /// `size_t`), checking that every element of the region (`offset + len`) fits that type.
+    /// The offset in the buffer ([`ClRegion::offset`]) converted to a library's index type
+    /// (`i32` for C `int` offsets, `usize` for `size_t`), checking that every element of the
+    /// region (`offset + len`) fits that type.
     ///
     /// # Errors
     /// [`InteropError::OffsetOverflow`].
@@ -262,16 +290,17 @@ impl<'a, T> ClRegion<'a, T> {
     where
         I: TryFrom<usize> + num_max::Max,
     {
-        let end = self.offset.checked_add(self.len);
+        let offset = self.offset();
+        let end = offset.checked_add(self.len);
         let overflow = || InteropError::OffsetOverflow {
-            offset: self.offset,
+            offset,
             end: end.unwrap_or(usize::MAX),
             ty: I::NAME,
             max: I::MAX_TEXT.to_owned(),
         };
         match end.map(I::try_from) {
             // offset <= end, so it fits too.
-            Some(Ok(_)) => I::try_from(self.offset).map_err(|_| overflow()),
+            Some(Ok(_)) => I::try_from(offset).map_err(|_| overflow()),
             _ => Err(overflow()),
         }
     }

@@ -215,7 +215,7 @@ fn build_uncached(
     let ctx = dev.context()?;
     let props = dev.properties();
     let key = format!(
-        "device={}\0driver={}\0platform={}\0opencl={}\0options={}\0source={}",
+        "device={}\0driver={}\0platform={}\0opencl={}\0abi=offset-params-1\0options={}\0source={}",
         props.name,
         props.driver_version,
         props.platform_name,

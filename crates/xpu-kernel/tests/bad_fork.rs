@@ -107,8 +107,8 @@ fn run() {
         assert!(
             matches!(
                 &r,
-                Err(xpu_kernel::InteropError::Block(
-                    xpu_alloc::BlockArgError::Alloc(xpu_alloc::AllocError::BadFork)
+                Err(xpu_kernel::InteropError::Alloc(
+                    xpu_alloc::AllocError::BadFork
                 ))
             ),
             "{what}: {r:?}"

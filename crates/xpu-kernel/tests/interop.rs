@@ -21,26 +21,27 @@ fn a_region_is_the_exact_block_with_offsets_in_elements() {
         return;
     };
     let mut buf = DeviceBuffer::from_slice(&ramp(1000), &s).unwrap();
-    let (block_mem, block_size) = buf.data_ptr().block_cl_mem().unwrap();
-    // Where segments are not split (NVIDIA), the block's own segment buffer: its 4096 bytes.
-    let covered = if xpu_alloc::device_splits_segments(0).unwrap() {
-        4000
-    } else {
-        4096
-    };
-    assert_eq!(
-        block_size, covered,
-        "the cl_mem covers exactly the 1000 floats (or their whole block)"
-    );
+    // The region names the block's segment buffer and counts its offset from the segment's
+    // first byte, as kernels take blocks (no sub-buffer).
+    let (segment_mem, at) = buf.data_ptr().cl_mem_and_offset().unwrap();
+    let subs = xpu_device::live_objects().sub_buffers;
     let mut view = buf.slice_mut(10..300).unwrap();
     let region = ClRegion::new_mut(&mut view).unwrap();
-    assert_eq!((region.offset(), region.len()), (10, 290));
-    assert_eq!(region.cl_mem(), block_mem);
+    assert_eq!(
+        xpu_device::live_objects().sub_buffers,
+        subs,
+        "no sub-buffer made"
+    );
+    assert_eq!(at % 4, 0);
+    assert_eq!((region.offset(), region.len()), (at as usize / 4 + 10, 290));
+    assert_eq!(region.cl_mem(), segment_mem);
     assert!(region.is_writable());
+    let block_size = (at as usize) + 4000;
     let (mem, offset) = (region.cl_mem(), region.offset());
     let library = |q: &ForeignQueue<'_>| {
-        // SAFETY: `q.queue()` is the stream's live queue and `mem` a live buffer of 4000
-        // bytes, both valid during the call.
+        // SAFETY: `q.queue()` is the stream's live queue and `mem` a live buffer of at least
+        // `block_size` bytes (the segment, which holds the block's 4000 at `at`), both valid
+        // during the call.
         let (queue, buffer) = unsafe {
             (
                 CommandQueue::from_raw_borrowed(q.queue()).map_err(|_| -1)?,

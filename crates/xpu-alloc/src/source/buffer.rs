@@ -36,29 +36,32 @@ impl BufferSource {
 }
 
 /// Whether the OpenCL platform named `platform_name` (`CL_PLATFORM_NAME`) survives several
-/// sub-buffers of one buffer in use at once (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1): the
-/// [`BufferSource`]'s answer to [`SegmentSource::splits_segments`]. Not NVIDIA's ("NVIDIA
-/// CUDA"): on an H200 (driver 580.159.04) burn's conformance suite, whose tensors are blocks
-/// of shared segments passed to kernels as sub-buffers, crashed the driver (a NULL read in
-/// `libnvidia-opencl.so.1`, in the driver's own thread or inside `clEnqueueNDRangeKernel` or
-/// `clCreateSubBuffer`) in 2 of 2 runs at 16 threads, whether sub-buffers were made with
-/// the device drained and every enqueue locked out or not; with every block a whole segment
-/// (no sub-buffer at all) 6 of 6 runs passed (docs/performance.md, 2026-12-03 18:30 UTC).
-/// Every other platform keeps PyTorch's split segments.
+/// sub-buffers of one buffer in use at once (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1). Not
+/// NVIDIA's ("NVIDIA CUDA"): on an H200 (driver 580.159.04) burn's conformance suite, whose
+/// tensors were blocks of shared segments passed to kernels as sub-buffers, crashed the driver
+/// (a NULL read in `libnvidia-opencl.so.1`, in the driver's own thread or inside
+/// `clEnqueueNDRangeKernel` or `clCreateSubBuffer`) in 2 of 2 runs at 16 threads, whether
+/// sub-buffers were made with the device drained and every enqueue locked out or not
+/// (docs/performance.md, 2026-12-03 18:30 UTC), while threads sharing one buffer by offsets
+/// ran clean (`ci/diag/nvidia_subbuffer_repro.c`, mode `O`). Kernels therefore take a block
+/// as its segment's buffer plus a byte offset ([`xpu_device::backend::add_offset_params`]);
+/// on a platform where this is `false`, a block that is not its whole segment is refused to
+/// a kernel built without offset parameters instead of becoming a sub-buffer.
 #[must_use]
-pub fn splits_segments_on(platform_name: &str) -> bool {
+pub fn sub_buffers_safe_on(platform_name: &str) -> bool {
     !platform_name.starts_with("NVIDIA")
 }
 
 /// Whether device `index`'s allocators split segments where the configuration leaves
-/// `split_segments` unset: [`splits_segments_on`] its platform.
+/// `split_segments` unset ([`SegmentSource::splits_segments`] of its [`BufferSource`]): on
+/// every platform, as PyTorch does. Kernels take a block as its segment's buffer plus a byte
+/// offset, so no platform needs a sub-buffer per block (see [`sub_buffers_safe_on`]).
 ///
 /// # Errors
 /// A bad device index, or no OpenCL runtime.
 pub fn device_splits_segments(index: usize) -> Result<bool, DeviceError> {
-    Ok(splits_segments_on(
-        &xpu_device::device(index)?.properties().platform_name,
-    ))
+    xpu_device::device(index)?;
+    Ok(true)
 }
 
 /// `CL_INVALID_BUFFER_SIZE` (OpenCL 3.0 §5.2.1).
@@ -102,8 +105,9 @@ impl SegmentSource for BufferSource {
         self.device.properties().max_alloc_size
     }
 
+    /// Every platform: see [`device_splits_segments`].
     fn splits_segments(&self) -> bool {
-        splits_segments_on(&self.device.properties().platform_name)
+        true
     }
 
     fn base_addr_align(&self) -> u64 {

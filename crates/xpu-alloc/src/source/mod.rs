@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use xpu_device::backend::Buffer;
 
-pub use buffer::{device_splits_segments, splits_segments_on, BufferSource};
+pub use buffer::{device_splits_segments, sub_buffers_safe_on, BufferSource};
 pub use xpu_caching::source::{
     DeviceFailure, Fault, HookedSource, RecordedSegment, SegmentSource, Simulated,
     SimulatedCounters, SourceError, SourceHooks,
@@ -25,8 +25,9 @@ pub enum SegmentMemory {
     Buffer {
         /// The sub-buffers of this segment, by (offset, size) in bytes.
         sub_buffers: SubBuffers,
-        /// The segment's buffer.
-        buffer: xpu_device::backend::Buffer,
+        /// The segment's buffer (shared with the allocations that pass it to kernels and
+        /// views, so that neither costs a `clRetainMemObject`).
+        buffer: Arc<xpu_device::backend::Buffer>,
     },
 }
 
@@ -35,7 +36,7 @@ impl SegmentMemory {
     pub fn buffer(buffer: xpu_device::backend::Buffer) -> SegmentMemory {
         SegmentMemory::Buffer {
             sub_buffers: SubBuffers::default(),
-            buffer,
+            buffer: Arc::new(buffer),
         }
     }
 }
@@ -77,10 +78,11 @@ pub const SUB_BUFFERS_PER_SEGMENT: usize = 1024;
 /// command (wrong values) or crashed the driver's own thread (SIGSEGV), and so did making one
 /// while another thread released a sub-buffer of the same bytes. The raw-OpenCL reduction is
 /// `ci/diag/nvidia_subbuffer_repro.c` (mode `acd` is these rules: 3 of 3 runs clean, where
-/// `ac`, `aw` and `ad` crashed). These rules were not enough for burn's suite, so on NVIDIA's
-/// platform segments are no longer split ([`buffer::splits_segments_on`]): every block is a
-/// whole segment and passes its segment's own buffer (`SubBuffers::whole`), no sub-buffer
-/// is made.
+/// `ac`, `aw` and `ad` crashed). These rules were not enough for burn's suite, so kernels no
+/// longer take blocks as sub-buffers: a kernel built with offset parameters (every program
+/// `Program::build` compiles) takes the segment's buffer and the block's byte offset. Only a
+/// kernel built as written makes sub-buffers, and on NVIDIA's platform
+/// ([`buffer::sub_buffers_safe_on`]) it is refused a block that is not its whole segment.
 #[derive(Debug, Default)]
 pub struct SubBuffers(parking_lot::Mutex<BTreeMap<(usize, usize), Arc<Buffer>>>);
 

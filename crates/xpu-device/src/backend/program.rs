@@ -38,10 +38,18 @@ unsafe impl Sync for Program {}
 
 impl Program {
     /// Compiles and links OpenCL C `source` for `device` (`clCreateProgramWithSource` +
-    /// `clBuildProgram` with `-cl-kernel-arg-info`, so kernels can check their arguments).
+    /// `clBuildProgram` with `-cl-kernel-arg-info`, so kernels can check their arguments),
+    /// with an offset parameter added after each `__global` / `__constant` pointer parameter
+    /// of its kernels ([`super::add_offset_params`]): a kernel can then take a buffer plus a
+    /// byte offset ([`Kernel::set_arg_shared_buffer_at`]), which is how blocks of a caching
+    /// allocator's segments reach kernels without sub-buffers. Callers index parameters as
+    /// written ([`Kernel::num_args`]); only the raw `cl_kernel` ([`Kernel::as_raw`]) sees the
+    /// added ones. When the rewritten source does not build (a kernel called as a function
+    /// by another), the source is built as written ([`Program::build_exact`]).
     ///
     /// # Errors
-    /// `DeviceError::Build` with the compiler log when the build fails.
+    /// `DeviceError::Build` with the compiler log (of the source as written) when the build
+    /// fails.
     pub fn build(context: &Context, device: DeviceId, source: &str) -> Result<Program> {
         Program::build_with_options(context, device, source, "")
     }
@@ -54,6 +62,30 @@ impl Program {
     /// `InvalidArgument` for options with a NUL byte; `DeviceError::Build` with the compiler
     /// log when the build fails (`CL_INVALID_BUILD_OPTIONS` for options the compiler refuses).
     pub fn build_with_options(
+        context: &Context,
+        device: DeviceId,
+        source: &str,
+        options: &str,
+    ) -> Result<Program> {
+        match super::add_offset_params(source) {
+            Some(rewritten) => match Program::build_exact(context, device, &rewritten, options) {
+                Ok(p) => Ok(p),
+                Err(DeviceError::Build { .. }) => {
+                    Program::build_exact(context, device, source, options)
+                }
+                Err(e) => Err(e),
+            },
+            None => Program::build_exact(context, device, source, options),
+        }
+    }
+
+    /// As [`Program::build_with_options`] with `source` built exactly as written: no offset
+    /// parameters, so each pointer parameter takes a whole buffer (a block that is not its
+    /// whole segment reaches such a kernel as a sub-buffer, where the platform allows them).
+    ///
+    /// # Errors
+    /// As [`Program::build_with_options`].
+    pub fn build_exact(
         context: &Context,
         device: DeviceId,
         source: &str,
@@ -418,6 +450,44 @@ fn arg_infos(kernel: cl_kernel, count: u32) -> Option<Vec<ArgInfo>> {
         .collect()
 }
 
+/// The parameters as the kernel was written, from the driver's argument information
+/// (`physical_count` parameters): (the driver's index of each, the driver's index of each one's
+/// offset parameter, the caller's index of each driver parameter). An offset parameter is a
+/// `ulong` named [`super::OFFSET_PARAM_PREFIX`] + the name of the `__global` / `__constant`
+/// pointer right before it ([`super::add_offset_params`]); without argument information there
+/// is none.
+fn offset_layout(
+    args: Option<&[ArgInfo]>,
+    physical_count: u32,
+) -> (Vec<u32>, Vec<Option<u32>>, Vec<u32>) {
+    let mut physical = Vec::new();
+    let mut offset_param = Vec::new();
+    let mut logical = Vec::new();
+    let mut p = 0;
+    while p < physical_count {
+        let companion = args.and_then(|a| {
+            let (ptr, next) = (a.get(p as usize)?, a.get(p as usize + 1)?);
+            let is_offset = matches!(
+                ptr.address,
+                clk::CL_KERNEL_ARG_ADDRESS_GLOBAL | clk::CL_KERNEL_ARG_ADDRESS_CONSTANT
+            ) && ptr.type_name.ends_with('*')
+                && next.name.strip_prefix(super::OFFSET_PARAM_PREFIX) == Some(ptr.name.as_str())
+                && matches!(next.type_name.as_str(), "ulong" | "unsigned long");
+            is_offset.then_some(p + 1)
+        });
+        let index = physical.len() as u32;
+        physical.push(p);
+        offset_param.push(companion);
+        logical.push(index);
+        if companion.is_some() {
+            logical.push(index);
+            p += 1;
+        }
+        p += 1;
+    }
+    (physical, offset_param, logical)
+}
+
 /// A kernel of a built program, with checked arguments. `Send` but not `Sync`:
 /// `clSetKernelArg` is not thread-safe (OpenCL 3.0 appendix A.2), so argument setting takes
 /// `&mut self`.
@@ -431,8 +501,18 @@ pub struct Kernel {
     raw: cl_kernel,
     name: String,
     context: raw::cl_context,
+    /// Per driver parameter (physical index), offset parameters included.
     args: Option<Vec<ArgInfo>>,
+    /// The parameters a caller sees (offset parameters hidden, see
+    /// [`super::offset_params`]).
     count: u32,
+    /// The driver's index of each parameter a caller sees.
+    physical: Vec<u32>,
+    /// The driver's index of each parameter's offset parameter, for the pointers that have one.
+    offset_param: Vec<Option<u32>>,
+    /// The caller's index of each driver parameter (an offset parameter: its pointer's).
+    logical: Vec<u32>,
+    /// Per driver parameter from here on.
     set: Vec<bool>,
     /// The scalar bytes the driver holds for each argument, as far as this kernel set them
     /// (`None`: not a scalar, or unknown). OpenCL keeps an argument's value for every later
@@ -505,13 +585,16 @@ impl Kernel {
             context: ptr::null_mut(),
             args: None,
             count: 0,
+            physical: Vec::new(),
+            offset_param: Vec::new(),
+            logical: Vec::new(),
             set: Vec::new(),
             driver_scalars: Vec::new(),
             buffers: Vec::new(),
             locals: Vec::new(),
             local_mem_size: u64::MAX,
         };
-        kernel.count = cl(
+        let physical_count = cl(
             "clGetKernelInfo",
             clk::get_kernel_info(raw, clk::CL_KERNEL_NUM_ARGS),
         )?
@@ -521,11 +604,15 @@ impl Kernel {
             clk::get_kernel_info(raw, clk::CL_KERNEL_CONTEXT),
         )?
         .to_ptr() as raw::cl_context;
-        kernel.args = arg_infos(raw, kernel.count);
-        kernel.set = vec![false; kernel.count as usize];
-        kernel.driver_scalars = vec![None; kernel.count as usize];
-        kernel.buffers = (0..kernel.count).map(|_| None).collect();
-        kernel.locals = vec![0; kernel.count as usize];
+        kernel.args = arg_infos(raw, physical_count);
+        (kernel.physical, kernel.offset_param, kernel.logical) =
+            offset_layout(kernel.args.as_deref(), physical_count);
+        kernel.count = kernel.physical.len() as u32;
+        let n = physical_count as usize;
+        kernel.set = vec![false; n];
+        kernel.driver_scalars = vec![None; n];
+        kernel.buffers = (0..n).map(|_| None).collect();
+        kernel.locals = vec![0; n];
         kernel.local_mem_size = super::context::limits_of_context(kernel.context).local_mem_size;
         Ok(kernel)
     }
@@ -535,16 +622,35 @@ impl Kernel {
         &self.name
     }
 
-    /// The number of parameters (`CL_KERNEL_NUM_ARGS`).
+    /// The number of parameters as the kernel was written (`CL_KERNEL_NUM_ARGS` less the
+    /// offset parameters [`Program::build`] added, see [`Kernel::takes_offset`]). Every index
+    /// taken by this type's setters counts these parameters.
     pub fn num_args(&self) -> u32 {
         self.count
     }
 
-    fn error(&self, index: u32, problem: KernelArgProblem) -> DeviceError {
+    /// Whether pointer parameter `index` has an offset parameter (added by [`Program::build`],
+    /// see [`super::offset_params`]), so that [`Kernel::set_arg_shared_buffer_at`] can pass
+    /// it a buffer with a byte offset. `false` for an index out of range and for any other
+    /// parameter.
+    pub fn takes_offset(&self, index: u32) -> bool {
+        self.offset_param
+            .get(index as usize)
+            .is_some_and(Option::is_some)
+    }
+
+    /// `problem` with driver parameter `physical`, reported with its index and name as the
+    /// kernel was written (an offset parameter's problem is its pointer's).
+    fn error(&self, physical: u32, problem: KernelArgProblem) -> DeviceError {
+        let index = self
+            .logical
+            .get(physical as usize)
+            .copied()
+            .unwrap_or(physical);
         let name = self
-            .args
-            .as_ref()
-            .and_then(|a| a.get(index as usize))
+            .physical
+            .get(index as usize)
+            .and_then(|&p| self.args.as_ref()?.get(p as usize))
             .map_or_else(|| "?".to_string(), |a| a.name.clone());
         DeviceError::KernelArg {
             kernel: self.name.clone(),
@@ -554,16 +660,24 @@ impl Kernel {
         }
     }
 
-    fn arg(&self, index: u32) -> Result<&ArgInfo> {
-        if index >= self.count {
-            return Err(self.error(
+    /// The driver's index of parameter `index` (as the kernel was written).
+    fn physical(&self, index: u32) -> Result<u32> {
+        match self.physical.get(index as usize) {
+            Some(&p) => Ok(p),
+            None => Err(DeviceError::KernelArg {
+                kernel: self.name.clone(),
                 index,
-                KernelArgProblem::IndexOutOfRange { count: self.count },
-            ));
+                name: "?".to_string(),
+                problem: KernelArgProblem::IndexOutOfRange { count: self.count },
+            }),
         }
+    }
+
+    /// Driver parameter `physical`'s information.
+    fn arg(&self, physical: u32) -> Result<&ArgInfo> {
         match &self.args {
-            Some(a) => Ok(&a[index as usize]),
-            None => Err(self.error(index, KernelArgProblem::InfoUnavailable)),
+            Some(a) => Ok(&a[physical as usize]),
+            None => Err(self.error(physical, KernelArgProblem::InfoUnavailable)),
         }
     }
 
@@ -609,24 +723,65 @@ impl Kernel {
     /// parameter that is not a `__global`/`__constant` pointer, a buffer of another context
     /// (another device), no argument information, or a failed `clSetKernelArg`.
     pub fn set_arg_buffer(&mut self, index: u32, buffer: &Buffer) -> Result<()> {
-        self.set_buffer_raw(index, buffer)?;
-        self.buffers[index as usize] = Some(HeldBuffer::Owned(buffer.clone()));
-        self.locals[index as usize] = 0;
+        let p = self.physical(index)?;
+        self.set_buffer_raw(p, buffer)?;
+        self.set_offset(index, 0)?;
+        self.buffers[p as usize] = Some(HeldBuffer::Owned(buffer.clone()));
+        self.locals[p as usize] = 0;
         Ok(())
     }
 
     /// As [`Kernel::set_arg_buffer`], the kernel keeping a clone of the `Arc` instead of a
     /// retained `cl_mem` (no `clRetainMemObject` now, no `clReleaseMemObject` when the
     /// argument is replaced): for buffers a caller shares through an `Arc` already (the
-    /// allocator's cached sub-buffers).
+    /// allocator's segments).
     ///
     /// # Errors
     /// As [`Kernel::set_arg_buffer`].
     pub fn set_arg_shared_buffer(&mut self, index: u32, buffer: &Arc<Buffer>) -> Result<()> {
-        self.set_buffer_raw(index, buffer)?;
-        self.buffers[index as usize] = Some(HeldBuffer::Shared(Arc::clone(buffer)));
-        self.locals[index as usize] = 0;
+        self.set_arg_shared_buffer_at(index, buffer, 0)
+    }
+
+    /// As [`Kernel::set_arg_shared_buffer`], the kernel's pointer starting `offset` bytes into
+    /// `buffer`: the buffer goes to the pointer parameter and `offset` to its offset parameter
+    /// ([`Kernel::takes_offset`]), and the kernel's body advances the pointer by it before the
+    /// kernel's own code runs. How an allocator passes a block of a larger segment without a
+    /// sub-buffer. An offset equal to the last one set for this parameter is no driver call.
+    ///
+    /// # Errors
+    /// As [`Kernel::set_arg_buffer`]; [`KernelArgProblem::NoOffsetParameter`] for a nonzero
+    /// `offset` on a parameter without an offset parameter, and
+    /// [`KernelArgProblem::OffsetOutOfRange`] for an offset at or past the buffer's end
+    /// (nothing set in either case).
+    pub fn set_arg_shared_buffer_at(
+        &mut self,
+        index: u32,
+        buffer: &Arc<Buffer>,
+        offset: u64,
+    ) -> Result<()> {
+        let p = self.physical(index)?;
+        if offset != 0 {
+            if !self.takes_offset(index) {
+                return Err(self.error(p, KernelArgProblem::NoOffsetParameter));
+            }
+            if offset >= buffer.size() as u64 {
+                let size = buffer.size() as u64;
+                return Err(self.error(p, KernelArgProblem::OffsetOutOfRange { offset, size }));
+            }
+        }
+        self.set_buffer_raw(p, buffer)?;
+        self.set_offset(index, offset)?;
+        self.buffers[p as usize] = Some(HeldBuffer::Shared(Arc::clone(buffer)));
+        self.locals[p as usize] = 0;
         Ok(())
+    }
+
+    /// Sets parameter `index`'s offset parameter, if it has one, to `offset` bytes.
+    fn set_offset(&mut self, index: u32, offset: u64) -> Result<()> {
+        match self.offset_param.get(index as usize).copied().flatten() {
+            Some(o) => self.set_scalar_raw(o, ScalarBytes::of(offset)),
+            None => Ok(()),
+        }
     }
 
     /// The checks and the `clSetKernelArg` of a buffer argument: a `__global`/`__constant`
@@ -666,6 +821,7 @@ impl Kernel {
     /// [`DeviceError::KernelArg`]: index out of range, no argument information, or
     /// [`KernelArgProblem::ElementType`].
     pub fn check_buffer_element(&self, index: u32, element: BufferElement) -> Result<()> {
+        let index = self.physical(index)?;
         let info = self.arg(index)?;
         let Some(param) = info.pointee else {
             return Ok(());
@@ -695,6 +851,7 @@ impl Kernel {
     /// (`KindMismatch`: the driver would reinterpret the bits), no argument information, or a
     /// failed `clSetKernelArg`.
     pub fn set_arg<T: KernelScalar>(&mut self, index: u32, value: T) -> Result<()> {
+        let index = self.physical(index)?;
         let info = self.arg(index)?;
         let given = std::mem::size_of::<T>();
         if info.is_pointer() {
@@ -742,6 +899,7 @@ impl Kernel {
     /// pointer, `LocalMemoryExceeded` for more bytes than the device's local memory, no
     /// argument information, or a failed `clSetKernelArg` (`CL_INVALID_ARG_SIZE` for 0 bytes).
     pub fn set_arg_local(&mut self, index: u32, bytes: usize) -> Result<()> {
+        let index = self.physical(index)?;
         let info = self.arg(index)?;
         if !(info.address == clk::CL_KERNEL_ARG_ADDRESS_LOCAL && info.type_name.ends_with('*')) {
             let type_name = info.type_name.clone();
