@@ -81,7 +81,7 @@ impl QueueRef {
     /// device-wide [`synchronize`](crate::synchronize)) that began after it returned `Ok`, or a
     /// [`Stream::query`] that began after it returned `true`. False means "not known", not
     /// "incomplete": ask the driver then. One atomic load, no driver call. `submission` must
-    /// come from this queue (another queue's answers about an unrelated command).
+    /// come from this queue: with another queue's, the answer is about unrelated commands.
     #[must_use]
     pub fn is_known_complete(&self, submission: Submission) -> bool {
         self.tracked().progress.covers(submission)
