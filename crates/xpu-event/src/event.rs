@@ -41,6 +41,13 @@ pub(crate) fn check_fork() -> Result<(), EventError> {
 /// `record` never flushes; `query` flushes the queue the second time it finds the recording
 /// incomplete (so a polling loop always terminates, and one `query` costs exactly one status
 /// call); `synchronize`, `wait` on another stream and `elapsed_time` flush as needed.
+///
+/// Completion the runtime already knows is not asked of the driver (whose status may lag its
+/// waits: NVIDIA's OpenCL was seen reading a marker incomplete right after `clWaitForEvents`
+/// or `clFinish` covering it returned): after [`Event::synchronize`], or a
+/// [`Stream::synchronize`], device-wide [`xpu_stream::synchronize`] or `true`
+/// [`Stream::query`] that began after the record, [`Event::query`] is `true` with no driver
+/// call, as `torch.cuda.Event.query` after `synchronize`.
 pub struct Event {
     flags: EventFlags,
     recorded: Option<Recorded>,
@@ -69,6 +76,11 @@ impl Event {
     /// [`Event::wait`] on any stream (another device's included) and, with `flags.enable_timing`
     /// on a profiling queue, [`Event::elapsed_time`] work on it as on a recorded marker.
     /// Re-recording replaces it with a marker of its own, as usual.
+    ///
+    /// A command of the stream's queue adopted here is covered by later synchronizes of the
+    /// stream as a marker recorded now would be (see [`Event::query`]); an adopted user event
+    /// is no command of the queue, so only its own status (or [`Event::synchronize`]) tells
+    /// its completion.
     ///
     /// # Errors
     /// [`EventError::ForeignContext`] when the event belongs to another OpenCL context than
@@ -138,7 +150,9 @@ impl Event {
     }
 
     /// Captures the work submitted to `stream` so far: one marker (`clEnqueueMarkerWithWaitList`,
-    /// one driver call, no flush).
+    /// one driver call, no flush), numbered among the stream's commands (an atomic increment)
+    /// so that a later synchronize of the stream makes [`Event::query`] exact. Forgets what was
+    /// known of the former point's completion.
     ///
     /// # Errors
     /// `DeviceMismatch` when the event was recorded before on another device;
@@ -162,6 +176,7 @@ impl Event {
         }
         let queue = stream.enqueue_queue("event record")?;
         let event = queue.enqueue_marker(&[])?;
+        // Numbered after the enqueue returned (see `Recorded`).
         self.recorded = Some(Recorded::new(*stream, queue.queue_ref(), event));
         Ok(())
     }
@@ -176,11 +191,29 @@ impl Event {
         self.record(&s)
     }
 
-    /// True when the captured work has completed; true when never recorded. One status call
-    /// (plus one flush on the second incomplete answer, see the type docs). Never blocks.
+    /// True when the captured work has completed; true when never recorded; never blocks, as
+    /// `torch.cuda.Event.query` (`cudaEventQuery`).
+    ///
+    /// Exact after a synchronize, as `torch.cuda.Event.query` after `Event.synchronize` /
+    /// `Stream.synchronize`: `true`, from the runtime's own knowledge, with no driver call,
+    /// once any of these returned successfully after the record (for a re-recorded event,
+    /// after its latest record):
+    /// - [`Event::synchronize`] of this event (or a query or synchronize that read the
+    ///   marker's status `CL_COMPLETE`);
+    /// - [`Stream::synchronize`] of the recording stream, or the device-wide
+    ///   [`xpu_stream::synchronize`], begun after the record;
+    /// - [`Stream::query`] of the recording stream returning `true`, begun after the record.
+    ///
+    /// The stream cases do not apply to an adopted user event ([`Event::from_cl_event`]): no
+    /// queue orders it. Otherwise: one status call
+    /// (`clGetEventInfo(CL_EVENT_COMMAND_EXECUTION_STATUS)`, OpenCL 3.0 §5.11), plus one flush
+    /// on the second incomplete answer (see the type docs).
     ///
     /// # Errors
-    /// A failed query or the abnormal status of the captured work.
+    /// A failed status query or the abnormal status of the captured work (read from the
+    /// driver: a command that failed before a covering stream synchronize reads `true` here
+    /// when the driver's `clFinish` did not report the failure, as PoCL's does not;
+    /// [`Event::synchronize`] reports it).
     #[inline]
     pub fn query(&self) -> Result<bool, EventError> {
         check_fork()?;
@@ -190,21 +223,29 @@ impl Event {
         }
     }
 
-    /// Blocks the host until the captured work completes; a no-op when never recorded.
-    /// Without `blocking`, polls the status a few hundred times (yielding the CPU) before
-    /// sleeping in `clWaitForEvents`; with `blocking`, sleeps at once.
+    /// Blocks the host until the captured work completes; a no-op when never recorded, as
+    /// `torch.cuda.Event.synchronize` (`cudaEventSynchronize`). Without `blocking`, polls the
+    /// status a few hundred times (yielding the CPU) before sleeping in `clWaitForEvents`;
+    /// with `blocking`, sleeps at once. Once it returned `Ok`, the event is known complete:
+    /// [`Event::query`] answers `true` without a driver call, and a second `synchronize`
+    /// returns at once (until the event is re-recorded).
     ///
     /// # Errors
-    /// A failed wait or the abnormal status of the captured work.
+    /// A failed wait or the abnormal status of the captured work (also after a stream
+    /// synchronize that covered it: this asks the driver unless an earlier `synchronize`
+    /// of the event succeeded).
     pub fn synchronize(&self) -> Result<(), EventError> {
         check_fork()?;
         let Some(r) = &self.recorded else {
             return Ok(());
         };
+        if r.is_known_done() {
+            return Ok(());
+        }
         r.flush_once()?;
         if !self.flags.blocking {
             for i in 0..POLLS_BEFORE_BLOCKING {
-                if r.event.is_complete()? {
+                if r.driver_says_complete()? {
                     return Ok(());
                 }
                 if i < 16 {
@@ -214,7 +255,11 @@ impl Event {
                 }
             }
         }
-        Ok(r.event.wait()?)
+        // `clWaitForEvents` returns `CL_SUCCESS` only once the event completed (OpenCL 3.0,
+        // `clWaitForEvents`); the driver's status may still lag it, so this is kept.
+        r.event.wait()?;
+        r.set_done();
+        Ok(())
     }
 
     /// Makes all future work on `stream` wait for the captured work, without blocking the host;

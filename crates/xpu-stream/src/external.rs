@@ -15,6 +15,7 @@ use crate::error::StreamError;
 use crate::id;
 use crate::pool::MAX_DEVICES;
 use crate::priority::{level_of, PRIORITY_NORMAL};
+use crate::progress::TrackedQueue;
 use crate::state::StateLock;
 use crate::stream::Stream;
 
@@ -22,7 +23,8 @@ use crate::stream::Stream;
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
     pub(crate) device: usize,
-    pub(crate) queue: Arc<CommandQueue>,
+    /// The queue and what is known of its completed work.
+    pub(crate) queue: Arc<TrackedQueue>,
     pub(crate) profiling: bool,
     /// The stream's capture state (see `capture.rs`), shared with its capture guards.
     pub(crate) capture: Arc<StateLock>,
@@ -37,7 +39,7 @@ pub(crate) fn lookup(stream_id: u64) -> Option<Entry> {
 }
 
 /// The queues of every external stream registered on `device`.
-pub(crate) fn queues_of(device: usize) -> Vec<Arc<CommandQueue>> {
+pub(crate) fn queues_of(device: usize) -> Vec<Arc<TrackedQueue>> {
     REGISTRY
         .read()
         .values()
@@ -148,7 +150,7 @@ impl ExternalStream {
         let stream = Stream::from_parts(device, id::external(level_of(priority), serial));
         let entry = Entry {
             device,
-            queue: Arc::new(queue),
+            queue: Arc::new(TrackedQueue::new(queue)),
             profiling,
             capture: Arc::default(),
         };

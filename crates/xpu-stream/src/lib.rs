@@ -12,6 +12,10 @@
 //! - [`current_stream`] / [`set_stream`] per thread and device; every thread starts on the
 //!   default stream. [`StreamGuard`] as `torch.xpu.stream(s)`.
 //! - [`synchronize`] waits on every stream of a device, external ones included.
+//! - Each queue knows, without asking the driver, what completed: commands numbered with
+//!   [`QueueRef::submission`] are [`QueueRef::is_known_complete`] once a synchronize of their
+//!   stream (or a `true` [`Stream::query`]) that began after them returned (what makes
+//!   `xpu_event::Event::query` exact after a synchronize).
 //! - [`ExternalStream`] wraps a user's queue after validating it.
 //!
 //! Events (record, wait, timing) and stream methods that need them are in `xpu-event`.
@@ -37,6 +41,7 @@ mod guard;
 mod id;
 mod pool;
 mod priority;
+mod progress;
 mod state;
 mod stream;
 mod sync;
@@ -50,5 +55,6 @@ pub use pool::{default_stream, get_stream_from_pool, MAX_DEVICES, STREAMS_PER_LE
 pub use priority::{
     clamp_priority, priority_range, LEVELS, PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL,
 };
+pub use progress::Submission;
 pub use stream::{QueueRef, Stream};
 pub use sync::synchronize;

@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use parking_lot::Mutex;
-use xpu_device::backend::{CommandQueue, QueueOptions};
+use xpu_device::backend::QueueOptions;
 
 use crate::error::{check_fork, StreamError};
 use crate::id;
 use crate::priority::{hint_of_level, level_of, LEVELS};
+use crate::progress::TrackedQueue;
 use crate::state::StateLock;
 use crate::stream::Stream;
 
@@ -25,9 +26,9 @@ pub const MAX_DEVICES: usize = 128;
 #[derive(Debug)]
 pub(crate) struct DevicePool {
     /// The default stream's queue: never handed out by the pool.
-    pub(crate) default: CommandQueue,
+    pub(crate) default: TrackedQueue,
     /// `LEVELS * STREAMS_PER_LEVEL` queues, level-major.
-    pub(crate) queues: Box<[CommandQueue]>,
+    pub(crate) queues: Box<[TrackedQueue]>,
     /// The capture state of each queue: the default's, then one per entry of `queues`.
     capture: Box<[StateLock]>,
     next: [AtomicUsize; LEVELS],
@@ -35,7 +36,7 @@ pub(crate) struct DevicePool {
 
 impl DevicePool {
     /// The queue of a native stream id and its capture state.
-    pub(crate) fn slot(&self, stream_id: u64) -> (&CommandQueue, &StateLock) {
+    pub(crate) fn slot(&self, stream_id: u64) -> (&TrackedQueue, &StateLock) {
         let level = id::level(stream_id) as usize;
         if level >= LEVELS {
             (&self.default, &self.capture[0])
@@ -46,7 +47,7 @@ impl DevicePool {
     }
 
     /// Every queue of the pool, default first.
-    pub(crate) fn all(&self) -> impl Iterator<Item = &CommandQueue> {
+    pub(crate) fn all(&self) -> impl Iterator<Item = &TrackedQueue> {
         std::iter::once(&self.default).chain(self.queues.iter())
     }
 }
@@ -84,11 +85,11 @@ fn create(device: usize) -> Result<&'static DevicePool, StreamError> {
         profiling: true,
         priority: hints.then(|| hint_of_level(level)),
     };
-    let default = dev.create_queue(options(level_of(0)))?;
+    let default = TrackedQueue::new(dev.create_queue(options(level_of(0)))?);
     let mut queues = Vec::with_capacity(LEVELS * STREAMS_PER_LEVEL);
     for level in 0..LEVELS {
         for _ in 0..STREAMS_PER_LEVEL {
-            queues.push(dev.create_queue(options(level))?);
+            queues.push(TrackedQueue::new(dev.create_queue(options(level))?));
         }
     }
     let pool: &'static DevicePool = Box::leak(Box::new(DevicePool {

@@ -9,6 +9,7 @@ use xpu_device::HasDevice;
 
 use crate::error::{check_fork, StreamError};
 use crate::priority::{priority_of_level, PRIORITY_NORMAL};
+use crate::progress::{Submission, TrackedQueue};
 use crate::state::StateRef;
 use crate::{external, id, pool};
 
@@ -26,14 +27,15 @@ pub struct Stream {
 
 /// A resolved queue: a `&'static` pool queue for native streams, a shared reference for
 /// external ones (which keeps the queue alive while the `QueueRef` lives). Derefs to
-/// [`CommandQueue`].
+/// [`CommandQueue`]. Also carries what the host knows of the queue's completed work
+/// ([`QueueRef::submission`], [`QueueRef::is_known_complete`]).
 #[derive(Debug, Clone)]
 pub struct QueueRef(Inner);
 
 #[derive(Debug, Clone)]
 enum Inner {
-    Native(&'static CommandQueue),
-    External(Arc<CommandQueue>),
+    Native(&'static TrackedQueue),
+    External(Arc<TrackedQueue>),
 }
 
 impl Drop for QueueRef {
@@ -53,10 +55,36 @@ impl Drop for QueueRef {
 impl Deref for QueueRef {
     type Target = CommandQueue;
     fn deref(&self) -> &CommandQueue {
+        &self.tracked().queue
+    }
+}
+
+impl QueueRef {
+    fn tracked(&self) -> &TrackedQueue {
         match &self.0 {
             Inner::Native(q) => q,
             Inner::External(q) => q,
         }
+    }
+
+    /// Numbers the commands enqueued on this queue so far, for
+    /// [`QueueRef::is_known_complete`]: call it right after the enqueue call of the command
+    /// to ask about later returned (as `xpu_event::Event::record` does for its marker). One
+    /// atomic increment, no driver call.
+    #[must_use]
+    pub fn submission(&self) -> Submission {
+        self.tracked().progress.submit()
+    }
+
+    /// True when the commands enqueued on this queue before `submission` was taken are known
+    /// complete without asking the driver: a [`Stream::synchronize`] of the stream (or the
+    /// device-wide [`synchronize`](crate::synchronize)) that began after it returned `Ok`, or a
+    /// [`Stream::query`] that began after it returned `true`. False means "not known", not
+    /// "incomplete": ask the driver then. One atomic load, no driver call. `submission` must
+    /// come from this queue: with another queue's, the answer is about unrelated commands.
+    #[must_use]
+    pub fn is_known_complete(&self, submission: Submission) -> bool {
+        self.tracked().progress.covers(submission)
     }
 }
 
@@ -165,7 +193,9 @@ impl Stream {
     /// True when all work submitted so far has completed, as `torch.xpu.Stream.query`. OpenCL
     /// has no "queue empty" query, so this enqueues a marker, flushes the queue and reads the
     /// marker's status (three driver calls, no blocking). A stream that has just gone idle can
-    /// report `false` once; poll.
+    /// report `false` once; poll. After `true`, every event recorded on the stream before this
+    /// call began is known complete: its `query` answers `true` without a driver call (as
+    /// `torch.cuda.Event.query` after `torch.cuda.Stream.query` returned `True`).
     ///
     /// # Errors
     /// A failed OpenCL call, or the abnormal status of a command on the stream; `BadFork` in a
@@ -173,16 +203,31 @@ impl Stream {
     /// [`StreamError::Capturing`] while a graph captures the stream (as `cudaStreamQuery`).
     pub fn query(&self) -> Result<bool, StreamError> {
         let permit = self.enqueue_queue("query")?;
+        let q = permit.queue_ref();
+        // Read before the marker's enqueue: what it numbers was enqueued before the marker,
+        // which completes only after it (OpenCL 3.0, `clEnqueueMarkerWithWaitList`).
+        let drained = q.tracked().progress.issued();
         let marker = permit.enqueue_marker(&[])?;
         // The flush and the status query are not enqueues: outside the permit.
-        let q = permit.queue_ref();
         drop(permit);
         q.flush()?;
-        Ok(marker.is_complete()?)
+        let done = marker.is_complete()?;
+        if done {
+            q.tracked().progress.complete_up_to(drained);
+        }
+        Ok(done)
     }
 
     /// Blocks the host until all work submitted so far has completed (`clFinish`), then
     /// reports a deferred release failure if any, as `torch.xpu.Stream.synchronize`.
+    ///
+    /// Once it returned `Ok`, every event recorded on the stream before this call began is
+    /// known complete: its `query` answers `true` without asking the driver, as
+    /// `torch.cuda.Event.query` after `torch.cuda.Stream.synchronize` (NVIDIA's OpenCL was
+    /// seen reporting a marker incomplete right after `clFinish` covering it returned). A
+    /// command that terminated abnormally is over too; where the driver's `clFinish` does not
+    /// report it (PoCL), such an event's `query` reads `true` afterwards, and its
+    /// `synchronize` still reports the failure.
     ///
     /// # Errors
     /// A failed `clFinish` or a kept release failure; `BadFork` in a bad fork child (at once:
@@ -193,7 +238,8 @@ impl Stream {
         // Checked under the permit, which is released before the wait (no driver wait under
         // it: a capture begun meanwhile only makes `finish` wait for the earlier work).
         let queue = self.enqueue_queue("synchronize")?.queue_ref();
-        Ok(queue.finish()?)
+        // Raises the queue's watermark to what was submitted before the wait (see `progress`).
+        Ok(queue.tracked().finish()?)
     }
 }
 

@@ -8,6 +8,11 @@ use crate::{external, pool};
 /// Like `torch.cuda.synchronize`, external streams are included (torch.xpu skips them). All
 /// queues are waited on even if one fails; the first error is returned.
 ///
+/// Every event recorded on one of these streams before this call began is then known
+/// complete, where that stream's `clFinish` returned `Ok`: `xpu_event::Event::query` answers
+/// `true` without asking the driver, as `torch.cuda.Event.query` after
+/// `torch.cuda.synchronize` (see [`Stream::synchronize`](crate::Stream::synchronize)).
+///
 /// # Errors
 /// `Device(InvalidDevice)` for a bad index; the first failed `clFinish`; `BadFork` in a bad
 /// fork child (at once); [`StreamError::Capturing`] while a graph captures a stream of the
@@ -30,6 +35,7 @@ pub fn synchronize(device: usize) -> Result<(), StreamError> {
     };
     if let Some(p) = pool::existing(device) {
         for q in p.all() {
+            // Each queue's finish raises its own watermark (see `progress`).
             note(q.finish());
         }
     }

@@ -115,3 +115,50 @@ fn a_capture_begun_while_the_thread_holds_a_direct_queue_is_refused_not_a_hang()
     assert!(!s.is_capturing());
     drop(s.enqueue_queue("test").unwrap());
 }
+
+/// What a queue numbered (`QueueRef::submission`, taken after an enqueue returned) is known
+/// complete, without a driver call, exactly after a synchronize or a `true` query of the
+/// stream that began after it: never before, and never for what was numbered after.
+#[test]
+fn submissions_are_known_complete_after_a_synchronize_or_query_that_began_after_them() {
+    if !common::devices(1) {
+        return;
+    }
+    // A stream of its own: no other test synchronizes it meanwhile.
+    let ext = xpu_stream::ExternalStream::new(xpu_testing::fresh_queue(0), 0).unwrap();
+    let s = ext.stream();
+    let q = s.queue().unwrap();
+    let mark = || {
+        drop(q.enqueue_marker(&[]).unwrap());
+        q.submission()
+    };
+    let first = mark();
+    assert!(!q.is_known_complete(first), "nothing synchronized yet");
+    s.synchronize().unwrap();
+    assert!(q.is_known_complete(first), "after Stream::synchronize");
+    let second = mark();
+    assert!(second > first);
+    assert!(
+        !q.is_known_complete(second),
+        "numbered after the synchronize"
+    );
+    let mut idle = false;
+    for _ in 0..1_000_000 {
+        if s.query().unwrap() {
+            idle = true;
+            break;
+        }
+        std::thread::yield_now();
+    }
+    assert!(idle, "the stream never went idle");
+    assert!(
+        q.is_known_complete(second),
+        "after Stream::query returned true"
+    );
+    let third = mark();
+    assert!(!q.is_known_complete(third));
+    synchronize(0).unwrap();
+    assert!(q.is_known_complete(third), "after the device synchronize");
+    // Another handle of the same stream sees the same progress.
+    assert!(s.queue().unwrap().is_known_complete(third));
+}

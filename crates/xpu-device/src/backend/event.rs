@@ -1,5 +1,6 @@
 //! OpenCL events (`cl_event`): markers, barriers, user events, status and profiling.
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -49,6 +50,22 @@ extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut
     // SAFETY: the reference owned by the boxed clone, released once (clReleaseEvent is
     // non-blocking and allowed in a callback).
     release::note("clReleaseEvent", unsafe { cle::release_event(raw) });
+}
+
+thread_local! {
+    /// Status queries made by this thread through [`ClEvent::status`].
+    static STATUS_QUERIES: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many times the calling thread has asked the driver for an event's execution status
+/// (`clGetEventInfo(CL_EVENT_COMMAND_EXECUTION_STATUS)`) through [`ClEvent::status`] and what
+/// uses it ([`ClEvent::is_complete`], `xpu_event::Event::query` / `synchronize`), since the
+/// thread started. A per-thread count (a thread-local cell, no atomics), for tests and
+/// diagnostics of the driver calls one operation makes: take the difference of two readings
+/// around it on one thread. Status reads the runtime makes on its own behalf elsewhere
+/// (releasing markers, failing unset user events) are not counted.
+pub fn status_queries_on_this_thread() -> u64 {
+    STATUS_QUERIES.try_with(Cell::get).unwrap_or(0)
 }
 
 /// `CL_EVENT_COMMAND_EXECUTION_STATUS` (OpenCL 3.0 §5.11, table 37).
@@ -300,6 +317,8 @@ impl ClEvent {
     /// # Errors
     /// A failed `clGetEventInfo`.
     pub fn status(&self) -> Result<EventStatus, ClError> {
+        // `try_with`: a thread-local destructor may query an event.
+        let _ = STATUS_QUERIES.try_with(|c| c.set(c.get() + 1));
         let v = cl(
             "clGetEventInfo",
             cle::get_event_info(self.0, cle::CL_EVENT_COMMAND_EXECUTION_STATUS),

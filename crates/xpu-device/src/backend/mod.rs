@@ -67,7 +67,9 @@ pub use callbacks::{on_callback_thread, wait_for_callbacks};
 pub use command_buffer::{command_buffer_support, CommandBuffer, CommandBufferSupport};
 pub use context::{Context, DeviceLimits};
 pub use device_id::DeviceId;
-pub use event::{ClEvent, EventStatus, ProfilingInfo, DROPPED_UNSET_STATUS};
+pub use event::{
+    status_queries_on_this_thread, ClEvent, EventStatus, ProfilingInfo, DROPPED_UNSET_STATUS,
+};
 pub use live::{live_objects, LiveObjects};
 pub use memory::{Buffer, MemFlags};
 pub use offset_params::{add_offset_params, OFFSET_PARAM_PREFIX};

@@ -1,0 +1,97 @@
+//! What the host knows of a stream's completed work, without asking the driver.
+//!
+//! Each queue of the runtime (a pool queue or an external stream's) carries a [`Progress`]:
+//! two counters. `issued` numbers the tracked commands: a layer that enqueues a command it
+//! wants to ask about later (an event's marker) takes a [`Submission`] *after* the enqueue
+//! call returned. `completed` is a watermark: every submission at or below it is known
+//! complete. A synchronize of the queue reads `issued` *before* it waits (`clFinish`) and,
+//! once the wait returned `Ok`, raises the watermark to what it read; a stream query that
+//! found its marker complete does the same with the value read before the marker's enqueue.
+//!
+//! Why this is sound: a submission `n <= read` was taken by an atomic increment that comes
+//! before the read in `issued`'s modification order, so (release/acquire) the enqueue that
+//! preceded the increment happened before the read, hence before `clFinish` (or the query's
+//! marker) was called. `clFinish` returns only once every command queued before it completed
+//! (OpenCL 3.0, `clFinish`), and a marker with an empty wait list completes only after
+//! every command enqueued before it (`clEnqueueMarkerWithWaitList`). A command enqueued
+//! concurrently with the read may be numbered above it: it is then simply not known complete
+//! yet (the driver is asked).
+//!
+//! Lock-free: one atomic increment per tracked command, one atomic load per question, one
+//! atomic `fetch_max` per synchronize. No driver call.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use xpu_device::backend::CommandQueue;
+
+/// A point in a queue's tracked commands, taken by [`QueueRef::submission`] right after a
+/// command's enqueue call returned: once [`QueueRef::is_known_complete`] says so, that command
+/// (and every command of the queue enqueued before it) has completed. Only meaningful for the
+/// queue that gave it.
+///
+/// [`QueueRef::submission`]: crate::QueueRef::submission
+/// [`QueueRef::is_known_complete`]: crate::QueueRef::is_known_complete
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Submission(u64);
+
+/// The two counters of one queue (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    /// Submissions handed out: the n-th is `n` (from 1).
+    issued: AtomicU64,
+    /// Every submission `<=` this is known complete.
+    completed: AtomicU64,
+}
+
+impl Progress {
+    /// Numbers the commands enqueued so far (call it after the enqueue call returned).
+    pub(crate) fn submit(&self) -> Submission {
+        Submission(self.issued.fetch_add(1, Ordering::AcqRel) + 1)
+    }
+
+    /// The latest submission handed out: read it *before* a synchronize or a query's marker,
+    /// and pass it to [`Progress::complete_up_to`] once that proved the queue drained.
+    pub(crate) fn issued(&self) -> Submission {
+        Submission(self.issued.load(Ordering::Acquire))
+    }
+
+    /// Everything up to `s` is known complete (never lowers the watermark).
+    pub(crate) fn complete_up_to(&self, s: Submission) {
+        self.completed.fetch_max(s.0, Ordering::AcqRel);
+    }
+
+    /// Whether `s` is known complete.
+    pub(crate) fn covers(&self, s: Submission) -> bool {
+        self.completed.load(Ordering::Acquire) >= s.0
+    }
+}
+
+/// A queue and its [`Progress`]: what the pool and the external-stream registry hold.
+/// Cache-line aligned, so that streams recorded on by different threads do not share a line
+/// of counters.
+#[derive(Debug)]
+#[repr(align(64))]
+pub(crate) struct TrackedQueue {
+    pub(crate) queue: CommandQueue,
+    pub(crate) progress: Progress,
+}
+
+impl TrackedQueue {
+    pub(crate) fn new(queue: CommandQueue) -> TrackedQueue {
+        TrackedQueue {
+            queue,
+            progress: Progress::default(),
+        }
+    }
+
+    /// `clFinish`; once it returned `Ok`, everything submitted before it is known complete.
+    ///
+    /// # Errors
+    /// A failed `clFinish` or a kept release failure (the watermark is then not raised).
+    pub(crate) fn finish(&self) -> Result<(), xpu_device::ClError> {
+        let drained = self.progress.issued();
+        self.queue.finish()?;
+        self.progress.complete_up_to(drained);
+        Ok(())
+    }
+}
