@@ -353,8 +353,9 @@ graph_scalar_from!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 enum Node {
     Kernel {
         function: Function,
-        /// Arguments set at capture, kept until the graph drops.
-        kernel: Kernel,
+        /// Arguments set at capture, kept until the graph drops (boxed: a kernel is large
+        /// beside the other nodes).
+        kernel: Box<Kernel>,
         dims: usize,
         global: [usize; 3],
         local: Option<[usize; 3]>,
@@ -776,7 +777,7 @@ impl CaptureLaunch<'_> {
         }
         self.capture.nodes.push(Node::Kernel {
             function: self.function.clone(),
-            kernel,
+            kernel: Box::new(kernel),
             dims: self.dims,
             global: self.global,
             local: self.local,
