@@ -19,8 +19,8 @@ pub(crate) struct Live {
     /// receive. Dropped before the block goes back to the allocator; the segment keeps its
     /// own share until it is released.
     pub segment: SegmentShare,
-    /// The sub-buffer of exactly this allocation, taken at its first use (a kernel argument,
-    /// [`DataPtr::set_kernel_arg`], or a copy through [`DataPtr::view`]) from its segment's
+    /// The sub-buffer of exactly this allocation, taken at its first use as one (a kernel
+    /// built as written, [`DataPtr::set_kernel_arg`], or [`DataPtr::block_cl_mem`]) from its segment's
     /// cache ([`crate::SubBuffers`]: made once per (offset, size) of the segment, released
     /// with the segment; queued commands keep their own reference until they complete,
     /// OpenCL 3.0 §5.5.1). A sub-buffer over bytes another one covered is made only after
@@ -172,9 +172,10 @@ impl DataPtr {
     /// the bytes `offset..offset + size()`; using it (which takes `unsafe` code, e.g.
     /// `Buffer::from_raw_retained`) after the pointer is dropped, or beyond its bytes,
     /// touches memory of other allocations. Safe code reads and writes through
-    /// [`DataPtr::view`]. Commands on this handle must not overlap in time with commands
-    /// on the allocation's sub-buffer ([`DataPtr::block_cl_mem`], which kernels and views
-    /// use): OpenCL 3.0 §5.2.1 leaves that undefined, and NVIDIA's driver crashes on it.
+    /// [`DataPtr::view`]. Kernels and views use this same handle and offset, so raw commands
+    /// on it mix with them as any commands on one buffer do; they must not overlap in time
+    /// with commands on a sub-buffer of the allocation ([`DataPtr::block_cl_mem`]): OpenCL
+    /// 3.0 §5.2.1 leaves that undefined.
     ///
     /// # Errors
     /// [`AllocError::BadFork`] in a bad fork child, first (the segment is read under the
@@ -310,10 +311,12 @@ impl DataPtr {
     /// The raw `cl_mem` of exactly this allocation and its size in bytes: a sub-buffer of its
     /// segment covering the allocation's requested bytes (`CL_MEM_SIZE` = [`DataPtr::size`]),
     /// or for a block that is its whole segment the segment's buffer (its size: the block's),
-    /// the one [`DataPtr::set_kernel_arg`] passes (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1,
-    /// made once per (offset, size) of the segment and kept with the segment). For interop
-    /// with OpenCL libraries: a library that checks its buffers' sizes sees this allocation's
-    /// bound, not the segment's.
+    /// the one [`DataPtr::set_kernel_arg`] passes to a kernel built as written
+    /// (`clCreateSubBuffer`, OpenCL 3.0 §5.2.1, made once per (offset, size) of the segment
+    /// and kept with the segment). For interop with OpenCL libraries that must see the
+    /// allocation's bound; xpu's own interop ([`DataPtr::cl_mem_and_offset`]) and kernels use
+    /// the segment's buffer and an offset instead. Refused for a block inside a segment on a
+    /// platform whose sub-buffers are unsafe ([`crate::sub_buffers_safe_on`]: NVIDIA's).
     ///
     /// A plain value, not a retained handle (no safe `Buffer` that could be cloned and kept
     /// past the allocation's reuse): wrapping it (`Buffer::from_raw_retained`, `unsafe`) and
@@ -322,7 +325,8 @@ impl DataPtr {
     ///
     /// # Errors
     /// As [`DataPtr::set_kernel_arg`]: [`BlockArgError::Alloc`] for an empty allocation or
-    /// memory without a `cl_mem`; [`BlockArgError::Device`] for a failed `clCreateSubBuffer`.
+    /// memory without a `cl_mem`, or with [`AllocError::Unsupported`] on a platform whose
+    /// sub-buffers are unsafe; [`BlockArgError::Device`] for a failed `clCreateSubBuffer`.
     pub fn block_cl_mem(&self) -> Result<(raw::cl_mem, usize), BlockArgError> {
         let b = self.sub_buffer()?;
         Ok((b.as_raw(), b.size()))

@@ -317,10 +317,11 @@ impl<'a> Launch<'a> {
     /// `2.0f32`; signedness may differ),
     /// [`LocalMem`] only for a `__local` pointer.
     ///
-    /// An allocation is passed as one argument, a sub-buffer of exactly the allocation
-    /// ([`DataPtr::set_kernel_arg`], made once per (offset, size) of its segment and kept
-    /// with the segment), or the segment's own buffer for a block that is its whole segment
-    /// (always where segments are not split: `split_segments`, NVIDIA's OpenCL).
+    /// An allocation is passed as one argument: its segment's buffer and its byte offset in
+    /// it, through the offset parameter [`Program::build`](crate::Program::build) adds after
+    /// each `__global`/`__constant` pointer ([`DataPtr::set_kernel_arg`]; no sub-buffer, so
+    /// segments are split on NVIDIA's OpenCL too). The kernel sees the allocation's first
+    /// byte at its pointer's index 0.
     ///
     /// # Errors
     /// [`KernelError::ArgCount`] past the kernel's last parameter; [`KernelError::OtherDevice`]

@@ -504,7 +504,7 @@ pub struct Kernel {
     /// Per driver parameter (physical index), offset parameters included.
     args: Option<Vec<ArgInfo>>,
     /// The parameters a caller sees (offset parameters hidden, see
-    /// [`super::offset_params`]).
+    /// [`super::add_offset_params`]).
     count: u32,
     /// The driver's index of each parameter a caller sees.
     physical: Vec<u32>,
@@ -630,7 +630,7 @@ impl Kernel {
     }
 
     /// Whether pointer parameter `index` has an offset parameter (added by [`Program::build`],
-    /// see [`super::offset_params`]), so that [`Kernel::set_arg_shared_buffer_at`] can pass
+    /// see [`super::add_offset_params`]), so that [`Kernel::set_arg_shared_buffer_at`] can pass
     /// it a buffer with a byte offset. `false` for an index out of range and for any other
     /// parameter.
     pub fn takes_offset(&self, index: u32) -> bool {
