@@ -563,6 +563,11 @@ impl<'a> ForeignCall<'a> {
 }
 
 /// Whether [`clblast_sgemm`] hands CLBlast a temporary buffer from the caching allocator.
+///
+/// CLBlast takes the temporary buffer as a bare `cl_mem` (no offset), so it gets exactly the
+/// workspace block's bytes ([`DataPtr::block_cl_mem`]). Where that needs a sub-buffer and
+/// sub-buffers are unsafe (a workspace inside a larger segment on NVIDIA's OpenCL), plain
+/// `CLBlastSgemm` runs instead and [`SgemmDone::workspace_bytes`] is 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TempBuffer {
     /// `CLBlastSgemmWithTempBuffer` with a workspace of the size CLBlast asks for
@@ -704,23 +709,32 @@ pub fn clblast_sgemm(
         TempBuffer::Always => asked.max(4),
     };
     let code = |e: ForeignError| e.code().map_or(-1, i64::from);
+    let used_temp = std::cell::Cell::new(false);
     // SAFETY: A, B and C are regions of live allocations borrowed for this call, with the
     // extents CLBlast touches checked above and C writable; CLBlast enqueues on the given
     // queue only, keeps no handle, uses the workspace (of the size it asked for, or more)
     // only during its commands, and hands over the event it returns (`Clblast::sgemm`'s
-    // contract): what `ForeignCall::call` requires.
+    // contract): what `ForeignCall::call` requires. CLBlast's temporary buffer takes no
+    // offset, so it is the workspace's own bytes (`block_cl_mem`: its segment's buffer when
+    // the block is the whole segment, else a sub-buffer of exactly the block), never the
+    // segment's buffer (`ClRegion::cl_mem`), whose first bytes are other allocations'.
     #[allow(unsafe_code)]
     let event = unsafe {
-        call.workspace(workspace_bytes)
-            .call(|q| match q.workspace() {
-                Some(ws) => blas
-                    .sgemm_with_temp_buffer(&raw, q.queue(), ws.cl_mem())
-                    .map_err(code),
-                None => blas.sgemm(&raw, q.queue()).map_err(code),
-            })
+        call.workspace(workspace_bytes).call(|q| {
+            match q.workspace().map(|ws| ws.data_ptr().block_cl_mem()) {
+                Some(Ok((temp, _))) => {
+                    used_temp.set(true);
+                    blas.sgemm_with_temp_buffer(&raw, q.queue(), temp)
+                        .map_err(code)
+                }
+                // No block-exact buffer (a block inside a segment where sub-buffers are
+                // unsafe, NVIDIA): CLBlast makes its own temporary buffer.
+                Some(Err(_)) | None => blas.sgemm(&raw, q.queue()).map_err(code),
+            }
+        })
     }?;
     Ok(SgemmDone {
         event,
-        workspace_bytes,
+        workspace_bytes: if used_temp.get() { workspace_bytes } else { 0 },
     })
 }

@@ -225,3 +225,62 @@ fn clblast_sgemm_refuses_an_output_that_aliases_an_input() {
     }
     assert_eq!(s.dtoh_sync_copy(&c).unwrap(), c0, "C was written");
 }
+
+/// CLBlast's temporary buffer is a bare `cl_mem` (`CLBlastSgemmWithTempBuffer` takes no
+/// offset), so it must be the workspace's own bytes: a workspace block that lies inside a
+/// larger segment, after another live allocation, must not hand CLBlast the segment's buffer,
+/// whose first bytes are that other allocation's.
+#[test]
+fn clblast_temp_buffer_in_a_split_segment_leaves_the_other_blocks_bytes_alone() {
+    let Some(s) = clblast_stream() else {
+        return;
+    };
+    const MIB: usize = 1 << 20;
+    let (m, n, k) = (1025, 1026, 1024);
+    let ha = values(m * k, 7);
+    let hb = values(k * n, 8);
+    let a = s.htod_copy(&ha).unwrap();
+    let b = s.htod_copy(&hb).unwrap();
+    let mut c = DeviceBuffer::<f32>::zeroed(m * n, &s).unwrap();
+    // A 40 MiB segment, freed to the cache, then split: `guard` takes its first 20 MiB and
+    // the workspace (13 MiB on PoCL) the free rest, at 20 MiB into the segment.
+    drop(xpu_alloc::allocate(40 * MIB as u64, &s).unwrap());
+    let pattern: Vec<f32> = (0..20 * MIB / 4).map(|i| (i % 1000) as f32 + 0.5).collect();
+    let guard = s.htod_copy(&pattern).unwrap();
+    assert_eq!(
+        ClRegion::new(&guard).unwrap().offset(),
+        0,
+        "the guard is the segment's first block"
+    );
+    let (ra, rb) = (ClRegion::new(&a).unwrap(), ClRegion::new(&b).unwrap());
+    let rc = ClRegion::new_mut(&mut c).unwrap();
+    let g = RowMajorSgemm::new((m, n, k), &ra, &rb, &rc);
+    let done = clblast_sgemm(&s, &g, TempBuffer::AsNeeded).unwrap();
+    done.event.synchronize().unwrap();
+    // PoCL: sub-buffers are safe, so CLBlast got the workspace (13 MiB) as its temporary
+    // buffer.
+    assert!(done.workspace_bytes > 0, "CLBlast used no temporary buffer");
+    drop(rc);
+    let got = guard.to_vec(&s).unwrap();
+    let changed = got
+        .iter()
+        .zip(&pattern)
+        .filter(|(g, p)| g.to_bits() != p.to_bits())
+        .count();
+    assert_eq!(
+        changed, 0,
+        "{changed} of the guard's elements changed (workspace {} bytes)",
+        done.workspace_bytes
+    );
+    // And the product is right (every 97th element).
+    let out = c.to_vec(&s).unwrap();
+    for idx in (0..m * n).step_by(97) {
+        let (i, j) = (idx / n, idx % n);
+        let dot: f32 = (0..k).map(|p| ha[i * k + p] * hb[p * n + j]).sum();
+        assert!(
+            (out[idx] - dot).abs() <= 2e-4 * k as f32,
+            "C[{i}][{j}] {} vs {dot}",
+            out[idx]
+        );
+    }
+}
