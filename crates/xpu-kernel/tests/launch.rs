@@ -1005,3 +1005,38 @@ fn a_global_size_whose_work_item_count_overflows_is_refused() {
     // The largest count that fits is not refused here (the driver judges it at the enqueue).
     s.launch(&k, &[usize::MAX, 1, 1], None).map(drop).unwrap();
 }
+
+/// A kernel defined by a function-like macro whose pointer is named by a macro parameter:
+/// the added offset parameter keeps its name as written (`xpu_offset__OUT`, one token the
+/// macro does not replace) while the pointer is named by the macro's argument (`out`). The
+/// kernel still takes its block by offset, and callers see the parameters as written.
+#[test]
+fn a_kernel_from_a_macro_whose_pointer_is_a_macro_parameter_takes_blocks_by_offset() {
+    let Some((alloc, s)) = allocator_and_stream() else {
+        return;
+    };
+    let src = "#define FILL(NAME, OUT) __kernel void NAME(__global uint *OUT, uint n) { \\\n\
+               size_t i = get_global_id(0); if (i < n) OUT[i] = (uint)i * 7; }\n\
+               FILL(fill_m, out)\n";
+    let f = Program::build_with_cache(0, src, "", &KernelCache::disabled())
+        .unwrap()
+        .function("fill_m")
+        .unwrap();
+    let before = sub_buffers();
+    let first = alloc.allocate(64 * 4, &s).unwrap();
+    let out = alloc.allocate(64 * 4, &s).unwrap();
+    assert_eq!(out.address() - first.address(), 512, "out is 512 bytes in");
+    first
+        .view()
+        .unwrap()
+        .fill(&s, &[0xAB; 4], 0, 64 * 4)
+        .unwrap();
+    launch_fill_k(&s, &f, &out, 64);
+    assert_filled_k(&out, &s, 64);
+    assert_eq!(
+        read_u32(&first, &s, 64),
+        vec![0xABAB_ABAB; 64],
+        "the block before is untouched"
+    );
+    assert_sub_buffers(before, "the block reached the kernel by offset");
+}

@@ -453,9 +453,12 @@ fn arg_infos(kernel: cl_kernel, count: u32) -> Option<Vec<ArgInfo>> {
 /// The parameters as the kernel was written, from the driver's argument information
 /// (`physical_count` parameters): (the driver's index of each, the driver's index of each one's
 /// offset parameter, the caller's index of each driver parameter). An offset parameter is a
-/// `ulong` named [`super::OFFSET_PARAM_PREFIX`] + the name of the `__global` / `__constant`
-/// pointer right before it ([`super::add_offset_params`]); without argument information there
-/// is none.
+/// `ulong` whose name starts with [`super::OFFSET_PARAM_PREFIX`], right after a `__global` /
+/// `__constant` pointer ([`super::add_offset_params`] inserts it there); without argument
+/// information there is none. Its name is the prefix + the pointer's name as written, which
+/// need not be the pointer's name once preprocessed (a kernel in a function-like macro whose
+/// pointer is named by a macro parameter: `xpu_offset__P` is one token, `P` is replaced), so
+/// the position is what pairs them, not the name's end.
 fn offset_layout(
     args: Option<&[ArgInfo]>,
     physical_count: u32,
@@ -471,7 +474,7 @@ fn offset_layout(
                 ptr.address,
                 clk::CL_KERNEL_ARG_ADDRESS_GLOBAL | clk::CL_KERNEL_ARG_ADDRESS_CONSTANT
             ) && ptr.type_name.ends_with('*')
-                && next.name.strip_prefix(super::OFFSET_PARAM_PREFIX) == Some(ptr.name.as_str())
+                && next.name.starts_with(super::OFFSET_PARAM_PREFIX)
                 && matches!(next.type_name.as_str(), "ulong" | "unsigned long");
             is_offset.then_some(p + 1)
         });
