@@ -38,7 +38,10 @@ pub fn add_offset_params(source: &str) -> Option<String> {
     let mut at = 0;
     while let Some(end) = find_kernel_keyword(bytes, at) {
         at = end;
-        if let Some((kernel_edits, next)) = rewrite_kernel(bytes, end) {
+        // A keyword in a directive (`#define KERNEL __kernel`) is read within its logical
+        // line only: what follows the directive is no part of it.
+        let scope = &bytes[..directive_end(bytes, end).unwrap_or(bytes.len())];
+        if let Some((kernel_edits, next)) = rewrite_kernel(scope, end) {
             edits.extend(kernel_edits);
             at = next;
         }
@@ -102,6 +105,27 @@ fn mask(source: &str) -> Vec<u8> {
         }
     }
     out
+}
+
+/// The end of the logical line (continuations joined) holding position `at` of the masked
+/// code, when that line is a preprocessor directive (its first non-blank character is `#`).
+fn directive_end(code: &[u8], at: usize) -> Option<usize> {
+    let ends_line = |j: usize| {
+        code[j] == b'\n' && {
+            let before = &code[..j];
+            let before = before.strip_suffix(b"\r").unwrap_or(before);
+            !before.ends_with(b"\\")
+        }
+    };
+    let start = (0..at).rev().find(|&j| ends_line(j)).map_or(0, |j| j + 1);
+    let first = code[start..at]
+        .iter()
+        .find(|c| !c.is_ascii_whitespace() && **c != b'\\');
+    (first == Some(&b'#')).then(|| {
+        (at..code.len())
+            .find(|&j| ends_line(j))
+            .unwrap_or(code.len())
+    })
 }
 
 fn is_ident(c: u8) -> bool {
@@ -411,6 +435,23 @@ mod tests {
              const T *i, ulong xpu_offset__i) { o = (__global T *)((__global uchar *)o + \
              xpu_offset__o); i = (__global const T *)((__global uchar *)i + xpu_offset__i); \
              o[0] = i[0]; }\nK(a)\n"
+        );
+    }
+
+    #[test]
+    fn a_kernel_keyword_in_an_object_like_macro_does_not_rewrite_the_function_after_it() {
+        // `KERNEL` expands to `__kernel` where it is used; the function on the next line is
+        // no kernel: rewritten, its call in `k` would not compile and the whole program would
+        // be built as written (no kernel taking offsets).
+        let src = "#define KERNEL __kernel\n\
+                   void store(__global uint *p, uint v) { p[0] = v; }\n\
+                   __kernel void k(__global uint *o) { store(o, 7); }";
+        assert_eq!(
+            add_offset_params(src).unwrap(),
+            "#define KERNEL __kernel\n\
+             void store(__global uint *p, uint v) { p[0] = v; }\n\
+             __kernel void k(__global uint *o, ulong xpu_offset__o) { o = (__global uint *)\
+             ((__global uchar *)o + xpu_offset__o); store(o, 7); }"
         );
     }
 
