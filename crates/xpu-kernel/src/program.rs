@@ -214,8 +214,10 @@ fn build_uncached(
     let dev = xpu_device::device(device)?;
     let ctx = dev.context()?;
     let props = dev.properties();
+    // `abi`: the version of `Program::build`'s source rewriting (offset parameters); raised
+    // when the rewriting of some source changes, so that no binary of the old one is loaded.
     let key = format!(
-        "device={}\0driver={}\0platform={}\0opencl={}\0abi=offset-params-1\0options={}\0source={}",
+        "device={}\0driver={}\0platform={}\0opencl={}\0abi=offset-params-2\0options={}\0source={}",
         props.name,
         props.driver_version,
         props.platform_name,
