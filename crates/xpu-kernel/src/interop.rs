@@ -564,10 +564,13 @@ impl<'a> ForeignCall<'a> {
 
 /// Whether [`clblast_sgemm`] hands CLBlast a temporary buffer from the caching allocator.
 ///
-/// CLBlast takes the temporary buffer as a bare `cl_mem` (no offset), so it gets exactly the
-/// workspace block's bytes ([`DataPtr::block_cl_mem`]). Where that needs a sub-buffer and
-/// sub-buffers are unsafe (a workspace inside a larger segment on NVIDIA's OpenCL), plain
-/// `CLBlastSgemm` runs instead and [`SgemmDone::workspace_bytes`] is 0.
+/// CLBlast takes the temporary buffer as a bare `cl_mem` (no offset), so it gets a buffer
+/// that starts at the workspace's first byte: the segment's own buffer when the workspace
+/// starts its segment, else a sub-buffer of exactly the workspace
+/// ([`DataPtr::block_cl_mem`], whose first making over bytes another sub-buffer covered
+/// waits on the host for the stream's earlier commands). Where sub-buffers are unsafe (a
+/// workspace further into its segment on NVIDIA's OpenCL), plain `CLBlastSgemm` runs instead
+/// and [`SgemmDone::workspace_bytes`] is 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TempBuffer {
     /// `CLBlastSgemmWithTempBuffer` with a workspace of the size CLBlast asks for
@@ -712,23 +715,28 @@ pub fn clblast_sgemm(
     let used_temp = std::cell::Cell::new(false);
     // SAFETY: A, B and C are regions of live allocations borrowed for this call, with the
     // extents CLBlast touches checked above and C writable; CLBlast enqueues on the given
-    // queue only, keeps no handle, uses the workspace (of the size it asked for, or more)
-    // only during its commands, and hands over the event it returns (`Clblast::sgemm`'s
-    // contract): what `ForeignCall::call` requires. CLBlast's temporary buffer takes no
-    // offset, so it is the workspace's own bytes (`block_cl_mem`: its segment's buffer when
-    // the block is the whole segment, else a sub-buffer of exactly the block), never the
-    // segment's buffer (`ClRegion::cl_mem`), whose first bytes are other allocations'.
+    // queue only, keeps no handle, uses the first bytes of its temporary buffer (the size it
+    // asked for, at most the workspace's) only during its commands, and hands over the event
+    // it returns (`Clblast::sgemm`'s contract): what `ForeignCall::call` requires. The
+    // temporary buffer takes no offset, so it starts at the workspace's first byte: the
+    // segment's buffer when the workspace starts it, else a sub-buffer of exactly the
+    // workspace (`block_cl_mem`), never the segment's buffer from another offset, whose
+    // first bytes are other allocations'.
     #[allow(unsafe_code)]
     let event = unsafe {
         call.workspace(workspace_bytes).call(|q| {
-            match q.workspace().map(|ws| ws.data_ptr().block_cl_mem()) {
-                Some(Ok((temp, _))) => {
+            let temp = q.workspace().map(|ws| match ws.offset() {
+                0 => Ok(ws.cl_mem()),
+                _ => ws.data_ptr().block_cl_mem().map(|(mem, _)| mem),
+            });
+            match temp {
+                Some(Ok(temp)) => {
                     used_temp.set(true);
                     blas.sgemm_with_temp_buffer(&raw, q.queue(), temp)
                         .map_err(code)
                 }
-                // No block-exact buffer (a block inside a segment where sub-buffers are
-                // unsafe, NVIDIA): CLBlast makes its own temporary buffer.
+                // No buffer starting at the workspace (a block inside a segment where
+                // sub-buffers are unsafe, NVIDIA): CLBlast makes its own temporary buffer.
                 Some(Err(_)) | None => blas.sgemm(&raw, q.queue()).map_err(code),
             }
         })

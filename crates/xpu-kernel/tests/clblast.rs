@@ -5,6 +5,7 @@
 //! unless `XPU_REQUIRE_DEVICE=1`, and without CLBlast unless `XPU_REQUIRE_CLBLAST=1`.
 
 use std::ptr;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 // The example MLP (example code, not a library module: see its header).
 #[allow(dead_code)]
@@ -30,9 +31,13 @@ fn clblast() -> bool {
     }
 }
 
-/// A pool stream of device 0 when a device and CLBlast are there (see [`clblast`]).
-fn clblast_stream() -> Option<Stream> {
-    (devices(1) && clblast()).then(|| xpu_stream::get_stream_from_pool(0, 0).unwrap())
+/// A pool stream of device 0 when a device and CLBlast are there (see [`clblast`]), and a
+/// guard that runs this file's tests one at a time: some count the caching allocator's
+/// allocations of device 0, which another test's allocations would change meanwhile.
+fn clblast_stream() -> Option<(Stream, MutexGuard<'static, ()>)> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    let serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    (devices(1) && clblast()).then(|| (xpu_stream::get_stream_from_pool(0, 0).unwrap(), serial))
 }
 
 fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -100,7 +105,7 @@ fn checked_sgemm(
 
 #[test]
 fn clblast_sgemm_with_a_caching_allocator_workspace_matches_the_cpu() {
-    let Some(s) = clblast_stream() else {
+    let Some((s, _serial)) = clblast_stream() else {
         return;
     };
     let before = xpu_alloc::memory_stats(0).unwrap();
@@ -124,7 +129,7 @@ fn clblast_sgemm_with_a_caching_allocator_workspace_matches_the_cpu() {
 
 #[test]
 fn clblast_sgemm_gives_clblast_the_temporary_buffer_it_asks_for_from_the_allocator() {
-    let Some(s) = clblast_stream() else {
+    let Some((s, _serial)) = clblast_stream() else {
         return;
     };
     let before = xpu_alloc::memory_stats(0).unwrap();
@@ -158,7 +163,7 @@ fn clblast_sgemm_gives_clblast_the_temporary_buffer_it_asks_for_from_the_allocat
 
 #[test]
 fn clblast_sgemm_checks_regions_before_clblast_sees_them() {
-    let Some(s) = clblast_stream() else {
+    let Some((s, _serial)) = clblast_stream() else {
         return;
     };
     let a = s.htod_copy(&values(16 * 16, 3)).unwrap();
@@ -198,7 +203,7 @@ fn clblast_sgemm_checks_regions_before_clblast_sees_them() {
 /// keeps its values; as B likewise. It used to be handed to CLBlast.
 #[test]
 fn clblast_sgemm_refuses_an_output_that_aliases_an_input() {
-    let Some(s) = clblast_stream() else {
+    let Some((s, _serial)) = clblast_stream() else {
         return;
     };
     let n = 64;
@@ -232,7 +237,7 @@ fn clblast_sgemm_refuses_an_output_that_aliases_an_input() {
 /// whose first bytes are that other allocation's.
 #[test]
 fn clblast_temp_buffer_in_a_split_segment_leaves_the_other_blocks_bytes_alone() {
-    let Some(s) = clblast_stream() else {
+    let Some((s, _serial)) = clblast_stream() else {
         return;
     };
     const MIB: usize = 1 << 20;
