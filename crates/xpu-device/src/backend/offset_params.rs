@@ -24,7 +24,9 @@
 //! builds the source as written.
 
 /// The name of the offset parameter inserted after pointer parameter `name` is this prefix
-/// followed by `name`.
+/// followed by `name` (as written: inside a macro, `name` may be a macro parameter). Reserved:
+/// a `ulong` parameter whose name starts with it, right after a `__global` / `__constant`
+/// pointer, is taken for that pointer's offset parameter ([`super::Kernel::takes_offset`]).
 pub const OFFSET_PARAM_PREFIX: &str = "xpu_offset__";
 
 /// `source` with an offset parameter after every `__global` / `__constant` pointer parameter
