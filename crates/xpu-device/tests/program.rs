@@ -399,3 +399,93 @@ fn local_arguments_beyond_the_device_local_memory_are_refused_not_a_driver_abort
     assert_eq!(u32::from_ne_bytes(got), 3);
     println!("scenario-ok");
 }
+
+/// A pooled kernel's pointer set at a byte offset of one buffer, then as a whole other
+/// buffer, then at the offset again after `reset_args` (the offset scalar then set again from
+/// the kernel's record, no driver call): each launch writes from the first byte it was
+/// given, and nothing outside. Errors name the pointer as written (index 0, `out`) also when
+/// its hidden offset parameter is what is missing.
+#[test]
+fn a_pointer_at_an_offset_then_as_a_whole_buffer_writes_from_each_ones_first_byte() {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
+        return;
+    };
+    let (_program, mut kernel) = common::scale_index(dev);
+    assert_eq!(kernel.num_args(), 2, "the offset parameter is hidden");
+    assert!(kernel.takes_offset(0) && !kernel.takes_offset(1) && !kernel.takes_offset(2));
+    let segment = std::sync::Arc::new(Buffer::new(ctx, 4096, MemFlags::default()).unwrap());
+    let plain = Buffer::new(ctx, 1024, MemFlags::default()).unwrap();
+    q.write(&segment, 0, &[0xEE; 4096]).unwrap();
+    q.write(&plain, 0, &[0xEE; 1024]).unwrap();
+    let scaled = |k: u32| (0..256).map(|i| i * k).collect::<Vec<u32>>();
+    for round in 0..2u32 {
+        let k = 3 + round;
+        kernel.reset_args();
+        kernel.set_arg_shared_buffer_at(0, &segment, 2048).unwrap();
+        kernel.set_arg(1, k).unwrap();
+        // SAFETY: 256 work-items write 1024 bytes from byte 2048 of the 4096-byte buffer.
+        unsafe { q.enqueue_kernel_without_event(&kernel, &[256], None, &[]) }.unwrap();
+        let got = common::read_u32s(&q, &segment, 1024);
+        assert_eq!(
+            got[..512],
+            vec![0xEEEE_EEEE; 512],
+            "round {round}: before the offset"
+        );
+        assert_eq!(got[512..768], scaled(k), "round {round}: at the offset");
+        assert_eq!(got[768..], vec![0xEEEE_EEEE; 256], "round {round}: after");
+        kernel.reset_args();
+        kernel.set_arg_buffer(0, &plain).unwrap();
+        kernel.set_arg(1, k + 10).unwrap();
+        // SAFETY: 256 work-items write the 1024-byte buffer.
+        unsafe { q.enqueue_kernel_without_event(&kernel, &[256], None, &[]) }.unwrap();
+        assert_eq!(
+            common::read_u32s(&q, &plain, 256),
+            scaled(k + 10),
+            "round {round}"
+        );
+        let got = common::read_u32s(&q, &segment, 1024);
+        assert_eq!(
+            got[512..768],
+            scaled(k),
+            "round {round}: the segment is left alone"
+        );
+    }
+    let names_out = |e: &DeviceError, p: fn(&KernelArgProblem) -> bool| {
+        matches!(e, DeviceError::KernelArg { index: 0, name, problem, .. }
+            if name == "out" && p(problem))
+    };
+    let e = kernel
+        .set_arg_shared_buffer_at(0, &segment, 4096)
+        .unwrap_err();
+    assert!(
+        names_out(&e, |p| matches!(
+            p,
+            KernelArgProblem::OffsetOutOfRange {
+                offset: 4096,
+                size: 4096
+            }
+        )),
+        "{e:?}"
+    );
+    let e = kernel.set_arg(0, 1u64).unwrap_err();
+    assert!(
+        names_out(&e, |p| matches!(
+            p,
+            KernelArgProblem::ScalarForPointer { .. }
+        )),
+        "{e:?}"
+    );
+    let e = kernel.set_arg_shared_buffer_at(1, &segment, 8).unwrap_err();
+    assert!(
+        matches!(&e, DeviceError::KernelArg { index: 1, name, problem: KernelArgProblem::NoOffsetParameter, .. } if name == "k"),
+        "{e:?}"
+    );
+    kernel.reset_args();
+    kernel.set_arg(1, 1u32).unwrap();
+    // SAFETY: refused before reaching the driver (argument 0 and its offset are not set).
+    let e = unsafe { q.enqueue_kernel(&kernel, &[4], None, &[]) }.unwrap_err();
+    assert!(
+        names_out(&e, |p| matches!(p, KernelArgProblem::NotSet)),
+        "{e:?}"
+    );
+}
