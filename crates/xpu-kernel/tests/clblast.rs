@@ -265,7 +265,6 @@ fn clblast_temp_buffer_in_a_split_segment_leaves_the_other_blocks_bytes_alone() 
     // PoCL: sub-buffers are safe, so CLBlast got the workspace (13 MiB) as its temporary
     // buffer.
     assert!(done.workspace_bytes > 0, "CLBlast used no temporary buffer");
-    drop(rc);
     let got = guard.to_vec(&s).unwrap();
     let changed = got
         .iter()
