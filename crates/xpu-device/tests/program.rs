@@ -489,3 +489,32 @@ fn a_pointer_at_an_offset_then_as_a_whole_buffer_writes_from_each_ones_first_byt
         "{e:?}"
     );
 }
+
+/// A kernel declared first with unnamed parameters, then defined: the program is rewritten
+/// as a whole (the prototype's pointers get unnamed offsets too), not built as written, so
+/// the kernel takes a buffer at an offset.
+#[test]
+fn a_kernel_prototyped_with_unnamed_pointers_takes_offsets() {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
+        return;
+    };
+    let src = "__kernel void scale_index(__global uint *, uint);\n\
+               __kernel void scale_index(__global uint *out, uint k) {\n\
+                   out[get_global_id(0)] = (uint)get_global_id(0) * k;\n\
+               }\n";
+    let program = Program::build(ctx, dev.id(), src).unwrap();
+    let mut kernel = Kernel::new(&program, "scale_index").unwrap();
+    assert!(
+        kernel.takes_offset(0),
+        "the pointer has its offset parameter"
+    );
+    let buffer = std::sync::Arc::new(Buffer::new(ctx, 2048, MemFlags::default()).unwrap());
+    q.write(&buffer, 0, &[0; 2048]).unwrap();
+    kernel.set_arg_shared_buffer_at(0, &buffer, 1024).unwrap();
+    kernel.set_arg(1, 3u32).unwrap();
+    // SAFETY: 256 work-items write 1024 bytes from byte 1024 of the 2048-byte buffer.
+    unsafe { q.enqueue_kernel_without_event(&kernel, &[256], None, &[]) }.unwrap();
+    let got = common::read_u32s(&q, &buffer, 512);
+    assert_eq!(got[..256], vec![0; 256]);
+    assert_eq!(got[256..], (0..256).map(|i| i * 3).collect::<Vec<u32>>());
+}

@@ -14,6 +14,8 @@
 //! - the kernel's body starts with `p = (T)((__global uchar *)p + xpu_offset__p);`, `T` being
 //!   `p`'s declared type (a `const` of the pointer itself is dropped, so `p` can be assigned);
 //!   the pointee keeps its qualifiers.
+//! - in a prototype (a declaration with no body), an unnamed pointer parameter gets an
+//!   unnamed `ulong` after it, so that the prototype matches the rewritten definition.
 //!
 //! No newline is inserted, so the compiler's line numbers stay those of the source as written,
 //! and a kernel defined inside a `#define` stays on its logical line. A kernel whose parameter
@@ -248,7 +250,27 @@ fn rewrite_kernel(code: &[u8], after_keyword: usize) -> Option<(Vec<Edit>, usize
         let Some(p) = read_param(&code[from..to])? else {
             continue;
         };
-        let name = text(from + p.name.0, from + p.name.1);
+        let Some(name_at) = p.name else {
+            // An unnamed pointer: a prototype's gets an unnamed offset, to match its
+            // definition's; a definition's cannot be used by its body anyway.
+            if body.is_some() {
+                return None;
+            }
+            for &(a, b) in &p.pointer_consts {
+                edits.push(Edit {
+                    at: from + a,
+                    remove: b - a,
+                    insert: String::new(),
+                });
+            }
+            edits.push(Edit {
+                at: from + p.end,
+                remove: 0,
+                insert: ", ulong".to_string(),
+            });
+            continue;
+        };
+        let name = text(from + name_at.0, from + name_at.1);
         // The cast: the declared type up to the last `*` (the pointer's own qualifiers, which
         // follow it, left out), read from the masked code (no comment inside).
         let cast = text(from, from + p.last_star + 1)
@@ -264,7 +286,7 @@ fn rewrite_kernel(code: &[u8], after_keyword: usize) -> Option<(Vec<Edit>, usize
             });
         }
         edits.push(Edit {
-            at: from + p.name.1,
+            at: from + name_at.1,
             remove: 0,
             insert: format!(", ulong {OFFSET_PARAM_PREFIX}{name}"),
         });
@@ -292,8 +314,10 @@ struct Edit {
 
 /// One parameter, read from its masked text.
 struct Param {
-    /// The name's byte range.
-    name: (usize, usize),
+    /// The name's byte range; `None` for an unnamed pointer (of a prototype).
+    name: Option<(usize, usize)>,
+    /// The end of the parameter's last token.
+    end: usize,
     /// The position of the last `*`.
     last_star: usize,
     /// Byte ranges of `const` tokens after the last `*` (the pointer's own).
@@ -343,18 +367,22 @@ fn read_param(text: &[u8]) -> Option<Option<Param>> {
     if !(global || constant) {
         return Some(None); // `__local`, `__private` or generic pointers stay as written.
     }
-    let &name = tokens.last()?;
-    if word(name) == b"*"
-        || !tokens[last_star_tok + 1..].iter().all(|&t| {
-            matches!(
-                word(t),
-                b"const" | b"restrict" | b"__restrict" | b"volatile"
-            ) || t == name
-        })
+    let &last = tokens.last()?;
+    let qualifier = |t: (usize, usize)| {
+        matches!(
+            word(t),
+            b"const" | b"restrict" | b"__restrict" | b"volatile"
+        )
+    };
+    // Unnamed (`__global float *const`): the last token is the `*` or a qualifier.
+    let name = (word(last) != b"*" && !qualifier(last)).then_some(last);
+    if !tokens[last_star_tok + 1..]
+        .iter()
+        .all(|&t| qualifier(t) || Some(t) == name)
     {
         return None;
     }
-    if !(word(name)[0].is_ascii_alphabetic() || word(name)[0] == b'_') {
+    if name.is_some_and(|n| !(word(n)[0].is_ascii_alphabetic() || word(n)[0] == b'_')) {
         return None;
     }
     let pointer_consts = tokens[last_star_tok + 1..]
@@ -364,6 +392,7 @@ fn read_param(text: &[u8]) -> Option<Option<Param>> {
         .collect();
     Some(Some(Param {
         name,
+        end: last.1,
         last_star: tokens[last_star_tok].0,
         pointer_consts,
         constant,
@@ -454,6 +483,21 @@ mod tests {
              void store(__global uint *p, uint v) { p[0] = v; }\n\
              __kernel void k(__global uint *o, ulong xpu_offset__o) { o = (__global uint *)\
              ((__global uchar *)o + xpu_offset__o); store(o, 7); }"
+        );
+    }
+
+    #[test]
+    fn a_prototype_with_unnamed_pointers_gets_unnamed_offsets_to_match_its_definition() {
+        // Rewritten alone, the definition would conflict with the prototype as written, and
+        // the whole program would be built as written.
+        let src = "__kernel void f(__global float *, __constant int *const, int);\n\
+                   __kernel void f(__global float *a, __constant int *const k, int n) { }";
+        assert_eq!(
+            add_offset_params(src).unwrap(),
+            "__kernel void f(__global float *, ulong, __constant int *, ulong, int);\n\
+             __kernel void f(__global float *a, ulong xpu_offset__a, __constant int * k, ulong \
+             xpu_offset__k, int n) { a = (__global float *)((__global uchar *)a + \
+             xpu_offset__a); k = (__constant int *)((__constant uchar *)k + xpu_offset__k); }"
         );
     }
 
