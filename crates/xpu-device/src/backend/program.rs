@@ -71,6 +71,12 @@ impl Program {
             Some(rewritten) => match Program::build_exact(context, device, &rewritten, options) {
                 Ok(p) => Ok(p),
                 Err(DeviceError::Build { .. }) => {
+                    // A kernel called as a function by another keeps its parameters as
+                    // written; its blocks then need sub-buffers, which some platforms refuse.
+                    tracing::warn!(
+                        "the source with offset parameters did not build; building it as \
+                         written (blocks inside a segment reach its kernels as sub-buffers)"
+                    );
                     Program::build_exact(context, device, source, options)
                 }
                 Err(e) => Err(e),
