@@ -22,7 +22,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use xpu_device::backend::CommandQueue;
+use parking_lot::Mutex;
+use xpu_device::backend::{ClEvent, CommandQueue};
 
 /// A point in a queue's tracked commands, taken by [`QueueRef::submission`] right after a
 /// command's enqueue call returned: once [`QueueRef::is_known_complete`] says so, that command
@@ -74,6 +75,11 @@ impl Progress {
 pub(crate) struct TrackedQueue {
     pub(crate) queue: CommandQueue,
     pub(crate) progress: Progress,
+    /// The marker of the last stream query that found it pending, with what `issued` read
+    /// before its enqueue: the next query asks about it before enqueuing another, so a
+    /// polling loop keeps one marker in flight (see `Stream::query`). The lock is held only
+    /// to take or put the marker, never over a driver call.
+    query_marker: Mutex<Option<(ClEvent, Submission)>>,
 }
 
 impl TrackedQueue {
@@ -81,7 +87,30 @@ impl TrackedQueue {
         TrackedQueue {
             queue,
             progress: Progress::default(),
+            query_marker: Mutex::new(None),
         }
+    }
+
+    /// Takes the pending marker a previous stream query kept, if any.
+    pub(crate) fn take_query_marker(&self) -> Option<(ClEvent, Submission)> {
+        self.query_marker.lock().take()
+    }
+
+    /// Keeps a stream query's pending marker for the next query (when another query kept
+    /// one meanwhile, that one stays and `marker` is dropped: either covers the same ask).
+    pub(crate) fn keep_query_marker(&self, marker: ClEvent, drained: Submission) {
+        let dropped = {
+            let mut slot = self.query_marker.lock();
+            match *slot {
+                Some(_) => Some(marker),
+                None => {
+                    *slot = Some((marker, drained));
+                    None
+                }
+            }
+        };
+        // Released outside the lock (`clReleaseEvent`).
+        drop(dropped);
     }
 
     /// `clFinish`; once it returned `Ok`, everything submitted before it is known complete.

@@ -192,18 +192,33 @@ impl Stream {
 
     /// True when all work submitted so far has completed, as `torch.xpu.Stream.query`. OpenCL
     /// has no "queue empty" query, so this enqueues a marker, flushes the queue and reads the
-    /// marker's status (three driver calls, no blocking). A stream that has just gone idle can
-    /// report `false` once; poll. After `true`, every event recorded on the stream before this
-    /// call began is known complete: its `query` answers `true` without a driver call (as
-    /// `torch.cuda.Event.query` after `torch.cuda.Stream.query` returned `True`).
+    /// marker's status (three driver calls, no blocking). A marker found pending is kept: the
+    /// next query reads its status first and answers `false` while it is pending (one driver
+    /// call, nothing enqueued), so a polling loop keeps one marker in flight instead of
+    /// queueing them faster than the device completes them. A stream that has just gone
+    /// idle can report `false` a few times; poll. After `true`, every event recorded on the
+    /// stream before this call began is known complete: its `query` answers `true` without a
+    /// driver call (as `torch.cuda.Event.query` after `torch.cuda.Stream.query` returned
+    /// `True`).
     ///
     /// # Errors
     /// A failed OpenCL call, or the abnormal status of a command on the stream; `BadFork` in a
     /// bad fork child (at once: the parent's queue is never touched there);
     /// [`StreamError::Capturing`] while a graph captures the stream (as `cudaStreamQuery`).
     pub fn query(&self) -> Result<bool, StreamError> {
+        // The checks (fork, capture, a released external stream) come first, every time.
+        let q = self.enqueue_queue("query")?.queue_ref();
+        if let Some((kept, drained)) = q.tracked().take_query_marker() {
+            // In-order queue: a later marker cannot complete before this one, so while it is
+            // pending the answer is `false` whatever a new marker would say.
+            if !kept.is_complete()? {
+                q.tracked().keep_query_marker(kept, drained);
+                return Ok(false);
+            }
+            q.tracked().progress.complete_up_to(drained);
+            // Work enqueued after it is not covered: ask again with a new marker.
+        }
         let permit = self.enqueue_queue("query")?;
-        let q = permit.queue_ref();
         // Read before the marker's enqueue: what it numbers was enqueued before the marker,
         // which completes only after it (OpenCL 3.0, `clEnqueueMarkerWithWaitList`).
         let drained = q.tracked().progress.issued();
@@ -211,11 +226,12 @@ impl Stream {
         // The flush and the status query are not enqueues: outside the permit.
         drop(permit);
         q.flush()?;
-        let done = marker.is_complete()?;
-        if done {
+        if marker.is_complete()? {
             q.tracked().progress.complete_up_to(drained);
+            return Ok(true);
         }
-        Ok(done)
+        q.tracked().keep_query_marker(marker, drained);
+        Ok(false)
     }
 
     /// Blocks the host until all work submitted so far has completed (`clFinish`), then

@@ -55,6 +55,52 @@ fn query_and_synchronize() {
     current_stream(0).unwrap().synchronize().unwrap();
 }
 
+/// A query loop on a stream that is still busy keeps one marker in flight: a query that finds
+/// its previous marker pending answers `false` without adding another. Adding one per query
+/// (the earlier design) let a polling loop outrun NVIDIA's driver: the markers queued up faster
+/// than they completed, so an idle stream's query loop never saw `true`.
+#[test]
+fn a_query_loop_on_a_busy_stream_keeps_one_marker_in_flight() {
+    if !common::devices(1) {
+        return;
+    }
+    let dev = xpu_device::device(0).unwrap();
+    let s = get_stream_from_pool(0, 0).unwrap();
+    let gate = dev.create_user_event().unwrap();
+    s.enqueue_queue("test gate")
+        .unwrap()
+        .enqueue_barrier(&[&gate])
+        .unwrap();
+    let markers = xpu_device::backend::markers_enqueued_on_this_thread;
+    let before = markers();
+    for i in 0..100 {
+        assert!(!s.query().unwrap(), "query {i} behind a closed gate");
+    }
+    assert_eq!(markers() - before, 1, "markers enqueued by 100 queries");
+
+    gate.set_complete().unwrap();
+    let mut done = false;
+    for _ in 0..1_000_000 {
+        if s.query().unwrap() {
+            done = true;
+            break;
+        }
+        std::thread::yield_now();
+    }
+    assert!(done, "the stream's query turns true once the gate opened");
+
+    // Work enqueued after the kept marker completed is not covered by it: the next query
+    // asks with a new marker and sees the new gate closed.
+    let second = dev.create_user_event().unwrap();
+    s.enqueue_queue("test gate")
+        .unwrap()
+        .enqueue_barrier(&[&second])
+        .unwrap();
+    assert!(!s.query().unwrap(), "a query after new gated work");
+    second.set_complete().unwrap();
+    s.synchronize().unwrap();
+}
+
 #[test]
 fn invalid_devices_are_typed_errors() {
     if !common::devices(1) {

@@ -76,7 +76,9 @@ pub use offset_params::{add_offset_params, OFFSET_PARAM_PREFIX};
 pub use pinned::PinnedBuffer;
 pub use platform::Platform;
 pub use program::{BufferElement, Kernel, KernelScalar, Program};
-pub use queue::{CommandQueue, PinnedBytes, QueueOptions, QueuePriority};
+pub use queue::{
+    markers_enqueued_on_this_thread, CommandQueue, PinnedBytes, QueueOptions, QueuePriority,
+};
 pub use release::take_release_error;
 
 /// Raw OpenCL handle types, for interop.

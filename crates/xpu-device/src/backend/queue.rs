@@ -11,6 +11,19 @@ use super::{
 };
 use crate::error::{ClError, DeviceError, Result};
 
+thread_local! {
+    /// Markers enqueued by this thread through [`CommandQueue::enqueue_marker`].
+    static MARKERS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many markers (`clEnqueueMarkerWithWaitList`) the calling thread has enqueued through
+/// [`CommandQueue::enqueue_marker`] since it started, failed calls included. A per-thread
+/// count (a thread-local cell, no atomics), for tests and diagnostics of the commands one
+/// operation adds to a queue: take the difference of two readings around it on one thread.
+pub fn markers_enqueued_on_this_thread() -> u64 {
+    MARKERS.try_with(std::cell::Cell::get).unwrap_or(0)
+}
+
 const QUEUE_CONTEXT: u32 = 0x1090;
 const QUEUE_DEVICE: u32 = 0x1091;
 const QUEUE_PROPERTIES: u32 = 0x1093;
@@ -297,6 +310,7 @@ impl CommandQueue {
     /// # Errors
     /// A failed `clEnqueueMarkerWithWaitList`.
     pub fn enqueue_marker(&self, wait: &[&ClEvent]) -> Result<ClEvent, ClError> {
+        let _ = MARKERS.try_with(|c| c.set(c.get() + 1));
         self.enqueue_synchronization(
             "clEnqueueMarkerWithWaitList",
             clq::enqueue_marker_with_wait_list,
