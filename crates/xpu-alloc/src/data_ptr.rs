@@ -302,6 +302,11 @@ impl DataPtr {
                 .set_arg_shared_buffer_at(index, buffer, offset)
                 .map_err(BlockArgError::Device);
         }
+        // A parameter that takes no buffer is reported as such, before a sub-buffer is made
+        // or refused.
+        kernel
+            .check_buffer_param(index)
+            .map_err(BlockArgError::Device)?;
         let sub = self.sub_buffer()?;
         kernel
             .set_arg_shared_buffer(index, sub)

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use common::{sim_core, stream, MIB};
 use xpu_alloc::size::{oversize_allows, segment_size, should_split, PoolKind};
 use xpu_alloc::{
-    sub_buffers_safe_on, AllocConfig, DeviceAllocator, DeviceCore, HostCopy, SimulatedSource,
+    sub_buffers_safe_on, AllocConfig, AllocError, BlockArgError, DeviceAllocator, DeviceCore,
+    HostCopy, SimulatedSource,
 };
 use xpu_testing::devices;
 
@@ -150,10 +151,28 @@ fn an_unsplit_block_passes_its_segment_buffer_and_makes_no_sub_buffer() {
     let (made, mems) = sub_buffers_made("split_segments:False", &sizes);
     assert_eq!(made, 0);
     assert_eq!(mems, [(1024, 1024), (4096, 4096), (3 << 20, 3 << 20)]);
-    // Split segments (PoCL's default) make one sub-buffer per block.
-    let (made, mems) = sub_buffers_made("split_segments:True", &sizes);
-    assert_eq!(made, 3);
-    assert_eq!(mems, [(1000, 1024), (4096, 4096), (3 << 20, 3 << 20)]);
+    let platform = xpu_device::device(0)
+        .unwrap()
+        .properties()
+        .platform_name
+        .clone();
+    if sub_buffers_safe_on(&platform) {
+        // Split segments make one sub-buffer per block.
+        let (made, mems) = sub_buffers_made("split_segments:True", &sizes);
+        assert_eq!(made, 3);
+        assert_eq!(mems, [(1000, 1024), (4096, 4096), (3 << 20, 3 << 20)]);
+    } else {
+        // NVIDIA's: a block inside a split segment has no cl_mem of its own to give.
+        let stream = xpu_stream::get_stream_from_pool(0, 0).unwrap();
+        let alloc =
+            DeviceAllocator::new(0, AllocConfig::parse("split_segments:True").unwrap()).unwrap();
+        let b = alloc.allocate(1000, &stream).unwrap();
+        let e = b.block_cl_mem().unwrap_err();
+        assert!(
+            matches!(e, BlockArgError::Alloc(AllocError::Unsupported(_))),
+            "{e:?}"
+        );
+    }
 }
 
 #[test]

@@ -250,13 +250,14 @@ fn a_foreign_call_racing_a_capture_begin_is_refused_or_enqueued_before_it() {
     race_a_write_of_v("foreign call", |s, buf| {
         {
             let mut b = buf.borrow_mut();
-            let (mem, size) = b.data_ptr().block_cl_mem().unwrap();
             let mut view = b.as_slice_mut();
             let region = ClRegion::new_mut(&mut view).unwrap();
-            let offset = region.offset() * 4;
+            // The region is elements `offset..offset + N` of its segment's buffer.
+            let (mem, offset) = (region.cl_mem(), region.offset() * 4);
+            let size = offset + N * 4;
             let library = |q: &ForeignQueue<'_>| {
-                // SAFETY: `q.queue()` is the stream's live queue and `mem` the live buffer of
-                // `size` bytes of the region, both valid during the call.
+                // SAFETY: `q.queue()` is the stream's live queue and `mem` the region's live
+                // segment buffer, of at least `size` bytes, both valid during the call.
                 let (queue, buffer) = unsafe {
                     (
                         CommandQueue::from_raw_borrowed(q.queue()).map_err(|_| -1)?,

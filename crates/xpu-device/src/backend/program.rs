@@ -797,15 +797,7 @@ impl Kernel {
     /// pointer parameter, a buffer of the kernel's context (the context the buffer recorded
     /// at its creation, `CL_MEM_CONTEXT`: no driver query here).
     fn set_buffer_raw(&mut self, index: u32, buffer: &Buffer) -> Result<()> {
-        let info = self.arg(index)?;
-        if !(matches!(
-            info.address,
-            clk::CL_KERNEL_ARG_ADDRESS_GLOBAL | clk::CL_KERNEL_ARG_ADDRESS_CONSTANT
-        ) && info.type_name.ends_with('*'))
-        {
-            let type_name = info.type_name.clone();
-            return Err(self.error(index, KernelArgProblem::BufferForNonPointer { type_name }));
-        }
+        self.check_pointer_raw(index)?;
         if buffer.context_raw() != self.context {
             return Err(self.error(index, KernelArgProblem::OtherContext));
         }
@@ -815,6 +807,33 @@ impl Kernel {
             std::mem::size_of_val(&mem),
             ptr::addr_of!(mem).cast(),
         )
+    }
+
+    /// Checks that argument `index` is a `__global` / `__constant` pointer parameter, which
+    /// takes a buffer (`CL_KERNEL_ARG_ADDRESS_QUALIFIER` and `CL_KERNEL_ARG_TYPE_NAME`, OpenCL
+    /// 3.0 §5.9.4). Sets nothing: for a caller that has work to do before it can set the
+    /// buffer (making a sub-buffer), so that a wrong parameter is reported as such first.
+    ///
+    /// # Errors
+    /// [`DeviceError::KernelArg`]: index out of range, no argument information, or
+    /// [`KernelArgProblem::BufferForNonPointer`].
+    pub fn check_buffer_param(&self, index: u32) -> Result<()> {
+        let p = self.physical(index)?;
+        self.check_pointer_raw(p)
+    }
+
+    /// [`Kernel::check_buffer_param`] of driver parameter `index`.
+    fn check_pointer_raw(&self, index: u32) -> Result<()> {
+        let info = self.arg(index)?;
+        if !(matches!(
+            info.address,
+            clk::CL_KERNEL_ARG_ADDRESS_GLOBAL | clk::CL_KERNEL_ARG_ADDRESS_CONSTANT
+        ) && info.type_name.ends_with('*'))
+        {
+            let type_name = info.type_name.clone();
+            return Err(self.error(index, KernelArgProblem::BufferForNonPointer { type_name }));
+        }
+        Ok(())
     }
 
     /// Checks that a typed buffer of `element` may be passed for argument `index`, a pointer
