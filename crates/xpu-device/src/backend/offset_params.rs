@@ -250,18 +250,19 @@ fn rewrite_kernel(code: &[u8], after_keyword: usize) -> Option<(Vec<Edit>, usize
         let Some(p) = read_param(&code[from..to])? else {
             continue;
         };
+        // The pointer's own `const` goes: the body advances the pointer by its offset.
+        for &(a, b) in &p.pointer_consts {
+            edits.push(Edit {
+                at: from + a,
+                remove: b - a,
+                insert: String::new(),
+            });
+        }
         let Some(name_at) = p.name else {
             // An unnamed pointer: a prototype's gets an unnamed offset, to match its
             // definition's; a definition's cannot be used by its body anyway.
             if body.is_some() {
                 return None;
-            }
-            for &(a, b) in &p.pointer_consts {
-                edits.push(Edit {
-                    at: from + a,
-                    remove: b - a,
-                    insert: String::new(),
-                });
             }
             edits.push(Edit {
                 at: from + p.end,
@@ -278,13 +279,6 @@ fn rewrite_kernel(code: &[u8], after_keyword: usize) -> Option<(Vec<Edit>, usize
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ");
-        for &(a, b) in &p.pointer_consts {
-            edits.push(Edit {
-                at: from + a,
-                remove: b - a,
-                insert: String::new(),
-            });
-        }
         edits.push(Edit {
             at: from + name_at.1,
             remove: 0,
