@@ -138,6 +138,18 @@ fn sub_buffers() -> usize {
     xpu_device::live_objects().sub_buffers
 }
 
+/// Held by each test that counts the process's sub-buffers or makes some: under `cargo test`
+/// this binary's tests share the process, and one test's sub-buffers would move another's
+/// count.
+static SUB_BUFFER_COUNT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// [`SUB_BUFFER_COUNT`], also when a test that held it failed.
+fn counting_sub_buffers() -> std::sync::MutexGuard<'static, ()> {
+    SUB_BUFFER_COUNT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Asserts that `expected` sub-buffers are live in the process, saying `why` otherwise.
 fn assert_sub_buffers(expected: usize, why: &str) {
     assert_eq!(sub_buffers(), expected, "{why}");
@@ -565,6 +577,7 @@ fn a_block_used_on_another_stream_is_reused_only_after_the_launch() {
 /// sub-buffer is made, the one thing NVIDIA's OpenCL does not survive under several threads.
 #[test]
 fn blocks_of_one_segment_reach_kernels_and_copies_without_a_sub_buffer() {
+    let _counting = counting_sub_buffers();
     let Some((alloc, s, f, before, out)) = fill_k_block() else {
         return;
     };
@@ -604,6 +617,7 @@ fn a_full_segment_cache_keeps_its_sub_buffers_and_an_uncached_one_lives_with_its
     if !xpu_alloc::sub_buffers_safe_on(&xpu_device::device(0).unwrap().properties().platform_name) {
         return; // `block_cl_mem` of a split block is refused there.
     }
+    let _counting = counting_sub_buffers();
     // Sub-buffers come from `block_cl_mem` (and kernels built as written), not from copies.
     let before = sub_buffers();
     let cap = xpu_alloc::SUB_BUFFERS_PER_SEGMENT;
