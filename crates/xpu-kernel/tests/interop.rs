@@ -15,8 +15,19 @@ use xpu_testing::devices;
 
 use common::{assert_block_not_reused, device0_stream, fresh_stream, fresh_streams, ramp, Claimed};
 
+/// Held by every test of this file: they assert the device's allocated bytes
+/// (`xpu_alloc::memory_allocated`), which the other tests' allocations would move when
+/// `cargo test` runs them on threads of one process.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[test]
 fn a_region_is_the_exact_block_with_offsets_in_elements() {
+    let _serial = serial();
     let Some((s, _ext)) = device0_stream() else {
         return;
     };
@@ -66,6 +77,7 @@ fn a_region_is_the_exact_block_with_offsets_in_elements() {
 
 #[test]
 fn offsets_beyond_a_library_index_type_are_refused() {
+    let _serial = serial();
     let Some((s, _ext)) = device0_stream() else {
         return;
     };
@@ -89,6 +101,7 @@ fn offsets_beyond_a_library_index_type_are_refused() {
 
 #[test]
 fn an_over_long_matrix_is_refused_before_the_library_sees_it() {
+    let _serial = serial();
     let Some((s, _ext)) = device0_stream() else {
         return;
     };
@@ -134,6 +147,7 @@ fn an_over_long_matrix_is_refused_before_the_library_sees_it() {
 
 #[test]
 fn a_foreign_event_is_an_event_that_other_streams_wait_for() {
+    let _serial = serial();
     let Some(([s1, s2], _ext)) = fresh_streams([0, 0]) else {
         return;
     };
@@ -184,6 +198,7 @@ fn a_foreign_event_is_an_event_that_other_streams_wait_for() {
 
 #[test]
 fn a_foreign_call_records_blocks_of_other_streams_and_frees_its_workspace_stream_ordered() {
+    let _serial = serial();
     let Some(([s0, s1], _ext)) = fresh_streams([0, 0]) else {
         return;
     };
@@ -221,6 +236,7 @@ fn a_foreign_call_records_blocks_of_other_streams_and_frees_its_workspace_stream
 
 #[test]
 fn a_library_failure_is_a_typed_error() {
+    let _serial = serial();
     let Some((s, _ext)) = device0_stream() else {
         return;
     };
@@ -234,6 +250,7 @@ fn a_library_failure_is_a_typed_error() {
 
 #[test]
 fn an_event_of_another_device_or_queue_is_not_adopted_for_a_stream() {
+    let _serial = serial();
     let Some(([s0, s1], _ext)) = fresh_streams([0, 1]) else {
         return;
     };
@@ -265,6 +282,7 @@ fn an_event_of_another_device_or_queue_is_not_adopted_for_a_stream() {
 /// `ClRegion` of 2^20 elements.
 #[test]
 fn a_region_beyond_its_allocation_is_refused() {
+    let _serial = serial();
     if !xpu_testing::devices(1) {
         return;
     }
