@@ -5,6 +5,9 @@
 #   held out:   bart_generate_varbatch, mobilenet_varres_infer, retinanet_varsize_infer,
 #               roberta_varlen_train (recorded 2026-12-03 19:20 UTC into heldout/, after both sets
 #               above had been looked at: a fresh validation set, not yet looked at)
+#   held out 2: deeplab_varres_infer, maskrcnn_varsize_infer, opt_generate_varprompt,
+#               gpt2_varlen_train (recorded 2026-12-04 into heldout2/, for the round after the
+#               one that looks at heldout/)
 # The validation traces are judged once, at the end; no rule is tuned on them.
 import os, random, sys, torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -81,6 +84,29 @@ def run(name):
         for step in range(25):
             b = random.randint(2, 32); s = random.randint(16, 512)
             out = m(torch.randint(3, 30000, (b, s), device=dev), labels=torch.randint(0, 4, (b,), device=dev))
+            optimizer_step(out.loss, opt)
+    elif name == "deeplab_varres_infer":
+        import torchvision
+        m = torchvision.models.segmentation.deeplabv3_resnet50(weights=None, weights_backbone=None).to(dev).eval()
+        infer_random_images(m, dev, 24, batch=(1, 16), resolutions=range(192, 641, 64))
+    elif name == "maskrcnn_varsize_infer":
+        import torchvision
+        m = torchvision.models.detection.maskrcnn_resnet50_fpn(weights=None, weights_backbone=None).to(dev).eval()
+        detect_random_images(m, dev, 10, images=(1, 5), side=(320, 960))
+    elif name == "opt_generate_varprompt":
+        from transformers import OPTConfig, OPTForCausalLM
+        cfg = OPTConfig(hidden_size=768, ffn_dim=3072, num_hidden_layers=8, num_attention_heads=12, vocab_size=50272)
+        m = OPTForCausalLM(cfg).to(dev, dtype=torch.float16).eval()
+        generate_fixed(m, dev, [(6, 120), (1, 800), (20, 32), (3, 400)], vocab=50000, new_tokens=40, pad_token_id=1)
+    elif name == "gpt2_varlen_train":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        m = GPT2LMHeadModel(GPT2Config(n_layer=6)).to(dev)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+        for step in range(20):
+            b = random.randint(1, 16); s = random.randint(32, 1024)
+            ids = torch.randint(0, 50257, (b, s), device=dev)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = m(ids, labels=ids)
             optimizer_step(out.loss, opt)
     else:
         raise SystemExit("unknown workload " + name)
