@@ -3,7 +3,8 @@
 //! allocations (driver calls) never above PyTorch's, on the design traces (the shared
 //! traces folder) and on held-out validation traces (`data/traces/validation`, recorded
 //! on an H200 and not used to design the policy's rules), and on the variable-shape traces
-//! of issue 27 (`data/traces/varshape`: a design set and a validation set). PyTorch's own
+//! of issue 27 (`data/traces/varshape`: a design set, a validation set and two held-out
+//! sets, each judged once before it was pinned here). PyTorch's own
 //! policy (`release_policy:on_oom`) reproduces PyTorch's recorded figures exactly on every
 //! one: the replay gives its segments the recording's addresses while the segment
 //! sequences agree (`xpu_alloc::replay::SegmentAddresses`), so best-fit ties between equal
@@ -114,6 +115,28 @@ mod varshape {
             fasterrcnn_varsize_infer: 6_868_172_800, 46;
             t5_generate_varbatch: 471_859_200, 62;
             vit_varbatch_infer: 2_422_210_560, 50;
+        }
+    }
+
+    /// The first held-out set of issue 27 (`data/traces/varshape/heldout`), judged once on
+    /// 2026-12-04 (docs/performance.md, "a fourth round").
+    mod heldout {
+        never_worse_than_pytorch! { "varshape/heldout";
+            bart_generate_varbatch: 444_596_224, 58;
+            mobilenet_varres_infer: 4_708_106_240, 18;
+            retinanet_varsize_infer: 4_842_323_968, 32;
+            roberta_varlen_train: 9_865_003_008, 145;
+        }
+    }
+
+    /// The second held-out set of issue 27 (`data/traces/varshape/heldout2`), judged once on
+    /// 2026-12-04.
+    mod heldout2 {
+        never_worse_than_pytorch! { "varshape/heldout2";
+            deeplab_varres_infer: 8_115_978_240, 35;
+            gpt2_varlen_train: 16_515_072_000, 101;
+            maskrcnn_varsize_infer: 8_101_298_176, 88;
+            opt_generate_varprompt: 327_155_712, 24;
         }
     }
 }
