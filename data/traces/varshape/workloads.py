@@ -8,11 +8,38 @@
 #   held out 2: deeplab_varres_infer, maskrcnn_varsize_infer, opt_generate_varprompt,
 #               gpt2_varlen_train (recorded 2026-12-04 into heldout2/, for the round after the
 #               one that looks at heldout/)
+#   held out 3: unet_varres_infer, convnext_varres_infer, fcos_varsize_infer, gru_packed_infer,
+#               mistral_generate_varbatch, efficientnet_varres_train (recorded 2026-12-04 16:xx UTC
+#               into heldout3/, before the fifth round's rules were written)
 # The validation traces are judged once, at the end; no rule is tuned on them.
 import os, random, sys, torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from workload_steps import (detect_random_images, generate_fixed, infer_random_images, infer_random_tokens,
                             optimizer_step, record_main, seeded_cuda)
+
+def unet(dev, width=48):
+    """A four-level U-Net (convolutions, max-pool down, transposed-convolution up, skip concatenation)."""
+    nn = torch.nn
+    def block(i, o):
+        return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU(),
+                             nn.Conv2d(o, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU())
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            c = [width * 2 ** k for k in range(5)]
+            self.down = nn.ModuleList([block(3, c[0])] + [block(c[k], c[k + 1]) for k in range(4)])
+            self.up = nn.ModuleList([nn.ConvTranspose2d(c[k + 1], c[k], 2, stride=2) for k in range(4)])
+            self.dec = nn.ModuleList([block(2 * c[k], c[k]) for k in range(4)])
+            self.out = nn.Conv2d(c[0], 21, 1)
+        def forward(self, x):
+            skips = []
+            for k, d in enumerate(self.down):
+                x = d(x if k == 0 else torch.nn.functional.max_pool2d(x, 2))
+                skips.append(x)
+            for k in reversed(range(4)):
+                x = self.dec[k](torch.cat([self.up[k](x), skips[k]], 1))
+            return self.out(x)
+    return UNet().to(dev)
 
 def run(name):
     dev = seeded_cuda()
@@ -108,6 +135,42 @@ def run(name):
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 out = m(ids, labels=ids)
             optimizer_step(out.loss, opt)
+    elif name == "unet_varres_infer":
+        m = unet(dev).eval()
+        infer_random_images(m, dev, 30, batch=(1, 8), resolutions=range(128, 513, 64))
+    elif name == "convnext_varres_infer":
+        import torchvision
+        m = torchvision.models.convnext_tiny().to(dev).eval()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            infer_random_images(m, dev, 40, batch=(1, 48), resolutions=range(160, 385, 32))
+    elif name == "fcos_varsize_infer":
+        import torchvision
+        m = torchvision.models.detection.fcos_resnet50_fpn(weights=None, weights_backbone=None).to(dev).eval()
+        detect_random_images(m, dev, 12, images=(1, 4), side=(320, 1024))
+    elif name == "gru_packed_infer":
+        from torch.nn.utils.rnn import pack_padded_sequence
+        emb = torch.nn.Embedding(20000, 384).to(dev)
+        rnn = torch.nn.GRU(384, 768, num_layers=2, bidirectional=True, batch_first=True).to(dev).eval()
+        with torch.no_grad():
+            for step in range(30):
+                b = random.randint(4, 128); lens = sorted([random.randint(8, 400) for _ in range(b)], reverse=True)
+                x = emb(torch.randint(0, 20000, (b, lens[0]), device=dev))
+                rnn(pack_padded_sequence(x, torch.tensor(lens), batch_first=True))
+    elif name == "mistral_generate_varbatch":
+        from transformers import MistralConfig, MistralForCausalLM
+        cfg = MistralConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=6, num_attention_heads=16,
+                            num_key_value_heads=4, vocab_size=32000, sliding_window=None)
+        m = MistralForCausalLM(cfg).to(dev, dtype=torch.float16).eval()
+        generate_fixed(m, dev, [(12, 96), (2, 600), (32, 40), (5, 300)], vocab=32000, new_tokens=48, pad_token_id=0)
+    elif name == "efficientnet_varres_train":
+        import torchvision
+        m = torchvision.models.efficientnet_b0(num_classes=100).to(dev)
+        opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+        for step in range(16):
+            b = random.randint(8, 64); r = random.choice(range(128, 321, 32))
+            loss = torch.nn.functional.cross_entropy(m(torch.randn(b, 3, r, r, device=dev)),
+                                                     torch.randint(0, 100, (b,), device=dev))
+            optimizer_step(loss, opt)
     else:
         raise SystemExit("unknown workload " + name)
     torch.cuda.synchronize()
