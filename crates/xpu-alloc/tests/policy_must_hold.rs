@@ -3,8 +3,11 @@
 //! allocations (driver calls) never above PyTorch's, on the design traces (the shared
 //! traces folder) and on held-out validation traces (`data/traces/validation`, recorded
 //! on an H200 and not used to design the policy's rules), and on the variable-shape traces
-//! of issue 27 (`data/traces/varshape`: a design set, a validation set and two held-out
-//! sets, each judged once before it was pinned here). PyTorch's own
+//! of issue 27 (`data/traces/varshape`: a design set, a validation set and three held-out
+//! sets, each judged once before it was pinned here). On two traces of the third held-out set
+//! the default policy makes more segment allocations than PyTorch (issue 27's first goal,
+//! missed): their `never_worse_than_pytorch` tests fail and are ignored with the figures, and
+//! `no_worse_than_today` holds them to today's figures meanwhile. PyTorch's own
 //! policy (`release_policy:on_oom`) reproduces PyTorch's recorded figures exactly on every
 //! one: the replay gives its segments the recording's addresses while the segment
 //! sequences agree (`xpu_alloc::replay::SegmentAddresses`), so best-fit ties between equal
@@ -137,6 +140,65 @@ mod varshape {
             gpt2_varlen_train: 16_515_072_000, 101;
             maskrcnn_varsize_infer: 8_101_298_176, 88;
             opt_generate_varprompt: 327_155_712, 24;
+        }
+    }
+
+    /// The third held-out set of issue 27 (`data/traces/varshape/heldout3`), judged once on
+    /// 2026-12-04 (docs/performance.md, "a fifth round").
+    mod heldout3 {
+        never_worse_than_pytorch! { "varshape/heldout3";
+            fcos_varsize_infer: 1_965_031_424, 28;
+            gru_packed_infer: 3_720_347_648, 28;
+            mistral_generate_varbatch: 383_778_816, 25;
+            unet_varres_infer: 5_385_486_336, 17;
+        }
+
+        /// The two traces where the default policy misses issue 27's first goal: peak
+        /// reserved stays under PyTorch's, segment allocations do not. Consolidations release
+        /// idle segments that later requests of the same run would have reused, and those
+        /// requests grow new ones (convnext: 32 against 30; efficientnet: 196 against 185).
+        /// `never_worse_than_pytorch` is the goal and fails today; `no_worse_than_today` holds
+        /// the policy to its present figures (peak reserved, segments) until it is met.
+        macro_rules! missed {
+            ($($trace:ident: $reserved:expr, $segments:expr, today $ours_reserved:expr, $ours_segments:expr, $why:literal;)*) => {
+                $(
+                    mod $trace {
+                        #[test]
+                        #[ignore = $why]
+                        fn never_worse_than_pytorch() {
+                            let file = concat!(stringify!($trace), ".trace.gz");
+                            crate::check("varshape/heldout3", file, $reserved, $segments);
+                        }
+
+                        #[test]
+                        fn no_worse_than_today() {
+                            let file = concat!(stringify!($trace), ".trace.gz");
+                            let path = crate::trace("varshape/heldout3", file)
+                                .expect("the third held-out set is in the repository");
+                            let ours = crate::common::replay_never_worse_than_pytorch(
+                                &path,
+                                file,
+                                $ours_reserved,
+                                $ours_segments,
+                            );
+                            assert!(ours.peak_reserved <= $reserved, "{file}: peak above PyTorch's");
+                            let torch = crate::common::replay_with_pytorch_policy(&path);
+                            assert_eq!(
+                                (torch.peak_reserved, torch.segment_allocs),
+                                ($reserved, $segments),
+                                "{file}: release_policy:on_oom must reproduce PyTorch's recording"
+                            );
+                        }
+                    }
+                )*
+            };
+        }
+
+        missed! {
+            convnext_varres_infer: 2_501_902_336, 30, today 1_782_579_200, 32,
+                "issue 27, goal 1 missed: 32 segment allocations against PyTorch's 30";
+            efficientnet_varres_train: 14_248_050_688, 185, today 9_902_751_744, 196,
+                "issue 27, goal 1 missed: 196 segment allocations against PyTorch's 185";
         }
     }
 }

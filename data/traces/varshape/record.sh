@@ -5,6 +5,9 @@
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
 RT_DIR=${RT_DIR:-$D/../../../../shared/gpu}
+# The device machine's copy of the repository may come without ../shared: then copy
+# record_trace.py into a carried folder and point RT_DIR at it.
+[ -f "$RT_DIR/record_trace.py" ] || { echo "record.sh: no record_trace.py in $RT_DIR (set RT_DIR)" >&2; exit 2; }
 export PYTHONPATH="$D:$RT_DIR:${PYTHONPATH:-}"
 W="${WORKLOADS:-gpt2_varlen_infer resnet50_varres_infer lstm_packed_train llama_generate_varprompt bert_fp16_varlen_infer fasterrcnn_varsize_infer t5_generate_varbatch vit_varbatch_infer}"
 jobs=()
