@@ -11,6 +11,10 @@
 #   held out 3: unet_varres_infer, convnext_varres_infer, fcos_varsize_infer, gru_packed_infer,
 #               mistral_generate_varbatch, efficientnet_varres_train (recorded 2026-12-04 16:xx UTC
 #               into heldout3/, before the fifth round's rules were written)
+#   held out 4: swin_varres_infer, densenet_varres_train, audio_encoder_varlen_infer,
+#               lstm_seq2seq_varlen_train, keypointrcnn_varsize_infer, gptneox_generate_varbatch
+#               (recorded 2026-12-04 16:4x UTC into heldout4/, after heldout3/ had been judged and
+#               before any rule designed on it was final)
 # The validation traces are judged once, at the end; no rule is tuned on them.
 import os, random, sys, torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -171,6 +175,52 @@ def run(name):
             loss = torch.nn.functional.cross_entropy(m(torch.randn(b, 3, r, r, device=dev)),
                                                      torch.randint(0, 100, (b,), device=dev))
             optimizer_step(loss, opt)
+    elif name == "swin_varres_infer":
+        import torchvision
+        m = torchvision.models.swin_t().to(dev).eval()
+        with torch.autocast("cuda", dtype=torch.float16):
+            infer_random_images(m, dev, 30, batch=(1, 32), resolutions=range(224, 417, 32))
+    elif name == "densenet_varres_train":
+        import torchvision
+        m = torchvision.models.densenet121(num_classes=50).to(dev)
+        opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+        for step in range(14):
+            b = random.randint(4, 32); r = random.choice(range(128, 289, 32))
+            loss = torch.nn.functional.cross_entropy(m(torch.randn(b, 3, r, r, device=dev)),
+                                                     torch.randint(0, 50, (b,), device=dev))
+            optimizer_step(loss, opt)
+    elif name == "audio_encoder_varlen_infer":
+        nn = torch.nn
+        stem = nn.Sequential(nn.Conv1d(80, 512, 3, padding=1), nn.GELU(), nn.Conv1d(512, 512, 3, stride=2, padding=1), nn.GELU()).to(dev)
+        enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True), 6).to(dev).eval()
+        with torch.no_grad():
+            for step in range(30):
+                b = random.randint(1, 24); frames = random.randint(200, 3000)
+                enc(stem(torch.randn(b, 80, frames, device=dev)).transpose(1, 2))
+    elif name == "lstm_seq2seq_varlen_train":
+        nn = torch.nn
+        emb = nn.Embedding(16000, 256).to(dev)
+        encoder = nn.LSTM(256, 512, num_layers=2, batch_first=True).to(dev)
+        decoder = nn.LSTM(256, 512, num_layers=2, batch_first=True).to(dev)
+        head = nn.Linear(512, 16000).to(dev)
+        params = [p for mod in (emb, encoder, decoder, head) for p in mod.parameters()]
+        opt = torch.optim.Adam(params, lr=1e-3)
+        for step in range(20):
+            b = random.randint(8, 64); s = random.randint(10, 200); t = random.randint(10, 120)
+            _, state = encoder(emb(torch.randint(0, 16000, (b, s), device=dev)))
+            y = torch.randint(0, 16000, (b, t), device=dev)
+            out, _ = decoder(emb(y), state)
+            loss = torch.nn.functional.cross_entropy(head(out).flatten(0, 1), y.flatten())
+            optimizer_step(loss, opt)
+    elif name == "keypointrcnn_varsize_infer":
+        import torchvision
+        m = torchvision.models.detection.keypointrcnn_resnet50_fpn(weights=None, weights_backbone=None).to(dev).eval()
+        detect_random_images(m, dev, 10, images=(1, 4), side=(320, 960))
+    elif name == "gptneox_generate_varbatch":
+        from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+        cfg = GPTNeoXConfig(hidden_size=768, intermediate_size=3072, num_hidden_layers=8, num_attention_heads=12, vocab_size=50304)
+        m = GPTNeoXForCausalLM(cfg).to(dev, dtype=torch.float16).eval()
+        generate_fixed(m, dev, [(16, 64), (3, 500), (40, 24), (7, 250)], vocab=50000, new_tokens=40, pad_token_id=0)
     else:
         raise SystemExit("unknown workload " + name)
     torch.cuda.synchronize()
