@@ -3,7 +3,7 @@
 //! allocations (driver calls) never above PyTorch's, on the design traces (the shared
 //! traces folder) and on held-out validation traces (`data/traces/validation`, recorded
 //! on an H200 and not used to design the policy's rules), and on the variable-shape traces
-//! of issue 27 (`data/traces/varshape`: a design set, a validation set and three held-out
+//! of issue 27 (`data/traces/varshape`: a design set, a validation set and four held-out
 //! sets, each judged once before it was pinned here). On two traces of the third held-out set
 //! the default policy makes more segment allocations than PyTorch (issue 27's first goal,
 //! missed): their `never_worse_than_pytorch` tests fail and are ignored with the figures, and
@@ -199,6 +199,19 @@ mod varshape {
                 "issue 27, goal 1 missed: 32 segment allocations against PyTorch's 30";
             efficientnet_varres_train: 14_248_050_688, 185, today 9_902_751_744, 196,
                 "issue 27, goal 1 missed: 196 segment allocations against PyTorch's 185";
+        }
+    }
+
+    /// The fourth held-out set of issue 27 (`data/traces/varshape/heldout4`), judged once on
+    /// 2026-12-04 (docs/performance.md, "a fifth round").
+    mod heldout4 {
+        never_worse_than_pytorch! { "varshape/heldout4";
+            audio_encoder_varlen_infer: 4_311_744_512, 18;
+            densenet_varres_train: 6_952_058_880, 233;
+            gptneox_generate_varbatch: 446_693_376, 18;
+            keypointrcnn_varsize_infer: 6_798_966_784, 49;
+            lstm_seq2seq_varlen_train: 2_558_525_440, 19;
+            swin_varres_infer: 2_751_463_424, 38;
         }
     }
 }

@@ -185,7 +185,7 @@ static DETACHED_HISTORY: std::sync::OnceLock<History> = std::sync::OnceLock::new
 /// consolidated into one instead of growing the reserved memory past its high-water mark,
 /// what a consolidation released is regrown as one segment when needed again, and
 /// small-pool segments grow with the stream's small-pool use (2 MiB up to 4 MiB); see
-/// [`crate::config::ReleasePolicy`]. On 31 of the repository's 33 PyTorch traces
+/// [`crate::config::ReleasePolicy`]. On 37 of the repository's 39 PyTorch traces
 /// (simulated H200), peak reserved bytes and segment allocations stay at or below PyTorch's
 /// default; on two variable-shape traces peak reserved stays below PyTorch's but segment
 /// allocations do not (up to 6% more; `tests/policy_must_hold.rs`; `xpu replay-all DIR`

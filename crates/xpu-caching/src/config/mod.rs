@@ -49,7 +49,7 @@ pub enum ReleasePolicy {
     OnOom,
     /// Beyond PyTorch, lowers the peak reserved memory, usually without more segment
     /// allocations where segments are split (steps 1-3; unsplit segments get step 4 alone).
-    /// On 31 of the repository's 33 recorded traces (simulated) it makes no more segment
+    /// On 37 of the repository's 39 recorded traces (simulated) it makes no more segment
     /// allocations than PyTorch's default; on two variable-shape traces a consolidation
     /// released idle segments that later requests needed again, and it makes up to 6% more
     /// (docs/performance.md, 2026-12-04, "a fifth round"):
