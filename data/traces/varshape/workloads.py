@@ -9,11 +9,11 @@
 #               gpt2_varlen_train (recorded 2026-12-04 into heldout2/, for the round after the
 #               one that looks at heldout/)
 #   held out 3: unet_varres_infer, convnext_varres_infer, fcos_varsize_infer, gru_packed_infer,
-#               mistral_generate_varbatch, efficientnet_varres_train (recorded 2026-12-04 16:xx UTC
+#               mistral_generate_varbatch, efficientnet_varres_train (recorded 2026-12-04 16:06 UTC
 #               into heldout3/, before the fifth round's rules were written)
 #   held out 4: swin_varres_infer, densenet_varres_train, audio_encoder_varlen_infer,
 #               lstm_seq2seq_varlen_train, keypointrcnn_varsize_infer, gptneox_generate_varbatch
-#               (recorded 2026-12-04 16:4x UTC into heldout4/, after heldout3/ had been judged and
+#               (recorded 2026-12-04 16:40 UTC into heldout4/, after heldout3/ had been judged and
 #               before any rule designed on it was final)
 # The validation traces are judged once, at the end; no rule is tuned on them.
 import os, random, sys, torch
