@@ -7,9 +7,10 @@
 //! Commands: `info [--json]` (device table), `demo` (the main job; its trace is built into the
 //! binary), `bench [--json] [--config]`, `replay TRACE [--json] [--plot] [--compare] [--snapshot]`
 //! (`--compare` also shows PyTorch's expandable-segments figure),
-//! `replay-all DIR [--json] [--config]` (a folder's table: xpu vs PyTorch default vs expandable
+//! `replay-all DIR... [--json] [--config]` (a folder's table: xpu vs PyTorch default vs expandable
 //! segments, with the geometric mean; in JSON each row carries PyTorch's figures as the `pytorch`
-//! object of `replay --compare --json`), `plot-scaling`. Every command checks its device through
+//! object of `replay --compare --json`; with several folders, the figures over all their traces
+//! too), `plot-scaling`. Every command checks its device through
 //! `xpu_device::device` first (one wording for a bad `XPU_DEVICE_TYPE` or an out-of-range index),
 //! honours `XPU_ALLOC_CONF` (or `--config`) and rejects an invalid one (one flattened clap group,
 //! `alloc_conf::AllocConfArg`, owns `--config` and its parsing for `replay`, `replay-all` and
@@ -84,8 +85,9 @@ enum Command {
     Demo(demo::Args),
     /// Replay an allocator trace through the caching allocator (real device or simulated).
     Replay(replay::Args),
-    /// Replay every trace of a folder (simulated H200) and print xpu's figures next to
-    /// PyTorch's, with the geometric mean of peak reserved over the expandable-segments figure.
+    /// Replay every trace of one or more folders (simulated H200) and print xpu's figures next
+    /// to PyTorch's, with the geometric mean of peak reserved over the expandable-segments
+    /// figure (per folder, and over all the folders' traces).
     ReplayAll(replay_all::Args),
     /// Measure the runtime's speed figures (`--json` for one object).
     Bench(bench::Args),
