@@ -42,6 +42,15 @@ pub struct Folder {
     pub table: Table,
 }
 
+/// The trace furthest above its expandable-segments figure.
+#[derive(Debug, Clone, Serialize)]
+pub struct Worst {
+    /// Trace file name.
+    pub trace: String,
+    /// xpu's peak reserved over its expandable-segments figure.
+    pub over_expandable: f64,
+}
+
 /// The figures over every trace of several folders.
 #[derive(Debug, Clone, Serialize)]
 pub struct Overall {
@@ -53,8 +62,8 @@ pub struct Overall {
     pub geomean_over_expandable: Option<f64>,
     /// The same for PyTorch's default peak reserved.
     pub pytorch_geomean_over_expandable: Option<f64>,
-    /// The trace with the highest ratio over the expandable-segments figure, and the ratio.
-    pub worst_over_expandable: Option<(String, f64)>,
+    /// The trace with the highest ratio over the expandable-segments figure.
+    pub worst_over_expandable: Option<Worst>,
     /// Traces above PyTorch's default on peak reserved or on segment allocations
     /// (`within_pytorch` false), as `folder/trace`.
     pub not_within_pytorch: Vec<String>,
@@ -82,8 +91,13 @@ impl Overall {
             geomean_over_expandable: geomean(&ours),
             pytorch_geomean_over_expandable: geomean(&theirs),
             worst_over_expandable: rows()
-                .filter_map(|(_, r)| Some((r.trace.clone(), r.over_expandable?)))
-                .max_by(|a, b| a.1.total_cmp(&b.1)),
+                .filter_map(|(_, r)| {
+                    Some(Worst {
+                        trace: r.trace.clone(),
+                        over_expandable: r.over_expandable?,
+                    })
+                })
+                .max_by(|a, b| a.over_expandable.total_cmp(&b.over_expandable)),
             not_within_pytorch: rows()
                 .filter(|(_, r)| r.within_pytorch == Some(false))
                 .map(|(f, r)| format!("{}/{}", f.dir.display(), r.trace))
@@ -271,10 +285,10 @@ pub fn render(table: &Table) -> String {
 /// The figures over several folders as text, after their tables.
 #[must_use]
 pub fn render_overall(o: &Overall) -> String {
-    let worst = o
-        .worst_over_expandable
-        .as_ref()
-        .map_or_else(|| "-".to_owned(), |(t, r)| format!("{t} {r:.3}"));
+    let worst = o.worst_over_expandable.as_ref().map_or_else(
+        || "-".to_owned(),
+        |w| format!("{} {:.3}", w.trace, w.over_expandable),
+    );
     let outside = if o.not_within_pytorch.is_empty() {
         "none".to_owned()
     } else {
