@@ -126,9 +126,13 @@ fn replay_all_of_several_folders_adds_the_figures_over_all_their_traces() {
         ]
     );
     assert_eq!(
-        overall["worst_over_expandable"][0],
+        overall["worst_over_expandable"]["trace"],
         "gru_packed_infer.trace.gz"
     );
+    let worst = overall["worst_over_expandable"]["over_expandable"]
+        .as_f64()
+        .unwrap();
+    assert!(ratios.iter().all(|&r| r <= worst), "{worst}");
 
     let text = success(&xpu(&["replay-all", args[0], args[1]]));
     assert!(text.contains(&format!("{}:\n", args[1])), "{text}");
