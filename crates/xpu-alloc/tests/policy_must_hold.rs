@@ -175,13 +175,28 @@ mod varshape {
                             let file = concat!(stringify!($trace), ".trace.gz");
                             let path = crate::trace("varshape/heldout3", file)
                                 .expect("the third held-out set is in the repository");
-                            let ours = crate::common::replay_never_worse_than_pytorch(
+                            let (torch_reserved, today_reserved, today_segments): (u64, u64, u64) =
+                                ($reserved, $ours_reserved, $ours_segments);
+                            let ours = xpu_alloc::replay::run(
                                 &path,
-                                file,
-                                $ours_reserved,
-                                $ours_segments,
+                                &xpu_alloc::replay::ReplayOptions::default(),
+                            )
+                            .unwrap()
+                            .report;
+                            assert_eq!(ours.ooms, 0, "{file}");
+                            assert!(
+                                ours.peak_reserved <= torch_reserved,
+                                "{file}: peak reserved {} > PyTorch's {torch_reserved}",
+                                ours.peak_reserved
                             );
-                            assert!(ours.peak_reserved <= $reserved, "{file}: peak above PyTorch's");
+                            assert!(
+                                ours.peak_reserved <= today_reserved
+                                    && ours.segment_allocs <= today_segments,
+                                "{file}: {} bytes / {} segment allocations, worse than today's \
+                                 {today_reserved} / {today_segments}",
+                                ours.peak_reserved,
+                                ours.segment_allocs
+                            );
                             let torch = crate::common::replay_with_pytorch_policy(&path);
                             assert_eq!(
                                 (torch.peak_reserved, torch.segment_allocs),

@@ -12,7 +12,7 @@
 //! `convnext_varres_infer` and `efficientnet_varres_train` (third held-out set) this policy
 //! makes 32 and 196 against PyTorch's 30 and 185, a miss of issue 27's first goal that those
 //! two tests record. `on_oom` gives exactly PyTorch's recorded figures on each (the replay
-//! follows the recording's segment addresses); `xpu replay-all DIR` prints the table with the
+//! follows the recording's segment addresses); `xpu replay-all DIR...` prints the table with the
 //! geometric mean over the expandable-segments figure. Variable-shape inference stays above
 //! expandable segments (up to 1.46x on the traces); what was tried against it, in five
 //! rounds, is in docs/performance.md (2026-12-03 and 2026-12-04, issue 27).

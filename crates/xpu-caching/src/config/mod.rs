@@ -49,10 +49,10 @@ pub enum ReleasePolicy {
     OnOom,
     /// Beyond PyTorch, lowers the peak reserved memory, usually without more segment
     /// allocations where segments are split (steps 1-3; unsplit segments get step 4 alone).
-    /// On 37 of the repository's 39 recorded traces (simulated) it makes no more segment
-    /// allocations than PyTorch's default; on two variable-shape traces a consolidation
-    /// released idle segments that later requests needed again, and it makes up to 6% more
-    /// (docs/performance.md, 2026-12-04, "a fifth round"):
+    /// On 37 of the 39 recorded traces that `policy_must_hold` replays (simulated) it makes
+    /// no more segment allocations than PyTorch's default; on two variable-shape traces a
+    /// consolidation released idle segments that later requests needed again, and it makes
+    /// up to 7% more (docs/performance.md, 2026-12-04, "a fifth round"):
     /// 1. **Consolidation (large pool).** When a new large segment of `S` bytes would raise
     ///    the device's reserved bytes above their highest value so far, and the stream's
     ///    idle cached whole large segments (none of which could serve the request) add up to
@@ -79,7 +79,7 @@ pub enum ReleasePolicy {
     ///    workload still uses that size: growing lets a repeating mix such as a training
     ///    step settle with no segment made per step). A block that cannot be split serves
     ///    only requests near its size, so without this the cache keeps bytes the current
-    ///    requests cannot use: on the repository's 18 traces (simulated) peak reserved goes
+    ///    requests cannot use: on the 18 traces the repository had then (simulated) peak reserved goes
     ///    from 1.05-7.39x PyTorch's default without it to 0.49-3.12x with it.
     ///
     /// Releasing idle segments without consolidating (a plain "release before growing")
