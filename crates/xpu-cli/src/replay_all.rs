@@ -45,7 +45,7 @@ pub struct Folder {
 /// The trace furthest above its expandable-segments figure.
 #[derive(Debug, Clone, Serialize)]
 pub struct Worst {
-    /// Trace file name.
+    /// The trace, as `folder/file`.
     pub trace: String,
     /// xpu's peak reserved over its expandable-segments figure.
     pub over_expandable: f64,
@@ -65,8 +65,11 @@ pub struct Overall {
     /// The trace with the highest ratio over the expandable-segments figure.
     pub worst_over_expandable: Option<Worst>,
     /// Traces above PyTorch's default on peak reserved or on segment allocations
-    /// (`within_pytorch` false), as `folder/trace`.
+    /// (`within_pytorch` false), as `folder/file`.
     pub not_within_pytorch: Vec<String>,
+    /// Traces without PyTorch's default figures (no summary file and no table row), as
+    /// `folder/file`: neither within nor above.
+    pub without_pytorch: Vec<String>,
 }
 
 impl Overall {
@@ -78,6 +81,7 @@ impl Overall {
                 .iter()
                 .flat_map(|f| f.table.rows.iter().map(move |r| (f, r)))
         };
+        let name = |f: &Folder, r: &Row| f.dir.join(&r.trace).display().to_string();
         let ours: Vec<f64> = rows().filter_map(|(_, r)| r.over_expandable).collect();
         let theirs: Vec<f64> = rows()
             .filter_map(|(_, r)| {
@@ -91,16 +95,20 @@ impl Overall {
             geomean_over_expandable: geomean(&ours),
             pytorch_geomean_over_expandable: geomean(&theirs),
             worst_over_expandable: rows()
-                .filter_map(|(_, r)| {
+                .filter_map(|(f, r)| {
                     Some(Worst {
-                        trace: r.trace.clone(),
+                        trace: name(f, r),
                         over_expandable: r.over_expandable?,
                     })
                 })
                 .max_by(|a, b| a.over_expandable.total_cmp(&b.over_expandable)),
             not_within_pytorch: rows()
                 .filter(|(_, r)| r.within_pytorch == Some(false))
-                .map(|(f, r)| format!("{}/{}", f.dir.display(), r.trace))
+                .map(|(f, r)| name(f, r))
+                .collect(),
+            without_pytorch: rows()
+                .filter(|(_, r)| r.within_pytorch.is_none())
+                .map(|(f, r)| name(f, r))
                 .collect(),
         }
     }
@@ -294,7 +302,7 @@ pub fn render_overall(o: &Overall) -> String {
     } else {
         o.not_within_pytorch.join(", ")
     };
-    format!(
+    let mut out = format!(
         "all {} traces: geometric mean of peak reserved / expandable-segments figure over {} \
          traces: xpu {}, PyTorch default {}; worst {worst}; above PyTorch's default (peak or \
          segments): {outside}\n",
@@ -302,7 +310,15 @@ pub fn render_overall(o: &Overall) -> String {
         o.with_expandable,
         opt_ratio(o.geomean_over_expandable),
         opt_ratio(o.pytorch_geomean_over_expandable),
-    )
+    );
+    if !o.without_pytorch.is_empty() {
+        let _ = writeln!(
+            out,
+            "without PyTorch's figures (not judged): {}",
+            o.without_pytorch.join(", ")
+        );
+    }
+    out
 }
 
 /// Runs `xpu replay-all`.
@@ -311,6 +327,20 @@ pub fn render_overall(o: &Overall) -> String {
 /// See [`table`]; a bad configuration.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let config = args.alloc.replay_text()?;
+    // Every folder is read, and none given twice, before anything is replayed.
+    let mut seen = Vec::with_capacity(args.dirs.len());
+    for dir in &args.dirs {
+        traces(dir)?;
+        let canonical = dir
+            .canonicalize()
+            .with_context(|| format!("reading the folder {}", dir.display()))?;
+        anyhow::ensure!(
+            !seen.contains(&canonical),
+            "the folder {} is given twice: its traces would count twice in the figures over all folders",
+            dir.display()
+        );
+        seen.push(canonical);
+    }
     let mut folders = Vec::with_capacity(args.dirs.len());
     for dir in &args.dirs {
         folders.push(Folder {

@@ -127,8 +127,9 @@ fn replay_all_of_several_folders_adds_the_figures_over_all_their_traces() {
     );
     assert_eq!(
         overall["worst_over_expandable"]["trace"],
-        "gru_packed_infer.trace.gz"
+        format!("{}/gru_packed_infer.trace.gz", args[1])
     );
+    assert_eq!(overall["without_pytorch"], serde_json::json!([]));
     let worst = overall["worst_over_expandable"]["over_expandable"]
         .as_f64()
         .unwrap();
@@ -140,4 +141,37 @@ fn replay_all_of_several_folders_adds_the_figures_over_all_their_traces() {
         text.contains("all 10 traces: geometric mean of peak reserved / expandable-segments figure over 10 traces"),
         "{text}"
     );
+}
+
+#[test]
+fn replay_all_refuses_a_folder_given_twice_and_names_traces_without_pytorch_figures() {
+    let heldout3 = bundled_trace().parent().unwrap().join("varshape/heldout3");
+    let same = format!("{}/", heldout3.display());
+    let out = xpu(&["replay-all", heldout3.to_str().unwrap(), &same]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is given twice"), "{err}");
+
+    // A trace with no summary file and no table row is neither within nor above PyTorch.
+    let bare = std::env::temp_dir().join(format!("xpu-replay-all-bare-{}", std::process::id()));
+    std::fs::create_dir_all(&bare).unwrap();
+    std::fs::copy(
+        heldout3.join("mistral_generate_varbatch.trace.gz"),
+        bare.join("unrecorded.trace.gz"),
+    )
+    .unwrap();
+    let text = success(&xpu(&[
+        "replay-all",
+        heldout3.to_str().unwrap(),
+        bare.to_str().unwrap(),
+    ]));
+    assert!(text.contains("all 7 traces:"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "without PyTorch's figures (not judged): {}",
+            bare.join("unrecorded.trace.gz").display()
+        )),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&bare).unwrap();
 }
