@@ -1,9 +1,9 @@
 //! A process that exits while a device still runs its commands must exit cleanly. On PoCL it
-//! does not: the process that enqueued work and returned from `main` without synchronizing
-//! dies in PoCL's or LLVM's teardown (SIGABRT in 4 of 40 runs with warm kernel caches, SIGSEGV
-//! in 1 of 10 with cold ones, 2026-12-04). The fix (draining every queue from an exit handler
-//! registered after the driver's, bounded so that a queue held by an unset user event cannot
-//! hang the exit) is not written yet; this test records the defect and fails today.
+//! did not: a process that enqueued work and returned from `main` without synchronizing died
+//! in the shared libraries' teardown while a PoCL worker still compiled the kernel (SIGABRT in
+//! 4 of 40 runs with warm kernel caches, SIGSEGV in 1 of 10 with cold ones, and 7 or more of
+//! 40 runs of this test, 2026-12-04). xpu-device now drains its queues from an exit handler
+//! (`xpu_device::backend::at_exit`), and every run exits cleanly.
 
 use burn_tensor::Tensor;
 use xpu_burn::{Xpu, XpuDevice};
@@ -24,8 +24,6 @@ fn child_enqueues_and_returns() {
 }
 
 #[test]
-#[ignore = "defect: PoCL aborts or crashes when the process exits with commands in flight \
-            (4 of 40 runs); xpu does not drain its queues at exit yet"]
 fn a_process_that_exits_with_work_in_flight_exits_cleanly() {
     let exe = std::env::current_exe().unwrap();
     let mut failed = Vec::new();

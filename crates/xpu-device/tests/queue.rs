@@ -51,3 +51,36 @@ fn a_borrowed_raw_queue_stays_valid_after_the_wrapper_drops() {
     let err = unsafe { CommandQueue::from_raw_borrowed(std::ptr::null_mut()) }.unwrap_err();
     assert_eq!(err.code, CL_INVALID_COMMAND_QUEUE);
 }
+
+/// The exit drain (`backend::at_exit::drain`) waits for every live queue's commands, but no
+/// longer than its limit: a queue held by a user event nobody sets cannot hang an exit.
+#[test]
+fn the_exit_drain_waits_for_live_queues_within_its_limit() {
+    use std::time::{Duration, Instant};
+    use xpu_device::backend::{at_exit, ClEvent};
+
+    let Some((_, ctx, q)) = common::device0_queue() else {
+        return;
+    };
+    let gate = ClEvent::user(ctx).unwrap();
+    // A marker behind the gate: the queue's commands cannot be over until it is set.
+    let held = q.enqueue_marker(&[&gate]).unwrap();
+    q.flush().unwrap();
+    let start = Instant::now();
+    assert!(
+        !at_exit::drain(Duration::from_millis(50)),
+        "drained a gated queue"
+    );
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(50), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert!(!held.is_complete().unwrap());
+
+    gate.set_complete().unwrap();
+    assert!(
+        at_exit::drain(Duration::from_secs(10)),
+        "gate set, queue still busy"
+    );
+    assert!(held.is_complete().unwrap());
+    q.finish().unwrap();
+}

@@ -47,6 +47,7 @@
 //!   argument of another context. The backend checks all of these itself, as the specification
 //!   requires, so every platform behaves the same.
 
+pub mod at_exit;
 mod callbacks;
 mod command_buffer;
 mod context;

@@ -125,8 +125,9 @@ pub(super) fn check_buffer_copy(
 
 impl CommandQueue {
     /// Wraps one owned reference, counted in [`super::live_objects`].
-    fn counted(raw: raw::cl_command_queue) -> Self {
+    pub(super) fn counted(raw: raw::cl_command_queue) -> Self {
         super::live::created(super::live::Kind::Queue);
+        super::at_exit::wrapper_created(raw);
         CommandQueue(raw)
     }
 
@@ -815,6 +816,7 @@ impl Clone for CommandQueue {
 impl Drop for CommandQueue {
     fn drop(&mut self) {
         super::live::released(super::live::Kind::Queue);
+        super::at_exit::wrapper_dropped(self.0);
         // SAFETY: we own exactly one reference to a live queue.
         release::note("clReleaseCommandQueue", unsafe {
             clq::release_command_queue(self.0)
