@@ -33,6 +33,13 @@ def detect_random_images(m, dev, steps, images, side):
             b = random.randint(*images)
             m([torch.rand(3, random.randint(*side), random.randint(*side), device=dev) for _ in range(b)])
 
+def detect_untrained(model, dev, steps, images, side):
+    """Builds torchvision's detection model `model` (e.g. "fasterrcnn_resnet50_fpn") without
+    pretrained weights, in eval mode on `dev`, and runs `detect_random_images` on it."""
+    import torchvision
+    m = getattr(torchvision.models.detection, model)(weights=None, weights_backbone=None).to(dev).eval()
+    detect_random_images(m, dev, steps, images, side)
+
 def generate_fixed(m, dev, shapes, vocab, new_tokens, **kwargs):
     """Greedy generation of exactly `new_tokens` tokens by `m` for each (batch, prompt length)
     of `shapes`, on random prompts; `kwargs` go to `m.generate`."""

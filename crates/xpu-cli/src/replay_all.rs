@@ -205,22 +205,23 @@ fn traces(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Replays every trace of `dir` on a simulated H200 with `config` and builds the table.
+/// Replays the trace files `files` (a folder's, from [`traces`]) on a simulated H200 with
+/// `config` and builds the table.
 ///
 /// # Errors
-/// An unreadable folder, a folder without traces, or a trace that cannot be replayed.
-pub fn table(dir: &Path, config: Option<&str>) -> anyhow::Result<Table> {
+/// A trace that cannot be replayed.
+fn table(files: &[PathBuf], config: Option<&str>) -> anyhow::Result<Table> {
     let mut rows = Vec::new();
-    for path in traces(dir)? {
+    for path in files {
         let replayed = replay_file(
-            TraceSource::File(&path),
+            TraceSource::File(path),
             Mode::H200,
             config,
             Record::default(),
         )?;
         rows.push(Row::new(
             &replayed.outcome.report,
-            compare::reference_for(&path),
+            compare::reference_for(path),
         ));
     }
     let ours: Vec<f64> = rows.iter().filter_map(|r| r.over_expandable).collect();
@@ -324,13 +325,15 @@ pub fn render_overall(o: &Overall) -> String {
 /// Runs `xpu replay-all`.
 ///
 /// # Errors
-/// See [`table`]; a bad configuration.
+/// An unreadable folder, a folder without traces or given twice, a trace that cannot be
+/// replayed, a bad configuration.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let config = args.alloc.replay_text()?;
     // Every folder is read, and none given twice, before anything is replayed.
     let mut seen = Vec::with_capacity(args.dirs.len());
+    let mut files = Vec::with_capacity(args.dirs.len());
     for dir in &args.dirs {
-        traces(dir)?;
+        files.push(traces(dir)?);
         let canonical = dir
             .canonicalize()
             .with_context(|| format!("reading the folder {}", dir.display()))?;
@@ -342,10 +345,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         seen.push(canonical);
     }
     let mut folders = Vec::with_capacity(args.dirs.len());
-    for dir in &args.dirs {
+    for (dir, files) in args.dirs.iter().zip(&files) {
         folders.push(Folder {
             dir: dir.clone(),
-            table: table(dir, config.as_deref())?,
+            table: table(files, config.as_deref())?,
         });
     }
     let text = match (&folders[..], args.json) {

@@ -18,7 +18,7 @@
 # The validation traces are judged once, at the end; no rule is tuned on them.
 import os, random, sys, torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from workload_steps import (detect_random_images, generate_fixed, infer_random_images, infer_random_tokens,
+from workload_steps import (detect_untrained, generate_fixed, infer_random_images, infer_random_tokens,
                             optimizer_step, record_main, seeded_cuda)
 
 def unet(dev, width=48):
@@ -77,9 +77,7 @@ def run(name):
         m = BertModel(BertConfig()).to(dev, dtype=torch.float16).eval()
         infer_random_tokens(m, dev, 50, batch=(1, 48), seq=(8, 512), vocab=30000)
     elif name == "fasterrcnn_varsize_infer":
-        import torchvision
-        m = torchvision.models.detection.fasterrcnn_resnet50_fpn(weights=None, weights_backbone=None).to(dev).eval()
-        detect_random_images(m, dev, 12, images=(1, 4), side=(300, 900))
+        detect_untrained("fasterrcnn_resnet50_fpn", dev, 12, images=(1, 4), side=(300, 900))
     elif name == "t5_generate_varbatch":
         from transformers import T5Config, T5ForConditionalGeneration
         m = T5ForConditionalGeneration(T5Config(num_layers=6, d_model=512, d_ff=2048, num_heads=8)).to(dev).eval()
@@ -105,9 +103,7 @@ def run(name):
         m = torchvision.models.mobilenet_v3_large().to(dev).eval()
         infer_random_images(m, dev, 40, batch=(1, 128), resolutions=range(96, 481, 16))
     elif name == "retinanet_varsize_infer":
-        import torchvision
-        m = torchvision.models.detection.retinanet_resnet50_fpn(weights=None, weights_backbone=None).to(dev).eval()
-        detect_random_images(m, dev, 12, images=(1, 6), side=(256, 1024))
+        detect_untrained("retinanet_resnet50_fpn", dev, 12, images=(1, 6), side=(256, 1024))
     elif name == "roberta_varlen_train":
         from transformers import RobertaConfig, RobertaForSequenceClassification
         m = RobertaForSequenceClassification(RobertaConfig(num_hidden_layers=6, num_labels=4)).to(dev)
@@ -121,9 +117,7 @@ def run(name):
         m = torchvision.models.segmentation.deeplabv3_resnet50(weights=None, weights_backbone=None).to(dev).eval()
         infer_random_images(m, dev, 24, batch=(1, 16), resolutions=range(192, 641, 64))
     elif name == "maskrcnn_varsize_infer":
-        import torchvision
-        m = torchvision.models.detection.maskrcnn_resnet50_fpn(weights=None, weights_backbone=None).to(dev).eval()
-        detect_random_images(m, dev, 10, images=(1, 5), side=(320, 960))
+        detect_untrained("maskrcnn_resnet50_fpn", dev, 10, images=(1, 5), side=(320, 960))
     elif name == "opt_generate_varprompt":
         from transformers import OPTConfig, OPTForCausalLM
         cfg = OPTConfig(hidden_size=768, ffn_dim=3072, num_hidden_layers=8, num_attention_heads=12, vocab_size=50272)
@@ -148,9 +142,7 @@ def run(name):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             infer_random_images(m, dev, 40, batch=(1, 48), resolutions=range(160, 385, 32))
     elif name == "fcos_varsize_infer":
-        import torchvision
-        m = torchvision.models.detection.fcos_resnet50_fpn(weights=None, weights_backbone=None).to(dev).eval()
-        detect_random_images(m, dev, 12, images=(1, 4), side=(320, 1024))
+        detect_untrained("fcos_resnet50_fpn", dev, 12, images=(1, 4), side=(320, 1024))
     elif name == "gru_packed_infer":
         from torch.nn.utils.rnn import pack_padded_sequence
         emb = torch.nn.Embedding(20000, 384).to(dev)
@@ -213,9 +205,7 @@ def run(name):
             loss = torch.nn.functional.cross_entropy(head(out).flatten(0, 1), y.flatten())
             optimizer_step(loss, opt)
     elif name == "keypointrcnn_varsize_infer":
-        import torchvision
-        m = torchvision.models.detection.keypointrcnn_resnet50_fpn(weights=None, weights_backbone=None).to(dev).eval()
-        detect_random_images(m, dev, 10, images=(1, 4), side=(320, 960))
+        detect_untrained("keypointrcnn_resnet50_fpn", dev, 10, images=(1, 4), side=(320, 960))
     elif name == "gptneox_generate_varbatch":
         from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
         cfg = GPTNeoXConfig(hidden_size=768, intermediate_size=3072, num_hidden_layers=8, num_attention_heads=12, vocab_size=50304)

@@ -90,16 +90,25 @@ pub fn replay_never_worse_than_pytorch(
     torch_reserved: u64,
     torch_segments: u64,
 ) -> ReplayReport {
+    replay_within(path, file, (torch_reserved, torch_segments), "PyTorch's")
+}
+
+/// Replays the trace at `path` (named `file` in messages) in simulation with the default
+/// policy and asserts no OOM, peak reserved bytes at most `bound.0` and segment allocations
+/// at most `bound.1`; `whose` names the bound in messages ("PyTorch's", "today's"). Returns
+/// the report.
+pub fn replay_within(path: &Path, file: &str, bound: (u64, u64), whose: &str) -> ReplayReport {
+    let (reserved, segments) = bound;
     let ours = replay::run(path, &ReplayOptions::default()).unwrap().report;
     assert_eq!(ours.ooms, 0, "{file}");
     assert!(
-        ours.peak_reserved <= torch_reserved,
-        "{file}: peak reserved {} > PyTorch's {torch_reserved}",
+        ours.peak_reserved <= reserved,
+        "{file}: peak reserved {} > {whose} {reserved}",
         ours.peak_reserved
     );
     assert!(
-        ours.segment_allocs <= torch_segments,
-        "{file}: {} segment allocations > PyTorch's {torch_segments}",
+        ours.segment_allocs <= segments,
+        "{file}: {} segment allocations > {whose} {segments}",
         ours.segment_allocs
     );
     ours
