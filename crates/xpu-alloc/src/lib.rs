@@ -99,7 +99,7 @@ pub use xpu_caching::{sim_stream, size, stats, stream};
 pub mod source;
 
 pub use crate::cl_stream::{stream_key, ClBackend, ClStream, EventMarker, StreamMarker, StreamRef};
-pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
+pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy, Relocation};
 pub use crate::data_ptr::{BlockArgError, BlockView, DataPtr};
 pub use crate::device_allocator::DeviceAllocator;
 pub use crate::device_core::DeviceCore;
@@ -128,7 +128,7 @@ pub use crate::source::{
 };
 pub use crate::stats::{MemoryStats, Stat, StatArray};
 pub use crate::stream::{MarkerError, StreamKey};
-pub use xpu_caching::{BlockSnapshot, BlockState, SegmentSnapshot};
+pub use xpu_caching::{BlockSnapshot, BlockState, RelocationStats, SegmentSnapshot};
 /// The pinned-host allocator, re-exported from the `xpu-host` crate.
 pub use xpu_host as host;
 pub use xpu_host::{

@@ -68,11 +68,11 @@ pub mod stream;
 
 pub use crate::allocator::thread_cache::{ThreadCacheKey, ThreadCaches};
 pub use crate::allocator::{
-    Allocation, BlockSnapshot, BlockState, CachingAllocator, DeferredDrop, SegmentSnapshot,
-    SharedState, WeakShard,
+    Allocation, BlockSnapshot, BlockState, CachingAllocator, DeferredDrop, RelocationStats,
+    SegmentSnapshot, SharedState, WeakShard,
 };
 pub use crate::backend::{Backend, MarkerStatus};
-pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
+pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy, Relocation};
 pub use crate::error::{CacheError, DeviceFailure, OomReport};
 pub use crate::history::{History, TraceAction, TraceEntry};
 pub use crate::sim_stream::SimBackend;

@@ -132,6 +132,9 @@ pub struct Row {
     pub over_expandable: Option<f64>,
     /// Peak reserved and segment allocations both at most PyTorch's default.
     pub within_pytorch: Option<bool>,
+    /// What relocation did (with `--config relocation:merge`); absent when it was off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relocation: Option<xpu_alloc::RelocationStats>,
 }
 
 impl Row {
@@ -150,6 +153,7 @@ impl Row {
             within_pytorch: torch_reserved
                 .zip(torch_segments)
                 .map(|(t, s)| r.peak_reserved <= t && r.segment_allocs <= s),
+            relocation: r.relocation,
             pytorch,
         }
     }

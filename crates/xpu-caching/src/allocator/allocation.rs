@@ -37,6 +37,10 @@ impl<B: ThreadCacheKey> Allocation<B> {
     }
 
     /// Device address of the first byte: unique on the device while the allocation lives.
+    ///
+    /// With [`Relocation::Merge`](crate::config::Relocation::Merge) over simulated segments
+    /// (the only memory that relocates), this is the address at which the block was handed
+    /// out: a later move is not reflected (snapshots show the block's current place).
     #[must_use]
     pub fn address(&self) -> u64 {
         self.handed.addr

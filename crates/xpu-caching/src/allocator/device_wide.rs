@@ -64,6 +64,11 @@ pub(crate) struct DeviceShared<B: Backend> {
     /// unset gets. The source is user code (`SourceHooks`), and `set_config` runs under
     /// callers' locks (xpu-alloc's pool registry and configuration lock), so it never asks.
     source_splits: bool,
+    /// `source.holds_no_memory()`, read once: whether `relocation:merge` may move blocks
+    /// (a move copies nothing, so only simulated segments relocate).
+    pub holds_no_memory: bool,
+    /// What relocation did ([`crate::config::Relocation`]).
+    pub relocation: super::relocate::RelocationCounters,
     config_epoch: AtomicU64,
     /// The configuration in effect (`split_segments` resolved: the source's choice where
     /// it was left unset), and `split_segments` as given.
@@ -112,6 +117,8 @@ impl<B: Backend> DeviceShared<B> {
             max_alloc: source.max_alloc_size(),
             device: source.device(),
             source_splits,
+            holds_no_memory: source.holds_no_memory(),
+            relocation: super::relocate::RelocationCounters::default(),
             source,
             config_epoch: AtomicU64::new(1),
             config: Mutex::new((Arc::new(config), given)),

@@ -23,6 +23,7 @@ pub(crate) mod pending;
 mod policy;
 pub(crate) mod policy_state;
 pub(crate) mod pool;
+mod relocate;
 pub(crate) mod shard;
 mod shard_cache;
 pub(crate) mod slab;
@@ -44,6 +45,7 @@ use parking_lot::{Mutex, MutexGuard};
 pub use allocation::Allocation;
 pub use device_wide::{BoxedSource, DeferredDrop, SharedState};
 use oom::{DeferredOom, OnOom};
+pub use relocate::RelocationStats;
 pub use snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
 pub use weak_shard::WeakShard;
 
@@ -55,7 +57,7 @@ use self::stats_cell::StatsWriter;
 use self::stream_state::{Handed, Request, ShardState};
 use self::thread_cache::{with_local, ThreadCacheKey};
 use crate::backend::Backend;
-use crate::config::{AllocConfig, ReleasePolicy};
+use crate::config::{AllocConfig, ReleasePolicy, Relocation};
 use crate::error::CacheError;
 use crate::history::{History, TraceAction};
 use crate::size::MAX_REQUEST;
@@ -667,6 +669,17 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         stats
     }
 
+    /// What relocation ([`Relocation::Merge`], simulated segments only) did since the
+    /// allocator was made: xpu's own figures, beyond PyTorch's statistics. All zero with
+    /// relocation off, over real memory, and in a bad fork child.
+    #[must_use]
+    pub fn relocation_stats(&self) -> RelocationStats {
+        if B::is_bad_fork() {
+            return RelocationStats::default();
+        }
+        self.inner.shared.relocation.read()
+    }
+
     byte_figures! {
         /// Bytes handed out (as `torch.cuda.memory_allocated`).
         memory_allocated: allocated_bytes.all.current,
@@ -782,6 +795,9 @@ fn grow_path<B: Backend>(
             max: max_alloc,
         });
     }
+    if let Some(handed) = relocate_before_grow(shared, state, &req, st) {
+        return Ok(Outcome::Done(handed));
+    }
     if gc {
         state.garbage_collect(shared);
     }
@@ -817,4 +833,25 @@ fn grow_path<B: Backend>(
         }
     }
     Ok(Outcome::Exhausted(req))
+}
+
+/// [`Relocation::Merge`]: serves `req` by moving live blocks instead of growing, or empties
+/// segments for the release policy's consolidation (see `relocate`). Only over a source
+/// that holds no memory (nothing copies the bytes), under `release_policy:before_grow` with
+/// split segments.
+fn relocate_before_grow<B: Backend>(
+    shared: &DeviceShared<B>,
+    state: &mut ShardState<B>,
+    req: &Request,
+    st: &mut StatsWriter<'_>,
+) -> Option<Handed> {
+    if state.config.relocation != Relocation::Merge
+        || !shared.holds_no_memory
+        || state.config.release_policy != ReleasePolicy::BeforeGrow
+        || !state.config.splits_segments()
+    {
+        return None;
+    }
+    let raises = shared.would_raise_high_water(req.segment_size);
+    relocate::relocate_for(state, req, st, &shared.relocation, raises)
 }

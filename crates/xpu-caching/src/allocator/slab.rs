@@ -55,6 +55,12 @@ impl<T> Slab<T> {
         self.items.get(index as usize)?.as_ref()
     }
 
+    /// Swaps the values at two indices (a relocated block's index keeps naming it at its
+    /// new place, `relocate`).
+    pub(crate) fn swap(&mut self, a: u32, b: u32) {
+        self.items.swap(a as usize, b as usize);
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
         self.items
             .iter()

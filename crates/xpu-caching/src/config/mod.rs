@@ -16,6 +16,7 @@
 //! | `release_policy` | `on_oom` (PyTorch's) or `before_grow` | `before_grow` |
 //! | `regrow_factor` | integer ≥ 1 (`before_grow` only) | 4 |
 //! | `split_segments` | `True`/`False`: whether a segment is split into blocks handed out at once (see [`AllocConfig::split_segments`]) | the segment source's choice ([`SegmentSource::splits_segments`](crate::source::SegmentSource::splits_segments)) |
+//! | `relocation` | `off` or `merge`: moving live blocks before a growth (xpu's own; simulated segments only, see [`Relocation`]) | `off` |
 //!
 //! The `pinned_*` keys configure PyTorch's pinned-host allocator. They are accepted (and their
 //! values checked) so that a PyTorch configuration string parses unchanged, but nothing reads
@@ -39,6 +40,33 @@ pub enum MemoryKind {
     /// OpenCL buffers (`cl_mem`); block addresses are assigned by the allocator.
     #[default]
     Buffer,
+}
+
+/// Whether the allocator moves live blocks to avoid growing (xpu's own key `relocation`,
+/// beyond PyTorch, whose blocks never move; design and figures: docs/relocation.md).
+///
+/// **Simulated segments only.** A move rewrites where a block lives; nothing copies its
+/// bytes yet, so only an allocator over a source whose
+/// [`holds_no_memory`](crate::SegmentSource::holds_no_memory) is true (a
+/// [`SimulatedSource`](crate::SimulatedSource): `xpu replay`) moves blocks. Over real memory
+/// the key has no effect, and the runtime's configuration entry points (`XPU_ALLOC_CONF`,
+/// `xpu_alloc::set_config`) refuse `merge` with [`ConfigError::Unsupported`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Relocation {
+    /// Blocks stay where they were handed out (PyTorch's behaviour).
+    #[default]
+    Off,
+    /// Before a large or small segment of a stream is allocated under
+    /// [`ReleasePolicy::BeforeGrow`] with split segments: first, the live blocks of one run
+    /// of neighbouring blocks that spans the request (live blocks without recorded stream
+    /// uses or pending markers, and idle free blocks) move into idle free blocks of the
+    /// stream's other segments of the pool, the run with the fewest live bytes first, and
+    /// the cleared run serves the request. Where no run can be cleared and the growth would
+    /// raise the device's reserved high-water mark, whole segments (fewest live bytes first)
+    /// are emptied into the other segments' idle free blocks until the idle whole segments
+    /// add up to the new segment, so that the release policy's consolidation merges them
+    /// into one instead of growing.
+    Merge,
 }
 
 /// What the allocator does with idle cached segments when it must grow.
@@ -125,6 +153,8 @@ pub struct AllocConfig {
     /// sub-buffers of one buffer are in use at once (NVIDIA's OpenCL, see `xpu-alloc`'s
     /// `BufferSource`).
     pub split_segments: Option<bool>,
+    /// Whether live blocks move before a growth ([`Relocation`]; simulated segments only).
+    pub relocation: Relocation,
 }
 
 impl Default for AllocConfig {
@@ -140,6 +170,7 @@ impl Default for AllocConfig {
             release_policy: ReleasePolicy::default(),
             regrow_factor: 4,
             split_segments: None,
+            relocation: Relocation::Off,
         }
     }
 }
@@ -160,6 +191,7 @@ impl AllocConfig {
         "release_policy",
         "regrow_factor",
         "split_segments",
+        "relocation",
     ];
 
     /// Parses a configuration string such as

@@ -1,6 +1,6 @@
 //! Tokenizer and parser of the allocator configuration grammar.
 
-use super::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy};
+use super::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy, Relocation};
 use crate::size_constants::{MIB, ROUNDUP_INTERVALS};
 
 /// A parsed value: a single token or a bracketed list of `a:b` pairs.
@@ -291,6 +291,13 @@ fn apply(config: &mut AllocConfig, key: &str, value: &Value) -> Result<(), Confi
             config.regrow_factor = n;
         }
         "split_segments" => config.split_segments = Some(boolean(key, value)?),
+        "relocation" => {
+            config.relocation = match scalar(key, value, "off or merge")? {
+                "off" => Relocation::Off,
+                "merge" => Relocation::Merge,
+                _ => return Err(invalid(key, value, "off or merge")),
+            };
+        }
         _ => {
             return Err(ConfigError::UnknownKey {
                 key: key.to_owned(),

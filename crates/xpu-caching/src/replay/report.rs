@@ -41,6 +41,10 @@ pub struct ReplayReport {
     /// fresh addresses).
     #[serde(default)]
     pub segments_at_recorded_address: Option<u64>,
+    /// What relocation did (`relocation:merge`, simulated segments only); `None` when the
+    /// replay's configuration left it off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relocation: Option<crate::RelocationStats>,
     /// Allocations that succeeded only after releasing every cached segment.
     pub alloc_retries: u64,
     /// Allocations that failed for lack of memory.

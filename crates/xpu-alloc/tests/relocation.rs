@@ -1,0 +1,300 @@
+//! `relocation:merge` (xpu_caching's `Relocation::Merge`): live blocks move before a growth,
+//! over simulated segments only. The small layouts show each step; the golden test holds
+//! every trace of `data/traces` to the figures of the simulated experiment the rule was
+//! measured with (branch `experiment/relocation-sim`, docs/relocation.md).
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{manifest_dir, sim_core, stream, MIB};
+use xpu_alloc::replay::{self, ReplayOptions, ReplayReport};
+use xpu_alloc::{AllocConfig, BlockState, ConfigError, RelocationStats};
+
+/// Replays the trace text `text` on the simulated H200 with `config`.
+fn replay_text(text: &str, config: &str) -> ReplayReport {
+    replay::run_reader(
+        "relocation",
+        text.as_bytes(),
+        &ReplayOptions {
+            config: Some(config.to_owned()),
+            ..ReplayOptions::default()
+        },
+    )
+    .unwrap()
+    .report
+}
+
+fn alloc(addr: u64, mib: u64) -> String {
+    format!("alloc {addr} {} 0\n", mib * MIB)
+}
+
+fn free(addr: u64, mib: u64) -> String {
+    format!(
+        "free_requested {addr} {size} 0\nfree_completed {addr} {size} 0\n",
+        size = mib * MIB
+    )
+}
+
+/// Segment A (20 MiB) holds p 6, q 2, r 6, s 6 MiB; segment B holds t 6 and u 8 MiB and a
+/// 6 MiB free tail. p and r are freed: A has two free 6 MiB pieces around the live q. An
+/// 8 MiB request then fits no free block. Relocation moves q (2 MiB) into B's free tail, so
+/// A's first 14 MiB are free and serve the request: two segments instead of three. Then
+/// every block is freed (q at its new place) and two 20 MiB requests take the two whole
+/// idle segments.
+fn clearing_trace() -> String {
+    let (p, q, r, s, t, u, big, last) = (
+        0x1000_0000_u64,
+        0x1060_0000_u64,
+        0x1080_0000_u64,
+        0x10e0_0000_u64,
+        0x2000_0000_u64,
+        0x2060_0000_u64,
+        0x3000_0000_u64,
+        0x4000_0000_u64,
+    );
+    [
+        alloc(p, 6),
+        alloc(q, 2),
+        alloc(r, 6),
+        alloc(s, 6),
+        alloc(t, 6),
+        alloc(u, 8),
+        free(p, 6),
+        free(r, 6),
+        alloc(big, 8),
+        free(q, 2),
+        free(s, 6),
+        free(t, 6),
+        free(u, 8),
+        free(big, 8),
+        alloc(last, 20),
+        alloc(last + 20 * MIB, 20),
+    ]
+    .concat()
+}
+
+#[test]
+fn a_request_that_fits_after_moving_a_live_block_takes_no_new_segment() {
+    let off = replay_text(&clearing_trace(), "relocation:off");
+    assert_eq!((off.peak_reserved, off.segment_allocs), (60 * MIB, 3));
+    assert_eq!(off.relocation, None);
+    let on = replay_text(&clearing_trace(), "relocation:merge");
+    assert_eq!((on.unmatched_frees, on.ooms), (0, 0));
+    // The segment count also says that the moved block's free found it at its new place:
+    // else B would stay split and the second 20 MiB request would grow a third segment.
+    assert_eq!((on.peak_reserved, on.segment_allocs), (40 * MIB, 2));
+    assert_eq!(
+        on.relocation,
+        Some(RelocationStats {
+            relocations: 1,
+            moves: 1,
+            moved_bytes: 2 * MIB,
+            ..RelocationStats::default()
+        })
+    );
+}
+
+/// Two 20 MiB segments each hold one live 2 MiB block and 18 MiB free; two 12 MiB
+/// segments are idle. A 40 MiB request fits nowhere, no run of one segment spans it, and
+/// the idle segments (24 MiB) are too few to merge. Relocation empties one 20 MiB segment
+/// (its 2 MiB block moves into the other's free space), so the idle segments add up to
+/// 44 MiB and the release policy merges them into one segment that serves the request:
+/// the reserved bytes stay at 64 MiB where growing takes them to 104 MiB.
+fn emptying_trace() -> String {
+    let (x1, f1, x2, f2, a, b, d) = (
+        0x1000_0000_u64,
+        0x1020_0000_u64,
+        0x2000_0000_u64,
+        0x2020_0000_u64,
+        0x3000_0000_u64,
+        0x4000_0000_u64,
+        0x5000_0000_u64,
+    );
+    [
+        alloc(x1, 2),
+        alloc(f1, 18),
+        alloc(x2, 2),
+        alloc(f2, 18),
+        alloc(a, 12),
+        alloc(b, 12),
+        free(a, 12),
+        free(b, 12),
+        free(f1, 18),
+        free(f2, 18),
+        alloc(d, 40),
+        free(d, 40),
+        free(x1, 2),
+        free(x2, 2),
+    ]
+    .concat()
+}
+
+#[test]
+fn emptying_a_segment_lets_the_release_policy_merge_instead_of_growing() {
+    let off = replay_text(&emptying_trace(), "relocation:off");
+    assert_eq!((off.peak_reserved, off.segment_allocs), (104 * MIB, 5));
+    let on = replay_text(&emptying_trace(), "relocation:merge");
+    assert_eq!((on.unmatched_frees, on.ooms), (0, 0));
+    assert_eq!((on.peak_reserved, on.segment_allocs), (64 * MIB, 5));
+    assert_eq!(
+        on.relocation,
+        Some(RelocationStats {
+            moves: 1,
+            moved_bytes: 2 * MIB,
+            emptied_segments: 1,
+            emptied_bytes: 20 * MIB,
+            ..RelocationStats::default()
+        })
+    );
+}
+
+#[test]
+fn pytorch_s_policy_never_relocates() {
+    let on = replay_text(&clearing_trace(), "release_policy:on_oom,relocation:merge");
+    assert_eq!((on.peak_reserved, on.segment_allocs), (60 * MIB, 3));
+    assert_eq!(on.relocation, Some(RelocationStats::default()));
+}
+
+/// The clearing layout on an allocator of its own, after the 8 MiB request: (segments
+/// allocated, relocation figures, whether q's 2 MiB block is still allocated where it was
+/// handed out). `record` first records a use of q on another stream.
+fn clearing_layout(record: bool) -> (u64, RelocationStats, bool) {
+    let (core, _source) = sim_core(1 << 30, "relocation:merge");
+    let (_s, s) = stream(1);
+    let (_t, t) = stream(2);
+    let a = |mib: u64| core.allocate(mib * MIB, &s).unwrap();
+    let (p, q, r, x, y, z) = (a(6), a(2), a(6), a(6), a(6), a(8));
+    if record {
+        core.record_stream(&q, &t).unwrap();
+    }
+    drop((p, r));
+    let big = a(8);
+    let q_in_place =
+        core.snapshot().iter().flat_map(|seg| &seg.blocks).any(|b| {
+            b.address == q.address() && b.size == 2 * MIB && b.state == BlockState::Allocated
+        });
+    let figures = (
+        core.memory_stats().num_device_alloc,
+        core.relocation_stats(),
+        q_in_place,
+    );
+    drop((q, x, y, z, big));
+    figures
+}
+
+#[test]
+fn a_block_used_on_another_stream_never_moves() {
+    // Unrecorded, q (2 MiB, the cheapest run's only live block) moves.
+    let (segments, moved, q_in_place) = clearing_layout(false);
+    assert_eq!(
+        (segments, moved.moves, moved.moved_bytes, q_in_place),
+        (2, 1, 2 * MIB, false)
+    );
+    // Recorded on another stream, q stays; the next cheapest run (r's free 6 MiB and the
+    // live 6 MiB block after it) is cleared instead.
+    let (segments, moved, q_in_place) = clearing_layout(true);
+    assert_eq!(
+        (segments, moved.moves, moved.moved_bytes, q_in_place),
+        (2, 1, 6 * MIB, true)
+    );
+}
+
+#[test]
+fn the_device_allocators_refuse_relocation() {
+    // Accepted by the grammar (simulated replays apply it)...
+    let parsed = AllocConfig::parse("relocation:merge").unwrap();
+    assert_eq!(parsed.relocation, xpu_alloc::Relocation::Merge);
+    assert_eq!(
+        AllocConfig::parse("relocation:off").unwrap().relocation,
+        xpu_alloc::Relocation::Off
+    );
+    assert!(matches!(
+        AllocConfig::parse("relocation:always"),
+        Err(ConfigError::InvalidValue { ref key, .. }) if key == "relocation"
+    ));
+    // ...but not by the device allocators: their blocks are OpenCL buffers' bytes, which a
+    // move does not copy yet. Nothing changes.
+    let before = xpu_alloc::current_config();
+    let err = xpu_alloc::set_config("relocation:merge").unwrap_err();
+    assert!(
+        matches!(err, ConfigError::Unsupported { ref key, .. } if key == "relocation"),
+        "{err}"
+    );
+    assert_eq!(xpu_alloc::current_config(), before);
+}
+
+/// The figures of one trace under `relocation:merge` (the golden file's entry).
+#[derive(Debug, PartialEq, Eq, serde::Deserialize)]
+struct Golden {
+    peak_reserved: u64,
+    segment_allocs: u64,
+    relocations: u64,
+    moves: u64,
+    moved_bytes: u64,
+    emptied_segments: u64,
+    emptied_bytes: u64,
+}
+
+#[derive(serde::Deserialize)]
+struct GoldenFile {
+    traces: BTreeMap<String, Golden>,
+}
+
+/// Replays every trace of the folder `sub` of `data/traces` named in the golden file with
+/// `relocation:merge` and compares each figure exactly; returns how many it compared.
+fn matches_the_experiment(sub: &str) -> usize {
+    let root = manifest_dir().join("../../data/traces");
+    let text = std::fs::read_to_string(root.join("relocation_merge_golden.json")).unwrap();
+    let golden: GoldenFile = serde_json::from_str(&text).unwrap();
+    let mut compared = 0;
+    for (name, want) in &golden.traces {
+        let (folder, file) = name.rsplit_once('/').unwrap_or(("", name));
+        if folder != sub {
+            continue;
+        }
+        let options = ReplayOptions {
+            config: Some("relocation:merge".to_owned()),
+            ..ReplayOptions::default()
+        };
+        let r = replay::run(&root.join(name), &options).unwrap().report;
+        let moved = r.relocation.expect("relocation figures");
+        let got = Golden {
+            peak_reserved: r.peak_reserved,
+            segment_allocs: r.segment_allocs,
+            relocations: moved.relocations,
+            moves: moved.moves,
+            moved_bytes: moved.moved_bytes,
+            emptied_segments: moved.emptied_segments,
+            emptied_bytes: moved.emptied_bytes,
+        };
+        assert_eq!(&got, want, "{file}");
+        compared += 1;
+    }
+    compared
+}
+
+/// One test per folder: `golden::$name` compares that folder's traces and checks how many.
+macro_rules! golden {
+    ($($name:ident: $sub:literal, $count:literal;)*) => {
+        mod golden {
+            $(
+                #[test]
+                fn $name() {
+                    assert_eq!(crate::matches_the_experiment($sub), $count);
+                }
+            )*
+        }
+    };
+}
+
+golden! {
+    design: "", 6;
+    validation: "validation", 4;
+    varshape: "varshape", 4;
+    varshape_validation: "varshape/validation", 4;
+    heldout: "varshape/heldout", 4;
+    heldout2: "varshape/heldout2", 4;
+    heldout3: "varshape/heldout3", 6;
+    heldout4: "varshape/heldout4", 6;
+}
