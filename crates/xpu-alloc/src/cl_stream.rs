@@ -4,15 +4,20 @@
 //! runs the allocator without a device (simulated memory and [`SimStream`]s), for replays,
 //! benchmarks and tests of the registry-free API.
 //!
+//! A copy between segments ([`Backend::enqueue_copy`]) is `clEnqueueCopyBuffer` on the
+//! stream's queue, through xpu-device's `CommandQueue::copy`, after the runtime's own range
+//! checks.
+//!
 //! A [`ClStream`] holds a strong reference to its queue, taken when it is created (at
 //! allocation-stream registration and at `record_stream`): an external stream dropped by
 //! its owner afterwards still gets the marker that orders the reuse of a block it used.
 
 use std::sync::Arc;
 
+use xpu_caching::backend::check_copy;
 use xpu_caching::sim_stream::{SimMarker, SimStream};
-use xpu_caching::{Backend, MarkerStatus};
-use xpu_device::backend::{ClEvent, EventStatus};
+use xpu_caching::{Backend, CopyError, DeviceFailure, MarkerStatus};
+use xpu_device::backend::{Buffer, ClEvent, EventStatus};
 use xpu_stream::{QueueRef, Stream, StreamError};
 
 use crate::source::SegmentMemory;
@@ -143,6 +148,73 @@ impl ClStream {
     }
 }
 
+impl ClStream {
+    /// `clEnqueueCopyBuffer` of `len` bytes from `src` at `src_offset` to `dst` at
+    /// `dst_offset` on the stream's queue, after [`check_copy`] (one memory object when the
+    /// `cl_mem` handles are equal); 0 bytes enqueue nothing. The queue comes from
+    /// [`Stream::enqueue_queue`]: a stream being captured refuses (`StreamError::Capturing`),
+    /// as does a bad fork child (`BadFork`, before any driver call) and an external stream
+    /// whose owner dropped it (`ExternalReleased`), each in [`CopyError::Device`].
+    fn enqueue_copy(
+        &self,
+        src: &Buffer,
+        src_offset: u64,
+        dst: &Buffer,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<(), CopyError> {
+        // OpenCL also refuses overlapping ranges of two sub-buffers of one buffer (§5.2.2),
+        // which the handles alone cannot tell. Segments are whole buffers.
+        if src.is_sub_buffer() || dst.is_sub_buffer() {
+            return Err(CopyError::Unsupported(
+                "a copy from or to a sub-buffer segment (its overlap with other views of its \
+                 buffer cannot be checked)",
+            ));
+        }
+        check_copy(
+            len,
+            (src_offset, buffer_size(src)),
+            (dst_offset, buffer_size(dst)),
+            src.as_raw() == dst.as_raw(),
+        )?;
+        if len == 0 {
+            return Ok(());
+        }
+        // In bounds of buffers whose sizes are `usize`: the conversions cannot fail.
+        let (Ok(src_offset), Ok(dst_offset), Ok(len)) = (
+            usize::try_from(src_offset),
+            usize::try_from(dst_offset),
+            usize::try_from(len),
+        ) else {
+            return Err(CopyError::Unsupported(
+                "a copy range beyond the host's address space",
+            ));
+        };
+        let queue = self
+            .stream
+            .enqueue_queue("copy between segments")
+            .map_err(copy_error)?;
+        // The copy's event is not kept: a marker recorded after it tells when it is done.
+        queue
+            .copy(src, src_offset, dst, dst_offset, len, &[])
+            .map_err(|e| copy_error(StreamError::from(e)))?;
+        Ok(())
+    }
+}
+
+/// A buffer's size in bytes, as the allocator counts them.
+fn buffer_size(buffer: &Buffer) -> u64 {
+    // usize is at most 64 bits on every target xpu builds for.
+    buffer.size() as u64
+}
+
+/// A failed copy as the [`CopyError`] of this backend: it holds the [`StreamError`] (an
+/// OpenCL call's `ClError` as `StreamError::OpenCl`), which
+/// [`DeviceFailure::downcast_ref`] gives back.
+fn copy_error(e: StreamError) -> CopyError {
+    CopyError::Device(DeviceFailure::new(e))
+}
+
 /// A stream as the allocator of this crate sees it (cheap to clone): a device stream, or a
 /// simulated one (for the allocator without a device).
 #[derive(Debug, Clone)]
@@ -271,6 +343,37 @@ impl Backend for ClBackend {
                 s.synchronize();
                 Ok(())
             }
+        }
+    }
+
+    /// A device stream copies between buffer segments with `clEnqueueCopyBuffer`
+    /// (`ClStream`'s copy: the ranges checked first; a stream being captured, a bad fork
+    /// child or a released external stream refuse in [`CopyError::Device`], holding the
+    /// `StreamError`); a simulated stream between simulated segments as
+    /// [`SimStream::enqueue_copy`] (checked, no byte moved). Mixed kinds are
+    /// [`CopyError::Unsupported`].
+    fn enqueue_copy(
+        stream: &StreamRef,
+        src: &SegmentMemory,
+        src_offset: u64,
+        dst: &SegmentMemory,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<(), CopyError> {
+        match (stream, src, dst) {
+            (
+                StreamRef::Device(s),
+                SegmentMemory::Buffer { buffer: src, .. },
+                SegmentMemory::Buffer { buffer: dst, .. },
+            ) => s.enqueue_copy(src, src_offset, dst, dst_offset, len),
+            (
+                StreamRef::Simulated(s),
+                SegmentMemory::Simulated(src),
+                SegmentMemory::Simulated(dst),
+            ) => s.enqueue_copy(src, src_offset, dst, dst_offset, len),
+            _ => Err(CopyError::Unsupported(
+                "a copy between memory and a stream of different kinds (device and simulated)",
+            )),
         }
     }
 

@@ -230,7 +230,7 @@ impl DataPtr {
             .allocation
             .with_segment(|segment, offset| match &segment.memory {
                 SegmentMemory::Buffer { buffer, .. } => Ok((Arc::clone(buffer), offset)),
-                SegmentMemory::Simulated => Err(AllocError::Unsupported(
+                SegmentMemory::Simulated(_) => Err(AllocError::Unsupported(
                     "simulated memory has no cl_mem".to_owned(),
                 )),
             })
@@ -253,7 +253,7 @@ impl DataPtr {
         live.allocation
             .with_segment(|segment, offset| match &segment.memory {
                 SegmentMemory::Buffer { buffer, .. } => Ok(f(buffer, offset)),
-                SegmentMemory::Simulated => Err(AllocError::Unsupported(
+                SegmentMemory::Simulated(_) => Err(AllocError::Unsupported(
                     "simulated memory has no cl_mem".to_owned(),
                 )),
             })
@@ -381,7 +381,7 @@ impl DataPtr {
                     let offset = to_usize(offset).map_err(BlockArgError::Alloc)?;
                     sub_buffers.get_or_create(buffer, offset, size, &live.sub_buffer.0, wait_idle)
                 }
-                SegmentMemory::Simulated => Err(BlockArgError::Alloc(AllocError::Unsupported(
+                SegmentMemory::Simulated(_) => Err(BlockArgError::Alloc(AllocError::Unsupported(
                     "simulated memory has no cl_mem".to_owned(),
                 ))),
             })

@@ -1,13 +1,15 @@
 //! The backend seam: what the caching allocator needs from a device, as one trait with
 //! associated types ([`Backend`]). The algorithm ([`crate::CachingAllocator`]) is generic
 //! over it; `xpu-alloc` implements it over OpenCL, [`crate::sim_stream::SimBackend`] without
-//! a device.
+//! a device. [`check_copy`] holds the range checks every [`Backend::enqueue_copy`] runs
+//! before it calls anything.
 //!
 //! The seam holds nothing of the algorithm. Besides it, a backend type provides only the key
 //! of the `thread_local!` in which its allocators keep their per-thread caches
 //! ([`ThreadCacheKey`](crate::ThreadCacheKey), one line:
 //! [`thread_caches!`](crate::thread_caches)`(MyBackend);`), since statics cannot be generic.
 
+use crate::error::{CopyEnd, CopyError};
 use crate::stream::{MarkerError, StreamKey};
 
 /// Where a marker stands ([`Backend::marker_status`]).
@@ -42,6 +44,9 @@ pub enum MarkerStatus {
 ///   of another stream of the same device, without blocking the host (a segment moved
 ///   between streams is ordered this way).
 /// - [`Backend::synchronize`] blocks until all work enqueued on the stream has finished.
+/// - [`Backend::enqueue_copy`] enqueues a copy between segment memories on a stream, ordered
+///   as any other work of that stream, without blocking (for relocating live blocks:
+///   `docs/relocation.md`; no policy uses it yet).
 /// - Stream handles ([`Backend::Stream`]) are cheap to clone and keep what a marker
 ///   operation needs alive; [`Backend::stream_key`] is stable and unique per device.
 /// - No method calls back into the allocator. The allocator calls them with no allocator
@@ -97,6 +102,38 @@ pub trait Backend: Clone + Sized + Send + Sync + 'static {
     /// # Errors
     /// [`MarkerError`] when the synchronization failed.
     fn synchronize(stream: &Self::Stream) -> Result<(), MarkerError>;
+    /// Enqueues on `stream` a copy of `len` bytes from `src` at byte `src_offset` to `dst`
+    /// at byte `dst_offset`, and returns without waiting for it. Stream-ordered: the copy
+    /// runs after the work enqueued on `stream` before it, and work enqueued on `stream`
+    /// after it runs after it (the marker [`Backend::record_marker`] records next completes
+    /// only once the copy has). No event is returned: a marker recorded after the copy
+    /// tells when it is done.
+    ///
+    /// The ranges are checked first, with [`check_copy`], before any device call: each must
+    /// lie inside its memory's size, and when `src` and `dst` are the same memory object
+    /// the ranges must not overlap. A copy of 0 bytes (at checked offsets) does nothing
+    /// and returns `Ok`: no command is enqueued. The behaviour is OpenCL's
+    /// `clEnqueueCopyBuffer` (OpenCL 3.0 API specification, §5.2.2 "Reading, Writing and
+    /// Copying Buffer Objects"), whose refusals (`CL_INVALID_VALUE` for a range out of
+    /// bounds, `CL_MEM_COPY_OVERLAP` for overlapping ranges of one buffer) become typed
+    /// errors here, the same on every driver (PoCL and NVIDIA accept different mistakes).
+    ///
+    /// Every backend states it (no default): a backend without memory (the simulated one)
+    /// copies nothing but still checks the ranges.
+    ///
+    /// # Errors
+    /// [`CopyError::OutOfRange`] when a range exceeds its memory, [`CopyError::Overlap`]
+    /// for overlapping ranges of one memory object (nothing was enqueued for either);
+    /// [`CopyError::Unsupported`] for a copy the backend cannot check or make;
+    /// [`CopyError::Device`] when the backend failed to enqueue it.
+    fn enqueue_copy(
+        stream: &Self::Stream,
+        src: &Self::Memory,
+        src_offset: u64,
+        dst: &Self::Memory,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<(), CopyError>;
     /// Whether this process is a child forked after its parent initialized the device's
     /// driver (a "bad fork", as `torch.cuda`'s `_is_in_bad_fork`). Default: `false` (a
     /// backend without a driver, such as the simulated one).
@@ -126,5 +163,136 @@ pub trait Backend: Clone + Sized + Send + Sync + 'static {
     #[inline]
     fn drop_must_not_wait() -> bool {
         false
+    }
+}
+
+/// The range checks of [`Backend::enqueue_copy`], the same for every backend: `len` bytes
+/// from `src_offset` of a source of `src_size` bytes to `dst_offset` of a destination of
+/// `dst_size` bytes; `same_memory` when both ends are one memory object. All figures in
+/// bytes. An empty range is in bounds at any offset up to the memory's size, and overlaps
+/// nothing.
+///
+/// # Errors
+/// [`CopyError::OutOfRange`] when `offset + len` of an end exceeds its size (or
+/// overflows), the source checked first; [`CopyError::Overlap`] when `same_memory` and
+/// the two ranges share a byte (a copy onto itself included).
+pub fn check_copy(
+    len: u64,
+    (src_offset, src_size): (u64, u64),
+    (dst_offset, dst_size): (u64, u64),
+    same_memory: bool,
+) -> Result<(), CopyError> {
+    for (end, offset, size) in [
+        (CopyEnd::Source, src_offset, src_size),
+        (CopyEnd::Destination, dst_offset, dst_size),
+    ] {
+        if offset.checked_add(len).is_none_or(|stop| stop > size) {
+            return Err(CopyError::OutOfRange {
+                end,
+                offset,
+                len,
+                size,
+            });
+        }
+    }
+    // Both ends are in bounds, so neither sum overflows.
+    if same_memory && len > 0 && src_offset < dst_offset + len && dst_offset < src_offset + len {
+        return Err(CopyError::Overlap {
+            src_offset,
+            dst_offset,
+            len,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_copy;
+    use crate::error::{CopyEnd, CopyError};
+
+    #[test]
+    fn check_copy_refuses_ranges_out_of_bounds_and_overlaps_of_one_memory() {
+        // In bounds, up to the last byte; empty ranges at the end.
+        assert_eq!(check_copy(16, (0, 16), (48, 64), false), Ok(()));
+        assert_eq!(check_copy(0, (16, 16), (64, 64), false), Ok(()));
+        // One byte past either end; the source is named first.
+        assert_eq!(
+            check_copy(16, (1, 16), (0, 16), false),
+            Err(CopyError::OutOfRange {
+                end: CopyEnd::Source,
+                offset: 1,
+                len: 16,
+                size: 16
+            })
+        );
+        assert_eq!(
+            check_copy(8, (0, 16), (57, 64), false),
+            Err(CopyError::OutOfRange {
+                end: CopyEnd::Destination,
+                offset: 57,
+                len: 8,
+                size: 64
+            })
+        );
+        // An empty range past the end is out of bounds too.
+        assert!(matches!(
+            check_copy(0, (17, 16), (0, 16), false),
+            Err(CopyError::OutOfRange {
+                end: CopyEnd::Source,
+                ..
+            })
+        ));
+        // offset + len overflows: out of range, no panic.
+        assert!(matches!(
+            check_copy(u64::MAX, (0, 16), (2, u64::MAX), false),
+            Err(CopyError::OutOfRange {
+                end: CopyEnd::Source,
+                ..
+            })
+        ));
+        assert!(matches!(
+            check_copy(2, (0, 16), (u64::MAX, u64::MAX), false),
+            Err(CopyError::OutOfRange {
+                end: CopyEnd::Destination,
+                ..
+            })
+        ));
+        // One memory: disjoint ranges (touching included) pass; any shared byte does not.
+        assert_eq!(check_copy(8, (0, 64), (8, 64), true), Ok(()));
+        assert_eq!(check_copy(8, (8, 64), (0, 64), true), Ok(()));
+        for (src, dst) in [(0, 7), (7, 0), (4, 4)] {
+            assert_eq!(
+                check_copy(8, (src, 64), (dst, 64), true),
+                Err(CopyError::Overlap {
+                    src_offset: src,
+                    dst_offset: dst,
+                    len: 8
+                }),
+                "{src} -> {dst}"
+            );
+        }
+        // The same offsets in two memories do not overlap; nor does an empty range.
+        assert_eq!(check_copy(8, (4, 64), (4, 64), false), Ok(()));
+        assert_eq!(check_copy(0, (4, 64), (4, 64), true), Ok(()));
+        assert_eq!(
+            CopyError::Overlap {
+                src_offset: 0,
+                dst_offset: 7,
+                len: 8
+            }
+            .to_string(),
+            "copy ranges overlap in one memory object: 8 bytes from offset 0 to offset 7"
+        );
+        assert_eq!(
+            CopyError::OutOfRange {
+                end: CopyEnd::Destination,
+                offset: 57,
+                len: 8,
+                size: 64
+            }
+            .to_string(),
+            "copy destination range of 8 bytes at offset 57 exceeds the memory's 64 bytes"
+        );
     }
 }

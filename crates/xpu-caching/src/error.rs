@@ -148,6 +148,71 @@ impl MarkerError {
     }
 }
 
+/// Which end of a copy a [`CopyError::OutOfRange`] names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyEnd {
+    /// The memory copied from.
+    Source,
+    /// The memory copied into.
+    Destination,
+}
+
+impl std::fmt::Display for CopyEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Source => "source",
+            Self::Destination => "destination",
+        })
+    }
+}
+
+/// A copy between segment memories refused or failed
+/// ([`Backend::enqueue_copy`](crate::Backend::enqueue_copy)). The range checks
+/// ([`check_copy`](crate::backend::check_copy)) run before any backend call, so that every
+/// backend refuses the same mistakes whatever its driver accepts. Offsets and lengths in
+/// bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CopyError {
+    /// The range `offset .. offset + len` does not lie inside the memory's `size` bytes
+    /// (OpenCL's `CL_INVALID_VALUE` for `clEnqueueCopyBuffer`).
+    #[error(
+        "copy {end} range of {len} bytes at offset {offset} exceeds the memory's {size} bytes"
+    )]
+    OutOfRange {
+        /// The end whose range is out of bounds.
+        end: CopyEnd,
+        /// The range's start.
+        offset: u64,
+        /// The range's length.
+        len: u64,
+        /// The memory's size.
+        size: u64,
+    },
+    /// Source and destination are the same memory object and their ranges overlap
+    /// (OpenCL's `CL_MEM_COPY_OVERLAP`; a copy needs a staging range then).
+    #[error(
+        "copy ranges overlap in one memory object: {len} bytes from offset {src_offset} \
+         to offset {dst_offset}"
+    )]
+    Overlap {
+        /// The source range's start.
+        src_offset: u64,
+        /// The destination range's start.
+        dst_offset: u64,
+        /// The length of both ranges.
+        len: u64,
+    },
+    /// A copy the backend cannot check or make (the reason is given): e.g. memory and a
+    /// stream of different kinds (a device buffer and a simulated stream).
+    #[error("copy not supported: {0}")]
+    Unsupported(&'static str),
+    /// The backend failed to enqueue the copy (its own error, kept typed: for the OpenCL
+    /// backend a `xpu_stream::StreamError`, e.g. a refused capture, a bad fork child or a
+    /// failed `clEnqueueCopyBuffer`).
+    #[error("copy failed: {0}")]
+    Device(DeviceFailure),
+}
+
 /// A backend's own error, kept typed: a device failure other than out-of-memory as the
 /// segment source reported it ([`CacheError::Device`]), and the failure inside a
 /// [`MarkerError`]. The error value is shared (cloning is cheap), so a caller above the

@@ -48,7 +48,9 @@
 //! shared, so the crate above can downcast it back, and equal by message. That covers a segment
 //! source's device error and the failure inside `stream::MarkerError` (a failed marker record /
 //! query / wait / synchronize, displayed `stream marker operation failed: …`). A stream of another
-//! device gets no shard (`CacheError::StreamDevice`). xpu-alloc re-exports this crate's modules
+//! device gets no shard (`CacheError::StreamDevice`). A copy between segments
+//! (`Backend::enqueue_copy`) fails with a `CopyError`: its ranges refused by the runtime itself
+//! (`backend::check_copy`), or the backend's error kept as a `DeviceFailure`. xpu-alloc re-exports this crate's modules
 //! (`xpu_alloc::config`, `size`, `stats`, `stream`, `sim_stream`, `observe::history`); `Stat` is
 //! shared with xpu-host.
 #![forbid(unsafe_code)]
@@ -73,7 +75,7 @@ pub use crate::allocator::{
 };
 pub use crate::backend::{Backend, MarkerStatus};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy, Relocation};
-pub use crate::error::{CacheError, DeviceFailure, OomReport};
+pub use crate::error::{CacheError, CopyEnd, CopyError, DeviceFailure, OomReport};
 pub use crate::history::{History, TraceAction, TraceEntry};
 pub use crate::sim_stream::SimBackend;
 pub use crate::size::PoolKind;

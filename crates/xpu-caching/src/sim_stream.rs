@@ -4,7 +4,8 @@
 //! gate is closed, every marker recorded on it is incomplete; opening the gate completes
 //! them. Waiting for a marker models the device finishing the work: it opens the gate.
 //! [`SimStream::wait_marker`] makes later markers of the waiting stream also depend on
-//! the awaited marker, as a device-side wait would. [`SimBackend`] is the simulated
+//! the awaited marker, as a device-side wait would. [`SimStream::enqueue_copy`] checks a
+//! copy's ranges and counts it, moving no byte. [`SimBackend`] is the simulated
 //! backend: these streams and markers, and [`Simulated`] memory from a
 //! [`SimulatedSource`](crate::SimulatedSource).
 
@@ -13,7 +14,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::backend::Backend;
+use crate::backend::{check_copy, Backend};
+use crate::error::CopyError;
 use crate::source::Simulated;
 use crate::stream::{MarkerError, StreamKey};
 
@@ -79,6 +81,11 @@ pub struct SimStreamCounters {
     pub markers_recorded: u64,
     /// Device-side waits enqueued on the stream.
     pub waits: u64,
+    /// Copies enqueued on the stream ([`SimStream::enqueue_copy`]; copies of 0 bytes and
+    /// refused ones are not counted).
+    pub copies: u64,
+    /// Bytes of those copies.
+    pub copied_bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -120,7 +127,8 @@ impl SimStream {
         }
     }
 
-    /// The markers recorded and the device-side waits enqueued on this stream so far.
+    /// The markers recorded, the device-side waits and the copies enqueued on this stream so
+    /// far.
     #[must_use]
     pub fn counters(&self) -> SimStreamCounters {
         self.state.lock().counters
@@ -156,6 +164,37 @@ impl SimStream {
         }
     }
 
+    /// A simulated copy of `len` bytes from `src` at byte `src_offset` to `dst` at byte
+    /// `dst_offset` ([`Backend::enqueue_copy`] of [`SimBackend`]): the ranges are checked
+    /// against the segments' sizes ([`check_copy`]; one memory object when the addresses are
+    /// equal), then the copy is counted ([`SimStreamCounters::copies`]). No byte moves (the
+    /// memory has none) and nothing waits; a copy of 0 bytes is not counted.
+    ///
+    /// # Errors
+    /// [`CopyError::OutOfRange`] and [`CopyError::Overlap`], as [`check_copy`] (nothing is
+    /// counted then).
+    pub fn enqueue_copy(
+        &self,
+        src: &Simulated,
+        src_offset: u64,
+        dst: &Simulated,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<(), CopyError> {
+        check_copy(
+            len,
+            (src_offset, src.size()),
+            (dst_offset, dst.size()),
+            src.address() == dst.address(),
+        )?;
+        if len > 0 {
+            let counters = &mut self.state.lock().counters;
+            counters.copies += 1;
+            counters.copied_bytes += len;
+        }
+        Ok(())
+    }
+
     /// Finishes all outstanding work of the stream.
     pub fn synchronize(&self) {
         let state = self.state.lock();
@@ -167,7 +206,8 @@ impl SimStream {
 }
 
 /// The simulated backend: [`SimStream`]s, their [`SimMarker`]s and [`Simulated`] memory
-/// (segments from a [`SimulatedSource`](crate::SimulatedSource)). No operation fails.
+/// (segments from a [`SimulatedSource`](crate::SimulatedSource)). No operation fails but a
+/// copy whose ranges [`check_copy`] refuses.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SimBackend;
 
@@ -202,6 +242,86 @@ impl Backend for SimBackend {
         stream.synchronize();
         Ok(())
     }
+
+    /// [`SimStream::enqueue_copy`]: the ranges checked against the segments' sizes, no byte
+    /// moved.
+    fn enqueue_copy(
+        stream: &Arc<SimStream>,
+        src: &Simulated,
+        src_offset: u64,
+        dst: &Simulated,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<(), CopyError> {
+        stream.enqueue_copy(src, src_offset, dst, dst_offset, len)
+    }
 }
 
 crate::thread_caches!(SimBackend);
+
+#[cfg(test)]
+mod tests {
+    use super::{SimBackend, SimStream, SimStreamCounters};
+    use crate::backend::Backend;
+    use crate::error::{CopyEnd, CopyError};
+    use crate::source::{SegmentSource, Simulated, SimulatedSource};
+    use crate::stream::StreamKey;
+
+    #[test]
+    fn a_simulated_copy_checks_its_ranges_against_the_segments_and_counts_only_what_it_enqueues() {
+        let source = SimulatedSource::<Simulated>::new(0, 1 << 30, 1 << 30);
+        let a = source.allocate(4 << 20).expect("segment");
+        let b = source.allocate(2 << 20).expect("segment");
+        assert_eq!(a.memory, Simulated::new(a.address, 4 << 20));
+        assert_ne!(a.memory.address(), b.memory.address());
+        let s = SimStream::new(StreamKey::new(0, 1));
+        let copy = |src: &Simulated, so, dst: &Simulated, d, len| {
+            SimBackend::enqueue_copy(&s, src, so, dst, d, len)
+        };
+
+        // Between segments, up to the last byte of each; disjoint ranges of one segment.
+        copy(&a.memory, (4 << 20) - 512, &b.memory, (2 << 20) - 512, 512).expect("in range");
+        copy(&a.memory, 0, &a.memory, 1 << 20, 1 << 20).expect("disjoint");
+        // 0 bytes: checked, not counted.
+        copy(&a.memory, 4 << 20, &b.memory, 0, 0).expect("empty");
+
+        // Out of the destination segment (2 MiB), though inside the source (4 MiB).
+        assert_eq!(
+            copy(&a.memory, 0, &b.memory, 1 << 20, (1 << 20) + 1),
+            Err(CopyError::OutOfRange {
+                end: CopyEnd::Destination,
+                offset: 1 << 20,
+                len: (1 << 20) + 1,
+                size: 2 << 20,
+            })
+        );
+        assert!(matches!(
+            copy(&a.memory, 0, &b.memory, 5 << 20, 0),
+            Err(CopyError::OutOfRange {
+                end: CopyEnd::Destination,
+                ..
+            })
+        ));
+        // Overlapping ranges of one segment, also through an equal copy of its memory
+        // (the address is the object's identity).
+        let a_again = a.memory;
+        assert_eq!(
+            copy(&a.memory, 0, &a_again, 4096, 8192),
+            Err(CopyError::Overlap {
+                src_offset: 0,
+                dst_offset: 4096,
+                len: 8192
+            })
+        );
+        assert_eq!(
+            s.counters(),
+            SimStreamCounters {
+                copies: 2,
+                copied_bytes: 512 + (1 << 20),
+                ..SimStreamCounters::default()
+            }
+        );
+        source.free(a);
+        source.free(b);
+    }
+}

@@ -18,8 +18,9 @@ pub use xpu_caching::source::{
 /// The memory behind one segment, as the source created it.
 #[derive(Debug)]
 pub enum SegmentMemory {
-    /// No real memory (simulated source).
-    Simulated,
+    /// No real memory (simulated source): only the segment's place, which bounds a
+    /// simulated copy's ranges.
+    Simulated(Simulated),
     /// An OpenCL buffer, and the sub-buffers made of it for allocations used as kernel
     /// arguments (dropped first: released before the buffer).
     Buffer {
@@ -183,8 +184,8 @@ fn overlaps(map: &BTreeMap<(usize, usize), Arc<Buffer>>, offset: usize, size: us
 }
 
 impl From<Simulated> for SegmentMemory {
-    fn from(_: Simulated) -> Self {
-        Self::Simulated
+    fn from(memory: Simulated) -> Self {
+        Self::Simulated(memory)
     }
 }
 

@@ -8,10 +8,37 @@ use parking_lot::Mutex;
 
 use super::{DeviceFailure, SegmentSource, SourceError, SourceSegment};
 
-/// The memory of a simulated segment: none. A backend whose memory type can say "simulated"
-/// (`From<Simulated>`) can run its allocator on a [`SimulatedSource`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Simulated;
+/// The memory of a simulated segment: no bytes, only the segment's place, its address and
+/// size in bytes. The address identifies the memory object (the live segments of a
+/// [`SimulatedSource`] never share one) and the size bounds the ranges of a simulated copy
+/// ([`SimStream::enqueue_copy`](crate::sim_stream::SimStream::enqueue_copy)). A backend whose
+/// memory type can say "simulated" (`From<Simulated>`) can run its allocator on a
+/// [`SimulatedSource`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Simulated {
+    address: u64,
+    size: u64,
+}
+
+impl Simulated {
+    /// The memory of a simulated segment of `size` bytes at `address`.
+    #[must_use]
+    pub const fn new(address: u64, size: u64) -> Self {
+        Self { address, size }
+    }
+
+    /// The segment's address.
+    #[must_use]
+    pub const fn address(&self) -> u64 {
+        self.address
+    }
+
+    /// The segment's size, in bytes.
+    #[must_use]
+    pub const fn size(&self) -> u64 {
+        self.size
+    }
+}
 
 /// Base of the simulated address range (never 0, 2 MiB aligned).
 const BASE_ADDRESS: u64 = 0x7f00_0000_0000;
@@ -124,7 +151,7 @@ enum FaultKey {
 /// its segments a recording's addresses instead while the two segment sequences agree
 /// (rule there), then fresh ones. Used by `xpu replay --simulate`, by tests and by
 /// benchmarks.
-/// Its segments carry `M::from(Simulated)` as their memory.
+/// Its segments carry `M::from(Simulated::new(address, size))` as their memory.
 #[derive(Debug)]
 pub struct SimulatedSource<M = Simulated> {
     device: usize,
@@ -305,7 +332,7 @@ impl<M: From<Simulated> + Send + Sync + std::fmt::Debug + 'static> SegmentSource
         Ok(SourceSegment {
             address,
             size,
-            memory: M::from(Simulated),
+            memory: M::from(Simulated::new(address, size)),
         })
     }
 

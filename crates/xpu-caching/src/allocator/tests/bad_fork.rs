@@ -11,7 +11,7 @@ use super::{returns, MIB};
 use crate::allocator::CachingAllocator;
 use crate::backend::Backend;
 use crate::config::AllocConfig;
-use crate::error::CacheError;
+use crate::error::{CacheError, CopyError};
 use crate::sim_stream::{SimBackend, SimMarker, SimStream};
 use crate::source::{Simulated, SimulatedSource, SourceError};
 use crate::stats::MemoryStats;
@@ -59,6 +59,17 @@ impl Backend for Forked {
     fn synchronize(stream: &Arc<SimStream>) -> Result<(), MarkerError> {
         note();
         SimBackend::synchronize(stream)
+    }
+    fn enqueue_copy(
+        stream: &Arc<SimStream>,
+        src: &Simulated,
+        src_offset: u64,
+        dst: &Simulated,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<(), CopyError> {
+        note();
+        SimBackend::enqueue_copy(stream, src, src_offset, dst, dst_offset, len)
     }
     fn is_bad_fork() -> bool {
         FORKED.load(Ordering::Relaxed)

@@ -9,9 +9,9 @@ use parking_lot::{Condvar, Mutex};
 
 use super::thread_cache::ThreadCacheKey;
 use super::{Allocation, CachingAllocator};
-use crate::backend::Backend;
+use crate::backend::{check_copy, Backend};
 use crate::config::AllocConfig;
-use crate::error::CacheError;
+use crate::error::{CacheError, CopyError, DeviceFailure};
 use crate::sim_stream::{SimBackend, SimMarker, SimStream};
 use crate::source::{Simulated, SimulatedSource};
 use crate::stream::{MarkerError, StreamKey};
@@ -147,6 +147,36 @@ impl Backend for TestBackend {
             TestStream::Broken(_) => return Err(lost()),
         }
         Ok(())
+    }
+    /// The simulated copy's checks on every stream; a broken stream then fails to enqueue
+    /// (but for 0 bytes, which enqueue nothing).
+    fn enqueue_copy(
+        stream: &Arc<TestStream>,
+        src: &Simulated,
+        src_offset: u64,
+        dst: &Simulated,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<(), CopyError> {
+        let check = || {
+            check_copy(
+                len,
+                (src_offset, src.size()),
+                (dst_offset, dst.size()),
+                src.address() == dst.address(),
+            )
+        };
+        match &**stream {
+            TestStream::Sim(s) => s.enqueue_copy(src, src_offset, dst, dst_offset, len),
+            TestStream::Held(..) => check(),
+            TestStream::Broken(_) => {
+                check()?;
+                if len == 0 {
+                    return Ok(());
+                }
+                Err(CopyError::Device(DeviceFailure::message("queue lost")))
+            }
+        }
     }
 }
 
