@@ -15,6 +15,10 @@
 #               lstm_seq2seq_varlen_train, keypointrcnn_varsize_infer, gptneox_generate_varbatch
 #               (recorded 2026-12-04 16:40 UTC into heldout4/, after heldout3/ had been judged and
 #               before any rule designed on it was final)
+#   held out 5: electra_mlm_varlen_infer, debertav2_varlen_infer, qwen2_generate_varprompt,
+#               fcn_varsize_infer, regnet_varres_train, transformer_seq2seq_varlen_train
+#               (recorded 2026-12-04 18:33 UTC into heldout5/, after heldout3/ and heldout4/ had
+#               been judged, before any relocation rule beyond `merge` was final)
 # The validation traces are judged once, at the end; no rule is tuned on them.
 import os, random, sys, torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -211,6 +215,72 @@ def run(name):
         cfg = GPTNeoXConfig(hidden_size=768, intermediate_size=3072, num_hidden_layers=8, num_attention_heads=12, vocab_size=50304)
         m = GPTNeoXForCausalLM(cfg).to(dev, dtype=torch.float16).eval()
         generate_fixed(m, dev, [(16, 64), (3, 500), (40, 24), (7, 250)], vocab=50000, new_tokens=40, pad_token_id=0)
+    elif name == "electra_mlm_varlen_infer":
+        from transformers import ElectraConfig, ElectraForMaskedLM
+        cfg = ElectraConfig(vocab_size=30522, embedding_size=768, hidden_size=256, num_hidden_layers=12,
+                            num_attention_heads=4, intermediate_size=1024)
+        m = ElectraForMaskedLM(cfg).to(dev).eval()
+        infer_random_tokens(m, dev, 45, batch=(1, 48), seq=(8, 512), vocab=30522)
+    elif name == "debertav2_varlen_infer":
+        from transformers import DebertaV2Config, DebertaV2Model
+        cfg = DebertaV2Config(vocab_size=128100, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                              intermediate_size=3072, relative_attention=True, position_biased_input=False,
+                              pos_att_type=["p2c", "c2p"], max_relative_positions=-1, position_buckets=256,
+                              norm_rel_ebd="layer_norm", share_att_key=True)
+        m = DebertaV2Model(cfg).to(dev).eval()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            infer_random_tokens(m, dev, 36, batch=(1, 32), seq=(16, 512), vocab=128000)
+    elif name == "qwen2_generate_varprompt":
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+        cfg = Qwen2Config(hidden_size=896, intermediate_size=4864, num_hidden_layers=8, num_attention_heads=14,
+                          num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True)
+        m = Qwen2ForCausalLM(cfg).to(dev, dtype=torch.float16).eval()
+        generate_fixed(m, dev, [(10, 150), (1, 1000), (28, 48), (4, 420)], vocab=151000, new_tokens=44, pad_token_id=0)
+    elif name == "fcn_varsize_infer":
+        import torchvision
+        m = torchvision.models.segmentation.fcn_resnet50(weights=None, weights_backbone=None, aux_loss=True).to(dev).eval()
+        with torch.no_grad():
+            for step in range(24):
+                b = random.randint(1, 10); h = random.choice(range(224, 705, 32)); w = random.choice(range(224, 705, 32))
+                m(torch.randn(b, 3, h, w, device=dev))
+    elif name == "regnet_varres_train":
+        import torchvision
+        m = torchvision.models.regnet_y_1_6gf(num_classes=200).to(dev)
+        opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-5)
+        for step in range(16):
+            b = random.randint(8, 64); r = random.choice(range(128, 321, 32))
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(m(torch.randn(b, 3, r, r, device=dev)),
+                                                         torch.randint(0, 200, (b,), device=dev))
+            optimizer_step(loss, opt)
+    elif name == "transformer_seq2seq_varlen_train":
+        nn = torch.nn
+        vocab, d = 24000, 512
+        emb = nn.Embedding(vocab, d, padding_idx=0).to(dev)
+        pos = nn.Embedding(512, d).to(dev)
+        core = nn.Transformer(d, 8, num_encoder_layers=4, num_decoder_layers=4, dim_feedforward=2048,
+                              batch_first=True).to(dev)
+        head = nn.Linear(d, vocab).to(dev)
+        params = [p for mod in (emb, pos, core, head) for p in mod.parameters()]
+        opt = torch.optim.AdamW(params, lr=3e-4)
+        def tokens(lens):
+            x = torch.randint(1, vocab, (len(lens), max(lens)), device=dev)
+            pad = torch.arange(max(lens), device=dev)[None, :] >= torch.tensor(lens, device=dev)[:, None]
+            return x.masked_fill(pad, 0), pad
+        def embed(x):
+            return emb(x) + pos(torch.arange(x.shape[1], device=dev))[None]
+        for step in range(24):
+            b = random.randint(8, 64)
+            src, src_pad = tokens([random.randint(10, 256) for _ in range(b)])
+            tgt, tgt_pad = tokens([random.randint(10, 160) for _ in range(b)])
+            t = tgt.shape[1] - 1
+            causal = torch.triu(torch.ones(t, t, dtype=torch.bool, device=dev), 1)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = core(embed(src), embed(tgt[:, :-1]), tgt_mask=causal, src_key_padding_mask=src_pad,
+                           tgt_key_padding_mask=tgt_pad[:, :-1], memory_key_padding_mask=src_pad)
+                logits = head(out)
+            loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), tgt[:, 1:].flatten(), ignore_index=0)
+            optimizer_step(loss, opt)
     else:
         raise SystemExit("unknown workload " + name)
     torch.cuda.synchronize()

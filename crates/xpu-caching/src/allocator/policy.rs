@@ -6,16 +6,18 @@
 //! requests' worth) when it is needed again, and grows small-pool segments from 2 MiB to 4 MiB (an
 //! eighth of that pool); `release_policy:on_oom` reproduces PyTorch exactly. The test
 //! `policy_must_hold` replays the seven shared traces, the four validation traces
-//! (`data/traces/validation`) and the 28 variable-shape traces of issue 27
-//! (`data/traces/varshape`: a design set, a validation set and four held-out sets). It pins
-//! peak reserved bytes at or below PyTorch's on all 39, and segment allocations on 37; on
+//! (`data/traces/validation`) and the 34 variable-shape traces of issue 27
+//! (`data/traces/varshape`: a design set, a validation set and five held-out sets). It pins
+//! peak reserved bytes at or below PyTorch's on all 45, and segment allocations on 43; on
 //! `convnext_varres_infer` and `efficientnet_varres_train` (third held-out set) this policy
 //! makes 32 and 196 against PyTorch's 30 and 185, a miss of issue 27's first goal that those
 //! two tests record. `on_oom` gives exactly PyTorch's recorded figures on each (the replay
 //! follows the recording's segment addresses); `xpu replay-all DIR...` prints the table with the
 //! geometric mean over the expandable-segments figure. Variable-shape inference stays above
-//! expandable segments (up to 1.46x on the traces); what was tried against it, in five
-//! rounds, is in docs/performance.md (2026-12-03 and 2026-12-04, issue 27).
+//! expandable segments (up to 1.46x on the traces); what was tried against it, in six
+//! rounds, is in docs/performance.md (2026-12-03 and 2026-12-04, issue 27). Moving live
+//! blocks (`relocation:merge`, simulated segments only so far) comes much closer:
+//! `crate::config::Relocation`.
 
 use super::device_wide::DeviceShared;
 use super::stream_state::{Request, ShardState};
