@@ -151,6 +151,14 @@ impl DataPtr {
         self.live.as_ref().map_or(0, |l| l.allocation.address())
     }
 
+    /// Whether `self` and `other` are the same allocation (the same [`DataPtr`]; a
+    /// [`DataPtr`] is the only owner of its block). Unlike comparing
+    /// [`DataPtr::address`]es, this reads nothing of the block's place.
+    #[must_use]
+    pub fn same_allocation(&self, other: &DataPtr) -> bool {
+        std::ptr::eq(self, other)
+    }
+
     /// Whether this is a zero-size allocation.
     #[must_use]
     pub fn is_empty(&self) -> bool {

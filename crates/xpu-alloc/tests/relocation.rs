@@ -321,7 +321,12 @@ fn the_fifth_held_out_set_meets_issue_27_s_goals_with_relocation() {
         ("fcn_varsize_infer", true, 2_118_123_520, 32),
         ("qwen2_generate_varprompt", true, 645_922_816, 27),
         ("regnet_varres_train", false, 4_439_670_784, 195),
-        ("transformer_seq2seq_varlen_train", false, 8_541_700_096, 137),
+        (
+            "transformer_seq2seq_varlen_train",
+            false,
+            8_541_700_096,
+            137,
+        ),
     ];
     let mut log_sum = 0.0f64;
     for (name, inference, reserved, segments) in pinned {
@@ -331,7 +336,11 @@ fn the_fifth_held_out_set_meets_issue_27_s_goals_with_relocation() {
             ..ReplayOptions::default()
         };
         let r = replay::run(&trace, &options).unwrap().report;
-        assert_eq!((r.peak_reserved, r.segment_allocs), (reserved, segments), "{name}");
+        assert_eq!(
+            (r.peak_reserved, r.segment_allocs),
+            (reserved, segments),
+            "{name}"
+        );
         let default = dir.join(format!("{name}.trace.gz.summary.json"));
         let expandable = dir.join(format!("{name}.exp.gz.summary.json"));
         assert!(
@@ -341,9 +350,15 @@ fn the_fifth_held_out_set_meets_issue_27_s_goals_with_relocation() {
         );
         #[allow(clippy::cast_precision_loss)]
         let over = r.peak_reserved as f64 / summary(&expandable, "max_reserved") as f64;
-        assert!(!inference || over <= 1.10, "{name}: {over:.3} of expandable");
+        assert!(
+            !inference || over <= 1.10,
+            "{name}: {over:.3} of expandable"
+        );
         log_sum += over.ln();
     }
     let geomean = (log_sum / 6.0).exp();
-    assert!(geomean <= 1.03, "geometric mean {geomean:.4} over expandable");
+    assert!(
+        geomean <= 1.03,
+        "geometric mean {geomean:.4} over expandable"
+    );
 }

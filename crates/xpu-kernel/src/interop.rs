@@ -308,9 +308,7 @@ impl<'a, T> ClRegion<'a, T> {
     /// The elements (of the allocation) this region shares with `other`: `None` for regions
     /// of different allocations or disjoint ranges.
     fn shared_with(&self, other: &ClRegion<'_, T>) -> Option<(usize, usize)> {
-        if self.block.address() != other.block.address()
-            || self.block.device() != other.block.device()
-        {
+        if !self.block.same_allocation(other.block) {
             return None;
         }
         let start = self.offset.max(other.offset);

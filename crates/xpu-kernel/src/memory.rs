@@ -856,7 +856,7 @@ pub fn copy_dtod<T: Pod>(
     }
     let (sp, dp) = (src.data_ptr(), dst.data_ptr());
     let (s, d) = (src.byte_offset(), dst.byte_offset());
-    if sp.address() == dp.address() && s < d.saturating_add(len) && d < s.saturating_add(len) {
+    if sp.same_allocation(dp) && s < d.saturating_add(len) && d < s.saturating_add(len) {
         return Err(MemoryError::Overlap {
             src: src.offset(),
             dst: dst.offset(),
