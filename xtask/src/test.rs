@@ -1,4 +1,5 @@
-//! `cargo xtask test`: runtime check, fmt, clippy, check-layers, rustdoc, then every test.
+//! `cargo xtask test`: runtime check, fmt, clippy, check-layers, rustdoc, the loom models,
+//! then every test.
 
 use std::path::Path;
 
@@ -42,6 +43,7 @@ pub(crate) fn run(root: &Path, extra: &[String]) -> Result<()> {
         .current_dir(root)
         .hint("fix the rustdoc warnings above (broken links, missing docs)")
         .run_step("doc")?;
+    run_loom(root)?;
     let mut envs = vec![("XPU_REQUIRE_DEVICE".to_owned(), "1".to_owned())];
     match std::env::var("POCL_DEVICES") {
         Ok(devices) => println!("==> POCL_DEVICES is set ({devices:?}): keeping it"),
@@ -55,6 +57,39 @@ pub(crate) fn run(root: &Path, extra: &[String]) -> Result<()> {
     run_burn(root, &envs)?;
     run_tests(root, &envs, extra)
 }
+
+/// The loom models of xpu-caching's block state word (`allocator::place_cell::loom_tests`),
+/// built with `--cfg loom` in release mode in their own target directory (`target/loom`), so
+/// the flag does not invalidate the main build. About a minute from cold on two cores (the
+/// build; the models run in about 3 s).
+pub(crate) fn run_loom(root: &Path) -> Result<()> {
+    let rustflags = match std::env::var("RUSTFLAGS") {
+        Ok(flags) if !flags.trim().is_empty() => format!("{flags} --cfg loom"),
+        _ => "--cfg loom".to_owned(),
+    };
+    Cmd::cargo()
+        .env("RUSTFLAGS", rustflags)
+        .env(
+            "CARGO_TARGET_DIR",
+            root.join("target/loom").display().to_string(),
+        )
+        .args([
+            "test",
+            "-p",
+            "xpu-caching",
+            "--lib",
+            "--release",
+            LOOM_TESTS,
+            "--",
+            "--test-threads=1",
+        ])
+        .current_dir(root)
+        .hint("a loom model failed: see its interleaving above (LOOM_LOG=trace for details)")
+        .run_step("loom")
+}
+
+/// The test filter naming xpu-caching's loom models (built only under `--cfg loom`).
+pub(crate) const LOOM_TESTS: &str = "allocator::place_cell::loom_tests";
 
 /// The burn backend's proof: the training example (a short run that must halve its loss),
 /// then burn 0.19.1's own conformance suite on xpu (`crates/xpu-burn/tests/burn_suite.rs`),
@@ -173,5 +208,25 @@ pub(crate) fn run_tests(root: &Path, envs: &[(String, String)], extra: &[String]
             .envs(envs)
             .current_dir(root)
             .run_step("tests")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The loom step's filter names a module that exists: a rename would otherwise make the
+    /// step run no model and pass.
+    #[test]
+    fn the_loom_filter_names_the_loom_models() {
+        let module = LOOM_TESTS.replace("::", "/");
+        let file = crate::repo_root().join(format!("crates/xpu-caching/src/{module}.rs"));
+        let text =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        assert!(
+            text.contains("loom::model"),
+            "{} holds no loom model",
+            file.display()
+        );
     }
 }

@@ -10,7 +10,9 @@
 //! cross-stream reuse);
 //! `device_wide` (source, configuration, reserved bytes, fraction); `stats_cell`,
 //! `stats_registry`, `thread_cache`, `shard_cache` (per-thread statistics and shard caches);
-//! `free_cache`, `bin_slots` (the threads' caches of freed blocks); `snapshot`.
+//! `free_cache`, `bin_slots` (the threads' caches of freed blocks); `snapshot`;
+//! `place_cell` (a block's relocation state: pins, observed / off-stream bits, moves; the
+//! arena of cells by slab index), built for relocation (docs/relocation.md) and not used yet.
 
 mod allocation;
 pub(crate) mod bin_slots;
@@ -20,6 +22,7 @@ pub(crate) mod free_cache;
 mod grow;
 mod oom;
 pub(crate) mod pending;
+pub(crate) mod place_cell;
 mod policy;
 pub(crate) mod policy_state;
 pub(crate) mod pool;
