@@ -31,6 +31,10 @@ pub(crate) struct Live {
     pub sub_buffer: SubBuffer,
     /// The caching allocator's block (freed when dropped, after the sub-buffer share).
     pub allocation: Allocation<ClBackend>,
+    /// For a block that may move (`relocation:merge`): the place last read under a pin,
+    /// tagged with the block's move count (generation). `segment` then holds the place
+    /// only once it is observed (fixed for good).
+    pub moving: parking_lot::Mutex<Option<(u64, Arc<Buffer>, u64)>>,
 }
 
 /// The share of its segment's buffer an allocation holds ([`Live::segment`]), with the
@@ -102,6 +106,7 @@ impl DataPtr {
                 segment: SegmentShare::default(),
                 sub_buffer: SubBuffer::default(),
                 allocation,
+                moving: parking_lot::Mutex::new(None),
             }),
             device,
             size,
@@ -189,7 +194,65 @@ impl DataPtr {
     /// [`AllocError::BadFork`] in a bad fork child, first (the segment is read under the
     /// stream's lock); [`AllocError::Unsupported`] for an empty pointer or simulated memory.
     pub fn cl_mem_and_offset(&self) -> Result<(raw::cl_mem, u64), AllocError> {
+        self.observe_place()?;
         self.with_buffer(|buffer, offset| (buffer.as_raw(), offset))
+    }
+
+    /// Fixes the block's place for the rest of the allocation's life
+    /// ([`Allocation::observe`](xpu_caching::Allocation::observe)): the ways out of a raw
+    /// place (address, `cl_mem`, sub-buffers, regions lent to other layers) call it first.
+    /// Nothing for a block that does not relocate or an empty pointer.
+    pub(crate) fn observe_place(&self) -> Result<(), AllocError> {
+        check_fork()?;
+        match &self.live {
+            Some(live) if live.allocation.relocatable() => {
+                Ok(live.allocation.observe().map_err(AllocError::Stream)?)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The block's place for commands enqueued while the returned [`BlockPin`] lives (it
+    /// holds the block in place): the segment's buffer and the allocation's byte offset in
+    /// it. For a block that does not relocate this is the place cached at the first use; for
+    /// one that may move, the place cached under the block's current move count.
+    ///
+    /// # Errors
+    /// As [`DataPtr::view`].
+    pub(crate) fn pinned_place(&self) -> Result<(Arc<Buffer>, u64, BlockPin<'_>), AllocError> {
+        check_fork()?;
+        let live = self.live.as_ref().ok_or_else(|| {
+            AllocError::Unsupported("an empty allocation has no buffer".to_owned())
+        })?;
+        if !live.allocation.relocatable() {
+            let (buffer, offset) = self.segment_buffer()?;
+            return Ok((Arc::clone(buffer), offset, BlockPin::empty()));
+        }
+        let pin = BlockPin {
+            pin: Some(live.allocation.pin()),
+            stream: live.allocation.stream(),
+        };
+        let generation = pin.generation();
+        if let Some((g, buffer, offset)) = &*live.moving.lock() {
+            if *g == generation {
+                return Ok((Arc::clone(buffer), *offset, pin));
+            }
+        }
+        let held = pin.pin.as_ref().ok_or(AllocError::BadFork)?;
+        let (buffer, offset) = live
+            .allocation
+            .with_pinned_segment(held, |segment, offset| match &segment.memory {
+                SegmentMemory::Buffer { buffer, .. } => Ok((Arc::clone(buffer), offset)),
+                SegmentMemory::Simulated(_) => Err(AllocError::Unsupported(
+                    "simulated memory has no cl_mem".to_owned(),
+                )),
+            })
+            .unwrap_or_else(|| {
+                check_fork()?;
+                Err(AllocError::InvalidDevicePointer { address: 0 })
+            })?;
+        *live.moving.lock() = Some((generation, Arc::clone(&buffer), offset));
+        Ok((buffer, offset, pin))
     }
 
     /// A view of this allocation's bytes for copies, borrowing the pointer: it cannot
@@ -215,12 +278,13 @@ impl DataPtr {
     /// driver call; [`AllocError::Unsupported`] for an empty pointer or simulated memory.
     pub fn view(&self) -> Result<BlockView<'_>, AllocError> {
         check_fork()?;
-        let (buffer, offset) = self.segment_buffer()?;
+        let (buffer, offset, pin) = self.pinned_place()?;
         Ok(BlockView {
             ptr: self,
-            buffer: Arc::clone(buffer),
+            buffer,
             offset: to_usize(offset)?,
             len: to_usize(self.size)?,
+            pin,
         })
     }
 
@@ -304,6 +368,8 @@ impl DataPtr {
     /// exceeds the block alignment (512 bytes), or the kernel's [`DeviceError::KernelArg`]
     /// (wrong parameter kind, another device's context, index out of range).
     pub fn set_kernel_arg(&self, kernel: &mut Kernel, index: u32) -> Result<(), BlockArgError> {
+        // The argument stays in the kernel for a launch the allocator does not see.
+        self.observe_place().map_err(BlockArgError::Alloc)?;
         if kernel.takes_offset(index) {
             let (buffer, offset) = self.segment_buffer().map_err(BlockArgError::Alloc)?;
             return kernel
@@ -319,6 +385,34 @@ impl DataPtr {
         kernel
             .set_arg_shared_buffer(index, sub)
             .map_err(BlockArgError::Device)
+    }
+
+    /// [`DataPtr::set_kernel_arg`] for a launch that enqueues the kernel while the returned
+    /// [`BlockPin`] lives (`xpu_kernel::Launch`): a block that may move
+    /// (`relocation:merge`) is held in place only until then, instead of for good. A kernel
+    /// without offset parameters gets the block as [`DataPtr::set_kernel_arg`] gives it
+    /// (fixed for good).
+    ///
+    /// # Errors
+    /// As [`DataPtr::set_kernel_arg`].
+    pub fn set_kernel_arg_pinned(
+        &self,
+        kernel: &mut Kernel,
+        index: u32,
+    ) -> Result<BlockPin<'_>, BlockArgError> {
+        let relocatable = self
+            .live
+            .as_ref()
+            .is_some_and(|l| l.allocation.relocatable());
+        if !(relocatable && kernel.takes_offset(index)) {
+            self.set_kernel_arg(kernel, index)?;
+            return Ok(BlockPin::empty());
+        }
+        let (buffer, offset, pin) = self.pinned_place().map_err(BlockArgError::Alloc)?;
+        kernel
+            .set_arg_shared_buffer_at(index, &buffer, offset)
+            .map_err(BlockArgError::Device)?;
+        Ok(pin)
     }
 
     /// The raw `cl_mem` of exactly this allocation and its size in bytes: a sub-buffer of its
@@ -341,6 +435,7 @@ impl DataPtr {
     /// memory without a `cl_mem`, or with [`AllocError::Unsupported`] on a platform whose
     /// sub-buffers are unsafe; [`BlockArgError::Device`] for a failed `clCreateSubBuffer`.
     pub fn block_cl_mem(&self) -> Result<(raw::cl_mem, usize), BlockArgError> {
+        self.observe_place().map_err(BlockArgError::Alloc)?;
         let b = self.sub_buffer()?;
         Ok((b.as_raw(), b.size()))
     }
@@ -511,6 +606,8 @@ pub struct BlockView<'a> {
     offset: usize,
     /// The requested size ([`DataPtr::size`], converted once).
     len: usize,
+    /// Holds a block that may move in place while the view lives.
+    pin: BlockPin<'a>,
 }
 
 impl BlockView<'_> {
@@ -542,6 +639,7 @@ impl BlockView<'_> {
                 device,
             });
         }
+        self.pin.prepare_on(stream)?;
         Ok(stream.enqueue_queue("block copy")?)
     }
 
@@ -674,6 +772,7 @@ impl BlockView<'_> {
     ) -> Result<(), crate::host::HostError> {
         use crate::host::{HostBytes, HostCopy};
         let at = self.host_range("device destination", offset, len)?;
+        self.pin.prepare_on(stream).map_err(host_error)?;
         stream.copy_pinned(&self.buffer, at, HostBytes::From(src), src_offset, len)
     }
 
@@ -694,6 +793,7 @@ impl BlockView<'_> {
     ) -> Result<(), crate::host::HostError> {
         use crate::host::{HostBytes, HostCopy};
         let at = self.host_range("device source", offset, len)?;
+        self.pin.prepare_on(stream).map_err(host_error)?;
         stream.copy_pinned(&self.buffer, at, HostBytes::Into(dst), dst_offset, len)
     }
 }
@@ -704,5 +804,79 @@ impl std::fmt::Debug for BlockView<'_> {
             .field("ptr", self.ptr)
             .field("len", &self.len)
             .finish_non_exhaustive()
+    }
+}
+
+/// A block held in place while commands through it are enqueued ([`DataPtr::view`],
+/// [`DataPtr::set_kernel_arg_pinned`]): with `relocation:merge` the block does not move
+/// until the pin drops. Empty (no cost) for a block that does not relocate.
+#[must_use = "the block may move once the pin drops"]
+pub struct BlockPin<'a> {
+    pin: Option<xpu_caching::PlacePin<'a, ClBackend>>,
+    stream: StreamKey,
+}
+
+impl BlockPin<'_> {
+    /// Whether the pin holds a block that may move (else it is empty and costs nothing).
+    #[must_use]
+    pub fn is_held(&self) -> bool {
+        self.pin.is_some()
+    }
+
+    /// A pin that holds nothing (a block that does not relocate).
+    fn empty() -> Self {
+        Self {
+            pin: None,
+            stream: StreamKey::new(0, 0),
+        }
+    }
+
+    /// The block's move count when pinned (0 for a block that does not relocate).
+    fn generation(&self) -> u64 {
+        self.pin
+            .as_ref()
+            .map_or(0, xpu_caching::PlacePin::generation)
+    }
+
+    /// Prepares a command through the pinned block on `stream` (call it before enqueueing):
+    /// on a stream other than the block's allocation stream, a block that may move never
+    /// moves again, and `stream` first waits for the copies of its last move when they may
+    /// still run (see `xpu_caching::PlacePin::prepare_use_on`). Nothing for the allocation
+    /// stream or a block that does not relocate.
+    ///
+    /// # Errors
+    /// [`AllocError::Stream`] when the stream's queue is released or the wait cannot be
+    /// enqueued.
+    pub fn prepare_on(&self, stream: &Stream) -> Result<(), AllocError> {
+        let Some(pin) = &self.pin else {
+            return Ok(());
+        };
+        if crate::stream_key(stream) == self.stream {
+            return Ok(());
+        }
+        let stream = crate::cl_stream::ClStream::try_shared(*stream)?;
+        pin.prepare_use_on(&stream).map_err(AllocError::Stream)
+    }
+}
+
+impl std::fmt::Debug for BlockPin<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockPin")
+            .field("pinned", &self.pin.is_some())
+            .field("generation", &self.generation())
+            .finish()
+    }
+}
+
+/// A failed [`BlockPin::prepare_on`] as a host copy's error.
+fn host_error(e: AllocError) -> crate::host::HostError {
+    use crate::host::HostError;
+    match e {
+        AllocError::Stream(m) => match m.downcast_ref::<xpu_stream::StreamError>() {
+            Some(s) => HostError::Stream(s.clone()),
+            None => HostError::Device(xpu_device::DeviceError::InvalidArgument(m.to_string())),
+        },
+        AllocError::BadFork => HostError::BadFork,
+        other => HostError::Device(xpu_device::DeviceError::InvalidArgument(other.to_string())),
     }
 }

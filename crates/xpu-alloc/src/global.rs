@@ -43,31 +43,13 @@ fn registry() -> &'static Registry {
     })
 }
 
-/// Parses a configuration for the device allocators: as [`AllocConfig::parse`], and
-/// `relocation:merge` is refused, since a block of an OpenCL buffer never moves yet (moves
-/// copy nothing; only `xpu replay`'s simulated segments relocate, docs/relocation.md).
-fn parse_for_devices(text: &str) -> Result<AllocConfig, ConfigError> {
-    let config = AllocConfig::parse(text)?;
-    if config.relocation != xpu_caching::Relocation::Off {
-        return Err(ConfigError::Unsupported {
-            key: "relocation".to_owned(),
-            value: "merge".to_owned(),
-            reason: "blocks of device memory are not moved yet (a move does not copy the \
-                     bytes); relocation applies to simulated replays only (xpu replay \
-                     --config relocation:merge)"
-                .to_owned(),
-        });
-    }
-    Ok(config)
-}
-
 /// The configuration for new allocators: the environment's (or its parse error) until
 /// [`set_config`] replaces it.
 fn config_state() -> &'static Mutex<Result<AllocConfig, ConfigError>> {
     static C: OnceLock<Mutex<Result<AllocConfig, ConfigError>>> = OnceLock::new();
     C.get_or_init(|| {
         let parsed = match std::env::var(CONFIG_ENV) {
-            Ok(text) => parse_for_devices(&text),
+            Ok(text) => AllocConfig::parse(&text),
             Err(_) => Ok(AllocConfig::default()),
         };
         Mutex::new(parsed)
@@ -129,10 +111,8 @@ pub(crate) fn existing(device: usize) -> Result<Option<&'static DeviceAllocator>
 ///
 /// # Errors
 /// [`ConfigError`] naming the key and the allowed values; nothing changes then.
-/// [`ConfigError::Unsupported`] for `relocation:merge`, which only simulated replays
-/// apply.
 pub fn set_config(text: &str) -> Result<(), ConfigError> {
-    let config = parse_for_devices(text)?;
+    let config = AllocConfig::parse(text)?;
     if xpu_device::fork::is_in_bad_fork() {
         // Nothing can allocate in a bad fork child; the locks may have been held at the fork.
         return Ok(());

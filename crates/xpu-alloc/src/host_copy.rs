@@ -33,6 +33,9 @@ impl DeviceMemory for DataPtr {
     fn device_region(&self) -> Option<DeviceRegion<'_>> {
         // The segment's buffer at the allocation's offset, as views and kernels take it (see
         // `DataPtr::view`).
+        // The region is lent to another layer, whose commands the allocator does not see:
+        // the block's place is fixed for good first.
+        self.observe_place().ok()?;
         let (buffer, offset) = self.segment_buffer().ok()?;
         let buffer = xpu_device::backend::Buffer::clone(buffer);
         Some(DeviceRegion::lend(

@@ -70,8 +70,8 @@ pub mod stream;
 
 pub use crate::allocator::thread_cache::{ThreadCacheKey, ThreadCaches};
 pub use crate::allocator::{
-    Allocation, BlockSnapshot, BlockState, CachingAllocator, DeferredDrop, RelocationStats,
-    SegmentSnapshot, SharedState, WeakShard,
+    Allocation, BlockSnapshot, BlockState, CachingAllocator, DeferredDrop, PlacePin,
+    RelocationStats, SegmentSnapshot, SharedState, WeakShard,
 };
 pub use crate::backend::{Backend, MarkerStatus};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy, Relocation};

@@ -27,7 +27,7 @@
 
 use std::marker::PhantomData;
 
-use xpu_alloc::{BlockArgError, DataPtr};
+use xpu_alloc::{BlockArgError, BlockPin, DataPtr};
 use xpu_device::backend::{BufferElement, Kernel};
 use xpu_stream::Stream;
 
@@ -158,6 +158,7 @@ impl LaunchExt for Stream {
             global: g,
             local: l,
             foreign_blocks: Vec::new(),
+            pins: Vec::new(),
             _args: PhantomData,
         })
     }
@@ -233,7 +234,8 @@ pub(crate) fn check_launch(
 }
 
 /// Sets argument `index` of `kernel` (a kernel of `function`, launched on `stream`), checked
-/// as [`Launch::arg`] documents; shared with graph capture.
+/// as [`Launch::arg`] documents; shared with graph capture, whose kernels keep their
+/// arguments for later replays (a block's place is then fixed for good).
 pub(crate) fn set_checked_arg(
     kernel: &mut Kernel,
     function: &Function,
@@ -241,6 +243,19 @@ pub(crate) fn set_checked_arg(
     index: u32,
     arg: Arg<'_>,
 ) -> Result<(), KernelError> {
+    set_arg(kernel, function, stream, index, arg, false).map(drop)
+}
+
+/// [`set_checked_arg`]; with `pinned`, a block that may move (`relocation:merge`) is held
+/// in place only while the returned pin lives (a launch enqueued before it drops).
+fn set_arg<'a>(
+    kernel: &mut Kernel,
+    function: &Function,
+    stream: &Stream,
+    index: u32,
+    arg: Arg<'a>,
+    pinned: bool,
+) -> Result<Option<BlockPin<'a>>, KernelError> {
     if index >= kernel.num_args() {
         return Err(KernelError::ArgCount {
             kernel: function.name().to_owned(),
@@ -262,19 +277,25 @@ pub(crate) fn set_checked_arg(
             if let Arg::TypedBlock(_, Some(element)) = arg {
                 kernel.check_buffer_element(index, element)?;
             }
-            ptr.set_kernel_arg(kernel, index).map_err(|e| match e {
+            let named = |e| match e {
                 BlockArgError::Alloc(source) => KernelError::Block {
                     kernel: function.name().to_owned(),
                     index,
                     source,
                 },
                 BlockArgError::Device(d) => KernelError::Device(d),
-            })?;
+            };
+            if pinned {
+                return Ok(Some(
+                    ptr.set_kernel_arg_pinned(kernel, index).map_err(named)?,
+                ));
+            }
+            ptr.set_kernel_arg(kernel, index).map_err(named)?;
         }
         Arg::Scalar(s) => set_scalar(kernel, index, s)?,
         Arg::Local(bytes) => kernel.set_arg_local(index, bytes)?,
     }
-    Ok(())
+    Ok(None)
 }
 
 /// A kernel launch being assembled on a stream ([`LaunchExt::launch`]).
@@ -306,6 +327,8 @@ pub struct Launch<'a> {
     local: Option<[usize; 3]>,
     /// Allocations of other streams than the launch's: recorded on it at the enqueue.
     foreign_blocks: Vec<&'a DataPtr>,
+    /// The blocks set so far, held in place until the enqueue (`relocation:merge`).
+    pins: Vec<BlockPin<'a>>,
     _args: PhantomData<&'a DataPtr>,
 }
 
@@ -338,7 +361,12 @@ impl<'a> Launch<'a> {
         let index = self.next;
         let kernel = self.kernel.as_mut().expect("present until enqueue or drop");
         let arg = arg.into();
-        set_checked_arg(kernel, &self.function, &self.stream, index, arg)?;
+        if let Some(pin) = set_arg(kernel, &self.function, &self.stream, index, arg, true)? {
+            // Only the pins of blocks that may move are kept (no allocation otherwise).
+            if pin.is_held() {
+                self.pins.push(pin);
+            }
+        }
         if let Some(ptr) = arg.block() {
             if ptr.stream().is_some_and(|k| k.id != self.stream.id()) {
                 self.foreign_blocks.push(ptr);
@@ -429,6 +457,10 @@ impl<'a> Launch<'a> {
         }
         for ptr in &self.foreign_blocks {
             ptr.record_stream(&self.stream)?;
+        }
+        // A moved block's copies run before this kernel on another stream.
+        for pin in &self.pins {
+            pin.prepare_on(&self.stream)?;
         }
         // The capture check that counts: atomic with the enqueue below (the permit held by
         // `queue` keeps a capture of the stream from beginning until the kernel is enqueued).

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::free_cache::count_free;
+use super::place_cell::{FreeBy, PinGuard, PlaceCell};
 use super::shard::Shard;
 use super::stream_state::Handed;
 use super::thread_cache::{with_local, ThreadCacheKey};
@@ -38,12 +39,93 @@ impl<B: ThreadCacheKey> Allocation<B> {
 
     /// Device address of the first byte: unique on the device while the allocation lives.
     ///
-    /// With [`Relocation::Merge`](crate::config::Relocation::Merge) over simulated segments
-    /// (the only memory that relocates), this is the address at which the block was handed
-    /// out: a later move is not reflected (snapshots show the block's current place).
+    /// For an allocation that may move ([`Allocation::relocates`]) this observes its place
+    /// ([`Allocation::observe`]): the block never moves again, and the address stays right
+    /// for the allocation's life, as in PyTorch (a `data_ptr` is constant).
     #[must_use]
     pub fn address(&self) -> u64 {
-        self.handed.addr
+        if !self.handed.relocating {
+            return self.handed.addr;
+        }
+        if let Err(e) = self.observe() {
+            tracing::warn!(error = %e, "waiting for a relocated block's copies failed");
+        }
+        self.shard
+            .with_segment(self.handed.block, |_, address| address)
+            .unwrap_or(self.handed.addr)
+    }
+
+    /// Whether the block was handed out under a relocating configuration
+    /// ([`Relocation`](crate::config::Relocation)): it may have moved, and it may move
+    /// until its place is observed ([`Allocation::observe`]). Its place is then read under a
+    /// pin ([`Allocation::pin`]).
+    #[must_use]
+    pub fn relocatable(&self) -> bool {
+        self.handed.relocating
+    }
+
+    /// The place cell of a relocating allocation.
+    fn cell(&self) -> Option<&PlaceCell> {
+        if !self.handed.relocating || B::is_bad_fork() {
+            return None;
+        }
+        self.shard.cells.get(self.handed.block)
+    }
+
+    /// Waits for a move of this stream's blocks in progress: the relocator holds the
+    /// stream's lock from its claim to its commit.
+    fn wait_for_move(&self) {
+        drop(self.shard.lock());
+    }
+
+    /// Fixes the block's place for the rest of the allocation's life (the place is
+    /// *observed*: its address, buffer and offset may be handed out for ever, to commands on
+    /// any stream that the allocator does not see). Waits for a move of the block in
+    /// progress, then, when the block was moved and the copies of its last move may still
+    /// run, waits on the host for them (no allocator lock is held meanwhile: on an
+    /// allocation stream held back by a user event that this thread sets later, that wait
+    /// would last for ever). Nothing to do for an allocation that does not relocate.
+    ///
+    /// # Errors
+    /// The [`MarkerError`](crate::MarkerError) of the wait for the copies.
+    pub fn observe(&self) -> Result<(), crate::MarkerError> {
+        let Some(cell) = self.cell() else {
+            return Ok(());
+        };
+        // A live allocation is not being freed (its drop is the only free).
+        let observed = cell.observe_waiting(|| self.wait_for_move());
+        debug_assert!(observed.is_ok(), "a live allocation's cell was freeing");
+        if observed.map_or(true, |g| g.get() == 0) {
+            return Ok(());
+        }
+        let moved = {
+            let state = self.shard.lock();
+            state
+                .blocks
+                .get(self.handed.block)
+                .and_then(|b| b.moved.clone())
+        };
+        match moved {
+            Some(marker) if !B::marker_complete(&marker) => B::wait(&marker),
+            _ => Ok(()),
+        }
+    }
+
+    /// A scoped pin: the block does not move until the pin drops, so the place read under
+    /// it ([`Allocation::with_segment`]) stays right for the commands enqueued meanwhile.
+    /// Waits for a move of the block in progress (no allocator lock is held meanwhile). For
+    /// an allocation that does not relocate the pin is empty and costs nothing.
+    pub fn pin(&self) -> PlacePin<'_, B> {
+        let guard = self.cell().and_then(|cell| {
+            let pinned = cell.pin_waiting(|| self.wait_for_move());
+            debug_assert!(pinned.is_ok(), "a live allocation's cell was freeing");
+            pinned.ok()
+        });
+        PlacePin {
+            guard,
+            block: self.handed.block,
+            shard: &self.shard,
+        }
     }
 
     /// Requested size in bytes.
@@ -82,6 +164,9 @@ impl<B: ThreadCacheKey> Allocation<B> {
     /// it (under no allocator lock: `f` may call the allocator, on this stream too); `None`
     /// if the block is unknown (never for a live allocation), and in a bad fork child
     /// ([`Backend::is_bad_fork`](crate::Backend::is_bad_fork): the lock may have been held at the fork).
+    /// The place of an allocation that may move is observed first ([`Allocation::observe`]):
+    /// what `f` sees stays right for the allocation's life (a wait for the copies of an
+    /// earlier move that fails is logged, as [`Allocation::address`] does).
     pub fn with_segment<R>(
         &self,
         f: impl FnOnce(&SourceSegment<B::Memory>, u64) -> R,
@@ -89,6 +174,31 @@ impl<B: ThreadCacheKey> Allocation<B> {
         if B::is_bad_fork() {
             return None;
         }
+        if self.handed.relocating {
+            if let Err(e) = self.observe() {
+                tracing::warn!(error = %e, "waiting for a relocated block's copies failed");
+            }
+        }
+        self.read_segment(f)
+    }
+
+    /// [`Allocation::with_segment`] for commands enqueued while `pin` (of this allocation)
+    /// lives: the place is right until the pin drops, and it is not fixed for good.
+    pub fn with_pinned_segment<R>(
+        &self,
+        pin: &PlacePin<'_, B>,
+        f: impl FnOnce(&SourceSegment<B::Memory>, u64) -> R,
+    ) -> Option<R> {
+        if B::is_bad_fork()
+            || pin.block != self.handed.block
+            || !std::ptr::eq(pin.shard, &*self.shard)
+        {
+            return None;
+        }
+        self.read_segment(f)
+    }
+
+    fn read_segment<R>(&self, f: impl FnOnce(&SourceSegment<B::Memory>, u64) -> R) -> Option<R> {
         self.shard
             .with_segment(self.handed.block, |segment, address| {
                 f(segment, address - segment.address)
@@ -128,6 +238,62 @@ impl<B: ThreadCacheKey> Allocation<B> {
     }
 }
 
+/// A scoped pin of an allocation's place ([`Allocation::pin`]): while it lives, the block
+/// does not move. Empty (no cost) for an allocation that does not relocate.
+pub struct PlacePin<'a, B: ThreadCacheKey> {
+    guard: Option<PinGuard<'a>>,
+    block: u32,
+    shard: &'a Shard<B>,
+}
+
+impl<B: ThreadCacheKey> PlacePin<'_, B> {
+    /// The block's move count when the pin was taken (0 for a block that does not
+    /// relocate): a place cached under another count is stale.
+    #[must_use]
+    pub fn generation(&self) -> u64 {
+        self.guard.as_ref().map_or(0, |g| g.generation().get())
+    }
+
+    /// Prepares a command through the pinned place on `stream`. For a relocating block and
+    /// a stream other than its allocation stream, the block never moves again (such a use is
+    /// not ordered on the allocation stream, where the moves' copies run), and when the
+    /// copies of its last move may still run, `stream` first waits for them
+    /// ([`Backend::stream_wait`](crate::Backend::stream_wait) on the marker recorded after
+    /// them). Nothing for the allocation stream or a block that does not relocate.
+    ///
+    /// # Errors
+    /// The [`MarkerError`](crate::MarkerError) of the wait.
+    pub fn prepare_use_on(&self, stream: &B::Stream) -> Result<(), crate::MarkerError> {
+        let Some(guard) = &self.guard else {
+            return Ok(());
+        };
+        if B::stream_key(stream) == self.shard.key {
+            return Ok(());
+        }
+        guard.mark_off_stream();
+        if guard.generation().get() == 0 {
+            return Ok(());
+        }
+        let moved = {
+            let state = self.shard.lock();
+            state.blocks.get(self.block).and_then(|b| b.moved.clone())
+        };
+        match moved {
+            Some(marker) if !B::marker_complete(&marker) => B::stream_wait(stream, &marker),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl<B: ThreadCacheKey> std::fmt::Debug for PlacePin<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlacePin")
+            .field("pinned", &self.guard.is_some())
+            .field("generation", &self.generation())
+            .finish()
+    }
+}
+
 impl<B: ThreadCacheKey> std::fmt::Debug for Allocation<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Allocation")
@@ -150,6 +316,23 @@ impl<B: ThreadCacheKey> Drop for Allocation<B> {
         let shard = &self.shard;
         let shared = &shard.shared;
         let (handed, size) = (&self.handed, self.size);
+        if handed.relocating {
+            // Through the place cell: a block being moved is freed by its mover at the commit
+            // (no wait here); otherwise the cell is `FREEING` (never claimed again) and the
+            // block is freed through the stream's lock, never into a thread's cache.
+            if let Some(cell) = shard.cells.get(handed.block) {
+                if cell.begin_free() != FreeBy::Caller {
+                    return;
+                }
+            }
+            shared
+                .history
+                .record(TraceAction::FreeRequested, handed.addr, size, shard.key.id);
+            with_local(shared, |local| {
+                shard.free(handed.block, || local.cell.write(local.gens));
+            });
+            return;
+        }
         shared
             .history
             .record(TraceAction::FreeRequested, handed.addr, size, shard.key.id);

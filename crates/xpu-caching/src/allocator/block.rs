@@ -38,6 +38,12 @@ pub(crate) struct Block<B: Backend> {
     pub stream_uses: Vec<B::Stream>,
     /// Pool search count when the block entered the pool (garbage collection age).
     pub gc_base: u64,
+    /// Handed out under a relocating configuration (`relocation` not `off`): its
+    /// [`PlaceCell`](super::place_cell::PlaceCell) is live and it may move.
+    pub relocating: bool,
+    /// The marker recorded on the allocation stream after the copies of this block's last
+    /// move (`relocate`): a command on another stream through the block waits for it.
+    pub moved: Option<std::sync::Arc<B::Marker>>,
 }
 
 impl<B: Backend> Block<B> {
@@ -56,6 +62,8 @@ impl<B: Backend> Block<B> {
             event_count: 0,
             stream_uses: Vec::new(),
             gc_base: 0,
+            relocating: false,
+            moved: None,
         }
     }
 

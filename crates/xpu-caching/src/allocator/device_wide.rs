@@ -64,9 +64,10 @@ pub(crate) struct DeviceShared<B: Backend> {
     /// unset gets. The source is user code (`SourceHooks`), and `set_config` runs under
     /// callers' locks (xpu-alloc's pool registry and configuration lock), so it never asks.
     source_splits: bool,
-    /// `source.holds_no_memory()`, read once: whether `relocation:merge` may move blocks
-    /// (a move copies nothing, so only simulated segments relocate).
-    pub holds_no_memory: bool,
+    /// Whether `relocation` may move this allocator's blocks: not for private pools (built
+    /// with `CachingAllocator::with_setup`: graph pools keep their places, and custom
+    /// sources may have registered their memory).
+    pub relocation_allowed: bool,
     /// What relocation did ([`crate::config::Relocation`]).
     pub relocation: super::relocate::RelocationCounters,
     config_epoch: AtomicU64,
@@ -117,7 +118,7 @@ impl<B: Backend> DeviceShared<B> {
             max_alloc: source.max_alloc_size(),
             device: source.device(),
             source_splits,
-            holds_no_memory: source.holds_no_memory(),
+            relocation_allowed: true,
             relocation: super::relocate::RelocationCounters::default(),
             source,
             config_epoch: AtomicU64::new(1),

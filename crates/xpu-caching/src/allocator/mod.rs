@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-pub use allocation::Allocation;
+pub use allocation::{Allocation, PlacePin};
 pub use device_wide::{BoxedSource, DeferredDrop, SharedState};
 use oom::{DeferredOom, OnOom};
 pub use relocate::RelocationStats;
@@ -246,6 +246,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         shared.history = history;
         shared.deferred_drop = deferred_drop;
         shared.thread_cache = false;
+        shared.relocation_allowed = false;
         Self::from_shared(shared)
     }
 
@@ -839,9 +840,8 @@ fn grow_path<B: Backend>(
 }
 
 /// [`Relocation::Merge`]: serves `req` by moving live blocks instead of growing, or empties
-/// segments for the release policy's consolidation (see `relocate`). Only over a source
-/// that holds no memory (nothing copies the bytes), under `release_policy:before_grow` with
-/// split segments.
+/// segments for the release policy's consolidation (see `relocate`). Only for the default
+/// allocators (not private pools), under `release_policy:before_grow` with split segments.
 fn relocate_before_grow<B: Backend>(
     shared: &DeviceShared<B>,
     state: &mut ShardState<B>,
@@ -849,7 +849,7 @@ fn relocate_before_grow<B: Backend>(
     st: &mut StatsWriter<'_>,
 ) -> Option<Handed> {
     if state.config.relocation != Relocation::Merge
-        || !shared.holds_no_memory
+        || !shared.relocation_allowed
         || state.config.release_policy != ReleasePolicy::BeforeGrow
         || !state.config.splits_segments()
     {

@@ -2,25 +2,39 @@
 //! live blocks move into idle free blocks of the stream's other segments so that a request
 //! is served, or idle segments are merged, without new reserved bytes.
 //!
-//! A move rewrites where a block lives and copies nothing, so the allocator relocates only
-//! over a source that holds no memory ([`SegmentSource::holds_no_memory`], a simulated
-//! device); the runtime over OpenCL buffers never moves a block. The stages that make moves
-//! real (pins, stream-ordered copies) are planned in docs/relocation.md.
+//! What moves: a live block handed out under a relocating configuration, with no recorded
+//! stream uses (`record_stream`) and no pending markers, whose place cell
+//! ([`super::place_cell`]) the relocator can claim: no pin held, its place never observed,
+//! never used on another stream through a view. Moves stay inside the block's own stream's
+//! shard and pool. A moved block keeps its slab index (the two places trade indices), so its
+//! [`Allocation`](super::Allocation)'s free finds it at its new place. In the statistics a
+//! move counts as one hand-out (the new place) and one free (the old place); the history
+//! records both.
 //!
-//! What moves: a live block with no recorded stream uses (`record_stream`) and no pending
-//! markers, inside its own stream's shard and pool. A moved block keeps its slab index (the
-//! two places trade indices), so its [`Allocation`](super::Allocation)'s free finds it at
-//! its new place. In the statistics a move counts as one hand-out (the new place) and one
-//! free (the old place); the history records both.
+//! How a plan runs, all under the stream's lock (the move lock of `place_cell`: a pinner
+//! that finds a block `MOVING` waits on that lock), with no driver wait:
+//! 1. claim every block of the plan (a refused claim drops the plan: nothing moved);
+//! 2. hand out each block's target and enqueue the copy of its bytes on the allocation
+//!    stream ([`Backend::enqueue_copy`]): the in-order stream runs it after every command
+//!    that used the block (all were on that stream, or the block would not be movable);
+//! 3. record a marker after the copies; a later command on another stream through a moved
+//!    block waits for it ([`PlacePin::prepare_use_on`](super::PlacePin::prepare_use_on));
+//! 4. commit: each block takes its target's place (a new generation in its cell, so cached
+//!    places are refreshed), its old place is freed (reused on this stream only after the
+//!    copies, by stream order), and a block whose owner dropped it meanwhile is freed.
 //!
-//! [`SegmentSource::holds_no_memory`]: crate::SegmentSource::holds_no_memory
+//! A failed copy or marker rolls the plan back: the targets are freed, the claims aborted,
+//! every block stays where it was; the request then grows as without relocation.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-use super::block::{Block, NIL};
+use std::sync::Arc;
+
+use super::block::NIL;
+use super::place_cell::{Generation, MoveEnd, PlaceArena};
 use super::stats_cell::StatsWriter;
 use super::stream_state::{Handed, Pooled, Request, ShardState};
 use crate::backend::Backend;
@@ -98,10 +112,22 @@ struct Window {
     live: Vec<u32>,
 }
 
-/// Whether a live block may move: no recorded use on another stream and no pending marker
-/// (every command that used it was on its allocation stream).
-fn movable<B: Backend>(b: &Block<B>) -> bool {
-    b.allocated && b.stream_uses.is_empty() && b.event_count == 0
+/// Whether the live block `index` may move: handed out under a relocating configuration, no
+/// recorded use on another stream and no pending marker (every command that used it was on
+/// its allocation stream), and a claimable cell now (the claim itself may still fail: pins
+/// are taken without the lock).
+fn movable<B: Backend>(state: &ShardState<B>, index: u32) -> bool {
+    let b = &state.blocks[index];
+    b.allocated
+        && b.relocating
+        && b.stream_uses.is_empty()
+        && b.event_count == 0
+        && state.cells.get(index).is_some_and(|cell| {
+            let c = cell.state();
+            c.pins == 0
+                && !(c.sticky || c.off_stream || c.moving || c.freeing)
+                && c.generation < Generation::MAX
+        })
 }
 
 /// Whether a free block of `target` bytes can take a moved block of `size` bytes and leave
@@ -140,7 +166,7 @@ pub(crate) fn relocate_for<B: Backend>(
             let mut live = Vec::new();
             for &(_, index) in &blocks[i..] {
                 let b = &state.blocks[index];
-                if !(movable(b) || b.is_idle()) {
+                if !(b.is_idle() || movable(state, index)) {
                     break;
                 }
                 span += b.size;
@@ -173,17 +199,9 @@ pub(crate) fn relocate_for<B: Backend>(
         if !pack(kind, &mut free, &sizes, &config) {
             continue;
         }
-        let (mut moves, mut bytes) = (0u64, 0u64);
-        for &(s, l) in &live {
-            // The plan packed every block: a move cannot fail (checked in debug builds).
-            let moved = move_block(state, l, s, &excluded, st);
-            debug_assert!(moved, "a planned move found no target");
-            if !moved {
-                return None;
-            }
-            moves += 1;
-            bytes += s;
-        }
+        let Some((moves, bytes)) = execute(state, &live, &excluded, st) else {
+            return None;
+        };
         let found = state.search(req, false)?;
         counters.note_relocation(moves, bytes);
         let handed = state.alloc_pooled(found, req, st);
@@ -300,7 +318,7 @@ fn empty_segments<B: Backend>(
         let mut all_movable = true;
         for &(_, index) in blocks {
             let b = &state.blocks[index];
-            if movable(b) {
+            if movable(state, index) {
                 live.push(b.size);
             } else if !b.is_idle() {
                 all_movable = false;
@@ -342,16 +360,9 @@ fn empty_segments<B: Backend>(
         .map(|i| (state.blocks[i].size, i))
         .collect();
     moving.sort_unstable_by(|a, b| b.cmp(a));
-    let (mut moves, mut bytes) = (0u64, 0u64);
-    for &(s, l) in &moving {
-        let moved = move_block(state, l, s, &chosen, st);
-        debug_assert!(moved, "a planned move found no target");
-        if !moved {
-            return;
-        }
-        moves += 1;
-        bytes += s;
-    }
+    let Some((moves, bytes)) = execute(state, &moving, &chosen, st) else {
+        return;
+    };
     let segment_bytes = chosen[idle.len()..]
         .iter()
         .map(|&s| state.segments[s].source.size)
@@ -365,24 +376,98 @@ fn empty_segments<B: Backend>(
     debug_assert!(consistent(state), "relocation broke the shard's layout");
 }
 
-/// Moves the live block `l` (`size` bytes) into the best-fitting idle free block outside
-/// the segments `excluded`: a new block is handed out there, the two blocks trade places in
-/// the slab (the live handle's index now names the new place) and the old place is freed.
-/// False (nothing changed) when no free block fits.
-fn move_block<B: Backend>(
+/// Runs a plan: moves every block of `moving` ((size, live block), largest first) into the
+/// best-fitting idle free blocks outside the segments `excluded` (see the module docs for
+/// the steps). Returns (moves, moved bytes), or `None` when the plan was dropped or rolled
+/// back (every block stays where it was).
+fn execute<B: Backend>(
+    state: &mut ShardState<B>,
+    moving: &[(u64, u32)],
+    excluded: &[u32],
+    st: &mut StatsWriter<'_>,
+) -> Option<(u64, u64)> {
+    let cells = Arc::clone(&state.cells);
+    // 1. Claims.
+    let mut claimed: Vec<u32> = Vec::with_capacity(moving.len());
+    for &(_, l) in moving {
+        if cells.get(l).is_some_and(|c| c.try_claim_for_move().is_ok()) {
+            claimed.push(l);
+        } else {
+            roll_back(state, &cells, &claimed, &[], st);
+            return None;
+        }
+    }
+    // 2. Targets and copies.
+    let mut placed: Vec<(u32, u32)> = Vec::with_capacity(moving.len());
+    for &(size, l) in moving {
+        let Some(t) = take_target(state, l, size, excluded, st) else {
+            debug_assert!(false, "a planned move found no target");
+            roll_back(state, &cells, &claimed, &placed, st);
+            return None;
+        };
+        placed.push((l, t));
+        if let Err(e) = copy_block(state, l, t) {
+            tracing::warn!(error = %e, "a relocation's copy failed: the blocks stay in place");
+            roll_back(state, &cells, &claimed, &placed, st);
+            return None;
+        }
+    }
+    // 3. The marker after the copies.
+    let marker = match B::record_marker(&state.stream) {
+        Ok(marker) => Arc::new(marker),
+        Err(e) => {
+            tracing::warn!(error = %e, "a relocation's marker failed: the blocks stay in place");
+            roll_back(state, &cells, &claimed, &placed, st);
+            return None;
+        }
+    };
+    // 4. Commit.
+    let (mut moves, mut bytes) = (0u64, 0u64);
+    for (&(size, _), &(l, t)) in moving.iter().zip(&placed) {
+        trade_places(state, l, t);
+        state.free(t, st);
+        state.blocks[l].moved = Some(Arc::clone(&marker));
+        if let Some(Ok(MoveEnd::FreeNow)) = cells.get(l).map(|c| c.commit_move()) {
+            state.free(l, st);
+        }
+        moves += 1;
+        bytes += size;
+    }
+    Some((moves, bytes))
+}
+
+/// Undoes a plan before its commit: frees the targets handed out (`placed`: (block, target))
+/// and aborts the claims, freeing a block whose owner dropped it meanwhile.
+fn roll_back<B: Backend>(
+    state: &mut ShardState<B>,
+    cells: &PlaceArena,
+    claimed: &[u32],
+    placed: &[(u32, u32)],
+    st: &mut StatsWriter<'_>,
+) {
+    for &(_, t) in placed {
+        state.free(t, st);
+    }
+    for &l in claimed {
+        if let Some(Ok(MoveEnd::FreeNow)) = cells.get(l).map(|c| c.abort_move()) {
+            state.free(l, st);
+        }
+    }
+}
+
+/// Hands out the best-fitting idle free block outside the segments `excluded` that takes
+/// `size` bytes exactly (split, or an exact fit) as the target of the live block `l`.
+fn take_target<B: Backend>(
     state: &mut ShardState<B>,
     l: u32,
     size: u64,
     excluded: &[u32],
     st: &mut StatsWriter<'_>,
-) -> bool {
+) -> Option<u32> {
     let kind = state.blocks[l].pool;
-    let target = state.pool(kind).iter_from(size).find(|&(f, _, b)| {
+    let (f, addr, block) = state.pool(kind).iter_from(size).find(|&(f, _, b)| {
         !excluded.contains(&state.blocks[b].segment) && fits(kind, f, size, &state.config)
-    });
-    let Some((f, addr, block)) = target else {
-        return false;
-    };
+    })?;
     let req = Request {
         size: state.blocks[l].requested,
         rounded: size,
@@ -399,11 +484,35 @@ fn move_block<B: Backend>(
         &req,
         st,
     );
-    let t = handed.block;
-    debug_assert_eq!(state.blocks[t].size, size);
+    debug_assert_eq!(state.blocks[handed.block].size, size);
+    Some(handed.block)
+}
+
+/// Enqueues the copy of the live block `l`'s requested bytes to its target `t` on the
+/// allocation stream.
+fn copy_block<B: Backend>(
+    state: &ShardState<B>,
+    l: u32,
+    t: u32,
+) -> Result<(), crate::error::CopyError> {
+    let (from, to) = (&state.blocks[l], &state.blocks[t]);
+    let src = &state.segments[from.segment].source;
+    let dst = &state.segments[to.segment].source;
+    B::enqueue_copy(
+        &state.stream,
+        &src.memory,
+        from.addr - src.address,
+        &dst.memory,
+        to.addr - dst.address,
+        from.requested,
+    )
+}
+
+/// The live block `l` takes the place of its target `t` (another segment): the two trade
+/// slab indices, so `l` names the new place (and keeps its cell) and `t` the old one, to
+/// be freed.
+fn trade_places<B: Backend>(state: &mut ShardState<B>, l: u32, t: u32) {
     state.blocks.swap(l, t);
-    // `l` is now the new place, `t` the old one (different segments): their neighbours
-    // point the other way.
     for (me, other) in [(l, t), (t, l)] {
         let (prev, next) = (state.blocks[me].prev, state.blocks[me].next);
         if prev != NIL && state.blocks[prev].next == other {
@@ -413,6 +522,6 @@ fn move_block<B: Backend>(
             state.blocks[next].prev = me;
         }
     }
-    state.free(t, st);
-    true
+    // The old place's hand-out fields were the live block's; it is freed next.
+    state.blocks[t].moved = None;
 }

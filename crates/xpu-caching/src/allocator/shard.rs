@@ -6,6 +6,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::device_wide::DeviceShared;
+use super::place_cell::PlaceArena;
 use super::stats_cell::StatsWriter;
 use super::stream_state::ShardState;
 use crate::backend::Backend;
@@ -22,6 +23,8 @@ pub(crate) struct Shard<B: Backend> {
     /// none left: a thread cache's hand-out skips the stream's pending frees, so it leaves
     /// them to the cached path (which processes them) while this is set.
     pending_hint: AtomicBool,
+    /// The blocks' relocation state ([`ShardState::cells`], shared): read without the lock.
+    pub cells: Arc<PlaceArena>,
     state: Mutex<ShardState<B>>,
 }
 
@@ -38,6 +41,7 @@ impl<B: Backend> Shard<B> {
             shared,
             rank,
             pending_hint: AtomicBool::new(false),
+            cells: Arc::clone(&state.cells),
             state: Mutex::new(state),
         }
     }

@@ -7,12 +7,13 @@ use super::bin_slots::BinSlots;
 use super::block::{Block, Segment, NIL};
 use super::device_wide::DeviceShared;
 use super::pending::Pending;
+use super::place_cell::PlaceArena;
 use super::policy_state::PolicyState;
 use super::pool::FreePool;
 use super::slab::Slab;
 use super::stats_cell::{CellArray, StatsWriter};
 use crate::backend::Backend;
-use crate::config::AllocConfig;
+use crate::config::{AllocConfig, Relocation};
 use crate::history::{History, TraceAction};
 use crate::size::{self, PoolKind};
 use crate::source::SourceSegment;
@@ -72,6 +73,9 @@ pub(crate) struct Handed {
     pub oversize: bool,
     /// The configuration epoch it was handed out under.
     pub epoch: u64,
+    /// Handed out under a relocating configuration (see [`Block::relocating`]): never
+    /// cached by a thread (`free_cache`), freed through its place cell.
+    pub relocating: bool,
 }
 
 /// Everything one stream owns.
@@ -101,6 +105,9 @@ pub(crate) struct ShardState<B: Backend> {
     /// `free_cache`): their blocks are allocated here and free for the statistics until
     /// [`ShardState::flush_thread_caches`] frees them here.
     thread_bins: Vec<Arc<BinSlots>>,
+    /// The blocks' relocation state, by slab index ([`PlaceArena`]: its cells are read
+    /// without this lock, through the [`Shard`](super::shard::Shard)'s share).
+    pub cells: Arc<PlaceArena>,
 }
 
 impl<B: Backend> ShardState<B> {
@@ -120,6 +127,7 @@ impl<B: Backend> ShardState<B> {
             last_request: Request::NONE,
             released: Vec::new(),
             thread_bins: Vec::new(),
+            cells: Arc::default(),
         }
     }
 
@@ -384,10 +392,19 @@ impl<B: Backend> ShardState<B> {
         // Counted under the configuration of the hand-out: the free subtracts what the block
         // remembers (a `set_config` in between changes nothing).
         let oversize = size >= self.config.max_split_size;
+        let relocating = self.config.relocation != Relocation::Off;
+        if relocating {
+            // The slot's cell starts over for the new block (its generation goes on). A cell
+            // of a free block is neither pinned nor claimed, so this cannot fail.
+            let reset = self.cells.get_or_create(block).reset();
+            debug_assert!(reset.is_ok(), "a free block's cell was in use");
+        }
         let b = &mut self.blocks[block];
         b.allocated = true;
         b.oversize = oversize;
         b.requested = req.size;
+        b.relocating = relocating;
+        b.moved = None;
         st.hand_out(kind, size, req.size);
         if oversize {
             st.oversize_allocations.increase(1);
@@ -399,6 +416,7 @@ impl<B: Backend> ShardState<B> {
             pool: kind,
             oversize,
             epoch: self.config_epoch,
+            relocating,
         }
     }
 
@@ -454,6 +472,7 @@ impl<B: Backend> ShardState<B> {
     pub(crate) fn free(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         let b = &mut self.blocks[block];
         b.allocated = false;
+        b.moved = None;
         let (kind, size, unused) = (b.pool, b.size, b.stream_uses.is_empty());
         st.allocation().decrease(kind, 1);
         st.allocated_bytes().decrease(kind, size);

@@ -16,7 +16,7 @@
 //! | `release_policy` | `on_oom` (PyTorch's) or `before_grow` | `before_grow` |
 //! | `regrow_factor` | integer ≥ 1 (`before_grow` only) | 4 |
 //! | `split_segments` | `True`/`False`: whether a segment is split into blocks handed out at once (see [`AllocConfig::split_segments`]) | the segment source's choice ([`SegmentSource::splits_segments`](crate::source::SegmentSource::splits_segments)) |
-//! | `relocation` | `off` or `merge`: moving live blocks before a growth (xpu's own; simulated segments only, see [`Relocation`]) | `off` |
+//! | `relocation` | `off` or `merge`: moving live blocks before a growth (xpu's own, see [`Relocation`]) | `off` |
 //!
 //! The `pinned_*` keys configure PyTorch's pinned-host allocator. They are accepted (and their
 //! values checked) so that a PyTorch configuration string parses unchanged, but nothing reads
@@ -43,14 +43,19 @@ pub enum MemoryKind {
 }
 
 /// Whether the allocator moves live blocks to avoid growing (xpu's own key `relocation`,
-/// beyond PyTorch, whose blocks never move; design and figures: docs/relocation.md).
+/// beyond PyTorch, whose blocks never move; design, figures and the contract change:
+/// docs/relocation.md).
 ///
-/// **Simulated segments only.** A move rewrites where a block lives; nothing copies its
-/// bytes yet, so only an allocator over a source whose
-/// [`holds_no_memory`](crate::SegmentSource::holds_no_memory) is true (a
-/// [`SimulatedSource`](crate::SimulatedSource): `xpu replay`) moves blocks. Over real memory
-/// the key has no effect, and the runtime's configuration entry points (`XPU_ALLOC_CONF`,
-/// `xpu_alloc::set_config`) refuse `merge` with [`ConfigError::Unsupported`].
+/// A move copies the block's bytes on its allocation stream
+/// ([`Backend::enqueue_copy`](crate::Backend::enqueue_copy)) and changes its place (segment,
+/// offset, address) while the allocation lives, **until the place is first observed**:
+/// [`Allocation::address`](crate::Allocation::address) and
+/// [`Allocation::observe`](crate::Allocation::observe) (raw handles in the layers above) fix
+/// it for good. Scoped uses ([`Allocation::pin`](crate::Allocation::pin): kernel launches,
+/// views, copies) hold it in place only while they enqueue. A block recorded on another
+/// stream (`record_stream`), or used on one through a view, never moves. Private pools never
+/// relocate. The runtime's device allocators accept the key from `XPU_ALLOC_CONF` and
+/// `xpu_alloc::set_config`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Relocation {
     /// Blocks stay where they were handed out (PyTorch's behaviour).

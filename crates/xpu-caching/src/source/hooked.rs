@@ -127,9 +127,6 @@ impl<S: SegmentSource, H: SourceHooks<S>> SegmentSource for HookedSource<S, H> {
     fn splits_segments(&self) -> bool {
         self.hooks.splits_segments(&self.inner)
     }
-    fn holds_no_memory(&self) -> bool {
-        self.inner.holds_no_memory()
-    }
     fn allocate(&self, size: u64) -> Result<SourceSegment<S::Memory>, SourceError> {
         self.hooks.allocate(&self.inner, size)
     }

@@ -90,14 +90,6 @@ pub trait SegmentSource: Send + Sync + 'static {
     fn splits_segments(&self) -> bool {
         true
     }
-    /// `true` when the segments are address ranges with no memory behind them (a simulated
-    /// device, [`SimulatedSource`]): only then does
-    /// [`Relocation::Merge`](crate::config::Relocation::Merge) move live blocks, by
-    /// rewriting where they live, with no copy. `false` (the default) for real memory,
-    /// whose blocks never move.
-    fn holds_no_memory(&self) -> bool {
-        false
-    }
     /// Allocates a segment of exactly `size` bytes.
     ///
     /// # Errors
@@ -136,9 +128,6 @@ impl<T: SegmentSource + ?Sized> SegmentSource for std::sync::Arc<T> {
     }
     fn splits_segments(&self) -> bool {
         (**self).splits_segments()
-    }
-    fn holds_no_memory(&self) -> bool {
-        (**self).holds_no_memory()
     }
     fn allocate(&self, size: u64) -> Result<SourceSegment<T::Memory>, SourceError> {
         (**self).allocate(size)

@@ -276,10 +276,6 @@ impl<M: From<Simulated> + Send + Sync + std::fmt::Debug + 'static> SegmentSource
         self.splits_segments
     }
 
-    fn holds_no_memory(&self) -> bool {
-        true
-    }
-
     fn free_memory(&self) -> Option<u64> {
         Some(
             self.capacity
