@@ -29,12 +29,26 @@ pub(crate) struct Live {
     /// a sub-buffer the segment could not cache is released while no other allocation can
     /// make one of the same bytes (NVIDIA's driver crashes when the two happen at once).
     pub sub_buffer: SubBuffer,
-    /// The caching allocator's block (freed when dropped, after the sub-buffer share).
-    pub allocation: Allocation<ClBackend>,
     /// For a block that may move (`relocation:merge`): the place last read under a pin,
     /// tagged with the block's move count (generation). `segment` then holds the place
     /// only once it is observed (fixed for good).
-    pub moving: parking_lot::Mutex<Option<(u64, Arc<Buffer>, u64)>>,
+    pub moving: MovingPlace,
+    /// The caching allocator's block (freed when dropped, after the sub-buffer share).
+    pub allocation: Allocation<ClBackend>,
+}
+
+/// [`Live::moving`]: a share of the segment's buffer, dropped before the block goes back to
+/// the allocator and leaked in a bad fork child, as [`SegmentShare`] is.
+#[derive(Default)]
+pub(crate) struct MovingPlace(parking_lot::Mutex<Option<(u64, Arc<Buffer>, u64)>>);
+
+impl Drop for MovingPlace {
+    fn drop(&mut self) {
+        let slot = self.0.get_mut();
+        if slot.is_some() {
+            drop(xpu_device::fork::take_unless_bad_fork(slot));
+        }
+    }
 }
 
 /// The share of its segment's buffer an allocation holds ([`Live::segment`]), with the
@@ -105,8 +119,8 @@ impl DataPtr {
             live: Some(Live {
                 segment: SegmentShare::default(),
                 sub_buffer: SubBuffer::default(),
+                moving: MovingPlace::default(),
                 allocation,
-                moving: parking_lot::Mutex::new(None),
             }),
             device,
             size,
@@ -233,7 +247,7 @@ impl DataPtr {
             stream: live.allocation.stream(),
         };
         let generation = pin.generation();
-        if let Some((g, buffer, offset)) = &*live.moving.lock() {
+        if let Some((g, buffer, offset)) = &*live.moving.0.lock() {
             if *g == generation {
                 return Ok((Arc::clone(buffer), *offset, pin));
             }
@@ -251,7 +265,7 @@ impl DataPtr {
                 check_fork()?;
                 Err(AllocError::InvalidDevicePointer { address: 0 })
             })?;
-        *live.moving.lock() = Some((generation, Arc::clone(&buffer), offset));
+        *live.moving.0.lock() = Some((generation, Arc::clone(&buffer), offset));
         Ok((buffer, offset, pin))
     }
 

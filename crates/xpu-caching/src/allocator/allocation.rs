@@ -39,7 +39,7 @@ impl<B: ThreadCacheKey> Allocation<B> {
 
     /// Device address of the first byte: unique on the device while the allocation lives.
     ///
-    /// For an allocation that may move ([`Allocation::relocates`]) this observes its place
+    /// For an allocation that may move ([`Allocation::relocatable`]) this observes its place
     /// ([`Allocation::observe`]): the block never moves again, and the address stays right
     /// for the allocation's life, as in PyTorch (a `data_ptr` is constant).
     #[must_use]

@@ -69,7 +69,7 @@ pub(crate) struct DeviceShared<B: Backend> {
     /// sources may have registered their memory).
     pub relocation_allowed: bool,
     /// What relocation did ([`crate::config::Relocation`]).
-    pub relocation: super::relocate::RelocationCounters,
+    pub relocation: super::relocation_stats::RelocationCounters,
     config_epoch: AtomicU64,
     /// The configuration in effect (`split_segments` resolved: the source's choice where
     /// it was left unset), and `split_segments` as given.
@@ -119,7 +119,7 @@ impl<B: Backend> DeviceShared<B> {
             device: source.device(),
             source_splits,
             relocation_allowed: true,
-            relocation: super::relocate::RelocationCounters::default(),
+            relocation: super::relocation_stats::RelocationCounters::default(),
             source,
             config_epoch: AtomicU64::new(1),
             config: Mutex::new((Arc::new(config), given)),

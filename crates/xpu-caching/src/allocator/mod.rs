@@ -12,7 +12,8 @@
 //! `stats_registry`, `thread_cache`, `shard_cache` (per-thread statistics and shard caches);
 //! `free_cache`, `bin_slots` (the threads' caches of freed blocks); `snapshot`;
 //! `place_cell` (a block's relocation state: pins, observed / off-stream bits, moves; the
-//! arena of cells by slab index), built for relocation (docs/relocation.md) and not used yet.
+//! arena of cells by slab index), `relocate` (moving live blocks before a growth:
+//! `relocation:merge`, docs/relocation.md) and `relocation_stats` (its figures).
 
 mod allocation;
 pub(crate) mod bin_slots;
@@ -27,6 +28,7 @@ mod policy;
 pub(crate) mod policy_state;
 pub(crate) mod pool;
 mod relocate;
+pub(crate) mod relocation_stats;
 pub(crate) mod shard;
 mod shard_cache;
 pub(crate) mod slab;
@@ -48,7 +50,7 @@ use parking_lot::{Mutex, MutexGuard};
 pub use allocation::{Allocation, PlacePin};
 pub use device_wide::{BoxedSource, DeferredDrop, SharedState};
 use oom::{DeferredOom, OnOom};
-pub use relocate::RelocationStats;
+pub use relocation_stats::RelocationStats;
 pub use snapshot::{BlockSnapshot, BlockState, SegmentSnapshot};
 pub use weak_shard::WeakShard;
 

@@ -2,11 +2,12 @@
 //! block's place (segment, offset, address) may change, and [`PlaceArena`], the cells of a
 //! shard's blocks indexed by slab index and reachable without the shard lock.
 //!
-//! Stage 2 of `docs/relocation.md`: nothing in the allocator uses this module yet (stage 3
-//! wires it into `Allocation`, `DataPtr` and the launch path; stage 5 adds the move lock and
-//! the relocator that claims and commits). It is built and tested alone: loom models of the
-//! word under `--cfg loom` (`place_cell::loom_tests`) and a proptest against a sequential
-//! model (`place_cell::tests`).
+//! Stage 2 of `docs/relocation.md`. Its users: `Allocation` (pins, observations, the free
+//! through `begin_free`), the relocator (`relocate`: claims under the stream's lock, which
+//! is the move lock a pinner waits on, then commits or aborts), and the hand-out, which
+//! resets a slot's cell. It is also tested alone: loom models of the word under
+//! `--cfg loom` (`place_cell::loom_tests`) and a proptest against a sequential model
+//! (`place_cell::tests`).
 //!
 //! # The state word
 //! One `AtomicU64` per block (bit 0 is the least significant):
@@ -62,9 +63,6 @@
 //! guard that does not count: a sticky block never moves, so it needs no count. For the same
 //! reason any pin of a block already `STICKY` is a plain load, with no read-modify-write.
 
-// Stage 3 of docs/relocation.md wires this module into the allocator; until then only its
-// tests use it.
-#![allow(dead_code)]
 
 mod arena;
 #[cfg(all(test, loom))]
@@ -72,8 +70,6 @@ mod loom_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-// Unused until stage 3, as the rest of the module.
-#[allow(unused_imports)]
 pub(crate) use arena::PlaceArena;
 
 #[cfg(all(test, loom))]
@@ -273,6 +269,7 @@ impl PlaceCell {
     }
 
     /// The generation now (`Acquire`).
+    #[cfg_attr(not(test), allow(dead_code))] // tests and assertions read it
     pub(crate) fn generation(&self) -> Generation {
         Generation::of(self.word.load(Ordering::Acquire))
     }
