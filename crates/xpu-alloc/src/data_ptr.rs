@@ -29,26 +29,8 @@ pub(crate) struct Live {
     /// a sub-buffer the segment could not cache is released while no other allocation can
     /// make one of the same bytes (NVIDIA's driver crashes when the two happen at once).
     pub sub_buffer: SubBuffer,
-    /// For a block that may move (`relocation:merge`): the place last read under a pin,
-    /// tagged with the block's move count (generation). `segment` then holds the place
-    /// only once it is observed (fixed for good).
-    pub moving: MovingPlace,
     /// The caching allocator's block (freed when dropped, after the sub-buffer share).
     pub allocation: Allocation<ClBackend>,
-}
-
-/// [`Live::moving`]: a share of the segment's buffer, dropped before the block goes back to
-/// the allocator and leaked in a bad fork child, as [`SegmentShare`] is.
-#[derive(Default)]
-pub(crate) struct MovingPlace(parking_lot::Mutex<Option<(u64, Arc<Buffer>, u64)>>);
-
-impl Drop for MovingPlace {
-    fn drop(&mut self) {
-        let slot = self.0.get_mut();
-        if slot.is_some() {
-            drop(xpu_device::fork::take_unless_bad_fork(slot));
-        }
-    }
 }
 
 /// The share of its segment's buffer an allocation holds ([`Live::segment`]), with the
@@ -119,7 +101,6 @@ impl DataPtr {
             live: Some(Live {
                 segment: SegmentShare::default(),
                 sub_buffer: SubBuffer::default(),
-                moving: MovingPlace::default(),
                 allocation,
             }),
             device,
@@ -229,7 +210,8 @@ impl DataPtr {
     /// The block's place for commands enqueued while the returned [`BlockPin`] lives (it
     /// holds the block in place): the segment's buffer and the allocation's byte offset in
     /// it. For a block that does not relocate this is the place cached at the first use; for
-    /// one that may move, the place cached under the block's current move count.
+    /// one that may move, the place the allocator caches under the block's current move
+    /// count (`Allocation::with_pinned_segment`).
     ///
     /// # Errors
     /// As [`DataPtr::view`].
@@ -246,12 +228,6 @@ impl DataPtr {
             pin: Some(live.allocation.pin()),
             stream: live.allocation.stream(),
         };
-        let generation = pin.generation();
-        if let Some((g, buffer, offset)) = &*live.moving.0.lock() {
-            if *g == generation {
-                return Ok((Arc::clone(buffer), *offset, pin));
-            }
-        }
         let held = pin.pin.as_ref().ok_or(AllocError::BadFork)?;
         let (buffer, offset) = live
             .allocation
@@ -265,7 +241,6 @@ impl DataPtr {
                 check_fork()?;
                 Err(AllocError::InvalidDevicePointer { address: 0 })
             })?;
-        *live.moving.0.lock() = Some((generation, Arc::clone(&buffer), offset));
         Ok((buffer, offset, pin))
     }
 

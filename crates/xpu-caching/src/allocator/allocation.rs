@@ -183,7 +183,8 @@ impl<B: ThreadCacheKey> Allocation<B> {
     }
 
     /// [`Allocation::with_segment`] for commands enqueued while `pin` (of this allocation)
-    /// lives: the place is right until the pin drops, and it is not fixed for good.
+    /// lives: the place is right until the pin drops, and it is not fixed for good. The place
+    /// read under a generation is cached (no lock of the stream after the first read).
     pub fn with_pinned_segment<R>(
         &self,
         pin: &PlacePin<'_, B>,
@@ -195,7 +196,22 @@ impl<B: ThreadCacheKey> Allocation<B> {
         {
             return None;
         }
-        self.read_segment(f)
+        let (Some(guard), Some(slot)) = (&pin.guard, self.shard.places.get(self.handed.block))
+        else {
+            return self.read_segment(f);
+        };
+        let generation = guard.generation();
+        if let Some((segment, offset)) = slot.get(generation) {
+            return Some(f(&segment, offset));
+        }
+        let (segment, address) = {
+            let state = self.shard.lock();
+            let b = state.blocks.get(self.handed.block)?;
+            (Arc::clone(&state.segments.get(b.segment)?.source), b.addr)
+        };
+        let offset = address - segment.address;
+        slot.set(generation, Arc::clone(&segment), offset);
+        Some(f(&segment, offset))
     }
 
     fn read_segment<R>(&self, f: impl FnOnce(&SourceSegment<B::Memory>, u64) -> R) -> Option<R> {
@@ -304,6 +320,31 @@ impl<B: ThreadCacheKey> std::fmt::Debug for Allocation<B> {
     }
 }
 
+impl<B: ThreadCacheKey> Allocation<B> {
+    /// The drop of an allocation handed out under a relocating configuration (kept out of
+    /// the cached path's code): through the place cell, a block being moved is freed by its
+    /// mover at the commit (no wait here); otherwise the cell is `FREEING` (never claimed
+    /// again) and the block is freed through the stream's lock, never into a thread's cache.
+    #[cold]
+    #[inline(never)]
+    fn free_relocating(&self) {
+        let shard = &self.shard;
+        let shared = &shard.shared;
+        let (handed, size) = (&self.handed, self.size);
+        if let Some(cell) = shard.cells.get(handed.block) {
+            if cell.begin_free() != FreeBy::Caller {
+                return;
+            }
+        }
+        shared
+            .history
+            .record(TraceAction::FreeRequested, handed.addr, size, shard.key.id);
+        with_local(shared, |local| {
+            shard.free(handed.block, || local.cell.write(local.gens));
+        });
+    }
+}
+
 impl<B: ThreadCacheKey> Drop for Allocation<B> {
     #[inline]
     fn drop(&mut self) {
@@ -317,20 +358,7 @@ impl<B: ThreadCacheKey> Drop for Allocation<B> {
         let shared = &shard.shared;
         let (handed, size) = (&self.handed, self.size);
         if handed.relocating {
-            // Through the place cell: a block being moved is freed by its mover at the commit
-            // (no wait here); otherwise the cell is `FREEING` (never claimed again) and the
-            // block is freed through the stream's lock, never into a thread's cache.
-            if let Some(cell) = shard.cells.get(handed.block) {
-                if cell.begin_free() != FreeBy::Caller {
-                    return;
-                }
-            }
-            shared
-                .history
-                .record(TraceAction::FreeRequested, handed.addr, size, shard.key.id);
-            with_local(shared, |local| {
-                shard.free(handed.block, || local.cell.write(local.gens));
-            });
+            self.free_relocating();
             return;
         }
         shared

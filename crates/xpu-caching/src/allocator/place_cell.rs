@@ -63,14 +63,16 @@
 //! guard that does not count: a sticky block never moves, so it needs no count. For the same
 //! reason any pin of a block already `STICKY` is a plain load, with no read-modify-write.
 
-
 mod arena;
 #[cfg(all(test, loom))]
 mod loom_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-pub(crate) use arena::PlaceArena;
+pub(crate) use arena::{Arena, PlaceArena};
+
+/// The cached places of one shard's blocks ([`PlaceSlot`]), by slab index.
+pub(crate) type PlaceSlots<M> = Arena<PlaceSlot<M>>;
 
 #[cfg(all(test, loom))]
 use loom::sync::atomic::{AtomicU64, Ordering};
@@ -565,5 +567,55 @@ impl Drop for PinGuard<'_> {
             // so this cannot borrow from the flags.
             self.cell.word.fetch_sub(PIN_ONE, Ordering::Release);
         }
+    }
+}
+
+/// The place last read for a pinned reader of one block ([`Arena`] by slab index, beside
+/// the cells): its generation, its segment and its byte offset there. Cleared under the
+/// stream's lock whenever the block's place or owner changes (hand-out, move, free), so
+/// that a cached segment never outlives the block's use of it (a segment is released only
+/// when nothing else holds it).
+pub(crate) struct PlaceSlot<M>(parking_lot::Mutex<Option<CachedPlace<M>>>);
+
+/// A cached place: the generation it was read under, the segment and the byte offset.
+type CachedPlace<M> = (
+    Generation,
+    std::sync::Arc<crate::source::SourceSegment<M>>,
+    u64,
+);
+
+impl<M> Default for PlaceSlot<M> {
+    fn default() -> Self {
+        Self(parking_lot::Mutex::new(None))
+    }
+}
+
+impl<M> PlaceSlot<M> {
+    /// The cached place if it was read under `generation`.
+    pub(crate) fn get(
+        &self,
+        generation: Generation,
+    ) -> Option<(std::sync::Arc<crate::source::SourceSegment<M>>, u64)> {
+        match &*self.0.lock() {
+            Some((g, segment, offset)) if *g == generation => {
+                Some((std::sync::Arc::clone(segment), *offset))
+            }
+            _ => None,
+        }
+    }
+
+    /// Caches the place read under `generation`.
+    pub(crate) fn set(
+        &self,
+        generation: Generation,
+        segment: std::sync::Arc<crate::source::SourceSegment<M>>,
+        offset: u64,
+    ) {
+        *self.0.lock() = Some((generation, segment, offset));
+    }
+
+    /// Forgets the cached place (call under the stream's lock).
+    pub(crate) fn clear(&self) {
+        self.0.lock().take();
     }
 }

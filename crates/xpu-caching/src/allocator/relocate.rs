@@ -361,6 +361,7 @@ fn execute<B: Backend>(
     let (mut moves, mut bytes) = (0u64, 0u64);
     for (&(size, _), &(l, t)) in moving.iter().zip(&placed) {
         trade_places(state, l, t);
+        state.forget_place(l);
         state.free(t, st);
         state.blocks[l].moved = Some(Arc::clone(&marker));
         if let Some(Ok(MoveEnd::FreeNow)) = cells.get(l).map(|c| c.commit_move()) {

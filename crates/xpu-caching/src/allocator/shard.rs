@@ -6,7 +6,7 @@ use std::sync::Arc;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::device_wide::DeviceShared;
-use super::place_cell::PlaceArena;
+use super::place_cell::{PlaceArena, PlaceSlots};
 use super::stats_cell::StatsWriter;
 use super::stream_state::ShardState;
 use crate::backend::Backend;
@@ -25,6 +25,8 @@ pub(crate) struct Shard<B: Backend> {
     pending_hint: AtomicBool,
     /// The blocks' relocation state ([`ShardState::cells`], shared): read without the lock.
     pub cells: Arc<PlaceArena>,
+    /// The places cached for pinned readers ([`ShardState::places`], shared).
+    pub places: Arc<PlaceSlots<B::Memory>>,
     state: Mutex<ShardState<B>>,
 }
 
@@ -42,6 +44,7 @@ impl<B: Backend> Shard<B> {
             rank,
             pending_hint: AtomicBool::new(false),
             cells: Arc::clone(&state.cells),
+            places: Arc::clone(&state.places),
             state: Mutex::new(state),
         }
     }

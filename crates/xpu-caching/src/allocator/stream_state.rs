@@ -7,7 +7,7 @@ use super::bin_slots::BinSlots;
 use super::block::{Block, Segment, NIL};
 use super::device_wide::DeviceShared;
 use super::pending::Pending;
-use super::place_cell::PlaceArena;
+use super::place_cell::{PlaceArena, PlaceSlots};
 use super::policy_state::PolicyState;
 use super::pool::FreePool;
 use super::slab::Slab;
@@ -108,6 +108,8 @@ pub(crate) struct ShardState<B: Backend> {
     /// The blocks' relocation state, by slab index ([`PlaceArena`]: its cells are read
     /// without this lock, through the [`Shard`](super::shard::Shard)'s share).
     pub cells: Arc<PlaceArena>,
+    /// The places cached for pinned readers, by slab index ([`PlaceSlots`]).
+    pub places: Arc<PlaceSlots<B::Memory>>,
 }
 
 impl<B: Backend> ShardState<B> {
@@ -128,6 +130,7 @@ impl<B: Backend> ShardState<B> {
             released: Vec::new(),
             thread_bins: Vec::new(),
             cells: Arc::default(),
+            places: Arc::default(),
         }
     }
 
@@ -398,6 +401,7 @@ impl<B: Backend> ShardState<B> {
             // of a free block is neither pinned nor claimed, so this cannot fail.
             let reset = self.cells.get_or_create(block).reset();
             debug_assert!(reset.is_ok(), "a free block's cell was in use");
+            self.places.get_or_create(block).clear();
         }
         let b = &mut self.blocks[block];
         b.allocated = true;
@@ -473,6 +477,10 @@ impl<B: Backend> ShardState<B> {
         let b = &mut self.blocks[block];
         b.allocated = false;
         b.moved = None;
+        if b.relocating {
+            self.forget_place(block);
+        }
+        let b = &self.blocks[block];
         let (kind, size, unused) = (b.pool, b.size, b.stream_uses.is_empty());
         st.allocation().decrease(kind, 1);
         st.allocated_bytes().decrease(kind, size);
@@ -480,6 +488,15 @@ impl<B: Backend> ShardState<B> {
             self.free_block(block, st);
         } else {
             self.insert_events(block, st);
+        }
+    }
+
+    /// Forgets the place cached for pinned readers of `block` (its place or owner changes).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn forget_place(&mut self, block: u32) {
+        if let Some(slot) = self.places.get(block) {
+            slot.clear();
         }
     }
 

@@ -20,11 +20,15 @@ const FIRST_CHUNK_BITS: u32 = 6;
 const CHUNKS: usize = (u32::BITS + 1 - FIRST_CHUNK_BITS) as usize;
 
 /// The cells of one shard's blocks, indexed by slab index (see the module docs).
-pub(crate) struct PlaceArena {
-    chunks: [OnceLock<Box<[PlaceCell]>>; CHUNKS],
+pub(crate) type PlaceArena = Arena<PlaceCell>;
+
+/// Values of type `T` indexed by slab index, at addresses that never change (see the module
+/// docs): the [`PlaceCell`]s, and the places cached for pinned readers.
+pub(crate) struct Arena<T> {
+    chunks: [OnceLock<Box<[T]>>; CHUNKS],
 }
 
-impl Default for PlaceArena {
+impl<T> Default for Arena<T> {
     fn default() -> Self {
         Self {
             chunks: std::array::from_fn(|_| OnceLock::new()),
@@ -32,44 +36,46 @@ impl Default for PlaceArena {
     }
 }
 
-impl fmt::Debug for PlaceArena {
+impl<T> fmt::Debug for Arena<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PlaceArena")
+        f.debug_struct("Arena")
             .field("cells", &self.capacity())
             .finish()
     }
 }
 
-impl PlaceArena {
-    /// The cell of slab index `index`, allocating its chunk on first use (call it under the
-    /// shard lock when the index is handed out, before any reader can hold the index). A new
-    /// chunk's cells start as [`PlaceCell::new`].
-    pub(crate) fn get_or_create(&self, index: u32) -> &PlaceCell {
-        let (chunk, offset) = locate(index);
-        let cells = self.chunks[chunk].get_or_init(|| {
-            (0..chunk_len(chunk))
-                .map(|_| PlaceCell::new())
-                .collect::<Box<[PlaceCell]>>()
-        });
-        // `offset < chunk_len(chunk)` by construction of `locate` (tested for every chunk's
-        // ends), and the chunk was allocated with that length.
-        &cells[offset]
-    }
-
-    /// The cell of slab index `index` if its chunk exists: lock-free, for a reader holding an
-    /// index that [`PlaceArena::get_or_create`] handed out (then always `Some`).
-    pub(crate) fn get(&self, index: u32) -> Option<&PlaceCell> {
-        let (chunk, offset) = locate(index);
-        self.chunks.get(chunk)?.get()?.get(offset)
-    }
-
-    /// Cells allocated so far (all chunks).
+impl<T> Arena<T> {
+    /// Values allocated so far (all chunks).
     pub(crate) fn capacity(&self) -> usize {
         self.chunks
             .iter()
             .filter_map(OnceLock::get)
             .map(|cells| cells.len())
             .sum()
+    }
+
+    /// The value of slab index `index` if its chunk exists: lock-free, for a reader holding an
+    /// index that [`Arena::get_or_create`] handed out (then always `Some`).
+    pub(crate) fn get(&self, index: u32) -> Option<&T> {
+        let (chunk, offset) = locate(index);
+        self.chunks.get(chunk)?.get()?.get(offset)
+    }
+}
+
+impl<T: Default> Arena<T> {
+    /// The cell of slab index `index`, allocating its chunk on first use (call it under the
+    /// shard lock when the index is handed out, before any reader can hold the index). A new
+    /// chunk's values start as `T::default()` ([`PlaceCell::new`] for cells).
+    pub(crate) fn get_or_create(&self, index: u32) -> &T {
+        let (chunk, offset) = locate(index);
+        let cells = self.chunks[chunk].get_or_init(|| {
+            (0..chunk_len(chunk))
+                .map(|_| T::default())
+                .collect::<Box<[T]>>()
+        });
+        // `offset < chunk_len(chunk)` by construction of `locate` (tested for every chunk's
+        // ends), and the chunk was allocated with that length.
+        &cells[offset]
     }
 }
 
