@@ -145,7 +145,8 @@ impl DataPtr {
     }
 
     /// Device address of the first byte: unique on the device while the allocation lives
-    /// (0 when empty).
+    /// (0 when empty). With `relocation:merge` the first call fixes the block's place for
+    /// good (it may wait for a move of the block in progress, never for the device).
     #[must_use]
     pub fn address(&self) -> u64 {
         self.live.as_ref().map_or(0, |l| l.allocation.address())
@@ -185,9 +186,15 @@ impl DataPtr {
     /// with commands on a sub-buffer of the allocation ([`DataPtr::block_cl_mem`]): OpenCL
     /// 3.0 §5.2.1 leaves that undefined.
     ///
+    /// With `relocation:merge` the block's place is fixed for good first, and when
+    /// relocation copies that wrote or read its bytes may still run, this waits on the host
+    /// for them (on an allocation stream held back by a user event that this thread sets
+    /// later, that wait lasts for ever).
+    ///
     /// # Errors
     /// [`AllocError::BadFork`] in a bad fork child, first (the segment is read under the
-    /// stream's lock); [`AllocError::Unsupported`] for an empty pointer or simulated memory.
+    /// stream's lock); [`AllocError::Unsupported`] for an empty pointer or simulated memory;
+    /// [`AllocError::Stream`] when the wait for relocation copies failed.
     pub fn cl_mem_and_offset(&self) -> Result<(raw::cl_mem, u64), AllocError> {
         self.observe_place()?;
         self.with_buffer(|buffer, offset| (buffer.as_raw(), offset))

@@ -39,16 +39,20 @@ impl<B: ThreadCacheKey> Allocation<B> {
 
     /// Device address of the first byte: unique on the device while the allocation lives.
     ///
-    /// For an allocation that may move ([`Allocation::relocatable`]) this observes its place
-    /// ([`Allocation::observe`]): the block never moves again, and the address stays right
-    /// for the allocation's life, as in PyTorch (a `data_ptr` is constant).
+    /// For an allocation that may move ([`Allocation::relocatable`]) this fixes its place
+    /// for good (the block never moves again, and the address stays right for the
+    /// allocation's life, as a PyTorch `data_ptr` is constant). It waits only for a move of
+    /// the block in progress (a lock of its stream), never for the device: an address gives
+    /// no access to the bytes.
     #[must_use]
     pub fn address(&self) -> u64 {
         if !self.handed.relocating {
             return self.handed.addr;
         }
-        if let Err(e) = self.observe() {
-            tracing::warn!(error = %e, "waiting for a relocated block's copies failed");
+        if let Some(cell) = self.cell() {
+            // A live allocation is not being freed (its drop is the only free).
+            let fixed = cell.observe_waiting(|| self.wait_for_move());
+            debug_assert!(fixed.is_ok(), "a live allocation's cell was freeing");
         }
         self.shard
             .with_segment(self.handed.block, |_, address| address)
@@ -81,10 +85,12 @@ impl<B: ThreadCacheKey> Allocation<B> {
     /// Fixes the block's place for the rest of the allocation's life (the place is
     /// *observed*: its address, buffer and offset may be handed out for ever, to commands on
     /// any stream that the allocator does not see). Waits for a move of the block in
-    /// progress, then, when the block was moved and the copies of its last move may still
-    /// run, waits on the host for them (no allocator lock is held meanwhile: on an
-    /// allocation stream held back by a user event that this thread sets later, that wait
-    /// would last for ever). Nothing to do for an allocation that does not relocate.
+    /// progress, then, when relocation copies that wrote or read the block's bytes may still
+    /// run (its own move, or the move out of the place it was handed out of), waits on the
+    /// host for them (no allocator lock is held meanwhile: on an allocation stream held back
+    /// by a user event that this thread sets later, that wait would last for ever, as the
+    /// first sub-buffer of a block waits). Nothing to do for an allocation that does not
+    /// relocate.
     ///
     /// # Errors
     /// The [`MarkerError`](crate::MarkerError) of the wait for the copies.
@@ -95,9 +101,6 @@ impl<B: ThreadCacheKey> Allocation<B> {
         // A live allocation is not being freed (its drop is the only free).
         let observed = cell.observe_waiting(|| self.wait_for_move());
         debug_assert!(observed.is_ok(), "a live allocation's cell was freeing");
-        if observed.map_or(true, |g| g.get() == 0) {
-            return Ok(());
-        }
         let moved = {
             let state = self.shard.lock();
             state
@@ -106,7 +109,7 @@ impl<B: ThreadCacheKey> Allocation<B> {
                 .and_then(|b| b.moved.clone())
         };
         match moved {
-            Some(marker) if !B::marker_complete(&marker) => B::wait(&marker),
+            Some((_, marker)) if !B::marker_complete(&marker) => B::wait(&marker),
             _ => Ok(()),
         }
     }
@@ -272,8 +275,9 @@ impl<B: ThreadCacheKey> PlacePin<'_, B> {
 
     /// Prepares a command through the pinned place on `stream`. For a relocating block and
     /// a stream other than its allocation stream, the block never moves again (such a use is
-    /// not ordered on the allocation stream, where the moves' copies run), and when the
-    /// copies of its last move may still run, `stream` first waits for them
+    /// not ordered on the allocation stream, where the moves' copies run), and when
+    /// relocation copies that wrote or read its bytes may still run (its own move, or the
+    /// move out of the place it was handed out of), `stream` first waits for them
     /// ([`Backend::stream_wait`](crate::Backend::stream_wait) on the marker recorded after
     /// them). Nothing for the allocation stream or a block that does not relocate.
     ///
@@ -287,15 +291,13 @@ impl<B: ThreadCacheKey> PlacePin<'_, B> {
             return Ok(());
         }
         guard.mark_off_stream();
-        if guard.generation().get() == 0 {
-            return Ok(());
-        }
+        // The block's own move, or the move out of the place it was handed out of.
         let moved = {
             let state = self.shard.lock();
             state.blocks.get(self.block).and_then(|b| b.moved.clone())
         };
         match moved {
-            Some(marker) if !B::marker_complete(&marker) => B::stream_wait(stream, &marker),
+            Some((_, marker)) if !B::marker_complete(&marker) => B::stream_wait(stream, &marker),
             _ => Ok(()),
         }
     }

@@ -9,6 +9,17 @@ use crate::source::SourceSegment;
 /// "No neighbour" in `prev`/`next`.
 pub(crate) const NIL: u32 = u32::MAX;
 
+/// A relocation's marker and its sequence number ([`Block::moved`]).
+pub(crate) type Moved<B> = (u64, std::sync::Arc<<B as Backend>::Marker>);
+
+/// The later of two relocation markers of one stream.
+pub(crate) fn later<B: Backend>(a: Option<Moved<B>>, b: Option<Moved<B>>) -> Option<Moved<B>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if a.0 >= b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
 /// A contiguous piece of a segment: allocated, free in a pool, or pending (freed by the
 /// user, waiting for stream markers).
 pub(crate) struct Block<B: Backend> {
@@ -41,9 +52,12 @@ pub(crate) struct Block<B: Backend> {
     /// Handed out under a relocating configuration (`relocation` not `off`): its
     /// [`PlaceCell`](super::place_cell::PlaceCell) is live and it may move.
     pub relocating: bool,
-    /// The marker recorded on the allocation stream after the copies of this block's last
-    /// move (`relocate`): a command on another stream through the block waits for it.
-    pub moved: Option<std::sync::Arc<B::Marker>>,
+    /// The marker recorded on the allocation stream after the last relocation copies that
+    /// wrote or read these bytes (`relocate`), with its sequence number in the shard (the
+    /// later of two markers of one stream completes last): a command on another stream
+    /// through the block waits for it. It stays with the bytes: a block freed, merged or
+    /// split, and the blocks handed out of them, keep the latest one.
+    pub moved: Option<Moved<B>>,
 }
 
 impl<B: Backend> Block<B> {

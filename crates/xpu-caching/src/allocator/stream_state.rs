@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::bin_slots::BinSlots;
-use super::block::{Block, Segment, NIL};
+use super::block::{later, Block, Segment, NIL};
 use super::device_wide::DeviceShared;
 use super::pending::Pending;
 use super::place_cell::{PlaceArena, PlaceSlots};
@@ -110,6 +110,8 @@ pub(crate) struct ShardState<B: Backend> {
     pub cells: Arc<PlaceArena>,
     /// The places cached for pinned readers, by slab index ([`PlaceSlots`]).
     pub places: Arc<PlaceSlots<B::Memory>>,
+    /// Relocation markers recorded on this stream so far (their sequence numbers).
+    pub moves_recorded: u64,
 }
 
 impl<B: Backend> ShardState<B> {
@@ -131,6 +133,7 @@ impl<B: Backend> ShardState<B> {
             thread_bins: Vec::new(),
             cells: Arc::default(),
             places: Arc::default(),
+            moves_recorded: 0,
         }
     }
 
@@ -353,6 +356,7 @@ impl<B: Backend> ShardState<B> {
             let mut rest = Block::whole(addr + req.rounded, remaining, segment, kind);
             rest.prev = block;
             rest.next = next;
+            rest.moved.clone_from(&self.blocks[block].moved);
             let pool = match kind {
                 PoolKind::Small => &mut self.small,
                 PoolKind::Large => &mut self.large,
@@ -408,7 +412,6 @@ impl<B: Backend> ShardState<B> {
         b.oversize = oversize;
         b.requested = req.size;
         b.relocating = relocating;
-        b.moved = None;
         st.hand_out(kind, size, req.size);
         if oversize {
             st.oversize_allocations.increase(1);
@@ -476,7 +479,6 @@ impl<B: Backend> ShardState<B> {
     pub(crate) fn free(&mut self, block: u32, st: &mut StatsWriter<'_>) {
         let b = &mut self.blocks[block];
         b.allocated = false;
-        b.moved = None;
         if b.relocating {
             self.forget_place(block);
         }
@@ -611,6 +613,13 @@ impl<B: Backend> ShardState<B> {
         if !s.is_idle() {
             return None;
         }
+        // A relocation marker of the merged bytes stays with the block (the later one).
+        if s.moved.is_some() {
+            let theirs = self.blocks[src].moved.take();
+            let ours = self.blocks[dst].moved.take();
+            self.blocks[dst].moved = later::<B>(ours, theirs);
+        }
+        let s = &self.blocks[src];
         // The fields merged, read in place (the block is not moved out of the slab).
         let s = Merged {
             addr: s.addr,
