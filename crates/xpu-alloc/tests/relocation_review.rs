@@ -1,9 +1,9 @@
 //! Review of `relocation:merge` (docs/relocation.md, stages 3 and 5) by a helper with fresh
-//! eyes: attempts to break the contract. The first two found defects of 7113dc6, fixed since
-//! (a move's marker stays with the bytes it read, and `address()` no longer waits for the
-//! device); the two marked `#[ignore = "defect: ..."]` still fail and describe what is left
-//! (statistics and history across moves, docs/relocation.md stage 6); the others pin down
-//! behaviour found sound.
+//! eyes: attempts to break the contract. Three found defects of 7113dc6, fixed since (a
+//! move's marker stays with the bytes it read; `address()` no longer waits for the device; a
+//! move no longer counts as a hand-out and a free in the statistics); the one marked
+//! `#[ignore = "defect: ..."]` still fails and describes what is left (the history across
+//! moves, docs/relocation.md stage 6); the others pin down behaviour found sound.
 //! Device tests run on PoCL: `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 
 mod common;
@@ -145,7 +145,6 @@ fn address_of_a_moved_block_does_not_wait_for_a_gated_stream() {
 /// with f1 and f2 freed. An 8 MiB request clears A's run p|q (12 MiB moved into f1 and f2).
 /// Live bytes: 28 MiB before, 36 MiB after; the moves take the peak to 40 MiB.
 #[test]
-#[ignore = "defect: a move counts its target as a hand-out before freeing the old place, so max_memory_allocated exceeds any real live set"]
 fn a_move_does_not_raise_the_allocated_peak() {
     let (core, _source) = sim_core(1 << 30, "relocation:merge");
     let (_s, s) = stream(1);

@@ -9,10 +9,9 @@
 //! shard and pool. A moved block keeps its slab index (the two places trade indices), so its
 //! [`Allocation`](super::Allocation)'s free finds it at its new place.
 //!
-//! Not yet right across moves (docs/relocation.md, stage 6; `relocation_review.rs` holds the
-//! failing tests): in the statistics a move counts as one hand-out (the new place) and one
-//! free (the old place), and the targets are handed out before the old places are freed, so
-//! the allocated-bytes peak may count the moved bytes twice; the history has no move action,
+//! In the statistics a move counts nothing but the pools' structure (splits and merges): the
+//! allocation keeps what its hand-out counted. Not yet right across moves (docs/relocation.md,
+//! stage 6; `relocation_review.rs` holds the failing test): the history has no move action,
 //! so a recorded history with moves is no consistent trace.
 //!
 //! How a plan runs, all under the stream's lock (the move lock of `place_cell`: a pinner
@@ -376,7 +375,9 @@ fn execute<B: Backend>(
         // it, and so does every block later handed out of the old place's bytes.
         state.blocks[l].moved = Some(marker.clone());
         state.blocks[t].moved = Some(marker.clone());
-        state.free(t, st);
+        // The allocation keeps what its hand-out counted; the move itself counts nothing.
+        state.blocks[l].oversize = state.blocks[t].oversize;
+        state.free_moved_out(t, st);
         if let Some(Ok(MoveEnd::FreeNow)) = cells.get(l).map(|c| c.commit_move()) {
             state.free(l, st);
         }
@@ -396,7 +397,7 @@ fn roll_back<B: Backend>(
     st: &mut StatsWriter<'_>,
 ) {
     for &(_, t) in placed {
-        state.free(t, st);
+        state.free_moved_out(t, st);
     }
     for &l in claimed {
         if let Some(Ok(MoveEnd::FreeNow)) = cells.get(l).map(|c| c.abort_move()) {
@@ -424,7 +425,7 @@ fn take_target<B: Backend>(
         pool: kind,
         segment_size: 0,
     };
-    let handed = state.alloc_pooled(
+    let handed = state.alloc_pooled_for_move(
         Pooled {
             block,
             size: f,

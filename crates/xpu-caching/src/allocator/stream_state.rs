@@ -324,7 +324,31 @@ impl<B: Backend> ShardState<B> {
         req: &Request,
         st: &mut StatsWriter<'_>,
     ) -> Handed {
-        self.alloc_block(found.block, Some(found), req, st)
+        self.alloc_block::<true>(found.block, Some(found), req, st)
+    }
+
+    /// [`ShardState::alloc_pooled`] for a relocation's target: the place changes hands, not
+    /// the user's allocations, so only the pool's structure is counted (splits), not a
+    /// hand-out ([`ShardState::free_moved_out`] frees the old place the same way).
+    pub(crate) fn alloc_pooled_for_move(
+        &mut self,
+        found: Pooled,
+        req: &Request,
+        st: &mut StatsWriter<'_>,
+    ) -> Handed {
+        self.alloc_block::<false>(found.block, Some(found), req, st)
+    }
+
+    /// Frees a place that a relocation moved a block out of (or a target it gave back): back
+    /// into its pool, counted as structure only (see [`ShardState::alloc_pooled_for_move`]).
+    pub(crate) fn free_moved_out(&mut self, block: u32, st: &mut StatsWriter<'_>) {
+        let b = &mut self.blocks[block];
+        b.allocated = false;
+        debug_assert!(b.stream_uses.is_empty(), "a moved block had recorded uses");
+        if b.relocating {
+            self.forget_place(block);
+        }
+        self.free_block_as::<true>(block, st);
     }
 
     /// Hands out a block that is in no pool (a new or adopted segment), splitting it when
@@ -335,11 +359,13 @@ impl<B: Backend> ShardState<B> {
         req: &Request,
         st: &mut StatsWriter<'_>,
     ) -> Handed {
-        self.alloc_block(block, None, req, st)
+        self.alloc_block::<true>(block, None, req, st)
     }
 
+    /// Hands out `block`; `COUNTED`: as a user's allocation in the statistics (false for a
+    /// relocation's target, whose hand-out only moves a counted allocation).
     #[inline(always)]
-    fn alloc_block(
+    fn alloc_block<const COUNTED: bool>(
         &mut self,
         block: u32,
         pooled: Option<Pooled>,
@@ -412,9 +438,11 @@ impl<B: Backend> ShardState<B> {
         b.oversize = oversize;
         b.requested = req.size;
         b.relocating = relocating;
-        st.hand_out(kind, size, req.size);
-        if oversize {
-            st.oversize_allocations.increase(1);
+        if COUNTED {
+            st.hand_out(kind, size, req.size);
+            if oversize {
+                st.oversize_allocations.increase(1);
+            }
         }
         Handed {
             block,
