@@ -238,12 +238,7 @@ impl DataPtr {
         let held = pin.pin.as_ref().ok_or(AllocError::BadFork)?;
         let (buffer, offset) = live
             .allocation
-            .with_pinned_segment(held, |segment, offset| match &segment.memory {
-                SegmentMemory::Buffer { buffer, .. } => Ok((Arc::clone(buffer), offset)),
-                SegmentMemory::Simulated(_) => Err(AllocError::Unsupported(
-                    "simulated memory has no cl_mem".to_owned(),
-                )),
-            })
+            .with_pinned_segment(held, buffer_share)
             .unwrap_or_else(|| {
                 check_fork()?;
                 Err(AllocError::InvalidDevicePointer { address: 0 })
@@ -296,12 +291,7 @@ impl DataPtr {
         }
         let share = live
             .allocation
-            .with_segment(|segment, offset| match &segment.memory {
-                SegmentMemory::Buffer { buffer, .. } => Ok((Arc::clone(buffer), offset)),
-                SegmentMemory::Simulated(_) => Err(AllocError::Unsupported(
-                    "simulated memory has no cl_mem".to_owned(),
-                )),
-            })
+            .with_segment(buffer_share)
             .unwrap_or_else(|| {
                 Err(AllocError::InvalidDevicePointer {
                     address: live.allocation.address(),
@@ -800,6 +790,19 @@ impl std::fmt::Debug for BlockView<'_> {
             .field("ptr", self.ptr)
             .field("len", &self.len)
             .finish_non_exhaustive()
+    }
+}
+
+/// A share of `segment`'s buffer and the byte `offset` in it (a block's place for commands).
+fn buffer_share(
+    segment: &crate::SourceSegment,
+    offset: u64,
+) -> Result<(Arc<Buffer>, u64), AllocError> {
+    match &segment.memory {
+        SegmentMemory::Buffer { buffer, .. } => Ok((Arc::clone(buffer), offset)),
+        SegmentMemory::Simulated(_) => Err(AllocError::Unsupported(
+            "simulated memory has no cl_mem".to_owned(),
+        )),
     }
 }
 

@@ -8,9 +8,10 @@ mod common;
 
 use std::collections::BTreeMap;
 
+use common::relocation::allocated_at;
 use common::{manifest_dir, sim_core, stream, MIB};
 use xpu_alloc::replay::{self, ReplayOptions, ReplayReport};
-use xpu_alloc::{AllocConfig, BlockState, ConfigError, RelocationStats};
+use xpu_alloc::{AllocConfig, ConfigError, RelocationStats};
 
 /// Replays the trace text `text` on the simulated H200 with `config`.
 fn replay_text(text: &str, config: &str) -> ReplayReport {
@@ -157,17 +158,6 @@ fn pytorch_s_policy_never_relocates() {
     assert_eq!(on.relocation, Some(RelocationStats::default()));
 }
 
-/// The addresses of the allocated blocks of `mib` MiB, from a snapshot (which does not fix
-/// any block's place).
-fn allocated_at(core: &xpu_alloc::DeviceCore, mib: u64) -> Vec<u64> {
-    core.snapshot()
-        .iter()
-        .flat_map(|seg| &seg.blocks)
-        .filter(|b| b.size == mib * MIB && b.state == BlockState::Allocated)
-        .map(|b| b.address)
-        .collect()
-}
-
 /// The clearing layout on an allocator of its own, after the 8 MiB request: (segments
 /// allocated, relocation figures, whether q's 2 MiB block is still where it was handed
 /// out). `record` first records a use of q on another stream.
@@ -216,7 +206,8 @@ fn a_block_whose_address_was_read_never_moves() {
     let (_s, s) = stream(1);
     let a = |mib: u64| core.allocate(mib * MIB, &s).unwrap();
     let (p, q, r, x, y, z) = (a(6), a(2), a(6), a(6), a(6), a(8));
-    // As torch's data_ptr: the address, once read, holds for the allocation's life.
+    // As torch's data_ptr: the address, once read, holds for the allocation's life (read
+    // before p and r are freed, so the layout helper, which frees them, does not fit here).
     let address = q.address();
     drop((p, r));
     let big = a(8);

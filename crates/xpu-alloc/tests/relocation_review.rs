@@ -11,53 +11,13 @@ mod common;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use common::relocation::{holds, layout, relocating_core};
 use common::{device_streams, sim_core, stream, MIB};
 use xpu_alloc::observe::history::trace_text;
 use xpu_alloc::observe::TraceAction;
 use xpu_alloc::replay::{self, ReplayOptions};
-use xpu_alloc::{AllocConfig, BufferSource, ClStream, DataPtr, DeviceCore, StreamRef};
+use xpu_alloc::ClStream;
 use xpu_event::{Gate, StreamExt};
-use xpu_stream::Stream;
-
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            let i = u32::try_from(i).expect("test sizes fit u32");
-            (i.wrapping_mul(0x9E37_79B1).rotate_right(13) as u8) ^ seed
-        })
-        .collect()
-}
-
-fn relocating_core() -> DeviceCore {
-    DeviceCore::new(
-        Box::new(BufferSource::new(0).expect("buffer source")),
-        AllocConfig::parse("relocation:merge").expect("config"),
-    )
-}
-
-fn write(ptr: &DataPtr, stream: &Stream, seed: u8) {
-    let data = pattern(seed, usize::try_from(ptr.size()).unwrap());
-    ptr.view().unwrap().write(stream, 0, &data).unwrap();
-}
-
-fn holds(ptr: &DataPtr, stream: &Stream, seed: u8) -> bool {
-    let mut out = vec![0; usize::try_from(ptr.size()).unwrap()];
-    ptr.view().unwrap().read(stream, 0, &mut out).unwrap();
-    out == pattern(seed, out.len())
-}
-
-/// relocation_device.rs's clearing layout: A = p 6, q 2, r 6, x 6 MiB; B = y 6, z 8 MiB and
-/// a free 6 MiB tail; p and r freed. An 8 MiB request then moves q into B's tail and takes
-/// q's old place (the run p|q).
-fn layout(core: &DeviceCore, s: &Stream, sr: &StreamRef) -> (DataPtr, [DataPtr; 3]) {
-    let a = |mib: u64| core.allocate(mib * MIB, sr).unwrap();
-    let (p, q, r, x, y, z) = (a(6), a(2), a(6), a(6), a(6), a(8));
-    for (seed, ptr) in [&q, &x, &y, &z].into_iter().enumerate() {
-        write(ptr, s, u8::try_from(seed).unwrap() + 1);
-    }
-    drop((p, r));
-    (q, [x, y, z])
-}
 
 /// The new owner of a moved block's old place is ordered after the move's copy only on the
 /// allocation stream S. A user who orders another stream T after S with an event recorded
@@ -73,7 +33,7 @@ fn the_new_owner_of_a_vacated_place_used_on_another_stream_does_not_corrupt_the_
     };
     let sr = ClStream::shared(s);
     let core = relocating_core();
-    let (q, _rest) = layout(&core, &s, &sr);
+    let (q, _rest) = layout(&core, &sr, Some(&s));
     // Everything the user enqueued on S so far (the writes) is before this event.
     let ready = s.record_event().expect("event");
     let gate = Gate::new(0).expect("gate");
@@ -118,7 +78,7 @@ fn address_of_a_moved_block_does_not_wait_for_a_gated_stream() {
     };
     let sr = ClStream::shared(s);
     let core = relocating_core();
-    let (q, _rest) = layout(&core, &s, &sr);
+    let (q, _rest) = layout(&core, &sr, Some(&s));
     let gate = Gate::new(0).expect("gate");
     gate.block(&s).expect("block");
     let big = core.allocate(8 * MIB, &sr).unwrap();
@@ -188,12 +148,10 @@ fn a_recorded_history_with_moves_replays() {
     core.memory_history()
         .record_memory_history(true, usize::MAX);
     let (_s, s) = stream(1);
-    let a = |mib: u64| core.allocate(mib * MIB, &s).unwrap();
-    let (p, q, r, x, y, z) = (a(6), a(2), a(6), a(6), a(6), a(8));
-    drop((p, r));
-    let big = a(8);
+    let (q, rest) = layout(&core, &s, None);
+    let big = core.allocate(8 * MIB, &s).unwrap();
     assert_eq!(core.relocation_stats().moves, 1);
-    drop((q, x, y, z, big));
+    drop((q, rest, big));
     let text = trace_text(&core.memory_history().entries(), 0);
     let out = replay::run_reader("recorded", text.as_bytes(), &ReplayOptions::default()).unwrap();
     let r = out.report;
@@ -238,12 +196,10 @@ fn a_recorded_history_with_moves_replays() {
 fn dropping_moved_blocks_returns_every_byte() {
     let (core, _source) = sim_core(1 << 30, "relocation:merge");
     let (_s, s) = stream(1);
-    let a = |mib: u64| core.allocate(mib * MIB, &s).unwrap();
-    let (p, q, r, x, y, z) = (a(6), a(2), a(6), a(6), a(6), a(8));
-    drop((p, r));
-    let big = a(8);
+    let (q, rest) = layout(&core, &s, None);
+    let big = core.allocate(8 * MIB, &s).unwrap();
     assert_eq!(core.relocation_stats().moves, 1);
-    drop((q, x, y, z, big));
+    drop((q, rest, big));
     let stats = core.memory_stats();
     assert_eq!(stats.allocated_bytes.all.current, 0);
     assert_eq!(stats.allocation.all.current, 0);

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::backend::{check_copy, Backend};
+use crate::backend::Backend;
 use crate::error::CopyError;
 use crate::source::Simulated;
 use crate::stream::{MarkerError, StreamKey};
@@ -166,12 +166,12 @@ impl SimStream {
 
     /// A simulated copy of `len` bytes from `src` at byte `src_offset` to `dst` at byte
     /// `dst_offset` ([`Backend::enqueue_copy`] of [`SimBackend`]): the ranges are checked
-    /// against the segments' sizes ([`check_copy`]; one memory object when the addresses are
+    /// against the segments' sizes ([`Simulated::check_copy_to`]; one memory object when the addresses are
     /// equal), then the copy is counted ([`SimStreamCounters::copies`]). No byte moves (the
     /// memory has none) and nothing waits; a copy of 0 bytes is not counted.
     ///
     /// # Errors
-    /// [`CopyError::OutOfRange`] and [`CopyError::Overlap`], as [`check_copy`] (nothing is
+    /// [`CopyError::OutOfRange`] and [`CopyError::Overlap`], as [`Simulated::check_copy_to`] (nothing is
     /// counted then).
     pub fn enqueue_copy(
         &self,
@@ -181,12 +181,7 @@ impl SimStream {
         dst_offset: u64,
         len: u64,
     ) -> Result<(), CopyError> {
-        check_copy(
-            len,
-            (src_offset, src.size()),
-            (dst_offset, dst.size()),
-            src.address() == dst.address(),
-        )?;
+        src.check_copy_to(src_offset, dst, dst_offset, len)?;
         if len > 0 {
             let counters = &mut self.state.lock().counters;
             counters.copies += 1;
@@ -207,7 +202,7 @@ impl SimStream {
 
 /// The simulated backend: [`SimStream`]s, their [`SimMarker`]s and [`Simulated`] memory
 /// (segments from a [`SimulatedSource`](crate::SimulatedSource)). No operation fails but a
-/// copy whose ranges [`check_copy`] refuses.
+/// copy whose ranges [`check_copy`](crate::backend::check_copy) refuses.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SimBackend;
 

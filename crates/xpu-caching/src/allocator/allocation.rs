@@ -101,13 +101,7 @@ impl<B: ThreadCacheKey> Allocation<B> {
         // A live allocation is not being freed (its drop is the only free).
         let observed = cell.observe_waiting(|| self.wait_for_move());
         debug_assert!(observed.is_ok(), "a live allocation's cell was freeing");
-        let moved = {
-            let state = self.shard.lock();
-            state
-                .blocks
-                .get(self.handed.block)
-                .and_then(|b| b.moved.clone())
-        };
+        let moved = self.shard.moved_marker(self.handed.block);
         match moved {
             Some((_, marker)) if !B::marker_complete(&marker) => B::wait(&marker),
             _ => Ok(()),
@@ -292,10 +286,7 @@ impl<B: ThreadCacheKey> PlacePin<'_, B> {
         }
         guard.mark_off_stream();
         // The block's own move, or the move out of the place it was handed out of.
-        let moved = {
-            let state = self.shard.lock();
-            state.blocks.get(self.block).and_then(|b| b.moved.clone())
-        };
+        let moved = self.shard.moved_marker(self.block);
         match moved {
             Some((_, marker)) if !B::marker_complete(&marker) => B::stream_wait(stream, &marker),
             _ => Ok(()),

@@ -100,6 +100,13 @@ impl<B: Backend> Shard<B> {
         Some(f(&segment, addr))
     }
 
+    /// The latest relocation marker of `block`'s bytes ([`Block::moved`](super::block::Block::moved)),
+    /// cloned under the lock (waited for after it).
+    pub(crate) fn moved_marker(&self, block: u32) -> Option<super::block::Moved<B>> {
+        let state = self.state.lock();
+        state.blocks.get(block).and_then(|b| b.moved.clone())
+    }
+
     /// The shard's stream (cloned under the lock, used after it).
     pub(crate) fn stream(&self) -> B::Stream {
         self.state.lock().stream.clone()

@@ -38,6 +38,28 @@ impl Simulated {
     pub const fn size(&self) -> u64 {
         self.size
     }
+
+    /// The checks of a copy of `len` bytes from this memory at `src_offset` to `dst` at
+    /// `dst_offset` ([`check_copy`](crate::backend::check_copy): ranges within both, no
+    /// overlap within one memory object, told apart by address).
+    ///
+    /// # Errors
+    /// [`CopyError::OutOfRange`](crate::CopyError::OutOfRange) and
+    /// [`CopyError::Overlap`](crate::CopyError::Overlap).
+    pub fn check_copy_to(
+        &self,
+        src_offset: u64,
+        dst: &Simulated,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<(), crate::CopyError> {
+        crate::backend::check_copy(
+            len,
+            (src_offset, self.size),
+            (dst_offset, dst.size),
+            self.address == dst.address,
+        )
+    }
 }
 
 /// Base of the simulated address range (never 0, 2 MiB aligned).

@@ -9,7 +9,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::thread_cache::ThreadCacheKey;
 use super::{Allocation, CachingAllocator};
-use crate::backend::{check_copy, Backend};
+use crate::backend::Backend;
 use crate::config::AllocConfig;
 use crate::error::{CacheError, CopyError, DeviceFailure};
 use crate::sim_stream::{SimBackend, SimMarker, SimStream};
@@ -158,14 +158,7 @@ impl Backend for TestBackend {
         dst_offset: u64,
         len: u64,
     ) -> Result<(), CopyError> {
-        let check = || {
-            check_copy(
-                len,
-                (src_offset, src.size()),
-                (dst_offset, dst.size()),
-                src.address() == dst.address(),
-            )
-        };
+        let check = || src.check_copy_to(src_offset, dst, dst_offset, len);
         match &**stream {
             TestStream::Sim(s) => s.enqueue_copy(src, src_offset, dst, dst_offset, len),
             TestStream::Held(..) => check(),

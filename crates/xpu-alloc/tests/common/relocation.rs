@@ -1,0 +1,76 @@
+//! Helpers of the relocation tests (`relocation*.rs`): the clearing layout, byte patterns,
+//! and where blocks sit.
+
+use xpu_alloc::{AllocConfig, BlockState, BufferSource, DataPtr, DeviceCore, StreamRef};
+use xpu_stream::Stream;
+
+use super::MIB;
+
+/// Bytes that differ at every position for each seed (a copy from a wrong offset reads
+/// back different).
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            let i = u32::try_from(i).expect("test sizes fit u32");
+            (i.wrapping_mul(0x9E37_79B1).rotate_right(13) as u8) ^ seed
+        })
+        .collect()
+}
+
+/// A relocating allocator over device 0's buffers.
+pub fn relocating_core() -> DeviceCore {
+    DeviceCore::new(
+        Box::new(BufferSource::new(0).expect("buffer source")),
+        AllocConfig::parse("relocation:merge").expect("config"),
+    )
+}
+
+/// Writes the pattern of `seed` over the whole of `ptr` on `stream` (blocking).
+pub fn write(ptr: &DataPtr, stream: &Stream, seed: u8) {
+    let data = pattern(seed, usize::try_from(ptr.size()).unwrap());
+    ptr.view().unwrap().write(stream, 0, &data).unwrap();
+}
+
+/// The bytes of `ptr`, read on `stream` (blocking).
+pub fn read(ptr: &DataPtr, stream: &Stream) -> Vec<u8> {
+    let mut out = vec![0; usize::try_from(ptr.size()).unwrap()];
+    ptr.view().unwrap().read(stream, 0, &mut out).unwrap();
+    out
+}
+
+/// Whether `ptr` holds the pattern of `seed` (compared here: a mismatch would print
+/// megabytes).
+pub fn holds(ptr: &DataPtr, stream: &Stream, seed: u8) -> bool {
+    let got = read(ptr, stream);
+    got == pattern(seed, got.len())
+}
+
+/// The addresses of the allocated blocks of `mib` MiB (a snapshot fixes no block's place).
+pub fn allocated_at(core: &DeviceCore, mib: u64) -> Vec<u64> {
+    core.snapshot()
+        .iter()
+        .flat_map(|seg| &seg.blocks)
+        .filter(|b| b.size == mib * MIB && b.state == BlockState::Allocated)
+        .map(|b| b.address)
+        .collect()
+}
+
+/// The clearing layout on `sr`: segment A (20 MiB) holds p 6, q 2, r 6 and x 6 MiB, segment
+/// B y 6 and z 8 MiB (a 6 MiB free tail). With `patterns`, q, x, y and z get the patterns of
+/// seeds 1-4 on that stream. Returns (q, [x, y, z]) after p and r were freed: an 8 MiB
+/// request then moves q into B's tail and takes q's old run.
+pub fn layout(
+    core: &DeviceCore,
+    sr: &StreamRef,
+    patterns: Option<&Stream>,
+) -> (DataPtr, [DataPtr; 3]) {
+    let a = |mib: u64| core.allocate(mib * MIB, sr).unwrap();
+    let (p, q, r, x, y, z) = (a(6), a(2), a(6), a(6), a(6), a(8));
+    if let Some(s) = patterns {
+        for (seed, ptr) in [&q, &x, &y, &z].into_iter().enumerate() {
+            write(ptr, s, u8::try_from(seed).unwrap() + 1);
+        }
+    }
+    drop((p, r));
+    (q, [x, y, z])
+}
