@@ -334,23 +334,56 @@ fn summary(path: &std::path::Path, field: &str) -> u64 {
 /// 1.03, and every inference trace is at most 1.10 of it. The figures are pinned too.
 #[test]
 fn the_fifth_held_out_set_meets_issue_27_s_goals_with_relocation() {
-    let dir = manifest_dir().join("../../data/traces/varshape/heldout5");
-    // (trace, inference, peak reserved, segment allocations) with relocation:merge.
-    let pinned: [(&str, bool, u64, u64); 6] = [
-        ("debertav2_varlen_infer", true, 2_598_371_328, 52),
-        ("electra_mlm_varlen_infer", true, 3_057_647_616, 30),
-        ("fcn_varsize_infer", true, 2_118_123_520, 32),
-        ("qwen2_generate_varprompt", true, 645_922_816, 27),
-        ("regnet_varres_train", false, 4_439_670_784, 195),
-        (
-            "transformer_seq2seq_varlen_train",
-            false,
-            8_541_700_096,
-            137,
-        ),
-    ];
+    held_out_goals(
+        "heldout5",
+        &[
+            ("debertav2_varlen_infer", true, 2_598_371_328, 52),
+            ("electra_mlm_varlen_infer", true, 3_057_647_616, 30),
+            ("fcn_varsize_infer", true, 2_118_123_520, 32),
+            ("qwen2_generate_varprompt", true, 645_922_816, 27),
+            ("regnet_varres_train", false, 4_439_670_784, 195),
+            (
+                "transformer_seq2seq_varlen_train",
+                false,
+                8_541_700_096,
+                137,
+            ),
+        ],
+        &[],
+    );
+}
+
+/// Issue 27's goals on the sixth held-out set (`data/traces/varshape/heldout6`, judged once
+/// on 2026-12-04 at 21:33 UTC): with `relocation:merge` every trace stays within PyTorch's
+/// default and the geometric mean over expandable is at most 1.03 (1.018), but two inference
+/// traces are above 1.10, both where a sequence length grows over the run and a request
+/// exceeds every free piece: longformer_growlen_infer (1.152) and wav2vec2_varlen_infer
+/// (1.106). Those two misses of the third goal are pinned here as figures, not as goals.
+#[test]
+fn the_sixth_held_out_set_with_relocation() {
+    held_out_goals(
+        "heldout6",
+        &[
+            ("detr_varsize_infer", true, 2_464_153_600, 40),
+            ("dinov2_varres_infer", true, 1_803_550_720, 46),
+            ("gemma_generate_growprompt", true, 939_524_096, 33),
+            ("longformer_growlen_infer", true, 2_665_480_192, 48),
+            ("mobilevit_varres_train", false, 6_140_461_056, 124),
+            ("wav2vec2_varlen_infer", true, 3_185_573_888, 38),
+        ],
+        &["longformer_growlen_infer", "wav2vec2_varlen_infer"],
+    );
+}
+
+/// Replays each `(trace, inference, peak reserved, segment allocations)` of the held-out set
+/// `set` with `relocation:merge`: the figures are exactly the pinned ones, every trace is
+/// within PyTorch's default (peak reserved and segment allocations), every inference trace
+/// but those in `over_1_10` is at most 1.10 of PyTorch's expandable-segments figure (and
+/// those are above it: a fixed miss fails this test), and the geometric mean is at most 1.03.
+fn held_out_goals(set: &str, pinned: &[(&str, bool, u64, u64)], over_1_10: &[&str]) {
+    let dir = manifest_dir().join("../../data/traces/varshape").join(set);
     let mut log_sum = 0.0f64;
-    for (name, inference, reserved, segments) in pinned {
+    for &(name, inference, reserved, segments) in pinned {
         let trace = dir.join(format!("{name}.trace.gz"));
         let options = ReplayOptions {
             config: Some("relocation:merge".to_owned()),
@@ -371,15 +404,19 @@ fn the_fifth_held_out_set_meets_issue_27_s_goals_with_relocation() {
         );
         #[allow(clippy::cast_precision_loss)]
         let over = r.peak_reserved as f64 / summary(&expandable, "max_reserved") as f64;
-        assert!(
-            !inference || over <= 1.10,
-            "{name}: {over:.3} of expandable"
-        );
+        if inference {
+            assert_eq!(
+                over > 1.10,
+                over_1_10.contains(&name),
+                "{name}: {over:.3} of expandable"
+            );
+        }
         log_sum += over.ln();
     }
-    let geomean = (log_sum / 6.0).exp();
+    #[allow(clippy::cast_precision_loss)]
+    let geomean = (log_sum / pinned.len() as f64).exp();
     assert!(
         geomean <= 1.03,
-        "geometric mean {geomean:.4} over expandable"
+        "{set}: geometric mean {geomean:.4} over expandable"
     );
 }

@@ -6,9 +6,9 @@
 //! requests' worth) when it is needed again, and grows small-pool segments from 2 MiB to 4 MiB (an
 //! eighth of that pool); `release_policy:on_oom` reproduces PyTorch exactly. The test
 //! `policy_must_hold` replays the seven shared traces, the four validation traces
-//! (`data/traces/validation`) and the 34 variable-shape traces of issue 27
-//! (`data/traces/varshape`: a design set, a validation set and five held-out sets). It pins
-//! peak reserved bytes at or below PyTorch's on all 45, and segment allocations on 43; on
+//! (`data/traces/validation`) and the 40 variable-shape traces of issue 27
+//! (`data/traces/varshape`: a design set, a validation set and six held-out sets). It pins
+//! peak reserved bytes at or below PyTorch's on all 51, and segment allocations on 49; on
 //! `convnext_varres_infer` and `efficientnet_varres_train` (third held-out set) this policy
 //! makes 32 and 196 against PyTorch's 30 and 185, a miss of issue 27's first goal that those
 //! two tests record. `on_oom` gives exactly PyTorch's recorded figures on each (the replay

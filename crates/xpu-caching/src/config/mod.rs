@@ -82,7 +82,7 @@ pub enum ReleasePolicy {
     OnOom,
     /// Beyond PyTorch, lowers the peak reserved memory, usually without more segment
     /// allocations where segments are split (steps 1-3; unsplit segments get step 4 alone).
-    /// On 43 of the 45 recorded traces that `policy_must_hold` replays (simulated) it makes
+    /// On 49 of the 51 recorded traces that `policy_must_hold` replays (simulated) it makes
     /// no more segment allocations than PyTorch's default; on two variable-shape traces a
     /// consolidation released idle segments that later requests needed again, and it makes
     /// up to 7% more (docs/performance.md, 2026-12-04, "a fifth round"):
