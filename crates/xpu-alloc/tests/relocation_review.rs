@@ -1,8 +1,7 @@
 //! Review of `relocation:merge` (docs/relocation.md, stages 3 and 5) by a helper with fresh
-//! eyes: attempts to break the contract. Three found defects of 7113dc6, fixed since (a
+//! eyes: attempts to break the contract. Four found defects of 7113dc6, fixed since (a
 //! move's marker stays with the bytes it read; `address()` no longer waits for the device; a
-//! move no longer counts as a hand-out and a free in the statistics); the one marked
-//! `#[ignore = "defect: ..."]` still fails and describes what is left (the history across
+//! move no longer counts as a hand-out and a free in the statistics; the history records
 //! moves, docs/relocation.md stage 6); the others pin down behaviour found sound.
 //! Device tests run on PoCL: `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 
@@ -135,14 +134,14 @@ fn a_move_does_not_raise_the_allocated_peak() {
     drop((p, q, w, y, z, big));
 }
 
-/// The history records no move: the old place's `free_completed` appears without a request,
-/// the moved block's later free is requested at its *old* address (`Handed::addr`) and
-/// completed at its new one, and nothing allocates the new place. `replay` tolerates it (it
-/// keys on requests), but the trace is no consistent history (relocate.rs's module docs say
-/// "the history records both"; docs/relocation.md says history addresses "describe the place
-/// at that instant").
+/// Was a defect (the history recorded no move: big was allocated over q's place while the
+/// history still had q live there, and q's free was requested at its old address). Now each
+/// move is traced at its commit, under the stream's lock: `move_from` at the old place then
+/// `move_to` at the new one (relocate.rs's module docs; docs/relocation.md stage 6). The
+/// recorded history is a consistent trace: no `alloc` overlaps a block live in the history,
+/// a move moves a live block to a free place, every `free_completed` was requested at the
+/// same address, and the replay reads the move as a rename.
 #[test]
-#[ignore = "defect: the memory history of a run with moves is inconsistent: free_completed of the old place never requested, big allocated over q's live range, q's free requested at its old address"]
 fn a_recorded_history_with_moves_replays() {
     let (core, _source) = sim_core(1 << 30, "relocation:merge");
     core.memory_history()
@@ -152,28 +151,115 @@ fn a_recorded_history_with_moves_replays() {
     let big = core.allocate(8 * MIB, &s).unwrap();
     assert_eq!(core.relocation_stats().moves, 1);
     drop((q, rest, big));
-    let text = trace_text(&core.memory_history().entries(), 0);
+    let entries = core.memory_history().entries();
+    let text = trace_text(&entries, 0);
     let out = replay::run_reader("recorded", text.as_bytes(), &ReplayOptions::default()).unwrap();
     let r = out.report;
-    // The replay tolerates it (it keys on requests)...
-    assert_eq!((r.allocs, r.unmatched_frees, r.ooms), (7, 0, 0), "{text}");
-    // ...but the trace is not a consistent history: per the trace, big is allocated over
-    // q's still-live bytes, and q's free completes at an address nothing allocated.
+    assert_eq!(
+        (
+            r.allocs,
+            r.unmatched_frees,
+            r.moves,
+            r.unmatched_moves,
+            r.ooms
+        ),
+        (7, 0, 1, 0, 0),
+        "{text}"
+    );
+    // Where q was (the one 2 MiB alloc) and went (the move's second entry).
+    let q_alloc = entries
+        .iter()
+        .find(|e| e.action == TraceAction::Alloc && e.size == 2 * MIB)
+        .unwrap();
+    let at = |action| entries.iter().position(|e| e.action == action).unwrap();
+    let (from, to) = (
+        &entries[at(TraceAction::MoveFrom)],
+        &entries[at(TraceAction::MoveFrom) + 1],
+    );
+    assert_eq!(to.action, TraceAction::MoveTo, "{text}");
+    assert_eq!(
+        (from.addr, from.size, to.size),
+        (q_alloc.addr, 2 * MIB, 2 * MIB)
+    );
+    assert_ne!(to.addr, from.addr);
+    // big takes the run p|q (p's place, 6 MiB below q's), after the move.
+    let big_alloc = entries
+        .iter()
+        .rposition(|e| e.action == TraceAction::Alloc && e.size == 8 * MIB)
+        .unwrap();
+    assert!(big_alloc > at(TraceAction::MoveTo), "{text}");
+    assert_eq!(entries[big_alloc].addr, q_alloc.addr - 6 * MIB);
+    // q's free is requested and completed at its new place.
+    let q_free: Vec<(TraceAction, u64)> = entries
+        .iter()
+        .filter(|e| {
+            e.size == 2 * MIB
+                && matches!(
+                    e.action,
+                    TraceAction::FreeRequested | TraceAction::FreeCompleted
+                )
+        })
+        .map(|e| (e.action, e.addr))
+        .collect();
+    assert_eq!(
+        q_free,
+        [
+            (TraceAction::FreeRequested, to.addr),
+            (TraceAction::FreeCompleted, to.addr)
+        ]
+    );
+    // The whole history, checked as a trace.
     let mut live: Vec<(u64, u64)> = Vec::new(); // (addr, size) allocated, not yet requested free
     let mut requested: Vec<u64> = Vec::new();
-    for e in core.memory_history().entries() {
+    let overlaps = |live: &[(u64, u64)], addr: u64, size: u64| {
+        live.iter().any(|&(a, n)| addr < a + n && a < addr + size)
+    };
+    let mut moving: Option<u64> = None; // the size of the block between its two move entries
+    for e in &entries {
+        assert!(
+            moving.is_none() || e.action == TraceAction::MoveTo,
+            "move_from without its move_to\n{text}"
+        );
         match e.action {
             TraceAction::Alloc => {
                 assert!(
-                    live.iter()
-                        .all(|&(a, n)| e.addr + e.size <= a || a + n <= e.addr),
+                    !overlaps(&live, e.addr, e.size),
                     "alloc at {:#x} overlaps a live block of the history\n{text}",
                     e.addr
                 );
                 live.push((e.addr, e.size));
             }
+            TraceAction::MoveFrom => {
+                let at = live.iter().position(|&(a, n)| (a, n) == (e.addr, e.size));
+                assert!(
+                    at.is_some(),
+                    "move_from of {:#x}: no live block\n{text}",
+                    e.addr
+                );
+                live.remove(at.unwrap());
+                moving = Some(e.size);
+            }
+            TraceAction::MoveTo => {
+                assert_eq!(
+                    moving.take(),
+                    Some(e.size),
+                    "move_to without move_from\n{text}"
+                );
+                assert!(
+                    !overlaps(&live, e.addr, e.size),
+                    "move_to {:#x} overlaps a live block of the history\n{text}",
+                    e.addr
+                );
+                live.push((e.addr, e.size));
+            }
             TraceAction::FreeRequested => {
-                live.retain(|&(a, _)| a != e.addr);
+                let at = live.iter().position(|&(a, _)| a == e.addr);
+                assert!(
+                    at.is_some(),
+                    "free_requested at {:#x}: no live block\n{text}",
+                    e.addr
+                );
+                live.remove(at.unwrap());
                 requested.push(e.addr);
             }
             TraceAction::FreeCompleted => {
@@ -188,6 +274,10 @@ fn a_recorded_history_with_moves_replays() {
             _ => {}
         }
     }
+    assert!(
+        live.is_empty() && requested.is_empty(),
+        "{live:?} {requested:?}\n{text}"
+    );
 }
 
 /// Sound: a block whose owner drops it right after a move is freed once at its new place,
