@@ -10,7 +10,7 @@ mod common;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::relocation::{holds, layout, relocating_core};
+use common::relocation::{check_history, holds, layout, relocating_core};
 use common::{device_streams, sim_core, stream, MIB};
 use xpu_alloc::observe::history::trace_text;
 use xpu_alloc::observe::TraceAction;
@@ -209,74 +209,68 @@ fn a_recorded_history_with_moves_replays() {
         ]
     );
     // The whole history, checked as a trace.
-    let mut live: Vec<(u64, u64)> = Vec::new(); // (addr, size) allocated, not yet requested free
-    let mut requested: Vec<u64> = Vec::new();
-    let overlaps = |live: &[(u64, u64)], addr: u64, size: u64| {
-        live.iter().any(|&(a, n)| addr < a + n && a < addr + size)
-    };
-    let mut moving: Option<u64> = None; // the size of the block between its two move entries
-    for e in &entries {
-        assert!(
-            moving.is_none() || e.action == TraceAction::MoveTo,
-            "move_from without its move_to\n{text}"
-        );
-        match e.action {
-            TraceAction::Alloc => {
-                assert!(
-                    !overlaps(&live, e.addr, e.size),
-                    "alloc at {:#x} overlaps a live block of the history\n{text}",
-                    e.addr
-                );
-                live.push((e.addr, e.size));
-            }
-            TraceAction::MoveFrom => {
-                let at = live.iter().position(|&(a, n)| (a, n) == (e.addr, e.size));
-                assert!(
-                    at.is_some(),
-                    "move_from of {:#x}: no live block\n{text}",
-                    e.addr
-                );
-                live.remove(at.unwrap());
-                moving = Some(e.size);
-            }
-            TraceAction::MoveTo => {
-                assert_eq!(
-                    moving.take(),
-                    Some(e.size),
-                    "move_to without move_from\n{text}"
-                );
-                assert!(
-                    !overlaps(&live, e.addr, e.size),
-                    "move_to {:#x} overlaps a live block of the history\n{text}",
-                    e.addr
-                );
-                live.push((e.addr, e.size));
-            }
-            TraceAction::FreeRequested => {
-                let at = live.iter().position(|&(a, _)| a == e.addr);
-                assert!(
-                    at.is_some(),
-                    "free_requested at {:#x}: no live block\n{text}",
-                    e.addr
-                );
-                live.remove(at.unwrap());
-                requested.push(e.addr);
-            }
-            TraceAction::FreeCompleted => {
-                let at = requested.iter().position(|&a| a == e.addr);
-                assert!(
-                    at.is_some(),
-                    "free_completed at {:#x} was never requested\n{text}",
-                    e.addr
-                );
-                requested.remove(at.unwrap());
-            }
-            _ => {}
-        }
+    if let Err(e) = check_history(&entries, true) {
+        panic!("{e}\n{text}");
     }
-    assert!(
-        live.is_empty() && requested.is_empty(),
-        "{live:?} {requested:?}\n{text}"
+}
+
+/// Sound: with two threads allocating and freeing on one stream under `relocation:merge`,
+/// the history stays a consistent trace, every move is in it, and it replays with every
+/// free and move matched. A relocating block's `alloc` is traced under the stream's lock at
+/// its hand-out, so that a move of it by the other thread (possible as soon as that lock is
+/// released) is traced after it, and its `free_requested` under the lock at its current
+/// place. The window the first closes is too narrow for this test to hit reliably (it
+/// passed 8 runs of 8 with the `alloc` traced after the lock, as before): it checks the
+/// history under concurrent use, not that ordering alone.
+#[test]
+fn two_threads_on_one_stream_record_a_consistent_history() {
+    let (core, _source) = sim_core(1 << 36, "relocation:merge");
+    core.memory_history()
+        .record_memory_history(true, usize::MAX);
+    let (_s, s) = stream(1);
+    std::thread::scope(|scope| {
+        for seed in [1u64, 2] {
+            let (core, s) = (&core, s.clone());
+            scope.spawn(move || {
+                let mut live = Vec::new();
+                let mut x = seed;
+                for _ in 0..300 {
+                    x = x
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    let size = if x >> 63 == 0 {
+                        MIB + (x >> 30) % (9 * MIB)
+                    } else {
+                        10 * MIB + (x >> 30) % (60 * MIB)
+                    };
+                    live.push(core.allocate(size, &s).unwrap());
+                    if live.len() > 8 || (x >> 20) % 3 == 0 {
+                        let at = usize::try_from((x >> 8) % live.len() as u64).unwrap();
+                        drop(live.remove(at));
+                    }
+                }
+            });
+        }
+    });
+    let entries = core.memory_history().entries();
+    let text = trace_text(&entries, 0);
+    if let Err(e) = check_history(&entries, true) {
+        panic!("{e}\n{text}");
+    }
+    // How many depends on the interleaving (17 to 26 in five runs on two cores).
+    let moves = core.relocation_stats().moves;
+    assert!(moves > 0, "the threads' requests moved no block");
+    let recorded = entries
+        .iter()
+        .filter(|e| e.action == TraceAction::MoveFrom)
+        .count();
+    assert_eq!(recorded as u64, moves);
+    let r = replay::run_reader("recorded", text.as_bytes(), &ReplayOptions::default())
+        .unwrap()
+        .report;
+    assert_eq!(
+        (r.allocs, r.unmatched_frees, r.moves, r.unmatched_moves),
+        (600, 0, moves, 0)
     );
 }
 
