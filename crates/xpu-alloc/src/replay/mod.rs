@@ -9,10 +9,11 @@
 //! only renames the live block: the block allocated at the old address is freed later by
 //! the new one. It calls no allocator and counts as neither an allocation nor a free
 //! ([`ReplayReport::moves`]); the replaying allocator moves blocks by its own configuration.
-//! A move that does not pair up so is counted in [`ReplayReport::unmatched_moves`]. A free whose `free_completed` does not
-//! follow at once is held back like a `record_stream`'d block: a marker gated until the
-//! trace reaches its `free_completed`. Peaks are sampled from the allocator's totals after
-//! every event.
+//! A move that does not pair up so is counted in [`ReplayReport::unmatched_moves`].
+//!
+//! A free whose `free_completed` does not follow at once is held back like a
+//! `record_stream`'d block: a marker gated until the trace reaches its `free_completed`.
+//! Peaks are sampled from the allocator's totals after every event.
 //!
 //! On a simulated device the segments get the recording's addresses (the trace's
 //! `segment_alloc` lines) while the replay's segment sequence agrees with the recording's,
