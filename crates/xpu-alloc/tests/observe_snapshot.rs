@@ -175,3 +175,158 @@ print(len(s['segments']), total)
     let printed = String::from_utf8_lossy(&out.stdout);
     assert_eq!(printed.trim(), format!("3 {}", snap.reserved_bytes()));
 }
+
+/// A snapshot taken after a move (`relocation:merge`) lists the moved block at its new place
+/// and writes the move in PyTorch's action names, so that PyTorch's visualizer stays
+/// consistent: walked back from the snapshot's blocks, as its segment view does, every
+/// `free_requested` and `alloc` finds its block; its timeline (an `alloc` adds the requested
+/// size, a `free_completed` removes it) peaks at the recording's requested peak. The entries
+/// read back (`to_entry`) are the history's, moves included.
+///
+/// Layout (as relocation_review.rs): segment A (20 MiB) holds p 6, q 2, r 6, x 6 MiB;
+/// segment B y 6 and z 8 MiB. p and r are freed; an 8 MiB request moves q into B's free
+/// tail and takes A's first 8 MiB.
+#[test]
+fn a_snapshot_after_a_move_shows_the_block_at_its_new_place_in_pytorchs_actions() {
+    const MIB: u64 = 1 << 20;
+    let core = DeviceCore::new(
+        Box::new(SimulatedSource::new(0, GIB, GIB)),
+        AllocConfig::parse("relocation:merge").unwrap(),
+    );
+    core.memory_history()
+        .record_memory_history(true, usize::MAX);
+    let s = StreamRef::from(SimStream::new(StreamKey::new(0, 1)));
+    let a = |mib: u64| core.allocate(mib * MIB, &s).unwrap();
+    let (p, q, r, x, y, z) = (a(6), a(2), a(6), a(6), a(6), a(8));
+    drop((p, r));
+    let big = a(8);
+    assert_eq!(core.relocation_stats().moves, 1);
+    let snap = core.memory_snapshot().unwrap();
+    let history = core.memory_history().entries();
+
+    // The blocks at their current places (observing q now fixes its place, after the move).
+    assert_eq!(snap.segments.len(), 2);
+    let segment_of = |addr: u64| {
+        snap.segments
+            .iter()
+            .position(|seg| (seg.address..seg.address + seg.total_size).contains(&addr))
+            .unwrap()
+    };
+    let blocks = |i: usize| -> Vec<(u64, u64, &str)> {
+        snap.segments[i]
+            .blocks
+            .iter()
+            .map(|b| (b.address, b.size, b.state.as_str()))
+            .collect()
+    };
+    let (seg_a, seg_b) = (segment_of(big.address()), segment_of(y.address()));
+    assert_ne!(seg_a, seg_b);
+    let (base_a, base_b) = (snap.segments[seg_a].address, snap.segments[seg_b].address);
+    assert_eq!(
+        blocks(seg_a),
+        [
+            (base_a, 8 * MIB, "active_allocated"),
+            (base_a + 8 * MIB, 6 * MIB, "inactive"),
+            (base_a + 14 * MIB, 6 * MIB, "active_allocated"),
+        ]
+    );
+    assert_eq!(
+        blocks(seg_b),
+        [
+            (base_b, 6 * MIB, "active_allocated"),
+            (base_b + 6 * MIB, 8 * MIB, "active_allocated"),
+            (base_b + 14 * MIB, 2 * MIB, "active_allocated"),
+            (base_b + 16 * MIB, 4 * MIB, "inactive"),
+        ]
+    );
+    assert_eq!(q.address(), base_b + 14 * MIB, "q moved into B's tail");
+    assert_eq!(
+        (x.address(), z.address()),
+        (base_a + 14 * MIB, base_b + 6 * MIB)
+    );
+
+    // The move in PyTorch's names: q's old place freed, then its new place allocated.
+    let trace = &snap.device_traces[0];
+    let pytorch = [
+        "alloc",
+        "free_requested",
+        "free_completed",
+        "segment_alloc",
+        "segment_free",
+        "oom",
+        "snapshot",
+    ];
+    assert!(trace.iter().all(|e| pytorch.contains(&e.action.as_str())));
+    let moved: Vec<(&str, u64, u64, &str)> = trace
+        .iter()
+        .filter_map(|e| {
+            let tag = e.relocation.as_deref()?;
+            Some((e.action.as_str(), e.addr.unwrap(), e.size, tag))
+        })
+        .collect();
+    let old = base_a + 6 * MIB;
+    assert_eq!(
+        moved,
+        [
+            ("free_requested", old, 2 * MIB, "move_from"),
+            ("free_completed", old, 2 * MIB, "move_from"),
+            ("alloc", q.address(), 2 * MIB, "move_to"),
+        ]
+    );
+
+    // The visualizer's segment view: back from the snapshot's active blocks.
+    let mut blocks_at: std::collections::BTreeMap<u64, u64> = snap
+        .segments
+        .iter()
+        .flat_map(|seg| &seg.blocks)
+        .filter(|b| b.state != "inactive")
+        .map(|b| (b.address, b.size))
+        .collect();
+    for e in trace.iter().rev() {
+        match e.action.as_str() {
+            "alloc" => assert!(blocks_at.remove(&e.addr.unwrap()).is_some(), "{e:?}"),
+            "free_requested" => assert!(blocks_at.contains_key(&e.addr.unwrap()), "{e:?}"),
+            "free_completed" => assert!(blocks_at.insert(e.addr.unwrap(), e.size).is_none()),
+            _ => {}
+        }
+    }
+    assert!(
+        blocks_at.is_empty(),
+        "blocks before the recording: {blocks_at:?}"
+    );
+
+    // The visualizer's timeline: the move adds no peak.
+    let (mut sizes, mut total, mut top) = (std::collections::HashMap::new(), 0u64, 0u64);
+    for e in trace {
+        match e.action.as_str() {
+            "alloc" => {
+                sizes.insert(e.addr.unwrap(), e.size);
+                total += e.size;
+            }
+            "free_completed" => total -= sizes.remove(&e.addr.unwrap()).unwrap(),
+            _ => {}
+        }
+        top = top.max(total);
+    }
+    let requested = core.memory_stats().requested_bytes.all;
+    assert_eq!(top, u64::try_from(requested.peak).unwrap());
+    assert_eq!(total, u64::try_from(requested.current).unwrap());
+    assert_eq!(top, 34 * MIB, "p, q, r, x, y and z");
+
+    // Read back: the history's entries, the move as recorded.
+    let back: Vec<_> = trace
+        .iter()
+        .filter_map(xpu_alloc::observe::TraceEntryDict::to_entry)
+        .collect();
+    assert_eq!(back, history);
+    assert!(back
+        .windows(2)
+        .any(|w| (w[0].action, w[1].action) == (TraceAction::MoveFrom, TraceAction::MoveTo)));
+    let bytes = snapshot_to_pickle(&snap).unwrap();
+    assert_eq!(snapshot_from_pickle(&bytes).unwrap(), snap);
+    assert_eq!(
+        MemorySnapshot::from_json(&snap.to_json().unwrap()).unwrap(),
+        snap
+    );
+    drop((q, x, y, z, big));
+}

@@ -4,6 +4,18 @@
 //!
 //! Recording is off by default. While off, [`History::record`] costs one relaxed atomic
 //! load and a branch; the entry is built and stored only while on.
+//!
+//! # Moves
+//! PyTorch's allocator never moves a block; xpu's does under `relocation:merge`
+//! (`allocator/relocate.rs`). A move is recorded as two adjacent entries of the moved block,
+//! [`TraceAction::MoveFrom`] at its old address then [`TraceAction::MoveTo`] at its new one
+//! (both with the block's requested size and stream), pushed together
+//! ([`History::record_move`]) under the stream's lock at the move's commit. The history then
+//! stays a consistent trace: the block's later entries (its `free_requested` and
+//! `free_completed`) name its new address, and the old place is free from the `move_from`
+//! on, so a later `alloc` there overlaps no live block. Every line keeps the four fields
+//! `ACTION ADDR SIZE STREAM`, so a reader that does not know the two names can skip them.
+//! A ring that dropped its oldest entries may start with a lone `move_to`.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
@@ -30,11 +42,19 @@ pub enum TraceAction {
     Oom,
     /// A snapshot was taken (size: the active bytes).
     Snapshot,
+    /// A live block moved out of its place (`relocation:merge`; address: the old place;
+    /// size: the requested bytes). Always followed at once by the same block's
+    /// [`TraceAction::MoveTo`]. Neither a free nor an allocation: the block stays live, and
+    /// the old place is free from here on.
+    MoveFrom,
+    /// The block of the [`TraceAction::MoveFrom`] just before took its new place (address:
+    /// the new place; size: the requested bytes). Its later entries name this address.
+    MoveTo,
 }
 
 impl TraceAction {
     /// Every action, in declaration order.
-    pub const ALL: [TraceAction; 7] = [
+    pub const ALL: [TraceAction; 9] = [
         TraceAction::Alloc,
         TraceAction::FreeRequested,
         TraceAction::FreeCompleted,
@@ -42,9 +62,13 @@ impl TraceAction {
         TraceAction::SegmentFree,
         TraceAction::Oom,
         TraceAction::Snapshot,
+        TraceAction::MoveFrom,
+        TraceAction::MoveTo,
     ];
 
-    /// The action's name in traces and snapshots (`alloc`, `free_requested`, ...).
+    /// The action's name in traces (`alloc`, `free_requested`, ..., `move_from`, `move_to`).
+    /// Snapshots use PyTorch's names only: see `xpu_alloc::observe::snapshot` for how a move
+    /// appears there.
     #[must_use]
     pub const fn name(self) -> &'static str {
         match self {
@@ -55,6 +79,8 @@ impl TraceAction {
             TraceAction::SegmentFree => "segment_free",
             TraceAction::Oom => "oom",
             TraceAction::Snapshot => "snapshot",
+            TraceAction::MoveFrom => "move_from",
+            TraceAction::MoveTo => "move_to",
         }
     }
 
@@ -65,7 +91,7 @@ impl TraceAction {
     }
 
     /// Whether the trace replay acts on (or reports) this action: the block and segment
-    /// events; `oom` and `snapshot` lines are skipped and counted in
+    /// events, moves included; `oom` and `snapshot` lines are skipped and counted in
     /// [`Trace::skipped`](crate::replay::Trace::skipped).
     #[must_use]
     pub const fn replayed(self) -> bool {
@@ -147,25 +173,55 @@ impl History {
         }
     }
 
+    /// Records a move of a live block of `size` requested bytes on stream `stream` from the
+    /// place at `from` to the place at `to` when recording is on: a
+    /// [`TraceAction::MoveFrom`] entry then a [`TraceAction::MoveTo`] entry, adjacent (no
+    /// other entry comes between them) and with the same time. The caller records it under
+    /// the stream's lock, where the move commits, so that the entries around it are in a
+    /// valid order.
+    pub fn record_move(&self, from: u64, to: u64, size: u64, stream: u64) {
+        if self.enabled.load(Ordering::Relaxed) {
+            let time_us = now_us();
+            let entry = |action, addr| TraceEntry {
+                action,
+                addr,
+                size,
+                stream,
+                time_us,
+            };
+            self.push_entries(&[
+                entry(TraceAction::MoveFrom, from),
+                entry(TraceAction::MoveTo, to),
+            ]);
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn push(&self, action: TraceAction, addr: u64, size: u64, stream: u64) {
-        let entry = TraceEntry {
+        self.push_entries(&[TraceEntry {
             action,
             addr,
             size,
             stream,
             time_us: now_us(),
-        };
+        }]);
+    }
+
+    /// Appends `entries` in order under one lock of the ring, dropping the oldest entries
+    /// beyond the capacity.
+    fn push_entries(&self, entries: &[TraceEntry]) {
         let mut ring = self.ring.lock();
         if ring.capacity == 0 {
             // Turned off between the check and the lock.
             return;
         }
-        if ring.entries.len() == ring.capacity {
-            ring.entries.pop_front();
+        for &entry in entries {
+            if ring.entries.len() == ring.capacity {
+                ring.entries.pop_front();
+            }
+            ring.entries.push_back(entry);
         }
-        ring.entries.push_back(entry);
     }
 
     /// The recorded entries, oldest first.
@@ -248,6 +304,45 @@ mod tests {
             assert_eq!(TraceAction::from_name(a.name()), Some(a));
         }
         assert_eq!(TraceAction::from_name("segment_map"), None);
+        assert_eq!(TraceAction::MoveFrom.name(), "move_from");
+        assert_eq!(TraceAction::MoveTo.name(), "move_to");
+        assert!(TraceAction::MoveFrom.replayed() && TraceAction::MoveTo.replayed());
+    }
+
+    #[test]
+    fn a_move_is_two_adjacent_entries_of_one_time_and_nothing_while_off() {
+        let h = History::new();
+        h.record_move(4096, 8192, 100, 3);
+        assert!(h.is_empty());
+        h.record_memory_history(true, 10);
+        h.record(TraceAction::Alloc, 4096, 100, 3);
+        h.record_move(4096, 8192, 100, 3);
+        let e = h.entries();
+        let seen: Vec<(TraceAction, u64, u64, u64)> = e
+            .iter()
+            .map(|e| (e.action, e.addr, e.size, e.stream))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (TraceAction::Alloc, 4096, 100, 3),
+                (TraceAction::MoveFrom, 4096, 100, 3),
+                (TraceAction::MoveTo, 8192, 100, 3),
+            ]
+        );
+        assert_eq!(e[1].time_us, e[2].time_us);
+        assert_eq!(
+            trace_text(&e, 0).lines().skip(1).collect::<Vec<_>>(),
+            [
+                "alloc 4096 100 0",
+                "move_from 4096 100 0",
+                "move_to 8192 100 0"
+            ]
+        );
+        // A ring of one keeps the newest half.
+        h.record_memory_history(true, 1);
+        h.record_move(8192, 4096, 100, 3);
+        assert_eq!(h.entries()[0].action, TraceAction::MoveTo);
     }
 
     #[test]

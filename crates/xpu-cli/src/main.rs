@@ -18,7 +18,8 @@
 //! groups too, turning into its `Mode` and `Record`), writes only into existing directories, and
 //! ends quietly (exit 0) when stdout is closed. Replay rejects a line that is not
 //! `ACTION ADDR SIZE STREAM`, an empty trace and one without `alloc`; other actions are skipped and
-//! counted, frees of unknown addresses counted. The benchmarks of `xpu bench` (with the figures of
+//! counted, frees of unknown addresses counted; a recorded move (`move_from` then `move_to`, from
+//! a `relocation:merge` history) renames the live block. The benchmarks of `xpu bench` (with the figures of
 //! the `xpu-bench` tool crate) and the two-stream pipeline of `xpu demo` live with the tools, not
 //! in the libraries.
 // Commented `unsafe {}` blocks calling xpu's `unsafe fn`s (kernel launches), each in an item

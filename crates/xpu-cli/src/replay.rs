@@ -307,8 +307,8 @@ pub fn replay_file(
     })
 }
 
-/// The lines a replay did not act on, as a note for the summary: skipped actions by name and
-/// frees of addresses with no live allocation.
+/// The lines a replay did not act on, as a note for the summary: skipped actions by name,
+/// frees of addresses with no live allocation, and the recorded moves (replayed and not).
 fn notes(r: &ReplayReport) -> String {
     let mut out = String::new();
     if !r.skipped.is_empty() {
@@ -324,6 +324,19 @@ fn notes(r: &ReplayReport) -> String {
             "\n  unmatched frees    {} (free_requested of an address with no live allocation: \
              ignored)",
             r.unmatched_frees
+        ));
+    }
+    if r.moves > 0 || r.unmatched_moves > 0 {
+        out.push_str(&format!(
+            "\n  recorded moves     {} (move_from/move_to pairs: the block renamed, no call)",
+            r.moves
+        ));
+    }
+    if r.unmatched_moves > 0 {
+        out.push_str(&format!(
+            "\n  unmatched moves    {} (move lines of no live allocation or without their \
+             pair: ignored)",
+            r.unmatched_moves
         ));
     }
     out

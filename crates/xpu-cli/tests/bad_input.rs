@@ -105,6 +105,41 @@ fn replay_reports_skipped_actions_and_frees_of_unknown_addresses() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// A recorded move (`move_from` then `move_to`) renames the live block: its free at the new
+/// address matches. A `move_to` without its `move_from` and a `move_from` of an unknown
+/// address are counted and ignored.
+#[test]
+fn replay_reads_moves_as_renames_and_counts_the_unmatched() {
+    let dir = scratch("moves");
+    let text = "alloc 1 512 0\nmove_from 1 512 0\nmove_to 7 512 0\n\
+                move_to 8 512 0\nmove_from 99 512 0\n\
+                free_requested 7 512 0\nfree_completed 7 512 0\n";
+    let out = replay_text(&dir, "t", text);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (
+            &v["allocs"],
+            &v["moves"],
+            &v["unmatched_moves"],
+            &v["unmatched_frees"]
+        ),
+        (
+            &serde_json::json!(1),
+            &serde_json::json!(1),
+            &serde_json::json!(2),
+            &serde_json::json!(0)
+        )
+    );
+    assert_eq!(v["skipped"], serde_json::json!({}));
+    let path = dir.join("t");
+    let out = xpu(&["replay", path.to_str().unwrap(), "--simulate"]);
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(summary.contains("recorded moves     1 "), "{summary}");
+    assert!(summary.contains("unmatched moves    2 "), "{summary}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// Runs `xpu ARGS` with stdout and stderr on a pipe whose reader is already closed (a FIFO
 /// opened and closed by bash before `exec`), so that the first write fails with `EPIPE`.
 fn run_with_closed_stdout(args: &[&str]) -> std::process::ExitStatus {

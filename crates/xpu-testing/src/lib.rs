@@ -161,7 +161,7 @@ pub fn scenario_test(test: &str, scenario: &str, bound: Duration, done: &str, bo
 
 /// The keys of a trace replay report's JSON object (xpu-caching's `ReplayReport`), as
 /// `xpu replay --json` prints them (the CLI adds `pytorch` with `--compare`).
-pub const REPLAY_REPORT_KEYS: [&str; 20] = [
+pub const REPLAY_REPORT_KEYS: [&str; 22] = [
     "trace",
     "device",
     "mode",
@@ -169,6 +169,8 @@ pub const REPLAY_REPORT_KEYS: [&str; 20] = [
     "allocs",
     "skipped",
     "unmatched_frees",
+    "moves",
+    "unmatched_moves",
     "peak_requested",
     "peak_allocated",
     "peak_reserved",

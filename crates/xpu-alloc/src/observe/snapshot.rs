@@ -2,6 +2,20 @@
 //! dictionary shape of `torch.cuda.memory._snapshot()` (reference §4.15), so that the same
 //! value serializes to JSON (here) and to the pickle PyTorch's memory visualizer reads
 //! ([`super::pickle`]).
+//!
+//! # Moves in the trace
+//! The trace lists (`device_traces`) use PyTorch's action names only, since the visualizer
+//! knows no other. A move of `relocation:merge` (the history's `move_from` and `move_to`,
+//! see [`super::history`]) appears as what it is to the visualizer: the block's
+//! `free_requested` and `free_completed` at its old address, then an `alloc` at its new
+//! address, each of the three with the requested size and the extra key `relocation` naming
+//! the history action it stands for (`move_from` on the two frees, `move_to` on the
+//! `alloc`; PyTorch's visualizer ignores the key). So the visualizer's timeline ends the
+//! old place's block and starts the new one at the same point (the total is unchanged after
+//! it, and a free before an alloc adds no peak, as a move adds none to the statistics), and
+//! its segment view, which walks the trace back from the snapshot's blocks, finds every
+//! block where the trace says it is. [`TraceEntryDict::to_entry`] reads the history's
+//! entries back from the key. The segments' blocks are listed at their current places.
 
 use serde::{Deserialize, Serialize};
 
@@ -88,29 +102,82 @@ pub struct TraceEntryDict {
     pub time_us: u64,
     /// Stack (always empty).
     pub frames: Vec<FrameDict>,
+    /// Only on the entries of a move (xpu's own key, see the module docs): the history
+    /// action the entry stands for, `move_from` (on the old place's `free_requested` and
+    /// `free_completed`) or `move_to` (on the new place's `alloc`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relocation: Option<String>,
+}
+
+/// The PyTorch action a history action is written as, and the `relocation` key it carries.
+fn pytorch_action(action: TraceAction) -> (&'static str, Option<&'static str>) {
+    match action {
+        TraceAction::MoveFrom => (TraceAction::FreeCompleted.name(), Some(action.name())),
+        TraceAction::MoveTo => (TraceAction::Alloc.name(), Some(action.name())),
+        other => (other.name(), None),
+    }
 }
 
 impl From<&TraceEntry> for TraceEntryDict {
+    /// The dictionary of one history entry, in PyTorch's vocabulary: a `move_from` is its
+    /// `free_completed` (with `relocation`), a `move_to` its `alloc` (with `relocation`).
+    /// [`TraceEntryDict::from_history`] also writes the `free_requested` that precedes a
+    /// `move_from`'s `free_completed`.
     fn from(e: &TraceEntry) -> Self {
         let oom = e.action == TraceAction::Oom;
+        let (action, relocation) = pytorch_action(e.action);
         Self {
-            action: e.action.name().to_owned(),
+            action: action.to_owned(),
             addr: (!oom).then_some(e.addr),
             device_free: oom.then_some(e.addr),
             size: e.size,
             stream: e.stream,
             time_us: e.time_us,
             frames: Vec::new(),
+            relocation: relocation.map(str::to_owned),
         }
     }
 }
 
 impl TraceEntryDict {
-    /// The entry as recorded (`None` for an action name this crate does not record).
+    /// The trace list of `history` (oldest first) as PyTorch's visualizer reads it: one
+    /// dictionary per entry, and for a `move_from` two, its `free_requested` then its
+    /// `free_completed` (see the module docs).
+    #[must_use]
+    pub fn from_history(history: &[TraceEntry]) -> Vec<Self> {
+        let mut out = Vec::with_capacity(history.len());
+        for e in history {
+            let dict = Self::from(e);
+            if e.action == TraceAction::MoveFrom {
+                out.push(Self {
+                    action: TraceAction::FreeRequested.name().to_owned(),
+                    ..dict.clone()
+                });
+            }
+            out.push(dict);
+        }
+        out
+    }
+
+    /// The history entry this dictionary stands for: `None` for an action name this crate
+    /// does not record, and for the `free_requested` of a move (its `free_completed` stands
+    /// for the `move_from`); an entry with a `relocation` key gives that action (`move_from`
+    /// from a `free_completed`, `move_to` from an `alloc`; `None` for another pairing).
     #[must_use]
     pub fn to_entry(&self) -> Option<TraceEntry> {
+        let written = TraceAction::from_name(&self.action)?;
+        let action = match self.relocation.as_deref() {
+            None => written,
+            Some(name) => {
+                let moved = TraceAction::from_name(name)?;
+                if pytorch_action(moved).0 != written.name() {
+                    return None;
+                }
+                moved
+            }
+        };
         Some(TraceEntry {
-            action: TraceAction::from_name(&self.action)?,
+            action,
             addr: self.addr.or(self.device_free).unwrap_or(0),
             size: self.size,
             stream: self.stream,
@@ -145,7 +212,8 @@ impl From<&AllocConfig> for AllocatorSettings {
 pub struct MemorySnapshot {
     /// Every segment, sorted by (device, address).
     pub segments: Vec<SegmentDict>,
-    /// Per device index, the recorded history, oldest first (empty while recording is off).
+    /// Per device index, the recorded history, oldest first (empty while recording is off),
+    /// in PyTorch's action names ([`TraceEntryDict::from_history`]: a move is three entries).
     pub device_traces: Vec<Vec<TraceEntryDict>>,
     /// The allocator settings.
     pub allocator_settings: AllocatorSettings,
@@ -227,7 +295,7 @@ impl MemorySnapshot {
         out.segments.sort_by_key(|s| s.address);
         let index = device;
         out.device_traces.resize(index + 1, Vec::new());
-        out.device_traces[index] = history.iter().map(TraceEntryDict::from).collect();
+        out.device_traces[index] = TraceEntryDict::from_history(history);
         Ok(out)
     }
 

@@ -4,10 +4,16 @@
 //! Every `alloc` is replayed as a request of its size on its stream; every `free_requested`
 //! frees the live block allocated at that address (a free of an address with no live block
 //! is counted in [`ReplayReport::unmatched_frees`]; lines of other actions are skipped and
-//! counted in [`ReplayReport::skipped`]). A free whose `free_completed` does not
-//! follow at once is held back like a `record_stream`'d block: a marker gated until the
-//! trace reaches its `free_completed`. Peaks are sampled from the allocator's totals after
-//! every event.
+//! counted in [`ReplayReport::skipped`]). A move recorded by `relocation:merge` (a
+//! `move_from` line and the `move_to` line right after it, see [`xpu_caching::history`])
+//! only renames the live block: the block allocated at the old address is freed later by
+//! the new one. It calls no allocator and counts as neither an allocation nor a free
+//! ([`ReplayReport::moves`]); the replaying allocator moves blocks by its own configuration.
+//! A move that does not pair up so is counted in [`ReplayReport::unmatched_moves`].
+//!
+//! A free whose `free_completed` does not follow at once is held back like a
+//! `record_stream`'d block: a marker gated until the trace reaches its `free_completed`.
+//! Peaks are sampled from the allocator's totals after every event.
 //!
 //! On a simulated device the segments get the recording's addresses (the trace's
 //! `segment_alloc` lines) while the replay's segment sequence agrees with the recording's,
@@ -282,7 +288,10 @@ pub fn replay_trace(
     let mut failed = 0u64;
     let mut holds = 0u64;
     let mut unmatched_frees = 0u64;
+    let (mut moves, mut unmatched_moves) = (0u64, 0u64);
     let mut skip_next_completion: Option<u64> = None;
+    // The index of a `move_to` that its `move_from` already replayed.
+    let mut move_done: Option<usize> = None;
     for (i, event) in trace.events.iter().enumerate() {
         if let Some(progress) = options
             .progress
@@ -349,6 +358,35 @@ pub fn replay_trace(
                     }
                 }
             }
+            Action::MoveFrom => {
+                let to = trace.events.get(i + 1).filter(|n| {
+                    n.action == Action::MoveTo && n.size == event.size && n.stream == event.stream
+                });
+                match (to, live.remove(&event.addr)) {
+                    (Some(to), Some(block)) => {
+                        moves += 1;
+                        move_done = Some(i + 1);
+                        if let Some((old, size)) = live.insert(to.addr, block) {
+                            // A trace with a live block at the new place: dropped, as an
+                            // `alloc` over a live address does.
+                            requested -= size;
+                            drop(old);
+                        }
+                    }
+                    (_, block) => {
+                        // Not replayed (a `move_to` after it is counted there).
+                        unmatched_moves += 1;
+                        if let Some(block) = block {
+                            live.insert(event.addr, block);
+                        }
+                    }
+                }
+            }
+            Action::MoveTo => {
+                if move_done.take() != Some(i) {
+                    unmatched_moves += 1;
+                }
+            }
             Action::SegmentAlloc | Action::SegmentFree | Action::Oom | Action::Snapshot => {}
         }
         let allocated = core.memory_allocated();
@@ -378,6 +416,8 @@ pub fn replay_trace(
         allocs,
         skipped: trace.skipped.clone(),
         unmatched_frees,
+        moves,
+        unmatched_moves,
         peak_requested,
         peak_allocated,
         peak_reserved,

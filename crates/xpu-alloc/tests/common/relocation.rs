@@ -1,7 +1,9 @@
 //! Helpers of the relocation tests (`relocation*.rs`): the clearing layout, byte patterns,
 //! and where blocks sit.
 
-use xpu_alloc::{AllocConfig, BlockState, BufferSource, DataPtr, DeviceCore, StreamRef};
+use xpu_alloc::{
+    AllocConfig, BlockState, BufferSource, DataPtr, DeviceCore, StreamRef, TraceAction, TraceEntry,
+};
 use xpu_stream::Stream;
 
 use super::MIB;
@@ -73,4 +75,61 @@ pub fn layout(
     }
     drop((p, r));
     (q, [x, y, z])
+}
+
+/// Checks that `entries` (a history recorded from its start) are a consistent trace: no
+/// `alloc` or `move_to` overlaps a block live in it; a `move_from` names a live block and is
+/// followed at once by its `move_to` (same size); a `free_requested` names a live block and
+/// a `free_completed` a requested one; nothing is live or requested at the end when
+/// `all_freed`. The first violation, described.
+pub fn check_history(entries: &[TraceEntry], all_freed: bool) -> Result<(), String> {
+    let mut live: Vec<(u64, u64)> = Vec::new(); // (addr, size) allocated, not yet requested free
+    let mut requested: Vec<u64> = Vec::new();
+    let overlapping = |live: &[(u64, u64)], e: &TraceEntry| {
+        live.iter()
+            .find(|&&(a, n)| e.addr < a + n && a < e.addr + e.size)
+            .copied()
+    };
+    let mut moving: Option<u64> = None; // the size of the block between its two move entries
+    for (i, e) in entries.iter().enumerate() {
+        let at = |what: &str| format!("entry {i} ({e:?}): {what}");
+        if moving.is_some() && e.action != TraceAction::MoveTo {
+            return Err(at("a move_from without its move_to"));
+        }
+        match e.action {
+            TraceAction::Alloc | TraceAction::MoveTo => {
+                if e.action == TraceAction::MoveTo && moving.take() != Some(e.size) {
+                    return Err(at("a move_to without its move_from"));
+                }
+                if let Some((a, n)) = overlapping(&live, e) {
+                    return Err(at(&format!("overlaps the live block {a:#x} of {n} B")));
+                }
+                live.push((e.addr, e.size));
+            }
+            TraceAction::MoveFrom | TraceAction::FreeRequested => {
+                let Some(k) = live.iter().position(|&(a, n)| (a, n) == (e.addr, e.size)) else {
+                    return Err(at("no live block there"));
+                };
+                live.remove(k);
+                if e.action == TraceAction::MoveFrom {
+                    moving = Some(e.size);
+                } else {
+                    requested.push(e.addr);
+                }
+            }
+            TraceAction::FreeCompleted => {
+                let Some(k) = requested.iter().position(|&a| a == e.addr) else {
+                    return Err(at("never requested"));
+                };
+                requested.remove(k);
+            }
+            _ => {}
+        }
+    }
+    if all_freed && !(live.is_empty() && requested.is_empty() && moving.is_none()) {
+        return Err(format!(
+            "left at the end: live {live:x?}, requested {requested:x?}"
+        ));
+    }
+    Ok(())
 }

@@ -323,17 +323,16 @@ impl<B: ThreadCacheKey> Allocation<B> {
     fn free_relocating(&self) {
         let shard = &self.shard;
         let shared = &shard.shared;
-        let (handed, size) = (&self.handed, self.size);
+        let handed = &self.handed;
         if let Some(cell) = shard.cells.get(handed.block) {
             if cell.begin_free() != FreeBy::Caller {
                 return;
             }
         }
-        shared
-            .history
-            .record(TraceAction::FreeRequested, handed.addr, size, shard.key.id);
+        // `free_requested` is traced under the stream's lock, at the block's current place
+        // (not `handed.addr`: the block may have moved).
         with_local(shared, |local| {
-            shard.free(handed.block, || local.cell.write(local.gens));
+            shard.free_relocating(handed.block, || local.cell.write(local.gens));
         });
     }
 }

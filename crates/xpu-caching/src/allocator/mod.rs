@@ -445,9 +445,13 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
                 .oom_path(&shard, req, local, on_oom)
                 .map_err(Box::new)?,
         };
-        shared
-            .history
-            .record(TraceAction::Alloc, handed.addr, size, key.id);
+        // A relocating block's `alloc` was traced at its hand-out, under the stream's lock
+        // (it may move as soon as that lock is released). Recording off: one load, as ever.
+        if shared.history.is_enabled() && !handed.relocating {
+            shared
+                .history
+                .record(TraceAction::Alloc, handed.addr, size, key.id);
+        }
         Ok(Allocation::new(shard, handed, size))
     }
 

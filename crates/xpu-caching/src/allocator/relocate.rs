@@ -10,9 +10,14 @@
 //! [`Allocation`](super::Allocation)'s free finds it at its new place.
 //!
 //! In the statistics a move counts nothing but the pools' structure (splits and merges): the
-//! allocation keeps what its hand-out counted. Not yet right across moves (docs/relocation.md,
-//! stage 6; `relocation_review.rs` holds the failing test): the history has no move action,
-//! so a recorded history with moves is no consistent trace.
+//! allocation keeps what its hand-out counted. In the history (docs/relocation.md, stage 6)
+//! a move is a `move_from` at the old place then a `move_to` at the new one
+//! ([`History::record_move`](crate::History::record_move)), traced at the commit under the
+//! stream's lock. A relocating block's `alloc` and `free_requested` are traced under that
+//! lock too (at its hand-out, and by whoever frees it, at its current place), so the
+//! history is a consistent trace: no `alloc` overlaps a live block, and a moved block's
+//! later entries name its new place. A block whose owner dropped it during the move gets
+//! its `free_requested` from the mover, after the move.
 //!
 //! How a plan runs, all under the stream's lock (the move lock of `place_cell`: a pinner
 //! that finds a block `MOVING` waits on that lock), with no driver wait:
@@ -26,8 +31,9 @@
 //!    for it ([`PlacePin::prepare_use_on`](super::PlacePin::prepare_use_on)), and an
 //!    observation waits for it on the host;
 //! 4. commit: each block takes its target's place (a new generation in its cell, so cached
-//!    places are refreshed), its old place is freed (reused on this stream only after the
-//!    copies, by stream order), and a block whose owner dropped it meanwhile is freed.
+//!    places are refreshed) and its move is traced, its old place is freed (reused on this
+//!    stream only after the copies, by stream order), and a block whose owner dropped it
+//!    meanwhile is freed.
 //!
 //! A failed copy or marker rolls the plan back: the targets are freed, the claims aborted,
 //! every block stays where it was; the request then grows as without relocation.
@@ -370,6 +376,9 @@ fn execute<B: Backend>(
     let (mut moves, mut bytes) = (0u64, 0u64);
     for (&(size, _), &(l, t)) in moving.iter().zip(&placed) {
         trade_places(state, l, t);
+        // Traced before the cell's commit makes the new place visible, under the lock that
+        // also orders the block's later `free_requested` (`trace_free_requested`).
+        state.trace_move(t, l);
         state.forget_place(l);
         // The copy wrote the new place and reads the old one until the marker: both carry
         // it, and so does every block later handed out of the old place's bytes.
@@ -379,6 +388,9 @@ fn execute<B: Backend>(
         state.blocks[l].oversize = state.blocks[t].oversize;
         state.free_moved_out(t, st);
         if let Some(Ok(MoveEnd::FreeNow)) = cells.get(l).map(|c| c.commit_move()) {
+            // The owner's drop left the free to this mover: its request is traced here, at
+            // the new place, after the move.
+            state.trace_free_requested(l);
             state.free(l, st);
         }
         moves += 1;
@@ -401,6 +413,7 @@ fn roll_back<B: Backend>(
     }
     for &l in claimed {
         if let Some(Ok(MoveEnd::FreeNow)) = cells.get(l).map(|c| c.abort_move()) {
+            state.trace_free_requested(l);
             state.free(l, st);
         }
     }

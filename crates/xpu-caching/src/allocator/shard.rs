@@ -84,6 +84,21 @@ impl<B: Backend> Shard<B> {
         self.note_pending(&state);
     }
 
+    /// [`Shard::free`] of a relocating `block` whose owner freed it: its `free_requested` is
+    /// traced under the stream's lock, at the place its last move left it
+    /// ([`ShardState::trace_free_requested`]).
+    pub(crate) fn free_relocating<'a>(
+        &self,
+        block: u32,
+        open_stats: impl FnOnce() -> StatsWriter<'a>,
+    ) {
+        let mut state = self.state.lock();
+        state.trace_free_requested(block);
+        let mut stats = open_stats();
+        state.free(block, &mut stats);
+        self.note_pending(&state);
+    }
+
     /// Runs `f` on the segment of a live `block` and the block's address. `f` is user code:
     /// it runs after the stream's lock is released (the segment is shared, and cannot be
     /// released while the block is live), so it may call the allocator, on this stream too.

@@ -432,6 +432,13 @@ impl<B: Backend> ShardState<B> {
             let reset = self.cells.get_or_create(block).reset();
             debug_assert!(reset.is_ok(), "a free block's cell was in use");
             self.places.get_or_create(block).clear();
+            // A relocating block may move as soon as this lock is released: its `alloc` is
+            // traced here, under the lock, so that it precedes any `move_from` of it
+            // (`allocate_on` traces the others after the lock).
+            if COUNTED && self.history.is_enabled() {
+                self.history
+                    .record(TraceAction::Alloc, addr, req.size, self.key.id);
+            }
         }
         let b = &mut self.blocks[block];
         b.allocated = true;
@@ -518,6 +525,29 @@ impl<B: Backend> ShardState<B> {
             self.free_block(block, st);
         } else {
             self.insert_events(block, st);
+        }
+    }
+
+    /// Traces the user's free of the relocating `block` (`free_requested` at its current
+    /// address, its requested bytes) when recording is on. Called under the stream's lock, by
+    /// whoever frees a relocating block (its owner, or the mover that the owner left it to),
+    /// so the entry follows every move of the block and names its last place.
+    pub(crate) fn trace_free_requested(&self, block: u32) {
+        if self.history.is_enabled() {
+            let b = &self.blocks[block];
+            self.history
+                .record(TraceAction::FreeRequested, b.addr, b.requested, self.key.id);
+        }
+    }
+
+    /// Traces the move of a live block from the place `from` (now another slab index's) to
+    /// `to` (its own after the move): `move_from` and `move_to`, under the stream's lock at
+    /// the move's commit ([`History::record_move`]).
+    pub(crate) fn trace_move(&self, from: u32, to: u32) {
+        if self.history.is_enabled() {
+            let (old, new) = (&self.blocks[from], &self.blocks[to]);
+            self.history
+                .record_move(old.addr, new.addr, new.requested, self.key.id);
         }
     }
 

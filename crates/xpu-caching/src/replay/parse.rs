@@ -3,8 +3,10 @@
 //! plain.
 //!
 //! Validation, following the README: action names are lowercase (`[a-z][a-z0-9_]*`) and
-//! case-sensitive; the five actions the replay needs are parsed, any other action with the
-//! four fields (`oom`, `snapshot`, `segment_map`, ...) is skipped and counted in
+//! case-sensitive; the seven actions the replay needs are parsed (PyTorch's five block and
+//! segment actions, and xpu's `move_from` / `move_to` of a relocated block, see
+//! [`crate::history`]), any other action with the four fields (`oom`, `snapshot`,
+//! `segment_map`, ...) is skipped and counted in
 //! [`Trace::skipped`]. Every other line (a wrong number of fields, tabs, an upper-case
 //! action, a non-numeric field) is [`TraceError::Malformed`](super::TraceError::Malformed) naming the line; a trace
 //! without event lines is [`TraceError::Empty`](super::TraceError::Empty) and one without an `alloc` line
@@ -30,7 +32,7 @@ fn replayed_action(name: &str) -> Option<TraceAction> {
 pub struct TraceEvent {
     /// The action.
     pub action: TraceAction,
-    /// Original device address (a key matching frees to allocations).
+    /// Original device address (a key matching frees and moves to allocations).
     pub addr: u64,
     /// Requested size (alloc/free) or segment size, in bytes.
     pub size: u64,
@@ -203,6 +205,25 @@ mod tests {
         assert_eq!(
             t.skipped.into_iter().collect::<Vec<_>>(),
             vec![("oom".to_owned(), 2), ("segment_map".to_owned(), 1)]
+        );
+    }
+
+    #[test]
+    fn moves_are_parsed_with_their_four_fields() {
+        let t = read("alloc 1 2 0\nmove_from 1 2 0\nmove_to 9 2 0\n").unwrap();
+        let got: Vec<(TraceAction, u64)> = t.events.iter().map(|e| (e.action, e.addr)).collect();
+        assert_eq!(
+            got,
+            [
+                (TraceAction::Alloc, 1),
+                (TraceAction::MoveFrom, 1),
+                (TraceAction::MoveTo, 9)
+            ]
+        );
+        assert!(t.skipped.is_empty());
+        assert_eq!(
+            reason("alloc 1 2 0\nmove_from 1 2 0 9\n"),
+            (2, "5 fields, not 4".to_owned())
         );
     }
 

@@ -22,6 +22,19 @@ pub struct ReplayReport {
     pub skipped: BTreeMap<String, u64>,
     /// `free_requested` lines whose address had no live allocation (not replayed).
     pub unmatched_frees: u64,
+    /// Moves replayed (a `move_from` line and the `move_to` line right after it, recorded by
+    /// `relocation:merge`): the live block allocated at the first address is known by the
+    /// second from then on. A move is neither an allocation nor a free: it calls no
+    /// allocator and changes no figure (the replaying allocator moves blocks by its own
+    /// configuration).
+    #[serde(default)]
+    pub moves: u64,
+    /// Lines of moves not replayed, each counted: a `move_from` whose address has no live
+    /// allocation or that no `move_to` of the same size and stream follows at once, and a
+    /// `move_to` that follows no replayed `move_from` (as in a history whose ring dropped
+    /// the move's first line).
+    #[serde(default)]
+    pub unmatched_moves: u64,
     /// Highest sum of live requested sizes.
     pub peak_requested: u64,
     /// Highest allocated bytes seen after any event.
