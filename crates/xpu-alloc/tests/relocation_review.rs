@@ -65,6 +65,64 @@ fn the_new_owner_of_a_vacated_place_used_on_another_stream_does_not_corrupt_the_
     drop(big);
 }
 
+/// The first test's case through a thread's cache: the new owner of the vacated place frees
+/// it into its thread's cache, and the thread's next allocation of that size gets it back
+/// from there (the block freed last; the pool's best fit would be z's exact 8 MiB). That
+/// hand-out takes no lock and resets the block's place cell, but the relocation marker stays
+/// with the block's bytes: a fill on another stream, ordered after S only by an event from
+/// before the move, still waits for the gated copy that reads q's old bytes there.
+#[test]
+fn a_vacated_place_handed_out_again_from_a_thread_cache_still_waits_for_the_copy() {
+    let Some([s, t]) = device_streams::<2>() else {
+        return;
+    };
+    let sr = ClStream::shared(s);
+    let core = relocating_core();
+    let (q, [x, y, z]) = layout(&core, &sr, Some(&s));
+    let ready = s.record_event().expect("event");
+    let gate = Gate::new(0).expect("gate");
+    gate.block(&s).expect("block");
+    // The 8 MiB request moves q: its copy is enqueued on S, behind the gate.
+    let big = core.allocate(8 * MIB, &sr).unwrap();
+    assert_eq!(core.relocation_stats().moves, 1);
+    let vacated = big.address();
+    // Both 8 MiB blocks go into this thread's cache, big last.
+    drop(z);
+    drop(big);
+    let again = core.allocate(8 * MIB, &sr).unwrap();
+    assert_eq!(
+        again.address(),
+        vacated,
+        "the vacated place, from this thread's cache"
+    );
+    t.wait_event(&ready).expect("wait");
+    let len = usize::try_from(8 * MIB).unwrap();
+    again
+        .view()
+        .unwrap()
+        .fill(&t, &[0xCD], 0, len)
+        .expect("fill");
+    let filled = t.record_event().expect("event");
+    assert!(
+        !filled.query().expect("query"),
+        "the fill on T waits for the gated copy"
+    );
+    gate.open().expect("open");
+    s.synchronize().expect("synchronize");
+    filled.synchronize().expect("synchronize");
+    assert!(
+        holds(&q, &s, 1),
+        "the moved block q lost its bytes to the fill on T"
+    );
+    assert!(holds(&x, &s, 2) && holds(&y, &s, 3));
+    let mut out = vec![0u8; len];
+    again.view().unwrap().read(&t, 0, &mut out).expect("read");
+    assert!(
+        out.iter().all(|&b| b == 0xCD),
+        "the new owner holds the fill"
+    );
+}
+
 /// `address()` of a block that moved waits on the host for the move's copies
 /// (`Allocation::observe`). With the allocation stream held by a user event that this thread
 /// opens later, the getter never returns: a hang from safe calls, the very hazard the

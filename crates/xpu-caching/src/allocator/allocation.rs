@@ -43,7 +43,8 @@ impl<B: ThreadCacheKey> Allocation<B> {
     /// for good (the block never moves again, and the address stays right for the
     /// allocation's life, as a PyTorch `data_ptr` is constant). It waits only for a move of
     /// the block in progress (a lock of its stream), never for the device: an address gives
-    /// no access to the bytes.
+    /// no access to the bytes. A block that has not moved since its address was read at its
+    /// hand-out (the generation then and now are equal) needs no lock.
     #[must_use]
     pub fn address(&self) -> u64 {
         if !self.handed.relocating {
@@ -53,6 +54,11 @@ impl<B: ThreadCacheKey> Allocation<B> {
             // A live allocation is not being freed (its drop is the only free).
             let fixed = cell.observe_waiting(|| self.wait_for_move());
             debug_assert!(fixed.is_ok(), "a live allocation's cell was freeing");
+            // Every committed move raises the generation, and none commits once the place is
+            // observed: the same generation means the place read at the hand-out.
+            if fixed == Ok(self.handed.generation) {
+                return self.handed.addr;
+            }
         }
         self.shard
             .with_segment(self.handed.block, |_, address| address)
@@ -314,27 +320,19 @@ impl<B: ThreadCacheKey> std::fmt::Debug for Allocation<B> {
 }
 
 impl<B: ThreadCacheKey> Allocation<B> {
-    /// The drop of an allocation handed out under a relocating configuration (kept out of
-    /// the cached path's code): through the place cell, a block being moved is freed by its
-    /// mover at the commit (no wait here); otherwise the cell is `FREEING` (never claimed
-    /// again) and the block is freed through the stream's lock, never into a thread's cache.
-    #[cold]
-    #[inline(never)]
-    fn free_relocating(&self) {
-        let shard = &self.shard;
-        let shared = &shard.shared;
-        let (handed, size) = (&self.handed, self.size);
-        if let Some(cell) = shard.cells.get(handed.block) {
-            if cell.begin_free() != FreeBy::Caller {
-                return;
-            }
+    /// The first step of the drop of an allocation handed out under a relocating
+    /// configuration, through its place cell ([`PlaceCell::begin_free`]): whether this drop
+    /// frees the block. A block being moved is freed by its mover at the commit (no wait
+    /// here: `false`); otherwise the cell is now `FREEING`, so the relocator never claims the
+    /// block again, and the drop goes on as any other: into this thread's cache (where the
+    /// block stays unmovable until its hand-out resets the cell) or through the stream's
+    /// lock.
+    #[inline(always)]
+    fn begin_free_relocating(&self) -> bool {
+        match self.shard.cells.get(self.handed.block) {
+            Some(cell) => cell.begin_free() == FreeBy::Caller,
+            None => true,
         }
-        shared
-            .history
-            .record(TraceAction::FreeRequested, handed.addr, size, shard.key.id);
-        with_local(shared, |local| {
-            shard.free(handed.block, || local.cell.write(local.gens));
-        });
     }
 }
 
@@ -350,8 +348,7 @@ impl<B: ThreadCacheKey> Drop for Allocation<B> {
         let shard = &self.shard;
         let shared = &shard.shared;
         let (handed, size) = (&self.handed, self.size);
-        if handed.relocating {
-            self.free_relocating();
+        if handed.relocating && !self.begin_free_relocating() {
             return;
         }
         shared

@@ -263,6 +263,22 @@ impl<B: Backend> Evict<'_, B> {
     }
 }
 
+/// Readies the place cell of a relocating block that this thread's cache hands out again
+/// (see the module docs), before its new allocation exists: a fresh block's state, as the
+/// shard's hand-out leaves it ([`PlaceCell::reset_cached`](super::place_cell::PlaceCell::reset_cached)).
+/// The place cached for pinned readers stays: the block did not move and kept its slab
+/// index while cached, and its generation is the same, so that place is still its place.
+#[inline(always)]
+pub(crate) fn reset_cell<B: Backend>(shard: &Shard<B>, handed: &Handed) {
+    if let Some(cell) = shard.cells.get(handed.block) {
+        let reset = cell.reset_cached();
+        debug_assert!(
+            reset.is_ok(),
+            "a thread-cached block's cell was not freeing"
+        );
+    }
+}
+
 /// The statistics of a cached block's hand-out (see the module docs): the slow path's
 /// hand-out of the block, less the pool's part (the block was in no pool).
 #[inline(always)]

@@ -384,6 +384,9 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
             // A block this thread freed on this stream for this size (`free_cache`).
             if let Some(bins) = local.bins.as_deref_mut() {
                 if let Some((shard, handed)) = bins.take(key, size, shared.config_epoch()) {
+                    if handed.relocating {
+                        free_cache::reset_cell(&shard, &handed);
+                    }
                     free_cache::count_hand_out(&mut local.cell.write(local.gens), &handed, size);
                     shared
                         .history

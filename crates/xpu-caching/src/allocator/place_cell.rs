@@ -26,7 +26,23 @@
 //! pins, no other flag), so a set `MOVING` means no pin is held; `FREE_AFTER_MOVE` is set
 //! only while `MOVING` is; `FREEING` and `MOVING` are never set together; `STICKY`,
 //! `OFF_STREAM` and `FREEING` clear only in [`PlaceCell::reset`], when the slab slot gets a
-//! new block.
+//! new block, and in [`PlaceCell::reset_cached`], when a thread's cache hands the block out
+//! again.
+//!
+//! # In a thread's cache
+//! A block freed into a thread's cache (`free_cache`) is free to its owner thread but still
+//! allocated in its shard. It enters the cache only after [`PlaceCell::begin_free`] made its
+//! cell `FREEING` (a drop that finds the block `MOVING` leaves it to the mover instead, and
+//! it never enters a cache), so the relocator never claims or moves it while it is there:
+//! its slab index, place and generation stay as they were, and so does the place cached
+//! for pinned readers. It leaves the cache in one of two ways:
+//! - its thread hands it out again: [`PlaceCell::reset_cached`], a plain store (see there
+//!   why no other party can write the word meanwhile), gives the new allocation a fresh
+//!   block's state (no pin, not sticky, not off-stream, same generation) before the
+//!   allocation exists;
+//! - a flush frees it into its shard under the shard's lock (trim, `empty_cache`, thread
+//!   exit, a bin rebound, an allocation that misses the caches): the cell stays `FREEING`
+//!   until the shard's hand-out resets it, as for a block freed through the lock.
 //!
 //! # Memory ordering
 //! Every decision (may this pin be taken, may this block be claimed, who frees it) is made by
@@ -271,7 +287,6 @@ impl PlaceCell {
     }
 
     /// The generation now (`Acquire`).
-    #[cfg_attr(not(test), allow(dead_code))] // tests and assertions read it
     pub(crate) fn generation(&self) -> Generation {
         Generation::of(self.word.load(Ordering::Acquire))
     }
@@ -465,6 +480,33 @@ impl PlaceCell {
                 Err(actual) => cur = actual,
             }
         }
+    }
+
+    /// Readies the cell of a block that a thread's cache hands out again (`free_cache`), as
+    /// [`PlaceCell::reset`] readies a slot's cell for the shard's hand-out: no pin, no flag,
+    /// the generation kept. No lock is held: the caller is the thread whose cache held the
+    /// block and won its slot ([`BinSlots::take`](super::bin_slots::BinSlots::take)). The block
+    /// entered the cache through [`PlaceCell::begin_free`] that returned [`FreeBy::Caller`], so
+    /// the cell is `FREEING` (and neither `MOVING` nor pinned): no pin, observation or claim
+    /// succeeds on it, and its owner's drop is done, so nobody else writes the word until
+    /// this store publishes the fresh state (a failed claim writes nothing). A plain store
+    /// therefore suffices, and the cached pair pays no read-modify-write for it. `Release`:
+    /// a claim that reads the fresh state (`Acquire`) is ordered after everything the
+    /// previous owner did with the block (its last unpin and its free come before, on this
+    /// thread or through them).
+    ///
+    /// # Errors
+    /// [`CellInUse`] unless the cell is `FREEING` with no pin and no other bit than
+    /// `STICKY` / `OFF_STREAM` (a block that did not enter the cache through
+    /// [`PlaceCell::begin_free`]: a bug of the caller); unchanged.
+    pub(crate) fn reset_cached(&self) -> Result<(), CellInUse> {
+        let cur = self.word.load(Ordering::Relaxed);
+        if cur & (MOVING | FREE_AFTER_MOVE | PIN_MASK) != 0 || cur & FREEING == 0 {
+            return Err(CellInUse);
+        }
+        self.word
+            .store(cur & !(FLAGS | PIN_MASK), Ordering::Release);
+        Ok(())
     }
 
     /// Readies the cell for the next block of its slab slot (under the shard lock, before

@@ -7,7 +7,7 @@ use super::bin_slots::BinSlots;
 use super::block::{later, Block, Segment, NIL};
 use super::device_wide::DeviceShared;
 use super::pending::Pending;
-use super::place_cell::{PlaceArena, PlaceSlots};
+use super::place_cell::{Generation, PlaceArena, PlaceSlots};
 use super::policy_state::PolicyState;
 use super::pool::FreePool;
 use super::slab::Slab;
@@ -73,9 +73,14 @@ pub(crate) struct Handed {
     pub oversize: bool,
     /// The configuration epoch it was handed out under.
     pub epoch: u64,
-    /// Handed out under a relocating configuration (see [`Block::relocating`]): never
-    /// cached by a thread (`free_cache`), freed through its place cell.
+    /// Handed out under a relocating configuration (see [`Block::relocating`]): freed
+    /// through its place cell (`begin_free`) first, into a thread's cache (`free_cache`) or
+    /// through the stream's lock.
     pub relocating: bool,
+    /// The block's move generation when `addr` was read (under the stream's lock, at the
+    /// shard's hand-out; a thread cache's hand-out keeps both): while the cell's generation
+    /// is still this one, the block is at `addr`. Default for a block that does not relocate.
+    pub generation: Generation,
 }
 
 /// Everything one stream owns.
@@ -201,6 +206,10 @@ impl<B: Backend> ShardState<B> {
             }
         }
         self.blocks[block].allocated = false;
+        if self.blocks[block].relocating {
+            // As `free`: the block's owner changes (its cell is `FREEING` until then).
+            self.forget_place(block);
+        }
         self.free_block_as::<true>(block, st);
     }
 
@@ -426,13 +435,18 @@ impl<B: Backend> ShardState<B> {
         // remembers (a `set_config` in between changes nothing).
         let oversize = size >= self.config.max_split_size;
         let relocating = self.config.relocation != Relocation::Off;
-        if relocating {
+        let generation = if relocating {
             // The slot's cell starts over for the new block (its generation goes on). A cell
             // of a free block is neither pinned nor claimed, so this cannot fail.
-            let reset = self.cells.get_or_create(block).reset();
+            let cell = self.cells.get_or_create(block);
+            let reset = cell.reset();
             debug_assert!(reset.is_ok(), "a free block's cell was in use");
             self.places.get_or_create(block).clear();
-        }
+            // Under the lock: no move commits before the caller has the block at `addr`.
+            cell.generation()
+        } else {
+            Generation::default()
+        };
         let b = &mut self.blocks[block];
         b.allocated = true;
         b.oversize = oversize;
@@ -452,6 +466,7 @@ impl<B: Backend> ShardState<B> {
             oversize,
             epoch: self.config_epoch,
             relocating,
+            generation,
         }
     }
 
