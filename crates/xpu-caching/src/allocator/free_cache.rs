@@ -12,6 +12,14 @@
 //! - the thread's bin of (stream, requested size, configuration epoch) has room
 //!   ([`SLOTS`]); a thread has at most [`BINS`] bins per allocator, the oldest rebound first.
 //!
+//! A block handed out under a relocating configuration is cached on the same terms, once its
+//! place cell is `FREEING` (`Allocation`'s drop calls `PlaceCell::begin_free` first; a block
+//! being moved is left to its mover and never cached). While cached it is unmovable: the
+//! relocator claims no `FREEING` cell, so its slab index, place, generation and relocation
+//! marker stay as they were. Its hand-out resets the cell ([`reset_cell`]) before the new
+//! allocation exists; a flush frees it into its shard with the cell still `FREEING` (see
+//! `place_cell`'s module docs).
+//!
 //! It is handed out again only to the same thread, on the same stream, for the same
 //! requested size, under the configuration it was handed out under (the epoch), and only
 //! while the stream has no pending frees (the shard's hint: the slow path processes them
@@ -24,7 +32,8 @@
 //! what the new allocation holds) and one `swap` on the slot; the free is the scan, one
 //! plain store into the slot and the drop of the allocation's shard handle: three atomic
 //! read-modify-writes per allocate + free pair instead of six (no shard lock), and no shared
-//! write besides the slot, which only this thread fills.
+//! write besides the slot, which only this thread fills. A relocating block adds one
+//! compare-exchange (the free's `begin_free`) and one plain store (the hand-out's reset).
 //!
 //! # Statistics
 //! A cached block counts as the slow path's free counts a block without recorded uses: not

@@ -61,7 +61,10 @@
 //!   after a `begin_free` that set `FREE_AFTER_MOVE`, so the committer frees a block whose
 //!   owner's last accesses happen before that free.
 //! - `begin_free` (`AcqRel`): `Release` for the committer above; `Acquire` so that a dropper
-//!   that frees at once sees the place of the last commit.
+//!   that frees at once sees the place of the last commit. On a block that can never be
+//!   claimed again it is an `Acquire` load and a `Release` store (no other party writes
+//!   such a word then: see [`PlaceCell::begin_free`]); [`PlaceCell::reset_cached`] is a
+//!   `Release` store for the same reason.
 //! - `mark_off_stream` (`Relaxed`): it is called through a live pin, so no claim can succeed
 //!   before that pin's `Release` drop, which follows the bit in the word's modification order;
 //!   the claim's compare-exchange reads a later value and sees the bit.
@@ -462,8 +465,20 @@ impl PlaceCell {
     /// to free. Never blocks and never panics; a second call reports
     /// [`FreeBy::AlreadyFreeing`] and changes nothing. Pins still held do not delay it (a pin
     /// borrows the allocation, so none outlives its drop).
+    ///
+    /// A block that can never be claimed again (`STICKY` or `OFF_STREAM`: neither clears
+    /// before the slot's next block, and a claim refuses both without writing) is freed by a
+    /// plain store: the owner's pins, observations and off-stream marks all happen before its
+    /// drop, so the dropper is the only party that writes the word, and the load reads the
+    /// latest value. (A cached pair that reads its address, as the benchmarks do, then pays
+    /// one read-modify-write, the observation's, not two.)
     pub(crate) fn begin_free(&self) -> FreeBy {
-        let mut cur = self.word.load(Ordering::Relaxed);
+        let mut cur = self.word.load(Ordering::Acquire);
+        if cur & (FREEING | FREE_AFTER_MOVE) == 0 && cur & (STICKY | OFF_STREAM) != 0 {
+            // Release, as the read-modify-write below.
+            self.word.store(cur | FREEING, Ordering::Release);
+            return FreeBy::Caller;
+        }
         loop {
             let (new, by) = if cur & (FREEING | FREE_AFTER_MOVE) != 0 {
                 return FreeBy::AlreadyFreeing;

@@ -242,9 +242,24 @@ impl Cached {
         })
     }
 
+    /// The owner reads the block's address (`Allocation::address`: an observation, so the
+    /// block never moves again) and checks it is its generation's place.
+    fn observe(&self) {
+        let generation = self
+            .block
+            .cell
+            .observe_waiting(thread::yield_now)
+            .expect("live");
+        assert_eq!(self.block.place.load(Ordering::Relaxed), generation.get());
+    }
+
     /// The owner's drop: the cell first, then its cache (as `Allocation`'s drop). Returns
     /// whether the block went into the cache (a block being moved is left to its mover).
-    fn free_into_cache(&self) -> bool {
+    /// `observed`: the owner read the address first, so the free is `begin_free`'s store.
+    fn free_into_cache(&self, observed: bool) -> bool {
+        if observed {
+            self.observe();
+        }
         match self.block.cell.begin_free() {
             FreeBy::Caller => {
                 self.in_cache.store(true, Ordering::Relaxed);
@@ -278,9 +293,9 @@ impl Cached {
         true
     }
 
-    /// The new owner uses the block (a pin: the place is its generation's) and drops it
-    /// for good (counted when it frees the block itself).
-    fn use_and_drop(&self) {
+    /// The new owner uses the block (a pin: the place is its generation's; `observed`: then
+    /// reads its address too) and drops it for good (counted when it frees the block itself).
+    fn use_and_drop(&self, observed: bool) {
         {
             let guard = self
                 .block
@@ -291,6 +306,9 @@ impl Cached {
                 self.block.place.load(Ordering::Relaxed),
                 guard.generation().get()
             );
+        }
+        if observed {
+            self.observe();
         }
         match self.block.cell.begin_free() {
             FreeBy::Caller => {
@@ -334,27 +352,30 @@ impl Cached {
 /// owner's cache: it never claims the block while the block is cached (free to its owner,
 /// live to its shard), the owner's re-use reads the place of its pin's generation, and the
 /// block is freed exactly once in the end (by its last owner, or by the mover of a block
-/// dropped while moving).
+/// dropped while moving). Each owner may read the block's address before its drop (then the
+/// free is a plain store: the observation excludes every claim).
 #[test]
 fn a_cached_block_is_never_claimed_and_is_freed_once() {
-    loom::model(|| {
-        let c = Cached::new();
-        let owner = {
-            let c = c.clone();
-            thread::spawn(move || {
-                if c.free_into_cache() {
-                    assert!(c.take_from_cache(), "no flusher here");
-                    c.use_and_drop();
-                }
-            })
-        };
-        c.relocate_once();
-        c.relocate_once();
-        owner.join().unwrap();
-        assert_eq!(c.frees.load(Ordering::Relaxed), 1);
-        let state = c.block.cell.state();
-        assert!(state.freeing && !state.moving && !state.free_after_move);
-    });
+    for (first_observes, second_observes) in [(false, false), (true, false), (false, true)] {
+        loom::model(move || {
+            let c = Cached::new();
+            let owner = {
+                let c = c.clone();
+                thread::spawn(move || {
+                    if c.free_into_cache(first_observes) {
+                        assert!(c.take_from_cache(), "no flusher here");
+                        c.use_and_drop(second_observes);
+                    }
+                })
+            };
+            c.relocate_once();
+            c.relocate_once();
+            owner.join().unwrap();
+            assert_eq!(c.frees.load(Ordering::Relaxed), 1);
+            let state = c.block.cell.state();
+            assert!(state.freeing && !state.moving && !state.free_after_move);
+        });
+    }
 }
 
 /// A flush (under the stream's lock) racing the owner's hand-out from its cache, with a
@@ -373,8 +394,8 @@ fn a_flush_racing_a_cache_hand_out_frees_once() {
         let owner = {
             let c = c.clone();
             thread::spawn(move || {
-                if c.free_into_cache() && c.take_from_cache() {
-                    c.use_and_drop();
+                if c.free_into_cache(false) && c.take_from_cache() {
+                    c.use_and_drop(false);
                 }
             })
         };
