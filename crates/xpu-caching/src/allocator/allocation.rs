@@ -55,8 +55,10 @@ impl<B: ThreadCacheKey> Allocation<B> {
             let fixed = cell.observe_waiting(|| self.wait_for_move());
             debug_assert!(fixed.is_ok(), "a live allocation's cell was freeing");
             // Every committed move raises the generation, and none commits once the place is
-            // observed: the same generation means the place read at the hand-out.
-            if fixed == Ok(self.handed.generation) {
+            // observed: the generation of the hand-out means the place read then. (A thread
+            // cache's hand-out reuses the `Handed` of the shard's, whose generation the cell
+            // keeps.)
+            if fixed.is_ok_and(|generation| cell.at_hand_out_place(generation)) {
                 return self.handed.addr;
             }
         }

@@ -22,6 +22,11 @@
 //! | 24 | `FREE_AFTER_MOVE` | freed while `MOVING`: the committer (or aborter) frees it |
 //! | 25..=63 | generation | completed moves (39 bits), [`Generation`] |
 //!
+//! Beside the word, the cell keeps the generation at which the block's current allocation
+//! was handed out by its shard ([`PlaceCell::note_hand_out`], under the shard's lock): while
+//! the word's generation is still that one, the block is at the address its `Handed` names,
+//! so `Allocation::address` needs no lock then.
+//!
 //! Invariants kept by every operation: `MOVING` is set only from the claimable state (no
 //! pins, no other flag), so a set `MOVING` means no pin is held; `FREE_AFTER_MOVE` is set
 //! only while `MOVING` is; `FREEING` and `MOVING` are never set together; `STICKY`,
@@ -259,6 +264,10 @@ impl CellState {
 #[derive(Debug)]
 pub(crate) struct PlaceCell {
     word: AtomicU64,
+    /// The generation of the block's current allocation's hand-out place: the place its
+    /// `Handed::addr` names ([`PlaceCell::note_hand_out`]). A thread cache's hand-out gives
+    /// the same `Handed` again and leaves it as it is.
+    handed_at: AtomicU64,
 }
 
 impl Default for PlaceCell {
@@ -272,6 +281,7 @@ impl PlaceCell {
     pub(crate) fn new() -> Self {
         Self {
             word: AtomicU64::new(0),
+            handed_at: AtomicU64::new(0),
         }
     }
 
@@ -280,6 +290,7 @@ impl PlaceCell {
     fn from_word(word: u64) -> Self {
         Self {
             word: AtomicU64::new(word),
+            handed_at: AtomicU64::new(0),
         }
     }
 
@@ -290,8 +301,27 @@ impl PlaceCell {
     }
 
     /// The generation now (`Acquire`).
+    #[cfg_attr(not(test), allow(dead_code))] // tests and assertions read it
     pub(crate) fn generation(&self) -> Generation {
         Generation::of(self.word.load(Ordering::Acquire))
+    }
+
+    /// Notes that the block is handed out at the place it has now (call under the shard's
+    /// lock, after [`PlaceCell::reset`], as the hand-out reads the block's address): while
+    /// the generation stays the one noted, the block is at that address
+    /// ([`PlaceCell::at_hand_out_place`]). `Relaxed`: it is read only through the allocation
+    /// that this hand-out makes, which reaches its users after the lock's release; the next
+    /// write is the slot's next hand-out by the shard, after that allocation's free.
+    pub(crate) fn note_hand_out(&self) {
+        let generation = Generation::of(self.word.load(Ordering::Relaxed)).get();
+        self.handed_at.store(generation, Ordering::Relaxed);
+    }
+
+    /// Whether `generation` (of an observation or pin of the block's current allocation) is
+    /// the one noted at its hand-out, so that the block is at its hand-out address: every
+    /// completed move raises the generation.
+    pub(crate) fn at_hand_out_place(&self, generation: Generation) -> bool {
+        self.handed_at.load(Ordering::Relaxed) == generation.get()
     }
 
     /// Takes a scoped pin: the block does not move until the guard drops. The guard carries
@@ -349,6 +379,7 @@ impl PlaceCell {
     ///
     /// # Errors
     /// As [`PlaceCell::pin`]: [`Refused::Moving`] (wait and retry) or [`Refused::Freeing`].
+    #[inline]
     pub(crate) fn observe(&self) -> Result<Generation, Refused> {
         // Acquire as in `pin`: the caller reads the place committed under the generation.
         let mut cur = self.word.load(Ordering::Acquire);
@@ -466,15 +497,18 @@ impl PlaceCell {
     /// [`FreeBy::AlreadyFreeing`] and changes nothing. Pins still held do not delay it (a pin
     /// borrows the allocation, so none outlives its drop).
     ///
-    /// A block that can never be claimed again (`STICKY` or `OFF_STREAM`: neither clears
-    /// before the slot's next block, and a claim refuses both without writing) is freed by a
-    /// plain store: the owner's pins, observations and off-stream marks all happen before its
-    /// drop, so the dropper is the only party that writes the word, and the load reads the
-    /// latest value. (A cached pair that reads its address, as the benchmarks do, then pays
+    /// A block that can never be claimed again (`STICKY` or `OFF_STREAM`, not `MOVING`:
+    /// neither bit clears before the slot's next block, and a claim refuses both without
+    /// writing) is freed by a plain store: the owner's pins, observations and off-stream marks
+    /// all happen before its drop, so the dropper is the only party that writes the word, and
+    /// the load reads the latest value. (`MOVING` with one of them is a state the allocator
+    /// never makes, as an off-stream mark through a pin that does not count, left from before
+    /// a reset; the compare-exchange below handles it as any move.) (A cached pair that reads its address, as the benchmarks do, then pays
     /// one read-modify-write, the observation's, not two.)
+    #[inline]
     pub(crate) fn begin_free(&self) -> FreeBy {
         let mut cur = self.word.load(Ordering::Acquire);
-        if cur & (FREEING | FREE_AFTER_MOVE) == 0 && cur & (STICKY | OFF_STREAM) != 0 {
+        if cur & (FREEING | FREE_AFTER_MOVE | MOVING) == 0 && cur & (STICKY | OFF_STREAM) != 0 {
             // Release, as the read-modify-write below.
             self.word.store(cur | FREEING, Ordering::Release);
             return FreeBy::Caller;
@@ -514,6 +548,7 @@ impl PlaceCell {
     /// [`CellInUse`] unless the cell is `FREEING` with no pin and no other bit than
     /// `STICKY` / `OFF_STREAM` (a block that did not enter the cache through
     /// [`PlaceCell::begin_free`]: a bug of the caller); unchanged.
+    #[inline]
     pub(crate) fn reset_cached(&self) -> Result<(), CellInUse> {
         let cur = self.word.load(Ordering::Relaxed);
         if cur & (MOVING | FREE_AFTER_MOVE | PIN_MASK) != 0 || cur & FREEING == 0 {

@@ -7,7 +7,7 @@ use super::bin_slots::BinSlots;
 use super::block::{later, Block, Segment, NIL};
 use super::device_wide::DeviceShared;
 use super::pending::Pending;
-use super::place_cell::{Generation, PlaceArena, PlaceSlots};
+use super::place_cell::{PlaceArena, PlaceSlots};
 use super::policy_state::PolicyState;
 use super::pool::FreePool;
 use super::slab::Slab;
@@ -77,10 +77,6 @@ pub(crate) struct Handed {
     /// through its place cell (`begin_free`) first, into a thread's cache (`free_cache`) or
     /// through the stream's lock.
     pub relocating: bool,
-    /// The block's move generation when `addr` was read (under the stream's lock, at the
-    /// shard's hand-out; a thread cache's hand-out keeps both): while the cell's generation
-    /// is still this one, the block is at `addr`. Default for a block that does not relocate.
-    pub generation: Generation,
 }
 
 /// Everything one stream owns.
@@ -435,18 +431,16 @@ impl<B: Backend> ShardState<B> {
         // remembers (a `set_config` in between changes nothing).
         let oversize = size >= self.config.max_split_size;
         let relocating = self.config.relocation != Relocation::Off;
-        let generation = if relocating {
+        if relocating {
             // The slot's cell starts over for the new block (its generation goes on). A cell
             // of a free block is neither pinned nor claimed, so this cannot fail.
             let cell = self.cells.get_or_create(block);
             let reset = cell.reset();
             debug_assert!(reset.is_ok(), "a free block's cell was in use");
-            self.places.get_or_create(block).clear();
             // Under the lock: no move commits before the caller has the block at `addr`.
-            cell.generation()
-        } else {
-            Generation::default()
-        };
+            cell.note_hand_out();
+            self.places.get_or_create(block).clear();
+        }
         let b = &mut self.blocks[block];
         b.allocated = true;
         b.oversize = oversize;
@@ -466,7 +460,6 @@ impl<B: Backend> ShardState<B> {
             oversize,
             epoch: self.config_epoch,
             relocating,
-            generation,
         }
     }
 
