@@ -46,18 +46,36 @@ impl<B: ThreadCacheKey> Allocation<B> {
     /// no access to the bytes. A block that has not moved since its address was read at its
     /// hand-out (the generation then and now are equal) needs no lock.
     #[must_use]
+    #[inline]
     pub fn address(&self) -> u64 {
         if !self.handed.relocating {
             return self.handed.addr;
         }
         if let Some(cell) = self.cell() {
-            // A live allocation is not being freed (its drop is the only free).
-            let fixed = cell.observe_waiting(|| self.wait_for_move());
-            debug_assert!(fixed.is_ok(), "a live allocation's cell was freeing");
             // Every committed move raises the generation, and none commits once the place is
             // observed: the generation of the hand-out means the place read then. (A thread
             // cache's hand-out reuses the `Handed` of the shard's, whose generation the cell
             // keeps.)
+            if cell
+                .observe()
+                .is_ok_and(|generation| cell.at_hand_out_place(generation))
+            {
+                return self.handed.addr;
+            }
+        }
+        self.observed_address()
+    }
+
+    /// [`Allocation::address`] of a relocating block being moved now, or moved since its
+    /// hand-out (kept out of the hot path's code): waits for the move, then reads the place
+    /// under the stream's lock.
+    #[cold]
+    #[inline(never)]
+    fn observed_address(&self) -> u64 {
+        if let Some(cell) = self.cell() {
+            // A live allocation is not being freed (its drop is the only free).
+            let fixed = cell.observe_waiting(|| self.wait_for_move());
+            debug_assert!(fixed.is_ok(), "a live allocation's cell was freeing");
             if fixed.is_ok_and(|generation| cell.at_hand_out_place(generation)) {
                 return self.handed.addr;
             }

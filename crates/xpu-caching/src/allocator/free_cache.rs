@@ -33,7 +33,9 @@
 //! plain store into the slot and the drop of the allocation's shard handle: three atomic
 //! read-modify-writes per allocate + free pair instead of six (no shard lock), and no shared
 //! write besides the slot, which only this thread fills. A relocating block adds one
-//! compare-exchange (the free's `begin_free`) and one plain store (the hand-out's reset).
+//! compare-exchange (the free's `begin_free`; a plain store for a block whose address was
+//! read, which no relocation can claim any more) and one plain store (the hand-out's
+//! reset).
 //!
 //! # Statistics
 //! A cached block counts as the slow path's free counts a block without recorded uses: not

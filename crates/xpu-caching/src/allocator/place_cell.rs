@@ -320,6 +320,7 @@ impl PlaceCell {
     /// Whether `generation` (of an observation or pin of the block's current allocation) is
     /// the one noted at its hand-out, so that the block is at its hand-out address: every
     /// completed move raises the generation.
+    #[inline]
     pub(crate) fn at_hand_out_place(&self, generation: Generation) -> bool {
         self.handed_at.load(Ordering::Relaxed) == generation.get()
     }

@@ -145,6 +145,8 @@ fn a_block_handed_out_from_a_thread_cache_may_move_again() {
     assert_eq!(core.relocation_stats().moves, 1, "the cached block moved");
     let moved_to = pinned_address(&again);
     assert_ne!(moved_to, q_addr);
+    // Its `Handed` still names the hand-out place: `address()` reads the place it moved to.
+    assert_eq!(again.address(), moved_to);
     assert_eq!(big.address(), q_addr - 6 * MIB, "p|q's run");
     assert_eq!(core.memory_stats().num_device_alloc, 2, "no growth");
     drop((again, big, x, y, z));
