@@ -64,6 +64,64 @@ fn the_new_owner_of_a_vacated_place_used_on_another_stream_does_not_corrupt_the_
     drop(big);
 }
 
+/// The first test's case through a thread's cache: the new owner of the vacated place frees
+/// it into its thread's cache, and the thread's next allocation of that size gets it back
+/// from there (the block freed last; the pool's best fit would be z's exact 8 MiB). That
+/// hand-out takes no lock and resets the block's place cell, but the relocation marker stays
+/// with the block's bytes: a fill on another stream, ordered after S only by an event from
+/// before the move, still waits for the gated copy that reads q's old bytes there.
+#[test]
+fn a_vacated_place_handed_out_again_from_a_thread_cache_still_waits_for_the_copy() {
+    let Some([s, t]) = device_streams::<2>() else {
+        return;
+    };
+    let sr = ClStream::shared(s);
+    let core = relocating_core();
+    let (q, [x, y, z]) = layout(&core, &sr, Some(&s));
+    let ready = s.record_event().expect("event");
+    let gate = Gate::new(0).expect("gate");
+    gate.block(&s).expect("block");
+    // The 8 MiB request moves q: its copy is enqueued on S, behind the gate.
+    let big = core.allocate(8 * MIB, &sr).unwrap();
+    assert_eq!(core.relocation_stats().moves, 1);
+    let vacated = big.address();
+    // Both 8 MiB blocks go into this thread's cache, big last.
+    drop(z);
+    drop(big);
+    let again = core.allocate(8 * MIB, &sr).unwrap();
+    assert_eq!(
+        again.address(),
+        vacated,
+        "the vacated place, from this thread's cache"
+    );
+    t.wait_event(&ready).expect("wait");
+    let len = usize::try_from(8 * MIB).unwrap();
+    again
+        .view()
+        .unwrap()
+        .fill(&t, &[0xCD], 0, len)
+        .expect("fill");
+    let filled = t.record_event().expect("event");
+    assert!(
+        !filled.query().expect("query"),
+        "the fill on T waits for the gated copy"
+    );
+    gate.open().expect("open");
+    s.synchronize().expect("synchronize");
+    filled.synchronize().expect("synchronize");
+    assert!(
+        holds(&q, &s, 1),
+        "the moved block q lost its bytes to the fill on T"
+    );
+    assert!(holds(&x, &s, 2) && holds(&y, &s, 3));
+    let mut out = vec![0u8; len];
+    again.view().unwrap().read(&t, 0, &mut out).expect("read");
+    assert!(
+        out.iter().all(|&b| b == 0xCD),
+        "the new owner holds the fill"
+    );
+}
+
 /// `address()` of a block that moved waits on the host for the move's copies
 /// (`Allocation::observe`). With the allocation stream held by a user event that this thread
 /// opens later, the getter never returns: a hang from safe calls, the very hazard the
@@ -289,4 +347,40 @@ fn dropping_moved_blocks_returns_every_byte() {
     assert_eq!(stats.allocation.all.current, 0);
     core.empty_cache();
     assert_eq!(core.memory_stats().reserved_bytes.all.current, 0);
+}
+
+/// A block that moved, freed into its thread's cache and handed out again from it, is traced
+/// at its current place: the cached hand-out's `alloc` and the frees name the place the move
+/// left it at, not the place of its first hand-out (which the 8 MiB block took), so the
+/// history stays a consistent trace.
+#[test]
+fn a_moved_block_through_a_threads_cache_is_traced_at_its_current_place() {
+    let (core, _source) = sim_core(1 << 30, "relocation:merge");
+    core.memory_history()
+        .record_memory_history(true, usize::MAX);
+    let (_s, s) = stream(1);
+    let (q, rest) = layout(&core, &s, None);
+    let big = core.allocate(8 * MIB, &s).unwrap();
+    assert_eq!(core.relocation_stats().moves, 1);
+    // Freed into this thread's cache, then handed out again from it (same size, stream).
+    drop(q);
+    let again = core.allocate(2 * MIB, &s).unwrap();
+    drop((again, rest, big));
+    let entries = core.memory_history().entries();
+    let text = trace_text(&entries, 0);
+    if let Err(e) = check_history(&entries, true) {
+        panic!("{e}\n{text}");
+    }
+    let moved_to = entries
+        .iter()
+        .find(|e| e.action == TraceAction::MoveTo)
+        .unwrap()
+        .addr;
+    let allocs: Vec<u64> = entries
+        .iter()
+        .filter(|e| e.action == TraceAction::Alloc && e.size == 2 * MIB)
+        .map(|e| e.addr)
+        .collect();
+    assert_eq!(allocs.len(), 2, "{text}");
+    assert_eq!(allocs[1], moved_to, "{text}");
 }

@@ -34,6 +34,12 @@
 //! disassembly's `lock`-prefixed and memory `xchg` instructions). The workload is
 //! [`xpu_bench::alloc`]'s (the bench's and `xpu bench`'s).
 //!
+//! With `CONF=<configuration>` (the `XPU_ALLOC_CONF` grammar, e.g. `relocation:merge`), the
+//! device workload runs under that allocator configuration instead of the defaults.
+//! Relocating blocks through the threads' caches (2026-12-04, the pair reads its address as
+//! the bench does): with `CONF=relocation:merge`, see docs/performance.md's section of that
+//! evening for the figures before and after.
+//!
 //! With `HOST=1`, `N` cached 4 KiB pinned-host allocate + free pairs through
 //! `xpu_host::host_allocate_on` on OpenCL device 0 (a real device: run with PoCL), as
 //! `xpu bench`'s `host_cached_alloc_free_ns`; the driver is called only by the warm-up
@@ -59,7 +65,11 @@ fn main() {
         }
         return;
     }
-    let bench = Workload::simulated(AllocConfig::default());
+    let config = std::env::var("CONF").map_or_else(
+        |_| AllocConfig::default(),
+        |text| AllocConfig::parse(&text).expect("CONF: an allocator configuration"),
+    );
+    let bench = Workload::simulated(config);
     // Warm the cache once so every counted pair is served from it.
     bench.pair(0, 4096).expect("warm-up allocation");
     if std::env::var_os("MIXED").is_some() {

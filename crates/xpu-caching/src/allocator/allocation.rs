@@ -43,16 +43,42 @@ impl<B: ThreadCacheKey> Allocation<B> {
     /// for good (the block never moves again, and the address stays right for the
     /// allocation's life, as a PyTorch `data_ptr` is constant). It waits only for a move of
     /// the block in progress (a lock of its stream), never for the device: an address gives
-    /// no access to the bytes.
+    /// no access to the bytes. A block that has not moved since its address was read at its
+    /// hand-out (the generation then and now are equal) needs no lock.
     #[must_use]
+    #[inline]
     pub fn address(&self) -> u64 {
         if !self.handed.relocating {
             return self.handed.addr;
         }
         if let Some(cell) = self.cell() {
+            // Every committed move raises the generation, and none commits once the place is
+            // observed: the generation of the hand-out means the place read then. (A thread
+            // cache's hand-out reuses the `Handed` of the shard's, whose generation the cell
+            // keeps.)
+            if cell
+                .observe()
+                .is_ok_and(|generation| cell.at_hand_out_place(generation))
+            {
+                return self.handed.addr;
+            }
+        }
+        self.observed_address()
+    }
+
+    /// [`Allocation::address`] of a relocating block being moved now, or moved since its
+    /// hand-out (kept out of the hot path's code): waits for the move, then reads the place
+    /// under the stream's lock.
+    #[cold]
+    #[inline(never)]
+    fn observed_address(&self) -> u64 {
+        if let Some(cell) = self.cell() {
             // A live allocation is not being freed (its drop is the only free).
             let fixed = cell.observe_waiting(|| self.wait_for_move());
             debug_assert!(fixed.is_ok(), "a live allocation's cell was freeing");
+            if fixed.is_ok_and(|generation| cell.at_hand_out_place(generation)) {
+                return self.handed.addr;
+            }
         }
         self.shard
             .with_segment(self.handed.block, |_, address| address)
@@ -314,26 +340,19 @@ impl<B: ThreadCacheKey> std::fmt::Debug for Allocation<B> {
 }
 
 impl<B: ThreadCacheKey> Allocation<B> {
-    /// The drop of an allocation handed out under a relocating configuration (kept out of
-    /// the cached path's code): through the place cell, a block being moved is freed by its
-    /// mover at the commit (no wait here); otherwise the cell is `FREEING` (never claimed
-    /// again) and the block is freed through the stream's lock, never into a thread's cache.
-    #[cold]
-    #[inline(never)]
-    fn free_relocating(&self) {
-        let shard = &self.shard;
-        let shared = &shard.shared;
-        let handed = &self.handed;
-        if let Some(cell) = shard.cells.get(handed.block) {
-            if cell.begin_free() != FreeBy::Caller {
-                return;
-            }
+    /// The first step of the drop of an allocation handed out under a relocating
+    /// configuration, through its place cell ([`PlaceCell::begin_free`]): whether this drop
+    /// frees the block. A block being moved is freed by its mover at the commit (no wait
+    /// here: `false`); otherwise the cell is now `FREEING`, so the relocator never claims the
+    /// block again, and the drop goes on as any other: into this thread's cache (where the
+    /// block stays unmovable until its hand-out resets the cell) or through the stream's
+    /// lock.
+    #[inline(always)]
+    fn begin_free_relocating(&self) -> bool {
+        match self.shard.cells.get(self.handed.block) {
+            Some(cell) => cell.begin_free() == FreeBy::Caller,
+            None => true,
         }
-        // `free_requested` is traced under the stream's lock, at the block's current place
-        // (not `handed.addr`: the block may have moved).
-        with_local(shared, |local| {
-            shard.free_relocating(handed.block, || local.cell.write(local.gens));
-        });
     }
 }
 
@@ -349,13 +368,20 @@ impl<B: ThreadCacheKey> Drop for Allocation<B> {
         let shard = &self.shard;
         let shared = &shard.shared;
         let (handed, size) = (&self.handed, self.size);
-        if handed.relocating {
-            self.free_relocating();
+        if handed.relocating && !self.begin_free_relocating() {
             return;
         }
-        shared
-            .history
-            .record(TraceAction::FreeRequested, handed.addr, size, shard.key.id);
+        // Traced at the block's current place (a relocating block may have moved since its
+        // hand-out; now `FREEING`, it moves no more). Recording off: one load, as ever.
+        let traced = if shared.history.is_enabled() {
+            let addr = shard.traced_address(handed);
+            shared
+                .history
+                .record(TraceAction::FreeRequested, addr, size, shard.key.id);
+            addr
+        } else {
+            handed.addr
+        };
         // Relaxed: whoever drops the allocation owns it, after every `record_stream` on it.
         let recorded = *self.recorded.get_mut();
         with_local(shared, |local| {
@@ -368,7 +394,7 @@ impl<B: ThreadCacheKey> Drop for Allocation<B> {
                         if shared.history.is_enabled() {
                             shared.history.record(
                                 TraceAction::FreeCompleted,
-                                handed.addr,
+                                traced,
                                 size,
                                 shard.key.id,
                             );

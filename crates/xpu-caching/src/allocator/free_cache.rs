@@ -12,6 +12,14 @@
 //! - the thread's bin of (stream, requested size, configuration epoch) has room
 //!   ([`SLOTS`]); a thread has at most [`BINS`] bins per allocator, the oldest rebound first.
 //!
+//! A block handed out under a relocating configuration is cached on the same terms, once its
+//! place cell is `FREEING` (`Allocation`'s drop calls `PlaceCell::begin_free` first; a block
+//! being moved is left to its mover and never cached). While cached it is unmovable: the
+//! relocator claims no `FREEING` cell, so its slab index, place, generation and relocation
+//! marker stay as they were. Its hand-out resets the cell ([`reset_cell`]) before the new
+//! allocation exists; a flush frees it into its shard with the cell still `FREEING` (see
+//! `place_cell`'s module docs).
+//!
 //! It is handed out again only to the same thread, on the same stream, for the same
 //! requested size, under the configuration it was handed out under (the epoch), and only
 //! while the stream has no pending frees (the shard's hint: the slow path processes them
@@ -24,7 +32,10 @@
 //! what the new allocation holds) and one `swap` on the slot; the free is the scan, one
 //! plain store into the slot and the drop of the allocation's shard handle: three atomic
 //! read-modify-writes per allocate + free pair instead of six (no shard lock), and no shared
-//! write besides the slot, which only this thread fills.
+//! write besides the slot, which only this thread fills. A relocating block adds one
+//! compare-exchange (the free's `begin_free`; a plain store for a block whose address was
+//! read, which no relocation can claim any more) and one plain store (the hand-out's
+//! reset).
 //!
 //! # Statistics
 //! A cached block counts as the slow path's free counts a block without recorded uses: not
@@ -260,6 +271,22 @@ impl<B: Backend> Evict<'_, B> {
     fn evict_bin_with(self, (cell, gens): (&StatsCell, &Generations)) {
         let mut st = cell.write(gens);
         self.state.evict_bin(self.slots, &mut st);
+    }
+}
+
+/// Readies the place cell of a relocating block that this thread's cache hands out again
+/// (see the module docs), before its new allocation exists: a fresh block's state, as the
+/// shard's hand-out leaves it ([`PlaceCell::reset_cached`](super::place_cell::PlaceCell::reset_cached)).
+/// The place cached for pinned readers stays: the block did not move and kept its slab
+/// index while cached, and its generation is the same, so that place is still its place.
+#[inline(always)]
+pub(crate) fn reset_cell<B: Backend>(shard: &Shard<B>, handed: &Handed) {
+    if let Some(cell) = shard.cells.get(handed.block) {
+        let reset = cell.reset_cached();
+        debug_assert!(
+            reset.is_ok(),
+            "a thread-cached block's cell was not freeing"
+        );
     }
 }
 

@@ -384,10 +384,18 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
             // A block this thread freed on this stream for this size (`free_cache`).
             if let Some(bins) = local.bins.as_deref_mut() {
                 if let Some((shard, handed)) = bins.take(key, size, shared.config_epoch()) {
+                    // Traced before a relocating block's cell is reset: from then on it may
+                    // move, and its `alloc` must come before any `move_from` of it.
+                    if shared.history.is_enabled() {
+                        let addr = shard.traced_address(&handed);
+                        shared
+                            .history
+                            .record(TraceAction::Alloc, addr, size, key.id);
+                    }
+                    if handed.relocating {
+                        free_cache::reset_cell(&shard, &handed);
+                    }
                     free_cache::count_hand_out(&mut local.cell.write(local.gens), &handed, size);
-                    shared
-                        .history
-                        .record(TraceAction::Alloc, handed.addr, size, key.id);
                     return Some(Ok(Allocation::new(shard, handed, size)));
                 }
             }

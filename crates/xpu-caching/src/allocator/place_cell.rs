@@ -22,11 +22,32 @@
 //! | 24 | `FREE_AFTER_MOVE` | freed while `MOVING`: the committer (or aborter) frees it |
 //! | 25..=63 | generation | completed moves (39 bits), [`Generation`] |
 //!
+//! Beside the word, the cell keeps the generation at which the block's current allocation
+//! was handed out by its shard ([`PlaceCell::note_hand_out`], under the shard's lock): while
+//! the word's generation is still that one, the block is at the address its `Handed` names,
+//! so `Allocation::address` needs no lock then.
+//!
 //! Invariants kept by every operation: `MOVING` is set only from the claimable state (no
 //! pins, no other flag), so a set `MOVING` means no pin is held; `FREE_AFTER_MOVE` is set
 //! only while `MOVING` is; `FREEING` and `MOVING` are never set together; `STICKY`,
 //! `OFF_STREAM` and `FREEING` clear only in [`PlaceCell::reset`], when the slab slot gets a
-//! new block.
+//! new block, and in [`PlaceCell::reset_cached`], when a thread's cache hands the block out
+//! again.
+//!
+//! # In a thread's cache
+//! A block freed into a thread's cache (`free_cache`) is free to its owner thread but still
+//! allocated in its shard. It enters the cache only after [`PlaceCell::begin_free`] made its
+//! cell `FREEING` (a drop that finds the block `MOVING` leaves it to the mover instead, and
+//! it never enters a cache), so the relocator never claims or moves it while it is there:
+//! its slab index, place and generation stay as they were, and so does the place cached
+//! for pinned readers. It leaves the cache in one of two ways:
+//! - its thread hands it out again: [`PlaceCell::reset_cached`], a plain store (see there
+//!   why no other party can write the word meanwhile), gives the new allocation a fresh
+//!   block's state (no pin, not sticky, not off-stream, same generation) before the
+//!   allocation exists;
+//! - a flush frees it into its shard under the shard's lock (trim, `empty_cache`, thread
+//!   exit, a bin rebound, an allocation that misses the caches): the cell stays `FREEING`
+//!   until the shard's hand-out resets it, as for a block freed through the lock.
 //!
 //! # Memory ordering
 //! Every decision (may this pin be taken, may this block be claimed, who frees it) is made by
@@ -45,7 +66,10 @@
 //!   after a `begin_free` that set `FREE_AFTER_MOVE`, so the committer frees a block whose
 //!   owner's last accesses happen before that free.
 //! - `begin_free` (`AcqRel`): `Release` for the committer above; `Acquire` so that a dropper
-//!   that frees at once sees the place of the last commit.
+//!   that frees at once sees the place of the last commit. On a block that can never be
+//!   claimed again it is an `Acquire` load and a `Release` store (no other party writes
+//!   such a word then: see [`PlaceCell::begin_free`]); [`PlaceCell::reset_cached`] is a
+//!   `Release` store for the same reason.
 //! - `mark_off_stream` (`Relaxed`): it is called through a live pin, so no claim can succeed
 //!   before that pin's `Release` drop, which follows the bit in the word's modification order;
 //!   the claim's compare-exchange reads a later value and sees the bit.
@@ -240,6 +264,10 @@ impl CellState {
 #[derive(Debug)]
 pub(crate) struct PlaceCell {
     word: AtomicU64,
+    /// The generation of the block's current allocation's hand-out place: the place its
+    /// `Handed::addr` names ([`PlaceCell::note_hand_out`]). A thread cache's hand-out gives
+    /// the same `Handed` again and leaves it as it is.
+    handed_at: AtomicU64,
 }
 
 impl Default for PlaceCell {
@@ -253,6 +281,7 @@ impl PlaceCell {
     pub(crate) fn new() -> Self {
         Self {
             word: AtomicU64::new(0),
+            handed_at: AtomicU64::new(0),
         }
     }
 
@@ -261,6 +290,7 @@ impl PlaceCell {
     fn from_word(word: u64) -> Self {
         Self {
             word: AtomicU64::new(word),
+            handed_at: AtomicU64::new(0),
         }
     }
 
@@ -274,6 +304,25 @@ impl PlaceCell {
     #[cfg_attr(not(test), allow(dead_code))] // tests and assertions read it
     pub(crate) fn generation(&self) -> Generation {
         Generation::of(self.word.load(Ordering::Acquire))
+    }
+
+    /// Notes that the block is handed out at the place it has now (call under the shard's
+    /// lock, after [`PlaceCell::reset`], as the hand-out reads the block's address): while
+    /// the generation stays the one noted, the block is at that address
+    /// ([`PlaceCell::at_hand_out_place`]). `Relaxed`: it is read only through the allocation
+    /// that this hand-out makes, which reaches its users after the lock's release; the next
+    /// write is the slot's next hand-out by the shard, after that allocation's free.
+    pub(crate) fn note_hand_out(&self) {
+        let generation = Generation::of(self.word.load(Ordering::Relaxed)).get();
+        self.handed_at.store(generation, Ordering::Relaxed);
+    }
+
+    /// Whether `generation` (of an observation or pin of the block's current allocation) is
+    /// the one noted at its hand-out, so that the block is at its hand-out address: every
+    /// completed move raises the generation.
+    #[inline]
+    pub(crate) fn at_hand_out_place(&self, generation: Generation) -> bool {
+        self.handed_at.load(Ordering::Relaxed) == generation.get()
     }
 
     /// Takes a scoped pin: the block does not move until the guard drops. The guard carries
@@ -331,6 +380,7 @@ impl PlaceCell {
     ///
     /// # Errors
     /// As [`PlaceCell::pin`]: [`Refused::Moving`] (wait and retry) or [`Refused::Freeing`].
+    #[inline]
     pub(crate) fn observe(&self) -> Result<Generation, Refused> {
         // Acquire as in `pin`: the caller reads the place committed under the generation.
         let mut cur = self.word.load(Ordering::Acquire);
@@ -447,8 +497,23 @@ impl PlaceCell {
     /// to free. Never blocks and never panics; a second call reports
     /// [`FreeBy::AlreadyFreeing`] and changes nothing. Pins still held do not delay it (a pin
     /// borrows the allocation, so none outlives its drop).
+    ///
+    /// A block that can never be claimed again (`STICKY` or `OFF_STREAM`, not `MOVING`:
+    /// neither bit clears before the slot's next block, and a claim refuses both without
+    /// writing) is freed by a plain store: the owner's pins, observations and off-stream marks
+    /// all happen before its drop, so the dropper is the only party that writes the word, and
+    /// the load reads the latest value. (`MOVING` with one of them is a state the allocator
+    /// never makes, as an off-stream mark through a pin that does not count, left from before
+    /// a reset; the compare-exchange below handles it as any move.) (A cached pair that reads its address, as the benchmarks do, then pays
+    /// one read-modify-write, the observation's, not two.)
+    #[inline]
     pub(crate) fn begin_free(&self) -> FreeBy {
-        let mut cur = self.word.load(Ordering::Relaxed);
+        let mut cur = self.word.load(Ordering::Acquire);
+        if cur & (FREEING | FREE_AFTER_MOVE | MOVING) == 0 && cur & (STICKY | OFF_STREAM) != 0 {
+            // Release, as the read-modify-write below.
+            self.word.store(cur | FREEING, Ordering::Release);
+            return FreeBy::Caller;
+        }
         loop {
             let (new, by) = if cur & (FREEING | FREE_AFTER_MOVE) != 0 {
                 return FreeBy::AlreadyFreeing;
@@ -465,6 +530,34 @@ impl PlaceCell {
                 Err(actual) => cur = actual,
             }
         }
+    }
+
+    /// Readies the cell of a block that a thread's cache hands out again (`free_cache`), as
+    /// [`PlaceCell::reset`] readies a slot's cell for the shard's hand-out: no pin, no flag,
+    /// the generation kept. No lock is held: the caller is the thread whose cache held the
+    /// block and won its slot ([`BinSlots::take`](super::bin_slots::BinSlots::take)). The block
+    /// entered the cache through [`PlaceCell::begin_free`] that returned [`FreeBy::Caller`], so
+    /// the cell is `FREEING` (and neither `MOVING` nor pinned): no pin, observation or claim
+    /// succeeds on it, and its owner's drop is done, so nobody else writes the word until
+    /// this store publishes the fresh state (a failed claim writes nothing). A plain store
+    /// therefore suffices, and the cached pair pays no read-modify-write for it. `Release`:
+    /// a claim that reads the fresh state (`Acquire`) is ordered after everything the
+    /// previous owner did with the block (its last unpin and its free come before, on this
+    /// thread or through them).
+    ///
+    /// # Errors
+    /// [`CellInUse`] unless the cell is `FREEING` with no pin and no other bit than
+    /// `STICKY` / `OFF_STREAM` (a block that did not enter the cache through
+    /// [`PlaceCell::begin_free`]: a bug of the caller); unchanged.
+    #[inline]
+    pub(crate) fn reset_cached(&self) -> Result<(), CellInUse> {
+        let cur = self.word.load(Ordering::Relaxed);
+        if cur & (MOVING | FREE_AFTER_MOVE | PIN_MASK) != 0 || cur & FREEING == 0 {
+            return Err(CellInUse);
+        }
+        self.word
+            .store(cur & !(FLAGS | PIN_MASK), Ordering::Release);
+        Ok(())
     }
 
     /// Readies the cell for the next block of its slab slot (under the shard lock, before

@@ -5,7 +5,10 @@
 //! What moves: a live block handed out under a relocating configuration, with no recorded
 //! stream uses (`record_stream`) and no pending markers, whose place cell
 //! ([`super::place_cell`]) the relocator can claim: no pin held, its place never observed,
-//! never used on another stream through a view. Moves stay inside the block's own stream's
+//! never used on another stream through a view, not freed by its owner. A block in a
+//! thread's freed-block cache (`free_cache`) is allocated here but freed to its owner (its
+//! cell is `FREEING` from before it enters the cache until the cache hands it out again and
+//! resets the cell), so it never moves while cached. Moves stay inside the block's own stream's
 //! shard and pool. A moved block keeps its slab index (the two places trade indices), so its
 //! [`Allocation`](super::Allocation)'s free finds it at its new place.
 //!

@@ -8,7 +8,7 @@ use parking_lot::{Mutex, MutexGuard};
 use super::device_wide::DeviceShared;
 use super::place_cell::{PlaceArena, PlaceSlots};
 use super::stats_cell::StatsWriter;
-use super::stream_state::ShardState;
+use super::stream_state::{Handed, ShardState};
 use crate::backend::Backend;
 use crate::source::SourceSegment;
 use crate::stream::StreamKey;
@@ -28,6 +28,9 @@ pub(crate) struct Shard<B: Backend> {
     /// The places cached for pinned readers ([`ShardState::places`], shared).
     pub places: Arc<PlaceSlots<B::Memory>>,
     state: Mutex<ShardState<B>>,
+    /// How many times the stream's lock was taken or tried (tests: which paths take it).
+    #[cfg(test)]
+    locks: std::sync::atomic::AtomicU64,
 }
 
 impl<B: Backend> Shard<B> {
@@ -46,6 +49,8 @@ impl<B: Backend> Shard<B> {
             cells: Arc::clone(&state.cells),
             places: Arc::clone(&state.places),
             state: Mutex::new(state),
+            #[cfg(test)]
+            locks: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -65,12 +70,27 @@ impl<B: Backend> Shard<B> {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, ShardState<B>> {
+        self.count_lock();
         self.state.lock()
     }
 
     /// The state, unless another thread holds its lock.
     pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, ShardState<B>>> {
+        self.count_lock();
         self.state.try_lock()
+    }
+
+    /// Counts a take (or try) of the stream's lock, in tests only.
+    #[inline(always)]
+    fn count_lock(&self) {
+        #[cfg(test)]
+        self.locks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many times the stream's lock was taken or tried so far.
+    #[cfg(test)]
+    pub(crate) fn locks_taken(&self) -> u64 {
+        self.locks.load(Ordering::Relaxed)
     }
 
     /// The user frees `block` (DataPtr drop / raw_delete). `open_stats` opens the write on
@@ -78,25 +98,28 @@ impl<B: Backend> Shard<B> {
     /// wait on a write that waits for the lock.
     #[inline]
     pub(crate) fn free<'a>(&self, block: u32, open_stats: impl FnOnce() -> StatsWriter<'a>) {
-        let mut state = self.state.lock();
+        let mut state = self.lock();
         let mut stats = open_stats();
         state.free(block, &mut stats);
         self.note_pending(&state);
     }
 
-    /// [`Shard::free`] of a relocating `block` whose owner freed it: its `free_requested` is
-    /// traced under the stream's lock, at the place its last move left it
-    /// ([`ShardState::trace_free_requested`]).
-    pub(crate) fn free_relocating<'a>(
-        &self,
-        block: u32,
-        open_stats: impl FnOnce() -> StatsWriter<'a>,
-    ) {
-        let mut state = self.state.lock();
-        state.trace_free_requested(block);
-        let mut stats = open_stats();
-        state.free(block, &mut stats);
-        self.note_pending(&state);
+    /// The address to trace for the live block `handed` names: the hand-out's, unless the
+    /// block handed out there (relocating) has moved since, then its current one, read
+    /// under the stream's lock (only when the history records; a caller whose block may
+    /// still move must hold it unmovable: freeing, or cached in a thread's cache).
+    pub(crate) fn traced_address(&self, handed: &Handed) -> u64 {
+        if !handed.relocating {
+            return handed.addr;
+        }
+        match self.cells.get(handed.block) {
+            Some(cell) if cell.at_hand_out_place(cell.generation()) => handed.addr,
+            _ => self
+                .lock()
+                .blocks
+                .get(handed.block)
+                .map_or(handed.addr, |b| b.addr),
+        }
     }
 
     /// Runs `f` on the segment of a live `block` and the block's address. `f` is user code:
@@ -108,7 +131,7 @@ impl<B: Backend> Shard<B> {
         f: impl FnOnce(&SourceSegment<B::Memory>, u64) -> R,
     ) -> Option<R> {
         let (segment, addr) = {
-            let state = self.state.lock();
+            let state = self.lock();
             let b = state.blocks.get(block)?;
             (state.segments.get(b.segment)?.source.clone(), b.addr)
         };
@@ -118,18 +141,18 @@ impl<B: Backend> Shard<B> {
     /// The latest relocation marker of `block`'s bytes ([`Block::moved`](super::block::Block::moved)),
     /// cloned under the lock (waited for after it).
     pub(crate) fn moved_marker(&self, block: u32) -> Option<super::block::Moved<B>> {
-        let state = self.state.lock();
+        let state = self.lock();
         state.blocks.get(block).and_then(|b| b.moved.clone())
     }
 
     /// The shard's stream (cloned under the lock, used after it).
     pub(crate) fn stream(&self) -> B::Stream {
-        self.state.lock().stream.clone()
+        self.lock().stream.clone()
     }
 
     /// record_stream on `block`.
     pub(crate) fn record_stream(&self, block: u32, stream: &B::Stream) {
-        self.state.lock().record_stream(block, stream);
+        self.lock().record_stream(block, stream);
     }
 }
 

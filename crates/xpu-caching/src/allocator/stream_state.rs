@@ -73,8 +73,9 @@ pub(crate) struct Handed {
     pub oversize: bool,
     /// The configuration epoch it was handed out under.
     pub epoch: u64,
-    /// Handed out under a relocating configuration (see [`Block::relocating`]): never
-    /// cached by a thread (`free_cache`), freed through its place cell.
+    /// Handed out under a relocating configuration (see [`Block::relocating`]): freed
+    /// through its place cell (`begin_free`) first, into a thread's cache (`free_cache`) or
+    /// through the stream's lock.
     pub relocating: bool,
 }
 
@@ -201,6 +202,10 @@ impl<B: Backend> ShardState<B> {
             }
         }
         self.blocks[block].allocated = false;
+        if self.blocks[block].relocating {
+            // As `free`: the block's owner changes (its cell is `FREEING` until then).
+            self.forget_place(block);
+        }
         self.free_block_as::<true>(block, st);
     }
 
@@ -429,8 +434,11 @@ impl<B: Backend> ShardState<B> {
         if relocating {
             // The slot's cell starts over for the new block (its generation goes on). A cell
             // of a free block is neither pinned nor claimed, so this cannot fail.
-            let reset = self.cells.get_or_create(block).reset();
+            let cell = self.cells.get_or_create(block);
+            let reset = cell.reset();
             debug_assert!(reset.is_ok(), "a free block's cell was in use");
+            // Under the lock: no move commits before the caller has the block at `addr`.
+            cell.note_hand_out();
             self.places.get_or_create(block).clear();
             // A relocating block may move as soon as this lock is released: its `alloc` is
             // traced here, under the lock, so that it precedes any `move_from` of it

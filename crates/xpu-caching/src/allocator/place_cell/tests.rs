@@ -17,6 +17,8 @@ enum Op {
     Abort,
     BeginFree,
     Reset,
+    /// A thread cache's hand-out of a block freed into it.
+    ResetCached,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -30,6 +32,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Abort),
         1 => Just(Op::BeginFree),
         1 => Just(Op::Reset),
+        1 => Just(Op::ResetCached),
     ]
 }
 
@@ -161,6 +164,22 @@ fn check(ops: &[Op]) -> Result<(), TestCaseError> {
                 };
                 model.begun_free = true;
                 prop_assert_eq!(got, want);
+            }
+            Op::ResetCached => {
+                let got = cell.reset_cached();
+                let s = &model.state;
+                if s.moving || s.free_after_move || s.pins > 0 || !s.freeing {
+                    prop_assert_eq!(got, Err(CellInUse));
+                } else {
+                    prop_assert_eq!(got, Ok(()));
+                    model = Model {
+                        state: CellState {
+                            generation: model.state.generation,
+                            ..CellState::default()
+                        },
+                        ..Model::default()
+                    };
+                }
             }
             Op::Reset => {
                 let got = cell.reset();

@@ -46,6 +46,115 @@ fn a_same_size_allocation_gets_the_block_this_thread_freed_last() {
     );
 }
 
+/// The current address of a relocating allocation, read under a pin (an observation would
+/// fix its place for good).
+fn pinned_address(a: &Allocation<SimBackend>) -> u64 {
+    let pin = a.pin();
+    a.with_pinned_segment(&pin, |segment, offset| segment.address + offset)
+        .expect("a live allocation's place")
+}
+
+/// With `relocation:merge` too, a freed block goes into the freeing thread's cache and comes
+/// back to its next allocation of that size on that stream (the block freed last, where the
+/// stream pool's best fit would be the lowest address).
+#[test]
+fn with_relocation_a_same_size_allocation_gets_the_block_this_thread_freed_last() {
+    let (core, _src) = sim_core(GIB, "relocation:merge");
+    let (s, _) = stream(1);
+    let low = core.alloc(4096, &s).unwrap();
+    let high = core.alloc(4096, &s).unwrap();
+    assert!(low.relocatable());
+    let (low_addr, high_addr) = (pinned_address(&low), pinned_address(&high));
+    assert!(low_addr < high_addr);
+    drop(low);
+    drop(high);
+    let again = core.alloc(4096, &s).unwrap();
+    assert_eq!(
+        pinned_address(&again),
+        high_addr,
+        "the block freed last, from the cache"
+    );
+    let next = core.alloc(4096, &s).unwrap();
+    assert_eq!(pinned_address(&next), low_addr);
+    drop((again, next));
+    let stats = core.memory_stats();
+    assert_eq!(stats.allocation.all.allocated, 4);
+    assert_eq!(stats.allocated_bytes.all.current, 0);
+    assert_eq!(stats.active_bytes.all.current, 0);
+    assert_eq!(
+        stats.inactive_split.all.current, 0,
+        "coalesced by the read's flush"
+    );
+}
+
+/// A cached pair (allocate, read the address as the benchmarks do, free) takes no lock of
+/// its stream, with relocation off as with `relocation:merge`: the place cell is reset and
+/// freed without it, and the address of a block that never moved is the hand-out's.
+#[test]
+fn a_cached_pair_takes_no_stream_lock_with_relocation_off_or_on() {
+    for conf in ["", "relocation:merge"] {
+        let (core, _src) = sim_core(GIB, conf);
+        let (s, _) = stream(1);
+        // The first pair binds this thread's bin (and takes the lock); the second hands out
+        // the first's block from the cache.
+        drop(core.alloc(4096, &s).unwrap());
+        let first = core.alloc(4096, &s).unwrap();
+        let address = first.address();
+        drop(first);
+        let shard = core.all_shards().pop().expect("the stream's shard");
+        let before = shard.locks_taken();
+        for _ in 0..100 {
+            let a = core.alloc(4096, &s).unwrap();
+            assert_eq!(a.relocatable(), !conf.is_empty());
+            assert_eq!(a.address(), address, "{conf:?}: the cached block");
+            drop(a);
+        }
+        assert_eq!(
+            shard.locks_taken(),
+            before,
+            "{conf:?}: cached pairs took the stream's lock"
+        );
+        let stats = core.memory_stats();
+        assert_eq!(stats.allocation.all.allocated, 102, "{conf:?}");
+        assert_eq!(stats.allocated_bytes.all.current, 0, "{conf:?}");
+    }
+}
+
+/// A relocating block handed out again from a thread's cache starts with a fresh place cell,
+/// as one handed out by the shard: its previous owner fixed its place (`address()`), its new
+/// owner did not, so a request that needs its run moves it. Layout (20 MiB segments): A = p 6,
+/// q 2, r 6, x 6 MiB, B = y 6, z 8 MiB and a 6 MiB tail; p and r freed, then q freed into the
+/// cache and taken back. An 8 MiB request moves it into B's tail and takes p|q.
+#[test]
+fn a_block_handed_out_from_a_thread_cache_may_move_again() {
+    let (core, _src) = sim_core(GIB, "relocation:merge");
+    let (s, _) = stream(1);
+    let a = |mib: u64| core.alloc(mib * MIB, &s).unwrap();
+    let (p, q, r, x, y, z) = (a(6), a(2), a(6), a(6), a(6), a(8));
+    assert_eq!(core.memory_stats().num_device_alloc, 2);
+    let q_addr = q.address();
+    drop((p, r));
+    drop(q);
+    let again = a(2);
+    assert_eq!(
+        pinned_address(&again),
+        q_addr,
+        "q's block, from this thread's cache (the pool's best fit is B's tail)"
+    );
+    let big = a(8);
+    assert_eq!(core.relocation_stats().moves, 1, "the cached block moved");
+    let moved_to = pinned_address(&again);
+    assert_ne!(moved_to, q_addr);
+    // Its `Handed` still names the hand-out place: `address()` reads the place it moved to.
+    assert_eq!(again.address(), moved_to);
+    assert_eq!(big.address(), q_addr - 6 * MIB, "p|q's run");
+    assert_eq!(core.memory_stats().num_device_alloc, 2, "no growth");
+    drop((again, big, x, y, z));
+    let stats = core.memory_stats();
+    assert_eq!(stats.allocated_bytes.all.current, 0);
+    assert_eq!(stats.active_bytes.all.current, 0);
+}
+
 /// A block freed with a use recorded on another stream whose work is still held is not
 /// handed out again (from the thread's cache or otherwise) before that work completes; once
 /// it completes, it is.
@@ -237,6 +346,97 @@ fn cached_pairs_racing_flushes_never_hand_a_block_out_twice() {
     assert_eq!(core.memory_reserved(), 0);
     assert_eq!(src.counters().live_segments, 0);
     assert_eq!(core.memory_stats().inactive_split.all.current, 0);
+}
+
+/// With `relocation:merge`, threads make cached pairs of 2 MiB blocks (pinned while live,
+/// then freed into their caches) on a stream that another thread makes relocate again and
+/// again (the clearing layout: p 6, q 2, r 6, x 6, y 6, z 8 MiB, p and r freed, then an 8 MiB
+/// request), while a third flushes the caches: no block is handed out twice (a pinned block
+/// does not move, so two pinned blocks at one address would be one block handed out twice),
+/// the cells' hand-outs and frees stay consistent (their debug assertions), and everything
+/// returns at the end.
+#[test]
+fn relocating_cached_pairs_racing_relocations_and_flushes_never_hand_a_block_out_twice() {
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+    let (core, src) = sim_core(16 * GIB, "relocation:merge");
+    let shared = stream(1).0;
+    let live: Arc<Mutex<HashSet<u64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let relocate_round = |core: &CachingAllocator<SimBackend>| {
+        let a = |mib: u64| core.alloc(mib * MIB, &shared).unwrap();
+        let (p, q, r, x, y, z) = (a(6), a(2), a(6), a(6), a(6), a(8));
+        drop((p, r));
+        let big = a(8);
+        drop((q, x, y, z, big));
+    };
+    // Once alone: the round moves a block.
+    relocate_round(&core);
+    assert_eq!(core.relocation_stats().moves, 1);
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (core, live, s) = (core.clone(), live.clone(), shared.clone());
+            std::thread::spawn(move || {
+                for i in 0..3_000u64 {
+                    let held: Vec<_> = (0..1 + i % 3)
+                        .map(|_| core.alloc(2 * MIB, &s).unwrap())
+                        .collect();
+                    let pins: Vec<_> = held.iter().map(Allocation::pin).collect();
+                    let addresses: Vec<u64> = held
+                        .iter()
+                        .zip(&pins)
+                        .map(|(a, pin)| {
+                            a.with_pinned_segment(pin, |segment, offset| segment.address + offset)
+                                .unwrap()
+                        })
+                        .collect();
+                    for &address in &addresses {
+                        assert!(live.lock().unwrap().insert(address), "handed out twice");
+                    }
+                    for address in addresses {
+                        live.lock().unwrap().remove(&address);
+                    }
+                    drop(pins);
+                    drop(held);
+                }
+            })
+        })
+        .collect();
+    let flusher = {
+        let (core, stop) = (core.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                if i % 2 == 0 {
+                    drop(core.memory_stats());
+                } else {
+                    core.empty_cache();
+                }
+                i = i.wrapping_add(1);
+                std::thread::yield_now();
+            }
+        })
+    };
+    let mut rounds = 0;
+    while !workers.iter().all(JoinHandle::is_finished) {
+        relocate_round(&core);
+        rounds += 1;
+    }
+    for w in workers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    flusher.join().unwrap();
+    assert!(rounds > 0);
+    let stats = core.memory_stats();
+    assert_eq!(stats.allocated_bytes.all.current, 0);
+    assert_eq!(stats.active_bytes.all.current, 0);
+    assert_eq!(stats.requested_bytes.all.current, 0);
+    assert_eq!(stats.allocation.all.allocated, stats.allocation.all.freed);
+    core.empty_cache();
+    assert_eq!(core.memory_reserved(), 0);
+    assert_eq!(src.counters().live_segments, 0);
 }
 
 /// An operation of the property test, run by worker thread `thread` (ops are sequential:
