@@ -16,11 +16,12 @@
 //! allocation keeps what its hand-out counted. In the history (docs/relocation.md, stage 6)
 //! a move is a `move_from` at the old place then a `move_to` at the new one
 //! ([`History::record_move`](crate::History::record_move)), traced at the commit under the
-//! stream's lock. A relocating block's `alloc` and `free_requested` are traced under that
-//! lock too (at its hand-out, and by whoever frees it, at its current place), so the
-//! history is a consistent trace: no `alloc` overlaps a live block, and a moved block's
-//! later entries name its new place. A block whose owner dropped it during the move gets
-//! its `free_requested` from the mover, after the move.
+//! stream's lock. A relocating block's `alloc` is traced while it cannot move: under that
+//! lock at the shard's hand-out, or before a thread cache's hand-out resets its cell. Its
+//! `free_requested` is traced once it can move no more (its cell `FREEING`), at its current
+//! place. So the history is a consistent trace: no `alloc` overlaps a live block, and a
+//! moved block's later entries name its new place. A block whose owner dropped it during
+//! the move gets its `free_requested` from the mover, after the move.
 //!
 //! How a plan runs, all under the stream's lock (the move lock of `place_cell`: a pinner
 //! that finds a block `MOVING` waits on that lock), with no driver wait:
