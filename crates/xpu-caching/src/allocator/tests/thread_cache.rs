@@ -409,7 +409,7 @@ fn relocating_cached_pairs_racing_relocations_and_flushes_never_hand_a_block_out
             let mut i = 0u32;
             while !stop.load(Ordering::Relaxed) {
                 if i % 2 == 0 {
-                    drop(core.memory_stats());
+                    let _ = core.memory_stats();
                 } else {
                     core.empty_cache();
                 }
