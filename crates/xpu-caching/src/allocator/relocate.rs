@@ -113,40 +113,82 @@ pub(crate) fn relocate_for<B: Backend>(
         }
     }
     let mut windows: Vec<Window> = Vec::new();
+    // (size, live bytes, may be in a window) of each block of a segment, in address order.
+    let mut runs: Vec<(u64, u64, bool)> = Vec::new();
     for (&segment, blocks) in &mut by_segment {
         blocks.sort_unstable();
-        for i in 0..blocks.len() {
-            let (mut span, mut cost) = (0u64, 0u64);
-            let mut live = Vec::new();
-            for &(_, index) in &blocks[i..] {
-                let b = &state.blocks[index];
-                if !(b.is_idle() || movable(state, index)) {
-                    break;
-                }
-                span += b.size;
-                if b.allocated {
-                    cost += b.size;
-                    live.push(index);
-                }
-                if span >= req.rounded {
-                    if size::oversize_allows(req.rounded, span, &state.config) && cost > 0 {
-                        windows.push(Window {
-                            cost,
-                            segment,
-                            addr: blocks[i].0,
-                            live,
-                        });
-                    }
-                    break;
-                }
+        // No run of a segment smaller than the request spans it.
+        if state.segments[segment].source.size < req.rounded {
+            continue;
+        }
+        runs.clear();
+        runs.extend(blocks.iter().map(|&(_, index)| {
+            let b = &state.blocks[index];
+            let live = if b.allocated { b.size } else { 0 };
+            (b.size, live, b.is_idle() || movable(state, index))
+        }));
+        // The shortest run from each block `i` that spans the request, `i..j` (two
+        // pointers: a later start's shortest run never ends before an earlier one's).
+        let (mut j, mut span, mut cost) = (0usize, 0u64, 0u64);
+        for i in 0..runs.len() {
+            if j < i {
+                (j, span, cost) = (i, 0, 0);
+            }
+            while j < runs.len() && span < req.rounded && runs[j].2 {
+                span += runs[j].0;
+                cost += runs[j].1;
+                j += 1;
+            }
+            if span >= req.rounded
+                && cost > 0
+                && size::oversize_allows(req.rounded, span, &state.config)
+            {
+                let live = blocks[i..j]
+                    .iter()
+                    .map(|&(_, index)| index)
+                    .filter(|&index| state.blocks[index].allocated)
+                    .collect();
+                windows.push(Window {
+                    cost,
+                    segment,
+                    addr: blocks[i].0,
+                    live,
+                });
+            }
+            if j > i {
+                span -= runs[i].0;
+                cost -= runs[i].1;
             }
         }
     }
     windows.sort_unstable_by_key(|w| (w.cost, w.live.len(), w.addr));
     let config = state.config.clone();
+    // The pool's idle free blocks, by size: (size, segment).
+    let pool_free: Vec<(u64, u32)> = state
+        .pool(kind)
+        .iter()
+        .map(|(size, _, b)| (size, state.blocks[b].segment))
+        .collect();
+    let free_total: u64 = pool_free.iter().map(|f| f.0).sum();
     for w in windows {
+        // Quick rejections of a window whose live bytes cannot fit outside its segment.
+        let (inside, largest_outside) = pool_free.iter().fold((0u64, 0u64), |(n, m), f| {
+            if f.1 == w.segment {
+                (n + f.0, m)
+            } else {
+                (n, m.max(f.0))
+            }
+        });
+        let largest_live = w.live.iter().map(|&b| state.blocks[b].size).max();
+        if free_total - inside < w.cost || largest_live.is_some_and(|l| l > largest_outside) {
+            continue;
+        }
         let excluded = [w.segment];
-        let mut free = free_sizes(state, kind, &excluded);
+        let mut free: Vec<u64> = pool_free
+            .iter()
+            .filter(|f| f.1 != w.segment)
+            .map(|f| f.0)
+            .collect();
         let mut live: Vec<(u64, u32)> = w.live.iter().map(|&b| (state.blocks[b].size, b)).collect();
         live.sort_unstable_by(|a, b| b.cmp(a));
         let sizes: Vec<u64> = live.iter().map(|&(s, _)| s).collect();
@@ -164,18 +206,6 @@ pub(crate) fn relocate_for<B: Backend>(
         empty_segments(state, req, &by_segment, st, counters);
     }
     None
-}
-
-/// The idle free block sizes of `kind` outside the segments `excluded`, sorted.
-fn free_sizes<B: Backend>(state: &ShardState<B>, kind: PoolKind, excluded: &[u32]) -> Vec<u64> {
-    let mut free: Vec<u64> = state
-        .pool(kind)
-        .iter()
-        .filter(|&(_, _, b)| !excluded.contains(&state.blocks[b].segment))
-        .map(|(s, _, _)| s)
-        .collect();
-    free.sort_unstable();
-    free
 }
 
 /// The shard's layout invariants after a relocation: every segment's blocks tile it in
@@ -283,18 +313,60 @@ fn empty_segments<B: Backend>(
         }
     }
     candidates.sort_unstable();
+    // Even every candidate emptied would not add up to the new segment: nothing to try.
+    let reachable = candidates.iter().fold(total, |t, c| {
+        t.saturating_add(state.segments[c.2].source.size)
+    });
+    if reachable < req.segment_size {
+        return;
+    }
     let config = state.config.clone();
+    // The pool's idle free blocks, by size: (size, segment). A trial packs into those outside
+    // the segments chosen so far and its own (the pool does not change while planning).
+    let pool_free: Vec<(u64, u32)> = state
+        .pool(kind)
+        .iter()
+        .map(|(size, _, b)| (size, state.blocks[b].segment))
+        .collect();
+    let slots = state
+        .segments
+        .iter()
+        .map(|(i, _)| i as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut excluded = vec![false; slots];
+    for &segment in &idle {
+        excluded[segment as usize] = true;
+    }
     let mut chosen: Vec<u32> = idle.clone();
     let mut chosen_live: Vec<u64> = Vec::new();
-    for (_, _, segment, live) in &candidates {
-        let mut trial = chosen.clone();
-        trial.push(*segment);
-        let mut free = free_sizes(state, kind, &trial);
+    let (mut chosen_sum, mut chosen_max) = (0u64, 0u64);
+    for (live_sum, _, segment, live) in &candidates {
+        let (mut outside, mut largest) = (0u64, 0u64);
+        for &(size, at) in &pool_free {
+            if !excluded[at as usize] && at != *segment {
+                outside += size;
+                largest = largest.max(size);
+            }
+        }
+        // Necessary for a packing: the bytes, and the largest block, fit outside.
+        let live_max = live.iter().copied().max().unwrap_or(0).max(chosen_max);
+        if chosen_sum + live_sum > outside || live_max > largest {
+            continue;
+        }
+        let mut free: Vec<u64> = pool_free
+            .iter()
+            .filter(|&&(_, at)| !excluded[at as usize] && at != *segment)
+            .map(|&(size, _)| size)
+            .collect();
         let mut all = chosen_live.clone();
         all.extend_from_slice(live);
         if pack(kind, &mut free, &all, &config) {
-            chosen = trial;
+            excluded[*segment as usize] = true;
+            chosen.push(*segment);
             chosen_live = all;
+            chosen_sum += live_sum;
+            chosen_max = live_max;
             total += state.segments[*segment].source.size;
             if total >= req.segment_size {
                 break;
