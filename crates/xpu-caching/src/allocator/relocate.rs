@@ -55,15 +55,67 @@ use crate::backend::Backend;
 use crate::config::AllocConfig;
 use crate::size::{self, PoolKind};
 
+/// The blocks of every segment of one pool, each segment's in address order: (address,
+/// slab index), grouped by segment (in slab index order).
+struct BySegment {
+    blocks: Vec<(u64, u32)>,
+    /// (segment, start, end) into `blocks`, by segment.
+    groups: Vec<(u32, usize, usize)>,
+}
+
+impl BySegment {
+    /// The blocks of `kind`'s segments (one sort of the pool's blocks).
+    fn of<B: Backend>(state: &ShardState<B>, kind: PoolKind) -> Self {
+        let mut all: Vec<(u32, u64, u32)> = state
+            .blocks
+            .iter()
+            .filter(|(_, b)| b.pool == kind)
+            .map(|(index, b)| (b.segment, b.addr, index))
+            .collect();
+        all.sort_unstable();
+        let mut groups: Vec<(u32, usize, usize)> = Vec::new();
+        for (k, &(segment, _, _)) in all.iter().enumerate() {
+            match groups.last_mut() {
+                Some(g) if g.0 == segment => g.2 = k + 1,
+                _ => groups.push((segment, k, k + 1)),
+            }
+        }
+        let blocks = all
+            .into_iter()
+            .map(|(_, addr, index)| (addr, index))
+            .collect();
+        Self { blocks, groups }
+    }
+
+    /// Each segment with its blocks, in address order.
+    fn iter(&self) -> impl Iterator<Item = (u32, &[(u64, u32)])> {
+        self.groups
+            .iter()
+            .map(|&(segment, start, end)| (segment, &self.blocks[start..end]))
+    }
+
+    /// The blocks of `segment`, in address order (none for a segment of another pool).
+    fn get(&self, segment: u32) -> &[(u64, u32)] {
+        match self.groups.binary_search_by_key(&segment, |g| g.0) {
+            Ok(at) => &self.blocks[self.groups[at].1..self.groups[at].2],
+            Err(_) => &[],
+        }
+    }
+}
+
 /// A run of neighbouring blocks of one segment that spans the request.
+#[derive(Clone, Copy)]
 struct Window {
     /// Live bytes to move.
     cost: u64,
-    segment: u32,
+    /// How many live blocks.
+    count: usize,
     /// Lowest address of the run (a tie-break that does not depend on slab indices).
     addr: u64,
-    /// The live blocks to move.
-    live: Vec<u32>,
+    segment: u32,
+    /// The run: `start..end` of its segment's blocks ([`BySegment::get`]).
+    start: usize,
+    end: usize,
 }
 
 /// Whether the live block `index` may move: handed out under a relocating configuration, no
@@ -102,23 +154,31 @@ pub(crate) fn relocate_for<B: Backend>(
     raises: bool,
 ) -> Option<Handed> {
     let kind = req.pool;
-    // The blocks of every segment of the request's pool, in address order.
-    let mut by_segment: HashMap<u32, Vec<(u64, u32)>> = HashMap::new();
-    for (index, b) in state.blocks.iter() {
-        if b.pool == kind {
-            by_segment
-                .entry(b.segment)
-                .or_default()
-                .push((b.addr, index));
-        }
+    // Both plans need the pool's idle free blocks to add up to the request. A cleared run
+    // holds its own free blocks, and its live ones move into free blocks outside it. The
+    // segments emptied for a merge (all their blocks idle or movable) add up to at most
+    // the free bytes outside the idle whole segments, since their live bytes move there;
+    // with those idle segments they must reach the request's segment.
+    let free_total: u64 = state.pool(kind).iter().map(|(size, _, _)| size).sum();
+    if free_total < req.rounded {
+        return None;
     }
+    // A run spans the request only in a segment at least the request's size.
+    let clearable = state
+        .segments
+        .iter()
+        .any(|(_, s)| s.pool == kind && s.source.size >= req.rounded);
+    let emptiable = raises && free_total >= req.segment_size;
+    if !clearable && !emptiable {
+        return None;
+    }
+    let by_segment = BySegment::of(state, kind);
     let mut windows: Vec<Window> = Vec::new();
     // (size, live bytes, may be in a window) of each block of a segment, in address order.
     let mut runs: Vec<(u64, u64, bool)> = Vec::new();
-    for (&segment, blocks) in &mut by_segment {
-        blocks.sort_unstable();
+    for (segment, blocks) in by_segment.iter() {
         // No run of a segment smaller than the request spans it.
-        if state.segments[segment].source.size < req.rounded {
+        if !clearable || state.segments[segment].source.size < req.rounded {
             continue;
         }
         runs.clear();
@@ -129,39 +189,38 @@ pub(crate) fn relocate_for<B: Backend>(
         }));
         // The shortest run from each block `i` that spans the request, `i..j` (two
         // pointers: a later start's shortest run never ends before an earlier one's).
-        let (mut j, mut span, mut cost) = (0usize, 0u64, 0u64);
+        let (mut j, mut span, mut cost, mut count) = (0usize, 0u64, 0u64, 0usize);
         for i in 0..runs.len() {
             if j < i {
-                (j, span, cost) = (i, 0, 0);
+                (j, span, cost, count) = (i, 0, 0, 0);
             }
             while j < runs.len() && span < req.rounded && runs[j].2 {
                 span += runs[j].0;
                 cost += runs[j].1;
+                count += usize::from(runs[j].1 > 0);
                 j += 1;
             }
             if span >= req.rounded
                 && cost > 0
                 && size::oversize_allows(req.rounded, span, &state.config)
             {
-                let live = blocks[i..j]
-                    .iter()
-                    .map(|&(_, index)| index)
-                    .filter(|&index| state.blocks[index].allocated)
-                    .collect();
                 windows.push(Window {
                     cost,
-                    segment,
+                    count,
                     addr: blocks[i].0,
-                    live,
+                    segment,
+                    start: i,
+                    end: j,
                 });
             }
             if j > i {
                 span -= runs[i].0;
                 cost -= runs[i].1;
+                count -= usize::from(runs[i].1 > 0);
             }
         }
     }
-    windows.sort_unstable_by_key(|w| (w.cost, w.live.len(), w.addr));
+    windows.sort_unstable_by_key(|w| (w.cost, w.count, w.addr));
     let config = state.config.clone();
     // The pool's idle free blocks, by size: (size, segment).
     let pool_free: Vec<(u64, u32)> = state
@@ -170,16 +229,36 @@ pub(crate) fn relocate_for<B: Backend>(
         .map(|(size, _, b)| (size, state.blocks[b].segment))
         .collect();
     let free_total: u64 = pool_free.iter().map(|f| f.0).sum();
+    // The largest free block, and the largest outside its segment.
+    let first = pool_free.iter().max_by_key(|f| f.0).copied();
+    let second = first.map_or(0, |(_, at)| {
+        pool_free
+            .iter()
+            .filter(|f| f.1 != at)
+            .map(|f| f.0)
+            .max()
+            .unwrap_or(0)
+    });
     for w in windows {
         // Quick rejections of a window whose live bytes cannot fit outside its segment.
-        let (inside, largest_outside) = pool_free.iter().fold((0u64, 0u64), |(n, m), f| {
-            if f.1 == w.segment {
-                (n + f.0, m)
-            } else {
-                (n, m.max(f.0))
-            }
-        });
-        let largest_live = w.live.iter().map(|&b| state.blocks[b].size).max();
+        let inside: u64 = pool_free
+            .iter()
+            .filter(|f| f.1 == w.segment)
+            .map(|f| f.0)
+            .sum();
+        let largest_outside = match first {
+            Some((_, at)) if at == w.segment => second,
+            Some((size, _)) => size,
+            None => 0,
+        };
+        let run = &by_segment.get(w.segment)[w.start..w.end];
+        let mut live: Vec<(u64, u32)> = run
+            .iter()
+            .map(|&(_, index)| index)
+            .filter(|&index| state.blocks[index].allocated)
+            .map(|index| (state.blocks[index].size, index))
+            .collect();
+        let largest_live = live.iter().map(|&(size, _)| size).max();
         if free_total - inside < w.cost || largest_live.is_some_and(|l| l > largest_outside) {
             continue;
         }
@@ -189,7 +268,6 @@ pub(crate) fn relocate_for<B: Backend>(
             .filter(|f| f.1 != w.segment)
             .map(|f| f.0)
             .collect();
-        let mut live: Vec<(u64, u32)> = w.live.iter().map(|&b| (state.blocks[b].size, b)).collect();
         live.sort_unstable_by(|a, b| b.cmp(a));
         let sizes: Vec<u64> = live.iter().map(|&(s, _)| s).collect();
         if !pack(kind, &mut free, &sizes, &config) {
@@ -202,7 +280,7 @@ pub(crate) fn relocate_for<B: Backend>(
         debug_assert!(consistent(state), "relocation broke the shard's layout");
         return Some(handed);
     }
-    if raises {
+    if emptiable {
         empty_segments(state, req, &by_segment, st, counters);
     }
     None
@@ -278,7 +356,7 @@ fn pack(kind: PoolKind, free: &mut Vec<u64>, live: &[u64], config: &AllocConfig)
 fn empty_segments<B: Backend>(
     state: &mut ShardState<B>,
     req: &Request,
-    by_segment: &HashMap<u32, Vec<(u64, u32)>>,
+    by_segment: &BySegment,
     st: &mut StatsWriter<'_>,
     counters: &RelocationCounters,
 ) {
@@ -295,7 +373,7 @@ fn empty_segments<B: Backend>(
         .collect();
     // Segments whose live blocks can all move: (live bytes, address, segment, sizes).
     let mut candidates: Vec<(u64, u64, u32, Vec<u64>)> = Vec::new();
-    for (&segment, blocks) in by_segment {
+    for (segment, blocks) in by_segment.iter() {
         let mut live = Vec::new();
         let mut all_movable = true;
         for &(_, index) in blocks {
@@ -379,7 +457,7 @@ fn empty_segments<B: Backend>(
     // Every live block of the chosen segments, largest first (the order planned).
     let mut moving: Vec<(u64, u32)> = chosen
         .iter()
-        .flat_map(|s| by_segment.get(s).into_iter().flatten().map(|&(_, i)| i))
+        .flat_map(|&s| by_segment.get(s).iter().map(|&(_, i)| i))
         .filter(|&i| state.blocks[i].allocated)
         .map(|i| (state.blocks[i].size, i))
         .collect();
