@@ -239,13 +239,21 @@ pub(crate) fn relocate_for<B: Backend>(
             .max()
             .unwrap_or(0)
     });
+    // The free bytes inside each segment, by slab index.
+    let mut free_in: Vec<u64> = Vec::new();
+    for &(size, at) in &pool_free {
+        let at = at as usize;
+        if free_in.len() <= at {
+            free_in.resize(at + 1, 0);
+        }
+        free_in[at] += size;
+    }
     for w in windows {
         // Quick rejections of a window whose live bytes cannot fit outside its segment.
-        let inside: u64 = pool_free
-            .iter()
-            .filter(|f| f.1 == w.segment)
-            .map(|f| f.0)
-            .sum();
+        let inside = free_in.get(w.segment as usize).copied().unwrap_or(0);
+        if free_total - inside < w.cost {
+            continue;
+        }
         let largest_outside = match first {
             Some((_, at)) if at == w.segment => second,
             Some((size, _)) => size,
@@ -259,7 +267,7 @@ pub(crate) fn relocate_for<B: Backend>(
             .map(|index| (state.blocks[index].size, index))
             .collect();
         let largest_live = live.iter().map(|&(size, _)| size).max();
-        if free_total - inside < w.cost || largest_live.is_some_and(|l| l > largest_outside) {
+        if largest_live.is_some_and(|l| l > largest_outside) {
             continue;
         }
         let excluded = [w.segment];
