@@ -155,7 +155,8 @@ fn emptying_a_segment_lets_the_release_policy_merge_instead_of_growing() {
 fn pytorch_s_policy_never_relocates() {
     let on = replay_text(&clearing_trace(), "release_policy:on_oom,relocation:merge");
     assert_eq!((on.peak_reserved, on.segment_allocs), (60 * MIB, 3));
-    assert_eq!(on.relocation, Some(RelocationStats::default()));
+    // A configuration that never relocates reports no relocation figures.
+    assert_eq!(on.relocation, None);
 }
 
 /// The clearing layout on an allocator of its own, after the 8 MiB request: (segments
@@ -232,6 +233,13 @@ fn the_relocation_key_parses() {
         AllocConfig::default().relocation,
         xpu_alloc::Relocation::Off
     );
+    // Only `merge` under `release_policy:before_grow` with split segments relocates.
+    assert!(AllocConfig::parse("relocation:merge").unwrap().relocates());
+    assert!(!AllocConfig::default().relocates());
+    let on_oom = "relocation:merge,release_policy:on_oom";
+    assert!(!AllocConfig::parse(on_oom).unwrap().relocates());
+    let unsplit = "relocation:merge,split_segments:False";
+    assert!(!AllocConfig::parse(unsplit).unwrap().relocates());
     assert!(matches!(
         AllocConfig::parse("relocation:always"),
         Err(ConfigError::InvalidValue { ref key, .. }) if key == "relocation"

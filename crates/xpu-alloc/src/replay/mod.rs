@@ -427,8 +427,7 @@ pub fn replay_trace(
         segments_at_recorded_address: simulated
             .as_ref()
             .and_then(|source| source.recorded_addresses_followed()),
-        relocation: (core.config().relocation != xpu_caching::Relocation::Off)
-            .then(|| core.relocation_stats()),
+        relocation: core.config().relocates().then(|| core.relocation_stats()),
         alloc_retries: stats.num_alloc_retries,
         ooms: stats.num_ooms.max(failed),
         alloc_ns_mean: mean(&alloc_ns),

@@ -85,8 +85,9 @@ impl<B: ThreadCacheKey> Allocation<B> {
             .unwrap_or(self.handed.addr)
     }
 
-    /// Whether the block was handed out under a relocating configuration
-    /// ([`Relocation`](crate::config::Relocation)): it may have moved, and it may move
+    /// Whether the block was handed out by an allocator that can relocate it (a
+    /// configuration that [`relocates`](crate::config::AllocConfig::relocates), and not a
+    /// private pool's): it may have moved, and it may move
     /// until its place is observed ([`Allocation::observe`]). Its place is then read under a
     /// pin ([`Allocation::pin`]).
     #[must_use]

@@ -62,7 +62,7 @@ use self::stats_cell::StatsWriter;
 use self::stream_state::{Handed, Request, ShardState};
 use self::thread_cache::{with_local, ThreadCacheKey};
 use crate::backend::Backend;
-use crate::config::{AllocConfig, ReleasePolicy, Relocation};
+use crate::config::{AllocConfig, ReleasePolicy};
 use crate::error::CacheError;
 use crate::history::{History, TraceAction};
 use crate::size::MAX_REQUEST;
@@ -687,9 +687,10 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         stats
     }
 
-    /// What relocation ([`Relocation::Merge`], simulated segments only) did since the
-    /// allocator was made: xpu's own figures, beyond PyTorch's statistics. All zero with
-    /// relocation off, over real memory, and in a bad fork child.
+    /// What relocation ([`Relocation::Merge`](crate::config::Relocation::Merge)) did since
+    /// the allocator was made: xpu's own figures, beyond PyTorch's statistics. All zero with
+    /// relocation off (or a configuration that never relocates, [`AllocConfig::relocates`]),
+    /// for a private pool, and in a bad fork child.
     #[must_use]
     pub fn relocation_stats(&self) -> RelocationStats {
         if B::is_bad_fork() {
@@ -862,11 +863,7 @@ fn relocate_before_grow<B: Backend>(
     req: &Request,
     st: &mut StatsWriter<'_>,
 ) -> Option<Handed> {
-    if state.config.relocation != Relocation::Merge
-        || !shared.relocation_allowed
-        || state.config.release_policy != ReleasePolicy::BeforeGrow
-        || !state.config.splits_segments()
-    {
+    if !shared.relocation_allowed || !state.config.relocates() {
         return None;
     }
     let raises = shared.would_raise_high_water(req.segment_size);

@@ -13,7 +13,7 @@ use super::pool::FreePool;
 use super::slab::Slab;
 use super::stats_cell::{CellArray, StatsWriter};
 use crate::backend::Backend;
-use crate::config::{AllocConfig, Relocation};
+use crate::config::AllocConfig;
 use crate::history::{History, TraceAction};
 use crate::size::{self, PoolKind};
 use crate::source::SourceSegment;
@@ -113,6 +113,9 @@ pub(crate) struct ShardState<B: Backend> {
     pub places: Arc<PlaceSlots<B::Memory>>,
     /// Relocation markers recorded on this stream so far (their sequence numbers).
     pub moves_recorded: u64,
+    /// Whether this allocator may relocate at all (not a private pool's): with
+    /// [`AllocConfig::relocates`] it decides whether a hand-out is relocating.
+    pub relocation_allowed: bool,
 }
 
 impl<B: Backend> ShardState<B> {
@@ -135,6 +138,7 @@ impl<B: Backend> ShardState<B> {
             cells: Arc::default(),
             places: Arc::default(),
             moves_recorded: 0,
+            relocation_allowed: shared.relocation_allowed,
         }
     }
 
@@ -430,7 +434,7 @@ impl<B: Backend> ShardState<B> {
         // Counted under the configuration of the hand-out: the free subtracts what the block
         // remembers (a `set_config` in between changes nothing).
         let oversize = size >= self.config.max_split_size;
-        let relocating = self.config.relocation != Relocation::Off;
+        let relocating = self.relocation_allowed && self.config.relocates();
         if relocating {
             // The slot's cell starts over for the new block (its generation goes on). A cell
             // of a free block is neither pinned nor claimed, so this cannot fail.

@@ -181,6 +181,16 @@ impl Default for AllocConfig {
 }
 
 impl AllocConfig {
+    /// Whether this configuration moves live blocks: [`Relocation::Merge`] under
+    /// [`ReleasePolicy::BeforeGrow`] with split segments (anything else never relocates, so
+    /// its blocks are handed out as without relocation).
+    #[must_use]
+    pub fn relocates(&self) -> bool {
+        self.relocation == Relocation::Merge
+            && self.release_policy == ReleasePolicy::BeforeGrow
+            && self.splits_segments()
+    }
+
     /// The keys accepted by [`AllocConfig::parse`].
     pub const KEYS: &'static [&'static str] = &[
         "max_split_size_mb",

@@ -703,3 +703,30 @@ proptest! {
         run(&ops)?;
     }
 }
+
+/// A block is handed out as relocating only where the allocator can move it
+/// (`AllocConfig::relocates`): `relocation:merge` under `before_grow` with split segments, on
+/// an allocator that is not a private pool's. Elsewhere its drop and its `address()` take
+/// the paths of a block that never moves.
+#[test]
+fn only_an_allocator_that_can_relocate_hands_out_relocating_blocks() {
+    let (s, _) = stream(1);
+    for (conf, relocating) in [
+        ("relocation:merge", true),
+        ("relocation:off", false),
+        ("relocation:merge,release_policy:on_oom", false),
+        ("relocation:merge,split_segments:False", false),
+    ] {
+        let (core, _src) = sim_core(GIB, conf);
+        let a = core.alloc(4096, &s).unwrap();
+        assert_eq!(a.relocatable(), relocating, "{conf}");
+    }
+    // A private pool's allocator never relocates, whatever its configuration.
+    let pool: CachingAllocator<SimBackend> = CachingAllocator::with_setup(
+        Box::new(Arc::new(SimulatedSource::new(0, GIB, GIB))),
+        AllocConfig::parse("relocation:merge").unwrap(),
+        Arc::new(History::new()),
+        None,
+    );
+    assert!(!pool.alloc(4096, &s).unwrap().relocatable());
+}
