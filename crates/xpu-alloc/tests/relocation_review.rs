@@ -10,7 +10,9 @@ mod common;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::relocation::{check_history, holds, layout, relocating_core};
+use common::relocation::{
+    a_fill_on_t_waits_for_the_gated_copy, check_history, holds, layout, relocating_core,
+};
 use common::{device_streams, sim_core, stream, MIB};
 use xpu_alloc::observe::history::trace_text;
 use xpu_alloc::observe::TraceAction;
@@ -40,27 +42,10 @@ fn the_new_owner_of_a_vacated_place_used_on_another_stream_does_not_corrupt_the_
     // The 8 MiB request moves q: its copy is enqueued on S, behind the gate.
     let big = core.allocate(8 * MIB, &sr).unwrap();
     assert_eq!(core.relocation_stats().moves, 1);
-    // T is ordered after everything that touched big's bytes before it was allocated.
-    t.wait_event(&ready).expect("wait");
-    // A non-blocking fill on T: it must wait for the move's copy (held by the gate), which
-    // still reads q's bytes from the place big took.
-    let len = usize::try_from(8 * MIB).unwrap();
-    big.view().unwrap().fill(&t, &[0xAB], 0, len).expect("fill");
-    let filled = t.record_event().expect("event");
-    assert!(
-        !filled.query().expect("query"),
-        "the fill on T waits for the gated copy"
-    );
-    gate.open().expect("open");
-    s.synchronize().expect("synchronize");
-    filled.synchronize().expect("synchronize");
-    assert!(
-        holds(&q, &s, 1),
-        "the moved block q lost its bytes to big's write on T"
-    );
-    let mut out = vec![0u8; len];
-    big.view().unwrap().read(&t, 0, &mut out).expect("read");
-    assert!(out.iter().all(|&b| b == 0xAB), "big holds the fill");
+    // T is ordered after everything that touched big's bytes before it was allocated. A
+    // non-blocking fill on T must wait for the move's copy (held by the gate), which still
+    // reads q's bytes from the place big took.
+    a_fill_on_t_waits_for_the_gated_copy((&big, &q), (&s, &t), &ready, &gate, 0xAB, "big's write");
     drop(big);
 }
 
@@ -94,32 +79,8 @@ fn a_vacated_place_handed_out_again_from_a_thread_cache_still_waits_for_the_copy
         vacated,
         "the vacated place, from this thread's cache"
     );
-    t.wait_event(&ready).expect("wait");
-    let len = usize::try_from(8 * MIB).unwrap();
-    again
-        .view()
-        .unwrap()
-        .fill(&t, &[0xCD], 0, len)
-        .expect("fill");
-    let filled = t.record_event().expect("event");
-    assert!(
-        !filled.query().expect("query"),
-        "the fill on T waits for the gated copy"
-    );
-    gate.open().expect("open");
-    s.synchronize().expect("synchronize");
-    filled.synchronize().expect("synchronize");
-    assert!(
-        holds(&q, &s, 1),
-        "the moved block q lost its bytes to the fill on T"
-    );
+    a_fill_on_t_waits_for_the_gated_copy((&again, &q), (&s, &t), &ready, &gate, 0xCD, "the fill");
     assert!(holds(&x, &s, 2) && holds(&y, &s, 3));
-    let mut out = vec![0u8; len];
-    again.view().unwrap().read(&t, 0, &mut out).expect("read");
-    assert!(
-        out.iter().all(|&b| b == 0xCD),
-        "the new owner holds the fill"
-    );
 }
 
 /// `address()` of a block that moved waits on the host for the move's copies

@@ -4,6 +4,7 @@
 use xpu_alloc::{
     AllocConfig, BlockState, BufferSource, DataPtr, DeviceCore, StreamRef, TraceAction, TraceEntry,
 };
+use xpu_event::{Event, Gate, StreamExt};
 use xpu_stream::Stream;
 
 use super::MIB;
@@ -132,4 +133,45 @@ pub fn check_history(entries: &[TraceEntry], all_freed: bool) -> Result<(), Stri
         ));
     }
     Ok(())
+}
+
+/// The race of a vacated place's new owner against the move that vacated it. The allocation
+/// stream `s` is held by `gate`, behind which the copy of `moved` (pattern 1) still reads the
+/// place that `owner` now has; `t` is ordered after `s` only by `ready`, an event from before
+/// the move. A fill of `owner` with `byte` on `t` must wait for that copy; once the gate
+/// opens, `moved` keeps its bytes and `owner` holds the fill. `what` names the fill in the
+/// messages.
+pub fn a_fill_on_t_waits_for_the_gated_copy(
+    (owner, moved): (&DataPtr, &DataPtr),
+    (s, t): (&Stream, &Stream),
+    ready: &Event,
+    gate: &Gate,
+    byte: u8,
+    what: &str,
+) {
+    t.wait_event(ready).expect("wait");
+    let len = usize::try_from(owner.size()).unwrap();
+    owner
+        .view()
+        .unwrap()
+        .fill(t, &[byte], 0, len)
+        .expect("fill");
+    let filled = t.record_event().expect("event");
+    assert!(
+        !filled.query().expect("query"),
+        "the fill on T waits for the gated copy"
+    );
+    gate.open().expect("open");
+    s.synchronize().expect("synchronize");
+    filled.synchronize().expect("synchronize");
+    assert!(
+        holds(moved, s, 1),
+        "the moved block q lost its bytes to {what} on T"
+    );
+    let mut out = vec![0u8; len];
+    owner.view().unwrap().read(t, 0, &mut out).expect("read");
+    assert!(
+        out.iter().all(|&b| b == byte),
+        "{what}: the new owner holds the fill"
+    );
 }

@@ -81,7 +81,7 @@ impl<B: ThreadCacheKey> Allocation<B> {
             }
         }
         self.shard
-            .with_segment(self.handed.block, |_, address| address)
+            .address_of(self.handed.block)
             .unwrap_or(self.handed.addr)
     }
 
@@ -228,11 +228,7 @@ impl<B: ThreadCacheKey> Allocation<B> {
         if let Some((segment, offset)) = slot.get(generation) {
             return Some(f(&segment, offset));
         }
-        let (segment, address) = {
-            let state = self.shard.lock();
-            let b = state.blocks.get(self.handed.block)?;
-            (Arc::clone(&state.segments.get(b.segment)?.source), b.addr)
-        };
+        let (segment, address) = self.shard.segment_of(self.handed.block)?;
         let offset = address - segment.address;
         slot.set(generation, Arc::clone(&segment), offset);
         Some(f(&segment, offset))

@@ -114,12 +114,14 @@ impl<B: Backend> Shard<B> {
         }
         match self.cells.get(handed.block) {
             Some(cell) if cell.at_hand_out_place(cell.generation()) => handed.addr,
-            _ => self
-                .lock()
-                .blocks
-                .get(handed.block)
-                .map_or(handed.addr, |b| b.addr),
+            _ => self.address_of(handed.block).unwrap_or(handed.addr),
         }
+    }
+
+    /// The current address of `block`, read under the stream's lock (`None` for a slab
+    /// index that names no block).
+    pub(crate) fn address_of(&self, block: u32) -> Option<u64> {
+        self.lock().blocks.get(block).map(|b| b.addr)
     }
 
     /// Runs `f` on the segment of a live `block` and the block's address. `f` is user code:
@@ -130,12 +132,16 @@ impl<B: Backend> Shard<B> {
         block: u32,
         f: impl FnOnce(&SourceSegment<B::Memory>, u64) -> R,
     ) -> Option<R> {
-        let (segment, addr) = {
-            let state = self.lock();
-            let b = state.blocks.get(block)?;
-            (state.segments.get(b.segment)?.source.clone(), b.addr)
-        };
+        let (segment, addr) = self.segment_of(block)?;
         Some(f(&segment, addr))
+    }
+
+    /// The segment of `block` (shared) and the block's address, read under the stream's
+    /// lock; `None` for a slab index that names no block.
+    pub(crate) fn segment_of(&self, block: u32) -> Option<(Arc<SourceSegment<B::Memory>>, u64)> {
+        let state = self.lock();
+        let b = state.blocks.get(block)?;
+        Some((Arc::clone(&state.segments.get(b.segment)?.source), b.addr))
     }
 
     /// The latest relocation marker of `block`'s bytes ([`Block::moved`](super::block::Block::moved)),
