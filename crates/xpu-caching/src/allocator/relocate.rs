@@ -55,49 +55,107 @@ use crate::backend::Backend;
 use crate::config::AllocConfig;
 use crate::size::{self, PoolKind};
 
-/// The blocks of every segment of one pool, each segment's in address order: (address,
-/// slab index), grouped by segment (in slab index order).
+/// What the planner reads of one block of the request's pool.
+#[derive(Clone, Copy)]
+struct Rec {
+    addr: u64,
+    size: u64,
+    /// Slab index.
+    index: u32,
+    /// Handed out (its bytes are live).
+    allocated: bool,
+    /// Free with no pending use: reusable.
+    idle: bool,
+    /// Live and may move ([`movable`]).
+    movable: bool,
+}
+
+impl Rec {
+    /// Its live bytes (none when free).
+    fn live(&self) -> u64 {
+        if self.allocated {
+            self.size
+        } else {
+            0
+        }
+    }
+}
+
+/// The blocks of every segment of one pool, each segment's in address order, grouped by
+/// segment (in slab index order). Read in one pass over the shard's blocks, in slab order:
+/// the plan then reads these records only.
 struct BySegment {
-    blocks: Vec<(u64, u32)>,
-    /// (segment, start, end) into `blocks`, by segment.
+    recs: Vec<Rec>,
+    /// (segment, start, end) into `recs`, by segment.
     groups: Vec<(u32, usize, usize)>,
 }
 
 impl BySegment {
-    /// The blocks of `kind`'s segments (one sort of the pool's blocks).
+    /// The blocks of `kind`'s segments.
     fn of<B: Backend>(state: &ShardState<B>, kind: PoolKind) -> Self {
-        let mut all: Vec<(u32, u64, u32)> = state
+        let all: Vec<(u32, Rec)> = state
             .blocks
             .iter()
             .filter(|(_, b)| b.pool == kind)
-            .map(|(index, b)| (b.segment, b.addr, index))
+            .map(|(index, b)| {
+                let rec = Rec {
+                    addr: b.addr,
+                    size: b.size,
+                    index,
+                    allocated: b.allocated,
+                    idle: b.is_idle(),
+                    movable: movable(state, index),
+                };
+                (b.segment, rec)
+            })
             .collect();
-        all.sort_unstable();
+        // Grouped by segment with one counting pass (segments are slab indices), then
+        // each segment's few blocks sorted by address.
+        let slots = all.iter().map(|&(s, _)| s as usize + 1).max().unwrap_or(0);
+        let mut starts = vec![0usize; slots + 1];
+        for &(segment, _) in &all {
+            starts[segment as usize + 1] += 1;
+        }
+        for k in 0..slots {
+            starts[k + 1] += starts[k];
+        }
+        let mut fill = starts.clone();
+        let placeholder = Rec {
+            addr: 0,
+            size: 0,
+            index: NIL,
+            allocated: false,
+            idle: false,
+            movable: false,
+        };
+        let mut recs = vec![placeholder; all.len()];
+        for &(segment, rec) in &all {
+            recs[fill[segment as usize]] = rec;
+            fill[segment as usize] += 1;
+        }
         let mut groups: Vec<(u32, usize, usize)> = Vec::new();
-        for (k, &(segment, _, _)) in all.iter().enumerate() {
-            match groups.last_mut() {
-                Some(g) if g.0 == segment => g.2 = k + 1,
-                _ => groups.push((segment, k, k + 1)),
+        for k in 0..slots {
+            let (start, end) = (starts[k], starts[k + 1]);
+            if start < end {
+                recs[start..end].sort_unstable_by_key(|r| r.addr);
+                // `k < slots`, which came from `u32` segment indices.
+                groups.push((k as u32, start, end));
             }
         }
-        let blocks = all
-            .into_iter()
-            .map(|(_, addr, index)| (addr, index))
-            .collect();
-        Self { blocks, groups }
+        Self { recs, groups }
     }
 
     /// Each segment with its blocks, in address order.
-    fn iter(&self) -> impl Iterator<Item = (u32, &[(u64, u32)])> {
+    fn iter(&self) -> impl Iterator<Item = (u32, &[Rec])> {
         self.groups
             .iter()
-            .map(|&(segment, start, end)| (segment, &self.blocks[start..end]))
+            .map(|&(segment, start, end)| (segment, &self.recs[start..end]))
     }
 
     /// The blocks of `segment`, in address order (none for a segment of another pool).
-    fn get(&self, segment: u32) -> &[(u64, u32)] {
+    fn get(&self, segment: u32) -> &[Rec] {
         match self.groups.binary_search_by_key(&segment, |g| g.0) {
-            Ok(at) => &self.blocks[self.groups[at].1..self.groups[at].2],
+            Ok(at) => &self.recs[self.groups[at].1..self.groups[at].2],
             Err(_) => &[],
         }
     }
@@ -173,54 +231,6 @@ pub(crate) fn relocate_for<B: Backend>(
         return None;
     }
     let by_segment = BySegment::of(state, kind);
-    let mut windows: Vec<Window> = Vec::new();
-    // (size, live bytes, may be in a window) of each block of a segment, in address order.
-    let mut runs: Vec<(u64, u64, bool)> = Vec::new();
-    for (segment, blocks) in by_segment.iter() {
-        // No run of a segment smaller than the request spans it.
-        if !clearable || state.segments[segment].source.size < req.rounded {
-            continue;
-        }
-        runs.clear();
-        runs.extend(blocks.iter().map(|&(_, index)| {
-            let b = &state.blocks[index];
-            let live = if b.allocated { b.size } else { 0 };
-            (b.size, live, b.is_idle() || movable(state, index))
-        }));
-        // The shortest run from each block `i` that spans the request, `i..j` (two
-        // pointers: a later start's shortest run never ends before an earlier one's).
-        let (mut j, mut span, mut cost, mut count) = (0usize, 0u64, 0u64, 0usize);
-        for i in 0..runs.len() {
-            if j < i {
-                (j, span, cost, count) = (i, 0, 0, 0);
-            }
-            while j < runs.len() && span < req.rounded && runs[j].2 {
-                span += runs[j].0;
-                cost += runs[j].1;
-                count += usize::from(runs[j].1 > 0);
-                j += 1;
-            }
-            if span >= req.rounded
-                && cost > 0
-                && size::oversize_allows(req.rounded, span, &state.config)
-            {
-                windows.push(Window {
-                    cost,
-                    count,
-                    addr: blocks[i].0,
-                    segment,
-                    start: i,
-                    end: j,
-                });
-            }
-            if j > i {
-                span -= runs[i].0;
-                cost -= runs[i].1;
-                count -= usize::from(runs[i].1 > 0);
-            }
-        }
-    }
-    windows.sort_unstable_by_key(|w| (w.cost, w.count, w.addr));
     let config = state.config.clone();
     // The pool's idle free blocks, by size: (size, segment).
     let pool_free: Vec<(u64, u32)> = state
@@ -228,7 +238,6 @@ pub(crate) fn relocate_for<B: Backend>(
         .iter()
         .map(|(size, _, b)| (size, state.blocks[b].segment))
         .collect();
-    let free_total: u64 = pool_free.iter().map(|f| f.0).sum();
     // The largest free block, and the largest outside its segment.
     let first = pool_free.iter().max_by_key(|f| f.0).copied();
     let second = first.map_or(0, |(_, at)| {
@@ -248,39 +257,83 @@ pub(crate) fn relocate_for<B: Backend>(
         }
         free_in[at] += size;
     }
-    for w in windows {
-        // Quick rejections of a window whose live bytes cannot fit outside its segment.
-        let inside = free_in.get(w.segment as usize).copied().unwrap_or(0);
-        if free_total - inside < w.cost {
+    let mut windows: Vec<Window> = Vec::new();
+    // (size, live bytes, may be in a window) of each block of a segment, in address order.
+    let mut runs: Vec<(u64, u64, bool)> = Vec::new();
+    for (segment, blocks) in by_segment.iter() {
+        // No run of a segment smaller than the request spans it.
+        if !clearable || state.segments[segment].source.size < req.rounded {
             continue;
         }
+        // A window's live blocks move into free blocks outside its segment: its live bytes
+        // fit in their sum, and each of its live blocks in the largest of them. A live block
+        // larger than that bounds every window (none that holds it is ever cleared).
+        let outside = free_total - free_in.get(segment as usize).copied().unwrap_or(0);
         let largest_outside = match first {
-            Some((_, at)) if at == w.segment => second,
+            Some((_, at)) if at == segment => second,
             Some((size, _)) => size,
             None => 0,
         };
+        runs.clear();
+        runs.extend(blocks.iter().map(|r| {
+            let may = r.idle || (r.movable && r.size <= largest_outside);
+            (r.size, r.live(), may)
+        }));
+        // The shortest run from each block `i` that spans the request, `i..j` (two
+        // pointers: a later start's shortest run never ends before an earlier one's).
+        let (mut j, mut span, mut cost, mut count) = (0usize, 0u64, 0u64, 0usize);
+        for i in 0..runs.len() {
+            if j < i {
+                (j, span, cost, count) = (i, 0, 0, 0);
+            }
+            while j < runs.len() && span < req.rounded && runs[j].2 {
+                span += runs[j].0;
+                cost += runs[j].1;
+                count += usize::from(runs[j].1 > 0);
+                j += 1;
+            }
+            if span >= req.rounded
+                && cost > 0
+                && cost <= outside
+                && size::oversize_allows(req.rounded, span, &state.config)
+            {
+                windows.push(Window {
+                    cost,
+                    count,
+                    addr: blocks[i].addr,
+                    segment,
+                    start: i,
+                    end: j,
+                });
+            }
+            if j > i {
+                span -= runs[i].0;
+                cost -= runs[i].1;
+                count -= usize::from(runs[i].1 > 0);
+            }
+        }
+    }
+    windows.sort_unstable_by_key(|w| (w.cost, w.count, w.addr));
+    let mut live: Vec<(u64, u32)> = Vec::new();
+    let mut sizes: Vec<u64> = Vec::new();
+    let mut free: Vec<u64> = Vec::new();
+    for w in windows {
         let run = &by_segment.get(w.segment)[w.start..w.end];
-        let mut live: Vec<(u64, u32)> = run
-            .iter()
-            .map(|&(_, index)| index)
-            .filter(|&index| state.blocks[index].allocated)
-            .map(|index| (state.blocks[index].size, index))
-            .collect();
-        let largest_live = live.iter().map(|&(size, _)| size).max();
-        if largest_live.is_some_and(|l| l > largest_outside) {
+        live.clear();
+        live.extend(
+            run.iter()
+                .filter(|r| r.allocated)
+                .map(|r| (r.size, r.index)),
+        );
+        free.clear();
+        free.extend(pool_free.iter().filter(|f| f.1 != w.segment).map(|f| f.0));
+        live.sort_unstable_by(|a, b| b.cmp(a));
+        sizes.clear();
+        sizes.extend(live.iter().map(|&(s, _)| s));
+        if !pack(kind, &mut free, &mut sizes, &config) {
             continue;
         }
         let excluded = [w.segment];
-        let mut free: Vec<u64> = pool_free
-            .iter()
-            .filter(|f| f.1 != w.segment)
-            .map(|f| f.0)
-            .collect();
-        live.sort_unstable_by(|a, b| b.cmp(a));
-        let sizes: Vec<u64> = live.iter().map(|&(s, _)| s).collect();
-        if !pack(kind, &mut free, &sizes, &config) {
-            continue;
-        }
         let (moves, bytes) = execute(state, &live, &excluded, st)?;
         let found = state.search(req, false)?;
         counters.note_relocation(moves, bytes);
@@ -339,9 +392,9 @@ fn consistent<B: Backend>(state: &ShardState<B>) -> bool {
 }
 
 /// Packs `live` block sizes (largest first, best fit, [`fits`]) into the free block sizes
-/// `free` (sorted), updating `free`; false when one does not fit.
-fn pack(kind: PoolKind, free: &mut Vec<u64>, live: &[u64], config: &AllocConfig) -> bool {
-    let mut live = live.to_vec();
+/// `free` (sorted), updating `free`; false when one does not fit. Sorts `live` from the
+/// largest.
+fn pack(kind: PoolKind, free: &mut Vec<u64>, live: &mut [u64], config: &AllocConfig) -> bool {
     live.sort_unstable_by(|a, b| b.cmp(a));
     live.iter().all(|&s| {
         let at = free.partition_point(|&f| f < s);
@@ -379,33 +432,6 @@ fn empty_segments<B: Backend>(
         .iter()
         .map(|&(_, _, b)| state.blocks[b].segment)
         .collect();
-    // Segments whose live blocks can all move: (live bytes, address, segment, sizes).
-    let mut candidates: Vec<(u64, u64, u32, Vec<u64>)> = Vec::new();
-    for (segment, blocks) in by_segment.iter() {
-        let mut live = Vec::new();
-        let mut all_movable = true;
-        for &(_, index) in blocks {
-            let b = &state.blocks[index];
-            if movable(state, index) {
-                live.push(b.size);
-            } else if !b.is_idle() {
-                all_movable = false;
-                break;
-            }
-        }
-        if all_movable && !live.is_empty() {
-            let addr = state.segments[segment].source.address;
-            candidates.push((live.iter().sum(), addr, segment, live));
-        }
-    }
-    candidates.sort_unstable();
-    // Even every candidate emptied would not add up to the new segment: nothing to try.
-    let reachable = candidates.iter().fold(total, |t, c| {
-        t.saturating_add(state.segments[c.2].source.size)
-    });
-    if reachable < req.segment_size {
-        return;
-    }
     let config = state.config.clone();
     // The pool's idle free blocks, by size: (size, segment). A trial packs into those outside
     // the segments chosen so far and its own (the pool does not change while planning).
@@ -424,36 +450,94 @@ fn empty_segments<B: Backend>(
     for &segment in &idle {
         excluded[segment as usize] = true;
     }
+    // The free bytes inside each segment, by slab index; of all of them, and of the
+    // segments excluded so far (the idle whole ones, to begin with).
+    let mut free_in = vec![0u64; slots];
+    for &(size, at) in &pool_free {
+        free_in[at as usize] += size;
+    }
+    let free_all: u64 = pool_free.iter().map(|f| f.0).sum();
+    let mut excluded_free: u64 = idle.iter().map(|&s| free_in[s as usize]).sum();
+    // The largest free block outside the excluded segments and `segment` (the pool's
+    // blocks come by size: the first from the largest that qualifies).
+    let largest_outside = |excluded: &[bool], segment: u32| {
+        pool_free
+            .iter()
+            .rev()
+            .find(|&&(_, at)| !excluded[at as usize] && at != segment)
+            .map_or(0, |f| f.0)
+    };
+    // Segments whose live blocks can all move: (live bytes, address, segment, largest live
+    // block). A segment is left out when its live bytes, or its largest live block, cannot
+    // fit in the free blocks outside it and the idle whole segments: no trial below would
+    // take it, since the free blocks outside only shrink as segments are chosen.
+    let mut candidates: Vec<(u64, u64, u32, u64)> = Vec::new();
+    for (segment, blocks) in by_segment.iter() {
+        let (mut live_sum, mut live_max) = (0u64, 0u64);
+        let mut all_movable = true;
+        for r in blocks {
+            if r.movable {
+                live_sum += r.size;
+                live_max = live_max.max(r.size);
+            } else if !r.idle {
+                all_movable = false;
+                break;
+            }
+        }
+        if !all_movable || live_sum == 0 {
+            continue;
+        }
+        let outside = free_all - excluded_free - free_in[segment as usize];
+        if live_sum > outside || live_max > largest_outside(&excluded, segment) {
+            continue;
+        }
+        let addr = state.segments[segment].source.address;
+        candidates.push((live_sum, addr, segment, live_max));
+    }
+    // Even every candidate emptied would not add up to the new segment: nothing to try.
+    let reachable = candidates.iter().fold(total, |t, c| {
+        t.saturating_add(state.segments[c.2].source.size)
+    });
+    if reachable < req.segment_size {
+        return;
+    }
+    candidates.sort_unstable();
     let mut chosen: Vec<u32> = idle.clone();
     let mut chosen_live: Vec<u64> = Vec::new();
     let (mut chosen_sum, mut chosen_max) = (0u64, 0u64);
-    for (live_sum, _, segment, live) in &candidates {
-        let (mut outside, mut largest) = (0u64, 0u64);
-        for &(size, at) in &pool_free {
-            if !excluded[at as usize] && at != *segment {
-                outside += size;
-                largest = largest.max(size);
-            }
-        }
+    let mut free: Vec<u64> = Vec::new();
+    let mut all: Vec<u64> = Vec::new();
+    for &(live_sum, _, segment, live_max) in &candidates {
         // Necessary for a packing: the bytes, and the largest block, fit outside.
-        let live_max = live.iter().copied().max().unwrap_or(0).max(chosen_max);
-        if chosen_sum + live_sum > outside || live_max > largest {
+        let outside = free_all - excluded_free - free_in[segment as usize];
+        let live_max = live_max.max(chosen_max);
+        if chosen_sum + live_sum > outside || live_max > largest_outside(&excluded, segment) {
             continue;
         }
-        let mut free: Vec<u64> = pool_free
-            .iter()
-            .filter(|&&(_, at)| !excluded[at as usize] && at != *segment)
-            .map(|&(size, _)| size)
-            .collect();
-        let mut all = chosen_live.clone();
-        all.extend_from_slice(live);
-        if pack(kind, &mut free, &all, &config) {
-            excluded[*segment as usize] = true;
-            chosen.push(*segment);
-            chosen_live = all;
+        free.clear();
+        free.extend(
+            pool_free
+                .iter()
+                .filter(|&&(_, at)| !excluded[at as usize] && at != segment)
+                .map(|&(size, _)| size),
+        );
+        all.clear();
+        all.extend_from_slice(&chosen_live);
+        all.extend(
+            by_segment
+                .get(segment)
+                .iter()
+                .filter(|r| r.allocated)
+                .map(|r| r.size),
+        );
+        if pack(kind, &mut free, &mut all, &config) {
+            excluded[segment as usize] = true;
+            excluded_free += free_in[segment as usize];
+            chosen.push(segment);
+            std::mem::swap(&mut chosen_live, &mut all);
             chosen_sum += live_sum;
             chosen_max = live_max;
-            total += state.segments[*segment].source.size;
+            total += state.segments[segment].source.size;
             if total >= req.segment_size {
                 break;
             }
@@ -465,9 +549,9 @@ fn empty_segments<B: Backend>(
     // Every live block of the chosen segments, largest first (the order planned).
     let mut moving: Vec<(u64, u32)> = chosen
         .iter()
-        .flat_map(|&s| by_segment.get(s).iter().map(|&(_, i)| i))
-        .filter(|&i| state.blocks[i].allocated)
-        .map(|i| (state.blocks[i].size, i))
+        .flat_map(|&s| by_segment.get(s).iter())
+        .filter(|r| r.allocated)
+        .map(|r| (r.size, r.index))
         .collect();
     moving.sort_unstable_by(|a, b| b.cmp(a));
     let Some((moves, bytes)) = execute(state, &moving, &chosen, st) else {
