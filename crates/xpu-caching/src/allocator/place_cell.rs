@@ -565,24 +565,22 @@ impl PlaceCell {
     /// generations never repeat within a slot. The previous block must be freed and no mover
     /// may hold it.
     ///
+    /// A plain store, as [`PlaceCell::reset_cached`]: nobody else writes the word of a free
+    /// block. Pins and observations need a live allocation, whose free came before this
+    /// hand-out; a claim is made under the same lock, which the caller holds. `Release`:
+    /// a claim or pin that reads the fresh state (`Acquire`) is ordered after everything the
+    /// previous owner did with the block (its unpins and its free came before this lock).
+    ///
     /// # Errors
     /// [`CellInUse`] while `MOVING` or while counted pins are held; unchanged.
     pub(crate) fn reset(&self) -> Result<(), CellInUse> {
-        let mut cur = self.word.load(Ordering::Relaxed);
-        loop {
-            if cur & (MOVING | PIN_MASK) != 0 {
-                return Err(CellInUse);
-            }
-            match self.word.compare_exchange_weak(
-                cur,
-                cur & !(FLAGS | PIN_MASK),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Ok(()),
-                Err(actual) => cur = actual,
-            }
+        let cur = self.word.load(Ordering::Relaxed);
+        if cur & (MOVING | PIN_MASK) != 0 {
+            return Err(CellInUse);
         }
+        self.word
+            .store(cur & !(FLAGS | PIN_MASK), Ordering::Release);
+        Ok(())
     }
 }
 
@@ -668,7 +666,15 @@ impl Drop for PinGuard<'_> {
 /// stream's lock whenever the block's place or owner changes (hand-out, move, free), so
 /// that a cached segment never outlives the block's use of it (a segment is released only
 /// when nothing else holds it).
-pub(crate) struct PlaceSlot<M>(parking_lot::Mutex<Option<CachedPlace<M>>>);
+pub(crate) struct PlaceSlot<M> {
+    cached: parking_lot::Mutex<Option<CachedPlace<M>>>,
+    /// Whether `cached` may hold a place: set under its lock by [`PlaceSlot::set`], cleared
+    /// under it by [`PlaceSlot::clear`], so a clear of an empty slot takes no lock. A `set`
+    /// is made by a pinned reader of a live allocation; every clear runs under the stream's
+    /// lock after that allocation's pins were released (a free, a hand-out, a committed
+    /// move), so it reads the flag after the `set` that raised it.
+    filled: std::sync::atomic::AtomicBool,
+}
 
 /// A cached place: the generation it was read under, the segment and the byte offset.
 type CachedPlace<M> = (
@@ -679,7 +685,10 @@ type CachedPlace<M> = (
 
 impl<M> Default for PlaceSlot<M> {
     fn default() -> Self {
-        Self(parking_lot::Mutex::new(None))
+        Self {
+            cached: parking_lot::Mutex::new(None),
+            filled: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 }
 
@@ -689,7 +698,7 @@ impl<M> PlaceSlot<M> {
         &self,
         generation: Generation,
     ) -> Option<(std::sync::Arc<crate::source::SourceSegment<M>>, u64)> {
-        match &*self.0.lock() {
+        match &*self.cached.lock() {
             Some((g, segment, offset)) if *g == generation => {
                 Some((std::sync::Arc::clone(segment), *offset))
             }
@@ -704,11 +713,19 @@ impl<M> PlaceSlot<M> {
         segment: std::sync::Arc<crate::source::SourceSegment<M>>,
         offset: u64,
     ) {
-        *self.0.lock() = Some((generation, segment, offset));
+        let mut cached = self.cached.lock();
+        *cached = Some((generation, segment, offset));
+        self.filled
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Forgets the cached place (call under the stream's lock).
     pub(crate) fn clear(&self) {
-        self.0.lock().take();
+        if self.filled.load(std::sync::atomic::Ordering::Acquire) {
+            let mut cached = self.cached.lock();
+            cached.take();
+            self.filled
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }

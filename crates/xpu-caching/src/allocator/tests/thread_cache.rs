@@ -54,6 +54,39 @@ fn pinned_address(a: &Allocation<SimBackend>) -> u64 {
         .expect("a live allocation's place")
 }
 
+/// A pinned reader's cached place (it holds the segment) is forgotten when the block is
+/// freed, on the locked path as through a thread's cache, so that `empty_cache` gives the
+/// segment back to its source rather than leaking it as still borrowed.
+#[test]
+fn a_place_cached_by_a_pinned_reader_does_not_outlive_its_block() {
+    for flush_first in [false, true] {
+        let (core, src) = sim_core(GIB, "relocation:merge");
+        let (s, _) = stream(1);
+        let a = core.alloc(4096, &s).unwrap();
+        assert!(a.relocatable());
+        let first = pinned_address(&a);
+        // The second read comes from the cached place.
+        assert_eq!(pinned_address(&a), first);
+        assert_eq!(src.counters().live_segments, 1);
+        if flush_first {
+            // Freed into this thread's cache, then to the stream by the read's flush.
+            drop(a);
+            assert_eq!(core.memory_stats().allocated_bytes.all.current, 0);
+        } else {
+            // Another thread frees it: the locked path.
+            std::thread::spawn(move || drop(a)).join().unwrap();
+        }
+        core.empty_cache();
+        let counters = src.counters();
+        assert_eq!(
+            counters.live_segments, 0,
+            "the segment went back to its source"
+        );
+        assert_eq!(counters.used, 0);
+        assert_eq!(core.memory_stats().reserved_bytes.all.current, 0);
+    }
+}
+
 /// With `relocation:merge` too, a freed block goes into the freeing thread's cache and comes
 /// back to its next allocation of that size on that stream (the block freed last, where the
 /// stream pool's best fit would be the lowest address).
