@@ -87,6 +87,47 @@ fn a_place_cached_by_a_pinned_reader_does_not_outlive_its_block() {
     }
 }
 
+/// A pin that is never dropped (`std::mem::forget`, a safe call) keeps its unit in the
+/// cell's count, and neither the free (`begin_free` ignores pins: none is supposed to
+/// outlive its allocation) nor the block's next hand-out clears it: `reset_cached` (through
+/// this thread's cache) and `reset` (through the stream's pool) refuse a cell with pins and
+/// leave it `FREEING`, so the block's next allocation is born freed (a debug assertion
+/// fires at the hand-out; without it, that allocation's drop finds `FREEING` and frees
+/// nothing, and `empty_cache` can never give the segment back).
+#[test]
+fn a_forgotten_pin_does_not_leak_the_block_s_next_allocation() {
+    for through_cache in [true, false] {
+        let (core, src) = sim_core(GIB, "relocation:merge");
+        let (s, _) = stream(1);
+        let a = core.alloc(4096, &s).unwrap();
+        assert!(a.relocatable());
+        std::mem::forget(a.pin());
+        if through_cache {
+            // Into this thread's cache; the next allocation of that size takes it back.
+            drop(a);
+        } else {
+            // Another thread frees it (into its cache, flushed to the stream at its exit).
+            std::thread::spawn(move || drop(a)).join().unwrap();
+        }
+        // The slab slot of the freed block is handed out again within two allocations
+        // (the block itself, or the rest of the split that took its slot).
+        let b = core.alloc(4096, &s).unwrap();
+        let c = core.alloc(4096, &s).unwrap();
+        drop((b, c));
+        core.empty_cache();
+        assert_eq!(
+            core.memory_stats().allocated_bytes.all.current,
+            0,
+            "every allocation was freed (through_cache: {through_cache})"
+        );
+        assert_eq!(
+            src.counters().live_segments,
+            0,
+            "the segment went back to its source (through_cache: {through_cache})"
+        );
+    }
+}
+
 /// With `relocation:merge` too, a freed block goes into the freeing thread's cache and comes
 /// back to its next allocation of that size on that stream (the block freed last, where the
 /// stream pool's best fit would be the lowest address).
