@@ -537,22 +537,28 @@ impl PlaceCell {
     /// the generation kept. No lock is held: the caller is the thread whose cache held the
     /// block and won its slot ([`BinSlots::take`](super::bin_slots::BinSlots::take)). The block
     /// entered the cache through [`PlaceCell::begin_free`] that returned [`FreeBy::Caller`], so
-    /// the cell is `FREEING` (and neither `MOVING` nor pinned): no pin, observation or claim
-    /// succeeds on it, and its owner's drop is done, so nobody else writes the word until
-    /// this store publishes the fresh state (a failed claim writes nothing). A plain store
-    /// therefore suffices, and the cached pair pays no read-modify-write for it. `Release`:
-    /// a claim that reads the fresh state (`Acquire`) is ordered after everything the
-    /// previous owner did with the block (its last unpin and its free come before, on this
-    /// thread or through them).
+    /// the cell is `FREEING` (and not `MOVING`): no pin, observation or claim succeeds on it,
+    /// and its owner's drop is done, so nobody else writes the word until this store
+    /// publishes the fresh state (a failed claim writes nothing). A plain store therefore
+    /// suffices, and the cached pair pays no read-modify-write for it. `Release`: a claim
+    /// that reads the fresh state (`Acquire`) is ordered after everything the previous owner
+    /// did with the block (its last unpin and its free come before, on this thread or
+    /// through them).
+    ///
+    /// Pins still counted are cleared with the flags: a guard borrows its allocation, which
+    /// is freed, so a count left now belongs to a guard that was forgotten
+    /// (`std::mem::forget`, a safe call) and will never be released. Refusing it would leave
+    /// the cell `FREEING` and the block's next allocation born freed: its free lost and its
+    /// segment never released.
     ///
     /// # Errors
-    /// [`CellInUse`] unless the cell is `FREEING` with no pin and no other bit than
-    /// `STICKY` / `OFF_STREAM` (a block that did not enter the cache through
+    /// [`CellInUse`] unless the cell is `FREEING` and neither `MOVING` nor
+    /// `FREE_AFTER_MOVE` (a block that did not enter the cache through
     /// [`PlaceCell::begin_free`]: a bug of the caller); unchanged.
     #[inline]
     pub(crate) fn reset_cached(&self) -> Result<(), CellInUse> {
         let cur = self.word.load(Ordering::Relaxed);
-        if cur & (MOVING | FREE_AFTER_MOVE | PIN_MASK) != 0 || cur & FREEING == 0 {
+        if cur & (MOVING | FREE_AFTER_MOVE) != 0 || cur & FREEING == 0 {
             return Err(CellInUse);
         }
         self.word
@@ -570,12 +576,15 @@ impl PlaceCell {
     /// hand-out; a claim is made under the same lock, which the caller holds. `Release`:
     /// a claim or pin that reads the fresh state (`Acquire`) is ordered after everything the
     /// previous owner did with the block (its unpins and its free came before this lock).
+    /// Pins still counted belong to forgotten guards and are cleared, as in
+    /// [`PlaceCell::reset_cached`].
     ///
     /// # Errors
-    /// [`CellInUse`] while `MOVING` or while counted pins are held; unchanged.
+    /// [`CellInUse`] while `MOVING` (a mover holds the block: a bug of the caller);
+    /// unchanged.
     pub(crate) fn reset(&self) -> Result<(), CellInUse> {
         let cur = self.word.load(Ordering::Relaxed);
-        if cur & (MOVING | PIN_MASK) != 0 {
+        if cur & MOVING != 0 {
             return Err(CellInUse);
         }
         self.word

@@ -437,7 +437,8 @@ impl<B: Backend> ShardState<B> {
         let relocating = self.relocation_allowed && self.config.relocates();
         if relocating {
             // The slot's cell starts over for the new block (its generation goes on). A cell
-            // of a free block is neither pinned nor claimed, so this cannot fail.
+            // of a free block is never claimed (claims take this lock), so this cannot fail;
+            // a pin count left by a forgotten guard is cleared.
             let cell = self.cells.get_or_create(block);
             let reset = cell.reset();
             debug_assert!(reset.is_ok(), "a free block's cell was in use");
