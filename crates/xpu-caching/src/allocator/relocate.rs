@@ -46,7 +46,7 @@ use std::collections::HashMap;
 
 use std::sync::Arc;
 
-use super::block::NIL;
+use super::block::{Block, NIL};
 use super::place_cell::{Generation, MoveEnd, PlaceArena};
 use super::relocation_stats::RelocationCounters;
 use super::stats_cell::StatsWriter;
@@ -93,25 +93,27 @@ struct BySegment {
 impl BySegment {
     /// The blocks of `kind`'s segments.
     fn of<B: Backend>(state: &ShardState<B>, kind: PoolKind) -> Self {
-        let all: Vec<(u32, Rec)> = state
-            .blocks
-            .iter()
-            .filter(|(_, b)| b.pool == kind)
-            .map(|(index, b)| {
-                let rec = Rec {
-                    addr: b.addr,
-                    size: b.size,
-                    index,
-                    allocated: b.allocated,
-                    idle: b.is_idle(),
-                    movable: movable(state, index),
-                };
-                (b.segment, rec)
-            })
-            .collect();
+        let mut all: Vec<(u32, Rec)> = Vec::with_capacity(state.blocks.slots());
+        all.extend(
+            state
+                .blocks
+                .iter()
+                .filter(|(_, b)| b.pool == kind)
+                .map(|(index, b)| {
+                    let rec = Rec {
+                        addr: b.addr,
+                        size: b.size,
+                        index,
+                        allocated: b.allocated,
+                        idle: b.is_idle(),
+                        movable: movable(state, b, index),
+                    };
+                    (b.segment, rec)
+                }),
+        );
         // Grouped by segment with one counting pass (segments are slab indices), then
         // each segment's few blocks sorted by address.
-        let slots = all.iter().map(|&(s, _)| s as usize + 1).max().unwrap_or(0);
+        let slots = state.segments.slots();
         let mut starts = vec![0usize; slots + 1];
         for &(segment, _) in &all {
             starts[segment as usize + 1] += 1;
@@ -161,6 +163,37 @@ impl BySegment {
     }
 }
 
+/// The idle free blocks of one pool, read once for both plans.
+struct PoolFree {
+    /// (size, segment) of each, by size (the pool's order).
+    by_size: Vec<(u64, u32)>,
+    /// The free bytes inside each segment, by slab index (every segment of the shard).
+    in_segment: Vec<u64>,
+    /// Their sum.
+    total: u64,
+}
+
+impl PoolFree {
+    fn of<B: Backend>(state: &ShardState<B>, kind: PoolKind) -> Self {
+        let pool = state.pool(kind);
+        let by_size: Vec<(u64, u32)> = pool
+            .iter()
+            .map(|(size, _, b)| (size, state.blocks[b].segment))
+            .collect();
+        let mut in_segment = vec![0u64; state.segments.slots()];
+        let mut total = 0u64;
+        for &(size, at) in &by_size {
+            in_segment[at as usize] += size;
+            total += size;
+        }
+        Self {
+            by_size,
+            in_segment,
+            total,
+        }
+    }
+}
+
 /// A run of neighbouring blocks of one segment that spans the request.
 #[derive(Clone, Copy)]
 struct Window {
@@ -176,12 +209,11 @@ struct Window {
     end: usize,
 }
 
-/// Whether the live block `index` may move: handed out under a relocating configuration, no
+/// Whether the live block `b` (slab index `index`) may move: handed out under a relocating configuration, no
 /// recorded use on another stream and no pending marker (every command that used it was on
 /// its allocation stream), and a claimable cell now (the claim itself may still fail: pins
 /// are taken without the lock).
-fn movable<B: Backend>(state: &ShardState<B>, index: u32) -> bool {
-    let b = &state.blocks[index];
+fn movable<B: Backend>(state: &ShardState<B>, b: &Block<B>, index: u32) -> bool {
     b.allocated
         && b.relocating
         && b.stream_uses.is_empty()
@@ -231,13 +263,8 @@ pub(crate) fn relocate_for<B: Backend>(
         return None;
     }
     let by_segment = BySegment::of(state, kind);
-    let config = state.config.clone();
-    // The pool's idle free blocks, by size: (size, segment).
-    let pool_free: Vec<(u64, u32)> = state
-        .pool(kind)
-        .iter()
-        .map(|(size, _, b)| (size, state.blocks[b].segment))
-        .collect();
+    let free = PoolFree::of(state, kind);
+    let pool_free = &free.by_size;
     // The largest free block, and the largest outside its segment.
     let first = pool_free.iter().max_by_key(|f| f.0).copied();
     let second = first.map_or(0, |(_, at)| {
@@ -248,15 +275,6 @@ pub(crate) fn relocate_for<B: Backend>(
             .max()
             .unwrap_or(0)
     });
-    // The free bytes inside each segment, by slab index.
-    let mut free_in: Vec<u64> = Vec::new();
-    for &(size, at) in &pool_free {
-        let at = at as usize;
-        if free_in.len() <= at {
-            free_in.resize(at + 1, 0);
-        }
-        free_in[at] += size;
-    }
     let mut windows: Vec<Window> = Vec::new();
     // (size, live bytes, may be in a window) of each block of a segment, in address order.
     let mut runs: Vec<(u64, u64, bool)> = Vec::new();
@@ -268,7 +286,7 @@ pub(crate) fn relocate_for<B: Backend>(
         // A window's live blocks move into free blocks outside its segment: its live bytes
         // fit in their sum, and each of its live blocks in the largest of them. A live block
         // larger than that bounds every window (none that holds it is ever cleared).
-        let outside = free_total - free_in.get(segment as usize).copied().unwrap_or(0);
+        let outside = free_total - free.in_segment[segment as usize];
         let largest_outside = match first {
             Some((_, at)) if at == segment => second,
             Some((size, _)) => size,
@@ -316,7 +334,7 @@ pub(crate) fn relocate_for<B: Backend>(
     windows.sort_unstable_by_key(|w| (w.cost, w.count, w.addr));
     let mut live: Vec<(u64, u32)> = Vec::new();
     let mut sizes: Vec<u64> = Vec::new();
-    let mut free: Vec<u64> = Vec::new();
+    let mut targets: Vec<u64> = Vec::new();
     for w in windows {
         let run = &by_segment.get(w.segment)[w.start..w.end];
         live.clear();
@@ -325,12 +343,12 @@ pub(crate) fn relocate_for<B: Backend>(
                 .filter(|r| r.allocated)
                 .map(|r| (r.size, r.index)),
         );
-        free.clear();
-        free.extend(pool_free.iter().filter(|f| f.1 != w.segment).map(|f| f.0));
+        targets.clear();
+        targets.extend(pool_free.iter().filter(|f| f.1 != w.segment).map(|f| f.0));
         live.sort_unstable_by(|a, b| b.cmp(a));
         sizes.clear();
         sizes.extend(live.iter().map(|&(s, _)| s));
-        if !pack(kind, &mut free, &mut sizes, &config) {
+        if !pack(kind, &mut targets, &mut sizes, &state.config) {
             continue;
         }
         let excluded = [w.segment];
@@ -342,7 +360,7 @@ pub(crate) fn relocate_for<B: Backend>(
         return Some(handed);
     }
     if emptiable {
-        empty_segments(state, req, &by_segment, st, counters);
+        empty_segments(state, req, &by_segment, &free, st, counters);
     }
     None
 }
@@ -418,6 +436,7 @@ fn empty_segments<B: Backend>(
     state: &mut ShardState<B>,
     req: &Request,
     by_segment: &BySegment,
+    free: &PoolFree,
     st: &mut StatsWriter<'_>,
     counters: &RelocationCounters,
 ) {
@@ -432,31 +451,14 @@ fn empty_segments<B: Backend>(
         .iter()
         .map(|&(_, _, b)| state.blocks[b].segment)
         .collect();
-    let config = state.config.clone();
-    // The pool's idle free blocks, by size: (size, segment). A trial packs into those outside
-    // the segments chosen so far and its own (the pool does not change while planning).
-    let pool_free: Vec<(u64, u32)> = state
-        .pool(kind)
-        .iter()
-        .map(|(size, _, b)| (size, state.blocks[b].segment))
-        .collect();
-    let slots = state
-        .segments
-        .iter()
-        .map(|(i, _)| i as usize + 1)
-        .max()
-        .unwrap_or(0);
-    let mut excluded = vec![false; slots];
+    // A trial packs into the pool's idle free blocks outside the segments chosen so far and
+    // its own (the pool does not change while planning).
+    let (pool_free, free_in, free_all) = (&free.by_size, &free.in_segment, free.total);
+    let mut excluded = vec![false; free_in.len()];
     for &segment in &idle {
         excluded[segment as usize] = true;
     }
-    // The free bytes inside each segment, by slab index; of all of them, and of the
-    // segments excluded so far (the idle whole ones, to begin with).
-    let mut free_in = vec![0u64; slots];
-    for &(size, at) in &pool_free {
-        free_in[at as usize] += size;
-    }
-    let free_all: u64 = pool_free.iter().map(|f| f.0).sum();
+    // The free bytes of the segments excluded so far (the idle whole ones, to begin with).
     let mut excluded_free: u64 = idle.iter().map(|&s| free_in[s as usize]).sum();
     // The largest free block outside the excluded segments and `segment` (the pool's
     // blocks come by size: the first from the largest that qualifies).
@@ -505,7 +507,7 @@ fn empty_segments<B: Backend>(
     let mut chosen: Vec<u32> = idle.clone();
     let mut chosen_live: Vec<u64> = Vec::new();
     let (mut chosen_sum, mut chosen_max) = (0u64, 0u64);
-    let mut free: Vec<u64> = Vec::new();
+    let mut targets: Vec<u64> = Vec::new();
     let mut all: Vec<u64> = Vec::new();
     for &(live_sum, _, segment, live_max) in &candidates {
         // Necessary for a packing: the bytes, and the largest block, fit outside.
@@ -514,8 +516,8 @@ fn empty_segments<B: Backend>(
         if chosen_sum + live_sum > outside || live_max > largest_outside(&excluded, segment) {
             continue;
         }
-        free.clear();
-        free.extend(
+        targets.clear();
+        targets.extend(
             pool_free
                 .iter()
                 .filter(|&&(_, at)| !excluded[at as usize] && at != segment)
@@ -530,7 +532,7 @@ fn empty_segments<B: Backend>(
                 .filter(|r| r.allocated)
                 .map(|r| r.size),
         );
-        if pack(kind, &mut free, &mut all, &config) {
+        if pack(kind, &mut targets, &mut all, &state.config) {
             excluded[segment as usize] = true;
             excluded_free += free_in[segment as usize];
             chosen.push(segment);

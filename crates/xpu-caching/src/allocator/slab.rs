@@ -61,6 +61,12 @@ impl<T> Slab<T> {
         self.items.swap(a as usize, b as usize);
     }
 
+    /// One past the highest index ever handed out: every live index is below it.
+    #[inline]
+    pub(crate) fn slots(&self) -> usize {
+        self.items.len()
+    }
+
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
         self.items
             .iter()
