@@ -80,3 +80,124 @@ fn a_vacated_place_handed_out_after_relocation_is_turned_off_still_waits_for_the
         drop((again, q, rest));
     }
 }
+
+/// A simulated stream whose copies fail once `copies_left` successful ones were enqueued
+/// (a copy refused mid-plan, as `ClStream::enqueue_copy` refuses once another thread began
+/// a graph capture of the stream after the plan's first copy took its permit).
+struct FlakyStream {
+    sim: Arc<SimStream>,
+    copies_left: std::sync::atomic::AtomicU32,
+}
+
+#[derive(Clone)]
+struct FlakyBackend;
+
+impl crate::backend::Backend for FlakyBackend {
+    type Memory = crate::source::Simulated;
+    type Stream = Arc<FlakyStream>;
+    type Marker = crate::sim_stream::SimMarker;
+
+    fn stream_key(stream: &Arc<FlakyStream>) -> crate::stream::StreamKey {
+        stream.sim.key()
+    }
+    fn record_marker(
+        stream: &Arc<FlakyStream>,
+    ) -> Result<Self::Marker, crate::stream::MarkerError> {
+        Ok(stream.sim.record_marker())
+    }
+    fn marker_complete(marker: &Self::Marker) -> bool {
+        marker.is_complete()
+    }
+    fn wait(marker: &Self::Marker) -> Result<(), crate::stream::MarkerError> {
+        marker.wait();
+        Ok(())
+    }
+    fn stream_wait(
+        stream: &Arc<FlakyStream>,
+        marker: &Self::Marker,
+    ) -> Result<(), crate::stream::MarkerError> {
+        stream.sim.wait_marker(marker);
+        Ok(())
+    }
+    fn synchronize(stream: &Arc<FlakyStream>) -> Result<(), crate::stream::MarkerError> {
+        stream.sim.synchronize();
+        Ok(())
+    }
+    fn enqueue_copy(
+        stream: &Arc<FlakyStream>,
+        src: &crate::source::Simulated,
+        src_offset: u64,
+        dst: &crate::source::Simulated,
+        dst_offset: u64,
+        len: u64,
+    ) -> Result<(), crate::error::CopyError> {
+        use std::sync::atomic::Ordering;
+        let left = stream.copies_left.load(Ordering::Relaxed);
+        if left == 0 {
+            return Err(crate::error::CopyError::Device(
+                crate::error::DeviceFailure::message("the stream began capturing"),
+            ));
+        }
+        stream.copies_left.store(left - 1, Ordering::Relaxed);
+        stream
+            .sim
+            .enqueue_copy(src, src_offset, dst, dst_offset, len)
+    }
+}
+
+crate::thread_caches!(FlakyBackend);
+
+fn flaky(id: u64, copies: u32) -> (Arc<SimStream>, Arc<FlakyStream>) {
+    let sim = SimStream::new(crate::stream::StreamKey::new(0, id));
+    let stream = Arc::new(FlakyStream {
+        sim: sim.clone(),
+        copies_left: std::sync::atomic::AtomicU32::new(copies),
+    });
+    (sim, stream)
+}
+
+/// A plan of two moves whose second copy fails to enqueue is rolled back (`roll_back`): the
+/// blocks stay, the targets are freed. The first copy is already enqueued on S, though, and
+/// still writes its target's bytes; the docs say "copies already enqueued do no harm, since
+/// their targets are reused only on S after them", but a target's next owner may use it on
+/// another stream T, ordered after S by an event from before the plan (the very case of the
+/// vacated place, whose new owner waits for the move's marker). A rolled-back plan records
+/// no marker and leaves none on its targets, so `prepare_use_on` makes T wait for nothing,
+/// and the new owner's bytes on T are overwritten by the stale copy when S runs it.
+/// Layout (20 MiB segments): A = p 5, q1 2, q2 2, r 5, x 6 MiB, B = y 6, z 8 MiB and a 6 MiB
+/// tail; p and r freed. An 8 MiB request plans to move q1 and q2 into B's tail (cost 4 MiB,
+/// the cheapest run); the first copy goes into the tail's first 2 MiB, the second fails.
+#[test]
+fn the_target_of_a_copy_enqueued_before_a_rolled_back_plan_waits_for_that_copy() {
+    let source = crate::source::SimulatedSource::<crate::source::Simulated>::new(0, GIB, GIB);
+    let core: CachingAllocator<FlakyBackend> = CachingAllocator::new(
+        Box::new(source),
+        AllocConfig::parse("relocation:merge").expect("config"),
+    );
+    let (s_sim, s) = flaky(1, 1);
+    let (t_sim, t) = flaky(2, 0);
+    let a = |mib: u64| core.alloc(mib * MIB, &s).unwrap();
+    let (p, q1, q2, r, x, y, z) = (a(5), a(2), a(2), a(5), a(6), a(6), a(8));
+    assert_eq!(core.memory_stats().num_device_alloc, 2);
+    let tail = y.address() + 14 * MIB;
+    drop((p, r));
+    // S's work (the first copy) stays outstanding.
+    let _gate = s_sim.close_gate();
+    let big = core.alloc(8 * MIB, &s).unwrap();
+    assert_eq!(s_sim.counters().copies, 1, "the first copy was enqueued");
+    assert_eq!(core.relocation_stats().moves, 0, "the plan was rolled back");
+    assert_eq!(core.memory_stats().num_device_alloc, 3, "the request grew");
+    // The tail (the first copy's target, still being written on S) goes to a new owner.
+    let owner = core.alloc(6 * MIB, &s).unwrap();
+    assert_eq!(owner.address(), tail, "the rolled-back target's place");
+    let before = t_sim.counters().waits;
+    let pin = owner.pin();
+    pin.prepare_use_on(&t).expect("prepare");
+    assert_eq!(
+        t_sim.counters().waits,
+        before + 1,
+        "a command on T through the tail waits for the copy still writing it"
+    );
+    drop(pin);
+    drop((owner, big, q1, q2, x, y, z));
+}
