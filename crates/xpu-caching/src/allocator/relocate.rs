@@ -39,8 +39,10 @@
 //!    stream only after the copies, by stream order), and a block whose owner dropped it
 //!    meanwhile is freed.
 //!
-//! A failed copy or marker rolls the plan back: the targets are freed, the claims aborted,
-//! every block stays where it was; the request then grows as without relocation.
+//! A failed copy or marker rolls the plan back: the targets are freed (those whose copies
+//! were enqueued with a marker recorded after them, or kept out of the pool when none can
+//! be: `roll_back`), the claims aborted, every block stays where it was; the request then
+//! grows as without relocation.
 
 use std::collections::HashMap;
 
@@ -589,7 +591,7 @@ fn execute<B: Backend>(
         if cells.get(l).is_some_and(|c| c.try_claim_for_move().is_ok()) {
             claimed.push(l);
         } else {
-            roll_back(state, &cells, &claimed, &[], st);
+            roll_back(state, &cells, &claimed, &[], 0, st);
             return None;
         }
     }
@@ -598,13 +600,14 @@ fn execute<B: Backend>(
     for &(size, l) in moving {
         let Some(t) = take_target(state, l, size, excluded, st) else {
             debug_assert!(false, "a planned move found no target");
-            roll_back(state, &cells, &claimed, &placed, st);
+            roll_back(state, &cells, &claimed, &placed, placed.len(), st);
             return None;
         };
         placed.push((l, t));
         if let Err(e) = copy_block(state, l, t) {
             tracing::warn!(error = %e, "a relocation's copy failed: the blocks stay in place");
-            roll_back(state, &cells, &claimed, &placed, st);
+            // This copy was refused; the ones before it are enqueued.
+            roll_back(state, &cells, &claimed, &placed, placed.len() - 1, st);
             return None;
         }
     }
@@ -616,7 +619,7 @@ fn execute<B: Backend>(
         }
         Err(e) => {
             tracing::warn!(error = %e, "a relocation's marker failed: the blocks stay in place");
-            roll_back(state, &cells, &claimed, &placed, st);
+            roll_back(state, &cells, &claimed, &placed, placed.len(), st);
             return None;
         }
     };
@@ -649,14 +652,41 @@ fn execute<B: Backend>(
 
 /// Undoes a plan before its commit: frees the targets handed out (`placed`: (block, target))
 /// and aborts the claims, freeing a block whose owner dropped it meanwhile.
+///
+/// The first `copied` targets had their copies enqueued, and those still write the targets'
+/// bytes on the allocation stream. A marker recorded after them goes with those bytes
+/// (`Block::moved`), as a move's does: a later owner of such a place that uses it on another
+/// stream waits for it ([`PlacePin::prepare_use_on`](super::PlacePin::prepare_use_on)), and
+/// so does an observation of it. When no marker can be recorded either, nothing orders a use
+/// of those places elsewhere after the copies: they stay out of the pool for good (never
+/// reused, merged or released), as a block whose free marker failed.
 fn roll_back<B: Backend>(
     state: &mut ShardState<B>,
     cells: &PlaceArena,
     claimed: &[u32],
     placed: &[(u32, u32)],
+    copied: usize,
     st: &mut StatsWriter<'_>,
 ) {
-    for &(_, t) in placed {
+    let (written, untouched) = placed.split_at(copied.min(placed.len()));
+    if !written.is_empty() {
+        match B::record_marker(&state.stream) {
+            Ok(marker) => {
+                state.moves_recorded += 1;
+                let marker = (state.moves_recorded, Arc::new(marker));
+                for &(_, t) in written {
+                    state.blocks[t].moved = Some(marker.clone());
+                    state.free_moved_out(t, st);
+                }
+            }
+            Err(e) => tracing::error!(
+                error = %e,
+                places = written.len(),
+                "no marker after a rolled-back relocation's copies: their targets are kept out of the pool"
+            ),
+        }
+    }
+    for &(_, t) in untouched {
         state.free_moved_out(t, st);
     }
     for &l in claimed {

@@ -434,7 +434,11 @@ impl<B: Backend> ShardState<B> {
         // Counted under the configuration of the hand-out: the free subtracts what the block
         // remembers (a `set_config` in between changes nothing).
         let oversize = size >= self.config.max_split_size;
-        let relocating = self.relocation_allowed && self.config.relocates();
+        // A block whose bytes a relocation copy may still read or write is handed out as
+        // relocating under any configuration: its pins and observation then wait for that
+        // copy (a vacated place after `set_config` turned relocation off).
+        let relocating =
+            self.relocation_allowed && (self.config.relocates() || self.copy_pending(block));
         if relocating {
             // The slot's cell starts over for the new block (its generation goes on). A cell
             // of a free block is never claimed (claims take this lock), so this cannot fail;
@@ -472,6 +476,22 @@ impl<B: Backend> ShardState<B> {
             oversize,
             epoch: self.config_epoch,
             relocating,
+        }
+    }
+
+    /// Whether a relocation copy may still read or write `block`'s bytes: the marker recorded
+    /// after the copies (`Block::moved`) is not complete. A complete one is forgotten, so
+    /// the next hand-outs of these bytes ask no more.
+    #[inline]
+    fn copy_pending(&mut self, block: u32) -> bool {
+        let b = &mut self.blocks[block];
+        match &b.moved {
+            None => false,
+            Some((_, marker)) if B::marker_complete(marker) => {
+                b.moved = None;
+                false
+            }
+            Some(_) => true,
         }
     }
 
