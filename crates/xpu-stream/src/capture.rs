@@ -56,7 +56,9 @@ use crate::stream::{QueueRef, Stream};
 /// transfer, an event wait), user code, or a call that may begin a capture — a capture of
 /// the stream begun meanwhile (on another thread) waits for it; one begun on the thread
 /// holding it is refused ([`StreamError::PermitHeld`]). Not `Send`: released on the thread
-/// that took it.
+/// that took it. Forgetting it (`std::mem::forget`) keeps the permit for ever: a capture of
+/// the stream begun on another thread then fails with [`StreamError::PermitNotReleased`]
+/// after [`PERMIT_DRAIN_LIMIT`], and every capture begun on this thread is refused.
 #[must_use = "the queue is for an enqueue; the permit is released when it is dropped"]
 pub struct DirectQueue {
     queue: QueueRef,
@@ -100,6 +102,13 @@ impl fmt::Debug for DirectQueue {
     }
 }
 
+/// How long [`CaptureGuard::begin`] waits for the direct-enqueue permits of the stream taken
+/// before it marked the stream (each is held only across enqueue calls) before it fails with
+/// [`StreamError::PermitNotReleased`]: a permit held that long was forgotten
+/// (`std::mem::forget` of a [`DirectQueue`]) or kept across a wait, and would otherwise make
+/// the capture wait for ever.
+pub const PERMIT_DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Streams being captured: `(device, stream id)`, for [`device_is_capturing`]. `ACTIVE`
 /// counts them, so that query is one atomic load while nothing is captured. The per-stream
 /// flag, not this set, decides a direct enqueue.
@@ -135,7 +144,11 @@ impl CaptureGuard {
     /// [`StreamError::ExternalReleased`] for an external stream already unregistered;
     /// [`StreamError::AlreadyCapturing`] when another guard holds it;
     /// [`StreamError::PermitHeld`] when the calling thread holds a direct-enqueue permit of
-    /// any stream (a live [`DirectQueue`]), which the capture could wait for forever.
+    /// any stream (a live [`DirectQueue`]), which the capture could wait for forever (a
+    /// permit this thread forgot counts as held: its captures are refused from then on);
+    /// [`StreamError::PermitNotReleased`] when a permit of the stream taken by another thread
+    /// is not released within [`PERMIT_DRAIN_LIMIT`] (forgotten, or kept across a wait): the
+    /// stream is left not capturing.
     pub fn begin(stream: &Stream) -> Result<CaptureGuard, StreamError> {
         check_fork()?;
         let key = (stream.device(), stream.id());
@@ -159,17 +172,30 @@ impl CaptureGuard {
         {
             ACTIVE.fetch_add(1, Ordering::AcqRel);
         }
+        let guard = CaptureGuard { key, state };
         // Drain the permits taken before the flag was set: the exclusive lock is granted once
         // they are all released, and is released at once (a permit taken after that sees the
-        // flag and refuses).
-        match state.lock().try_write() {
-            Some(w) => drop(w),
-            None => {
-                hooks::run(hooks::Point::Drain);
-                drop(state.lock().write());
-            }
+        // flag and refuses). A permit is held only across enqueue calls; one not released
+        // within the limit was forgotten (or kept across a wait): the guard's drop clears
+        // the mark, and the capture fails instead of waiting for ever.
+        let mut drained = guard.state.lock().try_write().is_some();
+        if !drained {
+            hooks::run(hooks::Point::Drain);
+            drained = guard
+                .state
+                .lock()
+                .try_write_for(PERMIT_DRAIN_LIMIT)
+                .is_some();
         }
-        Ok(CaptureGuard { key, state })
+        if !drained {
+            drop(guard);
+            return Err(StreamError::PermitNotReleased {
+                device: key.0,
+                id: key.1,
+                waited_ms: u64::try_from(PERMIT_DRAIN_LIMIT.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        Ok(guard)
     }
 
     /// The captured stream's `(device, id)`.

@@ -76,13 +76,29 @@ pub enum StreamError {
     /// direct-enqueue permit (a live [`DirectQueue`](crate::DirectQueue)): the capture would
     /// wait for that permit, which the waiting thread itself holds. Nothing was marked.
     #[error(
-        "cannot begin a capture of stream {id:#x} of device {device} while this thread holds          a direct-enqueue permit (a live DirectQueue): drop it first"
+        "cannot begin a capture of stream {id:#x} of device {device} while this thread holds a direct-enqueue permit (a live DirectQueue): drop it first"
     )]
     PermitHeld {
         /// The stream's device.
         device: usize,
         /// The stream id.
         id: u64,
+    },
+    /// A capture's beginning waited [`PERMIT_DRAIN_LIMIT`](crate::PERMIT_DRAIN_LIMIT) for a
+    /// direct-enqueue permit of the stream that was not released: a
+    /// [`DirectQueue`](crate::DirectQueue) kept across a wait, or forgotten
+    /// (`std::mem::forget`, which keeps its permit for ever). The stream is left as it was,
+    /// not capturing.
+    #[error(
+        "cannot begin a capture of stream {id:#x} of device {device}: a direct-enqueue permit of the stream was not released within {waited_ms} ms (a DirectQueue kept across a wait, or forgotten with std::mem::forget)"
+    )]
+    PermitNotReleased {
+        /// The stream's device.
+        device: usize,
+        /// The stream id.
+        id: u64,
+        /// How long the capture waited, in milliseconds.
+        waited_ms: u64,
     },
     /// A capture began on a stream that another capture holds.
     #[error("stream {id:#x} of device {device} is already being captured into a graph")]

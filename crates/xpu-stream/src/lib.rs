@@ -46,7 +46,7 @@ mod state;
 mod stream;
 mod sync;
 
-pub use capture::{device_is_capturing, hooks, CaptureGuard, DirectQueue};
+pub use capture::{device_is_capturing, hooks, CaptureGuard, DirectQueue, PERMIT_DRAIN_LIMIT};
 pub use current::{current_stream, current_stream_here, set_stream};
 pub use error::StreamError;
 pub use external::ExternalStream;

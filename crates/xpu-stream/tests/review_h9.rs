@@ -6,7 +6,7 @@ mod common;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use xpu_stream::{CaptureGuard, ExternalStream};
+use xpu_stream::{CaptureGuard, ExternalStream, StreamError, PERMIT_DRAIN_LIMIT};
 
 /// Hang detection only (never an ordering): a call that should return at once.
 const HANG: Duration = Duration::from_secs(20);
@@ -33,9 +33,19 @@ fn a_forgotten_direct_queue_does_not_hang_a_capture_begun_on_another_thread() {
         let began = CaptureGuard::begin(&s).map(drop);
         let _ = tx.send(began);
     });
-    let began = rx.recv_timeout(HANG);
+    let began = rx
+        .recv_timeout(HANG)
+        .expect("CaptureGuard::begin on another thread hangs on the forgotten permit");
+    // Fixed: the capture fails after `PERMIT_DRAIN_LIMIT` with a typed error, and leaves the
+    // stream as it was: not capturing, direct enqueues accepted.
     assert!(
-        began.is_ok(),
-        "CaptureGuard::begin on another thread hangs on the forgotten permit"
+        matches!(
+            began,
+            Err(StreamError::PermitNotReleased { waited_ms, .. })
+                if waited_ms == PERMIT_DRAIN_LIMIT.as_millis() as u64
+        ),
+        "{began:?}"
     );
+    assert!(!s.is_capturing());
+    assert!(s.check_not_capturing("after").is_ok());
 }
