@@ -16,7 +16,7 @@ use crate::source::DynSource;
 use crate::stats::MemoryStats;
 
 /// The caching allocator of one device: segments are OpenCL buffers. One per device is created on first use by the crate-level functions
-/// ([`crate::device_allocator`]); more can be built for private use (tests, replays).
+/// ([`crate::device_allocator()`]); more can be built for private use (tests, replays).
 pub struct DeviceAllocator {
     core: DeviceCore,
     device: usize,

@@ -44,7 +44,7 @@
 //!   maximum of the sum over all threads at the instants of the updates, which per-thread
 //!   counters summed on read could not give;
 //! - the accumulated totals (`allocated`, `freed`) go to the thread's own cell
-//!   ([`ThreadCell`](super::stats::ThreadCell)), written by that thread only with plain
+//!   ([`ThreadCell`]), written by that thread only with plain
 //!   loads and stores; a read sums the shared totals and every cell under the registry's
 //!   lock, and a thread's exit folds its cell into the shared totals under the same lock, so
 //!   a read counts every operation exactly once. `reset_accumulated_stats` records each

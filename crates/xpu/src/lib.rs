@@ -81,7 +81,7 @@
 //! | `init()`, `is_initialized()` | [`init`], [`is_initialized`] | yes / no |
 //! | `current_device()` | [`current_device`] | yes |
 //! | `set_device(i)` | [`set_device`] | yes |
-//! | `device(i)` (context manager) | [`device`] → [`DeviceGuard`] | yes |
+//! | `device(i)` (context manager) | [`device()`] → [`DeviceGuard`] | yes |
 //! | `device_of(obj)` | [`device_of`] | yes |
 //! | `get_device_name(i)` | [`get_device_name`] | yes |
 //! | `get_device_capability(i)` | [`get_device_capability`] (a map, like torch.xpu) | yes |
@@ -89,7 +89,7 @@
 //! | `synchronize(i)` | [`synchronize`] (external streams included, as CUDA) | yes |
 //! | `current_stream(i)` | [`current_stream`] | yes |
 //! | `set_stream(s)` | [`set_stream`] (switches to the stream's device, as Python's; `xpu_stream::set_stream` keeps C++ semantics) | yes |
-//! | `stream(s)` (context manager) | [`stream`] → [`StreamGuard`] | yes |
+//! | `stream(s)` (context manager) | [`stream()`] → [`StreamGuard`] | yes |
 //! | `Stream(device, priority)` | [`new_stream`], [`xpu_stream::get_stream_from_pool`] | yes |
 //! | `ExternalStream(ptr)` / `get_stream_from_external` | [`ExternalStream`] (+ the backend's `unsafe CommandQueue::from_raw_borrowed`) | — |
 //! | `Stream.query/synchronize/wait_event/wait_stream/record_event` | [`Stream`], [`StreamExt`] | — |

@@ -1,5 +1,5 @@
 //! The observability functions over the process's device allocators (one per device,
-//! [`crate::device_allocator`]), as `torch.cuda.memory_summary(device)`,
+//! [`crate::device_allocator()`]), as `torch.cuda.memory_summary(device)`,
 //! `torch.cuda.memory._snapshot()` and `torch.cuda.memory._record_memory_history`.
 
 use super::history::TraceEntry;

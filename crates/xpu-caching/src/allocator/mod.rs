@@ -854,7 +854,7 @@ fn grow_path<B: Backend>(
     Ok(Outcome::Exhausted(req))
 }
 
-/// [`Relocation::Merge`]: serves `req` by moving live blocks instead of growing, or empties
+/// [`Relocation::Merge`](crate::config::Relocation::Merge): serves `req` by moving live blocks instead of growing, or empties
 /// segments for the release policy's consolidation (see `relocate`). Only for the default
 /// allocators (not private pools), under `release_policy:before_grow` with split segments.
 fn relocate_before_grow<B: Backend>(

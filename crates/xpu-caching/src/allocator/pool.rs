@@ -96,7 +96,7 @@ impl FreePool {
 
     /// Replaces the entry (`old_size`, `old_addr`) by (`size`, `addr`, `block`): one removal
     /// and one insertion, moving only the entries between the two positions. `hint` is
-    /// where [`FreePool::best_fit`] found the old entry, if it did (checked).
+    /// where `FreePool::best_fit` found the old entry, if it did (checked).
     #[inline(always)]
     pub(crate) fn replace(
         &mut self,
@@ -155,7 +155,7 @@ impl FreePool {
         self.best_fit_at(size).map(|(k, _)| k)
     }
 
-    /// As [`FreePool::best_fit`], with the block's position in a vector pool (a hint for
+    /// As `FreePool::best_fit`, with the block's position in a vector pool (a hint for
     /// [`FreePool::replace`]).
     #[inline]
     pub(crate) fn best_fit_at(&self, size: u64) -> Option<(FreeKey, Option<usize>)> {
