@@ -1,0 +1,95 @@
+//! Review h10: defects found by breaking the runtime through safe calls (each test fails on
+//! the code it was written against). Real OpenCL (PoCL in CI); ordering by user-event gates.
+
+mod common;
+
+use xpu_alloc::{AllocConfig, DeviceAllocator};
+use xpu_event::Gate;
+
+use common::{device_streams, MIB};
+
+fn private() -> DeviceAllocator {
+    DeviceAllocator::new(0, AllocConfig::parse("").unwrap()).unwrap()
+}
+
+/// `BlockView::fill` on a stream other than the allocation stream is non-blocking and records
+/// nothing: freeing the `DataPtr` right after (safe) hands its block to the next allocation
+/// on the allocation stream while the fill is still queued, and the stale fill then
+/// overwrites the new owner's bytes.
+#[test]
+fn a_view_fill_on_another_stream_never_writes_the_blocks_next_owner() {
+    let Some([s, t]) = device_streams::<2>() else {
+        return;
+    };
+    let alloc = private();
+    let x = alloc.allocate(MIB, &s).unwrap();
+    let x_addr = x.address();
+    let gate = Gate::new(0).unwrap();
+    gate.block(&t).unwrap();
+    // The fill waits behind the gate on `t`.
+    x.view()
+        .unwrap()
+        .fill(&t, &[0xAA], 0, MIB as usize)
+        .unwrap();
+    drop(x);
+    let y = alloc.allocate(MIB, &s).unwrap();
+    let reused = y.address() == x_addr;
+    y.view()
+        .unwrap()
+        .write(&s, 0, &vec![0x11u8; MIB as usize])
+        .unwrap();
+    gate.open().unwrap();
+    t.synchronize().unwrap();
+    let mut out = vec![0u8; MIB as usize];
+    y.view().unwrap().read(&s, 0, &mut out).unwrap();
+    let stale = out.iter().filter(|&&b| b == 0xAA).count();
+    assert_eq!(
+        stale,
+        0,
+        "the block was {}handed to a new allocation while a fill of its former owner was \
+         queued on another stream; {stale} of the new owner's bytes were overwritten",
+        if reused { "" } else { "not " }
+    );
+}
+
+/// `BlockView::copy_from` into a view on another stream: the same stale write through the
+/// destination (non-blocking, nothing recorded on the destination).
+#[test]
+fn a_view_copy_on_another_stream_never_writes_the_blocks_next_owner() {
+    let Some([s, t]) = device_streams::<2>() else {
+        return;
+    };
+    let alloc = private();
+    let src = alloc.allocate(MIB, &s).unwrap();
+    src.view()
+        .unwrap()
+        .write(&s, 0, &vec![0xBBu8; MIB as usize])
+        .unwrap();
+    let x = alloc.allocate(MIB, &s).unwrap();
+    let x_addr = x.address();
+    let gate = Gate::new(0).unwrap();
+    gate.block(&t).unwrap();
+    x.view()
+        .unwrap()
+        .copy_from(&t, &src.view().unwrap(), 0, 0, MIB as usize)
+        .unwrap();
+    drop(x);
+    let y = alloc.allocate(MIB, &s).unwrap();
+    let reused = y.address() == x_addr;
+    y.view()
+        .unwrap()
+        .write(&s, 0, &vec![0x11u8; MIB as usize])
+        .unwrap();
+    gate.open().unwrap();
+    t.synchronize().unwrap();
+    let mut out = vec![0u8; MIB as usize];
+    y.view().unwrap().read(&s, 0, &mut out).unwrap();
+    let stale = out.iter().filter(|&&b| b == 0xBB).count();
+    assert_eq!(
+        stale,
+        0,
+        "block {}reused; {stale} of the new owner's bytes were overwritten by a queued copy \
+         into its former owner",
+        if reused { "" } else { "not " }
+    );
+}
