@@ -580,10 +580,11 @@ fn to_usize(v: u64) -> Result<usize, AllocError> {
 /// requested size ([`DataPtr::size`]).
 ///
 /// Commands are enqueued on the given stream, which must belong to the allocation's device.
-/// As with any allocator memory (PyTorch's rule), work on a stream other than the allocation
-/// stream must be recorded with `record_stream` before the [`DataPtr`] is freed, or
-/// synchronized: non-blocking commands ([`BlockView::fill`], [`BlockView::copy_from`]) run
-/// after the call returns.
+/// A non-blocking command ([`BlockView::fill`], [`BlockView::copy_from`],
+/// [`BlockView::write_from_host`], [`BlockView::read_into_host`]) on a stream other than the
+/// allocation stream records that stream on the allocations it touches (as
+/// [`DataPtr::record_stream`], which PyTorch leaves to the caller): freed at once, a block is
+/// reused only after the command ran.
 pub struct BlockView<'a> {
     ptr: &'a DataPtr,
     /// The segment's buffer.
@@ -627,6 +628,19 @@ impl BlockView<'_> {
         }
         self.pin.prepare_on(stream)?;
         Ok(stream.enqueue_queue("block copy")?)
+    }
+
+    /// Records `stream` on the allocation when it is not the allocation stream, so that the
+    /// block is reused only after a non-blocking command through the view on it ran,
+    /// whenever the [`DataPtr`] is freed. Called with the stream's direct-enqueue permit held,
+    /// or after the enqueue (the view borrows the `DataPtr`, so it cannot be freed between).
+    fn note_use(&self, stream: &Stream) -> Result<(), AllocError> {
+        if self.ptr.stream() == Some(crate::stream_key(stream)) {
+            return Ok(());
+        }
+        self.ptr
+            .record_stream_ref(&crate::cl_stream::ClStream::try_shared(*stream)?);
+        Ok(())
     }
 
     /// What a transfer of `len` bytes at byte `offset` of the view on `stream` starts with:
@@ -687,6 +701,7 @@ impl BlockView<'_> {
         len: usize,
     ) -> Result<(), AllocError> {
         let (at, queue) = self.target(stream, offset, len)?;
+        self.note_use(stream)?;
         queue
             .fill(&self.buffer, pattern, at, len, &[])
             .map(drop)
@@ -715,7 +730,10 @@ impl BlockView<'_> {
         if len == 0 {
             return Ok(());
         }
-        self.queue(stream)?
+        let queue = self.queue(stream)?;
+        src.note_use(stream)?;
+        self.note_use(stream)?;
+        queue
             .copy(&src.buffer, from, &self.buffer, to, len, &[])
             .map(drop)
             .map_err(AllocError::from)
@@ -759,7 +777,11 @@ impl BlockView<'_> {
         use crate::host::{HostBytes, HostCopy};
         let at = self.host_range("device destination", offset, len)?;
         self.pin.prepare_on(stream).map_err(host_error)?;
-        stream.copy_pinned(&self.buffer, at, HostBytes::From(src), src_offset, len)
+        stream.copy_pinned(&self.buffer, at, HostBytes::From(src), src_offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.note_use(stream).map_err(host_error)
     }
 
     /// Non-blocking device-to-host copy of `len` bytes of this allocation at byte `offset`
@@ -780,7 +802,11 @@ impl BlockView<'_> {
         use crate::host::{HostBytes, HostCopy};
         let at = self.host_range("device source", offset, len)?;
         self.pin.prepare_on(stream).map_err(host_error)?;
-        stream.copy_pinned(&self.buffer, at, HostBytes::Into(dst), dst_offset, len)
+        stream.copy_pinned(&self.buffer, at, HostBytes::Into(dst), dst_offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.note_use(stream).map_err(host_error)
     }
 }
 

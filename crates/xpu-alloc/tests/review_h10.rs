@@ -93,3 +93,42 @@ fn a_view_copy_on_another_stream_never_writes_the_blocks_next_owner() {
         if reused { "" } else { "not " }
     );
 }
+
+/// `BlockView::write_from_host` on another stream: the same stale write (a pinned host-to-
+/// device copy queued behind a gate on `t`), which recorded only the host side.
+#[test]
+fn a_view_upload_on_another_stream_never_writes_the_blocks_next_owner() {
+    let Some([s, t]) = device_streams::<2>() else {
+        return;
+    };
+    let alloc = private();
+    let mut src = xpu_alloc::host::host_allocate_on(0, MIB as usize).unwrap();
+    src.as_mut_slice().fill(0xCC);
+    let x = alloc.allocate(MIB, &s).unwrap();
+    let x_addr = x.address();
+    let gate = Gate::new(0).unwrap();
+    gate.block(&t).unwrap();
+    x.view()
+        .unwrap()
+        .write_from_host(&t, &src, 0, 0, MIB as usize)
+        .unwrap();
+    drop(x);
+    let y = alloc.allocate(MIB, &s).unwrap();
+    let reused = y.address() == x_addr;
+    y.view()
+        .unwrap()
+        .write(&s, 0, &vec![0x11u8; MIB as usize])
+        .unwrap();
+    gate.open().unwrap();
+    t.synchronize().unwrap();
+    let mut out = vec![0u8; MIB as usize];
+    y.view().unwrap().read(&s, 0, &mut out).unwrap();
+    let stale = out.iter().filter(|&&b| b == 0xCC).count();
+    assert_eq!(
+        stale,
+        0,
+        "block {}reused; {stale} of the new owner's bytes were overwritten by a queued upload \
+         into its former owner",
+        if reused { "" } else { "not " }
+    );
+}
