@@ -352,9 +352,13 @@ impl<B: Backend> DeviceShared<B> {
     ) {
         let size = segment.size;
         self.live_ranges.lock().remove(&segment.address);
+        // Uncharged after the source's `free` returns, or as its panic unwinds (user code:
+        // the segment was handed over either way).
+        let _charge = Charge {
+            reserved: &self.reserved,
+            size,
+        };
         source.free(segment);
-        let mut r = self.reserved.lock();
-        r.bytes = r.bytes.saturating_sub(size);
     }
 }
 

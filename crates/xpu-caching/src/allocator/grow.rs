@@ -25,8 +25,19 @@ pub(super) fn release_batches<B: Backend>(
         batch.wait();
     }
     let mut st = local.stats();
+    // Every batch is freed even when a source's `free` (user code) panics in one; the first
+    // panic then goes on.
+    let mut panic = None;
     for batch in batches {
-        batch.free(shared, &mut st);
+        let freed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            batch.free(shared, &mut st);
+        }));
+        if let Err(payload) = freed {
+            panic.get_or_insert(payload);
+        }
+    }
+    if let Some(payload) = panic {
+        std::panic::resume_unwind(payload);
     }
 }
 

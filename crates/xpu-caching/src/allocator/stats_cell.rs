@@ -461,18 +461,25 @@ impl StatsWriter<'_> {
     /// is in progress) never wait for `f`: every driver call and device wait made while a
     /// writer is held runs inside this. The statistics are consistent at this point (no
     /// update in progress); the write is reopened afterwards.
+    /// When `f` panics, the write is reopened as well (as the unwind passes), so that a
+    /// caller that catches the panic writes on an open cell.
     pub(crate) fn unlocked<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        /// Reopens the write when dropped, after `f` returned or while it unwinds.
+        struct Reopen<'a, 'b>(&'a StatsWriter<'b>);
+        impl Drop for Reopen<'_, '_> {
+            fn drop(&mut self) {
+                // Writes nested in `f` on this thread have closed theirs: the value is even.
+                let seq = self.0.cell.seq.load(R);
+                self.0.cell.open(seq, self.0.gens);
+            }
+        }
         let open = self.cell.seq.load(R) & 1 == 1;
-        if open {
-            self.cell.close();
+        if !open {
+            return f();
         }
-        let result = f();
-        if open {
-            // Writes nested in `f` on this thread have closed theirs: the value is even.
-            let seq = self.cell.seq.load(R);
-            self.cell.open(seq, self.gens);
-        }
-        result
+        self.cell.close();
+        let _reopen = Reopen(self);
+        f()
     }
 }
 

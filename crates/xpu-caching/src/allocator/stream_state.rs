@@ -964,11 +964,8 @@ impl<B: Backend> ReleaseBatch<B> {
 
     /// Frees the segments (after [`ReleaseBatch::wait`]); returns the bytes released.
     pub(crate) fn free(self, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>) -> u64 {
-        let mut released = 0;
-        for segment in self.segments {
-            released += segment.source.size;
-            free_segment(segment, self.key, shared, st);
-        }
+        let released = self.segments.iter().map(|s| s.source.size).sum();
+        free_segments(self.segments, self.key, shared, st);
         released
     }
 }
@@ -1000,9 +997,30 @@ impl<B: Backend> ReleasedSegments<B> {
         if let Some(Err(e)) = synced {
             tracing::warn!(stream = ?self.key, error = %e, "synchronize before freeing a segment failed");
         }
-        for segment in self.segments {
-            free_segment(segment, self.key, shared, st);
+        free_segments(self.segments, self.key, shared, st);
+    }
+}
+
+/// Frees `segments` ([`free_segment`] each). The source's `free` is user code: when it
+/// panics, the other segments are still freed and counted, and the first panic then goes on
+/// to the caller.
+fn free_segments<B: Backend>(
+    segments: Vec<Segment<B>>,
+    key: StreamKey,
+    shared: &DeviceShared<B>,
+    st: &mut StatsWriter<'_>,
+) {
+    let mut panic = None;
+    for segment in segments {
+        let freed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            free_segment(segment, key, shared, st);
+        }));
+        if let Err(payload) = freed {
+            panic.get_or_insert(payload);
         }
+    }
+    if let Some(payload) = panic {
+        std::panic::resume_unwind(payload);
     }
 }
 
@@ -1023,22 +1041,32 @@ fn free_segment<B: Backend>(
     shared
         .history
         .record(TraceAction::SegmentFree, address, size, key.id);
-    match Arc::try_unwrap(segment.source) {
-        Ok(source) => st.unlocked(|| shared.release_segment(source)),
+    // The source's `free` is user code: when it panics the segment was handed over all the
+    // same, so it is counted as freed before the panic goes on.
+    let freed = match Arc::try_unwrap(segment.source) {
+        Ok(source) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            st.unlocked(|| shared.release_segment(source));
+        })),
         // Unreachable: the only other handle lives while `Allocation::with_segment` runs,
         // and a segment with a live allocation is never released. Leaked rather than freed
         // under a user's borrow.
-        Err(_) => tracing::error!(
-            address,
-            size,
-            "a released segment is still borrowed; leaked"
-        ),
-    }
+        Err(_) => {
+            tracing::error!(
+                address,
+                size,
+                "a released segment is still borrowed; leaked"
+            );
+            Ok(())
+        }
+    };
     st.segment().decrease(kind, 1);
     st.reserved_bytes().decrease(kind, size);
     st.num_device_free.bump();
     if oversize {
         st.oversize_segments.decrease(1);
+    }
+    if let Err(payload) = freed {
+        std::panic::resume_unwind(payload);
     }
 }
 
