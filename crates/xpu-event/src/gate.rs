@@ -6,7 +6,10 @@
 //! tests).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use xpu_device::backend::ClEvent;
 use xpu_stream::Stream;
@@ -32,15 +35,109 @@ use crate::error::EventError;
 /// ```
 ///
 /// Dropping an unopened gate opens it (except in a bad fork child, where the gate's entry
-/// points return `BadFork` and dropping does nothing), so a failing test never leaves a queue blocked forever
-/// (which would hang every later `synchronize`). Never `synchronize` a blocked stream (or its
-/// device) before opening the gate from another thread: that waits forever.
+/// points return `BadFork` and dropping does nothing), so a failing test never leaves a queue
+/// blocked for ever (which would hang every later `synchronize`). A gate never stays closed
+/// longer than its limit ([`GATE_OPEN_LIMIT`] unless made with [`Gate::with_open_limit`]): a
+/// watchdog thread opens it then, with a warning, so that a gate forgotten with
+/// `std::mem::forget`, or a blocked stream synchronized on the thread that would open the
+/// gate, holds its streams back for that long, not for ever.
 #[derive(Debug)]
 pub struct Gate {
     device: usize,
-    /// Shared only to leak it in a bad fork child (see `Drop`).
-    event: Arc<ClEvent>,
+    /// Shared with the watchdog (weakly), and leaked in a bad fork child (see `Drop`).
+    shared: Arc<GateShared>,
+}
+
+/// A gate's user event and whether it was opened.
+#[derive(Debug)]
+struct GateShared {
+    event: ClEvent,
     open: AtomicBool,
+}
+
+impl GateShared {
+    /// Opens the gate unless it was opened before.
+    fn open(&self) -> Result<(), EventError> {
+        if !self.open.swap(true, Ordering::AcqRel) {
+            self.event.set_complete()?;
+        }
+        Ok(())
+    }
+}
+
+/// How long a gate made with [`Gate::new`] stays closed at most before the watchdog opens it.
+pub const GATE_OPEN_LIMIT: Duration = Duration::from_secs(120);
+
+/// The gates not yet opened, each with the instant the watchdog opens it.
+struct Watch {
+    gates: Vec<(Instant, Weak<GateShared>)>,
+    /// Whether the watchdog thread runs.
+    started: bool,
+}
+
+static WATCH: Mutex<Watch> = Mutex::new(Watch {
+    gates: Vec::new(),
+    started: false,
+});
+static WATCH_CHANGED: Condvar = Condvar::new();
+
+/// Hands `gate` to the watchdog, to be opened at `deadline` if nothing opened it before;
+/// starts the watchdog thread on first use.
+fn watch(gate: &Arc<GateShared>, deadline: Instant) {
+    let mut watch = WATCH.lock();
+    watch.gates.push((deadline, Arc::downgrade(gate)));
+    if !watch.started {
+        let spawned = std::thread::Builder::new()
+            .name("xpu-gate-watchdog".into())
+            .spawn(watchdog);
+        match spawned {
+            Ok(_) => watch.started = true,
+            Err(e) => tracing::warn!(error = %e, "cannot start the gates' watchdog thread"),
+        }
+    }
+    WATCH_CHANGED.notify_one();
+}
+
+/// The watchdog: opens each gate still closed at its deadline, and forgets the gates opened
+/// or dropped meanwhile.
+fn watchdog() {
+    let mut watch = WATCH.lock();
+    loop {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        watch.gates.retain(|(deadline, gate)| {
+            let Some(gate) = gate.upgrade() else {
+                return false;
+            };
+            if gate.open.load(Ordering::Acquire) {
+                return false;
+            }
+            if *deadline <= now {
+                due.push(gate);
+                return false;
+            }
+            true
+        });
+        let next = watch.gates.iter().map(|g| g.0).min();
+        if !due.is_empty() {
+            // No lock held while the driver is called.
+            MutexGuard::unlocked(&mut watch, || {
+                for gate in due {
+                    tracing::warn!("a gate was not opened within its limit; the watchdog opens it");
+                    if let Err(e) = gate.open() {
+                        tracing::warn!(error = %e, "the watchdog could not open a gate");
+                    }
+                }
+            });
+            continue;
+        }
+        match next {
+            Some(at) => {
+                WATCH_CHANGED.wait_until(&mut watch, at);
+            }
+            None => WATCH_CHANGED.wait(&mut watch),
+        }
+    }
 }
 
 impl Gate {
@@ -50,13 +147,26 @@ impl Gate {
     /// `Device` errors for a bad index or a failed `clCreateUserEvent`; `BadFork` in a bad
     /// fork child.
     pub fn new(device: usize) -> Result<Gate, EventError> {
+        Self::with_open_limit(device, GATE_OPEN_LIMIT)
+    }
+
+    /// A closed gate on `device`'s context that the watchdog opens after `limit` if nothing
+    /// opened it before (see [`Gate`]).
+    ///
+    /// # Errors
+    /// As [`Gate::new`].
+    pub fn with_open_limit(device: usize, limit: Duration) -> Result<Gate, EventError> {
         crate::event::check_fork()?;
-        let event = Arc::new(xpu_device::device(device)?.create_user_event()?);
-        Ok(Gate {
-            device,
+        let event = xpu_device::device(device)?.create_user_event()?;
+        let shared = Arc::new(GateShared {
             event,
             open: AtomicBool::new(false),
-        })
+        });
+        // A limit past what an `Instant` holds: never opened by the watchdog.
+        if let Some(deadline) = Instant::now().checked_add(limit) {
+            watch(&shared, deadline);
+        }
+        Ok(Gate { device, shared })
     }
 
     /// The gate's device.
@@ -80,7 +190,7 @@ impl Gate {
         }
         stream
             .enqueue_queue("gate wait")?
-            .enqueue_barrier(&[&self.event])?;
+            .enqueue_barrier(&[&self.shared.event])?;
         Ok(())
     }
 
@@ -91,10 +201,7 @@ impl Gate {
     /// it was: the user event belongs to the parent's driver state).
     pub fn open(&self) -> Result<(), EventError> {
         crate::event::check_fork()?;
-        if !self.open.swap(true, Ordering::AcqRel) {
-            self.event.set_complete()?;
-        }
-        Ok(())
+        self.shared.open()
     }
 
     /// Runs `body` on this thread while a helper thread opens the gate as soon as the
@@ -131,12 +238,12 @@ impl Gate {
 
     /// True once opened.
     pub fn is_open(&self) -> bool {
-        self.open.load(Ordering::Acquire)
+        self.shared.open.load(Ordering::Acquire)
     }
 
     /// The user event, for wait lists of other commands.
     pub fn as_cl_event(&self) -> &ClEvent {
-        &self.event
+        &self.shared.event
     }
 }
 
@@ -145,11 +252,9 @@ impl Drop for Gate {
         // In a bad fork child the user event is the parent's driver state: it is leaked.
         if xpu_device::fork::is_in_bad_fork() {
             // A reference that is never dropped: the field's drop does not release it.
-            std::mem::forget(Arc::clone(&self.event));
+            std::mem::forget(Arc::clone(&self.shared));
             return;
         }
-        if !self.open.swap(true, Ordering::AcqRel) {
-            let _ = self.event.set_complete();
-        }
+        let _ = self.shared.open();
     }
 }

@@ -32,7 +32,7 @@ mod wait;
 pub use error::EventError;
 pub use event::{Event, EventFlags};
 pub use ext::StreamExt;
-pub use gate::Gate;
+pub use gate::{Gate, GATE_OPEN_LIMIT};
 
 /// The former home of [`Gate`], kept as an alias so `xpu_event::test_support::Gate` still
 /// names it.
