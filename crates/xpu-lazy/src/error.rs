@@ -31,6 +31,18 @@ pub enum LazyError {
         #[source]
         source: BoxError,
     },
+    /// Another thread's initialization was running its queued calls (user code) for
+    /// [`QUEUED_CALLS_WAIT_LIMIT`](crate::QUEUED_CALLS_WAIT_LIMIT) while this thread waited
+    /// for it: most likely a queued call is waiting for this very thread (it joins a thread
+    /// that calls into the runtime), which would otherwise deadlock. Nothing changed; a later
+    /// call initializes or waits again.
+    #[error(
+        "xpu initialization is running its queued calls on another thread and did not finish within {waited_ms} ms (a queued call waiting for this thread would deadlock)"
+    )]
+    QueuedCallsPending {
+        /// How long this thread waited, in milliseconds.
+        waited_ms: u64,
+    },
     /// No backend is registered under this device type.
     #[error("no backend registered for device type '{0}'")]
     UnknownBackend(String),

@@ -36,7 +36,10 @@ pub use error::{BoxError, LazyError};
 pub use registry::{
     device_lazy_init, is_backend_initialized, register_backend, registered_backends, InitFn,
 };
-pub use state::{init, is_in_bad_fork, is_initialized, lazy_call, lazy_init, queued_calls, OPENCL};
+pub use state::{
+    init, is_in_bad_fork, is_initialized, lazy_call, lazy_init, queued_calls, OPENCL,
+    QUEUED_CALLS_WAIT_LIMIT,
+};
 
 fn opencl_init() -> Result<(), BoxError> {
     // Enumerate devices (this installs the fork handler). As torch's init, zero devices is an

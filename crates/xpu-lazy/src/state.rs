@@ -20,6 +20,15 @@ type QueuedCall = Arc<dyn Fn() -> Result<(), BoxError> + Send + Sync>;
 /// before it is set is run by that init, and a call arriving after it runs at once.
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 static INIT_LOCK: Mutex<()> = Mutex::new(());
+/// Set while an initialization runs its queued calls (user code), under [`INIT_LOCK`].
+static RUNNING_QUEUE: AtomicBool = AtomicBool::new(false);
+
+/// How long [`lazy_init`] on another thread waits for an initialization that is running its
+/// queued calls (user code) before it fails with [`LazyError::QueuedCallsPending`]: a queued
+/// call that waits for a thread calling into the runtime (it joins a helper thread) would
+/// otherwise deadlock with it, as torch's `_lazy_init` does. The wait for the backend's own
+/// initialization (device enumeration) has no limit.
+pub const QUEUED_CALLS_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 static QUEUE: Mutex<Vec<(QueuedCall, &'static Location<'static>)>> = Mutex::new(Vec::new());
 
 thread_local! {
@@ -88,11 +97,13 @@ impl Drop for Initializing {
 /// lock (other threads wait here); initialize the OpenCL backend (device enumeration; at least
 /// one device is required); run the queued calls in order, including calls queued meanwhile
 /// (by the queued calls themselves or by other threads): each runs exactly once; mark
-/// initialized. A failing queued call leaves the runtime uninitialized with its queue intact,
+/// initialized. While the queued calls run, another thread waits at most
+/// [`QUEUED_CALLS_WAIT_LIMIT`] (a queued call may be waiting for it). A failing queued call leaves the runtime uninitialized with its queue intact,
 /// so the next call retries everything (as torch's `_lazy_init`).
 ///
 /// # Errors
-/// `BadFork`, `InitFailed` (backend routine), `QueuedCallFailed` (with the queuing location).
+/// `BadFork`, `InitFailed` (backend routine), `QueuedCallFailed` (with the queuing location),
+/// `QueuedCallsPending` (another thread's queued calls ran past the limit).
 pub fn lazy_init() -> Result<(), LazyError> {
     if xpu_device::fork::is_in_bad_fork() {
         return Err(LazyError::BadFork);
@@ -103,7 +114,17 @@ pub fn lazy_init() -> Result<(), LazyError> {
     if INITIALIZING.with(Cell::get) {
         return Ok(());
     }
-    let _guard = INIT_LOCK.lock();
+    // A thread that a queued call waits for (it was started by it, so it comes once the
+    // queue runs) waits a bounded time; the others wait as torch's threads do.
+    let _guard = if RUNNING_QUEUE.load(Ordering::Acquire) {
+        INIT_LOCK
+            .try_lock_for(QUEUED_CALLS_WAIT_LIMIT)
+            .ok_or(LazyError::QueuedCallsPending {
+                waited_ms: u64::try_from(QUEUED_CALLS_WAIT_LIMIT.as_millis()).unwrap_or(u64::MAX),
+            })?
+    } else {
+        INIT_LOCK.lock()
+    };
     if INITIALIZED.load(Ordering::Acquire) {
         return Ok(());
     }
@@ -116,6 +137,15 @@ pub fn lazy_init() -> Result<(), LazyError> {
 
 fn run_init() -> Result<(), LazyError> {
     device_lazy_init(OPENCL)?;
+    /// Clears [`RUNNING_QUEUE`] when the queue is done, failed or panicked.
+    struct Running;
+    impl Drop for Running {
+        fn drop(&mut self) {
+            RUNNING_QUEUE.store(false, Ordering::Release);
+        }
+    }
+    RUNNING_QUEUE.store(true, Ordering::Release);
+    let _running = Running;
     // Run the queue by position, re-reading it after each call: calls appended while earlier
     // ones run (by them, or by another thread) are run too. The queue is cleared, and
     // INITIALIZED set, under the queue lock once no call is left, so `lazy_call` either
