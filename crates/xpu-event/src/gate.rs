@@ -151,7 +151,8 @@ impl Gate {
     }
 
     /// A closed gate on `device`'s context that the watchdog opens after `limit` if nothing
-    /// opened it before (see [`Gate`]).
+    /// opened it before (see [`Gate`]). A limit too large for an [`Instant`]
+    /// (`Duration::MAX`) means never: such a gate forgotten holds its streams for ever.
     ///
     /// # Errors
     /// As [`Gate::new`].
