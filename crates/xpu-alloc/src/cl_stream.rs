@@ -352,6 +352,13 @@ impl Backend for ClBackend {
     /// `StreamError`); a simulated stream between simulated segments as
     /// [`SimStream::enqueue_copy`] (checked, no byte moved). Mixed kinds are
     /// [`CopyError::Unsupported`].
+    fn memory_len(memory: &SegmentMemory) -> Option<u64> {
+        match memory {
+            SegmentMemory::Buffer(m) => u64::try_from(m.size()).ok(),
+            SegmentMemory::Simulated(_) => None,
+        }
+    }
+
     fn enqueue_copy(
         stream: &StreamRef,
         src: &SegmentMemory,
@@ -361,11 +368,9 @@ impl Backend for ClBackend {
         len: u64,
     ) -> Result<(), CopyError> {
         match (stream, src, dst) {
-            (
-                StreamRef::Device(s),
-                SegmentMemory::Buffer { buffer: src, .. },
-                SegmentMemory::Buffer { buffer: dst, .. },
-            ) => s.enqueue_copy(src, src_offset, dst, dst_offset, len),
+            (StreamRef::Device(s), SegmentMemory::Buffer(src), SegmentMemory::Buffer(dst)) => {
+                s.enqueue_copy(src.buffer(), src_offset, dst.buffer(), dst_offset, len)
+            }
             (
                 StreamRef::Simulated(s),
                 SegmentMemory::Simulated(src),

@@ -310,7 +310,7 @@ impl DataPtr {
         })?;
         live.allocation
             .with_segment(|segment, offset| match &segment.memory {
-                SegmentMemory::Buffer { buffer, .. } => Ok(f(buffer, offset)),
+                SegmentMemory::Buffer(memory) => Ok(f(memory.buffer(), offset)),
                 SegmentMemory::Simulated(_) => Err(AllocError::Unsupported(
                     "simulated memory has no cl_mem".to_owned(),
                 )),
@@ -444,10 +444,8 @@ impl DataPtr {
         let sub = live
             .allocation
             .with_segment(|segment, offset| match &segment.memory {
-                SegmentMemory::Buffer {
-                    buffer,
-                    sub_buffers,
-                } => {
+                SegmentMemory::Buffer(memory) => {
+                    let (buffer, sub_buffers) = (memory.buffer(), memory.sub_buffers());
                     let wait_idle = || {
                         live.allocation
                             .wait_for_stream()
@@ -825,7 +823,7 @@ fn buffer_share(
     offset: u64,
 ) -> Result<(Arc<Buffer>, u64), AllocError> {
     match &segment.memory {
-        SegmentMemory::Buffer { buffer, .. } => Ok((Arc::clone(buffer), offset)),
+        SegmentMemory::Buffer(memory) => Ok((Arc::clone(memory.buffer()), offset)),
         SegmentMemory::Simulated(_) => Err(AllocError::Unsupported(
             "simulated memory has no cl_mem".to_owned(),
         )),

@@ -128,9 +128,9 @@ pub use crate::observe::device::{
 pub use crate::observe::{History, MemorySnapshot, TraceAction, TraceEntry};
 pub use crate::size::PoolKind;
 pub use crate::source::{
-    device_splits_segments, sub_buffers_safe_on, BufferSource, Fault, HookedSource, SegmentMemory,
-    SegmentSource, SimulatedSource, SourceError, SourceHooks, SourceSegment, SubBuffers,
-    SUB_BUFFERS_PER_SEGMENT,
+    device_splits_segments, sub_buffers_safe_on, BufferMemory, BufferSource, Fault, HookedSource,
+    SegmentMemory, SegmentSource, SimulatedSource, SourceError, SourceHooks, SourceSegment,
+    SubBuffers, SUB_BUFFERS_PER_SEGMENT,
 };
 pub use crate::stats::{MemoryStats, Stat, StatArray};
 pub use crate::stream::{MarkerError, StreamKey};

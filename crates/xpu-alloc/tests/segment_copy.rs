@@ -1,19 +1,18 @@
 //! The copy seam of the OpenCL backend (`ClBackend::enqueue_copy`, stage 1 of
 //! `docs/relocation.md`) on a real OpenCL device (PoCL in CI): `clEnqueueCopyBuffer` between
-//! segments of a `BufferSource`, exact bytes read back; the runtime's own refusals
+//! segments of a `BufferSource` (written and read by their owner, the test), exact bytes
+//! read back; the runtime's own refusals
 //! (out-of-range, overlapping ranges of one buffer) before any driver call; stream order
 //! made deterministic with a user-event gate. Skipped without a device unless
 //! `XPU_REQUIRE_DEVICE=1`. No sleeps.
 
 mod common;
 
-use std::sync::Arc;
-
 use xpu_alloc::{
-    BufferSource, ClBackend, ClStream, SegmentMemory, SegmentSource, SourceSegment, StreamRef,
+    BufferMemory, BufferSource, ClBackend, ClStream, SegmentMemory, SegmentSource, SourceSegment,
+    StreamRef,
 };
 use xpu_caching::{Backend, CopyEnd, CopyError};
-use xpu_device::backend::Buffer;
 use xpu_event::{Gate, StreamExt};
 use xpu_stream::{ExternalStream, StreamError};
 
@@ -49,23 +48,24 @@ fn segment(source: &BufferSource, size: u64) -> SourceSegment {
     source.allocate(size).expect("segment")
 }
 
-fn buffer(segment: &SourceSegment) -> &Arc<Buffer> {
-    match &segment.memory {
-        SegmentMemory::Buffer { buffer, .. } => buffer,
+fn memory(segment: &mut SourceSegment) -> &mut BufferMemory {
+    match &mut segment.memory {
+        SegmentMemory::Buffer(memory) => memory,
         SegmentMemory::Simulated(_) => panic!("a BufferSource segment is a buffer"),
     }
 }
 
-fn write(stream: &ExternalStream, segment: &SourceSegment, offset: usize, data: &[u8]) {
+/// A blocking write by the segment's owner (the test: no allocator holds it).
+fn write(stream: &ExternalStream, segment: &mut SourceSegment, offset: usize, data: &[u8]) {
     let queue = stream.stream().queue().expect("queue");
-    queue.write(buffer(segment), offset, data).expect("write");
+    memory(segment).write(&queue, offset, data).expect("write");
 }
 
-fn read(stream: &ExternalStream, segment: &SourceSegment) -> Vec<u8> {
-    let buffer = buffer(segment);
-    let mut out = vec![0; buffer.size()];
+fn read(stream: &ExternalStream, segment: &mut SourceSegment) -> Vec<u8> {
+    let memory = memory(segment);
+    let mut out = vec![0; memory.size()];
     let queue = stream.stream().queue().expect("queue");
-    queue.read(buffer, 0, &mut out).expect("read");
+    memory.read(&queue, 0, &mut out).expect("read");
     out
 }
 
@@ -77,10 +77,10 @@ fn a_copy_between_two_segments_moves_exactly_the_range() {
         return;
     };
     let source = BufferSource::new(0).expect("source");
-    let (a, b) = (segment(&source, SEG as u64), segment(&source, SEG as u64));
+    let (mut a, mut b) = (segment(&source, SEG as u64), segment(&source, SEG as u64));
     let (src, dst) = (bytes(1, SEG), bytes(2, SEG));
-    write(&s, &a, 0, &src);
-    write(&s, &b, 0, &dst);
+    write(&s, &mut a, 0, &src);
+    write(&s, &mut b, 0, &dst);
 
     // Unaligned offsets and length, the source range ending at the segment's last byte.
     let (from, to, len) = (SEG - 70_001, 12_345, 70_001);
@@ -99,8 +99,8 @@ fn a_copy_between_two_segments_moves_exactly_the_range() {
     // The blocking read is ordered after the copy on the stream's in-order queue.
     let mut expected = dst;
     expected[to..to + len].copy_from_slice(&src[from..]);
-    assert!(read(&s, &b) == expected, "destination bytes differ");
-    assert!(read(&s, &a) == src, "the source is unchanged");
+    assert!(read(&s, &mut b) == expected, "destination bytes differ");
+    assert!(read(&s, &mut a) == src, "the source is unchanged");
     source.free(a);
     source.free(b);
 }
@@ -111,9 +111,9 @@ fn a_copy_between_disjoint_ranges_of_one_segment() {
         return;
     };
     let source = BufferSource::new(0).expect("source");
-    let a = segment(&source, SEG as u64);
+    let mut a = segment(&source, SEG as u64);
     let data = bytes(3, SEG);
-    write(&s, &a, 0, &data);
+    write(&s, &mut a, 0, &data);
 
     let mut expected = data;
     // Forward, touching: [1000, 9000) -> [9000, 17000).
@@ -122,7 +122,7 @@ fn a_copy_between_disjoint_ranges_of_one_segment() {
     // Backward, far apart, after the first copy on the stream (it reads what that one wrote).
     ClBackend::enqueue_copy(&shared, &a.memory, 9001, &a.memory, 100_003, 7999).expect("backward");
     expected.copy_within(9001..17_000, 100_003);
-    assert!(read(&s, &a) == expected, "segment bytes differ");
+    assert!(read(&s, &mut a) == expected, "segment bytes differ");
     source.free(a);
 }
 
@@ -132,9 +132,9 @@ fn overlapping_ranges_of_one_segment_are_refused_before_the_driver() {
         return;
     };
     let source = BufferSource::new(0).expect("source");
-    let a = segment(&source, SEG as u64);
+    let mut a = segment(&source, SEG as u64);
     let data = bytes(4, SEG);
-    write(&s, &a, 0, &data);
+    write(&s, &mut a, 0, &data);
 
     for (from, to) in [(0, 4096), (4096, 0), (512, 512), (0, 8191)] {
         let refused = ClBackend::enqueue_copy(&shared, &a.memory, from, &a.memory, to, 8192)
@@ -150,16 +150,10 @@ fn overlapping_ranges_of_one_segment_are_refused_before_the_driver() {
             }
         );
     }
-    // Another handle to the same buffer is the same memory object.
-    let again = SegmentMemory::Buffer {
-        sub_buffers: xpu_alloc::SubBuffers::default(),
-        buffer: Arc::clone(buffer(&a)),
-    };
-    assert!(matches!(
-        ClBackend::enqueue_copy(&shared, &a.memory, 0, &again, 100, 200),
-        Err(CopyError::Overlap { .. })
-    ));
-    assert!(read(&s, &a) == data, "nothing was copied");
+    // Another handle to the same buffer would be the same memory object, which the copy
+    // check refuses too (`ClBackend::enqueue_copy` compares the `cl_mem`s); safe code cannot
+    // make one: a segment's buffer is exclusive (`ExclusiveBuffer`).
+    assert!(read(&s, &mut a) == data, "nothing was copied");
     source.free(a);
 }
 
@@ -169,10 +163,10 @@ fn ranges_out_of_either_segment_are_refused_before_the_driver() {
         return;
     };
     let source = BufferSource::new(0).expect("source");
-    let (a, b) = (segment(&source, SEG as u64), segment(&source, 4096));
+    let (mut a, mut b) = (segment(&source, SEG as u64), segment(&source, 4096));
     let (src, dst) = (bytes(5, SEG), bytes(6, 4096));
-    write(&s, &a, 0, &src);
-    write(&s, &b, 0, &dst);
+    write(&s, &mut a, 0, &src);
+    write(&s, &mut b, 0, &dst);
     let copy = |from: u64, to: u64, len: u64| {
         ClBackend::enqueue_copy(&shared, &a.memory, from, &b.memory, to, len)
     };
@@ -218,7 +212,7 @@ fn ranges_out_of_either_segment_are_refused_before_the_driver() {
         ClBackend::enqueue_copy(&shared, &a.memory, 0, &simulated, 0, 16),
         Err(CopyError::Unsupported(_))
     ));
-    assert!(read(&s, &b) == dst, "nothing was copied");
+    assert!(read(&s, &mut b) == dst, "nothing was copied");
     source.free(a);
     source.free(b);
 }
@@ -232,15 +226,15 @@ fn a_copy_runs_in_stream_order_behind_a_gate() {
         return;
     };
     let source = BufferSource::new(0).expect("source");
-    let (a, b, c) = (
+    let (mut a, mut b, mut c) = (
         segment(&source, SEG as u64),
         segment(&source, SEG as u64),
         segment(&source, SEG as u64),
     );
     let (src, zeros) = (bytes(7, SEG), vec![0u8; SEG]);
-    write(&s, &a, 0, &src);
-    write(&s, &b, 0, &zeros);
-    write(&s, &c, 0, &zeros);
+    write(&s, &mut a, 0, &src);
+    write(&s, &mut b, 0, &zeros);
+    write(&s, &mut c, 0, &zeros);
 
     let gate = Gate::new(0).expect("gate");
     gate.block(&s.stream()).expect("block");
@@ -262,8 +256,8 @@ fn a_copy_runs_in_stream_order_behind_a_gate() {
     // The event was recorded after the marker: it completes after it, not necessarily with
     // it (asserting its query right after the marker's wait failed once under load).
     event.synchronize().expect("event");
-    assert!(read(&s, &b) == src, "a -> b");
-    assert!(read(&s, &c) == src, "b -> c ran after a -> b");
+    assert!(read(&s, &mut b) == src, "a -> b");
+    assert!(read(&s, &mut c) == src, "b -> c ran after a -> b");
     source.free(a);
     source.free(b);
     source.free(c);

@@ -134,6 +134,14 @@ pub trait Backend: Clone + Sized + Send + Sync + 'static {
         dst_offset: u64,
         len: u64,
     ) -> Result<(), CopyError>;
+    /// The bytes `memory` really holds, when the backend can tell (`None`: it cannot, as for
+    /// memory that is only a place). A segment whose memory holds fewer bytes than its size
+    /// is refused when a source returns it ([`SegmentSource::allocate`](crate::SegmentSource::allocate)
+    /// is user code): blocks carved out of it would reach past the memory's end. Default:
+    /// `None`.
+    fn memory_len(_memory: &Self::Memory) -> Option<u64> {
+        None
+    }
     /// Whether this process is a child forked after its parent initialized the device's
     /// driver (a "bad fork", as `torch.cuda`'s `_is_in_bad_fork`). Default: `false` (a
     /// backend without a driver, such as the simulated one).

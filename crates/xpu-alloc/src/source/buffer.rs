@@ -1,7 +1,7 @@
 //! Segments made of OpenCL buffers (`cl_mem`), the default memory kind.
 
 use parking_lot::Mutex;
-use xpu_device::backend::{Buffer, MemFlags};
+use xpu_device::backend::{ExclusiveBuffer, MemFlags};
 use xpu_device::DeviceError;
 
 use super::{DeviceFailure, SegmentMemory, SegmentSource, SourceError, SourceSegment};
@@ -125,8 +125,8 @@ impl SegmentSource for BufferSource {
             .map_err(|e| classify(e, size))?;
         let bytes = usize::try_from(size).map_err(|_| SourceError::OutOfMemory)?;
         let context = self.device.context().map_err(|e| classify(e, size))?;
-        let buffer =
-            Buffer::new(context, bytes, MemFlags::default()).map_err(|e| classify(e, size))?;
+        let buffer = ExclusiveBuffer::new(context, bytes, MemFlags::default())
+            .map_err(|e| classify(e, size))?;
         let address = {
             let mut next = self.next_address.lock();
             let address = *next;

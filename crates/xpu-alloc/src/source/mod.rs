@@ -22,23 +22,102 @@ pub enum SegmentMemory {
     /// simulated copy's ranges.
     Simulated(Simulated),
     /// An OpenCL buffer, and the sub-buffers made of it for allocations used as kernel
-    /// arguments (dropped first: released before the buffer).
-    Buffer {
-        /// The sub-buffers of this segment, by (offset, size) in bytes.
-        sub_buffers: SubBuffers,
-        /// The segment's buffer (shared with the allocations that pass it to kernels and
-        /// views, so that neither costs a `clRetainMemObject`).
-        buffer: Arc<xpu_device::backend::Buffer>,
-    },
+    /// arguments. Opaque: made only by [`SegmentMemory::buffer`] from an exclusive buffer,
+    /// and the buffer is never handed back to code outside this crate, so that no safe code
+    /// gives the allocator a buffer that something else also uses, nor keeps one it handed
+    /// over.
+    Buffer(BufferMemory),
+}
+
+/// The OpenCL memory behind a segment ([`SegmentMemory::Buffer`]).
+#[derive(Debug)]
+pub struct BufferMemory {
+    /// The sub-buffers of this segment, by (offset, size) in bytes (dropped first: released
+    /// before the buffer).
+    sub_buffers: SubBuffers,
+    /// The segment's buffer (shared with the allocations that pass it to kernels and
+    /// views, so that neither costs a `clRetainMemObject`).
+    buffer: Arc<xpu_device::backend::Buffer>,
+}
+
+impl BufferMemory {
+    /// The buffer's size in bytes.
+    #[must_use]
+    pub fn size(&self) -> usize {
+        self.buffer.size()
+    }
+
+    /// The segment's buffer.
+    pub(crate) fn buffer(&self) -> &Arc<xpu_device::backend::Buffer> {
+        &self.buffer
+    }
+
+    /// The sub-buffers made of it.
+    pub(crate) fn sub_buffers(&self) -> &SubBuffers {
+        &self.sub_buffers
+    }
+
+    /// The buffer, for the segment's owner alone: `None` while anything else shares it
+    /// (an allocator's allocations, a sub-buffer). Only who holds the segment by value or
+    /// `&mut` (a source before it hands the segment out or after it got it back, a test)
+    /// reaches this.
+    fn owned(&mut self) -> Option<&xpu_device::backend::Buffer> {
+        if !self.sub_buffers.is_empty() {
+            return None;
+        }
+        Arc::get_mut(&mut self.buffer).map(|b| &*b)
+    }
+
+    /// Blocking write of `data` at byte `offset` of the buffer on `queue`
+    /// (`clEnqueueWriteBuffer`), by the segment's owner (`&mut` access, the buffer shared
+    /// with nothing).
+    ///
+    /// # Errors
+    /// `InvalidArgument` while the buffer is shared; as `CommandQueue::write` otherwise.
+    pub fn write(
+        &mut self,
+        queue: &xpu_device::backend::CommandQueue,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), xpu_device::DeviceError> {
+        let buffer = self.owned().ok_or_else(shared_buffer)?;
+        queue.write(buffer, offset, data)
+    }
+
+    /// Blocking read into `out` from byte `offset` of the buffer on `queue`
+    /// (`clEnqueueReadBuffer`), by the segment's owner, as [`BufferMemory::write`].
+    ///
+    /// # Errors
+    /// As [`BufferMemory::write`].
+    pub fn read(
+        &mut self,
+        queue: &xpu_device::backend::CommandQueue,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), xpu_device::DeviceError> {
+        let buffer = self.owned().ok_or_else(shared_buffer)?;
+        queue.read(buffer, offset, out)
+    }
+}
+
+fn shared_buffer() -> xpu_device::DeviceError {
+    xpu_device::DeviceError::InvalidArgument(
+        "a segment's buffer is read or written by its owner only, while nothing shares it"
+            .to_owned(),
+    )
 }
 
 impl SegmentMemory {
-    /// A segment of `buffer`, no sub-buffers made yet.
-    pub fn buffer(buffer: xpu_device::backend::Buffer) -> SegmentMemory {
-        SegmentMemory::Buffer {
+    /// A segment of `buffer`, no sub-buffers made yet. The buffer is exclusive
+    /// ([`ExclusiveBuffer`](xpu_device::backend::ExclusiveBuffer)): nothing else reads or
+    /// writes it behind the allocations carved out of the segment. The allocator refuses a
+    /// buffer smaller than the segment's size when a source returns it.
+    #[must_use]
+    pub fn buffer(buffer: xpu_device::backend::ExclusiveBuffer) -> SegmentMemory {
+        SegmentMemory::Buffer(BufferMemory {
             sub_buffers: SubBuffers::default(),
-            buffer: Arc::new(buffer),
-        }
+            buffer: Arc::new(buffer.into_buffer()),
+        })
     }
 }
 

@@ -315,6 +315,17 @@ impl<B: Backend> DeviceShared<B> {
                      {size} bytes"
                 ))))
             }
+            Ok(segment) if B::memory_len(&segment.memory).is_some_and(|len| len < segment.size) => {
+                // A source that broke its contract the other way: its memory is smaller than
+                // the segment, and commands on blocks past its end would reach outside it.
+                let len = B::memory_len(&segment.memory).unwrap_or(0);
+                source.free(segment);
+                drop(charge);
+                Err(SegmentFailure::Device(DeviceFailure::message(format!(
+                    "the segment source returned a segment of {size} bytes whose memory \
+                     holds {len} bytes"
+                ))))
+            }
             Ok(segment) => {
                 if let Err(msg) = self.claim_range(segment.address, segment.size) {
                     // A source breaking its contract (addresses unique among live

@@ -188,6 +188,44 @@ impl Buffer {
     }
 }
 
+/// A buffer that nothing else holds: made fresh by [`ExclusiveBuffer::new`] (or vouched for
+/// with [`ExclusiveBuffer::from_buffer`]), and not `Clone`. What an allocator needs of the
+/// memory it hands out in blocks: no other handle reads or writes it behind the blocks'
+/// owners.
+#[derive(Debug)]
+pub struct ExclusiveBuffer(Buffer);
+
+impl ExclusiveBuffer {
+    /// A new read-write buffer of `size` bytes (`clCreateBuffer`, as [`Buffer::new`]).
+    ///
+    /// # Errors
+    /// As [`Buffer::new`].
+    pub fn new(context: &Context, size: usize, flags: MemFlags) -> Result<ExclusiveBuffer> {
+        Buffer::new(context, size, flags).map(ExclusiveBuffer)
+    }
+
+    /// Vouches that `buffer` is held by nothing else.
+    ///
+    /// # Safety
+    /// For as long as the result (or what it is handed to) uses the buffer, no other handle
+    /// to the same `cl_mem` (a [`Buffer::clone`], a raw handle) nor a sub-buffer of it or of
+    /// its parent is used to read or write it, and it is not a sub-buffer overlapping memory
+    /// used elsewhere.
+    pub unsafe fn from_buffer(buffer: Buffer) -> ExclusiveBuffer {
+        ExclusiveBuffer(buffer)
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> usize {
+        self.0.size()
+    }
+
+    /// The buffer, giving up the claim (the caller then holds the only handle).
+    pub fn into_buffer(self) -> Buffer {
+        self.0
+    }
+}
+
 impl Clone for Buffer {
     fn clone(&self) -> Self {
         // SAFETY: self.mem is live (we own a reference).

@@ -72,7 +72,7 @@ pub use event::{
     status_queries_on_this_thread, ClEvent, EventStatus, ProfilingInfo, DROPPED_UNSET_STATUS,
 };
 pub use live::{live_objects, LiveObjects};
-pub use memory::{Buffer, MemFlags};
+pub use memory::{Buffer, ExclusiveBuffer, MemFlags};
 pub use offset_params::{add_offset_params, OFFSET_PARAM_PREFIX};
 pub use pinned::PinnedBuffer;
 pub use platform::Platform;
