@@ -555,7 +555,12 @@ struct Route {
     /// Id of the device allocator whose allocations are routed.
     parent: u64,
     pool: MemPool,
+    /// Unique to this routing: a [`MemPoolGuard`] ends its own routing only.
+    token: u64,
 }
+
+/// The next routing's token.
+static NEXT_ROUTE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Drop for Route {
     fn drop(&mut self) {
@@ -597,6 +602,11 @@ pub(crate) fn routed(parent: u64) -> Option<MemPool> {
 /// thread-local destructor that runs after the thread's routing state was destroyed;
 /// [`AllocError::BadFork`] in a bad fork child.
 pub fn begin_allocate_to_pool(pool: &MemPool) -> Result<(), AllocError> {
+    begin_route(pool).map(drop)
+}
+
+/// [`begin_allocate_to_pool`], returning the routing's token.
+fn begin_route(pool: &MemPool) -> Result<u64, AllocError> {
     check_fork()?;
     let parent = pool.inner.parent.id();
     let unavailable = || AllocError::RoutingUnavailable {
@@ -622,13 +632,29 @@ pub fn begin_allocate_to_pool(pool: &MemPool) -> Result<(), AllocError> {
                 });
             }
             pool.inner.routing.fetch_add(1, Ordering::AcqRel);
+            let token = NEXT_ROUTE.fetch_add(1, Ordering::Relaxed);
             routes.push(Route {
                 parent,
                 pool: pool.clone(),
+                token,
             });
-            Ok(())
+            Ok(token)
         })
         .unwrap_or_else(|_| Err(unavailable()))
+}
+
+/// Ends the calling thread's routing `token` if it still runs (a guard's end).
+fn end_route(token: u64) {
+    let removed = ROUTES
+        .try_with(|routes| {
+            let mut routes = routes.try_borrow_mut().ok()?;
+            let pos = routes.iter().rposition(|r| r.token == token)?;
+            Some(routes.remove(pos))
+        })
+        .ok()
+        .flatten();
+    // The route (and its pool handle) drops here, outside the thread-local borrow.
+    drop(removed);
 }
 
 /// Ends the calling thread's routing to `pool` (as torch's `_cuda_endAllocateToPool`).
@@ -682,9 +708,10 @@ pub fn end_allocate_to_pool(pool: &MemPool) -> Result<(), AllocError> {
 /// already routes to `pool`; [`AllocError::RoutingUnavailable`] from a thread-local
 /// destructor at thread exit, once the routing state is gone.
 pub fn use_mem_pool(pool: &MemPool) -> Result<MemPoolGuard, AllocError> {
-    begin_allocate_to_pool(pool)?;
+    let token = begin_route(pool)?;
     Ok(MemPoolGuard {
         pool: pool.clone(),
+        token,
         _not_send: PhantomData,
     })
 }
@@ -694,6 +721,8 @@ pub fn use_mem_pool(pool: &MemPool) -> Result<MemPoolGuard, AllocError> {
 #[derive(Debug)]
 pub struct MemPoolGuard {
     pool: MemPool,
+    /// Its routing (ended by the guard's drop unless already ended).
+    token: u64,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -707,8 +736,9 @@ impl MemPoolGuard {
 
 impl Drop for MemPoolGuard {
     fn drop(&mut self) {
-        // Already ended by an explicit `end_allocate_to_pool`: nothing to do.
-        let _ = end_allocate_to_pool(&self.pool);
+        // Its own routing only: one already ended by an explicit `end_allocate_to_pool` is
+        // gone, and a later routing to the same pool is another's.
+        end_route(self.token);
     }
 }
 

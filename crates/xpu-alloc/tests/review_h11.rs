@@ -63,3 +63,29 @@ fn a_segment_whose_memory_is_smaller_than_its_size_is_refused() {
     );
     assert_eq!(pool.memory_reserved(), 0, "nothing kept");
 }
+
+/// A `MemPoolGuard` whose routing was ended explicitly (`end_allocate_to_pool`) ended, when
+/// it dropped, the routing a later `use_mem_pool` of the same pool started
+/// (`end_allocate_to_pool` removes the innermost routing to that pool, whoever started it):
+/// the live guard `g2` then routed nothing. Now a guard ends its own routing only.
+#[test]
+fn a_stale_guard_does_not_end_a_later_routing_to_the_same_pool() {
+    let Some(stream) = common::device_stream() else {
+        return;
+    };
+    let pool = MemPool::new(0).unwrap();
+    let g1 = xpu_alloc::use_mem_pool(&pool).unwrap();
+    xpu_alloc::end_allocate_to_pool(&pool).unwrap();
+    let g2 = xpu_alloc::use_mem_pool(&pool).unwrap();
+    drop(g1); // its routing ended above: it must leave g2's alone
+    let p = xpu_alloc::allocate(1 << 20, &stream).unwrap();
+    let (routing, owned) = (pool.routing_threads(), pool.owns(&p));
+    drop(p);
+    drop(g2);
+    assert_eq!(
+        (routing, owned, pool.routing_threads()),
+        (1, true, 0),
+        "(threads routing to the pool, allocation from the pool) while g2 lives, then routing \
+         after g2"
+    );
+}
