@@ -34,14 +34,27 @@ fn read(path: &Path) -> anyhow::Result<Value> {
 }
 
 /// `(threads, million pairs per second)` for every thread count present under `key(n)`.
-fn curve(v: &Value, key: impl Fn(u32) -> String) -> Vec<(f64, f64)> {
-    THREADS
-        .iter()
-        .filter_map(|&n| {
-            let ns = v.get(key(n))?.as_f64()?;
-            (ns > 0.0).then(|| (f64::from(n), 1e3 / ns))
-        })
-        .collect()
+///
+/// # Errors
+/// A positive figure so small that its throughput is not a finite number (a chart of it
+/// would never finish drawing), naming its key.
+fn curve(v: &Value, key: impl Fn(u32) -> String) -> anyhow::Result<Vec<(f64, f64)>> {
+    let mut points = Vec::new();
+    for n in THREADS {
+        let name = key(n);
+        let Some(ns) = v.get(&name).and_then(Value::as_f64) else {
+            continue;
+        };
+        if ns > 0.0 {
+            let throughput = 1e3 / ns;
+            anyhow::ensure!(
+                throughput.is_finite(),
+                "{name} is {ns:e} ns: too small for a throughput to plot"
+            );
+            points.push((f64::from(n), throughput));
+        }
+    }
+    Ok(points)
 }
 
 /// Draws the curves.
@@ -50,14 +63,14 @@ fn curve(v: &Value, key: impl Fn(u32) -> String) -> Vec<(f64, f64)> {
 /// Unreadable inputs, no thread figures, or a drawing failure.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     crate::check_parent("--out", &args.out)?;
-    let ours = curve(&read(&args.ours)?, |n| format!("threads{n}_pair_ns"));
+    let ours = curve(&read(&args.ours)?, |n| format!("threads{n}_pair_ns"))?;
     anyhow::ensure!(
         !ours.is_empty(),
         "{} has no threads{{N}}_pair_ns figures",
         args.ours.display()
     );
     let torch = match &args.torch {
-        Some(p) => curve(&read(p)?, |n| format!("threads{n}_ns_per_pair_wall")),
+        Some(p) => curve(&read(p)?, |n| format!("threads{n}_ns_per_pair_wall"))?,
         None => Vec::new(),
     };
     let top = ours.iter().chain(&torch).map(|p| p.1).fold(1.0, f64::max) * 1.15;
@@ -115,7 +128,7 @@ mod tests {
     fn curve_turns_ns_per_pair_into_throughput() {
         let v: Value = serde_json::json!({"threads1_pair_ns": 250.0, "threads16_pair_ns": 25.0});
         assert_eq!(
-            curve(&v, |n| format!("threads{n}_pair_ns")),
+            curve(&v, |n| format!("threads{n}_pair_ns")).unwrap(),
             vec![(1.0, 4.0), (16.0, 40.0)]
         );
     }

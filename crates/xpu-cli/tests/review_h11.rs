@@ -16,7 +16,11 @@ use common::{scratch, xpu_exe};
 fn plot_scaling_of_a_figure_with_infinite_throughput_is_an_error_not_a_hang() {
     let dir = scratch("review-h11-plot-scaling");
     let ours = dir.join("ours.json");
-    std::fs::write(&ours, r#"{"threads1_pair_ns": 1e-320, "threads2_pair_ns": 100.0}"#).unwrap();
+    std::fs::write(
+        &ours,
+        r#"{"threads1_pair_ns": 1e-320, "threads2_pair_ns": 100.0}"#,
+    )
+    .unwrap();
     let out = dir.join("o.svg");
     let mut child = Command::new(xpu_exe())
         .args(["plot-scaling", "--ours"])
@@ -42,4 +46,10 @@ fn plot_scaling_of_a_figure_with_infinite_throughput_is_an_error_not_a_hang() {
     std::fs::remove_dir_all(&dir).unwrap();
     let status = status.expect("xpu plot-scaling still running after 60 s (hang)");
     assert!(!status.success(), "an infinite figure must be refused");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains("threads1_pair_ns is 1e-320 ns: too small for a throughput to plot"),
+        "{stderr}"
+    );
 }
