@@ -56,7 +56,7 @@ fn a_vacated_place_handed_out_after_relocation_is_turned_off_still_waits_for_the
         drop(big);
         if turn_off {
             // The caches are flushed; the next hand-outs never relocate.
-            core.set_config(AllocConfig::default());
+            core.set_config(AllocConfig::parse("relocation:off").expect("config"));
         } else {
             core.empty_cache();
         }
@@ -229,7 +229,7 @@ fn a_vacated_place_whose_copy_completed_is_handed_out_as_usual_with_relocation_o
     assert_eq!(core.relocation_stats().moves, 1, "q moved");
     let vacated = pinned_address(&big);
     drop(big);
-    core.set_config(AllocConfig::default());
+    core.set_config(AllocConfig::parse("relocation:off").expect("config"));
     let pending = core.alloc(8 * MIB, &s).unwrap();
     assert!(pending.relocatable(), "the copy is still gated");
     assert_eq!(pending.address(), vacated);
