@@ -367,7 +367,7 @@ impl DataPtr {
         kernel
             .check_buffer_param(index)
             .map_err(BlockArgError::Device)?;
-        let sub = self.sub_buffer()?;
+        let sub = self.waited_sub_buffer()?;
         kernel
             .set_arg_shared_buffer(index, sub)
             .map_err(BlockArgError::Device)
@@ -422,11 +422,42 @@ impl DataPtr {
     /// sub-buffers are unsafe; [`BlockArgError::Device`] for a failed `clCreateSubBuffer`.
     pub fn block_cl_mem(&self) -> Result<(raw::cl_mem, usize), BlockArgError> {
         self.observe_place().map_err(BlockArgError::Alloc)?;
-        let b = self.sub_buffer()?;
+        let b = self.waited_sub_buffer()?;
         Ok((b.as_raw(), b.size()))
     }
 
-    fn sub_buffer(&self) -> Result<&Arc<Buffer>, BlockArgError> {
+    /// The block's sub-buffer, waiting for the allocation stream when it must.
+    fn waited_sub_buffer(&self) -> Result<&Arc<Buffer>, BlockArgError> {
+        match self.sub_buffer(true) {
+            Ok(b) => Ok(b),
+            Err(SubBufferError::Arg(e)) => Err(e),
+            // Not returned when waiting is allowed; reported as the failed wait it replaces.
+            Err(SubBufferError::WouldWait) => Err(BlockArgError::Alloc(AllocError::Stream(
+                xpu_caching::MarkerError::message("the wait for the allocation stream"),
+            ))),
+        }
+    }
+
+    /// [`DataPtr::block_cl_mem`] that never waits on the host: `Ok(None)` when the block's
+    /// sub-buffer is not made yet and making it would first wait for the allocation stream
+    /// (its bytes overlap a cached sub-buffer, and that stream's work has not completed). For
+    /// callers that must not block, such as a graph capture recording a command buffer (it
+    /// falls back to a recorded replay).
+    ///
+    /// # Errors
+    /// As [`DataPtr::block_cl_mem`].
+    pub fn try_block_cl_mem(&self) -> Result<Option<(raw::cl_mem, usize)>, BlockArgError> {
+        self.observe_place().map_err(BlockArgError::Alloc)?;
+        match self.sub_buffer(false) {
+            Ok(b) => Ok(Some((b.as_raw(), b.size()))),
+            Err(SubBufferError::Arg(e)) => Err(e),
+            Err(SubBufferError::WouldWait) => Ok(None),
+        }
+    }
+
+    /// The block's sub-buffer; `wait`: whether making one over reused bytes may wait for the
+    /// allocation stream on the host (else [`SubBufferError::WouldWait`]).
+    fn sub_buffer(&self, wait: bool) -> Result<&Arc<Buffer>, SubBufferError> {
         // Before `clCreateSubBuffer`, and even for a cached sub-buffer: every entry point
         // refuses at once in a bad fork child.
         check_fork().map_err(BlockArgError::Alloc)?;
@@ -447,35 +478,47 @@ impl DataPtr {
                 SegmentMemory::Buffer(memory) => {
                     let (buffer, sub_buffers) = (memory.buffer(), memory.sub_buffers());
                     let wait_idle = || {
-                        live.allocation
-                            .wait_for_stream()
-                            .map_err(|e| BlockArgError::Alloc(AllocError::Stream(e)))
+                        let stream_error =
+                            |e| SubBufferError::Arg(BlockArgError::Alloc(AllocError::Stream(e)));
+                        if wait {
+                            return live.allocation.wait_for_stream().map_err(stream_error);
+                        }
+                        match live.allocation.stream_idle() {
+                            Ok(true) => Ok(()),
+                            Ok(false) => Err(SubBufferError::WouldWait),
+                            Err(e) => Err(stream_error(e)),
+                        }
                     };
                     // A block that is its whole segment passes the segment's buffer.
                     if offset == 0 && live.allocation.allocated_size() == segment.size {
                         return sub_buffers.whole(buffer, &live.sub_buffer.0, wait_idle);
                     }
                     if !sub_buffers_allowed(self.device) {
-                        return Err(BlockArgError::Alloc(AllocError::Unsupported(
-                            "a block inside a segment reaches a kernel built as written \
+                        return Err(SubBufferError::Arg(BlockArgError::Alloc(
+                            AllocError::Unsupported(
+                                "a block inside a segment reaches a kernel built as written \
                              (no offset parameters) only as a sub-buffer, and this platform's \
                              sub-buffers are unsafe (NVIDIA's OpenCL crashes on them): build \
                              the kernel with Program::build, or pass the segment's buffer \
                              and offset (DataPtr::cl_mem_and_offset)"
-                                .to_owned(),
+                                    .to_owned(),
+                            ),
                         )));
                     }
-                    let offset = to_usize(offset).map_err(BlockArgError::Alloc)?;
+                    let offset = to_usize(offset)
+                        .map_err(|e| SubBufferError::Arg(BlockArgError::Alloc(e)))?;
                     sub_buffers.get_or_create(buffer, offset, size, &live.sub_buffer.0, wait_idle)
                 }
-                SegmentMemory::Simulated(_) => Err(BlockArgError::Alloc(AllocError::Unsupported(
-                    "simulated memory has no cl_mem".to_owned(),
+                SegmentMemory::Simulated(_) => Err(SubBufferError::Arg(BlockArgError::Alloc(
+                    AllocError::Unsupported("simulated memory has no cl_mem".to_owned()),
                 ))),
             })
             .unwrap_or_else(|| {
-                Err(BlockArgError::Alloc(AllocError::InvalidDevicePointer {
-                    address: live.allocation.address(),
-                }))
+                Err(SubBufferError::Arg(BlockArgError::Alloc(
+                    AllocError::InvalidDevicePointer {
+                        address: live.allocation.address(),
+                    },
+                )))
             })?;
         // A concurrent first use may have stored its own: keep that one, drop ours.
         let _ = live.sub_buffer.0.set(sub);
@@ -546,6 +589,25 @@ pub enum BlockArgError {
     /// another device's context).
     #[error(transparent)]
     Device(DeviceError),
+}
+
+/// Why [`DataPtr::sub_buffer`] gave no sub-buffer.
+enum SubBufferError {
+    Arg(BlockArgError),
+    /// Making it would have waited for the allocation stream (not allowed to).
+    WouldWait,
+}
+
+impl From<DeviceError> for SubBufferError {
+    fn from(e: DeviceError) -> Self {
+        SubBufferError::Arg(BlockArgError::Device(e))
+    }
+}
+
+impl From<BlockArgError> for SubBufferError {
+    fn from(e: BlockArgError) -> Self {
+        SubBufferError::Arg(e)
+    }
 }
 
 impl From<DeviceError> for BlockArgError {

@@ -809,8 +809,9 @@ pub fn graph_pool_handle(device: usize) -> Result<MemPool, GraphError> {
 }
 
 /// A captured command sequence of one device, replayed with [`Graph::replay`] (as
-/// `torch.cuda.CUDAGraph`). `Send + Sync`; concurrent replays are serialized by the graph's
-/// lock (each replay's enqueues stay together).
+/// `torch.cuda.CUDAGraph`). `Send`, not `Sync` (its kernel nodes hold OpenCL kernel
+/// objects, which are not `Sync`): share one across threads behind a `Mutex`. A replay's
+/// enqueues stay together under the graph's lock.
 pub struct Graph {
     device: usize,
     /// Replays try command buffers (mode `Auto` and every command expressible).
@@ -1234,11 +1235,23 @@ fn command_buffer_for(
 /// A retained handle to exactly `block`'s bytes (its cached sub-buffer, `CL_MEM_SIZE` = the
 /// allocation's size), for a command buffer.
 #[allow(unsafe_code)]
+///
+/// Never waits on the host: a block whose sub-buffer would first wait for its allocation
+/// stream (bytes reused since a sub-buffer was cached over them) fails the command buffer,
+/// and the graph replays as recorded (a capture on one stream never waits for another's
+/// work, which may be held back by a gate that this thread opens later).
 fn block_buffer(block: &DataPtr) -> Result<Buffer, GraphError> {
-    let (mem, size) = block.block_cl_mem().map_err(|e| match e {
-        BlockArgError::Alloc(e) => KernelError::Alloc(e),
-        BlockArgError::Device(e) => KernelError::Device(e),
-    })?;
+    let (mem, size) = block
+        .try_block_cl_mem()
+        .map_err(|e| match e {
+            BlockArgError::Alloc(e) => KernelError::Alloc(e),
+            BlockArgError::Device(e) => KernelError::Device(e),
+        })?
+        .ok_or_else(|| {
+            KernelError::Device(DeviceError::InvalidArgument(
+                "a block's sub-buffer would wait for its allocation stream's work".to_owned(),
+            ))
+        })?;
     // SAFETY: `mem` is the allocation's live sub-buffer of exactly `size` bytes (held by the
     // `DataPtr`, which the graph holds). The retained handle goes only into the graph's
     // command buffers, which the graph releases before its blocks, and whose enqueues are on

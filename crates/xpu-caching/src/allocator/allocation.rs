@@ -260,6 +260,21 @@ impl<B: ThreadCacheKey> Allocation<B> {
         B::wait(&marker)
     }
 
+    /// Whether the work enqueued on the allocation's stream so far has completed, without
+    /// waiting: a marker recorded now is queried once (a marker on a queue that still has
+    /// work, or that the driver has not processed yet, answers `false`).
+    ///
+    /// # Errors
+    /// The [`MarkerError`](crate::MarkerError) of recording the marker; in a bad fork child.
+    pub fn stream_idle(&self) -> Result<bool, crate::MarkerError> {
+        if B::is_bad_fork() {
+            return Err(crate::MarkerError::message("in a bad fork child"));
+        }
+        let stream = self.shard.stream();
+        let marker = B::record_marker(&stream)?;
+        Ok(B::marker_complete(&marker))
+    }
+
     /// Marks the allocation as used on `stream` (as `Tensor.record_stream`); ignored for
     /// the allocation stream and for a stream already recorded. Does nothing in a bad fork
     /// child.
