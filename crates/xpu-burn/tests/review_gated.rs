@@ -46,13 +46,20 @@ fn into_data_and_to_device_wait_for_gated_producers() {
         println!("waited {:?}", t0.elapsed());
         let want: Vec<f32> = v.iter().map(|a| a * 2.0 + 1.0).collect();
         assert_eq!(got, want, "into_data of a gated producer");
-        assert_eq!(moved.into_data().to_vec::<f32>().unwrap(), want, "to_device");
+        assert_eq!(
+            moved.into_data().to_vec::<f32>().unwrap(),
+            want,
+            "to_device"
+        );
         let sum: f32 = want.iter().sum();
         assert_eq!(z.into_data().to_vec::<f32>().unwrap(), vec![sum]);
         tx.send(()).unwrap();
     });
     let r = rx.recv_timeout(Duration::from_secs(120));
-    assert!(r.is_ok() || worker.is_finished(), "hang: into_data of gated work");
+    assert!(
+        r.is_ok() || worker.is_finished(),
+        "hang: into_data of gated work"
+    );
     worker.join().unwrap();
 }
 
@@ -71,19 +78,131 @@ fn more_ops_mixing_devices_fail_with_a_typed_error() {
     let bb = Tensor::<Xpu, 2, Bool>::from_data(TensorData::new(vec![true; 16], [4, 4]), &d1);
     type Case = (&'static str, Box<dyn FnOnce()>);
     let cases: Vec<Case> = vec![
-        ("powf", Box::new({ let (a, b) = (a.clone(), b.clone()); move || { let _ = a.powf(b).into_data(); } })),
-        ("equal", Box::new({ let (a, b) = (a.clone(), b.clone()); move || { let _ = a.equal(b).into_data(); } })),
-        ("mask_fill", Box::new({ let (a, bb) = (a.clone(), bb.clone()); move || { let _ = a.mask_fill(bb, 3.0).into_data(); } })),
-        ("mask_where", Box::new({ let (a, b, ab) = (a.clone(), b.clone(), ab.clone()); move || { let _ = a.mask_where(ab, b).into_data(); } })),
-        ("int add", Box::new({ let (ai, bi) = (ai.clone(), bi.clone()); move || { let _ = (ai + bi).into_data(); } })),
-        ("int matmul", Box::new({ let (ai, bi) = (ai.clone(), bi.clone()); move || { let _ = ai.matmul(bi).into_data(); } })),
-        ("bool and", Box::new({ let (ab, bb) = (ab.clone(), bb.clone()); move || { let _ = ab.bool_and(bb).into_data(); } })),
-        ("stack", Box::new({ let (a, b) = (a.clone(), b.clone()); move || { let _ = Tensor::stack::<3>(vec![a, b], 0).into_data(); } })),
-        ("select small", Box::new({ let a = a.clone(); move || { let i = Tensor::<Xpu, 1, Int>::zeros([2], &XpuDevice::new(1)); let _ = a.select(1, i).into_data(); } })),
-        ("select_assign small", Box::new({ let a = a.clone(); move || { let i = Tensor::<Xpu, 1, Int>::zeros([2], &XpuDevice::new(1)); let v = Tensor::<Xpu, 2>::ones([4, 2], &XpuDevice::new(0)); let _ = a.select_assign(1, i, v).into_data(); } })),
-        ("scatter small", Box::new({ let a = a.clone(); move || { let i = Tensor::<Xpu, 2, Int>::zeros([4, 2], &XpuDevice::new(0)); let v = Tensor::<Xpu, 2>::ones([4, 2], &XpuDevice::new(1)); let _ = a.scatter(1, i, v).into_data(); } })),
-        ("embedding", Box::new({ let a = a.clone(); move || { let i = Tensor::<Xpu, 2, Int>::zeros([2, 3], &XpuDevice::new(1)); let _ = burn_tensor::module::embedding(a, i).into_data(); } })),
-        ("cross", Box::new({ let _ = 0; let x = Tensor::<Xpu, 2>::ones([2, 3], &XpuDevice::new(0)); let y = Tensor::<Xpu, 2>::ones([2, 3], &XpuDevice::new(1)); move || { let _ = x.cross(y, 1).into_data(); } })),
+        (
+            "powf",
+            Box::new({
+                let (a, b) = (a.clone(), b.clone());
+                move || {
+                    let _ = a.powf(b).into_data();
+                }
+            }),
+        ),
+        (
+            "equal",
+            Box::new({
+                let (a, b) = (a.clone(), b.clone());
+                move || {
+                    let _ = a.equal(b).into_data();
+                }
+            }),
+        ),
+        (
+            "mask_fill",
+            Box::new({
+                let (a, bb) = (a.clone(), bb.clone());
+                move || {
+                    let _ = a.mask_fill(bb, 3.0).into_data();
+                }
+            }),
+        ),
+        (
+            "mask_where",
+            Box::new({
+                let (a, b, ab) = (a.clone(), b.clone(), ab.clone());
+                move || {
+                    let _ = a.mask_where(ab, b).into_data();
+                }
+            }),
+        ),
+        (
+            "int add",
+            Box::new({
+                let (ai, bi) = (ai.clone(), bi.clone());
+                move || {
+                    let _ = (ai + bi).into_data();
+                }
+            }),
+        ),
+        (
+            "int matmul",
+            Box::new({
+                let (ai, bi) = (ai.clone(), bi.clone());
+                move || {
+                    let _ = ai.matmul(bi).into_data();
+                }
+            }),
+        ),
+        (
+            "bool and",
+            Box::new({
+                let (ab, bb) = (ab.clone(), bb.clone());
+                move || {
+                    let _ = ab.bool_and(bb).into_data();
+                }
+            }),
+        ),
+        (
+            "stack",
+            Box::new({
+                let (a, b) = (a.clone(), b.clone());
+                move || {
+                    let _ = Tensor::stack::<3>(vec![a, b], 0).into_data();
+                }
+            }),
+        ),
+        (
+            "select small",
+            Box::new({
+                let a = a.clone();
+                move || {
+                    let i = Tensor::<Xpu, 1, Int>::zeros([2], &XpuDevice::new(1));
+                    let _ = a.select(1, i).into_data();
+                }
+            }),
+        ),
+        (
+            "select_assign small",
+            Box::new({
+                let a = a.clone();
+                move || {
+                    let i = Tensor::<Xpu, 1, Int>::zeros([2], &XpuDevice::new(1));
+                    let v = Tensor::<Xpu, 2>::ones([4, 2], &XpuDevice::new(0));
+                    let _ = a.select_assign(1, i, v).into_data();
+                }
+            }),
+        ),
+        (
+            "scatter small",
+            Box::new({
+                let a = a.clone();
+                move || {
+                    let i = Tensor::<Xpu, 2, Int>::zeros([4, 2], &XpuDevice::new(0));
+                    let v = Tensor::<Xpu, 2>::ones([4, 2], &XpuDevice::new(1));
+                    let _ = a.scatter(1, i, v).into_data();
+                }
+            }),
+        ),
+        (
+            "embedding",
+            Box::new({
+                let a = a.clone();
+                move || {
+                    let i = Tensor::<Xpu, 2, Int>::zeros([2, 3], &XpuDevice::new(1));
+                    let _ = burn_tensor::module::embedding(a, i).into_data();
+                }
+            }),
+        ),
+        (
+            "cross",
+            Box::new({
+                let _ = 0;
+                let x = Tensor::<Xpu, 2>::ones([2, 3], &XpuDevice::new(0));
+                let y = Tensor::<Xpu, 2>::ones([2, 3], &XpuDevice::new(1));
+                move || {
+                    let _ = x.cross(y, 1).into_data();
+                }
+            }),
+        ),
     ];
     for (name, f) in cases {
         let msg = panic_message(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
@@ -93,7 +212,10 @@ fn more_ops_mixing_devices_fail_with_a_typed_error() {
         );
     }
     assert_eq!(
-        Tensor::<Xpu, 1>::ones([3], &d0).into_data().to_vec::<f32>().unwrap(),
+        Tensor::<Xpu, 1>::ones([3], &d0)
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap(),
         vec![1.0; 3]
     );
 }
