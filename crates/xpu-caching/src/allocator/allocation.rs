@@ -252,12 +252,15 @@ impl<B: ThreadCacheKey> Allocation<B> {
     /// The marker's [`MarkerError`](crate::MarkerError): a failed marker or wait, a bad fork
     /// child.
     pub fn wait_for_stream(&self) -> Result<(), crate::MarkerError> {
+        B::wait(&self.marker_now()?)
+    }
+
+    /// A marker recorded now on the allocation's stream (refused in a bad fork child).
+    fn marker_now(&self) -> Result<B::Marker, crate::MarkerError> {
         if B::is_bad_fork() {
             return Err(crate::MarkerError::message("in a bad fork child"));
         }
-        let stream = self.shard.stream();
-        let marker = B::record_marker(&stream)?;
-        B::wait(&marker)
+        B::record_marker(&self.shard.stream())
     }
 
     /// Whether the work enqueued on the allocation's stream so far has completed, without
@@ -267,12 +270,7 @@ impl<B: ThreadCacheKey> Allocation<B> {
     /// # Errors
     /// The [`MarkerError`](crate::MarkerError) of recording the marker; in a bad fork child.
     pub fn stream_idle(&self) -> Result<bool, crate::MarkerError> {
-        if B::is_bad_fork() {
-            return Err(crate::MarkerError::message("in a bad fork child"));
-        }
-        let stream = self.shard.stream();
-        let marker = B::record_marker(&stream)?;
-        Ok(B::marker_complete(&marker))
+        Ok(B::marker_complete(&self.marker_now()?))
     }
 
     /// Marks the allocation as used on `stream` (as `Tensor.record_stream`); ignored for

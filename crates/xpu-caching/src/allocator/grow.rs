@@ -5,7 +5,7 @@ use parking_lot::MutexGuard;
 
 use super::device_wide::{DeviceShared, SegmentFailure};
 use super::stats_cell::StatsWriter;
-use super::stream_state::{Handed, ReleaseBatch, Request, ShardState};
+use super::stream_state::{for_each_then_resume, Handed, ReleaseBatch, Request, ShardState};
 use super::thread_cache::Local;
 use crate::backend::Backend;
 use crate::error::CacheError;
@@ -27,18 +27,9 @@ pub(super) fn release_batches<B: Backend>(
     let mut st = local.stats();
     // Every batch is freed even when a source's `free` (user code) panics in one; the first
     // panic then goes on.
-    let mut panic = None;
-    for batch in batches {
-        let freed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            batch.free(shared, &mut st);
-        }));
-        if let Err(payload) = freed {
-            panic.get_or_insert(payload);
-        }
-    }
-    if let Some(payload) = panic {
-        std::panic::resume_unwind(payload);
-    }
+    for_each_then_resume(batches, |batch| {
+        batch.free(shared, &mut st);
+    });
 }
 
 /// Frees the segments that garbage collection, the release policy or an oversize release

@@ -1010,12 +1010,16 @@ fn free_segments<B: Backend>(
     shared: &DeviceShared<B>,
     st: &mut StatsWriter<'_>,
 ) {
+    for_each_then_resume(segments, |segment| free_segment(segment, key, shared, st));
+}
+
+/// Runs `f` on every item, even after one panicked (user code: a source's hook); the first
+/// panic then goes on to the caller.
+pub(super) fn for_each_then_resume<T>(items: impl IntoIterator<Item = T>, mut f: impl FnMut(T)) {
     let mut panic = None;
-    for segment in segments {
-        let freed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            free_segment(segment, key, shared, st);
-        }));
-        if let Err(payload) = freed {
+    for item in items {
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(item)));
+        if let Err(payload) = done {
             panic.get_or_insert(payload);
         }
     }
