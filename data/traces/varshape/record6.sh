@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Records every workload of workloads6.py twice (default allocator: trace + summary; expandable
+# Records every workload of $SCRIPT (workloads6.py by default; WORKLOADS names them) twice (default allocator: trace + summary; expandable
 # segments: summary only), JOBS processes at a time (6 by default), into $OUT (WORKLOADS: a
 # space-separated subset). Run on the GPU machine from the repository root:
 #   RT_DIR=<folder holding record_trace.py> bash data/traces/varshape/record6.sh
@@ -18,7 +18,7 @@ jobs=()
 for w in $W; do
   for conf in "" "expandable_segments:True"; do
     if [ -z "$conf" ]; then out=$OUT/$w.trace.gz; else out=$OUT/$w.exp.gz; fi
-    PYTORCH_CUDA_ALLOC_CONF=$conf timeout "${RECORD_TIMEOUT:-240}" python3 "$D/workloads6.py" "$w" "$out" > "$out.log" 2>&1 &
+    PYTORCH_CUDA_ALLOC_CONF=$conf timeout "${RECORD_TIMEOUT:-240}" python3 "$D/${SCRIPT:-workloads6.py}" "$w" "$out" > "$out.log" 2>&1 &
     jobs+=($!)
     if [ ${#jobs[@]} -ge "${JOBS:-6}" ]; then wait "${jobs[0]}"; jobs=("${jobs[@]:1}"); fi
   done
