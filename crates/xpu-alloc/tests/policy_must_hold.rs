@@ -70,6 +70,52 @@ macro_rules! never_worse_than_pytorch {
     };
 }
 
+/// The traces where the default policy misses issue 27's first goal: peak reserved stays
+/// under PyTorch's, segment allocations do not. Consolidations release idle segments that
+/// later requests of the same run would have reused, and those requests grow new ones.
+/// `never_worse_than_pytorch` is the goal and fails today (ignored, with the figures);
+/// `no_worse_than_today` holds the policy to its present figures (peak reserved, segments)
+/// until it is met, and checks that `release_policy:on_oom` reproduces the recording.
+macro_rules! missed {
+    ($sub:literal; $($trace:ident: $reserved:expr, $segments:expr, today $ours_reserved:expr, $ours_segments:expr, $why:literal;)*) => {
+        $(
+            mod $trace {
+                #[test]
+                #[ignore = $why]
+                fn never_worse_than_pytorch() {
+                    let file = concat!(stringify!($trace), ".trace.gz");
+                    crate::check($sub, file, $reserved, $segments);
+                }
+
+                #[test]
+                fn no_worse_than_today() {
+                    let file = concat!(stringify!($trace), ".trace.gz");
+                    let path = crate::trace($sub, file)
+                        .expect("the trace is in the repository");
+                    let ours = crate::common::replay_within(
+                        &path,
+                        file,
+                        ($ours_reserved, $ours_segments),
+                        "today's",
+                    );
+                    let torch_reserved: u64 = $reserved;
+                    assert!(
+                        ours.peak_reserved <= torch_reserved,
+                        "{file}: peak reserved {} > PyTorch's {torch_reserved}",
+                        ours.peak_reserved
+                    );
+                    let torch = crate::common::replay_with_pytorch_policy(&path);
+                    assert_eq!(
+                        (torch.peak_reserved, torch.segment_allocs),
+                        ($reserved, $segments),
+                        "{file}: release_policy:on_oom must reproduce PyTorch's recording"
+                    );
+                }
+            }
+        )*
+    };
+}
+
 // Design traces: figures from the shared traces README.
 never_worse_than_pytorch! { "";
     gpt2_train: 15_286_140_928, 154;
@@ -153,53 +199,7 @@ mod varshape {
             unet_varres_infer: 5_385_486_336, 17;
         }
 
-        /// The two traces where the default policy misses issue 27's first goal: peak
-        /// reserved stays under PyTorch's, segment allocations do not. Consolidations release
-        /// idle segments that later requests of the same run would have reused, and those
-        /// requests grow new ones (convnext: 32 against 30; efficientnet: 196 against 185).
-        /// `never_worse_than_pytorch` is the goal and fails today; `no_worse_than_today` holds
-        /// the policy to its present figures (peak reserved, segments) until it is met.
-        macro_rules! missed {
-            ($($trace:ident: $reserved:expr, $segments:expr, today $ours_reserved:expr, $ours_segments:expr, $why:literal;)*) => {
-                $(
-                    mod $trace {
-                        #[test]
-                        #[ignore = $why]
-                        fn never_worse_than_pytorch() {
-                            let file = concat!(stringify!($trace), ".trace.gz");
-                            crate::check("varshape/heldout3", file, $reserved, $segments);
-                        }
-
-                        #[test]
-                        fn no_worse_than_today() {
-                            let file = concat!(stringify!($trace), ".trace.gz");
-                            let path = crate::trace("varshape/heldout3", file)
-                                .expect("the third held-out set is in the repository");
-                            let ours = crate::common::replay_within(
-                                &path,
-                                file,
-                                ($ours_reserved, $ours_segments),
-                                "today's",
-                            );
-                            let torch_reserved: u64 = $reserved;
-                            assert!(
-                                ours.peak_reserved <= torch_reserved,
-                                "{file}: peak reserved {} > PyTorch's {torch_reserved}",
-                                ours.peak_reserved
-                            );
-                            let torch = crate::common::replay_with_pytorch_policy(&path);
-                            assert_eq!(
-                                (torch.peak_reserved, torch.segment_allocs),
-                                ($reserved, $segments),
-                                "{file}: release_policy:on_oom must reproduce PyTorch's recording"
-                            );
-                        }
-                    }
-                )*
-            };
-        }
-
-        missed! {
+        missed! { "varshape/heldout3";
             convnext_varres_infer: 2_501_902_336, 30, today 1_782_579_200, 32,
                 "issue 27, goal 1 missed: 32 segment allocations against PyTorch's 30";
             efficientnet_varres_train: 14_248_050_688, 185, today 9_902_751_744, 196,
@@ -245,6 +245,24 @@ mod varshape {
             longformer_growlen_infer: 3_707_764_736, 50;
             mobilevit_varres_train: 7_161_774_080, 150;
             wav2vec2_varlen_infer: 7_451_181_056, 39;
+        }
+    }
+
+    /// The seventh held-out set of issue 27 (`data/traces/varshape/heldout7`), recorded on
+    /// 2026-12-05 and judged once at 03:57 UTC (docs/performance.md, "a ninth round").
+    mod heldout7 {
+        never_worse_than_pytorch! { "varshape/heldout7";
+            bilstm_packed_infer: 17_267_949_568, 45;
+            clip_varbatch_infer: 1_472_200_704, 82;
+            gptbigcode_generate_growbatch: 620_756_992, 36;
+            resnext_varres_train: 11_131_682_816, 174;
+            segformer_varres_infer: 9_577_693_184, 40;
+            yolos_varsize_infer: 656_408_576, 37;
+        }
+
+        missed! { "varshape/heldout7";
+            phi_generate_varprompt: 1_052_770_304, 49, today 1_052_770_304, 50,
+                "issue 27, goal 1 missed: 50 segment allocations against PyTorch's 49";
         }
     }
 }

@@ -384,12 +384,48 @@ fn the_sixth_held_out_set_with_relocation() {
     );
 }
 
+/// The seventh held-out set (`data/traces/varshape/heldout7`), judged once on 2026-12-05 at
+/// 03:57 UTC, misses issue 27's goals with `relocation:merge`: a geometric mean of 1.053 over
+/// expandable, bilstm_packed_infer (1.191) and yolos_varsize_infer (1.135) over 1.10, and
+/// phi_generate_varprompt one segment allocation over PyTorch's 49 (as without relocation).
+#[test]
+fn the_seventh_held_out_set_with_relocation() {
+    held_out_misses(
+        "heldout7",
+        &[
+            ("bilstm_packed_infer", true, 11_744_051_200, 37),
+            ("clip_varbatch_infer", true, 1_256_194_048, 69),
+            ("gptbigcode_generate_growbatch", true, 549_453_824, 33),
+            ("phi_generate_varprompt", true, 1_021_313_024, 50),
+            ("resnext_varres_train", false, 6_991_904_768, 141),
+            ("segformer_varres_infer", true, 9_577_693_184, 37),
+            ("yolos_varsize_infer", true, 564_133_888, 36),
+        ],
+        &["bilstm_packed_infer", "yolos_varsize_infer"],
+        &["phi_generate_varprompt"],
+        Some(1.053),
+    );
+}
+
 /// Replays each `(trace, inference, peak reserved, segment allocations)` of the held-out set
 /// `set` with `relocation:merge`: the figures are exactly the pinned ones, every trace is
 /// within PyTorch's default (peak reserved and segment allocations), every inference trace
 /// but those in `over_1_10` is at most 1.10 of PyTorch's expandable-segments figure (and
 /// those are above it: a fixed miss fails this test), and the geometric mean is at most 1.03.
 fn held_out_goals(set: &str, pinned: &[(&str, bool, u64, u64)], over_1_10: &[&str]) {
+    held_out_misses(set, pinned, over_1_10, &[], None);
+}
+
+/// As [`held_out_goals`], for a set where issue 27's goals are missed: exactly the traces in
+/// `over_default` are above PyTorch's default (in peak reserved or segment allocations), and
+/// the geometric mean over expandable is `geomean` (to 0.0005) when given, else at most 1.03.
+fn held_out_misses(
+    set: &str,
+    pinned: &[(&str, bool, u64, u64)],
+    over_1_10: &[&str],
+    over_default: &[&str],
+    geomean: Option<f64>,
+) {
     let dir = manifest_dir().join("../../data/traces/varshape").join(set);
     let mut log_sum = 0.0f64;
     for &(name, inference, reserved, segments) in pinned {
@@ -406,10 +442,11 @@ fn held_out_goals(set: &str, pinned: &[(&str, bool, u64, u64)], over_1_10: &[&st
         );
         let default = dir.join(format!("{name}.trace.gz.summary.json"));
         let expandable = dir.join(format!("{name}.exp.gz.summary.json"));
-        assert!(
-            r.peak_reserved <= summary(&default, "max_reserved")
-                && r.segment_allocs <= summary(&default, "segment_allocs"),
-            "{name}: above PyTorch's default"
+        assert_eq!(
+            r.peak_reserved > summary(&default, "max_reserved")
+                || r.segment_allocs > summary(&default, "segment_allocs"),
+            over_default.contains(&name),
+            "{name}: above PyTorch's default, or a recorded miss fixed"
         );
         #[allow(clippy::cast_precision_loss)]
         let over = r.peak_reserved as f64 / summary(&expandable, "max_reserved") as f64;
@@ -423,9 +460,15 @@ fn held_out_goals(set: &str, pinned: &[(&str, bool, u64, u64)], over_1_10: &[&st
         log_sum += over.ln();
     }
     #[allow(clippy::cast_precision_loss)]
-    let geomean = (log_sum / pinned.len() as f64).exp();
-    assert!(
-        geomean <= 1.03,
-        "{set}: geometric mean {geomean:.4} over expandable"
-    );
+    let measured = (log_sum / pinned.len() as f64).exp();
+    match geomean {
+        None => assert!(
+            measured <= 1.03,
+            "{set}: geometric mean {measured:.4} over expandable"
+        ),
+        Some(expected) => assert!(
+            (measured - expected).abs() < 0.0005,
+            "{set}: geometric mean {measured:.4} over expandable, pinned {expected}"
+        ),
+    }
 }
