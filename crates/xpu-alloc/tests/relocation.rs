@@ -229,17 +229,19 @@ fn the_relocation_key_parses() {
         AllocConfig::parse("relocation:off").unwrap().relocation,
         xpu_alloc::Relocation::Off
     );
+    // The default (issue 27): `merge`.
     assert_eq!(
         AllocConfig::default().relocation,
-        xpu_alloc::Relocation::Off
+        xpu_alloc::Relocation::Merge
     );
-    // Only `merge` under `release_policy:before_grow` with split segments relocates.
-    assert!(AllocConfig::parse("relocation:merge").unwrap().relocates());
-    assert!(!AllocConfig::default().relocates());
-    let on_oom = "relocation:merge,release_policy:on_oom";
-    assert!(!AllocConfig::parse(on_oom).unwrap().relocates());
-    let unsplit = "relocation:merge,split_segments:False";
-    assert!(!AllocConfig::parse(unsplit).unwrap().relocates());
+    assert!(AllocConfig::default().relocates());
+    assert!(!AllocConfig::parse("release_policy:on_oom")
+        .unwrap()
+        .relocates());
+    assert!(!AllocConfig::parse("split_segments:False")
+        .unwrap()
+        .relocates());
+    assert!(!AllocConfig::parse("relocation:off").unwrap().relocates());
     assert!(matches!(
         AllocConfig::parse("relocation:always"),
         Err(ConfigError::InvalidValue { ref key, .. }) if key == "relocation"

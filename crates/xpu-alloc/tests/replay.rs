@@ -74,7 +74,9 @@ fn policy_lowers_resnet50_peak() {
     )
     .unwrap()
     .report;
-    assert_eq!((r.peak_reserved, r.segment_allocs), (3_265_265_664, 97));
+    // The default configuration relocates (`relocation:merge`): PyTorch's default needs
+    // 3,797,942,272 bytes and 104 segments; without relocation, 3,265,265,664 and 97.
+    assert_eq!((r.peak_reserved, r.segment_allocs), (3_288_334_336, 95));
 }
 
 #[test]

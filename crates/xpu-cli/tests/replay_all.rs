@@ -48,7 +48,13 @@ fn replay_all_reads_the_validation_folder_summaries() {
         text.contains("| vit_train.trace.gz | 3850371072 / 135 | 3892314112 / 135 | 3659530240 |"),
         "{text}"
     );
-    assert_eq!(text.matches("| yes |").count(), 4, "{text}");
+    // Under the default `relocation:merge`, resnet34_multires_train makes 64 segment
+    // allocations against PyTorch's 58 (issue 27's first goal, missed; policy_must_hold).
+    assert_eq!(text.matches("| yes |").count(), 3, "{text}");
+    assert!(
+        text.contains("| resnet34_multires_train.trace.gz | 1279262720 / 64 | 1593835520 / 58 |"),
+        "{text}"
+    );
     assert!(
         text.contains("geometric mean of peak reserved / expandable-segments figure over 4 traces"),
         "{text}"
@@ -111,7 +117,8 @@ fn replay_all_of_several_folders_adds_the_figures_over_all_their_traces() {
     let mean = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
     let reported = overall["geomean_over_expandable"].as_f64().unwrap();
     assert!((reported - mean).abs() < 1e-12, "{reported} vs {mean}");
-    // The third held-out set's two misses of issue 27's first goal (policy_must_hold).
+    // The two misses of issue 27's first goal under the default `relocation:merge`
+    // (policy_must_hold).
     let outside: Vec<&str> = overall["not_within_pytorch"]
         .as_array()
         .unwrap()
@@ -121,7 +128,7 @@ fn replay_all_of_several_folders_adds_the_figures_over_all_their_traces() {
     assert_eq!(
         outside,
         [
-            format!("{}/convnext_varres_infer.trace.gz", args[1]),
+            format!("{}/resnet34_multires_train.trace.gz", args[0]),
             format!("{}/efficientnet_varres_train.trace.gz", args[1]),
         ]
     );

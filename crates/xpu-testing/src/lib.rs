@@ -160,8 +160,9 @@ pub fn scenario_test(test: &str, scenario: &str, bound: Duration, done: &str, bo
 }
 
 /// The keys of a trace replay report's JSON object (xpu-caching's `ReplayReport`), as
-/// `xpu replay --json` prints them (the CLI adds `pytorch` with `--compare`).
-pub const REPLAY_REPORT_KEYS: [&str; 22] = [
+/// `xpu replay --json` prints them under the default configuration (the CLI adds `pytorch`
+/// with `--compare`; `relocation` is left out under a configuration that never relocates).
+pub const REPLAY_REPORT_KEYS: [&str; 23] = [
     "trace",
     "device",
     "mode",
@@ -178,6 +179,7 @@ pub const REPLAY_REPORT_KEYS: [&str; 22] = [
     "segment_allocs",
     "segment_frees",
     "segments_at_recorded_address",
+    "relocation",
     "alloc_retries",
     "ooms",
     "alloc_ns_mean",

@@ -16,7 +16,7 @@
 //! | `release_policy` | `on_oom` (PyTorch's) or `before_grow` | `before_grow` |
 //! | `regrow_factor` | integer ≥ 1 (`before_grow` only) | 4 |
 //! | `split_segments` | `True`/`False`: whether a segment is split into blocks handed out at once (see [`AllocConfig::split_segments`]) | the segment source's choice ([`SegmentSource::splits_segments`](crate::source::SegmentSource::splits_segments)) |
-//! | `relocation` | `off` or `merge`: moving live blocks before a growth (xpu's own, see [`Relocation`]) | `off` |
+//! | `relocation` | `off` or `merge`: moving live blocks before a growth (xpu's own, see [`Relocation`]) | `merge` |
 //!
 //! The `pinned_*` keys configure PyTorch's pinned-host allocator. They are accepted (and their
 //! values checked) so that a PyTorch configuration string parses unchanged, but nothing reads
@@ -59,7 +59,6 @@ pub enum MemoryKind {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Relocation {
     /// Blocks stay where they were handed out (PyTorch's behaviour).
-    #[default]
     Off,
     /// Before a large or small segment of a stream is allocated under
     /// [`ReleasePolicy::BeforeGrow`] with split segments: first, the live blocks of one run
@@ -70,7 +69,8 @@ pub enum Relocation {
     /// raise the device's reserved high-water mark, whole segments (fewest live bytes first)
     /// are emptied into the other segments' idle free blocks until the idle whole segments
     /// add up to the new segment, so that the release policy's consolidation merges them
-    /// into one instead of growing.
+    /// into one instead of growing. The default.
+    #[default]
     Merge,
 }
 
@@ -175,7 +175,7 @@ impl Default for AllocConfig {
             release_policy: ReleasePolicy::default(),
             regrow_factor: 4,
             split_segments: None,
-            relocation: Relocation::Off,
+            relocation: Relocation::Merge,
         }
     }
 }

@@ -265,12 +265,25 @@ fn a_block_whose_free_marker_fails_is_never_reused() {
 /// Every current and peak of the allocated, allocation and inactive-split arrays (all and
 /// per pool), reserved and requested bytes, equal the figures of the snapshot (and their
 /// running maxima) after each step of a seeded random sequence of allocations on two
-/// streams, frees, configuration changes and `empty_cache` on one thread.
+/// streams, frees, configuration changes and `empty_cache` on one thread, relocation off.
 #[test]
 fn statistics_match_the_snapshot_through_random_allocations_config_changes_and_empty_cache() {
+    statistics_match_the_snapshot(",relocation:off", true);
+}
+
+/// As above with relocation on (the default): every current matches, and so does every
+/// peak but the inactive-split ones, which a move may raise while it runs under the
+/// stream's lock (its targets are split before the places it vacates merge), so they are
+/// at least the snapshots' running maxima.
+#[test]
+fn statistics_match_the_snapshot_with_relocation() {
+    statistics_match_the_snapshot("", false);
+}
+
+fn statistics_match_the_snapshot(relocation: &str, exact_split_peaks: bool) {
     use crate::allocator::snapshot::BlockState;
     use crate::size::PoolKind;
-    let (core, _src) = sim_core(8 * GIB, "");
+    let (core, _src) = sim_core(8 * GIB, relocation.trim_start_matches(','));
     let streams = [stream(1).0, stream(2).0];
     let mut live: Vec<Allocation<SimBackend>> = Vec::new();
     let mut rnd = lcg(0x1234_5678);
@@ -295,7 +308,8 @@ fn statistics_match_the_snapshot_through_random_allocations_config_changes_and_e
                 1 => "roundup_power2_divisions:4",
                 _ => "max_split_size_mb:40,roundup_power2_divisions:[256:2,>:8]",
             };
-            core.set_config(AllocConfig::parse(cfg).unwrap());
+            let cfg = format!("{cfg}{relocation}");
+            core.set_config(AllocConfig::parse(cfg.trim_start_matches(',')).unwrap());
         } else {
             core.empty_cache();
         }
@@ -338,7 +352,12 @@ fn statistics_match_the_snapshot_through_random_allocations_config_changes_and_e
             for (i, s) in [a.all, a.small_pool, a.large_pool].iter().enumerate() {
                 assert_eq!(s.current, m[k][i], "step {step} stat {k} pool {i}");
                 peaks[k][i] = peaks[k][i].max(m[k][i]);
-                assert_eq!(s.peak, peaks[k][i], "step {step} peak {k} pool {i}");
+                if exact_split_peaks || k < 2 {
+                    assert_eq!(s.peak, peaks[k][i], "step {step} peak {k} pool {i}");
+                } else {
+                    assert!(s.peak >= peaks[k][i], "step {step} peak {k} pool {i}");
+                    peaks[k][i] = s.peak;
+                }
             }
         }
         for (i, s) in [
@@ -362,6 +381,12 @@ fn statistics_match_the_snapshot_through_random_allocations_config_changes_and_e
             assert_eq!(s.current, requested[i], "step {step} requested {i}");
         }
         assert_eq!(stats.active_bytes.all.current, m[0][0]);
+    }
+    if !exact_split_peaks {
+        assert!(
+            core.relocation_stats().moves > 0,
+            "the sequence moved blocks"
+        );
     }
 }
 
