@@ -4,20 +4,21 @@
 //! The default `release_policy` merges idle cached large segments instead of growing past the
 //! previous peak, regrows what such a merge released as one segment (at most `regrow_factor`
 //! requests' worth) when it is needed again, and grows small-pool segments from 2 MiB to 4 MiB (an
-//! eighth of that pool); `release_policy:on_oom` reproduces PyTorch exactly. The test
-//! `policy_must_hold` replays the seven shared traces, the four validation traces
-//! (`data/traces/validation`) and the 40 variable-shape traces of issue 27
-//! (`data/traces/varshape`: a design set, a validation set and seven held-out sets). It pins
-//! peak reserved bytes at or below PyTorch's on all 58, and segment allocations on 55; on
-//! `convnext_varres_infer` and `efficientnet_varres_train` (third held-out set) and
-//! `phi_generate_varprompt` (seventh) this policy makes 32, 196 and 50 against PyTorch's 30,
-//! 185 and 49, a miss of issue 27's first goal that those three tests record. `on_oom` gives exactly PyTorch's recorded figures on each (the replay
-//! follows the recording's segment addresses); `xpu replay-all DIR...` prints the table with the
-//! geometric mean over the expandable-segments figure. Variable-shape inference stays above
-//! expandable segments (up to 1.46x on the traces); what was tried against it, in six
-//! rounds, is in docs/performance.md (2026-12-03 and 2026-12-04, issue 27). Moving live
-//! blocks (`relocation:merge`, simulated segments only so far) comes much closer:
-//! `crate::config::Relocation`.
+//! eighth of that pool); `release_policy:on_oom` reproduces PyTorch exactly. Before growing,
+//! the default `relocation:merge` moves live blocks to clear a run for the request or to empty
+//! segments for the consolidation (`crate::config::Relocation`). The test `policy_must_hold`
+//! replays the seven shared traces, the four validation traces (`data/traces/validation`) and
+//! the 47 variable-shape traces of issue 27 (`data/traces/varshape`: a design set, a
+//! validation set and seven held-out sets). It pins peak reserved bytes at or below PyTorch's
+//! on all 58, and segment allocations on 55: under the default, `resnet34_multires_train`,
+//! `efficientnet_varres_train` and `phi_generate_varprompt` make 64, 195 and 50 against
+//! PyTorch's 58, 185 and 49, a miss of issue 27's first goal that those three tests record
+//! (with `relocation:off`: convnext_varres_infer 32 against 30, efficientnet 196 and phi 50).
+//! `on_oom` gives exactly PyTorch's recorded figures on each (the replay follows the
+//! recording's segment addresses); `xpu replay-all DIR...` prints the table with the geometric
+//! mean over the expandable-segments figure. Variable-shape inference stays above expandable
+//! segments on some traces (up to 1.51x with relocation); what was tried against it, in nine
+//! rounds, is in docs/performance.md (2026-12-03 to 2026-12-05, issue 27).
 
 use super::device_wide::DeviceShared;
 use super::stream_state::{Request, ShardState};
