@@ -132,7 +132,7 @@ pub struct Row {
     pub over_expandable: Option<f64>,
     /// Peak reserved and segment allocations both at most PyTorch's default.
     pub within_pytorch: Option<bool>,
-    /// What relocation did (with `--config relocation:merge`); absent when it was off.
+    /// What relocation did (under `relocation:merge`, the default); absent when it was off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub relocation: Option<xpu_alloc::RelocationStats>,
 }
