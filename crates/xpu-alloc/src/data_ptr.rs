@@ -205,13 +205,29 @@ impl DataPtr {
     /// place (address, `cl_mem`, sub-buffers, regions lent to other layers) call it first.
     /// Nothing for a block that does not relocate or an empty pointer.
     pub(crate) fn observe_place(&self) -> Result<(), AllocError> {
-        check_fork()?;
-        match &self.live {
-            Some(live) if live.allocation.relocatable() => {
-                Ok(live.allocation.observe().map_err(AllocError::Stream)?)
-            }
-            _ => Ok(()),
+        match self.observe_place_pending()? {
+            Some(pending) => pending.0.wait().map_err(AllocError::Stream),
+            None => Ok(()),
         }
+    }
+
+    /// [`DataPtr::observe_place`] without the host wait for the relocation copies that may
+    /// still use the block's bytes: the place is fixed for good, and those copies are
+    /// returned (`None` when there are none, or the block does not relocate). Every command
+    /// that uses the place is then ordered after them on its stream
+    /// ([`PendingMove::order`]), or is on the allocation stream, where they run
+    /// ([`Allocation::observe_pending`](xpu_caching::Allocation::observe_pending)).
+    ///
+    /// # Errors
+    /// [`AllocError::BadFork`] in a bad fork child.
+    pub fn observe_place_pending(&self) -> Result<Option<PendingMove>, AllocError> {
+        check_fork()?;
+        Ok(match &self.live {
+            Some(live) if live.allocation.relocatable() => {
+                live.allocation.observe_pending().map(PendingMove)
+            }
+            _ => None,
+        })
     }
 
     /// The block's place for commands enqueued while the returned [`BlockPin`] lives (it
@@ -356,6 +372,33 @@ impl DataPtr {
     pub fn set_kernel_arg(&self, kernel: &mut Kernel, index: u32) -> Result<(), BlockArgError> {
         // The argument stays in the kernel for a launch the allocator does not see.
         self.observe_place().map_err(BlockArgError::Alloc)?;
+        self.set_observed_kernel_arg(kernel, index)
+    }
+
+    /// [`DataPtr::set_kernel_arg`] without the host wait for relocation copies that may
+    /// still use the block's bytes: they are returned ([`DataPtr::observe_place_pending`]),
+    /// and every launch of `kernel` must be ordered after them ([`PendingMove::order`] on
+    /// its stream), as a graph capture does for its replays. A kernel without offset
+    /// parameters gets a sub-buffer as [`DataPtr::set_kernel_arg`] gives it.
+    ///
+    /// # Errors
+    /// As [`DataPtr::set_kernel_arg`].
+    pub fn set_kernel_arg_pending(
+        &self,
+        kernel: &mut Kernel,
+        index: u32,
+    ) -> Result<Option<PendingMove>, BlockArgError> {
+        let pending = self.observe_place_pending().map_err(BlockArgError::Alloc)?;
+        self.set_observed_kernel_arg(kernel, index)?;
+        Ok(pending)
+    }
+
+    /// Sets the argument of a block whose place is observed (or that does not relocate).
+    fn set_observed_kernel_arg(
+        &self,
+        kernel: &mut Kernel,
+        index: u32,
+    ) -> Result<(), BlockArgError> {
         if kernel.takes_offset(index) {
             let (buffer, offset) = self.segment_buffer().map_err(BlockArgError::Alloc)?;
             return kernel
@@ -438,16 +481,26 @@ impl DataPtr {
         }
     }
 
-    /// [`DataPtr::block_cl_mem`] that never waits on the host: `Ok(None)` when the block's
-    /// sub-buffer is not made yet and making it would first wait for the allocation stream
-    /// (its bytes overlap a cached sub-buffer, and that stream's work has not completed). For
+    /// [`DataPtr::block_cl_mem`] that never waits on the host: `Ok(None)` when relocation
+    /// copies may still use the block's bytes ([`DataPtr::observe_place_pending`]; the place
+    /// is fixed all the same), or when the block's sub-buffer is not made yet and making it
+    /// would first wait for the allocation stream (its bytes overlap a cached sub-buffer, and
+    /// that stream's work has not completed). For
     /// callers that must not block, such as a graph capture recording a command buffer (it
     /// falls back to a recorded replay).
     ///
     /// # Errors
     /// As [`DataPtr::block_cl_mem`].
     pub fn try_block_cl_mem(&self) -> Result<Option<(raw::cl_mem, usize)>, BlockArgError> {
-        self.observe_place().map_err(BlockArgError::Alloc)?;
+        // Relocation copies that may still use the bytes would be a host wait too: a command
+        // buffer cannot wait for them (recorded replays do, on the device).
+        if self
+            .observe_place_pending()
+            .map_err(BlockArgError::Alloc)?
+            .is_some()
+        {
+            return Ok(None);
+        }
         match self.sub_buffer(false) {
             Ok(b) => Ok(Some((b.as_raw(), b.size()))),
             Err(SubBufferError::Arg(e)) => Err(e),
@@ -953,8 +1006,8 @@ impl std::fmt::Debug for BlockPin<'_> {
     }
 }
 
-/// A failed [`BlockPin::prepare_on`] as a host copy's error.
-fn host_error(e: AllocError) -> crate::host::HostError {
+/// A failed [`BlockPin::prepare_on`] or [`PendingMove::order`] as a host copy's error.
+pub(crate) fn host_error(e: AllocError) -> crate::host::HostError {
     use crate::host::HostError;
     match e {
         AllocError::Stream(m) => match m.downcast_ref::<xpu_stream::StreamError>() {
@@ -963,5 +1016,34 @@ fn host_error(e: AllocError) -> crate::host::HostError {
         },
         AllocError::BadFork => HostError::BadFork,
         other => HostError::Device(xpu_device::DeviceError::InvalidArgument(other.to_string())),
+    }
+}
+
+/// Relocation copies that may still read or write a block whose place was observed without
+/// waiting ([`DataPtr::observe_place_pending`], [`DataPtr::set_kernel_arg_pending`]): they
+/// run on the block's allocation stream. A command on another stream that uses the block is
+/// ordered after them by [`PendingMove::order`].
+#[derive(Clone, Debug)]
+pub struct PendingMove(xpu_caching::PendingMove<ClBackend>);
+
+impl PendingMove {
+    /// Whether the copies completed (a status query, no wait).
+    #[must_use]
+    pub fn is_complete(&self) -> bool {
+        self.0.is_complete()
+    }
+
+    /// Makes `stream` wait for the copies on the device (an enqueued wait, never a host
+    /// wait): its commands enqueued afterwards run after them. Nothing for the allocation
+    /// stream or completed copies.
+    ///
+    /// # Errors
+    /// [`AllocError::Stream`] for a released stream or a failed enqueue of the wait.
+    pub fn order(&self, stream: &Stream) -> Result<(), AllocError> {
+        if self.is_complete() {
+            return Ok(());
+        }
+        let stream = crate::cl_stream::ClStream::try_shared(*stream)?;
+        self.0.order(&stream).map_err(AllocError::Stream)
     }
 }

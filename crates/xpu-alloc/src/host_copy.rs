@@ -34,8 +34,12 @@ impl DeviceMemory for DataPtr {
         // The segment's buffer at the allocation's offset, as views and kernels take it (see
         // `DataPtr::view`).
         // The region is lent to another layer, whose commands the allocator does not see:
-        // the block's place is fixed for good first.
-        self.observe_place().ok()?;
+        // the block's place is fixed for good first. Relocation copies that may still use
+        // the bytes are not waited for here: the copy's stream is ordered after them in
+        // `record_use`, which `HostCopy` calls before it enqueues (a host wait here would
+        // last as long as a user event holding the allocation stream back, even for a copy
+        // on that stream, which is ordered after them anyway).
+        self.observe_place_pending().ok()?;
         let (buffer, offset) = self.segment_buffer().ok()?;
         let buffer = xpu_device::backend::Buffer::clone(buffer);
         Some(DeviceRegion::lend(
@@ -48,8 +52,10 @@ impl DeviceMemory for DataPtr {
 
     /// Records `stream` on the block unless it is the allocation stream (as
     /// [`DataPtr::record_stream`]), so a whole-allocation pinned copy on another stream delays
-    /// the block's reuse until it completes. A stream of another device records nothing (the
-    /// copy itself is refused: the block's buffer belongs to another context).
+    /// the block's reuse until it completes, and orders `stream` after relocation copies that
+    /// may still use the block's bytes (an enqueued wait, [`crate::PendingMove::order`]; on
+    /// the allocation stream they come first anyway). A stream of another device records
+    /// nothing (the copy itself is refused: the block's buffer belongs to another context).
     fn record_use(&self, stream: &Stream) -> Result<(), HostError> {
         if self.is_empty()
             || stream.device() != self.device()
@@ -58,6 +64,10 @@ impl DeviceMemory for DataPtr {
             return Ok(());
         }
         stream.check_not_capturing("pinned host copy")?;
+        let host_error = crate::data_ptr::host_error;
+        if let Some(pending) = self.observe_place_pending().map_err(host_error)? {
+            pending.order(stream).map_err(host_error)?;
+        }
         self.record_stream_ref(&crate::cl_stream::ClStream::try_shared(*stream)?);
         Ok(())
     }

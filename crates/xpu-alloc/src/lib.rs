@@ -106,7 +106,7 @@ pub mod source;
 
 pub use crate::cl_stream::{stream_key, ClBackend, ClStream, EventMarker, StreamMarker, StreamRef};
 pub use crate::config::{AllocConfig, ConfigError, MemoryKind, ReleasePolicy, Relocation};
-pub use crate::data_ptr::{BlockArgError, BlockPin, BlockView, DataPtr};
+pub use crate::data_ptr::{BlockArgError, BlockPin, BlockView, DataPtr, PendingMove};
 pub use crate::device_allocator::DeviceAllocator;
 pub use crate::device_core::DeviceCore;
 pub use crate::device_ptr::DevicePtr;

@@ -70,7 +70,7 @@ pub mod stream;
 
 pub use crate::allocator::thread_cache::{ThreadCacheKey, ThreadCaches};
 pub use crate::allocator::{
-    Allocation, BlockSnapshot, BlockState, CachingAllocator, DeferredDrop, PlacePin,
+    Allocation, BlockSnapshot, BlockState, CachingAllocator, DeferredDrop, PendingMove, PlacePin,
     RelocationStats, SegmentSnapshot, SharedState, WeakShard,
 };
 pub use crate::backend::{Backend, MarkerStatus};

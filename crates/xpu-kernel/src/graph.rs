@@ -101,7 +101,7 @@ use std::sync::Arc;
 
 use bytemuck::Pod;
 use parking_lot::Mutex;
-use xpu_alloc::{AllocError, BlockArgError, DataPtr, MemPool};
+use xpu_alloc::{AllocError, BlockArgError, DataPtr, MemPool, PendingMove};
 use xpu_device::backend::{Buffer, CommandBuffer, CommandQueue, Kernel};
 use xpu_device::DeviceError;
 use xpu_stream::{CaptureGuard, Stream, StreamError};
@@ -401,6 +401,9 @@ pub struct Capture {
     guards: Vec<CaptureGuard>,
     nodes: Vec<Node>,
     blocks: Vec<Arc<dyn GraphBlock>>,
+    /// Relocation copies that may still use the bytes of kernel arguments whose places the
+    /// capture fixed: every replay is ordered after them.
+    pending: Vec<PendingMove>,
     events: usize,
     /// The pool allocations during capture come from.
     pool: MemPool,
@@ -729,7 +732,9 @@ impl CaptureLaunch<'_> {
         let kernel = self.kernel.as_mut().expect("present until enqueue or drop");
         match arg.into() {
             GraphArg::Block(b) => {
-                set_checked_arg(kernel, &self.function, &self.stream, index, b.arg())?;
+                let pending =
+                    set_checked_arg(kernel, &self.function, &self.stream, index, b.arg())?;
+                self.capture.pending.extend(pending);
                 self.blocks.push(b);
             }
             GraphArg::Scalar(s) => {
@@ -834,6 +839,10 @@ struct GraphInner {
     command_buffers: HashMap<u64, Option<CommandBuffer>>,
     /// Replay streams already recorded on the blocks (`record_stream`).
     recorded: HashSet<u64>,
+    /// Relocation copies that may still use the bytes of the kernels' block arguments
+    /// (their places were fixed at the capture without waiting for them on the host): each
+    /// replay stream waits for them on the device first; dropped once complete.
+    pending: Vec<PendingMove>,
 }
 
 impl fmt::Debug for Graph {
@@ -937,6 +946,7 @@ impl Graph {
             guards: vec![guard],
             nodes: Vec::new(),
             blocks: Vec::new(),
+            pending: Vec::new(),
             events: 0,
             pool: pool.clone(),
         };
@@ -952,6 +962,7 @@ impl Graph {
         check_fork()?;
         let nodes = std::mem::take(&mut capture.nodes);
         let blocks = std::mem::take(&mut capture.blocks);
+        let pending = std::mem::take(&mut capture.pending);
         let pool = capture.pool.clone();
         drop(capture);
         let command_buffer = mode == ReplayMode::Auto
@@ -969,6 +980,7 @@ impl Graph {
             inner: Mutex::new(GraphInner {
                 command_buffers,
                 recorded: HashSet::new(),
+                pending,
             }),
             nodes,
             blocks,
@@ -1048,6 +1060,10 @@ impl Graph {
                 }
             }
             inner.recorded.insert(stream.id());
+        }
+        inner.pending.retain(|p| !p.is_complete());
+        for p in &inner.pending {
+            p.order(stream)?;
         }
         if self.command_buffer {
             let cb = inner

@@ -27,7 +27,7 @@
 
 use std::marker::PhantomData;
 
-use xpu_alloc::{BlockArgError, BlockPin, DataPtr};
+use xpu_alloc::{BlockArgError, BlockPin, DataPtr, PendingMove};
 use xpu_device::backend::{BufferElement, Kernel};
 use xpu_stream::Stream;
 
@@ -234,16 +234,33 @@ pub(crate) fn check_launch(
 }
 
 /// Sets argument `index` of `kernel` (a kernel of `function`, launched on `stream`), checked
-/// as [`Launch::arg`] documents; shared with graph capture, whose kernels keep their
-/// arguments for later replays (a block's place is then fixed for good).
+/// as [`Launch::arg`] documents; for graph capture, whose kernels keep their arguments for
+/// later replays: a block's place is then fixed for good, without waiting on the host for
+/// relocation copies that may still use its bytes. Those are returned, and each replay is
+/// ordered after them ([`PendingMove::order`]).
 pub(crate) fn set_checked_arg(
     kernel: &mut Kernel,
     function: &Function,
     stream: &Stream,
     index: u32,
     arg: Arg<'_>,
-) -> Result<(), KernelError> {
-    set_arg(kernel, function, stream, index, arg, false).map(drop)
+) -> Result<Option<PendingMove>, KernelError> {
+    Ok(
+        match set_arg(kernel, function, stream, index, arg, false)? {
+            Held::Pending(pending) => Some(pending),
+            Held::Pin(_) | Held::Nothing => None,
+        },
+    )
+}
+
+/// What [`set_arg`] leaves its caller for a block argument.
+enum Held<'a> {
+    /// A scalar or local argument, or a block that does not move.
+    Nothing,
+    /// The block is held in place while this lives.
+    Pin(BlockPin<'a>),
+    /// The block's place is fixed; relocation copies that may still use its bytes.
+    Pending(PendingMove),
 }
 
 /// [`set_checked_arg`]; with `pinned`, a block that may move (`relocation:merge`) is held
@@ -255,7 +272,7 @@ fn set_arg<'a>(
     index: u32,
     arg: Arg<'a>,
     pinned: bool,
-) -> Result<Option<BlockPin<'a>>, KernelError> {
+) -> Result<Held<'a>, KernelError> {
     if index >= kernel.num_args() {
         return Err(KernelError::ArgCount {
             kernel: function.name().to_owned(),
@@ -286,16 +303,18 @@ fn set_arg<'a>(
                 BlockArgError::Device(d) => KernelError::Device(d),
             };
             if pinned {
-                return Ok(Some(
+                return Ok(Held::Pin(
                     ptr.set_kernel_arg_pinned(kernel, index).map_err(named)?,
                 ));
             }
-            ptr.set_kernel_arg(kernel, index).map_err(named)?;
+            if let Some(pending) = ptr.set_kernel_arg_pending(kernel, index).map_err(named)? {
+                return Ok(Held::Pending(pending));
+            }
         }
         Arg::Scalar(s) => set_scalar(kernel, index, s)?,
         Arg::Local(bytes) => kernel.set_arg_local(index, bytes)?,
     }
-    Ok(None)
+    Ok(Held::Nothing)
 }
 
 /// A kernel launch being assembled on a stream ([`LaunchExt::launch`]).
@@ -361,7 +380,7 @@ impl<'a> Launch<'a> {
         let index = self.next;
         let kernel = self.kernel.as_mut().expect("present until enqueue or drop");
         let arg = arg.into();
-        if let Some(pin) = set_arg(kernel, &self.function, &self.stream, index, arg, true)? {
+        if let Held::Pin(pin) = set_arg(kernel, &self.function, &self.stream, index, arg, true)? {
             // Only the pins of blocks that may move are kept (no allocation otherwise).
             if pin.is_held() {
                 self.pins.push(pin);

@@ -114,24 +114,41 @@ impl<B: ThreadCacheKey> Allocation<B> {
     /// any stream that the allocator does not see). Waits for a move of the block in
     /// progress, then, when relocation copies that wrote or read the block's bytes may still
     /// run (its own move, or the move out of the place it was handed out of), waits on the
-    /// host for them (no allocator lock is held meanwhile: on an allocation stream held back
-    /// by a user event that this thread sets later, that wait would last for ever, as the
-    /// first sub-buffer of a block waits). Nothing to do for an allocation that does not
-    /// relocate.
+    /// host for them (no allocator lock is held meanwhile). For the raw ways out of a place,
+    /// whose commands may run on any queue: a caller that knows the stream of its commands
+    /// uses [`Allocation::observe_pending`] instead and orders that stream after the copies
+    /// without waiting on the host (an allocation stream held back by a user event that
+    /// this thread sets later would make this wait last until the event is set). Nothing to
+    /// do for an allocation that does not relocate.
     ///
     /// # Errors
     /// The [`MarkerError`](crate::MarkerError) of the wait for the copies.
     pub fn observe(&self) -> Result<(), crate::MarkerError> {
-        let Some(cell) = self.cell() else {
-            return Ok(());
-        };
+        match self.observe_pending() {
+            Some(pending) => pending.wait(),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Allocation::observe`] without the host wait: fixes the block's place for good
+    /// (waiting only for a move in progress, a lock of its stream) and returns the
+    /// relocation copies that may still read or write its bytes, if any. Every command that
+    /// uses the place must be ordered after them: on the allocation stream it is (the copies
+    /// run there, enqueued before); on another stream, [`PendingMove::order`] makes it wait
+    /// for them on the device. `None` for an allocation that does not relocate, or whose
+    /// copies completed.
+    #[must_use]
+    pub fn observe_pending(&self) -> Option<PendingMove<B>> {
+        let cell = self.cell()?;
         // A live allocation is not being freed (its drop is the only free).
         let observed = cell.observe_waiting(|| self.wait_for_move());
         debug_assert!(observed.is_ok(), "a live allocation's cell was freeing");
-        let moved = self.shard.moved_marker(self.handed.block);
-        match moved {
-            Some((_, marker)) if !B::marker_complete(&marker) => B::wait(&marker),
-            _ => Ok(()),
+        match self.shard.moved_marker(self.handed.block) {
+            Some((_, marker)) if !B::marker_complete(&marker) => Some(PendingMove {
+                marker,
+                stream: self.shard.key,
+            }),
+            _ => None,
         }
     }
 
@@ -188,9 +205,12 @@ impl<B: ThreadCacheKey> Allocation<B> {
     /// it (under no allocator lock: `f` may call the allocator, on this stream too); `None`
     /// if the block is unknown (never for a live allocation), and in a bad fork child
     /// ([`Backend::is_bad_fork`](crate::Backend::is_bad_fork): the lock may have been held at the fork).
-    /// The place of an allocation that may move is observed first ([`Allocation::observe`]):
-    /// what `f` sees stays right for the allocation's life (a wait for the copies of an
-    /// earlier move that fails is logged, as [`Allocation::address`] does).
+    /// The place of an allocation that may move is fixed first, for good, without waiting
+    /// on the host for relocation copies that may still use its bytes
+    /// ([`Allocation::observe_pending`]): what `f` sees stays right for the allocation's life,
+    /// and a command through it must be ordered after those copies, as it is on the
+    /// allocation stream, or after [`Allocation::observe`] (a host wait) or
+    /// [`PendingMove::order`] (a device wait) on another stream.
     pub fn with_segment<R>(
         &self,
         f: impl FnOnce(&SourceSegment<B::Memory>, u64) -> R,
@@ -199,9 +219,7 @@ impl<B: ThreadCacheKey> Allocation<B> {
             return None;
         }
         if self.handed.relocating {
-            if let Err(e) = self.observe() {
-                tracing::warn!(error = %e, "waiting for a relocated block's copies failed");
-            }
+            drop(self.observe_pending());
         }
         self.read_segment(f)
     }
@@ -327,6 +345,65 @@ impl<B: ThreadCacheKey> PlacePin<'_, B> {
             Some((_, marker)) if !B::marker_complete(&marker) => B::stream_wait(stream, &marker),
             _ => Ok(()),
         }
+    }
+}
+
+/// Relocation copies that may still read or write an observed block's bytes
+/// ([`Allocation::observe_pending`]): enqueued on the block's allocation stream, before a
+/// marker that this holds.
+pub struct PendingMove<B: crate::Backend> {
+    marker: Arc<B::Marker>,
+    stream: StreamKey,
+}
+
+impl<B: crate::Backend> PendingMove<B> {
+    /// Whether the copies completed (a status query, no wait).
+    #[must_use]
+    pub fn is_complete(&self) -> bool {
+        B::marker_complete(&self.marker)
+    }
+
+    /// Makes `stream` wait for the copies on the device
+    /// ([`Backend::stream_wait`](crate::Backend::stream_wait)): its commands enqueued after
+    /// this run after them. Nothing for the allocation stream (the copies are in its order)
+    /// or completed copies. Never waits on the host.
+    ///
+    /// # Errors
+    /// The [`MarkerError`](crate::MarkerError) of the enqueued wait.
+    pub fn order(&self, stream: &B::Stream) -> Result<(), crate::MarkerError> {
+        if B::stream_key(stream) == self.stream || self.is_complete() {
+            return Ok(());
+        }
+        B::stream_wait(stream, &self.marker)
+    }
+
+    /// Waits on the host for the copies.
+    ///
+    /// # Errors
+    /// The [`MarkerError`](crate::MarkerError) of the wait.
+    pub fn wait(&self) -> Result<(), crate::MarkerError> {
+        if self.is_complete() {
+            return Ok(());
+        }
+        B::wait(&self.marker)
+    }
+}
+
+impl<B: crate::Backend> Clone for PendingMove<B> {
+    fn clone(&self) -> Self {
+        Self {
+            marker: Arc::clone(&self.marker),
+            stream: self.stream,
+        }
+    }
+}
+
+impl<B: crate::Backend> std::fmt::Debug for PendingMove<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingMove")
+            .field("stream", &self.stream)
+            .field("complete", &self.is_complete())
+            .finish()
     }
 }
 

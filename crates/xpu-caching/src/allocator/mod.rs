@@ -47,7 +47,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-pub use allocation::{Allocation, PlacePin};
+pub use allocation::{Allocation, PendingMove, PlacePin};
 pub use device_wide::{BoxedSource, DeferredDrop, SharedState};
 use oom::{DeferredOom, OnOom};
 pub use relocation_stats::RelocationStats;
