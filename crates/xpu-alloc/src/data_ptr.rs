@@ -211,8 +211,9 @@ impl DataPtr {
         }
     }
 
-    /// [`DataPtr::observe_place`] without the host wait for the relocation copies that may
-    /// still use the block's bytes: the place is fixed for good, and those copies are
+    /// Fixes the block's place for good, as the raw ways out of a place do
+    /// ([`DataPtr::cl_mem_and_offset`], [`DataPtr::block_cl_mem`]), without their host wait
+    /// for the relocation copies that may still use the block's bytes: those copies are
     /// returned (`None` when there are none, or the block does not relocate). Every command
     /// that uses the place is then ordered after them on its stream
     /// ([`PendingMove::order`]), or is on the allocation stream, where they run
