@@ -3,7 +3,7 @@
 //!
 //! [`HostCopy`]: xpu_host::HostCopy
 
-use xpu_host::{DeviceMemory, DeviceRegion, HostError};
+use xpu_host::{DeviceMemory, DeviceRegion, HostError, RegionLender};
 use xpu_stream::Stream;
 
 use crate::DataPtr;
@@ -36,9 +36,9 @@ impl DeviceMemory for DataPtr {
         // The region is lent to another layer, whose commands the allocator does not see:
         // the block's place is fixed for good first. Relocation copies that may still use
         // the bytes are not waited for here: the copy's stream is ordered after them in
-        // `record_use`, which `HostCopy` calls before it enqueues (a host wait here would
-        // last as long as a user event holding the allocation stream back, even for a copy
-        // on that stream, which is ordered after them anyway).
+        // `before_copy`, which every copy through the region calls before it enqueues (a
+        // host wait here would last as long as a user event holding the allocation stream
+        // back, even for a copy on that stream, which is ordered after them anyway).
         self.observe_place_pending().ok()?;
         let (buffer, offset) = self.segment_buffer().ok()?;
         let buffer = xpu_device::backend::Buffer::clone(buffer);
@@ -49,14 +49,18 @@ impl DeviceMemory for DataPtr {
             usize::try_from(self.size()).ok()?,
         ))
     }
+}
 
+/// The lender of a [`DataPtr`]'s regions: every copy through one calls this before it
+/// enqueues, whichever [`DeviceMemory`] passed the region on.
+impl RegionLender for DataPtr {
     /// Records `stream` on the block unless it is the allocation stream (as
     /// [`DataPtr::record_stream`]), so a whole-allocation pinned copy on another stream delays
     /// the block's reuse until it completes, and orders `stream` after relocation copies that
     /// may still use the block's bytes (an enqueued wait, [`crate::PendingMove::order`]; on
     /// the allocation stream they come first anyway). A stream of another device records
     /// nothing (the copy itself is refused: the block's buffer belongs to another context).
-    fn record_use(&self, stream: &Stream) -> Result<(), HostError> {
+    fn before_copy(&self, stream: &Stream) -> Result<(), HostError> {
         if self.is_empty()
             || stream.device() != self.device()
             || self.stream() == Some(crate::stream_key(stream))

@@ -62,8 +62,10 @@
 //!   `xpu_stream::StreamError` (`ClBackend`'s marker calls keep theirs, an OpenCL code as
 //!   `StreamError::OpenCl`), and `is_bad_fork` sees a bad fork inside it; `ClStream::try_shared`
 //!   fails with the `StreamError`, so `?` makes a bad fork `AllocError::BadFork`.
-//! - `DeviceMemory for DataPtr`: pinned-host copies to and from a block; `record_use` records a
-//!   stream other than the allocation stream as `record_stream`. The crate re-exports xpu-host, so
+//! - `DeviceMemory for DataPtr`: pinned-host copies to and from a block. The region it lends
+//!   carries the `DataPtr` as its `RegionLender`: before a copy enqueues, `before_copy` records
+//!   a stream other than the allocation stream as `record_stream` and orders it after
+//!   relocation copies, even when a wrapper type passes the region on. The crate re-exports xpu-host, so
 //!   `xpu_alloc::HostPtr`, `HostCopy` and the rest keep working.
 //! - Device addresses: buffer segments get a unique address range from the allocator (the device
 //!   has no pointer for a `cl_mem`); `DataPtr::cl_mem_and_offset` gives a block's kernel arguments

@@ -1,7 +1,5 @@
 //! Non-blocking host<->device copies through pinned blocks, recording the use automatically.
 
-use std::marker::PhantomData;
-
 use xpu_device::backend::{Buffer, PinnedBytes};
 use xpu_stream::Stream;
 
@@ -41,35 +39,70 @@ fn whole_copy_region<'a>(
 /// lent by the device allocator's `DataPtr` never hands out the segment's whole `Buffer` (a
 /// handle that would outlive the block and reach past its end). The lifetime ties the region
 /// to the borrow of the memory that lent it, so it cannot outlive the allocation either.
-#[derive(Debug)]
+///
+/// A region lent by memory with stream-ordered reuse carries its lender
+/// ([`RegionLender`]), which every copy through the region calls before it enqueues: the
+/// lender's obligations go wherever the region goes, even through a [`DeviceMemory`] that
+/// wraps the memory and passes its region on.
 pub struct DeviceRegion<'a> {
     buffer: Buffer,
     offset: usize,
     len: usize,
-    _borrow: PhantomData<&'a ()>,
+    lender: Option<&'a dyn RegionLender>,
+}
+
+impl std::fmt::Debug for DeviceRegion<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceRegion")
+            .field("buffer", &self.buffer)
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .field("lent", &self.lender.is_some())
+            .finish()
+    }
 }
 
 impl<'a> DeviceRegion<'a> {
-    /// The whole of `buffer`.
+    /// The whole of `buffer` (its commands keep it alive: no lender).
     #[must_use]
     pub fn whole(buffer: &'a Buffer) -> Self {
-        Self::lend(buffer, buffer.clone(), 0, buffer.size())
+        Self {
+            buffer: buffer.clone(),
+            offset: 0,
+            len: buffer.size(),
+            lender: None,
+        }
     }
 
-    /// `len` bytes of `buffer` from byte `offset`, lent for as long as `owner` is borrowed.
+    /// `len` bytes of `buffer` from byte `offset`, lent by `lender` for as long as it is
+    /// borrowed; every copy through the region calls [`RegionLender::before_copy`] first.
     /// For implementations of [`DeviceMemory`] (the device allocator's `DataPtr`): the caller
     /// already holds `buffer`, and the region gives nothing back but copies, which check
     /// `offset + len` against the buffer's size.
     #[doc(hidden)]
     #[must_use]
-    pub fn lend<T: ?Sized>(_owner: &'a T, buffer: Buffer, offset: usize, len: usize) -> Self {
+    pub fn lend(lender: &'a dyn RegionLender, buffer: Buffer, offset: usize, len: usize) -> Self {
         Self {
             buffer,
             offset,
             len,
-            _borrow: PhantomData,
+            lender: Some(lender),
         }
     }
+}
+
+/// The memory behind a lent [`DeviceRegion`]: what a copy through the region must do on its
+/// stream before it enqueues. Implemented by the device allocator's `DataPtr`, which records
+/// a stream other than its allocation stream on its block (as `Tensor.record_stream`), so the
+/// block is not handed to another allocation before the copy completes, and orders that
+/// stream after relocation copies that may still use the block's bytes.
+pub trait RegionLender: Sync {
+    /// Called by every copy through a region of this memory on `stream`, before it enqueues.
+    ///
+    /// # Errors
+    /// [`HostError::Stream`] when the use cannot be prepared (a stream that a graph is
+    /// capturing, or whose queue is released); the copy is then not enqueued.
+    fn before_copy(&self, stream: &Stream) -> Result<(), HostError>;
 }
 
 /// Device memory a [`HostCopy`] can copy to or from: an OpenCL buffer region. Implemented
@@ -107,23 +140,9 @@ impl<'a> DeviceRegion<'a> {
 /// ```
 pub trait DeviceMemory {
     /// The region, borrowed from `self`; `None` when there is no OpenCL buffer behind the
-    /// memory (an empty or simulated allocation).
+    /// memory (an empty or simulated allocation). A region of memory with stream-ordered
+    /// reuse carries its [`RegionLender`], which the copies call before they enqueue.
     fn device_region(&self) -> Option<DeviceRegion<'_>>;
-
-    /// Notes that a copy about to be enqueued on `stream` uses this memory, so that memory
-    /// with stream-ordered reuse (the device allocator's `DataPtr`, which records `stream` as
-    /// `Tensor.record_stream` when it is not the allocation stream) is not handed to another
-    /// allocation before the copy completes. Called by [`HostCopy::copy_from_host`] and
-    /// [`HostCopy::copy_to_host`] before they enqueue. The default does nothing (a plain
-    /// [`Buffer`] is kept alive by the driver until its commands complete).
-    ///
-    /// # Errors
-    /// [`HostError::Stream`] when the use cannot be recorded (a stream that a graph is
-    /// capturing, or whose queue is released); the copy is then not enqueued.
-    fn record_use(&self, stream: &Stream) -> Result<(), HostError> {
-        let _ = stream;
-        Ok(())
-    }
 }
 
 impl DeviceMemory for Buffer {
@@ -179,8 +198,9 @@ impl HostBytes<'_> {
 /// ([`HostPtr::record_stream`]), so dropping the [`HostPtr`] right after is safe: its block
 /// is not reused before the copy completed. The whole-allocation copies
 /// ([`HostCopy::copy_from_host`], [`HostCopy::copy_to_host`]) record it on the device side
-/// too ([`DeviceMemory::record_use`]: a device allocator `DataPtr` used on a stream other
-/// than its allocation stream), so dropping that right after is safe as well. The copy is also tracked on the block: reading the
+/// too ([`RegionLender::before_copy`] of the region's lender: a device allocator `DataPtr`
+/// used on a stream other than its allocation stream), so dropping that right after is safe
+/// as well. The copy is also tracked on the block: reading the
 /// [`HostPtr`] waits for a device-to-host copy into it, and writing it waits for any copy in
 /// flight on it (see [`HostPtr`]), so the host never sees bytes change under a borrow nor
 /// changes bytes a queued copy has yet to read.
@@ -247,7 +267,9 @@ fn copy_whole(
     let [.., device_side] = host.names();
     match whole_copy_region(device_side, device, n)? {
         Some(r) => {
-            device.record_use(stream)?;
+            if let Some(lender) = r.lender {
+                lender.before_copy(stream)?;
+            }
             stream.copy_pinned(&r.buffer, r.offset, host, 0, n)
         }
         None => Ok(()),

@@ -45,9 +45,11 @@
 //!   with `copy_pinned`, whose `HostBytes` argument gives the direction, as `PinnedBytes` does for
 //!   the backend's `CommandQueue::copy_pinned`. `DeviceMemory` hands a copy an opaque
 //!   `DeviceRegion` borrowed from the memory, so no caller reaches the segment buffer behind a
-//!   `DataPtr`; `record_use`, called by the whole-allocation copies before they enqueue, records
-//!   the copy's stream on a `DataPtr` whose allocation stream it is not, so its block is not reused
-//!   before the copy completes.
+//!   `DataPtr`; the region carries its lender (`RegionLender`), whose `before_copy`, called by
+//!   the whole-allocation copies before they enqueue, records the copy's stream on a `DataPtr`
+//!   whose allocation stream it is not (its block is not reused before the copy completes) and
+//!   orders that stream after relocation copies. A `DeviceMemory` that wraps a `DataPtr` and
+//!   passes its region on cannot skip it.
 //! - Pinned memory lifetime: non-blocking copies from or to a `PinnedBuffer` hold a reference until
 //!   their completion callback runs, so dropping the host handle early is safe; the allocator also
 //!   keeps the block out of its cache until the recorded streams' markers complete and every copy
@@ -80,7 +82,7 @@ mod thread_cache;
 
 pub use allocator::HostAllocator;
 pub use class::{MAX_CLASS_LOG2, MAX_HOST_ALLOC};
-pub use copy::{DeviceMemory, DeviceRegion, HostBytes, HostCopy};
+pub use copy::{DeviceMemory, DeviceRegion, HostBytes, HostCopy, RegionLender};
 pub use error::HostError;
 pub use ptr::HostPtr;
 pub use stats::{DurationStat, HostMemoryStats, Stat};
