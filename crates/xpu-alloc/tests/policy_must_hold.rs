@@ -273,4 +273,18 @@ mod varshape {
                 "issue 27, goal 1 missed: 50 segment allocations against PyTorch's 49";
         }
     }
+
+    /// The eighth held-out set of issue 27 (`data/traces/varshape/heldout8`), recorded on
+    /// 2026-12-05 and judged once at 05:25 UTC (docs/performance.md, "a ninth round").
+    mod heldout8 {
+        never_worse_than_pytorch! { "varshape/heldout8";
+            albert_varlen_train: 30_899_437_568, 153;
+            bloom_generate_varprompt: 2_470_445_056, 48;
+            fasterrcnn_mobilenet_varsize_infer: 4_703_911_936, 42;
+            gru_lm_varbptt_train: 31_742_492_672, 23;
+            lraspp_varsize_infer: 2_604_662_784, 17;
+            marian_translate_varbatch: 2_405_433_344, 129;
+            vgg16bn_varres_infer: 5_635_047_424, 21;
+        }
+    }
 }
