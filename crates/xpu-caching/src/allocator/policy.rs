@@ -8,9 +8,9 @@
 //! the default `relocation:merge` moves live blocks to clear a run for the request or to empty
 //! segments for the consolidation (`crate::config::Relocation`). The test `policy_must_hold`
 //! replays the seven shared traces, the four validation traces (`data/traces/validation`) and
-//! the 47 variable-shape traces of issue 27 (`data/traces/varshape`: a design set, a
-//! validation set and seven held-out sets). It pins peak reserved bytes at or below PyTorch's
-//! on all 58, and segment allocations on 55: under the default, `resnet34_multires_train`,
+//! the 54 variable-shape traces of issue 27 (`data/traces/varshape`: a design set, a
+//! validation set and eight held-out sets). It pins peak reserved bytes at or below PyTorch's
+//! on all 65, and segment allocations on 62: under the default, `resnet34_multires_train`,
 //! `efficientnet_varres_train` and `phi_generate_varprompt` make 64, 195 and 50 against
 //! PyTorch's 58, 185 and 49, a miss of issue 27's first goal that those three tests record
 //! (with `relocation:off`: convnext_varres_infer 32 against 30, efficientnet 196 and phi 50).
