@@ -200,6 +200,22 @@ impl DataPtr {
         self.with_buffer(|buffer, offset| (buffer.as_raw(), offset))
     }
 
+    /// [`DataPtr::cl_mem_and_offset`] without the host wait for relocation copies that may
+    /// still use the block's bytes: they are returned ([`DataPtr::observe_place_pending`]),
+    /// and every command through the handle must be ordered after them
+    /// ([`PendingMove::order`] on its stream; nothing to do on the allocation stream), as a
+    /// foreign library call on a known stream does.
+    ///
+    /// # Errors
+    /// As [`DataPtr::cl_mem_and_offset`], without the wait's.
+    pub fn cl_mem_and_offset_pending(
+        &self,
+    ) -> Result<(raw::cl_mem, u64, Option<PendingMove>), AllocError> {
+        let pending = self.observe_place_pending()?;
+        let (mem, offset) = self.with_buffer(|buffer, offset| (buffer.as_raw(), offset))?;
+        Ok((mem, offset, pending))
+    }
+
     /// Fixes the block's place for the rest of the allocation's life
     /// ([`Allocation::observe`](xpu_caching::Allocation::observe)): the ways out of a raw
     /// place (address, `cl_mem`, sub-buffers, regions lent to other layers) call it first.
@@ -251,6 +267,7 @@ impl DataPtr {
         let pin = BlockPin {
             pin: Some(live.allocation.pin()),
             stream: live.allocation.stream(),
+            pending: None,
         };
         let held = pin.pin.as_ref().ok_or(AllocError::BadFork)?;
         let (buffer, offset) = live
@@ -421,7 +438,9 @@ impl DataPtr {
     /// [`BlockPin`] lives (`xpu_kernel::Launch`): a block that may move
     /// (`relocation:merge`) is held in place only until then, instead of for good. A kernel
     /// without offset parameters gets the block as [`DataPtr::set_kernel_arg`] gives it
-    /// (fixed for good).
+    /// (fixed for good), without its host wait for relocation copies that may still use the
+    /// bytes: the pin holds them, and [`BlockPin::prepare_on`] orders the launch's stream
+    /// after them.
     ///
     /// # Errors
     /// As [`DataPtr::set_kernel_arg`].
@@ -434,9 +453,21 @@ impl DataPtr {
             .live
             .as_ref()
             .is_some_and(|l| l.allocation.relocatable());
-        if !(relocatable && kernel.takes_offset(index)) {
+        if !relocatable {
             self.set_kernel_arg(kernel, index)?;
             return Ok(BlockPin::empty());
+        }
+        if !kernel.takes_offset(index) {
+            // A sub-buffer fixes the place for good; relocation copies that may still use
+            // the bytes are waited for by the launch's stream on the device
+            // (`BlockPin::prepare_on`), not on the host here (a launch on the block's own
+            // stream, held back by a user event this thread sets later, would wait for ever).
+            let pending = self.set_kernel_arg_pending(kernel, index)?;
+            return Ok(BlockPin {
+                pin: None,
+                stream: self.stream().unwrap_or(StreamKey::new(0, 0)),
+                pending,
+            });
         }
         let (buffer, offset, pin) = self.pinned_place().map_err(BlockArgError::Alloc)?;
         kernel
@@ -953,13 +984,16 @@ fn buffer_share(
 pub struct BlockPin<'a> {
     pin: Option<xpu_caching::PlacePin<'a, ClBackend>>,
     stream: StreamKey,
+    /// For a block whose place was fixed instead (a kernel without offset parameters takes
+    /// a sub-buffer): relocation copies that may still use its bytes.
+    pending: Option<PendingMove>,
 }
 
 impl BlockPin<'_> {
     /// Whether the pin holds a block that may move (else it is empty and costs nothing).
     #[must_use]
     pub fn is_held(&self) -> bool {
-        self.pin.is_some()
+        self.pin.is_some() || self.pending.is_some()
     }
 
     /// A pin that holds nothing (a block that does not relocate).
@@ -967,6 +1001,7 @@ impl BlockPin<'_> {
         Self {
             pin: None,
             stream: StreamKey::new(0, 0),
+            pending: None,
         }
     }
 
@@ -980,13 +1015,18 @@ impl BlockPin<'_> {
     /// Prepares a command through the pinned block on `stream` (call it before enqueueing):
     /// on a stream other than the block's allocation stream, a block that may move never
     /// moves again, and `stream` first waits for the copies of its last move when they may
-    /// still run (see `xpu_caching::PlacePin::prepare_use_on`). Nothing for the allocation
-    /// stream or a block that does not relocate.
+    /// still run (see `xpu_caching::PlacePin::prepare_use_on`); for a block whose place was
+    /// fixed instead (a kernel without offset parameters), `stream` waits for its pending
+    /// relocation copies ([`PendingMove::order`]). Nothing for the allocation stream or a
+    /// block that does not relocate.
     ///
     /// # Errors
     /// [`AllocError::Stream`] when the stream's queue is released or the wait cannot be
     /// enqueued.
     pub fn prepare_on(&self, stream: &Stream) -> Result<(), AllocError> {
+        if let Some(pending) = &self.pending {
+            pending.order(stream)?;
+        }
         let Some(pin) = &self.pin else {
             return Ok(());
         };

@@ -26,7 +26,7 @@
 use std::marker::PhantomData;
 
 use bytemuck::Pod;
-use xpu_alloc::{BlockArgError, DataPtr};
+use xpu_alloc::{BlockArgError, DataPtr, PendingMove};
 use xpu_device::backend::{raw, ClEvent};
 use xpu_device::foreign::clblast::{Clblast, Layout, Sgemm, Transpose};
 use xpu_device::foreign::ForeignError;
@@ -172,6 +172,9 @@ xpu_device::impl_is_bad_fork! {
 pub struct ClRegion<'a, T> {
     block: &'a DataPtr,
     mem: raw::cl_mem,
+    /// Relocation copies that may still use the block's bytes (its place was fixed without
+    /// waiting for them on the host): a call through the region is ordered after them.
+    pending: Option<PendingMove>,
     /// The allocation's first element in `mem`.
     base: usize,
     /// The region's first element in its allocation.
@@ -223,7 +226,10 @@ impl<'a, T: Pod> ClRegion<'a, T> {
                 });
             }
         }
-        let (mem, at) = block.cl_mem_and_offset()?;
+        // No host wait for relocation copies (a call on the block's own stream, held back by
+        // a user event this thread sets later, would wait for ever): `ForeignCall::call`
+        // orders its stream after them.
+        let (mem, at, pending) = block.cl_mem_and_offset_pending()?;
         let element = std::mem::size_of::<T>().max(1);
         let base = usize::try_from(at)
             .ok()
@@ -236,6 +242,7 @@ impl<'a, T: Pod> ClRegion<'a, T> {
         Ok(ClRegion {
             block,
             mem,
+            pending,
             base,
             offset,
             len,
@@ -248,7 +255,10 @@ impl<'a, T: Pod> ClRegion<'a, T> {
 impl<'a, T> ClRegion<'a, T> {
     /// The `cl_mem` of the allocation's segment (it holds other allocations too), not
     /// retained: valid while the region lives. Element `i` of the region is element
-    /// `offset() + i` of this buffer.
+    /// `offset() + i` of this buffer. Commands through it are ordered after relocation
+    /// copies that may still use the block's bytes when they run in a [`ForeignCall`] of a
+    /// stream the region was declared on ([`ForeignCall::uses`]), or on the block's
+    /// allocation stream.
     pub fn cl_mem(&self) -> raw::cl_mem {
         self.mem
     }
@@ -392,6 +402,7 @@ impl ForeignExt for Stream {
         ForeignCall {
             stream: *self,
             uses: Vec::new(),
+            pending: Vec::new(),
             workspace: 0,
         }
     }
@@ -402,6 +413,8 @@ impl ForeignExt for Stream {
 pub struct ForeignCall<'a> {
     stream: Stream,
     uses: Vec<&'a DataPtr>,
+    /// The declared regions' pending relocation copies.
+    pending: Vec<PendingMove>,
     workspace: usize,
 }
 
@@ -442,6 +455,7 @@ impl<'a> ForeignCall<'a> {
             });
         }
         self.uses.push(region.block);
+        self.pending.extend(region.pending.iter().cloned());
         Ok(self)
     }
 
@@ -511,6 +525,11 @@ impl<'a> ForeignCall<'a> {
             if block.stream().is_some_and(|k| k.id != self.stream.id()) {
                 block.record_stream(&self.stream)?;
             }
+        }
+        // Relocation copies that may still use a region's bytes run on its allocation
+        // stream: this stream waits for them on the device (nothing on that stream itself).
+        for pending in &self.pending {
+            pending.order(&self.stream)?;
         }
         let workspace = match self.workspace {
             0 => None,
