@@ -5,33 +5,12 @@
 
 mod common;
 
-use std::sync::mpsc;
 use std::time::Duration;
 
 use common::relocation::{holds, layout, pattern, relocating_core, write};
 use common::{device_streams, MIB};
 use xpu_alloc::{ClStream, HostCopy};
 use xpu_event::{Gate, StreamExt};
-
-/// Runs `f` on another thread and reports whether it returned within `limit`; `gate` is
-/// opened either way afterwards (the limit only detects a hang: it orders nothing).
-fn returns_before_gate_opens<R: Send>(
-    gate: &Gate,
-    limit: Duration,
-    f: impl FnOnce() -> R + Send,
-) -> (bool, R) {
-    let (tx, rx) = mpsc::channel();
-    std::thread::scope(|scope| {
-        let h = scope.spawn(move || {
-            let r = f();
-            let _ = tx.send(());
-            r
-        });
-        let returned = rx.recv_timeout(limit).is_ok();
-        gate.open().expect("open");
-        (returned, h.join().expect("no panic"))
-    })
-}
 
 /// DEFECT, fixed (failed 6 of 6 before the fix: `device_region` no longer waits on the host;
 /// `record_use` orders another stream after the move on the device). A pinned-host copy (`HostCopy::copy_to_host`, documented non-blocking)
@@ -201,4 +180,14 @@ fn concurrent_allocations_views_and_cache_calls_keep_every_block_s_bytes() {
         churn.join().expect("churn");
     });
     eprintln!("moves: {}", core.relocation_stats().moves - before);
+}
+
+/// Runs `f` on another thread and reports whether it returned within `limit`; `gate` is
+/// opened either way afterwards (the limit only detects a hang: it orders nothing).
+fn returns_before_gate_opens<R: Send>(
+    gate: &Gate,
+    limit: Duration,
+    f: impl FnOnce() -> R + Send,
+) -> (bool, R) {
+    xpu_testing::returns_within(limit, f, || gate.open().expect("open"))
 }

@@ -11,51 +11,14 @@ mod common;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use common::fresh_stream;
+use common::relocation::{layout, pattern, relocations, streams, MIB};
 use xpu_event::Gate;
 use xpu_kernel::graph::{command_buffer_supported, Graph, ReplayMode};
 use xpu_kernel::DeviceBuffer;
 use xpu_stream::Stream;
 
-const MIB: usize = 1 << 20;
-
-/// Bytes that differ at every position for each seed.
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i as u32).wrapping_mul(0x9E37_79B1).rotate_right(13) as u8) ^ seed)
-        .collect()
-}
-
-fn streams<const N: usize>() -> Option<[Stream; N]> {
-    xpu_testing::devices(1).then(|| std::array::from_fn(|_| fresh_stream(0).leak()))
-}
-
-fn relocations() -> u64 {
-    xpu_alloc::device_allocator(0)
-        .unwrap()
-        .core()
-        .relocation_stats()
-        .moves
-}
-
 fn read(b: &DeviceBuffer<u8>, s: &Stream) -> Vec<u8> {
     b.to_vec(s).unwrap()
-}
-
-/// The clearing layout of xpu-alloc's relocation tests on `s`, with the global allocator:
-/// segment A (20 MiB) holds p 6, q 2, r 6 and x 6 MiB, segment B y 6 and z 8 MiB; q, x, y, z
-/// hold the patterns of seeds 1-4. p and r are freed: an 8 MiB request on `s` then moves q
-/// into B's free tail and takes q's old run.
-fn layout(s: &Stream) -> (Arc<DeviceBuffer<u8>>, Vec<DeviceBuffer<u8>>) {
-    xpu_alloc::set_config("relocation:merge").unwrap();
-    let a = |mib: usize| DeviceBuffer::<u8>::new(mib * MIB, s).unwrap();
-    let (p, q, r, x, y, z) = (a(6), a(2), a(6), a(6), a(6), a(8));
-    for (seed, b) in [&q, &x, &y, &z].into_iter().enumerate() {
-        let data = pattern(seed as u8 + 1, b.len());
-        b.data_ptr().view().unwrap().write(s, 0, &data).unwrap();
-    }
-    drop((p, r));
-    (Arc::new(q), vec![x, y, z])
 }
 
 fn check_rest(rest: &[DeviceBuffer<u8>], s: &Stream) {
@@ -65,26 +28,6 @@ fn check_rest(rest: &[DeviceBuffer<u8>], s: &Stream) {
             "block {seed} intact"
         );
     }
-}
-
-/// Runs `f` on another thread; whether it returned within `limit` (which only detects a
-/// hang). `gate` is opened either way afterwards.
-fn returns_before_gate_opens<R: Send>(
-    gate: &Gate,
-    limit: Duration,
-    f: impl FnOnce() -> R + Send,
-) -> (bool, R) {
-    let (tx, rx) = mpsc::channel();
-    std::thread::scope(|scope| {
-        let h = scope.spawn(move || {
-            let r = f();
-            let _ = tx.send(());
-            r
-        });
-        let returned = rx.recv_timeout(limit).is_ok();
-        gate.open().expect("open");
-        (returned, h.join().expect("no panic"))
-    })
 }
 
 /// DEFECT, fixed (failed 6 of 6 before the fix: a block with pending relocation copies fails
@@ -192,4 +135,14 @@ fn a_replayed_fill_pending_behind_a_gate_survives_a_move_of_its_block() {
         );
     });
     check_rest(&rest, &s);
+}
+
+/// Runs `f` on another thread and reports whether it returned within `limit`; `gate` is
+/// opened either way afterwards (the limit only detects a hang: it orders nothing).
+fn returns_before_gate_opens<R: Send>(
+    gate: &Gate,
+    limit: Duration,
+    f: impl FnOnce() -> R + Send,
+) -> (bool, R) {
+    xpu_testing::returns_within(limit, f, || gate.open().expect("open"))
 }

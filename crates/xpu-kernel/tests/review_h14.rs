@@ -9,45 +9,10 @@ mod common;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use common::fresh_stream;
+use common::relocation::{layout, pattern, relocations, streams, MIB};
 use xpu_event::{Event, Gate, StreamExt};
 use xpu_kernel::graph::{Graph, ReplayMode};
 use xpu_kernel::DeviceBuffer;
-use xpu_stream::Stream;
-
-const MIB: usize = 1 << 20;
-
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i as u32).wrapping_mul(0x9E37_79B1).rotate_right(13) as u8) ^ seed)
-        .collect()
-}
-
-fn streams<const N: usize>() -> Option<[Stream; N]> {
-    xpu_testing::devices(1).then(|| std::array::from_fn(|_| fresh_stream(0).leak()))
-}
-
-fn relocations() -> u64 {
-    xpu_alloc::device_allocator(0)
-        .unwrap()
-        .core()
-        .relocation_stats()
-        .moves
-}
-
-/// The clearing layout of xpu-alloc's relocation tests on `s` (global allocator): q 2 MiB
-/// with pattern 1, x, y, z with patterns 2-4; an 8 MiB request then moves q.
-fn layout(s: &Stream) -> (Arc<DeviceBuffer<u8>>, Vec<DeviceBuffer<u8>>) {
-    xpu_alloc::set_config("relocation:merge").unwrap();
-    let a = |mib: usize| DeviceBuffer::<u8>::new(mib * MIB, s).unwrap();
-    let (p, q, r, x, y, z) = (a(6), a(2), a(6), a(6), a(6), a(8));
-    for (seed, b) in [&q, &x, &y, &z].into_iter().enumerate() {
-        let data = pattern(seed as u8 + 1, b.len());
-        b.data_ptr().view().unwrap().write(s, 0, &data).unwrap();
-    }
-    drop((p, r));
-    (Arc::new(q), vec![x, y, z])
-}
 
 /// Whether every event stays incomplete for `limit` with `gate` closed (an unordered command
 /// on an ungated stream completes well within it; the limit orders nothing); the gate is

@@ -8,33 +8,13 @@ mod common;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::fresh_stream;
+use common::relocation::{pattern, relocations, streams, MIB};
 use xpu_event::Gate;
 use xpu_kernel::{DeviceBuffer, LaunchExt, Program};
 use xpu_stream::Stream;
 
-const MIB: usize = 1 << 20;
-
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i as u32).wrapping_mul(0x9E37_79B1).rotate_right(13) as u8) ^ seed)
-        .collect()
-}
-
-fn streams<const N: usize>() -> Option<[Stream; N]> {
-    xpu_testing::devices(1).then(|| std::array::from_fn(|_| fresh_stream(0).leak()))
-}
-
 /// The tests count the device's relocations: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn relocations() -> u64 {
-    xpu_alloc::device_allocator(0)
-        .unwrap()
-        .core()
-        .relocation_stats()
-        .moves
-}
 
 /// The addresses of the allocated blocks of `bytes` on `s`'s shard (a snapshot fixes no
 /// block's place).

@@ -187,3 +187,28 @@ pub const REPLAY_REPORT_KEYS: [&str; 23] = [
     "free_ns_mean",
     "wall_s",
 ];
+
+/// Runs `f` on another thread and reports whether it returned within `limit`, with its
+/// result; `then` runs after the limit or the return, whichever comes first, and before the
+/// thread is joined (a test opens there the gate that a hanging `f` waits behind, so the test
+/// ends either way). The limit only detects a hang: it orders nothing.
+///
+/// # Panics
+/// When `f` panics.
+pub fn returns_within<R: Send>(
+    limit: Duration,
+    f: impl FnOnce() -> R + Send,
+    then: impl FnOnce(),
+) -> (bool, R) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        let h = scope.spawn(move || {
+            let r = f();
+            let _ = tx.send(());
+            r
+        });
+        let returned = rx.recv_timeout(limit).is_ok();
+        then();
+        (returned, h.join().expect("the function does not panic"))
+    })
+}

@@ -1,6 +1,8 @@
 //! Helpers shared by the device tests of this crate.
 #![allow(dead_code)]
 
+pub mod relocation;
+
 use xpu_event::test_support::Gate;
 use xpu_kernel::DeviceBuffer;
 use xpu_stream::{ExternalStream, Stream};
