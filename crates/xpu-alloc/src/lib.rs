@@ -71,7 +71,8 @@
 //!   has no pointer for a `cl_mem`); `DataPtr::cl_mem_and_offset` gives a block's kernel arguments
 //!   as raw values (the segment's `cl_mem`, not retained, and the offset: valid only for the
 //!   block's bytes while its `DataPtr` lives).
-//! - Relocation (`relocation:merge`, the default; `relocation:off` turns it off): a block may move while its
+//! - Relocation (`relocation:merge`, the default; `relocation:off` turns it off): a large block
+//!   (a request above 1 MiB; small blocks move only under `relocation:merge_all`) may move while its
 //!   `DataPtr` lives, until its place is first observed. `DataPtr::address`,
 //!   `cl_mem_and_offset`, `block_cl_mem`, `set_kernel_arg`, device regions and `raw_alloc`
 //!   observe it (fixed for good, as torch's `data_ptr`); views and `xpu_kernel` launches hold a

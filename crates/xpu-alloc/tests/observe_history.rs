@@ -112,14 +112,15 @@ fn exported_history_replays_to_the_same_peaks() {
     );
 }
 
-/// Under `relocation:merge` the history records every move (`move_from` then `move_to`),
+/// Under relocation (`merge_all`: the mix's small blocks move too) the history records every
+/// move (`move_from` then `move_to`),
 /// and the exported trace replays under the same configuration to the recording's figures:
 /// the same peaks, segments and moves, each recorded move read as a rename (neither an
 /// allocation nor a free), no free unmatched. Replayed with relocation off, the moves still
 /// pair up and the requested peak, which no placement changes, is the same.
 #[test]
 fn a_history_with_moves_replays_to_the_same_peaks() {
-    let config = "relocation:merge";
+    let config = "relocation:merge_all";
     let core = DeviceCore::new(
         Box::new(SimulatedSource::new(0, H200_CAPACITY, H200_MAX_ALLOC)),
         AllocConfig::parse(config).unwrap(),

@@ -242,13 +242,37 @@ fn the_relocation_key_parses() {
         .unwrap()
         .relocates());
     assert!(!AllocConfig::parse("relocation:off").unwrap().relocates());
+    // `merge` moves large blocks only; `merge_all` small ones too.
+    assert_eq!(
+        AllocConfig::parse("relocation:merge_all")
+            .unwrap()
+            .relocation,
+        xpu_alloc::Relocation::MergeAll
+    );
+    for (text, small, large) in [
+        ("relocation:merge", false, true),
+        ("relocation:merge_all", true, true),
+        ("relocation:off", false, false),
+        ("relocation:merge_all,release_policy:on_oom", false, false),
+        ("relocation:merge_all,split_segments:False", false, false),
+    ] {
+        let config = AllocConfig::parse(text).unwrap();
+        assert_eq!(
+            (
+                config.relocates_pool(xpu_alloc::PoolKind::Small),
+                config.relocates_pool(xpu_alloc::PoolKind::Large)
+            ),
+            (small, large),
+            "{text}"
+        );
+    }
     assert!(matches!(
         AllocConfig::parse("relocation:always"),
         Err(ConfigError::InvalidValue { ref key, .. }) if key == "relocation"
     ));
 }
 
-/// The figures of one trace under `relocation:merge` (the golden file's entry).
+/// The figures of one trace under `relocation:merge_all` (the golden file's entry).
 #[derive(Debug, PartialEq, Eq, serde::Deserialize)]
 #[allow(dead_code)] // every figure is read from the file; the test compares some
 struct Golden {
@@ -267,7 +291,8 @@ struct GoldenFile {
 }
 
 /// Replays every trace of the folder `sub` of `data/traces` named in the golden file with
-/// `relocation:merge` and compares peak reserved bytes and segment allocations exactly;
+/// `relocation:merge_all` (the experiment moved blocks of both pools; the default `merge`
+/// moves large blocks only) and compares peak reserved bytes and segment allocations exactly;
 /// returns how many it compared. The move counts are not compared: 4 of the 38 traces make
 /// a relocation or a few moves more or fewer than the experiment, with the same peaks and
 /// segment counts. Threads' caches play no part in that: the replay reads the statistics
@@ -284,7 +309,7 @@ fn matches_the_experiment(sub: &str) -> usize {
             continue;
         }
         let options = ReplayOptions {
-            config: Some("relocation:merge".to_owned()),
+            config: Some("relocation:merge_all".to_owned()),
             ..ReplayOptions::default()
         };
         let r = replay::run(&root.join(name), &options).unwrap().report;
@@ -351,8 +376,8 @@ fn the_fifth_held_out_set_meets_issue_27_s_goals_with_relocation() {
             ("debertav2_varlen_infer", true, 2_598_371_328, 52),
             ("electra_mlm_varlen_infer", true, 3_057_647_616, 30),
             ("fcn_varsize_infer", true, 2_118_123_520, 32),
-            ("qwen2_generate_varprompt", true, 645_922_816, 27),
-            ("regnet_varres_train", false, 4_439_670_784, 195),
+            ("qwen2_generate_varprompt", true, 648_019_968, 28),
+            ("regnet_varres_train", false, 4_443_865_088, 196),
             (
                 "transformer_seq2seq_varlen_train",
                 false,
@@ -375,9 +400,9 @@ fn the_sixth_held_out_set_with_relocation() {
     held_out_goals(
         "heldout6",
         &[
-            ("detr_varsize_infer", true, 2_464_153_600, 40),
+            ("detr_varsize_infer", true, 2_468_347_904, 41),
             ("dinov2_varres_infer", true, 1_803_550_720, 46),
-            ("gemma_generate_growprompt", true, 939_524_096, 33),
+            ("gemma_generate_growprompt", true, 941_621_248, 34),
             ("longformer_growlen_infer", true, 2_665_480_192, 48),
             ("mobilevit_varres_train", false, 6_140_461_056, 124),
             ("wav2vec2_varlen_infer", true, 3_185_573_888, 38),
@@ -390,6 +415,9 @@ fn the_sixth_held_out_set_with_relocation() {
 /// 03:57 UTC, misses issue 27's goals with `relocation:merge`: a geometric mean of 1.053 over
 /// expandable, bilstm_packed_infer (1.191) and yolos_varsize_infer (1.135) over 1.10, and
 /// phi_generate_varprompt one segment allocation over PyTorch's 49 (as without relocation).
+/// Since small blocks stay put under `merge` (moving them is `merge_all`), the geometric mean
+/// is 1.054 and phi makes PyTorch's 49 segment allocations: one small segment of 2 MiB
+/// fewer released and regrown.
 #[test]
 fn the_seventh_held_out_set_with_relocation() {
     held_out_misses(
@@ -397,15 +425,15 @@ fn the_seventh_held_out_set_with_relocation() {
         &[
             ("bilstm_packed_infer", true, 11_744_051_200, 37),
             ("clip_varbatch_infer", true, 1_256_194_048, 69),
-            ("gptbigcode_generate_growbatch", true, 549_453_824, 33),
-            ("phi_generate_varprompt", true, 1_021_313_024, 50),
-            ("resnext_varres_train", false, 6_991_904_768, 141),
+            ("gptbigcode_generate_growbatch", true, 553_648_128, 35),
+            ("phi_generate_varprompt", true, 1_017_118_720, 49),
+            ("resnext_varres_train", false, 6_996_099_072, 142),
             ("segformer_varres_infer", true, 9_577_693_184, 37),
             ("yolos_varsize_infer", true, 564_133_888, 36),
         ],
         &["bilstm_packed_infer", "yolos_varsize_infer"],
-        &["phi_generate_varprompt"],
-        Some(1.053),
+        &[],
+        Some(1.054),
     );
 }
 

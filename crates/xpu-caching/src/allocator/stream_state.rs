@@ -437,8 +437,8 @@ impl<B: Backend> ShardState<B> {
         // A block whose bytes a relocation copy may still read or write is handed out as
         // relocating under any configuration: its pins and observation then wait for that
         // copy (a vacated place after `set_config` turned relocation off).
-        let relocating =
-            self.relocation_allowed && (self.config.relocates() || self.copy_pending(block));
+        let relocating = self.relocation_allowed
+            && (self.config.relocates_pool(kind) || self.copy_pending(block));
         if relocating {
             // The slot's cell starts over for the new block (its generation goes on). A cell
             // of a free block is never claimed (claims take this lock), so this cannot fail;

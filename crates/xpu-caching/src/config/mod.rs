@@ -16,7 +16,7 @@
 //! | `release_policy` | `on_oom` (PyTorch's) or `before_grow` | `before_grow` |
 //! | `regrow_factor` | integer ≥ 1 (`before_grow` only) | 4 |
 //! | `split_segments` | `True`/`False`: whether a segment is split into blocks handed out at once (see [`AllocConfig::split_segments`]) | the segment source's choice ([`SegmentSource::splits_segments`](crate::source::SegmentSource::splits_segments)) |
-//! | `relocation` | `off` or `merge`: moving live blocks before a growth (xpu's own, see [`Relocation`]) | `merge` |
+//! | `relocation` | `off`, `merge` or `merge_all`: moving live blocks before a growth (xpu's own, see [`Relocation`]) | `merge` |
 //!
 //! The `pinned_*` keys configure PyTorch's pinned-host allocator. They are accepted (and their
 //! values checked) so that a PyTorch configuration string parses unchanged, but nothing reads
@@ -32,6 +32,7 @@ mod parse;
 
 pub use error::ConfigError;
 
+use crate::size::PoolKind;
 use crate::size_constants::{LARGE_BUFFER, MIB, ROUNDUP_INTERVALS};
 
 /// Which device memory segments are made of.
@@ -60,18 +61,29 @@ pub enum MemoryKind {
 pub enum Relocation {
     /// Blocks stay where they were handed out (PyTorch's behaviour).
     Off,
-    /// Before a large or small segment of a stream is allocated under
-    /// [`ReleasePolicy::BeforeGrow`] with split segments: first, the live blocks of one run
-    /// of neighbouring blocks that spans the request (live blocks without recorded stream
-    /// uses or pending markers, and idle free blocks) move into idle free blocks of the
-    /// stream's other segments of the pool, the run with the fewest live bytes first, and
-    /// the cleared run serves the request. Where no run can be cleared and the growth would
-    /// raise the device's reserved high-water mark, whole segments (fewest live bytes first)
-    /// are emptied into the other segments' idle free blocks until the idle whole segments
-    /// add up to the new segment, so that the release policy's consolidation merges them
-    /// into one instead of growing. The default.
+    /// Before a large segment of a stream is allocated under [`ReleasePolicy::BeforeGrow`]
+    /// with split segments: first, the live blocks of one run of neighbouring blocks that
+    /// spans the request (live blocks without recorded stream uses or pending markers, and
+    /// idle free blocks) move into idle free blocks of the stream's other large segments,
+    /// the run with the fewest live bytes first, and the cleared run serves the request.
+    /// Where no run can be cleared and the growth would raise the device's reserved
+    /// high-water mark, whole segments (fewest live bytes first) are emptied into the other
+    /// segments' idle free blocks until the idle whole segments add up to the new segment,
+    /// so that the release policy's consolidation merges them into one instead of growing.
+    /// The default.
+    ///
+    /// Only the large pool's blocks (requests above 1 MiB, PyTorch's large pool) move.
+    /// Small-pool blocks are handed out as with [`Relocation::Off`], so the cached
+    /// allocate + free of a small block, the allocator's hottest path, costs what it costs
+    /// without relocation; moving them too ([`Relocation::MergeAll`]) saved one 2 MiB
+    /// small segment on 19 of the 65 recorded traces (simulated) and cost one atomic
+    /// read-modify-write and about 100 instructions per cached pair whose address is read
+    /// (docs/performance.md, 2026-12-05, "small blocks stay put").
     #[default]
     Merge,
+    /// As [`Relocation::Merge`], in the small pool as well (small segments are 2 MiB or
+    /// 4 MiB): slightly less memory, at the cost above on every small hand-out.
+    MergeAll,
 }
 
 /// What the allocator does with idle cached segments when it must grow.
@@ -181,14 +193,21 @@ impl Default for AllocConfig {
 }
 
 impl AllocConfig {
-    /// Whether this configuration moves live blocks: [`Relocation::Merge`] under
-    /// [`ReleasePolicy::BeforeGrow`] with split segments (anything else never relocates, so
-    /// its blocks are handed out as without relocation).
+    /// Whether this configuration moves live blocks: [`Relocation::Merge`] or
+    /// [`Relocation::MergeAll`] under [`ReleasePolicy::BeforeGrow`] with split segments
+    /// (anything else never relocates, so its blocks are handed out as without relocation).
     #[must_use]
     pub fn relocates(&self) -> bool {
-        self.relocation == Relocation::Merge
+        self.relocation != Relocation::Off
             && self.release_policy == ReleasePolicy::BeforeGrow
             && self.splits_segments()
+    }
+
+    /// Whether this configuration moves live blocks of `pool`: [`AllocConfig::relocates`],
+    /// and for the small pool [`Relocation::MergeAll`].
+    #[must_use]
+    pub fn relocates_pool(&self, pool: PoolKind) -> bool {
+        self.relocates() && (pool == PoolKind::Large || self.relocation == Relocation::MergeAll)
     }
 
     /// The keys accepted by [`AllocConfig::parse`].

@@ -292,10 +292,11 @@ fn apply(config: &mut AllocConfig, key: &str, value: &Value) -> Result<(), Confi
         }
         "split_segments" => config.split_segments = Some(boolean(key, value)?),
         "relocation" => {
-            config.relocation = match scalar(key, value, "off or merge")? {
+            config.relocation = match scalar(key, value, "off, merge or merge_all")? {
                 "off" => Relocation::Off,
                 "merge" => Relocation::Merge,
-                _ => return Err(invalid(key, value, "off or merge")),
+                "merge_all" => Relocation::MergeAll,
+                _ => return Err(invalid(key, value, "off, merge or merge_all")),
             };
         }
         _ => {

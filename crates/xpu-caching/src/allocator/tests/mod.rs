@@ -280,6 +280,12 @@ fn statistics_match_the_snapshot_with_relocation() {
     statistics_match_the_snapshot("", false);
 }
 
+/// As above with small blocks moving too (`relocation:merge_all`).
+#[test]
+fn statistics_match_the_snapshot_with_relocation_of_small_blocks() {
+    statistics_match_the_snapshot(",relocation:merge_all", false);
+}
+
 fn statistics_match_the_snapshot(relocation: &str, exact_split_peaks: bool) {
     use crate::allocator::snapshot::BlockState;
     use crate::size::PoolKind;
@@ -394,8 +400,18 @@ fn statistics_match_the_snapshot(relocation: &str, exact_split_peaks: bool) {
 /// (and exited, their statistics cells retired), the currents equal the snapshot's figures.
 #[test]
 fn statistics_currents_match_the_snapshot_after_four_threads_allocate_and_free() {
+    currents_match_the_snapshot_after_four_threads("");
+}
+
+/// As above with small blocks moving too (`relocation:merge_all`).
+#[test]
+fn statistics_currents_match_the_snapshot_after_four_threads_with_small_blocks_moving() {
+    currents_match_the_snapshot_after_four_threads("relocation:merge_all");
+}
+
+fn currents_match_the_snapshot_after_four_threads(config: &str) {
     use crate::allocator::snapshot::BlockState;
-    let (core, _src) = sim_core(16 * GIB, "");
+    let (core, _src) = sim_core(16 * GIB, config);
     let shared: Arc<Mutex<Vec<Allocation<SimBackend>>>> = Arc::default();
     let handles: Vec<_> = (0..4u64)
         .map(|t| {

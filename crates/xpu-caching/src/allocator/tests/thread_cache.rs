@@ -60,7 +60,7 @@ fn pinned_address(a: &Allocation<SimBackend>) -> u64 {
 #[test]
 fn a_place_cached_by_a_pinned_reader_does_not_outlive_its_block() {
     for flush_first in [false, true] {
-        let (core, src) = sim_core(GIB, "relocation:merge");
+        let (core, src) = sim_core(GIB, "relocation:merge_all");
         let (s, _) = stream(1);
         let a = core.alloc(4096, &s).unwrap();
         assert!(a.relocatable());
@@ -97,7 +97,7 @@ fn a_place_cached_by_a_pinned_reader_does_not_outlive_its_block() {
 #[test]
 fn a_forgotten_pin_does_not_leak_the_block_s_next_allocation() {
     for through_cache in [true, false] {
-        let (core, src) = sim_core(GIB, "relocation:merge");
+        let (core, src) = sim_core(GIB, "relocation:merge_all");
         let (s, _) = stream(1);
         let a = core.alloc(4096, &s).unwrap();
         assert!(a.relocatable());
@@ -128,12 +128,13 @@ fn a_forgotten_pin_does_not_leak_the_block_s_next_allocation() {
     }
 }
 
-/// With `relocation:merge` too, a freed block goes into the freeing thread's cache and comes
+/// With relocation of small blocks too (`relocation:merge_all`), a freed block goes into the
+/// freeing thread's cache and comes
 /// back to its next allocation of that size on that stream (the block freed last, where the
 /// stream pool's best fit would be the lowest address).
 #[test]
 fn with_relocation_a_same_size_allocation_gets_the_block_this_thread_freed_last() {
-    let (core, _src) = sim_core(GIB, "relocation:merge");
+    let (core, _src) = sim_core(GIB, "relocation:merge_all");
     let (s, _) = stream(1);
     let low = core.alloc(4096, &s).unwrap();
     let high = core.alloc(4096, &s).unwrap();
@@ -162,35 +163,44 @@ fn with_relocation_a_same_size_allocation_gets_the_block_this_thread_freed_last(
 }
 
 /// A cached pair (allocate, read the address as the benchmarks do, free) takes no lock of
-/// its stream, with relocation off as with `relocation:merge`: the place cell is reset and
-/// freed without it, and the address of a block that never moved is the hand-out's.
+/// its stream, with relocation off as with it on: a relocating block's place cell is reset
+/// and freed without it, and the address of a block that never moved is the hand-out's.
+/// Under `relocation:merge` (the default) a small block is handed out as with relocation
+/// off, and a large one as relocating; under `merge_all` both relocate.
 #[test]
 fn a_cached_pair_takes_no_stream_lock_with_relocation_off_or_on() {
-    for conf in ["relocation:off", "relocation:merge"] {
+    for (conf, size, relocating) in [
+        ("relocation:off", 4096, false),
+        ("relocation:off", 8 << 20, false),
+        ("relocation:merge", 4096, false),
+        ("relocation:merge", 8 << 20, true),
+        ("relocation:merge_all", 4096, true),
+        ("relocation:merge_all", 8 << 20, true),
+    ] {
         let (core, _src) = sim_core(GIB, conf);
         let (s, _) = stream(1);
         // The first pair binds this thread's bin (and takes the lock); the second hands out
         // the first's block from the cache.
-        drop(core.alloc(4096, &s).unwrap());
-        let first = core.alloc(4096, &s).unwrap();
+        drop(core.alloc(size, &s).unwrap());
+        let first = core.alloc(size, &s).unwrap();
         let address = first.address();
         drop(first);
         let shard = core.all_shards().pop().expect("the stream's shard");
         let before = shard.locks_taken();
         for _ in 0..100 {
-            let a = core.alloc(4096, &s).unwrap();
-            assert_eq!(a.relocatable(), conf == "relocation:merge");
-            assert_eq!(a.address(), address, "{conf:?}: the cached block");
+            let a = core.alloc(size, &s).unwrap();
+            assert_eq!(a.relocatable(), relocating, "{conf:?}, {size} B");
+            assert_eq!(a.address(), address, "{conf:?}, {size} B: the cached block");
             drop(a);
         }
         assert_eq!(
             shard.locks_taken(),
             before,
-            "{conf:?}: cached pairs took the stream's lock"
+            "{conf:?}, {size} B: cached pairs took the stream's lock"
         );
         let stats = core.memory_stats();
-        assert_eq!(stats.allocation.all.allocated, 102, "{conf:?}");
-        assert_eq!(stats.allocated_bytes.all.current, 0, "{conf:?}");
+        assert_eq!(stats.allocation.all.allocated, 102, "{conf:?}, {size} B");
+        assert_eq!(stats.allocated_bytes.all.current, 0, "{conf:?}, {size} B");
     }
 }
 
@@ -779,28 +789,35 @@ proptest! {
 }
 
 /// A block is handed out as relocating only where the allocator can move it
-/// (`AllocConfig::relocates`): `relocation:merge` under `before_grow` with split segments, on
-/// an allocator that is not a private pool's. Elsewhere its drop and its `address()` take
-/// the paths of a block that never moves.
+/// (`AllocConfig::relocates_pool`): `relocation:merge` (large blocks) or `merge_all` (small
+/// ones too) under `before_grow` with split segments, on an allocator that is not a private
+/// pool's. Elsewhere its drop and its `address()` take the paths of a block that never
+/// moves.
 #[test]
 fn only_an_allocator_that_can_relocate_hands_out_relocating_blocks() {
     let (s, _) = stream(1);
-    for (conf, relocating) in [
-        ("relocation:merge", true),
-        ("relocation:off", false),
-        ("relocation:merge,release_policy:on_oom", false),
-        ("relocation:merge,split_segments:False", false),
+    for (conf, small, large) in [
+        ("relocation:merge", false, true),
+        ("relocation:merge_all", true, true),
+        ("relocation:off", false, false),
+        ("relocation:merge,release_policy:on_oom", false, false),
+        ("relocation:merge_all,release_policy:on_oom", false, false),
+        ("relocation:merge,split_segments:False", false, false),
     ] {
         let (core, _src) = sim_core(GIB, conf);
         let a = core.alloc(4096, &s).unwrap();
-        assert_eq!(a.relocatable(), relocating, "{conf}");
+        assert_eq!(a.relocatable(), small, "{conf}: a small block");
+        // Just above the small pool's bound: a large-pool request.
+        let b = core.alloc((1 << 20) + 1, &s).unwrap();
+        assert_eq!(b.relocatable(), large, "{conf}: a large block");
     }
     // A private pool's allocator never relocates, whatever its configuration.
     let pool: CachingAllocator<SimBackend> = CachingAllocator::with_setup(
         Box::new(Arc::new(SimulatedSource::new(0, GIB, GIB))),
-        AllocConfig::parse("relocation:merge").unwrap(),
+        AllocConfig::parse("relocation:merge_all").unwrap(),
         Arc::new(History::new()),
         None,
     );
     assert!(!pool.alloc(4096, &s).unwrap().relocatable());
+    assert!(!pool.alloc(8 << 20, &s).unwrap().relocatable());
 }
