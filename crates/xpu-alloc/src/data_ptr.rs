@@ -777,8 +777,8 @@ impl BlockView<'_> {
 
     /// Records `stream` on the allocation when it is not the allocation stream, so that the
     /// block is reused only after a non-blocking command through the view on it ran,
-    /// whenever the [`DataPtr`] is freed. Called with the stream's direct-enqueue permit held,
-    /// or after the enqueue (the view borrows the `DataPtr`, so it cannot be freed between).
+    /// whenever the [`DataPtr`] is freed. Called before the command is enqueued: an error
+    /// here (a released stream) then enqueues nothing.
     fn note_use(&self, stream: &Stream) -> Result<(), AllocError> {
         if self.ptr.stream() == Some(crate::stream_key(stream)) {
             return Ok(());
@@ -922,11 +922,15 @@ impl BlockView<'_> {
         use crate::host::{HostBytes, HostCopy};
         let at = self.host_range("device destination", offset, len)?;
         self.pin.prepare_on(stream).map_err(host_error)?;
-        stream.copy_pinned(&self.buffer, at, HostBytes::From(src), src_offset, len)?;
-        if len == 0 {
-            return Ok(());
+        // Recorded before the copy is enqueued (as `fill` and `copy_from` do): recording
+        // after it could fail (the stream released by another thread in between) and leave
+        // an enqueued copy unrecorded, so that the block's next owner would get it while the
+        // copy still runs. A copy that then fails leaves a recorded stream with nothing on
+        // it, which only delays the block's reuse until that stream's marker.
+        if len > 0 {
+            self.note_use(stream).map_err(host_error)?;
         }
-        self.note_use(stream).map_err(host_error)
+        stream.copy_pinned(&self.buffer, at, HostBytes::From(src), src_offset, len)
     }
 
     /// Non-blocking device-to-host copy of `len` bytes of this allocation at byte `offset`
@@ -947,11 +951,15 @@ impl BlockView<'_> {
         use crate::host::{HostBytes, HostCopy};
         let at = self.host_range("device source", offset, len)?;
         self.pin.prepare_on(stream).map_err(host_error)?;
-        stream.copy_pinned(&self.buffer, at, HostBytes::Into(dst), dst_offset, len)?;
-        if len == 0 {
-            return Ok(());
+        // Recorded before the copy is enqueued (as `fill` and `copy_from` do): recording
+        // after it could fail (the stream released by another thread in between) and leave
+        // an enqueued copy unrecorded, so that the block's next owner would get it while the
+        // copy still runs. A copy that then fails leaves a recorded stream with nothing on
+        // it, which only delays the block's reuse until that stream's marker.
+        if len > 0 {
+            self.note_use(stream).map_err(host_error)?;
         }
-        self.note_use(stream).map_err(host_error)
+        stream.copy_pinned(&self.buffer, at, HostBytes::Into(dst), dst_offset, len)
     }
 }
 

@@ -86,12 +86,18 @@ pub fn byte_len(shape: &[usize], dtype: DType) -> Result<usize> {
 }
 
 /// Row-major (C order) element strides of `shape`.
+///
+/// Total: the running product saturates at `isize::MAX` instead of overflowing. That happens
+/// only for a shape with no element (a 0 dimension beside dimensions whose product exceeds
+/// `isize::MAX`, which burn accepts: the element counts of a reshape match at 0), whose
+/// strides are never used to address an element; a shape with elements has a byte count
+/// that fits ([`byte_len`]), so its strides are exact.
 pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
     let mut strides = vec![0isize; shape.len()];
     let mut acc = 1isize;
     for d in (0..shape.len()).rev() {
         strides[d] = acc;
-        acc *= shape[d].max(1) as isize;
+        acc = acc.saturating_mul(isize::try_from(shape[d].max(1)).unwrap_or(isize::MAX));
     }
     strides
 }

@@ -84,7 +84,7 @@ pub fn matmul(lhs: &XpuTensor, rhs: &XpuTensor) -> Result<XpuTensor> {
     let mut out_shape = batch.clone();
     out_shape.extend([m, n]);
     let out = XpuTensor::empty(device, &out_shape, lhs.dtype)?;
-    let nbatch: usize = batch.iter().product();
+    let nbatch = crate::tensor::elem_count(&batch);
     if nbatch == 0 || m == 0 || n == 0 {
         return Ok(out);
     }
@@ -229,7 +229,7 @@ fn row_major(t: &XpuTensor, rows: usize, cols: usize) -> Result<(XpuTensor, usiz
 fn batch_offsets(t: &XpuTensor, batch: &[usize]) -> Vec<usize> {
     let tb = &t.shape[..t.shape.len() - 2];
     let pad = batch.len() - tb.len();
-    let nbatch: usize = batch.iter().product();
+    let nbatch = crate::tensor::elem_count(batch);
     (0..nbatch)
         .map(|q| {
             let (mut rem, mut off) = (q, t.offset as isize);
@@ -257,7 +257,7 @@ fn clblast_matmul(
     batch: &[usize],
     (m, n, k): (usize, usize, usize),
 ) -> Result<bool> {
-    let nbatch: usize = batch.iter().product();
+    let nbatch = crate::tensor::elem_count(batch);
     let work = m.saturating_mul(n).saturating_mul(k);
     if lhs.dtype != DType::F32
         || k == 0
