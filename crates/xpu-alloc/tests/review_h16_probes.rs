@@ -126,7 +126,7 @@ fn overflowing_offsets_and_lengths_are_errors() {
             view.read_into_host(&a, off, &mut dst, hoff, len),
             Err(HostError::OutOfRange { .. })
         ));
-        let device_bad = off.checked_add(len).map_or(true, |e| e > N);
+        let device_bad = off.checked_add(len).is_none_or(|e| e > N);
         assert_eq!(view.fill(&a, &[0], off, len).is_err(), device_bad);
         assert!(view.copy_from(&a, &view, off, hoff, len).is_err());
     }
