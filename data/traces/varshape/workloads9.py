@@ -5,7 +5,7 @@
 #               falcon_generate_varprompt, pegasus_summarize_varbatch,
 #               embbag_recsys_varbatch_infer, tcn_ctc_varlen_train, modernbert_varlen_infer
 # None of these architectures is in workloads.py or workloads6.py to workloads8.py. They were
-# written on 2026-12-05 (07:20 UTC, no device lent that session), after small blocks stopped
+# written on 2026-12-05 (07:05 UTC, no device lent that session), after small blocks stopped
 # moving under the default `relocation:merge` and before any figure of theirs was seen, to
 # judge that default once (the test fixed in advance is in README.md, "The ninth held-out
 # set"). Every model is built from a config with random weights (no pretrained weights, no
