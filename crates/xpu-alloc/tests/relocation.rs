@@ -258,10 +258,7 @@ fn the_relocation_key_parses() {
     ] {
         let config = AllocConfig::parse(text).unwrap();
         assert_eq!(
-            (
-                config.relocates_pool(xpu_alloc::PoolKind::Small),
-                config.relocates_pool(xpu_alloc::PoolKind::Large)
-            ),
+            (config.relocates_small(), config.relocates()),
             (small, large),
             "{text}"
         );

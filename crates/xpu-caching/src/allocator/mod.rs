@@ -863,7 +863,7 @@ fn relocate_before_grow<B: Backend>(
     req: &Request,
     st: &mut StatsWriter<'_>,
 ) -> Option<Handed> {
-    if !shared.relocation_allowed || !state.config.relocates_pool(req.pool) {
+    if !shared.relocation_allowed || !stream_state::relocates_pool(&state.config, req.pool) {
         return None;
     }
     let raises = shared.would_raise_high_water(req.segment_size);

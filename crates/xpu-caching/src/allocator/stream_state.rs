@@ -438,7 +438,7 @@ impl<B: Backend> ShardState<B> {
         // relocating under any configuration: its pins and observation then wait for that
         // copy (a vacated place after `set_config` turned relocation off).
         let relocating = self.relocation_allowed
-            && (self.config.relocates_pool(kind) || self.copy_pending(block));
+            && (relocates_pool(&self.config, kind) || self.copy_pending(block));
         if relocating {
             // The slot's cell starts over for the new block (its generation goes on). A cell
             // of a free block is never claimed (claims take this lock), so this cannot fail;
@@ -1080,6 +1080,15 @@ fn apply_net(stat: CellArray<'_>, kind: PoolKind, net: i64) {
         std::cmp::Ordering::Greater => stat.increase(kind, net.unsigned_abs()),
         std::cmp::Ordering::Less => stat.decrease(kind, net.unsigned_abs()),
         std::cmp::Ordering::Equal => {}
+    }
+}
+
+/// Whether `config` moves live blocks of `pool` ([`AllocConfig::relocates`] for the large
+/// pool, [`AllocConfig::relocates_small`] for the small one).
+pub(crate) fn relocates_pool(config: &AllocConfig, pool: PoolKind) -> bool {
+    match pool {
+        PoolKind::Large => config.relocates(),
+        PoolKind::Small => config.relocates_small(),
     }
 }
 

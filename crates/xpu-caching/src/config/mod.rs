@@ -32,7 +32,6 @@ mod parse;
 
 pub use error::ConfigError;
 
-use crate::size::PoolKind;
 use crate::size_constants::{LARGE_BUFFER, MIB, ROUNDUP_INTERVALS};
 
 /// Which device memory segments are made of.
@@ -193,9 +192,10 @@ impl Default for AllocConfig {
 }
 
 impl AllocConfig {
-    /// Whether this configuration moves live blocks: [`Relocation::Merge`] or
-    /// [`Relocation::MergeAll`] under [`ReleasePolicy::BeforeGrow`] with split segments
-    /// (anything else never relocates, so its blocks are handed out as without relocation).
+    /// Whether this configuration moves live large blocks (requests above 1 MiB):
+    /// [`Relocation::Merge`] or [`Relocation::MergeAll`] under [`ReleasePolicy::BeforeGrow`]
+    /// with split segments (anything else never relocates, so its blocks are handed out as
+    /// without relocation). Small blocks move too where [`AllocConfig::relocates_small`].
     #[must_use]
     pub fn relocates(&self) -> bool {
         self.relocation != Relocation::Off
@@ -203,11 +203,12 @@ impl AllocConfig {
             && self.splits_segments()
     }
 
-    /// Whether this configuration moves live blocks of `pool`: [`AllocConfig::relocates`],
-    /// and for the small pool [`Relocation::MergeAll`].
+    /// Whether this configuration moves live blocks of the small pool too (requests up to
+    /// 1 MiB): [`AllocConfig::relocates`] with [`Relocation::MergeAll`]. Where it relocates
+    /// at all, it moves large blocks.
     #[must_use]
-    pub fn relocates_pool(&self, pool: PoolKind) -> bool {
-        self.relocates() && (pool == PoolKind::Large || self.relocation == Relocation::MergeAll)
+    pub fn relocates_small(&self) -> bool {
+        self.relocates() && self.relocation == Relocation::MergeAll
     }
 
     /// The keys accepted by [`AllocConfig::parse`].

@@ -789,8 +789,8 @@ proptest! {
 }
 
 /// A block is handed out as relocating only where the allocator can move it
-/// (`AllocConfig::relocates_pool`): `relocation:merge` (large blocks) or `merge_all` (small
-/// ones too) under `before_grow` with split segments, on an allocator that is not a private
+/// (`AllocConfig::relocates`, `AllocConfig::relocates_small`): `relocation:merge` (large
+/// blocks) or `merge_all` (small ones too) under `before_grow` with split segments, on an allocator that is not a private
 /// pool's. Elsewhere its drop and its `address()` take the paths of a block that never
 /// moves.
 #[test]
