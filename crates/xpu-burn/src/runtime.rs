@@ -153,7 +153,8 @@ pub fn upload_meta(device: usize, values: &[i64]) -> Result<Meta> {
 /// is visible to another tensor (outputs are fresh allocations); the kernel terminates.
 ///
 /// # Errors
-/// Argument mismatches, enqueue failures.
+/// Argument mismatches, enqueue failures; [`Error::Invalid`] for more than `i64::MAX`
+/// work-items in all (the kernels index in OpenCL's 64-bit `long`: a larger count would wrap).
 pub unsafe fn launch(
     device: usize,
     function: &Function,
@@ -163,6 +164,13 @@ pub unsafe fn launch(
 ) -> Result<()> {
     if global.contains(&0) {
         return Ok(());
+    }
+    let items = global.iter().try_fold(1usize, |n, &g| n.checked_mul(g));
+    if items.is_none_or(|n| i64::try_from(n).is_err()) {
+        return Err(Error::Invalid(format!(
+            "a launch of {global:?} work-items exceeds the kernels' 64-bit index ({} items at most)",
+            i64::MAX
+        )));
     }
     let stream = stream(device)?;
     let mut l = stream.launch(function, global, local)?;

@@ -79,9 +79,10 @@ const PER_ITEM_MIN: usize = 64;
 /// The number of work-items a split pass aims at (enough to fill a GPU's memory pipes).
 const TARGET_ITEMS: usize = 65536;
 
-/// How many work-items share each of `lines` lines of `len` elements (1: no split).
+/// How many work-items share each of `lines` lines of `len` elements (1: no split, and
+/// for no line at all).
 fn splits(lines: usize, len: usize) -> usize {
-    if len <= LINE_MAX || lines >= TARGET_ITEMS / 4 {
+    if lines == 0 || len <= LINE_MAX || lines >= TARGET_ITEMS / 4 {
         return 1;
     }
     len.div_ceil(PER_ITEM_MIN)
@@ -582,6 +583,11 @@ fn scan_into(t: &XpuTensor, dim: usize, op: ScanOp, out: DType) -> Result<XpuTen
     let len = t.shape[dim];
     let lines = lines_along(t, dim);
     let o = XpuTensor::empty(device, &t.shape, out)?;
+    if o.numel() == 0 {
+        // No element to scan (an empty line, or no line): nothing to launch. A launch of
+        // one item per line would run `lines` items for nothing, however many there are.
+        return Ok(o);
+    }
     let fold = Fold::Scan(op);
     let acc = acc_dtype(fold, t.dtype);
     let n = splits(lines, len);
