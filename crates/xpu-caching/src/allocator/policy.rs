@@ -10,10 +10,11 @@
 //! replays the seven shared traces, the four validation traces (`data/traces/validation`) and
 //! the 54 variable-shape traces of issue 27 (`data/traces/varshape`: a design set, a
 //! validation set and eight held-out sets). It pins peak reserved bytes at or below PyTorch's
-//! on all 65, and segment allocations on 62: under the default, `resnet34_multires_train`,
-//! `efficientnet_varres_train` and `phi_generate_varprompt` make 64, 195 and 50 against
-//! PyTorch's 58, 185 and 49, a miss of issue 27's first goal that those three tests record
-//! (with `relocation:off`: convnext_varres_infer 32 against 30, efficientnet 196 and phi 50).
+//! on all 65, and segment allocations on 63: under the default, `resnet34_multires_train` and
+//! `efficientnet_varres_train` make 66 and 195 against PyTorch's 58 and 185, a miss of issue
+//! 27's first goal that those two tests record (with `relocation:merge_all`: resnet34 64,
+//! efficientnet 195 and phi_generate_varprompt 50 against 49; with `relocation:off`:
+//! convnext_varres_infer 32 against 30, efficientnet 196 and phi 50).
 //! `on_oom` gives exactly PyTorch's recorded figures on each (the replay follows the
 //! recording's segment addresses); `xpu replay-all DIR...` prints the table with the geometric
 //! mean over the expandable-segments figure. Variable-shape inference stays above expandable
