@@ -1,0 +1,325 @@
+//! Review h18 (fresh eyes on `relocation:merge` moving large blocks only and
+//! `relocation:merge_all` moving small ones too): probes of the transitions between `off`,
+//! `merge` and `merge_all` that passed. Device tests run on PoCL:
+//! `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
+
+mod common;
+
+use common::relocation::check_history;
+use common::{sim_core, stream, MIB};
+use xpu_alloc::observe::history::trace_text;
+use xpu_alloc::replay::{self, ReplayOptions};
+use xpu_alloc::{AllocConfig, BlockState, DataPtr, DeviceCore, PoolKind};
+
+fn lcg(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed;
+    move || {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        x >> 33
+    }
+}
+
+/// The currents of `memory_stats` against what `snapshot` shows (per pool).
+fn stats_match_snapshot(core: &DeviceCore, step: usize) {
+    let stats = core.memory_stats();
+    let snap = core.snapshot();
+    let mut alloc_bytes = [0i64; 3];
+    let mut allocs = [0i64; 3];
+    let mut split = [0i64; 3];
+    let mut split_bytes = [0i64; 3];
+    let mut reserved = [0i64; 3];
+    let mut requested = [0i64; 3];
+    let mut active = [0i64; 3];
+    let mut pending_free = false;
+    for seg in &snap {
+        let p = if seg.pool == PoolKind::Small { 1 } else { 2 };
+        let is_split = seg.blocks.len() > 1;
+        for i in [0, p] {
+            reserved[i] += seg.size as i64;
+            for b in &seg.blocks {
+                match b.state {
+                    BlockState::Allocated => {
+                        alloc_bytes[i] += b.size as i64;
+                        allocs[i] += 1;
+                        requested[i] += b.requested as i64;
+                        active[i] += b.size as i64;
+                    }
+                    BlockState::PendingFree => {
+                        active[i] += b.size as i64;
+                        pending_free = true;
+                    }
+                    BlockState::Inactive if is_split => {
+                        split[i] += 1;
+                        split_bytes[i] += b.size as i64;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let pools =
+        |a: &xpu_alloc::StatArray| [a.all.current, a.small_pool.current, a.large_pool.current];
+    assert_eq!(
+        pools(&stats.allocated_bytes),
+        alloc_bytes,
+        "step {step}: allocated_bytes"
+    );
+    assert_eq!(pools(&stats.allocation), allocs, "step {step}: allocation");
+    assert_eq!(
+        pools(&stats.reserved_bytes),
+        reserved,
+        "step {step}: reserved"
+    );
+    assert_eq!(
+        pools(&stats.active_bytes),
+        active,
+        "step {step}: active_bytes"
+    );
+    // A block pending free counts its requested bytes until its markers complete, and the
+    // snapshot shows none for it.
+    if !pending_free {
+        assert_eq!(
+            pools(&stats.requested_bytes),
+            requested,
+            "step {step}: requested"
+        );
+    }
+    assert_eq!(
+        pools(&stats.inactive_split),
+        split,
+        "step {step}: inactive_split"
+    );
+    assert_eq!(
+        pools(&stats.inactive_split_bytes),
+        split_bytes,
+        "step {step}: inactive_split_bytes"
+    );
+    // Live blocks never overlap (the snapshot's blocks tile their segments).
+    for seg in &snap {
+        let mut at = seg.address;
+        for b in &seg.blocks {
+            assert_eq!(b.address, at, "step {step}: blocks tile the segment");
+            at += b.size;
+        }
+        assert_eq!(at, seg.address + seg.size, "step {step}");
+    }
+}
+
+const MODES: [&str; 3] = ["relocation:off", "relocation:merge", "relocation:merge_all"];
+
+/// Random allocations of both pools on three simulated streams, frees, `record_stream`,
+/// closed and opened gates, addresses read, `empty_cache` and `set_config` switching among
+/// `off`, `merge` and `merge_all` while blocks of both pools are live, cached in this
+/// thread's cache, pinned or moved: after every step the statistics equal the snapshot, and
+/// the history recorded from the start is a consistent trace that replays with every
+/// recorded move paired.
+#[test]
+fn passing_statistics_and_history_stay_exact_across_relocation_mode_switches() {
+    for seed in [1u64, 2, 3] {
+        let (core, _src) = sim_core(8 << 30, "relocation:merge_all");
+        core.memory_history()
+            .record_memory_history(true, usize::MAX);
+        let streams = [stream(1), stream(2), stream(3)];
+        let mut live: Vec<DataPtr> = Vec::new();
+        let mut rnd = lcg(seed);
+        for step in 0..1500 {
+            let r = rnd() % 100;
+            if r < 48 || live.is_empty() {
+                let size = match rnd() % 4 {
+                    0 => 1 + rnd() % 4096,
+                    1 => 1 + rnd() % MIB,
+                    2 => MIB + 1 + rnd() % (12 * MIB),
+                    _ => 1 + rnd() % (40 * MIB),
+                };
+                let s = &streams[(rnd() % 2) as usize].1;
+                live.push(core.allocate(size, s).unwrap());
+            } else if r < 88 {
+                let i = (rnd() as usize) % live.len();
+                drop(live.swap_remove(i));
+            } else if r < 90 {
+                let i = (rnd() as usize) % live.len();
+                let _ = live[i].address();
+            } else if r < 92 {
+                let i = (rnd() as usize) % live.len();
+                core.record_stream(&live[i], &streams[2].1).unwrap();
+            } else if r < 94 {
+                streams[(rnd() % 3) as usize].0.close_gate();
+            } else if r < 96 {
+                streams[(rnd() % 3) as usize].0.open_gate();
+            } else if r < 99 {
+                let mode = MODES[(rnd() % 3) as usize];
+                core.set_config(AllocConfig::parse(mode).unwrap());
+            } else {
+                core.empty_cache();
+            }
+            stats_match_snapshot(&core, step);
+        }
+        let moved = core.relocation_stats();
+        assert!(moved.moves > 0, "seed {seed}: the sequence moved blocks");
+        drop(live);
+        for (s, _) in &streams {
+            s.open_gate();
+        }
+        core.empty_cache();
+        stats_match_snapshot(&core, usize::MAX);
+        let entries = core.memory_history().entries();
+        check_history(&entries, true).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let text = trace_text(&entries, 0);
+        let out =
+            replay::run_reader("recorded", text.as_bytes(), &ReplayOptions::default()).unwrap();
+        let rep = out.report;
+        assert_eq!(
+            (rep.unmatched_frees, rep.moves, rep.unmatched_moves),
+            (0, moved.moves, 0),
+            "seed {seed}"
+        );
+        assert_eq!(core.memory_reserved(), 0, "seed {seed}: nothing leaked");
+    }
+}
+
+mod device {
+    use super::lcg;
+    use crate::common::relocation::{a_fill_on_t_waits_for_the_gated_copy, holds, pattern, write};
+    use crate::common::{device_streams, KIB, MIB};
+    use xpu_alloc::{AllocConfig, BufferSource, ClStream, DataPtr, DeviceCore, StreamRef};
+    use xpu_event::{Gate, StreamExt};
+
+    fn core(mode: &str) -> DeviceCore {
+        DeviceCore::new(
+            Box::new(BufferSource::new(0).expect("buffer source")),
+            AllocConfig::parse(mode).expect("config"),
+        )
+    }
+
+    /// The small pool's clearing layout: segment A (2 MiB) p 512, q 256, r 512, x 768 KiB;
+    /// segment B (2 MiB) y 768, z 768 KiB and a 512 KiB free tail. q, x, y, z hold the
+    /// patterns of seeds 1-4. After p and r are freed, a 1 MiB request (small) moves q into B's
+    /// tail under `merge_all` and takes the run p|q|r.
+    fn small_layout(
+        core: &DeviceCore,
+        sr: &StreamRef,
+        s: &xpu_stream::Stream,
+    ) -> (DataPtr, [DataPtr; 3]) {
+        let a = |kib: u64| core.allocate(kib * KIB, sr).unwrap();
+        let (p, q, r, x, y, z) = (a(512), a(256), a(512), a(768), a(768), a(768));
+        for (seed, ptr) in [&q, &x, &y, &z].into_iter().enumerate() {
+            write(ptr, s, u8::try_from(seed).unwrap() + 1);
+        }
+        drop((p, r));
+        (q, [x, y, z])
+    }
+
+    /// A small block moved under `merge_all` behind a closed gate; then `set_config` makes
+    /// the mode `merge` (small blocks are handed out as with relocation off). The vacated
+    /// place, handed out again under `merge` (through the stream's pool: the switch flushed
+    /// the caches), still makes a fill on another stream wait for the gated copy, and the
+    /// moved block keeps its bytes.
+    #[test]
+    fn passing_a_small_place_vacated_under_merge_all_waits_for_the_copy_after_switching_to_merge() {
+        let Some([s, t]) = device_streams::<2>() else {
+            return;
+        };
+        let sr = ClStream::shared(s);
+        let core = core("relocation:merge_all");
+        let (q, [x, y, z]) = small_layout(&core, &sr, &s);
+        let ready = s.record_event().expect("event");
+        let gate = Gate::new(0).expect("gate");
+        gate.block(&s).expect("block");
+        let big = core.allocate(MIB, &sr).unwrap();
+        assert_eq!(core.relocation_stats().moves, 1, "q moved");
+        core.set_config(AllocConfig::parse("relocation:merge").unwrap());
+        drop(big);
+        let again = core.allocate(MIB, &sr).unwrap();
+        a_fill_on_t_waits_for_the_gated_copy((&again, &q), (&s, &t), &ready, &gate, 0x5A, "again");
+        assert!(holds(&x, &s, 2) && holds(&y, &s, 3) && holds(&z, &s, 4));
+    }
+
+    /// As above with `relocation:off` as the mode switched to, and a 256 KiB block (smaller
+    /// than the run) as the new owner.
+    #[test]
+    fn passing_a_small_place_vacated_under_merge_all_waits_for_the_copy_after_switching_off() {
+        let Some([s, t]) = device_streams::<2>() else {
+            return;
+        };
+        let sr = ClStream::shared(s);
+        let core = core("relocation:merge_all");
+        let (q, [x, y, z]) = small_layout(&core, &sr, &s);
+        let ready = s.record_event().expect("event");
+        let gate = Gate::new(0).expect("gate");
+        gate.block(&s).expect("block");
+        let big = core.allocate(MIB, &sr).unwrap();
+        assert_eq!(core.relocation_stats().moves, 1, "q moved");
+        drop(big);
+        core.set_config(AllocConfig::parse("relocation:off").unwrap());
+        // Best fit for 768 KiB (small): the run p|q|r merged back (1.25 MiB), split; the
+        // new block covers p's and q's old places.
+        let again = core.allocate(768 * KIB, &sr).unwrap();
+        a_fill_on_t_waits_for_the_gated_copy((&again, &q), (&s, &t), &ready, &gate, 0x3C, "again");
+        assert!(holds(&x, &s, 2) && holds(&y, &s, 3) && holds(&z, &s, 4));
+    }
+
+    /// Blocks of both pools on two streams, each written with its own pattern, through
+    /// random frees, allocations, `set_config` among `off`, `merge` and `merge_all`, and
+    /// `empty_cache`; reads on another stream (views, ordered after the writes by an event)
+    /// and on the allocation stream: every live block reads back its pattern, and the
+    /// sequence moved blocks.
+    #[test]
+    fn passing_bytes_survive_moves_across_relocation_mode_switches() {
+        let Some([s1, s2, t]) = device_streams::<3>() else {
+            return;
+        };
+        let refs = [ClStream::shared(s1.clone()), ClStream::shared(s2.clone())];
+        let raw = [s1, s2];
+        let core = core("relocation:merge_all");
+        let mut live: Vec<(DataPtr, usize, u8)> = Vec::new();
+        let mut rnd = lcg(7);
+        let modes = ["relocation:off", "relocation:merge", "relocation:merge_all"];
+        for step in 0..110u32 {
+            let r = rnd() % 100;
+            if r < 55 || live.is_empty() {
+                let size = match rnd() % 3 {
+                    0 => 1 + rnd() % (64 * KIB),
+                    1 => 64 * KIB + rnd() % (960 * KIB),
+                    _ => MIB + 1 + rnd() % (5 * MIB),
+                };
+                let k = (rnd() % 2) as usize;
+                let ptr = core.allocate(size, &refs[k]).unwrap();
+                let seed = (step % 251) as u8;
+                write(&ptr, &raw[k], seed);
+                live.push((ptr, k, seed));
+            } else if r < 88 {
+                let i = (rnd() as usize) % live.len();
+                let (ptr, k, seed) = live.swap_remove(i);
+                if rnd() % 4 == 0 {
+                    assert!(
+                        holds(&ptr, &raw[k], seed),
+                        "step {step}: a freed block's bytes"
+                    );
+                }
+            } else if r < 90 {
+                let i = (rnd() as usize) % live.len();
+                let (ptr, k, seed) = &live[i];
+                let done = raw[*k].record_event().unwrap();
+                t.wait_event(&done).unwrap();
+                let mut out = vec![0u8; usize::try_from(ptr.size()).unwrap()];
+                ptr.view().unwrap().read(&t, 0, &mut out).unwrap();
+                assert!(out == pattern(*seed, out.len()), "step {step}: a read on T");
+            } else if r < 98 {
+                let mode = modes[(rnd() % 3) as usize];
+                core.set_config(AllocConfig::parse(mode).unwrap());
+            } else {
+                core.empty_cache();
+            }
+        }
+        for (ptr, k, seed) in &live {
+            assert!(
+                holds(ptr, &raw[*k], *seed),
+                "a live block's bytes at the end"
+            );
+        }
+        let moved = core.relocation_stats();
+        assert!(moved.moves > 0, "the sequence moved blocks: {moved:?}");
+    }
+}
