@@ -270,7 +270,7 @@ mod device {
         let Some([s1, s2, t]) = device_streams::<3>() else {
             return;
         };
-        let refs = [ClStream::shared(s1.clone()), ClStream::shared(s2.clone())];
+        let refs = [ClStream::shared(s1), ClStream::shared(s2)];
         let raw = [s1, s2];
         let core = core("relocation:merge_all");
         let mut live: Vec<(DataPtr, usize, u8)> = Vec::new();
