@@ -62,7 +62,9 @@ pub enum InteropError {
         offset: usize,
         /// The region's length, elements.
         len: usize,
-        /// Whole elements of `T` in the allocation ([`DataPtr::size`] / `size_of::<T>()`).
+        /// Whole elements of `T` in the allocation ([`DataPtr::size`] / `size_of::<T>()`); for
+        /// a zero-sized `T`, the element indices left past the allocation's offset in its
+        /// buffer.
         elements: usize,
     },
     /// The region's offset plus length does not fit the library's index type (`int` offsets
@@ -239,6 +241,19 @@ impl<'a, T: Pod> ClRegion<'a, T> {
                 element,
             })?
             / element;
+        // The region's end in the buffer must be a number: for a zero-sized `T` the range
+        // check above had nothing to bound, and `offset()` / `offset_as()` add `base`.
+        if base
+            .checked_add(offset)
+            .and_then(|start| start.checked_add(len))
+            .is_none()
+        {
+            return Err(InteropError::OutsideAllocation {
+                offset,
+                len,
+                elements: usize::MAX - base,
+            });
+        }
         Ok(ClRegion {
             block,
             mem,

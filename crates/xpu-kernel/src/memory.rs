@@ -828,9 +828,11 @@ pub fn copy_dtoh<T: Pod>(
 /// The elements of `src` in a new `Vec` (blocking; see [`copy_dtoh`]).
 ///
 /// # Errors
-/// As [`copy_dtoh`].
+/// As [`copy_dtoh`]; [`MemoryError::OutOfRange`] when `src` claims elements beyond its block
+/// (checked before the `Vec` is sized).
 pub fn to_vec<T: Pod>(stream: &Stream, src: &impl DeviceRegion<T>) -> Result<Vec<T>, MemoryError> {
     check_fork()?;
+    check_claim(src)?;
     let mut out = vec![T::zeroed(); src.len()];
     copy_dtoh(stream, src, &mut out)?;
     Ok(out)
@@ -877,7 +879,8 @@ pub fn copy_dtod<T: Pod>(
 ///
 /// # Errors
 /// [`MemoryError::StreamDevice`]; [`MemoryError::Alloc`] / [`MemoryError::Host`] for a
-/// failed enqueue or staging allocation.
+/// failed enqueue or staging allocation; [`MemoryError::OutOfRange`] when `dst` claims
+/// elements beyond its block (checked before values are staged).
 pub fn fill<T: Pod>(
     stream: &Stream,
     dst: &mut impl DeviceRegionMut<T>,
@@ -888,8 +891,33 @@ pub fn fill<T: Pod>(
     if size.is_power_of_two() && size <= 128 {
         fill_pattern(stream, dst, bytemuck::bytes_of(&value))
     } else {
+        check_claim(dst)?;
         let values = vec![value; dst.len()];
         copy_htod(stream, &values, dst)
+    }
+}
+
+/// Checks the element range a region claims against its block before host memory is sized
+/// from it: [`DeviceRegion`] is a public trait, so a user's type may claim more elements than
+/// its block holds, and a host buffer of that length could not be allocated (a panic, or an
+/// abort) before the copy's own range check refused it. A zero-sized `T` has no bytes to be
+/// outside of (and its `Vec` allocates nothing).
+///
+/// # Errors
+/// [`MemoryError::OutOfRange`] with the block's length in elements.
+fn check_claim<T: Pod>(region: &impl DeviceRegion<T>) -> Result<(), MemoryError> {
+    let bytes = usize::try_from(region.data_ptr().size()).unwrap_or(usize::MAX);
+    let Some(elements) = bytes.checked_div(std::mem::size_of::<T>()) else {
+        return Ok(());
+    };
+    let (start, end) = (region.offset(), region.offset().checked_add(region.len()));
+    match end {
+        Some(end) if end <= elements => Ok(()),
+        _ => Err(MemoryError::OutOfRange {
+            start,
+            end: end.unwrap_or(usize::MAX),
+            len: elements,
+        }),
     }
 }
 
