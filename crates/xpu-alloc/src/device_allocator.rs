@@ -54,6 +54,14 @@ impl DeviceAllocator {
         pool
     }
 
+    /// The segments of this allocator's dropped private pools that live on through their
+    /// allocations, with their pools' ids (for the device's snapshot).
+    pub(crate) fn dropped_pool_segments(
+        &self,
+    ) -> Vec<(crate::MemPoolId, Vec<xpu_caching::SegmentSnapshot>)> {
+        self.pools.dropped_pool_segments()
+    }
+
     /// The private pools of this allocator that have a live handle.
     ///
     /// # Errors
@@ -134,11 +142,14 @@ impl DeviceAllocator {
                 stream_key(&stream),
                 || ClStream::shared(stream),
                 || {
+                    // As torch's `release_cached_blocks` before it raises: the caches of
+                    // dropped pools (freeable pools) too, then the releases in progress.
+                    let freeable = self.pools.empty_freeable();
                     let pending = mem_pool::releases_pending();
                     if pending {
                         mem_pool::wait_pool_releases();
                     }
-                    pending
+                    freeable || pending
                 },
             )
             .map(|a| a.map_or_else(|| DataPtr::empty(self.device), DataPtr::new))

@@ -125,7 +125,7 @@ impl Drop for PoolInner {
         // reachable for the device's `empty_cache`; the others are torn down when the core
         // drops, right after this.
         if let Some(registry) = self.registry.upgrade() {
-            registry.orphan(self.core.weak_shards());
+            registry.orphan(self.id, self.core.weak_shards());
         }
     }
 }
@@ -219,7 +219,12 @@ impl MemPool {
                 stream_key(&stream),
                 || ClStream::shared(stream),
                 || {
+                    // As torch's `release_cached_blocks` before it raises: the default
+                    // pool's cache, and the caches of dropped pools (freeable pools).
                     self.inner.parent.empty_cache();
+                    if let Some(registry) = self.inner.registry.upgrade() {
+                        registry.empty_freeable();
+                    }
                     wait_pool_releases();
                     true
                 },
@@ -418,8 +423,9 @@ struct RegistryInner {
     pools: Vec<(Shared, Weak<PoolInner>)>,
     /// Statistics of gone pools, folded together (their currents are zero).
     retired: MemoryStats,
-    /// Shards of dropped pools (freeable pools), alive while they hold allocations.
-    orphans: Vec<WeakShard<ClBackend>>,
+    /// Shards of dropped pools (freeable pools), alive while they hold allocations, with
+    /// their pool's id.
+    orphans: Vec<(MemPoolId, WeakShard<ClBackend>)>,
 }
 
 impl RegistryInner {
@@ -462,26 +468,47 @@ impl PoolRegistry {
         drop(gone);
     }
 
-    fn orphan(&self, shards: Vec<WeakShard<ClBackend>>) {
+    fn orphan(&self, id: MemPoolId, shards: Vec<WeakShard<ClBackend>>) {
         let mut inner = self.inner.lock();
-        inner.orphans.retain(WeakShard::is_live);
-        inner.orphans.extend(shards);
+        inner.orphans.retain(|(_, s)| s.is_live());
+        inner.orphans.extend(shards.into_iter().map(|s| (id, s)));
+    }
+
+    /// The shards of dropped pools that still live (through their allocations), with their
+    /// pools' ids.
+    fn live_orphans(&self) -> Vec<(MemPoolId, WeakShard<ClBackend>)> {
+        let mut inner = self.inner.lock();
+        inner.orphans.retain(|(_, s)| s.is_live());
+        inner.orphans.clone()
+    }
+
+    /// The segments of dropped pools that live on through their allocations (torch's
+    /// freeable pools), each with its pool's id: the device's statistics count them, so its
+    /// snapshot shows them. Each shard is read under its own lock, none under the
+    /// registry's.
+    pub(crate) fn dropped_pool_segments(
+        &self,
+    ) -> Vec<(MemPoolId, Vec<xpu_caching::SegmentSnapshot>)> {
+        self.live_orphans()
+            .into_iter()
+            .map(|(id, shard)| (id, shard.snapshot()))
+            .filter(|(_, segments)| !segments.is_empty())
+            .collect()
     }
 
     /// Releases the cached unused segments of dropped pools (torch's freeable pools) that
     /// still hold allocations: each once its stream's work is done. Call without any
     /// allocator lock held.
-    pub(crate) fn empty_freeable(&self) {
-        let shards: Vec<WeakShard<ClBackend>> = {
-            let mut inner = self.inner.lock();
-            inner.orphans.retain(WeakShard::is_live);
-            inner.orphans.clone()
-        };
+    /// Returns whether a dropped pool's shard was still live (so something may have been
+    /// released).
+    pub(crate) fn empty_freeable(&self) -> bool {
+        let shards = self.live_orphans();
         // Each runs under no lock; a shard whose last allocation was freed meanwhile drops
         // in its `release_cached` (torn down in the background).
-        for shard in &shards {
+        for (_, shard) in &shards {
             shard.release_cached();
         }
+        !shards.is_empty()
     }
 
     /// The pools with a live handle.

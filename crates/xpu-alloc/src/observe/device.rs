@@ -21,8 +21,8 @@ pub fn memory_summary(device: usize, abbreviated: bool) -> Result<String, AllocE
     })
 }
 
-/// The snapshot of every existing device allocator, private pools with a live handle
-/// included (their segments carry the pool's `segment_pool_id`; segments sorted by device
+/// The snapshot of every existing device allocator, private pools included, those dropped
+/// while their allocations live too (their segments carry the pool's `segment_pool_id`; segments sorted by device
 /// and address; one trace list per device). Allocators are not created. Devices above
 /// [`super::MAX_SNAPSHOT_DEVICE`] are left out.
 #[must_use]
@@ -41,6 +41,20 @@ pub fn memory_snapshot() -> MemorySnapshot {
                 if let Ok(mut segments) = pool.snapshot() {
                     segments.device_traces.clear();
                     snap.merge(segments);
+                }
+            }
+            // Dropped pools that live on through their allocations (counted in the device's
+            // statistics). Read while the live pools' handles are held, so no pool moves
+            // from one list to the other meanwhile.
+            for (id, segments) in a.dropped_pool_segments() {
+                if let Ok(mut part) =
+                    MemorySnapshot::new(device, &segments, &[], &AllocConfig::default())
+                {
+                    for s in &mut part.segments {
+                        s.segment_pool_id = id;
+                    }
+                    part.device_traces.clear();
+                    snap.merge(part);
                 }
             }
             if first {

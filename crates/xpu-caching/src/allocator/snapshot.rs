@@ -3,6 +3,7 @@
 use crate::size::PoolKind;
 use crate::stream::StreamKey;
 
+use super::stream_state::ShardState;
 use super::thread_cache::ThreadCacheKey;
 use super::CachingAllocator;
 
@@ -57,42 +58,47 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         self.flush_thread_caches();
         let mut out = Vec::new();
         for shard in self.all_shards() {
-            let state = shard.lock();
-            let mut segments: Vec<SegmentSnapshot> = Vec::new();
-            let mut index_of = std::collections::HashMap::new();
-            for (i, segment) in state.segments.iter() {
-                index_of.insert(i, segments.len());
-                segments.push(SegmentSnapshot {
-                    stream: state.key,
-                    address: segment.source.address,
-                    size: segment.source.size,
-                    pool: segment.pool,
-                    blocks: Vec::new(),
-                });
-            }
-            for (_, b) in state.blocks.iter() {
-                let block_state = if b.allocated {
-                    BlockState::Allocated
-                } else if b.event_count > 0 || !b.stream_uses.is_empty() {
-                    BlockState::PendingFree
-                } else {
-                    BlockState::Inactive
-                };
-                if let Some(&s) = index_of.get(&b.segment) {
-                    segments[s].blocks.push(BlockSnapshot {
-                        address: b.addr,
-                        size: b.size,
-                        requested: b.requested,
-                        state: block_state,
-                    });
-                }
-            }
-            for s in &mut segments {
-                s.blocks.sort_by_key(|b| b.address);
-            }
-            out.extend(segments);
+            out.extend(shard_segments(&shard.lock()));
         }
         out.sort_by_key(|s| s.address);
         out
     }
+}
+
+/// The segments of one stream's shard with their blocks (each sorted by address), from its
+/// state (the caller holds its lock).
+pub(crate) fn shard_segments<B: ThreadCacheKey>(state: &ShardState<B>) -> Vec<SegmentSnapshot> {
+    let mut segments: Vec<SegmentSnapshot> = Vec::new();
+    let mut index_of = std::collections::HashMap::new();
+    for (i, segment) in state.segments.iter() {
+        index_of.insert(i, segments.len());
+        segments.push(SegmentSnapshot {
+            stream: state.key,
+            address: segment.source.address,
+            size: segment.source.size,
+            pool: segment.pool,
+            blocks: Vec::new(),
+        });
+    }
+    for (_, b) in state.blocks.iter() {
+        let block_state = if b.allocated {
+            BlockState::Allocated
+        } else if b.event_count > 0 || !b.stream_uses.is_empty() {
+            BlockState::PendingFree
+        } else {
+            BlockState::Inactive
+        };
+        if let Some(&s) = index_of.get(&b.segment) {
+            segments[s].blocks.push(BlockSnapshot {
+                address: b.addr,
+                size: b.size,
+                requested: b.requested,
+                state: block_state,
+            });
+        }
+    }
+    for s in &mut segments {
+        s.blocks.sort_by_key(|b| b.address);
+    }
+    segments
 }

@@ -19,6 +19,27 @@ impl<B: ThreadCacheKey> WeakShard<B> {
         self.0.strong_count() > 0
     }
 
+    /// The shard's segments with their blocks, as
+    /// [`CachingAllocator::snapshot`](super::CachingAllocator::snapshot) shows them; none
+    /// when the shard is gone, or in a bad fork child. Takes the shard's lock; no driver
+    /// call, no wait.
+    pub fn snapshot(&self) -> Vec<super::snapshot::SegmentSnapshot> {
+        if B::is_bad_fork() {
+            return Vec::new();
+        }
+        let Some(shard) = self.0.upgrade() else {
+            return Vec::new();
+        };
+        // Blocks in threads' caches are shown free, coalesced, as the allocator's snapshot
+        // shows them.
+        with_local(&shard.shared, |local| {
+            let mut state = shard.lock();
+            let mut st = local.stats();
+            state.flush_thread_caches(&mut st);
+            super::snapshot::shard_segments(&state)
+        })
+    }
+
     /// Releases the shard's cached whole free segments if it still lives (as `empty_cache`
     /// for one stream): waits for its pending frees and for the work enqueued on its stream
     /// ([`Backend::wait`]), then frees them. Call without any allocator lock held. When the
