@@ -74,10 +74,10 @@ pub enum Relocation {
     /// Only the large pool's blocks (requests above 1 MiB, PyTorch's large pool) move.
     /// Small-pool blocks are handed out as with [`Relocation::Off`], so the cached
     /// allocate + free of a small block, the allocator's hottest path, costs what it costs
-    /// without relocation; moving them too ([`Relocation::MergeAll`]) saved one 2 MiB
-    /// small segment on 19 of the 65 recorded traces (simulated) and cost one atomic
-    /// read-modify-write and about 100 instructions per cached pair whose address is read
-    /// (docs/performance.md, 2026-12-05, "small blocks stay put").
+    /// without relocation; moving them too ([`Relocation::MergeAll`]) saved one or two 2 MiB
+    /// small segments on 18 of the 65 recorded traces (simulated; one more on one trace)
+    /// and costs one atomic read-modify-write and about 100 instructions per cached pair
+    /// whose address is read (docs/performance.md, 2026-12-05, "small blocks stay put").
     #[default]
     Merge,
     /// As [`Relocation::Merge`], in the small pool as well (small segments are 2 MiB or
