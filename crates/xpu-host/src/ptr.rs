@@ -181,6 +181,8 @@ impl HostPtr {
     ///
     /// Replacing the buffer (`std::mem::swap`) is allowed but pointless: a block whose
     /// buffer no longer has the block's size is released when freed instead of being cached.
+    /// [`HostPtr::len`] stays the requested size; when the new buffer is shorter than that,
+    /// [`HostPtr::as_slice`] and [`HostPtr::as_mut_slice`] are empty (review h16).
     ///
     /// [`CommandQueue::copy_pinned`]: xpu_device::backend::CommandQueue::copy_pinned
     ///
