@@ -886,6 +886,28 @@ impl BlockView<'_> {
 }
 
 impl BlockView<'_> {
+    /// What a host copy of `len` bytes at byte `offset` of the view on `stream` starts with:
+    /// the range checked, the pinned place prepared for `stream`, and `stream` recorded on
+    /// the block. Recorded before the copy is enqueued (as `fill` and `copy_from` do):
+    /// recording after it could fail (the stream released by another thread in between) and
+    /// leave an enqueued copy unrecorded, so that the block's next owner would get it while
+    /// the copy still runs. A copy that then fails leaves a recorded stream with nothing on
+    /// it, which only delays the block's reuse until that stream's marker.
+    fn host_target(
+        &self,
+        stream: &Stream,
+        what: &'static str,
+        offset: usize,
+        len: usize,
+    ) -> Result<usize, crate::host::HostError> {
+        let at = self.host_range(what, offset, len)?;
+        self.pin.prepare_on(stream).map_err(host_error)?;
+        if len > 0 {
+            self.note_use(stream).map_err(host_error)?;
+        }
+        Ok(at)
+    }
+
     fn host_range(
         &self,
         what: &'static str,
@@ -920,16 +942,7 @@ impl BlockView<'_> {
         len: usize,
     ) -> Result<(), crate::host::HostError> {
         use crate::host::{HostBytes, HostCopy};
-        let at = self.host_range("device destination", offset, len)?;
-        self.pin.prepare_on(stream).map_err(host_error)?;
-        // Recorded before the copy is enqueued (as `fill` and `copy_from` do): recording
-        // after it could fail (the stream released by another thread in between) and leave
-        // an enqueued copy unrecorded, so that the block's next owner would get it while the
-        // copy still runs. A copy that then fails leaves a recorded stream with nothing on
-        // it, which only delays the block's reuse until that stream's marker.
-        if len > 0 {
-            self.note_use(stream).map_err(host_error)?;
-        }
+        let at = self.host_target(stream, "device destination", offset, len)?;
         stream.copy_pinned(&self.buffer, at, HostBytes::From(src), src_offset, len)
     }
 
@@ -949,16 +962,7 @@ impl BlockView<'_> {
         len: usize,
     ) -> Result<(), crate::host::HostError> {
         use crate::host::{HostBytes, HostCopy};
-        let at = self.host_range("device source", offset, len)?;
-        self.pin.prepare_on(stream).map_err(host_error)?;
-        // Recorded before the copy is enqueued (as `fill` and `copy_from` do): recording
-        // after it could fail (the stream released by another thread in between) and leave
-        // an enqueued copy unrecorded, so that the block's next owner would get it while the
-        // copy still runs. A copy that then fails leaves a recorded stream with nothing on
-        // it, which only delays the block's reuse until that stream's marker.
-        if len > 0 {
-            self.note_use(stream).map_err(host_error)?;
-        }
+        let at = self.host_target(stream, "device source", offset, len)?;
         stream.copy_pinned(&self.buffer, at, HostBytes::Into(dst), dst_offset, len)
     }
 }

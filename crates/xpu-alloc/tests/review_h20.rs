@@ -20,6 +20,20 @@ fn in_child(test: &str, scenario: &str, body: fn()) {
     xpu_testing::scenario_test(test, scenario, Duration::from_secs(60), "done", body);
 }
 
+/// [`freeable_pool_with_a_cached_40_mib_segment`] on `s`, then device 0's memory fraction set
+/// so that reserved memory may grow 64 MiB above what it was before the pool: with the
+/// pool's 52 MiB reserved, a new 40 MiB segment fits only once the freeable pool's cached
+/// 40 MiB are released. Returns the pool's live block.
+fn freeable_pool_under_a_fraction(s: &xpu_stream::Stream) -> xpu_alloc::DataPtr {
+    let live = freeable_pool_with_a_cached_40_mib_segment(s);
+    let base = xpu_alloc::memory_reserved(0).unwrap() - 52 * MIB;
+    let (_, total) = xpu_alloc::mem_get_info(0).unwrap();
+    #[allow(clippy::cast_precision_loss)]
+    let fraction = ((base + 64 * MIB) as f64 + 0.5) / total as f64;
+    xpu_alloc::set_memory_fraction(fraction, 0).unwrap();
+    live
+}
+
 /// A dropped pool (torch's freeable pool, `use_count` 0) whose stream's shard lives on through
 /// a live 12 MiB block, with a 40 MiB segment cached unused: returns the live block.
 fn freeable_pool_with_a_cached_40_mib_segment(s: &xpu_stream::Stream) -> xpu_alloc::DataPtr {
@@ -45,14 +59,7 @@ fn a_default_pool_allocation_under_a_fraction_releases_a_freeable_pools_cache() 
         "h20-default-freeable",
         || {
             let s = fresh_stream(0).leak();
-            let live = freeable_pool_with_a_cached_40_mib_segment(&s);
-            // Reserved now: base + 52 MiB; room for 64 MiB above base, so a 40 MiB
-            // segment fits only once the freeable pool's 40 MiB are released.
-            let base = xpu_alloc::memory_reserved(0).unwrap() - 52 * MIB;
-            let (_, total) = xpu_alloc::mem_get_info(0).unwrap();
-            #[allow(clippy::cast_precision_loss)]
-            let fraction = ((base + 64 * MIB) as f64 + 0.5) / total as f64;
-            xpu_alloc::set_memory_fraction(fraction, 0).unwrap();
+            let live = freeable_pool_under_a_fraction(&s);
             let got = xpu_alloc::allocate(40 * MIB, &s);
             assert!(
                 got.is_ok(),
@@ -76,12 +83,7 @@ fn a_pool_allocation_under_a_fraction_releases_a_freeable_pools_cache() {
         "h20-pool-freeable",
         || {
             let s = fresh_stream(0).leak();
-            let live = freeable_pool_with_a_cached_40_mib_segment(&s);
-            let base = xpu_alloc::memory_reserved(0).unwrap() - 52 * MIB;
-            let (_, total) = xpu_alloc::mem_get_info(0).unwrap();
-            #[allow(clippy::cast_precision_loss)]
-            let fraction = ((base + 64 * MIB) as f64 + 0.5) / total as f64;
-            xpu_alloc::set_memory_fraction(fraction, 0).unwrap();
+            let live = freeable_pool_under_a_fraction(&s);
             let other = MemPool::new(0).unwrap();
             let got = other.allocate(40 * MIB, &s);
             assert!(

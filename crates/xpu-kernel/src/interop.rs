@@ -218,16 +218,13 @@ impl<'a, T: Pod> ClRegion<'a, T> {
         // `DeviceRegion` impl (a public trait): `require` and `require_matrix` then bound what
         // a call touches by memory that is really the block's.
         // (A zero-sized `T` has no bytes to be outside of.)
-        let bytes = usize::try_from(block.size()).unwrap_or(usize::MAX);
-        if let Some(elements) = bytes.checked_div(std::mem::size_of::<T>()) {
-            if offset.checked_add(len).is_none_or(|end| end > elements) {
-                return Err(InteropError::OutsideAllocation {
-                    offset,
-                    len,
-                    elements,
-                });
+        crate::memory::claim_fits::<T>(block, offset, len).map_err(|elements| {
+            InteropError::OutsideAllocation {
+                offset,
+                len,
+                elements,
             }
-        }
+        })?;
         // No host wait for relocation copies (a call on the block's own stream, held back by
         // a user event this thread sets later, would wait for ever): `ForeignCall::call`
         // orders its stream after them.

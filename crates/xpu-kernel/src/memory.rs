@@ -900,24 +900,26 @@ pub fn fill<T: Pod>(
 /// Checks the element range a region claims against its block before host memory is sized
 /// from it: [`DeviceRegion`] is a public trait, so a user's type may claim more elements than
 /// its block holds, and a host buffer of that length could not be allocated (a panic, or an
-/// abort) before the copy's own range check refused it. A zero-sized `T` has no bytes to be
-/// outside of (and its `Vec` allocates nothing).
+/// abort) before the copy's own range check refused it.
 ///
 /// # Errors
 /// [`MemoryError::OutOfRange`] with the block's length in elements.
 fn check_claim<T: Pod>(region: &impl DeviceRegion<T>) -> Result<(), MemoryError> {
-    let bytes = usize::try_from(region.data_ptr().size()).unwrap_or(usize::MAX);
-    let Some(elements) = bytes.checked_div(std::mem::size_of::<T>()) else {
-        return Ok(());
-    };
-    let (start, end) = (region.offset(), region.offset().checked_add(region.len()));
-    match end {
-        Some(end) if end <= elements => Ok(()),
-        _ => Err(MemoryError::OutOfRange {
-            start,
-            end: end.unwrap_or(usize::MAX),
-            len: elements,
-        }),
+    let (start, len) = (region.offset(), region.len());
+    claim_fits::<T>(region.data_ptr(), start, len).map_err(|elements| MemoryError::OutOfRange {
+        start,
+        end: start.saturating_add(len),
+        len: elements,
+    })
+}
+
+/// Whether elements `offset..offset + len` of `T` lie inside `block`; else `Err` with the
+/// block's length in whole elements of `T`. A zero-sized `T` has no bytes to be outside of.
+pub(crate) fn claim_fits<T>(block: &DataPtr, offset: usize, len: usize) -> Result<(), usize> {
+    let bytes = usize::try_from(block.size()).unwrap_or(usize::MAX);
+    match bytes.checked_div(std::mem::size_of::<T>()) {
+        Some(elements) if offset.checked_add(len).is_none_or(|end| end > elements) => Err(elements),
+        _ => Ok(()),
     }
 }
 
