@@ -1,5 +1,5 @@
 //! Callgrind harness: `N` (env, default 100000) cached 4 KiB allocate + free pairs on one
-//! simulated stream. Run under `valgrind --tool=callgrind` with N and N=0 and subtract to
+//! simulated stream (`SIZE=<bytes>` for another size). Run under `valgrind --tool=callgrind` with N and N=0 and subtract to
 //! get instructions per pair (the hot path makes no device call). With `MIXED=1`, `N`
 //! rounds of the bench's mixed workload instead (64 blocks of mixed sizes, then frees of the
 //! even then the odd ones).
@@ -41,7 +41,8 @@
 //! evening for the figures before and after. Since small blocks stay put under the default
 //! `relocation:merge` (2026-12-05; `relocation:merge_all` moves them too): 645 instructions per
 //! 4 KiB pair with relocation off and with `merge`, 745 with `merge_all`; per mixed allocate +
-//! free 683, 700 and 751.
+//! free 683, 700 and 751. A large block still relocates under `merge`: per cached 8 MiB pair
+//! (`SIZE=8388608`) 645 instructions with relocation off, 745 with `merge` (2026-12-05).
 //!
 //! With `HOST=1`, `N` cached 4 KiB pinned-host allocate + free pairs through
 //! `xpu_host::host_allocate_on` on OpenCL device 0 (a real device: run with PoCL), as
@@ -73,8 +74,12 @@ fn main() {
         |text| AllocConfig::parse(&text).expect("CONF: an allocator configuration"),
     );
     let bench = Workload::simulated(config);
+    let size: u64 = std::env::var("SIZE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4096);
     // Warm the cache once so every counted pair is served from it.
-    bench.pair(0, 4096).expect("warm-up allocation");
+    bench.pair(0, size).expect("warm-up allocation");
     if std::env::var_os("MIXED").is_some() {
         for _ in 0..n {
             bench.mixed_round().expect("mixed allocation");
@@ -82,6 +87,6 @@ fn main() {
         return;
     }
     for _ in 0..n {
-        bench.pair(0, 4096).expect("cached allocation");
+        bench.pair(0, size).expect("cached allocation");
     }
 }

@@ -21,6 +21,7 @@ mod config_change;
 mod config_race;
 mod deferred_drop;
 mod oom_history;
+mod peaks;
 mod review_h9;
 mod stream_order;
 mod streams;
