@@ -1,0 +1,82 @@
+//! Review h21: completion callbacks of commands that fail through their wait list.
+//!
+//! PoCL (3.1) never calls a `CL_COMPLETE` callback for a command that terminated abnormally
+//! because an event of its wait list failed. `ClEvent::on_complete` promises to run its
+//! closure "once when the command completes or terminates abnormally", with the negative
+//! status; and a pinned buffer's copy keeps the buffer alive through such a closure, so a
+//! failed copy leaked the whole pinned buffer (its mapping, its `cl_mem` and a queue
+//! reference). Each scenario runs in a child process: it reads the process-wide live counts.
+
+mod common;
+
+use std::sync::mpsc;
+
+use xpu_device::backend::{wait_for_callbacks, Buffer, MemFlags, PinnedBuffer, PinnedBytes};
+use xpu_device::live_objects;
+
+/// A marker that fails through its wait list (a user event set to an error status) runs its
+/// `on_complete` closure once, with a negative status, and the closure is no longer counted.
+#[test]
+fn on_complete_runs_for_a_command_failed_through_its_wait_list() {
+    let Some((dev, _ctx, q)) = common::device0_queue_in_child() else {
+        return;
+    };
+    let base = live_objects();
+    let user = dev.create_user_event().unwrap();
+    let marker = q.enqueue_marker(&[&user]).unwrap();
+    let (tx, rx) = mpsc::channel();
+    marker
+        .on_complete(move |status| tx.send(status).unwrap())
+        .unwrap();
+    assert_eq!(live_objects().callbacks, base.callbacks + 1);
+    user.set_failed(-5).unwrap();
+    let _ = q.finish();
+    // `set_failed` returned, so whatever reports the failure has handed the closure over.
+    wait_for_callbacks();
+    let got: Vec<i32> = rx.try_iter().collect();
+    assert_eq!(got.len(), 1, "the closure ran once: {got:?}");
+    assert!(got[0] < 0, "with the command's error status: {got:?}");
+    drop((marker, user));
+    assert_eq!(
+        live_objects().callbacks,
+        base.callbacks,
+        "no closure left pending"
+    );
+    println!("scenario-ok");
+}
+
+/// A pinned-to-device copy that fails through its wait list (and a device-to-pinned one)
+/// does not keep the pinned buffer alive: once its handle is dropped, its buffer and queue
+/// reference are released.
+#[test]
+fn a_pinned_buffer_is_released_after_its_copy_failed() {
+    let Some((dev, ctx, q)) = common::device0_queue_in_child() else {
+        return;
+    };
+    let dev_buf = Buffer::new(ctx, 1024, MemFlags::default()).unwrap();
+    let base = live_objects();
+    for into in [false, true] {
+        let mut pinned = PinnedBuffer::new(ctx, &q, 1024).unwrap();
+        let user = dev.create_user_event().unwrap();
+        let end = if into {
+            PinnedBytes::Into(&mut pinned)
+        } else {
+            PinnedBytes::From(&pinned)
+        };
+        let copy = q.copy_pinned(&dev_buf, 0, end, 0, 1024, &[&user]).unwrap();
+        user.set_failed(-5).unwrap();
+        assert!(copy.is_complete().is_err(), "the copy failed");
+        // The host may use the bytes again: the copy is over.
+        pinned.as_mut_slice()[0] = 1;
+        drop((copy, user, pinned));
+    }
+    let _ = q.finish();
+    wait_for_callbacks();
+    let after = live_objects();
+    assert_eq!(
+        (after.buffers, after.queues, after.events, after.callbacks),
+        (base.buffers, base.queues, base.events, base.callbacks),
+        "pinned buffers, their queue references, events or closures left: {base:?} -> {after:?}"
+    );
+    println!("scenario-ok");
+}
