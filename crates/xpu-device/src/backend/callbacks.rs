@@ -9,14 +9,22 @@
 //! no closure can abort the process.
 
 use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
+use opencl3::event as cle;
 use parking_lot::Mutex;
 
+use super::{raw, release};
+
 type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// A closure registered with [`ClEvent::on_complete`](super::ClEvent::on_complete).
+pub(crate) type CompleteFn = Box<dyn FnOnce(i32) + Send + 'static>;
 
 static SENDER: OnceLock<Sender<Job>> = OnceLock::new();
 static START: Mutex<()> = Mutex::new(());
@@ -86,7 +94,7 @@ pub(crate) fn unregistered() {
 
 /// Hands `f(status)` to the callback thread. Called from the driver's thread: never panics,
 /// never runs user code there. `start` has run (registration calls it first).
-pub(crate) fn post(f: Box<dyn FnOnce(i32) + Send + 'static>, status: i32) {
+pub(crate) fn post(f: CompleteFn, status: i32) {
     let job: Job = Box::new(move || {
         // The guard counts the closure as done once it ran and its captures were dropped,
         // also when it panics.
@@ -142,5 +150,164 @@ pub fn wait_for_callbacks() {
         .is_ok()
     {
         let _ = done_rx.recv();
+    }
+}
+
+// Registrations not handed over yet.
+//
+// OpenCL 3.0 §5.11.4 calls a `CL_COMPLETE` callback "when the command completes or terminates
+// abnormally", but PoCL (3.1) never calls it for a command that failed through a failed event
+// of its wait list: a closure given to the driver directly would never run, and what it owns
+// would leak (a pinned buffer's copy keeps the whole buffer alive through one). So the driver
+// is given only a key; the closure waits in `REGISTRY` with a reference to its event, and is
+// handed to the callback thread by whichever comes first: the driver's callback, or a
+// [`sweep_failed`] that reads the event's error status. Whoever removes the key delivers it,
+// so the closure runs once.
+
+/// One event reference owned by a registration (not counted in `live_objects`: the
+/// registration is counted as a pending callback). Released when the last `Arc` of it drops,
+/// on the callback thread or a sweeping thread, never in the driver's callback.
+struct RegisteredEvent(raw::cl_event);
+
+// SAFETY: a `cl_event` handle is usable from any thread (OpenCL 3.0 appendix A.2: the calls
+// made on it here, clGetEventInfo and clReleaseEvent, are thread-safe); this owns one
+// reference, released once in `Drop`.
+unsafe impl Send for RegisteredEvent {}
+// SAFETY: as above; `&self` only reads the status.
+unsafe impl Sync for RegisteredEvent {}
+
+impl Drop for RegisteredEvent {
+    fn drop(&mut self) {
+        // SAFETY: the reference retained by `register`, released exactly once, here.
+        release::note("clReleaseEvent", unsafe { cle::release_event(self.0) });
+    }
+}
+
+/// A closure waiting for its event, with the event.
+struct Registration {
+    event: Arc<RegisteredEvent>,
+    f: CompleteFn,
+}
+
+struct Registry {
+    pending: BTreeMap<usize, Registration>,
+    next_key: usize,
+    /// [`register`] sweeps once this many closures wait (then twice what is left), so that
+    /// failures nothing else sweeps are found at O(1) amortized cost per registration.
+    sweep_at: usize,
+}
+
+/// Registration sweeps start once this many closures wait.
+const FIRST_SWEEP: usize = 64;
+const EXECUTION_STATUS: u32 = 0x11D3;
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    pending: BTreeMap::new(),
+    next_key: 1,
+    sweep_at: FIRST_SWEEP,
+});
+
+/// Hands a registration to the callback thread with `status`; its event reference goes
+/// with it (released there, after the closure).
+fn deliver(registration: Registration, status: i32) {
+    let Registration { event, f } = registration;
+    post(
+        Box::new(move |status| {
+            let _event = event;
+            f(status);
+        }),
+        status,
+    );
+}
+
+/// The driver's callback: `user_data` is a registration's key.
+extern "C" fn on_status(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
+    let key = user_data as usize;
+    // No driver call and no user code under the lock; nothing here panics.
+    let registration = REGISTRY.lock().pending.remove(&key);
+    if let Some(registration) = registration {
+        deliver(registration, status);
+    }
+}
+
+/// Registers `f` to run on the callback thread with `event`'s final status (see
+/// [`ClEvent::on_complete`](super::ClEvent::on_complete); [`start`] has run).
+///
+/// # Errors
+/// A failed `clRetainEvent` or `clSetEventCallback`'s code (then `f` is dropped here without
+/// running).
+pub(crate) fn register(event: raw::cl_event, f: CompleteFn) -> Result<(), i32> {
+    // SAFETY: `event` is live (the caller's wrapper owns a reference for the call).
+    unsafe { cle::retain_event(event) }?;
+    let registration = Registration {
+        event: Arc::new(RegisteredEvent(event)),
+        f,
+    };
+    // Counted before the driver can hand it over (its run uncounts it).
+    registered();
+    let (key, sweep) = {
+        let mut registry = REGISTRY.lock();
+        let key = registry.next_key;
+        registry.next_key = registry.next_key.wrapping_add(1).max(1);
+        registry.pending.insert(key, registration);
+        (key, registry.pending.len() >= registry.sweep_at)
+    };
+    // The driver may call back at once, on this thread: the lock is not held.
+    match cle::set_event_callback(event, cle::CL_COMPLETE, on_status, key as *mut c_void) {
+        Ok(()) => {
+            if sweep {
+                sweep_failed();
+            }
+            Ok(())
+        }
+        Err(code) => {
+            // The driver never saw the key. A sweep may have delivered it meanwhile (its
+            // event had failed): then the closure runs, as if registered.
+            let Some(registration) = REGISTRY.lock().pending.remove(&key) else {
+                return Ok(());
+            };
+            unregistered();
+            drop(registration);
+            Err(code)
+        }
+    }
+}
+
+/// Hands over, with their error status, the closures whose event terminated abnormally and
+/// that the driver has not handed over (PoCL never does: see above). Runs wherever a failure
+/// starts in the runtime (with the forwards' sweep), when `live_objects` is read, and from
+/// [`register`] when the waiting closures doubled. No wait; no driver call under the lock.
+pub(crate) fn sweep_failed() {
+    let events: Vec<(usize, Arc<RegisteredEvent>)> = {
+        let registry = REGISTRY.lock();
+        registry
+            .pending
+            .iter()
+            .map(|(&key, r)| (key, Arc::clone(&r.event)))
+            .collect()
+    };
+    if events.is_empty() {
+        return;
+    }
+    let failed: Vec<(usize, i32)> = events
+        .iter()
+        .filter_map(|(key, e)| {
+            let status = cle::get_event_info(e.0, EXECUTION_STATUS).ok()?.to_int();
+            (status < 0).then_some((*key, status))
+        })
+        .collect();
+    let taken: Vec<(Registration, i32)> = {
+        let mut registry = REGISTRY.lock();
+        let taken = failed
+            .into_iter()
+            .filter_map(|(key, code)| registry.pending.remove(&key).map(|r| (r, code)))
+            .collect();
+        registry.sweep_at = FIRST_SWEEP.max(2 * registry.pending.len());
+        taken
+    };
+    // Released outside the lock (the registrations delivered meanwhile may hold the last).
+    drop(events);
+    for (registration, code) in taken {
+        deliver(registration, code);
     }
 }

@@ -11,18 +11,6 @@ use opencl3::event as cle;
 use super::{cl, raw, release, Context};
 use crate::error::ClError;
 
-/// A callback registered with [`ClEvent::on_complete`].
-type CompleteFn = Box<dyn FnOnce(i32) + Send + 'static>;
-
-extern "C" fn post_on_complete(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
-    // SAFETY: user_data is the Box<CompleteFn> leaked by `on_complete`; OpenCL calls a callback
-    // registered for CL_COMPLETE exactly once (clSetEventCallback, OpenCL 3.0 §5.11.4), so the
-    // box is reclaimed exactly once.
-    let f = unsafe { Box::from_raw(user_data.cast::<CompleteFn>()) };
-    // Only a channel send here: the closure runs on the runtime's callback thread.
-    super::callbacks::post(*f, status);
-}
-
 extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
     // SAFETY: user_data is the Box<ClEvent> leaked by `forward_to`, reclaimed exactly once as
     // above.
@@ -384,8 +372,16 @@ impl ClEvent {
     /// in `f` is caught and logged (its payload dropped safely); it never aborts the process.
     /// [`wait_for_callbacks`](super::wait_for_callbacks) waits for the closures handed over.
     ///
+    /// A command that terminated abnormally runs `f` too, with its negative status, also on a
+    /// driver that never calls back for it (PoCL, for a command failed through its wait list):
+    /// the runtime hands `f` over itself when it sees the failure, right after a failure that
+    /// starts in the runtime ([`ClEvent::set_failed`], an unset user event failed on drop), or
+    /// at the latest at the next such failure, [`live_objects`](super::live_objects) read, or
+    /// registration that finds the waiting closures doubled (a failure set by foreign code
+    /// through a raw handle). The closure holds one reference to the event until it ran.
+    ///
     /// # Errors
-    /// A failed `clSetEventCallback` (then `f` is dropped without running);
+    /// A failed `clRetainEvent` or `clSetEventCallback` (then `f` is dropped without running);
     /// `CL_OUT_OF_HOST_MEMORY` (reported as from `clSetEventCallback`) when the callback thread
     /// cannot be started.
     pub fn on_complete(&self, f: impl FnOnce(i32) + Send + 'static) -> Result<(), ClError> {
@@ -396,19 +392,8 @@ impl ClEvent {
                 clerr::CL_OUT_OF_HOST_MEMORY,
             ));
         }
-        let boxed: Box<CompleteFn> = Box::new(Box::new(f));
-        let data = Box::into_raw(boxed);
-        super::callbacks::registered();
-        match cle::set_event_callback(self.0, cle::CL_COMPLETE, post_on_complete, data.cast()) {
-            Ok(()) => Ok(()),
-            Err(code) => {
-                super::callbacks::unregistered();
-                // SAFETY: registration failed, so the driver never saw `data` and we still own
-                // the box created above.
-                drop(unsafe { Box::from_raw(data) });
-                Err(ClError::new("clSetEventCallback", code))
-            }
-        }
+        super::callbacks::register(self.0, Box::new(f))
+            .map_err(|code| ClError::new("clSetEventCallback", code))
     }
 
     /// Sets the user event `target` (of this event's context or another one) to this event's

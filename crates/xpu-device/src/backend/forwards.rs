@@ -75,6 +75,9 @@ fn fail(target: &ClEvent, code: i32) {
 /// is set or an event released.
 pub(super) fn sweep() {
     loop {
+        // The closures of `on_complete` waiting for a failed event, which the driver may
+        // never hand over (see `callbacks`).
+        super::callbacks::sweep_failed();
         let (failed, done) = {
             let mut guard = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
             let forwards = &mut *guard;

@@ -30,6 +30,10 @@
 //! - After a failed command PoCL fails the later commands of the queue at once while earlier ones
 //!   stay queued, so a failed free marker tells nothing: the caching allocator keeps its block out
 //!   of the cache (`MarkerStatus::Failed`), as a failed record.
+//! - PoCL never calls the completion callback of a command failed through its wait list: an
+//!   `on_complete` closure waits in the runtime's registry with its event, and a sweep at every
+//!   failure the runtime starts (and at `live_objects`) hands it over with the error status
+//!   (module `callbacks`), so it runs, and what it holds (a pinned buffer) is released.
 //! - User events dropped unset: when the last wrapper of a `ClEvent::user` drops while the event is
 //!   unset, it is set to `DROPPED_UNSET_STATUS` (-14): nobody could set it any more, and its
 //!   waiters (and every later `finish` of their queue) would wait forever (OpenCL 3.0 §5.11.2).
