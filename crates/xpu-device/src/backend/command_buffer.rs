@@ -445,8 +445,10 @@ impl CommandBuffer {
     /// as [`CommandQueue::copy`] moves nothing (drivers disagree on size 0).
     ///
     /// # Errors
-    /// `InvalidArgument` for out-of-range regions or after [`CommandBuffer::finalize`]; a
-    /// failed `clCommandCopyBufferKHR` (`CL_MEM_COPY_OVERLAP` for overlapping regions).
+    /// `InvalidArgument` for out-of-range regions or after [`CommandBuffer::finalize`];
+    /// `CL_INVALID_CONTEXT` for a buffer of another context than the command buffer's queue
+    /// (checked by the runtime); a failed `clCommandCopyBufferKHR` (`CL_MEM_COPY_OVERLAP` for
+    /// overlapping regions).
     pub fn copy(
         &mut self,
         src: &Buffer,
@@ -460,6 +462,10 @@ impl CommandBuffer {
         if len == 0 {
             return Ok(());
         }
+        self.queue
+            .check_buffer_context("clCommandCopyBufferKHR", src)?;
+        self.queue
+            .check_buffer_context("clCommandCopyBufferKHR", dst)?;
         self.buffers.push(src.clone());
         self.buffers.push(dst.clone());
         // Two live buffers (held by `self`), checked ranges.
@@ -481,14 +487,17 @@ impl CommandBuffer {
     /// nothing.
     ///
     /// # Errors
-    /// `InvalidArgument` for a bad pattern or range or after [`CommandBuffer::finalize`]; a
-    /// failed `clCommandFillBufferKHR`.
+    /// `InvalidArgument` for a bad pattern or range or after [`CommandBuffer::finalize`];
+    /// `CL_INVALID_CONTEXT` for a buffer of another context than the command buffer's queue
+    /// (checked by the runtime); a failed `clCommandFillBufferKHR`.
     pub fn fill(&mut self, dst: &Buffer, pattern: &[u8], offset: usize, len: usize) -> Result<()> {
         self.recording("fill")?;
         check_fill(pattern.len(), offset, len, dst.size())?;
         if len == 0 {
             return Ok(());
         }
+        self.queue
+            .check_buffer_context("clCommandFillBufferKHR", dst)?;
         self.buffers.push(dst.clone());
         // A live buffer (held by `self`), a pattern of `pattern.len()` bytes valid for the
         // call (the driver copies it), a checked range.

@@ -2,6 +2,7 @@
 
 use std::ffi::c_void;
 use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use opencl3::command_queue as clq;
 
@@ -55,7 +56,13 @@ pub struct QueueOptions {
 
 /// A reference-counted in-order command queue. `Clone` retains, `Drop` releases.
 #[derive(Debug)]
-pub struct CommandQueue(raw::cl_command_queue);
+pub struct CommandQueue(
+    raw::cl_command_queue,
+    /// The queue's context (`CL_QUEUE_CONTEXT`, fixed at creation), read once on first need
+    /// (0 until then) so that checking a buffer's context costs no driver query. Only
+    /// compared, never used as a handle (not retained).
+    AtomicUsize,
+);
 
 // SAFETY: cl_command_queue is reference counted and enqueue calls are thread-safe
 // (OpenCL 3.0 appendix A.2); we own one reference.
@@ -128,7 +135,7 @@ impl CommandQueue {
     pub(super) fn counted(raw: raw::cl_command_queue) -> Self {
         super::live::created(super::live::Kind::Queue);
         super::at_exit::wrapper_created(raw);
-        CommandQueue(raw)
+        CommandQueue(raw, AtomicUsize::new(0))
     }
 
     /// `clCreateCommandQueueWithProperties` with a property list.
@@ -273,7 +280,29 @@ impl CommandQueue {
     /// # Errors
     /// A failed `clGetCommandQueueInfo`.
     pub fn context_raw(&self) -> Result<raw::cl_context, ClError> {
-        Ok(self.info_u64(QUEUE_CONTEXT)? as usize as raw::cl_context)
+        let known = self.1.load(Ordering::Relaxed);
+        if known != 0 {
+            return Ok(known as raw::cl_context);
+        }
+        let context = self.info_u64(QUEUE_CONTEXT)? as usize;
+        self.1.store(context, Ordering::Relaxed);
+        Ok(context as raw::cl_context)
+    }
+
+    /// Refuses a buffer of another context than the queue's with `CL_INVALID_CONTEXT`, as
+    /// OpenCL 3.0 §5.2.2-§5.2.3 specify for the commands on buffers: the runtime checks it
+    /// rather than trusting every driver to (NVIDIA aborts on a kernel argument of another
+    /// context). No driver query once the queue's context is known (the buffer recorded its
+    /// own at creation).
+    pub(super) fn check_buffer_context(
+        &self,
+        function: &'static str,
+        buffer: &Buffer,
+    ) -> Result<(), ClError> {
+        if buffer.context_raw() != self.context_raw()? {
+            return Err(ClError::new(function, CODE_INVALID_CONTEXT));
+        }
+        Ok(())
     }
 
     /// The raw device the queue was created for.
@@ -383,10 +412,11 @@ impl CommandQueue {
     /// queue.
     ///
     /// # Errors
-    /// `InvalidArgument` when the range exceeds the buffer; a failed `clEnqueueWriteBuffer`;
-    /// `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST` (as from `clEnqueueWriteBuffer`) when the
-    /// driver terminated the write without running it because an earlier command failed
-    /// (nothing was written).
+    /// `InvalidArgument` when the range exceeds the buffer; `CL_INVALID_CONTEXT` for a buffer of
+    /// another context than the queue's (checked by the runtime, not left to the driver); a failed
+    /// `clEnqueueWriteBuffer`; `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST` (as from
+    /// `clEnqueueWriteBuffer`) when the driver terminated the write without running it because an
+    /// earlier command failed (nothing was written).
     pub fn write(&self, dst: &Buffer, offset: usize, data: &[u8]) -> Result<()> {
         self.blocking_transfer("write", dst, offset, HostBytes::From(data))
     }
@@ -395,10 +425,11 @@ impl CommandQueue {
     /// of the queue.
     ///
     /// # Errors
-    /// `InvalidArgument` when the range exceeds the buffer; a failed `clEnqueueReadBuffer`;
-    /// `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST` (as from `clEnqueueReadBuffer`) when the
-    /// driver terminated the read without running it because an earlier command failed
-    /// (`out` may not hold the buffer's bytes).
+    /// `InvalidArgument` when the range exceeds the buffer; `CL_INVALID_CONTEXT` for a buffer of
+    /// another context than the queue's (checked by the runtime, not left to the driver); a failed
+    /// `clEnqueueReadBuffer`; `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST` (as from
+    /// `clEnqueueReadBuffer`) when the driver terminated the read without running it because an
+    /// earlier command failed (`out` may not hold the buffer's bytes).
     pub fn read(&self, src: &Buffer, offset: usize, out: &mut [u8]) -> Result<()> {
         self.blocking_transfer("read", src, offset, HostBytes::Into(out))
     }
@@ -524,6 +555,12 @@ impl CommandQueue {
         host: Transfer,
         list: &WaitList,
     ) -> Result<ClEvent, ClError> {
+        let function = if matches!(host, Transfer::Write(_)) {
+            "clEnqueueWriteBuffer"
+        } else {
+            "clEnqueueReadBuffer"
+        };
+        self.check_buffer_context(function, buffer)?;
         let (q, mem, blocking) = (self.0, buffer.as_raw(), u32::from(blocking));
         let (n, events) = (list.count(), list.ptr());
         let e = match host {
@@ -554,8 +591,9 @@ impl CommandQueue {
     /// nothing is tracked.
     ///
     /// # Errors
-    /// `InvalidArgument` for out-of-range regions; a failed `clGetCommandQueueInfo`,
-    /// `clEnqueueWriteBuffer` or `clEnqueueReadBuffer`.
+    /// `InvalidArgument` for out-of-range regions; `CL_INVALID_CONTEXT` for a buffer of another
+    /// context than the queue's (checked by the runtime, not left to the driver); a failed
+    /// `clGetCommandQueueInfo`, `clEnqueueWriteBuffer` or `clEnqueueReadBuffer`.
     pub fn copy_pinned(
         &self,
         buffer: &Buffer,
@@ -588,6 +626,8 @@ impl CommandQueue {
             // No host byte is used: nothing to order after or to track.
             return self.enqueue_nothing(wait);
         }
+        // Before anything waits for the pinned buffer's copies.
+        self.check_buffer_context(function, buffer)?;
         // `after` keeps its events retained until the enqueue below returned.
         let after = pinned.order_after_conflicts(access, self)?;
         let mut list = self.checked_wait_list(function, wait)?;
@@ -610,8 +650,9 @@ impl CommandQueue {
     /// marker after `wait`, the same on every driver.
     ///
     /// # Errors
-    /// `InvalidArgument` for out-of-range regions; a failed `clEnqueueCopyBuffer`
-    /// (`CL_MEM_COPY_OVERLAP` for overlapping regions of one buffer).
+    /// `InvalidArgument` for out-of-range regions; `CL_INVALID_CONTEXT` for a buffer of another
+    /// context than the queue's (checked by the runtime, not left to the driver); a failed
+    /// `clEnqueueCopyBuffer` (`CL_MEM_COPY_OVERLAP` for overlapping regions of one buffer).
     #[allow(clippy::too_many_arguments)]
     pub fn copy(
         &self,
@@ -623,6 +664,8 @@ impl CommandQueue {
         wait: &[&ClEvent],
     ) -> Result<ClEvent> {
         check_buffer_copy(len, (src, src_offset), (dst, dst_offset))?;
+        self.check_buffer_context("clEnqueueCopyBuffer", src)?;
+        self.check_buffer_context("clEnqueueCopyBuffer", dst)?;
         self.enqueue_bytes("clEnqueueCopyBuffer", len, wait, |list| {
             // SAFETY: both buffers are live cl_mem objects (the runtime keeps them alive until
             // the command completes, §5.5.1), ranges were checked, and `list` outlives the call.
@@ -646,7 +689,9 @@ impl CommandQueue {
     /// A fill of 0 bytes writes nothing: its event is a marker after `wait`.
     ///
     /// # Errors
-    /// `InvalidArgument` for a bad pattern or range; a failed `clEnqueueFillBuffer`.
+    /// `InvalidArgument` for a bad pattern or range; `CL_INVALID_CONTEXT` for a buffer of another
+    /// context than the queue's (checked by the runtime, not left to the driver); a failed
+    /// `clEnqueueFillBuffer`.
     pub fn fill(
         &self,
         dst: &Buffer,
@@ -656,6 +701,7 @@ impl CommandQueue {
         wait: &[&ClEvent],
     ) -> Result<ClEvent> {
         check_fill(pattern.len(), offset, len, dst.size())?;
+        self.check_buffer_context("clEnqueueFillBuffer", dst)?;
         self.enqueue_bytes("clEnqueueFillBuffer", len, wait, |list| {
             // SAFETY: the pattern is copied by the driver before the call returns (§5.2.3:
             // "the memory associated with pattern can be reused or freed after the function
@@ -809,7 +855,11 @@ impl Clone for CommandQueue {
         release::note("clRetainCommandQueue", unsafe {
             clq::retain_command_queue(self.0)
         });
-        CommandQueue::counted(self.0)
+        let clone = CommandQueue::counted(self.0);
+        clone
+            .1
+            .store(self.1.load(Ordering::Relaxed), Ordering::Relaxed);
+        clone
     }
 }
 
