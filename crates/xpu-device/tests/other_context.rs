@@ -32,7 +32,10 @@ fn queue_commands_on_a_buffer_of_another_context_are_invalid_context() {
             "copy from",
             q1.copy(&foreign, 0, &own, 0, 16, &[]).unwrap_err(),
         ),
-        ("copy to", q1.copy(&own, 0, &foreign, 0, 16, &[]).unwrap_err()),
+        (
+            "copy to",
+            q1.copy(&own, 0, &foreign, 0, 16, &[]).unwrap_err(),
+        ),
         ("fill", q1.fill(&foreign, &[1u8], 0, 16, &[]).unwrap_err()),
     ];
     for (what, err) in &cases {

@@ -30,6 +30,17 @@ pub enum EventError {
         /// The device index.
         device: usize,
     },
+    /// An OpenCL user event adopted with `Event::from_cl_event` and `enable_timing`: a user
+    /// event has no profiling information (OpenCL 3.0 §5.14), so no elapsed time can be
+    /// measured from it.
+    #[error(
+        "an adopted user event (device {device}) has no profiling information: adopt it \
+         without enable_timing"
+    )]
+    UserEventTiming {
+        /// The stream's device.
+        device: usize,
+    },
     /// `elapsed_time` check 1: an event lacks `enable_timing`.
     #[error("both events must be created with enable_timing = true")]
     TimingNotEnabled,

@@ -88,7 +88,8 @@ impl Event {
     /// [`EventError::ForeignQueue`] when it is the event of a command of another queue (a
     /// user event, which has no queue, is accepted);
     /// [`EventError::TimingUnavailable`] for `enable_timing` on a queue without profiling;
-    /// `Stream(ExternalReleased)`; a failed `clGetEventInfo` / `clGetCommandQueueInfo`.
+    /// [`EventError::UserEventTiming`] for `enable_timing` with a user event (it has no
+    /// profiling information, OpenCL 3.0 §5.14); `Stream(ExternalReleased)`; a failed `clGetEventInfo` / `clGetCommandQueueInfo`.
     pub fn from_cl_event(
         event: ClEvent,
         stream: &Stream,
@@ -107,6 +108,11 @@ impl Event {
         if !of.is_null() && of != queue.as_raw() {
             return Err(EventError::ForeignQueue {
                 stream: stream.id(),
+                device: stream.device(),
+            });
+        }
+        if flags.enable_timing && of.is_null() {
+            return Err(EventError::UserEventTiming {
                 device: stream.device(),
             });
         }

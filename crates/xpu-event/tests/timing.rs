@@ -121,3 +121,32 @@ fn elapsed_time_across_devices_is_an_error() {
     );
     let _ = a.record_event();
 }
+
+/// A user event has no profiling information (OpenCL 3.0 §5.14: `clGetEventProfilingInfo`
+/// of a user event is `CL_PROFILING_INFO_NOT_AVAILABLE`), so adopting one with
+/// `enable_timing` is refused at once with a typed error that says why, rather than accepted
+/// and failing later in `elapsed_time` with the driver's raw code. Without timing it is
+/// adopted as before.
+#[test]
+fn a_user_event_adopted_with_enable_timing_is_refused_with_a_typed_error() {
+    if !common::devices(1) {
+        return;
+    }
+    let s = get_stream_from_pool(0, 0).unwrap();
+    let user = xpu_device::device(0).unwrap().create_user_event().unwrap();
+    let timing = xpu_event::EventFlags {
+        enable_timing: true,
+        blocking: false,
+    };
+    let err = Event::from_cl_event(user.clone(), &s, timing).unwrap_err();
+    assert_eq!(
+        err,
+        EventError::UserEventTiming { device: s.device() },
+        "{err}"
+    );
+    let adopted = Event::from_cl_event(user.clone(), &s, xpu_event::EventFlags::default())
+        .expect("without timing");
+    user.set_complete().unwrap();
+    adopted.synchronize().unwrap();
+    assert!(adopted.query().unwrap());
+}
