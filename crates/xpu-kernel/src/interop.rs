@@ -574,6 +574,17 @@ impl<'a> ForeignCall<'a> {
                 // SAFETY: `call`'s caller guarantees that `raw_event` is a valid event the
                 // foreign code owned one reference to and handed over.
                 let event = unsafe { ClEvent::from_raw_owned(raw_event) };
+                // A user event (no queue) has no profiling information: adopted untimed.
+                let flags = EventFlags {
+                    enable_timing: flags.enable_timing
+                        && !event
+                            .queue_raw()
+                            .map_err(|e| {
+                                xpu_event::EventError::from(xpu_device::DeviceError::from(e))
+                            })?
+                            .is_null(),
+                    ..flags
+                };
                 Ok(Event::from_cl_event(event, &self.stream, flags)?)
             }
             None => {
