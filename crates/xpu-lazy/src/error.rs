@@ -43,6 +43,21 @@ pub enum LazyError {
         /// How long this thread waited, in milliseconds.
         waited_ms: u64,
     },
+    /// Another thread was running `backend`'s init routine, user code given to
+    /// [`register_backend`](crate::register_backend), for
+    /// [`QUEUED_CALLS_WAIT_LIMIT`](crate::QUEUED_CALLS_WAIT_LIMIT) while this thread waited for
+    /// it: most likely the routine waits for this very thread (it joins a thread that needs
+    /// the backend), which would otherwise deadlock. Nothing changed; a later call initializes
+    /// or waits again.
+    #[error(
+        "xpu initialization of backend '{backend}' is running on another thread and did not finish within {waited_ms} ms (an init routine waiting for this thread would deadlock)"
+    )]
+    InitPending {
+        /// The device type whose routine was running.
+        backend: &'static str,
+        /// How long this thread waited, in milliseconds.
+        waited_ms: u64,
+    },
     /// No backend is registered under this device type.
     #[error("no backend registered for device type '{0}'")]
     UnknownBackend(String),

@@ -41,6 +41,7 @@ pub use state::{
     QUEUED_CALLS_WAIT_LIMIT,
 };
 
+/// The built-in [`OPENCL`] backend's routine.
 fn opencl_init() -> Result<(), BoxError> {
     // Enumerate devices (this installs the fork handler). As torch's init, zero devices is an
     // error ("No XPU devices are available"); without a runtime the error carries the install
@@ -52,9 +53,4 @@ fn opencl_init() -> Result<(), BoxError> {
         }));
     }
     Ok(())
-}
-
-fn register_builtin_backends() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| register_backend(OPENCL, opencl_init));
 }

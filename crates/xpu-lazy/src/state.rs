@@ -26,8 +26,10 @@ static RUNNING_QUEUE: AtomicBool = AtomicBool::new(false);
 /// How long [`lazy_init`] on another thread waits for an initialization that is running its
 /// queued calls (user code) before it fails with [`LazyError::QueuedCallsPending`]: a queued
 /// call that waits for a thread calling into the runtime (it joins a helper thread) would
-/// otherwise deadlock with it, as torch's `_lazy_init` does. The wait for the backend's own
-/// initialization (device enumeration) has no limit.
+/// otherwise deadlock with it, as torch's `_lazy_init` does. The same limit bounds
+/// [`device_lazy_init`]'s wait for another thread's init routine given to
+/// [`register_backend`](crate::register_backend) (user code too). The wait for the built-in
+/// backend's own initialization (device enumeration) has no limit.
 pub const QUEUED_CALLS_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 static QUEUE: Mutex<Vec<(QueuedCall, &'static Location<'static>)>> = Mutex::new(Vec::new());
 
@@ -128,7 +130,6 @@ pub fn lazy_init() -> Result<(), LazyError> {
     if INITIALIZED.load(Ordering::Acquire) {
         return Ok(());
     }
-    crate::register_builtin_backends();
     let _initializing = Initializing::begin();
     // An enumeration this initialization starts counts for `is_initialized` only once the
     // initialization, queued calls included, has finished.
