@@ -8,20 +8,24 @@ use xpu_device::{DeviceGuard, DeviceProperties, HasDevice};
 
 use crate::error::Result;
 
-/// Initializes the runtime, as `torch.xpu.init()`: [`xpu_lazy::init`] (OpenCL driver, device
-/// enumeration, queued calls), then, with the `alloc` feature, validates the allocator
-/// configuration (`XPU_ALLOC_CONF`, or the last `xpu_alloc::set_config`), so a bad
-/// configuration fails here rather than at the first allocation. Checks again on every call
-/// (cheap once initialized).
+/// Initializes the runtime, as `torch.xpu.init()`: with the `alloc` feature, first validates
+/// the allocator configuration (`XPU_ALLOC_CONF`, or the last `xpu_alloc::set_config`), so a
+/// bad configuration fails here rather than at the first allocation, and, as torch's `init`,
+/// a failed call initializes nothing ([`is_initialized`](crate::is_initialized) stays as it
+/// was); then [`xpu_lazy::init`] (OpenCL driver, device enumeration, queued calls). Checks
+/// again on every call (cheap once initialized).
 ///
 /// # Errors
 /// [`Error::Lazy`](crate::Error::Lazy) (no device, bad fork, a failing queued call);
 /// [`Error::Alloc`](crate::Error::Alloc) with `AllocError::Config` naming the bad key and its
 /// allowed values.
 pub fn init() -> Result<()> {
-    xpu_lazy::init()?;
     #[cfg(feature = "alloc")]
-    xpu_alloc::current_config()?;
+    if !xpu_lazy::is_in_bad_fork() {
+        // Before the initialization: a bad configuration leaves the runtime uninitialized.
+        xpu_alloc::current_config()?;
+    }
+    xpu_lazy::init()?;
     Ok(())
 }
 
