@@ -99,3 +99,38 @@ fn a_backend_routine_that_joins_a_thread_reaching_its_backend_does_not_hang() {
         },
     );
 }
+
+/// A routine registered under the built-in type that does its work on a helper thread it
+/// joins, the helper calling `lazy_init`.
+fn joining_opencl_init() -> Result<(), xpu_lazy::BoxError> {
+    std::thread::scope(|s| s.spawn(xpu_lazy::lazy_init).join())
+        .map_err(|_| "the helper thread panicked")??;
+    Ok(())
+}
+
+/// Once a routine registered under `OPENCL` before the first initialization is honoured (the
+/// fix above; on the reviewed commit only after a first `lazy_init` whose enumeration failed),
+/// `lazy_init` runs user code under its init lock before its queued calls, while
+/// a thread arriving then waits for that lock with no limit (the limit only applies while the
+/// queued calls run): a routine joining a helper that calls `lazy_init` deadlocks. Expected:
+/// the helper's wait ends after the limit (`QueuedCallsPending`), the routine fails with it,
+/// and `lazy_init` reports that. Run in a fresh process, killed after 60 s.
+#[test]
+fn a_user_opencl_routine_that_joins_a_thread_calling_lazy_init_does_not_hang() {
+    common::scenario_test(
+        "a_user_opencl_routine_that_joins_a_thread_calling_lazy_init_does_not_hang",
+        "joined_opencl",
+        Duration::from_secs(60),
+        "joined opencl routine returned",
+        || {
+            xpu_lazy::register_backend(xpu_lazy::OPENCL, joining_opencl_init);
+            let message = xpu_lazy::lazy_init().unwrap_err().to_string();
+            assert!(
+                message.contains("did not finish within 10000 ms"),
+                "{message}"
+            );
+            assert!(!xpu_lazy::is_initialized());
+            println!("joined opencl routine returned");
+        },
+    );
+}
