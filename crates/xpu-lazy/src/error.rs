@@ -31,7 +31,8 @@ pub enum LazyError {
         #[source]
         source: BoxError,
     },
-    /// Another thread's initialization was running its queued calls (user code) for
+    /// Another thread's initialization was running its queued calls (user code; or a routine
+    /// registered under [`OPENCL`](crate::OPENCL) in place of the built-in one) for
     /// [`QUEUED_CALLS_WAIT_LIMIT`](crate::QUEUED_CALLS_WAIT_LIMIT) while this thread waited
     /// for it: most likely a queued call is waiting for this very thread (it joins a thread
     /// that calls into the runtime), which would otherwise deadlock. Nothing changed; a later

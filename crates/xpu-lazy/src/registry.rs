@@ -88,6 +88,14 @@ fn backends() -> parking_lot::MutexGuard<'static, Vec<Backend>> {
     b
 }
 
+/// Whether `device_type`'s routine is still to run and is user code (a routine given to
+/// [`register_backend`], not the built-in enumeration).
+pub(crate) fn runs_user_code(device_type: &str) -> bool {
+    backends()
+        .iter()
+        .any(|b| b.device_type == device_type && !b.builtin && !b.done.load(Ordering::Acquire))
+}
+
 /// Registers `init` under `device_type` (e.g. `"opencl"`). Registering a type twice replaces
 /// the routine if it has not run yet; otherwise the new routine is ignored. The built-in
 /// [`OPENCL`](crate::OPENCL) backend is registered before any routine given here, so a routine

@@ -20,11 +20,13 @@ type QueuedCall = Arc<dyn Fn() -> Result<(), BoxError> + Send + Sync>;
 /// before it is set is run by that init, and a call arriving after it runs at once.
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 static INIT_LOCK: Mutex<()> = Mutex::new(());
-/// Set while an initialization runs its queued calls (user code), under [`INIT_LOCK`].
+/// Set while an initialization runs user code under [`INIT_LOCK`]: its queued calls, or a
+/// routine given to [`register_backend`](crate::register_backend) under [`OPENCL`].
 static RUNNING_QUEUE: AtomicBool = AtomicBool::new(false);
 
 /// How long [`lazy_init`] on another thread waits for an initialization that is running its
-/// queued calls (user code) before it fails with [`LazyError::QueuedCallsPending`]: a queued
+/// queued calls (user code; also a routine registered under [`OPENCL`] in place of the
+/// built-in one) before it fails with [`LazyError::QueuedCallsPending`]: a queued
 /// call that waits for a thread calling into the runtime (it joins a helper thread) would
 /// otherwise deadlock with it, as torch's `_lazy_init` does. The same limit bounds
 /// [`device_lazy_init`]'s wait for another thread's init routine given to
@@ -137,16 +139,20 @@ pub fn lazy_init() -> Result<(), LazyError> {
 }
 
 fn run_init() -> Result<(), LazyError> {
-    device_lazy_init(OPENCL)?;
-    /// Clears [`RUNNING_QUEUE`] when the queue is done, failed or panicked.
+    /// Clears [`RUNNING_QUEUE`] when the user code is done, failed or panicked.
     struct Running;
     impl Drop for Running {
         fn drop(&mut self) {
             RUNNING_QUEUE.store(false, Ordering::Release);
         }
     }
-    RUNNING_QUEUE.store(true, Ordering::Release);
     let _running = Running;
+    // A routine registered in place of the built-in enumeration is user code too.
+    if crate::registry::runs_user_code(OPENCL) {
+        RUNNING_QUEUE.store(true, Ordering::Release);
+    }
+    device_lazy_init(OPENCL)?;
+    RUNNING_QUEUE.store(true, Ordering::Release);
     // Run the queue by position, re-reading it after each call: calls appended while earlier
     // ones run (by them, or by another thread) are run too. The queue is cleared, and
     // INITIALIZED set, under the queue lock once no call is left, so `lazy_call` either
