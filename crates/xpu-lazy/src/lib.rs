@@ -36,10 +36,20 @@ pub use error::{BoxError, LazyError};
 pub use registry::{
     device_lazy_init, is_backend_initialized, register_backend, registered_backends, InitFn,
 };
-pub use state::{
-    init, is_in_bad_fork, is_initialized, lazy_call, lazy_init, queued_calls, OPENCL,
-    QUEUED_CALLS_WAIT_LIMIT,
-};
+pub use state::{init, is_in_bad_fork, is_initialized, lazy_call, lazy_init, queued_calls};
+
+/// The device type of the built-in OpenCL backend.
+pub const OPENCL: &str = "opencl";
+
+/// How long [`lazy_init`] on another thread waits for an initialization that is running its
+/// queued calls (user code; also a routine registered under [`OPENCL`] in place of the
+/// built-in one) before it fails with [`LazyError::QueuedCallsPending`]: a queued call that
+/// waits for a thread calling into the runtime (it joins a helper thread) would otherwise
+/// deadlock with it, as torch's `_lazy_init` does. The same limit bounds
+/// [`device_lazy_init`]'s wait for another thread's init routine given to
+/// [`register_backend`] (user code too). The wait for the built-in backend's own
+/// initialization (device enumeration) has no limit.
+pub const QUEUED_CALLS_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The built-in [`OPENCL`] backend's routine.
 fn opencl_init() -> Result<(), BoxError> {

@@ -10,7 +10,7 @@ use std::sync::Once;
 use parking_lot::Mutex;
 
 use crate::error::{BoxError, LazyError};
-use crate::state::{OPENCL, QUEUED_CALLS_WAIT_LIMIT};
+use crate::{OPENCL, QUEUED_CALLS_WAIT_LIMIT};
 
 /// A backend's init routine.
 pub type InitFn = fn() -> Result<(), BoxError>;

@@ -9,9 +9,7 @@ use parking_lot::Mutex;
 
 use crate::error::{BoxError, LazyError};
 use crate::registry::device_lazy_init;
-
-/// The device type of the built-in OpenCL backend.
-pub const OPENCL: &str = "opencl";
+use crate::{OPENCL, QUEUED_CALLS_WAIT_LIMIT};
 
 /// A queued call: run at initialization, re-run if a later call of the same init failed.
 type QueuedCall = Arc<dyn Fn() -> Result<(), BoxError> + Send + Sync>;
@@ -24,15 +22,6 @@ static INIT_LOCK: Mutex<()> = Mutex::new(());
 /// routine given to [`register_backend`](crate::register_backend) under [`OPENCL`].
 static RUNNING_QUEUE: AtomicBool = AtomicBool::new(false);
 
-/// How long [`lazy_init`] on another thread waits for an initialization that is running its
-/// queued calls (user code; also a routine registered under [`OPENCL`] in place of the
-/// built-in one) before it fails with [`LazyError::QueuedCallsPending`]: a queued
-/// call that waits for a thread calling into the runtime (it joins a helper thread) would
-/// otherwise deadlock with it, as torch's `_lazy_init` does. The same limit bounds
-/// [`device_lazy_init`]'s wait for another thread's init routine given to
-/// [`register_backend`](crate::register_backend) (user code too). The wait for the built-in
-/// backend's own initialization (device enumeration) has no limit.
-pub const QUEUED_CALLS_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 static QUEUE: Mutex<Vec<(QueuedCall, &'static Location<'static>)>> = Mutex::new(Vec::new());
 
 thread_local! {
