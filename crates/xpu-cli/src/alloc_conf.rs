@@ -20,13 +20,18 @@ impl AllocConfArg {
     ///
     /// # Errors
     /// An invalid configuration, naming where it came from (`invalid --config '...'`,
-    /// `invalid XPU_ALLOC_CONF '...'`).
+    /// `invalid XPU_ALLOC_CONF '...'`); an `XPU_ALLOC_CONF` that is not UTF-8.
     pub fn alloc_config(&self) -> anyhow::Result<(String, AllocConfig)> {
         let (text, origin) = match &self.config {
             Some(t) => (t.clone(), "--config"),
             None => match std::env::var(xpu_alloc::CONFIG_ENV) {
                 Ok(t) => (t, xpu_alloc::CONFIG_ENV),
-                Err(_) => return Ok((String::new(), AllocConfig::default())),
+                Err(std::env::VarError::NotPresent) => {
+                    return Ok((String::new(), AllocConfig::default()))
+                }
+                Err(std::env::VarError::NotUnicode(text)) => {
+                    anyhow::bail!("invalid {} {:?}: not UTF-8", xpu_alloc::CONFIG_ENV, text)
+                }
             },
         };
         let config =

@@ -55,9 +55,10 @@ pub struct TargetArgs {
     /// recording's, then fresh ones.
     #[arg(long)]
     pub simulate: bool,
-    /// Capacity in bytes of the simulated device (needs `--simulate`); its largest
-    /// allocation is then the smaller of this and the H200's 34.95 GiB.
-    #[arg(long, requires = "simulate")]
+    /// Capacity in bytes of the simulated device (needs `--simulate`; at least 1); its
+    /// largest allocation is then the smaller of this and the H200's 34.95 GiB. Allocations
+    /// that do not fit fail and are counted (OOMs), and `--compare` then gives no verdict.
+    #[arg(long, requires = "simulate", value_parser = clap::value_parser!(u64).range(1..))]
     pub capacity: Option<u64>,
 }
 

@@ -3,7 +3,9 @@
 //! settings and expandable segments), with the geometric mean of xpu's peak reserved bytes
 //! over PyTorch's expandable-segments figure: per folder, and over all the folders' traces
 //! when there are several (with the traces above PyTorch's default and the worst ratio),
-//! the figures issue 27 judges a policy by.
+//! the figures issue 27 judges a policy by. A replay whose allocations failed (out of
+//! memory) skipped them: it is not within PyTorch's default and its peak is in no ratio or
+//! mean.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -123,14 +125,20 @@ pub struct Row {
     pub peak_reserved: u64,
     /// xpu's segment allocations.
     pub segment_allocs: u64,
+    /// Allocations that failed for lack of memory in xpu's replay. A replay with any ran
+    /// less than the trace: its peak is no figure to set beside PyTorch's (no ratios) and it
+    /// is not within PyTorch's default, which ran the whole trace.
+    pub ooms: u64,
     /// PyTorch's figures for the trace, where known (the `pytorch` object of
     /// `xpu replay --compare --json`).
     pub pytorch: Option<compare::Reference>,
-    /// xpu's peak reserved over PyTorch's default.
+    /// xpu's peak reserved over PyTorch's default (`None` as well when `ooms` is not 0).
     pub over_pytorch: Option<f64>,
-    /// xpu's peak reserved over PyTorch's expandable-segments figure.
+    /// xpu's peak reserved over PyTorch's expandable-segments figure (`None` as well when
+    /// `ooms` is not 0).
     pub over_expandable: Option<f64>,
-    /// Peak reserved and segment allocations both at most PyTorch's default.
+    /// No allocation failed, and peak reserved and segment allocations both at most
+    /// PyTorch's default.
     pub within_pytorch: Option<bool>,
     /// What relocation did (under `relocation:merge`, the default); absent when it was off.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -144,15 +152,22 @@ impl Row {
         let torch_reserved = theirs.and_then(|t| t.peak_reserved);
         let torch_segments = theirs.and_then(|t| t.segment_allocs);
         let expandable = theirs.and_then(|t| t.expandable_peak_reserved);
+        // The peak of a replay that skipped failed allocations is not the trace's.
+        let complete = r.ooms == 0;
         Row {
             trace: r.trace.clone(),
             peak_reserved: r.peak_reserved,
             segment_allocs: r.segment_allocs,
-            over_pytorch: torch_reserved.and_then(|t| ratio(r.peak_reserved, t)),
-            over_expandable: expandable.and_then(|e| ratio(r.peak_reserved, e)),
+            ooms: r.ooms,
+            over_pytorch: torch_reserved
+                .filter(|_| complete)
+                .and_then(|t| ratio(r.peak_reserved, t)),
+            over_expandable: expandable
+                .filter(|_| complete)
+                .and_then(|e| ratio(r.peak_reserved, e)),
             within_pytorch: torch_reserved
                 .zip(torch_segments)
-                .map(|(t, s)| r.peak_reserved <= t && r.segment_allocs <= s),
+                .map(|(t, s)| complete && r.peak_reserved <= t && r.segment_allocs <= s),
             relocation: r.relocation,
             pytorch,
         }
@@ -261,10 +276,14 @@ pub fn render(table: &Table) -> String {
     );
     for r in &table.rows {
         let theirs = r.pytorch.as_ref();
-        let within = match r.within_pytorch {
-            Some(true) => "yes",
-            Some(false) => "NO",
-            None => "-",
+        let within = match (r.within_pytorch, r.ooms) {
+            (Some(true), _) => "yes".to_owned(),
+            (Some(false), 0) => "NO".to_owned(),
+            (Some(false), 1) => "NO (1 OOM)".to_owned(),
+            (Some(false), n) => format!("NO ({n} OOMs)"),
+            (None, 0) => "-".to_owned(),
+            (None, 1) => "- (1 OOM)".to_owned(),
+            (None, n) => format!("- ({n} OOMs)"),
         };
         let _ = writeln!(
             out,

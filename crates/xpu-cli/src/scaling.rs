@@ -27,6 +27,9 @@ pub struct Args {
 
 const THREADS: [u32; 5] = [1, 2, 4, 8, 16];
 
+/// The chart's y axis ends this much above the highest throughput.
+const HEADROOM: f64 = 1.15;
+
 fn read(path: &Path) -> anyhow::Result<Value> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -36,8 +39,9 @@ fn read(path: &Path) -> anyhow::Result<Value> {
 /// `(threads, million pairs per second)` for every thread count present under `key(n)`.
 ///
 /// # Errors
-/// A positive figure so small that its throughput is not a finite number (a chart of it
-/// would never finish drawing), naming its key.
+/// A positive figure so small that its throughput, or the top of the chart's axis above it
+/// ([`HEADROOM`]), is not a finite number (a chart of it would never finish drawing), naming
+/// its key.
 fn curve(v: &Value, key: impl Fn(u32) -> String) -> anyhow::Result<Vec<(f64, f64)>> {
     let mut points = Vec::new();
     for n in THREADS {
@@ -48,7 +52,7 @@ fn curve(v: &Value, key: impl Fn(u32) -> String) -> anyhow::Result<Vec<(f64, f64
         if ns > 0.0 {
             let throughput = 1e3 / ns;
             anyhow::ensure!(
-                throughput.is_finite(),
+                (throughput * HEADROOM).is_finite(),
                 "{name} is {ns:e} ns: too small for a throughput to plot"
             );
             points.push((f64::from(n), throughput));
@@ -73,7 +77,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Some(p) => curve(&read(p)?, |n| format!("threads{n}_ns_per_pair_wall"))?,
         None => Vec::new(),
     };
-    let top = ours.iter().chain(&torch).map(|p| p.1).fold(1.0, f64::max) * 1.15;
+    let top = ours.iter().chain(&torch).map(|p| p.1).fold(1.0, f64::max) * HEADROOM;
     let draw = || -> Result<(), Box<dyn std::error::Error + '_>> {
         let root = SVGBackend::new(&args.out, (900, 520)).into_drawing_area();
         root.fill(&WHITE)?;

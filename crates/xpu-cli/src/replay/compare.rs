@@ -139,10 +139,17 @@ fn find(v: &Value, keys: &[&str]) -> Option<u64> {
     })
 }
 
+/// A byte count or a count: a non-negative integer, or a float from 0 to below 2^64
+/// (truncated); a float that no `u64` holds (`1e300`) is no figure, not `u64::MAX`.
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn as_u64(v: &Value) -> Option<u64> {
-    v.as_u64()
-        .or_else(|| v.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
+    // 2^64, exactly representable.
+    const LIMIT: f64 = 18_446_744_073_709_551_616.0;
+    v.as_u64().or_else(|| {
+        v.as_f64()
+            .filter(|f| (0.0..LIMIT).contains(f))
+            .map(|f| f as u64)
+    })
 }
 
 /// PyTorch's figures from a summary JSON text, looking for the usual key names
@@ -328,7 +335,9 @@ fn ratio(a: u64, b: u64) -> String {
 }
 
 /// Our figures next to PyTorch's as a small table, with PyTorch's expandable-segments
-/// peak reserved bytes next to its default ones where known.
+/// peak reserved bytes next to its default ones where known, and a verdict on peak reserved
+/// (none for a replay whose allocations failed: it skipped them, so its peak is not the
+/// trace's).
 #[must_use]
 pub fn render(ours: &ReplayReport, theirs: &Reference) -> String {
     let mut out = format!(
@@ -374,10 +383,20 @@ pub fn render(ours: &ReplayReport, theirs: &Reference) -> String {
         ratio(ours.peak_reserved, ours.peak_allocated),
         their_ratio
     ));
-    let verdict = match theirs.peak_reserved {
-        Some(r) if ours.peak_reserved <= r => "peak reserved: matches or beats PyTorch",
-        Some(_) => "peak reserved: ABOVE PyTorch's",
-        None => "peak reserved: no PyTorch figure",
+    let verdict = match (theirs.peak_reserved, ours.ooms) {
+        // Failed allocations were skipped: the peak is not the whole trace's.
+        (_, 1) => {
+            "peak reserved: not comparable: 1 allocation failed (out of memory) in this replay"
+                .to_owned()
+        }
+        (_, n) if n > 1 => format!(
+            "peak reserved: not comparable: {n} allocations failed (out of memory) in this replay"
+        ),
+        (Some(r), _) if ours.peak_reserved <= r => {
+            "peak reserved: matches or beats PyTorch".to_owned()
+        }
+        (Some(_), _) => "peak reserved: ABOVE PyTorch's".to_owned(),
+        (None, _) => "peak reserved: no PyTorch figure".to_owned(),
     };
     out.push_str(&format!("  {verdict}\n"));
     out
