@@ -62,7 +62,7 @@ pub struct Overall {
     pub with_expandable: usize,
     /// Geometric mean of xpu's peak reserved over the expandable-segments figure.
     pub geomean_over_expandable: Option<f64>,
-    /// The same for PyTorch's default peak reserved.
+    /// The same for PyTorch's default peak reserved, over the same traces.
     pub pytorch_geomean_over_expandable: Option<f64>,
     /// The trace with the highest ratio over the expandable-segments figure.
     pub worst_over_expandable: Option<Worst>,
@@ -86,10 +86,7 @@ impl Overall {
         let name = |f: &Folder, r: &Row| f.dir.join(&r.trace).display().to_string();
         let ours: Vec<f64> = rows().filter_map(|(_, r)| r.over_expandable).collect();
         let theirs: Vec<f64> = rows()
-            .filter_map(|(_, r)| {
-                let t = r.pytorch.as_ref()?;
-                ratio(t.peak_reserved?, t.expandable_peak_reserved?)
-            })
+            .filter_map(|(_, r)| r.pytorch_over_expandable())
             .collect();
         Overall {
             traces: rows().count(),
@@ -146,6 +143,15 @@ pub struct Row {
 }
 
 impl Row {
+    /// PyTorch's default peak reserved over its expandable-segments figure, for a row whose
+    /// own ratio to that figure is in the geometric mean ([`Row::over_expandable`]): the
+    /// reference mean is over the same traces as xpu's.
+    fn pytorch_over_expandable(&self) -> Option<f64> {
+        self.over_expandable?;
+        let t = self.pytorch.as_ref()?;
+        ratio(t.peak_reserved?, t.expandable_peak_reserved?)
+    }
+
     /// The row of the replay report `r`, next to PyTorch's figures `pytorch` for its trace.
     fn new(r: &ReplayReport, pytorch: Option<compare::Reference>) -> Row {
         let theirs = pytorch.as_ref();
@@ -182,7 +188,8 @@ pub struct Table {
     /// Geometric mean of xpu's peak reserved over the expandable-segments figure, over the
     /// traces that have one.
     pub geomean_over_expandable: Option<f64>,
-    /// The same for PyTorch's default peak reserved (the reference point).
+    /// The same for PyTorch's default peak reserved (the reference point), over the same
+    /// traces.
     pub pytorch_geomean_over_expandable: Option<f64>,
 }
 
@@ -246,10 +253,7 @@ fn table(files: &[PathBuf], config: Option<&str>) -> anyhow::Result<Table> {
     let ours: Vec<f64> = rows.iter().filter_map(|r| r.over_expandable).collect();
     let theirs: Vec<f64> = rows
         .iter()
-        .filter_map(|r| {
-            let t = r.pytorch.as_ref()?;
-            ratio(t.peak_reserved?, t.expandable_peak_reserved?)
-        })
+        .filter_map(Row::pytorch_over_expandable)
         .collect();
     Ok(Table {
         rows,
