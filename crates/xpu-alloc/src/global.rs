@@ -48,9 +48,13 @@ fn registry() -> &'static Registry {
 fn config_state() -> &'static Mutex<Result<AllocConfig, ConfigError>> {
     static C: OnceLock<Mutex<Result<AllocConfig, ConfigError>>> = OnceLock::new();
     C.get_or_init(|| {
+        // A value that is not UTF-8 is an error as any other invalid one, not the defaults.
         let parsed = match std::env::var(CONFIG_ENV) {
             Ok(text) => AllocConfig::parse(&text),
-            Err(_) => Ok(AllocConfig::default()),
+            Err(std::env::VarError::NotPresent) => Ok(AllocConfig::default()),
+            Err(std::env::VarError::NotUnicode(text)) => Err(ConfigError::NotUtf8 {
+                text: text.to_string_lossy().into_owned(),
+            }),
         };
         Mutex::new(parsed)
     })

@@ -33,6 +33,13 @@ pub enum ConfigError {
         /// Why, and what to use instead.
         reason: String,
     },
+    /// The configuration's environment variable (`XPU_ALLOC_CONF`) is not valid UTF-8; `text`
+    /// is it with the invalid bytes replaced by U+FFFD.
+    #[error("the allocator config is not UTF-8: {text:?}")]
+    NotUtf8 {
+        /// The value, lossily decoded.
+        text: String,
+    },
     /// The string does not follow the `key:value,key:[a:b,>:c]` grammar.
     #[error("malformed allocator config at token {index}: {message}")]
     Syntax {
