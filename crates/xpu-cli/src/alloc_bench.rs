@@ -6,14 +6,17 @@
 //! `mixed64_alloc_free_ns`: 64 live blocks of mixed sizes, then frees in interleaved order,
 //! per allocate + free; `threads{1,2,4,8,16}_pair_ns`: N threads, each on its own stream,
 //! 4 KiB allocate + free pairs, wall time per pair (all threads together), the fastest of
-//! three runs; `threads{1,16}_malloc_pair_ns`: their floor, the same with `malloc` + `free`
-//! (how far the machine itself scales: `threads1 / threads16` of the two is the scaling).
+//! three runs; `threads{1,2,4,8,16}_malloc_pair_ns`: their floor, the same with `malloc` +
+//! `free` at each thread count (how far the machine itself scales: `threads1 / threadsN` of
+//! the two is the scaling).
 //!
 //! The floor, measured in the same run on the same thread: `malloc_free_ns`, the C library's
 //! `malloc` + `free` of 4 KiB (Rust's system allocator, which calls them for these sizes and
-//! alignments), and `mixed64_malloc_free_ns`, the mixed workload through `malloc`/`free`;
-//! `cached_alloc_free_over_malloc` and `mixed64_over_malloc` are the allocator's figures over
-//! them (1.0 would be a cached block handed back as cheaply as a thread-local free-list pop).
+//! alignments), `malloc_free_8m_ns`, the same of 8 MiB (glibc serves it by `mmap` unless its
+//! dynamic threshold rose past it), and `mixed64_malloc_free_ns`, the mixed workload through
+//! `malloc`/`free`; `cached_alloc_free_over_malloc`, `cached_alloc_free_8m_over_malloc` and
+//! `mixed64_over_malloc` are the allocator's figures over them (1.0 would be a cached block
+//! handed back as cheaply as a thread-local free-list pop).
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -149,6 +152,16 @@ fn malloc_mixed_round() {
     });
 }
 
+/// ns per `malloc` + `free` of `size` bytes on this thread (`malloc_free_8m_ns` for 8 MiB:
+/// the floor of `cached_alloc_free_8m_ns`).
+fn malloc_pair_floor(size: usize, budget: Duration) -> Result<f64, AllocError> {
+    malloc_pair(size);
+    per_iteration(budget, |n| {
+        (0..n).for_each(|_| malloc_pair(size));
+        Ok(())
+    })
+}
+
 /// `malloc_free_ns` and `mixed64_malloc_free_ns` (see the module docs).
 fn malloc_floor(budget: Duration) -> Result<(f64, f64), AllocError> {
     malloc_pair(4096);
@@ -212,7 +225,13 @@ pub fn run_with_config(
     );
     out.insert("mixed64_alloc_free_ns".to_owned(), mixed64(&bench, budget)?);
     let (malloc_ns, mixed_malloc_ns) = malloc_floor(budget)?;
+    let malloc_8m_ns = malloc_pair_floor(8 << 20, budget)?;
     out.insert("malloc_free_ns".to_owned(), malloc_ns);
+    out.insert("malloc_free_8m_ns".to_owned(), malloc_8m_ns);
+    out.insert(
+        "cached_alloc_free_8m_over_malloc".to_owned(),
+        out["cached_alloc_free_8m_ns"] / malloc_8m_ns,
+    );
     out.insert("mixed64_malloc_free_ns".to_owned(), mixed_malloc_ns);
     out.insert(
         "cached_alloc_free_over_malloc".to_owned(),
@@ -225,7 +244,7 @@ pub fn run_with_config(
     for n in THREADS {
         out.insert(format!("threads{n}_pair_ns"), threads(&bench, n, budget)?);
     }
-    for n in [1, THREADS[THREADS.len() - 1]] {
+    for n in THREADS {
         out.insert(
             format!("threads{n}_malloc_pair_ns"),
             malloc_threads(n, budget)?,
@@ -251,8 +270,10 @@ mod tests {
             keys,
             [
                 "cached_alloc_free_8m_ns",
+                "cached_alloc_free_8m_over_malloc",
                 "cached_alloc_free_ns",
                 "cached_alloc_free_over_malloc",
+                "malloc_free_8m_ns",
                 "malloc_free_ns",
                 "mixed64_alloc_free_ns",
                 "mixed64_malloc_free_ns",
@@ -261,8 +282,11 @@ mod tests {
                 "threads16_pair_ns",
                 "threads1_malloc_pair_ns",
                 "threads1_pair_ns",
+                "threads2_malloc_pair_ns",
                 "threads2_pair_ns",
+                "threads4_malloc_pair_ns",
                 "threads4_pair_ns",
+                "threads8_malloc_pair_ns",
                 "threads8_pair_ns"
             ]
         );
