@@ -1,12 +1,13 @@
 //! [`Allocation`]: a block handed out by a [`CachingAllocator`](super::CachingAllocator),
 //! returned to its stream's cache when dropped.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use super::free_cache::count_free;
 use super::place_cell::{FreeBy, PinGuard, PlaceCell};
 use super::shard::Shard;
+use super::stats_cell::NO_SLOT;
 use super::stream_state::Handed;
 use super::thread_cache::{with_local, ThreadCacheKey};
 use crate::history::TraceAction;
@@ -21,19 +22,22 @@ pub struct Allocation<B: ThreadCacheKey> {
     pub(super) shard: Arc<Shard<B>>,
     handed: Handed,
     size: u64,
-    /// A `record_stream` named another stream: the free goes through the stream's lock
-    /// (markers), never into a thread's cache.
-    recorded: AtomicBool,
+    /// The statistics slot of the cell that counted the hand-out (`stats_cell`): a drop on
+    /// a thread whose cell has this slot may keep the block in that thread's cache. Any
+    /// other drop frees through the stream's lock, where the block's owner slot takes the
+    /// free's decreases. [`NO_SLOT`] once a `record_stream` named another stream (the free
+    /// then waits for markers, never through a thread's cache).
+    cache_slot: AtomicU32,
 }
 
 impl<B: ThreadCacheKey> Allocation<B> {
     #[inline]
-    pub(super) fn new(shard: Arc<Shard<B>>, handed: Handed, size: u64) -> Self {
+    pub(super) fn new(shard: Arc<Shard<B>>, handed: Handed, size: u64, slot: u32) -> Self {
         Self {
             shard,
             handed,
             size,
-            recorded: AtomicBool::new(false),
+            cache_slot: AtomicU32::new(slot),
         }
     }
 
@@ -299,7 +303,7 @@ impl<B: ThreadCacheKey> Allocation<B> {
             return;
         }
         if B::stream_key(stream) != self.shard.key {
-            self.recorded.store(true, Ordering::Relaxed);
+            self.cache_slot.store(NO_SLOT, Ordering::Relaxed);
         }
         self.shard.record_stream(self.handed.block, stream);
     }
@@ -470,11 +474,13 @@ impl<B: ThreadCacheKey> Drop for Allocation<B> {
             handed.addr
         };
         // Relaxed: whoever drops the allocation owns it, after every `record_stream` on it.
-        let recorded = *self.recorded.get_mut();
+        let cache_slot = *self.cache_slot.get_mut();
         with_local(shared, |local| {
-            // A block with no recorded use goes into this thread's cache when its bin has
-            // room (`free_cache`): no lock.
-            if !recorded {
+            // A block with no recorded use, freed by the thread whose cell counted its
+            // hand-out, goes into this thread's cache when its bin has room (`free_cache`):
+            // no lock. A block of another thread's goes through the stream's lock, which
+            // gives the free's statistics to the allocating thread's cell.
+            if cache_slot == local.cell.slot() {
                 if let Some(bins) = local.bins {
                     if bins.put(shard, handed, size, (local.cell, local.gens)) {
                         let mut st = local.cell.write(local.gens);

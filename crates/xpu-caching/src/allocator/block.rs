@@ -43,6 +43,11 @@ pub(crate) struct Block<B: Backend> {
     /// effect then): its free subtracts exactly that, whatever the configuration is by then.
     /// Written at every hand-out, read at the free (stale while the block is free).
     pub oversize: bool,
+    /// The statistics slot of the cell that counted the block's current allocation
+    /// (`stats_cell`): the free's decreases go to that cell. Written at every counted
+    /// hand-out under the lock (a thread cache hands a block out again only to the thread
+    /// whose cell counted it, see `free_cache`), read at the free (stale while free).
+    pub slot: u32,
     /// Outstanding stream markers (pending free).
     pub event_count: u32,
     /// Streams other than the allocation stream that used the block (record_stream).
@@ -73,6 +78,7 @@ impl<B: Backend> Block<B> {
             pool,
             allocated: false,
             oversize: false,
+            slot: super::stats_cell::NO_SLOT,
             event_count: 0,
             stream_uses: Vec::new(),
             gc_base: 0,

@@ -74,7 +74,7 @@ use std::sync::{Arc, Weak};
 
 use super::bin_slots::{BinSlots, SLOTS};
 use super::shard::Shard;
-use super::stats_cell::{Generations, StatsCell, StatsWriter};
+use super::stats_cell::{CellsShared, StatsCell, StatsWriter};
 use super::stream_state::Handed;
 use crate::backend::Backend;
 use crate::stream::StreamKey;
@@ -165,7 +165,7 @@ impl<B: Backend> FreeCache<B> {
         shard: &Arc<Shard<B>>,
         handed: &Handed,
         requested: u64,
-        stats: (&StatsCell, &Generations),
+        stats: (&StatsCell, &CellsShared),
     ) -> bool {
         let key = shard.key;
         let found = self
@@ -188,7 +188,7 @@ impl<B: Backend> FreeCache<B> {
         shard: &Arc<Shard<B>>,
         handed: &Handed,
         requested: u64,
-        stats: (&StatsCell, &Generations),
+        stats: (&StatsCell, &CellsShared),
     ) -> &mut Bin<B> {
         let slots = Arc::new(BinSlots::default());
         shard.lock().register_bin(slots.clone());
@@ -225,7 +225,7 @@ impl<B: Backend> FreeCache<B> {
 
     /// Returns every cached block to its shard (the thread exits, or the allocator's
     /// thread state is dropped).
-    pub(crate) fn flush(&mut self, stats: (&StatsCell, &Generations)) {
+    pub(crate) fn flush(&mut self, stats: (&StatsCell, &CellsShared)) {
         for bin in self.bins.drain(..) {
             evict(bin, |state| state.evict_bin_with(stats));
         }
@@ -268,7 +268,7 @@ struct Evict<'s, B: Backend> {
 
 impl<B: Backend> Evict<'_, B> {
     /// Frees the bin's blocks with a statistics write on `stats` opened now (the lock held).
-    fn evict_bin_with(self, (cell, gens): (&StatsCell, &Generations)) {
+    fn evict_bin_with(self, (cell, gens): (&StatsCell, &CellsShared)) {
         let mut st = cell.write(gens);
         self.state.evict_bin(self.slots, &mut st);
     }

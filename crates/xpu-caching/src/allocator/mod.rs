@@ -396,7 +396,8 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
                         free_cache::reset_cell(&shard, &handed);
                     }
                     free_cache::count_hand_out(&mut local.cell.write(local.gens), &handed, size);
-                    return Some(Ok(Allocation::new(shard, handed, size)));
+                    let slot = local.cell.slot();
+                    return Some(Ok(Allocation::new(shard, handed, size, slot)));
                 }
             }
             let shard = match local.shards.most_recent(key) {
@@ -460,7 +461,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
                 .history
                 .record(TraceAction::Alloc, handed.addr, size, key.id);
         }
-        Ok(Allocation::new(shard, handed, size))
+        Ok(Allocation::new(shard, handed, size, local.cell.slot()))
     }
 
     /// The shard of `key` in the shard map, if it exists.

@@ -637,6 +637,7 @@ fn execute<B: Backend>(
         state.blocks[t].moved = Some(marker.clone());
         // The allocation keeps what its hand-out counted; the move itself counts nothing.
         state.blocks[l].oversize = state.blocks[t].oversize;
+        state.blocks[l].slot = state.blocks[t].slot;
         state.free_moved_out(t, st);
         if let Some(Ok(MoveEnd::FreeNow)) = cells.get(l).map(|c| c.commit_move()) {
             // The owner's drop left the free to this mover: its request is traced here, at

@@ -7,13 +7,101 @@
 //! the cell: they bump a generation that readers apply to their copy and the owner applies
 //! at its next write.
 
-use std::sync::atomic::{fence, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
+use super::place_cell::Arena;
 use crate::memory_stats_fields;
 use crate::size::PoolKind;
 use crate::stats::{MemoryStats, Stat, StatArray};
 
 const R: Ordering = Ordering::Relaxed;
+
+/// The slot of no cell: a cell's slot is never this (the registry's folded cell of exited
+/// threads has it, and writes nothing on anyone's behalf); an
+/// [`Allocation`](super::Allocation) whose free must take the stream's lock holds it.
+pub(crate) const NO_SLOT: u32 = u32::MAX;
+
+/// The statistics that a free takes from the allocating cell (see the module docs): per
+/// pool (small first, then large) `allocation`, `allocated_bytes`, `active`, `active_bytes`,
+/// `requested_bytes`, then `oversize_allocations`.
+pub(crate) const DEBTS: usize = 11;
+
+/// Per pool: where its five debts start.
+const POOL_DEBTS: usize = 5;
+const ALLOCATION: usize = 0;
+const ALLOCATED_BYTES: usize = 1;
+const ACTIVE: usize = 2;
+const ACTIVE_BYTES: usize = 3;
+const REQUESTED_BYTES: usize = 4;
+const OVERSIZE: usize = 10;
+
+/// The debts that count blocks (an allocation, an active block): written last by a debtor
+/// (`Release`) and read first (`Acquire`), so that a reader that sees a block's count sees
+/// its bytes too (the registry frees a retired slot once every block it counted is paid).
+const COUNT_DEBTS: [usize; 4] = [
+    ALLOCATION,
+    ACTIVE,
+    POOL_DEBTS + ALLOCATION,
+    POOL_DEBTS + ACTIVE,
+];
+
+/// Debt words of a cell, by debt index (see [`DEBTS`]).
+type DebtWords = [AtomicU64; DEBTS];
+
+/// The cell's statistic that debt `i` decreases.
+fn debt_stat(stats: &CellStats, i: usize) -> &CellStat {
+    if i == OVERSIZE {
+        return &stats.oversize_allocations;
+    }
+    let p = &stats.pools[i / POOL_DEBTS];
+    match i % POOL_DEBTS {
+        ALLOCATION => &p.allocation,
+        ALLOCATED_BYTES => &p.allocated_bytes,
+        ACTIVE => &p.active,
+        ACTIVE_BYTES => &p.active_bytes,
+        _ => &p.requested_bytes,
+    }
+}
+
+/// Pays `n` of debt `i` on a copy of a cell's statistics (as [`CellStat::decrease`] on the
+/// cell: the current drops, the freed total grows, the allocated total stays).
+fn pay_copy(stats: &mut MemoryStats, i: usize, n: u64) {
+    fn pay(stat: &mut Stat, n: i64) {
+        stat.current = stat.current.wrapping_sub(n);
+        stat.freed = stat.freed.saturating_add(n);
+    }
+    let n = i64::try_from(n).unwrap_or(i64::MAX);
+    if i == OVERSIZE {
+        pay(&mut stats.oversize_allocations, n);
+        return;
+    }
+    let array = match i % POOL_DEBTS {
+        ALLOCATION => &mut stats.allocation,
+        ALLOCATED_BYTES => &mut stats.allocated_bytes,
+        ACTIVE => &mut stats.active,
+        ACTIVE_BYTES => &mut stats.active_bytes,
+        _ => &mut stats.requested_bytes,
+    };
+    pay(&mut array.all, n);
+    pay(
+        if i < POOL_DEBTS {
+            &mut array.small_pool
+        } else {
+            &mut array.large_pool
+        },
+        n,
+    );
+}
+
+/// What is left to pay of a debt whose total owed is `target` when `paid` is paid (the
+/// totals only grow, and wrap past `u64::MAX`): `None` when nothing is.
+#[inline]
+fn unpaid(target: u64, paid: u64) -> Option<u64> {
+    let d = target.wrapping_sub(paid);
+    // A target behind `paid` (a snapshot older than a fold) reads as a huge difference.
+    (d != 0 && d <= i64::MAX as u64).then_some(d)
+}
 
 /// One [`Stat`] of a cell; updated by the cell's single writer with load + store.
 ///
@@ -121,6 +209,13 @@ impl CellStat {
     fn reset_accumulated(&self) {
         self.freed.store(0, R);
         self.base.store(self.current.load(R), R);
+    }
+
+    fn clear(&self) {
+        for word in [&self.current, &self.peak, &self.base] {
+            word.store(0, R);
+        }
+        self.freed.store(0, R);
     }
 }
 
@@ -330,21 +425,36 @@ macro_rules! define_cell_stats {
                 $(self.$s.reset_accumulated();)*
                 $(self.$c.0.store(0, R);)*
             }
+
+            /// Zeroes every statistic (a recycled cell starts as a new one).
+            fn clear(&self) {
+                for pool in &self.pools {
+                    $(pool.$a.clear();)*
+                }
+                $(self.all_peaks.$a.store(0, R);)*
+                $(self.$c.0.store(0, R);)*
+                $(self.$s.clear();)*
+            }
         }
     };
 }
 
 memory_stats_fields!(define_cell_stats);
 
-/// Reset generations of a device allocator: bumped by `reset_peak_stats` /
-/// `reset_accumulated_stats`, applied lazily by every cell.
+/// What the cells of one device allocator share: the reset generations, bumped by
+/// `reset_peak_stats` / `reset_accumulated_stats` and applied lazily by every cell, and the
+/// cells by slot, so that a free reaches the allocating cell's debts from its slot without a
+/// lock (see the module docs).
 #[derive(Default)]
-pub(crate) struct Generations {
+pub(crate) struct CellsShared {
     peak: AtomicU64,
     accumulated: AtomicU64,
+    /// Every cell ever registered, by slot (set once per slot; a slot's cell is recycled,
+    /// never replaced: see `stats_registry`).
+    pub(crate) slots: Arena<OnceLock<Arc<StatsCell>>>,
 }
 
-impl Generations {
+impl CellsShared {
     pub(crate) fn bump_peak(&self) {
         self.peak.fetch_add(1, Ordering::AcqRel);
     }
@@ -363,22 +473,158 @@ impl Generations {
 }
 
 /// Statistics written by one writer at a time (see the module docs).
-#[derive(Default)]
 pub(crate) struct StatsCell {
     /// Odd while a write is in progress.
     seq: AtomicU64,
     /// Reset generations already applied to `stats`.
     peak_gen: AtomicU64,
     accumulated_gen: AtomicU64,
+    /// The cell's index in [`CellsShared::slots`] ([`NO_SLOT`] for a cell that is not
+    /// registered there).
+    slot: u32,
+    /// Set by a debtor after adding to `owed`; the writer folds at its next write.
+    pending: AtomicBool,
+    /// Debts paid into `stats` so far, by debt index: written by the writer, read with
+    /// `stats` under the sequence lock.
+    paid: DebtWords,
     stats: CellStats,
+    /// Debts owed to this cell so far by other cells' frees of blocks that this cell counted
+    /// as handed out (totals that only grow; atomic adds by the debtors).
+    owed: DebtWords,
+    /// `owed` when the last peak reset was requested (stored by the resetter under the
+    /// registry's lock before it bumps the generation): debts up to these are paid before
+    /// the reset applies, so a peak after a reset does not count a block freed before it.
+    at_peak_reset: DebtWords,
+}
+
+impl Default for StatsCell {
+    fn default() -> Self {
+        Self::new(NO_SLOT)
+    }
 }
 
 impl StatsCell {
+    /// A new cell of slot `slot`.
+    pub(crate) fn new(slot: u32) -> Self {
+        Self {
+            seq: AtomicU64::new(0),
+            peak_gen: AtomicU64::new(0),
+            accumulated_gen: AtomicU64::new(0),
+            slot,
+            pending: AtomicBool::new(false),
+            paid: Default::default(),
+            stats: CellStats::default(),
+            owed: Default::default(),
+            at_peak_reset: Default::default(),
+        }
+    }
+
+    /// The cell's slot ([`NO_SLOT`] if none).
+    #[inline(always)]
+    pub(crate) fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// The debts owed so far, counts first (`Acquire`: a count seen brings its bytes).
+    pub(crate) fn owed(&self) -> [u64; DEBTS] {
+        let mut owed = [0; DEBTS];
+        for i in COUNT_DEBTS {
+            owed[i] = self.owed[i].load(Ordering::Acquire);
+        }
+        for (i, word) in self.owed.iter().enumerate() {
+            if !COUNT_DEBTS.contains(&i) {
+                owed[i] = word.load(R);
+            }
+        }
+        owed
+    }
+
+    /// Adds `n` to debt `i` (a debtor; `Release` for a count, see [`COUNT_DEBTS`]).
+    #[inline]
+    fn owe(&self, i: usize, n: u64, order: Ordering) {
+        if n != 0 {
+            self.owed[i].fetch_add(n, order);
+        }
+    }
+
+    /// Another cell frees a block of `size` bytes of `pool` that this cell counted as
+    /// allocated: `allocation` and `allocated_bytes` are owed (folded at this cell's next
+    /// write; readers subtract them meanwhile).
+    fn owe_free(&self, pool: PoolKind, size: u64) {
+        let base = at(pool) * POOL_DEBTS;
+        self.owe(base + ALLOCATED_BYTES, size, R);
+        self.owe(base + ALLOCATION, 1, Ordering::Release);
+        self.pending.store(true, Ordering::Release);
+    }
+
+    /// Another cell deactivates a block that this cell counted as active (as
+    /// [`CellStats::deactivate`], and `oversize_allocations` when `oversize`).
+    fn owe_deactivate(&self, pool: PoolKind, size: u64, requested: u64, oversize: bool) {
+        let base = at(pool) * POOL_DEBTS;
+        self.owe(base + ACTIVE_BYTES, size, R);
+        self.owe(base + REQUESTED_BYTES, requested, R);
+        self.owe(OVERSIZE, u64::from(oversize), R);
+        self.owe(base + ACTIVE, 1, Ordering::Release);
+        self.pending.store(true, Ordering::Release);
+    }
+
+    /// Folds the debts owed since the last fold (the writer, at a write's opening).
+    #[cold]
+    #[inline(never)]
+    fn fold(&self) {
+        if self.pending.swap(false, Ordering::Acquire) {
+            self.pay_to(&self.owed());
+        }
+    }
+
+    /// Pays every debt up to `target` (totals owed at some point), as frees counted in this
+    /// cell (the writer).
+    fn pay_to(&self, target: &[u64; DEBTS]) {
+        for (i, (&target, paid)) in target.iter().zip(&self.paid).enumerate() {
+            if let Some(n) = unpaid(target, paid.load(R)) {
+                paid.store(target, R);
+                debt_stat(&self.stats, i).decrease(n);
+            }
+        }
+    }
+
+    /// The debts as they were at the last peak reset's request.
+    fn at_peak_reset(&self) -> [u64; DEBTS] {
+        std::array::from_fn(|i| self.at_peak_reset[i].load(R))
+    }
+
+    /// Records the debts owed now as those to pay before the peak reset about to be
+    /// requested applies (the resetter, under the registry's lock, before the bump).
+    pub(crate) fn note_peak_reset(&self) {
+        let owed = self.owed();
+        for (word, owed) in self.at_peak_reset.iter().zip(owed) {
+            word.store(owed, R);
+        }
+    }
+
+    /// Readies a cell whose slot no block counts any more (every block it counted was
+    /// freed and paid, so no debt can come) for a new thread: zeroed, its debts paid. Only
+    /// the registry, under its lock, with no writer on the cell.
+    pub(crate) fn recycle(&self) {
+        let seq = self.seq.load(R);
+        debug_assert!(seq & 1 == 0, "a recycled cell was being written");
+        self.seq.store(seq.wrapping_add(1), R);
+        fence(Ordering::Release);
+        self.stats.clear();
+        self.peak_gen.store(0, R);
+        self.accumulated_gen.store(0, R);
+        self.pending.store(false, R);
+        for (paid, owed) in self.paid.iter().zip(self.owed()) {
+            paid.store(owed, R);
+        }
+        self.close();
+    }
+
     /// Opens a write. The caller guarantees that no other thread writes this cell at the
     /// same time (the cell is the thread's own, or the caller holds the cell's lock); a
     /// nested write on the same thread joins the outer one.
     #[inline]
-    pub(crate) fn write<'a>(&'a self, gens: &'a Generations) -> StatsWriter<'a> {
+    pub(crate) fn write<'a>(&'a self, gens: &'a CellsShared) -> StatsWriter<'a> {
         let seq = self.seq.load(R);
         let outer = seq & 1 == 0;
         if outer {
@@ -394,18 +640,31 @@ impl StatsCell {
     /// Marks a write in progress (`seq` is the current, even, sequence value) and applies
     /// the resets requested since the last write.
     #[inline]
-    fn open(&self, seq: u64, gens: &Generations) {
+    fn open(&self, seq: u64, gens: &CellsShared) {
         self.seq.store(seq.wrapping_add(1), R);
         fence(Ordering::Release);
         let (peak, accumulated) = gens.load();
         if peak != self.peak_gen.load(R) {
-            self.stats.reset_peak();
+            self.reset_peak();
             self.peak_gen.store(peak, R);
         }
         if accumulated != self.accumulated_gen.load(R) {
             self.stats.reset_accumulated();
             self.accumulated_gen.store(accumulated, R);
         }
+        // Debts are paid before any increase of this write computes a peak.
+        if self.pending.load(R) {
+            self.fold();
+        }
+    }
+
+    /// Applies a peak reset: the debts owed at its request are paid first (the blocks freed
+    /// before it are not live at it).
+    #[cold]
+    #[inline(never)]
+    fn reset_peak(&self) {
+        self.pay_to(&self.at_peak_reset());
+        self.stats.reset_peak();
     }
 
     /// Publishes the write in progress (the sequence value becomes even).
@@ -416,26 +675,37 @@ impl StatsCell {
     }
 
     /// A copy of the cell between two writes, with resets of `gens` not yet applied by the
-    /// writer applied to the copy.
-    pub(crate) fn read(&self, gens: &Generations) -> MemoryStats {
+    /// writer and the debts owed to it not yet folded applied to the copy, as its writer's
+    /// next write would apply them.
+    pub(crate) fn read(&self, gens: &CellsShared) -> MemoryStats {
+        self.read_owed(gens).0
+    }
+
+    /// [`StatsCell::read`], with the debts owed that the copy has paid.
+    pub(crate) fn read_owed(&self, gens: &CellsShared) -> (MemoryStats, [u64; DEBTS]) {
         let (peak, accumulated) = gens.load();
         let mut spins = 0u32;
         loop {
             let before = self.seq.load(Ordering::Acquire);
             if before & 1 == 0 {
                 let mut stats = self.stats.load();
+                let mut paid: [u64; DEBTS] = std::array::from_fn(|i| self.paid[i].load(R));
                 let applied = (self.peak_gen.load(R), self.accumulated_gen.load(R));
                 fence(Ordering::Acquire);
                 if self.seq.load(R) == before {
                     // Generations only grow: a cell ahead of `gens` was reset after `gens`
                     // was read, and needs nothing.
                     if applied.0 < peak {
+                        pay_copy_to(&mut stats, &mut paid, &self.at_peak_reset());
                         stats.reset_peak();
                     }
                     if applied.1 < accumulated {
                         stats.reset_accumulated();
                     }
-                    return stats;
+                    // Read after the copy: at least what the copy has paid.
+                    let owed = self.owed();
+                    pay_copy_to(&mut stats, &mut paid, &owed);
+                    return (stats, owed);
                 }
             }
             spins += 1;
@@ -448,10 +718,20 @@ impl StatsCell {
     }
 }
 
+/// [`StatsCell::pay_to`] on a copy of a cell (`paid`: the copy's paid debts).
+fn pay_copy_to(stats: &mut MemoryStats, paid: &mut [u64; DEBTS], target: &[u64; DEBTS]) {
+    for (i, (&target, paid)) in target.iter().zip(paid).enumerate() {
+        if let Some(n) = unpaid(target, *paid) {
+            *paid = target;
+            pay_copy(stats, i, n);
+        }
+    }
+}
+
 /// An open write on a [`StatsCell`]; closes it on drop. Dereferences to the statistics.
 pub(crate) struct StatsWriter<'a> {
     cell: &'a StatsCell,
-    gens: &'a Generations,
+    gens: &'a CellsShared,
     /// Whether this writer opened the write (a nested writer joins the outer one).
     outer: bool,
 }
@@ -483,6 +763,99 @@ impl StatsWriter<'_> {
     }
 }
 
+impl StatsWriter<'_> {
+    /// The slot of the cell written (what a hand-out records as its owner).
+    #[inline(always)]
+    pub(crate) fn slot(&self) -> u32 {
+        self.cell.slot
+    }
+
+    /// A block of `size` bytes of `pool` handed out by the cell of slot `owner` is freed:
+    /// `allocation` and `allocated_bytes` drop in that cell (in this one when it is this
+    /// one, else as a debt that cell folds in).
+    #[inline(always)]
+    pub(crate) fn free_of(&self, owner: u32, pool: PoolKind, size: u64) {
+        if owner == self.cell.slot {
+            self.allocation().decrease(pool, 1);
+            self.allocated_bytes().decrease(pool, size);
+        } else {
+            self.owe_free(owner, pool, size);
+        }
+    }
+
+    /// As [`CellStats::deactivate`] (and `oversize_allocations` when `oversize`), in the
+    /// cell of slot `owner` (see [`StatsWriter::free_of`]).
+    #[inline(always)]
+    pub(crate) fn deactivate_of(
+        &self,
+        owner: u32,
+        pool: PoolKind,
+        size: u64,
+        requested: u64,
+        oversize: bool,
+    ) {
+        if owner == self.cell.slot {
+            self.deactivate(pool, size, requested);
+            if oversize {
+                self.oversize_allocations.decrease(1);
+            }
+        } else {
+            self.owe_deactivate(owner, pool, size, requested, oversize);
+        }
+    }
+
+    /// Pays into this cell the debts of another cell (an exited thread's, folded into this
+    /// one) owed up to `owed`, `paid` being those already paid; returns the blocks paid
+    /// (allocations plus deactivations).
+    pub(crate) fn pay(&self, paid: &mut [u64; DEBTS], owed: &[u64; DEBTS]) -> u64 {
+        let mut blocks = 0u64;
+        for (i, (&owed, paid)) in owed.iter().zip(paid).enumerate() {
+            if let Some(n) = unpaid(owed, *paid) {
+                *paid = owed;
+                debt_stat(self, i).decrease(n);
+                if COUNT_DEBTS.contains(&i) {
+                    blocks = blocks.saturating_add(n);
+                }
+            }
+        }
+        blocks
+    }
+
+    /// The cell of slot `owner`, unless it is this writer's or none (then this cell counts
+    /// the decrease itself: the sums stay exact).
+    fn owner(&self, owner: u32) -> Option<&StatsCell> {
+        let cell = self.gens.slots.get(owner).and_then(OnceLock::get);
+        debug_assert!(cell.is_some(), "a block's owner slot {owner} has no cell");
+        cell.map(AsRef::as_ref)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn owe_free(&self, owner: u32, pool: PoolKind, size: u64) {
+        match self.owner(owner) {
+            Some(cell) => cell.owe_free(pool, size),
+            None => {
+                self.allocation().decrease(pool, 1);
+                self.allocated_bytes().decrease(pool, size);
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn owe_deactivate(&self, owner: u32, pool: PoolKind, size: u64, requested: u64, over: bool) {
+        match self.owner(owner) {
+            Some(cell) => cell.owe_deactivate(pool, size, requested, over),
+            None => {
+                self.deactivate(pool, size, requested);
+                if over {
+                    self.oversize_allocations.decrease(1);
+                }
+            }
+        }
+    }
+}
+
 impl std::ops::Deref for StatsWriter<'_> {
     type Target = CellStats;
     #[inline]
@@ -509,7 +882,7 @@ mod tests {
     /// sums the pools without wrapping.
     #[test]
     fn accumulated_totals_read_clamped_at_i64_max() {
-        let gens = Generations::default();
+        let gens = CellsShared::default();
         let cell = StatsCell::default();
         {
             let st = cell.write(&gens);
@@ -562,5 +935,84 @@ mod tests {
         assert_eq!((s.current, s.peak, s.allocated, s.freed), (72, 109, 25, 23));
         stat.increase(1);
         assert_eq!(stat.load().allocated, 26);
+    }
+
+    /// Two registered cells: slot 0 hands a block out, slot 1 frees it. Readers subtract
+    /// the debt before the owner folds it; the owner's next write folds it before its
+    /// increase computes a peak; a peak reset requested after the free (the owner not
+    /// having written since) does not count the freed block.
+    #[test]
+    fn a_debt_is_read_at_once_and_folded_at_the_owner_s_next_write() {
+        let shared = CellsShared::default();
+        let cells: Vec<Arc<StatsCell>> = (0..2)
+            .map(|slot| {
+                let cell = Arc::new(StatsCell::new(slot));
+                shared
+                    .slots
+                    .get_or_create(slot)
+                    .set(cell.clone())
+                    .ok()
+                    .unwrap();
+                cell
+            })
+            .collect();
+        let (owner, debtor) = (&cells[0], &cells[1]);
+        let hand_out = |n: u64| {
+            let st = owner.write(&shared);
+            for _ in 0..n {
+                st.hand_out(PoolKind::Large, 1 << 20, 1000);
+                st.oversize_allocations.increase(1);
+            }
+        };
+        let free = || {
+            let st = debtor.write(&shared);
+            st.free_of(0, PoolKind::Large, 1 << 20);
+            st.deactivate_of(0, PoolKind::Large, 1 << 20, 1000, true);
+        };
+        hand_out(2);
+        free();
+        free();
+        let figures = |s: &MemoryStats| {
+            (
+                s.allocated_bytes.large_pool.current,
+                s.allocated_bytes.all.peak,
+                s.allocated_bytes.all.freed,
+                s.active.all.current,
+                s.requested_bytes.all.current,
+                s.oversize_allocations.current,
+            )
+        };
+        let read = owner.read(&shared);
+        assert_eq!(figures(&read), (0, 2 << 20, 2 << 20, 0, 0, 0));
+        assert_eq!(read.allocation.all.allocated, 2);
+        assert_eq!(read.allocation.all.freed, 2);
+        // The debtor's cell counts nothing.
+        assert_eq!(debtor.read(&shared).allocation.all.freed, 0);
+        assert_eq!(debtor.read(&shared).allocation.all.current, 0);
+        // A peak reset requested now (the owner has not written since the frees).
+        owner.note_peak_reset();
+        shared.bump_peak();
+        let read = owner.read(&shared);
+        assert_eq!(figures(&read), (0, 0, 2 << 20, 0, 0, 0));
+        hand_out(1);
+        let read = owner.read(&shared);
+        assert_eq!(figures(&read), (1 << 20, 1 << 20, 2 << 20, 1, 1000, 1));
+        assert_eq!(read.allocated_bytes.all.allocated, 3 << 20);
+        free();
+        hand_out(1);
+        let read = owner.read(&shared);
+        assert_eq!(figures(&read), (1 << 20, 1 << 20, 3 << 20, 1, 1000, 1));
+        assert!(!owner.pending.load(R), "folded");
+        // Recycled (once nothing is owed any more): a new cell's figures.
+        free();
+        owner.recycle();
+        let read = owner.read(&shared);
+        assert_eq!(figures(&read), (0, 0, 0, 0, 0, 0));
+        assert_eq!(read.allocation.all.allocated, 0);
+        hand_out(1);
+        assert_eq!(
+            figures(&owner.read(&shared)),
+            (1 << 20, 1 << 20, 0, 1, 1000, 1)
+        );
     }
 }

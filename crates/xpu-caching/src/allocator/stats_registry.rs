@@ -20,38 +20,123 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::stats_cell::{Generations, StatsCell, StatsWriter};
+use super::stats_cell::{CellsShared, StatsCell, StatsWriter, DEBTS};
 use crate::stats::MemoryStats;
 
 /// All cells of one device allocator.
 #[derive(Default)]
 pub(crate) struct StatsRegistry {
-    /// Cells of live threads. Readers hold this lock while summing (so a retiring cell is
-    /// counted once); the cached path never takes it.
-    cells: Mutex<Vec<Arc<StatsCell>>>,
+    /// The cells and their slots. Readers hold this lock while summing (so a retiring cell
+    /// is counted once); the cached path never takes it.
+    cells: Mutex<Cells>,
     /// Cells of exited threads, folded together (written under `cells`).
     retired: StatsCell,
     /// Registered cells not in use, for calls that cannot use their thread's cell (see the
     /// module docs); a cell taken from here is written by the taking call only.
     spare: Mutex<Vec<Arc<StatsCell>>>,
-    /// Reset generations.
-    pub gens: Generations,
+    /// Reset generations and the cells by slot.
+    pub gens: CellsShared,
+}
+
+/// The cells of a registry by state (under its lock).
+#[derive(Default)]
+struct Cells {
+    /// Cells of live threads and spare cells.
+    live: Vec<Arc<StatsCell>>,
+    /// Cells of exited threads that blocks they counted as handed out may still owe to
+    /// (folded into `StatsRegistry::retired`, their debts too, as they come).
+    retired: Vec<Retired>,
+    /// Slots whose cell no block counts any more, for new cells (see the module docs).
+    free: Vec<u32>,
+    /// The next slot never used.
+    next: u32,
+}
+
+/// An exited thread's cell that blocks may still owe to.
+struct Retired {
+    cell: Arc<StatsCell>,
+    /// Its debts folded into the registry's retired cell so far.
+    paid: [u64; DEBTS],
+    /// Its blocks not paid yet: allocations plus active blocks (0: no debt can come).
+    outstanding: i64,
+}
+
+/// Allocations plus active blocks that a cell counts (its blocks a debt may still come for).
+fn outstanding(stats: &MemoryStats) -> i64 {
+    stats
+        .allocation
+        .all
+        .current
+        .saturating_add(stats.active.all.current)
 }
 
 impl StatsRegistry {
     pub(super) fn register(&self) -> Arc<StatsCell> {
-        let cell = Arc::new(StatsCell::default());
-        self.cells.lock().push(cell.clone());
+        let mut cells = self.cells.lock();
+        let cell = match cells.free.pop() {
+            Some(slot) => {
+                let cell = self.gens.slots.get(slot).and_then(|c| c.get()).cloned();
+                // A free slot's cell exists (it was registered before).
+                let cell = cell.expect("a free statistics slot has a cell");
+                cell.recycle();
+                cell
+            }
+            None => {
+                let slot = cells.next;
+                // Each cell takes about 1.5 KiB: 2^32 - 1 of them at once cannot exist.
+                assert!(
+                    slot != super::stats_cell::NO_SLOT,
+                    "statistics slots exhausted"
+                );
+                cells.next += 1;
+                let cell = Arc::new(StatsCell::new(slot));
+                let set = self.gens.slots.get_or_create(slot).set(cell.clone());
+                debug_assert!(set.is_ok(), "a new statistics slot was taken");
+                cell
+            }
+        };
+        cells.live.push(cell.clone());
         cell
     }
 
     pub(super) fn retire(&self, cell: &Arc<StatsCell>) {
         let mut cells = self.cells.lock();
-        if let Some(pos) = cells.iter().position(|c| Arc::ptr_eq(c, cell)) {
-            cells.swap_remove(pos);
-            let stats = cell.read(&self.gens);
+        if let Some(pos) = cells.live.iter().position(|c| Arc::ptr_eq(c, cell)) {
+            cells.live.swap_remove(pos);
+            let (stats, paid) = cell.read_owed(&self.gens);
             self.retired.write(&self.gens).merge(&stats);
+            let outstanding = outstanding(&stats);
+            if outstanding > 0 {
+                cells.retired.push(Retired {
+                    cell: cell.clone(),
+                    paid,
+                    outstanding,
+                });
+            } else {
+                cells.free.push(cell.slot());
+            }
         }
+    }
+
+    /// Folds the debts owed to exited threads' cells since the last fold into the retired
+    /// cell; frees the slots of those that no block counts any more.
+    fn fold_retired(&self, cells: &mut Cells) {
+        if cells.retired.is_empty() {
+            return;
+        }
+        let st = self.retired.write(&self.gens);
+        let Cells { retired, free, .. } = cells;
+        retired.retain_mut(|r| {
+            let blocks = st.pay(&mut r.paid, &r.cell.owed());
+            r.outstanding = r
+                .outstanding
+                .saturating_sub(i64::try_from(blocks).unwrap_or(i64::MAX));
+            if r.outstanding > 0 {
+                return true;
+            }
+            free.push(r.cell.slot());
+            false
+        });
     }
 
     /// Runs `f` with a spare cell of its own (see the module docs), under no lock; the cell
@@ -74,19 +159,35 @@ impl StatsRegistry {
     /// The sum of every cell.
     pub(crate) fn aggregate(&self) -> MemoryStats {
         let mut total = MemoryStats::default();
-        let cells = self.cells.lock();
-        for cell in cells.iter().map(AsRef::as_ref).chain([&self.retired]) {
+        let mut cells = self.cells.lock();
+        self.fold_retired(&mut cells);
+        for cell in cells.live.iter().map(AsRef::as_ref).chain([&self.retired]) {
             total.merge(&cell.read(&self.gens));
         }
         total
     }
 
+    /// Requests a peak reset: every cell applies it at its next write (readers to their
+    /// copy), after paying the debts owed now.
     pub(crate) fn reset_peak(&self) {
+        let mut cells = self.cells.lock();
+        self.fold_retired(&mut cells);
+        for cell in &cells.live {
+            cell.note_peak_reset();
+        }
         self.gens.bump_peak();
     }
 
     pub(crate) fn reset_accumulated(&self) {
         self.gens.bump_accumulated();
+    }
+
+    /// Slots handed out so far (the cells registered at once, at most), and how many of
+    /// them are free now.
+    #[cfg(test)]
+    pub(crate) fn slots(&self) -> (u32, usize) {
+        let cells = self.cells.lock();
+        (cells.next, cells.free.len())
     }
 }
 

@@ -463,6 +463,7 @@ impl<B: Backend> ShardState<B> {
         b.requested = req.size;
         b.relocating = relocating;
         if COUNTED {
+            b.slot = st.slot();
             st.hand_out(kind, size, req.size);
             if oversize {
                 st.oversize_allocations.increase(1);
@@ -552,8 +553,9 @@ impl<B: Backend> ShardState<B> {
         }
         let b = &self.blocks[block];
         let (kind, size, unused) = (b.pool, b.size, b.stream_uses.is_empty());
-        st.allocation().decrease(kind, 1);
-        st.allocated_bytes().decrease(kind, size);
+        // In the cell that counted the hand-out (this one but for a block freed by another
+        // thread than its allocating one).
+        st.free_of(b.slot, kind, size);
         if unused {
             self.free_block(block, st);
         } else {
@@ -785,7 +787,7 @@ impl<B: Backend> ShardState<B> {
         b.gc_base = searches;
         // What the hand-out counted (merging kept this block's flag), read late: one
         // register less across the merges.
-        let oversize = b.oversize;
+        let (oversize, owner) = (b.oversize, b.slot);
         if split {
             net_blocks += 1;
             net_bytes += i64::try_from(size).unwrap_or(i64::MAX);
@@ -793,10 +795,7 @@ impl<B: Backend> ShardState<B> {
         apply_net(st.inactive_split(), kind, net_blocks);
         apply_net(st.inactive_split_bytes(), kind, net_bytes);
         if !CACHED {
-            st.deactivate(kind, original, requested);
-            if oversize {
-                st.oversize_allocations.decrease(1);
-            }
+            st.deactivate_of(owner, kind, original, requested, oversize);
         }
     }
 

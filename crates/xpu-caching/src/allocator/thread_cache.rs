@@ -15,7 +15,7 @@ use std::thread::LocalKey;
 use super::device_wide::DeviceShared;
 use super::free_cache::FreeCache;
 use super::shard_cache::ShardCache;
-use super::stats_cell::{Generations, StatsCell, StatsWriter};
+use super::stats_cell::{CellsShared, StatsCell, StatsWriter};
 use crate::backend::Backend;
 
 /// The key of the `thread_local!` in which the allocators over a backend keep their
@@ -96,7 +96,7 @@ impl<B: Backend> Drop for Entry<B> {
 pub(crate) struct Local<'a, B: Backend> {
     /// The thread's statistics cell (or a spare cell of the call's own).
     pub cell: &'a StatsCell,
-    pub gens: &'a Generations,
+    pub gens: &'a CellsShared,
     /// The shards this thread allocated from recently on this device.
     pub shards: &'a mut ShardCache<B>,
     /// The thread's freed-block cache of this allocator (`None`: none, as in a nested call
