@@ -1,7 +1,9 @@
 //! [`FreeCache`]: a thread's cache of freed blocks (as glibc's tcache or mimalloc's local free
-//! lists), per allocator: a block freed by thread T on stream S with no recorded use goes
-//! into T's bin of (S, requested size) and the next allocation of that size on S by T takes
-//! it back, without the stream's lock.
+//! lists), per allocator: a block handed out to thread T (counted in T's statistics cell)
+//! and freed by T on stream S with no recorded use goes into T's bin of (S, requested size)
+//! and the next allocation of that size on S by T takes it back, without the stream's lock.
+//! A block freed by another thread than its allocating one takes the stream's lock, which
+//! gives the free's statistics to the allocating thread's cell (`stats_cell`'s debts).
 //!
 //! # What is cached
 //! A block freed through its [`Allocation`](super::Allocation)'s drop when
@@ -41,7 +43,7 @@
 //! A cached block counts as the slow path's free counts a block without recorded uses: not
 //! allocated and inactive at once (`allocation`, `allocated_bytes`, `active`,
 //! `active_bytes`, `requested_bytes`, `oversize_allocations` drop in the freeing thread's
-//! cell, plain stores); its hand-out reverses exactly that, as the slow path's hand-out.
+//! cell, which counted the hand-out, plain stores); its hand-out reverses exactly that, as the slow path's hand-out.
 //! What the slow path does in the pool (the block's place among the inactive split blocks,
 //! coalescing with free neighbours) waits for the flush, which counts it as the slow path's
 //! free would have at that point. Every reader flushes first (`memory_stats`, `snapshot`,

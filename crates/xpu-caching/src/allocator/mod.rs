@@ -159,11 +159,17 @@ static DETACHED_HISTORY: std::sync::OnceLock<History> = std::sync::OnceLock::new
 ///
 /// # Statistics under concurrency
 /// Each thread updates its own statistics cell; [`CachingAllocator::memory_stats`] sums the
-/// cells. Currents, accumulated `allocated`/`freed` and counters are exact sums. A peak is
+/// cells. Currents, accumulated `allocated`/`freed` and counters are exact sums. A free
+/// counts in the cell of the thread that allocated the block (whichever thread frees it),
+/// so a cell's allocated, active and requested figures follow its own live blocks. A peak is
 /// the sum of the per-thread peaks: exactly the device-wide peak when one thread makes every
 /// call since creation or the last [`CachingAllocator::reset_peak_stats`] (whatever the number of
-/// streams), and an upper bound of it when several threads allocate (their individual highs
-/// need not coincide). Cells of exited threads are folded into one (peaks keep adding up).
+/// streams); for the figures of allocations (`allocation`, `allocated_bytes`, `active`,
+/// `active_bytes`, `requested_bytes`, `oversize_allocations`) also when one thread allocates
+/// and others free (producer/consumer); an upper bound of it when several threads allocate
+/// (their individual highs need not coincide), and for the segment, reserved and
+/// inactive-split figures when several threads call. Cells of exited threads are folded into
+/// one (peaks keep adding up).
 /// A read concurrent with allocations sees each cell at some instant between operations
 /// (a sequence lock: readers retry, writers never wait for readers).
 ///

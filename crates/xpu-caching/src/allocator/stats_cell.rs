@@ -6,6 +6,33 @@
 //! the cell between two operations. Resets requested by other threads are not written into
 //! the cell: they bump a generation that readers apply to their copy and the owner applies
 //! at its next write.
+//!
+//! # Debts: frees on another thread
+//! A block's free decreases the statistics of the cell that counted its hand-out (its
+//! *owner*, named by the cell's slot, which the block and its `Allocation` record), so that
+//! a thread that only allocates (another frees: a producer/consumer pipeline) does not see
+//! its current, and so its peak, grow without bound. When the freeing thread's cell is the
+//! owner, the free writes it as before. Otherwise (out of line) the freeing thread adds the
+//! decreases of `allocation`, `allocated_bytes`, `active`, `active_bytes`,
+//! `requested_bytes` (per pool) and `oversize_allocations` to the owner's `owed` totals with
+//! atomic adds and sets its `pending` flag; the owner pays them at its next write, before
+//! any increase of that write computes a peak (one relaxed load of the flag per write; the
+//! fold itself out of line), as decreases of its own (current down, freed total up, so the
+//! derived `allocated` total stays what the owner handed out). Readers pay the unpaid debts
+//! on their copy, as the owner's next write would: a read after a free sees it, whichever
+//! thread reads. A peak reset pays the debts owed when it was requested before it applies
+//! (the resetter records them, `at_peak_reset`), so a block freed before the reset does not
+//! count in the peak after it. A `reset_accumulated_stats` does not: a debt owed before it
+//! that the owner had not paid yet counts in the `freed` totals after it (the currents and
+//! the `allocated` totals stay exact).
+//!
+//! What this makes exact: a cell's currents count exactly the blocks it handed out that are
+//! still allocated (active), so its peak is the peak of its own hand-outs. A device-wide
+//! peak is still the sum of the cells' peaks (`stats_registry`): exact when one thread hands
+//! every block out, whatever threads free them; an upper bound when several threads hand
+//! blocks out. The other statistics (segments, reserved and inactive-split figures) are
+//! counted in the cell of whichever thread changes the pool's structure, so their peaks stay
+//! upper bounds as before (their currents and totals are exact sums).
 
 use std::sync::atomic::{fence, AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -4,9 +4,26 @@
 //! the thread makes (on any stream of the device) goes to its cell with plain loads and
 //! stores (no lock, no read-modify-write: see [`super::stats_cell`]). Readers sum the cells.
 //! Currents, accumulations and counters are exact sums; a device-wide peak is the sum of the
-//! per-thread peaks, which is the exact peak when one thread makes every call (since creation
-//! or the last peak reset) and an upper bound of it otherwise. When a thread exits, its cell
-//! is folded into a "retired" cell (peaks keep adding up).
+//! per-thread peaks. A free counts in the cell that counted the block's hand-out (a debt
+//! when another thread frees, see [`super::stats_cell`]), so the peaks of the figures that
+//! allocations own (`allocation`, `allocated_bytes`, `active`, `active_bytes`,
+//! `requested_bytes`, `oversize_allocations`) are exact when one thread hands every block
+//! out (since creation or the last peak reset), whichever threads free them, and an upper
+//! bound when several threads hand blocks out. The other peaks (segments, reserved and
+//! inactive-split figures, counted by whichever thread changes a pool's structure) are exact
+//! when one thread makes every call and an upper bound otherwise. When a thread exits, its
+//! cell is folded into a "retired" cell (peaks keep adding up).
+//!
+//! # Slots
+//! Each registered cell has a slot: its index in an arena that never moves a cell
+//! ([`CellsShared::slots`](super::stats_cell::CellsShared)), so that a free reaches the
+//! owner's debts from the slot its block recorded, without a lock. An exited thread's cell
+//! stays owed to while blocks it handed out live (or wait to be deactivated): readers, peak
+//! resets and later retirements fold those debts into the retired cell (under this
+//! registry's lock). Once every block it counted is paid (its allocation and active counts
+//! are zero), no debt can come for its slot, and the slot and its cell are reused by the
+//! next cell registered (zeroed, its debts paid): the cells kept are those of live threads,
+//! spare cells, and exited threads with live blocks (about 1.5 KiB each).
 //!
 //! A call that cannot use its thread's cell (the thread's allocator state is busy in an
 //! outer call on the same thread, e.g. a segment-source hook calling its own allocator, or

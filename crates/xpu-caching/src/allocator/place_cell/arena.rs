@@ -1,5 +1,6 @@
 //! [`PlaceArena`]: the [`PlaceCell`]s of one shard's blocks, indexed by slab index, at
-//! addresses that never change, readable without the shard lock.
+//! addresses that never change, readable without the shard lock. The generic [`Arena`] also
+//! holds a device allocator's statistics cells by slot (`stats_cell::CellsShared`).
 //!
 //! Chunks double in size: chunk `k` holds `64 << k` cells and covers the indices
 //! `64 * (2^k - 1) .. 64 * (2^(k+1) - 1)`, so 27 chunks cover every `u32` index and the cells
