@@ -284,3 +284,41 @@ fn replay_breaks_address_ties_as_the_recording_did() {
     // Growing addresses give the tie to the first segment: the layout of another run.
     assert_eq!((fresh.peak_reserved, fresh.segment_allocs), (2 * m20, 2));
 }
+
+/// An `alloc` line at an address whose allocation is still live (its free line is missing)
+/// frees the earlier allocation first, and the report counts it, rather than changing the
+/// figures silently (review h23's note); the free lines of an allocation that failed (out of
+/// memory) are no unmatched frees: the failure is counted already.
+#[test]
+fn an_alloc_at_a_live_address_and_the_free_of_a_failed_allocation_are_told_apart() {
+    let out = replay_text(
+        "alloc 1 512 0\nalloc 1 1024 0\nfree_requested 1 1024 0\nfree_completed 1 1024 0\n",
+    )
+    .unwrap();
+    assert_eq!(out.report.live_address_reused, 1);
+    assert_eq!(out.report.unmatched_frees, 0);
+    assert_eq!(
+        out.report.peak_requested, 1024,
+        "the first allocation was freed first"
+    );
+    let out = replay::run_reader(
+        "inline",
+        "alloc 1 512 0\nalloc 2 4194304 0\nfree_requested 2 4194304 0\nfree_completed 2 4194304 0\n\
+         free_requested 9 512 0\nfree_requested 1 512 0\n"
+            .as_bytes(),
+        &ReplayOptions {
+            target: replay::ReplayTarget::Simulate {
+                capacity: 3 << 20,
+                max_alloc: 3 << 20,
+            },
+            ..ReplayOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        out.report.ooms, 1,
+        "the 4 MiB allocation does not fit 3 MiB"
+    );
+    assert_eq!(out.report.unmatched_frees, 1, "only the free of address 9");
+    assert_eq!(out.report.live_address_reused, 0);
+}

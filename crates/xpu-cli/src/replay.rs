@@ -327,6 +327,13 @@ fn notes(r: &ReplayReport) -> String {
             r.unmatched_frees
         ));
     }
+    if r.live_address_reused > 0 {
+        out.push_str(&format!(
+            "\n  reused addresses   {} (alloc at an address still live: the earlier allocation \
+             freed first)",
+            r.live_address_reused
+        ));
+    }
     if r.moves > 0 || r.unmatched_moves > 0 {
         out.push_str(&format!(
             "\n  recorded moves     {} (move_from/move_to pairs: the block renamed, no call)",

@@ -288,6 +288,9 @@ pub fn replay_trace(
     let mut failed = 0u64;
     let mut holds = 0u64;
     let mut unmatched_frees = 0u64;
+    let mut live_address_reused = 0u64;
+    // Addresses of allocations that failed (out of memory), whose free lines are expected.
+    let mut failed_at: std::collections::HashSet<u64> = std::collections::HashSet::new();
     let (mut moves, mut unmatched_moves) = (0u64, 0u64);
     let mut skip_next_completion: Option<u64> = None;
     // The index of a `move_to` that its `move_from` already replayed.
@@ -314,8 +317,10 @@ pub fn replay_trace(
                 match result {
                     Ok(ptr) => {
                         requested += event.size;
+                        failed_at.remove(&event.addr);
                         if let Some((old, size)) = live.insert(event.addr, (ptr, event.size)) {
                             requested -= size;
+                            live_address_reused += 1;
                             drop(old);
                         }
                     }
@@ -325,6 +330,7 @@ pub fn replay_trace(
                         | AllocError::TooLarge { .. },
                     ) => {
                         failed += 1;
+                        failed_at.insert(event.addr);
                     }
                     Err(e) => return Err(e.into()),
                 }
@@ -347,7 +353,7 @@ pub fn replay_trace(
                     let t = Instant::now();
                     drop(ptr);
                     free_ns.push(elapsed_ns(t));
-                } else {
+                } else if !failed_at.remove(&event.addr) {
                     unmatched_frees += 1;
                 }
             }
@@ -416,6 +422,7 @@ pub fn replay_trace(
         allocs,
         skipped: trace.skipped.clone(),
         unmatched_frees,
+        live_address_reused,
         moves,
         unmatched_moves,
         peak_requested,

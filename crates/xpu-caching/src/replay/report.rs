@@ -20,8 +20,13 @@ pub struct ReplayReport {
     /// Lines of actions the replay does not need (`oom`, `snapshot`, ...), skipped:
     /// action name -> count.
     pub skipped: BTreeMap<String, u64>,
-    /// `free_requested` lines whose address had no live allocation (not replayed).
+    /// `free_requested` lines whose address had no live allocation (not replayed), but for
+    /// the frees of allocations that failed (counted in `ooms`).
     pub unmatched_frees: u64,
+    /// `alloc` lines at an address whose allocation was still live in the replay (the
+    /// trace lost its free line): the earlier allocation was freed first.
+    #[serde(default)]
+    pub live_address_reused: u64,
     /// Moves replayed (a `move_from` line and the `move_to` line right after it, recorded by
     /// `relocation:merge`): the live block allocated at the first address is known by the
     /// second from then on. A move is neither an allocation nor a free: it calls no
