@@ -130,8 +130,20 @@ pub fn read_trace(reader: impl Read) -> Result<Trace, ReplayError> {
         Box::new(reader)
     };
     let mut trace = Trace::default();
-    for (i, line) in lines.lines().enumerate() {
+    for (i, line) in lines.split(b'\n').enumerate() {
         let line = line?;
+        let line = match String::from_utf8(line) {
+            Ok(line) => line,
+            Err(e) => {
+                let bytes = e.into_bytes();
+                let text = String::from_utf8_lossy(&bytes);
+                return Err(ReplayError::Malformed {
+                    line: i as u64 + 1,
+                    text: text.trim_end_matches('\r').to_owned(),
+                    reason: "not UTF-8".to_owned(),
+                });
+            }
+        };
         let text = line.trim_end_matches('\r');
         if text.is_empty() || text.starts_with('#') {
             continue;
@@ -163,6 +175,19 @@ mod tests {
         match read(text) {
             Err(ReplayError::Malformed { line, reason, .. }) => (line, reason),
             other => panic!("{text:?}: expected Malformed, got {other:?}"),
+        }
+    }
+
+    /// A line that is not UTF-8 is a malformed line with its number, as any other bad line
+    /// (review h23: it was an I/O error naming no line).
+    #[test]
+    fn a_line_that_is_not_utf8_is_malformed_with_its_number() {
+        match read_trace(&b"alloc 1 2 0\nalloc 1 \xff 0\nalloc 3 4 0\n"[..]) {
+            Err(ReplayError::Malformed { line, text, reason }) => {
+                assert_eq!((line, text.as_str()), (2, "alloc 1 \u{fffd} 0"));
+                assert_eq!(reason, "not UTF-8");
+            }
+            other => panic!("expected Malformed, got {other:?}"),
         }
     }
 
