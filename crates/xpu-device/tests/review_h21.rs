@@ -80,3 +80,35 @@ fn a_pinned_buffer_is_released_after_its_copy_failed() {
     );
     println!("scenario-ok");
 }
+
+/// A forward ([`ClEvent::forward_to`], a cross-device wait) whose source fails through its
+/// wait list passes the failure on to its target (the forwards' sweep), and, once every handle
+/// is dropped, leaves no event reference behind: PoCL never calls the source's callback, which
+/// owned a clone of the target (review h21's note: one event leaked per failed forward).
+#[test]
+fn a_forward_whose_source_failed_leaks_no_event() {
+    let Some((d0, d1)) = common::two_devices_in_child() else {
+        return;
+    };
+    let q0 = common::queue(d0);
+    let _ = d1.context().unwrap();
+    let base = live_objects();
+    for _ in 0..3 {
+        let user = d0.create_user_event().unwrap();
+        let source = q0.enqueue_marker(&[&user]).unwrap();
+        let target = d1.create_user_event().unwrap();
+        source.forward_to(&target).unwrap();
+        user.set_failed(-5).unwrap();
+        assert!(target.is_complete().is_err(), "the failure was passed on");
+        drop((source, target, user));
+    }
+    let _ = q0.finish();
+    wait_for_callbacks();
+    let after = live_objects();
+    assert_eq!(
+        (after.events, after.callbacks),
+        (base.events, base.callbacks),
+        "events or callbacks left: {base:?} -> {after:?}"
+    );
+    println!("scenario-ok");
+}

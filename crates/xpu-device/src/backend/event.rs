@@ -12,13 +12,15 @@ use super::{cl, raw, release, Context};
 use crate::error::ClError;
 
 extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
-    // SAFETY: user_data is the Box<ClEvent> leaked by `forward_to`, reclaimed exactly once as
-    // above.
-    let mut target = unsafe { Box::from_raw(user_data.cast::<ClEvent>()) };
+    // `user_data` is the key of the target's clone (`forwards::hold_target`); a sweep that
+    // passed on the source's failure may have taken it already.
+    let Some(mut target) = super::forwards::take_target(user_data as usize) else {
+        return;
+    };
     // The guard is dropped after the status is set below (then it does nothing), while the
     // reference released last keeps the event live.
     let guard = target.2.take();
-    let raw = std::mem::ManuallyDrop::new(*target).0;
+    let raw = std::mem::ManuallyDrop::new(target).0;
     // The reference is uncounted before the status is set, so that a thread that observed the
     // status (a waiter on the target) sees the live counts settled.
     super::live::released(super::live::Kind::Event);
@@ -412,16 +414,17 @@ impl ClEvent {
     /// `CL_INVALID_EVENT` when `target` is not a user event; a failed `clSetEventCallback`.
     pub fn forward_to(&self, target: &ClEvent) -> Result<(), ClError> {
         target.check_user()?;
-        let data = Box::into_raw(Box::new(target.clone()));
-        match cle::set_event_callback(self.0, cle::CL_COMPLETE, forward_status, data.cast()) {
+        let key = super::forwards::hold_target(target);
+        match cle::set_event_callback(self.0, cle::CL_COMPLETE, forward_status, key as *mut c_void)
+        {
             Ok(()) => {
                 // This event may have failed already (then the driver may never call back).
-                super::forwards::register(self, target);
+                super::forwards::register(self, target, key);
                 Ok(())
             }
             Err(code) => {
-                // SAFETY: registration failed: the driver never saw `data`, we own the box.
-                drop(unsafe { Box::from_raw(data) });
+                // The driver never saw the key.
+                drop(super::forwards::take_target(key));
                 Err(ClError::new("clSetEventCallback", code))
             }
         }

@@ -11,7 +11,13 @@
 //! registered (its source may have failed already) and when [`super::live_objects`] is read.
 //! A failure set through a raw handle by foreign code reaches the targets at the next sweep.
 //! A target set twice keeps its first status (the callback and a sweep may both set it).
+//!
+//! The driver's callback gets a key, not the target: the clone of the target it needs waits
+//! in [`TARGETS`], taken by the callback or, for a source that failed (whose callback PoCL
+//! never makes), by the sweep that passes the failure on. Whoever takes it releases it, so a
+//! failed forward leaves no event reference behind.
 
+use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 
 use opencl3::event as cle;
@@ -21,6 +27,39 @@ use super::{ClEvent, EventStatus};
 struct Forward {
     source: ClEvent,
     target: ClEvent,
+    /// The key of the target's clone in [`TARGETS`], for the driver's callback.
+    key: usize,
+}
+
+/// The targets' clones waiting for their source's callback, by key.
+struct Targets {
+    map: BTreeMap<usize, ClEvent>,
+    next: usize,
+}
+
+static TARGETS: Mutex<Targets> = Mutex::new(Targets {
+    map: BTreeMap::new(),
+    next: 1,
+});
+
+/// Keeps a clone of `target` for a callback; returns its key (never 0).
+pub(super) fn hold_target(target: &ClEvent) -> usize {
+    let clone = target.clone();
+    let mut targets = TARGETS.lock().unwrap_or_else(PoisonError::into_inner);
+    let key = targets.next;
+    targets.next = targets.next.wrapping_add(1).max(1);
+    targets.map.insert(key, clone);
+    key
+}
+
+/// Takes the clone kept under `key`, if nobody took it yet (the caller releases it, outside
+/// the lock).
+pub(super) fn take_target(key: usize) -> Option<ClEvent> {
+    TARGETS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .map
+        .remove(&key)
 }
 
 struct Forwards {
@@ -40,9 +79,12 @@ static FORWARDS: Mutex<Forwards> = Mutex::new(Forwards {
 
 /// Keeps the forward from `source` to `target` until `source` is over. When `source` has
 /// failed already, sets `target` at once.
-pub(super) fn register(source: &ClEvent, target: &ClEvent) {
+/// `key` is the target's clone held for the callback ([`hold_target`]).
+pub(super) fn register(source: &ClEvent, target: &ClEvent, key: usize) {
     if let Ok(EventStatus::Error(code)) = source.status() {
         fail(target, code);
+        // The driver may never call back for a failed source.
+        drop(take_target(key));
         return;
     }
     let full = {
@@ -50,6 +92,7 @@ pub(super) fn register(source: &ClEvent, target: &ClEvent) {
         forwards.list.push(Forward {
             source: source.clone(),
             target: target.clone(),
+            key,
         });
         forwards.list.len() >= forwards.sweep_at
     };
@@ -105,6 +148,8 @@ pub(super) fn sweep() {
         for (forward, code) in failed {
             // See `fail`; the loop sweeps again instead of recursing.
             let _ = cle::set_user_event_status(forward.target.as_raw(), code);
+            // The driver may never call back for the failed source: its clone goes now.
+            drop(take_target(forward.key));
         }
     }
 }

@@ -60,9 +60,10 @@ pub struct LiveObjects {
 /// only until a command is over (markers and barriers whose wrappers dropped, and cross-device
 /// forwards: one non-blocking `clGetEventInfo` each; not in a bad fork child). After every
 /// queue has been finished and every completion callback has run
-/// ([`super::wait_for_callbacks`]), a leak-free program returns to the counts it had before.
-/// A forward whose source failed on a driver that never calls back for a failed command
-/// (PoCL) keeps the one reference its callback owns.
+/// ([`super::wait_for_callbacks`]), a leak-free program returns to the counts it had before,
+/// also after forwards and `on_complete` closures whose commands failed on a driver that never
+/// calls back for a failed command (PoCL): the sweep that passes such a failure on releases
+/// what the callback would have.
 pub fn live_objects() -> LiveObjects {
     if !crate::fork::is_in_bad_fork() {
         // Forwards and markers the runtime holds until their sources and commands are over
