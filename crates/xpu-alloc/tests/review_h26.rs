@@ -1,0 +1,143 @@
+//! Review h26: defects of the caching allocator's stream order found by a newcomer, each
+//! test failing on the reviewed commit (049add3). Skipped without a device unless
+//! `XPU_REQUIRE_DEVICE=1`; run on PoCL with `POCL_DEVICES="pthread pthread"`.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use xpu_alloc::{
+    AllocConfig, BufferSource, ClStream, DataPtr, DeviceCore, SegmentMemory, SegmentSource,
+    SourceError, SourceSegment,
+};
+use xpu_event::{Event, Gate, StreamExt};
+use xpu_stream::Stream;
+
+use common::{fresh_stream, MIB};
+
+/// A user's segment source (safe code) that keeps the segments the allocator gives back and
+/// hands them out again for the next request of their size, as a pooling source may: the
+/// trait's contract lets it ("the allocator frees a segment only after the markers of every
+/// stream that used its blocks completed ..., so the source may release the memory at
+/// once").
+struct Recycler {
+    inner: BufferSource,
+    spare: Mutex<Vec<SourceSegment>>,
+    /// An event of the work that used the segments, and whether it was complete at each
+    /// `free` (the test's probe).
+    used_until: Mutex<Option<Event>>,
+    complete_at_free: Mutex<Vec<bool>>,
+}
+
+impl SegmentSource for Recycler {
+    type Memory = SegmentMemory;
+    fn device(&self) -> usize {
+        self.inner.device()
+    }
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn total_memory(&self) -> u64 {
+        self.inner.total_memory()
+    }
+    fn max_alloc_size(&self) -> u64 {
+        self.inner.max_alloc_size()
+    }
+    fn base_addr_align(&self) -> u64 {
+        self.inner.base_addr_align()
+    }
+    fn allocate(&self, size: u64) -> Result<SourceSegment, SourceError> {
+        let mut spare = self.spare.lock();
+        if let Some(at) = spare.iter().position(|s| s.size == size) {
+            return Ok(spare.swap_remove(at));
+        }
+        drop(spare);
+        self.inner.allocate(size)
+    }
+    fn free(&self, segment: SourceSegment) {
+        if let Some(used) = &*self.used_until.lock() {
+            self.complete_at_free.lock().push(used.query().unwrap());
+        }
+        self.spare.lock().push(segment);
+    }
+}
+
+fn fill(ptr: &DataPtr, stream: &Stream, byte: u8) {
+    let len = usize::try_from(ptr.size()).unwrap();
+    ptr.view().unwrap().fill(stream, &[byte], 0, len).unwrap();
+}
+
+fn read(ptr: &DataPtr, stream: &Stream) -> Vec<u8> {
+    let mut out = vec![0; usize::try_from(ptr.size()).unwrap()];
+    ptr.view().unwrap().read(stream, 0, &mut out).unwrap();
+    out
+}
+
+/// The release policy's consolidation (the default `release_policy:before_grow`) takes two
+/// idle 12 MiB segments of stream S out and hands them back to the segment source during an
+/// allocation, with S's work on them still queued (held by a gate): the source's `free` ran
+/// without any wait for S (`ReleasedSegments::free` synchronized only when the source said
+/// `free_needs_sync`, false by default). A source that reuses what it gets back then hands
+/// one of them to stream T's next 12 MiB segment, and S's held fill lands in T's new block
+/// when the gate opens. The source's contract says the allocator frees a segment only after
+/// the work of every stream that used its blocks completed; `empty_cache` and the OOM path
+/// wait so, the allocation's own releases (consolidation, garbage collection, oversize
+/// release) did not. Now a source that does not say its free is deferred by the driver
+/// (`free_needs_sync` defaults to true; OpenCL buffers and simulated memory say false) gets
+/// the stream synchronized first: the 20 MiB allocation waits for S's held fill (the gate's
+/// watchdog opens it after 3 s; before the fix `free` ran at once, with the gate closed).
+#[test]
+fn a_segment_released_during_an_allocation_is_given_back_only_after_its_streams_work() {
+    if !xpu_testing::devices(1) {
+        return;
+    }
+    let source = Arc::new(Recycler {
+        inner: BufferSource::new(0).unwrap(),
+        spare: Mutex::new(Vec::new()),
+        used_until: Mutex::new(None),
+        complete_at_free: Mutex::new(Vec::new()),
+    });
+    let core = DeviceCore::new(Box::new(source.clone()), AllocConfig::default());
+    let (s, t) = (fresh_stream(0), fresh_stream(0));
+    let (s, t) = (s.stream(), t.stream());
+    let (sr, tr) = (ClStream::shared(s), ClStream::shared(t));
+    // Two 12 MiB segments of S, each filled with 0xAA on S behind a gate, then freed.
+    let a = core.allocate(12 * MIB, &sr).unwrap();
+    let b = core.allocate(12 * MIB, &sr).unwrap();
+    assert_eq!(core.memory_reserved(), 24 * MIB);
+    let gate = Gate::with_open_limit(0, Duration::from_secs(3)).unwrap();
+    gate.block(&s).unwrap();
+    fill(&a, &s, 0xAA);
+    fill(&b, &s, 0xAA);
+    *source.used_until.lock() = Some(s.record_event().unwrap());
+    drop((a, b));
+    // 20 MiB on S would raise the reserved high-water mark: the two idle segments are
+    // consolidated into one of 24 MiB (released to the source, then a new one).
+    let c = core.allocate(20 * MIB, &sr).unwrap();
+    assert_eq!(
+        (source.spare.lock().len(), core.memory_reserved()),
+        (2, 24 * MIB),
+        "the two 12 MiB segments went back to the source"
+    );
+    assert_eq!(
+        *source.complete_at_free.lock(),
+        [true, true],
+        "the source got S's segments back while S's fill on them was held by the gate"
+    );
+    // T's next segment of 12 MiB: the source hands back one of S's.
+    let y = core.allocate(12 * MIB, &tr).unwrap();
+    fill(&y, &t, 0x55);
+    t.synchronize().unwrap();
+    gate.open().unwrap();
+    s.synchronize().unwrap();
+    let seen = read(&y, &t);
+    let overwritten = seen.iter().filter(|&&v| v != 0x55).count();
+    assert_eq!(
+        overwritten, 0,
+        "{overwritten} bytes of T's new block were written by S's fill queued before its \
+         segment was released"
+    );
+    drop((c, y));
+}
