@@ -110,6 +110,13 @@ impl SegmentSource for BufferSource {
         true
     }
 
+    /// A freed segment's buffer is released (`clReleaseMemObject`) and never handed out
+    /// again: the driver deletes it only once the commands using it completed (OpenCL 3.0
+    /// §5.5.1), so a release during an allocation waits for nothing.
+    fn free_needs_sync(&self) -> bool {
+        false
+    }
+
     fn base_addr_align(&self) -> u64 {
         self.device.properties().mem_base_addr_align.max(1)
     }

@@ -52,9 +52,13 @@ pub enum SourceError {
 ///
 /// Contract (stream-ordered, as the caching allocator uses it): a segment handed out is
 /// owned by the allocator until it passes it back to [`SegmentSource::free`]; the allocator
-/// frees a segment only after the markers of every stream that used its blocks completed
-/// (or, where [`SegmentSource::free_needs_sync`] holds, after synchronizing them), so the
-/// source may release the memory at once. Addresses are unique among live segments.
+/// frees a segment only after the work of every stream that used its blocks completed
+/// (markers waited for by `empty_cache`, the OOM path and a teardown; the stream
+/// synchronized first by a release during an allocation), so the source may release or reuse
+/// the memory at once. The one exception is a source whose
+/// [`SegmentSource::free_needs_sync`] is `false` (its free hands the memory to a driver that
+/// deletes it only once the work queued on it completed): a release during an allocation then
+/// does not wait. Addresses are unique among live segments.
 pub trait SegmentSource: Send + Sync + 'static {
     /// What backs a segment (an OpenCL buffer in `xpu-alloc`, [`Simulated`] here).
     type Memory: Send + Sync + std::fmt::Debug + 'static;
@@ -74,11 +78,19 @@ pub trait SegmentSource: Send + Sync + 'static {
     fn free_memory(&self) -> Option<u64> {
         None
     }
-    /// Whether freeing a segment may release memory still used by queued work, so the
-    /// allocator must synchronize the owning stream first (true for SVM, whose free does not
-    /// wait; false for OpenCL buffers, whose release is deferred by the driver).
+    /// Whether the allocator must synchronize the owning stream before freeing a segment
+    /// during an allocation (the release policy's consolidation, garbage collection, an
+    /// oversize release), so that no work queued on the segment's bytes still runs when
+    /// [`SegmentSource::free`] gets it back. The default, `true`, is what a source that keeps
+    /// or reuses the segments it gets back needs (a pooling source handing one to another
+    /// stream's next segment would otherwise let the old stream's queued work write the new
+    /// owner's bytes). `false` only for a source whose free releases the memory to a driver
+    /// that deletes it once the commands using it completed, and never hands it out again
+    /// before (OpenCL buffers, `clReleaseMemObject`, OpenCL 3.0 §5.5.1; simulated memory):
+    /// such a release then waits for nothing. `empty_cache`, the OOM path and a shard's
+    /// teardown wait for the stream's work either way.
     fn free_needs_sync(&self) -> bool {
-        false
+        true
     }
     /// Whether the allocator may split a segment into blocks that are handed out at once
     /// (the default, as PyTorch's allocator does); `false` makes every block a whole segment

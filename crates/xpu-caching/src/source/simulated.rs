@@ -298,6 +298,11 @@ impl<M: From<Simulated> + Send + Sync + std::fmt::Debug + 'static> SegmentSource
         self.splits_segments
     }
 
+    /// Simulated memory: nothing runs on it, so a free waits for nothing.
+    fn free_needs_sync(&self) -> bool {
+        false
+    }
+
     fn free_memory(&self) -> Option<u64> {
         Some(
             self.capacity

@@ -31,6 +31,9 @@ impl SegmentSource for Charged {
     fn base_addr_align(&self) -> u64 {
         self.0.source().base_addr_align()
     }
+    fn free_needs_sync(&self) -> bool {
+        self.0.source().free_needs_sync()
+    }
     fn allocate(&self, size: u64) -> Result<SourceSegment<Simulated>, SourceError> {
         self.0.allocate_segment_from(self.0.source(), size)
     }
