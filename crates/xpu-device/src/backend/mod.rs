@@ -29,7 +29,11 @@
 //!   (module `held`, pruned when it doubles and by `live_objects`).
 //! - After a failed command PoCL fails the later commands of the queue at once while earlier ones
 //!   stay queued, so a failed free marker tells nothing: the caching allocator keeps its block out
-//!   of the cache (`MarkerStatus::Failed`), as a failed record.
+//!   of the cache (`MarkerStatus::Failed`), as a failed record. Not handled: a marker enqueued
+//!   after the failed command can also read `CL_COMPLETE` (and a wait on it return) while an
+//!   earlier command still waits on an unset user event, so a block used by that command can be
+//!   released early (review h26, `xpu-alloc/tests/review_h26.rs`, ignored): in-order completion
+//!   no longer holds on such a queue, and no status tells it.
 //! - PoCL never calls the completion callback of a command failed through its wait list: an
 //!   `on_complete` closure waits in the runtime's registry with its event, and a sweep at every
 //!   failure the runtime starts (and at `live_objects`) hands it over with the error status
