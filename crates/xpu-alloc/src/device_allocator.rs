@@ -248,7 +248,10 @@ impl DeviceAllocator {
     /// ([`CachingAllocator::memory_stats`](xpu_caching::CachingAllocator::memory_stats))
     /// plus every private pool's, dropped pools included (as torch's device statistics
     /// count private pools). Currents and accumulations are exact sums; a peak is the sum of
-    /// the pools' peaks, an upper bound of the device's peak once private pools are used.
+    /// the pools' peaks, an upper bound of the device's peak once private pools are used
+    /// (within a pool, exact for the allocation figures when one thread allocates, whichever
+    /// threads free: see [`CachingAllocator`](xpu_caching::CachingAllocator)'s statistics
+    /// under concurrency).
     /// All zero in a bad fork child (the statistics'
     /// locks may have been held at the fork); the crate-level functions return `BadFork`.
     #[must_use]

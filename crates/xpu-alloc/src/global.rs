@@ -336,7 +336,9 @@ pub fn memory_allocated(device: usize) -> Result<u64, AllocError> {
     stat(device, |s| s.allocated_bytes.all.current)
 }
 
-/// Peak bytes allocated on `device` (as `torch.xpu.max_memory_allocated`).
+/// Peak bytes allocated on `device` (as `torch.xpu.max_memory_allocated`): exact when one
+/// thread allocates (whichever threads free) in one pool, an upper bound otherwise (see
+/// [`DeviceAllocator::memory_stats`]).
 ///
 /// # Errors
 /// [`AllocError::InvalidDevice`].
