@@ -314,7 +314,11 @@ pub fn contiguous(t: &XpuTensor) -> Result<XpuTensor> {
     map(MapSpec::new("a0", t.dtype), &[t], &[])
 }
 
-/// `t` converted to `dtype` (floats to integers truncate toward zero; to bool: `x != 0`).
+/// `t` converted to `dtype`, as Rust's `as`: floats to integers truncate toward zero and
+/// saturate at the integer type's bounds, NaN giving 0 (`convert_<type>_sat`: a plain OpenCL C
+/// conversion of a value out of range is the implementation's choice, OpenCL 3.0 C §6.4.3.3;
+/// x86 CPUs give the type's minimum even for +inf); integers to narrower integers wrap; to
+/// bool: `x != 0`.
 ///
 /// # Errors
 /// An unsupported `dtype`; allocation and kernel errors.
@@ -323,8 +327,12 @@ pub fn cast(t: &XpuTensor, dtype: DType) -> Result<XpuTensor> {
     if dtype == t.dtype {
         return Ok(t.clone());
     }
+    let saturating;
     let expr = if dtype == DType::Bool {
         "a0 != 0"
+    } else if dtype::is_float(t.dtype) && !dtype::is_float(dtype) {
+        saturating = format!("convert_{}_sat(a0)", dtype::cl_type(dtype)?);
+        &saturating
     } else {
         "a0"
     };
