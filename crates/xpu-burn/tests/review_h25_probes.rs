@@ -3,9 +3,18 @@
 //! element-wise, looser for long reductions; integers and bools exactly). On PoCL
 //! (`POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`).
 
+// burn's 1-d slices are `[a..b]`; sizes are written as the shapes' products; pipelines push
+// one result per line.
+#![allow(
+    clippy::single_range_in_vec_init,
+    clippy::identity_op,
+    clippy::int_plus_one,
+    clippy::vec_init_then_push
+)]
+
 use burn_ndarray::{NdArray, NdArrayDevice};
 use burn_tensor::backend::Backend;
-use burn_tensor::{Bool, DType, Int, Slice, Tensor, TensorData};
+use burn_tensor::{DType, Int, Slice, Tensor, TensorData};
 use xpu_burn::{Xpu, XpuDevice};
 
 type Nd = NdArray<f32>;
@@ -29,9 +38,7 @@ impl Rng {
         (0..n).map(|_| self.f(lo, hi)).collect()
     }
     fn ints(&mut self, n: usize, lo: i64, hi: i64) -> Vec<i64> {
-        (0..n)
-            .map(|_| lo + (self.u() as i64) % (hi - lo))
-            .collect()
+        (0..n).map(|_| lo + (self.u() as i64) % (hi - lo)).collect()
     }
 }
 
@@ -56,7 +63,10 @@ fn diff(got: &Out, want: &Out, rtol: f64, atol: f64) -> Vec<String> {
             let i = |d: &TensorData| d.clone().convert::<i64>().to_vec::<i64>().unwrap();
             let (gi, wi) = (i(g), i(w));
             if let Some(k) = (0..gi.len()).find(|&k| gi[k] != wi[k]) {
-                bad.push(format!("{name}: [{k}] got {} want {} (shape {:?})", gi[k], wi[k], w.shape));
+                bad.push(format!(
+                    "{name}: [{k}] got {} want {} (shape {:?})",
+                    gi[k], wi[k], w.shape
+                ));
             }
             continue;
         }
@@ -68,7 +78,10 @@ fn diff(got: &Out, want: &Out, rtol: f64, atol: f64) -> Vec<String> {
                 a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= atol + rtol * b.abs()
             };
             if !ok {
-                bad.push(format!("{name}: [{i}] got {a} want {b} (shape {:?})", w.shape));
+                bad.push(format!(
+                    "{name}: [{i}] got {a} want {b} (shape {:?})",
+                    w.shape
+                ));
                 break;
             }
         }
@@ -150,9 +163,18 @@ fn reduce_pipeline<B: Backend, const D: usize>(data: &[f32], s: [usize; D], d: &
         for dim in 0..D {
             let p = format!("{vn} d{dim}");
             out.push((format!("{p} sum"), v.clone().sum_dim(dim).into_data()));
-            out.push((format!("{p} any>1"), v.clone().greater_elem(1.0).any_dim(dim).into_data()));
-            out.push((format!("{p} all>-1"), v.clone().greater_elem(-1.0).all_dim(dim).into_data()));
-            out.push((format!("{p} prod"), (v.clone() * 0.1 + 1.0).prod_dim(dim).into_data()));
+            out.push((
+                format!("{p} any>1"),
+                v.clone().greater_elem(1.0).any_dim(dim).into_data(),
+            ));
+            out.push((
+                format!("{p} all>-1"),
+                v.clone().greater_elem(-1.0).all_dim(dim).into_data(),
+            ));
+            out.push((
+                format!("{p} prod"),
+                (v.clone() * 0.1 + 1.0).prod_dim(dim).into_data(),
+            ));
             if v.dims()[dim] > 0 {
                 out.push((format!("{p} mean"), v.clone().mean_dim(dim).into_data()));
                 out.push((format!("{p} max"), v.clone().max_dim(dim).into_data()));
@@ -167,7 +189,10 @@ fn reduce_pipeline<B: Backend, const D: usize>(data: &[f32], s: [usize; D], d: &
                 out.push((format!("{p} minwi i"), i.into_data()));
             }
             out.push((format!("{p} cumsum"), v.clone().cumsum(dim).into_data()));
-            out.push((format!("{p} cumprod"), (v.clone() * 0.01 + 1.0).cumprod(dim).into_data()));
+            out.push((
+                format!("{p} cumprod"),
+                (v.clone() * 0.01 + 1.0).cumprod(dim).into_data(),
+            ));
             out.push((format!("{p} cummax"), v.clone().cummax(dim).into_data()));
             out.push((format!("{p} cummin"), v.clone().cummin(dim).into_data()));
         }
@@ -193,7 +218,15 @@ fn reductions_scans_and_elementwise_of_views_match_ndarray() {
     for n in [1, 2, 255, 256, 257, 1023, 1025, 4097] {
         bad.extend(run_reduce([n], n as u64));
     }
-    for s in [[1, 4097], [4097, 1], [257, 3], [3, 1025], [0, 5], [5, 0], [2, 2]] {
+    for s in [
+        [1, 4097],
+        [4097, 1],
+        [257, 3],
+        [3, 1025],
+        [0, 5],
+        [5, 0],
+        [2, 2],
+    ] {
         bad.extend(run_reduce(s, 7));
     }
     for s in [[2, 257, 3], [3, 1, 1025], [4, 0, 3]] {
@@ -202,14 +235,12 @@ fn reductions_scans_and_elementwise_of_views_match_ndarray() {
     bad.extend(run_reduce([2, 3, 1, 5], 9));
     bad.extend(run_reduce([2, 1, 3, 1, 4], 10));
     bad.extend(run_reduce([1, 2, 1, 3, 2, 2], 11));
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
-}
-
-/// Keeps the unused-import lint quiet while pipelines grow.
-#[allow(dead_code)]
-fn _kinds<B: Backend>(_: Tensor<B, 1, Bool>, _: Tensor<B, 1, Int>, d: &B::Device) {
-    let _ = it::<B, 1>(&[1], [1], d);
-    let _ = Rng(0).ints(1, 0, 1);
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 /// `a @ b` for operands made contiguous, transposed (stored as their transposes) and
@@ -238,23 +269,41 @@ fn matmul_pipeline<B: Backend>(
     out.push(("batch-mid".into(), ap.matmul(tb.clone()).into_data()));
     // Broadcast batch: lhs's first matrix against every rhs matrix, and the 4-d broadcast.
     let a0 = ta.clone().narrow(0, 0, 1);
-    out.push(("bcast-lhs".into(), a0.clone().matmul(tb.clone()).into_data()));
+    out.push((
+        "bcast-lhs".into(),
+        a0.clone().matmul(tb.clone()).into_data(),
+    ));
     let a4 = ta.clone().unsqueeze_dim::<4>(1); // [bat, 1, m, k]
     let b4 = tb.clone().unsqueeze_dim::<4>(0); // [1, bat, k, n]
     out.push(("bcast-4d".into(), a4.matmul(b4).into_data()));
     // Expanded (stride-0) lhs rows and flipped rhs.
     let arow = ta.clone().narrow(1, 0, 1).expand([bat, m, k]);
     out.push(("expand-rows".into(), arow.matmul(tb.clone()).into_data()));
-    out.push(("flip".into(), ta.clone().flip([0, 1, 2]).matmul(tb.clone().flip([2])).into_data()));
+    out.push((
+        "flip".into(),
+        ta.clone()
+            .flip([0, 1, 2])
+            .matmul(tb.clone().flip([2]))
+            .into_data(),
+    ));
     // Stepped: every other column of a wider lhs.
-    let wide = Tensor::cat(vec![ta.clone(), ta.clone()], 2)
-        .slice([Slice::full(), Slice::full(), Slice::new(0, None, 2)]);
-    let twice = Tensor::cat(vec![tb.clone(), tb.clone()], 1)
-        .slice([Slice::full(), Slice::new(0, None, 2), Slice::full()]);
+    let wide = Tensor::cat(vec![ta.clone(), ta.clone()], 2).slice([
+        Slice::full(),
+        Slice::full(),
+        Slice::new(0, None, 2),
+    ]);
+    let twice = Tensor::cat(vec![tb.clone(), tb.clone()], 1).slice([
+        Slice::full(),
+        Slice::new(0, None, 2),
+        Slice::full(),
+    ]);
     let _ = twice; // rows of b interleave differently; compare only the lhs view
     let wide_ref = Tensor::cat(vec![ta.clone(), ta], 2).into_data();
-    let wide2 = Tensor::<B, 3>::from_data(wide_ref, d)
-        .slice([Slice::full(), Slice::full(), Slice::new(1, None, 2)]);
+    let wide2 = Tensor::<B, 3>::from_data(wide_ref, d).slice([
+        Slice::full(),
+        Slice::full(),
+        Slice::new(1, None, 2),
+    ]);
     let _ = wide2;
     out.push(("step-cols".into(), wide.matmul(tb).into_data()));
     out
@@ -295,20 +344,27 @@ fn matmuls_of_views_small_and_clblast_sized_match_ndarray() {
     {
         bad.extend(run_matmul(dims, 100 + i as u64));
     }
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 use burn_tensor::module;
 use burn_tensor::ops::{ConvOptions, ConvTransposeOptions, InterpolateMode, InterpolateOptions};
 
+/// Kernel, stride, padding, dilation, groups.
+type ConvCase = ([usize; 2], [usize; 2], [usize; 2], [usize; 2], usize);
+
 /// Convolutions, transposed convolutions and pools of an NHWC-stored (permuted) input.
-#[allow(clippy::type_complexity)]
 fn nn_pipeline<B: Backend>(
     x: &[f32],
     w: &[f32],
     bias: &[f32],
     xs: [usize; 4],
-    cfg: ([usize; 2], [usize; 2], [usize; 2], [usize; 2], usize),
+    cfg: ConvCase,
     d: &B::Device,
 ) -> Out {
     let [n, c, h, wd] = xs;
@@ -317,11 +373,21 @@ fn nn_pipeline<B: Backend>(
     let mut out = Out::new();
     // Stored NHWC, viewed NCHW.
     let xt = ft::<B, 4>(x, [n, h, wd, c], d).permute([0, 3, 1, 2]);
-    let wt = ft::<B, 4>(&w[..oc * (c / groups) * kern[0] * kern[1]], [oc, c / groups, kern[0], kern[1]], d);
+    let wt = ft::<B, 4>(
+        &w[..oc * (c / groups) * kern[0] * kern[1]],
+        [oc, c / groups, kern[0], kern[1]],
+        d,
+    );
     let bt = ft::<B, 1>(&bias[..oc], [oc], d);
     out.push((
         "conv2d".into(),
-        module::conv2d(xt.clone(), wt, Some(bt), ConvOptions::new(stride, pad, dil, groups)).into_data(),
+        module::conv2d(
+            xt.clone(),
+            wt,
+            Some(bt),
+            ConvOptions::new(stride, pad, dil, groups),
+        )
+        .into_data(),
     ));
     // Transposed: weight [c, oc/groups, kh, kw].
     let tw = ft::<B, 4>(&w[..c * 2 * kern[0] * kern[1]], [c, 2, kern[0], kern[1]], d);
@@ -338,7 +404,10 @@ fn nn_pipeline<B: Backend>(
     ));
     let pk = [kern[0].max(2 * pad[0]), kern[1].max(2 * pad[1])];
     if h + 2 * pad[0] >= dil[0] * (pk[0] - 1) + 1 && wd + 2 * pad[1] >= dil[1] * (pk[1] - 1) + 1 {
-        out.push(("maxpool".into(), module::max_pool2d(xt.clone(), pk, stride, pad, dil).into_data()));
+        out.push((
+            "maxpool".into(),
+            module::max_pool2d(xt.clone(), pk, stride, pad, dil).into_data(),
+        ));
         let (v, i) = module::max_pool2d_with_indices(xt.clone(), pk, stride, pad, dil);
         out.push(("maxpool v".into(), v.into_data()));
         // burn-ndarray 0.19.1 numbers the index `ih * height + iw` (not `* width`): compare
@@ -348,14 +417,32 @@ fn nn_pipeline<B: Backend>(
         }
     }
     if h + 2 * pad[0] >= pk[0] && wd + 2 * pad[1] >= pk[1] {
-        out.push(("avgpool incl".into(), module::avg_pool2d(xt.clone(), pk, stride, pad, true).into_data()));
-        out.push(("avgpool excl".into(), module::avg_pool2d(xt.clone(), pk, stride, pad, false).into_data()));
+        out.push((
+            "avgpool incl".into(),
+            module::avg_pool2d(xt.clone(), pk, stride, pad, true).into_data(),
+        ));
+        out.push((
+            "avgpool excl".into(),
+            module::avg_pool2d(xt.clone(), pk, stride, pad, false).into_data(),
+        ));
     }
-    out.push(("adaptive".into(), module::adaptive_avg_pool2d(xt.clone(), [3, 5]).into_data()));
-    for mode in [InterpolateMode::Nearest, InterpolateMode::Bilinear, InterpolateMode::Bicubic] {
+    out.push((
+        "adaptive".into(),
+        module::adaptive_avg_pool2d(xt.clone(), [3, 5]).into_data(),
+    ));
+    for mode in [
+        InterpolateMode::Nearest,
+        InterpolateMode::Bilinear,
+        InterpolateMode::Bicubic,
+    ] {
         out.push((
             format!("interp {mode:?}"),
-            module::interpolate(xt.clone(), [h * 2 + 1, wd.max(2) - 1], InterpolateOptions::new(mode)).into_data(),
+            module::interpolate(
+                xt.clone(),
+                [h * 2 + 1, wd.max(2) - 1],
+                InterpolateOptions::new(mode),
+            )
+            .into_data(),
         ));
     }
     out
@@ -364,7 +451,7 @@ fn nn_pipeline<B: Backend>(
 #[test]
 fn convolutions_and_pools_of_permuted_inputs_match_ndarray() {
     let mut bad = Vec::new();
-    let cases: &[([usize; 4], ([usize; 2], [usize; 2], [usize; 2], [usize; 2], usize))] = &[
+    let cases: &[([usize; 4], ConvCase)] = &[
         ([1, 1, 5, 5], ([3, 3], [1, 1], [0, 0], [1, 1], 1)),
         ([2, 4, 7, 6], ([3, 2], [2, 1], [1, 0], [1, 2], 2)),
         ([1, 6, 9, 8], ([2, 3], [3, 2], [1, 1], [2, 1], 3)),
@@ -381,9 +468,18 @@ fn convolutions_and_pools_of_permuted_inputs_match_ndarray() {
         let b = r.vec(64, -1.0, 1.0);
         let g = nn_pipeline::<Xpu>(&x, &w, &b, xs, cfg, &xd());
         let wnt = nn_pipeline::<Nd>(&x, &w, &b, xs, cfg, &nd());
-        bad.extend(diff(&g, &wnt, 1e-4, 1e-4).into_iter().map(|e| format!("{xs:?} {cfg:?}: {e}")));
+        bad.extend(
+            diff(&g, &wnt, 1e-4, 1e-4)
+                .into_iter()
+                .map(|e| format!("{xs:?} {cfg:?}: {e}")),
+        );
     }
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 /// Gather, scatter, select, select_assign, masks, slice_assign, sort/topk of permuted views.
@@ -404,10 +500,15 @@ fn index_pipeline<B: Backend>(
         let maskt = it::<B, 3>(&mask[..n], [sh[2], sh[1], sh[0]], d)
             .permute([2, 1, 0])
             .greater_elem(0);
-        out.push((format!("{vn} mask_fill"), v.clone().mask_fill(maskt.clone(), -7.5).into_data()));
+        out.push((
+            format!("{vn} mask_fill"),
+            v.clone().mask_fill(maskt.clone(), -7.5).into_data(),
+        ));
         out.push((
             format!("{vn} mask_where"),
-            v.clone().mask_where(maskt.clone(), v.clone().flip([0, 2]) * 3.0).into_data(),
+            v.clone()
+                .mask_where(maskt.clone(), v.clone().flip([0, 2]) * 3.0)
+                .into_data(),
         ));
         for dim in 0..3 {
             let p = format!("{vn} d{dim}");
@@ -415,28 +516,45 @@ fn index_pipeline<B: Backend>(
             // Indices shaped as v, values in range along dim, stored transposed.
             let ii: Vec<i64> = idx[..n].iter().map(|i| i.rem_euclid(len)).collect();
             let it3 = it::<B, 3>(&ii, [sh[2], sh[1], sh[0]], d).permute([2, 1, 0]);
-            out.push((format!("{p} gather"), v.clone().gather(dim, it3.clone()).into_data()));
+            out.push((
+                format!("{p} gather"),
+                v.clone().gather(dim, it3.clone()).into_data(),
+            ));
             out.push((
                 format!("{p} scatter"),
-                v.clone().scatter(dim, it3.clone(), v.clone().flip([1]) + 1.0).into_data(),
+                v.clone()
+                    .scatter(dim, it3.clone(), v.clone().flip([1]) + 1.0)
+                    .into_data(),
             ));
             let sel: Vec<i64> = idx[..5].iter().map(|i| i.rem_euclid(len)).collect();
             let sel = it::<B, 1>(&sel, [5], d);
-            out.push((format!("{p} select"), v.clone().select(dim, sel.clone()).into_data()));
+            out.push((
+                format!("{p} select"),
+                v.clone().select(dim, sel.clone()).into_data(),
+            ));
             let vals = v.clone().select(dim, sel.clone()).flip([0, 1, 2]) * 2.0;
             out.push((
                 format!("{p} select_assign"),
                 v.clone().select_assign(dim, sel, vals).into_data(),
             ));
             out.push((format!("{p} sort"), v.clone().sort(dim).into_data()));
-            out.push((format!("{p} sort desc"), v.clone().sort_descending(dim).into_data()));
+            out.push((
+                format!("{p} sort desc"),
+                v.clone().sort_descending(dim).into_data(),
+            ));
             out.push((format!("{p} argsort"), v.clone().argsort(dim).into_data()));
-            out.push((format!("{p} argsort desc"), v.clone().argsort_descending(dim).into_data()));
+            out.push((
+                format!("{p} argsort desc"),
+                v.clone().argsort_descending(dim).into_data(),
+            ));
             let k = sh[dim].min(3);
             let (tv, ti) = v.clone().topk_with_indices(k, dim);
             out.push((format!("{p} topk v"), tv.into_data()));
             out.push((format!("{p} topk i"), ti.into_data()));
-            out.push((format!("{p} repeat"), v.clone().repeat_dim(dim, 2).into_data()));
+            out.push((
+                format!("{p} repeat"),
+                v.clone().repeat_dim(dim, 2).into_data(),
+            ));
             out.push((format!("{p} roll"), v.clone().roll_dim(-2, dim).into_data()));
         }
         // Slice-assign through a stepped window.
@@ -447,9 +565,18 @@ fn index_pipeline<B: Backend>(
         ];
         let part = v.clone().slice(win);
         let vals = part.clone().neg() - 1.0;
-        out.push(("slice_assign step".into(), v.clone().slice_assign(win, vals).into_data()));
-        out.push(("slice_fill step".into(), v.clone().slice_fill(win, 9.0).into_data()));
-        out.push(("cat".into(), Tensor::cat(vec![v.clone(), v.clone().flip([2])], 2).into_data()));
+        out.push((
+            "slice_assign step".into(),
+            v.clone().slice_assign(win, vals).into_data(),
+        ));
+        out.push((
+            "slice_fill step".into(),
+            v.clone().slice_fill(win, 9.0).into_data(),
+        ));
+        out.push((
+            "cat".into(),
+            Tensor::cat(vec![v.clone(), v.clone().flip([2])], 2).into_data(),
+        ));
         out.push(("tril".into(), v.clone().tril(-1).into_data()));
         out.push(("triu".into(), v.clone().triu(1).into_data()));
     }
@@ -459,7 +586,10 @@ fn index_pipeline<B: Backend>(
 #[test]
 fn indexing_and_sorting_of_views_match_ndarray() {
     let mut bad = Vec::new();
-    for (i, s) in [[2, 3, 4], [1, 257, 3], [5, 1, 256], [3, 4, 1], [2, 1025, 2]].into_iter().enumerate() {
+    for (i, s) in [[2, 3, 4], [1, 257, 3], [5, 1, 256], [3, 4, 1], [2, 1025, 2]]
+        .into_iter()
+        .enumerate()
+    {
         let n: usize = s.iter().product();
         let mut r = Rng(300 + i as u64);
         // Distinct values (unstable sorts may order ties either way).
@@ -471,9 +601,18 @@ fn indexing_and_sorting_of_views_match_ndarray() {
         let mask = r.ints(n, -1, 1);
         let g = index_pipeline::<Xpu>(&x, s, &idx, &mask, &xd());
         let w = index_pipeline::<Nd>(&x, s, &idx, &mask, &nd());
-        bad.extend(diff(&g, &w, 1e-5, 1e-4).into_iter().map(|e| format!("{s:?}: {e}")));
+        bad.extend(
+            diff(&g, &w, 1e-5, 1e-4)
+                .into_iter()
+                .map(|e| format!("{s:?}: {e}")),
+        );
     }
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 use burn_tensor::activation;
@@ -513,18 +652,33 @@ fn float_edge_pipeline<B: Backend>(d: &B::Device) -> Out {
             out.push((stringify!($name).into(), v.clone().$name().into_data()));
         )*};
     }
-    un!(exp, log, log1p, sqrt, abs, sign, round, floor, ceil, trunc, erf, tanh, recip, sin, cos, neg, is_nan, is_inf, is_finite);
+    un!(
+        exp, log, log1p, sqrt, abs, sign, round, floor, ceil, trunc, erf, tanh, recip, sin, cos,
+        neg, is_nan, is_inf, is_finite
+    );
     out.push(("sigmoid".into(), activation::sigmoid(v.clone()).into_data()));
     out.push(("relu".into(), activation::relu(v.clone()).into_data()));
     out.push(("gelu".into(), activation::gelu(v.clone()).into_data()));
     out.push(("silu".into(), activation::silu(v.clone()).into_data()));
-    out.push(("softplus".into(), activation::softplus(v.clone(), 1.0).into_data()));
-    out.push(("log_sigmoid".into(), activation::log_sigmoid(v.clone()).into_data()));
+    out.push((
+        "softplus".into(),
+        activation::softplus(v.clone(), 1.0).into_data(),
+    ));
+    out.push((
+        "log_sigmoid".into(),
+        activation::log_sigmoid(v.clone()).into_data(),
+    ));
     for p in [2.0f32, 0.5, -1.0, 0.0, 3.0, -2.0, 1.0 / 3.0] {
-        out.push((format!("powf_scalar {p}"), v.clone().powf_scalar(p).into_data()));
+        out.push((
+            format!("powf_scalar {p}"),
+            v.clone().powf_scalar(p).into_data(),
+        ));
     }
     for p in [2i32, 3, -1, 0, 1, -2] {
-        out.push((format!("powi_scalar {p}"), v.clone().powi_scalar(p).into_data()));
+        out.push((
+            format!("powi_scalar {p}"),
+            v.clone().powi_scalar(p).into_data(),
+        ));
     }
     let w = v.clone().flip([0]);
     out.push(("powf".into(), v.clone().powf(w.clone()).into_data()));
@@ -534,20 +688,35 @@ fn float_edge_pipeline<B: Backend>(d: &B::Device) -> Out {
     let fin = |t: Tensor<B, 1>| t.slice([10..n]);
     let fw = fin(v.clone()).flip([0]);
     out.push(("rem".into(), fin(v.clone()).remainder(fw).into_data()));
-    out.push(("rem_scalar".into(), fin(v.clone()).remainder_scalar(-1.5).into_data()));
+    out.push((
+        "rem_scalar".into(),
+        fin(v.clone()).remainder_scalar(-1.5).into_data(),
+    ));
     out.push(("max_pair".into(), v.clone().max_pair(w.clone()).into_data()));
     out.push(("min_pair".into(), v.clone().min_pair(w.clone()).into_data()));
     out.push(("clamp".into(), v.clone().clamp(-1.0, 2.0).into_data()));
     out.push(("eq".into(), v.clone().equal(w.clone()).into_data()));
     out.push(("lt".into(), v.clone().lower(w.clone()).into_data()));
-    out.push(("ge_elem".into(), v.clone().greater_equal_elem(0.0).into_data()));
+    out.push((
+        "ge_elem".into(),
+        v.clone().greater_equal_elem(0.0).into_data(),
+    ));
     out.push(("bool".into(), v.clone().bool().into_data()));
     out.push(("to f64".into(), v.clone().cast(DType::F64).into_data()));
     // Without +-MAX: which small terms they absorb depends on the summation order.
     out.push(("sum".into(), v.clone().slice([10..n]).sum().into_data()));
-    out.push(("max_abs".into(), v.clone().slice([3..n]).max_abs().into_data()));
-    out.push(("softmax".into(), activation::softmax(v.clone().slice([3..n]).reshape([1, n - 3]), 1).into_data()));
-    out.push(("log_softmax".into(), activation::log_softmax(v.clone().slice([3..n]).reshape([1, n - 3]), 1).into_data()));
+    out.push((
+        "max_abs".into(),
+        v.clone().slice([3..n]).max_abs().into_data(),
+    ));
+    out.push((
+        "softmax".into(),
+        activation::softmax(v.clone().slice([3..n]).reshape([1, n - 3]), 1).into_data(),
+    ));
+    out.push((
+        "log_softmax".into(),
+        activation::log_softmax(v.clone().slice([3..n]).reshape([1, n - 3]), 1).into_data(),
+    ));
     // In-range values only: out-of-range float -> int conversions differ by definition.
     out.push(("int".into(), v.clone().slice([10..n]).int().into_data()));
     out
@@ -559,7 +728,12 @@ fn float_ops_on_edge_values_match_ndarray() {
     let w = float_edge_pipeline::<Nd>(&nd());
     // Edge values: OpenCL's math built-ins are allowed a few ulp.
     let bad = diff(&g, &w, 1e-5, 1e-30);
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 const IEDGE: [i64; 16] = [
@@ -604,12 +778,25 @@ fn int_edge_pipeline<B: Backend<IntElem = i64>>(d: &B::Device) -> Out {
     out.push(("bool".into(), v.clone().bool().into_data()));
     out.push(("float".into(), v.clone().float().into_data()));
     out.push(("and".into(), v.clone().bitwise_and(w.clone()).into_data()));
-    out.push(("xor_scalar".into(), v.clone().bitwise_xor_scalar(0x5555).into_data()));
+    out.push((
+        "xor_scalar".into(),
+        v.clone().bitwise_xor_scalar(0x5555).into_data(),
+    ));
     out.push(("not".into(), v.clone().bitwise_not().into_data()));
-    let sh = it::<B, 1>(&[0, 1, 3, 7, 31, 32, 40, 62, 63, 2, 5, 8, 1, 0, 9, 17], [n], d);
-    out.push(("shl".into(), v.clone().bitwise_left_shift(sh.clone()).into_data()));
+    let sh = it::<B, 1>(
+        &[0, 1, 3, 7, 31, 32, 40, 62, 63, 2, 5, 8, 1, 0, 9, 17],
+        [n],
+        d,
+    );
+    out.push((
+        "shl".into(),
+        v.clone().bitwise_left_shift(sh.clone()).into_data(),
+    ));
     out.push(("shr".into(), v.clone().bitwise_right_shift(sh).into_data()));
-    out.push(("shr_scalar".into(), v.clone().bitwise_right_shift_scalar(3).into_data()));
+    out.push((
+        "shr_scalar".into(),
+        v.clone().bitwise_right_shift_scalar(3).into_data(),
+    ));
     out.push(("sum".into(), v.clone().sum().into_data()));
     out.push(("prod".into(), v.clone().slice([2..9]).prod().into_data()));
     out.push(("max".into(), v.clone().max().into_data()));
@@ -619,13 +806,25 @@ fn int_edge_pipeline<B: Backend<IntElem = i64>>(d: &B::Device) -> Out {
     out.push(("cumsum".into(), v.clone().cumsum(0).into_data()));
     out.push(("cummax".into(), v.clone().cummax(0).into_data()));
     out.push(("sort".into(), v.clone().sort(0).into_data()));
-    out.push(("mean small".into(), v.clone().slice([2..9]).mean().into_data()));
-    out.push(("powi small".into(), v.clone().slice([2..9]).powi_scalar(3).into_data()));
+    out.push((
+        "mean small".into(),
+        v.clone().slice([2..9]).mean().into_data(),
+    ));
+    out.push((
+        "powi small".into(),
+        v.clone().slice([2..9]).powi_scalar(3).into_data(),
+    ));
     out.push(("div_scalar".into(), v.clone().div_scalar(-2).into_data()));
-    out.push(("rem_scalar".into(), v.clone().remainder_scalar(-2).into_data()));
+    out.push((
+        "rem_scalar".into(),
+        v.clone().remainder_scalar(-2).into_data(),
+    ));
     // Matrix products of small ints, transposed.
     let m = it::<B, 2>(&[1, -2, 3, -4, 5, -6], [2, 3], d);
-    out.push(("matmul".into(), m.clone().matmul(m.clone().transpose()).into_data()));
+    out.push((
+        "matmul".into(),
+        m.clone().matmul(m.clone().transpose()).into_data(),
+    ));
     out
 }
 
@@ -634,7 +833,12 @@ fn int_ops_on_edge_values_match_ndarray() {
     let g = int_edge_pipeline::<Xpu>(&xd());
     let w = int_edge_pipeline::<Nd>(&nd());
     let bad = diff(&g, &w, 0.0, 0.0);
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 /// Long lines: split reductions (two levels over millions of elements) and chunked scans,
@@ -662,7 +866,10 @@ fn long_pipeline<B: Backend>(ints: &[i64], floats: &[f32], d: &B::Device) -> Out
     out.push(("cols argmax".into(), cols.clone().argmax(0).into_data()));
     out.push(("cols sum".into(), cols.clone().sum_dim(0).into_data()));
     out.push(("cols cumsum".into(), cols.clone().cumsum(0).into_data()));
-    out.push(("cols sort".into(), cols.clone().narrow(0, 0, 5000).sort(0).into_data()));
+    out.push((
+        "cols sort".into(),
+        cols.clone().narrow(0, 0, 5000).sort(0).into_data(),
+    ));
     let fv = ft::<B, 1>(floats, [floats.len()], d);
     out.push(("f sum".into(), fv.clone().sum().into_data()));
     out.push(("f mean".into(), fv.clone().mean().into_data()));
@@ -683,7 +890,12 @@ fn long_reductions_and_scans_match_ndarray() {
     let w = long_pipeline::<Nd>(&ints, &floats, &nd());
     // Float sums over 10^6 elements: relative slack.
     let bad = diff(&g, &w, 2e-4, 0.0);
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 /// Other element types (i32, i16, i8, u8, f64, bool) through views and ops.
@@ -693,7 +905,11 @@ fn dtype_pipeline<B: Backend>(ints: &[i64], floats: &[f32], d: &B::Device) -> Ou
     let base = it::<B, 2>(ints, [n / 6, 6], d);
     for dt in [DType::I32, DType::I16, DType::I8, DType::U8] {
         // (ndarray's cast panics on a negative value for u8.)
-        let src = if dt == DType::U8 { base.clone().abs() } else { base.clone() };
+        let src = if dt == DType::U8 {
+            base.clone().abs()
+        } else {
+            base.clone()
+        };
         let v = src.cast(dt).transpose().flip([1]);
         let w = v.clone().flip([0]);
         let p = format!("{dt:?}");
@@ -703,21 +919,38 @@ fn dtype_pipeline<B: Backend>(ints: &[i64], floats: &[f32], d: &B::Device) -> Ou
         out.push((format!("{p} div"), (v.clone() / w.clone()).into_data()));
         // (Not `remainder` of two int tensors: ndarray's truncates, `x - floor(x / y) * y` in
         // integer division, where its scalar form and xpu take the divisor's sign.)
-        out.push((format!("{p} rem_scalar"), v.clone().remainder_scalar(7).into_data()));
+        out.push((
+            format!("{p} rem_scalar"),
+            v.clone().remainder_scalar(7).into_data(),
+        ));
         out.push((format!("{p} sum_dim"), v.clone().sum_dim(1).into_data()));
         out.push((format!("{p} cumsum"), v.clone().cumsum(1).into_data()));
         out.push((format!("{p} argmax"), v.clone().argmax(1).into_data()));
         out.push((format!("{p} max_dim"), v.clone().max_dim(0).into_data()));
         out.push((format!("{p} gt"), v.clone().greater(w.clone()).into_data()));
         out.push((format!("{p} float"), v.clone().float().into_data()));
-        out.push((format!("{p} to i64"), v.clone().cast(DType::I64).into_data()));
-        out.push((format!("{p} matmul"), v.clone().matmul(w.clone().transpose()).into_data()));
+        out.push((
+            format!("{p} to i64"),
+            v.clone().cast(DType::I64).into_data(),
+        ));
+        out.push((
+            format!("{p} matmul"),
+            v.clone().matmul(w.clone().transpose()).into_data(),
+        ));
     }
-    let fv = ft::<B, 2>(floats, [n / 6, 6], d).cast(DType::F64).transpose();
+    let fv = ft::<B, 2>(floats, [n / 6, 6], d)
+        .cast(DType::F64)
+        .transpose();
     out.push(("f64 exp".into(), fv.clone().exp().into_data()));
     out.push(("f64 sum".into(), fv.clone().sum_dim(1).into_data()));
-    out.push(("f64 matmul".into(), fv.clone().matmul(fv.clone().transpose()).into_data()));
-    out.push(("f64 cumprod".into(), (fv.clone() * 0.01 + 1.0).cumprod(1).into_data()));
+    out.push((
+        "f64 matmul".into(),
+        fv.clone().matmul(fv.clone().transpose()).into_data(),
+    ));
+    out.push((
+        "f64 cumprod".into(),
+        (fv.clone() * 0.01 + 1.0).cumprod(1).into_data(),
+    ));
     out.push(("f64 to f32".into(), fv.clone().cast(DType::F32).into_data()));
     out.push(("f64 int".into(), (fv.clone() * 100.0).int().into_data()));
     let b = base.clone().greater_elem(0).transpose();
@@ -731,9 +964,20 @@ fn dtype_pipeline<B: Backend>(ints: &[i64], floats: &[f32], d: &B::Device) -> Ou
     out.push(("bool float".into(), b.clone().float().into_data()));
     out.push(("bool any_dim".into(), b.clone().any_dim(1).into_data()));
     out.push(("bool all_dim".into(), c.clone().all_dim(0).into_data()));
-    out.push(("bool argwhere-free nonzero count".into(), b.clone().int().sum().into_data()));
-    out.push(("bool cat".into(), Tensor::cat(vec![b.clone(), c.clone()], 1).into_data()));
-    out.push(("bool select".into(), b.clone().select(1, it::<B, 1>(&[0, 2, 2, 1], [4], d)).into_data()));
+    out.push((
+        "bool argwhere-free nonzero count".into(),
+        b.clone().int().sum().into_data(),
+    ));
+    out.push((
+        "bool cat".into(),
+        Tensor::cat(vec![b.clone(), c.clone()], 1).into_data(),
+    ));
+    out.push((
+        "bool select".into(),
+        b.clone()
+            .select(1, it::<B, 1>(&[0, 2, 2, 1], [4], d))
+            .into_data(),
+    ));
     out.push(("bool repeat".into(), b.clone().repeat_dim(0, 3).into_data()));
     out
 }
@@ -747,7 +991,12 @@ fn other_element_types_match_ndarray() {
     let g = dtype_pipeline::<Xpu>(&ints, &floats, &xd());
     let w = dtype_pipeline::<Nd>(&ints, &floats, &nd());
     let bad = diff(&g, &w, 1e-6, 1e-9);
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
 
 use burn_autodiff::Autodiff;
@@ -814,10 +1063,14 @@ fn grad_pipeline<B: AutodiffBackend>(x: &[f32], d: &B::Device) -> Out {
     let idx = it::<B, 3>(&[0, 3, 1, 2, 2, 0, 3, 3, 1, 0, 0, 1], [1, 4, 3], d);
     let ga = v.clone().gather(1, idx.clone().expand([5, 4, 3]));
     let se = v.clone().select(2, it::<B, 1>(&[2, 0, 2], [3], d));
-    let sc = v.clone().scatter(1, idx.expand([5, 4, 3]), se.clone() * 2.0);
+    let sc = v
+        .clone()
+        .scatter(1, idx.expand([5, 4, 3]), se.clone() * 2.0);
     let mask = v.clone().greater_elem(0.3);
     let mf = v.clone().mask_fill(mask, 0.0);
-    let sa = v.clone().slice_assign([0..2, 1..3, 0..3], se.clone().slice([3..5, 0..2, 0..3]));
+    let sa = v
+        .clone()
+        .slice_assign([0..2, 1..3, 0..3], se.clone().slice([3..5, 0..2, 0..3]));
     let ct = Tensor::cat(vec![v.clone().flip([0]), se.clone()], 1);
     let ex = v.clone().narrow(1, 1, 1).expand([5, 4, 3]);
     let cs = v.clone().cumsum(0);
@@ -835,7 +1088,9 @@ fn grad_pipeline<B: AutodiffBackend>(x: &[f32], d: &B::Device) -> Out {
     // 6: elementwise zoo.
     let a = leaf(60, [3, 4, 5, 1]);
     let v = a.clone().abs() + 0.5;
-    let loss = (v.clone().sqrt() * v.clone().log() + v.clone().recip() + activation::gelu(a.clone())
+    let loss = (v.clone().sqrt() * v.clone().log()
+        + v.clone().recip()
+        + activation::gelu(a.clone())
         + activation::sigmoid(a.clone()) * a.clone().sin()
         + v.clone().powf(a.clone().flip([0]))
         + a.clone().erf()
@@ -853,5 +1108,372 @@ fn gradients_of_compositions_over_views_match_ndarray() {
     let g = grad_pipeline::<Autodiff<Xpu>>(&x, &xd());
     let w = grad_pipeline::<Autodiff<Nd>>(&x, &nd());
     let bad = diff(&g, &w, 1e-4, 1e-5);
-    assert!(bad.is_empty(), "{} mismatches:\n{}", bad.len(), bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+use burn_tensor::ops::{DeformConvOptions, UnfoldOptions};
+
+/// 1-d and 3-d convolutions, deformable convolution, 1-d pools, unfold4d, embedding,
+/// down-sampling interpolation and a few composite ops, over views.
+fn nn2_pipeline<B: Backend>(x: &[f32], d: &B::Device) -> Out {
+    let mut out = Out::new();
+    let t = |n: usize, off: usize| &x[off..off + n];
+    // conv1d: [2, 4, 11] stored [11, 2, 4].
+    let x1 = ft::<B, 3>(t(88, 0), [11, 2, 4], d).permute([1, 2, 0]);
+    let w1 = ft::<B, 3>(t(4 * 2 * 3, 100), [4, 2, 3], d);
+    out.push((
+        "conv1d".into(),
+        module::conv1d(
+            x1.clone(),
+            w1.clone(),
+            Some(ft::<B, 1>(t(4, 7), [4], d)),
+            ConvOptions::new([2], [2], [2], 2),
+        )
+        .into_data(),
+    ));
+    out.push((
+        "conv_t1d".into(),
+        module::conv_transpose1d(
+            x1.clone(),
+            w1.clone().narrow(1, 0, 1),
+            None,
+            ConvTransposeOptions::new([3], [1], [1], [2], 4),
+        )
+        .into_data(),
+    ));
+    out.push((
+        "maxpool1d".into(),
+        module::max_pool1d(x1.clone(), 3, 2, 1, 2).into_data(),
+    ));
+    out.push((
+        "avgpool1d".into(),
+        module::avg_pool1d(x1.clone(), 4, 3, 2, false).into_data(),
+    ));
+    out.push((
+        "adaptive1d".into(),
+        module::adaptive_avg_pool1d(x1.clone(), 4).into_data(),
+    ));
+    // conv3d: [1, 2, 5, 4, 6] stored reversed.
+    let x3 = ft::<B, 5>(t(240, 0), [6, 4, 5, 2, 1], d).permute([4, 3, 2, 1, 0]);
+    let w3 = ft::<B, 5>(t(3 * 2 * 2 * 3 * 2, 30), [3, 2, 2, 3, 2], d);
+    out.push((
+        "conv3d".into(),
+        module::conv3d(
+            x3.clone(),
+            w3.clone(),
+            None,
+            ConvOptions::new([1, 2, 2], [1, 0, 1], [2, 1, 1], 1),
+        )
+        .into_data(),
+    ));
+    out.push((
+        "conv_t3d".into(),
+        module::conv_transpose3d(
+            x3,
+            w3.swap_dims(0, 1),
+            Some(ft::<B, 1>(t(3, 3), [3], d)),
+            ConvTransposeOptions::new([2, 1, 2], [0, 1, 1], [1, 0, 0], [1, 2, 1], 1),
+        )
+        .into_data(),
+    ));
+    // deform_conv2d: offsets and mask from the data.
+    let x2 = ft::<B, 4>(t(2 * 4 * 5 * 5, 0), [2, 5, 5, 4], d).permute([0, 3, 1, 2]);
+    let wd = ft::<B, 4>(t(4 * 2 * 3 * 3, 50), [4, 2, 3, 3], d);
+    let (oh, ow) = (3, 3);
+    let off = ft::<B, 4>(t(2 * 2 * 18 * oh * ow, 0), [2, 2 * 18, oh, ow], d) * 1.7;
+    let mask = activation::sigmoid(ft::<B, 4>(
+        t(2 * 2 * 9 * oh * ow, 17),
+        [2, 2 * 9, oh, ow],
+        d,
+    ));
+    out.push((
+        "deform".into(),
+        module::deform_conv2d(
+            x2.clone(),
+            off,
+            wd,
+            Some(mask),
+            None,
+            DeformConvOptions::new([2, 2], [1, 1], [1, 1], 2, 2),
+        )
+        .into_data(),
+    ));
+    out.push((
+        "unfold4d".into(),
+        module::unfold4d(
+            x2.clone(),
+            [2, 3],
+            UnfoldOptions::new([2, 1], [1, 0], [1, 2]),
+        )
+        .into_data(),
+    ));
+    for mode in [
+        InterpolateMode::Nearest,
+        InterpolateMode::Bilinear,
+        InterpolateMode::Bicubic,
+    ] {
+        out.push((
+            format!("down {mode:?}"),
+            module::interpolate(x2.clone(), [2, 3], InterpolateOptions::new(mode.clone()))
+                .into_data(),
+        ));
+        out.push((
+            format!("same {mode:?}"),
+            module::interpolate(x2.clone(), [5, 1], InterpolateOptions::new(mode)).into_data(),
+        ));
+    }
+    let emb = ft::<B, 2>(t(7 * 3, 0), [3, 7], d).transpose();
+    out.push((
+        "embedding".into(),
+        module::embedding(emb, it::<B, 2>(&[6, 0, 3, 3, 1, 5], [2, 3], d)).into_data(),
+    ));
+    // Composites.
+    let v = ft::<B, 2>(t(5 * 6, 0), [6, 5], d).transpose();
+    out.push(("var".into(), v.clone().var(1).into_data()));
+    out.push(("var_bias".into(), v.clone().var_bias(0).into_data()));
+    out.push((
+        "cross".into(),
+        v.clone()
+            .narrow(1, 0, 3)
+            .cross(v.clone().narrow(1, 3, 3), 1)
+            .into_data(),
+    ));
+    out.push(("pad".into(), v.clone().pad((1, 2, 0, 3), -1.0).into_data()));
+    out.push((
+        "one_hot".into(),
+        it::<B, 1>(&[3, 0, 4], [3], d).one_hot::<2>(5).into_data(),
+    ));
+    out.push((
+        "dot".into(),
+        v.clone()
+            .narrow(0, 1, 1)
+            .reshape([6])
+            .dot(v.clone().narrow(0, 2, 1).reshape([6]))
+            .into_data(),
+    ));
+    out.push((
+        "topk long".into(),
+        ft::<B, 1>(x, [x.len()], d).flip([0]).topk(7, 0).into_data(),
+    ));
+    out.push((
+        "is_close".into(),
+        v.clone().is_close(v.clone() + 1e-6, None, None).into_data(),
+    ));
+    out.push(("roll".into(), v.clone().roll(&[2, -1], &[0, 1]).into_data()));
+    out.push((
+        "arange_step".into(),
+        Tensor::<B, 1, Int>::arange_step(-3..17, 4, d).into_data(),
+    ));
+    out
+}
+
+#[test]
+fn more_nn_ops_and_composites_match_ndarray() {
+    let mut x = Rng(700).vec(2000, -1.0, 1.0);
+    // Distinct values for topk.
+    x.iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v += i as f32 * 1e-4);
+    let g = nn2_pipeline::<Xpu>(&x, &xd());
+    let w = nn2_pipeline::<Nd>(&x, &nd());
+    let bad = diff(&g, &w, 1e-4, 1e-5);
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+/// Degenerate windows: size-1 interpolation sources and targets, adaptive pools that grow,
+/// kernels larger than the input, depthwise and strided-past-kernel transposed convolutions.
+fn degenerate_nn_pipeline<B: Backend>(x: &[f32], d: &B::Device) -> Out {
+    let mut out = Out::new();
+    let t = |n: usize, off: usize| &x[off..off + n];
+    let x4 = ft::<B, 4>(t(2 * 3 * 4 * 5, 0), [2, 4, 5, 3], d).permute([0, 3, 1, 2]); // [2,3,4,5]
+    for mode in [
+        InterpolateMode::Nearest,
+        InterpolateMode::Bilinear,
+        InterpolateMode::Bicubic,
+    ] {
+        for size in [[1, 1], [1, 7], [9, 1]] {
+            out.push((
+                format!("interp {mode:?} to {size:?}"),
+                module::interpolate(x4.clone(), size, InterpolateOptions::new(mode.clone()))
+                    .into_data(),
+            ));
+        }
+        let one = x4.clone().narrow(2, 1, 1).narrow(3, 2, 1); // [2,3,1,1]
+        out.push((
+            format!("interp {mode:?} from 1x1"),
+            module::interpolate(one, [3, 4], InterpolateOptions::new(mode)).into_data(),
+        ));
+    }
+    out.push((
+        "adaptive grow".into(),
+        module::adaptive_avg_pool2d(x4.clone(), [7, 11]).into_data(),
+    ));
+    out.push((
+        "adaptive 1x1".into(),
+        module::adaptive_avg_pool2d(x4.clone(), [1, 1]).into_data(),
+    ));
+    let wbig = ft::<B, 4>(t(6 * 1 * 5 * 6, 100), [6, 1, 5, 6], d);
+    out.push((
+        "depthwise big kernel".into(),
+        module::conv2d(
+            x4.clone(),
+            wbig,
+            None,
+            ConvOptions::new([1, 2], [2, 1], [1, 1], 3),
+        )
+        .into_data(),
+    ));
+    let wt = ft::<B, 4>(t(3 * 2 * 2 * 2, 300), [3, 2, 2, 2], d);
+    out.push((
+        "conv_t stride > kernel".into(),
+        module::conv_transpose2d(
+            x4.clone(),
+            wt,
+            None,
+            ConvTransposeOptions::new([3, 4], [0, 1], [2, 3], [1, 1], 3),
+        )
+        .into_data(),
+    ));
+    out.push((
+        "maxpool whole".into(),
+        module::max_pool2d(x4.clone(), [4, 5], [1, 1], [0, 0], [1, 1]).into_data(),
+    ));
+    out.push((
+        "avgpool pad".into(),
+        module::avg_pool2d(x4, [3, 4], [3, 3], [1, 2], true).into_data(),
+    ));
+    out
+}
+
+#[test]
+fn degenerate_windows_match_ndarray() {
+    let x = Rng(800).vec(500, -1.0, 1.0);
+    let g = degenerate_nn_pipeline::<Xpu>(&x, &xd());
+    let w = degenerate_nn_pipeline::<Nd>(&x, &nd());
+    let bad = diff(&g, &w, 1e-4, 1e-5);
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+/// NaN through sorts, clamps and pairwise extremes. (Not max/min/arg*/cummax/cummin along a
+/// dim: xpu propagates NaN there as torch does, documented in `ops::reduce`; ndarray skips it.)
+fn nan_pipeline<B: Backend>(d: &B::Device) -> Out {
+    let n = f32::NAN;
+    let v = ft::<B, 2>(
+        &[1.0, n, 3.0, n, -1.0, 2.0, n, n, n, 0.0, 5.0, -2.0],
+        [3, 4],
+        d,
+    )
+    .transpose();
+    let mut out = Out::new();
+    for dim in 0..2 {
+        out.push((format!("sort d{dim}"), v.clone().sort(dim).into_data()));
+        out.push((
+            format!("sort desc d{dim}"),
+            v.clone().sort_descending(dim).into_data(),
+        ));
+    }
+    out.push(("clamp".into(), v.clone().clamp(0.0, 2.0).into_data()));
+    out.push((
+        "max_pair".into(),
+        v.clone().max_pair(v.clone().flip([0])).into_data(),
+    ));
+    out
+}
+
+#[test]
+fn nan_through_sorts_and_clamps_matches_ndarray() {
+    let g = nan_pipeline::<Xpu>(&xd());
+    let w = nan_pipeline::<Nd>(&nd());
+    let bad = diff(&g, &w, 0.0, 0.0);
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+/// Overlapping views (unfold windows) and stride-0 views through reshape, reductions,
+/// matmul (CLBlast-sized too), cat and slice_assign.
+fn overlap_pipeline<B: Backend>(x: &[f32], d: &B::Device) -> Out {
+    let mut out = Out::new();
+    let v = ft::<B, 2>(&x[..3 * 300], [3, 300], d);
+    let w = v.clone().unfold::<3, _>(1, 100, 7); // [3, 29, 100], windows overlap
+    out.push(("unfold copy".into(), w.clone().into_data()));
+    out.push(("unfold sum d2".into(), w.clone().sum_dim(2).into_data()));
+    out.push(("unfold cumsum d1".into(), w.clone().cumsum(1).into_data()));
+    out.push((
+        "unfold reshape".into(),
+        w.clone().reshape([3 * 29, 100]).into_data(),
+    ));
+    let wt = w.clone().swap_dims(1, 2); // [3, 100, 29]
+    out.push((
+        "unfold matmul".into(),
+        w.clone().matmul(wt.clone()).into_data(),
+    ));
+    out.push((
+        "unfold matmul small".into(),
+        w.clone()
+            .narrow(2, 0, 5)
+            .matmul(wt.clone().narrow(1, 0, 5))
+            .into_data(),
+    ));
+    out.push((
+        "unfold slice_assign".into(),
+        w.clone()
+            .slice_assign([0..2, 3..5, 10..20], w.clone().slice([1..3, 0..2, 0..10]))
+            .into_data(),
+    ));
+    let e = v.clone().narrow(0, 1, 1).expand([64, 300]);
+    out.push((
+        "expand matmul".into(),
+        e.clone().matmul(v.clone().transpose()).into_data(),
+    ));
+    out.push((
+        "expand reshape".into(),
+        e.clone().reshape([300, 64]).into_data(),
+    ));
+    out.push(("expand argmax".into(), e.clone().argmax(0).into_data()));
+    out.push((
+        "cat".into(),
+        Tensor::cat(
+            vec![
+                e.clone().narrow(0, 0, 2),
+                v.clone(),
+                w.clone().narrow(1, 0, 1).reshape([3, 100]).repeat_dim(1, 3),
+            ],
+            0,
+        )
+        .into_data(),
+    ));
+    out
+}
+
+#[test]
+fn overlapping_and_broadcast_views_match_ndarray() {
+    let x = Rng(900).vec(1000, -1.0, 1.0);
+    let g = overlap_pipeline::<Xpu>(&x, &xd());
+    let w = overlap_pipeline::<Nd>(&x, &nd());
+    let bad = diff(&g, &w, 1e-4, 1e-4);
+    assert!(
+        bad.is_empty(),
+        "{} mismatches:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
 }
