@@ -1100,3 +1100,11 @@ impl PendingMove {
         self.0.order(&stream).map_err(AllocError::Stream)
     }
 }
+
+/// An allocation lives on its device: `xpu::device_of(&ptr)` switches to it, as
+/// `torch.xpu.device_of(tensor)` (an empty pointer too: it names the device it was asked of).
+impl xpu_device::HasDevice for DataPtr {
+    fn device_index(&self) -> Option<usize> {
+        Some(self.device)
+    }
+}

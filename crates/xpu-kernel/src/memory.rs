@@ -1088,3 +1088,11 @@ impl StreamMemoryExt for Stream {
 fn check_fork() -> Result<(), MemoryError> {
     xpu_device::fork::refuse_in_bad_fork(MemoryError::Alloc(AllocError::BadFork))
 }
+
+/// A buffer lives on its allocation's device: `xpu::device_of(&buffer)` switches to it, as
+/// `torch.xpu.device_of(tensor)`.
+impl<T: Pod> xpu_device::HasDevice for DeviceBuffer<T> {
+    fn device_index(&self) -> Option<usize> {
+        Some(self.device())
+    }
+}

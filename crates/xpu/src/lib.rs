@@ -82,7 +82,7 @@
 //! | `current_device()` | [`current_device`] | yes |
 //! | `set_device(i)` | [`set_device`] | yes |
 //! | `device(i)` (context manager) | [`device()`] → [`DeviceGuard`] | yes |
-//! | `device_of(obj)` | [`device_of`] | yes |
+//! | `device_of(obj)` | [`device_of`] (streams, events, `DataPtr`, `DeviceBuffer`) | yes |
 //! | `get_device_name(i)` | [`get_device_name`] | yes |
 //! | `get_device_capability(i)` | [`get_device_capability`] (a map, like torch.xpu) | yes |
 //! | `get_device_properties(i)` | [`get_device_properties`] | yes |
@@ -102,6 +102,7 @@
 //! | `reset_peak_memory_stats(i)` | `reset_peak_memory_stats` | no |
 //! | `mem_get_info(i)` | `mem_get_info` (free = total − reserved by xpu: OpenCL has no free-memory query) | yes |
 //! | `set_per_process_memory_fraction(f, i)` | `set_per_process_memory_fraction` (0 < f ≤ 1) | yes |
+//! | `get_per_process_memory_fraction(i)` | [`get_per_process_memory_fraction`] | yes |
 //! | `caching_allocator_alloc` / `caching_allocator_delete` | `xpu_alloc` `raw_alloc` / `raw_delete` | — |
 //! | `Tensor.record_stream(s)` | `xpu_alloc::record_stream` / `DataPtr::record_stream` (typed copies, `DeviceBuffer` methods and launches record a stream other than the allocation's themselves) | — |
 //! | `torch.empty(n, device=d)`, `Tensor.to(d, non_blocking=True)`, `Tensor.cpu()` | `DeviceBuffer::new` / `zeroed` / `from_slice`, `StreamMemoryExt` (`htod_copy`, `dtoh_sync_copy`, ...), `DeviceBuffer::to_vec`; the rest in `xpu_kernel::memory` | — |

@@ -164,6 +164,16 @@ pub fn set_per_process_memory_fraction(fraction: f64, device: Option<usize>) -> 
     Ok(xpu_alloc::set_memory_fraction(fraction, current(device))?)
 }
 
+/// The device's memory fraction, as `torch.cuda.get_per_process_memory_fraction`: what
+/// [`set_per_process_memory_fraction`] set, 1.0 until then. Initializes.
+///
+/// # Errors
+/// Initialization errors; `InvalidDevice`.
+pub fn get_per_process_memory_fraction(device: Option<usize>) -> Result<f64> {
+    xpu_lazy::lazy_init()?;
+    Ok(xpu_alloc::memory_fraction(current(device))?)
+}
+
 /// Allocates `size` bytes on the current device's current stream through the caching
 /// allocator (`DataPtr` frees on drop). Initializes.
 ///
