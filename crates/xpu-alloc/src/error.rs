@@ -147,6 +147,22 @@ pub enum AllocError {
 }
 
 impl AllocError {
+    /// True when the allocation failed for lack of device memory, as torch raises
+    /// `torch.OutOfMemoryError`: [`AllocError::OutOfMemory`] (after releasing every cached
+    /// segment), [`AllocError::MemoryFractionExceeded`] (torch's OOM under a fraction),
+    /// [`AllocError::TooLarge`] (a request beyond the device's largest allocation, which torch
+    /// reports as out of memory too: a smaller request may fit), or a driver's out-of-memory
+    /// code in [`AllocError::Device`].
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            AllocError::OutOfMemory(_)
+            | AllocError::MemoryFractionExceeded(_)
+            | AllocError::TooLarge { .. } => true,
+            AllocError::Device(e) => e.is_out_of_memory(),
+            _ => false,
+        }
+    }
+
     /// True for a bad fork (see `xpu_device::fork`): [`AllocError::BadFork`], which every
     /// allocator entry point returns in a bad fork child, a device-layer `BadFork` in
     /// [`AllocError::Device`] (which `From` turns into `AllocError::BadFork`, but the variant

@@ -187,5 +187,41 @@ impl Error {
     }
 }
 
+impl Error {
+    /// True when the failure is a lack of device memory, as `torch.OutOfMemoryError`,
+    /// whichever layer it came through: the allocator's out-of-memory or memory-fraction
+    /// report ([`AllocError::is_out_of_memory`](xpu_alloc::AllocError::is_out_of_memory)),
+    /// directly or inside a typed-memory, interop or kernel error, and a driver's
+    /// out-of-memory code (`CL_MEM_OBJECT_ALLOCATION_FAILURE`, `CL_OUT_OF_RESOURCES`,
+    /// `CL_INVALID_BUFFER_SIZE`: [`DeviceError::is_out_of_memory`]) in the device, host or
+    /// kernel layers.
+    ///
+    /// [`DeviceError::is_out_of_memory`]: xpu_device::DeviceError::is_out_of_memory
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            Error::Device(e) => e.is_out_of_memory(),
+            #[cfg(feature = "alloc")]
+            Error::Alloc(e) => e.is_out_of_memory(),
+            #[cfg(feature = "alloc")]
+            Error::Host(e) => {
+                matches!(&**e, xpu_alloc::HostError::Device(d) if d.is_out_of_memory())
+            }
+            #[cfg(feature = "kernel")]
+            Error::Memory(e) => {
+                matches!(&**e, xpu_kernel::MemoryError::Alloc(a) if a.is_out_of_memory())
+            }
+            #[cfg(feature = "kernel")]
+            Error::Interop(xpu_kernel::InteropError::Alloc(a)) => a.is_out_of_memory(),
+            #[cfg(feature = "kernel")]
+            Error::Kernel(e) => match &**e {
+                xpu_kernel::KernelError::Alloc(a) => a.is_out_of_memory(),
+                xpu_kernel::KernelError::Device(d) => d.is_out_of_memory(),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+}
+
 /// Result alias of the facade.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

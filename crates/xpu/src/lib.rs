@@ -103,6 +103,7 @@
 //! | `mem_get_info(i)` | `mem_get_info` (free = total − reserved by xpu: OpenCL has no free-memory query) | yes |
 //! | `set_per_process_memory_fraction(f, i)` | `set_per_process_memory_fraction` (0 < f ≤ 1) | yes |
 //! | `get_per_process_memory_fraction(i)` | [`get_per_process_memory_fraction`] | yes |
+//! | `except torch.OutOfMemoryError` | [`Error::is_out_of_memory`] | no |
 //! | `caching_allocator_alloc` / `caching_allocator_delete` | `xpu_alloc` `raw_alloc` / `raw_delete` | — |
 //! | `Tensor.record_stream(s)` | `xpu_alloc::record_stream` / `DataPtr::record_stream` (typed copies, `DeviceBuffer` methods and launches record a stream other than the allocation's themselves) | — |
 //! | `torch.empty(n, device=d)`, `Tensor.to(d, non_blocking=True)`, `Tensor.cpu()` | `DeviceBuffer::new` / `zeroed` / `from_slice`, `StreamMemoryExt` (`htod_copy`, `dtoh_sync_copy`, ...), `DeviceBuffer::to_vec`; the rest in `xpu_kernel::memory` | — |
