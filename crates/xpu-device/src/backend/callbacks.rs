@@ -9,7 +9,6 @@
 //! no closure can abort the process.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,6 +18,7 @@ use std::sync::{Arc, OnceLock};
 use opencl3::event as cle;
 use parking_lot::Mutex;
 
+use super::keyed::Keyed;
 use super::{raw, release};
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
@@ -190,8 +190,7 @@ struct Registration {
 }
 
 struct Registry {
-    pending: BTreeMap<usize, Registration>,
-    next_key: usize,
+    pending: Keyed<Registration>,
     /// [`register`] sweeps once this many closures wait (then twice what is left), so that
     /// failures nothing else sweeps are found at O(1) amortized cost per registration.
     sweep_at: usize,
@@ -202,8 +201,7 @@ const FIRST_SWEEP: usize = 64;
 const EXECUTION_STATUS: u32 = 0x11D3;
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
-    pending: BTreeMap::new(),
-    next_key: 1,
+    pending: Keyed::new(),
     sweep_at: FIRST_SWEEP,
 });
 
@@ -224,7 +222,7 @@ fn deliver(registration: Registration, status: i32) {
 extern "C" fn on_status(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
     let key = user_data as usize;
     // No driver call and no user code under the lock; nothing here panics.
-    let registration = REGISTRY.lock().pending.remove(&key);
+    let registration = REGISTRY.lock().pending.take(key);
     if let Some(registration) = registration {
         deliver(registration, status);
     }
@@ -247,9 +245,7 @@ pub(crate) fn register(event: raw::cl_event, f: CompleteFn) -> Result<(), i32> {
     registered();
     let (key, sweep) = {
         let mut registry = REGISTRY.lock();
-        let key = registry.next_key;
-        registry.next_key = registry.next_key.wrapping_add(1).max(1);
-        registry.pending.insert(key, registration);
+        let key = registry.pending.insert(registration);
         (key, registry.pending.len() >= registry.sweep_at)
     };
     // The driver may call back at once, on this thread: the lock is not held.
@@ -263,7 +259,7 @@ pub(crate) fn register(event: raw::cl_event, f: CompleteFn) -> Result<(), i32> {
         Err(code) => {
             // The driver never saw the key. A sweep may have delivered it meanwhile (its
             // event had failed): then the closure runs, as if registered.
-            let Some(registration) = REGISTRY.lock().pending.remove(&key) else {
+            let Some(registration) = REGISTRY.lock().pending.take(key) else {
                 return Ok(());
             };
             unregistered();
@@ -283,7 +279,7 @@ pub(crate) fn sweep_failed() {
         registry
             .pending
             .iter()
-            .map(|(&key, r)| (key, Arc::clone(&r.event)))
+            .map(|(key, r)| (key, Arc::clone(&r.event)))
             .collect()
     };
     if events.is_empty() {
@@ -300,7 +296,7 @@ pub(crate) fn sweep_failed() {
         let mut registry = REGISTRY.lock();
         let taken = failed
             .into_iter()
-            .filter_map(|(key, code)| registry.pending.remove(&key).map(|r| (r, code)))
+            .filter_map(|(key, code)| registry.pending.take(key).map(|r| (r, code)))
             .collect();
         registry.sweep_at = FIRST_SWEEP.max(2 * registry.pending.len());
         taken

@@ -17,11 +17,11 @@
 //! never makes), by the sweep that passes the failure on. Whoever takes it releases it, so a
 //! failed forward leaves no event reference behind.
 
-use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 
 use opencl3::event as cle;
 
+use super::keyed::Keyed;
 use super::{ClEvent, EventStatus};
 
 struct Forward {
@@ -32,24 +32,15 @@ struct Forward {
 }
 
 /// The targets' clones waiting for their source's callback, by key.
-struct Targets {
-    map: BTreeMap<usize, ClEvent>,
-    next: usize,
-}
-
-static TARGETS: Mutex<Targets> = Mutex::new(Targets {
-    map: BTreeMap::new(),
-    next: 1,
-});
+static TARGETS: Mutex<Keyed<ClEvent>> = Mutex::new(Keyed::new());
 
 /// Keeps a clone of `target` for a callback; returns its key (never 0).
 pub(super) fn hold_target(target: &ClEvent) -> usize {
     let clone = target.clone();
-    let mut targets = TARGETS.lock().unwrap_or_else(PoisonError::into_inner);
-    let key = targets.next;
-    targets.next = targets.next.wrapping_add(1).max(1);
-    targets.map.insert(key, clone);
-    key
+    TARGETS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(clone)
 }
 
 /// Takes the clone kept under `key`, if nobody took it yet (the caller releases it, outside
@@ -58,8 +49,7 @@ pub(super) fn take_target(key: usize) -> Option<ClEvent> {
     TARGETS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .map
-        .remove(&key)
+        .take(key)
 }
 
 struct Forwards {

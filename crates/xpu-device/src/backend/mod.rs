@@ -63,6 +63,7 @@ pub mod device_id;
 mod event;
 mod forwards;
 mod held;
+mod keyed;
 mod live;
 mod memory;
 mod offset_params;

@@ -626,8 +626,6 @@ impl CommandQueue {
             // No host byte is used: nothing to order after or to track.
             return self.enqueue_nothing(wait);
         }
-        // Before anything waits for the pinned buffer's copies.
-        self.check_buffer_context(function, buffer)?;
         // `after` keeps its events retained until the enqueue below returned.
         let after = pinned.order_after_conflicts(access, self)?;
         let mut list = self.checked_wait_list(function, wait)?;
