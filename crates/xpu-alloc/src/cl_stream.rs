@@ -17,7 +17,7 @@ use std::sync::Arc;
 use xpu_caching::backend::check_copy;
 use xpu_caching::sim_stream::{SimMarker, SimStream};
 use xpu_caching::{Backend, CopyError, DeviceFailure, MarkerStatus};
-use xpu_device::backend::{Buffer, ClEvent, EventStatus};
+use xpu_device::backend::{Buffer, EventStatus, OrderedMarker};
 use xpu_stream::{QueueRef, Stream, StreamError};
 
 use crate::source::SegmentMemory;
@@ -111,16 +111,19 @@ fn marker_error(e: impl Into<StreamError>) -> MarkerError {
 }
 
 /// A marker recorded on a real stream (`clEnqueueMarkerWithWaitList`, flushed so that it
-/// completes without a later flush).
+/// completes without a later flush), judged in order with the waits enqueued before it on its
+/// queue ([`OrderedMarker`]).
 #[derive(Debug)]
-pub struct EventMarker(ClEvent);
+pub struct EventMarker(OrderedMarker);
 
 impl EventMarker {
-    /// One status query. Complete: `CL_COMPLETE`; also an event whose status cannot be read
+    /// One status query ([`OrderedMarker::status`]). Complete: `CL_COMPLETE` with every wait
+    /// enqueued before it on the queue complete; also an event whose status cannot be read
     /// (nothing more can be learned), and one in a bad fork child, which is not queried (no
-    /// driver call there). Failed: an error status; PoCL fails the commands after a failed
-    /// one at once while earlier ones stay queued, so the marker says nothing about the
-    /// stream's earlier work (the allocator keeps the block out of the cache).
+    /// driver call there). Failed: an error status, or a wait before it failed; PoCL fails
+    /// the commands after a failed one at once, and completes later markers, while earlier
+    /// ones stay queued, so the marker says nothing about the stream's earlier work (the
+    /// allocator keeps the block out of the cache). Pending otherwise.
     fn status(&self) -> MarkerStatus {
         if xpu_device::fork::is_in_bad_fork() {
             return MarkerStatus::Complete;
@@ -142,9 +145,9 @@ impl ClStream {
         let Some(queue) = self.live_queue()? else {
             return Ok(StreamMarker::Idle);
         };
-        let event = queue.enqueue_marker(&[]).map_err(marker_error)?;
+        let marker = queue.enqueue_ordered_marker().map_err(marker_error)?;
         queue.flush().map_err(marker_error)?;
-        Ok(StreamMarker::Device(EventMarker(event)))
+        Ok(StreamMarker::Device(EventMarker(marker)))
     }
 }
 
@@ -305,7 +308,7 @@ impl Backend for ClBackend {
                 if xpu_device::fork::is_in_bad_fork() {
                     return Err(marker_error(StreamError::BadFork));
                 }
-                m.0.wait().map_err(marker_error)
+                m.0.event().wait().map_err(marker_error)
             }
             StreamMarker::Simulated(m) => {
                 m.wait();
@@ -318,7 +321,9 @@ impl Backend for ClBackend {
     fn stream_wait(stream: &StreamRef, marker: &StreamMarker) -> Result<(), MarkerError> {
         match (stream, marker) {
             (StreamRef::Device(s), StreamMarker::Device(m)) => {
-                s.queue()?.enqueue_barrier(&[&m.0]).map_err(marker_error)?;
+                s.queue()?
+                    .enqueue_barrier(&[m.0.event()])
+                    .map_err(marker_error)?;
                 Ok(())
             }
             (StreamRef::Simulated(s), StreamMarker::Simulated(m)) => {

@@ -151,12 +151,10 @@ fn a_segment_released_during_an_allocation_is_given_back_only_after_its_streams_
 /// allocation of the size on D gets it, and the fill that runs when A opens overwrites the
 /// new owner's bytes. The OOM path's wait for every pending free, a shard's teardown and
 /// `empty_cache`'s own release markers trust such a wait alike. (`device_order.rs` covers the free marker recorded
-/// *before* the failure, which then fails and keeps the block out.) Not fixed: no marker
-/// tells the allocator more on this driver; a fix needs the stream's failure known (e.g.
-/// a failed command noticed on the queue, its later markers then distrusted) or a
-/// `clFinish` before reuse.
+/// *before* the failure, which then fails and keeps the block out.) Fixed: each queue logs
+/// the waits of its commands, and the allocator's markers are judged with them
+/// (`OrderedMarker`): one after a failed wait reads failed, and the block stays out.
 #[test]
-#[ignore = "defect found by review h26, not fixed: after a failed command PoCL completes later markers while earlier commands stay queued"]
 fn a_free_marker_recorded_after_a_failed_command_does_not_release_the_block_early() {
     if !xpu_testing::devices(1) {
         return;
@@ -195,4 +193,48 @@ fn a_free_marker_recorded_after_a_failed_command_does_not_release_the_block_earl
         "E's queued fill overwrote the new owner's bytes (bytes, block reused at once)"
     );
     drop(keep);
+}
+
+/// `empty_cache`'s own release marker, recorded on E after a barrier whose gate failed while
+/// E's fill of the segment is still held by gate A, read complete at once on PoCL, and the
+/// segment went back to the source (which may hand it out again) under the queued fill.
+/// Now the release marker is judged with E's waits: it reads failed, and the segment is kept
+/// out (not freed, still reserved).
+#[test]
+fn empty_cache_keeps_a_segment_whose_release_marker_follows_a_failed_command() {
+    if !xpu_testing::devices(1) {
+        return;
+    }
+    let source = Arc::new(Recycler {
+        inner: BufferSource::new(0).unwrap(),
+        spare: Mutex::new(Vec::new()),
+        used_until: Mutex::new(None),
+        complete_at_free: Mutex::new(Vec::new()),
+    });
+    let core = DeviceCore::new(Box::new(source.clone()), AllocConfig::default());
+    let e = fresh_stream(0);
+    let e = e.stream();
+    let er = ClStream::shared(e);
+    let x = core.allocate(12 * MIB, &er).unwrap();
+    let a = Gate::new(0).unwrap();
+    a.block(&e).unwrap();
+    fill(&x, &e, 0xEE);
+    *source.used_until.lock() = Some(e.record_event().unwrap());
+    let b = Gate::new(0).unwrap();
+    b.block(&e).unwrap();
+    b.as_cl_event().set_failed(-5).unwrap();
+    // Freed on its own stream: cached at once; `empty_cache` releases its idle segment after
+    // a marker on E.
+    drop(x);
+    core.empty_cache();
+    let given_back = source.complete_at_free.lock().clone();
+    let reserved = core.memory_reserved();
+    a.open().unwrap();
+    let _ = e.synchronize();
+    assert_eq!(
+        (given_back, reserved),
+        (Vec::<bool>::new(), 12 * MIB),
+        "the source got E's segment back while E's fill on it was held by gate A (complete at \
+         each free; reserved bytes after empty_cache)"
+    );
 }

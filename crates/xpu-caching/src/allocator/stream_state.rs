@@ -12,7 +12,7 @@ use super::policy_state::PolicyState;
 use super::pool::FreePool;
 use super::slab::Slab;
 use super::stats_cell::{CellArray, StatsWriter};
-use crate::backend::Backend;
+use crate::backend::{Backend, MarkerStatus};
 use crate::config::AllocConfig;
 use crate::history::{History, TraceAction};
 use crate::size::{self, PoolKind};
@@ -961,11 +961,31 @@ impl<B: Backend> ReleaseBatch<B> {
         }
     }
 
-    /// Frees the segments (after [`ReleaseBatch::wait`]); returns the bytes released.
+    /// Frees the segments (after [`ReleaseBatch::wait`]); returns the bytes released. Only
+    /// once the marker reads complete ([`Backend::marker_status`]): a wait may return while
+    /// the marker is not complete in order (a failed command before it on the stream, whose
+    /// earlier commands may stay queued), and then the segments are kept out for good:
+    /// never freed, still counted as reserved (0 is returned).
     pub(crate) fn free(self, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>) -> u64 {
+        let status = st.unlocked(|| B::marker_status(&self.marker));
+        if status != MarkerStatus::Complete {
+            Self::kept_out(self.key, &self.segments, status);
+            std::mem::forget(self.segments);
+            return 0;
+        }
         let released = self.segments.iter().map(|s| s.source.size).sum();
         free_segments(self.segments, self.key, shared, st);
         released
+    }
+
+    #[cold]
+    fn kept_out(key: StreamKey, segments: &[Segment<B>], status: MarkerStatus) {
+        tracing::error!(
+            stream = ?key,
+            segments = segments.len(),
+            ?status,
+            "the work before a release marker is not known complete; its segments are kept out"
+        );
     }
 }
 

@@ -29,11 +29,15 @@
 //!   (module `held`, pruned when it doubles and by `live_objects`).
 //! - After a failed command PoCL fails the later commands of the queue at once while earlier ones
 //!   stay queued, so a failed free marker tells nothing: the caching allocator keeps its block out
-//!   of the cache (`MarkerStatus::Failed`), as a failed record. Not handled: a marker enqueued
-//!   after the failed command can also read `CL_COMPLETE` (and a wait on it return) while an
-//!   earlier command still waits on an unset user event, so a block used by that command can be
-//!   released early (review h26, `xpu-alloc/tests/review_h26.rs`, ignored): in-order completion
-//!   no longer holds on such a queue, and no status tells it.
+//!   of the cache (`MarkerStatus::Failed`), as a failed record. A marker enqueued after the
+//!   failed command can also read `CL_COMPLETE` (and a wait on it return) while an earlier
+//!   command still waits on an unset user event (review h26): in-order completion no longer
+//!   holds on such a queue. So each queue wrapper logs the waits of its commands (module
+//!   `waits`), and the markers the allocator frees memory under (`OrderedMarker`) read
+//!   complete only once every wait before them completed with success; after a failed wait,
+//!   never (sticky for the queue: what the driver left queued is not known). Not handled: a
+//!   command failing by itself (not through a wait), and same-stream reuse, which trusts the
+//!   queue's own order.
 //! - PoCL never calls the completion callback of a command failed through its wait list: an
 //!   `on_complete` closure waits in the runtime's registry with its event, and a sweep at every
 //!   failure the runtime starts (and at `live_objects`) hands it over with the error status
@@ -72,6 +76,7 @@ mod platform;
 mod program;
 mod queue;
 mod release;
+mod waits;
 
 pub use callbacks::{on_callback_thread, wait_for_callbacks};
 pub use command_buffer::{command_buffer_support, CommandBuffer, CommandBufferSupport};
@@ -87,9 +92,11 @@ pub use pinned::PinnedBuffer;
 pub use platform::Platform;
 pub use program::{BufferElement, Kernel, KernelScalar, Program};
 pub use queue::{
-    markers_enqueued_on_this_thread, CommandQueue, PinnedBytes, QueueOptions, QueuePriority,
+    markers_enqueued_on_this_thread, CommandQueue, OrderedMarker, PinnedBytes, QueueOptions,
+    QueuePriority,
 };
 pub use release::take_release_error;
+pub use waits::WaitsStatus;
 
 /// Raw OpenCL handle types, for interop.
 pub mod raw {

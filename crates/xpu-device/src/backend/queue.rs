@@ -3,12 +3,15 @@
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use opencl3::command_queue as clq;
 
 use super::pinned::DeviceAccess;
+use super::waits::{EarlierWaits, WaitLog, WaitsStatus};
 use super::{
-    cl, raw, release, wait_list, Buffer, ClEvent, Context, DeviceId, Kernel, PinnedBuffer,
+    cl, raw, release, wait_list, Buffer, ClEvent, Context, DeviceId, EventStatus, Kernel,
+    PinnedBuffer,
 };
 use crate::error::{ClError, DeviceError, Result};
 
@@ -54,15 +57,59 @@ pub struct QueueOptions {
     pub priority: Option<QueuePriority>,
 }
 
-/// A reference-counted in-order command queue. `Clone` retains, `Drop` releases.
+/// A reference-counted in-order command queue. `Clone` retains, `Drop` releases; clones
+/// share what the wrapper knows of the queue (its context, the waits of its commands), a
+/// queue wrapped twice from its raw handle does not.
 #[derive(Debug)]
-pub struct CommandQueue(
-    raw::cl_command_queue,
+pub struct CommandQueue(raw::cl_command_queue, Arc<QueueShared>);
+
+/// What the clones of one [`CommandQueue`] wrapper know of the queue.
+#[derive(Debug, Default)]
+pub(super) struct QueueShared {
     /// The queue's context (`CL_QUEUE_CONTEXT`, fixed at creation), read once on first need
     /// (0 until then) so that checking a buffer's context costs no driver query. Only
     /// compared, never used as a handle (not retained).
-    AtomicUsize,
-);
+    context: AtomicUsize,
+    /// The waits of the commands enqueued through the wrapper (see `waits`).
+    pub(super) waits: WaitLog,
+}
+
+/// A marker whose completion is judged with the waits enqueued before it on its queue
+/// ([`CommandQueue::enqueue_ordered_marker`]): what the allocators free memory under.
+#[derive(Debug)]
+pub struct OrderedMarker {
+    event: ClEvent,
+    earlier: Option<EarlierWaits>,
+}
+
+impl OrderedMarker {
+    /// The marker's event (to wait for it, or to make another queue wait for it).
+    pub fn event(&self) -> &ClEvent {
+        &self.event
+    }
+
+    /// The marker's status, trusted only in order: `Complete` once the driver reports it
+    /// complete and every wait enqueued before it on the queue completed with success;
+    /// `Submitted` while the driver reports it complete but such a wait is still pending;
+    /// `Error` when the driver reports the marker failed, or when such a wait failed (then
+    /// with the wait's status: a driver may complete later commands while the ones before
+    /// the failure stay queued, as PoCL does, and nothing tells when those ran). A wait's
+    /// failure is sticky: every later ordered marker of the queue reads `Error` too.
+    ///
+    /// # Errors
+    /// A failed `clGetEventInfo` on the marker.
+    pub fn status(&self) -> std::result::Result<EventStatus, ClError> {
+        let status = self.event.status()?;
+        Ok(match (status, &self.earlier) {
+            (EventStatus::Complete, Some(earlier)) => match earlier.status() {
+                WaitsStatus::Complete => EventStatus::Complete,
+                WaitsStatus::Pending => EventStatus::Submitted,
+                WaitsStatus::Failed(code) => EventStatus::Error(code),
+            },
+            (status, _) => status,
+        })
+    }
+}
 
 // SAFETY: cl_command_queue is reference counted and enqueue calls are thread-safe
 // (OpenCL 3.0 appendix A.2); we own one reference.
@@ -135,7 +182,7 @@ impl CommandQueue {
     pub(super) fn counted(raw: raw::cl_command_queue) -> Self {
         super::live::created(super::live::Kind::Queue);
         super::at_exit::wrapper_created(raw);
-        CommandQueue(raw, AtomicUsize::new(0))
+        CommandQueue(raw, Arc::default())
     }
 
     /// `clCreateCommandQueueWithProperties` with a property list.
@@ -235,6 +282,22 @@ impl CommandQueue {
         Ok(WaitList(wait_list(wait)))
     }
 
+    /// Runs `enqueue` (the enqueue call of a command waiting for `list`) with the list logged
+    /// in the queue's waits first (see `waits`); the entry is dropped again when the enqueue
+    /// fails.
+    fn logged<T, E>(
+        &self,
+        list: &WaitList,
+        enqueue: impl FnOnce() -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        let entry = self.1.waits.add(&list.0);
+        let result = enqueue();
+        if let (Some(n), Err(_)) = (entry, &result) {
+            self.1.waits.forget(n);
+        }
+        result
+    }
+
     /// The raw `cl_command_queue`, valid while `self` lives.
     pub fn as_raw(&self) -> raw::cl_command_queue {
         self.0
@@ -280,12 +343,12 @@ impl CommandQueue {
     /// # Errors
     /// A failed `clGetCommandQueueInfo`.
     pub fn context_raw(&self) -> Result<raw::cl_context, ClError> {
-        let known = self.1.load(Ordering::Relaxed);
+        let known = self.1.context.load(Ordering::Relaxed);
         if known != 0 {
             return Ok(known as raw::cl_context);
         }
         let context = self.info_u64(QUEUE_CONTEXT)? as usize;
-        self.1.store(context, Ordering::Relaxed);
+        self.1.context.store(context, Ordering::Relaxed);
         Ok(context as raw::cl_context)
     }
 
@@ -348,6 +411,21 @@ impl CommandQueue {
         )
     }
 
+    /// A marker after every earlier command of this queue, whose completion is judged in
+    /// order ([`OrderedMarker::status`]): with the waits of the commands enqueued before it
+    /// through this wrapper or its clones. Costs what [`CommandQueue::enqueue_marker`] costs,
+    /// and one atomic load while no wait is logged.
+    ///
+    /// # Errors
+    /// A failed `clEnqueueMarkerWithWaitList`.
+    pub fn enqueue_ordered_marker(&self) -> Result<OrderedMarker, ClError> {
+        let event = self.enqueue_marker(&[])?;
+        Ok(OrderedMarker {
+            event,
+            earlier: EarlierWaits::after_marker(&self.1),
+        })
+    }
+
     /// A barrier (`clEnqueueBarrierWithWaitList`): later commands of this queue wait for the
     /// listed events (or, with an empty list, for all earlier commands). The host never blocks.
     ///
@@ -375,10 +453,11 @@ impl CommandQueue {
         wait: &[&ClEvent],
     ) -> Result<ClEvent, ClError> {
         let list = self.checked_wait_list(function, wait)?;
-        // SAFETY: the queue is live and `list` holds `list.count()` live events for the call
-        // (clEnqueueMarkerWithWaitList and clEnqueueBarrierWithWaitList, §5.12).
-        let e = cl(function, unsafe {
-            enqueue(self.0, list.count(), list.ptr())
+        let e = self.logged(&list, || {
+            // SAFETY: the queue is live and `list` holds `list.count()` live events for the
+            // call (clEnqueueMarkerWithWaitList and clEnqueueBarrierWithWaitList, §5.12).
+            let raw = unsafe { enqueue(self.0, list.count(), list.ptr()) };
+            cl(function, raw)
         })?;
         Ok(ClEvent::from_owned_synchronization(e))
     }
@@ -404,7 +483,7 @@ impl CommandQueue {
             return self.enqueue_nothing(wait);
         }
         let list = self.checked_wait_list(function, wait)?;
-        let e = cl(function, enqueue(&list))?;
+        let e = self.logged(&list, || cl(function, enqueue(&list)))?;
         Ok(ClEvent::from_owned(e))
     }
 
@@ -638,7 +717,9 @@ impl CommandQueue {
         // (§5.2.2: the pointer stays valid until completion) and makes the host accesses that
         // conflict with it wait for it (`as_mut_slice`, which needs `&mut`, after a `From`;
         // every access after an `Into`), so the bytes never change under a borrow.
-        let ev = unsafe { self.enqueue_transfer(buffer, false, buffer_offset, len, host, &list) }?;
+        let ev = self.logged(&list, || unsafe {
+            self.enqueue_transfer(buffer, false, buffer_offset, len, host, &list)
+        })?;
         pinned.track(&ev, access);
         Ok(ev)
     }
@@ -824,26 +905,27 @@ impl CommandQueue {
         // match the parameters; buffers held by the kernel); the work sizes and wait list
         // outlive the call (§5.10); `event` is NULL or writable (this function's `# Safety`),
         // and what the kernel code does is the caller's obligation.
-        let status = runtime.clEnqueueNDRangeKernel(
-            self.0,
-            kernel.as_raw(),
-            global.len() as u32,
-            ptr::null(),
-            global.as_ptr(),
-            local.map_or(ptr::null(), |l| l.as_ptr()),
-            list.count(),
-            list.ptr(),
-            event,
-        );
-        match status {
-            Some(0) => Ok(()),
-            Some(code) => Err(ClError::new("clEnqueueNDRangeKernel", code).into()),
-            None => Err(ClError::new(
-                "clEnqueueNDRangeKernel",
-                cl3::error_codes::DLOPEN_FUNCTION_NOT_AVAILABLE,
-            )
-            .into()),
-        }
+        self.logged(&list, || {
+            match runtime.clEnqueueNDRangeKernel(
+                self.0,
+                kernel.as_raw(),
+                global.len() as u32,
+                ptr::null(),
+                global.as_ptr(),
+                local.map_or(ptr::null(), |l| l.as_ptr()),
+                list.count(),
+                list.ptr(),
+                event,
+            ) {
+                Some(0) => Ok(()),
+                Some(code) => Err(ClError::new("clEnqueueNDRangeKernel", code).into()),
+                None => Err(ClError::new(
+                    "clEnqueueNDRangeKernel",
+                    cl3::error_codes::DLOPEN_FUNCTION_NOT_AVAILABLE,
+                )
+                .into()),
+            }
+        })
     }
 }
 
@@ -853,11 +935,9 @@ impl Clone for CommandQueue {
         release::note("clRetainCommandQueue", unsafe {
             clq::retain_command_queue(self.0)
         });
-        let clone = CommandQueue::counted(self.0);
-        clone
-            .1
-            .store(self.1.load(Ordering::Relaxed), Ordering::Relaxed);
-        clone
+        super::live::created(super::live::Kind::Queue);
+        super::at_exit::wrapper_created(self.0);
+        CommandQueue(self.0, Arc::clone(&self.1))
     }
 }
 

@@ -1,0 +1,238 @@
+//! What the commands of a queue waited for, so that a marker is trusted only once every wait
+//! enqueued before it completed successfully.
+//!
+//! A marker with an empty wait list completes after every command enqueued before it on an
+//! in-order queue (`clEnqueueMarkerWithWaitList`, OpenCL 3.0 §5.12). What a driver does with
+//! the commands after one that failed is implementation-defined (§5.11: a command waiting on
+//! an event with a negative status), and PoCL breaks the order there: a barrier whose wait
+//! failed terminates at once while the commands before it stay queued, and a marker enqueued
+//! after it then completes (its wait returns, its status reads `CL_COMPLETE`) while those
+//! commands have not run. A block freed under such a marker would be handed out while a
+//! queued command still writes it (review h26).
+//!
+//! So each queue keeps a [`WaitLog`]: every command enqueued with a non-empty wait list
+//! enters it (its events retained) before its enqueue call, numbered in one order with the
+//! markers that ask about it. An [`EarlierWaits`] (taken by [`super::CommandQueue::
+//! enqueue_ordered_marker`] right after its marker's enqueue) judges the waits numbered
+//! before it: all complete with success, some still pending, or one failed. A failure is
+//! sticky for the queue, as a CUDA error is for its context: no marker recorded after a
+//! failed wait is ever trusted again (what the driver left queued before it is not known),
+//! so memory freed under it stays out of reuse.
+//!
+//! Costs: a command without a wait list, and a marker while the log is empty and no wait
+//! failed, pay one atomic load. A command with one pays a `clRetainEvent` per event and the
+//! log's lock. Waits completed with success are dropped from the log when a marker is
+//! judged, and when the log holds [`PRUNE_AT`] entries or more as one is added. The lock is
+//! held over status queries and releases of logged events (`clGetEventInfo`,
+//! `clReleaseEvent`), never over a wait.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use opencl3::event as cle;
+use parking_lot::Mutex;
+
+use super::{raw, release};
+
+/// Entries at which adding one first drops those already complete with success.
+pub(super) const PRUNE_AT: usize = 16;
+
+/// One retained reference to an event a command waited for (not counted in
+/// [`super::live_objects`]: the log's own, released when the entry goes).
+struct Retained(raw::cl_event);
+
+// SAFETY: a cl_event is reference counted and its info queries and release are thread-safe
+// (OpenCL 3.0 appendix A.2); we own one reference.
+unsafe impl Send for Retained {}
+
+impl Retained {
+    /// Retains `raw`; `None` when `clRetainEvent` fails (the enqueue that lists it fails too).
+    fn new(raw: raw::cl_event) -> Option<Retained> {
+        // SAFETY: `raw` is an event of a live `ClEvent` borrowed by the enqueue call in
+        // progress (the callers' wait lists), so it is valid to retain.
+        (unsafe { cle::retain_event(raw) } == Ok(())).then_some(Retained(raw))
+    }
+
+    /// The event's execution status: `Some(code)` for a negative one (failed), `Some(0)` for
+    /// complete, `None` while it is queued, submitted or running. A status that cannot be
+    /// read counts as complete (nothing more can be learned).
+    fn status(&self) -> Option<i32> {
+        match cle::get_event_info(self.0, cle::CL_EVENT_COMMAND_EXECUTION_STATUS) {
+            Ok(v) => match v.to_int() {
+                code if code <= 0 => Some(code),
+                _ => None,
+            },
+            Err(_) => Some(0),
+        }
+    }
+}
+
+impl Drop for Retained {
+    fn drop(&mut self) {
+        if crate::fork::is_in_bad_fork() {
+            // The parent's driver object: no driver call in a bad fork child.
+            return;
+        }
+        // SAFETY: we own exactly one reference to a live event.
+        release::note("clReleaseEvent", unsafe { cle::release_event(self.0) });
+    }
+}
+
+/// Where the waits before a marker stand ([`EarlierWaits::status`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitsStatus {
+    /// Every wait enqueued before the marker completed with success (or there was none).
+    Complete,
+    /// A wait enqueued before the marker has not completed: the marker cannot have completed
+    /// in order, whatever the driver says.
+    Pending,
+    /// A wait of the queue enqueued before the marker failed with this (negative) status: the
+    /// commands before it may still be queued, and nothing tells when they ran.
+    Failed(i32),
+}
+
+#[derive(Default)]
+struct Inner {
+    /// The next number (of a logged wait or of a marker).
+    next: u64,
+    /// Waits not yet known complete, in number order.
+    entries: VecDeque<(u64, Vec<Retained>)>,
+    /// The number and status of the first wait seen failed.
+    failed: Option<(u64, i32)>,
+}
+
+impl Inner {
+    fn take_number(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+
+    /// Drops the entries numbered below `before` whose events all completed with success and
+    /// notes a failure; returns whether one numbered below `before` is still pending.
+    fn judge(&mut self, before: u64) -> bool {
+        let mut pending = false;
+        let failed = &mut self.failed;
+        self.entries.retain(|(n, events)| {
+            if *n >= before {
+                return true;
+            }
+            let mut waiting = false;
+            for e in events {
+                match e.status() {
+                    Some(0) => {}
+                    Some(code) => {
+                        if failed.is_none_or(|(first, _)| *n < first) {
+                            *failed = Some((*n, code));
+                        }
+                        return false;
+                    }
+                    None => waiting = true,
+                }
+            }
+            pending |= waiting;
+            waiting
+        });
+        pending
+    }
+}
+
+/// The waits of one queue's commands (see the module docs).
+#[derive(Default)]
+pub(super) struct WaitLog {
+    /// Whether the log holds an entry or a wait failed: a marker enqueued while this reads
+    /// false has no earlier wait to ask about. Set under the lock before the command that
+    /// adds an entry is enqueued; the driver's serialization of one queue's enqueue calls
+    /// orders that before a later marker's enqueue.
+    watched: AtomicBool,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for WaitLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitLog")
+            .field("watched", &self.watched.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl WaitLog {
+    /// Logs a command waiting for `events` (raw handles of live events), before its enqueue
+    /// call; returns its number, for [`WaitLog::forget`] if the enqueue fails. `None` for an
+    /// empty list.
+    pub(super) fn add(&self, events: &[raw::cl_event]) -> Option<u64> {
+        if events.is_empty() {
+            return None;
+        }
+        let retained: Vec<Retained> = events.iter().filter_map(|&e| Retained::new(e)).collect();
+        let mut inner = self.inner.lock();
+        if inner.entries.len() >= PRUNE_AT {
+            let next = inner.next + 1;
+            inner.judge(next);
+        }
+        let n = inner.take_number();
+        inner.entries.push_back((n, retained));
+        self.watched.store(true, Ordering::Release);
+        Some(n)
+    }
+
+    /// Drops the entry numbered `n` (its command was not enqueued).
+    pub(super) fn forget(&self, n: u64) {
+        let mut inner = self.inner.lock();
+        if let Some(at) = inner.entries.iter().position(|(m, _)| *m == n) {
+            inner.entries.remove(at);
+        }
+        if inner.entries.is_empty() && inner.failed.is_none() {
+            self.watched.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// The waits enqueued on a queue before one marker, to judge with it (see the module docs).
+/// Holds the queue's log, not the queue.
+pub struct EarlierWaits {
+    log: Arc<super::queue::QueueShared>,
+    before: u64,
+}
+
+impl std::fmt::Debug for EarlierWaits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EarlierWaits")
+            .field("before", &self.before)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EarlierWaits {
+    /// Numbers a marker just enqueued on the queue of `log`: `None` when no wait can stand
+    /// before it (the log empty and no wait failed), the common case, one atomic load.
+    pub(super) fn after_marker(log: &Arc<super::queue::QueueShared>) -> Option<EarlierWaits> {
+        let waits = &log.waits;
+        if !waits.watched.load(Ordering::Acquire) {
+            return None;
+        }
+        let before = waits.inner.lock().take_number();
+        Some(EarlierWaits {
+            log: Arc::clone(log),
+            before,
+        })
+    }
+
+    /// Where the waits enqueued before the marker stand. Queries the status of each wait
+    /// still logged before it (`clGetEventInfo`, never a wait) under the log's lock; drops
+    /// those complete with success.
+    pub fn status(&self) -> WaitsStatus {
+        let waits = &self.log.waits;
+        let mut inner = waits.inner.lock();
+        let pending = inner.judge(self.before);
+        let status = match inner.failed {
+            Some((n, code)) if n < self.before => WaitsStatus::Failed(code),
+            _ if pending => WaitsStatus::Pending,
+            _ => WaitsStatus::Complete,
+        };
+        if inner.entries.is_empty() && inner.failed.is_none() {
+            waits.watched.store(false, Ordering::Release);
+        }
+        status
+    }
+}

@@ -1,0 +1,81 @@
+//! Ordered markers (`CommandQueue::enqueue_ordered_marker`): a marker's completion judged
+//! with the waits enqueued before it on its queue (review h26: after a barrier whose wait
+//! failed, PoCL completes a later marker while the commands before the barrier stay queued).
+
+mod common;
+
+use xpu_device::backend::EventStatus;
+
+/// Held work (a marker behind gate A), then a barrier on user event B, which fails, then an
+/// ordered marker M. Whatever the driver does with M (PoCL completes it once waited for, with
+/// A's work still queued), M never reads complete: it reads failed with B's status once the
+/// driver reports it complete, and so does every later ordered marker of the queue (the
+/// failure is sticky), even after all the work ran.
+#[test]
+fn an_ordered_marker_after_a_failed_wait_never_reads_complete() {
+    let Some((dev, _, q)) = common::device0_queue() else {
+        return;
+    };
+    let mut a = common::Gate::new(dev);
+    let held = q.enqueue_marker(&[a.event()]).unwrap();
+    let b = dev.create_user_event().unwrap();
+    let _barrier = q.enqueue_barrier(&[&b]).unwrap();
+    b.set_failed(-5).unwrap();
+    let m = q.enqueue_ordered_marker().unwrap();
+    q.flush().unwrap();
+    let _ = m.event().wait();
+    assert!(!held.is_complete().unwrap(), "A holds the earlier work");
+    let driver = m.event().status().unwrap();
+    let ordered = m.status().unwrap();
+    assert_ne!(ordered, EventStatus::Complete, "driver said {driver:?}");
+    if driver == EventStatus::Complete {
+        assert_eq!(ordered, EventStatus::Error(-5));
+    }
+    a.open();
+    let _ = q.finish();
+    let later = q.enqueue_ordered_marker().unwrap();
+    let _ = q.finish();
+    assert!(
+        matches!(later.status().unwrap(), EventStatus::Error(_)),
+        "a later marker of the queue: {:?}",
+        later.status()
+    );
+    // A plain marker is the driver's word alone.
+    let plain = q.enqueue_marker(&[]).unwrap();
+    let _ = q.finish();
+    assert_eq!(plain.status().unwrap(), m.event().status().unwrap());
+}
+
+/// An ordered marker waits for the waits enqueued before it, not for those after it: one
+/// recorded before any wait, one behind a pending gate G (not complete while G is closed,
+/// complete once it opened and the queue drained), and both stay complete when a later
+/// barrier's wait fails. Clones of the queue wrapper share the log.
+#[test]
+fn an_ordered_marker_is_judged_by_the_waits_before_it_only() {
+    let Some((dev, _, q)) = common::device0_queue() else {
+        return;
+    };
+    let first = q.enqueue_ordered_marker().unwrap();
+    let mut g = common::Gate::new(dev);
+    let clone = q.clone();
+    let _ = clone.enqueue_barrier(&[g.event()]).unwrap();
+    let behind = q.enqueue_ordered_marker().unwrap();
+    q.flush().unwrap();
+    assert_ne!(behind.status().unwrap(), EventStatus::Complete);
+    g.open();
+    q.finish().unwrap();
+    assert_eq!(first.status().unwrap(), EventStatus::Complete);
+    assert_eq!(behind.status().unwrap(), EventStatus::Complete);
+    let f = dev.create_user_event().unwrap();
+    let _ = q.enqueue_barrier(&[&f]).unwrap();
+    f.set_failed(-7).unwrap();
+    let _ = q.finish();
+    assert_eq!(
+        (first.status().unwrap(), behind.status().unwrap()),
+        (EventStatus::Complete, EventStatus::Complete),
+        "a failure after a marker says nothing about it"
+    );
+    let after = q.enqueue_ordered_marker().unwrap();
+    let _ = q.finish();
+    assert!(matches!(after.status().unwrap(), EventStatus::Error(_)));
+}
