@@ -58,13 +58,20 @@ impl RegionLender for DataPtr {
     /// [`DataPtr::record_stream`]), so a whole-allocation pinned copy on another stream delays
     /// the block's reuse until it completes, and orders `stream` after relocation copies that
     /// may still use the block's bytes (an enqueued wait, [`crate::PendingMove::order`]; on
-    /// the allocation stream they come first anyway). A stream of another device records
-    /// nothing (the copy itself is refused: the block's buffer belongs to another context).
+    /// the allocation stream they come first anyway). A stream of another device is refused
+    /// with [`HostError::StreamDevice`] (the block's buffer belongs to another context),
+    /// nothing recorded.
     fn before_copy(&self, stream: &Stream) -> Result<(), HostError> {
-        if self.is_empty()
-            || stream.device() != self.device()
-            || self.stream() == Some(crate::stream_key(stream))
-        {
+        if self.is_empty() {
+            return Ok(());
+        }
+        if stream.device() != self.device() {
+            return Err(HostError::StreamDevice {
+                stream: stream.device(),
+                device: self.device(),
+            });
+        }
+        if self.stream() == Some(crate::stream_key(stream)) {
             return Ok(());
         }
         stream.check_not_capturing("pinned host copy")?;

@@ -61,3 +61,34 @@ fn a_copy_longer_than_the_data_ptr_is_refused() {
         "{err:?}"
     );
 }
+
+/// A whole-allocation copy of device 0's allocation on a stream of device 1 is refused with a
+/// typed error naming both devices (review h27's note: it was the driver's
+/// `CL_INVALID_CONTEXT`, -34, from the enqueue), in both directions, before any command is
+/// enqueued; the allocation and the host block stay usable.
+#[test]
+fn a_copy_on_another_devices_stream_is_refused_with_both_devices_named() {
+    if !devices(2) {
+        return;
+    }
+    let alloc = DeviceAllocator::new(0, AllocConfig::default()).unwrap();
+    let s0 = xpu_stream::get_stream_from_pool(0, 0).unwrap();
+    let s1 = xpu_stream::get_stream_from_pool(0, 1).unwrap();
+    let p = alloc.allocate(4096, &s0).unwrap();
+    let mut host = xpu_alloc::host_allocate_on(0, 4096).unwrap();
+    host.fill(3);
+    let expected = |e: HostError| match e {
+        HostError::StreamDevice { stream, device } => (stream, device),
+        other => panic!("not StreamDevice: {other:?}"),
+    };
+    assert_eq!(
+        expected(s1.copy_to_host(&p, &mut host).unwrap_err()),
+        (1, 0)
+    );
+    assert_eq!(expected(s1.copy_from_host(&host, &p).unwrap_err()), (1, 0));
+    s0.copy_from_host(&host, &p).unwrap();
+    let mut back = xpu_alloc::host_allocate_on(0, 4096).unwrap();
+    s0.copy_to_host(&p, &mut back).unwrap();
+    s0.synchronize().unwrap();
+    assert!(back.iter().all(|&b| b == 3));
+}

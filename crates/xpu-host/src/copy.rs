@@ -217,7 +217,9 @@ pub trait HostCopy {
     ///
     /// # Errors
     /// `NoBuffer` when `dst` has no OpenCL buffer and `src` is not empty; `OutOfRange` when
-    /// the region is shorter than `src`; otherwise as [`HostCopy::copy_pinned`].
+    /// the region is shorter than `src`; `StreamDevice` when `dst` is a device allocation
+    /// (a lent region) of another device than the stream's; otherwise as
+    /// [`HostCopy::copy_pinned`].
     fn copy_from_host(&self, src: &HostPtr, dst: &impl DeviceMemory) -> Result<(), HostError>;
 
     /// Device to host, whole host allocation: `dst.len()` bytes from the start of `src`'s

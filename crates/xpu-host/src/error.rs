@@ -56,6 +56,16 @@ pub enum HostError {
     /// The device memory has no OpenCL buffer behind it (an empty or simulated allocation).
     #[error("device memory without an OpenCL buffer cannot be copied to or from")]
     NoBuffer,
+    /// A copy of a device allocation was asked on a stream of another device (its buffer
+    /// belongs to another context: OpenCL 3.0 §5.2.2 refuses the enqueue with
+    /// `CL_INVALID_CONTEXT`); refused before anything is enqueued or recorded.
+    #[error("a copy of device {device}'s memory on a stream of device {stream}")]
+    StreamDevice {
+        /// The stream's device.
+        stream: usize,
+        /// The memory's device.
+        device: usize,
+    },
     /// A device-layer failure (bad index, context or queue creation, a failed copy...).
     #[error(transparent)]
     Device(#[from] DeviceError),
