@@ -65,13 +65,13 @@ pub struct CommandQueue(raw::cl_command_queue, Arc<QueueShared>);
 
 /// What the clones of one [`CommandQueue`] wrapper know of the queue.
 #[derive(Debug, Default)]
-pub(super) struct QueueShared {
+struct QueueShared {
     /// The queue's context (`CL_QUEUE_CONTEXT`, fixed at creation), read once on first need
     /// (0 until then) so that checking a buffer's context costs no driver query. Only
     /// compared, never used as a handle (not retained).
     context: AtomicUsize,
     /// The waits of the commands enqueued through the wrapper (see `waits`).
-    pub(super) waits: WaitLog,
+    waits: Arc<WaitLog>,
 }
 
 /// A marker whose completion is judged with the waits enqueued before it on its queue
@@ -422,7 +422,7 @@ impl CommandQueue {
         let event = self.enqueue_marker(&[])?;
         Ok(OrderedMarker {
             event,
-            earlier: EarlierWaits::after_marker(&self.1),
+            earlier: EarlierWaits::after_marker(&self.1.waits),
         })
     }
 

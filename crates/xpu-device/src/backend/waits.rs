@@ -191,7 +191,7 @@ impl WaitLog {
 /// The waits enqueued on a queue before one marker, to judge with it (see the module docs).
 /// Holds the queue's log, not the queue.
 pub struct EarlierWaits {
-    log: Arc<super::queue::QueueShared>,
+    log: Arc<WaitLog>,
     before: u64,
 }
 
@@ -206,12 +206,11 @@ impl std::fmt::Debug for EarlierWaits {
 impl EarlierWaits {
     /// Numbers a marker just enqueued on the queue of `log`: `None` when no wait can stand
     /// before it (the log empty and no wait failed), the common case, one atomic load.
-    pub(super) fn after_marker(log: &Arc<super::queue::QueueShared>) -> Option<EarlierWaits> {
-        let waits = &log.waits;
-        if !waits.watched.load(Ordering::Acquire) {
+    pub(super) fn after_marker(log: &Arc<WaitLog>) -> Option<EarlierWaits> {
+        if !log.watched.load(Ordering::Acquire) {
             return None;
         }
-        let before = waits.inner.lock().take_number();
+        let before = log.inner.lock().take_number();
         Some(EarlierWaits {
             log: Arc::clone(log),
             before,
@@ -222,7 +221,7 @@ impl EarlierWaits {
     /// still logged before it (`clGetEventInfo`, never a wait) under the log's lock; drops
     /// those complete with success.
     pub fn status(&self) -> WaitsStatus {
-        let waits = &self.log.waits;
+        let waits = &self.log;
         let mut inner = waits.inner.lock();
         let pending = inner.judge(self.before);
         let status = match inner.failed {
