@@ -74,8 +74,9 @@ macro_rules! never_worse_than_pytorch {
     };
 }
 
-/// The traces where the default policy misses issue 27's first goal: peak reserved stays
-/// under PyTorch's, segment allocations do not. Consolidations release idle segments that
+/// The traces where the default policy misses issue 27's first goal: segment allocations
+/// over PyTorch's (peak reserved stays under it), or, on pegasus_summarize_varbatch of the
+/// ninth held-out set, peak reserved over it (segment allocations under). Consolidations release idle segments that
 /// later requests of the same run would have reused, and those requests grow new ones.
 /// `never_worse_than_pytorch` is the goal and fails today (ignored, with the figures);
 /// `no_worse_than_today` holds the policy to its present figures (peak reserved, segments)
@@ -103,11 +104,15 @@ macro_rules! missed {
                         "today's",
                     );
                     let torch_reserved: u64 = $reserved;
-                    assert!(
-                        ours.peak_reserved <= torch_reserved,
-                        "{file}: peak reserved {} > PyTorch's {torch_reserved}",
-                        ours.peak_reserved
-                    );
+                    // Held under PyTorch's peak where it is today (the misses of segment
+                    // allocations); a peak miss is held to today's figure above.
+                    if $ours_reserved <= torch_reserved {
+                        assert!(
+                            ours.peak_reserved <= torch_reserved,
+                            "{file}: peak reserved {} > PyTorch's {torch_reserved}",
+                            ours.peak_reserved
+                        );
+                    }
                     let torch = crate::common::replay_with_pytorch_policy(&path);
                     assert_eq!(
                         (torch.peak_reserved, torch.segment_allocs),
@@ -282,6 +287,23 @@ mod varshape {
             lraspp_varsize_infer: 2_604_662_784, 17;
             marian_translate_varbatch: 2_405_433_344, 129;
             vgg16bn_varres_infer: 5_635_047_424, 21;
+        }
+    }
+
+    /// The ninth held-out set of issue 27 (`data/traces/varshape/heldout9`), recorded and
+    /// judged once on 2026-12-05 at 12:36 UTC (docs/performance.md).
+    mod heldout9 {
+        never_worse_than_pytorch! { "varshape/heldout9";
+            deeplabv3_mobilenet_varres_train: 6_591_348_736, 169;
+            embbag_recsys_varbatch_infer: 553_648_128, 22;
+            falcon_generate_varprompt: 1_413_480_448, 38;
+            modernbert_varlen_infer: 2_076_180_480, 30;
+            shufflenet_varres_infer: 876_609_536, 12;
+            tcn_ctc_varlen_train: 7_822_376_960, 72;
+        }
+        missed! { "varshape/heldout9";
+            pegasus_summarize_varbatch: 666_894_336, 65, today 673_185_792, 50,
+                "issue 27, goal 1 missed: peak reserved 673,185,792 bytes against PyTorch's 666,894,336";
         }
     }
 }
