@@ -228,6 +228,9 @@ pub enum KernelArgProblem {
         /// The parameter's declared type.
         type_name: String,
     },
+    /// A `__local` argument of 0 bytes (`CL_INVALID_ARG_SIZE`, OpenCL 3.0 §5.9.2). Checked by
+    /// the runtime: NVIDIA's driver (580) accepts it.
+    LocalSizeZero,
     /// A scalar whose size differs from the declared type's (`CL_INVALID_ARG_SIZE`).
     SizeMismatch {
         /// The parameter's declared type.
@@ -307,7 +310,7 @@ impl KernelArgProblem {
             | KernelArgProblem::ElementType { .. }
             | KernelArgProblem::NoOffsetParameter
             | KernelArgProblem::OffsetOutOfRange { .. } => -50,
-            KernelArgProblem::SizeMismatch { .. } => -51,
+            KernelArgProblem::SizeMismatch { .. } | KernelArgProblem::LocalSizeZero => -51,
             KernelArgProblem::OtherContext => -34,
             KernelArgProblem::NotSet => return ClError::new("clEnqueueNDRangeKernel", -52),
             KernelArgProblem::LocalMemoryExceeded { .. } => {
@@ -355,6 +358,10 @@ impl fmt::Display for KernelArgProblem {
                 f,
                 "a __local size can only be passed for a __local pointer parameter, not \
                  {type_name} (CL_INVALID_ARG_VALUE)"
+            ),
+            KernelArgProblem::LocalSizeZero => write!(
+                f,
+                "a __local argument needs at least 1 byte (CL_INVALID_ARG_SIZE)"
             ),
             KernelArgProblem::SizeMismatch {
                 type_name,

@@ -373,6 +373,19 @@ fn local_arguments_beyond_the_device_local_memory_are_refused_not_a_driver_abort
             "{e:?}"
         );
     };
+    // 0 bytes: refused by the runtime (CL_INVALID_ARG_SIZE; NVIDIA's driver accepts it).
+    let zero = k.set_arg_local(1, 0).unwrap_err();
+    assert!(
+        matches!(
+            zero,
+            DeviceError::KernelArg {
+                problem: KernelArgProblem::LocalSizeZero,
+                ..
+            }
+        ),
+        "{zero:?}"
+    );
+    assert_eq!(zero.cl_error().unwrap().code, -51);
     // One argument larger than the whole local memory.
     k.set_arg_local(1, 64).unwrap();
     match k.set_arg_local(0, local + 1) {

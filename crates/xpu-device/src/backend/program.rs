@@ -924,14 +924,18 @@ impl Kernel {
     ///
     /// # Errors
     /// [`DeviceError::KernelArg`]: index out of range, a parameter that is not a `__local`
-    /// pointer, `LocalMemoryExceeded` for more bytes than the device's local memory, no
-    /// argument information, or a failed `clSetKernelArg` (`CL_INVALID_ARG_SIZE` for 0 bytes).
+    /// pointer, `LocalSizeZero` for 0 bytes (checked here: NVIDIA's driver accepts it),
+    /// `LocalMemoryExceeded` for more bytes than the device's local memory, no argument
+    /// information, or a failed `clSetKernelArg`.
     pub fn set_arg_local(&mut self, index: u32, bytes: usize) -> Result<()> {
         let index = self.physical(index)?;
         let info = self.arg(index)?;
         if !(info.address == clk::CL_KERNEL_ARG_ADDRESS_LOCAL && info.type_name.ends_with('*')) {
             let type_name = info.type_name.clone();
             return Err(self.error(index, KernelArgProblem::LocalForNonLocal { type_name }));
+        }
+        if bytes == 0 {
+            return Err(self.error(index, KernelArgProblem::LocalSizeZero));
         }
         let requested = local_footprint(bytes);
         if requested > self.local_mem_size {

@@ -34,6 +34,7 @@ const QUEUE_PROPERTIES: u32 = 0x1093;
 const QUEUE_PRIORITY_KHR: u64 = 0x1096;
 const OUT_OF_ORDER: u64 = 1 << 0;
 const CODE_INVALID_CONTEXT: i32 = -34;
+const CODE_MEM_COPY_OVERLAP: i32 = -8;
 const CODE_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST: i32 = -14;
 const PROFILING_ENABLE: u64 = 1 << 1;
 
@@ -730,8 +731,10 @@ impl CommandQueue {
     ///
     /// # Errors
     /// `InvalidArgument` for out-of-range regions; `CL_INVALID_CONTEXT` for a buffer of another
-    /// context than the queue's (checked by the runtime, not left to the driver); a failed
-    /// `clEnqueueCopyBuffer` (`CL_MEM_COPY_OVERLAP` for overlapping regions of one buffer).
+    /// context than the queue's (checked by the runtime, not left to the driver);
+    /// `CL_MEM_COPY_OVERLAP` for overlapping regions of one buffer (§5.2.2; checked by the
+    /// runtime: NVIDIA's driver accepts a copy of a range onto itself); a failed
+    /// `clEnqueueCopyBuffer`.
     #[allow(clippy::too_many_arguments)]
     pub fn copy(
         &self,
@@ -743,6 +746,14 @@ impl CommandQueue {
         wait: &[&ClEvent],
     ) -> Result<ClEvent> {
         check_buffer_copy(len, (src, src_offset), (dst, dst_offset))?;
+        // In range, so the ends do not overflow.
+        if len > 0
+            && src.as_raw() == dst.as_raw()
+            && src_offset < dst_offset + len
+            && dst_offset < src_offset + len
+        {
+            return Err(ClError::new("clEnqueueCopyBuffer", CODE_MEM_COPY_OVERLAP).into());
+        }
         self.check_buffer_context("clEnqueueCopyBuffer", src)?;
         self.check_buffer_context("clEnqueueCopyBuffer", dst)?;
         self.enqueue_bytes("clEnqueueCopyBuffer", len, wait, |list| {
