@@ -23,7 +23,16 @@ fn an_ordered_marker_after_a_failed_wait_never_reads_complete() {
     b.set_failed(-5).unwrap();
     let m = q.enqueue_ordered_marker().unwrap();
     q.flush().unwrap();
-    let _ = m.event().wait();
+    // A wait for M: PoCL returns at once (and then reads M complete), a driver that keeps
+    // the order (NVIDIA) waits until A opens, so the wait runs on another thread and is given
+    // a few seconds before the checks go on either way.
+    let waiting = m.event().clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let _ = waiting.wait();
+        let _ = tx.send(());
+    });
+    let _ = rx.recv_timeout(std::time::Duration::from_secs(3));
     assert!(!held.is_complete().unwrap(), "A holds the earlier work");
     let driver = m.event().status().unwrap();
     let ordered = m.status().unwrap();
@@ -32,6 +41,7 @@ fn an_ordered_marker_after_a_failed_wait_never_reads_complete() {
         assert_eq!(ordered, EventStatus::Error(-5));
     }
     a.open();
+    waiter.join().unwrap();
     let _ = q.finish();
     let later = q.enqueue_ordered_marker().unwrap();
     let _ = q.finish();

@@ -194,3 +194,20 @@ pub fn read_u32s(q: &CommandQueue, b: &Buffer, n: usize) -> Vec<u32> {
         .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
 }
+
+/// Waits until `done` holds, asking again after each `yield_now`, for at most `limit`;
+/// returns whether it held. For what a driver reports asynchronously (its completion
+/// callbacks, OpenCL 3.0 §5.11.4), not for ordering work.
+pub fn settles(limit: std::time::Duration, mut done: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if std::time::Instant::now() >= end {
+            return false;
+        }
+        xpu_device::backend::wait_for_callbacks();
+        std::thread::yield_now();
+    }
+}
