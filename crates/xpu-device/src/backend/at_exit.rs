@@ -13,6 +13,14 @@
 //! live queue, flushes it and polls the markers until all are over or [`DRAIN_LIMIT`] has
 //! passed: a queue held by a user event that nobody will set cannot hang the exit. Nothing
 //! is drained in a bad fork child (the queues belong to the parent).
+//!
+//! Not handled (review h30, `xpu-burn/tests/review_h30_exit_with_threads.rs`, ignored):
+//! `main` returning while *other threads* still enqueue and build programs. They go on
+//! during the drain and during the libraries' destructors; about 1 in 4 such processes died
+//! on PoCL. Parking other threads' device work once the drain begins brought it to about 1 in
+//! 20 (not landed: one more global atomic per enqueue, and still a crash): the rest die in a
+//! compile already running in a PoCL worker, whose LLVM statics register their exit-time
+//! destructors lazily, after [`drain`] was registered, so they run before it.
 
 use std::sync::Once;
 use std::time::{Duration, Instant};
