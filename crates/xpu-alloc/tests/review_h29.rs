@@ -1,0 +1,82 @@
+//! Review h29: the ordered markers (commit 0b10242) seen by a newcomer, each test failing on
+//! the reviewed commit (b598fe9). Skipped without a device unless `XPU_REQUIRE_DEVICE=1`;
+//! run on PoCL with `POCL_DEVICES="pthread pthread"`.
+
+mod common;
+
+use std::time::Duration;
+
+use xpu_alloc::{AllocConfig, DataPtr, DeviceAllocator};
+use xpu_event::{Gate, StreamExt};
+use xpu_stream::Stream;
+
+use common::{fresh_stream, MIB};
+
+fn fill(ptr: &DataPtr, stream: &Stream, byte: u8) {
+    let len = usize::try_from(ptr.size()).unwrap();
+    ptr.view().unwrap().fill(stream, &[byte], 0, len).unwrap();
+}
+
+fn read(ptr: &DataPtr, stream: &Stream) -> Vec<u8> {
+    let mut out = vec![0; usize::try_from(ptr.size()).unwrap()];
+    ptr.view().unwrap().read(stream, 0, &mut out).unwrap();
+    out
+}
+
+/// The OOM path's cross-stream reuse (`steal`) hands stream T a whole cached segment of
+/// stream S after T waits on the device for a marker recorded on S (`Backend::stream_wait`:
+/// a barrier on the marker's raw event). S's fill of the segment is held by gate A, and a
+/// barrier of S waits for gate B, which failed: PoCL completes the marker while the fill
+/// stays queued, so T's barrier passes, T's new block is written and read back, and the fill
+/// lands in it when A opens. The free and release markers are judged in order with S's
+/// waits (`OrderedMarker::status`), but the steal's device-side wait is not: it trusts the
+/// driver's word on the marker alone.
+#[test]
+fn cross_stream_reuse_does_not_hand_out_a_segment_under_a_fill_held_before_a_failed_wait() {
+    if !xpu_testing::devices(1) {
+        return;
+    }
+    let alloc =
+        DeviceAllocator::new(0, AllocConfig::parse("release_policy:on_oom").unwrap()).unwrap();
+    let total = xpu_device::get_device_properties(0).unwrap().total_memory;
+    #[allow(clippy::cast_precision_loss)]
+    alloc
+        .core()
+        .set_memory_fraction(64.0 * MIB as f64 / total as f64)
+        .unwrap();
+    let (s, t) = (fresh_stream(0), fresh_stream(0));
+    let (s, t) = (s.stream(), t.stream());
+    let x = alloc.allocate(40 * MIB, &s).unwrap();
+    let x_at = x.address();
+    // The watchdog opens A after 5 s at the latest, should T's work wait for it.
+    let a = Gate::with_open_limit(0, Duration::from_secs(5)).unwrap();
+    a.block(&s).unwrap();
+    fill(&x, &s, 0xEE);
+    let fill_done = s.record_event().unwrap();
+    let b = Gate::new(0).unwrap();
+    b.block(&s).unwrap();
+    b.as_cl_event().set_failed(-5).unwrap();
+    // Freed on its own stream: cached in S's pool, its fill still queued behind A.
+    drop(x);
+    // 40 MiB more would exceed the 64 MiB fraction: T takes S's cached segment.
+    let y = match alloc.allocate(40 * MIB, &t) {
+        Ok(y) => y,
+        // Refusing the reuse (the segment kept out) is sound.
+        Err(_) => return,
+    };
+    let reused = y.address() == x_at;
+    fill(&y, &t, 0x55);
+    let t_done = t.record_event().unwrap();
+    let t_ran = t_done.synchronize().is_ok();
+    let fill_held = !fill_done.query().unwrap_or(true);
+    a.open().unwrap();
+    let _ = s.synchronize();
+    let seen = if t_ran { read(&y, &t) } else { Vec::new() };
+    let overwritten = seen.iter().filter(|&&v| v != 0x55).count();
+    assert!(
+        !(t_ran && fill_held) && overwritten == 0,
+        "T's work on the reused segment (at S's address: {reused}) ran while S's fill was \
+         still held ({t_ran}, {fill_held}); {overwritten} bytes overwritten by that fill"
+    );
+    drop(y);
+}
