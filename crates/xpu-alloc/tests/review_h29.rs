@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use xpu_alloc::{AllocConfig, DataPtr, DeviceAllocator};
@@ -77,6 +78,70 @@ fn cross_stream_reuse_does_not_hand_out_a_segment_under_a_fill_held_before_a_fai
         !(t_ran && fill_held) && overwritten == 0,
         "T's work on the reused segment (at S's address: {reused}) ran while S's fill was \
          still held ({t_ran}, {fill_held}); {overwritten} bytes overwritten by that fill"
+    );
+    drop(y);
+}
+
+/// As above, with S's gate B still pending when T asks for the memory, and failing while (or
+/// right after) the allocation runs: T's work on S's segment must not run before S's held
+/// fill either. (A device-side wait enqueued while B was pending passes once B fails: PoCL
+/// completes the marker after it and runs the commands after a barrier whose wait failed.)
+#[test]
+fn cross_stream_reuse_stays_ordered_when_an_earlier_wait_fails_afterwards() {
+    if !xpu_testing::devices(1) {
+        return;
+    }
+    let alloc =
+        DeviceAllocator::new(0, AllocConfig::parse("release_policy:on_oom").unwrap()).unwrap();
+    let total = xpu_device::get_device_properties(0).unwrap().total_memory;
+    #[allow(clippy::cast_precision_loss)]
+    alloc
+        .core()
+        .set_memory_fraction(64.0 * MIB as f64 / total as f64)
+        .unwrap();
+    let (s, t) = (fresh_stream(0), fresh_stream(0));
+    let (s, t) = (s.stream(), t.stream());
+    let x = alloc.allocate(40 * MIB, &s).unwrap();
+    let a = Gate::with_open_limit(0, Duration::from_secs(5)).unwrap();
+    a.block(&s).unwrap();
+    fill(&x, &s, 0xEE);
+    let fill_done = s.record_event().unwrap();
+    let b = Gate::new(0).unwrap();
+    b.block(&s).unwrap();
+    drop(x);
+    // B fails once the allocation recorded a marker (it may wait for it) or returned.
+    let events_before = xpu_device::live_objects().events;
+    let returned = AtomicBool::new(false);
+    let y = std::thread::scope(|scope| {
+        let failer = scope.spawn(|| {
+            while xpu_device::live_objects().events <= events_before
+                && !returned.load(Ordering::Acquire)
+            {
+                std::thread::yield_now();
+            }
+            b.as_cl_event().set_failed(-5).unwrap();
+        });
+        let y = alloc.allocate(40 * MIB, &t);
+        returned.store(true, Ordering::Release);
+        failer.join().unwrap();
+        y
+    });
+    let Ok(y) = y else {
+        // Refused (the segment kept out): sound.
+        return;
+    };
+    fill(&y, &t, 0x55);
+    let t_done = t.record_event().unwrap();
+    let t_ran = t_done.synchronize().is_ok();
+    let fill_held = !fill_done.query().unwrap_or(true);
+    a.open().unwrap();
+    let _ = s.synchronize();
+    let seen = if t_ran { read(&y, &t) } else { Vec::new() };
+    let overwritten = seen.iter().filter(|&&v| v != 0x55).count();
+    assert!(
+        !(t_ran && fill_held) && overwritten == 0,
+        "T's work on S's segment ran while S's fill was still held ({t_ran}, {fill_held}); \
+         {overwritten} bytes overwritten by that fill"
     );
     drop(y);
 }
