@@ -318,6 +318,13 @@ impl Backend for ClBackend {
         }
     }
 
+    fn marker_orders_waiters(marker: &StreamMarker) -> bool {
+        match marker {
+            StreamMarker::Device(m) => xpu_device::fork::is_in_bad_fork() || m.0.orders_waiters(),
+            StreamMarker::Simulated(_) | StreamMarker::Idle => true,
+        }
+    }
+
     fn stream_wait(stream: &StreamRef, marker: &StreamMarker) -> Result<(), MarkerError> {
         match (stream, marker) {
             (StreamRef::Device(s), StreamMarker::Device(m)) => {

@@ -12,7 +12,7 @@ use xpu_alloc::{
 };
 use xpu_caching::Backend;
 use xpu_device::ClError;
-use xpu_event::{Gate, StreamExt};
+use xpu_event::Gate;
 use xpu_stream::{Stream, StreamError};
 use xpu_testing::devices;
 
@@ -170,11 +170,11 @@ fn cross_stream_reuse_with_real_markers() {
         .unwrap();
     let s0 = fresh_stream(0);
     let s1 = fresh_stream(0);
-    let gate = Gate::new(0).unwrap();
     let a = alloc.allocate(40 * MIB, &s0.stream()).unwrap();
     let addr = a.address();
     drop(a);
-    gate.block(&s0.stream()).unwrap(); // stream 0's work on the segment is still "running"
+    // Stream 0 has no wait pending: stream 1 reuses its cached segment after a device-side
+    // wait for a marker of stream 0.
     let b = alloc.allocate(40 * MIB, &s1.stream()).unwrap();
     assert_eq!(
         b.address(),
@@ -190,13 +190,29 @@ fn cross_stream_reuse_with_real_markers() {
         ),
         (1, 0, 0)
     );
-    // Stream 1 now waits for stream 0: its later work is held back by the gate.
-    let e = s1.stream().record_event().unwrap();
-    assert!(!e.query().unwrap());
-    gate.open().unwrap();
-    e.synchronize().unwrap();
-    assert!(e.query().unwrap());
     drop(b);
+    // Stream 1 (now the segment's stream) waits for a gate: a device-side wait for a marker
+    // of stream 1 would not order stream 0 after stream 1's work should the gate fail (PoCL
+    // then completes the marker with the work before it still queued; review h29), so the
+    // segment is not taken over: the allocation releases it once stream 1's work is done
+    // (a host wait: the gate's watchdog opens it after 2 s) and makes a new one.
+    let gate = Gate::with_open_limit(0, std::time::Duration::from_secs(2)).unwrap();
+    gate.block(&s1.stream()).unwrap();
+    let c = alloc.allocate(40 * MIB, &s0.stream()).unwrap();
+    assert!(
+        gate.is_open(),
+        "the allocation waited for stream 1's gated work"
+    );
+    let st = alloc.memory_stats();
+    assert_eq!(
+        (
+            st.num_device_alloc,
+            st.num_device_free,
+            st.num_alloc_retries
+        ),
+        (2, 1, 1)
+    );
+    drop(c);
 }
 
 #[test]

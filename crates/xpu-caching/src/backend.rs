@@ -97,6 +97,16 @@ pub trait Backend: Clone + Sized + Send + Sync + 'static {
     /// # Errors
     /// [`MarkerError`] when the wait could not be enqueued.
     fn stream_wait(stream: &Self::Stream, marker: &Self::Marker) -> Result<(), MarkerError>;
+    /// Whether [`Backend::stream_wait`] on `marker` holds the waiting stream back until all
+    /// the work enqueued before the marker on its stream has run, as far as can be told now
+    /// without blocking. False while a wait enqueued before the marker on its stream has not
+    /// completed, or after one failed: a driver may then complete the marker while earlier
+    /// commands stay queued (PoCL does, and runs the commands after a barrier whose wait
+    /// failed), so the waiting stream would run ahead of them. Default: true.
+    fn marker_orders_waiters(marker: &Self::Marker) -> bool {
+        let _ = marker;
+        true
+    }
     /// Blocks until all work enqueued on `stream` has finished.
     ///
     /// # Errors

@@ -190,6 +190,13 @@ fn steal<B: Backend>(
             return None;
         }
     };
+    // A device-side wait is trusted only while every wait before the marker on the owner's
+    // stream completed with success (one pending may still fail, and then the marker no
+    // longer orders anything); else the segment stays, for the release below (a host wait).
+    if !st.unlocked(|| B::marker_orders_waiters(&marker)) {
+        tracing::debug!("cross-stream reuse: the owner stream's earlier waits are unfinished");
+        return None;
+    }
     if let Err(e) = st.unlocked(|| B::stream_wait(&guards[me].stream, &marker)) {
         tracing::warn!(error = %e, "cross-stream reuse: waiting for a marker failed");
         return None;

@@ -110,6 +110,19 @@ impl OrderedMarker {
             (status, _) => status,
         })
     }
+
+    /// Whether every wait enqueued before the marker on its queue (through the wrapper or
+    /// its clones) completed with success, or none was: only then does a barrier of another
+    /// queue on [`OrderedMarker::event`] hold that queue back until the work before the
+    /// marker ran. A pending wait may still fail, and after a failed one a driver may complete
+    /// the marker while earlier commands stay queued (PoCL does; it also runs the commands
+    /// after a barrier whose wait failed, so passing the failure on does not help). Status
+    /// queries of the logged waits (never a wait); one field read while none was logged.
+    pub fn orders_waiters(&self) -> bool {
+        self.earlier
+            .as_ref()
+            .is_none_or(|earlier| earlier.status() == WaitsStatus::Complete)
+    }
 }
 
 // SAFETY: cl_command_queue is reference counted and enqueue calls are thread-safe
