@@ -145,3 +145,40 @@ fn cross_stream_reuse_stays_ordered_when_an_earlier_wait_fails_afterwards() {
     );
     drop(y);
 }
+
+/// One failed wait poisons its stream for good: a barrier of S waited for a user event that
+/// failed (say a cancelled producer), the work before it then ran and `synchronize` of S
+/// returned (`clFinish`: every command enqueued before it completed; PoCL honours that after
+/// a failed wait too). From then on every segment freed on S by `empty_cache` (and every
+/// block freed under a marker of S) is kept out for ever: each cycle of a 12 MiB tensor on S
+/// and `empty_cache` leaked 12 MiB more (reserved 36 MiB after three), though nothing before
+/// those markers can still be queued.
+#[test]
+fn a_stream_synchronized_after_a_failed_wait_gives_its_memory_back_again() {
+    if !xpu_testing::devices(1) {
+        return;
+    }
+    let alloc = DeviceAllocator::new(0, AllocConfig::default()).unwrap();
+    let s = fresh_stream(0);
+    let s = s.stream();
+    let a = Gate::new(0).unwrap();
+    a.block(&s).unwrap();
+    let held = s.record_event().unwrap();
+    let b = Gate::new(0).unwrap();
+    b.block(&s).unwrap();
+    b.as_cl_event().set_failed(-5).unwrap();
+    a.open().unwrap();
+    s.synchronize().unwrap();
+    assert!(held.query().unwrap(), "the work before the failed wait ran");
+    for _ in 0..3 {
+        let x = alloc.allocate(12 * MIB, &s).unwrap();
+        fill(&x, &s, 0x11);
+        drop(x);
+        alloc.empty_cache();
+    }
+    assert_eq!(
+        alloc.core().memory_reserved(),
+        0,
+        "segments freed on S after S was synchronized stay reserved (kept out)"
+    );
+}
