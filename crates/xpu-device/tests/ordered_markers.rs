@@ -10,7 +10,8 @@ use xpu_device::backend::EventStatus;
 /// ordered marker M. Whatever the driver does with M (PoCL completes it once waited for, with
 /// A's work still queued), M never reads complete: it reads failed with B's status once the
 /// driver reports it complete, and so does every later ordered marker of the queue (the
-/// failure is sticky), even after all the work ran.
+/// failure is sticky), even after all the work ran, up to a `finish` of the queue that
+/// returned: the markers enqueued after it read complete again (review h29).
 #[test]
 fn an_ordered_marker_after_a_failed_wait_never_reads_complete() {
     let Some((dev, _, q)) = common::device0_queue() else {
@@ -40,15 +41,23 @@ fn an_ordered_marker_after_a_failed_wait_never_reads_complete() {
     if driver == EventStatus::Complete {
         assert_eq!(ordered, EventStatus::Error(-5));
     }
+    let later = q.enqueue_ordered_marker().unwrap();
     a.open();
     waiter.join().unwrap();
-    let _ = q.finish();
-    let later = q.enqueue_ordered_marker().unwrap();
-    let _ = q.finish();
+    q.finish().unwrap();
+    assert!(held.is_complete().unwrap(), "finish waited for A's work");
     assert!(
         matches!(later.status().unwrap(), EventStatus::Error(_)),
         "a later marker of the queue: {:?}",
         later.status()
+    );
+    assert_eq!(m.status().unwrap(), EventStatus::Error(-5));
+    let drained = q.enqueue_ordered_marker().unwrap();
+    q.finish().unwrap();
+    assert_eq!(
+        drained.status().unwrap(),
+        EventStatus::Complete,
+        "a marker after a finish that returned"
     );
     // A plain marker is the driver's word alone.
     let plain = q.enqueue_marker(&[]).unwrap();
@@ -79,13 +88,12 @@ fn an_ordered_marker_is_judged_by_the_waits_before_it_only() {
     let f = dev.create_user_event().unwrap();
     let _ = q.enqueue_barrier(&[&f]).unwrap();
     f.set_failed(-7).unwrap();
+    let after = q.enqueue_ordered_marker().unwrap();
     let _ = q.finish();
     assert_eq!(
         (first.status().unwrap(), behind.status().unwrap()),
         (EventStatus::Complete, EventStatus::Complete),
         "a failure after a marker says nothing about it"
     );
-    let after = q.enqueue_ordered_marker().unwrap();
-    let _ = q.finish();
     assert!(matches!(after.status().unwrap(), EventStatus::Error(_)));
 }

@@ -95,7 +95,9 @@ impl OrderedMarker {
     /// `Error` when the driver reports the marker failed, or when such a wait failed (then
     /// with the wait's status: a driver may complete later commands while the ones before
     /// the failure stay queued, as PoCL does, and nothing tells when those ran). A wait's
-    /// failure is sticky: every later ordered marker of the queue reads `Error` too.
+    /// failure is sticky: every later ordered marker of the queue reads `Error` too, up to a
+    /// [`CommandQueue::finish`] that returned with success (the markers enqueued after it are
+    /// judged with the waits enqueued after it only).
     ///
     /// # Errors
     /// A failed `clGetEventInfo` on the marker.
@@ -306,8 +308,11 @@ impl CommandQueue {
     ) -> std::result::Result<T, E> {
         let entry = self.1.waits.add(&list.0);
         let result = enqueue();
-        if let (Some(n), Err(_)) = (entry, &result) {
-            self.1.waits.forget(n);
+        if let Some(n) = entry {
+            if result.is_err() {
+                self.1.waits.forget(n);
+            }
+            self.1.waits.enqueued();
         }
         result
     }
@@ -399,12 +404,18 @@ impl CommandQueue {
     }
 
     /// Blocks until every command on the queue completed (`clFinish`), then reports a release
-    /// failure kept from an earlier `Drop`, if any.
+    /// failure kept from an earlier `Drop`, if any. Once it returned with success, the failed
+    /// waits of the commands enqueued before it no longer make the ordered markers enqueued
+    /// after it read failed ([`OrderedMarker::status`]): nothing before them is queued.
     ///
     /// # Errors
     /// A failed `clFinish`, or the kept release failure.
     pub fn finish(&self) -> Result<(), ClError> {
+        let covered = self.1.waits.before_finish();
         cl("clFinish", clq::finish(self.0))?;
+        if let Some(covered) = covered {
+            self.1.waits.finished(covered);
+        }
         match super::take_release_error() {
             Some(e) => Err(e),
             None => Ok(()),

@@ -17,7 +17,12 @@
 //! before it: all complete with success, some still pending, or one failed. A failure is
 //! sticky for the queue, as a CUDA error is for its context: no marker recorded after a
 //! failed wait is ever trusted again (what the driver left queued before it is not known),
-//! so memory freed under it stays out of reuse.
+//! so memory freed under it stays out of reuse, until a `clFinish` of the queue
+//! ([`super::CommandQueue::finish`]) returns: it returns only once every command enqueued
+//! before it completed (OpenCL 3.0 `clFinish`; PoCL honours it after a failed wait too, and
+//! keeps the order of the later commands), so the failures of the waits enqueued before it
+//! tell nothing about the markers enqueued after it ([`WaitLog::before_finish`],
+//! [`WaitLog::finished`]).
 //!
 //! Costs: a command without a wait list, and a marker while the log is empty and no wait
 //! failed, pay one atomic load. A command with one pays a `clRetainEvent` per event and the
@@ -27,7 +32,7 @@
 //! `clReleaseEvent`), never over a wait.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use opencl3::event as cle;
@@ -98,8 +103,16 @@ struct Inner {
     next: u64,
     /// Waits not yet known complete, in number order.
     entries: VecDeque<(u64, Vec<Retained>)>,
-    /// The number and status of the first wait seen failed.
-    failed: Option<(u64, i32)>,
+    /// The number and status of each wait seen failed and numbered above `drained`, in
+    /// number order.
+    failed: Vec<(u64, i32)>,
+    /// Every command numbered up to this completed (a `clFinish` begun after their enqueue
+    /// calls returned, returned with success): their waits' failures no longer matter to the
+    /// markers numbered above it.
+    drained: u64,
+    /// The first wait seen failed among those numbered up to `drained`: what the markers
+    /// numbered up to `drained` are still judged with (a status read once stays).
+    drained_failure: Option<(u64, i32)>,
 }
 
 impl Inner {
@@ -122,9 +135,8 @@ impl Inner {
                 match e.status() {
                     Some(0) => {}
                     Some(code) => {
-                        if failed.is_none_or(|(first, _)| *n < first) {
-                            *failed = Some((*n, code));
-                        }
+                        let at = failed.partition_point(|(m, _)| m < n);
+                        failed.insert(at, (*n, code));
                         return false;
                     }
                     None => waiting = true,
@@ -134,6 +146,17 @@ impl Inner {
             waiting
         });
         pending
+    }
+
+    /// The status of the first wait numbered below `before` seen failed: for a marker
+    /// numbered above `drained`, among those numbered above `drained` only.
+    fn failure_before(&self, before: u64) -> Option<i32> {
+        let drained = self.drained_failure.filter(|_| before <= self.drained);
+        drained
+            .iter()
+            .chain(self.failed.first())
+            .find(|&&(n, _)| n < before)
+            .map(|&(_, code)| code)
     }
 }
 
@@ -145,6 +168,9 @@ pub(super) struct WaitLog {
     /// adds an entry is enqueued; the driver's serialization of one queue's enqueue calls
     /// orders that before a later marker's enqueue.
     watched: AtomicBool,
+    /// Commands logged whose enqueue call has not returned yet ([`WaitLog::add`] to
+    /// [`WaitLog::enqueued`]).
+    in_flight: AtomicUsize,
     inner: Mutex<Inner>,
 }
 
@@ -172,8 +198,46 @@ impl WaitLog {
         }
         let n = inner.take_number();
         inner.entries.push_back((n, retained));
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.watched.store(true, Ordering::Release);
         Some(n)
+    }
+
+    /// The enqueue call of the command [`WaitLog::add`] numbered returned (after
+    /// [`WaitLog::forget`] when it failed).
+    pub(super) fn enqueued(&self) {
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Called right before a `clFinish` of the queue: the number up to which every logged
+    /// command and marker was enqueued before it, for [`WaitLog::finished`] once it returned
+    /// with success; `None` when nothing is logged and no wait failed (one atomic load), or
+    /// while a logged command's enqueue call is in progress (it may follow the `clFinish`).
+    pub(super) fn before_finish(&self) -> Option<u64> {
+        if !self.watched.load(Ordering::Acquire) {
+            return None;
+        }
+        let inner = self.inner.lock();
+        (self.in_flight.load(Ordering::Acquire) == 0).then_some(inner.next)
+    }
+
+    /// A `clFinish` begun after [`WaitLog::before_finish`] returned `covered` returned with
+    /// success: every command numbered up to `covered` completed, so their waits are judged
+    /// a last time and dropped, and their failures no longer matter to the markers numbered
+    /// above `covered` (nothing before those is queued any more); the markers numbered up to
+    /// it keep their answer.
+    pub(super) fn finished(&self, covered: u64) {
+        let mut inner = self.inner.lock();
+        if covered <= inner.drained {
+            return;
+        }
+        inner.judge(covered + 1);
+        inner.entries.retain(|(n, _)| *n > covered);
+        let cut = inner.failed.partition_point(|(n, _)| *n <= covered);
+        let first = inner.failed.drain(..cut).next();
+        inner.drained_failure = inner.drained_failure.or(first);
+        inner.drained = covered;
+        self.unwatch_if_idle(&inner);
     }
 
     /// Drops the entry numbered `n` (its command was not enqueued).
@@ -182,7 +246,13 @@ impl WaitLog {
         if let Some(at) = inner.entries.iter().position(|(m, _)| *m == n) {
             inner.entries.remove(at);
         }
-        if inner.entries.is_empty() && inner.failed.is_none() {
+        self.unwatch_if_idle(&inner);
+    }
+
+    /// Clears `watched` when the log (whose lock the caller holds) is empty and no wait
+    /// failed.
+    fn unwatch_if_idle(&self, inner: &Inner) {
+        if inner.entries.is_empty() && inner.failed.is_empty() {
             self.watched.store(false, Ordering::Release);
         }
     }
@@ -224,14 +294,12 @@ impl EarlierWaits {
         let waits = &self.log;
         let mut inner = waits.inner.lock();
         let pending = inner.judge(self.before);
-        let status = match inner.failed {
-            Some((n, code)) if n < self.before => WaitsStatus::Failed(code),
-            _ if pending => WaitsStatus::Pending,
-            _ => WaitsStatus::Complete,
+        let status = match inner.failure_before(self.before) {
+            Some(code) => WaitsStatus::Failed(code),
+            None if pending => WaitsStatus::Pending,
+            None => WaitsStatus::Complete,
         };
-        if inner.entries.is_empty() && inner.failed.is_none() {
-            waits.watched.store(false, Ordering::Release);
-        }
+        waits.unwatch_if_idle(&inner);
         status
     }
 }
