@@ -27,7 +27,8 @@
 //! Costs: a command without a wait list, and a marker while the log is empty and no wait
 //! failed, pay one atomic load. A command with one pays a `clRetainEvent` per event and the
 //! log's lock. Waits completed with success are dropped from the log when a marker is
-//! judged, and when the log holds [`PRUNE_AT`] entries or more as one is added. The lock is
+//! judged, and when the log holds [`PRUNE_AT`] entries or more as one is added (then twice
+//! as many as were left pending, so a pruning's queries are paid for by the adds before it). The lock is
 //! held over status queries and releases of logged events (`clGetEventInfo`,
 //! `clReleaseEvent`), never over a wait.
 
@@ -40,7 +41,9 @@ use parking_lot::Mutex;
 
 use super::{raw, release};
 
-/// Entries at which adding one first drops those already complete with success.
+/// Entries at which adding one first drops those already complete with success; after each
+/// such pruning, the next comes at twice the entries left (at least this many), so that n
+/// waits pending together cost O(n) status queries in all, not O(n²).
 pub(super) const PRUNE_AT: usize = 16;
 
 /// One retained reference to an event a command waited for (not counted in
@@ -113,6 +116,9 @@ struct Inner {
     /// The first wait seen failed among those numbered up to `drained`: what the markers
     /// numbered up to `drained` are still judged with (a status read once stays).
     drained_failure: Option<(u64, i32)>,
+    /// Twice the entries left by the last judging: [`WaitLog::add`] prunes when the log
+    /// holds this many (and at least [`PRUNE_AT`]).
+    prune_at: usize,
 }
 
 impl Inner {
@@ -145,6 +151,7 @@ impl Inner {
             pending |= waiting;
             waiting
         });
+        self.prune_at = 2 * self.entries.len();
         pending
     }
 
@@ -192,7 +199,7 @@ impl WaitLog {
         }
         let retained: Vec<Retained> = events.iter().filter_map(|&e| Retained::new(e)).collect();
         let mut inner = self.inner.lock();
-        if inner.entries.len() >= PRUNE_AT {
+        if inner.entries.len() >= inner.prune_at.max(PRUNE_AT) {
             let next = inner.next + 1;
             inner.judge(next);
         }
