@@ -58,6 +58,12 @@ pub fn status_queries_on_this_thread() -> u64 {
     STATUS_QUERIES.try_with(Cell::get).unwrap_or(0)
 }
 
+/// Counts one status query of an event made without a [`ClEvent`] (the wait log's).
+pub(super) fn count_status_query() {
+    // `try_with`: a thread-local destructor may query an event.
+    let _ = STATUS_QUERIES.try_with(|c| c.set(c.get() + 1));
+}
+
 /// `CL_EVENT_COMMAND_EXECUTION_STATUS` (OpenCL 3.0 §5.11, table 37).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventStatus {

@@ -66,6 +66,7 @@ impl Retained {
     /// complete, `None` while it is queued, submitted or running. A status that cannot be
     /// read counts as complete (nothing more can be learned).
     fn status(&self) -> Option<i32> {
+        super::event::count_status_query();
         match cle::get_event_info(self.0, cle::CL_EVENT_COMMAND_EXECUTION_STATUS) {
             Ok(v) => match v.to_int() {
                 code if code <= 0 => Some(code),
