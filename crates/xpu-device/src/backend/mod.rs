@@ -35,7 +35,8 @@
 //!   holds on such a queue. So each queue wrapper logs the waits of its commands (module
 //!   `waits`), and the markers the allocator frees memory under (`OrderedMarker`) read
 //!   complete only once every wait before them completed with success; after a failed wait,
-//!   never (sticky for the queue: what the driver left queued is not known). Not handled: a
+//!   never, until a `finish` of the queue returned with success (what the driver left queued is
+//!   not known before). Not handled: a
 //!   command failing by itself (not through a wait), and same-stream reuse, which trusts the
 //!   queue's own order.
 //! - PoCL never calls the completion callback of a command failed through its wait list: an
