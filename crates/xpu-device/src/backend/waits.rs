@@ -88,7 +88,8 @@ impl Drop for Retained {
     }
 }
 
-/// Where the waits before a marker stand ([`EarlierWaits::status`]).
+/// Where the waits before a marker stand (what
+/// [`OrderedMarker::status`](super::OrderedMarker::status) reads).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitsStatus {
     /// Every wait enqueued before the marker completed with success (or there was none).
