@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 use xpu_alloc::{
-    AllocConfig, BufferSource, ClStream, DataPtr, DeviceCore, SegmentMemory, SegmentSource,
-    SourceError, SourceSegment,
+    AllocConfig, BufferSource, ClStream, DeviceCore, SegmentMemory, SegmentSource, SourceError,
+    SourceSegment,
 };
 use xpu_event::{Event, Gate, StreamExt};
-use xpu_stream::Stream;
 
-use common::{fresh_stream, MIB};
+use common::{fill, fresh_stream, read, MIB};
 
 /// A user's segment source (safe code) that keeps the segments the allocator gives back and
 /// hands them out again for the next request of their size, as a pooling source may: the
@@ -62,17 +61,6 @@ impl SegmentSource for Recycler {
         }
         self.spare.lock().push(segment);
     }
-}
-
-fn fill(ptr: &DataPtr, stream: &Stream, byte: u8) {
-    let len = usize::try_from(ptr.size()).unwrap();
-    ptr.view().unwrap().fill(stream, &[byte], 0, len).unwrap();
-}
-
-fn read(ptr: &DataPtr, stream: &Stream) -> Vec<u8> {
-    let mut out = vec![0; usize::try_from(ptr.size()).unwrap()];
-    ptr.view().unwrap().read(stream, 0, &mut out).unwrap();
-    out
 }
 
 /// The release policy's consolidation (the default `release_policy:before_grow`) takes two

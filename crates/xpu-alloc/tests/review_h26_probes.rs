@@ -6,27 +6,14 @@
 
 mod common;
 
-use xpu_alloc::{AllocConfig, DataPtr, DeviceAllocator};
+use xpu_alloc::{AllocConfig, DeviceAllocator};
 use xpu_event::Gate;
 use xpu_stream::Stream;
 
-use common::{fresh_stream, KIB, MIB};
+use common::{fill, fresh_stream, read, KIB, MIB};
 
 fn private(device: usize, config: &str) -> DeviceAllocator {
     DeviceAllocator::new(device, AllocConfig::parse(config).unwrap()).unwrap()
-}
-
-/// Fills `ptr` with `byte` on `stream` (non-blocking through a view: a stream other than the
-/// allocation stream is recorded on the block).
-fn fill(ptr: &DataPtr, stream: &Stream, byte: u8) {
-    let len = usize::try_from(ptr.size()).unwrap();
-    ptr.view().unwrap().fill(stream, &[byte], 0, len).unwrap();
-}
-
-fn read(ptr: &DataPtr, stream: &Stream) -> Vec<u8> {
-    let mut out = vec![0; usize::try_from(ptr.size()).unwrap()];
-    ptr.view().unwrap().read(stream, 0, &mut out).unwrap();
-    out
 }
 
 /// How many bytes of `bytes` differ from `byte`.

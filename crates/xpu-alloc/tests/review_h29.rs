@@ -7,22 +7,10 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use xpu_alloc::{AllocConfig, DataPtr, DeviceAllocator};
+use xpu_alloc::{AllocConfig, DeviceAllocator};
 use xpu_event::{Gate, StreamExt};
-use xpu_stream::Stream;
 
-use common::{fresh_stream, MIB};
-
-fn fill(ptr: &DataPtr, stream: &Stream, byte: u8) {
-    let len = usize::try_from(ptr.size()).unwrap();
-    ptr.view().unwrap().fill(stream, &[byte], 0, len).unwrap();
-}
-
-fn read(ptr: &DataPtr, stream: &Stream) -> Vec<u8> {
-    let mut out = vec![0; usize::try_from(ptr.size()).unwrap()];
-    ptr.view().unwrap().read(stream, 0, &mut out).unwrap();
-    out
-}
+use common::{fill, fresh_stream, read, MIB};
 
 /// The OOM path's cross-stream reuse (`steal`) hands stream T a whole cached segment of
 /// stream S after T waits on the device for a marker recorded on S (`Backend::stream_wait`:

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use xpu_alloc::replay::{self, ReplayOptions, ReplayReport};
 use xpu_alloc::sim_stream::SimStream;
-use xpu_alloc::{AllocConfig, DeviceCore, SimulatedSource, StreamKey, StreamRef};
+use xpu_alloc::{AllocConfig, DataPtr, DeviceCore, SimulatedSource, StreamKey, StreamRef};
 use xpu_stream::{ExternalStream, Stream};
 
 pub const KIB: u64 = 1 << 10;
@@ -124,4 +124,18 @@ pub fn replay_with_pytorch_policy(path: &Path) -> ReplayReport {
         ..ReplayOptions::default()
     };
     replay::run(path, &options).unwrap().report
+}
+
+/// Fills `ptr` with `byte` on `stream` (non-blocking through a view: a stream other than the
+/// allocation stream is recorded on the block).
+pub fn fill(ptr: &DataPtr, stream: &Stream, byte: u8) {
+    let len = usize::try_from(ptr.size()).unwrap();
+    ptr.view().unwrap().fill(stream, &[byte], 0, len).unwrap();
+}
+
+/// The bytes of `ptr`, read on `stream` (a blocking read through a view).
+pub fn read(ptr: &DataPtr, stream: &Stream) -> Vec<u8> {
+    let mut out = vec![0; usize::try_from(ptr.size()).unwrap()];
+    ptr.view().unwrap().read(stream, 0, &mut out).unwrap();
+    out
 }

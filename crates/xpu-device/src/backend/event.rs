@@ -58,10 +58,22 @@ pub fn status_queries_on_this_thread() -> u64 {
     STATUS_QUERIES.try_with(Cell::get).unwrap_or(0)
 }
 
-/// Counts one status query of an event made without a [`ClEvent`] (the wait log's).
-pub(super) fn count_status_query() {
+/// The execution status of the live event `raw` (`clGetEventInfo`), counted in
+/// [`status_queries_on_this_thread`]: [`ClEvent::status`], and the wait log's events.
+pub(super) fn raw_status(raw: raw::cl_event) -> Result<EventStatus, ClError> {
     // `try_with`: a thread-local destructor may query an event.
     let _ = STATUS_QUERIES.try_with(|c| c.set(c.get() + 1));
+    let v = cl(
+        "clGetEventInfo",
+        cle::get_event_info(raw, cle::CL_EVENT_COMMAND_EXECUTION_STATUS),
+    )?;
+    Ok(match v.to_int() {
+        0 => EventStatus::Complete,
+        1 => EventStatus::Running,
+        2 => EventStatus::Submitted,
+        3 => EventStatus::Queued,
+        e => EventStatus::Error(e),
+    })
 }
 
 /// `CL_EVENT_COMMAND_EXECUTION_STATUS` (OpenCL 3.0 §5.11, table 37).
@@ -313,19 +325,7 @@ impl ClEvent {
     /// # Errors
     /// A failed `clGetEventInfo`.
     pub fn status(&self) -> Result<EventStatus, ClError> {
-        // `try_with`: a thread-local destructor may query an event.
-        let _ = STATUS_QUERIES.try_with(|c| c.set(c.get() + 1));
-        let v = cl(
-            "clGetEventInfo",
-            cle::get_event_info(self.0, cle::CL_EVENT_COMMAND_EXECUTION_STATUS),
-        )?;
-        Ok(match v.to_int() {
-            0 => EventStatus::Complete,
-            1 => EventStatus::Running,
-            2 => EventStatus::Submitted,
-            3 => EventStatus::Queued,
-            e => EventStatus::Error(e),
-        })
+        raw_status(self.0)
     }
 
     /// True once the command completed.

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use opencl3::event as cle;
 use parking_lot::Mutex;
 
-use super::{raw, release};
+use super::{raw, release, EventStatus};
 
 /// Entries at which adding one first drops those already complete with success; after each
 /// such pruning, the next comes at twice the entries left (at least this many), so that n
@@ -66,13 +66,10 @@ impl Retained {
     /// complete, `None` while it is queued, submitted or running. A status that cannot be
     /// read counts as complete (nothing more can be learned).
     fn status(&self) -> Option<i32> {
-        super::event::count_status_query();
-        match cle::get_event_info(self.0, cle::CL_EVENT_COMMAND_EXECUTION_STATUS) {
-            Ok(v) => match v.to_int() {
-                code if code <= 0 => Some(code),
-                _ => None,
-            },
-            Err(_) => Some(0),
+        match super::event::raw_status(self.0) {
+            Ok(EventStatus::Complete) | Err(_) => Some(0),
+            Ok(EventStatus::Error(code)) => Some(code),
+            Ok(_) => None,
         }
     }
 }
