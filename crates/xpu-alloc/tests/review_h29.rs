@@ -75,7 +75,6 @@ fn cross_stream_reuse_does_not_hand_out_a_segment_under_a_fill_held_before_a_fai
 /// fill either. (A device-side wait enqueued while B was pending passes once B fails: PoCL
 /// completes the marker after it and runs the commands after a barrier whose wait failed.)
 #[test]
-#[ignore = "PoCL aborted once in a loaded fresh-clone run (PTHREAD ERROR in pocl_update_event_failed, EINVAL) while the user event failed on another thread during the allocation; 0 of 40 reruns here. Its fix is covered by the test above (wait failed before the steal); run by name"]
 fn cross_stream_reuse_stays_ordered_when_an_earlier_wait_fails_afterwards() {
     if !xpu_testing::devices(1) {
         return;

@@ -31,7 +31,7 @@ extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut
     };
     // clSetUserEventStatus is non-blocking and allowed in a callback (§5.11.4); a target
     // already set refuses the second status, which is all there is to do then.
-    let set = cle::set_user_event_status(raw, status);
+    let set = super::held::set_user_status(raw, status);
     drop(guard);
     if set.is_ok() && status < 0 {
         // The failure may fail commands that other forwards wait for (see `forwards`).
@@ -175,7 +175,7 @@ impl Drop for UnsetGuard {
         if submitted {
             // A concurrent set by foreign code through a raw handle wins: then this fails
             // harmlessly with CL_INVALID_OPERATION.
-            if cle::set_user_event_status(self.raw, DROPPED_UNSET_STATUS).is_ok() {
+            if super::held::set_user_status(self.raw, DROPPED_UNSET_STATUS).is_ok() {
                 super::forwards::sweep();
             }
         }
@@ -265,7 +265,7 @@ impl ClEvent {
         self.check_unset()?;
         cl(
             "clSetUserEventStatus",
-            cle::set_user_event_status(self.0, 0),
+            super::held::set_user_status(self.0, 0),
         )
     }
 
@@ -312,7 +312,7 @@ impl ClEvent {
         self.check_unset()?;
         cl(
             "clSetUserEventStatus",
-            cle::set_user_event_status(self.0, code),
+            super::held::set_user_status(self.0, code),
         )?;
         // Commands failed through this event may be the sources of forwards (`forwards`).
         super::forwards::sweep();

@@ -96,7 +96,7 @@ pub(super) fn register(source: &ClEvent, target: &ClEvent, key: usize) {
 /// Sets the user event `target` to the error status `code`. A target already set (by the
 /// callback, or foreign code) refuses a second status: nothing to do then.
 fn fail(target: &ClEvent, code: i32) {
-    if cle::set_user_event_status(target.as_raw(), code).is_ok() {
+    if super::held::set_user_status(target.as_raw(), code).is_ok() {
         // The commands waiting on `target` failed too: they may be other forwards' sources.
         sweep();
     }
@@ -137,7 +137,7 @@ pub(super) fn sweep() {
         }
         for (forward, code) in failed {
             // See `fail`; the loop sweeps again instead of recursing.
-            let _ = cle::set_user_event_status(forward.target.as_raw(), code);
+            let _ = super::held::set_user_status(forward.target.as_raw(), code);
             // The driver may never call back for the failed source: its clone goes now.
             drop(take_target(forward.key));
         }

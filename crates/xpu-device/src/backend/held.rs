@@ -11,11 +11,22 @@
 //! runtime enqueues for a wait (`wait_event`, cross-device waits, gates, the allocator's
 //! stream waits) drops its event at once.
 //!
+//! A command failed through its wait list is not over for this purpose as soon as its status
+//! reads failed: PoCL writes the error status first, passes the failure on to the commands
+//! waiting on it, and only then drops the queue's reference and locks the event once more. A
+//! reference released in that window by another thread (one that read the status) is the
+//! last one again (review h29 saw the abort once, in a loaded run). Within PoCL the whole
+//! passing-on runs inside the `clSetUserEventStatus` call that started it, so every error
+//! status the runtime sets goes through [`set_user_status`], which counts the calls in
+//! progress, and an event whose status is an error is over only while none is
+//! ([`is_over`]). A failure started through a raw handle by foreign code is not counted.
+//!
 //! The list is pruned (its finished events released) when it has doubled since the last
 //! pruning, and whenever [`super::live_objects`] is read, so it holds about as many events as
 //! are unfinished at once. Reading a status is one non-blocking `clGetEventInfo`; nothing here
 //! waits, and the lock is never held across a driver call that can call back.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use opencl3::event as cle;
@@ -44,10 +55,32 @@ static HELD: Mutex<Held> = Mutex::new(Held {
     prune_at: FIRST_PRUNE,
 });
 
-/// True when the command of `event` is over (`CL_COMPLETE` or an error status), or when its
-/// status cannot be read (nothing more can be learned: the reference is released).
+/// Calls of `clSetUserEventStatus` with an error status in progress ([`set_user_status`]).
+static FAILING: AtomicUsize = AtomicUsize::new(0);
+
+/// `clSetUserEventStatus(event, status)`, counted in progress while `status` is an error
+/// status (negative), for [`is_over`]. The one way the runtime sets a user event's status.
+pub(super) fn set_user_status(event: raw::cl_event, status: i32) -> Result<(), i32> {
+    if status >= 0 {
+        return cle::set_user_event_status(event, status);
+    }
+    FAILING.fetch_add(1, Ordering::SeqCst);
+    let set = cle::set_user_event_status(event, status);
+    FAILING.fetch_sub(1, Ordering::SeqCst);
+    set
+}
+
+/// True when the command of `event` is over: `CL_COMPLETE`; an error status while no error
+/// status set by the runtime is still being passed on (see the module docs); or a status that
+/// cannot be read (nothing more can be learned: the reference is released).
 pub(super) fn is_over(event: raw::cl_event) -> bool {
-    cle::get_event_info(event, EXECUTION_STATUS).map_or(true, |v| v.to_int() <= 0)
+    match cle::get_event_info(event, EXECUTION_STATUS).map(|v| v.to_int()) {
+        Ok(0) | Err(_) => true,
+        // The status read orders after the write of the error status, made after the
+        // setter's increment: a setter still counted may still be passing it on.
+        Ok(status) if status < 0 => FAILING.load(Ordering::SeqCst) == 0,
+        Ok(_) => false,
+    }
 }
 
 /// Takes over one reference to `event` (a marker or barrier not over yet), which stays

@@ -26,7 +26,9 @@
 //! - PoCL aborts the process when a marker or barrier whose event was already released fails
 //!   through its wait list, and every barrier the runtime enqueues for a wait drops its event at
 //!   once: `ClEvent`'s drop keeps a marker's or barrier's reference until the command is over
-//!   (module `held`, pruned when it doubles and by `live_objects`).
+//!   (module `held`, pruned when it doubles and by `live_objects`). A command whose status
+//!   reads failed is not over while an error status the runtime set is still being passed on
+//!   (PoCL wakes the command's waiters before it drops its own reference; review h29's abort).
 //! - After a failed command PoCL fails the later commands of the queue at once while earlier ones
 //!   stay queued, so a failed free marker tells nothing: the caching allocator keeps its block out
 //!   of the cache (`MarkerStatus::Failed`), as a failed record. A marker enqueued after the
