@@ -156,7 +156,11 @@ fn a_stream_synchronized_after_a_failed_wait_gives_its_memory_back_again() {
     b.block(&s).unwrap();
     b.as_cl_event().set_failed(-5).unwrap();
     a.open().unwrap();
-    s.synchronize().unwrap();
+    // PoCL's clFinish returns success; NVIDIA's reports the failed wait once (an error, after
+    // every earlier command completed: seen on the H100, 15:03 UTC) and succeeds after that.
+    if s.synchronize().is_err() {
+        s.synchronize().unwrap();
+    }
     assert!(held.query().unwrap(), "the work before the failed wait ran");
     for _ in 0..3 {
         let x = alloc.allocate(12 * MIB, &s).unwrap();
