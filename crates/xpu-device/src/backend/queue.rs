@@ -408,6 +408,12 @@ impl CommandQueue {
     /// waits of the commands enqueued before it no longer make the ordered markers enqueued
     /// after it read failed ([`OrderedMarker::status`]): nothing before them is queued.
     ///
+    /// After a command failed through its wait list, NVIDIA's `clFinish` returns an error
+    /// once (the failure's status, seen as -5 for a user event failed with -5), after every
+    /// earlier command completed, and succeeds from then on; PoCL's returns success. An error
+    /// return is not taken as proof that the queue drained (a driver may return one without
+    /// waiting): the ordered markers after it stay failed until a `finish` that succeeded.
+    ///
     /// # Errors
     /// A failed `clFinish`, or the kept release failure.
     pub fn finish(&self) -> Result<(), ClError> {
