@@ -3,7 +3,8 @@
 //!
 //! Rules:
 //! - (a) a layer crate depends (normal and build dependencies) only on layer crates before it
-//!   in [`LAYERS`]; its dev-dependencies may also name itself. Other workspace packages
+//!   in [`LAYERS`]; its dev-dependencies may also name itself. The [`TOOL_LAYERS`] (benchmarks,
+//!   trace replay, the `xpu` command) close the order: no library crate depends on them. Other workspace packages
 //!   (xtask) depend on no layer crate, except [`TEST_CRATE`], which depends only on layers up to
 //!   [`TEST_CRATE_ABOVE`] and which the layers above it name as a dev-dependency only.
 //! - (b) only [`UNSAFE_CRATE`] depends on the OpenCL bindings ([`FFI_CRATES`]).
@@ -45,8 +46,9 @@ use serde_json::Value;
 use crate::cmd::Cmd;
 use source::Line;
 
-/// The layer crates, lowest first: each may depend only on crates before it.
-pub(crate) const LAYERS: [&str; 12] = [
+/// The layer crates, lowest first: each may depend only on crates before it. The library
+/// crates come first, the [`TOOL_LAYERS`] last, so that no library crate may depend on a tool.
+pub(crate) const LAYERS: [&str; 13] = [
     "xpu-caching",
     "xpu-device",
     "xpu-stream",
@@ -58,8 +60,13 @@ pub(crate) const LAYERS: [&str; 12] = [
     "xpu",
     "xpu-burn",
     "xpu-bench",
+    "xpu-replay",
     "xpu-cli",
 ];
+
+/// The tool crates, the end of [`LAYERS`]: users of the runtime (benchmarks, trace replay, the
+/// `xpu` command) that may depend on any library crate and on which no library crate depends.
+pub(crate) const TOOL_LAYERS: [&str; 3] = ["xpu-bench", "xpu-replay", "xpu-cli"];
 
 /// The test-support crate: it depends (normally) only on layers up to [`TEST_CRATE_ABOVE`],
 /// and layer crates above that may name it under `[dev-dependencies]` only.
@@ -78,8 +85,10 @@ pub(crate) const UNSAFE_CALLER_CRATES: [&str; 2] = ["xpu-kernel", "xpu-burn"];
 /// The facade crate, whose examples may hold commented `unsafe {}` blocks (rule (f)).
 pub(crate) const FACADE_CRATE: &str = "xpu";
 
-/// The tool crates (benchmarks, the `xpu` command), users of the runtime whose every file may
-/// hold commented `unsafe {}` blocks calling xpu's `unsafe fn`s, nothing more (rule (f)).
+/// The tool crates that launch kernels (benchmarks, the `xpu` command), users of the runtime
+/// whose every file may hold commented `unsafe {}` blocks calling xpu's `unsafe fn`s, nothing
+/// more (rule (f)). The other tool crate, xpu-replay, calls no unsafe API: rule (c) holds it
+/// (no `unsafe`, `#![forbid(unsafe_code)]`).
 pub(crate) const TOOL_CRATES: [&str; 2] = ["xpu-bench", "xpu-cli"];
 
 /// The OpenCL binding crates.
@@ -359,13 +368,25 @@ pub(crate) fn check_dependencies(
                         DepKind::Dev => dep_index <= own,
                         DepKind::Normal | DepKind::Build => dep_index < own,
                     };
+                    let library_on_tool = TOOL_LAYERS.contains(&dep.name.as_str())
+                        && !TOOL_LAYERS.contains(&p.name.as_str());
                     (!allowed).then(|| {
-                        format!(
-                            "depends on {} ({}), which is not before it in the layer order {}",
-                            dep.name,
-                            dep.kind.section(),
-                            LAYERS.join(" < ")
-                        )
+                        if library_on_tool {
+                            format!(
+                                "depends on {} ({}), a tool crate ({}); no library crate may \
+                                 depend on a tool",
+                                dep.name,
+                                dep.kind.section(),
+                                TOOL_LAYERS.join(", ")
+                            )
+                        } else {
+                            format!(
+                                "depends on {} ({}), which is not before it in the layer order {}",
+                                dep.name,
+                                dep.kind.section(),
+                                LAYERS.join(" < ")
+                            )
+                        }
                     })
                 }
                 None => Some(format!(

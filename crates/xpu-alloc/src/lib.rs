@@ -1,6 +1,5 @@
 //! `xpu-alloc`: the caching device allocator of the xpu runtime (PyTorch's caching
-//! allocator rules, sharded per stream), with its configuration, statistics and a trace
-//! replay.
+//! allocator rules, sharded per stream), with its configuration and statistics.
 //!
 //! Layers:
 //! - the caching algorithm ([`xpu_caching::CachingAllocator`]) and [`config`](mod@config),
@@ -17,8 +16,6 @@
 //!   first use, over `xpu_stream` streams;
 //! - [`MemPool`]: private memory pools of a device (as `torch.cuda.MemPool`), with
 //!   [`use_mem_pool`] routing the calling thread's allocations to one;
-//! - [`replay`]: replaying a recorded PyTorch allocator trace through the real allocator
-//!   (simulated or device memory), with its report (peaks, segment counts, call times).
 //! - [`observe`]: `memory_summary`, snapshots (JSON, and the pickle of PyTorch's memory
 //!   visualizer) and history recording ([`record_memory_history`]).
 //! - [`host`]: the pinned-host allocator, re-exported from the `xpu-host` crate (also at the
@@ -103,7 +100,6 @@ mod host_copy;
 mod mem_pool;
 pub mod observe;
 mod raw;
-pub mod replay;
 pub use xpu_caching::{sim_stream, size, stats, stream};
 pub mod source;
 

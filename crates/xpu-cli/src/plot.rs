@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use plotters::prelude::*;
-use xpu_alloc::replay::ReplaySeries;
+use xpu_replay::ReplaySeries;
 
 /// Most points drawn per line; longer series are reduced to the maximum of each bucket
 /// (so peaks survive).

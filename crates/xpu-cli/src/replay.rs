@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
-use xpu_alloc::replay::{
-    self, ReplayOptions, ReplayOutcome, ReplayReport, ReplayTarget, StreamFactory, H200_CAPACITY,
-    H200_MAX_ALLOC,
-};
 use xpu_alloc::{AllocConfig, ClStream, DeviceAllocator, DeviceCore};
+use xpu_replay::{
+    self as replay, ReplayOptions, ReplayOutcome, ReplayReport, ReplayTarget, StreamFactory,
+    H200_CAPACITY, H200_MAX_ALLOC,
+};
 
 use crate::alloc_conf::AllocConfArg;
 use crate::info::format_bytes;

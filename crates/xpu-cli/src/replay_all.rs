@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use serde::Serialize;
-use xpu_alloc::replay::ReplayReport;
+use xpu_replay::ReplayReport;
 
 use crate::alloc_conf::AllocConfArg;
 use crate::replay::{compare, replay_file, Mode, Record, TraceSource};

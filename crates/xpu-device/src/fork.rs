@@ -76,11 +76,11 @@
 //! `DataPtr`'s block through `Allocation`'s drop and its cached sub-buffer through its own guard.
 //!
 //! Errors: every layer's error type (`DeviceError`, `StreamError`, `EventError`, `HostError`,
-//! `AllocError`, `BlockArgError`, `ReplayError`, `MemoryError`, `InteropError`, `KernelError`,
-//! `GraphError`, `LazyError`) has `is_bad_fork`, true for its own `BadFork` and asking the
-//! lower-layer errors it wraps (or holds as a source), so `xpu::Error::is_bad_fork`, one delegation
-//! per variant, finds a bad fork however deep it is nested (`GraphError` is not wrapped by the
-//! facade: ask it directly).
+//! `AllocError`, `BlockArgError`, `MemoryError`, `InteropError`, `KernelError`, `GraphError`,
+//! `LazyError`; and the tool crate xpu-replay's `ReplayError`) has `is_bad_fork`, true for its own
+//! `BadFork` and asking the lower-layer errors it wraps (or holds as a source), so
+//! `xpu::Error::is_bad_fork`, one delegation per variant, finds a bad fork however deep it is
+//! nested (`GraphError` is not wrapped by the facade: ask it directly).
 //!
 //! Tests: `run_in_forked_child` is `unsafe` (the child of a multi-threaded process may only do
 //! async-signal-safe work); the safe `fork_report` forks and runs a fixed async-signal-safe

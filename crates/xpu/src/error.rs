@@ -3,25 +3,24 @@
 //! `Error` has `From` for every layer's error (`ClError`, `HostError`, `ConfigError`,
 //! `MemoryError`, ...), so `?` works in user code, with one variant per layer error: a `ClError`
 //! lands in `Device`, a `ConfigError` or `MarkerError` in `Alloc`, as their layers wrap them; a
-//! `KernelError::Memory` / `KernelError::Interop` converts to `Error::Memory` / `Error::Interop`, a
-//! `ReplayError::Config` to `Error::Alloc(AllocError::Config)`. `init()` fails with the
-//! `XPU_ALLOC_CONF` parse error (`Error::Alloc(AllocError::Config)`). Below the facade, errors wrap
-//! the error of the layer they call directly, not every layer below it (`GraphError` wraps
-//! `KernelError`, which names the memory, allocator, stream or device failure);
-//! `xpu_device::impl_from_via!` gives them `From` for the errors below, through that layer's own
-//! conversion (`InteropError`'s one OpenCL call, a query of the stream's queue, fails as
-//! `InteropError::Stream(StreamError::OpenCl)`). `GraphError` is not wrapped by the facade: ask it
-//! directly.
+//! `KernelError::Memory` / `KernelError::Interop` converts to `Error::Memory` / `Error::Interop`.
+//! `init()` fails with the `XPU_ALLOC_CONF` parse error (`Error::Alloc(AllocError::Config)`).
+//! Trace replay is not part of the runtime: its `ReplayError` belongs to the `xpu-replay` tool
+//! crate and has no variant here. Below the facade, errors wrap the error of the layer they call
+//! directly, not every layer below it (`GraphError` wraps `KernelError`, which names the memory,
+//! allocator, stream or device failure); `xpu_device::impl_from_via!` gives them `From` for the
+//! errors below, through that layer's own conversion (`InteropError`'s one OpenCL call, a query
+//! of the stream's queue, fails as `InteropError::Stream(StreamError::OpenCl)`). `GraphError` is
+//! not wrapped by the facade: ask it directly.
 
 /// Any error of the xpu runtime. Each variant wraps the layer's own typed error, whose message
 /// is shown unchanged.
 ///
 /// One failure has one shape, whichever function returned it: an error that a layer's error
 /// type only carries for an error type of the same layer which has a variant here (a
-/// typed-memory or interop failure inside a [`KernelError`](xpu_kernel::KernelError), a bad
-/// configuration inside a [`ReplayError`](xpu_alloc::replay::ReplayError)) converts to that
-/// variant, so matching `Error::Memory(_)` catches every typed-memory failure. Errors of lower
-/// layers stay inside the layer error that met them (`Error::Memory(MemoryError::Alloc(..))`:
+/// typed-memory or interop failure inside a [`KernelError`](xpu_kernel::KernelError)) converts
+/// to that variant, so matching `Error::Memory(_)` catches every typed-memory failure. Errors of
+/// lower layers stay inside the layer error that met them (`Error::Memory(MemoryError::Alloc(..))`:
 /// a typed-memory operation whose allocation failed).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -66,15 +65,6 @@ pub enum Error {
     #[cfg(feature = "alloc")]
     #[error(transparent)]
     Observe(#[from] xpu_alloc::observe::ObserveError),
-    /// Replaying an allocator trace.
-    /// A bad allocator configuration met by a replay ([`ReplayError::Config`]) is
-    /// [`Error::Alloc`] with [`AllocError::Config`], as everywhere else.
-    ///
-    /// [`ReplayError::Config`]: xpu_alloc::replay::ReplayError::Config
-    /// [`AllocError::Config`]: xpu_alloc::AllocError::Config
-    #[cfg(feature = "alloc")]
-    #[error(transparent)]
-    Replay(xpu_alloc::replay::ReplayError),
     /// Typed device memory (`xpu_kernel::memory`: ranges, lengths, copies; boxed, as `Host`),
     /// whether it comes from a function returning [`MemoryError`] or one returning
     /// [`KernelError`] (whose [`KernelError::Memory`] converts to this variant).
@@ -128,18 +118,6 @@ impl From<xpu_kernel::KernelError> for Error {
     }
 }
 
-/// A bad configuration becomes [`Error::Alloc`] with `AllocError::Config` (as a
-/// `ConfigError` does); other replay failures [`Error::Replay`].
-#[cfg(feature = "alloc")]
-impl From<xpu_alloc::replay::ReplayError> for Error {
-    fn from(e: xpu_alloc::replay::ReplayError) -> Self {
-        match e {
-            xpu_alloc::replay::ReplayError::Config(e) => Error::Alloc(e.into()),
-            e => Error::Replay(e),
-        }
-    }
-}
-
 #[cfg(feature = "alloc")]
 impl From<xpu_alloc::HostError> for Error {
     fn from(e: xpu_alloc::HostError) -> Self {
@@ -175,8 +153,6 @@ impl Error {
             Error::Alloc(e) => e.is_bad_fork(),
             #[cfg(feature = "alloc")]
             Error::Host(e) => e.is_bad_fork(),
-            #[cfg(feature = "alloc")]
-            Error::Replay(e) => e.is_bad_fork(),
             #[cfg(feature = "kernel")]
             Error::Memory(e) => e.is_bad_fork(),
             #[cfg(feature = "kernel")]

@@ -24,7 +24,6 @@ fn every_layer_error_converts_into_the_facade_error() {
     converts::<xpu::xpu_alloc::SourceError>();
     converts::<xpu::xpu_alloc::MarkerError>();
     converts::<xpu::xpu_alloc::observe::ObserveError>();
-    converts::<xpu::xpu_alloc::replay::ReplayError>();
     converts::<xpu::MemoryError>();
     converts::<xpu::KernelError>();
     converts::<xpu::InteropError>();
@@ -118,7 +117,6 @@ fn init_fails_on_a_bad_alloc_conf() {
 /// stream > device), and in the errors that keep one as their source.
 #[test]
 fn a_bad_fork_nested_in_any_layer_error_is_a_bad_fork() {
-    use xpu::xpu_alloc::replay::ReplayError;
     use xpu::xpu_alloc::{AllocError, BlockArgError, HostError};
     use xpu::xpu_device::DeviceError;
     use xpu::xpu_event::EventError;
@@ -144,10 +142,6 @@ fn a_bad_fork_nested_in_any_layer_error_is_a_bad_fork() {
                 size: 64,
                 source: DeviceError::BadFork,
             })),
-        ),
-        (
-            "Replay(Alloc)",
-            Error::Replay(ReplayError::Alloc(AllocError::BadFork)),
         ),
         (
             "Memory(Host(Stream(Device)))",
@@ -237,10 +231,6 @@ fn a_bad_fork_nested_in_any_layer_error_is_a_bad_fork() {
             }))),
         ),
         (
-            "Replay(Alloc(InvalidDevice))",
-            Error::Replay(ReplayError::Alloc(AllocError::InvalidDevice { device: 3 })),
-        ),
-        (
             "Event(Stream(ExternalNull))",
             Error::Event(EventError::Stream(StreamError::ExternalNull)),
         ),
@@ -263,13 +253,11 @@ fn a_bad_fork_nested_in_any_layer_error_is_a_bad_fork() {
 
 /// One failure reaches the facade in one shape: a typed-memory or interop failure that
 /// passed through a kernel-layer function (`KernelError::Memory` / `KernelError::Interop`)
-/// is `Error::Memory` / `Error::Interop`, as when it comes straight from its layer, and a bad
-/// allocator configuration met by a replay is `Error::Alloc(AllocError::Config)`, as one met
-/// by `init`. Messages are unchanged.
+/// is `Error::Memory` / `Error::Interop`, as when it comes straight from its layer. Messages are
+/// unchanged.
 #[test]
 fn a_failure_reaches_the_facade_in_one_shape_whatever_function_returned_it() {
-    use xpu::xpu_alloc::replay::ReplayError;
-    use xpu::xpu_alloc::{AllocConfig, AllocError, HostError};
+    use xpu::xpu_alloc::HostError;
     use xpu::{Error, InteropError, KernelError, MemoryError};
 
     let memory = || MemoryError::Host(HostError::NoBuffer);
@@ -291,18 +279,6 @@ fn a_failure_reaches_the_facade_in_one_shape_whatever_function_returned_it() {
             "{e:?}"
         );
         assert_eq!(e.to_string(), interop().to_string());
-    }
-
-    let config = || AllocConfig::parse("no_such_key:1").unwrap_err();
-    for e in [
-        Error::from(config()),
-        Error::from(ReplayError::Config(config())),
-    ] {
-        assert!(
-            matches!(&e, Error::Alloc(AllocError::Config(c)) if *c == config()),
-            "{e:?}"
-        );
-        assert_eq!(e.to_string(), config().to_string());
     }
 
     // A kernel-layer error of its own stays `Error::Kernel`.

@@ -108,6 +108,42 @@ fn a_dependency_on_a_later_layer_is_named() {
 }
 
 #[test]
+fn the_tool_crates_close_the_layer_order() {
+    assert_eq!(LAYERS[LAYERS.len() - TOOL_LAYERS.len()..], TOOL_LAYERS);
+}
+
+#[test]
+fn no_library_crate_may_depend_on_a_tool_crate() {
+    let mut ws = good_workspace();
+    let at = |ws: &[Package], name: &str| ws.iter().position(|p| p.name == name).unwrap();
+    // The replay tool may use the allocator, and the command the replay tool.
+    let (replay, cli) = (at(&ws, "xpu-replay"), at(&ws, "xpu-cli"));
+    ws[replay].deps.push(dep("xpu-alloc", DepKind::Normal));
+    ws[cli].deps.push(dep("xpu-replay", DepKind::Normal));
+    assert_eq!(check_dependencies(&ws, no_manifest), vec![]);
+    // No library crate may use it, not even in its tests.
+    let (alloc, facade) = (at(&ws, "xpu-alloc"), at(&ws, "xpu"));
+    ws[alloc].deps.push(dep("xpu-replay", DepKind::Normal));
+    ws[facade].deps.push(dep("xpu-replay", DepKind::Dev));
+    let v = check_dependencies(&ws, no_manifest);
+    let tool =
+        "a tool crate (xpu-bench, xpu-replay, xpu-cli); no library crate may depend on a tool";
+    assert_eq!(
+        by_crate(&v),
+        vec![
+            (
+                "xpu-alloc",
+                format!("depends on xpu-replay (dependencies), {tool}").as_str()
+            ),
+            (
+                "xpu",
+                format!("depends on xpu-replay (dev-dependencies), {tool}").as_str()
+            ),
+        ]
+    );
+}
+
+#[test]
 fn the_test_crate_is_a_dev_dependency_above_the_device_crate_only() {
     let mut ws = good_workspace();
     ws.push(package(TEST_CRATE, &[(TEST_CRATE_ABOVE, DepKind::Normal)]));

@@ -3,8 +3,8 @@
 //!
 //! - [`summary`]: [`memory_summary`], the table of `torch.cuda.memory_summary`;
 //! - [`history`]: [`History`], a ring buffer of trace entries (as
-//!   `torch.cuda.memory._record_memory_history`), exported in the trace text format that
-//!   [`crate::replay`] reads;
+//!   `torch.cuda.memory._record_memory_history`), exported in the trace text format of the
+//!   shared PyTorch traces (which the `xpu-replay` tool crate reads back);
 //! - [`snapshot`]: [`MemorySnapshot`], segments with their blocks plus the recorded history,
 //!   in the dictionary shape of `torch.cuda.memory._snapshot()`, written as JSON;
 //! - [`pickle`]: the same snapshot as a pickle file for PyTorch's memory visualizer;

@@ -3,10 +3,9 @@
 
 pub mod relocation;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use xpu_alloc::replay::{self, ReplayOptions, ReplayReport};
 use xpu_alloc::sim_stream::SimStream;
 use xpu_alloc::{AllocConfig, DataPtr, DeviceCore, SimulatedSource, StreamKey, StreamRef};
 use xpu_stream::{ExternalStream, Stream};
@@ -80,50 +79,6 @@ pub fn assert_empty_cache_releases_everything(core: &DeviceCore, source: &Simula
 pub fn manifest_dir() -> PathBuf {
     std::env::var_os("CARGO_MANIFEST_DIR")
         .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from)
-}
-
-/// Replays the trace at `path` (named `file` in messages) in simulation with the default
-/// policy and asserts that it never does worse than PyTorch: no OOM, peak reserved bytes at
-/// most `torch_reserved` and segment allocations at most `torch_segments`. Returns the
-/// report.
-pub fn replay_never_worse_than_pytorch(
-    path: &Path,
-    file: &str,
-    torch_reserved: u64,
-    torch_segments: u64,
-) -> ReplayReport {
-    replay_within(path, file, (torch_reserved, torch_segments), "PyTorch's")
-}
-
-/// Replays the trace at `path` (named `file` in messages) in simulation with the default
-/// policy and asserts no OOM, peak reserved bytes at most `bound.0` and segment allocations
-/// at most `bound.1`; `whose` names the bound in messages ("PyTorch's", "today's"). Returns
-/// the report.
-pub fn replay_within(path: &Path, file: &str, bound: (u64, u64), whose: &str) -> ReplayReport {
-    let (reserved, segments) = bound;
-    let ours = replay::run(path, &ReplayOptions::default()).unwrap().report;
-    assert_eq!(ours.ooms, 0, "{file}");
-    assert!(
-        ours.peak_reserved <= reserved,
-        "{file}: peak reserved {} > {whose} {reserved}",
-        ours.peak_reserved
-    );
-    assert!(
-        ours.segment_allocs <= segments,
-        "{file}: {} segment allocations > {whose} {segments}",
-        ours.segment_allocs
-    );
-    ours
-}
-
-/// The report of replaying the trace at `path` in simulation with PyTorch's own policy
-/// (`release_policy:on_oom`).
-pub fn replay_with_pytorch_policy(path: &Path) -> ReplayReport {
-    let options = ReplayOptions {
-        config: Some("release_policy:on_oom".to_owned()),
-        ..ReplayOptions::default()
-    };
-    replay::run(path, &options).unwrap().report
 }
 
 /// Fills `ptr` with `byte` on `stream` (non-blocking through a view: a stream other than the

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use serde_json::Value;
-use xpu_alloc::replay::ReplayReport;
+use xpu_replay::ReplayReport;
 
 use crate::plot::ReferenceLine;
 

@@ -14,7 +14,7 @@
 //! moving too (`relocation:merge_all`), resnet34 (64), efficientnet (195) and phi (50).
 //! PyTorch's own policy (`release_policy:on_oom`) reproduces PyTorch's recorded figures
 //! exactly on every one: the replay gives its segments the recording's addresses while the
-//! segment sequences agree (`xpu_alloc::replay::SegmentAddresses`), so best-fit ties between
+//! segment sequences agree (`xpu_replay::SegmentAddresses`), so best-fit ties between
 //! equal free blocks go as in the recording. (With growing addresses only, two traces were
 //! off by one segment: `llama_generate_varprompt` and `gpt2_generate_varbatch`.)
 

@@ -5,7 +5,7 @@ mod common;
 use std::path::PathBuf;
 
 use common::{manifest_dir, replay_never_worse_than_pytorch, replay_with_pytorch_policy};
-use xpu_alloc::replay::{self, ReplayError, ReplayOptions, SegmentAddresses, TraceError};
+use xpu_replay::{self as replay, ReplayError, ReplayOptions, SegmentAddresses, TraceError};
 
 /// The traces directory: `../shared/traces` beside the repository (CI), else the copy
 /// bundled in `data/traces`.

@@ -3,11 +3,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use xpu_alloc::replay::{
-    self, ReplayOptions, ReplayTarget, StreamFactory, H200_CAPACITY, H200_MAX_ALLOC,
-};
 use xpu_alloc::sim_stream::SimStream;
 use xpu_alloc::{AllocConfig, DeviceCore, SimulatedSource, StreamKey, StreamRef};
+use xpu_replay::{
+    self as replay, ReplayOptions, ReplayTarget, StreamFactory, H200_CAPACITY, H200_MAX_ALLOC,
+};
 
 fn traces() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/traces");

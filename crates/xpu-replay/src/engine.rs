@@ -28,19 +28,14 @@ use std::time::Instant;
 
 use thiserror::Error;
 
-pub use xpu_caching::replay::{
-    read_trace, Action, ReplayReport, ReplaySeries, Trace, TraceAction, TraceError, TraceEvent,
+use xpu_alloc::sim_stream::SimStream;
+use xpu_alloc::size::GIB;
+use xpu_alloc::source::RecordedSegment;
+use xpu_alloc::{
+    AllocConfig, AllocError, ConfigError, DataPtr, DeviceCore, MemorySnapshot, SimulatedSource,
+    StreamKey, StreamRef,
 };
-
-use crate::cl_stream::StreamRef;
-use crate::config::{AllocConfig, ConfigError};
-use crate::device_core::DeviceCore;
-use crate::error::AllocError;
-use crate::sim_stream::SimStream;
-use crate::size::GIB;
-use crate::source::{RecordedSegment, SimulatedSource};
-use crate::stream::StreamKey;
-use crate::DataPtr;
+use xpu_caching::replay::{read_trace, Action, ReplayReport, ReplaySeries, Trace, TraceError};
 
 /// Capacity of the simulated H200 (139.8 GiB), in bytes.
 // 139.8 GiB is not an integer number of bytes: truncated.
@@ -185,7 +180,7 @@ pub struct ReplayOutcome {
     /// Totals after every event (empty unless requested).
     pub series: ReplaySeries,
     /// Snapshot with the recorded history at the end ([`ReplayOptions::history`]).
-    pub snapshot: Option<crate::observe::MemorySnapshot>,
+    pub snapshot: Option<MemorySnapshot>,
 }
 
 /// Replays the trace file at `path` (gzip or plain).
@@ -483,4 +478,24 @@ fn percentile(values: &mut [u64], p: f64) -> f64 {
     values.sort_unstable();
     let rank = ((p * values.len() as f64).ceil() as usize).clamp(1, values.len());
     values[rank - 1] as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bad fork met by the allocator during a replay is a bad fork of the replay, however
+    /// the caller holds the error (the facade's `Error::Replay` asked this before the replay
+    /// left the runtime crates); another allocator error is not.
+    #[test]
+    fn a_bad_fork_of_the_allocator_is_a_bad_fork_of_the_replay() {
+        let bad_fork = ReplayError::Alloc(AllocError::BadFork);
+        assert!(bad_fork.is_bad_fork());
+        assert!(bad_fork
+            .to_string()
+            .contains(&AllocError::BadFork.to_string()));
+        assert!(!ReplayError::Alloc(AllocError::InvalidDevice { device: 3 }).is_bad_fork());
+        let config = AllocConfig::parse("no_such_key:1").unwrap_err();
+        assert!(!ReplayError::Config(config).is_bad_fork());
+    }
 }
