@@ -1,6 +1,7 @@
 //! History recording: a ring buffer of allocator events (as
 //! `torch.cuda.memory._record_memory_history`, reference §4.16), exported in the trace text
-//! format that [`crate::replay`] reads.
+//! format of the shared PyTorch traces ([`write_trace`]), which the `xpu-replay` tool crate
+//! reads back and replays.
 //!
 //! Recording is off by default. While off, [`History::record`] costs one relaxed atomic
 //! load and a branch; the entry is built and stored only while on.
@@ -90,9 +91,9 @@ impl TraceAction {
         Self::ALL.into_iter().find(|a| a.name() == name)
     }
 
-    /// Whether the trace replay acts on (or reports) this action: the block and segment
-    /// events, moves included; `oom` and `snapshot` lines are skipped and counted in
-    /// [`Trace::skipped`](crate::replay::Trace::skipped).
+    /// Whether a trace replay acts on (or reports) this action: the block and segment
+    /// events, moves included; `oom` and `snapshot` lines are skipped (the `xpu-replay` tool
+    /// crate's reader counts them in its `Trace::skipped`).
     #[must_use]
     pub const fn replayed(self) -> bool {
         !matches!(self, TraceAction::Oom | TraceAction::Snapshot)
@@ -255,8 +256,8 @@ impl History {
 }
 
 /// Writes `entries` in the trace text format of the shared traces (a `#` header line, then
-/// `ACTION ADDR SIZE STREAM` per entry), so that a recorded run can be replayed by
-/// [`crate::replay`]. Stream ids are renumbered as small integers in order of first
+/// `ACTION ADDR SIZE STREAM` per entry), so that a recorded run can be replayed (by the
+/// `xpu-replay` tool crate). Stream ids are renumbered as small integers in order of first
 /// appearance (the first stream seen is 0).
 ///
 /// # Errors

@@ -11,7 +11,9 @@
 //! - [`config`](mod@config), [`size`] (over [`size_constants`]), [`stats`]: PyTorch's configuration grammar
 //!   (`XPU_ALLOC_CONF`), size rules and statistics (one field list);
 //! - [`history`]: the trace vocabulary ([`TraceAction`]) and the history ring ([`History`],
-//!   as `torch.cuda.memory._record_memory_history`); [`replay`]: reading traces.
+//!   as `torch.cuda.memory._record_memory_history`), written in the trace text format
+//!   ([`history::write_trace`]). Reading traces back and replaying them is no part of the
+//!   runtime: the `xpu-replay` tool crate does it, over this crate's public API.
 //!
 //! Contract: no device wait and no backend call that may block runs under an allocator
 //! lock; no user code runs under one; a block returns to the cache only when the
@@ -60,7 +62,6 @@ pub mod backend;
 pub mod config;
 pub mod error;
 pub mod history;
-pub mod replay;
 pub mod sim_stream;
 pub mod size;
 pub mod size_constants;

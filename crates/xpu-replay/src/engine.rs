@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use thiserror::Error;
-
 use xpu_alloc::sim_stream::SimStream;
 use xpu_alloc::size::GIB;
 use xpu_alloc::source::RecordedSegment;
@@ -35,7 +34,9 @@ use xpu_alloc::{
     AllocConfig, AllocError, ConfigError, DataPtr, DeviceCore, MemorySnapshot, SimulatedSource,
     StreamKey, StreamRef,
 };
-use xpu_caching::replay::{read_trace, Action, ReplayReport, ReplaySeries, Trace, TraceError};
+
+use crate::report::{ReplayReport, ReplaySeries};
+use crate::trace::{read_trace, Action, Trace, TraceError};
 
 /// Capacity of the simulated H200 (139.8 GiB), in bytes.
 // 139.8 GiB is not an integer number of bytes: truncated.

@@ -21,11 +21,12 @@
 #![forbid(unsafe_code)]
 
 mod engine;
+mod report;
+mod trace;
 
 pub use engine::{
     replay_trace, run, run_reader, ProgressFn, ReplayError, ReplayOptions, ReplayOutcome,
     ReplayTarget, SegmentAddresses, StreamFactory, H200_CAPACITY, H200_MAX_ALLOC, PROGRESS_EVERY,
 };
-pub use xpu_caching::replay::{
-    read_trace, Action, ReplayReport, ReplaySeries, Trace, TraceAction, TraceError, TraceEvent,
-};
+pub use report::{ReplayReport, ReplaySeries};
+pub use trace::{read_trace, Action, Trace, TraceAction, TraceError, TraceEvent};

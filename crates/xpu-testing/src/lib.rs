@@ -159,7 +159,7 @@ pub fn scenario_test(test: &str, scenario: &str, bound: Duration, done: &str, bo
     }
 }
 
-/// The keys of a trace replay report's JSON object (xpu-caching's `ReplayReport`), as
+/// The keys of a trace replay report's JSON object (xpu-replay's `ReplayReport`), as
 /// `xpu replay --json` prints them under the default configuration (the CLI adds `pytorch`
 /// with `--compare`; `relocation` is left out under a configuration that never relocates).
 pub const REPLAY_REPORT_KEYS: [&str; 24] = [

@@ -5,7 +5,7 @@
 //! Validation, following the README: action names are lowercase (`[a-z][a-z0-9_]*`) and
 //! case-sensitive; the seven actions the replay needs are parsed (PyTorch's five block and
 //! segment actions, and xpu's `move_from` / `move_to` of a relocated block, see
-//! [`crate::history`]), any other action with the four fields (`oom`, `snapshot`,
+//! [`xpu_caching::history`]), any other action with the four fields (`oom`, `snapshot`,
 //! `segment_map`, ...) is skipped and counted in
 //! [`Trace::skipped`]. Every other line (a wrong number of fields, tabs, an upper-case
 //! action, a non-numeric field) is [`TraceError::Malformed`](super::TraceError::Malformed) naming the line; a trace
@@ -15,12 +15,13 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 
+use xpu_caching::TraceAction;
+
 use super::TraceError as ReplayError;
-use crate::history::TraceAction;
 
 /// The replay's name for the trace vocabulary: [`TraceAction`], the actions history recording
 /// writes (the replay acts on those where [`TraceAction::replayed`] holds).
-pub use crate::history::TraceAction as Action;
+pub use xpu_caching::TraceAction as Action;
 
 /// The action of a name the replay acts on (case-sensitive, as the trace README writes them).
 fn replayed_action(name: &str) -> Option<TraceAction> {

@@ -1,18 +1,16 @@
 //! The trace vocabulary read back: the reader of the allocator trace format
 //! ([`read_trace`], `ACTION ADDR SIZE STREAM` lines in the [`TraceAction`] names that
-//! [`History`](crate::History) writes) and the report a replay produces. The replay engine
-//! that drives an allocator with a trace is `xpu_alloc::replay`.
+//! [`xpu_caching::History`] writes). The replay engine that drives an allocator with a trace is
+//! [`crate::run`].
 
 mod parse;
-mod report;
 
 use thiserror::Error;
 
-pub use crate::history::TraceAction;
 pub use parse::{read_trace, Action, Trace, TraceEvent};
-pub use report::{ReplayReport, ReplaySeries};
+pub use xpu_caching::TraceAction;
 
-/// A trace that could not be read (`xpu_alloc::replay::ReplayError::Trace` wraps it).
+/// A trace that could not be read ([`ReplayError::Trace`](crate::ReplayError::Trace) wraps it).
 #[derive(Debug, Error)]
 pub enum TraceError {
     /// The trace could not be read (the I/O error is the source).

@@ -62,7 +62,7 @@ pub struct ReplayReport {
     /// What relocation did (`relocation:merge`, simulated segments only); `None` when the
     /// replay's configuration left it off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub relocation: Option<crate::RelocationStats>,
+    pub relocation: Option<xpu_caching::RelocationStats>,
     /// Allocations that succeeded only after releasing every cached segment.
     pub alloc_retries: u64,
     /// Allocations that failed for lack of memory.
