@@ -20,8 +20,9 @@
 //! `ACTION ADDR SIZE STREAM`, an empty trace and one without `alloc`; other actions are skipped and
 //! counted, frees of unknown addresses counted; a recorded move (`move_from` then `move_to`, from
 //! a `relocation:merge` history) renames the live block. The benchmarks of `xpu bench` (with the figures of
-//! the `xpu-bench` tool crate) and the two-stream pipeline of `xpu demo` live with the tools, not
-//! in the libraries.
+//! the `xpu-bench` tool crate), the trace reader and replay engine behind `replay`, `replay-all`
+//! and `demo` (the `xpu-replay` tool crate) and the two-stream pipeline of `xpu demo` live with
+//! the tools, not in the libraries.
 // Commented `unsafe {}` blocks calling xpu's `unsafe fn`s (kernel launches), each in an item
 // marked `#[allow(unsafe_code)]`; nothing else unsafe (`cargo xtask check-layers`).
 #![deny(unsafe_code)]

@@ -199,8 +199,8 @@ static DETACHED_HISTORY: std::sync::OnceLock<History> = std::sync::OnceLock::new
 /// what a consolidation released is regrown as one segment when needed again, and
 /// small-pool segments grow with the stream's small-pool use (2 MiB up to 4 MiB); see
 /// [`crate::config::ReleasePolicy`]. On 43 of the 45 PyTorch traces that
-/// `tests/policy_must_hold.rs` replays (simulated H200), peak reserved bytes and segment
-/// allocations stay at or below PyTorch's default; on two variable-shape traces peak reserved
+/// `crates/xpu-replay/tests/policy_must_hold.rs` replays (simulated H200), peak reserved bytes
+/// and segment allocations stay at or below PyTorch's default; on two variable-shape traces peak reserved
 /// stays below PyTorch's but segment allocations do not (up to 7% more; `xpu replay-all
 /// DIR...` prints the figures). With `release_policy:on_oom`, segment sizes are PyTorch's and
 /// cached segments are released only on the OOM path and by `empty_cache`: replays then

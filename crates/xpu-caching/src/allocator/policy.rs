@@ -7,9 +7,9 @@
 //! eighth of that pool); `release_policy:on_oom` reproduces PyTorch exactly. Before growing,
 //! the default `relocation:merge` moves live blocks to clear a run for the request or to empty
 //! segments for the consolidation (`crate::config::Relocation`). The test `policy_must_hold`
-//! replays the seven shared traces, the four validation traces (`data/traces/validation`) and
-//! the 54 variable-shape traces of issue 27 (`data/traces/varshape`: a design set, a
-//! validation set and eight held-out sets). It pins peak reserved bytes at or below PyTorch's
+//! (`crates/xpu-replay/tests/`) replays the seven shared traces, the four validation traces
+//! (`data/traces/validation`) and the 54 variable-shape traces of issue 27
+//! (`data/traces/varshape`: a design set, a validation set and eight held-out sets). It pins peak reserved bytes at or below PyTorch's
 //! on all 65, and segment allocations on 63: under the default, `resnet34_multires_train` and
 //! `efficientnet_varres_train` make 66 and 195 against PyTorch's 58 and 185, a miss of issue
 //! 27's first goal that those two tests record (with `relocation:merge_all`: resnet34 64,
