@@ -1,0 +1,86 @@
+//! Review h32: safe sequences that still reach PoCL 3.1's failure-path use-after-free
+//! (`pocl_update_event_failed` locks a command's event after the queue's reference to it was
+//! released), beyond markers and barriers. Each test is a process of its own under nextest,
+//! so an abort fails only it.
+
+mod common;
+
+use xpu_device::backend::{Buffer, EventStatus};
+
+fn terminal(status: EventStatus) -> bool {
+    matches!(status, EventStatus::Complete | EventStatus::Error(_))
+}
+
+/// A fill whose event was dropped, then a second fill of the same buffer: PoCL's extra
+/// reference that the first fill held through the buffer (its "last event") is released when
+/// the second is enqueued, so the queue's reference is its last one when the wait fails.
+#[test]
+fn a_dropped_fill_whose_buffer_a_later_command_touched_fails_without_ending_the_process() {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
+        return;
+    };
+    let b = Buffer::new(ctx, 1024, Default::default()).unwrap();
+    let u = dev.create_user_event().unwrap();
+    drop(q.fill(&b, &[1u8], 0, 1024, &[&u]).unwrap());
+    drop(q.fill(&b, &[2u8], 0, 1024, &[]).unwrap());
+    let held = q.enqueue_marker(&[]).unwrap();
+    u.set_failed(-5).unwrap();
+    let _ = q.finish();
+    assert!(terminal(held.status().unwrap()), "{:?}", held.status());
+}
+
+/// A fill whose event was dropped, its buffer dropped before the wait fails: PoCL frees the
+/// memory object when the failed fill lets go of it, which releases the fill's event held as
+/// the buffer's last event, before the queue's reference is released too.
+#[test]
+fn a_dropped_fill_of_a_dropped_buffer_fails_without_ending_the_process() {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
+        return;
+    };
+    let b = Buffer::new(ctx, 1024, Default::default()).unwrap();
+    let u = dev.create_user_event().unwrap();
+    drop(q.fill(&b, &[1u8], 0, 1024, &[&u]).unwrap());
+    drop(b);
+    let held = q.enqueue_marker(&[]).unwrap();
+    u.set_failed(-5).unwrap();
+    let _ = q.finish();
+    assert!(terminal(held.status().unwrap()), "{:?}", held.status());
+}
+
+/// Two launches without an event writing the same buffer, behind a failing wait: the first
+/// one's buffer reference moved to the second launch, so the queue's reference is its last.
+#[test]
+fn two_launches_without_events_behind_a_failed_wait_do_not_end_the_process() {
+    let Some((dev, _, q)) = common::device0_queue() else {
+        return;
+    };
+    let (_program, kernel, out) = common::scale_index_into(dev, 256, 3);
+    let u = dev.create_user_event().unwrap();
+    // SAFETY: 256 work-items write out[0..256), a buffer of 256 u32s that nothing borrows.
+    unsafe { q.enqueue_kernel_without_event(&kernel, &[256], None, &[&u]) }.unwrap();
+    // SAFETY: as above.
+    unsafe { q.enqueue_kernel_without_event(&kernel, &[256], None, &[]) }.unwrap();
+    let held = q.enqueue_marker(&[]).unwrap();
+    u.set_failed(-5).unwrap();
+    let _ = q.finish();
+    assert!(terminal(held.status().unwrap()), "{:?}", held.status());
+    drop(out);
+}
+
+/// A pinned buffer dropped while its queue waits on a user event: the unmap its drop enqueues
+/// (event released at once) and the memory object released after it fail when the wait fails.
+#[test]
+fn a_pinned_buffer_dropped_behind_a_failing_wait_does_not_end_the_process() {
+    let Some((dev, ctx, q)) = common::device0_queue() else {
+        return;
+    };
+    let pinned = xpu_device::backend::PinnedBuffer::new(ctx, &q, 4096).unwrap();
+    let u = dev.create_user_event().unwrap();
+    let barrier = q.enqueue_barrier(&[&u]).unwrap();
+    drop(pinned);
+    let held = q.enqueue_marker(&[]).unwrap();
+    u.set_failed(-5).unwrap();
+    let _ = q.finish();
+    assert!(terminal(barrier.status().unwrap()));
+    assert!(terminal(held.status().unwrap()), "{:?}", held.status());
+}
