@@ -105,9 +105,9 @@ pub enum ProfilingInfo {
 }
 
 /// A reference-counted OpenCL event. `Clone` retains, `Drop` releases: at once, except for a
-/// marker or barrier whose command is not over yet, whose reference the runtime keeps until it
-/// is (PoCL aborts the process when such a command fails after its event was released; see
-/// the `held` module).
+/// command's event (not a user event's) whose command is not over yet, whose reference the
+/// runtime keeps until it is (PoCL aborts the process when such a command fails after its
+/// event was released; see the `held` module).
 ///
 /// The second field says what the event is (`Role`); the third, only for user events made by
 /// [`ClEvent::user`], is shared by the wrapper's clones and fails the event when the last of
@@ -118,7 +118,8 @@ pub struct ClEvent(raw::cl_event, Role, Option<Arc<UnsetGuard>>);
 /// What a [`ClEvent`] is, as far as its wrapper cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
-    /// A command's event (a copy, fill, kernel, transfer...).
+    /// A command's event (a copy, fill, kernel, transfer...): released only once the command
+    /// is over, as a marker's.
     Command,
     /// A marker's or barrier's event: released only once the command is over.
     Synchronization,
@@ -493,10 +494,7 @@ impl Drop for ClEvent {
     fn drop(&mut self) {
         // The unset guard first (it may fail the event), while our reference keeps it live.
         drop(self.2.take());
-        if self.1 == Role::Synchronization
-            && !crate::fork::is_in_bad_fork()
-            && !super::held::is_over(self.0)
-        {
+        if self.1 != Role::User && !crate::fork::is_in_bad_fork() && !super::held::is_over(self.0) {
             // Kept (and still counted) until the command is over: see the `held` module.
             for _ in 0..super::held::hold(self.0) {
                 super::live::released(super::live::Kind::Event);

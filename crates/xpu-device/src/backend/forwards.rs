@@ -19,8 +19,6 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use opencl3::event as cle;
-
 use super::keyed::Keyed;
 use super::{ClEvent, EventStatus};
 

@@ -1,15 +1,19 @@
-//! Markers and barriers whose last wrapper dropped before the command was over: the runtime
-//! keeps their reference until the command is over, then releases it.
+//! Commands (markers, barriers, copies, fills, launches, transfers, unmaps) whose last wrapper
+//! dropped before the command was over: the runtime keeps their reference until the command
+//! is over, then releases it.
 //!
 //! Why: PoCL (3.1) aborts the process (`PTHREAD ERROR in pocl_update_event_failed`, from
 //! `clSetUserEventStatus` or a later command of the queue) when a marker or barrier whose
 //! event the application already released is failed through its wait list (a user event set
 //! to an error status, or a failed command it waits on). The same failure is handled cleanly
-//! while the application still holds the event, and the other commands (copies, fills,
-//! kernels) fail cleanly either way. OpenCL 3.0 §5.11 lets an application release an event at
-//! any time, so this is a driver defect; safe code must not reach it, and every barrier the
-//! runtime enqueues for a wait (`wait_event`, cross-device waits, gates, the allocator's
-//! stream waits) drops its event at once.
+//! while the application still holds the event. Commands that use memory objects (copies,
+//! fills, kernels, unmaps) are exposed as well: PoCL keeps one more reference to such a
+//! command's event per buffer (the buffer's "last event"), but drops it when a later command
+//! uses the buffer or the buffer is freed (review h32: a fill followed by another fill of its
+//! buffer, two launches on one buffer, a pinned buffer's unmap, each aborted). OpenCL 3.0
+//! §5.11 lets an application release an event at any time, so this is a driver defect; safe
+//! code must not reach it, and the runtime drops many events at once (every barrier it
+//! enqueues for a wait, launches without an event, the unmap of a pinned buffer).
 //!
 //! A command failed through its wait list is not over for this purpose as soon as its status
 //! reads failed: PoCL writes the error status first, passes the failure on to the commands
@@ -83,7 +87,7 @@ pub(super) fn is_over(event: raw::cl_event) -> bool {
     }
 }
 
-/// Takes over one reference to `event` (a marker or barrier not over yet), which stays
+/// Takes over one reference to `event` (a command not over yet), which stays
 /// counted in [`super::live_objects`] until it is released. Returns how many held references
 /// it released (the caller uncounts them).
 #[must_use]

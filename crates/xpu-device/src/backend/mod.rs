@@ -23,10 +23,12 @@
 //! backend asks `on_callback_thread`.
 //!
 //! # Failed commands
-//! - PoCL aborts the process when a marker or barrier whose event was already released fails
-//!   through its wait list, and every barrier the runtime enqueues for a wait drops its event at
-//!   once: `ClEvent`'s drop keeps a marker's or barrier's reference until the command is over
-//!   (module `held`, pruned when it doubles and by `live_objects`). A command whose status
+//! - PoCL aborts the process when a command whose event was already released fails through
+//!   its wait list (a marker or barrier always; a copy, fill, launch or unmap once a later
+//!   command used its buffers or they were freed), and the runtime drops many events at once
+//!   (every barrier it enqueues for a wait, launches without an event, unmaps): `ClEvent`'s
+//!   drop keeps a command's reference until the command is over (module `held`, pruned when it
+//!   doubles and by `live_objects`). A command whose status
 //!   reads failed is not over while an error status the runtime set is still being passed on
 //!   (PoCL wakes the command's waiters before it drops its own reference; review h29's abort).
 //! - After a failed command PoCL fails the later commands of the queue at once while earlier ones

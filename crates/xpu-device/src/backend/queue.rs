@@ -889,11 +889,12 @@ impl CommandQueue {
         Ok(ClEvent::from_owned(e))
     }
 
-    /// As [`CommandQueue::enqueue_kernel`], without an event: the driver is passed a NULL
-    /// `event` (OpenCL 3.0 §5.10: then no event object is created for the command), for a
-    /// caller that would drop the event at once — one `clReleaseEvent` fewer per launch and
-    /// no event for the driver to make. The command is ordered by the queue as any other;
-    /// waiting for it takes a later marker or a `clFinish` of the queue.
+    /// As [`CommandQueue::enqueue_kernel`], without an event handed back, for a caller that
+    /// would drop it at once. The command is ordered by the queue as any other; waiting for it
+    /// takes a later marker or a `clFinish` of the queue. The driver is still asked for the
+    /// event, which is dropped as a [`ClEvent`] is (kept until the command is over): PoCL 3.1
+    /// aborts the process when a launch made with a NULL `event` fails through a failed wait
+    /// after a later command took over its buffers (review h32; see the `held` module).
     ///
     /// # Safety
     /// As [`CommandQueue::enqueue_kernel`].
@@ -907,9 +908,9 @@ impl CommandQueue {
         local: Option<&[usize]>,
         wait: &[&ClEvent],
     ) -> Result<()> {
-        // SAFETY: the kernel code's obligations are this function's `# Safety`, passed on; a
-        // NULL `event` asks for no event object (§5.10).
-        unsafe { self.enqueue_nd_range(kernel, global, local, wait, ptr::null_mut()) }
+        // SAFETY: as in `enqueue_kernel`.
+        drop(unsafe { self.enqueue_kernel(kernel, global, local, wait) }?);
+        Ok(())
     }
 
     /// `clEnqueueNDRangeKernel` of `kernel` after the events of `wait`, the command's event
