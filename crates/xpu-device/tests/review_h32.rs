@@ -84,3 +84,49 @@ fn a_pinned_buffer_dropped_behind_a_failing_wait_does_not_end_the_process() {
     assert!(terminal(barrier.status().unwrap()));
     assert!(terminal(held.status().unwrap()), "{:?}", held.status());
 }
+
+/// How long a command waiting on a failed event may take to read terminal: generous, the
+/// driver passes the failure on synchronously or from its own thread.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A marker enqueued after the user event it waits on failed: PoCL 3.1 adds it to the event's
+/// notify list, which was passed on already and never is again, so the marker stays queued
+/// and every later `finish` of its queue hangs. OpenCL 3.0 §5.11: a command waiting on an
+/// event whose status is an error terminates.
+#[test]
+fn a_marker_waiting_on_an_already_failed_user_event_terminates() {
+    let Some((dev, _, q)) = common::device0_queue() else {
+        return;
+    };
+    let u = dev.create_user_event().unwrap();
+    u.set_failed(-5).unwrap();
+    let m = q.enqueue_marker(&[&u]).unwrap();
+    assert!(
+        common::settles(SETTLE, || terminal(m.status().unwrap())),
+        "{:?}",
+        m.status()
+    );
+    let _ = q.finish();
+}
+
+/// As above across queues, through a command's event: a fill of queue B after a barrier of
+/// queue A that already failed (the wait an event or stream wait enqueues).
+#[test]
+fn a_fill_waiting_on_an_already_failed_command_of_another_queue_terminates() {
+    let Some((dev, ctx, a)) = common::device0_queue() else {
+        return;
+    };
+    let b = common::queue(dev);
+    let u = dev.create_user_event().unwrap();
+    let failed = a.enqueue_barrier(&[&u]).unwrap();
+    u.set_failed(-5).unwrap();
+    assert!(matches!(failed.status().unwrap(), EventStatus::Error(_)));
+    let buf = Buffer::new(ctx, 1024, Default::default()).unwrap();
+    let fill = b.fill(&buf, &[1u8], 0, 1024, &[&failed]).unwrap();
+    assert!(
+        common::settles(SETTLE, || terminal(fill.status().unwrap())),
+        "{:?}",
+        fill.status()
+    );
+    let _ = b.finish();
+}
