@@ -245,10 +245,12 @@ impl ClEvent {
     /// # Errors
     /// A failed `clCreateUserEvent`.
     pub fn user(context: &Context) -> Result<ClEvent, ClError> {
-        let raw = cl(
-            "clCreateUserEvent",
-            cle::create_user_event(context.as_raw()),
-        )?;
+        ClEvent::user_in(context.as_raw())
+    }
+
+    /// [`ClEvent::user`] in the live context `context`.
+    pub(super) fn user_in(context: raw::cl_context) -> Result<ClEvent, ClError> {
+        let raw = cl("clCreateUserEvent", cle::create_user_event(context))?;
         let mut event = ClEvent::counted(raw, Role::User);
         event.2 = Some(Arc::new(UnsetGuard {
             raw,

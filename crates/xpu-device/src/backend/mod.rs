@@ -43,6 +43,11 @@
 //!   not known before). Not handled: a
 //!   command failing by itself (not through a wait), and same-stream reuse, which trusts the
 //!   queue's own order.
+//! - PoCL 3.1 never runs a command enqueued after an event of its wait list failed (it waits
+//!   for a notification already sent): the runtime replaces the failed events of a wait list by
+//!   a user event it fails right after the enqueue call (`CommandQueue::checked_wait_list`), so
+//!   the command fails as OpenCL 3.0 §5.11 says. A failure that starts during the enqueue call
+//!   is not caught.
 //! - PoCL never calls the completion callback of a command failed through its wait list: an
 //!   `on_complete` closure waits in the runtime's registry with its event, and a sweep at every
 //!   failure the runtime starts (and at `live_objects`) hands it over with the error status

@@ -280,7 +280,16 @@ impl CommandQueue {
 
     /// The raw wait list of a command of this queue. Events of another context are refused
     /// with `CL_INVALID_CONTEXT`, as OpenCL 3.0 §5.13 specifies for every enqueue call: PoCL
-    /// accepts them without checking. Costs one info query per event (none for an empty list).
+    /// accepts them without checking. Costs two info queries per event (none for an empty
+    /// list).
+    ///
+    /// The events whose status already is an error are replaced by one unset user event,
+    /// which the list sets to the first such status when it drops, after the enqueue call
+    /// (never for a blocking one: it would wait for it). PoCL 3.1 adds a command waiting on
+    /// a failed event to the event's notify list, which was passed on already and never is
+    /// again: the command would stay queued forever, and so would every later `finish` of its
+    /// queue (review h32). A failure that starts between this check and the enqueue call is
+    /// not caught.
     fn checked_wait_list(
         &self,
         function: &'static str,
@@ -290,12 +299,26 @@ impl CommandQueue {
             return Ok(WaitList::empty());
         }
         let ctx = self.context_raw()?;
+        let mut failed = None;
         for e in wait {
             if e.context_raw()? != ctx {
                 return Err(ClError::new(function, CODE_INVALID_CONTEXT));
             }
+            if let (None, Ok(super::EventStatus::Error(code))) = (&failed, e.status()) {
+                failed = Some(code);
+            }
         }
-        Ok(WaitList(wait_list(wait)))
+        let Some(code) = failed else {
+            return Ok(WaitList(wait_list(wait), None));
+        };
+        let proxy = ClEvent::user_in(ctx)?;
+        let mut list: Vec<raw::cl_event> = wait
+            .iter()
+            .filter(|e| !matches!(e.status(), Ok(super::EventStatus::Error(_))))
+            .map(|e| e.as_raw())
+            .collect();
+        list.push(proxy.as_raw());
+        Ok(WaitList(list, Some((proxy, code))))
     }
 
     /// Runs `enqueue` (the enqueue call of a command waiting for `list`) with the list logged
@@ -738,8 +761,8 @@ impl CommandQueue {
         }
         // `after` keeps its events retained until the enqueue below returned.
         let after = pinned.order_after_conflicts(access, self)?;
-        let mut list = self.checked_wait_list(function, wait)?;
-        list.0.extend(after.iter().map(ClEvent::as_raw));
+        let all: Vec<&ClEvent> = wait.iter().copied().chain(after.iter()).collect();
+        let list = self.checked_wait_list(function, &all)?;
         // SAFETY: the host range `host_ptr()+pinned_offset .. +len` lies inside `pinned`'s
         // live mapping and the device range inside `buffer` (both checked above). For
         // `From`, the device only reads the host bytes, as may other holders of the
@@ -1004,13 +1027,15 @@ impl Eq for CommandQueue {}
 /// A command's raw wait list in the form every `clEnqueue*` call takes: a count, and a pointer
 /// that is null for an empty list (OpenCL 3.0 §5.13: a non-null list with a zero count is
 /// `CL_INVALID_EVENT_WAIT_LIST`). The events stay retained by their `ClEvent`s, which the
-/// caller borrows for the call.
-struct WaitList(Vec<raw::cl_event>);
+/// caller borrows for the call. The second field, when the caller's list held failed events,
+/// is the user event that stands for them in the list and the status it gets when the list
+/// drops (see [`CommandQueue::checked_wait_list`]).
+struct WaitList(Vec<raw::cl_event>, Option<(ClEvent, i32)>);
 
 impl WaitList {
     /// No events.
     fn empty() -> Self {
-        WaitList(Vec::new())
+        WaitList(Vec::new(), None)
     }
 
     /// The number of events, as the `num_events_in_wait_list` argument.
@@ -1025,6 +1050,19 @@ impl WaitList {
             ptr::null()
         } else {
             self.0.as_ptr()
+        }
+    }
+}
+
+impl Drop for WaitList {
+    fn drop(&mut self) {
+        if let Some((proxy, code)) = self.1.take() {
+            // After the enqueue call: the command now waits on the proxy, and fails through
+            // it as through the failed events it stands for. A proxy nothing waits on (the
+            // enqueue failed) fails harmlessly.
+            if let Err(e) = proxy.set_failed(code) {
+                tracing::error!(%e, "cannot fail the stand-in of a failed wait");
+            }
         }
     }
 }
