@@ -551,7 +551,7 @@ impl CommandBuffer {
         if status != 0 {
             return Err(ClError::new("clEnqueueCommandBufferKHR", status).into());
         }
-        Ok(ClEvent::from_owned(event))
+        Ok(self.queue.command_event(event))
     }
 }
 

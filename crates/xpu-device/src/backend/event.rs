@@ -105,9 +105,9 @@ pub enum ProfilingInfo {
 }
 
 /// A reference-counted OpenCL event. `Clone` retains, `Drop` releases: at once, except for a
-/// command's event (not a user event's) whose command is not over yet, whose reference the
-/// runtime keeps until it is (PoCL aborts the process when such a command fails after its
-/// event was released; see the `held` module).
+/// command's event of PoCL before 4.0 (or a wrapped raw event of a command) whose command is
+/// not over yet, whose reference the runtime keeps until it is (PoCL 3 aborts the process
+/// when such a command fails after its event was released; see the `held` module).
 ///
 /// The second field says what the event is (`Role`); the third, only for user events made by
 /// [`ClEvent::user`], is shared by the wrapper's clones and fails the event when the last of
@@ -118,23 +118,24 @@ pub struct ClEvent(raw::cl_event, Role, Option<Arc<UnsetGuard>>);
 /// What a [`ClEvent`] is, as far as its wrapper cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
-    /// A command's event (a copy, fill, kernel, transfer...): released only once the command
-    /// is over, as a marker's.
+    /// A command's event, released at once on drop (its driver fails commands safely).
     Command,
-    /// A marker's or barrier's event: released only once the command is over.
-    Synchronization,
+    /// A command's event kept until the command is over when the last wrapper drops: a
+    /// command of a driver that frees a failed command's event under its own lock (PoCL
+    /// before 4.0, see the `held` module), or a wrapped raw event, whose driver is not known.
+    Held,
     /// A user event: the wrapper may set its status.
     User,
 }
 
 impl Role {
-    /// The role of a raw event, from its `CL_EVENT_COMMAND_TYPE` (a plain command when the
-    /// type cannot be read).
+    /// The role of a raw event, from its `CL_EVENT_COMMAND_TYPE`: a user event, else a
+    /// command's event kept until it is over (the driver is not known; also when the type
+    /// cannot be read).
     fn of(raw: raw::cl_event) -> Role {
         match cle::get_event_info(raw, cle::CL_EVENT_COMMAND_TYPE).map(|t| t.to_uint()) {
             Ok(cle::CL_COMMAND_USER) => Role::User,
-            Ok(cle::CL_COMMAND_MARKER | cle::CL_COMMAND_BARRIER) => Role::Synchronization,
-            _ => Role::Command,
+            _ => Role::Held,
         }
     }
 }
@@ -196,16 +197,18 @@ impl ClEvent {
         ClEvent(raw, role, None)
     }
 
-    /// Takes ownership of a reference returned by an enqueue call (not a marker's or
-    /// barrier's: [`ClEvent::from_owned_synchronization`]).
+    /// Takes ownership of a reference returned by an enqueue call of a queue whose driver
+    /// fails commands safely: released at once on drop.
     pub(crate) fn from_owned(raw: raw::cl_event) -> Self {
         ClEvent::counted(raw, Role::Command)
     }
 
-    /// Takes ownership of a reference returned by `clEnqueueMarkerWithWaitList` or
-    /// `clEnqueueBarrierWithWaitList`.
-    pub(crate) fn from_owned_synchronization(raw: raw::cl_event) -> Self {
-        ClEvent::counted(raw, Role::Synchronization)
+    /// Takes ownership of a reference returned by an enqueue call of a queue whose driver
+    /// frees a failed command's event under its own lock
+    /// ([`Platform::frees_failed_events`](super::Platform::frees_failed_events)): kept until
+    /// the command is over when the last wrapper drops.
+    pub(crate) fn from_owned_held(raw: raw::cl_event) -> Self {
+        ClEvent::counted(raw, Role::Held)
     }
 
     /// Takes over one reference to a raw event that the caller owns and hands over (an event
@@ -496,7 +499,7 @@ impl Drop for ClEvent {
     fn drop(&mut self) {
         // The unset guard first (it may fail the event), while our reference keeps it live.
         drop(self.2.take());
-        if self.1 != Role::User && !crate::fork::is_in_bad_fork() && !super::held::is_over(self.0) {
+        if self.1 == Role::Held && !crate::fork::is_in_bad_fork() && !super::held::is_over(self.0) {
             // Kept (and still counted) until the command is over: see the `held` module.
             for _ in 0..super::held::hold(self.0) {
                 super::live::released(super::live::Kind::Event);

@@ -13,7 +13,11 @@
 //! buffer, two launches on one buffer, a pinned buffer's unmap, each aborted). OpenCL 3.0
 //! §5.11 lets an application release an event at any time, so this is a driver defect; safe
 //! code must not reach it, and the runtime drops many events at once (every barrier it
-//! enqueues for a wait, launches without an event, the unmap of a pinned buffer).
+//! enqueues for a wait, launches without an event, the unmap of a pinned buffer). PoCL 4.0
+//! retains the command while it passes a failure on: only the queues of PoCL before 4.0
+//! ([`super::Platform::frees_failed_events`]) hand their commands' events here (and ask for
+//! an event where they would pass NULL), so NVIDIA's launches and copies pay none of this; a
+//! raw event wrapped from foreign code is handed here whatever its driver.
 //!
 //! A command failed through its wait list is not over for this purpose as soon as its status
 //! reads failed: PoCL writes the error status first, passes the failure on to the commands

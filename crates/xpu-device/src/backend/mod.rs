@@ -26,9 +26,12 @@
 //! - PoCL aborts the process when a command whose event was already released fails through
 //!   its wait list (a marker or barrier always; a copy, fill, launch or unmap once a later
 //!   command used its buffers or they were freed), and the runtime drops many events at once
-//!   (every barrier it enqueues for a wait, launches without an event, unmaps): `ClEvent`'s
-//!   drop keeps a command's reference until the command is over (module `held`, pruned when it
-//!   doubles and by `live_objects`). A command whose status
+//!   (every barrier it enqueues for a wait, launches without an event, unmaps): on PoCL
+//!   before 4.0 (`Platform::frees_failed_events`, read once per queue) `ClEvent`'s drop keeps
+//!   a command's reference until the command is over, and a launch without an event asks for
+//!   one (module `held`, pruned when it doubles and by `live_objects`); a wait list holding
+//!   an event that already failed goes through a stand-in user event there (PoCL 3.1 would
+//!   never run the command; review h32). A command whose status
 //!   reads failed is not over while an error status the runtime set is still being passed on
 //!   (PoCL wakes the command's waiters before it drops its own reference; review h29's abort).
 //! - After a failed command PoCL fails the later commands of the queue at once while earlier ones

@@ -110,7 +110,7 @@ impl Drop for Inner {
         // thread. Nothing needs the wait: the buffer released right after stays alive until
         // the enqueued unmap completes (§5.5.1).
         match r {
-            Ok(e) => drop(ClEvent::from_owned(e)),
+            Ok(e) => drop(self.queue.command_event(e)),
             Err(code) => release::note("clEnqueueUnmapMemObject", Err(code)),
         }
     }
@@ -184,7 +184,7 @@ impl PinnedBuffer {
                 ptr::null(),
             )
         })?;
-        drop(ClEvent::from_owned(ev));
+        drop(queue.command_event(ev));
         let ptr: *mut u8 = mapped.cast();
         if ptr.is_null() {
             return Err(DeviceError::InvalidArgument(

@@ -32,6 +32,16 @@ impl Platform {
         Ok(String::from(v).trim_end_matches('\0').trim().to_string())
     }
 
+    /// Whether the platform is PoCL before 4.0, whose failure path frees a command's event
+    /// when the queue's reference was the last one and then locks it again (see the `held`
+    /// module): then every command's event is kept until the command is over, and a wait on
+    /// an event that already failed goes through a stand-in (PoCL 3.1 would never run the
+    /// command). From `CL_PLATFORM_VERSION` ("OpenCL 3.0 PoCL 3.1+debian ..."); false when it
+    /// cannot be read or names another implementation.
+    pub fn frees_failed_events(&self) -> bool {
+        self.version().is_ok_and(|v| pocl_before_4(&v))
+    }
+
     /// `CL_PLATFORM_NAME`.
     ///
     /// # Errors
@@ -72,5 +82,35 @@ impl Platform {
     /// The raw `cl_platform_id`, for interop.
     pub fn as_raw(&self) -> raw::cl_platform_id {
         self.0
+    }
+}
+
+/// Whether a `CL_PLATFORM_VERSION` string names PoCL with a major version below 4.
+fn pocl_before_4(version: &str) -> bool {
+    let lower = version.to_ascii_lowercase();
+    let Some(at) = lower.find("pocl ") else {
+        return false;
+    };
+    let major: String = lower[at + 5..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    major.parse::<u32>().is_ok_and(|m| m < 4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pocl_before_4;
+
+    #[test]
+    fn pocl_versions_before_4_are_recognized() {
+        assert!(pocl_before_4(
+            "OpenCL 3.0 PoCL 3.1+debian  Linux, None+Asserts, RELOC, LLVM 15.0.6, SLEEF"
+        ));
+        assert!(pocl_before_4("OpenCL 1.2 pocl 1.8"));
+        assert!(!pocl_before_4("OpenCL 3.0 PoCL 5.0+debian  Linux"));
+        assert!(!pocl_before_4("OpenCL 3.0 PoCL 10.1"));
+        assert!(!pocl_before_4("OpenCL 3.0 CUDA 13.0.98"));
+        assert!(!pocl_before_4("OpenCL 3.0 PoCL x"));
     }
 }

@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use opencl3::command_queue as clq;
@@ -73,6 +73,10 @@ struct QueueShared {
     context: AtomicUsize,
     /// The waits of the commands enqueued through the wrapper (see `waits`).
     waits: Arc<WaitLog>,
+    /// Whether the queue's platform frees a failed command's event under its own lock
+    /// ([`super::Platform::frees_failed_events`]), read on first need: 0 unknown, 1 no,
+    /// 2 yes.
+    frees_failed_events: AtomicU8,
 }
 
 /// A marker whose completion is judged with the waits enqueued before it on its queue
@@ -280,10 +284,11 @@ impl CommandQueue {
 
     /// The raw wait list of a command of this queue. Events of another context are refused
     /// with `CL_INVALID_CONTEXT`, as OpenCL 3.0 §5.13 specifies for every enqueue call: PoCL
-    /// accepts them without checking. Costs two info queries per event (none for an empty
-    /// list).
+    /// accepts them without checking. Costs one info query per event (none for an empty
+    /// list), two on PoCL before 4.0.
     ///
-    /// The events whose status already is an error are replaced by one unset user event,
+    /// On PoCL before 4.0 ([`CommandQueue::frees_failed_events`]) the events whose status
+    /// already is an error are replaced by one unset user event,
     /// which the list sets to the first such status when it drops, after the enqueue call
     /// (never for a blocking one: it would wait for it). PoCL 3.1 adds a command waiting on
     /// a failed event to the event's notify list, which was passed on already and never is
@@ -299,10 +304,14 @@ impl CommandQueue {
             return Ok(WaitList::empty());
         }
         let ctx = self.context_raw()?;
+        let stand_in = self.frees_failed_events();
         let mut failed = None;
         for e in wait {
             if e.context_raw()? != ctx {
                 return Err(ClError::new(function, CODE_INVALID_CONTEXT));
+            }
+            if !stand_in {
+                continue;
             }
             if let (None, Ok(super::EventStatus::Error(code))) = (&failed, e.status()) {
                 failed = Some(code);
@@ -392,6 +401,39 @@ impl CommandQueue {
         let context = self.info_u64(QUEUE_CONTEXT)? as usize;
         self.1.context.store(context, Ordering::Relaxed);
         Ok(context as raw::cl_context)
+    }
+
+    /// Whether the queue's platform frees a failed command's event under its own lock (PoCL
+    /// before 4.0, [`super::Platform::frees_failed_events`]): then the events of its commands
+    /// are kept until they are over, and failed events in a wait list go through a stand-in.
+    /// Three driver queries the first time for the wrapper and its clones, one atomic load
+    /// after; false when the platform cannot be read.
+    pub(super) fn frees_failed_events(&self) -> bool {
+        match self.1.frees_failed_events.load(Ordering::Relaxed) {
+            1 => return false,
+            2 => return true,
+            _ => {}
+        }
+        let frees = self
+            .device_raw()
+            .map(DeviceId::from_raw)
+            .and_then(|d| d.platform())
+            .is_ok_and(|p| p.frees_failed_events());
+        self.1
+            .frees_failed_events
+            .store(if frees { 2 } else { 1 }, Ordering::Relaxed);
+        frees
+    }
+
+    /// The event an enqueue call of this queue returned, as a [`ClEvent`]: kept until its
+    /// command is over when the last wrapper drops if the driver needs it
+    /// ([`CommandQueue::frees_failed_events`]), else released at once.
+    pub(super) fn command_event(&self, raw: raw::cl_event) -> ClEvent {
+        if self.frees_failed_events() {
+            ClEvent::from_owned_held(raw)
+        } else {
+            ClEvent::from_owned(raw)
+        }
     }
 
     /// Refuses a buffer of another context than the queue's with `CL_INVALID_CONTEXT`, as
@@ -513,7 +555,7 @@ impl CommandQueue {
             let raw = unsafe { enqueue(self.0, list.count(), list.ptr()) };
             cl(function, raw)
         })?;
-        Ok(ClEvent::from_owned_synchronization(e))
+        Ok(self.command_event(e))
     }
 
     /// The command of a copy or fill of 0 bytes: a marker after `wait` (and, the queue being
@@ -538,7 +580,7 @@ impl CommandQueue {
         }
         let list = self.checked_wait_list(function, wait)?;
         let e = self.logged(&list, || cl(function, enqueue(&list)))?;
-        Ok(ClEvent::from_owned(e))
+        Ok(self.command_event(e))
     }
 
     /// Blocking write of `data` into `dst` at byte `offset`, after the earlier commands of the
@@ -707,7 +749,7 @@ impl CommandQueue {
                 clq::enqueue_read_buffer(q, mem, blocking, offset, len, p, n, events)
             })?,
         };
-        Ok(ClEvent::from_owned(e))
+        Ok(self.command_event(e))
     }
 
     /// Non-blocking copy of `len` bytes between `buffer` and pinned host memory, in the
@@ -909,15 +951,18 @@ impl CommandQueue {
         // SAFETY: the kernel code's obligations are this function's `# Safety`, passed on;
         // `e` outlives the call and receives the command's event.
         unsafe { self.enqueue_nd_range(kernel, global, local, wait, &mut e)? };
-        Ok(ClEvent::from_owned(e))
+        Ok(self.command_event(e))
     }
 
     /// As [`CommandQueue::enqueue_kernel`], without an event handed back, for a caller that
     /// would drop it at once. The command is ordered by the queue as any other; waiting for it
-    /// takes a later marker or a `clFinish` of the queue. The driver is still asked for the
-    /// event, which is dropped as a [`ClEvent`] is (kept until the command is over): PoCL 3.1
-    /// aborts the process when a launch made with a NULL `event` fails through a failed wait
-    /// after a later command took over its buffers (review h32; see the `held` module).
+    /// takes a later marker or a `clFinish` of the queue. The driver is passed a NULL `event`
+    /// (OpenCL 3.0 §5.10: then no event object is created for the command): one
+    /// `clReleaseEvent` fewer per launch. Except on PoCL before 4.0
+    /// ([`CommandQueue::frees_failed_events`]): there the event is asked for and dropped as a
+    /// [`ClEvent`] of that queue is (kept until the command is over), since PoCL 3.1 aborts
+    /// the process when a launch made with a NULL `event` fails through a failed wait after a
+    /// later command took over its buffers (review h32; see the `held` module).
     ///
     /// # Safety
     /// As [`CommandQueue::enqueue_kernel`].
@@ -931,9 +976,14 @@ impl CommandQueue {
         local: Option<&[usize]>,
         wait: &[&ClEvent],
     ) -> Result<()> {
-        // SAFETY: as in `enqueue_kernel`.
-        drop(unsafe { self.enqueue_kernel(kernel, global, local, wait) }?);
-        Ok(())
+        if self.frees_failed_events() {
+            // SAFETY: as in `enqueue_kernel`.
+            drop(unsafe { self.enqueue_kernel(kernel, global, local, wait) }?);
+            return Ok(());
+        }
+        // SAFETY: the kernel code's obligations are this function's `# Safety`, passed on; a
+        // NULL `event` asks for no event object (§5.10).
+        unsafe { self.enqueue_nd_range(kernel, global, local, wait, ptr::null_mut()) }
     }
 
     /// `clEnqueueNDRangeKernel` of `kernel` after the events of `wait`, the command's event
