@@ -100,7 +100,12 @@ fn a_marker_waiting_on_an_already_failed_user_event_terminates() {
     };
     let u = dev.create_user_event().unwrap();
     u.set_failed(-5).unwrap();
-    let m = q.enqueue_marker(&[&u]).unwrap();
+    // NVIDIA refuses the enqueue (an error, seen as -5 on the H100): nothing to run, nothing
+    // left queued.
+    let Ok(m) = q.enqueue_marker(&[&u]) else {
+        q.finish().unwrap();
+        return;
+    };
     assert!(
         common::settles(SETTLE, || terminal(m.status().unwrap())),
         "{:?}",
@@ -120,7 +125,15 @@ fn a_fill_waiting_on_an_already_failed_command_of_another_queue_terminates() {
     let u = dev.create_user_event().unwrap();
     let failed = a.enqueue_barrier(&[&u]).unwrap();
     u.set_failed(-5).unwrap();
-    assert!(matches!(failed.status().unwrap(), EventStatus::Error(_)));
+    // PoCL fails the barrier within `set_failed`; NVIDIA sets its status a little later.
+    assert!(
+        common::settles(SETTLE, || matches!(
+            failed.status().unwrap(),
+            EventStatus::Error(_)
+        )),
+        "{:?}",
+        failed.status()
+    );
     let buf = Buffer::new(ctx, 1024, Default::default()).unwrap();
     let fill = b.fill(&buf, &[1u8], 0, 1024, &[&failed]).unwrap();
     assert!(

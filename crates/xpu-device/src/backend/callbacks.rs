@@ -219,12 +219,27 @@ fn deliver(registration: Registration, status: i32) {
 }
 
 /// The driver's callback: `user_data` is a registration's key.
-extern "C" fn on_status(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
+extern "C" fn on_status(event: raw::cl_event, status: i32, user_data: *mut c_void) {
     let key = user_data as usize;
     // No driver call and no user code under the lock; nothing here panics.
     let registration = REGISTRY.lock().pending.take(key);
     if let Some(registration) = registration {
-        deliver(registration, status);
+        deliver(registration, final_status(event, status));
+    }
+}
+
+/// The status a closure gets: the driver's, unless it says `CL_COMPLETE` (0) for a command
+/// whose execution status is an error. NVIDIA calls the `CL_COMPLETE` callback of a marker
+/// that failed through its wait list with 0 while the event reads -5 (H100, 2026-12-05);
+/// OpenCL 3.0 §5.11.4 passes an abnormally terminated command's error code instead. One
+/// `clGetEventInfo` (allowed in a callback, §5.11.4), only when the driver says 0.
+fn final_status(event: raw::cl_event, status: i32) -> i32 {
+    if status != 0 {
+        return status;
+    }
+    match cle::get_event_info(event, EXECUTION_STATUS).map(|v| v.to_int()) {
+        Ok(code) if code < 0 => code,
+        _ => status,
     }
 }
 
