@@ -70,8 +70,17 @@ fn a_failed_gate_releases_readers_and_the_block_without_leaks() -> TestResult {
     assert_eq!(s.pending_blocks, 0);
     assert_eq!(s.pending_markers, 0);
     drop(dev);
-    wait_for_callbacks();
-    assert_eq!(live_objects().buffers, base_buffers);
+    // The pinned block's buffer goes with the closures of its failed copies, which NVIDIA's
+    // driver hands over from its own thread, a little after the copies terminated (the H100
+    // run at 15:44 UTC read one buffer more right after `wait_for_callbacks`).
+    assert!(
+        host_common::settles(std::time::Duration::from_secs(30), || {
+            wait_for_callbacks();
+            live_objects().buffers == base_buffers
+        }),
+        "{} buffers live, {base_buffers} before",
+        live_objects().buffers
+    );
     Ok(())
 }
 

@@ -101,3 +101,19 @@ pub fn assert_reused_only_after_the_gate(
     assert_eq!(again.address(), addr, "not reused once its work completed");
     Ok(())
 }
+
+/// Polls `done` until it holds or `limit` passed; whether it held. For what a driver finishes
+/// asynchronously with no event to wait on (NVIDIA calls completion callbacks on a thread of
+/// its own, a little after the command), never for ordering.
+pub fn settles(limit: std::time::Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if done() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
