@@ -959,7 +959,8 @@ impl CommandQueue {
     /// takes a later marker or a `clFinish` of the queue. The driver is passed a NULL `event`
     /// (OpenCL 3.0 §5.10: then no event object is created for the command): one
     /// `clReleaseEvent` fewer per launch. Except on PoCL before 4.0
-    /// ([`CommandQueue::frees_failed_events`]): there the event is asked for and dropped as a
+    /// ([`Platform::frees_failed_events`](super::Platform::frees_failed_events)): there the
+    /// event is asked for and dropped as a
     /// [`ClEvent`] of that queue is (kept until the command is over), since PoCL 3.1 aborts
     /// the process when a launch made with a NULL `event` fails through a failed wait after a
     /// later command took over its buffers (review h32; see the `held` module).
