@@ -151,12 +151,10 @@ fn a_fill_waiting_on_an_already_failed_command_of_another_queue_terminates() {
 /// A user event failed by another thread while a marker waiting on it is being enqueued: when
 /// the failure is passed on between the runtime's check of the wait list and PoCL's entry of
 /// the marker in the event's notify list, the marker never runs (as when enqueued after the
-/// failure). Hit within about 900 rounds on PoCL 3.1 (2 cores); not fixed: the check cannot
-/// tell afterwards, and a stand-in user event for every wait costs every enqueue with a wait
-/// list one more event.
+/// failure). Hit within about 900 rounds on PoCL 3.1 (2 cores). Fixed by excluding the
+/// runtime's error statuses from wait-list checks and enqueue calls on PoCL before 4.0
+/// (`held`'s exclusion).
 #[test]
-#[ignore = "review h32: not fixed, a failure passed on during the enqueue call leaves the \
-            command queued forever on PoCL 3.1"]
 fn a_marker_enqueued_while_its_wait_fails_on_another_thread_terminates() {
     let Some((dev, _, q)) = common::device0_queue() else {
         return;
@@ -170,8 +168,12 @@ fn a_marker_enqueued_while_its_wait_fails_on_another_thread_terminates() {
                 u.set_failed(-5).unwrap();
             });
             start.wait();
-            q.enqueue_marker(&[&u]).unwrap()
+            q.enqueue_marker(&[&u])
         });
+        // NVIDIA may refuse the enqueue once the event failed: nothing left queued then.
+        let Ok(m) = m else {
+            continue;
+        };
         assert!(
             common::settles(SETTLE, || terminal(m.status().unwrap())),
             "round {round}: {:?}",

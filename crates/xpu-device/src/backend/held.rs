@@ -34,8 +34,10 @@
 //! are unfinished at once. Reading a status is one non-blocking `clGetEventInfo`; nothing here
 //! waits, and the lock is never held across a driver call that can call back.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
+
+use parking_lot::{RwLock, RwLockReadGuard};
 
 use opencl3::event as cle;
 
@@ -66,12 +68,43 @@ static HELD: Mutex<Held> = Mutex::new(Held {
 /// Calls of `clSetUserEventStatus` with an error status in progress ([`set_user_status`]).
 static FAILING: AtomicUsize = AtomicUsize::new(0);
 
+/// Whether a queue of PoCL before 4.0 was seen ([`note_frees_failed_events`]): only then do
+/// error statuses exclude enqueues with a wait list ([`EXCLUSION`]).
+static FREES_FAILED_EVENTS: AtomicBool = AtomicBool::new(false);
+
+/// Error statuses set by the runtime (write) against the wait-list checks and enqueue calls
+/// of PoCL-before-4.0 queues (read). PoCL 3.1 enters a command in the notify list of each
+/// event it waits on without looking at a failed status, and passes a failure on only once,
+/// within the `clSetUserEventStatus` call: a command entered after that never runs (review
+/// h32). A queue of such a platform checks its wait list for failed events (then it waits on
+/// a stand-in instead) and enqueues under the read side; a failure is set, and passed on,
+/// under the write side: each sees the other's work whole. Neither side waits for a command
+/// or calls user code while holding it, and PoCL 3.1 calls no completion callback for a
+/// failed command (so none runs inside the write side). A process that never saw such a
+/// queue takes neither side.
+static EXCLUSION: RwLock<()> = RwLock::new(());
+
+/// Notes a queue of PoCL before 4.0: from now on error statuses exclude its enqueues.
+pub(super) fn note_frees_failed_events() {
+    FREES_FAILED_EVENTS.store(true, Ordering::SeqCst);
+}
+
+/// The read side of [`EXCLUSION`], for a wait-list check and enqueue call of a queue of PoCL
+/// before 4.0: held from the check until the enqueue call returned, never over a wait.
+pub(super) fn enqueue_side() -> RwLockReadGuard<'static, ()> {
+    EXCLUSION.read()
+}
+
 /// `clSetUserEventStatus(event, status)`, counted in progress while `status` is an error
-/// status (negative), for [`is_over`]. The one way the runtime sets a user event's status.
+/// status (negative), for [`is_over`], and then under the write side of [`EXCLUSION`] once a
+/// queue of PoCL before 4.0 was seen. The one way the runtime sets a user event's status.
 pub(super) fn set_user_status(event: raw::cl_event, status: i32) -> Result<(), i32> {
     if status >= 0 {
         return cle::set_user_event_status(event, status);
     }
+    let _excluded = FREES_FAILED_EVENTS
+        .load(Ordering::SeqCst)
+        .then(|| EXCLUSION.write());
     FAILING.fetch_add(1, Ordering::SeqCst);
     let set = cle::set_user_event_status(event, status);
     FAILING.fetch_sub(1, Ordering::SeqCst);

@@ -1,5 +1,6 @@
 //! In-order OpenCL command queues (`cl_command_queue`) and the commands the runtime enqueues.
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -305,6 +306,9 @@ impl CommandQueue {
         }
         let ctx = self.context_raw()?;
         let stand_in = self.frees_failed_events();
+        // Held until the enqueue call returned (`logged`): no failure is passed on between
+        // the check below and the command's entry in its events' notify lists.
+        let excluded = stand_in.then(super::held::enqueue_side);
         let mut failed = None;
         for e in wait {
             if e.context_raw()? != ctx {
@@ -318,7 +322,7 @@ impl CommandQueue {
             }
         }
         let Some(code) = failed else {
-            return Ok(WaitList(wait_list(wait), None));
+            return Ok(WaitList(wait_list(wait), None, Cell::new(excluded)));
         };
         let proxy = ClEvent::user_in(ctx)?;
         let mut list: Vec<raw::cl_event> = wait
@@ -327,7 +331,7 @@ impl CommandQueue {
             .map(|e| e.as_raw())
             .collect();
         list.push(proxy.as_raw());
-        Ok(WaitList(list, Some((proxy, code))))
+        Ok(WaitList(list, Some((proxy, code)), Cell::new(excluded)))
     }
 
     /// Runs `enqueue` (the enqueue call of a command waiting for `list`) with the list logged
@@ -340,6 +344,8 @@ impl CommandQueue {
     ) -> std::result::Result<T, E> {
         let entry = self.1.waits.add(&list.0);
         let result = enqueue();
+        // The enqueue call returned: failures may be passed on again.
+        drop(list.2.take());
         if let Some(n) = entry {
             if result.is_err() {
                 self.1.waits.forget(n);
@@ -419,6 +425,9 @@ impl CommandQueue {
             .map(DeviceId::from_raw)
             .and_then(|d| d.platform())
             .is_ok_and(|p| p.frees_failed_events());
+        if frees {
+            super::held::note_frees_failed_events();
+        }
         self.1
             .frees_failed_events
             .store(if frees { 2 } else { 1 }, Ordering::Relaxed);
@@ -1081,12 +1090,18 @@ impl Eq for CommandQueue {}
 /// caller borrows for the call. The second field, when the caller's list held failed events,
 /// is the user event that stands for them in the list and the status it gets when the list
 /// drops (see [`CommandQueue::checked_wait_list`]).
-struct WaitList(Vec<raw::cl_event>, Option<(ClEvent, i32)>);
+/// The third field is the read side of the failure exclusion, held from the check to the
+/// enqueue call on a queue of PoCL before 4.0 (see `held`).
+struct WaitList(
+    Vec<raw::cl_event>,
+    Option<(ClEvent, i32)>,
+    Cell<Option<parking_lot::RwLockReadGuard<'static, ()>>>,
+);
 
 impl WaitList {
     /// No events.
     fn empty() -> Self {
-        WaitList(Vec::new(), None)
+        WaitList(Vec::new(), None, Cell::new(None))
     }
 
     /// The number of events, as the `num_events_in_wait_list` argument.
@@ -1107,6 +1122,8 @@ impl WaitList {
 
 impl Drop for WaitList {
     fn drop(&mut self) {
+        // The exclusion first: failing the proxy takes its write side.
+        drop(self.2.take());
         if let Some((proxy, code)) = self.1.take() {
             // After the enqueue call: the command now waits on the proxy, and fails through
             // it as through the failed events it stands for. A proxy nothing waits on (the
