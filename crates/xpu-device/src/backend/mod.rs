@@ -31,7 +31,9 @@
 //!   a command's reference until the command is over, and a launch without an event asks for
 //!   one (module `held`, pruned when it doubles and by `live_objects`); a wait list holding
 //!   an event that already failed goes through a stand-in user event there (PoCL 3.1 would
-//!   never run the command; review h32). A command whose status
+//!   never run the command; review h32), and the runtime's error statuses exclude the
+//!   wait-list checks and enqueue calls of those queues (`held`'s exclusion: a failure passed
+//!   on during an enqueue left the command queued for good). A command whose status
 //!   reads failed is not over while an error status the runtime set is still being passed on
 //!   (PoCL wakes the command's waiters before it drops its own reference; review h29's abort).
 //! - After a failed command PoCL fails the later commands of the queue at once while earlier ones
