@@ -6,18 +6,8 @@
 
 mod common;
 
-fn lcg(seed: u64) -> impl FnMut() -> u64 {
-    let mut x = seed;
-    move || {
-        x = x
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        x >> 33
-    }
-}
-
 mod device {
-    use super::lcg;
+    use crate::common::lcg;
     use crate::common::relocation::{a_fill_on_t_waits_for_the_gated_copy, holds, pattern, write};
     use crate::common::{device_streams, KIB, MIB};
     use xpu_alloc::{AllocConfig, BufferSource, ClStream, DataPtr, DeviceCore, StreamRef};

@@ -13,12 +13,6 @@ mod common;
 
 use xpu_device::backend::EventStatus;
 
-/// Terminal: what a command's event reads once the queue drained, whichever way the driver
-/// treats the commands behind a failed wait (PoCL fails them, NVIDIA may run them).
-fn terminal(status: EventStatus) -> bool {
-    matches!(status, EventStatus::Complete | EventStatus::Error(_))
-}
-
 /// A barrier on a user event, its event dropped at once, and the user event failed.
 #[test]
 fn a_barrier_whose_event_was_dropped_fails_without_ending_the_process() {
@@ -30,7 +24,11 @@ fn a_barrier_whose_event_was_dropped_fails_without_ending_the_process() {
     let held = q.enqueue_marker(&[]).unwrap();
     u.set_failed(-5).unwrap();
     let _ = q.finish();
-    assert!(terminal(held.status().unwrap()), "{:?}", held.status());
+    assert!(
+        common::terminal(held.status().unwrap()),
+        "{:?}",
+        held.status()
+    );
     assert_eq!(u.status().unwrap(), EventStatus::Error(-5));
 }
 
@@ -52,8 +50,12 @@ fn commands_behind_a_failed_wait_whose_events_were_dropped_fail_without_ending_t
     let last = q.enqueue_marker(&[]).unwrap();
     u.set_failed(-5).unwrap();
     let _ = q.finish();
-    assert!(terminal(barrier.status().unwrap()));
-    assert!(terminal(last.status().unwrap()), "{:?}", last.status());
+    assert!(common::terminal(barrier.status().unwrap()));
+    assert!(
+        common::terminal(last.status().unwrap()),
+        "{:?}",
+        last.status()
+    );
     drop(out);
 }
 
@@ -70,7 +72,11 @@ fn a_user_event_dropped_unset_under_dropped_commands_does_not_end_the_process() 
     let held = q.enqueue_marker(&[]).unwrap();
     drop(u);
     let _ = q.finish();
-    assert!(terminal(held.status().unwrap()), "{:?}", held.status());
+    assert!(
+        common::terminal(held.status().unwrap()),
+        "{:?}",
+        held.status()
+    );
 }
 
 /// Across queues: queue B waits for a barrier of queue A (both events dropped), A's barrier
@@ -91,7 +97,11 @@ fn a_failure_passed_to_another_queue_through_dropped_events_does_not_end_the_pro
     u.set_failed(-5).unwrap();
     let _ = a.finish();
     let _ = b.finish();
-    assert!(terminal(held.status().unwrap()), "{:?}", held.status());
+    assert!(
+        common::terminal(held.status().unwrap()),
+        "{:?}",
+        held.status()
+    );
 }
 
 /// The race the review saw (h29, once in a loaded run): a thread waiting for a barrier drops
@@ -118,6 +128,6 @@ fn dropping_a_command_event_as_soon_as_its_wait_returns_failed_does_not_end_the_
         });
         let last = q.enqueue_marker(&[]).unwrap();
         let _ = q.finish();
-        assert!(terminal(last.status().unwrap()), "round {round}");
+        assert!(common::terminal(last.status().unwrap()), "round {round}");
     }
 }

@@ -7,10 +7,6 @@ mod common;
 
 use xpu_device::backend::{Buffer, EventStatus};
 
-fn terminal(status: EventStatus) -> bool {
-    matches!(status, EventStatus::Complete | EventStatus::Error(_))
-}
-
 /// A fill whose event was dropped, then a second fill of the same buffer: PoCL's extra
 /// reference that the first fill held through the buffer (its "last event") is released when
 /// the second is enqueued, so the queue's reference is its last one when the wait fails.
@@ -26,7 +22,11 @@ fn a_dropped_fill_whose_buffer_a_later_command_touched_fails_without_ending_the_
     let held = q.enqueue_marker(&[]).unwrap();
     u.set_failed(-5).unwrap();
     let _ = q.finish();
-    assert!(terminal(held.status().unwrap()), "{:?}", held.status());
+    assert!(
+        common::terminal(held.status().unwrap()),
+        "{:?}",
+        held.status()
+    );
 }
 
 /// A fill whose event was dropped, its buffer dropped before the wait fails: PoCL frees the
@@ -44,7 +44,11 @@ fn a_dropped_fill_of_a_dropped_buffer_fails_without_ending_the_process() {
     let held = q.enqueue_marker(&[]).unwrap();
     u.set_failed(-5).unwrap();
     let _ = q.finish();
-    assert!(terminal(held.status().unwrap()), "{:?}", held.status());
+    assert!(
+        common::terminal(held.status().unwrap()),
+        "{:?}",
+        held.status()
+    );
 }
 
 /// Two launches without an event writing the same buffer, behind a failing wait: the first
@@ -63,7 +67,11 @@ fn two_launches_without_events_behind_a_failed_wait_do_not_end_the_process() {
     let held = q.enqueue_marker(&[]).unwrap();
     u.set_failed(-5).unwrap();
     let _ = q.finish();
-    assert!(terminal(held.status().unwrap()), "{:?}", held.status());
+    assert!(
+        common::terminal(held.status().unwrap()),
+        "{:?}",
+        held.status()
+    );
     drop(out);
 }
 
@@ -81,8 +89,12 @@ fn a_pinned_buffer_dropped_behind_a_failing_wait_does_not_end_the_process() {
     let held = q.enqueue_marker(&[]).unwrap();
     u.set_failed(-5).unwrap();
     let _ = q.finish();
-    assert!(terminal(barrier.status().unwrap()));
-    assert!(terminal(held.status().unwrap()), "{:?}", held.status());
+    assert!(common::terminal(barrier.status().unwrap()));
+    assert!(
+        common::terminal(held.status().unwrap()),
+        "{:?}",
+        held.status()
+    );
 }
 
 /// How long a command waiting on a failed event may take to read terminal: generous, the
@@ -107,7 +119,7 @@ fn a_marker_waiting_on_an_already_failed_user_event_terminates() {
         return;
     };
     assert!(
-        common::settles(SETTLE, || terminal(m.status().unwrap())),
+        common::settles(SETTLE, || common::terminal(m.status().unwrap())),
         "{:?}",
         m.status()
     );
@@ -141,7 +153,7 @@ fn a_fill_waiting_on_an_already_failed_command_of_another_queue_terminates() {
         return;
     };
     assert!(
-        common::settles(SETTLE, || terminal(fill.status().unwrap())),
+        common::settles(SETTLE, || common::terminal(fill.status().unwrap())),
         "{:?}",
         fill.status()
     );
@@ -175,7 +187,7 @@ fn a_marker_enqueued_while_its_wait_fails_on_another_thread_terminates() {
             continue;
         };
         assert!(
-            common::settles(SETTLE, || terminal(m.status().unwrap())),
+            common::settles(SETTLE, || common::terminal(m.status().unwrap())),
             "round {round}: {:?}",
             m.status()
         );

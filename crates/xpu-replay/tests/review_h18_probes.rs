@@ -6,20 +6,10 @@
 mod common;
 
 use common::relocation::check_history;
-use common::{sim_core, stream, MIB};
+use common::{lcg, sim_core, stream, MIB};
 use xpu_alloc::observe::history::trace_text;
 use xpu_alloc::{AllocConfig, BlockState, DataPtr, DeviceCore, PoolKind};
 use xpu_replay::{self as replay, ReplayOptions};
-
-fn lcg(seed: u64) -> impl FnMut() -> u64 {
-    let mut x = seed;
-    move || {
-        x = x
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        x >> 33
-    }
-}
 
 /// The currents of `memory_stats` against what `snapshot` shows (per pool).
 fn stats_match_snapshot(core: &DeviceCore, step: usize) {

@@ -94,3 +94,15 @@ pub fn read(ptr: &DataPtr, stream: &Stream) -> Vec<u8> {
     ptr.view().unwrap().read(stream, 0, &mut out).unwrap();
     out
 }
+
+/// A 64-bit linear congruential generator (Knuth's MMIX constants) yielding its high 31 bits:
+/// reproducible pseudo-random draws for the tests.
+pub fn lcg(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed;
+    move || {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        x >> 33
+    }
+}

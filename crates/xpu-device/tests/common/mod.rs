@@ -211,3 +211,10 @@ pub fn settles(limit: std::time::Duration, mut done: impl FnMut() -> bool) -> bo
         std::thread::yield_now();
     }
 }
+
+/// Whether a command's status is final: complete, or terminated with an error (PoCL fails the
+/// commands behind a failed wait, NVIDIA may run them).
+pub fn terminal(status: xpu_device::backend::EventStatus) -> bool {
+    use xpu_device::backend::EventStatus;
+    matches!(status, EventStatus::Complete | EventStatus::Error(_))
+}
