@@ -34,10 +34,11 @@
 //! are unfinished at once. Reading a status is one non-blocking `clGetEventInfo`; nothing here
 //! waits, and the lock is never held across a driver call that can call back.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use parking_lot::{RwLock, RwLockReadGuard};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use opencl3::event as cle;
 
@@ -84,6 +85,27 @@ static FREES_FAILED_EVENTS: AtomicBool = AtomicBool::new(false);
 /// queue takes neither side.
 static EXCLUSION: RwLock<()> = RwLock::new(());
 
+thread_local! {
+    /// Whether this thread holds the write side of [`EXCLUSION`].
+    static EXCLUDING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The write side of [`EXCLUSION`], marked held on its thread while it lives.
+struct Excluding(#[allow(dead_code)] RwLockWriteGuard<'static, ()>);
+
+impl Excluding {
+    fn begin(guard: RwLockWriteGuard<'static, ()>) -> Excluding {
+        EXCLUDING.set(true);
+        Excluding(guard)
+    }
+}
+
+impl Drop for Excluding {
+    fn drop(&mut self) {
+        EXCLUDING.set(false);
+    }
+}
+
 /// Notes a queue of PoCL before 4.0: from now on error statuses exclude its enqueues.
 pub(super) fn note_frees_failed_events() {
     FREES_FAILED_EVENTS.store(true, Ordering::SeqCst);
@@ -102,9 +124,11 @@ pub(super) fn set_user_status(event: raw::cl_event, status: i32) -> Result<(), i
     if status >= 0 {
         return cle::set_user_event_status(event, status);
     }
-    let _excluded = FREES_FAILED_EVENTS
-        .load(Ordering::SeqCst)
-        .then(|| EXCLUSION.write());
+    // Not again on a thread that holds the write side already (a driver calling a completion
+    // callback that sets a status synchronously, within the outer call): the lock does not
+    // nest.
+    let _excluded = (FREES_FAILED_EVENTS.load(Ordering::SeqCst) && !EXCLUDING.get())
+        .then(|| Excluding::begin(EXCLUSION.write()));
     FAILING.fetch_add(1, Ordering::SeqCst);
     let set = cle::set_user_event_status(event, status);
     FAILING.fetch_sub(1, Ordering::SeqCst);
