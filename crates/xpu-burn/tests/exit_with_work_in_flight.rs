@@ -4,6 +4,11 @@
 //! 4 of 40 runs with warm kernel caches, SIGSEGV in 1 of 10 with cold ones, and 7 or more of
 //! 40 runs of this test, 2026-12-04). xpu-device now drains its queues from an exit handler
 //! (`xpu_device::backend::at_exit`), and every run exits cleanly.
+//!
+//! Half the runs get an empty PoCL kernel cache (`POCL_CACHE_DIR`), so that the kernel is
+//! compiled while the process exits: all 10 such runs died (SIGSEGV, SIGILL or SIGABRT in
+//! LLVM's code generator) until the drain also ran from the main thread's thread-local
+//! destructors, before any exit handler (2026-12-05); with warm caches they had passed.
 
 use burn_tensor::Tensor;
 use xpu_burn::{Xpu, XpuDevice};
@@ -27,12 +32,22 @@ fn child_enqueues_and_returns() {
 fn a_process_that_exits_with_work_in_flight_exits_cleanly() {
     let exe = std::env::current_exe().unwrap();
     let mut failed = Vec::new();
-    for run in 0..40 {
-        let out = std::process::Command::new(&exe)
+    for run in 0..20 {
+        let mut child = std::process::Command::new(&exe);
+        child
             .args(["child_enqueues_and_returns", "--exact", "--test-threads=1"])
-            .env(CHILD, "1")
-            .output()
-            .unwrap();
+            .env(CHILD, "1");
+        // Even runs: an empty kernel cache of their own.
+        let cache = std::env::temp_dir().join(format!(
+            "xpu-exit-in-flight-pocl-cache-{}-{run}",
+            std::process::id()
+        ));
+        if run % 2 == 0 {
+            let _ = std::fs::remove_dir_all(&cache);
+            child.env("POCL_CACHE_DIR", &cache);
+        }
+        let out = child.output().unwrap();
+        let _ = std::fs::remove_dir_all(&cache);
         if !out.status.success() {
             failed.push((run, out.status));
         }

@@ -14,15 +14,30 @@
 //! passed: a queue held by a user event that nobody will set cannot hang the exit. Nothing
 //! is drained in a bad fork child (the queues belong to the parent).
 //!
-//! Not handled (review h30, `xpu-burn/tests/review_h30_exit_with_threads.rs`, ignored):
-//! `main` returning while *other threads* still enqueue and build programs. They go on
-//! during the drain and during the libraries' destructors; about 1 in 4 such processes died
-//! on PoCL. Parking other threads' device work once the drain begins brought it to about 1 in
-//! 20 (not landed: one more global atomic per enqueue, and still a crash): the rest die in a
-//! compile already running in a PoCL worker, whose LLVM statics register their exit-time
-//! destructors lazily, after [`drain`] was registered, so they run before it.
+//! Other threads (review h30, `xpu-burn/tests/review_h30_exit_with_threads.rs`): `main` may
+//! return while other threads still enqueue and build programs. Every enqueue and build of
+//! the backend is a [`DriverEntry`]: a per-thread count of the calls in progress and a check
+//! of an exit flag. The exit handler sets the flag, waits (bounded) until no other thread is
+//! inside such a call, and only then drains the queues; a thread that tries to enter after
+//! the flag was set is parked for the rest of the process, before it reaches the driver.
+//!
+//! Order: glibc runs exit handlers in the reverse order of their registration, and PoCL's
+//! LLVM registers the destructors of statics it builds lazily (`SDNode::getValueTypeList`'s
+//! among them) during its first kernel compiles, in PoCL's worker threads, after the first
+//! queue was wrapped: those ran before the handler and tore down the compiles it waited
+//! for (with PoCL's kernel cache empty, 20 of 20 processes of review h30's test and 10 of 10
+//! of `exit_with_work_in_flight` died). So the thread that loads the program (the main
+//! thread) gets a thread-local [`MainThreadExit`] before `main` (`.init_array`); glibc's
+//! `exit` drops the calling thread's locals before it runs any exit handler. Its drop drains
+//! the queues (the compiles in flight finish and register what they register) and registers
+//! the handler again, which then runs first of all. Only the handler's first run drains; a
+//! later one returns at once. A process that exits from another thread
+//! (`std::process::exit`) has only the handlers' order.
 
-use std::sync::Once;
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -41,13 +56,131 @@ static QUEUES: Mutex<Vec<(QueueAddr, usize)>> = Mutex::new(Vec::new());
 
 static REGISTER: Once = Once::new();
 
+/// Set once the exit handler began: [`DriverEntry`]s of other threads park from then on.
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Set by the first run of the exit handler; later runs (earlier registrations) return.
+static EXIT_DRAINED: AtomicBool = AtomicBool::new(false);
+
+/// Every live thread's count of driver calls in progress (see [`DriverEntry`]).
+static THREADS: Mutex<Vec<Arc<AtomicU32>>> = Mutex::new(Vec::new());
+
+/// This thread's entry in [`THREADS`], removed again when the thread ends.
+struct ThreadSlot(Arc<AtomicU32>);
+
+impl ThreadSlot {
+    fn new() -> Self {
+        let slot = Arc::new(AtomicU32::new(0));
+        THREADS.lock().push(Arc::clone(&slot));
+        Self(slot)
+    }
+}
+
+impl Drop for ThreadSlot {
+    fn drop(&mut self) {
+        let mut threads = THREADS.lock();
+        if let Some(i) = threads.iter().position(|s| Arc::ptr_eq(s, &self.0)) {
+            threads.swap_remove(i);
+        }
+    }
+}
+
+/// Dropped with the main thread's locals: in `exit`, before any exit handler runs (glibc's
+/// `exit` runs the calling thread's thread-local destructors first).
+struct MainThreadExit;
+
+impl Drop for MainThreadExit {
+    fn drop(&mut self) {
+        // SAFETY: getpid and gettid take no argument and cannot fail.
+        let main = unsafe { libc::gettid() == libc::getpid() };
+        if !main || !REGISTER.is_completed() || EXIT_DRAINED.load(Ordering::SeqCst) {
+            return;
+        }
+        // The process exits (or, in a program that ends its main thread alone, goes on: then
+        // this is a bounded wait and one more registration). Commands in flight finish, with
+        // the compiles they start, before any exit handler ran; the handler registered now
+        // runs first of all, parks the other threads and drains again.
+        let _ = std::panic::catch_unwind(|| drain(DRAIN_LIMIT));
+        register();
+    }
+}
+
+/// Runs on the thread that loads the program (the main thread, for a program linking
+/// xpu-device) before `main`: gives that thread a [`MainThreadExit`].
+extern "C" fn touch_main_thread_exit() {
+    let _ = MAIN_THREAD_EXIT.try_with(|_| {});
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[used]
+#[link_section = ".init_array"]
+static MAIN_THREAD_EXIT_AT_START: extern "C" fn() = touch_main_thread_exit;
+
+thread_local! {
+    static MAIN_THREAD_EXIT: MainThreadExit = const { MainThreadExit };
+    static SLOT: ThreadSlot = ThreadSlot::new();
+    /// Set on the thread that runs the exit handler: its own enqueues (the markers) go on.
+    static DRAINING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// One enqueue or program build in progress on this thread, for the exit handler: it waits
+/// until no other thread holds one. Entering after the exit handler began parks the thread
+/// for the rest of the process (unless it already holds one: a nested call goes on, so that
+/// the outer call can end). Costs one thread-local atomic add and one load of a flag that
+/// changes once.
+pub(super) struct DriverEntry {
+    counted: bool,
+    /// Dropped on the thread that entered (its count).
+    _thread: PhantomData<*const ()>,
+}
+
+impl DriverEntry {
+    /// Enters; parks for ever when the process is exiting and this thread is outside every
+    /// driver call (and not the exit handler's). On a thread whose locals are being torn down
+    /// it is not counted.
+    pub(super) fn enter() -> Self {
+        // SeqCst on both sides (here the add, then the flag's load; the handler the flag's
+        // store, then the counts' loads): either the handler sees this count or this thread
+        // sees the flag.
+        let outer = SLOT.try_with(|s| s.0.fetch_add(1, Ordering::SeqCst) == 0);
+        let Ok(outer) = outer else {
+            return Self {
+                counted: false,
+                _thread: PhantomData,
+            };
+        };
+        if outer && EXITING.load(Ordering::SeqCst) && !DRAINING.try_with(Cell::get).unwrap_or(false)
+        {
+            let _ = SLOT.try_with(|s| s.0.fetch_sub(1, Ordering::SeqCst));
+            loop {
+                std::thread::park();
+            }
+        }
+        Self {
+            counted: true,
+            _thread: PhantomData,
+        }
+    }
+}
+
+impl Drop for DriverEntry {
+    fn drop(&mut self) {
+        if self.counted {
+            let _ = SLOT.try_with(|s| s.0.fetch_sub(1, Ordering::SeqCst));
+        }
+    }
+}
+
+/// Registers the exit handler (again): it then runs before every handler registered so far.
+fn register() {
+    // SAFETY: `drain_at_exit` is an `extern "C" fn()` that never unwinds (it catches panics)
+    // and touches only statics that live for the whole process.
+    let _ = unsafe { libc::atexit(drain_at_exit) };
+}
+
 /// Counts one more wrapper of `queue`; registers [`drain`] at the first.
 pub(super) fn wrapper_created(queue: raw::cl_command_queue) {
-    REGISTER.call_once(|| {
-        // SAFETY: `drain_at_exit` is an `extern "C" fn()` that never unwinds (it catches
-        // panics) and touches only statics that live for the whole process.
-        let _ = unsafe { libc::atexit(drain_at_exit) };
-    });
+    REGISTER.call_once(register);
     let addr = queue as QueueAddr;
     let mut queues = QUEUES.lock();
     match queues.iter_mut().find(|(q, _)| *q == addr) {
@@ -69,8 +202,32 @@ pub(super) fn wrapper_dropped(queue: raw::cl_command_queue) {
 }
 
 extern "C" fn drain_at_exit() {
+    if EXIT_DRAINED.swap(true, Ordering::SeqCst) || crate::fork_state::in_bad_fork() {
+        return;
+    }
     // A panic must not unwind into libc.
-    let _ = std::panic::catch_unwind(|| drain(DRAIN_LIMIT));
+    let _ = std::panic::catch_unwind(|| {
+        let deadline = Instant::now() + DRAIN_LIMIT;
+        let _ = DRAINING.try_with(|d| d.set(true));
+        park_other_threads(deadline);
+        drain(deadline.saturating_duration_since(Instant::now()));
+    });
+}
+
+/// Sets the exit flag, then waits until no other thread is inside a driver call (or until
+/// `deadline`): from then on no other thread enqueues or builds.
+fn park_other_threads(deadline: Instant) {
+    EXITING.store(true, Ordering::SeqCst);
+    let own = SLOT.try_with(|s| Arc::clone(&s.0)).ok();
+    let others: Vec<Arc<AtomicU32>> = THREADS
+        .lock()
+        .iter()
+        .filter(|s| own.as_ref().is_none_or(|o| !Arc::ptr_eq(o, s)))
+        .cloned()
+        .collect();
+    while others.iter().any(|s| s.load(Ordering::SeqCst) != 0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Waits until every command enqueued so far on every live queue is over, or until `limit`

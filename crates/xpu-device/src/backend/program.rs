@@ -157,9 +157,10 @@ impl Program {
         };
         let opts = CString::new(all)
             .map_err(|_| DeviceError::InvalidArgument(format!("build options {options:?}")))?;
-        if let Err(code) =
-            clp::build_program(self.0, &[device.as_raw()], &opts, None, ptr::null_mut())
-        {
+        let entry = super::at_exit::DriverEntry::enter();
+        let built = clp::build_program(self.0, &[device.as_raw()], &opts, None, ptr::null_mut());
+        drop(entry);
+        if let Err(code) = built {
             let log =
                 clp::get_program_build_info(self.0, device.as_raw(), clp::CL_PROGRAM_BUILD_LOG)
                     .map(String::from)
