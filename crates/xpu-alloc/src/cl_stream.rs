@@ -325,6 +325,15 @@ impl Backend for ClBackend {
         }
     }
 
+    fn marker_follows_failed_wait(marker: &StreamMarker) -> bool {
+        match marker {
+            StreamMarker::Device(m) => {
+                !xpu_device::fork::is_in_bad_fork() && m.0.follows_failed_wait()
+            }
+            StreamMarker::Simulated(_) | StreamMarker::Idle => false,
+        }
+    }
+
     fn stream_wait(stream: &StreamRef, marker: &StreamMarker) -> Result<(), MarkerError> {
         match (stream, marker) {
             (StreamRef::Device(s), StreamMarker::Device(m)) => {

@@ -95,6 +95,7 @@ fn a_block_moved_after_a_failed_wait_keeps_its_owners_held_fill() {
 /// is filled on S. S's order puts x's fill before y's, but PoCL runs y's at once and x's when
 /// A opens: y must still hold its own fill once S drained.
 #[test]
+#[ignore = "open defect (review h34): same-stream reuse trusts the queue's order, which PoCL breaks after a failed wait; y got 4.5-12 MiB of x's held fill in 8 of 8 runs"]
 fn a_block_reused_on_its_stream_after_a_failed_wait_is_not_overwritten_by_its_old_owner() {
     let Some([s]) = device_streams::<1>() else {
         return;
@@ -154,4 +155,53 @@ fn control_the_same_sequences_with_the_wait_succeeding() {
     assert!(read(&big, &t).iter().all(|&v| v == 0x55));
     assert!(read(&q, &s).iter().all(|&v| v == 0xEE));
     assert!(holds(&rest[0], &s, 2));
+}
+
+/// Suspicion 3: a wait is numbered in its queue's log before its enqueue call, and an
+/// ordered marker after its own. A wait numbered before a release marker of `empty_cache`
+/// but enqueued after it by another thread (here a barrier on a gate that its thread opens
+/// right after enqueueing it) is still pending when the release checks the marker, which
+/// the driver completed (the barrier is behind it): the marker reads pending and the batch's
+/// segments are kept out for good, still reserved, though no wait failed. A race: many
+/// rounds, each a chance. Once every gate is open and S drained, `empty_cache` must give
+/// every segment back.
+#[test]
+#[ignore = "open defect (review h34): a wait numbered before a release marker but enqueued after it reads pending and the batch is kept out for good; 1,820 and 2,060 MiB of 12,000 MiB stayed reserved in 2 of 2 runs"]
+fn a_wait_racing_a_release_marker_does_not_keep_segments_reserved_for_good() {
+    let Some([s]) = device_streams::<1>() else {
+        return;
+    };
+    let sr = ClStream::shared(s);
+    let core = xpu_alloc::DeviceCore::new(
+        Box::new(xpu_alloc::BufferSource::new(0).expect("source")),
+        xpu_alloc::AllocConfig::parse("relocation:off").expect("config"),
+    );
+    const ROUNDS: usize = 3000;
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| {
+            let mut waits = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                let g = Gate::new(0).expect("gate");
+                g.block(&s).expect("block");
+                g.open().expect("open");
+                waits += 1;
+            }
+            waits
+        });
+        for _ in 0..ROUNDS {
+            drop(core.allocate(4 * MIB, &sr).unwrap());
+            core.empty_cache();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        assert!(waiter.join().unwrap() > 0);
+    });
+    s.synchronize().expect("synchronize");
+    core.empty_cache();
+    assert_eq!(
+        core.memory_reserved(),
+        0,
+        "segments kept out by release markers that raced a wait ({} MiB still reserved)",
+        core.memory_reserved() / MIB
+    );
 }

@@ -107,6 +107,14 @@ pub trait Backend: Clone + Sized + Send + Sync + 'static {
         let _ = marker;
         true
     }
+    /// Whether a wait enqueued on the marker's stream before it is known to have failed: the
+    /// commands enqueued on the stream after that wait (the marker among them) may then run
+    /// ahead of earlier ones still queued (PoCL runs them), so the stream's order does not
+    /// hold for them. Status queries only, no wait. Default: false.
+    fn marker_follows_failed_wait(marker: &Self::Marker) -> bool {
+        let _ = marker;
+        false
+    }
     /// Blocks until all work enqueued on `stream` has finished.
     ///
     /// # Errors

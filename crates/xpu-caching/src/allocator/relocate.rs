@@ -39,7 +39,9 @@
 //!    stream only after the copies, by stream order), and a block whose owner dropped it
 //!    meanwhile is freed.
 //!
-//! A failed copy or marker rolls the plan back: the targets are freed (those whose copies
+//! A failed copy or marker rolls the plan back, and so does a marker recorded after a failed
+//! wait of the stream ([`Backend::marker_follows_failed_wait`]: the stream's order, which
+//! steps 2-4 rely on, may not hold): the targets are freed (those whose copies
 //! were enqueued with a marker recorded after them, or kept out of the pool when none can
 //! be: `roll_back`), the claims aborted, every block stays where it was; the request then
 //! grows as without relocation.
@@ -623,6 +625,20 @@ fn execute<B: Backend>(
             return None;
         }
     };
+    // The copies and the marker are in the stream's order only while no wait enqueued on it
+    // before them failed (status queries, no wait). After a failed one, a driver may run the
+    // copies at once while the owners' earlier commands stay queued (PoCL does): a copy would
+    // read its block before those wrote it, those would land in the vacated place, and the
+    // marker (which other streams' users of these bytes wait for, `PlacePin::prepare_use_on`,
+    // `PendingMove::order`) would complete ahead of them. So such a move is rolled back (the
+    // blocks stay where they are, the targets' bytes go with a marker after the copies) and
+    // the request grows (review h34). A wait still pending may fail later; that case is open
+    // (the copies enqueued behind it then fail: docs/performance.md).
+    if B::marker_follows_failed_wait(&marker.1) {
+        tracing::debug!("a relocation after a failed wait of its stream: rolled back");
+        roll_back(state, &cells, &claimed, &placed, placed.len(), st);
+        return None;
+    }
     // 4. Commit.
     let (mut moves, mut bytes) = (0u64, 0u64);
     for (&(size, _), &(l, t)) in moving.iter().zip(&placed) {

@@ -130,6 +130,17 @@ impl OrderedMarker {
             .as_ref()
             .is_none_or(|earlier| earlier.status() == WaitsStatus::Complete)
     }
+
+    /// Whether a wait enqueued before the marker on its queue (through the wrapper or its
+    /// clones) is known to have failed, whatever the driver says of the marker: the driver
+    /// may then have run, or run later, the commands enqueued after that wait ahead of earlier
+    /// ones still queued (PoCL does), so the queue's order no longer holds for them. Status
+    /// queries of the logged waits (never a wait); one field read while none was logged.
+    pub fn follows_failed_wait(&self) -> bool {
+        self.earlier
+            .as_ref()
+            .is_some_and(|earlier| matches!(earlier.status(), WaitsStatus::Failed(_)))
+    }
 }
 
 // SAFETY: cl_command_queue is reference counted and enqueue calls are thread-safe
