@@ -93,6 +93,22 @@ fn child_scenario() {
             rx.recv().unwrap();
             rx.recv().unwrap();
         }
+        // A thread asks for a program's binary (`CL_PROGRAM_BINARIES`: PoCL generates the
+        // kernels' code in the calling thread, about 0.1 s a kernel here) when `main` returns.
+        "return_while_a_thread_takes_a_binary" => {
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let ctx = dev.context().unwrap();
+                // A queue: the exit drain is registered.
+                let _q = common::queue(dev);
+                for round in 0.. {
+                    let program = Program::build(ctx, dev.id(), &kernels_source(4, 7 + round));
+                    let _ = tx.send(());
+                    let _ = program.unwrap().binary().unwrap();
+                }
+            });
+            rx.recv().unwrap();
+        }
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -157,5 +173,18 @@ fn a_process_that_returns_with_a_backlog_of_kernels_to_compile_exits_cleanly() {
         return;
     }
     let failed = failed_children("return_with_a_backlog", 8);
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// Defect (review h33): `Program::binary` (`clGetProgramInfo(CL_PROGRAM_BINARIES)`) is no
+/// `DriverEntry`, but PoCL generates every kernel's code in the calling thread for it: the
+/// exit handler neither waits for it nor parks the thread, and LLVM's destructors run under
+/// it.
+#[test]
+fn a_process_that_returns_while_a_thread_takes_a_program_binary_exits_cleanly() {
+    if !common::have_devices(1) {
+        return;
+    }
+    let failed = failed_children("return_while_a_thread_takes_a_binary", 6);
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
