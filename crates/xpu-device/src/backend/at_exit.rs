@@ -16,7 +16,8 @@
 //!
 //! Other threads (review h30, `xpu-burn/tests/review_h30_exit_with_threads.rs`): `main` may
 //! return while other threads still enqueue and build programs. Every enqueue and build of
-//! the backend is a [`DriverEntry`]: a per-thread count of the calls in progress and a check
+//! the backend, and every read of a program's binary (PoCL generates the kernels' code in the
+//! calling thread for it, review h33), is a [`DriverEntry`]: a per-thread count of the calls in progress and a check
 //! of an exit flag. The exit handler sets the flag, waits (bounded) until no other thread is
 //! inside such a call, and only then drains the queues; a thread that tries to enter after
 //! the flag was set is parked for the rest of the process, before it reaches the driver.

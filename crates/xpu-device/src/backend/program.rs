@@ -179,10 +179,12 @@ impl Program {
     /// # Errors
     /// A failed `clGetProgramInfo`; `InvalidArgument` when the driver returns no binary.
     pub fn binary(&self) -> Result<Vec<u8>> {
-        let info = cl(
-            "clGetProgramInfo",
-            clp::get_program_info(self.0, clp::CL_PROGRAM_BINARIES),
-        )?;
+        // A driver entry for the exit (`at_exit`): PoCL generates every kernel's code in this
+        // thread to answer (review h33), as a build does.
+        let entry = super::at_exit::DriverEntry::enter();
+        let info = clp::get_program_info(self.0, clp::CL_PROGRAM_BINARIES);
+        drop(entry);
+        let info = cl("clGetProgramInfo", info)?;
         let mut binaries: Vec<Vec<u8>> = info.into();
         match binaries.first() {
             Some(b) if !b.is_empty() => Ok(binaries.swap_remove(0)),
