@@ -4,14 +4,19 @@
 //! design traces (the shared traces folder) and on held-out validation traces
 //! (`data/traces/validation`, recorded on an H200 and not used to design the policy's
 //! rules), and on the variable-shape traces of issue 27 (`data/traces/varshape`: a design
-//! set, a validation set and eight held-out sets, each judged once before it was pinned
+//! set, a validation set and ten held-out sets, each judged once before it was pinned
 //! here). On two traces the default policy makes more segment allocations than PyTorch
 //! (issue 27's first goal, missed; see `missed!`): their `never_worse_than_pytorch` tests
 //! fail and are ignored with the figures, and `no_worse_than_today` holds them to today's
 //! figures meanwhile: resnet34_multires_train (66 against 58) and efficientnet_varres_train
-//! (195 against 185). Without relocation the misses are convnext_varres_infer (32 against
-//! 30), efficientnet (196) and phi_generate_varprompt (50 against 49); with small blocks
-//! moving too (`relocation:merge_all`), resnet34 (64), efficientnet (195) and phi (50).
+//! (196 against 185; 195 until relocation's search for segments to empty tried each start in
+//! turn, issue 27's tenth round). Without relocation the misses are convnext_varres_infer (32
+//! against 30), efficientnet (196) and phi_generate_varprompt (50 against 49); with small
+//! blocks moving too (`relocation:merge_all`), resnet34 (64), efficientnet (196) and phi
+//! (50). The tenth held-out set adds two misses (segment allocations) and holds a trace
+//! that is not pinned here: ssdlite_varbatch_infer's recording lost its first events (the
+//! recorder keeps 5,000,000 history entries; its 1.67 million allocations made more), so
+//! its replay cannot reproduce PyTorch's figures.
 //! PyTorch's own policy (`release_policy:on_oom`) reproduces PyTorch's recorded figures
 //! exactly on every one: the replay gives its segments the recording's addresses while the
 //! segment sequences agree (`xpu_replay::SegmentAddresses`), so best-fit ties between
@@ -216,8 +221,8 @@ mod varshape {
         }
 
         missed! { "varshape/heldout3";
-            efficientnet_varres_train: 14_248_050_688, 185, today 9_915_334_656, 195,
-                "issue 27, goal 1 missed: 195 segment allocations against PyTorch's 185";
+            efficientnet_varres_train: 14_248_050_688, 185, today 9_898_557_440, 196,
+                "issue 27, goal 1 missed: 196 segment allocations against PyTorch's 185";
         }
     }
 
@@ -304,6 +309,23 @@ mod varshape {
         missed! { "varshape/heldout9";
             pegasus_summarize_varbatch: 666_894_336, 65, today 673_185_792, 50,
                 "issue 27, goal 1 missed: peak reserved 673,185,792 bytes against PyTorch's 666,894,336";
+        }
+    }
+    /// The tenth held-out set of issue 27 (`data/traces/varshape/heldout10`, recorded on an
+    /// H100), judged once on 2026-12-05 at 17:49 UTC (its README). ssdlite_varbatch_infer is
+    /// not pinned here: its trace lost its first events (see the module's docs).
+    mod heldout10 {
+        never_worse_than_pytorch! { "varshape/heldout10";
+            codegen_generate_varprompt: 2_577_399_808, 43;
+            gcn_varnodes_infer: 6_014_631_936, 15;
+            r3d18_varclip_infer: 3_969_908_736, 22;
+            raft_small_varres_infer: 2_604_662_784, 30;
+        }
+        missed! { "varshape/heldout10";
+            funnel_mlm_varlen_train: 31_144_804_352, 218, today 28_644_999_168, 241,
+                "issue 27, goal 1 missed: 241 segment allocations against PyTorch's 218";
+            xlnet_varlen_infer: 3_741_319_168, 47, today 2_529_165_312, 59,
+                "issue 27, goal 1 missed: 59 segment allocations against PyTorch's 47";
         }
     }
 }

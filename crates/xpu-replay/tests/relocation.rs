@@ -260,7 +260,7 @@ fn the_fifth_held_out_set_meets_issue_27_s_goals_with_relocation() {
     held_out_goals(
         "heldout5",
         &[
-            ("debertav2_varlen_infer", true, 2_598_371_328, 52),
+            ("debertav2_varlen_infer", true, 2_636_120_064, 53),
             ("electra_mlm_varlen_infer", true, 3_057_647_616, 30),
             ("fcn_varsize_infer", true, 2_118_123_520, 32),
             ("qwen2_generate_varprompt", true, 648_019_968, 28),
@@ -268,7 +268,7 @@ fn the_fifth_held_out_set_meets_issue_27_s_goals_with_relocation() {
             (
                 "transformer_seq2seq_varlen_train",
                 false,
-                8_541_700_096,
+                7_581_204_480,
                 137,
             ),
         ],
@@ -287,7 +287,7 @@ fn the_sixth_held_out_set_with_relocation() {
     held_out_goals(
         "heldout6",
         &[
-            ("detr_varsize_infer", true, 2_468_347_904, 41),
+            ("detr_varsize_infer", true, 2_533_359_616, 41),
             ("dinov2_varres_infer", true, 1_803_550_720, 46),
             ("gemma_generate_growprompt", true, 941_621_248, 34),
             ("longformer_growlen_infer", true, 2_665_480_192, 48),
@@ -304,7 +304,8 @@ fn the_sixth_held_out_set_with_relocation() {
 /// phi_generate_varprompt one segment allocation over PyTorch's 49 (as without relocation).
 /// Since small blocks stay put under `merge` (moving them is `merge_all`), the geometric mean
 /// is 1.054 and phi makes PyTorch's 49 segment allocations: one small segment of 2 MiB
-/// fewer released and regrown.
+/// fewer released and regrown. Since relocation's search for segments to empty tries each
+/// start in turn (issue 27's tenth round, judged on the tenth set): 1.036, yolos 1.004.
 #[test]
 fn the_seventh_held_out_set_with_relocation() {
     held_out_misses(
@@ -316,18 +317,20 @@ fn the_seventh_held_out_set_with_relocation() {
             ("phi_generate_varprompt", true, 1_017_118_720, 49),
             ("resnext_varres_train", false, 6_996_099_072, 142),
             ("segformer_varres_infer", true, 9_577_693_184, 37),
-            ("yolos_varsize_infer", true, 564_133_888, 36),
+            ("yolos_varsize_infer", true, 499_122_176, 36),
         ],
-        &["bilstm_packed_infer", "yolos_varsize_infer"],
+        &["bilstm_packed_infer"],
         &[],
-        Some(1.054),
+        Some(1.036),
     );
 }
 
 /// The eighth held-out set (`data/traces/varshape/heldout8`), judged once on 2026-12-05 at
 /// 05:25 UTC with `relocation:merge` as the default: every trace within PyTorch's default, a
 /// geometric mean of 1.053 over expandable, fasterrcnn_mobilenet_varsize_infer (1.123) and
-/// vgg16bn_varres_infer (1.112) over 1.10.
+/// vgg16bn_varres_infer (1.112) over 1.10. Since relocation's search for segments to empty
+/// tries each start in turn: 0.978, fasterrcnn_mobilenet 0.847, gru_lm_varbptt_train 1.235
+/// to 0.977.
 #[test]
 fn the_eighth_held_out_set_with_relocation() {
     held_out_misses(
@@ -338,17 +341,17 @@ fn the_eighth_held_out_set_with_relocation() {
             (
                 "fasterrcnn_mobilenet_varsize_infer",
                 true,
-                3_764_387_840,
+                2_839_543_808,
                 39,
             ),
-            ("gru_lm_varbptt_train", false, 19_685_965_824, 22),
+            ("gru_lm_varbptt_train", false, 15_571_353_600, 22),
             ("lraspp_varsize_infer", true, 1_851_785_216, 17),
             ("marian_translate_varbatch", true, 2_252_341_248, 122),
             ("vgg16bn_varres_infer", true, 3_107_979_264, 20),
         ],
-        &["fasterrcnn_mobilenet_varsize_infer", "vgg16bn_varres_infer"],
+        &["vgg16bn_varres_infer"],
         &[],
-        Some(1.053),
+        Some(0.978),
     );
 }
 
@@ -357,7 +360,9 @@ fn the_eighth_held_out_set_with_relocation() {
 /// `merge_all` gives the same geometric mean and the same trace over PyTorch's default):
 /// a geometric mean of 1.115 over expandable, modernbert_varlen_infer (1.225) and
 /// shufflenet_varres_infer (1.409) over 1.10, and pegasus_summarize_varbatch 0.9% over
-/// PyTorch's default peak reserved (1.000 with relocation off).
+/// PyTorch's default peak reserved (1.000 with relocation off). Since relocation's search for
+/// segments to empty tries each start in turn (a change measured on this set, among others,
+/// before the tenth set judged it): 1.074, shufflenet 1.083.
 #[test]
 fn the_ninth_held_out_set_with_relocation() {
     held_out_misses(
@@ -373,12 +378,41 @@ fn the_ninth_held_out_set_with_relocation() {
             ("falcon_generate_varprompt", true, 1_298_137_088, 37),
             ("modernbert_varlen_infer", true, 1_990_197_248, 28),
             ("pegasus_summarize_varbatch", true, 673_185_792, 50),
-            ("shufflenet_varres_infer", true, 750_780_416, 12),
+            ("shufflenet_varres_infer", true, 576_716_800, 12),
             ("tcn_ctc_varlen_train", false, 4_127_195_136, 50),
         ],
-        &["modernbert_varlen_infer", "shufflenet_varres_infer"],
+        &["modernbert_varlen_infer"],
         &["pegasus_summarize_varbatch"],
-        Some(1.115),
+        Some(1.074),
+    );
+}
+
+/// The tenth held-out set (`data/traces/varshape/heldout10`, recorded on an H100), judged
+/// once on 2026-12-05 at 17:49 UTC by the test fixed in advance in `varshape/README.md`: the
+/// candidate (relocation's search for segments to empty tries each start in turn) is kept:
+/// a geometric mean of 1.027 over expandable (one greedy order: 1.041), the same two traces
+/// over PyTorch's default segment allocations under both (funnel_mlm_varlen_train 241
+/// against 218, xlnet_varlen_infer 59 against 47: issue 27's first goal missed), and
+/// gcn_varnodes_infer (1.124) and r3d18_varclip_infer (1.437) over 1.10.
+/// ssdlite_varbatch_infer's recording lost its first events (the recorder keeps 5,000,000
+/// history entries): its figures are pinned, but are not comparable with PyTorch's; on the
+/// six other traces the geometric mean is 1.047 (one greedy order: 1.063).
+#[test]
+fn the_tenth_held_out_set_with_relocation() {
+    held_out_misses(
+        "heldout10",
+        &[
+            ("codegen_generate_varprompt", true, 2_092_957_696, 43),
+            ("funnel_mlm_varlen_train", false, 28_644_999_168, 241),
+            ("gcn_varnodes_infer", true, 2_078_277_632, 12),
+            ("r3d18_varclip_infer", true, 3_028_287_488, 20),
+            ("raft_small_varres_infer", true, 1_038_090_240, 27),
+            ("ssdlite_varbatch_infer", true, 1_136_656_384, 22),
+            ("xlnet_varlen_infer", true, 2_529_165_312, 59),
+        ],
+        &["gcn_varnodes_infer", "r3d18_varclip_infer"],
+        &["funnel_mlm_varlen_train", "xlnet_varlen_infer"],
+        Some(1.027),
     );
 }
 

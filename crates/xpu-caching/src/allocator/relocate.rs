@@ -432,6 +432,91 @@ fn pack(kind: PoolKind, free: &mut Vec<u64>, live: &mut [u64], config: &AllocCon
     })
 }
 
+/// What [`empty_segments`]'s trials read: the pool's idle free blocks and the segments'.
+struct Plan<'a, F> {
+    kind: PoolKind,
+    config: &'a AllocConfig,
+    /// (size, segment) of every idle free block, by size.
+    pool_free: &'a [(u64, u32)],
+    /// Idle free bytes per segment.
+    free_in: &'a [u64],
+    /// Idle free bytes of the pool.
+    free_all: u64,
+    by_segment: &'a BySegment,
+    segment_size: F,
+}
+
+impl<F: Fn(u32) -> u64> Plan<'_, F> {
+    /// The largest idle free block outside the `excluded` segments and `segment`.
+    fn largest_outside(&self, excluded: &[bool], segment: u32) -> u64 {
+        self.pool_free
+            .iter()
+            .rev()
+            .find(|&&(_, at)| !excluded[at as usize] && at != segment)
+            .map_or(0, |f| f.0)
+    }
+
+    /// Chooses segments from `order` ((live bytes, address, segment, largest live block)),
+    /// each one whose live blocks, with those of the segments chosen before, pack into the
+    /// idle free blocks outside every chosen segment, until the chosen and `idle` segments
+    /// add up to `target` bytes (from `total`, the idle ones'). Returns the `idle` segments
+    /// then the chosen ones, or `None` when `target` is not reached.
+    fn greedy(
+        &self,
+        order: impl Iterator<Item = (u64, u64, u32, u64)>,
+        idle: &[u32],
+        mut excluded: Vec<bool>,
+        mut excluded_free: u64,
+        mut total: u64,
+        target: u64,
+    ) -> Option<Vec<u32>> {
+        let mut chosen: Vec<u32> = idle.to_vec();
+        let mut chosen_live: Vec<u64> = Vec::new();
+        let (mut chosen_sum, mut chosen_max) = (0u64, 0u64);
+        let mut targets: Vec<u64> = Vec::new();
+        let mut all: Vec<u64> = Vec::new();
+        for (live_sum, _, segment, live_max) in order {
+            // Necessary for a packing: the bytes, and the largest block, fit outside.
+            let outside = self.free_all - excluded_free - self.free_in[segment as usize];
+            let live_max = live_max.max(chosen_max);
+            if chosen_sum + live_sum > outside
+                || live_max > self.largest_outside(&excluded, segment)
+            {
+                continue;
+            }
+            targets.clear();
+            targets.extend(
+                self.pool_free
+                    .iter()
+                    .filter(|&&(_, at)| !excluded[at as usize] && at != segment)
+                    .map(|&(size, _)| size),
+            );
+            all.clear();
+            all.extend_from_slice(&chosen_live);
+            all.extend(
+                self.by_segment
+                    .get(segment)
+                    .iter()
+                    .filter(|r| r.allocated)
+                    .map(|r| r.size),
+            );
+            if pack(self.kind, &mut targets, &mut all, self.config) {
+                excluded[segment as usize] = true;
+                excluded_free += self.free_in[segment as usize];
+                chosen.push(segment);
+                std::mem::swap(&mut chosen_live, &mut all);
+                chosen_sum += live_sum;
+                chosen_max = live_max;
+                total += (self.segment_size)(segment);
+                if total >= target {
+                    return Some(chosen);
+                }
+            }
+        }
+        None
+    }
+}
+
 /// Empties whole segments of the request's pool (fewest live bytes first) into idle free
 /// blocks of the segments that stay, until the idle whole segments add up to the request's
 /// segment, so that the release policy's consolidation merges them; nothing moves when
@@ -446,7 +531,7 @@ fn empty_segments<B: Backend>(
 ) {
     let kind = req.pool;
     let idle = state.whole_free(kind);
-    let mut total: u64 = idle.iter().map(|w| w.0).sum();
+    let total: u64 = idle.iter().map(|w| w.0).sum();
     if total >= req.segment_size {
         return;
     }
@@ -463,7 +548,7 @@ fn empty_segments<B: Backend>(
         excluded[segment as usize] = true;
     }
     // The free bytes of the segments excluded so far (the idle whole ones, to begin with).
-    let mut excluded_free: u64 = idle.iter().map(|&s| free_in[s as usize]).sum();
+    let excluded_free: u64 = idle.iter().map(|&s| free_in[s as usize]).sum();
     // The largest free block outside the excluded segments and `segment` (the pool's
     // blocks come by size: the first from the largest that qualifies).
     let largest_outside = |excluded: &[bool], segment: u32| {
@@ -508,48 +593,36 @@ fn empty_segments<B: Backend>(
         return;
     }
     candidates.sort_unstable();
-    let mut chosen: Vec<u32> = idle.clone();
-    let mut chosen_live: Vec<u64> = Vec::new();
-    let (mut chosen_sum, mut chosen_max) = (0u64, 0u64);
-    let mut targets: Vec<u64> = Vec::new();
-    let mut all: Vec<u64> = Vec::new();
-    for &(live_sum, _, segment, live_max) in &candidates {
-        // Necessary for a packing: the bytes, and the largest block, fit outside.
-        let outside = free_all - excluded_free - free_in[segment as usize];
-        let live_max = live_max.max(chosen_max);
-        if chosen_sum + live_sum > outside || live_max > largest_outside(&excluded, segment) {
-            continue;
-        }
-        targets.clear();
-        targets.extend(
-            pool_free
-                .iter()
-                .filter(|&&(_, at)| !excluded[at as usize] && at != segment)
-                .map(|&(size, _)| size),
-        );
-        all.clear();
-        all.extend_from_slice(&chosen_live);
-        all.extend(
-            by_segment
-                .get(segment)
-                .iter()
-                .filter(|r| r.allocated)
-                .map(|r| r.size),
-        );
-        if pack(kind, &mut targets, &mut all, &state.config) {
-            excluded[segment as usize] = true;
-            excluded_free += free_in[segment as usize];
-            chosen.push(segment);
-            std::mem::swap(&mut chosen_live, &mut all);
-            chosen_sum += live_sum;
-            chosen_max = live_max;
-            total += state.segments[segment].source.size;
-            if total >= req.segment_size {
-                break;
-            }
-        }
-    }
-    if total < req.segment_size || chosen.len() == idle.len() {
+    // Greedy from each start in turn: the candidate `first`, then the others by live bytes;
+    // the first start whose greedy reaches the request's segment is kept. The first start
+    // is the one greedy order (fewest live bytes first); alone, it could take small segments
+    // that leave no room for the one that reaches the request (a 20 MiB segment with 6 live
+    // MiB, then a 94 MiB one whose 32 live MiB no longer pack: a trace that grew 166 MiB
+    // where releasing an idle 142 MiB segment and the emptied 94 MiB one served it).
+    let plan = Plan {
+        kind,
+        config: &state.config,
+        pool_free,
+        free_in,
+        free_all,
+        by_segment,
+        segment_size: |s: u32| state.segments[s].source.size,
+    };
+    let found = (0..candidates.len()).find_map(|first| {
+        let order = std::iter::once(first).chain((0..candidates.len()).filter(|&i| i != first));
+        plan.greedy(
+            order.map(|i| candidates[i]),
+            &idle,
+            excluded.clone(),
+            excluded_free,
+            total,
+            req.segment_size,
+        )
+    });
+    let Some(chosen) = found else {
+        return;
+    };
+    if chosen.len() == idle.len() {
         return;
     }
     // Every live block of the chosen segments, largest first (the order planned).
