@@ -22,6 +22,7 @@ mod config_race;
 mod deferred_drop;
 mod oom_history;
 mod peaks;
+mod pending_release;
 mod review_h9;
 mod stream_order;
 mod streams;
