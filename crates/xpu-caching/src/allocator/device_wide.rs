@@ -8,6 +8,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::stats_registry::StatsRegistry;
+use super::stream_state::ReleaseBatch;
 use crate::backend::Backend;
 use crate::config::AllocConfig;
 use crate::error::DeviceFailure;
@@ -81,6 +82,12 @@ pub(crate) struct DeviceShared<B: Backend> {
     /// The live segments of `source` and of the sources charged here (address -> size): a
     /// new one must not overlap them, since blocks are told apart by address.
     live_ranges: Mutex<BTreeMap<u64, u64>>,
+    /// Release batches whose marker read pending after its wait returned
+    /// ([`ReleaseBatch::free`]): their segments stay out, counted as reserved, until a later
+    /// release finds the marker complete ([`DeviceShared::take_kept_releases`]). A leaf lock:
+    /// held only to push or take, over no call. Dropped with the allocator's state, a batch
+    /// still here keeps its segments out.
+    kept_releases: Mutex<Vec<ReleaseBatch<B>>>,
     pub stats: StatsRegistry,
     /// Recorded allocator events (off by default; see [`crate::history`]).
     pub history: Arc<History>,
@@ -127,6 +134,7 @@ impl<B: Backend> DeviceShared<B> {
             gc_update: Mutex::new(()),
             reserved: Mutex::new(Reserved::default()),
             live_ranges: Mutex::new(BTreeMap::new()),
+            kept_releases: Mutex::new(Vec::new()),
             stats: StatsRegistry::default(),
             history: Arc::default(),
             deferred_drop: None,
@@ -348,6 +356,19 @@ impl<B: Backend> DeviceShared<B> {
                 })
             }
         }
+    }
+
+    /// Keeps a release batch whose marker read pending, for a later release
+    /// ([`DeviceShared::take_kept_releases`]).
+    pub(crate) fn keep_release(&self, batch: ReleaseBatch<B>) {
+        self.kept_releases.lock().push(batch);
+    }
+
+    /// The release batches kept since their marker read pending, to free now if it reads
+    /// complete ([`ReleaseBatch::free`] keeps those still pending again). Their markers were
+    /// waited for already: they are not waited for again.
+    pub(crate) fn take_kept_releases(&self) -> Vec<ReleaseBatch<B>> {
+        std::mem::take(&mut *self.kept_releases.lock())
     }
 
     /// Returns a segment to the source.

@@ -12,13 +12,16 @@ use crate::error::CacheError;
 use crate::size::MAX_REQUEST;
 
 /// Waits for the work that may use the segments of `batches` (without any allocator lock),
-/// then frees them.
+/// then frees them, and the batches kept earlier because their marker read pending whose
+/// marker now reads complete (those still pending are kept again; see
+/// [`ReleaseBatch::free`]).
 pub(super) fn release_batches<B: Backend>(
     batches: Vec<ReleaseBatch<B>>,
     shared: &DeviceShared<B>,
     local: &Local<'_, B>,
 ) {
-    if batches.is_empty() {
+    let kept = shared.take_kept_releases();
+    if batches.is_empty() && kept.is_empty() {
         return;
     }
     for batch in &batches {
@@ -27,7 +30,7 @@ pub(super) fn release_batches<B: Backend>(
     let mut st = local.stats();
     // Every batch is freed even when a source's `free` (user code) panics in one; the first
     // panic then goes on.
-    for_each_then_resume(batches, |batch| {
+    for_each_then_resume(kept.into_iter().chain(batches), |batch| {
         batch.free(shared, &mut st);
     });
 }

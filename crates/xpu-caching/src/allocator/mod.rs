@@ -154,7 +154,8 @@ static DETACHED_HISTORY: std::sync::OnceLock<History> = std::sync::OnceLock::new
 /// stream's whole cached segment (below); then wait for every pending free, **search again**
 /// (a block that was only waiting for another stream is reused as it is, with no segment
 /// released), release every cached whole segment (each once a marker on its stream
-/// completes), and allocate a segment once more. A size the device can never allocate
+/// completes) and those an earlier release kept aside whose marker now reads complete (see
+/// [`CachingAllocator::empty_cache`]), and allocate a segment once more. A size the device can never allocate
 /// ([`CacheError::TooLarge`]) and other device errors end the sequence at once.
 ///
 /// # Statistics under concurrency
@@ -541,8 +542,12 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
     /// the device (as `torch.cuda.empty_cache`). Blocks in split segments with a live part
     /// stay cached. A segment is released only after the work enqueued on its stream before
     /// this call has completed (a marker waited for without any allocator lock); until then
-    /// it counts as reserved. Returns once every released segment is freed. Does nothing in a
-    /// bad fork child.
+    /// it counts as reserved. A marker that still reads pending after its wait returned (on
+    /// OpenCL: a wait of its stream enqueued by another thread, numbered before the marker,
+    /// has not completed) keeps its segments aside, reserved: a later `empty_cache` (or the
+    /// OOM path) frees them once it reads complete, never while it is pending or after it
+    /// failed. Returns once every segment released is freed. Does nothing in a bad fork
+    /// child.
     pub fn empty_cache(&self) {
         if B::is_bad_fork() {
             return;

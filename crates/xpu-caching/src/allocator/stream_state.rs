@@ -945,7 +945,9 @@ impl<B: Backend> ShardState<B> {
 }
 
 /// Whole free segments taken out of a shard, to be freed once the work enqueued on their
-/// stream before the release has completed.
+/// stream before the release has completed. A batch dropped without being freed keeps its
+/// segments out (never freed, still counted as reserved): nothing then tells that the work
+/// before its marker ran.
 pub(crate) struct ReleaseBatch<B: Backend> {
     key: StreamKey,
     marker: B::Marker,
@@ -963,19 +965,42 @@ impl<B: Backend> ReleaseBatch<B> {
 
     /// Frees the segments (after [`ReleaseBatch::wait`]); returns the bytes released. Only
     /// once the marker reads complete ([`Backend::marker_status`]): a wait may return while
-    /// the marker is not complete in order (a failed command before it on the stream, whose
-    /// earlier commands may stay queued), and then the segments are kept out for good:
-    /// never freed, still counted as reserved (0 is returned).
-    pub(crate) fn free(self, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>) -> u64 {
+    /// the marker is not complete in order. When it reads failed (a failed command before it
+    /// on the stream, whose earlier commands may stay queued), the segments are kept out for
+    /// good: never freed, still counted as reserved. When it reads pending (on OpenCL: a
+    /// wait of the stream numbered before the marker has not completed, as one whose enqueue
+    /// call raced the marker's on another thread does, review h34), the batch is kept in
+    /// `shared` ([`DeviceShared::keep_release`]) and freed by a later release once its
+    /// marker reads complete ([`DeviceShared::take_kept_releases`]). 0 is returned for both.
+    pub(crate) fn free(mut self, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>) -> u64 {
         let status = st.unlocked(|| B::marker_status(&self.marker));
-        if status != MarkerStatus::Complete {
-            Self::kept_out(self.key, &self.segments, status);
-            std::mem::forget(self.segments);
-            return 0;
+        match status {
+            MarkerStatus::Complete => {
+                let segments = std::mem::take(&mut self.segments);
+                let released = segments.iter().map(|s| s.source.size).sum();
+                free_segments(segments, self.key, shared, st);
+                released
+            }
+            MarkerStatus::Pending => {
+                Self::kept_pending(self.key, &self.segments);
+                shared.keep_release(self);
+                0
+            }
+            MarkerStatus::Failed => {
+                // Dropped: the segments stay out (see the type's docs).
+                Self::kept_out(self.key, &self.segments, status);
+                0
+            }
         }
-        let released = self.segments.iter().map(|s| s.source.size).sum();
-        free_segments(self.segments, self.key, shared, st);
-        released
+    }
+
+    #[cold]
+    fn kept_pending(key: StreamKey, segments: &[Segment<B>]) {
+        tracing::debug!(
+            stream = ?key,
+            segments = segments.len(),
+            "the work before a release marker is not known complete yet; its segments wait for a later release"
+        );
     }
 
     #[cold]
@@ -986,6 +1011,14 @@ impl<B: Backend> ReleaseBatch<B> {
             ?status,
             "the work before a release marker is not known complete; its segments are kept out"
         );
+    }
+}
+
+impl<B: Backend> Drop for ReleaseBatch<B> {
+    fn drop(&mut self) {
+        // Not freed (see the type's docs): the segments are kept out, their memory not
+        // dropped (a source's memory may go back to the device when dropped).
+        std::mem::forget(std::mem::take(&mut self.segments));
     }
 }
 
