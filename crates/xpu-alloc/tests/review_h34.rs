@@ -126,6 +126,55 @@ fn a_block_reused_on_its_stream_after_a_failed_wait_is_not_overwritten_by_its_ol
     );
 }
 
+/// Suspicion 2, without relocation, the block cached before the failure: x is filled on S
+/// behind A and freed on S before any other wait of S (into the freeing thread's cache: a
+/// same-stream free with no recorded use), then a barrier of S on B fails, and y, of x's
+/// size on S, is allocated and filled. x's last use is queued before the failed wait, y's
+/// fill after it: PoCL runs y's at once and x's when A opens, so x's block must not be handed
+/// out to y while the failure stands. Once S drained (a successful finish: nothing before
+/// it is queued any more) the stream's blocks are reused again.
+#[test]
+fn a_block_cached_before_a_wait_of_its_stream_failed_is_not_handed_out_after_it() {
+    let Some([s]) = device_streams::<1>() else {
+        return;
+    };
+    let sr = ClStream::shared(s);
+    let core = xpu_alloc::DeviceCore::new(
+        Box::new(xpu_alloc::BufferSource::new(0).expect("source")),
+        xpu_alloc::AllocConfig::parse("relocation:off").expect("config"),
+    );
+    let x = core.allocate(12 * MIB, &sr).unwrap();
+    let a = Gate::with_open_limit(0, Duration::from_secs(5)).expect("gate");
+    a.block(&s).expect("block");
+    fill(&x, &s, 0xEE);
+    drop(x);
+    let b = Gate::new(0).expect("gate");
+    b.block(&s).expect("block");
+    b.as_cl_event().set_failed(-5).expect("fail");
+    let y = core.allocate(12 * MIB, &sr).unwrap();
+    let reused = core.memory_reserved() == 12 * MIB;
+    fill(&y, &s, 0x55);
+    a.open().expect("open");
+    let _ = s.synchronize();
+    let seen = read(&y, &s);
+    let wrong = seen.iter().filter(|&&v| v != 0x55).count();
+    assert_eq!(
+        wrong, 0,
+        "y (x's cached block reused: {reused}) holds {wrong} bytes of x's held fill"
+    );
+    // S drained with success: its free blocks are handed out on it again (no new segment).
+    s.synchronize().expect("synchronize");
+    let reserved = core.memory_reserved();
+    drop(y);
+    let z = core.allocate(12 * MIB, &sr).unwrap();
+    assert_eq!(
+        core.memory_reserved(),
+        reserved,
+        "a block of S is reused on S once S drained"
+    );
+    drop(z);
+}
+
 /// The relocation layout's patterns stay where they were when nothing failed (a control for
 /// the tests above: the same sequence with B opened instead of failed).
 #[test]
