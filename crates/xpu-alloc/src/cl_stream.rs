@@ -12,6 +12,7 @@
 //! allocation-stream registration and at `record_stream`): an external stream dropped by
 //! its owner afterwards still gets the marker that orders the reuse of a block it used.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use xpu_caching::backend::check_copy;
@@ -331,6 +332,30 @@ impl Backend for ClBackend {
                 !xpu_device::fork::is_in_bad_fork() && m.0.follows_failed_wait()
             }
             StreamMarker::Simulated(_) | StreamMarker::Idle => false,
+        }
+    }
+
+    /// The queue's [`CommandQueue::order_flag`](xpu_device::backend::CommandQueue::order_flag)
+    /// (its wait log's flag) on a driver that reorders after a failed wait (PoCL before 4.0);
+    /// `None` elsewhere, for a simulated stream, a released queue and in a bad fork child.
+    fn stream_order_flag(stream: &StreamRef) -> Option<Arc<AtomicBool>> {
+        match stream {
+            StreamRef::Device(s) => s.live_queue().ok().flatten()?.order_flag(),
+            StreamRef::Simulated(_) => None,
+        }
+    }
+
+    /// [`CommandQueue::follows_failed_wait`](xpu_device::backend::CommandQueue::follows_failed_wait):
+    /// status queries of the queue's logged waits. False for a simulated stream, a released
+    /// queue (it runs no work any more) and in a bad fork child (no driver call).
+    fn stream_follows_failed_wait(stream: &StreamRef) -> bool {
+        match stream {
+            StreamRef::Device(s) => s
+                .live_queue()
+                .ok()
+                .flatten()
+                .is_some_and(|q| q.follows_failed_wait()),
+            StreamRef::Simulated(_) => false,
         }
     }
 

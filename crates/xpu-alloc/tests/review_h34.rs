@@ -95,7 +95,6 @@ fn a_block_moved_after_a_failed_wait_keeps_its_owners_held_fill() {
 /// is filled on S. S's order puts x's fill before y's, but PoCL runs y's at once and x's when
 /// A opens: y must still hold its own fill once S drained.
 #[test]
-#[ignore = "open defect (review h34): same-stream reuse trusts the queue's order, which PoCL breaks after a failed wait; y got 4.5-12 MiB of x's held fill in 8 of 8 runs"]
 fn a_block_reused_on_its_stream_after_a_failed_wait_is_not_overwritten_by_its_old_owner() {
     let Some([s]) = device_streams::<1>() else {
         return;

@@ -9,6 +9,9 @@
 //! ([`ThreadCacheKey`](crate::ThreadCacheKey), one line:
 //! [`thread_caches!`](crate::thread_caches)`(MyBackend);`), since statics cannot be generic.
 
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
 use crate::error::{CopyEnd, CopyError};
 use crate::stream::{MarkerError, StreamKey};
 
@@ -32,7 +35,10 @@ pub enum MarkerStatus {
 /// else (as rmm's `device_memory_resource` states its stream-ordered contract):
 /// - Work enqueued on one stream runs in enqueue order. A block freed by the user may be
 ///   handed out again on its allocation stream at once: later work of that stream runs
-///   after the earlier work that used it.
+///   after the earlier work that used it. A backend whose driver breaks that order after a
+///   failed wait (PoCL before 4.0) says so through [`Backend::stream_order_flag`] and
+///   [`Backend::stream_follows_failed_wait`]: while a wait of the stream is known failed,
+///   no block of the stream's pool or of a thread's freed-block cache is handed out on it.
 /// - [`Backend::record_marker`] returns a marker that completes once all work enqueued on
 ///   the stream before it has finished; [`Backend::marker_complete`] never blocks;
 ///   [`Backend::marker_status`] also tells a marker that terminated abnormally, which says
@@ -113,6 +119,29 @@ pub trait Backend: Clone + Sized + Send + Sync + 'static {
     /// hold for them. Status queries only, no wait. Default: false.
     fn marker_follows_failed_wait(marker: &Self::Marker) -> bool {
         let _ = marker;
+        false
+    }
+    /// For a stream whose driver may run the work enqueued after a failed wait ahead of the
+    /// earlier work still queued (PoCL before 4.0): a flag that reads true whenever a wait of
+    /// the stream may be unresolved (not yet completed with success, or failed), and false
+    /// only while every wait enqueued on it so far completed with success or none was.
+    /// `None` for a stream whose order holds whatever its waits become (the default: no
+    /// cost). Asked once per stream, when the allocator first sees it (driver queries
+    /// allowed, no allocator lock held). The allocator reads the flag with one relaxed load
+    /// on its cached hand-out; while it reads true, hand-outs take the stream's lock and ask
+    /// [`Backend::stream_follows_failed_wait`].
+    fn stream_order_flag(stream: &Self::Stream) -> Option<Arc<AtomicBool>> {
+        let _ = stream;
+        None
+    }
+    /// Whether a wait enqueued on `stream` so far is known to have failed (and no
+    /// [`Backend::synchronize`] of it succeeded since): on a stream with a
+    /// [`Backend::stream_order_flag`], work enqueued on it from now on may run ahead of
+    /// work enqueued before the failed wait and still queued, so a block whose last use may
+    /// be such work is not handed out on it. Status queries only, never a wait (called under
+    /// the stream's lock, the statistics write closed). Default: false.
+    fn stream_follows_failed_wait(stream: &Self::Stream) -> bool {
+        let _ = stream;
         false
     }
     /// Blocks until all work enqueued on `stream` has finished.

@@ -98,3 +98,42 @@ fn an_ordered_marker_is_judged_by_the_waits_before_it_only() {
     );
     assert!(matches!(after.status().unwrap(), EventStatus::Error(_)));
 }
+
+/// What the caching allocator reads of a queue before it hands out a block on its stream
+/// again (review h35): `follows_failed_wait` is false while the logged waits are pending or
+/// complete, true once one failed (for the wrapper's clones too), and false again after a
+/// `finish` that returned with success. `order_flag`, given only where the driver reorders
+/// after a failed wait (PoCL before 4.0), reads false on a fresh queue, true while a wait is
+/// logged unresolved or failed, and false once a finish drained the queue.
+#[test]
+fn a_queue_tells_a_failed_wait_until_a_finish_that_returned() {
+    let Some((dev, _, q)) = common::device0_queue() else {
+        return;
+    };
+    let flag = q.order_flag();
+    assert_eq!(flag.is_some(), q.reorders_after_failed_wait());
+    let read = || {
+        flag.as_ref()
+            .map(|f| f.load(std::sync::atomic::Ordering::Relaxed))
+    };
+    let expect = |v: bool| flag.as_ref().map(|_| v);
+    assert!(!q.follows_failed_wait());
+    assert_eq!(read(), expect(false), "a fresh queue");
+    let mut a = common::Gate::new(dev);
+    let held = q.enqueue_marker(&[a.event()]).unwrap();
+    assert!(!q.follows_failed_wait(), "a pending wait has not failed");
+    assert_eq!(read(), expect(true), "a pending wait");
+    let b = dev.create_user_event().unwrap();
+    let _barrier = q.enqueue_barrier(&[&b]).unwrap();
+    b.set_failed(-5).unwrap();
+    assert!(q.follows_failed_wait(), "B failed");
+    assert!(q.clone().follows_failed_wait(), "clones share the log");
+    assert_eq!(read(), expect(true));
+    a.open();
+    // NVIDIA's first finish after the failure returns its status; the next one succeeds.
+    let _ = q.finish();
+    q.finish().unwrap();
+    assert!(held.is_complete().unwrap());
+    assert!(!q.follows_failed_wait(), "after a finish that returned");
+    assert_eq!(read(), expect(false), "drained");
+}

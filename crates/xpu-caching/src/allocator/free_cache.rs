@@ -23,9 +23,14 @@
 //! `place_cell`'s module docs).
 //!
 //! It is handed out again only to the same thread, on the same stream, for the same
-//! requested size, under the configuration it was handed out under (the epoch), and only
+//! requested size, under the configuration it was handed out under (the epoch), only
 //! while the stream has no pending frees (the shard's hint: the slow path processes them
-//! first). Stream order: the block's only use was on its allocation stream (no recorded use),
+//! first), and, on a driver that breaks a stream's order after a failed wait (PoCL before
+//! 4.0: [`Backend::stream_order_flag`]), only while no wait of the stream is known failed
+//! (`Shard::follows_failed_wait`: one relaxed load of the stream's flag, status queries of
+//! its waits only while one is logged; nothing but a field read elsewhere). The block's last
+//! use may be queued before the failed wait, which such a driver runs after the new owner's
+//! work; the slow path then hands out nothing of the stream's pool either. Stream order: the block's only use was on its allocation stream (no recorded use),
 //! so work enqueued on that stream after the new allocation runs after the old use, as for
 //! a block reused from the stream's pool.
 //!
@@ -146,7 +151,9 @@ impl<B: Backend> FreeCache<B> {
             return None;
         }
         let shard = bin.shard.upgrade()?;
-        if shard.pending_hint() {
+        // A wait of the stream known failed: the block's last use may still be queued before
+        // it while the new owner's work runs at once (`Shard::follows_failed_wait`).
+        if shard.pending_hint() || shard.follows_failed_wait() {
             return None;
         }
         bin.len -= 1;

@@ -480,13 +480,21 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
     /// lookup (then `stream` is dropped after the map lock is released: dropping a user's
     /// stream handle is user code).
     fn insert_shard(&self, key: StreamKey, stream: B::Stream) -> Arc<Shard<B>> {
+        // Driver queries the first time for a queue: before the map's lock.
+        let order_flag = B::stream_order_flag(&stream);
         let (shard, _unused) = {
             let mut map = self.inner.shards.lock();
             if let Some(shard) = map.by_key.get(&key) {
                 (shard.clone(), Some(stream))
             } else {
                 let rank = map.ordered.len();
-                let shard = Arc::new(Shard::new(key, stream, self.inner.shared.clone(), rank));
+                let shard = Arc::new(Shard::new(
+                    key,
+                    stream,
+                    order_flag,
+                    self.inner.shared.clone(),
+                    rank,
+                ));
                 map.by_key.insert(key, shard.clone());
                 map.ordered.push(shard.clone());
                 (shard, None)
@@ -799,6 +807,11 @@ fn fast_path<B: Backend>(
     state.process_events(st);
     if shard.pending_hint() {
         shard.note_pending(state);
+    }
+    // On a driver that breaks the stream's order after a failed wait: whether one failed
+    // (status queries, no wait; the statistics write closed, as for markers).
+    if shard.order_unsettled() || state.unordered {
+        state.unordered = st.unlocked(|| shard.follows_failed_wait());
     }
     let req = state.request(size, shared.max_alloc);
     if req.rounded <= shared.max_alloc {

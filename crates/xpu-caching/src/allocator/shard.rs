@@ -23,6 +23,12 @@ pub(crate) struct Shard<B: Backend> {
     /// none left: a thread cache's hand-out skips the stream's pending frees, so it leaves
     /// them to the cached path (which processes them) while this is set.
     pending_hint: AtomicBool,
+    /// The stream's [`Backend::stream_order_flag`] and a handle of the stream: `None` where
+    /// the stream's order holds whatever its waits become; else the flag reads true while
+    /// one of its waits may be unresolved, and a hand-out then asks whether one failed
+    /// ([`Shard::follows_failed_wait`]; then nothing of the stream's pool or of the threads'
+    /// caches is handed out: [`ShardState::unordered`]).
+    order: Option<(Arc<AtomicBool>, B::Stream)>,
     /// The blocks' relocation state ([`ShardState::cells`], shared): read without the lock.
     pub cells: Arc<PlaceArena>,
     /// The places cached for pinned readers ([`ShardState::places`], shared).
@@ -34,18 +40,23 @@ pub(crate) struct Shard<B: Backend> {
 }
 
 impl<B: Backend> Shard<B> {
+    /// `order_flag`: the stream's [`Backend::stream_order_flag`] (asked by the caller before
+    /// it took the shard map's lock).
     pub(crate) fn new(
         key: StreamKey,
         stream: B::Stream,
+        order_flag: Option<Arc<AtomicBool>>,
         shared: Arc<DeviceShared<B>>,
         rank: usize,
     ) -> Self {
+        let order = order_flag.map(|flag| (flag, stream.clone()));
         let state = ShardState::new(key, stream, &shared);
         Self {
             key,
             shared,
             rank,
             pending_hint: AtomicBool::new(false),
+            order,
             cells: Arc::clone(&state.cells),
             places: Arc::clone(&state.places),
             state: Mutex::new(state),
@@ -58,6 +69,35 @@ impl<B: Backend> Shard<B> {
     #[inline(always)]
     pub(crate) fn pending_hint(&self) -> bool {
         self.pending_hint.load(Ordering::Relaxed)
+    }
+
+    /// Whether a wait of the stream may be unresolved on a driver that breaks the stream's
+    /// order after a failed wait (one relaxed load there; nothing but the field's read
+    /// elsewhere). Only then may [`Shard::follows_failed_wait`] be true.
+    #[inline(always)]
+    pub(crate) fn order_unsettled(&self) -> bool {
+        self.order
+            .as_ref()
+            .is_some_and(|(flag, _)| flag.load(Ordering::Relaxed))
+    }
+
+    /// Whether a wait of the stream is known to have failed (since the stream last
+    /// synchronized with success) on a driver that may then run the stream's later work
+    /// ahead of its earlier work still queued: a block of the stream's pool or of a thread's
+    /// cache, whose last use may be such work, must not be handed out on it. Status queries
+    /// of the stream's waits ([`Backend::stream_follows_failed_wait`], never a wait) only
+    /// while [`Shard::order_unsettled`]; false at once elsewhere. Takes no allocator lock.
+    #[inline(always)]
+    pub(crate) fn follows_failed_wait(&self) -> bool {
+        self.order_unsettled() && self.ask_failed_wait()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn ask_failed_wait(&self) -> bool {
+        self.order
+            .as_ref()
+            .is_some_and(|(_, stream)| B::stream_follows_failed_wait(stream))
     }
 
     /// Updates the hint from the state (call under the shard's lock).
@@ -187,6 +227,8 @@ impl<B: Backend> Drop for Shard<B> {
         if B::is_bad_fork() {
             self.state.get_mut().leak();
             std::mem::forget(self.shared.clone());
+            // The stream handle kept with the order flag is the parent's too.
+            std::mem::forget(self.order.take());
             return;
         }
         let shared = self.shared.clone();

@@ -116,6 +116,14 @@ pub(crate) struct ShardState<B: Backend> {
     /// Whether this allocator may relocate at all (not a private pool's): with
     /// [`AllocConfig::relocates`] it decides whether a hand-out is relocating.
     pub relocation_allowed: bool,
+    /// A wait of the stream was known failed when an allocation last asked
+    /// ([`Backend::stream_follows_failed_wait`], only on a stream with a
+    /// [`Backend::stream_order_flag`]): its driver may run the work enqueued from now on
+    /// ahead of work enqueued before that wait and still queued, the last uses of the
+    /// stream's free blocks among it, so [`ShardState::search`] finds nothing until an
+    /// allocation finds no failure any more (the stream synchronized with success): blocks
+    /// come from new segments meanwhile.
+    pub unordered: bool,
 }
 
 impl<B: Backend> ShardState<B> {
@@ -139,6 +147,7 @@ impl<B: Backend> ShardState<B> {
             places: Arc::default(),
             moves_recorded: 0,
             relocation_allowed: shared.relocation_allowed,
+            unordered: false,
         }
     }
 
@@ -288,6 +297,9 @@ impl<B: Backend> ShardState<B> {
     /// handed out: every block handed out is its whole segment, the best fit among them.
     #[inline]
     pub(crate) fn search(&mut self, req: &Request, gc_enabled: bool) -> Option<Pooled> {
+        if self.unordered {
+            return None;
+        }
         if gc_enabled {
             self.pool_mut(req.pool).searches += 1;
         }

@@ -3,7 +3,7 @@
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use opencl3::command_queue as clq;
@@ -443,6 +443,38 @@ impl CommandQueue {
             .frees_failed_events
             .store(if frees { 2 } else { 1 }, Ordering::Relaxed);
         frees
+    }
+
+    /// Whether the queue's driver may run the commands enqueued after a failed wait ahead of
+    /// the earlier ones still queued, which breaks the in-order queue's order for them: PoCL
+    /// before 4.0 (the platforms of [`super::Platform::frees_failed_events`]: a barrier whose
+    /// wait failed terminates at once while the commands before it stay queued, and the
+    /// commands after it run). NVIDIA keeps the order. Three driver queries the first time
+    /// for the wrapper and its clones, one atomic load after; false when the platform cannot
+    /// be read.
+    pub fn reorders_after_failed_wait(&self) -> bool {
+        self.frees_failed_events()
+    }
+
+    /// On a queue that [`CommandQueue::reorders_after_failed_wait`], the flag that reads true
+    /// while a wait of the queue's commands (enqueued through this wrapper or its clones) has
+    /// not completed with success, or one failed and no `clFinish` returned with success
+    /// since: while it reads false, every command enqueued so far runs after the ones
+    /// enqueued before it. Read with one atomic load, no lock. `None` on other queues (the
+    /// order holds whatever the waits become).
+    pub fn order_flag(&self) -> Option<Arc<AtomicBool>> {
+        self.frees_failed_events()
+            .then(|| self.1.waits.watched_flag())
+    }
+
+    /// Whether a wait of the queue's commands (through this wrapper or its clones) is known
+    /// to have failed since the last [`CommandQueue::finish`] that returned with success: on
+    /// a queue that [`CommandQueue::reorders_after_failed_wait`], the commands enqueued from
+    /// now on may run ahead of ones enqueued before the failed wait and still queued. Status
+    /// queries of the logged waits (never a wait); one atomic load while none is logged and
+    /// none failed.
+    pub fn follows_failed_wait(&self) -> bool {
+        self.1.waits.failed_since_finish()
     }
 
     /// The event an enqueue call of this queue returned, as a [`ClEvent`]: kept until its

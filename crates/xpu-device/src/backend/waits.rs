@@ -172,8 +172,9 @@ pub(super) struct WaitLog {
     /// Whether the log holds an entry or a wait failed: a marker enqueued while this reads
     /// false has no earlier wait to ask about. Set under the lock before the command that
     /// adds an entry is enqueued; the driver's serialization of one queue's enqueue calls
-    /// orders that before a later marker's enqueue.
-    watched: AtomicBool,
+    /// orders that before a later marker's enqueue. Shared: the allocator reads it on its
+    /// cached hand-out ([`WaitLog::watched_flag`]).
+    watched: Arc<AtomicBool>,
     /// Commands logged whose enqueue call has not returned yet ([`WaitLog::add`] to
     /// [`WaitLog::enqueued`]).
     in_flight: AtomicUsize,
@@ -244,6 +245,29 @@ impl WaitLog {
         inner.drained_failure = inner.drained_failure.or(first);
         inner.drained = covered;
         self.unwatch_if_idle(&inner);
+    }
+
+    /// The flag that reads true while the log holds an entry or a wait failed (false: every
+    /// wait logged so far completed with success, or none was), shared: a reader pays one
+    /// atomic load and no lock.
+    pub(super) fn watched_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.watched)
+    }
+
+    /// Whether a wait logged so far is known to have failed since the last `clFinish` that
+    /// returned with success ([`WaitLog::finished`]): the commands enqueued after it may run
+    /// ahead of earlier ones still queued. Judges every logged wait (status queries under the
+    /// log's lock, never a wait); one atomic load while nothing is logged and no wait failed.
+    pub(super) fn failed_since_finish(&self) -> bool {
+        if !self.watched.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut inner = self.inner.lock();
+        let next = inner.next + 1;
+        inner.judge(next);
+        let failed = !inner.failed.is_empty();
+        self.unwatch_if_idle(&inner);
+        failed
     }
 
     /// Drops the entry numbered `n` (its command was not enqueued).
