@@ -17,7 +17,7 @@
 //! Other threads (review h30, `xpu-burn/tests/review_h30_exit_with_threads.rs`): `main` may
 //! return while other threads still enqueue and build programs. Every enqueue and build of
 //! the backend, and every read of a program's binary (PoCL generates the kernels' code in the
-//! calling thread for it, review h33), is a [`DriverEntry`]: a per-thread count of the calls in progress and a check
+//! calling thread for it, review h33), is a `DriverEntry`: a per-thread count of the calls in progress and a check
 //! of an exit flag. The exit handler sets the flag, waits (bounded) until no other thread is
 //! inside such a call, and only then drains the queues; a thread that tries to enter after
 //! the flag was set is parked for the rest of the process, before it reaches the driver.
@@ -28,7 +28,7 @@
 //! queue was wrapped: those ran before the handler and tore down the compiles it waited
 //! for (with PoCL's kernel cache empty, 20 of 20 processes of review h30's test and 10 of 10
 //! of `exit_with_work_in_flight` died). So the thread that loads the program (the main
-//! thread) gets a thread-local [`MainThreadExit`] before `main` (`.init_array`); glibc's
+//! thread) gets a thread-local `MainThreadExit` before `main` (`.init_array`); glibc's
 //! `exit` drops the calling thread's locals before it runs any exit handler. Its drop drains
 //! the queues (the compiles in flight finish and register what they register) and registers
 //! the handler again, which then runs first of all. Only the handler's first run drains; a
