@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::stats_cell::StatsWriter;
 use super::stats_registry::StatsRegistry;
-use super::stream_state::ReleaseBatch;
 use crate::backend::Backend;
 use crate::config::AllocConfig;
 use crate::error::DeviceFailure;
@@ -52,6 +52,14 @@ struct Reserved {
     allowed: Option<u64>,
 }
 
+/// A release of segments whose marker read pending after its wait (a shard's release batch),
+/// kept device-wide until a later release ([`DeviceShared::take_kept_releases`]).
+pub(crate) trait KeptRelease<B: Backend>: Send {
+    /// Frees the segments if the marker now reads complete, else keeps the release again
+    /// ([`DeviceShared::keep_release`]); when it reads failed, keeps them out for good.
+    fn free_kept(self: Box<Self>, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>);
+}
+
 /// State of one device allocator shared by its shards.
 pub(crate) struct DeviceShared<B: Backend> {
     /// Unique id of this allocator instance (keys the thread-local caches).
@@ -82,12 +90,12 @@ pub(crate) struct DeviceShared<B: Backend> {
     /// The live segments of `source` and of the sources charged here (address -> size): a
     /// new one must not overlap them, since blocks are told apart by address.
     live_ranges: Mutex<BTreeMap<u64, u64>>,
-    /// Release batches whose marker read pending after its wait returned
-    /// ([`ReleaseBatch::free`]): their segments stay out, counted as reserved, until a later
-    /// release finds the marker complete ([`DeviceShared::take_kept_releases`]). A leaf lock:
-    /// held only to push or take, over no call. Dropped with the allocator's state, a batch
-    /// still here keeps its segments out.
-    kept_releases: Mutex<Vec<ReleaseBatch<B>>>,
+    /// Releases whose marker read pending after its wait returned (a shard's release batch,
+    /// `stream_state::ReleaseBatch::free`): their segments stay out, counted as reserved,
+    /// until a later release finds the marker complete ([`DeviceShared::take_kept_releases`]).
+    /// A leaf lock: held only to push or take, over no call. Dropped with the allocator's
+    /// state, a release still here keeps its segments out.
+    kept_releases: Mutex<Vec<Box<dyn KeptRelease<B>>>>,
     pub stats: StatsRegistry,
     /// Recorded allocator events (off by default; see [`crate::history`]).
     pub history: Arc<History>,
@@ -360,14 +368,14 @@ impl<B: Backend> DeviceShared<B> {
 
     /// Keeps a release batch whose marker read pending, for a later release
     /// ([`DeviceShared::take_kept_releases`]).
-    pub(crate) fn keep_release(&self, batch: ReleaseBatch<B>) {
+    pub(crate) fn keep_release(&self, batch: Box<dyn KeptRelease<B>>) {
         self.kept_releases.lock().push(batch);
     }
 
-    /// The release batches kept since their marker read pending, to free now if it reads
-    /// complete ([`ReleaseBatch::free`] keeps those still pending again). Their markers were
+    /// The releases kept since their marker read pending, to free now if it reads complete
+    /// ([`KeptRelease::free_kept`] keeps those still pending again). Their markers were
     /// waited for already: they are not waited for again.
-    pub(crate) fn take_kept_releases(&self) -> Vec<ReleaseBatch<B>> {
+    pub(crate) fn take_kept_releases(&self) -> Vec<Box<dyn KeptRelease<B>>> {
         std::mem::take(&mut *self.kept_releases.lock())
     }
 

@@ -3,7 +3,7 @@
 
 use parking_lot::MutexGuard;
 
-use super::device_wide::{DeviceShared, SegmentFailure};
+use super::device_wide::{DeviceShared, KeptRelease, SegmentFailure};
 use super::stats_cell::StatsWriter;
 use super::stream_state::{for_each_then_resume, Handed, ReleaseBatch, Request, ShardState};
 use super::thread_cache::Local;
@@ -12,9 +12,9 @@ use crate::error::CacheError;
 use crate::size::MAX_REQUEST;
 
 /// Waits for the work that may use the segments of `batches` (without any allocator lock),
-/// then frees them, and the batches kept earlier because their marker read pending whose
+/// then frees them, and the releases kept earlier because their marker read pending whose
 /// marker now reads complete (those still pending are kept again; see
-/// [`ReleaseBatch::free`]).
+/// [`KeptRelease::free_kept`]).
 pub(super) fn release_batches<B: Backend>(
     batches: Vec<ReleaseBatch<B>>,
     shared: &DeviceShared<B>,
@@ -30,8 +30,11 @@ pub(super) fn release_batches<B: Backend>(
     let mut st = local.stats();
     // Every batch is freed even when a source's `free` (user code) panics in one; the first
     // panic then goes on.
+    let batches = batches
+        .into_iter()
+        .map(|batch| Box::new(batch) as Box<dyn KeptRelease<B>>);
     for_each_then_resume(kept.into_iter().chain(batches), |batch| {
-        batch.free(shared, &mut st);
+        batch.free_kept(shared, &mut st);
     });
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::bin_slots::BinSlots;
 use super::block::{later, Block, Segment, NIL};
-use super::device_wide::DeviceShared;
+use super::device_wide::{DeviceShared, KeptRelease};
 use super::pending::Pending;
 use super::place_cell::{PlaceArena, PlaceSlots};
 use super::policy_state::PolicyState;
@@ -995,7 +995,7 @@ impl<B: Backend> ReleaseBatch<B> {
             }
             MarkerStatus::Pending => {
                 Self::kept_pending(self.key, &self.segments);
-                shared.keep_release(self);
+                shared.keep_release(Box::new(self));
                 0
             }
             MarkerStatus::Failed => {
@@ -1023,6 +1023,12 @@ impl<B: Backend> ReleaseBatch<B> {
             ?status,
             "the work before a release marker is not known complete; its segments are kept out"
         );
+    }
+}
+
+impl<B: Backend> KeptRelease<B> for ReleaseBatch<B> {
+    fn free_kept(self: Box<Self>, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>) {
+        (*self).free(shared, st);
     }
 }
 
