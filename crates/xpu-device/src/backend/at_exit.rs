@@ -45,7 +45,10 @@ use parking_lot::Mutex;
 
 use super::{raw, CommandQueue, EventStatus};
 
-/// The longest an exit waits for the queues' commands.
+/// The longest one drain of an exit waits for the queues' commands. An exit from the main
+/// thread drains twice (the main thread's guard, then the exit handler, which also waits
+/// within this limit for other threads' driver calls in progress), so it may wait up to
+/// twice this long when the queues' work does not finish (review h33).
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
 /// A raw queue handle, as an address (a plain integer: the registry only compares it, and
