@@ -447,7 +447,8 @@ struct Plan<'a, F> {
 }
 
 impl<F: Fn(u32) -> u64> Plan<'_, F> {
-    /// The largest idle free block outside the `excluded` segments and `segment`.
+    /// The largest idle free block outside the `excluded` segments and `segment` (the pool's
+    /// blocks come by size: the first from the largest that qualifies).
     fn largest_outside(&self, excluded: &[bool], segment: u32) -> u64 {
         self.pool_free
             .iter()
@@ -549,14 +550,14 @@ fn empty_segments<B: Backend>(
     }
     // The free bytes of the segments excluded so far (the idle whole ones, to begin with).
     let excluded_free: u64 = idle.iter().map(|&s| free_in[s as usize]).sum();
-    // The largest free block outside the excluded segments and `segment` (the pool's
-    // blocks come by size: the first from the largest that qualifies).
-    let largest_outside = |excluded: &[bool], segment: u32| {
-        pool_free
-            .iter()
-            .rev()
-            .find(|&&(_, at)| !excluded[at as usize] && at != segment)
-            .map_or(0, |f| f.0)
+    let plan = Plan {
+        kind,
+        config: &state.config,
+        pool_free,
+        free_in,
+        free_all,
+        by_segment,
+        segment_size: |s: u32| state.segments[s].source.size,
     };
     // Segments whose live blocks can all move: (live bytes, address, segment, largest live
     // block). A segment is left out when its live bytes, or its largest live block, cannot
@@ -579,7 +580,7 @@ fn empty_segments<B: Backend>(
             continue;
         }
         let outside = free_all - excluded_free - free_in[segment as usize];
-        if live_sum > outside || live_max > largest_outside(&excluded, segment) {
+        if live_sum > outside || live_max > plan.largest_outside(&excluded, segment) {
             continue;
         }
         let addr = state.segments[segment].source.address;
@@ -599,15 +600,6 @@ fn empty_segments<B: Backend>(
     // that leave no room for the one that reaches the request (a 20 MiB segment with 6 live
     // MiB, then a 94 MiB one whose 32 live MiB no longer pack: a trace that grew 166 MiB
     // where releasing an idle 142 MiB segment and the emptied 94 MiB one served it).
-    let plan = Plan {
-        kind,
-        config: &state.config,
-        pool_free,
-        free_in,
-        free_all,
-        by_segment,
-        segment_size: |s: u32| state.segments[s].source.size,
-    };
     let found = (0..candidates.len()).find_map(|first| {
         let order = std::iter::once(first).chain((0..candidates.len()).filter(|&i| i != first));
         plan.greedy(
