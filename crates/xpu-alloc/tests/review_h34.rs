@@ -96,39 +96,13 @@ fn a_block_moved_after_a_failed_wait_keeps_its_owners_held_fill() {
 /// A opens: y must still hold its own fill once S drained.
 #[test]
 fn a_block_reused_on_its_stream_after_a_failed_wait_is_not_overwritten_by_its_old_owner() {
-    let Some([s]) = device_streams::<1>() else {
+    let Some(run) = reuse_after_a_failed_wait(false) else {
         return;
     };
-    let sr = ClStream::shared(s);
-    let core = xpu_alloc::DeviceCore::new(
-        Box::new(xpu_alloc::BufferSource::new(0).expect("source")),
-        xpu_alloc::AllocConfig::parse("relocation:off").expect("config"),
-    );
-    let x = core.allocate(12 * MIB, &sr).unwrap();
-    let a = Gate::with_open_limit(0, Duration::from_secs(5)).expect("gate");
-    a.block(&s).expect("block");
-    fill(&x, &s, 0xEE);
-    let b = Gate::new(0).expect("gate");
-    b.block(&s).expect("block");
-    b.as_cl_event().set_failed(-5).expect("fail");
-    drop(x);
-    let y = core.allocate(12 * MIB, &sr).unwrap();
-    let reused = core.memory_reserved() == 12 * MIB;
-    fill(&y, &s, 0x55);
-    let y_filled = s.record_event().expect("event");
-    a.open().expect("open");
-    let _ = s.synchronize();
-    // NVIDIA keeps S's order and terminates y's fill (after the failed wait): it wrote
-    // nothing, and y's bytes are unspecified, as a new block's are. Only a fill that ran can
-    // have been overwritten.
-    if y_filled.synchronize().is_err() {
-        return;
-    }
-    let seen = read(&y, &s);
-    let wrong = seen.iter().filter(|&&v| v != 0x55).count();
     assert_eq!(
-        wrong, 0,
-        "y (x's block reused: {reused}) holds {wrong} bytes of x's held fill"
+        run.wrong, 0,
+        "y (x's block reused: {}) holds {} bytes of x's held fill",
+        run.reused, run.wrong
     );
 }
 
@@ -141,9 +115,47 @@ fn a_block_reused_on_its_stream_after_a_failed_wait_is_not_overwritten_by_its_ol
 /// it is queued any more) the stream's blocks are reused again.
 #[test]
 fn a_block_cached_before_a_wait_of_its_stream_failed_is_not_handed_out_after_it() {
-    let Some([s]) = device_streams::<1>() else {
+    let Some(run) = reuse_after_a_failed_wait(true) else {
         return;
     };
+    assert_eq!(
+        run.wrong, 0,
+        "y (x's cached block reused: {}) holds {} bytes of x's held fill",
+        run.reused, run.wrong
+    );
+    // S drained with success: its free blocks are handed out on it again (no new segment).
+    let (core, s, sr) = (&run.core, &run.s, &run.sr);
+    s.synchronize().expect("synchronize");
+    let reserved = core.memory_reserved();
+    drop(run.y);
+    let z = core.allocate(12 * MIB, sr).unwrap();
+    assert_eq!(
+        core.memory_reserved(),
+        reserved,
+        "a block of S is reused on S once S drained"
+    );
+    drop(z);
+}
+
+/// What [`reuse_after_a_failed_wait`] leaves: the allocator, S, y, whether y took x's block
+/// (no new segment) and how many of y's bytes are not its own fill.
+struct ReuseRun {
+    core: xpu_alloc::DeviceCore,
+    s: xpu_stream::Stream,
+    sr: xpu_alloc::StreamRef,
+    y: xpu_alloc::DataPtr,
+    reused: bool,
+    wrong: usize,
+}
+
+/// Suspicion 2's sequence, without relocation: x (12 MiB) is filled on S behind gate A, a
+/// barrier of S on gate B fails, and y of x's size on S is allocated and filled; x is freed
+/// before the barrier (`freed_before_wait`: into the freeing thread's cache) or after it.
+/// `None` without a device, and where y's fill did not run: NVIDIA keeps S's order and
+/// terminates y's fill after the failed wait, so it wrote nothing and y's bytes are
+/// unspecified, as a new block's are (only a fill that ran can have been overwritten).
+fn reuse_after_a_failed_wait(freed_before_wait: bool) -> Option<ReuseRun> {
+    let [s] = device_streams::<1>()?;
     let sr = ClStream::shared(s);
     let core = xpu_alloc::DeviceCore::new(
         Box::new(xpu_alloc::BufferSource::new(0).expect("source")),
@@ -153,39 +165,32 @@ fn a_block_cached_before_a_wait_of_its_stream_failed_is_not_handed_out_after_it(
     let a = Gate::with_open_limit(0, Duration::from_secs(5)).expect("gate");
     a.block(&s).expect("block");
     fill(&x, &s, 0xEE);
-    drop(x);
+    let x = if freed_before_wait {
+        drop(x);
+        None
+    } else {
+        Some(x)
+    };
     let b = Gate::new(0).expect("gate");
     b.block(&s).expect("block");
     b.as_cl_event().set_failed(-5).expect("fail");
+    drop(x);
     let y = core.allocate(12 * MIB, &sr).unwrap();
     let reused = core.memory_reserved() == 12 * MIB;
     fill(&y, &s, 0x55);
     let y_filled = s.record_event().expect("event");
     a.open().expect("open");
     let _ = s.synchronize();
-    // NVIDIA keeps S's order and terminates y's fill (after the failed wait): it wrote
-    // nothing, and y's bytes are unspecified, as a new block's are. Only a fill that ran can
-    // have been overwritten.
-    if y_filled.synchronize().is_err() {
-        return;
-    }
-    let seen = read(&y, &s);
-    let wrong = seen.iter().filter(|&&v| v != 0x55).count();
-    assert_eq!(
-        wrong, 0,
-        "y (x's cached block reused: {reused}) holds {wrong} bytes of x's held fill"
-    );
-    // S drained with success: its free blocks are handed out on it again (no new segment).
-    s.synchronize().expect("synchronize");
-    let reserved = core.memory_reserved();
-    drop(y);
-    let z = core.allocate(12 * MIB, &sr).unwrap();
-    assert_eq!(
-        core.memory_reserved(),
-        reserved,
-        "a block of S is reused on S once S drained"
-    );
-    drop(z);
+    y_filled.synchronize().ok()?;
+    let wrong = read(&y, &s).iter().filter(|&&v| v != 0x55).count();
+    Some(ReuseRun {
+        core,
+        s,
+        sr,
+        y,
+        reused,
+        wrong,
+    })
 }
 
 /// The relocation layout's patterns stay where they were when nothing failed (a control for
