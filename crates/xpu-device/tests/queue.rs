@@ -84,3 +84,69 @@ fn the_exit_drain_waits_for_live_queues_within_its_limit() {
     assert!(held.is_complete().unwrap());
     q.finish().unwrap();
 }
+
+/// On a CPU device (PoCL) the exit's drain waits for a queue that is still working, past its
+/// idle limit: the driver's threads use CPU time (review h33's backlog: a fixed bound let the
+/// exit tear LLVM down under PoCL's workers). A gated queue on which nothing works is still
+/// given up after one idle window.
+#[test]
+fn the_exit_drain_waits_while_a_cpu_device_works_and_gives_up_on_a_gated_queue() {
+    use std::time::{Duration, Instant};
+    use xpu_device::backend::{at_exit, Buffer, ClEvent, Kernel, MemFlags, Program};
+
+    let Some((dev, ctx, q)) = common::device0_queue() else {
+        return;
+    };
+    if dev.properties().device_type != xpu_device::DeviceType::Cpu {
+        // A GPU's kernel costs the host no CPU time: the drain gives up after its idle
+        // window there, as documented.
+        return;
+    }
+    // One work-item spinning for about a second or more (PoCL, this machine); its result is
+    // written so that the loop is not optimized away.
+    let program = Program::build(
+        ctx,
+        dev.id(),
+        "__kernel void spin(__global uint *out, uint n) {
+            uint x = get_global_id(0) + 1u;
+            for (uint i = 0; i < n; i++) x = x * 1664525u + 1013904223u;
+            out[0] = x;
+        }",
+    )
+    .unwrap();
+    let out = Buffer::new(ctx, 4, MemFlags::default()).unwrap();
+    let mut k = Kernel::new(&program, "spin").unwrap();
+    k.set_arg_buffer(0, &out).unwrap();
+    k.set_arg(1, 1_500_000_000u32).unwrap();
+    // SAFETY: one work-item writes `out[0]` (one uint of a 4-byte buffer); nothing else
+    // borrows `out`, which the queue's commands keep alive.
+    let run = unsafe { q.enqueue_kernel(&k, &[1], None, &[]) }.unwrap();
+    q.flush().unwrap();
+    let start = Instant::now();
+    assert!(
+        at_exit::drain_while_busy(Duration::from_millis(200), Duration::from_secs(60)),
+        "gave up on a working queue after {:?}",
+        start.elapsed()
+    );
+    assert!(run.is_complete().unwrap());
+    let worked = start.elapsed();
+    assert!(
+        worked > Duration::from_millis(400),
+        "the kernel ran {worked:?}: too short to show the drain outlasting its idle window"
+    );
+
+    let gate = ClEvent::user(ctx).unwrap();
+    let held = q.enqueue_marker(&[&gate]).unwrap();
+    q.flush().unwrap();
+    let start = Instant::now();
+    assert!(!at_exit::drain_while_busy(
+        Duration::from_millis(200),
+        Duration::from_secs(3)
+    ));
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(200), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert!(!held.is_complete().unwrap());
+    gate.set_complete().unwrap();
+    q.finish().unwrap();
+}

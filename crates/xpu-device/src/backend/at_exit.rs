@@ -7,11 +7,14 @@
 //! more of 40 runs of `xpu-burn`'s `exit_with_work_in_flight` test (2026-12-04). CUDA's
 //! runtime lets a process exit with work in flight; a safe program must be able to.
 //!
-//! How: the first queue the backend wraps registers [`drain`] with `atexit` (after the driver
+//! How: the first queue the backend wraps registers an exit handler with `atexit` (after the driver
 //! is loaded, so it runs before the libraries' destructors, which glibc runs last). Every
-//! wrapper of a queue is counted in a registry. At exit, [`drain`] enqueues a marker on every
-//! live queue, flushes it and polls the markers until all are over or [`DRAIN_LIMIT`] has
-//! passed: a queue held by a user event that nobody will set cannot hang the exit. Nothing
+//! wrapper of a queue is counted in a registry. At exit, the handler enqueues a marker on every
+//! live queue, flushes it and polls the markers until all are over, as long as the process
+//! makes progress ([`drain_while_busy`]): it gives up after [`DRAIN_LIMIT`] without CPU work
+//! on the process's other threads (a queue held by a user event that nobody will set cannot
+//! hang the exit), or after [`DRAIN_CAP`] in all (PoCL working through a backlog of kernels
+//! to compile is waited for: review h33, 4 of 22 processes died under a fixed 2 s bound). Nothing
 //! is drained in a bad fork child (the queues belong to the parent).
 //!
 //! Other threads (review h30, `xpu-burn/tests/review_h30_exit_with_threads.rs`): `main` may
@@ -29,11 +32,15 @@
 //! for (with PoCL's kernel cache empty, 20 of 20 processes of review h30's test and 10 of 10
 //! of `exit_with_work_in_flight` died). So the thread that loads the program (the main
 //! thread) gets a thread-local `MainThreadExit` before `main` (`.init_array`); glibc's
-//! `exit` drops the calling thread's locals before it runs any exit handler. Its drop drains
-//! the queues (the compiles in flight finish and register what they register) and registers
-//! the handler again, which then runs first of all. Only the handler's first run drains; a
-//! later one returns at once. A process that exits from another thread
-//! (`std::process::exit`) has only the handlers' order.
+//! `exit` drops the calling thread's locals before it runs any exit handler, and drops the
+//! main thread's only there (a main thread that ends alone with `pthread_exit` skips its
+//! thread-local destructors: glibc 2.36, checked 2026-12-05). Its drop does the handler's
+//! work: parks the other threads' driver calls, then drains (the compiles in flight finish
+//! and register what they register). Only the first of the two drains; the handler then
+//! returns at once. It drains only once the other threads are parked: a drain while they
+//! still enqueued grew their backlog for as long as it waited (review h33's backlog test: 13
+//! to 15 s in the first drain, then the handler's 30 s cap). A process that exits from
+//! another thread (`std::process::exit`) has only the handlers' order.
 
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -45,11 +52,19 @@ use parking_lot::Mutex;
 
 use super::{raw, CommandQueue, EventStatus};
 
-/// The longest one drain of an exit waits for the queues' commands. An exit from the main
-/// thread drains twice (the main thread's guard, then the exit handler, which also waits
-/// within this limit for other threads' driver calls in progress), so it may wait up to
-/// twice this long when the queues' work does not finish (review h33).
+/// How long an exit drain waits for the queues' commands without progress: it gives up once
+/// the process's other threads (the driver's workers among them) used less than a quarter of
+/// this in CPU time over the last such window (a queue held by a user event nobody sets, or a
+/// GPU's long kernel: the process idles). The exit handler also waits within this limit for
+/// other threads' driver calls in progress.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// The longest the exit drain waits while the process makes progress (PoCL still compiling
+/// and running a backlog of kernels: with a fixed 2 s bound, 4 of 22 processes of review
+/// h33's backlog test died under LLVM's destructors). An exit from the main thread drains
+/// once (the main thread's guard, or else the exit handler). A user thread that computes on
+/// the CPU while the queues are held counts as progress: such an exit waits up to this cap.
+pub const DRAIN_CAP: Duration = Duration::from_secs(30);
 
 /// A raw queue handle, as an address (a plain integer: the registry only compares it, and
 /// [`drain`] retains the queue before using it).
@@ -97,15 +112,13 @@ impl Drop for MainThreadExit {
     fn drop(&mut self) {
         // SAFETY: getpid and gettid take no argument and cannot fail.
         let main = unsafe { libc::gettid() == libc::getpid() };
-        if !main || !REGISTER.is_completed() || EXIT_DRAINED.load(Ordering::SeqCst) {
+        if !main || !REGISTER.is_completed() {
             return;
         }
-        // The process exits (or, in a program that ends its main thread alone, goes on: then
-        // this is a bounded wait and one more registration). Commands in flight finish, with
-        // the compiles they start, before any exit handler ran; the handler registered now
-        // runs first of all, parks the other threads and drains again.
-        let _ = std::panic::catch_unwind(|| drain(DRAIN_LIMIT));
-        register();
+        // The process exits (glibc drops the main thread's locals in `exit` only): the exit
+        // handler's work, before any exit handler ran, LLVM's late-registered destructors
+        // among them.
+        drain_at_exit();
     }
 }
 
@@ -175,14 +188,14 @@ impl Drop for DriverEntry {
     }
 }
 
-/// Registers the exit handler (again): it then runs before every handler registered so far.
+/// Registers the exit handler: it runs before every handler registered before it.
 fn register() {
     // SAFETY: `drain_at_exit` is an `extern "C" fn()` that never unwinds (it catches panics)
     // and touches only statics that live for the whole process.
     let _ = unsafe { libc::atexit(drain_at_exit) };
 }
 
-/// Counts one more wrapper of `queue`; registers [`drain`] at the first.
+/// Counts one more wrapper of `queue`; registers the exit handler at the first.
 pub(super) fn wrapper_created(queue: raw::cl_command_queue) {
     REGISTER.call_once(register);
     let addr = queue as QueueAddr;
@@ -211,10 +224,9 @@ extern "C" fn drain_at_exit() {
     }
     // A panic must not unwind into libc.
     let _ = std::panic::catch_unwind(|| {
-        let deadline = Instant::now() + DRAIN_LIMIT;
         let _ = DRAINING.try_with(|d| d.set(true));
-        park_other_threads(deadline);
-        drain(deadline.saturating_duration_since(Instant::now()));
+        park_other_threads(Instant::now() + DRAIN_LIMIT);
+        drain_while_busy(DRAIN_LIMIT, DRAIN_CAP);
     });
 }
 
@@ -238,10 +250,64 @@ fn park_other_threads(deadline: Instant) {
 /// has passed; returns whether all were over. Never blocks in the driver: a marker per queue
 /// is polled (OpenCL 3.0 §5.11), 1 ms apart.
 pub fn drain(limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    drain_until(|| Instant::now() >= deadline)
+}
+
+/// Waits until every command enqueued so far on every live queue is over, for as long as the
+/// process makes progress: returns `false` once the process's other threads used less than
+/// `stall / 4` of CPU time within a window of `stall`, or once `cap` has passed; `true` when
+/// all were over. The exit's drains use it with [`DRAIN_LIMIT`] and [`DRAIN_CAP`]: PoCL
+/// compiles and runs kernels in its worker threads, so a backlog it works through is waited
+/// for, and a queue that no thread advances (held by a user event; or a GPU's kernel, which
+/// costs the host no CPU time) is given up after one idle window, as [`drain`] does.
+pub fn drain_while_busy(stall: Duration, cap: Duration) -> bool {
+    let start = Instant::now();
+    let mut window = (start, others_cpu_time());
+    drain_until(|| {
+        let now = Instant::now();
+        if now.duration_since(start) >= cap {
+            return true;
+        }
+        if now.duration_since(window.0) < stall {
+            return false;
+        }
+        let cpu = others_cpu_time();
+        let idle = cpu.saturating_sub(window.1) < stall / 4;
+        window = (now, cpu);
+        idle
+    })
+}
+
+/// CPU time the process's threads other than this one used so far (both clocks of
+/// `clock_gettime`, POSIX; zero where one cannot be read, which reads as no progress).
+fn others_cpu_time() -> Duration {
+    fn clock(id: libc::clockid_t) -> Option<Duration> {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `t` is a valid, writable timespec for the call's duration.
+        let rc = unsafe { libc::clock_gettime(id, &mut t) };
+        let secs = u64::try_from(t.tv_sec).ok()?;
+        let nanos = u32::try_from(t.tv_nsec).ok()?;
+        (rc == 0).then(|| Duration::new(secs, nanos))
+    }
+    match (
+        clock(libc::CLOCK_PROCESS_CPUTIME_ID),
+        clock(libc::CLOCK_THREAD_CPUTIME_ID),
+    ) {
+        (Some(process), Some(thread)) => process.saturating_sub(thread),
+        _ => Duration::ZERO,
+    }
+}
+
+/// Polls a marker on every live queue, 1 ms apart, until all are over (`true`) or
+/// `give_up` says so (`false`).
+fn drain_until(mut give_up: impl FnMut() -> bool) -> bool {
     if crate::fork_state::in_bad_fork() {
         return false;
     }
-    let deadline = Instant::now() + limit;
     // Each live queue retained under the registry lock, so that none is released meanwhile.
     let retained: Vec<raw::cl_command_queue> = {
         let queues = QUEUES.lock();
@@ -277,7 +343,7 @@ pub fn drain(limit: Duration) -> bool {
         if !pending {
             return true;
         }
-        if Instant::now() >= deadline {
+        if give_up() {
             return false;
         }
         std::thread::sleep(Duration::from_millis(1));
