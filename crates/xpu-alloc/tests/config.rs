@@ -16,6 +16,7 @@ fn defaults() {
         (MemoryKind::Buffer, ReleasePolicy::BeforeGrow, false)
     );
     assert_eq!(c.regrow_factor, 4);
+    assert_eq!(c.regrow_peak_fraction, 0.0);
 }
 
 #[test]
@@ -32,6 +33,10 @@ fn values() {
         AllocConfig::parse("regrow_factor:2").unwrap().regrow_factor,
         2
     );
+    for (text, share) in [("0", 0.0), ("0.25", 0.25), ("1", 1.0)] {
+        let c = AllocConfig::parse(&format!("regrow_peak_fraction:{text}")).unwrap();
+        assert_eq!(c.regrow_peak_fraction, share);
+    }
     let c = AllocConfig::parse("large_segment_size_mb:32").unwrap();
     assert_eq!(
         (c.large_segment_size, c.max_non_split_rounding),
@@ -106,6 +111,10 @@ fn bad_values_name_the_key_and_allowed_values() {
         ("release_policy:never", "release_policy"),
         ("regrow_factor:0", "regrow_factor"),
         ("regrow_factor:x", "regrow_factor"),
+        ("regrow_peak_fraction:1.5", "regrow_peak_fraction"),
+        ("regrow_peak_fraction:-0.25", "regrow_peak_fraction"),
+        ("regrow_peak_fraction:NaN", "regrow_peak_fraction"),
+        ("regrow_peak_fraction:x", "regrow_peak_fraction"),
         ("max_split_size_mb:[1:2]", "max_split_size_mb"),
     ] {
         assert_eq!(invalid_key(text), key, "{text}");

@@ -251,6 +251,12 @@ impl<B: Backend> DeviceShared<B> {
         self.reserved.lock().bytes
     }
 
+    /// Bytes the reserved bytes may still grow before they pass their highest value so far.
+    pub(crate) fn below_high_water(&self) -> u64 {
+        let r = self.reserved.lock();
+        r.high_water.saturating_sub(r.bytes)
+    }
+
     /// Whether a new segment of `size` bytes would raise the reserved bytes above their
     /// highest value so far.
     pub(crate) fn would_raise_high_water(&self, size: u64) -> bool {

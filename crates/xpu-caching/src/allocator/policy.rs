@@ -88,12 +88,29 @@ fn regrowth<B: Backend>(
     let cap = req
         .segment_size
         .saturating_mul(state.config.regrow_factor.max(1));
-    let size = state
+    let mut size = state
         .policy
         .released_total()
         .div_ceil(ROUND_LARGE)
         .saturating_mul(ROUND_LARGE)
         .min(cap);
+    let share = state.config.regrow_peak_fraction;
+    if share > 0.0 && shared.would_raise_high_water(size) {
+        // At most the room below the high-water mark, the request's own segment and the
+        // configured share of the mark (rounded down to whole 2 MiB units).
+        let room = shared.below_high_water();
+        let mark = shared.reserved().saturating_add(room);
+        // The share is in (0, 1]: the product is at most `mark`.
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let bet = (mark as f64 * share) as u64;
+        let limit =
+            room.saturating_add(req.segment_size).saturating_add(bet) / ROUND_LARGE * ROUND_LARGE;
+        size = size.min(limit.max(req.segment_size));
+    }
     if size < req.segment_size
         || size > shared.max_alloc
         || !size::oversize_allows(req.rounded, size, &state.config)

@@ -15,6 +15,7 @@
 //! | `memory_kind` | `buffer` (OpenCL buffers); `svm` is rejected (`ConfigError::Unsupported`: removed, SVM blocks had no copy or kernel-argument path) | `buffer` |
 //! | `release_policy` | `on_oom` (PyTorch's) or `before_grow` | `before_grow` |
 //! | `regrow_factor` | integer ≥ 1 (`before_grow` only) | 4 |
+//! | `regrow_peak_fraction` | real in (0, 1], or 0 for none: how far one regrowth may raise the reserved high-water mark beyond its own segment, as a share of the mark (`before_grow` only; see [`AllocConfig::regrow_peak_fraction`]) | 0 (none) |
 //! | `split_segments` | `True`/`False`: whether a segment is split into blocks handed out at once (see [`AllocConfig::split_segments`]) | the segment source's choice ([`SegmentSource::splits_segments`](crate::source::SegmentSource::splits_segments)) |
 //! | `relocation` | `off`, `merge` or `merge_all`: moving live blocks before a growth (xpu's own, see [`Relocation`]) | `merge` |
 //!
@@ -158,6 +159,14 @@ pub struct AllocConfig {
     /// `before_grow` regrowth: the largest segment regrown after a consolidation, as a
     /// multiple of the request's own segment size (see [`ReleasePolicy::BeforeGrow`]).
     pub regrow_factor: u64,
+    /// `before_grow` regrowth that would raise the device's reserved high-water mark: the
+    /// regrown segment is at most the bytes left below the mark, plus the request's own
+    /// segment size, plus this share of the mark (0: no such limit, the default). A
+    /// regrowth bets that the sizes a consolidation released come back; on inference whose
+    /// shapes grow, an unlimited bet raised the mark by half at once (r3d18_varclip_infer,
+    /// modernbert_varlen_infer). Not the default until judged on traces recorded after it
+    /// (`data/traces/varshape/README.md`, "The eleventh held-out set").
+    pub regrow_peak_fraction: f64,
     /// Whether segments are split into blocks that are handed out at once (`None`: the
     /// segment source decides, [`SegmentSource::splits_segments`](crate::source::SegmentSource::splits_segments)).
     /// With `Some(false)` every block is a whole segment: a new segment is exactly the
@@ -185,6 +194,7 @@ impl Default for AllocConfig {
             memory_kind: MemoryKind::Buffer,
             release_policy: ReleasePolicy::default(),
             regrow_factor: 4,
+            regrow_peak_fraction: 0.0,
             split_segments: None,
             relocation: Relocation::Merge,
         }
@@ -225,6 +235,7 @@ impl AllocConfig {
         "memory_kind",
         "release_policy",
         "regrow_factor",
+        "regrow_peak_fraction",
         "split_segments",
         "relocation",
     ];

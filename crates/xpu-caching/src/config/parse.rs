@@ -290,6 +290,16 @@ fn apply(config: &mut AllocConfig, key: &str, value: &Value) -> Result<(), Confi
             }
             config.regrow_factor = n;
         }
+        "regrow_peak_fraction" => {
+            const EXPECTED: &str = "a number in (0.0, 1.0], or 0 for no limit";
+            let x: f64 = scalar(key, value, EXPECTED)?
+                .parse()
+                .map_err(|_| invalid(key, value, EXPECTED))?;
+            if !(x == 0.0 || (x > 0.0 && x <= 1.0)) {
+                return Err(invalid(key, value, EXPECTED));
+            }
+            config.regrow_peak_fraction = x;
+        }
         "split_segments" => config.split_segments = Some(boolean(key, value)?),
         "relocation" => {
             config.relocation = match scalar(key, value, "off, merge or merge_all")? {
