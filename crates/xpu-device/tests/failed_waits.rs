@@ -131,3 +131,54 @@ fn dropping_a_command_event_as_soon_as_its_wait_returns_failed_does_not_end_the_
         assert!(common::terminal(last.status().unwrap()), "round {round}");
     }
 }
+
+/// A command that fails through one event of its wait list while another event it waits on
+/// is still pending (here the queue's previous command, a marker held by a user event): PoCL
+/// 3.1 leaves the failed command in the pending event's notify list. Once the failed command
+/// was released (its event dropped, the runtime's held reference let go when its status read
+/// failed), the pending event's completion locked the freed command: `PTHREAD ERROR in
+/// pocl_lock_events_inorder(): Invalid argument` (review h29's tests, run as threads of one
+/// process, aborted so 6 of 6 times; POCL_DEBUG showed the barrier of a stream wait freed
+/// while the queue's earlier marker still listed it).
+#[test]
+fn a_command_failed_while_an_earlier_command_is_pending_does_not_end_the_process() {
+    let Some((dev, _, q)) = common::device0_queue() else {
+        return;
+    };
+    let (pending, failing) = (
+        dev.create_user_event().unwrap(),
+        dev.create_user_event().unwrap(),
+    );
+    let earlier = q.enqueue_marker(&[&pending]).unwrap();
+    drop(q.enqueue_barrier(&[&failing]).unwrap());
+    failing.set_failed(-5).unwrap();
+    // The runtime lets go of what is over (the failed barrier, on the reviewed commit).
+    let _ = xpu_device::backend::live_objects();
+    pending.set_complete().unwrap();
+    let _ = q.finish();
+    assert!(earlier.is_complete().unwrap());
+}
+
+/// As above, with the pending event in the failed command's own wait list (a cross-queue
+/// wait on another queue's marker that is still held).
+#[test]
+fn a_command_failed_while_another_event_of_its_wait_list_is_pending_does_not_end_the_process() {
+    let Some((dev, _, q)) = common::device0_queue() else {
+        return;
+    };
+    let other = common::queue(dev);
+    let (pending, failing) = (
+        dev.create_user_event().unwrap(),
+        dev.create_user_event().unwrap(),
+    );
+    let elsewhere = other.enqueue_marker(&[&pending]).unwrap();
+    other.flush().unwrap();
+    drop(q.enqueue_barrier(&[&failing, &elsewhere]).unwrap());
+    q.flush().unwrap();
+    failing.set_failed(-5).unwrap();
+    let _ = xpu_device::backend::live_objects();
+    pending.set_complete().unwrap();
+    let _ = other.finish();
+    let _ = q.finish();
+    assert!(elsewhere.is_complete().unwrap());
+}

@@ -43,17 +43,31 @@ impl DeviceLimits {
     }
 
     fn of_context(ctx: raw::cl_context) -> DeviceLimits {
-        const CONTEXT_DEVICES: u32 = 0x1081;
-        match clc::get_context_data(ctx, CONTEXT_DEVICES) {
-            Ok(b) if b.len() >= std::mem::size_of::<usize>() => {
-                let mut a = [0u8; std::mem::size_of::<usize>()];
-                let n = a.len();
-                a.copy_from_slice(&b[..n]);
-                let id = usize::from_ne_bytes(a) as raw::cl_device_id;
-                DeviceLimits::of(DeviceId::from_raw(id))
-            }
-            _ => DeviceLimits::NONE,
+        first_device(ctx).map_or(DeviceLimits::NONE, DeviceLimits::of)
+    }
+}
+
+/// Whether the platform of the (first) device of a raw context frees failed events under its
+/// own lock ([`super::Platform::frees_failed_events`]); false when it cannot be read.
+pub(crate) fn frees_failed_events_of_context(ctx: raw::cl_context) -> bool {
+    first_device(ctx)
+        .and_then(|d| d.platform().ok())
+        .is_some_and(|p| p.frees_failed_events())
+}
+
+/// The first device of a raw context, when it can be read.
+fn first_device(ctx: raw::cl_context) -> Option<DeviceId> {
+    const CONTEXT_DEVICES: u32 = 0x1081;
+    match clc::get_context_data(ctx, CONTEXT_DEVICES) {
+        Ok(b) if b.len() >= std::mem::size_of::<usize>() => {
+            let mut a = [0u8; std::mem::size_of::<usize>()];
+            let n = a.len();
+            a.copy_from_slice(&b[..n]);
+            Some(DeviceId::from_raw(
+                usize::from_ne_bytes(a) as raw::cl_device_id
+            ))
         }
+        _ => None,
     }
 }
 

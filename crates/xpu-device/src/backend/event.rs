@@ -254,6 +254,9 @@ impl ClEvent {
     /// [`ClEvent::user`] in the live context `context`.
     pub(super) fn user_in(context: raw::cl_context) -> Result<ClEvent, ClError> {
         let raw = cl("clCreateUserEvent", cle::create_user_event(context))?;
+        if super::context::frees_failed_events_of_context(context) {
+            super::notify_lists::register(raw);
+        }
         let mut event = ClEvent::counted(raw, Role::User);
         event.2 = Some(Arc::new(UnsetGuard {
             raw,

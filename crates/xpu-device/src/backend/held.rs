@@ -135,6 +135,12 @@ pub(super) fn set_user_status(event: raw::cl_event, status: i32) -> Result<(), i
     set
 }
 
+/// Whether no error status set by the runtime is being passed on right now (see the module
+/// docs).
+pub(super) fn no_failure_in_progress() -> bool {
+    FAILING.load(Ordering::SeqCst) == 0
+}
+
 /// True when the command of `event` is over: `CL_COMPLETE`; an error status while no error
 /// status set by the runtime is still being passed on (see the module docs); or a status that
 /// cannot be read (nothing more can be learned: the reference is released).

@@ -67,11 +67,14 @@ pub struct LiveObjects {
 pub fn live_objects() -> LiveObjects {
     if !crate::fork::is_in_bad_fork() {
         // Forwards and markers the runtime holds until their sources and commands are over
-        // (see the `forwards` and `held` modules): what is over is released now.
+        // (see the `forwards`, `held` and `notify_lists` modules): what is over is released
+        // now.
         super::forwards::sweep();
         for _ in 0..super::held::prune() {
             released(Kind::Event);
         }
+        // Uncounted references (the events' own wrappers are counted).
+        super::notify_lists::prune();
     }
     let c = |k: Kind| COUNTS[k as usize].load(Ordering::Relaxed);
     LiveObjects {

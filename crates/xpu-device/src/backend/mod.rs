@@ -85,6 +85,7 @@ mod held;
 mod keyed;
 mod live;
 mod memory;
+mod notify_lists;
 mod offset_params;
 mod pinned;
 mod platform;

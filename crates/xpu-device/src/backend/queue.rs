@@ -479,9 +479,11 @@ impl CommandQueue {
 
     /// The event an enqueue call of this queue returned, as a [`ClEvent`]: kept until its
     /// command is over when the last wrapper drops if the driver needs it
-    /// ([`CommandQueue::frees_failed_events`]), else released at once.
+    /// ([`CommandQueue::frees_failed_events`]; registered in `notify_lists` too), else
+    /// released at once.
     pub(super) fn command_event(&self, raw: raw::cl_event) -> ClEvent {
         if self.frees_failed_events() {
+            super::notify_lists::register(raw);
             ClEvent::from_owned_held(raw)
         } else {
             ClEvent::from_owned(raw)
