@@ -2,7 +2,14 @@
 # varshape/workloads.py): seeding, random-shape token inference, greedy generation at fixed
 # shapes, one optimizer step, and plugging a workload into record_trace.py's recorder.
 # Each keeps the order of its random draws, so a workload records the same trace through it.
-import random, sys, torch
+import os, random, sys, torch
+
+def step_limits(env):
+    """`(steps, capped)` for a workload script: `steps(n)` is `range(n)` and `capped(shapes)`
+    is `shapes`, both cut to the integer in the environment variable `env` when it is set (a
+    check run, never a recording)."""
+    cap = int(os.environ.get(env, "0"))
+    return (lambda n: range(min(n, cap) if cap else n)), (lambda shapes: shapes[:cap] if cap else shapes)
 
 def seeded_cuda():
     """Seeds torch and random with 0; returns the CUDA device."""

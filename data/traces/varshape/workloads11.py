@@ -14,15 +14,9 @@
 # 5,000,000 entries. W11_MAX_STEPS=N (a check run only, never a recording) caps every loop.
 import os, random, sys, torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from workload_steps import generate_fixed, infer_random_tokens, optimizer_step, record_main, seeded_cuda
+from workload_steps import generate_fixed, infer_random_tokens, optimizer_step, record_main, seeded_cuda, step_limits
 
-CAP = int(os.environ.get("W11_MAX_STEPS", "0"))
-
-def steps(n):
-    return range(min(n, CAP) if CAP else n)
-
-def capped(shapes):
-    return shapes[:CAP] if CAP else shapes
+steps, capped = step_limits("W11_MAX_STEPS")
 
 def run(name):
     dev = seeded_cuda()
@@ -73,7 +67,7 @@ def run(name):
                                   intermediate_size=3072, num_landmarks=64, vocab_size=30000,
                                   max_position_embeddings=4098)
         m = NystromformerModel(cfg).to(dev).eval()
-        infer_random_tokens(m, dev, 30 if not CAP else CAP, (1, 16), (64, 4000), 30000)
+        infer_random_tokens(m, dev, len(steps(30)), (1, 16), (64, 4000), 30000)
     elif name == "mpnet_mlm_varlen_train":
         # MPNet-base-like masked language model (12 layers, d 768, 12 heads, FFN 3,072,
         # vocabulary 30,527), AdamW, fp32; 24 steps of batch 4-48 x length 32-512, 15% of the

@@ -48,8 +48,8 @@ use super::{raw, release};
 const FIRST_PRUNE: usize = 64;
 const EXECUTION_STATUS: u32 = 0x11D3;
 
-/// One owned event reference.
-struct HeldEvent(raw::cl_event);
+/// One owned event reference (also `notify_lists`' entries).
+pub(super) struct HeldEvent(pub(super) raw::cl_event);
 
 // SAFETY: a `cl_event` handle is usable from any thread (OpenCL 3.0 appendix A.2: every call
 // made on it here, clGetEventInfo and clReleaseEvent, is thread-safe); the list owns one
@@ -203,7 +203,7 @@ fn take_over(events: &mut Vec<HeldEvent>) -> Vec<HeldEvent> {
 }
 
 /// Releases the references of `events` (outside the list's lock); returns how many.
-fn release_all(events: Vec<HeldEvent>) -> usize {
+pub(super) fn release_all(events: Vec<HeldEvent>) -> usize {
     let n = events.len();
     for e in events {
         // SAFETY: the list owned exactly one reference to this live event; it is released

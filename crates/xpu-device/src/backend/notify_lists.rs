@@ -31,22 +31,15 @@ use std::sync::{Mutex, PoisonError};
 
 use opencl3::event as cle;
 
-use super::{raw, release};
+use super::held::{release_all, HeldEvent};
+use super::raw;
 
 /// Pruning starts once this many events are registered.
 const FIRST_PRUNE: usize = 64;
 const EXECUTION_STATUS: u32 = 0x11D3;
 
-/// One owned event reference.
-struct Registered(raw::cl_event);
-
-// SAFETY: a `cl_event` handle is usable from any thread (OpenCL 3.0 appendix A.2: every call
-// made on it here, clGetEventInfo and clReleaseEvent, is thread-safe); the list owns one
-// reference per entry, released exactly once (by `release_all`).
-unsafe impl Send for Registered {}
-
 struct Order {
-    events: Vec<Registered>,
+    events: Vec<HeldEvent>,
     prune_at: usize,
 }
 
@@ -65,13 +58,13 @@ pub(super) fn register(event: raw::cl_event) {
     }
     let over = {
         let mut order = ORDER.lock().unwrap_or_else(PoisonError::into_inner);
-        order.events.push(Registered(event));
+        order.events.push(HeldEvent(event));
         if order.events.len() < order.prune_at {
             return;
         }
         take_over(&mut order)
     };
-    release_all(over);
+    let _ = release_all(over);
 }
 
 /// Releases every registered event that may be freed now (see the module docs).
@@ -83,12 +76,12 @@ pub(super) fn prune() {
         }
         take_over(&mut order)
     };
-    release_all(over);
+    let _ = release_all(over);
 }
 
 /// Removes the events that may be freed from the list (keeping the others in order) and
 /// returns them.
-fn take_over(order: &mut Order) -> Vec<Registered> {
+fn take_over(order: &mut Order) -> Vec<HeldEvent> {
     let mut over = Vec::new();
     let mut kept = Vec::with_capacity(order.events.len());
     // Whether every event before the current one is over.
@@ -110,13 +103,4 @@ fn take_over(order: &mut Order) -> Vec<Registered> {
     order.events = kept;
     order.prune_at = FIRST_PRUNE.max(2 * order.events.len());
     over
-}
-
-/// Releases the references of `events` (outside the list's lock).
-fn release_all(events: Vec<Registered>) {
-    for e in events {
-        // SAFETY: the list owned exactly one reference to this live event; it is released
-        // once, here.
-        release::note("clReleaseEvent", unsafe { cle::release_event(e.0) });
-    }
 }
