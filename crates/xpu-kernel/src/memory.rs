@@ -800,6 +800,41 @@ pub fn copy_htod_pinned<T: Pod>(
     Ok(view.write_from_host(stream, src, 0, dst.byte_offset(), expected)?)
 }
 
+/// Device-to-host copy of `src` into pinned memory the caller holds (as torch's
+/// `tensor.to("cpu", non_blocking=True)` into a pinned tensor, or cudarc's async `memcpy_dtoh`
+/// into page-locked memory): one non-blocking `clEnqueueReadBuffer` into the pinned block,
+/// after the work enqueued on `stream` before it. `dst` receives the elements' bytes: allocate
+/// it with `xpu_alloc::host_allocate(src.byte_len())` (or `host_allocate_on`) and read it with
+/// `bytemuck::cast_slice`. Reading `dst` (`Deref`, `as_slice`) waits for the copy, so the bytes
+/// never change under a live borrow (see `HostPtr`); `dst` may be dropped at once (the block
+/// is reused only after the copy completed).
+///
+/// # Errors
+/// [`MemoryError::PinnedLength`] unless `dst.len() == src.byte_len()`;
+/// [`MemoryError::StreamDevice`]; [`MemoryError::Host`] for a failed enqueue.
+pub fn copy_dtoh_pinned<T: Pod>(
+    stream: &Stream,
+    src: &impl DeviceRegion<T>,
+    dst: &mut HostPtr,
+) -> Result<(), MemoryError> {
+    check_fork()?;
+    let expected = src.byte_len();
+    if dst.len() != expected {
+        return Err(MemoryError::PinnedLength {
+            bytes: dst.len(),
+            expected,
+        });
+    }
+    let ptr = src.data_ptr();
+    check_stream(stream, ptr)?;
+    if expected == 0 {
+        return Ok(());
+    }
+    let view = ptr.view()?;
+    note_use(ptr, stream)?;
+    Ok(view.read_into_host(stream, src.byte_offset(), dst, 0, expected)?)
+}
+
 /// Device-to-host copy of `src` into `dst`, on `stream`: blocking (`clEnqueueReadBuffer`
 /// straight into `dst`, pageable), after the work enqueued on `stream` before it; `dst`
 /// holds the elements when the call returns. As cudarc's `memcpy_dtoh` / `dtoh_sync_copy`.

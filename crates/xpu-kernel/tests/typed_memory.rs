@@ -10,9 +10,9 @@ mod common;
 use xpu_alloc::AllocError;
 use xpu_event::test_support::Gate;
 use xpu_kernel::memory::{
-    copy_dtod, copy_dtoh, copy_htod, copy_htod_pinned, copy_peer, fill, memset_zeros, staging_plan,
-    staging_threads, to_vec, STAGING_BYTES_PER_THREAD, STAGING_CHUNK_BYTES,
-    STAGING_FIRST_PIECE_BYTES, STAGING_MAX_THREADS,
+    copy_dtod, copy_dtoh, copy_dtoh_pinned, copy_htod, copy_htod_pinned, copy_peer, fill,
+    memset_zeros, staging_plan, staging_threads, to_vec, STAGING_BYTES_PER_THREAD,
+    STAGING_CHUNK_BYTES, STAGING_FIRST_PIECE_BYTES, STAGING_MAX_THREADS,
 };
 use xpu_kernel::{DeviceBuffer, DeviceRegion, MemoryError, StreamMemoryExt};
 
@@ -392,6 +392,59 @@ fn pinned_uploads_copy_the_callers_pinned_bytes_without_staging() {
         MemoryError::PinnedLength {
             bytes: 7,
             expected: 160
+        }
+    );
+}
+
+/// A non-blocking download into the caller's pinned memory: held behind a gate, the copy has
+/// not run when the call returns; reading the pinned bytes waits for it, and they are the
+/// elements; a block under a queued copy is not handed out again.
+#[test]
+fn pinned_downloads_are_waited_for_by_the_reader() {
+    let Some((s, _ext)) = device0_stream() else {
+        return;
+    };
+    let host = ramp(37);
+    let buf = DeviceBuffer::<f32>::from_slice(&host, &s).unwrap();
+    let mut pinned = xpu_alloc::host::host_allocate_on(0, 34 * 4).unwrap();
+    pinned.as_mut_slice().fill(0xAB);
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s).unwrap();
+    copy_dtoh_pinned(&s, &buf.slice(3..).unwrap(), &mut pinned).unwrap();
+    // The gate opens once the read returned, or after 300 ms while it waits: a read that did
+    // not wait sees the 0xAB bytes (the gated copy has not run).
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let bytes = std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let _ = done_rx.recv_timeout(std::time::Duration::from_millis(300));
+            gate.open().unwrap();
+        });
+        let bytes = pinned.as_slice().to_vec();
+        let _ = done_tx.send(());
+        bytes
+    });
+    assert_eq!(bytemuck::cast_slice::<u8, f32>(&bytes), &host[3..]);
+    // Dropped while a second gated copy is queued: the block is not handed out again first.
+    let mut again = xpu_alloc::host::host_allocate_on(0, 34 * 4).unwrap();
+    let gate = Gate::new(0).unwrap();
+    gate.block(&s).unwrap();
+    copy_dtoh_pinned(&s, &buf.slice(..34).unwrap(), &mut again).unwrap();
+    let at = again.address();
+    drop(again);
+    let other = xpu_alloc::host::host_allocate_on(0, 34 * 4).unwrap();
+    assert_ne!(
+        other.address(),
+        at,
+        "a block under a queued copy was handed out again"
+    );
+    gate.open().unwrap();
+    s.synchronize().unwrap();
+    let mut short = xpu_alloc::host::host_allocate_on(0, 7).unwrap();
+    assert_eq!(
+        copy_dtoh_pinned(&s, &buf, &mut short).unwrap_err(),
+        MemoryError::PinnedLength {
+            bytes: 7,
+            expected: 148
         }
     );
 }

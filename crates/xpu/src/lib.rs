@@ -107,7 +107,7 @@
 //! | `caching_allocator_alloc` / `caching_allocator_delete` | `xpu_alloc` `raw_alloc` / `raw_delete` | — |
 //! | `Tensor.record_stream(s)` | `xpu_alloc::record_stream` / `DataPtr::record_stream` (typed copies, `DeviceBuffer` methods and launches record a stream other than the allocation's themselves) | — |
 //! | `torch.empty(n, device=d)`, `Tensor.to(d, non_blocking=True)`, `Tensor.cpu()` | `DeviceBuffer::new` / `zeroed` / `from_slice`, `StreamMemoryExt` (`htod_copy`, `dtoh_sync_copy`, ...), `DeviceBuffer::to_vec`; the rest in `xpu_kernel::memory` | — |
-//! | `torch.empty(n, pin_memory=True)`, pinned `to(d, non_blocking=True)` | `xpu_alloc::host_allocate` (bytes, current device) / `host_allocate_on` → `HostPtr`; `xpu_kernel::memory::copy_htod_pinned` | — |
+//! | `torch.empty(n, pin_memory=True)`, pinned `to(d, non_blocking=True)`, `to("cpu", non_blocking=True)` into pinned memory | `xpu_alloc::host_allocate` (bytes, current device) / `host_allocate_on` → `HostPtr`; `xpu_kernel::memory::copy_htod_pinned`, `copy_dtoh_pinned` (reading the `HostPtr` waits for the copy) | — |
 //! | `torch.cuda.Event(enable_timing=True)` | `Event::timing()` | — |
 //! | `MemPool()`, `MemPool(allocator=...)` | `mem_pool` / `MemPool::new`, `xpu_alloc::MemPool::with_source` (a `SegmentSource`) | yes / no |
 //! | `use_mem_pool(pool)` | `use_mem_pool` → `MemPoolGuard` (this thread only) | yes |
