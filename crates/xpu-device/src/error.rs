@@ -25,6 +25,11 @@ pub const CODE_MEM_OBJECT_ALLOCATION_FAILURE: i32 = -4;
 pub const CODE_OUT_OF_RESOURCES: i32 = -5;
 /// `CL_INVALID_BUFFER_SIZE`.
 pub const CODE_INVALID_BUFFER_SIZE: i32 = -61;
+/// xpu's own code (no OpenCL call made): the process is exiting, and an enqueue or build from
+/// a thread other than the exiting one is refused, so that nothing new runs in the driver
+/// while its libraries are torn down (`xpu_device::backend::at_exit`; as CUDA's
+/// `cudaErrorCudartUnloading`).
+pub const CODE_PROCESS_EXITING: i32 = -2001;
 
 impl ClError {
     /// Wraps a status code returned by `function`.
@@ -34,6 +39,9 @@ impl ClError {
 
     /// The symbolic name of the code (`CL_INVALID_VALUE`), or `None` for an unknown code.
     pub fn code_name(&self) -> Option<&'static str> {
+        if self.code == CODE_PROCESS_EXITING {
+            return Some("XPU_PROCESS_EXITING");
+        }
         match opencl3::error_codes::error_text(self.code) {
             "UNKNOWN_ERROR" => None,
             name => Some(name),

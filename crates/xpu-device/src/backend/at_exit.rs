@@ -23,7 +23,9 @@
 //! calling thread for it, review h33), is a `DriverEntry`: a per-thread count of the calls in progress and a check
 //! of an exit flag. The exit handler sets the flag, waits (bounded) until no other thread is
 //! inside such a call, and only then drains the queues; a thread that tries to enter after
-//! the flag was set is parked for the rest of the process, before it reaches the driver.
+//! the flag was set gets an error (`CODE_PROCESS_EXITING`) instead of reaching the driver; it
+//! used to be parked for the rest of the process, which hung an exit handler (registered
+//! before the first queue) that joins such a thread, 4 of 4 (review h37).
 //!
 //! Order: glibc runs exit handlers in the reverse order of their registration, and PoCL's
 //! LLVM registers the destructors of statics it builds lazily (`SDNode::getValueTypeList`'s
@@ -35,9 +37,9 @@
 //! `exit` drops the calling thread's locals before it runs any exit handler, and drops the
 //! main thread's only there (a main thread that ends alone with `pthread_exit` skips its
 //! thread-local destructors: glibc 2.36, checked 2026-12-05). Its drop does the handler's
-//! work: parks the other threads' driver calls, then drains (the compiles in flight finish
+//! work: stops the other threads' driver calls, then drains (the compiles in flight finish
 //! and register what they register). Only the first of the two drains; the handler then
-//! returns at once. It drains only once the other threads are parked: a drain while they
+//! returns at once. It drains only once the other threads are stopped: a drain while they
 //! still enqueued grew their backlog for as long as it waited (review h33's backlog test: 13
 //! to 15 s in the first drain, then the handler's 30 s cap). A process that exits from
 //! another thread (`std::process::exit`) has only the handlers' order.
@@ -51,6 +53,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::{raw, CommandQueue, EventStatus};
+use crate::error::{ClError, CODE_PROCESS_EXITING};
 
 /// How long an exit drain waits for the queues' commands without progress: it gives up once
 /// the process's other threads (the driver's workers among them) used less than a quarter of
@@ -75,7 +78,7 @@ static QUEUES: Mutex<Vec<(QueueAddr, usize)>> = Mutex::new(Vec::new());
 
 static REGISTER: Once = Once::new();
 
-/// Set once the exit handler began: [`DriverEntry`]s of other threads park from then on.
+/// Set once the exit began: [`DriverEntry`]s of other threads are refused from then on.
 static EXITING: AtomicBool = AtomicBool::new(false);
 
 /// Set by the first run of the exit handler; later runs (earlier registrations) return.
@@ -141,10 +144,10 @@ thread_local! {
 }
 
 /// One enqueue or program build in progress on this thread, for the exit handler: it waits
-/// until no other thread holds one. Entering after the exit handler began parks the thread
-/// for the rest of the process (unless it already holds one: a nested call goes on, so that
-/// the outer call can end). Costs one thread-local atomic add and one load of a flag that
-/// changes once.
+/// until no other thread holds one. Entering after the exit began is refused with
+/// [`CODE_PROCESS_EXITING`](crate::error::CODE_PROCESS_EXITING) (unless this thread already
+/// holds one: a nested call goes on, so that the outer call can end; and not on the thread
+/// that exits). Costs one thread-local atomic add and one load of a flag that changes once.
 pub(super) struct DriverEntry {
     counted: bool,
     /// Dropped on the thread that entered (its count).
@@ -152,31 +155,32 @@ pub(super) struct DriverEntry {
 }
 
 impl DriverEntry {
-    /// Enters; parks for ever when the process is exiting and this thread is outside every
-    /// driver call (and not the exit handler's). On a thread whose locals are being torn down
-    /// it is not counted.
-    pub(super) fn enter() -> Self {
+    /// Enters the driver call `function`; refused when the process is exiting and this thread
+    /// is outside every driver call (and not the exiting one). On a thread whose locals are
+    /// being torn down it is not counted.
+    ///
+    /// # Errors
+    /// `CODE_PROCESS_EXITING` (no driver call made) once the exit began.
+    pub(super) fn enter(function: &'static str) -> Result<Self, ClError> {
         // SeqCst on both sides (here the add, then the flag's load; the handler the flag's
         // store, then the counts' loads): either the handler sees this count or this thread
         // sees the flag.
         let outer = SLOT.try_with(|s| s.0.fetch_add(1, Ordering::SeqCst) == 0);
         let Ok(outer) = outer else {
-            return Self {
+            return Ok(Self {
                 counted: false,
                 _thread: PhantomData,
-            };
+            });
         };
         if outer && EXITING.load(Ordering::SeqCst) && !DRAINING.try_with(Cell::get).unwrap_or(false)
         {
             let _ = SLOT.try_with(|s| s.0.fetch_sub(1, Ordering::SeqCst));
-            loop {
-                std::thread::park();
-            }
+            return Err(ClError::new(function, CODE_PROCESS_EXITING));
         }
-        Self {
+        Ok(Self {
             counted: true,
             _thread: PhantomData,
-        }
+        })
     }
 }
 
@@ -225,14 +229,14 @@ extern "C" fn drain_at_exit() {
     // A panic must not unwind into libc.
     let _ = std::panic::catch_unwind(|| {
         let _ = DRAINING.try_with(|d| d.set(true));
-        park_other_threads(Instant::now() + DRAIN_LIMIT);
+        stop_other_threads(Instant::now() + DRAIN_LIMIT);
         drain_while_busy(DRAIN_LIMIT, DRAIN_CAP);
     });
 }
 
 /// Sets the exit flag, then waits until no other thread is inside a driver call (or until
 /// `deadline`): from then on no other thread enqueues or builds.
-fn park_other_threads(deadline: Instant) {
+fn stop_other_threads(deadline: Instant) {
     EXITING.store(true, Ordering::SeqCst);
     let own = SLOT.try_with(|s| Arc::clone(&s.0)).ok();
     let others: Vec<Arc<AtomicU32>> = THREADS

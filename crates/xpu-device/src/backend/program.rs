@@ -157,7 +157,7 @@ impl Program {
         };
         let opts = CString::new(all)
             .map_err(|_| DeviceError::InvalidArgument(format!("build options {options:?}")))?;
-        let entry = super::at_exit::DriverEntry::enter();
+        let entry = super::at_exit::DriverEntry::enter("clBuildProgram")?;
         let built = clp::build_program(self.0, &[device.as_raw()], &opts, None, ptr::null_mut());
         drop(entry);
         if let Err(code) = built {
@@ -181,7 +181,7 @@ impl Program {
     pub fn binary(&self) -> Result<Vec<u8>> {
         // A driver entry for the exit (`at_exit`): PoCL generates every kernel's code in this
         // thread to answer (review h33), as a build does.
-        let entry = super::at_exit::DriverEntry::enter();
+        let entry = super::at_exit::DriverEntry::enter("clGetProgramInfo")?;
         let info = clp::get_program_info(self.0, clp::CL_PROGRAM_BINARIES);
         drop(entry);
         let info = cl("clGetProgramInfo", info)?;

@@ -602,7 +602,7 @@ impl CommandQueue {
         ) -> Result<raw::cl_event, i32>,
         wait: &[&ClEvent],
     ) -> Result<ClEvent, ClError> {
-        let _entry = super::at_exit::DriverEntry::enter();
+        let _entry = super::at_exit::DriverEntry::enter(function)?;
         let list = self.checked_wait_list(function, wait)?;
         let e = self.logged(&list, || {
             // SAFETY: the queue is live and `list` holds `list.count()` live events for the
@@ -633,7 +633,7 @@ impl CommandQueue {
         if len == 0 {
             return self.enqueue_nothing(wait);
         }
-        let _entry = super::at_exit::DriverEntry::enter();
+        let _entry = super::at_exit::DriverEntry::enter(function)?;
         let list = self.checked_wait_list(function, wait)?;
         let e = self.logged(&list, || cl(function, enqueue(&list)))?;
         Ok(self.command_event(e))
@@ -791,7 +791,7 @@ impl CommandQueue {
         } else {
             "clEnqueueReadBuffer"
         };
-        let _entry = super::at_exit::DriverEntry::enter();
+        let _entry = super::at_exit::DriverEntry::enter(function)?;
         self.check_buffer_context(function, buffer)?;
         let (q, mem, blocking) = (self.0, buffer.as_raw(), u32::from(blocking));
         let (n, events) = (list.count(), list.ptr());
@@ -1066,7 +1066,7 @@ impl CommandQueue {
             ));
         }
         kernel.check_all_set()?;
-        let _entry = super::at_exit::DriverEntry::enter();
+        let _entry = super::at_exit::DriverEntry::enter("clEnqueueNDRangeKernel")?;
         let list = self.checked_wait_list("clEnqueueNDRangeKernel", wait)?;
         let runtime = cl(
             "clEnqueueNDRangeKernel",
