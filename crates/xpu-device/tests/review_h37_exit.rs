@@ -12,7 +12,7 @@ use std::sync::{mpsc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use xpu_device::backend::{ClEvent, Program};
+use xpu_device::backend::{Buffer, ClEvent, Kernel, MemFlags, Program};
 
 /// Names the scenario a child process runs ([`child_scenario`]).
 const CHILD: &str = "XPU_H37_EXIT_CHILD";
@@ -144,6 +144,30 @@ fn child_scenario() {
                 let _ = held.wait();
             });
             rx.recv().unwrap();
+            returning();
+        }
+        // `main` returns with more kernels to compile than PoCL gets through in `DRAIN_CAP`
+        // (each of these kernels takes its worker about 2.5 s to compile).
+        "return_with_a_backlog_longer_than_the_cap" => {
+            let dev = xpu_device::device(0).unwrap();
+            let ctx = dev.context().unwrap();
+            let q = common::queue(dev);
+            let n: usize = std::env::var("XPU_H37_KERNELS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(40);
+            let program = Program::build(ctx, dev.id(), &heavy_source(n, 11)).unwrap();
+            let out = Buffer::new(ctx, 256 * 4, MemFlags::default()).unwrap();
+            for i in 0..n {
+                let mut k = Kernel::new(&program, &format!("h{i}")).unwrap();
+                k.set_arg_buffer(0, &out).unwrap();
+                // SAFETY: 256 work-items each write one float of `out` (256 floats); nothing
+                // else borrows `out`, which the queue's commands keep alive.
+                drop(unsafe { q.enqueue_kernel(&k, &[256], None, &[]) }.unwrap());
+            }
+            q.flush().unwrap();
+            // The queue stays live to the end (as a program's static or default queue).
+            std::mem::forget(q);
             returning();
         }
         // An exit handler registered before the first queue (a C++ static's destructor, a
@@ -539,4 +563,37 @@ fn a_process_that_returns_during_a_long_program_binary_exits_cleanly() {
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// Review h37 (e): `main` returns with a backlog of kernels to compile longer than
+/// `DRAIN_CAP` (40 heavy kernels, about 2.5 s of compile each). The exit waits the cap (30 s),
+/// then runs the libraries' destructors while PoCL still compiles. Held up: 6 of 6 children
+/// (34 to 62 kernels) exited with status 0, each exit 30.03 to 30.05 s (2026-12-05).
+#[test]
+fn a_process_that_returns_with_a_backlog_longer_than_the_cap_exits_cleanly_after_the_cap() {
+    if !common::have_devices(1) {
+        return;
+    }
+    let o = run_child(
+        "return_with_a_backlog_longer_than_the_cap",
+        0,
+        &[("XPU_H37_KERNELS", "40")],
+        Duration::from_secs(120),
+    );
+    eprintln!(
+        "return_with_a_backlog_longer_than_the_cap: {}",
+        o.describe()
+    );
+    assert_eq!(
+        o.status.map(|s| s.success()),
+        Some(true),
+        "{}",
+        o.describe()
+    );
+    let exit = o.exit.expect("the child wrote when it returned");
+    assert!(
+        exit >= Duration::from_secs(29) && exit < Duration::from_secs(40),
+        "{}",
+        o.describe()
+    );
 }
