@@ -454,9 +454,10 @@ fn an_unrelated_busy_thread_does_not_stretch_the_exit_over_a_gated_queue() {
 /// the main thread in `pthread_join` under `stop_and_join_worker` under `__run_exit_handlers`.
 /// Not new in 083da6a: before it the re-registered exit handler parked the thread too (7 of
 /// 9 children hung); the guard makes it certain. Any lock such a thread holds while it
-/// enqueues is held for ever as well.
+/// enqueues is held for ever as well. Fixed: a driver entry after the exit began is refused
+/// with `CODE_PROCESS_EXITING` (the worker's `unwrap` panics, its thread ends, the join
+/// returns).
 #[test]
-#[ignore = "defect found by review h37: an exit handler (registered before the first queue) that joins a thread which enqueues hangs the exit for ever, 4 of 4 children (7 of 9 before 083da6a): the thread is parked at its next DriverEntry before the handler runs"]
 fn an_exit_handler_that_joins_a_device_thread_does_not_hang_the_exit() {
     if !common::have_devices(1) {
         return;

@@ -22,14 +22,38 @@ const CHILD: &str = "XPU_H37_MAIN_THREAD_ENDS_CHILD";
 /// The line the child's worker writes once its kernel's results were right.
 const DONE: &str = "h37: worker done, results right";
 
-/// The C entry point.
+/// The test's name, as test runners list it.
+const NAME: &str = "main_thread_ends_alone_and_another_thread_keeps_using_the_device";
+
+/// The C entry point. Answers a runner's listing as libtest does (`--list`: one test, none
+/// ignored; nextest lists with `--format terse`), so that `cargo nextest` runs it too; runs
+/// the test for any other arguments that do not filter it out.
 #[no_mangle]
 extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
     if std::env::var_os(CHILD).is_some() {
-        child()
-    } else {
-        parent()
+        return child();
     }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    if flag("--list") {
+        if !flag("--ignored") {
+            println!("{NAME}: test");
+        }
+        return 0;
+    }
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    let selected = filters.is_empty()
+        || filters.iter().any(|f| {
+            if flag("--exact") {
+                f.as_str() == NAME
+            } else {
+                NAME.contains(f.as_str())
+            }
+        });
+    if !selected || flag("--ignored") {
+        return 0;
+    }
+    parent()
 }
 
 /// Whether the process's main thread (thread id = process id) has ended: gone from
