@@ -126,6 +126,15 @@ fn read_env() -> Result<(TypeSelection, Option<String>)> {
 
 fn enumerate() -> Result<Vec<Device>> {
     crate::fork_state::note_enumeration_started();
+    // The threads the driver starts while its devices are enumerated (PoCL's workers) are
+    // the exit drain's measure of progress.
+    let before = crate::backend::at_exit::threads_now();
+    let devices = enumerate_devices();
+    crate::backend::at_exit::note_driver_threads(&before);
+    devices
+}
+
+fn enumerate_devices() -> Result<Vec<Device>> {
     let (selection, platform_filter) = read_env()?;
     // The snapshot first: a child forked from the handler's installation on (a bad fork) finds
     // it, and never needs std's environment lock for `icd_env`.

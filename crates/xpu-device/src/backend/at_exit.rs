@@ -12,7 +12,7 @@
 //! wrapper of a queue is counted in a registry. At exit, the handler enqueues a marker on every
 //! live queue, flushes it and polls the markers until all are over, as long as the process
 //! makes progress ([`drain_while_busy`]): it gives up after [`DRAIN_LIMIT`] without CPU work
-//! on the process's other threads (a queue held by a user event that nobody will set cannot
+//! on the driver's threads (a busy thread of the program does not count, review h37) (a queue held by a user event that nobody will set cannot
 //! hang the exit), or after [`DRAIN_CAP`] in all (PoCL working through a backlog of kernels
 //! to compile is waited for: review h33, 4 of 22 processes died under a fixed 2 s bound). Nothing
 //! is drained in a bad fork child (the queues belong to the parent).
@@ -56,8 +56,8 @@ use super::{raw, CommandQueue, EventStatus};
 use crate::error::{ClError, CODE_PROCESS_EXITING};
 
 /// How long an exit drain waits for the queues' commands without progress: it gives up once
-/// the process's other threads (the driver's workers among them) used less than a quarter of
-/// this in CPU time over the last such window (a queue held by a user event nobody sets, or a
+/// the driver's threads (see [`drain_while_busy`]) used less than a quarter of this in CPU
+/// time over the last such window (a queue held by a user event nobody sets, or a
 /// GPU's long kernel: the process idles). The exit handler also waits within this limit for
 /// other threads' driver calls in progress.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
@@ -65,8 +65,10 @@ pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 /// The longest the exit drain waits while the process makes progress (PoCL still compiling
 /// and running a backlog of kernels: with a fixed 2 s bound, 4 of 22 processes of review
 /// h33's backlog test died under LLVM's destructors). An exit from the main thread drains
-/// once (the main thread's guard, or else the exit handler). A user thread that computes on
-/// the CPU while the queues are held counts as progress: such an exit waits up to this cap.
+/// once (the main thread's guard, or else the exit handler). A thread the program started
+/// while the devices were enumerated counts as the driver's: if it computes on the CPU while
+/// the queues are held, such an exit waits up to this cap (other threads count only where no
+/// driver thread is known).
 pub const DRAIN_CAP: Duration = Duration::from_secs(30);
 
 /// A raw queue handle, as an address (a plain integer: the registry only compares it, and
@@ -259,15 +261,17 @@ pub fn drain(limit: Duration) -> bool {
 }
 
 /// Waits until every command enqueued so far on every live queue is over, for as long as the
-/// process makes progress: returns `false` once the process's other threads used less than
-/// `stall / 4` of CPU time within a window of `stall`, or once `cap` has passed; `true` when
+/// driver works: returns `false` once the driver's threads (those that appeared while the
+/// devices were enumerated or a context was created; where none is known, every thread but
+/// this one) used less than `stall / 4` of CPU time within a window of `stall`, or once `cap`
+/// has passed; `true` when
 /// all were over. The exit's drains use it with [`DRAIN_LIMIT`] and [`DRAIN_CAP`]: PoCL
 /// compiles and runs kernels in its worker threads, so a backlog it works through is waited
 /// for, and a queue that no thread advances (held by a user event; or a GPU's kernel, which
 /// costs the host no CPU time) is given up after one idle window, as [`drain`] does.
 pub fn drain_while_busy(stall: Duration, cap: Duration) -> bool {
     let start = Instant::now();
-    let mut window = (start, others_cpu_time());
+    let mut window = (start, progress_cpu_time());
     drain_until(|| {
         let now = Instant::now();
         if now.duration_since(start) >= cap {
@@ -276,11 +280,81 @@ pub fn drain_while_busy(stall: Duration, cap: Duration) -> bool {
         if now.duration_since(window.0) < stall {
             return false;
         }
-        let cpu = others_cpu_time();
+        let cpu = progress_cpu_time();
         let idle = cpu.saturating_sub(window.1) < stall / 4;
         window = (now, cpu);
         idle
     })
+}
+
+/// The threads the driver made (Linux thread ids): the ones that appeared while the devices
+/// were enumerated or a context was created ([`note_driver_threads`]). PoCL starts its worker
+/// threads when its devices are enumerated; they build and run the kernels. A thread another
+/// part of the program started meanwhile is counted too (the drain then waits longer, never
+/// shorter).
+static DRIVER_THREADS: Mutex<Vec<libc::pid_t>> = Mutex::new(Vec::new());
+
+/// The process's threads now (`/proc/self/task`; empty where it cannot be read).
+pub(crate) fn threads_now() -> Vec<libc::pid_t> {
+    std::fs::read_dir("/proc/self/task")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Counts the threads that exist now but not in `before` as the driver's (see
+/// [`DRIVER_THREADS`]).
+pub(crate) fn note_driver_threads(before: &[libc::pid_t]) {
+    let new: Vec<libc::pid_t> = threads_now()
+        .into_iter()
+        .filter(|t| !before.contains(t))
+        .collect();
+    if new.is_empty() {
+        return;
+    }
+    let mut known = DRIVER_THREADS.lock();
+    for t in new {
+        if !known.contains(&t) {
+            known.push(t);
+        }
+    }
+}
+
+/// CPU time the driver's threads ([`DRIVER_THREADS`]) used so far, from
+/// `/proc/self/task/<tid>/stat` (user and system time, in clock ticks); `None` when none is
+/// known. A thread that ended counts nothing.
+fn driver_cpu_time() -> Option<Duration> {
+    let threads = DRIVER_THREADS.lock().clone();
+    if threads.is_empty() {
+        return None;
+    }
+    // SAFETY: sysconf takes a constant name and cannot fail in a way that harms.
+    let ticks = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|&t| t > 0)
+        .unwrap_or(100);
+    let total: u64 = threads
+        .iter()
+        .filter_map(|tid| {
+            let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+            // Fields after the command name (which may hold spaces), from field 3 on: utime
+            // and stime are fields 14 and 15.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let mut fields = rest.split(' ').skip(11);
+            let user: u64 = fields.next()?.parse().ok()?;
+            let system: u64 = fields.next()?.parse().ok()?;
+            Some(user + system)
+        })
+        .sum();
+    Some(Duration::from_millis(total.saturating_mul(1000) / ticks))
+}
+
+/// The CPU time that measures the drain's progress: the driver's threads' where they are
+/// known, else every thread's but this one.
+fn progress_cpu_time() -> Duration {
+    driver_cpu_time().unwrap_or_else(others_cpu_time)
 }
 
 /// CPU time the process's threads other than this one used so far (both clocks of

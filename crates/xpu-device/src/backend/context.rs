@@ -93,10 +93,14 @@ impl Context {
     /// # Errors
     /// A failed `clCreateContext`.
     pub fn new(device: DeviceId) -> Result<Context, ClError> {
+        let before = super::at_exit::threads_now();
         let ctx = cl(
             "clCreateContext",
             clc::create_context(&[device.as_raw()], ptr::null(), None, ptr::null_mut()),
-        )?;
+        );
+        // Threads the driver starts for a context (the exit drain's measure of progress).
+        super::at_exit::note_driver_threads(&before);
+        let ctx = ctx?;
         Ok(Context(ctx, DeviceLimits::of(device)))
     }
 
