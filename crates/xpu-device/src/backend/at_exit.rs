@@ -264,8 +264,7 @@ pub fn drain(limit: Duration) -> bool {
 /// driver works: returns `false` once the driver's threads (those that appeared while the
 /// devices were enumerated or a context was created; where none is known, every thread but
 /// this one) used less than `stall / 4` of CPU time within a window of `stall`, or once `cap`
-/// has passed; `true` when
-/// all were over. The exit's drains use it with [`DRAIN_LIMIT`] and [`DRAIN_CAP`]: PoCL
+/// has passed; `true` when all were over. The exit's drains use it with [`DRAIN_LIMIT`] and [`DRAIN_CAP`]: PoCL
 /// compiles and runs kernels in its worker threads, so a backlog it works through is waited
 /// for, and a queue that no thread advances (held by a user event; or a GPU's kernel, which
 /// costs the host no CPU time) is given up after one idle window, as [`drain`] does.

@@ -9,7 +9,7 @@
 //! pocl_lock_events_inorder(): Invalid argument`, an abort (or a silent write into freed
 //! memory). Review h29's tests, run as threads of one process, ended so 6 of 6 times; a
 //! stream wait's barrier was freed while the queue's earlier marker still listed it
-//! (`tests/failed_waits.rs` reproduces both shapes, 3 of 3). PoCL 4.0 reworked these lists.
+//! (`tests/failed_waits.rs` reproduces both shapes, 3 of 3). Other drivers register nothing.
 //!
 //! How: on such platforms each command's event ([`super::CommandQueue::command_event`]) and
 //! each user event ([`super::ClEvent::user`]) is registered here with one reference of its
