@@ -251,10 +251,10 @@ impl<B: Backend> DeviceShared<B> {
         self.reserved.lock().bytes
     }
 
-    /// Bytes the reserved bytes may still grow before they pass their highest value so far.
-    pub(crate) fn below_high_water(&self) -> u64 {
+    /// The device-wide reserved bytes and their highest value so far, read together.
+    pub(crate) fn reserved_and_high_water(&self) -> (u64, u64) {
         let r = self.reserved.lock();
-        r.high_water.saturating_sub(r.bytes)
+        (r.bytes, r.high_water)
     }
 
     /// Whether a new segment of `size` bytes would raise the reserved bytes above their

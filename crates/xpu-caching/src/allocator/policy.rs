@@ -98,8 +98,8 @@ fn regrowth<B: Backend>(
     if share > 0.0 && shared.would_raise_high_water(size) {
         // At most the room below the high-water mark, the request's own segment and the
         // configured share of the mark (rounded down to whole 2 MiB units).
-        let room = shared.below_high_water();
-        let mark = shared.reserved().saturating_add(room);
+        let (reserved, mark) = shared.reserved_and_high_water();
+        let room = mark.saturating_sub(reserved);
         // The share is in (0, 1]: the product is at most `mark`.
         #[allow(
             clippy::cast_possible_truncation,
