@@ -21,8 +21,10 @@
 //! return while other threads still enqueue and build programs. Every enqueue and build of
 //! the backend, and every read of a program's binary (PoCL generates the kernels' code in the
 //! calling thread for it, review h33), is a `DriverEntry`: a per-thread count of the calls in progress and a check
-//! of an exit flag. The exit handler sets the flag, waits (bounded) until no other thread is
-//! inside such a call, and only then drains the queues; a thread that tries to enter after
+//! of an exit flag. The exit handler sets the flag, waits until no other thread is inside
+//! such a call (while they or the driver work, as the drain does: under load a build inside
+//! the fixed 2 s wait this replaced outlived it and the exit crashed, 1 of 8 children in a
+//! fresh clone's run), and only then drains the queues; a thread that tries to enter after
 //! the flag was set gets an error (`CODE_PROCESS_EXITING`) instead of reaching the driver; it
 //! used to be parked for the rest of the process, which hung an exit handler (registered
 //! before the first queue) that joins such a thread, 4 of 4 (review h37).
@@ -56,10 +58,11 @@ use super::{raw, CommandQueue, EventStatus};
 use crate::error::{ClError, CODE_PROCESS_EXITING};
 
 /// How long an exit drain waits for the queues' commands without progress: it gives up once
-/// the driver's threads (see [`drain_while_busy`]) used less than a quarter of this in CPU
-/// time over the last such window (a queue held by a user event nobody sets, or a
-/// GPU's long kernel: the process idles). The exit handler also waits within this limit for
-/// other threads' driver calls in progress.
+/// the driver's threads (see [`drain_while_busy`]) used less than a twentieth of this in CPU
+/// time over the last such window (a queue held by a user event nobody sets, or a GPU's long
+/// kernel: the driver idles; a twentieth, so that slow progress on a loaded machine counts). The wait for other threads' driver calls in
+/// progress gives up the same way (their own CPU time counts too: a build compiles in its
+/// calling thread).
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
 /// The longest the exit drain waits while the process makes progress (PoCL still compiling
@@ -86,8 +89,9 @@ static EXITING: AtomicBool = AtomicBool::new(false);
 /// Set by the first run of the exit handler; later runs (earlier registrations) return.
 static EXIT_DRAINED: AtomicBool = AtomicBool::new(false);
 
-/// Every live thread's count of driver calls in progress (see [`DriverEntry`]).
-static THREADS: Mutex<Vec<Arc<AtomicU32>>> = Mutex::new(Vec::new());
+/// Every live thread's count of driver calls in progress (see [`DriverEntry`]), with its
+/// Linux thread id.
+static THREADS: Mutex<Vec<(Arc<AtomicU32>, libc::pid_t)>> = Mutex::new(Vec::new());
 
 /// This thread's entry in [`THREADS`], removed again when the thread ends.
 struct ThreadSlot(Arc<AtomicU32>);
@@ -95,7 +99,9 @@ struct ThreadSlot(Arc<AtomicU32>);
 impl ThreadSlot {
     fn new() -> Self {
         let slot = Arc::new(AtomicU32::new(0));
-        THREADS.lock().push(Arc::clone(&slot));
+        // SAFETY: gettid takes no argument and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        THREADS.lock().push((Arc::clone(&slot), tid));
         Self(slot)
     }
 }
@@ -103,7 +109,7 @@ impl ThreadSlot {
 impl Drop for ThreadSlot {
     fn drop(&mut self) {
         let mut threads = THREADS.lock();
-        if let Some(i) = threads.iter().position(|s| Arc::ptr_eq(s, &self.0)) {
+        if let Some(i) = threads.iter().position(|(s, _)| Arc::ptr_eq(s, &self.0)) {
             threads.swap_remove(i);
         }
     }
@@ -231,23 +237,36 @@ extern "C" fn drain_at_exit() {
     // A panic must not unwind into libc.
     let _ = std::panic::catch_unwind(|| {
         let _ = DRAINING.try_with(|d| d.set(true));
-        stop_other_threads(Instant::now() + DRAIN_LIMIT);
+        stop_other_threads(DRAIN_LIMIT, DRAIN_CAP);
         drain_while_busy(DRAIN_LIMIT, DRAIN_CAP);
     });
 }
 
-/// Sets the exit flag, then waits until no other thread is inside a driver call (or until
-/// `deadline`): from then on no other thread enqueues or builds.
-fn stop_other_threads(deadline: Instant) {
+/// Sets the exit flag, then waits until no other thread is inside a driver call, for as long
+/// as those threads or the driver's work (a build compiles in its calling thread; under load
+/// one takes seconds): it gives up as [`drain_while_busy`] does, after `stall` without their
+/// CPU progress or after `cap`. From then on no other thread enqueues or builds.
+fn stop_other_threads(stall: Duration, cap: Duration) {
     EXITING.store(true, Ordering::SeqCst);
     let own = SLOT.try_with(|s| Arc::clone(&s.0)).ok();
-    let others: Vec<Arc<AtomicU32>> = THREADS
+    let others: Vec<(Arc<AtomicU32>, libc::pid_t)> = THREADS
         .lock()
         .iter()
-        .filter(|s| own.as_ref().is_none_or(|o| !Arc::ptr_eq(o, s)))
+        .filter(|(s, _)| own.as_ref().is_none_or(|o| !Arc::ptr_eq(o, s)))
         .cloned()
         .collect();
-    while others.iter().any(|s| s.load(Ordering::SeqCst) != 0) && Instant::now() < deadline {
+    let inside = || -> Vec<libc::pid_t> {
+        others
+            .iter()
+            .filter(|(s, _)| s.load(Ordering::SeqCst) != 0)
+            .map(|&(_, tid)| tid)
+            .collect()
+    };
+    let mut give_up = busy_for(stall, cap, || {
+        let tids = inside();
+        progress_cpu_time().saturating_add(cpu_time_of(&tids))
+    });
+    while !inside().is_empty() && !give_up() {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -263,15 +282,23 @@ pub fn drain(limit: Duration) -> bool {
 /// Waits until every command enqueued so far on every live queue is over, for as long as the
 /// driver works: returns `false` once the driver's threads (those that appeared while the
 /// devices were enumerated or a context was created; where none is known, every thread but
-/// this one) used less than `stall / 4` of CPU time within a window of `stall`, or once `cap`
+/// this one) used less than `stall / 20` of CPU time within a window of `stall`, or once `cap`
 /// has passed; `true` when all were over. The exit's drains use it with [`DRAIN_LIMIT`] and [`DRAIN_CAP`]: PoCL
 /// compiles and runs kernels in its worker threads, so a backlog it works through is waited
 /// for, and a queue that no thread advances (held by a user event; or a GPU's kernel, which
 /// costs the host no CPU time) is given up after one idle window, as [`drain`] does.
 pub fn drain_while_busy(stall: Duration, cap: Duration) -> bool {
+    drain_until(busy_for(stall, cap, progress_cpu_time))
+}
+
+/// The "give up" test of a wait for work measured by `cpu` (a CPU-time clock): true once
+/// `cap` passed since this was made, or once `cpu` advanced less than `stall / 20` within a
+/// window of `stall` (5% of one core: slow progress on a loaded machine still counts, an idle
+/// driver does not).
+fn busy_for(stall: Duration, cap: Duration, cpu: impl Fn() -> Duration) -> impl FnMut() -> bool {
     let start = Instant::now();
-    let mut window = (start, progress_cpu_time());
-    drain_until(|| {
+    let mut window = (start, cpu());
+    move || {
         let now = Instant::now();
         if now.duration_since(start) >= cap {
             return true;
@@ -279,11 +306,11 @@ pub fn drain_while_busy(stall: Duration, cap: Duration) -> bool {
         if now.duration_since(window.0) < stall {
             return false;
         }
-        let cpu = progress_cpu_time();
-        let idle = cpu.saturating_sub(window.1) < stall / 4;
-        window = (now, cpu);
+        let used = cpu();
+        let idle = used.saturating_sub(window.1) < stall / 20;
+        window = (now, used);
         idle
-    })
+    }
 }
 
 /// The threads the driver made (Linux thread ids): the ones that appeared while the devices
@@ -326,15 +353,21 @@ pub(crate) fn note_driver_threads(before: &[libc::pid_t]) {
 /// known. A thread that ended counts nothing.
 fn driver_cpu_time() -> Option<Duration> {
     let threads = DRIVER_THREADS.lock().clone();
-    if threads.is_empty() {
-        return None;
+    (!threads.is_empty()).then(|| cpu_time_of(&threads))
+}
+
+/// CPU time the threads `tids` of this process used so far, from `/proc/self/task/<tid>/stat`
+/// (user and system time, in clock ticks); a thread that ended counts nothing.
+fn cpu_time_of(tids: &[libc::pid_t]) -> Duration {
+    if tids.is_empty() {
+        return Duration::ZERO;
     }
     // SAFETY: sysconf takes a constant name and cannot fail in a way that harms.
     let ticks = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
         .ok()
         .filter(|&t| t > 0)
         .unwrap_or(100);
-    let total: u64 = threads
+    let total: u64 = tids
         .iter()
         .filter_map(|tid| {
             let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
@@ -347,7 +380,7 @@ fn driver_cpu_time() -> Option<Duration> {
             Some(user + system)
         })
         .sum();
-    Some(Duration::from_millis(total.saturating_mul(1000) / ticks))
+    Duration::from_millis(total.saturating_mul(1000) / ticks)
 }
 
 /// The CPU time that measures the drain's progress: the driver's threads' where they are
