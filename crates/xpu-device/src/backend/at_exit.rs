@@ -255,18 +255,13 @@ fn stop_other_threads(stall: Duration, cap: Duration) {
         .filter(|(s, _)| own.as_ref().is_none_or(|o| !Arc::ptr_eq(o, s)))
         .cloned()
         .collect();
-    let inside = || -> Vec<libc::pid_t> {
-        others
-            .iter()
-            .filter(|(s, _)| s.load(Ordering::SeqCst) != 0)
-            .map(|&(_, tid)| tid)
-            .collect()
-    };
+    // Every such thread's CPU time, inside a driver call or not, so that the measure only
+    // grows.
+    let tids: Vec<libc::pid_t> = others.iter().map(|&(_, tid)| tid).collect();
     let mut give_up = busy_for(stall, cap, || {
-        let tids = inside();
         progress_cpu_time().saturating_add(cpu_time_of(&tids))
     });
-    while !inside().is_empty() && !give_up() {
+    while others.iter().any(|(s, _)| s.load(Ordering::SeqCst) != 0) && !give_up() {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -283,10 +278,11 @@ pub fn drain(limit: Duration) -> bool {
 /// driver works: returns `false` once the driver's threads (those that appeared while the
 /// devices were enumerated or a context was created; where none is known, every thread but
 /// this one) used less than `stall / 20` of CPU time within a window of `stall`, or once `cap`
-/// has passed; `true` when all were over. The exit's drains use it with [`DRAIN_LIMIT`] and [`DRAIN_CAP`]: PoCL
-/// compiles and runs kernels in its worker threads, so a backlog it works through is waited
-/// for, and a queue that no thread advances (held by a user event; or a GPU's kernel, which
-/// costs the host no CPU time) is given up after one idle window, as [`drain`] does.
+/// has passed; `true` when all were over. The exit's drains use it with [`DRAIN_LIMIT`] and
+/// [`DRAIN_CAP`]: PoCL compiles and runs kernels in its worker threads, so a backlog it works
+/// through is waited for, and a queue that no thread advances (held by a user event; or a
+/// GPU's kernel, which costs the host no CPU time) is given up after one idle window, as
+/// [`drain`] does.
 pub fn drain_while_busy(stall: Duration, cap: Duration) -> bool {
     drain_until(busy_for(stall, cap, progress_cpu_time))
 }
