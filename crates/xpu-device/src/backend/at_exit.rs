@@ -25,7 +25,9 @@
 //! such a call (while they or the driver work, as the drain does: under load a build inside
 //! the fixed 2 s wait this replaced outlived it and the exit crashed, 1 of 8 children in a
 //! fresh clone's run), and only then drains the queues; a thread that tries to enter after
-//! the flag was set gets an error (`CODE_PROCESS_EXITING`) instead of reaching the driver; it
+//! the flag was set gets an error (`CODE_PROCESS_EXITING`) instead of reaching the driver (so
+//! does creating a kernel or a program from a binary, and a program or kernel it drops is not
+//! released: PoCL runs LLVM for those, and the refused thread goes on, unwinding); it
 //! used to be parked for the rest of the process, which hung an exit handler (registered
 //! before the first queue) that joins such a thread, 4 of 4 (review h37).
 //!
@@ -198,6 +200,13 @@ impl Drop for DriverEntry {
             let _ = SLOT.try_with(|s| s.0.fetch_sub(1, Ordering::SeqCst));
         }
     }
+}
+
+/// Whether the process is exiting and this thread is not the one that exits (drains): then
+/// a program or kernel dropped here is not released (PoCL's release of a program frees LLVM
+/// modules, which must not run beside the libraries' teardown; the process is ending).
+pub(super) fn exiting_elsewhere() -> bool {
+    EXITING.load(Ordering::SeqCst) && !DRAINING.try_with(Cell::get).unwrap_or(false)
 }
 
 /// Registers the exit handler: it runs before every handler registered before it.

@@ -136,13 +136,16 @@ impl Program {
         if binary.is_empty() {
             return Err(DeviceError::InvalidArgument("empty program binary".into()));
         }
+        let entry = super::at_exit::DriverEntry::enter("clCreateProgramWithBinary")?;
         // SAFETY: `device` is a device of `context` (Context::new(device) made it for that
         // device, and DeviceId values come from the platform's enumeration); the binary slice
         // outlives the call, which copies it; the caller guarantees the bytes are a binary the
         // driver produced for this device (this function's # Safety).
         let p = cl("clCreateProgramWithBinary", unsafe {
             clp::create_program_with_binary(context.as_raw(), &[device.as_raw()], &[binary])
-        })?;
+        });
+        drop(entry);
+        let p = p?;
         super::live::created(super::live::Kind::Program);
         let program = Program(p);
         program.build_for(device, options)?;
@@ -198,6 +201,11 @@ impl Program {
 impl Drop for Program {
     fn drop(&mut self) {
         super::live::released(super::live::Kind::Program);
+        if super::at_exit::exiting_elsewhere() {
+            // Left to the process's end: PoCL frees a program's LLVM modules, which must not
+            // run beside the libraries' teardown (see `at_exit`).
+            return;
+        }
         // SAFETY: we own exactly one reference to a live program.
         release::note("clReleaseProgram", unsafe { clp::release_program(self.0) });
     }
@@ -589,7 +597,10 @@ impl Kernel {
     pub fn new(program: &Program, name: &str) -> Result<Kernel> {
         let cname = CString::new(name)
             .map_err(|_| DeviceError::InvalidArgument(format!("kernel name {name:?}")))?;
-        let raw = cl("clCreateKernel", clk::create_kernel(program.0, &cname))?;
+        let entry = super::at_exit::DriverEntry::enter("clCreateKernel")?;
+        let raw = cl("clCreateKernel", clk::create_kernel(program.0, &cname));
+        drop(entry);
+        let raw = raw?;
         super::live::created(super::live::Kind::Kernel);
         let mut kernel = Kernel {
             raw,
@@ -1021,6 +1032,10 @@ impl Kernel {
 impl Drop for Kernel {
     fn drop(&mut self) {
         super::live::released(super::live::Kind::Kernel);
+        if super::at_exit::exiting_elsewhere() {
+            // Left to the process's end, as a program is (see `Program`'s drop).
+            return;
+        }
         // SAFETY: we own exactly one reference to a live kernel.
         release::note("clReleaseKernel", unsafe { clk::release_kernel(self.raw) });
     }
