@@ -782,22 +782,10 @@ pub fn copy_htod_pinned<T: Pod>(
     src: &HostPtr,
     dst: &mut impl DeviceRegionMut<T>,
 ) -> Result<(), MemoryError> {
-    check_fork()?;
-    let expected = dst.byte_len();
-    if src.len() != expected {
-        return Err(MemoryError::PinnedLength {
-            bytes: src.len(),
-            expected,
-        });
-    }
-    let ptr = dst.data_ptr();
-    check_stream(stream, ptr)?;
-    if expected == 0 {
-        return Ok(());
-    }
-    let view = ptr.view()?;
-    note_use(ptr, stream)?;
-    Ok(view.write_from_host(stream, src, 0, dst.byte_offset(), expected)?)
+    let (len, offset) = (dst.byte_len(), dst.byte_offset());
+    pinned_copy(stream, dst.data_ptr(), src.len(), len, |view| {
+        view.write_from_host(stream, src, 0, offset, len)
+    })
 }
 
 /// Device-to-host copy of `src` into pinned memory the caller holds (as torch's
@@ -817,22 +805,36 @@ pub fn copy_dtoh_pinned<T: Pod>(
     src: &impl DeviceRegion<T>,
     dst: &mut HostPtr,
 ) -> Result<(), MemoryError> {
+    let (len, offset) = (src.byte_len(), src.byte_offset());
+    pinned_copy(stream, src.data_ptr(), dst.len(), len, |view| {
+        view.read_into_host(stream, offset, dst, 0, len)
+    })
+}
+
+/// What both pinned copies share: the fork and length checks (`pinned` bytes against the
+/// region's `len`), the stream's device, nothing for 0 bytes, the stream's use noted on
+/// `ptr`, then `copy` on the block's view.
+fn pinned_copy(
+    stream: &Stream,
+    ptr: &DataPtr,
+    pinned: usize,
+    len: usize,
+    copy: impl FnOnce(&xpu_alloc::BlockView<'_>) -> Result<(), HostError>,
+) -> Result<(), MemoryError> {
     check_fork()?;
-    let expected = src.byte_len();
-    if dst.len() != expected {
+    if pinned != len {
         return Err(MemoryError::PinnedLength {
-            bytes: dst.len(),
-            expected,
+            bytes: pinned,
+            expected: len,
         });
     }
-    let ptr = src.data_ptr();
     check_stream(stream, ptr)?;
-    if expected == 0 {
+    if len == 0 {
         return Ok(());
     }
     let view = ptr.view()?;
     note_use(ptr, stream)?;
-    Ok(view.read_into_host(stream, src.byte_offset(), dst, 0, expected)?)
+    Ok(copy(&view)?)
 }
 
 /// Device-to-host copy of `src` into `dst`, on `stream`: blocking (`clEnqueueReadBuffer`
