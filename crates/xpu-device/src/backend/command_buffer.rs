@@ -543,6 +543,7 @@ impl CommandBuffer {
         }
         let mut event: raw::cl_event = ptr::null_mut();
         let _entry = super::at_exit::DriverEntry::enter("clEnqueueCommandBufferKHR")?;
+        let ticket = self.queue.ticket();
         // SAFETY: a finalized command buffer created with simultaneous use, no queue list
         // (its own queue, kept alive by `self.queue`), no wait list, an event slot. Every
         // buffer and kernel its commands name is held by `self`; the kernels' obligations
@@ -552,7 +553,7 @@ impl CommandBuffer {
         if status != 0 {
             return Err(ClError::new("clEnqueueCommandBufferKHR", status).into());
         }
-        Ok(self.queue.command_event(event))
+        Ok(self.queue.command_event(event, ticket))
     }
 }
 

@@ -47,12 +47,10 @@ impl DeviceLimits {
     }
 }
 
-/// Whether the platform of the (first) device of a raw context frees failed events under its
-/// own lock ([`super::Platform::frees_failed_events`]); false when it cannot be read.
-pub(crate) fn frees_failed_events_of_context(ctx: raw::cl_context) -> bool {
-    first_device(ctx)
-        .and_then(|d| d.platform().ok())
-        .is_some_and(|p| p.frees_failed_events())
+/// Whether the platform of `device` frees failed events under its own lock
+/// ([`super::Platform::frees_failed_events`]); false when it cannot be read.
+fn frees_failed_events_of(device: DeviceId) -> bool {
+    device.platform().is_ok_and(|p| p.frees_failed_events())
 }
 
 /// The first device of a raw context, when it can be read.
@@ -77,8 +75,12 @@ pub(crate) fn limits_of_context(ctx: raw::cl_context) -> DeviceLimits {
 }
 
 /// A reference-counted OpenCL context for one device. `Clone` retains, `Drop` releases.
+///
+/// Besides the handle it keeps what the runtime reads of its device on every buffer and
+/// event: the limits, and whether the platform frees failed events (three driver queries
+/// once per wrapper, none per user event).
 #[derive(Debug)]
-pub struct Context(raw::cl_context, DeviceLimits);
+pub struct Context(raw::cl_context, DeviceLimits, bool);
 
 // SAFETY: cl_context is reference counted by the driver and every context API is thread-safe
 // (OpenCL 3.0 appendix A.2); this wrapper owns exactly one reference.
@@ -101,7 +103,11 @@ impl Context {
         // Threads the driver starts for a context (the exit drain's measure of progress).
         super::at_exit::note_driver_threads(&before);
         let ctx = ctx?;
-        Ok(Context(ctx, DeviceLimits::of(device)))
+        Ok(Context(
+            ctx,
+            DeviceLimits::of(device),
+            frees_failed_events_of(device),
+        ))
     }
 
     /// Wraps a raw context, taking over one reference (the caller's).
@@ -110,7 +116,7 @@ impl Context {
     /// `raw` must be a valid `cl_context` and the caller must own one reference to it, which
     /// this wrapper will release on drop.
     pub unsafe fn from_raw_owned(raw: raw::cl_context) -> Context {
-        Context(raw, DeviceLimits::of_context(raw))
+        Context::wrap(raw)
     }
 
     /// Wraps a raw context, retaining it first (the caller keeps its own reference).
@@ -123,7 +129,23 @@ impl Context {
     pub unsafe fn from_raw_retained(raw: raw::cl_context) -> Result<Context, ClError> {
         // SAFETY: the caller guarantees `raw` is a valid context (clRetainContext precondition).
         cl("clRetainContext", unsafe { clc::retain_context(raw) })?;
-        Ok(Context(raw, DeviceLimits::of_context(raw)))
+        Ok(Context::wrap(raw))
+    }
+
+    /// The wrapper of a raw context whose reference it owns, its device's facts read.
+    fn wrap(raw: raw::cl_context) -> Context {
+        let device = first_device(raw);
+        Context(
+            raw,
+            device.map_or(DeviceLimits::NONE, DeviceLimits::of),
+            device.is_some_and(frees_failed_events_of),
+        )
+    }
+
+    /// Whether the platform of the context's device frees a failed command's event under its
+    /// own lock ([`super::Platform::frees_failed_events`]; read when the wrapper was made).
+    pub(crate) fn frees_failed_events(&self) -> bool {
+        self.2
     }
 
     /// The device limits the backend enforces for buffers of this context.
@@ -141,7 +163,7 @@ impl Clone for Context {
     fn clone(&self) -> Self {
         // SAFETY: self.0 is a live context (we own a reference), so retaining it is valid.
         release::note("clRetainContext", unsafe { clc::retain_context(self.0) });
-        Context(self.0, self.1)
+        Context(self.0, self.1, self.2)
     }
 }
 

@@ -248,14 +248,19 @@ impl ClEvent {
     /// # Errors
     /// A failed `clCreateUserEvent`.
     pub fn user(context: &Context) -> Result<ClEvent, ClError> {
-        ClEvent::user_in(context.as_raw())
+        ClEvent::user_in(context.as_raw(), context.frees_failed_events())
     }
 
-    /// [`ClEvent::user`] in the live context `context`.
-    pub(super) fn user_in(context: raw::cl_context) -> Result<ClEvent, ClError> {
+    /// [`ClEvent::user`] in the live context `context`, registered in `notify_lists` when
+    /// `frees_failed_events` (the context's platform's
+    /// [`Platform::frees_failed_events`](super::Platform::frees_failed_events)).
+    pub(super) fn user_in(
+        context: raw::cl_context,
+        frees_failed_events: bool,
+    ) -> Result<ClEvent, ClError> {
         let raw = cl("clCreateUserEvent", cle::create_user_event(context))?;
-        if super::context::frees_failed_events_of_context(context) {
-            super::notify_lists::register(raw);
+        if frees_failed_events {
+            super::notify_lists::register_user(raw);
         }
         let mut event = ClEvent::counted(raw, Role::User);
         event.2 = Some(Arc::new(UnsetGuard {

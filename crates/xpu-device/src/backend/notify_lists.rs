@@ -23,11 +23,17 @@
 //! never held across a driver call that can call back (status queries and retains only; the
 //! releases happen outside it).
 //!
-//! Not covered: an event registered by another thread between its enqueue call's return and
-//! its registration, while a command after it fails and is pruned in that window; events of
-//! raw handles wrapped from foreign code.
+//! Creation order is told by two numbers per event, not by the list's order: a command takes a
+//! [`Ticket`] before its enqueue call (its first number) and is registered after the call
+//! returned (its last number), so an event created before another always has a first number
+//! below the other's last, whichever thread registers first. A failed event is released only
+//! when no event pending, and no ticket outstanding, has a first number below its last: a
+//! command enqueued on another thread before a failed one (its queue's previous command) is
+//! waited for even while that thread has not registered it yet.
+//!
+//! Not covered: events of raw handles wrapped from foreign code.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use opencl3::event as cle;
 
@@ -39,26 +45,81 @@ const FIRST_PRUNE: usize = 64;
 const EXECUTION_STATUS: u32 = 0x11D3;
 
 struct Order {
-    events: Vec<HeldEvent>,
+    events: Vec<Entry>,
+    /// The first numbers of the tickets taken and not registered or dropped yet.
+    outstanding: Vec<u64>,
+    /// The next number to hand out.
+    next: u64,
     prune_at: usize,
+}
+
+/// A registered event and its numbers (see the module docs).
+struct Entry {
+    event: HeldEvent,
+    /// Taken before the event was created.
+    first: u64,
+    /// Taken after the event was created.
+    last: u64,
 }
 
 static ORDER: Mutex<Order> = Mutex::new(Order {
     events: Vec::new(),
+    outstanding: Vec::new(),
+    next: 0,
     prune_at: FIRST_PRUNE,
 });
 
-/// Registers `event` (retained here; the caller keeps its own reference). Does nothing when
-/// the event cannot be retained.
-pub(super) fn register(event: raw::cl_event) {
+fn order() -> MutexGuard<'static, Order> {
+    ORDER.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A number taken before a command's enqueue call, handed to [`register`] with the command's
+/// event; dropped unused when the call failed. While it is outstanding, no failed event
+/// registered after it was taken is released.
+#[must_use]
+pub(super) struct Ticket(u64);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut order = order();
+        if let Some(i) = order.outstanding.iter().position(|&n| n == self.0) {
+            order.outstanding.swap_remove(i);
+        }
+    }
+}
+
+/// A ticket for a command about to be enqueued (see the module docs).
+pub(super) fn ticket() -> Ticket {
+    let mut order = order();
+    let n = order.next;
+    order.next += 1;
+    order.outstanding.push(n);
+    Ticket(n)
+}
+
+/// Registers the event `event` of the command enqueued under `ticket` (retained here; the
+/// caller keeps its own reference). Only lets the ticket go when the event cannot be retained.
+pub(super) fn register(event: raw::cl_event, ticket: Ticket) {
     // SAFETY: the caller passes a live event it holds a reference to; this takes one more,
     // owned by the list.
     if unsafe { cle::retain_event(event) }.is_err() {
         return;
     }
+    let first = ticket.0;
     let over = {
-        let mut order = ORDER.lock().unwrap_or_else(PoisonError::into_inner);
-        order.events.push(HeldEvent(event));
+        let mut order = order();
+        if let Some(i) = order.outstanding.iter().position(|&n| n == first) {
+            order.outstanding.swap_remove(i);
+        }
+        // Taken out above, under the same lock as the entry's push.
+        std::mem::forget(ticket);
+        let last = order.next;
+        order.next += 1;
+        order.events.push(Entry {
+            event: HeldEvent(event),
+            first,
+            last,
+        });
         if order.events.len() < order.prune_at {
             return;
         }
@@ -67,10 +128,15 @@ pub(super) fn register(event: raw::cl_event) {
     let _ = release_all(over);
 }
 
+/// Registers a user event just created (it waits on nothing, so it is in no notify list).
+pub(super) fn register_user(event: raw::cl_event) {
+    register(event, ticket());
+}
+
 /// Releases every registered event that may be freed now (see the module docs).
 pub(super) fn prune() {
     let over = {
-        let mut order = ORDER.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut order = order();
         if order.events.is_empty() {
             return;
         }
@@ -82,25 +148,133 @@ pub(super) fn prune() {
 /// Removes the events that may be freed from the list (keeping the others in order) and
 /// returns them.
 fn take_over(order: &mut Order) -> Vec<HeldEvent> {
+    let status: Vec<Option<i32>> = order
+        .events
+        .iter()
+        .map(|e| {
+            cle::get_event_info(e.event.0, EXECUTION_STATUS)
+                .map(|v| v.to_int())
+                .ok()
+        })
+        .collect();
+    let pending = order
+        .events
+        .iter()
+        .zip(&status)
+        .filter(|(_, s)| s.is_some_and(|s| s > 0))
+        .map(|(e, _)| e.first);
+    let oldest = oldest_unfinished(&order.outstanding, pending);
+    let quiet = super::held::no_failure_in_progress();
     let mut over = Vec::new();
     let mut kept = Vec::with_capacity(order.events.len());
-    // Whether every event before the current one is over.
-    let mut all_over_before = true;
-    for e in order.events.drain(..) {
-        match cle::get_event_info(e.0, EXECUTION_STATUS).map(|v| v.to_int()) {
+    for (e, s) in order.events.drain(..).zip(status) {
+        match s {
             // Completed with success: every event it waited on completed before it.
-            Ok(0) => over.push(e),
-            Ok(status) if status > 0 => {
-                all_over_before = false;
-                kept.push(e);
-            }
-            // Failed (or unreadable): freed only when nothing before it is pending any more
-            // and no failure is being passed on; over for the events after it either way.
-            _ if all_over_before && super::held::no_failure_in_progress() => over.push(e),
+            Some(0) => over.push(e.event),
+            Some(s) if s > 0 => kept.push(e),
+            // Failed (or unreadable): freed only when nothing created before it may still
+            // hold it in a notify list and no failure is being passed on.
+            _ if quiet && e.last < oldest => over.push(e.event),
             _ => kept.push(e),
         }
     }
     order.events = kept;
     order.prune_at = FIRST_PRUNE.max(2 * order.events.len());
     over
+}
+
+/// The lowest first number of the outstanding tickets and of the pending events (`pending`):
+/// a failed event whose last number is below it was created before all of them.
+fn oldest_unfinished(outstanding: &[u64], pending: impl Iterator<Item = u64>) -> u64 {
+    outstanding
+        .iter()
+        .copied()
+        .chain(pending)
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use opencl3::command_queue as clq;
+
+    use super::*;
+
+    /// A marker on `queue` after `wait`, as an enqueue call returns it (not registered).
+    fn marker(queue: raw::cl_command_queue, wait: &[raw::cl_event]) -> raw::cl_event {
+        // SAFETY: a live queue and live events for the call (clEnqueueMarkerWithWaitList,
+        // OpenCL 3.0 §5.12); the returned reference is the caller's.
+        unsafe { clq::enqueue_marker_with_wait_list(queue, wait.len() as u32, wait.as_ptr()) }
+            .expect("clEnqueueMarkerWithWaitList")
+    }
+
+    fn status(event: raw::cl_event) -> i32 {
+        cle::get_event_info(event, EXECUTION_STATUS)
+            .expect("clGetEventInfo")
+            .to_int()
+    }
+
+    fn registered(event: raw::cl_event) -> bool {
+        order().events.iter().any(|e| e.event.0 == event)
+    }
+
+    /// The window between an enqueue call's return and its registration: thread 1's command X
+    /// waits behind a gate; thread 2's command F, enqueued after X on the same in-order queue
+    /// (so listed in X's notify list), fails and is registered while X is not yet. Releasing
+    /// F then would leave X's completion locking a freed event (the PoCL 3.1 abort of the
+    /// module docs); F must stay registered until X is registered and over.
+    #[test]
+    fn a_failed_command_is_kept_while_a_command_created_before_it_is_not_registered_yet() {
+        let dev = match crate::device(0) {
+            Ok(dev) => dev,
+            Err(e) if std::env::var_os("XPU_REQUIRE_DEVICE").is_none() => {
+                eprintln!("skipped: no device ({e})");
+                return;
+            }
+            Err(e) => panic!("XPU_REQUIRE_DEVICE is set and device 0 is missing: {e}"),
+        };
+        let queue = dev.create_queue(Default::default()).expect("a queue");
+        if !queue.frees_failed_events() {
+            eprintln!("skipped: the driver keeps failed events itself");
+            return;
+        }
+        let q = queue.as_raw();
+        let ctx = queue.context_raw().expect("the queue's context");
+        let gate = cle::create_user_event(ctx).expect("clCreateUserEvent");
+        let failing = cle::create_user_event(ctx).expect("clCreateUserEvent");
+
+        let x_ticket = ticket();
+        let x = marker(q, &[gate]);
+        let f_ticket = ticket();
+        let f = marker(q, &[failing]);
+        register(f, f_ticket);
+        super::super::held::set_user_status(failing, -5).expect("clSetUserEventStatus");
+        assert!(status(f) < 0, "F failed through its wait: {}", status(f));
+
+        prune();
+        assert!(
+            registered(f),
+            "a failed command was released while a command created before it (its queue's \
+             previous command, pending) was not registered yet"
+        );
+        register(x, x_ticket);
+        prune();
+        assert!(
+            registered(f),
+            "a failed command was released while its queue's previous command is pending"
+        );
+
+        cle::set_user_event_status(gate, 0).expect("clSetUserEventStatus");
+        queue.finish().expect("clFinish");
+        prune();
+        assert!(!registered(x), "a completed command stays registered");
+        assert!(
+            !registered(f),
+            "a failed command stays registered after every command before it is over"
+        );
+        for e in [x, f, gate, failing] {
+            // SAFETY: the test's own reference to each event, released once.
+            unsafe { cle::release_event(e) }.expect("clReleaseEvent");
+        }
+    }
 }

@@ -91,6 +91,7 @@ unsafe impl Sync for Inner {}
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        let ticket = self.queue.ticket();
         // SAFETY: `ptr` is the pointer returned by our map of `buffer` on `queue`, unmapped
         // exactly once here (clEnqueueUnmapMemObject, §5.5.2). Copies that used the mapping
         // hold their own Arc until they complete (see `PinnedBuffer::track`), so none is in
@@ -110,7 +111,7 @@ impl Drop for Inner {
         // thread. Nothing needs the wait: the buffer released right after stays alive until
         // the enqueued unmap completes (§5.5.1).
         match r {
-            Ok(e) => drop(self.queue.command_event(e)),
+            Ok(e) => drop(self.queue.command_event(e, ticket)),
             Err(code) => release::note("clEnqueueUnmapMemObject", Err(code)),
         }
     }
@@ -168,6 +169,7 @@ impl PinnedBuffer {
             },
         )?;
         let mut mapped: opencl3::types::cl_mem = ptr::null_mut();
+        let ticket = queue.ticket();
         // SAFETY: blocking map (CL_TRUE) of the whole live buffer; the pointer written to
         // `mapped` stays valid until the matching unmap in Inner::drop (clEnqueueMapBuffer,
         // OpenCL 3.0 §5.5.1).
@@ -184,7 +186,7 @@ impl PinnedBuffer {
                 ptr::null(),
             )
         })?;
-        drop(queue.command_event(ev));
+        drop(queue.command_event(ev, ticket));
         let ptr: *mut u8 = mapped.cast();
         if ptr.is_null() {
             return Err(DeviceError::InvalidArgument(

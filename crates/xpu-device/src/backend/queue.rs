@@ -335,7 +335,8 @@ impl CommandQueue {
         let Some(code) = failed else {
             return Ok(WaitList(wait_list(wait), None, Cell::new(excluded)));
         };
-        let proxy = ClEvent::user_in(ctx)?;
+        // Reached only with `stand_in`: the queue's platform frees failed events.
+        let proxy = ClEvent::user_in(ctx, true)?;
         let mut list: Vec<raw::cl_event> = wait
             .iter()
             .filter(|e| !matches!(e.status(), Ok(super::EventStatus::Error(_))))
@@ -481,13 +482,27 @@ impl CommandQueue {
     /// command is over when the last wrapper drops if the driver needs it
     /// ([`CommandQueue::frees_failed_events`]; registered in `notify_lists` too), else
     /// released at once.
-    pub(super) fn command_event(&self, raw: raw::cl_event) -> ClEvent {
-        if self.frees_failed_events() {
-            super::notify_lists::register(raw);
-            ClEvent::from_owned_held(raw)
-        } else {
-            ClEvent::from_owned(raw)
+    ///
+    /// `ticket` is [`CommandQueue::ticket`], taken before the enqueue call.
+    pub(super) fn command_event(
+        &self,
+        raw: raw::cl_event,
+        ticket: Option<super::notify_lists::Ticket>,
+    ) -> ClEvent {
+        match ticket {
+            Some(ticket) => {
+                super::notify_lists::register(raw, ticket);
+                ClEvent::from_owned_held(raw)
+            }
+            None => ClEvent::from_owned(raw),
         }
+    }
+
+    /// On a queue whose driver [`CommandQueue::frees_failed_events`], the `notify_lists`
+    /// ticket a command takes before its enqueue call (handed to
+    /// [`CommandQueue::command_event`] with its event); `None` on other queues.
+    pub(super) fn ticket(&self) -> Option<super::notify_lists::Ticket> {
+        self.frees_failed_events().then(super::notify_lists::ticket)
     }
 
     /// Refuses a buffer of another context than the queue's with `CL_INVALID_CONTEXT`, as
@@ -604,13 +619,14 @@ impl CommandQueue {
     ) -> Result<ClEvent, ClError> {
         let _entry = super::at_exit::DriverEntry::enter(function)?;
         let list = self.checked_wait_list(function, wait)?;
+        let ticket = self.ticket();
         let e = self.logged(&list, || {
             // SAFETY: the queue is live and `list` holds `list.count()` live events for the
             // call (clEnqueueMarkerWithWaitList and clEnqueueBarrierWithWaitList, §5.12).
             let raw = unsafe { enqueue(self.0, list.count(), list.ptr()) };
             cl(function, raw)
         })?;
-        Ok(self.command_event(e))
+        Ok(self.command_event(e, ticket))
     }
 
     /// The command of a copy or fill of 0 bytes: a marker after `wait` (and, the queue being
@@ -635,8 +651,9 @@ impl CommandQueue {
         }
         let _entry = super::at_exit::DriverEntry::enter(function)?;
         let list = self.checked_wait_list(function, wait)?;
+        let ticket = self.ticket();
         let e = self.logged(&list, || cl(function, enqueue(&list)))?;
-        Ok(self.command_event(e))
+        Ok(self.command_event(e, ticket))
     }
 
     /// Blocking write of `data` into `dst` at byte `offset`, after the earlier commands of the
@@ -795,6 +812,7 @@ impl CommandQueue {
         self.check_buffer_context(function, buffer)?;
         let (q, mem, blocking) = (self.0, buffer.as_raw(), u32::from(blocking));
         let (n, events) = (list.count(), list.ptr());
+        let ticket = self.ticket();
         let e = match host {
             // SAFETY: the queue and buffer are live, `list` outlives the call, and the ranges
             // are the caller's obligation (this function's `# Safety`).
@@ -806,7 +824,7 @@ impl CommandQueue {
                 clq::enqueue_read_buffer(q, mem, blocking, offset, len, p, n, events)
             })?,
         };
-        Ok(self.command_event(e))
+        Ok(self.command_event(e, ticket))
     }
 
     /// Non-blocking copy of `len` bytes between `buffer` and pinned host memory, in the
@@ -1005,10 +1023,11 @@ impl CommandQueue {
         wait: &[&ClEvent],
     ) -> Result<ClEvent> {
         let mut e: raw::cl_event = ptr::null_mut();
+        let ticket = self.ticket();
         // SAFETY: the kernel code's obligations are this function's `# Safety`, passed on;
         // `e` outlives the call and receives the command's event.
         unsafe { self.enqueue_nd_range(kernel, global, local, wait, &mut e)? };
-        Ok(self.command_event(e))
+        Ok(self.command_event(e, ticket))
     }
 
     /// As [`CommandQueue::enqueue_kernel`], without an event handed back, for a caller that
