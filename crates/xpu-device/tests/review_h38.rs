@@ -1,0 +1,171 @@
+//! Review h38: failure paths of user events, waits and drops, as sequences of safe calls.
+//! Each test here failed (or aborted the process) on commit 711725f with PoCL 3.1
+//! (`POCL_DEVICES="pthread pthread"`). A hang is detected by running the blocking call on a
+//! helper thread and giving up after `HANG_LIMIT` (the ordering itself uses user events only;
+//! the limit is only the verdict "it never returned").
+
+mod common;
+
+use std::time::Duration;
+
+use xpu_device::backend::EventStatus;
+
+/// How long a call that should return at once (every command it waits on is over or failed)
+/// may take before the test calls it hung.
+const HANG_LIMIT: Duration = Duration::from_secs(10);
+
+/// Runs `f` on a helper thread; `None` when it did not return within [`HANG_LIMIT`] (the
+/// thread is left blocked).
+fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(HANG_LIMIT).ok()
+}
+
+/// Finding 1 (same context). `ClEvent::user` documents that a user event whose last wrapper
+/// drops unset is failed with `DROPPED_UNSET_STATUS`, so commands waiting on it terminate.
+/// But `forward_to` keeps a clone of its *source* (with the shared unset guard) in the
+/// forwards list until the source is over, and the source is never over while unset: once
+/// the application dropped its last handle, nobody can set the event, the guard never fires,
+/// and every command waiting on the forward's target waits forever.
+///
+/// Sequence: `u = create_user_event()`, `t = create_user_event()`, `u.forward_to(&t)`,
+/// `q.enqueue_barrier(&[&t])`, `drop(t)`, `drop(u)`, `q.finish()`.
+///
+/// Observed (3 of 3 runs): `q.finish()` never returns ("finish hung ..." after 10 s); the
+/// barrier stays `Submitted`, and `u`, `t` and the barrier are never released.
+#[test]
+fn finish_hangs_when_a_forwarded_user_event_is_dropped_unset() {
+    let Some((dev, _, q)) = common::device0_queue() else {
+        return;
+    };
+    let u = dev.create_user_event().unwrap();
+    let target = dev.create_user_event().unwrap();
+    u.forward_to(&target).unwrap();
+    let barrier = q.enqueue_barrier(&[&target]).unwrap();
+    drop(target);
+    // The application's last handle of `u`: nobody can set it from now on.
+    drop(u);
+    let finished = within(move || q.finish());
+    assert!(
+        finished.is_some(),
+        "finish hung: the forward's clone of the dropped unset user event kept it unset \
+         (barrier status {:?})",
+        barrier.status()
+    );
+    assert!(matches!(barrier.status().unwrap(), EventStatus::Error(_)));
+}
+
+/// Finding 1 (across the two devices): the same through the bridge of a cross-device wait
+/// (what `xpu_event::Event::wait` builds for another device's stream).
+///
+/// Sequence: `u = device(0).create_user_event()`, `bridge = device(1).create_user_event()`,
+/// `u.forward_to(&bridge)`, `q1.enqueue_barrier(&[&bridge])` on a queue of device 1,
+/// `drop(bridge)`, `drop(u)`, `q1.finish()`.
+///
+/// Observed (3 of 3 runs): `q1.finish()` never returns.
+#[test]
+fn finish_hangs_when_a_user_event_forwarded_to_another_device_is_dropped_unset() {
+    if !common::have_devices(2) {
+        return;
+    }
+    let (d0, d1) = (
+        xpu_device::device(0).unwrap(),
+        xpu_device::device(1).unwrap(),
+    );
+    let q1 = common::queue(d1);
+    let u = d0.create_user_event().unwrap();
+    let bridge = d1.create_user_event().unwrap();
+    u.forward_to(&bridge).unwrap();
+    let barrier = q1.enqueue_barrier(&[&bridge]).unwrap();
+    drop(bridge);
+    drop(u);
+    let finished = within(move || q1.finish());
+    assert!(
+        finished.is_some(),
+        "finish of device 1's queue hung after device 0's forwarded user event was dropped \
+         unset (barrier status {:?})",
+        barrier.status()
+    );
+}
+
+/// Finding 2. The failure exclusion (`held::EXCLUSION`) only covers enqueues with a
+/// non-empty wait list: an enqueue with an empty wait list on an in-order queue still
+/// depends on the queue's previous command (PoCL enters it in that command's notify list),
+/// and runs unexcluded against a failure being passed on by another thread.
+///
+/// Sequence, two threads on one queue `q`, 20,000 steps each: thread A
+/// `u = create_user_event(); drop(q.enqueue_barrier(&[&u])); u.set_failed(-5)`; thread B
+/// `drop(q.enqueue_marker(&[]))`. Then `q.finish()`.
+///
+/// Observed (run alone, `--ignored`, 10 runs): 8 of 10 ended the process: SIGSEGV (6), and
+/// `PTHREAD ERROR in pocl_lock_events_inorder():399: Invalid argument (22)` or
+/// `pocl_util.c:2222: pocl_update_event_finished: Assertion 'cq->command_count > 0' failed`
+/// (SIGABRT). With 2,000 steps: 3 of 10. Other messages seen in the same family:
+/// `pocl_util.c:2115: pocl_update_event_running_unlocked: Assertion 'event->status ==
+/// CL_SUBMITTED' failed`, `pocl_util.c:1242: pocl_command_enqueue: Assertion
+/// 'node->sync.event.event->status == CL_QUEUED' failed`,
+/// `pocl_util.c:2201: pocl_update_event_finished: Assertion 'event->status > CL_COMPLETE'
+/// failed`. Keeping every event alive until the end does not help (7 of 10 SIGSEGV, see
+/// `concurrent_empty_wait_list_enqueues_with_every_event_held`); giving B's markers a
+/// non-empty wait list (a completed user event, so they take the exclusion's read side)
+/// makes it hold, 10 of 10 (`review_h38_holds.rs`).
+#[test]
+#[ignore = "aborts the whole test process (SIGSEGV / SIGABRT in PoCL); run alone with --ignored"]
+fn concurrent_empty_wait_list_enqueues_and_failures_on_one_queue_do_not_end_the_process() {
+    let Some((dev, _, q)) = common::device0_queue() else {
+        return;
+    };
+    const STEPS: usize = 20_000;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..STEPS {
+                let u = dev.create_user_event().unwrap();
+                drop(q.enqueue_barrier(&[&u]).unwrap());
+                u.set_failed(-5).unwrap();
+            }
+        });
+        s.spawn(|| {
+            for _ in 0..STEPS {
+                drop(q.enqueue_marker(&[]).unwrap());
+            }
+        });
+    });
+    q.finish().unwrap();
+    let _ = xpu_device::live_objects();
+}
+
+/// Finding 2, with no event released before the end: not the runtime's release of dropped
+/// events, the unexcluded enqueue itself.
+///
+/// Observed (run alone, `--ignored`, 20,000 steps, 10 runs): 8 of 10 ended the process
+/// (7 SIGSEGV, 1 `pocl_update_event_finished: Assertion 'cq->command_count > 0' failed`).
+#[test]
+#[ignore = "aborts the whole test process (SIGSEGV / SIGABRT in PoCL); run alone with --ignored"]
+fn concurrent_empty_wait_list_enqueues_with_every_event_held() {
+    let Some((dev, _, q)) = common::device0_queue() else {
+        return;
+    };
+    const STEPS: usize = 20_000;
+    let (mut failed, mut markers) = (Vec::new(), Vec::new());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..STEPS {
+                let u = dev.create_user_event().unwrap();
+                let b = q.enqueue_barrier(&[&u]).unwrap();
+                u.set_failed(-5).unwrap();
+                failed.push((u, b));
+            }
+        });
+        s.spawn(|| {
+            for _ in 0..STEPS {
+                markers.push(q.enqueue_marker(&[]).unwrap());
+            }
+        });
+    });
+    q.finish().unwrap();
+    let _ = xpu_device::live_objects();
+    drop((failed, markers));
+}
