@@ -100,8 +100,8 @@ fn finish_hangs_when_a_user_event_forwarded_to_another_device_is_dropped_unset()
 /// `u = create_user_event(); drop(q.enqueue_barrier(&[&u])); u.set_failed(-5)`; thread B
 /// `drop(q.enqueue_marker(&[]))`. Then `q.finish()`.
 ///
-/// Observed (run alone, `--ignored`, 10 runs): 8 of 10 ended the process: SIGSEGV (6), and
-/// `PTHREAD ERROR in pocl_lock_events_inorder():399: Invalid argument (22)` or
+/// Observed (run alone, `--ignored`, 10 runs): 8 of 10 ended the process in the probe
+/// (and 6 of 10 for this test as written): SIGSEGV (6), and `PTHREAD ERROR in pocl_lock_events_inorder():399: Invalid argument (22)` or
 /// `pocl_util.c:2222: pocl_update_event_finished: Assertion 'cq->command_count > 0' failed`
 /// (SIGABRT). With 2,000 steps: 3 of 10. Other messages seen in the same family:
 /// `pocl_util.c:2115: pocl_update_event_running_unlocked: Assertion 'event->status ==
