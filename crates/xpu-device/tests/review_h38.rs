@@ -169,3 +169,43 @@ fn concurrent_empty_wait_list_enqueues_with_every_event_held() {
     let _ = xpu_device::live_objects();
     drop((failed, markers));
 }
+
+/// Finding 3: one user thread, no drop needed. A marker held by a gate, a barrier after it
+/// waiting for a user event `u`; the gate is opened (the driver's worker thread completes the
+/// marker and notifies the barrier) and right away `u` is failed on this thread (the failure
+/// is passed on to the same barrier). PoCL 3.1 races the two updates of the barrier; nothing
+/// in the runtime orders the driver thread's completion against `set_failed`.
+///
+/// Sequence, repeated 20,000 times on one queue `q`: `gate = create_user_event()`,
+/// `m = q.enqueue_marker(&[&gate])`, `u = create_user_event()`,
+/// `b = q.enqueue_barrier(&[&u])`, `gate.set_complete()`, `u.set_failed(-5)`; then
+/// `q.finish()`.
+///
+/// Observed (run alone, `--ignored`; probe at commit 711725f): with the events dropped each
+/// round, 3 of 10 runs aborted (`pocl_util.c:2201: pocl_update_event_finished: Assertion
+/// 'event->status > CL_COMPLETE' failed`); with every event kept to the end, also 3 of 10
+/// (the same, or `pocl_util.c:2222: pocl_update_event_finished: Assertion
+/// 'cq->command_count > 0' failed`); with 3,000 rounds and a `q.finish()` after each round (so
+/// each round starts on an idle queue), 2 of 10 (`pocl_util.c:2115:
+/// pocl_update_event_running_unlocked: Assertion 'event->status == CL_SUBMITTED' failed`).
+/// Four failing barriers per round after the gated marker (the first shape found): 4 of 5.
+/// This test as written, 10 runs: 9 ended the process (4 `pocl_update_event_running_unlocked:
+/// Assertion 'event->status == CL_SUBMITTED' failed`, 4 `pocl_update_event_finished:
+/// Assertion 'cq->command_count > 0' failed`, 1 SIGSEGV).
+#[test]
+#[ignore = "aborts the whole test process (SIGABRT in PoCL) in some runs; run alone with --ignored"]
+fn opening_a_gate_then_failing_the_next_commands_wait_does_not_end_the_process() {
+    let Some((dev, _, q)) = common::device0_queue() else {
+        return;
+    };
+    for _ in 0..20_000 {
+        let gate = dev.create_user_event().unwrap();
+        let marker = q.enqueue_marker(&[&gate]).unwrap();
+        let u = dev.create_user_event().unwrap();
+        let barrier = q.enqueue_barrier(&[&u]).unwrap();
+        gate.set_complete().unwrap();
+        u.set_failed(-5).unwrap();
+        drop((marker, barrier));
+    }
+    q.finish().unwrap();
+}
