@@ -134,7 +134,7 @@ fn executable(cmd: Cmd, step: &str, name: &str, kind: &str) -> Result<PathBuf> {
 
 /// The `executable` of the last `compiler-artifact` message for target `name` of kind `kind`
 /// in cargo's JSON messages (one object per line; other lines are skipped).
-fn find_executable(messages: &str, name: &str, kind: &str) -> Option<PathBuf> {
+pub(crate) fn find_executable(messages: &str, name: &str, kind: &str) -> Option<PathBuf> {
     messages
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())

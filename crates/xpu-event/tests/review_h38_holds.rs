@@ -26,10 +26,7 @@ fn same_device_wait_on_an_adopted_user_event_dropped_unset_drains() {
     }
     let s0 = common::fresh_stream(0).leak();
     let s1 = common::fresh_stream(0).leak();
-    let user = xpu_device::device(0)
-        .unwrap()
-        .create_user_event()
-        .unwrap();
+    let user = xpu_device::device(0).unwrap().create_user_event().unwrap();
     let adopted = Event::from_cl_event(user, &s0, EventFlags::default()).unwrap();
     s1.wait_event(&adopted).unwrap();
     drop(adopted);

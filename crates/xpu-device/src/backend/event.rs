@@ -493,6 +493,18 @@ impl ClEvent {
     }
 }
 
+impl ClEvent {
+    /// A clone that does not keep a user event's unset guard alive: the runtime's own
+    /// long-lived clones (a forward's source, kept until it is over) must not stop the
+    /// application's last wrapper from failing an unset user event on drop, or the event would
+    /// never be over and every command waiting on it would wait forever.
+    pub(super) fn clone_unguarded(&self) -> ClEvent {
+        // SAFETY: self.0 is live (we own a reference), so retaining it is valid.
+        release::note("clRetainEvent", unsafe { cle::retain_event(self.0) });
+        ClEvent::counted(self.0, self.1)
+    }
+}
+
 impl Clone for ClEvent {
     fn clone(&self) -> Self {
         // SAFETY: self.0 is live (we own a reference), so retaining it is valid.

@@ -78,7 +78,9 @@ pub(super) fn register(source: &ClEvent, target: &ClEvent, key: usize) {
     let full = {
         let mut forwards = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
         forwards.list.push(Forward {
-            source: source.clone(),
+            // Unguarded: the application's last wrapper of an unset user event still fails
+            // it on drop (then the sweep fails the target).
+            source: source.clone_unguarded(),
             target: target.clone(),
             key,
         });

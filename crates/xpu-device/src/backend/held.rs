@@ -70,7 +70,7 @@ static HELD: Mutex<Held> = Mutex::new(Held {
 static FAILING: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether a queue of PoCL before 4.0 was seen ([`note_frees_failed_events`]): only then do
-/// error statuses exclude enqueues with a wait list ([`EXCLUSION`]).
+/// error statuses exclude that platform's enqueues ([`EXCLUSION`]).
 static FREES_FAILED_EVENTS: AtomicBool = AtomicBool::new(false);
 
 /// Error statuses set by the runtime (write) against the wait-list checks and enqueue calls
@@ -78,7 +78,10 @@ static FREES_FAILED_EVENTS: AtomicBool = AtomicBool::new(false);
 /// event it waits on without looking at a failed status, and passes a failure on only once,
 /// within the `clSetUserEventStatus` call: a command entered after that never runs (review
 /// h32). A queue of such a platform checks its wait list for failed events (then it waits on
-/// a stand-in instead) and enqueues under the read side; a failure is set, and passed on,
+/// a stand-in instead) and enqueues under the read side, also a command with an empty wait
+/// list (it waits on the queue's previous command: a failure passed on while PoCL enters it
+/// in that command's notify list crashed, review h38), and a blocking transfer as a
+/// non-blocking one and a host wait outside the lock; a failure is set, and passed on,
 /// under the write side: each sees the other's work whole. Neither side waits for a command
 /// or calls user code while holding it, and PoCL 3.1 calls no completion callback for a
 /// failed command (so none runs inside the write side). A process that never saw such a

@@ -307,13 +307,24 @@ impl CommandQueue {
     /// again: the command would stay queued forever, and so would every later `finish` of its
     /// queue (review h32). A failure that starts between this check and the enqueue call is
     /// not caught.
+    /// The wait list of a non-blocking command that waits on nothing but the queue's earlier
+    /// commands: on PoCL before 4.0 it holds the read side of the failure exclusion (see
+    /// `held`) until the enqueue call returned, as a list with events does.
+    fn empty_wait_list(&self) -> WaitList {
+        // An empty list still orders the command after the queue's previous one, in whose
+        // notify list PoCL 3.1 enters it: a failure passed on by another thread meanwhile
+        // races that entry (review h38: SIGSEGV and PoCL assertions, 8 of 10 runs).
+        let excluded = self.frees_failed_events().then(super::held::enqueue_side);
+        WaitList(Vec::new(), None, Cell::new(excluded))
+    }
+
     fn checked_wait_list(
         &self,
         function: &'static str,
         wait: &[&ClEvent],
     ) -> Result<WaitList, ClError> {
         if wait.is_empty() {
-            return Ok(WaitList::empty());
+            return Ok(self.empty_wait_list());
         }
         let ctx = self.context_raw()?;
         let stand_in = self.frees_failed_events();
@@ -734,8 +745,9 @@ impl CommandQueue {
         // wait, or a terminal status; a failing driver is polled until one is reported), so
         // the driver never touches the host range after the borrow ends; the range was checked
         // against the buffer size (clEnqueueWriteBuffer / clEnqueueReadBuffer, §5.2.2).
-        let enqueued =
-            unsafe { self.enqueue_transfer(buffer, false, offset, len, host, &WaitList::empty()) };
+        let enqueued = unsafe {
+            self.enqueue_transfer(buffer, false, offset, len, host, &self.empty_wait_list())
+        };
         drop(release);
         let e = enqueued?;
         // clWaitForEvents flushes the event's queue (§5.15). A wait on a command terminated
@@ -768,6 +780,12 @@ impl CommandQueue {
         offset: usize,
         host: HostBytes<'_>,
     ) -> Result<()> {
+        if self.frees_failed_events() {
+            // Enqueued under the failure exclusion, which a blocking call must not hold (it
+            // would wait for commands whose failure waits for the exclusion): a non-blocking
+            // enqueue and a host wait instead.
+            return self.transfer_then_wait(what, buffer, offset, host, ());
+        }
         let Some((len, host, function)) = host_transfer(what, buffer, offset, host)? else {
             return Ok(());
         };
