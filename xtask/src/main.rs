@@ -27,9 +27,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Make sure an OpenCL runtime exists (installs PoCL as root with apt-get), then run fmt,
-    /// clippy, check-layers, rustdoc, xpu-caching's loom models (`--cfg loom`, target/loom)
-    /// and every test with XPU_REQUIRE_DEVICE=1 and two PoCL devices. Arguments after `--` go to the test runner (cargo nextest run / cargo test).
+    /// Make sure an OpenCL runtime exists (installs PoCL, and CLBlast, as root with apt-get),
+    /// then run fmt, clippy, check-layers, rustdoc, xpu-caching's loom models (`--cfg loom`,
+    /// target/loom), the facade's examples, xpu-burn's training example and burn's
+    /// conformance suite, and every other test with XPU_REQUIRE_DEVICE=1 and two PoCL devices. Arguments after `--` go to the test runner (cargo nextest run / cargo test).
     Test {
         /// Extra arguments for the test runner.
         #[arg(last = true)]

@@ -14,8 +14,8 @@
 //! - Storage: every tensor is a block of xpu's caching allocator ([`tensor::Storage`]), so
 //!   `xpu::memory_stats`, `memory_summary` and snapshots show burn's tensors; shape, strides
 //!   and offset live on the host, and views (reshape, permute, slice, expand, flip, unfold)
-//!   are made without copies. On NVIDIA's OpenCL each block is a segment of its own
-//!   (`split_segments`: its driver crashes on sub-buffers used from several threads).
+//!   are made without copies. Blocks share segments on every platform, NVIDIA included: a
+//!   kernel gets a block as its segment's buffer plus a byte offset, never as a sub-buffer.
 //! - Order: all work of a device is enqueued on its default stream ([`runtime::stream`]);
 //!   `Backend::sync` synchronizes it; reads to the host wait for it.
 //! - Kernels: OpenCL C templates specialised per element type ([`ops`]), built once per

@@ -1,7 +1,9 @@
 //! `xpu-device`: the OpenCL backend and the device layer of the xpu runtime.
 //!
-//! This crate is the only one of the workspace that talks to OpenCL, and the only one with
-//! `unsafe` code (all of it in [`backend`]). It owns:
+//! This crate is the only one of the workspace that talks to OpenCL, and the only one with FFI
+//! and `unsafe impl`s (its `unsafe` code is in [`backend`], [`fork`], `fork_state`,
+//! `discovery` and [`foreign`]); xpu-kernel and xpu-burn only declare documented `unsafe fn`s and call the
+//! unsafe API of the layers below. It owns:
 //! - [`backend`]: RAII wrappers for platforms, devices, contexts, in-order command queues,
 //!   events (markers, barriers, user events, profiling), buffers and sub-buffers, pinned host
 //!   buffers, programs and kernels. Every failure is a typed

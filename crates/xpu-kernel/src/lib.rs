@@ -27,11 +27,11 @@
 //! # }
 //! ```
 //!
-//! `unsafe` here: this crate has no OpenCL bindings; its only `unsafe` is
-//! [`Launch::enqueue`] (an `unsafe fn`, since the kernel is arbitrary code) with the one call
-//! to `xpu_device`'s `CommandQueue::enqueue_kernel` inside it, and [`ForeignCall::call`] (an
-//! `unsafe fn`: it hands raw handles to foreign code) with its call to
-//! `ClEvent::from_raw_owned`. `cargo xtask check-layers`
+//! `unsafe` here: this crate has no OpenCL bindings; its `unsafe fn`s are [`Launch::enqueue`]
+//! and `graph::CaptureLaunch::enqueue` (the kernel is arbitrary code; they enqueue through
+//! `xpu_device`'s `CommandQueue::enqueue_kernel_without_event` or a command buffer) and
+//! [`ForeignCall::call`] (it hands raw handles to foreign code); its other `unsafe` blocks call
+//! xpu-device's unsafe API (cached program binaries, the buffers of graph replays, CLBlast). `cargo xtask check-layers`
 //! holds the crate to that: `#![deny(unsafe_code)]`, every `unsafe fn` documented with
 //! `# Safety` and every `unsafe` block with a `// SAFETY:` comment, no `unsafe impl`.
 //!

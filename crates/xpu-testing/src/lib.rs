@@ -5,7 +5,7 @@
 //! A dev-dependency only: `cargo xtask check-layers` refuses it as a normal dependency of
 //! any crate. It sits right above xpu-device so that every crate above can use it in its
 //! tests. The user-event gate that orders device work in tests is public API of the runtime
-//! instead ([`xpu_event::Gate`](https://docs.rs/xpu-event)), since users need it for their
+//! instead (`xpu_event::Gate`, in the xpu-event crate), since users need it for their
 //! own tests.
 //!
 //! # Testing on real devices

@@ -22,8 +22,8 @@
 //!   allocator blocks passed as one argument each; typed device memory on the caching
 //!   allocator (`DeviceBuffer<T>`, views, typed copies and fills).
 //!
-//! Every layer's error converts into [`Error`] (`From`), so `?` works on any of them in a
-//! function returning [`Result`].
+//! Every layer's error but `xpu_kernel::graph::GraphError` and `xpu_alloc::BlockArgError`
+//! converts into [`Error`] (`From`), so `?` works on them in a function returning [`Result`].
 //!
 //! # First steps
 //! A device, a stream, typed device memory uploaded from a `Vec` and from pinned host memory,
@@ -132,9 +132,10 @@
 //! Every safe function of every layer is sound for any input and any interleaving of calls
 //! (no data race, use-after-free, write behind a live borrow, crash or hang). What cannot be
 //! made sound is an `unsafe fn` whose `# Safety` section names the caller's obligations. They
-//! live in `xpu-device`, the only crate with OpenCL FFI, and in `xpu-kernel`, whose two
-//! (`Launch::enqueue`, `ForeignCall::call`) call it; the one a framework meets first is
-//! `Launch::enqueue`, the kernel launch:
+//! live in `xpu-device`, the only crate with OpenCL FFI, and in `xpu-kernel`, whose three
+//! (`Launch::enqueue`, `graph::CaptureLaunch::enqueue`, `ForeignCall::call`) call it (and in
+//! xpu-burn, above the facade: `runtime::launch`). The table holds the ones a user meets
+//! first; the one a framework meets first is `Launch::enqueue`, the kernel launch:
 //!
 //! | function | why it is `unsafe` | the caller guarantees |
 //! |---|---|---|
