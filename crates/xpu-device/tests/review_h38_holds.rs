@@ -11,15 +11,6 @@ use xpu_device::live_objects;
 
 const HANG_LIMIT: Duration = Duration::from_secs(20);
 
-/// Runs `f` on a helper thread; `None` when it did not return within [`HANG_LIMIT`].
-fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(HANG_LIMIT).ok()
-}
-
 /// A fill whose wait failed leaves its buffer's "last event" failed in PoCL; a fill of the
 /// buffer on another queue with no wait list (an implicit dependency on that event) still
 /// runs, and `finish` returns. Held 3 of 3.
@@ -35,7 +26,7 @@ fn a_buffer_whose_last_command_failed_is_used_on_another_queue() {
     q.flush().unwrap();
     u.set_failed(-5).unwrap();
     assert!(matches!(fill.status().unwrap(), EventStatus::Error(_)));
-    let r = within(move || {
+    let r = common::within(HANG_LIMIT, move || {
         let e = q2.fill(&buf, &[2u8], 0, 1024, &[]).unwrap();
         (q2.finish().is_ok(), e.status().unwrap())
     });
@@ -56,7 +47,7 @@ fn blocking_transfers_after_a_failed_copy_return() {
     drop(q.copy(&a, 0, &b, 0, 1024, &[&u]).unwrap());
     q.flush().unwrap();
     u.set_failed(-5).unwrap();
-    let r = within(move || {
+    let r = common::within(HANG_LIMIT, move || {
         let mut out = vec![0u8; 1024];
         let read = q2.read(&b, 0, &mut out).is_ok();
         let write = q2.write(&a, 0, &out).is_ok();
@@ -75,7 +66,7 @@ fn dropping_a_queue_with_a_gated_barrier_returns() {
     };
     let u = dev.create_user_event().unwrap();
     let b = q.enqueue_barrier(&[&u]).unwrap();
-    assert!(within(move || drop(q)).is_some());
+    assert!(common::within(HANG_LIMIT, move || drop(q)).is_some());
     u.set_complete().unwrap();
     b.wait().unwrap();
 }
@@ -94,7 +85,7 @@ fn failing_commands_of_a_dropped_queue() {
     drop(q);
     u.set_failed(-5).unwrap();
     let _ = live_objects();
-    assert!(within(move || m.wait().is_err() || m.status().is_ok()).is_some());
+    assert!(common::within(HANG_LIMIT, move || m.wait().is_err() || m.status().is_ok()).is_some());
 }
 
 /// The *target* of a forward dropped unset by the application while its source (a gated
@@ -113,7 +104,7 @@ fn a_dropped_forward_target_still_gets_the_failure() {
     let b = q2.enqueue_barrier(&[&target]).unwrap();
     drop(target);
     gate.set_failed(-5).unwrap();
-    assert!(within(move || q2.finish()).is_some());
+    assert!(common::within(HANG_LIMIT, move || q2.finish()).is_some());
     assert!(matches!(b.status().unwrap(), EventStatus::Error(_)));
 }
 

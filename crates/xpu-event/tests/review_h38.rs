@@ -12,16 +12,6 @@ use xpu_event::{Event, EventFlags, StreamExt};
 /// How long a call that should return at once may take before it is called hung.
 const HANG_LIMIT: Duration = Duration::from_secs(10);
 
-/// Runs `f` on a helper thread; `None` when it did not return within [`HANG_LIMIT`] (the
-/// thread is left blocked).
-fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(HANG_LIMIT).ok()
-}
-
 /// Finding 1 through xpu-event: a user event adopted as an `Event` of a device-0 stream
 /// (`Event::from_cl_event`, which takes the only handle), waited for by a device-1 stream
 /// (`wait_event`: a bridge user event set by `forward_to`), then dropped unset. Dropping the
@@ -49,7 +39,7 @@ fn synchronize_returns_after_an_adopted_user_event_waited_on_by_another_device_i
     s1.wait_event(&adopted).unwrap();
     // The last handle of the unset user event the application had.
     drop(adopted);
-    let synchronized = within(move || s1.synchronize());
+    let synchronized = xpu_testing::within(HANG_LIMIT, move || s1.synchronize());
     assert!(
         synchronized.is_some(),
         "device 1's stream never drained: the dropped unset user event was never failed"

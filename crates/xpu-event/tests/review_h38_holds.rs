@@ -7,14 +7,8 @@ use std::time::Duration;
 
 use xpu_event::{Event, EventFlags, Gate, StreamExt};
 
-/// Runs `f` on a helper thread; `None` when it did not return within 20 s.
-fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(Duration::from_secs(20)).ok()
-}
+/// How long a call that should return at once may take before it is called hung.
+const HANG_LIMIT: Duration = Duration::from_secs(20);
 
 /// The same-device counterpart of finding 1: a user event adopted on one stream, waited for
 /// by another stream of the same device (a plain barrier, no forward), then dropped unset:
@@ -30,7 +24,7 @@ fn same_device_wait_on_an_adopted_user_event_dropped_unset_drains() {
     let adopted = Event::from_cl_event(user, &s0, EventFlags::default()).unwrap();
     s1.wait_event(&adopted).unwrap();
     drop(adopted);
-    assert!(within(move || s1.synchronize()).is_some());
+    assert!(xpu_testing::within(HANG_LIMIT, move || s1.synchronize()).is_some());
 }
 
 /// 200 rounds: a device-0 stream blocked by a gate, an event recorded behind it, waited for
@@ -44,7 +38,7 @@ fn cross_device_waits_on_failed_events_repeated() {
     }
     let s0 = common::fresh_stream(0).leak();
     let s1 = common::fresh_stream(1).leak();
-    let done = within(move || {
+    let done = xpu_testing::within(HANG_LIMIT, move || {
         for _ in 0..200 {
             let gate = Gate::new(0).unwrap();
             gate.block(&s0).unwrap();

@@ -189,6 +189,20 @@ pub const REPLAY_REPORT_KEYS: [&str; 24] = [
     "wall_s",
 ];
 
+/// Runs `f` on a thread of its own and returns its result, or `None` when it has not returned
+/// within `limit` (the thread is then left blocked). The limit only gives the verdict "it
+/// never returned" on a call that should return at once; it orders nothing.
+pub fn within<T: Send + 'static>(
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).ok()
+}
+
 /// Runs `f` on another thread and reports whether it returned within `limit`, with its
 /// result; `then` runs after the limit or the return, whichever comes first, and before the
 /// thread is joined (a test opens there the gate that a hanging `f` waits behind, so the test

@@ -218,3 +218,17 @@ pub fn terminal(status: xpu_device::backend::EventStatus) -> bool {
     use xpu_device::backend::EventStatus;
     matches!(status, EventStatus::Complete | EventStatus::Error(_))
 }
+
+/// Runs `f` on a thread of its own and returns its result, or `None` when it has not returned
+/// within `limit` (the thread is then left blocked). The limit only gives the verdict "it
+/// never returned" on a call that should return at once; it orders nothing.
+pub fn within<T: Send + 'static>(
+    limit: std::time::Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).ok()
+}
