@@ -18,7 +18,7 @@ use crate::archive::{
     copy, embed_gpu_env, exclude_from_git, prepare_out, report_size, set_executable,
     small_release_envs, strip,
 };
-use crate::cmd::Cmd;
+use crate::cmd::{find_executable, Cmd};
 
 /// The runner script template (ci/gpu-burn-run.sh.tmpl).
 const RUN_SH_TEMPLATE: &str = include_str!("../../ci/gpu-burn-run.sh.tmpl");
@@ -130,22 +130,6 @@ fn executable(cmd: Cmd, step: &str, name: &str, kind: &str) -> Result<PathBuf> {
     find_executable(&stdout, name, kind).with_context(|| {
         format!("step `{step}`: cargo named no executable for the {kind} target `{name}`")
     })
-}
-
-/// The `executable` of the last `compiler-artifact` message for target `name` of kind `kind`
-/// in cargo's JSON messages (one object per line; other lines are skipped).
-pub(crate) fn find_executable(messages: &str, name: &str, kind: &str) -> Option<PathBuf> {
-    messages
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
-        .filter(|m| {
-            m["target"]["kind"]
-                .as_array()
-                .is_some_and(|k| k.iter().any(|k| k == kind))
-        })
-        .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .next_back()
 }
 
 /// run.sh: the template with ci/gpu-env.sh embedded.

@@ -239,7 +239,7 @@ fn run_burn_tests_alone(root: &Path, envs: &[(String, String)]) -> Result<()> {
     let dir = root.join("crates/xpu-burn");
     let (mut ran, mut failed) = (0, Vec::new());
     for name in &names {
-        let exe = crate::archive_burn::find_executable(&messages, name, "test")
+        let exe = crate::cmd::find_executable(&messages, name, "test")
             .with_context(|| format!("cargo named no executable for xpu-burn's test `{name}`"))?;
         let list = Cmd::new(&exe)
             .args(["--list", "--format", "terse"])
