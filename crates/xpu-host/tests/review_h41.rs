@@ -85,3 +85,51 @@ fn a_pinned_upload_waits_on_the_host_for_another_devices_gated_download() -> Tes
     );
     Ok(())
 }
+
+/// Finding 3 (a failure imported into an unrelated stream, silently): the runtime orders a
+/// pinned upload after the unfinished download into the same block made on another stream of
+/// the same device (the download's event goes into the upload's wait list). When that
+/// download terminates (its stream's gate fails), the upload on the healthy stream terminates
+/// too, and nothing on that stream reports it.
+///
+/// Sequence: streams a and b of device 0 (queues of their own); a gate closes a;
+/// `a.copy_to_host(&da, &mut h)` (h holds 0x22); `b.copy_from_host(&h, &db)` (db holds
+/// 0x11); the gate's event set failed (-5); `b.synchronize()`, a blocking write on b, and
+/// the reads back all return `Ok`.
+///
+/// Observed (3 of 3 runs): `h` reads 0x22 (the failed download wrote nothing), `db` still
+/// reads 0x11: the upload the user enqueued on b, which depends on nothing the user failed,
+/// never ran, and no call on b returned an error (a's `synchronize` is `Ok` too). Not a memory
+/// safety break; wrong device bytes after only successful calls on b.
+#[test]
+fn a_failed_download_on_one_stream_silently_drops_an_upload_on_another() -> TestResult {
+    if !have_devices(1, &test_name()) {
+        return Ok(());
+    }
+    let alloc = HostAllocator::new();
+    let ea = xpu_stream::ExternalStream::new(xpu_testing::fresh_queue(0), 0)?;
+    let eb = xpu_stream::ExternalStream::new(xpu_testing::fresh_queue(0), 0)?;
+    let (a, b) = (ea.stream(), eb.stream());
+    let da = device_buffer(0, N)?;
+    let db = device_buffer(0, N)?;
+    a.queue()?.write(&da, 0, &[0x5A; N])?;
+    b.queue()?.write(&db, 0, &[0x11; N])?;
+    let mut h = alloc.allocate_on(0, N)?;
+    h.as_mut_slice().fill(0x22);
+    let gate = Gate::new(0)?;
+    gate.block(&a)?;
+    a.copy_to_host(&da, &mut h)?;
+    b.copy_from_host(&h, &db)?;
+    gate.as_cl_event().set_failed(-5)?;
+    let synced = b.synchronize();
+    let on_device = read_back(&b, &db, 0, N)?;
+    let on_host = h.as_slice().to_vec();
+    assert!(
+        synced.is_err() || on_device == on_host,
+        "stream b reported no error, yet its upload of the block never ran: the block holds \
+         {:#x}, the device buffer {:#x}",
+        on_host[0],
+        on_device[0]
+    );
+    Ok(())
+}
