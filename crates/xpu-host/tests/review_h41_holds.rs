@@ -33,7 +33,10 @@ fn with_gate_opened_meanwhile<R: Send>(gate: &Gate, access: impl FnOnce() -> R +
 }
 
 fn fresh(device: usize) -> TestResult<ExternalStream> {
-    Ok(ExternalStream::new(xpu_testing::fresh_queue(device), device)?)
+    Ok(ExternalStream::new(
+        xpu_testing::fresh_queue(device),
+        device,
+    )?)
 }
 
 /// Buffers swapped between two blocks of one size class through `pinned_mut` while a gated

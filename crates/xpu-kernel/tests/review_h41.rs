@@ -80,9 +80,7 @@ fn to_vec_sizes_its_vector_from_a_second_read_of_len_after_the_claim_check() {
     };
     let buf = DeviceBuffer::<f32>::from_slice(&[1.0; 16], &s).unwrap();
     let region = Shifty::new(buf.data_ptr(), 4, usize::MAX / 2);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        to_vec::<f32>(&s, &region)
-    }));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| to_vec::<f32>(&s, &region)));
     match r {
         Ok(res) => assert!(
             matches!(
@@ -122,4 +120,47 @@ fn staged_fill_sizes_its_values_from_a_second_read_of_len_after_the_claim_check(
             panic_text(&*p)
         ),
     }
+}
+
+/// Finding 2 (xpu-host's review_h41.rs), through the typed API: the module's table documents
+/// `copy_htod_pinned` as not blocking, but behind a gated `copy_dtoh_pinned` of another device
+/// into the same pinned block it waits on the host for that device's gate.
+///
+/// Sequence: a gate closes a stream of device 1; `copy_dtoh_pinned(&s1, &b1, &mut pinned)`
+/// (pinned from device 0's allocator); `copy_htod_pinned(&s0, &pinned, &mut b0)` on the same
+/// thread; a helper opens the gate when that call returned, or after 500 ms.
+///
+/// Observed (3 of 3 runs): the upload returns only after the helper opened the gate; the
+/// bytes are right (b0 holds b1's elements). Opened by the same thread after the call (a gate
+/// made with `Gate::with_open_limit(1, Duration::MAX)`), the program never ends.
+#[test]
+fn a_typed_pinned_upload_waits_for_another_devices_gated_download() {
+    let Some(([s0, s1], _ext)) = common::fresh_streams([0, 1]) else {
+        return;
+    };
+    let b1 = DeviceBuffer::<u32>::from_slice(&[7; 512], &s1).unwrap();
+    let mut b0 = DeviceBuffer::<u32>::zeroed(512, &s0).unwrap();
+    s1.synchronize().unwrap();
+    let mut pinned = xpu_alloc::host::host_allocate_on(0, 2048).unwrap();
+    let gate = xpu_event::test_support::Gate::new(1).unwrap();
+    gate.block(&s1).unwrap();
+    xpu_kernel::memory::copy_dtoh_pinned(&s1, &b1, &mut pinned).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let closed = std::thread::scope(|sc| {
+        let gate = &gate;
+        sc.spawn(move || {
+            let _ = rx.recv_timeout(std::time::Duration::from_millis(500));
+            gate.open().unwrap();
+        });
+        xpu_kernel::memory::copy_htod_pinned(&s0, &pinned, &mut b0).unwrap();
+        let closed = !gate.is_open();
+        let _ = tx.send(());
+        closed
+    });
+    assert_eq!(b0.to_vec(&s0).unwrap(), vec![7; 512]);
+    assert!(
+        closed,
+        "copy_htod_pinned (documented as not blocking) waited on the host for device 1's gated \
+         copy_dtoh_pinned into the same block"
+    );
 }

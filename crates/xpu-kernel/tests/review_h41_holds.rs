@@ -29,7 +29,11 @@ fn a_gated_typed_download_on_another_stream_keeps_the_device_block() {
     let at = buf.data_ptr().address();
     drop(buf);
     let fresh = DeviceBuffer::<f32>::from_slice(&[9.0; 1024], &s0).unwrap();
-    assert_ne!(fresh.data_ptr().address(), at, "block reused under the download");
+    assert_ne!(
+        fresh.data_ptr().address(),
+        at,
+        "block reused under the download"
+    );
     s0.synchronize().unwrap();
     gate.open().unwrap();
     assert_eq!(bytemuck::cast_slice::<u8, f32>(&pinned), &host[..]);
