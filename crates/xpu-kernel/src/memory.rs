@@ -869,8 +869,10 @@ pub fn copy_dtoh<T: Pod>(
 /// (checked before the `Vec` is sized).
 pub fn to_vec<T: Pod>(stream: &Stream, src: &impl DeviceRegion<T>) -> Result<Vec<T>, MemoryError> {
     check_fork()?;
-    check_claim(src)?;
-    let mut out = vec![T::zeroed(); src.len()];
+    // One read of the claim sizes the vector: a region whose `len()` changes between reads
+    // gets the copy's own `LengthMismatch`, never a vector sized by an unchecked read.
+    let len = checked_len(src)?;
+    let mut out = vec![T::zeroed(); len];
     copy_dtoh(stream, src, &mut out)?;
     Ok(out)
 }
@@ -928,26 +930,27 @@ pub fn fill<T: Pod>(
     if size.is_power_of_two() && size <= 128 {
         fill_pattern(stream, dst, bytemuck::bytes_of(&value))
     } else {
-        check_claim(dst)?;
-        let values = vec![value; dst.len()];
+        let values = vec![value; checked_len(dst)?];
         copy_htod(stream, &values, dst)
     }
 }
 
-/// Checks the element range a region claims against its block before host memory is sized
-/// from it: [`DeviceRegion`] is a public trait, so a user's type may claim more elements than
-/// its block holds, and a host buffer of that length could not be allocated (a panic, or an
-/// abort) before the copy's own range check refused it.
+/// The number of elements a region claims, read once and checked against its block before
+/// host memory is sized from it: [`DeviceRegion`] is a public trait, so a user's type may
+/// claim more elements than its block holds (or another number at each call), and a host
+/// buffer of that length could not be allocated (a panic, or an abort) before the copy's own
+/// range check refused it. The caller sizes its host memory from the returned value only.
 ///
 /// # Errors
 /// [`MemoryError::OutOfRange`] with the block's length in elements.
-fn check_claim<T: Pod>(region: &impl DeviceRegion<T>) -> Result<(), MemoryError> {
+fn checked_len<T: Pod>(region: &impl DeviceRegion<T>) -> Result<usize, MemoryError> {
     let (start, len) = (region.offset(), region.len());
     claim_fits::<T>(region.data_ptr(), start, len).map_err(|elements| MemoryError::OutOfRange {
         start,
         end: start.saturating_add(len),
         len: elements,
-    })
+    })?;
+    Ok(len)
 }
 
 /// Whether elements `offset..offset + len` of `T` lie inside `block`; else `Err` with the
