@@ -310,10 +310,8 @@ impl HostCopy for Stream {
         let Some(pinned) = pinned.filter(|_| len > 0) else {
             return Ok(());
         };
-        // The host waits for conflicting copies of another context (another device) happen
-        // here, before the permit: under it, a capture of this stream begun meanwhile would
-        // wait for them (and for whatever holds them back).
-        pinned.wait_other_contexts(&*self.queue()?)?;
+        // Conflicting copies of another context (another device) are waited for through user
+        // events of this one set by their completion (`copy_pinned`), never on the host.
         let queue = self.enqueue_queue(copy)?;
         drop(queue.copy_pinned(buffer, buffer_offset, pinned, host_offset, len, &[])?);
         host.ptr().record_use(self);

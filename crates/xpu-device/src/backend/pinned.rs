@@ -128,6 +128,26 @@ fn finished(event: &ClEvent) -> bool {
 /// Blocks until `event`'s command no longer runs (`clWaitForEvents`, which also flushes the
 /// event's queue). False when neither the wait nor a status query could tell (a failing
 /// driver).
+/// A user event of `context` (the context of `queue`) set as `event` ends (its status
+/// forwarded); `None` when it cannot be made.
+fn bridge(
+    event: &ClEvent,
+    context: super::raw::cl_context,
+    queue: &CommandQueue,
+) -> Option<ClEvent> {
+    let bridge = ClEvent::user_in(context, queue.frees_failed_events()).ok()?;
+    event.forward_to(&bridge).ok()?;
+    Some(bridge)
+}
+
+/// Waits on the host until `event`'s command is over (a failed wait means the command
+/// terminated, or a failing driver, for which the status decides).
+fn wait_on_host(event: &ClEvent) {
+    while !settle(event) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn settle(event: &ClEvent) -> bool {
     // A wait on an abnormally terminated command fails with
     // CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST: the command is over all the same.
@@ -250,10 +270,13 @@ impl PinnedBuffer {
     /// Orders a new copy with `access`, about to be enqueued on `queue`, after the unfinished
     /// tracked copies it conflicts with on the host bytes (a device write conflicts with every
     /// copy, a device read with the device writes), so that two copies on different queues never
-    /// race on the bytes. Returns the conflicting events of `queue`'s context, for the new
-    /// command's wait list; a conflicting copy of another context (whose event cannot be in
-    /// the wait list, OpenCL 3.0 §5.11) is waited for on the host here. No driver call when
-    /// nothing is in flight.
+    /// race on the bytes. Returns the events the new command waits for: the conflicting
+    /// events of `queue`'s context, and for each conflicting copy of another context (whose
+    /// event cannot be in the wait list, OpenCL 3.0 §5.11) a user event of `queue`'s context
+    /// that the copy's completion sets ([`ClEvent::forward_to`], as a cross-device stream wait
+    /// does), so the caller never waits on the host for another device's work; only when no
+    /// such bridge can be made is that copy waited for here. No driver call when nothing is in
+    /// flight.
     ///
     /// # Errors
     /// A failed `clGetCommandQueueInfo` for the queue's context.
@@ -284,20 +307,21 @@ impl PinnedBuffer {
         if events.is_empty() {
             return Ok(events);
         }
-        let context = queue.context_raw()? as isize;
+        let context = queue.context_raw()?;
         let mut same = Vec::with_capacity(events.len());
         for e in events {
             let of_event =
                 opencl3::event::get_event_info(e.as_raw(), EVENT_CONTEXT).map(|i| i.to_ptr());
             match of_event {
-                Ok(c) if c == context => same.push(e),
-                // Another context, or unknown: wait on the host (a failed wait means the
-                // command terminated, or a failing driver, for which the status decides).
-                _ => {
-                    while !settle(&e) {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                }
+                Ok(c) if c == context as isize => same.push(e),
+                // Another context: a bridge in this one, set by the copy's completion (or
+                // failed by its failure).
+                Ok(_) => match bridge(&e, context, queue) {
+                    Some(bridge) => same.push(bridge),
+                    None => wait_on_host(&e),
+                },
+                // Unknown: wait on the host.
+                Err(_) => wait_on_host(&e),
             }
         }
         Ok(same)

@@ -851,8 +851,9 @@ impl CommandQueue {
     /// mapped pointer, the fastest path on every driver measured); [`PinnedBytes::Into`] copies
     /// the other way (`clEnqueueReadBuffer` into the mapped pointer). Both ranges are checked,
     /// the source's first. The copy starts after `wait` and after the unfinished copies of the
-    /// pinned buffer, made on any queue, that conflict with it (added to the wait list, or
-    /// waited for on the host when of another context), and it is tracked on the pinned buffer
+    /// pinned buffer, made on any queue, that conflict with it (added to the wait list; those
+    /// of another context through user events of this one that their completion sets, no
+    /// host wait), and it is tracked on the pinned buffer
     /// until it completes (what host accesses then wait for: see [`PinnedBytes`]). The pinned
     /// memory is kept alive until the copy completes, whatever the caller does with its
     /// handle. A copy of 0 bytes uses no host byte: its event is a marker after `wait`, and
@@ -1266,27 +1267,6 @@ pub enum PinnedBytes<'a> {
     /// never change under a borrow. The copy starts after every unfinished copy from or into
     /// the buffer.
     Into(&'a mut PinnedBuffer),
-}
-
-impl PinnedBytes<'_> {
-    /// Waits on the host for the unfinished copies of the buffer that a
-    /// [`CommandQueue::copy_pinned`] on `queue` in this direction would wait for on the host
-    /// (those made on queues of another context; copies of `queue`'s context are ordered by
-    /// wait lists, not waited for). A stream layer calls it before taking its direct-enqueue
-    /// permit, so the copy's own enqueue under the permit seldom has anything left to wait
-    /// for (only a conflicting copy of another context enqueued in between).
-    ///
-    /// # Errors
-    /// A failed `clGetCommandQueueInfo`.
-    pub fn wait_other_contexts(&self, queue: &CommandQueue) -> Result<()> {
-        let (pinned, access) = match self {
-            PinnedBytes::From(src) => (*src, DeviceAccess::Reads),
-            PinnedBytes::Into(dst) => (&**dst, DeviceAccess::Writes),
-        };
-        // The events of `queue`'s context are only returned, not waited for.
-        drop(pinned.order_after_conflicts(access, queue)?);
-        Ok(())
-    }
 }
 
 /// The host bytes of a blocking transfer.
