@@ -225,6 +225,59 @@ fn forward_to_gives_a_user_event_of_another_context_the_final_status() {
     }
 }
 
+/// `complete_when_over`: the target completes when the source completes and also when it
+/// fails (an ordering edge that passes no failure on), on another context: a marker behind
+/// it runs either way.
+#[test]
+fn complete_when_over_completes_the_target_whether_the_source_completed_or_failed() {
+    if !common::have_devices(2) {
+        return;
+    }
+    let (d0, d1) = (
+        xpu_device::device(0).unwrap(),
+        xpu_device::device(1).unwrap(),
+    );
+    let (q0, q1) = (common::queue(d0), common::queue(d1));
+    for fail in [false, true] {
+        let gate = d0.create_user_event().unwrap();
+        let source = q0.enqueue_marker(&[&gate]).unwrap();
+        q0.flush().unwrap();
+        let bridge = d1.create_user_event().unwrap();
+        source.complete_when_over(&bridge).unwrap();
+        let after = q1.enqueue_marker(&[&bridge]).unwrap();
+        q1.flush().unwrap();
+        assert_eq!(bridge.status().unwrap(), EventStatus::Submitted);
+        if fail {
+            // The runtime passes the failure on itself where the driver makes no callback.
+            gate.set_failed(-7).unwrap();
+        } else {
+            gate.set_complete().unwrap();
+        }
+        after.wait().unwrap();
+        assert_eq!(
+            bridge.status().unwrap(),
+            EventStatus::Complete,
+            "fail: {fail}"
+        );
+        assert_eq!(
+            after.status().unwrap(),
+            EventStatus::Complete,
+            "fail: {fail}"
+        );
+        if fail {
+            assert!(matches!(source.status().unwrap(), EventStatus::Error(_)));
+        }
+    }
+    // A source that failed before the forward was made completes the target at once.
+    let gate = d0.create_user_event().unwrap();
+    let source = q0.enqueue_marker(&[&gate]).unwrap();
+    gate.set_failed(-7).unwrap();
+    q0.finish().ok();
+    let bridge = d1.create_user_event().unwrap();
+    source.complete_when_over(&bridge).unwrap();
+    assert_eq!(bridge.status().unwrap(), EventStatus::Complete);
+}
+
 #[test]
 fn setting_the_status_of_a_command_event_is_refused() {
     let Some((dev, _, q)) = common::device0_queue_in_child() else {

@@ -14,7 +14,7 @@ use crate::error::ClError;
 extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
     // `user_data` is the key of the target's clone (`forwards::hold_target`); a sweep that
     // passed on the source's failure may have taken it already.
-    let Some(mut target) = super::forwards::take_target(user_data as usize) else {
+    let Some((mut target, absorbs)) = super::forwards::take_target(user_data as usize) else {
         return;
     };
     // The guard is dropped after the status is set below (then it does nothing), while the
@@ -24,7 +24,10 @@ extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut
     // The reference is uncounted before the status is set, so that a thread that observed the
     // status (a waiter on the target) sees the live counts settled.
     super::live::released(super::live::Kind::Event);
-    let status = if status > 0 {
+    let status = if absorbs {
+        // `complete_when_over`: the source is over, whatever its status.
+        cle::CL_COMPLETE
+    } else if status > 0 {
         clerr::CL_INVALID_VALUE
     } else {
         status
@@ -433,13 +436,30 @@ impl ClEvent {
     /// # Errors
     /// `CL_INVALID_EVENT` when `target` is not a user event; a failed `clSetEventCallback`.
     pub fn forward_to(&self, target: &ClEvent) -> Result<(), ClError> {
+        self.forward(target, false)
+    }
+
+    /// Sets the user event `target` (of this event's context or another one) to `CL_COMPLETE`
+    /// once this event's command is over, whether it completed or failed: an ordering edge
+    /// that does not pass a failure on. The runtime orders its own conflicting accesses so
+    /// (a pinned copy after another queue's copy of the same bytes, which it ran for the
+    /// bytes' sake, not because the user asked the second command to depend on the first).
+    /// Otherwise as [`ClEvent::forward_to`].
+    ///
+    /// # Errors
+    /// As [`ClEvent::forward_to`].
+    pub fn complete_when_over(&self, target: &ClEvent) -> Result<(), ClError> {
+        self.forward(target, true)
+    }
+
+    fn forward(&self, target: &ClEvent, absorbs: bool) -> Result<(), ClError> {
         target.check_user()?;
-        let key = super::forwards::hold_target(target);
+        let key = super::forwards::hold_target(target, absorbs);
         match cle::set_event_callback(self.0, cle::CL_COMPLETE, forward_status, key as *mut c_void)
         {
             Ok(()) => {
                 // This event may have failed already (then the driver may never call back).
-                super::forwards::register(self, target, key);
+                super::forwards::register(self, target, key, absorbs);
                 Ok(())
             }
             Err(code) => {

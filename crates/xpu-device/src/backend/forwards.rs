@@ -10,7 +10,9 @@
 //! unset user event failed on drop, a forward passing on a failure), after a forward is
 //! registered (its source may have failed already) and when [`super::live_objects`] is read.
 //! A failure set through a raw handle by foreign code reaches the targets at the next sweep.
-//! A target set twice keeps its first status (the callback and a sweep may both set it).
+//! A target set twice keeps its first status (the callback and a sweep may both set it). A
+//! forward of [`ClEvent::complete_when_over`] absorbs a failure: its target is completed
+//! (`CL_COMPLETE`) where another forward's would be failed.
 //!
 //! The driver's callback gets a key, not the target: the clone of the target it needs waits
 //! in [`TARGETS`], taken by the callback or, for a source that failed (whose callback PoCL
@@ -27,23 +29,38 @@ struct Forward {
     target: ClEvent,
     /// The key of the target's clone in [`TARGETS`], for the driver's callback.
     key: usize,
+    /// Whether a failed source completes the target instead of failing it
+    /// ([`ClEvent::complete_when_over`]).
+    absorbs: bool,
 }
 
-/// The targets' clones waiting for their source's callback, by key.
-static TARGETS: Mutex<Keyed<ClEvent>> = Mutex::new(Keyed::new());
+impl Forward {
+    /// The status the target gets when the source failed with `code`.
+    fn status_for(&self, code: i32) -> i32 {
+        if self.absorbs {
+            0
+        } else {
+            code
+        }
+    }
+}
+
+/// The targets' clones waiting for their source's callback, by key, with whether the forward
+/// absorbs a failure.
+static TARGETS: Mutex<Keyed<(ClEvent, bool)>> = Mutex::new(Keyed::new());
 
 /// Keeps a clone of `target` for a callback; returns its key (never 0).
-pub(super) fn hold_target(target: &ClEvent) -> usize {
+pub(super) fn hold_target(target: &ClEvent, absorbs: bool) -> usize {
     let clone = target.clone();
     TARGETS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .insert(clone)
+        .insert((clone, absorbs))
 }
 
-/// Takes the clone kept under `key`, if nobody took it yet (the caller releases it, outside
-/// the lock).
-pub(super) fn take_target(key: usize) -> Option<ClEvent> {
+/// Takes the clone kept under `key` and whether its forward absorbs a failure, if nobody took
+/// it yet (the caller releases it, outside the lock).
+pub(super) fn take_target(key: usize) -> Option<(ClEvent, bool)> {
     TARGETS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -68,9 +85,9 @@ static FORWARDS: Mutex<Forwards> = Mutex::new(Forwards {
 /// Keeps the forward from `source` to `target` until `source` is over. When `source` has
 /// failed already, sets `target` at once.
 /// `key` is the target's clone held for the callback ([`hold_target`]).
-pub(super) fn register(source: &ClEvent, target: &ClEvent, key: usize) {
+pub(super) fn register(source: &ClEvent, target: &ClEvent, key: usize, absorbs: bool) {
     if let Ok(EventStatus::Error(code)) = source.status() {
-        fail(target, code);
+        fail(target, if absorbs { 0 } else { code });
         // The driver may never call back for a failed source.
         drop(take_target(key));
         return;
@@ -83,6 +100,7 @@ pub(super) fn register(source: &ClEvent, target: &ClEvent, key: usize) {
             source: source.clone_unguarded(),
             target: target.clone(),
             key,
+            absorbs,
         });
         forwards.list.len() >= forwards.sweep_at
     };
@@ -93,10 +111,11 @@ pub(super) fn register(source: &ClEvent, target: &ClEvent, key: usize) {
     }
 }
 
-/// Sets the user event `target` to the error status `code`. A target already set (by the
-/// callback, or foreign code) refuses a second status: nothing to do then.
+/// Sets the user event `target` to the error status `code` (or `CL_COMPLETE`, 0, for a forward
+/// that absorbs failures). A target already set (by the callback, or foreign code) refuses a
+/// second status: nothing to do then.
 fn fail(target: &ClEvent, code: i32) {
-    if super::held::set_user_status(target.as_raw(), code).is_ok() {
+    if super::held::set_user_status(target.as_raw(), code).is_ok() && code < 0 {
         // The commands waiting on `target` failed too: they may be other forwards' sources.
         sweep();
     }
@@ -137,7 +156,7 @@ pub(super) fn sweep() {
         }
         for (forward, code) in failed {
             // See `fail`; the loop sweeps again instead of recursing.
-            let _ = super::held::set_user_status(forward.target.as_raw(), code);
+            let _ = super::held::set_user_status(forward.target.as_raw(), forward.status_for(code));
             // The driver may never call back for the failed source: its clone goes now.
             drop(take_target(forward.key));
         }

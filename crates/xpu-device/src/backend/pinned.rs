@@ -128,15 +128,16 @@ fn finished(event: &ClEvent) -> bool {
 /// Blocks until `event`'s command no longer runs (`clWaitForEvents`, which also flushes the
 /// event's queue). False when neither the wait nor a status query could tell (a failing
 /// driver).
-/// A user event of `context` (the context of `queue`) set as `event` ends (its status
-/// forwarded); `None` when it cannot be made.
+/// A user event of `context` (the context of `queue`) completed once `event`'s command is
+/// over, whether it completed or failed ([`ClEvent::complete_when_over`]); `None` when it
+/// cannot be made.
 fn bridge(
     event: &ClEvent,
     context: super::raw::cl_context,
     queue: &CommandQueue,
 ) -> Option<ClEvent> {
     let bridge = ClEvent::user_in(context, queue.frees_failed_events()).ok()?;
-    event.forward_to(&bridge).ok()?;
+    event.complete_when_over(&bridge).ok()?;
     Some(bridge)
 }
 
@@ -270,13 +271,15 @@ impl PinnedBuffer {
     /// Orders a new copy with `access`, about to be enqueued on `queue`, after the unfinished
     /// tracked copies it conflicts with on the host bytes (a device write conflicts with every
     /// copy, a device read with the device writes), so that two copies on different queues never
-    /// race on the bytes. Returns the events the new command waits for: the conflicting
-    /// events of `queue`'s context, and for each conflicting copy of another context (whose
-    /// event cannot be in the wait list, OpenCL 3.0 §5.11) a user event of `queue`'s context
-    /// that the copy's completion sets ([`ClEvent::forward_to`], as a cross-device stream wait
-    /// does), so the caller never waits on the host for another device's work; only when no
-    /// such bridge can be made is that copy waited for here. No driver call when nothing is in
-    /// flight.
+    /// race on the bytes. Returns the events the new command waits for: the conflicting copies
+    /// of `queue` itself, and for each conflicting copy of another queue or context (whose
+    /// event cannot be in the wait list of another context, OpenCL 3.0 §5.11) a user event of
+    /// `queue`'s context completed once that copy is over, whatever its status
+    /// ([`ClEvent::complete_when_over`]): the caller never waits on the host for another
+    /// device's work, and a copy that failed on another queue (nothing written) does not fail
+    /// this one, which the user did not make depend on it (review h41: an upload silently
+    /// dropped on a healthy stream). Only when no bridge can be made is that copy waited for
+    /// here. No driver call when nothing is in flight.
     ///
     /// # Errors
     /// A failed `clGetCommandQueueInfo` for the queue's context.
@@ -313,9 +316,16 @@ impl PinnedBuffer {
             let of_event =
                 opencl3::event::get_event_info(e.as_raw(), EVENT_CONTEXT).map(|i| i.to_ptr());
             match of_event {
-                Ok(c) if c == context as isize => same.push(e),
-                // Another context: a bridge in this one, set by the copy's completion (or
-                // failed by its failure).
+                // An earlier command of the same in-order queue: ordered by the queue itself
+                // (in the list all the same, as the driver would order it).
+                Ok(c)
+                    if c == context as isize
+                        && e.queue_raw().is_ok_and(|q| q == queue.as_raw()) =>
+                {
+                    same.push(e);
+                }
+                // Another queue or context: a bridge in this context, completed once that
+                // copy is over, whatever its status (its failure is its own queue's).
                 Ok(_) => match bridge(&e, context, queue) {
                     Some(bridge) => same.push(bridge),
                     None => wait_on_host(&e),
