@@ -192,10 +192,11 @@ fn command_buffer_enqueues_beside_failing_waits_do_not_end_the_process() {
 
 /// ff93060 un-ignored review h38's `concurrent_empty_wait_list_enqueues_and_failures_on_one_
 /// queue_do_not_end_the_process` and `..._with_every_event_held` as "10 of 10 pass now". Here
-/// they do not: each aborted 3 of 10 runs (SIGSEGV, `pocl_update_event_finished: Assertion
-/// 'cq->command_count > 0' failed`, `pocl_update_event_running_unlocked: Assertion
-/// 'event->status == CL_SUBMITTED' failed`), and xpu-event's un-ignored
-/// `record_event_beside_a_failing_wait_on_one_stream_does_not_end_the_process` 1 of 10
+/// they do not: each aborted 3 of 20 runs (3 in a first batch of 10, 0 in a second; SIGSEGV,
+/// `pocl_update_event_finished: Assertion 'cq->command_count > 0' failed`,
+/// `pocl_update_event_running_unlocked: Assertion 'event->status == CL_SUBMITTED' failed`),
+/// and xpu-event's un-ignored
+/// `record_event_beside_a_failing_wait_on_one_stream_does_not_end_the_process` 1 of 30
 /// (`Assertion 'pocl_command_is_ready (cmd->sync.event.event)' failed`). Since they are no
 /// longer ignored, each such run ends its whole test binary. This test is that shape
 /// (markers with an empty wait list beside failing waits) run three times in one process.
