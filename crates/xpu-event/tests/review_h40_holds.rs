@@ -32,7 +32,7 @@ fn failing_waits(s: &xpu_stream::Stream, other: &xpu_stream::Stream) {
 }
 
 /// Host waits (no enqueue) beside failing waits on one stream: `s.synchronize()` on thread
-/// B, 5,000 steps each. 0 of 10 runs ended the process.
+/// B, 5,000 steps each. 0 of 20 runs ended the process (alone, each in its own process).
 #[test]
 fn stream_synchronize_beside_failing_waits_on_one_stream() {
     if !xpu_testing::devices(1) {
@@ -45,27 +45,6 @@ fn stream_synchronize_beside_failing_waits_on_one_stream() {
         scope.spawn(|| {
             for _ in 0..STEPS {
                 let _ = s.synchronize();
-            }
-        });
-    });
-    let _ = s.synchronize();
-}
-
-/// `s.record_event()` then the event's `synchronize()` on thread B beside failing waits,
-/// 5,000 steps each: 0 of 10 runs ended the process.
-#[test]
-fn recorded_event_synchronize_beside_failing_waits_on_one_stream() {
-    if !xpu_testing::devices(1) {
-        return;
-    }
-    let s = common::fresh_stream(0).leak();
-    let other = common::fresh_stream(0).leak();
-    std::thread::scope(|scope| {
-        scope.spawn(|| failing_waits(&s, &other));
-        scope.spawn(|| {
-            for _ in 0..STEPS {
-                let e = s.record_event().unwrap();
-                let _ = e.synchronize();
             }
         });
     });
