@@ -65,11 +65,11 @@ fn failing_waits(dev: &xpu_device::Device, q: &xpu_device::backend::CommandQueue
 /// `u = create_user_event(); drop(q.enqueue_barrier(&[&u])); u.set_failed(-5)`; thread B
 /// `let _ = q.write(&buf, 0, &[7; 64])`. Then `q.finish()`.
 ///
-/// Observed: 12 of 30 runs aborted (batches: 4 of 10, 4 of 10, 4 of 10 interleaved with the old
-/// build below; `pocl_update_event_running_
-/// unlocked: Assertion 'event->status == CL_SUBMITTED' failed` or `pocl_update_event_finished:
-/// Assertion 'cq->command_count > 0' failed`). The same with `q.copy` / `q.fill` (no host wait) in thread
-/// B: 0 of 10 and 1 of 15. Not a regression: at 3f4bdc3 (before 5c3a043 and ff93060, the
+/// Observed: 12 of 30 runs aborted (batches: 4 of 10, 4 of 10, 4 of 10 interleaved with the
+/// old build below; `pocl_update_event_running_unlocked: Assertion 'event->status ==
+/// CL_SUBMITTED' failed` or `pocl_update_event_finished: Assertion 'cq->command_count > 0'
+/// failed`). The same with `q.copy` / `q.fill` (no host wait) in thread B: 0 of 10 and 1 of
+/// 15. Not a regression: at 3f4bdc3 (before 5c3a043 and ff93060, the
 /// blocking write a blocking `clEnqueueWriteBuffer` outside the exclusion) this test aborted 6
 /// of 10, interleaved with the new build's 4 of 10; the change did not close it.
 #[test]
