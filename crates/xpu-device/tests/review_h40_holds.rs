@@ -1,6 +1,12 @@
 //! Review h40: sequences expected to fail that held on commit 14b0fa5 (PoCL 3.1,
-//! `POCL_DEVICES="pthread pthread"`), kept as evidence. Run as threads of one process (the
-//! default); counts of separate runs in each test's comment.
+//! `POCL_DEVICES="pthread pthread"`), kept as evidence; counts of separate runs in each test's
+//! comment. Run them with nextest (a process per test): as threads of one process the file
+//! passed 5 of 6 runs; the other failed `a_failed_event_kept_behind_a_pending_one_...`'s
+//! reference count check, because another test of the process held a pending event meanwhile
+//! (that is `review_h40.rs`'s `failed_commands_are_not_kept_alive_by_an_unrelated_unset_user_
+//! event`). Left out as not holding: copies with an empty wait list beside failing waits
+//! (aborted 1 of 20 alone), and a command buffer behind a gate and a failing barrier with the
+//! gate opened after the failure (PoCL's gate-then-fail worker race, see below).
 
 mod common;
 
@@ -182,10 +188,14 @@ fn statuses_set_and_blocking_transfers_made_from_callbacks_do_not_hang() {
 }
 
 /// Single-thread orders of the two-thread findings of `review_h40.rs`: a command buffer
-/// enqueued behind a barrier whose user event is then failed, and behind a gate plus a failing
-/// barrier (gate opened after); a pinned buffer dropped (its unmap) behind a failing barrier;
-/// a pinned buffer made right after a failure. 1,000 rounds each held 3 of 3 (20,000 for the
-/// pinned ones).
+/// enqueued behind a barrier whose user event is then failed; a pinned buffer dropped (its
+/// unmap) behind a failing barrier. 1,000 rounds. (A pinned buffer made right after each
+/// failure is a finding of its own: `review_h40.rs`.)
+/// With a third shape in each round (a command buffer behind a gate and a failing barrier, the
+/// gate opened after the failure) the test aborted 3 of 10 runs (`pocl_update_event_running_
+/// unlocked: Assertion 'event->status == CL_SUBMITTED' failed`, `pocl_update_event_finished:
+/// Assertion 'event->status > CL_COMPLETE' failed`): the gate-then-fail race of PoCL's worker
+/// thread that review h38 found and ff93060 leaves open, so that shape was taken out.
 #[test]
 fn one_thread_orders_of_command_buffers_and_pinned_buffers_after_failures() {
     let Some((dev, ctx, q)) = common::device0_queue() else {
@@ -204,49 +214,13 @@ fn one_thread_orders_of_command_buffers_and_pinned_buffers_after_failures() {
             let e = cb.enqueue().unwrap();
             u.set_failed(-5).unwrap();
             drop((b, e));
-            let gate = dev.create_user_event().unwrap();
-            drop(q.enqueue_barrier(&[&gate]).unwrap());
-            let e1 = cb.enqueue().unwrap();
-            let u = dev.create_user_event().unwrap();
-            let b = q.enqueue_barrier(&[&u]).unwrap();
-            let e2 = cb.enqueue().unwrap();
-            u.set_failed(-5).unwrap();
-            drop((e1, b, e2));
-            gate.set_complete().unwrap();
         }
         let p = PinnedBuffer::new(ctx, &q, 64).unwrap();
         let u = dev.create_user_event().unwrap();
         drop(q.enqueue_barrier(&[&u]).unwrap());
         drop(p);
         u.set_failed(-5).unwrap();
-        drop(PinnedBuffer::new(ctx, &q, 64).unwrap());
     }
-    q.finish().unwrap();
-}
-
-/// Copies with an empty wait list beside failing waits on one queue (two threads, 20,000 steps
-/// each): 0 of 10 runs ended the process (fills: 1 of 15, so not listed as holding).
-#[test]
-fn copies_beside_failing_waits_on_one_queue() {
-    let Some((dev, ctx, q)) = common::device0_queue() else {
-        return;
-    };
-    let a = Buffer::new(ctx, 64, MemFlags::default()).unwrap();
-    let b = Buffer::new(ctx, 64, MemFlags::default()).unwrap();
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            for _ in 0..20_000 {
-                let u = dev.create_user_event().unwrap();
-                drop(q.enqueue_barrier(&[&u]).unwrap());
-                u.set_failed(-5).unwrap();
-            }
-        });
-        s.spawn(|| {
-            for _ in 0..20_000 {
-                drop(q.copy(&a, 0, &b, 0, 64, &[]).unwrap());
-            }
-        });
-    });
     q.finish().unwrap();
 }
 
@@ -279,4 +253,52 @@ fn live_events_return_to_baseline_after_forwards_failures_and_blocking_transfers
     assert!(matches!(b2.status().unwrap(), EventStatus::Error(_)));
     drop((b1, b2, f));
     assert!(events_back_to(base), "events {} > {base}", xpu_device::live_objects().events);
+}
+
+/// Change 2 under concurrent sweeps: 3,000 times a user event `u` forwarded to `t`, a
+/// barrier on `t`, `t` dropped, a clone `u2` kept and `u` dropped on another thread, while a
+/// third thread reads `live_objects()` (which sweeps the forwards) in a loop: `u2` is always
+/// still `Submitted`, and after `u2.set_complete()` the barrier always completes. Held 3 of 3.
+/// (A mix of this file's shapes, forwards from user events failed or dropped unset beside
+/// copies with `on_complete` and blocking reads on the same queue, 3,000 steps: when the run
+/// completed the live events and callbacks were back to the baseline, 3 of 3; 2 of 5 runs
+/// aborted in PoCL as the findings of `review_h40.rs`.)
+#[test]
+fn held_sources_are_never_failed_under_concurrent_sweeps() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let Some((dev, _, q)) = common::device0_queue() else {
+        return;
+    };
+    let stop = AtomicBool::new(false);
+    let bad = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = xpu_device::live_objects();
+            }
+        });
+        s.spawn(|| {
+            for _ in 0..3_000 {
+                let u = dev.create_user_event().unwrap();
+                let t = dev.create_user_event().unwrap();
+                u.forward_to(&t).unwrap();
+                let barrier = q.enqueue_barrier(&[&t]).unwrap();
+                drop(t);
+                let u2 = u.clone();
+                std::thread::spawn(move || drop(u)).join().unwrap();
+                if u2.status().unwrap() != EventStatus::Submitted {
+                    bad.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                u2.set_complete().unwrap();
+                barrier.wait().unwrap();
+                if barrier.status().unwrap() != EventStatus::Complete {
+                    bad.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    });
+    q.finish().unwrap();
+    assert_eq!(bad.load(Ordering::Relaxed), 0);
 }
