@@ -67,7 +67,10 @@ fn a_forward_does_not_fail_a_source_the_application_still_holds() {
     drop(u);
     let _ = xpu_device::live_objects();
     assert_eq!(u2.status().unwrap(), EventStatus::Submitted);
-    assert!(!matches!(barrier.status().unwrap(), EventStatus::Complete | EventStatus::Error(_)));
+    assert!(!matches!(
+        barrier.status().unwrap(),
+        EventStatus::Complete | EventStatus::Error(_)
+    ));
     u2.set_complete().unwrap();
     q.finish().unwrap();
     assert_eq!(barrier.status().unwrap(), EventStatus::Complete);
@@ -136,7 +139,10 @@ fn a_failed_event_kept_behind_a_pending_one_is_released_when_that_one_is_over() 
         unsafe { opencl3::event::retain_event(raw).unwrap() };
         drop(failed);
         let _ = xpu_device::live_objects();
-        assert!(refcount(raw) >= 2, "released while an earlier command is pending");
+        assert!(
+            refcount(raw) >= 2,
+            "released while an earlier command is pending"
+        );
         if gate_dropped {
             drop(gate);
         } else {
@@ -145,7 +151,11 @@ fn a_failed_event_kept_behind_a_pending_one_is_released_when_that_one_is_over() 
         q.finish().unwrap();
         drop((marker, u));
         let _ = xpu_device::live_objects();
-        assert_eq!(refcount(raw), 1, "gate dropped {gate_dropped}: still held by the runtime");
+        assert_eq!(
+            refcount(raw),
+            1,
+            "gate dropped {gate_dropped}: still held by the runtime"
+        );
         // SAFETY: the test's own reference, released once.
         unsafe { opencl3::event::release_event(raw).unwrap() };
     }
@@ -178,7 +188,9 @@ fn statuses_set_and_blocking_transfers_made_from_callbacks_do_not_hang() {
     let (q3, buf3) = (q.clone(), buf.clone());
     let r = within(move || {
         let mut out = vec![0u8; 64];
-        q3.read(&buf3, 0, &mut out).map(|()| out[0]).map_err(|e| e.to_string())
+        q3.read(&buf3, 0, &mut out)
+            .map(|()| out[0])
+            .map_err(|e| e.to_string())
     });
     opener.join().unwrap();
     assert!(r.is_some(), "the blocking read hung");
@@ -252,7 +264,11 @@ fn live_events_return_to_baseline_after_forwards_failures_and_blocking_transfers
     assert!(matches!(b1.status().unwrap(), EventStatus::Error(_)));
     assert!(matches!(b2.status().unwrap(), EventStatus::Error(_)));
     drop((b1, b2, f));
-    assert!(events_back_to(base), "events {} > {base}", xpu_device::live_objects().events);
+    assert!(
+        events_back_to(base),
+        "events {} > {base}",
+        xpu_device::live_objects().events
+    );
 }
 
 /// Change 2 under concurrent sweeps: 3,000 times a user event `u` forwarded to `t`, a
