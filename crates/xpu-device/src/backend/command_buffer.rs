@@ -543,7 +543,7 @@ impl CommandBuffer {
         }
         let mut event: raw::cl_event = ptr::null_mut();
         let _entry = super::at_exit::DriverEntry::enter("clEnqueueCommandBufferKHR")?;
-        let ticket = self.queue.ticket();
+        let ticket = self.queue.ticket([]);
         // SAFETY: a finalized command buffer created with simultaneous use, no queue list
         // (its own queue, kept alive by `self.queue`), no wait list, an event slot. Every
         // buffer and kernel its commands name is held by `self`; the kernels' obligations

@@ -15,8 +15,12 @@
 //! each user event ([`super::ClEvent::user`]) is registered here with one reference of its
 //! own, in order. An event that completed with success is released at the next pruning (its
 //! notifiers all completed before it). An event whose status is an error, or cannot be read,
-//! is released only once every event registered before it is over (complete, or failed):
-//! the events it waits on were all created before it. Pruning runs when the list has doubled
+//! is released only once every event that may list it is over (complete, or failed): the
+//! commands of its context created before it (its queue's previous command, the last command
+//! on one of its buffers, its wait list's commands) and the user events of its wait list. A
+//! user event it did not wait on, or another context's command, never lists it: an unset
+//! cancellation token or a closed gate does not keep failed commands (review h40: 100,000
+//! failures kept 67 MB). Pruning runs when the list has doubled
 //! since the last one, and whenever [`super::live_objects`] is read, so the list holds about
 //! as many events as are unfinished at once, plus the failed ones behind them. A failure
 //! still being passed on (see `held`) keeps the failed events. Nothing here waits; the lock is
@@ -27,7 +31,8 @@
 //! [`Ticket`] before its enqueue call (its first number) and is registered after the call
 //! returned (its last number), so an event created before another always has a first number
 //! below the other's last, whichever thread registers first. A failed event is released only
-//! when no event pending, and no ticket outstanding, has a first number below its last: a
+//! when no such event pending, and no ticket of its context outstanding, has a first number
+//! below its last: a
 //! command enqueued on another thread before a failed one (its queue's previous command) is
 //! waited for even while that thread has not registered it yet.
 //!
@@ -46,20 +51,27 @@ const EXECUTION_STATUS: u32 = 0x11D3;
 
 struct Order {
     events: Vec<Entry>,
-    /// The first numbers of the tickets taken and not registered or dropped yet.
-    outstanding: Vec<u64>,
+    /// The first numbers of the tickets taken and not registered or dropped yet, with their
+    /// queues' contexts.
+    outstanding: Vec<(u64, usize)>,
     /// The next number to hand out.
     next: u64,
     prune_at: usize,
 }
 
-/// A registered event and its numbers (see the module docs).
+/// A registered event, its numbers and what it may wait on (see the module docs).
 struct Entry {
     event: HeldEvent,
     /// Taken before the event was created.
     first: u64,
     /// Taken after the event was created.
     last: u64,
+    /// The context of a command's queue (0: unknown); unused for a user event.
+    context: usize,
+    /// A user event (it waits on nothing; commands wait on it only through their wait lists).
+    user: bool,
+    /// The events of the command's wait list, as handles (compared, never used).
+    waits: Vec<usize>,
 }
 
 static ORDER: Mutex<Order> = Mutex::new(Order {
@@ -73,44 +85,71 @@ fn order() -> MutexGuard<'static, Order> {
     ORDER.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A number taken before a command's enqueue call, handed to [`register`] with the command's
-/// event; dropped unused when the call failed. While it is outstanding, no failed event
-/// registered after it was taken is released.
+/// A number taken before a command's enqueue call, with the command's queue's context and
+/// wait list, handed to [`register`] with the command's event; dropped unused when the call
+/// failed. While it is outstanding, no failed command of that context registered after it was
+/// taken is released.
 #[must_use]
-pub(super) struct Ticket(u64);
+pub(super) struct Ticket {
+    first: u64,
+    context: usize,
+    waits: Vec<usize>,
+}
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut order = order();
-        if let Some(i) = order.outstanding.iter().position(|&n| n == self.0) {
-            order.outstanding.swap_remove(i);
-        }
+        forget_outstanding(&mut order, self.first);
     }
 }
 
-/// A ticket for a command about to be enqueued (see the module docs).
-pub(super) fn ticket() -> Ticket {
+fn forget_outstanding(order: &mut Order, first: u64) {
+    if let Some(i) = order.outstanding.iter().position(|&(n, _)| n == first) {
+        order.outstanding.swap_remove(i);
+    }
+}
+
+/// A ticket for a command about to be enqueued on a queue of `context` (0 when unknown) after
+/// the events `waits` (see the module docs).
+pub(super) fn ticket(context: usize, waits: impl IntoIterator<Item = raw::cl_event>) -> Ticket {
+    let waits = waits.into_iter().map(|e| e as usize).collect();
     let mut order = order();
-    let n = order.next;
+    let first = order.next;
     order.next += 1;
-    order.outstanding.push(n);
-    Ticket(n)
+    order.outstanding.push((first, context));
+    Ticket {
+        first,
+        context,
+        waits,
+    }
 }
 
 /// Registers the event `event` of the command enqueued under `ticket` (retained here; the
 /// caller keeps its own reference). Only lets the ticket go when the event cannot be retained.
 pub(super) fn register(event: raw::cl_event, ticket: Ticket) {
+    push(event, ticket, false);
+}
+
+/// Registers a user event just created (it waits on nothing, so it is in no notify list;
+/// a failed command that waited on it is kept while it is pending).
+pub(super) fn register_user(event: raw::cl_event) {
+    push(event, ticket(0, []), true);
+}
+
+fn push(event: raw::cl_event, mut ticket: Ticket, user: bool) {
     // SAFETY: the caller passes a live event it holds a reference to; this takes one more,
     // owned by the list.
     if unsafe { cle::retain_event(event) }.is_err() {
         return;
     }
-    let first = ticket.0;
+    let (first, context, waits) = (
+        ticket.first,
+        ticket.context,
+        std::mem::take(&mut ticket.waits),
+    );
     let over = {
         let mut order = order();
-        if let Some(i) = order.outstanding.iter().position(|&n| n == first) {
-            order.outstanding.swap_remove(i);
-        }
+        forget_outstanding(&mut order, first);
         // Taken out above, under the same lock as the entry's push.
         std::mem::forget(ticket);
         let last = order.next;
@@ -119,6 +158,9 @@ pub(super) fn register(event: raw::cl_event, ticket: Ticket) {
             event: HeldEvent(event),
             first,
             last,
+            context,
+            user,
+            waits,
         });
         if order.events.len() < order.prune_at {
             return;
@@ -126,11 +168,6 @@ pub(super) fn register(event: raw::cl_event, ticket: Ticket) {
         take_over(&mut order)
     };
     let _ = release_all(over);
-}
-
-/// Registers a user event just created (it waits on nothing, so it is in no notify list).
-pub(super) fn register_user(event: raw::cl_event) {
-    register(event, ticket());
 }
 
 /// Releases every registered event that may be freed now (see the module docs).
@@ -157,25 +194,36 @@ fn take_over(order: &mut Order) -> Vec<HeldEvent> {
                 .ok()
         })
         .collect();
-    let pending = order
+    let pending: Vec<&Entry> = order
         .events
         .iter()
         .zip(&status)
         .filter(|(_, s)| s.is_some_and(|s| s > 0))
-        .map(|(e, _)| e.first);
-    let oldest = oldest_unfinished(&order.outstanding, pending);
+        .map(|(e, _)| e)
+        .collect();
     let quiet = super::held::no_failure_in_progress();
-    let mut over = Vec::new();
-    let mut kept = Vec::with_capacity(order.events.len());
-    for (e, s) in order.events.drain(..).zip(status) {
-        match s {
+    // Whether each event may be released now.
+    let free: Vec<bool> = order
+        .events
+        .iter()
+        .zip(&status)
+        .map(|(e, s)| match s {
             // Completed with success: every event it waited on completed before it.
-            Some(0) => over.push(e.event),
-            Some(s) if s > 0 => kept.push(e),
-            // Failed (or unreadable): freed only when nothing created before it may still
-            // hold it in a notify list and no failure is being passed on.
-            _ if quiet && e.last < oldest => over.push(e.event),
-            _ => kept.push(e),
+            Some(0) => true,
+            Some(s) if *s > 0 => false,
+            // Failed (or unreadable): freed only when nothing that may still hold it in a
+            // notify list is pending and no failure is being passed on.
+            _ => quiet && !may_hold(e, &pending, &order.outstanding),
+        })
+        .collect();
+    drop(pending);
+    let mut over = Vec::new();
+    let mut kept = Vec::with_capacity(free.len());
+    for (e, free) in std::mem::take(&mut order.events).into_iter().zip(free) {
+        if free {
+            over.push(e.event);
+        } else {
+            kept.push(e);
         }
     }
     order.events = kept;
@@ -183,15 +231,24 @@ fn take_over(order: &mut Order) -> Vec<HeldEvent> {
     over
 }
 
-/// The lowest first number of the outstanding tickets and of the pending events (`pending`):
-/// a failed event whose last number is below it was created before all of them.
-fn oldest_unfinished(outstanding: &[u64], pending: impl Iterator<Item = u64>) -> u64 {
+/// Whether the failed event `failed` may still be in the notify list of a pending event
+/// (`pending`) or of a command not registered yet (`outstanding` tickets): a command of its
+/// context created before it (its queue's previous command, the last command on one of its
+/// buffers, one of its wait list), or a user event of its wait list. Another context's
+/// commands, and user events it did not wait on, never list it.
+fn may_hold(failed: &Entry, pending: &[&Entry], outstanding: &[(u64, usize)]) -> bool {
+    let same_context =
+        |context: usize| context == 0 || failed.context == 0 || context == failed.context;
     outstanding
         .iter()
-        .copied()
-        .chain(pending)
-        .min()
-        .unwrap_or(u64::MAX)
+        .any(|&(first, context)| first < failed.last && same_context(context))
+        || pending.iter().any(|x| {
+            if x.user {
+                failed.waits.contains(&(x.event.0 as usize))
+            } else {
+                x.first < failed.last && same_context(x.context)
+            }
+        })
 }
 
 #[cfg(test)]
@@ -243,9 +300,9 @@ mod tests {
         let gate = cle::create_user_event(ctx).expect("clCreateUserEvent");
         let failing = cle::create_user_event(ctx).expect("clCreateUserEvent");
 
-        let x_ticket = ticket();
+        let x_ticket = ticket(ctx as usize, [gate]);
         let x = marker(q, &[gate]);
-        let f_ticket = ticket();
+        let f_ticket = ticket(ctx as usize, [failing]);
         let f = marker(q, &[failing]);
         register(f, f_ticket);
         super::super::held::set_user_status(failing, -5).expect("clSetUserEventStatus");

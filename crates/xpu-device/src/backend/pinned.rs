@@ -91,7 +91,7 @@ unsafe impl Sync for Inner {}
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let ticket = self.queue.ticket();
+        let ticket = self.queue.ticket([]);
         // SAFETY: `ptr` is the pointer returned by our map of `buffer` on `queue`, unmapped
         // exactly once here (clEnqueueUnmapMemObject, §5.5.2). Copies that used the mapping
         // hold their own Arc until they complete (see `PinnedBuffer::track`), so none is in
@@ -190,7 +190,7 @@ impl PinnedBuffer {
             },
         )?;
         let mut mapped: opencl3::types::cl_mem = ptr::null_mut();
-        let ticket = queue.ticket();
+        let ticket = queue.ticket([]);
         // SAFETY: blocking map (CL_TRUE) of the whole live buffer; the pointer written to
         // `mapped` stays valid until the matching unmap in Inner::drop (clEnqueueMapBuffer,
         // OpenCL 3.0 §5.5.1).

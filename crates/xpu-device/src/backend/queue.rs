@@ -512,8 +512,15 @@ impl CommandQueue {
     /// On a queue whose driver [`CommandQueue::frees_failed_events`], the `notify_lists`
     /// ticket a command takes before its enqueue call (handed to
     /// [`CommandQueue::command_event`] with its event); `None` on other queues.
-    pub(super) fn ticket(&self) -> Option<super::notify_lists::Ticket> {
-        self.frees_failed_events().then(super::notify_lists::ticket)
+    pub(super) fn ticket(
+        &self,
+        waits: impl IntoIterator<Item = raw::cl_event>,
+    ) -> Option<super::notify_lists::Ticket> {
+        if !self.frees_failed_events() {
+            return None;
+        }
+        let context = self.context_raw().map_or(0, |c| c as usize);
+        Some(super::notify_lists::ticket(context, waits))
     }
 
     /// Refuses a buffer of another context than the queue's with `CL_INVALID_CONTEXT`, as
@@ -630,7 +637,7 @@ impl CommandQueue {
     ) -> Result<ClEvent, ClError> {
         let _entry = super::at_exit::DriverEntry::enter(function)?;
         let list = self.checked_wait_list(function, wait)?;
-        let ticket = self.ticket();
+        let ticket = self.ticket(list.0.iter().copied());
         let e = self.logged(&list, || {
             // SAFETY: the queue is live and `list` holds `list.count()` live events for the
             // call (clEnqueueMarkerWithWaitList and clEnqueueBarrierWithWaitList, §5.12).
@@ -662,7 +669,7 @@ impl CommandQueue {
         }
         let _entry = super::at_exit::DriverEntry::enter(function)?;
         let list = self.checked_wait_list(function, wait)?;
-        let ticket = self.ticket();
+        let ticket = self.ticket(list.0.iter().copied());
         let e = self.logged(&list, || cl(function, enqueue(&list)))?;
         Ok(self.command_event(e, ticket))
     }
@@ -830,7 +837,7 @@ impl CommandQueue {
         self.check_buffer_context(function, buffer)?;
         let (q, mem, blocking) = (self.0, buffer.as_raw(), u32::from(blocking));
         let (n, events) = (list.count(), list.ptr());
-        let ticket = self.ticket();
+        let ticket = self.ticket(list.0.iter().copied());
         let e = match host {
             // SAFETY: the queue and buffer are live, `list` outlives the call, and the ranges
             // are the caller's obligation (this function's `# Safety`).
@@ -1042,7 +1049,7 @@ impl CommandQueue {
         wait: &[&ClEvent],
     ) -> Result<ClEvent> {
         let mut e: raw::cl_event = ptr::null_mut();
-        let ticket = self.ticket();
+        let ticket = self.ticket(wait.iter().map(|w| w.as_raw()));
         // SAFETY: the kernel code's obligations are this function's `# Safety`, passed on;
         // `e` outlives the call and receives the command's event.
         unsafe { self.enqueue_nd_range(kernel, global, local, wait, &mut e)? };
