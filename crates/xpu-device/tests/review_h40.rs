@@ -36,16 +36,6 @@ const HANG_LIMIT: Duration = Duration::from_secs(10);
 /// Steps per thread of the two-thread tests.
 const STEPS: usize = 20_000;
 
-/// Runs `f` on a helper thread; `None` when it did not return within [`HANG_LIMIT`] (the
-/// thread is left blocked).
-fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(HANG_LIMIT).ok()
-}
-
 /// Thread A of every two-thread test: `STEPS` times a barrier on `q` waiting for a new user
 /// event, dropped, then the user event failed (-5).
 fn failing_waits(dev: &xpu_device::Device, q: &xpu_device::backend::CommandQueue) {
@@ -284,7 +274,7 @@ fn finish_returns_when_user_events_forwarded_to_each_other_are_dropped_unset() {
     let barrier = q.enqueue_barrier(&[&u]).unwrap();
     // The application's last handles: nobody can set either event from now on.
     drop((u, t));
-    let finished = within(move || q.finish());
+    let finished = common::within(HANG_LIMIT, move || q.finish());
     assert!(
         finished.is_some(),
         "finish hung: two user events forwarded to each other and dropped unset stay unset \
