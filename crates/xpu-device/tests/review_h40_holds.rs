@@ -125,7 +125,7 @@ fn a_forward_from_a_marker_whose_gate_is_dropped_unset_fails_its_target() {
 /// reference the test holds: 2 while pending, 1 after. Held 3 of 3.
 #[test]
 fn a_failed_event_kept_behind_a_pending_one_is_released_when_that_one_is_over() {
-    let Some((dev, _, q)) = common::device0_queue() else {
+    let Some((dev, _, q)) = common::device0_queue_in_child() else {
         return;
     };
     for gate_dropped in [false, true] {
@@ -159,6 +159,7 @@ fn a_failed_event_kept_behind_a_pending_one_is_released_when_that_one_is_over() 
         // SAFETY: the test's own reference, released once.
         unsafe { opencl3::event::release_event(raw).unwrap() };
     }
+    println!("scenario-ok");
 }
 
 /// Change 3 beside callbacks: an `on_complete` closure (on the callback thread) fails the user
@@ -242,10 +243,10 @@ fn one_thread_orders_of_command_buffers_and_pinned_buffers_after_failures() {
 /// a blocking write and read after the failure, then everything dropped.
 #[test]
 fn live_events_return_to_baseline_after_forwards_failures_and_blocking_transfers() {
-    let Some((dev, ctx, q)) = common::device0_queue() else {
+    let Some((dev, ctx, q)) = common::device0_queue_in_child() else {
         return;
     };
-    // Alone in its process (nextest) the baseline is exact.
+    // Alone in its child process the baseline is exact, under any test runner.
     let base = xpu_device::live_objects().events;
     let buf = Buffer::new(ctx, 64, MemFlags::default()).unwrap();
     let u = dev.create_user_event().unwrap();
@@ -269,6 +270,7 @@ fn live_events_return_to_baseline_after_forwards_failures_and_blocking_transfers
         "events {} > {base}",
         xpu_device::live_objects().events
     );
+    println!("scenario-ok");
 }
 
 /// Change 2 under concurrent sweeps: 3,000 times a user event `u` forwarded to `t`, a
