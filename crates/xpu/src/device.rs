@@ -29,7 +29,9 @@ pub fn init() -> Result<()> {
     Ok(())
 }
 
-/// True when at least one device is visible, as `torch.xpu.is_available`. Never fails and
+/// True when at least one device is visible, as `torch.xpu.is_available`. A CPU's OpenCL
+/// device counts: discovery takes every GPU, or the CPU devices (PoCL) when there is no GPU
+/// (`XPU_DEVICE_TYPE=gpu` to see GPUs only; `XPU_PLATFORM` to pick a platform). Never fails and
 /// creates no context, runs no queued call; it enumerates devices, which initializes the
 /// OpenCL driver: [`is_initialized`](crate::is_initialized) is true afterwards and a forked
 /// child is a bad fork (see the crate docs). In a bad fork child: the parent's answer.

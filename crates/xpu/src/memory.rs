@@ -107,7 +107,10 @@ stat_fn!(
     memory_allocated
 );
 stat_fn!(
-    /// Peak of [`memory_allocated`], as `torch.xpu.max_memory_allocated`.
+    /// Peak of [`memory_allocated`], as `torch.xpu.max_memory_allocated`. Exact when one
+    /// thread makes every call through one pool; otherwise an upper bound (torch's is exact):
+    /// the device's peak is the sum of each pool's, and a pool's the sum of its threads'
+    /// peaks, so that the hot path updates no shared counter.
     max_memory_allocated
 );
 stat_fn!(
@@ -116,7 +119,8 @@ stat_fn!(
     memory_reserved
 );
 stat_fn!(
-    /// Peak of [`memory_reserved`], as `torch.xpu.max_memory_reserved`.
+    /// Peak of [`memory_reserved`], as `torch.xpu.max_memory_reserved`; an upper bound as
+    /// [`max_memory_allocated`] when several pools reserve.
     max_memory_reserved
 );
 
