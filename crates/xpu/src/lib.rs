@@ -88,6 +88,8 @@
 //! | `get_device_properties(i)` | [`get_device_properties`] | yes |
 //! | `synchronize(i)` | [`synchronize`] (external streams included, as CUDA) | yes |
 //! | `current_stream(i)` | [`current_stream`] | yes |
+//! | `default_stream(i)` | [`default_stream`] (every thread's initial current stream, as CUDA's) | yes |
+//! | `Stream.priority_range()` | [`priority_range`] (`(1, -1)`) | no |
 //! | `set_stream(s)` | [`set_stream`] (switches to the stream's device, as Python's; `xpu_stream::set_stream` keeps C++ semantics) | yes |
 //! | `stream(s)` (context manager) | [`stream()`] → [`StreamGuard`] | yes |
 //! | `Stream(device, priority)` | [`new_stream`], [`xpu_stream::get_stream_from_pool`] | yes |
@@ -104,7 +106,8 @@
 //! | `set_per_process_memory_fraction(f, i)` | `set_per_process_memory_fraction` (0 < f ≤ 1) | yes |
 //! | `get_per_process_memory_fraction(i)` | [`get_per_process_memory_fraction`] | yes |
 //! | `except torch.OutOfMemoryError` | [`Error::is_out_of_memory`] | no |
-//! | `caching_allocator_alloc` / `caching_allocator_delete` | `xpu_alloc` `raw_alloc` / `raw_delete` | — |
+//! | `caching_allocator_alloc(size, device, stream)` / `caching_allocator_delete` | `caching_allocator_alloc(size, stream)` (the stream's device) / `caching_allocator_delete` | yes / no |
+//! | `host_memory_stats()`, `empty_host_cache()`, `reset_peak_host_memory_stats()`, `reset_accumulated_host_memory_stats()` | same names (the pinned-host allocator) | no |
 //! | `Tensor.record_stream(s)` | `xpu_alloc::record_stream` / `DataPtr::record_stream` (typed copies, `DeviceBuffer` methods and launches record a stream other than the allocation's themselves) | — |
 //! | `torch.empty(n, device=d)`, `Tensor.to(d, non_blocking=True)`, `Tensor.cpu()` | `DeviceBuffer::new` / `zeroed` / `from_slice`, `StreamMemoryExt` (`htod_copy`, `dtoh_sync_copy`, ...), `DeviceBuffer::to_vec`; the rest in `xpu_kernel::memory` | — |
 //! | `torch.empty(n, pin_memory=True)`, pinned `to(d, non_blocking=True)`, `to("cpu", non_blocking=True)` into pinned memory | `xpu_alloc::host_allocate` (bytes, current device) / `host_allocate_on` → `HostPtr`; `xpu_kernel::memory::copy_htod_pinned`, `copy_dtoh_pinned` (reading the `HostPtr` waits for the copy) | — |
@@ -209,7 +212,7 @@ pub use device::{
 pub use error::{Error, Result};
 #[cfg(feature = "alloc")]
 pub use memory::*;
-pub use stream::{current_stream, new_stream, set_stream, stream};
+pub use stream::{current_stream, default_stream, new_stream, priority_range, set_stream, stream};
 pub use xpu_device::{DeviceGuard, DeviceProperties, DeviceType, HasDevice};
 pub use xpu_event::{Event, EventFlags, StreamExt};
 pub use xpu_lazy::{is_in_bad_fork, is_initialized, lazy_call, lazy_init};

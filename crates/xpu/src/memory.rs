@@ -212,3 +212,56 @@ pub fn use_mem_pool(pool: &MemPool) -> Result<MemPoolGuard> {
     xpu_lazy::lazy_init()?;
     Ok(xpu_alloc::use_mem_pool(pool)?)
 }
+
+/// Allocates `size` bytes from the caching allocator on `stream` (`None`: the current device's
+/// current stream), as `torch.cuda.caching_allocator_alloc`: a raw pointer that stays
+/// allocated until [`caching_allocator_delete`]. Initializes the runtime.
+///
+/// # Errors
+/// Initialization errors; the allocator's errors (out of memory, a size over the device's
+/// limit).
+pub fn caching_allocator_alloc(
+    size: u64,
+    stream: Option<&xpu_stream::Stream>,
+) -> Result<DevicePtr> {
+    xpu_lazy::lazy_init()?;
+    Ok(match stream {
+        Some(stream) => xpu_alloc::raw_alloc_with_stream(size, stream)?,
+        None => xpu_alloc::raw_alloc(size)?,
+    })
+}
+
+/// Frees a pointer of [`caching_allocator_alloc`], as `torch.cuda.caching_allocator_delete`; a
+/// null pointer is ignored.
+///
+/// # Errors
+/// "invalid device pointer" for a pointer the allocator did not hand out (or freed already);
+/// `BadFork` in a bad fork child.
+pub fn caching_allocator_delete(ptr: DevicePtr) -> Result<()> {
+    Ok(xpu_alloc::raw_delete(ptr)?)
+}
+
+/// Statistics of the caching pinned-host allocator, as `torch.cuda.host_memory_stats` (typed;
+/// times in microseconds, as torch's). All zero before any pinned allocation and in a bad
+/// fork child.
+#[must_use]
+pub fn host_memory_stats() -> xpu_alloc::HostMemoryStats {
+    xpu_alloc::host_memory_stats()
+}
+
+/// Releases the pinned-host allocator's cached blocks whose copies completed, as
+/// `torch.cuda.empty_host_cache`. Does nothing in a bad fork child.
+pub fn empty_host_cache() {
+    xpu_alloc::host_empty_cache();
+}
+
+/// Resets the peaks of [`host_memory_stats`], as `torch.cuda.reset_peak_host_memory_stats`.
+pub fn reset_peak_host_memory_stats() {
+    xpu_alloc::host_reset_peak_stats();
+}
+
+/// Resets the accumulated values of [`host_memory_stats`], as
+/// `torch.cuda.reset_accumulated_host_memory_stats`.
+pub fn reset_accumulated_host_memory_stats() {
+    xpu_alloc::host_reset_accumulated_stats();
+}

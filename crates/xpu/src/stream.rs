@@ -1,4 +1,5 @@
-//! Streams: `torch.xpu.current_stream`, `set_stream`, `stream`, `Stream(priority=...)`.
+//! Streams: `torch.xpu.current_stream`, `default_stream`, `set_stream`, `stream`,
+//! `Stream(priority=...)`, `Stream.priority_range`.
 
 use xpu_stream::{Stream, StreamGuard};
 
@@ -52,4 +53,23 @@ pub fn new_stream(device: Option<usize>, priority: i32) -> Result<Stream> {
     xpu_lazy::lazy_init()?;
     let index = device.unwrap_or_else(xpu_device::current_device);
     Ok(xpu_stream::get_stream_from_pool(priority, index)?)
+}
+
+/// The default stream of `device` (`None` = current device), as `torch.cuda.default_stream`:
+/// a queue of normal priority that the pool never hands out, and every thread's initial
+/// current stream. Initializes the runtime.
+///
+/// # Errors
+/// Initialization errors; `InvalidDevice`.
+pub fn default_stream(device: Option<usize>) -> Result<Stream> {
+    xpu_lazy::lazy_init()?;
+    let index = device.unwrap_or_else(xpu_device::current_device);
+    Ok(xpu_stream::default_stream(index)?)
+}
+
+/// The `(lowest, highest)` stream priorities, as `torch.xpu.Stream.priority_range`: `(1, -1)`
+/// (a lower number is a higher priority, as CUDA's; CUDA's own range is device-specific).
+/// Needs no initialization.
+pub fn priority_range() -> (i32, i32) {
+    xpu_stream::priority_range()
 }
