@@ -212,16 +212,18 @@ impl DeviceAllocator {
     /// As [`DeviceAllocator::allocate`].
     pub fn raw_alloc(&self, size: u64, stream: &Stream) -> Result<DevicePtr, AllocError> {
         let ptr = self.allocate(size, stream)?;
-        Ok(DevicePtr::new(self.device, self.core.adopt_raw(ptr)))
+        let address = self.core.adopt_raw(ptr);
+        Ok(DevicePtr::owned(self.device, address, self.core.id()))
     }
 
     /// Frees a pointer from [`DeviceAllocator::raw_alloc`].
     ///
     /// # Errors
-    /// [`AllocError::InvalidDevicePointer`] for a pointer not live from `raw_alloc` here.
+    /// [`AllocError::InvalidDevicePointer`] for a pointer not live from `raw_alloc` here (one
+    /// that names another allocator included, whatever its address).
     pub fn raw_delete(&self, ptr: DevicePtr) -> Result<(), AllocError> {
         check_fork()?;
-        if ptr.device() != self.device && !ptr.is_null() {
+        if (ptr.device() != self.device || !ptr.may_belong_to(self.core.id())) && !ptr.is_null() {
             return Err(AllocError::InvalidDevicePointer {
                 address: ptr.address(),
             });

@@ -19,6 +19,16 @@ use crate::stream::StreamKey;
 struct Inner {
     cache: CachingAllocator<ClBackend>,
     raw: RawTable,
+    /// Unique in the process (never 0): what a [`DevicePtr`](crate::DevicePtr) of this
+    /// allocator's raw table names as its owner.
+    id: u64,
+}
+
+/// The next [`DeviceCore::id`].
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The caching allocator of one device over any [`SegmentSource`](crate::SegmentSource) of this crate's memory
@@ -41,6 +51,7 @@ impl DeviceCore {
             inner: Arc::new(Inner {
                 cache: CachingAllocator::new(source, config),
                 raw: RawTable::default(),
+                id: next_id(),
             }),
         }
     }
@@ -58,6 +69,7 @@ impl DeviceCore {
             inner: Arc::new(Inner {
                 cache: CachingAllocator::with_setup(source, config, history, Some(deferred_drop)),
                 raw: RawTable::default(),
+                id: next_id(),
             }),
         }
     }
@@ -70,6 +82,15 @@ impl DeviceCore {
             self.inner.raw.insert(address, ptr);
         }
         address
+    }
+
+    /// The allocator's identity, unique in the process and never 0 (clones share it): the
+    /// owner its raw pointers name, so that another allocator's pointer at the same address
+    /// (every allocator of a device numbers its addresses from the same base) is refused
+    /// rather than taken for one of its own.
+    #[must_use]
+    pub fn id(&self) -> u64 {
+        self.inner.id
     }
 
     /// The backend-independent allocator inside.

@@ -229,7 +229,9 @@ pub fn with_raw_view<R>(
 ) -> Result<R, AllocError> {
     check_fork()?;
     match existing(ptr.device()) {
-        Ok(Some(a)) => a.core().with_raw(ptr.address(), |d| d.view().map(f))?,
+        Ok(Some(a)) if ptr.may_belong_to(a.core().id()) => {
+            a.core().with_raw(ptr.address(), |d| d.view().map(f))?
+        }
         _ => Err(AllocError::InvalidDevicePointer {
             address: ptr.address(),
         }),
@@ -251,7 +253,7 @@ pub fn raw_cl_mem_and_offset(
 ) -> Result<(xpu_device::backend::raw::cl_mem, u64), AllocError> {
     check_fork()?;
     match existing(ptr.device()) {
-        Ok(Some(a)) => a
+        Ok(Some(a)) if ptr.may_belong_to(a.core().id()) => a
             .core()
             .with_raw(ptr.address(), DataPtr::cl_mem_and_offset)?,
         _ => Err(AllocError::InvalidDevicePointer {
