@@ -35,6 +35,9 @@ const LIMIT: Duration = Duration::from_secs(10);
 /// releases it, which the test does afterwards so that it ends. The module docs of `forwards`
 /// name the limit ("a failure set through a raw handle by foreign code reaches the targets at
 /// the next sweep"), but there may be no next sweep: a process with no other failure hangs.
+// Fixed (2026-12-06): `CommandQueue::finish` of a PoCL-before-4.0 queue sweeps the forwards
+// first, so a foreign failure set before it reaches the bridge. A foreign failure set while a
+// `finish` already waits still reaches it only at the next sweep (documented in `forwards`).
 #[test]
 fn a_foreign_failure_of_a_download_hangs_the_upload_of_another_queue() {
     let Some((dev, ctx, qa)) = common::device0_queue() else {

@@ -569,6 +569,14 @@ impl CommandQueue {
     /// # Errors
     /// A failed `clFinish`, or the kept release failure.
     pub fn finish(&self) -> Result<(), ClError> {
+        if self.frees_failed_events() {
+            // A failure set through a raw handle by foreign code is passed on to the forwards'
+            // targets only by a sweep (PoCL before 4.0 makes no callback for a failed
+            // command): one now, so that a command of this queue waiting on such a target does
+            // not keep the `clFinish` below waiting (review h43). No driver call while no
+            // forward is pending.
+            super::forwards::sweep();
+        }
         let covered = self.1.waits.before_finish();
         cl("clFinish", clq::finish(self.0))?;
         if let Some(covered) = covered {
