@@ -227,6 +227,18 @@ pub(super) fn wrapper_created(queue: raw::cl_command_queue) {
     }
 }
 
+/// `clFlush` of `queue` when a [`CommandQueue`] wrapper of it is alive, else nothing (a raw
+/// handle read from an event may name a queue whose last reference is gone). Under the
+/// registry's lock, which a wrapper's drop takes before it releases its reference, so the
+/// queue stays alive for the call; `clFlush` runs no callback of the runtime.
+pub(super) fn flush_if_wrapped(queue: raw::cl_command_queue) {
+    let addr = queue as QueueAddr;
+    let queues = QUEUES.lock();
+    if queues.iter().any(|&(q, n)| q == addr && n > 0) {
+        let _ = opencl3::command_queue::flush(queue);
+    }
+}
+
 /// Counts one wrapper of `queue` less (before it releases its reference).
 pub(super) fn wrapper_dropped(queue: raw::cl_command_queue) {
     let addr = queue as QueueAddr;

@@ -138,6 +138,12 @@ fn bridge(
 ) -> Option<ClEvent> {
     let bridge = ClEvent::user_in(context, queue.frees_failed_events()).ok()?;
     event.complete_when_over(&bridge).ok()?;
+    // The bridge is set once that copy is over, so its queue must run it: OpenCL guarantees
+    // progress of a command waited on from another queue only after a flush of its own
+    // (OpenCL 3.0 §5.15; a host wait flushed it before, review h43).
+    if let Ok(queue) = event.queue_raw() {
+        super::at_exit::flush_if_wrapped(queue);
+    }
     Some(bridge)
 }
 
