@@ -24,8 +24,6 @@ use super::{cl, release, Buffer, ClEvent, CommandQueue, Context, EventStatus, Me
 use crate::error::{DeviceError, Result};
 
 const MAP_READ_WRITE: u64 = 1 | 2;
-/// `CL_EVENT_CONTEXT`.
-const EVENT_CONTEXT: u32 = 0x11D4;
 
 /// What a tracked copy does with the host bytes of a pinned buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,8 +129,10 @@ fn finished(event: &ClEvent) -> bool {
 /// A user event of `context` (the context of `queue`) completed once `event`'s command is
 /// over, whether it completed or failed ([`ClEvent::complete_when_over`]); `None` when it
 /// cannot be made.
+/// `event_queue` is `event`'s queue.
 fn bridge(
     event: &ClEvent,
+    event_queue: super::raw::cl_command_queue,
     context: super::raw::cl_context,
     queue: &CommandQueue,
 ) -> Option<ClEvent> {
@@ -141,9 +141,7 @@ fn bridge(
     // The bridge is set once that copy is over, so its queue must run it: OpenCL guarantees
     // progress of a command waited on from another queue only after a flush of its own
     // (OpenCL 3.0 §5.15; a host wait flushed it before, review h43).
-    if let Ok(queue) = event.queue_raw() {
-        super::at_exit::flush_if_wrapped(queue);
-    }
+    super::at_exit::flush_if_wrapped(event_queue);
     Some(bridge)
 }
 
@@ -319,20 +317,13 @@ impl PinnedBuffer {
         let context = queue.context_raw()?;
         let mut same = Vec::with_capacity(events.len());
         for e in events {
-            let of_event =
-                opencl3::event::get_event_info(e.as_raw(), EVENT_CONTEXT).map(|i| i.to_ptr());
-            match of_event {
+            match e.queue_raw() {
                 // An earlier command of the same in-order queue: ordered by the queue itself
                 // (in the list all the same, as the driver would order it).
-                Ok(c)
-                    if c == context as isize
-                        && e.queue_raw().is_ok_and(|q| q == queue.as_raw()) =>
-                {
-                    same.push(e);
-                }
+                Ok(q) if q == queue.as_raw() => same.push(e),
                 // Another queue or context: a bridge in this context, completed once that
                 // copy is over, whatever its status (its failure is its own queue's).
-                Ok(_) => match bridge(&e, context, queue) {
+                Ok(q) => match bridge(&e, q, context, queue) {
                     Some(bridge) => same.push(bridge),
                     None => wait_on_host(&e),
                 },

@@ -294,6 +294,17 @@ impl CommandQueue {
         CommandQueue::counted(raw)
     }
 
+    /// The wait list of a non-blocking command that waits on nothing but the queue's earlier
+    /// commands: on PoCL before 4.0 it holds the read side of the failure exclusion (see
+    /// `held`) until the enqueue call returned, as a list with events does.
+    fn empty_wait_list(&self) -> WaitList {
+        // An empty list still orders the command after the queue's previous one, in whose
+        // notify list PoCL 3.1 enters it: a failure passed on by another thread meanwhile
+        // races that entry (review h38: SIGSEGV and PoCL assertions, 8 of 10 runs).
+        let excluded = self.frees_failed_events().then(super::held::enqueue_side);
+        WaitList(Vec::new(), None, Cell::new(excluded))
+    }
+
     /// The raw wait list of a command of this queue. Events of another context are refused
     /// with `CL_INVALID_CONTEXT`, as OpenCL 3.0 §5.13 specifies for every enqueue call: PoCL
     /// accepts them without checking. Costs one info query per event (none for an empty
@@ -307,17 +318,6 @@ impl CommandQueue {
     /// again: the command would stay queued forever, and so would every later `finish` of its
     /// queue (review h32). A failure that starts between this check and the enqueue call is
     /// not caught.
-    /// The wait list of a non-blocking command that waits on nothing but the queue's earlier
-    /// commands: on PoCL before 4.0 it holds the read side of the failure exclusion (see
-    /// `held`) until the enqueue call returned, as a list with events does.
-    fn empty_wait_list(&self) -> WaitList {
-        // An empty list still orders the command after the queue's previous one, in whose
-        // notify list PoCL 3.1 enters it: a failure passed on by another thread meanwhile
-        // races that entry (review h38: SIGSEGV and PoCL assertions, 8 of 10 runs).
-        let excluded = self.frees_failed_events().then(super::held::enqueue_side);
-        WaitList(Vec::new(), None, Cell::new(excluded))
-    }
-
     fn checked_wait_list(
         &self,
         function: &'static str,
