@@ -85,6 +85,38 @@ fn the_exit_drain_waits_for_live_queues_within_its_limit() {
     q.finish().unwrap();
 }
 
+/// The exit drain waits for the commands of a queue whose last wrapper was dropped: a program
+/// that drops its queue (or a thread that ends, unwinding) with work queued and then returns
+/// must not reach the libraries' teardown while PoCL still compiles that work. It did not
+/// wait: the registry forgot a queue with its last wrapper (a core dump of review h33's
+/// backlog child, 1 of 39 here, 2026-12-06: the main thread in LLVM's exit destructors, a
+/// PoCL worker compiling a kernel of a thread's dropped queue, `PMDataManager::
+/// recordAvailableAnalysis`, SIGSEGV).
+#[test]
+fn the_exit_drain_waits_for_a_dropped_queues_commands() {
+    use std::time::Duration;
+    use xpu_device::backend::{at_exit, ClEvent};
+
+    let Some((_, ctx, q)) = common::device0_queue() else {
+        return;
+    };
+    let gate = ClEvent::user(ctx).unwrap();
+    let held = q.enqueue_marker(&[&gate]).unwrap();
+    q.flush().unwrap();
+    drop(q);
+    assert!(
+        !at_exit::drain(Duration::from_millis(50)),
+        "drained while a dropped queue's command waits for its gate"
+    );
+    assert!(!held.is_complete().unwrap());
+    gate.set_complete().unwrap();
+    assert!(
+        at_exit::drain(Duration::from_secs(10)),
+        "gate set, the dropped queue still busy"
+    );
+    assert!(held.is_complete().unwrap());
+}
+
 /// On a CPU device (PoCL) the exit's drain waits for a queue that is still working, past its
 /// idle limit: the driver's threads use CPU time (review h33's backlog: a fixed bound let the
 /// exit tear LLVM down under PoCL's workers). A gated queue on which nothing works is still

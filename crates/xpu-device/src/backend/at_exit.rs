@@ -7,15 +7,26 @@
 //! more of 40 runs of `xpu-burn`'s `exit_with_work_in_flight` test (2026-12-04). CUDA's
 //! runtime lets a process exit with work in flight; a safe program must be able to.
 //!
-//! How: the first queue the backend wraps registers an exit handler with `atexit` (after the driver
-//! is loaded, so it runs before the libraries' destructors, which glibc runs last). Every
-//! wrapper of a queue is counted in a registry. At exit, the handler enqueues a marker on every
-//! live queue, flushes it and polls the markers until all are over, as long as the process
-//! makes progress ([`drain_while_busy`]): it gives up after [`DRAIN_LIMIT`] without CPU work
-//! on the driver's threads (a busy thread of the program does not count, review h37) (a queue held by a user event that nobody will set cannot
-//! hang the exit), or after [`DRAIN_CAP`] in all (PoCL working through a backlog of kernels
-//! to compile is waited for: review h33, 4 of 22 processes died under a fixed 2 s bound). Nothing
-//! is drained in a bad fork child (the queues belong to the parent).
+//! How: the first queue the backend wraps registers an exit handler with `on_exit` (glibc;
+//! `atexit` elsewhere), after the driver is loaded, so it runs before the libraries'
+//! destructors, which glibc runs last. Every wrapper of a queue is counted in a registry; a
+//! queue whose last wrapper is dropped stays in it, with a marker after its last command,
+//! until that marker is over (a program that drops its queue with kernels still to compile,
+//! or a thread that unwinds, and then returns: the drain did not wait for that work, and a
+//! core dump of review h33's backlog child showed LLVM's exit destructors under a PoCL worker
+//! compiling a kernel of such a queue, 2026-12-06). At exit, the handler enqueues a marker on
+//! every live queue, flushes it and polls the markers (and the dropped queues') until all are
+//! over, as long as the process makes progress ([`drain_while_busy`]): it gives up after
+//! [`DRAIN_LIMIT`] without CPU work on the driver's threads (a busy thread of the program does
+//! not count, review h37) (a queue held by a user event that nobody will set cannot hang the
+//! exit), or after [`DRAIN_CAP`] in all (PoCL working through a backlog of kernels to compile
+//! is waited for: review h33, 4 of 22 processes died under a fixed 2 s bound). Given up at
+//! the cap, the driver is still working, and the libraries' destructors would run under its
+//! compiles (review h37's backlog longer than the cap: SIGSEGV after the 30 s wait in a CI
+//! run, 2026-12-06): the process then ends at once with its exit status (`_exit`, stdio
+//! flushed), skipping the exit handlers registered before this one and the libraries'
+//! destructors, as a process ending with CUDA work in flight abandons that work. Nothing is
+//! drained in a bad fork child (the queues belong to the parent).
 //!
 //! Other threads (review h30, `xpu-burn/tests/review_h30_exit_with_threads.rs`): `main` may
 //! return while other threads still enqueue and build programs. Every enqueue and build of
@@ -56,7 +67,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{raw, CommandQueue, EventStatus};
+use super::{raw, ClEvent, CommandQueue, EventStatus};
 use crate::error::{ClError, CODE_PROCESS_EXITING};
 
 /// How long an exit drain waits for the queues' commands without progress: it gives up once
@@ -69,8 +80,9 @@ pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 
 /// The longest the exit drain waits while the process makes progress (PoCL still compiling
 /// and running a backlog of kernels: with a fixed 2 s bound, 4 of 22 processes of review
-/// h33's backlog test died under LLVM's destructors). An exit from the main thread drains
-/// once (the main thread's guard, or else the exit handler). A thread the program started
+/// h33's backlog test died under LLVM's destructors); past it, the process ends at once with
+/// its exit status (see the module docs). An exit from the main thread drains once (the main
+/// thread's guard, or else the exit handler). A thread the program started
 /// while the devices were enumerated counts as the driver's: if it computes on the CPU while
 /// the queues are held, such an exit waits up to this cap (other threads count only where no
 /// driver thread is known).
@@ -82,6 +94,14 @@ type QueueAddr = usize;
 
 /// Live queues: each handle with the number of wrappers ([`CommandQueue`]s) that hold it.
 static QUEUES: Mutex<Vec<(QueueAddr, usize)>> = Mutex::new(Vec::new());
+
+/// Queues whose last wrapper was dropped while their commands may still run, each with a
+/// reference of its own and a marker after its last command (`None`: none could be enqueued,
+/// the exit's drain enqueues one). A program that drops its queue (or a thread that unwinds)
+/// with kernels still to compile and then returns must be drained as a live queue is (a core
+/// dump of review h33's backlog child: LLVM's exit destructors under a PoCL worker compiling a
+/// kernel of a dropped queue). Lock order: [`QUEUES`], then this.
+static RETIRED: Mutex<Vec<(QueueAddr, Option<ClEvent>)>> = Mutex::new(Vec::new());
 
 static REGISTER: Once = Once::new();
 
@@ -131,7 +151,17 @@ impl Drop for MainThreadExit {
         // The process exits (glibc drops the main thread's locals in `exit` only): the exit
         // handler's work, before any exit handler ran, LLVM's late-registered destructors
         // among them.
-        drain_at_exit();
+        if exit_drain() {
+            // Given up at the cap with the driver still working: a handler registered now
+            // runs first of all (glibc runs a handler registered during the exit next), with
+            // the exit status, and ends the process before LLVM's destructors.
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            // SAFETY: `end_now_at_exit` never unwinds and touches no state that exit tears
+            // down before it runs.
+            unsafe {
+                on_exit(end_now_at_exit, std::ptr::null_mut());
+            }
+        }
     }
 }
 
@@ -211,9 +241,43 @@ pub(super) fn exiting_elsewhere() -> bool {
 
 /// Registers the exit handler: it runs before every handler registered before it.
 fn register() {
-    // SAFETY: `drain_at_exit` is an `extern "C" fn()` that never unwinds (it catches panics)
-    // and touches only statics that live for the whole process.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `drain_at_exit` never unwinds (it catches panics) and touches only statics that
+    // live for the whole process.
+    let _ = unsafe { on_exit(drain_at_exit, std::ptr::null_mut()) };
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    // SAFETY: as above.
     let _ = unsafe { libc::atexit(drain_at_exit) };
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+extern "C" {
+    /// glibc's `on_exit(3)`: `atexit` whose function also gets the exit status.
+    fn on_exit(
+        function: extern "C" fn(libc::c_int, *mut libc::c_void),
+        arg: *mut libc::c_void,
+    ) -> libc::c_int;
+}
+
+#[cfg_attr(not(all(target_os = "linux", target_env = "gnu")), allow(dead_code))]
+/// Ends the process at once with `status` (`_exit`), stdio flushed: the exit handlers
+/// registered before this one and the libraries' destructors do not run. For an exit whose
+/// drain gave up at [`DRAIN_CAP`] with the driver still working: those destructors (LLVM's)
+/// would run under PoCL's compiles (review h37's backlog longer than the cap: SIGSEGV after
+/// the 30 s wait in a CI run, 2026-12-06), as a process ending with CUDA work in flight
+/// abandons it.
+fn end_now(status: libc::c_int) -> ! {
+    // SAFETY: fflush(NULL) flushes every open output stream; _exit ends the process and never
+    // returns.
+    unsafe {
+        libc::fflush(std::ptr::null_mut());
+        libc::_exit(status)
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+extern "C" fn end_now_at_exit(status: libc::c_int, _: *mut libc::c_void) {
+    end_now(status);
 }
 
 /// Counts one more wrapper of `queue`; registers the exit handler at the first.
@@ -239,28 +303,112 @@ pub(super) fn flush_if_wrapped(queue: raw::cl_command_queue) {
     }
 }
 
-/// Counts one wrapper of `queue` less (before it releases its reference).
-pub(super) fn wrapper_dropped(queue: raw::cl_command_queue) {
+/// Whether the wrapper of `queue` being dropped is its last one (a clone may be made meanwhile:
+/// then [`wrapper_dropped`] keeps it counted and its `retire` is dropped unused).
+pub(super) fn is_last_wrapper(queue: raw::cl_command_queue) -> bool {
     let addr = queue as QueueAddr;
-    let mut queues = QUEUES.lock();
-    if let Some(i) = queues.iter().position(|(q, _)| *q == addr) {
-        queues[i].1 -= 1;
-        if queues[i].1 == 0 {
-            queues.swap_remove(i);
+    QUEUES.lock().iter().any(|&(q, n)| q == addr && n == 1)
+}
+
+/// Counts one wrapper of `queue` less (before it releases its reference). At the last, with
+/// `retire` given (a marker after the queue's last command, or `None` where none could be
+/// enqueued), the queue moves to [`RETIRED`] with a reference of its own: the exit still
+/// waits for its commands.
+pub(super) fn wrapper_dropped(queue: raw::cl_command_queue, retire: Option<Option<ClEvent>>) {
+    let addr = queue as QueueAddr;
+    let mut unused = None;
+    {
+        let mut queues = QUEUES.lock();
+        if let Some(i) = queues.iter().position(|(q, _)| *q == addr) {
+            queues[i].1 -= 1;
+            if queues[i].1 == 0 {
+                queues.swap_remove(i);
+                if let Some(marker) = retire {
+                    // SAFETY: the dropping wrapper still holds its reference, so the queue is
+                    // live; this reference is released by `prune_retired`.
+                    if unsafe { opencl3::command_queue::retain_command_queue(queue) }.is_ok() {
+                        RETIRED.lock().push((addr, marker));
+                    }
+                }
+            } else {
+                unused = retire;
+            }
         }
+    }
+    drop(unused);
+    prune_retired();
+}
+
+/// Releases the retired queues whose marker is over (each with its marker), outside the
+/// registry's locks; a queue retired without a marker stays until the exit's drain.
+pub(super) fn prune_retired() {
+    if crate::fork_state::in_bad_fork() {
+        // The queues belong to the parent: no driver call here.
+        return;
+    }
+    let over: Vec<(QueueAddr, Option<ClEvent>)> = {
+        let mut retired = RETIRED.lock();
+        if retired.is_empty() {
+            return;
+        }
+        let mut over = Vec::new();
+        let mut i = 0;
+        while i < retired.len() {
+            let done = retired[i].1.as_ref().is_some_and(|m| !pending(m));
+            if done {
+                over.push(retired.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        over
+    };
+    for (addr, marker) in over {
+        drop(marker);
+        // SAFETY: `wrapper_dropped` retained this reference for the registry; nothing else
+        // uses it.
+        let _ =
+            unsafe { opencl3::command_queue::release_command_queue(addr as raw::cl_command_queue) };
     }
 }
 
+/// Whether `marker` may still run (queued, submitted or running; an error reads as over).
+fn pending(marker: &ClEvent) -> bool {
+    matches!(
+        marker.status(),
+        Ok(EventStatus::Queued | EventStatus::Submitted | EventStatus::Running)
+    )
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+extern "C" fn drain_at_exit(status: libc::c_int, _: *mut libc::c_void) {
+    if exit_drain() {
+        end_now(status);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 extern "C" fn drain_at_exit() {
+    exit_drain();
+}
+
+/// The exit's work, once per process (not in a bad fork child): stops the other threads'
+/// driver calls, then drains the queues. Returns whether the drain gave up at [`DRAIN_CAP`]
+/// with the driver still working (then the process must end before the libraries'
+/// destructors: [`end_now`]).
+fn exit_drain() -> bool {
     if EXIT_DRAINED.swap(true, Ordering::SeqCst) || crate::fork_state::in_bad_fork() {
-        return;
+        return false;
     }
     // A panic must not unwind into libc.
-    let _ = std::panic::catch_unwind(|| {
+    std::panic::catch_unwind(|| {
         let _ = DRAINING.try_with(|d| d.set(true));
         stop_other_threads(DRAIN_LIMIT, DRAIN_CAP);
-        drain_while_busy(DRAIN_LIMIT, DRAIN_CAP);
-    });
+        let start = Instant::now();
+        let drained = drain_while_busy(DRAIN_LIMIT, DRAIN_CAP);
+        !drained && start.elapsed() >= DRAIN_CAP
+    })
+    .unwrap_or(false)
 }
 
 /// Sets the exit flag, then waits until no other thread is inside a driver call, for as long
@@ -435,39 +583,38 @@ fn drain_until(mut give_up: impl FnMut() -> bool) -> bool {
     if crate::fork_state::in_bad_fork() {
         return false;
     }
-    // Each live queue retained under the registry lock, so that none is released meanwhile.
-    let retained: Vec<raw::cl_command_queue> = {
+    // Each live queue, and each retired one without a marker, retained under the registry
+    // locks, so that none is released meanwhile; the retired queues' markers.
+    let (retained, mut markers): (Vec<raw::cl_command_queue>, Vec<ClEvent>) = {
         let queues = QUEUES.lock();
-        queues
+        let retired = RETIRED.lock();
+        let unmarked = retired.iter().filter(|(_, m)| m.is_none()).map(|&(q, _)| q);
+        let retained = queues
             .iter()
-            .filter_map(|&(addr, _)| {
+            .map(|&(addr, _)| addr)
+            .chain(unmarked)
+            .filter_map(|addr| {
                 let q = addr as raw::cl_command_queue;
                 // SAFETY: the registry lists queues that a live wrapper holds a reference to,
-                // and the wrapper's drop takes the lock before releasing it.
+                // and the wrapper's drop takes the lock before releasing it; a retired queue
+                // holds a reference of the registry's, released under the lock only.
                 let ok = unsafe { opencl3::command_queue::retain_command_queue(q) }.is_ok();
                 ok.then_some(q)
             })
-            .collect()
+            .collect();
+        let markers = retired.iter().filter_map(|(_, m)| m.clone()).collect();
+        (retained, markers)
     };
     // The wrappers own the references retained above (and count themselves in; the registry
     // lock is free again).
     let queues: Vec<CommandQueue> = retained.into_iter().map(CommandQueue::counted).collect();
-    let markers: Vec<_> = queues
-        .iter()
-        .filter_map(|q| {
-            let m = q.enqueue_marker(&[]).ok()?;
-            let _ = q.flush();
-            Some(m)
-        })
-        .collect();
+    markers.extend(queues.iter().filter_map(|q| {
+        let m = q.enqueue_marker(&[]).ok()?;
+        let _ = q.flush();
+        Some(m)
+    }));
     loop {
-        let pending = markers.iter().any(|m| {
-            matches!(
-                m.status(),
-                Ok(EventStatus::Queued | EventStatus::Submitted | EventStatus::Running)
-            )
-        });
-        if !pending {
+        if !markers.iter().any(pending) {
             return true;
         }
         if give_up() {

@@ -75,6 +75,8 @@ pub fn live_objects() -> LiveObjects {
         }
         // Uncounted references (the events' own wrappers are counted).
         super::notify_lists::prune();
+        // Dropped queues kept for the exit's drain until their last command is over.
+        super::at_exit::prune_retired();
     }
     let c = |k: Kind| COUNTS[k as usize].load(Ordering::Relaxed);
     LiveObjects {

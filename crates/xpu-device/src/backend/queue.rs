@@ -1171,7 +1171,25 @@ impl Clone for CommandQueue {
 impl Drop for CommandQueue {
     fn drop(&mut self) {
         super::live::released(super::live::Kind::Queue);
-        super::at_exit::wrapper_dropped(self.0);
+        // The last wrapper: the queue's commands may still run (a kernel PoCL compiles when it
+        // first runs), and the exit's drain must still wait for them (see `at_exit`), so the
+        // registry keeps the queue with a marker after its last command until that is over.
+        // Not in a bad fork child, whose queues belong to the parent.
+        let retire = (!crate::fork_state::in_bad_fork() && super::at_exit::is_last_wrapper(self.0))
+            .then(|| {
+                let marker = self
+                    .enqueue_synchronization(
+                        "clEnqueueMarkerWithWaitList",
+                        clq::enqueue_marker_with_wait_list,
+                        &[],
+                    )
+                    .ok();
+                if marker.is_some() {
+                    let _ = self.flush();
+                }
+                marker
+            });
+        super::at_exit::wrapper_dropped(self.0, retire);
         // SAFETY: we own exactly one reference to a live queue.
         release::note("clReleaseCommandQueue", unsafe {
             clq::release_command_queue(self.0)
