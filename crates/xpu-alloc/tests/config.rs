@@ -16,7 +16,7 @@ fn defaults() {
         (MemoryKind::Buffer, ReleasePolicy::BeforeGrow, false)
     );
     assert_eq!(c.regrow_factor, 4);
-    assert_eq!(c.regrow_peak_fraction, 0.0);
+    assert_eq!(c.regrow_peak_fraction, 0.25);
 }
 
 #[test]

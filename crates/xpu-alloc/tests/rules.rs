@@ -301,7 +301,8 @@ fn before_grow_regrowth_raises_the_peak_by_at_most_its_share() {
     let (_, s) = stream(0);
     // Idle 12, 14 and 16 MiB segments (a 42 MiB high-water mark); 30 and 12 MiB take one
     // consolidated 42 MiB segment.
-    let (core, _) = with_three_idle_segments("regrow_peak_fraction:0.25", &s);
+    // (0.25 is the default: the empty configuration behaves the same.)
+    let (core, _) = with_three_idle_segments("", &s);
     let _live = allocate_mib(&core, &s, &[30, 12]);
     assert_eq!(segment_sizes_mib(&core), vec![42]);
     // 14 MiB: a regrowth of the released 42 MiB would raise the mark from 42 to 84 MiB; it
@@ -316,7 +317,7 @@ fn before_grow_regrowth_raises_the_peak_by_at_most_its_share() {
     // Without the share one 42 MiB regrowth serves 14 and 16 MiB: a peak of 84 MiB in one
     // segment less (on traces whose shapes grow, that bet raised the peak by half at once:
     // xpu-replay's relocation tests).
-    let (core, _) = with_three_idle_segments("", &s);
+    let (core, _) = with_three_idle_segments("regrow_peak_fraction:0", &s);
     let _live = allocate_mib(&core, &s, &[30, 12, 14, 16]);
     assert_eq!(core.memory_stats().reserved_bytes.all.peak, 84 * MIB as i64);
     assert_eq!(segment_sizes_mib(&core), vec![42, 42]);
@@ -325,7 +326,9 @@ fn before_grow_regrowth_raises_the_peak_by_at_most_its_share() {
 #[test]
 fn before_grow_regrows_consolidated_segments_as_one() {
     let (_, s) = stream(0);
-    let (core, _) = with_three_idle_segments("", &s);
+    // Without the share of the high-water mark (`regrow_peak_fraction:0`; the default's share
+    // is the test above).
+    let (core, _) = with_three_idle_segments("regrow_peak_fraction:0", &s);
     // Consolidation: one 42 MiB segment replaces the three idle ones.
     let a = core.allocate(30 * MIB, &s).unwrap();
     let b = core.allocate(12 * MIB, &s).unwrap();
@@ -339,7 +342,7 @@ fn before_grow_regrows_consolidated_segments_as_one() {
     assert_eq!((st.num_device_alloc, st.num_device_free), (5, 3));
     drop((a, b, c, d));
     // regrow_factor:1 regrows one request's segment at a time.
-    let (core, _) = with_three_idle_segments("regrow_factor:1", &s);
+    let (core, _) = with_three_idle_segments("regrow_factor:1,regrow_peak_fraction:0", &s);
     let _live = allocate_mib(&core, &s, &[30, 12, 14, 16]);
     let sizes = segment_sizes_mib(&core);
     assert_eq!(sizes, vec![42, 14, 16]);

@@ -195,8 +195,9 @@ fn matches_the_experiment(sub: &str) -> usize {
         if folder != sub {
             continue;
         }
+        // The experiment's regrowth had no cap on the high-water mark.
         let options = ReplayOptions {
-            config: Some("relocation:merge_all".to_owned()),
+            config: Some("relocation:merge_all,regrow_peak_fraction:0".to_owned()),
             ..ReplayOptions::default()
         };
         let r = replay::run(&root.join(name), &options).unwrap().report;
@@ -282,6 +283,9 @@ fn the_fifth_held_out_set_meets_issue_27_s_goals_with_relocation() {
 /// traces are above 1.10, both where a sequence length grows over the run and a request
 /// exceeds every free piece: longformer_growlen_infer (1.152) and wav2vec2_varlen_infer
 /// (1.106). Those two misses of the third goal are pinned here as figures, not as goals.
+/// Since a regrowth's rise of the high-water mark is capped (`regrow_peak_fraction:0.25`, the
+/// default after the eleventh set's judgement): longformer 1.049, one segment allocation
+/// more (49, PyTorch's default 50).
 #[test]
 fn the_sixth_held_out_set_with_relocation() {
     held_out_goals(
@@ -290,11 +294,11 @@ fn the_sixth_held_out_set_with_relocation() {
             ("detr_varsize_infer", true, 2_533_359_616, 41),
             ("dinov2_varres_infer", true, 1_803_550_720, 46),
             ("gemma_generate_growprompt", true, 941_621_248, 34),
-            ("longformer_growlen_infer", true, 2_665_480_192, 48),
+            ("longformer_growlen_infer", true, 2_426_404_864, 49),
             ("mobilevit_varres_train", false, 6_140_461_056, 124),
             ("wav2vec2_varlen_infer", true, 3_185_573_888, 38),
         ],
-        &["longformer_growlen_infer", "wav2vec2_varlen_infer"],
+        &["wav2vec2_varlen_infer"],
     );
 }
 
@@ -362,7 +366,9 @@ fn the_eighth_held_out_set_with_relocation() {
 /// shufflenet_varres_infer (1.409) over 1.10, and pegasus_summarize_varbatch 0.9% over
 /// PyTorch's default peak reserved (1.000 with relocation off). Since relocation's search for
 /// segments to empty tries each start in turn (a change measured on this set, among others,
-/// before the tenth set judged it): 1.074, shufflenet 1.083.
+/// before the tenth set judged it): 1.074, shufflenet 1.083. Since a regrowth's rise of the
+/// high-water mark is capped (`regrow_peak_fraction:0.25`): 1.059, modernbert 1.225 to
+/// 1.112, one segment allocation more (29).
 #[test]
 fn the_ninth_held_out_set_with_relocation() {
     held_out_misses(
@@ -376,14 +382,14 @@ fn the_ninth_held_out_set_with_relocation() {
             ),
             ("embbag_recsys_varbatch_infer", true, 553_648_128, 22),
             ("falcon_generate_varprompt", true, 1_298_137_088, 37),
-            ("modernbert_varlen_infer", true, 1_990_197_248, 28),
+            ("modernbert_varlen_infer", true, 1_807_745_024, 29),
             ("pegasus_summarize_varbatch", true, 673_185_792, 50),
             ("shufflenet_varres_infer", true, 576_716_800, 12),
             ("tcn_ctc_varlen_train", false, 4_127_195_136, 50),
         ],
         &["modernbert_varlen_infer"],
         &["pegasus_summarize_varbatch"],
-        Some(1.074),
+        Some(1.059),
     );
 }
 
@@ -396,7 +402,9 @@ fn the_ninth_held_out_set_with_relocation() {
 /// gcn_varnodes_infer (1.124) and r3d18_varclip_infer (1.437) over 1.10.
 /// ssdlite_varbatch_infer's recording lost its first events (the recorder keeps 5,000,000
 /// history entries): its figures are pinned, but are not comparable with PyTorch's; on the
-/// six other traces the geometric mean is 1.047 (one greedy order: 1.063).
+/// six other traces the geometric mean is 1.047 (one greedy order: 1.063). Since a
+/// regrowth's rise of the high-water mark is capped (`regrow_peak_fraction:0.25`): 1.016,
+/// r3d18 1.437 to 1.331.
 #[test]
 fn the_tenth_held_out_set_with_relocation() {
     held_out_misses(
@@ -405,14 +413,45 @@ fn the_tenth_held_out_set_with_relocation() {
             ("codegen_generate_varprompt", true, 2_092_957_696, 43),
             ("funnel_mlm_varlen_train", false, 28_644_999_168, 241),
             ("gcn_varnodes_infer", true, 2_078_277_632, 12),
-            ("r3d18_varclip_infer", true, 3_028_287_488, 20),
+            ("r3d18_varclip_infer", true, 2_805_989_376, 20),
             ("raft_small_varres_infer", true, 1_038_090_240, 27),
             ("ssdlite_varbatch_infer", true, 1_136_656_384, 22),
             ("xlnet_varlen_infer", true, 2_529_165_312, 59),
         ],
         &["gcn_varnodes_infer", "r3d18_varclip_infer"],
         &["funnel_mlm_varlen_train", "xlnet_varlen_infer"],
-        Some(1.027),
+        Some(1.016),
+    );
+}
+
+/// The eleventh held-out set (`data/traces/varshape/heldout11`, recorded on an H100), judged
+/// once on 2026-12-06 at 03:25 UTC by the test fixed in advance in `varshape/README.md`: the
+/// candidate (`regrow_peak_fraction:0.25`) gives exactly the default's figures on all seven
+/// traces, so it is at or below it and puts no new trace over PyTorch's default, and became
+/// the default. A geometric mean of 1.146 over expandable; gptneo_generate_varbatch (29
+/// segment allocations against 27) and mpnet_mlm_varlen_train (210 against 203) over PyTorch's
+/// default (issue 27's first goal missed); googlenet_varres_infer (1.205),
+/// nystromformer_varlen_infer (1.602) and s3d_varclip_infer (1.312) over 1.10.
+#[test]
+fn the_eleventh_held_out_set_with_relocation() {
+    held_out_misses(
+        "heldout11",
+        &[
+            ("googlenet_varres_infer", true, 1_134_559_232, 18),
+            ("gptneo_generate_varbatch", true, 761_266_176, 29),
+            ("maxvit_varbatch_infer", true, 2_130_706_432, 50),
+            ("mnasnet_varres_train", false, 5_150_605_312, 146),
+            ("mpnet_mlm_varlen_train", false, 35_995_516_928, 210),
+            ("nystromformer_varlen_infer", true, 32_526_827_520, 36),
+            ("s3d_varclip_infer", true, 5_779_750_912, 19),
+        ],
+        &[
+            "googlenet_varres_infer",
+            "nystromformer_varlen_infer",
+            "s3d_varclip_infer",
+        ],
+        &["gptneo_generate_varbatch", "mpnet_mlm_varlen_train"],
+        Some(1.146),
     );
 }
 
