@@ -10,13 +10,19 @@
 //! How: the first queue the backend wraps registers an exit handler with `on_exit` (glibc;
 //! `atexit` elsewhere), after the driver is loaded, so it runs before the libraries'
 //! destructors, which glibc runs last. Every wrapper of a queue is counted in a registry; a
-//! queue whose last wrapper is dropped stays in it, with a marker after its last command,
-//! until that marker is over (a program that drops its queue with kernels still to compile,
-//! or a thread that unwinds, and then returns: the drain did not wait for that work, and a
-//! core dump of review h33's backlog child showed LLVM's exit destructors under a PoCL worker
-//! compiling a kernel of such a queue, 2026-12-06). At exit, the handler enqueues a marker on
-//! every live queue, flushes it and polls the markers (and the dropped queues') until all are
-//! over, as long as the process makes progress ([`drain_while_busy`]): it gives up after
+//! queue whose last wrapper is dropped after commands were enqueued through its wrappers
+//! stays in it (once, with one reference), with a marker after its last command, until that
+//! marker is over (a program that drops its queue with kernels still to compile, or a thread
+//! that unwinds, and then returns: the drain did not wait for that work, and a core dump of
+//! review h33's backlog child showed LLVM's exit destructors under a PoCL worker compiling a
+//! kernel of such a queue, 2026-12-06); the count and that hand-over are one lock section
+//! (review h44: two wrappers dropped at once forgot the queue, 2 of 200,000 rounds). At exit,
+//! the handler enqueues a marker on every live queue, flushes it and polls the markers (and
+//! the dropped queues') until all are over, as long as the process makes progress
+//! ([`drain_while_busy`]). Once a failure was passed on to a command, markers no longer tell
+//! (PoCL 3.1 completes a marker enqueued after a failed command while commands before it stay
+//! queued: review h44, 7 of 10 such processes died with SIGSEGV), so the drain then also waits
+//! for the driver's threads to go idle. It gives up after
 //! [`DRAIN_LIMIT`] without CPU work on the driver's threads (a busy thread of the program does
 //! not count, review h37) (a queue held by a user event that nobody will set cannot hang the
 //! exit), or after [`DRAIN_CAP`] in all (PoCL working through a backlog of kernels to compile
@@ -92,12 +98,28 @@ pub const DRAIN_CAP: Duration = Duration::from_secs(30);
 /// [`drain`] retains the queue before using it).
 type QueueAddr = usize;
 
-/// Live queues: each handle with the number of wrappers ([`CommandQueue`]s) that hold it.
-static QUEUES: Mutex<Vec<(QueueAddr, usize)>> = Mutex::new(Vec::new());
+/// Live queues: each handle with the number of wrappers ([`CommandQueue`]s) that hold it, and
+/// whether commands were enqueued through any of them (then the last one's drop retires the
+/// queue, see [`wrapper_dropped`]).
+static QUEUES: Mutex<Vec<(QueueAddr, usize, bool)>> = Mutex::new(Vec::new());
+
+/// Set once a failure was passed on to a command ([`note_failure`]) or a marker the exit
+/// judges by failed ([`MarkerState::Failed`]): from then on an exit's drain, its markers over,
+/// also waits for the driver's threads to go idle, and reports `false` (it cannot know that
+/// every command ran). A driver may end a command after a failed one while commands before
+/// the failure stay queued: PoCL 3.1 completed a marker enqueued after a cancelled one at once,
+/// with a gated command before both still queued (review h44).
+static UNSURE: AtomicBool = AtomicBool::new(false);
+
+/// Notes that an error status was passed on to a command (a user event set to one): see
+/// [`UNSURE`]. One store.
+pub(super) fn note_failure() {
+    UNSURE.store(true, Ordering::SeqCst);
+}
 
 /// Queues whose last wrapper was dropped while their commands may still run, each with a
-/// reference of its own and a marker after its last command (`None`: none could be enqueued,
-/// the exit's drain enqueues one). A program that drops its queue (or a thread that unwinds)
+/// reference of its own and a marker after its last command (`None`: not enqueued yet, or
+/// none could be; the exit's drain enqueues one). A program that drops its queue (or a thread that unwinds)
 /// with kernels still to compile and then returns must be drained as a live queue is (a core
 /// dump of review h33's backlog child: LLVM's exit destructors under a PoCL worker compiling a
 /// kernel of a dropped queue). Lock order: [`QUEUES`], then this.
@@ -285,9 +307,9 @@ pub(super) fn wrapper_created(queue: raw::cl_command_queue) {
     REGISTER.call_once(register);
     let addr = queue as QueueAddr;
     let mut queues = QUEUES.lock();
-    match queues.iter_mut().find(|(q, _)| *q == addr) {
-        Some((_, n)) => *n += 1,
-        None => queues.push((addr, 1)),
+    match queues.iter_mut().find(|(q, _, _)| *q == addr) {
+        Some((_, n, _)) => *n += 1,
+        None => queues.push((addr, 1, false)),
     }
 }
 
@@ -298,49 +320,68 @@ pub(super) fn wrapper_created(queue: raw::cl_command_queue) {
 pub(super) fn flush_if_wrapped(queue: raw::cl_command_queue) {
     let addr = queue as QueueAddr;
     let queues = QUEUES.lock();
-    if queues.iter().any(|&(q, n)| q == addr && n > 0) {
+    if queues.iter().any(|&(q, n, _)| q == addr && n > 0) {
         let _ = opencl3::command_queue::flush(queue);
     }
 }
 
-/// Whether the wrapper of `queue` being dropped is its last one (a clone may be made meanwhile:
-/// then [`wrapper_dropped`] keeps it counted and its `retire` is dropped unused).
-pub(super) fn is_last_wrapper(queue: raw::cl_command_queue) -> bool {
+/// Counts one wrapper of `queue` less (before it releases its reference); `enqueued`: whether
+/// commands were enqueued through the dropping wrapper's clones since one of them last
+/// reported it. When the last wrapper goes and commands were enqueued through any of them,
+/// the queue moves to [`RETIRED`] with a reference of the registry's (one entry a queue), in
+/// the same lock section as the count, and `true` is returned: the caller then enqueues a
+/// marker after the queue's last command and hands it to [`retired_marker`]. A wrapper family
+/// that enqueued nothing (a borrowed wrapper of a user's queue, made and dropped around a
+/// query) retires nothing.
+pub(super) fn wrapper_dropped(queue: raw::cl_command_queue, enqueued: bool) -> bool {
     let addr = queue as QueueAddr;
-    QUEUES.lock().iter().any(|&(q, n)| q == addr && n == 1)
-}
-
-/// Counts one wrapper of `queue` less (before it releases its reference). At the last, with
-/// `retire` given (a marker after the queue's last command, or `None` where none could be
-/// enqueued), the queue moves to [`RETIRED`] with a reference of its own: the exit still
-/// waits for its commands.
-pub(super) fn wrapper_dropped(queue: raw::cl_command_queue, retire: Option<Option<ClEvent>>) {
-    let addr = queue as QueueAddr;
-    let mut unused = None;
+    let mut retire = false;
     {
         let mut queues = QUEUES.lock();
-        if let Some(i) = queues.iter().position(|(q, _)| *q == addr) {
+        if let Some(i) = queues.iter().position(|(q, _, _)| *q == addr) {
+            queues[i].2 |= enqueued;
             queues[i].1 -= 1;
             if queues[i].1 == 0 {
-                queues.swap_remove(i);
-                if let Some(marker) = retire {
-                    // SAFETY: the dropping wrapper still holds its reference, so the queue is
-                    // live; this reference is released by `prune_retired`.
-                    if unsafe { opencl3::command_queue::retain_command_queue(queue) }.is_ok() {
-                        RETIRED.lock().push((addr, marker));
+                let (_, _, dirty) = queues.swap_remove(i);
+                if dirty && !crate::fork_state::in_bad_fork() {
+                    let mut retired = RETIRED.lock();
+                    if retired.iter().any(|(q, _)| *q == addr) {
+                        retire = true;
+                    } else {
+                        // SAFETY: the dropping wrapper still holds its reference, so the
+                        // queue is live; this reference is released by `prune_retired`.
+                        let retained =
+                            unsafe { opencl3::command_queue::retain_command_queue(queue) };
+                        if retained.is_ok() {
+                            retired.push((addr, None));
+                            retire = true;
+                        }
                     }
                 }
-            } else {
-                unused = retire;
             }
         }
     }
-    drop(unused);
     prune_retired();
+    retire
+}
+
+/// Hands the retired `queue` its marker (after its last command; `None` where none could be
+/// enqueued: the exit's drain then enqueues one). A newer marker replaces an older one.
+pub(super) fn retired_marker(queue: raw::cl_command_queue, marker: Option<ClEvent>) {
+    let addr = queue as QueueAddr;
+    let old = {
+        let mut retired = RETIRED.lock();
+        match retired.iter_mut().find(|(q, _)| *q == addr) {
+            Some((_, m)) => std::mem::replace(m, marker),
+            None => marker,
+        }
+    };
+    drop(old);
 }
 
 /// Releases the retired queues whose marker is over (each with its marker), outside the
-/// registry's locks; a queue retired without a marker stays until the exit's drain.
+/// registry's locks; a queue retired without a marker stays until the exit's drain. A marker
+/// that failed releases its queue too but leaves the exit unsure ([`UNSURE`]).
 pub(super) fn prune_retired() {
     if crate::fork_state::in_bad_fork() {
         // The queues belong to the parent: no driver call here.
@@ -354,7 +395,10 @@ pub(super) fn prune_retired() {
         let mut over = Vec::new();
         let mut i = 0;
         while i < retired.len() {
-            let done = retired[i].1.as_ref().is_some_and(|m| !pending(m));
+            let done = retired[i]
+                .1
+                .as_ref()
+                .is_some_and(|m| marker_state(m) != MarkerState::Pending);
             if done {
                 over.push(retired.swap_remove(i));
             } else {
@@ -372,12 +416,30 @@ pub(super) fn prune_retired() {
     }
 }
 
-/// Whether `marker` may still run (queued, submitted or running; an error reads as over).
-fn pending(marker: &ClEvent) -> bool {
-    matches!(
-        marker.status(),
-        Ok(EventStatus::Queued | EventStatus::Submitted | EventStatus::Running)
-    )
+/// What a marker after a queue's commands tells of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MarkerState {
+    /// Queued, submitted or running.
+    Pending,
+    /// Complete (or its status cannot be read: nothing more can be learned).
+    Over,
+    /// Failed: a command before it failed, and a driver may then end the marker while
+    /// earlier commands stay queued, so nothing tells when those run. Sets [`UNSURE`].
+    Failed,
+}
+
+/// The state of `marker` (see [`MarkerState`]).
+fn marker_state(marker: &ClEvent) -> MarkerState {
+    match marker.status() {
+        Ok(EventStatus::Queued | EventStatus::Submitted | EventStatus::Running) => {
+            MarkerState::Pending
+        }
+        Ok(EventStatus::Error(_)) => {
+            UNSURE.store(true, Ordering::SeqCst);
+            MarkerState::Failed
+        }
+        _ => MarkerState::Over,
+    }
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -591,13 +653,13 @@ fn drain_until(mut give_up: impl FnMut() -> bool) -> bool {
         let unmarked = retired.iter().filter(|(_, m)| m.is_none()).map(|&(q, _)| q);
         let retained = queues
             .iter()
-            .map(|&(addr, _)| addr)
+            .map(|&(addr, _, _)| addr)
             .chain(unmarked)
             .filter_map(|addr| {
                 let q = addr as raw::cl_command_queue;
                 // SAFETY: the registry lists queues that a live wrapper holds a reference to,
                 // and the wrapper's drop takes the lock before releasing it; a retired queue
-                // holds a reference of the registry's, released under the lock only.
+                // holds a reference of the registry's, released only once it left the list.
                 let ok = unsafe { opencl3::command_queue::retain_command_queue(q) }.is_ok();
                 ok.then_some(q)
             })
@@ -614,12 +676,45 @@ fn drain_until(mut give_up: impl FnMut() -> bool) -> bool {
         Some(m)
     }));
     loop {
-        if !markers.iter().any(pending) {
-            return true;
+        // Every marker read each round (a failed one sets `UNSURE`).
+        let states: Vec<MarkerState> = markers.iter().map(marker_state).collect();
+        if !states.contains(&MarkerState::Pending) {
+            break;
         }
         if give_up() {
             return false;
         }
         std::thread::sleep(Duration::from_millis(1));
+    }
+    if !UNSURE.load(Ordering::SeqCst) {
+        return true;
+    }
+    // A marker failed (now or before): commands before it may still be queued or running
+    // (review h44: 7 of 10 processes returning with a cancelled command after kernels still to
+    // compile died with SIGSEGV). Wait for the driver's threads to go idle instead.
+    until_driver_idle(&mut give_up);
+    false
+}
+
+/// How long the driver's threads must use no CPU time for [`until_driver_idle`] (25 clock
+/// ticks of 10 ms: a compile advances them every tick).
+const IDLE_WINDOW: Duration = Duration::from_millis(250);
+
+/// Returns once the driver's threads (see [`progress_cpu_time`]) used less than 10 ms of CPU
+/// time within [`IDLE_WINDOW`], or once `give_up` says so.
+fn until_driver_idle(give_up: &mut impl FnMut() -> bool) {
+    let mut window = (Instant::now(), progress_cpu_time());
+    loop {
+        if give_up() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        if window.0.elapsed() >= IDLE_WINDOW {
+            let used = progress_cpu_time();
+            if used.saturating_sub(window.1) < Duration::from_millis(10) {
+                return;
+            }
+            window = (Instant::now(), used);
+        }
     }
 }

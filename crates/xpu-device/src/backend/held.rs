@@ -127,6 +127,9 @@ pub(super) fn set_user_status(event: raw::cl_event, status: i32) -> Result<(), i
     if status >= 0 {
         return cle::set_user_event_status(event, status);
     }
+    // A failure passed on: markers after the failed command may end before earlier commands
+    // ran (PoCL 3.1), so the exit can no longer judge the queues by their markers alone.
+    super::at_exit::note_failure();
     // Not again on a thread that holds the write side already (a driver calling a completion
     // callback that sets a status synchronously, within the outer call): the lock does not
     // nest.

@@ -78,6 +78,9 @@ struct QueueShared {
     /// ([`super::Platform::frees_failed_events`]), read on first need: 0 unknown, 1 no,
     /// 2 yes.
     frees_failed_events: AtomicU8,
+    /// Whether a command was enqueued through these clones since a drop last reported it to
+    /// the exit's registry (`at_exit::wrapper_dropped`).
+    enqueued: AtomicBool,
 }
 
 /// A marker whose completion is judged with the waits enqueued before it on its queue
@@ -365,6 +368,7 @@ impl CommandQueue {
         list: &WaitList,
         enqueue: impl FnOnce() -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
+        self.note_enqueued();
         let entry = self.1.waits.add(&list.0);
         let result = enqueue();
         // The enqueue call returned: failures may be passed on again.
@@ -376,6 +380,14 @@ impl CommandQueue {
             self.1.waits.enqueued();
         }
         result
+    }
+
+    /// Notes that a command was enqueued through this wrapper (for the exit's registry): a
+    /// load, and a store the first time only.
+    fn note_enqueued(&self) {
+        if !self.1.enqueued.load(Ordering::Relaxed) {
+            self.1.enqueued.store(true, Ordering::Release);
+        }
     }
 
     /// The raw `cl_command_queue`, valid while `self` lives.
@@ -500,6 +512,7 @@ impl CommandQueue {
         raw: raw::cl_event,
         ticket: Option<super::notify_lists::Ticket>,
     ) -> ClEvent {
+        self.note_enqueued();
         match ticket {
             Some(ticket) => {
                 super::notify_lists::register(raw, ticket);
@@ -1171,25 +1184,25 @@ impl Clone for CommandQueue {
 impl Drop for CommandQueue {
     fn drop(&mut self) {
         super::live::released(super::live::Kind::Queue);
-        // The last wrapper: the queue's commands may still run (a kernel PoCL compiles when it
-        // first runs), and the exit's drain must still wait for them (see `at_exit`), so the
-        // registry keeps the queue with a marker after its last command until that is over.
-        // Not in a bad fork child, whose queues belong to the parent.
-        let retire = (!crate::fork_state::in_bad_fork() && super::at_exit::is_last_wrapper(self.0))
-            .then(|| {
-                let marker = self
-                    .enqueue_synchronization(
-                        "clEnqueueMarkerWithWaitList",
-                        clq::enqueue_marker_with_wait_list,
-                        &[],
-                    )
-                    .ok();
-                if marker.is_some() {
-                    let _ = self.flush();
-                }
-                marker
-            });
-        super::at_exit::wrapper_dropped(self.0, retire);
+        // The last wrapper, with commands enqueued through the wrappers: they may still run (a
+        // kernel PoCL compiles when it first runs), and the exit's drain must still wait for
+        // them (see `at_exit`), so the registry keeps the queue, with a marker after its last
+        // command, until that is over. (Not in a bad fork child, whose queues belong to the
+        // parent: `wrapper_dropped` retires nothing there.)
+        let enqueued = self.1.enqueued.swap(false, Ordering::AcqRel);
+        if super::at_exit::wrapper_dropped(self.0, enqueued) {
+            let marker = self
+                .enqueue_synchronization(
+                    "clEnqueueMarkerWithWaitList",
+                    clq::enqueue_marker_with_wait_list,
+                    &[],
+                )
+                .ok();
+            if marker.is_some() {
+                let _ = self.flush();
+            }
+            super::at_exit::retired_marker(self.0, marker);
+        }
         // SAFETY: we own exactly one reference to a live queue.
         release::note("clReleaseCommandQueue", unsafe {
             clq::release_command_queue(self.0)
