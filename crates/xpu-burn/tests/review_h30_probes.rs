@@ -341,18 +341,28 @@ fn statistics_match_the_live_tensors_made_and_dropped_on_exited_threads() {
     let stop = std::sync::atomic::AtomicBool::new(false);
     let made: Vec<Tensor<Xpu, 1>> = std::thread::scope(|s| {
         let stop = &stop;
+        let (first_read, read) = std::sync::mpsc::channel();
         let reader = s.spawn(move || {
             let mut reads = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            loop {
                 let st = xpu::memory_stats(Some(0)).unwrap();
                 assert!(st.allocated_bytes.all.current >= 0);
                 assert!(st.allocation.all.current >= 0);
                 assert!(st.allocated_bytes.all.peak >= st.allocated_bytes.all.current);
                 xpu::empty_cache();
                 reads += 1;
+                if reads == 1 {
+                    let _ = first_read.send(());
+                }
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
             }
             reads
         });
+        // The makers start once the reader read once (on 2 cores the makers could otherwise
+        // all end before the reader's first read: a flake seen 2026-12-06).
+        read.recv().unwrap();
         let makers: Vec<_> = (0..4)
             .map(|t| {
                 s.spawn(move || {

@@ -497,9 +497,12 @@ fn stop_other_threads(stall: Duration, cap: Duration) {
     }
 }
 
-/// Waits until every command enqueued so far on every live queue is over, or until `limit`
-/// has passed; returns whether all were over. Never blocks in the driver: a marker per queue
-/// is polled (OpenCL 3.0 §5.11), 1 ms apart.
+/// Waits until every command enqueued so far on every live queue (and on every dropped one
+/// still kept for the exit) is over, or until `limit` has passed; returns whether all were
+/// over. Never blocks in the driver: a marker per queue is polled (OpenCL 3.0 §5.11), 1 ms
+/// apart. Once a failure was passed on to a command in this process, markers no longer tell
+/// (see the module docs): the markers over, it waits for the driver's threads to use no CPU
+/// time for 250 ms (within `limit`) and returns `false`.
 pub fn drain(limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     drain_until(|| Instant::now() >= deadline)

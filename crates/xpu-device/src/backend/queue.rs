@@ -79,7 +79,7 @@ struct QueueShared {
     /// 2 yes.
     frees_failed_events: AtomicU8,
     /// Whether a command was enqueued through these clones since a drop last reported it to
-    /// the exit's registry (`at_exit::wrapper_dropped`).
+    /// the exit's registry (`at_exit::wrapper_dropped`) or a `finish` of theirs covered it.
     enqueued: AtomicBool,
 }
 
@@ -368,9 +368,9 @@ impl CommandQueue {
         list: &WaitList,
         enqueue: impl FnOnce() -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
-        self.note_enqueued();
         let entry = self.1.waits.add(&list.0);
         let result = enqueue();
+        self.note_enqueued();
         // The enqueue call returned: failures may be passed on again.
         drop(list.2.take());
         if let Some(n) = entry {
@@ -382,8 +382,8 @@ impl CommandQueue {
         result
     }
 
-    /// Notes that a command was enqueued through this wrapper (for the exit's registry): a
-    /// load, and a store the first time only.
+    /// Notes, after its enqueue call, that a command was enqueued through this wrapper (for
+    /// the exit's registry): a load, and a store the first time only.
     fn note_enqueued(&self) {
         if !self.1.enqueued.load(Ordering::Relaxed) {
             self.1.enqueued.store(true, Ordering::Release);
@@ -591,7 +591,16 @@ impl CommandQueue {
             super::forwards::sweep();
         }
         let covered = self.1.waits.before_finish();
-        cl("clFinish", clq::finish(self.0))?;
+        // Every command noted before this swap was enqueued before the `clFinish` (a command
+        // is noted after its enqueue call): a successful finish covers it for the exit's
+        // registry. A command enqueued meanwhile notes itself again.
+        let enqueued = self.1.enqueued.swap(false, Ordering::AcqRel);
+        if let Err(e) = cl("clFinish", clq::finish(self.0)) {
+            if enqueued {
+                self.1.enqueued.store(true, Ordering::Release);
+            }
+            return Err(e);
+        }
         if let Some(covered) = covered {
             self.1.waits.finished(covered);
         }
