@@ -104,7 +104,7 @@ type QueueAddr = usize;
 static QUEUES: Mutex<Vec<(QueueAddr, usize, bool)>> = Mutex::new(Vec::new());
 
 /// Set once a failure was passed on to a command ([`note_failure`]) or a marker the exit
-/// judges by failed ([`MarkerState::Failed`]): from then on an exit's drain, its markers over,
+/// judges by failed (see [`pending`]): from then on an exit's drain, its markers over,
 /// also waits for the driver's threads to go idle, and reports `false` (it cannot know that
 /// every command ran). A driver may end a command after a failed one while commands before
 /// the failure stay queued: PoCL 3.1 completed a marker enqueued after a cancelled one at once,
@@ -395,10 +395,7 @@ pub(super) fn prune_retired() {
         let mut over = Vec::new();
         let mut i = 0;
         while i < retired.len() {
-            let done = retired[i]
-                .1
-                .as_ref()
-                .is_some_and(|m| marker_state(m) != MarkerState::Pending);
+            let done = retired[i].1.as_ref().is_some_and(|m| !pending(m));
             if done {
                 over.push(retired.swap_remove(i));
             } else {
@@ -416,29 +413,18 @@ pub(super) fn prune_retired() {
     }
 }
 
-/// What a marker after a queue's commands tells of them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MarkerState {
-    /// Queued, submitted or running.
-    Pending,
-    /// Complete (or its status cannot be read: nothing more can be learned).
-    Over,
-    /// Failed: a command before it failed, and a driver may then end the marker while
-    /// earlier commands stay queued, so nothing tells when those run. Sets [`UNSURE`].
-    Failed,
-}
-
-/// The state of `marker` (see [`MarkerState`]).
-fn marker_state(marker: &ClEvent) -> MarkerState {
+/// Whether `marker` (after a queue's commands) may still run: queued, submitted or running.
+/// A failed one is over but sets [`UNSURE`]: a command before it failed, and a driver may
+/// then end the marker while earlier commands stay queued. One whose status cannot be read
+/// is over (nothing more can be learned).
+fn pending(marker: &ClEvent) -> bool {
     match marker.status() {
-        Ok(EventStatus::Queued | EventStatus::Submitted | EventStatus::Running) => {
-            MarkerState::Pending
-        }
+        Ok(EventStatus::Queued | EventStatus::Submitted | EventStatus::Running) => true,
         Ok(EventStatus::Error(_)) => {
             UNSURE.store(true, Ordering::SeqCst);
-            MarkerState::Failed
+            false
         }
-        _ => MarkerState::Over,
+        _ => false,
     }
 }
 
@@ -501,8 +487,8 @@ fn stop_other_threads(stall: Duration, cap: Duration) {
 /// still kept for the exit) is over, or until `limit` has passed; returns whether all were
 /// over. Never blocks in the driver: a marker per queue is polled (OpenCL 3.0 §5.11), 1 ms
 /// apart. Once a failure was passed on to a command in this process, markers no longer tell
-/// (see the module docs): the markers over, it waits for the driver's threads to use no CPU
-/// time for 250 ms (within `limit`) and returns `false`.
+/// (see the module docs): the markers over, it waits for the driver's threads to go idle
+/// (under 12.5 ms of CPU time in 250 ms, within `limit`) and returns `false`.
 pub fn drain(limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     drain_until(|| Instant::now() >= deadline)
@@ -642,8 +628,9 @@ fn others_cpu_time() -> Duration {
     }
 }
 
-/// Polls a marker on every live queue, 1 ms apart, until all are over (`true`) or
-/// `give_up` says so (`false`).
+/// Polls a marker on every live queue (and the dropped queues' markers), 1 ms apart, until all
+/// are over (`true`) or `give_up` says so (`false`); once markers no longer tell ([`UNSURE`]),
+/// then also until the driver's threads are idle, returning `false`.
 fn drain_until(mut give_up: impl FnMut() -> bool) -> bool {
     if crate::fork_state::in_bad_fork() {
         return false;
@@ -678,12 +665,8 @@ fn drain_until(mut give_up: impl FnMut() -> bool) -> bool {
         let _ = q.flush();
         Some(m)
     }));
-    loop {
-        // Every marker read each round (a failed one sets `UNSURE`).
-        let states: Vec<MarkerState> = markers.iter().map(marker_state).collect();
-        if !states.contains(&MarkerState::Pending) {
-            break;
-        }
+    // (Once none is pending, every marker was read: a failed one set `UNSURE`.)
+    while markers.iter().any(pending) {
         if give_up() {
             return false;
         }
@@ -695,29 +678,14 @@ fn drain_until(mut give_up: impl FnMut() -> bool) -> bool {
     // A marker failed (now or before): commands before it may still be queued or running
     // (review h44: 7 of 10 processes returning with a cancelled command after kernels still to
     // compile died with SIGSEGV). Wait for the driver's threads to go idle instead.
-    until_driver_idle(&mut give_up);
+    let mut idle = busy_for(IDLE_WINDOW, Duration::MAX, progress_cpu_time);
+    while !idle() && !give_up() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     false
 }
 
-/// How long the driver's threads must use no CPU time for [`until_driver_idle`] (25 clock
-/// ticks of 10 ms: a compile advances them every tick).
+/// The window in which the driver's threads must use less than a twentieth of it in CPU
+/// time to count as idle, once markers no longer tell ([`UNSURE`]): 25 clock ticks of 10 ms
+/// (a compile advances them every tick).
 const IDLE_WINDOW: Duration = Duration::from_millis(250);
-
-/// Returns once the driver's threads (see [`progress_cpu_time`]) used less than 10 ms of CPU
-/// time within [`IDLE_WINDOW`], or once `give_up` says so.
-fn until_driver_idle(give_up: &mut impl FnMut() -> bool) {
-    let mut window = (Instant::now(), progress_cpu_time());
-    loop {
-        if give_up() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-        if window.0.elapsed() >= IDLE_WINDOW {
-            let used = progress_cpu_time();
-            if used.saturating_sub(window.1) < Duration::from_millis(10) {
-                return;
-            }
-            window = (Instant::now(), used);
-        }
-    }
-}
