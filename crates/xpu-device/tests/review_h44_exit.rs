@@ -5,39 +5,17 @@
 //! On PoCL 3.1 (`POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`).
 mod common;
 
-use std::io::Write;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use xpu_device::backend::{Buffer, ClEvent, Kernel, MemFlags, Program};
 
 const CHILD: &str = "XPU_H44_EXIT_CHILD";
 const RETURNING: &str = "h44-returning-at-ms=";
 
-fn now_ms() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-}
+use common::exit_child::{heavy_source, now_ms};
 
 fn returning() {
-    eprintln!("{RETURNING}{}", now_ms());
-    let _ = std::io::stderr().flush();
-}
-
-/// `n` distinct kernels with a long straight-line body (review h37's: PoCL's worker takes
-/// seconds to generate each one's code when it first runs).
-fn heavy_source(n: usize, salt: u32) -> String {
-    (0..n)
-        .map(|i| {
-            let body: String = (0..60)
-                .map(|j| format!("    x = sin(x * {j}.25f + {salt}.0f) + cos(x - {i}.5f) * exp(x * 0.001f);\n"))
-                .collect();
-            format!(
-                "__kernel void h{i}(__global float *out) {{\n    float x = (float)get_global_id(0);\n{body}    out[get_global_id(0)] = x;\n}}\n"
-            )
-        })
-        .collect()
+    common::exit_child::returning(RETURNING);
 }
 
 /// The child processes' scenarios. Does nothing outside a child.

@@ -232,3 +232,43 @@ pub fn within<T: Send + 'static>(
     });
     rx.recv_timeout(limit).ok()
 }
+
+/// Helpers of the exit tests' child processes (review h37's and h44's).
+pub mod exit_child {
+    use std::io::Write;
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    /// Milliseconds since the Unix epoch.
+    pub fn now_ms() -> u128 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+    }
+
+    /// Writes `{tag}{now_ms()}` to stderr (unbuffered) right before a child's scenario
+    /// returns: the parent measures the exit from it.
+    pub fn returning(tag: &str) {
+        eprintln!("{tag}{}", now_ms());
+        let _ = std::io::stderr().flush();
+    }
+
+    /// `n` distinct kernels `h0`..`h{n-1}` with a long straight-line body: PoCL takes a while
+    /// to build them and its worker seconds to generate each one's code when it first runs.
+    pub fn heavy_source(n: usize, salt: u32) -> String {
+        (0..n)
+            .map(|i| {
+                let body: String = (0..60)
+                    .map(|j| {
+                        format!(
+                            "    x = sin(x * {j}.25f + {salt}.0f) + cos(x - {i}.5f) * exp(x * 0.001f);\n"
+                        )
+                    })
+                    .collect();
+                format!(
+                    "__kernel void h{i}(__global float *out) {{\n    float x = (float)get_global_id(0);\n{body}    out[get_global_id(0)] = x;\n}}\n"
+                )
+            })
+            .collect()
+    }
+}
