@@ -164,8 +164,12 @@ fn failing_fills_beside_unrelated_queue_fills_of_the_same_buffer() {
 
 /// The counterpart of finding 2: thread B's markers get a non-empty wait list (a completed
 /// user event), so they take the failure exclusion's read side: held 10 of 10 (20,000 steps)
-/// where the empty wait list aborted 8 of 10.
+/// where the empty wait list aborted 8 of 10. Later counts (2026-12-06): 2 of 40 runs aborted
+/// at dd6ecda and 2 of 40 at 9ba48e0 (`pocl_update_event_running_unlocked: Assertion
+/// 'event->status == CL_SUBMITTED'`, PoCL 3.1's own double-finish race, as reviews h38/h40's
+/// ignored tests), one of them in a fresh clone's full run.
 #[test]
+#[ignore = "ends the whole test process (SIGABRT in PoCL 3.1's own race) in about 1 of 20 runs; run alone with --ignored"]
 fn markers_with_a_wait_list_beside_failing_barriers_on_one_queue() {
     let Some((dev, _, q)) = common::device0_queue() else {
         return;
