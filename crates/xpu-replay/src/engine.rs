@@ -407,6 +407,9 @@ pub fn replay_trace(
     }
     let wall_s = start.elapsed().as_secs_f64();
     let stats = core.memory_stats();
+    // A peak inside one call (a growth made before the segments it replaces are released)
+    // is seen by the statistics, not by the samples between events.
+    peak_reserved = peak_reserved.max(u64::try_from(stats.reserved_bytes.all.peak).unwrap_or(0));
     drop(live);
     // A replay device index is a real device's or 0: always within a snapshot's bound.
     let snapshot = options.history.and_then(|_| core.memory_snapshot().ok());

@@ -857,9 +857,19 @@ fn grow_path<B: Backend>(
     }
     // What garbage collection or the policy released is freed without the stream's lock.
     free_released(state, shared, st);
+    if std::env::var_os("XXDBG").is_some() { let (r, m) = shared.reserved_and_high_water(); eprintln!("GROW req {} seg {} grow {} reserved {} mark {}", req.rounded, req.segment_size, grow.segment_size, r, m); }
     match new_segment(state, &grow, shared, st) {
-        Ok(h) => return Ok(Outcome::Done(h)),
-        Err(f) => hard_error(f, shared, size)?,
+        Ok(h) => {
+            // A consolidation that counted occupied segments in: their blocks move into
+            // the new segment, and they are released.
+            policy::evacuate_into_new(state, h.block, st, shared);
+            free_released(state, shared, st);
+            return Ok(Outcome::Done(h));
+        }
+        Err(f) => {
+            policy::forget_evacuation(state);
+            hard_error(f, shared, size)?;
+        }
     }
     if grow.segment_size != req.segment_size {
         match new_segment(state, &req, shared, st) {

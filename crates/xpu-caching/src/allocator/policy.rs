@@ -27,7 +27,9 @@
 //! 27).
 
 use super::device_wide::DeviceShared;
-use super::stream_state::{Request, ShardState};
+use super::relocate;
+use super::stats_cell::StatsWriter;
+use super::stream_state::{relocates_pool, Request, ShardState};
 use crate::backend::Backend;
 use crate::size::{self, PoolKind, ROUND_LARGE, SMALL_BUFFER};
 
@@ -161,6 +163,10 @@ pub(crate) fn release_idle_before_grow<B: Backend>(
 /// Consolidation: releases the idle whole large segments (taken out for release: the
 /// caller frees them without the stream's lock) and returns the size of one segment of
 /// their total, when that serves the request without raising the reserved high-water mark.
+/// With [`AllocConfig::consolidate_live`](crate::AllocConfig::consolidate_live), when the
+/// idle segments fall short, occupied segments whose live blocks may all move count in too
+/// ([`relocate::occupied_for_merge`]): they are remembered, and once the merged segment is
+/// allocated their blocks move into it and they are released ([`evacuate_into_new`]).
 fn consolidate<B: Backend>(
     state: &mut ShardState<B>,
     req: &Request,
@@ -168,17 +174,69 @@ fn consolidate<B: Backend>(
 ) -> Option<u64> {
     let idle = state.whole_free(PoolKind::Large);
     let total: u64 = idle.iter().map(|w| w.0).sum();
-    let merged = total.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE);
+    let occupied = if total < req.segment_size
+        && state.config.consolidate_live
+        && shared.relocation_allowed
+        && relocates_pool(&state.config, req.pool)
+    {
+        relocate::occupied_for_merge(state, req, total)
+    } else {
+        None
+    };
+    let with_occupied = total + occupied.as_ref().map_or(0, |o| o.1);
+    let merged = with_occupied
+        .div_ceil(ROUND_LARGE)
+        .saturating_mul(ROUND_LARGE);
     // The merged segment must obey the oversize rule of a cached block serving this
     // request (reference §4.5), or it would be handed out whole to a request it exceeds by
     // the tolerance or more, and re-created every round.
     let oversize = !size::oversize_allows(req.rounded, merged, &state.config);
-    if total < req.segment_size || merged > shared.max_alloc || oversize {
+    if (total < req.segment_size && occupied.is_none()) || merged > shared.max_alloc || oversize
+    {
         return None;
     }
     state.policy.note_released(idle.iter().map(|w| w.0));
     for (_, _, block) in idle {
         state.release_block(block);
     }
+    if let Some((segments, p)) = occupied {
+        if std::env::var_os("XXDBG").is_some() { let (r, m) = shared.reserved_and_high_water(); eprintln!("CL req {} seg {} idle {} P {} n {} merged {} reserved {} mark {}", req.rounded, req.segment_size, total, p, segments.len(), merged, r, m); }
+        state.policy.set_evacuation(segments);
+    }
     Some(merged.max(req.segment_size))
+}
+
+/// After a consolidation that counted occupied segments in ([`consolidate`]) allocated its
+/// merged segment (`new_block` was handed out of it): their live blocks move into it, and
+/// the segments so emptied are taken out for release (the caller frees them without the
+/// stream's lock) and remembered as released for regrowth. Nothing happens when the
+/// consolidation counted none; when the blocks cannot move now, those segments stay.
+pub(crate) fn evacuate_into_new<B: Backend>(
+    state: &mut ShardState<B>,
+    new_block: u32,
+    st: &mut StatsWriter<'_>,
+    shared: &DeviceShared<B>,
+) {
+    let segments = state.policy.take_evacuation();
+    if segments.is_empty() {
+        return;
+    }
+    let (into, kind) = {
+        let b = &state.blocks[new_block];
+        (b.segment, b.pool)
+    };
+    let emptied =
+        relocate::evacuate_into(state, into, kind, &segments, st, &shared.relocation);
+    let sizes: Vec<u64> = emptied.iter().map(|&b| state.blocks[b].size).collect();
+    if std::env::var_os("XXDBG").is_some() { eprintln!("EV emptied {:?} of {}", sizes, segments.len()); }
+    state.policy.note_released(sizes);
+    for block in emptied {
+        state.release_block(block);
+    }
+}
+
+/// Forgets the occupied segments a consolidation counted in, when its merged segment could
+/// not be allocated.
+pub(crate) fn forget_evacuation<B: Backend>(state: &mut ShardState<B>) {
+    state.policy.take_evacuation();
 }

@@ -355,8 +355,7 @@ pub(crate) fn relocate_for<B: Backend>(
         if !pack(kind, &mut targets, &mut sizes, &state.config) {
             continue;
         }
-        let excluded = [w.segment];
-        let (moves, bytes) = execute(state, &live, &excluded, st)?;
+        let (moves, bytes) = execute(state, &live, |s| s != w.segment, st)?;
         let found = state.search(req, false)?;
         counters.note_relocation(moves, bytes);
         let handed = state.alloc_pooled(found, req, st);
@@ -625,7 +624,7 @@ fn empty_segments<B: Backend>(
         .map(|r| (r.size, r.index))
         .collect();
     moving.sort_unstable_by(|a, b| b.cmp(a));
-    let Some((moves, bytes)) = execute(state, &moving, &chosen, st) else {
+    let Some((moves, bytes)) = execute(state, &moving, |s| !chosen.contains(&s), st) else {
         return;
     };
     let segment_bytes = chosen[idle.len()..]
@@ -641,14 +640,145 @@ fn empty_segments<B: Backend>(
     debug_assert!(consistent(state), "relocation broke the shard's layout");
 }
 
+/// Segments of `req`'s pool that hold live blocks, all of which may move, chosen to join a
+/// consolidation whose idle whole segments (`idle` bytes) fall short of the request's
+/// segment ([`AllocConfig::consolidate_live`]): their live blocks are to move into the
+/// merged segment once it is allocated, and they are released after. Chosen by free bytes,
+/// most first, until the merged segment (the idle bytes and the chosen segments') holds the
+/// request and the live blocks; the chosen segments must add up to less than the request's
+/// segment, so that reserved bytes, which hold the merged segment and the chosen ones for a
+/// moment, stay below a plain growth's. Returns (segment, segment address) of each, and
+/// their bytes; `None` when no such choice exists.
+pub(crate) fn occupied_for_merge<B: Backend>(
+    state: &ShardState<B>,
+    req: &Request,
+    idle: u64,
+) -> Option<(Vec<(u32, u64)>, u64)> {
+    let kind = req.pool;
+    let by_segment = BySegment::of(state, kind);
+    // (free bytes, address, segment, live bytes) of each segment whose live blocks all move.
+    let mut candidates: Vec<(u64, u64, u32, u64)> = Vec::new();
+    for (segment, blocks) in by_segment.iter() {
+        let (mut live, mut free) = (0u64, 0u64);
+        let mut all_movable = true;
+        for r in blocks {
+            if r.movable {
+                live += r.size;
+            } else if r.idle {
+                free += r.size;
+            } else {
+                all_movable = false;
+                break;
+            }
+        }
+        if all_movable && live > 0 && free > 0 {
+            let addr = state.segments[segment].source.address;
+            candidates.push((free, addr, segment, live));
+        }
+    }
+    candidates.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    if std::env::var_os("XXDBG").is_some() { eprintln!("OCC req {} seg {} idle {} cands {:?}", req.rounded, req.segment_size, idle, candidates.iter().map(|c| (c.0, c.3, state.segments[c.2].source.size)).collect::<Vec<_>>()); }
+    let (mut bytes, mut live, mut free) = (0u64, 0u64, idle);
+    let mut chosen: Vec<(u32, u64)> = Vec::new();
+    for (f, addr, segment, l) in candidates {
+        let size = state.segments[segment].source.size;
+        if bytes + size >= req.segment_size {
+            continue;
+        }
+        bytes += size;
+        live += l;
+        free += f;
+        chosen.push((segment, addr));
+        if free >= req.segment_size {
+            break;
+        }
+    }
+    if free < req.segment_size {
+        return None;
+    }
+    // The live blocks must pack into what the merged segment keeps beside the request.
+    let merged = idle
+        .saturating_add(bytes)
+        .div_ceil(size::ROUND_LARGE)
+        .saturating_mul(size::ROUND_LARGE);
+    let mut sizes: Vec<u64> = chosen
+        .iter()
+        .flat_map(|&(s, _)| by_segment.get(s).iter())
+        .filter(|r| r.allocated)
+        .map(|r| r.size)
+        .collect();
+    let mut rest = vec![merged.saturating_sub(req.rounded)];
+    debug_assert_eq!(sizes.iter().sum::<u64>(), live);
+    pack(kind, &mut rest, &mut sizes, &state.config).then_some((chosen, bytes))
+}
+
+/// Moves the live blocks of `segments` (chosen by [`occupied_for_merge`]; one whose
+/// address changed, or that holds a block that may no longer move, is left) into idle free
+/// blocks of the segment `into` (the consolidation's new segment), and returns the whole
+/// free blocks of the segments so emptied, for release. Nothing moves when the blocks do
+/// not all fit there (the stream's lock was released since the choice).
+pub(crate) fn evacuate_into<B: Backend>(
+    state: &mut ShardState<B>,
+    into: u32,
+    kind: PoolKind,
+    segments: &[(u32, u64)],
+    st: &mut StatsWriter<'_>,
+    counters: &RelocationCounters,
+) -> Vec<u32> {
+    let by_segment = BySegment::of(state, kind);
+    let chosen: Vec<u32> = segments
+        .iter()
+        .filter(|&&(s, addr)| {
+            s != into
+                && state
+                    .segments
+                    .get(s)
+                    .is_some_and(|seg| seg.source.address == addr && seg.pool == kind)
+                && by_segment.get(s).iter().all(|r| r.idle || r.movable)
+        })
+        .map(|&(s, _)| s)
+        .collect();
+    let mut moving: Vec<(u64, u32)> = chosen
+        .iter()
+        .flat_map(|&s| by_segment.get(s).iter())
+        .filter(|r| r.allocated)
+        .map(|r| (r.size, r.index))
+        .collect();
+    moving.sort_unstable_by(|a, b| b.cmp(a));
+    let mut targets: Vec<u64> = state
+        .pool(kind)
+        .iter()
+        .filter(|&(_, _, b)| state.blocks[b].segment == into)
+        .map(|(size, _, _)| size)
+        .collect();
+    targets.sort_unstable();
+    let mut sizes: Vec<u64> = moving.iter().map(|m| m.0).collect();
+    if chosen.is_empty() || !pack(kind, &mut targets, &mut sizes, &state.config) {
+        return Vec::new();
+    }
+    let Some((moves, bytes)) = execute(state, &moving, |s| s == into, st) else {
+        return Vec::new();
+    };
+    let emptied: Vec<u32> = state
+        .whole_free(kind)
+        .into_iter()
+        .filter(|&(_, _, b)| chosen.contains(&state.blocks[b].segment))
+        .map(|(_, _, b)| b)
+        .collect();
+    let segment_bytes = emptied.iter().map(|&b| state.blocks[b].size).sum();
+    counters.note_emptied(emptied.len() as u64, segment_bytes, moves, bytes);
+    debug_assert!(consistent(state), "relocation broke the shard's layout");
+    emptied
+}
+
 /// Runs a plan: moves every block of `moving` ((size, live block), largest first) into the
-/// best-fitting idle free blocks outside the segments `excluded` (see the module docs for
-/// the steps). Returns (moves, moved bytes), or `None` when the plan was dropped or rolled
-/// back (every block stays where it was).
+/// best-fitting idle free blocks of the segments that `into` accepts (see the module docs
+/// for the steps). Returns (moves, moved bytes), or `None` when the plan was dropped or
+/// rolled back (every block stays where it was).
 fn execute<B: Backend>(
     state: &mut ShardState<B>,
     moving: &[(u64, u32)],
-    excluded: &[u32],
+    into: impl Fn(u32) -> bool,
     st: &mut StatsWriter<'_>,
 ) -> Option<(u64, u64)> {
     let cells = Arc::clone(&state.cells);
@@ -665,7 +795,7 @@ fn execute<B: Backend>(
     // 2. Targets and copies.
     let mut placed: Vec<(u32, u32)> = Vec::with_capacity(moving.len());
     for &(size, l) in moving {
-        let Some(t) = take_target(state, l, size, excluded, st) else {
+        let Some(t) = take_target(state, l, size, &into, st) else {
             debug_assert!(false, "a planned move found no target");
             roll_back(state, &cells, &claimed, &placed, placed.len(), st);
             return None;
@@ -779,18 +909,18 @@ fn roll_back<B: Backend>(
     }
 }
 
-/// Hands out the best-fitting idle free block outside the segments `excluded` that takes
+/// Hands out the best-fitting idle free block of a segment that `into` accepts that takes
 /// `size` bytes exactly (split, or an exact fit) as the target of the live block `l`.
 fn take_target<B: Backend>(
     state: &mut ShardState<B>,
     l: u32,
     size: u64,
-    excluded: &[u32],
+    into: &impl Fn(u32) -> bool,
     st: &mut StatsWriter<'_>,
 ) -> Option<u32> {
     let kind = state.blocks[l].pool;
     let (f, addr, block) = state.pool(kind).iter_from(size).find(|&(f, _, b)| {
-        !excluded.contains(&state.blocks[b].segment) && fits(kind, f, size, &state.config)
+        into(state.blocks[b].segment) && fits(kind, f, size, &state.config)
     })?;
     let req = Request {
         size: state.blocks[l].requested,

@@ -18,6 +18,7 @@
 //! | `regrow_peak_fraction` | real in (0, 1], or 0 for none: how far one regrowth may raise the reserved high-water mark beyond its own segment, as a share of the mark (`before_grow` only; see [`AllocConfig::regrow_peak_fraction`]) | 0.25 |
 //! | `split_segments` | `True`/`False`: whether a segment is split into blocks handed out at once (see [`AllocConfig::split_segments`]) | the segment source's choice ([`SegmentSource::splits_segments`](crate::source::SegmentSource::splits_segments)) |
 //! | `relocation` | `off`, `merge` or `merge_all`: moving live blocks before a growth (xpu's own, see [`Relocation`]) | `merge` |
+//! | `consolidate_live` | `True`/`False`: a consolidation may count in segments whose live blocks then move into the merged segment (see [`AllocConfig::consolidate_live`]) | `False` |
 //!
 //! The `pinned_*` keys configure PyTorch's pinned-host allocator. They are accepted (and their
 //! values checked) so that a PyTorch configuration string parses unchanged, but nothing reads
@@ -181,6 +182,16 @@ pub struct AllocConfig {
     pub split_segments: Option<bool>,
     /// Whether live blocks move before a growth ([`Relocation`]; simulated segments only).
     pub relocation: Relocation,
+    /// Whether a `before_grow` consolidation that would raise the reserved high-water mark,
+    /// and whose idle segments fall short of the new segment, may count in segments that
+    /// hold live blocks, all of which may move ([`Relocation`]): the merged segment (the
+    /// idle segments' bytes and theirs) is allocated, their live blocks move into it beside
+    /// the request, and they are released. The segments counted in add up to less than the
+    /// request's segment, so reserved bytes, which hold them and the merged segment for a
+    /// moment, stay below a plain growth's; after it they are the same as before the
+    /// growth. For large idle segments that smaller live blocks split, which no other step
+    /// can release. `False` by default.
+    pub consolidate_live: bool,
 }
 
 impl Default for AllocConfig {
@@ -198,6 +209,7 @@ impl Default for AllocConfig {
             regrow_peak_fraction: 0.25,
             split_segments: None,
             relocation: Relocation::Merge,
+            consolidate_live: false,
         }
     }
 }
@@ -239,6 +251,7 @@ impl AllocConfig {
         "regrow_peak_fraction",
         "split_segments",
         "relocation",
+        "consolidate_live",
     ];
 
     /// Parses a configuration string such as

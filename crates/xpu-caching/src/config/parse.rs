@@ -301,6 +301,7 @@ fn apply(config: &mut AllocConfig, key: &str, value: &Value) -> Result<(), Confi
             config.regrow_peak_fraction = x;
         }
         "split_segments" => config.split_segments = Some(boolean(key, value)?),
+        "consolidate_live" => config.consolidate_live = boolean(key, value)?,
         "relocation" => {
             config.relocation = match scalar(key, value, "off, merge or merge_all")? {
                 "off" => Relocation::Off,
