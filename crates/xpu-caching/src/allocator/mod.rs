@@ -857,7 +857,6 @@ fn grow_path<B: Backend>(
     }
     // What garbage collection or the policy released is freed without the stream's lock.
     free_released(state, shared, st);
-    if std::env::var_os("XXDBG").is_some() { let (r, m) = shared.reserved_and_high_water(); eprintln!("GROW req {} seg {} grow {} reserved {} mark {}", req.rounded, req.segment_size, grow.segment_size, r, m); }
     match new_segment(state, &grow, shared, st) {
         Ok(h) => {
             // A consolidation that counted occupied segments in: their blocks move into

@@ -191,16 +191,14 @@ fn consolidate<B: Backend>(
     // request (reference §4.5), or it would be handed out whole to a request it exceeds by
     // the tolerance or more, and re-created every round.
     let oversize = !size::oversize_allows(req.rounded, merged, &state.config);
-    if (total < req.segment_size && occupied.is_none()) || merged > shared.max_alloc || oversize
-    {
+    if (total < req.segment_size && occupied.is_none()) || merged > shared.max_alloc || oversize {
         return None;
     }
     state.policy.note_released(idle.iter().map(|w| w.0));
     for (_, _, block) in idle {
         state.release_block(block);
     }
-    if let Some((segments, p)) = occupied {
-        if std::env::var_os("XXDBG").is_some() { let (r, m) = shared.reserved_and_high_water(); eprintln!("CL req {} seg {} idle {} P {} n {} merged {} reserved {} mark {}", req.rounded, req.segment_size, total, p, segments.len(), merged, r, m); }
+    if let Some((segments, _)) = occupied {
         state.policy.set_evacuation(segments);
     }
     Some(merged.max(req.segment_size))
@@ -225,10 +223,8 @@ pub(crate) fn evacuate_into_new<B: Backend>(
         let b = &state.blocks[new_block];
         (b.segment, b.pool)
     };
-    let emptied =
-        relocate::evacuate_into(state, into, kind, &segments, st, &shared.relocation);
+    let emptied = relocate::evacuate_into(state, into, kind, &segments, st, &shared.relocation);
     let sizes: Vec<u64> = emptied.iter().map(|&b| state.blocks[b].size).collect();
-    if std::env::var_os("XXDBG").is_some() { eprintln!("EV emptied {:?} of {}", sizes, segments.len()); }
     state.policy.note_released(sizes);
     for block in emptied {
         state.release_block(block);

@@ -677,7 +677,6 @@ pub(crate) fn occupied_for_merge<B: Backend>(
         }
     }
     candidates.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    if std::env::var_os("XXDBG").is_some() { eprintln!("OCC req {} seg {} idle {} cands {:?}", req.rounded, req.segment_size, idle, candidates.iter().map(|c| (c.0, c.3, state.segments[c.2].source.size)).collect::<Vec<_>>()); }
     let (mut bytes, mut live, mut free) = (0u64, 0u64, idle);
     let mut chosen: Vec<(u32, u64)> = Vec::new();
     for (f, addr, segment, l) in candidates {
@@ -919,9 +918,10 @@ fn take_target<B: Backend>(
     st: &mut StatsWriter<'_>,
 ) -> Option<u32> {
     let kind = state.blocks[l].pool;
-    let (f, addr, block) = state.pool(kind).iter_from(size).find(|&(f, _, b)| {
-        into(state.blocks[b].segment) && fits(kind, f, size, &state.config)
-    })?;
+    let (f, addr, block) = state
+        .pool(kind)
+        .iter_from(size)
+        .find(|&(f, _, b)| into(state.blocks[b].segment) && fits(kind, f, size, &state.config))?;
     let req = Request {
         size: state.blocks[l].requested,
         rounded: size,
