@@ -195,9 +195,12 @@ fn matches_the_experiment(sub: &str) -> usize {
         if folder != sub {
             continue;
         }
-        // The experiment's regrowth had no cap on the high-water mark.
+        // The experiment's regrowth had no cap on the high-water mark, and its consolidations
+        // took idle segments only.
         let options = ReplayOptions {
-            config: Some("relocation:merge_all,regrow_peak_fraction:0".to_owned()),
+            config: Some(
+                "relocation:merge_all,regrow_peak_fraction:0,consolidate_live:False".to_owned(),
+            ),
             ..ReplayOptions::default()
         };
         let r = replay::run(&root.join(name), &options).unwrap().report;
@@ -261,10 +264,10 @@ fn the_fifth_held_out_set_meets_issue_27_s_goals_with_relocation() {
     held_out_goals(
         "heldout5",
         &[
-            ("debertav2_varlen_infer", true, 2_636_120_064, 53),
+            ("debertav2_varlen_infer", true, 2_644_508_672, 50),
             ("electra_mlm_varlen_infer", true, 3_057_647_616, 30),
             ("fcn_varsize_infer", true, 2_118_123_520, 32),
-            ("qwen2_generate_varprompt", true, 648_019_968, 28),
+            ("qwen2_generate_varprompt", true, 645_922_816, 29),
             ("regnet_varres_train", false, 4_443_865_088, 196),
             (
                 "transformer_seq2seq_varlen_train",
@@ -285,18 +288,21 @@ fn the_fifth_held_out_set_meets_issue_27_s_goals_with_relocation() {
 /// (1.106). Those two misses of the third goal are pinned here as figures, not as goals.
 /// Since a regrowth's rise of the high-water mark is capped (`regrow_peak_fraction:0.25`, the
 /// default after the eleventh set's judgement): longformer 1.049, one segment allocation
-/// more (49, PyTorch's default 50).
+/// more (49, PyTorch's default 50). Since occupied segments join consolidations
+/// (`consolidate_live`, the default after the twelfth set's judgement): dinov2_varres_infer
+/// 0.931 to 0.872, and wav2vec2 1.106 to 1.247 (the merged segment keeps the moved blocks,
+/// so the next, larger request finds nothing idle to merge).
 #[test]
 fn the_sixth_held_out_set_with_relocation() {
     held_out_goals(
         "heldout6",
         &[
             ("detr_varsize_infer", true, 2_533_359_616, 41),
-            ("dinov2_varres_infer", true, 1_803_550_720, 46),
+            ("dinov2_varres_infer", true, 1_690_304_512, 45),
             ("gemma_generate_growprompt", true, 941_621_248, 34),
             ("longformer_growlen_infer", true, 2_426_404_864, 49),
             ("mobilevit_varres_train", false, 6_140_461_056, 124),
-            ("wav2vec2_varlen_infer", true, 3_185_573_888, 38),
+            ("wav2vec2_varlen_infer", true, 3_592_421_376, 38),
         ],
         &["wav2vec2_varlen_infer"],
     );
@@ -431,7 +437,10 @@ fn the_tenth_held_out_set_with_relocation() {
 /// the default. A geometric mean of 1.146 over expandable; gptneo_generate_varbatch (29
 /// segment allocations against 27) and mpnet_mlm_varlen_train (210 against 203) over PyTorch's
 /// default (issue 27's first goal missed); googlenet_varres_infer (1.205),
-/// nystromformer_varlen_infer (1.602) and s3d_varclip_infer (1.312) over 1.10.
+/// nystromformer_varlen_infer (1.602) and s3d_varclip_infer (1.312) over 1.10. Since
+/// occupied segments join consolidations (`consolidate_live`, the default after the twelfth
+/// set's judgement): 1.093, nystromformer 1.150 (peak reserved 0.718 of PyTorch's default),
+/// mnasnet_varres_train 1.023 to 1.018.
 #[test]
 fn the_eleventh_held_out_set_with_relocation() {
     held_out_misses(
@@ -440,9 +449,9 @@ fn the_eleventh_held_out_set_with_relocation() {
             ("googlenet_varres_infer", true, 1_134_559_232, 18),
             ("gptneo_generate_varbatch", true, 761_266_176, 29),
             ("maxvit_varbatch_infer", true, 2_130_706_432, 50),
-            ("mnasnet_varres_train", false, 5_150_605_312, 146),
+            ("mnasnet_varres_train", false, 5_127_536_640, 146),
             ("mpnet_mlm_varlen_train", false, 35_995_516_928, 210),
-            ("nystromformer_varlen_infer", true, 32_526_827_520, 36),
+            ("nystromformer_varlen_infer", true, 23_358_078_976, 36),
             ("s3d_varclip_infer", true, 5_779_750_912, 19),
         ],
         &[
@@ -451,7 +460,33 @@ fn the_eleventh_held_out_set_with_relocation() {
             "s3d_varclip_infer",
         ],
         &["gptneo_generate_varbatch", "mpnet_mlm_varlen_train"],
-        Some(1.146),
+        Some(1.093),
+    );
+}
+
+/// The twelfth held-out set (`data/traces/varshape/heldout12`, recorded on an H100), judged
+/// once on 2026-12-06 at 05:49 UTC by the test fixed in advance in `varshape/README.md`: the
+/// candidate (`consolidate_live:True`) gives exactly the default's figures on all seven
+/// traces, so it is at or below it and puts no new trace over PyTorch's default, and became
+/// the default. A geometric mean of 1.004 over expandable, no inference trace over 1.10, and
+/// swin3d_varclip_infer one segment allocation over PyTorch's default (36 against 35: issue
+/// 27's first goal missed; peak reserved 0.765 of PyTorch's).
+#[test]
+fn the_twelfth_held_out_set_with_relocation() {
+    held_out_misses(
+        "heldout12",
+        &[
+            ("bigbird_varlen_infer", true, 11_039_408_128, 51),
+            ("distilbert_mlm_varlen_train", false, 21_795_700_736, 99),
+            ("fnet_mlm_varlen_train", false, 22_223_519_744, 136),
+            ("gptj_generate_varprompt", true, 1_149_239_296, 27),
+            ("mixtral_generate_varbatch", true, 2_409_627_648, 37),
+            ("squeezenet_varres_infer", true, 2_818_572_288, 9),
+            ("swin3d_varclip_infer", true, 3_657_433_088, 36),
+        ],
+        &[],
+        &["swin3d_varclip_infer"],
+        Some(1.004),
     );
 }
 
