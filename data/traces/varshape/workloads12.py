@@ -5,7 +5,7 @@
 #                distilbert_mlm_varlen_train, fnet_mlm_varlen_train, mixtral_generate_varbatch,
 #                gptj_generate_varprompt
 # None of these architectures is in workloads.py or workloads6.py to workloads11.py. They were
-# written on 2026-12-06 (06:15 UTC), after a change to `before_grow`'s consolidation (occupied
+# written on 2026-12-06 (before 05:28 UTC, commit 2f4a4b2), after a change to `before_grow`'s consolidation (occupied
 # segments whose live blocks move into the merged segment, `consolidate_live:True`) had been
 # measured on the sets already looked at, and before any figure of these was seen, to judge
 # that change once (the test fixed in advance is in README.md, "The twelfth held-out set").
