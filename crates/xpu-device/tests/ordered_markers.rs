@@ -137,3 +137,43 @@ fn a_queue_tells_a_failed_wait_until_a_finish_that_returned() {
     assert!(!q.follows_failed_wait(), "after a finish that returned");
     assert_eq!(read(), expect(false), "drained");
 }
+
+/// A probe, not a check (run by hand with `--ignored` on a driver under study): the statuses
+/// of a marker held behind gate A when a later barrier's user event B fails, at each step of
+/// `a_queue_tells_a_failed_wait_until_a_finish_that_returned`, printed on stderr; and the same
+/// without B (a control).
+#[test]
+#[ignore = "a probe of a driver's ways, run by hand"]
+fn probe_a_held_marker_when_a_later_wait_fails() {
+    let Some((dev, _, q)) = common::device0_queue() else {
+        return;
+    };
+    for fail in [true, false] {
+        let mut a = common::Gate::new(dev);
+        let held = q.enqueue_marker(&[a.event()]).unwrap();
+        let b = dev.create_user_event().unwrap();
+        let barrier = q.enqueue_barrier(&[&b]).unwrap();
+        let show = |step: &str| {
+            eprintln!(
+                "probe fail={fail} {step}: held {:?}, barrier {:?}",
+                held.status(),
+                barrier.status()
+            );
+        };
+        show("enqueued");
+        if fail {
+            b.set_failed(-5).unwrap();
+        } else {
+            b.set_complete().unwrap();
+        }
+        show("B set");
+        a.open();
+        show("A opened");
+        let first = q.finish();
+        show(&format!("first finish {first:?}"));
+        let second = q.finish();
+        show(&format!("second finish {second:?}"));
+        let waited = held.wait();
+        show(&format!("held waited {waited:?}"));
+    }
+}
