@@ -529,11 +529,22 @@ impl Model {
                 }
             }
             PoolKind::Large => {
+                let (used, high_water) = (self.used, self.high_water);
+                let share = self.config.regrow_peak_fraction;
                 let released = &mut self.shards[si].released;
                 if released.iter().any(|&r| r >= seg_size) {
                     let total: u64 = released.iter().sum();
-                    let size = (total.div_ceil(ROUND_LARGE) * ROUND_LARGE)
+                    let mut size = (total.div_ceil(ROUND_LARGE) * ROUND_LARGE)
                         .min(seg_size * self.config.regrow_factor);
+                    // regrow_peak_fraction: a regrowth that would raise the high-water mark
+                    // gets at most the room below it, its own segment and the share of the
+                    // mark (whole 2 MiB units); the oversize rule then judges that size.
+                    if share > 0.0 && used + size > high_water {
+                        let bet = (high_water as f64 * share) as u64;
+                        let limit =
+                            (high_water - used + seg_size + bet) / ROUND_LARGE * ROUND_LARGE;
+                        size = size.min(limit.max(seg_size));
+                    }
                     if size >= seg_size
                         && size <= self.max_alloc
                         && size::oversize_allows(rounded, size, &self.config)

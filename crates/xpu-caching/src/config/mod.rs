@@ -113,7 +113,14 @@ pub enum ReleasePolicy {
     ///    request that one of them would have served (the workload needs those sizes again)
     ///    gets one segment of the released bytes not regrown yet, at most `regrow_factor`
     ///    (default 4) times its own segment size, instead of one segment per request: the
-    ///    segments a consolidation gave up come back in few driver calls.
+    ///    segments a consolidation gave up come back in few driver calls. Where it would raise
+    ///    the reserved high-water mark, `regrow_peak_fraction` limits it further
+    ///    ([`AllocConfig::regrow_peak_fraction`]). The segment so limited (not the released
+    ///    total) must fit the device's largest allocation and obey the oversize rule as a
+    ///    cached block serving the request (as in step 1), or there is no regrowth. With
+    ///    `max_split_size_mb:24`, 40 MiB released and reserved at its 40 MiB mark, an 11 MiB
+    ///    request (a 12 MiB segment of its own) gets a 22 MiB segment (0 + 12 + 10 MiB), which
+    ///    may serve it; the uncapped 40 MiB would be oversize for it.
     /// 3. **Small-pool growth.** A new small-pool segment is 2 MiB while the stream's small
     ///    pool holds less than 32 MiB, then 4 MiB (`floor_pow2(small pool bytes / 8)`, at
     ///    most 4 MiB): fewer driver calls than PyTorch's 2 MiB segments, with little memory
