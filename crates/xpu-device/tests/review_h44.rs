@@ -182,7 +182,7 @@ fn a_live_queue_with_a_failed_last_command_is_waited_for_while_an_earlier_one_is
     let drained = at_exit::drain(Duration::from_millis(50));
     let held_status = held.status().unwrap();
     gate.set_complete().unwrap();
-    q.finish().unwrap();
+    common::finish_after_failure(&q);
     assert!(
         !drained,
         "the exit drain returned true while the live queue's earlier command was {held_status:?}"

@@ -14,6 +14,14 @@ const RETURNING: &str = "h44-returning-at-ms=";
 
 use common::exit_child::{heavy_source, now_ms};
 
+/// Whether an exit must have waited for the compiles: PoCL compiles kernels in its workers
+/// when they first run (seconds each here), so its exit waits at least 1 s for them; a driver
+/// that compiles at `clBuildProgram` (NVIDIA) has only the kernels' runs left at exit, and
+/// its verdict is a clean exit (status 0) alone.
+fn exit_waits_for_compiles() -> bool {
+    common::is_pocl(xpu_device::device(0).unwrap())
+}
+
 fn returning() {
     common::exit_child::returning(RETURNING);
 }
@@ -209,11 +217,12 @@ fn a_dropped_queue_whose_last_command_was_cancelled_is_waited_for_at_exit() {
         return;
     }
     let outcomes = runs("kernels_then_a_cancelled_command_dropped", 5);
+    let compiles = exit_waits_for_compiles();
     let bad: Vec<String> = outcomes
         .iter()
         .filter(|o| {
             o.status.map(|s| s.success()) != Some(true)
-                || o.exit.is_none_or(|e| e < Duration::from_secs(1))
+                || (compiles && o.exit.is_none_or(|e| e < Duration::from_secs(1)))
         })
         .map(Outcome::describe)
         .collect();
@@ -237,11 +246,12 @@ fn a_live_queue_whose_last_command_was_cancelled_is_waited_for_at_exit() {
         return;
     }
     let outcomes = runs("kernels_then_a_cancelled_command_live", 5);
+    let compiles = exit_waits_for_compiles();
     let bad: Vec<String> = outcomes
         .iter()
         .filter(|o| {
             o.status.map(|s| s.success()) != Some(true)
-                || o.exit.is_none_or(|e| e < Duration::from_secs(1))
+                || (compiles && o.exit.is_none_or(|e| e < Duration::from_secs(1)))
         })
         .map(Outcome::describe)
         .collect();

@@ -89,8 +89,9 @@ fn a_chain_of_three_copies_on_two_devices_orders_through_bridges() -> TestResult
 }
 
 /// A download enqueued behind a gate that failed already (PoCL 3.1 runs it: a command entered
-/// after its predecessor's failure is not failed), then an upload of the block on another
-/// stream: the upload reads the download's bytes, nothing hangs.
+/// after its predecessor's failure is not failed; NVIDIA terminates it), then an upload of the
+/// block on another stream: the upload reads the block's bytes once the download is over (the
+/// download's on PoCL), nothing hangs.
 #[test]
 fn a_download_after_a_failed_gate_then_an_upload_elsewhere() -> TestResult {
     if !have_devices(1, &test_name()) {
@@ -117,6 +118,21 @@ fn a_download_after_a_failed_gate_then_an_upload_elsewhere() -> TestResult {
         };
         f().map_err(|e| e.to_string())
     });
-    assert_eq!(r, Some(Ok((0x5A, 0x5A))));
+    // PoCL 3.1 runs the download (0x5A); NVIDIA keeps stream a's order and terminates it
+    // behind the failed gate, so the block keeps its 0x22 (the H100 run of 58f7c71). Either
+    // way the upload reads what the block holds once the download is over.
+    let pocl = xpu_device::device(0)
+        .ok()
+        .and_then(|d| d.platform().name().ok())
+        .is_some_and(|n| n.contains("Portable Computing Language"));
+    let expected: &[(u8, u8)] = if pocl {
+        &[(0x5A, 0x5A)]
+    } else {
+        &[(0x5A, 0x5A), (0x22, 0x22)]
+    };
+    assert!(
+        matches!(&r, Some(Ok(got)) if expected.contains(got)),
+        "{r:?}, expected one of {expected:x?}"
+    );
     Ok(())
 }

@@ -272,3 +272,35 @@ pub mod exit_child {
             .collect()
     }
 }
+
+/// Whether `dev` is PoCL's (the CPU driver most of these tests were written on): for the
+/// scenarios that exist only there (kernels compiled lazily in its workers, its freeing of
+/// failed events), which other drivers skip with a message.
+pub fn is_pocl(dev: &Device) -> bool {
+    dev.platform()
+        .name()
+        .is_ok_and(|n| n.contains("Portable Computing Language"))
+}
+
+/// Skips (with a message naming the running test) unless `dev` is PoCL's; `why` says what
+/// only PoCL does.
+pub fn pocl_only(dev: &Device, why: &str) -> bool {
+    if is_pocl(dev) {
+        return true;
+    }
+    let name = dev.platform().name().unwrap_or_default();
+    eprintln!(
+        "skipping {}: {why} (PoCL only; this platform is {name:?})",
+        child::test_name()
+    );
+    false
+}
+
+/// `finish` of a queue on which a wait failed: NVIDIA's first `clFinish` after the failure
+/// returns the failure's status (-5) once, PoCL's succeeds; the next one must succeed on
+/// either (a hang is the test's own verdict).
+pub fn finish_after_failure(q: &CommandQueue) {
+    let _ = q.finish();
+    q.finish()
+        .expect("a second finish after a failed wait succeeds");
+}
