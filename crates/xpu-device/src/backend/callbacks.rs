@@ -233,7 +233,7 @@ extern "C" fn on_status(event: raw::cl_event, status: i32, user_data: *mut c_voi
 /// that failed through its wait list with 0 while the event reads -5 (H100, 2026-12-05);
 /// OpenCL 3.0 §5.11.4 passes an abnormally terminated command's error code instead. One
 /// `clGetEventInfo` (allowed in a callback, §5.11.4), only when the driver says 0.
-fn final_status(event: raw::cl_event, status: i32) -> i32 {
+pub(super) fn final_status(event: raw::cl_event, status: i32) -> i32 {
     if status != 0 {
         return status;
     }

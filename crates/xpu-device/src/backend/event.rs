@@ -11,7 +11,7 @@ use opencl3::event as cle;
 use super::{cl, raw, release, Context};
 use crate::error::ClError;
 
-extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut c_void) {
+extern "C" fn forward_status(event: raw::cl_event, status: i32, user_data: *mut c_void) {
     // `user_data` is the key of the target's clone (`forwards::hold_target`); a sweep that
     // passed on the source's failure may have taken it already.
     let Some((mut target, absorbs)) = super::forwards::take_target(user_data as usize) else {
@@ -24,6 +24,11 @@ extern "C" fn forward_status(_event: raw::cl_event, status: i32, user_data: *mut
     // The reference is uncounted before the status is set, so that a thread that observed the
     // status (a waiter on the target) sees the live counts settled.
     super::live::released(super::live::Kind::Event);
+    // NVIDIA calls a failed marker's `CL_COMPLETE` callback with 0 while the event reads its
+    // error (as `on_complete`'s closures, `callbacks::final_status`): passed on as 0, the
+    // target would complete, and commands waiting for it would run as if the source had not
+    // failed (review h46, H100: a forward's target read not failed, its queue finished clean).
+    let status = super::callbacks::final_status(event, status);
     let status = if absorbs {
         // `complete_when_over`: the source is over, whatever its status.
         cle::CL_COMPLETE
