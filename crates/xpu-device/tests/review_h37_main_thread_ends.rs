@@ -25,11 +25,14 @@ const DONE: &str = "h37: worker done, results right";
 /// The test's name, as test runners list it.
 const NAME: &str = "main_thread_ends_alone_and_another_thread_keeps_using_the_device";
 
-/// The C entry point. Answers a runner's listing as libtest does (`--list`: one test, none
+/// The C entry point, `C-unwind`: `pthread_exit` ends the main thread by a forced unwind
+/// through this frame, which a plain `extern "C"` function (no unwinding) turns into an abort
+/// (the child died with SIGABRT and no message on the GPU machine's Ubuntu 24.04, glibc 2.39,
+/// with PoCL 5.0 and with NVIDIA's driver alike; it passes there with `C-unwind`). Answers a runner's listing as libtest does (`--list`: one test, none
 /// ignored; nextest lists with `--format terse`), so that `cargo nextest` runs it too; runs
 /// the test for any other arguments that do not filter it out.
 #[no_mangle]
-extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+extern "C-unwind" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
     if std::env::var_os(CHILD).is_some() {
         return child();
     }
