@@ -431,6 +431,37 @@ fn pack(kind: PoolKind, free: &mut Vec<u64>, live: &mut [u64], config: &AllocCon
     })
 }
 
+/// A segment whose blocks are all idle or may move (so that moving its live blocks empties
+/// it): its live bytes, its largest live block and its idle free bytes.
+struct Emptiable {
+    live: u64,
+    largest: u64,
+    free: u64,
+}
+
+impl Emptiable {
+    /// The figures of the segment of `blocks`; `None` when one of them may not move (or is
+    /// free with a pending use).
+    fn of(blocks: &[Rec]) -> Option<Self> {
+        let mut e = Emptiable {
+            live: 0,
+            largest: 0,
+            free: 0,
+        };
+        for r in blocks {
+            if r.movable {
+                e.live += r.size;
+                e.largest = e.largest.max(r.size);
+            } else if r.idle {
+                e.free += r.size;
+            } else {
+                return None;
+            }
+        }
+        Some(e)
+    }
+}
+
 /// What [`empty_segments`]'s trials read: the pool's idle free blocks and the segments'.
 struct Plan<'a, F> {
     kind: PoolKind,
@@ -564,20 +595,14 @@ fn empty_segments<B: Backend>(
     // take it, since the free blocks outside only shrink as segments are chosen.
     let mut candidates: Vec<(u64, u64, u32, u64)> = Vec::new();
     for (segment, blocks) in by_segment.iter() {
-        let (mut live_sum, mut live_max) = (0u64, 0u64);
-        let mut all_movable = true;
-        for r in blocks {
-            if r.movable {
-                live_sum += r.size;
-                live_max = live_max.max(r.size);
-            } else if !r.idle {
-                all_movable = false;
-                break;
-            }
-        }
-        if !all_movable || live_sum == 0 {
+        let Some(Emptiable {
+            live: live_sum,
+            largest: live_max,
+            ..
+        }) = Emptiable::of(blocks).filter(|e| e.live > 0)
+        else {
             continue;
-        }
+        };
         let outside = free_all - excluded_free - free_in[segment as usize];
         if live_sum > outside || live_max > plan.largest_outside(&excluded, segment) {
             continue;
@@ -659,21 +684,9 @@ pub(crate) fn occupied_for_merge<B: Backend>(
     // (free bytes, address, segment, live bytes) of each segment whose live blocks all move.
     let mut candidates: Vec<(u64, u64, u32, u64)> = Vec::new();
     for (segment, blocks) in by_segment.iter() {
-        let (mut live, mut free) = (0u64, 0u64);
-        let mut all_movable = true;
-        for r in blocks {
-            if r.movable {
-                live += r.size;
-            } else if r.idle {
-                free += r.size;
-            } else {
-                all_movable = false;
-                break;
-            }
-        }
-        if all_movable && live > 0 && free > 0 {
+        if let Some(e) = Emptiable::of(blocks).filter(|e| e.live > 0 && e.free > 0) {
             let addr = state.segments[segment].source.address;
-            candidates.push((free, addr, segment, live));
+            candidates.push((e.free, addr, segment, e.live));
         }
     }
     candidates.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -733,7 +746,7 @@ pub(crate) fn evacuate_into<B: Backend>(
                     .segments
                     .get(s)
                     .is_some_and(|seg| seg.source.address == addr && seg.pool == kind)
-                && by_segment.get(s).iter().all(|r| r.idle || r.movable)
+                && Emptiable::of(by_segment.get(s)).is_some()
         })
         .map(|&(s, _)| s)
         .collect();
