@@ -846,9 +846,14 @@ fn grow_path<B: Backend>(
         state.garbage_collect(shared);
     }
     let mut grow = req;
+    // The occupied segments a consolidation counted in: this call's, moved into the segment
+    // it allocates next (kept out of the stream's state, which other threads change while
+    // the lock is released below).
+    let mut evacuation = Vec::new();
     if state.config.release_policy == ReleasePolicy::BeforeGrow {
         if state.config.splits_segments() {
-            grow.segment_size = policy::segment_size_before_grow(state, &req, shared);
+            grow.segment_size =
+                policy::segment_size_before_grow(state, &req, shared, &mut evacuation);
         } else {
             // Unsplit segments are exactly their request: no policy sizes them, but idle
             // ones may make room.
@@ -861,14 +866,13 @@ fn grow_path<B: Backend>(
         Ok(h) => {
             // A consolidation that counted occupied segments in: their blocks move into
             // the new segment, and they are released.
-            policy::evacuate_into_new(state, h.block, st, shared);
-            free_released(state, shared, st);
+            if !evacuation.is_empty() {
+                policy::evacuate_into_new(state, h.block, &evacuation, st, shared);
+                free_released(state, shared, st);
+            }
             return Ok(Outcome::Done(h));
         }
-        Err(f) => {
-            policy::forget_evacuation(state);
-            hard_error(f, shared, size)?;
-        }
+        Err(f) => hard_error(f, shared, size)?,
     }
     if grow.segment_size != req.segment_size {
         match new_segment(state, &req, shared, st) {

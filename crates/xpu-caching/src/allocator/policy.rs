@@ -53,11 +53,16 @@ pub(crate) fn small_segment_size(small_reserved: u64) -> u64 {
 }
 
 /// The segment size to allocate for `req` under `before_grow`; may release idle segments
-/// of this shard (consolidation).
+/// of this shard (consolidation). `evacuation` receives the occupied segments a
+/// consolidation counted in ([`consolidate`]): the caller's own, moved into the segment it
+/// then allocates ([`evacuate_into_new`]), or dropped when that allocation fails (it is not
+/// the stream's: another thread's growth while the stream's lock is released, or a later
+/// one after a source that panicked, never sees it).
 pub(crate) fn segment_size_before_grow<B: Backend>(
     state: &mut ShardState<B>,
     req: &Request,
     shared: &DeviceShared<B>,
+    evacuation: &mut Vec<(u32, u64)>,
 ) -> u64 {
     match req.pool {
         PoolKind::Small => {
@@ -76,7 +81,7 @@ pub(crate) fn segment_size_before_grow<B: Backend>(
             if !shared.would_raise_high_water(req.segment_size) {
                 return req.segment_size;
             }
-            consolidate(state, req, shared).unwrap_or(req.segment_size)
+            consolidate(state, req, shared, evacuation).unwrap_or(req.segment_size)
         }
     }
 }
@@ -167,12 +172,14 @@ pub(crate) fn release_idle_before_grow<B: Backend>(
 /// their total, when that serves the request without raising the reserved high-water mark.
 /// With [`AllocConfig::consolidate_live`](crate::AllocConfig::consolidate_live), when the
 /// idle segments fall short, occupied segments whose live blocks may all move count in too
-/// ([`relocate::occupied_for_merge`]): they are remembered, and once the merged segment is
+/// ([`relocate::occupied_for_merge`]): they are returned in `evacuation` (to the growth that
+/// sizes its segment here, not kept in the stream's state), and once the merged segment is
 /// allocated their blocks move into it and they are released ([`evacuate_into_new`]).
 fn consolidate<B: Backend>(
     state: &mut ShardState<B>,
     req: &Request,
     shared: &DeviceShared<B>,
+    evacuation: &mut Vec<(u32, u64)>,
 ) -> Option<u64> {
     let idle = state.whole_free(PoolKind::Large);
     let total: u64 = idle.iter().map(|w| w.0).sum();
@@ -201,23 +208,23 @@ fn consolidate<B: Backend>(
         state.release_block(block);
     }
     if let Some((segments, _)) = occupied {
-        state.policy.set_evacuation(segments);
+        *evacuation = segments;
     }
     Some(merged.max(req.segment_size))
 }
 
-/// After a consolidation that counted occupied segments in ([`consolidate`]) allocated its
-/// merged segment (`new_block` was handed out of it): their live blocks move into it, and
-/// the segments so emptied are taken out for release (the caller frees them without the
-/// stream's lock) and remembered as released for regrowth. Nothing happens when the
+/// After a consolidation that counted the occupied `segments` in ([`consolidate`]) allocated
+/// its merged segment (`new_block` was handed out of it): their live blocks move into it,
+/// and the segments so emptied are taken out for release (the caller frees them without
+/// the stream's lock) and remembered as released for regrowth. Nothing happens when the
 /// consolidation counted none; when the blocks cannot move now, those segments stay.
 pub(crate) fn evacuate_into_new<B: Backend>(
     state: &mut ShardState<B>,
     new_block: u32,
+    segments: &[(u32, u64)],
     st: &mut StatsWriter<'_>,
     shared: &DeviceShared<B>,
 ) {
-    let segments = state.policy.take_evacuation();
     if segments.is_empty() {
         return;
     }
@@ -225,16 +232,10 @@ pub(crate) fn evacuate_into_new<B: Backend>(
         let b = &state.blocks[new_block];
         (b.segment, b.pool)
     };
-    let emptied = relocate::evacuate_into(state, into, kind, &segments, st, &shared.relocation);
+    let emptied = relocate::evacuate_into(state, into, kind, segments, st, &shared.relocation);
     let sizes: Vec<u64> = emptied.iter().map(|&b| state.blocks[b].size).collect();
     state.policy.note_released(sizes);
     for block in emptied {
         state.release_block(block);
     }
-}
-
-/// Forgets the occupied segments a consolidation counted in, when its merged segment could
-/// not be allocated.
-pub(crate) fn forget_evacuation<B: Backend>(state: &mut ShardState<B>) {
-    state.policy.take_evacuation();
 }

@@ -10,10 +10,6 @@ pub(crate) struct PolicyState {
     /// Sizes in bytes of the unsplit segments released before growing
     /// ([`super::policy::release_idle_before_grow`]), at most [`UNSPLIT_RELEASED_SIZES`].
     unsplit_released: std::collections::BTreeSet<u64>,
-    /// The occupied segments ((segment, address)) that the consolidation sizing the
-    /// stream's next segment counted in: their live blocks move into it once it is
-    /// allocated ([`super::policy::evacuate_into_new`]).
-    evacuation: Vec<(u32, u64)>,
 }
 
 /// The most released unsplit segment sizes remembered per stream; past it the record starts
@@ -44,16 +40,6 @@ impl PolicyState {
     /// request that needs one again shows the workload still uses that size.
     pub(super) fn unsplit_released_before(&self, bytes: u64) -> bool {
         self.unsplit_released.contains(&bytes)
-    }
-
-    /// Remembers the occupied segments a consolidation counted in.
-    pub(super) fn set_evacuation(&mut self, segments: Vec<(u32, u64)>) {
-        self.evacuation = segments;
-    }
-
-    /// The occupied segments the last consolidation counted in (none after this call).
-    pub(super) fn take_evacuation(&mut self) -> Vec<(u32, u64)> {
-        std::mem::take(&mut self.evacuation)
     }
 
     /// Bytes released by consolidations and not regrown since.
