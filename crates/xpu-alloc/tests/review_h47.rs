@@ -498,8 +498,8 @@ fn a_moved_block_read_on_another_stream_and_the_released_segment() {
         return;
     };
     let (sr, tr) = (
-        xpu_alloc::ClStream::shared(s.clone()),
-        xpu_alloc::ClStream::shared(t.clone()),
+        xpu_alloc::ClStream::shared(s),
+        xpu_alloc::ClStream::shared(t),
     );
     let core = DeviceCore::new(
         Box::new(BufferSource::new(0).expect("buffer source")),
