@@ -6,10 +6,12 @@
 
 mod common;
 
-use common::relocation::{allocated_at, holds, layout, relocating_core, write};
+use common::relocation::{
+    allocated_at, copy_on_t_behind_the_gated_move, holds, layout, relocating_core, write,
+};
 use common::{device_streams, MIB};
 use xpu_alloc::ClStream;
-use xpu_event::{Gate, StreamExt};
+use xpu_event::Gate;
 
 #[test]
 fn a_moved_block_keeps_its_bytes() {
@@ -71,19 +73,7 @@ fn a_command_on_another_stream_waits_for_the_move_s_copy() {
     gate.block(&s).expect("block");
     let big = core.allocate(8 * MIB, &sr).unwrap();
     assert_eq!(core.relocation_stats().moves, 1);
-    let out = core.allocate(2 * MIB, &tr).unwrap();
-    let len = usize::try_from(2 * MIB).unwrap();
-    out.view()
-        .unwrap()
-        .copy_from(&t, &q.view().unwrap(), 0, 0, len)
-        .unwrap();
-    let after = t.record_event().expect("event");
-    assert!(
-        !after.query().expect("query"),
-        "T waits for the move's copy"
-    );
-    gate.open().expect("open");
-    after.synchronize().expect("synchronize");
+    let out = copy_on_t_behind_the_gated_move(&core, &q, (&t, &tr), &gate);
     assert!(holds(&out, &t, 1), "T copied the moved block's bytes");
     drop(big);
 }

@@ -14,9 +14,9 @@ use xpu_alloc::{
     AllocConfig, BlockState, BufferSource, DataPtr, DeviceCore, HookedSource, SegmentSource,
     SimulatedSource, SourceError, SourceHooks, SourceSegment, StreamRef,
 };
-use xpu_event::{Gate, StreamExt};
+use xpu_event::Gate;
 
-use common::relocation::{check_history, holds, write};
+use common::relocation::{check_history, copy_on_t_behind_the_gated_move, holds, write};
 use common::{device_streams, stream, MIB};
 
 type Action = Box<dyn FnOnce() + Send>;
@@ -526,19 +526,7 @@ fn a_moved_block_read_on_another_stream_and_the_released_segment() {
         let len = usize::try_from(o.size()).unwrap();
         o.view().unwrap().fill(&t, &[0x5a], 0, len).unwrap();
     }
-    let out = core.allocate(4 * MIB, &tr).unwrap();
-    let len = usize::try_from(4 * MIB).unwrap();
-    out.view()
-        .unwrap()
-        .copy_from(&t, &y.view().unwrap(), 0, 0, len)
-        .unwrap();
-    let after = t.record_event().expect("event");
-    assert!(
-        !after.query().expect("query"),
-        "T waits for the move's copy"
-    );
-    gate.open().expect("open");
-    after.synchronize().expect("synchronize");
+    let out = copy_on_t_behind_the_gated_move(&core, &y, (&t, &tr), &gate);
     assert!(holds(&out, &t, 7), "T read y's bytes");
     assert!(holds(&y, &s, 7), "y at its new place");
     write(&big, &s, 9);

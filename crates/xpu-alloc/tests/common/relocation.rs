@@ -188,3 +188,28 @@ pub fn a_fill_on_t_waits_for_the_gated_copy(
         "{what}: the new owner holds the fill"
     );
 }
+
+/// Copies `moved` (a block that a relocation moved behind a copy on `s` held by `gate`) into
+/// a new block of `core` on `t`, checks that the copy on `t` waits for the gated move, opens
+/// the gate and returns the copy once it is over.
+pub fn copy_on_t_behind_the_gated_move(
+    core: &DeviceCore,
+    moved: &DataPtr,
+    (t, tr): (&Stream, &StreamRef),
+    gate: &Gate,
+) -> DataPtr {
+    let out = core.allocate(moved.size(), tr).unwrap();
+    let len = usize::try_from(moved.size()).unwrap();
+    out.view()
+        .unwrap()
+        .copy_from(t, &moved.view().unwrap(), 0, 0, len)
+        .unwrap();
+    let after = t.record_event().expect("event");
+    assert!(
+        !after.query().expect("query"),
+        "T waits for the move's copy"
+    );
+    gate.open().expect("open");
+    after.synchronize().expect("synchronize");
+    out
+}
