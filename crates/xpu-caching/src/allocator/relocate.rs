@@ -165,6 +165,19 @@ impl BySegment {
             Err(_) => &[],
         }
     }
+
+    /// Every live block of `segments` as (size, block), largest first (the order a plan
+    /// places them in).
+    fn live_largest_first(&self, segments: &[u32]) -> Vec<(u64, u32)> {
+        let mut live: Vec<(u64, u32)> = segments
+            .iter()
+            .flat_map(|&s| self.get(s).iter())
+            .filter(|r| r.allocated)
+            .map(|r| (r.size, r.index))
+            .collect();
+        live.sort_unstable_by(|a, b| b.cmp(a));
+        live
+    }
 }
 
 /// The idle free blocks of one pool, read once for both plans.
@@ -641,14 +654,7 @@ fn empty_segments<B: Backend>(
     if chosen.len() == idle.len() {
         return;
     }
-    // Every live block of the chosen segments, largest first (the order planned).
-    let mut moving: Vec<(u64, u32)> = chosen
-        .iter()
-        .flat_map(|&s| by_segment.get(s).iter())
-        .filter(|r| r.allocated)
-        .map(|r| (r.size, r.index))
-        .collect();
-    moving.sort_unstable_by(|a, b| b.cmp(a));
+    let moving = by_segment.live_largest_first(&chosen);
     let Some((moves, bytes)) = execute(state, &moving, |s| !chosen.contains(&s), st) else {
         return;
     };
@@ -750,13 +756,7 @@ pub(crate) fn evacuate_into<B: Backend>(
         })
         .map(|&(s, _)| s)
         .collect();
-    let mut moving: Vec<(u64, u32)> = chosen
-        .iter()
-        .flat_map(|&s| by_segment.get(s).iter())
-        .filter(|r| r.allocated)
-        .map(|r| (r.size, r.index))
-        .collect();
-    moving.sort_unstable_by(|a, b| b.cmp(a));
+    let moving = by_segment.live_largest_first(&chosen);
     let mut targets: Vec<u64> = state
         .pool(kind)
         .iter()
