@@ -216,8 +216,8 @@ fn consolidate<B: Backend>(
 /// After a consolidation that counted the occupied `segments` in ([`consolidate`]) allocated
 /// its merged segment (`new_block` was handed out of it): their live blocks move into it,
 /// and the segments so emptied are taken out for release (the caller frees them without
-/// the stream's lock) and remembered as released for regrowth. Nothing happens when the
-/// consolidation counted none; when the blocks cannot move now, those segments stay.
+/// the stream's lock) and remembered as released for regrowth. When the blocks cannot move
+/// now, those segments stay.
 pub(crate) fn evacuate_into_new<B: Backend>(
     state: &mut ShardState<B>,
     new_block: u32,
@@ -225,9 +225,6 @@ pub(crate) fn evacuate_into_new<B: Backend>(
     st: &mut StatsWriter<'_>,
     shared: &DeviceShared<B>,
 ) {
-    if segments.is_empty() {
-        return;
-    }
     let (into, kind) = {
         let b = &state.blocks[new_block];
         (b.segment, b.pool)

@@ -719,11 +719,11 @@ pub(crate) fn occupied_for_merge<B: Backend>(
         .saturating_add(bytes)
         .div_ceil(size::ROUND_LARGE)
         .saturating_mul(size::ROUND_LARGE);
-    let mut sizes: Vec<u64> = chosen
+    let ids: Vec<u32> = chosen.iter().map(|&(s, _)| s).collect();
+    let mut sizes: Vec<u64> = by_segment
+        .live_largest_first(&ids)
         .iter()
-        .flat_map(|&(s, _)| by_segment.get(s).iter())
-        .filter(|r| r.allocated)
-        .map(|r| r.size)
+        .map(|m| m.0)
         .collect();
     let mut rest = vec![merged.saturating_sub(req.rounded)];
     debug_assert_eq!(sizes.iter().sum::<u64>(), live);
