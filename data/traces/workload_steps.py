@@ -60,7 +60,12 @@ def optimizer_step(loss, opt):
     loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
 
 def record_main(run):
-    """Runs `run(name)` under record_trace.py's recorder: argv is the workload and the output."""
+    """Runs `run(name)` under record_trace.py's recorder: argv is the workload and the output.
+    The device is synchronized after `run` (in the timed run, as record_trace.py's own
+    workloads do); scripts that synchronize themselves repeat a no-op."""
     import record_trace as rt
-    rt.run_workload = run
+    def run_synchronized(name):
+        run(name)
+        torch.cuda.synchronize()
+    rt.run_workload = run_synchronized
     rt.main(sys.argv[1], sys.argv[2])
