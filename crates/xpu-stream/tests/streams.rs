@@ -41,16 +41,19 @@ fn query_and_synchronize() {
     }
     let s = get_stream_from_pool(0, 0).unwrap();
     s.synchronize().unwrap();
-    // Idle after synchronize: a query loop must answer true (a marker, flushed).
+    // Idle after synchronize: a query loop must answer true (a marker, flushed). The bound
+    // is generous time, not a count of polls: on an H100 with the suite running beside it
+    // (2026-12-06), NVIDIA's driver reported the marker pending through 100,000 polls.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut done = false;
-    for _ in 0..100_000 {
+    while std::time::Instant::now() < deadline {
         if s.query().unwrap() {
             done = true;
             break;
         }
         std::thread::yield_now();
     }
-    assert!(done, "an idle stream reports query() == true");
+    assert!(done, "an idle stream reports query() == true within 60 s");
     synchronize(0).unwrap();
     current_stream(0).unwrap().synchronize().unwrap();
 }
