@@ -182,3 +182,41 @@ fn the_exit_drain_waits_while_a_cpu_device_works_and_gives_up_on_a_gated_queue()
     gate.set_complete().unwrap();
     q.finish().unwrap();
 }
+
+/// An idle probe tells whether a command was enqueued through the wrapper or its clones after
+/// it began: its own marker is not one, a marker or barrier enqueued later is (on this thread
+/// or another), and a probe of another queue's wrapper never reads as idle.
+#[test]
+fn an_idle_probe_sees_the_commands_enqueued_after_it() {
+    use xpu_device::backend::ClEvent;
+
+    let Some((dev, ctx, q)) = common::device0_queue() else {
+        return;
+    };
+    let first = q.enqueue_idle_probe().unwrap();
+    assert!(!q.enqueued_since(&first), "its own marker");
+    first.event().wait().unwrap();
+    assert!(first.event().is_complete().unwrap());
+    let clone = q.clone();
+    drop(clone.enqueue_marker(&[]).unwrap());
+    assert!(q.enqueued_since(&first), "a marker through a clone");
+
+    // A later probe starts clean; a command enqueued on another thread after it is seen.
+    let second = q.enqueue_idle_probe().unwrap();
+    assert!(!q.enqueued_since(&second));
+    assert!(q.enqueued_since(&first), "the first probe stays dirty");
+    let gate = ClEvent::user(ctx).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| drop(q.enqueue_barrier(&[&gate]).unwrap()));
+    });
+    assert!(q.enqueued_since(&second), "a barrier from another thread");
+    gate.set_complete().unwrap();
+
+    // Another wrapper's probe: no answer of idleness from this one.
+    let other = common::queue(dev);
+    let theirs = other.enqueue_idle_probe().unwrap();
+    assert!(!other.enqueued_since(&theirs));
+    assert!(q.enqueued_since(&theirs), "a probe of another wrapper");
+    q.finish().unwrap();
+    other.finish().unwrap();
+}

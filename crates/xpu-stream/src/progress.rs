@@ -23,7 +23,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
-use xpu_device::backend::{ClEvent, CommandQueue};
+use xpu_device::backend::{CommandQueue, IdleProbe};
 
 /// A point in a queue's tracked commands, taken by [`QueueRef::submission`] right after a
 /// command's enqueue call returned: once [`QueueRef::is_known_complete`] says so, that command
@@ -75,11 +75,12 @@ impl Progress {
 pub(crate) struct TrackedQueue {
     pub(crate) queue: CommandQueue,
     pub(crate) progress: Progress,
-    /// The marker of the last stream query that found it pending, with what `issued` read
-    /// before its enqueue: the next query asks about it before enqueuing another, so a
-    /// polling loop keeps one marker in flight (see `Stream::query`). The lock is held only
-    /// to take or put the marker, never over a driver call.
-    query_marker: Mutex<Option<(ClEvent, Submission)>>,
+    /// The marker of the last stream query (pending, or on a native stream complete), with
+    /// what `issued` read before its enqueue: the next query asks about it before enqueuing
+    /// another, so a polling loop keeps one marker in flight and an idle stream's answers
+    /// `true` on it (see `Stream::query`). The lock is held only to take or put the marker,
+    /// never over a driver call.
+    query_marker: Mutex<Option<(IdleProbe, Submission)>>,
 }
 
 impl TrackedQueue {
@@ -91,14 +92,14 @@ impl TrackedQueue {
         }
     }
 
-    /// Takes the pending marker a previous stream query kept, if any.
-    pub(crate) fn take_query_marker(&self) -> Option<(ClEvent, Submission)> {
+    /// Takes the marker a previous stream query kept, if any.
+    pub(crate) fn take_query_marker(&self) -> Option<(IdleProbe, Submission)> {
         self.query_marker.lock().take()
     }
 
-    /// Keeps a stream query's pending marker for the next query (when another query kept
-    /// one meanwhile, that one stays and `marker` is dropped: either covers the same ask).
-    pub(crate) fn keep_query_marker(&self, marker: ClEvent, drained: Submission) {
+    /// Keeps a stream query's marker for the next query (when another query kept one
+    /// meanwhile, that one stays and `marker` is dropped: either covers the same ask).
+    pub(crate) fn keep_query_marker(&self, marker: IdleProbe, drained: Submission) {
         let dropped = {
             let mut slot = self.query_marker.lock();
             match *slot {

@@ -192,11 +192,19 @@ impl Stream {
 
     /// True when all work submitted so far has completed, as `torch.xpu.Stream.query`. OpenCL
     /// has no "queue empty" query, so this enqueues a marker, flushes the queue and reads the
-    /// marker's status (three driver calls, no blocking). A marker found pending is kept: the
-    /// next query reads its status first and answers `false` while it is pending (one driver
-    /// call, nothing enqueued), so a polling loop keeps one marker in flight instead of
-    /// queueing them faster than the device completes them. A stream that has just gone
-    /// idle can report `false` a few times; poll. After `true`, every event recorded on the
+    /// marker's status (three driver calls, no blocking). The marker is kept: the next query
+    /// reads its status first and answers `false` while it is pending (one driver call,
+    /// nothing enqueued), so a polling loop keeps one marker in flight instead of queueing
+    /// them faster than the device completes them; once it completed, a native stream on
+    /// which nothing was enqueued after it is idle, and the query answers `true` on it (one
+    /// driver call, nothing enqueued; a driver's status of a fresh marker may read pending
+    /// for a while, so a new marker per query could keep an idle stream's polling loop at
+    /// `false`). An external stream's query asks with a new marker then, since its owner
+    /// may enqueue on the queue without the runtime; so does a native stream's when work
+    /// was enqueued after the marker. Commands enqueued on a native stream's raw handle
+    /// ([`Stream::as_raw`]) by other code are seen only by a query that enqueues a marker
+    /// after them. A stream that has just gone idle can report `false` a few times; poll.
+    /// After `true`, every event recorded on the
     /// stream before this call began is known complete: its `query` answers `true` without a
     /// driver call (as `torch.cuda.Event.query` after `torch.cuda.Stream.query` returned
     /// `True`).
@@ -208,30 +216,41 @@ impl Stream {
     pub fn query(&self) -> Result<bool, StreamError> {
         // The checks (fork, capture, a released external stream) come first, every time.
         let q = self.enqueue_queue("query")?.queue_ref();
+        // A native stream's queue is reached only through the runtime's wrappers (short of
+        // the raw handle, `Stream::as_raw`), which note every enqueue; an external stream's
+        // owner enqueues on it directly, so only a new marker tells about its work.
+        let native = id::is_native(self.id);
         if let Some((kept, drained)) = q.tracked().take_query_marker() {
             // In-order queue: a later marker cannot complete before this one, so while it is
             // pending the answer is `false` whatever a new marker would say.
-            if !kept.is_complete()? {
+            if !kept.event().is_complete()? {
                 q.tracked().keep_query_marker(kept, drained);
                 return Ok(false);
             }
             q.tracked().progress.complete_up_to(drained);
-            // Work enqueued after it is not covered: ask again with a new marker.
+            // Nothing enqueued after it: the stream is idle, and the marker answers the next
+            // query too. Work enqueued after it is not covered: ask again with a new marker.
+            if native && !q.enqueued_since(&kept) {
+                q.tracked().keep_query_marker(kept, drained);
+                return Ok(true);
+            }
         }
         let permit = self.enqueue_queue("query")?;
         // Read before the marker's enqueue: what it numbers was enqueued before the marker,
         // which completes only after it (OpenCL 3.0, `clEnqueueMarkerWithWaitList`).
         let drained = q.tracked().progress.issued();
-        let marker = permit.enqueue_marker(&[])?;
+        let marker = permit.enqueue_idle_probe()?;
         // The flush and the status query are not enqueues: outside the permit.
         drop(permit);
         q.flush()?;
-        if marker.is_complete()? {
+        let complete = marker.event().is_complete()?;
+        if complete {
             q.tracked().progress.complete_up_to(drained);
-            return Ok(true);
         }
-        q.tracked().keep_query_marker(marker, drained);
-        Ok(false)
+        if !complete || native {
+            q.tracked().keep_query_marker(marker, drained);
+        }
+        Ok(complete)
     }
 
     /// Blocks the host until all work submitted so far has completed (`clFinish`), then

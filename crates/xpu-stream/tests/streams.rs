@@ -9,6 +9,19 @@ use xpu_stream::{
     PRIORITY_HIGH,
 };
 
+/// Polls `s.query()` until it answers `true`, for up to 60 s (a bound in time, not in polls:
+/// how many polls a driver's marker status takes depends on the machine and its load).
+fn query_until_true(s: &xpu_stream::Stream) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if s.query().unwrap() {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
+}
+
 #[test]
 fn identity_debug_and_queue() {
     if !common::devices(1) {
@@ -41,19 +54,11 @@ fn query_and_synchronize() {
     }
     let s = get_stream_from_pool(0, 0).unwrap();
     s.synchronize().unwrap();
-    // Idle after synchronize: a query loop must answer true (a marker, flushed). The bound
-    // is generous time, not a count of polls: on an H100 with the suite running beside it
-    // (2026-12-06), NVIDIA's driver reported the marker pending through 100,000 polls.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let mut done = false;
-    while std::time::Instant::now() < deadline {
-        if s.query().unwrap() {
-            done = true;
-            break;
-        }
-        std::thread::yield_now();
-    }
-    assert!(done, "an idle stream reports query() == true within 60 s");
+    // Idle after synchronize: a query loop must answer true.
+    assert!(
+        query_until_true(&s),
+        "an idle stream reports query() == true within 60 s"
+    );
     synchronize(0).unwrap();
     current_stream(0).unwrap().synchronize().unwrap();
 }
@@ -81,13 +86,10 @@ fn an_idle_stream_answers_true_on_the_marker_its_query_kept() {
     let markers = xpu_device::backend::markers_enqueued_on_this_thread;
     let before = markers();
     gate.set_complete().unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let mut done = false;
-    while !done && std::time::Instant::now() < deadline {
-        done = s.query().unwrap();
-        std::thread::yield_now();
-    }
-    assert!(done, "the idle stream's query answers true within 60 s");
+    assert!(
+        query_until_true(&s),
+        "the idle stream's query answers true within 60 s"
+    );
     assert_eq!(
         markers() - before,
         0,
@@ -132,15 +134,10 @@ fn a_query_loop_on_a_busy_stream_keeps_one_marker_in_flight() {
     assert_eq!(markers() - before, 1, "markers enqueued by 100 queries");
 
     gate.set_complete().unwrap();
-    let mut done = false;
-    for _ in 0..1_000_000 {
-        if s.query().unwrap() {
-            done = true;
-            break;
-        }
-        std::thread::yield_now();
-    }
-    assert!(done, "the stream's query turns true once the gate opened");
+    assert!(
+        query_until_true(&s),
+        "the stream's query turns true once the gate opened"
+    );
 
     // Work enqueued after the kept marker completed is not covered by it: the next query
     // asks with a new marker and sees the new gate closed.
@@ -241,15 +238,7 @@ fn submissions_are_known_complete_after_a_synchronize_or_query_that_began_after_
         !q.is_known_complete(second),
         "numbered after the synchronize"
     );
-    let mut idle = false;
-    for _ in 0..1_000_000 {
-        if s.query().unwrap() {
-            idle = true;
-            break;
-        }
-        std::thread::yield_now();
-    }
-    assert!(idle, "the stream never went idle");
+    assert!(query_until_true(&s), "the stream never went idle");
     assert!(
         q.is_known_complete(second),
         "after Stream::query returned true"

@@ -3,7 +3,7 @@
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use opencl3::command_queue as clq;
@@ -19,6 +19,9 @@ use crate::error::{ClError, DeviceError, Result};
 thread_local! {
     /// Markers enqueued by this thread through [`CommandQueue::enqueue_marker`].
     static MARKERS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Set while this thread enqueues an idle probe's marker
+    /// ([`CommandQueue::enqueue_idle_probe`]): that enqueue is not noted as one after it.
+    static PROBING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// How many markers (`clEnqueueMarkerWithWaitList`) the calling thread has enqueued through
@@ -81,6 +84,33 @@ struct QueueShared {
     /// Whether a command was enqueued through these clones since a drop last reported it to
     /// the exit's registry (`at_exit::wrapper_dropped`) or a `finish` of theirs covered it.
     enqueued: AtomicBool,
+    /// The generation of the latest idle probe begun through these clones
+    /// ([`CommandQueue::enqueue_idle_probe`]; 0: none).
+    probes: AtomicU64,
+    /// The highest probe generation that was the latest when a command's enqueue call
+    /// through these clones returned (a probe's own marker excepted): a probe of a higher
+    /// generation saw no command enqueued after it began.
+    noted_probe: AtomicU64,
+}
+
+/// A marker after every command enqueued on its queue before it, that also tells whether a
+/// command was enqueued through the same wrapper or its clones after it began
+/// ([`CommandQueue::enqueue_idle_probe`], [`CommandQueue::enqueued_since`]): once the marker
+/// completed and none was, the queue is idle, with no new marker (as `torch.cuda.Stream.query`
+/// answers of an idle stream).
+#[derive(Debug)]
+pub struct IdleProbe {
+    marker: ClEvent,
+    generation: u64,
+    /// The identity of the wrapper clones' shared state it was begun through (compared only).
+    queue: usize,
+}
+
+impl IdleProbe {
+    /// The probe's marker (its status tells whether the commands before it completed).
+    pub fn event(&self) -> &ClEvent {
+        &self.marker
+    }
 }
 
 /// A marker whose completion is judged with the waits enqueued before it on its queue
@@ -383,10 +413,17 @@ impl CommandQueue {
     }
 
     /// Notes, after its enqueue call, that a command was enqueued through this wrapper (for
-    /// the exit's registry): a load, and a store the first time only.
+    /// the exit's registry: a load, and a store the first time only; and for idle probes: two
+    /// loads, and a `fetch_max` the first time after each probe began).
     fn note_enqueued(&self) {
         if !self.1.enqueued.load(Ordering::Relaxed) {
             self.1.enqueued.store(true, Ordering::Release);
+        }
+        let probe = self.1.probes.load(Ordering::Acquire);
+        if self.1.noted_probe.load(Ordering::Acquire) < probe
+            && !PROBING.try_with(Cell::get).unwrap_or(false)
+        {
+            self.1.noted_probe.fetch_max(probe, Ordering::AcqRel);
         }
     }
 
@@ -622,6 +659,38 @@ impl CommandQueue {
             clq::enqueue_marker_with_wait_list,
             wait,
         )
+    }
+
+    /// Begins an idle check: a marker (as [`CommandQueue::enqueue_marker`]) that
+    /// [`CommandQueue::enqueued_since`] compares with the commands enqueued later through this
+    /// wrapper or its clones. Costs a marker and one atomic increment.
+    ///
+    /// # Errors
+    /// A failed `clEnqueueMarkerWithWaitList`.
+    pub fn enqueue_idle_probe(&self) -> Result<IdleProbe, ClError> {
+        // Before the marker's enqueue: a command enqueued after the marker returns from its
+        // enqueue call after the marker's was made (the driver orders the two calls on the
+        // queue), so its note reads this generation or a later one.
+        let generation = self.1.probes.fetch_add(1, Ordering::AcqRel) + 1;
+        let _ = PROBING.try_with(|p| p.set(true));
+        let marker = self.enqueue_marker(&[]);
+        let _ = PROBING.try_with(|p| p.set(false));
+        Ok(IdleProbe {
+            marker: marker?,
+            generation,
+            queue: Arc::as_ptr(&self.1) as usize,
+        })
+    }
+
+    /// Whether a command was enqueued through this wrapper or its clones after `probe` began
+    /// (its own marker excepted; a probe begun through another wrapper reads as if one was):
+    /// when not, and
+    /// the probe's marker completed, every command enqueued through them before this call
+    /// completed. One atomic load, no driver call. Commands enqueued on the raw handle by
+    /// other code are not seen.
+    pub fn enqueued_since(&self, probe: &IdleProbe) -> bool {
+        probe.queue != Arc::as_ptr(&self.1) as usize
+            || self.1.noted_probe.load(Ordering::Acquire) >= probe.generation
     }
 
     /// A marker after every earlier command of this queue, whose completion is judged in
