@@ -564,6 +564,9 @@ impl<'a> ForeignCall<'a> {
             blocking: false,
         };
         let returned = f(&foreign).map_err(|code| InteropError::Library { code });
+        // The library enqueued on the raw queue, not through the wrapper: a query's kept
+        // marker must not take the stream for idle (review h48), whether or not it failed.
+        queue.note_raw_enqueue();
         // The workspace is freed here (also on failure): allocated on this stream, its block
         // is reused only by work ordered after the library's (stream-ordered reuse).
         let ForeignQueue { .. } = foreign;

@@ -202,8 +202,9 @@ impl Stream {
     /// `false`). An external stream's query asks with a new marker then, since its owner
     /// may enqueue on the queue without the runtime; so does a native stream's when work
     /// was enqueued after the marker. Commands enqueued on a native stream's raw handle
-    /// ([`Stream::as_raw`]) by other code are seen only by a query that enqueues a marker
-    /// after them. A stream that has just gone idle can report `false` a few times; poll.
+    /// ([`Stream::as_raw`]) by other code are seen once noted on the queue
+    /// (`CommandQueue::note_raw_enqueue`, as the runtime's foreign library calls do), else
+    /// only by a query that enqueues a marker after them. A stream that has just gone idle can report `false` a few times; poll.
     /// After `true`, every event recorded on the
     /// stream before this call began is known complete: its `query` answers `true` without a
     /// driver call (as `torch.cuda.Event.query` after `torch.cuda.Stream.query` returned

@@ -682,12 +682,21 @@ impl CommandQueue {
         })
     }
 
+    /// Notes that other code enqueued commands on the raw queue ([`CommandQueue::as_raw`]: a
+    /// foreign library): the idle probes begun before read as if a command was enqueued
+    /// through the wrapper ([`CommandQueue::enqueued_since`]), and the exit's drain waits for
+    /// the queue as for one of its own commands. Call it once that code returned. Two atomic
+    /// loads, a store and a `fetch_max` at most.
+    pub fn note_raw_enqueue(&self) {
+        self.note_enqueued();
+    }
+
     /// Whether a command was enqueued through this wrapper or its clones after `probe` began
     /// (its own marker excepted; a probe begun through another wrapper reads as if one was):
     /// when not, and
     /// the probe's marker completed, every command enqueued through them before this call
     /// completed. One atomic load, no driver call. Commands enqueued on the raw handle by
-    /// other code are not seen.
+    /// other code are seen only once noted ([`CommandQueue::note_raw_enqueue`]).
     pub fn enqueued_since(&self, probe: &IdleProbe) -> bool {
         probe.queue != Arc::as_ptr(&self.1) as usize
             || self.1.noted_probe.load(Ordering::Acquire) >= probe.generation
