@@ -78,7 +78,7 @@ pub(crate) fn build(root: &Path, out: &Path, cuda: bool) -> Result<()> {
         .with_context(|| format!("cannot write {}", run_sh.display()))?;
     set_executable(&run_sh)?;
     exclude_from_git(root, &out, &format!("/{DEFAULT_DIR}/"))?;
-    report_size(&out)
+    report_size(root, &out)
 }
 
 /// Builds the `train_cuda` example (feature `cuda-compare` of xpu-burn) into `out`. A failed

@@ -53,6 +53,10 @@ enum Command {
         /// Output directory [default: .gpu in the workspace root].
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
+        /// Only part K of N of the suite (K/N, e.g. 1/2): the workspace's packages split in
+        /// N, so that each part's archive fits one device call beside the working tree.
+        #[arg(long, value_name = "K/N")]
+        part: Option<archive::Part>,
     },
     /// Build burn's conformance suite on xpu (the burn_suite test binary), the burn training
     /// example, its PyTorch twin, the same example on burn's CUDA backend (train_cuda) and a
@@ -92,9 +96,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::Test { args } => test::run(&root, &args),
         Command::TestGpu { args } => gpu::test_gpu(&root, &args),
         Command::CheckLayers => layers::check(&root),
-        Command::GpuArchive { out } => {
+        Command::GpuArchive { out, part } => {
             let out = out.unwrap_or_else(|| root.join(".gpu"));
-            archive::build(&root, &out)
+            archive::build(&root, &out, part)
         }
         Command::GpuArchiveBurn { out, no_cuda } => {
             let out = out.unwrap_or_else(|| root.join(archive_burn::DEFAULT_DIR));
@@ -177,9 +181,20 @@ mod tests {
         }
         let cli = Cli::try_parse_from(["xtask", "gpu-archive", "--out", "/tmp/g"]).unwrap();
         match cli.command {
-            Command::GpuArchive { out } => assert_eq!(out, Some(PathBuf::from("/tmp/g"))),
+            Command::GpuArchive { out, part } => {
+                assert_eq!(out, Some(PathBuf::from("/tmp/g")));
+                assert_eq!(part, None);
+            }
             other => panic!("parsed as {other:?}"),
         }
+        let cli = Cli::try_parse_from(["xtask", "gpu-archive", "--part", "2/2"]).unwrap();
+        match cli.command {
+            Command::GpuArchive { part, .. } => {
+                assert_eq!(part, Some(archive::Part { index: 2, count: 2 }));
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(Cli::try_parse_from(["xtask", "gpu-archive", "--part", "3/2"]).is_err());
         let cli = Cli::try_parse_from(["xtask", "gpu-archive-burn", "--out", "/tmp/b"]).unwrap();
         match cli.command {
             Command::GpuArchiveBurn { out, no_cuda } => {
