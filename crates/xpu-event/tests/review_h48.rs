@@ -9,15 +9,8 @@ use common::ever_true;
 use xpu_event::{Gate, StreamExt};
 
 /// Polls `done()` for up to 60 s.
-fn within_60s(mut done: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while std::time::Instant::now() < deadline {
-        if done() {
-            return true;
-        }
-        std::thread::yield_now();
-    }
-    false
+fn within_60s(done: impl FnMut() -> bool) -> bool {
+    xpu_testing::true_within(std::time::Duration::from_secs(60), done)
 }
 
 #[test]

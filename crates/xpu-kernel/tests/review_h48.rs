@@ -10,14 +10,7 @@ use xpu_kernel::{clblast_sgemm, ClRegion, RowMajorSgemm, StreamMemoryExt, TempBu
 
 /// Polls `s.query()` until it answers `true`, for up to 60 s.
 fn query_until_true(s: &xpu_stream::Stream) -> bool {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while std::time::Instant::now() < deadline {
-        if s.query().unwrap() {
-            return true;
-        }
-        std::thread::yield_now();
-    }
-    false
+    xpu_testing::true_within(std::time::Duration::from_secs(60), || s.query().unwrap())
 }
 
 /// `Stream::query() == true` means every command submitted to the stream before the call

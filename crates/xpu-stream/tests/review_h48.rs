@@ -11,7 +11,7 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use xpu_device::backend::ClEvent;
 use xpu_stream::{get_stream_from_pool, ExternalStream, Stream};
@@ -19,15 +19,8 @@ use xpu_stream::{get_stream_from_pool, ExternalStream, Stream};
 const BOUND: Duration = Duration::from_secs(60);
 
 /// Waits (yielding) until `done()` or [`BOUND`] passed; whether `done()` became true.
-fn until(mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + BOUND;
-    while Instant::now() < deadline {
-        if done() {
-            return true;
-        }
-        std::thread::yield_now();
-    }
-    false
+fn until(done: impl FnMut() -> bool) -> bool {
+    xpu_testing::true_within(BOUND, done)
 }
 
 /// A barrier behind `gate` on `s`'s queue, by the route numbered `route` (mod 4): through

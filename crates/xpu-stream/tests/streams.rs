@@ -9,17 +9,9 @@ use xpu_stream::{
     PRIORITY_HIGH,
 };
 
-/// Polls `s.query()` until it answers `true`, for up to 60 s (a bound in time, not in polls:
-/// how many polls a driver's marker status takes depends on the machine and its load).
+/// Polls `s.query()` until it answers `true`, for up to 60 s.
 fn query_until_true(s: &xpu_stream::Stream) -> bool {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while std::time::Instant::now() < deadline {
-        if s.query().unwrap() {
-            return true;
-        }
-        std::thread::yield_now();
-    }
-    false
+    xpu_testing::true_within(std::time::Duration::from_secs(60), || s.query().unwrap())
 }
 
 #[test]

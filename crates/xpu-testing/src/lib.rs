@@ -97,6 +97,21 @@ pub fn ever_true(n: usize, mut query: impl FnMut() -> bool) -> bool {
     })
 }
 
+/// Polls `done` (yielding between polls) until it answers true or `limit` passed; whether it
+/// answered true. A bound in time, not in polls, for what a driver finishes on its own (a
+/// marker's status): how many polls that takes depends on the machine and its load (an H100
+/// under the suite's load read an idle stream's markers pending through 1,000,000 polls).
+pub fn true_within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
+}
+
 /// A recognizable byte pattern of `len` bytes.
 #[must_use]
 pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
