@@ -14,6 +14,17 @@ fn query_until_true(s: &xpu_stream::Stream) -> bool {
     xpu_testing::true_within(std::time::Duration::from_secs(60), || s.query().unwrap())
 }
 
+/// A user event of device 0 and a barrier behind it on `s`: the stream stays busy until the
+/// gate is set.
+fn gate_on(s: &xpu_stream::Stream) -> xpu_device::backend::ClEvent {
+    let gate = xpu_device::device(0).unwrap().create_user_event().unwrap();
+    s.enqueue_queue("test gate")
+        .unwrap()
+        .enqueue_barrier(&[&gate])
+        .unwrap();
+    gate
+}
+
 #[test]
 fn identity_debug_and_queue() {
     if !common::devices(1) {
@@ -67,13 +78,8 @@ fn an_idle_stream_answers_true_on_the_marker_its_query_kept() {
     if !common::devices(1) {
         return;
     }
-    let dev = xpu_device::device(0).unwrap();
     let s = get_stream_from_pool(0, 0).unwrap();
-    let gate = dev.create_user_event().unwrap();
-    s.enqueue_queue("test gate")
-        .unwrap()
-        .enqueue_barrier(&[&gate])
-        .unwrap();
+    let gate = gate_on(&s);
     assert!(!s.query().unwrap(), "behind a closed gate");
     let markers = xpu_device::backend::markers_enqueued_on_this_thread;
     let before = markers();
@@ -91,11 +97,7 @@ fn an_idle_stream_answers_true_on_the_marker_its_query_kept() {
     assert!(s.query().unwrap());
     assert_eq!(markers() - before, 0);
     // Work enqueued after the kept marker is not covered by it: the next query asks again.
-    let second = dev.create_user_event().unwrap();
-    s.enqueue_queue("test gate")
-        .unwrap()
-        .enqueue_barrier(&[&second])
-        .unwrap();
+    let second = gate_on(&s);
     assert!(!s.query().unwrap(), "behind the second gate");
     assert_eq!(markers() - before, 1);
     second.set_complete().unwrap();
@@ -111,13 +113,8 @@ fn a_query_loop_on_a_busy_stream_keeps_one_marker_in_flight() {
     if !common::devices(1) {
         return;
     }
-    let dev = xpu_device::device(0).unwrap();
     let s = get_stream_from_pool(0, 0).unwrap();
-    let gate = dev.create_user_event().unwrap();
-    s.enqueue_queue("test gate")
-        .unwrap()
-        .enqueue_barrier(&[&gate])
-        .unwrap();
+    let gate = gate_on(&s);
     let markers = xpu_device::backend::markers_enqueued_on_this_thread;
     let before = markers();
     for i in 0..100 {
@@ -133,11 +130,7 @@ fn a_query_loop_on_a_busy_stream_keeps_one_marker_in_flight() {
 
     // Work enqueued after the kept marker completed is not covered by it: the next query
     // asks with a new marker and sees the new gate closed.
-    let second = dev.create_user_event().unwrap();
-    s.enqueue_queue("test gate")
-        .unwrap()
-        .enqueue_barrier(&[&second])
-        .unwrap();
+    let second = gate_on(&s);
     assert!(!s.query().unwrap(), "a query after new gated work");
     second.set_complete().unwrap();
     s.synchronize().unwrap();
