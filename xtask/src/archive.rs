@@ -90,8 +90,9 @@ impl std::str::FromStr for Part {
 }
 
 /// The packages whose tests the archive holds, from `cargo metadata` output: every workspace
-/// package but xpu-burn, or those of `part` (packages by test targets, most first, each to
-/// the part with the fewest so far).
+/// package but xpu-burn (burn's suite has an archive of its own, `gpu-archive-burn`: both
+/// together pass the 64 MiB a device call carries), or those of `part` (packages by test
+/// targets, most first, each to the part with the fewest so far).
 fn archived_packages(metadata: &serde_json::Value, part: Option<Part>) -> Vec<String> {
     let mut packages: Vec<(usize, String)> = metadata["packages"]
         .as_array()

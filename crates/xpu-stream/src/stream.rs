@@ -204,11 +204,10 @@ impl Stream {
     /// was enqueued after the marker. Commands enqueued on a native stream's raw handle
     /// ([`Stream::as_raw`]) by other code are seen once noted on the queue
     /// (`CommandQueue::note_raw_enqueue`, as the runtime's foreign library calls do), else
-    /// only by a query that enqueues a marker after them. A stream that has just gone idle can report `false` a few times; poll.
-    /// After `true`, every event recorded on the
-    /// stream before this call began is known complete: its `query` answers `true` without a
-    /// driver call (as `torch.cuda.Event.query` after `torch.cuda.Stream.query` returned
-    /// `True`).
+    /// only by a query that enqueues a marker after them. A stream that has just gone idle
+    /// can report `false` a few times; poll. After `true`, every event recorded on the stream
+    /// before this call began is known complete: its `query` answers `true` without a driver
+    /// call (as `torch.cuda.Event.query` after `torch.cuda.Stream.query` returned `True`).
     ///
     /// # Errors
     /// A failed OpenCL call, or the abnormal status of a command on the stream; `BadFork` in a

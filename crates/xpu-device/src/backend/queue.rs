@@ -102,8 +102,9 @@ struct QueueShared {
 pub struct IdleProbe {
     marker: ClEvent,
     generation: u64,
-    /// The identity of the wrapper clones' shared state it was begun through (compared only).
-    queue: usize,
+    /// The shared state of the wrapper clones it was begun through (held, so that its
+    /// identity is never that of another queue's).
+    queue: Arc<QueueShared>,
 }
 
 impl IdleProbe {
@@ -678,7 +679,7 @@ impl CommandQueue {
         Ok(IdleProbe {
             marker: marker?,
             generation,
-            queue: Arc::as_ptr(&self.1) as usize,
+            queue: Arc::clone(&self.1),
         })
     }
 
@@ -693,12 +694,11 @@ impl CommandQueue {
 
     /// Whether a command was enqueued through this wrapper or its clones after `probe` began
     /// (its own marker excepted; a probe begun through another wrapper reads as if one was):
-    /// when not, and
-    /// the probe's marker completed, every command enqueued through them before this call
-    /// completed. One atomic load, no driver call. Commands enqueued on the raw handle by
+    /// when not, and the probe's marker completed, every command enqueued through them
+    /// before this call completed. One atomic load, no driver call. Commands enqueued on the raw handle by
     /// other code are seen only once noted ([`CommandQueue::note_raw_enqueue`]).
     pub fn enqueued_since(&self, probe: &IdleProbe) -> bool {
-        probe.queue != Arc::as_ptr(&self.1) as usize
+        !Arc::ptr_eq(&probe.queue, &self.1)
             || self.1.noted_probe.load(Ordering::Acquire) >= probe.generation
     }
 
