@@ -30,6 +30,12 @@ pub const CODE_INVALID_BUFFER_SIZE: i32 = -61;
 /// while its libraries are torn down (`xpu_device::backend::at_exit`; as CUDA's
 /// `cudaErrorCudartUnloading`).
 pub const CODE_PROCESS_EXITING: i32 = -2001;
+/// xpu's own code (from [`ClEvent::forward_to`](crate::backend::ClEvent::forward_to) and
+/// [`ClEvent::complete_when_over`](crate::backend::ClEvent::complete_when_over), no forward
+/// made): the target already forwards to the source, directly or through other forwards
+/// between user events, so once the application dropped them none could be set and every
+/// command waiting on one would wait for ever.
+pub const CODE_FORWARD_CYCLE: i32 = -2002;
 
 impl ClError {
     /// Wraps a status code returned by `function`.
@@ -41,6 +47,9 @@ impl ClError {
     pub fn code_name(&self) -> Option<&'static str> {
         if self.code == CODE_PROCESS_EXITING {
             return Some("XPU_PROCESS_EXITING");
+        }
+        if self.code == CODE_FORWARD_CYCLE {
+            return Some("XPU_FORWARD_CYCLE");
         }
         match opencl3::error_codes::error_text(self.code) {
             "UNKNOWN_ERROR" => None,

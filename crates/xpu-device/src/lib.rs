@@ -64,7 +64,7 @@ pub use current::{
     check_device, current_device, device_of, exchange_device, set_device, DeviceGuard, HasDevice,
 };
 pub use discovery::{device, device_count, devices, icd_env, is_available, pass_icd_env, Device};
-pub use error::{ClError, DeviceError, KernelArgProblem, Result, INSTALL_HINT};
+pub use error::{ClError, DeviceError, KernelArgProblem, Result, CODE_FORWARD_CYCLE, INSTALL_HINT};
 pub use memory::{mem_get_info, note_reserved, reserved_by_runtime};
 pub use properties::{DeviceProperties, DeviceType};
 

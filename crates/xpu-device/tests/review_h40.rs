@@ -257,12 +257,12 @@ fn h38_shape_markers_beside_failing_waits_still_ends_the_process() {
 /// `b = q.enqueue_barrier(&[&u])`, `drop(u)`, `drop(t)`, `q.finish()`.
 ///
 /// Observed (3 of 3 runs): `q.finish()` never returns (barrier `Queued`).
-// Open: each forward keeps a guarded clone of its target (it must: a bridge is dropped by its
-// maker right after the command that waits on it is enqueued), so two user events forwarded
-// to each other keep each other unset once the application dropped both; telling that cycle
-// apart needs the graph of forwards, which the runtime does not keep.
+///
+/// Fixed: the second forward, which would close the cycle, is refused
+/// (`CODE_FORWARD_CYCLE`, no forward made), so nothing holds `u` and dropping it fails it
+/// unset: the barrier fails and `finish` returns. Before the fix the forward was made and the
+/// first assertion failed (the test no longer reaches the hang).
 #[test]
-#[ignore = "hangs: a cycle of forwards between user events the application dropped (open)"]
 fn finish_returns_when_user_events_forwarded_to_each_other_are_dropped_unset() {
     let Some((dev, _, q)) = common::device0_queue() else {
         return;
@@ -270,7 +270,12 @@ fn finish_returns_when_user_events_forwarded_to_each_other_are_dropped_unset() {
     let u = dev.create_user_event().unwrap();
     let t = dev.create_user_event().unwrap();
     u.forward_to(&t).unwrap();
-    t.forward_to(&u).unwrap();
+    let back = t.forward_to(&u).map_err(|e| e.code);
+    assert_eq!(
+        back,
+        Err(xpu_device::CODE_FORWARD_CYCLE),
+        "a forward back to the event that forwards to it must be refused"
+    );
     let barrier = q.enqueue_barrier(&[&u]).unwrap();
     // The application's last handles: nobody can set either event from now on.
     drop((u, t));
@@ -280,6 +285,11 @@ fn finish_returns_when_user_events_forwarded_to_each_other_are_dropped_unset() {
         "finish hung: two user events forwarded to each other and dropped unset stay unset \
          (barrier status {:?})",
         barrier.status()
+    );
+    let status = barrier.status().unwrap();
+    assert!(
+        common::terminal(status),
+        "the barrier is over after finish ({status:?})"
     );
 }
 

@@ -438,8 +438,16 @@ impl ClEvent {
     /// or failed on drop), or at the latest at the next such failure or registration, for a
     /// failure set by foreign code through a raw handle.
     ///
+    /// A forward from a user event to itself, or to a user event that already forwards back to
+    /// it (directly or through other forwards between user events), is refused: the forwards
+    /// would keep each other's targets unset for ever once the application dropped them. A
+    /// cycle through a command (a command waiting on a user event, forwarded to another) is
+    /// not seen: like a user event leaked unset, it leaves its waiters waiting.
+    ///
     /// # Errors
-    /// `CL_INVALID_EVENT` when `target` is not a user event; a failed `clSetEventCallback`.
+    /// `CL_INVALID_EVENT` when `target` is not a user event; a failed `clSetEventCallback`;
+    /// [`CODE_FORWARD_CYCLE`](crate::CODE_FORWARD_CYCLE) for a forward that would close a
+    /// cycle (none made).
     pub fn forward_to(&self, target: &ClEvent) -> Result<(), ClError> {
         self.forward(target, false)
     }
@@ -464,8 +472,11 @@ impl ClEvent {
         {
             Ok(()) => {
                 // This event may have failed already (then the driver may never call back).
-                super::forwards::register(self, target, key, absorbs);
-                Ok(())
+                if super::forwards::register(self, target, key, absorbs, self.1 == Role::User) {
+                    Ok(())
+                } else {
+                    Err(ClError::new("forward_to", crate::error::CODE_FORWARD_CYCLE))
+                }
             }
             Err(code) => {
                 // The driver never saw the key.

@@ -84,16 +84,32 @@ static FORWARDS: Mutex<Forwards> = Mutex::new(Forwards {
 
 /// Keeps the forward from `source` to `target` until `source` is over. When `source` has
 /// failed already, sets `target` at once.
-/// `key` is the target's clone held for the callback ([`hold_target`]).
-pub(super) fn register(source: &ClEvent, target: &ClEvent, key: usize, absorbs: bool) {
+/// `key` is the target's clone held for the callback ([`hold_target`]). `user_source`: the
+/// source is a user event, so the forward may close a cycle of forwards between user events
+/// ([`closes_cycle`]); then nothing is kept, the target's clone is dropped (the callback
+/// then finds nothing to set) and `false` is returned.
+pub(super) fn register(
+    source: &ClEvent,
+    target: &ClEvent,
+    key: usize,
+    absorbs: bool,
+    user_source: bool,
+) -> bool {
     if let Ok(EventStatus::Error(code)) = source.status() {
         fail(target, if absorbs { 0 } else { code });
         // The driver may never call back for a failed source.
         drop(take_target(key));
-        return;
+        return true;
     }
     let full = {
         let mut forwards = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
+        // Checked and pushed under one lock: two threads forwarding two events to each other
+        // cannot both pass the check.
+        if user_source && closes_cycle(&forwards.list, source, target) {
+            drop(forwards);
+            drop(take_target(key));
+            return false;
+        }
         forwards.list.push(Forward {
             // Unguarded: the application's last wrapper of an unset user event still fails
             // it on drop (then the sweep fails the target).
@@ -109,6 +125,36 @@ pub(super) fn register(source: &ClEvent, target: &ClEvent, key: usize, absorbs: 
     if full || matches!(source.status(), Ok(EventStatus::Error(_))) {
         sweep();
     }
+    true
+}
+
+/// Whether a forward from the user event `source` to `target` would close a cycle: `target`
+/// is `source`, or reaches it through kept forwards whose sources are not over yet. Each event
+/// of such a cycle is a forward's target, held (guarded) by it until its source is over, so
+/// once the application dropped its own wrappers none can be set any more: every command
+/// waiting on one would wait for ever. A forward through a command (a command waiting on a
+/// user event, forwarded to another) is not seen here: the runtime keeps no wait lists.
+fn closes_cycle(list: &[Forward], source: &ClEvent, target: &ClEvent) -> bool {
+    let goal = source.as_raw();
+    let mut seen = vec![target.as_raw()];
+    let mut next = 0;
+    while let Some(&at) = seen.get(next) {
+        next += 1;
+        if at == goal {
+            return true;
+        }
+        for f in list.iter().filter(|f| f.source.as_raw() == at) {
+            let live = !matches!(
+                f.source.status(),
+                Ok(EventStatus::Complete | EventStatus::Error(_))
+            );
+            let to = f.target.as_raw();
+            if live && !seen.contains(&to) {
+                seen.push(to);
+            }
+        }
+    }
+    false
 }
 
 /// Sets the user event `target` to the error status `code` (or `CL_COMPLETE`, 0, for a forward
