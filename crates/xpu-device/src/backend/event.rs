@@ -468,18 +468,21 @@ impl ClEvent {
     fn forward(&self, target: &ClEvent, absorbs: bool) -> Result<(), ClError> {
         target.check_user()?;
         let key = super::forwards::hold_target(target, absorbs);
+        // Kept before the callback is registered, so that a refused forward never had one.
+        if !super::forwards::keep(self, target, key, absorbs, self.1 == Role::User) {
+            drop(super::forwards::take_target(key));
+            return Err(ClError::new("forward_to", crate::error::CODE_FORWARD_CYCLE));
+        }
         match cle::set_event_callback(self.0, cle::CL_COMPLETE, forward_status, key as *mut c_void)
         {
             Ok(()) => {
                 // This event may have failed already (then the driver may never call back).
-                if super::forwards::register(self, target, key, absorbs, self.1 == Role::User) {
-                    Ok(())
-                } else {
-                    Err(ClError::new("forward_to", crate::error::CODE_FORWARD_CYCLE))
-                }
+                super::forwards::registered(self);
+                Ok(())
             }
             Err(code) => {
                 // The driver never saw the key.
+                super::forwards::unkeep(key);
                 drop(super::forwards::take_target(key));
                 Err(ClError::new("clSetEventCallback", code))
             }

@@ -18,11 +18,40 @@
 //! in [`TARGETS`], taken by the callback or, for a source that failed (whose callback PoCL
 //! never makes), by the sweep that passes the failure on. Whoever takes it releases it, so a
 //! failed forward leaves no event reference behind.
+//!
+//! A forward is kept here before its callback is registered, and one from a user event that
+//! would close a cycle of forwards between user events is refused then ([`keep`],
+//! [`closes_cycle`]): a refused forward never had a callback, so nothing sets its target.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 
 use super::keyed::Keyed;
-use super::{ClEvent, EventStatus};
+use super::{raw, ClEvent, EventStatus};
+
+/// A raw event handle's address, as a key of the cycle search.
+type RawEvent = usize;
+
+/// `event`'s handle as a [`RawEvent`].
+fn key_of(event: &ClEvent) -> RawEvent {
+    event.as_raw() as RawEvent
+}
+
+impl Forwards {
+    /// Takes `f` (removed from `list`) out of `from_user`.
+    fn unindex(&mut self, f: &Forward) {
+        if !f.user_source {
+            return;
+        }
+        let source = key_of(&f.source);
+        if let Some(targets) = self.from_user.get_mut(&source) {
+            targets.retain(|&(_, key)| key != f.key);
+            if targets.is_empty() {
+                self.from_user.remove(&source);
+            }
+        }
+    }
+}
 
 struct Forward {
     source: ClEvent,
@@ -32,6 +61,8 @@ struct Forward {
     /// Whether a failed source completes the target instead of failing it
     /// ([`ClEvent::complete_when_over`]).
     absorbs: bool,
+    /// The source is a user event (only such forwards can make a cycle of forwards).
+    user_source: bool,
 }
 
 impl Forward {
@@ -69,6 +100,9 @@ pub(super) fn take_target(key: usize) -> Option<(ClEvent, bool)> {
 
 struct Forwards {
     list: Vec<Forward>,
+    /// The kept forwards from user events (the only ones that can make a cycle of forwards),
+    /// by source: each one's (target, key). Updated wherever `list` is.
+    from_user: BTreeMap<RawEvent, Vec<(RawEvent, usize)>>,
     /// [`register`] sweeps once the list is this long (then twice what is left), so the list
     /// stays about as long as the number of unfinished forwards at a time, at O(1) amortized.
     sweep_at: usize,
@@ -79,91 +113,150 @@ const FIRST_SWEEP: usize = 64;
 
 static FORWARDS: Mutex<Forwards> = Mutex::new(Forwards {
     list: Vec::new(),
+    from_user: BTreeMap::new(),
     sweep_at: FIRST_SWEEP,
 });
 
-/// Keeps the forward from `source` to `target` until `source` is over. When `source` has
-/// failed already, sets `target` at once.
+/// Keeps the forward from `source` to `target` until `source` is over, before the driver's
+/// callback is registered ([`registered`] follows it, or [`unkeep`] when that failed):
 /// `key` is the target's clone held for the callback ([`hold_target`]). `user_source`: the
 /// source is a user event, so the forward may close a cycle of forwards between user events
-/// ([`closes_cycle`]); then nothing is kept, the target's clone is dropped (the callback
-/// then finds nothing to set) and `false` is returned.
-pub(super) fn register(
+/// ([`closes_cycle`]); then nothing is kept and `false` is returned (the caller drops the
+/// target's clone; no callback was registered, so nothing sets the target).
+///
+/// The check and the push are one step under the list's lock: of two threads forwarding two
+/// events to each other, the second sees the first's forward. The lock is not held while the
+/// driver registers the callback, which may run at once and sweep.
+pub(super) fn keep(
     source: &ClEvent,
     target: &ClEvent,
     key: usize,
     absorbs: bool,
     user_source: bool,
 ) -> bool {
-    if let Ok(EventStatus::Error(code)) = source.status() {
-        fail(target, if absorbs { 0 } else { code });
-        // The driver may never call back for a failed source.
-        drop(take_target(key));
-        return true;
+    let mut forwards = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
+    // A source that is over keeps nothing unset: its callback sets the target at once.
+    if user_source && !is_over(source) && closes_cycle(&forwards.from_user, source, target) {
+        return false;
     }
-    let full = {
-        let mut forwards = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
-        // Checked and pushed under one lock: two threads forwarding two events to each other
-        // cannot both pass the check.
-        if user_source && closes_cycle(&forwards.list, source, target) {
-            drop(forwards);
-            drop(take_target(key));
-            return false;
-        }
-        forwards.list.push(Forward {
-            // Unguarded: the application's last wrapper of an unset user event still fails
-            // it on drop (then the sweep fails the target).
-            source: source.clone_unguarded(),
-            target: target.clone(),
-            key,
-            absorbs,
-        });
-        forwards.list.len() >= forwards.sweep_at
-    };
-    // A failure between the status read above and the push is seen here (or by the sweep of
-    // the thread that set it, which runs after its status is set).
-    if full || matches!(source.status(), Ok(EventStatus::Error(_))) {
-        sweep();
+    if user_source {
+        forwards
+            .from_user
+            .entry(key_of(source))
+            .or_default()
+            .push((key_of(target), key));
     }
+    forwards.list.push(Forward {
+        // Unguarded: the application's last wrapper of an unset user event still fails
+        // it on drop (then the sweep fails the target).
+        source: source.clone_unguarded(),
+        target: target.clone(),
+        key,
+        absorbs,
+        user_source,
+    });
     true
 }
 
-/// Whether a forward from the user event `source` to `target` would close a cycle: `target`
-/// is `source`, or reaches it through kept forwards whose sources are not over yet. Each event
-/// of such a cycle is a forward's target, held (guarded) by it until its source is over, so
-/// once the application dropped its own wrappers none can be set any more: every command
-/// waiting on one would wait for ever. A forward through a command (a command waiting on a
-/// user event, forwarded to another) is not seen here: the runtime keeps no wait lists.
-fn closes_cycle(list: &[Forward], source: &ClEvent, target: &ClEvent) -> bool {
-    let goal = source.as_raw();
-    let mut seen = vec![target.as_raw()];
-    let mut next = 0;
-    while let Some(&at) = seen.get(next) {
-        next += 1;
-        if at == goal {
-            return true;
-        }
-        for f in list.iter().filter(|f| f.source.as_raw() == at) {
-            let live = !matches!(
-                f.source.status(),
-                Ok(EventStatus::Complete | EventStatus::Error(_))
-            );
-            let to = f.target.as_raw();
-            if live && !seen.contains(&to) {
-                seen.push(to);
-            }
-        }
+/// After the callback of a forward kept by [`keep`] was registered: a source that has failed
+/// already (whose callback the driver may never make) passes its failure on now, and a long
+/// list is swept.
+pub(super) fn registered(source: &ClEvent) {
+    let full = {
+        let forwards = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
+        forwards.list.len() >= forwards.sweep_at
+    };
+    // A failure before or after the registration is seen here (or by the sweep of the thread
+    // that set it, which runs after its status is set).
+    if full || matches!(source.status(), Ok(EventStatus::Error(_))) {
+        sweep();
     }
-    false
 }
 
-/// Sets the user event `target` to the error status `code` (or `CL_COMPLETE`, 0, for a forward
-/// that absorbs failures). A target already set (by the callback, or foreign code) refuses a
-/// second status: nothing to do then.
-fn fail(target: &ClEvent, code: i32) {
-    if super::held::set_user_status(target.as_raw(), code).is_ok() && code < 0 {
-        // The commands waiting on `target` failed too: they may be other forwards' sources.
-        sweep();
+/// Drops the forward kept under `key` (its callback could not be registered), if a sweep
+/// has not already.
+pub(super) fn unkeep(key: usize) {
+    let dropped = {
+        let mut forwards = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = forwards.list.iter().position(|f| f.key == key);
+        let f = at.map(|i| forwards.list.swap_remove(i));
+        if let Some(f) = &f {
+            forwards.unindex(f);
+        }
+        f
+    };
+    drop(dropped);
+}
+
+/// Whether `event`'s command is over: complete, or terminated with an error.
+fn is_over(event: &ClEvent) -> bool {
+    matches!(
+        event.status(),
+        Ok(EventStatus::Complete | EventStatus::Error(_))
+    )
+}
+
+/// Whether a forward from the user event `source` (not over) to `target` would close a cycle:
+/// `target` is `source`, or reaches it through kept forwards from user events whose sources
+/// are not over. Each event of such a cycle is a forward's target, held (guarded) by it until
+/// its source is over, so once the application dropped its own wrappers none could be set
+/// any more: every command waiting on one would wait for ever. A cycle through a command (a
+/// command waiting on a user event, forwarded to another) is not seen: the runtime keeps no
+/// wait lists.
+///
+/// Linear in the kept forwards: one pass when `target` forwards nowhere (the usual case),
+/// else a graph of the forwards from user events and a search in it; the driver is asked for
+/// the status only of the sources on a path found (a path through a source that is over is
+/// no cycle: the search goes on without that source).
+fn closes_cycle(
+    from_user: &BTreeMap<RawEvent, Vec<(RawEvent, usize)>>,
+    source: &ClEvent,
+    target: &ClEvent,
+) -> bool {
+    let (goal, start) = (key_of(source), key_of(target));
+    if start == goal {
+        return true;
+    }
+    let mut over: HashSet<RawEvent> = HashSet::new();
+    loop {
+        // Depth-first from `start`, each reached event with the source that reached it.
+        let mut reached: HashMap<RawEvent, RawEvent> = HashMap::new();
+        let mut stack = vec![start];
+        let mut found = false;
+        'search: while let Some(at) = stack.pop() {
+            if over.contains(&at) {
+                continue;
+            }
+            for &(to, _) in from_user.get(&at).map_or(&[][..], Vec::as_slice) {
+                if to != start && !reached.contains_key(&to) {
+                    reached.insert(to, at);
+                    if to == goal {
+                        found = true;
+                        break 'search;
+                    }
+                    stack.push(to);
+                }
+            }
+        }
+        if !found {
+            return false;
+        }
+        // The path's sources, from the goal back: a cycle only if none is over. Each is
+        // live: a kept forward holds a clone of its source.
+        let mut live = true;
+        let mut at = goal;
+        while at != start {
+            let from = reached[&at];
+            let status = super::event::raw_status(from as raw::cl_event);
+            if matches!(status, Ok(EventStatus::Complete | EventStatus::Error(_))) {
+                over.insert(from);
+                live = false;
+            }
+            at = from;
+        }
+        if live {
+            return true;
+        }
     }
 }
 
@@ -194,6 +287,9 @@ pub(super) fn sweep() {
                 }
             }
             forwards.sweep_at = FIRST_SWEEP.max(2 * list.len());
+            for f in failed.iter().map(|(f, _)| f).chain(&done) {
+                forwards.unindex(f);
+            }
             (failed, done)
         };
         drop(done);
