@@ -28,7 +28,8 @@ fn a_user_event_forwarded_to_itself_is_refused() {
     let barrier = q.enqueue_barrier(&[&u]).unwrap();
     u.set_complete().unwrap();
     q.finish().unwrap();
-    assert_eq!(barrier.status().unwrap(), EventStatus::Complete);
+    // NVIDIA's status may lag its finish (seen on an H100: `Submitted` just after it).
+    assert!(common::settles(SETTLE, || barrier.status() == Ok(EventStatus::Complete)));
 }
 
 #[test]
@@ -112,7 +113,10 @@ fn two_events_forwarded_to_each_other_at_once_make_one_forward() {
         // Dropped unset, the two fail and their waiter is over: no hang.
         let barrier = q.enqueue_barrier(&[&u, &t]).unwrap();
         drop((u, t));
-        q.finish().unwrap();
-        assert!(common::terminal(barrier.status().unwrap()));
+        // NVIDIA's first finish after the failure reports it (-14 on an H100), PoCL's not.
+        common::finish_after_failure(&q);
+        assert!(common::settles(SETTLE, || barrier
+            .status()
+            .is_ok_and(common::terminal)));
     }
 }

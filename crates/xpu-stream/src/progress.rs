@@ -21,6 +21,7 @@
 //! atomic `fetch_max` per synchronize. No driver call.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use xpu_device::backend::{CommandQueue, IdleProbe};
@@ -75,12 +76,21 @@ impl Progress {
 pub(crate) struct TrackedQueue {
     pub(crate) queue: CommandQueue,
     pub(crate) progress: Progress,
-    /// The marker of the last stream query (pending, or on a native stream complete), with
-    /// what `issued` read before its enqueue: the next query asks about it before enqueuing
-    /// another, so a polling loop keeps one marker in flight and an idle stream's answers
-    /// `true` on it (see `Stream::query`). The lock is held only to take or put the marker,
-    /// never over a driver call.
-    query_marker: Mutex<Option<(IdleProbe, Submission)>>,
+    /// The marker of the last stream query, with what `issued` read before its enqueue: the
+    /// next query asks about it before enqueuing another, so a polling loop keeps one marker
+    /// in flight and an idle stream's answers `true` on it (see `Stream::query`). Queries
+    /// read it shared and replace it only once it is stale (complete, with work enqueued
+    /// after it), so that queries on several threads never keep enqueuing fresh markers that
+    /// a slow driver reads pending. The lock is held only to read or swap the `Arc`, never
+    /// over a driver call.
+    query_marker: Mutex<Option<Arc<QueryMarker>>>,
+}
+
+/// A stream query's marker and what `issued` read before its enqueue.
+#[derive(Debug)]
+pub(crate) struct QueryMarker {
+    pub(crate) probe: IdleProbe,
+    pub(crate) drained: Submission,
 }
 
 impl TrackedQueue {
@@ -92,26 +102,33 @@ impl TrackedQueue {
         }
     }
 
-    /// Takes the marker a previous stream query kept, if any.
-    pub(crate) fn take_query_marker(&self) -> Option<(IdleProbe, Submission)> {
-        self.query_marker.lock().take()
+    /// The marker a previous stream query kept, if any.
+    pub(crate) fn query_marker(&self) -> Option<Arc<QueryMarker>> {
+        self.query_marker.lock().clone()
     }
 
-    /// Keeps a stream query's marker for the next query (when another query kept one
-    /// meanwhile, that one stays and `marker` is dropped: either covers the same ask).
-    pub(crate) fn keep_query_marker(&self, marker: IdleProbe, drained: Submission) {
-        let dropped = {
+    /// Keeps `marker` for the next stream query in place of `read` (what the caller's
+    /// [`TrackedQueue::query_marker`] returned), unless another query replaced that
+    /// meanwhile: then `marker` is dropped (either covers the same ask).
+    pub(crate) fn replace_query_marker(
+        &self,
+        read: Option<&Arc<QueryMarker>>,
+        marker: QueryMarker,
+    ) {
+        let mut marker = Some(Arc::new(marker));
+        {
             let mut slot = self.query_marker.lock();
-            match *slot {
-                Some(_) => Some(marker),
-                None => {
-                    *slot = Some((marker, drained));
-                    None
-                }
+            let unchanged = match (slot.as_ref(), read) {
+                (None, None) => true,
+                (Some(now), Some(read)) => Arc::ptr_eq(now, read),
+                _ => false,
+            };
+            if unchanged {
+                std::mem::swap(&mut *slot, &mut marker);
             }
-        };
-        // Released outside the lock (`clReleaseEvent`).
-        drop(dropped);
+        }
+        // Released outside the lock (`clReleaseEvent`): the replaced marker, or the new one.
+        drop(marker);
     }
 
     /// `clFinish`; once it returned `Ok`, everything submitted before it is known complete.

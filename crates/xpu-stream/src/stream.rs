@@ -9,7 +9,7 @@ use xpu_device::HasDevice;
 
 use crate::error::{check_fork, StreamError};
 use crate::priority::{priority_of_level, PRIORITY_NORMAL};
-use crate::progress::{Submission, TrackedQueue};
+use crate::progress::{QueryMarker, Submission, TrackedQueue};
 use crate::state::StateRef;
 use crate::{external, id, pool};
 
@@ -201,7 +201,8 @@ impl Stream {
     /// for a while, so a new marker per query could keep an idle stream's polling loop at
     /// `false`). An external stream's query asks with a new marker then, since its owner
     /// may enqueue on the queue without the runtime; so does a native stream's when work
-    /// was enqueued after the marker. Commands enqueued on a native stream's raw handle
+    /// was enqueued after the marker. Queries on several threads share the kept marker (none
+    /// enqueues another while it is pending). Commands enqueued on a native stream's raw handle
     /// ([`Stream::as_raw`]) by other code are seen once noted on the queue
     /// (`CommandQueue::note_raw_enqueue`, as the runtime's foreign library calls do), else
     /// only by a query that enqueues a marker after them. A stream that has just gone idle
@@ -220,18 +221,17 @@ impl Stream {
         // the raw handle, `Stream::as_raw`), which note every enqueue; an external stream's
         // owner enqueues on it directly, so only a new marker tells about its work.
         let native = id::is_native(self.id);
-        if let Some((kept, drained)) = q.tracked().take_query_marker() {
+        let kept = q.tracked().query_marker();
+        if let Some(k) = &kept {
             // In-order queue: a later marker cannot complete before this one, so while it is
             // pending the answer is `false` whatever a new marker would say.
-            if !kept.event().is_complete()? {
-                q.tracked().keep_query_marker(kept, drained);
+            if !k.probe.event().is_complete()? {
                 return Ok(false);
             }
-            q.tracked().progress.complete_up_to(drained);
+            q.tracked().progress.complete_up_to(k.drained);
             // Nothing enqueued after it: the stream is idle, and the marker answers the next
             // query too. Work enqueued after it is not covered: ask again with a new marker.
-            if native && !q.enqueued_since(&kept) {
-                q.tracked().keep_query_marker(kept, drained);
+            if native && !q.enqueued_since(&k.probe) {
                 return Ok(true);
             }
         }
@@ -239,16 +239,19 @@ impl Stream {
         // Read before the marker's enqueue: what it numbers was enqueued before the marker,
         // which completes only after it (OpenCL 3.0, `clEnqueueMarkerWithWaitList`).
         let drained = q.tracked().progress.issued();
-        let marker = permit.enqueue_idle_probe()?;
+        let probe = permit.enqueue_idle_probe()?;
         // The flush and the status query are not enqueues: outside the permit.
         drop(permit);
         q.flush()?;
-        let complete = marker.event().is_complete()?;
+        let complete = probe.event().is_complete()?;
         if complete {
             q.tracked().progress.complete_up_to(drained);
         }
+        // Kept while pending, and on a native stream once complete (it answers the next
+        // query); another query's replacement since the read above is kept instead.
         if !complete || native {
-            q.tracked().keep_query_marker(marker, drained);
+            q.tracked()
+                .replace_query_marker(kept.as_ref(), QueryMarker { probe, drained });
         }
         Ok(complete)
     }
