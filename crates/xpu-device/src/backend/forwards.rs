@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 
 use super::keyed::Keyed;
-use super::{raw, ClEvent, EventStatus};
+use super::{ClEvent, EventStatus};
 
 /// A raw event handle's address, as a key of the cycle search.
 type RawEvent = usize;
@@ -136,7 +136,7 @@ pub(super) fn keep(
 ) -> bool {
     let mut forwards = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
     // A source that is over keeps nothing unset: its callback sets the target at once.
-    if user_source && !is_over(source) && closes_cycle(&forwards.from_user, source, target) {
+    if user_source && !is_over(source) && closes_cycle(&forwards, source, target) {
         return false;
     }
     if user_source {
@@ -208,11 +208,8 @@ fn is_over(event: &ClEvent) -> bool {
 /// else a graph of the forwards from user events and a search in it; the driver is asked for
 /// the status only of the sources on a path found (a path through a source that is over is
 /// no cycle: the search goes on without that source).
-fn closes_cycle(
-    from_user: &BTreeMap<RawEvent, Vec<(RawEvent, usize)>>,
-    source: &ClEvent,
-    target: &ClEvent,
-) -> bool {
+fn closes_cycle(forwards: &Forwards, source: &ClEvent, target: &ClEvent) -> bool {
+    let from_user = &forwards.from_user;
     let (goal, start) = (key_of(source), key_of(target));
     if start == goal {
         return true;
@@ -241,14 +238,15 @@ fn closes_cycle(
         if !found {
             return false;
         }
-        // The path's sources, from the goal back: a cycle only if none is over. Each is
-        // live: a kept forward holds a clone of its source.
+        // The path's sources, from the goal back: a cycle only if none is over.
         let mut live = true;
         let mut at = goal;
         while at != start {
             let from = reached[&at];
-            let status = super::event::raw_status(from as raw::cl_event);
-            if matches!(status, Ok(EventStatus::Complete | EventStatus::Error(_))) {
+            // A kept forward from `from` (the index names it by its key) holds its source.
+            let first = from_user[&from][0].1;
+            let kept = forwards.list.iter().find(|f| f.key == first);
+            if kept.is_none_or(|f| is_over(&f.source)) {
                 over.insert(from);
                 live = false;
             }
