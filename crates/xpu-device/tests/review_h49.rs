@@ -59,6 +59,37 @@ fn fan_out(dev: &Device, root: &ClEvent, n: usize) -> Vec<ClEvent> {
         .collect()
 }
 
+/// One round of the race of `a_refused_forward_leaves_its_target_unset`: `u -> t`, `u`
+/// forwarded to 100 fresh pending events (a longer check), then at once `t.forward_to(&u)`
+/// here and, after `round`'s busy-wait jitter, `t.set_complete()` on another thread. Returns
+/// the forward's result and `u`; the fan-out lives until the setter joined.
+fn race_forward_back(
+    dev: &'static Device,
+    round: u32,
+) -> (Result<(), xpu_device::ClError>, Arc<ClEvent>) {
+    let u = Arc::new(dev.create_user_event().unwrap());
+    let t = Arc::new(dev.create_user_event().unwrap());
+    u.forward_to(&t).unwrap();
+    let xs = fan_out(dev, &u, 100);
+    let start = Arc::new(Barrier::new(2));
+    let spins = round.wrapping_mul(2_654_435_761) % 2000;
+    let setter = {
+        let (t, start) = (Arc::clone(&t), Arc::clone(&start));
+        std::thread::spawn(move || {
+            start.wait();
+            for _ in 0..spins {
+                std::hint::spin_loop();
+            }
+            t.set_complete().unwrap();
+        })
+    };
+    start.wait();
+    let r = t.forward_to(&u);
+    setter.join().unwrap();
+    drop(xs);
+    (r, u)
+}
+
 /// FINDING (cost), fixed. Sequence: `root = create_user_event()`; `root.forward_to(&t_i)` for
 /// `PENDING` fresh user events `t_i` (all pending; 10,000 in the review); then `y.forward_to(&fresh)` (a forward whose
 /// target reaches nothing) and `x.forward_to(&root)` (a forward into the fan-out).
@@ -167,25 +198,7 @@ fn a_refused_forward_leaves_its_target_unset() {
     };
     let (mut made, mut refused_but_set, mut refused_unset) = (0, 0, 0);
     for round in 0..600u32 {
-        let u = Arc::new(dev.create_user_event().unwrap());
-        let t = Arc::new(dev.create_user_event().unwrap());
-        u.forward_to(&t).unwrap();
-        let xs = fan_out(dev, &u, 100);
-        let start = Arc::new(Barrier::new(2));
-        let spins = round.wrapping_mul(2_654_435_761) % 2000;
-        let setter = {
-            let (t, start) = (Arc::clone(&t), Arc::clone(&start));
-            std::thread::spawn(move || {
-                start.wait();
-                for _ in 0..spins {
-                    std::hint::spin_loop();
-                }
-                t.set_complete().unwrap();
-            })
-        };
-        start.wait();
-        let r = t.forward_to(&u);
-        setter.join().unwrap();
+        let (r, u) = race_forward_back(dev, round);
         wait_for_callbacks();
         let status = u.status().unwrap();
         match r {
@@ -196,7 +209,6 @@ fn a_refused_forward_leaves_its_target_unset() {
             Err(_) => refused_unset += 1,
         }
         let _ = u.set_complete();
-        drop(xs);
     }
     println!("made {made}, refused but target set {refused_but_set}, refused {refused_unset}");
     assert_eq!(
@@ -357,27 +369,8 @@ fn refused_forwards_leave_live_objects_balanced() {
             let _ = v.forward_to(&v);
         }
         for round in 0..50u32 {
-            let u = Arc::new(dev.create_user_event().unwrap());
-            let t = Arc::new(dev.create_user_event().unwrap());
-            u.forward_to(&t).unwrap();
-            let xs = fan_out(dev, &u, 100);
-            let start = Arc::new(Barrier::new(2));
-            let spins = round.wrapping_mul(2_654_435_761) % 2000;
-            let setter = {
-                let (t, start) = (Arc::clone(&t), Arc::clone(&start));
-                std::thread::spawn(move || {
-                    start.wait();
-                    for _ in 0..spins {
-                        std::hint::spin_loop();
-                    }
-                    t.set_complete().unwrap();
-                })
-            };
-            start.wait();
-            let _ = t.forward_to(&u);
-            setter.join().unwrap();
+            let (_, u) = race_forward_back(dev, round);
             let _ = u.set_complete();
-            drop(xs);
         }
         u.set_complete().unwrap();
     }

@@ -108,14 +108,14 @@ impl TrackedQueue {
     }
 
     /// Keeps `marker` for the next stream query in place of `read` (what the caller's
-    /// [`TrackedQueue::query_marker`] returned), unless another query replaced that
-    /// meanwhile: then `marker` is dropped (either covers the same ask).
+    /// [`TrackedQueue::query_marker`] returned; `None` empties the slot), unless another
+    /// query replaced that meanwhile: then `marker` is dropped (either covers the same ask).
     pub(crate) fn replace_query_marker(
         &self,
         read: Option<&Arc<QueryMarker>>,
-        marker: QueryMarker,
+        marker: Option<QueryMarker>,
     ) {
-        let mut marker = Some(Arc::new(marker));
+        let mut marker = marker.map(Arc::new);
         {
             let mut slot = self.query_marker.lock();
             let unchanged = match (slot.as_ref(), read) {

@@ -248,10 +248,12 @@ impl Stream {
             q.tracked().progress.complete_up_to(drained);
         }
         // Kept while pending, and on a native stream once complete (it answers the next
-        // query); another query's replacement since the read above is kept instead.
-        if !complete || native {
-            q.tracked()
-                .replace_query_marker(kept.as_ref(), QueryMarker { probe, drained });
+        // query); an external stream's complete one answers nothing more, and the stale one
+        // read above goes too (the next query enqueues at once). Another query's replacement
+        // since the read above is kept instead.
+        let keep = (!complete || native).then_some(QueryMarker { probe, drained });
+        if keep.is_some() || kept.is_some() {
+            q.tracked().replace_query_marker(kept.as_ref(), keep);
         }
         Ok(complete)
     }

@@ -37,22 +37,6 @@ fn key_of(event: &ClEvent) -> RawEvent {
     event.as_raw() as RawEvent
 }
 
-impl Forwards {
-    /// Takes `f` (removed from `list`) out of `from_user`.
-    fn unindex(&mut self, f: &Forward) {
-        if !f.user_source {
-            return;
-        }
-        let source = key_of(&f.source);
-        if let Some(targets) = self.from_user.get_mut(&source) {
-            targets.retain(|&(_, key)| key != f.key);
-            if targets.is_empty() {
-                self.from_user.remove(&source);
-            }
-        }
-    }
-}
-
 struct Forward {
     source: ClEvent,
     target: ClEvent,
@@ -106,6 +90,22 @@ struct Forwards {
     /// [`register`] sweeps once the list is this long (then twice what is left), so the list
     /// stays about as long as the number of unfinished forwards at a time, at O(1) amortized.
     sweep_at: usize,
+}
+
+impl Forwards {
+    /// Takes `f` (removed from `list`) out of `from_user`.
+    fn unindex(&mut self, f: &Forward) {
+        if !f.user_source {
+            return;
+        }
+        let source = key_of(&f.source);
+        if let Some(targets) = self.from_user.get_mut(&source) {
+            targets.retain(|&(_, key)| key != f.key);
+            if targets.is_empty() {
+                self.from_user.remove(&source);
+            }
+        }
+    }
 }
 
 /// Registration sweeps start once this many forwards are kept.
@@ -204,10 +204,10 @@ fn is_over(event: &ClEvent) -> bool {
 /// command waiting on a user event, forwarded to another) is not seen: the runtime keeps no
 /// wait lists.
 ///
-/// Linear in the kept forwards: one pass when `target` forwards nowhere (the usual case),
-/// else a graph of the forwards from user events and a search in it; the driver is asked for
-/// the status only of the sources on a path found (a path through a source that is over is
-/// no cycle: the search goes on without that source).
+/// A search from `target` in the index of the forwards from user events (`from_user`), no
+/// driver call; only the sources on a path found are asked for their status (through the
+/// kept list), and a path through a source that is over is no cycle: the search goes on
+/// without that source.
 fn closes_cycle(forwards: &Forwards, source: &ClEvent, target: &ClEvent) -> bool {
     let from_user = &forwards.from_user;
     let (goal, start) = (key_of(source), key_of(target));
@@ -242,10 +242,13 @@ fn closes_cycle(forwards: &Forwards, source: &ClEvent, target: &ClEvent) -> bool
         let mut live = true;
         let mut at = goal;
         while at != start {
-            let from = reached[&at];
+            let Some(&from) = reached.get(&at) else {
+                // Every reached event has the source that reached it.
+                break;
+            };
             // A kept forward from `from` (the index names it by its key) holds its source.
-            let first = from_user[&from][0].1;
-            let kept = forwards.list.iter().find(|f| f.key == first);
+            let first = from_user.get(&from).and_then(|t| t.first()).map(|t| t.1);
+            let kept = first.and_then(|key| forwards.list.iter().find(|f| f.key == key));
             if kept.is_none_or(|f| is_over(&f.source)) {
                 over.insert(from);
                 live = false;
