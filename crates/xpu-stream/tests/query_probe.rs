@@ -68,3 +68,43 @@ fn idle_stream_query_latency() {
         );
     }
 }
+
+#[test]
+#[ignore = "a hand-run probe of an external stream's polling loop (prints, asserts nothing)"]
+fn idle_external_stream_query_polls() {
+    if !common::devices(1) {
+        return;
+    }
+    let dev = xpu_device::device(0).unwrap();
+    let q = dev
+        .create_queue(xpu_device::backend::QueueOptions {
+            profiling: false,
+            priority: None,
+        })
+        .unwrap();
+    let external = xpu_stream::ExternalStream::new(q, 0).unwrap();
+    let s = external.stream();
+    let mut rounds = Vec::new();
+    for _ in 0..50 {
+        s.synchronize().unwrap();
+        // A tight loop: no yield between polls.
+        let start = Instant::now();
+        let mut polls = 0u64;
+        let mut finished = false;
+        while start.elapsed() < Duration::from_secs(10) {
+            polls += 1;
+            if s.query().unwrap() {
+                finished = true;
+                break;
+            }
+        }
+        rounds.push((polls, start.elapsed(), finished));
+    }
+    let unfinished = rounds.iter().filter(|r| !r.2).count();
+    let worst = rounds.iter().max_by_key(|r| r.1).unwrap();
+    let mean = rounds.iter().map(|r| r.1).sum::<Duration>() / 50;
+    println!(
+        "probe external tight: 50 rounds, mean {mean:?}, worst {} polls in {:?}, {unfinished} unfinished in 10 s",
+        worst.0, worst.1
+    );
+}

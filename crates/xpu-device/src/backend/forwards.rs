@@ -23,11 +23,31 @@
 //! would close a cycle of forwards between user events is refused then ([`keep`],
 //! [`closes_cycle`]): a refused forward never had a callback, so nothing sets its target.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 
 use super::keyed::Keyed;
 use super::{ClEvent, EventStatus};
+
+thread_local! {
+    static INDEX_STEPS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many entries of the index of forwards from user events (the cycle check's) the
+/// calling thread has visited, adding, dropping or searching forwards, since it started. A
+/// per-thread count (a thread-local cell, no atomics), for tests and diagnostics of the work
+/// done under the forwards' global lock: take the difference of two readings around an
+/// operation on one thread.
+pub fn forward_index_steps_on_this_thread() -> u64 {
+    INDEX_STEPS.try_with(Cell::get).unwrap_or(0)
+}
+
+/// Counts `n` index steps on this thread ([`forward_index_steps_on_this_thread`]).
+fn index_steps(n: usize) {
+    // `try_with`: a thread-local destructor may drop a forward.
+    let _ = INDEX_STEPS.try_with(|c| c.set(c.get().saturating_add(n as u64)));
+}
 
 /// A raw event handle's address, as a key of the cycle search.
 type RawEvent = usize;
@@ -85,8 +105,9 @@ pub(super) fn take_target(key: usize) -> Option<(ClEvent, bool)> {
 struct Forwards {
     list: Vec<Forward>,
     /// The kept forwards from user events (the only ones that can make a cycle of forwards),
-    /// by source: each one's (target, key). Updated wherever `list` is.
-    from_user: BTreeMap<RawEvent, Vec<(RawEvent, usize)>>,
+    /// by source: each one's target by its key (so dropping one of a source's many forwards
+    /// is one lookup, not a scan of them). Updated wherever `list` is.
+    from_user: BTreeMap<RawEvent, BTreeMap<usize, RawEvent>>,
     /// [`register`] sweeps once the list is this long (then twice what is left), so the list
     /// stays about as long as the number of unfinished forwards at a time, at O(1) amortized.
     sweep_at: usize,
@@ -100,7 +121,8 @@ impl Forwards {
         }
         let source = key_of(&f.source);
         if let Some(targets) = self.from_user.get_mut(&source) {
-            targets.retain(|&(_, key)| key != f.key);
+            index_steps(1);
+            targets.remove(&f.key);
             if targets.is_empty() {
                 self.from_user.remove(&source);
             }
@@ -140,11 +162,12 @@ pub(super) fn keep(
         return false;
     }
     if user_source {
+        index_steps(1);
         forwards
             .from_user
             .entry(key_of(source))
             .or_default()
-            .push((key_of(target), key));
+            .insert(key, key_of(target));
     }
     forwards.list.push(Forward {
         // Unguarded: the application's last wrapper of an unset user event still fails
@@ -224,7 +247,8 @@ fn closes_cycle(forwards: &Forwards, source: &ClEvent, target: &ClEvent) -> bool
             if over.contains(&at) {
                 continue;
             }
-            for &(to, _) in from_user.get(&at).map_or(&[][..], Vec::as_slice) {
+            for &to in from_user.get(&at).into_iter().flat_map(BTreeMap::values) {
+                index_steps(1);
                 if to != start && !reached.contains_key(&to) {
                     reached.insert(to, at);
                     if to == goal {
@@ -247,7 +271,7 @@ fn closes_cycle(forwards: &Forwards, source: &ClEvent, target: &ClEvent) -> bool
                 break;
             };
             // A kept forward from `from` (the index names it by its key) holds its source.
-            let first = from_user.get(&from).and_then(|t| t.first()).map(|t| t.1);
+            let first = from_user.get(&from).and_then(|t| t.keys().next().copied());
             let kept = first.and_then(|key| forwards.list.iter().find(|f| f.key == key));
             if kept.is_none_or(|f| is_over(&f.source)) {
                 over.insert(from);
