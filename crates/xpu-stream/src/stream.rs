@@ -210,8 +210,15 @@ impl Stream {
     /// before this call began is known complete: its `query` answers `true` without a driver
     /// call (as `torch.cuda.Event.query` after `torch.cuda.Stream.query` returned `True`).
     ///
+    /// The marker is judged with the waits of the commands enqueued before it (as the
+    /// allocators' ordered markers): a driver may complete a marker enqueued after a command
+    /// whose wait failed while earlier commands stay queued (PoCL does), so after such a
+    /// failure the query reports it, until a [`Stream::synchronize`] returned.
+    ///
     /// # Errors
-    /// A failed OpenCL call, or the abnormal status of a command on the stream; `BadFork` in a
+    /// A failed OpenCL call, or the abnormal status of a command on the stream (a command
+    /// whose wait list failed included: every query reports it until a `synchronize` of the
+    /// stream returned); `BadFork` in a
     /// bad fork child (at once: the parent's queue is never touched there);
     /// [`StreamError::Capturing`] while a graph captures the stream (as `cudaStreamQuery`).
     pub fn query(&self) -> Result<bool, StreamError> {
@@ -224,8 +231,16 @@ impl Stream {
         let kept = q.tracked().query_marker();
         if let Some(k) = &kept {
             // In-order queue: a later marker cannot complete before this one, so while it is
-            // pending the answer is `false` whatever a new marker would say.
-            if !k.probe.event().is_complete()? {
+            // pending the answer is `false` whatever a new marker would say. Judged with the
+            // waits enqueued before it (a marker after a failed wait may complete while
+            // earlier commands stay queued: review h51).
+            let complete = k.probe.is_complete().inspect_err(|_| {
+                // A marker enqueued before a failed wait reads the failure for ever; the next
+                // query asks with a new one, which reads it too until a `synchronize` of the
+                // stream (`clFinish`) succeeded, and then reads what came after.
+                q.tracked().replace_query_marker(Some(k), None);
+            })?;
+            if !complete {
                 return Ok(false);
             }
             q.tracked().progress.complete_up_to(k.drained);
@@ -243,7 +258,15 @@ impl Stream {
         // The flush and the status query are not enqueues: outside the permit.
         drop(permit);
         q.flush()?;
-        let complete = probe.event().is_complete()?;
+        let complete = match probe.is_complete() {
+            Ok(complete) => complete,
+            Err(e) => {
+                if kept.is_some() {
+                    q.tracked().replace_query_marker(kept.as_ref(), None);
+                }
+                return Err(e.into());
+            }
+        };
         if complete {
             q.tracked().progress.complete_up_to(drained);
         }

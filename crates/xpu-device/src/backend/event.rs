@@ -17,7 +17,7 @@ extern "C" fn forward_status(event: raw::cl_event, status: i32, user_data: *mut 
     let Some((mut target, absorbs)) = super::forwards::take_target(user_data as usize) else {
         return;
     };
-    // The guard is dropped after the status is set below (then it does nothing), while the
+    // The guard is dropped after the status is set (then it does nothing), while the
     // reference released last keeps the event live.
     let guard = target.2.take();
     let raw = std::mem::ManuallyDrop::new(target).0;
@@ -37,17 +37,67 @@ extern "C" fn forward_status(event: raw::cl_event, status: i32, user_data: *mut 
     } else {
         status
     };
-    // clSetUserEventStatus is non-blocking and allowed in a callback (§5.11.4); a target
-    // already set refuses the second status, which is all there is to do then.
-    let set = super::held::set_user_status(raw, status);
-    drop(guard);
-    if set.is_ok() && status < 0 {
-        // The failure may fail commands that other forwards wait for (see `forwards`).
-        super::forwards::sweep();
+    let mut next = Some(ForwardSet { raw, status, guard });
+    // A driver may call the target's own callbacks within the call that sets its status (PoCL
+    // does, on this thread): a chain of forwards would nest one call per link and overflow
+    // the stack (review h51: 3,000 links on a 2 MiB stack). Within a forward's set, the next
+    // one waits in this thread's list, and the outermost forward sets them all in a loop.
+    let outermost = SETTING_FORWARD
+        .try_with(|nested| !nested.replace(true))
+        .unwrap_or(true);
+    if !outermost {
+        let _ = DEFERRED_FORWARDS.try_with(|d| {
+            if let Ok(mut d) = d.try_borrow_mut() {
+                d.extend(next.take());
+            }
+        });
+        // Not deferred (the thread is ending): set at once.
+        if let Some(set) = next {
+            set.apply();
+        }
+        return;
     }
-    // SAFETY: the reference owned by the boxed clone, released once (clReleaseEvent is
-    // non-blocking and allowed in a callback).
-    release::note("clReleaseEvent", unsafe { cle::release_event(raw) });
+    while let Some(set) = next {
+        set.apply();
+        next = DEFERRED_FORWARDS
+            .try_with(|d| d.try_borrow_mut().ok().and_then(|mut d| d.pop()))
+            .ok()
+            .flatten();
+    }
+    let _ = SETTING_FORWARD.try_with(|nested| nested.set(false));
+}
+
+/// A forward's target to set to `status`, with the reference and unset guard its callback
+/// took (see [`forward_status`]).
+struct ForwardSet {
+    raw: raw::cl_event,
+    status: i32,
+    guard: Option<Arc<UnsetGuard>>,
+}
+
+impl ForwardSet {
+    /// Sets the target, drops the guard, passes a failure on and releases the reference.
+    fn apply(self) {
+        // clSetUserEventStatus is non-blocking and allowed in a callback (§5.11.4); a target
+        // already set refuses the second status, which is all there is to do then.
+        let set = super::held::set_user_status(self.raw, self.status);
+        drop(self.guard);
+        if set.is_ok() && self.status < 0 {
+            // The failure may fail commands that other forwards wait for (see `forwards`).
+            super::forwards::sweep();
+        }
+        // SAFETY: the reference owned by the forward's clone, released once (clReleaseEvent
+        // is non-blocking and allowed in a callback).
+        release::note("clReleaseEvent", unsafe { cle::release_event(self.raw) });
+    }
+}
+
+thread_local! {
+    /// Whether this thread is inside a forward's callback (see [`forward_status`]).
+    static SETTING_FORWARD: Cell<bool> = const { Cell::new(false) };
+    /// The forwards' sets that waited for the outermost one on this thread.
+    static DEFERRED_FORWARDS: std::cell::RefCell<Vec<ForwardSet>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 thread_local! {

@@ -105,12 +105,34 @@ pub struct IdleProbe {
     /// The shared state of the wrapper clones it was begun through (held, so that its
     /// identity is never that of another queue's).
     queue: Arc<QueueShared>,
+    /// The waits enqueued before the marker, which judge it ([`IdleProbe::is_complete`]).
+    earlier: Option<EarlierWaits>,
 }
 
 impl IdleProbe {
-    /// The probe's marker (its status tells whether the commands before it completed).
+    /// The probe's marker, as the driver reports it (to wait for it; its own status is not
+    /// judged in order: [`IdleProbe::is_complete`] is).
     pub fn event(&self) -> &ClEvent {
         &self.marker
+    }
+
+    /// Whether the commands enqueued before the probe completed, judged in order as
+    /// [`OrderedMarker::status`]: `true` once the driver reports the marker complete and
+    /// every wait enqueued before it on the queue completed with success; `false` while
+    /// either is pending. A driver may complete the marker after a barrier whose wait failed
+    /// while earlier commands stay queued (PoCL does: review h51), so the marker alone is not
+    /// trusted then.
+    ///
+    /// # Errors
+    /// A failed `clGetEventInfo` on the marker; the marker's own negative status, or that of
+    /// a wait enqueued before it (sticky up to a [`CommandQueue::finish`] that returned with
+    /// success, as [`OrderedMarker::status`]), as a `ClError` of `"command execution"`.
+    pub fn is_complete(&self) -> Result<bool, ClError> {
+        match in_order(self.marker.status()?, self.earlier.as_ref()) {
+            EventStatus::Complete => Ok(true),
+            EventStatus::Error(code) => Err(ClError::new("command execution", code)),
+            _ => Ok(false),
+        }
     }
 }
 
@@ -141,15 +163,7 @@ impl OrderedMarker {
     /// # Errors
     /// A failed `clGetEventInfo` on the marker.
     pub fn status(&self) -> std::result::Result<EventStatus, ClError> {
-        let status = self.event.status()?;
-        Ok(match (status, &self.earlier) {
-            (EventStatus::Complete, Some(earlier)) => match earlier.status() {
-                WaitsStatus::Complete => EventStatus::Complete,
-                WaitsStatus::Pending => EventStatus::Submitted,
-                WaitsStatus::Failed(code) => EventStatus::Error(code),
-            },
-            (status, _) => status,
-        })
+        Ok(in_order(self.event.status()?, self.earlier.as_ref()))
     }
 
     /// Whether every wait enqueued before the marker on its queue (through the wrapper or
@@ -174,6 +188,19 @@ impl OrderedMarker {
         self.earlier
             .as_ref()
             .is_some_and(|earlier| matches!(earlier.status(), WaitsStatus::Failed(_)))
+    }
+}
+
+/// A marker's driver `status` judged with the waits enqueued before it (`earlier`; `None`:
+/// none could stand before it): see [`OrderedMarker::status`].
+fn in_order(status: EventStatus, earlier: Option<&EarlierWaits>) -> EventStatus {
+    match (status, earlier) {
+        (EventStatus::Complete, Some(earlier)) => match earlier.status() {
+            WaitsStatus::Complete => EventStatus::Complete,
+            WaitsStatus::Pending => EventStatus::Submitted,
+            WaitsStatus::Failed(code) => EventStatus::Error(code),
+        },
+        (status, _) => status,
     }
 }
 
@@ -680,6 +707,7 @@ impl CommandQueue {
             marker: marker?,
             generation,
             queue: Arc::clone(&self.1),
+            earlier: EarlierWaits::after_marker(&self.1.waits),
         })
     }
 
