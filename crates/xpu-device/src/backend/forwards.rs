@@ -104,6 +104,9 @@ pub(super) fn take_target(key: usize) -> Option<(ClEvent, bool)> {
 
 struct Forwards {
     list: Vec<Forward>,
+    /// Each kept forward's place in `list`, by key (kept by [`Forwards::push`] and
+    /// [`Forwards::take`], the only ways in and out of `list`).
+    position: BTreeMap<usize, usize>,
     /// The kept forwards from user events (the only ones that can make a cycle of forwards),
     /// by source: each one's target by its key (so dropping one of a source's many forwards
     /// is one lookup, not a scan of them). Updated wherever `list` is.
@@ -114,6 +117,34 @@ struct Forwards {
 }
 
 impl Forwards {
+    /// Keeps `f` at the end of `list`.
+    fn push(&mut self, f: Forward) {
+        self.position.insert(f.key, self.list.len());
+        self.list.push(f);
+    }
+
+    /// Takes the forward at `at` out of `list` (the last one takes its place), and out of
+    /// `from_user`; `None` past the end.
+    fn take(&mut self, at: usize) -> Option<Forward> {
+        if at >= self.list.len() {
+            return None;
+        }
+        let f = self.list.swap_remove(at);
+        self.position.remove(&f.key);
+        if let Some(moved) = self.list.get(at) {
+            self.position.insert(moved.key, at);
+        }
+        self.unindex(&f);
+        Some(f)
+    }
+
+    /// The kept forward of `key`, if any.
+    fn kept(&self, key: usize) -> Option<&Forward> {
+        index_steps(1);
+        let at = *self.position.get(&key)?;
+        self.list.get(at)
+    }
+
     /// Takes `f` (removed from `list`) out of `from_user`.
     fn unindex(&mut self, f: &Forward) {
         if !f.user_source {
@@ -135,6 +166,7 @@ const FIRST_SWEEP: usize = 64;
 
 static FORWARDS: Mutex<Forwards> = Mutex::new(Forwards {
     list: Vec::new(),
+    position: BTreeMap::new(),
     from_user: BTreeMap::new(),
     sweep_at: FIRST_SWEEP,
 });
@@ -169,7 +201,7 @@ pub(super) fn keep(
             .or_default()
             .insert(key, key_of(target));
     }
-    forwards.list.push(Forward {
+    forwards.push(Forward {
         // Unguarded: the application's last wrapper of an unset user event still fails
         // it on drop (then the sweep fails the target).
         source: source.clone_unguarded(),
@@ -201,12 +233,8 @@ pub(super) fn registered(source: &ClEvent) {
 pub(super) fn unkeep(key: usize) {
     let dropped = {
         let mut forwards = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
-        let at = forwards.list.iter().position(|f| f.key == key);
-        let f = at.map(|i| forwards.list.swap_remove(i));
-        if let Some(f) = &f {
-            forwards.unindex(f);
-        }
-        f
+        let at = forwards.position.get(&key).copied();
+        at.and_then(|at| forwards.take(at))
     };
     drop(dropped);
 }
@@ -272,7 +300,7 @@ fn closes_cycle(forwards: &Forwards, source: &ClEvent, target: &ClEvent) -> bool
             };
             // A kept forward from `from` (the index names it by its key) holds its source.
             let first = from_user.get(&from).and_then(|t| t.keys().next().copied());
-            let kept = first.and_then(|key| forwards.list.iter().find(|f| f.key == key));
+            let kept = first.and_then(|key| forwards.kept(key));
             if kept.is_none_or(|f| is_over(&f.source)) {
                 over.insert(from);
                 live = false;
@@ -302,19 +330,17 @@ pub(super) fn sweep() {
             }
             let (mut failed, mut done) = (Vec::new(), Vec::new());
             let mut i = 0;
-            let list = &mut forwards.list;
-            while i < list.len() {
-                match list[i].source.status() {
-                    Ok(EventStatus::Error(code)) => failed.push((list.swap_remove(i), code)),
+            while let Some(f) = forwards.list.get(i) {
+                match f.source.status() {
+                    Ok(EventStatus::Error(code)) => {
+                        failed.extend(forwards.take(i).map(|f| (f, code)))
+                    }
                     // Complete: the callback sets the target. Unreadable: nothing to learn.
-                    Ok(EventStatus::Complete) | Err(_) => done.push(list.swap_remove(i)),
+                    Ok(EventStatus::Complete) | Err(_) => done.extend(forwards.take(i)),
                     Ok(_) => i += 1,
                 }
             }
-            forwards.sweep_at = FIRST_SWEEP.max(2 * list.len());
-            for f in failed.iter().map(|(f, _)| f).chain(&done) {
-                forwards.unindex(f);
-            }
+            forwards.sweep_at = FIRST_SWEEP.max(2 * forwards.list.len());
             (failed, done)
         };
         drop(done);
