@@ -5,7 +5,9 @@
 //! pthread"`), a 2-core machine shared with other jobs, debug build (`cargo test -p xpu-device
 //! --test review_h51`).
 //!
-//! Finding (a failing test): `a_long_chain_of_forwards_completes_without_overflowing_the_stack`.
+//! Finding (a test that failed at b56c16c, fixed in 1c0926c: within a forward's set, the next
+//! forward's set waits in the thread's list and the outermost callback sets them in a loop):
+//! `a_long_chain_of_forwards_completes_without_overflowing_the_stack`.
 //! PoCL runs a user event's `CL_COMPLETE` callbacks inside `clSetUserEventStatus`, on the
 //! setting thread; a forward's callback (`forward_status`) sets its target with
 //! `clSetUserEventStatus`, which runs the target's forward's callback, and so on: completing
@@ -18,7 +20,8 @@
 //! of released events that were forwarded the other way is made (no stale index entry: a
 //! kept forward retains both its ends, and the index entry goes with the list entry).
 //!
-//! Observed, not asserted (no counter covers it; `probe_refusal_cost`, ignored): a refused
+//! Observed by the probe (`probe_refusal_cost`, ignored), asserted since as a count of index
+//! steps in `forward_index.rs` and fixed in e4300b8 (forwards found by key): a refused
 //! forward closing a chain of `n` pending forwards asks `n` statuses and makes `n` index steps,
 //! but the path's verification scans the kept list once per step (`forwards.list.iter().find`)
 //! under the global lock: 1,000 -> 3.7 ms, 2,000 -> 11 ms, 4,000 -> 35 to 40 ms (debug,

@@ -5,7 +5,9 @@
 //! PoCL on the CPU (`POCL_DEVICES="pthread pthread"`), a 2-core machine shared with other jobs,
 //! debug build (`cargo test -p xpu-stream --test review_h51`).
 //!
-//! Finding (a failing test): `a_query_never_answers_true_over_work_queued_before_a_failed_wait`.
+//! Finding (a test that failed at b56c16c, fixed in 1c0926c: the query's marker is judged with
+//! the waits enqueued before it, `IdleProbe::is_complete`, and the failure is reported):
+//! `a_query_never_answers_true_over_work_queued_before_a_failed_wait`.
 //! The query's marker is a plain marker (`CommandQueue::enqueue_idle_probe`), trusted as soon
 //! as the driver reads it complete; PoCL completes a marker enqueued after a barrier whose wait
 //! failed while the commands before that barrier stay queued (the `waits` module of
