@@ -234,20 +234,22 @@ impl Stream {
             // pending the answer is `false` whatever a new marker would say. Judged with the
             // waits enqueued before it (a marker after a failed wait may complete while
             // earlier commands stay queued: review h51).
-            let complete = k.probe.is_complete().inspect_err(|_| {
-                // A marker enqueued before a failed wait reads the failure for ever; the next
-                // query asks with a new one, which reads it too until a `synchronize` of the
-                // stream (`clFinish`) succeeded, and then reads what came after.
-                q.tracked().replace_query_marker(Some(k), None);
-            })?;
-            if !complete {
-                return Ok(false);
-            }
-            q.tracked().progress.complete_up_to(k.drained);
-            // Nothing enqueued after it: the stream is idle, and the marker answers the next
-            // query too. Work enqueued after it is not covered: ask again with a new marker.
-            if native && !q.enqueued_since(&k.probe) {
-                return Ok(true);
+            match k.is_complete() {
+                Ok(false) => return Ok(false),
+                Ok(true) => {
+                    q.tracked().progress.complete_up_to(k.drained);
+                    // Nothing enqueued after it: the stream is idle, and the marker answers
+                    // the next query too. Work enqueued after it is not covered: ask again
+                    // with a new marker.
+                    if native && !q.enqueued_since(&k.probe) {
+                        return Ok(true);
+                    }
+                }
+                // A marker enqueued before a failed wait reads the failure for ever, even
+                // after a `synchronize` that drained the queue since (review h52): a new
+                // marker asks again, judged with the waits since the last successful
+                // `clFinish`, and reports the failure only while it still stands.
+                Err(_) => {}
             }
         }
         let permit = self.enqueue_queue("query")?;
@@ -274,7 +276,7 @@ impl Stream {
         // query); an external stream's complete one answers nothing more, and the stale one
         // read above goes too (the next query enqueues at once). Another query's replacement
         // since the read above is kept instead.
-        let keep = (!complete || native).then_some(QueryMarker { probe, drained });
+        let keep = (!complete || native).then_some(QueryMarker::new(probe, drained));
         if keep.is_some() || kept.is_some() {
             q.tracked().replace_query_marker(kept.as_ref(), keep);
         }

@@ -38,10 +38,14 @@ const BOUND: Duration = Duration::from_secs(60);
 /// (answers `false`: its marker is queued behind `g`, and kept); `g.set_failed(-5)`;
 /// `s.synchronize()` (returns `Ok`); then `s.query()`.
 ///
-/// Expected: `Ok(true)` (the stream is idle and a synchronize returned after the failure).
-/// Observed: `Err(OpenCl(ClError { function: "command execution", code: -1 }))` in every
-/// round (10 of 10, every run), a marker enqueued next to the query's reading `Error(-1)`; the
-/// query after it answers `Ok(true)`.
+/// Expected: no error (a synchronize returned after the failure); `Ok(false)` is within the
+/// contract ("a stream that has just gone idle can report `false` a few times"): the marker
+/// `m` was enqueued after the query's, so the next query asks with a fresh marker, which PoCL
+/// read pending in 4 of 10 rounds after the fix.
+/// Observed at 8a28cd0: `Err(OpenCl(ClError { function: "command execution", code: -1 }))`
+/// in every round (10 of 10, every run), a marker enqueued next to the query's reading
+/// `Error(-1)`; the query after it answers `Ok(true)`. Fixed since: a query's kept marker
+/// read before a successful `clFinish` is known complete once it returned.
 #[test]
 fn a_query_after_a_successful_synchronize_reports_no_earlier_failure() {
     if !common::devices(1) {
@@ -62,7 +66,7 @@ fn a_query_after_a_successful_synchronize_reports_no_earlier_failure() {
         g.set_failed(-5).unwrap();
         s.synchronize().unwrap();
         let after = s.query();
-        if !matches!(after, Ok(true)) {
+        if after.is_err() {
             bad.push(format!(
                 "round {round}: {after:?} (a marker enqueued next to the query's reads {:?})",
                 m.status()
