@@ -5,7 +5,9 @@
 //! on the CPU (`POCL_DEVICES="pthread pthread"`), a 2-core machine shared with other jobs,
 //! debug build (`cargo test -p xpu-device --test review_h52`).
 //!
-//! Findings (tests that fail now):
+//! Findings (tests that failed at 8a28cd0, both fixed since: the deferred list lives in the
+//! outermost callback's frame, reached through a thread-local pointer without a destructor;
+//! a sweep's later rounds ask only about the forwards the failures it passed on can reach):
 //!
 //! - `a_chain_completed_in_a_thread_local_destructor_does_not_nest`: the deferral needs the
 //!   thread-local list, and a callback that cannot reach it (`try_with` fails once it was

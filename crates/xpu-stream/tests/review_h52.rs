@@ -4,7 +4,8 @@
 //! safe public calls. PoCL on the CPU (`POCL_DEVICES="pthread pthread"`), a 2-core machine
 //! shared with other jobs, debug build (`cargo test -p xpu-stream --test review_h52`).
 //!
-//! Finding (a test that fails now):
+//! Finding (a test that failed at 8a28cd0, fixed in 6726340: a kept marker read before a
+//! successful `clFinish` is known complete once it returned):
 //! `a_query_after_a_successful_synchronize_reports_no_earlier_failure`. A query whose marker
 //! is still queued behind a gate answers `false` and keeps it; the gate then fails (PoCL fails
 //! the commands queued behind the failed barrier: the kept marker, and a marker enqueued next

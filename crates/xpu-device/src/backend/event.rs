@@ -37,34 +37,34 @@ extern "C" fn forward_status(event: raw::cl_event, status: i32, user_data: *mut 
     } else {
         status
     };
-    let mut next = Some(ForwardSet { raw, status, guard });
+    let set = ForwardSet { raw, status, guard };
     // A driver may call the target's own callbacks within the call that sets its status (PoCL
     // does, on this thread): a chain of forwards would nest one call per link and overflow
     // the stack (review h51: 3,000 links on a 2 MiB stack). Within a forward's set, the next
-    // one waits in this thread's list, and the outermost forward sets them all in a loop.
-    let outermost = SETTING_FORWARD
-        .try_with(|nested| !nested.replace(true))
-        .unwrap_or(true);
-    if !outermost {
-        let _ = DEFERRED_FORWARDS.try_with(|d| {
-            if let Ok(mut d) = d.try_borrow_mut() {
-                d.extend(next.take());
-            }
-        });
-        // Not deferred (the thread is ending): set at once.
-        if let Some(set) = next {
-            set.apply();
-        }
+    // one waits in the list of the outermost forward's set on this thread, which sets them
+    // all in a loop. The list lives in that frame, reached through a thread-local pointer
+    // without a destructor: it is there while the thread's other thread-locals are destroyed
+    // too (review h52: a chain completed from a thread-local's destructor).
+    let outer = DEFERRED_FORWARDS.with(Cell::get);
+    if !outer.is_null() {
+        // SAFETY: the pointer is non-null only while the outermost `forward_status` of this
+        // thread runs, and points at its frame's list, which that frame reaches only through
+        // this pointer and only between the sets it makes; this call runs within one of those
+        // sets, on the same thread, and returns before it ends.
+        unsafe { (*outer).push(set) };
         return;
     }
+    let mut list: Vec<ForwardSet> = Vec::new();
+    let own = std::ptr::addr_of_mut!(list);
+    DEFERRED_FORWARDS.with(|p| p.set(own));
+    let mut next = Some(set);
     while let Some(set) = next {
         set.apply();
-        next = DEFERRED_FORWARDS
-            .try_with(|d| d.try_borrow_mut().ok().and_then(|mut d| d.pop()))
-            .ok()
-            .flatten();
+        // SAFETY: `own` points at `list`, live in this frame and reached only through the
+        // pointer (the nested calls of `apply` have returned: none touches it now).
+        next = unsafe { (*own).pop() };
     }
-    let _ = SETTING_FORWARD.try_with(|nested| nested.set(false));
+    DEFERRED_FORWARDS.with(|p| p.set(std::ptr::null_mut()));
 }
 
 /// A forward's target to set to `status`, with the reference and unset guard its callback
@@ -84,7 +84,7 @@ impl ForwardSet {
         drop(self.guard);
         if set.is_ok() && self.status < 0 {
             // The failure may fail commands that other forwards wait for (see `forwards`).
-            super::forwards::sweep();
+            super::forwards::sweep_after_failure(self.raw as usize);
         }
         // SAFETY: the reference owned by the forward's clone, released once (clReleaseEvent
         // is non-blocking and allowed in a callback).
@@ -93,11 +93,10 @@ impl ForwardSet {
 }
 
 thread_local! {
-    /// Whether this thread is inside a forward's callback (see [`forward_status`]).
-    static SETTING_FORWARD: Cell<bool> = const { Cell::new(false) };
-    /// The forwards' sets that waited for the outermost one on this thread.
-    static DEFERRED_FORWARDS: std::cell::RefCell<Vec<ForwardSet>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    /// The list of the outermost forward's set running on this thread (see
+    /// [`forward_status`]); null outside one. No destructor: readable while the thread's
+    /// other thread-locals are destroyed.
+    static DEFERRED_FORWARDS: Cell<*mut Vec<ForwardSet>> = const { Cell::new(std::ptr::null_mut()) };
 }
 
 thread_local! {

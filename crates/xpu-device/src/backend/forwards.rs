@@ -24,7 +24,7 @@
 //! [`closes_cycle`]): a refused forward never had a callback, so nothing sets its target.
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 
 use super::keyed::Keyed;
@@ -107,6 +107,9 @@ struct Forwards {
     /// Each kept forward's place in `list`, by key (kept by [`Forwards::push`] and
     /// [`Forwards::take`], the only ways in and out of `list`).
     position: BTreeMap<usize, usize>,
+    /// The keys of the kept forwards whose source is a command (not a user event): a failure
+    /// passed on may fail their sources ([`sweep_rounds`]). Kept as `position` is.
+    from_commands: BTreeSet<usize>,
     /// The kept forwards from user events (the only ones that can make a cycle of forwards),
     /// by source: each one's target by its key (so dropping one of a source's many forwards
     /// is one lookup, not a scan of them). Updated wherever `list` is.
@@ -120,6 +123,9 @@ impl Forwards {
     /// Keeps `f` at the end of `list`.
     fn push(&mut self, f: Forward) {
         self.position.insert(f.key, self.list.len());
+        if !f.user_source {
+            self.from_commands.insert(f.key);
+        }
         self.list.push(f);
     }
 
@@ -131,6 +137,7 @@ impl Forwards {
         }
         let f = self.list.swap_remove(at);
         self.position.remove(&f.key);
+        self.from_commands.remove(&f.key);
         if let Some(moved) = self.list.get(at) {
             self.position.insert(moved.key, at);
         }
@@ -167,6 +174,7 @@ const FIRST_SWEEP: usize = 64;
 static FORWARDS: Mutex<Forwards> = Mutex::new(Forwards {
     list: Vec::new(),
     position: BTreeMap::new(),
+    from_commands: BTreeSet::new(),
     from_user: BTreeMap::new(),
     sweep_at: FIRST_SWEEP,
 });
@@ -318,6 +326,22 @@ fn closes_cycle(forwards: &Forwards, source: &ClEvent, target: &ClEvent) -> bool
 /// another forward through the commands waiting on it). No wait; no lock held while a status
 /// is set or an event released.
 pub(super) fn sweep() {
+    sweep_rounds(None);
+}
+
+/// [`sweep`] after the user event `failed` (its raw handle's address) was set to an error
+/// status by a forward's callback: only the forwards that failure can reach are asked about
+/// (those from `failed`, and those from commands, which may have waited for it).
+pub(super) fn sweep_after_failure(failed: usize) {
+    sweep_rounds(Some(vec![failed]));
+}
+
+/// The rounds of a sweep: the first over the forwards from `focus` (all, for `None`) and
+/// those from commands; each later one over the forwards from the targets the round before
+/// failed and those from commands. So failing the head of a chain of `n` forwards between
+/// user events asks O(n) statuses, not one round over the whole list per link (review h52:
+/// n (n - 1) / 2).
+fn sweep_rounds(mut focus: Option<Vec<RawEvent>>) {
     loop {
         // The closures of `on_complete` waiting for a failed event, which the driver may
         // never hand over (see `callbacks`).
@@ -329,15 +353,45 @@ pub(super) fn sweep() {
                 return;
             }
             let (mut failed, mut done) = (Vec::new(), Vec::new());
-            let mut i = 0;
-            while let Some(f) = forwards.list.get(i) {
+            let mut judge = |forwards: &mut Forwards, at: usize| -> bool {
+                let Some(f) = forwards.list.get(at) else {
+                    return false;
+                };
                 match f.source.status() {
                     Ok(EventStatus::Error(code)) => {
-                        failed.extend(forwards.take(i).map(|f| (f, code)))
+                        failed.extend(forwards.take(at).map(|f| (f, code)));
+                        true
                     }
                     // Complete: the callback sets the target. Unreadable: nothing to learn.
-                    Ok(EventStatus::Complete) | Err(_) => done.extend(forwards.take(i)),
-                    Ok(_) => i += 1,
+                    Ok(EventStatus::Complete) | Err(_) => {
+                        done.extend(forwards.take(at));
+                        true
+                    }
+                    Ok(_) => false,
+                }
+            };
+            match &focus {
+                None => {
+                    let mut i = 0;
+                    while i < forwards.list.len() {
+                        if !judge(forwards, i) {
+                            i += 1;
+                        }
+                    }
+                }
+                Some(sources) => {
+                    let mut keys: Vec<usize> = forwards.from_commands.iter().copied().collect();
+                    for source in sources {
+                        if let Some(targets) = forwards.from_user.get(source) {
+                            index_steps(targets.len());
+                            keys.extend(targets.keys().copied());
+                        }
+                    }
+                    for key in keys {
+                        if let Some(at) = forwards.position.get(&key).copied() {
+                            judge(forwards, at);
+                        }
+                    }
                 }
             }
             forwards.sweep_at = FIRST_SWEEP.max(2 * forwards.list.len());
@@ -347,6 +401,7 @@ pub(super) fn sweep() {
         if failed.is_empty() {
             return;
         }
+        focus = Some(failed.iter().map(|(f, _)| key_of(&f.target)).collect());
         for (forward, code) in failed {
             // See `fail`; the loop sweeps again instead of recursing.
             let _ = super::held::set_user_status(forward.target.as_raw(), forward.status_for(code));
