@@ -26,17 +26,12 @@ use std::time::Duration;
 use xpu_device::backend::{
     live_objects, status_queries_on_this_thread, wait_for_callbacks, ClEvent, EventStatus,
 };
-use xpu_device::CODE_FORWARD_CYCLE;
 
 /// How long a call that should return at once may take before the test calls it hung.
 const HANG_LIMIT: Duration = Duration::from_secs(60);
 
 /// How long a driver's completion callbacks may take to set a forward's target.
 const SETTLE: Duration = Duration::from_secs(10);
-
-fn refused(r: &Result<(), xpu_device::ClError>) -> bool {
-    matches!(r, Err(e) if e.code == CODE_FORWARD_CYCLE)
-}
 
 fn spin(n: u32) {
     for _ in 0..n {
@@ -410,7 +405,8 @@ fn model_check(seed: u64, slots: usize, steps: usize) -> Vec<String> {
                 if trace {
                     eprintln!("  {a} -> {b} absorbs {absorbs}: {r:?}");
                 }
-                if refused(&r) != expect_refused || (!expect_refused && r.is_err()) {
+                if common::refused_as_cycle(&r) != expect_refused || (!expect_refused && r.is_err())
+                {
                     bad.push(format!(
                         "step {step}: {a} -> {b} (absorbs {absorbs}): {r:?}, expected refused \
                          {expect_refused}; statuses {st:?}, edges {edges:?}"
@@ -625,7 +621,7 @@ fn concurrent_random_forwards_never_close_a_cycle() {
                         } else {
                             evs[a].complete_when_over(&evs[b])
                         };
-                        assert!(r.is_ok() || refused(&r), "{r:?}");
+                        assert!(r.is_ok() || common::refused_as_cycle(&r), "{r:?}");
                         if k == 0 && i == 4 {
                             let c = rng.below(6);
                             let _ = if rng.below(2) == 0 {

@@ -32,28 +32,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use xpu_device::backend::{
-    forward_index_steps_on_this_thread, live_objects, status_queries_on_this_thread, ClEvent,
-    EventStatus,
+    forward_index_steps_on_this_thread, live_objects, status_queries_on_this_thread, EventStatus,
 };
-use xpu_device::{Device, CODE_FORWARD_CYCLE};
 
 const SETTLE: Duration = Duration::from_secs(30);
-
-fn refused(r: &Result<(), xpu_device::ClError>) -> bool {
-    matches!(r, Err(e) if e.code == CODE_FORWARD_CYCLE)
-}
-
-/// A chain `e_0 -> e_1 -> ... -> e_{n-1}` of forwards between pending user events, built from
-/// its start (each check searches from a fresh target: one step).
-fn chain(dev: &Device, n: usize) -> Vec<ClEvent> {
-    let mut chain = vec![dev.create_user_event().unwrap()];
-    for i in 1..n {
-        let e = dev.create_user_event().unwrap();
-        chain[i - 1].forward_to(&e).unwrap();
-        chain.push(e);
-    }
-    chain
-}
 
 /// A forward closing a chain of `n` pending forwards, for `n` up to 4,000 (prints its cost).
 #[test]
@@ -63,7 +45,7 @@ fn probe_refusal_cost() {
         return;
     };
     for n in [1000usize, 2000, 4000] {
-        let c = chain(dev, n);
+        let c = common::forward_chain(dev, n);
         let (s, q, i) = (
             Instant::now(),
             status_queries_on_this_thread(),
@@ -72,7 +54,7 @@ fn probe_refusal_cost() {
         let r = c[n - 1].forward_to(&c[0]);
         println!(
             "n {n}: refused {} in {:?}, {} status queries, {} index steps",
-            refused(&r),
+            common::refused_as_cycle(&r),
             s.elapsed(),
             status_queries_on_this_thread() - q,
             forward_index_steps_on_this_thread() - i
@@ -101,7 +83,7 @@ fn a_long_chain_of_forwards_completes_without_overflowing_the_stack() {
     let Some((dev, _, _)) = common::device0_queue_in_child() else {
         return;
     };
-    let c = chain(dev, LINKS);
+    let c = common::forward_chain(dev, LINKS);
     let head = c[0].clone();
     std::thread::Builder::new()
         .stack_size(2 << 20)
@@ -152,7 +134,10 @@ fn forwards_between_events_at_reused_addresses_see_no_stale_index_entry() {
         reused += usize::from(!seen.insert(p.as_raw() as usize));
         reused += usize::from(!seen.insert(q.as_raw() as usize));
         q.forward_to(&p).unwrap();
-        assert!(refused(&p.forward_to(&q)), "the reverse closes p -> q -> p");
+        assert!(
+            common::refused_as_cycle(&p.forward_to(&q)),
+            "the reverse closes p -> q -> p"
+        );
         y.forward_to(&x).unwrap();
         p.set_complete().unwrap();
         x.set_complete().unwrap();

@@ -38,24 +38,9 @@ use xpu_device::backend::{
     forward_index_steps_on_this_thread, live_objects, status_queries_on_this_thread, ClEvent,
     EventStatus,
 };
-use xpu_device::{Device, CODE_FORWARD_CYCLE};
+use xpu_device::Device;
 
 const SETTLE: Duration = Duration::from_secs(30);
-
-fn refused(r: &Result<(), xpu_device::ClError>) -> bool {
-    matches!(r, Err(e) if e.code == CODE_FORWARD_CYCLE)
-}
-
-/// A chain `e_0 -> ... -> e_{n-1}` of forwards (`forward_to`) between pending user events.
-fn chain(dev: &Device, n: usize) -> Vec<ClEvent> {
-    let mut chain = vec![dev.create_user_event().unwrap()];
-    for i in 1..n {
-        let e = dev.create_user_event().unwrap();
-        chain[i - 1].forward_to(&e).unwrap();
-        chain.push(e);
-    }
-    chain
-}
 
 /// Sets its event complete when dropped (held in a thread-local: dropped when the thread ends).
 struct CompleteOnDrop(Option<ClEvent>);
@@ -89,9 +74,9 @@ fn a_chain_completed_in_a_thread_local_destructor_does_not_nest() {
     let Some(dev) = common::device0_in_child() else {
         return;
     };
-    let c = chain(dev, LINKS);
+    let c = common::forward_chain(dev, LINKS);
     let head = c[0].clone();
-    let small = chain(dev, 3);
+    let small = common::forward_chain(dev, 3);
     let x = small[0].clone();
     std::thread::Builder::new()
         .stack_size(2 << 20)
@@ -121,9 +106,9 @@ fn a_chain_completed_in_a_thread_local_destructor_controls() {
         return;
     };
     for (links, first) in [(LINKS, false), (50, true)] {
-        let c = chain(dev, links);
+        let c = common::forward_chain(dev, links);
         let head = c[0].clone();
-        let small = chain(dev, 3);
+        let small = common::forward_chain(dev, 3);
         let x = small[0].clone();
         std::thread::Builder::new()
             .stack_size(2 << 20)
@@ -148,7 +133,7 @@ fn a_chain_completed_in_a_thread_local_destructor_controls() {
 
 /// The status queries made on this thread by failing the head of a fresh chain of `n`.
 fn cost_of_failing_a_chain(dev: &Device, n: usize) -> u64 {
-    let c = chain(dev, n);
+    let c = common::forward_chain(dev, n);
     let before = status_queries_on_this_thread();
     c[0].set_failed(-5).unwrap();
     let cost = status_queries_on_this_thread() - before;
@@ -255,7 +240,7 @@ fn an_on_complete_closure_completes_a_chain_and_waits_for_its_tail() {
         return;
     };
     let g = dev.create_user_event().unwrap();
-    let c = Arc::new(chain(dev, 2000));
+    let c = Arc::new(common::forward_chain(dev, 2000));
     let z = dev.create_user_event().unwrap();
     let w = dev.create_user_event().unwrap();
     z.forward_to(&w).unwrap();
@@ -291,8 +276,8 @@ fn closures_setting_user_events_while_chains_complete() {
     let done = common::within(Duration::from_secs(120), move || {
         let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         for _ in 0..200 {
-            let c = chain(dev, 8);
-            let side = chain(dev, 4);
+            let c = common::forward_chain(dev, 8);
+            let side = common::forward_chain(dev, 4);
             for e in &c[1..] {
                 let ran = Arc::clone(&ran);
                 let s0 = side[0].clone();
@@ -324,12 +309,12 @@ fn forwards_found_by_key_after_racing_churn() {
         return;
     };
     let base = live_objects();
-    let keep = chain(dev, 50);
+    let keep = common::forward_chain(dev, 50);
     let workers: Vec<_> = (0..4)
         .map(|t| {
             std::thread::spawn(move || {
                 for i in 0..300 {
-                    let c = chain(dev, 4);
+                    let c = common::forward_chain(dev, 4);
                     match (i + t) % 4 {
                         0 => c[0].set_complete().unwrap(),
                         1 => c[0].set_failed(-5).unwrap(),
@@ -350,11 +335,14 @@ fn forwards_found_by_key_after_racing_churn() {
         w.join().unwrap();
     }
     let n = 200;
-    let c = chain(dev, n);
+    let c = common::forward_chain(dev, n);
     let steps = forward_index_steps_on_this_thread();
-    assert!(refused(&c[n - 1].forward_to(&c[0])), "closes the chain");
     assert!(
-        refused(&keep[49].forward_to(&keep[0])),
+        common::refused_as_cycle(&c[n - 1].forward_to(&c[0])),
+        "closes the chain"
+    );
+    assert!(
+        common::refused_as_cycle(&keep[49].forward_to(&keep[0])),
         "closes the kept chain"
     );
     let used = forward_index_steps_on_this_thread() - steps;

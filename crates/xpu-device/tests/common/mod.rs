@@ -304,3 +304,20 @@ pub fn finish_after_failure(q: &CommandQueue) {
     q.finish()
         .expect("a second finish after a failed wait succeeds");
 }
+
+/// A chain `e_0 -> e_1 -> ... -> e_{n-1}` of forwards (`forward_to`) between pending user
+/// events of `dev`, built from its start (each cycle check searches from a fresh target).
+pub fn forward_chain(dev: &Device, n: usize) -> Vec<ClEvent> {
+    let mut chain = vec![dev.create_user_event().unwrap()];
+    for i in 1..n {
+        let e = dev.create_user_event().unwrap();
+        chain[i - 1].forward_to(&e).unwrap();
+        chain.push(e);
+    }
+    chain
+}
+
+/// Whether `r` is the refusal of a forward that would close a cycle (`CODE_FORWARD_CYCLE`).
+pub fn refused_as_cycle(r: &Result<(), xpu_device::ClError>) -> bool {
+    matches!(r, Err(e) if e.code == xpu_device::CODE_FORWARD_CYCLE)
+}
