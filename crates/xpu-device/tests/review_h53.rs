@@ -6,7 +6,8 @@
 //! (`POCL_DEVICES="pthread pthread"`), a 2-core machine shared with other jobs, debug build
 //! (`cargo test -p xpu-device --test review_h53`).
 //!
-//! Finding (a test that fails at e63cad2):
+//! Finding (a test that failed at e63cad2, fixed since: the forwards from commands get one round
+//! once the user events' rounds fail nothing more, not one per round):
 //!
 //! - `failing_a_chain_beside_pending_command_forwards_costs_linear_status_queries`: PoCL
 //!   makes no callback for a failed user event, so a failure passes along a chain of forwards

@@ -336,16 +336,26 @@ pub(super) fn sweep_after_failure(failed: usize) {
     sweep_rounds(Some(vec![failed]));
 }
 
-/// The rounds of a sweep: the first over the forwards from `focus` (all, for `None`) and
-/// those from commands; each later one over the forwards from the targets the round before
-/// failed and those from commands. So failing the head of a chain of `n` forwards between
-/// user events asks O(n) statuses, not one round over the whole list per link (review h52:
-/// n (n - 1) / 2).
+/// The rounds of a sweep. The first asks about the forwards from `focus` (every forward, for
+/// `None`; with a focus, the forwards from commands are owed a round). A failure passed on
+/// goes one link further per round: each later round asks only about the forwards from the
+/// targets the round before failed; once such rounds fail nothing more, the forwards from
+/// commands (which may have waited for a failed target) get one round, if a failure was
+/// passed on since their last. So failing the head of a chain of `n` forwards between user
+/// events beside `c` pending forwards from commands asks O(n + c) statuses, not a round over
+/// all of them per link (reviews h52 and h53: n (n - 1) / 2, then n c).
 fn sweep_rounds(mut focus: Option<Vec<RawEvent>>) {
+    let mut commands_owed = focus.is_some();
     loop {
-        // The closures of `on_complete` waiting for a failed event, which the driver may
-        // never hand over (see `callbacks`).
-        super::callbacks::sweep_failed();
+        let commands_round = match &focus {
+            None => true,
+            Some(sources) => sources.is_empty(),
+        };
+        if commands_round {
+            // The closures of `on_complete` waiting for a failed event, which the driver may
+            // never hand over (see `callbacks`).
+            super::callbacks::sweep_failed();
+        }
         let (failed, done) = {
             let mut guard = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
             let forwards = &mut *guard;
@@ -380,7 +390,10 @@ fn sweep_rounds(mut focus: Option<Vec<RawEvent>>) {
                     }
                 }
                 Some(sources) => {
-                    let mut keys: Vec<usize> = forwards.from_commands.iter().copied().collect();
+                    let mut keys: Vec<usize> = Vec::new();
+                    if sources.is_empty() {
+                        keys.extend(forwards.from_commands.iter().copied());
+                    }
                     for source in sources {
                         if let Some(targets) = forwards.from_user.get(source) {
                             index_steps(targets.len());
@@ -399,8 +412,16 @@ fn sweep_rounds(mut focus: Option<Vec<RawEvent>>) {
         };
         drop(done);
         if failed.is_empty() {
+            if commands_owed && !commands_round {
+                // The user events' rounds are over: the commands' round.
+                commands_owed = false;
+                focus = Some(Vec::new());
+                continue;
+            }
             return;
         }
+        // A failure passed on may fail commands waiting for its target.
+        commands_owed = true;
         focus = Some(failed.iter().map(|(f, _)| key_of(&f.target)).collect());
         for (forward, code) in failed {
             // See `fail`; the loop sweeps again instead of recursing.
