@@ -6,7 +6,8 @@
 //! sequences of safe public calls. PoCL on the CPU (`POCL_DEVICES="pthread pthread"`), a 2-core
 //! machine shared with other jobs, debug build (`cargo test -p xpu-device --test review_h54`).
 //!
-//! Findings (tests that fail at 9460331 and pass at its parent 861ecba):
+//! Findings (tests that failed at 9460331 and passed at its parent 861ecba; fixed since: a sweep
+//! whose list empties still gives the closures their owed round):
 //!
 //! - `a_closure_on_the_target_of_the_last_forward_runs_after_its_failure` and
 //!   `closures_along_a_failing_chain_run`: a round of `sweep_rounds` returns at once when no

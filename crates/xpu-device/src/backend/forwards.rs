@@ -360,6 +360,12 @@ fn sweep_rounds(mut focus: Option<Vec<RawEvent>>) {
             let mut guard = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
             let forwards = &mut *guard;
             if forwards.list.is_empty() {
+                drop(guard);
+                if commands_owed && !commands_round {
+                    // No forward left, but the closures waiting for the targets failed since
+                    // the last commands' round are owed theirs (review h54).
+                    super::callbacks::sweep_failed();
+                }
                 return;
             }
             let (mut failed, mut done) = (Vec::new(), Vec::new());
