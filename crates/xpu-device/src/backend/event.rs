@@ -526,7 +526,7 @@ impl ClEvent {
         {
             Ok(()) => {
                 // This event may have failed already (then the driver may never call back).
-                super::forwards::registered(self);
+                super::forwards::registered(self, key);
                 Ok(())
             }
             Err(code) => {

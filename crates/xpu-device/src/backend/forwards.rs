@@ -224,16 +224,26 @@ pub(super) fn keep(
 /// After the callback of a forward kept by [`keep`] was registered: a source that has failed
 /// already (whose callback the driver may never make) passes its failure on now, and a long
 /// list is swept.
-pub(super) fn registered(source: &ClEvent) {
+pub(super) fn registered(source: &ClEvent, key: usize) {
     let full = {
         let forwards = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
         forwards.list.len() >= forwards.sweep_at
     };
     // A failure before or after the registration is seen here (or by the sweep of the thread
-    // that set it, which runs after its status is set).
-    if full || matches!(source.status(), Ok(EventStatus::Error(_))) {
+    // that set it, which runs after its status is set), unless the driver's callback took
+    // the target already (PoCL calls it within `clSetEventCallback` for a source that is
+    // over): it set the target and passed the failure on (review h55).
+    if full || (matches!(source.status(), Ok(EventStatus::Error(_))) && target_waiting(key)) {
         sweep();
     }
+}
+
+/// Whether the target's clone of `key` still waits for its callback ([`hold_target`]).
+fn target_waiting(key: usize) -> bool {
+    TARGETS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .contains(key)
 }
 
 /// Drops the forward kept under `key` (its callback could not be registered), if a sweep
@@ -417,7 +427,20 @@ fn sweep_rounds(mut focus: Option<Vec<RawEvent>>) {
             (failed, done)
         };
         drop(done);
-        if failed.is_empty() {
+        // The targets this round failed (a target already set, by its callback or by anyone,
+        // keeps its status: whoever set it passed it on).
+        let mut newly = Vec::new();
+        for (forward, code) in failed {
+            // See `fail`; the loop sweeps again instead of recursing.
+            let set =
+                super::held::set_user_status(forward.target.as_raw(), forward.status_for(code));
+            if set.is_ok() && forward.status_for(code) < 0 {
+                newly.push(key_of(&forward.target));
+            }
+            // The driver may never call back for the failed source: its clone goes now.
+            drop(take_target(forward.key));
+        }
+        if newly.is_empty() {
             if commands_owed && !commands_round {
                 // The user events' rounds are over: the commands' round.
                 commands_owed = false;
@@ -428,12 +451,6 @@ fn sweep_rounds(mut focus: Option<Vec<RawEvent>>) {
         }
         // A failure passed on may fail commands waiting for its target.
         commands_owed = true;
-        focus = Some(failed.iter().map(|(f, _)| key_of(&f.target)).collect());
-        for (forward, code) in failed {
-            // See `fail`; the loop sweeps again instead of recursing.
-            let _ = super::held::set_user_status(forward.target.as_raw(), forward.status_for(code));
-            // The driver may never call back for the failed source: its clone goes now.
-            drop(take_target(forward.key));
-        }
+        focus = Some(newly);
     }
 }

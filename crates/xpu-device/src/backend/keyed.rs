@@ -33,6 +33,11 @@ impl<T> Keyed<T> {
         self.map.remove(&key)
     }
 
+    /// Whether a value is kept under `key`.
+    pub(super) fn contains(&self, key: usize) -> bool {
+        self.map.contains_key(&key)
+    }
+
     /// The values kept, by key.
     pub(super) fn iter(&self) -> impl Iterator<Item = (usize, &T)> {
         self.map.iter().map(|(&k, v)| (k, v))
