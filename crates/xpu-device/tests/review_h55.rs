@@ -4,7 +4,7 @@
 //! (`POCL_DEVICES="pthread pthread"`), a 2-core machine shared with other jobs, debug build
 //! (`cargo test -p xpu-device --test review_h55`).
 //!
-//! Finding (failed at 24bd4f8; partly fixed since, the test ignored while the rest is open):
+//! Finding (failed at 24bd4f8, fixed since):
 //!
 //! - `forwards_from_a_failed_event_cost_linear_status_queries`: every `forward_to` from an
 //!   event that has already failed asks about every kept forward, about three times: PoCL calls
@@ -87,14 +87,11 @@ fn pending_command_forwards(
 /// commands' round asks about all 200; `registered` then sweeps everything again, a full round
 /// and a commands' round). Every run.
 ///
-/// Partly fixed since: `registered` sweeps no more when the driver's callback took the target
-/// already, and a sweep passes on only the failures it newly set: 20,200 and 40,400 queries
-/// (c per registration, from 3 c). Open: each failure a forward's callback passes on still
-/// gives the forwards from commands a round (`sweep_after_failure`), the safety net for
-/// drivers that make no callback for a command failed through its wait list; so the test
-/// stays ignored until that round is paid for otherwise.
+/// Fixed since: `registered` sweeps no more when the driver's callback took the target
+/// already, a sweep passes on only the failures it newly set, and the forwards from commands
+/// get a round only after a failure of an event a command may have waited for
+/// (`ClEvent::maybe_waited`): linear.
 #[test]
-#[ignore = "open: c status queries per failure a forward's callback passes on (the commands' round of sweep_after_failure)"]
 fn forwards_from_a_failed_event_cost_linear_status_queries() {
     let Some(dev) = common::device0_in_child() else {
         return;

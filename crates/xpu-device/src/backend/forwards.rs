@@ -336,26 +336,34 @@ fn closes_cycle(forwards: &Forwards, source: &ClEvent, target: &ClEvent) -> bool
 /// another forward through the commands waiting on it). No wait; no lock held while a status
 /// is set or an event released.
 pub(super) fn sweep() {
-    sweep_rounds(None);
+    sweep_rounds(None, false);
 }
 
 /// [`sweep`] after the user event `failed` (its raw handle's address) was set to an error
 /// status by a forward's callback: only the forwards that failure can reach are asked about
-/// (those from `failed`, and those from commands, which may have waited for it).
-pub(super) fn sweep_after_failure(failed: usize) {
-    sweep_rounds(Some(vec![failed]));
+/// (those from `failed`, and, when a command may have waited for it, `waited`, those from
+/// commands).
+pub(super) fn sweep_after_failure(failed: usize, waited: bool) {
+    sweep_rounds(Some(vec![failed]), waited);
 }
 
 /// The rounds of a sweep. The first asks about the forwards from `focus` (every forward, for
-/// `None`; with a focus, the forwards from commands are owed a round). A failure passed on
-/// goes one link further per round: each later round asks only about the forwards from the
-/// targets the round before failed; once such rounds fail nothing more, the forwards from
-/// commands (which may have waited for a failed target) get one round, if a failure was
-/// passed on since their last. So failing the head of a chain of `n` forwards between user
-/// events beside `c` pending forwards from commands asks O(n + c) statuses, not a round over
-/// all of them per link (reviews h52 and h53: n (n - 1) / 2, then n c).
-fn sweep_rounds(mut focus: Option<Vec<RawEvent>>) {
-    let mut commands_owed = focus.is_some();
+/// `None`; with a focus, a failure was just set on those events: `waited`, a command may have
+/// waited for one of them). A failure passed on goes one link further per round: each later
+/// round asks only about the forwards from the targets the round before failed; once such
+/// rounds fail nothing more, the forwards from commands get one round if a failed target may
+/// have been waited for by a command ([`ClEvent::maybe_waited`]: a user event no wait list
+/// of the runtime listed cannot have failed one), and `on_complete`'s closures waiting for a
+/// failed event are handed over once if a failure was passed on since they last were. So
+/// failing the head of a chain of `n` forwards between user events beside `c` pending
+/// forwards from commands asks O(n + c) statuses, and a forward's callback passing a failure
+/// to a target nothing waits for asks none of the `c` (reviews h52, h53 and h55: n (n - 1) /
+/// 2, then n c, then c per registration from a failed event). A command that waits for a
+/// forward's target through its raw handle (foreign code), on a driver that makes no callback
+/// for a command failed through its wait list, gets the failure at the next full sweep.
+fn sweep_rounds(mut focus: Option<Vec<RawEvent>>, waited: bool) {
+    let mut commands_owed = waited;
+    let mut closures_owed = focus.is_some();
     loop {
         let commands_round = match &focus {
             None => true,
@@ -365,15 +373,16 @@ fn sweep_rounds(mut focus: Option<Vec<RawEvent>>) {
             // The closures of `on_complete` waiting for a failed event, which the driver may
             // never hand over (see `callbacks`).
             super::callbacks::sweep_failed();
+            closures_owed = false;
         }
         let (failed, done) = {
             let mut guard = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
             let forwards = &mut *guard;
             if forwards.list.is_empty() {
                 drop(guard);
-                if commands_owed && !commands_round {
+                if closures_owed {
                     // No forward left, but the closures waiting for the targets failed since
-                    // the last commands' round are owed theirs (review h54).
+                    // they were last handed over are owed theirs (review h54).
                     super::callbacks::sweep_failed();
                 }
                 return;
@@ -436,6 +445,8 @@ fn sweep_rounds(mut focus: Option<Vec<RawEvent>>) {
                 super::held::set_user_status(forward.target.as_raw(), forward.status_for(code));
             if set.is_ok() && forward.status_for(code) < 0 {
                 newly.push(key_of(&forward.target));
+                // A command waiting for the target may fail with it.
+                commands_owed |= forward.target.maybe_waited();
             }
             // The driver may never call back for the failed source: its clone goes now.
             drop(take_target(forward.key));
@@ -447,10 +458,12 @@ fn sweep_rounds(mut focus: Option<Vec<RawEvent>>) {
                 focus = Some(Vec::new());
                 continue;
             }
+            if closures_owed {
+                super::callbacks::sweep_failed();
+            }
             return;
         }
-        // A failure passed on may fail commands waiting for its target.
-        commands_owed = true;
+        closures_owed = true;
         focus = Some(newly);
     }
 }
