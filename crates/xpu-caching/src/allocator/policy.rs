@@ -10,8 +10,8 @@
 //! segments fall short may count in occupied segments whose live blocks then move into the
 //! merged segment (`consolidate_live`, [`evacuate_into_new`]). The test `policy_must_hold`
 //! (`crates/xpu-replay/tests/`) replays the seven shared traces, the four validation traces
-//! (`data/traces/validation`) and the 96 variable-shape traces of issue 27
-//! (`data/traces/varshape`: a design set, a validation set and fourteen held-out sets). It
+//! (`data/traces/validation`) and the 103 variable-shape traces of issue 27
+//! (`data/traces/varshape`: a design set, a validation set and fifteen held-out sets). It
 //! pins peak reserved bytes at or below PyTorch's on all but one of them
 //! (pegasus_summarize_varbatch, +0.9%), and segment allocations on all but nine: under the
 //! default, `resnet34_multires_train` and `efficientnet_varres_train` make 66 and 194 against
@@ -27,7 +27,7 @@
 //! recording's segment addresses); `xpu replay-all DIR...` prints the table with the geometric
 //! mean over the expandable-segments figure. Variable-shape inference stays above expandable
 //! segments on some traces (up to 1.48x: the third set's gru_packed_infer); what was tried
-//! against it, in fifteen rounds, is in docs/performance.md (2026-12-03 to 2026-12-06, issue
+//! against it, in sixteen rounds, is in docs/performance.md (2026-12-03 to 2026-12-06, issue
 //! 27).
 
 use super::device_wide::DeviceShared;

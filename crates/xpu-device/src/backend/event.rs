@@ -540,7 +540,7 @@ impl ClEvent {
         {
             Ok(()) => {
                 // This event may have failed already (then the driver may never call back).
-                super::forwards::registered(self, key);
+                super::forwards::registered(self, key, self.1 == Role::User);
                 Ok(())
             }
             Err(code) => {

@@ -224,7 +224,7 @@ pub(super) fn keep(
 /// After the callback of a forward kept by [`keep`] was registered: a source that has failed
 /// already (whose callback the driver may never make) passes its failure on now, and a long
 /// list is swept.
-pub(super) fn registered(source: &ClEvent, key: usize) {
+pub(super) fn registered(source: &ClEvent, key: usize, user_source: bool) {
     let full = {
         let forwards = FORWARDS.lock().unwrap_or_else(PoisonError::into_inner);
         forwards.list.len() >= forwards.sweep_at
@@ -233,8 +233,18 @@ pub(super) fn registered(source: &ClEvent, key: usize) {
     // that set it, which runs after its status is set), unless the driver's callback took
     // the target already (PoCL calls it within `clSetEventCallback` for a source that is
     // over): it set the target and passed the failure on (review h55).
-    if full || (matches!(source.status(), Ok(EventStatus::Error(_))) && target_waiting(key)) {
+    if full {
         sweep();
+    } else if matches!(source.status(), Ok(EventStatus::Error(_))) && target_waiting(key) {
+        if user_source {
+            // Only the forwards from the source can learn from its failure, passed on to
+            // the rest when it was set (NVIDIA calls the callback later, on its own thread:
+            // a whole sweep per registration asked about every forward kept; review h55 on
+            // an H100).
+            sweep_rounds(Some(vec![key_of(source)]), false);
+        } else {
+            sweep();
+        }
     }
 }
 
