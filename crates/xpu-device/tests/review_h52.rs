@@ -87,7 +87,7 @@ fn a_chain_completed_in_a_thread_local_destructor_does_not_nest() {
         .unwrap()
         .join()
         .unwrap();
-    assert_eq!(small[2].status(), Ok(EventStatus::Complete));
+    assert!(common::settles(SETTLE, || small[2].status() == Ok(EventStatus::Complete)));
     assert!(
         common::settles(SETTLE, || c[LINKS - 1].status()
             == Ok(EventStatus::Complete)),
@@ -288,7 +288,7 @@ fn closures_setting_user_events_while_chains_complete() {
                 .unwrap();
             }
             c[0].set_complete().unwrap();
-            assert_eq!(c[7].status(), Ok(EventStatus::Complete));
+            assert!(common::settles(SETTLE, || c[7].status() == Ok(EventStatus::Complete)));
             assert!(common::settles(SETTLE, || side[3].status() == Ok(EventStatus::Complete)));
         }
         xpu_device::backend::wait_for_callbacks();
@@ -352,8 +352,8 @@ fn forwards_found_by_key_after_racing_churn() {
     );
     c[0].set_complete().unwrap();
     keep[0].set_complete().unwrap();
-    assert_eq!(c[n - 1].status(), Ok(EventStatus::Complete));
-    assert_eq!(keep[49].status(), Ok(EventStatus::Complete));
+    assert!(common::settles(SETTLE, || c[n - 1].status() == Ok(EventStatus::Complete)));
+    assert!(common::settles(SETTLE, || keep[49].status() == Ok(EventStatus::Complete)));
     drop((c, keep));
     assert!(
         common::settles(SETTLE, || live_objects() == base),

@@ -76,9 +76,9 @@ fn race_then_failure(s: Stream, device_wide: bool) {
     assert!(!query(&s).unwrap(), "pending behind the failing gate");
     gf.set_failed(-5).unwrap();
     if device_wide {
-        synchronize(0).unwrap();
+        common::synchronize_after_failure(|| synchronize(0));
     } else {
-        s.synchronize().unwrap();
+        common::synchronize_after_failure(|| s.synchronize());
     }
     assert!(q.is_known_complete(sub));
     let first = query(&s);
