@@ -221,11 +221,7 @@ fn a_tree_of_mixed_forwards_across_contexts_settles_each_target() {
             );
         }
     }
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     println!("scenario-ok");
 }
 
@@ -355,10 +351,6 @@ fn forwards_found_by_key_after_racing_churn() {
     assert!(common::settles(SETTLE, || c[n - 1].status() == Ok(EventStatus::Complete)));
     assert!(common::settles(SETTLE, || keep[49].status() == Ok(EventStatus::Complete)));
     drop((c, keep));
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     println!("scenario-ok");
 }

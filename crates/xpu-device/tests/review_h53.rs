@@ -104,11 +104,7 @@ fn failing_a_chain_beside_pending_command_forwards_costs_linear_status_queries()
     let small = cost_with_command_forwards(dev, 200, 200);
     let large = cost_with_command_forwards(dev, 400, 400);
     println!("status queries: 200 x 200 {small}, 400 x 400 {large}");
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     assert!(
         large <= 8 * 800 && large <= 3 * small,
         "failing a chain beside command forwards: 200 x 200 {small} status queries, \
@@ -178,11 +174,7 @@ fn a_failure_through_commands_of_two_contexts_reaches_every_target() {
         });
         assert!(done.is_some(), "a queue's finish hung");
     }
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     println!("scenario-ok");
 }
 
@@ -246,11 +238,7 @@ fn foreign_failures_reach_their_targets_at_the_next_sweep() {
         let done = common::within(SETTLE, move || common::finish_after_failure(&q));
         assert!(done.is_some(), "the queue's finish hung");
     }
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     println!("scenario-ok");
 }
 
@@ -290,10 +278,6 @@ fn chains_completed_from_the_driver_thread_and_the_test_thread_settle() {
         let done = common::within(SETTLE, move || q.finish());
         assert!(matches!(done, Some(Ok(()))), "finish: {done:?}");
     }
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     println!("scenario-ok");
 }

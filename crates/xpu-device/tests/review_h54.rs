@@ -105,11 +105,7 @@ fn a_closure_on_the_target_of_the_last_forward_runs_after_its_failure() {
             got[0]
         );
     }
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     println!("scenario-ok");
 }
 
@@ -153,11 +149,7 @@ fn closures_along_a_failing_chain_run() {
         let done = common::within(SETTLE, move || common::finish_after_failure(&q));
         assert!(done.is_some(), "the queue's finish hung");
     }
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     println!("scenario-ok");
 }
 
@@ -203,11 +195,7 @@ fn closures_along_a_failing_chain_run_while_other_forwards_are_kept() {
         });
         assert!(done.is_some(), "a queue's finish hung");
     }
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     println!("scenario-ok");
 }
 
@@ -243,11 +231,7 @@ fn a_closure_on_a_marker_behind_a_failed_target_runs() {
         let done = common::within(SETTLE, move || common::finish_after_failure(&q));
         assert!(done.is_some(), "the queue's finish hung");
     }
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     println!("scenario-ok");
 }
 
@@ -318,11 +302,7 @@ fn an_alternating_chain_across_two_contexts_reaches_every_target() {
         });
         assert!(done.is_some(), "a queue's finish hung");
     }
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     println!("scenario-ok");
 }
 
@@ -374,11 +354,7 @@ fn failing_an_alternating_chain_costs_linear_status_queries() {
         "status queries: 150 links {small}, 300 links {large}; index steps {small_steps}, \
          {large_steps}"
     );
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     assert!(
         large_steps <= 8 * 300 && large_steps <= 3 * small_steps.max(1),
         "index steps: {small_steps} then {large_steps}"
@@ -425,11 +401,7 @@ fn failing_a_tree_of_forwards_costs_linear_work() {
             "{s} queries, {i} steps"
         );
     }
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     println!("scenario-ok");
 }
 
@@ -466,10 +438,6 @@ fn set_failed_racing_registrations_reaches_every_target() {
             assert_eq!(t.status(), Ok(EventStatus::Error(-5)), "target {i}");
         }
     }
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     println!("scenario-ok");
 }

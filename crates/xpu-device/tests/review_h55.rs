@@ -133,11 +133,7 @@ fn forwards_from_a_failed_event_cost_linear_status_queries() {
             );
         }
     }
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     println!("scenario-ok");
 }
 
@@ -196,11 +192,7 @@ fn every_kind_of_command_failed_through_its_wait_list_reaches_its_target_and_clo
         let done = common::within(SETTLE, move || common::finish_after_failure(&q));
         assert!(done.is_some(), "the queue's finish hung");
     }
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     println!("scenario-ok");
 }
 
@@ -237,10 +229,6 @@ fn a_closure_registered_after_the_failure_runs() {
         let done = common::within(SETTLE, move || common::finish_after_failure(&q));
         assert!(done.is_some(), "the queue's finish hung");
     }
-    assert!(
-        common::settles(SETTLE, || live_objects() == base),
-        "live objects {:?}, expected {base:?}",
-        live_objects()
-    );
+    common::assert_live_objects_back_to(base);
     println!("scenario-ok");
 }

@@ -321,3 +321,15 @@ pub fn forward_chain(dev: &Device, n: usize) -> Vec<ClEvent> {
 pub fn refused_as_cycle(r: &Result<(), xpu_device::ClError>) -> bool {
     matches!(r, Err(e) if e.code == xpu_device::CODE_FORWARD_CYCLE)
 }
+
+/// Asserts that the live objects (`xpu_device::backend::live_objects`) settle back to `base`
+/// within 30 s (a driver's callbacks release their references a little after the statuses
+/// they set are read).
+pub fn assert_live_objects_back_to(base: xpu_device::backend::LiveObjects) {
+    let limit = std::time::Duration::from_secs(30);
+    assert!(
+        settles(limit, || xpu_device::backend::live_objects() == base),
+        "live objects {:?}, expected {base:?}",
+        xpu_device::backend::live_objects()
+    );
+}
