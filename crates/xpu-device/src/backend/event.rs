@@ -37,15 +37,7 @@ extern "C" fn forward_status(event: raw::cl_event, status: i32, user_data: *mut 
     } else {
         status
     };
-    let waited = guard
-        .as_ref()
-        .is_none_or(|g| g.waited.load(Ordering::Acquire));
-    let set = ForwardSet {
-        raw,
-        status,
-        guard,
-        waited,
-    };
+    let set = ForwardSet { raw, status, guard };
     // A driver may call the target's own callbacks within the call that sets its status (PoCL
     // does, on this thread): a chain of forwards would nest one call per link and overflow
     // the stack (review h51: 3,000 links on a 2 MiB stack). Within a forward's set, the next
@@ -81,8 +73,6 @@ struct ForwardSet {
     raw: raw::cl_event,
     status: i32,
     guard: Option<Arc<UnsetGuard>>,
-    /// Whether a command may wait for the target ([`ClEvent::maybe_waited`]).
-    waited: bool,
 }
 
 impl ForwardSet {
@@ -94,7 +84,7 @@ impl ForwardSet {
         drop(self.guard);
         if set.is_ok() && self.status < 0 {
             // The failure may fail commands that other forwards wait for (see `forwards`).
-            super::forwards::sweep_after_failure(self.raw as usize, self.waited);
+            super::forwards::sweep_after_failure(self.raw as usize);
         }
         // SAFETY: the reference owned by the forward's clone, released once (clReleaseEvent
         // is non-blocking and allowed in a callback).
@@ -219,9 +209,6 @@ pub const DROPPED_UNSET_STATUS: i32 = -14;
 pub(crate) struct UnsetGuard {
     raw: raw::cl_event,
     armed: AtomicBool,
-    /// Set once a command enqueued through the runtime listed the event in its wait list
-    /// ([`ClEvent::note_waited`]): only then may its failure fail a command (see `forwards`).
-    waited: AtomicBool,
 }
 
 // SAFETY: the guard owns no reference: the raw handle is only used in `Drop`, which runs
@@ -336,7 +323,6 @@ impl ClEvent {
         event.2 = Some(Arc::new(UnsetGuard {
             raw,
             armed: AtomicBool::new(true),
-            waited: AtomicBool::new(false),
         }));
         Ok(event)
     }
@@ -586,10 +572,8 @@ impl ClEvent {
     pub fn into_raw(mut self) -> raw::cl_event {
         super::live::released(super::live::Kind::Event);
         if let Some(guard) = self.2.take() {
-            // The raw handle's owner may set the event later: never fail it on drop. It may
-            // also list it in wait lists the runtime does not see.
+            // The raw handle's owner may set the event later: never fail it on drop.
             guard.armed.store(false, Ordering::Release);
-            guard.waited.store(true, Ordering::Release);
         }
         let raw = self.0;
         std::mem::forget(self);
@@ -598,24 +582,6 @@ impl ClEvent {
 }
 
 impl ClEvent {
-    /// Notes that a command is about to list this event in its wait list (the queue's wait
-    /// lists call it): a failure of a user event is passed on to the commands' forwards only
-    /// where one may have waited for it ([`ClEvent::maybe_waited`]).
-    pub(super) fn note_waited(&self) {
-        if let Some(guard) = &self.2 {
-            guard.waited.store(true, Ordering::Release);
-        }
-    }
-
-    /// Whether a command may wait for this event: a user event created by the runtime that
-    /// no wait list of the runtime's listed and whose raw handle was never handed out
-    /// ([`ClEvent::into_raw`]) answers `false`; any other event `true`.
-    pub(super) fn maybe_waited(&self) -> bool {
-        self.2
-            .as_ref()
-            .is_none_or(|guard| guard.waited.load(Ordering::Acquire))
-    }
-
     /// A clone that does not keep a user event's unset guard alive: the runtime's own
     /// long-lived clones (a forward's source, kept until it is over) must not stop the
     /// application's last wrapper from failing an unset user event on drop, or the event would

@@ -351,26 +351,23 @@ pub(super) fn sweep() {
 
 /// [`sweep`] after the user event `failed` (its raw handle's address) was set to an error
 /// status by a forward's callback: only the forwards that failure can reach are asked about
-/// (those from `failed`, and, when a command may have waited for it, `waited`, those from
-/// commands).
-pub(super) fn sweep_after_failure(failed: usize, waited: bool) {
-    sweep_rounds(Some(vec![failed]), waited);
+/// (those from `failed`, and those from commands, which may have waited for it).
+pub(super) fn sweep_after_failure(failed: usize) {
+    sweep_rounds(Some(vec![failed]), true);
 }
 
 /// The rounds of a sweep. The first asks about the forwards from `focus` (every forward, for
 /// `None`; with a focus, a failure was just set on those events: `waited`, a command may have
 /// waited for one of them). A failure passed on goes one link further per round: each later
 /// round asks only about the forwards from the targets the round before failed; once such
-/// rounds fail nothing more, the forwards from commands get one round if a failed target may
-/// have been waited for by a command ([`ClEvent::maybe_waited`]: a user event no wait list
-/// of the runtime listed cannot have failed one), and `on_complete`'s closures waiting for a
-/// failed event are handed over once if a failure was passed on since they last were. So
-/// failing the head of a chain of `n` forwards between user events beside `c` pending
-/// forwards from commands asks O(n + c) statuses, and a forward's callback passing a failure
-/// to a target nothing waits for asks none of the `c` (reviews h52, h53 and h55: n (n - 1) /
-/// 2, then n c, then c per registration from a failed event). A command that waits for a
-/// forward's target through its raw handle (foreign code), on a driver that makes no callback
-/// for a command failed through its wait list, gets the failure at the next full sweep.
+/// rounds fail nothing more, the forwards from commands get one round (a command may have
+/// waited for a failed target), and `on_complete`'s closures waiting for a failed event are
+/// handed over once if a failure was passed on since they last were. So failing the head of
+/// a chain of `n` forwards between user events beside `c` pending forwards from commands asks
+/// O(n + c) statuses (reviews h52 and h53: n (n - 1) / 2, then n c). Each failure that a
+/// forward's callback passes on still costs a round over the forwards from commands (review
+/// h55's open cost): which commands wait for an event is not known (a wait may list any
+/// wrapper of its raw handle; review h56 broke a per-wrapper note of it).
 fn sweep_rounds(mut focus: Option<Vec<RawEvent>>, waited: bool) {
     let mut commands_owed = waited;
     let mut closures_owed = focus.is_some();
@@ -455,8 +452,10 @@ fn sweep_rounds(mut focus: Option<Vec<RawEvent>>, waited: bool) {
                 super::held::set_user_status(forward.target.as_raw(), forward.status_for(code));
             if set.is_ok() && forward.status_for(code) < 0 {
                 newly.push(key_of(&forward.target));
-                // A command waiting for the target may fail with it.
-                commands_owed |= forward.target.maybe_waited();
+                // A command waiting for the target may fail with it (the runtime cannot tell
+                // which events a command waits for: any wrapper of the raw handle may have
+                // listed it; review h56).
+                commands_owed = true;
             }
             // The driver may never call back for the failed source: its clone goes now.
             drop(take_target(forward.key));
