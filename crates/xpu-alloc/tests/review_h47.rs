@@ -253,8 +253,13 @@ fn y_recorded_on_another_stream_in_the_window_stays_in_a() {
 
 #[test]
 fn y_viewed_in_the_window_stays_in_a() {
-    // PoCL: a view of y (a pin of its place) taken by another thread before the window and
-    // held until the allocation returned: y does not move and keeps its bytes.
+    // PoCL: a view of y (a pin of its place) taken by another thread in the window (after
+    // the consolidation counted y's segment in) and held until the allocation returned: y
+    // does not move and keeps its bytes. The window's action waits (bounded) until the view
+    // is taken; the holder waits (bounded) for the window, so a run whose allocation never
+    // reaches the window fails its assertions instead of hanging (it hung once under load
+    // when the holder, free to view y at any time, did so before the allocation began: y
+    // pinned, no consolidation, no window).
     let Some([s]) = device_streams::<1>() else {
         return;
     };
@@ -269,23 +274,27 @@ fn y_viewed_in_the_window_stays_in_a() {
     );
     let y = Arc::new(layout(&core, &sr));
     write(&y, &s, 3);
-    let gate = Arc::new(std::sync::Barrier::new(2));
-    let done = Arc::new(std::sync::Barrier::new(2));
+    let bound = std::time::Duration::from_secs(60);
+    let (in_window, window_rx) = std::sync::mpsc::channel::<()>();
+    let (viewed, viewed_rx) = std::sync::mpsc::channel::<()>();
+    let (done, done_rx) = std::sync::mpsc::channel::<()>();
     *window.at.lock().unwrap() = 100 * MIB;
-    let (y2, g2, d2) = (y.clone(), gate.clone(), done.clone());
+    let y2 = y.clone();
     let holder = std::thread::spawn(move || {
+        let reached = window_rx.recv_timeout(bound).is_ok();
         let view = y2.view().unwrap();
-        g2.wait();
-        d2.wait();
+        let _ = viewed.send(());
+        let _ = done_rx.recv_timeout(bound);
         drop(view);
+        reached
     });
-    let g3 = gate.clone();
     *window.action.lock().unwrap() = Some(Box::new(move || {
-        g3.wait();
+        let _ = in_window.send(());
+        let _ = viewed_rx.recv_timeout(bound);
     }));
     let big = core.allocate(90 * MIB, &sr).unwrap();
-    done.wait();
-    holder.join().unwrap();
+    let _ = done.send(());
+    assert!(holder.join().unwrap(), "the allocation reached the window");
     assert_eq!(
         core.relocation_stats().moves,
         0,
