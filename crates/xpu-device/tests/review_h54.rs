@@ -40,21 +40,6 @@ use xpu_device::Device;
 
 const SETTLE: Duration = Duration::from_secs(20);
 
-/// A closure for `on_complete` that sends the status it got on a channel; and the receiver.
-fn reporter() -> (impl FnOnce(i32) + Send + 'static, mpsc::Receiver<i32>) {
-    let (tx, rx) = mpsc::channel();
-    (
-        move |status| {
-            let _ = tx.send(status);
-        },
-        rx,
-    )
-}
-
-fn failed(ev: &ClEvent) -> bool {
-    matches!(ev.status(), Ok(EventStatus::Error(_)))
-}
-
 /// The statuses the closures behind `rxs` got within `SETTLE` of the call, on a thread of its
 /// own (another thread waiting for the closures); `None` for one that did not run by then.
 /// No runtime call that sweeps is made meanwhile.
@@ -91,7 +76,7 @@ fn a_closure_on_the_target_of_the_last_forward_runs_after_its_failure() {
     let base = live_objects();
     {
         let c = common::forward_chain(dev, 2);
-        let (f, rx) = reporter();
+        let (f, rx) = common::reporter();
         c[1].on_complete(f).unwrap();
         let waiter = waited_for(vec![rx]);
         c[0].set_failed(-5).unwrap();
@@ -130,9 +115,9 @@ fn closures_along_a_failing_chain_run() {
         let c = common::forward_chain(dev, 3);
         let m = q.enqueue_marker(&[&c[2]]).unwrap();
         q.flush().unwrap();
-        let (f1, r1) = reporter();
-        let (f2, r2) = reporter();
-        let (fm, rm) = reporter();
+        let (f1, r1) = common::reporter();
+        let (f2, r2) = common::reporter();
+        let (fm, rm) = common::reporter();
         c[1].on_complete(f1).unwrap();
         c[2].on_complete(f2).unwrap();
         m.on_complete(fm).unwrap();
@@ -174,9 +159,9 @@ fn closures_along_a_failing_chain_run_while_other_forwards_are_kept() {
         let m = q2.enqueue_marker(&[&c[2]]).unwrap();
         q.flush().unwrap();
         q2.flush().unwrap();
-        let (f1, r1) = reporter();
-        let (f2, r2) = reporter();
-        let (fm, rm) = reporter();
+        let (f1, r1) = common::reporter();
+        let (f2, r2) = common::reporter();
+        let (fm, rm) = common::reporter();
         c[1].on_complete(f1).unwrap();
         c[2].on_complete(f2).unwrap();
         m.on_complete(fm).unwrap();
@@ -216,13 +201,13 @@ fn a_closure_on_a_marker_behind_a_failed_target_runs() {
         let m = q.enqueue_marker(&[&u]).unwrap();
         m.forward_to(&t).unwrap();
         let m2 = q.enqueue_marker(&[&t]).unwrap();
-        let (f, rx) = reporter();
+        let (f, rx) = common::reporter();
         m2.on_complete(f).unwrap();
         q.flush().unwrap();
         let waiter = waited_for(vec![rx]);
         u.set_failed(-5).unwrap();
         assert!(
-            common::settles(SETTLE, || failed(&t)),
+            common::settles(SETTLE, || common::failed(&t)),
             "t: {:?}",
             t.status()
         );
@@ -287,10 +272,10 @@ fn an_alternating_chain_across_two_contexts_reaches_every_target() {
         qs[0].flush().unwrap();
         h.set_failed(-5).unwrap();
         for (i, v) in vs.iter().enumerate() {
-            assert!(failed(v), "v{i}: {:?}", v.status());
+            assert!(common::failed(v), "v{i}: {:?}", v.status());
         }
-        assert!(failed(&x), "x: {:?}", x.status());
-        assert!(failed(&w), "w: {:?}", w.status());
+        assert!(common::failed(&x), "x: {:?}", x.status());
+        assert!(common::failed(&w), "w: {:?}", w.status());
         assert!(common::settles(SETTLE, || y.status()
             == Ok(EventStatus::Complete)
             && z.status() == Ok(EventStatus::Complete)));
@@ -321,7 +306,7 @@ fn alternating_cost(dev: &Device, k: usize) -> (u64, u64) {
         forward_index_steps_on_this_thread() - i0,
     );
     assert!(
-        common::settles(SETTLE, || failed(&targets[k - 1])),
+        common::settles(SETTLE, || common::failed(&targets[k - 1])),
         "the tail: {:?}",
         targets[k - 1].status()
     );

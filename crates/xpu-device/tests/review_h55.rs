@@ -28,7 +28,6 @@
 
 mod common;
 
-use std::sync::mpsc;
 use std::time::Duration;
 
 use xpu_device::backend::{
@@ -38,21 +37,6 @@ use xpu_device::backend::{
 use xpu_device::Device;
 
 const SETTLE: Duration = Duration::from_secs(20);
-
-/// A closure for `on_complete` that sends the status it got on a channel; and the receiver.
-fn reporter() -> (impl FnOnce(i32) + Send + 'static, mpsc::Receiver<i32>) {
-    let (tx, rx) = mpsc::channel();
-    (
-        move |status| {
-            let _ = tx.send(status);
-        },
-        rx,
-    )
-}
-
-fn failed(ev: &ClEvent) -> bool {
-    matches!(ev.status(), Ok(EventStatus::Error(_)))
-}
 
 /// `c` markers on `q` behind the closed gate `gate`, each forwarded to a fresh user event (kept
 /// forwards from commands that stay pending).
@@ -169,7 +153,7 @@ fn every_kind_of_command_failed_through_its_wait_list_reaches_its_target_and_clo
         for (_, c) in &cmds {
             let t = dev.create_user_event().unwrap();
             c.forward_to(&t).unwrap();
-            let (f, rx) = reporter();
+            let (f, rx) = common::reporter();
             c.on_complete(f).unwrap();
             ts.push(t);
             rxs.push(rx);
@@ -178,12 +162,12 @@ fn every_kind_of_command_failed_through_its_wait_list_reaches_its_target_and_clo
         u.set_failed(-5).unwrap();
         for ((name, c), t) in cmds.iter().zip(&ts) {
             assert!(
-                common::settles(SETTLE, || failed(c)),
+                common::settles(SETTLE, || common::failed(c)),
                 "{name}: {:?}",
                 c.status()
             );
             assert!(
-                common::settles(SETTLE, || failed(t)),
+                common::settles(SETTLE, || common::failed(t)),
                 "{name}'s target: {:?}",
                 t.status()
             );
@@ -222,7 +206,7 @@ fn a_closure_registered_after_the_failure_runs() {
         g.set_failed(-5).unwrap();
         let mut rxs = Vec::new();
         for e in [&u, &c[1], &m] {
-            let (f, rx) = reporter();
+            let (f, rx) = common::reporter();
             e.on_complete(f).unwrap();
             rxs.push(rx);
         }

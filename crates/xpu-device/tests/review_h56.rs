@@ -35,21 +35,6 @@ use xpu_device::Device;
 
 const SETTLE: Duration = Duration::from_secs(20);
 
-/// A closure for `on_complete` that sends the status it got on a channel; and the receiver.
-fn reporter() -> (impl FnOnce(i32) + Send + 'static, mpsc::Receiver<i32>) {
-    let (tx, rx) = mpsc::channel();
-    (
-        move |status| {
-            let _ = tx.send(status);
-        },
-        rx,
-    )
-}
-
-fn failed(ev: &ClEvent) -> bool {
-    matches!(ev.status(), Ok(EventStatus::Error(_)))
-}
-
 /// A marker on `q` waiting for `wait`, forwarded to a fresh user event and given an
 /// `on_complete` reporter: (marker, target, closure's receiver).
 fn watched_marker(
@@ -60,7 +45,7 @@ fn watched_marker(
     let c = q.enqueue_marker(&[wait]).unwrap();
     let t2 = dev.create_user_event().unwrap();
     c.forward_to(&t2).unwrap();
-    let (f, rx) = reporter();
+    let (f, rx) = common::reporter();
     c.on_complete(f).unwrap();
     q.flush().unwrap();
     (c, t2, rx)
@@ -68,7 +53,7 @@ fn watched_marker(
 
 /// What a failing call left: the target failed at once, and the closure ran at once.
 fn observe_now(t2: &ClEvent, rx: &mpsc::Receiver<i32>) -> (bool, Option<i32>) {
-    (failed(t2), rx.try_recv().ok())
+    (common::failed(t2), rx.try_recv().ok())
 }
 
 /// Asserts that the command, its target and its closure all get the failure in the end, and
@@ -85,12 +70,12 @@ fn settle_all(
         now.0, now.1
     );
     assert!(
-        common::settles(SETTLE, || failed(c)),
+        common::settles(SETTLE, || common::failed(c)),
         "{what}: command {:?}",
         c.status()
     );
     assert!(
-        common::settles(SETTLE, || failed(t2)),
+        common::settles(SETTLE, || common::failed(t2)),
         "{what}: the command's target never failed: {:?}",
         t2.status()
     );
@@ -161,18 +146,18 @@ fn a_failure_from_a_command_through_an_unnoted_target_reaches_the_next_forward()
             now.0, now.1
         );
         assert!(
-            common::settles(SETTLE, || failed(&t)),
+            common::settles(SETTLE, || common::failed(&t)),
             "t: {:?}",
             t.status()
         );
         assert!(
-            common::settles(SETTLE, || failed(&t2)),
+            common::settles(SETTLE, || common::failed(&t2)),
             "t2: {:?}",
             t2.status()
         );
         let got = now.1.map_or_else(|| rx.recv_timeout(SETTLE).ok(), Some);
         assert!(got.is_some_and(|s| s < 0), "closure {got:?}");
-        assert!(failed(&c));
+        assert!(common::failed(&c));
         drop((c, t_raw, t, m, g, t2));
         let fq = q.clone();
         let done = common::within(SETTLE, move || {

@@ -333,3 +333,22 @@ pub fn assert_live_objects_back_to(base: xpu_device::backend::LiveObjects) {
         xpu_device::backend::live_objects()
     );
 }
+
+/// A closure for `on_complete` that sends the status it got on a channel; and the receiver.
+pub fn reporter() -> (
+    impl FnOnce(i32) + Send + 'static,
+    std::sync::mpsc::Receiver<i32>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    (
+        move |status| {
+            let _ = tx.send(status);
+        },
+        rx,
+    )
+}
+
+/// Whether `ev` reads an error status.
+pub fn failed(ev: &ClEvent) -> bool {
+    matches!(ev.status(), Ok(xpu_device::backend::EventStatus::Error(_)))
+}
