@@ -96,7 +96,7 @@ fn run_child(test: &str, scenario: &str, secs: u64) -> Result<String, String> {
 
 /// `float_flip` with a repeated axis (`&[0, 0, 0]`) builds a view outside its storage.
 /// burn's `Tensor::flip` refuses repeated axes, but the backend method is safe public API and
-/// xpu-burn's `layout::flip` (crates/xpu-burn/src/ops/layout.rs:137-155) checks only that each
+/// xpu-burn's `layout::flip` (crates/xpu-burn/src/ops/layout.rs:138) checks only that each
 /// axis is in range: it adds `(n - 1) * t.strides[a]` to the offset once per occurrence,
 /// always with the *original* stride (`t.strides`, line 149), while it negates `strides[a]`
 /// each time. For `[1, 2, 3, 4]` and `[0, 0, 0]` the view is offset 9, stride -1: elements
@@ -160,8 +160,8 @@ fn flip_with_a_repeated_axis_of_a_large_tensor_crashes_the_process() {
 
 /// `xpu_burn::ops::elementwise::map` is a safe `pub fn` whose `MapSpec` (public fields
 /// `expr`, `helpers`) is OpenCL C pasted into the kernel it launches
-/// (crates/xpu-burn/src/ops/elementwise.rs:90, the source built at lines 233-297, launched at
-/// line 176 under a `// SAFETY:` that assumes the expression only computes a value). So safe
+/// (crates/xpu-burn/src/ops/elementwise.rs:85, the source built by `MapKernel::source` from line 238, launched at
+/// line 185 under a `// SAFETY:` that assumes the expression only computes a value). So safe
 /// code runs arbitrary device code: here it writes into the storage of an input tensor `b`,
 /// which the caller still holds and which no op was asked to change (any write anywhere,
 /// or a kernel that never ends, works the same). The project's rule: running arbitrary kernel
@@ -186,7 +186,7 @@ fn map_runs_caller_written_opencl_c_from_safe_code() {
 }
 
 /// The key burn's `a + b` of two contiguous `f32` tensors uses in `runtime::function`'s cache
-/// (`MapKernel::key`, crates/xpu-burn/src/ops/elementwise.rs:211-231).
+/// (`MapKernel::key`, crates/xpu-burn/src/ops/elementwise.rs:217).
 const ADD_KEY: &str = "map\0c\0a0 + a1\0\0float,float,\0\0float";
 
 /// A kernel with the signature of that `map` that also writes its second input.
