@@ -36,8 +36,8 @@ use xpu_stream::{get_stream_from_pool, PRIORITY_NORMAL};
 /// which is what a user's own (unsafe, raw `host_ptr()`) use of the block relies on, and the
 /// statistics (`allocation` drops before the recorded work completed).
 #[test]
-fn a_failed_wait_on_a_recorded_stream_does_not_release_the_block_before_its_earlier_work()
--> TestResult {
+fn a_failed_wait_on_a_recorded_stream_does_not_release_the_block_before_its_earlier_work(
+) -> TestResult {
     let Some(alloc) = allocator() else {
         return Ok(());
     };
