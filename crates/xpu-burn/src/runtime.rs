@@ -37,14 +37,16 @@ pub fn properties(device: usize) -> Result<Arc<DeviceProperties>> {
     Ok(p)
 }
 
-/// Kernels by device, then kernel name, then key: looked up with the caller's `&str`s, so a
-/// hit allocates nothing.
-type FnCache = HashMap<usize, HashMap<String, HashMap<String, Function>>>;
-
 /// The kernel `name` of the program that `source` builds, for `device`, cached under `key`
 /// (which must identify the source: a template name and its parameters; the kernel name is
 /// part of the cache key, so one program's kernels may share `key`). `source` runs only
 /// on a miss; the program goes through xpu-kernel's memory and disk caches.
+///
+/// The caller's kernels are cached apart from the backend's own: a key this crate's ops use
+/// finds, here, only what a caller built under it, never the library's kernel, and the ops
+/// never find a caller's (review h57: a caller's source cached under the key of burn's float
+/// add ran in every later `a + b`). Launching the function is `unsafe`
+/// ([`launch`]).
 ///
 /// # Errors
 /// A build failure (with the OpenCL build log) or a missing kernel name.
@@ -54,10 +56,45 @@ pub fn function(
     name: &str,
     source: impl FnOnce() -> String,
 ) -> Result<Function> {
+    cached_function(Namespace::Caller, device, key, name, source)
+}
+
+/// [`function`] for this crate's own templates (the ops' kernels), whose `key` names the
+/// template and its parameters.
+///
+/// # Errors
+/// As [`function`].
+pub(crate) fn library_function(
+    device: usize,
+    key: &str,
+    name: &str,
+    source: impl FnOnce() -> String,
+) -> Result<Function> {
+    cached_function(Namespace::Library, device, key, name, source)
+}
+
+/// Whose kernels a cache entry holds: the ops' own, or a caller's ([`function`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Namespace {
+    Library,
+    Caller,
+}
+
+/// Kernels by device and namespace, then kernel name, then key: looked up with the caller's
+/// `&str`s, so a hit allocates nothing.
+type FnCache = HashMap<(usize, Namespace), HashMap<String, HashMap<String, Function>>>;
+
+fn cached_function(
+    space: Namespace,
+    device: usize,
+    key: &str,
+    name: &str,
+    source: impl FnOnce() -> String,
+) -> Result<Function> {
     static FUNCS: OnceLock<RwLock<FnCache>> = OnceLock::new();
     let map = FUNCS.get_or_init(Default::default);
     let cached = |m: &FnCache| {
-        m.get(&device)
+        m.get(&(device, space))
             .and_then(|by_name| by_name.get(name))
             .and_then(|by_key| by_key.get(key))
             .cloned()
@@ -70,7 +107,7 @@ pub fn function(
         .and_then(|p| p.function(name))
         .inspect_err(|_| tracing::debug!("xpu-burn kernel {key} failed to build:\n{src}"))?;
     map.write()
-        .entry(device)
+        .entry((device, space))
         .or_default()
         .entry(name.to_owned())
         .or_default()

@@ -85,6 +85,28 @@ pub fn byte_len(shape: &[usize], dtype: DType) -> Result<usize> {
         .ok_or_else(overflow)
 }
 
+/// The lowest and highest element positions a view of `shape` and `strides` from `offset`
+/// reaches: `Some(None)` for a view without elements, `None` when the ranks differ or a
+/// position does not fit `i128`.
+fn view_reach(shape: &[usize], strides: &[isize], offset: isize) -> Option<Option<(i128, i128)>> {
+    if shape.len() != strides.len() {
+        return None;
+    }
+    if shape.contains(&0) {
+        return Some(None);
+    }
+    let (mut lo, mut hi) = (offset as i128, offset as i128);
+    for (&n, &s) in shape.iter().zip(strides) {
+        let span = (n as i128 - 1).checked_mul(s as i128)?;
+        if span < 0 {
+            lo = lo.checked_add(span)?;
+        } else {
+            hi = hi.checked_add(span)?;
+        }
+    }
+    Some(Some((lo, hi)))
+}
+
 /// Row-major (C order) element strides of `shape`.
 ///
 /// Total: the running product saturates at `isize::MAX` instead of overflowing. That happens
@@ -136,14 +158,39 @@ impl XpuTensor {
     }
 
     /// A view of the same storage with another shape, strides and offset (elements).
-    pub(crate) fn view(&self, shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> XpuTensor {
-        XpuTensor {
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] when the view would reach an element outside its storage (a negative
+    /// position or one past the allocation's end; review h57: a view built wrongly is read by
+    /// kernels, which would read or write beside the block), or when `strides` and `shape`
+    /// differ in length. Every view of the op layer is made here, so none escapes the check.
+    pub(crate) fn view(
+        &self,
+        shape: Vec<usize>,
+        strides: Vec<isize>,
+        offset: isize,
+    ) -> Result<XpuTensor> {
+        let elems = self.storage.bytes() / dtype::size_of(self.dtype);
+        let reach = view_reach(&shape, &strides, offset);
+        let inside = match reach {
+            // No element: nothing is addressed (the offset is kept as it is, clamped).
+            Some(None) => true,
+            Some(Some((lo, hi))) => lo >= 0 && hi < elems as i128,
+            None => false,
+        };
+        if !inside {
+            return Err(Error::Invalid(format!(
+                "a view (shape {shape:?}, strides {strides:?}, offset {offset}) reaches outside                  its storage of {elems} {:?} elements",
+                self.dtype
+            )));
+        }
+        Ok(XpuTensor {
             storage: self.storage.clone(),
             shape,
             strides,
-            offset,
+            offset: usize::try_from(offset).unwrap_or(0),
             dtype: self.dtype,
-        }
+        })
     }
 
     /// The device index.
@@ -207,5 +254,29 @@ impl TensorMetadata for XpuTensor {
 
     fn shape(&self) -> Shape {
         Shape::from(self.shape.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::view_reach;
+
+    #[test]
+    fn a_view_reaches_its_lowest_and_highest_elements() {
+        // [2, 3] from offset 1, row-major: 1 ..= 1 + 3 + 2.
+        assert_eq!(view_reach(&[2, 3], &[3, 1], 1), Some(Some((1, 6))));
+        // Flipped rows: offset 3 with stride -3 reaches 0 ..= 5.
+        assert_eq!(view_reach(&[2, 3], &[-3, 1], 3), Some(Some((0, 5))));
+        // Review h57's repeated flip: offset 9, stride -1 over 4 elements: 6 ..= 9.
+        assert_eq!(view_reach(&[4], &[-1], 9), Some(Some((6, 9))));
+        // Broadcast (stride 0) reaches one element however long.
+        assert_eq!(view_reach(&[usize::MAX], &[0], 2), Some(Some((2, 2))));
+        // No element: nothing reached; ranks that differ: refused.
+        assert_eq!(view_reach(&[0, 5], &[5, 1], 7), Some(None));
+        assert_eq!(view_reach(&[2], &[1, 1], 0), None);
+        // A span past i128: refused, not wrapped.
+        let huge = [usize::MAX, usize::MAX, usize::MAX, usize::MAX];
+        let far = [isize::MAX, isize::MAX, isize::MAX, isize::MAX];
+        assert_eq!(view_reach(&huge, &far, 0), None);
     }
 }

@@ -15,8 +15,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use burn_tensor::ops::FloatTensorOps;
-use burn_tensor::{DType, Tensor, TensorData};
-use xpu_burn::ops::elementwise::{map, MapSpec};
+use burn_tensor::{Tensor, TensorData};
 use xpu_burn::{Xpu, XpuDevice, XpuTensor};
 
 const CHILD: &str = "XPU_REVIEW_H57_CHILD";
@@ -158,32 +157,10 @@ fn flip_with_a_repeated_axis_of_a_large_tensor_crashes_the_process() {
     }
 }
 
-/// `xpu_burn::ops::elementwise::map` is a safe `pub fn` whose `MapSpec` (public fields
-/// `expr`, `helpers`) is OpenCL C pasted into the kernel it launches
-/// (crates/xpu-burn/src/ops/elementwise.rs:85, the source built by `MapKernel::source` from line 238, launched at
-/// line 185 under a `// SAFETY:` that assumes the expression only computes a value). So safe
-/// code runs arbitrary device code: here it writes into the storage of an input tensor `b`,
-/// which the caller still holds and which no op was asked to change (any write anywhere,
-/// or a kernel that never ends, works the same). The project's rule: running arbitrary kernel
-/// code is an `unsafe fn` with a `# Safety` section (as `runtime::launch` is).
-///
-/// Observed (5 of 5 runs): `b` reads back `[42.0, 42.0, 42.0, 42.0]` instead of `[7.0; 4]`.
-#[test]
-fn map_runs_caller_written_opencl_c_from_safe_code() {
-    let a = upload(&[1.0, 2.0, 3.0, 4.0]);
-    let b = upload(&[7.0, 7.0, 7.0, 7.0]);
-    let spec = MapSpec::new(
-        "(((__global float *)in1)[off1 + i] = 42.0f, a0)",
-        DType::F32,
-    );
-    let out = map(spec, &[&a, &b], &[]).expect("map");
-    assert_eq!(floats(&out), vec![1.0, 2.0, 3.0, 4.0]);
-    assert_eq!(
-        floats(&b),
-        vec![7.0; 4],
-        "a safe call of ops::elementwise::map wrote into another tensor's storage"
-    );
-}
+// `map_runs_caller_written_opencl_c_from_safe_code` (failed 5 of 5 at 754f83b: a safe
+// `MapSpec::new` with an expression that wrote into input `b`'s storage, run by the safe
+// `ops::elementwise::map`) cannot be written any more: `MapSpec::new` is `unsafe` with its
+// contract in `# Safety`, pinned by the `compile_fail` doctest on `MapSpec`.
 
 /// The key burn's `a + b` of two contiguous `f32` tensors uses in `runtime::function`'s cache
 /// (`MapKernel::key`, crates/xpu-burn/src/ops/elementwise.rs:217).

@@ -21,40 +21,44 @@ pub(crate) use crate::ops::{index, matmul, random};
 
 /// `out = expr(a0)`, same type as `t`.
 pub(crate) fn unary(t: &XpuTensor, expr: &str) -> XpuTensor {
-    or_panic(map(MapSpec::new(expr, t.dtype), &[t], &[]))
+    or_panic(map(MapSpec::builtin(expr, t.dtype), &[t], &[]))
 }
 
 /// `out = expr(a0, a1)` over the broadcast of `l` and `r`, of `l`'s type.
 pub(crate) fn binary(l: &XpuTensor, r: &XpuTensor, expr: &str) -> XpuTensor {
-    or_panic(map(MapSpec::new(expr, l.dtype), &[l, r], &[]))
+    or_panic(map(MapSpec::builtin(expr, l.dtype), &[l, r], &[]))
 }
 
 /// `out = expr(a0, s0)`, of `l`'s type, the scalar passed in `l`'s type.
 pub(crate) fn scalar_op(l: &XpuTensor, s: ScalarValue, expr: &str) -> XpuTensor {
-    or_panic(map(MapSpec::new(expr, l.dtype), &[l], &[(s, l.dtype)]))
+    or_panic(map(MapSpec::builtin(expr, l.dtype), &[l], &[(s, l.dtype)]))
 }
 
 /// `out = expr(a0)` as a bool tensor.
 pub(crate) fn test(t: &XpuTensor, expr: &str) -> XpuTensor {
-    or_panic(map(MapSpec::new(expr, DType::Bool), &[t], &[]))
+    or_panic(map(MapSpec::builtin(expr, DType::Bool), &[t], &[]))
 }
 
 /// `out = a0 OP a1` as a bool tensor.
 pub(crate) fn compare(l: &XpuTensor, r: &XpuTensor, op: &str) -> XpuTensor {
     let expr = format!("a0 {op} a1");
-    or_panic(map(MapSpec::new(&expr, DType::Bool), &[l, r], &[]))
+    or_panic(map(MapSpec::builtin(&expr, DType::Bool), &[l, r], &[]))
 }
 
 /// `out = a0 OP s0` as a bool tensor (the scalar in `l`'s type).
 pub(crate) fn compare_scalar(l: &XpuTensor, s: ScalarValue, op: &str) -> XpuTensor {
     let expr = format!("a0 {op} s0");
-    or_panic(map(MapSpec::new(&expr, DType::Bool), &[l], &[(s, l.dtype)]))
+    or_panic(map(
+        MapSpec::builtin(&expr, DType::Bool),
+        &[l],
+        &[(s, l.dtype)],
+    ))
 }
 
 /// `mask ? value : t`, of `t`'s type (all three broadcast).
 pub(crate) fn mask_where(t: &XpuTensor, mask: &XpuTensor, value: &XpuTensor) -> XpuTensor {
     or_panic(map(
-        MapSpec::new("a1 ? (TO)a2 : (TO)a0", t.dtype),
+        MapSpec::builtin("a1 ? (TO)a2 : (TO)a0", t.dtype),
         &[t, mask, value],
         &[],
     ))
@@ -63,7 +67,7 @@ pub(crate) fn mask_where(t: &XpuTensor, mask: &XpuTensor, value: &XpuTensor) -> 
 /// `mask ? s : t`, of `t`'s type.
 pub(crate) fn mask_fill(t: &XpuTensor, mask: &XpuTensor, s: ScalarValue) -> XpuTensor {
     or_panic(map(
-        MapSpec::new("a1 ? (TO)s0 : (TO)a0", t.dtype),
+        MapSpec::builtin("a1 ? (TO)s0 : (TO)a0", t.dtype),
         &[t, mask],
         &[(s, t.dtype)],
     ))

@@ -23,7 +23,7 @@ pub(crate) fn cross(lhs: &XpuTensor, rhs: &XpuTensor, dim: usize) -> XpuTensor {
         let d = lhs.dtype;
         let m = |x: &XpuTensor, y: &XpuTensor, z: &XpuTensor, w: &XpuTensor| {
             elementwise::map(
-                elementwise::MapSpec::new("a0 * a1 - a2 * a3", d),
+                elementwise::MapSpec::builtin("a0 * a1 - a2 * a3", d),
                 &[x, y, z, w],
                 &[],
             )

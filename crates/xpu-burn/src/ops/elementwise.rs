@@ -12,21 +12,50 @@ use crate::runtime::{self, ScalarValue};
 use crate::tensor::XpuTensor;
 
 /// One element-wise op: its OpenCL C expression and its output type.
+///
+/// The expression is device code pasted into the kernel [`map`] launches, so only the
+/// library's own templates make one safely; a caller's expression comes through the
+/// `unsafe` [`MapSpec::new`] (review h57: safe code ran caller-written OpenCL C).
+///
+/// ```compile_fail
+/// // A caller's expression needs `unsafe`:
+/// let spec = xpu_burn::ops::elementwise::MapSpec::new("a0", burn_tensor::DType::F32);
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct MapSpec<'a> {
     /// The expression, in the loaded input values `a0, a1, ...` (of types `T0, T1, ...`),
     /// the scalars `s0, s1, ...` (of types `S0, S1, ...`) and the output index `i` (`long`);
     /// `TO` is the output type. The result is converted to `TO`.
-    pub expr: &'a str,
+    pub(crate) expr: &'a str,
     /// OpenCL C functions the expression calls (defined before the kernel).
-    pub helpers: &'a str,
+    pub(crate) helpers: &'a str,
     /// The output element type.
-    pub out: DType,
+    pub(crate) out: DType,
 }
 
 impl<'a> MapSpec<'a> {
-    /// An expression without helpers.
-    pub fn new(expr: &'a str, out: DType) -> Self {
+    /// A caller's expression without helpers (see [`MapSpec`]'s fields in [`map`]'s terms:
+    /// the inputs `a0, a1, ...`, the scalars `s0, s1, ...`, the index `i`).
+    ///
+    /// # Safety
+    /// `expr` becomes device code run by [`map`] for every output element: it must be an
+    /// OpenCL C expression of the loaded values, scalars and index only, that reads and
+    /// writes no memory, and ends (no side effect the kernel's bounds do not cover).
+    pub unsafe fn new(expr: &'a str, out: DType) -> Self {
+        Self::builtin(expr, out)
+    }
+
+    /// With a caller's helper functions.
+    ///
+    /// # Safety
+    /// As [`MapSpec::new`], for every function of `helpers`: each reads and writes no memory
+    /// but its arguments' values, and returns.
+    pub unsafe fn with_helpers(self, helpers: &'a str) -> Self {
+        self.helpers_of_library(helpers)
+    }
+
+    /// One of the library's own expressions (its templates, written in this crate).
+    pub(crate) fn builtin(expr: &'a str, out: DType) -> Self {
         MapSpec {
             expr,
             helpers: "",
@@ -34,10 +63,15 @@ impl<'a> MapSpec<'a> {
         }
     }
 
-    /// With helper functions.
-    pub fn with_helpers(mut self, helpers: &'a str) -> Self {
+    /// With the library's own helper functions.
+    pub(crate) fn helpers_of_library(mut self, helpers: &'a str) -> Self {
         self.helpers = helpers;
         self
+    }
+
+    /// The output element type.
+    pub fn out(&self) -> DType {
+        self.out
     }
 }
 
@@ -148,7 +182,7 @@ pub fn map_into_shape(
         sc_types: &sc_types,
         out_type: dtype::cl_type(out.dtype)?,
     };
-    let function = runtime::function(device, &kernel.key(), "map", || kernel.source())?;
+    let function = runtime::library_function(device, &kernel.key(), "map", || kernel.source())?;
 
     let meta;
     let mut args: Vec<Arg<'_>> = Vec::with_capacity(3 + 2 * inputs.len() + scalars.len());
@@ -179,9 +213,12 @@ pub fn map_into_shape(
     // SAFETY: `n` work-items; item `i < n` writes `out[i]` (`out` holds `n` elements of `TO`)
     // and reads each input at its offset plus the dot product of `i`'s coordinates in `shape`
     // with the input's broadcast strides — an element of the input's view, which lies inside
-    // its storage (every view is built in bounds); the metadata buffer holds exactly what
-    // the kernel indexes (1 + rank + inputs * (1 + rank) longs); the kernel has no loops
-    // beyond `rank`, so it terminates; `out` is a fresh allocation no other tensor sees.
+    // its storage (`XpuTensor::view` refuses a view that reaches outside it); the metadata
+    // buffer holds exactly what the kernel indexes (1 + rank + inputs * (1 + rank) longs);
+    // the kernel has no loops beyond `rank`, so it terminates; the expression and helpers
+    // compute a value and touch no memory (the library's templates, or a caller's under
+    // `MapSpec::new`'s contract); `out` is a fresh allocation no other tensor sees; the
+    // function was built from this template's source (the library's namespace of the cache).
     unsafe { runtime::launch(device, &function, &[n], None, &args)? };
     Ok(out)
 }
@@ -311,7 +348,7 @@ pub fn contiguous(t: &XpuTensor) -> Result<XpuTensor> {
     if t.is_contiguous() && t.offset == 0 {
         return Ok(t.clone());
     }
-    map(MapSpec::new("a0", t.dtype), &[t], &[])
+    map(MapSpec::builtin("a0", t.dtype), &[t], &[])
 }
 
 /// `t` converted to `dtype`, as Rust's `as`: floats to integers truncate toward zero and
@@ -336,7 +373,7 @@ pub fn cast(t: &XpuTensor, dtype: DType) -> Result<XpuTensor> {
     } else {
         "a0"
     };
-    map(MapSpec::new(expr, dtype), &[t], &[])
+    map(MapSpec::builtin(expr, dtype), &[t], &[])
 }
 
 /// A new tensor of `shape` filled with `value` (converted to `dtype`).
@@ -346,7 +383,7 @@ pub fn cast(t: &XpuTensor, dtype: DType) -> Result<XpuTensor> {
 pub fn full(device: usize, shape: &[usize], value: ScalarValue, dtype: DType) -> Result<XpuTensor> {
     let dtype = dtype::canonical(dtype);
     map_into_shape(
-        MapSpec::new("s0", dtype),
+        MapSpec::builtin("s0", dtype),
         device,
         shape,
         &[],
@@ -366,7 +403,7 @@ pub fn arange(
     dtype: DType,
 ) -> Result<XpuTensor> {
     map_into_shape(
-        MapSpec::new("s0 + (S0)i * s1", dtype),
+        MapSpec::builtin("s0 + (S0)i * s1", dtype),
         device,
         &[n],
         &[],

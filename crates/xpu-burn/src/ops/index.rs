@@ -113,7 +113,7 @@ fn index_kernel(
     name: &str,
     source: impl FnOnce() -> String,
 ) -> Result<Function> {
-    runtime::function(device, key, name, || {
+    runtime::library_function(device, key, name, || {
         let mut s = INDEX_COMMON.to_owned();
         s.push_str(FOR_COORDS);
         s.push_str(&source());
@@ -625,10 +625,10 @@ __kernel void scatter_seg(long n, __global const long *meta, __global T *out,
 }
 
 /// `indices` (1-D) seen as a tensor of `shape`: stride 0 on every dimension but `dim`.
-fn broadcast_indices(indices: &XpuTensor, dim: usize, shape: &[usize]) -> XpuTensor {
+fn broadcast_indices(indices: &XpuTensor, dim: usize, shape: &[usize]) -> Result<XpuTensor> {
     let mut strides = vec![0isize; shape.len()];
     strides[dim] = indices.strides[0];
-    indices.view(shape.to_vec(), strides, indices.offset)
+    indices.view(shape.to_vec(), strides, indices.offset as isize)
 }
 
 /// Checks `select`'s 1-D indices.
@@ -657,7 +657,7 @@ pub fn select(t: &XpuTensor, dim: usize, indices: &XpuTensor) -> Result<XpuTenso
     check_select_args("select", t, dim, indices)?;
     let mut shape = t.shape.clone();
     shape[dim] = indices.shape[0];
-    let idx = broadcast_indices(indices, dim, &shape);
+    let idx = broadcast_indices(indices, dim, &shape)?;
     gather(dim, t, &idx)
 }
 
@@ -685,7 +685,7 @@ pub fn select_add(
         )));
     }
     if indices.shape[0] <= LOOP_MAX_ENTRIES || indices.shape[0] > i32::MAX as usize {
-        let idx = broadcast_indices(indices, dim, &shape);
+        let idx = broadcast_indices(indices, dim, &shape)?;
         return scatter_add(dim, t, &idx, values);
     }
     check_index_args("select_assign", 0, indices, indices)?;
@@ -760,7 +760,7 @@ pub fn slice_assign(
 ) -> Result<XpuTensor> {
     check_same_device("slice_assign", t, value)?;
     // A fresh copy: `contiguous` would return `t` itself when it already is contiguous.
-    let out = map(MapSpec::new("a0", t.dtype), &[t], &[])?;
+    let out = map(MapSpec::builtin("a0", t.dtype), &[t], &[])?;
     let view = layout::slice(&out, ranges)?;
     if view.numel() == 0 {
         return Ok(out);
@@ -807,7 +807,13 @@ pub fn cat(tensors: &[XpuTensor], dim: usize) -> Result<XpuTensor> {
             )));
         }
         check_same_device("cat", first, t)?;
-        shape[dim] += t.shape[dim];
+        // Broadcast views may be longer than any memory (review h57: two of 2^63 wrapped).
+        shape[dim] = shape[dim].checked_add(t.shape[dim]).ok_or_else(|| {
+            Error::Invalid(format!(
+                "cat along {dim}: the lengths sum past usize::MAX ({:?} and more)",
+                first.shape
+            ))
+        })?;
     }
     let out = XpuTensor::empty(first.device(), &shape, first.dtype)?;
     let mut start = 0usize;

@@ -24,7 +24,11 @@ pub fn reshape(t: &XpuTensor, shape: &[usize]) -> Result<XpuTensor> {
     } else {
         contiguous(t)?
     };
-    Ok(base.view(shape.to_vec(), contiguous_strides(shape), base.offset))
+    base.view(
+        shape.to_vec(),
+        contiguous_strides(shape),
+        base.offset as isize,
+    )
 }
 
 /// The view with dimensions in the order `axes` (`out.shape[i] = t.shape[axes[i]]`).
@@ -45,7 +49,7 @@ pub fn permute(t: &XpuTensor, axes: &[usize]) -> Result<XpuTensor> {
     }
     let shape = axes.iter().map(|&a| t.shape[a]).collect();
     let strides = axes.iter().map(|&a| t.strides[a]).collect();
-    Ok(t.view(shape, strides, t.offset))
+    t.view(shape, strides, t.offset as isize)
 }
 
 /// The view with dimensions `a` and `b` swapped.
@@ -91,7 +95,7 @@ pub fn expand(t: &XpuTensor, shape: &[usize]) -> Result<XpuTensor> {
             )));
         }
     }
-    Ok(t.view(shape.to_vec(), strides, t.offset))
+    t.view(shape.to_vec(), strides, t.offset as isize)
 }
 
 /// The view of the elements `ranges[d]` stepped by `step` along each dimension `d` (missing
@@ -126,12 +130,20 @@ pub fn slice(t: &XpuTensor, ranges: &[(Range<usize>, isize)]) -> Result<XpuTenso
         }
         let first = if *step > 0 { r.start } else { r.end - 1 };
         offset += first as isize * t.strides[d];
-        strides[d] = t.strides[d] * step;
+        // One element: its stride addresses nothing (a step past the dimension may not fit).
+        strides[d] = if n == 1 {
+            t.strides[d]
+        } else {
+            t.strides[d].checked_mul(*step).ok_or_else(|| {
+                Error::Invalid(format!("slice step {step} of dimension {d} overflows"))
+            })?
+        };
     }
-    Ok(t.view(shape, strides, offset as usize))
+    t.view(shape, strides, offset)
 }
 
-/// The view with `axes` reversed.
+/// The view with `axes` reversed, one flip per occurrence (an axis named twice is flipped
+/// back: burn's `Tensor::flip` refuses repeated axes, its backend trait does not).
 ///
 /// # Errors
 /// [`Error::Invalid`] for an axis out of range.
@@ -146,11 +158,13 @@ pub fn flip(t: &XpuTensor, axes: &[usize]) -> Result<XpuTensor> {
             )));
         }
         if t.shape[a] > 0 {
-            offset += (t.shape[a] as isize - 1) * t.strides[a];
+            // The stride as flipped so far (review h57: the original stride, once per
+            // occurrence, moved a repeated axis's view outside its storage).
+            offset += (t.shape[a] as isize - 1) * strides[a];
         }
         strides[a] = -strides[a];
     }
-    Ok(t.view(t.shape.clone(), strides, offset.max(0) as usize))
+    t.view(t.shape.clone(), strides, offset)
 }
 
 /// The windows of `size` elements every `step` along `dim`, as a view: `dim` becomes the
@@ -171,8 +185,19 @@ pub fn unfold(t: &XpuTensor, dim: usize, size: usize, step: usize) -> Result<Xpu
     let mut shape = t.shape.clone();
     let mut strides = t.strides.clone();
     shape[dim] = windows;
-    strides[dim] = t.strides[dim] * step as isize;
+    // One window (or none): its stride addresses nothing, and a step past the dimension may
+    // not fit (review h57: `unfold(0, 1, 2^62)` overflowed).
+    strides[dim] = if windows <= 1 {
+        t.strides[dim]
+    } else {
+        isize::try_from(step)
+            .ok()
+            .and_then(|s| t.strides[dim].checked_mul(s))
+            .ok_or_else(|| {
+                Error::Invalid(format!("unfold step {step} of {:?} overflows", t.shape))
+            })?
+    };
     shape.push(size);
     strides.push(t.strides[dim]);
-    Ok(t.view(shape, strides, t.offset))
+    t.view(shape, strides, t.offset as isize)
 }

@@ -109,7 +109,7 @@ pub fn matmul(lhs: &XpuTensor, rhs: &XpuTensor) -> Result<XpuTensor> {
     let r = if m.min(n) >= 4 * wg { 4 } else { 1 };
     let ts = wg * r;
     let key = format!("matmul|{elem}|{acc}|{wg}|{r}");
-    let function = runtime::function(device, &key, "matmul", || source(elem, acc, wg, r))?;
+    let function = runtime::library_function(device, &key, "matmul", || source(elem, acc, wg, r))?;
 
     // Metadata: the batch rank, the batch shape, then each operand's batch strides (0 on
     // the dimensions it broadcasts along).

@@ -392,7 +392,7 @@ impl Launch<'_> {
         }
         let t = dtype::cl_type(self.dtype)?;
         let key = format!("nn|{name}|{t}");
-        let f = runtime::function(device, &key, name, || {
+        let f = runtime::library_function(device, &key, name, || {
             let mut s = dtype::pragmas(&[t]);
             if template.f64_atomics && t == "double" {
                 s.push_str("#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable\n");

@@ -113,7 +113,8 @@ pub fn random(
         Distribution::Normal(mean, std) => ("normal", mean, std, 0, 0),
     };
     let key = format!("random|{kind}|{out_type}|{f}");
-    let function = runtime::function(device, &key, "random", || source(kind, out_type, f, float))?;
+    let function =
+        runtime::library_function(device, &key, "random", || source(kind, out_type, f, float))?;
     let (seed, call) = next_call(device);
     let (fa, fb) = if f == "double" {
         (Arg::from(f0), Arg::from(f1))

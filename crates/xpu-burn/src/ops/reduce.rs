@@ -320,7 +320,7 @@ fn kernel(device: usize, spec: Spec) -> Result<xpu::xpu_kernel::Function> {
     let toc = spec.val.map(dtype::cl_type).transpose()?.unwrap_or(accc);
     let tic = spec.idx.map(dtype::cl_type).transpose()?.unwrap_or("long");
     let key = format!("reduce_lines|{spec:?}|{tc}|{accc}|{toc}|{tic}");
-    runtime::function(device, &key, "reduce_lines", || {
+    runtime::library_function(device, &key, "reduce_lines", || {
         source(spec, tc, accc, toc, tic)
     })
 }
@@ -509,8 +509,11 @@ fn reduce_lines(
     launch_lines(t, dim, spec, split, bufs, count)?;
     let (out, out_idx) = reduce_lines(&p_val, 1, rest, val, idx, p_idx.as_ref(), count)?;
     let strides = contiguous_strides(&shape);
-    let keepdim = |o: XpuTensor| o.view(shape.clone(), strides.clone(), o.offset);
-    Ok((out.map(keepdim), out_idx.map(keepdim)))
+    let keepdim = |o: XpuTensor| o.view(shape.clone(), strides.clone(), o.offset as isize);
+    Ok((
+        out.map(keepdim).transpose()?,
+        out_idx.map(keepdim).transpose()?,
+    ))
 }
 
 /// `op` along `dim`; the output keeps `dim` with size 1 and has element type `out`
@@ -542,7 +545,7 @@ pub fn reduce_all(t: &XpuTensor, op: ReduceOp, out: DType) -> Result<XpuTensor> 
     } else {
         contiguous(t)?
     };
-    let flat = flat.view(vec![n], vec![1], flat.offset);
+    let flat = flat.view(vec![n], vec![1], flat.offset as isize)?;
     reduce_dim(&flat, 0, op, out)
 }
 
@@ -773,7 +776,7 @@ pub fn sort(t: &XpuTensor, dim: usize, descending: bool) -> Result<(XpuTensor, X
     let float = is_float(t.dtype);
     let kernel = |name: &str| {
         let key = format!("sort|{name}|{tc}|{float}");
-        runtime::function(device, &key, name, || sort_source(tc, float))
+        runtime::library_function(device, &key, name, || sort_source(tc, float))
     };
     let load = kernel("sort_load")?;
     let step = kernel("sort_step")?;
