@@ -275,12 +275,7 @@ impl Shared {
     /// without a call.
     #[inline]
     fn process_pending(&self, wait_for_lock: bool) {
-        if self
-            .counters
-            .pending_blocks
-            .load(std::sync::atomic::Ordering::Acquire)
-            == 0
-        {
+        if self.pending.is_idle(wait_for_lock) {
             return;
         }
         self.pending

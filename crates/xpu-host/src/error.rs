@@ -90,6 +90,21 @@ impl HostError {
     }
 }
 
+impl HostError {
+    /// True when no memory was had: [`HostError::OutOfMemory`] (the driver refused a new
+    /// pinned block after the cached ones were released, as torch's caching host allocator
+    /// reports a failed `cudaHostAlloc`), or a driver out-of-memory code
+    /// ([`DeviceError::is_out_of_memory`]) in a device-layer failure. Not
+    /// [`HostError::TooLarge`], which no amount of free memory serves.
+    pub fn is_out_of_memory(&self) -> bool {
+        match self {
+            HostError::OutOfMemory { .. } => true,
+            HostError::Device(e) => e.is_out_of_memory(),
+            _ => false,
+        }
+    }
+}
+
 /// `Err(BadFork)` in a bad fork child (see `xpu_device::fork::refuse_in_bad_fork`).
 pub(crate) fn check_fork() -> Result<(), HostError> {
     xpu_device::fork::refuse_in_bad_fork(HostError::BadFork)

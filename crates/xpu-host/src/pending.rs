@@ -2,10 +2,10 @@
 //! `process_events`).
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
-use xpu_event::{Event, EventFlags};
+use xpu_device::backend::{EventStatus, OrderedMarker};
 use xpu_stream::Stream;
 
 use super::block::Block;
@@ -15,7 +15,7 @@ use super::stats::Counters;
 #[derive(Debug)]
 struct Entry {
     block: Box<Block>,
-    markers: Vec<Event>,
+    markers: Vec<OrderedMarker>,
 }
 
 /// What happened to a freed block with recorded streams.
@@ -28,30 +28,75 @@ pub(crate) enum Parked {
 }
 
 /// The pending queue, oldest first, behind one lock that the cached path never takes while
-/// nothing is pending.
+/// nothing is queued; and the blocks kept out after a failed marker, until a finish of the
+/// marker's stream shows its work done.
 #[derive(Debug, Default)]
 pub(crate) struct PendingQueue {
-    queue: Mutex<VecDeque<Entry>>,
+    queue: Mutex<Queues>,
+    /// Entries in `Queues::fifo` (the cached path's one atomic load).
+    queued: AtomicUsize,
+    /// Entries in `Queues::kept_out`.
+    kept: AtomicUsize,
 }
 
-/// True once the marker's work has finished. A marker whose status cannot be read, or whose
-/// work terminated abnormally, no longer has running work: it counts as finished (logged).
-fn finished(marker: &Event) -> bool {
-    match marker.query() {
-        Ok(done) => done,
+#[derive(Debug, Default)]
+struct Queues {
+    fifo: VecDeque<Entry>,
+    /// Blocks a failed marker keeps out of the cache (see [`Judged::Failed`]): never reused
+    /// nor released while one of their markers reads failed, still counted as pending and
+    /// allocated; judged again by the processing that waits for the lock
+    /// ([`crate::HostAllocator::process_events`], `empty_cache`), never on the cached path.
+    kept_out: Vec<Entry>,
+}
+
+/// Where a free-time marker stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Judged {
+    /// Its stream's work before it finished (or its status cannot be read: nothing more can
+    /// be learned; or this is a bad fork child, where no driver call is made).
+    Finished,
+    Pending,
+    /// The marker failed, or a wait enqueued before it on its queue did: PoCL fails the
+    /// commands after a failed one at once (completing later markers) while earlier ones
+    /// stay queued, so nothing tells when the stream's work on the block ends (review h58:
+    /// a plain marker's failure counted as finished, and the block was reused while the
+    /// recorded work was held back). The block is kept out until a synchronize of the
+    /// stream that began after the marker returns with success
+    /// ([`OrderedMarker::drained_by_finish`]): then nothing before the marker is queued.
+    Failed,
+}
+
+/// One status query of `marker`, judged in order with the waits enqueued before it
+/// ([`OrderedMarker::status`]).
+fn judge(marker: &OrderedMarker) -> Judged {
+    if xpu_device::fork::is_in_bad_fork() {
+        return Judged::Finished;
+    }
+    match marker.status() {
+        Ok(EventStatus::Complete) => Judged::Finished,
+        Ok(EventStatus::Error(_)) if marker.drained_by_finish() => Judged::Finished,
+        Ok(EventStatus::Error(_)) => Judged::Failed,
+        Ok(_) => Judged::Pending,
         Err(e) => {
             tracing::warn!("pinned host block: marker query failed ({e}); treating it as finished");
-            true
+            Judged::Finished
         }
     }
 }
 
-/// Records one marker on `stream`; when that fails, synchronizes the stream instead (no
-/// marker needed then). `Err` when neither worked.
-fn mark(stream: &Stream) -> Result<Option<Event>, ()> {
-    let mut marker = Event::new(EventFlags::default());
-    match marker.record(stream) {
-        Ok(()) => Ok(Some(marker)),
+/// Records one marker on `stream` (judged in order, flushed so that it completes without a
+/// later flush); when that fails, synchronizes the stream instead (no marker needed then).
+/// `Err` when neither worked.
+fn mark(stream: &Stream) -> Result<Option<OrderedMarker>, ()> {
+    let marked = stream
+        .enqueue_queue("pinned block free marker")
+        .and_then(|queue| {
+            let marker = queue.enqueue_ordered_marker()?;
+            queue.flush()?;
+            Ok(marker)
+        });
+    match marked {
+        Ok(marker) => Ok(Some(marker)),
         Err(e) => {
             tracing::warn!(
                 "pinned host block: cannot record a marker on {stream:?} ({e}); synchronizing it"
@@ -88,24 +133,34 @@ impl PendingQueue {
         }
         let n = markers.len() as u64;
         let mut queue = self.queue.lock();
-        queue.push_back(Entry { block, markers });
+        queue.fifo.push_back(Entry { block, markers });
+        self.queued.fetch_add(1, Ordering::Release);
         // Counted under the lock, so that processing never sees an entry it cannot count.
         counters.pending_markers.fetch_add(n, Ordering::Relaxed);
         counters.pending_blocks.fetch_add(1, Ordering::Release);
         Parked::Waiting
     }
 
+    /// Whether no block waits for [`PendingQueue::process`] with `wait_for_lock`: none in the
+    /// queue (one atomic load: the cached path's check) and, when the lock is waited for,
+    /// none kept out.
+    pub(crate) fn is_idle(&self, wait_for_lock: bool) -> bool {
+        self.queued.load(Ordering::Acquire) == 0
+            && (!wait_for_lock || self.kept.load(Ordering::Acquire) == 0)
+    }
+
     /// Hands every block whose markers all completed to `reusable`, oldest first, stopping at
-    /// the first block with an unfinished marker. With `wait_for_lock` false, returns at once
-    /// when another thread is processing or nothing is pending (the cached path's check is
-    /// one atomic load).
+    /// the first block with an unfinished marker; a block with a failed marker is kept out
+    /// for good ([`Judged::Failed`]). With `wait_for_lock` false, returns at once when
+    /// another thread is processing or nothing is queued (the cached path's check is one
+    /// atomic load).
     pub(crate) fn process(
         &self,
         counters: &Counters,
         wait_for_lock: bool,
         mut reusable: impl FnMut(Box<Block>),
     ) {
-        if counters.pending_blocks.load(Ordering::Acquire) == 0 {
+        if self.is_idle(wait_for_lock) {
             return;
         }
         let mut queue = if wait_for_lock {
@@ -116,20 +171,90 @@ impl PendingQueue {
                 None => return,
             }
         };
-        while let Some(front) = queue.front_mut() {
+        let queues = &mut *queue;
+        while let Some(front) = queues.fifo.front_mut() {
             let before = front.markers.len();
-            front.markers.retain(|m| !finished(m));
+            let mut failed = false;
+            front.markers.retain(|m| match judge(m) {
+                Judged::Finished => false,
+                Judged::Pending => true,
+                Judged::Failed => {
+                    // Kept with its block: judged again once kept out.
+                    failed = true;
+                    true
+                }
+            });
             let done = (before - front.markers.len()) as u64;
             counters.pending_markers.fetch_sub(done, Ordering::Relaxed);
+            if failed {
+                // Still pending and allocated in the statistics: its work may still run.
+                if let Some(entry) = queues.fifo.pop_front() {
+                    self.queued.fetch_sub(1, Ordering::Release);
+                    kept_out(&entry);
+                    queues.kept_out.push(entry);
+                    self.kept.fetch_add(1, Ordering::Release);
+                }
+                continue;
+            }
             // A copy made on the block's buffer without record_stream still counts as a use
             // (atomic loads when none was made; else status queries, never a wait).
             if !front.markers.is_empty() || front.block.buffer.has_copies_in_flight() {
                 break;
             }
-            if let Some(entry) = queue.pop_front() {
+            if let Some(entry) = queues.fifo.pop_front() {
+                self.queued.fetch_sub(1, Ordering::Release);
                 counters.pending_blocks.fetch_sub(1, Ordering::Release);
                 reusable(entry.block);
             }
+        }
+        if wait_for_lock && !queues.kept_out.is_empty() {
+            // The failed markers are kept: a finish of their streams may have drained them.
+            let mut i = 0;
+            while i < queues.kept_out.len() {
+                let entry = &mut queues.kept_out[i];
+                let before = entry.markers.len();
+                entry.markers.retain(|m| judge(m) != Judged::Finished);
+                let done = (before - entry.markers.len()) as u64;
+                counters.pending_markers.fetch_sub(done, Ordering::Relaxed);
+                if entry.markers.is_empty() && !entry.block.buffer.has_copies_in_flight() {
+                    let entry = queues.kept_out.swap_remove(i);
+                    self.kept.fetch_sub(1, Ordering::Release);
+                    counters.pending_blocks.fetch_sub(1, Ordering::Release);
+                    reusable(entry.block);
+                } else {
+                    i += 1;
+                }
+            }
+        }
+    }
+}
+
+#[cold]
+fn kept_out(entry: &Entry) {
+    tracing::error!(
+        size = entry.block.size,
+        "pinned host block: a free marker failed (or a wait before it did); the block is kept out of the cache until its stream is synchronized"
+    );
+}
+
+impl Drop for PendingQueue {
+    /// The blocks still waiting (the allocator is gone) are released only when their markers
+    /// finished and no copy is in flight; the others, and those kept out, are leaked: their
+    /// memory may still be used by queued work, and nothing may wait here.
+    fn drop(&mut self) {
+        let queues = std::mem::take(self.queue.get_mut());
+        for entry in queues.fifo {
+            let over = !xpu_device::fork::is_in_bad_fork()
+                && entry.markers.iter().all(|m| judge(m) == Judged::Finished)
+                && !entry.block.buffer.has_copies_in_flight();
+            if over {
+                drop(entry.block);
+            } else {
+                std::mem::forget(entry.block);
+            }
+        }
+        for entry in queues.kept_out {
+            std::mem::forget(entry.block);
         }
     }
 }

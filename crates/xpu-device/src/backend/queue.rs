@@ -166,6 +166,18 @@ impl OrderedMarker {
         Ok(in_order(self.event.status()?, self.earlier.as_ref()))
     }
 
+    /// Whether the commands enqueued before the marker are known to have completed through a
+    /// [`CommandQueue::finish`] of its queue (through the wrapper or its clones) begun after
+    /// the marker's enqueue returned and returned with success: then even a marker that reads
+    /// `Error` after a failed wait ([`OrderedMarker::status`]) has no earlier work left
+    /// (`clFinish`, OpenCL 3.0 §5.15, returns once every earlier command completed). `false`
+    /// while no such finish returned, and for a marker enqueued while no wait was logged
+    /// (its status is the driver's own then). One lock of the queue's wait log, no driver
+    /// call; nothing while no wait was logged.
+    pub fn drained_by_finish(&self) -> bool {
+        self.earlier.as_ref().is_some_and(EarlierWaits::drained)
+    }
+
     /// Whether every wait enqueued before the marker on its queue (through the wrapper or
     /// its clones) completed with success, or none was: only then does a barrier of another
     /// queue on [`OrderedMarker::event`] hold that queue back until the work before the
