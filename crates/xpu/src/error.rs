@@ -170,7 +170,9 @@ impl Error {
     /// directly or inside a typed-memory, interop or kernel error, and a driver's
     /// out-of-memory code (`CL_MEM_OBJECT_ALLOCATION_FAILURE`, `CL_OUT_OF_RESOURCES`,
     /// `CL_INVALID_BUFFER_SIZE`: [`DeviceError::is_out_of_memory`]) in the device, host or
-    /// kernel layers.
+    /// kernel layers, and the pinned-host allocator's out-of-memory
+    /// ([`HostError::is_out_of_memory`](xpu_alloc::HostError::is_out_of_memory)), directly
+    /// or inside a typed-memory error (a pinned staging block).
     ///
     /// [`DeviceError::is_out_of_memory`]: xpu_device::DeviceError::is_out_of_memory
     pub fn is_out_of_memory(&self) -> bool {
@@ -179,13 +181,14 @@ impl Error {
             #[cfg(feature = "alloc")]
             Error::Alloc(e) => e.is_out_of_memory(),
             #[cfg(feature = "alloc")]
-            Error::Host(e) => {
-                matches!(&**e, xpu_alloc::HostError::Device(d) if d.is_out_of_memory())
-            }
+            Error::Host(e) => e.is_out_of_memory(),
             #[cfg(feature = "kernel")]
-            Error::Memory(e) => {
-                matches!(&**e, xpu_kernel::MemoryError::Alloc(a) if a.is_out_of_memory())
-            }
+            Error::Memory(e) => match &**e {
+                xpu_kernel::MemoryError::Alloc(a) => a.is_out_of_memory(),
+                // A pinned staging block (review h58: missed before).
+                xpu_kernel::MemoryError::Host(h) => h.is_out_of_memory(),
+                _ => false,
+            },
             #[cfg(feature = "kernel")]
             Error::Interop(xpu_kernel::InteropError::Alloc(a)) => a.is_out_of_memory(),
             #[cfg(feature = "kernel")]
