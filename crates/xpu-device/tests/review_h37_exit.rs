@@ -52,6 +52,12 @@ static STOP: AtomicBool = AtomicBool::new(false);
 /// The worker that [`stop_and_join_worker`] joins.
 static WORKER: Mutex<Option<JoinHandle<()>>> = Mutex::new(None);
 
+/// An exit handler registered before the runtime's: glibc runs it after the runtime's, and
+/// the libraries' destructors after it.
+extern "C" fn earlier_handler() {
+    eprintln!("h37: the earlier exit handler ran");
+}
+
 /// An exit handler, as a C++ static's destructor that stops a pool of device threads: tells
 /// the worker to stop and joins it.
 extern "C" fn stop_and_join_worker() {
@@ -70,6 +76,42 @@ fn child_scenario() {
         return;
     };
     match scenario.as_str() {
+        // `main` returns while another thread is inside a `Program::build` longer than the
+        // exit's cap: the wait for it gives up with the build in progress, and the exit
+        // handler registered before the runtime's (a stand-in for the libraries'
+        // destructors, which run after it) must not run under the build.
+        "return_during_a_build_longer_than_the_cap" => {
+            // SAFETY: `earlier_handler` never unwinds and only writes to stderr.
+            assert_eq!(unsafe { libc::atexit(earlier_handler) }, 0);
+            let dev = xpu_device::device(0).unwrap();
+            // A queue, live to the end: the exit handler is registered.
+            std::mem::forget(common::queue(dev));
+            let n: usize = std::env::var("XPU_H37_KERNELS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(8000);
+            let (tx, rx) = mpsc::channel();
+            let builder = std::thread::spawn(move || {
+                let ctx = dev.context().unwrap();
+                let source = heavy_source(n, 11);
+                let _ = tx.send(());
+                let t = Instant::now();
+                let built = Program::build(ctx, dev.id(), &source);
+                eprintln!("h37: build done after {:?}: {}", t.elapsed(), built.is_ok());
+            });
+            rx.recv().unwrap();
+            // Inside `clBuildProgram` once the builder used 5 s of CPU time from here (creating
+            // the program from these 40 MB of source takes under 1 s of it).
+            let t0 = thread_cpu(&builder);
+            while !builder.is_finished()
+                && thread_cpu(&builder).saturating_sub(t0) < Duration::from_secs(5)
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::mem::forget(builder);
+            eprintln!("h37: the builder is inside Program::build");
+            returning();
+        }
         // A queue held by a user event nobody sets (a command abandoned on an error path),
         // and nothing else: the exit gives the queue up after one idle window.
         "gated_queue" => {
@@ -498,6 +540,46 @@ fn a_process_that_returns_during_a_long_program_build_exits_cleanly() {
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// `main` returns while another thread is inside a `Program::build` of 8,000 kernels (about
+/// 70 s on PoCL here), longer than the exit's `DRAIN_CAP` (30 s): the exit's wait for other
+/// threads' driver calls gives up with the build in progress, and the libraries' destructors
+/// must then not run under it (NVIDIA's build of
+/// [`a_process_that_returns_during_a_long_program_build_exits_cleanly`]'s 800 kernels
+/// outlasted the cap, and the destructors run under it died with SIGSEGV, 1 of 3 children on
+/// an H100, 2026-12-06): the process ends with its status at once, so an exit handler
+/// registered before the runtime's (run before the destructors) does not run. Before the fix
+/// the earlier handler ran under the build (1 of 1 child, status 0, exit 30 s).
+#[test]
+fn an_exit_under_a_build_longer_than_the_cap_ends_before_the_destructors() {
+    if !common::have_devices(1) {
+        return;
+    }
+    let o = run_child(
+        "return_during_a_build_longer_than_the_cap",
+        0,
+        &[],
+        Duration::from_secs(120),
+    );
+    eprintln!(
+        "return_during_a_build_longer_than_the_cap: {}",
+        o.describe()
+    );
+    assert!(
+        o.stderr
+            .contains("h37: the builder is inside Program::build")
+            && !o.stderr.contains("h37: build done"),
+        "the build must outlast the exit's cap (a faster machine needs more kernels): {}",
+        o.stderr
+    );
+    assert!(
+        o.status.map(|s| s.success()) == Some(true)
+            && !o.stderr.contains("h37: the earlier exit handler ran"),
+        "{}\n{}",
+        o.describe(),
+        o.stderr
+    );
 }
 
 /// Review h37: a thread blocked in a wait for the held command uses no CPU time: the exit

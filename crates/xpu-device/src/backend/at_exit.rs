@@ -31,7 +31,10 @@
 //! compiles (review h37's backlog longer than the cap: SIGSEGV after the 30 s wait in a CI
 //! run, 2026-12-06): the process then ends at once with its exit status (`_exit`, stdio
 //! flushed), skipping the exit handlers registered before this one and the libraries'
-//! destructors, as a process ending with CUDA work in flight abandons that work. Nothing is
+//! destructors, as a process ending with CUDA work in flight abandons that work. So it does
+//! when the wait for another thread's driver call gave up with the call still in progress
+//! (NVIDIA builds review h37's 800 kernels for longer than the cap: the destructors run
+//! under that build died with SIGSEGV, 1 of 3 children on an H100, 2026-12-06). Nothing is
 //! drained in a bad fork child (the queues belong to the parent).
 //!
 //! Other threads (review h30, `xpu-burn/tests/review_h30_exit_with_threads.rs`): `main` may
@@ -174,7 +177,8 @@ impl Drop for MainThreadExit {
         // handler's work, before any exit handler ran, LLVM's late-registered destructors
         // among them.
         if exit_drain() {
-            // Given up at the cap with the driver still working: a handler registered now
+            // Given up with a driver call in progress or the driver still working at the
+            // cap: a handler registered now
             // runs first of all (glibc runs a handler registered during the exit next), with
             // the exit status, and ends the process before LLVM's destructors.
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -283,8 +287,9 @@ extern "C" {
 
 #[cfg_attr(not(all(target_os = "linux", target_env = "gnu")), allow(dead_code))]
 /// Ends the process at once with `status` (`_exit`), stdio flushed: the exit handlers
-/// registered before this one and the libraries' destructors do not run. For an exit whose
-/// drain gave up at [`DRAIN_CAP`] with the driver still working: those destructors (LLVM's)
+/// registered before this one and the libraries' destructors do not run. For an exit that
+/// gave up waiting for another thread's driver call, or whose drain gave up at
+/// [`DRAIN_CAP`] with the driver still working: those destructors (LLVM's)
 /// would run under PoCL's compiles (review h37's backlog longer than the cap: SIGSEGV after
 /// the 30 s wait in a CI run, 2026-12-06), as a process ending with CUDA work in flight
 /// abandons it.
@@ -441,9 +446,11 @@ extern "C" fn drain_at_exit() {
 }
 
 /// The exit's work, once per process (not in a bad fork child): stops the other threads'
-/// driver calls, then drains the queues. Returns whether the drain gave up at [`DRAIN_CAP`]
-/// with the driver still working (then the process must end before the libraries'
-/// destructors: [`end_now`]).
+/// driver calls, then drains the queues. Returns whether the process must end before the
+/// libraries' destructors ([`end_now`]): another thread is still inside a driver call (the
+/// wait for it gave up: NVIDIA's build of review h37's 800 kernels outlasted the 30 s cap,
+/// and the destructors run under it died with SIGSEGV, 1 of 3 children on an H100,
+/// 2026-12-06), or the drain gave up at [`DRAIN_CAP`] with the driver still working.
 fn exit_drain() -> bool {
     if EXIT_DRAINED.swap(true, Ordering::SeqCst) || crate::fork_state::in_bad_fork() {
         return false;
@@ -451,10 +458,10 @@ fn exit_drain() -> bool {
     // A panic must not unwind into libc.
     std::panic::catch_unwind(|| {
         let _ = DRAINING.try_with(|d| d.set(true));
-        stop_other_threads(DRAIN_LIMIT, DRAIN_CAP);
+        let stopped = stop_other_threads(DRAIN_LIMIT, DRAIN_CAP);
         let start = Instant::now();
         let drained = drain_while_busy(DRAIN_LIMIT, DRAIN_CAP);
-        !drained && start.elapsed() >= DRAIN_CAP
+        !stopped || (!drained && start.elapsed() >= DRAIN_CAP)
     })
     .unwrap_or(false)
 }
@@ -462,8 +469,9 @@ fn exit_drain() -> bool {
 /// Sets the exit flag, then waits until no other thread is inside a driver call, for as long
 /// as those threads or the driver's work (a build compiles in its calling thread; under load
 /// one takes seconds): it gives up as [`drain_while_busy`] does, after `stall` without their
-/// CPU progress or after `cap`. From then on no other thread enqueues or builds.
-fn stop_other_threads(stall: Duration, cap: Duration) {
+/// CPU progress or after `cap`. From then on no other thread enters the driver through the
+/// runtime; returns whether none is inside it any more (`false`: the wait gave up).
+fn stop_other_threads(stall: Duration, cap: Duration) -> bool {
     EXITING.store(true, Ordering::SeqCst);
     let own = SLOT.try_with(|s| Arc::clone(&s.0)).ok();
     let others: Vec<(Arc<AtomicU32>, libc::pid_t)> = THREADS
@@ -478,7 +486,13 @@ fn stop_other_threads(stall: Duration, cap: Duration) {
     let mut give_up = busy_for(stall, cap, || {
         progress_cpu_time().saturating_add(cpu_time_of(&tids))
     });
-    while others.iter().any(|(s, _)| s.load(Ordering::SeqCst) != 0) && !give_up() {
+    loop {
+        if others.iter().all(|(s, _)| s.load(Ordering::SeqCst) == 0) {
+            return true;
+        }
+        if give_up() {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(1));
     }
 }
