@@ -69,6 +69,14 @@ pub(crate) fn queues_of(device: usize) -> Vec<Arc<TrackedQueue>> {
 /// that order would report a queue of the wrong device as a context error. Checking the device
 /// first names the actual mistake.
 ///
+/// # Work enqueued by other code
+/// Commands enqueued through the runtime (its wrappers of the queue, clones included) are
+/// noted on the queue. Other code enqueuing on the raw handle notes its commands once its call
+/// returned ([`CommandQueue::note_raw_enqueue`] on a wrapper of the queue, e.g.
+/// `stream.queue()?`): [`Stream::query`](crate::Stream::query) then asks about them with a
+/// new marker; unnoted, a query may answer `true` from a marker enqueued before them
+/// ([`Stream::synchronize`](crate::Stream::synchronize) waits for them either way).
+///
 /// # Lifetime
 /// The registration lives as long as this value. Dropping it unregisters the stream (and
 /// drops the runtime's reference to the queue once no operation in flight still holds it);

@@ -199,13 +199,15 @@ impl Stream {
     /// which nothing was enqueued after it is idle, and the query answers `true` on it (one
     /// driver call, nothing enqueued; a driver's status of a fresh marker may read pending
     /// for a while, so a new marker per query could keep an idle stream's polling loop at
-    /// `false`). An external stream's query asks with a new marker then, since its owner
-    /// may enqueue on the queue without the runtime; so does a native stream's when work
-    /// was enqueued after the marker. Queries on several threads share the kept marker (none
-    /// enqueues another while it is pending). Commands enqueued on a native stream's raw handle
-    /// ([`Stream::as_raw`]) by other code are seen once noted on the queue
-    /// (`CommandQueue::note_raw_enqueue`, as the runtime's foreign library calls do), else
-    /// only by a query that enqueues a marker after them. A stream that has just gone idle
+    /// `false`). The same holds for an external stream: its owner's commands enqueued
+    /// through the runtime's wrappers of the queue are noted, and so must be those enqueued on
+    /// the raw handle by other code (`CommandQueue::note_raw_enqueue`, as the runtime's foreign
+    /// library calls do; likewise for a native stream's [`Stream::as_raw`]): until noted, they
+    /// are seen only by a query that enqueues a marker after them. (Asking with a new marker
+    /// at every query instead kept an idle external stream's polling loop at `false` on
+    /// NVIDIA, whose status of a fresh marker reads pending at first.) A query asks with a new
+    /// marker when work was noted after the kept one. Queries on several threads share the
+    /// kept marker (none enqueues another while it is pending). A stream that has just gone idle
     /// can report `false` a few times; poll. After `true`, every event recorded on the stream
     /// before this call began is known complete: its `query` answers `true` without a driver
     /// call (as `torch.cuda.Event.query` after `torch.cuda.Stream.query` returned `True`).
@@ -224,10 +226,13 @@ impl Stream {
     pub fn query(&self) -> Result<bool, StreamError> {
         // The checks (fork, capture, a released external stream) come first, every time.
         let q = self.enqueue_queue("query")?.queue_ref();
-        // A native stream's queue is reached only through the runtime's wrappers (short of
-        // the raw handle, `Stream::as_raw`), which note every enqueue; an external stream's
-        // owner enqueues on it directly, so only a new marker tells about its work.
-        let native = id::is_native(self.id);
+        // Every enqueue through the runtime's wrappers of the queue is noted, and so is one on
+        // the raw handle that its code notes (`CommandQueue::note_raw_enqueue`): a kept marker
+        // that completed with nothing noted after it answers, on a native stream and on an
+        // external one alike. (An external stream's query asked with a new marker each time
+        // instead, and NVIDIA's status of a fresh marker reads pending at first: a polling
+        // loop over an idle external stream stayed `false` for 60 s, 2 of 2 on an H100,
+        // 2026-12-06.)
         let kept = q.tracked().query_marker();
         if let Some(k) = &kept {
             // In-order queue: a later marker cannot complete before this one, so while it is
@@ -241,7 +246,7 @@ impl Stream {
                     // Nothing enqueued after it: the stream is idle, and the marker answers
                     // the next query too. Work enqueued after it is not covered: ask again
                     // with a new marker.
-                    if native && !q.enqueued_since(&k.probe) {
+                    if !q.enqueued_since(&k.probe) {
                         return Ok(true);
                     }
                 }
@@ -272,14 +277,10 @@ impl Stream {
         if complete {
             q.tracked().progress.complete_up_to(drained);
         }
-        // Kept while pending, and on a native stream once complete (it answers the next
-        // query); an external stream's complete one answers nothing more, and the stale one
-        // read above goes too (the next query enqueues at once). Another query's replacement
+        // Kept, pending or complete (it answers the next query). Another query's replacement
         // since the read above is kept instead.
-        let keep = (!complete || native).then_some(QueryMarker::new(probe, drained));
-        if keep.is_some() || kept.is_some() {
-            q.tracked().replace_query_marker(kept.as_ref(), keep);
-        }
+        q.tracked()
+            .replace_query_marker(kept.as_ref(), Some(QueryMarker::new(probe, drained)));
         Ok(complete)
     }
 
