@@ -349,10 +349,17 @@ fn model_check(seed: u64, slots: usize, steps: usize) -> Vec<String> {
             return None;
         }
         wait_for_callbacks();
-        let actual = |i: usize| match ev[i].status().unwrap() {
+        let read = |i: usize| match ev[i].status().unwrap() {
             EventStatus::Complete => M::Done(0),
             EventStatus::Error(c) => M::Done(c),
             _ => M::Pending,
+        };
+        // An event a status reaches (the one set, or a forward's target from a source that
+        // is over) is read once it settled: NVIDIA sets targets from its own callback thread,
+        // later (an H100, 2026-12-06: read unset at once); PoCL within the setting call.
+        let actual = |i: usize| {
+            common::settles(SETTLE, || read(i) != M::Pending);
+            read(i)
         };
         let mut cands = vec![(slot, code)];
         st[slot] = actual(slot);
@@ -586,8 +593,14 @@ fn a_forward_from_a_marker_pays_no_cycle_check() {
         empty <= 2 * n,
         "{empty} status queries for {n} marker forwards"
     );
+    // A registration sweep goes over every kept forward once the list doubled (amortized
+    // O(1) a forward): one such sweep over the 5,200 user forwards and the markers' may fall
+    // in this window (NVIDIA, whose callbacks leave the finished forwards to sweeps: 8,143
+    // on an H100, 2026-12-06; PoCL: none). A cycle check per marker forward would cost
+    // n x 5,200.
+    let one_sweep = 5_200 + 2 * n;
     assert!(
-        crowded <= 2 * n && crowded <= empty + n,
+        crowded <= 2 * n + one_sweep && crowded <= empty + n + one_sweep,
         "{crowded} status queries for {n} marker forwards beside 5,200 user forwards (empty: {empty})"
     );
     println!("scenario-ok");
@@ -637,15 +650,29 @@ fn concurrent_random_forwards_never_close_a_cycle() {
         for h in handles {
             h.join().unwrap();
         }
-        let waiter = q.enqueue_barrier(&evs.iter().collect::<Vec<_>>()).unwrap();
+        // NVIDIA refuses a barrier whose wait list holds a failed event (-5, an H100,
+        // 2026-12-06); PoCL enqueues it and fails it. Either way every event must end set.
+        let waiter = q.enqueue_barrier(&evs.iter().collect::<Vec<_>>());
+        if waiter.is_err() {
+            let settled = common::settles(HANG_LIMIT, || {
+                evs.iter().all(|e| e.status().is_ok_and(common::terminal))
+            });
+            assert!(settled, "round {round}: the 6 events end set ({waiter:?})");
+        }
         drop(evs);
         let q2 = q.clone();
-        let done = common::within(HANG_LIMIT, move || q2.finish().is_ok());
+        let done = common::within(HANG_LIMIT, move || {
+            let first = q2.finish();
+            // NVIDIA's first `clFinish` after a failed command reports it once.
+            first.is_ok() || q2.finish().is_ok()
+        });
         assert_eq!(
             done,
             Some(true),
             "round {round}: the waiter of the 6 events finishes"
         );
-        assert!(common::terminal(waiter.status().unwrap()));
+        if let Ok(waiter) = waiter {
+            assert!(common::terminal(waiter.status().unwrap()));
+        }
     }
 }

@@ -81,8 +81,12 @@ fn settle_all(
     );
     let got = now.1.map_or_else(|| rx.recv_timeout(SETTLE).ok(), Some);
     assert!(got.is_some_and(|s| s < 0), "{what}: closure {got:?}");
+    // PoCL passes the failure on within the failing call (its callbacks run there); NVIDIA
+    // calls back later on its own thread (an H100, 2026-12-06: unset right after the call,
+    // failed once settled), so "at once" is asked of PoCL only.
+    let at_once = xpu_device::device(0).is_ok_and(common::is_pocl);
     assert!(
-        now.0,
+        now.0 || !at_once,
         "{what}: the target was unset right after the failing call"
     );
 }
