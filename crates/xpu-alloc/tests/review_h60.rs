@@ -47,7 +47,8 @@ fn recorded_block_freed_after_a_failed_wait_of_t(
 /// life (each such tensor leaks its segment). Here T is synchronized right after the free,
 /// before the allocator even looked at the marker.
 ///
-/// Observed on PoCL (6 of 6 runs, threads and one at a time): after `synchronize(T)`, an allocation on S and
+/// Observed on PoCL (6 of 6 runs, threads and one at a time): after `synchronize(T)`, an
+/// allocation on S and
 /// `empty_cache`: `(active, active_bytes, reserved) = (1, 12582912, 12582912)`, expected
 /// `(0, 0, 0)`.
 ///
@@ -90,7 +91,8 @@ fn a_block_recorded_on_a_failed_stream_comes_back_once_that_stream_is_synchroniz
 /// Finding 1, second order: the allocator sees the failed free marker first (an allocation on
 /// S), then T is synchronized. The block is still lost for good.
 ///
-/// Observed on PoCL (6 of 6 runs, threads and one at a time): `(1, 12582912, 12582912)`, expected `(0, 0, 0)`.
+/// Observed on PoCL (6 of 6 runs, threads and one at a time): `(1, 12582912, 12582912)`,
+/// expected `(0, 0, 0)`.
 #[test]
 fn a_block_whose_free_marker_was_seen_failed_comes_back_once_its_stream_is_synchronized() {
     if !xpu_testing::devices(1) {
@@ -140,7 +142,8 @@ fn segment_kept_out_by_a_failed_release_marker(s: &xpu_stream::Stream) -> Device
 /// allocator drops. (review_h29's last test shows that segments freed *after* the
 /// synchronize come back; this one was kept out before it.)
 ///
-/// Observed on PoCL (6 of 6 runs, threads and one at a time): after `synchronize(S)` and `empty_cache`:
+/// Observed on PoCL (6 of 6 runs, threads and one at a time): after `synchronize(S)` and
+/// `empty_cache`:
 /// `(reserved, segments) = (12582912, 1)`, expected `(0, 0)`.
 ///
 /// Cause: `ReleaseBatch::free` (crates/xpu-caching/src/allocator/stream_state.rs:987-1007)
@@ -177,7 +180,8 @@ fn a_segment_kept_out_after_a_failed_wait_is_released_once_its_stream_is_synchro
 /// snapshot lists no segment at all: `memory_snapshot` / PyTorch's visualizer show 0 bytes
 /// reserved where `memory_reserved` says 12 MiB, and no trace of where they went.
 ///
-/// Observed on PoCL (6 of 6 runs, threads and one at a time): stats `(12582912, 1)`, snapshot `(0, 0)` (bytes, segments).
+/// Observed on PoCL (6 of 6 runs, threads and one at a time): stats `(12582912, 1)`,
+/// snapshot `(0, 0)` (bytes, segments).
 ///
 /// Cause: `ShardState::take_releasable` takes the segment out of its shard before the release
 /// marker is judged; a failed batch is then dropped (crates/xpu-caching/src/allocator/
