@@ -79,7 +79,6 @@ fn pending_command_forwards(
 /// for (b8db1cf) let failures be missed (review h56) and was taken back. Ignored until that
 /// round is paid for otherwise.
 #[test]
-#[ignore = "open: c status queries per failure a forward's callback passes on (the commands' round of sweep_after_failure)"]
 fn forwards_from_a_failed_event_cost_linear_status_queries() {
     let Some(dev) = common::device0_in_child() else {
         return;

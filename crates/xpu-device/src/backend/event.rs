@@ -81,10 +81,13 @@ impl ForwardSet {
         // clSetUserEventStatus is non-blocking and allowed in a callback (§5.11.4); a target
         // already set refuses the second status, which is all there is to do then.
         let set = super::held::set_user_status(self.raw, self.status);
+        // Read after the set, while the guard keeps the event's note (see `forwards::WAITED`).
+        let waited =
+            set.is_ok() && self.status < 0 && super::forwards::may_be_waited(self.raw as usize);
         drop(self.guard);
         if set.is_ok() && self.status < 0 {
             // The failure may fail commands that other forwards wait for (see `forwards`).
-            super::forwards::sweep_after_failure(self.raw as usize);
+            super::forwards::sweep_after_failure(self.raw as usize, waited);
         }
         // SAFETY: the reference owned by the forward's clone, released once (clReleaseEvent
         // is non-blocking and allowed in a callback).
@@ -227,8 +230,17 @@ impl Drop for UnsetGuard {
         // Runs inside the last wrapper's `Drop`, before its reference is released, so the
         // event is live. Both calls are non-blocking and allowed in a callback (§5.11.4).
         if !self.armed.load(Ordering::Acquire) {
+            // Handed out (`into_raw`): its owner may still set it, and it stays noted.
             return;
         }
+        struct Forget(raw::cl_event);
+        impl Drop for Forget {
+            fn drop(&mut self) {
+                // Set below if it was not (no later failure of it): no longer noted.
+                super::forwards::forget_waited(self.0 as usize);
+            }
+        }
+        let _forget = Forget(self.raw);
         let submitted = cle::get_event_info(self.raw, cle::CL_EVENT_COMMAND_EXECUTION_STATUS)
             .is_ok_and(|v| v.to_int() == cle::CL_SUBMITTED);
         if submitted {
@@ -575,6 +587,10 @@ impl ClEvent {
             // The raw handle's owner may set the event later: never fail it on drop.
             guard.armed.store(false, Ordering::Release);
         }
+        if self.1 == Role::User {
+            // Its owner may list it in wait lists the runtime does not see.
+            super::forwards::note_waited(self.0 as usize);
+        }
         let raw = self.0;
         std::mem::forget(self);
         raw
@@ -582,6 +598,16 @@ impl ClEvent {
 }
 
 impl ClEvent {
+    /// Notes that a command is about to list this event in its wait list (the queue's wait
+    /// lists call it before the enqueue): a user event's failure is passed on to the forwards
+    /// from commands only where one may have waited for it (see `forwards::WAITED`). Nothing
+    /// for an event that is not a user event (its failure is the driver's to pass on).
+    pub(super) fn note_waited(&self) {
+        if self.1 == Role::User {
+            super::forwards::note_waited(self.0 as usize);
+        }
+    }
+
     /// A clone that does not keep a user event's unset guard alive: the runtime's own
     /// long-lived clones (a forward's source, kept until it is over) must not stop the
     /// application's last wrapper from failing an unset user event on drop, or the event would

@@ -168,6 +168,63 @@ impl Forwards {
     }
 }
 
+/// The user events a command may wait for (raw handle addresses): listed by a wait list of
+/// the runtime's (any wrapper of the handle: [`ClEvent::note_waited`], called by the queue's
+/// wait lists before the enqueue), or handed out ([`ClEvent::into_raw`]). A failure passed on
+/// to a target that is not here cannot have failed a command enqueued through the runtime,
+/// so the forwards from commands get no round for it (review h55: a round per failure a
+/// forward's callback passed on cost c status queries beside c pending forwards from
+/// commands; review h56 broke a note kept per wrapper, which a wait through another wrapper
+/// of the handle missed). A runtime user event leaves the set when its unset guard drops
+/// (set by then: no later failure of it); one wrapped from a raw handle stays, up to
+/// [`WAITED_CAP`] entries, past which every user event counts as waited for. A command that
+/// foreign code enqueues waiting for a user event's raw handle ([`ClEvent::as_raw`]) gets a
+/// failure passed on at the next full sweep, as a failure set through a raw handle does.
+static WAITED: Mutex<Waited> = Mutex::new(Waited {
+    events: None,
+    saturated: false,
+});
+
+/// Entries of [`WAITED`] past which it stops tracking (every user event then counts as waited
+/// for): bounds it when user events wrapped from raw handles are waited for and never leave.
+const WAITED_CAP: usize = 1 << 16;
+
+struct Waited {
+    events: Option<HashSet<RawEvent>>,
+    saturated: bool,
+}
+
+/// Notes that a command may wait for the user event `raw` ([`WAITED`]).
+pub(super) fn note_waited(raw: RawEvent) {
+    let mut waited = WAITED.lock().unwrap_or_else(PoisonError::into_inner);
+    if waited.saturated {
+        return;
+    }
+    let events = waited.events.get_or_insert_with(HashSet::new);
+    if events.len() >= WAITED_CAP && !events.contains(&raw) {
+        waited.events = None;
+        waited.saturated = true;
+        return;
+    }
+    events.insert(raw);
+}
+
+/// The runtime user event `raw`'s unset guard dropped: it is set, and leaves [`WAITED`].
+pub(super) fn forget_waited(raw: RawEvent) {
+    let mut waited = WAITED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(events) = waited.events.as_mut() {
+        events.remove(&raw);
+    }
+}
+
+/// Whether a command may wait for the user event `raw` ([`WAITED`]). Read after the event's
+/// status was set: a wait list noted later lists an event already failed, whose command the
+/// driver fails at its enqueue (its forward's registration sweeps then).
+pub(super) fn may_be_waited(raw: RawEvent) -> bool {
+    let waited = WAITED.lock().unwrap_or_else(PoisonError::into_inner);
+    waited.saturated || waited.events.as_ref().is_some_and(|e| e.contains(&raw))
+}
+
 /// Registration sweeps start once this many forwards are kept.
 const FIRST_SWEEP: usize = 64;
 
@@ -351,23 +408,23 @@ pub(super) fn sweep() {
 
 /// [`sweep`] after the user event `failed` (its raw handle's address) was set to an error
 /// status by a forward's callback: only the forwards that failure can reach are asked about
-/// (those from `failed`, and those from commands, which may have waited for it).
-pub(super) fn sweep_after_failure(failed: usize) {
-    sweep_rounds(Some(vec![failed]), true);
+/// (those from `failed`, and, when a command may have waited for it, `waited`
+/// ([`may_be_waited`], read after the set), those from commands).
+pub(super) fn sweep_after_failure(failed: usize, waited: bool) {
+    sweep_rounds(Some(vec![failed]), waited);
 }
 
 /// The rounds of a sweep. The first asks about the forwards from `focus` (every forward, for
 /// `None`; with a focus, a failure was just set on those events: `waited`, a command may have
 /// waited for one of them). A failure passed on goes one link further per round: each later
 /// round asks only about the forwards from the targets the round before failed; once such
-/// rounds fail nothing more, the forwards from commands get one round (a command may have
-/// waited for a failed target), and `on_complete`'s closures waiting for a failed event are
-/// handed over once if a failure was passed on since they last were. So failing the head of
-/// a chain of `n` forwards between user events beside `c` pending forwards from commands asks
-/// O(n + c) statuses (reviews h52 and h53: n (n - 1) / 2, then n c). Each failure that a
-/// forward's callback passes on still costs a round over the forwards from commands (review
-/// h55's open cost): which commands wait for an event is not known (a wait may list any
-/// wrapper of its raw handle; review h56 broke a per-wrapper note of it).
+/// rounds fail nothing more, the forwards from commands get one round if a failed target may
+/// have been waited for by a command ([`may_be_waited`]), and `on_complete`'s closures
+/// waiting for a failed event are handed over once if a failure was passed on since they
+/// last were. So failing the head of a chain of `n` forwards between user events beside `c`
+/// pending forwards from commands asks O(n + c) statuses, and a failure passed on to a
+/// target no command waits for asks none of the `c` (reviews h52, h53 and h55: n (n - 1) / 2,
+/// then n c, then c per forward registered from a failed event).
 fn sweep_rounds(mut focus: Option<Vec<RawEvent>>, waited: bool) {
     let mut commands_owed = waited;
     let mut closures_owed = focus.is_some();
@@ -452,10 +509,9 @@ fn sweep_rounds(mut focus: Option<Vec<RawEvent>>, waited: bool) {
                 super::held::set_user_status(forward.target.as_raw(), forward.status_for(code));
             if set.is_ok() && forward.status_for(code) < 0 {
                 newly.push(key_of(&forward.target));
-                // A command waiting for the target may fail with it (the runtime cannot tell
-                // which events a command waits for: any wrapper of the raw handle may have
-                // listed it; review h56).
-                commands_owed = true;
+                // A command waiting for the target may fail with it (read after the set; the
+                // target's clone keeps its guard, so its note stays).
+                commands_owed |= may_be_waited(key_of(&forward.target));
             }
             // The driver may never call back for the failed source: its clone goes now.
             drop(take_target(forward.key));

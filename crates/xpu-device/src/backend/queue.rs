@@ -409,6 +409,7 @@ impl CommandQueue {
             if e.context_raw()? != ctx {
                 return Err(ClError::new(function, CODE_INVALID_CONTEXT));
             }
+            e.note_waited();
             if !stand_in {
                 continue;
             }
