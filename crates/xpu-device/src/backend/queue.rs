@@ -62,13 +62,37 @@ pub struct QueueOptions {
     pub priority: Option<QueuePriority>,
 }
 
-/// A reference-counted in-order command queue. `Clone` retains, `Drop` releases; clones
-/// share what the wrapper knows of the queue (its context, the waits of its commands), a
-/// queue wrapped twice from its raw handle does not.
+/// A reference-counted in-order command queue. `Clone` retains, `Drop` releases; every
+/// wrapper of one raw queue (clones, and wrappers made again from its raw handle while one
+/// lives: [`CommandQueue::from_raw_borrowed`], an external stream over a runtime queue) shares
+/// what the runtime knows of the queue: its context, the waits of its commands, the commands
+/// enqueued after an idle probe (review h59: a second wrapper's own record let an external
+/// stream's query answer `true` over work enqueued through the first, and a marker through it
+/// miss a failed wait of the first).
 #[derive(Debug)]
 pub struct CommandQueue(raw::cl_command_queue, Arc<QueueShared>);
 
-/// What the clones of one [`CommandQueue`] wrapper know of the queue.
+/// The shared state of every live wrapper of each raw queue, by the queue's address (a queue
+/// stays alive, so its address unique, while a wrapper holds its reference). Looked up when a
+/// wrapper is made from a raw handle (not when one is cloned); an entry goes with the last
+/// wrapper's drop, and a dead one is replaced.
+static SHARED: parking_lot::Mutex<
+    Option<std::collections::HashMap<usize, std::sync::Weak<QueueShared>>>,
+> = parking_lot::Mutex::new(None);
+
+/// The shared state of the raw queue `raw`: the live wrappers', or a new one.
+fn shared_of(raw: raw::cl_command_queue) -> Arc<QueueShared> {
+    let mut map = SHARED.lock();
+    let map = map.get_or_insert_with(Default::default);
+    if let Some(shared) = map.get(&(raw as usize)).and_then(std::sync::Weak::upgrade) {
+        return shared;
+    }
+    let shared = Arc::new(QueueShared::default());
+    map.insert(raw as usize, Arc::downgrade(&shared));
+    shared
+}
+
+/// What every wrapper of one raw queue knows of it ([`CommandQueue`]).
 #[derive(Debug, Default)]
 struct QueueShared {
     /// The queue's context (`CL_QUEUE_CONTEXT`, fixed at creation), read once on first need
@@ -87,6 +111,11 @@ struct QueueShared {
     /// The generation of the latest idle probe begun through these clones
     /// ([`CommandQueue::enqueue_idle_probe`]; 0: none).
     probes: AtomicU64,
+    /// How many `clFinish` calls began through these wrappers (numbered before each call).
+    finishes_begun: AtomicU64,
+    /// The highest number ([`QueueShared::finishes_begun`]) of a `clFinish` that returned with
+    /// success: every command enqueued before that one began completed.
+    finished_begun: AtomicU64,
     /// The highest probe generation that was the latest when a command's enqueue call
     /// through these clones returned (a probe's own marker excepted): a probe of a higher
     /// generation saw no command enqueued after it began.
@@ -142,6 +171,9 @@ impl IdleProbe {
 pub struct OrderedMarker {
     event: ClEvent,
     earlier: Option<EarlierWaits>,
+    /// The queue's shared state and its count of begun finishes read after the marker's
+    /// enqueue returned ([`OrderedMarker::drained_by_finish`]).
+    finishes: (Arc<QueueShared>, u64),
 }
 
 impl OrderedMarker {
@@ -171,11 +203,10 @@ impl OrderedMarker {
     /// the marker's enqueue returned and returned with success: then even a marker that reads
     /// `Error` after a failed wait ([`OrderedMarker::status`]) has no earlier work left
     /// (`clFinish`, OpenCL 3.0 §5.15, returns once every earlier command completed). `false`
-    /// while no such finish returned, and for a marker enqueued while no wait was logged
-    /// (its status is the driver's own then). One lock of the queue's wait log, no driver
-    /// call; nothing while no wait was logged.
+    /// while no such finish returned. One atomic load, no driver call.
     pub fn drained_by_finish(&self) -> bool {
-        self.earlier.as_ref().is_some_and(EarlierWaits::drained)
+        let (queue, seen) = &self.finishes;
+        queue.finished_begun.load(Ordering::Acquire) > *seen
     }
 
     /// Whether every wait enqueued before the marker on its queue (through the wrapper or
@@ -287,7 +318,7 @@ impl CommandQueue {
     pub(super) fn counted(raw: raw::cl_command_queue) -> Self {
         super::live::created(super::live::Kind::Queue);
         super::at_exit::wrapper_created(raw);
-        CommandQueue(raw, Arc::default())
+        CommandQueue(raw, shared_of(raw))
     }
 
     /// `clCreateCommandQueueWithProperties` with a property list.
@@ -673,12 +704,14 @@ impl CommandQueue {
         // is noted after its enqueue call): a successful finish covers it for the exit's
         // registry. A command enqueued meanwhile notes itself again.
         let enqueued = self.1.enqueued.swap(false, Ordering::AcqRel);
+        let number = self.1.finishes_begun.fetch_add(1, Ordering::AcqRel) + 1;
         if let Err(e) = cl("clFinish", clq::finish(self.0)) {
             if enqueued {
                 self.1.enqueued.store(true, Ordering::Release);
             }
             return Err(e);
         }
+        self.1.finished_begun.fetch_max(number, Ordering::AcqRel);
         if let Some(covered) = covered {
             self.1.waits.finished(covered);
         }
@@ -752,9 +785,12 @@ impl CommandQueue {
     /// A failed `clEnqueueMarkerWithWaitList`.
     pub fn enqueue_ordered_marker(&self) -> Result<OrderedMarker, ClError> {
         let event = self.enqueue_marker(&[])?;
+        // Read after the enqueue returned: a finish numbered above began after it.
+        let seen = self.1.finishes_begun.load(Ordering::Acquire);
         Ok(OrderedMarker {
             event,
             earlier: EarlierWaits::after_marker(&self.1.waits),
+            finishes: (Arc::clone(&self.1), seen),
         })
     }
 
@@ -1330,6 +1366,20 @@ impl Drop for CommandQueue {
                 let _ = self.flush();
             }
             super::at_exit::retired_marker(self.0, marker);
+        }
+        if Arc::strong_count(&self.1) == 1 {
+            // The last wrapper (a wrapper made meanwhile from the raw handle holds the lock
+            // to look the entry up, and finds it dead or gone): its entry goes.
+            let mut map = SHARED.lock();
+            if let Some(map) = map.as_mut() {
+                if map
+                    .get(&(self.0 as usize))
+                    .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.1)))
+                    && Arc::strong_count(&self.1) == 1
+                {
+                    map.remove(&(self.0 as usize));
+                }
+            }
         }
         // SAFETY: we own exactly one reference to a live queue.
         release::note("clReleaseCommandQueue", unsafe {

@@ -317,13 +317,6 @@ impl EarlierWaits {
         })
     }
 
-    /// Whether a `clFinish` of the queue begun after the marker was numbered returned with
-    /// success ([`WaitLog::finished`]): every command enqueued before the marker completed,
-    /// whatever the waits' failures say. One lock of the log, no driver call.
-    pub fn drained(&self) -> bool {
-        self.before <= self.log.inner.lock().drained
-    }
-
     /// Where the waits enqueued before the marker stand. Queries the status of each wait
     /// still logged before it (`clGetEventInfo`, never a wait) under the log's lock; drops
     /// those complete with success.
