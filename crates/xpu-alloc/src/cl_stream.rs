@@ -121,16 +121,22 @@ impl EventMarker {
     /// One status query ([`OrderedMarker::status`]). Complete: `CL_COMPLETE` with every wait
     /// enqueued before it on the queue complete; also an event whose status cannot be read
     /// (nothing more can be learned), and one in a bad fork child, which is not queried (no
-    /// driver call there). Failed: an error status, or a wait before it failed; PoCL fails
-    /// the commands after a failed one at once, and completes later markers, while earlier
-    /// ones stay queued, so the marker says nothing about the stream's earlier work (the
-    /// allocator keeps the block out of the cache). Pending otherwise.
+    /// driver call there), and an error status once a synchronize of its stream that began
+    /// after it returned ([`OrderedMarker::drained_by_finish`]). Failed: an error status, or
+    /// a wait before it failed, with no such synchronize; PoCL fails the commands after a
+    /// failed one at once, and completes later markers, while earlier ones stay queued, so the
+    /// marker says nothing about the stream's earlier work (the allocator keeps the block out
+    /// of the cache until it reads complete). Pending otherwise.
     fn status(&self) -> MarkerStatus {
         if xpu_device::fork::is_in_bad_fork() {
             return MarkerStatus::Complete;
         }
         match self.0.status() {
             Ok(EventStatus::Complete) | Err(_) => MarkerStatus::Complete,
+            // A synchronize of the stream begun after the marker returned: nothing before it
+            // is queued any more (review h60: memory kept out after a failed wait never came
+            // back).
+            Ok(EventStatus::Error(_)) if self.0.drained_by_finish() => MarkerStatus::Complete,
             Ok(EventStatus::Error(_)) => MarkerStatus::Failed,
             Ok(_) => MarkerStatus::Pending,
         }

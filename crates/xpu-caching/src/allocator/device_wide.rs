@@ -52,12 +52,17 @@ struct Reserved {
     allowed: Option<u64>,
 }
 
-/// A release of segments whose marker read pending after its wait (a shard's release batch),
-/// kept device-wide until a later release ([`DeviceShared::take_kept_releases`]).
+/// A release of segments whose marker read pending or failed after its wait (a shard's
+/// release batch), kept device-wide until a later release
+/// ([`DeviceShared::take_kept_releases`]).
 pub(crate) trait KeptRelease<B: Backend>: Send {
     /// Frees the segments if the marker now reads complete, else keeps the release again
-    /// ([`DeviceShared::keep_release`]); when it reads failed, keeps them out for good.
+    /// ([`DeviceShared::keep_release`]).
     fn free_kept(self: Box<Self>, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>);
+
+    /// The kept segments, as a snapshot shows them (reserved, each one free block waiting
+    /// for the marker: [`crate::BlockState::PendingFree`]).
+    fn snapshot(&self) -> Vec<crate::SegmentSnapshot>;
 }
 
 /// State of one device allocator shared by its shards.
@@ -381,6 +386,14 @@ impl<B: Backend> DeviceShared<B> {
     /// The releases kept since their marker read pending, to free now if it reads complete
     /// ([`KeptRelease::free_kept`] keeps those still pending again). Their markers were
     /// waited for already: they are not waited for again.
+    pub(crate) fn kept_releases_snapshot(&self) -> Vec<crate::SegmentSnapshot> {
+        self.kept_releases
+            .lock()
+            .iter()
+            .flat_map(|k| k.snapshot())
+            .collect()
+    }
+
     pub(crate) fn take_kept_releases(&self) -> Vec<Box<dyn KeptRelease<B>>> {
         std::mem::take(&mut *self.kept_releases.lock())
     }

@@ -60,6 +60,10 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         for shard in self.all_shards() {
             out.extend(shard_segments(&shard.lock()));
         }
+        // Segments taken out of their shards to be released, kept while their marker reads
+        // pending or failed: still reserved (review h60: the statistics counted them, the
+        // snapshot did not).
+        out.extend(self.shared().0.kept_releases_snapshot());
         out.sort_by_key(|s| s.address);
         out
     }

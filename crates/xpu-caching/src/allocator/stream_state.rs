@@ -637,15 +637,15 @@ impl<B: Backend> ShardState<B> {
     }
 
     /// A free marker of `block` failed ([`Backend::marker_status`]): the work on `stream`
-    /// before it may still be queued, so nothing orders a reuse after it. As when the marker
-    /// could not be recorded, the block stays out of the cache (never reused, merged or
-    /// released): its marker count never drops to 0.
+    /// before it may still be queued, so nothing orders a reuse after it. The block stays
+    /// out of the cache (never reused, merged or released) while the marker reads failed
+    /// (until its stream is synchronized, for xpu-alloc's markers).
     #[cold]
     fn marker_failed(block: u32, stream: StreamKey) {
         tracing::error!(
             ?stream,
             block,
-            "a free marker failed; the block is kept out of the cache"
+            "a free marker failed; the block is kept out of the cache until its marker reads complete"
         );
     }
 
@@ -863,6 +863,7 @@ impl<B: Backend> ShardState<B> {
             key: self.key,
             marker,
             segments,
+            told_failed: false,
         })
     }
 
@@ -964,6 +965,8 @@ pub(crate) struct ReleaseBatch<B: Backend> {
     key: StreamKey,
     marker: B::Marker,
     segments: Vec<Segment<B>>,
+    /// Whether its marker was seen failed (logged once).
+    told_failed: bool,
 }
 
 impl<B: Backend> ReleaseBatch<B> {
@@ -977,13 +980,14 @@ impl<B: Backend> ReleaseBatch<B> {
 
     /// Frees the segments (after [`ReleaseBatch::wait`]); returns the bytes released. Only
     /// once the marker reads complete ([`Backend::marker_status`]): a wait may return while
-    /// the marker is not complete in order. When it reads failed (a failed command before it
-    /// on the stream, whose earlier commands may stay queued), the segments are kept out for
-    /// good: never freed, still counted as reserved. When it reads pending (on OpenCL: a
-    /// wait of the stream numbered before the marker has not completed, as one whose enqueue
-    /// call raced the marker's on another thread does, review h34), the batch is kept in
-    /// `shared` ([`DeviceShared::keep_release`]) and freed by a later release once its
-    /// marker reads complete ([`DeviceShared::take_kept_releases`]). 0 is returned for both.
+    /// the marker is not complete in order. When it reads pending (on OpenCL: a wait of the
+    /// stream numbered before the marker has not completed, as one whose enqueue call raced
+    /// the marker's on another thread does, review h34) or failed (a failed command before
+    /// it on the stream, whose earlier commands may stay queued: kept out, still counted as
+    /// reserved, until the backend reads it complete, as xpu-alloc's does once the stream
+    /// was synchronized after it; review h60), the batch is kept in `shared`
+    /// ([`DeviceShared::keep_release`]) and freed by a later release once its marker reads
+    /// complete ([`DeviceShared::take_kept_releases`]). 0 is returned for both.
     pub(crate) fn free(mut self, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>) -> u64 {
         let status = st.unlocked(|| B::marker_status(&self.marker));
         match status {
@@ -999,8 +1003,15 @@ impl<B: Backend> ReleaseBatch<B> {
                 0
             }
             MarkerStatus::Failed => {
-                // Dropped: the segments stay out (see the type's docs).
-                Self::kept_out(self.key, &self.segments, status);
+                // Kept as a pending one is: a later release frees the segments once the
+                // marker reads complete (a backend reads a failed marker complete once its
+                // stream was synchronized after it; review h60: they stayed reserved for
+                // good). Told once.
+                if !self.told_failed {
+                    self.told_failed = true;
+                    Self::kept_out(self.key, &self.segments, status);
+                }
+                shared.keep_release(Box::new(self));
                 0
             }
         }
@@ -1021,7 +1032,7 @@ impl<B: Backend> ReleaseBatch<B> {
             stream = ?key,
             segments = segments.len(),
             ?status,
-            "the work before a release marker is not known complete; its segments are kept out"
+            "the work before a release marker is not known complete (it failed); its segments are kept out until it reads complete"
         );
     }
 }
@@ -1029,6 +1040,24 @@ impl<B: Backend> ReleaseBatch<B> {
 impl<B: Backend> KeptRelease<B> for ReleaseBatch<B> {
     fn free_kept(self: Box<Self>, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>) {
         (*self).free(shared, st);
+    }
+
+    fn snapshot(&self) -> Vec<crate::SegmentSnapshot> {
+        self.segments
+            .iter()
+            .map(|s| crate::SegmentSnapshot {
+                stream: self.key,
+                address: s.source.address,
+                size: s.source.size,
+                pool: s.pool,
+                blocks: vec![crate::BlockSnapshot {
+                    address: s.source.address,
+                    size: s.source.size,
+                    requested: 0,
+                    state: crate::BlockState::PendingFree,
+                }],
+            })
+            .collect()
     }
 }
 
