@@ -165,7 +165,19 @@ impl HostAllocator {
         }
         let block = match cache.pop(class) {
             Some(b) => b,
-            None => shared.new_block(cache, rounded)?,
+            None => {
+                // Before asking the driver: blocks kept out after a failed marker whose
+                // stream was synchronized since come back (review h59: only
+                // `process_events` and `empty_cache` asked again).
+                if shared.pending.has_kept_out() {
+                    shared.process_pending(true);
+                    if let Some(b) = cache.pop(class) {
+                        shared.counters.on_allocate(rounded);
+                        return Ok(HostPtr::new(self.owner(), b, size));
+                    }
+                }
+                shared.new_block(cache, rounded)?
+            }
         };
         shared.counters.on_allocate(rounded);
         Ok(HostPtr::new(self.owner(), block, size))
@@ -188,7 +200,10 @@ impl HostAllocator {
 
     /// Processes pending blocks now (waiting for the queue lock): every block whose markers
     /// all completed rejoins its free list, oldest first, stopping at the first one still
-    /// waiting. Allocation does this on its own; this is for reading exact statistics.
+    /// waiting; a block kept out after a failed marker rejoins once a synchronize of its
+    /// stream begun after the marker returned. Allocation does this on its own (the kept-out
+    /// blocks before it asks the driver for a new block); this is for reading exact
+    /// statistics.
     /// Does nothing in a bad fork child.
     pub fn process_events(&self) {
         if xpu_device::fork::is_in_bad_fork() {

@@ -149,6 +149,11 @@ impl PendingQueue {
             && (!wait_for_lock || self.kept.load(Ordering::Acquire) == 0)
     }
 
+    /// Whether a block is kept out after a failed marker (one atomic load).
+    pub(crate) fn has_kept_out(&self) -> bool {
+        self.kept.load(Ordering::Acquire) > 0
+    }
+
     /// Hands every block whose markers all completed to `reusable`, oldest first, stopping at
     /// the first block with an unfinished marker; a block with a failed marker is kept out
     /// for good ([`Judged::Failed`]). With `wait_for_lock` false, returns at once when

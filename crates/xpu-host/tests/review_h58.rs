@@ -102,3 +102,42 @@ fn a_failed_wait_on_a_recorded_stream_does_not_release_the_block_before_its_earl
     );
     Ok(())
 }
+
+/// Review h59's suspicion, shown: a block kept out after a failed marker came back only
+/// through `process_events` or `empty_cache`, never through allocation, so a program that
+/// only allocates, frees and synchronizes grew a new block instead. Now an allocation that
+/// finds no cached block asks the kept-out ones first: after `s1` is synchronized, the next
+/// allocation of the class reuses the block and the segment count stays 1. Before the fix
+/// (1 of 1 run): a second block (segment.current 2, a new address).
+#[test]
+fn a_kept_out_block_comes_back_through_allocation_once_its_stream_is_synchronized(
+) -> TestResult {
+    let Some(alloc) = allocator() else {
+        return Ok(());
+    };
+    let s1 = get_stream_from_pool(PRIORITY_NORMAL, 0)?;
+    let earlier = Gate::new(0)?;
+    earlier.block(&s1)?;
+    let failing = Gate::new(0)?;
+    failing.block(&s1)?;
+    let h = alloc.allocate_on(0, 4096)?;
+    let addr = h.address();
+    assert!(h.record_stream(&s1)?);
+    drop(h);
+    failing.as_cl_event().set_failed(-5)?;
+    // The failed marker is seen: the block is kept out.
+    alloc.process_events();
+    assert_eq!(alloc.memory_stats().pending_blocks, 1, "kept out");
+    earlier.open()?;
+    if s1.synchronize().is_err() {
+        s1.synchronize()?;
+    }
+    let again = alloc.allocate_on(0, 4096)?;
+    let stats = alloc.memory_stats();
+    assert_eq!(
+        (again.address() == addr, stats.segment.current, stats.pending_blocks),
+        (true, 1, 0),
+        "the allocation reuses the kept-out block once its stream was synchronized"
+    );
+    Ok(())
+}
