@@ -1,6 +1,9 @@
 //! Review h58 (fresh eyes on the pinned-host allocator): findings, each a test that fails on
 //! the code as reviewed. PoCL 3.1 on the CPU, `POCL_DEVICES="pthread pthread"`; skipped
 //! without a device unless `XPU_REQUIRE_DEVICE=1`. Ordering by user-event gates, no sleeps.
+//!
+//! Fixed in b95ed45 and fe07bcb (ordered free markers; a failed one keeps its block out until
+//! its stream is synchronized, and allocation asks those blocks first): these pass now.
 
 mod host_common;
 
@@ -110,8 +113,7 @@ fn a_failed_wait_on_a_recorded_stream_does_not_release_the_block_before_its_earl
 /// allocation of the class reuses the block and the segment count stays 1. Before the fix
 /// (1 of 1 run): a second block (segment.current 2, a new address).
 #[test]
-fn a_kept_out_block_comes_back_through_allocation_once_its_stream_is_synchronized(
-) -> TestResult {
+fn a_kept_out_block_comes_back_through_allocation_once_its_stream_is_synchronized() -> TestResult {
     let Some(alloc) = allocator() else {
         return Ok(());
     };
@@ -135,7 +137,11 @@ fn a_kept_out_block_comes_back_through_allocation_once_its_stream_is_synchronize
     let again = alloc.allocate_on(0, 4096)?;
     let stats = alloc.memory_stats();
     assert_eq!(
-        (again.address() == addr, stats.segment.current, stats.pending_blocks),
+        (
+            again.address() == addr,
+            stats.segment.current,
+            stats.pending_blocks
+        ),
         (true, 1, 0),
         "the allocation reuses the kept-out block once its stream was synchronized"
     );

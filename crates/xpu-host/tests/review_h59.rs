@@ -14,6 +14,9 @@
 //! (waits.rs:309) returns `None` (the stream's log is not watched), so the marker's status is
 //! the driver's own (queue.rs:208 `in_order`), and `drained_by_finish` is `false` for ever
 //! (queue.rs:177, `is_some_and` on `None`).
+//!
+//! Fixed in 99f3f47 (one wait log per raw queue; `drained_by_finish` counts finishes): these
+//! pass now.
 
 mod host_common;
 

@@ -1,6 +1,8 @@
 //! Review h58 (fresh eyes on the facade, xpu-lazy and the pinned-host allocator): findings,
 //! each a test that fails on the code as reviewed. PoCL 3.1 on the CPU,
 //! `POCL_DEVICES="pthread pthread"`; skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
+//!
+//! Fixed in b51232d (`HostError::is_out_of_memory`): this passes now.
 
 mod common;
 
