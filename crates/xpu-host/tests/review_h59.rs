@@ -23,7 +23,7 @@ mod host_common;
 use std::time::Duration;
 
 use host_common::{allocator, TestResult};
-use xpu_device::backend::{CommandQueue, QueueOptions};
+use xpu_device::backend::QueueOptions;
 use xpu_event::Gate;
 use xpu_stream::ExternalStream;
 
@@ -31,9 +31,8 @@ use xpu_stream::ExternalStream;
 /// over its raw handle, as in `ExternalStream`'s doc example.
 fn external() -> TestResult<(xpu_device::backend::CommandQueue, ExternalStream)> {
     let theirs = xpu_device::device(0)?.create_queue(QueueOptions::default())?;
-    // SAFETY: `theirs` holds a reference to the live queue; the caller keeps it for as long
-    // as the stream.
-    let queue = unsafe { CommandQueue::from_raw_borrowed(theirs.as_raw()) }?;
+    // A second wrapper from the raw handle (`rewrapped`: `from_raw_borrowed` of `as_raw`).
+    let queue = theirs.rewrapped()?;
     let ext = ExternalStream::new(queue, 0)?;
     Ok((theirs, ext))
 }

@@ -19,7 +19,7 @@ mod common;
 
 use std::time::Duration;
 
-use xpu_device::backend::{CommandQueue, QueueOptions};
+use xpu_device::backend::QueueOptions;
 use xpu_stream::{get_stream_from_pool, ExternalStream, PRIORITY_NORMAL};
 
 /// Polls `s.query()` until it answers `true` (at most 20 s): the kept marker is complete.
@@ -47,8 +47,8 @@ fn external_query_sees_work_enqueued_through_the_runtime_wrapper_it_was_made_fro
     }
     let dev = xpu_device::device(0).unwrap();
     let theirs = dev.create_queue(QueueOptions::default()).unwrap();
-    // SAFETY: `theirs` holds a reference to the live queue for the whole test.
-    let queue = unsafe { CommandQueue::from_raw_borrowed(theirs.as_raw()) }.unwrap();
+    // A second wrapper from the raw handle (`rewrapped`: `from_raw_borrowed` of `as_raw`).
+    let queue = theirs.rewrapped().unwrap();
     let ext = ExternalStream::new(queue, 0).unwrap();
     let s = ext.stream();
     settle(s);
@@ -81,13 +81,8 @@ fn two_external_streams_of_one_queue_query_each_others_work() {
     }
     let dev = xpu_device::device(0).unwrap();
     let theirs = dev.create_queue(QueueOptions::default()).unwrap();
-    // SAFETY: `theirs` keeps the queue alive for the whole test.
-    let (qa, qb) = unsafe {
-        (
-            CommandQueue::from_raw_borrowed(theirs.as_raw()).unwrap(),
-            CommandQueue::from_raw_borrowed(theirs.as_raw()).unwrap(),
-        )
-    };
+    // Two more wrappers from the raw handle (`rewrapped`: `from_raw_borrowed` of `as_raw`).
+    let (qa, qb) = (theirs.rewrapped().unwrap(), theirs.rewrapped().unwrap());
     let ea = ExternalStream::new(qa, 0).unwrap();
     let eb = ExternalStream::new(qb, 0).unwrap();
     let (a, b) = (ea.stream(), eb.stream());
@@ -121,8 +116,8 @@ fn external_stream_over_a_native_streams_queue_sees_the_native_streams_work() {
     }
     let dev = xpu_device::device(0).unwrap();
     let native = get_stream_from_pool(PRIORITY_NORMAL, 0).unwrap();
-    // SAFETY: pool streams live for the whole process; the handle is a live queue.
-    let queue = unsafe { CommandQueue::from_raw_borrowed(native.as_raw().unwrap()) }.unwrap();
+    // A wrapper from the pool stream's raw handle (`rewrapped`).
+    let queue = native.queue().unwrap().rewrapped().unwrap();
     let ext = ExternalStream::new(queue, 0).unwrap();
     let s = ext.stream();
     settle(s);

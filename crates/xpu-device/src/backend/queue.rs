@@ -388,6 +388,20 @@ impl CommandQueue {
         Ok(CommandQueue::counted(raw))
     }
 
+    /// A new wrapper of this queue made from its raw handle, as other code wrapping
+    /// [`CommandQueue::as_raw`] with [`CommandQueue::from_raw_borrowed`] would make one
+    /// (retained; it shares what every wrapper of the queue knows of it). Safe: `self` keeps
+    /// the queue alive for the call. For the tests of the crates above, which hold no
+    /// `unsafe` code.
+    ///
+    /// # Errors
+    /// A failed `clRetainCommandQueue`.
+    #[doc(hidden)]
+    pub fn rewrapped(&self) -> Result<CommandQueue, ClError> {
+        // SAFETY: `self` holds a reference to the live queue `self.0` for the whole call.
+        unsafe { CommandQueue::from_raw_borrowed(self.0) }
+    }
+
     /// Wraps a user's queue taking over the caller's reference: dropping the last clone
     /// releases the queue.
     ///
