@@ -7,6 +7,9 @@
 //! beside `memory_cleanup` and `sync`) pass, in review_h62_probes.rs.
 //!
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
+//!
+//! Fixed since: xpu-burn implements `int_powi` and `int_powi_scalar_impl` as an exact integer
+//! power (wrapping on overflow, negative exponents truncated); both tests pass.
 
 use burn::tensor::{Int, Tensor, TensorData};
 use burn_ndarray::{NdArray, NdArrayDevice};
@@ -47,4 +50,27 @@ fn int_powi_is_exact_as_burn_documents() {
     assert_eq!(want, vec![43046721, -14348907, 40353607, 1_000_000_000_000]);
     let got = powi::<Xpu>(&XpuDevice::default());
     assert_eq!(got, want, "Int powi went through f32");
+}
+
+/// The scalar form and what `i64::pow` cannot say: `powi_scalar(13)` of `[3, -2, 10]` is
+/// `[1594323, -8192, 10^13]` exactly (burn's default went through f32: 10^13 reads
+/// 9,999,999,827,968 there), and negative exponents truncate `1 / b^-e`: `[1, -1, -1, 2, -5]`
+/// to `[-3, -3, -2, -1, -1]` is `[1, -1, 1, 0, 0]`; a power past i64 wraps as Rust's
+/// `wrapping_pow` (3^41). Written with the fix.
+#[test]
+fn int_powi_scalar_is_exact_and_negative_exponents_truncate() {
+    let d = XpuDevice::default();
+    let v = |t: Tensor<Xpu, 1, Int>| t.into_data().convert::<i64>().to_vec::<i64>().unwrap();
+    assert_eq!(
+        v(ints::<Xpu>(&[3, -2, 10], &d).powi_scalar(13)),
+        vec![1_594_323, -8192, 10_000_000_000_000]
+    );
+    assert_eq!(
+        v(ints::<Xpu>(&[1, -1, -1, 2, -5], &d).powi(ints::<Xpu>(&[-3, -3, -2, -1, -1], &d))),
+        vec![1, -1, 1, 0, 0]
+    );
+    assert_eq!(
+        v(ints::<Xpu>(&[3], &d).powi_scalar(41)),
+        vec![3i64.wrapping_pow(41)]
+    );
 }
