@@ -12,30 +12,19 @@
 
 mod common;
 
-use std::ffi::c_void;
 use std::time::Duration;
 
 use xpu_alloc::{AllocConfig, DeviceAllocator};
-use xpu_device::backend::{CommandQueue, QueueOptions};
+use xpu_device::backend::{ForeignQueue, QueueOptions};
 use xpu_event::Gate;
 use xpu_stream::ExternalStream;
 
 use common::fresh_stream;
 
-// Other code's own reference to its queue (a library that hands its `cl_command_queue` to
-// the runtime now and then).
-#[link(name = "libOpenCL.so.1", kind = "dylib", modifiers = "+verbatim")]
-extern "C" {
-    fn clRetainCommandQueue(queue: *mut c_void) -> i32;
-    fn clReleaseCommandQueue(queue: *mut c_void) -> i32;
-}
-
-/// An external stream registered over other code's queue `raw` (alive: other code holds a
-/// reference).
-fn external_over(raw: *mut c_void) -> ExternalStream {
-    // SAFETY: `raw` is a live queue (other code's reference, kept to the end of the test).
-    let queue = unsafe { CommandQueue::from_raw_borrowed(raw.cast()) }.unwrap();
-    ExternalStream::new(queue, 0).unwrap()
+/// An external stream registered over other code's queue (alive: other code holds a
+/// reference, `CommandQueue::foreign_reference`).
+fn external_over(theirs: &ForeignQueue) -> ExternalStream {
+    ExternalStream::new(theirs.wrap().unwrap(), 0).unwrap()
 }
 
 /// Finding 2 (reuse while recorded work is pending). Sequence: other code's in-order queue
@@ -66,19 +55,17 @@ fn a_block_recorded_on_a_new_external_stream_over_a_queue_is_not_reused_while_it
         .unwrap()
         .create_queue(QueueOptions::default())
         .unwrap();
-    let raw = q.as_raw().cast::<c_void>();
-    // SAFETY: `q` holds a reference to the live queue; this is other code's own.
-    assert_eq!(unsafe { clRetainCommandQueue(raw) }, 0);
+    let theirs = q.foreign_reference().unwrap();
     drop(q);
     let earlier = Gate::new(0).unwrap();
     let failing = Gate::new(0).unwrap();
     {
-        let e1 = external_over(raw);
+        let e1 = external_over(&theirs);
         earlier.block(&e1.stream()).unwrap();
         failing.block(&e1.stream()).unwrap();
         failing.as_cl_event().set_failed(-5).unwrap();
     }
-    let e2 = external_over(raw);
+    let e2 = external_over(&theirs);
     let s = fresh_stream(0);
     let s = s.stream();
     let alloc = DeviceAllocator::new(0, AllocConfig::default()).unwrap();
@@ -97,8 +84,7 @@ fn a_block_recorded_on_a_new_external_stream_over_a_queue_is_not_reused_while_it
         }
     }
     drop(e2);
-    // SAFETY: the reference taken above, released once.
-    assert_eq!(unsafe { clReleaseCommandQueue(raw) }, 0);
+    drop(theirs);
     assert!(
         !reused || !still_closed,
         "x's block (recorded on e2) was handed out again on S while the work enqueued on \

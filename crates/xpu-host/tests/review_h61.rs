@@ -18,46 +18,25 @@
 
 mod host_common;
 
-use std::ffi::c_void;
 use std::time::Duration;
 
 use host_common::{allocator, TestResult};
-use xpu_device::backend::{CommandQueue, QueueOptions};
+use xpu_device::backend::{ForeignQueue, QueueOptions};
 use xpu_event::Gate;
 use xpu_stream::ExternalStream;
 
-// The other code's own reference to its queue (it made the queue and keeps it, as a library
-// that hands its `cl_command_queue` to the runtime now and then does).
-#[link(name = "libOpenCL.so.1", kind = "dylib", modifiers = "+verbatim")]
-extern "C" {
-    fn clRetainCommandQueue(queue: *mut c_void) -> i32;
-    fn clReleaseCommandQueue(queue: *mut c_void) -> i32;
-}
-
-/// Other code's in-order queue on device 0's context: the raw handle, with one reference
-/// that other code owns (released by [`release_theirs`]). Made through the runtime only to
+/// Other code's in-order queue on device 0's context: its own reference
+/// (`CommandQueue::foreign_reference`, released on drop). Made through the runtime only to
 /// get a queue of the right context; that wrapper is dropped at once.
-fn their_queue() -> TestResult<*mut c_void> {
+fn their_queue() -> TestResult<ForeignQueue> {
     let q = xpu_device::device(0)?.create_queue(QueueOptions::default())?;
-    let raw = q.as_raw().cast::<c_void>();
-    // SAFETY: `q` holds a reference to the live queue; this takes other code's own.
-    assert_eq!(unsafe { clRetainCommandQueue(raw) }, 0);
-    drop(q);
-    Ok(raw)
+    Ok(q.foreign_reference()?)
 }
 
-/// Releases other code's reference ([`their_queue`]).
-fn release_theirs(raw: *mut c_void) {
-    // SAFETY: the reference taken by `their_queue`, released once.
-    assert_eq!(unsafe { clReleaseCommandQueue(raw) }, 0);
-}
-
-/// An external stream registered over other code's queue (`raw`, alive: other code holds a
+/// An external stream registered over other code's queue (alive: other code holds a
 /// reference).
-fn external_over(raw: *mut c_void) -> TestResult<ExternalStream> {
-    // SAFETY: `raw` is a live queue (other code's reference, kept to the end of the test).
-    let queue = unsafe { CommandQueue::from_raw_borrowed(raw.cast()) }?;
-    Ok(ExternalStream::new(queue, 0)?)
+fn external_over(theirs: &ForeignQueue) -> TestResult<ExternalStream> {
+    Ok(ExternalStream::new(theirs.wrap()?, 0)?)
 }
 
 /// Finding 1 (reuse while recorded work is pending; review h59's finding 1a, still reachable
@@ -88,16 +67,16 @@ fn a_block_recorded_on_a_new_external_stream_over_a_queue_is_not_reused_while_it
     let Some(alloc) = allocator() else {
         return Ok(());
     };
-    let raw = their_queue()?;
+    let theirs = their_queue()?;
     let earlier = Gate::new(0)?;
     let failing = Gate::new(0)?;
     {
-        let e1 = external_over(raw)?;
+        let e1 = external_over(&theirs)?;
         earlier.block(&e1.stream())?;
         failing.block(&e1.stream())?;
         failing.as_cl_event().set_failed(-5)?;
     }
-    let e2 = external_over(raw)?;
+    let e2 = external_over(&theirs)?;
     let s = e2.stream();
 
     let h = alloc.allocate_on(0, 4096)?;
@@ -122,7 +101,7 @@ fn a_block_recorded_on_a_new_external_stream_over_a_queue_is_not_reused_while_it
         }
     }
     drop(e2);
-    release_theirs(raw);
+    drop(theirs);
     assert!(
         !(released || reused) || !still_closed,
         "the block recorded on the external stream left the pending queue while the work \

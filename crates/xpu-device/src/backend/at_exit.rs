@@ -673,7 +673,10 @@ fn drain_until(mut give_up: impl FnMut() -> bool) -> bool {
     };
     // The wrappers own the references retained above (and count themselves in; the registry
     // lock is free again).
-    let queues: Vec<CommandQueue> = retained.into_iter().map(CommandQueue::counted).collect();
+    let queues: Vec<CommandQueue> = retained
+        .into_iter()
+        .map(|q| CommandQueue::counted(q, false))
+        .collect();
     markers.extend(queues.iter().filter_map(|q| {
         let m = q.enqueue_marker(&[]).ok()?;
         let _ = q.flush();

@@ -109,8 +109,8 @@ pub use pinned::PinnedBuffer;
 pub use platform::Platform;
 pub use program::{BufferElement, Kernel, KernelScalar, Program};
 pub use queue::{
-    markers_enqueued_on_this_thread, CommandQueue, IdleProbe, OrderedMarker, PinnedBytes,
-    QueueOptions, QueuePriority,
+    markers_enqueued_on_this_thread, CommandQueue, ForeignQueue, IdleProbe, OrderedMarker,
+    PinnedBytes, QueueOptions, QueuePriority,
 };
 pub use release::take_release_error;
 pub use waits::WaitsStatus;

@@ -74,22 +74,100 @@ pub struct CommandQueue(raw::cl_command_queue, Arc<QueueShared>);
 
 /// The shared state of every live wrapper of each raw queue, by the queue's address (a queue
 /// stays alive, so its address unique, while a wrapper holds its reference). Looked up when a
-/// wrapper is made from a raw handle (not when one is cloned); an entry goes with the last
-/// wrapper's drop, and a dead one is replaced.
-static SHARED: parking_lot::Mutex<
-    Option<std::collections::HashMap<usize, std::sync::Weak<QueueShared>>>,
-> = parking_lot::Mutex::new(None);
+/// wrapper is made from a raw handle (not when one is cloned). When the last wrapper drops
+/// while the state's wait log holds a wait not known complete or a failure, the state is kept
+/// ([`Shared::Kept`]): other code may own the queue and wrap it again (a new external stream
+/// over it), and a marker through the new wrapper must still be judged with the failed wait
+/// enqueued before (review h61: it read complete while a command before the wait was queued,
+/// and the allocators reused blocks recorded on the new stream). Otherwise the entry goes.
+/// A queue the runtime creates never takes over a kept state (its address may be a released
+/// queue's).
+static SHARED: parking_lot::Mutex<Option<std::collections::HashMap<usize, Shared>>> =
+    parking_lot::Mutex::new(None);
 
-/// The shared state of the raw queue `raw`: the live wrappers', or a new one.
-fn shared_of(raw: raw::cl_command_queue) -> Arc<QueueShared> {
+/// Kept states past which the oldest are dropped (queues abandoned after a failed wait).
+const KEPT_STATES: usize = 4096;
+
+/// An entry of [`SHARED`].
+enum Shared {
+    /// The state of the live wrappers.
+    Live(std::sync::Weak<QueueShared>),
+    /// The state of a queue without a live wrapper whose wait log still matters, with the
+    /// order it was kept in.
+    Kept(Arc<QueueShared>, u64),
+}
+
+/// The shared state of the raw queue `raw`: the live wrappers', or a kept one (when `fresh`
+/// is false: a wrapper made from a raw handle, whose context is the kept one's), or a new one.
+fn shared_of(raw: raw::cl_command_queue, fresh: bool) -> Arc<QueueShared> {
     let mut map = SHARED.lock();
     let map = map.get_or_insert_with(Default::default);
-    if let Some(shared) = map.get(&(raw as usize)).and_then(std::sync::Weak::upgrade) {
-        return shared;
+    let key = raw as usize;
+    match map.remove(&key) {
+        Some(Shared::Live(weak)) => {
+            if let Some(shared) = weak.upgrade() {
+                map.insert(key, Shared::Live(weak));
+                return shared;
+            }
+        }
+        Some(Shared::Kept(shared, _)) if !fresh => {
+            let known = shared.context.load(Ordering::Relaxed);
+            let same_context = known == 0
+                || clq::get_command_queue_data(raw, QUEUE_CONTEXT)
+                    .ok()
+                    .and_then(|v| {
+                        v.get(..8)
+                            .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+                    })
+                    == Some(known as u64);
+            if same_context {
+                map.insert(key, Shared::Live(Arc::downgrade(&shared)));
+                return shared;
+            }
+        }
+        _ => {}
     }
     let shared = Arc::new(QueueShared::default());
-    map.insert(raw as usize, Arc::downgrade(&shared));
+    map.insert(key, Shared::Live(Arc::downgrade(&shared)));
     shared
+}
+
+/// The last wrapper of `raw`, whose state is `shared`, drops: its entry goes, or is kept
+/// while its wait log matters (see [`SHARED`]).
+fn last_wrapper_dropped(raw: raw::cl_command_queue, shared: &Arc<QueueShared>) {
+    static KEPT_ORDER: AtomicU64 = AtomicU64::new(0);
+    let mut map = SHARED.lock();
+    let Some(map) = map.as_mut() else {
+        return;
+    };
+    let key = raw as usize;
+    let ours = matches!(map.get(&key), Some(Shared::Live(w)) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(shared)));
+    // A wrapper made meanwhile holds the lock to look the entry up: it finds it live then.
+    if !ours || Arc::strong_count(shared) != 1 {
+        return;
+    }
+    if shared.waits.is_watched() {
+        let order = KEPT_ORDER.fetch_add(1, Ordering::Relaxed);
+        map.insert(key, Shared::Kept(Arc::clone(shared), order));
+        let kept = map
+            .values()
+            .filter(|e| matches!(e, Shared::Kept(..)))
+            .count();
+        if kept > KEPT_STATES {
+            let oldest = map
+                .iter()
+                .filter_map(|(k, e)| match e {
+                    Shared::Kept(_, o) => Some((*o, *k)),
+                    Shared::Live(_) => None,
+                })
+                .min();
+            if let Some((_, k)) = oldest {
+                map.remove(&k);
+            }
+        }
+    } else {
+        map.remove(&key);
+    }
 }
 
 /// What every wrapper of one raw queue knows of it ([`CommandQueue`]).
@@ -315,10 +393,13 @@ pub(super) fn check_buffer_copy(
 
 impl CommandQueue {
     /// Wraps one owned reference, counted in [`super::live_objects`].
-    pub(super) fn counted(raw: raw::cl_command_queue) -> Self {
+    /// Wraps one owned reference to `raw`, counted in [`super::live_objects`]: `fresh`, a
+    /// queue the runtime just created (a new state), else a raw handle wrapped again (the
+    /// state of its live wrappers, or a kept one: see [`SHARED`]).
+    pub(super) fn counted(raw: raw::cl_command_queue, fresh: bool) -> Self {
         super::live::created(super::live::Kind::Queue);
         super::at_exit::wrapper_created(raw);
-        CommandQueue(raw, shared_of(raw))
+        CommandQueue(raw, shared_of(raw, fresh))
     }
 
     /// `clCreateCommandQueueWithProperties` with a property list.
@@ -333,7 +414,7 @@ impl CommandQueue {
                 props.as_ptr(),
             )
         })?;
-        Ok(CommandQueue::counted(q))
+        Ok(CommandQueue::counted(q, true))
     }
 
     /// Creates an in-order queue (`clCreateCommandQueueWithProperties`).
@@ -385,7 +466,7 @@ impl CommandQueue {
         cl("clRetainCommandQueue", unsafe {
             clq::retain_command_queue(raw)
         })?;
-        Ok(CommandQueue::counted(raw))
+        Ok(CommandQueue::counted(raw, false))
     }
 
     /// A new wrapper of this queue made from its raw handle, as other code wrapping
@@ -402,6 +483,22 @@ impl CommandQueue {
         unsafe { CommandQueue::from_raw_borrowed(self.0) }
     }
 
+    /// A reference to this queue held as other code would hold its own (retained, not a
+    /// wrapper: not counted in [`super::live_objects`] nor seen by the runtime), which
+    /// [`ForeignQueue::wrap`] wraps again. Safe: `self` keeps the queue alive for the call.
+    /// For the tests of the crates above, which hold no `unsafe` code.
+    ///
+    /// # Errors
+    /// A failed `clRetainCommandQueue`.
+    #[doc(hidden)]
+    pub fn foreign_reference(&self) -> Result<ForeignQueue, ClError> {
+        // SAFETY: `self` holds a reference to the live queue `self.0` for the call.
+        cl("clRetainCommandQueue", unsafe {
+            clq::retain_command_queue(self.0)
+        })?;
+        Ok(ForeignQueue(self.0))
+    }
+
     /// Wraps a user's queue taking over the caller's reference: dropping the last clone
     /// releases the queue.
     ///
@@ -409,7 +506,7 @@ impl CommandQueue {
     /// `raw` must be a valid, non-null `cl_command_queue` whose reference the caller owns and
     /// gives up.
     pub unsafe fn from_raw_owned(raw: raw::cl_command_queue) -> CommandQueue {
-        CommandQueue::counted(raw)
+        CommandQueue::counted(raw, false)
     }
 
     /// The wait list of a non-blocking command that waits on nothing but the queue's earlier
@@ -1347,6 +1444,40 @@ impl CommandQueue {
     }
 }
 
+/// Other code's reference to a queue ([`CommandQueue::foreign_reference`]), released on
+/// drop. For tests: the queue outlives the runtime's wrappers of it, as a queue other code
+/// owns does.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct ForeignQueue(raw::cl_command_queue);
+
+// SAFETY: a retained cl_command_queue reference; retaining, wrapping and releasing it are
+// thread-safe (OpenCL 3.0 appendix A.2).
+unsafe impl Send for ForeignQueue {}
+// SAFETY: as above; `&self` only reads the handle.
+unsafe impl Sync for ForeignQueue {}
+
+impl ForeignQueue {
+    /// A new wrapper of the queue from the raw handle, as other code registering its queue
+    /// (an external stream) makes one ([`CommandQueue::from_raw_borrowed`]).
+    ///
+    /// # Errors
+    /// A failed `clRetainCommandQueue`.
+    pub fn wrap(&self) -> Result<CommandQueue, ClError> {
+        // SAFETY: `self` holds a reference to the live queue for as long as it lives.
+        unsafe { CommandQueue::from_raw_borrowed(self.0) }
+    }
+}
+
+impl Drop for ForeignQueue {
+    fn drop(&mut self) {
+        // SAFETY: the one reference `foreign_reference` retained, released once.
+        release::note("clReleaseCommandQueue", unsafe {
+            clq::release_command_queue(self.0)
+        });
+    }
+}
+
 impl Clone for CommandQueue {
     fn clone(&self) -> Self {
         // SAFETY: self.0 is a live queue (we own a reference).
@@ -1380,20 +1511,13 @@ impl Drop for CommandQueue {
                 let _ = self.flush();
             }
             super::at_exit::retired_marker(self.0, marker);
+            // That marker is the registry's: a wrapper made again over the raw handle (which
+            // may take over this state, see `SHARED`) has enqueued nothing yet (review h44's
+            // borrowed wrappers piled up a retirement each otherwise).
+            self.1.enqueued.store(false, Ordering::Release);
         }
         if Arc::strong_count(&self.1) == 1 {
-            // The last wrapper (a wrapper made meanwhile from the raw handle holds the lock
-            // to look the entry up, and finds it dead or gone): its entry goes.
-            let mut map = SHARED.lock();
-            if let Some(map) = map.as_mut() {
-                if map
-                    .get(&(self.0 as usize))
-                    .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.1)))
-                    && Arc::strong_count(&self.1) == 1
-                {
-                    map.remove(&(self.0 as usize));
-                }
-            }
+            last_wrapper_dropped(self.0, &self.1);
         }
         // SAFETY: we own exactly one reference to a live queue.
         release::note("clReleaseCommandQueue", unsafe {

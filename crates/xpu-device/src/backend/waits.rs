@@ -247,9 +247,13 @@ impl WaitLog {
         self.unwatch_if_idle(&inner);
     }
 
-    /// The flag that reads true while the log holds an entry or a wait failed (false: every
-    /// wait logged so far completed with success, or none was), shared: a reader pays one
-    /// atomic load and no lock.
+    /// Whether the log holds an entry or a wait failed (false: every wait logged so far
+    /// completed with success, or none was). One atomic load.
+    pub(super) fn is_watched(&self) -> bool {
+        self.watched.load(Ordering::Acquire)
+    }
+
+    /// The flag of [`WaitLog::is_watched`], shared: a reader pays one atomic load and no lock.
     pub(super) fn watched_flag(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.watched)
     }
