@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use xpu_device::backend::{Buffer, CommandQueue, EventStatus, MemFlags};
+use xpu_device::backend::{Buffer, EventStatus, MemFlags};
 
 /// Finding 1 (root of crates/xpu-host/tests/review_h63.rs). 108da10 keeps a queue's state
 /// when its last wrapper drops only if `Arc::strong_count(&self.1) == 1` at that drop
@@ -135,6 +135,3 @@ fn an_idle_probe_alive_across_the_last_wrappers_drop_does_not_lose_the_failed_wa
     );
 }
 
-/// Keeps `CommandQueue` imported for the doc references above.
-#[allow(dead_code)]
-fn _uses(_: &CommandQueue) {}
