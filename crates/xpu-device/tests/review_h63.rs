@@ -74,7 +74,11 @@ fn an_ordered_marker_alive_across_the_last_wrappers_drop_does_not_lose_the_faile
     drop(m2);
     drop(w2);
     drop(theirs);
-    assert_eq!(bytes, vec![0xAA; 4], "the held fill ran once the gate opened");
+    assert_eq!(
+        bytes,
+        vec![0xAA; 4],
+        "the held fill ran once the gate opened"
+    );
     assert!(
         matches!(held_status, EventStatus::Queued | EventStatus::Submitted),
         "the fill was held back: {held_status:?}"
@@ -134,4 +138,3 @@ fn an_idle_probe_alive_across_the_last_wrappers_drop_does_not_lose_the_failed_wa
          enqueued before it (before the failed wait) is {held_status:?}"
     );
 }
-

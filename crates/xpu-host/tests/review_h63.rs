@@ -86,7 +86,10 @@ fn a_block_recorded_on_a_new_external_stream_is_not_reused_after_the_old_one_was
     }
     drop(e2);
     drop(theirs);
-    assert!(!first_query, "the first query answered false (work held back)");
+    assert!(
+        !first_query,
+        "the first query answered false (work held back)"
+    );
     assert!(
         !(released || reused) || !still_closed,
         "the block recorded on the new external stream left the pending queue while the work \

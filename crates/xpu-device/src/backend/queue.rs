@@ -106,6 +106,7 @@ fn shared_of(raw: raw::cl_command_queue, fresh: bool) -> Arc<QueueShared> {
     match map.remove(&key) {
         Some(Shared::Live(weak)) => {
             if let Some(shared) = weak.upgrade() {
+                shared.wrappers.fetch_add(1, Ordering::AcqRel);
                 map.insert(key, Shared::Live(weak));
                 return shared;
             }
@@ -121,6 +122,7 @@ fn shared_of(raw: raw::cl_command_queue, fresh: bool) -> Arc<QueueShared> {
                     })
                     == Some(known as u64);
             if same_context {
+                shared.wrappers.fetch_add(1, Ordering::AcqRel);
                 map.insert(key, Shared::Live(Arc::downgrade(&shared)));
                 return shared;
             }
@@ -128,6 +130,7 @@ fn shared_of(raw: raw::cl_command_queue, fresh: bool) -> Arc<QueueShared> {
         _ => {}
     }
     let shared = Arc::new(QueueShared::default());
+    shared.wrappers.store(1, Ordering::Release);
     map.insert(key, Shared::Live(Arc::downgrade(&shared)));
     shared
 }
@@ -143,7 +146,9 @@ fn last_wrapper_dropped(raw: raw::cl_command_queue, shared: &Arc<QueueShared>) {
     let key = raw as usize;
     let ours = matches!(map.get(&key), Some(Shared::Live(w)) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(shared)));
     // A wrapper made meanwhile holds the lock to look the entry up: it finds it live then.
-    if !ours || Arc::strong_count(shared) != 1 {
+    // Counted wrappers, not the `Arc`'s references: markers and idle probes hold the state
+    // too, and may outlive the last wrapper (review h63: the state was then not kept).
+    if !ours || shared.wrappers.load(Ordering::Acquire) != 0 {
         return;
     }
     if shared.waits.is_watched() {
@@ -189,6 +194,9 @@ struct QueueShared {
     /// The generation of the latest idle probe begun through these clones
     /// ([`CommandQueue::enqueue_idle_probe`]; 0: none).
     probes: AtomicU64,
+    /// The live wrappers sharing this state (clones and wrappers made again from the raw
+    /// handle; markers and probes holding it are not counted): see [`SHARED`].
+    wrappers: AtomicUsize,
     /// How many `clFinish` calls began through these wrappers (numbered before each call).
     finishes_begun: AtomicU64,
     /// The highest number ([`QueueShared::finishes_begun`]) of a `clFinish` that returned with
@@ -1486,6 +1494,7 @@ impl Clone for CommandQueue {
         });
         super::live::created(super::live::Kind::Queue);
         super::at_exit::wrapper_created(self.0);
+        self.1.wrappers.fetch_add(1, Ordering::AcqRel);
         CommandQueue(self.0, Arc::clone(&self.1))
     }
 }
@@ -1493,6 +1502,7 @@ impl Clone for CommandQueue {
 impl Drop for CommandQueue {
     fn drop(&mut self) {
         super::live::released(super::live::Kind::Queue);
+        let last = self.1.wrappers.fetch_sub(1, Ordering::AcqRel) == 1;
         // The last wrapper, with commands enqueued through the wrappers: they may still run (a
         // kernel PoCL compiles when it first runs), and the exit's drain must still wait for
         // them (see `at_exit`), so the registry keeps the queue, with a marker after its last
@@ -1513,10 +1523,13 @@ impl Drop for CommandQueue {
             super::at_exit::retired_marker(self.0, marker);
             // That marker is the registry's: a wrapper made again over the raw handle (which
             // may take over this state, see `SHARED`) has enqueued nothing yet (review h44's
-            // borrowed wrappers piled up a retirement each otherwise).
-            self.1.enqueued.store(false, Ordering::Release);
+            // borrowed wrappers piled up a retirement each otherwise). Unless one was made
+            // meanwhile (it may have enqueued: its note stays).
+            if self.1.wrappers.load(Ordering::Acquire) == 0 {
+                self.1.enqueued.store(false, Ordering::Release);
+            }
         }
-        if Arc::strong_count(&self.1) == 1 {
+        if last {
             last_wrapper_dropped(self.0, &self.1);
         }
         // SAFETY: we own exactly one reference to a live queue.
