@@ -20,24 +20,8 @@ mod host_common;
 
 use std::time::Duration;
 
-use host_common::{allocator, TestResult};
-use xpu_device::backend::{ForeignQueue, QueueOptions};
+use host_common::{allocator, external_over, their_queue, TestResult};
 use xpu_event::Gate;
-use xpu_stream::ExternalStream;
-
-/// Other code's in-order queue on device 0's context: its own reference
-/// (`CommandQueue::foreign_reference`, released on drop). Made through the runtime only to
-/// get a queue of the right context; that wrapper is dropped at once.
-fn their_queue() -> TestResult<ForeignQueue> {
-    let q = xpu_device::device(0)?.create_queue(QueueOptions::default())?;
-    Ok(q.foreign_reference()?)
-}
-
-/// An external stream registered over other code's queue (alive: other code holds a
-/// reference).
-fn external_over(theirs: &ForeignQueue) -> TestResult<ExternalStream> {
-    Ok(ExternalStream::new(theirs.wrap()?, 0)?)
-}
 
 /// Finding 1 (reuse while recorded work is pending; review h59's finding 1a, still reachable
 /// once the wrapper that saw the failed wait is gone). Sequence, all on other code's queue

@@ -7,21 +7,8 @@ mod host_common;
 
 use std::time::Duration;
 
-use host_common::{allocator, TestResult};
-use xpu_device::backend::{ForeignQueue, QueueOptions};
+use host_common::{allocator, external_over, their_queue, TestResult};
 use xpu_event::Gate;
-use xpu_stream::ExternalStream;
-
-/// Other code's in-order queue on device 0's context (its own reference, released on drop).
-fn their_queue() -> TestResult<ForeignQueue> {
-    let q = xpu_device::device(0)?.create_queue(QueueOptions::default())?;
-    Ok(q.foreign_reference()?)
-}
-
-/// An external stream registered over other code's queue.
-fn external_over(theirs: &ForeignQueue) -> TestResult<ExternalStream> {
-    Ok(ExternalStream::new(theirs.wrap()?, 0)?)
-}
 
 /// Finding (reuse while recorded work is pending; review h61's finding 1 again, through one
 /// `Stream::query`). Sequence, all on other code's queue `Q` (its reference held

@@ -117,3 +117,19 @@ pub fn settles(limit: std::time::Duration, mut done: impl FnMut() -> bool) -> bo
         std::thread::yield_now();
     }
 }
+
+/// Other code's in-order queue on device 0's context: its own reference
+/// (`CommandQueue::foreign_reference`, released on drop). Made through the runtime only to get
+/// a queue of the right context; that wrapper is dropped at once (reviews h61, h63).
+pub fn their_queue() -> TestResult<xpu_device::backend::ForeignQueue> {
+    let q = xpu_device::device(0)?.create_queue(xpu_device::backend::QueueOptions::default())?;
+    Ok(q.foreign_reference()?)
+}
+
+/// An external stream registered over other code's queue (alive: other code holds a
+/// reference).
+pub fn external_over(
+    theirs: &xpu_device::backend::ForeignQueue,
+) -> TestResult<xpu_stream::ExternalStream> {
+    Ok(xpu_stream::ExternalStream::new(theirs.wrap()?, 0)?)
+}
