@@ -10,6 +10,10 @@
 //! gives torch's `ih * W + iw`), bilinear/bicubic backward (NdArray has none). `int_powi`
 //! moved to review_h62.rs (a finding).
 
+// Element counts are written as the products of their shapes (`1 * 2 * 7 * 6` beside
+// `[1, 2, 7, 6]`), and burn's `slice` takes one range per sliced dimension (`[1..9000]`).
+#![allow(clippy::identity_op, clippy::single_range_in_vec_init)]
+
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Int, Tensor, TensorData};
 use burn_ndarray::{NdArray, NdArrayDevice};
@@ -583,7 +587,6 @@ fn concurrent_ops_with_cleanup() {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let cleaner = {
         let stop = stop.clone();
-        let d = d.clone();
         std::thread::spawn(move || {
             let mut k = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
