@@ -254,6 +254,9 @@ fn cycle_checks_reading_an_event_failing_in_its_own_callback_do_not_deadlock() {
             }
             setter.join().unwrap();
             wait_for_callbacks();
+            common::settles(SETTLE, || {
+                t.status() == Ok(EventStatus::Error(-5)) && v.status() == Ok(EventStatus::Complete)
+            });
             if t.status() != Ok(EventStatus::Error(-5)) || v.status() != Ok(EventStatus::Complete) {
                 bad.push(format!(
                     "round {round}: t {:?}, v {:?}",
@@ -262,6 +265,9 @@ fn cycle_checks_reading_an_event_failing_in_its_own_callback_do_not_deadlock() {
                 ));
             }
             for w in &ws {
+                // NVIDIA sets a forward's target from its own callback thread, later (an H100,
+                // 2026-12-06: 2 of 1,000 rounds read `Submitted` at once).
+                common::settles(SETTLE, || w.status() == Ok(EventStatus::Error(-5)));
                 if w.status() != Ok(EventStatus::Error(-5)) {
                     bad.push(format!("round {round}: w {:?}", w.status()));
                 }

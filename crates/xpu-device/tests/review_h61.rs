@@ -32,6 +32,9 @@ use xpu_device::backend::{Buffer, CommandQueue, EventStatus, MemFlags};
 #[test]
 fn an_ordered_marker_through_a_new_wrapper_of_a_queue_knows_its_failed_wait() {
     let Some(d0) = common::device0() else { return };
+    if !common::pocl_only(d0, "the scenario needs a driver that ends a marker after a failed wait while an earlier command stays queued (PoCL 3.1; NVIDIA keeps the order: the marker stays queued behind the gate, an H100 2026-12-06)") {
+        return;
+    }
     let ctx = d0.context().unwrap();
     let w1 = common::queue(d0);
     let raw = w1.as_raw();

@@ -30,6 +30,9 @@ use xpu_device::backend::{Buffer, EventStatus, MemFlags};
 #[test]
 fn an_ordered_marker_alive_across_the_last_wrappers_drop_does_not_lose_the_failed_wait() {
     let Some(d0) = common::device0() else { return };
+    if !common::pocl_only(d0, "the scenario needs a driver that ends a marker after a failed wait while an earlier command stays queued (PoCL 3.1; NVIDIA keeps the order: the marker stays queued behind the gate, an H100 2026-12-06)") {
+        return;
+    }
     let ctx = d0.context().unwrap();
     let w1 = common::queue(d0);
     let theirs = w1.foreign_reference().unwrap();
@@ -104,6 +107,9 @@ fn an_ordered_marker_alive_across_the_last_wrappers_drop_does_not_lose_the_faile
 #[test]
 fn an_idle_probe_alive_across_the_last_wrappers_drop_does_not_lose_the_failed_wait() {
     let Some(d0) = common::device0() else { return };
+    if !common::pocl_only(d0, "the scenario needs a driver that ends a marker after a failed wait while an earlier command stays queued (PoCL 3.1; NVIDIA keeps the order: the marker stays queued behind the gate, an H100 2026-12-06)") {
+        return;
+    }
     let ctx = d0.context().unwrap();
     let w1 = common::queue(d0);
     let theirs = w1.foreign_reference().unwrap();
