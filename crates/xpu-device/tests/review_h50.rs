@@ -682,3 +682,36 @@ fn concurrent_random_forwards_never_close_a_cycle() {
         }
     }
 }
+
+/// A forward never overwrites a target that is set already: `t` completed, then a forward
+/// from a failed user event into it (`forward_to`, which would fail it), and a sweep; `t`
+/// stays `Complete`. NVIDIA's driver accepts a second `clSetUserEventStatus` and overwrites
+/// (OpenCL 3.0 §5.11.2 forbids it): review h50's model saw a slot read `Error(-5)` after
+/// `Complete` on an H100 (2026-12-06). PoCL refuses the second set itself, so this passes there
+/// with and without the runtime's own check; it is the NVIDIA run that showed the defect.
+#[test]
+fn a_forward_never_overwrites_a_target_that_is_set() {
+    let Some(dev) = common::device0() else {
+        return;
+    };
+    for absorbs in [false, true] {
+        let u = dev.create_user_event().unwrap();
+        let t = dev.create_user_event().unwrap();
+        t.set_complete().unwrap();
+        u.set_failed(-5).unwrap();
+        let r = if absorbs {
+            u.complete_when_over(&t)
+        } else {
+            u.forward_to(&t)
+        };
+        assert!(r.is_ok(), "{r:?}");
+        wait_for_callbacks();
+        let _ = live_objects();
+        assert!(
+            !common::settles(Duration::from_secs(2), || t.status()
+                != Ok(EventStatus::Complete)),
+            "absorbs {absorbs}: a set target changed: {:?}",
+            t.status()
+        );
+    }
+}

@@ -47,6 +47,8 @@ use super::{raw, release};
 /// Pruning starts once this many events are held.
 const FIRST_PRUNE: usize = 64;
 const EXECUTION_STATUS: u32 = 0x11D3;
+/// `CL_INVALID_OPERATION`: a user event whose status was set already.
+const CL_INVALID_OPERATION: i32 = -59;
 
 /// One owned event reference (also `notify_lists`' entries).
 pub(super) struct HeldEvent(pub(super) raw::cl_event);
@@ -124,6 +126,16 @@ pub(super) fn enqueue_side() -> RwLockReadGuard<'static, ()> {
 /// status (negative), for [`is_over`], and then under the write side of [`EXCLUSION`] once a
 /// queue of PoCL before 4.0 was seen. The one way the runtime sets a user event's status.
 pub(super) fn set_user_status(event: raw::cl_event, status: i32) -> Result<(), i32> {
+    // Once only (OpenCL 3.0 §5.11.2): NVIDIA's driver accepts a second call and overwrites
+    // the status, so a forward's late set turned a target already completed into a failed one
+    // (review h50's model on an H100: a slot read `Error(-5)` after `Complete`). Checked here
+    // for every driver, as `ClEvent::set_complete` checks its caller's.
+    if !matches!(
+        cle::get_event_info(event, EXECUTION_STATUS).map(|v| v.to_int()),
+        Ok(cle::CL_SUBMITTED)
+    ) {
+        return Err(CL_INVALID_OPERATION);
+    }
     if status >= 0 {
         return cle::set_user_event_status(event, status);
     }
