@@ -35,8 +35,10 @@
 //! waits, and the lock is never held across a driver call that can call back.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -122,20 +124,96 @@ pub(super) fn enqueue_side() -> RwLockReadGuard<'static, ()> {
     EXCLUSION.read()
 }
 
+/// User events whose status a thread is setting right now ([`set_user_status`]), with that
+/// thread: each handle at most once, so that two setters of one event never both reach the
+/// driver.
+static SETTING: Mutex<Vec<(usize, ThreadId)>> = Mutex::new(Vec::new());
+
+/// Signalled when a claim in [`SETTING`] is given up.
+static SETTING_DONE: Condvar = Condvar::new();
+
+/// How long a setter waits for another thread's claim on the same event before it gives up
+/// and is refused (the holder makes one status read and one non-blocking driver call; the
+/// bound only keeps a driver that called back into a second thread within the set, and that
+/// thread setting the same event, from waiting for ever).
+const CLAIM_WAIT: Duration = Duration::from_secs(2);
+
+/// `clSetUserEventStatus` calls the runtime made ([`user_status_sets`]).
+static USER_STATUS_SETS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times the runtime has called `clSetUserEventStatus` in this process (its own
+/// sets: [`super::ClEvent::set_complete`] / `set_failed`, forwards, unset user events failed
+/// at drop). For tests of the once-only rule ([`set_user_status`]); not a statistic.
+#[doc(hidden)]
+pub fn user_status_sets() -> u64 {
+    USER_STATUS_SETS.load(Ordering::SeqCst)
+}
+
+/// A claim on setting one user event's status ([`SETTING`]), given up when dropped.
+struct Setting(usize);
+
+impl Setting {
+    /// Claims `event`. While another thread holds its claim, waits until that thread has
+    /// set it (or for [`CLAIM_WAIT`] at most): the caller then reads the status that thread
+    /// set, so a refusal always means "set". `None` when this thread holds the claim already
+    /// (a driver calling back within the set) or the wait gave up.
+    fn claim(event: raw::cl_event) -> Option<Setting> {
+        let key = event as usize;
+        let me = std::thread::current().id();
+        let deadline = Instant::now() + CLAIM_WAIT;
+        let mut setting = SETTING.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            match setting.iter().find(|c| c.0 == key) {
+                None => break,
+                Some(&(_, holder)) if holder == me => return None,
+                Some(_) => {
+                    let left = deadline.checked_duration_since(Instant::now())?;
+                    setting = SETTING_DONE
+                        .wait_timeout(setting, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+            }
+        }
+        setting.push((key, me));
+        Some(Setting(key))
+    }
+}
+
+impl Drop for Setting {
+    fn drop(&mut self) {
+        let mut setting = SETTING.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(at) = setting.iter().position(|c| c.0 == self.0) {
+            setting.swap_remove(at);
+        }
+        drop(setting);
+        SETTING_DONE.notify_all();
+    }
+}
+
 /// `clSetUserEventStatus(event, status)`, counted in progress while `status` is an error
 /// status (negative), for [`is_over`], and then under the write side of [`EXCLUSION`] once a
 /// queue of PoCL before 4.0 was seen. The one way the runtime sets a user event's status.
+///
+/// Once only (OpenCL 3.0 §5.11.2; `CL_INVALID_OPERATION` otherwise): NVIDIA's driver accepts a
+/// second call and overwrites the status, so a forward's late set turned a target already
+/// completed into a failed one (review h50's model on an H100: a slot read `Error(-5)` after
+/// `Complete`). Checked here for every driver: the caller claims the event, then finds it
+/// still `CL_SUBMITTED`, then sets it. A concurrent setter on another thread waits for the
+/// claim (bounded, [`Setting::claim`]) and then reads the status the first one set, so it is
+/// refused only once the event is set (review h64). The claim's lock is held for the claim
+/// alone, never over the driver call.
 pub(super) fn set_user_status(event: raw::cl_event, status: i32) -> Result<(), i32> {
-    // Once only (OpenCL 3.0 §5.11.2): NVIDIA's driver accepts a second call and overwrites
-    // the status, so a forward's late set turned a target already completed into a failed one
-    // (review h50's model on an H100: a slot read `Error(-5)` after `Complete`). Checked here
-    // for every driver, as `ClEvent::set_complete` checks its caller's.
+    let Some(_claim) = Setting::claim(event) else {
+        return Err(CL_INVALID_OPERATION);
+    };
     if !matches!(
         cle::get_event_info(event, EXECUTION_STATUS).map(|v| v.to_int()),
         Ok(cle::CL_SUBMITTED)
     ) {
         return Err(CL_INVALID_OPERATION);
     }
+    USER_STATUS_SETS.fetch_add(1, Ordering::SeqCst);
     if status >= 0 {
         return cle::set_user_event_status(event, status);
     }

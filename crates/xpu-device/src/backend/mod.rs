@@ -102,6 +102,8 @@ pub use event::{
     status_queries_on_this_thread, ClEvent, EventStatus, ProfilingInfo, DROPPED_UNSET_STATUS,
 };
 pub use forwards::forward_index_steps_on_this_thread;
+#[doc(hidden)]
+pub use held::user_status_sets;
 pub use live::{live_objects, LiveObjects};
 pub use memory::{Buffer, ExclusiveBuffer, MemFlags};
 pub use offset_params::{add_offset_params, OFFSET_PARAM_PREFIX};
