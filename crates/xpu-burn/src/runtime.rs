@@ -256,19 +256,73 @@ pub fn scalar_cl_type(dtype: DType) -> Result<&'static str> {
     })
 }
 
-/// The kernel argument for `value` as a `dtype` scalar ([`scalar_cl_type`]).
+/// The kernel argument for `value` as a `dtype` scalar ([`scalar_cl_type`]). An integer
+/// type takes the value only when it holds it: burn's scalars are `i64` / `f64`, and a
+/// narrower tensor (`I32`, `U8`, ...) would otherwise compare, clamp or divide with the value
+/// wrapped to its width (review h65: an `I32` tensor's `lower_elem(1 << 32)` compared with 0).
+/// As burn's NdArray backend (its element conversion refuses such a value), the op is refused.
+/// A float value for an integer type is truncated toward zero first.
+///
+/// # Errors
+/// [`Error::Invalid`] for a value the integer type cannot hold (or a float value that is not
+/// finite); [`Error::DType`] for a type without an OpenCL C type.
 pub fn scalar_arg(value: ScalarValue, dtype: DType) -> Result<Arg<'static>> {
-    Ok(match scalar_cl_type(dtype)? {
+    let cl = scalar_cl_type(dtype)?;
+    let int = || -> Result<i64> {
+        let refused = || {
+            Error::Invalid(format!(
+                "the scalar {} does not fit the tensor's element type {dtype:?}",
+                match value {
+                    ScalarValue::F(v) => v.to_string(),
+                    ScalarValue::I(v) => v.to_string(),
+                }
+            ))
+        };
+        match value {
+            ScalarValue::I(v) => Ok(v),
+            // Within i64: [-2^63, 2^63), both ends exact in f64.
+            ScalarValue::F(v) => {
+                let t = v.trunc();
+                #[allow(clippy::cast_precision_loss)]
+                let (lo, hi) = (i64::MIN as f64, -(i64::MIN as f64));
+                if t.is_finite() && t >= lo && t < hi {
+                    #[allow(clippy::cast_possible_truncation)]
+                    Ok(t as i64)
+                } else {
+                    Err(refused())
+                }
+            }
+        }
+        .and_then(|v| match cl {
+            "long" => Ok(v),
+            "int" => i32::try_from(v).map(i64::from).map_err(|_| refused()),
+            "short" => i16::try_from(v).map(i64::from).map_err(|_| refused()),
+            "char" => i8::try_from(v).map(i64::from).map_err(|_| refused()),
+            "uint" => u32::try_from(v).map(i64::from).map_err(|_| refused()),
+            "ushort" => u16::try_from(v).map(i64::from).map_err(|_| refused()),
+            _ => {
+                // ulong and uchar (bool): non-negative, and uchar at most 255.
+                if v < 0 || (cl != "ulong" && v > i64::from(u8::MAX)) {
+                    Err(refused())
+                } else {
+                    Ok(v)
+                }
+            }
+        })
+    };
+    // The `as` casts below narrow values `int` checked to fit.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Ok(match cl {
         "double" => Arg::from(value.as_f64()),
         "float" => Arg::from(value.as_f64() as f32),
-        "long" => Arg::from(value.as_i64()),
-        "int" => Arg::from(value.as_i64() as i32),
-        "short" => Arg::from(value.as_i64() as i16),
-        "char" => Arg::from(value.as_i64() as i8),
-        "ulong" => Arg::from(value.as_i64() as u64),
-        "uint" => Arg::from(value.as_i64() as u32),
-        "ushort" => Arg::from(value.as_i64() as u16),
-        _ => Arg::from(value.as_i64() as u8),
+        "long" => Arg::from(int()?),
+        "int" => Arg::from(int()? as i32),
+        "short" => Arg::from(int()? as i16),
+        "char" => Arg::from(int()? as i8),
+        "ulong" => Arg::from(int()? as u64),
+        "uint" => Arg::from(int()? as u32),
+        "ushort" => Arg::from(int()? as u16),
+        _ => Arg::from(int()? as u8),
     })
 }
 
