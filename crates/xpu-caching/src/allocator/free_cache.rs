@@ -52,10 +52,12 @@
 //! What the slow path does in the pool (the block's place among the inactive split blocks,
 //! coalescing with free neighbours) waits for the flush, which counts it as the slow path's
 //! free would have at that point. Every reader flushes first (`memory_stats`, `snapshot`,
-//! `reset_peak_stats`), so a read reports what the slow path reports after the same
-//! hand-outs: currents, accumulated totals, counters, and the peaks of every figure except
-//! `inactive_split(_bytes)`, whose peak misses the instants at which the slow path would
-//! have counted a block that a cached pair took back before any flush (the tcache block is
+//! `reset_peak_stats`, `reset_accumulated_stats`), so a read reports what the slow path
+//! reports after the same hand-outs: currents, counters, the accumulated totals of every
+//! figure except `inactive_split(_bytes)`, and the peaks of every figure but that one. Its
+//! accumulated totals and its peak miss the splits and merges that the slow path would have
+//! counted for a block that a cached pair took back before any flush (review h66: three
+//! cached pairs of 1,000 B count one split and one merge where PyTorch counts three of each) (the tcache block is
 //! in no pool, as a block in glibc's tcache is in no bin). The hand-outs may differ: a
 //! same-size allocation gets the block its thread freed last, where the stream pool's best
 //! fit takes the lowest address. `SharedState::memory_stats` (another allocator reading this

@@ -741,11 +741,14 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
     }
 
     /// Zeroes accumulated statistics and counters (as
-    /// `torch.cuda.reset_accumulated_memory_stats`). Does nothing in a bad fork child.
+    /// `torch.cuda.reset_accumulated_memory_stats`). Does nothing in a bad fork child. Frees
+    /// waiting in this thread's cache of freed blocks are counted first, as they would have
+    /// been at their free (review h66: a free made before the reset was counted after it).
     pub fn reset_accumulated_stats(&self) {
         if B::is_bad_fork() {
             return;
         }
+        self.flush_thread_caches();
         self.inner.shared.stats.reset_accumulated();
     }
 

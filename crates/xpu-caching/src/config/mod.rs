@@ -157,6 +157,10 @@ pub struct AllocConfig {
     /// above); 0 or 1 disables rounding in that interval.
     pub roundup_power2_divisions: [u64; ROUNDUP_INTERVALS],
     /// Garbage collection threshold as a fraction of the allowed memory; 0 disables.
+    /// Deviation from PyTorch (reference §4.11, which collects every stream's idle whole
+    /// large blocks of its one large pool): the collection runs on the allocating stream's
+    /// own pool only, with that pool's age clock, since pools are per stream here (review
+    /// h66: another stream's idle 20 MiB segment stayed while a second one was grown).
     pub garbage_collection_threshold: f64,
     /// Always `false`: expandable segments are not provided.
     pub expandable_segments: bool,
