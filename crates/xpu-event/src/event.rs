@@ -2,12 +2,12 @@
 
 use std::fmt;
 
-use xpu_device::backend::{raw, ClEvent};
+use xpu_device::backend::{raw, ClEvent, EventStatus};
 use xpu_device::HasDevice;
 use xpu_stream::Stream;
 
 use crate::error::EventError;
-use crate::recorded::Recorded;
+use crate::recorded::{failure, Recorded};
 use crate::wait;
 
 /// How an event behaves, as `torch.cuda.Event(enable_timing, blocking)`.
@@ -152,13 +152,20 @@ impl Event {
     /// The raw `cl_event` of the latest record (`None` before the first), valid while the event
     /// is not re-recorded or dropped.
     pub fn as_raw(&self) -> Option<raw::cl_event> {
-        self.recorded.as_ref().map(|r| r.event.as_raw())
+        self.recorded.as_ref().map(|r| r.event().as_raw())
     }
 
     /// Captures the work submitted to `stream` so far: one marker (`clEnqueueMarkerWithWaitList`,
     /// one driver call, no flush), numbered among the stream's commands (an atomic increment)
     /// so that a later synchronize of the stream makes [`Event::query`] exact. Forgets what was
     /// known of the former point's completion.
+    ///
+    /// The marker is judged with the waits enqueued on the stream before it
+    /// (`CommandQueue::enqueue_ordered_marker`): a driver may complete a marker after a
+    /// failed wait while earlier commands stay queued (PoCL does), so after a wait of the
+    /// stream failed, [`Event::query`], [`Event::synchronize`] and [`Event::elapsed_time`]
+    /// report that failure and [`Event::wait`] refuses, until a synchronize of the stream
+    /// (as a CUDA error is sticky; reviews h67, h68).
     ///
     /// # Errors
     /// `DeviceMismatch` when the event was recorded before on another device;
@@ -181,9 +188,10 @@ impl Event {
             });
         }
         let queue = stream.enqueue_queue("event record")?;
-        let event = queue.enqueue_marker(&[])?;
+        // Judged with the waits enqueued before it (see `Recorded`).
+        let marker = queue.enqueue_ordered_marker()?;
         // Numbered after the enqueue returned (see `Recorded`).
-        self.recorded = Some(Recorded::new(*stream, queue.queue_ref(), event));
+        self.recorded = Some(Recorded::new(*stream, queue.queue_ref(), marker));
         Ok(())
     }
 
@@ -236,10 +244,14 @@ impl Event {
     /// [`Event::query`] answers `true` without a driver call, and a second `synchronize`
     /// returns at once (until the event is re-recorded).
     ///
+    /// After a wait enqueued on the stream before the record failed (see [`Event::record`]),
+    /// the driver's completion of the marker is not trusted: the failure is returned (as
+    /// `cudaEventSynchronize` returns a sticky error), until a synchronize of the stream.
+    ///
     /// # Errors
     /// A failed wait or the abnormal status of the captured work (also after a stream
     /// synchronize that covered it: this asks the driver unless an earlier `synchronize`
-    /// of the event succeeded).
+    /// of the event succeeded); the status of a wait enqueued before the record that failed.
     pub fn synchronize(&self) -> Result<(), EventError> {
         check_fork()?;
         let Some(r) = &self.recorded else {
@@ -251,8 +263,14 @@ impl Event {
         r.flush_once()?;
         if !self.flags.blocking {
             for i in 0..POLLS_BEFORE_BLOCKING {
-                if r.driver_says_complete()? {
-                    return Ok(());
+                // Judged in order (see below): a failed earlier wait is the event's failure.
+                match r.status()? {
+                    EventStatus::Complete => {
+                        r.set_done();
+                        return Ok(());
+                    }
+                    EventStatus::Error(code) => return Err(failure(code)),
+                    _ => {}
                 }
                 if i < 16 {
                     std::hint::spin_loop();
@@ -263,7 +281,26 @@ impl Event {
         }
         // `clWaitForEvents` returns `CL_SUCCESS` only once the event completed (OpenCL 3.0,
         // `clWaitForEvents`); the driver's status may still lag it, so this is kept.
-        r.event.wait()?;
+        r.event().wait()?;
+        // A marker is judged in order: while a wait enqueued before it is pending it is not
+        // done (polled, backing off to 1 ms); after such a wait failed, the driver may have
+        // completed it while earlier commands stay queued (PoCL: review h67), and nothing
+        // tells when those ran, so the failure is reported (sticky until a synchronize of the
+        // stream; a drain here would also wait for work enqueued after the record: review
+        // h68).
+        if r.marker().is_some() {
+            let mut pause = std::time::Duration::from_micros(20);
+            loop {
+                match r.status()? {
+                    EventStatus::Complete => break,
+                    EventStatus::Error(code) => return Err(failure(code)),
+                    _ => {
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(std::time::Duration::from_millis(1));
+                    }
+                }
+            }
+        }
         r.set_done();
         Ok(())
     }
@@ -275,7 +312,10 @@ impl Event {
     /// barrier's wait list.
     ///
     /// # Errors
-    /// A failed enqueue, flush or callback registration; `Stream(ExternalReleased)`.
+    /// A failed enqueue, flush or callback registration; `Stream(ExternalReleased)`; a
+    /// `"command execution"` error when a wait enqueued on the recording stream before the
+    /// record failed and the stream was not synchronized since: a barrier on such a marker
+    /// would not hold `stream` back (see [`Event::record`]).
     pub fn wait(&self, stream: &Stream) -> Result<(), EventError> {
         check_fork()?;
         match &self.recorded {
@@ -292,10 +332,13 @@ impl Event {
     /// 1. both have `enable_timing` (`TimingNotEnabled`);
     /// 2. both recorded (`NotRecorded`);
     /// 3. same device (`DifferentDevices`; needs both recorded);
-    /// 4. both completed (`NotCompleted`; not waited for: synchronize `end` first).
+    /// 4. both completed (`NotCompleted`; not waited for: synchronize `end` first);
+    /// 5. neither recorded after a failed wait of its stream (its marker's time tells nothing
+    ///    of the work before it: a `"command execution"` error with the wait's status, also
+    ///    after a synchronize of the stream cleared the failure; review h69).
     ///
     /// # Errors
-    /// The four above; a failed profiling query.
+    /// The five above; a failed profiling query.
     pub fn elapsed_time(&self, end: &Event) -> Result<f64, EventError> {
         check_fork()?;
         if !self.flags.enable_timing || !end.flags.enable_timing {
@@ -311,8 +354,16 @@ impl Event {
         if !a.poll()? || !b.poll()? {
             return Err(EventError::NotCompleted);
         }
-        let t0 = a.event.profiling(xpu_device::backend::ProfilingInfo::End)?;
-        let t1 = b.event.profiling(xpu_device::backend::ProfilingInfo::End)?;
+        // A marker recorded after a failed wait has no meaningful time (see `Recorded`).
+        if let Some(code) = a.failed_before().or_else(|| b.failed_before()) {
+            return Err(failure(code));
+        }
+        let t0 = a
+            .event()
+            .profiling(xpu_device::backend::ProfilingInfo::End)?;
+        let t1 = b
+            .event()
+            .profiling(xpu_device::backend::ProfilingInfo::End)?;
         Ok((t1 as f64 - t0 as f64) * 1e-6)
     }
 }
@@ -344,7 +395,7 @@ impl fmt::Debug for Event {
             None => d.field("cl_event", &"uninitialized"),
             Some(r) => d
                 .field("device", &r.stream.device())
-                .field("cl_event", &r.event.as_raw()),
+                .field("cl_event", &r.event().as_raw()),
         };
         d.finish()
     }

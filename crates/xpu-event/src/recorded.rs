@@ -14,10 +14,17 @@
 //! Drivers' status may lag their waits (NVIDIA's OpenCL read a marker incomplete right after
 //! `clFinish` / `clWaitForEvents` covering it returned), so this is what makes a query after
 //! a synchronize exact.
+//!
+//! A recorded marker is an [`OrderedMarker`]: its driver status is judged with the waits
+//! enqueued before it on the queue. PoCL completes a marker after a failed wait while earlier
+//! commands stay queued (review h67: an event behind a closed gate and a failed wait
+//! synchronized `Ok`), so a marker after a failed wait reads that wait's error, and one after
+//! a pending wait reads incomplete, as the allocators' free markers do.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use xpu_device::backend::ClEvent;
+use xpu_device::backend::{ClEvent, EventStatus, OrderedMarker};
+use xpu_device::ClError;
 use xpu_stream::{QueueRef, Stream, Submission};
 
 use crate::error::EventError;
@@ -27,12 +34,32 @@ const FRESH: u8 = 0;
 const SEEN_INCOMPLETE: u8 = 1;
 const FLUSHED: u8 = 2;
 
+/// The status reported for a marker that follows a failed wait while the driver has not
+/// completed the marker yet: `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST` (OpenCL 3.0
+/// §5.11), an event the stream waited for failed.
+pub(crate) const FAILED_WAIT: i32 = -14;
+
+/// The error of a point whose status (or that of a wait enqueued before it) is `code`.
+pub(crate) fn failure(code: i32) -> EventError {
+    ClError::new("command execution", code).into()
+}
+
+/// What a point is: a marker the runtime recorded, or an adopted event.
+#[derive(Debug)]
+pub(crate) enum Point {
+    /// A marker recorded by [`Event::record`](crate::Event::record), judged in order.
+    Marker(OrderedMarker),
+    /// An event adopted by [`Event::from_cl_event`](crate::Event::from_cl_event): its driver
+    /// status as it is.
+    Adopted(ClEvent),
+}
+
 /// One recorded point.
 #[derive(Debug)]
 pub(crate) struct Recorded {
     pub(crate) stream: Stream,
     pub(crate) queue: QueueRef,
-    pub(crate) event: ClEvent,
+    point: Point,
     /// Whether `event` is a command of `stream`'s in-order queue (a marker, or a foreign
     /// command adopted on it); false for an adopted user event, which no queue orders.
     pub(crate) in_stream_order: bool,
@@ -44,10 +71,10 @@ pub(crate) struct Recorded {
 }
 
 impl Recorded {
-    /// The point `event` (a marker enqueued on `queue` of `stream`, whose enqueue call has
-    /// returned), not flushed yet.
-    pub(crate) fn new(stream: Stream, queue: QueueRef, event: ClEvent) -> Self {
-        Self::adopted(stream, queue, event, true)
+    /// The point `marker` (enqueued on `queue` of `stream`, its enqueue call returned), not
+    /// flushed yet.
+    pub(crate) fn new(stream: Stream, queue: QueueRef, marker: OrderedMarker) -> Self {
+        Self::of(stream, queue, Point::Marker(marker), true)
     }
 
     /// The point `event` adopted on `stream`: a command of its queue (`in_stream_order`,
@@ -59,11 +86,15 @@ impl Recorded {
         event: ClEvent,
         in_stream_order: bool,
     ) -> Self {
+        Self::of(stream, queue, Point::Adopted(event), in_stream_order)
+    }
+
+    fn of(stream: Stream, queue: QueueRef, point: Point, in_stream_order: bool) -> Self {
         let submission = in_stream_order.then(|| queue.submission());
         Self {
             stream,
             queue,
-            event,
+            point,
             in_stream_order,
             flush: AtomicU8::new(FRESH),
             done: AtomicBool::new(false),
@@ -95,9 +126,61 @@ impl Recorded {
         self.done.store(true, Ordering::Release);
     }
 
-    /// The driver's answer (`CL_COMPLETE`, kept), for `Event::synchronize`'s polling.
+    /// The point's event (its marker's, or the adopted one).
+    pub(crate) fn event(&self) -> &ClEvent {
+        match &self.point {
+            Point::Marker(m) => m.event(),
+            Point::Adopted(e) => e,
+        }
+    }
+
+    /// The point's status: a marker's judged in order ([`OrderedMarker::status`]), and by its
+    /// own driver status again once a synchronize of its stream begun after the record
+    /// returned ([`OrderedMarker::drained_by_finish`]: every command before it completed);
+    /// an adopted event's as the driver reports it.
+    pub(crate) fn status(&self) -> Result<EventStatus, ClError> {
+        match &self.point {
+            Point::Marker(m) => match m.status()? {
+                EventStatus::Error(_) if m.drained_by_finish() => m.event().status(),
+                status => Ok(status),
+            },
+            Point::Adopted(e) => e.status(),
+        }
+    }
+
+    /// The status of a wait enqueued before the point's marker that failed, if one did
+    /// (`CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`, -14, while the driver has not
+    /// completed the marker). Such a marker's own timestamps tell nothing of the work before
+    /// it (PoCL completes it at the failure, while that work stays queued: review h69), also
+    /// once a synchronize of its stream cleared the failure for its completion.
+    pub(crate) fn failed_before(&self) -> Option<i32> {
+        let m = self.marker()?;
+        match m.status() {
+            Ok(EventStatus::Error(code)) => Some(code),
+            _ => m.follows_failed_wait().then_some(FAILED_WAIT),
+        }
+    }
+
+    /// The marker, when the runtime recorded the point.
+    pub(crate) fn marker(&self) -> Option<&OrderedMarker> {
+        match &self.point {
+            Point::Marker(m) => Some(m),
+            Point::Adopted(_) => None,
+        }
+    }
+
+    /// The driver's answer judged in order (`CL_COMPLETE`, kept), for `Event::synchronize`'s
+    /// polling.
+    ///
+    /// # Errors
+    /// A failed status query; the point's error status (a marker's: also that of a wait
+    /// enqueued before it), as a `"command execution"` error.
     pub(crate) fn driver_says_complete(&self) -> Result<bool, EventError> {
-        let complete = self.event.is_complete()?;
+        let complete = match self.status()? {
+            EventStatus::Complete => true,
+            EventStatus::Error(code) => return Err(failure(code)),
+            _ => false,
+        };
         if complete {
             self.set_done();
         }

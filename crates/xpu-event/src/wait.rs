@@ -12,7 +12,7 @@
 use xpu_stream::Stream;
 
 use crate::error::EventError;
-use crate::recorded::Recorded;
+use crate::recorded::{failure, Recorded, FAILED_WAIT};
 
 /// Enqueues on `stream` a barrier that waits for `r`. No host blocking.
 pub(crate) fn stream_waits_for(stream: &Stream, r: &Recorded) -> Result<(), EventError> {
@@ -21,23 +21,33 @@ pub(crate) fn stream_waits_for(stream: &Stream, r: &Recorded) -> Result<(), Even
         // adopted user event, which no queue orders).
         return Ok(());
     }
+    // A marker after a failed wait of its stream orders nothing: the driver may complete it
+    // while the commands before it stay queued (PoCL: review h67), and PoCL also runs the
+    // commands after a barrier whose wait failed, so a barrier cannot pass the failure on.
+    // The failure is reported instead, as `synchronize` reports it (until a synchronize of
+    // the recording stream, after which the stream's work is known done).
+    if let Some(m) = r.marker() {
+        if !r.is_known_complete() && !m.drained_by_finish() && m.follows_failed_wait() {
+            return Err(failure(r.failed_before().unwrap_or(FAILED_WAIT)));
+        }
+    }
     // OpenCL 3.0 §5.13: an event used in another queue's wait list must have been flushed.
     r.flush_once()?;
     let queue = stream.enqueue_queue("event wait")?;
     if stream.device() == r.stream.device() {
         // One context per device: the event can sit in the wait list directly.
-        queue.enqueue_barrier(&[&r.event])?;
+        queue.enqueue_barrier(&[r.event()])?;
         return Ok(());
     }
     // Another device means another context, whose wait lists cannot hold this event
     // (CL_INVALID_CONTEXT). Bridge with a user event of the waiting device.
-    if r.event.is_complete()? {
+    if r.event().is_complete()? {
         return Ok(());
     }
     let bridge = xpu_device::device(stream.device())?.create_user_event()?;
     // The driver's callback sets the bridge to the event's final status (a negative one fails
     // the waiting commands too), without going through the callback thread of user closures.
-    r.event.forward_to(&bridge)?;
+    r.event().forward_to(&bridge)?;
     queue.enqueue_barrier(&[&bridge])?;
     Ok(())
 }

@@ -25,3 +25,41 @@ pub fn assert_held_by(gate: &xpu_event::Gate, event: &xpu_event::Event) {
     gate.open().unwrap();
     event.synchronize().unwrap();
 }
+
+/// Time a child scenario ([`in_child`]) gets before it is killed (it takes well under a
+/// second).
+#[allow(dead_code)]
+pub const SCENARIO_BOUND: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What a child scenario prints once it ran to its end ([`in_child`]).
+#[allow(dead_code)]
+pub const SCENARIO_DONE: &str = "xpu-event scenario done";
+
+/// Runs `body` as `scenario` in a child process (the calling test re-run) and asserts that
+/// the child ran it to its end (exit 0, [`SCENARIO_DONE`] printed, within
+/// [`SCENARIO_BOUND`]): an abort inside the driver, or a hang, fails the test instead of the
+/// suite. Skipped (in the parent) without `devices` devices.
+#[allow(dead_code)]
+pub fn in_child(scenario: &str, devices: usize, body: fn()) {
+    if xpu_testing::scenario().is_some() {
+        body();
+        println!("{SCENARIO_DONE}");
+        return;
+    }
+    let test = xpu_testing::child::test_name();
+    if xpu_testing::have_devices(devices, &test) {
+        xpu_testing::assert_scenario_done(&test, scenario, SCENARIO_BOUND, SCENARIO_DONE);
+    }
+}
+
+/// A fresh user event of device 0 adopted on a stream of its own: what a stream can be made
+/// to wait on, then failed. Returns the adopted event and its user event.
+#[allow(dead_code)]
+pub fn failable() -> (xpu_event::Event, xpu_device::backend::ClEvent) {
+    let other = fresh_stream(0).leak();
+    let user = xpu_device::device(0).unwrap().create_user_event().unwrap();
+    let adopted =
+        xpu_event::Event::from_cl_event(user.clone(), &other, xpu_event::EventFlags::default())
+            .unwrap();
+    (adopted, user)
+}
