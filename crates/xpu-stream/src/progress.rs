@@ -20,7 +20,7 @@
 //! Lock-free: one atomic increment per tracked command, one atomic load per question, one
 //! atomic `fetch_max` per synchronize. No driver call.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -91,29 +91,23 @@ pub(crate) struct TrackedQueue {
 pub(crate) struct QueryMarker {
     pub(crate) probe: IdleProbe,
     pub(crate) drained: Submission,
-    /// Set once a `clFinish` of the queue that began after the marker's enqueue returned
-    /// with success ([`TrackedQueue::finish`]): every command before the marker completed,
-    /// whatever the driver or the waits enqueued before it say of the marker (a marker
-    /// after a failed wait reads the failure for ever: review h52).
-    pub(crate) finished: AtomicBool,
 }
 
 impl QueryMarker {
     pub(crate) fn new(probe: IdleProbe, drained: Submission) -> QueryMarker {
-        QueryMarker {
-            probe,
-            drained,
-            finished: AtomicBool::new(false),
-        }
+        QueryMarker { probe, drained }
     }
 
-    /// Whether the commands enqueued before the marker completed: once a `clFinish` after
-    /// it returned, at once; otherwise as [`IdleProbe::is_complete`] judges it.
+    /// Whether the commands enqueued before the marker completed: once a `clFinish` of the
+    /// queue begun after it returned with success, at once, whatever the driver or the waits
+    /// enqueued before it say of the marker (a marker after a failed wait reads the failure
+    /// for ever: review h52); otherwise as [`IdleProbe::is_complete`] judges it.
     ///
     /// # Errors
-    /// As [`IdleProbe::is_complete`], unless a `clFinish` after it returned.
+    /// As [`IdleProbe::is_complete`], unless such a `clFinish` returned: the failure then
+    /// still stands.
     pub(crate) fn is_complete(&self) -> Result<bool, xpu_device::ClError> {
-        if self.finished.load(Ordering::Acquire) {
+        if self.probe.drained_by_finish() {
             return Ok(true);
         }
         self.probe.is_complete()
@@ -164,14 +158,10 @@ impl TrackedQueue {
     /// A failed `clFinish` or a kept release failure (the watermark is then not raised).
     pub(crate) fn finish(&self) -> Result<(), xpu_device::ClError> {
         let drained = self.progress.issued();
-        // Read before the `clFinish` begins: a query's marker enqueued during it is not
-        // covered.
-        let marker = self.query_marker();
+        // A query's kept marker enqueued before the `clFinish` began reads complete once it
+        // returned with success (`IdleProbe::drained_by_finish`).
         self.queue.finish()?;
         self.progress.complete_up_to(drained);
-        if let Some(marker) = marker {
-            marker.finished.store(true, Ordering::Release);
-        }
         Ok(())
     }
 }

@@ -215,7 +215,10 @@ impl Stream {
     /// The marker is judged with the waits of the commands enqueued before it (as the
     /// allocators' ordered markers): a driver may complete a marker enqueued after a command
     /// whose wait failed while earlier commands stay queued (PoCL does), so after such a
-    /// failure the query reports it, until a [`Stream::synchronize`] returned.
+    /// failure the query reports it, until a [`Stream::synchronize`] returned. The marker that
+    /// read the failure is kept and answers every query with it until then, with no new
+    /// command (a new marker would fail too, and NVIDIA's `clFinish` reports each batch of
+    /// failed commands: pollers enqueuing one per query kept `synchronize` failing).
     ///
     /// # Errors
     /// A failed OpenCL call, or the abnormal status of a command on the stream (a command
@@ -250,11 +253,13 @@ impl Stream {
                         return Ok(true);
                     }
                 }
-                // A marker enqueued before a failed wait reads the failure for ever, even
-                // after a `synchronize` that drained the queue since (review h52): a new
-                // marker asks again, judged with the waits since the last successful
-                // `clFinish`, and reports the failure only while it still stands.
-                Err(_) => {}
+                // No `clFinish` begun after the marker returned with success (that would
+                // read it complete: `QueryMarker::is_complete`): the failure stands, and the
+                // kept marker reports it with no new command. A new marker would fail too,
+                // and NVIDIA's `clFinish` reports each batch of failed commands: threads
+                // polling with a new marker each kept `synchronize` failing, 21 times in a
+                // row on an H200 (2026-12-06; `query_after_failure.rs`).
+                Err(e) => return Err(e.into()),
             }
         }
         let permit = self.enqueue_queue("query")?;
@@ -268,9 +273,9 @@ impl Stream {
         let complete = match probe.is_complete() {
             Ok(complete) => complete,
             Err(e) => {
-                if kept.is_some() {
-                    q.tracked().replace_query_marker(kept.as_ref(), None);
-                }
+                // Kept: it answers the next queries until a synchronize (see above).
+                q.tracked()
+                    .replace_query_marker(kept.as_ref(), Some(QueryMarker::new(probe, drained)));
                 return Err(e.into());
             }
         };

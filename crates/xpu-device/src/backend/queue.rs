@@ -222,6 +222,9 @@ pub struct IdleProbe {
     queue: Arc<QueueShared>,
     /// The waits enqueued before the marker, which judge it ([`IdleProbe::is_complete`]).
     earlier: Option<EarlierWaits>,
+    /// The queue's count of begun finishes read after the marker's enqueue returned
+    /// ([`IdleProbe::drained_by_finish`]).
+    finishes: u64,
 }
 
 impl IdleProbe {
@@ -248,6 +251,15 @@ impl IdleProbe {
             EventStatus::Error(code) => Err(ClError::new("command execution", code)),
             _ => Ok(false),
         }
+    }
+
+    /// Whether the commands enqueued before the probe are known to have completed through a
+    /// [`CommandQueue::finish`] of its queue begun after the probe's marker was enqueued and
+    /// returned with success, as [`OrderedMarker::drained_by_finish`]: then a probe that
+    /// reads a failure ([`IdleProbe::is_complete`]) has no earlier work left. One atomic load,
+    /// no driver call.
+    pub fn drained_by_finish(&self) -> bool {
+        self.queue.finished_begun.load(Ordering::Acquire) > self.finishes
     }
 }
 
@@ -868,11 +880,14 @@ impl CommandQueue {
         let _ = PROBING.try_with(|p| p.set(true));
         let marker = self.enqueue_marker(&[]);
         let _ = PROBING.try_with(|p| p.set(false));
+        let marker = marker?;
         Ok(IdleProbe {
-            marker: marker?,
+            marker,
             generation,
             queue: Arc::clone(&self.1),
             earlier: EarlierWaits::after_marker(&self.1.waits),
+            // After the enqueue returned: a finish numbered above began after it.
+            finishes: self.1.finishes_begun.load(Ordering::Acquire),
         })
     }
 
