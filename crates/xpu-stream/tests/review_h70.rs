@@ -29,11 +29,11 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, mpsc};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use xpu_device::backend::{QueueOptions, markers_enqueued_on_this_thread};
-use xpu_stream::{ExternalStream, Stream, StreamError, get_stream_from_pool};
+use xpu_device::backend::{markers_enqueued_on_this_thread, QueueOptions};
+use xpu_stream::{get_stream_from_pool, ExternalStream, Stream, StreamError};
 
 const BOUND: Duration = Duration::from_secs(60);
 
