@@ -216,7 +216,8 @@ impl Stream {
     /// allocators' ordered markers): a driver may complete a marker enqueued after a command
     /// whose wait failed while earlier commands stay queued (PoCL does), so after such a
     /// failure the query reports it, until a [`Stream::synchronize`] returned. The marker that
-    /// read the failure is kept and answers every query with it until then, with no new
+    /// read the failure is kept and answers every query with it until a synchronize of the
+    /// queue returns with success (one begun before the marker included), with no new
     /// command (a new marker would fail too, and NVIDIA's `clFinish` reports each batch of
     /// failed commands: pollers enqueuing one per query kept `synchronize` failing).
     ///
@@ -238,6 +239,8 @@ impl Stream {
         // 2026-12-06.)
         let kept = q.tracked().query_marker();
         if let Some(k) = &kept {
+            // Read before the status: a finish that returns after it counts as "since".
+            let finishes = k.probe.successful_finishes();
             // In-order queue: a later marker cannot complete before this one, so while it is
             // pending the answer is `false` whatever a new marker would say. Judged with the
             // waits enqueued before it (a marker after a failed wait may complete while
@@ -254,12 +257,19 @@ impl Stream {
                     }
                 }
                 // No `clFinish` begun after the marker returned with success (that would
-                // read it complete: `QueryMarker::is_complete`): the failure stands, and the
-                // kept marker reports it with no new command. A new marker would fail too,
-                // and NVIDIA's `clFinish` reports each batch of failed commands: threads
-                // polling with a new marker each kept `synchronize` failing, 21 times in a
-                // row on an H200 (2026-12-06; `query_after_failure.rs`).
-                Err(e) => return Err(e.into()),
+                // read it complete: `QueryMarker::is_complete`). While no finish returned
+                // with success since a query first saw the failure, it stands, and the kept
+                // marker reports it with no new command: a new marker would fail too, and
+                // NVIDIA's `clFinish` reports each batch of failed commands (threads polling
+                // with a new marker each kept `synchronize` failing, 21 times in a row on an
+                // H200, 2026-12-06; `query_after_failure.rs`). Once one returned (it may have
+                // begun before the marker: review h70), a new marker asks again, judged with
+                // the waits since the last successful finish.
+                Err(e) => {
+                    if k.failure_stands(finishes) {
+                        return Err(e.into());
+                    }
+                }
             }
         }
         let permit = self.enqueue_queue("query")?;
@@ -270,12 +280,16 @@ impl Stream {
         // The flush and the status query are not enqueues: outside the permit.
         drop(permit);
         q.flush()?;
+        let finishes = probe.successful_finishes();
         let complete = match probe.is_complete() {
             Ok(complete) => complete,
             Err(e) => {
-                // Kept: it answers the next queries until a synchronize (see above).
+                // Kept, noted failed: it answers the next queries until a synchronize returns
+                // (see above).
+                let marker = QueryMarker::new(probe, drained);
+                marker.failure_stands(finishes);
                 q.tracked()
-                    .replace_query_marker(kept.as_ref(), Some(QueryMarker::new(probe, drained)));
+                    .replace_query_marker(kept.as_ref(), Some(marker));
                 return Err(e.into());
             }
         };

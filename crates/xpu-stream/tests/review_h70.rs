@@ -4,7 +4,10 @@
 //! safe public calls. PoCL on the CPU (`POCL_DEVICES="pthread pthread"`), a 2-core machine
 //! shared with other jobs, debug build (`cargo test -p xpu-stream --test review_h70`).
 //!
-//! Finding (fails at 769cad4):
+//! Finding (fails at 769cad4, fixed since: the kept marker notes the queue's count of
+//! successful finishes when a query first sees it failed, and once a finish returned with
+//! success since, whenever it began, a query asks again with a new marker;
+//! `QueryMarker::failure_stands`, `IdleProbe::successful_finishes`):
 //! `a_synchronize_that_returned_after_the_failure_clears_it_even_if_it_began_before_the_query`.
 //! A `synchronize` that began before the query's marker was enqueued (blocked behind a gate)
 //! and returned with success after the failure was read does not count: the kept failed

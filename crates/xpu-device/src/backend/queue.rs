@@ -202,6 +202,9 @@ struct QueueShared {
     /// The highest number ([`QueueShared::finishes_begun`]) of a `clFinish` that returned with
     /// success: every command enqueued before that one began completed.
     finished_begun: AtomicU64,
+    /// How many `clFinish` calls through these wrappers returned with success, whenever they
+    /// began ([`IdleProbe::successful_finishes`]).
+    finishes_succeeded: AtomicU64,
     /// The highest probe generation that was the latest when a command's enqueue call
     /// through these clones returned (a probe's own marker excepted): a probe of a higher
     /// generation saw no command enqueued after it began.
@@ -260,6 +263,15 @@ impl IdleProbe {
     /// no driver call.
     pub fn drained_by_finish(&self) -> bool {
         self.queue.finished_begun.load(Ordering::Acquire) > self.finishes
+    }
+
+    /// How many [`CommandQueue::finish`] calls of the probe's queue (through any wrapper of
+    /// it) have returned with success so far, whenever they began: a reading taken before
+    /// a probe was seen failed and a larger one later tell that a finish returned since
+    /// (it may have cleared the failure of a wait it covered: [`OrderedMarker::status`]).
+    /// One atomic load, no driver call.
+    pub fn successful_finishes(&self) -> u64 {
+        self.queue.finishes_succeeded.load(Ordering::Acquire)
     }
 }
 
@@ -843,6 +855,7 @@ impl CommandQueue {
             return Err(e);
         }
         self.1.finished_begun.fetch_max(number, Ordering::AcqRel);
+        self.1.finishes_succeeded.fetch_add(1, Ordering::AcqRel);
         if let Some(covered) = covered {
             self.1.waits.finished(covered);
         }
