@@ -16,6 +16,18 @@
 //!   same through a second stream over the same raw queue: the pool stream's query saw the
 //!   failure before the return (cleared), the external stream's only after (stuck).
 //!
+//! - `a_synchronize_racing_another_threads_enqueues_clears_the_failure` (pre-existing: fails
+//!   at 769cad4^ too): a synchronize begun while another thread's enqueue call with a wait
+//!   list is in progress does not drain the wait log (`WaitLog::before_finish`: `None`), and
+//!   the failure stands after it returned `Ok`, until another synchronize.
+//!
+//! The first two pass at 769cad4^ (2 of 2 runs): regressions of 769cad4/4fe4c8b. Docs: the
+//! `Stream::query` text "until a synchronize of the queue returns with success (one begun
+//! before the marker included)" holds only when a query saw the failure before that return.
+//! At 769cad4^ the held tests `a_new_failure_after_a_cleared_one_is_reported_and_kept` and
+//! `a_synchronize_that_began_before_the_failed_barrier_does_not_answer_true` fail on their
+//! marker counts (one marker per query then), as expected.
+//!
 //! What held (passing tests): see each test's doc.
 //!
 //! The order comes from user events, never from sleeps; a thread blocked inside `clFinish` is
