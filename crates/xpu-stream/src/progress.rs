@@ -91,19 +91,11 @@ pub(crate) struct TrackedQueue {
 pub(crate) struct QueryMarker {
     pub(crate) probe: IdleProbe,
     pub(crate) drained: Submission,
-    /// The queue's count of successful finishes ([`IdleProbe::successful_finishes`]) read
-    /// before the status check of the first query that saw the marker failed; `u64::MAX`
-    /// while none did ([`QueryMarker::failure_stands`]).
-    failed_at: AtomicU64,
 }
 
 impl QueryMarker {
     pub(crate) fn new(probe: IdleProbe, drained: Submission) -> QueryMarker {
-        QueryMarker {
-            probe,
-            drained,
-            failed_at: AtomicU64::new(u64::MAX),
-        }
+        QueryMarker { probe, drained }
     }
 
     /// Whether the commands enqueued before the marker completed: once a `clFinish` of the
@@ -118,26 +110,6 @@ impl QueryMarker {
             return Ok(true);
         }
         self.probe.is_complete()
-    }
-
-    /// Called when [`QueryMarker::is_complete`] failed, with the queue's count of successful
-    /// finishes read before that check: whether the failure still stands, i.e. no finish
-    /// returned with success since a query first saw the marker failed (the first caller
-    /// notes its reading). A finish that returned since may have cleared the failure even
-    /// when it began before the marker's enqueue (review h70: a synchronize blocked behind
-    /// earlier work, returned after the failure; the queries kept failing until another):
-    /// the caller then asks again with a new marker, judged with the waits since.
-    pub(crate) fn failure_stands(&self, finishes: u64) -> bool {
-        let first = match self.failed_at.compare_exchange(
-            u64::MAX,
-            finishes,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => finishes,
-            Err(noted) => noted,
-        };
-        finishes <= first
     }
 }
 

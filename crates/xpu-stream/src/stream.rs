@@ -216,9 +216,9 @@ impl Stream {
     /// allocators' ordered markers): a driver may complete a marker enqueued after a command
     /// whose wait failed while earlier commands stay queued (PoCL does), so after such a
     /// failure the query reports it, until a [`Stream::synchronize`] returned. The marker that
-    /// read the failure is kept and answers every query with it until a synchronize of the
-    /// queue returns with success (one begun before the marker included), with no new
-    /// command (a new marker would fail too, and NVIDIA's `clFinish` reports each batch of
+    /// read the failure is kept and answers every query with it, with no new command, until
+    /// a synchronize of the queue that covered the failed wait (begun after its enqueue)
+    /// returned with success, through any wrapper of the queue (a new marker would fail too, and NVIDIA's `clFinish` reports each batch of
     /// failed commands: pollers enqueuing one per query kept `synchronize` failing).
     ///
     /// # Errors
@@ -239,14 +239,20 @@ impl Stream {
         // 2026-12-06.)
         let kept = q.tracked().query_marker();
         if let Some(k) = &kept {
-            // Read before the status: a finish that returns after it counts as "since".
-            let finishes = k.probe.successful_finishes();
             // In-order queue: a later marker cannot complete before this one, so while it is
             // pending the answer is `false` whatever a new marker would say. Judged with the
             // waits enqueued before it (a marker after a failed wait may complete while
             // earlier commands stay queued: review h51).
             match k.is_complete() {
-                Ok(false) => return Ok(false),
+                Ok(false) => {
+                    // A wait enqueued on the stream failed and stands (no successful
+                    // synchronize covered it): reported, as the contract says, even while the
+                    // kept marker is still queued (behind an earlier gate).
+                    if let Some(code) = k.probe.standing_wait_failure() {
+                        return Err(xpu_device::ClError::new("command execution", code).into());
+                    }
+                    return Ok(false);
+                }
                 Ok(true) => {
                     q.tracked().progress.complete_up_to(k.drained);
                     // Nothing enqueued after it: the stream is idle, and the marker answers
@@ -257,16 +263,16 @@ impl Stream {
                     }
                 }
                 // No `clFinish` begun after the marker returned with success (that would
-                // read it complete: `QueryMarker::is_complete`). While no finish returned
-                // with success since a query first saw the failure, it stands, and the kept
-                // marker reports it with no new command: a new marker would fail too, and
-                // NVIDIA's `clFinish` reports each batch of failed commands (threads polling
-                // with a new marker each kept `synchronize` failing, 21 times in a row on an
-                // H200, 2026-12-06; `query_after_failure.rs`). Once one returned (it may have
-                // begun before the marker: review h70), a new marker asks again, judged with
-                // the waits since the last successful finish.
+                // read it complete: `QueryMarker::is_complete`). While a failed wait of the
+                // queue stands (no successful `clFinish` covered it, through any wrapper),
+                // the kept marker reports the failure with no new command: a new marker would
+                // fail too, and NVIDIA's `clFinish` reports each batch of failed commands
+                // (threads polling with a new marker each kept `synchronize` failing, 21
+                // times in a row on an H200, 2026-12-06; `query_after_failure.rs`). Once
+                // none stands (a synchronize covered it, whenever it began: reviews h70,
+                // h71), a new marker asks again, judged with the waits since.
                 Err(e) => {
-                    if k.failure_stands(finishes) {
+                    if k.probe.standing_wait_failure().is_some() {
                         return Err(e.into());
                     }
                 }
@@ -280,16 +286,12 @@ impl Stream {
         // The flush and the status query are not enqueues: outside the permit.
         drop(permit);
         q.flush()?;
-        let finishes = probe.successful_finishes();
         let complete = match probe.is_complete() {
             Ok(complete) => complete,
             Err(e) => {
-                // Kept, noted failed: it answers the next queries until a synchronize returns
-                // (see above).
-                let marker = QueryMarker::new(probe, drained);
-                marker.failure_stands(finishes);
+                // Kept: it answers the next queries while the failure stands (see above).
                 q.tracked()
-                    .replace_query_marker(kept.as_ref(), Some(marker));
+                    .replace_query_marker(kept.as_ref(), Some(QueryMarker::new(probe, drained)));
                 return Err(e.into());
             }
         };

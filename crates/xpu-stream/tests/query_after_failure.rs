@@ -105,3 +105,46 @@ fn pollers_after_a_failure_enqueue_nothing() {
         .query()
         .unwrap_or(false)));
 }
+
+/// A query whose kept marker is still queued behind a gate reports a failed wait enqueued
+/// after that marker (the stream holds a failed command: "every query reports it until a
+/// `synchronize`"), with no new marker; before, it answered `false` until the gate opened
+/// (review h71's note). Per round on one pool stream: `h`, `gf` user events;
+/// `q.enqueue_barrier(&[&h])`; `s.query()` (`false`, kept behind `h`);
+/// `q.enqueue_barrier(&[&gf])`; `gf.set_failed(-5)`; 50 queries; then `h` opens and a
+/// synchronize clears the failure.
+#[test]
+fn a_failed_wait_behind_a_pending_kept_marker_is_reported() {
+    if !common::devices(1) {
+        return;
+    }
+    let dev = xpu_device::device(0).unwrap();
+    let s = get_stream_from_pool(0, 0).unwrap();
+    let q = s.queue().unwrap();
+    for round in 0..5 {
+        s.synchronize().unwrap();
+        let h = dev.create_user_event().unwrap();
+        let gf = dev.create_user_event().unwrap();
+        drop(q.enqueue_barrier(&[&h]).unwrap());
+        assert!(
+            !s.query().unwrap(),
+            "round {round}: pending behind the gate"
+        );
+        drop(q.enqueue_barrier(&[&gf]).unwrap());
+        gf.set_failed(-5).unwrap();
+        let before = markers_enqueued_on_this_thread();
+        for i in 0..50 {
+            let r = s.query();
+            assert!(
+                r.is_err(),
+                "round {round}, query {i}: {r:?} with a failed wait on the stream"
+            );
+        }
+        assert_eq!(markers_enqueued_on_this_thread() - before, 0);
+        h.set_complete().unwrap();
+        common::synchronize_after_failure(|| s.synchronize());
+        assert!(xpu_testing::true_within(BOUND, || s
+            .query()
+            .unwrap_or(false)));
+    }
+}

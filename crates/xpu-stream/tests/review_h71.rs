@@ -5,7 +5,11 @@
 //! (`POCL_DEVICES="pthread pthread"`), a 2-core machine shared with other jobs, debug build
 //! (`cargo test -p xpu-stream --test review_h71`).
 //!
-//! Findings (fail at 4fe4c8b):
+//! Findings (fail at 4fe4c8b; all three fixed since: a query's kept failed marker answers
+//! while the queue's wait log holds a failure that no successful `clFinish` covered,
+//! `IdleProbe::standing_wait_failure`, shared by every wrapper of the queue, instead of a note
+//! per marker; and `WaitLog::before_finish` covers the commands numbered below the first
+//! enqueue call still in progress instead of none):
 //! - `a_failure_first_seen_after_the_synchronize_returned_is_cleared_by_it`: the note of the
 //!   successful finishes is taken by the first query that *sees* the kept marker failed. When
 //!   that query comes after the synchronize returned (the synchronize began before the kept

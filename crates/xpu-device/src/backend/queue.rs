@@ -202,9 +202,6 @@ struct QueueShared {
     /// The highest number ([`QueueShared::finishes_begun`]) of a `clFinish` that returned with
     /// success: every command enqueued before that one began completed.
     finished_begun: AtomicU64,
-    /// How many `clFinish` calls through these wrappers returned with success, whenever they
-    /// began ([`IdleProbe::successful_finishes`]).
-    finishes_succeeded: AtomicU64,
     /// The highest probe generation that was the latest when a command's enqueue call
     /// through these clones returned (a probe's own marker excepted): a probe of a higher
     /// generation saw no command enqueued after it began.
@@ -265,13 +262,15 @@ impl IdleProbe {
         self.queue.finished_begun.load(Ordering::Acquire) > self.finishes
     }
 
-    /// How many [`CommandQueue::finish`] calls of the probe's queue (through any wrapper of
-    /// it) have returned with success so far, whenever they began: a reading taken before
-    /// a probe was seen failed and a larger one later tell that a finish returned since
-    /// (it may have cleared the failure of a wait it covered: [`OrderedMarker::status`]).
-    /// One atomic load, no driver call.
-    pub fn successful_finishes(&self) -> u64 {
-        self.queue.finishes_succeeded.load(Ordering::Acquire)
+    /// The status of a wait enqueued on the probe's queue (through any wrapper of it) that is
+    /// known to have failed and that no [`CommandQueue::finish`] returned with success has
+    /// covered since, if any (the first such): a marker enqueued now would be judged failed
+    /// with it ([`OrderedMarker::status`]). `None` once every such failure was covered by a
+    /// successful finish, whenever that began: a probe that read a failure before then may
+    /// be stale. Status queries of the logged waits under the log's lock (never a wait); one
+    /// atomic load while none is logged and none failed.
+    pub fn standing_wait_failure(&self) -> Option<i32> {
+        self.queue.waits.failed_since_finish()
     }
 }
 
@@ -622,7 +621,7 @@ impl CommandQueue {
             if result.is_err() {
                 self.1.waits.forget(n);
             }
-            self.1.waits.enqueued();
+            self.1.waits.enqueued(n);
         }
         result
     }
@@ -750,7 +749,7 @@ impl CommandQueue {
     /// queries of the logged waits (never a wait); one atomic load while none is logged and
     /// none failed.
     pub fn follows_failed_wait(&self) -> bool {
-        self.1.waits.failed_since_finish()
+        self.1.waits.failed_since_finish().is_some()
     }
 
     /// The event an enqueue call of this queue returned, as a [`ClEvent`]: kept until its
@@ -855,7 +854,6 @@ impl CommandQueue {
             return Err(e);
         }
         self.1.finished_begun.fetch_max(number, Ordering::AcqRel);
-        self.1.finishes_succeeded.fetch_add(1, Ordering::AcqRel);
         if let Some(covered) = covered {
             self.1.waits.finished(covered);
         }

@@ -33,7 +33,7 @@
 //! `clReleaseEvent`), never over a wait.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use opencl3::event as cle;
@@ -118,6 +118,9 @@ struct Inner {
     /// Twice the entries left by the last judging: [`WaitLog::add`] prunes when the log
     /// holds this many (and at least [`PRUNE_AT`]).
     prune_at: usize,
+    /// The numbers of the logged commands whose enqueue call has not returned yet
+    /// ([`WaitLog::add`] to [`WaitLog::enqueued`]), in number order.
+    in_flight: Vec<u64>,
 }
 
 impl Inner {
@@ -175,9 +178,6 @@ pub(super) struct WaitLog {
     /// orders that before a later marker's enqueue. Shared: the allocator reads it on its
     /// cached hand-out ([`WaitLog::watched_flag`]).
     watched: Arc<AtomicBool>,
-    /// Commands logged whose enqueue call has not returned yet ([`WaitLog::add`] to
-    /// [`WaitLog::enqueued`]).
-    in_flight: AtomicUsize,
     inner: Mutex<Inner>,
 }
 
@@ -205,27 +205,35 @@ impl WaitLog {
         }
         let n = inner.take_number();
         inner.entries.push_back((n, retained));
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        inner.in_flight.push(n);
         self.watched.store(true, Ordering::Release);
         Some(n)
     }
 
-    /// The enqueue call of the command [`WaitLog::add`] numbered returned (after
+    /// The enqueue call of the command [`WaitLog::add`] numbered `n` returned (after
     /// [`WaitLog::forget`] when it failed).
-    pub(super) fn enqueued(&self) {
-        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+    pub(super) fn enqueued(&self, n: u64) {
+        let mut inner = self.inner.lock();
+        if let Some(at) = inner.in_flight.iter().position(|&m| m == n) {
+            inner.in_flight.remove(at);
+        }
     }
 
     /// Called right before a `clFinish` of the queue: the number up to which every logged
     /// command and marker was enqueued before it, for [`WaitLog::finished`] once it returned
-    /// with success; `None` when nothing is logged and no wait failed (one atomic load), or
-    /// while a logged command's enqueue call is in progress (it may follow the `clFinish`).
+    /// with success; `None` when nothing is logged and no wait failed (one atomic load).
+    /// While logged commands' enqueue calls are in progress (they may follow the `clFinish`),
+    /// the number below the first of them: every command numbered below it returned from its
+    /// enqueue call (a marker is numbered after its call returned), so the `clFinish` covers
+    /// it. (`None` then instead left a failure standing after a successful synchronize while
+    /// another thread kept enqueuing commands with wait lists: review h71.)
     pub(super) fn before_finish(&self) -> Option<u64> {
         if !self.watched.load(Ordering::Acquire) {
             return None;
         }
         let inner = self.inner.lock();
-        (self.in_flight.load(Ordering::Acquire) == 0).then_some(inner.next)
+        let covered = inner.in_flight.first().map_or(inner.next, |&n| n - 1);
+        Some(covered)
     }
 
     /// A `clFinish` begun after [`WaitLog::before_finish`] returned `covered` returned with
@@ -258,18 +266,18 @@ impl WaitLog {
         Arc::clone(&self.watched)
     }
 
-    /// Whether a wait logged so far is known to have failed since the last `clFinish` that
-    /// returned with success ([`WaitLog::finished`]): the commands enqueued after it may run
-    /// ahead of earlier ones still queued. Judges every logged wait (status queries under the
+    /// The status of the first wait logged so far known to have failed since the last
+    /// `clFinish` that returned with success and covered it ([`WaitLog::finished`]), if any:
+    /// the commands enqueued after it may run ahead of earlier ones still queued. Judges every logged wait (status queries under the
     /// log's lock, never a wait); one atomic load while nothing is logged and no wait failed.
-    pub(super) fn failed_since_finish(&self) -> bool {
+    pub(super) fn failed_since_finish(&self) -> Option<i32> {
         if !self.watched.load(Ordering::Acquire) {
-            return false;
+            return None;
         }
         let mut inner = self.inner.lock();
         let next = inner.next + 1;
         inner.judge(next);
-        let failed = !inner.failed.is_empty();
+        let failed = inner.failed.first().map(|&(_, code)| code);
         self.unwatch_if_idle(&inner);
         failed
     }
