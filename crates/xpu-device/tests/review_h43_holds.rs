@@ -85,6 +85,13 @@ fn bridges_leave_no_live_objects_and_order_completed_and_failed_downloads() {
     });
     assert!(r.is_some(), "hung");
     wait_for_callbacks();
+    // What the runtime holds until the driver reports it over (held markers, the callbacks'
+    // events) is released as the driver reports it, asynchronously: with two busy loops
+    // beside it, one event was still live here in 4 of 20 runs (2026-12-07). Bounded.
+    common::settles(LIMIT, || {
+        let now = live_objects();
+        now.events == base.events && now.callbacks == base.callbacks
+    });
     let after = live_objects();
     assert_eq!(after.events, base.events, "{base:?} -> {after:?}");
     assert_eq!(after.callbacks, base.callbacks, "{base:?} -> {after:?}");

@@ -142,6 +142,9 @@ pub fn wait_for_callbacks() {
     let Some(tx) = SENDER.get() else {
         return;
     };
+    // The closures of events already over that the driver has not handed over yet: delivered
+    // here, so that the wait below covers them.
+    sweep(true);
     let (done_tx, done_rx) = mpsc::sync_channel::<()>(1);
     if tx
         .send(Box::new(move || {
@@ -289,6 +292,14 @@ pub(crate) fn register(event: raw::cl_event, f: CompleteFn) -> Result<(), i32> {
 /// starts in the runtime (with the forwards' sweep), when `live_objects` is read, and from
 /// [`register`] when the waiting closures doubled. No wait; no driver call under the lock.
 pub(crate) fn sweep_failed() {
+    sweep(false);
+}
+
+/// [`sweep_failed`], and with `complete_too` also the closures whose event completed
+/// (`CL_COMPLETE`) and that the driver has not handed over yet (it calls back asynchronously:
+/// [`wait_for_callbacks`]). The driver's later callback finds the key taken and does nothing
+/// (keys are never reused).
+fn sweep(complete_too: bool) {
     let events: Vec<(usize, Arc<RegisteredEvent>)> = {
         let registry = REGISTRY.lock();
         registry
@@ -304,7 +315,7 @@ pub(crate) fn sweep_failed() {
         .iter()
         .filter_map(|(key, e)| {
             let status = cle::get_event_info(e.0, EXECUTION_STATUS).ok()?.to_int();
-            (status < 0).then_some((*key, status))
+            (status < 0 || (complete_too && status == 0)).then_some((*key, status))
         })
         .collect();
     let taken: Vec<(Registration, i32)> = {
