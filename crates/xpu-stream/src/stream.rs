@@ -244,15 +244,10 @@ impl Stream {
             // waits enqueued before it (a marker after a failed wait may complete while
             // earlier commands stay queued: review h51).
             match k.is_complete() {
-                Ok(false) => {
-                    // A wait enqueued on the stream failed and stands (no successful
-                    // synchronize covered it): reported, as the contract says, even while the
-                    // kept marker is still queued (behind an earlier gate).
-                    if let Some(code) = k.probe.standing_wait_failure() {
-                        return Err(xpu_device::ClError::new("command execution", code).into());
-                    }
-                    return Ok(false);
-                }
+                // Still queued: `false`, one driver call (a failed wait enqueued after it is
+                // reported once it is over; asking the wait log here cost a status query per
+                // logged wait on every poll: review h73).
+                Ok(false) => return Ok(false),
                 Ok(true) => {
                     q.tracked().progress.complete_up_to(k.drained);
                     // Nothing enqueued after it: the stream is idle, and the marker answers
@@ -274,6 +269,15 @@ impl Stream {
                 Err(e) => {
                     if k.probe.standing_wait_failure().is_some() {
                         return Err(e.into());
+                    }
+                    // Covered meanwhile: a finish raises its count before it clears the log,
+                    // so one begun after the marker is seen now, and answers for it (no new
+                    // marker for a poller racing the synchronize).
+                    if k.probe.drained_by_finish() {
+                        q.tracked().progress.complete_up_to(k.drained);
+                        if !q.enqueued_since(&k.probe) {
+                            return Ok(true);
+                        }
                     }
                 }
             }

@@ -411,6 +411,22 @@ impl ClEvent {
         raw_status(self.0)
     }
 
+    /// The event's reference count (`clGetEventInfo(CL_EVENT_REFERENCE_COUNT)`): one driver
+    /// call. Stale as soon as it is read (OpenCL 3.0 §5.11 gives it for identifying leaks);
+    /// for tests and diagnostics (the runtime retains an event listed in a command's wait list
+    /// while it logs the command, so a count above the caller's own references tells that such
+    /// an enqueue is in progress or logged).
+    ///
+    /// # Errors
+    /// A failed `clGetEventInfo`.
+    pub fn reference_count(&self) -> Result<u32, ClError> {
+        const REFERENCE_COUNT: u32 = 0x11D2;
+        cl(
+            "clGetEventInfo",
+            cle::get_event_info(self.0, REFERENCE_COUNT).map(|v| v.to_uint()),
+        )
+    }
+
     /// True once the command completed.
     ///
     /// # Errors

@@ -219,39 +219,53 @@ impl WaitLog {
         }
     }
 
-    /// Called right before a `clFinish` of the queue: the number up to which every logged
-    /// command and marker was enqueued before it, for [`WaitLog::finished`] once it returned
-    /// with success; `None` when nothing is logged and no wait failed (one atomic load).
-    /// While logged commands' enqueue calls are in progress (they may follow the `clFinish`),
-    /// the number below the first of them: every command numbered below it returned from its
-    /// enqueue call (a marker is numbered after its call returned), so the `clFinish` covers
-    /// it. (`None` then instead left a failure standing after a successful synchronize while
-    /// another thread kept enqueuing commands with wait lists: review h71.)
-    pub(super) fn before_finish(&self) -> Option<u64> {
+    /// Called right before a `clFinish` of the queue: what it covers, for
+    /// [`WaitLog::finished`] once it returned with success: every logged command and marker
+    /// numbered so far but the logged commands whose enqueue call is still in progress (they
+    /// may follow the `clFinish`; every other one returned from its enqueue call before this,
+    /// a marker being numbered after its call returned). `None` when nothing is logged and no
+    /// wait failed (one atomic load). (`None` while any enqueue call was in progress left a
+    /// failure standing after a successful synchronize while another thread kept enqueuing
+    /// commands with wait lists, review h71; covering only the numbers below the first one in
+    /// progress left one enqueued after it standing, review h73.)
+    pub(super) fn before_finish(&self) -> Option<Covered> {
         if !self.watched.load(Ordering::Acquire) {
             return None;
         }
         let inner = self.inner.lock();
-        let covered = inner.in_flight.first().map_or(inner.next, |&n| n - 1);
-        Some(covered)
+        Some(Covered {
+            upto: inner.next,
+            in_flight: inner.in_flight.clone(),
+        })
     }
 
     /// A `clFinish` begun after [`WaitLog::before_finish`] returned `covered` returned with
-    /// success: every command numbered up to `covered` completed, so their waits are judged
-    /// a last time and dropped, and their failures no longer matter to the markers numbered
-    /// above `covered` (nothing before those is queued any more); the markers numbered up to
-    /// it keep their answer.
-    pub(super) fn finished(&self, covered: u64) {
+    /// success: every command it covers completed, so their waits are judged a last time and
+    /// dropped, and their failures no longer matter to the markers numbered above it (nothing
+    /// before those is queued any more, but the commands left out); the markers numbered up
+    /// to it keep their answer. A command left out (its enqueue call was in progress) stays
+    /// logged, its failure judging every marker numbered above it, until a later finish
+    /// covers it.
+    pub(super) fn finished(&self, covered: Covered) {
+        let Covered { upto, in_flight } = covered;
+        let left_out = |n: u64| in_flight.binary_search(&n).is_ok();
         let mut inner = self.inner.lock();
-        if covered <= inner.drained {
-            return;
-        }
-        inner.judge(covered + 1);
-        inner.entries.retain(|(n, _)| *n > covered);
-        let cut = inner.failed.partition_point(|(n, _)| *n <= covered);
-        let first = inner.failed.drain(..cut).next();
-        inner.drained_failure = inner.drained_failure.or(first);
-        inner.drained = covered;
+        inner.judge(upto + 1);
+        inner.entries.retain(|(n, _)| *n > upto || left_out(*n));
+        let mut first = None;
+        inner.failed.retain(|&(n, code)| {
+            let drained = n <= upto && !left_out(n);
+            if drained && first.is_none() {
+                first = Some((n, code));
+            }
+            !drained
+        });
+        // The first failure among those numbered up to `drained` (a status read once stays).
+        inner.drained_failure = match (inner.drained_failure, first) {
+            (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+            (a, b) => a.or(b),
+        };
+        inner.drained = inner.drained.max(upto);
         self.unwatch_if_idle(&inner);
     }
 
@@ -298,6 +312,13 @@ impl WaitLog {
             self.watched.store(false, Ordering::Release);
         }
     }
+}
+
+/// What a `clFinish` covers ([`WaitLog::before_finish`]): the commands numbered up to `upto`
+/// but those in `in_flight` (in number order).
+pub(super) struct Covered {
+    upto: u64,
+    in_flight: Vec<u64>,
 }
 
 /// The waits enqueued on a queue before one marker, to judge with it (see the module docs).
