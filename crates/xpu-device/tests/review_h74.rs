@@ -15,9 +15,12 @@
 //!
 //! What held (5 of 5 runs): the other two tests (see each doc). `xpu_event` status/query/
 //! synchronize and the allocators' free-marker status mask the finding through
-//! `drained_by_finish` (the raising finish began after the marker); by reading, not tested
-//! here, `Event::elapsed_time` (`Recorded::failed_before`) and the allocators'
-//! `orders_waiters`/`follows_failed_wait` do not.
+//! `drained_by_finish` (the raising finish began after the marker); `Event::elapsed_time`
+//! (`Recorded::failed_before`) does not: on an external stream, barrier on `g`, `g` fails,
+//! synchronize; barrier on a complete user event; `a`, `b` recorded (timing), `b` synchronized:
+//! `a.elapsed_time(&b)` = `Ok(0.02)`; one more such barrier and a synchronize: `Err(-5)`
+//! (a scratch xpu-event test, not committed: xpu-event is outside this review's crates). The
+//! allocators' `orders_waiters`/`follows_failed_wait` read it too (by reading).
 //!
 //! Order comes from user events; a thread blocked inside `clFinish` is seen through `/proc`
 //! (as reviews h70/h71/h73); an enqueue call in progress through the reference count of the
