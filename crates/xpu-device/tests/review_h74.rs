@@ -13,6 +13,10 @@
 //! - `a_marker_after_a_covering_finish_keeps_complete_after_a_later_finish`: 5 of 5 runs fail.
 //! - `two_finishes_returning_in_either_order_leave_a_marker_between_them_complete`: 5 of 5.
 //!
+//! Fixed since: the log keeps each drained failure with the coverage of the earliest-begun
+//! finish that covered it (`Inner::drained`), and judges a marker with it only when every such
+//! finish covered the marker too.
+//!
 //! What held (5 of 5 runs): the other two tests (see each doc). `xpu_event` status/query/
 //! synchronize and the allocators' free-marker status mask the finding through
 //! `drained_by_finish` (the raising finish began after the marker); `Event::elapsed_time`
@@ -135,10 +139,18 @@ fn a_marker_after_a_covering_finish_keeps_complete_after_a_later_finish() {
     let b2 = q.enqueue_barrier(&[&ok]).unwrap();
     let m = q.enqueue_ordered_marker().unwrap();
     m.event().wait().unwrap();
-    let before = (m.status().unwrap(), m.follows_failed_wait(), m.orders_waiters());
+    let before = (
+        m.status().unwrap(),
+        m.follows_failed_wait(),
+        m.orders_waiters(),
+    );
     let b3 = q.enqueue_barrier(&[&ok]).unwrap();
     q.finish().unwrap();
-    let after = (m.status().unwrap(), m.follows_failed_wait(), m.orders_waiters());
+    let after = (
+        m.status().unwrap(),
+        m.follows_failed_wait(),
+        m.orders_waiters(),
+    );
     q.finish().unwrap();
     let after_third = m.status().unwrap();
     drop((b1, b2, b3));
@@ -189,7 +201,10 @@ fn two_finishes_returning_in_either_order_leave_a_marker_between_them_complete()
     let m2 = q.enqueue_ordered_marker().unwrap();
     h.set_complete().unwrap();
     let (ra, rb) = (a.join().unwrap(), b.join().unwrap());
-    assert!(ra.is_ok() && rb.is_ok(), "PoCL's clFinish succeeds: {ra:?} {rb:?}");
+    assert!(
+        ra.is_ok() && rb.is_ok(),
+        "PoCL's clFinish succeeds: {ra:?} {rb:?}"
+    );
     let waits = (m1.event().wait(), m2.event().wait());
     let drivers = (m1.event().status(), m2.event().status());
     let (s1, s2) = (m1.status().unwrap(), m2.status().unwrap());
@@ -274,11 +289,27 @@ fn a_left_out_failed_command_judges_the_markers_after_it_until_a_finish_covers_i
         let new = m_new.status().unwrap();
         let follows_new = q.follows_failed_wait();
         drop((hb, xe));
-        assert_eq!(mid, EventStatus::Error(-5), "m_mid");
+        // X's events are retained (what the test sees) right before X is numbered: in a
+        // rare round `m_mid` is numbered first, and then precedes X (it reads `Complete`,
+        // rightly); once seen in a loaded run (2026-12-07). Either, never pending.
+        assert!(
+            matches!(mid, EventStatus::Error(-5) | EventStatus::Complete),
+            "m_mid: {mid:?}"
+        );
         assert_eq!(after, EventStatus::Error(-5), "m_after");
-        assert!(follows, "follows_failed_wait after the finish that left X out");
-        assert_eq!(new, EventStatus::Complete, "a marker after the covering finish");
-        assert!(!follows_new, "follows_failed_wait after the covering finish");
+        assert!(
+            follows,
+            "follows_failed_wait after the finish that left X out"
+        );
+        assert_eq!(
+            new,
+            EventStatus::Complete,
+            "a marker after the covering finish"
+        );
+        assert!(
+            !follows_new,
+            "follows_failed_wait after the covering finish"
+        );
         return;
     }
     panic!("no valid round: X's enqueue call always returned before the finish began");
@@ -322,6 +353,14 @@ fn a_marker_enqueued_during_a_covering_finish_is_not_complete_before_the_gate() 
     let s2 = m2.status().unwrap();
     drop((hb, w));
     assert!(early.is_empty(), "m read Complete while hb was queued");
-    assert_ne!(ch_status, EventStatus::Complete, "a second marker while hb queued");
-    assert_eq!(s2, EventStatus::Complete, "a marker after the covering finish");
+    assert_ne!(
+        ch_status,
+        EventStatus::Complete,
+        "a second marker while hb queued"
+    );
+    assert_eq!(
+        s2,
+        EventStatus::Complete,
+        "a marker after the covering finish"
+    );
 }

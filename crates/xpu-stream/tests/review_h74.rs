@@ -130,8 +130,14 @@ fn a_kept_failed_marker_after_a_synchronize_began_answers_once_it_returned() {
     s.synchronize().unwrap();
     let (second_ok, second_last, _) = polls_true(&s);
     drop(ext);
-    assert_eq!(early_true, 0, "query answered true while the gate was queued");
-    assert!(reported, "the failed wait was never reported while the gate was queued");
+    assert_eq!(
+        early_true, 0,
+        "query answered true while the gate was queued"
+    );
+    assert!(
+        reported,
+        "the failed wait was never reported while the gate was queued"
+    );
     assert!(
         later.iter().all(|r| r.starts_with("Err")),
         "queries while the gate was queued: {later:?}"
@@ -140,7 +146,10 @@ fn a_kept_failed_marker_after_a_synchronize_began_answers_once_it_returned() {
         first_ok,
         "after the synchronize: last {first_last} ({first_markers} markers)"
     );
-    assert!(mid_ok, "after a barrier on a complete event: last {mid_last}");
+    assert!(
+        mid_ok,
+        "after a barrier on a complete event: last {mid_last}"
+    );
     assert!(second_ok, "after a second synchronize: last {second_last}");
 }
 

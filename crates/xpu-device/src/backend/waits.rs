@@ -46,6 +46,10 @@ use super::{raw, release, EventStatus};
 /// waits pending together cost O(n) status queries in all, not O(n²).
 pub(super) const PRUNE_AT: usize = 16;
 
+/// Drained failures kept per queue ([`Inner::drained`]): past it the oldest go (a marker
+/// enqueued right after one that old then reads its driver status alone).
+const DRAINED_FAILURES: usize = 256;
+
 /// One retained reference to an event a command waited for (not counted in
 /// [`super::live_objects`]: the log's own, released when the entry goes).
 struct Retained(raw::cl_event);
@@ -105,16 +109,17 @@ struct Inner {
     next: u64,
     /// Waits not yet known complete, in number order.
     entries: VecDeque<(u64, Vec<Retained>)>,
-    /// The number and status of each wait seen failed and numbered above `drained`, in
-    /// number order.
+    /// The number and status of each wait seen failed that no successful `clFinish` covered
+    /// yet, in number order.
     failed: Vec<(u64, i32)>,
-    /// Every command numbered up to this completed (a `clFinish` begun after their enqueue
-    /// calls returned, returned with success): their waits' failures no longer matter to the
-    /// markers numbered above it.
-    drained: u64,
-    /// The first wait seen failed among those numbered up to `drained`: what the markers
-    /// numbered up to `drained` are still judged with (a status read once stays).
-    drained_failure: Option<(u64, i32)>,
+    /// The failed waits a successful `clFinish` covered: `(number, status, upto)`, in number
+    /// order, `upto` the last number covered by the earliest-begun such finish. A marker
+    /// numbered in `number + 1 ..= upto` was enqueued after the failure and before every
+    /// finish that covered it began: it is still judged with it (a status read once stays: a
+    /// driver may have completed it ahead of the commands before the failure). A marker
+    /// numbered above `upto` is not: every command before that finish began completed, the
+    /// failed wait's included. At most [`DRAINED_FAILURES`] are kept (the oldest go).
+    drained: VecDeque<(u64, i32, u64)>,
     /// Twice the entries left by the last judging: [`WaitLog::add`] prunes when the log
     /// holds this many (and at least [`PRUNE_AT`]).
     prune_at: usize,
@@ -157,15 +162,23 @@ impl Inner {
         pending
     }
 
-    /// The status of the first wait numbered below `before` seen failed: for a marker
-    /// numbered above `drained`, among those numbered above `drained` only.
+    /// The status of a failed wait that judges the marker numbered `before`: one numbered
+    /// below it that no successful finish covered, or one whose covering finishes all covered
+    /// the marker too (see [`Inner::drained`]). A finish that began before the marker and
+    /// covered the failure clears it for the marker, whatever finishes return later (review
+    /// h74: the lowest failure any finish drained judged every marker up to the highest
+    /// one's coverage: a marker read `Complete`, then `Error` for ever after a later finish,
+    /// and a marker between two racing finishes read `Error`).
     fn failure_before(&self, before: u64) -> Option<i32> {
-        let drained = self.drained_failure.filter(|_| before <= self.drained);
-        drained
+        if let Some(&(n, code)) = self.failed.first() {
+            if n < before {
+                return Some(code);
+            }
+        }
+        self.drained
             .iter()
-            .chain(self.failed.first())
-            .find(|&&(n, _)| n < before)
-            .map(|&(_, code)| code)
+            .find(|&&(n, _, upto)| n < before && before <= upto)
+            .map(|&(_, code, _)| code)
     }
 }
 
@@ -252,20 +265,28 @@ impl WaitLog {
         let mut inner = self.inner.lock();
         inner.judge(upto + 1);
         inner.entries.retain(|(n, _)| *n > upto || left_out(*n));
-        let mut first = None;
+        let mut newly = Vec::new();
         inner.failed.retain(|&(n, code)| {
             let drained = n <= upto && !left_out(n);
-            if drained && first.is_none() {
-                first = Some((n, code));
+            if drained {
+                newly.push((n, code));
             }
             !drained
         });
-        // The first failure among those numbered up to `drained` (a status read once stays).
-        inner.drained_failure = match (inner.drained_failure, first) {
-            (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-            (a, b) => a.or(b),
-        };
-        inner.drained = inner.drained.max(upto);
+        // Failures an earlier-returned finish drained that this one covers too: the
+        // earliest-begun covering finish counts.
+        for entry in &mut inner.drained {
+            if entry.0 <= upto && !left_out(entry.0) {
+                entry.2 = entry.2.min(upto);
+            }
+        }
+        for (n, code) in newly {
+            let at = inner.drained.partition_point(|e| e.0 < n);
+            inner.drained.insert(at, (n, code, upto));
+        }
+        while inner.drained.len() > DRAINED_FAILURES {
+            inner.drained.pop_front();
+        }
         self.unwatch_if_idle(&inner);
     }
 
