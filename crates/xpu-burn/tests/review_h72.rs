@@ -1496,3 +1496,206 @@ fn data_parallel_over_two_devices_matches_ndarray() {
     let x = run_data_parallel::<X>(&XpuDevice::new(0), &XpuDevice::new(1), &init);
     compare("data parallel", &x, &r, 2e-4, 2e-3);
 }
+
+// ---------------------------------------------------------------- out of memory mid-training
+
+/// A training loop that meets an out-of-memory panic (a batch too large for a memory
+/// fraction: at the first activation, or further on with part of the autodiff graph built),
+/// catches it, and goes on with the normal batch size: the next steps give NdArray's values
+/// (NdArray never saw the failed batches), and once training ended every byte is back.
+/// (burn-autodiff keeps the state of a forward pass that never ran backward until the next
+/// `backward`, on every backend: the bytes are counted after the following step.)
+#[test]
+fn training_goes_on_after_an_out_of_memory_step() {
+    let _g = MEM.write().unwrap_or_else(|e| e.into_inner());
+    let init = mlp_init();
+    let reference = {
+        let n = nd();
+        let mut m = load(Mlp::<N>::new(&n, 13, 5), &init);
+        let mut opt = AdamConfig::new().init::<N, Mlp<N>>();
+        let mut losses = Vec::new();
+        for s in 0..6u64 {
+            let l = MseLoss::new().forward(
+                m.forward(ft::<N, 2>([7, 13], 3000 + s, 1.0, &n)),
+                ft::<N, 2>([7, 5], 3100 + s, 1.0, &n),
+                Reduction::Mean,
+            );
+            losses.push(vals(l.clone())[0]);
+            let g = GradientsParams::from_grads(l.backward(), &m);
+            m = opt.step(0.01, m, g);
+        }
+        let mut out = Series::new();
+        out.push(("losses".into(), losses));
+        push_params(&m, &mut out);
+        out
+    };
+    let d = XpuDevice::new(1);
+    let _ = vals(Tensor::<Xpu, 1>::ones([4], &d));
+    Xpu::sync(&d);
+    Xpu::memory_cleanup(&d);
+    let base = xpu::memory_allocated(Some(1)).unwrap();
+    let (_, total) = xpu::mem_get_info(Some(1)).unwrap();
+    xpu::set_per_process_memory_fraction((48u64 << 20) as f64 / total as f64, Some(1)).unwrap();
+    let mut m = load(Mlp::<X>::new(&d, 13, 5), &init);
+    let mut opt = AdamConfig::new().init::<X, Mlp<X>>();
+    let mut losses = Vec::new();
+    let mut ooms = 0;
+    for s in 0..6u64 {
+        if s % 2 == 1 {
+            let big = if s == 3 { 150_000 } else { 400_000 };
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let l = m.forward(ft::<X, 2>([big, 13], 9, 1.0, &d)).sum();
+                GradientsParams::from_grads(l.backward(), &m)
+            }));
+            ooms += usize::from(r.is_err());
+            drop(r);
+            Xpu::memory_cleanup(&d);
+        }
+        let l = MseLoss::new().forward(
+            m.forward(ft::<X, 2>([7, 13], 3000 + s, 1.0, &d)),
+            ft::<X, 2>([7, 5], 3100 + s, 1.0, &d),
+            Reduction::Mean,
+        );
+        losses.push(vals(l.clone())[0]);
+        let g = GradientsParams::from_grads(l.backward(), &m);
+        m = opt.step(0.01, m, g);
+    }
+    let mut out = Series::new();
+    out.push(("losses".into(), losses));
+    push_params(&m, &mut out);
+    drop(m);
+    drop(opt);
+    Xpu::sync(&d);
+    Xpu::memory_cleanup(&d);
+    let after = xpu::memory_allocated(Some(1)).unwrap();
+    xpu::set_per_process_memory_fraction(1.0, Some(1)).unwrap();
+    assert_eq!(ooms, 3, "steps that ran out of memory");
+    assert_eq!(after, base, "allocated bytes once training ended");
+    compare("after out of memory", &out, &reference, 2e-4, 2e-3);
+}
+
+// ---------------------------------------------------------------- large batches
+
+/// Batches of 3001 and 2048 rows: bias gradients sum over more than 1024 rows along dim 0
+/// (the split reduction, strided lines), weight gradients are products with k > 2000.
+fn run_big_batch<B: AutodiffBackend>(d: &B::Device, init: &[TensorData]) -> Series {
+    let mut out = Series::new();
+    let m = load(Mlp::<B>::new(d, 13, 5), init);
+    let mut opt = SgdConfig::new()
+        .with_momentum(Some(MomentumConfig::new()))
+        .init::<B, Mlp<B>>();
+    let ce = CrossEntropyLossConfig::new().init(d);
+    let m = train(m, &mut opt, 4, 0.1, &mut out, |m, s| {
+        let b = [3001, 2048][s % 2];
+        let o = m.forward(ft::<B, 2>([b, 13], 4000 + s as u64, 1.0, d));
+        ce.forward(o, it::<B, 1>([b], 4100 + s as u64, 0, 5, d))
+    });
+    push_params(&m, &mut out);
+    out
+}
+
+#[test]
+fn batches_of_thousands_of_rows_match_ndarray() {
+    let _g = shared();
+    let init = mlp_init();
+    let r = run_big_batch::<N>(&nd(), &init);
+    let x = run_big_batch::<X>(&xd(), &init);
+    compare("big batch", &x, &r, 2e-4, 2e-3);
+}
+
+// ---------------------------------------------------------------- six threads
+
+/// Six models of six kinds trained at once on one device, tensors of each dropped as its
+/// thread goes: each gives, bit for bit, what it gives alone.
+#[test]
+fn six_models_trained_at_once_on_one_device_give_their_results_alone() {
+    let _g = shared();
+    let d = xd();
+    let mlp = mlp_init();
+    let norms = snapshot(&Norms::<N>::new(&nd()));
+    let conv = snapshot(&ConvNet::<N>::new(&nd()));
+    let zoo = snapshot(&Zoo::<N>::new(&nd()));
+    let tfm = snapshot(&Tfm::<N>::new(&nd(), true));
+    let jobs: Vec<Box<dyn Fn() -> Series + Sync>> = vec![
+        Box::new(|| run_mlp_sgd::<X>(&d, &mlp)),
+        Box::new(|| run_mlp_adamw::<X>(&d, &mlp)),
+        Box::new(|| run_norms::<X>(&d, &norms)),
+        Box::new(|| run_conv::<X>(&d, &conv)),
+        Box::new(|| run_zoo::<X>(&d, &zoo, true)),
+        Box::new(|| run_tfm::<X>(&d, &tfm, true)),
+    ];
+    let alone: Vec<Series> = jobs.iter().map(|j| j()).collect();
+    for round in 0..2 {
+        let together: Vec<Series> = std::thread::scope(|sc| {
+            let hs: Vec<_> = jobs.iter().map(|j| sc.spawn(move || j())).collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
+            assert!(a == t, "round {round}: model {i} trained beside others differs");
+        }
+    }
+}
+
+// ---------------------------------------------------------------- checkpointing autodiff
+
+type NC = Autodiff<NdArray<f32>, burn_autodiff::checkpoint::strategy::BalancedCheckpointing>;
+type XC = Autodiff<Xpu, burn_autodiff::checkpoint::strategy::BalancedCheckpointing>;
+
+/// burn's `BalancedCheckpointing` strategy (recomputes cheap ops in the backward pass).
+#[test]
+fn balanced_checkpointing_training_matches_ndarray() {
+    let _g = shared();
+    let init = snapshot(&ConvNet::<N>::new(&nd()));
+    let r = run_conv::<NC>(&nd(), &init);
+    let x = run_conv::<XC>(&xd(), &init);
+    compare("checkpointing convnet", &x, &r, 1e-4, 1e-3);
+    let init = snapshot(&Tfm::<N>::new(&nd(), false));
+    let r = run_tfm::<NC>(&nd(), &init, false);
+    let x = run_tfm::<XC>(&xd(), &init, false);
+    compare("checkpointing transformer", &x, &r, 2e-4, 2e-3);
+}
+
+// ---------------------------------------------------------------- truncated BPTT
+
+use burn::nn::LstmState;
+
+/// Truncated backpropagation through time: the LSTM's and GRU's states of one step, detached,
+/// start the next (tensors that outlive the graph, and the buffers freed under them, that
+/// made them).
+fn run_tbptt<B: AutodiffBackend>(d: &B::Device, init: &[TensorData]) -> Series {
+    let mut out = Series::new();
+    let mut m = load(Seq::<B>::new(d), init);
+    let mut opt = AdamConfig::new().init::<B, Seq<B>>();
+    let ce = CrossEntropyLossConfig::new().init(d);
+    let mut state: Option<LstmState<B, 2>> = None;
+    let mut hidden: Option<Tensor<B, 2>> = None;
+    let mut losses = Vec::new();
+    for s in 0..10u64 {
+        let tok = it::<B, 2>([3, 4], 5000 + s, 0, 20, d);
+        let e = m.emb.forward(tok);
+        let (o, st) = m.lstm.forward(e, state.take());
+        let g = m.gru.forward(o, hidden.take());
+        let last = g.clone().slice([0..3, 3..4]).reshape([3, 10]);
+        let l = ce.forward(m.head.forward(last.clone()), it::<B, 1>([3], 5100 + s, 0, 4, d));
+        losses.push(vals(l.clone())[0]);
+        state = Some(LstmState::new(st.cell.detach(), st.hidden.detach()));
+        hidden = Some(last.detach());
+        let grads = GradientsParams::from_grads(l.backward(), &m);
+        m = opt.step(0.01, m, grads);
+    }
+    out.push(("losses".into(), losses));
+    let st = state.unwrap();
+    out.push(("final cell".into(), vals(st.cell)));
+    out.push(("final gru state".into(), vals(hidden.unwrap())));
+    push_params(&m, &mut out);
+    out
+}
+
+#[test]
+fn truncated_bptt_with_detached_states_matches_ndarray() {
+    let _g = shared();
+    let init = snapshot(&Seq::<N>::new(&nd()));
+    let r = run_tbptt::<N>(&nd(), &init);
+    let x = run_tbptt::<X>(&xd(), &init);
+    compare("tbptt", &x, &r, 2e-4, 2e-3);
+}
