@@ -1631,7 +1631,10 @@ fn six_models_trained_at_once_on_one_device_give_their_results_alone() {
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
         for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
-            assert!(a == t, "round {round}: model {i} trained beside others differs");
+            assert!(
+                a == t,
+                "round {round}: model {i} trained beside others differs"
+            );
         }
     }
 }
@@ -1676,7 +1679,10 @@ fn run_tbptt<B: AutodiffBackend>(d: &B::Device, init: &[TensorData]) -> Series {
         let (o, st) = m.lstm.forward(e, state.take());
         let g = m.gru.forward(o, hidden.take());
         let last = g.clone().slice([0..3, 3..4]).reshape([3, 10]);
-        let l = ce.forward(m.head.forward(last.clone()), it::<B, 1>([3], 5100 + s, 0, 4, d));
+        let l = ce.forward(
+            m.head.forward(last.clone()),
+            it::<B, 1>([3], 5100 + s, 0, 4, d),
+        );
         losses.push(vals(l.clone())[0]);
         state = Some(LstmState::new(st.cell.detach(), st.hidden.detach()));
         hidden = Some(last.detach());
@@ -1698,4 +1704,58 @@ fn truncated_bptt_with_detached_states_matches_ndarray() {
     let r = run_tbptt::<N>(&nd(), &init);
     let x = run_tbptt::<X>(&xd(), &init);
     compare("tbptt", &x, &r, 2e-4, 2e-3);
+}
+
+// ---------------------------------------------------------------- FINDING: quadratic scatter
+
+/// FINDING. The embedding's backward pass (burn's `embedding_backward`:
+/// `zeros([vocab, d]).select_assign(0, token_ids, output_grad)`) takes time quadratic in
+/// the number of times the most frequent token occurs: `Segments::build`'s `seg_rank` kernel
+/// (crates/xpu-burn/src/ops/index.rs) has every entry of a bucket scan the whole bucket to
+/// find its rank, so a bucket of `c` entries costs `c^2` (the same holds for `scatter`,
+/// gather's backward). A padded NLP batch, where the pad id is most of the tokens, is that
+/// case: 262,144 tokens of one id took 9.2 s for the embedding's backward on PoCL, where
+/// NdArray (a debug build) took 1.6 s and 1000 distinct ids took 0.065 s on xpu.
+///
+/// Reduced: `select_assign(0, [0; n], ones([n, 8]))` into `zeros([1000, 8])`: n = 32,768 /
+/// 65,536 / 131,072 took 0.12 / 0.41 / 1.76 s (x4 per doubling) against 0.002 / 0.005 /
+/// 0.011 s with the ids `i % 1000`; `scatter(1, zeros([2, n]), ones([2, n]))` into
+/// `zeros([2, 10])`: 0.23 / 0.90 / 3.6 s.
+///
+/// Expected: about the same time whatever the ids (the same element count, the same output),
+/// within a factor 10. Observed (PoCL, 5 of 5 runs): a factor of about 160 at n = 131,072.
+#[test]
+fn select_assign_with_one_repeated_index_takes_quadratic_time() {
+    let _g = shared();
+    let d = xd();
+    let n = 131_072usize;
+    let time = |distinct: i64, warm: bool| {
+        let ids: Vec<i64> = (0..n as i64).map(|i| i % distinct).collect();
+        let idx = Tensor::<Xpu, 1, Int>::from_data(TensorData::new(ids, [n]), &d);
+        let v = Tensor::<Xpu, 2>::ones([n, 8], &d);
+        let run = || {
+            Tensor::<Xpu, 2>::zeros([1000, 8], &d)
+                .select_assign(0, idx.clone(), v.clone())
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap()
+        };
+        if warm {
+            let _ = run(); // kernel builds (the same kernels whatever the ids)
+        }
+        let t = std::time::Instant::now();
+        let out = run();
+        let el = t.elapsed().as_secs_f64();
+        let want = ((n as i64 + distinct - 1) / distinct) as f32;
+        assert_eq!(out[0], want, "row 0 sums {want} ones");
+        el
+    };
+    let spread = time(1000, true);
+    let one = time(1, false);
+    eprintln!("select_assign of {n} rows: ids i % 1000 {spread:.3} s, one id {one:.3} s");
+    assert!(
+        one < 10.0 * spread.max(0.01),
+        "{n} rows of one id took {one:.3} s, {:.0} times the {spread:.3} s of 1000 distinct ids",
+        one / spread
+    );
 }
