@@ -3,9 +3,19 @@
 //! `Autodiff<NdArray>` from identical initial parameters (built on NdArray, copied onto xpu by
 //! a `ModuleMapper`) and identical host-generated batches; losses, parameters (BatchNorm's
 //! running statistics included) and eval-mode outputs are compared with a tolerance. Also:
-//! memory across 200 steps, two threads training at once, dropout determinism.
+//! memory across 200 steps and after training, out of memory mid-training, threads training
+//! at once, two devices (moves, data parallel), checkpoints across backends, dropout.
 //!
-//! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
+//! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1` (two devices).
+//!
+//! Finding (fails on the reviewed commit 4fe4c8b, 5 of 5 runs):
+//! `select_assign_with_one_repeated_index_takes_quadratic_time`: `select_assign` / `scatter`
+//! (an embedding's backward pass) take time quadratic in the count of the most repeated index.
+//!
+//! Every other test here is a probe that held. Not xpu's (seen on NdArray too, worked around):
+//! burn 0.19.1's `load_record` of a `LinearLayout::Col` linear layer panics on autodiff
+//! backends; `activation::glu(x, dim)` slices dimension 0; `RunningState` (BatchNorm)
+//! averages the updates of replicas on threads in arrival order (not deterministic).
 
 use std::sync::{RwLock, RwLockReadGuard};
 
@@ -141,6 +151,33 @@ impl<B: Backend> ModuleMapper<B> for Load {
     }
 }
 
+/// Deterministic initial parameters of the shapes of `m`'s: each tensor whose values are not
+/// all equal (BatchNorm's ones and zeros stay) becomes host noise of scale
+/// `1 / sqrt(numel / largest dim)`. (burn's initializers draw from NdArray's unseeded
+/// generator: with a new init each run, about one ConvNet init in 40 put two max-pool inputs
+/// within an ulp or two of each other at some step (1.3118167 and 1.3118167 on NdArray,
+/// 1.3118162 and 1.3118165 on xpu), the backends routed that gradient to different pixels
+/// and the parameters parted by 1e-3: float rounding meeting a discrete choice, no defect.)
+fn det_init<B: Backend, M: Module<B>>(m: &M) -> Vec<TensorData> {
+    snapshot(m)
+        .into_iter()
+        .enumerate()
+        .map(|(k, d)| {
+            let v = d.clone().convert::<f32>().to_vec::<f32>().unwrap();
+            if v.iter().all(|x| *x == v[0]) {
+                return d;
+            }
+            let big = *d.shape.iter().max().unwrap() as f32;
+            let scale = 1.0 / (v.len() as f32 / big).sqrt();
+            let w: Vec<f32> = noise(77_000 + k as u64, v.len())
+                .into_iter()
+                .map(|x| x * scale)
+                .collect();
+            TensorData::new(w, d.shape.clone())
+        })
+        .collect()
+}
+
 fn load<B: Backend, M: Module<B>>(m: M, init: &[TensorData]) -> M {
     let mut l = Load(init.to_vec().into_iter());
     let m = m.map(&mut l);
@@ -186,6 +223,23 @@ fn compare(what: &str, x: &Series, r: &Series, atol: f32, rtol: f32) {
         }
     }
     eprintln!("{what}: worst err/limit {:.3} at {}", worst.0, worst.1);
+    if nbad > 0 {
+        for ((nx, vx), (_, vr)) in x.iter().zip(r) {
+            let k: Vec<usize> = (0..vx.len())
+                .filter(|&i| {
+                    !(vx[i] == vr[i] || (vx[i] - vr[i]).abs() <= atol + rtol * vr[i].abs())
+                })
+                .collect();
+            if !k.is_empty() {
+                eprintln!(
+                    "{what}: {nx}: {} of {} differ, first {:?}",
+                    k.len(),
+                    vx.len(),
+                    &k[..k.len().min(12)]
+                );
+            }
+        }
+    }
     assert!(
         nbad == 0,
         "{what}: {nbad} values differ beyond {atol} + {rtol}*|ref|:\n{}",
@@ -254,7 +308,7 @@ impl<B: Backend> Mlp<B> {
 const SIZES: [usize; 4] = [7, 1, 13, 4];
 
 fn mlp_init() -> Vec<TensorData> {
-    snapshot(&Mlp::<N>::new(&nd(), 13, 5))
+    det_init(&Mlp::<N>::new(&nd(), 13, 5))
 }
 
 /// SGD (nesterov momentum, dampening, weight decay, norm clipping); MSE + Huber; batch sizes
@@ -451,7 +505,7 @@ fn run_conv<B: AutodiffBackend>(d: &B::Device, init: &[TensorData]) -> Series {
 #[test]
 fn conv_batchnorm_pools_train_and_eval_match_ndarray() {
     let _g = shared();
-    let init = snapshot(&ConvNet::<N>::new(&nd()));
+    let init = det_init(&ConvNet::<N>::new(&nd()));
     let r = run_conv::<N>(&nd(), &init);
     let x = run_conv::<X>(&xd(), &init);
     compare("convnet", &x, &r, 1e-4, 1e-3);
@@ -516,7 +570,7 @@ fn run_norms<B: AutodiffBackend>(d: &B::Device, init: &[TensorData]) -> Series {
 #[test]
 fn group_instance_layer_rms_norms_adamw_match_ndarray() {
     let _g = shared();
-    let init = snapshot(&Norms::<N>::new(&nd()));
+    let init = det_init(&Norms::<N>::new(&nd()));
     let r = run_norms::<N>(&nd(), &init);
     let x = run_norms::<X>(&xd(), &init);
     compare("norms", &x, &r, 2e-4, 2e-3);
@@ -561,7 +615,7 @@ fn run_seq<B: AutodiffBackend>(d: &B::Device, init: &[TensorData]) -> Series {
     let mut opt = AdamConfig::new().init::<B, Seq<B>>();
     let ce = CrossEntropyLossConfig::new().init(d);
     let sizes = [3, 1, 5];
-    let m = train(m, &mut opt, 15, 0.01, &mut out, |m, s| {
+    let m = train(m, &mut opt, 10, 0.01, &mut out, |m, s| {
         let b = sizes[s % 3];
         let tok = it::<B, 2>([b, 6], 10 + s as u64, 0, 20, d);
         ce.forward(m.forward(tok), it::<B, 1>([b], 20 + s as u64, 0, 4, d))
@@ -573,7 +627,7 @@ fn run_seq<B: AutodiffBackend>(d: &B::Device, init: &[TensorData]) -> Series {
 #[test]
 fn embedding_lstm_bilstm_gru_adam_match_ndarray() {
     let _g = shared();
-    let init = snapshot(&Seq::<N>::new(&nd()));
+    let init = det_init(&Seq::<N>::new(&nd()));
     let r = run_seq::<N>(&nd(), &init);
     let x = run_seq::<X>(&xd(), &init);
     compare("seq", &x, &r, 2e-4, 2e-3);
@@ -665,7 +719,7 @@ fn run_tfm<B: AutodiffBackend>(d: &B::Device, init: &[TensorData], norm_first: b
 fn transformer_encoder_with_masks_adam_matches_ndarray() {
     let _g = shared();
     for norm_first in [true, false] {
-        let init = snapshot(&Tfm::<N>::new(&nd(), norm_first));
+        let init = det_init(&Tfm::<N>::new(&nd(), norm_first));
         let r = run_tfm::<N>(&nd(), &init, norm_first);
         let x = run_tfm::<X>(&xd(), &init, norm_first);
         compare(
@@ -802,7 +856,7 @@ fn run_frozen<B: AutodiffBackend>(d: &B::Device, init: &[TensorData]) -> Series 
 fn frozen_submodule_and_detach_match_ndarray() {
     let _g = shared();
     let n = nd();
-    let init = snapshot(&Three::<N> {
+    let init = det_init(&Three::<N> {
         a: LinearConfig::new(6, 8).init(&n),
         b: LinearConfig::new(8, 4).init(&n),
         c: LinearConfig::new(4, 4).init(&n),
@@ -852,7 +906,7 @@ fn dropout_in_training_is_seeded_scaled_and_its_gradient_follows_the_mask() {
 fn memory_stays_bounded_over_200_training_steps() {
     let _g = MEM.write().unwrap_or_else(|e| e.into_inner());
     let d = xd();
-    let m = load(ConvNet::<X>::new(&d), &snapshot(&ConvNet::<N>::new(&nd())));
+    let m = load(ConvNet::<X>::new(&d), &det_init(&ConvNet::<N>::new(&nd())));
     let mut opt = AdamConfig::new().init::<X, ConvNet<X>>();
     let ce = CrossEntropyLossConfig::new().init(&d);
     let mut m = m;
@@ -889,7 +943,7 @@ fn memory_stays_bounded_over_200_training_steps() {
 fn two_threads_training_at_once_give_the_results_of_one_at_a_time() {
     let _g = shared();
     let i1 = mlp_init();
-    let i2 = snapshot(&Norms::<N>::new(&nd()));
+    let i2 = det_init(&Norms::<N>::new(&nd()));
     let s1 = run_mlp_adam::<X>(&xd(), &i1);
     let s2 = run_norms::<X>(&xd(), &i2);
     let (c1, c2) = std::thread::scope(|sc| {
@@ -937,7 +991,7 @@ fn run_wide<B: AutodiffBackend>(d: &B::Device, init: &[TensorData]) -> Series {
     let m = load(Wide::<B>::new(d), init);
     let mut opt = AdamConfig::new().init::<B, Wide<B>>();
     let ce = CrossEntropyLossConfig::new().init(d);
-    let m = train(m, &mut opt, 8, 0.003, &mut out, |m, s| {
+    let m = train(m, &mut opt, 5, 0.003, &mut out, |m, s| {
         let b = [33, 1, 70][s % 3];
         let x = ft::<B, 2>([100, b], 60 + s as u64, 1.0, d).transpose();
         let o = m.forward(x);
@@ -958,7 +1012,7 @@ fn run_wide<B: AutodiffBackend>(d: &B::Device, init: &[TensorData]) -> Series {
 #[test]
 fn wide_mlp_1200_classes_matches_ndarray() {
     let _g = shared();
-    let init = snapshot(&Wide::<N>::new(&nd()));
+    let init = det_init(&Wide::<N>::new(&nd()));
     let r = run_wide::<N>(&nd(), &init);
     let x = run_wide::<X>(&xd(), &init);
     compare("wide mlp", &x, &r, 2e-4, 2e-3);
@@ -1010,7 +1064,7 @@ fn run_big_conv<B: AutodiffBackend>(d: &B::Device, init: &[TensorData]) -> Serie
         .with_momentum(Some(MomentumConfig::new()))
         .init::<B, BigConv<B>>();
     let ce = CrossEntropyLossConfig::new().init(d);
-    let m = train(m, &mut opt, 6, 0.05, &mut out, |m, s| {
+    let m = train(m, &mut opt, 4, 0.05, &mut out, |m, s| {
         let b = [4, 1, 3][s % 3];
         let x = ft::<B, 4>([b, 32, 32, 3], 70 + s as u64, 1.0, d).permute([0, 3, 1, 2]);
         ce.forward(m.forward(x), it::<B, 1>([b], 71 + s as u64, 0, 10, d))
@@ -1026,7 +1080,7 @@ fn run_big_conv<B: AutodiffBackend>(d: &B::Device, init: &[TensorData]) -> Serie
 #[test]
 fn conv_batchnorm_on_32x32_images_matches_ndarray() {
     let _g = shared();
-    let init = snapshot(&BigConv::<N>::new(&nd()));
+    let init = det_init(&BigConv::<N>::new(&nd()));
     let r = run_big_conv::<N>(&nd(), &init);
     let x = run_big_conv::<X>(&xd(), &init);
     compare("big conv", &x, &r, 2e-4, 2e-3);
@@ -1086,7 +1140,7 @@ fn run_big_attn<B: AutodiffBackend>(d: &B::Device, init: &[TensorData]) -> Serie
 #[test]
 fn attention_over_96_positions_matches_ndarray() {
     let _g = shared();
-    let init = snapshot(&BigAttn::<N>::new(&nd()));
+    let init = det_init(&BigAttn::<N>::new(&nd()));
     let r = run_big_attn::<N>(&nd(), &init);
     let x = run_big_attn::<X>(&xd(), &init);
     compare("big attention", &x, &r, 2e-4, 2e-3);
@@ -1133,7 +1187,7 @@ fn training_on_the_second_device_and_moving_between_devices_matches_ndarray() {
         compare(&format!("devices {a} -> {b}"), &x, &r, 2e-4, 2e-3);
     }
     // The wide model (CLBlast) on device 1.
-    let init = snapshot(&Wide::<N>::new(&nd()));
+    let init = det_init(&Wide::<N>::new(&nd()));
     let r = run_wide::<N>(&nd(), &init);
     let x = run_wide::<X>(&XpuDevice::new(1), &init);
     compare("wide mlp on device 1", &x, &r, 2e-4, 2e-3);
@@ -1172,8 +1226,8 @@ fn checkpoint_saved_on_ndarray_resumes_on_xpu_and_back() {
     let (n, x) = (nd(), xd());
     let cfg = AdamConfig::new().with_weight_decay(Some(WeightDecayConfig::new(1e-3)));
     // Reference: 12 steps on NdArray.
-    let mut m = Norms::<N>::new(&n);
-    let init = snapshot(&m);
+    let init = det_init(&Norms::<N>::new(&n));
+    let mut m = load(Norms::<N>::new(&n), &init);
     let mut opt = cfg.init::<N, Norms<N>>();
     let mut want = Vec::new();
     for s in 0..12 {
@@ -1255,8 +1309,8 @@ fn softmax_with_negative_infinity_masks_matches_ndarray() {
 fn three_threads_training_while_another_cleans_memory_give_sequential_results() {
     let _g = shared();
     let d = xd();
-    let i1 = snapshot(&Wide::<N>::new(&nd()));
-    let i2 = snapshot(&ConvNet::<N>::new(&nd()));
+    let i1 = det_init(&Wide::<N>::new(&nd()));
+    let i2 = det_init(&ConvNet::<N>::new(&nd()));
     let i3 = mlp_init();
     let s1 = run_wide::<X>(&d, &i1);
     let s2 = run_conv::<X>(&d, &i2);
@@ -1292,7 +1346,7 @@ fn memory_returns_to_baseline_after_training_ends() {
     Xpu::memory_cleanup(&d);
     let a0 = xpu::memory_allocated(Some(d.index)).unwrap();
     let r0 = xpu::memory_reserved(Some(d.index)).unwrap();
-    let init = snapshot(&Seq::<N>::new(&nd()));
+    let init = det_init(&Seq::<N>::new(&nd()));
     {
         let mut m = load(Seq::<X>::new(&d), &init);
         let mut opt = AdamConfig::new().init::<X, Seq<X>>();
@@ -1421,10 +1475,10 @@ fn run_zoo<B: AutodiffBackend>(d: &B::Device, init: &[TensorData], rmsprop: bool
             .with_momentum(0.5)
             .with_weight_decay(Some(WeightDecayConfig::new(1e-3)))
             .init::<B, Zoo<B>>();
-        train(m, &mut opt, 10, 0.002, &mut out, loss)
+        train(m, &mut opt, 6, 0.002, &mut out, loss)
     } else {
         let mut opt = AdaGradConfig::new().with_lr_decay(0.01).init::<B, Zoo<B>>();
-        train(m, &mut opt, 10, 0.01, &mut out, loss)
+        train(m, &mut opt, 6, 0.01, &mut out, loss)
     };
     push_params(&m, &mut out);
     out
@@ -1433,7 +1487,7 @@ fn run_zoo<B: AutodiffBackend>(d: &B::Device, init: &[TensorData], rmsprop: bool
 #[test]
 fn conv1d_conv_transpose_interpolate_unfold_rope_swiglu_rmsprop_adagrad_match_ndarray() {
     let _g = shared();
-    let init = snapshot(&Zoo::<N>::new(&nd()));
+    let init = det_init(&Zoo::<N>::new(&nd()));
     for rmsprop in [true, false] {
         let r = run_zoo::<N>(&nd(), &init, rmsprop);
         let x = run_zoo::<X>(&xd(), &init, rmsprop);
@@ -1491,7 +1545,7 @@ where
 #[test]
 fn data_parallel_over_two_devices_matches_ndarray() {
     let _g = shared();
-    let init = snapshot(&Norms::<N>::new(&nd()));
+    let init = det_init(&Norms::<N>::new(&nd()));
     let r = run_data_parallel::<N>(&nd(), &nd(), &init);
     let x = run_data_parallel::<X>(&XpuDevice::new(0), &XpuDevice::new(1), &init);
     compare("data parallel", &x, &r, 2e-4, 2e-3);
@@ -1612,10 +1666,10 @@ fn six_models_trained_at_once_on_one_device_give_their_results_alone() {
     let _g = shared();
     let d = xd();
     let mlp = mlp_init();
-    let norms = snapshot(&Norms::<N>::new(&nd()));
-    let conv = snapshot(&ConvNet::<N>::new(&nd()));
-    let zoo = snapshot(&Zoo::<N>::new(&nd()));
-    let tfm = snapshot(&Tfm::<N>::new(&nd(), true));
+    let norms = det_init(&Norms::<N>::new(&nd()));
+    let conv = det_init(&ConvNet::<N>::new(&nd()));
+    let zoo = det_init(&Zoo::<N>::new(&nd()));
+    let tfm = det_init(&Tfm::<N>::new(&nd(), true));
     let jobs: Vec<Box<dyn Fn() -> Series + Sync>> = vec![
         Box::new(|| run_mlp_sgd::<X>(&d, &mlp)),
         Box::new(|| run_mlp_adamw::<X>(&d, &mlp)),
@@ -1625,7 +1679,7 @@ fn six_models_trained_at_once_on_one_device_give_their_results_alone() {
         Box::new(|| run_tfm::<X>(&d, &tfm, true)),
     ];
     let alone: Vec<Series> = jobs.iter().map(|j| j()).collect();
-    for round in 0..2 {
+    for round in 0..1 {
         let together: Vec<Series> = std::thread::scope(|sc| {
             let hs: Vec<_> = jobs.iter().map(|j| sc.spawn(move || j())).collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
@@ -1648,11 +1702,11 @@ type XC = Autodiff<Xpu, burn_autodiff::checkpoint::strategy::BalancedCheckpointi
 #[test]
 fn balanced_checkpointing_training_matches_ndarray() {
     let _g = shared();
-    let init = snapshot(&ConvNet::<N>::new(&nd()));
+    let init = det_init(&ConvNet::<N>::new(&nd()));
     let r = run_conv::<NC>(&nd(), &init);
     let x = run_conv::<XC>(&xd(), &init);
     compare("checkpointing convnet", &x, &r, 1e-4, 1e-3);
-    let init = snapshot(&Tfm::<N>::new(&nd(), false));
+    let init = det_init(&Tfm::<N>::new(&nd(), false));
     let r = run_tfm::<NC>(&nd(), &init, false);
     let x = run_tfm::<XC>(&xd(), &init, false);
     compare("checkpointing transformer", &x, &r, 2e-4, 2e-3);
@@ -1700,7 +1754,7 @@ fn run_tbptt<B: AutodiffBackend>(d: &B::Device, init: &[TensorData]) -> Series {
 #[test]
 fn truncated_bptt_with_detached_states_matches_ndarray() {
     let _g = shared();
-    let init = snapshot(&Seq::<N>::new(&nd()));
+    let init = det_init(&Seq::<N>::new(&nd()));
     let r = run_tbptt::<N>(&nd(), &init);
     let x = run_tbptt::<X>(&xd(), &init);
     compare("tbptt", &x, &r, 2e-4, 2e-3);
@@ -1758,4 +1812,35 @@ fn select_assign_with_one_repeated_index_takes_quadratic_time() {
         "{n} rows of one id took {one:.3} s, {:.0} times the {spread:.3} s of 1000 distinct ids",
         one / spread
     );
+}
+
+// ---------------------------------------------------------------- 300 steps
+
+/// 300 SGD steps of the MLP (a loss that falls steadily): no drift builds up between the
+/// backends.
+fn run_long<B: AutodiffBackend>(d: &B::Device, init: &[TensorData]) -> Series {
+    let mut out = Series::new();
+    let m = load(Mlp::<B>::new(d, 13, 5), init);
+    let mut opt = SgdConfig::new()
+        .with_momentum(Some(MomentumConfig::new()))
+        .init::<B, Mlp<B>>();
+    let w = ft::<B, 2>([13, 5], 6000, 1.0, d);
+    let m = train(m, &mut opt, 300, 0.05, &mut out, |m, s| {
+        let x = ft::<B, 2>([16, 13], 6100 + (s % 40) as u64, 1.0, d);
+        let y = tanh(x.clone().matmul(w.clone()));
+        MseLoss::new().forward(m.forward(x), y, Reduction::Mean)
+    });
+    push_params(&m, &mut out);
+    out
+}
+
+#[test]
+fn three_hundred_steps_do_not_drift_from_ndarray() {
+    let _g = shared();
+    let init = mlp_init();
+    let r = run_long::<N>(&nd(), &init);
+    let x = run_long::<X>(&xd(), &init);
+    let (l0, l1) = (r[0].1[0], r[0].1[299]);
+    assert!(l1 < 0.5 * l0, "the loss fell from {l0} to {l1} only");
+    compare("300 steps", &x, &r, 2e-4, 2e-3);
 }
