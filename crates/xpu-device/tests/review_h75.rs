@@ -4,7 +4,8 @@
 //! pthread" XPU_REQUIRE_DEVICE=1`), a 2-core machine shared with other jobs, debug build
 //! (`cargo test -p xpu-device --test review_h75`).
 //!
-//! Finding (fails now, 5 of 5 runs): the cap `DRAINED_FAILURES` (256) drops the oldest drained
+//! Finding (failed at 42cc841, 5 of 5 runs; fixed since: a marker's first answer other than
+//! `Pending` stays, `EarlierWaits::status`): the cap `DRAINED_FAILURES` (256) drops the oldest drained
 //! failure, and a marker numbered in `number + 1 ..= upto` then reads its driver status
 //! alone: a marker that read `Error(-5)` (after a finish, as `Inner::drained` documents: "a
 //! status read once stays") reads `Complete`, `follows_failed_wait()` false and

@@ -5,7 +5,8 @@
 //! (`waits::DRAINED_FAILURES`); past that, the marker's failure is forgotten and
 //! `elapsed_time` gives review h69's negative time again.
 //!
-//! Finding (fails now, 5 of 5 runs, `Ok(-0.07)` to `Ok(-0.24)` ms): the test below.
+//! Finding (failed at 42cc841, 5 of 5 runs, `Ok(-0.07)` to `Ok(-0.24)` ms; fixed since: a
+//! marker's first answer other than `Pending` stays, `EarlierWaits::status`): the test below.
 //!
 //! Order comes from gates and user events; a bound only detects a call that never returns.
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.

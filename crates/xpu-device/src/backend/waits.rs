@@ -46,8 +46,9 @@ use super::{raw, release, EventStatus};
 /// waits pending together cost O(n) status queries in all, not O(n²).
 pub(super) const PRUNE_AT: usize = 16;
 
-/// Drained failures kept per queue ([`Inner::drained`]): past it the oldest go (a marker
-/// enqueued right after one that old then reads its driver status alone).
+/// Drained failures kept per queue ([`Inner::drained`]): past it the oldest go. A marker
+/// judged before keeps its answer ([`EarlierWaits::status`]); one enqueued right after a
+/// failure that old and never asked about since reads its driver status alone.
 const DRAINED_FAILURES: usize = 256;
 
 /// One retained reference to an event a command waited for (not counted in
@@ -347,6 +348,10 @@ pub(super) struct Covered {
 pub struct EarlierWaits {
     log: Arc<WaitLog>,
     before: u64,
+    /// The first answer other than `Pending`: it stays (the log forgets drained failures past
+    /// [`DRAINED_FAILURES`]: review h75 saw a marker that read `Error(-5)` read `Complete`
+    /// 256 failures later, and `Event::elapsed_time` give a negative time again).
+    settled: std::sync::OnceLock<WaitsStatus>,
 }
 
 impl std::fmt::Debug for EarlierWaits {
@@ -368,13 +373,27 @@ impl EarlierWaits {
         Some(EarlierWaits {
             log: Arc::clone(log),
             before,
+            settled: std::sync::OnceLock::new(),
         })
     }
 
     /// Where the waits enqueued before the marker stand. Queries the status of each wait
     /// still logged before it (`clGetEventInfo`, never a wait) under the log's lock; drops
-    /// those complete with success.
+    /// those complete with success. The first answer other than `Pending` stays (no query
+    /// after it).
     pub fn status(&self) -> WaitsStatus {
+        if let Some(&settled) = self.settled.get() {
+            return settled;
+        }
+        let status = self.judge();
+        if status != WaitsStatus::Pending {
+            let _ = self.settled.set(status);
+        }
+        status
+    }
+
+    /// [`EarlierWaits::status`], asked of the log.
+    fn judge(&self) -> WaitsStatus {
         let waits = &self.log;
         let mut inner = waits.inner.lock();
         let pending = inner.judge(self.before);
