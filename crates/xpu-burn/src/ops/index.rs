@@ -297,12 +297,18 @@ pub fn scatter_add(
 /// each output element visits only its own.
 const LOOP_MAX_ENTRIES: usize = 16;
 
+/// Buckets of [`Segments`] with up to this many entries are put in order by a rank pass (each
+/// entry counts the smaller ids of its bucket: quadratic in the bucket's size); larger ones by
+/// one work-item walking the bucket's line in order (linear in the line's length).
+const SEG_RANK_MAX: usize = 64;
+
 /// The entries of an index tensor grouped by destination, on the device: for each line
 /// `l` (the coordinates but `cd`, row-major) and target `j` in `0..size`, the bucket
 /// `b = l * size + j` holds the entry ids `e` (row-major positions in the index tensor) whose
 /// index is `j`, in ascending order, at `sorted[offsets[b] .. offsets[b] + counts[b]]`.
 /// Built with integer atomics (counts and slots, OpenCL 1.1 §6.11.11) and an order-restoring
-/// rank pass, so the grouping is deterministic. Counts are 32-bit: callers use it only for
+/// pass (a rank pass for buckets of up to [`SEG_RANK_MAX`] entries, an in-order walk of the
+/// line for larger ones), so the grouping is deterministic. Counts are 32-bit: callers use it only for
 /// lines of at most `i32::MAX` entries (the kernels still clamp every slot they touch).
 struct Segments {
     counts: XpuTensor,
@@ -340,7 +346,7 @@ impl Segments {
         let bucket = XpuTensor::empty(device, &[entries], DType::I64)?;
         let unsorted = XpuTensor::empty(device, &[entries], DType::I64)?;
         let sorted = XpuTensor::empty(device, &[entries], DType::I64)?;
-        let extra = [k as i64, inner as i64, size as i64];
+        let extra = [k as i64, inner as i64, size as i64, entries as i64];
         let meta = index_meta(cd, &indices.shape, &[indices], &extra);
 
         // Bounds: `entries` items; item `e` reads `indices` at its offset plus `e`'s
@@ -375,13 +381,28 @@ impl Segments {
         )?;
 
         // Bounds: `entries` items; item `e` reads `bucket[e]`, and for a non-negative bucket
-        // `b < lines * size` reads `offsets[b]` and `counts[b]`; it scans `unsorted` from
-        // `offsets[b]` (checked non-negative) to at most `entries`, its length, and writes
-        // `sorted` at a slot checked against `entries`. The loop runs at most `entries`
-        // times. `sorted` is a fresh scratch allocation.
+        // `b < lines * size` reads `offsets[b]` and `counts[b]`; for a bucket of at most
+        // `SEG_RANK_MAX` entries it scans `unsorted` from `offsets[b]` (checked
+        // non-negative) to at most `entries`, its length, and writes `sorted` at a slot
+        // checked against `entries`. The loop runs at most `SEG_RANK_MAX` times. `sorted` is
+        // a fresh scratch allocation.
         let rank_k = f("seg_rank")?;
         let bufs = [&sorted, &bucket, &offsets, &counts, &unsorted];
         launch_index(device, &rank_k, entries, &meta, &bufs)?;
+
+        // The buckets of more than `SEG_RANK_MAX` entries (the rank pass costs each entry a
+        // scan of its bucket: a pad token's bucket in an embedding's backward took seconds,
+        // review h72): one item per bucket walks its line's entries in order.
+        // Bounds: `lines * size` items; item `b` reads `counts[b]` and `offsets[b]` (both of
+        // length `lines * size`); its line `l = b / size < lines` has the entries
+        // `(l / inner) * k * inner + t * inner + l % inner` for `t < k`, each checked below
+        // `entries` (the length of `bucket`) before `bucket` is read; it writes `sorted` at
+        // slots checked against `entries`. The loop runs at most `k` times. Only buckets of
+        // more than `SEG_RANK_MAX` entries are written, the others' slots stay the rank
+        // pass's: each slot of `sorted` is written by one item.
+        let large_k = f("seg_large")?;
+        let bufs = [&sorted, &offsets, &counts, &bucket];
+        launch_index(device, &large_k, buckets, &meta, &bufs)?;
 
         Ok(Segments {
             counts,
@@ -396,10 +417,11 @@ impl Segments {
 }
 
 fn segments_source(ity: &str) -> String {
-    let mut s = format!("#define TI {ity}\n");
+    let mut s = format!("#define TI {ity}\n#define SEG_RANK_MAX {SEG_RANK_MAX}\n");
     s.push_str(
         r#"
-/* The extra longs of the segments' metadata (one index view): k, inner, size. */
+/* The extra longs of the segments' metadata (one index view): k, inner, size (and the
+   entries, read by seg_large). */
 #define SEG_EXTRA long k = AFTER(1)[0], inner = AFTER(1)[1], size = AFTER(1)[2];
 
 __kernel void seg_count(long n, __global const long *meta, volatile __global int *counts,
@@ -451,6 +473,7 @@ __kernel void seg_rank(long n, __global const long *meta, __global long *sorted,
   if (b < 0) return;
   long start = offsets[b];
   if (start < 0) return;
+  if (counts[b] > SEG_RANK_MAX) return;
   long end = start + (long)counts[b];
   if (end > n) end = n;
   long r = 0;
@@ -458,6 +481,28 @@ __kernel void seg_rank(long n, __global const long *meta, __global long *sorted,
     if (unsorted[s] < i) r++;
   }
   if (start + r < n) sorted[start + r] = i;
+}
+
+__kernel void seg_large(long n, __global const long *meta, __global long *sorted,
+                        __global const long *offsets, __global const int *counts,
+                        __global const long *bucket) {
+  INDEX_ITEM
+  SEG_EXTRA
+  if (counts[i] <= SEG_RANK_MAX) return;
+  long total = AFTER(1)[3];
+  long start = offsets[i];
+  if (start < 0) return;
+  long l = i / size;
+  long base = (l / inner) * k * inner + l % inner;
+  long r = 0;
+  for (long t = 0; t < k; t++) {
+    long e = base + t * inner;
+    if (e < 0 || e >= total) break;
+    if (bucket[e] == i) {
+      if (start + r < total) sorted[start + r] = e;
+      r++;
+    }
+  }
 }
 "#,
     );
