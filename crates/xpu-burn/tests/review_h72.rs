@@ -1827,15 +1827,18 @@ fn select_assign_with_one_repeated_index_takes_quadratic_time() {
 /// The buckets of the fix's in-order walk (more than 64 entries) against NdArray, exactly:
 /// `select_assign` and `scatter` (2-D, along both dims) of values whose float sum depends on
 /// the order (1e8, then small ones, then -1e8), with one id taking most entries, a few ids
-/// just above and below 64 entries, and a non-contiguous index view.
+/// around both of the walk's limits (64 entries, the square root of the line's length), and
+/// a non-contiguous index view.
 #[test]
 fn large_buckets_sum_in_index_order_as_ndarray() {
     fn run<B: Backend>(d: &B::Device) -> Vec<Vec<f32>> {
         let n = 5000usize;
-        // id 0 most of the time; ids 1..4 with 63, 64, 65, 66 entries.
+        // id 0 most of the time; ids 1..6 with 63 to 80 entries.
         let mut ids: Vec<i64> = vec![0; n];
         let mut at = 7;
-        for (id, count) in [(1i64, 63usize), (2, 64), (3, 65), (4, 66)] {
+        // Walked: more than 64 entries and more than sqrt(5000) ~ 70.7 (id 0, id 5 with 80);
+        // ranked: the rest (id 6 with 70 just under the square root).
+        for (id, count) in [(1i64, 63usize), (2, 64), (3, 65), (4, 66), (5, 80), (6, 70)] {
             for _ in 0..count {
                 ids[at % n] = id;
                 at += 13;

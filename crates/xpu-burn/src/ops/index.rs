@@ -298,8 +298,10 @@ pub fn scatter_add(
 const LOOP_MAX_ENTRIES: usize = 16;
 
 /// Buckets of [`Segments`] with up to this many entries are put in order by a rank pass (each
-/// entry counts the smaller ids of its bucket: quadratic in the bucket's size); larger ones by
-/// one work-item walking the bucket's line in order (linear in the line's length).
+/// entry counts the smaller ids of its bucket: quadratic in the bucket's size); larger ones
+/// whose square exceeds their line's length by one work-item walking the line in order
+/// (linear in the line's length): a line of `k` entries costs at most about `k^1.5` steps
+/// either way (at most `sqrt(k)` buckets are walked), where the rank pass alone cost `k^2`.
 const SEG_RANK_MAX: usize = 64;
 
 /// The entries of an index tensor grouped by destination, on the device: for each line
@@ -307,9 +309,10 @@ const SEG_RANK_MAX: usize = 64;
 /// `b = l * size + j` holds the entry ids `e` (row-major positions in the index tensor) whose
 /// index is `j`, in ascending order, at `sorted[offsets[b] .. offsets[b] + counts[b]]`.
 /// Built with integer atomics (counts and slots, OpenCL 1.1 §6.11.11) and an order-restoring
-/// pass (a rank pass for buckets of up to [`SEG_RANK_MAX`] entries, an in-order walk of the
-/// line for larger ones), so the grouping is deterministic. Counts are 32-bit: callers use it only for
-/// lines of at most `i32::MAX` entries (the kernels still clamp every slot they touch).
+/// pass (a rank pass for small buckets, an in-order walk of the line for large ones: see
+/// [`SEG_RANK_MAX`]), so the grouping is deterministic. Counts are 32-bit: callers use it
+/// only for lines of at most `i32::MAX` entries (the kernels still clamp every slot they
+/// touch).
 struct Segments {
     counts: XpuTensor,
     offsets: XpuTensor,
@@ -381,25 +384,26 @@ impl Segments {
         )?;
 
         // Bounds: `entries` items; item `e` reads `bucket[e]`, and for a non-negative bucket
-        // `b < lines * size` reads `offsets[b]` and `counts[b]`; for a bucket of at most
-        // `SEG_RANK_MAX` entries it scans `unsorted` from `offsets[b]` (checked
-        // non-negative) to at most `entries`, its length, and writes `sorted` at a slot
-        // checked against `entries`. The loop runs at most `SEG_RANK_MAX` times. `sorted` is
-        // a fresh scratch allocation.
+        // `b < lines * size` reads `offsets[b]` and `counts[b]`; for a bucket not walked
+        // (`SEG_WALKED`) it scans `unsorted` from `offsets[b]` (checked non-negative) to at
+        // most `entries`, its length, and writes `sorted` at a slot checked against
+        // `entries`. The loop runs at most `entries` times. `sorted` is a fresh scratch
+        // allocation.
         let rank_k = f("seg_rank")?;
         let bufs = [&sorted, &bucket, &offsets, &counts, &unsorted];
         launch_index(device, &rank_k, entries, &meta, &bufs)?;
 
-        // The buckets of more than `SEG_RANK_MAX` entries (the rank pass costs each entry a
-        // scan of its bucket: a pad token's bucket in an embedding's backward took seconds,
-        // review h72): one item per bucket walks its line's entries in order.
+        // The walked buckets (`SEG_WALKED`: the rank pass costs each entry a scan of its
+        // bucket, and a pad token's bucket in an embedding's backward took seconds, review
+        // h72): one item per bucket walks its line's entries in order.
         // Bounds: `lines * size` items; item `b` reads `counts[b]` and `offsets[b]` (both of
         // length `lines * size`); its line `l = b / size < lines` has the entries
         // `(l / inner) * k * inner + t * inner + l % inner` for `t < k`, each checked below
         // `entries` (the length of `bucket`) before `bucket` is read; it writes `sorted` at
-        // slots checked against `entries`. The loop runs at most `k` times. Only buckets of
-        // more than `SEG_RANK_MAX` entries are written, the others' slots stay the rank
-        // pass's: each slot of `sorted` is written by one item.
+        // slots checked against `entries`. The loop runs at most `k` times. Only walked
+        // buckets are written here, the others' slots by the rank pass (the same
+        // `SEG_WALKED` test on the same counts and `k`): each slot of `sorted` is written
+        // once.
         let large_k = f("seg_large")?;
         let bufs = [&sorted, &offsets, &counts, &bucket];
         launch_index(device, &large_k, buckets, &meta, &bufs)?;
@@ -423,6 +427,10 @@ fn segments_source(ity: &str) -> String {
 /* The extra longs of the segments' metadata (one index view): k, inner, size (and the
    entries, read by seg_large). */
 #define SEG_EXTRA long k = AFTER(1)[0], inner = AFTER(1)[1], size = AFTER(1)[2];
+/* Whether a bucket of c entries (of a line of k, SEG_EXTRA) is put in order by seg_large's
+   walk of its line (k steps) rather than by seg_rank (c steps per entry): when it has more
+   than SEG_RANK_MAX entries and c * c > k. */
+#define SEG_WALKED(c) ((long)(c) > SEG_RANK_MAX && (long)(c) * (long)(c) > k)
 
 __kernel void seg_count(long n, __global const long *meta, volatile __global int *counts,
                         __global long *bucket, __global const TI *idx) {
@@ -469,11 +477,12 @@ __kernel void seg_rank(long n, __global const long *meta, __global long *sorted,
                        __global const long *bucket, __global const long *offsets,
                        __global const int *counts, __global const long *unsorted) {
   INDEX_ITEM
+  SEG_EXTRA
   long b = bucket[i];
   if (b < 0) return;
   long start = offsets[b];
   if (start < 0) return;
-  if (counts[b] > SEG_RANK_MAX) return;
+  if (SEG_WALKED(counts[b])) return;
   long end = start + (long)counts[b];
   if (end > n) end = n;
   long r = 0;
@@ -488,7 +497,7 @@ __kernel void seg_large(long n, __global const long *meta, __global long *sorted
                         __global const long *bucket) {
   INDEX_ITEM
   SEG_EXTRA
-  if (counts[i] <= SEG_RANK_MAX) return;
+  if (!SEG_WALKED(counts[i])) return;
   long total = AFTER(1)[3];
   long start = offsets[i];
   if (start < 0) return;
