@@ -18,6 +18,8 @@
 
 mod common;
 
+use common::{blocked_in_futex, this_tid, true_within};
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,43 +27,6 @@ use std::time::{Duration, Instant};
 use xpu_device::backend::{wait_for_callbacks, ClEvent, CommandQueue, EventStatus, QueueOptions};
 
 const BOUND: Duration = Duration::from_secs(60);
-
-/// Polls `done` until it holds or `limit` passed (as `xpu_testing::true_within`).
-fn true_within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if done() {
-            return true;
-        }
-        std::thread::yield_now();
-    }
-    false
-}
-
-fn this_tid() -> String {
-    let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
-    link.file_name().unwrap().to_string_lossy().into_owned()
-}
-
-/// Whether thread `tid` sleeps in a `futex` wait (as reviews h70, h71).
-fn blocked_in_futex(tid: &str) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
-        return false;
-    };
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next());
-    if state != Some("S") {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) {
-        Ok(sc) => {
-            let nr = sc.split_whitespace().next().unwrap_or("");
-            nr == "202" || nr == "98"
-        }
-        Err(_) => true,
-    }
-}
 
 fn refcount(e: &ClEvent) -> u32 {
     e.reference_count().unwrap_or(0)

@@ -19,22 +19,13 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use common::true_within;
+
+use std::time::Duration;
 
 use xpu_device::backend::{CommandQueue, EventStatus, OrderedMarker, QueueOptions};
 
 const BOUND: Duration = Duration::from_secs(60);
-
-fn true_within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if done() {
-            return true;
-        }
-        std::thread::yield_now();
-    }
-    false
-}
 
 fn own_queue(dev: &xpu_device::Device) -> CommandQueue {
     dev.create_queue(QueueOptions {

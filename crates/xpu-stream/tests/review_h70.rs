@@ -31,6 +31,8 @@
 
 mod common;
 
+use xpu_testing::thread_state::{blocked_in_futex, this_tid};
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -39,35 +41,6 @@ use xpu_device::backend::{markers_enqueued_on_this_thread, QueueOptions};
 use xpu_stream::{get_stream_from_pool, ExternalStream, Stream, StreamError};
 
 const BOUND: Duration = Duration::from_secs(60);
-
-/// This thread's id in `/proc/self/task`.
-fn this_tid() -> String {
-    let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
-    link.file_name().unwrap().to_string_lossy().into_owned()
-}
-
-/// Whether thread `tid` of this process sleeps in a `futex` wait (a `clFinish` blocked on
-/// PoCL's condition variable): its state is `S` and, where readable, its system call is
-/// `futex` (202 on x86_64, 98 on aarch64).
-fn blocked_in_futex(tid: &str) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
-        return false;
-    };
-    // The state is the first field after the command's closing parenthesis.
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next());
-    if state != Some("S") {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) {
-        Ok(sc) => {
-            let nr = sc.split_whitespace().next().unwrap_or("");
-            nr == "202" || nr == "98"
-        }
-        Err(_) => true,
-    }
-}
 
 /// Spawns `sync` on a thread and returns once that thread is blocked (inside it), with its
 /// handle. `sync` must block until a gate opens.

@@ -39,6 +39,8 @@
 
 mod common;
 
+use xpu_testing::thread_state::{blocked_in_futex, this_tid};
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -49,31 +51,6 @@ use xpu_stream::{get_stream_from_pool, ExternalStream, Stream, StreamError};
 const BOUND: Duration = Duration::from_secs(60);
 /// How long a query is polled for `true` where the contract promises it.
 const POLL: Duration = Duration::from_secs(10);
-
-fn this_tid() -> String {
-    let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
-    link.file_name().unwrap().to_string_lossy().into_owned()
-}
-
-/// Whether thread `tid` sleeps in a `futex` wait (as review h70).
-fn blocked_in_futex(tid: &str) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
-        return false;
-    };
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next());
-    if state != Some("S") {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) {
-        Ok(sc) => {
-            let nr = sc.split_whitespace().next().unwrap_or("");
-            nr == "202" || nr == "98"
-        }
-        Err(_) => true,
-    }
-}
 
 /// Spawns `sync` and returns once its thread sleeps inside it (a gate keeps it there).
 fn blocked_synchronize<F>(sync: F) -> std::thread::JoinHandle<Result<(), StreamError>>

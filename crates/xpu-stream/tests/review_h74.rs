@@ -13,6 +13,8 @@
 
 mod common;
 
+use xpu_testing::thread_state::{blocked_in_futex, this_tid};
+
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -21,31 +23,6 @@ use xpu_stream::{ExternalStream, Stream};
 
 const BOUND: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_secs(10);
-
-fn this_tid() -> String {
-    let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
-    link.file_name().unwrap().to_string_lossy().into_owned()
-}
-
-/// Whether thread `tid` sleeps in a `futex` wait (as reviews h70, h71, h73).
-fn blocked_in_futex(tid: &str) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
-        return false;
-    };
-    let state = stat
-        .rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next());
-    if state != Some("S") {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) {
-        Ok(sc) => {
-            let nr = sc.split_whitespace().next().unwrap_or("");
-            nr == "202" || nr == "98"
-        }
-        Err(_) => true,
-    }
-}
 
 /// An external stream over a queue of its own on device 0 (its own wait log and query marker).
 fn own_stream() -> (ExternalStream, Stream) {

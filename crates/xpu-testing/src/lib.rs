@@ -242,3 +242,43 @@ pub fn returns_within<R: Send>(
         (returned, h.join().expect("the function does not panic"))
     })
 }
+
+/// A thread's state read from `/proc` (Linux): for tests that must know another thread is
+/// blocked inside a driver call (a `clFinish` behind a gate) before they go on. Nothing here
+/// waits for time to pass; the callers bound their polling.
+pub mod thread_state {
+    /// The calling thread's id in `/proc/self/task`.
+    ///
+    /// # Panics
+    /// When `/proc/thread-self` cannot be read (not Linux).
+    pub fn this_tid() -> String {
+        let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+        link.file_name()
+            .expect("a task id")
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// Whether thread `tid` of this process sleeps in a `futex` wait (a `clFinish` blocked on
+    /// PoCL's condition variable): its state is `S` and, where readable, its system call is
+    /// `futex` (202 on x86_64, 98 on aarch64).
+    pub fn blocked_in_futex(tid: &str) -> bool {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+            return false;
+        };
+        // The state is the first field after the command's closing parenthesis.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if state != Some("S") {
+            return false;
+        }
+        match std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) {
+            Ok(sc) => {
+                let nr = sc.split_whitespace().next().unwrap_or("");
+                nr == "202" || nr == "98"
+            }
+            Err(_) => true,
+        }
+    }
+}

@@ -352,3 +352,43 @@ pub fn reporter() -> (
 pub fn failed(ev: &ClEvent) -> bool {
     matches!(ev.status(), Ok(xpu_device::backend::EventStatus::Error(_)))
 }
+
+/// Polls `done` until it holds or `limit` passed (as `xpu_testing::true_within`, which this
+/// crate's tests cannot use: xpu-testing is built on xpu-device).
+pub fn true_within(limit: std::time::Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
+}
+
+/// The calling thread's id in `/proc/self/task` (as `xpu_testing::thread_state::this_tid`).
+pub fn this_tid() -> String {
+    let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    link.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// Whether thread `tid` of this process sleeps in a `futex` wait (a `clFinish` blocked on
+/// PoCL's condition variable; as `xpu_testing::thread_state::blocked_in_futex`).
+pub fn blocked_in_futex(tid: &str) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    if state != Some("S") {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) {
+        Ok(sc) => {
+            let nr = sc.split_whitespace().next().unwrap_or("");
+            nr == "202" || nr == "98"
+        }
+        Err(_) => true,
+    }
+}
