@@ -6,7 +6,8 @@
 //!
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 //!
-//! Finding (fails on 52e442b, 3 of 3 runs):
+//! Finding (fails on 52e442b, 3 of 3 runs; fixed by 8bc175d, the walk's second limit, and
+//! now an ignored hand-run timing probe):
 //! `select_assign_with_many_buckets_of_65_takes_quadratic_time`: `seg_large` gives each bucket
 //! of more than 64 entries a walk of its whole line, so a line of `n` entries over `n / c`
 //! ids of `c > 64` entries costs `n^2 / c`: still quadratic in the line (the rank pass it
@@ -72,7 +73,14 @@ fn coords(shape: &[usize], mut e: usize) -> Vec<usize> {
 
 /// Sequential host scatter (burn's definition, out-of-range indices ignored): `t` of shape
 /// `ts`, `idx` and `vals` of shape `is` (row-major).
-fn scatter_ref(ts: &[usize], t: &[f32], dim: usize, is: &[usize], idx: &[i64], vals: &[f32]) -> Vec<f32> {
+fn scatter_ref(
+    ts: &[usize],
+    t: &[f32],
+    dim: usize,
+    is: &[usize],
+    idx: &[i64],
+    vals: &[f32],
+) -> Vec<f32> {
     let mut out = t.to_vec();
     for e in 0..idx.len() {
         let j = idx[e];
@@ -162,12 +170,20 @@ fn every_rank_and_dim_with_mixed_buckets_matches_ndarray() {
         let idx = mixed_ids(&is, dim, size);
         let n: usize = is.iter().product();
         let vals = ov(n, dim);
-        let t: Vec<f32> = (0..ts.iter().product::<usize>()).map(|i| i as f32 * 0.5).collect();
+        let t: Vec<f32> = (0..ts.iter().product::<usize>())
+            .map(|i| i as f32 * 0.5)
+            .collect();
         let want = scatter4::<NdArray>(ts, &t, dim, is, &idx, &vals, &nd());
         let host = scatter_ref(&ts, &t, dim, &is, &idx, &vals);
-        assert_eq!(want, host, "the host reference is NdArray's (rank {rank} dim {dim})");
+        assert_eq!(
+            want, host,
+            "the host reference is NdArray's (rank {rank} dim {dim})"
+        );
         let got = scatter4::<Xpu>(ts, &t, dim, is, &idx, &vals, &xd());
-        assert_eq!(got, want, "scatter rank {rank} along {dim}, index shape {is:?}");
+        assert_eq!(
+            got, want,
+            "scatter rank {rank} along {dim}, index shape {is:?}"
+        );
     }
 }
 
@@ -176,7 +192,11 @@ fn every_rank_and_dim_with_mixed_buckets_matches_ndarray() {
 #[test]
 fn many_lines_large_buckets_in_some_lines_only() {
     let _g = shared();
-    for (is, dim) in [([4usize, 300, 5, 3], 1usize), ([3, 4, 3000, 2], 2), ([2, 5, 7, 200], 3)] {
+    for (is, dim) in [
+        ([4usize, 300, 5, 3], 1usize),
+        ([3, 4, 3000, 2], 2),
+        ([2, 5, 7, 200], 3),
+    ] {
         let size = 9;
         let mut ts = is;
         ts[dim] = size;
@@ -218,7 +238,7 @@ fn out_of_range_indices_in_large_buckets_are_ignored() {
             1 => size as i64,
             2 => i64::MIN / 2,
             3 => 1 << 40,
-            4 | 5 | 6 => 2,
+            4..=6 => 2,
             _ => (e % size) as i64,
         })
         .collect();
@@ -237,7 +257,9 @@ fn out_of_range_indices_in_large_buckets_are_ignored() {
         .unwrap();
     assert_eq!(got, want);
     // select_assign with out-of-range ids in a 1-D index of 500 (id 1 has ~220 entries).
-    let ids: Vec<i64> = (0..500).map(|i| [1, -3, 1, 7, 0, 1, 99, 2, 1][i % 9]).collect();
+    let ids: Vec<i64> = (0..500)
+        .map(|i| [1, -3, 1, 7, 0, 1, 99, 2, 1][i % 9])
+        .collect();
     let v = ov(500 * 2, 5);
     let sel = Tensor::<Xpu, 2>::zeros([7, 2], &d)
         .select_assign(
@@ -265,16 +287,22 @@ fn non_contiguous_index_views_match_ndarray() {
         let vals = Tensor::<B, 2>::from_data(TensorData::new(ov(3 * k, 2), [3, k]), d);
         let t = Tensor::<B, 2>::from_data(TensorData::new(ov(3 * size, 4), [3, size]), d);
         // transposed: built [k, 3], transposed to [3, k].
-        let ids: Vec<i64> = (0..k * 3).map(|e| if e % 4 == 0 { (e % 3) as i64 } else { 3 }).collect();
+        let ids: Vec<i64> = (0..k * 3)
+            .map(|e| if e % 4 == 0 { (e % 3) as i64 } else { 3 })
+            .collect();
         let it = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [k, 3]), d).transpose();
         out.push(t.clone().scatter(1, it, vals.clone()));
         // sliced out of a [5, k + 20].
-        let ids: Vec<i64> = (0..5 * (k + 20)).map(|e| ((e / 70) % size) as i64).collect();
+        let ids: Vec<i64> = (0..5 * (k + 20))
+            .map(|e| ((e / 70) % size) as i64)
+            .collect();
         let it = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [5, k + 20]), d)
             .slice([1..4, 7..7 + k]);
         out.push(t.clone().scatter(1, it, vals.clone()));
         // broadcast along dim 0 (the lines share one index row).
-        let ids: Vec<i64> = (0..k).map(|e| if e % 3 == 0 { 2 } else { (e % size) as i64 }).collect();
+        let ids: Vec<i64> = (0..k)
+            .map(|e| if e % 3 == 0 { 2 } else { (e % size) as i64 })
+            .collect();
         let it = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, k]), d).expand([3, k]);
         out.push(t.clone().scatter(1, it, vals.clone()));
         // broadcast along the scatter dim: each line one index.
@@ -328,7 +356,8 @@ fn select_assign_every_dim_buckets_64_65_0_matches_ndarray() {
             let vn: usize = vshape.iter().product();
             let v = Tensor::<B, 3>::from_data(TensorData::new(ov(vn, dim), vshape), d);
             let idx = Tensor::<B, 1, Int>::from_data(TensorData::new(ids.clone(), [n]), d);
-            let t = Tensor::<B, 3>::from_data(TensorData::new(ov(shape.iter().product(), 9), shape), d);
+            let t =
+                Tensor::<B, 3>::from_data(TensorData::new(ov(shape.iter().product(), 9), shape), d);
             for _ in 0..3 {
                 out.push(t.clone().select_assign(dim, idx.clone(), v.clone()));
             }
@@ -350,11 +379,19 @@ fn select_assign_every_dim_buckets_64_65_0_matches_ndarray() {
 fn int_values_i32_indices_f64_values_match_ndarray() {
     fn run<B: Backend>(d: &B::Device) -> (Vec<i64>, Vec<f32>, Vec<f64>, Vec<f32>) {
         let k = 500;
-        let ids: Vec<i64> = (0..2 * k).map(|e| if e % 3 == 0 { 1 } else { (e % 4) as i64 }).collect();
+        let ids: Vec<i64> = (0..2 * k)
+            .map(|e| if e % 3 == 0 { 1 } else { (e % 4) as i64 })
+            .collect();
         let it = Tensor::<B, 2, Int>::from_data(TensorData::new(ids.clone(), [2, k]), d);
-        let iv: Vec<i64> = (0..2 * k as i64).map(|e| (e * 7919) % 100_003 - 50_000).collect();
+        let iv: Vec<i64> = (0..2 * k as i64)
+            .map(|e| (e * 7919) % 100_003 - 50_000)
+            .collect();
         let ints = Tensor::<B, 2, Int>::zeros([2, 4], d)
-            .scatter(1, it.clone(), Tensor::from_data(TensorData::new(iv, [2, k]), d))
+            .scatter(
+                1,
+                it.clone(),
+                Tensor::from_data(TensorData::new(iv, [2, k]), d),
+            )
             .into_data()
             .convert::<i64>()
             .to_vec::<i64>()
@@ -382,11 +419,8 @@ fn int_values_i32_indices_f64_values_match_ndarray() {
             .convert::<f64>()
             .to_vec::<f64>()
             .unwrap();
-        let ids1 = Tensor::<B, 1, Int>::from_data(
-            TensorData::new(ids[..k].to_vec(), [k]),
-            d,
-        )
-        .cast(DType::I32);
+        let ids1 = Tensor::<B, 1, Int>::from_data(TensorData::new(ids[..k].to_vec(), [k]), d)
+            .cast(DType::I32);
         let sel = Tensor::<B, 2>::zeros([2, 4], d)
             .select_assign(1, ids1, v)
             .into_data()
@@ -424,7 +458,10 @@ fn empty_tensors_on_the_segments_path() {
         Tensor::<Xpu, 1, Int>::from_data(TensorData::new(ids, [40]), &d),
         Tensor::<Xpu, 2>::ones([3, 40], &d),
     );
-    assert_eq!(r.into_data().to_vec::<f32>().unwrap(), [1., 1., 41., 1.].repeat(3));
+    assert_eq!(
+        r.into_data().to_vec::<f32>().unwrap(),
+        [1., 1., 41., 1.].repeat(3)
+    );
 }
 
 /// Autodiff paths that scatter: gather's backward (scatter), select's backward
@@ -435,14 +472,19 @@ fn autodiff_gather_select_embedding_backward_match_ndarray() {
     fn run<B: AutodiffBackend>(d: &B::Device) -> Vec<Vec<f32>> {
         let k = 700;
         let w = Tensor::<B, 2>::from_data(TensorData::new(ov(3 * 8, 1), [3, 8]), d).require_grad();
-        let ids: Vec<i64> = (0..3 * k).map(|e| if e % 5 < 3 { 6 } else { (e % 8) as i64 }).collect();
+        let ids: Vec<i64> = (0..3 * k)
+            .map(|e| if e % 5 < 3 { 6 } else { (e % 8) as i64 })
+            .collect();
         let it = Tensor::<B, 2, Int>::from_data(TensorData::new(ids.clone(), [3, k]), d);
         let up = Tensor::<B, 2>::from_data(TensorData::new(ov(3 * k, 2), [3, k]), d);
         let g = (w.clone().gather(1, it) * up.clone()).sum();
         let grads = g.backward();
         let gw = w.grad(&grads).unwrap();
         let w2 = Tensor::<B, 2>::from_data(TensorData::new(ov(8 * 3, 5), [8, 3]), d).require_grad();
-        let s = w2.clone().select(0, Tensor::<B, 1, Int>::from_data(TensorData::new(ids[..k].to_vec(), [k]), d));
+        let s = w2.clone().select(
+            0,
+            Tensor::<B, 1, Int>::from_data(TensorData::new(ids[..k].to_vec(), [k]), d),
+        );
         let up2 = Tensor::<B, 2>::from_data(TensorData::new(ov(k * 3, 6), [k, 3]), d);
         let grads = (s * up2).sum().backward();
         let gw2 = w2.grad(&grads).unwrap();
@@ -465,7 +507,10 @@ fn autodiff_gather_select_embedding_backward_match_ndarray() {
     let _g = shared();
     let want = run::<Autodiff<NdArray>>(&nd());
     let got = run::<Autodiff<Xpu>>(&xd());
-    for (i, name) in ["gather backward", "select backward", "embedding backward"].iter().enumerate() {
+    for (i, name) in ["gather backward", "select backward", "embedding backward"]
+        .iter()
+        .enumerate()
+    {
         assert_eq!(got[i], want[i], "{name}");
     }
 }
@@ -503,7 +548,12 @@ fn large_buckets_are_deterministic_on_both_devices() {
 /// entries spread over `n / 65` ids of 65 entries each costs `n^2 / 65` (quadratic), where the
 /// rank pass (ids of 64 entries) costs `64 n`. Expected: about the same time for buckets of
 /// 64 and of 65 entries (the same element count, the same output size), within a factor 10.
+///
+/// Fixed by 8bc175d (written beside this review): a bucket is walked only when its square
+/// also exceeds its line's length. A timing, so a hand-run probe (speed goals live in
+/// benches, never in timed tests).
 #[test]
+#[ignore = "a timing probe: run by hand with --ignored --nocapture"]
 fn select_assign_with_many_buckets_of_65_takes_quadratic_time() {
     let _g = shared();
     let d = xd();
