@@ -218,8 +218,11 @@ impl Stream {
     /// failure the query reports it, until a [`Stream::synchronize`] returned. The marker that
     /// read the failure is kept and answers every query with it, with no new command, until
     /// a synchronize of the queue that covered the failed wait (begun after its enqueue)
-    /// returned with success, through any wrapper of the queue (a new marker would fail too, and NVIDIA's `clFinish` reports each batch of
-    /// failed commands: pollers enqueuing one per query kept `synchronize` failing).
+    /// returned with success, through any wrapper of the queue (a new marker would fail too,
+    /// and NVIDIA's `clFinish` reports each batch of failed commands: pollers enqueuing one
+    /// per query kept `synchronize` failing). While the kept marker is still queued the
+    /// query answers `false` (one driver call); a failure behind it is reported once it is
+    /// over.
     ///
     /// # Errors
     /// A failed OpenCL call, or the abnormal status of a command on the stream (a command

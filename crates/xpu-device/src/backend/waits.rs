@@ -304,8 +304,9 @@ impl WaitLog {
 
     /// The status of the first wait logged so far known to have failed since the last
     /// `clFinish` that returned with success and covered it ([`WaitLog::finished`]), if any:
-    /// the commands enqueued after it may run ahead of earlier ones still queued. Judges every logged wait (status queries under the
-    /// log's lock, never a wait); one atomic load while nothing is logged and no wait failed.
+    /// the commands enqueued after it may run ahead of earlier ones still queued. Judges
+    /// every logged wait (status queries under the log's lock, never a wait); one atomic load
+    /// while nothing is logged and no wait failed.
     pub(super) fn failed_since_finish(&self) -> Option<i32> {
         if !self.watched.load(Ordering::Acquire) {
             return None;
