@@ -246,12 +246,29 @@ impl Stream {
             // pending the answer is `false` whatever a new marker would say. Judged with the
             // waits enqueued before it (a marker after a failed wait may complete while
             // earlier commands stay queued: review h51).
-            match k.is_complete() {
+            let complete = match k.is_complete() {
+                Ok(complete) => Some(complete),
+                // No `clFinish` begun after the marker returned with success (that would
+                // read it complete: `QueryMarker::is_complete`). While a failed wait of the
+                // queue stands (no successful `clFinish` covered it, through any wrapper),
+                // the kept marker reports the failure with no new command: a new marker would
+                // fail too, and NVIDIA's `clFinish` reports each batch of failed commands
+                // (threads polling with a new marker each kept `synchronize` failing, 21
+                // times in a row on an H200, 2026-12-06; `query_after_failure.rs`).
+                Err(e) if q.follows_failed_wait() => return Err(e.into()),
+                // None stands: a synchronize covered it, whenever it began (reviews h70,
+                // h71). One begun after the marker answers for it (a finish raises its count
+                // before it clears the log, so it is seen now: no new marker for a poller
+                // racing the synchronize); else a new marker asks, judged with the waits
+                // since.
+                Err(_) => k.probe.drained_by_finish().then_some(true),
+            };
+            match complete {
                 // Still queued: `false`, one driver call (a failed wait enqueued after it is
                 // reported once it is over; asking the wait log here cost a status query per
                 // logged wait on every poll: review h73).
-                Ok(false) => return Ok(false),
-                Ok(true) => {
+                Some(false) => return Ok(false),
+                Some(true) => {
                     q.tracked().progress.complete_up_to(k.drained);
                     // Nothing enqueued after it: the stream is idle, and the marker answers
                     // the next query too. Work enqueued after it is not covered: ask again
@@ -260,29 +277,7 @@ impl Stream {
                         return Ok(true);
                     }
                 }
-                // No `clFinish` begun after the marker returned with success (that would
-                // read it complete: `QueryMarker::is_complete`). While a failed wait of the
-                // queue stands (no successful `clFinish` covered it, through any wrapper),
-                // the kept marker reports the failure with no new command: a new marker would
-                // fail too, and NVIDIA's `clFinish` reports each batch of failed commands
-                // (threads polling with a new marker each kept `synchronize` failing, 21
-                // times in a row on an H200, 2026-12-06; `query_after_failure.rs`). Once
-                // none stands (a synchronize covered it, whenever it began: reviews h70,
-                // h71), a new marker asks again, judged with the waits since.
-                Err(e) => {
-                    if k.probe.standing_wait_failure().is_some() {
-                        return Err(e.into());
-                    }
-                    // Covered meanwhile: a finish raises its count before it clears the log,
-                    // so one begun after the marker is seen now, and answers for it (no new
-                    // marker for a poller racing the synchronize).
-                    if k.probe.drained_by_finish() {
-                        q.tracked().progress.complete_up_to(k.drained);
-                        if !q.enqueued_since(&k.probe) {
-                            return Ok(true);
-                        }
-                    }
-                }
+                None => {}
             }
         }
         let permit = self.enqueue_queue("query")?;

@@ -7,7 +7,7 @@
 //!
 //! Findings (fail at 4fe4c8b; all three fixed since: a query's kept failed marker answers
 //! while the queue's wait log holds a failure that no successful `clFinish` covered,
-//! `IdleProbe::standing_wait_failure`, shared by every wrapper of the queue, instead of a note
+//! `CommandQueue::follows_failed_wait`, shared by every wrapper of the queue, instead of a note
 //! per marker; and `WaitLog::before_finish` covers the commands numbered below the first
 //! enqueue call still in progress instead of none):
 //! - `a_failure_first_seen_after_the_synchronize_returned_is_cleared_by_it`: the note of the

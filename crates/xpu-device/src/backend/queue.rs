@@ -261,17 +261,6 @@ impl IdleProbe {
     pub fn drained_by_finish(&self) -> bool {
         self.queue.finished_begun.load(Ordering::Acquire) > self.finishes
     }
-
-    /// The status of a wait enqueued on the probe's queue (through any wrapper of it) that is
-    /// known to have failed and that no [`CommandQueue::finish`] returned with success has
-    /// covered since, if any (the first such): a marker enqueued now would be judged failed
-    /// with it ([`OrderedMarker::status`]). `None` once every such failure was covered by a
-    /// successful finish, whenever that began: a probe that read a failure before then may
-    /// be stale. Status queries of the logged waits under the log's lock (never a wait); one
-    /// atomic load while none is logged and none failed.
-    pub fn standing_wait_failure(&self) -> Option<i32> {
-        self.queue.waits.failed_since_finish()
-    }
 }
 
 /// A marker whose completion is judged with the waits enqueued before it on its queue
@@ -749,7 +738,7 @@ impl CommandQueue {
     /// queries of the logged waits (never a wait); one atomic load while none is logged and
     /// none failed.
     pub fn follows_failed_wait(&self) -> bool {
-        self.1.waits.failed_since_finish().is_some()
+        self.1.waits.failed_since_finish()
     }
 
     /// The event an enqueue call of this queue returned, as a [`ClEvent`]: kept until its

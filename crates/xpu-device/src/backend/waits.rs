@@ -302,19 +302,19 @@ impl WaitLog {
         Arc::clone(&self.watched)
     }
 
-    /// The status of the first wait logged so far known to have failed since the last
-    /// `clFinish` that returned with success and covered it ([`WaitLog::finished`]), if any:
-    /// the commands enqueued after it may run ahead of earlier ones still queued. Judges
-    /// every logged wait (status queries under the log's lock, never a wait); one atomic load
-    /// while nothing is logged and no wait failed.
-    pub(super) fn failed_since_finish(&self) -> Option<i32> {
+    /// Whether a wait logged so far is known to have failed that no `clFinish` returned with
+    /// success has covered since ([`WaitLog::finished`]): the commands enqueued after it may
+    /// run ahead of earlier ones still queued. Judges every logged wait (status queries under
+    /// the log's lock, never a wait); one atomic load while nothing is logged and no wait
+    /// failed.
+    pub(super) fn failed_since_finish(&self) -> bool {
         if !self.watched.load(Ordering::Acquire) {
-            return None;
+            return false;
         }
         let mut inner = self.inner.lock();
         let next = inner.next + 1;
         inner.judge(next);
-        let failed = inner.failed.first().map(|&(_, code)| code);
+        let failed = !inner.failed.is_empty();
         self.unwatch_if_idle(&inner);
         failed
     }
