@@ -208,6 +208,20 @@ struct QueueShared {
     noted_probe: AtomicU64,
 }
 
+impl QueueShared {
+    /// The count of begun finishes, read right after a marker's enqueue returned: a finish
+    /// numbered above it began after the marker ([`QueueShared::finished_since`]).
+    fn finishes_seen(&self) -> u64 {
+        self.finishes_begun.load(Ordering::Acquire)
+    }
+
+    /// Whether a finish numbered above `seen` ([`QueueShared::finishes_seen`]) returned with
+    /// success: every command enqueued before the marker that read `seen` completed.
+    fn finished_since(&self, seen: u64) -> bool {
+        self.finished_begun.load(Ordering::Acquire) > seen
+    }
+}
+
 /// A marker after every command enqueued on its queue before it, that also tells whether a
 /// command was enqueued through the same wrapper or its clones after it began
 /// ([`CommandQueue::enqueue_idle_probe`], [`CommandQueue::enqueued_since`]): once the marker
@@ -259,7 +273,7 @@ impl IdleProbe {
     /// reads a failure ([`IdleProbe::is_complete`]) has no earlier work left. One atomic load,
     /// no driver call.
     pub fn drained_by_finish(&self) -> bool {
-        self.queue.finished_begun.load(Ordering::Acquire) > self.finishes
+        self.queue.finished_since(self.finishes)
     }
 }
 
@@ -304,7 +318,7 @@ impl OrderedMarker {
     /// while no such finish returned. One atomic load, no driver call.
     pub fn drained_by_finish(&self) -> bool {
         let (queue, seen) = &self.finishes;
-        queue.finished_begun.load(Ordering::Acquire) > *seen
+        queue.finished_since(*seen)
     }
 
     /// Whether every wait enqueued before the marker on its queue (through the wrapper or
@@ -887,7 +901,7 @@ impl CommandQueue {
             queue: Arc::clone(&self.1),
             earlier: EarlierWaits::after_marker(&self.1.waits),
             // After the enqueue returned: a finish numbered above began after it.
-            finishes: self.1.finishes_begun.load(Ordering::Acquire),
+            finishes: self.1.finishes_seen(),
         })
     }
 
@@ -920,7 +934,7 @@ impl CommandQueue {
     pub fn enqueue_ordered_marker(&self) -> Result<OrderedMarker, ClError> {
         let event = self.enqueue_marker(&[])?;
         // Read after the enqueue returned: a finish numbered above began after it.
-        let seen = self.1.finishes_begun.load(Ordering::Acquire);
+        let seen = self.1.finishes_seen();
         Ok(OrderedMarker {
             event,
             earlier: EarlierWaits::after_marker(&self.1.waits),
