@@ -11,29 +11,16 @@
 
 mod common;
 
+use common::BOUND;
+
 use std::sync::Arc;
-use std::time::Duration;
 
 use xpu_device::backend::markers_enqueued_on_this_thread;
-use xpu_stream::get_stream_from_pool;
-
-const BOUND: Duration = Duration::from_secs(60);
 
 /// A pool stream whose queue holds a barrier on a user event set failed (-5), and a query
 /// that reported that failure.
 fn failed_stream() -> xpu_stream::Stream {
-    let dev = xpu_device::device(0).unwrap();
-    let s = get_stream_from_pool(0, 0).unwrap();
-    s.synchronize().unwrap();
-    let q = s.queue().unwrap();
-    let g = dev.create_user_event().unwrap();
-    drop(q.enqueue_barrier(&[&g]).unwrap());
-    g.set_failed(-5).unwrap();
-    assert!(
-        xpu_testing::true_within(BOUND, || s.query().is_err()),
-        "a query reports the failed wait"
-    );
-    s
+    common::failed_pool_stream_of(0)
 }
 
 /// After a query reported a failed wait, 200 more queries on this thread report it too and

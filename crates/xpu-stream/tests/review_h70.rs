@@ -31,53 +31,14 @@
 
 mod common;
 
-use xpu_testing::thread_state::{blocked_in_futex, this_tid};
+use common::{blocked_synchronize, failed_pool_stream_of, BOUND};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use xpu_device::backend::{markers_enqueued_on_this_thread, QueueOptions};
 use xpu_stream::{get_stream_from_pool, ExternalStream, Stream, StreamError};
-
-const BOUND: Duration = Duration::from_secs(60);
-
-/// Spawns `sync` on a thread and returns once that thread is blocked (inside it), with its
-/// handle. `sync` must block until a gate opens.
-fn blocked_synchronize<F>(sync: F) -> std::thread::JoinHandle<Result<(), StreamError>>
-where
-    F: FnOnce() -> Result<(), StreamError> + Send + 'static,
-{
-    let (tx, rx) = mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        tx.send(this_tid()).unwrap();
-        sync()
-    });
-    let tid = rx.recv().unwrap();
-    // Two readings in a row: the thread is parked, not passing through a lock.
-    assert!(
-        xpu_testing::true_within(BOUND, || blocked_in_futex(&tid) && blocked_in_futex(&tid)),
-        "the synchronizing thread never blocked"
-    );
-    handle
-}
-
-/// A pool stream of `device`, synchronized, whose queue holds a barrier on a user event set
-/// failed (-5), and a query that reported it.
-fn failed_pool_stream_of(device: usize) -> Stream {
-    let dev = xpu_device::device(device).unwrap();
-    let s = get_stream_from_pool(0, device).unwrap();
-    s.synchronize().unwrap();
-    let q = s.queue().unwrap();
-    let g = dev.create_user_event().unwrap();
-    drop(q.enqueue_barrier(&[&g]).unwrap());
-    g.set_failed(-5).unwrap();
-    assert!(
-        xpu_testing::true_within(BOUND, || s.query().is_err()),
-        "a query reports the failed wait"
-    );
-    s
-}
 
 /// [`failed_pool_stream_of`] device 0 (device 1 is left to the device-wide synchronize's
 /// test, which would otherwise clear the failures of the tests running beside it).

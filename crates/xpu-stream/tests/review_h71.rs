@@ -39,71 +39,19 @@
 
 mod common;
 
-use xpu_testing::thread_state::{blocked_in_futex, this_tid};
+use common::{blocked_synchronize, failed_pool_stream_of, polls_true, BOUND};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use xpu_device::backend::markers_enqueued_on_this_thread;
-use xpu_stream::{get_stream_from_pool, ExternalStream, Stream, StreamError};
-
-const BOUND: Duration = Duration::from_secs(60);
-/// How long a query is polled for `true` where the contract promises it.
-const POLL: Duration = Duration::from_secs(10);
-
-/// Spawns `sync` and returns once its thread sleeps inside it (a gate keeps it there).
-fn blocked_synchronize<F>(sync: F) -> std::thread::JoinHandle<Result<(), StreamError>>
-where
-    F: FnOnce() -> Result<(), StreamError> + Send + 'static,
-{
-    let (tx, rx) = mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        tx.send(this_tid()).unwrap();
-        sync()
-    });
-    let tid = rx.recv().unwrap();
-    assert!(
-        xpu_testing::true_within(BOUND, || blocked_in_futex(&tid) && blocked_in_futex(&tid)),
-        "the synchronizing thread never blocked"
-    );
-    handle
-}
-
-/// Polls `s.query()` for `Ok(true)` up to [`POLL`]: whether it came, the last answer, and the
-/// markers the polls enqueued.
-fn polls_true(s: &Stream) -> (bool, String, u64) {
-    let m0 = markers_enqueued_on_this_thread();
-    let mut last = String::new();
-    let ok = xpu_testing::true_within(POLL, || {
-        let r = s.query();
-        last = format!("{r:?}");
-        matches!(r, Ok(true))
-    });
-    (ok, last, markers_enqueued_on_this_thread() - m0)
-}
+use xpu_stream::{get_stream_from_pool, ExternalStream, Stream};
 
 /// Leaves `s` usable for the other tests: synchronize, then `true` within the bound.
 fn clean(s: &Stream) -> bool {
     common::synchronize_after_failure(|| s.synchronize());
     xpu_testing::true_within(BOUND, || s.query().unwrap_or(false))
-}
-
-/// A pool stream of `device`, synchronized, whose queue holds a barrier on a user event set
-/// failed (-5), and a query that reported it.
-fn failed_pool_stream_of(device: usize) -> Stream {
-    let dev = xpu_device::device(device).unwrap();
-    let s = get_stream_from_pool(0, device).unwrap();
-    s.synchronize().unwrap();
-    let q = s.queue().unwrap();
-    let g = dev.create_user_event().unwrap();
-    drop(q.enqueue_barrier(&[&g]).unwrap());
-    g.set_failed(-5).unwrap();
-    assert!(
-        xpu_testing::true_within(BOUND, || s.query().is_err()),
-        "a query reports the failed wait"
-    );
-    s
 }
 
 /// FINDING. On a pool stream `s` (`q = s.queue()`), synchronized: user events `h`, `gf`;

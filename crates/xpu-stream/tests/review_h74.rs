@@ -13,43 +13,11 @@
 
 mod common;
 
+use common::{own_stream, polls_true, BOUND, POLL};
+
 use xpu_testing::thread_state::{blocked_in_futex, this_tid};
 
 use std::sync::mpsc;
-use std::time::Duration;
-
-use xpu_device::backend::{markers_enqueued_on_this_thread, QueueOptions};
-use xpu_stream::{ExternalStream, Stream};
-
-const BOUND: Duration = Duration::from_secs(60);
-const POLL: Duration = Duration::from_secs(10);
-
-/// An external stream over a queue of its own on device 0 (its own wait log and query marker).
-fn own_stream() -> (ExternalStream, Stream) {
-    let dev = xpu_device::device(0).unwrap();
-    let q = dev
-        .create_queue(QueueOptions {
-            profiling: true,
-            priority: None,
-        })
-        .unwrap();
-    let ext = ExternalStream::new(q, 0).unwrap();
-    let s = ext.stream();
-    (ext, s)
-}
-
-/// Polls `s.query()` for `Ok(true)` up to [`POLL`]: whether it came, the last answer, and the
-/// markers the polls enqueued.
-fn polls_true(s: &Stream) -> (bool, String, u64) {
-    let m0 = markers_enqueued_on_this_thread();
-    let mut last = String::new();
-    let ok = xpu_testing::true_within(POLL, || {
-        let r = s.query();
-        last = format!("{r:?}");
-        matches!(r, Ok(true))
-    });
-    (ok, last, markers_enqueued_on_this_thread() - m0)
-}
 
 /// Held. The query's `Err` branch around a synchronize begun before the kept marker: on an
 /// external stream `s` (queue `q`), synchronized: `q.enqueue_barrier(&[&h])` (gate);
