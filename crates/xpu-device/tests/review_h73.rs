@@ -24,20 +24,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use xpu_device::backend::{wait_for_callbacks, ClEvent, CommandQueue, EventStatus, QueueOptions};
+use xpu_device::backend::{wait_for_callbacks, ClEvent, EventStatus};
 
 const BOUND: Duration = Duration::from_secs(60);
 
 fn refcount(e: &ClEvent) -> u32 {
     e.reference_count().unwrap_or(0)
-}
-
-fn own_queue(dev: &xpu_device::Device) -> CommandQueue {
-    dev.create_queue(QueueOptions {
-        profiling: true,
-        priority: None,
-    })
-    .unwrap()
 }
 
 /// The outcome of one round of [`in_flight_round`].
@@ -61,7 +53,7 @@ enum Round {
 /// (waits for X's call to return: the failure exclusion); X's events and `h` complete; B
 /// returns `Ok`; then a new ordered marker, and its status once the queue is idle.
 fn in_flight_round(dev: &'static xpu_device::Device, k: usize) -> Round {
-    let q = own_queue(dev);
+    let q = common::queue(dev);
     q.finish().unwrap();
     let h = dev.create_user_event().unwrap();
     let hb = q.enqueue_barrier(&[&h]).unwrap();
@@ -185,7 +177,7 @@ fn a_finish_racing_gated_enqueues_never_lets_a_marker_read_complete_early() {
     let Some(dev) = common::device0() else {
         return;
     };
-    let q = own_queue(dev);
+    let q = common::queue(dev);
     let failed = dev.create_user_event().unwrap();
     failed.set_failed(-5).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -237,7 +229,7 @@ fn sweeping_waits_run_each_closure_once_with_its_final_status_and_never_early() 
         return;
     };
     for fail in [true, false] {
-        let q = own_queue(dev);
+        let q = common::queue(dev);
         let g = dev.create_user_event().unwrap();
         let gate = q.enqueue_barrier(&[&g]).unwrap();
         let n = 500;
@@ -311,7 +303,7 @@ fn wait_for_callbacks_inside_a_closure_and_racing_registrations() {
     let Some(dev) = common::device0() else {
         return;
     };
-    let q = own_queue(dev);
+    let q = common::queue(dev);
     let a = q.enqueue_marker(&[]).unwrap();
     let (tx, rx) = mpsc::channel();
     a.on_complete(move |_| {

@@ -38,20 +38,12 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use xpu_device::backend::{ClEvent, CommandQueue, EventStatus, QueueOptions};
+use xpu_device::backend::{ClEvent, CommandQueue, EventStatus};
 
 const BOUND: Duration = Duration::from_secs(60);
 
 fn refcount(e: &ClEvent) -> u32 {
     e.reference_count().unwrap_or(0)
-}
-
-fn own_queue(dev: &xpu_device::Device) -> CommandQueue {
-    dev.create_queue(QueueOptions {
-        profiling: true,
-        priority: None,
-    })
-    .unwrap()
 }
 
 /// Starts `q.finish()` on a new thread and returns once that thread sleeps (in `clFinish`,
@@ -94,7 +86,7 @@ fn a_marker_after_a_covering_finish_keeps_complete_after_a_later_finish() {
     let Some(dev) = common::device0() else {
         return;
     };
-    let q = own_queue(dev);
+    let q = common::queue(dev);
     let g = dev.create_user_event().unwrap();
     let b1 = q.enqueue_barrier(&[&g]).unwrap();
     g.set_failed(-5).unwrap();
@@ -150,7 +142,7 @@ fn two_finishes_returning_in_either_order_leave_a_marker_between_them_complete()
     let Some(dev) = common::device0() else {
         return;
     };
-    let q = own_queue(dev);
+    let q = common::queue(dev);
     q.finish().unwrap();
     let h = dev.create_user_event().unwrap();
     let g1 = dev.create_user_event().unwrap();
@@ -203,7 +195,7 @@ fn a_left_out_failed_command_judges_the_markers_after_it_until_a_finish_covers_i
     };
     let k = 20_000;
     for round in 0..6 {
-        let q = own_queue(dev);
+        let q = common::queue(dev);
         q.finish().unwrap();
         let h = dev.create_user_event().unwrap();
         let hb = q.enqueue_barrier(&[&h]).unwrap();
@@ -291,7 +283,7 @@ fn a_marker_enqueued_during_a_covering_finish_is_not_complete_before_the_gate() 
     let Some(dev) = common::device0() else {
         return;
     };
-    let q = own_queue(dev);
+    let q = common::queue(dev);
     q.finish().unwrap();
     let h = dev.create_user_event().unwrap();
     let g = dev.create_user_event().unwrap();

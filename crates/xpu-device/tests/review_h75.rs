@@ -23,25 +23,9 @@ use common::true_within;
 
 use std::time::Duration;
 
-use xpu_device::backend::{CommandQueue, EventStatus, OrderedMarker, QueueOptions};
+use xpu_device::backend::{CommandQueue, EventStatus};
 
 const BOUND: Duration = Duration::from_secs(60);
-
-fn own_queue(dev: &xpu_device::Device) -> CommandQueue {
-    dev.create_queue(QueueOptions {
-        profiling: true,
-        priority: None,
-    })
-    .unwrap()
-}
-
-fn read(m: &OrderedMarker) -> (EventStatus, bool, bool) {
-    (
-        m.status().unwrap(),
-        m.follows_failed_wait(),
-        m.orders_waiters(),
-    )
-}
 
 /// `n` cycles of: barrier on a fresh user event, the event fails (-5), `q.finish()` → `Ok`
 /// (each drains one failed wait).
@@ -70,7 +54,7 @@ fn a_marker_after_a_failed_wait_keeps_its_error_past_256_drained_failures() {
     let Some(dev) = common::device0() else {
         return;
     };
-    let q = own_queue(dev);
+    let q = common::queue(dev);
     q.finish().unwrap();
     let h = dev.create_user_event().unwrap();
     let g = dev.create_user_event().unwrap();
@@ -83,14 +67,14 @@ fn a_marker_after_a_failed_wait_keeps_its_error_past_256_drained_failures() {
             == Some(EventStatus::Complete)),
         "precondition: PoCL completes the marker ahead of the gate"
     );
-    let early = read(&m);
+    let early = common::marker_reading(&m);
     h.set_complete().unwrap();
     q.finish().unwrap();
-    let after_finish = read(&m);
+    let after_finish = common::marker_reading(&m);
     failed_wait_and_finish(dev, &q, 255);
-    let at_cap = read(&m);
+    let at_cap = common::marker_reading(&m);
     failed_wait_and_finish(dev, &q, 1);
-    let past_cap = read(&m);
+    let past_cap = common::marker_reading(&m);
     drop((hb, w));
     let failed = (EventStatus::Error(-5), true, false);
     assert_eq!(early, failed, "precondition: before the finish");
@@ -112,7 +96,7 @@ fn a_marker_after_a_covering_finish_stays_complete_across_300_drained_failures()
     let Some(dev) = common::device0() else {
         return;
     };
-    let q = own_queue(dev);
+    let q = common::queue(dev);
     q.finish().unwrap();
     let g = dev.create_user_event().unwrap();
     let w = q.enqueue_barrier(&[&g]).unwrap();
@@ -120,9 +104,9 @@ fn a_marker_after_a_covering_finish_stays_complete_across_300_drained_failures()
     q.finish().unwrap();
     let m = q.enqueue_ordered_marker().unwrap();
     m.event().wait().unwrap();
-    let first = read(&m);
+    let first = common::marker_reading(&m);
     failed_wait_and_finish(dev, &q, 300);
-    let later = read(&m);
+    let later = common::marker_reading(&m);
     drop(w);
     let ok = (EventStatus::Complete, false, true);
     assert_eq!(first, ok);
@@ -138,7 +122,7 @@ fn new_markers_after_300_cycles_are_judged_by_the_undrained_failure() {
     let Some(dev) = common::device0() else {
         return;
     };
-    let q = own_queue(dev);
+    let q = common::queue(dev);
     q.finish().unwrap();
     failed_wait_and_finish(dev, &q, 300);
     let m_ok = q.enqueue_ordered_marker().unwrap();
@@ -151,12 +135,15 @@ fn new_markers_after_300_cycles_are_judged_by_the_undrained_failure() {
     let m = q.enqueue_ordered_marker().unwrap();
     assert!(true_within(BOUND, || m.event().status().ok()
         == Some(EventStatus::Complete)));
-    let s = read(&m);
+    let s = common::marker_reading(&m);
     let follows = q.follows_failed_wait();
     h.set_complete().unwrap();
     q.finish().unwrap();
     drop((hb, w));
-    assert_eq!(read(&m_ok), (EventStatus::Complete, false, true));
+    assert_eq!(
+        common::marker_reading(&m_ok),
+        (EventStatus::Complete, false, true)
+    );
     assert_eq!(s, (EventStatus::Error(-5), true, false));
     assert!(follows);
 }

@@ -12,25 +12,9 @@ use common::{blocked_in_futex, this_tid, true_within};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use xpu_device::backend::{CommandQueue, EventStatus, OrderedMarker, QueueOptions};
+use xpu_device::backend::EventStatus;
 
 const BOUND: Duration = Duration::from_secs(60);
-
-fn own_queue(dev: &xpu_device::Device) -> CommandQueue {
-    dev.create_queue(QueueOptions {
-        profiling: false,
-        priority: None,
-    })
-    .unwrap()
-}
-
-fn read(m: &OrderedMarker) -> (EventStatus, bool, bool) {
-    (
-        m.status().unwrap(),
-        m.follows_failed_wait(),
-        m.orders_waiters(),
-    )
-}
 
 /// Held (a cached `Failed` is cleared by a finish begun after the marker, and only by one).
 /// `hb` = barrier on gate `h`; `w` = barrier on `g`; `g` fails (-5); thread T: `q.finish()`,
@@ -46,7 +30,7 @@ fn a_failed_answer_read_during_a_racing_finish_is_cleared_by_a_later_finish() {
     let Some(dev) = common::device0() else {
         return;
     };
-    let q = own_queue(dev);
+    let q = common::queue(dev);
     q.finish().unwrap();
     let h = dev.create_user_event().unwrap();
     let g = dev.create_user_event().unwrap();
@@ -72,12 +56,20 @@ fn a_failed_answer_read_during_a_racing_finish_is_cleared_by_a_later_finish() {
         "precondition: PoCL completes the marker ahead of the gate"
     );
     let failed = (EventStatus::Error(-5), true, false);
-    assert_eq!(read(&m), failed, "during the racing finish");
+    assert_eq!(
+        common::marker_reading(&m),
+        failed,
+        "during the racing finish"
+    );
     assert!(!t.is_finished());
     h.set_complete().unwrap();
     let (done, r) = xpu_testing_join(t);
     assert!(done && r, "the racing finish");
-    assert_eq!(read(&m), failed, "after the racing finish (kept)");
+    assert_eq!(
+        common::marker_reading(&m),
+        failed,
+        "after the racing finish (kept)"
+    );
     assert!(!m.drained_by_finish(), "a finish begun before the marker");
     q.finish().unwrap();
     assert!(
@@ -86,7 +78,10 @@ fn a_failed_answer_read_during_a_racing_finish_is_cleared_by_a_later_finish() {
     );
     let m2 = q.enqueue_ordered_marker().unwrap();
     m2.event().wait().unwrap();
-    assert_eq!(read(&m2), (EventStatus::Complete, false, true));
+    assert_eq!(
+        common::marker_reading(&m2),
+        (EventStatus::Complete, false, true)
+    );
     drop((hb, w));
 }
 
@@ -109,19 +104,23 @@ fn pending_is_not_kept_and_a_kept_complete_ignores_later_waits() {
     let Some(dev) = common::device0() else {
         return;
     };
-    let q = own_queue(dev);
+    let q = common::queue(dev);
     let g = dev.create_user_event().unwrap();
     let w = q.enqueue_barrier(&[&g]).unwrap();
     let m = q.enqueue_ordered_marker().unwrap();
     q.flush().unwrap();
     for _ in 0..50 {
-        let (s, f, o) = read(&m);
+        let (s, f, o) = common::marker_reading(&m);
         assert!(s != EventStatus::Complete && !f && !o, "{s:?} {f} {o}");
     }
     g.set_complete().unwrap();
     m.event().wait().unwrap();
     let ok = (EventStatus::Complete, false, true);
-    assert!(true_within(BOUND, || read(&m) == ok), "{:?}", read(&m));
+    assert!(
+        true_within(BOUND, || common::marker_reading(&m) == ok),
+        "{:?}",
+        common::marker_reading(&m)
+    );
     let g2 = dev.create_user_event().unwrap();
     let w2 = q.enqueue_barrier(&[&g2]).unwrap();
     g2.set_failed(-5).unwrap();
@@ -130,7 +129,11 @@ fn pending_is_not_kept_and_a_kept_complete_ignores_later_waits() {
     assert!(true_within(BOUND, || m3.event().status().ok().is_some_and(
         |s| s == EventStatus::Complete || matches!(s, EventStatus::Error(_))
     )));
-    assert_eq!(read(&m), ok, "the marker before the failed wait");
+    assert_eq!(
+        common::marker_reading(&m),
+        ok,
+        "the marker before the failed wait"
+    );
     assert!(
         matches!(m3.status().unwrap(), EventStatus::Error(_)),
         "{:?}",
@@ -140,6 +143,6 @@ fn pending_is_not_kept_and_a_kept_complete_ignores_later_waits() {
     q.finish().unwrap();
     let m4 = q.enqueue_ordered_marker().unwrap();
     m4.event().wait().unwrap();
-    assert_eq!(read(&m4), ok);
+    assert_eq!(common::marker_reading(&m4), ok);
     drop((w, w2));
 }

@@ -392,3 +392,14 @@ pub fn blocked_in_futex(tid: &str) -> bool {
         Err(_) => true,
     }
 }
+
+/// An ordered marker's `(status, follows_failed_wait, orders_waiters)`.
+pub fn marker_reading(
+    m: &xpu_device::backend::OrderedMarker,
+) -> (xpu_device::backend::EventStatus, bool, bool) {
+    (
+        m.status().unwrap(),
+        m.follows_failed_wait(),
+        m.orders_waiters(),
+    )
+}
