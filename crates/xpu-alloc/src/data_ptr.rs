@@ -892,7 +892,9 @@ impl BlockView<'_> {
     /// recording after it could fail (the stream released by another thread in between) and
     /// leave an enqueued copy unrecorded, so that the block's next owner would get it while
     /// the copy still runs. A copy that then fails leaves a recorded stream with nothing on
-    /// it, which only delays the block's reuse until that stream's marker.
+    /// it, which only delays the block's reuse until that stream's marker. A stream of
+    /// another device is refused first, nothing prepared or recorded (review h78: its
+    /// recorded use held the block back behind that stream's work).
     fn host_target(
         &self,
         stream: &Stream,
@@ -900,6 +902,13 @@ impl BlockView<'_> {
         offset: usize,
         len: usize,
     ) -> Result<usize, crate::host::HostError> {
+        let device = self.ptr.device();
+        if stream.device() != device {
+            return Err(crate::host::HostError::StreamDevice {
+                stream: stream.device(),
+                device,
+            });
+        }
         let at = self.host_range(what, offset, len)?;
         self.pin.prepare_on(stream).map_err(host_error)?;
         if len > 0 {
@@ -931,8 +940,9 @@ impl BlockView<'_> {
     ///
     /// # Errors
     /// [`HostError::OutOfRange`](crate::host::HostError::OutOfRange) for a range outside
-    /// either side; `Stream`/`Device` for a released stream, a stream of another device or a
-    /// failed enqueue.
+    /// either side; [`HostError::StreamDevice`](crate::host::HostError::StreamDevice) for a
+    /// stream of another device (nothing recorded); `Stream`/`Device` for a released stream
+    /// or a failed enqueue.
     pub fn write_from_host(
         &self,
         stream: &Stream,

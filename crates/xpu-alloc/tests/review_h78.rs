@@ -1,6 +1,7 @@
-//! Review h78 (fresh eyes on the pinned-host copy paths of `xpu-alloc`): FAILING tests, each
-//! a finding. PoCL 3.1 on the CPU, `POCL_DEVICES="pthread pthread"`; skipped without two
-//! devices unless `XPU_REQUIRE_DEVICE=1`. Ordering by a user-event gate, never a sleep.
+//! Review h78 (fresh eyes on the pinned-host copy paths of `xpu-alloc`): its finding, a test
+//! that failed before the fix (5 of 5 runs) and passes since. PoCL 3.1 on the CPU,
+//! `POCL_DEVICES="pthread pthread"`; skipped without two devices unless
+//! `XPU_REQUIRE_DEVICE=1`. Ordering by a user-event gate, never a sleep.
 
 use xpu_alloc::{AllocConfig, DeviceAllocator};
 use xpu_event::Gate;
@@ -34,7 +35,8 @@ const N: usize = 4096;
 /// with no check of the stream's device, which `BlockView::queue` (data_ptr.rs:766-776),
 /// `DataPtr::record_stream` (:622-635) and `RegionLender::before_copy`
 /// (crates/xpu-alloc/src/host_copy.rs:65-72) all make first. The control,
-/// `review_h78_holds.rs`, shows the block reused at once without the refused calls.
+/// `review_h78_holds.rs`, shows the block reused at once without the refused calls. Fixed:
+/// `host_target` refuses the stream with `StreamDevice` before anything else.
 #[test]
 fn a_refused_view_host_copy_on_another_devices_stream_records_nothing() {
     if !devices(2) {
@@ -54,7 +56,16 @@ fn a_refused_view_host_copy_on_another_devices_stream_records_nothing() {
         let w = view.write_from_host(&other, &src, 0, 0, N);
         let mut dst = xpu_alloc::host_allocate_on(0, N).unwrap();
         let r = view.read_into_host(&other, 0, &mut dst, 0, N);
-        assert!(w.is_err() && r.is_err(), "refused: {w:?} {r:?}");
+        let refused = |e: &Result<(), xpu_alloc::host::HostError>| {
+            matches!(
+                e,
+                Err(xpu_alloc::host::HostError::StreamDevice {
+                    stream: 1,
+                    device: 0
+                })
+            )
+        };
+        assert!(refused(&w) && refused(&r), "refused: {w:?} {r:?}");
         errors = format!("{w:?} / {r:?}");
     }
     drop(ptr);
