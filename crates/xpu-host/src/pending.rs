@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use xpu_device::backend::{EventStatus, OrderedMarker};
@@ -243,23 +244,94 @@ fn kept_out(entry: &Entry) {
 }
 
 impl Drop for PendingQueue {
-    /// The blocks still waiting (the allocator is gone) are released only when their markers
-    /// finished and no copy is in flight; the others, and those kept out, are leaked: their
-    /// memory may still be used by queued work, and nothing may wait here.
+    /// The blocks still waiting (the allocator is gone) are released once their markers
+    /// finished: at once when they already have, else from the completion callback of their
+    /// last marker ([`release_when_over`]). Copies in flight do not hold a block back here: a
+    /// tracked copy holds its own reference to the buffer until it completes
+    /// ([`xpu_device::backend::PinnedBuffer`]). Before review h78 every block still waiting
+    /// was leaked for good. Blocks kept out after a failed marker, and every block in a bad
+    /// fork child, are leaked: work that nothing tells the end of may still use their memory,
+    /// and nothing may wait here.
     fn drop(&mut self) {
         let queues = std::mem::take(self.queue.get_mut());
-        for entry in queues.fifo {
-            let over = !xpu_device::fork::is_in_bad_fork()
-                && entry.markers.iter().all(|m| judge(m) == Judged::Finished)
-                && !entry.block.buffer.has_copies_in_flight();
-            if over {
+        let bad_fork = xpu_device::fork::is_in_bad_fork();
+        for mut entry in queues.fifo {
+            if bad_fork {
+                std::mem::forget(entry.block);
+                continue;
+            }
+            let mut failed = false;
+            entry.markers.retain(|m| match judge(m) {
+                Judged::Finished => false,
+                Judged::Pending => true,
+                Judged::Failed => {
+                    failed = true;
+                    true
+                }
+            });
+            if failed {
+                std::mem::forget(entry.block);
+            } else if entry.markers.is_empty() {
                 drop(entry.block);
             } else {
-                std::mem::forget(entry.block);
+                release_when_over(entry);
             }
         }
         for entry in queues.kept_out {
             std::mem::forget(entry.block);
+        }
+    }
+}
+
+/// A block of a dropped allocator whose markers had not finished, released by the callback
+/// of the last one to complete.
+struct Orphan {
+    entry: Mutex<Option<Entry>>,
+    left: AtomicUsize,
+}
+
+impl Orphan {
+    /// The end of one marker: after the last, the block is released when every marker judges
+    /// finished, else leaked (a failure: nothing tells when the stream's work on it ends).
+    fn one_over(&self) {
+        if self.left.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        if let Some(entry) = self.entry.lock().take() {
+            if entry.markers.iter().all(|m| judge(m) == Judged::Finished) {
+                drop(entry.block);
+            } else {
+                tracing::warn!(
+                    size = entry.block.size,
+                    "pinned host block of a dropped allocator: a free marker failed; its memory is leaked"
+                );
+                std::mem::forget(entry.block);
+            }
+        }
+    }
+
+    /// A marker whose end cannot be told: the block is leaked.
+    fn leak(&self) {
+        if let Some(entry) = self.entry.lock().take() {
+            std::mem::forget(entry.block);
+        }
+    }
+}
+
+/// Releases `entry`'s block once its markers (all still pending) are over, from their
+/// completion callbacks ([`ClEvent::on_complete`](xpu_device::backend::ClEvent::on_complete),
+/// run on the runtime's callback thread: status queries and a non-blocking unmap there, no
+/// wait); leaked when a callback cannot be registered.
+fn release_when_over(entry: Entry) {
+    let events: Vec<_> = entry.markers.iter().map(|m| m.event().clone()).collect();
+    let orphan = Arc::new(Orphan {
+        left: AtomicUsize::new(events.len()),
+        entry: Mutex::new(Some(entry)),
+    });
+    for event in events {
+        let o = Arc::clone(&orphan);
+        if event.on_complete(move |_status| o.one_over()).is_err() {
+            orphan.leak();
         }
     }
 }
