@@ -1,6 +1,6 @@
 //! Review h79 (of 081a8c9): failing tests. Graph capture hands its closure a `&mut Capture`
 //! and, when the closure returns, builds the graph from whatever `Capture` sits behind that
-//! reference (`Graph::capture_in_pool_with`, graph.rs:952-985), with the device, stream and
+//! reference (`Graph::capture_in_pool_with`, graph.rs:941-990), with the device, stream and
 //! queue of the stream *it* was called with. Nested captures (allowed: see review h19's
 //! `nested_captures`) give one closure two `&mut Capture` at once, and `std::mem::swap` (safe)
 //! exchanges them: the inner capture then ends the outer one (drops its capturing mark and
@@ -129,7 +129,7 @@ fn swapped_capture_handles_across_devices_do_not_crash_the_command_buffer_record
 }
 
 /// Finding 1, recorded replay. The outer capture returns a graph whose `device()` is 0 and
-/// whose kernel is device 1's; `replay(&s0)` passes the device check (graph.rs:1034) and
+/// whose kernel is device 1's; `replay(&s0)` passes the device check (graph.rs:1040) and
 /// enqueues that kernel on device 0's queue, which PoCL refuses with `CL_INVALID_CONTEXT`
 /// (`Kernel(Device(OpenCl { clEnqueueNDRangeKernel, -34 }))`): the capture API let a safe
 /// caller build a launch "on a stream of another device", caught only by the driver.
@@ -143,7 +143,7 @@ fn swapped_capture_handles_across_devices_build_no_graph_of_the_wrong_device() {
 }
 
 /// Finding 1, one device: after the inner capture (of `s2`) returns with the outer handle
-/// swapped into it, it has dropped the outer capture's mark on `s1` (graph.rs:961,
+/// swapped into it, it has dropped the outer capture's mark on `s1` (graph.rs:967,
 /// `drop(capture)`), while the outer capture is still running: a direct launch on `s1` inside
 /// the outer closure is accepted and runs at once instead of being refused with
 /// `KernelError::Capturing`, and `s2`, whose capture has returned its graph, still reads as
