@@ -96,6 +96,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -390,8 +391,26 @@ impl fmt::Debug for Node {
 
 /// The capture handle given to [`Graph::capture`]'s closure: every command goes through it,
 /// on the capture's stream or a stream joined with [`Capture::wait_event`].
+///
+/// The handle is branded with a lifetime of its own capture, so the handles of two nested
+/// captures cannot be exchanged (review h79: `std::mem::swap` of the two made the inner
+/// capture end the outer one, on the outer's stream, and the outer build its graph from the
+/// inner's commands, a kernel of another device among them):
+///
+/// ```compile_fail,E0521
+/// use xpu_kernel::graph::Graph;
+/// let s1 = xpu_stream::get_stream_from_pool(0, 0).unwrap();
+/// let s2 = xpu_stream::get_stream_from_pool(0, 0).unwrap();
+/// let _ = Graph::capture(&s1, |outer| {
+///     Graph::capture(&s2, |inner| {
+///         std::mem::swap(outer, inner);
+///         Ok(())
+///     })?;
+///     Ok(())
+/// });
+/// ```
 #[derive(Debug)]
-pub struct Capture {
+pub struct Capture<'brand> {
     id: u64,
     device: usize,
     /// Captured streams (ids), the first being the one the capture began on.
@@ -407,9 +426,11 @@ pub struct Capture {
     events: usize,
     /// The pool allocations during capture come from.
     pool: MemPool,
+    /// Invariant in `'brand`: no other capture's handle has this type.
+    brand: PhantomData<fn(&'brand ()) -> &'brand ()>,
 }
 
-impl Drop for Capture {
+impl Drop for Capture<'_> {
     fn drop(&mut self) {
         // In a bad fork child the capturing marks stay too: clearing one takes xpu-stream's
         // lock of the capturing streams, which a thread of the parent may have held.
@@ -426,7 +447,7 @@ pub struct CapturedEvent {
     index: usize,
 }
 
-impl Capture {
+impl<'b> Capture<'b> {
     /// The first check of a command: not in a bad fork child, `stream` part of the capture.
     fn check(&self, stream: &Stream) -> Result<(), GraphError> {
         check_fork()?;
@@ -486,7 +507,7 @@ impl Capture {
         function: &Function,
         global: &[usize],
         local: Option<&[usize]>,
-    ) -> Result<CaptureLaunch<'_>, GraphError> {
+    ) -> Result<CaptureLaunch<'_, 'b>, GraphError> {
         self.check(stream)?;
         let (dims, global, local) = check_launch(stream, function, global, local)?;
         Ok(CaptureLaunch {
@@ -708,8 +729,8 @@ impl Capture {
 
 /// A launch being captured ([`Capture::launch`]).
 #[derive(Debug)]
-pub struct CaptureLaunch<'c> {
-    capture: &'c mut Capture,
+pub struct CaptureLaunch<'c, 'b> {
+    capture: &'c mut Capture<'b>,
     function: Function,
     stream: Stream,
     kernel: Option<Kernel>,
@@ -720,7 +741,7 @@ pub struct CaptureLaunch<'c> {
     local: Option<[usize; 3]>,
 }
 
-impl CaptureLaunch<'_> {
+impl CaptureLaunch<'_, '_> {
     /// Sets the next argument (parameter order), checked as [`crate::Launch::arg`]. An
     /// allocation is shared with the graph, which keeps it alive for its lifetime.
     ///
@@ -791,7 +812,7 @@ impl CaptureLaunch<'_> {
     }
 }
 
-impl Drop for CaptureLaunch<'_> {
+impl Drop for CaptureLaunch<'_, '_> {
     fn drop(&mut self) {
         // In a bad fork child the kernel is the parent's driver state and the function's pool
         // lock may have been held at the fork: the kernel is leaked, not returned.
@@ -882,7 +903,7 @@ impl Graph {
     /// became one while `f` ran (a fork in the closure: no graph, the capture is leaked).
     pub fn capture<F>(stream: &Stream, f: F) -> Result<Graph, GraphError>
     where
-        F: FnOnce(&mut Capture) -> Result<(), GraphError>,
+        F: for<'b> FnOnce(&mut Capture<'b>) -> Result<(), GraphError>,
     {
         Graph::capture_with(stream, ReplayMode::from_env(), f)
     }
@@ -895,7 +916,7 @@ impl Graph {
     /// As [`Graph::capture`].
     pub fn capture_with<F>(stream: &Stream, mode: ReplayMode, f: F) -> Result<Graph, GraphError>
     where
-        F: FnOnce(&mut Capture) -> Result<(), GraphError>,
+        F: for<'b> FnOnce(&mut Capture<'b>) -> Result<(), GraphError>,
     {
         check_fork()?;
         let pool = MemPool::for_graph(stream.device())?;
@@ -911,7 +932,7 @@ impl Graph {
     /// [`Graph::capture`].
     pub fn capture_in_pool<F>(stream: &Stream, pool: &MemPool, f: F) -> Result<Graph, GraphError>
     where
-        F: FnOnce(&mut Capture) -> Result<(), GraphError>,
+        F: for<'b> FnOnce(&mut Capture<'b>) -> Result<(), GraphError>,
     {
         Self::capture_in_pool_with(stream, pool, ReplayMode::from_env(), f)
     }
@@ -928,7 +949,7 @@ impl Graph {
         f: F,
     ) -> Result<Graph, GraphError>
     where
-        F: FnOnce(&mut Capture) -> Result<(), GraphError>,
+        F: for<'b> FnOnce(&mut Capture<'b>) -> Result<(), GraphError>,
     {
         check_fork()?;
         if pool.device() != stream.device() {
@@ -949,6 +970,7 @@ impl Graph {
             pending: Vec::new(),
             events: 0,
             pool: pool.clone(),
+            brand: PhantomData,
         };
         // Every allocation this thread makes on the device during the capture comes from
         // the pool (unless the caller already routes to it).

@@ -180,7 +180,7 @@ impl Refusals {
 
 /// Captures on `stream` a fill of `out` with 7, then `fill(out, 64)` (`out[i] = i`).
 fn capture_fill(
-    c: &mut Capture,
+    c: &mut Capture<'_>,
     stream: &Stream,
     f: &Function,
     out: &Arc<DeviceBuffer<u32>>,

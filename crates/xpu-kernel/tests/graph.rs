@@ -363,7 +363,7 @@ fn mlp_step_replayed_ten_times(mode: ReplayMode) {
     let grad_scale = 2.0 / (m * o) as f32;
     let mut loss = None;
     let graph = Graph::capture_with(&s, mode, |g| {
-        let new = |g: &mut Capture, len| g.alloc::<f32>(&s, len);
+        let new = |g: &mut Capture<'_>, len| g.alloc::<f32>(&s, len);
         let (h, out, gr, dh) = (new(g, m * hd)?, new(g, n)?, new(g, n)?, new(g, m * hd)?);
         let (dw1, db1, dw2, db2) = (new(g, i * hd)?, new(g, hd)?, new(g, hd * o)?, new(g, o)?);
         let l = new(g, 1)?;
@@ -371,7 +371,7 @@ fn mlp_step_replayed_ten_times(mode: ReplayMode) {
         // GpuMlp's launches (the example `mlp`), with buffers of exactly those lengths held by
         // the graph; the kernels' loops are bounded by the scalar sizes.
         unsafe {
-            let lin = |g: &mut Capture,
+            let lin = |g: &mut Capture<'_>,
                        [out, xx, w, b]: [&Arc<DeviceBuffer<f32>>; 4],
                        (mm, kk, nn): (usize, usize, usize),
                        relu: bool| {
@@ -382,7 +382,7 @@ fn mlp_step_replayed_ten_times(mode: ReplayMode) {
             // c = op(a)·op(b) (rows × cols, summed over inner) by `matmul`, as GpuMlp reads
             // its operands: a transposed (strides 1, rows) and b as stored (cols, 1), or a as
             // stored (inner, 1) and b transposed (1, inner).
-            let product = |g: &mut Capture,
+            let product = |g: &mut Capture<'_>,
                            [c, a, b]: [&Arc<DeviceBuffer<f32>>; 3],
                            (rows, inner, cols): (usize, usize, usize),
                            a_transposed: bool| {
@@ -397,22 +397,23 @@ fn mlp_step_replayed_ten_times(mode: ReplayMode) {
                 let args = blocks_and_sizes([c, a, b], sizes);
                 capture_launch(g, &s, &matmul, rows * cols, args)
             };
-            let grads = |g: &mut Capture,
+            let grads = |g: &mut Capture<'_>,
                          [dw, db, xx, gg]: [&Arc<DeviceBuffer<f32>>; 4],
                          (mm, kk, nn): (usize, usize, usize)| {
                 product(g, [dw, xx, gg], (kk, mm, nn), true)?;
                 let args = blocks_and_sizes([db, gg], [u(mm), u(nn)]);
                 capture_launch(g, &s, &grad_b, nn, args)
             };
-            let step = |g: &mut Capture, w: &Arc<DeviceBuffer<f32>>, d: &Arc<DeviceBuffer<f32>>| {
-                let args = [
-                    w.into(),
-                    d.into(),
-                    c.learning_rate.into(),
-                    u(w.len()).into(),
-                ];
-                capture_launch(g, &s, &sgd, w.len(), args)
-            };
+            let step =
+                |g: &mut Capture<'_>, w: &Arc<DeviceBuffer<f32>>, d: &Arc<DeviceBuffer<f32>>| {
+                    let args = [
+                        w.into(),
+                        d.into(),
+                        c.learning_rate.into(),
+                        u(w.len()).into(),
+                    ];
+                    capture_launch(g, &s, &sgd, w.len(), args)
+                };
             lin(g, [&h, &x, &w1, &b1], (m, i, hd), true)?;
             lin(g, [&out, &h, &w2, &b2], (m, hd, o), false)?;
             let args = [
@@ -471,7 +472,7 @@ fn mlp_step_replayed_ten_times(mode: ReplayMode) {
 /// # Safety
 /// As [`xpu_kernel::graph::CaptureLaunch::enqueue`], for this launch with these arguments.
 unsafe fn capture_launch(
-    g: &mut Capture,
+    g: &mut Capture<'_>,
     s: &Stream,
     f: &Function,
     global: usize,
@@ -513,7 +514,7 @@ fn x_and_ones(s: &Stream) -> (Arc<DeviceBuffer<f32>>, Arc<DeviceBuffer<f32>>) {
 /// # Panics
 /// When `x` or `y` holds fewer than [`N`] floats (the launch would touch past them).
 fn capture_saxpy_launch(
-    c: &mut Capture,
+    c: &mut Capture<'_>,
     s: &Stream,
     f: &Function,
     (x, y): (&Arc<DeviceBuffer<f32>>, &Arc<DeviceBuffer<f32>>),
