@@ -45,6 +45,8 @@
 //! safe call on `ClRegion`s.
 #![deny(unsafe_code)]
 
+#[cfg(doctest)]
+mod capture_brand;
 mod error;
 mod function;
 pub mod graph;
