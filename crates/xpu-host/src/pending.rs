@@ -254,12 +254,12 @@ impl Drop for PendingQueue {
     /// and nothing may wait here.
     fn drop(&mut self) {
         let queues = std::mem::take(self.queue.get_mut());
-        let bad_fork = xpu_device::fork::is_in_bad_fork();
+        if xpu_device::fork::is_in_bad_fork() {
+            // Blocks and markers alike: no release reaches the driver in a bad fork child.
+            std::mem::forget(queues);
+            return;
+        }
         for mut entry in queues.fifo {
-            if bad_fork {
-                std::mem::forget(entry.block);
-                continue;
-            }
             let mut failed = false;
             entry.markers.retain(|m| match judge(m) {
                 Judged::Finished => false,
