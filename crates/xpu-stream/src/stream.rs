@@ -207,8 +207,11 @@ impl Stream {
     /// at every query instead kept an idle external stream's polling loop at `false` on
     /// NVIDIA, whose status of a fresh marker reads pending at first.) A query asks with a new
     /// marker when work was noted after the kept one. Queries on several threads share the
-    /// kept marker (none enqueues another while it is pending). A stream that has just gone idle
-    /// can report `false` a few times; poll. After `true`, every event recorded on the stream
+    /// kept marker (none enqueues another while it is pending). A stream on which nothing was
+    /// enqueued since its creation, or since a [`Stream::synchronize`] (of any wrapper of its
+    /// queue, or the device's) returned, answers `true` with no driver call (as
+    /// `torch.cuda.Stream.query`; an external stream only after a synchronize). A stream that
+    /// has just gone idle otherwise can report `false` a few times; poll. After `true`, every event recorded on the stream
     /// before this call began is known complete: its `query` answers `true` without a driver
     /// call (as `torch.cuda.Event.query` after `torch.cuda.Stream.query` returned `True`).
     ///
@@ -233,6 +236,14 @@ impl Stream {
     pub fn query(&self) -> Result<bool, StreamError> {
         // The checks (fork, capture, a released external stream) come first, every time.
         let q = self.enqueue_queue("query")?.queue_ref();
+        // Known idle with no driver call: a synchronize of the queue returned (or the runtime
+        // created it) and nothing was enqueued through its wrappers since. A fresh marker's
+        // status read right after its flush is often pending (PoCL, NVIDIA): the query
+        // answered `false` on a stream that never had work, and right after a synchronize
+        // (review h81; `torch.cuda.Stream.query` is `True` there).
+        if q.idle_since_finish() {
+            return Ok(true);
+        }
         // Every enqueue through the runtime's wrappers of the queue is noted, and so is one on
         // the raw handle that its code notes (`CommandQueue::note_raw_enqueue`): a kept marker
         // that completed with nothing noted after it answers, on a native stream and on an

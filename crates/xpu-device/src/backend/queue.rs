@@ -129,7 +129,11 @@ fn shared_of(raw: raw::cl_command_queue, fresh: bool) -> Arc<QueueShared> {
         }
         _ => {}
     }
-    let shared = Arc::new(QueueShared::default());
+    let shared = Arc::new(if fresh {
+        QueueShared::created()
+    } else {
+        QueueShared::default()
+    });
     shared.wrappers.store(1, Ordering::Release);
     map.insert(key, Shared::Live(Arc::downgrade(&shared)));
     shared
@@ -191,8 +195,9 @@ struct QueueShared {
     /// Whether a command was enqueued through these clones since a drop last reported it to
     /// the exit's registry (`at_exit::wrapper_dropped`) or a `finish` of theirs covered it.
     enqueued: AtomicBool,
-    /// The generation of the latest idle probe begun through these clones
-    /// ([`CommandQueue::enqueue_idle_probe`]; 0: none).
+    /// The latest generation handed out: to an idle probe begun through these clones
+    /// ([`CommandQueue::enqueue_idle_probe`]) or to a `clFinish` of theirs; 1 for a queue the
+    /// runtime created (its creation), 0 for a raw handle wrapped with nothing handed out yet.
     probes: AtomicU64,
     /// The live wrappers sharing this state (clones and wrappers made again from the raw
     /// handle; markers and probes holding it are not counted): see [`SHARED`].
@@ -206,9 +211,24 @@ struct QueueShared {
     /// through these clones returned (a probe's own marker excepted): a probe of a higher
     /// generation saw no command enqueued after it began.
     noted_probe: AtomicU64,
+    /// The highest generation ([`QueueShared::probes`]) taken by a `clFinish` that returned
+    /// with success, or 1 for a queue the runtime created (idle at its creation); 0: none.
+    /// While no command was noted at or after it ([`QueueShared::noted_probe`] below it), the
+    /// queue is idle ([`CommandQueue::idle_since_finish`]).
+    finished_generation: AtomicU64,
 }
 
 impl QueueShared {
+    /// The state of a queue the runtime just created: idle, nothing enqueued on it yet
+    /// (generation 1, its creation, counts as a finish).
+    fn created() -> QueueShared {
+        QueueShared {
+            probes: AtomicU64::new(1),
+            finished_generation: AtomicU64::new(1),
+            ..QueueShared::default()
+        }
+    }
+
     /// The count of begun finishes, read right after a marker's enqueue returned: a finish
     /// numbered above it began after the marker ([`QueueShared::finished_since`]).
     fn finishes_seen(&self) -> u64 {
@@ -850,6 +870,9 @@ impl CommandQueue {
         // registry. A command enqueued meanwhile notes itself again.
         let enqueued = self.1.enqueued.swap(false, Ordering::AcqRel);
         let number = self.1.finishes_begun.fetch_add(1, Ordering::AcqRel) + 1;
+        // A generation of its own: a command noted after this point may have been enqueued
+        // after the `clFinish` began (`idle_since_finish`).
+        let generation = self.1.probes.fetch_add(1, Ordering::AcqRel) + 1;
         if let Err(e) = cl("clFinish", clq::finish(self.0)) {
             if enqueued {
                 self.1.enqueued.store(true, Ordering::Release);
@@ -857,6 +880,9 @@ impl CommandQueue {
             return Err(e);
         }
         self.1.finished_begun.fetch_max(number, Ordering::AcqRel);
+        self.1
+            .finished_generation
+            .fetch_max(generation, Ordering::AcqRel);
         if let Some(covered) = covered {
             self.1.waits.finished(covered);
         }
@@ -912,6 +938,17 @@ impl CommandQueue {
     /// loads, a store and a `fetch_max` at most.
     pub fn note_raw_enqueue(&self) {
         self.note_enqueued();
+    }
+
+    /// Whether the queue is known idle without a driver call: a `clFinish` through this
+    /// wrapper or its clones returned with success (or the runtime created the queue) and no
+    /// command was noted as enqueued through them since that finish began (nor since the
+    /// creation). Commands enqueued on the raw handle by other code are seen only once noted
+    /// ([`CommandQueue::note_raw_enqueue`]); a queue wrapped from a raw handle is known idle
+    /// only after a finish. Two atomic loads.
+    pub fn idle_since_finish(&self) -> bool {
+        let finished = self.1.finished_generation.load(Ordering::Acquire);
+        finished > 0 && self.1.noted_probe.load(Ordering::Acquire) < finished
     }
 
     /// Whether a command was enqueued through this wrapper or its clones after `probe` began
