@@ -28,6 +28,8 @@ pub(crate) struct Entry {
     pub(crate) profiling: bool,
     /// The stream's capture state (see `capture.rs`), shared with its capture guards.
     pub(crate) capture: Arc<StateLock>,
+    /// The live [`ExternalStream`]s of the queue: it is unregistered when the last drops.
+    registrations: usize,
 }
 
 static REGISTRY: RwLock<BTreeMap<u64, Entry>> = RwLock::new(BTreeMap::new());
@@ -83,6 +85,12 @@ pub(crate) fn queues_of(device: usize) -> Vec<Arc<TrackedQueue>> {
 /// afterwards, [`Stream`] handles copied from it report [`StreamError::ExternalReleased`].
 /// Ids are never reused, so a stale handle never aliases another queue. [`ExternalStream::leak`]
 /// keeps the registration for the whole process.
+///
+/// A queue registered again while registered (a wrapper of the same raw handle) is the same
+/// stream: the same id, equal handles, one pool of the caching allocator, as
+/// `torch.cuda.ExternalStream`s of one pointer compare equal (review h81: two registrations
+/// were two streams). It stays registered until the last of its registrations drops; its
+/// priority is the first registration's.
 ///
 /// ```
 /// use xpu_device::backend::{CommandQueue, QueueOptions};
@@ -154,6 +162,22 @@ impl ExternalStream {
             return Err(StreamError::ExternalContextMismatch { device });
         }
         let profiling = queue.has_profiling()?;
+        let raw = queue.as_raw();
+        // One lock over the search and the insertion: two threads registering one queue get
+        // one stream.
+        let mut registry = REGISTRY.write();
+        if let Some((&id, entry)) = registry
+            .iter_mut()
+            .find(|(_, e)| e.queue.queue.as_raw() == raw)
+        {
+            entry.registrations += 1;
+            let stream = Stream::from_parts(entry.device, id);
+            drop(registry);
+            // Released outside the lock (a driver call); the registered wrapper holds its own
+            // reference.
+            drop(queue);
+            return Ok(ExternalStream { stream });
+        }
         let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
         let stream = Stream::from_parts(device, id::external(level_of(priority), serial));
         let entry = Entry {
@@ -161,8 +185,9 @@ impl ExternalStream {
             queue: Arc::new(TrackedQueue::new(queue)),
             profiling,
             capture: Arc::default(),
+            registrations: 1,
         };
-        REGISTRY.write().insert(stream.id(), entry);
+        registry.insert(stream.id(), entry);
         Ok(ExternalStream { stream })
     }
 
@@ -185,7 +210,16 @@ impl Drop for ExternalStream {
             // In a bad fork child: no registry lock (the parent may have held it), no release.
             return;
         }
-        let removed = REGISTRY.write().remove(&self.stream.id());
+        let removed = {
+            let mut registry = REGISTRY.write();
+            match registry.get_mut(&self.stream.id()) {
+                Some(entry) if entry.registrations > 1 => {
+                    entry.registrations -= 1;
+                    None
+                }
+                _ => registry.remove(&self.stream.id()),
+            }
+        };
         // Dropped outside the lock: releasing a queue is a driver call.
         drop(removed);
     }
