@@ -7,7 +7,7 @@ use xpu_device::HasDevice;
 use xpu_stream::Stream;
 
 use crate::error::EventError;
-use crate::recorded::{failure, Recorded};
+use crate::recorded::{failure, Recorded, FAILED_WAIT};
 use crate::wait;
 
 /// How an event behaves, as `torch.cuda.Event(enable_timing, blocking)`.
@@ -246,7 +246,8 @@ impl Event {
     ///
     /// After a wait enqueued on the stream before the record failed (see [`Event::record`]),
     /// the driver's completion of the marker is not trusted: the failure is returned (as
-    /// `cudaEventSynchronize` returns a sticky error), until a synchronize of the stream.
+    /// `cudaEventSynchronize` returns a sticky error), at once, without waiting for the work
+    /// enqueued before it, until a synchronize of the stream.
     ///
     /// # Errors
     /// A failed wait or the abnormal status of the captured work (also after a stream
@@ -279,6 +280,15 @@ impl Event {
                 }
             }
         }
+        // A wait enqueued before the record failed: reported now, as on a driver that
+        // completes such a marker at the failure (PoCL). NVIDIA keeps it queued behind the
+        // earlier work, so the wait below blocked until that work ran: behind a closed gate a
+        // blocking event's `synchronize` never returned (an H100, 2026-12-07).
+        if let Some(m) = r.marker() {
+            if !m.drained_by_finish() && m.follows_failed_wait() {
+                return Err(failure(r.failed_before().unwrap_or(FAILED_WAIT)));
+            }
+        }
         // `clWaitForEvents` returns `CL_SUCCESS` only once the event completed (OpenCL 3.0,
         // `clWaitForEvents`); the driver's status may still lag it, so this is kept.
         r.event().wait()?;
@@ -306,7 +316,9 @@ impl Event {
     }
 
     /// Makes all future work on `stream` wait for the captured work, without blocking the host;
-    /// a no-op when never recorded. Same device: a barrier with this event in its wait list
+    /// a no-op when never recorded, or when the captured work is known over (a synchronize of
+    /// the recording stream, or of the event, returned since the record). Same device: a
+    /// barrier with this event in its wait list
     /// (`clEnqueueBarrierWithWaitList`). Another device (another OpenCL context): a user event
     /// of the waiting device, completed by a callback when this event completes, in the
     /// barrier's wait list.

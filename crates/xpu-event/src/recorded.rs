@@ -136,12 +136,18 @@ impl Recorded {
 
     /// The point's status: a marker's judged in order ([`OrderedMarker::status`]), and by its
     /// own driver status again once a synchronize of its stream begun after the record
-    /// returned ([`OrderedMarker::drained_by_finish`]: every command before it completed);
+    /// returned ([`OrderedMarker::drained_by_finish`]: every command before it completed),
+    /// but for a marker that a failed wait before it failed: complete then, as PoCL completes
+    /// such a marker (NVIDIA fails it with the wait: after the synchronize that handled the
+    /// failure, `query` read `true` and `synchronize` the failure, on an H100, 2026-12-07);
     /// an adopted event's as the driver reports it.
     pub(crate) fn status(&self) -> Result<EventStatus, ClError> {
         match &self.point {
             Point::Marker(m) => match m.status()? {
-                EventStatus::Error(_) if m.drained_by_finish() => m.event().status(),
+                EventStatus::Error(_) if m.drained_by_finish() => match m.event().status()? {
+                    EventStatus::Error(_) if m.follows_failed_wait() => Ok(EventStatus::Complete),
+                    status => Ok(status),
+                },
                 status => Ok(status),
             },
             Point::Adopted(e) => e.status(),

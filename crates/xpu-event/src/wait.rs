@@ -21,13 +21,20 @@ pub(crate) fn stream_waits_for(stream: &Stream, r: &Recorded) -> Result<(), Even
         // adopted user event, which no queue orders).
         return Ok(());
     }
+    // Known over (a synchronize of the recording stream covered it): nothing to wait for. A
+    // barrier on a marker that a failed wait failed (NVIDIA fails it with the wait) is refused
+    // by NVIDIA's enqueue even after the synchronize that handled the failure (-5 on an H100,
+    // 2026-12-07).
+    if r.is_known_complete() || r.marker().is_some_and(|m| m.drained_by_finish()) {
+        return Ok(());
+    }
     // A marker after a failed wait of its stream orders nothing: the driver may complete it
     // while the commands before it stay queued (PoCL: review h67), and PoCL also runs the
     // commands after a barrier whose wait failed, so a barrier cannot pass the failure on.
     // The failure is reported instead, as `synchronize` reports it (until a synchronize of
     // the recording stream, after which the stream's work is known done).
     if let Some(m) = r.marker() {
-        if !r.is_known_complete() && !m.drained_by_finish() && m.follows_failed_wait() {
+        if m.follows_failed_wait() {
             return Err(failure(r.failed_before().unwrap_or(FAILED_WAIT)));
         }
     }
