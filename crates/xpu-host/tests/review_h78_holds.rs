@@ -315,7 +315,6 @@ fn an_allocator_dropped_after_its_copies_completed_releases_every_block() -> Tes
     alloc.process_events();
     assert_eq!(alloc.memory_stats().pending_blocks, 0);
     drop(alloc);
-    wait_for_callbacks();
-    assert_eq!(live_objects().buffers, before);
+    assert!(host_common::buffers_settle_to(before));
     Ok(())
 }

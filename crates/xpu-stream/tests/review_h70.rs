@@ -65,6 +65,11 @@ fn failed_pool_stream() -> Stream {
 /// `Error(-1)` for ever.
 #[test]
 fn a_synchronize_that_returned_after_the_failure_clears_it_even_if_it_began_before_the_query() {
+    if !xpu_testing::needs_failures_ahead(
+        "a_synchronize_that_returned_after_the_failure_clears_it_even_if_it_began_before_the_query",
+    ) {
+        return;
+    }
     if !common::devices(1) {
         return;
     }

@@ -133,6 +133,11 @@ fn in_flight_round(k: usize) -> Round {
 /// progress), and the failed barrier was numbered after it.
 #[test]
 fn a_synchronize_begun_after_the_failed_barrier_clears_it_with_an_earlier_enqueue_in_flight() {
+    if !xpu_testing::needs_failures_ahead(
+        "a_synchronize_begun_after_the_failed_barrier_clears_it_with_an_earlier_enqueue_in_flight",
+    ) {
+        return;
+    }
     if !common::devices(1) {
         return;
     }
@@ -265,6 +270,11 @@ fn a_pending_kept_marker_and_a_failure_of_a_second_wrapper_both_clear() {
 /// the failed barrier is enqueued: the synchronize clears the failure (`true` within 10 s).
 #[test]
 fn a_synchronize_after_the_earlier_enqueue_returned_clears_the_failure() {
+    if !xpu_testing::needs_failures_ahead(
+        "a_synchronize_after_the_earlier_enqueue_returned_clears_the_failure",
+    ) {
+        return;
+    }
     if !common::devices(1) {
         return;
     }

@@ -296,6 +296,21 @@ pub fn pocl_only(dev: &Device, why: &str) -> bool {
     false
 }
 
+/// Whether device 0 exists and is PoCL's (see [`pocl_only`]), for the scenarios reviews
+/// h73-h77 built on PoCL's order after a failed wait: the commands after it fail at once
+/// while an earlier one stays gated, and `clFinish` succeeds after it. NVIDIA keeps the later
+/// commands queued behind the earlier one and reports the failure from `clFinish` (an H100,
+/// 2026-12-07), so those scenarios do not arise there.
+pub fn needs_pocl_failure_order() -> bool {
+    device0().is_some_and(|dev| {
+        pocl_only(
+            dev,
+            "a failed wait fails the later commands at once while an earlier one stays gated, \
+             and clFinish succeeds after it",
+        )
+    })
+}
+
 /// `finish` of a queue on which a wait failed: NVIDIA's first `clFinish` after the failure
 /// returns the failure's status (-5) once, PoCL's succeeds; the next one must succeed on
 /// either (a hang is the test's own verdict).

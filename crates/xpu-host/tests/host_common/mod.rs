@@ -118,6 +118,17 @@ pub fn settles(limit: std::time::Duration, mut done: impl FnMut() -> bool) -> bo
     }
 }
 
+/// Whether the count of live buffers comes back to `before` within 10 s, the callbacks due
+/// run at each look ([`settles`]: NVIDIA calls a copy's completion callback, which holds the
+/// pinned buffer, a little after `clFinish` returned, and its status may read pending until
+/// then, so `wait_for_callbacks` alone may return first).
+pub fn buffers_settle_to(before: usize) -> bool {
+    settles(std::time::Duration::from_secs(10), || {
+        xpu_device::backend::wait_for_callbacks();
+        xpu_device::backend::live_objects().buffers == before
+    })
+}
+
 /// Other code's in-order queue on device 0's context: its own reference
 /// (`CommandQueue::foreign_reference`, released on drop). Made through the runtime only to get
 /// a queue of the right context; that wrapper is dropped at once (reviews h61, h63).
