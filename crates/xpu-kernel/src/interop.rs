@@ -563,10 +563,12 @@ impl<'a> ForeignCall<'a> {
             enable_timing: self.stream.has_profiling()?,
             blocking: false,
         };
+        // The library enqueues on the raw queue, not through the wrapper: while it runs, and
+        // after it (noted when the scope drops), a stream query must not take the stream for
+        // idle (reviews h48, h82), whether or not the call failed.
+        let raw_calls = queue.raw_enqueue_scope();
         let returned = f(&foreign).map_err(|code| InteropError::Library { code });
-        // The library enqueued on the raw queue, not through the wrapper: a query's kept
-        // marker must not take the stream for idle (review h48), whether or not it failed.
-        queue.note_raw_enqueue();
+        drop(raw_calls);
         // The workspace is freed here (also on failure): allocated on this stream, its block
         // is reused only by work ordered after the library's (stream-ordered reuse).
         let ForeignQueue { .. } = foreign;

@@ -1,6 +1,8 @@
 //! Review h82 (of 1c9e15f, `Stream::query` answering `true` with no driver call on a queue
 //! "known idle": nothing noted as enqueued through its wrappers since a successful
-//! `clFinish`). Findings: tests that FAIL on the reviewed code.
+//! `clFinish`). Its findings, tests that failed 8 of 8 runs on the reviewed code (the first
+//! a regression of 1c9e15f, the second older) and pass since the call is a raw-enqueue scope
+//! (`CommandQueue::raw_enqueue_scope`: no query takes the queue for idle while it runs).
 //!
 //! The foreign library here is raw OpenCL as a C library calls it: `clEnqueueBarrierWithWaitList`
 //! looked up with `dlsym` in the ICD loader (`libOpenCL.so.1`), on the raw queue that

@@ -112,7 +112,7 @@ pub use platform::Platform;
 pub use program::{BufferElement, Kernel, KernelScalar, Program};
 pub use queue::{
     markers_enqueued_on_this_thread, CommandQueue, ForeignQueue, IdleProbe, OrderedMarker,
-    PinnedBytes, QueueOptions, QueuePriority,
+    PinnedBytes, QueueOptions, QueuePriority, RawEnqueueScope,
 };
 pub use release::take_release_error;
 pub use waits::WaitsStatus;

@@ -216,6 +216,10 @@ struct QueueShared {
     /// While no command was noted at or after it ([`QueueShared::noted_probe`] below it), the
     /// queue is idle ([`CommandQueue::idle_since_finish`]).
     finished_generation: AtomicU64,
+    /// Calls of other code that may be enqueuing on the raw handle right now
+    /// ([`CommandQueue::raw_enqueue_scope`]): while one runs, the queue is never taken for
+    /// idle, whatever was noted.
+    raw_calls: AtomicUsize,
 }
 
 impl QueueShared {
@@ -239,6 +243,19 @@ impl QueueShared {
     /// success: every command enqueued before the marker that read `seen` completed.
     fn finished_since(&self, seen: u64) -> bool {
         self.finished_begun.load(Ordering::Acquire) > seen
+    }
+}
+
+/// A call of other code enqueuing on a queue's raw handle, from
+/// [`CommandQueue::raw_enqueue_scope`] to its drop (which notes the call's commands).
+#[derive(Debug)]
+pub struct RawEnqueueScope<'a>(&'a CommandQueue);
+
+impl Drop for RawEnqueueScope<'_> {
+    fn drop(&mut self) {
+        // Noted before the count drops: whoever reads the count at zero sees the note.
+        self.0.note_enqueued();
+        self.0 .1.raw_calls.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -947,8 +964,24 @@ impl CommandQueue {
     /// ([`CommandQueue::note_raw_enqueue`]); a queue wrapped from a raw handle is known idle
     /// only after a finish. Two atomic loads.
     pub fn idle_since_finish(&self) -> bool {
+        if self.1.raw_calls.load(Ordering::Acquire) > 0 {
+            return false;
+        }
         let finished = self.1.finished_generation.load(Ordering::Acquire);
         finished > 0 && self.1.noted_probe.load(Ordering::Acquire) < finished
+    }
+
+    /// A call of other code that enqueues on the raw handle ([`CommandQueue::as_raw`]: a
+    /// foreign library) begins: until the returned guard drops, neither
+    /// [`CommandQueue::idle_since_finish`] nor a probe ([`CommandQueue::enqueued_since`])
+    /// takes the queue for idle, and the guard's drop notes the call's commands
+    /// ([`CommandQueue::note_raw_enqueue`]). Noting only after the call let a stream query on
+    /// another thread answer `true` over a command the call had enqueued and was still
+    /// running (review h82). An atomic increment, and the note and a decrement at the drop.
+    #[must_use = "the call's commands are noted when the guard drops"]
+    pub fn raw_enqueue_scope(&self) -> RawEnqueueScope<'_> {
+        self.1.raw_calls.fetch_add(1, Ordering::AcqRel);
+        RawEnqueueScope(self)
     }
 
     /// Whether a command was enqueued through this wrapper or its clones after `probe` began
@@ -958,6 +991,7 @@ impl CommandQueue {
     /// other code are seen only once noted ([`CommandQueue::note_raw_enqueue`]).
     pub fn enqueued_since(&self, probe: &IdleProbe) -> bool {
         !Arc::ptr_eq(&probe.queue, &self.1)
+            || self.1.raw_calls.load(Ordering::Acquire) > 0
             || self.1.noted_probe.load(Ordering::Acquire) >= probe.generation
     }
 
