@@ -73,11 +73,14 @@ pub(crate) fn queues_of(device: usize) -> Vec<Arc<TrackedQueue>> {
 ///
 /// # Work enqueued by other code
 /// Commands enqueued through the runtime (its wrappers of the queue, clones included) are
-/// noted on the queue. Other code enqueuing on the raw handle notes its commands once its call
-/// returned ([`CommandQueue::note_raw_enqueue`] on a wrapper of the queue, e.g.
-/// `stream.queue()?`): [`Stream::query`](crate::Stream::query) then asks about them with a
-/// new marker; unnoted, a query may answer `true` from a marker enqueued before them
-/// ([`Stream::synchronize`](crate::Stream::synchronize) waits for them either way).
+/// noted on the queue. Other code enqueuing on the raw handle runs inside
+/// [`CommandQueue::raw_enqueue_scope`] on a wrapper of the queue (e.g. `stream.queue()?`), or
+/// notes its commands once its call returned ([`CommandQueue::note_raw_enqueue`]; a query on
+/// another thread during the call may then answer `true` over them):
+/// [`Stream::query`](crate::Stream::query) then asks about them with a new marker; unnoted,
+/// a query may answer `true` from a marker enqueued before them, or from a synchronize that
+/// returned before them ([`Stream::synchronize`](crate::Stream::synchronize) waits for them
+/// either way).
 ///
 /// # Lifetime
 /// The registration lives as long as this value. Dropping it unregisters the stream (and
