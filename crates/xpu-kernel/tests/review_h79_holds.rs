@@ -1,4 +1,5 @@
-//! Review h79 (of 081a8c9): passing probes of what was attacked and held. Its finding (the
+//! Reviews h79 (of 081a8c9) and h80 (of its fix, 9209a05): passing probes of what was
+//! attacked and held. Its finding (the
 //! handles of two nested captures exchanged with `std::mem::swap`: the inner capture ended
 //! the outer one, and the outer built a graph of device 0 holding a device-1 kernel, which
 //! PoCL's command-buffer recording crashed on; 5 of 5 runs each of three tests) no longer
@@ -144,4 +145,93 @@ fn a_stream_released_mid_capture_and_an_oversized_alloc() {
     s2.synchronize().unwrap();
     xpu_alloc::wait_pool_releases();
     assert_eq!(xpu_alloc::memory_allocated(0).unwrap(), base);
+}
+
+// Review h80 (fresh eyes on 9209a05: `Capture<'brand>`, an invariant lifetime brand per
+// capture): what held at run time. Its twelve compile-time attempts to move one capture's
+// handle or launch into the other's place, and three controls, are doctests of xpu-kernel's
+// `capture_brand` module.
+
+/// Holds (nested capture on the same stream): a capture nested in a capture of the same
+/// stream is `AlreadyCapturing`, the outer capture goes on and its graph replays, and the
+/// stream is released afterwards.
+#[test]
+fn a_nested_capture_of_the_same_stream_is_refused() {
+    let _one = serial();
+    let Some(([s], _ext)) = fresh_streams([0]) else {
+        return;
+    };
+    let f = set_fn(0);
+    let y = Arc::new(DeviceBuffer::<u32>::zeroed(N, &s).unwrap());
+    s.synchronize().unwrap();
+    let g = Graph::capture(&s, |outer| {
+        let inner = Graph::capture(&s, |_inner| Ok(()));
+        assert!(
+            matches!(inner, Err(GraphError::AlreadyCapturing { .. })),
+            "{inner:?}"
+        );
+        // SAFETY: N work-items write y[0..N), the whole allocation; the kernel ends.
+        unsafe {
+            outer
+                .launch(&s, &f, &[N], None)?
+                .arg(&y)?
+                .arg(3u32)?
+                .arg(N as u32)?
+                .enqueue()
+        }
+    })
+    .unwrap();
+    assert!(!s.is_capturing());
+    g.replay(&s).unwrap();
+    assert_eq!(y.to_vec(&s).unwrap(), vec![3u32; N]);
+}
+
+/// Holds (panics and catch_unwind mid-capture): inside an outer capture, an inner capture on
+/// another stream panics after recording a launch of the OUTER capture that is left without
+/// `enqueue`; the panic is caught in the outer closure. The inner stream is released, the
+/// abandoned launch records nothing, the outer capture goes on and its graph holds only the
+/// launch enqueued afterwards (one node), and replays it; an event of the inner capture is
+/// a `ForeignEvent` to the outer one.
+#[test]
+fn a_panic_caught_mid_nested_capture_leaves_both_captures_consistent() {
+    let _one = serial();
+    let Some(([s1, s2], _ext)) = fresh_streams([0, 0]) else {
+        return;
+    };
+    let f = set_fn(0);
+    let y = Arc::new(DeviceBuffer::<u32>::zeroed(N, &s1).unwrap());
+    s1.synchronize().unwrap();
+    let g = Graph::capture(&s1, |outer| {
+        let mut foreign = None;
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Graph::capture(&s2, |inner| {
+                foreign = Some(inner.record_event(&s2)?);
+                let _abandoned = outer.launch(&s1, &f, &[N], None)?.arg(&y)?;
+                assert!(s2.is_capturing());
+                panic!("mid-capture");
+            })
+        }));
+        assert!(caught.is_err());
+        assert!(!s2.is_capturing(), "the inner stream stays captured");
+        assert!(s1.is_capturing());
+        let e = foreign.expect("inner event");
+        assert!(matches!(
+            outer.wait_event(&s1, &e),
+            Err(GraphError::ForeignEvent)
+        ));
+        // SAFETY: N work-items write y[0..N), the whole allocation; the kernel ends.
+        unsafe {
+            outer
+                .launch(&s1, &f, &[N], None)?
+                .arg(&y)?
+                .arg(5u32)?
+                .arg(N as u32)?
+                .enqueue()
+        }
+    })
+    .unwrap();
+    assert_eq!(g.len(), 1, "{g:?}");
+    assert!(!s1.is_capturing() && !s2.is_capturing());
+    g.replay(&s1).unwrap();
+    assert_eq!(y.to_vec(&s1).unwrap(), vec![5u32; N]);
 }
