@@ -65,6 +65,20 @@ fn peaks_are_exact_where_torch_sums_bucket_peaks() -> TestResult {
 /// mapping, the `cl_mem`, a queue reference) is never released.
 #[test]
 fn an_allocator_dropped_while_a_freed_block_waits_for_its_copy_leaks_the_block() -> TestResult {
+    allocator_dropped_with_a_copy(true)
+}
+
+/// Control (held before the fix): the same sequence, but the allocator is dropped after the
+/// copy completed and the block rejoined the cache: every buffer is released.
+#[test]
+fn an_allocator_dropped_after_its_copies_completed_releases_every_block() -> TestResult {
+    allocator_dropped_with_a_copy(false)
+}
+
+/// A 4 KiB block downloaded into on a gated pool stream and freed; the allocator dropped while
+/// the copy waits (`while_waiting`) or after it completed and the block rejoined the cache.
+/// The live buffer count must come back to its value before the allocation.
+fn allocator_dropped_with_a_copy(while_waiting: bool) -> TestResult {
     let _serial = serial();
     let Some(alloc) = allocator() else {
         return Ok(());
@@ -82,9 +96,16 @@ fn an_allocator_dropped_while_a_freed_block_waits_for_its_copy_leaks_the_block()
     stream.copy_pinned(&dev, 0, HostBytes::Into(&mut h), 0, 4096)?;
     drop(h);
     assert_eq!(alloc.memory_stats().pending_blocks, 1);
-    drop(alloc);
+    let mut alloc = Some(alloc);
+    if while_waiting {
+        drop(alloc.take());
+    }
     gate.open()?;
     stream.synchronize()?;
+    if let Some(alloc) = alloc {
+        alloc.process_events();
+        assert_eq!(alloc.memory_stats().pending_blocks, 0);
+    }
     assert!(
         host_common::buffers_settle_to(before),
         "live buffers after the copy completed and the allocator was dropped: {}, before \
