@@ -78,7 +78,9 @@ impl Event {
     /// Re-recording replaces it with a marker of its own, as usual.
     ///
     /// A command of the stream's queue adopted here is covered by later synchronizes of the
-    /// stream as a marker recorded now would be (see [`Event::query`]); an adopted user event
+    /// stream as a marker recorded now would be (see [`Event::query`]), and judged in order as
+    /// one: after a wait logged on the queue failed, it reports that failure as such a marker
+    /// does (see [`Event::record`]); an adopted user event
     /// is no command of the queue, so only its own status (or [`Event::synchronize`]) tells
     /// its completion.
     ///
@@ -122,10 +124,19 @@ impl Event {
                 device: stream.device(),
             });
         }
+        let recorded = if of.is_null() {
+            // A user event is no command of the queue: waits on its own stream are real.
+            Recorded::adopted(*stream, queue, event)
+        } else {
+            // A command of the queue: judged in order with the waits logged on it, as a
+            // marker recorded now (review h83: PoCL completes a command after a failed wait
+            // while earlier ones stay queued, and it read complete over a closed gate).
+            let marker = queue.adopt_in_order(event);
+            Recorded::new(*stream, queue, marker)
+        };
         Ok(Event {
             flags,
-            // A user event is no command of the queue: waits on its own stream are real.
-            recorded: Some(Recorded::adopted(*stream, queue, event, !of.is_null())),
+            recorded: Some(recorded),
         })
     }
 
@@ -285,7 +296,20 @@ impl Event {
         // earlier work, so the wait below blocked until that work ran: behind a closed gate a
         // blocking event's `synchronize` never returned (an H100, 2026-12-07).
         if let Some(m) = r.marker() {
-            if !m.drained_by_finish() && m.follows_failed_wait() {
+            if m.drained_by_finish() {
+                // Every command before the marker completed: its status says the rest (a
+                // marker failed with a wait that synchronize handled reads complete), where
+                // `clWaitForEvents` reports the driver's failure of it (-14 on PoCL for a
+                // blocking event whose `query` read true: review h83).
+                match r.status()? {
+                    EventStatus::Complete => {
+                        r.set_done();
+                        return Ok(());
+                    }
+                    EventStatus::Error(code) => return Err(failure(code)),
+                    _ => {}
+                }
+            } else if m.follows_failed_wait() {
                 return Err(failure(r.failed_before().unwrap_or(FAILED_WAIT)));
             }
         }

@@ -49,8 +49,8 @@ pub(crate) fn failure(code: i32) -> EventError {
 pub(crate) enum Point {
     /// A marker recorded by [`Event::record`](crate::Event::record), judged in order.
     Marker(OrderedMarker),
-    /// An event adopted by [`Event::from_cl_event`](crate::Event::from_cl_event): its driver
-    /// status as it is.
+    /// A user event adopted by [`Event::from_cl_event`](crate::Event::from_cl_event): its
+    /// driver status as it is.
     Adopted(ClEvent),
 }
 
@@ -77,16 +77,11 @@ impl Recorded {
         Self::of(stream, queue, Point::Marker(marker), true)
     }
 
-    /// The point `event` adopted on `stream`: a command of its queue (`in_stream_order`,
-    /// already enqueued: its event exists) or a user event (not ordered by the queue, so no
-    /// synchronize of the stream covers it).
-    pub(crate) fn adopted(
-        stream: Stream,
-        queue: QueueRef,
-        event: ClEvent,
-        in_stream_order: bool,
-    ) -> Self {
-        Self::of(stream, queue, Point::Adopted(event), in_stream_order)
+    /// The user event `event` adopted on `stream` (not ordered by the queue, so no
+    /// synchronize of the stream covers it; an adopted command of the queue is a
+    /// [`Recorded::new`] of its in-order judgement, `CommandQueue::adopt_in_order`).
+    pub(crate) fn adopted(stream: Stream, queue: QueueRef, event: ClEvent) -> Self {
+        Self::of(stream, queue, Point::Adopted(event), false)
     }
 
     fn of(stream: Stream, queue: QueueRef, point: Point, in_stream_order: bool) -> Self {

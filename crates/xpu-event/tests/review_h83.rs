@@ -1,8 +1,11 @@
 //! Review h83 of xpu-event at c75fc20 (read at 153f9d6): a marker failed by a failed wait
 //! before it reads complete once drained by a synchronize of its stream
 //! (`Recorded::status`); `Event::wait` enqueues nothing on work known over; `Event::synchronize`
-//! reports a failed wait before the record at once. Each test here fails at 153f9d6; the
-//! comment above it says what it shows, what was expected and why. Probes that held are in
+//! reports a failed wait before the record at once. Each test here failed at 153f9d6 (5 of 5)
+//! and passes since the fixes of the commit that brought it (a drained marker's
+//! `synchronize` judged by its status; adopted commands judged in order,
+//! `CommandQueue::adopt_in_order`); the comment above each says what it shows, what was
+//! expected and why. Probes that held are in
 //! review_h83_holds.rs.
 //!
 //! Found:

@@ -1013,6 +1013,24 @@ impl CommandQueue {
         })
     }
 
+    /// `event`, the event of a command already enqueued on this queue (by other code: an
+    /// adopted library event), judged in order as a marker enqueued now would be
+    /// ([`OrderedMarker::status`]): with every wait logged on the queue so far, a superset of
+    /// the waits enqueued before the command, so a failed wait enqueued after it judges it
+    /// failed too (towards failure, never towards completion). PoCL completes a command
+    /// enqueued after a failed wait while earlier ones stay queued: adopted as it is, such a
+    /// command read complete over gated work (review h83). The caller checks that the event
+    /// is a command of this queue. No driver call.
+    pub fn adopt_in_order(&self, event: ClEvent) -> OrderedMarker {
+        // Read after the command's enqueue returned (its event exists).
+        let seen = self.1.finishes_seen();
+        OrderedMarker {
+            event,
+            earlier: EarlierWaits::after_marker(&self.1.waits),
+            finishes: (Arc::clone(&self.1), seen),
+        }
+    }
+
     /// A barrier (`clEnqueueBarrierWithWaitList`): later commands of this queue wait for the
     /// listed events (or, with an empty list, for all earlier commands). The host never blocks.
     ///
