@@ -18,6 +18,11 @@ pub enum LazyError {
         #[source]
         source: BoxError,
     },
+    /// A [`lazy_call`](crate::lazy_call) on an initialized runtime ran at once and failed: its
+    /// own error, unchanged (as `torch.xpu._lazy_call` calls the function, whose exception
+    /// reaches the caller; review h84: it was reported as failed lazily at initialization).
+    #[error(transparent)]
+    CallFailed(BoxError),
     /// A call queued with [`lazy_call`](crate::lazy_call) failed when initialization ran it.
     /// The runtime stays uninitialized and keeps its queue: the next init re-runs every call.
     #[error(
@@ -67,7 +72,7 @@ pub enum LazyError {
 xpu_device::impl_is_bad_fork! {
     /// True for [`LazyError::BadFork`] (see `xpu_device::fork`), which every entry point of
     /// this crate returns in a bad fork child before running an init routine or a queued
-    /// call: the boxed errors of [`LazyError::InitFailed`] and
+    /// call: the boxed errors of [`LazyError::InitFailed`], [`LazyError::CallFailed`] and
     /// [`LazyError::QueuedCallFailed`] are failures of a routine that ran, so never a bad
     /// fork.
     LazyError { own: BadFork; }

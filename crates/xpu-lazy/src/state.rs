@@ -179,7 +179,7 @@ fn run_init() -> Result<(), LazyError> {
 ///
 /// # Errors
 /// `BadFork` in a bad fork child (nothing is queued); when initialized: `f`'s error, as
-/// `QueuedCallFailed` with this call site.
+/// `CallFailed` (it ran at once, not at initialization).
 #[track_caller]
 pub fn lazy_call<F>(f: F) -> Result<(), LazyError>
 where
@@ -189,12 +189,8 @@ where
     if xpu_device::fork::is_in_bad_fork() {
         return Err(LazyError::BadFork);
     }
-    let run_now = |f: F| {
-        f().map_err(|source| LazyError::QueuedCallFailed {
-            origin: origin.to_string(),
-            source,
-        })
-    };
+    // Not queued: the call's own error (as torch's `_lazy_call` on an initialized runtime).
+    let run_now = |f: F| f().map_err(LazyError::CallFailed);
     if INITIALIZED.load(Ordering::Acquire) {
         return run_now(f);
     }

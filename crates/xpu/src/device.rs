@@ -12,8 +12,11 @@ use crate::error::Result;
 /// the allocator configuration (`XPU_ALLOC_CONF`, or the last `xpu_alloc::set_config`), so a
 /// bad configuration fails here rather than at the first allocation, and, as torch's `init`,
 /// a failed call initializes nothing ([`is_initialized`](crate::is_initialized) stays as it
-/// was); then [`xpu_lazy::init`] (OpenCL driver, device enumeration, queued calls). Checks
-/// again on every call (cheap once initialized).
+/// was); then [`xpu_lazy::init`] (OpenCL driver, device enumeration, queued calls). Once the
+/// runtime reports itself initialized (another call initialized it: `current_device`,
+/// `device_count`, ...), the configuration is not checked here: as torch's `init` returns at
+/// once then, this does not fail where [`is_initialized`](crate::is_initialized) says true
+/// (review h84), and a bad configuration is reported by the allocator's first use of it.
 ///
 /// # Errors
 /// [`Error::Lazy`](crate::Error::Lazy) (no device, bad fork, a failing queued call);
@@ -21,7 +24,7 @@ use crate::error::Result;
 /// allowed values.
 pub fn init() -> Result<()> {
     #[cfg(feature = "alloc")]
-    if !xpu_lazy::is_in_bad_fork() {
+    if !xpu_lazy::is_in_bad_fork() && !xpu_lazy::is_initialized() {
         // Before the initialization: a bad configuration leaves the runtime uninitialized.
         xpu_alloc::current_config()?;
     }

@@ -172,11 +172,17 @@ impl Error {
     /// `CL_INVALID_BUFFER_SIZE`: [`DeviceError::is_out_of_memory`]) in the device, host or
     /// kernel layers, and the pinned-host allocator's out-of-memory
     /// ([`HostError::is_out_of_memory`](xpu_alloc::HostError::is_out_of_memory)), directly
-    /// or inside a typed-memory error (a pinned staging block).
+    /// or inside a typed-memory error (a pinned staging block); and any of those returned by a
+    /// [`lazy_call`](crate::lazy_call)'s function (review h84: an out-of-memory from a call
+    /// run at once read as no out-of-memory).
     ///
     /// [`DeviceError::is_out_of_memory`]: xpu_device::DeviceError::is_out_of_memory
     pub fn is_out_of_memory(&self) -> bool {
         match self {
+            Error::Lazy(
+                xpu_lazy::LazyError::CallFailed(source)
+                | xpu_lazy::LazyError::QueuedCallFailed { source, .. },
+            ) => boxed_is_out_of_memory(source.as_ref()),
             Error::Device(e) => e.is_out_of_memory(),
             #[cfg(feature = "alloc")]
             Error::Alloc(e) => e.is_out_of_memory(),
@@ -200,6 +206,27 @@ impl Error {
             _ => false,
         }
     }
+}
+
+/// Whether a boxed error (a lazy call's) is one of the facade's or the layers' errors that
+/// [`Error::is_out_of_memory`] counts.
+fn boxed_is_out_of_memory(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    if let Some(e) = e.downcast_ref::<Error>() {
+        return e.is_out_of_memory();
+    }
+    if let Some(e) = e.downcast_ref::<xpu_device::DeviceError>() {
+        return e.is_out_of_memory();
+    }
+    #[cfg(feature = "alloc")]
+    {
+        if let Some(e) = e.downcast_ref::<xpu_alloc::AllocError>() {
+            return e.is_out_of_memory();
+        }
+        if let Some(e) = e.downcast_ref::<xpu_alloc::HostError>() {
+            return e.is_out_of_memory();
+        }
+    }
+    false
 }
 
 /// Result alias of the facade.
