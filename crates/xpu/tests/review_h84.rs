@@ -1,7 +1,8 @@
-//! Review h84 (fresh eyes on lazy initialization, fork safety and the facade): findings of
-//! the facade, each a test that failed on the code as reviewed (1c5de16; 5 of 5) and passes since. PoCL on the CPU,
-//! `POCL_DEVICES="pthread pthread"`; skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
-//! Each runs in a fresh process (a scenario), since initialization happens once.
+//! Review h84 (fresh eyes on lazy initialization, fork safety and the facade): findings of the
+//! facade, each a test that failed on the code as reviewed (1c5de16; 5 of 5) and passes since.
+//! PoCL on the CPU, `POCL_DEVICES="pthread pthread"`; skipped without a device unless
+//! `XPU_REQUIRE_DEVICE=1`. Each runs in a fresh process (a scenario), since initialization
+//! happens once.
 mod common;
 
 use std::time::Duration;
