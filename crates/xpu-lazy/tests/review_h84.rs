@@ -1,5 +1,5 @@
-//! Review h84 (fresh eyes on lazy initialization, fork safety and the facade): findings of xpu-
-//! lazy, each a test that failed on the code as reviewed (1c5de16; 5 of 5) and passes since.
+//! Review h84 (fresh eyes on lazy initialization, fork safety and the facade): findings of
+//! xpu-lazy, each a test that failed on the code as reviewed (1c5de16; 5 of 5) and passes since.
 //! PoCL on the CPU, `POCL_DEVICES="pthread pthread"`; skipped without a device unless
 //! `XPU_REQUIRE_DEVICE=1`.
 mod common;
