@@ -179,40 +179,69 @@ impl Error {
     /// [`DeviceError::is_out_of_memory`]: xpu_device::DeviceError::is_out_of_memory
     pub fn is_out_of_memory(&self) -> bool {
         match self {
-            Error::Lazy(
-                xpu_lazy::LazyError::CallFailed(source)
-                | xpu_lazy::LazyError::QueuedCallFailed { source, .. },
-            ) => boxed_is_out_of_memory(source.as_ref()),
+            Error::Lazy(e) => lazy_oom(e),
             Error::Device(e) => e.is_out_of_memory(),
             #[cfg(feature = "alloc")]
             Error::Alloc(e) => e.is_out_of_memory(),
             #[cfg(feature = "alloc")]
             Error::Host(e) => e.is_out_of_memory(),
             #[cfg(feature = "kernel")]
-            Error::Memory(e) => match &**e {
-                xpu_kernel::MemoryError::Alloc(a) => a.is_out_of_memory(),
-                // A pinned staging block (review h58: missed before).
-                xpu_kernel::MemoryError::Host(h) => h.is_out_of_memory(),
-                _ => false,
-            },
+            Error::Memory(e) => memory_oom(e),
             #[cfg(feature = "kernel")]
-            Error::Interop(xpu_kernel::InteropError::Alloc(a)) => a.is_out_of_memory(),
+            Error::Interop(e) => interop_oom(e),
             #[cfg(feature = "kernel")]
-            Error::Kernel(e) => match &**e {
-                xpu_kernel::KernelError::Alloc(a) => a.is_out_of_memory(),
-                xpu_kernel::KernelError::Device(d) => d.is_out_of_memory(),
-                _ => false,
-            },
+            Error::Kernel(e) => kernel_oom(e),
             _ => false,
         }
     }
 }
 
-/// Whether a boxed error (a lazy call's) is one of the facade's or the layers' errors that
-/// [`Error::is_out_of_memory`] counts.
+/// A lazy call's error: its function's boxed error, looked into.
+fn lazy_oom(e: &xpu_lazy::LazyError) -> bool {
+    match e {
+        xpu_lazy::LazyError::CallFailed(source)
+        | xpu_lazy::LazyError::QueuedCallFailed { source, .. } => {
+            boxed_is_out_of_memory(source.as_ref())
+        }
+        _ => false,
+    }
+}
+
+#[cfg(feature = "kernel")]
+fn memory_oom(e: &xpu_kernel::MemoryError) -> bool {
+    match e {
+        xpu_kernel::MemoryError::Alloc(a) => a.is_out_of_memory(),
+        // A pinned staging block (review h58: missed before).
+        xpu_kernel::MemoryError::Host(h) => h.is_out_of_memory(),
+        _ => false,
+    }
+}
+
+#[cfg(feature = "kernel")]
+fn interop_oom(e: &xpu_kernel::InteropError) -> bool {
+    matches!(e, xpu_kernel::InteropError::Alloc(a) if a.is_out_of_memory())
+}
+
+#[cfg(feature = "kernel")]
+fn kernel_oom(e: &xpu_kernel::KernelError) -> bool {
+    match e {
+        xpu_kernel::KernelError::Alloc(a) => a.is_out_of_memory(),
+        xpu_kernel::KernelError::Device(d) => d.is_out_of_memory(),
+        xpu_kernel::KernelError::Memory(m) => memory_oom(m),
+        xpu_kernel::KernelError::Interop(i) => interop_oom(i),
+        _ => false,
+    }
+}
+
+/// Whether a boxed error (a lazy call's function's) is one of the errors that
+/// [`Error::is_out_of_memory`] counts, of any layer the facade wraps (review h85: a kernel,
+/// interop or nested lazy call's out-of-memory was missed).
 fn boxed_is_out_of_memory(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
     if let Some(e) = e.downcast_ref::<Error>() {
         return e.is_out_of_memory();
+    }
+    if let Some(e) = e.downcast_ref::<xpu_lazy::LazyError>() {
+        return lazy_oom(e);
     }
     if let Some(e) = e.downcast_ref::<xpu_device::DeviceError>() {
         return e.is_out_of_memory();
@@ -224,6 +253,18 @@ fn boxed_is_out_of_memory(e: &(dyn std::error::Error + Send + Sync + 'static)) -
         }
         if let Some(e) = e.downcast_ref::<xpu_alloc::HostError>() {
             return e.is_out_of_memory();
+        }
+    }
+    #[cfg(feature = "kernel")]
+    {
+        if let Some(e) = e.downcast_ref::<xpu_kernel::KernelError>() {
+            return kernel_oom(e);
+        }
+        if let Some(e) = e.downcast_ref::<xpu_kernel::MemoryError>() {
+            return memory_oom(e);
+        }
+        if let Some(e) = e.downcast_ref::<xpu_kernel::InteropError>() {
+            return interop_oom(e);
         }
     }
     false

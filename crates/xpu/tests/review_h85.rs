@@ -1,6 +1,8 @@
 //! Review h85 of the facade at 1d56b4a (commit 1f6eea3: `Error::is_out_of_memory` looks into
 //! the boxed error of a lazy call, `LazyError::CallFailed` / `QueuedCallFailed`). Each test
-//! here fails on 1d56b4a; the comment above it says what it shows, what was expected and why.
+//! here failed on 1d56b4a (6 of 6) and passes since the box is looked into for every layer's
+//! error the facade wraps; the comment above each says what it shows, what was expected and
+//! why.
 //! Probes that held are in review_h85_holds.rs.
 //!
 //! Found: `boxed_is_out_of_memory` (crates/xpu/src/error.rs:213-230) downcasts the box to

@@ -323,6 +323,9 @@ pub struct OrderedMarker {
     /// The queue's shared state and its count of begun finishes read after the marker's
     /// enqueue returned ([`OrderedMarker::drained_by_finish`]).
     finishes: (Arc<QueueShared>, u64),
+    /// An adopted command ([`CommandQueue::adopt_in_order`]): `earlier` may hold waits
+    /// logged after it, so a pending one tells nothing of it.
+    adopted: bool,
 }
 
 impl OrderedMarker {
@@ -339,12 +342,22 @@ impl OrderedMarker {
     /// the failure stay queued, as PoCL does, and nothing tells when those ran). A wait's
     /// failure is sticky: every later ordered marker of the queue reads `Error` too, up to a
     /// [`CommandQueue::finish`] that returned with success (the markers enqueued after it are
-    /// judged with the waits enqueued after it only).
+    /// judged with the waits enqueued after it only). An adopted command
+    /// ([`CommandQueue::adopt_in_order`]) that the driver reports complete reads `Complete`
+    /// while none of those waits failed, pending ones or not (they may have been logged after
+    /// it: review h85).
     ///
     /// # Errors
     /// A failed `clGetEventInfo` on the marker.
     pub fn status(&self) -> std::result::Result<EventStatus, ClError> {
-        Ok(in_order(self.event.status()?, self.earlier.as_ref()))
+        let status = self.event.status()?;
+        if self.adopted && status == EventStatus::Complete {
+            return Ok(match self.earlier.as_ref().map(EarlierWaits::status) {
+                Some(WaitsStatus::Failed(code)) => EventStatus::Error(code),
+                _ => EventStatus::Complete,
+            });
+        }
+        Ok(in_order(status, self.earlier.as_ref()))
     }
 
     /// Whether the commands enqueued before the marker are known to have completed through a
@@ -1010,6 +1023,7 @@ impl CommandQueue {
             event,
             earlier: EarlierWaits::after_marker(&self.1.waits),
             finishes: (Arc::clone(&self.1), seen),
+            adopted: false,
         })
     }
 
@@ -1017,17 +1031,32 @@ impl CommandQueue {
     /// adopted library event), judged in order as a marker enqueued now would be
     /// ([`OrderedMarker::status`]): with every wait logged on the queue so far, a superset of
     /// the waits enqueued before the command, so a failed wait enqueued after it judges it
-    /// failed too (towards failure, never towards completion). PoCL completes a command
-    /// enqueued after a failed wait while earlier ones stay queued: adopted as it is, such a
-    /// command read complete over gated work (review h83). The caller checks that the event
-    /// is a command of this queue. No driver call.
+    /// failed too (towards failure, never towards completion), while a pending one logged
+    /// after it does not hold it back ([`OrderedMarker::status`]). A command the driver
+    /// already reports complete while no logged wait failed completed in order: judged by its
+    /// own status alone. PoCL completes a command enqueued after a failed wait while earlier
+    /// ones stay queued: adopted as it is, such a command read complete over gated work
+    /// (review h83); judged with every logged wait as a marker, a complete one read pending
+    /// behind an unrelated later wait, and its `synchronize` waited for it (review h85). The
+    /// caller checks that the event is a command of this queue. One status query of the
+    /// command, and of the logged waits when it is complete.
     pub fn adopt_in_order(&self, event: ClEvent) -> OrderedMarker {
         // Read after the command's enqueue returned (its event exists).
         let seen = self.1.finishes_seen();
+        let mut earlier = EarlierWaits::after_marker(&self.1.waits);
+        if matches!(event.status(), Ok(EventStatus::Complete))
+            && !matches!(
+                earlier.as_ref().map(EarlierWaits::status),
+                Some(WaitsStatus::Failed(_))
+            )
+        {
+            earlier = None;
+        }
         OrderedMarker {
             event,
-            earlier: EarlierWaits::after_marker(&self.1.waits),
+            earlier,
             finishes: (Arc::clone(&self.1), seen),
+            adopted: true,
         }
     }
 
