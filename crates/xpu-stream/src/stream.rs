@@ -211,9 +211,10 @@ impl Stream {
     /// enqueued since its creation, or since a [`Stream::synchronize`] (of any wrapper of its
     /// queue, or the device's) returned, answers `true` with no driver call (as
     /// `torch.cuda.Stream.query`; an external stream only after a synchronize). A stream that
-    /// has just gone idle otherwise can report `false` a few times; poll. After `true`, every event recorded on the stream
-    /// before this call began is known complete: its `query` answers `true` without a driver
-    /// call (as `torch.cuda.Event.query` after `torch.cuda.Stream.query` returned `True`).
+    /// has just gone idle otherwise can report `false` a few times; poll. After `true`, every
+    /// event recorded on the stream before this call began is known complete: its `query`
+    /// answers `true` without a driver call (as `torch.cuda.Event.query` after
+    /// `torch.cuda.Stream.query` returned `True`).
     ///
     /// The marker is judged with the waits of the commands enqueued before it (as the
     /// allocators' ordered markers): a driver may complete a marker enqueued after a command
