@@ -276,13 +276,8 @@ impl Event {
         if !self.flags.blocking {
             for i in 0..POLLS_BEFORE_BLOCKING {
                 // Judged in order (see below): a failed earlier wait is the event's failure.
-                match r.status()? {
-                    EventStatus::Complete => {
-                        r.set_done();
-                        return Ok(());
-                    }
-                    EventStatus::Error(code) => return Err(failure(code)),
-                    _ => {}
+                if r.driver_says_complete()? {
+                    return Ok(());
                 }
                 if i < 16 {
                     std::hint::spin_loop();
@@ -301,13 +296,8 @@ impl Event {
                 // marker failed with a wait that synchronize handled reads complete), where
                 // `clWaitForEvents` reports the driver's failure of it (-14 on PoCL for a
                 // blocking event whose `query` read true: review h83).
-                match r.status()? {
-                    EventStatus::Complete => {
-                        r.set_done();
-                        return Ok(());
-                    }
-                    EventStatus::Error(code) => return Err(failure(code)),
-                    _ => {}
+                if r.driver_says_complete()? {
+                    return Ok(());
                 }
             } else if m.follows_failed_wait() {
                 return Err(failure(r.failed_before().unwrap_or(FAILED_WAIT)));
