@@ -2,7 +2,7 @@
 //! non-contiguous, int, small-int and bool inputs, against burn-ndarray, by hand or by the
 //! adjoint / a finite difference where NdArray cannot serve).
 //!
-//! Finding (fails on 46be37d, 5 of 5 runs):
+//! Finding (failed on 46be37d, 5 of 5 runs; fixed: the window gets index 0):
 //! `max_pool2d_index_of_a_window_all_in_padding_differs_from_ndarray`: a max-pool window
 //! entirely in the padding gets index -1 (`nn.rs` MAX_POOL, `long mi = -1`), NdArray and
 //! burn-cubecl give 0.

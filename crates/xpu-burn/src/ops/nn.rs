@@ -712,10 +712,12 @@ __kernel void max_pool(__global T *out, __global long *idx, __global const T *x,
   ITEM
   PLANE WINDOW AT_OUT
   __global const T *xp = x + nc * H * W;
-  T m = (T)(-INFINITY); long mi = -1;
+  /* A window with no tap (all in padding: burn allows padding over half the kernel) gives
+     -inf at index 0, as burn's NdArray and CubeCL backends do. */
+  T m = (T)(-INFINITY); long mi = 0; int first = 1;
   FOR_TAPS(tap, oh, ow, ih, iw, H, W)
     T v = xp[ih * W + iw];
-    if (mi < 0 || v > m || (isnan(v) && !isnan(m))) { m = v; mi = ih * W + iw; }
+    if (first || v > m || (isnan(v) && !isnan(m))) { m = v; mi = ih * W + iw; first = 0; }
   END_TAPS
   out[i] = m;
   idx[i] = mi;
@@ -935,7 +937,10 @@ pub fn adaptive_avg_pool2d_backward(x: &XpuTensor, grad: &XpuTensor) -> Result<X
 /// 2-D max pooling of `x` `[batch, channels, H, W]` with the index of each maximum (as
 /// torch.nn.functional.max_pool2d with `return_indices`, `ceil_mode = false`): the output
 /// and an `i64` tensor of the same shape holding `h * W + w` of the maximum within its
-/// `(n, c)` plane (the first maximum in window order; NaN counts as a maximum).
+/// `(n, c)` plane (the first maximum in window order; NaN counts as a maximum). A window
+/// entirely in the padding (burn allows padding over half the kernel, which torch refuses)
+/// gives negative infinity at index 0, as burn's NdArray and CubeCL backends do; its
+/// gradient goes nowhere ([`max_pool2d_with_indices_backward`]: index 0 is no tap of it).
 ///
 /// # Errors
 /// [`Error::Invalid`] for a rank other than 4, a zero stride or dilation, or a kernel larger
