@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use burn_tensor::DType;
 use parking_lot::RwLock;
+use rustc_hash::FxHashMap;
 use xpu::xpu_kernel::{Arg, Function, Program};
 use xpu::{DeviceBuffer, DeviceProperties, LaunchExt, Stream};
 
@@ -81,8 +82,32 @@ enum Namespace {
 }
 
 /// Kernels by device and namespace, then kernel name, then key: looked up with the caller's
-/// `&str`s, so a hit allocates nothing.
-type FnCache = HashMap<(usize, Namespace), HashMap<String, HashMap<String, Function>>>;
+/// `&str`s, so a hit allocates nothing. Hashed with `rustc-hash`'s Fx hash (the keys are this
+/// crate's template parameters and callers' keys; no untrusted input sizes the maps).
+type FnCache = FxHashMap<(usize, Namespace), FxHashMap<String, FxHashMap<String, Function>>>;
+
+/// The cached function of `m` for these parts, if any.
+fn cached_in(
+    m: &FnCache,
+    device: usize,
+    space: Namespace,
+    key: &str,
+    name: &str,
+) -> Option<Function> {
+    m.get(&(device, space))
+        .and_then(|by_name| by_name.get(name))
+        .and_then(|by_key| by_key.get(key))
+        .cloned()
+}
+
+/// Inserts `f` into `m` under these parts.
+fn insert_in(m: &mut FnCache, device: usize, space: Namespace, key: &str, name: &str, f: Function) {
+    m.entry((device, space))
+        .or_default()
+        .entry(name.to_owned())
+        .or_default()
+        .insert(key.to_owned(), f);
+}
 
 fn cached_function(
     space: Namespace,
@@ -93,25 +118,14 @@ fn cached_function(
 ) -> Result<Function> {
     static FUNCS: OnceLock<RwLock<FnCache>> = OnceLock::new();
     let map = FUNCS.get_or_init(Default::default);
-    let cached = |m: &FnCache| {
-        m.get(&(device, space))
-            .and_then(|by_name| by_name.get(name))
-            .and_then(|by_key| by_key.get(key))
-            .cloned()
-    };
-    if let Some(f) = cached(&map.read()) {
+    if let Some(f) = cached_in(&map.read(), device, space, key, name) {
         return Ok(f);
     }
     let src = source();
     let f = Program::build(device, &src, "")
         .and_then(|p| p.function(name))
         .inspect_err(|_| tracing::debug!("xpu-burn kernel {key} failed to build:\n{src}"))?;
-    map.write()
-        .entry((device, space))
-        .or_default()
-        .entry(name.to_owned())
-        .or_default()
-        .insert(key.to_owned(), f.clone());
+    insert_in(&mut map.write(), device, space, key, name, f.clone());
     Ok(f)
 }
 
@@ -132,7 +146,7 @@ const META_CACHE_ENTRIES: usize = 4096;
 
 /// Metadata buffers by device, then values (looked up with the caller's slice: a hit
 /// allocates nothing).
-type MetaCache = HashMap<usize, HashMap<Vec<i64>, Meta>>;
+type MetaCache = FxHashMap<usize, FxHashMap<Vec<i64>, Meta>>;
 
 /// The process's metadata buffers.
 fn meta_cache() -> &'static parking_lot::Mutex<MetaCache> {
