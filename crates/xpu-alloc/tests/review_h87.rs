@@ -75,3 +75,32 @@ fn a_dropped_pools_pending_free_segment_is_counted_but_missing_from_the_snapshot
          memory_stats vs the sum over memory_snapshot's segments"
     );
 }
+
+/// Four worker threads, one after the other (each joined before the next starts), each
+/// allocate an 8 MiB block on one stream and free it. At no instant was more than 8 MiB
+/// allocated, and torch's `max_memory_allocated` (`allocated_bytes.all.peak`, one
+/// device-wide `Stat` updated under the device lock, reference §4.13) is 8 MiB. Here each
+/// thread's statistics cell keeps its own peak, an exited thread's cell is folded into one
+/// whose peaks add up (`stats_registry`'s retire, "peaks keep adding up"), and the device's
+/// peak is the sum: 32 MiB, four times the real high-water mark, growing with every
+/// short-lived thread (a thread-per-request server, a pool of workers that get recycled).
+/// The crate documents the peak as an upper bound when several threads allocate; this shows
+/// it is not tight even when the threads never overlap. Simulated device (no OpenCL needed).
+#[test]
+fn max_memory_allocated_of_sequential_short_lived_threads_is_their_sum() {
+    let (core, _source) = common::sim_core(256 * MIB, "");
+    let (_s, r) = common::stream(1);
+    for _ in 0..4 {
+        let (core, r) = (core.clone(), r.clone());
+        std::thread::spawn(move || drop(core.allocate(8 * MIB, &r).unwrap()))
+            .join()
+            .unwrap();
+    }
+    let stats = core.memory_stats();
+    assert_eq!(stats.allocated_bytes.all.current, 0);
+    assert_eq!(
+        stats.allocated_bytes.all.peak,
+        8 * MIB as i64,
+        "max_memory_allocated after four non-overlapping 8 MiB allocations"
+    );
+}
