@@ -9,9 +9,11 @@ use common::{device_streams, MIB};
 use xpu_alloc::MemPool;
 use xpu_event::Gate;
 
-/// The device-0 figures that a snapshot can give, from `memory_stats(0)` and from
-/// `memory_snapshot()`: (reserved bytes, segments, active bytes, requested bytes).
-fn stats_and_snapshot() -> ((i64, i64, i64, i64), (i64, i64, i64, i64)) {
+/// (reserved bytes, segments, active bytes, requested bytes).
+type Figures = (i64, i64, i64, i64);
+
+/// The device-0 [`Figures`] from `memory_stats(0)` and from `memory_snapshot()`.
+fn stats_and_snapshot() -> (Figures, Figures) {
     let st = xpu_alloc::memory_stats(0).unwrap();
     let snap = xpu_alloc::memory_snapshot();
     let segs: Vec<_> = snap.segments.iter().filter(|s| s.device == 0).collect();
