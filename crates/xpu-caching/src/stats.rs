@@ -133,6 +133,10 @@ impl StatArray {
         [&mut self.all, &mut self.small_pool, &mut self.large_pool]
     }
 
+    fn each(&self) -> [&Stat; 3] {
+        [&self.all, &self.small_pool, &self.large_pool]
+    }
+
     fn merge(&mut self, other: &StatArray) {
         self.all.merge(&other.all);
         self.small_pool.merge(&other.small_pool);
@@ -235,6 +239,25 @@ macro_rules! define_memory_stats {
             pub fn reset_peak(&mut self) {
                 $(self.$a.each_mut().into_iter().for_each(Stat::reset_peak);)*
                 $(self.$s.reset_peak();)*
+            }
+
+            /// Calls `f` with each statistic of `self` and the same statistic of `a` and
+            /// of `b` (the per-pool arrays' three and the single ones; not the counters).
+            pub(crate) fn zip_stats(
+                &mut self,
+                a: &MemoryStats,
+                b: &MemoryStats,
+                mut f: impl FnMut(&mut Stat, &Stat, &Stat),
+            ) {
+                $(
+                    for ((s, x), y) in self.$a.each_mut().into_iter()
+                        .zip(a.$a.each())
+                        .zip(b.$a.each())
+                    {
+                        f(s, x, y);
+                    }
+                )*
+                $(f(&mut self.$s, &a.$s, &b.$s);)*
             }
 
             /// Zeroes every accumulated `allocated`/`freed` and the counters (`num_*`), as

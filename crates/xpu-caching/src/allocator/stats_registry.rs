@@ -9,10 +9,13 @@
 //! allocations own (`allocation`, `allocated_bytes`, `active`, `active_bytes`,
 //! `requested_bytes`, `oversize_allocations`) are exact when one thread hands every block
 //! out (since creation or the last peak reset), whichever threads free them, and an upper
-//! bound when several threads hand blocks out. The other peaks (segments, reserved and
-//! inactive-split figures, counted by whichever thread changes a pool's structure) are exact
-//! when one thread makes every call and an upper bound otherwise. When a thread exits, its
-//! cell is folded into a "retired" cell (peaks keep adding up).
+//! bound when several threads hand blocks out at once. The other peaks (segments, reserved
+//! and inactive-split figures, counted by whichever thread changes a pool's structure) are
+//! exact when one thread makes every call and an upper bound otherwise. When a thread exits,
+//! its cell is folded into a "retired" cell: when no other thread exited while it lived, its
+//! peaks count only what they add beyond the retired cell's currents at its start (threads
+//! that follow one another keep the device's real high-water mark, as torch's one `Stat`
+//! does; review h87), else they add up.
 //!
 //! # Slots
 //! Each registered cell has a slot: its index in an arena that never moves a cell
@@ -33,6 +36,7 @@
 //! other thread's call waits for it. There are as many spare cells as such calls ever ran
 //! at once.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -67,6 +71,17 @@ struct Cells {
     free: Vec<u32>,
     /// The next slot never used.
     next: u32,
+    /// Threads' cells retired so far (the retired cell's generation).
+    retirements: u64,
+    /// For each live cell, by slot: `retirements` and the retired cell's figures when it
+    /// was registered (see [`StatsRegistry::retire`]).
+    born: HashMap<u32, Born>,
+}
+
+/// What the registry knew when a cell was registered.
+struct Born {
+    retirements: u64,
+    retired: MemoryStats,
 }
 
 /// An exited thread's cell that blocks may still owe to.
@@ -112,6 +127,12 @@ impl StatsRegistry {
                 cell
             }
         };
+        self.fold_retired(&mut cells);
+        let born = Born {
+            retirements: cells.retirements,
+            retired: self.retired.read(&self.gens),
+        };
+        cells.born.insert(cell.slot(), born);
         cells.live.push(cell.clone());
         cell
     }
@@ -120,7 +141,22 @@ impl StatsRegistry {
         let mut cells = self.cells.lock();
         if let Some(pos) = cells.live.iter().position(|c| Arc::ptr_eq(c, cell)) {
             cells.live.swap_remove(pos);
-            let (stats, paid) = cell.read_owed(&self.gens);
+            let born = cells.born.remove(&cell.slot());
+            let (mut stats, paid) = cell.read_owed(&self.gens);
+            if let Some(born) = born.filter(|b| b.retirements == cells.retirements) {
+                // No other cell was retired while this one lived: the retired cell's
+                // currents have only fallen since it was registered (exited threads free,
+                // they do not allocate), so the retired threads together never held more
+                // than those currents plus this thread's peak while it lived. Its peaks
+                // count only what that adds to the retired cell's peaks (sequential
+                // threads: the device's high-water mark, as torch's one `Stat` keeps it).
+                let retired = self.retired.read(&self.gens);
+                stats.zip_stats(&born.retired, &retired, |own, then, now| {
+                    let reach = then.current.saturating_add(own.peak);
+                    own.peak = reach.saturating_sub(now.peak).clamp(0, own.peak.max(0));
+                });
+            }
+            cells.retirements += 1;
             self.retired.write(&self.gens).merge(&stats);
             let outstanding = outstanding(&stats);
             if outstanding > 0 {
