@@ -420,7 +420,7 @@ pub(crate) struct PoolRegistry {
 struct RegistryInner {
     /// State of every pool not yet gone (a pool is gone once no handle, allocation or
     /// pending release holds its state), with its handle while one lives.
-    pools: Vec<(Shared, Weak<PoolInner>)>,
+    pools: Vec<(Shared, Weak<PoolInner>, MemPoolId)>,
     /// Statistics of gone pools, folded together (their currents are zero).
     retired: MemoryStats,
     /// Shards of dropped pools (freeable pools), alive while they hold allocations, with
@@ -437,7 +437,7 @@ impl RegistryInner {
     fn prune(&mut self) -> Vec<Shared> {
         let retired = &mut self.retired;
         let mut gone = Vec::new();
-        self.pools.retain(|(shared, _)| {
+        self.pools.retain(|(shared, _, _)| {
             if shared.in_use() {
                 return true;
             }
@@ -461,9 +461,11 @@ impl PoolRegistry {
             pool.inner.core.set_config(config);
         }
         let gone = inner.prune();
-        inner
-            .pools
-            .push((pool.inner.core.shared(), Arc::downgrade(&pool.inner)));
+        inner.pools.push((
+            pool.inner.core.shared(),
+            Arc::downgrade(&pool.inner),
+            pool.id(),
+        ));
         drop(inner);
         drop(gone);
     }
@@ -486,14 +488,33 @@ impl PoolRegistry {
     /// freeable pools), each with its pool's id: the device's statistics count them, so its
     /// snapshot shows them. Each shard is read under its own lock, none under the
     /// registry's.
+    /// Also the segments such a pool still reserves outside its shards (review h87): those
+    /// of shards whose teardown waits for a pending free's marker, and releases kept while
+    /// their marker read pending ([`SharedState::detached_snapshot`](xpu_caching::SharedState::detached_snapshot)).
     pub(crate) fn dropped_pool_segments(
         &self,
     ) -> Vec<(MemPoolId, Vec<xpu_caching::SegmentSnapshot>)> {
-        self.live_orphans()
+        let dropped: Vec<(MemPoolId, Shared)> = {
+            let inner = self.inner.lock();
+            inner
+                .pools
+                .iter()
+                .filter(|(_, handle, _)| handle.strong_count() == 0)
+                .map(|(shared, _, id)| (*id, shared.clone()))
+                .collect()
+        };
+        let mut out: Vec<(MemPoolId, Vec<xpu_caching::SegmentSnapshot>)> = self
+            .live_orphans()
             .into_iter()
             .map(|(id, shard)| (id, shard.snapshot()))
-            .filter(|(_, segments)| !segments.is_empty())
-            .collect()
+            .collect();
+        out.extend(
+            dropped
+                .iter()
+                .map(|(id, shared)| (*id, shared.detached_snapshot())),
+        );
+        out.retain(|(_, segments)| !segments.is_empty());
+        out
     }
 
     /// Releases the cached unused segments of dropped pools (torch's freeable pools) that
@@ -517,14 +538,18 @@ impl PoolRegistry {
         inner
             .pools
             .iter()
-            .filter_map(|(_, p)| p.upgrade())
+            .filter_map(|(_, p, _)| p.upgrade())
             .map(|inner| MemPool { inner })
             .collect()
     }
 
     /// Whether `owner` (a [`DataPtr`]'s owner id) is one of these pools.
     pub(crate) fn contains(&self, owner: u64) -> bool {
-        self.inner.lock().pools.iter().any(|(s, _)| s.id() == owner)
+        self.inner
+            .lock()
+            .pools
+            .iter()
+            .any(|(s, _, _)| s.id() == owner)
     }
 
     /// The device's statistics: the default pool's (`core`, the device allocator's) plus
@@ -540,7 +565,7 @@ impl PoolRegistry {
         let mut inner = self.inner.lock();
         let gone = inner.prune();
         let mut total = inner.retired;
-        for (shared, _) in &inner.pools {
+        for (shared, _, _) in &inner.pools {
             total.merge(&shared.memory_stats());
         }
         drop(inner);
@@ -551,7 +576,7 @@ impl PoolRegistry {
     pub(crate) fn reset_peak(&self) {
         let mut inner = self.inner.lock();
         inner.retired.reset_peak();
-        for (shared, _) in &inner.pools {
+        for (shared, _, _) in &inner.pools {
             shared.reset_peak_stats();
         }
     }
@@ -559,7 +584,7 @@ impl PoolRegistry {
     pub(crate) fn reset_accumulated(&self) {
         let mut inner = self.inner.lock();
         inner.retired.reset_accumulated();
-        for (shared, _) in &inner.pools {
+        for (shared, _, _) in &inner.pools {
             shared.reset_accumulated_stats();
         }
     }
@@ -569,7 +594,7 @@ impl PoolRegistry {
     /// here or from `parent` in [`PoolRegistry::register`].
     pub(crate) fn set_config(&self, parent: &DeviceCore, config: crate::config::AllocConfig) {
         let inner = self.inner.lock();
-        for (shared, _) in &inner.pools {
+        for (shared, _, _) in &inner.pools {
             shared.set_config(config.clone());
         }
         parent.set_config(config);

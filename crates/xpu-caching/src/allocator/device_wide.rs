@@ -65,6 +65,12 @@ pub(crate) trait KeptRelease<B: Backend>: Send {
     fn snapshot(&self) -> Vec<crate::SegmentSnapshot>;
 }
 
+/// A dropped shard's state while its teardown runs ([`DeviceShared::begin_teardown`]).
+pub(crate) trait InTeardown: Send + Sync {
+    /// Its segments with their blocks, as a snapshot shows them (takes the state's lock).
+    fn snapshot(&self) -> Vec<crate::SegmentSnapshot>;
+}
+
 /// State of one device allocator shared by its shards.
 pub(crate) struct DeviceShared<B: Backend> {
     /// Unique id of this allocator instance (keys the thread-local caches).
@@ -101,6 +107,10 @@ pub(crate) struct DeviceShared<B: Backend> {
     /// A leaf lock: held only to push or take, over no call. Dropped with the allocator's
     /// state, a release still here keeps its segments out.
     kept_releases: Mutex<Vec<Box<dyn KeptRelease<B>>>>,
+    /// Dropped shards whose teardown still waits (for their pending frees' markers, their
+    /// stream's work): their segments are still reserved, so snapshots show them (review
+    /// h87). A leaf lock: held only to push, remove or clone the list.
+    in_teardown: Mutex<Vec<Arc<dyn InTeardown>>>,
     pub stats: StatsRegistry,
     /// Recorded allocator events (off by default; see [`crate::history`]).
     pub history: Arc<History>,
@@ -148,6 +158,7 @@ impl<B: Backend> DeviceShared<B> {
             reserved: Mutex::new(Reserved::default()),
             live_ranges: Mutex::new(BTreeMap::new()),
             kept_releases: Mutex::new(Vec::new()),
+            in_teardown: Mutex::new(Vec::new()),
             stats: StatsRegistry::default(),
             history: Arc::default(),
             deferred_drop: None,
@@ -394,6 +405,24 @@ impl<B: Backend> DeviceShared<B> {
             .collect()
     }
 
+    /// Notes a dropped shard whose teardown begins: snapshots show its segments until
+    /// [`DeviceShared::end_teardown`].
+    pub(crate) fn begin_teardown(&self, state: Arc<dyn InTeardown>) {
+        self.in_teardown.lock().push(state);
+    }
+
+    /// Forgets a shard noted by [`DeviceShared::begin_teardown`] (its teardown ended).
+    pub(crate) fn end_teardown(&self, state: &Arc<dyn InTeardown>) {
+        self.in_teardown.lock().retain(|s| !Arc::ptr_eq(s, state));
+    }
+
+    /// The segments of the dropped shards whose teardown still runs, each shard read under
+    /// its own lock, none under the list's.
+    pub(crate) fn in_teardown_snapshot(&self) -> Vec<crate::SegmentSnapshot> {
+        let states = self.in_teardown.lock().clone();
+        states.iter().flat_map(|s| s.snapshot()).collect()
+    }
+
     pub(crate) fn take_kept_releases(&self) -> Vec<Box<dyn KeptRelease<B>>> {
         std::mem::take(&mut *self.kept_releases.lock())
     }
@@ -470,6 +499,21 @@ impl<B: Backend> SharedState<B> {
     #[must_use]
     pub fn source(&self) -> &dyn SegmentSource<Memory = B::Memory> {
         self.0.source.as_ref()
+    }
+
+    /// The segments this allocator still reserves outside its shards, as its
+    /// [`snapshot`](super::CachingAllocator::snapshot) shows them: those of dropped shards
+    /// whose teardown still waits, and releases kept while their marker read pending. For a
+    /// dropped private pool, whose allocator is gone while these are still reserved (counted
+    /// in its statistics). None in a bad fork child. No driver call, no wait.
+    #[must_use]
+    pub fn detached_snapshot(&self) -> Vec<crate::SegmentSnapshot> {
+        if B::is_bad_fork() {
+            return Vec::new();
+        }
+        let mut out = self.0.kept_releases_snapshot();
+        out.extend(self.0.in_teardown_snapshot());
+        out
     }
 
     /// The allocator's event history; in a bad fork child a new empty one (the ring's lock

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::device_wide::DeviceShared;
+use super::device_wide::{DeviceShared, InTeardown};
 use super::place_cell::{PlaceArena, PlaceSlots};
 use super::stats_cell::StatsWriter;
 use super::stream_state::{Handed, ShardState};
@@ -233,21 +233,37 @@ impl<B: Backend> Drop for Shard<B> {
         }
         let shared = self.shared.clone();
         let deferred = shared.deferred_drop;
-        if deferred.is_none() && !B::drop_must_not_wait() {
-            teardown(self.state.get_mut(), &shared);
-            return;
-        }
+        // The state moves out of the shard for its teardown and is noted device-wide while
+        // the teardown waits, so that snapshots still show its segments (review h87: a
+        // dropped pool's segment with a pending free was counted but not shown).
         let empty = ShardState::new(self.key, self.state.get_mut().stream.clone(), &shared);
         let state = std::mem::replace(self.state.get_mut(), empty);
-        let job: Box<dyn FnOnce() + Send> = Box::new(move || {
-            let mut state = state;
-            teardown(&mut state, &shared);
-        });
+        let state = Arc::new(TearingDown(Mutex::new(state)));
+        let noted: Arc<dyn InTeardown> = state.clone();
+        shared.begin_teardown(noted.clone());
+        let job = move || {
+            teardown(&state.0, &shared);
+            shared.end_teardown(&noted);
+        };
+        if deferred.is_none() && !B::drop_must_not_wait() {
+            job();
+            return;
+        }
+        let job: Box<dyn FnOnce() + Send> = Box::new(job);
         match deferred {
             Some(run) => run(job),
             // The backend's callback thread: the teardown waits on a thread of its own.
             None => teardown_elsewhere(job),
         }
+    }
+}
+
+/// A dropped shard's state during its teardown.
+struct TearingDown<B: Backend>(Mutex<ShardState<B>>);
+
+impl<B: Backend> InTeardown for TearingDown<B> {
+    fn snapshot(&self) -> Vec<crate::SegmentSnapshot> {
+        super::snapshot::shard_segments(&self.0.lock())
     }
 }
 
@@ -272,14 +288,17 @@ fn teardown_elsewhere(job: Box<dyn FnOnce() + Send>) {
 }
 
 /// Waits for the pending frees and the stream's work, then releases every cached segment.
-fn teardown<B: Backend>(state: &mut ShardState<B>, shared: &Arc<DeviceShared<B>>) {
+/// The state's lock is held for each step, never over a wait.
+fn teardown<B: Backend>(state: &Mutex<ShardState<B>>, shared: &Arc<DeviceShared<B>>) {
     // The blocks threads' caches still hold of this stream (their owners' shard handles are
     // gone, so no thread puts or takes one any more) are freed first.
     shared
         .stats
-        .with_fallback(|st| state.flush_thread_caches(st));
-    super::pending::wait_markers::<B>(&state.pending_markers());
+        .with_fallback(|st| state.lock().flush_thread_caches(st));
+    let markers = state.lock().pending_markers();
+    super::pending::wait_markers::<B>(&markers);
     let batch = shared.stats.with_fallback(|st| {
+        let mut state = state.lock();
         state.process_events(st);
         state.take_releasable(st)
     });

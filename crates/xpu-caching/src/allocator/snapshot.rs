@@ -1,5 +1,6 @@
 //! A snapshot of the segments and blocks (as `torch.cuda.memory_snapshot`, reduced).
 
+use crate::backend::Backend;
 use crate::size::PoolKind;
 use crate::stream::StreamKey;
 
@@ -64,6 +65,9 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         // pending or failed: still reserved (review h60: the statistics counted them, the
         // snapshot did not).
         out.extend(self.shared().0.kept_releases_snapshot());
+        // Dropped shards whose teardown still waits: their segments are still reserved
+        // (review h87).
+        out.extend(self.shared().0.in_teardown_snapshot());
         out.sort_by_key(|s| s.address);
         out
     }
@@ -71,7 +75,7 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
 
 /// The segments of one stream's shard with their blocks (each sorted by address), from its
 /// state (the caller holds its lock).
-pub(crate) fn shard_segments<B: ThreadCacheKey>(state: &ShardState<B>) -> Vec<SegmentSnapshot> {
+pub(crate) fn shard_segments<B: Backend>(state: &ShardState<B>) -> Vec<SegmentSnapshot> {
     let mut segments: Vec<SegmentSnapshot> = Vec::new();
     let mut index_of = std::collections::HashMap::new();
     for (i, segment) in state.segments.iter() {
