@@ -73,8 +73,7 @@ fn first_disagreement(limit: Duration) -> Option<(Figures, Figures)> {
 ///
 /// Observed on 0975e7f: stats (2 MiB, 1, 0, 0) vs snapshot (0, 0, 0, 0); fails 6 of 6 runs.
 #[test]
-fn a_dropped_pools_segment_vanishes_from_the_snapshot_while_its_teardown_waits_for_the_stream()
-{
+fn a_dropped_pools_segment_vanishes_from_the_snapshot_while_its_teardown_waits_for_the_stream() {
     let Some([s]) = device_streams::<1>() else {
         return;
     };
@@ -91,14 +90,24 @@ fn a_dropped_pools_segment_vanishes_from_the_snapshot_while_its_teardown_waits_f
     xpu_alloc::wait_pool_releases();
     xpu_alloc::empty_cache();
     let end = xpu_alloc::memory_stats(0).unwrap();
-    assert_eq!(alive.0, alive.1, "control: the live pool, stats vs snapshot");
-    assert_eq!(alive.0, (2 * MIB as i64, 1, 0, 0), "control: one idle 2 MiB segment");
+    assert_eq!(
+        alive.0, alive.1,
+        "control: the live pool, stats vs snapshot"
+    );
+    assert_eq!(
+        alive.0,
+        (2 * MIB as i64, 1, 0, 0),
+        "control: one idle 2 MiB segment"
+    );
     assert_eq!(
         seen, None,
         "dropped pool whose teardown waits for its stream's work: (reserved, segments, \
          active, requested) in memory_stats vs the sum over memory_snapshot's segments"
     );
-    assert_eq!(end.reserved_bytes.all.current, 0, "control: released at the end");
+    assert_eq!(
+        end.reserved_bytes.all.current, 0,
+        "control: released at the end"
+    );
 }
 
 /// What it shows: the same gap on the device allocator's own streams, in the device-wide
@@ -128,12 +137,22 @@ fn empty_cache_waiting_for_a_gated_stream_hides_the_segment_it_releases_from_the
     s.synchronize().unwrap();
     xpu_alloc::empty_cache();
     let end = xpu_alloc::memory_stats(0).unwrap();
-    assert_eq!(alive.0, alive.1, "control: stats vs snapshot before empty_cache");
-    assert_eq!(alive.0, (2 * MIB as i64, 1, 0, 0), "control: one idle 2 MiB segment");
+    assert_eq!(
+        alive.0, alive.1,
+        "control: stats vs snapshot before empty_cache"
+    );
+    assert_eq!(
+        alive.0,
+        (2 * MIB as i64, 1, 0, 0),
+        "control: one idle 2 MiB segment"
+    );
     assert_eq!(
         seen, None,
         "empty_cache waiting for a gated stream: (reserved, segments, active, requested) in \
          memory_stats vs the sum over memory_snapshot's segments"
     );
-    assert_eq!(end.reserved_bytes.all.current, 0, "control: released at the end");
+    assert_eq!(
+        end.reserved_bytes.all.current, 0,
+        "control: released at the end"
+    );
 }
