@@ -59,10 +59,49 @@ pub(crate) trait KeptRelease<B: Backend>: Send {
     /// Frees the segments if the marker now reads complete, else keeps the release again
     /// ([`DeviceShared::keep_release`]).
     fn free_kept(self: Box<Self>, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>);
+}
 
-    /// The kept segments, as a snapshot shows them (reserved, each one free block waiting
-    /// for the marker: [`crate::BlockState::PendingFree`]).
-    fn snapshot(&self) -> Vec<crate::SegmentSnapshot>;
+/// The segments of one device allocator taken out of their shards for release and not freed
+/// yet, by address (addresses are unique among live segments). Each is noted under its
+/// shard's lock as it is taken out, and forgotten once it is freed and the statistics no
+/// longer count it. A leaf lock: held only to note, forget or copy.
+#[derive(Default)]
+pub(crate) struct Releasing(Mutex<BTreeMap<u64, crate::SegmentSnapshot>>);
+
+impl Releasing {
+    /// Notes a segment of `stream` taken out for release.
+    pub(crate) fn note(
+        &self,
+        stream: crate::stream::StreamKey,
+        address: u64,
+        size: u64,
+        pool: crate::size::PoolKind,
+    ) {
+        let segment = crate::SegmentSnapshot {
+            stream,
+            address,
+            size,
+            pool,
+            blocks: vec![crate::BlockSnapshot {
+                address,
+                size,
+                requested: 0,
+                // Free, as the statistics count it (not active): no allocation is behind it.
+                state: crate::BlockState::Inactive,
+            }],
+        };
+        self.0.lock().insert(address, segment);
+    }
+
+    /// Forgets the segment at `address` (freed).
+    pub(crate) fn forget(&self, address: u64) {
+        self.0.lock().remove(&address);
+    }
+
+    /// The segments noted, as a snapshot shows them (one inactive block each).
+    pub(crate) fn snapshot(&self) -> Vec<crate::SegmentSnapshot> {
+        self.0.lock().values().cloned().collect()
+    }
 }
 
 /// A dropped shard's state while its teardown runs ([`DeviceShared::begin_teardown`]).
@@ -107,6 +146,10 @@ pub(crate) struct DeviceShared<B: Backend> {
     /// A leaf lock: held only to push or take, over no call. Dropped with the allocator's
     /// state, a release still here keeps its segments out.
     kept_releases: Mutex<Vec<Box<dyn KeptRelease<B>>>>,
+    /// Segments taken out of their shards to be released and not freed yet (waiting for
+    /// their stream's work, kept while their marker reads pending, or in the source's
+    /// `free`): still reserved, so snapshots show them (review h88).
+    pub releasing: Arc<Releasing>,
     /// Dropped shards whose teardown still waits (for their pending frees' markers, their
     /// stream's work): their segments are still reserved, so snapshots show them (review
     /// h87). A leaf lock: held only to push, remove or clone the list.
@@ -159,6 +202,7 @@ impl<B: Backend> DeviceShared<B> {
             live_ranges: Mutex::new(BTreeMap::new()),
             kept_releases: Mutex::new(Vec::new()),
             in_teardown: Mutex::new(Vec::new()),
+            releasing: Arc::default(),
             stats: StatsRegistry::default(),
             history: Arc::default(),
             deferred_drop: None,
@@ -394,17 +438,6 @@ impl<B: Backend> DeviceShared<B> {
         self.kept_releases.lock().push(batch);
     }
 
-    /// The releases kept since their marker read pending, to free now if it reads complete
-    /// ([`KeptRelease::free_kept`] keeps those still pending again). Their markers were
-    /// waited for already: they are not waited for again.
-    pub(crate) fn kept_releases_snapshot(&self) -> Vec<crate::SegmentSnapshot> {
-        self.kept_releases
-            .lock()
-            .iter()
-            .flat_map(|k| k.snapshot())
-            .collect()
-    }
-
     /// Notes a dropped shard whose teardown begins: snapshots show its segments until
     /// [`DeviceShared::end_teardown`].
     pub(crate) fn begin_teardown(&self, state: Arc<dyn InTeardown>) {
@@ -423,6 +456,10 @@ impl<B: Backend> DeviceShared<B> {
         states.iter().flat_map(|s| s.snapshot()).collect()
     }
 
+    /// The releases kept since their marker read pending, to free now if it reads complete
+    /// ([`KeptRelease::free_kept`] keeps those still pending again). Their markers were
+    /// waited for already: they are not waited for again. Their segments stay in
+    /// [`DeviceShared::releasing`] (snapshots show them) until freed.
     pub(crate) fn take_kept_releases(&self) -> Vec<Box<dyn KeptRelease<B>>> {
         std::mem::take(&mut *self.kept_releases.lock())
     }
@@ -503,7 +540,8 @@ impl<B: Backend> SharedState<B> {
 
     /// The segments this allocator still reserves outside its shards, as its
     /// [`snapshot`](super::CachingAllocator::snapshot) shows them: those of dropped shards
-    /// whose teardown still waits, and releases kept while their marker read pending. For a
+    /// whose teardown still waits, and those taken out to be released and not freed yet
+    /// (kept while their marker reads pending among them). For a
     /// dropped private pool, whose allocator is gone while these are still reserved (counted
     /// in its statistics). None in a bad fork child. No driver call, no wait.
     #[must_use]
@@ -511,7 +549,7 @@ impl<B: Backend> SharedState<B> {
         if B::is_bad_fork() {
             return Vec::new();
         }
-        let mut out = self.0.kept_releases_snapshot();
+        let mut out = self.0.releasing.snapshot();
         out.extend(self.0.in_teardown_snapshot());
         out
     }

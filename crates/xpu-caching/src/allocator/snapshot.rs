@@ -61,10 +61,11 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         for shard in self.all_shards() {
             out.extend(shard_segments(&shard.lock()));
         }
-        // Segments taken out of their shards to be released, kept while their marker reads
-        // pending or failed: still reserved (review h60: the statistics counted them, the
-        // snapshot did not).
-        out.extend(self.shared().0.kept_releases_snapshot());
+        // Segments taken out of their shards to be released and not freed yet (waiting for
+        // their stream, kept while their marker reads pending or failed, in the source's
+        // free): still reserved (reviews h60, h88: the statistics counted them, the snapshot
+        // did not).
+        out.extend(self.shared().0.releasing.snapshot());
         // Dropped shards whose teardown still waits: their segments are still reserved
         // (review h87).
         out.extend(self.shared().0.in_teardown_snapshot());

@@ -102,6 +102,9 @@ pub(crate) struct ShardState<B: Backend> {
     /// [`ShardState::take_released`]'s caller once the stream's lock is released (a
     /// source's `free` is user code). Empty outside an allocation's grow path.
     released: Vec<Segment<B>>,
+    /// The allocator's segments taken out for release and not freed yet
+    /// ([`DeviceShared::releasing`]): each segment released here is noted there.
+    releasing: Arc<super::device_wide::Releasing>,
     /// The slots of the threads' freed-block caches bound to this stream (see
     /// `free_cache`): their blocks are allocated here and free for the statistics until
     /// [`ShardState::flush_thread_caches`] frees them here.
@@ -142,6 +145,7 @@ impl<B: Backend> ShardState<B> {
             history: shared.history.clone(),
             last_request: Request::NONE,
             released: Vec::new(),
+            releasing: shared.releasing.clone(),
             thread_bins: Vec::new(),
             cells: Arc::default(),
             places: Arc::default(),
@@ -818,8 +822,20 @@ impl<B: Backend> ShardState<B> {
     /// freed.
     pub(crate) fn release_block(&mut self, block: u32) {
         if let Some(segment) = self.take_segment(block) {
+            self.note_releasing(&segment);
             self.released.push(segment);
         }
+    }
+
+    /// Notes `segment`, taken out of this shard for release, in the allocator's releasing
+    /// segments (snapshots show it until it is freed).
+    fn note_releasing(&self, segment: &Segment<B>) {
+        self.releasing.note(
+            self.key,
+            segment.source.address,
+            segment.source.size,
+            segment.pool,
+        );
     }
 
     /// The segments taken out by [`ShardState::release_block`] since the last call, to free
@@ -855,10 +871,13 @@ impl<B: Backend> ShardState<B> {
                 return None;
             }
         };
-        let segments = blocks
+        let segments: Vec<Segment<B>> = blocks
             .into_iter()
             .filter_map(|block| self.take_segment(block))
             .collect();
+        for segment in &segments {
+            self.note_releasing(segment);
+        }
         Some(ReleaseBatch {
             key: self.key,
             marker,
@@ -1041,24 +1060,6 @@ impl<B: Backend> KeptRelease<B> for ReleaseBatch<B> {
     fn free_kept(self: Box<Self>, shared: &DeviceShared<B>, st: &mut StatsWriter<'_>) {
         (*self).free(shared, st);
     }
-
-    fn snapshot(&self) -> Vec<crate::SegmentSnapshot> {
-        self.segments
-            .iter()
-            .map(|s| crate::SegmentSnapshot {
-                stream: self.key,
-                address: s.source.address,
-                size: s.source.size,
-                pool: s.pool,
-                blocks: vec![crate::BlockSnapshot {
-                    address: s.source.address,
-                    size: s.source.size,
-                    requested: 0,
-                    state: crate::BlockState::PendingFree,
-                }],
-            })
-            .collect()
-    }
 }
 
 impl<B: Backend> Drop for ReleaseBatch<B> {
@@ -1168,6 +1169,8 @@ fn free_segment<B: Backend>(
     if oversize {
         st.oversize_segments.decrease(1);
     }
+    // No longer counted: no longer shown.
+    shared.releasing.forget(address);
     if let Err(payload) = freed {
         std::panic::resume_unwind(payload);
     }
