@@ -26,6 +26,8 @@ const HANG: Duration = Duration::from_secs(20);
 struct Lagging {
     key: StreamKey,
     status: Arc<Mutex<MarkerStatus>>,
+    /// Whether recording a marker fails (an OpenCL enqueue error).
+    refuse: std::sync::atomic::AtomicBool,
 }
 
 impl Lagging {
@@ -33,6 +35,7 @@ impl Lagging {
         Arc::new(Self {
             key: StreamKey::new(0, id),
             status: Arc::new(Mutex::new(MarkerStatus::Complete)),
+            refuse: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -53,6 +56,9 @@ impl Backend for LagBackend {
         stream.key
     }
     fn record_marker(stream: &Arc<Lagging>) -> Result<Self::Marker, MarkerError> {
+        if stream.refuse.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(MarkerError::message("enqueue failed"));
+        }
         Ok(stream.status.clone())
     }
     fn marker_complete(marker: &Self::Marker) -> bool {
@@ -259,6 +265,47 @@ fn a_torn_down_shard_with_a_failed_free_marker_keeps_its_segment_counted_but_uns
     let shared = cache.shared();
     let before = (cache.memory_stats(), totals(&cache.snapshot()));
     // The teardown runs in the drop (no deferred drop for this allocator).
+    drop(cache);
+    let stats = shared.memory_stats();
+    let snap = shared.detached_snapshot();
+    assert_eq!(
+        (
+            before.0.reserved_bytes.all.current,
+            before.0.segment.all.current
+        ),
+        before.1,
+        "control: consistent before the drop"
+    );
+    assert_eq!(
+        (stats.reserved_bytes.all.current, stats.segment.all.current),
+        totals(&snap),
+        "after the teardown ended: (reserved bytes, segments) in memory_stats vs the \
+         segments of detached_snapshot (source's live segments: {})",
+        source.live.lock().unwrap().len()
+    );
+}
+
+/// What it shows: the same end of a teardown for plain cached segments. A dropped shard's
+/// teardown takes its whole free segments out only after recording a release marker
+/// (`take_releasable`, stream_state.rs); when that marker cannot be recorded (an enqueue
+/// error: out of host memory, a lost device), `take_releasable` returns `None` and "the
+/// segments stay cached", but the teardown ends there: `end_teardown` forgets the state and
+/// the state, with every cached segment, is dropped. Never freed to the source, counted in
+/// `memory_stats` for good, shown by no snapshot.
+///
+/// Observed on e14bd0e: stats (22 MiB, 2 segments) vs detached snapshot (0 B, 0 segments).
+#[test]
+fn a_torn_down_shard_whose_release_marker_cannot_be_recorded_keeps_its_segments_counted_but_unshown(
+) {
+    let source = Reusing::new();
+    let cache =
+        CachingAllocator::<LagBackend>::new(Box::new(source.clone()), AllocConfig::default());
+    let s1 = Lagging::new(1);
+    drop(cache.allocate(1000, &s1).unwrap().unwrap());
+    drop(cache.allocate(4 * MIB, &s1).unwrap().unwrap());
+    let shared = cache.shared();
+    let before = (cache.memory_stats(), totals(&cache.snapshot()));
+    s1.refuse.store(true, std::sync::atomic::Ordering::SeqCst);
     drop(cache);
     let stats = shared.memory_stats();
     let snap = shared.detached_snapshot();
