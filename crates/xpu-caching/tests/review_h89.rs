@@ -4,6 +4,10 @@
 //! what the test sets (as `allocator/tests/pending_release.rs`'s `LagBackend`: a marker that
 //! reads pending after its wait, review h34, or failed, review h60); ordering by channels
 //! from a segment source's `free`, never a sleep.
+//!
+//! Each finding failed 6 of 6 runs on e14bd0e; fixed: a releasing segment carries a note of
+//! its own (`Segment::release_note`), not its address, and a dropped shard whose teardown
+//! leaves segments in its state stays noted (and is not dropped with them).
 
 use std::collections::BTreeSet;
 use std::sync::mpsc;

@@ -109,4 +109,7 @@ pub(crate) struct Segment<B: Backend> {
     /// Counted in `oversize_segments` when obtained (at least the `max_split_size` in effect
     /// then): its release subtracts exactly that, whatever the configuration is by then.
     pub oversize: bool,
+    /// Its note in the allocator's releasing segments once taken out for release
+    /// ([`super::device_wide::Releasing`]; 0: none).
+    pub release_note: u64,
 }

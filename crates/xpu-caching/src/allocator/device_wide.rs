@@ -62,21 +62,22 @@ pub(crate) trait KeptRelease<B: Backend>: Send {
 }
 
 /// The segments of one device allocator taken out of their shards for release and not freed
-/// yet, by address (addresses are unique among live segments). Each is noted under its
+/// yet, each under a note of its own (not its address: the source may hand a freed address
+/// out again before the free that noted it returns; review h89). Each is noted under its
 /// shard's lock as it is taken out, and forgotten once it is freed and the statistics no
 /// longer count it. A leaf lock: held only to note, forget or copy.
 #[derive(Default)]
-pub(crate) struct Releasing(Mutex<BTreeMap<u64, crate::SegmentSnapshot>>);
+pub(crate) struct Releasing(Mutex<(u64, BTreeMap<u64, crate::SegmentSnapshot>)>);
 
 impl Releasing {
-    /// Notes a segment of `stream` taken out for release.
+    /// Notes a segment of `stream` taken out for release; returns its note (never 0).
     pub(crate) fn note(
         &self,
         stream: crate::stream::StreamKey,
         address: u64,
         size: u64,
         pool: crate::size::PoolKind,
-    ) {
+    ) -> u64 {
         let segment = crate::SegmentSnapshot {
             stream,
             address,
@@ -90,17 +91,23 @@ impl Releasing {
                 state: crate::BlockState::Inactive,
             }],
         };
-        self.0.lock().insert(address, segment);
+        let mut notes = self.0.lock();
+        notes.0 += 1;
+        let note = notes.0;
+        notes.1.insert(note, segment);
+        note
     }
 
-    /// Forgets the segment at `address` (freed).
-    pub(crate) fn forget(&self, address: u64) {
-        self.0.lock().remove(&address);
+    /// Forgets the segment noted as `note` (freed); nothing for 0.
+    pub(crate) fn forget(&self, note: u64) {
+        if note != 0 {
+            self.0.lock().1.remove(&note);
+        }
     }
 
     /// The segments noted, as a snapshot shows them (one inactive block each).
     pub(crate) fn snapshot(&self) -> Vec<crate::SegmentSnapshot> {
-        self.0.lock().values().cloned().collect()
+        self.0.lock().1.values().cloned().collect()
     }
 }
 

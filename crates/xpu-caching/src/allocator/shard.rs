@@ -243,7 +243,15 @@ impl<B: Backend> Drop for Shard<B> {
         shared.begin_teardown(noted.clone());
         let job = move || {
             teardown(&state.0, &shared);
-            shared.end_teardown(&noted);
+            // A state that still holds segments (a pending free whose marker reads failed or
+            // pending, or no release marker could be recorded) stays noted and is not
+            // dropped: its segments stay reserved, counted and shown (dropping the state
+            // would drop their memory while the statistics count it; review h89). They are
+            // not released later.
+            let emptied = state.0.lock().segments.iter().next().is_none();
+            if emptied {
+                shared.end_teardown(&noted);
+            }
         };
         if deferred.is_none() && !B::drop_must_not_wait() {
             job();

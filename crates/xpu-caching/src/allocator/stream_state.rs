@@ -535,6 +535,7 @@ impl<B: Backend> ShardState<B> {
             source: Arc::new(source),
             pool: kind,
             oversize,
+            release_note: 0,
         })
     }
 
@@ -821,16 +822,16 @@ impl<B: Backend> ShardState<B> {
     /// stream's lock is released. The statistics count the segment as reserved until it is
     /// freed.
     pub(crate) fn release_block(&mut self, block: u32) {
-        if let Some(segment) = self.take_segment(block) {
-            self.note_releasing(&segment);
+        if let Some(mut segment) = self.take_segment(block) {
+            self.note_releasing(&mut segment);
             self.released.push(segment);
         }
     }
 
     /// Notes `segment`, taken out of this shard for release, in the allocator's releasing
     /// segments (snapshots show it until it is freed).
-    fn note_releasing(&self, segment: &Segment<B>) {
-        self.releasing.note(
+    fn note_releasing(&self, segment: &mut Segment<B>) {
+        segment.release_note = self.releasing.note(
             self.key,
             segment.source.address,
             segment.source.size,
@@ -871,11 +872,11 @@ impl<B: Backend> ShardState<B> {
                 return None;
             }
         };
-        let segments: Vec<Segment<B>> = blocks
+        let mut segments: Vec<Segment<B>> = blocks
             .into_iter()
             .filter_map(|block| self.take_segment(block))
             .collect();
-        for segment in &segments {
+        for segment in &mut segments {
             self.note_releasing(segment);
         }
         Some(ReleaseBatch {
@@ -1136,11 +1137,12 @@ fn free_segment<B: Backend>(
     shared: &DeviceShared<B>,
     st: &mut StatsWriter<'_>,
 ) {
-    let (kind, size, address, oversize) = (
+    let (kind, size, address, oversize, note) = (
         segment.pool,
         segment.source.size,
         segment.source.address,
         segment.oversize,
+        segment.release_note,
     );
     shared
         .history
@@ -1169,8 +1171,9 @@ fn free_segment<B: Backend>(
     if oversize {
         st.oversize_segments.decrease(1);
     }
-    // No longer counted: no longer shown.
-    shared.releasing.forget(address);
+    // No longer counted: no longer shown (by its own note: the source may have handed the
+    // address out again already, and another release noted it; review h89).
+    shared.releasing.forget(note);
     if let Err(payload) = freed {
         std::panic::resume_unwind(payload);
     }
