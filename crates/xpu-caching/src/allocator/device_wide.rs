@@ -105,9 +105,19 @@ impl Releasing {
         }
     }
 
-    /// The segments noted, as a snapshot shows them (one inactive block each).
-    pub(crate) fn snapshot(&self) -> Vec<crate::SegmentSnapshot> {
-        self.0.lock().1.values().cloned().collect()
+    /// Adds the segments noted, as a snapshot shows them (one inactive block each), to
+    /// `out`, the segments of shards read before: one already there (taken out of its
+    /// shard after that shard was read) is not added again.
+    pub(crate) fn extend_snapshot(&self, out: &mut Vec<crate::SegmentSnapshot>) {
+        let listed: std::collections::HashSet<u64> = out.iter().map(|s| s.address).collect();
+        let notes = self.0.lock();
+        out.extend(
+            notes
+                .1
+                .values()
+                .filter(|s| !listed.contains(&s.address))
+                .cloned(),
+        );
     }
 }
 
@@ -556,8 +566,9 @@ impl<B: Backend> SharedState<B> {
         if B::is_bad_fork() {
             return Vec::new();
         }
-        let mut out = self.0.releasing.snapshot();
-        out.extend(self.0.in_teardown_snapshot());
+        let mut out = self.0.in_teardown_snapshot();
+        // Read last: a segment a teardown takes out meanwhile is shown once.
+        self.0.releasing.extend_snapshot(&mut out);
         out
     }
 

@@ -271,7 +271,7 @@ struct TearingDown<B: Backend>(Mutex<ShardState<B>>);
 
 impl<B: Backend> InTeardown for TearingDown<B> {
     fn snapshot(&self) -> Vec<crate::SegmentSnapshot> {
-        super::snapshot::shard_segments(&self.0.lock())
+        self.0.lock().segments_snapshot()
     }
 }
 

@@ -1,10 +1,8 @@
 //! A snapshot of the segments and blocks (as `torch.cuda.memory_snapshot`, reduced).
 
-use crate::backend::Backend;
 use crate::size::PoolKind;
 use crate::stream::StreamKey;
 
-use super::stream_state::ShardState;
 use super::thread_cache::ThreadCacheKey;
 use super::CachingAllocator;
 
@@ -59,55 +57,18 @@ impl<B: ThreadCacheKey> CachingAllocator<B> {
         self.flush_thread_caches();
         let mut out = Vec::new();
         for shard in self.all_shards() {
-            out.extend(shard_segments(&shard.lock()));
+            out.extend(shard.lock().segments_snapshot());
         }
-        // Segments taken out of their shards to be released and not freed yet (waiting for
-        // their stream, kept while their marker reads pending or failed, in the source's
-        // free): still reserved (reviews h60, h88: the statistics counted them, the snapshot
-        // did not).
-        out.extend(self.shared().0.releasing.snapshot());
         // Dropped shards whose teardown still waits: their segments are still reserved
         // (review h87).
         out.extend(self.shared().0.in_teardown_snapshot());
+        // Segments taken out of their shards to be released and not freed yet (waiting for
+        // their stream, kept while their marker reads pending or failed, in the source's
+        // free): still reserved (reviews h60, h88: the statistics counted them, the snapshot
+        // did not). Read last: a segment taken out meanwhile is in a shard read before or
+        // here, shown once.
+        self.shared().0.releasing.extend_snapshot(&mut out);
         out.sort_by_key(|s| s.address);
         out
     }
-}
-
-/// The segments of one stream's shard with their blocks (each sorted by address), from its
-/// state (the caller holds its lock).
-pub(crate) fn shard_segments<B: Backend>(state: &ShardState<B>) -> Vec<SegmentSnapshot> {
-    let mut segments: Vec<SegmentSnapshot> = Vec::new();
-    let mut index_of = std::collections::HashMap::new();
-    for (i, segment) in state.segments.iter() {
-        index_of.insert(i, segments.len());
-        segments.push(SegmentSnapshot {
-            stream: state.key,
-            address: segment.source.address,
-            size: segment.source.size,
-            pool: segment.pool,
-            blocks: Vec::new(),
-        });
-    }
-    for (_, b) in state.blocks.iter() {
-        let block_state = if b.allocated {
-            BlockState::Allocated
-        } else if b.event_count > 0 || !b.stream_uses.is_empty() {
-            BlockState::PendingFree
-        } else {
-            BlockState::Inactive
-        };
-        if let Some(&s) = index_of.get(&b.segment) {
-            segments[s].blocks.push(BlockSnapshot {
-                address: b.addr,
-                size: b.size,
-                requested: b.requested,
-                state: block_state,
-            });
-        }
-    }
-    for s in &mut segments {
-        s.blocks.sort_by_key(|b| b.address);
-    }
-    segments
 }

@@ -887,6 +887,45 @@ impl<B: Backend> ShardState<B> {
         })
     }
 
+    /// The segments of this shard with their blocks (each sorted by address), as a snapshot
+    /// shows them (the caller holds the shard's lock).
+    pub(crate) fn segments_snapshot(&self) -> Vec<crate::SegmentSnapshot> {
+        let state = self;
+        let mut segments: Vec<crate::SegmentSnapshot> = Vec::new();
+        let mut index_of = std::collections::HashMap::new();
+        for (i, segment) in state.segments.iter() {
+            index_of.insert(i, segments.len());
+            segments.push(crate::SegmentSnapshot {
+                stream: state.key,
+                address: segment.source.address,
+                size: segment.source.size,
+                pool: segment.pool,
+                blocks: Vec::new(),
+            });
+        }
+        for (_, b) in state.blocks.iter() {
+            let block_state = if b.allocated {
+                crate::BlockState::Allocated
+            } else if b.event_count > 0 || !b.stream_uses.is_empty() {
+                crate::BlockState::PendingFree
+            } else {
+                crate::BlockState::Inactive
+            };
+            if let Some(&s) = index_of.get(&b.segment) {
+                segments[s].blocks.push(crate::BlockSnapshot {
+                    address: b.addr,
+                    size: b.size,
+                    requested: b.requested,
+                    state: block_state,
+                });
+            }
+        }
+        for s in &mut segments {
+            s.blocks.sort_by_key(|b| b.address);
+        }
+        segments
+    }
+
     /// Whole free blocks of one pool, smallest first: (size, address, block).
     pub(crate) fn whole_free(&self, kind: PoolKind) -> Vec<(u64, u64, u32)> {
         self.pool(kind)

@@ -36,7 +36,7 @@ impl<B: ThreadCacheKey> WeakShard<B> {
             let mut state = shard.lock();
             let mut st = local.stats();
             state.flush_thread_caches(&mut st);
-            super::snapshot::shard_segments(&state)
+            state.segments_snapshot()
         })
     }
 
