@@ -10,36 +10,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{device_streams, MIB};
+use common::{device_streams, stats_and_snapshot, Figures, MIB};
 use xpu_alloc::MemPool;
 use xpu_event::Gate;
-
-/// (reserved bytes, segments, active bytes, requested bytes).
-type Figures = (i64, i64, i64, i64);
-
-/// The device-0 [`Figures`] from `memory_stats(0)` and from `memory_snapshot()`.
-fn stats_and_snapshot() -> (Figures, Figures) {
-    let st = xpu_alloc::memory_stats(0).unwrap();
-    let snap = xpu_alloc::memory_snapshot();
-    let segs: Vec<_> = snap.segments.iter().filter(|s| s.device == 0).collect();
-    let sum = |f: fn(&&xpu_alloc::observe::SegmentDict) -> u64| -> i64 {
-        i64::try_from(segs.iter().map(f).sum::<u64>()).unwrap()
-    };
-    (
-        (
-            st.reserved_bytes.all.current,
-            st.segment.all.current,
-            st.active_bytes.all.current,
-            st.requested_bytes.all.current,
-        ),
-        (
-            sum(|s| s.total_size),
-            i64::try_from(segs.len()).unwrap(),
-            sum(|s| s.active_size),
-            sum(|s| s.requested_size),
-        ),
-    )
-}
 
 /// Reads [`stats_and_snapshot`] until the two disagree or `limit` passes; the first
 /// disagreement seen (stats, snapshot), if any. While the tests' gates are closed the true
