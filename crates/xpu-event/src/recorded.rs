@@ -136,6 +136,11 @@ impl Recorded {
     /// such a marker (NVIDIA fails it with the wait: after the synchronize that handled the
     /// failure, `query` read `true` and `synchronize` the failure, on an H100, 2026-12-07);
     /// an adopted event's as the driver reports it.
+    ///
+    /// A marker still pending after a failed wait before it reads that failure
+    /// ([`Recorded::failed_before`]) until such a synchronize: PoCL fails it with the wait,
+    /// NVIDIA keeps it queued behind the earlier work (on an H100, 2026-12-07, `query` read
+    /// `false` where `synchronize` reported the failure: review h83's agreement test).
     pub(crate) fn status(&self) -> Result<EventStatus, ClError> {
         match &self.point {
             Point::Marker(m) => match m.status()? {
@@ -143,6 +148,10 @@ impl Recorded {
                     EventStatus::Error(_) if m.follows_failed_wait() => Ok(EventStatus::Complete),
                     status => Ok(status),
                 },
+                status @ (EventStatus::Complete | EventStatus::Error(_)) => Ok(status),
+                _ if !m.drained_by_finish() && m.follows_failed_wait() => {
+                    Ok(EventStatus::Error(FAILED_WAIT))
+                }
                 status => Ok(status),
             },
             Point::Adopted(e) => e.status(),

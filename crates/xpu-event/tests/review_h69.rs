@@ -61,7 +61,7 @@ fn elapsed_time_after_a_handled_failed_wait_is_negative_for_events_recorded_in_o
         assert!(returned && r.is_err(), "{r:?}");
         assert!(!gate.is_open());
         gate.open().unwrap();
-        s.synchronize().unwrap();
+        common::synchronize_after_failure(&s);
         start.synchronize().unwrap();
         end.synchronize().unwrap();
         let ms = start.elapsed_time(&end);

@@ -151,16 +151,21 @@ impl TrackedQueue {
         drop(marker);
     }
 
-    /// `clFinish`; once it returned `Ok`, everything submitted before it is known complete.
+    /// `clFinish` ([`CommandQueue::finish`]); once one of its `clFinish` calls returned
+    /// `Ok`, everything submitted before it is known complete, also when it reports a failure
+    /// (NVIDIA reports a failed command once, having drained).
     ///
     /// # Errors
-    /// A failed `clFinish` or a kept release failure (the watermark is then not raised).
+    /// A failed `clFinish` (the watermark is raised only where a retry proved the drain) or
+    /// a kept release failure.
     pub(crate) fn finish(&self) -> Result<(), xpu_device::ClError> {
         let drained = self.progress.issued();
         // A query's kept marker enqueued before the `clFinish` began reads complete once it
         // returned with success (`IdleProbe::drained_by_finish`).
-        self.queue.finish()?;
-        self.progress.complete_up_to(drained);
-        Ok(())
+        let outcome = self.queue.finish_outcome();
+        if outcome.drained {
+            self.progress.complete_up_to(drained);
+        }
+        outcome.result
     }
 }

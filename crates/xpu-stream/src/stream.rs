@@ -328,10 +328,14 @@ impl Stream {
     /// seen reporting a marker incomplete right after `clFinish` covering it returned). A
     /// command that terminated abnormally is over too; where the driver's `clFinish` does not
     /// report it (PoCL), such an event's `query` reads `true` afterwards, and its
-    /// `synchronize` still reports the failure.
+    /// `synchronize` still reports the failure. Where it does (NVIDIA, once per batch of
+    /// failed commands), the error is returned once and the stream is known drained all the
+    /// same when a second `clFinish` succeeded (`CommandQueue::finish`): the events recorded
+    /// before it read as after an `Ok`, and the ones recorded after it are judged without the
+    /// failed wait.
     ///
     /// # Errors
-    /// A failed `clFinish` or a kept release failure; `BadFork` in a bad fork child (at once:
+    /// A failed `clFinish` (its first report) or a kept release failure; `BadFork` in a bad fork child (at once:
     /// waiting there could hang forever); [`StreamError::Capturing`] while a graph captures
     /// the stream (its commands are recorded, not run: as torch.cuda refuses `synchronize`
     /// during capture), without waiting.

@@ -111,8 +111,8 @@ pub use pinned::PinnedBuffer;
 pub use platform::Platform;
 pub use program::{BufferElement, Kernel, KernelScalar, Program};
 pub use queue::{
-    markers_enqueued_on_this_thread, CommandQueue, ForeignQueue, IdleProbe, OrderedMarker,
-    PinnedBytes, QueueOptions, QueuePriority, RawEnqueueScope,
+    markers_enqueued_on_this_thread, CommandQueue, FinishOutcome, ForeignQueue, IdleProbe,
+    OrderedMarker, PinnedBytes, QueueOptions, QueuePriority, RawEnqueueScope, FINISH_RETRIES,
 };
 pub use release::take_release_error;
 pub use waits::WaitsStatus;

@@ -62,6 +62,23 @@ pub struct QueueOptions {
     pub priority: Option<QueuePriority>,
 }
 
+/// How many times [`CommandQueue::finish`] calls `clFinish` again after one returned an
+/// error, to learn whether the queue drained (NVIDIA returns an error once per batch of
+/// failed commands, then succeeds).
+pub const FINISH_RETRIES: usize = 3;
+
+/// What a [`CommandQueue::finish_outcome`] found.
+#[derive(Debug)]
+#[must_use]
+pub struct FinishOutcome {
+    /// Every command enqueued before the call began completed: a `clFinish` of the call
+    /// returned with success.
+    pub drained: bool,
+    /// What [`CommandQueue::finish`] returns: the first failed `clFinish` of the call, else
+    /// the kept release failure, else `Ok`.
+    pub result: Result<(), ClError>,
+}
+
 /// A reference-counted in-order command queue. `Clone` retains, `Drop` releases; every
 /// wrapper of one raw queue (clones, and wrappers made again from its raw handle while one
 /// lives: [`CommandQueue::from_raw_borrowed`], an external stream over a runtime queue) shares
@@ -878,14 +895,28 @@ impl CommandQueue {
     /// after it read failed ([`OrderedMarker::status`]): nothing before them is queued.
     ///
     /// After a command failed through its wait list, NVIDIA's `clFinish` returns an error
-    /// once (the failure's status, seen as -5 for a user event failed with -5), after every
-    /// earlier command completed, and succeeds from then on; PoCL's returns success. An error
-    /// return is not taken as proof that the queue drained (a driver may return one without
-    /// waiting): the ordered markers after it stay failed until a `finish` that succeeded.
+    /// once per batch of failed commands (the failure's status, seen as -5 for a user event
+    /// failed with -5), after every earlier command completed, and succeeds from then on;
+    /// PoCL's returns success. An error return is not taken as proof that the queue drained
+    /// (a driver may return one without waiting), so after one `clFinish` is called again, up
+    /// to [`FINISH_RETRIES`] times: the first error is returned (reported once), and when a
+    /// later call succeeded the queue is known drained as after a successful finish (the
+    /// ordered markers enqueued after it are judged without the waits before it; see
+    /// [`CommandQueue::finish_outcome`]). Without that, an event recorded after a synchronize
+    /// that reported NVIDIA's failure kept reading the failure, though its work ran (an
+    /// H100, 2026-12-07).
     ///
     /// # Errors
-    /// A failed `clFinish`, or the kept release failure.
+    /// A failed `clFinish` (the first one), or the kept release failure.
     pub fn finish(&self) -> Result<(), ClError> {
+        self.finish_outcome().result
+    }
+
+    /// [`CommandQueue::finish`], telling too whether the queue is known drained: whether a
+    /// `clFinish` of this call returned with success, so every command enqueued before the
+    /// call began completed (also when `result` is the error of an earlier `clFinish` of the
+    /// call, or the kept release failure).
+    pub fn finish_outcome(&self) -> FinishOutcome {
         if self.frees_failed_events() {
             // A failure set through a raw handle by foreign code is passed on to the forwards'
             // targets only by a sweep (PoCL before 4.0 makes no callback for a failed
@@ -903,12 +934,23 @@ impl CommandQueue {
         // A generation of its own: a command noted after this point may have been enqueued
         // after the `clFinish` began (`idle_since_finish`).
         let generation = self.1.probes.fetch_add(1, Ordering::AcqRel) + 1;
-        if let Err(e) = cl("clFinish", clq::finish(self.0)) {
+        let first = cl("clFinish", clq::finish(self.0));
+        let mut drained = first.is_ok();
+        let mut retries = 0;
+        while !drained && retries < FINISH_RETRIES {
+            retries += 1;
+            drained = clq::finish(self.0).is_ok();
+        }
+        if !drained {
             if enqueued {
                 self.1.enqueued.store(true, Ordering::Release);
             }
-            return Err(e);
+            return FinishOutcome {
+                drained,
+                result: first,
+            };
         }
+        // The successful `clFinish` began after everything read above: it covers it.
         self.1.finished_begun.fetch_max(number, Ordering::AcqRel);
         self.1
             .finished_generation
@@ -916,10 +958,9 @@ impl CommandQueue {
         if let Some(covered) = covered {
             self.1.waits.finished(covered);
         }
-        match super::take_release_error() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        // After a failed `clFinish` the kept release failure stays kept for the next finish.
+        let result = first.and_then(|()| super::take_release_error().map_or(Ok(()), Err));
+        FinishOutcome { drained, result }
     }
 
     /// A marker (`clEnqueueMarkerWithWaitList`): completes when all earlier commands of this
