@@ -358,7 +358,9 @@ impl Event {
     /// 1. both have `enable_timing` (`TimingNotEnabled`);
     /// 2. both recorded (`NotRecorded`);
     /// 3. same device (`DifferentDevices`; needs both recorded);
-    /// 4. both completed (`NotCompleted`; not waited for: synchronize `end` first);
+    /// 4. both completed (`NotCompleted`; not waited for: synchronize `end` first; a point
+    ///    whose failure is already known, its own or a wait's before it, reports it here, as
+    ///    [`Event::query`] does);
     /// 5. neither recorded after a failed wait of its stream (its marker's time tells nothing
     ///    of the work before it: a `"command execution"` error with the wait's status, also
     ///    after a synchronize of the stream cleared the failure; review h69).

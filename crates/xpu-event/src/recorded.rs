@@ -137,10 +137,13 @@ impl Recorded {
     /// failure, `query` read `true` and `synchronize` the failure, on an H100, 2026-12-07);
     /// an adopted event's as the driver reports it.
     ///
-    /// A marker still pending after a failed wait before it reads that failure
-    /// ([`Recorded::failed_before`]) until such a synchronize: PoCL fails it with the wait,
-    /// NVIDIA keeps it queued behind the earlier work (on an H100, 2026-12-07, `query` read
-    /// `false` where `synchronize` reported the failure: review h83's agreement test).
+    /// A marker still pending after a wait before it already known to have failed
+    /// ([`OrderedMarker::known_failed_wait`]: judged so by an earlier question, such as
+    /// `Event::synchronize`'s) reads that failure until such a synchronize: PoCL fails it
+    /// with the wait, NVIDIA keeps it queued behind the earlier work (on an H100, 2026-12-07,
+    /// `query` read `false` where `synchronize` had reported the failure: review h83's
+    /// agreement test). Not judged now: a pending answer costs no status query of the waits
+    /// (review h90).
     pub(crate) fn status(&self) -> Result<EventStatus, ClError> {
         match &self.point {
             Point::Marker(m) => match m.status()? {
@@ -149,10 +152,8 @@ impl Recorded {
                     status => Ok(status),
                 },
                 status @ (EventStatus::Complete | EventStatus::Error(_)) => Ok(status),
-                _ if !m.drained_by_finish() && m.follows_failed_wait() => {
-                    Ok(EventStatus::Error(FAILED_WAIT))
-                }
-                status => Ok(status),
+                status if m.drained_by_finish() => Ok(status),
+                status => Ok(m.known_failed_wait().map_or(status, EventStatus::Error)),
             },
             Point::Adopted(e) => e.status(),
         }

@@ -393,6 +393,19 @@ impl EarlierWaits {
         status
     }
 
+    /// The status of a wait enqueued before the marker already known to have failed: judged
+    /// failed by an earlier [`EarlierWaits::status`] of any marker of the queue (or
+    /// [`WaitLog::failed_since_finish`]), and not cleared for this marker by a finish that
+    /// began before it. Neither queries a status nor settles the answer (a marker judged while
+    /// pending must not keep a failure that a finish covering it clears later: review h90),
+    /// so it costs one lock and no driver call.
+    pub fn known_failure(&self) -> Option<i32> {
+        if let Some(&WaitsStatus::Failed(code)) = self.settled.get() {
+            return Some(code);
+        }
+        self.log.inner.lock().failure_before(self.before)
+    }
+
     /// [`EarlierWaits::status`], asked of the log.
     fn judge(&self) -> WaitsStatus {
         let waits = &self.log;

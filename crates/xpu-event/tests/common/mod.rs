@@ -3,6 +3,10 @@
 
 pub use xpu_testing::{devices, ever_true};
 
+use xpu_event::{Event, EventError, Gate, StreamExt};
+use xpu_stream::Stream;
+use xpu_testing::thread_state::{blocked_in_futex, this_tid};
+
 /// A stream on its own new queue (an external stream), so that gating it never holds back a
 /// pool stream that another test running concurrently may use.
 #[allow(dead_code)]
@@ -79,4 +83,133 @@ pub fn synchronize_after_failure(s: &xpu_stream::Stream) {
         );
         eprintln!("the synchronize reported the failed wait once ({platform}): {e}");
     }
+}
+
+/// Review h90's scenes (review_h90.rs and review_h90_probes.rs): the bound on a wait that
+/// should end (it takes milliseconds).
+#[allow(dead_code)]
+pub const H90_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Spawns `s.synchronize()` on a thread and returns once that thread is blocked in it.
+#[allow(dead_code)]
+pub fn blocked_synchronize(
+    s: Stream,
+) -> std::thread::JoinHandle<Result<(), xpu_stream::StreamError>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        tx.send(this_tid()).unwrap();
+        s.synchronize()
+    });
+    let tid = rx.recv().unwrap();
+    assert!(
+        xpu_testing::true_within(H90_LIMIT, || blocked_in_futex(&tid)
+            && blocked_in_futex(&tid)),
+        "the synchronizing thread never blocked"
+    );
+    handle
+}
+
+/// The scenario of finding 1 and of its control: `s` gated by `g1`; a wait of `s` on a user
+/// event that fails; thread B's `s.synchronize()` blocks behind `g1`; then `s` is gated by
+/// `g2` and `e` recorded (after B's `clFinish` began). With `query_while_pending`, `e.query()`
+/// is asked once now (pending: `Err(-14)` since 74df074). Then `g1` and `g2` open; B returns
+/// `Ok` (PoCL); `e` has completed. Returns `e.query()` and `e.synchronize()` then.
+#[allow(dead_code)]
+pub fn covered_by_a_synchronize_begun_before_the_record(
+    query_while_pending: bool,
+) -> (Result<bool, EventError>, Result<(), EventError>, String) {
+    let s = fresh_stream(0).leak();
+    let g1 = Gate::new(0).unwrap();
+    g1.block(&s).unwrap();
+    let (adopted, user) = failable();
+    s.wait_event(&adopted).unwrap();
+    user.set_failed(-5).unwrap();
+    let b = blocked_synchronize(s);
+    let g2 = Gate::new(0).unwrap();
+    g2.block(&s).unwrap();
+    let e = s.record_event().unwrap();
+    let pending = if query_while_pending {
+        format!("{:?}", e.query())
+    } else {
+        String::from("not asked")
+    };
+    g1.open().unwrap();
+    g2.open().unwrap();
+    let synced = b.join().unwrap();
+    assert!(synced.is_ok(), "PoCL's clFinish succeeds: {synced:?}");
+    // The marker is over (`clFinish` waits for the whole queue on PoCL): complete.
+    let driver = e.driver_status();
+    assert_eq!(driver, "Ok(Complete)", "the marker's own status");
+    (e.query(), e.synchronize(), pending)
+}
+
+/// The driver's own status of an event's marker.
+#[allow(dead_code)]
+pub trait DriverStatus {
+    /// The marker's own driver status once it is not pending (bounded), as `Debug`.
+    fn driver_status(&self) -> String;
+}
+
+impl DriverStatus for Event {
+    fn driver_status(&self) -> String {
+        let raw = self.as_raw().unwrap();
+        // SAFETY: a live event of `self`, retained for the wrapper.
+        let e = unsafe { xpu_device::backend::ClEvent::from_raw_retained(raw) }.unwrap();
+        let mut last = String::new();
+        xpu_testing::true_within(H90_LIMIT, || {
+            let st = e.status();
+            last = format!("{st:?}");
+            !matches!(
+                st,
+                Ok(xpu_device::backend::EventStatus::Queued
+                    | xpu_device::backend::EventStatus::Submitted
+                    | xpu_device::backend::EventStatus::Running)
+            )
+        });
+        last
+    }
+}
+
+/// Builds review_h90_layer/finish_layer.c (an OpenCL loader layer, see its comment) and sets
+/// `OPENCL_LAYERS` and `H90_FAIL_FINISH_FLAG` for the child scenarios this test process
+/// re-runs. The flag file is made by the child when its scenario wants one failed
+/// `clFinish` that returns at once.
+#[allow(dead_code)]
+pub fn with_failing_finish_layer() {
+    if xpu_testing::scenario().is_some() {
+        return;
+    }
+    // Read at run time: an archive run on another machine has its sources elsewhere.
+    let target_tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = if target_tmp.is_dir() {
+        target_tmp.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    let so = dir.join(format!("h90_finish_layer_{}.so", std::process::id()));
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+        || env!("CARGO_MANIFEST_DIR").into(),
+        std::path::PathBuf::from,
+    );
+    let src = manifest.join("tests/review_h90_layer/finish_layer.c");
+    let built = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&so)
+        .arg(&src)
+        .status()
+        .expect("cc");
+    assert!(built.success(), "the layer did not build");
+    std::env::set_var("OPENCL_LAYERS", &so);
+    std::env::set_var(
+        "H90_FAIL_FINISH_FLAG",
+        dir.join(format!("h90_fail_finish_{}", std::process::id())),
+    );
+}
+
+/// Makes the next `clFinish` of the process return -5 at once (the layer consumes the file).
+#[allow(dead_code)]
+pub fn fail_next_finish() -> std::path::PathBuf {
+    let flag = std::path::PathBuf::from(std::env::var_os("H90_FAIL_FINISH_FLAG").unwrap());
+    std::fs::write(&flag, b"").unwrap();
+    flag
 }
