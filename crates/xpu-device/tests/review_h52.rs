@@ -151,8 +151,7 @@ fn cost_of_failing_a_chain(dev: &Device, n: usize) -> u64 {
 /// status queries counted on the failing thread (`status_queries_on_this_thread`), for
 /// `n` = 500 and 1,000.
 ///
-/// Expected: linear in the forwards (at most 8 queries per link, and doubling `n` at most
-/// about doubles the cost). Observed: `n(n-1)/2`: 124,751 for 500, 499,501 for 1,000 (x4 per
+/// Expected: linear in the forwards (at most 8 queries per link, for each `n`). Observed: `n(n-1)/2`: 124,751 for 500, 499,501 for 1,000 (x4 per
 /// doubling); each `sweep` round passes the failure on one link and asks every kept forward's
 /// source again. Every run. Child scenario: in the test process the other tests' sweeps take
 /// some rounds (65,000 to 377,000 were counted for 1,000 then).
@@ -164,8 +163,11 @@ fn failing_a_chain_of_forwards_costs_linear_status_queries() {
     let small = cost_of_failing_a_chain(dev, 500);
     let large = cost_of_failing_a_chain(dev, 1000);
     println!("status queries: 500 links {small}, 1000 links {large}");
+    // Linear bounds per link (quadratic gave n(n-1)/2: 124,751 and 499,501). A ratio of the
+    // two (`large <= 3 * small`) failed on an H100 (569 and 1,998), its driver's callback
+    // threads taking part of the small chain's sweeps.
     assert!(
-        large <= 8 * 1000 && large <= 3 * small,
+        small <= 8 * 500 && large <= 8 * 1000,
         "failing a chain: 500 links {small} status queries, 1000 links {large}"
     );
     println!("scenario-ok");

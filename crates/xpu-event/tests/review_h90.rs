@@ -48,6 +48,17 @@
 
 mod common;
 
+/// Why finding 1's scene is PoCL's only: its `clFinish` succeeds after the failed wait and
+/// the marker recorded behind it completes; NVIDIA reports the failure once and fails every
+/// command queued behind the failed barrier, that marker too (its own status then reads the
+/// failure, rightly).
+const SYNC_OK: &str = "the marker behind the failed wait completes (NVIDIA fails it)";
+
+/// Why the loader layer's tests run on PoCL only: the layer models a driver's `clFinish`
+/// through ocl-icd's `OPENCL_LAYERS`, which the GPU machine's NVIDIA registration bypassed
+/// (no `clFinish` reached it on an H100, 2026-12-07).
+const LAYER: &str = "the loader layer models a driver over PoCL";
+
 use common::{
     blocked_synchronize, covered_by_a_synchronize_begun_before_the_record, fail_next_finish,
     with_failing_finish_layer,
@@ -66,6 +77,9 @@ use xpu_event::{Event, EventError, Gate, StreamExt};
 #[test]
 fn a_query_while_pending_does_not_make_the_event_fail_after_a_covering_synchronize() {
     common::in_child("query_while_pending_settles", 1, || {
+        if !common::pocl_only(SYNC_OK) {
+            return;
+        }
         let (q, sync, pending) = covered_by_a_synchronize_begun_before_the_record(true);
         assert!(
             matches!(q, Ok(true)) && sync.is_ok(),
@@ -176,6 +190,9 @@ fn elapsed_time_to_a_pending_end_after_a_failed_wait_is_not_completed() {
 fn a_synchronize_whose_clfinish_fails_at_once_waits_for_the_work_and_reports_the_error() {
     with_failing_finish_layer();
     common::in_child("finish_fails_at_once", 1, || {
+        if !common::pocl_only(LAYER) {
+            return;
+        }
         let s = common::fresh_stream(0).leak();
         s.synchronize().unwrap();
         let gate = Gate::new(0).unwrap();

@@ -23,6 +23,9 @@ use xpu_event::{Event, Gate, StreamExt};
 #[test]
 fn without_a_query_while_pending_the_covering_synchronize_clears_the_failure() {
     common::in_child("control_not_queried", 1, || {
+        if !common::pocl_only("the marker behind the failed wait completes (NVIDIA fails it)") {
+            return;
+        }
         let (q, sync, _) = covered_by_a_synchronize_begun_before_the_record(false);
         assert!(matches!(q, Ok(true)) && sync.is_ok(), "{q:?} {sync:?}");
     });
@@ -172,6 +175,9 @@ fn finish_outcome_after_a_failed_wait_is_drained_and_ok_on_pocl() {
 fn a_retry_that_succeeds_counts_as_a_drain() {
     with_failing_finish_layer();
     common::in_child("retry_drains", 1, || {
+        if !common::pocl_only("the loader layer models a driver over PoCL") {
+            return;
+        }
         let s = common::fresh_stream(0).leak();
         let (adopted, user) = common::failable();
         s.wait_event(&adopted).unwrap();
