@@ -3,11 +3,19 @@
 //! between, and prints the host nanoseconds per op (the enqueue loop alone, wall clock and
 //! the enqueuing thread's own CPU time from `/proc/thread-self/schedstat`, which leaves out
 //! the driver's threads that run the kernels) and per op including the final
-//! synchronization. A measuring tool for the launch path (see docs/performance.md).
+//! synchronization. Beside it, in the same run, the raw floor: the same element-wise add
+//! (1,024 work-items) launched through `xpu-device` alone, four `clSetKernelArg` and one
+//! `clEnqueueNDRangeKernel` per op on the same stream's queue, no allocation, on three
+//! buffers of their own (the floor), and on three sub-buffers of one buffer (what an
+//! allocator block is as a plain argument), and the enqueue alone (the arguments set once,
+//! before the loop: what no launch layer can go under). A measuring tool for the launch path
+//! (see docs/performance.md).
 //!
 //! `cargo run --release -p xpu-burn --example op_overhead -- [N]` (default 10,000).
 
 use std::time::Instant;
+
+use xpu::xpu_device::backend::{Buffer, Kernel, MemFlags, Program};
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
@@ -49,7 +57,78 @@ fn main() -> std::process::ExitCode {
         cpu.map_or_else(|| "?".to_owned(), |c| format!("{c:.0}")),
         total.as_nanos() as f64 / n as f64
     );
+    for (sub, every_time, what) in [
+        (false, true, "4 kernel arguments set each time, buffers"),
+        (true, true, "4 kernel arguments set each time, sub-buffers"),
+        (false, false, "the enqueue alone, arguments set once"),
+    ] {
+        match raw_floor(n, sub, every_time) {
+            Ok(ns) => println!(
+                "raw floor ({n} launches of the same add through xpu-device, {what}): {ns:.0} ns \
+                 per launch enqueued"
+            ),
+            Err(e) => eprintln!("op_overhead: raw floor failed: {e}"),
+        }
+    }
     std::process::ExitCode::SUCCESS
+}
+
+/// The same add as burn's, launched `n` times through `xpu-device` on three buffers, or
+/// three sub-buffers of one with `sub`, its arguments set before each launch or, without
+/// `every_time`, once (see the module docs): host ns per launch enqueued, without the final
+/// drain.
+fn raw_floor(n: usize, sub: bool, every_time: bool) -> Result<f64, Box<dyn std::error::Error>> {
+    const SRC: &str = r"
+__kernel void add(__global float *c, __global const float *a, __global const float *b, uint n) {
+    size_t i = get_global_id(0);
+    if (i < n) c[i] = a[i] + b[i];
+}
+";
+    let dev = xpu::xpu_device::device(0)?;
+    let ctx = dev.context()?;
+    let seg = Buffer::new(ctx, 3 * 4096, MemFlags::default())?;
+    let (c, a, b) = if sub {
+        (
+            seg.sub_buffer(0, 4096)?,
+            seg.sub_buffer(4096, 4096)?,
+            seg.sub_buffer(8192, 4096)?,
+        )
+    } else {
+        let plain = || Buffer::new(ctx, 4096, MemFlags::default());
+        (plain()?, plain()?, plain()?)
+    };
+    let program = Program::build(ctx, dev.id(), SRC)?;
+    let mut k = Kernel::new(&program, "add")?;
+    let stream = xpu::current_stream(Some(0))?;
+    let q = stream.queue()?;
+    q.fill(&seg, &[0; 4], 0, 3 * 4096, &[])?;
+    for buf in [&c, &a, &b] {
+        q.fill(buf, &[0; 4], 0, 4096, &[])?;
+    }
+    let set_args = |k: &mut Kernel| -> Result<(), Box<dyn std::error::Error>> {
+        k.set_arg_buffer(0, &c)?;
+        k.set_arg_buffer(1, &a)?;
+        k.set_arg_buffer(2, &b)?;
+        k.set_arg(3, 1024u32)?;
+        Ok(())
+    };
+    set_args(&mut k)?;
+    let mut round = |n: usize| -> Result<f64, Box<dyn std::error::Error>> {
+        let t = Instant::now();
+        for _ in 0..n {
+            if every_time {
+                set_args(&mut k)?;
+            }
+            // SAFETY: 1,024 work-items touch the 1,024 floats of three 4 KiB buffers (or
+            // sub-buffers), which live until the queue is drained below.
+            unsafe { q.enqueue_kernel_without_event(&k, &[1024], None, &[]) }?;
+        }
+        let ns = t.elapsed().as_nanos() as f64 / n as f64;
+        q.finish()?;
+        Ok(ns)
+    };
+    round(100)?;
+    round(n)
 }
 
 /// The calling thread's CPU time so far, ns (Linux: the first field of
