@@ -335,10 +335,10 @@ impl Stream {
     /// failed wait.
     ///
     /// # Errors
-    /// A failed `clFinish` (its first report) or a kept release failure; `BadFork` in a bad fork child (at once:
-    /// waiting there could hang forever); [`StreamError::Capturing`] while a graph captures
-    /// the stream (its commands are recorded, not run: as torch.cuda refuses `synchronize`
-    /// during capture), without waiting.
+    /// A failed `clFinish` (its first report) or a kept release failure; `BadFork` in a bad
+    /// fork child (at once: waiting there could hang forever); [`StreamError::Capturing`]
+    /// while a graph captures the stream (its commands are recorded, not run: as torch.cuda
+    /// refuses `synchronize` during capture), without waiting.
     pub fn synchronize(&self) -> Result<(), StreamError> {
         // Checked under the permit, which is released before the wait (no driver wait under
         // it: a capture begun meanwhile only makes `finish` wait for the earlier work).
