@@ -98,9 +98,7 @@ fn a_query_while_pending_does_not_make_the_event_fail_after_a_covering_synchroni
 fn event_query_and_stream_query_agree_on_a_pending_point_after_a_failed_wait() {
     common::in_child("event_and_stream_query_agree", 1, || {
         let s = common::fresh_stream(0).leak();
-        let (adopted, user) = common::failable();
-        s.wait_event(&adopted).unwrap();
-        user.set_failed(-5).unwrap();
+        common::fail_a_wait(&s);
         let gate = Gate::new(0).unwrap();
         gate.block(&s).unwrap();
         let e = s.record_event().unwrap();
@@ -160,9 +158,7 @@ fn elapsed_time_to_a_pending_end_after_a_failed_wait_is_not_completed() {
         let mut start = Event::timing();
         start.record(&s).unwrap();
         start.synchronize().unwrap();
-        let (adopted, user) = common::failable();
-        s.wait_event(&adopted).unwrap();
-        user.set_failed(-5).unwrap();
+        common::fail_a_wait(&s);
         let gate = Gate::new(0).unwrap();
         gate.block(&s).unwrap();
         let mut end = Event::timing();

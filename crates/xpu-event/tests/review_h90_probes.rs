@@ -38,9 +38,7 @@ fn a_pending_event_of_another_stream_reads_false_not_the_failure() {
     common::in_child("other_stream_pending", 1, || {
         let s = common::fresh_stream(0).leak();
         let t = common::fresh_stream(0).leak();
-        let (adopted, user) = common::failable();
-        s.wait_event(&adopted).unwrap();
-        user.set_failed(-5).unwrap();
+        common::fail_a_wait(&s);
         let on_s = s.record_event().unwrap();
         assert!(on_s.synchronize().is_err());
         assert!(on_s.query().is_err());
@@ -60,9 +58,7 @@ fn a_pending_event_of_another_stream_reads_false_not_the_failure() {
 fn a_pending_event_after_a_drained_failure_reads_false() {
     common::in_child("pending_after_drained", 1, || {
         let s = common::fresh_stream(0).leak();
-        let (adopted, user) = common::failable();
-        s.wait_event(&adopted).unwrap();
-        user.set_failed(-5).unwrap();
+        common::fail_a_wait(&s);
         common::synchronize_after_failure(&s);
         let gate = Gate::new(0).unwrap();
         gate.block(&s).unwrap();
@@ -79,9 +75,7 @@ fn a_pending_event_after_a_drained_failure_reads_false() {
 fn a_finish_through_another_wrapper_clears_a_queried_pending_event() {
     common::in_child("other_wrapper_finish", 1, || {
         let s = common::fresh_stream(0).leak();
-        let (adopted, user) = common::failable();
-        s.wait_event(&adopted).unwrap();
-        user.set_failed(-5).unwrap();
+        common::fail_a_wait(&s);
         let gate = Gate::new(0).unwrap();
         gate.block(&s).unwrap();
         let e = s.record_event().unwrap();
@@ -103,9 +97,7 @@ fn a_finish_through_another_wrapper_clears_a_queried_pending_event() {
 fn a_rerecorded_event_after_a_handled_failure_reads_its_new_point() {
     common::in_child("rerecorded_pending", 1, || {
         let s = common::fresh_stream(0).leak();
-        let (adopted, user) = common::failable();
-        s.wait_event(&adopted).unwrap();
-        user.set_failed(-5).unwrap();
+        common::fail_a_wait(&s);
         let mut e = Event::default();
         e.record(&s).unwrap();
         assert!(e.synchronize().is_err());
@@ -127,9 +119,7 @@ fn query_synchronize_and_wait_agree_on_a_pending_event_after_a_failed_wait() {
     common::in_child("agree_pending", 1, || {
         let s = common::fresh_stream(0).leak();
         let waiter = common::fresh_stream(0).leak();
-        let (adopted, user) = common::failable();
-        s.wait_event(&adopted).unwrap();
-        user.set_failed(-5).unwrap();
+        common::fail_a_wait(&s);
         let gate = Gate::new(0).unwrap();
         gate.block(&s).unwrap();
         let e = s.record_event().unwrap();
@@ -152,9 +142,7 @@ fn query_synchronize_and_wait_agree_on_a_pending_event_after_a_failed_wait() {
 fn finish_outcome_after_a_failed_wait_is_drained_and_ok_on_pocl() {
     common::in_child("finish_outcome_pocl", 1, || {
         let s = common::fresh_stream(0).leak();
-        let (adopted, user) = common::failable();
-        s.wait_event(&adopted).unwrap();
-        user.set_failed(-5).unwrap();
+        common::fail_a_wait(&s);
         let e = s.record_event().unwrap();
         assert!(e.synchronize().is_err());
         assert!(e.query().is_err());
@@ -179,9 +167,7 @@ fn a_retry_that_succeeds_counts_as_a_drain() {
             return;
         }
         let s = common::fresh_stream(0).leak();
-        let (adopted, user) = common::failable();
-        s.wait_event(&adopted).unwrap();
-        user.set_failed(-5).unwrap();
+        common::fail_a_wait(&s);
         let e1 = s.record_event().unwrap();
         assert!(e1.synchronize().is_err());
         assert!(e1.query().is_err());

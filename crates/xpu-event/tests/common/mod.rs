@@ -68,6 +68,15 @@ pub fn failable() -> (xpu_event::Event, xpu_device::backend::ClEvent) {
     (adopted, user)
 }
 
+/// Makes `s` wait on a fresh user event ([`failable`]) and fails it (-5): a failed wait of
+/// `s`, not yet handled.
+#[allow(dead_code)]
+pub fn fail_a_wait(s: &xpu_stream::Stream) {
+    let (adopted, user) = failable();
+    s.wait_event(&adopted).unwrap();
+    user.set_failed(-5).unwrap();
+}
+
 /// Synchronizes `s` after a failed wait of it: PoCL's `clFinish` succeeds (`Ok`, required
 /// there); NVIDIA's reports the failed commands once (an error), and the stream is drained
 /// all the same (`CommandQueue::finish` called `clFinish` again): what the caller asserts
@@ -151,9 +160,7 @@ pub fn covered_by_a_synchronize_begun_before_the_record(
     let s = fresh_stream(0).leak();
     let g1 = Gate::new(0).unwrap();
     g1.block(&s).unwrap();
-    let (adopted, user) = failable();
-    s.wait_event(&adopted).unwrap();
-    user.set_failed(-5).unwrap();
+    fail_a_wait(&s);
     let b = blocked_synchronize(s);
     let g2 = Gate::new(0).unwrap();
     g2.block(&s).unwrap();
