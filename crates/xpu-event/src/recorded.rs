@@ -139,7 +139,8 @@ impl Recorded {
     ///
     /// A marker still pending after a wait before it already known to have failed
     /// ([`OrderedMarker::known_failed_wait`]: judged so by an earlier question, such as
-    /// `Event::synchronize`'s) reads that failure until such a synchronize: PoCL fails it
+    /// `Event::synchronize`'s) reads [`FAILED_WAIT`] (-14, as `Event::synchronize` and
+    /// `Event::wait` report it: review h91) until such a synchronize: PoCL fails it
     /// with the wait, NVIDIA keeps it queued behind the earlier work (on an H100, 2026-12-07,
     /// `query` read `false` where `synchronize` had reported the failure: review h83's
     /// agreement test). Not judged now: a pending answer costs no status query of the waits
@@ -153,7 +154,8 @@ impl Recorded {
                 },
                 status @ (EventStatus::Complete | EventStatus::Error(_)) => Ok(status),
                 status if m.drained_by_finish() => Ok(status),
-                status => Ok(m.known_failed_wait().map_or(status, EventStatus::Error)),
+                _ if m.known_failed_wait() => Ok(EventStatus::Error(FAILED_WAIT)),
+                status => Ok(status),
             },
             Point::Adopted(e) => e.status(),
         }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use xpu_device::backend::{raw, CommandQueue};
+use xpu_device::backend::{raw, CommandQueue, IdleProbe};
 use xpu_device::HasDevice;
 
 use crate::error::{check_fork, StreamError};
@@ -225,8 +225,10 @@ impl Stream {
     /// returned with success, through any wrapper of the queue (a new marker would fail too,
     /// and NVIDIA's `clFinish` reports each batch of failed commands: pollers enqueuing one
     /// per query kept `synchronize` failing). While the kept marker is still queued the
-    /// query answers `false` (one driver call); a failure behind it is reported once it is
-    /// over.
+    /// query answers `false` (one driver call), or reports a failed wait before it that is
+    /// already known (judged by an earlier question, such as an event's `synchronize`; no
+    /// status query), as `xpu_event::Event::query` does; a failure behind it is reported once
+    /// it is over.
     ///
     /// # Errors
     /// A failed OpenCL call, or the abnormal status of a command on the stream (a command
@@ -278,8 +280,10 @@ impl Stream {
             match complete {
                 // Still queued: `false`, one driver call (a failed wait enqueued after it is
                 // reported once it is over; asking the wait log here cost a status query per
-                // logged wait on every poll: review h73).
-                Some(false) => return Ok(false),
+                // logged wait on every poll: review h73), or the failure of a wait before it
+                // already known (no status query: the log's lock), as `Event::query` reads
+                // a pending event's (reviews h90, h91).
+                Some(false) => return pending_answer(&k.probe),
                 Some(true) => {
                     q.tracked().progress.complete_up_to(k.drained);
                     // Nothing enqueued after it: the stream is idle, and the marker answers
@@ -312,11 +316,16 @@ impl Stream {
         if complete {
             q.tracked().progress.complete_up_to(drained);
         }
+        let answer = if complete {
+            Ok(true)
+        } else {
+            pending_answer(&probe)
+        };
         // Kept, pending or complete (it answers the next query). Another query's replacement
         // since the read above is kept instead.
         q.tracked()
             .replace_query_marker(kept.as_ref(), Some(QueryMarker::new(probe, drained)));
-        Ok(complete)
+        answer
     }
 
     /// Blocks the host until all work submitted so far has completed (`clFinish`), then
@@ -366,4 +375,15 @@ impl fmt::Debug for Stream {
         };
         d.finish()
     }
+}
+
+/// A stream query's answer for its marker `probe` while the driver reports it pending:
+/// `false`, or the failure of a wait enqueued before it that is already known
+/// ([`IdleProbe::known_failed_wait`], no status query): `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`
+/// (-14) as a `"command execution"` error, the code an event's `query` reads then.
+fn pending_answer(probe: &IdleProbe) -> Result<bool, StreamError> {
+    if probe.known_failed_wait() {
+        return Err(xpu_device::ClError::new("command execution", -14).into());
+    }
+    Ok(false)
 }

@@ -313,15 +313,21 @@ impl IdleProbe {
     /// A failed `clGetEventInfo` on the marker; the marker's own negative status, or that of
     /// a wait enqueued before it (sticky up to a [`CommandQueue::finish`] that returned with
     /// success, as [`OrderedMarker::status`]), as a `ClError` of `"command execution"`.
-    ///
-    /// A marker still pending after a wait before it already known to have failed
-    /// ([`OrderedMarker::known_failed_wait`]) reads that failure, as `Event::query` does.
     pub fn is_complete(&self) -> Result<bool, ClError> {
-        match pending_in_order(self.marker.status()?, self.earlier.as_ref()) {
+        match in_order(self.marker.status()?, self.earlier.as_ref()) {
             EventStatus::Complete => Ok(true),
             EventStatus::Error(code) => Err(ClError::new("command execution", code)),
             _ => Ok(false),
         }
+    }
+
+    /// Whether a wait enqueued before the probe is already known to have failed, as
+    /// [`OrderedMarker::known_failed_wait`] (no status query): what a stream query reports
+    /// while the probe is still queued.
+    pub fn known_failed_wait(&self) -> bool {
+        self.earlier
+            .as_ref()
+            .is_some_and(EarlierWaits::known_failure)
     }
 
     /// Whether the commands enqueued before the probe are known to have completed through a
@@ -404,14 +410,16 @@ impl OrderedMarker {
             .is_none_or(|earlier| earlier.status() == WaitsStatus::Complete)
     }
 
-    /// The status of a wait enqueued before the marker that is already known to have failed
+    /// Whether a wait enqueued before the marker is already known to have failed
     /// ([`EarlierWaits::known_failure`]): no status query, one lock while waits are logged,
     /// one field read otherwise. For a marker still pending: PoCL fails such a marker with
     /// the wait while NVIDIA keeps it queued behind the earlier work, so a query that
     /// reports this reads the same on both (an H100, 2026-12-07: `Event::query` read
     /// `false` where `Event::synchronize` reported the failure).
-    pub fn known_failed_wait(&self) -> Option<i32> {
-        self.earlier.as_ref().and_then(EarlierWaits::known_failure)
+    pub fn known_failed_wait(&self) -> bool {
+        self.earlier
+            .as_ref()
+            .is_some_and(EarlierWaits::known_failure)
     }
 
     /// Whether a wait enqueued before the marker on its queue (through the wrapper or its
@@ -419,22 +427,12 @@ impl OrderedMarker {
     /// may then have run, or run later, the commands enqueued after that wait ahead of earlier
     /// ones still queued (PoCL does), so the queue's order no longer holds for them. Status
     /// queries of the logged waits (never a wait); one field read while none was logged.
+    /// Asked now, every time ([`EarlierWaits::failure_now`]): a finish that began before the
+    /// marker and covers the failure clears it for the marker once it returned (review h91).
     pub fn follows_failed_wait(&self) -> bool {
         self.earlier
             .as_ref()
-            .is_some_and(|earlier| matches!(earlier.status(), WaitsStatus::Failed(_)))
-    }
-}
-
-/// [`in_order`], and a marker the driver reports pending reads the failure of a wait before
-/// it already known to have failed ([`EarlierWaits::known_failure`]: judged by an earlier
-/// question, not now, so that pending answers cost no status query of the waits).
-fn pending_in_order(status: EventStatus, earlier: Option<&EarlierWaits>) -> EventStatus {
-    match (status, earlier) {
-        (EventStatus::Queued | EventStatus::Submitted | EventStatus::Running, Some(earlier)) => {
-            earlier.known_failure().map_or(status, EventStatus::Error)
-        }
-        _ => in_order(status, earlier),
+            .is_some_and(|earlier| earlier.failure_now().is_some())
     }
 }
 

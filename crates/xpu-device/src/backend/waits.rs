@@ -393,17 +393,40 @@ impl EarlierWaits {
         status
     }
 
-    /// The status of a wait enqueued before the marker already known to have failed: judged
-    /// failed by an earlier [`EarlierWaits::status`] of any marker of the queue (or
-    /// [`WaitLog::failed_since_finish`]), and not cleared for this marker by a finish that
-    /// began before it. Neither queries a status nor settles the answer (a marker judged while
-    /// pending must not keep a failure that a finish covering it clears later: review h90),
-    /// so it costs one lock and no driver call.
-    pub fn known_failure(&self) -> Option<i32> {
-        if let Some(&WaitsStatus::Failed(code)) = self.settled.get() {
-            return Some(code);
+    /// Whether a wait enqueued before the marker is already known to have failed: judged
+    /// failed by an earlier question of any marker of the queue, and not cleared for this
+    /// marker by a finish that began before it (or settled so once the marker completed:
+    /// [`EarlierWaits::status`]). Neither queries a status nor settles the answer, so it costs
+    /// one lock and no driver call.
+    pub fn known_failure(&self) -> bool {
+        if let Some(&settled) = self.settled.get() {
+            return matches!(settled, WaitsStatus::Failed(_));
         }
-        self.log.inner.lock().failure_before(self.before)
+        self.log.inner.lock().failure_before(self.before).is_some()
+    }
+
+    /// The status of a wait enqueued before the marker that failed, judging the logged waits
+    /// now (status queries, never a wait). A `Failed` answer is not settled: a finish that
+    /// began before the marker and covers the failure clears it for the marker once it
+    /// returns, and a marker asked while pending kept the failure for good (review h91:
+    /// `Event::synchronize` of a pending event while such a synchronize was in `clFinish`);
+    /// [`EarlierWaits::status`] settles what it reads once the marker completed. `Complete`
+    /// is settled (nothing before the marker can fail any more).
+    pub fn failure_now(&self) -> Option<i32> {
+        if let Some(&settled) = self.settled.get() {
+            return match settled {
+                WaitsStatus::Failed(code) => Some(code),
+                _ => None,
+            };
+        }
+        match self.judge() {
+            WaitsStatus::Failed(code) => Some(code),
+            WaitsStatus::Complete => {
+                let _ = self.settled.set(WaitsStatus::Complete);
+                None
+            }
+            WaitsStatus::Pending => None,
+        }
     }
 
     /// [`EarlierWaits::status`], asked of the log.
