@@ -95,7 +95,10 @@ fn a_kept_failed_query_marker_is_cleared_by_a_retry_drain() {
         gate.block(&s).unwrap();
         let e = s.record_event().unwrap();
         assert!(e.synchronize().is_err());
-        assert!(s.query().is_err(), "the kept marker reads the known failure");
+        assert!(
+            s.query().is_err(),
+            "the kept marker reads the known failure"
+        );
         assert!(s.query().is_err());
         gate.open().unwrap();
         let flag = fail_next_finish();
