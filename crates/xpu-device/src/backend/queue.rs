@@ -411,7 +411,7 @@ impl OrderedMarker {
     }
 
     /// Whether a wait enqueued before the marker is already known to have failed
-    /// ([`EarlierWaits::known_failure`]): no status query, one lock while waits are logged,
+    /// (`EarlierWaits::known_failure`): no status query, one lock while waits are logged,
     /// one field read otherwise. For a marker still pending: PoCL fails such a marker with
     /// the wait while NVIDIA keeps it queued behind the earlier work, so a query that
     /// reports this reads the same on both (an H100, 2026-12-07: `Event::query` read
@@ -427,7 +427,7 @@ impl OrderedMarker {
     /// may then have run, or run later, the commands enqueued after that wait ahead of earlier
     /// ones still queued (PoCL does), so the queue's order no longer holds for them. Status
     /// queries of the logged waits (never a wait); one field read while none was logged.
-    /// Asked now, every time ([`EarlierWaits::failure_now`]): a finish that began before the
+    /// Asked now, every time (`EarlierWaits::failure_now`): a finish that began before the
     /// marker and covers the failure clears it for the marker once it returned (review h91).
     pub fn follows_failed_wait(&self) -> bool {
         self.earlier
