@@ -82,9 +82,7 @@ fn synchronized_while_a_covering_synchronize_runs(
     let s = common::fresh_stream(0).leak();
     let g1 = Gate::new(0).unwrap();
     g1.block(&s).unwrap();
-    let (adopted, user) = common::failable();
-    s.wait_event(&adopted).unwrap();
-    user.set_failed(-5).unwrap();
+    common::fail_a_wait(&s);
     let b = blocked_synchronize(s);
     let g2 = Gate::new(0).unwrap();
     g2.block(&s).unwrap();
@@ -134,9 +132,7 @@ fn a_pending_point_after_a_failed_wait_reports_one_code_in_query_synchronize_and
     common::in_child("pending_codes", 1, || {
         let s = common::fresh_stream(0).leak();
         let waiter = common::fresh_stream(0).leak();
-        let (adopted, user) = common::failable();
-        s.wait_event(&adopted).unwrap();
-        user.set_failed(-5).unwrap();
+        common::fail_a_wait(&s);
         let gate = Gate::new(0).unwrap();
         gate.block(&s).unwrap();
         let e = s
@@ -169,9 +165,7 @@ fn a_pending_point_after_a_failed_wait_reports_one_code_in_query_synchronize_and
 fn polling_a_stream_whose_kept_marker_is_pending_after_a_known_failure_costs_one_status_query() {
     common::in_child("pending_stream_query_cost", 1, || {
         let s = common::fresh_stream(0).leak();
-        let (adopted, user) = common::failable();
-        s.wait_event(&adopted).unwrap();
-        user.set_failed(-5).unwrap();
+        common::fail_a_wait(&s);
         let gates: Vec<Gate> = (0..300).map(|_| Gate::new(0).unwrap()).collect();
         for g in &gates {
             g.block(&s).unwrap();

@@ -37,9 +37,7 @@ fn a_pending_event_recorded_before_a_known_failure_reads_false() {
         let gate = Gate::new(0).unwrap();
         gate.block(&s).unwrap();
         let before = s.record_event().unwrap();
-        let (adopted, user) = common::failable();
-        s.wait_event(&adopted).unwrap();
-        user.set_failed(-5).unwrap();
+        common::fail_a_wait(&s);
         let after = s.record_event().unwrap();
         assert!(after.synchronize().is_err());
         assert!(after.query().is_err());
@@ -62,9 +60,7 @@ fn a_device_synchronize_whose_clfinish_fails_once_drains_every_stream() {
             return;
         }
         let s = common::fresh_stream(0).leak();
-        let (adopted, user) = common::failable();
-        s.wait_event(&adopted).unwrap();
-        user.set_failed(-5).unwrap();
+        common::fail_a_wait(&s);
         let e = s.record_event().unwrap();
         assert!(e.synchronize().is_err());
         let flag = fail_next_finish();
@@ -88,9 +84,7 @@ fn a_kept_failed_query_marker_is_cleared_by_a_retry_drain() {
             return;
         }
         let s = common::fresh_stream(0).leak();
-        let (adopted, user) = common::failable();
-        s.wait_event(&adopted).unwrap();
-        user.set_failed(-5).unwrap();
+        common::fail_a_wait(&s);
         let gate = Gate::new(0).unwrap();
         gate.block(&s).unwrap();
         let e = s.record_event().unwrap();
@@ -124,9 +118,7 @@ fn queries_during_a_blocked_retry_return() {
             return;
         }
         let s = common::fresh_stream(0).leak();
-        let (adopted, user) = common::failable();
-        s.wait_event(&adopted).unwrap();
-        user.set_failed(-5).unwrap();
+        common::fail_a_wait(&s);
         let gate = Gate::new(0).unwrap();
         gate.block(&s).unwrap();
         let e = s.record_event().unwrap();
