@@ -98,10 +98,7 @@ fn a_query_while_pending_does_not_make_the_event_fail_after_a_covering_synchroni
 fn event_query_and_stream_query_agree_on_a_pending_point_after_a_failed_wait() {
     common::in_child("event_and_stream_query_agree", 1, || {
         let s = common::fresh_stream(0).leak();
-        common::fail_a_wait(&s);
-        let gate = Gate::new(0).unwrap();
-        gate.block(&s).unwrap();
-        let e = s.record_event().unwrap();
+        let (gate, e) = common::gated_event_after_a_failed_wait(&s);
         let eq = e.query();
         let sq = s.query();
         let eq2 = e.query();

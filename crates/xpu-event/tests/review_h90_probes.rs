@@ -75,10 +75,7 @@ fn a_pending_event_after_a_drained_failure_reads_false() {
 fn a_finish_through_another_wrapper_clears_a_queried_pending_event() {
     common::in_child("other_wrapper_finish", 1, || {
         let s = common::fresh_stream(0).leak();
-        common::fail_a_wait(&s);
-        let gate = Gate::new(0).unwrap();
-        gate.block(&s).unwrap();
-        let e = s.record_event().unwrap();
+        let (gate, e) = common::gated_event_after_a_failed_wait(&s);
         // The synchronize judges the waits before the marker; the query reports what is known.
         assert!(e.synchronize().is_err());
         assert!(e.query().is_err());
@@ -119,10 +116,7 @@ fn query_synchronize_and_wait_agree_on_a_pending_event_after_a_failed_wait() {
     common::in_child("agree_pending", 1, || {
         let s = common::fresh_stream(0).leak();
         let waiter = common::fresh_stream(0).leak();
-        common::fail_a_wait(&s);
-        let gate = Gate::new(0).unwrap();
-        gate.block(&s).unwrap();
-        let e = s.record_event().unwrap();
+        let (gate, e) = common::gated_event_after_a_failed_wait(&s);
         let (sy, q, w) = (e.synchronize(), e.query(), e.wait(&waiter));
         assert!(
             q.is_err() && sy.is_err() && w.is_err(),

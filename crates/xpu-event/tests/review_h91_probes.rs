@@ -84,10 +84,7 @@ fn a_kept_failed_query_marker_is_cleared_by_a_retry_drain() {
             return;
         }
         let s = common::fresh_stream(0).leak();
-        common::fail_a_wait(&s);
-        let gate = Gate::new(0).unwrap();
-        gate.block(&s).unwrap();
-        let e = s.record_event().unwrap();
+        let (gate, e) = common::gated_event_after_a_failed_wait(&s);
         assert!(e.synchronize().is_err());
         assert!(
             s.query().is_err(),
@@ -118,10 +115,7 @@ fn queries_during_a_blocked_retry_return() {
             return;
         }
         let s = common::fresh_stream(0).leak();
-        common::fail_a_wait(&s);
-        let gate = Gate::new(0).unwrap();
-        gate.block(&s).unwrap();
-        let e = s.record_event().unwrap();
+        let (gate, e) = common::gated_event_after_a_failed_wait(&s);
         assert!(e.synchronize().is_err());
         let flag = fail_next_finish();
         let b = blocked_synchronize(s);

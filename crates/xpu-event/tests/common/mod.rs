@@ -77,6 +77,18 @@ pub fn fail_a_wait(s: &xpu_stream::Stream) {
     user.set_failed(-5).unwrap();
 }
 
+/// [`fail_a_wait`] on `s`, then a closed gate on `s` and an event recorded behind it: a
+/// point still queued after a failed wait (PoCL fails its marker at once, NVIDIA keeps it
+/// queued behind the gate).
+#[allow(dead_code)]
+pub fn gated_event_after_a_failed_wait(s: &xpu_stream::Stream) -> (Gate, Event) {
+    fail_a_wait(s);
+    let gate = Gate::new(0).unwrap();
+    gate.block(s).unwrap();
+    let e = s.record_event().unwrap();
+    (gate, e)
+}
+
 /// Synchronizes `s` after a failed wait of it: PoCL's `clFinish` succeeds (`Ok`, required
 /// there); NVIDIA's reports the failed commands once (an error), and the stream is drained
 /// all the same (`CommandQueue::finish` called `clFinish` again): what the caller asserts
