@@ -37,7 +37,8 @@ const FLUSHED: u8 = 2;
 /// The status reported for a marker that follows a failed wait while the driver has not
 /// completed the marker yet: `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST` (OpenCL 3.0
 /// §5.11), an event the stream waited for failed.
-pub(crate) const FAILED_WAIT: i32 = -14;
+pub(crate) const FAILED_WAIT: i32 =
+    xpu_device::backend::CODE_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST;
 
 /// The error of a point whose status (or that of a wait enqueued before it) is `code`.
 pub(crate) fn failure(code: i32) -> EventError {

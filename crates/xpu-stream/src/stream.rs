@@ -379,11 +379,15 @@ impl fmt::Debug for Stream {
 
 /// A stream query's answer for its marker `probe` while the driver reports it pending:
 /// `false`, or the failure of a wait enqueued before it that is already known
-/// ([`IdleProbe::known_failed_wait`], no status query): `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST`
-/// (-14) as a `"command execution"` error, the code an event's `query` reads then.
+/// ([`IdleProbe::known_failed_wait`], no status query): -14 as a `"command execution"`
+/// error, the code an event's `query` reads then.
 fn pending_answer(probe: &IdleProbe) -> Result<bool, StreamError> {
     if probe.known_failed_wait() {
-        return Err(xpu_device::ClError::new("command execution", -14).into());
+        return Err(xpu_device::ClError::new(
+            "command execution",
+            xpu_device::backend::CODE_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST,
+        )
+        .into());
     }
     Ok(false)
 }

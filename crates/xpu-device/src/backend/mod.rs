@@ -112,7 +112,8 @@ pub use platform::Platform;
 pub use program::{BufferElement, Kernel, KernelScalar, Program};
 pub use queue::{
     markers_enqueued_on_this_thread, CommandQueue, FinishOutcome, ForeignQueue, IdleProbe,
-    OrderedMarker, PinnedBytes, QueueOptions, QueuePriority, RawEnqueueScope, FINISH_RETRIES,
+    OrderedMarker, PinnedBytes, QueueOptions, QueuePriority, RawEnqueueScope,
+    CODE_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST, FINISH_RETRIES,
 };
 pub use release::take_release_error;
 pub use waits::WaitsStatus;

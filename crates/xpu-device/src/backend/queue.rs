@@ -39,7 +39,10 @@ const QUEUE_PRIORITY_KHR: u64 = 0x1096;
 const OUT_OF_ORDER: u64 = 1 << 0;
 const CODE_INVALID_CONTEXT: i32 = -34;
 const CODE_MEM_COPY_OVERLAP: i32 = -8;
-const CODE_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST: i32 = -14;
+/// `CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST` (OpenCL 3.0 §5.11): the status of a command
+/// an event of whose wait list failed, and what the runtime reports for a point still queued
+/// after a failed wait (`Event::query`, `Stream::query`).
+pub const CODE_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST: i32 = -14;
 const PROFILING_ENABLE: u64 = 1 << 1;
 
 /// `cl_khr_priority_hints` levels.
