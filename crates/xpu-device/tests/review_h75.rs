@@ -11,7 +11,8 @@
 //! status read once stays") reads `Complete`, `follows_failed_wait()` false and
 //! `orders_waiters()` true after 256 more failed-wait + finish cycles. xpu-event's
 //! `Event::elapsed_time` reads `follows_failed_wait` (`Recorded::failed_before`) and then
-//! gives review h69's negative time again (crates/xpu-event/tests/review_h75.rs).
+//! gives review h69's negative time again
+//! (crates/xpu-event/tests/elapsed_time_after_many_drained_failures.rs).
 //!
 //! Held: see each test's doc.
 //!

@@ -136,7 +136,8 @@ pub fn pocl_only(why: &str) -> bool {
     false
 }
 
-/// Review h90's scenes (review_h90.rs and review_h90_probes.rs): the bound on a wait that
+/// Review h90's scenes (pending_event_after_a_failed_wait.rs and
+/// pending_event_after_a_failed_wait_probes.rs): the bound on a wait that
 /// should end (it takes milliseconds).
 #[allow(dead_code)]
 pub const H90_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -203,7 +204,7 @@ pub fn query_once_over(e: &Event) -> Result<bool, EventError> {
     last
 }
 
-/// Builds review_h90_layer/finish_layer.c (an OpenCL loader layer, see its comment) and sets
+/// Builds failing_finish_layer/finish_layer.c (an OpenCL loader layer, see its comment) and sets
 /// `OPENCL_LAYERS` and `H90_FAIL_FINISH_FLAG` for the child scenarios this test process
 /// re-runs. The flag file is made by the child when its scenario wants one failed
 /// `clFinish` that returns at once.
@@ -224,7 +225,7 @@ pub fn with_failing_finish_layer() {
         || env!("CARGO_MANIFEST_DIR").into(),
         std::path::PathBuf::from,
     );
-    let src = manifest.join("tests/review_h90_layer/finish_layer.c");
+    let src = manifest.join("tests/failing_finish_layer/finish_layer.c");
     let built = std::process::Command::new("cc")
         .args(["-shared", "-fPIC", "-O1", "-o"])
         .arg(&so)

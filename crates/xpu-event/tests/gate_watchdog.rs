@@ -1,3 +1,6 @@
+//! A `Gate`'s watchdog: a gate forgotten (`mem::forget`) or never opened by the thread that
+//! synchronizes its stream is opened at its open limit, so no stream stays blocked for ever.
+//!
 //! Review h10: defects found by breaking the runtime through safe calls (each test fails on
 //! the code it was written against). Real OpenCL (PoCL in CI).
 

@@ -1,3 +1,7 @@
+//! Which synchronizes clear a failed wait for the events recorded after it (device-wide yes, one
+//! begun before the record no), blocking events after a failed wait, and no driver objects leaked
+//! over many rounds.
+//!
 //! Review h69 of xpu-event, probes that found nothing (they pass on 83065a7): `Event::record`'s
 //! ordered marker after a failed wait of its stream (c61c9e7, 83065a7) cleared by a
 //! device-wide `xpu_stream::synchronize` (the event then synchronizes `Ok`, `Event::wait`
@@ -9,7 +13,8 @@
 //! to the baseline.
 //!
 //! Order comes from gates and user events; a bound only detects a call that never returns.
-//! Each scenario runs in a child process (this test re-run), as review_h67.rs does.
+//! Each scenario runs in a child process (this test re-run), as
+//! event_behind_a_gate_after_a_failed_wait.rs does.
 //!
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 

@@ -1,10 +1,14 @@
+//! A pending point after a failed wait already known: a synchronize while pending does not settle
+//! it failed, `query` / `synchronize` / `wait` report one code (-14), and polling `Stream::query`
+//! costs one status query.
+//!
 //! Review h91 of 333db9c (fresh eyes on 74df074..333db9c: `CommandQueue::finish` retrying a
 //! failed `clFinish` and counting a successful retry as a drain; a marker still pending after
 //! a wait already known to have failed reading `Error(code)` in `Event::query`
 //! (`Recorded::status`) and in `Stream::query` (`IdleProbe::is_complete` ->
 //! `pending_in_order` -> `EarlierWaits::known_failure`)). Findings; each test here fails on
 //! 333db9c (7 of 7 runs, PoCL 3.1, 2 pthread devices, debug build). Probes that held are in
-//! review_h91_probes.rs.
+//! finish_retry_after_a_failed_wait.rs.
 //!
 //! Fixed since (all three): `OrderedMarker::follows_failed_wait` judges the waits now and
 //! settles no `Failed` answer (`EarlierWaits::failure_now`; `EarlierWaits::status` still
@@ -19,7 +23,8 @@
 //!    and covering the failed wait is still in `clFinish` settles the marker's earlier waits
 //!    `Failed` (waits.rs:391, `settled`); once that synchronize returned `Ok` and the marker
 //!    completed, the event reads the failure for ever (`query` and `synchronize`, -5), where
-//!    the control not asked while pending reads `Ok(true)` (review_h90_probes.rs) and
+//!    the control not asked while pending reads `Ok(true)`
+//!    (pending_event_after_a_failed_wait_probes.rs) and
 //!    `Stream::query` reads `Ok(true)`. Older than 74df074 (this test fails at 7156887 too):
 //!    the h90 fix made the pending *query* not settle, and left the other askers settling.
 //!    `known_failure` (waits.rs:402-407) returns that settled answer first, against its own
@@ -48,7 +53,7 @@
 //!
 //! Order comes from gates and user events; a thread blocked in `clFinish` is seen through
 //! `/proc` (`blocked_synchronize`). Each scenario runs in a child process (this test re-run),
-//! as review_h90.rs does.
+//! as pending_event_after_a_failed_wait.rs does.
 //!
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 
@@ -98,7 +103,8 @@ fn synchronized_while_a_covering_synchronize_runs(
 }
 
 /// FINDING 1. See the module docs. Expected, as review h90's finding 1 test and its control
-/// (review_h90_probes.rs: not asked while pending, both are `Ok`): once B (begun before the
+/// (pending_event_after_a_failed_wait_probes.rs: not asked while pending, both are `Ok`): once B
+/// (begun before the
 /// record, covering the failed wait) returned `Ok` and `e` completed, `e.query()` `Ok(true)`
 /// and `e.synchronize()` `Ok`. Observed: both `Err(command execution -5)`, for ever (until
 /// a synchronize begun after the record), because `e.synchronize()` while pending settled

@@ -1,3 +1,6 @@
+//! Failed waits on adopted user events, probes that held: the same-device wait on a user event
+//! dropped unset drains, and repeated cross-device waits on failed events never hang.
+//!
 //! Review h38: event and stream sequences expected to fail that held on commit 711725f
 //! (PoCL 3.1, `POCL_DEVICES="pthread pthread"`), kept as evidence.
 

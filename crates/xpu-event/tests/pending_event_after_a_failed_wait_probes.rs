@@ -1,12 +1,17 @@
+//! A pending event recorded after a failed wait, probes that held: the covering synchronize clears
+//! the failure, other streams' and re-recorded events read their own point, a retried `clFinish`
+//! counts as a drain.
+//!
 //! Review h90 of 74df074: probes that found nothing (each passes on 74df074). Findings are
-//! in review_h90.rs.
+//! in pending_event_after_a_failed_wait.rs.
 //!
 //! PoCL 3.1's `clFinish` never fails after a failed wait, so the retry loop of
 //! `CommandQueue::finish_outcome` is not reached here; these probe `Recorded::status`'s new
 //! branch and the drain bookkeeping that a successful finish does on both paths.
 //!
 //! Order comes from gates and user events; a bound only detects a call that never returns.
-//! Each scenario runs in a child process (this test re-run), as review_h83_holds.rs does.
+//! Each scenario runs in a child process (this test re-run), as
+//! drained_marker_after_a_failed_wait.rs does.
 //!
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 
@@ -17,7 +22,8 @@ use common::{
 };
 use xpu_event::{Event, Gate, StreamExt};
 
-/// The control of review_h90.rs's finding 1: the same scenario without the query while
+/// The control of pending_event_after_a_failed_wait.rs's finding 1: the same scenario without the
+/// query while
 /// pending: after the synchronize begun before the record returned `Ok`, the event reads
 /// `Ok(true)` and synchronizes `Ok`.
 #[test]
@@ -147,7 +153,8 @@ fn finish_outcome_after_a_failed_wait_is_drained_and_ok_on_pocl() {
     });
 }
 
-/// The retry's intended path, under the layer of review_h90.rs (one `clFinish` returns -5 at
+/// The retry's intended path, under the layer of pending_event_after_a_failed_wait.rs (one
+/// `clFinish` returns -5 at
 /// once, the driver's next one succeeds): after a failed wait of `s`, `e1` recorded; the
 /// synchronize returns the layer's -5 (the first error), and the retry's drain counts: `e1`
 /// reads `Ok(true)` with no driver call (watermark), an event recorded after it on a gated

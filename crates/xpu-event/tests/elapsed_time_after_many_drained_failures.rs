@@ -1,3 +1,6 @@
+//! `elapsed_time` stays refused for a marker recorded after a failed wait even after 256 more
+//! failed waits were drained (the wait log's cap).
+//!
 //! Review h75 of 42cc841 through xpu-event: `Event::elapsed_time` refuses a marker recorded
 //! after a failed wait of its stream "also after a synchronize of the stream cleared the
 //! failure" (review h69) by reading `OrderedMarker::follows_failed_wait`

@@ -1,3 +1,7 @@
+//! Failed waits on adopted user events (`Event::from_cl_event`): an unset user event dropped while
+//! a stream of another device waits on it, and failing waits beside `record_event` /
+//! `Stream::query` on other threads (ignored: PoCL ends the process in some runs).
+//!
 //! Review h38: failure paths of events and stream waits, as sequences of safe calls. Each
 //! test here failed (or aborted the process) on commit 711725f with PoCL 3.1
 //! (`POCL_DEVICES="pthread pthread"`). A hang is detected with a helper thread and a limit
@@ -24,7 +28,7 @@ const HANG_LIMIT: Duration = Duration::from_secs(10);
 /// `s1.synchronize()`.
 ///
 /// Observed (3 of 3 runs): `s1.synchronize()` never returns. The same on one device (a plain
-/// barrier, no forward) returns at once (`review_h38_holds.rs`).
+/// barrier, no forward) returns at once (`failing_waits_on_adopted_user_events_probes.rs`).
 // Fixed: a forward keeps an unguarded clone of its source (`ClEvent::clone_unguarded`), so
 // the application's last wrapper still fails the unset user event on drop (2026-12-06).
 #[test]

@@ -1,3 +1,6 @@
+//! Adopted commands judged in order (`CommandQueue::adopt_in_order`): a command complete before a
+//! later pending or failed wait of its stream reads complete.
+//!
 //! Review h85 of xpu-event at 1d56b4a (commit 27bfb0a: a command of the stream's queue
 //! adopted with `Event::from_cl_event` is judged in order with every wait logged on the
 //! queue so far, `CommandQueue::adopt_in_order`). Each test here failed on 1d56b4a (8 of 8);
@@ -5,7 +8,7 @@
 //! by its own status and pending waits logged after an adopted command no longer hold it
 //! back; the third is a documented limitation (ignored). The comment above each says what
 //! it shows, what was expected and why. Probes that held are in
-//! review_h85_holds.rs.
+//! adopted_command_order_probes.rs.
 //!
 //! The flaw shared by all: `adopt_in_order` (crates/xpu-device/src/backend/queue.rs:1024-1032)
 //! numbers the adopted command *at the adoption* (`EarlierWaits::after_marker` at that moment),
@@ -19,7 +22,8 @@
 //! work before its point only, and the library's event is the command itself.
 //!
 //! Order comes from user events; a bound only detects a call that never returns. Each
-//! scenario runs in a child process (this test re-run), as review_h83.rs does.
+//! scenario runs in a child process (this test re-run), as adopted_command_after_a_failed_wait.rs
+//! does.
 //!
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 
@@ -104,7 +108,7 @@ fn synchronize_of_an_adopted_complete_command_waits_for_unrelated_later_work() {
 
 /// FINDING 3. What: a command `C` of `s` completed with success (driver `CL_COMPLETE`);
 /// later `s` waits on an unrelated event that fails; `C` is adopted (no stream synchronize
-/// between; after one it reads fine: review_h85_holds.rs).
+/// between; after one it reads fine: adopted_command_order_probes.rs).
 /// Expected: `query()` `Ok(true)` (the command ran with success before the failed wait was
 /// enqueued; under CUDA a sticky error is reported by the calls after the failure, but an
 /// event of work done before reads done). Observed: `Err(command execution)`. Why:

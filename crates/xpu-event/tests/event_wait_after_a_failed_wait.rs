@@ -1,3 +1,6 @@
+//! `Event::wait` on an event whose earlier wait fails after the wait was enqueued (same device and
+//! across devices), and normal use of a stream once its failed wait was handled by a synchronize.
+//!
 //! Review h68 of xpu-event, probes that found nothing (they pass on c61c9e7): `Event::record`'s
 //! ordered marker (c61c9e7) when the wait before the record fails only after `Event::wait`
 //! enqueued its barrier (same device and across devices: PoCL passes the failure on to the
@@ -6,7 +9,8 @@
 //! queries and `elapsed_time` on the same stream; a re-recorded event; an adopted event).
 //!
 //! Order comes from gates and user events; a bound only detects a call that never returns.
-//! Each scenario runs in a child process (this test re-run), as review_h67.rs does.
+//! Each scenario runs in a child process (this test re-run), as
+//! event_behind_a_gate_after_a_failed_wait.rs does.
 //!
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 

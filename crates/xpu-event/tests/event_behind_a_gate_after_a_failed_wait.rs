@@ -1,3 +1,6 @@
+//! An event recorded after a failed wait, behind a still-closed gate: `synchronize`, `query`,
+//! `wait` and `elapsed_time` never read it complete before the gate opens.
+//!
 //! Review h67 of xpu-event (events: record, query, synchronize, wait, `elapsed_time`; read
 //! at 466cacc). Found: an event recorded on a stream after a wait that failed, behind a
 //! still-closed gate, reads complete: `Event::synchronize` returns `Ok` and `Event::query`

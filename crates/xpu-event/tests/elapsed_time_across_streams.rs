@@ -1,3 +1,6 @@
+//! `elapsed_time` between timing events of two streams of one device, and records / re-records /
+//! elapsed-time queries leaving no live OpenCL object behind.
+//!
 //! Review h67 of xpu-event: probes that found nothing (they pass). `elapsed_time` between
 //! timing events recorded on two streams of one device, ordered by a gate (positive, and
 //! `NotCompleted` while the end is held); its checks on an unrecorded event and on a

@@ -1,8 +1,11 @@
+//! `Event::synchronize` of an event recorded after a failed wait does not wait for work enqueued on
+//! its stream after the record.
+//!
 //! Review h68 of xpu-event (fresh eyes on c61c9e7: `Event::record` takes an `OrderedMarker`;
 //! after a failed wait `query` / `elapsed_time` report it, `synchronize` drains the stream,
 //! `wait` refuses until the stream is synchronized). Each test here fails on c61c9e7; the
 //! comment above it says what it shows, what was observed and in how many runs. Probes that
-//! found nothing are in review_h68_probes.rs.
+//! found nothing are in event_wait_after_a_failed_wait.rs.
 //!
 //! Found: `Event::synchronize` of an event recorded after a failed wait drains the whole
 //! stream (`Stream::synchronize`, `clFinish`: event.rs:298), so it also waits for work
@@ -15,7 +18,8 @@
 //! the test passes.
 //!
 //! Order comes from gates and user events; a bound only detects a call that never returns.
-//! Each scenario runs in a child process (this test re-run), as review_h67.rs does.
+//! Each scenario runs in a child process (this test re-run), as
+//! event_behind_a_gate_after_a_failed_wait.rs does.
 //!
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 

@@ -1,9 +1,12 @@
+//! `elapsed_time` of events recorded in order around a failed wait, after the failure was handled:
+//! never a negative time.
+//!
 //! Review h69 of xpu-event (fresh eyes on c61c9e7 and 83065a7: `Event::record` takes an
 //! `OrderedMarker`; after a failed wait of the stream `query`, `synchronize` and
 //! `elapsed_time` report the failure and `wait` refuses, until a `Stream::synchronize` of the
 //! stream begun after the record; then the marker's own driver status answers again). Each
 //! test here fails on 83065a7; the comment above it says what it shows, what was observed
-//! and in how many runs. Probes that found nothing are in review_h69_probes.rs.
+//! and in how many runs. Probes that found nothing are in failed_wait_cleared_by_synchronize.rs.
 //!
 //! Found: once the failure is cleared by a `Stream::synchronize`, `elapsed_time` reads the
 //! markers' own profiling `END` timestamps (event.rs `elapsed_time`), but PoCL completed the
@@ -16,7 +19,8 @@
 //! for its completion; the test passes.
 //!
 //! Order comes from gates and user events; a bound only detects a call that never returns.
-//! Each scenario runs in a child process (this test re-run), as review_h67.rs does.
+//! Each scenario runs in a child process (this test re-run), as
+//! event_behind_a_gate_after_a_failed_wait.rs does.
 //!
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 

@@ -1,3 +1,7 @@
+//! Failing waits on one stream beside other calls, probes that held: `Stream::synchronize` beside
+//! failing waits, and an adopted user event the application still holds is not failed by a
+//! cross-device forward.
+//!
 //! Review h40: sequences expected to fail that held on commit 14b0fa5 (PoCL 3.1,
 //! `POCL_DEVICES="pthread pthread"`), kept as evidence; counts of separate runs in each
 //! test's comment.

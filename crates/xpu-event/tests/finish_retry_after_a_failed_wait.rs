@@ -1,7 +1,11 @@
-//! Review h91 of 333db9c: probes that found nothing (each passes on 333db9c). Findings are
-//! in review_h91.rs.
+//! `clFinish` retried after it failed once (the loader layer): a device or stream synchronize
+//! drains every stream, clears a kept failed query marker, and queries during a blocked retry
+//! return; events recorded before a known failure read pending.
 //!
-//! The loader layer of review h90 (review_h90_layer/finish_layer.c: one `clFinish` returns -5
+//! Review h91 of 333db9c: probes that found nothing (each passes on 333db9c). Findings are
+//! in pending_point_after_a_known_failure.rs.
+//!
+//! The loader layer of review h90 (failing_finish_layer/finish_layer.c: one `clFinish` returns -5
 //! at once, the driver's next one is real) stands for NVIDIA's `clFinish` reporting a failure
 //! once; PoCL's own `clFinish` never fails after a failed wait.
 //!
@@ -16,7 +20,7 @@
 //!
 //! Order comes from gates and user events; a thread blocked in `clFinish` is seen through
 //! `/proc`; a bound only detects a call that never returns. Each scenario runs in a child
-//! process (this test re-run), as review_h90_probes.rs does.
+//! process (this test re-run), as pending_event_after_a_failed_wait_probes.rs does.
 //!
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 

@@ -1,11 +1,16 @@
+//! Markers drained after a failed wait, probes that held: re-recorded events are waited for, a
+//! synchronize through another wrapper of the queue drains only after the gate, blocking and
+//! non-blocking markers agree after the handling.
+//!
 //! Review h83 of c75fc20 (xpu-event: a marker failed by a failed wait before it reads
 //! complete once drained by a synchronize of its stream; `Event::wait` enqueues nothing on
 //! work known over; `Event::synchronize` reports a failed wait before the record at once),
 //! probes that found nothing: each passes on c75fc20 (153f9d6). Findings are in
-//! review_h83.rs.
+//! adopted_command_after_a_failed_wait.rs.
 //!
 //! Order comes from gates and user events; a bound only detects a call that never returns.
-//! Each scenario runs in a child process (this test re-run), as review_h67.rs does.
+//! Each scenario runs in a child process (this test re-run), as
+//! event_behind_a_gate_after_a_failed_wait.rs does.
 //!
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 
@@ -164,7 +169,8 @@ fn a_blocking_event_after_a_failed_wait_agrees_before_and_after_the_handling() {
     });
 }
 
-/// The non-blocking side of review_h83.rs's finding: a marker recorded while the wait
+/// The non-blocking side of adopted_command_after_a_failed_wait.rs's finding: a marker recorded
+/// while the wait
 /// before it is pending, which PoCL then fails with the wait (its own driver status an
 /// error: the case c75fc20's recorded.rs change reads `Complete` once drained). Before the
 /// handling: `synchronize` and `query` report the failure, a stream waiting on it (barrier

@@ -1,3 +1,6 @@
+//! `Stream::query`'s kept marker: events recorded and cross-stream waits enqueued after the marker
+//! an earlier query kept are seen by the next query.
+//!
 //! Review h48 (of 25874a8: `Stream::query` answers `true` on the marker an earlier query kept
 //! once it completed, when nothing was enqueued on the native stream after it): events recorded
 //! and cross-stream waits enqueued between queries are seen (a new marker asks), and events

@@ -1,3 +1,7 @@
+//! Ordinary event semantics as torch.cuda / torch.xpu have them: a never-recorded event,
+//! `elapsed_time`'s errors in CUDA's order, re-recording, cross-device `wait`, `wait_stream`, exact
+//! `query` after synchronizes.
+//!
 //! Review h81: passing probes of ordinary event semantics that match torch.cuda / torch.xpu
 //! (reference `shared/reference/pytorch-runtime.md` §3, §2.6). Ordering by gates only.
 

@@ -1,3 +1,6 @@
+//! Host waits on recorded events beside failing waits on one stream from two threads (ignored: PoCL
+//! ends the process in most runs).
+//!
 //! Review h40: failure paths of streams and events after ff93060 (every enqueue of a
 //! PoCL-before-4.0 queue under the read side of the failure exclusion; blocking transfers as
 //! a non-blocking enqueue and a host wait), as sequences of safe calls. Each test here ended
@@ -22,7 +25,7 @@ const STEPS: usize = 5_000;
 /// (`pocl_update_event_finished: Assertion 'cq->command_count > 0' failed`,
 /// `pocl_update_event_running_unlocked: Assertion 'event->status == CL_SUBMITTED' failed`). Without the
 /// host wait (h38's test) 1 of 30; with `s.synchronize()` (a `clFinish`, no enqueue) instead of
-/// the record and wait, 0 of 20 (`review_h40_holds.rs`).
+/// the record and wait, 0 of 20 (`event_waits_beside_failing_waits_probes.rs`).
 #[test]
 #[ignore = "ends the whole test process (SIGABRT in PoCL) in most runs; run alone with --ignored"]
 fn recorded_event_waits_beside_failing_waits_on_one_stream_do_not_end_the_process() {

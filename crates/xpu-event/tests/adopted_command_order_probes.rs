@@ -1,7 +1,11 @@
+//! Adopted commands judged in order, probes that held: elapsed time after a handled failure, a
+//! blocking adopted command behind a gate, a cross-device wait on a gated adopted command.
+//!
 //! Review h85 of xpu-event at 1d56b4a (commit 27bfb0a): probes of adopted commands
 //! (`Event::from_cl_event`, judged in order by `CommandQueue::adopt_in_order`) and of a
 //! drained marker's `synchronize` that held (pass on 1d56b4a). Findings are in
-//! review_h85.rs. Each scenario runs in a child process, as review_h83.rs does.
+//! adopted_command_order.rs. Each scenario runs in a child process, as
+//! adopted_command_after_a_failed_wait.rs does.
 //!
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 

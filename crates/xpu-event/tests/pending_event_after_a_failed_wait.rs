@@ -1,8 +1,13 @@
+//! A pending event (marker) recorded after a failed wait: `query` does not settle it failed, agrees
+//! with `Stream::query`, costs one status query, `elapsed_time` reads `NotCompleted`; a synchronize
+//! whose `clFinish` fails at once (a loader layer) waits for the work.
+//!
 //! Review h90 of 74df074 (a failed `clFinish` called again up to `FINISH_RETRIES` times and a
 //! retry that succeeded counted as a drain; the stream's watermark raised on such a drain;
 //! `Recorded::status` reading a still-pending marker after a failed wait before it as
 //! `Error(-14)`, so `Event::query` reports the failure as `Event::synchronize` does).
-//! Findings; each test here fails on 74df074. Probes that held are in review_h90_probes.rs.
+//! Findings; each test here fails on 74df074. Probes that held are in
+//! pending_event_after_a_failed_wait_probes.rs.
 //!
 //! 1. `Recorded::status` (recorded.rs:151-154) asks `OrderedMarker::follows_failed_wait` of a
 //!    *pending* marker on every `Event::query`, and `EarlierWaits` keeps its first answer
@@ -10,7 +15,8 @@
 //!    that began before the record and covers the failed wait is still in `clFinish` settles
 //!    the marker `Failed`; once that synchronize returned `Ok` (and the marker completed),
 //!    the event reads the failure for ever (query and synchronize), where the same event not
-//!    queried while pending reads `Ok(true)` (review_h90_probes.rs: the control). Before
+//!    queried while pending reads `Ok(true)` (pending_event_after_a_failed_wait_probes.rs: the
+//!    control). Before
 //!    74df074 a pending query made one status call and judged no wait.
 //! 2. `Event::query` and `Stream::query` disagree on the same point: the last event recorded on
 //!    a stream after a failed wait, behind a closed gate: `Event::query` is `Err(-14)`,
@@ -26,7 +32,7 @@
 //!    `NotCompleted`.
 //! 5. `CommandQueue::finish_outcome` (queue.rs:937-943): after a `clFinish` that returned an
 //!    error the retry is a real, blocking `clFinish`. Under an OpenCL loader layer
-//!    (review_h90_layer/finish_layer.c, `OPENCL_LAYERS`) whose `clFinish` returns -5 at once
+//!    (failing_finish_layer/finish_layer.c, `OPENCL_LAYERS`) whose `clFinish` returns -5 at once
 //!    (a driver returning an error without waiting, which the docs allow for), a
 //!    `Stream::synchronize` of a gated stream no longer returns: it waits for the gated work
 //!    (10 s here, until the test opened the gate), where 74df074^ returned the error at once.
@@ -42,7 +48,7 @@
 //!
 //! Order comes from gates and user events; a thread blocked in `clFinish` is seen through
 //! `/proc`; a bound only detects a call that never returns. Each scenario runs in a child
-//! process (this test re-run), as review_h83.rs does.
+//! process (this test re-run), as adopted_command_after_a_failed_wait.rs does.
 //!
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 
@@ -71,7 +77,8 @@ use xpu_event::{Event, EventError, Gate, StreamExt};
 /// Expected: `e.query()` `Ok(true)` and `e.synchronize()` `Ok` once B's synchronize (begun
 /// before the record, covering the failed wait; the docs of `WaitLog`'s `drained`: "A finish
 /// that began before the marker and covered the failure clears it for the marker") returned
-/// `Ok`, as without the query while pending (the control in review_h90_probes.rs). Observed:
+/// `Ok`, as without the query while pending (the control in
+/// pending_event_after_a_failed_wait_probes.rs). Observed:
 /// `Err(command execution -5)` for both, for ever (until a synchronize begun after the record):
 /// the pending query settled the marker's earlier waits `Failed`.
 #[test]

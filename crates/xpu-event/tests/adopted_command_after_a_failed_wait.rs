@@ -1,3 +1,7 @@
+//! Adopted commands (`Event::from_cl_event` of the stream's own queue) and blocking events after a
+//! failed wait: `query`, `synchronize` and `wait` never let work run ahead of a closed gate, and
+//! agree once the failure was handled.
+//!
 //! Review h83 of xpu-event at c75fc20 (read at 153f9d6): a marker failed by a failed wait
 //! before it reads complete once drained by a synchronize of its stream
 //! (`Recorded::status`); `Event::wait` enqueues nothing on work known over; `Event::synchronize`
@@ -6,14 +10,15 @@
 //! `synchronize` judged by its status; adopted commands judged in order,
 //! `CommandQueue::adopt_in_order`); the comment above each says what it shows, what was
 //! expected and why. Probes that held are in
-//! review_h83_holds.rs.
+//! drained_marker_after_a_failed_wait.rs.
 //!
 //! Found:
 //! 1. (c75fc20's fix incomplete) A *blocking* event whose marker PoCL failed with the wait before it, after
 //!    the failure was handled by a stream synchronize: `query` is `true` (recorded.rs:147-150
 //!    reads `Complete`), `synchronize` returns `clWaitForEvents` -14: event.rs:294
 //!    (`r.event().wait()?`) asks the driver, which still reports the marker failed; the
-//!    non-blocking path polls `Recorded::status` and agrees (review_h83_holds.rs; that probe
+//!    non-blocking path polls `Recorded::status` and agrees (drained_marker_after_a_failed_wait.rs;
+//!    that probe
 //!    fails at c75fc20^ with `command execution` -1, so c75fc20 fixed it for non-blocking
 //!    events only). This test fails at c75fc20^ too (`query` is `true` there from
 //!    `is_known_complete`, with no driver call).
@@ -29,7 +34,8 @@
 //! Each of the five tests failed 5 of 5 runs at 153f9d6 on PoCL 3.1 (2 pthread devices).
 //!
 //! Order comes from gates and user events; a bound only detects a call that never returns.
-//! Each scenario runs in a child process (this test re-run), as review_h67.rs does.
+//! Each scenario runs in a child process (this test re-run), as
+//! event_behind_a_gate_after_a_failed_wait.rs does.
 //!
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 
