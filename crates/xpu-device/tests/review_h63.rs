@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use xpu_device::backend::{Buffer, EventStatus, MemFlags};
 
-/// Finding 1 (root of crates/xpu-host/tests/review_h63.rs). 108da10 keeps a queue's state
+/// Finding 1 (root of crates/xpu-host/tests/host_reuse_after_a_failed_wait.rs). 108da10 keeps a
+/// queue's state
 /// when its last wrapper drops only if `Arc::strong_count(&self.1) == 1` at that drop
 /// (crates/xpu-device/src/backend/queue.rs:1519-1521, and again under the lock at
 /// queue.rs:146). But `OrderedMarker` (queue.rs:254, 904) and `IdleProbe` (queue.rs:214, 866)

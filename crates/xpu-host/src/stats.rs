@@ -3,7 +3,7 @@
 //! One deviation: the peaks of `allocation` and `allocated_bytes` are exact, what was in use
 //! at one time over every size class. torch keeps those statistics per size bucket and sums
 //! the buckets' peaks on read, an over-estimate (1 KiB freed, then 4 KiB: peaks 2 and 5,120
-//! there, 1 and 4,096 here; review h78, `crates/xpu-host/tests/review_h78.rs`).
+//! there, 1 and 4,096 here; review h78, `crates/xpu-host/tests/host_peaks_and_allocator_drop.rs`).
 //!
 //! Counters are atomics (no lock on the cached path); the timing statistics are only updated
 //! when the driver is called (a new block, a released block) and sit behind a mutex. The

@@ -122,7 +122,8 @@ fn staged_fill_sizes_its_values_from_a_second_read_of_len_after_the_claim_check(
     }
 }
 
-/// Finding 2 (xpu-host's review_h41.rs), through the typed API: the module's table documents
+/// Finding 2 (xpu-host's host_copy_conflicts_across_streams.rs), through the typed API: the
+/// module's table documents
 /// `copy_htod_pinned` as not blocking, but behind a gated `copy_dtoh_pinned` of another device
 /// into the same pinned block it waits on the host for that device's gate.
 ///

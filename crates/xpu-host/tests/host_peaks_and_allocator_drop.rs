@@ -1,3 +1,6 @@
+//! The caching pinned-host allocator's peaks (exact, where torch sums bucket peaks) and a
+//! `HostAllocator` dropped while a freed block still waits for its copy (no leak).
+//!
 //! Review h78 (fresh eyes on the caching pinned-host allocator): its findings. The leak
 //! failed before its fix (5 of 5 runs); the peaks are a documented deviation from torch. PoCL 3.1 on the CPU, `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`;
 //! skipped without a device unless `XPU_REQUIRE_DEVICE=1`. Ordering by user-event gates,

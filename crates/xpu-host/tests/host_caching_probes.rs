@@ -1,3 +1,7 @@
+//! The caching pinned-host allocator, probes that held: blocks recorded on streams of two devices,
+//! overlapping sub-range copies, `empty_cache` during a gated download, an exiting thread's bins, a
+//! block freed in a completion callback, overflowing copy ranges.
+//!
 //! Review h78 (fresh eyes on the caching pinned-host allocator): PASSING probes of what was
 //! attacked and held. PoCL 3.1 on the CPU, `POCL_DEVICES="pthread pthread"
 //! XPU_REQUIRE_DEVICE=1`; skipped without devices unless `XPU_REQUIRE_DEVICE=1`. Ordering by

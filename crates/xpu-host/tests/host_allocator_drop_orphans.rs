@@ -1,3 +1,7 @@
+//! A dropped `HostAllocator`'s freed blocks still waiting for their markers (its orphan): released
+//! only after every recorded stream's work, behind a failed wait, on the callback thread, for a
+//! released external stream, and in a bad fork child.
+//!
 //! Review h80 (fresh eyes on 4ba741c: a dropped `HostAllocator` releases its freed blocks
 //! still waiting for their markers from the last marker's completion callback, `Orphan` in
 //! crates/xpu-host/src/pending.rs): PASSING probes of what was attacked and held. PoCL 3.1 on

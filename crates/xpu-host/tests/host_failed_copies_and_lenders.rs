@@ -1,3 +1,7 @@
+//! Pinned-host copies that fail or are lent bad regions, probes that held: a failed gate releases
+//! readers and the block without leaks, a block dropped on an exiting thread waits for its copy,
+//! lying region lenders get typed errors, copies of one block on two devices are ordered.
+//!
 //! Review h28 (fresh eyes, the pinned-host allocator): PASSING probes, kept as regression
 //! tests. Copies whose gate fails, blocks sent to other threads and dropped there while their
 //! copy is held back, lenders of device regions that lie about their lengths or refuse, and

@@ -1,3 +1,7 @@
+//! Pinned-host copies that conflict with a copy of another queue or context wait on a bridge
+//! (`complete_when_over`): a chain of three copies on two devices, and a download after a failed
+//! gate then an upload elsewhere.
+//!
 //! Review h43: what held in the pinned-host copies' new ordering (a copy conflicting with an
 //! unfinished copy of another queue or context waits on a `complete_when_over` bridge). PoCL
 //! 3.1 on the CPU, `POCL_DEVICES="pthread pthread"`; skipped without devices unless

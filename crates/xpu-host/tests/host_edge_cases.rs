@@ -1,3 +1,8 @@
+//! Edge cases of the pinned-host allocator, probes that held: zero / huge sizes and bad devices
+//! leave the statistics alone, copy ranges checked against the requested length, buffers swapped
+//! through `pinned_mut`, a released external stream's gated copy, blocks taken from another
+//! thread's cache, `empty_cache` racing frees.
+//!
 //! Review h16 (fresh eyes, the pinned-host allocator): PASSING probes, kept as regression
 //! tests. Zero and huge sizes, bad devices, statistics after errors, buffers swapped through
 //! `pinned_mut`, blocks freed while a copy on a released external stream is held back,

@@ -1,3 +1,7 @@
+//! Pinned-host copies of one block on two streams or devices (conflicting copies): an upload does
+//! not wait on the host for another device's gated download, and a failed download does not
+//! silently drop an upload on another stream.
+//!
 //! Review h41 (fresh eyes, soundness of host memory the device reads or writes): findings in
 //! the pinned-host allocator's copies, each a test that fails on the code as reviewed.
 //! PoCL 3.1 on the CPU, `POCL_DEVICES="pthread pthread"`; skipped without devices unless

@@ -1,3 +1,7 @@
+//! Conflicting pinned-host copies, probes that held: swapped buffers under a gated copy, a
+//! cross-device gated download through `empty_cache`, threads dropping blocks under gated copies,
+//! zero and out-of-range copies.
+//!
 //! Review h41: what held. Sequences expected to break the pinned-host allocator's guarantees
 //! (a block reused while a copy still writes it, bytes changing under a borrow, a panic) that
 //! pass on the code as reviewed. PoCL 3.1, `POCL_DEVICES="pthread pthread"`; skipped without
