@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use xpu_device::backend::{Buffer, CommandQueue, EventStatus, MemFlags};
 
-/// Finding (root of crates/xpu-host/tests/review_h61.rs and crates/xpu-alloc/tests/
-/// review_h61.rs). 99f3f47 shares what the runtime knows of a raw queue between its wrappers
+/// Finding (root of crates/xpu-host/tests/host_reuse_after_a_failed_wait.rs and
+/// crates/xpu-alloc/tests/reuse_after_a_failed_wait.rs). 99f3f47 shares what the runtime knows of a
+/// raw queue between its wrappers
 /// through `SHARED`, but only while one lives: the last wrapper's drop removes the entry
 /// (src/backend/queue.rs:1370-1382) although the queue lives on (other code holds a
 /// reference: the case `from_raw_borrowed` and external streams are for), and a wrapper made

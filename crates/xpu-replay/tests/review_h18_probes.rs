@@ -1,7 +1,7 @@
 //! Review h18 (fresh eyes on `relocation:merge` moving large blocks only and
 //! `relocation:merge_all` moving small ones too): the probe of the transitions between `off`,
 //! `merge` and `merge_all` whose recorded history is replayed (the others are xpu-alloc's
-//! `tests/review_h18_probes.rs`).
+//! `tests/relocation_mode_switches.rs`).
 
 mod common;
 

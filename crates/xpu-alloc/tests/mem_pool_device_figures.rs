@@ -1,3 +1,7 @@
+//! Private memory pools (`MemPool`) against torch's freeable pools and the device-wide figures:
+//! allocations under a memory fraction release freeable pools' caches, dropped pools' live segments
+//! in the snapshot and statistics, the device peak across pools.
+//!
 //! Review h20: private memory pools (`MemPool`) against torch's freeable pools and the
 //! device-wide figures. Each test here failed on the reviewed commit (6cebd7b). Four pass
 //! since the out-of-memory retry releases dropped pools' caches (as torch's

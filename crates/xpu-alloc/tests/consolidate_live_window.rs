@@ -1,3 +1,7 @@
+//! `consolidate_live`'s window between its choice and the move: what other calls do there (observe,
+//! record_stream, view, free, replace, allocate, switch relocation off, empty_cache, memory
+//! fraction) and what the moves leave in the statistics, snapshot and history.
+//!
 //! Review h47 of `consolidate_live` (the default): a consolidation that counts in an
 //! occupied segment releases the stream's lock between its choice and the move (the source's
 //! allocation of the merged segment, the frees of what it released). What other calls do in

@@ -1,3 +1,7 @@
+//! Copies between pinned host memory and device allocations, probes that held: streams of another
+//! device refused, overlapping and overflowing ranges refused, blocks freed while a gated copy runs
+//! not reused.
+//!
 //! Review h16 (fresh eyes, host <-> device copies): probes of the copy paths between pinned
 //! host memory and device allocations. PASSING probes, kept as regression tests.
 //!

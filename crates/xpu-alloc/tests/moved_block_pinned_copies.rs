@@ -1,3 +1,7 @@
+//! Relocation (`relocation:merge`) and pinned-host copies of a moved block (on its gated stream and
+//! on another stream), and concurrent allocations, views and cache calls keeping every block's
+//! bytes.
+//!
 //! Review h13 of `relocation:merge` as the default (branch `default-merge`), by a helper with
 //! fresh eyes: attempts to break the contract through safe calls only. Device tests run on
 //! PoCL: `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`. Each test says whether it

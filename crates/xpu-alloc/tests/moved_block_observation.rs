@@ -1,3 +1,6 @@
+//! Relocation: observing a moved block's place (copies through a delegating `DeviceMemory`, pinned
+//! copies, uploads into the vacated place) is ordered after the move's copy without a host wait.
+//!
 //! Review h14 of "relocation: observing a moved block's place never waits on the host where
 //! the command's stream is known" (7f354a5), by a helper with fresh eyes: attempts to break
 //! it through safe calls only. Device tests run on PoCL:

@@ -1,3 +1,6 @@
+//! Ordered free markers (cross-stream reuse) when a wait of the stream fails before or after: no
+//! segment handed out under held work, and memory given back once the stream is synchronized.
+//!
 //! Review h29: the ordered markers (commit 0b10242) seen by a newcomer, each test failing on
 //! the reviewed commit (b598fe9). Skipped without a device unless `XPU_REQUIRE_DEVICE=1`;
 //! run on PoCL with `POCL_DEVICES="pthread pthread"`.

@@ -1,3 +1,6 @@
+//! View copies (fill, copy, upload) of a block on another stream never write into the block's next
+//! owner.
+//!
 //! Review h10: defects found by breaking the runtime through safe calls (each test fails on
 //! the code it was written against). Real OpenCL (PoCL in CI); ordering by user-event gates.
 

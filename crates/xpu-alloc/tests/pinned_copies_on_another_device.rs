@@ -1,3 +1,6 @@
+//! Pinned-host copies of a device-0 block refused on another device's gated stream record nothing,
+//! so the block is reused at once.
+//!
 //! Review h78 (fresh eyes on the pinned-host copy paths of `xpu-alloc`): a device-0 block,
 //! device 1's pool stream held back by a closed gate, and copies on that stream that must be
 //! refused with nothing recorded, so that the block goes back to its allocation stream's cache

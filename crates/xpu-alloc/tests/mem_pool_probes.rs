@@ -1,3 +1,7 @@
+//! Private memory pools, probes that held: nested routings, a pool of another device, a gated
+//! recorded use inside a pool, a pool dropped while another thread routes to it, peaks reset while
+//! pool blocks live, a source handing out another device's buffers.
+//!
 //! Review h20: probes of private memory pools that PASS on the reviewed commit (kept as
 //! regression tests): nested routings ended out of order, a pool of another device, a
 //! recorded use gating reuse inside a live pool, a pool dropped while another thread routes

@@ -1,3 +1,7 @@
+//! The device caching allocator's figures: a dropped pool's segment pending its free is counted in
+//! the statistics and the snapshot alike, and `max_memory_allocated` of sequential short-lived
+//! threads.
+//!
 //! Review h87 (fresh eyes on the device caching allocator's public API: statistics against
 //! snapshots, MemPools, record_stream, relocation, threads' freed-block caches). PoCL 3.1 on
 //! the CPU, `POCL_DEVICES="pthread pthread"`; skipped without a device unless

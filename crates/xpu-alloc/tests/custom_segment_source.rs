@@ -1,3 +1,6 @@
+//! A custom segment source (`MemPool::with_source`) is checked, not trusted: a segment smaller than
+//! its size is refused; a stale routing guard does not end a later routing to the same pool.
+//!
 //! Review h11: a custom segment source (a safe trait, `MemPool::with_source`) is user code,
 //! and the memory behind its segments is checked, not trusted.
 //!

@@ -1,3 +1,6 @@
+//! Relocation mode switches (`off`, `merge`, `merge_all`) with moved blocks: a vacated small place
+//! still waits for its copy, and bytes survive the moves.
+//!
 //! Review h18 (fresh eyes on `relocation:merge` moving large blocks only and
 //! `relocation:merge_all` moving small ones too): probes of the transitions between `off`,
 //! `merge` and `merge_all` that passed (the one whose history is replayed is xpu-replay's

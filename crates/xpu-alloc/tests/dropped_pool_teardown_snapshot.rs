@@ -1,3 +1,6 @@
+//! Statistics against snapshots while a teardown waits for a stream: a dropped pool's segment and a
+//! segment `empty_cache` releases stay in the snapshot until they are gone from the statistics.
+//!
 //! Review h88 (fresh eyes on the two h87 fixes: exited threads' peaks, 22b168f; dropped
 //! shards in snapshots, 0975e7f). PoCL 3.1 on the CPU, `POCL_DEVICES="pthread pthread"`;
 //! skipped without a device unless `XPU_REQUIRE_DEVICE=1`. Ordering by user-event gates
