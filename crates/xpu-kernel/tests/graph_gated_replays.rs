@@ -1,3 +1,7 @@
+//! Graph replays behind gates: a block of a shared or own graph pool is not reused before a gated
+//! replay on another stream ran, replays on two streams at once, and a capture does not wait for
+//! its blocks' allocation stream.
+//!
 //! Review (h12): graphs replayed on other streams behind gates, pools shared between graphs,
 //! captures that must not block on unrelated streams.
 

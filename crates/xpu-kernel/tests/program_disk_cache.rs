@@ -1,3 +1,7 @@
+//! The program disk cache: programs loaded from it check and place their arguments as compiled
+//! ones, concurrent writers of one entry leave one loadable file, and truncated entries or a file
+//! in place of the directory compile again.
+//!
 //! Review h67 of xpu-kernel (read at 466cacc): probes that found nothing (they pass).
 //! - A program loaded from the disk cache checks its arguments as a compiled one (same
 //!   parameter count, a scalar of the wrong kind refused) and runs on a block in the middle

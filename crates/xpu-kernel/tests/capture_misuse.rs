@@ -1,3 +1,7 @@
+//! Graph capture misuse: uses of another device in a capture, a stream released mid-capture, an
+//! oversized allocation during a capture, nested captures of one stream, and a panic caught mid
+//! nested capture are typed errors that leave both captures consistent.
+//!
 //! Reviews h79 (of 081a8c9) and h80 (of its fix, 9209a05): passing probes of what was
 //! attacked and held. Its finding (the
 //! handles of two nested captures exchanged with `std::mem::swap`: the inner capture ended

@@ -1,3 +1,6 @@
+//! Relocation (`relocation:merge`) and kernel launches: `Launch::arg` of a moved block does not
+//! wait on the host for the move's gated copy, and a launch being built holds its block in place.
+//!
 //! Review h15 of `relocation:merge` as the default: `Launch` against relocation, through safe
 //! calls only (`Launch::arg` is safe; `enqueue` is `unsafe`, so no launch is enqueued here).
 //! Each test has streams of its own (a shard each), so the clearing layout of xpu-alloc's

@@ -1,3 +1,7 @@
+//! Relocation (`relocation:merge`) and graph capture: capturing or replaying a fill of a block that
+//! the allocator has just moved, its move held behind a gate on its allocation stream, neither
+//! waits on the host for that gate nor loses the block's bytes.
+//!
 //! Review h13 of `relocation:merge` as the default allocator configuration (branch
 //! `default-merge`): graphs and typed buffers against moves of live blocks, through safe calls
 //! only (no kernel launches: `enqueue` is an `unsafe fn`). The blocks come from the global

@@ -1,3 +1,6 @@
+//! Relocation (`relocation:merge`) and graph replay: graphs of commands on a moved block, captured
+//! on one stream and replayed on several others, each wait on the device for the move's gated copy.
+//!
 //! Review h14 of 7f354a5 ("relocation: observing a moved block's place never waits on the
 //! host where the command's stream is known"): graph replays of commands on a block that the
 //! allocator has just moved, its move's copy held behind a user-event gate on the allocation

@@ -1,3 +1,7 @@
+//! Graph capture and launch checks: what a failed capture leaves (its private pool released), gated
+//! replays on a released external stream, pools under a live graph, nested captures, capture range
+//! checks, launch argument checks (no enqueue) and typed-memory sizes and offsets.
+//!
 //! Review (h19): passing probes (all pass on the reviewed commit, ac89e9f): graph capture errors and
 //! what they leave, replays behind a gate on an external stream released before the graph
 //! is dropped, pools released under a live graph, nested captures, capture range checks,
