@@ -1,3 +1,7 @@
+//! Re-entrancy of the backend registry (`register_backend` / `device_lazy_init`): a backend routine
+//! asking for its own backend runs once, the built-in backend is registered before the first lazy
+//! init, and routines that join threads reaching the runtime do not hang.
+//!
 //! Review h22: xpu-lazy's backend registry (`register_backend` / `device_lazy_init`).
 mod common;
 

@@ -1,3 +1,6 @@
+//! Racing first calls: sixteen threads calling `lazy_init` and `device_lazy_init` at once while
+//! queuing calls initialize once and run every queued call exactly once, in order.
+//!
 //! Review h67 of xpu-lazy (read at 466cacc): probes that found nothing (they pass). One test
 //! (the state is process-wide): sixteen threads released at once on a barrier, half calling
 //! `lazy_init`, half `device_lazy_init` of a registered backend, while each also queues a
@@ -23,7 +26,7 @@ fn counting_backend() -> Result<(), xpu_lazy::BoxError> {
 
 #[test]
 fn sixteen_racing_threads_initialize_once_and_run_every_queued_call_once() {
-    if !common::have_device("review_h67_probes") {
+    if !common::have_device("racing_first_calls") {
         return;
     }
     xpu_lazy::register_backend("h67", counting_backend);

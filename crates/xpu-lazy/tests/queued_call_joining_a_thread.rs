@@ -1,3 +1,6 @@
+//! A queued call (user code run by the initialization) that reaches the runtime from a helper
+//! thread it joins does not deadlock the initialization.
+//!
 //! Review h10: user code run by the initialization (a queued call) that reaches the runtime
 //! from a helper thread.
 mod common;
@@ -12,7 +15,7 @@ use std::time::Duration;
 /// helper. A hang through safe calls (`lazy_call`, `lazy_init`).
 #[test]
 fn a_queued_call_that_reaches_the_runtime_from_a_joined_thread_does_not_hang() {
-    if !common::have_device("review_h10") {
+    if !common::have_device("queued_call_joining_a_thread") {
         return;
     }
     xpu_lazy::lazy_call(|| {

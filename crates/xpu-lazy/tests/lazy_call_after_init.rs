@@ -1,3 +1,6 @@
+//! `lazy_call` on an initialized runtime runs the call at once and reports its own failure, not a
+//! deferred initialization failure.
+//!
 //! Review h84 (fresh eyes on lazy initialization, fork safety and the facade): findings of
 //! xpu-lazy, each a test that failed on the code as reviewed (1c5de16; 5 of 5) and passes since.
 //! PoCL on the CPU, `POCL_DEVICES="pthread pthread"`; skipped without a device unless
@@ -17,7 +20,7 @@ mod common;
 /// closure (it builds `QueuedCallFailed` for a call that was never queued).
 #[test]
 fn lazy_call_on_an_initialized_runtime_does_not_report_a_deferred_init_failure() {
-    if !common::have_device("review_h84") {
+    if !common::have_device("lazy_call_after_init") {
         return;
     }
     xpu_lazy::init().unwrap();
