@@ -1,3 +1,7 @@
+//! `reset_accumulated_stats` and the threads' caches of freed blocks: frees made on other threads
+//! (alive or exited) before a reset are not counted after it; a reset between a free and a cached
+//! pair.
+//!
 //! Review h68 of xpu-caching, probes that found nothing (they pass on c61c9e7): f9f8a95's
 //! `reset_accumulated_stats`, which flushes the threads' caches of freed blocks before it
 //! zeroes the totals. Probed: a free made on another thread that is still alive (its cache

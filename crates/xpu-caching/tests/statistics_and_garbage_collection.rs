@@ -1,3 +1,7 @@
+//! Statistics and garbage collection as PyTorch documents them: `reset_accumulated_stats` counts no
+//! free made before it, cached allocate/free pairs count the inactive-split totals, and garbage
+//! collection (memory fraction below 1) releases other streams' idle segments.
+//!
 //! Review h66: xpu-caching (statistics, thread caches of freed blocks, relocation, release
 //! policy, garbage collection, fraction, snapshots, `record_stream`, empty_cache) reviewed
 //! against PyTorch's documented behaviour (`shared/reference/pytorch-runtime.md` §4) with
@@ -20,7 +24,7 @@
 //! section; `AllocConfig::garbage_collection_threshold`) and their tests are ignored with the
 //! reason: they still fail when run (`--ignored`), which is the deviation.
 //!
-//! Probes that found nothing are in `review_h66_probes.rs`.
+//! Probes that found nothing are in `random_sequences.rs`.
 
 use std::sync::Arc;
 

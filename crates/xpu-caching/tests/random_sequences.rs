@@ -1,3 +1,7 @@
+//! Random sequences of allocations, frees, `record_stream`, gates and `empty_cache` on three
+//! streams, under several configurations, keep snapshots and statistics in step; odd user input is
+//! a typed error.
+//!
 //! Review h66 probes (all pass on 466cacc): what was tried without a finding.
 //!
 //! - Random single-thread sequences (39 seeds x 400 steps per configuration: default,

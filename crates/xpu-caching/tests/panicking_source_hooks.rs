@@ -1,3 +1,7 @@
+//! A segment source's hook (user code the allocator runs) that panics leaves the allocator
+//! consistent: no leaked statistic, no lost free, the memory fraction and `mem_get_info` still
+//! right.
+//!
 //! Review h10: user code the allocator runs (a segment source's hooks) may panic; the
 //! allocator must stay consistent afterwards (no leaked statistic, no lost free).
 
