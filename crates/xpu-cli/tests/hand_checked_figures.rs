@@ -1,3 +1,7 @@
+//! The `xpu` command's figures checked by hand: tiny handwritten traces in both modes, JSON against
+//! the human summary, the simulated against the device replay, a truncated gzip trace wherever it
+//! is cut, and replay-all's geometric mean.
+//!
 //! Review h23's probes of the `xpu` command (passing when written): figures of tiny
 //! handwritten traces checked by hand, JSON against the human summary, the simulated
 //! against the device replay, a truncated gzip trace, and replay-all's geometric mean.
