@@ -1,3 +1,6 @@
+//! The replay engine's sampled peaks equal the allocator's own peak figures on the repository's
+//! traces.
+//!
 //! Review h23's probes of the replay engine (passing when written).
 
 use std::path::PathBuf;

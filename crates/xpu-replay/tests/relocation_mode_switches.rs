@@ -1,3 +1,7 @@
+//! Switching the relocation mode (`off`, `merge`, `merge_all`) while blocks are live: statistics
+//! stay equal to the snapshot after every step, and the recorded history replays with every move
+//! paired.
+//!
 //! Review h18 (fresh eyes on `relocation:merge` moving large blocks only and
 //! `relocation:merge_all` moving small ones too): the probe of the transitions between `off`,
 //! `merge` and `merge_all` whose recorded history is replayed (the others are xpu-alloc's
