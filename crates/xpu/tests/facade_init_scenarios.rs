@@ -1,3 +1,7 @@
+//! Lazy initialization and fork safety of the facade, one fresh process per scenario: facade calls
+//! from a queued call, a failed enumeration, fraction edges, devices and statistics across devices,
+//! the facade in a bad fork.
+//!
 //! Review h84: probes of lazy initialization, fork safety and the facade that PASS on the
 //! reviewed commit (1c5de16), kept as regression tests. Each runs in a fresh process (a
 //! scenario): initialization happens once per process. PoCL on the CPU,

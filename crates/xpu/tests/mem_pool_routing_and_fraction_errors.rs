@@ -1,3 +1,6 @@
+//! Private pools through the facade follow the current device (routings to two devices' pools), and
+//! bad memory fractions are errors that leave the fraction as it was.
+//!
 //! Review h20: facade probes of private pools that PASS on the reviewed commit (kept as
 //! regression tests). They compare only figures of their own pools (the facade's tests share
 //! process-global state under `cargo test`; under nextest each runs alone), so they hold
@@ -10,7 +13,7 @@ mod common;
 /// in device 1's statistics only.
 #[test]
 fn routings_to_two_devices_pools_follow_the_current_device() {
-    if !common::have_device("review_h20_probes") || xpu::device_count() < 2 {
+    if !common::have_device("mem_pool_routing_and_fraction_errors") || xpu::device_count() < 2 {
         return;
     }
     let p0 = xpu::mem_pool(Some(0)).unwrap();
@@ -41,7 +44,7 @@ fn routings_to_two_devices_pools_follow_the_current_device() {
 /// error (no panic), and leaves the fraction as it was.
 #[test]
 fn bad_fractions_are_errors() {
-    if !common::have_device("review_h20_probes") {
+    if !common::have_device("mem_pool_routing_and_fraction_errors") {
         return;
     }
     let before = xpu::xpu_alloc::memory_fraction(0).unwrap();

@@ -1,3 +1,7 @@
+//! Lazy initialization through the facade, in fresh processes: `init` does not fail once the
+//! runtime reports itself initialized, and an out-of-memory from a lazy call that ran at once is
+//! out of memory.
+//!
 //! Review h84 (fresh eyes on lazy initialization, fork safety and the facade): findings of the
 //! facade, each a test that failed on the code as reviewed (1c5de16; 5 of 5) and passes since.
 //! PoCL on the CPU, `POCL_DEVICES="pthread pthread"`; skipped without a device unless

@@ -1,3 +1,5 @@
+//! A pinned-host out-of-memory is out of memory through the facade (`Error::is_out_of_memory`).
+//!
 //! Review h58 (fresh eyes on the facade, xpu-lazy and the pinned-host allocator): findings,
 //! each a test that fails on the code as reviewed. PoCL 3.1 on the CPU,
 //! `POCL_DEVICES="pthread pthread"`; skipped without a device unless `XPU_REQUIRE_DEVICE=1`.

@@ -1,3 +1,6 @@
+//! `xpu::device_of` of an allocation switches to its device, and `get_per_process_memory_fraction`
+//! reads back the memory fraction.
+//!
 //! Review h27 (the facade as a torch.cuda user meets it): `xpu::device_of` of an allocation.
 mod common;
 

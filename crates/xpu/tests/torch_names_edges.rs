@@ -1,3 +1,6 @@
+//! Edges of the facade functions with torch.cuda's names (`default_stream`, `priority_range`,
+//! `caching_allocator_alloc` / `_delete`, the pinned-host statistics after a thread exits).
+//!
 //! Review h43: what held in today's facade functions (`default_stream`, `priority_range`,
 //! `caching_allocator_alloc` / `_delete`, the pinned-host statistics). PoCL 3.1 on the CPU.
 
@@ -10,7 +13,7 @@ mod common;
 /// and that thread's initial current stream.
 #[test]
 fn facade_allocation_and_default_stream_edges() {
-    if !common::have_device("review_h43_holds") {
+    if !common::have_device("torch_names_edges") {
         return;
     }
     let zero = xpu::caching_allocator_alloc(0, None).unwrap();
@@ -54,7 +57,7 @@ fn facade_allocation_and_default_stream_edges() {
 /// resets zero the peaks and accumulations.
 #[test]
 fn host_statistics_after_a_thread_exits() {
-    if !common::have_device("review_h43_holds") {
+    if !common::have_device("torch_names_edges") {
         return;
     }
     let kept = std::thread::spawn(|| {

@@ -1,3 +1,6 @@
+//! `caching_allocator_delete` of a pointer that another allocator owns does not free a live
+//! allocation.
+//!
 //! Review h43 (fresh eyes on today's facade functions under torch.cuda's names): findings,
 //! each a test that fails on the code as reviewed. PoCL 3.1 on the CPU,
 //! `POCL_DEVICES="pthread pthread"`; skipped without a device unless `XPU_REQUIRE_DEVICE=1`.
@@ -26,7 +29,7 @@ use xpu::xpu_alloc::{AllocConfig, DeviceAllocator};
 /// holds the pointer.
 #[test]
 fn caching_allocator_delete_frees_a_live_allocation_for_another_allocators_pointer() {
-    if !common::have_device("review_h43") {
+    if !common::have_device("caching_allocator_delete") {
         return;
     }
     let stream = xpu::new_stream(None, 0).unwrap();

@@ -1,3 +1,6 @@
+//! A failed `xpu::init` (a bad `XPU_ALLOC_CONF`) returns the configuration error and leaves the
+//! runtime uninitialized; each case runs in a fresh process.
+//!
 //! Review h22: the facade's `init`.
 mod common;
 

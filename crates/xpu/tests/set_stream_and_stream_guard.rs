@@ -1,3 +1,5 @@
+//! The facade's stream functions against torch.xpu's: `set_stream` and the stream guard.
+//!
 //! Review h81: passing probes of the facade's stream functions against torch.xpu's
 //! (reference `shared/reference/pytorch-runtime.md` §2.4, §2.5, §2.7).
 

@@ -1,3 +1,6 @@
+//! Facade calls with huge device indices and sizes are errors (no panic), and facade calls from a
+//! thread-local destructor at thread exit work.
+//!
 //! Review h22: facade probes that PASS on the reviewed commit (kept as regression tests).
 mod common;
 
@@ -8,7 +11,7 @@ use std::time::Duration;
 /// clamps.
 #[test]
 fn huge_indices_and_sizes_are_errors() {
-    if !common::have_device("review_h22_probes") {
+    if !common::have_device("huge_arguments_and_thread_exit") {
         return;
     }
     let n = xpu::device_count();
