@@ -1,3 +1,7 @@
+//! Integer, cast, sort and indexing edge cases against burn's NdArray backend and hand-computed
+//! values (division by 0 and of i64::MIN by -1, shifts, saturating casts, ties and NaN in sorts,
+//! repeated indices), plus random distributions, transactions, autodiff gradients and two devices.
+//!
 //! Review h65 probes: xpu-burn against burn's NdArray backend (and hand-computed values) on
 //! integer edge cases (division and remainder by 0 and of i64::MIN by -1, shifts by 31-63,
 //! abs/neg of i64::MIN, overflowing sums and products, truncating int means, int scans,
@@ -9,7 +13,7 @@
 //! backward, repeat / narrow / split / swap_dims / expand then ops, empty tensors, pow
 //! edge cases, random distributions over 1e6 samples and seeds, autodiff gradients of 30
 //! ops, transactions, two devices (moves of views, mixed-device ops refused). All pass on
-//! 2043737 (PoCL, 3 of 3 runs); nothing was found beyond review_h65.rs.
+//! 2043737 (PoCL, 3 of 3 runs); nothing was found beyond narrow_int_scalars.rs.
 //!
 //! Where NdArray panics or differs and burn documents nothing, the xpu value is checked by
 //! hand (the `hand` tables): integer division truncates, remainder follows the divisor's

@@ -1,3 +1,7 @@
+//! Whole models and training loops: burn's nn modules, losses and optimizers on `Autodiff<Xpu>`
+//! against `Autodiff<NdArray>` from identical parameters and batches; memory across steps, out of
+//! memory mid-training, threads and two devices, checkpoints, dropout.
+//!
 //! Review h72 (fresh eyes: whole models and training loops). burn's `nn` modules, losses and
 //! optimizers run forward + backward + optimizer steps on `Autodiff<Xpu>` and on
 //! `Autodiff<NdArray>` from identical initial parameters (built on NdArray, copied onto xpu by

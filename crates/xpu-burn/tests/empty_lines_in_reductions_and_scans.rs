@@ -1,3 +1,7 @@
+//! Reductions and scans over empty lines or beside empty dimensions: no panic, no division by zero,
+//! no hang, and a scan along an empty dimension returns at once (checked in a child process of this
+//! binary, bounded in time).
+//!
 //! Review h17 (fresh eyes, edge cases through burn's public API): defects found in
 //! xpu-burn's line kernels (reductions and scans, crates/xpu-burn/src/ops/reduce.rs). Each
 //! test here failed on the reviewed commit (b862d28: a division by zero, a process abort, a

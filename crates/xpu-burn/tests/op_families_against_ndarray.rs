@@ -1,3 +1,7 @@
+//! Every op family against burn's NdArray backend on inputs burn's suite does not cover:
+//! non-contiguous views, long lines, odd conv/pool shapes, deformable convolution, a broadcast line
+//! past 2^31, ops beside `memory_cleanup` from many threads, module gradients.
+//!
 //! Review h62 probes: xpu-burn against burn's NdArray backend on inputs burn's suite does
 //! not cover (non-contiguous views of every op family, long lines, odd conv/pool shapes,
 //! integer edge cases). Each probe runs one generic function on both backends and compares.
@@ -8,7 +12,7 @@
 //! the sign of the divisor as burn's float remainder does), `max_pool2d_with_indices` on
 //! non-square inputs (NdArray flattens `ih * H + iw`, burn-ndarray maxpool.rs:128; xpu-burn
 //! gives torch's `ih * W + iw`), bilinear/bicubic backward (NdArray has none). `int_powi`
-//! moved to review_h62.rs (a finding).
+//! moved to int_powi.rs (a finding).
 
 // Element counts are written as the products of their shapes (`1 * 2 * 7 * 6` beside
 // `[1, 2, 7, 6]`), and burn's `slice` takes one range per sliced dimension (`[1..9000]`).

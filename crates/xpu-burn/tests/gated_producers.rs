@@ -1,3 +1,6 @@
+//! Reading tensors whose producers are held behind a gate, across two devices (`into_data` and
+//! `to_device` wait for them), and more ops mixing devices failing with a typed error.
+//!
 //! Review (h12): reading tensors whose producers are held behind a gate, across two devices;
 //! more ops mixing devices.
 use std::sync::mpsc;

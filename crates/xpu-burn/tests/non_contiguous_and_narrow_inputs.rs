@@ -1,3 +1,7 @@
+//! Kernel launches and tensor ops on non-contiguous, int, small-int and bool inputs against
+//! burn-ndarray (by hand, or by the adjoint or a finite difference where NdArray cannot serve),
+//! including a max-pool window entirely in the padding.
+//!
 //! Review h86 (fresh eyes on 46be37d: xpu-burn's kernel launches and tensor ops on
 //! non-contiguous, int, small-int and bool inputs, against burn-ndarray, by hand or by the
 //! adjoint / a finite difference where NdArray cannot serve).

@@ -1,3 +1,7 @@
+//! Host transfers of burn tensors: every dtype round-trips in odd shapes, mismatched bytes and
+//! unsupported dtypes are errors, non-contiguous views read back in row-major order, bools hold
+//! only 0 and 1, and `to_device` across devices round-trips.
+//!
 //! Review h16 (fresh eyes, data transfer): PASSING probes of xpu-burn's host transfers, kept as
 //! regression tests. On PoCL (`POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`).
 

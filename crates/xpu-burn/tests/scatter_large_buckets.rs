@@ -1,3 +1,7 @@
+//! Scatter and select-assign with large buckets (more than 64 entries per line, ordered by
+//! `seg_large`) against NdArray or a sequential host reference: every rank and dim, out-of-range
+//! indices, non-contiguous index views.
+//!
 //! Review h76 (fresh eyes on commit 52e442b: `Segments::build`'s buckets of more than 64
 //! entries put in order by `seg_large`, one work-item walking its line). scatter /
 //! select_assign with large buckets against NdArray (exactly: order-sensitive sums of 1e8,

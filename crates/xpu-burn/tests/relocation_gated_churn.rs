@@ -1,9 +1,13 @@
+//! Relocation (`relocation:merge`) under burn behind a gate: blocks whose producers have not run
+//! yet are moved and their vacated places reused, and every tensor holds its values once the gate
+//! opens. Its own process.
+//!
 //! Review h15 (burn under `relocation:merge`, the default): passing probe. With burn's stream
 //! held by a user-event gate, tensors are created, transformed, sliced, assigned into and
 //! dropped, so that the allocator moves blocks whose producers have not run yet and hands
 //! vacated places to new tensors, all queued behind the gate; once it opens, every surviving
 //! tensor holds its host reference. Only ops that enqueue without a host wait (no f32
-//! matmul: CLBlast's regions wait, see `review_h15_matmul.rs`; no reads). Its own process.
+//! matmul: CLBlast's regions wait, see `relocation_matmul.rs`; no reads). Its own process.
 
 use std::time::Duration;
 

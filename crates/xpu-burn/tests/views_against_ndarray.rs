@@ -1,3 +1,7 @@
+//! Differential tests of views against burn-ndarray (the CPU reference): reductions, scans,
+//! elementwise ops, matmuls (small and CLBlast-sized), convolutions and pools of permuted inputs,
+//! indexing and sorting, float ops on edge values.
+//!
 //! Review h25: differential probes, xpu against burn-ndarray (CPU) as the reference. Each
 //! runs the same generic pipeline on both backends and compares every result (relative 1e-4
 //! element-wise, looser for long reductions; integers and bools exactly). On PoCL

@@ -1,10 +1,13 @@
+//! Integer powers (`int_powi`, `int_powi_scalar`) are exact, as burn documents, not rounded through
+//! f32.
+//!
 //! Review h62 (fresh eyes, the ops layer against burn's NdArray backend and hand-computed
 //! values): what was found to give a wrong value on valid input. Each test fails on the
 //! reviewed commit (fe07bcb); the comment above it says what it shows, what was observed
 //! and in how many runs. The probes that found nothing (views of every op family, long
 //! split reductions and scans, rank 7-8, conv/pool/interpolate with odd shapes and their
 //! gradients, deformable convolution, a 3e9-element broadcast line, ops from many threads
-//! beside `memory_cleanup` and `sync`) pass, in review_h62_probes.rs.
+//! beside `memory_cleanup` and `sync`) pass, in op_families_against_ndarray.rs.
 //!
 //! Run with `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 //!

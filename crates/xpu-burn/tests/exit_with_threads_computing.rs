@@ -1,3 +1,7 @@
+//! Exit while other threads compute: a process whose `main` returns while threads still run burn
+//! ops exits cleanly (child processes of this binary; nextest runs it alone,
+//! `.config/nextest.toml`).
+//!
 //! Review h30: a process whose `main` returns while other threads still run burn ops must
 //! exit cleanly, as one that returns with work in flight does (`exit_with_work_in_flight.rs`).
 //! On the reviewed commit (b598fe9) it did not: the exit handler drains the queues once, but

@@ -1,3 +1,6 @@
+//! Random chains of view ops (slice with steps, flip, permute, expand, unfold and reshape) on small
+//! tensors give the values NdArray gives, and no valid view is refused.
+//!
 //! Review h59 probe (passes): random chains of view ops (slice with any step, flip of distinct
 //! axes, permute, expand incl. to 0, unfold + reshape, reshape) on tensors of rank 1-3 with
 //! dims 0..=3, through burn's backend trait, on Xpu and NdArray, read back with

@@ -1,3 +1,8 @@
+//! Op arguments that safe calls can pass (a repeated flip axis, a kernel registered under a library
+//! key, an unfold step past the dimension, a `cat` whose length overflows) are checked: no view
+//! outside its storage, no crash, a typed error. Crashing scenarios run in child processes of this
+//! binary.
+//!
 //! Review h57 (fresh eyes, a newcomer's calls): defects of xpu-burn shown with safe calls
 //! only. Each test fails on the reviewed commit (754f83b); the comment above each says what
 //! it shows and what was observed. Scenarios that crash the process run in a child process

@@ -1,3 +1,7 @@
+//! Relocation (`relocation:merge`) under burn: threads create, transform, slice and drop tensors
+//! while the allocator moves their blocks; every surviving tensor keeps its values. One test per
+//! process (the global allocators' figures).
+//!
 //! Review h15 (burn under `relocation:merge`, the default): passing probes. Threads create,
 //! transform, slice, assign into and drop burn tensors of many sizes on both devices, so that
 //! the allocator moves live tensors' blocks between launches (growth events with fragmented

@@ -1,3 +1,8 @@
+//! The backend embedded in an application: tensors shared between threads and devices, autodiff on
+//! several threads, out of memory under a memory fraction, statistics across threads, configuration
+//! changes, private pools and graph captures beside burn. nextest runs each test in its own process
+//! (the allocator's figures are the test's own).
+//!
 //! Review h30 (fresh eyes, embedding the backend in an application): probes of burn's tensors
 //! shared between threads and devices, autodiff on several threads, out-of-memory under a
 //! memory fraction, and burn interleaved with xpu's allocator calls. Results are compared with

@@ -1,3 +1,6 @@
+//! Relocation (`relocation:merge`) and burn's f32 matmul through CLBlast: a matmul of a moved
+//! tensor on its gated stream does not wait on the host for the gate. One test in its own process.
+//!
 //! Review h15 (burn under `relocation:merge`, the default): burn's f32 matmul goes through
 //! CLBlast, whose operands are lent as `ClRegion`s. One test in its own process: the layout
 //! that makes the allocator move a tensor's block is set up from burn's first allocation on

@@ -1,3 +1,8 @@
+//! Edge cases through burn's public API: integer division and remainder at the edges, NaN and
+//! signed zero in extremes, sorts and clamps, scatter and select-assign with out-of-range and
+//! strided operands, empty tensors, degenerate and overlapping matmul views, rank-ten views,
+//! dropped inputs.
+//!
 //! Review h17 (fresh eyes, edge cases through burn's public API): PASSING probes, kept as
 //! regression tests. Each passed on the reviewed commit (b862d28). On PoCL
 //! (`POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`).
