@@ -37,7 +37,7 @@
 //! under that build died with SIGSEGV, 1 of 3 children on an H100, 2026-12-06). Nothing is
 //! drained in a bad fork child (the queues belong to the parent).
 //!
-//! Other threads (review h30, `xpu-burn/tests/review_h30_exit_with_threads.rs`): `main` may
+//! Other threads (review h30, `xpu-burn/tests/exit_with_threads_computing.rs`): `main` may
 //! return while other threads still enqueue and build programs. Every enqueue and build of
 //! the backend, and every read of a program's binary (PoCL generates the kernels' code in the
 //! calling thread for it, review h33), is a `DriverEntry`: a per-thread count of the calls in progress and a check

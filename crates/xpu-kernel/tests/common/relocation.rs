@@ -1,6 +1,6 @@
-//! What the relocation reviews' tests share (review_h13, review_h14, review_h15): patterns,
-//! fresh streams, the device's move count and the clearing layout that makes the global
-//! allocator move a block.
+//! What the relocation tests share (`relocation_graph_capture.rs`, `relocation_graph_replay.rs`,
+//! `relocation_launch_args.rs`, from reviews h13-h15): patterns, fresh streams, the device's
+//! move count and the clearing layout that makes the global allocator move a block.
 
 use std::sync::Arc;
 
