@@ -1,10 +1,14 @@
+//! The forwards' sweep rounds (`forwards::sweep_rounds`): a failure along a chain beside pending
+//! command forwards at linear cost, failures through commands of two contexts, foreign failures at
+//! the next sweep.
+//!
 //! Review h53 (device part): the deferred forward sets kept in the outermost callback's frame
 //! through the thread-local pointer `DEFERRED_FORWARDS`, and the focused sweep rounds
 //! (e63cad2: `forward_status`, `ForwardSet::apply`, `forwards::sweep_rounds` asking in its later
 //! rounds only about the forwards from the targets just failed and those from commands,
 //! `from_commands`), attacked with sequences of safe public calls. PoCL on the CPU
 //! (`POCL_DEVICES="pthread pthread"`), a 2-core machine shared with other jobs, debug build
-//! (`cargo test -p xpu-device --test review_h53`).
+//! (`cargo test -p xpu-device --test forward_sweep_rounds`).
 //!
 //! Finding (a test that failed at e63cad2, fixed since: the forwards from commands get one round
 //! once the user events' rounds fail nothing more, not one per round):

@@ -1,3 +1,7 @@
+//! Completion callbacks (`on_complete`) of commands that fail through their wait list: the closure
+//! runs once with the negative status, and what it holds (a pinned buffer, a forward's events) is
+//! released.
+//!
 //! Review h21: completion callbacks of commands that fail through their wait list.
 //!
 //! PoCL (3.1) never calls a `CL_COMPLETE` callback for a command that terminated abnormally

@@ -1,3 +1,6 @@
+//! Objects of another context in command buffers and pinned buffers are typed errors
+//! (`CL_INVALID_CONTEXT`, no abort), and a pinned buffer is usable again after its copy failed.
+//!
 //! Review h21's passing probes: mistakes with objects of another context are typed errors
 //! (no abort), and a pinned buffer is usable again, without a hang, after its copy failed.
 

@@ -1,3 +1,6 @@
+//! Exit with retired queues (`backend::at_exit`): a dropped or live queue whose last command was
+//! cancelled is waited for at exit; exit status, timing and output with a gated dropped queue.
+//!
 //! Review h44 of 64701b3, exit scenarios: each runs in a child process (this binary again,
 //! `XPU_H44_EXIT_CHILD` naming the scenario) with an empty PoCL kernel cache of its own
 //! (`POCL_CACHE_DIR`), killed after a timeout (a hang).

@@ -1,3 +1,6 @@
+//! Fan-in forwards and the set-once claim: two sources forwarded to one target, set from two
+//! threads beside an application setter; one status reaches the target and the next forward.
+//!
 //! Review h68 of xpu-device, probes that found nothing (they pass on c61c9e7):
 //! `held::set_user_status`'s claim (3c7c1a2 + 2043737: a setter on another thread waits, at
 //! most 2 s, for the claim's holder; one on the holder's own thread is refused). Forwards

@@ -1,3 +1,7 @@
+//! Retired queues (`backend::at_exit`'s `RETIRED`): a queue whose last wrapper is dropped is kept,
+//! with a marker after its last command, until that marker is over, for the exit's drain; borrowed
+//! and cloned wrappers, failed last commands.
+//!
 //! Review h44 of 64701b3 (`backend::at_exit`: a queue whose last wrapper is dropped is kept,
 //! with a marker after its last command, in `RETIRED` until that marker is over; the exit's
 //! drain waits for those markers too).

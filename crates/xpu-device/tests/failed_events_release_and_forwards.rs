@@ -1,10 +1,14 @@
+//! Failed events and forwards after failures: a forward never fails a held source, chains and gated
+//! markers pass the failure on, failed events are released once what they wait behind is over,
+//! callbacks may set statuses and make blocking transfers, live events return to baseline.
+//!
 //! Review h40: sequences expected to fail that held on commit 14b0fa5 (PoCL 3.1,
 //! `POCL_DEVICES="pthread pthread"`), kept as evidence; counts of separate runs in each test's
 //! comment. Run them with nextest (a process per test): as threads of one process the file
 //! passed 5 of 6 runs; the other failed `a_failed_event_kept_behind_a_pending_one_...`'s
 //! reference count check, because another test of the process held a pending event meanwhile
-//! (that is `review_h40.rs`'s `failed_commands_are_not_kept_alive_by_an_unrelated_unset_user_
-//! event`). Left out as not holding: copies with an empty wait list beside failing waits
+//! (that is `failing_waits_beside_other_threads.rs`'s
+//! `failed_commands_are_not_kept_alive_by_an_unrelated_unset_user_event`). Left out as not holding: copies with an empty wait list beside failing waits
 //! (aborted 1 of 20 alone), and a command buffer behind a gate and a failing barrier with the
 //! gate opened after the failure (PoCL's gate-then-fail worker race, see below).
 
@@ -237,10 +241,11 @@ fn statuses_set_and_blocking_transfers_made_from_callbacks_do_not_hang() {
     assert!(matches!(barrier.status().unwrap(), EventStatus::Error(_)));
 }
 
-/// Single-thread orders of the two-thread findings of `review_h40.rs`: a command buffer
-/// enqueued behind a barrier whose user event is then failed; a pinned buffer dropped (its
+/// Single-thread orders of the two-thread findings of
+/// `failing_waits_beside_other_threads.rs`: a command buffer enqueued behind a barrier whose
+/// user event is then failed; a pinned buffer dropped (its
 /// unmap) behind a failing barrier. 1,000 rounds. (A pinned buffer made right after each
-/// failure is a finding of its own: `review_h40.rs`.)
+/// failure is a finding of its own: `failing_waits_beside_other_threads.rs`.)
 /// With a third shape in each round (a command buffer behind a gate and a failing barrier, the
 /// gate opened after the failure) the test aborted 3 of 10 runs (`pocl_update_event_running_
 /// unlocked: Assertion 'event->status == CL_SUBMITTED' failed`, `pocl_update_event_finished:
@@ -327,7 +332,7 @@ fn live_events_return_to_baseline_after_forwards_failures_and_blocking_transfers
 /// (A mix of this file's shapes, forwards from user events failed or dropped unset beside
 /// copies with `on_complete` and blocking reads on the same queue, 3,000 steps: when the run
 /// completed the live events and callbacks were back to the baseline, 3 of 3; 2 of 5 runs
-/// aborted in PoCL as the findings of `review_h40.rs`.)
+/// aborted in PoCL as the findings of `failing_waits_beside_other_threads.rs`.)
 #[test]
 fn held_sources_are_never_failed_under_concurrent_sweeps() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -1,9 +1,13 @@
+//! Ordered markers across finishes that cover (or leave out) a failed wait: a marker judged
+//! complete stays so after a later finish (`waits::Covered`, `Inner::drained`).
+//!
 //! Review h74: 84eb0b6 (`waits::Covered`: a `clFinish` covers every command numbered before it
 //! but the logged ones whose enqueue call is still in progress; `finished` drains every failure
 //! numbered up to `upto` but those, keeps the lowest drained one in `drained_failure`, and
 //! raises `drained` to `max(drained, upto)`), attacked with sequences of safe public calls.
 //! PoCL 3.1 on the CPU (`POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`), a 2-core
-//! machine shared with other jobs, debug build (`cargo test -p xpu-device --test review_h74`).
+//! machine shared with other jobs, debug build
+//! (`cargo test -p xpu-device --test ordered_markers_across_finishes`).
 //!
 //! Findings (fail now, 5 of 5 runs each; both fail at 48b982b, 84eb0b6's parent, too:
 //! pre-existing since `drained_failure` came in, 8a11750; 84eb0b6's `min` keeps the same lowest

@@ -1,3 +1,6 @@
+//! Consecutive commands completed and failed at the same moment (PoCL 3.1's own race in
+//! `pocl_lock_events_inorder`): the process does not abort.
+//!
 //! Review h44 (found while probing 64701b3; not caused by it: the queue is never dropped
 //! before its work is over). On PoCL 3.1 (`POCL_DEVICES="pthread pthread"
 //! XPU_REQUIRE_DEVICE=1`); the scenario runs in a child process (`common::in_child_scenario`),
@@ -17,7 +20,7 @@ use xpu_device::backend::ClEvent;
 /// statuses take its write side), so PoCL's completion of the first marker notifies the
 /// second while the failure of the second is being passed on (held.rs `set_user_status`).
 #[test]
-#[ignore = "open: PoCL 3.1 aborts (pocl_lock_events_inorder) in 3 of 6 runs, the race of its own that pocl/pocl pull request 2216 fixed upstream (see review_h38/h40); run alone with --ignored"]
+#[ignore = "open: PoCL 3.1 aborts (pocl_lock_events_inorder) in 3 of 6 runs, the race of its own that pocl/pocl pull request 2216 fixed upstream (see user_event_failure_paths.rs / failing_waits_beside_other_threads.rs); run alone with --ignored"]
 fn completing_and_failing_consecutive_commands_at_once_does_not_abort() {
     let Some((dev, ctx, _)) = common::device0_queue_in_child() else {
         return;

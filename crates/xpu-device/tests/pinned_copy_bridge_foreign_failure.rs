@@ -1,3 +1,6 @@
+//! A pinned copy's bridge (`ClEvent::complete_when_over`) when a download fails through a failure
+//! set by foreign code (a raw handle): the healthy queue's upload still finishes.
+//!
 //! Review h43 (fresh eyes on today's pinned-copy bridges, `ClEvent::complete_when_over`):
 //! findings in xpu-device, each a test that fails on the code as reviewed. PoCL 3.1 on the CPU,
 //! `POCL_DEVICES="pthread pthread"`; skipped without devices unless `XPU_REQUIRE_DEVICE=1`.

@@ -1,8 +1,12 @@
+//! The cycle check of forwards between user events (`CODE_FORWARD_CYCLE`,
+//! `forwards::closes_cycle`): its cost under the global lock, refusals that take no effect, cycles
+//! of every shape refused, no deadlock beside failures and sweeps.
+//!
 //! Review h49: commit 968f51d (a forward from a user event that would close a cycle of forwards
 //! between user events is refused with `CODE_FORWARD_CYCLE`, checked by `forwards::closes_cycle`
 //! and pushed under the `FORWARDS` lock), attacked with sequences of safe calls. PoCL 3.1 on the
 //! CPU (`POCL_DEVICES="pthread pthread"`), a 2-core machine shared with other jobs, debug build
-//! (`cargo test -p xpu-device --test review_h49`).
+//! (`cargo test -p xpu-device --test forward_cycle_check`).
 //!
 //! Findings, each a test that failed at 968f51d and passes since the fix that followed: the
 //! cost of the check under the global lock

@@ -1,3 +1,7 @@
+//! Probes of the event machinery that found nothing: the set-once claim against clones and
+//! forwards, a dropped target between forwards, a chain through commands failed from a closure, a
+//! failed wait known to every wrapper of a queue.
+//!
 //! Review h64 probes (fresh eyes on xpu-device's event machinery at HEAD 2043737): scenarios
 //! that found nothing wrong. Reviewed: the set-once claim of `held::set_user_status`
 //! (2043737) against sets from driver callbacks (forwards), from `on_complete` closures, from
@@ -7,7 +11,7 @@
 //! other threads. PoCL 3.1, `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`: every probe
 //! passed 5 of 5 runs. Child scenarios (a hang or an abort would otherwise take the test binary
 //! down); hangs are bounded with `common::within` / `common::settles`, ordering by gates and
-//! barriers. The one finding is in `review_h64.rs`.
+//! barriers. The one finding is in `user_status_claim.rs`.
 //!
 //! Read without a test: `at_exit`'s `end_now` flushes C stdio (`fflush(NULL)`), and Rust's
 //! stdout is flushed by `std`'s own cleanup before `exit` runs (return from `main`,

@@ -1,3 +1,7 @@
+//! The exit's drain (`backend::at_exit`): the main thread's guard parks the other threads' driver
+//! calls and drains gated queues, long builds and backlogs up to `DRAIN_CAP`, without hanging or
+//! being stretched by unrelated threads.
+//!
 //! Review h37 of 083da6a (`backend::at_exit`: the main thread's guard parks the other threads'
 //! driver calls, then drains while the process works, up to `DRAIN_CAP`). Each scenario runs in
 //! a child process with an empty PoCL kernel cache of its own (`POCL_CACHE_DIR`), under a

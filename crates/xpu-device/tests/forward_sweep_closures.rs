@@ -1,10 +1,13 @@
+//! The forwards' sweep and `on_complete` closures: closures on the targets of a failing chain run,
+//! alternating chains across contexts reach every target, failing chains and trees at linear cost.
+//!
 //! Review h54 (device part): 9460331, `forwards::sweep_rounds` passing a failure along the
 //! forwards between user events first (rounds focused on the targets just failed, through
 //! `from_user`), then giving the forwards from commands (`from_commands`) one round, with
 //! `callbacks::sweep_failed` (the `on_complete` closures of failed events, which PoCL never
 //! hands over) run only in the first round and in the commands' rounds. Attacked with
 //! sequences of safe public calls. PoCL on the CPU (`POCL_DEVICES="pthread pthread"`), a 2-core
-//! machine shared with other jobs, debug build (`cargo test -p xpu-device --test review_h54`).
+//! machine shared with other jobs, debug build (`cargo test -p xpu-device --test forward_sweep_closures`).
 //!
 //! Findings (tests that failed at 9460331 and passed at its parent 861ecba; fixed since: a sweep
 //! whose list empties still gives the closures their owed round):

@@ -1,9 +1,12 @@
+//! Long chains of forwards complete without nesting callbacks (no stack overflow), and forwards
+//! between events at reused addresses see no stale index entry.
+//!
 //! Review h51 (device part): forwards between user events and their cycle check
 //! (`forwards::closes_cycle`, its index `from_user`, `sweep`, `keep` / `registered` /
 //! `unkeep`) as of 968f51d, 91fa769, 9ef3aeb and b56c16c, attacked with sequences of safe
 //! calls where reviews h49 and h50 did not go. PoCL on the CPU (`POCL_DEVICES="pthread
 //! pthread"`), a 2-core machine shared with other jobs, debug build (`cargo test -p xpu-device
-//! --test review_h51`).
+//! --test forward_chain_stack_depth`).
 //!
 //! Finding (a test that failed at b56c16c, fixed in 1c0926c: within a forward's set, the next
 //! forward's set waits in the thread's list and the outermost callback sets them in a loop):

@@ -1,9 +1,13 @@
+//! Forwards from commands that waited for a failed user event (`UnsetGuard::waited`,
+//! `note_waited`): waits through raw wrappers, clones and unnoted targets still pass the failure to
+//! the commands' forwards.
+//!
 //! Review h56 (device part): the forwards' commands' round after b8db1cf
 //! (`UnsetGuard::waited`, `ClEvent::note_waited` / `maybe_waited`, `sweep_rounds`' `waited`)
 //! and the focused sweep of `registered` after 608416e, attacked with sequences of safe public
 //! calls (one test wraps a raw handle with `from_raw_retained`, whose safety contract it
 //! meets). PoCL on the CPU (`POCL_DEVICES="pthread pthread"`), a 2-core machine shared with
-//! other jobs, debug build (`cargo test -p xpu-device --test review_h56`).
+//! other jobs, debug build (`cargo test -p xpu-device --test forward_waited_commands`).
 //!
 //! Each test records whether a forward's target (and an `on_complete` closure) of a command
 //! that waited for a failed user event reads the failure right after the failing call returned

@@ -1,8 +1,12 @@
+//! Forwards from events that already failed: their registration costs linear status queries, every
+//! kind of command failed through its wait list reaches its target and closure, a closure
+//! registered after the failure runs.
+//!
 //! Review h55 (device part): the forwards' sweep after 24bd4f8 (`forwards::sweep_rounds`,
 //! `sweep_after_failure`, `registered`; `event::forward_status` with its deferred sets;
 //! `callbacks::sweep_failed`), attacked with sequences of safe public calls. PoCL on the CPU
 //! (`POCL_DEVICES="pthread pthread"`), a 2-core machine shared with other jobs, debug build
-//! (`cargo test -p xpu-device --test review_h55`).
+//! (`cargo test -p xpu-device --test forwards_from_failed_events`).
 //!
 //! Finding (failed at 24bd4f8; partly fixed since, the test ignored while the rest is open):
 //!

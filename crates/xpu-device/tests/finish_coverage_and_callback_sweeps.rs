@@ -1,3 +1,7 @@
+//! What a `clFinish` covers in the wait log (`WaitLog::before_finish`, commands numbered below an
+//! enqueue call still in flight) and `wait_for_callbacks` delivering the closures of events already
+//! over.
+//!
 //! Review h73: 2ca0fb0 (`WaitLog::before_finish` covers the commands numbered below the first
 //! logged enqueue call still in progress) and 0c0031b (`wait_for_callbacks` first delivers the
 //! `on_complete` closures of events already over), attacked with sequences of safe public

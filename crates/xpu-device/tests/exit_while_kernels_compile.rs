@@ -1,3 +1,6 @@
+//! Exit (`backend::at_exit`) while PoCL still compiles kernels: a process that returns, or calls
+//! `exit` on another thread, with kernels to compile exits cleanly.
+//!
 //! Review h33 of ff4e5a4 (`backend::at_exit`): processes that exit while PoCL still compiles
 //! a kernel. Each scenario runs in a child process with an empty PoCL kernel cache of its own
 //! (`POCL_CACHE_DIR`): with the kernels cached, nothing compiles at exit and no scenario can

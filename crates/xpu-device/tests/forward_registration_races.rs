@@ -1,9 +1,13 @@
+//! Forwards kept before their driver callback is registered: a source set between keep and
+//! registration, markers failing while forwarded, the index kept in step with the list, targets
+//! never overwritten.
+//!
 //! Review h50: commits 968f51d and 91fa769 (a forward is kept in `forwards`' list, with the
 //! cycle check over the index `from_user`, before its driver callback is registered; a forward
 //! from a user event closing a cycle of forwards between user events is refused with
 //! `CODE_FORWARD_CYCLE`), attacked with sequences of safe calls. PoCL on the CPU
 //! (`POCL_DEVICES="pthread pthread"`), a 2-core machine shared with other jobs, debug build
-//! (`cargo test -p xpu-device --test review_h50`).
+//! (`cargo test -p xpu-device --test forward_registration_races`).
 //!
 //! Hangs are detected with `common::within` (the verdict "it never returned"), never by
 //! sleeping for an order; races are placed with busy-wait jitter of varying length, and

@@ -1,3 +1,6 @@
+//! Failed waits beside other commands: buffers, queues, forwards and callbacks used on the same or
+//! other queues after a command's wait failed return and finish (what held).
+//!
 //! Review h38: sequences expected to fail that held on commit 711725f (PoCL 3.1,
 //! `POCL_DEVICES="pthread pthread"`), kept as evidence. Run as threads of one process (the
 //! default), and each was also run alone in loops (counts in each test's comment).

@@ -1,3 +1,8 @@
+//! Failing waits beside other threads' work (the failure exclusion of PoCL before 4.0, notify_lists
+//! tickets, a forward's unguarded source): two-thread shapes that end the process in PoCL
+//! (ignored), user events forwarded to each other and dropped unset, failed commands not kept alive
+//! by an unrelated user event.
+//!
 //! Review h40: the three changes of 5c3a043 / ff93060 (notify_lists tickets, a forward's
 //! unguarded source clone, every enqueue of a PoCL-before-4.0 queue under the read side of
 //! the failure exclusion and blocking transfers as a non-blocking enqueue and a host wait),

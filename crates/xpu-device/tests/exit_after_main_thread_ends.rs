@@ -1,3 +1,6 @@
+//! Exit after the main thread ended alone (`pthread_exit`): another thread keeps using the device
+//! and ends the process; the exit guard does not park it.
+//!
 //! Review h37 of 083da6a (`backend::at_exit`): the main thread's guard parks every other
 //! thread's driver calls for the rest of the process, on the claim that glibc drops the main
 //! thread's locals only in `exit`. Here the main thread ends alone (`pthread_exit`) after a
@@ -129,7 +132,7 @@ fn parent() -> libc::c_int {
             !xpu_device::require_device(),
             "XPU_REQUIRE_DEVICE=1 but no OpenCL device was found"
         );
-        eprintln!("skipping review_h37_main_thread_ends: no device");
+        eprintln!("skipping exit_after_main_thread_ends: no device");
         return 0;
     }
     let exe = std::env::current_exe().unwrap();
@@ -163,7 +166,7 @@ fn parent() -> libc::c_int {
         let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
         let _ = std::fs::remove_dir_all(&dir);
         eprintln!(
-            "review_h37_main_thread_ends run {run}: {status:?} after {:?}",
+            "exit_after_main_thread_ends run {run}: {status:?} after {:?}",
             start.elapsed()
         );
         assert!(
@@ -175,6 +178,6 @@ fn parent() -> libc::c_int {
             )
         );
     }
-    eprintln!("review_h37_main_thread_ends: ok");
+    eprintln!("exit_after_main_thread_ends: ok");
     0
 }

@@ -1,3 +1,6 @@
+//! The cost of a queue's wait log: enqueuing waits behind pending ones costs an amortized constant
+//! number of status queries (counted on the thread, not timed).
+//!
 //! Review h29: the wait log of the ordered markers (commit 0b10242) seen by a newcomer.
 
 mod common;

@@ -1,13 +1,16 @@
+//! A user event's set-once claim (`held::set_user_status`): a setter refused as already set reads
+//! the event set.
+//!
 //! Review h64 (fresh eyes on xpu-device's event machinery at HEAD 2043737): the set-once claim
 //! of `held::set_user_status` (2043737), the `WAITED` registry of `forwards` (7030739), the
 //! per-raw-queue `SHARED` state of `queue` (99f3f47, 108da10, 846520d) and the exit's `_exit`
 //! (0cc895e). PoCL 3.1, `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`
-//! (`cargo test -p xpu-device --test review_h64`). Safe calls only.
+//! (`cargo test -p xpu-device --test user_status_claim`). Safe calls only.
 //!
 //! Found: one defect, below. A setter refused because another thread holds the event's claim
 //! returns `CL_INVALID_OPERATION` ("already set") before the claim holder has set the status:
 //! right after the refusal the event still reads `Submitted`. No hang, crash or leak was
-//! found; what was probed without a finding is in `review_h64_probes.rs`.
+//! found; what was probed without a finding is in `claims_forwards_and_wrappers.rs`.
 //!
 //! Fixed since: a setter refused because another thread holds the claim now waits (bounded,
 //! 2 s) until that thread has set the event, then reads it set; only a setter on the claim

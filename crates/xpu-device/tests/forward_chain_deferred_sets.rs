@@ -1,9 +1,13 @@
+//! A chain of forwards' deferred sets (`DEFERRED_FORWARDS`): no nesting also from a thread-local
+//! destructor, a failure along a chain at linear cost, trees across contexts, closures completing
+//! chains.
+//!
 //! Review h52 (device part): the forwards' callback that no longer nests (1c0926c, part A:
 //! `forward_status` defers the next forward's set to the thread's `DEFERRED_FORWARDS` while
 //! `SETTING_FORWARD` is set, and the outermost callback sets them in a loop) and the forwards
 //! found by key (e4300b8, `Forwards::position`), attacked with sequences of safe calls. PoCL
 //! on the CPU (`POCL_DEVICES="pthread pthread"`), a 2-core machine shared with other jobs,
-//! debug build (`cargo test -p xpu-device --test review_h52`).
+//! debug build (`cargo test -p xpu-device --test forward_chain_deferred_sets`).
 //!
 //! Findings (tests that failed at 8a28cd0, both fixed since: the deferred list lives in the
 //! outermost callback's frame, reached through a thread-local pointer without a destructor;

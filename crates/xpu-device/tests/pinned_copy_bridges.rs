@@ -1,3 +1,6 @@
+//! Pinned copies' bridges (`ClEvent::complete_when_over`) across queues and devices: completed and
+//! failed downloads order the uploads after them, and the bridges leave no live objects.
+//!
 //! Review h43: what held in xpu-device (sequences expected to break the pinned copies' bridges
 //! of `ClEvent::complete_when_over` that pass on the code as reviewed). PoCL 3.1,
 //! `POCL_DEVICES="pthread pthread"`; skipped without devices unless `XPU_REQUIRE_DEVICE=1`.

@@ -1,3 +1,6 @@
+//! Failure paths of user events: `finish` returns when a forwarded user event is dropped unset
+//! (same device and another device), and a gate opened then the next command's wait failed.
+//!
 //! Review h38: failure paths of user events, waits and drops, as sequences of safe calls.
 //! Each test here failed (or aborted the process) on commit 711725f with PoCL 3.1
 //! (`POCL_DEVICES="pthread pthread"`). A hang is detected by running the blocking call on a
@@ -105,7 +108,7 @@ fn finish_returns_when_a_user_event_forwarded_to_another_device_is_dropped_unset
 /// failed`. Keeping every event alive until the end does not help (7 of 10 SIGSEGV, see
 /// `concurrent_empty_wait_list_enqueues_with_every_event_held`); giving B's markers a
 /// non-empty wait list (a completed user event, so they take the exclusion's read side)
-/// makes it hold, 10 of 10 (`review_h38_holds.rs`).
+/// makes it hold, 10 of 10 (`failed_waits_beside_other_commands.rs`).
 #[test]
 // Lowered, not closed: with every enqueue of a PoCL-before-4.0 queue under the read side of
 // the failure exclusion (`held`, 2026-12-06) 10 of 10 runs passed here, but review h40 saw
