@@ -1,12 +1,15 @@
+//! `Stream::query` after a failed wait drained by a finish: a kept failed marker answers once a
+//! synchronize begun after it returned, and a drained failure never returns across synchronizes.
+//!
 //! Review h74: `Stream::query` after 84eb0b6 (a pending kept marker answers `false` with one
 //! driver call; a kept failed marker, once no failure stands, answers `true` when a finish begun
 //! after it returned (`drained_by_finish`) and nothing was enqueued since; `waits::Covered`),
 //! attacked with sequences of safe public calls. PoCL 3.1 on the CPU
 //! (`POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`), a 2-core machine shared with other
-//! jobs, debug build (`cargo test -p xpu-stream --test review_h74`).
+//! jobs, debug build (`cargo test -p xpu-stream --test query_drained_failure`).
 //!
-//! No finding here: the device-level one (`crates/xpu-device/tests/review_h74.rs`: a marker
-//! that read complete reads the failure of a wait covered by a finish begun before it, once a
+//! No finding here: the device-level one
+//! (`crates/xpu-device/tests/ordered_markers_across_finishes.rs`: a marker that read complete reads the failure of a wait covered by a finish begun before it, once a
 //! later finish returned) does not reach `Stream::query`, whose kept marker is answered by
 //! `drained_by_finish` once such a finish returned. What held: both tests, 5 of 5 runs.
 //! Order comes from user events; a thread blocked in `clFinish` is seen through `/proc`.

@@ -1,8 +1,12 @@
+//! A stream's kept failed query marker is cleared by a synchronize that returned after the failure
+//! (also one begun before the query, device-wide, or through an external stream), and by nothing
+//! else.
+//!
 //! Review h70: `Stream::query` keeping the marker that read a failed wait and answering every
 //! later query with it, with no new command, until a `clFinish` begun after the marker
 //! returned with success (769cad4: `IdleProbe::drained_by_finish`), attacked with sequences of
 //! safe public calls. PoCL on the CPU (`POCL_DEVICES="pthread pthread"`), a 2-core machine
-//! shared with other jobs, debug build (`cargo test -p xpu-stream --test review_h70`).
+//! shared with other jobs, debug build (`cargo test -p xpu-stream --test query_failure_cleared_by_synchronize`).
 //!
 //! Finding (fails at 769cad4, fixed since: the kept marker notes the queue's count of
 //! successful finishes when a query first sees it failed, and once a finish returned with

@@ -1,9 +1,12 @@
+//! `Stream::query` over work queued before a failed wait never answers `true`; an external stream
+//! dropped while another thread polls it; a pool stream handed out again shares its kept marker.
+//!
 //! Review h51: `Stream::query` as of f45bdfb and 71610c3 (queries on several threads share the
 //! stream's kept marker through an `Arc`, replaced by compare-and-swap only once stale; a
 //! native stream answers `true` on a completed kept marker when nothing was enqueued after it;
 //! an external stream asks with a fresh marker), attacked with sequences of safe public calls.
 //! PoCL on the CPU (`POCL_DEVICES="pthread pthread"`), a 2-core machine shared with other jobs,
-//! debug build (`cargo test -p xpu-stream --test review_h51`).
+//! debug build (`cargo test -p xpu-stream --test query_over_a_failed_wait`).
 //!
 //! Finding (a test that failed at b56c16c, fixed in 1c0926c: the query's marker is judged with
 //! the waits enqueued before it, `IdleProbe::is_complete`, and the failure is reported):

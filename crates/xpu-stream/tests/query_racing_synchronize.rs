@@ -1,9 +1,12 @@
+//! `Stream::query` racing a `synchronize` (stream or device-wide): a query's kept marker is never
+//! answered `true` early nor marked by a synchronize that began before it.
+//!
 //! Review h53 (stream part): `Stream::query` after 6726340 (a query's kept marker read by
 //! `TrackedQueue::finish` before its `clFinish` is known complete once it returned,
 //! `QueryMarker::finished`; a kept marker that reads a failure is asked about again with a
 //! new marker), attacked with sequences of safe public calls. PoCL on the CPU
 //! (`POCL_DEVICES="pthread pthread"`), a 2-core machine shared with other jobs, debug build
-//! (`cargo test -p xpu-stream --test review_h53`).
+//! (`cargo test -p xpu-stream --test query_racing_synchronize`).
 //!
 //! No finding: the marker is read from the slot before the `clFinish` begins, and a query
 //! stores a marker only after its enqueue returned, so a marker marked `finished` was always

@@ -1,3 +1,6 @@
+//! Ordinary stream semantics as torch.cuda / torch.xpu define them: a stream with no work, or right
+//! after a synchronize, queries `true`; two registrations of one queue are one stream.
+//!
 //! Review h81 (ordinary stream semantics against torch.cuda / torch.xpu): its findings, each
 //! a test that failed 8 of 8 runs before its fix (the queries: `Stream::query` answers from
 //! `CommandQueue::idle_since_finish`, 1c9e15f; the registrations: one stream per registered

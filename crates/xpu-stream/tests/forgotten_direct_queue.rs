@@ -1,4 +1,7 @@
-//! A newcomer's review: a guard forgotten with `std::mem::forget` (a safe call) must not
+//! A direct queue's guard forgotten with `std::mem::forget`: a graph capture begun on another
+//! thread afterwards does not hang.
+//!
+//! Review h9 (a newcomer's review): a guard forgotten with `std::mem::forget` (a safe call) must not
 //! hang later safe calls of other threads.
 
 mod common;

@@ -1,3 +1,7 @@
+//! `Stream::query` answering `true` with no driver call on a queue idle since a successful finish
+//! (but not over work enqueued meanwhile or through a second wrapper), and counted registrations of
+//! one external queue.
+//!
 //! Review h82: passing probes of what held in 1c9e15f (`Stream::query` answering `true` with
 //! no driver call on a queue known idle since a successful finish) and 940c249 (one external
 //! stream per registered queue, counted registrations).

@@ -1,3 +1,7 @@
+//! `Stream::query`'s kept marker under racing queries: work enqueued through the queue's wrappers,
+//! other threads or an external stream over a clone of the queue keeps the query `false` while
+//! gated, `true` once idle.
+//!
 //! Review h48 (of 25874a8: `Stream::query` keeps its marker and, on a native stream, answers
 //! `true` on it once it completed when nothing was enqueued through the queue's wrappers after
 //! it). What was checked and holds: queries of one stream racing on two threads over the kept

@@ -1,8 +1,12 @@
+//! `Stream::query` reports a failed wait until a `synchronize` of the stream returned, and no
+//! earlier failure after a successful one; external streams over the same queue, pollers racing a
+//! synchronize.
+//!
 //! Review h52 (stream part): `Stream::query` judging its marker with the waits enqueued
 //! before it (1c0926c, part B: `IdleProbe::is_complete`, a failure reported until a
 //! `synchronize` succeeded, a kept marker that read it dropped), attacked with sequences of
 //! safe public calls. PoCL on the CPU (`POCL_DEVICES="pthread pthread"`), a 2-core machine
-//! shared with other jobs, debug build (`cargo test -p xpu-stream --test review_h52`).
+//! shared with other jobs, debug build (`cargo test -p xpu-stream --test query_failure_until_synchronize`).
 //!
 //! Finding (a test that failed at 8a28cd0, fixed in 6726340: a kept marker read before a
 //! successful `clFinish` is known complete once it returned):

@@ -1,9 +1,12 @@
+//! `Stream::query` after a synchronize begun while an earlier enqueue call is in flight
+//! (`waits::Covered`), and the cost of polling a pending kept marker (one status query).
+//!
 //! Review h73: `Stream::query` after 2ca0fb0 (a kept failed marker answers while
 //! `IdleProbe::standing_wait_failure` is `Some`; a kept marker still pending reports a standing
 //! failed wait; `WaitLog::before_finish` covers the commands numbered below the first logged
 //! enqueue call in progress), attacked with sequences of safe public calls. PoCL 3.1 on the
 //! CPU (`POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`), a 2-core machine shared with
-//! other jobs, debug build (`cargo test -p xpu-stream --test review_h73`).
+//! other jobs, debug build (`cargo test -p xpu-stream --test query_synchronize_with_enqueue_in_flight`).
 //!
 //! Findings (both fixed since: a `clFinish` covers every command numbered before it but the
 //! logged ones whose enqueue call is still in progress, `waits::Covered`; a pending kept

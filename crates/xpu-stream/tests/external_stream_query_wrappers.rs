@@ -1,3 +1,6 @@
+//! An external stream's query sees work enqueued through every runtime wrapper of its queue (the
+//! wrapper it was made from, a second external stream, a native stream's queue).
+//!
 //! Review h59 (fresh eyes on today's `Stream::query` change, 916a204): an external stream's
 //! kept marker now answers `true` once complete "with nothing noted after it". What is noted
 //! is per *wrapper* (`CommandQueue`'s `QueueShared`: the wrapper and its clones,

@@ -1,9 +1,12 @@
+//! A failed wait first seen by a query after the covering synchronize returned is cleared by it,
+//! for every wrapper of the queue, also with other threads' enqueues racing the synchronize.
+//!
 //! Review h71: `Stream::query` after 769cad4 and 4fe4c8b (the kept failed query marker, cleared
 //! by a `clFinish` begun after it, or by any successful `clFinish` returned after a query
 //! first saw it failed: `QueryMarker::failure_stands`, `IdleProbe::successful_finishes`),
 //! attacked with sequences of safe public calls. PoCL on the CPU
 //! (`POCL_DEVICES="pthread pthread"`), a 2-core machine shared with other jobs, debug build
-//! (`cargo test -p xpu-stream --test review_h71`).
+//! (`cargo test -p xpu-stream --test query_failure_seen_after_synchronize`).
 //!
 //! Findings (fail at 4fe4c8b; all three fixed since: a query's kept failed marker answers
 //! while the queue's wait log holds a failure that no successful `clFinish` covered,

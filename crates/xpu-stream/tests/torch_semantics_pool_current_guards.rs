@@ -1,3 +1,7 @@
+//! Ordinary stream semantics as torch.cuda / torch.xpu define them (what held): pool round-robin
+//! per device and priority, the current stream per thread and device, guards, synchronize scopes,
+//! identity.
+//!
 //! Review h81: passing probes of ordinary stream semantics that match torch.cuda / torch.xpu
 //! (reference `shared/reference/pytorch-runtime.md` §2).
 
