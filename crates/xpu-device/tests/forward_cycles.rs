@@ -1,7 +1,7 @@
 //! Forwards between user events that would close a cycle are refused (`CODE_FORWARD_CYCLE`):
 //! each forward holds its target until its source is over, so the events of a cycle, once the
 //! application dropped them, could never be set and their waiters would wait for ever (review
-//! h40's open hang, `review_h40.rs`). What is not a cycle still forwards.
+//! h40's open hang, `failing_waits_beside_other_threads.rs`). What is not a cycle still forwards.
 
 mod common;
 
