@@ -4,7 +4,7 @@
 //! Review h18 (fresh eyes on `relocation:merge` moving large blocks only and
 //! `relocation:merge_all` moving small ones too): probes of the transitions between `off`,
 //! `merge` and `merge_all` that passed (the one whose history is replayed is xpu-replay's
-//! `tests/review_h18_probes.rs`). Device tests run on PoCL:
+//! `tests/relocation_mode_switches.rs`). Device tests run on PoCL:
 //! `POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`.
 
 mod common;
