@@ -195,8 +195,8 @@ fn two_finishes_returning_in_either_order_leave_a_marker_between_them_complete()
 /// `q.enqueue_barrier(&xs)` (20,000 pending user events: a long PoCL enqueue call); once X is
 /// numbered, `m_mid` = ordered marker; thread B calls `q.finish()` and blocks behind `hb` while
 /// X is still in its enqueue call (else the round is retried); `xs[0]` fails (-5), the others
-/// complete, `h` completes; B returns `Ok`. Then: `m_mid` reads `Error(-5)`, a new marker
-/// `m_after` reads `Error(-5)`, `q.follows_failed_wait()`; after another `q.finish()`, a new
+/// complete, `h` completes; B returns `Ok`. Then: `m_mid` reads an error (PoCL's code, mostly
+/// -5), a new marker `m_after` an error, `q.follows_failed_wait()`; after another `q.finish()`, a new
 /// marker reads `Complete` and `follows_failed_wait()` is false.
 #[test]
 fn a_left_out_failed_command_judges_the_markers_after_it_until_a_finish_covers_it() {
@@ -261,12 +261,15 @@ fn a_left_out_failed_command_judges_the_markers_after_it_until_a_finish_covers_i
         drop((hb, xe));
         // X's events are retained (what the test sees) right before X is numbered: in a
         // rare round `m_mid` is numbered first, and then precedes X (it reads `Complete`,
-        // rightly); once seen in a loaded run (2026-12-07). Either, never pending.
+        // rightly); once seen in a loaded run (2026-12-07). Either, never pending. The failure's
+        // code is the driver's: PoCL gives X's barrier the user event's -5, and under load
+        // (this file's tests beside each other in one process, `cargo test`) at times -1, 5 of
+        // 40 runs on 2026-12-07 at 27b9bda; the runtime passes it on as it reads it.
         assert!(
-            matches!(mid, EventStatus::Error(-5) | EventStatus::Complete),
+            matches!(mid, EventStatus::Error(_) | EventStatus::Complete),
             "m_mid: {mid:?}"
         );
-        assert_eq!(after, EventStatus::Error(-5), "m_after");
+        assert!(matches!(after, EventStatus::Error(_)), "m_after: {after:?}");
         assert!(
             follows,
             "follows_failed_wait after the finish that left X out"
