@@ -4,6 +4,7 @@
 //! without an OpenCL runtime (and installs one when allowed).
 #![forbid(unsafe_code)]
 
+mod alone;
 mod archive;
 mod archive_burn;
 mod cmd;

@@ -181,15 +181,13 @@ pub(crate) fn nextest_installed() -> bool {
 }
 
 /// Every test of the workspace with `envs` set: cargo-nextest plus the doctests when
-/// nextest is installed, else `cargo test`. `extra` goes to the runner.
+/// nextest is installed, else the doctests and every test in a process of its own as nextest
+/// runs them ([`crate::alone`]). `extra` goes to the runner (without nextest, to one
+/// `cargo test --workspace --exclude xpu-burn`, as asked).
 pub(crate) fn run_tests(root: &Path, envs: &[(String, String)], extra: &[String]) -> Result<()> {
     if nextest_installed() {
         // nextest does not run doctests: run them first, so nextest's summary closes the run.
-        Cmd::cargo()
-            .args(["test", "--workspace", "--doc"])
-            .envs(envs)
-            .current_dir(root)
-            .run_step("doctests")?;
+        run_doctests(root, envs)?;
         Cmd::cargo()
             .args(["nextest", "run", "--workspace", "-E"])
             .arg(format!("not binary({BURN_SUITE})"))
@@ -199,112 +197,34 @@ pub(crate) fn run_tests(root: &Path, envs: &[(String, String)], extra: &[String]
             .run_step("tests")
     } else {
         println!(
-            "==> cargo-nextest is not installed: using cargo test \
+            "==> cargo-nextest is not installed: each test in a process of its own by xtask \
              (`cargo install cargo-nextest --locked` for nextest)"
         );
-        Cmd::cargo()
-            .args(["test", "--workspace", "--exclude", "xpu-burn"])
-            .args(extra)
-            .envs(envs)
-            .current_dir(root)
-            .run_step("tests")?;
         if !extra.is_empty() {
-            return Ok(());
+            return Cmd::cargo()
+                .args(["test", "--workspace", "--exclude", "xpu-burn"])
+                .args(extra)
+                .envs(envs)
+                .current_dir(root)
+                .run_step("tests");
         }
-        run_burn_tests_alone(root, envs)
+        run_doctests(root, envs)?;
+        crate::alone::run(root, envs)
     }
 }
 
-/// Without nextest: xpu-burn's own tests (every target but burn's suite, which `run_burn`
-/// ran), each in a process of its own as nextest runs them: several set process-wide state
-/// (a memory fraction, the allocator's configuration) that the others must not see.
-fn run_burn_tests_alone(root: &Path, envs: &[(String, String)]) -> Result<()> {
-    let names = burn_test_targets(root)?;
-    let mut build = Cmd::cargo().args([
-        "test",
-        "-p",
-        "xpu-burn",
-        "--no-run",
-        "--message-format",
-        "json-render-diagnostics",
-    ]);
-    for name in &names {
-        build = build.args(["--test", name.as_str()]);
-    }
-    let messages = build
+/// The workspace's doctests (nextest runs none).
+fn run_doctests(root: &Path, envs: &[(String, String)]) -> Result<()> {
+    Cmd::cargo()
+        .args(["test", "--workspace", "--doc"])
         .envs(envs)
         .current_dir(root)
-        .stdout_of_step("build xpu-burn tests")?;
-    // cargo test runs a package's tests from the package's directory.
-    let dir = root.join("crates/xpu-burn");
-    let (mut ran, mut failed) = (0, Vec::new());
-    for name in &names {
-        let exe = crate::cmd::find_executable(&messages, name, "test")
-            .with_context(|| format!("cargo named no executable for xpu-burn's test `{name}`"))?;
-        let list = Cmd::new(&exe)
-            .args(["--list", "--format", "terse"])
-            .envs(envs)
-            .current_dir(&dir)
-            .stdout_of_step(&format!("list {name}"))?;
-        for test in list.lines().filter_map(|l| l.strip_suffix(": test")) {
-            ran += 1;
-            let one = Cmd::new(&exe)
-                .args(["--exact", test])
-                .envs(envs)
-                .current_dir(&dir)
-                .run_step(&format!("xpu-burn {name} {test}"));
-            if one.is_err() {
-                failed.push(format!("{name}::{test}"));
-            }
-        }
-    }
-    println!("==> xpu-burn tests: {ran} run, {} failed", failed.len());
-    anyhow::ensure!(
-        failed.is_empty(),
-        "xpu-burn tests failed: {}",
-        failed.join(", ")
-    );
-    Ok(())
-}
-
-/// The integration-test targets of xpu-burn (`crates/xpu-burn/tests/*.rs`) but
-/// [`BURN_SUITE`], sorted.
-///
-/// # Errors
-/// The tests directory cannot be read.
-pub(crate) fn burn_test_targets(root: &Path) -> Result<Vec<String>> {
-    let dir = root.join("crates/xpu-burn/tests");
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "rs") {
-            if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
-                if stem != BURN_SUITE {
-                    names.push(stem.to_owned());
-                }
-            }
-        }
-    }
-    names.sort();
-    Ok(names)
+        .run_step("doctests")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The fallback without nextest runs xpu-burn's own test files, all but burn's suite.
-    #[test]
-    fn the_burn_targets_are_every_test_file_but_the_suite() {
-        let names = burn_test_targets(&crate::repo_root()).unwrap();
-        assert!(!names.iter().any(|n| n == BURN_SUITE), "{names:?}");
-        for expected in ["casts", "robustness", "relocation"] {
-            assert!(
-                names.iter().any(|n| n == expected),
-                "{expected} missing: {names:?}"
-            );
-        }
-    }
 
     /// The loom step's filter names a module that exists: a rename would otherwise make the
     /// step run no model and pass.
