@@ -16,7 +16,6 @@ use std::sync::Mutex;
 use anyhow::{ensure, Context, Result};
 
 use crate::cmd::Cmd;
-use crate::test::BURN_SUITE;
 
 /// One test: its binary (the executable, cargo's target name) and the package directory that
 /// `cargo test` runs it from.
@@ -28,12 +27,13 @@ struct OneTest {
     name: String,
 }
 
-/// Builds every test target of the workspace (but burn's suite, which `run_burn` ran) and runs
-/// each test in a process of its own with `envs`; the summary names every failed test.
+/// Builds every test target of the workspace and runs each test but those of the binaries
+/// `skip` names (burn's suite, which the burn step ran) in a process of its own with `envs`;
+/// the summary names every failed test.
 ///
 /// # Errors
 /// A failed build or listing, or any failed test.
-pub(crate) fn run(root: &Path, envs: &[(String, String)]) -> Result<()> {
+pub(crate) fn run(root: &Path, envs: &[(String, String)], skip: &[&str]) -> Result<()> {
     let messages = Cmd::cargo()
         .args([
             "test",
@@ -47,7 +47,7 @@ pub(crate) fn run(root: &Path, envs: &[(String, String)]) -> Result<()> {
         .stdout_of_step("build tests")?;
     let mut tests = Vec::new();
     for (exe, dir, binary) in test_executables(&messages) {
-        if binary == BURN_SUITE {
+        if skip.contains(&binary.as_str()) {
             continue;
         }
         let list = Cmd::new(&exe)

@@ -209,7 +209,7 @@ pub(crate) fn run_tests(root: &Path, envs: &[(String, String)], extra: &[String]
                 .run_step("tests");
         }
         run_doctests(root, envs)?;
-        crate::alone::run(root, envs)
+        crate::alone::run(root, envs, &[BURN_SUITE])
     }
 }
 
