@@ -45,21 +45,27 @@ pub(crate) fn run(root: &Path, envs: &[(String, String)], skip: &[&str]) -> Resu
         .envs(envs)
         .current_dir(root)
         .stdout_of_step("build tests")?;
-    let mut tests = Vec::new();
+    let (mut tests, mut skipped) = (Vec::new(), 0usize);
     for (exe, dir, binary) in test_executables(&messages) {
         if skip.contains(&binary.as_str()) {
             continue;
         }
-        let list = Cmd::new(&exe)
-            .args(["--list", "--format", "terse"])
-            .envs(envs)
-            .env("CARGO_MANIFEST_DIR", dir.display().to_string())
-            .current_dir(&dir)
-            .stdout_if_ok()
-            .with_context(|| format!("listing the tests of {}", exe.display()))?;
+        let list = |ignored: bool| {
+            Cmd::new(&exe)
+                .args(["--list", "--format", "terse"])
+                .args(ignored.then_some("--ignored"))
+                .envs(envs)
+                .env("CARGO_MANIFEST_DIR", dir.display().to_string())
+                .current_dir(&dir)
+                .stdout_if_ok()
+                .with_context(|| format!("listing the tests of {}", exe.display()))
+        };
+        let (all, ignored) = (list(false)?, list(true)?);
+        let ignored: BTreeSet<&str> = test_names(&ignored).collect();
+        skipped += ignored.len();
         tests.extend(
-            list.lines()
-                .filter_map(|l| l.strip_suffix(": test"))
+            test_names(&all)
+                .filter(|name| !ignored.contains(name))
                 .map(|name| OneTest {
                     exe: exe.clone(),
                     dir: dir.clone(),
@@ -84,7 +90,7 @@ pub(crate) fn run(root: &Path, envs: &[(String, String)], skip: &[&str]) -> Resu
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     println!(
-        "==> tests: {} run, {} failed",
+        "==> tests: {} run, {} failed, {skipped} ignored (not run)",
         shared.len() + solo.len(),
         failed.len()
     );
@@ -135,6 +141,11 @@ fn run_each(
             });
         }
     });
+}
+
+/// The test names of a libtest `--list --format terse` output.
+fn test_names(list: &str) -> impl Iterator<Item = &str> {
+    list.lines().filter_map(|l| l.strip_suffix(": test"))
 }
 
 /// The test executables in cargo's JSON messages: (executable, package directory, target
