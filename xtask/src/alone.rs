@@ -79,7 +79,7 @@ pub(crate) fn run(root: &Path, envs: &[(String, String)], skip: &[&str]) -> Resu
         tests.into_iter().partition(|t| alone.contains(&t.binary));
     let workers = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     println!(
-        "==> [tests] {} tests, each in a process of its own ({workers} at a time; {} of the binaries nextest runs alone, one at a time)",
+        "==> [tests] {} tests, each in a process of its own ({workers} at a time; the {} tests of the binaries nextest runs alone: one at a time, after the others)",
         shared.len() + solo.len(),
         solo.len()
     );
