@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use anyhow::{ensure, Context, Result};
 
-use crate::cmd::Cmd;
+use crate::cmd::{artifacts, Cmd};
 
 /// One test: its binary (the executable, cargo's target name) and the package directory that
 /// `cargo test` runs it from.
@@ -152,10 +152,8 @@ fn test_names(list: &str) -> impl Iterator<Item = &str> {
 /// name), one per test target (unit tests of a library or binary, integration tests).
 fn test_executables(messages: &str) -> Vec<(PathBuf, PathBuf, String)> {
     let mut seen = BTreeSet::new();
-    messages
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["profile"]["test"] == true)
+    artifacts(messages)
+        .filter(|m| m["profile"]["test"] == true)
         .filter_map(|m| {
             let exe = PathBuf::from(m["executable"].as_str()?);
             let dir = Path::new(m["manifest_path"].as_str()?)

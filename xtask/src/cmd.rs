@@ -171,17 +171,24 @@ impl Cmd {
 /// The `executable` of the last `compiler-artifact` message for target `name` of kind `kind`
 /// in cargo's JSON messages (one object per line; other lines are skipped).
 pub(crate) fn find_executable(messages: &str, name: &str, kind: &str) -> Option<PathBuf> {
-    messages
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
+    artifacts(messages)
+        .filter(|m| m["target"]["name"] == name)
         .filter(|m| {
             m["target"]["kind"]
                 .as_array()
                 .is_some_and(|k| k.iter().any(|k| k == kind))
         })
         .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .next_back()
+        .last()
+}
+
+/// The `compiler-artifact` messages in cargo's JSON messages (one object per line; other
+/// lines are skipped).
+pub(crate) fn artifacts(messages: &str) -> impl Iterator<Item = serde_json::Value> + '_ {
+    messages
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact")
 }
 
 /// Quotes `s` for a POSIX shell when it holds anything but plain word characters.
