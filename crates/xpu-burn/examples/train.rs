@@ -4,8 +4,10 @@
 //! sequence positive?). Prints the loss as it falls and the mean step time; fails unless the
 //! loss at the end is under half of the loss at the start.
 //!
-//! `cargo run --release -p xpu-burn --example train -- [--steps N] [--batch B]`
-//! (defaults: 300 steps, batch 64; `cargo xtask test` runs a short version).
+//! `cargo run --release -p xpu-burn --example train -- [--steps N] [--batch B] [--fusion]`
+//! (defaults: 300 steps, batch 64, no fusion; `--fusion` trains on `Autodiff<XpuFusion>`,
+//! burn-fusion over xpu, whose element-wise runs are one kernel each; `cargo xtask test`
+//! runs a short version of both).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -18,7 +20,7 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, ElementConversion, Int, Tensor};
 use burn_autodiff::Autodiff;
-use xpu_burn::{Xpu, XpuDevice};
+use xpu_burn::{Xpu, XpuDevice, XpuFusion};
 
 const SEQ: usize = 16;
 const D_MODEL: usize = 64;
@@ -98,10 +100,12 @@ pub(crate) fn train<B: AutodiffBackend>(
     let mut timed = 0.0f64;
     let warmup = steps.min(5);
     let mut start = Instant::now();
+    let mut launches = 0;
     for step in 0..steps {
         if step == warmup {
             B::sync(device);
             start = Instant::now();
+            launches = xpu_burn::runtime::launch_count();
         }
         let (x, y) = batch::<B>(batch_size, device);
         let logits = model.forward(x);
@@ -122,6 +126,8 @@ pub(crate) fn train<B: AutodiffBackend>(
     B::sync(device);
     if steps > warmup {
         timed = start.elapsed().as_secs_f64() * 1e3 / (steps - warmup) as f64;
+        let per_step = (xpu_burn::runtime::launch_count() - launches) / (steps - warmup) as u64;
+        println!("{per_step} kernel launches per step");
     }
     // The last reading alone is noisy: compare the mean of the last three readings.
     let tail: Vec<f32> = window.iter().rev().take(3).copied().collect();
@@ -130,25 +136,30 @@ pub(crate) fn train<B: AutodiffBackend>(
     (first, end, timed)
 }
 
-/// The command line `[--steps N] [--batch B]` (defaults 300 and 64) of the example `prog`,
-/// or the exit code after printing its usage.
-pub(crate) fn parse_args(prog: &str) -> Result<(usize, usize), ExitCode> {
+/// The command line `[--steps N] [--batch B] [--fusion]` (defaults 300, 64, off) of the
+/// example `prog`, or the exit code after printing its usage.
+pub(crate) fn parse_args(prog: &str) -> Result<(usize, usize, bool), ExitCode> {
     let mut steps = 300usize;
     let mut batch_size = 64usize;
+    let mut fusion = false;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut it = args.iter();
     while let Some(a) = it.next() {
+        if a == "--fusion" {
+            fusion = true;
+            continue;
+        }
         let v = it.next().and_then(|v| v.parse::<usize>().ok());
         match (a.as_str(), v) {
             ("--steps", Some(v)) => steps = v,
             ("--batch", Some(v)) => batch_size = v,
             _ => {
-                eprintln!("usage: {prog} [--steps N] [--batch B]");
+                eprintln!("usage: {prog} [--steps N] [--batch B] [--fusion]");
                 return Err(ExitCode::from(2));
             }
         }
     }
-    Ok((steps, batch_size))
+    Ok((steps, batch_size, fusion))
 }
 
 /// Prints the result of [`train`] and the example's verdict: success when the loss fell
@@ -164,7 +175,7 @@ pub(crate) fn report(prog: &str, (first, end, step_ms): (f32, f32, f64)) -> Exit
 }
 
 fn main() -> ExitCode {
-    let (steps, batch_size) = match parse_args("train") {
+    let (steps, batch_size, fusion) = match parse_args("train") {
         Ok(v) => v,
         Err(code) => return code,
     };
@@ -173,11 +184,19 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let device = XpuDevice::default();
-    println!(
-        "training a transformer block ({SEQ}x{D_MODEL}, {HEADS} heads) on {} for {steps} steps, batch {batch_size}",
+    let name = if fusion {
+        <XpuFusion as Backend>::name(&device)
+    } else {
         <Xpu as Backend>::name(&device)
+    };
+    println!(
+        "training a transformer block ({SEQ}x{D_MODEL}, {HEADS} heads) on {name} for {steps} steps, batch {batch_size}"
     );
-    let result = train::<Autodiff<Xpu>>(steps, batch_size, &device);
+    let result = if fusion {
+        train::<Autodiff<XpuFusion>>(steps, batch_size, &device)
+    } else {
+        train::<Autodiff<Xpu>>(steps, batch_size, &device)
+    };
     let code = report("train", result);
     println!(
         "{}",

@@ -16,7 +16,8 @@ use burn_autodiff::Autodiff;
 use burn_cuda::{Cuda, CudaDevice};
 
 fn main() -> std::process::ExitCode {
-    let (steps, batch_size) = match xpu_train::parse_args("train_cuda") {
+    // burn-cuda fuses always (`--fusion` changes nothing here).
+    let (steps, batch_size, _fusion) = match xpu_train::parse_args("train_cuda") {
         Ok(v) => v,
         Err(code) => return code,
     };

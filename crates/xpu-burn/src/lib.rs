@@ -53,6 +53,7 @@ pub mod backend;
 pub mod device;
 pub mod dtype;
 pub mod error;
+pub mod fusion;
 pub mod ops;
 #[allow(unsafe_code)] // `launch`, the one unsafe fn: kernels are arbitrary code
 pub mod runtime;
@@ -60,6 +61,7 @@ pub mod tensor;
 
 pub use device::XpuDevice;
 pub use error::{Error, Result};
+pub use fusion::XpuFusion;
 pub use tensor::XpuTensor;
 
 /// burn's backend on xpu: tensors in xpu's caching allocator, ops as OpenCL C kernels

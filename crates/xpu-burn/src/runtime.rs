@@ -194,6 +194,16 @@ pub fn upload_meta(device: usize, values: &[i64]) -> Result<Meta> {
     Ok(meta)
 }
 
+/// Kernels this crate has enqueued since the process started, all devices together (one per
+/// [`launch`] that enqueued one; CLBlast's matmul kernels are not counted): what an op or a
+/// fused run costs in launches. A relaxed
+/// atomic, so a count read while other threads launch is a lower bound.
+pub fn launch_count() -> u64 {
+    LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static LAUNCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Enqueues `function` on the device's burn stream over `global` work-items (1 to 3
 /// dimensions; `local`: the work-group size, `None` for the driver's choice) with `args`.
 /// Nothing is enqueued when a global size is 0.
@@ -230,6 +240,7 @@ pub unsafe fn launch(
     }
     // SAFETY: the caller upholds `enqueue`'s contract (this function's `# Safety`).
     unsafe { l.enqueue()? };
+    LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(())
 }
 

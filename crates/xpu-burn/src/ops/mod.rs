@@ -12,6 +12,8 @@ pub mod data;
 #[allow(unsafe_code)] // launches: each `unsafe` block argues its bounds
 pub mod elementwise;
 #[allow(unsafe_code)] // launches: each `unsafe` block argues its bounds
+pub mod fused;
+#[allow(unsafe_code)] // launches: each `unsafe` block argues its bounds
 pub mod index;
 pub mod layout;
 #[allow(unsafe_code)] // launches: each `unsafe` block argues its bounds

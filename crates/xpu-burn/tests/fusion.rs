@@ -1,0 +1,233 @@
+//! Operation fusion (`XpuFusion`, burn-fusion over xpu): element-wise runs give the values
+//! the ops give one by one on `Xpu`, in fewer launches; tensors a run makes that are still
+//! held are written, those it consumes are freed; runs that change scalars or shapes between
+//! executions of one cached optimization, and runs of several shapes, stay right; the op
+//! layer's chains refuse malformed chains and inputs with typed errors.
+//! On PoCL (`POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`).
+
+use burn_tensor::backend::Backend;
+use burn_tensor::{Tensor, TensorData};
+use xpu_burn::ops::fused::{self, Chain, Step, StepOp};
+use xpu_burn::runtime::launch_count;
+use xpu_burn::{Error, Xpu, XpuDevice, XpuFusion, XpuTensor};
+
+fn data(n: usize, seed: f32) -> Vec<f32> {
+    (0..n)
+        .map(|i| (i as f32 * 0.37 + seed).sin() * 2.0)
+        .collect()
+}
+
+fn values<B: Backend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data().to_vec::<f32>().unwrap()
+}
+
+/// Asserts `a` and `b` agree element by element within 1e-6 relative (a fused kernel may
+/// contract a multiply and an add into one `fma` where separate kernels round between
+/// them; OpenCL C allows both).
+fn assert_close(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        let tol = 1e-6 * x.abs().max(y.abs()).max(1.0);
+        assert!((x - y).abs() <= tol, "{what}: element {i}: {x} vs {y}");
+    }
+}
+
+/// Adam's update of one parameter (burn-optim's sequence of ops): returns the new
+/// parameter, first and second moments.
+fn adam<B: Backend>(
+    p: Tensor<B, 2>,
+    g: Tensor<B, 2>,
+    m: Tensor<B, 2>,
+    v: Tensor<B, 2>,
+    t: i32,
+) -> [Tensor<B, 2>; 3] {
+    let (b1, b2, eps, lr) = (0.9f32, 0.999f32, 1e-5f32, 1e-3f32);
+    let m = m.mul_scalar(b1).add(g.clone().mul_scalar(1.0 - b1));
+    let v = v.mul_scalar(b2).add(g.powi_scalar(2).mul_scalar(1.0 - b2));
+    let mc = m.clone().div_scalar(1.0 - b1.powi(t));
+    let vc = v.clone().div_scalar(1.0 - b2.powi(t));
+    let step = mc.div(vc.sqrt().add_scalar(eps)).mul_scalar(lr);
+    [p.sub(step), m, v]
+}
+
+fn adam_on<B: Backend>(device: &B::Device, shape: [usize; 2], t: i32) -> (Vec<Vec<f32>>, u64) {
+    let n = shape[0] * shape[1];
+    let make = |seed| Tensor::<B, 2>::from_data(TensorData::new(data(n, seed), shape), device);
+    let (p, g, m, v) = (make(0.1), make(1.3), make(2.7), make(3.9).abs());
+    B::sync(device);
+    let before = launch_count();
+    let out = adam(p, g, m, v, t);
+    B::sync(device);
+    let launches = launch_count() - before;
+    (out.into_iter().map(values).collect(), launches)
+}
+
+/// An Adam step on `XpuFusion` gives what it gives on `Xpu` (each of the parameter and both
+/// moments), and takes one launch where `Xpu` takes one per op (14 element-wise ops).
+#[test]
+fn adam_step_matches_xpu_in_one_launch() {
+    let device = XpuDevice::default();
+    let (plain, plain_launches) = adam_on::<Xpu>(&device, [7, 33], 3);
+    let (fused, fused_launches) = adam_on::<XpuFusion>(&device, [7, 33], 3);
+    for (k, (a, b)) in plain.iter().zip(&fused).enumerate() {
+        assert_close(a, b, &format!("output {k}"));
+    }
+    assert_eq!(plain_launches, 14, "Xpu: one launch per op");
+    assert_eq!(fused_launches, 1, "XpuFusion: the run is one chain");
+}
+
+/// One run's pattern executed again with other scalars (the step count changes the bias
+/// corrections) and at other shapes (burn-fusion reuses the optimization it built): right
+/// every time.
+#[test]
+fn a_reused_run_takes_this_executions_scalars_and_shapes() {
+    let device = XpuDevice::default();
+    for (shape, t) in [
+        ([4, 5], 1),
+        ([4, 5], 2),
+        ([9, 2], 7),
+        ([1, 1], 3),
+        ([4, 5], 40),
+    ] {
+        let (plain, _) = adam_on::<Xpu>(&device, shape, t);
+        let (fused, _) = adam_on::<XpuFusion>(&device, shape, t);
+        for (k, (a, b)) in plain.iter().zip(&fused).enumerate() {
+            assert_close(a, b, &format!("shape {shape:?} t {t} output {k}"));
+        }
+    }
+}
+
+/// A tensor made inside a run and still held after it is written (`y`), one consumed inside
+/// it is not needed (`y2`'s only use); both read right.
+#[test]
+fn tensors_still_held_after_a_run_are_written() {
+    let device = XpuDevice::default();
+    let x = Tensor::<XpuFusion, 1>::from_floats([1.0, -2.0, 3.5, 0.25], &device);
+    let y = x.clone().mul_scalar(2.0);
+    let z = y.clone().add_scalar(1.0).exp().sub(x.clone());
+    let w = (y.clone() * y.clone()).sqrt();
+    let expect_y: Vec<f32> = [1.0f32, -2.0, 3.5, 0.25].iter().map(|v| v * 2.0).collect();
+    let expect_z: Vec<f32> = [1.0f32, -2.0, 3.5, 0.25]
+        .iter()
+        .map(|v| (v * 2.0 + 1.0).exp() - v)
+        .collect();
+    let expect_w: Vec<f32> = expect_y.iter().map(|v| (v * v).sqrt()).collect();
+    assert_close(&values(z), &expect_z, "z");
+    assert_close(&values(w), &expect_w, "w");
+    assert_close(&values(y), &expect_y, "y");
+    assert_close(&values(x), &[1.0, -2.0, 3.5, 0.25], "x");
+}
+
+/// Inputs a run consumes and intermediates it keeps in registers leave nothing allocated:
+/// after every tensor is dropped the device's allocated bytes are back at their baseline.
+#[test]
+fn consumed_inputs_and_intermediates_are_freed() {
+    let device = XpuDevice::default();
+    XpuFusion::sync(&device);
+    let base = xpu::memory_allocated(Some(device.index)).unwrap();
+    {
+        let shape = [64, 64];
+        let a = Tensor::<XpuFusion, 2>::from_data(TensorData::new(data(4096, 0.5), shape), &device);
+        let b = Tensor::<XpuFusion, 2>::from_data(TensorData::new(data(4096, 1.5), shape), &device);
+        let c = (a.clone() * b).add_scalar(1.0).tanh() - a;
+        let out = values(c);
+        assert_eq!(out.len(), 4096);
+        XpuFusion::sync(&device);
+    }
+    XpuFusion::sync(&device);
+    assert_eq!(
+        xpu::memory_allocated(Some(device.index)).unwrap(),
+        base,
+        "allocated bytes after every tensor dropped"
+    );
+}
+
+/// Runs whose tensors differ in shape (a broadcast bias) are not one chain: they run op by op
+/// or in runs of one shape, with the values of `Xpu`.
+#[test]
+fn broadcasts_and_shape_changes_inside_a_run_stay_right() {
+    let device = XpuDevice::default();
+    fn f<B: Backend>(device: &B::Device) -> Vec<f32> {
+        let x = Tensor::<B, 2>::from_data(TensorData::new(data(12, 0.3), [3, 4]), device);
+        let b = Tensor::<B, 2>::from_data(TensorData::new(data(4, 0.9), [1, 4]), device);
+        let h = (x.clone() * 0.5 + b).tanh();
+        let r = h.clone().reshape([4, 3]).exp() * 2.0;
+        let s = (r.reshape([3, 4]) + x).sqrt().abs() - h;
+        values(s)
+    }
+    assert_close(&f::<XpuFusion>(&device), &f::<Xpu>(&device), "mixed shapes");
+}
+
+/// Strided inputs (a transposed view) read right in a chain.
+#[test]
+fn strided_inputs_read_right() {
+    let device = XpuDevice::default();
+    fn f<B: Backend>(device: &B::Device) -> Vec<f32> {
+        let x = Tensor::<B, 2>::from_data(TensorData::new(data(15, 0.7), [3, 5]), device);
+        let y = Tensor::<B, 2>::from_data(TensorData::new(data(15, 0.2), [5, 3]), device);
+        let t = x.transpose();
+        values((t * 3.0 + y).exp().log1p().sub_scalar(0.5))
+    }
+    assert_close(
+        &f::<XpuFusion>(&device),
+        &f::<Xpu>(&device),
+        "transposed input",
+    );
+}
+
+/// The op layer's chain refuses, with typed errors, a step reading a value not yet computed,
+/// a scalar out of range, an output that is an input, no output, inputs of other shapes
+/// and the wrong number of inputs; a well-formed chain computes its steps.
+#[test]
+fn chains_refuse_malformed_structure_and_inputs() {
+    let device = XpuDevice::default();
+    let t = |v: Vec<f32>| -> XpuTensor {
+        Tensor::<Xpu, 1>::from_floats(v.as_slice(), &device)
+            .into_primitive()
+            .tensor()
+    };
+    let a = t(vec![1.0, 4.0, 9.0]);
+    let b = t(vec![1.0, 2.0, 3.0]);
+    let step = |op, x, y, s| Step { op, x, y, s };
+    let good = Chain {
+        inputs: 2,
+        scalars: 1,
+        steps: vec![
+            step(StepOp::Sqrt, 0, 0, 0),
+            step(StepOp::Mul, 2, 1, 0),
+            step(StepOp::AddScalar, 3, 0, 0),
+        ],
+        outputs: vec![4, 2],
+    };
+    let outs = fused::run(&good, &[&a, &b], &[0.5]).unwrap();
+    let read = |x: &XpuTensor| {
+        values(Tensor::<Xpu, 1>::from_primitive(
+            burn_tensor::TensorPrimitive::Float(x.clone()),
+        ))
+    };
+    assert_eq!(read(&outs[0]), vec![1.5, 4.5, 9.5]);
+    assert_eq!(read(&outs[1]), vec![1.0, 2.0, 3.0]);
+
+    let invalid = |c: &Chain, inputs: &[&XpuTensor], scalars: &[f32], what: &str| match fused::run(
+        c, inputs, scalars,
+    ) {
+        Err(Error::Invalid(m)) => assert!(m.contains("chain"), "{what}: {m}"),
+        other => panic!("{what}: expected Error::Invalid, got {other:?}"),
+    };
+    let mut c = good.clone();
+    c.steps[0].x = 3;
+    invalid(&c, &[&a, &b], &[0.5], "a value read before it is computed");
+    let mut c = good.clone();
+    c.steps[2].s = 1;
+    invalid(&c, &[&a, &b], &[0.5], "a scalar out of range");
+    let mut c = good.clone();
+    c.outputs = vec![0];
+    invalid(&c, &[&a, &b], &[0.5], "an input as output");
+    let mut c = good.clone();
+    c.outputs.clear();
+    invalid(&c, &[&a, &b], &[0.5], "no output");
+    let long = t(vec![1.0; 4]);
+    invalid(&good, &[&a, &long], &[0.5], "inputs of two shapes");
+    invalid(&good, &[&a], &[0.5], "one input for two");
+    invalid(&good, &[&a, &b], &[], "no scalar for one");
+}
