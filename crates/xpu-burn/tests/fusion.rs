@@ -231,3 +231,22 @@ fn chains_refuse_malformed_structure_and_inputs() {
     invalid(&good, &[&a], &[0.5], "one input for two");
     invalid(&good, &[&a, &b], &[], "no scalar for one");
 }
+
+/// burn's `fmod` (`x - y * trunc(x / y)`) on `XpuFusion` gives C's `fmod`: burn-fusion 0.19.1
+/// records `trunc` as `ceil` in the form builders see, so a run holding it must not be
+/// fused as `ceil` (it was: 10 fmod 3 gave -2, 1e-10 fmod 1 gave -1).
+#[test]
+fn trunc_in_a_run_stays_trunc() {
+    let device = XpuDevice::default();
+    let x = Tensor::<XpuFusion, 1>::from_floats([0.0, 1e-10, -1e-10, 10.0, -10.0, 7.5], &device);
+    let y = Tensor::<XpuFusion, 1>::from_floats([1.0, 1.0, 1.0, 3.0, 3.0, -2.0], &device);
+    let t = (x.clone() / y.clone()).trunc();
+    let c = (x.clone() / y.clone()).ceil() * 1.0;
+    assert_eq!(values(t), vec![0.0, 0.0, -0.0, 3.0, -3.0, -3.0]);
+    assert_eq!(values(c), vec![0.0, 1.0, -0.0, 4.0, -3.0, -3.0]);
+    assert_close(
+        &values(x.fmod(y)),
+        &[0.0, 1e-10, -1e-10, 1.0, -1.0, 1.5],
+        "fmod",
+    );
+}
