@@ -27,8 +27,9 @@ const RUN_SH_TEMPLATE: &str = include_str!("../../ci/gpu-burn-run.sh.tmpl");
 const TORCH_SCRIPT: &str = "crates/xpu-burn/examples/train_torch.py";
 
 /// What `build` writes into the output directory (removed first, nothing else is touched).
-const OUTPUTS: [&str; 6] = [
+const OUTPUTS: [&str; 7] = [
     "burn_suite",
+    "burn_suite_fusion",
     "train",
     "train_cuda",
     "train_torch.py",
@@ -45,8 +46,17 @@ pub(crate) fn build(root: &Path, out: &Path, cuda: bool) -> Result<()> {
     let out = prepare_out(out, &OUTPUTS)?;
     let envs = small_release_envs();
 
-    let suite = executable(
-        Cmd::cargo()
+    // burn's suite on Xpu, then on XpuFusion (the same test file with xpu-burn's
+    // `suite-fusion` feature): each is installed before the next build replaces the binary.
+    for (features, step, name) in [
+        (None, "build-burn-suite", "burn_suite"),
+        (
+            Some("suite-fusion"),
+            "build-burn-suite-fusion",
+            "burn_suite_fusion",
+        ),
+    ] {
+        let cmd = Cmd::cargo()
             .args([
                 "test",
                 "--release",
@@ -54,20 +64,16 @@ pub(crate) fn build(root: &Path, out: &Path, cuda: bool) -> Result<()> {
                 "xpu-burn",
                 "--test",
                 "burn_suite",
-                "--no-run",
-                "--message-format",
-                "json-render-diagnostics",
             ])
+            .args(features.map(|f| ["--features", f]).into_iter().flatten())
+            .args(["--no-run", "--message-format", "json-render-diagnostics"])
             .envs(&envs)
-            .current_dir(root),
-        "build-burn-suite",
-        "burn_suite",
-        "test",
-    )?;
-    let train = build_example(root, &envs, "train", &[], "build-train")?;
-    for (from, name) in [(&suite, "burn_suite"), (&train, "train")] {
-        install(from, &out.join(name))?;
+            .current_dir(root);
+        let suite = executable(cmd, step, "burn_suite", "test")?;
+        install(&suite, &out.join(name))?;
     }
+    let train = build_example(root, &envs, "train", &[], "build-train")?;
+    install(&train, &out.join("train"))?;
     copy(&root.join(TORCH_SCRIPT), &out.join("train_torch.py"))?;
     if cuda {
         build_train_cuda(root, &out, &envs);
@@ -146,7 +152,9 @@ mod tests {
         let script = render_run_sh();
         assert!(!script.contains("@GPU_ENV@"));
         assert!(script.contains("    xpu_register_nvidia_icd() {"));
-        assert!(script.contains("./burn_suite ${XPU_BURN_SUITE_ARGS:-} > \"$SEG\""));
+        assert!(script.contains("\"./$SUITE\" ${XPU_BURN_SUITE_ARGS:-} > \"$SEG\""));
+        assert!(script.contains("SUITE=\"burn_suite_fusion\""));
+        assert!(script.contains("--batch \"$BATCH\" --fusion"));
         assert!(script.contains("python3 train_torch.py --steps \"$STEPS_N\" --batch \"$BATCH\""));
     }
 

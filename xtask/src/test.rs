@@ -91,8 +91,8 @@ pub(crate) fn run_loom(root: &Path) -> Result<()> {
 /// The test filter naming xpu-caching's loom models (built only under `--cfg loom`).
 pub(crate) const LOOM_TESTS: &str = "allocator::place_cell::loom_tests";
 
-/// The burn backend's proof: the training example (a short run that must halve its loss),
-/// then burn 0.19.1's own conformance suite on xpu (`crates/xpu-burn/tests/burn_suite.rs`),
+/// The burn backend's proof: the training example (a short run that must halve its loss), on
+/// `Xpu` and on `XpuFusion`, then burn 0.19.1's own conformance suite on xpu (`crates/xpu-burn/tests/burn_suite.rs`),
 /// in one process so that each kernel is built once, with its counts printed. The main test
 /// run leaves that binary out, so the suite runs once.
 pub(crate) fn run_burn(root: &Path, envs: &[(String, String)]) -> Result<()> {
@@ -113,6 +113,25 @@ pub(crate) fn run_burn(root: &Path, envs: &[(String, String)]) -> Result<()> {
         .envs(envs)
         .current_dir(root)
         .run_step("example xpu-burn train")?;
+    // The same on XpuFusion (burn-fusion over xpu): the fused element-wise runs train too.
+    Cmd::cargo()
+        .args([
+            "run",
+            "--quiet",
+            "-p",
+            "xpu-burn",
+            "--example",
+            "train",
+            "--",
+            "--steps",
+            "60",
+            "--batch",
+            "32",
+            "--fusion",
+        ])
+        .envs(envs)
+        .current_dir(root)
+        .run_step("example xpu-burn train --fusion")?;
     Cmd::cargo()
         .args(["test", "-p", "xpu-burn", "--test", BURN_SUITE])
         .envs(envs)
