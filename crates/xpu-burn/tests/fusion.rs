@@ -158,6 +158,36 @@ fn broadcasts_and_shape_changes_inside_a_run_stay_right() {
     assert_close(&f::<XpuFusion>(&device), &f::<Xpu>(&device), "mixed shapes");
 }
 
+/// A linear layer's bias and activation (`tanh(x * w + b)` with `w`, `b` broadcast along the
+/// rows) and a layer norm's centring and scaling (`(x - mean) / std` with per-row
+/// statistics) are one launch each on `XpuFusion`, with `Xpu`'s values.
+#[test]
+fn broadcast_inputs_join_a_run() {
+    let device = XpuDevice::default();
+    fn f<B: Backend>(device: &B::Device) -> (Vec<f32>, Vec<f32>, u64) {
+        let x = Tensor::<B, 3>::from_data(TensorData::new(data(2 * 3 * 5, 0.4), [2, 3, 5]), device);
+        let w = Tensor::<B, 3>::from_data(TensorData::new(data(5, 1.1), [1, 1, 5]), device);
+        let b = Tensor::<B, 1>::from_data(TensorData::new(data(5, 2.2), [5]), device);
+        let mean = Tensor::<B, 3>::from_data(TensorData::new(data(6, 0.8), [2, 3, 1]), device);
+        let std = Tensor::<B, 3>::from_data(TensorData::new(data(6, 0.6), [2, 3, 1]), device)
+            .abs()
+            .add_scalar(0.5);
+        B::sync(device);
+        let before = launch_count();
+        let h = (x.clone() * w + b.unsqueeze::<3>()).tanh();
+        let n = (x - mean) / std * 0.5;
+        B::sync(device);
+        let launches = launch_count() - before;
+        (values(h), values(n), launches)
+    }
+    let (h0, n0, plain) = f::<Xpu>(&device);
+    let (h1, n1, fused) = f::<XpuFusion>(&device);
+    assert_close(&h1, &h0, "bias and activation");
+    assert_close(&n1, &n0, "layer norm's centring and scaling");
+    assert_eq!(plain, 6, "Xpu: one launch per op");
+    assert_eq!(fused, 2, "XpuFusion: one launch a run");
+}
+
 /// Strided inputs (a transposed view) read right in a chain.
 #[test]
 fn strided_inputs_read_right() {
@@ -199,7 +229,7 @@ fn chains_refuse_malformed_structure_and_inputs() {
         ],
         outputs: vec![4, 2],
     };
-    let outs = fused::run(&good, &[&a, &b], &[0.5]).unwrap();
+    let outs = fused::run(&good, &[3], &[&a, &b], &[0.5]).unwrap();
     let read = |x: &XpuTensor| {
         values(Tensor::<Xpu, 1>::from_primitive(
             burn_tensor::TensorPrimitive::Float(x.clone()),
@@ -209,7 +239,10 @@ fn chains_refuse_malformed_structure_and_inputs() {
     assert_eq!(read(&outs[1]), vec![1.0, 2.0, 3.0]);
 
     let invalid = |c: &Chain, inputs: &[&XpuTensor], scalars: &[f32], what: &str| match fused::run(
-        c, inputs, scalars,
+        c,
+        &[3],
+        inputs,
+        scalars,
     ) {
         Err(Error::Invalid(m)) => assert!(m.contains("chain"), "{what}: {m}"),
         other => panic!("{what}: expected Error::Invalid, got {other:?}"),

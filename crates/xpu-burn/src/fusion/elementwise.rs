@@ -21,7 +21,10 @@ use serde::{Deserialize, Serialize};
 
 use super::XpuFusionRuntime;
 use crate::error::or_panic;
-use crate::ops::fused::{self, Chain, Step, StepOp, MAX_BINDINGS, MAX_STEPS};
+use crate::ops::elementwise::broadcasts_to;
+use crate::ops::fused::{
+    self, Chain, Step, StepOp, MAX_BINDINGS, MAX_STEPS, MAX_STRIDED, STRIDED_RANK,
+};
 use crate::tensor::XpuTensor;
 use crate::XpuDevice;
 
@@ -118,8 +121,22 @@ pub struct ElementwiseBuilder {
     /// Tensors made by the run's steps, and those it reads from outside.
     created: Vec<TensorId>,
     inputs: Vec<TensorId>,
+    /// The inputs of another shape than the run's (broadcast to it).
+    broadcast: Vec<TensorId>,
     scalars: usize,
     status: OptimizationStatus,
+}
+
+/// Whether relative dims `from` broadcast to `to` (numpy rules): burn-fusion's relative
+/// shapes give each dimension size an id, the size 1 always id 0 (stream/context.rs), so
+/// equal ids are equal sizes and id 0 is a size 1.
+fn broadcasts_relative(from: &[usize], to: &[usize]) -> bool {
+    from.len() <= to.len()
+        && from
+            .iter()
+            .rev()
+            .zip(to.iter().rev())
+            .all(|(&f, &t)| f == t || f == 0)
 }
 
 impl ElementwiseBuilder {
@@ -132,32 +149,47 @@ impl ElementwiseBuilder {
             shape: None,
             created: Vec::new(),
             inputs: Vec::new(),
+            broadcast: Vec::new(),
             scalars: 0,
             status: OptimizationStatus::Open,
         }
     }
 
-    /// Whether the step fits the run: one shape, `f32`, and within the chain's bindings.
+    /// Whether the step fits the run: `f32`, its result of the run's shape, its operands of
+    /// that shape or (tensors from outside the run) broadcasting to it, and within the
+    /// chain's bindings.
     fn fits(&self, x: &TensorIr, y: Option<&TensorIr>, s: bool, out: &TensorIr) -> bool {
         let shape = self.shape.as_ref().unwrap_or(&out.shape.dims);
-        let operands = [Some(x), y, Some(out)];
-        if operands
+        if [Some(x), y, Some(out)]
             .iter()
             .flatten()
-            .any(|t| t.dtype != DType::F32 || &t.shape.dims != shape)
+            .any(|t| t.dtype != DType::F32)
+            || &out.shape.dims != shape
         {
             return false;
         }
-        let mut new_inputs = 0;
+        let mut new_inputs: Vec<TensorId> = Vec::new();
+        let mut new_broadcast = 0;
         for t in [Some(x), y].into_iter().flatten() {
-            if !self.created.contains(&t.id) && !self.inputs.contains(&t.id) {
-                new_inputs += 1;
+            let dims = &t.shape.dims;
+            if dims == shape {
+                // Of the run's shape (a value of the run, or an input).
+            } else if self.created.contains(&t.id) || !broadcasts_relative(dims, shape) {
+                return false;
+            } else if shape.len() > STRIDED_RANK {
+                return false;
+            } else if !self.broadcast.contains(&t.id) && !new_inputs.contains(&t.id) {
+                new_broadcast += 1;
+            }
+            if !self.created.contains(&t.id)
+                && !self.inputs.contains(&t.id)
+                && !new_inputs.contains(&t.id)
+            {
+                new_inputs.push(t.id);
             }
         }
-        if x.id == y.map_or(TensorId::new(u64::MAX), |y| y.id) && new_inputs == 2 {
-            new_inputs = 1;
-        }
-        self.inputs.len() + new_inputs <= MAX_BINDINGS
+        self.inputs.len() + new_inputs.len() <= MAX_BINDINGS
+            && self.broadcast.len() + new_broadcast <= MAX_STRIDED
             && self.scalars + usize::from(s) <= MAX_BINDINGS
             && self.steps < MAX_STEPS
             && self.created.len() < 2 * MAX_BINDINGS
@@ -185,14 +217,17 @@ impl OptimizationBuilder<ElementwiseOptimization> for ElementwiseBuilder {
                     self.status = OptimizationStatus::Closed;
                     return;
                 }
+                let shape = self.shape.get_or_insert_with(|| out.shape.dims.clone());
                 for t in [Some(x), y.as_ref()].into_iter().flatten() {
+                    if &t.shape.dims != shape && !self.broadcast.contains(&t.id) {
+                        self.broadcast.push(t.id);
+                    }
                     if !self.created.contains(&t.id) && !self.inputs.contains(&t.id) {
                         self.inputs.push(t.id);
                     }
                 }
                 self.created.push(out.id);
                 self.scalars += usize::from(s.is_some());
-                self.shape.get_or_insert_with(|| out.shape.dims.clone());
                 self.steps += 1;
             }
         }
@@ -249,6 +284,8 @@ pub struct ElementwiseOptimization {
 /// and frees.
 struct Plan {
     chain: Chain,
+    /// The run's (every result's) shape.
+    shape: Vec<usize>,
     inputs: Vec<TensorId>,
     scalars: Vec<f32>,
     outputs: Vec<TensorId>,
@@ -270,11 +307,13 @@ impl ElementwiseOptimization {
     /// than `f32`, more bindings than a chain takes, or nothing alive after it.
     fn plan(&self, context: &Context<'_, XpuTensor>) -> Option<Plan> {
         let global = |t: &TensorIr| context.tensors.get(&t.id).cloned();
-        let mut shape: Option<Vec<usize>> = None;
-        let mut same = |t: &TensorIr| {
-            let s = shape.get_or_insert_with(|| t.shape.dims.clone());
-            t.dtype == DType::F32 && *s == t.shape.dims
-        };
+        // The run's shape: its first step's result's, in this execution.
+        let shape: Vec<usize> = self.ops.iter().find_map(|op| match op {
+            RunOp::Step { out, .. } => global(out).map(|g| g.shape.dims),
+            RunOp::Drop(_) => None,
+        })?;
+        let result = |t: &TensorIr| t.dtype == DType::F32 && t.shape.dims == shape;
+        let operand = |t: &TensorIr| t.dtype == DType::F32 && broadcasts_to(&t.shape.dims, &shape);
         // Value indices: inputs first (in order of first read), then steps.
         let mut inputs: Vec<TensorId> = Vec::new();
         let mut created: Vec<TensorId> = Vec::new();
@@ -298,7 +337,7 @@ impl ElementwiseOptimization {
                         // The status is the read's own (the relative op's): the context's
                         // tensor holds the status of the stream's latest use, which may lie
                         // after this run.
-                        if !same(&g) || t.status == TensorStatus::NotInit {
+                        if !operand(&g) || t.status == TensorStatus::NotInit {
                             return None;
                         }
                         if !created.contains(&g.id) && !inputs.contains(&g.id) {
@@ -327,7 +366,7 @@ impl ElementwiseOptimization {
                         None => 0,
                     };
                     let go = global(out)?;
-                    if !same(&go) {
+                    if !result(&go) {
                         return None;
                     }
                     created.push(go.id);
@@ -336,6 +375,20 @@ impl ElementwiseOptimization {
             }
         }
         let n_in = inputs.len();
+        // The chain's limits on broadcast inputs (the builder keeps runs within them; a run
+        // reused at other shapes is checked again).
+        let broadcast = inputs
+            .iter()
+            .filter(|id| {
+                context
+                    .handles
+                    .get_handle_ref(id)
+                    .is_some_and(|t| t.shape != shape)
+            })
+            .count();
+        if broadcast > MAX_STRIDED || broadcast > 0 && shape.len() > STRIDED_RANK {
+            return None;
+        }
         let index = |id: TensorId| -> Option<usize> {
             inputs
                 .iter()
@@ -370,6 +423,7 @@ impl ElementwiseOptimization {
         chain.check().ok()?;
         Some(Plan {
             chain,
+            shape,
             inputs,
             scalars,
             outputs,
@@ -417,7 +471,7 @@ impl Optimization<XpuFusionRuntime> for ElementwiseOptimization {
         let refs: Vec<&XpuTensor> = handles.iter().collect();
         // burn's ops return tensors, not results: a failed launch (out of memory, a build
         // failure) panics with its typed error's message, as every op of the backend does.
-        let outs = or_panic(fused::run(&plan.chain, &refs, &plan.scalars));
+        let outs = or_panic(fused::run(&plan.chain, &plan.shape, &refs, &plan.scalars));
         drop(refs);
         drop(handles);
         for (id, t) in plan.outputs.into_iter().zip(outs) {

@@ -99,7 +99,7 @@ pub fn broadcast_shape(shapes: &[&[usize]]) -> Result<Vec<usize>> {
 }
 
 /// The strides of `t` seen as a tensor of `shape` (its broadcast): 0 on broadcast dims.
-fn broadcast_strides(t: &XpuTensor, shape: &[usize]) -> Vec<isize> {
+pub(crate) fn broadcast_strides(t: &XpuTensor, shape: &[usize]) -> Vec<isize> {
     let pad = shape.len() - t.shape.len();
     (0..shape.len())
         .map(|d| {
@@ -225,7 +225,7 @@ pub fn map_into_shape(
 
 /// Whether `from` broadcasts to `to` exactly (numpy rules: `to` has at least `from`'s rank,
 /// and each of `from`'s sizes, aligned right, is 1 or `to`'s).
-fn broadcasts_to(from: &[usize], to: &[usize]) -> bool {
+pub(crate) fn broadcasts_to(from: &[usize], to: &[usize]) -> bool {
     from.len() <= to.len()
         && from
             .iter()

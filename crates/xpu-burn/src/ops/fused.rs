@@ -1,5 +1,5 @@
-//! Element-wise chains in one kernel: a sequence of element-wise steps over same-shaped
-//! `f32` tensors, each step reading the chain's inputs or earlier steps' values, run as one
+//! Element-wise chains in one kernel: a sequence of element-wise steps over `f32` tensors of
+//! one shape (inputs may broadcast to it), each step reading the chain's inputs or earlier steps' values, run as one
 //! launch that writes only the values asked for. Each step computes exactly what its own
 //! op's kernel computes ([`crate::backend`]'s expressions, rounded to `float` after every
 //! step), so a chain's outputs equal the ops run one by one; what it saves is the launches
@@ -211,11 +211,16 @@ impl Chain {
         Ok(())
     }
 
-    /// The kernel's cache key: the chain's structure (what its source depends on).
-    fn key(&self) -> String {
+    /// The kernel's cache key: the chain's structure and which inputs are read through
+    /// strides (what its source depends on).
+    fn key(&self, strided: &[bool]) -> String {
         use std::fmt::Write;
-        let mut k = String::with_capacity(16 + 12 * self.steps.len());
+        let mut k = String::with_capacity(24 + 12 * self.steps.len());
         let _ = write!(k, "chain:{}:{}:", self.inputs, self.scalars);
+        for &s in strided {
+            k.push(if s { 's' } else { 'd' });
+        }
+        k.push(':');
         for st in &self.steps {
             let _ = write!(k, "{:?},{},{},{};", st.op, st.x, st.y, st.s);
         }
@@ -225,23 +230,50 @@ impl Chain {
         k
     }
 
-    /// The kernel source: `chain(out0.., n, in0, off0, .., s0, ..)`.
-    fn source(&self) -> String {
+    /// The kernel source: `chain(out0.., n, [d0..d3,] in0, off0, [t0_0..t0_3,] .., s0, ..)`:
+    /// a direct input (`strided[k]` false) is read at `off + i`; a strided one at `off` plus
+    /// its strides times `i`'s coordinates in the output's shape, padded in front to
+    /// [`STRIDED_RANK`] dimensions `d0..d3`.
+    fn source(&self, strided: &[bool]) -> String {
         use std::fmt::Write;
+        let any_strided = strided.iter().any(|&s| s);
         let mut params = String::new();
         for k in 0..self.outputs.len() {
             let _ = write!(params, "__global float *out{k}, ");
         }
         params.push_str("long n");
+        if any_strided {
+            params.push_str(", long d0, long d1, long d2, long d3");
+        }
         for k in 0..self.inputs {
             let _ = write!(params, ", __global const float *in{k}, long off{k}");
+            if strided[k] {
+                let _ = write!(
+                    params,
+                    ", long t{k}_0, long t{k}_1, long t{k}_2, long t{k}_3"
+                );
+            }
         }
         for k in 0..self.scalars {
             let _ = write!(params, ", float s{k}");
         }
         let mut body = String::new();
+        if any_strided {
+            body.push_str(
+                "  long c3 = i % d3, r = i / d3;\n  long c2 = r % d2; r /= d2;\n  \
+                 long c1 = r % d1; long c0 = r / d1;\n",
+            );
+        }
         for k in 0..self.inputs {
-            let _ = writeln!(body, "  float v{k} = in{k}[off{k} + i];");
+            if strided[k] {
+                let _ = writeln!(
+                    body,
+                    "  float v{k} = in{k}[off{k} + c0 * t{k}_0 + c1 * t{k}_1 + c2 * t{k}_2 + \
+                     c3 * t{k}_3];"
+                );
+            } else {
+                let _ = writeln!(body, "  float v{k} = in{k}[off{k} + i];");
+            }
         }
         for (k, st) in self.steps.iter().enumerate() {
             let (x, y, s) = (
@@ -266,15 +298,31 @@ impl Chain {
     }
 }
 
-/// Runs `chain` over `inputs` (same shape, `f32`, one device; any strides: strided inputs
-/// are copied contiguous first) and `scalars`: one launch, one fresh contiguous tensor per
-/// output value, in `chain.outputs`' order.
+/// The most dimensions an output may have when an input is read through strides (a
+/// broadcast or a non-contiguous view): the coordinates are computed for this many.
+pub const STRIDED_RANK: usize = 4;
+
+/// The most inputs of one chain read through strides (each takes 4 more `long` arguments).
+pub const MAX_STRIDED: usize = 8;
+
+/// Runs `chain` over `inputs` (`f32`, one device, each of `shape` or broadcasting to it, numpy
+/// rules, with any strides) and `scalars`: one launch, one fresh contiguous tensor of `shape`
+/// per output value, in `chain.outputs`' order. Inputs of `shape` that are contiguous are
+/// read directly; the others through their (broadcast) strides, which needs `shape` to have
+/// at most [`STRIDED_RANK`] dimensions and at most [`MAX_STRIDED`] such inputs (beyond that,
+/// a non-contiguous input of `shape` is copied contiguous first).
 ///
 /// # Errors
-/// [`Chain::check`]'s; [`Error::Invalid`] when the inputs' count, shapes, element type or
-/// devices disagree with the chain or each other, or the scalars' count does; allocation
-/// and kernel errors.
-pub fn run(chain: &Chain, inputs: &[&XpuTensor], scalars: &[f32]) -> Result<Vec<XpuTensor>> {
+/// [`Chain::check`]'s; [`Error::Invalid`] when the inputs' count, element type or devices
+/// disagree with the chain or each other, an input does not broadcast to `shape` (or needs
+/// strides beyond the limits above), or the scalars' count disagrees; allocation and kernel
+/// errors.
+pub fn run(
+    chain: &Chain,
+    shape: &[usize],
+    inputs: &[&XpuTensor],
+    scalars: &[f32],
+) -> Result<Vec<XpuTensor>> {
     chain.check()?;
     let first = inputs
         .first()
@@ -288,57 +336,101 @@ pub fn run(chain: &Chain, inputs: &[&XpuTensor], scalars: &[f32]) -> Result<Vec<
             scalars.len()
         )));
     }
-    let (device, shape) = (first.device(), first.shape.clone());
+    let device = first.device();
     for t in inputs {
-        if t.device() != device || t.shape != shape || t.dtype != DType::F32 {
+        if t.device() != device
+            || t.dtype != DType::F32
+            || !elementwise::broadcasts_to(&t.shape, shape)
+        {
             return Err(Error::Invalid(format!(
-                "element-wise chain inputs must be F32 of one shape on one device: {:?} {:?} \
-                 on {} beside {shape:?} on {device}",
+                "element-wise chain inputs must be F32 on one device, broadcasting to the \
+                 output's shape {shape:?}: {:?} {:?} on {} beside device {device}",
                 t.dtype,
                 t.shape,
                 t.device()
             )));
         }
     }
-    let copies: Vec<XpuTensor> = inputs
-        .iter()
-        .map(|t| {
-            if t.is_contiguous() {
-                Ok((*t).clone())
-            } else {
-                elementwise::contiguous(t)
-            }
-        })
-        .collect::<Result<_>>()?;
+    // Broadcast inputs must be read through strides; non-contiguous inputs of `shape` are
+    // too while there is room, else copied contiguous.
+    let broadcast = inputs.iter().filter(|t| t.shape != shape).count();
+    if broadcast > 0 && (shape.len() > STRIDED_RANK || broadcast > MAX_STRIDED) {
+        return Err(Error::Invalid(format!(
+            "element-wise chain: {broadcast} inputs broadcast to {shape:?} (at most \
+             {MAX_STRIDED}, to at most {STRIDED_RANK} dimensions)"
+        )));
+    }
+    let mut room = if shape.len() <= STRIDED_RANK {
+        MAX_STRIDED - broadcast
+    } else {
+        0
+    };
+    let mut copies: Vec<XpuTensor> = Vec::with_capacity(inputs.len());
+    let mut strided: Vec<bool> = Vec::with_capacity(inputs.len());
+    for t in inputs {
+        if t.shape != shape {
+            copies.push((*t).clone());
+            strided.push(true);
+        } else if t.is_contiguous() {
+            copies.push((*t).clone());
+            strided.push(false);
+        } else if room > 0 {
+            room -= 1;
+            copies.push((*t).clone());
+            strided.push(true);
+        } else {
+            copies.push(elementwise::contiguous(t)?);
+            strided.push(false);
+        }
+    }
     let outs: Vec<XpuTensor> = chain
         .outputs
         .iter()
-        .map(|_| XpuTensor::empty(device, &shape, DType::F32))
+        .map(|_| XpuTensor::empty(device, shape, DType::F32))
         .collect::<Result<_>>()?;
-    let n = first.numel();
+    let n = crate::tensor::elem_count(shape);
     if n == 0 {
         return Ok(outs);
     }
-    let function = runtime::library_function(device, &chain.key(), "chain", || chain.source())?;
+    let function = runtime::library_function(device, &chain.key(&strided), "chain", || {
+        chain.source(&strided)
+    })?;
+    let pad = STRIDED_RANK.saturating_sub(shape.len());
     let mut args: Vec<Arg<'_>> =
-        Vec::with_capacity(1 + outs.len() + 2 * copies.len() + scalars.len());
+        Vec::with_capacity(5 + outs.len() + 6 * copies.len() + scalars.len());
     for o in &outs {
         args.push(Arg::from(o.storage.buffer()));
     }
     args.push(Arg::from(n as i64));
-    for t in &copies {
+    if strided.iter().any(|&s| s) {
+        for d in 0..STRIDED_RANK {
+            let size = if d < pad { 1 } else { shape[d - pad] };
+            args.push(Arg::from(size as i64));
+        }
+    }
+    for (t, &st) in copies.iter().zip(&strided) {
         args.push(Arg::from(t.storage.buffer()));
         args.push(Arg::from(t.offset as i64));
+        if st {
+            let strides = elementwise::broadcast_strides(t, shape);
+            for d in 0..STRIDED_RANK {
+                let stride = if d < pad { 0 } else { strides[d - pad] };
+                args.push(Arg::from(stride as i64));
+            }
+        }
     }
     for &s in scalars {
         args.push(Arg::from(s));
     }
-    // SAFETY: `n` work-items; item `i < n` reads element `off_k + i` of each input `k` (a
-    // contiguous view of `n` elements from its offset, inside its storage: views are checked
-    // when made) and writes element `i` of each output (fresh allocations of `n` floats no
-    // other tensor sees); the body is straight-line arithmetic of the library's own step
-    // expressions (no loop, no other memory), so it terminates; the source is this chain's
-    // (its key is its structure, in the library's namespace).
+    // SAFETY: `n` work-items; item `i < n` writes element `i` of each output (fresh
+    // allocations of `n` floats no other tensor sees) and reads, of each direct input,
+    // element `off + i` (a contiguous view of `shape`, inside its storage: views are checked
+    // when made), and of each strided input the element at `off` plus its broadcast strides
+    // times `i`'s coordinates in `shape` (padded with size-1 dimensions of stride 0): an
+    // element of that input's view, inside its storage likewise; the body is straight-line
+    // arithmetic of the library's own step expressions (no loop, no other memory), so it
+    // terminates; the source is this chain's (its key is its structure and its strided
+    // inputs, in the library's namespace).
     unsafe { runtime::launch(device, &function, &[n], None, &args)? };
     Ok(outs)
 }
