@@ -174,9 +174,10 @@ impl ElementwiseBuilder {
             let dims = &t.shape.dims;
             if dims == shape {
                 // Of the run's shape (a value of the run, or an input).
-            } else if self.created.contains(&t.id) || !broadcasts_relative(dims, shape) {
-                return false;
-            } else if shape.len() > STRIDED_RANK {
+            } else if self.created.contains(&t.id)
+                || !broadcasts_relative(dims, shape)
+                || shape.len() > STRIDED_RANK
+            {
                 return false;
             } else if !self.broadcast.contains(&t.id) && !new_inputs.contains(&t.id) {
                 new_broadcast += 1;

@@ -245,9 +245,9 @@ impl Chain {
         if any_strided {
             params.push_str(", long d0, long d1, long d2, long d3");
         }
-        for k in 0..self.inputs {
+        for (k, &st) in strided.iter().enumerate().take(self.inputs) {
             let _ = write!(params, ", __global const float *in{k}, long off{k}");
-            if strided[k] {
+            if st {
                 let _ = write!(
                     params,
                     ", long t{k}_0, long t{k}_1, long t{k}_2, long t{k}_3"
@@ -264,8 +264,8 @@ impl Chain {
                  long c1 = r % d1; long c0 = r / d1;\n",
             );
         }
-        for k in 0..self.inputs {
-            if strided[k] {
+        for (k, &st) in strided.iter().enumerate().take(self.inputs) {
+            if st {
                 let _ = writeln!(
                     body,
                     "  float v{k} = in{k}[off{k} + c0 * t{k}_0 + c1 * t{k}_1 + c2 * t{k}_2 + \
