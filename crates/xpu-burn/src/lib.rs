@@ -22,7 +22,9 @@
 //!   device through xpu-kernel's program cache (memory and disk).
 //!
 //! Layers: [`ops`] is the op layer (plain Rust parameters, no burn traits); [`backend`] is the
-//! glue that implements burn's traits on it.
+//! glue that implements burn's traits on it; [`fusion`] makes [`XpuFusion`], burn-fusion's
+//! decorator over [`Xpu`], whose runs of element-wise ops are one kernel each (burn's Adam
+//! step: one launch a parameter instead of fourteen).
 //!
 //! # Inside the backend
 //! - `ops`, the op layer: an `XpuTensor` is an `Arc` of one caching-allocator block plus the
