@@ -1,6 +1,6 @@
 //! Host cost of one small element-wise op on xpu: enqueues `N` adds of two `[16, 64]` float
-//! tensors through burn's tensor API on `Xpu` (no autodiff), without synchronizing in
-//! between, and prints the host nanoseconds per op (the enqueue loop alone, wall clock and
+//! tensors through burn's tensor API on `Xpu` (no autodiff), then on `XpuFusion`, without
+//! synchronizing in between, and prints the host nanoseconds per op (the enqueue loop alone, wall clock and
 //! the enqueuing thread's own CPU time from `/proc/thread-self/schedstat`, which leaves out
 //! the driver's threads that run the kernels) and per op including the final
 //! synchronization. Beside it, in the same run, the raw floor: the same element-wise add
@@ -19,7 +19,7 @@ use xpu::xpu_device::backend::{Buffer, Kernel, MemFlags, Program};
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Distribution, Tensor};
-use xpu_burn::{Xpu, XpuDevice};
+use xpu_burn::{Xpu, XpuDevice, XpuFusion};
 
 fn main() -> std::process::ExitCode {
     let n: usize = std::env::args()
@@ -31,32 +31,11 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::FAILURE;
     }
     let device = XpuDevice::default();
-    let a = Tensor::<Xpu, 2>::random([16, 64], Distribution::Default, &device);
-    let b = Tensor::<Xpu, 2>::random([16, 64], Distribution::Default, &device);
-    // Warm-up: builds the kernel, fills the allocator's cache.
-    for _ in 0..100 {
-        let _ = a.clone() + b.clone();
-    }
-    Xpu::sync(&device);
-    let cpu0 = thread_cpu_ns();
-    let start = Instant::now();
-    let mut last = None;
-    for _ in 0..n {
-        last = Some(a.clone() + b.clone());
-    }
-    let enqueue = start.elapsed();
-    let cpu = thread_cpu_ns()
-        .zip(cpu0)
-        .map(|(b, a)| (b - a) as f64 / n as f64);
-    Xpu::sync(&device);
-    let total = start.elapsed();
-    drop(last);
-    println!(
-        "{n} adds of [16, 64] f32: {:.0} ns per op enqueued ({} ns of this thread's CPU), {:.0} ns per op with the sync",
-        enqueue.as_nanos() as f64 / n as f64,
-        cpu.map_or_else(|| "?".to_owned(), |c| format!("{c:.0}")),
-        total.as_nanos() as f64 / n as f64
-    );
+    measure::<Xpu>(n, &device, "Xpu");
+    // On XpuFusion the adds are recorded and run when the stream drains: the loop's adds
+    // whose results are dropped join runs, so this is the host cost per op recorded and
+    // executed, in fewer launches (see the launch count).
+    measure::<XpuFusion>(n, &device, "XpuFusion");
     for (sub, every_time, what) in [
         (false, true, "4 kernel arguments set each time, buffers"),
         (true, true, "4 kernel arguments set each time, sub-buffers"),
@@ -71,6 +50,39 @@ fn main() -> std::process::ExitCode {
         }
     }
     std::process::ExitCode::SUCCESS
+}
+
+/// Enqueues `n` adds of two `[16, 64]` tensors on backend `B` (after 100 to warm up) and
+/// prints the host cost per op, enqueued and with the final sync, and the launches taken.
+fn measure<B: Backend<Device = XpuDevice>>(n: usize, device: &XpuDevice, name: &str) {
+    let a = Tensor::<B, 2>::random([16, 64], Distribution::Default, device);
+    let b = Tensor::<B, 2>::random([16, 64], Distribution::Default, device);
+    // Warm-up: builds the kernel, fills the allocator's cache.
+    for _ in 0..100 {
+        let _ = a.clone() + b.clone();
+    }
+    B::sync(device);
+    let launches = xpu_burn::runtime::launch_count();
+    let cpu0 = thread_cpu_ns();
+    let start = Instant::now();
+    let mut last = None;
+    for _ in 0..n {
+        last = Some(a.clone() + b.clone());
+    }
+    let enqueue = start.elapsed();
+    let cpu = thread_cpu_ns()
+        .zip(cpu0)
+        .map(|(b, a)| (b - a) as f64 / n as f64);
+    B::sync(device);
+    let total = start.elapsed();
+    let launches = xpu_burn::runtime::launch_count() - launches;
+    drop(last);
+    println!(
+        "{name}: {n} adds of [16, 64] f32: {:.0} ns per op enqueued ({} ns of this thread's CPU), {:.0} ns per op with the sync, {launches} launches",
+        enqueue.as_nanos() as f64 / n as f64,
+        cpu.map_or_else(|| "?".to_owned(), |c| format!("{c:.0}")),
+        total.as_nanos() as f64 / n as f64
+    );
 }
 
 /// The same add as burn's, launched `n` times through `xpu-device` on three buffers, or
