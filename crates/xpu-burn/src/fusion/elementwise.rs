@@ -279,117 +279,79 @@ pub struct ElementwiseState {
 pub struct ElementwiseOptimization {
     device: XpuDevice,
     ops: Vec<RunOp>,
+    /// The chain and the relative tensors it reads, writes and frees: fixed by the recorded
+    /// ops (their statuses included), so computed once; `None` when the ops are not one chain.
+    plan: Option<Plan>,
 }
 
-/// A run resolved to one execution's tensors: the chain and the tensor ids it reads, writes
-/// and frees.
+/// A run as one chain, in the run's relative ids: the chain, its inputs (in value order), the
+/// stream's scalar ids it reads (in order), the tensors it writes (in `chain.outputs`' order),
+/// those it frees, and a tensor of the run's shape (its first step's result).
+#[derive(Debug)]
 struct Plan {
     chain: Chain,
-    /// The run's (every result's) shape.
-    shape: Vec<usize>,
     inputs: Vec<TensorId>,
-    scalars: Vec<f32>,
+    scalars: Vec<u64>,
     outputs: Vec<TensorId>,
     freed: Vec<TensorId>,
+    shape_of: TensorId,
 }
 
-impl ElementwiseOptimization {
-    fn new(device: XpuDevice, ops: Vec<RunOp>) -> Self {
-        ElementwiseOptimization { device, ops }
-    }
-
-    /// The device the run's chain is for.
-    pub fn device(&self) -> &XpuDevice {
-        &self.device
-    }
-
-    /// The run resolved through `context`, or `None` when it is not one chain: a tensor or
-    /// scalar the context does not know, tensors of several shapes or another element type
-    /// than `f32`, more bindings than a chain takes, or nothing alive after it.
-    fn plan(&self, context: &Context<'_, XpuTensor>) -> Option<Plan> {
-        let global = |t: &TensorIr| context.tensors.get(&t.id).cloned();
-        // The run's shape: its first step's result's, in this execution.
-        let shape: Vec<usize> = self.ops.iter().find_map(|op| match op {
-            RunOp::Step { out, .. } => global(out).map(|g| g.shape.dims),
-            RunOp::Drop(_) => None,
-        })?;
-        let result = |t: &TensorIr| t.dtype == DType::F32 && t.shape.dims == shape;
-        let operand = |t: &TensorIr| t.dtype == DType::F32 && broadcasts_to(&t.shape.dims, &shape);
-        // Value indices: inputs first (in order of first read), then steps.
+impl Plan {
+    /// The plan of `ops` (see [`Plan`]), or `None` when they are not one chain: a scalar
+    /// not in the stream's form, a value read before it is made, or nothing alive after the
+    /// run.
+    ///
+    /// What a run writes and frees follows from the statuses of its own reads, which are
+    /// part of the recorded (relative) ops: a tensor read `ReadWrite` was read for the last
+    /// time; a `Drop` drops the last owner's. (The context's tensors hold the status of the
+    /// stream's latest use, which may lie after this run.)
+    fn of(ops: &[RunOp]) -> Option<Plan> {
         let mut inputs: Vec<TensorId> = Vec::new();
         let mut created: Vec<TensorId> = Vec::new();
         let mut dead: Vec<TensorId> = Vec::new();
         let mut freed: Vec<TensorId> = Vec::new();
-        let mut scalars: Vec<f32> = Vec::new();
-        // (op, x, y, s, out) with global ids, before indices.
+        let mut scalars: Vec<u64> = Vec::new();
+        // (op, x, y, s, out) before value indices.
         let mut steps: Vec<(StepOp, TensorId, Option<TensorId>, usize, TensorId)> = Vec::new();
-        for op in &self.ops {
+        for op in ops {
             match op {
                 RunOp::Drop(t) => {
-                    let g = global(t)?;
-                    dead.push(g.id);
-                    if !created.contains(&g.id) {
-                        freed.push(g.id);
+                    dead.push(t.id);
+                    if !created.contains(&t.id) && !freed.contains(&t.id) {
+                        freed.push(t.id);
                     }
                 }
                 RunOp::Step { op, x, y, s, out } => {
-                    let mut read = |t: &TensorIr| -> Option<TensorId> {
-                        let g = global(t)?;
-                        // The status is the read's own (the relative op's): the context's
-                        // tensor holds the status of the stream's latest use, which may lie
-                        // after this run.
-                        if !operand(&g) || t.status == TensorStatus::NotInit {
+                    for t in [Some(x), y.as_ref()].into_iter().flatten() {
+                        if t.status == TensorStatus::NotInit {
                             return None;
                         }
-                        if !created.contains(&g.id) && !inputs.contains(&g.id) {
-                            inputs.push(g.id);
+                        if !created.contains(&t.id) && !inputs.contains(&t.id) {
+                            inputs.push(t.id);
                         }
                         if t.status == TensorStatus::ReadWrite {
-                            dead.push(g.id);
-                            if !created.contains(&g.id) && !freed.contains(&g.id) {
-                                freed.push(g.id);
+                            dead.push(t.id);
+                            if !created.contains(&t.id) && !freed.contains(&t.id) {
+                                freed.push(t.id);
                             }
                         }
-                        Some(g.id)
-                    };
-                    let gx = read(x)?;
-                    let gy = match y {
-                        Some(y) => Some(read(y)?),
-                        None => None,
-                    };
+                    }
                     let si = match s {
                         Some(ScalarIr::U64(id)) => {
-                            let v = context.scalars.get(&ScalarId { value: *id })?;
-                            scalars.push(v.elem::<f32>());
+                            scalars.push(*id);
                             scalars.len() - 1
                         }
                         Some(_) => return None,
                         None => 0,
                     };
-                    let go = global(out)?;
-                    if !result(&go) {
-                        return None;
-                    }
-                    created.push(go.id);
-                    steps.push((*op, gx, gy, si, go.id));
+                    created.push(out.id);
+                    steps.push((*op, x.id, y.as_ref().map(|y| y.id), si, out.id));
                 }
             }
         }
+        let shape_of = steps.first()?.4;
         let n_in = inputs.len();
-        // The chain's limits on broadcast inputs (the builder keeps runs within them; a run
-        // reused at other shapes is checked again).
-        let broadcast = inputs
-            .iter()
-            .filter(|id| {
-                context
-                    .handles
-                    .get_handle_ref(id)
-                    .is_some_and(|t| t.shape != shape)
-            })
-            .count();
-        if broadcast > MAX_STRIDED || broadcast > 0 && shape.len() > STRIDED_RANK {
-            return None;
-        }
         let index = |id: TensorId| -> Option<usize> {
             inputs
                 .iter()
@@ -424,12 +386,87 @@ impl ElementwiseOptimization {
         chain.check().ok()?;
         Some(Plan {
             chain,
-            shape,
             inputs,
             scalars,
             outputs,
             freed,
+            shape_of,
         })
+    }
+}
+
+impl ElementwiseOptimization {
+    fn new(device: XpuDevice, ops: Vec<RunOp>) -> Self {
+        let plan = Plan::of(&ops);
+        ElementwiseOptimization { device, ops, plan }
+    }
+
+    /// The device the run's chain is for.
+    pub fn device(&self) -> &XpuDevice {
+        &self.device
+    }
+
+    /// Runs the plan on this execution's tensors; `false` (nothing done) when it cannot: no
+    /// plan, a tensor, scalar or handle the context does not have, an element type other
+    /// than `f32`, an input that does not broadcast to the run's shape, or more broadcast
+    /// inputs than a chain reads. (A run reused at other shapes keeps the shape relations it
+    /// was recorded with: burn-fusion matches runs by their relative shapes.)
+    fn run_chain(&self, context: &mut Context<'_, XpuTensor>) -> bool {
+        let Some(plan) = &self.plan else {
+            return false;
+        };
+        let global = |id: &TensorId| context.tensors.get(id);
+        let Some(shape) = global(&plan.shape_of).map(|t| t.shape.dims.clone()) else {
+            return false;
+        };
+        let mut handles: Vec<XpuTensor> = Vec::with_capacity(plan.inputs.len());
+        let mut broadcast = 0;
+        for id in &plan.inputs {
+            let Some(g) = global(id) else { return false };
+            let Some(h) = context.handles.get_handle_ref(&g.id) else {
+                return false;
+            };
+            if h.dtype != DType::F32 || !broadcasts_to(&h.shape, &shape) {
+                return false;
+            }
+            broadcast += usize::from(h.shape != shape);
+            handles.push(h.clone());
+        }
+        if broadcast > MAX_STRIDED || broadcast > 0 && shape.len() > STRIDED_RANK {
+            return false;
+        }
+        let mut scalars: Vec<f32> = Vec::with_capacity(plan.scalars.len());
+        for &id in &plan.scalars {
+            let Some(v) = context.scalars.get(&ScalarId { value: id }) else {
+                return false;
+            };
+            scalars.push(v.elem::<f32>());
+        }
+        let mut outputs: Vec<TensorId> = Vec::with_capacity(plan.outputs.len());
+        for id in &plan.outputs {
+            match global(id) {
+                Some(g) if g.dtype == DType::F32 && g.shape.dims == shape => outputs.push(g.id),
+                _ => return false,
+            }
+        }
+        let mut freed: Vec<TensorId> = Vec::with_capacity(plan.freed.len());
+        for id in &plan.freed {
+            let Some(g) = global(id) else { return false };
+            freed.push(g.id);
+        }
+        let refs: Vec<&XpuTensor> = handles.iter().collect();
+        // burn's ops return tensors, not results: a failed launch (out of memory, a build
+        // failure) panics with its typed error's message, as every op of the backend does.
+        let outs = or_panic(fused::run(&plan.chain, &shape, &refs, &scalars));
+        drop(refs);
+        drop(handles);
+        for (id, t) in outputs.into_iter().zip(outs) {
+            context.handles.register_handle(id, t);
+        }
+        for id in freed {
+            context.handles.remove_handle(id);
+        }
+        true
     }
 
     /// Runs the ops one by one, as burn-fusion would without this optimization.
@@ -458,28 +495,8 @@ impl Optimization<XpuFusionRuntime> for ElementwiseOptimization {
         context: &mut Context<'_, XpuTensor>,
         execution: &OrderedExecution<XpuFusionRuntime>,
     ) {
-        let Some(plan) = self.plan(context) else {
-            return self.fallback(context, execution);
-        };
-        let handles: Option<Vec<XpuTensor>> = plan
-            .inputs
-            .iter()
-            .map(|id| context.handles.get_handle_ref(id).cloned())
-            .collect();
-        let Some(handles) = handles else {
-            return self.fallback(context, execution);
-        };
-        let refs: Vec<&XpuTensor> = handles.iter().collect();
-        // burn's ops return tensors, not results: a failed launch (out of memory, a build
-        // failure) panics with its typed error's message, as every op of the backend does.
-        let outs = or_panic(fused::run(&plan.chain, &plan.shape, &refs, &plan.scalars));
-        drop(refs);
-        drop(handles);
-        for (id, t) in plan.outputs.into_iter().zip(outs) {
-            context.handles.register_handle(id, t);
-        }
-        for id in plan.freed {
-            context.handles.remove_handle(id);
+        if !self.run_chain(context) {
+            self.fallback(context, execution);
         }
     }
 
