@@ -96,42 +96,24 @@ pub(crate) const LOOM_TESTS: &str = "allocator::place_cell::loom_tests";
 /// in one process so that each kernel is built once, with its counts printed. The main test
 /// run leaves that binary out, so the suite runs once.
 pub(crate) fn run_burn(root: &Path, envs: &[(String, String)]) -> Result<()> {
-    Cmd::cargo()
-        .args([
-            "run",
-            "--quiet",
-            "-p",
-            "xpu-burn",
-            "--example",
-            "train",
-            "--",
-            "--steps",
-            "60",
-            "--batch",
-            "32",
-        ])
-        .envs(envs)
-        .current_dir(root)
-        .run_step("example xpu-burn train")?;
-    // The same on XpuFusion (burn-fusion over xpu): the fused element-wise runs train too.
-    Cmd::cargo()
-        .args([
-            "run",
-            "--quiet",
-            "-p",
-            "xpu-burn",
-            "--example",
-            "train",
-            "--",
-            "--steps",
-            "60",
-            "--batch",
-            "32",
-            "--fusion",
-        ])
-        .envs(envs)
-        .current_dir(root)
-        .run_step("example xpu-burn train --fusion")?;
+    // On Xpu, then on XpuFusion (burn-fusion over xpu): the fused element-wise runs train too.
+    for fusion in [&[][..], &["--fusion"][..]] {
+        Cmd::cargo()
+            .args([
+                "run",
+                "--quiet",
+                "-p",
+                "xpu-burn",
+                "--example",
+                "train",
+                "--",
+            ])
+            .args(["--steps", "60", "--batch", "32"])
+            .args(fusion)
+            .envs(envs)
+            .current_dir(root)
+            .run_step(format!("example xpu-burn train {}", fusion.join(" ")).trim_end())?;
+    }
     Cmd::cargo()
         .args(["test", "-p", "xpu-burn", "--test", BURN_SUITE])
         .envs(envs)

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::XpuFusionRuntime;
 use crate::error::or_panic;
-use crate::ops::elementwise::broadcasts_to;
+use crate::ops::elementwise::{broadcasts_to, broadcasts_with_unit};
 use crate::ops::fused::{
     self, Chain, Step, StepOp, MAX_BINDINGS, MAX_STEPS, MAX_STRIDED, STRIDED_RANK,
 };
@@ -131,12 +131,7 @@ pub struct ElementwiseBuilder {
 /// shapes give each dimension size an id, the size 1 always id 0 (stream/context.rs), so
 /// equal ids are equal sizes and id 0 is a size 1.
 fn broadcasts_relative(from: &[usize], to: &[usize]) -> bool {
-    from.len() <= to.len()
-        && from
-            .iter()
-            .rev()
-            .zip(to.iter().rev())
-            .all(|(&f, &t)| f == t || f == 0)
+    broadcasts_with_unit(from, to, 0)
 }
 
 impl ElementwiseBuilder {

@@ -226,12 +226,18 @@ pub fn map_into_shape(
 /// Whether `from` broadcasts to `to` exactly (numpy rules: `to` has at least `from`'s rank,
 /// and each of `from`'s sizes, aligned right, is 1 or `to`'s).
 pub(crate) fn broadcasts_to(from: &[usize], to: &[usize]) -> bool {
+    broadcasts_with_unit(from, to, 1)
+}
+
+/// [`broadcasts_to`] for sizes written as ids where `unit` stands for the size 1 (burn-fusion's
+/// relative shapes give the size 1 the id 0).
+pub(crate) fn broadcasts_with_unit(from: &[usize], to: &[usize], unit: usize) -> bool {
     from.len() <= to.len()
         && from
             .iter()
             .rev()
             .zip(to.iter().rev())
-            .all(|(&f, &t)| f == t || f == 1)
+            .all(|(&f, &t)| f == t || f == unit)
 }
 
 /// One instance of the [`map`] kernel: what its source depends on.
