@@ -212,20 +212,42 @@ impl Chain {
     }
 
     /// The kernel's cache key: the chain's structure and which inputs are read through
-    /// strides (what its source depends on).
+    /// strides (what its source depends on). Built without `format!`: it is made for every
+    /// launch of a chain.
     fn key(&self, strided: &[bool]) -> String {
-        use std::fmt::Write;
-        let mut k = String::with_capacity(24 + 12 * self.steps.len());
-        let _ = write!(k, "chain:{}:{}:", self.inputs, self.scalars);
-        for &s in strided {
-            k.push(if s { 's' } else { 'd' });
+        fn num(k: &mut String, v: usize) {
+            let mut digits = [0u8; 20];
+            let (mut v, mut n) = (v, 0);
+            loop {
+                digits[n] = b'0' + (v % 10) as u8;
+                n += 1;
+                v /= 10;
+                if v == 0 {
+                    break;
+                }
+            }
+            k.extend(digits[..n].iter().rev().map(|&d| d as char));
+        }
+        let mut k = String::with_capacity(24 + strided.len() + 10 * self.steps.len());
+        k.push_str("chain:");
+        num(&mut k, self.inputs);
+        k.push(':');
+        num(&mut k, self.scalars);
+        k.push(':');
+        k.extend(strided.iter().map(|&s| if s { 's' } else { 'd' }));
+        for st in &self.steps {
+            k.push(';');
+            // The op's position in `StepOp` (a fieldless enum), as a letter.
+            k.push(char::from(b'A' + st.op as u8));
+            for v in [st.x, st.y, st.s] {
+                num(&mut k, v);
+                k.push(',');
+            }
         }
         k.push(':');
-        for st in &self.steps {
-            let _ = write!(k, "{:?},{},{},{};", st.op, st.x, st.y, st.s);
-        }
-        for o in &self.outputs {
-            let _ = write!(k, "{o},");
+        for &o in &self.outputs {
+            num(&mut k, o);
+            k.push(',');
         }
         k
     }
@@ -433,4 +455,58 @@ pub fn run(
     // inputs, in the library's namespace).
     unsafe { runtime::launch(device, &function, &[n], None, &args)? };
     Ok(outs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one_step(op: StepOp, x: usize, y: usize, s: usize) -> Chain {
+        Chain {
+            inputs: 2,
+            scalars: 1,
+            steps: vec![Step { op, x, y, s }],
+            outputs: vec![2],
+        }
+    }
+
+    /// Chains that differ in any op, operand, scalar, output or strided input have different
+    /// kernel keys (a shared key would run one chain's kernel for the other).
+    #[test]
+    fn keys_tell_chains_apart() {
+        use StepOp::*;
+        let ops = [
+            Add, Sub, Mul, Div, Powf, AddScalar, SubScalar, MulScalar, DivScalar, PowfScalar, Abs,
+            Exp, Log, Log1p, Erf, Sqrt, Cos, Sin, Tanh, Round, Floor, Ceil, Trunc, Recip,
+        ];
+        let mut keys: Vec<String> = ops
+            .iter()
+            .map(|&op| one_step(op, 0, 1, 0).key(&[false, false]))
+            .collect();
+        keys.push(one_step(Add, 1, 0, 0).key(&[false, false]));
+        keys.push(one_step(Add, 0, 1, 0).key(&[true, false]));
+        keys.push(one_step(Add, 0, 1, 0).key(&[false, true]));
+        let mut wide = one_step(Add, 1, 12, 0);
+        wide.inputs = 13;
+        let mut wide2 = one_step(Add, 11, 2, 0);
+        wide2.inputs = 13;
+        keys.push(wide.key(&[false; 13]));
+        keys.push(wide2.key(&[false; 13]));
+        let mut two_out = one_step(Add, 0, 1, 0);
+        two_out.steps.push(Step {
+            op: Exp,
+            x: 2,
+            y: 0,
+            s: 0,
+        });
+        let mut other_out = two_out.clone();
+        two_out.outputs = vec![2, 3];
+        other_out.outputs = vec![3];
+        keys.push(two_out.key(&[false, false]));
+        keys.push(other_out.key(&[false, false]));
+        let n = keys.len();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "two chains share a key");
+    }
 }
