@@ -18,7 +18,8 @@ use crate::tensor::XpuTensor;
 
 /// The most inputs, outputs and scalars one chain takes (each a kernel argument; OpenCL
 /// guarantees 1,024 bytes of arguments, `CL_DEVICE_MAX_PARAMETER_SIZE`, OpenCL 3.0 §4.2:
-/// 16 inputs of a buffer and an offset, 16 output buffers and 16 scalars stay below it).
+/// 16 inputs of a buffer and an offset (8 of them with 4 strides more), 16 output buffers,
+/// 16 scalars, the count and 4 sizes take 744 bytes at most).
 pub const MAX_BINDINGS: usize = 16;
 
 /// The most steps in one chain.
