@@ -118,8 +118,9 @@ fn tensors_still_held_after_a_run_are_written() {
     assert_close(&values(x), &[1.0, -2.0, 3.5, 0.25], "x");
 }
 
-/// Inputs a run consumes and intermediates it keeps in registers leave nothing allocated:
-/// after every tensor is dropped the device's allocated bytes are back at their baseline.
+/// Inputs a run consumes, intermediates it keeps in registers and tensors dropped inside it
+/// leave nothing allocated: after every tensor is dropped the device's allocated bytes are
+/// back at their baseline.
 #[test]
 fn consumed_inputs_and_intermediates_are_freed() {
     let device = XpuDevice::default();
@@ -129,9 +130,17 @@ fn consumed_inputs_and_intermediates_are_freed() {
         let shape = [64, 64];
         let a = Tensor::<XpuFusion, 2>::from_data(TensorData::new(data(4096, 0.5), shape), &device);
         let b = Tensor::<XpuFusion, 2>::from_data(TensorData::new(data(4096, 1.5), shape), &device);
-        let c = (a.clone() * b).add_scalar(1.0).tanh() - a;
+        let c = (a.clone() * b).add_scalar(1.0).tanh() - a.clone();
+        // Made and read inside the run, then dropped by its last owner inside it: not written,
+        // nothing left behind.
+        let d = a.clone().exp();
+        let e = d.clone() * 3.0 + c.clone();
+        drop(d);
+        let f = e.sqrt();
         let out = values(c);
         assert_eq!(out.len(), 4096);
+        assert_eq!(values(f).len(), 4096);
+        drop(a);
         XpuFusion::sync(&device);
     }
     XpuFusion::sync(&device);
@@ -282,4 +291,91 @@ fn trunc_in_a_run_stays_trunc() {
         &[0.0, 1e-10, -1e-10, 1.0, -1.0, 1.5],
         "fmod",
     );
+}
+
+/// A small deterministic generator (64-bit LCG) for the random programs below.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) % n as u64) as usize
+    }
+}
+
+/// One random program of element-wise ops over a pool of `[3, 4]` tensors and broadcast
+/// `[1, 4]` / `[3, 1]` ones: operands taken by clone (read-only) or by move (the last read),
+/// results pushed, tensors dropped, and reads at random points (each read drains
+/// burn-fusion's stream mid-run). Returns every value read, in order, and the pool at the end.
+fn random_program<B: Backend>(device: &B::Device, seed: u64) -> Vec<Vec<f32>> {
+    let mut rng = Lcg(seed);
+    let full = |s: f32| Tensor::<B, 2>::from_data(TensorData::new(data(12, s), [3, 4]), device);
+    let row = Tensor::<B, 2>::from_data(TensorData::new(data(4, 5.5), [1, 4]), device);
+    let col = Tensor::<B, 2>::from_data(TensorData::new(data(3, 6.5), [3, 1]), device);
+    let mut pool: Vec<Tensor<B, 2>> = vec![full(0.1), full(1.7), full(3.1)];
+    let mut reads = Vec::new();
+    for _ in 0..40 {
+        let take = |pool: &mut Vec<Tensor<B, 2>>, rng: &mut Lcg| -> Tensor<B, 2> {
+            let k = rng.next(pool.len());
+            if pool.len() > 2 && rng.next(3) == 0 {
+                pool.swap_remove(k)
+            } else {
+                pool[k].clone()
+            }
+        };
+        let x = take(&mut pool, &mut rng);
+        let out = match rng.next(13) {
+            0 => x + take(&mut pool, &mut rng),
+            1 => x - take(&mut pool, &mut rng),
+            2 => x * take(&mut pool, &mut rng),
+            3 => x / take(&mut pool, &mut rng).abs().add_scalar(1.0),
+            4 => x * row.clone(),
+            5 => x + col.clone(),
+            6 => x.mul_scalar(0.5 + rng.next(4) as f32),
+            7 => x.add_scalar(rng.next(5) as f32 - 2.0),
+            8 => x.tanh().exp(),
+            9 => x.abs().sqrt(),
+            10 => x.abs().add_scalar(1.0).recip(),
+            11 => x.abs().powf_scalar(1.5).tanh(),
+            _ => x.clone().sub(x.abs().log1p()),
+        };
+        pool.push(out);
+        if pool.len() > 6 {
+            let k = rng.next(pool.len());
+            drop(pool.swap_remove(k));
+        }
+        if rng.next(8) == 0 {
+            let k = rng.next(pool.len());
+            reads.push(values(pool[k].clone()));
+        }
+    }
+    reads.extend(pool.into_iter().map(values));
+    reads
+}
+
+/// Random programs of element-wise ops (clones, moves, drops, broadcasts, reads that drain
+/// the stream mid-run) give on `XpuFusion` every value they give on `Xpu`.
+#[test]
+fn random_programs_match_xpu() {
+    let device = XpuDevice::default();
+    // Each seed builds its own chains' kernels (PoCL compiles each once): a few seeds.
+    for seed in 1..=4u64 {
+        let plain = random_program::<Xpu>(&device, seed);
+        let fused = random_program::<XpuFusion>(&device, seed);
+        assert_eq!(plain.len(), fused.len(), "seed {seed}: reads");
+        for (k, (a, b)) in plain.iter().zip(&fused).enumerate() {
+            // The programs keep values bounded (tanh, abs + 1 divisors), so a relative
+            // tolerance of 1e-5 allows for contracted multiply-adds only.
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                let tol = 1e-5 * x.abs().max(y.abs()).max(1.0);
+                assert!(
+                    x == y || (x - y).abs() <= tol || x.is_nan() && y.is_nan(),
+                    "seed {seed}, read {k}, element {i}: {x} on Xpu, {y} on XpuFusion"
+                );
+            }
+        }
+    }
 }
