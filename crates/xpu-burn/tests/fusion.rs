@@ -4,12 +4,23 @@
 //! executions of one cached optimization, and runs of several shapes, stay right; the op
 //! layer's chains refuse malformed chains and inputs with typed errors.
 //! On PoCL (`POCL_DEVICES="pthread pthread" XPU_REQUIRE_DEVICE=1`).
+//!
+//! Launch counts and allocated bytes are the process's: the tests take one lock ([`serial`]),
+//! so that they hold under `cargo test`'s threads as under a process per test (an H100 run of
+//! the binary's tests in one process failed three of them before the lock, PoCL one).
 
 use burn_tensor::backend::Backend;
 use burn_tensor::{Tensor, TensorData};
 use xpu_burn::ops::fused::{self, Chain, Step, StepOp};
 use xpu_burn::runtime::launch_count;
 use xpu_burn::{Error, Xpu, XpuDevice, XpuFusion, XpuTensor};
+
+/// Serializes this file's tests: they read process-wide counters (`launch_count`,
+/// `memory_allocated`) that another test's launches would move.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn data(n: usize, seed: f32) -> Vec<f32> {
     (0..n)
@@ -66,6 +77,7 @@ fn adam_on<B: Backend>(device: &B::Device, shape: [usize; 2], t: i32) -> (Vec<Ve
 /// moments), and takes one launch where `Xpu` takes one per op (14 element-wise ops).
 #[test]
 fn adam_step_matches_xpu_in_one_launch() {
+    let _serial = serial();
     let device = XpuDevice::default();
     let (plain, plain_launches) = adam_on::<Xpu>(&device, [7, 33], 3);
     let (fused, fused_launches) = adam_on::<XpuFusion>(&device, [7, 33], 3);
@@ -81,6 +93,7 @@ fn adam_step_matches_xpu_in_one_launch() {
 /// every time.
 #[test]
 fn a_reused_run_takes_this_executions_scalars_and_shapes() {
+    let _serial = serial();
     let device = XpuDevice::default();
     for (shape, t) in [
         ([4, 5], 1),
@@ -101,6 +114,7 @@ fn a_reused_run_takes_this_executions_scalars_and_shapes() {
 /// it is not needed (`y2`'s only use); both read right.
 #[test]
 fn tensors_still_held_after_a_run_are_written() {
+    let _serial = serial();
     let device = XpuDevice::default();
     let x = Tensor::<XpuFusion, 1>::from_floats([1.0, -2.0, 3.5, 0.25], &device);
     let y = x.clone().mul_scalar(2.0);
@@ -123,6 +137,7 @@ fn tensors_still_held_after_a_run_are_written() {
 /// back at their baseline.
 #[test]
 fn consumed_inputs_and_intermediates_are_freed() {
+    let _serial = serial();
     let device = XpuDevice::default();
     XpuFusion::sync(&device);
     let base = xpu::memory_allocated(Some(device.index)).unwrap();
@@ -155,6 +170,7 @@ fn consumed_inputs_and_intermediates_are_freed() {
 /// or in runs of one shape, with the values of `Xpu`.
 #[test]
 fn broadcasts_and_shape_changes_inside_a_run_stay_right() {
+    let _serial = serial();
     let device = XpuDevice::default();
     fn f<B: Backend>(device: &B::Device) -> Vec<f32> {
         let x = Tensor::<B, 2>::from_data(TensorData::new(data(12, 0.3), [3, 4]), device);
@@ -172,6 +188,7 @@ fn broadcasts_and_shape_changes_inside_a_run_stay_right() {
 /// statistics) are one launch each on `XpuFusion`, with `Xpu`'s values.
 #[test]
 fn broadcast_inputs_join_a_run() {
+    let _serial = serial();
     let device = XpuDevice::default();
     fn f<B: Backend>(device: &B::Device) -> (Vec<f32>, Vec<f32>, u64) {
         let x = Tensor::<B, 3>::from_data(TensorData::new(data(2 * 3 * 5, 0.4), [2, 3, 5]), device);
@@ -200,6 +217,7 @@ fn broadcast_inputs_join_a_run() {
 /// Strided inputs (a transposed view) read right in a chain.
 #[test]
 fn strided_inputs_read_right() {
+    let _serial = serial();
     let device = XpuDevice::default();
     fn f<B: Backend>(device: &B::Device) -> Vec<f32> {
         let x = Tensor::<B, 2>::from_data(TensorData::new(data(15, 0.7), [3, 5]), device);
@@ -219,6 +237,7 @@ fn strided_inputs_read_right() {
 /// and the wrong number of inputs; a well-formed chain computes its steps.
 #[test]
 fn chains_refuse_malformed_structure_and_inputs() {
+    let _serial = serial();
     let device = XpuDevice::default();
     let t = |v: Vec<f32>| -> XpuTensor {
         Tensor::<Xpu, 1>::from_floats(v.as_slice(), &device)
@@ -279,6 +298,7 @@ fn chains_refuse_malformed_structure_and_inputs() {
 /// fused as `ceil` (it was: 10 fmod 3 gave -2, 1e-10 fmod 1 gave -1).
 #[test]
 fn trunc_in_a_run_stays_trunc() {
+    let _serial = serial();
     let device = XpuDevice::default();
     let x = Tensor::<XpuFusion, 1>::from_floats([0.0, 1e-10, -1e-10, 10.0, -10.0, 7.5], &device);
     let y = Tensor::<XpuFusion, 1>::from_floats([1.0, 1.0, 1.0, 3.0, 3.0, -2.0], &device);
@@ -360,6 +380,7 @@ fn random_program<B: Backend>(device: &B::Device, seed: u64) -> Vec<Vec<f32>> {
 /// the stream mid-run) give on `XpuFusion` every value they give on `Xpu`.
 #[test]
 fn random_programs_match_xpu() {
+    let _serial = serial();
     let device = XpuDevice::default();
     // Each seed builds its own chains' kernels (PoCL compiles each once): a few seeds.
     for seed in 1..=4u64 {
