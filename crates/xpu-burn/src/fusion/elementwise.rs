@@ -1,6 +1,7 @@
-//! The element-wise optimization: a builder that takes runs of same-shaped `f32`
-//! element-wise ops from burn-fusion's stream, and the optimization that runs such a run as
-//! one [`crate::ops::fused`] chain.
+//! The element-wise optimization: a builder that takes runs of `f32` element-wise ops whose
+//! results share one shape (inputs from outside the run may broadcast to it) from
+//! burn-fusion's stream, and the optimization that runs such a run as one
+//! [`crate::ops::fused`] chain.
 //!
 //! What a run writes: every tensor made inside it that is still alive after it. burn's IR
 //! says which are not: a tensor read with status `ReadWrite` was read for the last time (its
@@ -110,7 +111,7 @@ fn step_of(op: &OperationIr) -> Option<RunOp> {
     })
 }
 
-/// Takes runs of same-shaped `f32` element-wise ops (see the module docs).
+/// Takes runs of `f32` element-wise ops of one result shape (see the module docs).
 #[derive(Debug, Clone)]
 pub struct ElementwiseBuilder {
     device: XpuDevice,

@@ -5,10 +5,12 @@
 //! burn-fusion records each op as burn's IR ([`burn_ir::OperationIr`]) and asks this
 //! backend's optimization builders ([`elementwise::ElementwiseBuilder`]) which runs of ops
 //! they can take; what no builder takes runs op by op on [`Xpu`], unchanged. The builder here
-//! takes runs of same-shaped `f32` element-wise ops (arithmetic with tensors or scalars, and
-//! the unary math functions) and executes them through the op layer's
-//! [`crate::ops::fused`] chains. Anything it does not recognise at run time (shapes that
-//! differ, an unexpected handle) runs op by op instead, so fusion never changes a result.
+//! takes runs of `f32` element-wise ops whose results share one shape (arithmetic with
+//! tensors or scalars, and the unary math functions but `ceil` and `trunc`; inputs from
+//! outside the run may broadcast to the shape or be strided views) and executes them through
+//! the op layer's [`crate::ops::fused`] chains. A run it cannot resolve at run time (a
+//! missing handle, shapes beyond a chain's limits) runs op by op instead, so fusion never
+//! changes which values an op computes.
 //!
 //! ```no_run
 //! use burn_tensor::Tensor;
