@@ -61,15 +61,21 @@ fn adam<B: Backend>(
     [p.sub(step), m, v]
 }
 
+/// `f`'s result and the kernels it launched: the device synchronized before and after, so
+/// every launch of `f`'s ops (recorded ones included, on `XpuFusion`) is counted.
+fn launches_of<B: Backend, T>(device: &B::Device, f: impl FnOnce() -> T) -> (T, u64) {
+    B::sync(device);
+    let before = launch_count();
+    let out = f();
+    B::sync(device);
+    (out, launch_count() - before)
+}
+
 fn adam_on<B: Backend>(device: &B::Device, shape: [usize; 2], t: i32) -> (Vec<Vec<f32>>, u64) {
     let n = shape[0] * shape[1];
     let make = |seed| Tensor::<B, 2>::from_data(TensorData::new(data(n, seed), shape), device);
     let (p, g, m, v) = (make(0.1), make(1.3), make(2.7), make(3.9).abs());
-    B::sync(device);
-    let before = launch_count();
-    let out = adam(p, g, m, v, t);
-    B::sync(device);
-    let launches = launch_count() - before;
+    let (out, launches) = launches_of::<B, _>(device, || adam(p, g, m, v, t));
     (out.into_iter().map(values).collect(), launches)
 }
 
@@ -198,12 +204,10 @@ fn broadcast_inputs_join_a_run() {
         let std = Tensor::<B, 3>::from_data(TensorData::new(data(6, 0.6), [2, 3, 1]), device)
             .abs()
             .add_scalar(0.5);
-        B::sync(device);
-        let before = launch_count();
-        let h = (x.clone() * w + b.unsqueeze::<3>()).tanh();
-        let n = (x - mean) / std * 0.5;
-        B::sync(device);
-        let launches = launch_count() - before;
+        let ((h, n), launches) = launches_of::<B, _>(device, || {
+            let h = (x.clone() * w + b.unsqueeze::<3>()).tanh();
+            (h, (x - mean) / std * 0.5)
+        });
         (values(h), values(n), launches)
     }
     let (h0, n0, plain) = f::<Xpu>(&device);

@@ -8,7 +8,7 @@ mod extra;
 mod float;
 mod int;
 mod module;
-mod qtensor;
+pub(crate) mod qtensor;
 mod transaction;
 
 pub use qtensor::XpuQTensor;

@@ -24,7 +24,7 @@ use super::XpuFusionRuntime;
 use crate::error::or_panic;
 use crate::ops::elementwise::{broadcasts_to, broadcasts_with_unit};
 use crate::ops::fused::{
-    self, Chain, Step, StepOp, MAX_BINDINGS, MAX_STEPS, MAX_STRIDED, STRIDED_RANK,
+    self, Chain, CheckedChain, Step, StepOp, MAX_BINDINGS, MAX_STEPS, MAX_STRIDED, STRIDED_RANK,
 };
 use crate::tensor::XpuTensor;
 use crate::XpuDevice;
@@ -114,7 +114,6 @@ fn step_of(op: &OperationIr) -> Option<RunOp> {
 /// Takes runs of `f32` element-wise ops of one result shape (see the module docs).
 #[derive(Debug, Clone)]
 pub struct ElementwiseBuilder {
-    device: XpuDevice,
     ops: Vec<RunOp>,
     steps: usize,
     /// The run's shape (relative dims), set by its first step.
@@ -136,10 +135,9 @@ fn broadcasts_relative(from: &[usize], to: &[usize]) -> bool {
 }
 
 impl ElementwiseBuilder {
-    /// An empty, open builder for `device`.
-    pub fn new(device: XpuDevice) -> Self {
+    /// An empty, open builder.
+    pub fn new() -> Self {
         ElementwiseBuilder {
-            device,
             ops: Vec::new(),
             steps: 0,
             shape: None,
@@ -193,6 +191,12 @@ impl ElementwiseBuilder {
     }
 }
 
+impl Default for ElementwiseBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl OptimizationBuilder<ElementwiseOptimization> for ElementwiseBuilder {
     fn register(&mut self, operation: &OperationIr) {
         if let OptimizationStatus::Closed = self.status {
@@ -232,11 +236,11 @@ impl OptimizationBuilder<ElementwiseOptimization> for ElementwiseBuilder {
     }
 
     fn build(&self) -> ElementwiseOptimization {
-        ElementwiseOptimization::new(self.device, self.ops.clone())
+        ElementwiseOptimization::new(self.ops.clone())
     }
 
     fn reset(&mut self) {
-        *self = ElementwiseBuilder::new(self.device);
+        *self = ElementwiseBuilder::new();
     }
 
     fn status(&self) -> OptimizationStatus {
@@ -273,7 +277,6 @@ pub struct ElementwiseState {
 /// this execution's tensors, is not one the chains take).
 #[derive(Debug)]
 pub struct ElementwiseOptimization {
-    device: XpuDevice,
     ops: Vec<RunOp>,
     /// The chain and the relative tensors it reads, writes and frees: fixed by the recorded
     /// ops (their statuses included), so computed once; `None` when the ops are not one chain.
@@ -285,7 +288,7 @@ pub struct ElementwiseOptimization {
 /// those it frees, and a tensor of the run's shape (its first step's result).
 #[derive(Debug)]
 struct Plan {
-    chain: Chain,
+    chain: CheckedChain,
     inputs: Vec<TensorId>,
     scalars: Vec<u64>,
     outputs: Vec<TensorId>,
@@ -379,9 +382,8 @@ impl Plan {
         for &o in &outputs {
             chain.outputs.push(index(o)?);
         }
-        chain.check().ok()?;
         Some(Plan {
-            chain,
+            chain: CheckedChain::new(chain).ok()?,
             inputs,
             scalars,
             outputs,
@@ -392,14 +394,9 @@ impl Plan {
 }
 
 impl ElementwiseOptimization {
-    fn new(device: XpuDevice, ops: Vec<RunOp>) -> Self {
+    fn new(ops: Vec<RunOp>) -> Self {
         let plan = Plan::of(&ops);
-        ElementwiseOptimization { device, ops, plan }
-    }
-
-    /// The device the run's chain is for.
-    pub fn device(&self) -> &XpuDevice {
-        &self.device
+        ElementwiseOptimization { ops, plan }
     }
 
     /// Runs the plan on this execution's tensors; `false` (nothing done) when it cannot: no
@@ -453,7 +450,7 @@ impl ElementwiseOptimization {
         let refs: Vec<&XpuTensor> = handles.iter().collect();
         // burn's ops return tensors, not results: a failed launch (out of memory, a build
         // failure) panics with its typed error's message, as every op of the backend does.
-        let outs = or_panic(fused::run(&plan.chain, &shape, &refs, &scalars));
+        let outs = or_panic(fused::run_checked(&plan.chain, &shape, &refs, &scalars));
         drop(refs);
         drop(handles);
         for (id, t) in outputs.into_iter().zip(outs) {
@@ -502,7 +499,7 @@ impl Optimization<XpuFusionRuntime> for ElementwiseOptimization {
         }
     }
 
-    fn from_state(device: &XpuDevice, state: ElementwiseState) -> Self {
-        ElementwiseOptimization::new(*device, state.ops)
+    fn from_state(_device: &XpuDevice, state: ElementwiseState) -> Self {
+        ElementwiseOptimization::new(state.ops)
     }
 }

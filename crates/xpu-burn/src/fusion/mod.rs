@@ -29,8 +29,8 @@ use burn_fusion::{FusionBackend, FusionRuntime, OptimizationBuilder};
 use burn_ir::{BackendIr, TensorHandle};
 use burn_tensor::ops::{BoolTensor, FloatTensor, FloatTensorOps, IntTensor, QuantizedTensor};
 
+use crate::backend::qtensor::refuse;
 use crate::backend::XpuQTensor;
-use crate::error::{or_panic, Error};
 use crate::tensor::XpuTensor;
 use crate::{Xpu, XpuDevice};
 
@@ -53,17 +53,10 @@ impl FusionRuntime for XpuFusionRuntime {
     type BoolRepr = u8;
 
     fn optimizations(
-        device: XpuDevice,
+        _device: XpuDevice,
     ) -> Vec<Box<dyn OptimizationBuilder<ElementwiseOptimization>>> {
-        vec![Box::new(ElementwiseBuilder::new(device))]
+        vec![Box::new(ElementwiseBuilder::new())]
     }
-}
-
-/// Quantized tensors are refused by [`Xpu`] (never made), so no handle is one.
-fn no_quantized<T>() -> T {
-    or_panic(Err(Error::Invalid(
-        "quantized tensors are not supported by the xpu backend".into(),
-    )))
 }
 
 impl BackendIr for Xpu {
@@ -82,7 +75,7 @@ impl BackendIr for Xpu {
     }
 
     fn quantized_tensor(_handle: TensorHandle<XpuTensor>) -> QuantizedTensor<Self> {
-        no_quantized()
+        refuse()
     }
 
     fn float_tensor_handle(tensor: FloatTensor<Self>) -> XpuTensor {
@@ -98,7 +91,7 @@ impl BackendIr for Xpu {
     }
 
     fn quantized_tensor_handle(_tensor: XpuQTensor) -> XpuTensor {
-        no_quantized()
+        refuse()
     }
 }
 

@@ -328,6 +328,27 @@ pub const STRIDED_RANK: usize = 4;
 /// The most inputs of one chain read through strides (each takes 4 more `long` arguments).
 pub const MAX_STRIDED: usize = 8;
 
+/// A [`Chain`] that passed [`Chain::check`]: a caller that runs one chain many times (the
+/// fusion glue) checks it once, then launches it with [`run_checked`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedChain(Chain);
+
+impl CheckedChain {
+    /// `chain`, checked.
+    ///
+    /// # Errors
+    /// [`Chain::check`]'s.
+    pub fn new(chain: Chain) -> Result<Self> {
+        chain.check()?;
+        Ok(CheckedChain(chain))
+    }
+
+    /// The chain.
+    pub fn chain(&self) -> &Chain {
+        &self.0
+    }
+}
+
 /// Runs `chain` over `inputs` (`f32`, one device, each of `shape` or broadcasting to it, numpy
 /// rules, with any strides) and `scalars`: one launch, one fresh contiguous tensor of `shape`
 /// per output value, in `chain.outputs`' order. Inputs of `shape` that are contiguous are
@@ -347,6 +368,29 @@ pub fn run(
     scalars: &[f32],
 ) -> Result<Vec<XpuTensor>> {
     chain.check()?;
+    launch(chain, shape, inputs, scalars)
+}
+
+/// [`run`] for a chain checked before (no check per launch).
+///
+/// # Errors
+/// As [`run`], but for [`Chain::check`]'s.
+pub fn run_checked(
+    chain: &CheckedChain,
+    shape: &[usize],
+    inputs: &[&XpuTensor],
+    scalars: &[f32],
+) -> Result<Vec<XpuTensor>> {
+    launch(&chain.0, shape, inputs, scalars)
+}
+
+/// [`run`] after the chain's check.
+fn launch(
+    chain: &Chain,
+    shape: &[usize],
+    inputs: &[&XpuTensor],
+    scalars: &[f32],
+) -> Result<Vec<XpuTensor>> {
     let first = inputs
         .first()
         .ok_or_else(|| Error::Invalid("element-wise chain without inputs".into()))?;
