@@ -404,3 +404,47 @@ fn random_programs_match_xpu() {
         }
     }
 }
+
+/// Rounds of threads that each read two lazy tensors of the main thread (`ceil(x).clamp(..)`
+/// and `x`, recorded, not yet run) through ops no chain takes (`trunc`, `ceil`, `clamp`),
+/// while the main thread drops its own: every value the threads read.
+fn threads_reading_lazy_tensors<B: Backend>(device: &B::Device, rounds: usize) -> Vec<Vec<f32>> {
+    let mut reads = Vec::new();
+    for round in 0..rounds {
+        let x = Tensor::<B, 2>::from_data(TensorData::new(data(64, round as f32), [8, 8]), device);
+        let y = x.clone().ceil().clamp(-1.0, 1.0);
+        let threads: Vec<_> = (0..3)
+            .map(|k| {
+                let (y, x) = (y.clone(), x.clone());
+                std::thread::spawn(move || {
+                    let z = y.trunc().clamp(-2.0, k as f32);
+                    let w = (z.clone().ceil() - x.ceil()).clamp(0.0, 9.0);
+                    [values(z), values(w)]
+                })
+            })
+            .collect();
+        drop(y);
+        drop(x);
+        for t in threads {
+            reads.extend(t.join().expect("a thread panicked"));
+        }
+    }
+    reads
+}
+
+/// Threads reading another thread's lazy tensors through ops no chain takes get the values
+/// they get on `Xpu`. burn-fusion 0.19.1 runs such an op with the
+/// status it was recorded with, not the IR's read-only mark for a tensor other streams still
+/// use: it freed the tensor, and another thread's op panicked with `Should have handle for
+/// tensor` (3 of 3 runs before `fusion::single`; the same defect on burn's CUDA backend,
+/// tracel-ai/burn#4328).
+#[test]
+fn threads_read_lazy_tensors_through_unfused_ops() {
+    let _serial = serial();
+    let device = XpuDevice::default();
+    let plain = threads_reading_lazy_tensors::<Xpu>(&device, 4);
+    for _ in 0..5 {
+        let fused = threads_reading_lazy_tensors::<XpuFusion>(&device, 4);
+        assert_eq!(plain, fused, "values read by the threads");
+    }
+}

@@ -10,9 +10,7 @@
 //! ops one by one would free them.
 
 use burn_fusion::stream::{Context, OrderedExecution, ScalarId};
-use burn_fusion::{
-    NumOperations, Optimization, OptimizationBuilder, OptimizationProperties, OptimizationStatus,
-};
+use burn_fusion::{OptimizationBuilder, OptimizationProperties, OptimizationStatus};
 use burn_ir::{
     BinaryOpIr, FloatOperationIr, NumericOperationIr, OperationIr, ScalarIr, ScalarOpIr, TensorId,
     TensorIr, TensorStatus, UnaryOpIr,
@@ -20,14 +18,14 @@ use burn_ir::{
 use burn_tensor::DType;
 use serde::{Deserialize, Serialize};
 
-use super::XpuFusionRuntime;
+use super::single::{read_only_among, run_recorded};
+use super::{XpuFusionRuntime, XpuOptimization};
 use crate::error::or_panic;
 use crate::ops::elementwise::{broadcasts_to, broadcasts_with_unit};
 use crate::ops::fused::{
     self, Chain, CheckedChain, Step, StepOp, MAX_BINDINGS, MAX_STEPS, MAX_STRIDED, STRIDED_RANK,
 };
 use crate::tensor::XpuTensor;
-use crate::XpuDevice;
 
 /// One recorded op of a run, in burn's relative IR (tensor ids, shapes and scalars relative
 /// to the stream, resolved at execution through the [`Context`]).
@@ -197,7 +195,7 @@ impl Default for ElementwiseBuilder {
     }
 }
 
-impl OptimizationBuilder<ElementwiseOptimization> for ElementwiseBuilder {
+impl OptimizationBuilder<XpuOptimization> for ElementwiseBuilder {
     fn register(&mut self, operation: &OperationIr) {
         if let OptimizationStatus::Closed = self.status {
             return;
@@ -235,8 +233,8 @@ impl OptimizationBuilder<ElementwiseOptimization> for ElementwiseBuilder {
         self.ops.push(op);
     }
 
-    fn build(&self) -> ElementwiseOptimization {
-        ElementwiseOptimization::new(self.ops.clone())
+    fn build(&self) -> XpuOptimization {
+        XpuOptimization::Chain(ElementwiseOptimization::new(self.ops.clone()))
     }
 
     fn reset(&mut self) {
@@ -248,10 +246,8 @@ impl OptimizationBuilder<ElementwiseOptimization> for ElementwiseBuilder {
     }
 
     fn properties(&self) -> OptimizationProperties {
-        // A run of one step is taken too (one launch either way): burn-fusion 0.19.1 marks a
-        // tensor that other streams still use read-only in the IR builders see, but an op run
-        // by itself uses the status it was recorded with, and frees such a tensor (burn's
-        // multi_threads suite: `Should have handle for tensor`); a chain reads the IR's.
+        // A run of one step is taken too (one launch either way; a chain reads the IR's
+        // statuses, as `super::single` makes an op run by itself do).
         OptimizationProperties {
             score: self.ops.len() as u64,
             ready: self.steps >= 1,
@@ -262,7 +258,7 @@ impl OptimizationBuilder<ElementwiseOptimization> for ElementwiseBuilder {
         self.ops.len()
     }
 
-    fn clone_dyn(&self) -> Box<dyn OptimizationBuilder<ElementwiseOptimization>> {
+    fn clone_dyn(&self) -> Box<dyn OptimizationBuilder<XpuOptimization>> {
         Box::new(self.clone())
     }
 }
@@ -462,29 +458,37 @@ impl ElementwiseOptimization {
         true
     }
 
-    /// Runs the ops one by one, as burn-fusion would without this optimization.
+    /// Runs the ops one by one as recorded, each keeping the tensors its IR reads read-only
+    /// ([`run_recorded`]).
     fn fallback(
         &self,
         context: &mut Context<'_, XpuTensor>,
         execution: &OrderedExecution<XpuFusionRuntime>,
     ) {
-        for i in 0..self.ops.len() {
-            execution
-                .operation_within_optimization(i)
-                .execute(context.handles);
+        for (i, op) in self.ops.iter().enumerate() {
+            let read_only = match op {
+                RunOp::Step { x, y, .. } => read_only_among(
+                    &[Some(x), y.as_ref()]
+                        .into_iter()
+                        .flatten()
+                        .collect::<Vec<_>>(),
+                ),
+                RunOp::Drop(_) => Vec::new(),
+            };
+            run_recorded(context, execution, i, &read_only);
         }
     }
 }
 
-impl NumOperations for ElementwiseOptimization {
-    fn len(&self) -> usize {
+impl ElementwiseOptimization {
+    /// The number of recorded ops.
+    pub(super) fn len(&self) -> usize {
         self.ops.len()
     }
-}
 
-impl Optimization<XpuFusionRuntime> for ElementwiseOptimization {
-    fn execute(
-        &mut self,
+    /// Runs the run as one chain, or op by op when it does not resolve.
+    pub(super) fn execute(
+        &self,
         context: &mut Context<'_, XpuTensor>,
         execution: &OrderedExecution<XpuFusionRuntime>,
     ) {
@@ -493,13 +497,15 @@ impl Optimization<XpuFusionRuntime> for ElementwiseOptimization {
         }
     }
 
-    fn to_state(&self) -> ElementwiseState {
+    /// The serializable form.
+    pub(super) fn to_state(&self) -> ElementwiseState {
         ElementwiseState {
             ops: self.ops.clone(),
         }
     }
 
-    fn from_state(_device: &XpuDevice, state: ElementwiseState) -> Self {
+    /// The optimization of a serialized form.
+    pub(super) fn from_state(state: ElementwiseState) -> Self {
         ElementwiseOptimization::new(state.ops)
     }
 }

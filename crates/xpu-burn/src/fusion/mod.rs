@@ -3,9 +3,11 @@
 //! gradients) runs as one kernel instead of one launch per op.
 //!
 //! burn-fusion records each op as burn's IR ([`burn_ir::OperationIr`]) and asks this
-//! backend's optimization builders ([`elementwise::ElementwiseBuilder`]) which runs of ops
-//! they can take; what no builder takes runs op by op on [`Xpu`], unchanged. The builder here
-//! takes runs of `f32` element-wise ops whose results share one shape (arithmetic with
+//! backend's optimization builders which runs of ops they can take. Every op that no chain
+//! takes runs by itself on [`Xpu`], as burn-fusion recorded it, through
+//! [`single::SingleOpBuilder`], which keeps the tensors the IR reads read-only (burn-fusion
+//! 0.19.1's own op-by-op path frees a tensor that another thread still uses: [`single`]).
+//! The chain builder ([`elementwise::ElementwiseBuilder`]) takes runs of `f32` element-wise ops whose results share one shape (arithmetic with
 //! tensors or scalars, and the unary math functions but `ceil` and `trunc`; inputs from
 //! outside the run may broadcast to the shape or be strided views) and executes them through
 //! the op layer's [`crate::ops::fused`] chains. A run it cannot resolve at run time (a
@@ -24,8 +26,10 @@
 //! ```
 
 pub mod elementwise;
+pub mod single;
 
-use burn_fusion::{FusionBackend, FusionRuntime, OptimizationBuilder};
+use burn_fusion::stream::{Context, OrderedExecution};
+use burn_fusion::{FusionBackend, FusionRuntime, NumOperations, Optimization, OptimizationBuilder};
 use burn_ir::{BackendIr, TensorHandle};
 use burn_tensor::ops::{BoolTensor, FloatTensor, FloatTensorOps, IntTensor, QuantizedTensor};
 
@@ -35,27 +39,88 @@ use crate::tensor::XpuTensor;
 use crate::{Xpu, XpuDevice};
 
 use elementwise::{ElementwiseBuilder, ElementwiseOptimization, ElementwiseState};
+use single::{SingleOpBuilder, SingleOpOptimization};
 
 /// burn's backend on xpu with operation fusion (burn-fusion's `Fusion` over [`Xpu`]).
 pub type XpuFusion = burn_fusion::Fusion<Xpu>;
 
-/// The fusion runtime of [`Xpu`]: its handles are [`XpuTensor`]s, its one optimization the
-/// element-wise chain.
+/// The fusion runtime of [`Xpu`]: its handles are [`XpuTensor`]s, its optimizations the
+/// element-wise chain and the single op ([`XpuOptimization`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct XpuFusionRuntime;
 
 impl FusionRuntime for XpuFusionRuntime {
-    type OptimizationState = ElementwiseState;
-    type Optimization = ElementwiseOptimization;
+    type OptimizationState = XpuOptimizationState;
+    type Optimization = XpuOptimization;
     type FusionHandle = XpuTensor;
     type FusionDevice = XpuDevice;
     /// Bools are bytes on xpu.
     type BoolRepr = u8;
 
-    fn optimizations(
-        _device: XpuDevice,
-    ) -> Vec<Box<dyn OptimizationBuilder<ElementwiseOptimization>>> {
-        vec![Box::new(ElementwiseBuilder::new())]
+    /// The single op first: burn-fusion takes the last builder of the best score, so a chain
+    /// of one op is preferred to it.
+    fn optimizations(_device: XpuDevice) -> Vec<Box<dyn OptimizationBuilder<XpuOptimization>>> {
+        vec![
+            Box::new(SingleOpBuilder::new()),
+            Box::new(ElementwiseBuilder::new()),
+        ]
+    }
+}
+
+/// What [`XpuFusionRuntime`]'s builders make: a run of element-wise ops as one chain, or one
+/// op run as recorded.
+#[derive(Debug)]
+pub enum XpuOptimization {
+    /// [`elementwise::ElementwiseOptimization`].
+    Chain(ElementwiseOptimization),
+    /// [`single::SingleOpOptimization`].
+    Single(SingleOpOptimization),
+}
+
+/// The serializable form of an [`XpuOptimization`].
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub enum XpuOptimizationState {
+    /// A chain's recorded ops.
+    Chain(ElementwiseState),
+    /// A single op's read-only inputs.
+    Single(SingleOpOptimization),
+}
+
+impl NumOperations for XpuOptimization {
+    fn len(&self) -> usize {
+        match self {
+            XpuOptimization::Chain(c) => c.len(),
+            XpuOptimization::Single(_) => 1,
+        }
+    }
+}
+
+impl Optimization<XpuFusionRuntime> for XpuOptimization {
+    fn execute(
+        &mut self,
+        context: &mut Context<'_, XpuTensor>,
+        execution: &OrderedExecution<XpuFusionRuntime>,
+    ) {
+        match self {
+            XpuOptimization::Chain(c) => c.execute(context, execution),
+            XpuOptimization::Single(s) => s.execute(context, execution),
+        }
+    }
+
+    fn to_state(&self) -> XpuOptimizationState {
+        match self {
+            XpuOptimization::Chain(c) => XpuOptimizationState::Chain(c.to_state()),
+            XpuOptimization::Single(s) => XpuOptimizationState::Single(s.clone()),
+        }
+    }
+
+    fn from_state(_device: &XpuDevice, state: XpuOptimizationState) -> Self {
+        match state {
+            XpuOptimizationState::Chain(c) => {
+                XpuOptimization::Chain(ElementwiseOptimization::from_state(c))
+            }
+            XpuOptimizationState::Single(s) => XpuOptimization::Single(s),
+        }
     }
 }
 
