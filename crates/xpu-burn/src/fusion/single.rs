@@ -137,7 +137,7 @@ impl OptimizationBuilder<XpuOptimization> for SingleOpBuilder {
     }
 }
 
-/// One op run as recorded, its read-only inputs kept ([`run_recorded`]); also its
+/// One op run as recorded, its read-only inputs kept (see the module docs); also its
 /// serializable form.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SingleOpOptimization {
