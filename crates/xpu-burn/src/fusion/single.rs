@@ -13,8 +13,10 @@
 //! when the op took it: the IR's statuses decide, as they do for a chain. The handle is the
 //! same tensor (its storage is shared, not copied); the later `Drop` burn-fusion issues for the
 //! shared tensor frees it. What this cannot mend: that `Drop` itself, when burn-fusion issues
-//! it while another thread's op on the tensor is still queued (in about 1 of 20 runs of the
-//! test, against 29 of 30 without this module).
+//! it while another thread's op on the tensor is still queued: its shared-tensor cursor is
+//! one op short for a stream that already exists, so a stream that runs the ops before its
+//! newest one lets go of a tensor the newest op reads (`tests/fusion.rs`' threaded case,
+//! ignored: 50 of 60 release runs fail on PoCL as pinned, 0 of 60 with that cursor mended).
 
 use burn_fusion::stream::{Context, OrderedExecution};
 use burn_fusion::{OptimizationBuilder, OptimizationProperties, OptimizationStatus};
