@@ -27,7 +27,7 @@
 //! recording's segment addresses); `xpu replay-all DIR...` prints the table with the geometric
 //! mean over the expandable-segments figure. Variable-shape inference stays above expandable
 //! segments on some traces (up to 1.48x: the third set's gru_packed_infer); what was tried
-//! against it, in nineteen rounds, is in docs/performance.md (2026-12-03 to 2026-12-07, issue
+//! against it, in twenty-one rounds, is in docs/performance.md (2026-12-03 to 2026-12-07, issue
 //! 27).
 
 use super::device_wide::DeviceShared;
