@@ -48,11 +48,10 @@ use single::{SingleOpBuilder, SingleOpOptimization};
 /// Tensors that several threads use while ops on them are still queued (recorded, not run)
 /// can make a thread panic with `Should have handle for tensor`: burn-fusion 0.19.1 drops
 /// such a tensor one op early for a thread whose stream already exists (its shared-tensor
-/// cursor; `tests/fusion.rs`' ignored threaded case failed in 50 of 60 and then 12 of 40
-/// release runs on PoCL, 18 and 22 of 30 on two H100s; a sync before the threads start does
-/// not avoid it). burn's own
-/// `multi_threads` tests pass. Where threads share tensors that way, use [`Xpu`], which
-/// records nothing.
+/// cursor; the cause and the measured rates are with `tests/fusion.rs`' ignored
+/// `threads_read_lazy_tensors_through_unfused_ops`; a sync before the threads start does not
+/// avoid it). burn's own `multi_threads` tests pass. Where threads share tensors that way, use
+/// [`Xpu`], which records nothing.
 pub type XpuFusion = burn_fusion::Fusion<Xpu>;
 
 /// The fusion runtime of [`Xpu`]: its handles are [`XpuTensor`]s, its optimizations the

@@ -16,7 +16,7 @@
 //! it while another thread's op on the tensor is still queued: its shared-tensor cursor is
 //! one op short for a stream that already exists, so a stream that runs the ops before its
 //! newest one lets go of a tensor the newest op reads (`tests/fusion.rs`' threaded case,
-//! ignored: 50 of 60 release runs fail on PoCL as pinned, 0 of 60 with that cursor mended).
+//! ignored, says how it was shown).
 
 use burn_fusion::stream::{Context, OrderedExecution};
 use burn_fusion::{OptimizationBuilder, OptimizationProperties, OptimizationStatus};
