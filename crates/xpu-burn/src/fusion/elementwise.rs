@@ -18,9 +18,9 @@ use burn_ir::{
 use burn_tensor::DType;
 use serde::{Deserialize, Serialize};
 
+use super::handle::XpuHandle;
 use super::single::{read_only_among, run_recorded};
 use super::{XpuFusionRuntime, XpuOptimization};
-use crate::error::or_panic;
 use crate::ops::elementwise::{broadcasts_to, broadcasts_with_unit};
 use crate::ops::fused::{
     self, Chain, CheckedChain, Step, StepOp, MAX_BINDINGS, MAX_STEPS, MAX_STRIDED, STRIDED_RANK,
@@ -400,7 +400,7 @@ impl ElementwiseOptimization {
     /// than `f32`, an input that does not broadcast to the run's shape, or more broadcast
     /// inputs than a chain reads. (A run reused at other shapes keeps the shape relations it
     /// was recorded with: burn-fusion matches runs by their relative shapes.)
-    fn run_chain(&self, context: &mut Context<'_, XpuTensor>) -> bool {
+    fn run_chain(&self, context: &mut Context<'_, XpuHandle>) -> bool {
         let Some(plan) = &self.plan else {
             return false;
         };
@@ -412,7 +412,12 @@ impl ElementwiseOptimization {
         let mut broadcast = 0;
         for id in &plan.inputs {
             let Some(g) = global(id) else { return false };
-            let Some(h) = context.handles.get_handle_ref(&g.id) else {
+            // A failed op's result runs op by op: its read there fails the run's ops.
+            let Some(h) = context
+                .handles
+                .get_handle_ref(&g.id)
+                .and_then(XpuHandle::tensor)
+            else {
                 return false;
             };
             if h.dtype != DType::F32 || !broadcasts_to(&h.shape, &shape) {
@@ -444,13 +449,25 @@ impl ElementwiseOptimization {
             freed.push(g.id);
         }
         let refs: Vec<&XpuTensor> = handles.iter().collect();
-        // burn's ops return tensors, not results: a failed launch (out of memory, a build
-        // failure) panics with its typed error's message, as every op of the backend does.
-        let outs = or_panic(fused::run_checked(&plan.chain, &shape, &refs, &scalars));
+        // A failed launch (out of memory, a build failure) gives the run's results the
+        // failure's message, read where they are read (`super::handle`).
+        let outs = fused::run_checked(&plan.chain, &shape, &refs, &scalars);
         drop(refs);
         drop(handles);
-        for (id, t) in outputs.into_iter().zip(outs) {
-            context.handles.register_handle(id, t);
+        match outs {
+            Ok(outs) => {
+                for (id, t) in outputs.into_iter().zip(outs) {
+                    context.handles.register_handle(id, XpuHandle::Tensor(t));
+                }
+            }
+            Err(e) => {
+                let why: std::sync::Arc<str> = format!("xpu backend: {e}").into();
+                for id in outputs {
+                    context
+                        .handles
+                        .register_handle(id, XpuHandle::Failed(why.clone()));
+                }
+            }
         }
         for id in freed {
             context.handles.remove_handle(id);
@@ -462,20 +479,23 @@ impl ElementwiseOptimization {
     /// ([`run_recorded`]).
     fn fallback(
         &self,
-        context: &mut Context<'_, XpuTensor>,
+        context: &mut Context<'_, XpuHandle>,
         execution: &OrderedExecution<XpuFusionRuntime>,
     ) {
         for (i, op) in self.ops.iter().enumerate() {
-            let read_only = match op {
-                RunOp::Step { x, y, .. } => read_only_among(
-                    &[Some(x), y.as_ref()]
-                        .into_iter()
-                        .flatten()
-                        .collect::<Vec<_>>(),
+            let (read_only, outputs) = match op {
+                RunOp::Step { x, y, out, .. } => (
+                    read_only_among(
+                        &[Some(x), y.as_ref()]
+                            .into_iter()
+                            .flatten()
+                            .collect::<Vec<_>>(),
+                    ),
+                    vec![out.id],
                 ),
-                RunOp::Drop(_) => Vec::new(),
+                RunOp::Drop(_) => (Vec::new(), Vec::new()),
             };
-            run_recorded(context, execution, i, &read_only);
+            run_recorded(context, execution, i, &read_only, &outputs);
         }
     }
 }
@@ -489,7 +509,7 @@ impl ElementwiseOptimization {
     /// Runs the run as one chain, or op by op when it does not resolve.
     pub(super) fn execute(
         &self,
-        context: &mut Context<'_, XpuTensor>,
+        context: &mut Context<'_, XpuHandle>,
         execution: &OrderedExecution<XpuFusionRuntime>,
     ) {
         if !self.run_chain(context) {

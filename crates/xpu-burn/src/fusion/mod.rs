@@ -26,6 +26,7 @@
 //! ```
 
 pub mod elementwise;
+pub mod handle;
 pub mod single;
 
 use burn_fusion::stream::{Context, OrderedExecution};
@@ -35,10 +36,10 @@ use burn_tensor::ops::{BoolTensor, FloatTensor, FloatTensorOps, IntTensor, Quant
 
 use crate::backend::qtensor::refuse;
 use crate::backend::XpuQTensor;
-use crate::tensor::XpuTensor;
 use crate::{Xpu, XpuDevice};
 
 use elementwise::{ElementwiseBuilder, ElementwiseOptimization, ElementwiseState};
+pub use handle::XpuHandle;
 use single::{SingleOpBuilder, SingleOpOptimization};
 
 /// burn's backend on xpu with operation fusion (burn-fusion's `Fusion` over [`Xpu`]).
@@ -52,17 +53,37 @@ use single::{SingleOpBuilder, SingleOpOptimization};
 /// `threads_read_lazy_tensors_through_unfused_ops`; a sync before the threads start does not
 /// avoid it). burn's own `multi_threads` tests pass. Where threads share tensors that way, use
 /// [`Xpu`], which records nothing.
+///
+/// # Failed ops
+///
+/// burn's ops report a failure by panicking. An op of `XpuFusion` runs later than the call
+/// that records it, so a failed op (out of memory, a shape no allocation holds) panics where
+/// a tensor it made, or one computed from it, is read (`into_data`, a move to another
+/// device), with the failure's message; the thread's stream keeps working, and dropping such
+/// a tensor unread is quiet ([`handle`]; `tests/fusion_failed_ops.rs`).
+///
+/// # Where burn-fusion 0.19.1 gives other results than `Xpu`
+///
+/// - Integer `powi` and `powi_scalar`: burn-fusion does not forward them to the backend, so
+///   burn's default computes them through `f32`, rounding results beyond 2^24 (`3^16` gives
+///   43,046,720); `Xpu` computes them exactly.
+/// - An op whose tensors are on two devices: burn-fusion names tensors by ids counted per
+///   device and runs the op on the first tensor's device, where the other tensor's id names
+///   another tensor or none; burn's API checks the devices of some ops only (not `gather`'s
+///   indices). Such an op reads the wrong tensor or panics; `Xpu` refuses it with a typed
+///   error. Keep an op's tensors on one device (`Tensor::to_device`).
 pub type XpuFusion = burn_fusion::Fusion<Xpu>;
 
-/// The fusion runtime of [`Xpu`]: its handles are [`XpuTensor`]s, its optimizations the
-/// element-wise chain and the single op ([`XpuOptimization`]).
+/// The fusion runtime of [`Xpu`]: its handles are [`XpuHandle`]s (a tensor, or the failure of
+/// the op that was to make it), its optimizations the element-wise chain and the single op
+/// ([`XpuOptimization`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct XpuFusionRuntime;
 
 impl FusionRuntime for XpuFusionRuntime {
     type OptimizationState = XpuOptimizationState;
     type Optimization = XpuOptimization;
-    type FusionHandle = XpuTensor;
+    type FusionHandle = XpuHandle;
     type FusionDevice = XpuDevice;
     /// Bools are bytes on xpu.
     type BoolRepr = u8;
@@ -108,7 +129,7 @@ impl NumOperations for XpuOptimization {
 impl Optimization<XpuFusionRuntime> for XpuOptimization {
     fn execute(
         &mut self,
-        context: &mut Context<'_, XpuTensor>,
+        context: &mut Context<'_, XpuHandle>,
         execution: &OrderedExecution<XpuFusionRuntime>,
     ) {
         match self {
@@ -134,38 +155,40 @@ impl Optimization<XpuFusionRuntime> for XpuOptimization {
     }
 }
 
+/// A handle's tensor: [`XpuHandle::into_tensor`], which panics with the failure's message for
+/// the handle of a failed op (burn-fusion converts a handle where an op or a read takes it).
 impl BackendIr for Xpu {
-    type Handle = XpuTensor;
+    type Handle = XpuHandle;
 
-    fn float_tensor(handle: TensorHandle<XpuTensor>) -> FloatTensor<Self> {
-        handle.handle
+    fn float_tensor(handle: TensorHandle<XpuHandle>) -> FloatTensor<Self> {
+        handle.handle.into_tensor()
     }
 
-    fn int_tensor(handle: TensorHandle<XpuTensor>) -> IntTensor<Self> {
-        handle.handle
+    fn int_tensor(handle: TensorHandle<XpuHandle>) -> IntTensor<Self> {
+        handle.handle.into_tensor()
     }
 
-    fn bool_tensor(handle: TensorHandle<XpuTensor>) -> BoolTensor<Self> {
-        handle.handle
+    fn bool_tensor(handle: TensorHandle<XpuHandle>) -> BoolTensor<Self> {
+        handle.handle.into_tensor()
     }
 
-    fn quantized_tensor(_handle: TensorHandle<XpuTensor>) -> QuantizedTensor<Self> {
+    fn quantized_tensor(_handle: TensorHandle<XpuHandle>) -> QuantizedTensor<Self> {
         refuse()
     }
 
-    fn float_tensor_handle(tensor: FloatTensor<Self>) -> XpuTensor {
-        tensor
+    fn float_tensor_handle(tensor: FloatTensor<Self>) -> XpuHandle {
+        XpuHandle::Tensor(tensor)
     }
 
-    fn int_tensor_handle(tensor: IntTensor<Self>) -> XpuTensor {
-        tensor
+    fn int_tensor_handle(tensor: IntTensor<Self>) -> XpuHandle {
+        XpuHandle::Tensor(tensor)
     }
 
-    fn bool_tensor_handle(tensor: BoolTensor<Self>) -> XpuTensor {
-        tensor
+    fn bool_tensor_handle(tensor: BoolTensor<Self>) -> XpuHandle {
+        XpuHandle::Tensor(tensor)
     }
 
-    fn quantized_tensor_handle(_tensor: XpuQTensor) -> XpuTensor {
+    fn quantized_tensor_handle(_tensor: XpuQTensor) -> XpuHandle {
         refuse()
     }
 }
@@ -174,7 +197,7 @@ impl FusionBackend for Xpu {
     type FusionRuntime = XpuFusionRuntime;
     type FullPrecisionBackend = Xpu;
 
-    fn cast_float(tensor: FloatTensor<Self>, dtype: burn_tensor::DType) -> XpuTensor {
-        Xpu::float_cast(tensor, dtype.into())
+    fn cast_float(tensor: FloatTensor<Self>, dtype: burn_tensor::DType) -> XpuHandle {
+        XpuHandle::Tensor(Xpu::float_cast(tensor, dtype.into()))
     }
 }

@@ -23,8 +23,8 @@ use burn_fusion::{OptimizationBuilder, OptimizationProperties, OptimizationStatu
 use burn_ir::{OperationIr, TensorId, TensorIr, TensorStatus};
 use serde::{Deserialize, Serialize};
 
+use super::handle::{fail_outputs, failure_message, XpuHandle};
 use super::{XpuFusionRuntime, XpuOptimization};
-use crate::tensor::XpuTensor;
 
 /// The tensors (relative ids) that `op` reads with status `ReadOnly` only ([`read_only_among`]
 /// of its tensors); none for a `Drop`.
@@ -50,15 +50,31 @@ pub(super) fn read_only_among(nodes: &[&TensorIr]) -> Vec<TensorId> {
     ids
 }
 
+/// The tensors `op` makes (relative ids: its nodes of status `NotInit`); none for a `Drop`.
+pub(super) fn outputs_of(op: &OperationIr) -> Vec<TensorId> {
+    if let OperationIr::Drop(_) = op {
+        return Vec::new();
+    }
+    op.nodes()
+        .iter()
+        .filter(|t| t.status == TensorStatus::NotInit)
+        .map(|t| t.id)
+        .collect()
+}
+
 /// Runs operation `i` of `execution` as recorded, then gives back the handle of each tensor
 /// of `read_only` (relative ids, [`read_only_inputs`]) that the op took out of the container.
+/// An op that panics (a failed op: burn's ops report failures by panicking) does not unwind
+/// through burn-fusion: its `outputs` (relative ids) get the failure ([`fail_outputs`]; see
+/// [`super::handle`]).
 pub(super) fn run_recorded(
-    context: &mut Context<'_, XpuTensor>,
+    context: &mut Context<'_, XpuHandle>,
     execution: &OrderedExecution<XpuFusionRuntime>,
     i: usize,
     read_only: &[TensorId],
+    outputs: &[TensorId],
 ) {
-    let kept: Vec<(TensorId, XpuTensor)> = read_only
+    let kept: Vec<(TensorId, XpuHandle)> = read_only
         .iter()
         .filter_map(|rel| {
             let id = context.tensors.get(rel)?.id;
@@ -66,13 +82,18 @@ pub(super) fn run_recorded(
             Some((id, handle))
         })
         .collect();
-    execution
-        .operation_within_optimization(i)
-        .execute(context.handles);
+    let op = execution.operation_within_optimization(i);
+    let handles = &mut *context.handles;
+    // A panic leaves the closure's captures consistent for what follows: the container's
+    // handles are only taken out or put in, and the op's outputs are settled below.
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op.execute(handles)));
     for (id, handle) in kept {
         if context.handles.get_handle_ref(&id).is_none() {
             context.handles.register_handle(id, handle);
         }
+    }
+    if let Err(payload) = ran {
+        fail_outputs(context, outputs, &failure_message(payload.as_ref()));
     }
 }
 
@@ -81,6 +102,7 @@ pub(super) fn run_recorded(
 #[derive(Debug, Clone)]
 pub struct SingleOpBuilder {
     read_only: Option<Vec<TensorId>>,
+    outputs: Vec<TensorId>,
     status: OptimizationStatus,
 }
 
@@ -89,6 +111,7 @@ impl SingleOpBuilder {
     pub fn new() -> Self {
         SingleOpBuilder {
             read_only: None,
+            outputs: Vec::new(),
             status: OptimizationStatus::Open,
         }
     }
@@ -108,12 +131,14 @@ impl OptimizationBuilder<XpuOptimization> for SingleOpBuilder {
         self.status = OptimizationStatus::Closed;
         if self.read_only.is_none() && !matches!(operation, OperationIr::Drop(_)) {
             self.read_only = Some(read_only_inputs(operation));
+            self.outputs = outputs_of(operation);
         }
     }
 
     fn build(&self) -> XpuOptimization {
         XpuOptimization::Single(SingleOpOptimization {
             read_only: self.read_only.clone().unwrap_or_default(),
+            outputs: self.outputs.clone(),
         })
     }
 
@@ -141,20 +166,21 @@ impl OptimizationBuilder<XpuOptimization> for SingleOpBuilder {
     }
 }
 
-/// One op run as recorded, its read-only inputs kept (see the module docs); also its
-/// serializable form.
+/// One op run as recorded, its read-only inputs kept (see the module docs) and its outputs
+/// given the failure if it fails (see [`super::handle`]); also its serializable form.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SingleOpOptimization {
     read_only: Vec<TensorId>,
+    outputs: Vec<TensorId>,
 }
 
 impl SingleOpOptimization {
     /// Runs the op ([`run_recorded`]).
     pub(super) fn execute(
         &self,
-        context: &mut Context<'_, XpuTensor>,
+        context: &mut Context<'_, XpuHandle>,
         execution: &OrderedExecution<XpuFusionRuntime>,
     ) {
-        run_recorded(context, execution, 0, &self.read_only);
+        run_recorded(context, execution, 0, &self.read_only, &self.outputs);
     }
 }
