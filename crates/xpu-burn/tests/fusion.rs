@@ -459,3 +459,56 @@ fn threads_read_lazy_tensors_through_unfused_ops() {
         assert_eq!(plain, fused, "values read by the threads");
     }
 }
+
+/// burn-fusion 0.19.1 does not forward integer `powi` to the backend: burn's default computes
+/// it through `f32` on `XpuFusion`, so results beyond 2^24 are rounded (review h93: 3^16 gave
+/// 43,046,720, 10^12 gave 999,999,995,904; `Xpu` gives them exactly, `tests/int_powi.rs`).
+/// Ignored: it fails as pinned; documented with `XpuFusion`. Run it after a burn upgrade.
+#[test]
+#[ignore = "burn-fusion 0.19.1 computes integer powi through f32 (not forwarded to the backend)"]
+fn integer_powers_are_exact() {
+    let _serial = serial();
+    let device = XpuDevice::default();
+    let base = Tensor::<XpuFusion, 1, burn_tensor::Int>::from_ints([3, -3, 7, 10], &device);
+    let exp = Tensor::<XpuFusion, 1, burn_tensor::Int>::from_ints([16, 15, 9, 12], &device);
+    let got = base
+        .powi(exp)
+        .into_data()
+        .convert::<i64>()
+        .to_vec::<i64>()
+        .unwrap();
+    assert_eq!(
+        got,
+        [43_046_721, -14_348_907, 40_353_607, 1_000_000_000_000]
+    );
+}
+
+/// An op whose tensors are on two devices: burn-fusion 0.19.1 runs it on the first tensor's
+/// device, where the other tensor's id (ids are counted per device) names another tensor;
+/// burn's API does not check `gather`'s devices. Review h93: the gather read device 0's
+/// tensor of the same id as its indices (`[12, 12, 12, 22, 22, 22]`, no error); `Xpu`
+/// refuses it with a typed error. Ignored: it fails as pinned; documented with `XpuFusion`.
+#[test]
+#[ignore = "burn-fusion 0.19.1 resolves an operand of another device by this device's ids (no device check)"]
+fn an_op_across_devices_is_refused() {
+    let _serial = serial();
+    let (d0, d1) = (XpuDevice::new(0), XpuDevice::new(1));
+    let ints = |v: [i64; 6], d: &XpuDevice| {
+        Tensor::<XpuFusion, 2, burn_tensor::Int>::from_data(TensorData::new(v.to_vec(), [2, 3]), d)
+    };
+    // Device 0's first int tensor and device 1's have the same id.
+    let _other = ints([2; 6], &d0);
+    let t = Tensor::<XpuFusion, 2>::from_data(
+        TensorData::new(vec![10.0f32, 11.0, 12.0, 20.0, 21.0, 22.0], [2, 3]),
+        &d0,
+    );
+    let indices = ints([0; 6], &d1);
+    let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        values(t.gather(1, indices))
+    }));
+    assert!(
+        read.is_err(),
+        "read {:?} through indices of another device",
+        read.ok()
+    );
+}
