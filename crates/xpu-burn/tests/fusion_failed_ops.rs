@@ -105,18 +105,20 @@ fn a_failed_tensor_drops_quietly_and_its_inputs_are_freed() {
 #[test]
 fn out_of_memory_inside_a_run_leaves_the_stream_working() {
     let _s = serial();
-    let d = XpuDevice::new(1);
+    let d = XpuDevice::new(0);
     still_computes(&d);
     <XpuFusion as Backend>::sync(&d);
-    let (_, total) = xpu::mem_get_info(Some(1)).unwrap();
-    xpu::set_per_process_memory_fraction((24u64 << 20) as f64 / total as f64, Some(1)).unwrap();
+    // The cache emptied first: the fraction bounds what the run can reserve from here on.
+    xpu::empty_cache();
+    let (_, total) = xpu::mem_get_info(Some(0)).unwrap();
+    xpu::set_per_process_memory_fraction((24u64 << 20) as f64 / total as f64, Some(0)).unwrap();
     let msg = panics(|| {
         let a = Tensor::<XpuFusion, 1>::ones([4 << 20], &d);
         let b = a.clone() * 2.0;
         let c = b.clone().exp() + 1.0;
         values((b + c).sum())
     });
-    xpu::set_per_process_memory_fraction(1.0, Some(1)).unwrap();
+    xpu::set_per_process_memory_fraction(1.0, Some(0)).unwrap();
     assert!(msg.contains("memory fraction exceeded"), "{msg}");
     for _ in 0..3 {
         still_computes(&d);
