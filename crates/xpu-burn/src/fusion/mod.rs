@@ -51,7 +51,11 @@ use single::{SingleOpBuilder, SingleOpOptimization};
 /// such a tensor one op early for a thread whose stream already exists (its shared-tensor
 /// cursor; the cause and the measured rates are with `tests/fusion.rs`' ignored
 /// `threads_read_lazy_tensors_through_unfused_ops`; a sync before the threads start does not
-/// avoid it). burn's own `multi_threads` tests pass. Where threads share tensors that way, use
+/// avoid it). burn's own `multi_threads` tests pass. And a tensor made on a thread that has
+/// ended, then dropped on another thread, is never freed: burn-fusion's drop of a tensor
+/// shared between streams waits for the maker's stream, which no longer runs (review h93: the
+/// tensor's bytes stay allocated after every such round; `tests/fusion.rs`' ignored
+/// `a_tensor_made_on_an_ended_thread_is_freed`). Where threads share tensors that way, use
 /// [`Xpu`], which records nothing.
 ///
 /// # Failed ops
