@@ -516,11 +516,11 @@ fn an_op_across_devices_is_refused() {
 /// One round: a thread makes a 4 MiB tensor and ends; another thread reads through it and
 /// drops it.
 fn made_on_an_ended_thread(device: &XpuDevice) {
-    let d = device.clone();
+    let d = *device;
     let x = std::thread::spawn(move || Tensor::<XpuFusion, 1>::ones([1 << 20], &d) * 2.0)
         .join()
         .unwrap();
-    let d = device.clone();
+    let d = *device;
     std::thread::spawn(move || {
         assert_eq!(values(x.clone().sum()), [2.0 * (1 << 20) as f32]);
         drop(x);
