@@ -533,7 +533,7 @@ fn made_on_an_ended_thread(device: &XpuDevice) {
 
 /// A tensor made on a thread that has ended, then dropped on another thread: burn-fusion
 /// 0.19.1 never frees it (the drop of a tensor shared between streams waits for its maker's
-/// stream, which no longer runs). Review h93: 4 MiB (the tensor) more allocated after every
+/// stream, which no longer runs). Review h95: 4 MiB (the tensor) more allocated after every
 /// round, whether the tensor was synced before its thread ended or not; none when the maker
 /// is a thread that lives on (the main thread) or when one thread does it all. Ignored: it
 /// fails as pinned; documented with `XpuFusion`.

@@ -53,7 +53,7 @@ use single::{SingleOpBuilder, SingleOpOptimization};
 /// `threads_read_lazy_tensors_through_unfused_ops`; a sync before the threads start does not
 /// avoid it). burn's own `multi_threads` tests pass. And a tensor made on a thread that has
 /// ended, then dropped on another thread, is never freed: burn-fusion's drop of a tensor
-/// shared between streams waits for the maker's stream, which no longer runs (review h93: the
+/// shared between streams waits for the maker's stream, which no longer runs (review h95: the
 /// tensor's bytes stay allocated after every such round; `tests/fusion.rs`' ignored
 /// `a_tensor_made_on_an_ended_thread_is_freed`). Where threads share tensors that way, use
 /// [`Xpu`], which records nothing.
