@@ -59,6 +59,12 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub(crate) fn or_panic<T>(r: Result<T>) -> T {
     match r {
         Ok(t) => t,
-        Err(e) => panic!("xpu backend: {e}"),
+        Err(e) => panic!("{}", failure_text(&e)),
     }
+}
+
+/// The message an op's error gives burn's user: what [`or_panic`] panics with, and what a
+/// failed fused run stores for its results (`fusion::handle`).
+pub(crate) fn failure_text(e: &Error) -> String {
+    format!("xpu backend: {e}")
 }

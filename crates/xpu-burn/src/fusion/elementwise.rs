@@ -18,9 +18,10 @@ use burn_ir::{
 use burn_tensor::DType;
 use serde::{Deserialize, Serialize};
 
-use super::handle::XpuHandle;
+use super::handle::{fail_outputs, XpuHandle};
 use super::single::{read_only_among, run_recorded};
 use super::{XpuFusionRuntime, XpuOptimization};
+use crate::error::failure_text;
 use crate::ops::elementwise::{broadcasts_to, broadcasts_with_unit};
 use crate::ops::fused::{
     self, Chain, CheckedChain, Step, StepOp, MAX_BINDINGS, MAX_STEPS, MAX_STRIDED, STRIDED_RANK,
@@ -460,14 +461,7 @@ impl ElementwiseOptimization {
                     context.handles.register_handle(id, XpuHandle::Tensor(t));
                 }
             }
-            Err(e) => {
-                let why: std::sync::Arc<str> = format!("xpu backend: {e}").into();
-                for id in outputs {
-                    context
-                        .handles
-                        .register_handle(id, XpuHandle::Failed(why.clone()));
-                }
-            }
+            Err(e) => fail_outputs(context, &plan.outputs, &failure_text(&e).into()),
         }
         for id in freed {
             context.handles.remove_handle(id);
@@ -491,11 +485,11 @@ impl ElementwiseOptimization {
                             .flatten()
                             .collect::<Vec<_>>(),
                     ),
-                    vec![out.id],
+                    std::slice::from_ref(&out.id),
                 ),
-                RunOp::Drop(_) => (Vec::new(), Vec::new()),
+                RunOp::Drop(_) => (Vec::new(), &[][..]),
             };
-            run_recorded(context, execution, i, &read_only, &outputs);
+            run_recorded(context, execution, i, &read_only, outputs);
         }
     }
 }

@@ -7,11 +7,11 @@
 //! device then panicked too (`Ordering is bigger than operations`), a `Drop` included (review
 //! h93). So the fused stream never unwinds through burn-fusion: an op that fails there gives
 //! its results a [`XpuHandle::Failed`] handle with the failure's message (what it consumes,
-//! burn-fusion frees after the run as it would have). The panic comes where burn's API hands a tensor to the backend
-//! outside a run: reading it (`into_data`), moving it to another device, or an op of another
-//! run reading it, which fails the same way. Dropping a failed tensor unread is quiet.
-//! Like CUDA's asynchronous errors, a failure surfaces at the read, not at the op that caused
-//! it; the message names the first failure.
+//! burn-fusion frees after the run as it would have). The panic comes where burn's API hands
+//! a tensor to the backend outside a run: reading it (`into_data`), moving it to another
+//! device, or an op of another run reading it, which fails the same way. Dropping a failed
+//! tensor unread is quiet. Like CUDA's asynchronous errors, a failure surfaces at the read,
+//! not at the op that caused it; the message names the first failure.
 
 use std::sync::Arc;
 
@@ -54,12 +54,6 @@ impl XpuHandle {
             XpuHandle::Tensor(t) => Some(t),
             XpuHandle::Failed(_) => None,
         }
-    }
-}
-
-impl From<XpuTensor> for XpuHandle {
-    fn from(t: XpuTensor) -> Self {
-        XpuHandle::Tensor(t)
     }
 }
 
